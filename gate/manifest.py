@@ -1,0 +1,227 @@
+"""The manifest: what changed, what equivalence it claims, and which paths to compare.
+
+This module imports no torch: `gate validate` and `gate plan` must stay instant.
+The shape of `Manifest` may not change without bumping `API_VERSION`.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal, InvalidOperation
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+API_VERSION = "gate/v1"
+
+
+class Record(BaseModel):
+    """Base for every gate record: unknown keys are rejected, docstrings become descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, populate_by_name=True)
+
+
+class Intervention(str, Enum):
+    """The kind of decoding change (release-gate step 1, seed 000)."""
+
+    layout = "layout"
+    scheduling = "scheduling"
+    prefix_reuse = "prefix-reuse"
+    proposal_and_verify = "proposal-and-verify"
+    quantisation = "quantisation"
+    eviction = "eviction"
+
+
+class ClaimLevel(str, Enum):
+    """The equivalence the change claims (release-gate step 2)."""
+
+    exact = "exact"
+    tolerance = "tolerance"
+    greedy_tokens = "greedy-tokens"
+    distribution = "distribution"
+    bounded_degradation = "bounded-degradation"
+
+
+class IdentityField(str, Enum):
+    """An input to the cache key: anything that can change K, V, mask or position (seed 003)."""
+
+    token_ids = "token-ids"
+    positions = "positions"
+    model_revision = "model-revision"
+    adapter = "adapter"
+    tokenizer = "tokenizer"
+    rope_scaling = "rope-scaling"
+    attention_window = "attention-window"
+    attention_mask = "attention-mask"
+    kv_dtype = "kv-dtype"
+    tenant = "tenant"
+
+
+class Change(Record):
+    """Where the change under test lives. All fields optional."""
+
+    repository: str | None = None
+    """Repository URL or owner/name."""
+    pull_request: int | None = Field(default=None, alias="pull-request")
+    """Pull request number."""
+    commit: str | None = None
+    """Commit the change was built from; filled from CI environment variables when absent."""
+
+    def with_ci_commit(self, environ: dict[str, str] | None = None) -> Change:
+        """Record the commit named by CI environment variables when the manifest gives none."""
+        env = os.environ if environ is None else environ
+        if self.commit:
+            return self
+        for var in ("GATE_COMMIT", "GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):
+            if env.get(var):
+                return self.model_copy(update={"commit": env[var]})
+        return self
+
+
+class ExactClaim(Record):
+    """Bit-identical logits. Meaningful only between paths that run the same shapes."""
+
+    level: Literal["exact"]
+
+
+class ToleranceClaim(Record):
+    """Logits within atol/rtol, and argmax agreement (the load-bearing assertion, seed 001)."""
+
+    level: Literal["tolerance"]
+    atol: float | None = Field(default=None, ge=0)
+    """Absolute tolerance on logits; defaults to a dtype-aware value."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Relative tolerance on logits; defaults to a dtype-aware value."""
+
+
+class GreedyTokensClaim(Record):
+    """Identical greedy continuations of each of `tokens` lengths."""
+
+    level: Literal["greedy-tokens"]
+    tokens: list[Annotated[int, Field(gt=0, le=100_000)]] = Field(default_factory=lambda: [8, 64])
+    """Continuation lengths that must match token for token."""
+
+
+class DistributionClaim(Record):
+    """The same output distribution under sampling, tested at significance level `alpha`."""
+
+    level: Literal["distribution"]
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    """Significance level of the goodness-of-fit test."""
+    power: float = Field(default=0.9, gt=0, lt=1)
+    """Power the sample size is derived for, against the declared negative controls."""
+
+
+class Comparator(str, Enum):
+    """How a slice metric is compared with its threshold."""
+
+    ge = ">="
+    le = "<="
+
+
+def _decimal_string(value: str) -> str:
+    try:
+        Decimal(value)
+    except InvalidOperation:
+        raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
+    return value
+
+
+class Envelope(Record):
+    """One slice's bound on degradation, judged on a one-sided confidence bound."""
+
+    slice: str
+    """Slice name, as defined under evals/."""
+    metric: str
+    """Metric name, e.g. greedy-match, top1-agreement, kl, accuracy."""
+    comparator: Comparator
+    """`>=` for rates that must stay high, `<=` for divergences that must stay low."""
+    threshold: str
+    """Threshold as a decimal string (no binary float surprises), e.g. "0.95"."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Confidence level of the one-sided bound."""
+    min_detectable_effect: float = Field(default=0.05, alias="min-detectable-effect", gt=0, lt=1)
+    """Smallest degradation the slice must be able to detect; sets the minimum sample size."""
+    power: float = Field(default=0.8, gt=0, lt=1)
+    """Power against `min_detectable_effect`."""
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold_is_decimal(cls, value: str) -> str:
+        return _decimal_string(value)
+
+
+class BoundedDegradationClaim(Record):
+    """Bounded task-level degradation: every envelope must hold on its slice."""
+
+    level: Literal["bounded-degradation"]
+    envelopes: list[Envelope] = Field(min_length=1)
+    """Per-slice envelopes; each is judged separately."""
+
+
+Claim = Annotated[
+    ExactClaim | ToleranceClaim | GreedyTokensClaim | DistributionClaim | BoundedDegradationClaim,
+    Field(discriminator="level"),
+]
+
+
+class PathSpec(Record):
+    """One execution path: an adapter and its options (validated by the adapter's Options)."""
+
+    adapter: str
+    """Registered adapter name (entry point group `gate.adapters`)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Adapter options; validated against that adapter's own pydantic Options model."""
+
+
+class Subject(Record):
+    """What runs: the reference path, the candidate path, and where."""
+
+    reference: PathSpec
+    """The path whose behaviour defines correct (usually a full pass, no cache)."""
+    candidate: PathSpec
+    """The path under test (the changed cache, scheduler or sampler)."""
+    device: str = "cpu"
+    """torch device: cpu, cuda, cuda:1, ..."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model dtype for both paths."""
+    seed: int = Field(default=0, ge=0)
+    """Seed for weights, inputs and sampling."""
+
+
+class CheckOverride(Record):
+    """Manifest-side parameters for one planned check (merged over the policy's)."""
+
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameters merged over the policy's parameters for this check."""
+
+
+class Manifest(Record):
+    """A release-gate manifest (`apiVersion: gate/v1`)."""
+
+    api_version: Literal["gate/v1"] = Field(alias="apiVersion")
+    """Manifest format version."""
+    name: str = Field(min_length=1, max_length=200)
+    """Short name of the change."""
+    description: str = ""
+    """What changed, in words."""
+    change: Change = Field(default_factory=Change)
+    """Repository, pull request and commit of the change."""
+    intervention: Intervention
+    """Exactly one intervention kind."""
+    claim: Claim
+    """The equivalence claimed, with its parameters."""
+    identity: list[IdentityField] = Field(default_factory=list)
+    """Fields the change keys its cache on; the policy says which are required."""
+    subject: Subject
+    """Reference and candidate paths, device, dtype, seed."""
+    checks: dict[str, CheckOverride] = Field(default_factory=dict)
+    """Optional per-check parameter overrides, keyed by check name."""
+
+    @field_validator("identity")
+    @classmethod
+    def _unique_identity(cls, value: list[IdentityField]) -> list[IdentityField]:
+        if len(set(value)) != len(value):
+            raise ValueError("identity fields must not repeat")
+        return value

@@ -1,0 +1,109 @@
+"""Adapter and path protocols: the only way checks talk to models.
+
+A check never imports the reference decoder or transformers; it receives two `DecodePath`s
+(reference and candidate) built by adapters. Optional capabilities (speculative sampling, a
+cross-request prefix cache, per-layer traces) are separate protocols a check tests for with
+`isinstance`, so one check can judge every engine that offers what it needs.
+
+This module imports no torch at run time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import torch
+
+
+class UnknownFault(ValueError):
+    """A fault was requested that this path cannot apply."""
+
+
+class AdapterUnavailable(RuntimeError):
+    """An adapter could not run here (missing extra, no GPU, ...). Maps to exit code 3."""
+
+
+@runtime_checkable
+class Session(Protocol):
+    """One decoding session over a batch of B sequences, with its own KV cache."""
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Process a prompt. tokens: [B, T] int64 -> logits [B, T, V] float32."""
+        ...
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Process n new tokens against the cache. tokens: [B, n] -> logits [B, n, V] float32."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the request: stored K/V *and* position state (seed 004)."""
+        ...
+
+    def exercise(self) -> dict[str, Any]:
+        """Proof the cache path ran: at least `cache_len`, `cached_steps` and `cache_bytes`."""
+        ...
+
+
+@runtime_checkable
+class DecodePath(Protocol):
+    """An execution path through one model."""
+
+    name: str
+    """Human-readable path name, e.g. `reference:static`."""
+    vocab_size: int
+    """Size of the logit dimension."""
+    max_len: int
+    """Longest sequence the model accepts."""
+    uses_cache: bool
+    """False for a plain full forward (the usual reference)."""
+    dtype: str
+    """Model dtype name (float32, bfloat16, float16)."""
+
+    def identity(self) -> dict[str, Any]:
+        """Model identity for the record: config hash, weights sha256, library versions."""
+        ...
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One full causal pass, no cache. tokens: [B, T] -> logits [B, T, V] float32."""
+        ...
+
+    def new_session(self, batch_size: int) -> Session:
+        """A fresh session whose cache layout is this path's."""
+        ...
+
+    def faults(self) -> tuple[str, ...]:
+        """Names of the faults `with_fault` can apply to this path."""
+        ...
+
+    def with_fault(self, fault: str) -> DecodePath:
+        """A copy of this path with a fault applied from outside the model."""
+        ...
+
+
+@runtime_checkable
+class LayerTracing(Protocol):
+    """Per-layer states, so a failed parity check can name the first diverging layer."""
+
+    def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """Per layer: `k`, `v` and `hidden` for the token at `prefix_len`, computed by this path
+        (prefill `prefix_len` tokens, then append one). Shapes per layer:
+        k, v: [B, H_kv, prefix_len + 1, D]; hidden: [B, d_model]."""
+        ...
+
+    def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
+        ...
+
+
+class Adapter(Protocol):
+    """Builds paths from validated options. Registered under entry point group `gate.adapters`."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> DecodePath:
+        """Build the path the options describe. Heavy imports happen here, not at module import."""
+        ...
