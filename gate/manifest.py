@@ -19,7 +19,9 @@ API_VERSION = "gate/v1"
 class Record(BaseModel):
     """Base for every gate record: unknown keys are rejected, docstrings become descriptions."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, populate_by_name=True, ser_json_inf_nan="strings"
+    )
 
 
 class Intervention(str, Enum):

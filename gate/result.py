@@ -45,6 +45,12 @@ class ControlOutcome(str, Enum):
     """The fault changed the computation and the check still passed: no power."""
     unobservable = "unobservable"
     """The fault did not change the outputs the check observes at these lengths."""
+    unsupported = "unsupported"
+    """The candidate path cannot apply this fault."""
+    tolerated = "tolerated"
+    """A harmless fault (expect: pass) left the check passing, as it should."""
+    over_rejected = "over-rejected"
+    """A harmless fault (expect: pass) made the check fail: the check over-rejects."""
     error = "error"
     """The control could not run."""
 

@@ -1,0 +1,53 @@
+"""Shared CLI plumbing: turning GateErrors into one line and an exit code, progress output."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gate.errors import EXIT_BAD_INPUT, GateError
+
+policy_dir_option = click.option(
+    "--policy-dir", "policy_dirs", multiple=True, type=click.Path(path_type=Path),
+    help="Extra policy directory; later directories override earlier rules (see `gate plan`).",
+)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Print a GateError as one line on stderr and exit with its code; no traceback."""
+    try:
+        yield
+    except GateError as err:
+        click.echo(f"gate: {err}", err=True)
+        sys.exit(err.exit_code)
+
+
+def is_ci() -> bool:
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+def progress_logger() -> Callable[[str], None]:
+    """Rich styled lines on a terminal; plain lines in CI or when stderr is not a terminal."""
+    if is_ci():
+        return lambda msg: print(f"[gate] {msg}", file=sys.stderr, flush=True)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+
+    def log(msg: str) -> None:
+        style = "bold red" if ": fail" in msg or ": error" in msg else "green" if ": pass" in msg else None
+        console.print(msg, style=style, highlight=False)
+
+    return log
+
+
+def bad_usage(message: str) -> Any:
+    click.echo(f"gate: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)

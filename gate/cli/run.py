@@ -1,0 +1,38 @@
+"""`gate run MANIFEST --out DIR`: run the plan and write results.json (and the dossier)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gate.cli.common import policy_dir_option, progress_logger, user_errors
+
+
+@click.command("run")
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@click.option("--sign-key", type=click.Path(path_type=Path), help="Ed25519 private key (from `gate keygen`).")
+@policy_dir_option
+def command(manifest: Path, out_dir: Path, sign_key: Path | None, policy_dirs: tuple[Path, ...]) -> None:
+    """Run every check the policy requires for MANIFEST; exit with the verdict's code."""
+    from gate.runner import RunOptions, run_manifest
+
+    log = progress_logger()
+    with user_errors():
+        if sign_key is not None and not sign_key.is_file():
+            from gate.errors import InputError
+
+            raise InputError(str(sign_key), "signing key not found", field="--sign-key")
+        result = run_manifest(manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log))
+        try:
+            from gate.report import write_outputs
+        except ImportError:
+            written = [out_dir / "results.json"]
+        else:
+            written = [out_dir / "results.json", *write_outputs(result, out_dir, manifest, sign_key)]
+    click.echo(f"verdict: {result.verdict.value.upper()} ({result.summary})")
+    for path in written:
+        click.echo(f"  {path}")
+    sys.exit(result.exit_code)

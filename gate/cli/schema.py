@@ -1,0 +1,24 @@
+"""`gate schema`: print or write the JSON Schemas of manifest, policy, plan and result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("schema")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write one file per record here.")
+@click.argument("record", required=False, type=click.Choice(["manifest", "policy", "plan", "result"]))
+def command(out_dir: Path | None, record: str | None) -> None:
+    """JSON Schema generated from the records (for editors validating manifests)."""
+    from gate.runner import write_text_atomic
+    from gate.schemas import render_schemas
+
+    schemas = render_schemas()
+    if out_dir is not None:
+        for name, text in schemas.items():
+            write_text_atomic(out_dir / name, text)
+            click.echo(out_dir / name)
+        return
+    click.echo(schemas[f"{record or 'manifest'}.schema.json"], nl=False)
