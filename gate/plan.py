@@ -6,7 +6,7 @@ This module imports no torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -35,7 +35,7 @@ class PlannedCheck(Record):
     """Registered check name."""
     step: int
     """Release-gate step it serves."""
-    severity: str
+    severity: Literal["deny", "warn"]
     """deny or warn."""
     why: str
     """Why the policy requires it."""
@@ -103,7 +103,7 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
             )
     registered = set(check_names())
     planned: list[PlannedCheck] = []
-    for index, (rule, source) in enumerate(claim.checks):
+    for index, (rule, rule_source) in enumerate(claim.checks):
         params = {**rule.params}
         override = manifest.checks.get(rule.check)
         if override is not None:
@@ -111,7 +111,7 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
         planned.append(PlannedCheck(
             check=rule.check, step=rule.step, severity=rule.severity, why=rule.why, params=params,
             controls=rule.controls,
-            source=f"{source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
+            source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
             resolution=claim.history, available=rule.check in registered,
         ))
     planned_names = {p.check for p in planned}

@@ -32,7 +32,7 @@ from gate.load import LoadedManifest, load_manifest, validate_options
 from gate.manifest import ClaimLevel
 from gate.plan import Plan, PlannedCheck, build_plan
 from gate.policy import load_policies
-from gate.result import CheckResult, ErrorInfo, GateResult, Status, Verdict
+from gate.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
 
 Log = Callable[[str], None]
 
@@ -52,7 +52,7 @@ def _now() -> str:
 
 def _error_result(planned: PlannedCheck, err: BaseException, started: float) -> CheckResult:
     return CheckResult(
-        check=planned.check, status=Status.error, severity=planned.severity,  # type: ignore[arg-type]
+        check=planned.check, status=Status.error, severity=planned.severity,
         step=planned.step, why=planned.why, policy_rule=planned.source, params=planned.params,
         message=f"{err.__class__.__name__}: {err}",
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
@@ -176,9 +176,9 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         log(f"check {planned.check} (step {planned.step}, {planned.severity})")
         ctx = CheckContext(manifest=manifest, reference=paths["reference"], candidate=paths["candidate"],
                            seed=subject.seed, device=subject.device, dtype=subject.dtype, log=log)
-        result = run_check(planned, specs[planned.check], params[planned.check], ctx)
-        log(f"  {result.status.value}: {result.message}")
-        checks.append(result)
+        check_result = run_check(planned, specs[planned.check], params[planned.check], ctx)
+        log(f"  {check_result.status.value}: {check_result.message}")
+        checks.append(check_result)
 
     verdict, exit_code, summary = decide(checks, plan.claim)
     from gate.environment import describe
@@ -186,7 +186,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     result = GateResult(
         gate_version=gate.__version__, verdict=verdict, exit_code=exit_code, summary=summary,
         manifest=manifest.model_dump(mode="json", by_alias=True),
-        manifest_digest={"path": str(loaded.path), "sha256": loaded.sha256},  # type: ignore[arg-type]
+        manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
         policies=plan.policies, plan=plan.model_dump(mode="json"), checks=checks, subjects=subjects,
         environment=describe(subject.device), started_at=started_at, finished_at=_now(),
     )

@@ -53,21 +53,44 @@ class LoadedYaml:
 
     def locate(self, loc: Sequence[int | str]) -> tuple[int, int]:
         """Line and column (1-based) of the deepest node on `loc` that exists."""
+        return self.resolve(loc)[0]
+
+    def resolve(self, loc: Sequence[int | str]) -> tuple[tuple[int, int], list[int | str]]:
+        """(line, col) of the deepest node on `loc` that exists, and `loc` without the parts that
+        are not keys of the document (pydantic's union tags such as `tolerance` in
+        ("claim", "tolerance", "atol")). Parts past the deepest existing node are kept."""
         node = self.node
         if node is None:
-            return 1, 1
+            return (1, 1), list(loc)
         best = (node.start_mark.line + 1, node.start_mark.column + 1)
-        for part in loc:
+        kept: list[int | str] = []
+        for i, part in enumerate(loc):
             if isinstance(node, yaml.MappingNode):
                 match = next((kv for kv in node.value if kv[0].value == str(part)), None)
                 if match is None:
-                    continue  # a union tag or a missing key: stay on this node
+                    if _is_union_tag(part) and i + 1 < len(loc):
+                        continue
+                    kept.extend(loc[i:])  # a key missing from the document
+                    break
                 key_node, node = match
                 best = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
                 node = node.value[part]
                 best = (node.start_mark.line + 1, node.start_mark.column + 1)
-        return best
+            else:
+                kept.extend(loc[i:])
+                break
+            kept.append(part)
+        return best, kept
+
+
+# pydantic puts the tag of a union member into error locations: a discriminator value
+# ("tolerance") or a validator description ("function-after[...]").
+_UNION_TAGS = {"exact", "tolerance", "greedy-tokens", "distribution", "bounded-degradation"}
+
+
+def _is_union_tag(part: int | str) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
 
 
 def read_yaml(path: Path) -> LoadedYaml:
@@ -92,8 +115,7 @@ def _field_path(loc: Sequence[int | str]) -> str:
 def validation_error(doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = ()) -> InputError:
     """The first pydantic error as a one-line InputError pointing at the YAML line."""
     first = err.errors(include_url=False)[0]
-    loc = (*loc_prefix, *first["loc"])
-    line, col = doc.locate(loc)
+    (line, col), loc = doc.resolve((*loc_prefix, *first["loc"]))
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown key"
