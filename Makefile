@@ -1,0 +1,43 @@
+# gate: two commands do all the set-up on a fresh machine.
+#   make demo   - create .venv, install, run the embedded default example end to end, sign and verify it
+#   make test   - create .venv if needed and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.gate-installed
+DEMO   := out/demo
+KEY    := out/demo-signing
+
+.PHONY: demo test lint install clean
+
+# torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
+# while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
+$(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev,hf,evals]"
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-finite
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p out
+	@test -f $(KEY).key || $(BIN)/gate keygen --out $(KEY)
+	$(BIN)/gate run examples/reference-static-layout.yaml --out $(DEMO) --sign-key $(KEY).key
+	$(BIN)/gate verify $(DEMO) --key $(KEY).pub
+	@echo
+	@echo "signed dossier: $(DEMO)/dossier.html  ($(DEMO)/dossier.md, $(DEMO)/junit.xml, $(DEMO)/attestation.dsse.json)"
+	@echo "verify it:      $(BIN)/gate verify $(DEMO) --key $(KEY).pub"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check gate tests benchmarks
+	$(BIN)/ruff format --check gate tests benchmarks
+	$(BIN)/mypy gate
+
+clean:
+	rm -rf $(VENV) out dist build
