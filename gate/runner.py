@@ -181,13 +181,14 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         checks.append(check_result)
 
     verdict, exit_code, summary = decide(checks, plan.claim)
+    datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.environment import describe
 
     result = GateResult(
         gate_version=gate.__version__, verdict=verdict, exit_code=exit_code, summary=summary,
         manifest=manifest.model_dump(mode="json", by_alias=True),
         manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
-        policies=plan.policies, plan=plan.model_dump(mode="json"), checks=checks, subjects=subjects,
+        policies=plan.policies, plan=plan.model_dump(mode="json"), checks=checks, subjects=subjects, datasets=datasets,
         environment=describe(subject.device), started_at=started_at, finished_at=_now(),
     )
     write_text_atomic(options.out_dir / "results.json", result.model_dump_json(indent=2) + "\n")
