@@ -1,0 +1,127 @@
+"""The runner's control engine and verdict logic, on a toy path whose faults are known exactly.
+
+The toy path is the smallest DecodePath that lets each control outcome happen on purpose; real
+checks on real models are tested in their own files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.manifest import ClaimLevel
+from gate.plan import PlannedCheck
+from gate.policy import ControlSpec
+from gate.result import ControlOutcome, Status, Verdict
+from gate.runner import decide, run_check
+
+
+@dataclass
+class ToyPath:
+    """Logits are a fixed tensor; a fault adds `shift` to them (or nothing, for 'inert')."""
+
+    shift: float = 0.0
+    name: str = "toy"
+    vocab_size: int = 4
+    max_len: int = 8
+    uses_cache: bool = True
+    dtype: str = "float32"
+    applied: list[str] = field(default_factory=list)
+
+    def identity(self) -> dict[str, Any]:
+        return {}
+
+    def faults(self) -> tuple[str, ...]:
+        return ("big", "small", "inert")
+
+    def with_fault(self, fault: str) -> ToyPath:
+        return ToyPath(shift={"big": 1.0, "small": 1e-6, "inert": 0.0}[fault], applied=[fault])
+
+    def logits(self) -> torch.Tensor:
+        return torch.arange(4.0) + self.shift
+
+
+class ToyParams(Params):
+    threshold: float = 0.5
+    exercise: bool = True
+    raise_error: bool = False
+
+
+@check("toy", params=ToyParams)
+def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
+    if params.raise_error:
+        raise RuntimeError("boom")
+    observed = ctx.candidate.logits()  # type: ignore[attr-defined]
+    delta = float((observed - torch.arange(4.0)).abs().max())
+    return Outcome(status="fail" if delta > params.threshold else "pass", message=f"delta {delta}",
+                   metrics={"delta": delta}, exercise={"steps": 1} if params.exercise else {},
+                   observation=observed, detected_at=3 if delta > params.threshold else None)
+
+
+def _run(controls: list[ControlSpec], **params: Any):  # type: ignore[no-untyped-def]
+    planned = PlannedCheck(check="toy", step=4, severity="deny", why="test", source="test", available=True,
+                           controls=controls)
+    ctx = CheckContext(manifest=None, reference=ToyPath(), candidate=ToyPath(),  # type: ignore[arg-type]
+                       seed=0, device="cpu", dtype="float32")
+    return run_check(planned, toy, ToyParams(**params), ctx)
+
+
+def test_detected_control_keeps_pass_and_records_length() -> None:
+    result = _run([ControlSpec(fault="big")])
+    assert result.status == Status.passed
+    (control,) = result.controls
+    assert control.outcome == ControlOutcome.detected and control.detected_at == 3
+    assert control.output_difference == 1.0
+
+
+def test_missed_control_fails_the_check_with_no_power() -> None:
+    result = _run([ControlSpec(fault="big"), ControlSpec(fault="small")])
+    assert result.status == Status.failed
+    assert result.message == "check toy has no power against fault small"
+    assert result.controls[1].outcome == ControlOutcome.missed
+
+
+def test_inert_fault_is_unobservable_not_missed() -> None:
+    result = _run([ControlSpec(fault="big"), ControlSpec(fault="inert")])
+    assert result.status == Status.passed
+    assert result.controls[1].outcome == ControlOutcome.unobservable
+
+
+def test_no_detected_control_at_all_fails() -> None:
+    result = _run([ControlSpec(fault="inert"), ControlSpec(fault="nonexistent")])
+    assert result.status == Status.failed
+    assert "detected none of its negative controls" in result.message
+    assert result.controls[1].outcome == ControlOutcome.unsupported
+
+
+def test_harmless_fault_must_pass() -> None:
+    ok = _run([ControlSpec(fault="big"), ControlSpec(fault="small", expect="pass")])
+    assert ok.status == Status.passed and ok.controls[1].outcome == ControlOutcome.tolerated
+    bad = _run([ControlSpec(fault="big", expect="pass")])
+    assert bad.status == Status.failed and bad.controls[0].outcome == ControlOutcome.over_rejected
+
+
+def test_pass_without_exercise_is_an_error() -> None:
+    result = _run([], exercise=False)
+    assert result.status == Status.error and "proof of exercise" in result.message
+
+
+def test_exception_becomes_error_with_traceback() -> None:
+    result = _run([ControlSpec(fault="big")], raise_error=True)
+    assert result.status == Status.error and result.error is not None
+    assert "RuntimeError: boom" in result.message and "Traceback" in result.error.traceback
+
+
+def test_verdict_precedence() -> None:
+    passing = _run([ControlSpec(fault="big")])
+    failing = _run([ControlSpec(fault="small")])
+    erroring = _run([], raise_error=True)
+    assert decide([passing], ClaimLevel.tolerance)[:2] == (Verdict.passed, 0)
+    assert decide([passing, failing], ClaimLevel.tolerance)[:2] == (Verdict.failed, 1)
+    assert decide([failing, erroring], ClaimLevel.tolerance)[:2] == (Verdict.error, 3)
+    assert decide([passing], ClaimLevel.bounded_degradation)[:2] == (Verdict.awaiting_approval, 4)
+    warn = failing.model_copy(update={"severity": "warn"})
+    assert decide([passing, warn], ClaimLevel.tolerance)[0] == Verdict.passed
