@@ -1,0 +1,43 @@
+"""Every example validates and plans; every intervention has one; `gate plan` explains each.
+
+An example whose first line is `# gate-expect: rejected` documents a manifest the policy must
+reject before anything runs (an over-claim): it must fail validation with exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gate.cli.main import cli
+from gate.manifest import Intervention
+from gate.resources import data_dir
+
+EXAMPLES = sorted(data_dir("examples").glob("*.yaml"))
+
+
+def _rejected(path: Path) -> bool:
+    return path.read_text().startswith("# gate-expect: rejected")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_validates_and_plans(path: Path) -> None:
+    validate = CliRunner().invoke(cli, ["validate", str(path)])
+    plan = CliRunner().invoke(cli, ["plan", str(path)])
+    if _rejected(path):
+        assert validate.exit_code == 2 and plan.exit_code == 2, validate.output
+        assert "cannot claim" in plan.output or "identity must declare" in plan.output
+        return
+    assert validate.exit_code == 0, validate.output
+    assert plan.exit_code == 0, plan.output
+    assert "[NOT AVAILABLE]" not in plan.output
+    assert "why:" in plan.output
+
+
+def test_every_intervention_has_an_example_that_plans() -> None:
+    import yaml
+
+    covered = {yaml.safe_load(p.read_text())["intervention"] for p in EXAMPLES if not _rejected(p)}
+    assert covered >= {i.value for i in Intervention}
