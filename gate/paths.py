@@ -17,6 +17,8 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     import torch
 
+    from gate.speculative import SpeculativeSample
+
 
 class UnknownFault(ValueError):
     """A fault was requested that this path cannot apply."""
@@ -95,6 +97,32 @@ class LayerTracing(Protocol):
 
     def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
+        ...
+
+
+@runtime_checkable
+class SpeculativePath(Protocol):
+    """Speculative (draft-then-verify) sampling, judged by `spec-greedy` and `spec-distribution`.
+
+    Temperature and top-k are applied identically to the target's and the draft's logits;
+    temperature 0 is greedy. `gate.speculative.SpeculativeSampler` is a reference implementation."""
+
+    num_draft_tokens: int
+    """k: tokens the draft proposes per round (the horizon checked must exceed it)."""
+
+    def sample(
+        self, prompts: torch.Tensor, n_tokens: int, *, temperature: float, top_k: int | None, generator: torch.Generator
+    ) -> SpeculativeSample:
+        """Continue each prompt [B, T0] by n_tokens, seeded by `generator` alone; tokens
+        [B, n_tokens] plus counts of draft/target passes and proposed/accepted tokens."""
+        ...
+
+    def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
+        """The target's sampling distribution after each context [N, T] -> [N, V]."""
+        ...
+
+    def draft_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
+        """The draft's sampling distribution after each context [N, T] -> [N, V] (for power)."""
         ...
 
 
