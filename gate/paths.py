@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
     import torch
 
+    from gate.prefix_cache import CacheIdentity, PrefixReply, RestoreReport
     from gate.speculative import SpeculativeSample
 
 
@@ -123,6 +127,62 @@ class SpeculativePath(Protocol):
 
     def draft_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
         """The draft's sampling distribution after each context [N, T] -> [N, V] (for power)."""
+        ...
+
+
+@runtime_checkable
+class PrefixCaching(Protocol):
+    """A cross-request prefix cache (seed 003), judged by prefix-reuse-parity, cache-identity,
+    tenant-isolation, invalidation and hash-collision.
+
+    A worker serves requests (token ids plus the per-request identity: adapter, tenant or salt)
+    and fixes the rest of the identity (model revision, tokenizer, rope, window, mask, KV dtype).
+    `gate.adapters.reference_prefix.PrefixWorker` is a reference implementation."""
+
+    block_size: int
+    """Tokens per cached block."""
+
+    def request(self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None,
+                new_tokens: int = 0) -> PrefixReply:
+        """Serve one request through the cache (consult, compute the rest, store its full blocks)."""
+        ...
+
+    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
+        """The same worker and identity with no cache at all: the uncached oracle."""
+        ...
+
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
+        """The identity a request with these options is keyed on."""
+        ...
+
+    def adapters(self) -> tuple[str, ...]:
+        """Adapter names this worker serves."""
+        ...
+
+    def sibling(self, field: str) -> PrefixCaching | None:
+        """A worker sharing this worker's cache store that differs from it in exactly the
+        worker-level identity field `field` (an IdentityField value); None if none can be built."""
+        ...
+
+    def fresh(self, *, block_size: int | None = None, byte_budget: int | None = None,
+              hash_fn: Callable[[bytes], bytes] | None = None) -> PrefixCaching:
+        """A new worker as this path was built (same faults), with an empty cache of its own."""
+        ...
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        """Load changed weights for the model (`model`) or one adapter (its name)."""
+        ...
+
+    def save_cache(self, file: Path) -> int:
+        """Write the cache to a file (a worker going down); returns the blocks written."""
+        ...
+
+    def restore_cache(self, file: Path) -> RestoreReport:
+        """Load a saved cache into this worker (a restart), reviving only compatible entries."""
+        ...
+
+    def cache_state(self) -> dict[str, Any]:
+        """Blocks, bytes held, byte budget and lifetime counters."""
         ...
 
 

@@ -187,6 +187,53 @@ class RestoreReport:
     """Reason -> number of blocks refused (incompatible identity, layout, gaps)."""
 
 
+@dataclass
+class RequestStats:
+    """Per-request proof of what the cache did."""
+
+    prompt_tokens: int
+    hit_blocks: int
+    """Blocks served from the cache."""
+    reused_tokens: int
+    """Prompt tokens whose K/V came from the cache instead of being computed."""
+    computed_tokens: int
+    """Prompt tokens computed by the model (prompt_tokens - reused_tokens)."""
+    reused_spans: list[tuple[int, int]]
+    """[start, end) position ranges served from the cache, in order."""
+    served_from: list[int]
+    """For each served block, the start position it was computed at (== its start when correct)."""
+    stored_blocks: int
+    """New blocks this request added to the cache."""
+    collisions_detected: int
+    """Lookups of this request that met blocks of other material in their hash bucket."""
+    evicted_blocks: int
+    """Blocks evicted to make room for this request's blocks."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class PrefixReply:
+    """What one request through a prefix-caching path returns."""
+
+    logits: torch.Tensor
+    """[n_computed, V] float32: the rows of the positions the model computed."""
+    computed_positions: list[int]
+    """Prompt positions of the rows of `logits` (positions served from the cache have no row)."""
+    continuation: list[int]
+    """Greedy continuation tokens."""
+    continuation_logits: torch.Tensor
+    """[len(continuation), V] float32: row i is what continuation[i] was chosen from (row 0 is the
+    last prompt position's logits)."""
+    stats: RequestStats
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """[V]: the logits of the last prompt position (always computed)."""
+        return self.logits[-1]
+
+
 class PrefixCache:
     """Blocks of K/V shared across requests, under a byte budget with LRU eviction of leaf blocks."""
 
