@@ -1,0 +1,395 @@
+"""build_report(GateResult) -> ReportData: every decision the dossier shows, made once, in Python.
+
+Reads only the result record (no torch, no model); tolerant of records written by older or newer
+runners (plan and manifest are read as plain dicts, unknown statuses are shown as they are).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gate.report.evidence import read_diagnosis, read_evidence
+from gate.report.fmt import as_float, display, duration, number
+from gate.report.model import (
+    Banner,
+    CheckSection,
+    ClaimView,
+    ControlCell,
+    ControlLine,
+    ControlMatrix,
+    ControlRow,
+    Failure,
+    KeyValue,
+    PlanRow,
+    ProvenanceGroup,
+    ReportData,
+    WaiverView,
+)
+from gate.result import CheckResult, ControlResult, GateResult, Status
+
+STEP_TITLES = {
+    1: "Name the intervention",
+    2: "Declare the equivalence claim",
+    3: "Build cache identity",
+    4: "Run the positive parity case",
+    5: "Run negative cases",
+    6: "Measure phase-specific performance",
+    7: "Slice quality where approximation enters",
+    8: "Test invalidation and recovery",
+}
+"""The eight-step release gate of seed 000."""
+
+VERDICTS = {
+    "pass": ("PASS", "good"),
+    "fail": ("FAIL", "bad"),
+    "error": ("ERROR", "bad"),
+    "awaiting-approval": ("AWAITING APPROVAL", "await"),
+}
+
+STATUSES = {
+    "pass": ("PASS", "good"),
+    "fail": ("FAIL", "bad"),
+    "warn": ("WARN", "warn"),
+    "error": ("ERROR", "bad"),
+    "skip": ("SKIPPED", "muted"),
+    "waived": ("WAIVED", "warn"),
+}
+
+CONTROL_TONES = {
+    "detected": "good",
+    "tolerated": "good",
+    "missed": "bad",
+    "over-rejected": "bad",
+    "error": "bad",
+    "unobservable": "warn",
+    "unsupported": "muted",
+}
+
+INTERVENTION_WORDS = {
+    "layout": "Exact tensors stored in a different layout (paged or blocked KV, another kernel).",
+    "scheduling": "The same computations in another order or batching (chunked prefill, continuous batching).",
+    "prefix-reuse": "KV state shared between requests whose token prefixes and configuration match.",
+    "proposal-and-verify": "A cheap draft proposes tokens; the target model accepts or rejects them "
+    "(speculative decoding).",
+    "quantisation": "KV state kept at reduced precision: an approximation.",
+    "eviction": "Old KV state dropped (sliding window, attention sinks): an approximation.",
+}
+
+CLAIM_WORDS = {
+    "exact": "bit-identical logits: the candidate computes exactly the same numbers as the reference",
+    "tolerance": "tolerance-bounded logits: the same argmax everywhere, logits within a stated tolerance",
+    "greedy-tokens": "identical greedy continuations token for token over the stated lengths",
+    "distribution": "the same output distribution under sampling, tested at a stated significance level",
+    "bounded-degradation": "an approximation: task quality stays inside a stated envelope on each evaluated "
+    "slice, and only there",
+}
+
+TRANSFER_EXACT = (
+    "An exact claim is an algorithmic identity: evidence that the mechanism is right transfers "
+    "to new prompts within the mechanism's domain, so the gate tests the mechanism (parity across "
+    "lengths, planted bugs), not every prompt."
+)
+TRANSFER_APPROXIMATE = (
+    "An approximation earns only the envelope actually evaluated: the slices, metrics and "
+    "sample sizes below. The evidence does not transfer to other tasks, prompts or models."
+)
+
+
+@dataclass(frozen=True)
+class Signing:
+    """Whether the outputs will be signed, and by which key (known before rendering)."""
+
+    signed: bool = False
+    keyid: str | None = None
+
+
+def anchor(name: str) -> str:
+    """A fragment id for a check's section: lowercase letters, digits and dashes."""
+    return "check-" + (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unnamed")
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _kv(values: Mapping[str, Any]) -> list[KeyValue]:
+    return [KeyValue(str(k).replace("_", " "), display(v)) for k, v in values.items()]
+
+
+def _status(check: CheckResult) -> tuple[str, str, str]:
+    status = check.status.value
+    label, tone = STATUSES.get(status, (status.upper(), "muted"))
+    if status == "fail" and check.severity == "warn":
+        label, tone = "FAIL (warn only)", "warn"
+    return status, label, tone
+
+
+def _tolerance_hint(check: CheckResult, claim: Mapping[str, Any]) -> float | None:
+    for source, key in (
+        (check.params, "atol"),
+        (check.params, "tolerance"),
+        (check.metrics, "tolerance"),
+        (check.metrics, "atol"),
+        (claim, "atol"),
+    ):
+        value = as_float(source.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _detected_at(check: CheckResult, first_failing_length: float | None) -> str | None:
+    """Where the check first failed: the recorded detected_at, else the sweep's first failing length."""
+    has_sweep = "lengths" in check.evidence
+    unit = str(check.evidence.get("detected_at_unit") or ("prefix length" if has_sweep else "index"))
+    for source in (check.metrics, check.evidence, _dict(check.diagnosis)):
+        value = as_float(source.get("detected_at"))
+        if value is not None:
+            return f"{unit} {number(value)}"
+    if check.status in (Status.failed, Status.error) and first_failing_length is not None:
+        return f"prefix length {number(first_failing_length)}"
+    return None
+
+
+def _control_line(control: ControlResult) -> ControlLine:
+    outcome = control.outcome.value
+    diff = control.output_difference
+    return ControlLine(
+        fault=control.fault,
+        outcome=outcome,
+        tone=CONTROL_TONES.get(outcome, "muted"),
+        detected_at=number(control.detected_at) if control.detected_at is not None else None,
+        output_difference=number(diff) if diff is not None else None,
+        message=control.message,
+    )
+
+
+def _waiver(check: CheckResult) -> WaiverView | None:
+    waiver = check.waiver
+    if waiver is None:
+        return None
+    return WaiverView(
+        check=waiver.check,
+        reason=waiver.reason,
+        approver=waiver.approver,
+        expires=waiver.expires,
+        expired=waiver.expired,
+        ledger_id=str(waiver.ledger_id) if waiver.ledger_id is not None else None,
+    )
+
+
+def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
+    status, label, tone = _status(check)
+    views = read_evidence(check.evidence, _tolerance_hint(check, claim))
+    error = check.error
+    return CheckSection(
+        check=check.check,
+        anchor=anchor(check.check),
+        status=status,
+        status_label=label,
+        tone=tone,
+        severity=check.severity,
+        step=check.step,
+        step_title=STEP_TITLES.get(check.step, ""),
+        message=check.message,
+        why=check.why,
+        policy_rule=check.policy_rule,
+        detected_at=_detected_at(check, views.first_failing_length),
+        metrics=_kv(check.metrics),
+        params=_kv(check.params),
+        exercise=_kv(check.exercise),
+        sweep=views.sweep,
+        slices=views.slices,
+        distribution=views.distribution,
+        diagnosis=read_diagnosis(check.diagnosis),
+        controls=[_control_line(c) for c in check.controls],
+        tables=views.tables,
+        error=f"{error.type}: {error.message}" if error else None,
+        traceback=error.traceback if error else None,
+        waiver=_waiver(check),
+        notes=views.notes,
+    )
+
+
+def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Failure]:
+    failing = [s for s in sections if s.status in ("fail", "error")]
+    failing.sort(key=lambda s: (s.severity != "deny", s.status != "fail"))
+    return [
+        Failure(
+            check=s.check,
+            status=s.status_label,
+            step=s.step,
+            message=s.message or (s.error or ""),
+            detected_at=s.detected_at,
+            bug_class=s.diagnosis.likely_bug_class if s.diagnosis else None,
+            first_diverging_layer=s.diagnosis.first_diverging_layer if s.diagnosis else None,
+            anchor=s.anchor,
+        )
+        for s in failing
+    ]
+
+
+def _claim(result: GateResult) -> ClaimView:
+    manifest = result.manifest
+    plan = result.plan
+    claim = _dict(manifest.get("claim"))
+    level = str(claim.get("level", plan.get("claim", "unknown")))
+    intervention = str(manifest.get("intervention", plan.get("intervention", "unknown")))
+    approximate = bool(plan.get("approximate", level == "bounded-degradation"))
+    parameters = [
+        KeyValue(str(k), display(v)) for k, v in claim.items() if k not in ("level", "envelopes") and v is not None
+    ]
+    envelopes = []
+    for env in claim.get("envelopes", []) if isinstance(claim.get("envelopes"), list) else []:
+        env = _dict(env)
+        confidence = as_float(env.get("confidence", 0.95)) or 0.95
+        envelopes.append(
+            f"{display(env.get('slice'))}: {display(env.get('metric'))} "
+            f"{display(env.get('comparator'))} {display(env.get('threshold'))} "
+            f"at {confidence:.0%} one-sided confidence"
+        )
+    return ClaimView(
+        intervention=intervention,
+        intervention_words=str(plan.get("intervention_summary") or INTERVENTION_WORDS.get(intervention, "")),
+        approximate=approximate,
+        level=level,
+        claim_words=str(plan.get("claim_in_words") or CLAIM_WORDS.get(level, level)),
+        parameters=parameters,
+        envelopes=envelopes,
+        rule=str(plan.get("claim_rule", "")).strip(),
+        rule_source=str(plan.get("claim_source", "")),
+        description=str(manifest.get("description", "")),
+        identity_declared=[str(v) for v in manifest.get("identity", []) or []],
+        identity_required=[str(v) for v in plan.get("identity_required", []) or []],
+        transfer=TRANSFER_APPROXIMATE if approximate else TRANSFER_EXACT,
+    )
+
+
+def _controls(result: GateResult) -> ControlMatrix:
+    checks = [c for c in result.checks if c.controls]
+    faults: list[str] = []
+    for check in checks:
+        faults.extend(c.fault for c in check.controls if c.fault not in faults)
+    rows = []
+    for fault in faults:
+        cells: list[ControlCell | None] = []
+        for check in checks:
+            found = next((c for c in check.controls if c.fault == fault), None)
+            if found is None:
+                cells.append(None)
+                continue
+            line = _control_line(found)
+            title = found.message + (
+                f" (output difference {line.output_difference})" if line.output_difference is not None else ""
+            )
+            cells.append(ControlCell(outcome=line.outcome, tone=line.tone, detected_at=line.detected_at, title=title))
+        rows.append(ControlRow(fault=fault, cells=cells))
+    return ControlMatrix(checks=[c.check for c in checks], rows=rows)
+
+
+def _provenance(result: GateResult) -> list[ProvenanceGroup]:
+    manifest = result.manifest
+    change = _dict(manifest.get("change"))
+    subject = _dict(manifest.get("subject"))
+    groups = [
+        ProvenanceGroup(
+            "Change",
+            [
+                KeyValue("name", display(manifest.get("name"))),
+                KeyValue("repository", display(change.get("repository"))),
+                KeyValue("pull request", display(change.get("pull-request", change.get("pull_request")))),
+                KeyValue("commit", display(change.get("commit"))),
+            ],
+        ),
+        ProvenanceGroup(
+            "Manifest",
+            [KeyValue("path", result.manifest_digest.path), KeyValue("sha256", result.manifest_digest.sha256)],
+        ),
+        ProvenanceGroup("Policies", [KeyValue(p.path, p.sha256) for p in result.policies]),
+    ]
+    for role, identity in result.subjects.items():
+        groups.append(ProvenanceGroup(f"Subject: {role}", _kv(_dict(identity))))
+    if result.datasets:
+        groups.append(ProvenanceGroup("Dataset fingerprints", [KeyValue(k, v) for k, v in result.datasets.items()]))
+    groups.append(
+        ProvenanceGroup(
+            "Run",
+            [
+                KeyValue("seed", display(subject.get("seed"))),
+                KeyValue("device", display(subject.get("device"))),
+                KeyValue("dtype", display(subject.get("dtype"))),
+                KeyValue("started", result.started_at),
+                KeyValue("finished", result.finished_at),
+                KeyValue("result version", str(result.result_version)),
+            ],
+        )
+    )
+    groups.append(
+        ProvenanceGroup(
+            "Environment",
+            [KeyValue("gate", result.gate_version)] + [kv for kv in _kv(result.environment) if kv.key != "gate"],
+        )
+    )
+    return groups
+
+
+def build_report(
+    result: GateResult, signing: Signing | None = None, approvals: Sequence[Mapping[str, Any]] = ()
+) -> ReportData:
+    """Everything the dossier shows for `result`; `signing` says whether the outputs will be signed."""
+    signing = signing or Signing()
+    claim = _dict(result.manifest.get("claim"))
+    sections = [_section(check, claim) for check in result.checks]
+    counts: dict[str, int] = {}
+    for check in result.checks:
+        counts[check.status.value] = counts.get(check.status.value, 0) + 1
+    label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
+    banner = Banner(
+        verdict=result.verdict.value,
+        label=label,
+        tone=tone,
+        exit_code=result.exit_code,
+        summary=result.summary,
+        signed=signing.signed,
+        signed_label="SIGNED" if signing.signed else "UNSIGNED",
+        keyid=signing.keyid,
+        name=str(result.manifest.get("name", "")),
+        counts=[
+            KeyValue(k, str(v))
+            for k, v in sorted(counts.items(), key=lambda kv: list(STATUSES).index(kv[0]) if kv[0] in STATUSES else 99)
+        ],
+    )
+    plan = [
+        PlanRow(
+            check=s.check,
+            anchor=s.anchor,
+            step=s.step,
+            step_title=s.step_title,
+            severity=s.severity,
+            status=s.status,
+            status_label=s.status_label,
+            tone=s.tone,
+            why=s.why,
+            policy_rule=s.policy_rule,
+            message=s.message,
+            duration=duration(c.duration_s),
+        )
+        for s, c in zip(sections, result.checks, strict=True)
+    ]
+    return ReportData(
+        banner=banner,
+        claim=_claim(result),
+        failures=_failures(result, sections),
+        plan=plan,
+        sections=sections,
+        controls=_controls(result),
+        waivers=[s.waiver for s in sections if s.waiver is not None],
+        approvals=[_kv(a) for a in approvals],
+        provenance=_provenance(result),
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        gate_version=result.gate_version,
+    )

@@ -1,0 +1,83 @@
+"""Display formatting of record values: one place, so HTML, Markdown and JUnit say the same thing.
+
+results.json may carry non-finite floats as strings ("Infinity", "NaN": pydantic's
+ser_json_inf_nan="strings"), so every reader goes through `as_float`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_NONFINITE = {
+    "infinity": math.inf,
+    "+infinity": math.inf,
+    "inf": math.inf,
+    "-infinity": -math.inf,
+    "-inf": -math.inf,
+    "nan": math.nan,
+}
+
+
+def as_float(value: Any) -> float | None:
+    """A float from a record value, or None when it is not a number (bools are not numbers)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _NONFINITE:
+            return _NONFINITE[lowered]
+        try:
+            return float(lowered)
+        except ValueError:
+            return None
+    return None
+
+
+def number(value: float) -> str:
+    """A compact, stable rendering: 0, 12, 0.031, 1.2e-05, inf."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    magnitude = abs(value)
+    if magnitude >= 1e5 or magnitude < 1e-3:
+        return f"{value:.2e}"
+    return f"{value:.4g}"
+
+
+def display(value: Any, limit: int = 300) -> str:
+    """Any JSON value as one line of text, truncated to `limit` characters."""
+    if value is None:
+        text = "—"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, (int, float)):
+        text = number(float(value))
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        shown = ", ".join(number(float(v)) for v in value[:20])
+        text = f"[{shown}{', …' if len(value) > 20 else ''}]"
+    else:
+        text = json.dumps(value, sort_keys=True, default=str)
+    text = " ".join(text.split()) if "\n" in text else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def title_case_words(name: str) -> str:
+    """`max_abs_delta` -> `max abs delta` (metric keys shown to a reader)."""
+    return name.replace("_", " ")

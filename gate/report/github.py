@@ -1,0 +1,80 @@
+"""GitHub Actions outputs: workflow-command annotations and the job summary.
+
+Under GITHUB_ACTIONS=true: at most ten `::error` lines (one per failing or erroring deny check)
+and one `::notice` with the verdict. When $GITHUB_STEP_SUMMARY is set, dossier.md is appended
+to it (render_markdown keeps it under GitHub's 1 MiB limit).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from gate.report.model import ReportData
+
+MAX_ERRORS = 10
+
+
+def _data(text: str) -> str:
+    """Escape a workflow-command message (GitHub's escapeData)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    """Escape a workflow-command property value (GitHub's escapeProperty)."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_commands(data: ReportData, dossier: Path, manifest_file: str | None = None) -> list[str]:
+    """The workflow-command lines: up to MAX_ERRORS errors, then the summary notice."""
+    denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
+    lines = []
+    where = f"file={_property(manifest_file)}," if manifest_file else ""
+    for failure in denied[:MAX_ERRORS]:
+        parts = [failure.message]
+        if failure.detected_at:
+            parts.append(f"first failed at {failure.detected_at}")
+        if failure.bug_class:
+            parts.append(f"likely bug class: {failure.bug_class}")
+        title = f"gate {failure.check} {failure.status} (step {failure.step})"
+        lines.append(f"::error {where}title={_property(title)}::{_data('; '.join(parts))}")
+    summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
+    if len(denied) > MAX_ERRORS:
+        summary += f" ({len(denied) - MAX_ERRORS} more failing checks not annotated)"
+    lines.append(f"::notice title={_property('gate verdict')}::{_data(summary)}")
+    return lines
+
+
+def _workspace_relative(path: str | None, environ: Mapping[str, str]) -> str | None:
+    """Annotations point at repository-relative files; anything else is left out."""
+    if not path:
+        return None
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return candidate.as_posix()
+    workspace = environ.get("GITHUB_WORKSPACE")
+    if workspace and candidate.is_relative_to(workspace):
+        return candidate.relative_to(workspace).as_posix()
+    return None
+
+
+def publish(
+    data: ReportData,
+    markdown: str,
+    dossier: Path,
+    environ: Mapping[str, str],
+    manifest_file: str | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Emit annotations and append the job summary when running under GitHub Actions."""
+    if environ.get("GITHUB_ACTIONS") == "true":
+        out = stream or sys.stdout
+        for line in workflow_commands(data, dossier, _workspace_relative(manifest_file, environ)):
+            print(line, file=out)
+        out.flush()
+    summary = environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with Path(summary).open("a", encoding="utf-8") as fh:
+            fh.write(markdown if markdown.endswith("\n") else markdown + "\n")

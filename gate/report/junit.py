@@ -1,0 +1,104 @@
+"""junit.xml for CI test tabs: one testcase per planned check, built with xml.etree.
+
+deny failure -> <failure>; error -> <error>; waived -> <skipped> with its reason; skip -> <skipped>;
+warn (or a failure of a warn-severity check) -> a passing testcase with <system-out>.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from gate.report.model import CheckSection, ReportData
+from gate.result import GateResult
+
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _clean(text: str) -> str:
+    """XML 1.0 cannot carry most control characters, even escaped: drop them."""
+    return _INVALID_XML.sub("", text)
+
+
+def _details(s: CheckSection) -> str:
+    lines = [f"{s.check}: {s.status_label} (step {s.step}: {s.step_title}; severity {s.severity})"]
+    if s.message:
+        lines.append(s.message)
+    if s.detected_at:
+        lines.append(f"first failed at {s.detected_at}")
+    if s.diagnosis:
+        for label, value in (
+            ("likely bug class", s.diagnosis.likely_bug_class),
+            ("profile", s.diagnosis.profile),
+            ("first diverging layer", s.diagnosis.first_diverging_layer),
+            ("explanation", s.diagnosis.explanation),
+        ):
+            if value:
+                lines.append(f"{label}: {value}")
+    for control in s.controls:
+        where = f" at {control.detected_at}" if control.detected_at else ""
+        lines.append(f"control {control.fault}: {control.outcome}{where}")
+    lines.append(f"why required: {s.why}")
+    if s.policy_rule:
+        lines.append(f"policy rule: {s.policy_rule}")
+    return "\n".join(lines)
+
+
+def _testcase(parent: ET.Element, s: CheckSection, seconds: float) -> str:
+    """Append one testcase; return its JUnit outcome (pass, failure, error, skipped)."""
+    case = ET.SubElement(parent, "testcase", classname=f"gate.step{s.step}", name=s.check, time=f"{seconds:.3f}")
+    details = _clean(_details(s))
+    headline = _clean(s.message or s.status_label)
+    if s.status == "fail" and s.severity == "deny":
+        failure = ET.SubElement(case, "failure", message=headline, type="deny")
+        failure.text = details
+        return "failure"
+    if s.status == "error":
+        error = ET.SubElement(case, "error", message=_clean(s.error or headline), type="error")
+        error.text = _clean("\n".join(filter(None, [details, s.traceback])))
+        return "error"
+    if s.status in ("waived", "skip"):
+        reason = (
+            f"waived: {s.waiver.reason} (approved by {s.waiver.approver}, expires {s.waiver.expires})"
+            if s.waiver
+            else headline
+        )
+        ET.SubElement(case, "skipped", message=_clean(reason))
+        return "skipped"
+    ET.SubElement(case, "system-out").text = details
+    return "pass"
+
+
+def junit_xml(result: GateResult, data: ReportData) -> bytes:
+    """The JUnit XML document (UTF-8, with declaration)."""
+    total = sum(c.duration_s for c in result.checks)
+    suites = ET.Element("testsuites", name="gate")
+    suite = ET.SubElement(
+        suites, "testsuite", name=_clean(f"gate: {data.banner.name}"), timestamp=result.started_at, hostname="gate"
+    )
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("verdict", data.banner.verdict),
+        ("signature", data.banner.signed_label),
+        ("keyid", data.banner.keyid or ""),
+        ("intervention", data.claim.intervention),
+        ("claim", data.claim.level),
+        ("manifest_sha256", result.manifest_digest.sha256),
+        ("gate_version", result.gate_version),
+    ):
+        ET.SubElement(properties, "property", name=name, value=_clean(value))
+    counts = {"failure": 0, "error": 0, "skipped": 0, "pass": 0}
+    for section, check in zip(data.sections, result.checks, strict=True):
+        counts[_testcase(suite, section, check.duration_s)] += 1
+    ET.SubElement(suite, "system-out").text = _clean(
+        f"gate {data.banner.label} ({data.banner.signed_label}): {data.banner.summary}"
+    )
+    for element in (suites, suite):
+        element.set("tests", str(len(result.checks)))
+        element.set("failures", str(counts["failure"]))
+        element.set("errors", str(counts["error"]))
+        element.set("skipped", str(counts["skipped"]))
+        element.set("time", f"{total:.3f}")
+    ET.indent(suites)
+    document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return document + b"\n"

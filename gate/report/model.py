@@ -1,0 +1,256 @@
+"""The report data: everything the dossier templates show, already decided and formatted.
+
+`build_report(result)` fills these from a GateResult; the templates only loop and branch over them.
+Nothing here imports torch or builds markup: a dossier can be re-rendered from an old results.json.
+Numbers arrive as display strings (see gate.report.fmt) so HTML, Markdown and JUnit agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gate.report.plots import DistributionPlot, SlicePlot, SweepPlot
+
+Tone = str
+"""One of "good", "bad", "warn", "muted", "await": the colour a template gives a status."""
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """One labelled value in a definition list or a two-column table."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Banner:
+    """The verdict banner at the top of every output."""
+
+    verdict: str
+    """pass, fail, error or awaiting-approval."""
+    label: str
+    """PASS, FAIL, ERROR or AWAITING APPROVAL."""
+    tone: Tone
+    exit_code: int
+    summary: str
+    signed: bool
+    signed_label: str
+    """SIGNED or UNSIGNED."""
+    keyid: str | None
+    """Key id of the signing key, when signed."""
+    name: str
+    """Manifest name of the change."""
+    counts: list[KeyValue]
+    """Check counts by status, e.g. pass: 4, fail: 1."""
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """What changed and what kind of "same" it claims (release-gate steps 1 and 2)."""
+
+    intervention: str
+    intervention_words: str
+    approximate: bool
+    level: str
+    claim_words: str
+    parameters: list[KeyValue]
+    """The claim's own parameters (atol, alpha, tokens...)."""
+    envelopes: list[str]
+    """For bounded-degradation claims: each slice envelope in words."""
+    rule: str
+    """The policy rule that admitted the claim, quoted."""
+    rule_source: str
+    description: str
+    """The manifest's description of the change."""
+    identity_declared: list[str]
+    identity_required: list[str]
+    transfer: str
+    """What the evidence does and does not transfer to (exact vs approximate)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One headline problem, shown right under the banner."""
+
+    check: str
+    status: str
+    step: int
+    message: str
+    detected_at: str | None
+    """Where it first failed, e.g. "prefix length 512"."""
+    bug_class: str | None
+    first_diverging_layer: str | None
+    anchor: str
+    """Fragment id of the check's section."""
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One planned check: why it was required and how it came out."""
+
+    check: str
+    anchor: str
+    step: int
+    step_title: str
+    severity: str
+    status: str
+    status_label: str
+    tone: Tone
+    why: str
+    policy_rule: str
+    message: str
+    duration: str
+
+
+@dataclass(frozen=True)
+class ControlCell:
+    """One cell of the negative-control matrix."""
+
+    outcome: str
+    tone: Tone
+    detected_at: str | None
+    title: str
+    """Hover text: the control's message and output difference."""
+
+
+@dataclass(frozen=True)
+class ControlRow:
+    fault: str
+    cells: list[ControlCell | None]
+    """One per matrix column; None where the check did not run this fault."""
+
+
+@dataclass(frozen=True)
+class ControlMatrix:
+    """Fault x check: did each check catch each planted bug, and from which length."""
+
+    checks: list[str]
+    rows: list[ControlRow]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Failure profile and likely bug class, as the failing check reported it."""
+
+    profile: str | None
+    likely_bug_class: str | None
+    first_diverging_layer: str | None
+    explanation: str | None
+    other: list[KeyValue]
+
+
+@dataclass(frozen=True)
+class SliceRow:
+    """One quality slice against its envelope."""
+
+    slice: str
+    metric: str
+    point: str
+    bound: str
+    comparator: str
+    threshold: str
+    n: str
+    passed: bool | None
+    held: str
+    """yes, NO or ? (not recorded)."""
+    tone: Tone
+    plot: SlicePlot | None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A generic evidence table for keys no dedicated renderer consumes."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Observed against expected counts (speculative sampling)."""
+
+    plot: DistributionPlot | None
+    facts: list[KeyValue]
+    rows: list[list[str]]
+    """category, observed, expected."""
+    note: str
+
+
+@dataclass(frozen=True)
+class ControlLine:
+    fault: str
+    outcome: str
+    tone: Tone
+    detected_at: str | None
+    output_difference: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class WaiverView:
+    check: str
+    reason: str
+    approver: str
+    expires: str
+    expired: bool
+    ledger_id: str | None
+
+
+@dataclass(frozen=True)
+class CheckSection:
+    """Everything the dossier shows for one check."""
+
+    check: str
+    anchor: str
+    status: str
+    status_label: str
+    tone: Tone
+    severity: str
+    step: int
+    step_title: str
+    message: str
+    why: str
+    policy_rule: str
+    detected_at: str | None
+    metrics: list[KeyValue]
+    params: list[KeyValue]
+    exercise: list[KeyValue]
+    sweep: SweepPlot | None
+    slices: list[SliceRow]
+    distribution: Distribution | None
+    diagnosis: Diagnosis | None
+    controls: list[ControlLine]
+    tables: list[Table]
+    error: str | None
+    """Exception type and message, when the check errored."""
+    traceback: str | None
+    waiver: WaiverView | None
+    notes: list[str] = field(default_factory=list)
+    """What the renderer could not show (a missing or malformed evidence key)."""
+
+
+@dataclass(frozen=True)
+class ProvenanceGroup:
+    title: str
+    items: list[KeyValue]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """The whole dossier."""
+
+    banner: Banner
+    claim: ClaimView
+    failures: list[Failure]
+    plan: list[PlanRow]
+    sections: list[CheckSection]
+    controls: ControlMatrix
+    waivers: list[WaiverView]
+    approvals: list[list[KeyValue]]
+    provenance: list[ProvenanceGroup]
+    started_at: str
+    finished_at: str
+    gate_version: str

@@ -1,0 +1,309 @@
+"""Geometry for the dossier's inline SVG plots: coordinates and labels, never markup.
+
+Each function turns an evidence series into a small frozen dataclass of numbers and strings;
+templates/partials/*.svg.j2 draw them. Coordinates are rounded to 0.1 px so gold files are stable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gate.report.fmt import number
+
+
+@dataclass(frozen=True)
+class Tick:
+    pos: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Marker:
+    x: float
+    y: float
+    tone: str
+    """good, bad, warn or muted."""
+    title: str
+    """Hover text."""
+    hollow: bool = False
+
+
+@dataclass(frozen=True)
+class Frame:
+    """An SVG canvas and the rectangle the data lives in."""
+
+    width: int
+    height: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+
+    @property
+    def plot_width(self) -> float:
+        return self.right - self.left
+
+    @property
+    def plot_height(self) -> float:
+        return self.bottom - self.top
+
+
+@dataclass(frozen=True)
+class SweepPlot:
+    """|Δlogit| against prefix length, both on log axes, with the tolerance and the tie markers."""
+
+    frame: Frame
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    line: str
+    """SVG polyline `points` value through the measured lengths."""
+    markers: list[Marker]
+    ties: list[Marker]
+    tolerance_y: float | None
+    tolerance_label: str
+    first_failure_x: float | None
+    first_failure_label: str
+    description: str
+    """One sentence for screen readers and the Markdown dossier."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    kind: str
+    """observed or expected."""
+    title: str
+
+
+@dataclass(frozen=True)
+class DistributionPlot:
+    """Observed against expected shares, side by side per category."""
+
+    frame: Frame
+    bars: list[Bar]
+    x_labels: list[Tick]
+    y_ticks: list[Tick]
+    description: str
+
+
+@dataclass(frozen=True)
+class SlicePlot:
+    """One slice's point estimate, confidence bound and threshold on a shared strip."""
+
+    frame: Frame
+    threshold_x: float
+    point_x: float
+    bound_x: float | None
+    interval: tuple[float, float] | None
+    tone: str
+    low_label: str
+    high_label: str
+
+
+def _r(value: float) -> float:
+    return round(value, 1)
+
+
+def _log_lengths(lengths: Sequence[float]) -> list[float]:
+    # log10(L + 1): the sweep starts at prefix length 0, which a plain log axis cannot place.
+    return [math.log10(max(length, 0.0) + 1.0) for length in lengths]
+
+
+def _length_ticks(lengths: Sequence[float]) -> list[float]:
+    top = max(lengths)
+    decades = [0.0] + [10.0**k for k in range(0, 7) if 10.0**k <= top * 1.0001]
+    if len(decades) >= 3:
+        return decades
+    return sorted(set(lengths))[:12]
+
+
+def sweep_plot(
+    lengths: Sequence[float],
+    deltas: Sequence[float | None],
+    agree: Sequence[bool | None],
+    tie_lengths: set[float],
+    tolerance: float | None,
+) -> SweepPlot:
+    """Plot geometry for a prefix sweep. `deltas`/`agree` align with `lengths`; None means unknown."""
+    frame = Frame(width=640, height=260, left=64.0, top=22.0, right=620.0, bottom=214.0)
+    xs_log = _log_lengths(lengths)
+    x_max = max(max(xs_log), 0.5) * 1.04
+
+    def x_of(length: float) -> float:
+        return _r(frame.left + frame.plot_width * math.log10(max(length, 0.0) + 1.0) / x_max)
+
+    finite = [d for d in deltas if d is not None and math.isfinite(d) and d > 0]
+    scale = [*finite, *([tolerance] if tolerance and tolerance > 0 else [])]
+    if scale:
+        lo = math.floor(math.log10(min(scale)))
+        hi = math.ceil(math.log10(max(scale)))
+        if hi == lo:
+            hi += 1
+        lo = max(lo, hi - 12)
+    else:
+        lo, hi = -8, 0
+
+    def y_of(delta: float) -> float:
+        clamped = min(max(math.log10(delta), lo), hi) if delta > 0 else lo
+        return _r(frame.bottom - frame.plot_height * (clamped - lo) / (hi - lo))
+
+    markers: list[Marker] = []
+    points: list[str] = []
+    first_failure: float | None = None
+    for length, delta, ok in zip(lengths, deltas, agree, strict=True):
+        x = x_of(length)
+        if delta is None:
+            y, shown = frame.bottom, "unknown"
+        elif math.isinf(delta) or math.isnan(delta):
+            y, shown = frame.top, number(delta)
+        else:
+            y, shown = y_of(delta), number(delta)
+        over = delta is not None and tolerance is not None and (not math.isfinite(delta) or delta > tolerance)
+        failed = ok is False or over
+        if failed and first_failure is None:
+            first_failure = length
+        tone = "bad" if failed else ("good" if ok is True or (delta is not None and tolerance) else "muted")
+        argmax = {True: "argmax agrees", False: "argmax DIFFERS", None: "argmax not recorded"}[ok]
+        tie = "; top-2 logits tied" if length in tie_lengths else ""
+        markers.append(
+            Marker(
+                x=x,
+                y=y,
+                tone=tone,
+                hollow=delta == 0,
+                title=f"prefix length {number(length)}: max |Δlogit| = {shown}; {argmax}{tie}",
+            )
+        )
+        points.append(f"{x},{y}")
+
+    ties = [
+        Marker(
+            x=x_of(t),
+            y=_r(frame.top - 8),
+            tone="warn",
+            title=f"prefix length {number(t)}: top-2 logits within tolerance (a tie, not a bug)",
+        )
+        for t in sorted(tie_lengths)
+    ]
+    x_ticks = [Tick(pos=x_of(t), label=number(t)) for t in _length_ticks(lengths)]
+    y_ticks = [Tick(pos=y_of(10.0**k), label=f"1e{k}") for k in range(lo, hi + 1)]
+    tol_y = y_of(tolerance) if tolerance is not None and tolerance > 0 else None
+    fail_x = x_of(first_failure) if first_failure is not None else None
+    worst = max(finite) if finite else 0.0
+    described = (
+        f"max |Δlogit| over {len(lengths)} prefix lengths from {number(min(lengths))} to "
+        f"{number(max(lengths))}; largest {number(worst)}"
+    )
+    if tolerance is not None:
+        described += f" against tolerance {number(tolerance)}"
+    described += (
+        f"; first failure at prefix length {number(first_failure)}."
+        if first_failure is not None
+        else "; no failing length."
+    )
+    return SweepPlot(
+        frame=frame,
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        line=" ".join(points),
+        markers=markers,
+        ties=ties,
+        tolerance_y=tol_y,
+        tolerance_label=f"tolerance {number(tolerance)}" if tolerance is not None else "",
+        first_failure_x=fail_x,
+        first_failure_label=f"fails from {number(first_failure)}" if first_failure is not None else "",
+        description=described,
+    )
+
+
+def _nice_ticks(top: float, count: int = 4) -> list[float]:
+    if top <= 0:
+        return [0.0]
+    raw = top / count
+    step = 10.0 ** math.floor(math.log10(raw))
+    for mult in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if raw <= step * mult:
+            step *= mult
+            break
+    return [step * i for i in range(int(top / step + 1e-9) + 1)]
+
+
+def distribution_plot(
+    categories: Sequence[str], observed: Sequence[float], expected: Sequence[float]
+) -> DistributionPlot:
+    """Side-by-side bars of observed and expected shares (each series normalised to sum to 1)."""
+    frame = Frame(width=640, height=240, left=56.0, top=14.0, right=624.0, bottom=196.0)
+    obs_total = sum(observed) or 1.0
+    exp_total = sum(expected) or 1.0
+    obs = [o / obs_total for o in observed]
+    exp = [e / exp_total for e in expected]
+    top = max([*obs, *exp, 1e-9]) * 1.1
+    ticks = _nice_ticks(top)
+    top = max(top, ticks[-1])
+    group = frame.plot_width / len(categories)
+    bar_w = _r(max(min(group * 0.38, 28.0), 1.0))
+    bars: list[Bar] = []
+    labels: list[Tick] = []
+    label_every = max(1, math.ceil(len(categories) / 20))
+    for i, name in enumerate(categories):
+        center = frame.left + group * (i + 0.5)
+        for kind, share, count, dx in (
+            ("observed", obs[i], observed[i], -bar_w),
+            ("expected", exp[i], expected[i], 0.0),
+        ):
+            height = frame.plot_height * share / top
+            bars.append(
+                Bar(
+                    x=_r(center + dx),
+                    y=_r(frame.bottom - height),
+                    width=bar_w,
+                    height=_r(height),
+                    kind=kind,
+                    title=f"{name}: {kind} {number(count)} ({share:.1%})",
+                )
+            )
+        if i % label_every == 0:
+            labels.append(Tick(pos=_r(center), label=name if len(name) <= 10 else name[:9] + "…"))
+    y_ticks = [
+        Tick(pos=_r(frame.bottom - frame.plot_height * t / top), label=f"{t:.0%}" if top > 0.05 else f"{t:.1%}")
+        for t in ticks
+    ]
+    gap = max(abs(o - e) for o, e in zip(obs, exp, strict=True))
+    return DistributionPlot(
+        frame=frame,
+        bars=bars,
+        x_labels=labels,
+        y_ticks=y_ticks,
+        description=f"observed against expected shares over {len(categories)} categories; largest gap {gap:.1%}",
+    )
+
+
+def slice_plot(
+    point: float, bound: float | None, threshold: float, interval: tuple[float, float] | None, passed: bool | None
+) -> SlicePlot:
+    """A one-line strip: threshold tick, the point estimate and its one-sided bound (or interval)."""
+    frame = Frame(width=280, height=30, left=8.0, top=6.0, right=272.0, bottom=24.0)
+    values = [point, threshold, *([bound] if bound is not None else []), *(interval or ())]
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.15 or max(abs(hi) * 0.05, 0.05)
+    lo, hi = lo - pad, hi + pad
+
+    def x_of(value: float) -> float:
+        return _r(frame.left + frame.plot_width * (value - lo) / (hi - lo))
+
+    span = interval if interval is not None else ((min(point, bound), max(point, bound)) if bound is not None else None)
+    return SlicePlot(
+        frame=frame,
+        threshold_x=x_of(threshold),
+        point_x=x_of(point),
+        bound_x=x_of(bound) if bound is not None else None,
+        interval=(x_of(span[0]), x_of(span[1])) if span is not None else None,
+        tone={True: "good", False: "bad", None: "muted"}[passed],
+        low_label=number(lo),
+        high_label=number(hi),
+    )

@@ -1,0 +1,73 @@
+"""Rendering ReportData through the Jinja templates under templates/ (HTML and Markdown).
+
+HTML: autoescape on, StrictUndefined. Markdown: every `{{ }}` value passes through `markdown_text`
+(the environment's finalize), so a manifest string cannot inject markup, links, tables or mentions
+into a pull-request comment. No markup is built here.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from gate.report.model import ReportData
+from gate.resources import data_dir
+
+MARKDOWN_LIMIT = 1_000_000
+"""Bytes: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' lines."""
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "@": "&#64;"}
+
+
+def markdown_text(value: Any) -> Any:
+    """Make one value inert in GitHub Markdown: escape emphasis, links, tables, HTML and @mentions."""
+    if value is None or isinstance(value, Markup):
+        return "" if value is None else value
+    text = " ".join(str(value).split())
+    text = "".join(_MD_ENTITIES.get(ch, ch) for ch in text)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+@cache
+def html_environment() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(str(data_dir("templates"))),
+        autoescape=select_autoescape(enabled_extensions=("html", "html.j2", "svg.j2", "xml"), default=True),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+@cache
+def markdown_environment() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(str(data_dir("templates"))),
+        autoescape=False,
+        undefined=StrictUndefined,
+        finalize=markdown_text,
+        keep_trailing_newline=True,
+    )
+
+
+def render_html(data: ReportData) -> str:
+    """The self-contained HTML dossier."""
+    return html_environment().get_template("dossier.html.j2").render(r=data)
+
+
+def render_markdown(data: ReportData, limit: int = MARKDOWN_LIMIT) -> str:
+    """The Markdown dossier, compacted (and at worst cut) to stay under `limit` bytes of UTF-8."""
+    template = markdown_environment().get_template("dossier.md.j2")
+    text = template.render(r=data, compact=False)
+    if len(text.encode()) <= limit:
+        return text
+    text = template.render(r=data, compact=True)
+    if len(text.encode()) <= limit:
+        return text
+    note = "\n\n_Summary cut at GitHub's size limit; see dossier.html for the rest._\n"
+    cut = text.encode()[: limit - len(note.encode())].decode(errors="ignore")
+    return cut + note
