@@ -105,6 +105,29 @@ class LayerTracing(Protocol):
 
 
 @runtime_checkable
+class AttentionProbe(Protocol):
+    """Run this path's KV cache, mask and attention kernel on given q, k, v (no projections, no
+    position encoding), so `mask-oracle` can feed the seed 004 fixture through the candidate."""
+
+    def attention_probe(self, requests: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]],
+                        *, poison_tail: bool = False) -> list[list[torch.Tensor]]:
+        """requests: independent requests in order, each a list of chunks (q [B, H, n, D],
+        k and v [B, H_kv, n, D]) fed one after another from position 0; the path's own reset runs
+        between requests. poison_tail writes NaN into allocated-but-unused cache slots before each
+        chunk. Returns, per request and chunk, the attention output [B, H, n, D]."""
+        ...
+
+
+@runtime_checkable
+class LayoutBoundaries(Protocol):
+    """Token counts where a path's cache layout changes shape, for the prefix sweep to visit ±1."""
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Block edges, chunk edges, window sizes (each < max_len)."""
+        ...
+
+
+@runtime_checkable
 class SpeculativePath(Protocol):
     """Speculative (draft-then-verify) sampling, judged by `spec-greedy` and `spec-distribution`.
 

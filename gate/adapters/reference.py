@@ -1,0 +1,139 @@
+"""The `reference` adapter: execution paths through gate's own small decoder.
+
+    subject:
+      reference: {adapter: reference, options: {path: full}}
+      candidate: {adapter: reference, options: {path: chunked, chunk_size: 64}}
+
+Paths (`path:`) are a small table from name to a builder, imported only when a run needs it:
+
+    full      one full causal pass per call, no cache (the usual reference)
+    dynamic   KV cache that grows in blocks of `block_size` slots, one-shot prefill
+    static    preallocated KV cache of `max_len` slots (gpt-fast), one-shot prefill
+    chunked   static cache, prompts and appends processed in chunks of `chunk_size` tokens
+
+A new path is one line in `PATHS` plus its own module exposing `build(model, options, ...)`
+(see `gate.adapters.reference_paths.build_cached` for the shape). `fault:` builds the path and
+applies one fault from gate.faults with `with_fault`, so a manifest can name a faulty candidate.
+
+This module imports no torch, so `gate validate` and `gate plan` stay instant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gate.faults import FAULT_NAMES
+
+PRESET_NAMES = ("tiny", "tiny-abs", "tiny-draft", "small")
+"""Model shapes in gate.models.reference.PRESETS (kept here so validation needs no torch)."""
+
+PATHS: dict[str, str] = {
+    "full": "gate.adapters.reference_paths:build_full",
+    "dynamic": "gate.adapters.reference_paths:build_cached",
+    "static": "gate.adapters.reference_paths:build_cached",
+    "chunked": "gate.adapters.reference_paths:build_cached",
+}
+"""Path name -> "module:function" builder, called as `fn(model, options, device=, dtype=, seed=)`."""
+
+
+class Options(BaseModel):
+    """How to build one path through the reference decoder."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    preset: str = "tiny"
+    """Model shape: tiny (2 layers, d_model 64, 4 heads, 2 KV heads, RoPE), tiny-abs (learned
+    absolute positions instead of RoPE), tiny-draft (1 layer, d_model 32), small (4 layers, 128)."""
+    layers: int | None = Field(default=None, ge=1, le=64)
+    """Override: number of decoder layers."""
+    width: int | None = Field(default=None, ge=4, le=4096)
+    """Override: d_model."""
+    heads: int | None = Field(default=None, ge=1)
+    """Override: query heads (must divide width)."""
+    kv_heads: int | None = Field(default=None, ge=1)
+    """Override: key/value heads (must divide heads; fewer than heads is grouped-query attention)."""
+    vocab: int | None = Field(default=None, ge=2)
+    """Override: vocabulary size."""
+    max_len: int | None = Field(default=None, ge=2, le=1 << 17)
+    """Override: longest sequence (and static-cache slots)."""
+    rope: bool | None = None
+    """Override: rotary position embeddings on or off."""
+    rope_base: float | None = Field(default=None, gt=1)
+    """Override: RoPE base (theta)."""
+    absolute_positions: bool | None = None
+    """Override: learned absolute position embeddings (GPT-2 style), added to token embeddings."""
+    window: int | None = Field(default=None, ge=1)
+    """Override: sliding attention window in tokens (None: full causal attention)."""
+    path: str = "full"
+    """Execution path: full, dynamic, static or chunked (see the module docstring)."""
+    chunk_size: int = Field(default=64, ge=1)
+    """Tokens per chunk for `path: chunked`."""
+    block_size: int = Field(default=16, ge=1)
+    """Slots per allocation block of the dynamic layout (also the block the truncation fault drops)."""
+    fault: str | None = None
+    """Apply this fault (gate.faults) to the built path: a deliberately broken candidate."""
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        if value not in PRESET_NAMES:
+            raise ValueError(f"unknown preset {value!r} (known: {', '.join(PRESET_NAMES)})")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _known_path(cls, value: str) -> str:
+        if value not in PATHS:
+            raise ValueError(f"unknown path {value!r} (known: {', '.join(PATHS)})")
+        return value
+
+    @field_validator("fault")
+    @classmethod
+    def _known_fault(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAULT_NAMES:
+            raise ValueError(f"unknown fault {value!r} (known: {', '.join(FAULT_NAMES)})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent_shape(self) -> Options:
+        if self.fault is not None and self.path == "full" and self.fault != "sliding-window-mask":
+            raise ValueError(f"fault {self.fault!r} needs a cached path; path 'full' has no cache")
+        return self
+
+    def overrides(self) -> dict[str, Any]:
+        """ModelConfig field overrides (None = keep the preset's value)."""
+        return {
+            "n_layers": self.layers,
+            "d_model": self.width,
+            "n_heads": self.heads,
+            "n_kv_heads": self.kv_heads,
+            "vocab_size": self.vocab,
+            "max_len": self.max_len,
+            "rope": self.rope,
+            "rope_base": self.rope_base,
+            "abs_positions": self.absolute_positions,
+            "window": self.window,
+        }
+
+
+class ReferenceAdapter:
+    """Builds DecodePaths through gate.models.reference (seeded weights: both paths of a manifest
+    built with the same seed hold identical weights)."""
+
+    name: ClassVar[str] = "reference"
+    Options: ClassVar[type[BaseModel]] = Options
+
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
+        from importlib import import_module
+
+        from gate.adapters.reference_paths import build_model_for
+
+        if not isinstance(options, Options):
+            options = Options.model_validate(options.model_dump())
+        module, _, attr = PATHS[options.path].partition(":")
+        builder = getattr(import_module(module), attr)
+        model = build_model_for(options, device=device, dtype=dtype, seed=seed)
+        path = builder(model, options, device=device, dtype=dtype, seed=seed)
+        return path.with_fault(options.fault) if options.fault else path

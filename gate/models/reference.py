@@ -1,0 +1,463 @@
+"""A small decoder-only transformer in the gpt-fast style, with an explicit KV cache.
+
+The model knows nothing of the gate: faults and interventions are applied to a *built* model,
+cache or session from outside (see gate/faults.py), the way gpt-fast applies tensor parallelism.
+
+Architecture: token embedding (+ optional learned absolute positions, GPT-2 style), RMSNorm,
+grouped-query attention with RoPE (configurable base) and an explicit-offset causal mask
+(optional sliding window), SwiGLU MLP, untied output head. Weights are seeded random normals.
+
+Public API (small on purpose; other paths build on it):
+
+    cfg = ModelConfig.from_preset("tiny", n_layers=3)         # named presets + overrides
+    model = build_model(cfg, seed=0, device="cpu", dtype=torch.float32)
+    logits = model(tokens)                                    # full causal pass: [B, T] -> [B, T, V]
+
+    cache = KVCache.for_model(cfg, batch=B, layout="static", dtype=..., device=...)
+    logits = prefill(model, prompt, cache)                    # prompt from cache.pos (=0), one shot
+    logits = prefill(model, prompt, cache, chunk_size=64)     # chunked prefill
+    logits = model.step(tokens, cache, start_pos=cache.pos)   # append n tokens: [B, n] -> [B, n, V]
+
+`KVCache` is two per-layer buffers plus explicit position state `pos` (the absolute position of
+the next token, equal to the number of valid entries). Layouts: "static" preallocates `max_len`
+slots (gpt-fast); "dynamic" grows in blocks of `block_size` slots. Slots at and past `pos` are
+allocated but invalid; a correct read never touches them (`fill_unused(nan)` proves it).
+
+* Prefix cache (restored K/V of the first n tokens, then the suffix):
+      cache = KVCache.from_kv(ks, vs, max_len=cfg.max_len)   # ks[l], vs[l]: [B, H_kv, n, D]
+      logits = model.step(suffix, cache, start_pos=n)
+  `cache.kv(layer)` gives the valid [B, H_kv, pos, D] views to store per block.
+* Speculative decoding (batched next-token logits from a target and a draft, then roll back):
+      draft = build_model(ModelConfig.from_preset("tiny-draft"), seed=1)
+      logits = target.step(proposed, cache, start_pos=cache.pos)   # [B, k, V], one pass
+      cache.crop(n_accepted)                                        # forget rejected tokens
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Layout = Literal["dynamic", "static"]
+MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
+
+QUERY_BLOCK = 512
+"""Queries per attention block: bounds the score matrix to [B, H, 512, T_k]."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the reference decoder. `head_dim = d_model // n_heads`."""
+
+    n_layers: int = 2
+    d_model: int = 64
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab_size: int = 256
+    max_len: int = 8192
+    rope: bool = True
+    rope_base: float = 10000.0
+    abs_positions: bool = False
+    window: int | None = None
+    ffn_hidden: int | None = None
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("d_model must divide by n_heads, and n_heads by n_kv_heads")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError("head_dim must be even for RoPE")
+        if self.window is not None and self.window < 1:
+            raise ValueError("window must be positive")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        """SwiGLU width: 8/3 d rounded up to a multiple of 16 (llama)."""
+        return self.ffn_hidden or 16 * math.ceil(8 * self.d_model / 3 / 16)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+        return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(),
+    "tiny-abs": ModelConfig(rope=False, abs_positions=True),
+    "tiny-draft": ModelConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1),
+    "small": ModelConfig(n_layers=4, d_model=128, n_heads=8, n_kv_heads=2, vocab_size=512),
+}
+
+
+def causal_mask(q_len: int, k_len: int, window: int | None, device: torch.device) -> torch.Tensor:
+    """Blocked entries (True) of a [q_len, k_len] score matrix whose queries are the LAST q_len
+    of k_len positions: `offset = k_len - q_len` keys were already cached (seed 001)."""
+    offset = k_len - q_len
+    q_pos = torch.arange(q_len, device=device)[:, None] + offset
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    blocked = k_pos > q_pos
+    if window is not None:
+        blocked |= k_pos <= q_pos - window
+    return blocked
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, T, D]; cos, sin: [T, D/2] (float32). Rotates the two halves of D."""
+    half = x.shape[-1] // 2
+    a, b = x.float()[..., :half], x.float()[..., half:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class KVCache:
+    """Per-layer K/V buffers [B, H_kv, capacity, D] and the position state `pos`."""
+
+    def __init__(
+        self,
+        k: list[torch.Tensor],
+        v: list[torch.Tensor],
+        pos: int,
+        *,
+        max_len: int,
+        layout: Layout,
+        block_size: int = 16,
+    ) -> None:
+        self.k, self.v, self.pos = k, v, pos
+        self.max_len, self.layout, self.block_size = max_len, layout, block_size
+
+    @classmethod
+    def empty(
+        cls,
+        n_layers: int,
+        batch: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        max_len: int,
+        layout: Layout = "static",
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> KVCache:
+        slots = max_len if layout == "static" else 0
+        shape = (batch, n_kv_heads, slots, head_dim)
+        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        return cls(k, v, 0, max_len=max_len, layout=layout, block_size=block_size)
+
+    @classmethod
+    def for_model(
+        cls,
+        config: ModelConfig,
+        batch: int,
+        *,
+        layout: Layout = "static",
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> KVCache:
+        return cls.empty(
+            config.n_layers,
+            batch,
+            config.n_kv_heads,
+            config.head_dim,
+            max_len=config.max_len,
+            layout=layout,
+            block_size=block_size,
+            dtype=dtype,
+            device=device,
+        )
+
+    @classmethod
+    def from_kv(
+        cls,
+        ks: list[torch.Tensor],
+        vs: list[torch.Tensor],
+        *,
+        max_len: int,
+        layout: Layout = "dynamic",
+        block_size: int = 16,
+    ) -> KVCache:
+        """A cache holding given per-layer K/V ([B, H_kv, n, D] each) as positions 0..n-1."""
+        b, h, n, d = ks[0].shape
+        cache = cls.empty(
+            len(ks),
+            b,
+            h,
+            d,
+            max_len=max_len,
+            layout=layout,
+            block_size=block_size,
+            dtype=ks[0].dtype,
+            device=ks[0].device,
+        )
+        for layer, (k, v) in enumerate(zip(ks, vs, strict=True)):
+            cache.update(layer, 0, k, v)
+        cache.pos = n
+        return cache
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    def _grow(self, layer: int, end: int) -> None:
+        # dynamic layout: reallocate to the next block boundary; the tail is allocated, not valid
+        if end > self.max_len:
+            raise ValueError(f"cache overflow: position {end - 1} >= max_len {self.max_len}")
+        if end <= self.k[layer].shape[2]:
+            return
+        slots = self.block_size * math.ceil(end / self.block_size)
+        for bufs in (self.k, self.v):
+            old = bufs[layer]
+            new = old.new_zeros((*old.shape[:2], slots, old.shape[3]))
+            new[:, :, : old.shape[2]] = old
+            bufs[layer] = new
+
+    def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [B, H_kv, n, D] at positions start_pos.. and return what attention reads:
+        the valid keys and values [B, H_kv, start_pos + n, D]."""
+        end = start_pos + k.shape[2]
+        self._grow(layer, end)
+        if end > self.capacity:
+            raise ValueError(f"cache overflow: position {end - 1} >= capacity {self.capacity}")
+        self.k[layer][:, :, start_pos:end] = k
+        self.v[layer][:, :, start_pos:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Valid keys and values of one layer: [B, H_kv, pos, D] views."""
+        return self.k[layer][:, :, : self.pos], self.v[layer][:, :, : self.pos]
+
+    def crop(self, n: int) -> None:
+        """Forget every position >= n (speculative rollback, prefix restore)."""
+        self.pos = min(self.pos, n)
+
+    def reset(self) -> None:
+        """Forget the request: stored K/V and the position state."""
+        for bufs in (self.k, self.v):
+            for t in bufs:
+                t.zero_()
+        self.pos = 0
+
+    def fill_unused(self, value: float) -> None:
+        """Write `value` into the allocated-but-invalid tail (a correct read never sees it)."""
+        for bufs in (self.k, self.v):
+            for t in bufs:
+                t[:, :, self.pos :] = value
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for bufs in (self.k, self.v) for t in bufs)
+
+
+class AttentionCore(nn.Module):
+    """softmax(q k^T / sqrt(D) + mask) v over grouped KV heads. The mask comes from `mask_fn`
+    with the explicit cache offset; queries are processed in blocks to bound memory."""
+
+    def __init__(self, window: int | None) -> None:
+        super().__init__()
+        self.window = window
+        self.mask_fn: MaskFn = causal_mask
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # q: [B, H, Tq, D]; k, v: [B, H_kv, Tk, D] -> [B, H, Tq, D]
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        q_len, k_len = q.shape[2], k.shape[2]
+        blocked = self.mask_fn(q_len, k_len, self.window, q.device)
+        out = []
+        for i in range(0, q_len, QUERY_BLOCK):
+            rows = blocked[i : i + QUERY_BLOCK]
+            # skip key columns this query block cannot see (the upper triangle of a full pass)
+            seen = (~rows).any(dim=0).nonzero()
+            lo, hi = (int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, k_len)
+            out.append(
+                F.scaled_dot_product_attention(
+                    q[:, :, i : i + QUERY_BLOCK], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=~rows[:, lo:hi]
+                )
+            )
+        return torch.cat(out, dim=2)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
+        self.core: AttentionCore = AttentionCore(config.window)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # x: [B, T, d] -> q: [B, H, T, D], k, v: [B, H_kv, T, D]
+        b, t, _ = x.shape
+        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        # y: [B, H, T, D] -> [B, T, d]
+        b, _, t, _ = y.shape
+        out: torch.Tensor = self.wo(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        return out
+
+    def forward(
+        self, x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None, start_pos: int
+    ) -> torch.Tensor:
+        q, k, v = self.project(x)
+        if rot is not None:
+            q, k = apply_rope(q, *rot), apply_rope(k, *rot)  # RoPE BEFORE the cache write
+        if cache is not None:
+            k, v = cache.update(self.layer_id, start_pos, k, v)
+        return self.merge(self.core(q, k, v))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(config.d_model, config.hidden, bias=False)
+        self.w3 = nn.Linear(config.d_model, config.hidden, bias=False)
+        self.w2 = nn.Linear(config.hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attention: Attention = Attention(config, layer_id)
+        self.ffn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(
+        self, x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None, start_pos: int
+    ) -> torch.Tensor:
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), rot, cache, start_pos)
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
+
+
+class Transformer(nn.Module):
+    inv_freq: torch.Tensor
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_embeddings = nn.Embedding(config.max_len, config.d_model) if config.abs_positions else None
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        half = config.head_dim // 2
+        inv_freq = config.rope_base ** (-torch.arange(half, dtype=torch.float32) / half)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The decoder blocks, typed."""
+        return [b for b in self.layers if isinstance(b, Block)]
+
+    def positions(self, start_pos: int, n: int) -> torch.Tensor:
+        """Absolute positions of n tokens starting at start_pos: [n] int64."""
+        return torch.arange(start_pos, start_pos + n, device=self.inv_freq.device)
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin tables [n, D/2] (float32) for absolute positions."""
+        angles = positions.float()[:, None] * self.inv_freq[None, :]
+        return angles.cos(), angles.sin()
+
+    def step(self, tokens: torch.Tensor, cache: KVCache | None, start_pos: int) -> torch.Tensor:
+        """tokens [B, n] at absolute positions start_pos.. against `cache` -> logits [B, n, V].
+        Writes their K/V into the cache and advances `cache.pos` to start_pos + n."""
+        n = tokens.shape[1]
+        positions = self.positions(start_pos, n)
+        x = self.tok_embeddings(tokens)
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(positions)
+        rot = self.rotary(positions) if self.config.rope else None
+        for block in self.blocks:
+            x = block(x, rot, cache, start_pos)
+        if cache is not None:
+            cache.pos = start_pos + n
+        logits: torch.Tensor = self.output(self.norm(x))
+        return logits
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Full causal pass, no cache: [B, T] -> [B, T, V]."""
+        return self.step(tokens, None, 0)
+
+
+def init_weights(model: Transformer, seed: int) -> None:
+    """Seeded normal weights, drawn in float32 on CPU so every device and dtype gets the same model.
+    Scales keep attention sharp enough that mask and position errors move the logits."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+                continue
+            # embeddings: unit normal rows; linear [out, in]: std gain / sqrt(in)
+            fan_in = 1 if name.endswith("embeddings.weight") else param.shape[1]
+            gain = 2.0 if name.split(".")[-2] in ("wq", "wk", "output") else 1.0
+            w = torch.randn(param.shape, generator=gen) * gain / math.sqrt(fan_in)
+            param.copy_(w.to(param.dtype))
+
+
+def build_model(
+    config: ModelConfig, *, seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> Transformer:
+    """A seeded model in evaluation mode on `device` in `dtype` (rope tables stay float32)."""
+    model = Transformer(config)
+    init_weights(model, seed)
+    model = model.to(device=device)
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model.eval().requires_grad_(False)
+
+
+def prefill(
+    model: Transformer,
+    tokens: torch.Tensor,
+    cache: KVCache,
+    *,
+    start_pos: int | None = None,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Process tokens [B, T] against the cache from `start_pos` (default cache.pos), in chunks of
+    `chunk_size` tokens when given -> logits [B, T, V]."""
+    start = cache.pos if start_pos is None else start_pos
+    step = chunk_size or max(tokens.shape[1], 1)
+    outs = [model.step(tokens[:, i : i + step], cache, start + i) for i in range(0, tokens.shape[1], step)]
+    if not outs:
+        return torch.zeros(tokens.shape[0], 0, model.config.vocab_size, device=tokens.device)
+    return torch.cat(outs, dim=1)
