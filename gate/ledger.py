@@ -26,7 +26,6 @@ import json
 import os
 import sqlite3
 import struct
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,11 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from gate.errors import EXIT_BAD_INPUT, GateError
+from gate.signing import (
+    canonical_json,
+    generate_key_files,
+    keyid_of,
+    load_private_key,
+    public_key_b64,
+    public_key_from_b64,
+    sha256_file,
+)
 
 LEDGER_VERSION = 1
 ENTRY_TAG = b"gate-ledger/v1/entry\x00"
@@ -75,77 +82,12 @@ class LedgerError(GateError):
     exit_code = EXIT_BAD_INPUT
 
 
-# --- canonical bytes and keys --------------------------------------------------------------------
-
-
-def canonical_json(obj: Any) -> bytes:
-    """Sorted keys, no whitespace, UTF-8, no NaN/Infinity: the bytes an entry hash covers."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+# --- entry hashes and the ledger key ------------------------------------------------------------
 
 
 def entry_hash(seq: int, prev: str, body: bytes) -> str:
     """sha256(ENTRY_TAG || seq (u64 big-endian) || prev (32 bytes) || body), hex."""
     return hashlib.sha256(ENTRY_TAG + struct.pack(">Q", seq) + bytes.fromhex(prev) + body).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def public_key_b64(key: Ed25519PublicKey) -> str:
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode()
-
-
-def keyid_of(key: Ed25519PublicKey) -> str:
-    """sha256 of the raw 32-byte public key, hex: the id a verifier pins."""
-    return hashlib.sha256(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)).hexdigest()
-
-
-def public_key_from_b64(text: str) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text))
-
-
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """An Ed25519 private key from a PEM (PKCS#8) file, as `gate keygen` and the ledger write them."""
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as err:
-        raise LedgerError(f"{path}: not a readable Ed25519 private key ({err.__class__.__name__})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise LedgerError(f"{path}: not an Ed25519 private key")
-    return key
-
-
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    """An Ed25519 public key from a PEM file (or a private key file, whose public half is used)."""
-    data = path.read_bytes()
-    try:
-        key: Any = serialization.load_pem_public_key(data)
-    except ValueError:
-        return load_private_key(path).public_key()
-    if not isinstance(key, Ed25519PublicKey):
-        raise LedgerError(f"{path}: not an Ed25519 public key")
-    return key
-
-
-def _write_new_file(path: Path, data: bytes, mode: int) -> bool:
-    """Create `path` with `data` atomically, only if absent (tmp file + link). True if we created it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
@@ -154,15 +96,7 @@ def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
     Several processes may race here: exactly one file wins and everyone loads it.
     """
     if not path.exists():
-        key = Ed25519PrivateKey.generate()
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        if _write_new_file(path, pem, 0o600):
-            pub = key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            _write_new_file(path.with_suffix(".pub"), pub, 0o644)
+        generate_key_files(path, path.with_suffix(".pub"))
     return load_private_key(path)
 
 
@@ -469,126 +403,121 @@ class Ledger:
         return next((c for c in found if c.size == size), None)
 
 
-# --- verification ---------------------------------------------------------------------------------
+# --- recording a run ------------------------------------------------------------------------------
+
+RUN_KIND = "run"
+RECEIPT = "ledger.json"
+"""Written into a dossier directory after its run is recorded: the entry and a signed checkpoint."""
+DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
+ATTESTATION = "attestation.dsse.json"
 
 
-@dataclass(frozen=True)
-class Problem:
-    """Something that does not verify; `seq` is the first entry it concerns (None: the ledger as a whole)."""
+def statement_digest(envelope_path: Path) -> str | None:
+    """sha256 of a DSSE envelope's payload (the signed in-toto statement): the dossier's digest.
 
-    seq: int | None
-    message: str
-
-
-@dataclass
-class ChainReport:
-    """What `verify_chain` found."""
-
-    size: int
-    """Entries in the ledger."""
-    verified: int
-    """Length of the prefix whose chain verified."""
-    head: str
-    """Hash of the last verified entry."""
-    checkpoints: int
-    """Checkpoints whose signature and head verified (stored and external)."""
-    problems: list[Problem]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def first_bad(self) -> Problem | None:
-        """The problem at the lowest entry (ledger-wide problems first)."""
-        if not self.problems:
-            return None
-        return min(self.problems, key=lambda p: -1 if p.seq is None else p.seq)
-
-
-def _check_entry(entry: Entry, expected_seq: int, prev: str) -> str | None:
-    if entry.seq != expected_seq:
-        return f"entry {expected_seq} is missing (deleted?); the next stored entry is {entry.seq}"
-    if entry.prev != prev:
-        return f"entry {entry.seq} does not link to entry {entry.seq - 1} (reordered, or an entry replaced)"
-    if entry_hash(entry.seq, prev, entry.raw.encode("utf-8")) != entry.hash:
-        return f"entry {entry.seq} was edited: its body does not hash to the stored hash"
-    try:
-        canonical = canonical_json(json.loads(entry.raw))
-    except ValueError:
-        return f"entry {entry.seq} body is not valid JSON"
-    if canonical != entry.raw.encode("utf-8"):
-        return f"entry {entry.seq} body is not canonical JSON"
-    return None
-
-
-def _check_checkpoint(
-    cp: Checkpoint, heads: list[str], size: int, origin: str, keyid: str, label: str
-) -> Problem | None:
-    """`heads[i]` is the verified hash of entry i (heads[0] = GENESIS)."""
-    bad = cp.verify_signature()
-    if bad:
-        return Problem(min(cp.size, size + 1) or None, f"{label}: {bad}")
-    if cp.keyid != keyid:
-        return Problem(
-            None,
-            f"{label} is signed by key {cp.keyid[:16]}, the ledger by {keyid[:16]}: "
-            "the ledger was re-keyed or replaced",
-        )
-    if cp.origin != origin:
-        return Problem(None, f"{label} is for ledger {cp.origin}, this is {origin}")
-    if cp.size > size:
-        return Problem(size + 1, f"{label} covers {cp.size} entries, the ledger holds {size}: truncated")
-    if cp.size < len(heads) and heads[cp.size] != cp.head:
-        return Problem(cp.size, f"{label} (signed {cp.time}) does not match entry {cp.size}: history was rewritten")
-    return None
-
-
-def verify_chain(
-    ledger: Ledger, *, trusted: list[Checkpoint] | None = None, pinned_keyids: list[str] | None = None
-) -> ChainReport:
-    """Verify the hash chain, every stored checkpoint, and any `trusted` checkpoints held elsewhere.
-
-    `pinned_keyids`: the ledger's key must be one of these (else a replaced ledger would verify
-    against its own new key).
+    It names every signed file by digest and does not change when a signature is added, so an
+    approval binds to it rather than to the envelope file.
     """
-    problems: list[Problem] = []
-    origin, keyid = ledger.origin, ledger.keyid
-    if pinned_keyids and keyid not in pinned_keyids:
-        problems.append(Problem(None, f"the ledger is signed by key {keyid[:16]}, which is not a pinned key"))
+    if not envelope_path.is_file():
+        return None
+    try:
+        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
+        return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
+    except (ValueError, KeyError, TypeError):
+        return None
 
-    heads = [GENESIS]
-    for position, entry in enumerate(ledger.entries(), 1):
-        if len(heads) == position:  # still on the verified prefix
-            bad = _check_entry(entry, position, heads[-1])
-            if bad:
-                problems.append(Problem(position, bad))
-            else:
-                heads.append(entry.hash)
-    size = ledger.size()
 
-    checked = 0
-    stored = ledger.checkpoints()
-    for cp in stored:
-        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"stored checkpoint {cp.size}")
-        if problem:
-            problems.append(problem)
-        else:
-            checked += 1
-    covered = {cp.size for cp in stored}
-    latest = max(covered, default=0)
-    if latest < size:
-        problems.append(
-            Problem(
-                latest + 1, f"entries {latest + 1}..{size} are covered by no signed checkpoint (written outside gate)"
-            )
-        )
-    missing = sorted(set(range(1, min(latest, size) + 1)) - covered)
-    if missing:
-        problems.append(Problem(missing[0], f"the checkpoint for size {missing[0]} was removed"))
-    for cp in trusted or []:
-        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"held checkpoint {cp.size}")
-        if problem:
-            problems.append(problem)
-        else:
-            checked += 1
-    return ChainReport(size=size, verified=len(heads) - 1, head=heads[-1], checkpoints=checked, problems=problems)
+def _envelope_keyids(envelope_path: Path) -> list[str]:
+    try:
+        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
+        return [str(s.get("keyid", "")) for s in envelope.get("signatures", [])]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dict[str, Any]:
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output."""
+    manifest = result.manifest
+    change = manifest.get("change") or {}
+    files = {name: sha256_file(out_dir / name) for name in DOSSIER_FILES if (out_dir / name).is_file()}
+    signer = None
+    if sign_key is not None and sign_key.is_file():
+        try:
+            pub = load_private_key(sign_key).public_key()
+            signer = {"keyid": keyid_of(pub), "public_key": public_key_b64(pub)}
+        except GateError:
+            signer = None
+    return {
+        "manifest": {
+            "name": manifest.get("name"),
+            "path": result.manifest_digest.path,
+            "sha256": result.manifest_digest.sha256,
+        },
+        "intervention": manifest.get("intervention"),
+        "claim": (manifest.get("claim") or {}).get("level"),
+        "approximate": bool(result.plan.get("approximate")),
+        "policies": [{"path": d.path, "sha256": d.sha256} for d in result.policies],
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "summary": result.summary,
+        "change": {
+            "repository": change.get("repository"),
+            "pull_request": change.get("pull-request"),
+            "commit": change.get("commit"),
+        },
+        "dossier": {
+            "dir": str(out_dir.resolve()),
+            "files": files,
+            "statement_sha256": statement_digest(out_dir / ATTESTATION),
+            "signature_keyids": _envelope_keyids(out_dir / ATTESTATION),
+        },
+        "signer": signer,
+        "checks": [
+            {
+                "check": c.check,
+                "status": c.status.value,
+                "severity": c.severity,
+                **({"waiver": c.waiver.ledger_id, "waiver_expired": c.waiver.expired} if c.waiver else {}),
+            }
+            for c in result.checks
+        ],
+        "waivers": sorted(
+            {
+                c.waiver.ledger_id
+                for c in result.checks
+                if c.waiver and not c.waiver.expired and c.waiver.ledger_id is not None
+            }
+        ),
+        "gate_version": result.gate_version,
+        "started_at": result.started_at,
+        "finished_at": result.finished_at,
+    }
+
+
+def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
+    """Write the entry and the checkpoint that covers it into the dossier directory (atomically)."""
+    from gate.runner import write_text_atomic
+
+    receipt = {
+        "ledger": str(ledger.path.resolve()),
+        "origin": ledger.origin,
+        "entry": {"seq": entry.seq, "hash": entry.hash, "kind": entry.kind},
+        "checkpoint": checkpoint.model_dump(),
+    }
+    path = out_dir / name
+    write_text_atomic(path, json.dumps(receipt, indent=2) + "\n")
+    return path
+
+
+def record_run(
+    result: Any, out_dir: Path, ledger_path: Path, *, sign_key: Path | None = None, key_path: Path | None = None
+) -> tuple[Entry, Path]:
+    """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
+
+    `result` is the run's GateResult; call this after every output (and the attestation) is
+    written, so their digests are the final ones.
+    """
+    payload = run_payload(result, out_dir, sign_key)
+    with Ledger.open(ledger_path, key_path=key_path) as ledger:
+        entry, checkpoint = ledger.append(RUN_KIND, payload)
+        return entry, write_receipt(out_dir, ledger, entry, checkpoint)

@@ -44,6 +44,8 @@ class RunOptions:
     out_dir: Path
     policy_dirs: list[Path] = field(default_factory=list)
     log: Log = lambda _msg: None
+    ledger: Path | None = None
+    """Audit ledger whose waivers apply to failed checks (gate.waivers); None: no waivers."""
 
 
 def _now() -> str:
@@ -112,10 +114,12 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
         return Verdict.error, EXIT_CHECK_ERROR, f"error in {', '.join(errors)}"
     if denied:
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
+    waived = [c.check for c in checks if c.status == Status.waived]
+    note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     if claim == ClaimLevel.bounded_degradation:
         return (Verdict.awaiting_approval, EXIT_AWAITING_APPROVAL,
-                "every envelope held; an approximate change waits for a signed approval")
-    return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed"
+                "every envelope held; an approximate change waits for a signed approval" + note)
+    return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -180,6 +184,10 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         log(f"  {check_result.status.value}: {check_result.message}")
         checks.append(check_result)
 
+    if options.ledger is not None:
+        from gate.waivers import apply_waivers
+
+        checks = apply_waivers(loaded, checks, options.ledger)
     verdict, exit_code, summary = decide(checks, plan.claim)
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.environment import describe

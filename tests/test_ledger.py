@@ -15,10 +15,10 @@ from gate.ledger import (
     Checkpoint,
     Ledger,
     LedgerError,
-    canonical_json,
     entry_hash,
-    verify_chain,
 )
+from gate.ledger_verify import verify_chain
+from gate.signing import canonical_json
 
 
 def _ledger(tmp_path: Path, n: int = 5) -> Path:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from gate.cli.common import policy_dir_option, progress_logger, user_errors
+from gate.cli.ledger_options import ledger_option
 
 
 @click.command("run")
@@ -15,8 +16,15 @@ from gate.cli.common import policy_dir_option, progress_logger, user_errors
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--sign-key", type=click.Path(path_type=Path), help="Ed25519 private key (from `gate keygen`).")
 @policy_dir_option
-def command(manifest: Path, out_dir: Path, sign_key: Path | None, policy_dirs: tuple[Path, ...]) -> None:
-    """Run every check the policy requires for MANIFEST; exit with the verdict's code."""
+@ledger_option
+def command(manifest: Path, out_dir: Path, sign_key: Path | None, policy_dirs: tuple[Path, ...],
+            ledger_path: Path | None) -> None:
+    """Run every check the policy requires for MANIFEST; exit with the verdict's code.
+
+    With --ledger, $GATE_LEDGER or an existing ./.gate/ledger.sqlite, waivers recorded there apply
+    and the verdict is appended to it (see docs/audit.md); otherwise nothing is recorded.
+    """
+    from gate.ledger import run_ledger_path
     from gate.runner import RunOptions, run_manifest
 
     log = progress_logger()
@@ -25,13 +33,21 @@ def command(manifest: Path, out_dir: Path, sign_key: Path | None, policy_dirs: t
             from gate.errors import InputError
 
             raise InputError(str(sign_key), "signing key not found", field="--sign-key")
-        result = run_manifest(manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log))
+        ledger = run_ledger_path(ledger_path)
+        result = run_manifest(manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log,
+                                                   ledger=ledger))
         try:
             from gate.report import write_outputs
         except ImportError:
             written = [out_dir / "results.json"]
         else:
             written = [out_dir / "results.json", *write_outputs(result, out_dir, manifest, sign_key)]
+        if ledger is not None:
+            from gate.ledger import record_run
+
+            entry, receipt = record_run(result, out_dir, ledger, sign_key=sign_key)
+            written.append(receipt)
+            log(f"ledger {ledger}: recorded as entry #{entry.seq}")
     click.echo(f"verdict: {result.verdict.value.upper()} ({result.summary})")
     for path in written:
         click.echo(f"  {path}")
