@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Test the hf adapter at the low end of its declared transformers range (>=5.2,<6).
+# The main venv carries the high end (5.24); this one pins 5.2.x, the oldest kvpress accepts.
+# Usage: bash .ci/hf-matrix.sh   (from the repository root; reuses .venv-hf-low when present)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv-hf-low
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+# torch first, pinned: an unpinned resolve would pull a multi-GB CUDA build.
+"$VENV/bin/pip" install -q torch==2.13.0
+"$VENV/bin/pip" install -q -e . "transformers==5.2.*" pytest hypothesis
+"$VENV/bin/python" -c "import transformers; print('transformers', transformers.__version__)"
+export HF_HUB_OFFLINE=1
+"$VENV/bin/python" -m pytest tests/test_hf_*.py -q

@@ -1,0 +1,302 @@
+"""The one place that knows how transformers 5.x moved its cache API (supported: >=5.2,<6).
+
+Everything else in the adapter calls these functions and never branches on a version. Each
+difference is detected from the installed code (a signature, a class), not from a version string,
+so a backport or a pre-release behaves as its code does. Read from the sources of 5.2.0, 5.3.0,
+5.4.0, 5.14.1, 5.15.0, 5.23.0 and 5.24.0:
+
+- forward's cache argument: `past_key_values` up to 5.23; 5.24 renamed it `cache` (the old name
+  still works through `deprecate_kwarg` and warns). `cache_kwarg()`.
+- `cache_position`: a forward argument up to 5.3, used for the causal mask and as the write index
+  of StaticLayer. 5.4 removed it; from then the cache's own length decides both, and a
+  `cache_position` passed anyway falls into `**kwargs` and is silently ignored. `forward()`.
+- `crop`: up to 5.14, `crop(max_length)` keeps a target length (negative: drop that many; 0 on 5.14
+  means "drop 0", on 5.2 "keep 0"); 5.15 made the argument a count to remove, negative, positive
+  values warn then raise (5.24). A negative count means "drop n" on every version: `drop_last()`.
+  StaticLayer has no `crop` before 5.15; its length there is "slots holding a nonzero value".
+- quantised caches: there is no QuantoQuantizedCache/HQQQuantizedCache/OffloadedCache/SinkCache
+  class anywhere in 5.x (the release notes' removal happened by 5.2); `QuantizedCache(backend=...)`
+  takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (between 5.15 and 5.23).
+  Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
+- `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+import transformers
+from transformers import cache_utils
+
+from gate.paths import AdapterUnavailable
+
+SUPPORTED = ">=5.2,<6"
+"""The transformers range this module is written and tested for."""
+
+_STATIC_CROP = "crop" in vars(cache_utils.StaticLayer)
+
+
+@dataclass(frozen=True)
+class CacheAPI:
+    """What the installed transformers offers, detected once per model class."""
+
+    version: str
+    cache_kwarg: str
+    """Name of forward's cache argument: `cache` (5.24+) or `past_key_values`."""
+    takes_cache_position: bool
+    """forward accepts `cache_position` (before 5.4)."""
+    static_crop: bool
+    """StaticCache can be cropped (5.15+); before, truncation zeroes the dropped slots."""
+    fp8_backend: bool
+    """QuantizedCache accepts backend="fp8"."""
+    generate_max_cache_len: bool
+    """generate() sizes a static cache from `max_cache_len` (5.15+)."""
+
+
+@cache
+def _api_for(model_class: type) -> CacheAPI:
+    params = inspect.signature(model_class.forward).parameters
+    return CacheAPI(
+        version=transformers.__version__,
+        cache_kwarg="cache" if "cache" in params else "past_key_values",
+        takes_cache_position="cache_position" in params,
+        static_crop=_STATIC_CROP,
+        fp8_backend=hasattr(cache_utils, "Fp8QuantizedLayer"),
+        generate_max_cache_len="max_cache_len" in transformers.GenerationConfig().to_dict(),
+    )
+
+
+def cache_api(model: torch.nn.Module) -> CacheAPI:
+    """The cache API the installed transformers offers this model."""
+    return _api_for(type(model))
+
+
+def check_version() -> None:
+    """Refuse a transformers outside the supported range, naming it."""
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    if major != 5 or minor < 2:
+        raise AdapterUnavailable(
+            f"the hf adapter supports transformers {SUPPORTED}; this environment has {transformers.__version__} "
+            "(pip install 'gate[hf]')"
+        )
+
+
+def forward(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    cache: Any | None,
+    positions: torch.Tensor | None,
+    *,
+    cache_position: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    hidden: bool = False,
+) -> Any:
+    """One forward of `tokens` [B, n] against `cache` (None: no cache, a full causal pass).
+
+    positions: [B, n] absolute positions, or None to let the model count from the cache length.
+    Before 5.4 the same positions go in as `cache_position` (mask and static write index); from 5.4
+    the model ignores it. `cache_position` overrides that value, to plant a fault: on 5.4+ it is
+    passed anyway and is inert, which is what the control engine must notice. `attention_mask`: a 4D
+    additive mask [B, 1, n, kv] used as is instead of the model's causal mask (a fault).
+    """
+    api = cache_api(model)
+    kwargs: dict[str, Any] = {"use_cache": cache is not None}
+    if cache is not None:
+        kwargs[api.cache_kwarg] = cache
+    if positions is not None:
+        kwargs["position_ids"] = positions
+        if api.takes_cache_position and cache_position is None:
+            kwargs["cache_position"] = positions[0]
+    if cache_position is not None:
+        kwargs["cache_position"] = cache_position
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    if hidden:
+        kwargs["output_hidden_states"] = True
+    return model(input_ids=tokens, **kwargs)
+
+
+def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[int, int]:
+    """(kv_length, kv_offset) the model's mask will span for the next `query_length` tokens (a static
+    cache spans all its slots). 5.4 takes the query length, earlier versions the cache positions."""
+    try:
+        kv_length, kv_offset = cache.get_mask_sizes(query_length, 0)
+    except (TypeError, AttributeError):
+        kv_length, kv_offset = cache.get_mask_sizes(positions[0], 0)
+    return int(kv_length), int(kv_offset)
+
+
+def seq_length(cache: Any) -> int:
+    """Tokens the cache has seen (a StaticLayer returns a tensor)."""
+    return int(cache.get_seq_length())
+
+
+def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
+    """Remove the last `n` tokens from every layer of `cache`.
+
+    A sliding layer that has already evicted cannot give back the tokens a crop would need; with
+    `lossy` (a fault) it is cut anyway and keeps fewer than its window, else the error propagates.
+    """
+    if n <= 0:
+        return
+    if isinstance(cache, cache_utils.StaticCache) and not _STATIC_CROP:
+        # 5.2-5.14: no StaticLayer.crop; the length is the count of nonzero slots, so zero them.
+        length = seq_length(cache)
+        for layer in cache.layers:
+            layer.keys[:, :, length - n : length] = 0
+            layer.values[:, :, length - n : length] = 0
+        return
+    try:
+        cache.crop(-n)
+    except (RuntimeError, ValueError):
+        if not lossy:
+            raise
+        for layer in cache.layers:
+            layer.keys = layer.keys[..., : max(layer.keys.shape[-2] - n, 0), :]
+            layer.values = layer.values[..., : max(layer.values.shape[-2] - n, 0), :]
+            if isinstance(getattr(layer, "cumulative_length", None), int):
+                layer.cumulative_length -= n
+
+
+def can_drop(cache: Any, n: int) -> bool:
+    """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago (a sliding layer
+    past its window has evicted what that state held)."""
+    if n <= 0:
+        return True
+    for layer in cache.layers:
+        window = getattr(layer, "sliding_window", None)
+        if getattr(layer, "is_sliding", False) and window and int(layer.get_seq_length()) >= window:
+            return False
+    return True
+
+
+# ---- cache construction ---------------------------------------------------------------------------
+
+
+def dynamic_cache(config: Any, *, offloading: bool = False) -> Any:
+    """A DynamicCache laid out from the config (sliding layers where the config declares them)."""
+    return cache_utils.DynamicCache(config=config, offloading=offloading)
+
+
+def static_cache(config: Any, max_cache_len: int, *, offloading: bool = False) -> Any:
+    """A preallocated StaticCache of `max_cache_len` slots per layer."""
+    return cache_utils.StaticCache(config=config, max_cache_len=max_cache_len, offloading=offloading)
+
+
+def sliding_cache(config: Any, window: int) -> Any:
+    """A cache whose every layer keeps only the last `window - 1` tokens (evicting older ones), for a
+    model whose own attention may be full: the mask sizes follow the cache (get_mask_sizes)."""
+    layers = [cache_utils.DynamicSlidingWindowLayer(sliding_window=window) for _ in range(config.num_hidden_layers)]
+    return cache_utils.Cache(layers=layers)
+
+
+def quantized_cache(
+    config: Any,
+    backend: str,
+    *,
+    nbits: int | None,
+    residual_length: int | None,
+    q_group_size: int | None,
+) -> Any:
+    """QuantizedCache(backend=...), or AdapterUnavailable naming what is missing."""
+    if backend == "fp8":
+        if not hasattr(cache_utils, "Fp8QuantizedLayer"):
+            raise AdapterUnavailable(
+                f"transformers {transformers.__version__} has no fp8 QuantizedCache backend "
+                "(Fp8QuantizedLayer arrived after 5.15)"
+            )
+        return cache_utils.QuantizedCache(backend="fp8", config=config)
+    package = {"quanto": "optimum-quanto", "hqq": "hqq"}[backend]
+    module = {"quanto": "optimum.quanto", "hqq": "hqq"}[backend]
+    try:
+        __import__(module)
+    except ImportError as err:
+        raise AdapterUnavailable(
+            f"QuantizedCache backend {backend!r} needs the {package} package (pip install {package}): {err}"
+        ) from err
+    kwargs = {"nbits": nbits, "residual_length": residual_length, "q_group_size": q_group_size}
+    return cache_utils.QuantizedCache(
+        backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None}
+    )
+
+
+# ---- reading a cache back -------------------------------------------------------------------------
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors that hold `value`'s storage (quanto's QTensors flatten to their inner data)."""
+    if isinstance(value, torch.Tensor):
+        flatten = getattr(value, "__tensor_flatten__", None)
+        if flatten is not None and type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+            names, _ = flatten()
+            return [t for name in names for t in _tensors(getattr(value, name))]
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+def cache_bytes(cache: Any) -> int:
+    """Bytes the cache holds: allocated K/V (all slots for a static cache), quantized payloads,
+    scales and zero points, and residual full-precision tokens."""
+    seen: set[int] = set()
+    total = 0
+    for layer in cache.layers:
+        for name, value in vars(layer).items():
+            if name in ("device", "_sliding_window_tensor", "cumulative_length"):
+                continue
+            for tensor in _tensors(value):
+                key = tensor.data_ptr() if tensor.numel() else id(tensor)
+                if key in seen:
+                    continue
+                seen.add(key)
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K/V one layer attends over, dequantized, valid slots only: k, v [B, H_kv, T_kept, D]."""
+    layer = cache.layers[layer_idx]
+    keys, values = layer.keys, layer.values
+    if isinstance(layer, cache_utils.StaticLayer):
+        length = int(layer.get_seq_length())
+        window = getattr(layer, "sliding_window", None) or layer.max_cache_len
+        keep = min(length, window)
+        return keys[:, :, :keep], values[:, :, :keep]
+    quantized_keys = getattr(layer, "_quantized_keys", None)
+    if quantized_keys is not None:
+        old_k = layer._dequantize(quantized_keys)
+        old_v = layer._dequantize(layer._quantized_values)
+        if keys is None or keys.numel() == 0:
+            return old_k, old_v
+        return torch.cat([old_k, keys], dim=-2), torch.cat([old_v, values], dim=-2)
+    return keys, values
+
+
+def cache_layer_count(cache: Any) -> int:
+    return len(cache.layers)
+
+
+def kept_tokens(cache: Any) -> list[int]:
+    """Tokens each layer still holds (a sliding layer keeps window - 1; a press keeps what it chose)."""
+    return [
+        int(layer_kv(cache, i)[0].shape[-2]) if getattr(layer, "keys", None) is not None else 0
+        for i, layer in enumerate(cache.layers)
+    ]
+
+
+def evicted_tokens(cache: Any, seen: int) -> int:
+    """Tokens seen but no longer held, summed over layers (sliding windows, presses)."""
+    return sum(max(seen - kept, 0) for kept in kept_tokens(cache))
+
+
+def output_cache(output: Any) -> Any:
+    """The cache a generate()/forward output carries (`cache` from 5.24, `past_key_values` before)."""
+    found = getattr(output, "cache", None)
+    return found if found is not None else getattr(output, "past_key_values", None)

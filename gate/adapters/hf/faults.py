@@ -1,0 +1,190 @@
+"""Negative controls for hf paths, applied from outside the model.
+
+A fault never edits transformers code or adds flags to it: it is a `Tamper` the session consults at
+the few points where a serving engine makes its own decisions — which positions to send, which
+cache handle to pass, which weights were live when the cache was filled, what reset clears. The
+names are shared with the reference adapter so one policy serves both.
+
+Some controls are inert on some versions: from transformers 5.4 a `cache_position` passed to forward
+is swallowed by `**kwargs`, so `wrong-cache-position` changes nothing there. The session still passes
+it; the control engine sees identical observations and reports the control as unobservable instead
+of counting a detection (see gate/controls.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gate.adapters.hf import compat
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.sessions import CacheSession
+
+BLOCK = 16
+"""Tokens in the block that `truncated-last-block` loses (a typical paged-KV block size)."""
+
+
+class Tamper:
+    """The correct engine: every hook is the identity."""
+
+    name: str | None = None
+
+    def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
+        """Positions [B, n] sent with the tokens of a prefill or an append."""
+        return positions
+
+    def cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
+        """An explicit `cache_position` for forward, or None to derive it from `positions`."""
+        return None
+
+    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+        """A 4D mask to pass instead of the model's own causal mask, or None."""
+        return None
+
+    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+        """Called after a call wrote `n` tokens into the session's cache."""
+
+    @contextmanager
+    def weights(self, phase: str, model: Any) -> Iterator[None]:
+        """The weights live while a call runs."""
+        yield
+
+    def reset(self, session: CacheSession) -> None:
+        """A reset between two requests: K/V and position state."""
+        session.clear_cache()
+        session.pos = 0
+
+
+class OffByOnePos(Tamper):
+    """The appended tokens are rotated (or embedded) one position too far."""
+
+    name = "off-by-one-pos"
+
+    def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
+        return positions + 1 if phase == "append" else positions
+
+
+class MissingStartPos(Tamper):
+    """The appended tokens are positioned as if the request started with them (from 0)."""
+
+    name = "missing-start-pos"
+
+    def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
+        return positions - positions[:, :1] if phase == "append" else positions
+
+
+class WrongCachePosition(Tamper):
+    """`cache_position` of an append points one slot back. Live before 5.4 (mask and static write
+    index), silently ignored from 5.4 on: a control that must be reported as unobservable there."""
+
+    name = "wrong-cache-position"
+
+    def cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
+        return positions[0] - 1 if phase == "append" else None
+
+
+class TruncatedLastBlock(Tamper):
+    """A write loses its last block: after a prefill (or a chunked append) the last min(16, n) tokens
+    it wrote are dropped from the cache, while the position counter goes on."""
+
+    name = "truncated-last-block"
+
+    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+        if session.cache is not None and (phase == "prefill" or n > 1):
+            compat.drop_last(session.cache, min(BLOCK, n), lossy=True)
+
+
+class CrossRequestHandle(Tamper):
+    """After a prefill, the session's handle resolves to another request's cache: a request of the
+    same length and positions but other tokens, prefilled by the same path."""
+
+    name = "cross-request-handle"
+
+    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+        if phase != "prefill" or n == 0:
+            return
+        other = (session.last_prefill * 7 + 3) % session.path.vocab_size
+        decoy = session.path.make_cache(other.shape[0])
+        with torch.no_grad():
+            compat.forward(session.model, other, decoy, session.prefill_positions)
+        session.cache = decoy
+
+
+class StaleWeights(Tamper):
+    """The cache was filled under other weights than those now serving: the prefill runs with every
+    attention projection perturbed (noise of half the weight's std), appends with the true weights."""
+
+    name = "stale-weights"
+
+    @contextmanager
+    def weights(self, phase: str, model: Any) -> Iterator[None]:
+        if phase != "prefill":
+            yield
+            return
+        saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        generator = torch.Generator().manual_seed(1234)
+        for name, param in model.named_parameters():
+            if "attn" in name and param.dim() == 2:
+                saved.append((param, param.detach().clone()))
+                noise = torch.randn(param.shape, generator=generator).to(param.device, param.dtype)
+                param.data.add_(noise * 0.5 * param.detach().float().std().to(param.dtype))
+        try:
+            yield
+        finally:
+            for param, original in saved:
+                param.data.copy_(original)
+
+
+class MaskOriginReset(Tamper):
+    """An appended chunk gets a local triangular mask that starts at 0: its row i sees cache slots
+    0..i instead of 0..L+i (seeds 001 and 004)."""
+
+    name = "mask-origin-reset"
+
+    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+        if phase != "append":
+            return None
+        if session.cache is None:
+            return None
+        kv, offset = compat.mask_sizes(session.cache, n, session.pending_positions)
+        rows = torch.arange(n, device=session.device)[:, None]
+        cols = torch.arange(offset, offset + kv, device=session.device)[None, :]
+        dtype = session.model.dtype
+        # mask: [B, 1, n, kv], additive (0 = may attend), which eager and sdpa both accept
+        blocked = torch.full((n, kv), torch.finfo(dtype).min, dtype=dtype, device=session.device)
+        mask = torch.where(cols <= rows, torch.zeros((), dtype=dtype, device=session.device), blocked)
+        return mask.expand(session.batch_size, 1, n, kv)
+
+
+class ResetKeepsPosition(Tamper):
+    """reset() clears K and V but leaves the position counter advanced (seed 004)."""
+
+    name = "reset-keeps-position"
+
+    def reset(self, session: CacheSession) -> None:
+        session.clear_cache()
+
+
+FAULTS: dict[str, type[Tamper]] = {
+    cls.name: cls  # type: ignore[misc]
+    for cls in (
+        OffByOnePos,
+        MissingStartPos,
+        WrongCachePosition,
+        TruncatedLastBlock,
+        CrossRequestHandle,
+        StaleWeights,
+        MaskOriginReset,
+        ResetKeepsPosition,
+    )
+}
+"""Every fault an hf cache path can apply, by name."""
+
+
+def tamper(name: str | None) -> Tamper:
+    """The tamper for a fault name (None: the correct engine)."""
+    return FAULTS[name]() if name else Tamper()

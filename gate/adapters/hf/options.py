@@ -1,0 +1,142 @@
+"""Options of the `hf` adapter, validated from a manifest's `subject.*.options`.
+
+Device and dtype are not options: they come from the manifest's `subject` so both paths of a run
+always share them. This module imports no torch, so `gate validate` stays instant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PRESET_NAMES = ("llama", "qwen2", "mistral-sliding-window", "gpt2")
+"""Tiny models built from a config with seeded random weights (see presets.py)."""
+
+PathKind = Literal[
+    "full",
+    "dynamic",
+    "static",
+    "generate-static",
+    "generate-paged",
+    "quantized",
+    "sliding-window",
+    "offloaded",
+    "prefix-reuse",
+    "assisted",
+    "prompt-lookup",
+    "kvpress",
+]
+
+PRESSES = ("streaming-llm", "snapkv", "knorm", "expected-attention", "tova", "random", "observed-attention")
+"""kvpress presses the adapter can build by name (see kvpress_path.py)."""
+
+_ONLY_FOR: dict[str, tuple[str, ...]] = {
+    "backend": ("quantized",),
+    "nbits": ("quantized",),
+    "residual_length": ("quantized",),
+    "q_group_size": ("quantized",),
+    "window": ("sliding-window",),
+    "draft": ("assisted",),
+    "num_assistant_tokens": ("assisted",),
+    "prompt_lookup_num_tokens": ("prompt-lookup",),
+    "max_matching_ngram_size": ("prompt-lookup",),
+    "press": ("kvpress",),
+    "compression_ratio": ("kvpress",),
+    "reuse": ("prefix-reuse",),
+    "max_cache_len": ("static", "generate-static", "offloaded"),
+}
+
+
+class Options(BaseModel):
+    """How to build one path through a Hugging Face `AutoModelForCausalLM`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    model: str = Field(min_length=1)
+    """A tiny preset (llama, qwen2, mistral-sliding-window, gpt2) built with seeded random weights,
+    or a local directory holding config.json and safetensors weights. Never a hub id: no hub access."""
+    path: PathKind = "full"
+    """Execution path: `full` (one forward, no cache: the usual reference), `dynamic` (DynamicCache),
+    `static` (StaticCache), `generate-static` / `generate-paged` (`generate` with that
+    cache_implementation), `quantized` (QuantizedCache), `sliding-window` (sliding-window cache layers),
+    `offloaded` (offloaded DynamicCache; GPU only), `prefix-reuse` (a base cache shared across requests),
+    `assisted` (draft model proposes, target verifies), `prompt-lookup` (n-gram proposals), `kvpress`
+    (a kvpress press compresses the cache after prefill)."""
+    fault: str | None = None
+    """A fault to apply to this path from the start (normally the runner applies faults itself)."""
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """Attention kernel transformers dispatches to."""
+    init_std: float | None = Field(default=None, gt=0)
+    """Presets only: std of the random weight init (default 0.25, large enough that a position or mask
+    error moves the argmax; the usual 0.02 gives nearly flat logits)."""
+
+    backend: Literal["quanto", "hqq", "fp8"] = "quanto"
+    """quantized: QuantizedCache backend (quanto needs optimum-quanto, hqq needs hqq, fp8 needs
+    transformers with Fp8QuantizedLayer)."""
+    nbits: Literal[2, 4, 8] | None = None
+    """quantized: bits per element for the quanto/hqq backends (fp8 is always 8)."""
+    residual_length: int | None = Field(default=None, ge=0)
+    """quantized: most recent tokens kept unquantized (transformers' default is 128)."""
+    q_group_size: int | None = Field(default=None, gt=0)
+    """quantized: quantization group size along the channel axis."""
+
+    window: int | None = Field(default=None, ge=2)
+    """sliding-window: tokens each query may see. None uses the model's own `sliding_window`
+    (exact for a model declared with one); a number on a full-attention model evicts older tokens."""
+
+    draft: str | None = None
+    """assisted: draft model, a preset name or local directory (it must share the vocabulary)."""
+    num_assistant_tokens: int = Field(default=4, ge=1, le=64)
+    """assisted: tokens the draft proposes per verification pass."""
+    prompt_lookup_num_tokens: int = Field(default=4, ge=1, le=64)
+    """prompt-lookup: tokens proposed from an earlier n-gram match per verification pass."""
+    max_matching_ngram_size: int = Field(default=2, ge=1, le=16)
+    """prompt-lookup: longest n-gram matched against the history."""
+
+    press: str | None = None
+    """kvpress: press name (streaming-llm, snapkv, knorm, expected-attention, tova, random,
+    observed-attention)."""
+    compression_ratio: float = Field(default=0.5, ge=0, lt=1)
+    """kvpress: fraction of the prefill's K/V the press evicts."""
+
+    reuse: Literal["copy", "crop"] = "copy"
+    """prefix-reuse: `copy` deep-copies the stored base cache for each request; `crop` extends the
+    base in place and crops it back to the prefix when the request ends."""
+    max_cache_len: int | None = Field(default=None, gt=0)
+    """static/generate-static/offloaded: preallocated cache length (default: the model's maximum)."""
+
+    @model_validator(mode="after")
+    def _options_fit_path(self) -> Options:
+        defaults = type(self).model_fields
+        for name, paths in _ONLY_FOR.items():
+            value = getattr(self, name)
+            if value != defaults[name].default and self.path not in paths:
+                raise ValueError(f"option {name!r} applies only to path {' or '.join(paths)}, not {self.path!r}")
+        if self.path == "assisted" and not self.draft:
+            raise ValueError("path 'assisted' needs a draft model: set `draft` to a preset or a local directory")
+        if self.path == "kvpress":
+            if not self.press:
+                raise ValueError(f"path 'kvpress' needs `press`, one of {', '.join(PRESSES)}")
+            if self.press not in PRESSES:
+                raise ValueError(f"unknown press {self.press!r}; known: {', '.join(PRESSES)}")
+        if self.backend == "fp8" and (self.nbits not in (None, 8) or self.q_group_size is not None):
+            raise ValueError("the fp8 backend quantizes per tensor to 8 bits: drop `nbits`/`q_group_size`")
+        if self.init_std is not None and self.model not in PRESET_NAMES:
+            raise ValueError("`init_std` applies only to a preset model, not to weights loaded from a directory")
+        if self.model not in PRESET_NAMES and not _looks_like_path(self.model):
+            raise ValueError(
+                f"model {self.model!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a local directory "
+                "path (start it with /, ./ or ~/): gate never downloads from a hub"
+            )
+        return self
+
+    @property
+    def is_preset(self) -> bool:
+        return self.model in PRESET_NAMES
+
+
+def _looks_like_path(value: str) -> bool:
+    # "org/name" is how hub ids look: accept it only when such a directory exists here.
+    return value.startswith(("/", "./", "../", "~")) or Path(value).is_dir()

@@ -1,0 +1,224 @@
+"""DecodePath implementations over one transformers model.
+
+`HFPath` is the path a manifest names: its `kind` picks the cache (or the generation loop) a session
+runs through, and `with_fault` returns a copy whose sessions consult a fault's `Tamper`. The model is
+shared between a path and its faulty copies (a fault never edits weights for good: stale-weights
+restores them after each prefill); the reference and candidate of a run are built separately and
+never share a model.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.faults import FAULTS, Tamper, tamper
+from gate.adapters.hf.options import Options
+from gate.adapters.hf.presets import LoadedModel, decoder_layers, max_positions
+from gate.adapters.hf.sessions import CacheSession, PrefixReuseSession, PrefixStore, RecomputeSession
+from gate.paths import AdapterUnavailable, Session, UnknownFault
+
+CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", "prefix-reuse", "kvpress")
+"""Kinds whose sessions run the model's forward against a cache object the adapter builds."""
+
+CACHE_FAULTS = tuple(FAULTS)
+"""Faults every cache kind supports."""
+
+
+class HFPath:
+    """One execution path through a transformers causal LM."""
+
+    uses_cache: bool
+
+    def __init__(self, loaded: LoadedModel, options: Options, *, device: str, dtype: str, seed: int) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.options = options
+        self.kind = options.path
+        self.device = device
+        self.dtype = dtype
+        self.seed = seed
+        self.vocab_size = int(self.model.config.get_text_config(decoder=True).vocab_size)
+        self.max_len = max_positions(self.model)
+        self.uses_cache = self.kind != "full"
+        self.fault: str | None = None
+        self.tamper: Tamper = Tamper()
+        self.store = PrefixStore()
+        self.name = f"hf:{self.kind}:{loaded.name}"
+        if self.kind == "sliding-window":
+            window = options.window or getattr(self.model.config, "sliding_window", None)
+            if not window:
+                raise AdapterUnavailable(f"{loaded.name} declares no sliding window: set `window` to evict beyond it")
+            self.window = int(window)
+        if self.kind == "quantized":
+            self.make_cache(1)  # surface a missing backend now, as AdapterUnavailable, not mid-check
+        if self.kind == "offloaded" and not str(device).startswith("cuda"):
+            raise AdapterUnavailable(
+                "offloaded caches need a CUDA device: they move each layer's K/V to host memory and "
+                "prefetch it back on a side stream; on a CPU there is nothing to offload to"
+            )
+
+    # ---- DecodePath -----------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """Model identity (config hash, weights sha256, transformers version) plus this path's kind."""
+        record = dict(self.loaded.identity)
+        record["path"] = self.kind
+        record["cache_api"] = vars(compat.cache_api(self.model)).copy()
+        record.update(self.extra_identity())
+        return record
+
+    def extra_identity(self) -> dict[str, Any]:
+        options = self.options
+        if self.kind == "quantized":
+            return {"kv_backend": options.backend, "kv_nbits": 8 if options.backend == "fp8" else options.nbits}
+        if self.kind == "sliding-window":
+            return {"attention_window": self.window}
+        return {}
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
+        with torch.no_grad():
+            return compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
+
+    def new_session(self, batch_size: int) -> Session:
+        if self.kind == "full":
+            return RecomputeSession(self, batch_size)
+        if self.kind == "prefix-reuse":
+            return PrefixReuseSession(self, batch_size, self.store, self.options.reuse)
+        return CacheSession(self, batch_size)
+
+    def faults(self) -> tuple[str, ...]:
+        sliding_static = self.kind == "static" and getattr(self.model.config, "sliding_window", None)
+        if self.kind == "quantized" or sliding_static:
+            # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
+            # nor a static sliding-window ring buffer past its window
+            return tuple(f for f in CACHE_FAULTS if f != "truncated-last-block")
+        return CACHE_FAULTS if self.kind in CACHE_KINDS else ()
+
+    def with_fault(self, fault: str) -> HFPath:
+        if fault not in self.faults():
+            raise UnknownFault(f"path {self.name} cannot apply fault {fault!r}; it offers {', '.join(self.faults())}")
+        faulty = copy.copy(self)
+        faulty.fault = fault
+        faulty.tamper = tamper(fault)
+        faulty.store = PrefixStore()
+        faulty.name = f"{self.name}+{fault}"
+        return faulty
+
+    # ---- what sessions ask of their path --------------------------------------------------------
+
+    def make_cache(self, batch_size: int) -> Any:
+        """A fresh cache object of this path's kind."""
+        config = self.model.config
+        options = self.options
+        if self.kind in ("dynamic", "prefix-reuse", "kvpress"):
+            return compat.dynamic_cache(config)
+        if self.kind == "static":
+            return compat.static_cache(config, options.max_cache_len or self.max_len)
+        if self.kind == "offloaded":
+            return compat.dynamic_cache(config, offloading=True)
+        if self.kind == "quantized":
+            return compat.quantized_cache(
+                config,
+                options.backend,
+                nbits=options.nbits,
+                residual_length=options.residual_length,
+                q_group_size=options.q_group_size,
+            )
+        if self.kind == "sliding-window":
+            if options.window is None:
+                return compat.dynamic_cache(config)  # the model's own sliding layers
+            return compat.sliding_cache(config, self.window)
+        raise ValueError(f"path kind {self.kind!r} builds no cache of its own")
+
+    def around_forward(self, session: CacheSession, phase: str) -> Any:
+        """A context around each forward of a session (a press compresses during prefill)."""
+        return nullcontext()
+
+    def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
+        """Path-specific proof of exercise: bytes of a quantized cache, evictions of a window, hits."""
+        cache = session.cache
+        if cache is None:
+            return {}
+        if self.kind == "quantized":
+            per_layer_full = [
+                2 * k.numel() * self.model.dtype.itemsize
+                for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
+            ]
+            return {
+                "kv_backend": self.options.backend,
+                "kv_nbits": 8 if self.options.backend == "fp8" else (self.options.nbits or 4),
+                "quantized_bytes": compat.cache_bytes(cache),
+                "unquantized_equivalent_bytes": sum(per_layer_full),
+                "residual_tokens": [
+                    int(layer.keys.shape[-2])
+                    if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
+                    else 0
+                    for layer in cache.layers
+                ],
+            }
+        if self.kind == "sliding-window":
+            return {
+                "window": self.window,
+                "kept_tokens": compat.kept_tokens(cache),
+                "evicted_tokens": compat.evicted_tokens(cache, session.pos),
+            }
+        if self.kind == "prefix-reuse":
+            return {
+                "hits": self.store.hits,
+                "misses": self.store.misses,
+                "hit_tokens": self.store.hit_tokens,
+                "stored_entries": len(self.store.entries),
+                "reuse_mode": self.options.reuse,
+            }
+        return {}
+
+
+class TracingHFPath(HFPath):
+    """A cache path that also offers per-layer states (gate.paths.LayerTracing)."""
+
+    def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """Prefill `prefix_len` tokens through this path, append one; per layer k, v of the cache
+        [B, H_kv, kept, D] and the appended token's hidden output [B, d_model]."""
+        session = self.new_session(tokens.shape[0])
+        assert isinstance(session, CacheSession)
+        session.prefill(tokens[:, :prefix_len])
+        with _capture_layer_outputs(self.model) as hidden:
+            session.append(tokens[:, prefix_len : prefix_len + 1])
+        cache = session.cache
+        return [
+            {"k": k.float(), "v": v.float(), "hidden": h[:, -1].float()}
+            for (k, v), h in zip((compat.layer_kv(cache, i) for i in range(len(cache.layers))), hidden, strict=True)
+        ]
+
+    def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """The same quantities from one full pass over tokens[:, : prefix_len + 1]."""
+        cache = compat.dynamic_cache(self.model.config)
+        with torch.no_grad(), _capture_layer_outputs(self.model) as hidden:
+            compat.forward(self.model, tokens[:, : prefix_len + 1].to(self.device), cache, None)
+        return [
+            {"k": k.float(), "v": v.float(), "hidden": h[:, -1].float()}
+            for (k, v), h in zip((compat.layer_kv(cache, i) for i in range(len(cache.layers))), hidden, strict=True)
+        ]
+
+
+@contextmanager
+def _capture_layer_outputs(model: Any) -> Iterator[list[torch.Tensor]]:
+    """Record each decoder block's output hidden states [B, n, d] during the next forward."""
+    captured: list[torch.Tensor] = []
+
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        captured.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    handles = [layer.register_forward_hook(hook) for layer in decoder_layers(model)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()

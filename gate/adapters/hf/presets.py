@@ -1,0 +1,188 @@
+"""Models for the hf adapter: tiny presets with seeded random weights, or a local directory.
+
+Presets are deliberately small (2 layers, width 64, vocabulary 256, 512 positions) so a sweep over
+every prefix length runs in seconds on a CPU, and they are initialised with a larger std than
+transformers' 0.02 so the logits are peaked and a wrong position, mask or cache entry moves the argmax
+(with 0.02 an off-by-one position changes logits by ~1e-3 and no argmax at all).
+No hub access: a directory is read with `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from gate.paths import AdapterUnavailable
+
+DEFAULT_INIT_STD = 0.25
+"""Weight init std of the presets (see module docstring)."""
+
+TINY = {"vocab_size": 256, "max_position_embeddings": 512}
+"""Shared by every preset: vocabulary and longest sequence."""
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
+    """The config of a tiny preset: Llama and Qwen2 shapes (RoPE, GQA 4:2, RMSNorm), Mistral with a
+    32-token sliding window, GPT-2 (learned absolute positions, so a shifted position is visible)."""
+    llama_like = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=init_std,
+        tie_word_embeddings=False,
+        **TINY,
+    )
+    if name == "llama":
+        return transformers.LlamaConfig(**llama_like)
+    if name == "qwen2":
+        return transformers.Qwen2Config(**llama_like, use_sliding_window=False)
+    if name == "mistral-sliding-window":
+        return transformers.MistralConfig(**llama_like, sliding_window=32)
+    if name == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=TINY["vocab_size"],
+            n_positions=TINY["max_position_embeddings"],
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            initializer_range=init_std,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    raise ValueError(f"unknown preset {name!r}")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what identifies it."""
+
+    model: Any
+    """The AutoModelForCausalLM, in eval mode, on its device and dtype."""
+    name: str
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+def _sha256_tensors(state: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().to("cpu").contiguous()
+        digest.update(name.encode())
+        digest.update(str(tensor.dtype).encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def _sha256_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def config_sha256(config: Any) -> str:
+    """sha256 of the config as JSON with sorted keys (transformers' own serialisation)."""
+    data = json.loads(config.to_json_string(use_diff=False))
+    data.pop("transformers_version", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def load(
+    model: str,
+    *,
+    device: str,
+    dtype: str,
+    seed: int,
+    attn_implementation: str,
+    init_std: float | None = None,
+    is_preset: bool,
+) -> LoadedModel:
+    """Build a preset with weights seeded by `seed`, or load a local directory; cast and place it."""
+    torch_dtype = DTYPES[dtype]
+    if is_preset:
+        config = preset_config(model, init_std or DEFAULT_INIT_STD)
+        config._attn_implementation = attn_implementation
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            built = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+        weights_sha = _sha256_tensors(built.state_dict())  # float32 master weights, before the cast
+        source = "preset"
+    else:
+        directory = Path(model).expanduser()
+        if not (directory / "config.json").is_file():
+            raise AdapterUnavailable(f"model directory {directory} has no config.json")
+        files = list(directory.glob("*.safetensors"))
+        if not files:
+            raise AdapterUnavailable(f"model directory {directory} has no *.safetensors weights")
+        built = transformers.AutoModelForCausalLM.from_pretrained(
+            str(directory), local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
+        )
+        weights_sha = _sha256_files(files)
+        source = "directory"
+    built = built.to(device=device, dtype=torch_dtype).eval()
+    built.requires_grad_(False)
+    config = built.config
+    identity = {
+        "adapter": "hf",
+        "model": model,
+        "source": source,
+        "seed": seed if is_preset else None,
+        "architecture": type(built).__name__,
+        "config_sha256": config_sha256(config),
+        "weights_sha256": weights_sha,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "dtype": dtype,
+        "device": device,
+        "attn_implementation": attn_implementation,
+        "num_layers": config.get_text_config(decoder=True).num_hidden_layers,
+        "sliding_window": getattr(config, "sliding_window", None),
+    }
+    return LoadedModel(model=built, name=model, identity=identity)
+
+
+def max_positions(model: Any) -> int:
+    config = model.config.get_text_config(decoder=True)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    raise ValueError(f"{type(model).__name__} declares no maximum length")
+
+
+def decoder_layers(model: Any) -> Any:
+    """The ModuleList of decoder blocks (`model.layers` for Llama-likes, `transformer.h` for GPT-2)."""
+    base = model.base_model
+    for name in ("layers", "h"):
+        found = getattr(base, name, None)
+        if found is not None:
+            return found
+    raise AdapterUnavailable(f"cannot find the decoder layers of {type(model).__name__}")
+
+
+def truncated_copy(model: Any, num_layers: int) -> Any:
+    """A copy of `model` that keeps its first `num_layers` blocks and shares nothing with it: a
+    self-speculative (early-exit) draft, which agrees with the target often but not always."""
+    draft = copy.deepcopy(model)
+    layers = decoder_layers(draft)
+    del layers[num_layers:]
+    draft.config.num_hidden_layers = num_layers
+    if hasattr(draft.config, "n_layer"):
+        draft.config.n_layer = num_layers
+    layer_types = getattr(draft.config, "layer_types", None)
+    if layer_types:
+        draft.config.layer_types = layer_types[:num_layers]
+    return draft

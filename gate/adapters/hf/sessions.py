@@ -1,0 +1,253 @@
+"""Sessions: one request's prefill and appends through a transformers cache.
+
+The position state is explicit, as in gpt-fast: the session counts the absolute position of the
+next token (`pos`) and sends it as `position_ids` (and as `cache_position` before 5.4), instead of
+letting the model infer it from the cache length. That is what makes presses and sliding windows
+(whose cache length is not the position) correct, and what a position fault tampers with.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.faults import Tamper
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
+
+
+class CacheSession:
+    """Prefill then append against a cache built by the path (dynamic, static, quantized, ...)."""
+
+    def __init__(self, path: HFPath, batch_size: int) -> None:
+        self.path = path
+        self.model = path.model
+        self.batch_size = batch_size
+        self.device = path.device
+        self.tamper: Tamper = path.tamper
+        self.cache: Any | None = None
+        self.pos = 0
+        """Absolute position of the next token (the request's position state)."""
+        self.cached_steps = 0
+        """Forward calls that read a non-empty cache."""
+        self.forward_calls = 0
+        self.last_prefill = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
+        self.prefill_positions = self.last_prefill
+        self.pending_positions = self.last_prefill
+
+    # ---- the Session protocol -------------------------------------------------------------------
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: [B, T] -> logits [B, T, V] float32."""
+        return self._step("prefill", tokens)
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: [B, n] -> logits [B, n, V] float32, against everything seen so far."""
+        return self._step("append", tokens)
+
+    def reset(self) -> None:
+        """Forget the request: K/V and position state (unless a fault keeps one of them)."""
+        self.tamper.reset(self)
+
+    def exercise(self) -> dict[str, Any]:
+        """Proof the cache path ran: lengths, steps, bytes, and what kind of cache held them."""
+        cache = self.cache
+        record: dict[str, Any] = {
+            "cache_len": compat.seq_length(cache) if cache is not None else 0,
+            "cached_steps": self.cached_steps,
+            "cache_bytes": compat.cache_bytes(cache) if cache is not None else 0,
+            "tokens_seen": self.pos,
+            "forward_calls": self.forward_calls,
+            "cache_class": type(cache).__name__ if cache is not None else None,
+            "layer_classes": sorted({type(layer).__name__ for layer in cache.layers}) if cache is not None else [],
+            "transformers": compat.cache_api(self.model).version,
+        }
+        record.update(self.path.extra_exercise(self))
+        return record
+
+    # ---- machinery ------------------------------------------------------------------------------
+
+    def clear_cache(self) -> None:
+        """Drop stored K/V, keeping the cache object when it has a reset (reuse of one allocation)."""
+        if self.cache is not None:
+            self.cache.reset()
+
+    def _record_prefill(self, tokens: torch.Tensor) -> None:
+        """Remember the prompt and its positions (a cross-request fault replays another prompt)."""
+        self.last_prefill = tokens
+        self.prefill_positions = self._positions(tokens.shape[1])
+
+    def _positions(self, n: int) -> torch.Tensor:
+        row = torch.arange(self.pos, self.pos + n, device=self.device)
+        return row.unsqueeze(0).expand(self.batch_size, n)
+
+    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.device)
+        n = tokens.shape[1]
+        if tokens.shape[0] != self.batch_size:
+            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        if n == 0:
+            return torch.empty(self.batch_size, 0, self.path.vocab_size)
+        if self.cache is None:
+            self.cache = self.path.make_cache(self.batch_size)
+        logits = self._forward(phase, tokens)
+        if phase == "prefill":
+            self._record_prefill(tokens)
+        self.pos += n
+        self.tamper.after_write(phase, self, n)
+        return logits
+
+    def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        true_positions = self._positions(n)
+        positions = self.tamper.positions(phase, true_positions)
+        self.pending_positions = positions
+        had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
+        with torch.no_grad(), self.tamper.weights(phase, self.model), self.path.around_forward(self, phase):
+            out = compat.forward(
+                self.model,
+                tokens,
+                self.cache,
+                positions,
+                cache_position=self.tamper.cache_position(phase, positions),
+                attention_mask=self.tamper.attention_mask(phase, self, n),
+            )
+        self.forward_calls += 1
+        self.cached_steps += int(had_cache)
+        return out.logits.float()
+
+
+class RecomputeSession(CacheSession):
+    """No cache at all: every call recomputes the whole history with one full causal pass."""
+
+    def __init__(self, path: HFPath, batch_size: int) -> None:
+        super().__init__(path, batch_size)
+        self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
+
+    def clear_cache(self) -> None:
+        self.history = self.history[:, :0]
+
+    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.device)
+        n = tokens.shape[1]
+        if n == 0:
+            return torch.empty(self.batch_size, 0, self.path.vocab_size)
+        self.history = torch.cat([self.history, tokens], dim=1)
+        logits = self.path.full_logits(self.history)[:, -n:]
+        self.pos += n
+        self.forward_calls += 1
+        return logits
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            "cache_len": 0,
+            "cached_steps": 0,
+            "cache_bytes": 0,
+            "tokens_seen": self.pos,
+            "recomputed_tokens": int(self.history.shape[1]),
+            "forward_calls": self.forward_calls,
+        }
+
+
+@dataclass
+class PrefixEntry:
+    """A stored request prefix: its tokens, its cache, and the logits its prefill computed."""
+
+    tokens: torch.Tensor
+    """[B, T] token ids; an entry matches a request whose first T ids are equal, row by row."""
+    cache: Any
+    logits: torch.Tensor
+    """[B, T, V] float32: what the prefill returned, served again on a hit."""
+
+
+@dataclass
+class PrefixStore:
+    """The cross-request store of one path: entries keyed by exact token ids (and the path's model,
+    since a store belongs to one path). Counters are the proof that reuse happened."""
+
+    entries: list[PrefixEntry] = field(default_factory=list)
+    hits: int = 0
+    misses: int = 0
+    hit_tokens: int = 0
+
+    def longest(self, tokens: torch.Tensor) -> tuple[PrefixEntry | None, int]:
+        """The entry sharing the longest prefix with `tokens` [B, T], and that length (< T, so the
+        request computes at least its last token itself); (None, 0) when nothing is shared."""
+        best: tuple[PrefixEntry | None, int] = (None, 0)
+        for entry in self.entries:
+            if entry.tokens.shape[0] != tokens.shape[0]:
+                continue
+            limit = min(entry.tokens.shape[1], tokens.shape[1] - 1)
+            same = (entry.tokens[:, :limit] == tokens[:, :limit]).all(dim=0)
+            length = int(same.long().cumprod(0).sum()) if limit > 0 else 0
+            if length > best[1]:
+                best = (entry, length)
+        return best
+
+
+class PrefixReuseSession(CacheSession):
+    """Prefix reuse across requests: a prefill looks up the longest stored prefix, takes its cache
+    (a deep copy, or the stored object itself then cropped back on reset) and extends it with the
+    rest of the prompt; a prefill that found nothing stores its own cache as a new base."""
+
+    def __init__(self, path: HFPath, batch_size: int, store: PrefixStore, mode: str) -> None:
+        super().__init__(path, batch_size)
+        self.store = store
+        self.mode = mode
+        self.borrowed: tuple[PrefixEntry, int] | None = None
+        self.prompt: torch.Tensor | None = None
+        self.reused_tokens = 0
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.device)
+        if self.cache is not None and compat.seq_length(self.cache) > 0:
+            return super().prefill(tokens)  # a second prefill in one request extends it as usual
+        entry, shared = self.store.longest(tokens)
+        if (
+            entry is not None
+            and shared < entry.tokens.shape[1]
+            and not compat.can_drop(entry.cache, entry.tokens.shape[1] - shared)
+        ):
+            entry = None  # a sliding window already evicted what the shorter prefix held
+        if entry is None:
+            self.store.misses += 1
+            logits = super().prefill(tokens)
+            if self.cache is not None and tokens.shape[1] > 0:
+                self.store.entries.append(PrefixEntry(tokens.clone(), copy.deepcopy(self.cache), logits.clone()))
+            return logits
+        self.store.hits += 1
+        self.store.hit_tokens += shared
+        self.reused_tokens = shared
+        stored = entry.tokens.shape[1]
+        if self.mode == "crop" and shared == stored:
+            # extend the stored base in place; reset() crops it back to `stored`
+            self.cache = entry.cache
+            self.borrowed = (entry, stored)
+        else:
+            self.cache = copy.deepcopy(entry.cache)
+            compat.drop_last(self.cache, compat.seq_length(self.cache) - shared)
+        self.pos = shared
+        self.prompt = tokens
+        rest = self._step("prefill", tokens[:, shared:])
+        return torch.cat([entry.logits[:, :shared], rest], dim=1)
+
+    def _record_prefill(self, tokens: torch.Tensor) -> None:
+        # on a hit the request's prompt is the stored prefix plus `tokens`, from position 0
+        prompt = self.prompt if self.prompt is not None else tokens
+        self.last_prefill = prompt
+        self.prefill_positions = torch.arange(prompt.shape[1], device=self.device).expand_as(prompt)
+        self.prompt = None
+
+    def clear_cache(self) -> None:
+        if self.borrowed is not None:
+            _entry, stored = self.borrowed
+            compat.drop_last(self.cache, compat.seq_length(self.cache) - stored)
+            self.borrowed = None
+            self.cache = None
+            return
+        super().clear_cache()
