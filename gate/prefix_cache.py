@@ -200,8 +200,10 @@ class RequestStats:
     """Prompt tokens computed by the model (prompt_tokens - reused_tokens)."""
     reused_spans: list[tuple[int, int]]
     """[start, end) position ranges served from the cache, in order."""
+    served_at: list[int]
+    """Start position of each served block in this request."""
     served_from: list[int]
-    """For each served block, the start position it was computed at (== its start when correct)."""
+    """For each served block, the start position it was computed at (== served_at when correct)."""
     stored_blocks: int
     """New blocks this request added to the cache."""
     collisions_detected: int
