@@ -41,9 +41,9 @@ REQUIRED_SUBJECTS = ("results.json", "dossier.html", "dossier.md")
 
 
 def keyid(public_key: Ed25519PublicKey) -> str:
-    """sha256 (hex) of the key's DER SubjectPublicKeyInfo: stable across PEM formatting."""
-    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
+    """sha256 (hex) of the raw 32-byte public key: the same id gate.signing gives ledger keys."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
 
 
 def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str]:

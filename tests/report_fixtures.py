@@ -6,11 +6,18 @@
 - speculative_run: proposal-and-verify under a distribution claim (observed vs expected).
 - slice_run: KV quantisation under bounded degradation, one slice outside its envelope.
 - hostile_run: manifest strings carrying HTML and script, which every output must render inert.
+
+assert_gold compares rendered outputs with tests/gold/ after scrubbing volatile values.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gate.manifest import Manifest
 from gate.result import CheckResult, ControlResult, GateResult
@@ -487,3 +494,33 @@ def hostile_run() -> GateResult:
 
 
 ALL = {"passing": passing_run, "failing": failing_parity_run, "speculative": speculative_run, "slices": slice_run}
+
+
+GOLD = Path(__file__).parent / "gold"
+UPDATE_GOLD = os.environ.get("GATE_UPDATE_GOLD") == "1"
+
+
+def scrub(text: str) -> str:
+    """Replace values that change between machines and runs: digests, times, versions, temp paths."""
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?", "<time>", text)
+    text = re.sub(r"\b\d+\.\d+\.\d+\b", "<version>", text)
+    return re.sub(r"/tmp/[^\s\"'<>]+", "<tmp>", text)
+
+
+def assert_gold(outputs: dict[str, str]) -> None:
+    """Compare each rendered output with tests/gold/NAME; GATE_UPDATE_GOLD=1 rewrites them."""
+    missing = []
+    for name, text in outputs.items():
+        path = GOLD / name
+        text = scrub(text)
+        if UPDATE_GOLD or not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            missing += [] if UPDATE_GOLD else [name]
+            continue
+        assert text == path.read_text(encoding="utf-8"), (
+            f"{name} differs from its gold file; rerun with GATE_UPDATE_GOLD=1 after reviewing the change"
+        )
+    if missing:
+        pytest.fail(f"gold files {missing} were missing and have been written; review and commit them")
