@@ -494,19 +494,24 @@ def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dic
     }
 
 
-def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
-    """Write the entry and the checkpoint that covers it into the dossier directory (atomically)."""
-    from gate.runner import write_text_atomic
-
-    receipt = {
+def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> dict[str, Any]:
+    """Proof of inclusion to keep outside the ledger: the entry's number and hash, and the signed
+    checkpoint whose head is that hash (`gate audit verify --checkpoint FILE` checks it later)."""
+    return {
         "ledger": str(ledger.path.resolve()),
         "origin": ledger.origin,
         "entry": {"seq": entry.seq, "hash": entry.hash, "kind": entry.kind},
         "checkpoint": checkpoint.model_dump(),
     }
-    path = out_dir / name
-    write_text_atomic(path, json.dumps(receipt, indent=2) + "\n")
-    return path
+
+
+def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
+    """Write the receipt of `entry` into the dossier directory (atomically)."""
+    from gate.atomic import write_bytes_atomic
+
+    return write_bytes_atomic(
+        out_dir / name, (json.dumps(receipt(ledger, entry, checkpoint), indent=2) + "\n").encode()
+    )
 
 
 def record_run(
