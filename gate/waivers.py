@@ -22,6 +22,7 @@ ledger entry number is the waiver's id. With no ledger, no waiver applies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -34,7 +35,7 @@ from gate.ledger import Entry, Ledger, LedgerError
 from gate.ledger_verify import verify_chain
 from gate.manifest import Record
 from gate.result import CheckResult, Status, Waiver
-from gate.signing import sha256_file
+from gate.signing import load_private_key, sha256_file, sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
 
@@ -83,6 +84,26 @@ class RecordedWaiver:
         )
 
 
+WAIVER_SIGNATURE_DOMAIN = "gate-waiver/v1"
+
+
+def _signed_part(grant: WaiverGrant) -> dict[str, Any]:
+    return grant.model_dump(mode="json", exclude={"signature"})
+
+
+def waiver_signer(key_path: Path) -> Callable[[WaiverGrant], dict[str, str]]:
+    """Sign a grant with the approver's key (from `gate keygen`): `gate waive --key KEY`."""
+    key = load_private_key(key_path)
+    return lambda grant: sign_statement(key, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant))
+
+
+def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None = None) -> str | None:
+    """None when the grant is unsigned or its signature verifies; else what is wrong."""
+    if grant.signature is None:
+        return None
+    return verify_statement(grant.signature, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant), trusted_keyids)
+
+
 def today_utc() -> date:
     return datetime.now(timezone.utc).date()
 
@@ -118,11 +139,11 @@ def grant_waiver(
     approver: str,
     expires: date,
     policy_dirs: list[Path] | None = None,
-    signer: Any = None,
+    signer: Callable[[WaiverGrant], dict[str, str]] | None = None,
 ) -> RecordedWaiver:
     """Record a waiver for CHECK of the manifest at `manifest_path`; the check must be in its plan.
 
-    `signer`: an optional callable(bytes) -> dict signing the canonical grant (see gate.approvals).
+    `signer`: optional, from `waiver_signer(KEY)`: the approver signs the grant.
     """
     name, checks = planned_checks(manifest_path, policy_dirs or [])
     if check not in checks:

@@ -171,3 +171,25 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> No
         ],
     )
     assert bad.exit_code == 2 and "not in this manifest's plan" in bad.output
+
+
+def test_a_signed_waiver_verifies_and_an_edited_one_does_not(write_manifest, ledger: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gate.attest import generate_keypair
+    from gate.waivers import check_waiver_signature, waiver_signer
+
+    key, _pub, keyid = generate_keypair(tmp_path / "alice")
+    with Ledger.open(ledger) as opened:
+        waiver = grant_waiver(
+            opened,
+            write_manifest(),
+            "cache-identity",
+            reason="r",
+            approver="alice",
+            expires=TODAY,
+            signer=waiver_signer(key),
+        )
+    assert waiver.grant.signature is not None and waiver.grant.signature["keyid"] == keyid
+    assert check_waiver_signature(waiver.grant, trusted_keyids=[keyid]) is None
+    assert "not trusted" in str(check_waiver_signature(waiver.grant, trusted_keyids=["0" * 64]))
+    edited = waiver.grant.model_copy(update={"expires": date(2031, 1, 1)})
+    assert check_waiver_signature(edited) == "the signature does not verify"

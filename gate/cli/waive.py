@@ -56,7 +56,7 @@ def command(
         path = resolve_ledger_path(ledger_path)
         signer = None
         if key_path is not None:
-            from gate.approvals import waiver_signer
+            from gate.waivers import waiver_signer
 
             signer = waiver_signer(key_path)
         with Ledger.open(path, key_path=ledger_key) as ledger:
