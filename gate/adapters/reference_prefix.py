@@ -20,6 +20,7 @@ hook; the cache and the model know nothing of them.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from gate.adapters.prefix_options import PrefixOptions
 from gate.models.reference import KVCache, ModelConfig, Transformer, build_model
 from gate.paths import UnknownFault
 from gate.prefix_cache import (
@@ -48,14 +50,16 @@ TOKENIZERS = ("tok-v1", "tok-v2")
 LORA_RANK = 4
 UPDATE_SCALE = 0.3
 """A weight update moves every matrix by this fraction of its own scale (a visible fine-tuning step)."""
-DEFAULT_BYTE_BUDGET = 64 << 20
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything that determines a worker's weights and its worker-level identity."""
 
+    base: Transformer = field(compare=False, hash=False)
+    """The checkpoint the worker was built from (seeded or trained weights)."""
     config: ModelConfig
+    """The base config with this worker's rope base and window."""
     seed: int
     device: str
     dtype: str
@@ -65,6 +69,10 @@ class WorkerSpec:
     """Seeds of the weight updates loaded since the base checkpoint, in order."""
     adapter_updates: tuple[tuple[str, int], ...] = ()
     """(adapter, seed) of the adapter updates loaded, in order."""
+
+    @property
+    def base_id(self) -> int:
+        return id(self.base)
 
     def adapter_seeds(self, name: str) -> tuple[int, ...]:
         return tuple(seed for n, seed in self.adapter_updates if n == name)
@@ -101,18 +109,27 @@ def _weights_digest(model: Transformer) -> str:
     return "sha256:" + digest.hexdigest()[:16]
 
 
-@lru_cache(maxsize=32)
 def _built(spec: WorkerSpec, adapter: str | None) -> tuple[Transformer, str]:
-    """The worker's model (with `adapter` applied) and the revision digest of its base weights."""
-    model = build_model(spec.config, seed=spec.seed, device=spec.device, dtype=DTYPES[spec.dtype])
+    """The worker's model (with `adapter` applied) and the revision digest of its checkpoint."""
+    return _memo(spec, spec.base_id, adapter)
+
+
+@lru_cache(maxsize=32)
+def _memo(spec: WorkerSpec, base_id: int, adapter: str | None) -> tuple[Transformer, str]:
+    base = spec.base
+    if spec.config == base.config:
+        model = copy.deepcopy(base)
+    else:  # same weights under another rope base or window (inv_freq is rebuilt from the config)
+        model = build_model(spec.config, device=spec.device, dtype=DTYPES[spec.dtype])
+        model.load_state_dict(base.state_dict())
     for seed in spec.weight_updates:
         _perturb(model, seed, UPDATE_SCALE, lambda name: "embeddings" not in name)
+    revision = _weights_digest(model)  # the checkpoint; the tokenizer revision is its own field
     if spec.tokenizer == "tok-v2":  # id i of tok-v2 is id perm[i] of the model's own vocabulary
         perm = torch.randperm(spec.config.vocab_size, generator=torch.Generator().manual_seed(7))
         with torch.no_grad():
             for table in (model.tok_embeddings.weight, model.output.weight):
                 table.copy_(table[perm.to(table.device)])
-    revision = _weights_digest(model)
     if adapter is not None:
         _lora(model, adapter, spec.adapter_seeds(adapter))
     return model, revision
@@ -475,9 +492,10 @@ class PrefixWorker:
 
 
 def build(model: Transformer, options: Any, *, device: str, dtype: str, seed: int) -> PrefixWorker:
-    """The `prefix-cache` path builder of the reference adapter (PATHS table)."""
-    spec = WorkerSpec(
-        config=model.config, seed=seed, device=device, dtype=dtype, kv_dtype=getattr(options, "kv_dtype", None) or dtype
-    )
-    budget = getattr(options, "cache_bytes", None) or DEFAULT_BYTE_BUDGET
-    return PrefixWorker.create(spec, block_size=options.block_size, byte_budget=budget)
+    """The `prefix-cache` path builder of the reference adapter (its PATHS table)."""
+    settings = getattr(options, "prefix", None) or PrefixOptions()
+    kv_dtype = settings.kv_dtype or dtype
+    spec = WorkerSpec(base=model, config=model.config, seed=seed, device=device, dtype=dtype, kv_dtype=kv_dtype)
+    worker = PrefixWorker.create(spec, block_size=options.block_size, byte_budget=settings.cache_bytes)
+    fault = getattr(options, "fault", None)
+    return worker.with_fault(fault) if fault else worker

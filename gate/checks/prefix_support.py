@@ -8,7 +8,7 @@ the answer). Reuse beyond that is state the request was not entitled to, however
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,17 +148,21 @@ class RequestLog:
         label: str,
         tokens: Sequence[int],
         key: Hashable,
-        oracle: torch.Tensor | None = None,
+        oracle: Oracle | None = None,
         **request: Any,
     ) -> Served:
-        """Serve `tokens`, compare the computed rows with `oracle` ([T, V] logits of an uncached
-        pass for the same identity) when given, and record the request for entitlement."""
+        """Serve `tokens` and record it for entitlement. `oracle(tokens)` gives uncached logits
+        [len(tokens), V] under the same identity; it is called on the prompt followed by the
+        reply's continuation, and the computed prompt rows and continuation rows are compared."""
         entitled = self.ledger.entitled(tokens, key)
         reply = worker.request(tokens, **request)
         served = Served(label, list(tokens), entitled, reply)
         if oracle is not None:
-            rows = oracle[reply.computed_positions].to(reply.logits.device)
-            cmp = compare_rows(rows, reply.logits, self.tol)
+            full = oracle([*tokens, *reply.continuation[:-1]]).float()
+            last = len(tokens) - 1
+            rows = full[reply.computed_positions + list(range(last + 1, last + len(reply.continuation)))]
+            cand = torch.cat([reply.logits, reply.continuation_logits[1:]])
+            cmp = compare_rows(rows.to(cand.device), cand, self.tol)
             served.max_abs_delta = float(cmp.max_abs_delta.max())
             served.argmax_flips = int(cmp.failed.sum())
             served.over_tolerance = int(cmp.over_tolerance.sum())
@@ -193,9 +197,45 @@ class RequestLog:
         return torch.cat([reuse, *rows])
 
 
-def reference_logits(ctx: CheckContext, tokens: Sequence[int]) -> torch.Tensor:
-    """[T, V] float32 logits of one full pass of the reference path."""
-    return ctx.reference.full_logits(torch.tensor([list(tokens)], device=ctx.device))[0].float()
+Oracle = Callable[[Sequence[int]], torch.Tensor]
+"""token ids -> [T, V] float32 logits of an uncached computation under the request's identity."""
+
+
+def reference_oracle(ctx: CheckContext) -> Oracle:
+    """One full pass of the reference path (the base identity: no adapter, the worker's model)."""
+
+    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+        return ctx.reference.full_logits(torch.tensor([list(tokens)], device=ctx.device))[0].float()
+
+    return oracle
+
+
+def recompute_oracle(worker: PrefixCaching, adapter: str | None = None) -> Oracle:
+    """The worker's own uncached pass under an identity the reference path cannot express
+    (an adapter, another tokenizer, rope, window or KV dtype)."""
+
+    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+        return worker.recompute(tokens, adapter=adapter).logits
+
+    return oracle
+
+
+def broken_rules(served: Served) -> list[str]:
+    """The cache rules a request's reuse broke, read from what it reused (blind to any fault)."""
+    s = served.reply.stats
+    rules = []
+    if any(at != made for at, made in zip(s.served_at, s.served_from, strict=True)):
+        rules.append("position: blocks were served at other offsets than they were computed at")
+    if len(s.reused_spans) > 1 or (s.reused_spans and s.reused_spans[0][0] != 0):
+        rules.append(
+            "order: blocks were reused after an earlier block missed (a block's state depends on "
+            "every earlier token, seed 003)"
+        )
+    if served.excess and not rules:
+        rules.append(
+            "entitlement: state was reused beyond the prefix shared with an earlier request of the same identity"
+        )
+    return rules
 
 
 def describe_excess(served: Served) -> str:
