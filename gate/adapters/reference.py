@@ -10,6 +10,7 @@ Paths (`path:`) are a small table from name to a builder, imported only when a r
     dynamic   KV cache that grows in blocks of `block_size` slots, one-shot prefill
     static    preallocated KV cache of `max_len` slots (gpt-fast), one-shot prefill
     chunked   static cache, prompts and appends processed in chunks of `chunk_size` tokens
+    prefix-cache  cross-request block prefix cache, settings in `prefix:` (reference_prefix.py)
 
 A new path is one line in `PATHS` plus its own module exposing `build(model, options, ...)`
 (see `gate.adapters.reference_paths.build_cached` for the shape). `fault:` builds the path and
@@ -24,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gate.adapters.prefix_options import PREFIX_FAULTS, PrefixOptions
 from gate.faults import FAULT_NAMES
 
 PRESET_NAMES = ("tiny", "tiny-abs", "tiny-draft", "small")
@@ -34,6 +36,7 @@ PATHS: dict[str, str] = {
     "dynamic": "gate.adapters.reference_paths:build_cached",
     "static": "gate.adapters.reference_paths:build_cached",
     "chunked": "gate.adapters.reference_paths:build_cached",
+    "prefix-cache": "gate.adapters.reference_prefix:build",
 }
 """Path name -> "module:function" builder, called as `fn(model, options, device=, dtype=, seed=)`."""
 
@@ -74,6 +77,8 @@ class Options(BaseModel):
     """Slots per allocation block of the dynamic layout (also the block the truncation fault drops)."""
     fault: str | None = None
     """Apply this fault (gate.faults) to the built path: a deliberately broken candidate."""
+    prefix: PrefixOptions | None = None
+    """path: prefix-cache: byte budget and KV dtype of the cross-request cache (prefix_options.py)."""
 
     @field_validator("preset")
     @classmethod
@@ -92,14 +97,19 @@ class Options(BaseModel):
     @field_validator("fault")
     @classmethod
     def _known_fault(cls, value: str | None) -> str | None:
-        if value is not None and value not in FAULT_NAMES:
-            raise ValueError(f"unknown fault {value!r} (known: {', '.join(FAULT_NAMES)})")
+        if value is not None and value not in FAULT_NAMES and value not in PREFIX_FAULTS:
+            raise ValueError(f"unknown fault {value!r} (known: {', '.join(FAULT_NAMES + PREFIX_FAULTS)})")
         return value
 
     @model_validator(mode="after")
     def _consistent_shape(self) -> Options:
         if self.fault is not None and self.path == "full" and self.fault != "sliding-window-mask":
             raise ValueError(f"fault {self.fault!r} needs a cached path; path 'full' has no cache")
+        if self.fault is not None and (self.fault in PREFIX_FAULTS) != (self.path == "prefix-cache"):
+            raise ValueError(f"fault {self.fault!r} does not apply to path {self.path!r} "
+                             "(gate.prefix_faults apply to path 'prefix-cache' only)")
+        if self.prefix is not None and self.path != "prefix-cache":
+            raise ValueError("option 'prefix' applies only to path 'prefix-cache'")
         return self
 
     def overrides(self) -> dict[str, Any]:
