@@ -1,0 +1,262 @@
+"""`gate audit list|show|trace|verify|checkpoint`: read and verify the audit ledger, offline."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gate.cli.common import user_errors
+from gate.cli.ledger_options import ledger_option
+
+pub_key_option = click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Trusted public key (PEM) of the run signer and of approvers; repeat. Without it, runs are "
+    "checked against the signer the ledger recorded and approvals only for self-consistency.",
+)
+
+
+def _open(ledger_path: Path | None) -> Any:
+    from gate.ledger import Ledger, resolve_ledger_path
+
+    return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
+
+
+def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
+    from gate.signing import keyid_of, load_public_key
+
+    return [keyid_of(load_public_key(k)) for k in keys] or None
+
+
+def _since(text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        return (
+            datetime.fromisoformat(text)
+            if "T" in text
+            else datetime.combine(date.fromisoformat(text), datetime.min.time())
+        ).isoformat()
+    except ValueError:
+        from gate.errors import InputError
+
+        raise InputError("--since", f"{text!r} is not a date (YYYY-MM-DD) or an ISO time") from None
+
+
+def _summary(body: dict[str, Any]) -> str:
+    kind = body.get("kind")
+    if kind == "run":
+        change = body.get("change") or {}
+        commit = str(change.get("commit") or "-")[:12]
+        approx = " approximate" if body.get("approximate") else ""
+        return (
+            f"{str(body.get('verdict')).upper():<17} {(body.get('manifest') or {}).get('name')} "
+            f"[{body.get('intervention')}/{body.get('claim')}{approx}] commit {commit}"
+        )
+    if kind == "approval":
+        return (
+            f"{'APPROVED':<17} {(body.get('manifest') or {}).get('name')} by {body.get('approver')} "
+            f"(dossier {str(body.get('statement_sha256'))[:12]}, run #{body.get('run_entry')})"
+        )
+    if kind == "waiver":
+        return (
+            f"{'WAIVER':<17} {body.get('check')} of {body.get('manifest_name')} by {body.get('approver')} "
+            f"until {body.get('expires')}"
+        )
+    return str(kind)
+
+
+@click.group("audit")
+def command() -> None:
+    """Read and verify the audit ledger (runs, approvals, waivers), offline."""
+
+
+@command.command("list")
+@click.option("--approximate", is_flag=True, help="Only approximate changes (runs, their approvals and waivers).")
+@click.option("--since", help="Only entries at or after DATE (YYYY-MM-DD or ISO time, UTC).")
+@click.option("--kind", type=click.Choice(["run", "approval", "waiver"]), help="Only entries of this kind.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@ledger_option
+def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """List ledger entries, oldest first."""
+    with user_errors():
+        after = _since(since)
+        with _open(ledger_path) as ledger:
+            entries = list(ledger.entries())
+    approx_names = {
+        (e.body.get("manifest") or {}).get("name") for e in entries if e.kind == "run" and e.body.get("approximate")
+    }
+    for entry in entries:
+        body = entry.body
+        if kind and entry.kind != kind:
+            continue
+        if after and entry.time < after:
+            continue
+        if approximate:
+            name = (body.get("manifest") or {}).get("name") or body.get("manifest_name")
+            if not (body.get("approximate") or entry.kind == "approval" or name in approx_names):
+                continue
+        if as_json:
+            click.echo(json.dumps({"id": entry.seq, "hash": entry.hash, **body}, sort_keys=True))
+        else:
+            click.echo(f"#{entry.seq:<5} {entry.time}  {entry.kind:<8} {_summary(body)}")
+
+
+@command.command("show")
+@click.argument("entry_id", metavar="ID", type=int)
+@ledger_option
+def show(entry_id: int, ledger_path: Path | None) -> None:
+    """Show entry ID: its body, hash, link and the signed checkpoint that covers it."""
+    with user_errors(), _open(ledger_path) as ledger:
+        entry = ledger.get(entry_id)
+        checkpoint = ledger.checkpoint(entry_id)
+    if entry is None:
+        click.echo(f"gate: no entry #{entry_id}", err=True)
+        sys.exit(2)
+    click.echo(f"entry     #{entry.seq} ({entry.kind}, {entry.time})")
+    click.echo(f"hash      {entry.hash}")
+    click.echo(f"prev      {entry.prev}")
+    if checkpoint is not None:
+        click.echo(
+            f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]}, key {checkpoint.keyid[:16]}, "
+            f"signed {checkpoint.time}"
+        )
+    click.echo(json.dumps(entry.body, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _echo(ok: bool | None, text: str) -> None:
+    mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
+    click.echo(f"{mark} {text}", err=ok is False)
+
+
+@command.command("trace")
+@click.argument("ref", metavar="COMMIT|DIGEST")
+@click.option(
+    "--dossier",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Where the dossier is now, if not at the path the ledger recorded.",
+)
+@pub_key_option
+@ledger_option
+def trace_(ref: str, dossier: Path | None, keys: tuple[Path, ...], ledger_path: Path | None) -> None:
+    """From a commit (or any digest the ledger recorded) to its dossier, approvals and waivers, verified.
+
+    Exit 0 when everything found verifies, 1 when something does not, 2 when nothing matches.
+    """
+    from gate.audit import trace
+
+    with user_errors(), _open(ledger_path) as ledger:
+        report, traces = trace(ledger, ref, dossier=dossier, trusted_keys=list(keys), approver_keyids=_keyids(keys))
+    if not traces:
+        click.echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {7}+ characters)", err=True)
+        sys.exit(2)
+    ok = report.ok
+    for item in traces:
+        body = item.run.body
+        click.echo(f"run #{item.run.seq} ({item.run.time}): {_summary(body)}")
+        click.echo(f"  dossier   {item.dossier}")
+        click.echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
+        for finding in item.findings:
+            _echo(finding.ok, finding.text)
+        for waiver in item.waivers:
+            applied = waiver.seq in (body.get("waivers") or [])
+            _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}")
+        ok = ok and item.ok
+    bad = report.first_bad()
+    if bad is None:
+        _echo(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
+    else:
+        _echo(False, f"ledger: {bad.message}")
+    if not keys:
+        _echo(None, "no --key given: trust rests on the signer the ledger recorded; pin keys with --key")
+    click.echo("VERIFIED" if ok else "NOT VERIFIED")
+    sys.exit(0 if ok else 1)
+
+
+@command.command("verify")
+@click.option(
+    "--checkpoint",
+    "held",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="A checkpoint held elsewhere: a file from `gate audit checkpoint`, a dossier's ledger.json "
+    "or approval.json, or a dossier directory. Repeat.",
+)
+@click.option(
+    "--ledger-pub",
+    "pinned",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The ledger's expected public key (ledger.pub); repeat to allow a rotation.",
+)
+@click.option(
+    "--approver-key",
+    "approvers",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Trusted approver public key; repeat. Approvals and signed waivers by other keys fail.",
+)
+@ledger_option
+def verify_(
+    held: tuple[Path, ...], pinned: tuple[Path, ...], approvers: tuple[Path, ...], ledger_path: Path | None
+) -> None:
+    """Verify the chain, every checkpoint and every signature; name the first bad entry (exit 1)."""
+    from gate.audit import held_checkpoints, verify_ledger
+
+    with user_errors(), _open(ledger_path) as ledger:
+        trusted = [cp for path in held for cp in held_checkpoints(path)]
+        report = verify_ledger(
+            ledger, trusted=trusted, pinned_keyids=_keyids(pinned), approver_keyids=_keyids(approvers)
+        )
+        keyid = ledger.keyid
+    chain = report.chain
+    bad = report.first_bad()
+    if bad is None:
+        click.echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
+        click.echo(
+            f"ok   {chain.checkpoints} checkpoints verify ({len(trusted)} held outside the ledger); "
+            f"ledger key {keyid[:16]}"
+        )
+        if not pinned:
+            _echo(None, "no --ledger-pub given: the ledger's key is not pinned")
+        click.echo("VERIFIED")
+        sys.exit(0)
+    where = f"entry #{bad.seq}" if bad.seq is not None else "the ledger"
+    click.echo(f"FAIL first bad: {where}: {bad.message}", err=True)
+    for problem in report.problems:
+        if problem is not bad:
+            click.echo(f"FAIL {problem.message}", err=True)
+    click.echo(f"NOT VERIFIED: {chain.verified} of {chain.size} entries verify", err=True)
+    sys.exit(1)
+
+
+@command.command("checkpoint")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the checkpoint here (default: stdout).",
+)
+@ledger_option
+def checkpoint_(out_path: Path | None, ledger_path: Path | None) -> None:
+    """Export the latest signed checkpoint, to keep somewhere the ledger's writers cannot reach."""
+    with user_errors(), _open(ledger_path) as ledger:
+        checkpoint = ledger.checkpoint()
+    if checkpoint is None:
+        click.echo("gate: the ledger is empty", err=True)
+        sys.exit(2)
+    text = checkpoint.model_dump_json(indent=2) + "\n"
+    if out_path is None:
+        click.echo(text, nl=False)
+    else:
+        from gate.atomic import write_bytes_atomic
+
+        write_bytes_atomic(out_path, text.encode())
+        click.echo(f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]} -> {out_path}")
