@@ -221,3 +221,17 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
     with Ledger.open(path, writable=False) as ledger:
         seen = sorted((e.body["writer"], e.body["i"]) for e in ledger.entries())
     assert seen == [(w, i) for w in range(writers) for i in range(count)]
+
+
+def test_checking_only_the_latest_signature_still_catches_a_relinked_edit(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    conn = _raw(path)
+    prev = GENESIS
+    for seq, body in conn.execute("SELECT seq, body FROM entries ORDER BY seq").fetchall():
+        body = body.replace('"i":1', '"i":100') if seq == 2 else body
+        digest = entry_hash(seq, prev, body.encode())
+        conn.execute("UPDATE entries SET body = ?, prev = ?, hash = ? WHERE seq = ?", (body, prev, digest, seq))
+        prev = digest
+    with Ledger.open(path, writable=False) as ledger:
+        quick = verify_chain(ledger, every_checkpoint=False)
+    assert quick.checkpoints == 0 and not quick.ok and "rewritten" in quick.problems[0].message
