@@ -15,16 +15,16 @@ Pure numpy and scipy; no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 MIN_EXPECTED = 5.0
 
 
-def pool_cells(expected: Sequence[float] | np.ndarray, min_expected: float = MIN_EXPECTED) -> list[list[int]]:
+def pool_cells(expected: npt.ArrayLike, min_expected: float = MIN_EXPECTED) -> list[list[int]]:
     """Groups of cell indices such that each group's expected count is >= `min_expected`.
 
     Cells at or above the threshold stay alone; smaller ones are merged smallest-first, and a
@@ -67,7 +67,7 @@ class GTest:
     """Samples in cells where π0 is zero."""
 
 
-def g_test(observed: Sequence[float], probs: Sequence[float], min_expected: float = MIN_EXPECTED) -> GTest:
+def g_test(observed: npt.ArrayLike, probs: npt.ArrayLike, min_expected: float = MIN_EXPECTED) -> GTest:
     """G-test of counts against exact cell probabilities (which must sum to 1 over the support)."""
     o = np.asarray(observed, dtype=float)
     p = np.asarray(probs, dtype=float)
@@ -86,7 +86,7 @@ def g_test(observed: Sequence[float], probs: Sequence[float], min_expected: floa
 
 
 def power(
-    null: Sequence[float], alternative: Sequence[float], n: int, alpha: float, min_expected: float = MIN_EXPECTED
+    null: npt.ArrayLike, alternative: npt.ArrayLike, n: int, alpha: float, min_expected: float = MIN_EXPECTED
 ) -> float:
     """Probability that the G-test at level `alpha` rejects π0 with n samples drawn from π1.
 
@@ -108,8 +108,8 @@ def power(
 
 
 def required_samples(
-    null: Sequence[float],
-    alternative: Sequence[float],
+    null: npt.ArrayLike,
+    alternative: npt.ArrayLike,
     alpha: float,
     target_power: float,
     n_max: int,

@@ -11,6 +11,12 @@ Paths (`path:`) are a small table from name to a builder, imported only when a r
     static    preallocated KV cache of `max_len` slots (gpt-fast), one-shot prefill
     chunked   static cache, prompts and appends processed in chunks of `chunk_size` tokens
     prefix-cache  cross-request block prefix cache, settings in `prefix:` (reference_prefix.py)
+    speculative  draft-then-verify sampling, draft and k in `speculative:` (reference_speculative.py)
+    quantized    int8/int4 KV codes, dequantised on read, settings in `quant:` (reference_approx.py)
+    evicting     sink-plus-window KV eviction (StreamingLLM), settings in `evict:` (reference_approx.py)
+
+`weights:` loads trained weights (a shipped name such as `copy-model`, or a .safetensors path,
+gate.models.trained) instead of seeded random ones; the file's config replaces the preset.
 
 A new path is one line in `PATHS` plus its own module exposing `build(model, options, ...)`
 (see `gate.adapters.reference_paths.build_cached` for the shape). `fault:` builds the path and
@@ -25,7 +31,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gate.adapters.approx_options import EvictOptions, QuantOptions
 from gate.adapters.prefix_options import PREFIX_FAULTS, PrefixOptions
+from gate.adapters.reference_speculative import SpeculativeOptions
 from gate.faults import FAULT_NAMES
 
 PRESET_NAMES = ("tiny", "tiny-abs", "tiny-draft", "small")
@@ -37,6 +45,9 @@ PATHS: dict[str, str] = {
     "static": "gate.adapters.reference_paths:build_cached",
     "chunked": "gate.adapters.reference_paths:build_cached",
     "prefix-cache": "gate.adapters.reference_prefix:build",
+    "speculative": "gate.adapters.reference_speculative:build_speculative",
+    "quantized": "gate.adapters.reference_approx:build_quantized",
+    "evicting": "gate.adapters.reference_approx:build_evicting",
 }
 """Path name -> "module:function" builder, called as `fn(model, options, device=, dtype=, seed=)`."""
 
@@ -79,6 +90,14 @@ class Options(BaseModel):
     """Apply this fault (gate.faults) to the built path: a deliberately broken candidate."""
     prefix: PrefixOptions | None = None
     """path: prefix-cache: byte budget and KV dtype of the cross-request cache (prefix_options.py)."""
+    speculative: SpeculativeOptions | None = None
+    """path: speculative: draft model, draft length k and sampler fault (reference_speculative.py)."""
+    quant: QuantOptions | None = None
+    """path: quantized: bits, group size and key axis of the KV codes (reference_approx.py)."""
+    evict: EvictOptions | None = None
+    """path: evicting: window, attention sinks and prefill chunk (reference_approx.py)."""
+    weights: str | None = None
+    """Trained weights: a shipped name (copy-model) or a .safetensors path; replaces preset and overrides."""
 
     @field_validator("preset")
     @classmethod
@@ -110,6 +129,14 @@ class Options(BaseModel):
                              "(gate.prefix_faults apply to path 'prefix-cache' only)")
         if self.prefix is not None and self.path != "prefix-cache":
             raise ValueError("option 'prefix' applies only to path 'prefix-cache'")
+        if self.speculative is not None and self.path != "speculative":
+            raise ValueError("option 'speculative' applies only to path 'speculative'")
+        if self.quant is not None and self.path != "quantized":
+            raise ValueError("option 'quant' applies only to path 'quantized'")
+        if self.evict is not None and self.path != "evicting":
+            raise ValueError("option 'evict' applies only to path 'evicting'")
+        if self.path == "evicting" and self.evict is None:
+            raise ValueError("path 'evicting' needs `evict: {window: N}`")
         return self
 
     def overrides(self) -> dict[str, Any]:

@@ -1,0 +1,33 @@
+"""Shared by the speculative-decoding checks: the capability test and seeded prompts."""
+
+from __future__ import annotations
+
+import torch
+
+from gate.checks.api import CheckContext
+from gate.paths import SpeculativePath
+
+
+class NotSpeculative(TypeError):
+    """The candidate path cannot sample speculatively."""
+
+
+def speculative_candidate(ctx: CheckContext) -> SpeculativePath:
+    """The candidate as a SpeculativePath, or a clear error naming the capability it lacks."""
+    if not isinstance(ctx.candidate, SpeculativePath):
+        raise NotSpeculative(
+            f"candidate path {ctx.candidate.name!r} offers no speculative sampling (gate.paths.SpeculativePath: "
+            "sample, target_next_token_probs, draft_next_token_probs, num_draft_tokens)"
+        )
+    return ctx.candidate
+
+
+def seeded_prompts(vocab: int, batch: int, length: int, seed: int, device: str) -> torch.Tensor:
+    """[batch, length] int64 prompts drawn from a generator seeded with `seed` (on CPU, then moved)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length), generator=gen).to(device)
+
+
+def sampling_generator(seed: int, device: str) -> torch.Generator:
+    """The generator every sampling call of a check draws from."""
+    return torch.Generator(device=torch.device(device)).manual_seed(seed)

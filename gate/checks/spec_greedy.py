@@ -1,0 +1,111 @@
+"""spec-greedy: greedy speculative decoding reproduces the target's own greedy continuation.
+
+Under greedy decoding (temperature 0: p and q are one-hot), a drafted token is accepted exactly
+when it is the target's argmax, and a rejection is replaced by the target's argmax; the output must
+equal the target's greedy continuation token for token. The check also demands proof that the
+speculative machinery ran: drafts proposed, and some rejected (a draft that always agrees with the
+target, or is never consulted, exercises nothing). Equality here says nothing about sampling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from gate.checks._spec import sampling_generator, seeded_prompts, speculative_candidate
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.manifest import GreedyTokensClaim
+from gate.paths import DecodePath
+
+
+class SpecGreedyParams(Params):
+    n_tokens: int | None = Field(default=None, ge=1, le=4096)
+    """Continuation length; default: the longest of a greedy-tokens claim's lengths, else 32."""
+    prompts: int = Field(default=8, ge=1, le=1024)
+    """Seeded random prompts decoded as one batch."""
+    prompt_len: int = Field(default=8, ge=1, le=4096)
+    """Tokens per prompt."""
+    min_rejections: int = Field(default=1, ge=1)
+    """Rejected drafts required as proof that verification ran."""
+
+
+def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """The target's own greedy continuation by full passes: [B, T0] -> [B, n_tokens]."""
+    tokens = prompts
+    with torch.no_grad():
+        for _ in range(n_tokens):
+            tokens = torch.cat([tokens, reference.full_logits(tokens)[:, -1].argmax(-1, keepdim=True)], 1)
+    return tokens[:, prompts.shape[1] :]
+
+
+@check("spec-greedy", params=SpecGreedyParams)
+def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
+    """Greedy speculative continuations equal the target's own, with drafts proposed and some rejected."""
+    spec = speculative_candidate(ctx)
+    claim = ctx.manifest.claim
+    lengths = sorted(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []
+    n = p.n_tokens or (lengths[-1] if lengths else 32)
+    lengths = [m for m in lengths if m <= n] or [n]
+    prompts = seeded_prompts(ctx.reference.vocab_size, p.prompts, p.prompt_len, ctx.seed, ctx.device)
+
+    expected = target_greedy(ctx.reference, prompts, n).cpu()
+    out = spec.sample(prompts, n, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device))
+    got, stats = out.tokens.cpu(), out.stats
+
+    differs = got != expected  # [B, n]
+    first = [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
+    diverged = [f for f in first if f is not None]
+    by_length = {str(m): int((~differs[:, :m].any(1)).sum()) for m in lengths}
+    metrics: dict[str, Any] = {
+        "sequences": p.prompts,
+        "n_tokens": n,
+        "k": spec.num_draft_tokens,
+        "matching_sequences": by_length[str(n)],
+        "acceptance_rate": round(stats.acceptance_rate, 6),
+        "tokens_per_target_pass": round(stats.tokens_per_target_pass, 6),
+        "rejections": stats.rejections,
+    }
+    evidence: dict[str, Any] = {
+        "matching_by_length": by_length,
+        "first_divergence": first,
+        "efficiency": stats.as_dict(),
+        "example": {"target": expected[0].tolist()[:64], "candidate": got[0].tolist()[:64]},
+    }
+    exercise = {**stats.as_dict(), "path": ctx.candidate.name}
+    observation = got.to(torch.float64)
+
+    problems = []
+    if diverged:
+        row = first.index(min(diverged))
+        problems.append(
+            f"{len(diverged)}/{p.prompts} greedy continuations differ from the target's own; first at "
+            f"token {min(diverged)} of sequence {row} (target {int(expected[row, min(diverged)])}, "
+            f"speculative {int(got[row, min(diverged)])})"
+        )
+    if stats.proposed == 0 or stats.rejections < p.min_rejections:
+        problems.append(
+            f"exercises nothing: {stats.proposed} drafts proposed, {stats.rejections} rejected "
+            f"(acceptance {stats.acceptance_rate:.4f}); verification never had to correct the draft"
+        )
+    if problems:
+        return Outcome(
+            "fail",
+            "; ".join(problems),
+            metrics,
+            evidence,
+            exercise,
+            detected_at=min(diverged) if diverged else None,
+            observation=observation,
+        )
+    return Outcome(
+        "pass",
+        f"{p.prompts} greedy continuations of {n} tokens equal the target's own "
+        f"(k={spec.num_draft_tokens}; {stats.proposed} drafts proposed, {stats.accepted} accepted, "
+        f"{stats.rejections} rounds corrected)",
+        metrics,
+        evidence,
+        exercise,
+        observation=observation,
+    )
