@@ -232,7 +232,7 @@ def _check_dossier(trace: RunTrace, trusted: list[Path]) -> None:
             add(Finding(False, "no key to verify the attestation (pass --key RUN.pub)"))
             return
         report = verify_envelope(out, keys, require_all=False)
-    from gate.ledger import statement_digest
+    from gate.run_record import statement_digest
 
     if statement_digest(out / ENVELOPE_NAME) != dossier["statement_sha256"]:
         add(Finding(False, f"{ENVELOPE_NAME}: its statement is not the one the ledger recorded"))

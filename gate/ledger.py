@@ -45,7 +45,6 @@ from gate.signing import (
     load_private_key,
     public_key_b64,
     public_key_from_b64,
-    sha256_file,
 )
 
 LEDGER_VERSION = 1
@@ -408,90 +407,6 @@ class Ledger:
 RUN_KIND = "run"
 RECEIPT = "ledger.json"
 """Written into a dossier directory after its run is recorded: the entry and a signed checkpoint."""
-DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
-ATTESTATION = "attestation.dsse.json"
-
-
-def statement_digest(envelope_path: Path) -> str | None:
-    """sha256 of a DSSE envelope's payload (the signed in-toto statement): the dossier's digest.
-
-    It names every signed file by digest and does not change when a signature is added, so an
-    approval binds to it rather than to the envelope file.
-    """
-    if not envelope_path.is_file():
-        return None
-    try:
-        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
-        return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _envelope_keyids(envelope_path: Path) -> list[str]:
-    try:
-        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
-        return [str(s.get("keyid", "")) for s in envelope.get("signatures", [])]
-    except (OSError, ValueError, AttributeError):
-        return []
-
-
-def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dict[str, Any]:
-    """The ledger body of a run: what was judged, the verdict, and the digest of every output."""
-    manifest = result.manifest
-    change = manifest.get("change") or {}
-    files = {name: sha256_file(out_dir / name) for name in DOSSIER_FILES if (out_dir / name).is_file()}
-    signer = None
-    if sign_key is not None and sign_key.is_file():
-        try:
-            pub = load_private_key(sign_key).public_key()
-            signer = {"keyid": keyid_of(pub), "public_key": public_key_b64(pub)}
-        except GateError:
-            signer = None
-    return {
-        "manifest": {
-            "name": manifest.get("name"),
-            "path": result.manifest_digest.path,
-            "sha256": result.manifest_digest.sha256,
-        },
-        "intervention": manifest.get("intervention"),
-        "claim": (manifest.get("claim") or {}).get("level"),
-        "approximate": bool(result.plan.get("approximate")),
-        "policies": [{"path": d.path, "sha256": d.sha256} for d in result.policies],
-        "verdict": result.verdict.value,
-        "exit_code": result.exit_code,
-        "summary": result.summary,
-        "change": {
-            "repository": change.get("repository"),
-            "pull_request": change.get("pull-request"),
-            "commit": change.get("commit"),
-        },
-        "dossier": {
-            "dir": str(out_dir.resolve()),
-            "files": files,
-            "statement_sha256": statement_digest(out_dir / ATTESTATION),
-            "signature_keyids": _envelope_keyids(out_dir / ATTESTATION),
-        },
-        "signer": signer,
-        "checks": [
-            {
-                "check": c.check,
-                "status": c.status.value,
-                "severity": c.severity,
-                **({"waiver": c.waiver.ledger_id, "waiver_expired": c.waiver.expired} if c.waiver else {}),
-            }
-            for c in result.checks
-        ],
-        "waivers": sorted(
-            {
-                c.waiver.ledger_id
-                for c in result.checks
-                if c.waiver and not c.waiver.expired and c.waiver.ledger_id is not None
-            }
-        ),
-        "gate_version": result.gate_version,
-        "started_at": result.started_at,
-        "finished_at": result.finished_at,
-    }
 
 
 def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -522,6 +437,8 @@ def record_run(
     `result` is the run's GateResult; call this after every output (and the attestation) is
     written, so their digests are the final ones.
     """
+    from gate.run_record import run_payload
+
     payload = run_payload(result, out_dir, sign_key)
     with Ledger.open(ledger_path, key_path=key_path) as ledger:
         entry, checkpoint = ledger.append(RUN_KIND, payload)
