@@ -86,6 +86,7 @@ def test_from_a_commit_alone_an_auditor_finds_and_verifies_everything(world: dic
     text = traced.output
     assert f"dossier   {world['out'].resolve()}" in text
     assert "ok   results.json: sha256 matches the ledger" in text
+    assert "ok   manifest.yaml: sha256 matches the ledger" in text
     assert "ok   attestation signed by" in text
     assert "ok   approval #3 by alice" in text
     assert "waiver #1: WAIVER" in text and "quality-slices of kv-int8 by bob" in text and "(applied)" in text
