@@ -18,7 +18,7 @@ from gate.report import build_report, render_html, render_markdown, write_output
 from gate.report.build import Signing
 from gate.report.evidence import read_evidence
 from gate.report.github import publish, workflow_commands
-from gate.result import GateResult, Status
+from gate.result import GateResult, Status, Verdict
 
 # Report data ------------------------------------------------------------------------------------
 
@@ -273,3 +273,19 @@ def test_report_evidence_doc_lists_every_consumed_key() -> None:
     for key in (*evidence.SWEEP_KEYS, *evidence.DISTRIBUTION_KEYS, *evidence.SLICE_KEYS, *evidence.DIAGNOSIS_KEYS):
         assert f"`{key}`" in doc, key
     assert "`detected_at`" in doc or "detected_at" in doc
+
+
+def test_awaiting_approval_banner() -> None:
+    result = fx.slice_run().model_copy(update={"verdict": Verdict.awaiting_approval, "exit_code": 4, "checks": []})
+    data = build_report(result)
+    assert (data.banner.label, data.banner.tone) == ("AWAITING APPROVAL", "await")
+    assert "⏳ gate: AWAITING APPROVAL · UNSIGNED" in render_markdown(data)
+    assert "AWAITING APPROVAL" in render_html(data)
+
+
+def test_ties_as_flags_and_tolerance_from_params() -> None:
+    evidence = {"lengths": [1, 10, 100], "max_abs_delta": [1e-6, 1e-5, 1e-2], "ties": [False, True, False]}
+    views = read_evidence(evidence, tolerance_hint=1e-3)
+    assert views.sweep is not None and len(views.sweep.ties) == 1
+    assert views.sweep.ties[0].x == views.sweep.markers[1].x
+    assert views.sweep.tolerance_label == "tolerance 0.001" and views.first_failing_length == 100

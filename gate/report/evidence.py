@@ -18,7 +18,18 @@ from gate.report.model import Diagnosis, Distribution, KeyValue, SliceRow, Table
 from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
 
 SWEEP_KEYS = ("lengths", "max_abs_delta", "argmax_agree", "ties", "tolerance")
-DISTRIBUTION_KEYS = ("categories", "observed", "expected", "statistic", "p_value", "test", "alpha", "samples")
+DISTRIBUTION_KEYS = (
+    "categories",
+    "observed",
+    "expected",
+    "statistic",
+    "dof",
+    "p_value",
+    "test",
+    "alpha",
+    "samples",
+    "n_samples",
+)
 SLICE_KEYS = ("slices",)
 DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "first_diverging_layer", "explanation")
 MAX_CATEGORIES = 40
@@ -125,9 +136,11 @@ def read_distribution(evidence: Mapping[str, Any], views: EvidenceViews) -> None
         for key, label in (
             ("test", "test"),
             ("statistic", "statistic"),
+            ("dof", "degrees of freedom"),
             ("p_value", "p-value"),
             ("alpha", "α"),
             ("samples", "samples"),
+            ("n_samples", "samples"),
         )
         if key in source
     ]

@@ -249,7 +249,9 @@ def distribution_plot(
     bar_w = _r(max(min(group * 0.38, 28.0), 1.0))
     bars: list[Bar] = []
     labels: list[Tick] = []
-    label_every = max(1, math.ceil(len(categories) / 20))
+    shown = [name if len(name) <= 10 else name[:9] + "…" for name in categories]
+    label_width = 6.5 * max(len(name) for name in shown) + 8  # ~6.5 px per character at 11 px
+    label_every = max(1, math.ceil(label_width / group))
     for i, name in enumerate(categories):
         center = frame.left + group * (i + 0.5)
         for kind, share, count, dx in (
@@ -268,7 +270,7 @@ def distribution_plot(
                 )
             )
         if i % label_every == 0:
-            labels.append(Tick(pos=_r(center), label=name if len(name) <= 10 else name[:9] + "…"))
+            labels.append(Tick(pos=_r(center), label=shown[i]))
     y_ticks = [
         Tick(pos=_r(frame.bottom - frame.plot_height * t / top), label=f"{t:.0%}" if top > 0.05 else f"{t:.1%}")
         for t in ticks
