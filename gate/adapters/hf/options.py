@@ -29,7 +29,7 @@ PathKind = Literal[
     "kvpress",
 ]
 
-PRESSES = ("streaming-llm", "snapkv", "knorm", "expected-attention", "tova", "random", "observed-attention")
+PRESSES = ("streaming-llm", "snapkv", "knorm", "expected-attention", "tova", "random")
 """kvpress presses the adapter can build by name (see kvpress_path.py)."""
 
 _ONLY_FOR: dict[str, tuple[str, ...]] = {
@@ -39,6 +39,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "q_group_size": ("quantized",),
     "window": ("sliding-window",),
     "draft": ("assisted",),
+    "draft_layers": ("assisted",),
     "num_assistant_tokens": ("assisted",),
     "prompt_lookup_num_tokens": ("prompt-lookup",),
     "max_matching_ngram_size": ("prompt-lookup",),
@@ -88,6 +89,9 @@ class Options(BaseModel):
 
     draft: str | None = None
     """assisted: draft model, a preset name or local directory (it must share the vocabulary)."""
+    draft_layers: int | None = Field(default=None, ge=1)
+    """assisted: keep only the draft's first N decoder blocks (an early-exit, self-speculative draft;
+    with `draft` equal to `model` it shares the target's weights and agrees with it often, not always)."""
     num_assistant_tokens: int = Field(default=4, ge=1, le=64)
     """assisted: tokens the draft proposes per verification pass."""
     prompt_lookup_num_tokens: int = Field(default=4, ge=1, le=64)
@@ -96,8 +100,7 @@ class Options(BaseModel):
     """prompt-lookup: longest n-gram matched against the history."""
 
     press: str | None = None
-    """kvpress: press name (streaming-llm, snapkv, knorm, expected-attention, tova, random,
-    observed-attention)."""
+    """kvpress: press name (streaming-llm, snapkv, knorm, expected-attention, tova, random)."""
     compression_ratio: float = Field(default=0.5, ge=0, lt=1)
     """kvpress: fraction of the prefill's K/V the press evicts."""
 

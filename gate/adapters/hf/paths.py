@@ -94,10 +94,10 @@ class HFPath:
         return CacheSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
-        sliding_static = self.kind == "static" and getattr(self.model.config, "sliding_window", None)
-        if self.kind == "quantized" or sliding_static:
+        sliding = self.kind == "sliding-window" or getattr(self.model.config, "sliding_window", None)
+        if self.kind == "quantized" or sliding:
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
-            # nor a static sliding-window ring buffer past its window
+            # nor a sliding-window layer past its window (it has evicted what the crop would need)
             return tuple(f for f in CACHE_FAULTS if f != "truncated-last-block")
         return CACHE_FAULTS if self.kind in CACHE_KINDS else ()
 
@@ -111,6 +111,25 @@ class HFPath:
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Token counts where this path's cache changes shape (gate.paths.LayoutBoundaries)."""
+        found: set[int] = set()
+        window = getattr(self.model.config, "sliding_window", None)
+        if self.kind == "sliding-window":
+            window = self.window
+        if window:
+            found.update({int(window) - 1, int(window)})
+        if self.kind in ("static", "generate-static") and self.options.max_cache_len:
+            found.add(self.options.max_cache_len)
+        if self.kind == "quantized" and self.options.backend != "fp8":
+            residual = self.options.residual_length if self.options.residual_length is not None else 128
+            found.update(range(residual, self.max_len, max(residual, 1)))
+        if self.fault == "truncated-last-block":
+            from gate.adapters.hf.faults import BLOCK
+
+            found.update(range(BLOCK, self.max_len, BLOCK))
+        return tuple(sorted(b for b in found if 0 < b < self.max_len))
+
     # ---- what sessions ask of their path --------------------------------------------------------
 
     def make_cache(self, batch_size: int) -> Any:
@@ -119,7 +138,7 @@ class HFPath:
         options = self.options
         if self.kind in ("dynamic", "prefix-reuse", "kvpress"):
             return compat.dynamic_cache(config)
-        if self.kind == "static":
+        if self.kind in ("static", "generate-static"):
             return compat.static_cache(config, options.max_cache_len or self.max_len)
         if self.kind == "offloaded":
             return compat.dynamic_cache(config, offloading=True)

@@ -73,7 +73,7 @@ class LoadedModel:
     identity: dict[str, Any] = field(default_factory=dict)
 
 
-def _sha256_tensors(state: dict[str, torch.Tensor]) -> str:
+def sha256_tensors(state: dict[str, torch.Tensor]) -> str:
     digest = hashlib.sha256()
     for name in sorted(state):
         tensor = state[name].detach().to("cpu").contiguous()
@@ -118,7 +118,7 @@ def load(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             built = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
-        weights_sha = _sha256_tensors(built.state_dict())  # float32 master weights, before the cast
+        weights_sha = sha256_tensors(built.state_dict())  # float32 master weights, before the cast
         source = "preset"
     else:
         directory = Path(model).expanduser()

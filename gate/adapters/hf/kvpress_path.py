@@ -1,0 +1,76 @@
+"""kvpress presses as eviction candidates (optional extra `gate[kvpress]`, its own environment).
+
+A press (NVIDIA kvpress) hooks every attention layer while a prefill runs and, once the layer has
+written the prompt's K/V, keeps only the entries its score ranks highest (StreamingLLM keeps sinks
+and the most recent tokens; SnapKV, TOVA, expected attention score by attention; Knorm by key norm).
+Appends then read the compressed cache at their true positions: the session's position state is
+explicit, so the shorter cache does not shift them. kvpress pins transformers<5.3, so this path runs
+where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that reason.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.options import Options
+from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.presets import LoadedModel
+from gate.adapters.hf.sessions import CacheSession
+from gate.paths import AdapterUnavailable
+
+
+def build_press(name: str, compression_ratio: float) -> Any:
+    """The kvpress press called `name`, evicting `compression_ratio` of the prefill's K/V."""
+    try:
+        import kvpress
+    except ImportError as err:
+        raise AdapterUnavailable(
+            "kvpress is not installed here: it is an optional extra that pins transformers<5.3, so it runs in "
+            f"its own environment (bash .ci/kvpress.sh, or pip install 'gate[kvpress]'): {err}"
+        ) from err
+    presses = {
+        "streaming-llm": lambda: kvpress.StreamingLLMPress(compression_ratio=compression_ratio, n_sink=4),
+        "snapkv": lambda: kvpress.SnapKVPress(compression_ratio=compression_ratio, window_size=16),
+        "knorm": lambda: kvpress.KnormPress(compression_ratio=compression_ratio),
+        "expected-attention": lambda: kvpress.ExpectedAttentionPress(
+            compression_ratio=compression_ratio, n_future_positions=64, n_sink=4
+        ),
+        "tova": lambda: kvpress.TOVAPress(compression_ratio=compression_ratio),
+        "random": lambda: kvpress.RandomPress(compression_ratio=compression_ratio, seed=0),
+    }
+    return presses[name]()
+
+
+class PressPath(HFPath):
+    """A DynamicCache compressed by a press after each request's first prefill."""
+
+    def __init__(self, loaded: LoadedModel, options: Options, *, device: str, dtype: str, seed: int) -> None:
+        super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
+        assert options.press is not None
+        self.press = build_press(options.press, options.compression_ratio)
+        if not compat.cache_api(self.model).takes_cache_position:
+            raise AdapterUnavailable(
+                f"kvpress hooks read `cache_position`, which transformers {compat.cache_api(self.model).version} "
+                "no longer passes to attention layers (removed in 5.4); kvpress supports transformers<5.3"
+            )
+
+    def extra_identity(self) -> dict[str, Any]:
+        return {"press": self.options.press, "compression_ratio": self.options.compression_ratio}
+
+    def around_forward(self, session: CacheSession, phase: str) -> Any:
+        first_prefill = phase == "prefill" and session.pos == 0
+        return self.press(self.model) if first_prefill else nullcontext()
+
+    def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
+        cache = session.cache
+        if cache is None:
+            return {}
+        kept = compat.kept_tokens(cache)
+        return {
+            "press": self.options.press,
+            "compression_ratio": self.options.compression_ratio,
+            "kept_tokens": kept,
+            "evicted_tokens": sum(max(session.pos - k, 0) for k in kept),
+        }
