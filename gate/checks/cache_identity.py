@@ -154,7 +154,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     if seed_b.reply.stats.reused_spans != [(0, 2)]:
         violations.append(
             f"seed 003: after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
-            f"equal ids: {describe_excess(seed_b)}"
+            f"equal ids: it {describe_excess(seed_b)}"
         )
     log.served.extend(seed_log.served)
 

@@ -82,7 +82,7 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
         rules = sorted({r for s in served_wrongly for r in broken_rules(s)})
         problems.append(
             f"{len(served_wrongly)} requests were served colliding blocks and {len(wrong)} differ from "
-            f"the reference; first: {describe_excess(first)}: a hash match was trusted without "
+            f"the reference; first: {first.label}: {describe_excess(first)}: a hash match was trusted without "
             "comparing the stored tokens" + (f" ({'; '.join(rules)})" if rules else "")
         )
     if collisions == 0 and not problems:

@@ -122,14 +122,18 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
         same = candidate.fresh()
         kept = same.restore_cache(file)
     log.ledger.forget("saved")  # the restoring workers are new: entitlement comes from the file
-    for i, prompt in enumerate(prompts):
-        served = log.issue(other, f"restart: other revision p{i}", prompt, "other", recompute_oracle(other))
-        if served.reused:
-            problems.append(
-                f"restart: a worker at another model revision restored the saved cache and consumed "
-                f"{served.reused} tokens of it ({describe_excess(served)}); entries of an incompatible "
-                "revision must not be revived"
-            )
+    consumed = [
+        log.issue(other, f"restart: other revision p{i}", prompt, "other", recompute_oracle(other))
+        for i, prompt in enumerate(prompts)
+    ]
+    stale_tokens = sum(s.reused for s in consumed)
+    if stale_tokens:
+        problems.append(
+            f"restart: a worker at another model revision restored the saved cache and consumed {stale_tokens} "
+            f"tokens of it over {sum(1 for s in consumed if s.reused)} requests (first: "
+            f"{describe_excess(next(s for s in consumed if s.reused))}); entries of an incompatible revision "
+            "must not be revived"
+        )
     revived = 0
     for i, prompt in enumerate(prompts):
         log.ledger.record(prompt, "same")  # what the file holds for the same revision

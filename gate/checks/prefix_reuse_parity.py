@@ -142,7 +142,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         outcome.status = "fail"
         outcome.message = (
             f"{len(judged)} of {len(log.served)} requests differ from a full recompute "
-            f"and {len(excess)} reused state beyond entitlement; first: {describe_excess(first)}; "
+            f"and {len(excess)} reused state beyond entitlement; first: {first.label}: {describe_excess(first)}; "
             f"{what}" + (f". Broken rule: {'; '.join(rules)}" if rules else "")
         )
         outcome.detected_at = min(failed_at) if failed_at else None

@@ -243,4 +243,4 @@ def describe_excess(served: Served) -> str:
     s = served.reply.stats
     moved = [(at, made) for at, made in zip(s.served_at, s.served_from, strict=True) if at != made]
     where = f"; blocks computed at positions {[m for _, m in moved]} served at {[a for a, _ in moved]}" if moved else ""
-    return f"{served.label}: reused {served.reused} tokens {s.reused_spans}, entitled to {served.entitled}{where}"
+    return f"reused {served.reused} tokens {s.reused_spans}, entitled to {served.entitled}{where}"

@@ -83,7 +83,7 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
     if leaks:
         problems.append(
             f"{len(leaks)} requests reused another tenant's or salt's entries; first: "
-            f"{describe_excess(leaks[0])}: the tenant or salt must partition the cache namespace "
+            f"{leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must partition the cache namespace "
             "(computational sameness does not grant permission to share state)"
         )
     if no_reuse:
