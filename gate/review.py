@@ -30,12 +30,18 @@ from gate.approvals import (
 )
 from gate.atomic import write_bytes_atomic
 from gate.attest import ENVELOPE_NAME, add_signature, keyid, load_private_key, verify_envelope
-from gate.ledger import RUN_KIND, Entry, Ledger, now_utc, receipt
+from gate.ledger import RECEIPT, RUN_KIND, Entry, Ledger, now_utc, receipt
 from gate.ledger_verify import verify_chain
 from gate.signing import public_key_from_b64
 
 APPROVED_HTML = "dossier.approved.html"
 APPROVED_MD = "dossier.approved.md"
+
+
+def clear_stale_records(directory: Path) -> None:
+    """Remove a previous run's ledger receipt, approvals and approved copies from a re-used DIR."""
+    for name in (RECEIPT, APPROVAL_FILE, APPROVED_HTML, APPROVED_MD):
+        (directory / name).unlink(missing_ok=True)
 
 
 @dataclass

@@ -199,3 +199,23 @@ def test_gate_approve_command(tmp_path: Path, keys: dict[str, Path], ledger: Pat
     args[1] = str(failed)
     refused = CliRunner().invoke(cli, args)
     assert refused.exit_code == 1 and "only an awaiting-approval run can be approved" in refused.output
+
+
+def test_a_rerun_into_the_same_directory_drops_the_old_approval(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gate import runner
+
+    out = _run(tmp_path, keys, ledger)
+    _approve(out, keys, ledger)
+    assert (out / APPROVAL_FILE).is_file() and (out / APPROVED_HTML).is_file()
+    manifest = tmp_path / "run" / "kv-int8.yaml"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATE_LEDGER", raising=False)
+    monkeypatch.setattr(
+        runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, keys["gate.key"])[1]
+    )
+    rerun = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(out), "--sign-key", str(keys["gate.key"])])
+    assert rerun.exit_code == 4, rerun.output
+    assert not (out / APPROVAL_FILE).exists() and not (out / APPROVED_HTML).exists()
+    assert not (out / "ledger.json").exists()  # this run was not recorded: no receipt from the last one

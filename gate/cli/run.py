@@ -36,6 +36,9 @@ def command(manifest: Path, out_dir: Path, sign_key: Path | None, policy_dirs: t
         ledger = run_ledger_path(ledger_path)
         result = run_manifest(manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log,
                                                    ledger=ledger))
+        from gate.review import clear_stale_records
+
+        clear_stale_records(out_dir)  # an earlier run's receipt and approvals must not look like ours
         try:
             from gate.report import write_outputs
         except ImportError:
