@@ -240,7 +240,7 @@ class Ledger:
         `writable` loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key`
         generated on first use). A read-only open needs no key.
         """
-        if not create and not path.is_file():
+        if (not create or not writable) and not path.is_file():
             raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
         path.parent.mkdir(parents=True, exist_ok=True)
         key = None
@@ -253,7 +253,9 @@ class Ledger:
                 raise LedgerError(f"{resolved}: ledger key not found")
             else:
                 key = load_private_key(resolved)
-        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        # A read-only open cannot write even by accident (the audit commands only read).
+        target = str(path) if writable else path.resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=not writable)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         ledger = cls(path, conn, key)
         if writable:
