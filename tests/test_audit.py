@@ -109,6 +109,13 @@ def test_from_a_commit_alone_an_auditor_finds_and_verifies_everything(world: dic
     assert verified.exit_code == 0, verified.output
     assert "3 entries" in verified.output and "(2 held outside the ledger)" in verified.output
 
+    # the waived check shows as waived in results, dossier and JUnit
+    results = json.loads((world["out"] / "results.json").read_text())
+    quality = next(c for c in results["checks"] if c["check"] == "quality-slices")
+    assert quality["status"] == "waived" and quality["waiver"]["ledger_id"] == 1
+    assert 'skipped="1"' in (world["out"] / "junit.xml").read_text()
+    assert "Waived: retrieval slice re-labelled" in (world["out"] / "dossier.md").read_text()
+
     # the same dossier also verifies with the plain attestation verifier, both signers required
     assert gate("verify", world["out"], "--key", world["gate.pub"], "--key", world["alice.pub"]).exit_code == 0
 
