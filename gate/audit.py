@@ -176,6 +176,16 @@ class RunTrace:
     findings: list[Finding] = field(default_factory=list)
     approvals: list[Entry] = field(default_factory=list)
     waivers: list[Entry] = field(default_factory=list)
+    approved_by: list[str] = field(default_factory=list)
+    """Approvers whose approval verified."""
+
+    @property
+    def status(self) -> str:
+        """The run's standing: its verdict, or APPROVED / NOT APPROVED for an awaiting-approval run."""
+        verdict = str(self.run.body.get("verdict"))
+        if verdict != "awaiting-approval":
+            return verdict.upper()
+        return f"APPROVED by {', '.join(self.approved_by)}" if self.approved_by else "AWAITING APPROVAL (not approved)"
 
     @property
     def ok(self) -> bool:
@@ -260,6 +270,7 @@ def trace(
         _check_dossier(item, trusted_keys or [])
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
         item.approvals = approvals_for(ledger, statement)
+        run_signer = (run.body.get("signer") or {}).get("keyid")
         for approval in item.approvals:
             check = verify_approval(
                 approval.body,
@@ -267,7 +278,11 @@ def trace(
                 trusted_keyids=approver_keyids,
                 directory=out if out.is_dir() else None,
             )
+            if run_signer and check.keyid == run_signer:
+                check.problems.append("approved by the key that signed the run (an approval needs a second key)")
             who = f"approval #{approval.seq} by {check.approver} ({check.approved_at}, key {check.keyid[:16]})"
+            if check.ok:
+                item.approved_by.append(check.approver)
             item.findings.append(Finding(check.ok, who + ("" if check.ok else ": " + "; ".join(check.problems))))
         if run.body.get("verdict") == "awaiting-approval" and not item.approvals:
             item.findings.append(Finding(None, "awaiting approval: no approval is recorded"))

@@ -88,7 +88,7 @@ def test_from_a_commit_alone_an_auditor_finds_and_verifies_everything(world: dic
     assert "ok   results.json: sha256 matches the ledger" in text
     assert "ok   manifest.yaml: sha256 matches the ledger" in text
     assert "ok   attestation signed by" in text
-    assert "ok   approval #3 by alice" in text
+    assert "ok   approval #3 by alice" in text and "status    APPROVED by alice" in text
     assert "waiver #1: WAIVER" in text and "quality-slices of kv-int8 by bob" in text and "(applied)" in text
     assert "3 entries, chain and 5 checkpoints verify" in text and text.rstrip().endswith("VERIFIED")
 
@@ -221,3 +221,25 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
     Ledger.open(DEFAULT_LEDGER).close()  # an existing ./.gate/ledger.sqlite is used...
     assert gate("run", manifest, "--out", tmp_path / "o4").exit_code == 4
     assert seen[-1] == DEFAULT_LEDGER and "AWAITING-APPROVAL" in gate("audit", "list").output
+
+
+def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -> None:
+    from gate.approvals import approval_record, approval_statement, read_run_statement, sign_envelope
+    from gate.attest import load_private_key
+    from gate.ledger import Ledger
+
+    run_key = load_private_key(world["gate.key"])  # written straight into the ledger, bypassing `gate approve`
+    statement = approval_statement(
+        read_run_statement(world["out"]),
+        approver="ci",
+        reason="self-approved",
+        approved_at="2030-06-01T11:00:00+00:00",
+        run_signers=[],
+    )
+    record = approval_record(sign_envelope(statement, run_key), run_key, statement)
+    with Ledger.open(world["ledger"]) as ledger:
+        ledger.append("approval", {**record, "run_entry": 2})
+    traced = gate("audit", "trace", COMMIT, "--ledger", world["ledger"])
+    assert traced.exit_code == 1
+    assert "approval #4 by ci" in traced.output and "approved by the key that signed the run" in traced.output
+    assert "status    APPROVED by alice" in traced.output  # alice's approval still stands

@@ -165,6 +165,7 @@ def trace_(ref: str, dossier: Path | None, keys: tuple[Path, ...], ledger_path: 
         click.echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
         for finding in item.findings:
             _echo(finding.ok, finding.text)
+        click.echo(f"  status    {item.status}")
         for waiver in item.waivers:
             applied = waiver.seq in (body.get("waivers") or [])
             _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}")
