@@ -158,6 +158,9 @@ class SpecStats:
     """Drafted tokens the target accepted."""
     rejections: int = 0
     """Rounds that ended in a rejection (and a residual sample)."""
+    full_accepts: int | None = None
+    """Rounds in which all k drafts were accepted (each should end with a bonus token); None when the
+    sampler does not count them."""
     bonus: int = 0
     """Bonus tokens drawn after k acceptances."""
     emitted: int = 0
@@ -171,17 +174,31 @@ class SpecStats:
     def tokens_per_target_pass(self) -> float:
         return self.emitted / self.target_passes if self.target_passes else 0.0
 
+    @property
+    def missing_bonus(self) -> int | None:
+        """All-accepted rounds that ended without a bonus token: a target pass wasted each."""
+        return None if self.full_accepts is None else self.full_accepts - self.bonus
+
     def add(self, other: SpecStats) -> SpecStats:
         """Sum of two tallies with the same k."""
-        both = {f: getattr(self, f) + getattr(other, f) for f in asdict(self) if f != "k"}
-        return SpecStats(k=self.k, **both)
+        total = SpecStats(k=self.k)
+        for name in asdict(self):
+            if name != "k":
+                setattr(total, name, _sum(getattr(self, name), getattr(other, name)))
+        return total
 
     def as_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "acceptance_rate": round(self.acceptance_rate, 6),
             "tokens_per_target_pass": round(self.tokens_per_target_pass, 6),
+            "missing_bonus": self.missing_bonus,
         }
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    """None (not counted) wins only when neither side counted."""
+    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 @dataclass
@@ -281,6 +298,7 @@ class SpeculativeSampler:
             stats.rejections += rejected.numel()
 
         full = (n_acc == k).nonzero().squeeze(1)
+        stats.full_accepts = (stats.full_accepts or 0) + full.numel()
         if full.numel() and rules.emit_bonus:
 
             def draft_next() -> torch.Tensor:

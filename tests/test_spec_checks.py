@@ -115,6 +115,8 @@ def test_drop_bonus_passes_and_the_efficiency_evidence_shows_the_loss() -> None:
     dropped = spec_distribution(context("drop-bonus"), FAST)
     assert dropped.status == "pass", dropped.message
     assert dropped.exercise["bonus"] == 0 < good.exercise["bonus"]
+    assert dropped.exercise["missing_bonus"] == dropped.exercise["full_accepts"] > 0 == good.exercise["missing_bonus"]
+    assert "efficiency loss" in dropped.message and "efficiency loss" not in good.message
     assert dropped.metrics["tokens_per_target_pass"] < good.metrics["tokens_per_target_pass"] - 0.05
 
 

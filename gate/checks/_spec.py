@@ -6,6 +6,7 @@ import torch
 
 from gate.checks.api import CheckContext
 from gate.paths import SpeculativePath
+from gate.speculative import SpecStats
 
 
 class NotSpeculative(TypeError):
@@ -31,3 +32,14 @@ def seeded_prompts(vocab: int, batch: int, length: int, seed: int, device: str) 
 def sampling_generator(seed: int, device: str) -> torch.Generator:
     """The generator every sampling call of a check draws from."""
     return torch.Generator(device=torch.device(device)).manual_seed(seed)
+
+
+def efficiency_note(stats: SpecStats) -> str:
+    """A sentence naming wasted target passes (a lost bonus token keeps the distribution, costs speed)."""
+    if not stats.missing_bonus or stats.missing_bonus <= 0:
+        return ""
+    return (
+        f"; efficiency loss: {stats.missing_bonus} of {stats.full_accepts} rounds accepted all "
+        f"{stats.k} drafts but emitted no bonus token, a target pass wasted each "
+        f"({stats.tokens_per_target_pass:.2f} tokens per target pass)"
+    )

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from gate.checks._spec import sampling_generator, seeded_prompts, speculative_candidate
+from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.checks.api import CheckContext, Outcome, Params, check
 from gate.manifest import DistributionClaim
 from gate.paths import SpeculativePath
@@ -278,7 +278,7 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         f"continuations match the target's exact joint distribution ({where}): "
         f"G={test.statistic:.1f}, dof={test.dof}, p={test.p_value:.3f} at alpha={alpha}; "
         f"power {shown or 'not computed'}; acceptance {stats.acceptance_rate:.3f}, "
-        f"{stats.tokens_per_target_pass:.2f} tokens per target pass",
+        f"{stats.tokens_per_target_pass:.2f} tokens per target pass{efficiency_note(stats)}",
         metrics,
         evidence,
         exercise,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from gate.checks._spec import sampling_generator, seeded_prompts, speculative_candidate
+from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.checks.api import CheckContext, Outcome, Params, check
 from gate.manifest import GreedyTokensClaim
 from gate.paths import DecodePath
@@ -103,7 +103,7 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
         "pass",
         f"{p.prompts} greedy continuations of {n} tokens equal the target's own "
         f"(k={spec.num_draft_tokens}; {stats.proposed} drafts proposed, {stats.accepted} accepted, "
-        f"{stats.rejections} rounds corrected)",
+        f"{stats.rejections} rounds corrected){efficiency_note(stats)}",
         metrics,
         evidence,
         exercise,
