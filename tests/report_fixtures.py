@@ -263,16 +263,46 @@ def failing_parity_run() -> GateResult:
         policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[1]",
         message="argmax diverged at prefix length 512 (max |Δlogit| 0.021 > tolerance 0.001)",
         params={"lengths": LENGTHS, "atol": 1e-3},
-        metrics={"max_abs_delta": 2.9, "argmax_agreement": 0.667, "detected_at": 512},
-        evidence=_sweep(deltas, agree, [200]),
+        metrics={"max_abs_delta": 2.9, "argmax_agreement": 0.667, "argmax_failures": 3, "ties": 1},
+        # The shape gate's prefix-sweep writes: series under per_length, tolerance as a record,
+        # tie and failure records, and gate.diagnosis's profile with per-layer divergence.
+        evidence={
+            "per_length": {
+                "length": LENGTHS,
+                "max_abs_delta": deltas,
+                "argmax_agree": agree,
+                "tie": [length == 200 for length in LENGTHS],
+                "min_margin": [0.4, 0.3, 0.5, 0.2, 0.3, 0.0002, 0.2, 0.1, 0.3],
+            },
+            "tolerance": {"atol": 1e-3, "rtol": 1e-5, "source": "claim"},
+            "ties": [{"length": 200, "row": 1, "margin": 0.0002, "tolerance": 0.001}],
+            "failures": [
+                {
+                    "length": 512,
+                    "row": 0,
+                    "reference_token": 17,
+                    "candidate_token": 93,
+                    "margin": 0.2,
+                    "max_abs_delta": 0.021,
+                },
+            ],
+            "rows_total": 9,
+            "rows_shown": 9,
+        },
         exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
         diagnosis={
+            "bug_class": "positional-index",
+            "explanation": "the appended token is encoded at the wrong position (start_pos / position ids)",
+            "first_deviating_length": 512,
+            "deviating_lengths": 3,
             "profile": "grows-with-length",
-            "likely_bug_class": "positional index (start_pos / RoPE offset)",
+            "log_slope": 1.9,
             "first_diverging_layer": 0,
-            "explanation": "|Δlogit| grows steadily with the prefix length and the argmax survives until "
-            "512: the appended token is rotated as if it sat at the wrong absolute position.",
-            "layer_deltas": [0.19, 0.24, 0.31],
+            "component": "new-kv",
+            "layers": [
+                {"layer": 0, "component": "new-kv", "new_k": True, "new_v": False},
+                {"layer": 1, "component": "new-kv", "new_k": True, "new_v": True},
+            ],
         },
         duration_s=2.7,
     )
@@ -444,7 +474,25 @@ def slice_run() -> GateResult:
         policy_rule="policies/quantisation.yaml: interventions.quantisation.claims.bounded-degradation.checks[0]",
         message="long-range-retrieval: top1-agreement lower bound 0.912 < 0.95",
         metrics={"slices": 3, "failed": 1},
-        evidence={"slices": slices, "confidence": 0.95},
+        # The shape gate's quality-slices writes: envelope records (with the bootstrap judgement and
+        # the worst samples) under `envelopes`, per-slice facts under `slices`.
+        evidence={
+            "envelopes": [
+                {
+                    **env,
+                    "confidence": 0.95,
+                    "n_required": 400,
+                    "reason": "bound vs threshold",
+                    "worst": [{"context_len": 1900, "kl": 0.8, "greedy_match": False}],
+                }
+                for env in slices
+            ],
+            "slices": {
+                "long-range-retrieval": {"n": 600, "k": 16, "dependency": "long-range", "fingerprint": "33" * 32},
+                "code-closure": {"n": 400, "k": 16, "dependency": "local", "fingerprint": "44" * 32},
+            },
+            "timing": {"wall_s": 11.9, "samples": 1500},
+        },
         exercise={"bytes_held": 3145728, "quantised_blocks": 96},
         duration_s=12.0,
     )

@@ -35,7 +35,7 @@ def test_statuses_map_to_junit_outcomes() -> None:
     failure = by_name["prefix-sweep"].find("failure")
     assert failure is not None and failure.attrib["type"] == "deny"
     assert "first failed at prefix length 512" in (failure.text or "")
-    assert "likely bug class: positional index" in (failure.text or "")
+    assert "likely bug class: positional-index" in (failure.text or "")
     error = by_name["cache-identity"].find("error")
     assert error is not None and error.attrib["message"].startswith("RuntimeError: adapter does not expose")
     assert "Traceback" in (error.text or "")

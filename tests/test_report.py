@@ -29,12 +29,12 @@ def test_failing_parity_run_names_check_length_and_bug_class() -> None:
     first = data.failures[0]
     assert first.check == "prefix-sweep"
     assert first.detected_at == "prefix length 512"
-    assert first.bug_class == "positional index (start_pos / RoPE offset)"
+    assert first.bug_class == "positional-index"  # gate.diagnosis's `bug_class` key
     assert first.first_diverging_layer == "0"
     assert [f.check for f in data.failures] == ["prefix-sweep", "greedy-parity", "cache-identity"]
     sweep = next(s for s in data.sections if s.check == "prefix-sweep").sweep
     assert sweep is not None
-    assert sweep.first_failure_label == "fails from 512"
+    assert sweep.first_failure_label == "argmax flips from 512"
     assert sweep.tolerance_y is not None and len(sweep.ties) == 1
     assert [m.tone for m in sweep.markers] == ["good"] * 6 + ["bad"] * 3
     assert sweep.markers[0].hollow  # |Δ| = 0 is drawn hollow at the floor, not dropped from a log axis
@@ -122,10 +122,22 @@ def test_missing_sweep_keys_are_named_in_notes() -> None:
 def test_detected_at_falls_back_to_the_sweep() -> None:
     result = fx.failing_parity_run()
     sweep = result.checks[1]
-    metrics = {k: v for k, v in sweep.metrics.items() if k != "detected_at"}
-    checks = [*result.checks[:1], sweep.model_copy(update={"metrics": metrics}), *result.checks[2:]]
+    assert build_report(result).failures[0].detected_at == "prefix length 512"  # diagnosis.first_deviating_length
+    checks = [*result.checks[:1], sweep.model_copy(update={"diagnosis": None}), *result.checks[2:]]
     data = build_report(result.model_copy(update={"checks": checks}))
-    assert data.failures[0].detected_at == "prefix length 512"
+    assert data.failures[0].detected_at == "prefix length 512"  # the first argmax flip in per_length
+
+
+def test_tie_records_and_failure_records_stay_visible() -> None:
+    section = build_report(fx.failing_parity_run()).sections[1]
+    titles = [t.title for t in section.tables]
+    assert "Other evidence: ties" in titles and "Other evidence: failures" in titles
+    assert "Diagnosis: layers" in titles
+    assert section.sweep is not None and section.sweep.tolerance_label == "atol 0.001 + rtol 1.00e-05·|ref| (claim)"
+    slices = build_report(fx.slice_run()).sections[0]
+    assert slices.slices[0].n == "600 (needs 400)" and "95% one-sided bound" in slices.slices[0].detail
+    assert "Worst samples: long-range-retrieval / top1-agreement" in [t.title for t in slices.tables]
+    assert "Other evidence: slices" in [t.title for t in slices.tables]  # per-slice facts, not envelopes
 
 
 # Rendering --------------------------------------------------------------------------------------

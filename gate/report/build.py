@@ -143,10 +143,16 @@ def _tolerance_hint(check: CheckResult, claim: Mapping[str, Any]) -> float | Non
 
 def _detected_at(check: CheckResult, first_failing_length: float | None) -> str | None:
     """Where the check first failed: the recorded detected_at, else the sweep's first failing length."""
-    has_sweep = "lengths" in check.evidence
+    has_sweep = "lengths" in check.evidence or "per_length" in check.evidence
     unit = str(check.evidence.get("detected_at_unit") or ("prefix length" if has_sweep else "index"))
-    for source in (check.metrics, check.evidence, _dict(check.diagnosis)):
-        value = as_float(source.get("detected_at"))
+    diagnosis = _dict(check.diagnosis)
+    for source, key in (
+        (check.metrics, "detected_at"),
+        (check.evidence, "detected_at"),
+        (diagnosis, "detected_at"),
+        (diagnosis, "first_deviating_length"),  # gate.diagnosis.length_profile
+    ):
+        value = as_float(source.get(key))
         if value is not None:
             return f"{unit} {number(value)}"
     if check.status in (Status.failed, Status.error) and first_failing_length is not None:
@@ -184,6 +190,7 @@ def _waiver(check: CheckResult) -> WaiverView | None:
 def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
     status, label, tone = _status(check)
     views = read_evidence(check.evidence, _tolerance_hint(check, claim))
+    diagnosis, diagnosis_tables = read_diagnosis(check.diagnosis)
     error = check.error
     return CheckSection(
         check=check.check,
@@ -204,9 +211,9 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
         sweep=views.sweep,
         slices=views.slices,
         distribution=views.distribution,
-        diagnosis=read_diagnosis(check.diagnosis),
+        diagnosis=diagnosis,
         controls=[_control_line(c) for c in check.controls],
-        tables=views.tables,
+        tables=[*views.tables, *diagnosis_tables],
         error=f"{error.type}: {error.message}" if error else None,
         traceback=error.traceback if error else None,
         waiver=_waiver(check),

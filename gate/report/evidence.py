@@ -9,6 +9,7 @@ from any results.json, including one written by a newer or buggier check.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,8 @@ from gate.report.fmt import as_float, display, number
 from gate.report.model import Diagnosis, Distribution, KeyValue, SliceRow, Table
 from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
 
-SWEEP_KEYS = ("lengths", "max_abs_delta", "argmax_agree", "ties", "tolerance")
+SWEEP_KEYS = ("per_length", "lengths", "length", "max_abs_delta", "argmax_agree", "ties", "tie", "tolerance")
+"""A sweep's series sit at the top level or under `per_length` (as gate's prefix-sweep writes them)."""
 DISTRIBUTION_KEYS = (
     "categories",
     "observed",
@@ -30,8 +32,9 @@ DISTRIBUTION_KEYS = (
     "samples",
     "n_samples",
 )
-SLICE_KEYS = ("slices",)
-DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "first_diverging_layer", "explanation")
+SLICE_KEYS = ("envelopes", "slices")
+"""Envelope records (point, bound, threshold...) under `envelopes`, or under `slices` when those carry them."""
+DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "bug_class", "first_diverging_layer", "explanation")
 MAX_CATEGORIES = 40
 MAX_TABLE_ROWS = 50
 
@@ -46,6 +49,8 @@ class EvidenceViews:
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     first_failing_length: float | None = None
+    consumed: set[str] = field(default_factory=set)
+    """Evidence keys a dedicated view showed; the rest become generic tables."""
 
 
 def _floats(values: Any) -> list[float | None] | None:
@@ -61,40 +66,63 @@ def _bools(values: Any, size: int) -> list[bool | None]:
 
 
 def _tie_lengths(ties: Any, lengths: list[float]) -> set[float]:
-    """`ties` is either one flag per length or the list of lengths at which the top-2 logits tied."""
+    """Ties as one flag per length, as the lengths at which the top-2 logits tied, or as records
+    with a `length` (gate's prefix-sweep)."""
     if not isinstance(ties, list):
         return set()
     if ties and all(isinstance(t, bool) for t in ties):
         return {length for length, tied in zip(lengths, ties, strict=False) if tied}
-    found = {as_float(t) for t in ties}
+    found = {as_float(t.get("length") if isinstance(t, Mapping) else t) for t in ties}
     return {t for t in found if t is not None}
 
 
+def _tolerance(value: Any) -> float | None:
+    """A number, or gate's {"atol", "rtol", "source"} (the line is drawn at atol)."""
+    if isinstance(value, Mapping):
+        return as_float(value.get("atol"))
+    return as_float(value)
+
+
+def _tolerance_words(value: Any) -> str | None:
+    if not isinstance(value, Mapping) or as_float(value.get("atol")) is None:
+        return None
+    words = f"atol {number(float(value['atol']))}"
+    if as_float(value.get("rtol")):
+        words += f" + rtol {number(float(value['rtol']))}·|ref|"
+    return words + (f" ({value['source']})" if value.get("source") else "")
+
+
 def read_sweep(evidence: Mapping[str, Any], tolerance_hint: float | None, views: EvidenceViews) -> None:
-    if "lengths" not in evidence and "max_abs_delta" not in evidence:
+    nested = evidence.get("per_length")
+    series: Mapping[str, Any] = nested if isinstance(nested, Mapping) else evidence
+    if not any(k in series for k in ("lengths", "length")) and "max_abs_delta" not in series:
         return
-    lengths_raw = _floats(evidence.get("lengths"))
-    deltas = _floats(evidence.get("max_abs_delta"))
+    where = "evidence.per_length" if series is nested else "evidence"
+    lengths_raw = _floats(series.get("lengths", series.get("length")))
+    deltas = _floats(series.get("max_abs_delta"))
     if lengths_raw is None or any(v is None for v in lengths_raw) or not lengths_raw:
-        views.notes.append("prefix sweep: evidence.lengths is missing or not a list of numbers; no plot")
+        views.notes.append(f"prefix sweep: {where}.lengths is missing or not a list of numbers; no plot")
         return
     lengths = [float(v) for v in lengths_raw if v is not None]
     if deltas is None or len(deltas) != len(lengths):
         views.notes.append(
-            "prefix sweep: evidence.max_abs_delta is missing or does not match lengths; |Δlogit| not plotted"
+            f"prefix sweep: {where}.max_abs_delta is missing or does not match lengths; |Δlogit| not plotted"
         )
         deltas = [None] * len(lengths)
-    agree = _bools(evidence.get("argmax_agree"), len(lengths))
-    if "argmax_agree" not in evidence:
-        views.notes.append("prefix sweep: evidence.argmax_agree is missing; argmax agreement not shown")
-    tolerance = as_float(evidence.get("tolerance"))
+    agree = _bools(series.get("argmax_agree"), len(lengths))
+    if "argmax_agree" not in series:
+        views.notes.append(f"prefix sweep: {where}.argmax_agree is missing; argmax agreement not shown")
+    tolerance = _tolerance(evidence.get("tolerance", series.get("tolerance")))
     if tolerance is None:
         tolerance = tolerance_hint
-    plot = sweep_plot(lengths, deltas, agree, _tie_lengths(evidence.get("ties"), lengths), tolerance)
+    ties = _tie_lengths(series.get("tie", series.get("ties")), lengths) | _tie_lengths(evidence.get("ties"), lengths)
+    plot = sweep_plot(lengths, deltas, agree, ties, tolerance, _tolerance_words(evidence.get("tolerance")))
     views.sweep = plot
-    views.first_failing_length = _first_failure(lengths, deltas, agree, tolerance)
+    views.consumed.update(k for k in SWEEP_KEYS if k != "ties")
+    if not (isinstance(evidence.get("ties"), list) and any(isinstance(t, Mapping) for t in evidence["ties"])):
+        views.consumed.add("ties")  # tie records (row, margin) stay visible as a table
+    views.first_failing_length = plot.first_failure
     rows = []
-    ties = _tie_lengths(evidence.get("ties"), lengths)
     for length, delta, ok in zip(lengths, deltas, agree, strict=True):
         rows.append(
             [
@@ -109,18 +137,9 @@ def read_sweep(evidence: Mapping[str, Any], tolerance_hint: float | None, views:
             title="Prefix sweep",
             columns=["prefix length", "max |Δlogit|", "argmax agrees", ""],
             rows=rows[:MAX_TABLE_ROWS],
+            note=f"first {MAX_TABLE_ROWS} of {len(rows)} lengths" if len(rows) > MAX_TABLE_ROWS else "",
         )
     )
-
-
-def _first_failure(
-    lengths: list[float], deltas: list[float | None], agree: list[bool | None], tolerance: float | None
-) -> float | None:
-    for length, delta, ok in zip(lengths, deltas, agree, strict=True):
-        over = delta is not None and tolerance is not None and not delta <= tolerance
-        if ok is False or over:
-            return length
-    return None
 
 
 def read_distribution(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
@@ -190,13 +209,24 @@ def _slice_items(raw: Any) -> list[tuple[str, Mapping[str, Any]]]:
     return []
 
 
+def _is_envelope(item: Mapping[str, Any]) -> bool:
+    return any(k in item for k in ("point", "bound", "threshold"))
+
+
 def read_slices(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
-    if "slices" not in evidence:
+    """Envelope records from `envelopes` (gate's quality-slices) or from `slices` when they carry them."""
+    present = [k for k in SLICE_KEYS if k in evidence]
+    if not present:
         return
-    items = _slice_items(evidence["slices"])
-    if not items:
-        views.notes.append("quality slices: evidence.slices is neither a list of slice records nor a mapping")
+    key, items = next(
+        ((k, _slice_items(evidence[k])) for k in present if any(_is_envelope(v) for _, v in _slice_items(evidence[k]))),
+        (None, []),
+    )
+    if key is None:
+        if not any(isinstance(evidence[k], (list, Mapping)) for k in present):
+            views.notes.append(f"quality slices: evidence.{present[0]} is neither a list of records nor a mapping")
         return
+    views.consumed.add(key)
     for name, item in items:
         point, bound, threshold = (as_float(item.get(k)) for k in ("point", "bound", "threshold"))
         interval = None
@@ -208,43 +238,72 @@ def read_slices(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
         if (
             point is not None
             and threshold is not None
-            and all(v is None or abs(v) != float("inf") for v in (point, bound, threshold))
+            and all(v is None or math.isfinite(v) for v in (point, bound, threshold))
         ):
             plot = slice_plot(point, bound, threshold, interval, passed)
+        n = display(item.get("n"))
+        if item.get("n_required") is not None:
+            n += f" (needs {display(item.get('n_required'))})"
+        confidence = as_float(item.get("confidence"))
+        detail = " ".join(
+            part
+            for part in (
+                f"{confidence:.0%} one-sided bound." if confidence is not None else "",
+                str(item.get("reason") or ""),
+            )
+            if part
+        )
+        metric = display(item.get("metric", ""))
         views.slices.append(
             SliceRow(
                 slice=name,
-                metric=display(item.get("metric", "")),
+                metric=metric,
                 point=display(point),
                 bound=display(bound),
                 comparator=display(item.get("comparator", "")),
                 threshold=display(item.get("threshold")),
-                n=display(item.get("n")),
+                n=n,
                 passed=passed,
                 held={True: "yes", False: "NO", None: "?"}[passed],
                 tone={True: "good", False: "bad", None: "muted"}[passed],
                 plot=plot,
+                detail=detail,
             )
         )
+        worst = item.get("worst")
+        if isinstance(worst, list) and worst and all(isinstance(w, Mapping) for w in worst):
+            table = generic_tables("Worst samples", {f"{name} / {metric}": worst})[-1]
+            views.tables.append(table)
 
 
-def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> Diagnosis | None:
+def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | None, list[Table]]:
+    """The diagnosis box, plus tables for its per-layer records (gate.diagnosis `layers`)."""
     if not diagnosis:
+        return None, []
+
+    def text(*keys: str) -> str | None:
+        for key in keys:
+            if diagnosis.get(key) not in (None, ""):
+                return display(diagnosis[key], limit=2000)
         return None
 
-    def text(key: str) -> str | None:
-        return display(diagnosis[key], limit=2000) if diagnosis.get(key) not in (None, "") else None
-
-    other = [
-        KeyValue(k.replace("_", " "), display(v, limit=600)) for k, v in diagnosis.items() if k not in DIAGNOSIS_KEYS
-    ]
-    return Diagnosis(
+    tables: list[Table] = []
+    other: list[KeyValue] = []
+    for key, value in diagnosis.items():
+        if key in DIAGNOSIS_KEYS:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            tables.extend(generic_tables("Diagnosis", {key: value})[-1:])
+        else:
+            other.append(KeyValue(key.replace("_", " "), display(value, limit=600)))
+    box = Diagnosis(
         profile=text("profile"),
-        likely_bug_class=text("likely_bug_class"),
+        likely_bug_class=text("likely_bug_class", "bug_class"),
         first_diverging_layer=text("first_diverging_layer"),
         explanation=text("explanation"),
         other=other,
     )
+    return box, tables
 
 
 def generic_tables(title: str, values: Mapping[str, Any]) -> list[Table]:
@@ -257,6 +316,20 @@ def generic_tables(title: str, values: Mapping[str, Any]) -> list[Table]:
             rows = [[display(row.get(c), limit=120) for c in columns] for row in value[:MAX_TABLE_ROWS]]
             note = f"first {MAX_TABLE_ROWS} of {len(value)} rows" if len(value) > MAX_TABLE_ROWS else ""
             tables.append(Table(title=f"{title}: {key}", columns=columns, rows=rows, note=note))
+        elif isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
+            columns = sorted({str(k) for row in value.values() for k in row})[:11]
+            rows = [
+                [str(name), *(display(row.get(c), limit=120) for c in columns)]
+                for name, row in list(value.items())[:MAX_TABLE_ROWS]
+            ]
+            tables.append(Table(title=f"{title}: {key}", columns=["", *columns], rows=rows))
+        elif (
+            isinstance(value, Mapping)
+            and len(value) > 6
+            and not any(isinstance(v, (dict, list)) for v in value.values())
+        ):
+            rows = [[str(k).replace("_", " "), display(v)] for k, v in list(value.items())[:MAX_TABLE_ROWS]]
+            tables.append(Table(title=f"{title}: {key}", columns=["key", "value"], rows=rows))
         elif isinstance(value, (dict, list)) and len(json.dumps(value, default=str)) > 300:
             tables.append(Table(title=f"{title}: {key}", columns=["json"], rows=[[display(value, limit=2000)]]))
         else:
@@ -271,14 +344,9 @@ def read_evidence(evidence: Mapping[str, Any], tolerance_hint: float | None) -> 
     read_sweep(evidence, tolerance_hint, views)
     read_distribution(evidence, views)
     read_slices(evidence, views)
-    consumed: set[str] = set()
-    if views.sweep is not None or "lengths" in evidence:
-        consumed.update(SWEEP_KEYS)
     if views.distribution is not None:
-        consumed.update((*DISTRIBUTION_KEYS, "distribution"))
-    if views.slices:
-        consumed.update(SLICE_KEYS)
-    rest = {k: v for k, v in evidence.items() if k not in consumed}
+        views.consumed.update((*DISTRIBUTION_KEYS, "distribution"))
+    rest = {k: v for k, v in evidence.items() if k not in views.consumed}
     if rest:
         views.tables.extend(generic_tables("Other evidence", rest))
     return views

@@ -156,6 +156,8 @@ class SliceRow:
     """yes, NO or ? (not recorded)."""
     tone: Tone
     plot: SlicePlot | None
+    detail: str = ""
+    """Confidence of the bound and the check's reason, in words."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class SweepPlot:
     ties: list[Marker]
     tolerance_y: float | None
     tolerance_label: str
+    first_failure: float | None
+    """First length where the argmax flipped (not a tie), else the first over tolerance."""
     first_failure_x: float | None
     first_failure_label: str
     description: str
@@ -128,6 +130,7 @@ def sweep_plot(
     agree: Sequence[bool | None],
     tie_lengths: set[float],
     tolerance: float | None,
+    tolerance_words: str | None = None,
 ) -> SweepPlot:
     """Plot geometry for a prefix sweep. `deltas`/`agree` align with `lengths`; None means unknown."""
     frame = Frame(width=640, height=260, left=64.0, top=22.0, right=620.0, bottom=214.0)
@@ -154,7 +157,8 @@ def sweep_plot(
 
     markers: list[Marker] = []
     points: list[str] = []
-    first_failure: float | None = None
+    first_flip: float | None = None  # first argmax disagreement that is not a tie: the failure
+    first_over: float | None = None  # first length over tolerance: a warning on its own
     for length, delta, ok in zip(lengths, deltas, agree, strict=True):
         x = x_of(length)
         if delta is None:
@@ -163,23 +167,41 @@ def sweep_plot(
             y, shown = frame.top, number(delta)
         else:
             y, shown = y_of(delta), number(delta)
-        over = delta is not None and tolerance is not None and (not math.isfinite(delta) or delta > tolerance)
-        failed = ok is False or over
-        if failed and first_failure is None:
-            first_failure = length
-        tone = "bad" if failed else ("good" if ok is True or (delta is not None and tolerance) else "muted")
+        tied = length in tie_lengths
+        flipped = ok is False and not tied
+        over = delta is not None and tolerance is not None and not delta <= tolerance
+        if flipped and first_flip is None:
+            first_flip = length
+        if over and first_over is None:
+            first_over = length
+        if flipped:
+            tone = "bad"
+        elif over or ok is False:
+            tone = "warn"
+        elif ok is True or (delta is not None and tolerance is not None):
+            tone = "good"
+        else:
+            tone = "muted"
         argmax = {True: "argmax agrees", False: "argmax DIFFERS", None: "argmax not recorded"}[ok]
-        tie = "; top-2 logits tied" if length in tie_lengths else ""
+        tie = "; top-2 logits tied (a flip here is not a bug)" if tied else ""
+        beyond = "; over tolerance" if over else ""
         markers.append(
             Marker(
                 x=x,
                 y=y,
                 tone=tone,
                 hollow=delta == 0,
-                title=f"prefix length {number(length)}: max |Δlogit| = {shown}; {argmax}{tie}",
+                title=f"prefix length {number(length)}: max |Δlogit| = {shown}{beyond}; {argmax}{tie}",
             )
         )
         points.append(f"{x},{y}")
+    first_failure = first_flip if first_flip is not None else first_over
+    if first_flip is not None:
+        failure_label = f"argmax flips from {number(first_flip)}"
+    elif first_over is not None:
+        failure_label = f"over tolerance from {number(first_over)}"
+    else:
+        failure_label = ""
 
     ties = [
         Marker(
@@ -201,11 +223,7 @@ def sweep_plot(
     )
     if tolerance is not None:
         described += f" against tolerance {number(tolerance)}"
-    described += (
-        f"; first failure at prefix length {number(first_failure)}."
-        if first_failure is not None
-        else "; no failing length."
-    )
+    described += f"; {failure_label}." if failure_label else "; the argmax agrees at every length."
     return SweepPlot(
         frame=frame,
         x_ticks=x_ticks,
@@ -214,9 +232,10 @@ def sweep_plot(
         markers=markers,
         ties=ties,
         tolerance_y=tol_y,
-        tolerance_label=f"tolerance {number(tolerance)}" if tolerance is not None else "",
+        tolerance_label=tolerance_words or (f"tolerance {number(tolerance)}" if tolerance is not None else ""),
+        first_failure=first_failure,
         first_failure_x=fail_x,
-        first_failure_label=f"fails from {number(first_failure)}" if first_failure is not None else "",
+        first_failure_label=failure_label,
         description=described,
     )
 
