@@ -233,6 +233,7 @@ def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Fail
             detected_at=s.detected_at,
             bug_class=s.diagnosis.likely_bug_class if s.diagnosis else None,
             first_diverging_layer=s.diagnosis.first_diverging_layer if s.diagnosis else None,
+            explanation=s.diagnosis.explanation if s.diagnosis else None,
             anchor=s.anchor,
         )
         for s in failing

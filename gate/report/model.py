@@ -81,6 +81,8 @@ class Failure:
     """Where it first failed, e.g. "prefix length 512"."""
     bug_class: str | None
     first_diverging_layer: str | None
+    explanation: str | None
+    """The diagnosis's explanation of the bug class, in words."""
     anchor: str
     """Fragment id of the check's section."""
 
