@@ -97,6 +97,9 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         )
 
     for field in fields:
+        # serve P again first: under a tight byte budget its blocks may have been evicted, and a
+        # probe against an absent entry would prove nothing
+        log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
         if field == "token-ids":
             changed = list(prompt)
             changed[bs + bs // 2] = seeded_ids(vocab, 1, ctx.seed + 11, avoid=[prompt[bs + bs // 2]])[0]

@@ -94,11 +94,13 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         serve(f"s{seq} full-prompt hit", base[: params.base_blocks * bs], params.base_blocks * bs)
         serve(f"s{seq} repeat", base, base_len)
         for p in sorted({bs, bs + 1, 2 * bs - 1} & set(range(1, base_len - 1))):
+            serve(f"s{seq} refresh", base, base_len)
             mutated = list(base)
             mutated[p] = seeded_ids(vocab, 1, seed + 500 + p, avoid=[base[p]])[0]
             serve(f"s{seq} changed at {p}", mutated, p)
         for shift in (bs, 2 * bs):
             if shift < base_len - 1:
+                serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
                 serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
 
     wrong = log.wrong_outputs()
