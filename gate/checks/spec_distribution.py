@@ -35,6 +35,8 @@ from gate.stats import g_test, power, required_samples
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 MAX_EVIDENCE_CELLS = 300
+NEAR_TIE = 1e-4
+"""A k-th/(k+1)-th logit gap (after temperature) below this makes top-k membership numerically fragile."""
 
 
 class SpecDistributionParams(Params):
@@ -250,6 +252,11 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
             else f"G={test.statistic:.1f}, dof={test.dof}, p={test.p_value:.3g}"
         )
         problems.append(f"sampled continuations depart from the target's distribution ({detail}; {where})")
+        if test.impossible and gaps and min(gaps) < NEAR_TIE:
+            problems.append(
+                f"note: the top-{p.top_k} boundary has a near-tie (logit gap {min(gaps):.2g}), so "
+                "numerical differences between batch shapes could also put samples outside the support"
+            )
     if stats.rejections < p.min_rejections:
         problems.append(
             f"exercises nothing: {stats.rejections} of {stats.target_passes} rounds rejected a draft "
