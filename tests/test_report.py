@@ -119,13 +119,20 @@ def test_missing_sweep_keys_are_named_in_notes() -> None:
     assert any("max_abs_delta" in n for n in views.notes) and any("argmax_agree" in n for n in views.notes)
 
 
-def test_detected_at_falls_back_to_the_sweep() -> None:
+def test_detected_at_prefers_the_first_argmax_flip() -> None:
     result = fx.failing_parity_run()
     sweep = result.checks[1]
-    assert build_report(result).failures[0].detected_at == "prefix length 512"  # diagnosis.first_deviating_length
-    checks = [*result.checks[:1], sweep.model_copy(update={"diagnosis": None}), *result.checks[2:]]
-    data = build_report(result.model_copy(update={"checks": checks}))
-    assert data.failures[0].detected_at == "prefix length 512"  # the first argmax flip in per_length
+    assert build_report(result).failures[0].detected_at == "prefix length 512"  # first flip in per_length
+    # gate.diagnosis counts lengths merely over tolerance as deviating: a later fallback, not the failure.
+    earlier = sweep.model_copy(update={"diagnosis": {**(sweep.diagnosis or {}), "first_deviating_length": 200}})
+    checks = [*result.checks[:1], earlier, *result.checks[2:]]
+    assert build_report(result.model_copy(update={"checks": checks})).failures[0].detected_at == "prefix length 512"
+    recorded = sweep.model_copy(update={"metrics": {**sweep.metrics, "detected_at": 64}})
+    checks = [*result.checks[:1], recorded, *result.checks[2:]]
+    assert build_report(result.model_copy(update={"checks": checks})).failures[0].detected_at == "prefix length 64"
+    bare = sweep.model_copy(update={"evidence": {}, "diagnosis": {"first_deviating_length": 200}})
+    checks = [*result.checks[:1], bare, *result.checks[2:]]
+    assert build_report(result.model_copy(update={"checks": checks})).failures[0].detected_at == "prefix length 200"
 
 
 def test_tie_records_and_failure_records_stay_visible() -> None:

@@ -142,22 +142,21 @@ def _tolerance_hint(check: CheckResult, claim: Mapping[str, Any]) -> float | Non
 
 
 def _detected_at(check: CheckResult, first_failing_length: float | None) -> str | None:
-    """Where the check first failed: the recorded detected_at, else the sweep's first failing length."""
+    """Where the check first failed: a recorded detected_at, else the sweep's first argmax flip, else
+    the diagnosis's first deviating length (which also counts lengths merely over tolerance)."""
     has_sweep = "lengths" in check.evidence or "per_length" in check.evidence
     unit = str(check.evidence.get("detected_at_unit") or ("prefix length" if has_sweep else "index"))
     diagnosis = _dict(check.diagnosis)
-    for source, key in (
-        (check.metrics, "detected_at"),
-        (check.evidence, "detected_at"),
-        (diagnosis, "detected_at"),
-        (diagnosis, "first_deviating_length"),  # gate.diagnosis.length_profile
-    ):
-        value = as_float(source.get(key))
+    for source in (check.metrics, check.evidence, diagnosis):
+        value = as_float(source.get("detected_at"))
         if value is not None:
             return f"{unit} {number(value)}"
-    if check.status in (Status.failed, Status.error) and first_failing_length is not None:
+    if check.status not in (Status.failed, Status.error):
+        return None
+    if first_failing_length is not None:
         return f"prefix length {number(first_failing_length)}"
-    return None
+    deviating = as_float(diagnosis.get("first_deviating_length"))  # gate.diagnosis.length_profile
+    return f"prefix length {number(deviating)}" if deviating is not None else None
 
 
 def _control_line(control: ControlResult) -> ControlLine:

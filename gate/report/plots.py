@@ -67,6 +67,8 @@ class SweepPlot:
     """First length where the argmax flipped (not a tie), else the first over tolerance."""
     first_failure_x: float | None
     first_failure_label: str
+    first_failure_anchor: str
+    """SVG text-anchor of the label: it sits on the side of the marker with more room."""
     description: str
     """One sentence for screen readers and the Markdown dossier."""
 
@@ -236,6 +238,7 @@ def sweep_plot(
         first_failure=first_failure,
         first_failure_x=fail_x,
         first_failure_label=failure_label,
+        first_failure_anchor="start" if fail_x is not None and fail_x < (frame.left + frame.right) / 2 else "end",
         description=described,
     )
 
