@@ -104,6 +104,7 @@ def weak_hash(bits: int) -> HashFn:
     def hash_fn(data: bytes) -> bytes:
         return bytes([hashlib.sha256(data).digest()[0] & ((1 << bits) - 1)])
 
+    hash_fn.__name__ = f"weak-{bits}bit"
     return hash_fn
 
 
