@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.checks.api import CheckContext, Outcome, Params, check
@@ -60,6 +60,14 @@ class SpecDistributionParams(Params):
     """Fewer rejected drafts than this means the residual path never ran: nothing was exercised."""
     max_cells: int = Field(default=20_000, ge=10)
     """Refuse enumerations larger than this (raise top-k or horizon with care)."""
+
+    @field_validator("power_against")
+    @classmethod
+    def _known_faults(cls, value: list[str]) -> list[str]:
+        unknown = [f for f in value if f not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown sampler faults {unknown} (known: {', '.join(FAULTS)})")
+        return value
 
 
 def _table(fn: Any, prompt: torch.Tensor, temperature: float, top_k: int) -> NextTokenTable:
