@@ -130,6 +130,24 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
     return int(kv_length), int(kv_offset)
 
 
+def reset(cache: Any) -> None:
+    """Empty `cache` for the next request, keeping the object (and a static cache's allocation).
+
+    Before 5.4-ish, DynamicLayer.reset() zeroed K/V in place and kept their length, so the next
+    request attended over that many all-zero keys (the seed 004 bug class, in the library). Such a
+    layer is emptied here as later versions do: no tensors, not initialised, length 0.
+    """
+    cache.reset()
+    for layer in cache.layers:
+        if isinstance(layer, cache_utils.StaticLayer) or not getattr(layer, "is_initialized", False):
+            continue
+        if int(layer.get_seq_length()) > 0:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+            if hasattr(layer, "cumulative_length"):
+                layer.cumulative_length = 0
+
+
 def seq_length(cache: Any) -> int:
     """Tokens the cache has seen (a StaticLayer returns a tensor)."""
     return int(cache.get_seq_length())

@@ -45,14 +45,19 @@ class GeneratePath(HFPath):
     def greedy_continuation(self, prompts: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Greedy continuation of each prompt [B, T0] by `n_tokens` through `generate` with this
         path's cache_implementation: tokens [B, n_tokens] and proof of exercise."""
-        config = _greedy_config(n_tokens)
         implementation = "paged" if self.kind == "generate-paged" else "static"
+        settings: dict[str, Any] = {"cache_implementation": implementation}
+        if implementation == "static" and compat.cache_api(self.model).generate_max_cache_len:
+            settings["max_cache_len"] = prompts.shape[1] + n_tokens
+        config = _greedy_config(n_tokens, **settings)
         started = time.perf_counter()
         with torch.no_grad(), _count_forwards(self.model) as calls:
-            kwargs: dict[str, Any] = {"cache_implementation": implementation}
-            if implementation == "static" and compat.cache_api(self.model).generate_max_cache_len:
-                kwargs["max_cache_len"] = prompts.shape[1] + n_tokens
-            out = self.model.generate(prompts.to(self.device), generation_config=config, **kwargs)
+            if implementation == "paged":  # generate reads this one from its kwargs to switch modes
+                out = self.model.generate(
+                    prompts.to(self.device), generation_config=config, cache_implementation="paged"
+                )
+            else:
+                out = self.model.generate(prompts.to(self.device), generation_config=config)
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         if sequences.dim() == 3:  # continuous batching returns [1, B, T0 + n]
             sequences = sequences[0]
@@ -65,8 +70,10 @@ class GeneratePath(HFPath):
         return sequences[:, prompts.shape[1] :].to(prompts.device), exercise
 
 
-def _greedy_config(n_tokens: int) -> Any:
-    return transformers.GenerationConfig(do_sample=False, max_new_tokens=n_tokens, eos_token_id=None, pad_token_id=0)
+def _greedy_config(n_tokens: int, **settings: Any) -> Any:
+    return transformers.GenerationConfig(
+        do_sample=False, max_new_tokens=n_tokens, eos_token_id=None, pad_token_id=0, **settings
+    )
 
 
 @contextmanager
@@ -91,7 +98,6 @@ class GenerateSession(CacheSession):
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.generate_calls = 0
         self.cache_built_by = ""
-        self.config = _greedy_config(1)
         self.head = self.model.get_output_embeddings()
 
     def clear_cache(self) -> None:
@@ -104,21 +110,18 @@ class GenerateSession(CacheSession):
         if n == 0:
             return torch.empty(self.batch_size, 0, self.path.vocab_size)
         self.history = torch.cat([self.history, tokens], dim=1)
+        settings: dict[str, Any] = {"return_dict_in_generate": True, "output_logits": True}
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)
+        size = self.path.options.max_cache_len or self.path.max_len
         if self.cache is None or (compat.seq_length(self.cache) == 0 and self.cache_built_by == ""):
             if api.generate_max_cache_len:
-                kwargs = {
-                    "cache_implementation": "static",
-                    "max_cache_len": self.path.options.max_cache_len or self.path.max_len,
-                }
+                settings.update(cache_implementation="static", max_cache_len=size)
                 self.cache_built_by = "generate"
             else:
-                self.cache = compat.static_cache(
-                    self.model.config, self.path.options.max_cache_len or self.path.max_len
-                )
+                self.cache = compat.static_cache(self.model.config, size)
                 self.cache_built_by = "adapter (generate before 5.15 sizes its static cache to one call)"
-        if self.cache is not None and "cache_implementation" not in kwargs:
+        if self.cache is not None and "cache_implementation" not in settings:
             kwargs[api.cache_kwarg] = self.cache
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         captured: list[torch.Tensor] = []
@@ -132,9 +135,7 @@ class GenerateSession(CacheSession):
                 out = self.model.generate(
                     self.history,
                     attention_mask=torch.ones_like(self.history),
-                    generation_config=self.config,
-                    return_dict_in_generate=True,
-                    output_logits=True,
+                    generation_config=_greedy_config(1, **settings),
                     **kwargs,
                 )
         finally:

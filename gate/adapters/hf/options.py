@@ -126,6 +126,8 @@ class Options(BaseModel):
                 raise ValueError(f"unknown press {self.press!r}; known: {', '.join(PRESSES)}")
         if self.backend == "fp8" and (self.nbits not in (None, 8) or self.q_group_size is not None):
             raise ValueError("the fp8 backend quantizes per tensor to 8 bits: drop `nbits`/`q_group_size`")
+        if self.backend == "quanto" and self.nbits == 8:
+            raise ValueError("the quanto backend stores 2 or 4 bits (nbits: 2 or 4); use hqq or fp8 for 8 bits")
         if self.init_std is not None and self.model not in PRESET_NAMES:
             raise ValueError("`init_std` applies only to a preset model, not to weights loaded from a directory")
         if self.model not in PRESET_NAMES and not _looks_like_path(self.model):

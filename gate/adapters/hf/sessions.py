@@ -75,7 +75,7 @@ class CacheSession:
     def clear_cache(self) -> None:
         """Drop stored K/V, keeping the cache object when it has a reset (reuse of one allocation)."""
         if self.cache is not None:
-            self.cache.reset()
+            compat.reset(self.cache)
 
     def _record_prefill(self, tokens: torch.Tensor) -> None:
         """Remember the prompt and its positions (a cross-request fault replays another prompt)."""
