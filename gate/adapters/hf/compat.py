@@ -29,10 +29,14 @@ from functools import cache
 from typing import Any
 
 import torch
-import transformers
-from transformers import cache_utils
+import transformers as _transformers
+from transformers import cache_utils as _cache_utils
 
 from gate.paths import AdapterUnavailable
+
+# transformers' own annotations change from release to release; the adapter treats its objects as Any
+transformers: Any = _transformers
+cache_utils: Any = _cache_utils
 
 SUPPORTED = ">=5.2,<6"
 """The transformers range this module is written and tested for."""
@@ -58,7 +62,7 @@ class CacheAPI:
 
 
 @cache
-def _api_for(model_class: type) -> CacheAPI:
+def _api_for(model_class: Any) -> CacheAPI:
     params = inspect.signature(model_class.forward).parameters
     return CacheAPI(
         version=transformers.__version__,
@@ -72,7 +76,8 @@ def _api_for(model_class: type) -> CacheAPI:
 
 def cache_api(model: torch.nn.Module) -> CacheAPI:
     """The cache API the installed transformers offers this model."""
-    return _api_for(type(model))
+    model_class: Any = type(model)
+    return _api_for(model_class)
 
 
 def check_version() -> None:
@@ -312,6 +317,11 @@ def kept_tokens(cache: Any) -> list[int]:
 def evicted_tokens(cache: Any, seen: int) -> int:
     """Tokens seen but no longer held, summed over layers (sliding windows, presses)."""
     return sum(max(seen - kept, 0) for kept in kept_tokens(cache))
+
+
+def generation_config(**settings: Any) -> Any:
+    """A GenerationConfig (kept here: its accepted fields move between releases)."""
+    return transformers.GenerationConfig(**settings)
 
 
 def output_cache(output: Any) -> Any:

@@ -170,7 +170,7 @@ class ResetKeepsPosition(Tamper):
 
 
 FAULTS: dict[str, type[Tamper]] = {
-    cls.name: cls  # type: ignore[misc]
+    str(cls.name): cls
     for cls in (
         OffByOnePos,
         MissingStartPos,

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-import transformers
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
@@ -71,7 +70,7 @@ class GeneratePath(HFPath):
 
 
 def _greedy_config(n_tokens: int, **settings: Any) -> Any:
-    return transformers.GenerationConfig(
+    return compat.generation_config(
         do_sample=False, max_new_tokens=n_tokens, eos_token_id=None, pad_token_id=0, **settings
     )
 
@@ -145,7 +144,7 @@ class GenerateSession(CacheSession):
         self.forward_calls += len(captured)
         self.cached_steps += int(had_cache)
         with torch.no_grad():
-            logits = self.head(torch.cat(captured, dim=1)).float()[:, -n:]
+            logits: torch.Tensor = self.head(torch.cat(captured, dim=1)).float()[:, -n:]
         # the hook must see what generate saw: its own logits for the last row
         gap = (logits[:, -1] - out.logits[0].float()).abs().max().item()
         if gap > 1e-3 * (1 + out.logits[0].abs().max().item()):

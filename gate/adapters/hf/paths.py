@@ -84,7 +84,8 @@ class HFPath:
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
         with torch.no_grad():
-            return compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
+            logits: torch.Tensor = compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
+        return logits
 
     def new_session(self, batch_size: int) -> Session:
         if self.kind == "full":
@@ -210,7 +211,7 @@ class TracingHFPath(HFPath):
         session.prefill(tokens[:, :prefix_len])
         with _capture_layer_outputs(self.model) as hidden:
             session.append(tokens[:, prefix_len : prefix_len + 1])
-        cache = session.cache
+        cache: Any = session.cache
         return [
             {"k": k.float(), "v": v.float(), "hidden": h[:, -1].float()}
             for (k, v), h in zip((compat.layer_kv(cache, i) for i in range(len(cache.layers))), hidden, strict=True)

@@ -33,7 +33,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     """The config of a tiny preset: Llama and Qwen2 shapes (RoPE, GQA 4:2, RMSNorm), Mistral with a
     32-token sliding window, GPT-2 (learned absolute positions, so a shifted position is visible)."""
-    llama_like = dict(
+    llama_like: dict[str, Any] = dict(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -117,7 +117,8 @@ def load(
         config._attn_implementation = attn_implementation
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            built = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+            auto: Any = transformers.AutoModelForCausalLM
+            built = auto.from_config(config, attn_implementation=attn_implementation)
         weights_sha = sha256_tensors(built.state_dict())  # float32 master weights, before the cast
         source = "preset"
     else:

@@ -119,7 +119,8 @@ class CacheSession:
             )
         self.forward_calls += 1
         self.cached_steps += int(had_cache)
-        return out.logits.float()
+        logits: torch.Tensor = out.logits.float()
+        return logits
 
 
 class RecomputeSession(CacheSession):

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import transformers
 
 from gate.adapters.hf import compat, presets
 from gate.adapters.hf.options import Options
@@ -132,7 +131,7 @@ class SpeculativePath(HFPath):
         self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None
     ) -> tuple[torch.Tensor, SpecStats]:
         sampling = temperature > 0
-        config = transformers.GenerationConfig(
+        config = compat.generation_config(
             do_sample=sampling,
             temperature=temperature if sampling else None,
             top_k=top_k if sampling else None,
@@ -206,7 +205,7 @@ def _verify_log(model: Any, calls: list[tuple[int, int]], accept_all: bool, prom
     api = compat.cache_api(model)
 
     def pre(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids: torch.Tensor = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         cache = kwargs.get(api.cache_kwarg)
         calls.append((compat.seq_length(cache) if cache is not None else 0, int(ids.shape[1])))
         kwargs_seen.append(ids)
@@ -339,7 +338,8 @@ class VerifySession(CacheSession):
         self.counts["proposed_tokens"] += k * self.batch_size
         self.pos += n
         self.pending = Pending(drafts, logits[:, n : n + k]) if k else None
-        return logits[:, :n]
+        scored: torch.Tensor = logits[:, :n]
+        return scored
 
     def _propose(self, history: torch.Tensor) -> torch.Tensor:
         """k drafted tokens continuing `history` [B, T] (the same k for every row)."""
