@@ -161,12 +161,14 @@ def _shift_positions(target: FaultTarget, shift: Callable[[int], int]) -> None:
 
     model = target.model
     device = model.inv_freq.device
+    last = model.config.max_len - 1
 
     def positions(start_pos: int, n: int) -> torch.Tensor:
         # only tokens appended against a cache (start_pos > 0) are mis-encoded; the cache write
-        # still lands at start_pos, so the stored layout looks right
+        # still lands at start_pos, so the stored layout looks right. Clamped like position ids
+        # of engines that clamp, so learned position tables never index out of range.
         first = shift(start_pos) if start_pos > 0 else 0
-        return torch.arange(first, first + n, device=device)
+        return torch.arange(first, first + n, device=device).clamp(max=last)
 
     model.positions = positions  # type: ignore[method-assign]
 

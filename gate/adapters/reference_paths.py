@@ -25,6 +25,10 @@ Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def build_model_for(options: Options, *, device: str, dtype: str, seed: int) -> Transformer:
+    if options.weights is not None:  # trained weights carry their own config
+        from gate.models.trained import load_trained
+
+        return load_trained(options.weights, device=device, dtype=DTYPES[dtype])
     config = ModelConfig.from_preset(options.preset, **options.overrides())
     return build_model(config, seed=seed, device=device, dtype=DTYPES[dtype])
 

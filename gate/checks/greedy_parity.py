@@ -1,0 +1,175 @@
+"""`greedy-parity`: N-token greedy continuations identical on the reference and the candidate.
+
+Each path continues the same prompts by greedy decoding on its own (prefill, then one append per
+token). Tokens are compared at aligned absolute positions (prompt length + step); the first
+diverging step keeps both paths' logit rows (top-k) as evidence (seed 004: preserve the first
+diverging logit row). A divergence where the reference's top-2 margin is within tolerance and
+the candidate picked the runner-up is a tie: a warning, not a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.checks.compare import random_tokens, tolerance_for, top_k_rows
+from gate.diagnosis import BUG_CLASSES, classify, layer_divergence
+from gate.paths import DecodePath
+
+
+class GreedyParityParams(Params):
+    tokens: list[int] | None = None
+    """Continuation lengths that must match (default: the claim's `tokens` for greedy-tokens, else [8, 64])."""
+    prompt_lengths: list[int] = Field(default_factory=lambda: [7, 100])
+    """Prompt lengths; each is a separate batch of random prompts."""
+    batch: int = Field(default=2, ge=1, le=64)
+    """Prompts per batch."""
+    top_k: int = Field(default=5, ge=1, le=50)
+    """Logits kept per row at the first diverging step."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tie band: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tie band: relative part (default: the claim's, else dtype-aware)."""
+
+
+def greedy(path: DecodePath, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Greedy continuation: tokens [B, steps], the logits that chose them [B, steps, V], exercise."""
+    session = path.new_session(prompt.shape[0])
+    logits = session.prefill(prompt)[:, -1].float().cpu()
+    chosen, rows = [], []
+    for step in range(steps):
+        token = logits.argmax(dim=-1)
+        chosen.append(token)
+        rows.append(logits)
+        if step + 1 < steps:
+            logits = session.append(token[:, None])[:, -1].float().cpu()
+    return torch.stack(chosen, dim=1), torch.stack(rows, dim=1), dict(session.exercise())
+
+
+@check("greedy-parity", params=GreedyParityParams)
+def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
+    """Greedy continuations (default 8 and 64 tokens) identical on both paths."""
+    reference, candidate = ctx.reference, ctx.candidate
+    lengths = params.tokens or list(getattr(ctx.manifest.claim, "tokens", None) or [8, 64])
+    tol = tolerance_for(ctx, params.atol, params.rtol)
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    runs: list[dict[str, Any]] = []
+    observed: list[torch.Tensor] = []
+    exercise: dict[str, Any] = {"prompts": 0, "generated_tokens": 0}
+    first_failure: dict[str, Any] | None = None
+    ties = 0
+    for prompt_len in params.prompt_lengths:
+        steps = min(max(lengths), min(reference.max_len, candidate.max_len) - prompt_len)
+        if steps < 1:
+            continue
+        prompt = random_tokens(vocab, params.batch, prompt_len, ctx.seed * 1000 + prompt_len)
+        ref_tok, ref_logits, _ = greedy(reference, prompt, steps)
+        cand_tok, cand_logits, cand_ex = greedy(candidate, prompt, steps)
+        observed.append(cand_logits.flatten())
+        exercise["prompts"] += params.batch
+        exercise["generated_tokens"] += params.batch * steps
+        exercise.setdefault("sessions", []).append(cand_ex)
+        differ = ref_tok != cand_tok  # [B, steps]
+        run: dict[str, Any] = {
+            "prompt_len": prompt_len,
+            "steps": steps,
+            "match": {str(n): bool(not differ[:, : min(n, steps)].any()) for n in lengths},
+        }
+        divergences: list[dict[str, Any]] = []
+        for row in range(params.batch):
+            if not bool(differ[row].any()):
+                continue
+            step = int(differ[row].nonzero()[0])
+            ref_row, cand_row = ref_logits[row, step], cand_logits[row, step]
+            # the reference's preference for its own token over the candidate's
+            margin = float(ref_row.max() - ref_row[int(cand_tok[row, step])])
+            band = float(tol.row(ref_row))
+            divergences.append(
+                {
+                    "step": step,
+                    "row": row,
+                    "absolute_position": prompt_len + step,
+                    "reference_token": int(ref_tok[row, step]),
+                    "candidate_token": int(cand_tok[row, step]),
+                    "reference_margin": margin,
+                    "tie_band": band,
+                    "tie": margin <= band,
+                    "max_abs_delta": float((ref_row - cand_row).abs().max()),
+                    "reference_top_k": top_k_rows(ref_row[None], params.top_k)[0],
+                    "candidate_top_k": top_k_rows(cand_row[None], params.top_k)[0],
+                }
+            )
+        if divergences:
+            # the earliest real (non-tie) divergence is the evidence; ties are reported beside it
+            real = sorted((d for d in divergences if not d["tie"]), key=lambda d: d["step"])
+            run["first_divergence"] = real[0] if real else min(divergences, key=lambda d: d["step"])
+            run["tied_rows"] = sum(d["tie"] for d in divergences)
+            ties += run["tied_rows"]
+            if real and first_failure is None:
+                first_failure = {**real[0], "prompt_len": prompt_len, "tokens": torch.cat([prompt, ref_tok], dim=1)}
+        runs.append(run)
+
+    metrics = {
+        "lengths": lengths,
+        "prompt_lengths": params.prompt_lengths,
+        "batch": params.batch,
+        "runs": len(runs),
+        "ties": ties,
+        "diverged_runs": sum("first_divergence" in r for r in runs),
+    }
+    evidence = {"runs": runs, "tolerance": tol.as_dict()}
+    observation = torch.cat(observed) if observed else None
+    if first_failure is not None:
+        diagnosis = _diagnose(ctx, first_failure)
+        pos = first_failure["absolute_position"]
+        return Outcome(
+            status="fail",
+            message=f"greedy tokens diverge at step {first_failure['step']} (absolute position "
+            f"{pos}, prompt {first_failure['prompt_len']}): reference {first_failure['reference_token']}, "
+            f"candidate {first_failure['candidate_token']}, margin {first_failure['reference_margin']:.3g} "
+            f"({diagnosis['bug_class']})",
+            metrics=metrics,
+            evidence=evidence,
+            exercise=exercise,
+            diagnosis=diagnosis,
+            detected_at=pos,
+            observation=observation,
+        )
+    status: Literal["pass", "warn"] = "warn" if ties else "pass"
+    message = (
+        f"greedy continuations of {', '.join(map(str, lengths))} tokens identical for "
+        f"{len(runs)} prompt batch(es)" + (f"; {ties} divergence(s) at ties" if ties else "")
+    )
+    return Outcome(
+        status=status, message=message, metrics=metrics, evidence=evidence, exercise=exercise, observation=observation
+    )
+
+
+def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
+    """Trace the layer states at the position whose logits chose the diverging token."""
+    prefix_len = max(failure["absolute_position"] - 1, 0)
+    error: str | None = None
+    try:
+        layers = layer_divergence(ctx.reference, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype)
+    except Exception as err:
+        layers, error = None, f"{err.__class__.__name__}: {err}"
+    bug_class = classify({"profile": "single-position"}, layers)
+    out: dict[str, Any] = {
+        "bug_class": bug_class,
+        "explanation": BUG_CLASSES[bug_class],
+        "first_diverging_step": failure["step"],
+        "absolute_position": failure["absolute_position"],
+    }
+    if layers is not None:
+        out.update(
+            first_diverging_layer=layers["first_diverging_layer"],
+            component=layers["component"],
+            traced_prefix_len=prefix_len,
+            layers=layers["layers"],
+        )
+    if error:
+        out["tracing_error"] = error
+    return out

@@ -1,0 +1,253 @@
+"""`mask-oracle`: seed 004's fixture, run through the candidate's cache, mask and attention.
+
+One head, scalar values [2, 4, 8, 16, 32] at positions 0..4, zero scores: each query returns the
+mean of the values it may see. With three positions cached, the chunk of queries at absolute
+positions 3 and 4 must return 7.5 and 12.4; a mask restarted at the chunk's origin returns 2 and 3.
+The answers are derived independently (exact rationals), not from a model.
+
+The matrix (seed 004, "Do this before moving on"): empty cache, one-token cache, multistep append,
+reset between two independent requests; then nonzero scores over several KV heads (expected values
+from a float64 softmax written here), and each case again with the unused cache tail poisoned by NaN,
+which a correct read never touches. Batch row 1 carries a second request with other values, so a
+handle that reads another row's cache is visible too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.paths import AttentionProbe
+
+SEED_VALUES = (2, 4, 8, 16, 32)
+OTHER_VALUES = (3, 5, 7, 11, 13)
+"""Batch row 1: a second, independent request."""
+RESET_VALUES = ((1, 3, 5, 7), (6, 10, 14, 18))
+"""The request after a reset (rows 0 and 1)."""
+
+
+class MaskOracleParams(Params):
+    rtol: float = Field(default=1e-5, gt=0)
+    """Relative tolerance on the oracle's outputs (they are exact rationals; float32 rounding only)."""
+    heads: int = Field(default=4, ge=1)
+    """Query heads of the nonzero-score variant."""
+    kv_heads: int = Field(default=2, ge=1)
+    """KV heads of the nonzero-score variant (grouped-query attention when fewer than heads)."""
+    head_dim: int = Field(default=8, ge=1)
+    """Head dimension of the nonzero-score variant."""
+    poison_tail: bool = True
+    """Repeat every case with NaN written into the allocated-but-unused cache slots."""
+
+
+@dataclass
+class Case:
+    name: str
+    requests: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
+    expected: list[list[torch.Tensor]]
+    """Per request, per chunk: [B, H, n, D] float64."""
+    wrong_origin: list[list[torch.Tensor]] | None = None
+    """What a mask restarted at each chunk's origin returns (the predicted wrong answer)."""
+
+
+def visible_means(values: tuple[int, ...], positions: list[int]) -> list[Fraction]:
+    """Seed 004: the mean of values[:p + 1] for each position p (exact)."""
+    return [Fraction(sum(values[: p + 1]), p + 1) for p in positions]
+
+
+def _zero_score_case(name: str, requests: list[tuple[tuple[tuple[int, ...], ...], list[int]]]) -> Case:
+    """Zero scores: q = 0, so every visible key gets equal weight. Each request is (values per
+    batch row, chunk sizes), e.g. ((SEED_VALUES, OTHER_VALUES), [3, 2]): cache three, then two."""
+    all_requests, expected, wrong = [], [], []
+    for row_values, sizes in requests:
+        v = torch.tensor(row_values, dtype=torch.float32)[:, None, :, None]  # [B=2, H_kv=1, n, D=1]
+        start = 0
+        req, exp, bad = [], [], []
+        for size in sizes:
+            positions = list(range(start, start + size))
+            zeros = torch.zeros(len(row_values), 1, size, 1)
+            req.append((zeros, zeros.clone(), v[:, :, start : start + size].clone()))
+            exp.append(_means(row_values, positions))
+            # tril(ones(q_len, k_len)) from the chunk's origin: row i sees keys 0..i
+            bad.append(_means(row_values, list(range(size))))
+            start += size
+        all_requests.append(req)
+        expected.append(exp)
+        wrong.append(bad)
+    return Case(name, all_requests, expected, wrong)
+
+
+def _means(row_values: tuple[tuple[int, ...], ...], positions: list[int]) -> torch.Tensor:
+    rows = [[float(x) for x in visible_means(values, positions)] for values in row_values]
+    return torch.tensor(rows, dtype=torch.float64)[:, None, :, None]  # [B, 1, n, 1]
+
+
+def _gqa_case(params: MaskOracleParams, seed: int) -> Case:
+    """Nonzero scores, several KV heads: 10 positions as chunks of 6, 3 and 1."""
+    gen = torch.Generator().manual_seed(seed)
+    b, h, hkv, d, n = 2, params.heads, params.kv_heads, params.head_dim, 10
+    q = torch.randn(b, h, n, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(b, hkv, n, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(b, hkv, n, d, generator=gen, dtype=torch.float64)
+    # oracle: explicit float64 softmax over keys 0..p for the query at absolute position p
+    rep = h // hkv
+    kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = q @ kk.transpose(-1, -2) / d**0.5
+    blocked = torch.ones(n, n, dtype=torch.bool).triu(1)
+    full = scores.masked_fill(blocked, float("-inf")).softmax(dim=-1) @ vv  # [B, H, n, D]
+    chunks, expected, start = [], [], 0
+    for size in (6, 3, 1):
+        sl = slice(start, start + size)
+        chunks.append((q[:, :, sl].float(), k[:, :, sl].float(), v[:, :, sl].float()))
+        expected.append(full[:, :, sl])
+        start += size
+    return Case("gqa-nonzero-scores", [chunks], [expected])
+
+
+def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
+    pair = (SEED_VALUES, OTHER_VALUES)
+    return [
+        _zero_score_case("seed-fixture", [(pair, [3, 2])]),
+        _zero_score_case("empty-cache", [(pair, [5])]),
+        _zero_score_case("one-token-cache", [(pair, [1, 4])]),
+        _zero_score_case("multistep-append", [(pair, [3, 1, 1])]),
+        _zero_score_case("reset-between-requests", [(pair, [3, 2]), (RESET_VALUES, [2, 2])]),
+        _gqa_case(params, seed),
+    ]
+
+
+@check("mask-oracle", params=MaskOracleParams)
+def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
+    """Seed 004's mask oracle (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
+    candidate = ctx.candidate
+    if not isinstance(candidate, AttentionProbe):
+        return Outcome(status="skip", message=f"{candidate.name} offers no AttentionProbe (attention_probe)")
+    rows: list[dict[str, Any]] = []
+    observed: list[torch.Tensor] = []
+    failures: list[str] = []
+    for case in oracle_cases(params, ctx.seed):
+        for poison in (False, True) if params.poison_tail else (False,):
+            label = case.name + (" +poisoned-tail" if poison else "")
+            outputs = candidate.attention_probe(case.requests, poison_tail=poison)
+            row = _judge(case, outputs, params.rtol)
+            row["case"], row["poisoned_tail"] = case.name, poison
+            rows.append(row)
+            observed.extend(o.detach().double().cpu().flatten() for req in outputs for o in req)
+            if not row["ok"]:
+                failures.append(label)
+    seed_row = next(r for r in rows if r["case"] == "seed-fixture" and not r["poisoned_tail"])
+    metrics = {
+        "cases": len(rows),
+        "failed_cases": len(failures),
+        "seed_fixture": seed_row["got"],
+        "max_abs_error": max(r["max_abs_error"] for r in rows),
+    }
+    evidence = {
+        "fixture": {
+            "values": list(SEED_VALUES),
+            "cached": 3,
+            "queries_at": [3, 4],
+            "expected": [7.5, 12.4],
+            "wrong_origin": [2.0, 3.0],
+            "got": seed_row["got"],
+        },
+        "cases": rows,
+    }
+    exercise = {
+        "probe_calls": len(rows),
+        "path": candidate.name,
+        "uses_cache": candidate.uses_cache,
+        "chunks_through_cache": sum(len(r) for c in oracle_cases(params, ctx.seed) for r in c.requests)
+        * (2 if params.poison_tail else 1),
+    }
+    observation = torch.cat(observed)
+    if failures:
+        diagnosis = _diagnose(rows)
+        return Outcome(
+            status="fail",
+            message=f"{len(failures)} of {len(rows)} oracle cases wrong: "
+            f"{', '.join(failures[:4])}{' ...' if len(failures) > 4 else ''} ({diagnosis['bug_class']})",
+            metrics=metrics,
+            evidence=evidence,
+            exercise=exercise,
+            diagnosis=diagnosis,
+            detected_at=_case_index(rows),
+            observation=observation,
+        )
+    return Outcome(
+        status="pass",
+        message=f"all {len(rows)} oracle cases exact: cached chunk at positions 3, 4 -> "
+        f"{seed_row['got'][0]:g}, {seed_row['got'][1]:g}",
+        metrics=metrics,
+        evidence=evidence,
+        exercise=exercise,
+        observation=observation,
+    )
+
+
+def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[str, Any]:
+    """Compare every chunk's output with the oracle; note whether the cached chunks returned
+    exactly the predicted wrong-origin answer instead."""
+    err, ok = 0.0, True
+    wrong_origin: list[bool] = []
+    for r, (exp_req, got_req) in enumerate(zip(case.expected, outputs, strict=True)):
+        for c, (exp, got) in enumerate(zip(exp_req, got_req, strict=True)):
+            got64 = got.detach().double().cpu()
+            if got64.shape != exp.shape or bool(got64.isnan().any()):
+                ok, err = False, float("inf")
+                continue
+            e = float((got64 - exp).abs().max())
+            err = max(err, e)
+            ok &= e <= rtol * max(float(exp.abs().max()), 1.0)
+            if case.wrong_origin is not None and c > 0:  # only chunks with something cached before them
+                bad = case.wrong_origin[r][c]
+                wrong_origin.append(float((got64 - bad).abs().max()) <= 1e-5 * max(float(bad.abs().max()), 1.0))
+    last = outputs[0][-1].detach().double().cpu()
+    got_values = [round(float(x), 6) for x in last[0, 0, :, 0]] if last.shape[-1] == 1 else []
+    return {
+        "ok": bool(ok),
+        "max_abs_error": err,
+        "got": got_values,
+        "matches_wrong_origin": bool(wrong_origin) and all(wrong_origin) and not ok,
+        "nan": err == float("inf"),
+    }
+
+
+def _case_index(rows: list[dict[str, Any]]) -> int:
+    return next(i for i, r in enumerate(rows) if not r["ok"])
+
+
+def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {(r["case"], r["poisoned_tail"]): r for r in rows}
+    poison_reached = any(r["nan"] and not by[(r["case"], False)]["nan"] for r in rows if r["poisoned_tail"])
+    if poison_reached:
+        return {
+            "bug_class": "read-past-valid-length",
+            "explanation": "NaN written into the unused cache tail "
+            "reached the output: attention reads past the valid length, even where the nominal length "
+            "looks right (seed 004)",
+        }
+    if any(r["matches_wrong_origin"] for r in rows):
+        return {
+            "bug_class": "mask-offset",
+            "explanation": "cached chunks returned exactly the wrong-origin "
+            "answer (2 and 3): the mask restarts at the chunk's origin (seeds 001, 004)",
+        }
+    single = [k for k, r in by.items() if not r["ok"] and not k[1]]
+    if single == [("reset-between-requests", False)]:
+        return {
+            "bug_class": "reset-leak",
+            "explanation": "only the request after a reset is wrong: reset "
+            "left position state or K/V behind (seed 004)",
+        }
+    if by[("empty-cache", False)]["ok"]:
+        return {
+            "bug_class": "cached-read",
+            "explanation": "an empty cache is right and cached prefixes are "
+            "wrong: the read of cached keys (length, rows or blocks) is wrong",
+        }
+    return {"bug_class": "attention", "explanation": "wrong even with an empty cache: the mask or kernel itself"}

@@ -1,0 +1,238 @@
+"""`prefix-sweep`: cached-versus-full logits for the appended token over many prefix lengths.
+
+Reference logits for every length come from ONE full pass over the longest sequence (causality
+makes row L the answer for prefix L). The candidate grows one session (gate.checks.sweep), so
+neither side redoes quadratic work. Lengths: seed 001's eight (clipped), at least 64 log-spaced
+ones, every layout boundary ±1 of the candidate, optionally every length 1..N.
+
+`compare: full` (tolerance claims): argmax agreement is load-bearing, max |Δlogit| over the
+tolerance is a warning, flips within the reference's top-2 margin are ties.
+`compare: cached` (exact claims): additionally the candidate's logits must be bit-identical to
+the reference path running the *same* cached schedule. Exact against a full pass is never
+claimed: a cached step and a full pass differ in the last bits on any correct engine (seed 001).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.checks.compare import bits_equal, compare_rows, random_tokens, thin, tolerance_for
+from gate.checks.sweep import SEED_LENGTHS, cached_sweep, sweep_lengths
+from gate.diagnosis import diagnose
+from gate.paths import DecodePath, LayoutBoundaries
+
+
+class PrefixSweepParams(Params):
+    lengths: list[int] = Field(default_factory=lambda: list(SEED_LENGTHS))
+    """Prefix lengths always visited (seed 001), clipped to the longest prefix."""
+    log_spaced: int = Field(default=64, ge=0, le=4096)
+    """How many log-spaced lengths from 1 to the longest prefix to add."""
+    boundaries: bool = True
+    """Add every layout boundary ±1 the candidate reports (block and chunk edges, windows)."""
+    every_length_up_to: int | None = Field(default=None, ge=1)
+    """Also visit every length 1..N (dense sweep)."""
+    longest: int | None = Field(default=None, ge=1)
+    """Longest prefix; default: the smaller model's max_len - 1."""
+    batch: int = Field(default=2, ge=1, le=64)
+    """Independent random sequences, run as one batch."""
+    compare: Literal["full", "cached"] = "full"
+    """full: against one full pass (argmax + tolerance). cached: also bit-identical to the
+    reference path running the same cached schedule (the only honest `exact`)."""
+    atol: float | None = Field(default=None, ge=0)
+    """Absolute logit tolerance (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Relative logit tolerance (default: the claim's, else dtype-aware)."""
+    evidence_rows: int = Field(default=96, ge=8, le=1024)
+    """Most per-length rows kept in the evidence (failures first, then evenly spaced)."""
+
+
+@check("prefix-sweep", params=PrefixSweepParams)
+def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
+    """Cached-versus-full logits of the appended token over many prefix lengths."""
+    reference, candidate = ctx.reference, ctx.candidate
+    if params.compare == "cached" and not reference.uses_cache:
+        raise ValueError(
+            f"compare: cached needs a cached reference path running the same shapes; {reference.name} is a "
+            "full pass, and bit identity against a full pass is not an honest claim (seed 001): claim "
+            "`tolerance` against it, or make the reference the old cached path"
+        )
+    longest = min(params.longest or 1 << 30, reference.max_len - 1, candidate.max_len - 1)
+    bounds = candidate.layout_boundaries() if params.boundaries and isinstance(candidate, LayoutBoundaries) else ()
+    lengths = sweep_lengths(
+        longest,
+        seed_lengths=params.lengths,
+        log_count=params.log_spaced,
+        boundaries=bounds,
+        every_up_to=params.every_length_up_to,
+    )
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    tokens = random_tokens(vocab, params.batch, longest + 1, ctx.seed)
+    tol = tolerance_for(ctx, params.atol, params.rtol)
+    ctx.log(f"  {len(lengths)} lengths up to {longest}, batch {params.batch}, compare {params.compare}")
+
+    full = _memo(("full", reference, tokens, lengths), lambda: _full_rows(reference, tokens, lengths))
+    got, exercise = cached_sweep(candidate, tokens, lengths)
+    cmp = compare_rows(full, got, tol)
+
+    bitwise: dict[str, Any] | None = None
+    bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
+    if params.compare == "cached":
+        ref_cached = _memo(("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths)[0])
+        equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
+        bit_fail = ~equal
+        bitwise = {
+            "reference_path": reference.name,
+            "lengths_bit_identical": int(equal.sum()),
+            "lengths": len(lengths),
+            "max_abs_delta_vs_cached": float((ref_cached - got).abs().nan_to_num(float("inf")).max()),
+        }
+
+    failed = cmp.failed.any(dim=1) | bit_fail  # [N]
+    argmax_failed = cmp.failed.any(dim=1)
+    tie = cmp.tie.any(dim=1)
+    over = cmp.over_tolerance.any(dim=1)
+    delta = cmp.max_abs_delta.amax(dim=1)
+    deviates = (argmax_failed | over).tolist()
+
+    metrics: dict[str, Any] = {
+        "compare": params.compare,
+        "lengths": len(lengths),
+        "longest": longest,
+        "batch": params.batch,
+        "argmax_agreement": round(float(cmp.agree.float().mean()), 6),
+        "argmax_failures": int(argmax_failed.sum()),
+        "ties": int(tie.sum()),
+        "over_tolerance": int(over.sum()),
+        "max_abs_delta": float(delta.max()),
+        "atol": tol.atol,
+        "rtol": tol.rtol,
+    }
+    if bitwise is not None:
+        metrics["bit_identical"] = bool(not bit_fail.any())
+    evidence = _evidence(lengths, cmp, delta, argmax_failed | bit_fail, tie, params.evidence_rows)
+    evidence["tolerance"] = tol.as_dict()
+    evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8])}
+    if bitwise is not None:
+        evidence["bitwise"] = bitwise
+
+    detected_at = lengths[int(failed.nonzero()[0])] if bool(failed.any()) else None
+    diagnosis = None
+    if detected_at is not None:
+        if bitwise is not None and not bool(argmax_failed.any()) and not bool(over.any()):
+            diagnosis = {
+                "bug_class": "rounding-only",
+                "profile": "bitwise",
+                "explanation": "bits differ from the cached reference while every length agrees with "
+                "the full pass within tolerance: different reduction shapes",
+            }
+        else:
+            diagnosis = diagnose(
+                lengths,
+                deviates,
+                delta.tolist(),
+                reference=reference,
+                candidate=candidate,
+                tokens=tokens,
+                dtype=ctx.dtype,
+            )
+        status: Literal["pass", "fail", "warn"] = "fail"
+        why = []
+        if bool(argmax_failed.any()):
+            why.append(f"argmax differs at {int(argmax_failed.sum())} of {len(lengths)} lengths")
+        if bool(bit_fail.any()):
+            why.append(f"bits differ from {reference.name} at {int(bit_fail.sum())} lengths")
+        message = f"{'; '.join(why)}, first at prefix length {detected_at} ({diagnosis['bug_class']})"
+    elif bool(tie.any()) or bool(over.any()):
+        status = "warn"
+        message = (
+            f"argmax agrees at all {len(lengths)} lengths except {int(tie.sum())} tie(s); "
+            f"{int(over.sum())} length(s) over tolerance, max |Δ| {float(delta.max()):.3g}"
+        )
+    else:
+        status = "pass"
+        message = f"argmax agrees at all {len(lengths)} lengths up to {longest}; max |Δ| {float(delta.max()):.3g}" + (
+            " ; bit-identical to the cached reference" if bitwise is not None else ""
+        )
+    return Outcome(
+        status=status,
+        message=message,
+        metrics=metrics,
+        evidence=evidence,
+        exercise=exercise,
+        diagnosis=diagnosis,
+        detected_at=detected_at,
+        observation=got,
+    )
+
+
+def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Row L of one full pass over the longest sequence, for each L: [N, B, V] float32."""
+    with torch.no_grad():
+        return reference.full_logits(tokens)[:, torch.tensor(lengths)].transpose(0, 1).float().cpu()
+
+
+_MEMO: OrderedDict[tuple[Any, ...], tuple[DecodePath, torch.Tensor]] = OrderedDict()
+
+
+def _memo(key: tuple[str, DecodePath, torch.Tensor, list[int]], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """The reference side does not change between a check and its negative controls (only the
+    candidate gets the fault), so its rows are computed once per (path, tokens, lengths)."""
+    kind, path, tokens, lengths = key
+    digest = hashlib.sha256(tokens.numpy().tobytes() + str(lengths).encode()).hexdigest()
+    full_key = (kind, id(path), path.name, digest)
+    if full_key in _MEMO:
+        _MEMO.move_to_end(full_key)
+        return _MEMO[full_key][1]
+    rows = compute()
+    _MEMO[full_key] = (path, rows)  # holding the path keeps its id from being reused
+    while len(_MEMO) > 4:
+        _MEMO.popitem(last=False)
+    return rows
+
+
+def _evidence(
+    lengths: list[int], cmp: Any, delta: torch.Tensor, failed: torch.Tensor, tie: torch.Tensor, keep: int
+) -> dict[str, Any]:
+    """Per-length table (failures and ties first, then evenly spaced) plus the first failing rows."""
+    flagged = [i for i in range(len(lengths)) if bool(failed[i]) or bool(tie[i])]
+    chosen = sorted(
+        set(flagged[: keep // 2]) | set(thin(list(range(len(lengths))), keep - min(len(flagged), keep // 2)))
+    )
+    failures = []
+    for n in [i for i in range(len(lengths)) if bool(failed[i])][:16]:
+        for b in range(cmp.agree.shape[1]):
+            if bool(cmp.failed[n, b]) or not bool(cmp.agree[n, b]):
+                failures.append(
+                    {
+                        "length": lengths[n],
+                        "row": b,
+                        "reference_token": int(cmp.ref_top[n, b]),
+                        "candidate_token": int(cmp.cand_top[n, b]),
+                        "margin": float(cmp.margin[n, b]),
+                        "max_abs_delta": float(cmp.max_abs_delta[n, b]),
+                    }
+                )
+    ties = [
+        {"length": lengths[n], "row": b, "margin": float(cmp.margin[n, b]), "tolerance": float(cmp.tolerance[n, b])}
+        for n, b in cmp.tie.nonzero().tolist()[:16]
+    ]
+    return {
+        "per_length": {
+            "length": [lengths[i] for i in chosen],
+            "max_abs_delta": [float(delta[i]) for i in chosen],
+            "argmax_agree": [bool(cmp.agree[i].all()) for i in chosen],
+            "tie": [bool(tie[i]) for i in chosen],
+            "min_margin": [float(cmp.margin[i].min()) for i in chosen],
+        },
+        "rows_total": len(lengths),
+        "rows_shown": len(chosen),
+        "failures": failures,
+        "ties": ties,
+    }
