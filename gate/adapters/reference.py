@@ -125,8 +125,10 @@ class Options(BaseModel):
         if self.fault is not None and self.path == "full" and self.fault != "sliding-window-mask":
             raise ValueError(f"fault {self.fault!r} needs a cached path; path 'full' has no cache")
         if self.fault is not None and (self.fault in PREFIX_FAULTS) != (self.path == "prefix-cache"):
-            raise ValueError(f"fault {self.fault!r} does not apply to path {self.path!r} "
-                             "(gate.prefix_faults apply to path 'prefix-cache' only)")
+            raise ValueError(
+                f"fault {self.fault!r} does not apply to path {self.path!r} "
+                "(gate.prefix_faults apply to path 'prefix-cache' only)"
+            )
         if self.prefix is not None and self.path != "prefix-cache":
             raise ValueError("option 'prefix' applies only to path 'prefix-cache'")
         if self.speculative is not None and self.path != "speculative":
