@@ -1,0 +1,70 @@
+"""What the dossier says in words: release-gate steps, verdict and status labels, interventions, claims."""
+
+from __future__ import annotations
+
+STEP_TITLES = {
+    1: "Name the intervention",
+    2: "Declare the equivalence claim",
+    3: "Build cache identity",
+    4: "Run the positive parity case",
+    5: "Run negative cases",
+    6: "Measure phase-specific performance",
+    7: "Slice quality where approximation enters",
+    8: "Test invalidation and recovery",
+}
+"""The eight-step release gate of seed 000."""
+
+VERDICTS = {
+    "pass": ("PASS", "good"),
+    "fail": ("FAIL", "bad"),
+    "error": ("ERROR", "bad"),
+    "awaiting-approval": ("AWAITING APPROVAL", "await"),
+}
+
+STATUSES = {
+    "pass": ("PASS", "good"),
+    "fail": ("FAIL", "bad"),
+    "warn": ("WARN", "warn"),
+    "error": ("ERROR", "bad"),
+    "skip": ("SKIPPED", "muted"),
+    "waived": ("WAIVED", "warn"),
+}
+
+CONTROL_TONES = {
+    "detected": "good",
+    "tolerated": "good",
+    "missed": "bad",
+    "over-rejected": "bad",
+    "error": "bad",
+    "unobservable": "warn",
+    "unsupported": "muted",
+}
+
+INTERVENTION_WORDS = {
+    "layout": "Exact tensors stored in a different layout (paged or blocked KV, another kernel).",
+    "scheduling": "The same computations in another order or batching (chunked prefill, continuous batching).",
+    "prefix-reuse": "KV state shared between requests whose token prefixes and configuration match.",
+    "proposal-and-verify": "A cheap draft proposes tokens; the target model accepts or rejects them "
+    "(speculative decoding).",
+    "quantisation": "KV state kept at reduced precision: an approximation.",
+    "eviction": "Old KV state dropped (sliding window, attention sinks): an approximation.",
+}
+
+CLAIM_WORDS = {
+    "exact": "bit-identical logits: the candidate computes exactly the same numbers as the reference",
+    "tolerance": "tolerance-bounded logits: the same argmax everywhere, logits within a stated tolerance",
+    "greedy-tokens": "identical greedy continuations token for token over the stated lengths",
+    "distribution": "the same output distribution under sampling, tested at a stated significance level",
+    "bounded-degradation": "an approximation: task quality stays inside a stated envelope on each evaluated "
+    "slice, and only there",
+}
+
+TRANSFER_EXACT = (
+    "An exact claim is an algorithmic identity: evidence that the mechanism is right transfers "
+    "to new prompts within the mechanism's domain, so the gate tests the mechanism (parity across "
+    "lengths, planted bugs), not every prompt."
+)
+TRANSFER_APPROXIMATE = (
+    "An approximation earns only the envelope actually evaluated: the slices, metrics and "
+    "sample sizes below. The evidence does not transfer to other tasks, prompts or models."
+)
