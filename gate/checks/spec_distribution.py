@@ -268,8 +268,8 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     if stats.rejections < p.min_rejections:
         problems.append(
             f"exercises nothing: {stats.rejections} of {stats.target_passes} rounds rejected a draft "
-            f"(acceptance {stats.acceptance_rate:.4f}), so the residual path never ran: a draft identical "
-            "to the target proves nothing about verification"
+            f"(acceptance {stats.acceptance_rate:.4f}), so the residual path never ran (a draft identical to "
+            "the target, or verification that accepts everything)"
         )
     weak = {f: powers[f] for f in p.power_against if f in powers and powers[f] < target_power}
     if weak:
