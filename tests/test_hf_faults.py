@@ -114,3 +114,15 @@ def test_a_live_control_is_counted_as_detected() -> None:
     assert clean.status == "pass"
     result = run_control(spec, ctx, _Params(), clean, ControlSpec(fault="off-by-one-pos"))
     assert result.outcome == ControlOutcome.detected and (result.output_difference or 0) > 0.5
+
+
+def test_window_and_tail_faults_show_past_the_window_and_on_a_preallocated_buffer() -> None:
+    toks = tokens(length=300)
+    for kind in ("dynamic", "static"):
+        clean = path("llama", path=kind)
+        good = run(clean.new_session(2), toks, 200)
+        windowed = run(clean.with_fault("sliding-window-mask").new_session(2), toks, 200)
+        assert (windowed - good).abs().max().item() > 0.5  # window = 512 // 4 = 128 < 200
+    poisoned = run(path("llama", path="static").with_fault("poisoned-tail-read").new_session(2), toks, 200)
+    assert bool(poisoned.isnan().any())
+    assert "poisoned-tail-read" not in path("llama", path="dynamic").faults()

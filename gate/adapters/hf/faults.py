@@ -45,6 +45,9 @@ class Tamper:
         """A 4D mask to pass instead of the model's own causal mask, or None."""
         return None
 
+    def before_forward(self, phase: str, session: CacheSession, n: int) -> None:
+        """Called before a call runs `n` tokens against the session's cache."""
+
     def after_write(self, phase: str, session: CacheSession, n: int) -> None:
         """Called after a call wrote `n` tokens into the session's cache."""
 
@@ -146,18 +149,60 @@ class MaskOriginReset(Tamper):
     name = "mask-origin-reset"
 
     def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
-        if phase != "append":
+        if phase != "append" or session.cache is None:
             return None
+        _rows, cols, _ = _grid(session, n)
+        local_rows = torch.arange(n, device=session.device)[:, None]
+        return _additive(cols <= local_rows, session)
+
+
+def _additive(allowed: torch.Tensor, session: CacheSession) -> torch.Tensor:
+    """[n, kv] bool -> [B, 1, n, kv] additive mask in the model's dtype (0 where allowed)."""
+    dtype = session.model.dtype
+    blocked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=session.device)
+    mask = torch.where(allowed, torch.zeros((), dtype=dtype, device=session.device), blocked)
+    return mask.expand(session.batch_size, 1, *allowed.shape)
+
+
+def _grid(session: CacheSession, n: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Absolute query positions [n, 1], absolute key slots [1, kv] the model's mask will span, kv."""
+    kv, offset = compat.mask_sizes(session.cache, n, session.pending_positions)
+    rows = torch.arange(session.pos, session.pos + n, device=session.device)[:, None]
+    cols = torch.arange(offset, offset + kv, device=session.device)[None, :]
+    return rows, cols, kv
+
+
+class SlidingWindowMask(Tamper):
+    """A sliding window (max_len // 4 tokens) where full attention is declared: every query sees
+    only the last `window` keys, in prefill and append alike."""
+
+    name = "sliding-window-mask"
+
+    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
             return None
-        kv, offset = compat.mask_sizes(session.cache, n, session.pending_positions)
-        rows = torch.arange(n, device=session.device)[:, None]
-        cols = torch.arange(offset, offset + kv, device=session.device)[None, :]
-        dtype = session.model.dtype
-        # mask: [B, 1, n, kv], additive (0 = may attend), which eager and sdpa both accept
-        blocked = torch.full((n, kv), torch.finfo(dtype).min, dtype=dtype, device=session.device)
-        mask = torch.where(cols <= rows, torch.zeros((), dtype=dtype, device=session.device), blocked)
-        return mask.expand(session.batch_size, 1, n, kv)
+        window = max(session.path.max_len // 4, 1)
+        rows, cols, _ = _grid(session, n)
+        return _additive((cols <= rows) & (rows - cols < window), session)
+
+
+class PoisonedTailRead(Tamper):
+    """A preallocated cache read past its valid length: the unused slots hold NaN and the mask lets
+    every query see them (a mask built from the buffer size, not from the request's length)."""
+
+    name = "poisoned-tail-read"
+
+    def before_forward(self, phase: str, session: CacheSession, n: int) -> None:
+        for layer in session.cache.layers if session.cache is not None else ():
+            if getattr(layer, "is_initialized", False):
+                layer.keys[:, :, session.pos + n :] = float("nan")
+                layer.values[:, :, session.pos + n :] = float("nan")
+
+    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+        if session.cache is None:
+            return None
+        rows, cols, _ = _grid(session, n)
+        return _additive((cols <= rows) | (cols >= session.pos + n), session)
 
 
 class ResetKeepsPosition(Tamper):
@@ -179,6 +224,8 @@ FAULTS: dict[str, type[Tamper]] = {
         CrossRequestHandle,
         StaleWeights,
         MaskOriginReset,
+        SlidingWindowMask,
+        PoisonedTailRead,
         ResetKeepsPosition,
     )
 }

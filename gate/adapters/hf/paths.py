@@ -95,12 +95,20 @@ class HFPath:
         return CacheSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
-        sliding = self.kind == "sliding-window" or getattr(self.model.config, "sliding_window", None)
-        if self.kind == "quantized" or sliding:
+        if self.kind not in CACHE_KINDS:
+            return ()
+        unsupported = set()
+        if self.kind != "static":
+            unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
+        if (
+            self.kind == "quantized"
+            or self.kind == "sliding-window"
+            or getattr(self.model.config, "sliding_window", None)
+        ):
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
-            return tuple(f for f in CACHE_FAULTS if f != "truncated-last-block")
-        return CACHE_FAULTS if self.kind in CACHE_KINDS else ()
+            unsupported.add("truncated-last-block")
+        return tuple(f for f in CACHE_FAULTS if f not in unsupported)
 
     def with_fault(self, fault: str) -> HFPath:
         if fault not in self.faults():

@@ -108,6 +108,7 @@ class CacheSession:
         positions = self.tamper.positions(phase, true_positions)
         self.pending_positions = positions
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
+        self.tamper.before_forward(phase, self, n)
         with torch.no_grad(), self.tamper.weights(phase, self.model), self.path.around_forward(self, phase):
             out = compat.forward(
                 self.model,
