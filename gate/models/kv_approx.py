@@ -1,0 +1,301 @@
+"""Approximate KV caches, applied to a built `KVCache` from outside the model.
+
+The reference decoder reads K/V only through `cache.update(layer, start_pos, k, v)`, which returns
+what attention sees. These wrappers replace that method (and `kv`, `reset`, `crop`, `nbytes`) on
+one cache instance, the way gate.faults patches caches, so `gate.models.reference` never learns
+that a cache can be approximate:
+
+* `quantize_cache(cache, bits=8|4, group_size=32, key_axis="token"|"channel", residual=0)`:
+  stores integer codes plus a float16 scale and minimum per group and dequantises on every read.
+  Values are grouped per token along the head dimension; keys the same, or per channel over
+  groups of `group_size` tokens (KIVI: key outliers live in channels), with the newest tokens of
+  an unfilled group kept in full precision. int4 codes are packed two per byte.
+* `evict_cache(cache, window=w, sink=s)`: after every write keeps the first `s` tokens (attention
+  sinks, StreamingLLM) and the last `w`, and drops the rest. Positions are not re-assigned: RoPE
+  was applied before the write, so a kept key keeps its original position. With chunked prefill a
+  query sees the kept tokens plus its own chunk, as in streaming.
+
+Use an empty cache of the dynamic layout: the wrappers keep their own storage and never touch the
+base buffers, so `nbytes()` counts only what the approximation really holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from gate.models.reference import KVCache
+
+KeyAxis = Literal["token", "channel"]
+SCALE_DTYPE = torch.float16
+
+
+# -- quantisation ------------------------------------------------------------------------------
+
+
+@dataclass
+class Quantized:
+    """Integer codes of a [B, H, T, D] tensor with per-group scale and minimum.
+
+    axis="token": groups of `group` channels within one token; scale, low: [B, H, T, D // group].
+    axis="channel": groups of `group` tokens within one channel; scale, low: [B, H, T // group, D].
+    codes: [B, H, T, D] uint8, or [B, H, T, D // 2] with two 4-bit codes per byte."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    low: torch.Tensor
+    bits: int
+    group: int
+    axis: KeyAxis
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.low))
+
+
+def _grouped(x: torch.Tensor, group: int, axis: KeyAxis) -> torch.Tensor:
+    # [B, H, T, D] -> token: [B, H, T, D/g, g]; channel: [B, H, T/g, g, D]
+    b, h, t, d = x.shape
+    if axis == "token":
+        return x.reshape(b, h, t, d // group, group)
+    return x.reshape(b, h, t // group, group, d)
+
+
+def quantize(x: torch.Tensor, bits: int, group: int, axis: KeyAxis) -> Quantized:
+    """Asymmetric min-max quantisation of x [B, H, T, D] in groups along `axis`."""
+    levels = (1 << bits) - 1
+    g = _grouped(x.float(), group, axis)
+    reduce = -1 if axis == "token" else -2
+    low = g.amin(dim=reduce, keepdim=True)
+    scale = ((g.amax(dim=reduce, keepdim=True) - low) / levels).clamp_min(1e-8)
+    # round the stored parameters first, so codes are computed against what a read will use
+    low, scale = low.to(SCALE_DTYPE), scale.to(SCALE_DTYPE).clamp_min(torch.finfo(SCALE_DTYPE).tiny)
+    codes = ((g - low.float()) / scale.float()).round().clamp(0, levels).to(torch.uint8).reshape(x.shape)
+    if bits == 4:
+        codes = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return Quantized(codes, scale.squeeze(reduce), low.squeeze(reduce), bits, group, axis)
+
+
+def dequantize(q: Quantized, dtype: torch.dtype) -> torch.Tensor:
+    """The [B, H, T, D] tensor a read sees."""
+    codes = q.codes
+    if q.bits == 4:
+        codes = torch.stack([codes & 0xF, codes >> 4], dim=-1).flatten(-2)
+    g = _grouped(codes.float(), q.group, q.axis)
+    expand = -1 if q.axis == "token" else -2
+    x = g * q.scale.float().unsqueeze(expand) + q.low.float().unsqueeze(expand)
+    return x.reshape(codes.shape).to(dtype)
+
+
+def _cat(parts: list[Quantized]) -> Quantized:
+    first = parts[0]
+    dim = 2  # tokens
+    return Quantized(
+        torch.cat([p.codes for p in parts], dim=dim),
+        torch.cat([p.scale for p in parts], dim=dim),
+        torch.cat([p.low for p in parts], dim=dim),
+        first.bits,
+        first.group,
+        first.axis,
+    )
+
+
+@dataclass
+class _QuantLayer:
+    """One layer's K or V: quantised history plus a full-precision residual of the newest tokens."""
+
+    stored: Quantized | None = None
+    residual: torch.Tensor | None = None  # [B, H, r, D]
+
+    def length(self) -> int:
+        n = 0 if self.stored is None else self.stored.codes.shape[2]
+        return n + (0 if self.residual is None else self.residual.shape[2])
+
+    def nbytes(self) -> int:
+        res = 0 if self.residual is None else self.residual.numel() * self.residual.element_size()
+        return res + (0 if self.stored is None else self.stored.nbytes())
+
+
+@dataclass
+class QuantizedStore:
+    """What a quantised cache holds, per layer, for keys and values."""
+
+    bits: int
+    group_size: int
+    key_axis: KeyAxis
+    residual: int
+    n_layers: int
+    keys: list[_QuantLayer] = field(default_factory=list)
+    values: list[_QuantLayer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.keys = [_QuantLayer() for _ in range(self.n_layers)]
+        self.values = [_QuantLayer() for _ in range(self.n_layers)]
+
+    def _write(self, slot: _QuantLayer, x: torch.Tensor, axis: KeyAxis) -> torch.Tensor:
+        group = self.group_size if axis == "channel" else min(self.group_size, x.shape[-1])
+        if axis == "token" and x.shape[-1] % group:
+            raise ValueError(f"group_size {group} must divide head_dim {x.shape[-1]}")
+        pending = x if slot.residual is None else torch.cat([slot.residual, x], dim=2)
+        over = pending.shape[2] - self.residual
+        n_quant = max(0, over) if axis == "token" else max(0, over) // group * group
+        if n_quant:
+            fresh = quantize(pending[:, :, :n_quant], self.bits, group, axis)
+            slot.stored = fresh if slot.stored is None else _cat([slot.stored, fresh])
+        slot.residual = pending[:, :, n_quant:].clone()
+        parts = [] if slot.stored is None else [dequantize(slot.stored, x.dtype)]
+        return torch.cat([*parts, slot.residual], dim=2)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (self._write(self.keys[layer], k, self.key_axis), self._write(self.values[layer], v, "token"))
+
+    def nbytes(self) -> int:
+        return sum(s.nbytes() for s in (*self.keys, *self.values))
+
+    def quantized_tokens(self) -> int:
+        s = self.keys[0].stored
+        return 0 if s is None else int(s.codes.shape[2])
+
+
+def quantize_cache(
+    cache: KVCache, *, bits: int, group_size: int = 32, key_axis: KeyAxis = "token", residual: int = 0
+) -> QuantizedStore:
+    """Make `cache` store K/V as `bits`-bit codes and dequantise on read. Returns the store."""
+    if bits not in (4, 8):
+        raise ValueError("bits must be 8 or 4")
+    store = QuantizedStore(bits, group_size, key_axis, residual, len(cache.k))
+
+    def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if start_pos != store.keys[layer].length():
+            raise ValueError(
+                f"quantised cache is append-only: write at {start_pos}, holding {store.keys[layer].length()}"
+            )
+        return store.update(layer, k, v)
+
+    def kv(layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = cache.k[layer].dtype
+        k_slot, v_slot = store.keys[layer], store.values[layer]
+        read = [[dequantize(s.stored, dtype)] if s.stored is not None else [] for s in (k_slot, v_slot)]
+        return (
+            torch.cat([*read[0], *([] if k_slot.residual is None else [k_slot.residual])], dim=2),
+            torch.cat([*read[1], *([] if v_slot.residual is None else [v_slot.residual])], dim=2),
+        )
+
+    def reset() -> None:
+        store.clear()
+        cache.pos = 0
+
+    def crop(n: int) -> None:
+        if n < cache.pos:
+            raise NotImplementedError("a quantised cache cannot roll back (codes of a group are shared)")
+
+    cache.update = update  # type: ignore[method-assign]
+    cache.kv = kv  # type: ignore[method-assign]
+    cache.reset = reset  # type: ignore[method-assign]
+    cache.crop = crop  # type: ignore[method-assign]
+    cache.nbytes = store.nbytes  # type: ignore[method-assign]
+    cache.approx = store  # type: ignore[attr-defined]
+    return store
+
+
+# -- eviction ----------------------------------------------------------------------------------
+
+
+@dataclass
+class EvictingStore:
+    """Kept K/V per layer ([B, H_kv, kept, D]) and how many tokens were dropped."""
+
+    window: int
+    sink: int
+    n_layers: int
+    k: list[torch.Tensor | None] = field(default_factory=list)
+    v: list[torch.Tensor | None] = field(default_factory=list)
+    seen: int = 0
+    """Tokens written to layer 0 since the last reset."""
+
+    def __post_init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.k = [None] * self.n_layers
+        self.v = [None] * self.n_layers
+        self.seen = 0
+
+    def _keep(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[2] <= self.sink + self.window:
+            return x
+        return torch.cat([x[:, :, : self.sink], x[:, :, x.shape[2] - self.window :]], dim=2).clone()
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        old_k, old_v = self.k[layer], self.v[layer]
+        k_all = k if old_k is None else torch.cat([old_k, k], dim=2)
+        v_all = v if old_v is None else torch.cat([old_v, v], dim=2)
+        self.k[layer], self.v[layer] = self._keep(k_all), self._keep(v_all)
+        if layer == 0:
+            self.seen += k.shape[2]
+        return k_all, v_all  # this call's queries still see their own chunk
+
+    def kept(self) -> int:
+        k0 = self.k[0]
+        return 0 if k0 is None else int(k0.shape[2])
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
+
+
+def evict_cache(cache: KVCache, *, window: int, sink: int = 0) -> EvictingStore:
+    """Make `cache` keep only the first `sink` and the last `window` tokens. Returns the store."""
+    if window < 1 or sink < 0:
+        raise ValueError("window must be >= 1 and sink >= 0")
+    store = EvictingStore(window, sink, len(cache.k))
+
+    def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return store.update(layer, k, v)
+
+    def kv(layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = store.k[layer], store.v[layer]
+        if k is None or v is None:
+            empty = cache.k[layer][:, :, :0]
+            return empty, empty
+        return k, v
+
+    def reset() -> None:
+        store.clear()
+        cache.pos = 0
+
+    def crop(n: int) -> None:
+        if n < cache.pos:
+            raise NotImplementedError("an evicting cache cannot roll back")
+
+    cache.update = update  # type: ignore[method-assign]
+    cache.kv = kv  # type: ignore[method-assign]
+    cache.reset = reset  # type: ignore[method-assign]
+    cache.crop = crop  # type: ignore[method-assign]
+    cache.nbytes = store.nbytes  # type: ignore[method-assign]
+    cache.approx = store  # type: ignore[attr-defined]
+    return store
+
+
+def approx_stats(cache: KVCache) -> dict[str, Any]:
+    """What an approximate cache holds right now (for a session's exercise record)."""
+    store = getattr(cache, "approx", None)
+    if isinstance(store, QuantizedStore):
+        return {
+            "kv_bits": store.bits,
+            "kv_group_size": store.group_size,
+            "kv_key_axis": store.key_axis,
+            "quantized_tokens": store.quantized_tokens(),
+            "full_precision_tokens": cache.pos - store.quantized_tokens(),
+        }
+    if isinstance(store, EvictingStore):
+        return {
+            "evict_window": store.window,
+            "evict_sink": store.sink,
+            "kept_tokens": store.kept(),
+            "evicted_tokens": store.seen - store.kept(),
+        }
+    return {}
