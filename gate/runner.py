@@ -100,7 +100,8 @@ def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckR
         if problem:
             status, message = Status.failed, problem
     return CheckResult(
-        **base, status=status, message=message, metrics=outcome.metrics, evidence=outcome.evidence,
+        **base, status=status, message=message, evidence=outcome.evidence,
+        metrics={**outcome.metrics, **({"detected_at": outcome.detected_at} if outcome.detected_at is not None else {})},
         exercise=outcome.exercise, controls=controls, diagnosis=outcome.diagnosis,
         duration_s=time.perf_counter() - started,
     )
