@@ -1,0 +1,332 @@
+"""quality-slices: judge a bounded-degradation claim slice by slice (release-gate step 7).
+
+Every envelope of the manifest's claim names a slice (evals/<slice>.yaml), a metric, a comparator
+and a threshold. The check builds the slice deterministically from the run's seed (a saved,
+fingerprinted datasets.Dataset), scores the candidate against the exact reference path on every
+sample (gate.evals.scoring), and judges the envelope on the one-sided bound at the declared
+confidence, never on the point estimate. A slice is sized by the declared minimum detectable
+effect and power (gate.evals.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
+The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.evals.datasets_io import BuiltSlice, build_slice
+from gate.evals.evidence import METRICS, Metric, breakdowns, worst_samples
+from gate.evals.scoring import Clock, SampleScores, score_batch
+from gate.evals.spec import SliceSpec, load_slice
+from gate.evals.stats import MIN_SAMPLES, Judgement, judge, min_sample_size
+from gate.evals.text import TextSpace
+from gate.evals.vocab import TokenSpace, render
+from gate.manifest import Envelope
+
+
+class QualitySlicesParams(Params):
+    """Parameters of the quality-slices check."""
+
+    samples: int | None = Field(default=None, ge=1)
+    """Evaluate exactly this many samples per slice (no power sizing, no top-up). Fewer than a
+    slice needs for its declared effect makes its envelopes fail as underpowered."""
+    max_samples: int | None = Field(default=None, ge=1)
+    """Cap on samples per slice (default: the slice's own max_samples)."""
+    batch_size: int = Field(default=8, ge=1)
+    """Samples of equal prompt length scored together."""
+    worst: int = Field(default=3, ge=0, le=20)
+    """Worst samples kept per envelope."""
+    dataset_seed: int | None = None
+    """Seed the slices are built from (default: the manifest's subject seed)."""
+    space: Literal["auto", "tokens", "text"] = "auto"
+    """Token space (ids), text space (the model's tokenizer), or auto: text when the reference
+    path exposes a `tokenizer`, tokens otherwise."""
+    extra_slices: list[str] = Field(default_factory=list)
+    """Slices scored and reported without an envelope (context for the dossier)."""
+    min_samples: int = Field(default=MIN_SAMPLES, ge=2)
+    """No envelope is judged on fewer samples than this."""
+    bootstrap_resamples: int = Field(default=2000, ge=200)
+    """Resamples of the paired bootstrap."""
+    evals_dir: str | None = None
+    """Directory of slice definitions (default: the shipped evals/)."""
+
+
+def _space(ctx: CheckContext, params: QualitySlicesParams) -> tuple[TokenSpace | TextSpace, Any]:
+    """The slice space for the reference path and a function rendering token ids for evidence."""
+    ref = ctx.reference
+    max_len = min(ref.max_len, ctx.candidate.max_len)
+    tokenizer = getattr(ref, "tokenizer", None)
+    if params.space == "text" or (params.space == "auto" and tokenizer is not None):
+        if tokenizer is None:
+            raise ValueError(f"space: text, but path {ref.name} exposes no tokenizer")
+        vocab = sorted(tokenizer.get_vocab().items())
+        ident = f"{getattr(tokenizer, 'name_or_path', '')}:{hashlib.sha256(repr(vocab).encode()).hexdigest()}"
+        bos = getattr(tokenizer, "bos_token_id", None)
+
+        def encode(text: str) -> list[int]:
+            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        space: TokenSpace | TextSpace = TextSpace(encode, max_len, ident, () if bos is None else (int(bos),))
+        return space, lambda ids: tokenizer.decode(list(ids))
+    return TokenSpace(min(ref.vocab_size, ctx.candidate.vocab_size), max_len), render
+
+
+def _prior_samples(spec: SliceSpec, envelopes: Sequence[Envelope], floor: int) -> int:
+    """Samples a slice needs before it runs: the largest requirement of its envelopes whose
+    metric has a known worst-case sigma (a plug-in sigma is only known afterwards)."""
+    need = spec.samples
+    for env in envelopes:
+        metric = METRICS[env.metric]
+        if metric.sigma is not None:
+            groups = 2 if metric.reference_column else 1
+            need = max(
+                need, min_sample_size(env.min_detectable_effect, env.confidence, env.power, metric.sigma, groups, floor)
+            )
+    return need
+
+
+class _SliceRun:
+    """One slice being scored: its rows, per-sample scores, and the candidate's exercise."""
+
+    def __init__(self, spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, root: Path | None) -> None:
+        self.spec, self.space, self.seed, self.root = spec, space, seed, root
+        self.scores = SampleScores()
+        self.built: BuiltSlice | None = None
+        self.exercise: dict[str, Any] = {}
+
+    @property
+    def n(self) -> int:
+        return len(self.scores.kl)
+
+    def extend_to(self, n: int, ctx: CheckContext, params: QualitySlicesParams, clock: Clock) -> None:
+        """Build the first n rows (saved, fingerprinted) and score those not yet scored."""
+        self.built = build_slice(self.spec, self.space, self.seed, n, root=self.root)
+        rows = self.built.dataset
+        todo = list(range(self.n, n))
+        by_len: dict[int, list[int]] = {}
+        for i in todo:
+            by_len.setdefault(len(rows[i]["prompt"]), []).append(i)
+        k = self.spec.continuation
+        results: dict[int, tuple[SampleScores, int]] = {}
+        for length in sorted(by_len):
+            idx = by_len[length]
+            for start in range(0, len(idx), params.batch_size):
+                chunk = idx[start : start + params.batch_size]
+                batch = rows.select(chunk)
+                prompts = torch.tensor(batch["prompt"], dtype=torch.long)
+                scores, exercise = score_batch(
+                    ctx.reference, ctx.candidate, prompts, k, batch["answer"], clock, ctx.device
+                )
+                self._merge_exercise(exercise)
+                for j, i in enumerate(chunk):
+                    one = SampleScores()
+                    for name in SampleScores.__dataclass_fields__:
+                        column = getattr(scores, name)
+                        if column:
+                            getattr(one, name).append(column[j])
+                    results[i] = (one, length)
+                ctx.log(f"  {self.spec.name}: {len(results)}/{len(todo)} samples")
+        for i in todo:  # keep dataset order
+            self.scores.extend(results[i][0])
+
+    def _merge_exercise(self, ex: dict[str, Any]) -> None:
+        for key, value in ex.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.exercise.setdefault(key, value)
+            elif key in ("cached_steps", "model_steps", "tokens_processed", "full_passes"):
+                self.exercise[key] = self.exercise.get(key, 0) + value
+            else:
+                self.exercise[key] = max(self.exercise.get(key, value), value)
+
+
+def _judge(env: Envelope, run: _SliceRun, params: QualitySlicesParams, seed: int) -> Judgement:
+    metric = METRICS[env.metric]
+    scores = run.scores.column(metric.column)
+    reference = run.scores.column(metric.reference_column) if metric.reference_column else None
+    return judge(
+        scores,
+        kind=metric.kind,
+        comparator=env.comparator.value,
+        threshold=env.threshold,
+        confidence=env.confidence,
+        min_detectable_effect=env.min_detectable_effect,
+        power=env.power,
+        seed=seed,
+        reference=reference,
+        sigma=metric.sigma,
+        floor=params.min_samples,
+        resamples=params.bootstrap_resamples,
+    )
+
+
+def _validate(envelopes: Sequence[Envelope], specs: dict[str, SliceSpec]) -> None:
+    for env in envelopes:
+        if env.metric not in METRICS:
+            raise ValueError(f"envelope on {env.slice}: unknown metric {env.metric!r} (known: {', '.join(METRICS)})")
+        if env.slice not in specs:
+            raise ValueError(f"envelope names unknown slice {env.slice!r}")
+
+
+@check("quality-slices", params=QualitySlicesParams)
+def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
+    """Judge every envelope of a bounded-degradation claim on its slice's one-sided bound."""
+    started = time.perf_counter()
+    claim = ctx.manifest.claim
+    envelopes: list[Envelope] = list(getattr(claim, "envelopes", []))
+    if not envelopes:
+        return Outcome("skip", f"claim {claim.level} declares no envelopes; nothing to judge")
+    root = Path(params.evals_dir) if params.evals_dir else None
+    names = list(dict.fromkeys([e.slice for e in envelopes] + params.extra_slices))
+    specs = {name: load_slice(name, root) for name in names}
+    _validate(envelopes, specs)
+    space, show = _space(ctx, params)
+    seed = ctx.seed if params.dataset_seed is None else params.dataset_seed
+    clock = Clock()
+    runs: dict[str, _SliceRun] = {}
+    for name, spec in specs.items():
+        mine = [e for e in envelopes if e.slice == name]
+        cap = params.max_samples or spec.max_samples
+        run = runs[name] = _SliceRun(spec, space, seed, None)
+        n = params.samples or min(cap, _prior_samples(spec, mine, params.min_samples))
+        ctx.log(f"  slice {name}: {n} samples, k={spec.continuation}")
+        run.extend_to(n, ctx, params, clock)
+        if params.samples is None:  # Stein's second stage: plug-in sigma for unbounded metrics
+            for _ in range(3):
+                need = max([_judge(e, run, params, seed).n_required for e in mine] or [0])
+                if need <= run.n or run.n >= cap:
+                    break
+                run.extend_to(min(cap, need), ctx, params, clock)
+    return _outcome(ctx, params, envelopes, runs, show, clock, started, seed)
+
+
+def _outcome(
+    ctx: CheckContext,
+    params: QualitySlicesParams,
+    envelopes: list[Envelope],
+    runs: dict[str, _SliceRun],
+    show: Any,
+    clock: Clock,
+    started: float,
+    seed: int,
+) -> Outcome:
+    table: list[dict[str, Any]] = []
+    failed_samples_at: list[int] = []
+    for env in envelopes:
+        run = runs[env.slice]
+        metric: Metric = METRICS[env.metric]
+        verdict = _judge(env, run, params, seed)
+        rows = run.built.dataset if run.built else []
+        entry = {
+            "slice": env.slice,
+            "metric": env.metric,
+            "comparator": env.comparator.value,
+            "threshold": env.threshold,
+            "confidence": env.confidence,
+            "min_detectable_effect": env.min_detectable_effect,
+            "power": env.power,
+            **verdict.as_dict(),
+            "worst": worst_samples(rows, run.scores, metric, env.comparator.value, params.worst, show),
+        }
+        table.append(entry)
+        if not verdict.passed:
+            failed_samples_at += [int(rows[i]["context_len"]) for i, m in enumerate(run.scores.greedy_match) if not m]
+    wall = time.perf_counter() - started
+    total = sum(r.n for r in runs.values())
+    slices = {
+        name: {
+            "n": r.n,
+            "k": r.spec.continuation,
+            "dependency": r.spec.dependency,
+            "fingerprint": r.built.fingerprint if r.built else None,
+            **breakdowns(r.built.dataset, r.scores),
+        }
+        for name, r in runs.items()
+        if r.built
+    }
+    timing = {
+        "wall_s": round(wall, 3),
+        "forward_s": round(clock.forward_s, 3),
+        "model_calls": clock.calls,
+        "samples": total,
+        "samples_per_s": round(total / wall, 3) if wall else None,
+        "outside_forward_share": round(1 - clock.forward_s / wall, 4) if wall else None,
+    }
+    held = [f"{e['slice']}/{e['metric']}" for e in table if e["passed"]]
+    broken = [f"{e['slice']}/{e['metric']}" for e in table if not e["passed"]]
+    evidence = {
+        "envelopes": table,
+        "slices": slices,
+        "space": "text" if isinstance(next(iter(runs.values())).space, TextSpace) else "tokens",
+        "datasets": {name: r.built.fingerprint for name, r in runs.items() if r.built},
+        "timing": timing,
+    }
+    metrics: dict[str, Any] = {
+        "envelopes": len(table),
+        "envelopes_held": len(held),
+        "samples": total,
+        "samples_per_s": timing["samples_per_s"],
+        "outside_forward_share": timing["outside_forward_share"],
+    }
+    for e in table:
+        metrics[f"{e['slice']}.{e['metric']}.bound"] = round(e["bound"], 6)
+    exercise: dict[str, Any] = {"samples_scored": total, "slices": list(runs)}
+    for r in runs.values():
+        for key, value in r.exercise.items():
+            exercise.setdefault(key, value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                exercise[key] = max(exercise[key], value)
+    observation = torch.tensor([x for r in runs.values() for x in r.scores.kl], dtype=torch.float64)
+    if not broken:
+        return Outcome(
+            "pass",
+            f"all {len(table)} envelopes held on their one-sided bounds ({', '.join(held)})",
+            metrics,
+            evidence,
+            exercise,
+            observation=observation,
+        )
+    diagnosis = _diagnose(table, slices)
+    return Outcome(
+        "fail",
+        f"{len(broken)} of {len(table)} envelopes violated: {', '.join(broken)}"
+        + (f"; held: {', '.join(held)}" if held else ""),
+        metrics,
+        evidence,
+        exercise,
+        diagnosis=diagnosis,
+        detected_at=min(failed_samples_at) if failed_samples_at else None,
+        observation=observation,
+    )
+
+
+def _diagnose(table: list[dict[str, Any]], slices: dict[str, Any]) -> dict[str, Any]:
+    """Which envelopes broke, and whether failures grow with the distance to the evidence."""
+    failed = [e for e in table if not e["passed"]]
+    underpowered = [f"{e['slice']}/{e['metric']}" for e in failed if e["n"] < e["n_required"]]
+    long_failed = {e["slice"] for e in failed if slices.get(e["slice"], {}).get("dependency") == "long-range"}
+    local_held = [e["slice"] for e in table if e["passed"] and slices.get(e["slice"], {}).get("dependency") == "local"]
+    out: dict[str, Any] = {
+        "failed": [f"{e['slice']}/{e['metric']}" for e in failed],
+        "underpowered": underpowered,
+        "by_distance": {s: slices[s]["by_distance"] for s in long_failed if s in slices},
+    }
+    if long_failed and local_held:
+        out["bug_class"] = "lost-long-range-context"
+        out["summary"] = (
+            "long-range slices fail while the local control holds: the candidate no longer "
+            "attends over the full past (the forgetful stenographer of seed 000)"
+        )
+    elif underpowered and len(underpowered) == len(failed):
+        out["bug_class"] = "underpowered"
+        out["summary"] = "too few samples to detect the declared effect: the envelope cannot be earned"
+    else:
+        out["bug_class"] = "degraded"
+        out["summary"] = "quality outside the declared envelope"
+    return out

@@ -1,0 +1,119 @@
+"""Build a slice's rows into a saved, fingerprinted `datasets.Dataset`.
+
+The fingerprint is the sha256 of the saved Arrow files: the same slice, seed, size and model space
+always give the same bytes, so the fingerprint in results.json names exactly the samples judged.
+A build is cached under $GATE_CACHE_DIR/evals (default ~/.cache/gate/evals) and re-verified on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gate.evals.builders import build_rows
+from gate.evals.spec import SliceSpec
+from gate.evals.vocab import TokenSpace
+
+if TYPE_CHECKING:
+    import datasets
+
+    from gate.evals.text import TextSpace
+
+BUILD_VERSION = 1
+"""Bump when a builder changes the rows it produces for the same slice and seed."""
+
+
+def cache_root() -> Path:
+    """Where built slices are kept."""
+    base = os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate"
+    return Path(base) / "evals"
+
+
+def spec_digest(spec: SliceSpec) -> str:
+    """sha256 of the slice definition as validated (changes whenever the YAML's meaning does)."""
+    body = json.dumps({"build": BUILD_VERSION, "spec": spec.model_dump(mode="json", by_alias=True)}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def fingerprint(directory: Path) -> str:
+    """sha256 over the saved Arrow files of a dataset directory, in file-name order."""
+    h = hashlib.sha256()
+    files = sorted(directory.glob("*.arrow"))
+    if not files:
+        raise FileNotFoundError(f"no Arrow files under {directory}")
+    for path in files:
+        h.update(path.name.encode())
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+@dataclass
+class BuiltSlice:
+    """A slice's rows, where they are saved, and their fingerprint."""
+
+    spec: SliceSpec
+    dataset: datasets.Dataset
+    path: Path
+    fingerprint: str
+
+
+def _columns(spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int) -> dict[str, list[Any]]:
+    if isinstance(space, TokenSpace):
+        rows = build_rows(spec, space, seed, n)
+        return {
+            "index": list(range(n)),
+            "prompt": [r.prompt for r in rows],
+            "answer": [r.answer for r in rows],
+            "kind": [r.kind for r in rows],
+            "context_len": [r.context_len for r in rows],
+            "depth": [r.depth for r in rows],
+            "evidence_at": [r.evidence_at for r in rows],
+        }
+    from gate.evals.text import build_text_rows
+
+    text_rows = build_text_rows(spec, space, seed, n)
+    return {
+        "index": list(range(n)),
+        "prompt": [r.prompt for r in text_rows],
+        "answer": [r.answer for r in text_rows],
+        "kind": [r.kind for r in text_rows],
+        "context_len": [r.context_len for r in text_rows],
+        "depth": [r.depth for r in text_rows],
+        "evidence_at": [r.evidence_at for r in text_rows],
+        "prompt_text": [r.prompt_text for r in text_rows],
+        "answer_text": [r.answer_text for r in text_rows],
+    }
+
+
+def build_slice(
+    spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int, root: Path | None = None
+) -> BuiltSlice:
+    """The first n rows of `spec` for `space` under `seed`: loaded from the cache when present,
+    else built, saved atomically and loaded back (so the judged rows are the saved bytes)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    directory = (root or cache_root()) / f"{spec.name}-{space.key()}-s{seed}-n{n}-{spec_digest(spec)[:16]}"
+    if not (directory / "dataset_info.json").is_file():
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        ds = datasets.Dataset.from_dict(_columns(spec, space, seed, n))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+        try:
+            ds.save_to_disk(str(tmp))
+            try:
+                tmp.rename(directory)
+            except OSError:  # another process saved the same build first: theirs is identical
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    loaded = datasets.load_from_disk(str(directory))
+    return BuiltSlice(spec, loaded, directory, fingerprint(directory))

@@ -1,0 +1,224 @@
+"""One-sided confidence bounds and minimum sample sizes for quality envelopes.
+
+An envelope is judged on the one-sided bound at its declared confidence, never on the point
+estimate: a rate uses the Wilson score bound, a mean a seeded (paired) percentile bootstrap.
+The minimum sample size follows TensorRT-LLM's accuracy suite (tests/integration/defs/accuracy):
+there the minimum detectable effect is
+
+    theta = (z_{1-alpha} + z_{1-beta}) * sqrt(groups * sigma^2 / n)
+
+with groups = 2 because their reference accuracy is itself a noisy n-sample estimate
+(a two-sample test). Solved for n:
+
+    n = ceil(groups * sigma^2 * (z_{1-alpha} + z_{1-beta})^2 / theta^2)
+
+For a bound judged against a fixed threshold (agreement with the exact path, candidate accuracy),
+the reference side carries no noise and groups = 1: with that n, a candidate whose true value is
+`theta` better than the threshold passes with probability >= power, and one exactly at the
+threshold passes with probability <= 1 - confidence. A paired difference of two noisy scores
+(accuracy-drop) keeps groups = 2, which is the paired variance bound when the two outcomes are
+uncorrelated (positive correlation, the usual case, only shrinks it).
+
+Imports no torch; numpy only for the bootstrap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from statistics import NormalDist
+from typing import Any, Literal
+
+Side = Literal["lower", "upper"]
+
+BERNOULLI_SIGMA = 0.5
+"""Worst-case standard deviation of a score in [0, 1] (p = 0.5), as TensorRT-LLM uses for yes/no tasks."""
+
+MIN_SAMPLES = 16
+"""No slice is judged on fewer samples than this, whatever the power calculation says."""
+
+
+def z_one_sided(level: float) -> float:
+    """The standard normal quantile z with P(Z <= z) = level."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    return NormalDist().inv_cdf(level)
+
+
+def min_sample_size(
+    min_detectable_effect: float,
+    confidence: float,
+    power: float,
+    sigma: float = BERNOULLI_SIGMA,
+    groups: int = 1,
+    floor: int = MIN_SAMPLES,
+) -> int:
+    """Samples needed to detect `min_detectable_effect` at one-sided `confidence` with `power`.
+
+    TensorRT-LLM's relation n = groups * sigma^2 * (z_{1-alpha} + z_{1-beta})^2 / theta^2, with
+    alpha = 1 - confidence and beta = 1 - power; never below `floor`.
+    """
+    if min_detectable_effect <= 0:
+        raise ValueError("min_detectable_effect must be positive")
+    if sigma < 0 or groups not in (1, 2):
+        raise ValueError("sigma must be >= 0 and groups 1 (one-sample) or 2 (two-sample)")
+    z = z_one_sided(confidence) + z_one_sided(power)
+    n = groups * sigma**2 * z**2 / min_detectable_effect**2
+    return max(floor, math.ceil(n - 1e-9))
+
+
+def detectable_effect(
+    n: int, confidence: float, power: float, sigma: float = BERNOULLI_SIGMA, groups: int = 1
+) -> float:
+    """TensorRT-LLM's `compute_theta`: the smallest effect `n` samples detect with `power`."""
+    if n <= 0:
+        return math.inf
+    return (z_one_sided(confidence) + z_one_sided(power)) * math.sqrt(groups * sigma**2 / n)
+
+
+def wilson_bound(successes: int, n: int, confidence: float, side: Side) -> float:
+    """One-sided Wilson score bound on a binomial rate (lower for `>=` envelopes, upper for `<=`).
+
+    With no samples the bound is the uninformative end of [0, 1]."""
+    if n <= 0:
+        return 0.0 if side == "lower" else 1.0
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes {successes} outside [0, {n}]")
+    z = z_one_sided(confidence)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    bound = centre - half if side == "lower" else centre + half
+    return min(1.0, max(0.0, bound))
+
+
+def bootstrap_bound(
+    values: Sequence[float],
+    confidence: float,
+    side: Side,
+    seed: int,
+    reference: Sequence[float] | None = None,
+    resamples: int = 2000,
+) -> float:
+    """One-sided percentile-bootstrap bound on a mean, seeded so a run can be reproduced.
+
+    With `reference`, the bound is on mean(reference - values), resampling the *pairs*: each
+    resample draws sample indices once and uses both scores of each drawn sample, so the shared
+    per-sample difficulty cancels (the paired bootstrap)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    if reference is not None:
+        r = np.asarray(reference, dtype=np.float64)
+        if r.shape != x.shape:
+            raise ValueError("paired bootstrap needs one reference score per sample")
+        x = r - x
+    n = x.size
+    if n == 0:
+        return -math.inf if side == "lower" else math.inf
+    rng = np.random.default_rng(seed)
+    # idx: [resamples, n]; the same draw serves both sides of a pair because x is already paired.
+    means = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, 2_000_000 // n)
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = x[idx].mean(axis=1)
+    q = 1.0 - confidence if side == "lower" else confidence
+    return float(np.quantile(means, q, method="linear"))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One envelope judged on one slice."""
+
+    point: float
+    """Point estimate (reported, never decisive)."""
+    bound: float
+    """One-sided bound at `confidence`: lower for `>=`, upper for `<=`."""
+    n: int
+    """Samples judged."""
+    n_required: int
+    """Samples needed for the declared effect and power."""
+    sigma: float
+    """Standard deviation the sample size was derived with."""
+    passed: bool
+    """True only when n >= n_required and the bound satisfies the threshold."""
+    reason: str
+    """Why it passed or failed, in words."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def holds(bound: float, comparator: str, threshold: str) -> bool:
+    """Compare a bound with a decimal-string threshold without binary float surprises."""
+    if math.isnan(bound):
+        return False
+    if math.isinf(bound):
+        return (bound > 0) == (comparator == ">=")
+    b = Decimal(repr(bound))
+    t = Decimal(threshold)
+    if comparator == ">=":
+        return b >= t
+    if comparator == "<=":
+        return b <= t
+    raise ValueError(f"unknown comparator {comparator!r}")
+
+
+def judge(
+    scores: Sequence[float],
+    *,
+    kind: Literal["rate", "mean"],
+    comparator: str,
+    threshold: str,
+    confidence: float,
+    min_detectable_effect: float,
+    power: float,
+    seed: int,
+    reference: Sequence[float] | None = None,
+    sigma: float | None = None,
+    floor: int = MIN_SAMPLES,
+    resamples: int = 2000,
+) -> Judgement:
+    """Judge an envelope on per-sample `scores`.
+
+    kind="rate": scores are 0/1, the bound is Wilson's. kind="mean": the bound is the seeded
+    bootstrap's; with `reference` it is paired and judges mean(reference - scores).
+    `sigma`: the standard deviation for the sample-size rule. None means 0.5 for a rate (the
+    worst case of a 0/1 score) and the observed standard deviation for a mean (a plug-in, as in
+    Stein's two-stage design); pass 0.5 for a mean of scores known to lie in [0, 1].
+    """
+    import numpy as np
+
+    side: Side = "lower" if comparator == ">=" else "upper"
+    n = len(scores)
+    groups = 2 if reference is not None else 1
+    if kind == "rate":
+        successes = round(float(np.sum(np.asarray(scores, dtype=np.float64))))
+        point = successes / n if n else math.nan
+        bound = wilson_bound(successes, n, confidence, side)
+        used_sigma = BERNOULLI_SIGMA if sigma is None else sigma
+    else:
+        x = np.asarray(scores, dtype=np.float64)
+        if reference is not None:
+            x = np.asarray(reference, dtype=np.float64) - x
+        point = float(x.mean()) if n else math.nan
+        bound = bootstrap_bound(scores, confidence, side, seed, reference=reference, resamples=resamples)
+        observed = float(x.std(ddof=1)) if n > 1 else 0.0
+        used_sigma = observed if sigma is None else sigma
+    n_required = min_sample_size(min_detectable_effect, confidence, power, used_sigma, groups, floor)
+    ok = holds(bound, comparator, threshold)
+    if n < n_required:
+        reason = (
+            f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "
+            f"at {confidence:.0%} confidence with {power:.0%} power"
+        )
+        return Judgement(point, bound, n, n_required, used_sigma, False, reason)
+    word = "lower" if side == "lower" else "upper"
+    verdict = "holds" if ok else "violates"
+    reason = f"{confidence:.0%} {word} bound {bound:.4f} {verdict} {comparator} {threshold} (point {point:.4f}, n={n})"
+    return Judgement(point, bound, n, n_required, used_sigma, ok, reason)

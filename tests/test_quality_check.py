@@ -1,0 +1,183 @@
+"""quality-slices and phase-performance on reference-decoder paths (exact, faulty, approximate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.api import CheckContext
+from gate.checks.phase_performance import PhasePerformanceParams, phase_performance
+from gate.checks.quality_slices import QualitySlicesParams, quality_slices
+from gate.manifest import Manifest
+from gate.models.trained import WEIGHTS_DIR
+
+torch.set_num_threads(1)
+
+
+def path(**options: Any) -> Any:
+    return ReferenceAdapter().build(Options.model_validate(options), device="cpu", dtype="float32", seed=0)
+
+
+def context(reference: Any, candidate: Any, envelopes: list[dict[str, Any]]) -> CheckContext:
+    manifest = Manifest.model_validate(
+        {
+            "apiVersion": "gate/v1",
+            "name": "t",
+            "intervention": "quantisation",
+            "claim": {"level": "bounded-degradation", "envelopes": envelopes},
+            "subject": {"reference": {"adapter": "reference"}, "candidate": {"adapter": "reference"}},
+        }
+    )
+    return CheckContext(
+        manifest=manifest, reference=reference, candidate=candidate, seed=0, device="cpu", dtype="float32"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATE_CACHE_DIR", str(tmp_path))
+
+
+RANDOM = {"max_len": 320}
+ENVELOPES = [
+    {
+        "slice": "long-range-retrieval",
+        "metric": "greedy-match",
+        "comparator": ">=",
+        "threshold": "0.8",
+        "min-detectable-effect": 0.4,
+    },
+    {"slice": "local-control", "metric": "kl", "comparator": "<=", "threshold": "0.01", "min-detectable-effect": 0.4},
+]
+
+
+def test_exact_cache_passes_with_bounds_worst_samples_and_fingerprints() -> None:
+    ctx = context(path(path="full", **RANDOM), path(path="chunked", chunk_size=32, **RANDOM), ENVELOPES)
+    out = quality_slices(ctx, QualitySlicesParams(samples=16))
+    assert out.status == "pass", out.message
+    assert out.exercise["cached_steps"] > 0 and out.exercise["samples_scored"] == 32
+    envelope = out.evidence["envelopes"][0]
+    assert {
+        "slice",
+        "metric",
+        "point",
+        "bound",
+        "threshold",
+        "comparator",
+        "n",
+        "n_required",
+        "passed",
+        "worst",
+    } <= set(envelope)
+    assert envelope["point"] == 1.0 and envelope["bound"] < 1.0 and envelope["n"] == 16
+    assert len(envelope["worst"]) == 3 and "prompt_tail" in envelope["worst"][0]
+    assert set(out.evidence["datasets"]) == {"long-range-retrieval", "local-control"}
+    assert all(fp.startswith("sha256:") for fp in out.evidence["datasets"].values())
+    assert out.observation is not None and out.observation.shape == (32,)
+
+
+def test_faulty_candidate_fails_and_says_where() -> None:
+    ctx = context(path(path="full", **RANDOM), path(path="dynamic", fault="off-by-one-pos", **RANDOM), ENVELOPES)
+    out = quality_slices(ctx, QualitySlicesParams(samples=16))
+    assert out.status == "fail"
+    assert out.detected_at is not None and out.diagnosis is not None
+    worst = out.evidence["envelopes"][0]["worst"][0]
+    assert worst["greedy_match"] is False and worst["first_divergence"] is not None
+
+
+def test_too_few_samples_cannot_pass() -> None:
+    envelopes = [{**ENVELOPES[0], "min-detectable-effect": 0.05}]
+    ctx = context(path(path="full", **RANDOM), path(path="dynamic", **RANDOM), envelopes)
+    out = quality_slices(ctx, QualitySlicesParams(samples=16))
+    assert out.status == "fail" and "greedy-match" in out.message
+    entry = out.evidence["envelopes"][0]
+    assert entry["point"] == 1.0 and entry["n_required"] == 619 and not entry["passed"]
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "underpowered"
+
+
+def test_unknown_metric_is_refused() -> None:
+    ctx = context(path(path="full", **RANDOM), path(path="dynamic", **RANDOM), [{**ENVELOPES[0], "metric": "bleu"}])
+    with pytest.raises(ValueError, match="unknown metric"):
+        quality_slices(ctx, QualitySlicesParams(samples=4))
+
+
+class ByteTokenizer:
+    """A byte-level tokenizer for the 256-token tiny preset: text space without the hub."""
+
+    name_or_path = "bytes"
+    bos_token_id = None
+
+    def get_vocab(self) -> dict[str, int]:
+        return {f"<{i}>": i for i in range(256)}
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": list(text.encode())}
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode(errors="replace")
+
+
+def test_text_space_when_the_path_has_a_tokenizer() -> None:
+    ref, cand = path(path="full", **RANDOM), path(path="quantized", quant={"bits": 8}, **RANDOM)
+    ref.tokenizer = ByteTokenizer()
+    envelopes = [
+        {
+            "slice": "local-control",
+            "metric": "top1-agreement",
+            "comparator": ">=",
+            "threshold": "0.5",
+            "min-detectable-effect": 0.4,
+        }
+    ]
+    out = quality_slices(context(ref, cand, envelopes), QualitySlicesParams(samples=6, min_samples=4))
+    assert out.evidence["space"] == "text"
+    worst = out.evidence["envelopes"][0]["worst"][0]
+    assert worst["prompt_tail"].endswith(" is")  # the last 16 bytes of "... The colour of the X is"
+    assert worst["answer"].endswith(".") and out.evidence["slices"]["local-control"]["n"] == 6
+
+
+needs_weights = pytest.mark.skipif(
+    not (WEIGHTS_DIR / "copy-model.safetensors").is_file(), reason="copy-model weights not built"
+)
+
+
+@needs_weights
+def test_trained_model_window_forgets_long_range_but_keeps_local() -> None:
+    """The forgetful stenographer: a 32-token window fails retrieval, passes the local control."""
+    envelopes = [
+        {
+            "slice": "long-range-retrieval",
+            "metric": "greedy-match",
+            "comparator": ">=",
+            "threshold": "0.8",
+            "min-detectable-effect": 0.4,
+        },
+        {
+            "slice": "local-control",
+            "metric": "greedy-match",
+            "comparator": ">=",
+            "threshold": "0.5",
+            "min-detectable-effect": 0.4,
+        },
+    ]
+    ref = path(weights="copy-model", path="dynamic")
+    cand = path(weights="copy-model", path="evicting", evict={"window": 32, "sink": 4})
+    out = quality_slices(context(ref, cand, envelopes), QualitySlicesParams(samples=16))
+    by_slice = {e["slice"]: e for e in out.evidence["envelopes"]}
+    assert not by_slice["long-range-retrieval"]["passed"]
+    assert by_slice["local-control"]["passed"], by_slice["local-control"]["reason"]
+    assert out.exercise["evicted_tokens"] > 0 and out.exercise["kept_tokens"] <= 36
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "lost-long-range-context"
+
+
+def test_phase_performance_reports_bytes_and_times_side_by_side() -> None:
+    ctx = context(path(path="dynamic", **RANDOM), path(path="quantized", quant={"bits": 4}, **RANDOM), ENVELOPES)
+    out = phase_performance(ctx, PhasePerformanceParams(prompt_len=128, decode_tokens=4, repeats=1))
+    assert out.status == "pass"
+    assert out.metrics["bytes_ratio"] < 0.3  # int4 codes + fp16 group scales vs float32
+    assert out.evidence["table"]["candidate"]["cache_len"] == 128 + 4
+    assert out.exercise["kv_bits"] == 4
