@@ -126,3 +126,18 @@ def test_window_and_tail_faults_show_past_the_window_and_on_a_preallocated_buffe
     poisoned = run(path("llama", path="static").with_fault("poisoned-tail-read").new_session(2), toks, 200)
     assert bool(poisoned.isnan().any())
     assert "poisoned-tail-read" not in path("llama", path="dynamic").faults()
+
+
+def test_reset_keeps_position_in_generates_own_static_cache() -> None:
+    toks, other = tokens(), tokens(seed=5)
+    outs = []
+    for fault in (None, "reset-keeps-position"):
+        candidate = path("llama", path="generate-static")
+        session = (candidate.with_fault(fault) if fault else candidate).new_session(2)
+        run(session, other, 30)
+        session.reset()
+        outs.append(run(session, toks, PREFIX))
+    fresh = run(path("llama", path="generate-static").new_session(2), toks, PREFIX)
+    assert torch.equal(outs[0], fresh)
+    if compat.cache_api(path("llama").model).static_crop:  # a counter to keep exists from 5.15
+        assert (outs[1] - fresh).abs().max().item() > 0.5

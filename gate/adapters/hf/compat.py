@@ -153,6 +153,19 @@ def reset(cache: Any) -> None:
                 layer.cumulative_length = 0
 
 
+def keep_counter(cache: Any, length: int) -> bool:
+    """Set a static cache's position counter back to `length` after a reset zeroed its K/V (the
+    seed 004 bug, planted in the library's own object). False where the length is not a counter
+    (before 5.15 a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
+    changed = False
+    for layer in cache.layers:
+        counter = getattr(layer, "cumulative_length", None)
+        if isinstance(counter, torch.Tensor):
+            counter.fill_(length)
+            changed = True
+    return changed
+
+
 def seq_length(cache: Any) -> int:
     """Tokens the cache has seen (a StaticLayer returns a tensor)."""
     return int(cache.get_seq_length())

@@ -211,7 +211,11 @@ class ResetKeepsPosition(Tamper):
     name = "reset-keeps-position"
 
     def reset(self, session: CacheSession) -> None:
+        seen = compat.seq_length(session.cache) if session.cache is not None else 0
         session.clear_cache()
+        if session.positions_from_cache and session.cache is not None:
+            # generate() takes positions from the cache's own counter: keep that one instead
+            compat.keep_counter(session.cache, seen)
 
 
 FAULTS: dict[str, type[Tamper]] = {

@@ -31,7 +31,9 @@ class GeneratePath(HFPath):
     """A path whose sessions run `generate` (static) or whose continuations run continuous batching (paged)."""
 
     def faults(self) -> tuple[str, ...]:
-        return ("stale-weights", "cross-request-handle") if self.kind == "generate-static" else ()
+        return (
+            ("stale-weights", "cross-request-handle", "reset-keeps-position") if self.kind == "generate-static" else ()
+        )
 
     def new_session(self, batch_size: int) -> Session:
         if self.kind == "generate-paged":
@@ -96,6 +98,7 @@ class GenerateSession(CacheSession):
         super().__init__(path, batch_size)
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.generate_calls = 0
+        self.positions_from_cache = True
         self.cache_built_by = ""
         self.head = self.model.get_output_embeddings()
 

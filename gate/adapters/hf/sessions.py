@@ -30,6 +30,8 @@ class CacheSession:
         self.batch_size = batch_size
         self.device = path.device
         self.tamper: Tamper = path.tamper
+        self.positions_from_cache = False
+        """True where the library, not the session, counts positions (generate)."""
         self.cache: Any | None = None
         self.pos = 0
         """Absolute position of the next token (the request's position state)."""
