@@ -60,7 +60,8 @@ def length_profile(lengths: Sequence[int], deviates: Sequence[bool], delta: Sequ
     out: dict[str, Any] = {"first_deviating_length": first, "deviating_lengths": len(bad), "lengths": len(lengths)}
     block = math.gcd(*good_lengths) if good_lengths else 0
     bad_lengths = [n for n, _ in bad if n > 0]
-    if block >= 2 and good_lengths and bad_lengths and all(n % block for n in bad_lengths):
+    # passes only at multiples of a block (and fails next to them): a truncated block
+    if block >= 4 and len(good_lengths) >= 3 and len(bad_lengths) >= 3 and all(n % block for n in bad_lengths):
         out.update(profile="periodic", block=block)
         return out
     if first >= 16 and all(x for n, x in zip(lengths, deviates, strict=True) if n >= first * 2):

@@ -161,6 +161,8 @@ class ReferencePath:
 
     @torch.no_grad()
     def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the K and V attention actually READ during the appended token's step (a
+        faulty read can be shorter or longer than prefix_len + 1) and the block output."""
         tokens = tokens.to(self.device)
         session = self.new_session(tokens.shape[0])
         if prefix_len:
