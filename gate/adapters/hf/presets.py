@@ -135,6 +135,10 @@ def load(
         source = "directory"
     built = built.to(device=device, dtype=torch_dtype).eval()
     built.requires_grad_(False)
+    # gate compares fixed-length continuations token by token: generate must not stop at an EOS
+    # (the reference's greedy loop never does), so the model's default stop token is cleared
+    if getattr(built, "generation_config", None) is not None:
+        built.generation_config.eos_token_id = None
     config = built.config
     identity = {
         "adapter": "hf",

@@ -179,7 +179,7 @@ def _rounds(calls: list[tuple[int, int]], prompt_len: int, final_len: int, k: in
     and one token from the target: a correction, or a bonus when all k_r were accepted), and the cache
     holds all but the newest token, so the next pass starts at length L_{r+1} - 1.
     """
-    stats = SpecStats(k=k, sequences=1)
+    stats = SpecStats(k=k, sequences=1, full_accepts=0)
     lengths = [prompt_len] + [start + 1 for start, _ in calls[1:]] + [final_len]  # L_r before each round
     for r, (start, n_input) in enumerate(calls):
         uncached = lengths[r] - start
@@ -192,6 +192,8 @@ def _rounds(calls: list[tuple[int, int]], prompt_len: int, final_len: int, k: in
         stats.accepted += accepted
         stats.emitted += grown
         if drafted and accepted == drafted:
+            # every round of transformers' loop ends with one target token: after k acceptances, a bonus
+            stats.full_accepts = (stats.full_accepts or 0) + 1
             stats.bonus += 1
         elif drafted:
             stats.rejections += 1
