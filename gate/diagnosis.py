@@ -42,7 +42,7 @@ BUG_CLASSES: dict[str, str] = {
     "stale-state": "prefix K/V differ from what these weights compute: stale cache (weights changed, cache kept)",
     "foreign-state": "prefix K/V belong to another request (cross-request handle)",
     "reset-leak": "state survived a reset: the second request does not match a fresh one",
-    "rounding-only": "bit differences within tolerance: different reduction shapes, not a cache bug",
+    "rounding-only": "bit differences within tolerance: consistent with different reduction shapes",
     "unknown": "no layer-level divergence found; compare the output head and sampling",
 }
 
@@ -171,9 +171,11 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
                 return "per-layer-ordering"
             component = "attention-output"  # a sub-threshold layer-0 change, grown downstream
         if component == "past-kv":
+            if first.get("foreign"):  # every row holds another request's prefix
+                return "foreign-state"
             if first.get("v_agrees") or first.get("first_past_row", 0) > 0:
                 return "positional-index"  # RoPE moves K only; later chunks mis-encoded
-            return "foreign-state" if first.get("foreign") else "stale-state"
+            return "stale-state"
         if component == "new-kv":
             return "positional-index"
         if component == "attention-output":

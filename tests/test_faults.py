@@ -77,7 +77,9 @@ def test_mask_oracle_detects_cache_read_and_reset_faults() -> None:
         "poisoned-tail-read",
         "reset-keeps-position",
     ):
-        assert mask_oracle(ctx(reference, candidate.with_fault(fault)), MaskOracleParams()).status == "fail", fault
+        out = mask_oracle(ctx(reference, candidate.with_fault(fault)), MaskOracleParams())
+        assert out.status == "fail" and out.diagnosis is not None, fault
+        assert out.diagnosis["bug_class"] == FAULTS[fault].bug_class  # it returned the predicted wrong answer
     # positional faults do not touch the probe (no positions in it): unobservable, not missed
     for fault in ("missing-start-pos", "rope-after-write"):
         faulty = mask_oracle(ctx(reference, candidate.with_fault(fault)), MaskOracleParams())

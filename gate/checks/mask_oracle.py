@@ -14,7 +14,7 @@ handle that reads another row's cache is visible too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -50,8 +50,10 @@ class Case:
     requests: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
     expected: list[list[torch.Tensor]]
     """Per request, per chunk: [B, H, n, D] float64."""
-    wrong_origin: list[list[torch.Tensor]] | None = None
-    """What a mask restarted at each chunk's origin returns (the predicted wrong answer)."""
+    wrong: dict[str, list[list[torch.Tensor]]] = field(default_factory=dict)
+    """Predicted wrong answers, per bug class (zero-score cases): what a mask restarted at the chunk's
+    origin (mask-offset), a read that drops the cached keys (kv-truncation) or one that reads the other
+    batch row's cache (foreign-state) returns for each chunk."""
 
 
 def visible_means(values: tuple[int, ...], positions: list[int]) -> list[Fraction]:
@@ -62,23 +64,30 @@ def visible_means(values: tuple[int, ...], positions: list[int]) -> list[Fractio
 def _zero_score_case(name: str, requests: list[tuple[tuple[tuple[int, ...], ...], list[int]]]) -> Case:
     """Zero scores: q = 0, so every visible key gets equal weight. Each request is (values per
     batch row, chunk sizes), e.g. ((SEED_VALUES, OTHER_VALUES), [3, 2]): cache three, then two."""
-    all_requests, expected, wrong = [], [], []
+    case = Case(name, [], [], {"mask-offset": [], "kv-truncation": [], "foreign-state": []})
     for row_values, sizes in requests:
         v = torch.tensor(row_values, dtype=torch.float32)[:, None, :, None]  # [B=2, H_kv=1, n, D=1]
+        swapped = tuple(row_values[1:] + row_values[:1])  # row b reads row b + 1's cache
         start = 0
-        req, exp, bad = [], [], []
+        chunks, exp = [], []
+        wrong: dict[str, list[torch.Tensor]] = {key: [] for key in case.wrong}
         for size in sizes:
             positions = list(range(start, start + size))
             zeros = torch.zeros(len(row_values), 1, size, 1)
-            req.append((zeros, zeros.clone(), v[:, :, start : start + size].clone()))
+            chunks.append((zeros, zeros.clone(), v[:, :, start : start + size].clone()))
             exp.append(_means(row_values, positions))
             # tril(ones(q_len, k_len)) from the chunk's origin: row i sees keys 0..i
-            bad.append(_means(row_values, list(range(size))))
+            wrong["mask-offset"].append(_means(row_values, list(range(size))))
+            own = tuple(tuple(values[start:]) for values in row_values)
+            wrong["kv-truncation"].append(_means(own, list(range(size))))
+            foreign = tuple(tuple(o[:start]) + tuple(r[start:]) for r, o in zip(row_values, swapped, strict=True))
+            wrong["foreign-state"].append(_means(foreign, positions))
             start += size
-        all_requests.append(req)
-        expected.append(exp)
-        wrong.append(bad)
-    return Case(name, all_requests, expected, wrong)
+        case.requests.append(chunks)
+        case.expected.append(exp)
+        for key, per_chunk in wrong.items():
+            case.wrong[key].append(per_chunk)
+    return case
 
 
 def _means(row_values: tuple[tuple[int, ...], ...], positions: list[int]) -> torch.Tensor:
@@ -190,10 +199,10 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
 
 
 def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[str, Any]:
-    """Compare every chunk's output with the oracle; note whether the cached chunks returned
-    exactly the predicted wrong-origin answer instead."""
+    """Compare every chunk's output with the oracle; name the predicted wrong answer the cached
+    chunks returned instead, if any."""
     err, ok = 0.0, True
-    wrong_origin: list[bool] = []
+    matches: dict[str, list[bool]] = {key: [] for key in case.wrong}
     for r, (exp_req, got_req) in enumerate(zip(case.expected, outputs, strict=True)):
         for c, (exp, got) in enumerate(zip(exp_req, got_req, strict=True)):
             got64 = got.detach().double().cpu()
@@ -203,18 +212,14 @@ def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
             e = float((got64 - exp).abs().max())
             err = max(err, e)
             ok &= e <= rtol * max(float(exp.abs().max()), 1.0)
-            if case.wrong_origin is not None and c > 0:  # only chunks with something cached before them
-                bad = case.wrong_origin[r][c]
-                wrong_origin.append(float((got64 - bad).abs().max()) <= 1e-5 * max(float(bad.abs().max()), 1.0))
+            if c > 0:  # only chunks with something cached before them tell the bugs apart
+                for key, predicted in case.wrong.items():
+                    bad = predicted[r][c]
+                    matches[key].append(float((got64 - bad).abs().max()) <= 1e-5 * max(float(bad.abs().max()), 1.0))
     last = outputs[0][-1].detach().double().cpu()
     got_values = [round(float(x), 6) for x in last[0, 0, :, 0]] if last.shape[-1] == 1 else []
-    return {
-        "ok": bool(ok),
-        "max_abs_error": err,
-        "got": got_values,
-        "matches_wrong_origin": bool(wrong_origin) and all(wrong_origin) and not ok,
-        "nan": err == float("inf"),
-    }
+    matched = [key for key, hits in matches.items() if hits and all(hits)] if not ok else []
+    return {"ok": bool(ok), "max_abs_error": err, "got": got_values, "matches": matched, "nan": err == float("inf")}
 
 
 def _case_index(rows: list[dict[str, Any]]) -> int:
@@ -231,12 +236,17 @@ def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "reached the output: attention reads past the valid length, even where the nominal length "
             "looks right (seed 004)",
         }
-    if any(r["matches_wrong_origin"] for r in rows):
-        return {
-            "bug_class": "mask-offset",
-            "explanation": "cached chunks returned exactly the wrong-origin "
-            "answer (2 and 3): the mask restarts at the chunk's origin (seeds 001, 004)",
-        }
+    explanations = {
+        "mask-offset": "cached chunks returned exactly the wrong-origin answer (2 and 3): the mask restarts "
+        "at the chunk's origin (seeds 001, 004)",
+        "kv-truncation": "cached chunks returned attention over the chunk alone: the cached keys are "
+        "missing from the read",
+        "foreign-state": "cached chunks returned attention over the other request's cached values: the "
+        "cache handle belongs to another request",
+    }
+    for key, text in explanations.items():
+        if any(key in r["matches"] for r in rows):
+            return {"bug_class": key, "explanation": text}
     single = [k for k, r in by.items() if not r["ok"] and not k[1]]
     if single == [("reset-between-requests", False)]:
         return {

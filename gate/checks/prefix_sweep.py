@@ -130,7 +130,8 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
                 "bug_class": "rounding-only",
                 "profile": "bitwise",
                 "explanation": "bits differ from the cached reference while every length agrees with "
-                "the full pass within tolerance: different reduction shapes",
+                "the full pass within tolerance: consistent with different reduction shapes (claim "
+                "tolerance), not with a cache bug that moves logits",
             }
         else:
             diagnosis = diagnose(
@@ -158,7 +159,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     else:
         status = "pass"
         message = f"argmax agrees at all {len(lengths)} lengths up to {longest}; max |Δ| {float(delta.max()):.3g}" + (
-            " ; bit-identical to the cached reference" if bitwise is not None else ""
+            "; bit-identical to the cached reference" if bitwise is not None else ""
         )
     return Outcome(
         status=status,
