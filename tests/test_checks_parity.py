@@ -191,3 +191,21 @@ def test_mask_oracle_poisoned_tail() -> None:
     assert out.status == "fail"
     assert out.diagnosis is not None and out.diagnosis["bug_class"] == "read-past-valid-length"
     assert any(case["nan"] for case in out.evidence["cases"] if case["poisoned_tail"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_checks_run_on_cuda(dtype: str) -> None:
+    from gate.adapters.reference import Options, ReferenceAdapter
+
+    def build(kind: str) -> Any:
+        return ReferenceAdapter().build(Options(path=kind, max_len=1024), device="cuda", dtype=dtype, seed=0)
+
+    reference, candidate = build("full"), build("static")
+    context = ctx(reference, candidate, dtype=dtype)
+    context.device = "cuda"
+    assert prefix_sweep(context, PrefixSweepParams()).status in ("pass", "warn")
+    assert mask_oracle(context, MaskOracleParams()).status == "pass"
+    faulty = ctx(reference, candidate.with_fault("mask-origin-reset"), dtype=dtype)
+    assert prefix_sweep(faulty, PrefixSweepParams()).status == "fail"

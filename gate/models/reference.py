@@ -38,13 +38,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-Layout = Literal["dynamic", "static"]
+from gate.models.kv_cache import KVCache, Layout
+
+__all__ = ["PRESETS", "KVCache", "Layout", "ModelConfig", "Transformer", "build_model", "causal_mask", "prefill"]
+
 MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
 QUERY_BLOCK = 512
@@ -131,146 +134,6 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
-
-class KVCache:
-    """Per-layer K/V buffers [B, H_kv, capacity, D] and the position state `pos`."""
-
-    def __init__(
-        self,
-        k: list[torch.Tensor],
-        v: list[torch.Tensor],
-        pos: int,
-        *,
-        max_len: int,
-        layout: Layout,
-        block_size: int = 16,
-    ) -> None:
-        self.k, self.v, self.pos = k, v, pos
-        self.max_len, self.layout, self.block_size = max_len, layout, block_size
-
-    @classmethod
-    def empty(
-        cls,
-        n_layers: int,
-        batch: int,
-        n_kv_heads: int,
-        head_dim: int,
-        *,
-        max_len: int,
-        layout: Layout = "static",
-        block_size: int = 16,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> KVCache:
-        slots = max_len if layout == "static" else 0
-        shape = (batch, n_kv_heads, slots, head_dim)
-        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        return cls(k, v, 0, max_len=max_len, layout=layout, block_size=block_size)
-
-    @classmethod
-    def for_model(
-        cls,
-        config: ModelConfig,
-        batch: int,
-        *,
-        layout: Layout = "static",
-        block_size: int = 16,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> KVCache:
-        return cls.empty(
-            config.n_layers,
-            batch,
-            config.n_kv_heads,
-            config.head_dim,
-            max_len=config.max_len,
-            layout=layout,
-            block_size=block_size,
-            dtype=dtype,
-            device=device,
-        )
-
-    @classmethod
-    def from_kv(
-        cls,
-        ks: list[torch.Tensor],
-        vs: list[torch.Tensor],
-        *,
-        max_len: int,
-        layout: Layout = "dynamic",
-        block_size: int = 16,
-    ) -> KVCache:
-        """A cache holding given per-layer K/V ([B, H_kv, n, D] each) as positions 0..n-1."""
-        b, h, n, d = ks[0].shape
-        cache = cls.empty(
-            len(ks),
-            b,
-            h,
-            d,
-            max_len=max_len,
-            layout=layout,
-            block_size=block_size,
-            dtype=ks[0].dtype,
-            device=ks[0].device,
-        )
-        for layer, (k, v) in enumerate(zip(ks, vs, strict=True)):
-            cache.update(layer, 0, k, v)
-        cache.pos = n
-        return cache
-
-    @property
-    def capacity(self) -> int:
-        return self.k[0].shape[2]
-
-    def _grow(self, layer: int, end: int) -> None:
-        # dynamic layout: reallocate to the next block boundary; the tail is allocated, not valid
-        if end > self.max_len:
-            raise ValueError(f"cache overflow: position {end - 1} >= max_len {self.max_len}")
-        if end <= self.k[layer].shape[2]:
-            return
-        slots = self.block_size * math.ceil(end / self.block_size)
-        for bufs in (self.k, self.v):
-            old = bufs[layer]
-            new = old.new_zeros((*old.shape[:2], slots, old.shape[3]))
-            new[:, :, : old.shape[2]] = old
-            bufs[layer] = new
-
-    def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [B, H_kv, n, D] at positions start_pos.. and return what attention reads:
-        the valid keys and values [B, H_kv, start_pos + n, D]."""
-        end = start_pos + k.shape[2]
-        self._grow(layer, end)
-        if end > self.capacity:
-            raise ValueError(f"cache overflow: position {end - 1} >= capacity {self.capacity}")
-        self.k[layer][:, :, start_pos:end] = k
-        self.v[layer][:, :, start_pos:end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
-
-    def kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Valid keys and values of one layer: [B, H_kv, pos, D] views."""
-        return self.k[layer][:, :, : self.pos], self.v[layer][:, :, : self.pos]
-
-    def crop(self, n: int) -> None:
-        """Forget every position >= n (speculative rollback, prefix restore)."""
-        self.pos = min(self.pos, n)
-
-    def reset(self) -> None:
-        """Forget the request: stored K/V and the position state."""
-        for bufs in (self.k, self.v):
-            for t in bufs:
-                t.zero_()
-        self.pos = 0
-
-    def fill_unused(self, value: float) -> None:
-        """Write `value` into the allocated-but-invalid tail (a correct read never sees it)."""
-        for bufs in (self.k, self.v):
-            for t in bufs:
-                t[:, :, self.pos :] = value
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for bufs in (self.k, self.v) for t in bufs)
 
 
 class AttentionCore(nn.Module):
