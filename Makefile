@@ -25,7 +25,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p out
 	@test -f $(KEY).key || $(BIN)/gate keygen --out $(KEY)
-	$(BIN)/gate run examples/reference-static-layout.yaml --out $(DEMO) --sign-key $(KEY).key
+	GATE_THREADS=1 $(BIN)/gate run examples/reference-static-layout.yaml --out $(DEMO) --sign-key $(KEY).key
 	$(BIN)/gate verify $(DEMO) --key $(KEY).pub
 	@echo
 	@echo "signed dossier: $(DEMO)/dossier.html  ($(DEMO)/dossier.md, $(DEMO)/junit.xml, $(DEMO)/attestation.dsse.json)"
