@@ -15,6 +15,7 @@ from gate.cli.common import policy_dir_option, user_errors
 @policy_dir_option
 def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     """Explain what `gate run` would check for MANIFEST, and why."""
+    from gate.catalogue import cards
     from gate.load import load_manifest
     from gate.plan import build_plan
     from gate.policy import load_policies
@@ -22,6 +23,7 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     with user_errors():
         loaded = load_manifest(manifest)
         plan = build_plan(loaded.manifest, loaded.doc, load_policies(list(policy_dirs)))
+        catalogue = cards()
     if fmt == "json":
         click.echo(plan.model_dump_json(indent=2))
         return
@@ -38,6 +40,9 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         flag = "" if planned.available else "  [NOT AVAILABLE]"
         click.echo(f"\n{i}. {planned.check}  step {planned.step}, {planned.severity}{flag}")
         click.echo(f"   why:      {planned.why.strip()}")
+        card = catalogue.get(planned.check)
+        if card is not None:
+            click.echo(f"   blind to: {' '.join(card.blind_to.split())}")
         click.echo(f"   rule:     {planned.source}")
         for line in planned.resolution:
             click.echo(f"   resolved: {line}")

@@ -1,0 +1,27 @@
+"""`gate checks`: registered checks, what each proves and what it is blind to."""
+
+from __future__ import annotations
+
+import click
+
+from gate.cli.common import user_errors
+
+
+@click.command("checks")
+@click.option("--verbose", "-v", is_flag=True, help="Also print what each check proves and is blind to.")
+def command(verbose: bool) -> None:
+    """List registered checks (built-in and plugins) with their catalogue cards."""
+    from gate.catalogue import cards
+    from gate.registry import CHECK_GROUP, check_names, entry_point_of
+
+    with user_errors():
+        catalogue = cards()
+    for name in sorted(set(check_names()) | set(catalogue)):
+        ep = entry_point_of(CHECK_GROUP, name)
+        card = catalogue.get(name)
+        where = ep.value if ep else "NOT REGISTERED"
+        step = f"step {card.step}" if card else "no card"
+        click.echo(f"{name:<22} {step:<8} {where}")
+        if verbose and card:
+            click.echo(f"    proves:   {' '.join(card.proves.split())}")
+            click.echo(f"    blind to: {' '.join(card.blind_to.split())}")
