@@ -158,11 +158,13 @@ with `with_fault` and requires a failure.
 {catalogue}
 ## Fault x check (generated)
 
-A cell is *detected* when the check failed under the fault (with the smallest prefix length or
-index where it failed, and the diagnosis); *unobservable* when the fault did not change what the
-check observed at all (the runner reports these as unobservable, never as detections or as a lack
-of power); *missed* would be a change the check did not flag. The policies in `policies/layout.yaml`
-and `policies/scheduling.yaml` name, per check, only faults it detects here.
+A cell is *detected* when the check failed under the fault, with where it failed first (prefix-sweep:
+the prefix length; greedy-parity: the absolute position of the diverging token; mask-oracle: the index of
+the first wrong oracle case; reset-isolation: the token index across both requests) and the diagnosis;
+*unobservable* when the fault did not change what the check observed at all (the runner reports
+these as unobservable, never as detections or as a lack of power); *missed* would be a change the
+check did not flag. The policies in `policies/layout.yaml` and `policies/scheduling.yaml` name, per
+check, only faults it detects here.
 
 {tables}
 Notes.
