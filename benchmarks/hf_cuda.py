@@ -30,14 +30,20 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("hf_cuda: no CUDA device visible to torch here; nothing run. Run it on a GPU machine "
-              "(the CPU verdicts are in docs/hf-adapter.md).", file=sys.stderr)
+        print(
+            "hf_cuda: no CUDA device visible to torch here; nothing run. Run it on a GPU machine "
+            "(the CPU verdicts are in docs/hf-adapter.md).",
+            file=sys.stderr,
+        )
         return 3
 
     work = Path("/tmp/gate-hf-cuda")
     work.mkdir(parents=True, exist_ok=True)
-    rows = [f"# hf examples on CUDA, bfloat16\n\ndevice: {torch.cuda.get_device_name(0)}; torch {torch.__version__}\n",
-            "| example | exit | verdict | seconds |", "| --- | --- | --- | --- |"]
+    rows = [
+        f"# hf examples on CUDA, bfloat16\n\ndevice: {torch.cuda.get_device_name(0)}; torch {torch.__version__}\n",
+        "| example | exit | verdict | seconds |",
+        "| --- | --- | --- | --- |",
+    ]
     for manifest in sorted((ROOT / "examples").glob("hf-*.yaml")):
         name = manifest.stem
         if args.only and name not in args.only:
@@ -49,11 +55,14 @@ def main() -> int:
         target.write_text(yaml.safe_dump(data, sort_keys=False))
         started = time.perf_counter()
         gate = Path(sys.executable).parent / "gate"  # the console script of this environment
-        run = subprocess.run([str(gate), "run", str(target), "--out", str(work / name)],
-                             capture_output=True, text=True, cwd=ROOT)
+        run = subprocess.run(
+            [str(gate), "run", str(target), "--out", str(work / name)], capture_output=True, text=True, cwd=ROOT
+        )
         seconds = time.perf_counter() - started
-        verdict = next((line for line in run.stdout.splitlines() if line.startswith("verdict")),
-                       (run.stderr.strip().splitlines() or ["?"])[-1])
+        verdict = next(
+            (line for line in run.stdout.splitlines() if line.startswith("verdict")),
+            (run.stderr.strip().splitlines() or ["?"])[-1],
+        )
         rows.append(f"| {name} | {run.returncode} | {verdict} | {seconds:.1f} |")
         print(rows[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

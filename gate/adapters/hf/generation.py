@@ -148,6 +148,11 @@ class GenerateSession(CacheSession):
         self.cached_steps += int(had_cache)
         with torch.no_grad():
             logits: torch.Tensor = self.head(torch.cat(captured, dim=1)).float()[:, -n:]
+        if logits.shape[1] < n:
+            # generate skipped tokens its cache claims to hold (a stale counter): no logits exist for
+            # them, so they are served as NaN rows rather than silently shortened
+            missing = torch.full((self.batch_size, n - logits.shape[1], logits.shape[2]), float("nan"))
+            logits = torch.cat([missing.to(logits.device), logits], dim=1)
         # the hook must see what generate saw: its own logits for the last row
         gap = (logits[:, -1] - out.logits[0].float()).abs().max().item()
         if gap > 1e-3 * (1 + out.logits[0].abs().max().item()):
