@@ -33,11 +33,15 @@ def weights_path(name_or_path: str) -> Path:
 
 
 def read_metadata(name_or_path: str) -> dict[str, Any]:
+    """The file's metadata: `config` (a dict) plus how the weights were made."""
     from safetensors import safe_open
 
     with safe_open(str(weights_path(name_or_path)), framework="pt") as fh:
         meta = fh.metadata() or {}
-    out: dict[str, Any] = dict(meta)
+    if "gate" in meta:  # one JSON document, so the file's bytes do not depend on map ordering
+        out: dict[str, Any] = json.loads(meta["gate"])
+        return out
+    out = dict(meta)
     if "config" in out:
         out["config"] = json.loads(out["config"])
     return out
@@ -65,11 +69,12 @@ def load_trained(
     return model.eval().requires_grad_(False)
 
 
-def save_trained(model: Transformer, path: Path, metadata: dict[str, str] | None = None) -> None:
-    """Write the model's weights and config (float32) to a safetensors file."""
+def save_trained(model: Transformer, path: Path, metadata: dict[str, Any] | None = None) -> None:
+    """Write the model's weights (float32) and config to a safetensors file, byte-reproducibly:
+    the metadata is a single key holding sorted JSON."""
     from safetensors.torch import save_file
 
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
-    meta = {"config": json.dumps(model.config.as_dict(), sort_keys=True), **(metadata or {})}
+    meta = {"config": model.config.as_dict(), **(metadata or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(path), metadata=meta)
+    save_file(state, str(path), metadata={"gate": json.dumps(meta, sort_keys=True)})
