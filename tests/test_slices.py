@@ -67,11 +67,19 @@ def test_copy_span_is_far_and_local_span_is_near() -> None:
     assert far.prompt[far.evidence_at : far.evidence_at + 2] == far.prompt[-2:]  # the cue
 
 
-def test_closure_answer_reverses_the_openers() -> None:
-    row = build_row(load_slice("code-closure"), SPACE, 0, 5)
-    openers = [t for t in row.prompt if t in V.OPEN]
-    assert len(openers) == 4 and not any(t in V.CLOSE for t in row.prompt)
-    assert row.answer == [V.CLOSE[V.OPEN.index(o)] for o in reversed(openers)]
+def test_closure_answer_closes_the_named_scope() -> None:
+    for i in range(6):
+        row = build_row(load_slice("code-closure"), SPACE, 0, i)
+        openers = [j for j, t in enumerate(row.prompt) if t in V.OPEN]
+        assert len(openers) == 4 and not any(t in V.CLOSE for t in row.prompt)
+        name = row.prompt[-1]
+        opened = row.prompt.index(name)  # the name occurs once before its closing line
+        assert row.prompt.count(name) == 2 and opened + 1 in openers
+        assert row.answer == [V.CLOSE[V.OPEN.index(row.prompt[opened + 1])], V.NL]
+        indent = len(row.prompt) - 1 - max(j for j, t in enumerate(row.prompt) if t == V.NL) - 1
+        line = [V.NL, *[V.INDENT] * indent, name]
+        assert row.prompt[-len(line) :] == line  # the closing line repeats the opening line's indent
+        assert row.prompt[opened - indent - 1 : opened + 1] == line
 
 
 def test_numbers_mix_recall_and_progression() -> None:

@@ -3,7 +3,9 @@
 An approximate cache is justified by what it saves. For the reference and candidate paths on the
 same prompts this measures time to prefill, time per decoded token and live cache bytes, and
 their candidate/reference ratios. Runs alternate (reference, candidate, reference, ...) so a busy
-machine slows both alike, and each figure is the median of `repeats` runs. Fewer operations are a
+machine slows both alike; each headline figure is the fastest of `repeats` runs (a shared machine
+only ever adds time, so the minimum is the steadiest estimate of a path's own cost), with the
+median and every run kept in the evidence. Fewer operations are a
 mechanism, not a wall-clock guarantee (seed 000): the check reports what it measured, and says
 `warn` when the candidate saves nothing it set out to save. The policy runs it at severity warn.
 """
@@ -30,8 +32,8 @@ class PhasePerformanceParams(Params):
     """Tokens decoded one at a time after the prefill."""
     batch_size: int = Field(default=1, ge=1)
     """Sequences per session."""
-    repeats: int = Field(default=3, ge=1, le=50)
-    """Measured runs per path (after one warm-up run each); the median is reported."""
+    repeats: int = Field(default=5, ge=1, le=50)
+    """Measured runs per path (after one warm-up run each); the fastest is the headline."""
     max_decode_ratio: float | None = Field(default=None, gt=0)
     """Warn when candidate/reference time per decoded token exceeds this."""
     max_bytes_ratio: float | None = Field(default=None, gt=0)
@@ -89,8 +91,10 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         ex = rs[-1]["exercise"]
         table[role] = {
             "path": paths[role].name,
-            "prefill_s": statistics.median(r["prefill_s"] for r in rs),
-            "decode_s_per_token": statistics.median(r["decode_s_per_token"] for r in rs),
+            "prefill_s": min(r["prefill_s"] for r in rs),
+            "decode_s_per_token": min(r["decode_s_per_token"] for r in rs),
+            "prefill_s_median": statistics.median(r["prefill_s"] for r in rs),
+            "decode_s_per_token_median": statistics.median(r["decode_s_per_token"] for r in rs),
             "cache_bytes": ex.get("cache_bytes"),
             "cache_len": ex.get("cache_len"),
             "runs_prefill_s": [round(r["prefill_s"], 6) for r in rs],

@@ -166,6 +166,33 @@ def _judge(env: Envelope, run: _SliceRun, params: QualitySlicesParams, seed: int
     )
 
 
+def _second_stage(
+    run: _SliceRun,
+    envelopes: list[Envelope],
+    cap: int,
+    ctx: CheckContext,
+    params: QualitySlicesParams,
+    clock: Clock,
+    seed: int,
+) -> None:
+    """Stein's second stage for metrics whose spread is only known after a first sample (KL):
+    top up to the plug-in sample size, but only for envelopes whose point estimate already meets
+    the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
+    must not buy a 2000-sample evaluation by being noisy)."""
+    from gate.evals.stats import holds
+
+    for _ in range(3):
+        need = 0
+        for env in envelopes:
+            verdict = _judge(env, run, params, seed)
+            if verdict.n < verdict.n_required and holds(verdict.point, env.comparator.value, env.threshold):
+                need = max(need, verdict.n_required)
+        if need <= run.n or run.n >= cap:
+            return
+        ctx.log(f"  {run.spec.name}: second stage, {min(cap, need)} samples")
+        run.extend_to(min(cap, need), ctx, params, clock)
+
+
 def _validate(envelopes: Sequence[Envelope], specs: dict[str, SliceSpec]) -> None:
     for env in envelopes:
         if env.metric not in METRICS:
@@ -197,12 +224,8 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
         n = params.samples or min(cap, _prior_samples(spec, mine, params.min_samples))
         ctx.log(f"  slice {name}: {n} samples, k={spec.continuation}")
         run.extend_to(n, ctx, params, clock)
-        if params.samples is None:  # Stein's second stage: plug-in sigma for unbounded metrics
-            for _ in range(3):
-                need = max([_judge(e, run, params, seed).n_required for e in mine] or [0])
-                if need <= run.n or run.n >= cap:
-                    break
-                run.extend_to(min(cap, need), ctx, params, clock)
+        if params.samples is None:
+            _second_stage(run, mine, cap, ctx, params, clock, seed)
     return _outcome(ctx, params, envelopes, runs, show, clock, started, seed)
 
 

@@ -107,14 +107,14 @@ def local(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p
 def numbers(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
     """Digit strings recalled from far back, or an arithmetic progression (mod 10) continued.
 
-    recall:      BOS hay[KEY k = d1..dm]hay QUERY k = -> d1..dm
+    recall:      BOS hay[KEY k d1..dm]hay QUERY k -> d1..dm (the retrieval format, digit values)
     progression: BOS filler PROG a, a+s, ..., a+(q-1)s -> the next m terms (mod 10)
     """
     m = int(p.get("digits", 6))
     if rng.random() < float(p.get("recall_share", 0.5)):
         (key,) = distinct_words(rng, space, 1)
         digits = [V.DIGITS[int(d)] for d in rng.integers(0, 10, size=m)]
-        record, query = [V.KEY, key, V.EQ, *digits], [V.QUERY, key, V.EQ]
+        record, query = [V.KEY, key, *digits], [V.QUERY, key]
         free = L - 1 - len(record) - len(query)
         hay = filler(rng, space, free, {key})
         at = _place(free, depth)
@@ -128,30 +128,34 @@ def numbers(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
 
 
 def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
-    """Brackets opened far back, one per line with growing indentation, closed after a long body.
+    """Brackets opened far back, one per line with growing indentation and a name, closed after a
+    long body: the closing line of one scope repeats its indentation and name, and the answer is
+    the bracket that closes what that line opened.
 
-    BOS filler (NL _*j w w OPEN_j for j < D) (NL _*D w..w)* NL -> CLOSE_(D-1) .. CLOSE_0
-    The body's indentation says how many brackets are open (a local cue); only the opening
-    lines say which kinds, in which order.
+    BOS filler (NL _*j name_j OPEN_j for j < D) (NL _*D w..w)* NL _*i name_i -> CLOSE_i NL
+    The indentation and the name are on the closing line; which kind of bracket it was is only
+    in the opening line, far back.
     """
     levels, width = int(p.get("levels", 4)), int(p.get("line_words", 6))
     kinds = [int(k) for k in rng.integers(0, len(V.OPEN), size=levels)]
+    names = distinct_words(rng, space, levels)
     head: list[int] = []
-    for j, kind in enumerate(kinds):
-        head += [V.NL, *[V.INDENT] * j, *filler(rng, space, 2, set()), V.OPEN[kind]]
-    free = L - 1 - len(head) - 1
+    for j, (kind, name) in enumerate(zip(kinds, names, strict=True)):
+        head += [V.NL, *[V.INDENT] * j, name, V.OPEN[kind]]
+    close = int(rng.integers(0, levels))
+    tail = [V.NL, *[V.INDENT] * close, names[close]]
+    free = L - 1 - len(head) - len(tail)
     if free < levels + 2:
         raise ValueError(f"context {L} too short for {levels} nested brackets")
     at = _place(free - (levels + 1 + width), depth)
-    pre = filler(rng, space, at, set())
+    pre = filler(rng, space, at, set(names))
     body: list[int] = []
     line = [V.NL, *[V.INDENT] * levels]
     while len(body) < free - at:
-        body += line + filler(rng, space, width, set())
+        body += line + filler(rng, space, width, set(names))
     body = body[: free - at]
-    prompt = [V.BOS, *pre, *head, *body, V.NL]
-    answer = [V.CLOSE[k] for k in reversed(kinds)]
-    return Row(prompt, answer, "closure", L, depth, 1 + at)
+    prompt = [V.BOS, *pre, *head, *body, *tail]
+    return Row(prompt, [V.CLOSE[kinds[close]], V.NL], "closure", L, depth, 1 + at)
 
 
 BUILDERS: dict[str, Callable[[np.random.Generator, V.TokenSpace, int, float, dict[str, Any]], Row]] = {

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from gate.evals.text import TextSpace
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 """Bump when a builder changes the rows it produces for the same slice and seed."""
 
 

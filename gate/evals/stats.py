@@ -212,13 +212,13 @@ def judge(
         used_sigma = observed if sigma is None else sigma
     n_required = min_sample_size(min_detectable_effect, confidence, power, used_sigma, groups, floor)
     ok = holds(bound, comparator, threshold)
-    if n < n_required:
-        reason = (
-            f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "
-            f"at {confidence:.0%} confidence with {power:.0%} power"
-        )
-        return Judgement(point, bound, n, n_required, used_sigma, False, reason)
     word = "lower" if side == "lower" else "upper"
     verdict = "holds" if ok else "violates"
     reason = f"{confidence:.0%} {word} bound {bound:.4f} {verdict} {comparator} {threshold} (point {point:.4f}, n={n})"
+    if n < n_required:
+        reason = (
+            f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "
+            f"at {confidence:.0%} confidence with {power:.0%} power; {reason}"
+        )
+        return Judgement(point, bound, n, n_required, used_sigma, False, reason)
     return Judgement(point, bound, n, n_required, used_sigma, ok, reason)
