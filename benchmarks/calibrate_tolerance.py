@@ -2,8 +2,10 @@
 
 For each seed and dtype: one full pass over the longest sequence, the progressive cached sweep on
 the dynamic, static and chunked paths, and the largest |Δlogit| relative to the reference row's
-scale (max |logit|). Prints the worst absolute and relative deltas, argmax flips and the smallest
-margin at which a flip happened, so DEFAULT_TOLERANCE in gate/checks/compare.py can be checked.
+scale (max |logit|). Prints the worst absolute and relative deltas, argmax flips and how many of
+them were ties, so DEFAULT_TOLERANCE in gate/checks/compare.py can be checked. Then the other
+parity checks (greedy-parity, mask-oracle, reset-isolation) run on every correct cached path for
+every seed and dtype, counting statuses: a correct path must never fail.
 
     python benchmarks/calibrate_tolerance.py --seeds 20 --longest 8000 --results benchmarks/RESULTS.md
 """
@@ -18,8 +20,19 @@ from pathlib import Path
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.api import CheckContext
 from gate.checks.compare import DEFAULT_TOLERANCE, Tolerance, compare_rows, random_tokens
+from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
+from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
+from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
 from gate.checks.sweep import cached_sweep, sweep_lengths
+from gate.manifest import Manifest
+
+OTHER_CHECKS = (
+    (greedy_parity, GreedyParityParams()),
+    (mask_oracle, MaskOracleParams()),
+    (reset_isolation, ResetIsolationParams()),
+)
 
 
 def main() -> None:
@@ -63,11 +76,48 @@ def main() -> None:
             f"| {dtype} | {atol} / {rtol} | {rows} | {worst_abs:.2e} | {worst_ratio:.3f} | {flips} | {ties} | "
             f"{flips - ties} |"
         )
+    statuses = other_checks(args)
+    print(statuses, flush=True)
     if args.results:
-        write_section(args.results, render(args, lines))
+        write_section(args.results, render(args, lines, statuses))
 
 
-def render(args: argparse.Namespace, lines: list[str]) -> str:
+def other_checks(args: argparse.Namespace) -> dict[str, dict[str, int]]:
+    """Status counts of the other parity checks on correct paths, per check."""
+    manifest = Manifest.model_validate(
+        {
+            "apiVersion": "gate/v1",
+            "name": "calibration",
+            "intervention": "layout",
+            "claim": {"level": "tolerance"},
+            "subject": {
+                "reference": {"adapter": "reference", "options": {"path": "full"}},
+                "candidate": {"adapter": "reference", "options": {"path": "static"}},
+            },
+        }
+    )
+    adapter = ReferenceAdapter()
+    counts: dict[str, dict[str, int]] = {}
+    for dtype in args.dtypes.split(","):
+        for seed in range(args.seeds):
+            ref = adapter.build(Options(path="full"), device="cpu", dtype=dtype, seed=seed)
+            for name in args.paths.split(","):
+                cand = adapter.build(Options(path=name), device="cpu", dtype=dtype, seed=seed)
+                ctx = CheckContext(
+                    manifest=manifest, reference=ref, candidate=cand, seed=seed, device="cpu", dtype=dtype
+                )
+                for spec, params in OTHER_CHECKS:
+                    status = spec(ctx, params).status
+                    bucket = counts.setdefault(spec.name, {})
+                    bucket[status] = bucket.get(status, 0) + 1
+    return counts
+
+
+def render(args: argparse.Namespace, lines: list[str], statuses: dict[str, dict[str, int]]) -> str:
+    other = "\n".join(
+        f"| {name} | {sum(c.values())} | {c.get('pass', 0)} | {c.get('warn', 0)} | {c.get('fail', 0)} |"
+        for name, c in statuses.items()
+    )
     return f"""<!-- tolerance-calibration:start -->
 ## Tolerance calibration (correct paths must never fail)
 
@@ -83,6 +133,13 @@ tolerance of its top is a tie (a warning), any other flip a failure.
 
 A flip needs a reference margin below twice the delta, so a worst delta under half the tolerance means every
 flip of a correct path lands in the tie band.
+
+The other parity checks on the same correct paths, seeds and dtypes (default parameters; warn = a greedy
+divergence at a tie):
+
+| check | runs | pass | warn | fail |
+|---|---|---|---|---|
+{other}
 <!-- tolerance-calibration:end -->
 """
 

@@ -116,8 +116,10 @@ candidate `{r["path"]}`. All timings from the same run on a shared machine.
 | max abs delta logit, sweep / naive | {r["sweep_max_delta"]:.2e} / {r["naive_max_delta"]:.2e} |
 | same per-row verdicts | {r["same_verdicts"]} |
 
-The sweep costs one causal pass for the reference plus about half of one for the candidate (its chunks \
-only attend backwards) and one single-token step per length; the naive loop pays sum(L^2) twice. What the \
+The sweep costs one causal pass for the reference plus about one more for the candidate: its chunks \
+attend only backwards (half the score matrix, as the blocked full pass does), and each length adds a chunk \
+step and a single-token step whose fixed cost is not amortised on a model this small. The naive loop pays \
+sum(L^2) twice. What the \
 progressive schedule gives up: each length's cache is grown by chunk appends rather than prefilled from \
 scratch, so a bug confined to a one-shot prefill of exactly L tokens would be visited only at the first length \
 (faults here live in the cache read, positions and mask, which every schedule exercises). `prefix-sweep` \
