@@ -148,6 +148,9 @@ class SpeculativePath(HFPath):
             kwargs["assistant_model"] = self.draft
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
+            # 5.2's prompt-lookup generator calls isin(ids, eos_token_id) unguarded, so None crashes it:
+            # give it an id no model can emit, which stops nothing (continuations stay fixed-length)
+            config.eos_token_id = self.vocab_size
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]
