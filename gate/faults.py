@@ -259,6 +259,10 @@ def _poisoned_tail_read(target: FaultTarget) -> None:
     def wrap(cache: KVCache, inner: Update) -> Update:
         def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             inner(layer, start_pos, k, v)
+            # the unused tail holds garbage, as an uninitialised allocation would: NaN here
+            valid = start_pos + k.shape[2]
+            cache.k[layer][:, :, valid:] = float("nan")
+            cache.v[layer][:, :, valid:] = float("nan")
             # the whole allocation: the mask offset (k_len - q_len) then admits the unused tail
             return cache.k[layer], cache.v[layer]
 

@@ -229,12 +229,14 @@ def _case_index(rows: list[dict[str, Any]]) -> int:
 def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r["case"], r["poisoned_tail"]): r for r in rows}
     poison_reached = any(r["nan"] and not by[(r["case"], False)]["nan"] for r in rows if r["poisoned_tail"])
-    if poison_reached:
+    # every fixture input is finite: a NaN in an unpoisoned case came from slots never written
+    garbage_read = any(r["nan"] for r in rows if not r["poisoned_tail"])
+    if poison_reached or garbage_read:
         return {
             "bug_class": "read-past-valid-length",
-            "explanation": "NaN written into the unused cache tail "
-            "reached the output: attention reads past the valid length, even where the nominal length "
-            "looks right (seed 004)",
+            "explanation": "NaN from the unused cache tail (written there by the fixture, or left there "
+            "uninitialised) reached the output: attention reads past the valid length, even where the "
+            "nominal length looks right (seed 004)",
         }
     explanations = {
         "mask-offset": "cached chunks returned exactly the wrong-origin answer (2 and 3): the mask restarts "
