@@ -20,8 +20,9 @@ class InputError(GateError):
 
     exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, file: str, message: str, *, line: int | None = None, col: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, file: str, message: str, *, line: int | None = None, col: int | None = None, field: str | None = None
+    ) -> None:
         self.file, self.line, self.col, self.field, self.message = file, line, col, field, message
         where = file if line is None else f"{file}:{line}:{col or 1}"
         super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")

@@ -40,9 +40,13 @@ def validate_options(loaded: LoadedManifest) -> None:
         spec = getattr(loaded.manifest.subject, role)
         if spec.adapter not in adapter_names():
             line, col = loaded.doc.locate(("subject", role, "adapter"))
-            raise InputError(loaded.doc.path, f"unknown adapter {spec.adapter!r} "
-                             f"(registered: {', '.join(adapter_names())})",
-                             line=line, col=col, field=f"subject.{role}.adapter")
+            raise InputError(
+                loaded.doc.path,
+                f"unknown adapter {spec.adapter!r} (registered: {', '.join(adapter_names())})",
+                line=line,
+                col=col,
+                field=f"subject.{role}.adapter",
+            )
         adapter = load_adapter(spec.adapter)
         try:
             adapter.Options.model_validate(spec.options)

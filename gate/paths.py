@@ -109,8 +109,12 @@ class AttentionProbe(Protocol):
     """Run this path's KV cache, mask and attention kernel on given q, k, v (no projections, no
     position encoding), so `mask-oracle` can feed the seed 004 fixture through the candidate."""
 
-    def attention_probe(self, requests: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]],
-                        *, poison_tail: bool = False) -> list[list[torch.Tensor]]:
+    def attention_probe(
+        self,
+        requests: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]],
+        *,
+        poison_tail: bool = False,
+    ) -> list[list[torch.Tensor]]:
         """requests: independent requests in order, each a list of chunks (q [B, H, n, D],
         k and v [B, H_kv, n, D]) fed one after another from position 0; the path's own reset runs
         between requests. poison_tail writes NaN into allocated-but-unused cache slots before each
@@ -165,8 +169,9 @@ class PrefixCaching(Protocol):
     block_size: int
     """Tokens per cached block."""
 
-    def request(self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None,
-                new_tokens: int = 0) -> PrefixReply:
+    def request(
+        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
+    ) -> PrefixReply:
         """Serve one request through the cache (consult, compute the rest, store its full blocks)."""
         ...
 
@@ -187,8 +192,13 @@ class PrefixCaching(Protocol):
         worker-level identity field `field` (an IdentityField value); None if none can be built."""
         ...
 
-    def fresh(self, *, block_size: int | None = None, byte_budget: int | None = None,
-              hash_fn: Callable[[bytes], bytes] | None = None) -> PrefixCaching:
+    def fresh(
+        self,
+        *,
+        block_size: int | None = None,
+        byte_budget: int | None = None,
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> PrefixCaching:
         """A new worker as this path was built (same faults), with an empty cache of its own."""
         ...
 

@@ -76,8 +76,9 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
     resolved = policies.interventions.get(intervention)
     if resolved is None:
         line, col = doc.locate(("intervention",))
-        raise InputError(doc.path, f"no policy covers intervention {intervention.value!r}",
-                         line=line, col=col, field="intervention")
+        raise InputError(
+            doc.path, f"no policy covers intervention {intervention.value!r}", line=line, col=col, field="intervention"
+        )
     claim = resolved.claims.get(level)
     if claim is None or not claim.rule.admissible:
         admissible = sorted(c.value for c, r in resolved.claims.items() if r.rule.admissible)
@@ -87,7 +88,9 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
             doc.path,
             f"intervention {intervention.value!r} cannot claim {level.value!r}.{quoted} "
             f"Admissible claims: {', '.join(admissible) or 'none'}",
-            line=line, col=col, field="claim.level",
+            line=line,
+            col=col,
+            field="claim.level",
         )
     declared = {f.value for f in manifest.identity}
     for field in resolved.identity.required:
@@ -97,9 +100,10 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
             source = resolved.identity_source.path if resolved.identity_source else "policy"
             raise InputError(
                 doc.path,
-                f"identity must declare {field.value!r} for intervention {intervention.value!r} "
-                f"({source}): {reason}",
-                line=line, col=col, field="identity",
+                f"identity must declare {field.value!r} for intervention {intervention.value!r} ({source}): {reason}",
+                line=line,
+                col=col,
+                field="identity",
             )
     registered = set(check_names())
     planned: list[PlannedCheck] = []
@@ -108,23 +112,42 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
         override = manifest.checks.get(rule.check)
         if override is not None:
             params.update(override.params)
-        planned.append(PlannedCheck(
-            check=rule.check, step=rule.step, severity=rule.severity, why=rule.why, params=params,
-            controls=rule.controls,
-            source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
-            resolution=claim.history, available=rule.check in registered,
-        ))
+        planned.append(
+            PlannedCheck(
+                check=rule.check,
+                step=rule.step,
+                severity=rule.severity,
+                why=rule.why,
+                params=params,
+                controls=rule.controls,
+                source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
+                resolution=claim.history,
+                available=rule.check in registered,
+            )
+        )
     planned_names = {p.check for p in planned}
     for name in manifest.checks:
         if name not in planned_names:
             line, col = doc.locate(("checks", name))
-            raise InputError(doc.path, f"check {name!r} is not in the plan for this claim "
-                             f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
-                             line=line, col=col, field=f"checks.{name}")
+            raise InputError(
+                doc.path,
+                f"check {name!r} is not in the plan for this claim "
+                f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
+                line=line,
+                col=col,
+                field=f"checks.{name}",
+            )
     return Plan(
-        manifest_name=manifest.name, intervention=intervention, intervention_summary=resolved.summary,
-        approximate=resolved.approximate, claim=level, claim_in_words=CLAIM_IN_WORDS[level],
-        claim_rule=claim.rule.rule, claim_source=str(claim.source.path),
+        manifest_name=manifest.name,
+        intervention=intervention,
+        intervention_summary=resolved.summary,
+        approximate=resolved.approximate,
+        claim=level,
+        claim_in_words=CLAIM_IN_WORDS[level],
+        claim_rule=claim.rule.rule,
+        claim_source=str(claim.source.path),
         identity_required=[f.value for f in resolved.identity.required],
-        identity_declared=sorted(declared), checks=planned, policies=policies.digests(),
+        identity_declared=sorted(declared),
+        checks=planned,
+        policies=policies.digests(),
     )

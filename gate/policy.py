@@ -131,8 +131,9 @@ class LoadedPolicy:
 class ResolvedClaim:
     """The effective rule for one (intervention, claim), with where it came from."""
 
-    def __init__(self, rule: ClaimRule, source: LoadedPolicy, checks: list[tuple[CheckRule, LoadedPolicy]],
-                 history: list[str]) -> None:
+    def __init__(
+        self, rule: ClaimRule, source: LoadedPolicy, checks: list[tuple[CheckRule, LoadedPolicy]], history: list[str]
+    ) -> None:
         self.rule, self.source, self.checks, self.history = rule, source, checks, history
 
 
@@ -171,8 +172,7 @@ def _directory_files(directory: Path) -> list[LoadedPolicy]:
     return [load_policy_file(p) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
 
 
-def _merge_claim(earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedPolicy,
-                 where: str) -> ResolvedClaim:
+def _merge_claim(earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedPolicy, where: str) -> ResolvedClaim:
     own = [(c, source) for c in rule.checks]
     if earlier is None:
         return ResolvedClaim(rule, source, own, [f"{where}: defined"])

@@ -54,8 +54,13 @@ def _now() -> str:
 
 def _error_result(planned: PlannedCheck, err: BaseException, started: float) -> CheckResult:
     return CheckResult(
-        check=planned.check, status=Status.error, severity=planned.severity,
-        step=planned.step, why=planned.why, policy_rule=planned.source, params=planned.params,
+        check=planned.check,
+        status=Status.error,
+        severity=planned.severity,
+        step=planned.step,
+        why=planned.why,
+        policy_rule=planned.source,
+        params=planned.params,
         message=f"{err.__class__.__name__}: {err}",
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
         duration_s=time.perf_counter() - started,
@@ -70,10 +75,12 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Any) 
         loc = ".".join(str(p) for p in first["loc"])
         if planned.check in loaded.manifest.checks:
             line, col = loaded.doc.locate(("checks", planned.check, "params", *first["loc"]))
-            raise InputError(loaded.doc.path, first["msg"], line=line, col=col,
-                             field=f"checks.{planned.check}.params.{loc}") from None
-        raise InputError(planned.source.split(":")[0], f"{first['msg']} ({planned.source})",
-                         field=f"params.{loc}") from None
+            raise InputError(
+                loaded.doc.path, first["msg"], line=line, col=col, field=f"checks.{planned.check}.params.{loc}"
+            ) from None
+        raise InputError(
+            planned.source.split(":")[0], f"{first['msg']} ({planned.source})", field=f"params.{loc}"
+        ) from None
 
 
 def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckResult:
@@ -81,8 +88,14 @@ def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckR
     from gate.controls import power_verdict, run_control
 
     started = time.perf_counter()
-    base = {"check": planned.check, "severity": planned.severity, "step": planned.step, "why": planned.why,
-            "policy_rule": planned.source, "params": params.model_dump(mode="json")}
+    base = {
+        "check": planned.check,
+        "severity": planned.severity,
+        "step": planned.step,
+        "why": planned.why,
+        "policy_rule": planned.source,
+        "params": params.model_dump(mode="json"),
+    }
     try:
         outcome = spec(ctx, params)
     except Exception as err:
@@ -100,9 +113,17 @@ def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckR
         if problem:
             status, message = Status.failed, problem
     return CheckResult(
-        **base, status=status, message=message, evidence=outcome.evidence,
-        metrics={**outcome.metrics, **({"detected_at": outcome.detected_at} if outcome.detected_at is not None else {})},
-        exercise=outcome.exercise, controls=controls, diagnosis=outcome.diagnosis,
+        **base,
+        status=status,
+        message=message,
+        evidence=outcome.evidence,
+        metrics={
+            **outcome.metrics,
+            **({"detected_at": outcome.detected_at} if outcome.detected_at is not None else {}),
+        },
+        exercise=outcome.exercise,
+        controls=controls,
+        diagnosis=outcome.diagnosis,
         duration_s=time.perf_counter() - started,
     )
 
@@ -118,8 +139,11 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     waived = [c.check for c in checks if c.status == Status.waived]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     if claim == ClaimLevel.bounded_degradation:
-        return (Verdict.awaiting_approval, EXIT_AWAITING_APPROVAL,
-                "every envelope held; an approximate change waits for a signed approval" + note)
+        return (
+            Verdict.awaiting_approval,
+            EXIT_AWAITING_APPROVAL,
+            "every envelope held; an approximate change waits for a signed approval" + note,
+        )
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
 
@@ -171,16 +195,27 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             spec = getattr(subject, role)
             adapter = load_adapter(spec.adapter)()
             log(f"building {role} path ({spec.adapter})")
-            paths[role] = adapter.build(adapter.Options.model_validate(spec.options),
-                                        device=subject.device, dtype=subject.dtype, seed=subject.seed)
+            paths[role] = adapter.build(
+                adapter.Options.model_validate(spec.options),
+                device=subject.device,
+                dtype=subject.dtype,
+                seed=subject.seed,
+            )
             subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
     except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
         raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
 
     for planned in plan.checks:
         log(f"check {planned.check} (step {planned.step}, {planned.severity})")
-        ctx = CheckContext(manifest=manifest, reference=paths["reference"], candidate=paths["candidate"],
-                           seed=subject.seed, device=subject.device, dtype=subject.dtype, log=log)
+        ctx = CheckContext(
+            manifest=manifest,
+            reference=paths["reference"],
+            candidate=paths["candidate"],
+            seed=subject.seed,
+            device=subject.device,
+            dtype=subject.dtype,
+            log=log,
+        )
         check_result = run_check(planned, specs[planned.check], params[planned.check], ctx)
         log(f"  {check_result.status.value}: {check_result.message}")
         checks.append(check_result)
@@ -194,11 +229,20 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     from gate.environment import describe
 
     result = GateResult(
-        gate_version=gate.__version__, verdict=verdict, exit_code=exit_code, summary=summary,
+        gate_version=gate.__version__,
+        verdict=verdict,
+        exit_code=exit_code,
+        summary=summary,
         manifest=manifest.model_dump(mode="json", by_alias=True),
         manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
-        policies=plan.policies, plan=plan.model_dump(mode="json"), checks=checks, subjects=subjects, datasets=datasets,
-        environment=describe(subject.device), started_at=started_at, finished_at=_now(),
+        policies=plan.policies,
+        plan=plan.model_dump(mode="json"),
+        checks=checks,
+        subjects=subjects,
+        datasets=datasets,
+        environment=describe(subject.device),
+        started_at=started_at,
+        finished_at=_now(),
     )
     write_text_atomic(options.out_dir / "results.json", result.model_dump_json(indent=2) + "\n")
     return result

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-
 from click.testing import CliRunner
 
 from gate.catalogue import cards

@@ -56,16 +56,28 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
         raise RuntimeError("boom")
     observed = ctx.candidate.logits()  # type: ignore[attr-defined]
     delta = float((observed - torch.arange(4.0)).abs().max())
-    return Outcome(status="fail" if delta > params.threshold else "pass", message=f"delta {delta}",
-                   metrics={"delta": delta}, exercise={"steps": 1} if params.exercise else {},
-                   observation=observed, detected_at=3 if delta > params.threshold else None)
+    return Outcome(
+        status="fail" if delta > params.threshold else "pass",
+        message=f"delta {delta}",
+        metrics={"delta": delta},
+        exercise={"steps": 1} if params.exercise else {},
+        observation=observed,
+        detected_at=3 if delta > params.threshold else None,
+    )
 
 
 def _run(controls: list[ControlSpec], **params: Any):  # type: ignore[no-untyped-def]
-    planned = PlannedCheck(check="toy", step=4, severity="deny", why="test", source="test", available=True,
-                           controls=controls)
-    ctx = CheckContext(manifest=None, reference=ToyPath(), candidate=ToyPath(),  # type: ignore[arg-type]
-                       seed=0, device="cpu", dtype="float32")
+    planned = PlannedCheck(
+        check="toy", step=4, severity="deny", why="test", source="test", available=True, controls=controls
+    )
+    ctx = CheckContext(
+        manifest=None,
+        reference=ToyPath(),
+        candidate=ToyPath(),  # type: ignore[arg-type]
+        seed=0,
+        device="cpu",
+        dtype="float32",
+    )
     return run_check(planned, toy, ToyParams(**params), ctx)
 
 

@@ -17,11 +17,18 @@ from tests.conftest import BASE_MANIFEST
 BASE: dict[str, Any] = yaml.safe_load(BASE_MANIFEST)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=True),
-    st.text(max_size=12), st.sampled_from(["exact", "tolerance", "layout", "gate/v1", "-1", "1e309"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["exact", "tolerance", "layout", "gate/v1", "-1", "1e309"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                                          max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
 
 
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -27,13 +27,15 @@ def test_plugin_check_runs_with_its_negative_control(tmp_path: Path) -> None:
     text = manifest.read_text().replace("level: exact", "level: tolerance")
     local = tmp_path / "layout-tolerance.yaml"
     local.write_text(text)
-    plan = CliRunner().invoke(cli, ["plan", str(local), "--policy-dir", str(FIXTURES / "policy-plugin"),
-                                    "--format", "json"])
+    plan = CliRunner().invoke(
+        cli, ["plan", str(local), "--policy-dir", str(FIXTURES / "policy-plugin"), "--format", "json"]
+    )
     assert plan.exit_code == 0, plan.output
     assert "finite-logits" in [c["check"] for c in json.loads(plan.output)["checks"]]
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["run", str(local), "--out", str(out),
-                                      "--policy-dir", str(FIXTURES / "policy-plugin")])
+    result = CliRunner().invoke(
+        cli, ["run", str(local), "--out", str(out), "--policy-dir", str(FIXTURES / "policy-plugin")]
+    )
     record = json.loads((out / "results.json").read_text())
     finite = next(c for c in record["checks"] if c["check"] == "finite-logits")
     assert finite["status"] == "pass", finite["message"]

@@ -56,8 +56,9 @@ def test_replace_overrides_whole_rule(tmp_path: Path) -> None:
 
 def test_extend_merges_by_check_name_and_plan_shows_it(tmp_path: Path, write_manifest) -> None:  # type: ignore[no-untyped-def]
     _policy(tmp_path / "site", "site", EXTEND)
-    result = CliRunner().invoke(cli, ["plan", str(write_manifest()), "--policy-dir", str(tmp_path / "site"),
-                                      "--format", "json"])
+    result = CliRunner().invoke(
+        cli, ["plan", str(write_manifest()), "--policy-dir", str(tmp_path / "site"), "--format", "json"]
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
     names = [c["check"] for c in plan["checks"]]
@@ -91,8 +92,9 @@ def test_invalid_policy_file_is_located(tmp_path: Path, write_manifest) -> None:
 def test_missing_check_implementation_exits_3(tmp_path: Path, write_manifest) -> None:  # type: ignore[no-untyped-def]
     _policy(tmp_path / "site", "site", REPLACE.replace("prefix-reuse-parity", "no-such-check"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["run", str(write_manifest()), "--out", str(out),
-                                      "--policy-dir", str(tmp_path / "site")])
+    result = CliRunner().invoke(
+        cli, ["run", str(write_manifest()), "--out", str(out), "--policy-dir", str(tmp_path / "site")]
+    )
     assert result.exit_code == 3
     assert "check no-such-check required by policy" in result.output and "is not available" in result.output
     assert not out.exists()

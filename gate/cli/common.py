@@ -14,7 +14,10 @@ import click
 from gate.errors import EXIT_BAD_INPUT, GateError
 
 policy_dir_option = click.option(
-    "--policy-dir", "policy_dirs", multiple=True, type=click.Path(path_type=Path),
+    "--policy-dir",
+    "policy_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
     help="Extra policy directory; later directories override earlier rules (see `gate plan`).",
 )
 

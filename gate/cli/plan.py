@@ -33,8 +33,10 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     click.echo(f"claim         {plan.claim.value}: {plan.claim_in_words}")
     click.echo(f"rule          {plan.claim_rule.strip()}")
     click.echo(f"              ({plan.claim_source})")
-    click.echo(f"identity      required: {', '.join(plan.identity_required) or 'none'}; "
-               f"declared: {', '.join(plan.identity_declared) or 'none'}")
+    click.echo(
+        f"identity      required: {', '.join(plan.identity_required) or 'none'}; "
+        f"declared: {', '.join(plan.identity_declared) or 'none'}"
+    )
     click.echo(f"checks        {len(plan.checks)}")
     for i, planned in enumerate(plan.checks, 1):
         flag = "" if planned.available else "  [NOT AVAILABLE]"

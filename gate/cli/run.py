@@ -15,12 +15,22 @@ from gate.cli.ledger_options import ledger_option
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--sign-key", type=click.Path(path_type=Path), help="Ed25519 private key (from `gate keygen`).")
-@click.option("--threads", type=click.IntRange(min=1), envvar="GATE_THREADS",
-              help="torch CPU threads (env GATE_THREADS). Tiny models on a shared machine often run fastest with 1.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    envvar="GATE_THREADS",
+    help="torch CPU threads (env GATE_THREADS). Tiny models on a shared machine often run fastest with 1.",
+)
 @policy_dir_option
 @ledger_option
-def command(manifest: Path, out_dir: Path, sign_key: Path | None, threads: int | None,
-            policy_dirs: tuple[Path, ...], ledger_path: Path | None) -> None:
+def command(
+    manifest: Path,
+    out_dir: Path,
+    sign_key: Path | None,
+    threads: int | None,
+    policy_dirs: tuple[Path, ...],
+    ledger_path: Path | None,
+) -> None:
     """Run every check the policy requires for MANIFEST; exit with the verdict's code.
 
     With --ledger, $GATE_LEDGER or an existing ./.gate/ledger.sqlite, waivers recorded there apply
@@ -40,8 +50,9 @@ def command(manifest: Path, out_dir: Path, sign_key: Path | None, threads: int |
 
             torch.set_num_threads(threads)
         ledger = run_ledger_path(ledger_path)
-        result = run_manifest(manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log,
-                                                   ledger=ledger))
+        result = run_manifest(
+            manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log, ledger=ledger)
+        )
         from gate.review import clear_stale_records
 
         clear_stale_records(out_dir)  # an earlier run's receipt and approvals must not look like ours

@@ -27,5 +27,10 @@ def finite_logits(ctx: CheckContext, params: FiniteParams) -> Outcome:
     logits = torch.stack(rows, dim=1)
     bad = int((~torch.isfinite(logits)).sum())
     status = "pass" if bad == 0 else "fail"
-    return Outcome(status=status, message=f"{bad} non-finite logits in {logits.numel()}",
-                   metrics={"non_finite": bad}, exercise=session.exercise(), observation=logits)
+    return Outcome(
+        status=status,
+        message=f"{bad} non-finite logits in {logits.numel()}",
+        metrics={"non_finite": bad},
+        exercise=session.exercise(),
+        observation=logits,
+    )
