@@ -139,10 +139,11 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     waived = [c.check for c in checks if c.status == Status.waived]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     if claim == ClaimLevel.bounded_degradation:
+        held = "every deny check held" if waived else "every envelope held"
         return (
             Verdict.awaiting_approval,
             EXIT_AWAITING_APPROVAL,
-            "every envelope held; an approximate change waits for a signed approval" + note,
+            f"{held}; an approximate change waits for a signed approval" + note,
         )
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
@@ -184,6 +185,11 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     loaded, plan = prepare(manifest_path, options.policy_dirs)
     manifest = loaded.manifest
     specs = {p.check: load_check(p.check) for p in plan.checks}
+    waivers = None
+    if options.ledger is not None:
+        from gate.waivers import ledger_waivers
+
+        waivers = ledger_waivers(options.ledger)  # a broken ledger stops the run before any check
     params = {p.check: _validated_params(loaded, p, specs[p.check]) for p in plan.checks}
 
     subject = manifest.subject
@@ -220,10 +226,10 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         log(f"  {check_result.status.value}: {check_result.message}")
         checks.append(check_result)
 
-    if options.ledger is not None:
+    if waivers is not None:
         from gate.waivers import apply_waivers
 
-        checks = apply_waivers(loaded, checks, options.ledger)
+        checks = apply_waivers(loaded, checks, waivers)
     verdict, exit_code, summary = decide(checks, plan.claim)
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.environment import describe

@@ -240,22 +240,35 @@ def waive_one(
     return result
 
 
+def ledger_waivers(ledger: Path | Ledger | None) -> list[RecordedWaiver]:
+    """Every waiver in the ledger, after verifying its chain (raises on a broken ledger).
+
+    The runner calls this before any check runs, so a broken ledger stops a run at once."""
+    if ledger is None:
+        return []
+    if isinstance(ledger, Path):
+        if not ledger.is_file():
+            return []
+        with Ledger.open(ledger, writable=False, create=False) as opened:
+            return verified_waivers(opened)
+    return verified_waivers(ledger)
+
+
 def apply_waivers(
-    manifest: Any, checks: list[CheckResult], ledger: Path | Ledger | None, *, today: date | None = None
+    manifest: Any,
+    checks: list[CheckResult],
+    ledger: Path | Ledger | list[RecordedWaiver] | None,
+    *,
+    today: date | None = None,
 ) -> list[CheckResult]:
     """The check results with the ledger's waivers for `manifest` applied (see the module docstring).
 
     `manifest`: a gate.load.LoadedManifest (its `manifest.name` and file `sha256` set the scope).
+    `ledger`: a ledger (path or open), or the waivers already read from one by `ledger_waivers`.
     """
-    if ledger is None:
+    found = ledger if isinstance(ledger, list) else ledger_waivers(ledger)
+    if not found:
         return checks
-    if isinstance(ledger, Path):
-        if not ledger.is_file():
-            return checks
-        with Ledger.open(ledger, writable=False, create=False) as opened:
-            found = verified_waivers(opened)
-    else:
-        found = verified_waivers(ledger)
     name, digest = manifest.manifest.name, manifest.sha256
     day = today or today_utc()
     out = []
