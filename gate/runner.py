@@ -6,8 +6,6 @@ Every check runs even when an earlier one fails; an exception inside a check bec
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -19,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import gate
+from gate.atomic import write_bytes_atomic
 from gate.errors import (
     EXIT_AWAITING_APPROVAL,
     EXIT_BAD_INPUT,
@@ -148,21 +147,6 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and os.replace: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def prepare(manifest_path: Path, policy_dirs: list[Path]) -> tuple[LoadedManifest, Plan]:
     """Load, validate and plan; raises InputError / UnavailableError before anything runs."""
     loaded = load_manifest(manifest_path)
@@ -250,8 +234,8 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         started_at=started_at,
         finished_at=_now(),
     )
-    write_text_atomic(options.out_dir / "results.json", result.model_dump_json(indent=2) + "\n")
+    write_bytes_atomic(options.out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
     return result
 
 
-__all__ = ["EXIT_BAD_INPUT", "RunOptions", "decide", "prepare", "run_manifest", "write_text_atomic"]
+__all__ = ["EXIT_BAD_INPUT", "RunOptions", "decide", "prepare", "run_manifest"]

@@ -9,7 +9,6 @@ one purpose (a waiver) can never be replayed as another (a checkpoint, an approv
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import tempfile
@@ -21,16 +20,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gate.attest import keyid as keyid_of
-from gate.attest import load_private_key, load_public_key
+from gate.attest import load_private_key, load_public_key, sha256_file
 
 
 def canonical_json(obj: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8, no NaN/Infinity: the bytes hashes and signatures cover."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:

@@ -12,13 +12,13 @@ import click
 @click.argument("record", required=False, type=click.Choice(["manifest", "policy", "plan", "result"]))
 def command(out_dir: Path | None, record: str | None) -> None:
     """JSON Schema generated from the records (for editors validating manifests)."""
-    from gate.runner import write_text_atomic
+    from gate.atomic import write_bytes_atomic
     from gate.schemas import render_schemas
 
     schemas = render_schemas()
     if out_dir is not None:
         for name, text in schemas.items():
-            write_text_atomic(out_dir / name, text)
+            write_bytes_atomic(out_dir / name, text.encode())
             click.echo(out_dir / name)
         return
     click.echo(schemas[f"{record or 'manifest'}.schema.json"], nl=False)
