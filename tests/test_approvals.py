@@ -95,6 +95,8 @@ def test_approval_is_a_second_signature_a_signed_statement_a_ledger_entry_and_sh
     # 4. the dossier shows it (the signed dossier.html itself is unchanged and still verifies)
     html = (out / APPROVED_HTML).read_text()
     assert "APPROVED" in html and "alice" in html and "retrieval bound 0.962 holds" in html
+    markdown = (out / "dossier.approved.md").read_text()
+    assert "### Approvals" in markdown and "approver: alice" in markdown and "retrieval bound 0.962" in markdown
     cli_verify = CliRunner().invoke(
         cli, ["verify", str(out), "--key", str(keys["gate.pub"]), "--key", str(keys["alice.pub"])]
     )
