@@ -97,7 +97,7 @@ CATALOGUE: tuple[Fault, ...] = (
         "cache",
         "read-past-valid-length",
         "attention reads the whole allocated buffer, past the valid length, with a mask offset "
-        "computed from the buffer size",
+        "computed from the buffer size; the unused tail holds garbage (NaN), as uninitialised memory would",
     ),
     Fault(
         "sliding-window-mask",
