@@ -7,6 +7,7 @@ import torch
 from gate.adapters.hf import compat, presets
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath, TracingHFPath
+from gate.adapters.hf.probe import PROBE_KINDS, ProbingHFPath
 from gate.paths import AdapterUnavailable
 
 
@@ -39,6 +40,8 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
         path = PressPath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "full":
         path = HFPath(loaded, options, device=device, dtype=dtype, seed=seed)
+    elif options.path in PROBE_KINDS:
+        path = ProbingHFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     else:
         path = TracingHFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     return path.with_fault(options.fault) if options.fault else path

@@ -110,11 +110,7 @@ class CrossRequestHandle(Tamper):
     def after_write(self, phase: str, session: CacheSession, n: int) -> None:
         if phase != "prefill" or n == 0:
             return
-        other = (session.last_prefill * 7 + 3) % session.path.vocab_size
-        decoy = session.path.make_cache(other.shape[0])
-        with torch.no_grad():
-            compat.forward(session.model, other, decoy, session.prefill_positions)
-        session.cache = decoy
+        session.cache = session.other_request_cache()
 
 
 class StaleWeights(Tamper):

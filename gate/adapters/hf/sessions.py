@@ -79,6 +79,15 @@ class CacheSession:
         if self.cache is not None:
             compat.reset(self.cache)
 
+    def other_request_cache(self) -> Any:
+        """A cache this path prefilled with another request of the same length and positions but
+        other tokens (what a handle resolved to the wrong request reads)."""
+        other = (self.last_prefill * 7 + 3) % self.path.vocab_size
+        decoy = self.path.make_cache(other.shape[0])
+        with torch.no_grad():
+            compat.forward(self.model, other, decoy, self.prefill_positions)
+        return decoy
+
     def _record_prefill(self, tokens: torch.Tensor) -> None:
         """Remember the prompt and its positions (a cross-request fault replays another prompt)."""
         self.last_prefill = tokens
