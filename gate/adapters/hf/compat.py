@@ -31,12 +31,14 @@ from typing import Any
 import torch
 import transformers as _transformers
 from transformers import cache_utils as _cache_utils
+from transformers import masking_utils as _masking_utils
 
 from gate.paths import AdapterUnavailable
 
 # transformers' own annotations change from release to release; the adapter treats its objects as Any
 transformers: Any = _transformers
 cache_utils: Any = _cache_utils
+masking_utils: Any = _masking_utils
 
 SUPPORTED = ">=5.2,<6"
 """The transformers range this module is written and tested for."""
@@ -123,6 +125,35 @@ def forward(
     if hidden:
         kwargs["output_hidden_states"] = True
     return model(input_ids=tokens, **kwargs)
+
+
+def probe_supported() -> bool:
+    """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
+    is validated on the installed transformers: the 5.24 masking API, which counts query positions
+    from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
+    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why)."""
+    return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
+
+
+def causal_mask(
+    make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
+) -> Any:
+    """Call a masking_utils mask builder (create_causal_mask, create_sliding_window_causal_mask) for
+    queries at `positions` [B, n] against `cache`: 5.24 names the cache `cache` and counts positions
+    from it; before, it is `past_key_values` and the query positions go in as `cache_position`."""
+    params = inspect.signature(make).parameters
+    kwargs: dict[str, Any] = {
+        "config": config,
+        "inputs_embeds": inputs_embeds,
+        "attention_mask": attention_mask,
+        "position_ids": positions,
+    }
+    if "cache" in params:
+        kwargs["cache"] = cache
+    else:
+        kwargs["past_key_values"] = cache
+        kwargs["cache_position"] = positions[0]
+    return make(**kwargs)
 
 
 def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[int, int]:

@@ -21,14 +21,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import masking_utils as _masking_utils
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ATTENTION_FUNCTIONS
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import TracingHFPath
 from gate.adapters.hf.sessions import CacheSession
 
-masking_utils: Any = _masking_utils
 ATTENTION_FUNCTIONS: Any = _ATTENTION_FUNCTIONS
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -101,17 +99,18 @@ class ProbeSession(CacheSession):
         config = self.model.config
         layer_types = getattr(config, "layer_types", None) or ["full_attention"]
         make = (
-            masking_utils.create_sliding_window_causal_mask
+            compat.masking_utils.create_sliding_window_causal_mask
             if layer_types[0] == "sliding_attention"
-            else masking_utils.create_causal_mask
+            else compat.masking_utils.create_causal_mask
         )
         embeds = torch.empty(self.batch_size, n, 1, dtype=q.dtype, device=self.device)  # shape, dtype only
-        return make(
+        return compat.causal_mask(
+            make,
             config=config,
             inputs_embeds=embeds,
             attention_mask=planted,
             cache=self.cache,
-            position_ids=self.pending_positions,
+            positions=self.pending_positions,
         )
 
 
