@@ -136,7 +136,9 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     if denied:
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
     waived = [c.check for c in checks if c.status == Status.waived]
+    skipped = [c.check for c in checks if c.status == Status.skip]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
+    note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
     if claim == ClaimLevel.bounded_degradation:
         held = "every deny check held" if waived else "every envelope held"
         return (
@@ -144,6 +146,8 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
             EXIT_AWAITING_APPROVAL,
             f"{held}; an approximate change waits for a signed approval" + note,
         )
+    if skipped:
+        return Verdict.passed, EXIT_PASS, f"all {len(checks) - len(skipped)} checks that ran passed" + note
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
 
