@@ -42,6 +42,7 @@ BUG_CLASSES: dict[str, str] = {
     "stale-state": "prefix K/V differ from what these weights compute: stale cache (weights changed, cache kept)",
     "foreign-state": "prefix K/V belong to another request (cross-request handle)",
     "reset-leak": "state survived a reset: the second request does not match a fresh one",
+    "non-finite-output": "NaN or inf in the logits: a read of uninitialised or poisoned memory, or an overflow",
     "rounding-only": "bit differences within tolerance: consistent with different reduction shapes",
     "unknown": "no layer-level divergence found; compare the output head and sampling",
 }

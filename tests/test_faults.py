@@ -129,3 +129,11 @@ def test_length_profiles() -> None:
     assert growing["profile"] == "grows-with-length"
     flat = length_profile(lengths, [False] + [True] * 8, [0, 1, 1, 1, 1, 1, 1, 1, 1])
     assert flat["profile"] == "short-prefix"
+
+
+def test_reset_isolation_refuses_to_judge_non_finite_logits() -> None:
+    # NaN from a poisoned tail is bit-equal to NaN: without this guard a reset check would "pass" on it
+    reference, candidate = path("full"), path("static")
+    out = reset_isolation(ctx(reference, candidate.with_fault("poisoned-tail-read")), ResetIsolationParams())
+    assert out.status == "fail" and out.metrics["non_finite_logits"] > 0
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "non-finite-output"

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from gate.checks.api import CheckContext, Outcome, Params, check
 from gate.checks.compare import bits_equal, compare_rows, random_tokens, tolerance_for
+from gate.diagnosis import BUG_CLASSES
 from gate.paths import Session
 
 
@@ -57,6 +58,18 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
     a_fresh = _run(path.new_session(params.batch), req_a, params.first)
     b_fresh = _run(path.new_session(params.batch), req_b, params.second)
 
+    observation = torch.cat([(a_reused - a_fresh).flatten(), (b_reused - b_fresh).flatten()])
+    non_finite = sum(int((~torch.isfinite(t)).sum()) for t in (a_reused, b_reused, a_fresh, b_fresh))
+    if non_finite:  # NaN equal to NaN proves nothing about a reset
+        return Outcome(
+            status="fail",
+            message=f"{non_finite} non-finite logits on the candidate path: a reset cannot be judged on them",
+            metrics={"non_finite_logits": non_finite},
+            exercise=exercise,
+            diagnosis={"bug_class": "non-finite-output", "explanation": BUG_CLASSES["non-finite-output"]},
+            detected_at=0,
+            observation=observation,
+        )
     tol = tolerance_for(ctx)
     results: dict[str, Any] = {}
     first_bad: int | None = None
@@ -87,7 +100,6 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
         "after_reset": after_reset,
         "comparison": "bit patterns" if params.exact else f"argmax within {tol.as_dict()}",
     }
-    observation = torch.cat([(a_reused - a_fresh).flatten(), (b_reused - b_fresh).flatten()])
     if first_bad is not None:
         leftover = after_reset.get("cache_len")
         detail = (
