@@ -11,7 +11,6 @@ against the run signer, each approval against the dossier, and the receipts the 
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -198,21 +197,10 @@ def _signer_keys(run: Entry, trusted: list[Path]) -> Iterator[dict[str, Path]]:
     if trusted:
         yield {str(p): p for p in trusted}
         return
-    from cryptography.hazmat.primitives import serialization
+    from gate.run_record import recorded_signer_key
 
-    from gate.signing import public_key_from_b64
-
-    signer = run.body.get("signer") or {}
-    if not signer.get("public_key"):
-        yield {}
-        return
-    pem = public_key_from_b64(signer["public_key"]).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "run-signer.pub"
-        path.write_bytes(pem)
-        yield {f"run signer recorded in entry #{run.seq}": path}
+    with recorded_signer_key(run.seq, run.body) as recorded:
+        yield recorded
 
 
 def _check_dossier(trace: RunTrace, trusted: list[Path]) -> None:

@@ -6,14 +6,9 @@ See gate.approvals for what an approval is and how it binds to the dossier.
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-from cryptography.hazmat.primitives import serialization
 
 from gate.approvals import (
     APPROVAL_FILE,
@@ -32,7 +27,7 @@ from gate.atomic import write_bytes_atomic
 from gate.attest import ENVELOPE_NAME, add_signature, keyid, load_private_key, verify_envelope
 from gate.ledger import RECEIPT, RUN_KIND, Entry, Ledger, now_utc, receipt
 from gate.ledger_verify import verify_chain
-from gate.signing import public_key_from_b64
+from gate.run_record import recorded_signer_key
 
 APPROVED_HTML = "dossier.approved.html"
 APPROVED_MD = "dossier.approved.md"
@@ -63,23 +58,6 @@ def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
         if (entry.body.get("dossier") or {}).get("statement_sha256") == statement_sha256:
             found = entry
     return found
-
-
-@contextmanager
-def _recorded_signer(entry: Entry | None) -> Iterator[dict[str, Path]]:
-    """The run signer's public key the ledger recorded, as a PEM file verify_envelope can read."""
-    signer = (entry.body.get("signer") if entry else None) or {}
-    if not signer.get("public_key"):
-        yield {}
-        return
-    pem = public_key_from_b64(signer["public_key"]).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "run-signer.pub"
-        path.write_bytes(pem)
-        assert entry is not None
-        yield {f"the run signer recorded in ledger entry #{entry.seq}": path}
 
 
 def check_approvable(directory: Path, run: RunStatement, run_keys: dict[str, Path]) -> list[str]:
@@ -126,7 +104,8 @@ def approve(
         if bad is not None:
             raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {bad.message}")
         run_entry = find_run_entry(ledger, run.sha256)
-        with _recorded_signer(run_entry) as recorded:
+        seq, body = (run_entry.seq, run_entry.body) if run_entry else (0, {})  # no entry: nothing recorded
+        with recorded_signer_key(seq, body) as recorded:
             trusted = {str(p): p for p in run_keys} if run_keys else recorded
             signers = check_approvable(directory, run, trusted)
         if keyid(key.public_key()) in signers:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gate.errors import GateError
-from gate.signing import keyid_of, load_private_key, public_key_b64, sha256_file
+from gate.signing import keyid_of, load_private_key, public_key_b64, public_key_from_b64, sha256_file
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
 ATTESTATION = "attestation.dsse.json"
@@ -103,3 +106,22 @@ def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dic
         "started_at": result.started_at,
         "finished_at": result.finished_at,
     }
+
+
+@contextmanager
+def recorded_signer_key(seq: int, body: Mapping[str, Any]) -> Iterator[dict[str, Path]]:
+    """The run signer's public key a ledger run entry recorded, as a temporary PEM file that
+    attest.verify_envelope can read: {label: path}, or {} when the run was unsigned."""
+    from cryptography.hazmat.primitives import serialization
+
+    signer = body.get("signer") or {}
+    if not signer.get("public_key"):
+        yield {}
+        return
+    pem = public_key_from_b64(signer["public_key"]).public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run-signer.pub"
+        path.write_bytes(pem)
+        yield {f"the run signer recorded in ledger entry #{seq}": path}
