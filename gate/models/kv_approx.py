@@ -161,6 +161,26 @@ class QuantizedStore:
         return 0 if s is None else int(s.codes.shape[2])
 
 
+def _install(cache: KVCache, store: Any, update: Any, kv: Any, no_rollback: str) -> None:
+    """Route `cache`'s writes and reads through an approximate `store` (from outside the model):
+    reset clears the store and the position, and a crop that would roll back is refused."""
+
+    def reset() -> None:
+        store.clear()
+        cache.pos = 0
+
+    def crop(n: int) -> None:
+        if n < cache.pos:
+            raise NotImplementedError(no_rollback)
+
+    cache.update = update  # type: ignore[method-assign]
+    cache.kv = kv  # type: ignore[method-assign]
+    cache.reset = reset  # type: ignore[method-assign]
+    cache.crop = crop  # type: ignore[method-assign]
+    cache.nbytes = store.nbytes  # type: ignore[method-assign]
+    cache.approx = store  # type: ignore[attr-defined]
+
+
 def quantize_cache(
     cache: KVCache, *, bits: int, group_size: int = 32, key_axis: KeyAxis = "token", residual: int = 0
 ) -> QuantizedStore:
@@ -185,20 +205,7 @@ def quantize_cache(
             torch.cat([*read[1], *([] if v_slot.residual is None else [v_slot.residual])], dim=2),
         )
 
-    def reset() -> None:
-        store.clear()
-        cache.pos = 0
-
-    def crop(n: int) -> None:
-        if n < cache.pos:
-            raise NotImplementedError("a quantised cache cannot roll back (codes of a group are shared)")
-
-    cache.update = update  # type: ignore[method-assign]
-    cache.kv = kv  # type: ignore[method-assign]
-    cache.reset = reset  # type: ignore[method-assign]
-    cache.crop = crop  # type: ignore[method-assign]
-    cache.nbytes = store.nbytes  # type: ignore[method-assign]
-    cache.approx = store  # type: ignore[attr-defined]
+    _install(cache, store, update, kv, "a quantised cache cannot roll back (codes of a group are shared)")
     return store
 
 
@@ -263,20 +270,7 @@ def evict_cache(cache: KVCache, *, window: int, sink: int = 0) -> EvictingStore:
             return empty, empty
         return k, v
 
-    def reset() -> None:
-        store.clear()
-        cache.pos = 0
-
-    def crop(n: int) -> None:
-        if n < cache.pos:
-            raise NotImplementedError("an evicting cache cannot roll back")
-
-    cache.update = update  # type: ignore[method-assign]
-    cache.kv = kv  # type: ignore[method-assign]
-    cache.reset = reset  # type: ignore[method-assign]
-    cache.crop = crop  # type: ignore[method-assign]
-    cache.nbytes = store.nbytes  # type: ignore[method-assign]
-    cache.approx = store  # type: ignore[attr-defined]
+    _install(cache, store, update, kv, "an evicting cache cannot roll back")
     return store
 
 
