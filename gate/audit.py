@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from gate.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
 from gate.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
-from gate.ledger_verify import ChainReport, Problem, verify_chain
+from gate.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature
 
 MIN_REF = 7
@@ -29,21 +29,12 @@ MIN_REF = 7
 
 
 @dataclass
-class AuditReport:
+class AuditReport(Findings):
     """The chain report plus each entry's own signature checks."""
 
     chain: ChainReport
     problems: list[Problem] = field(default_factory=list)
     """Chain problems and entry problems together."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def first_bad(self) -> Problem | None:
-        if not self.problems:
-            return None
-        return min(self.problems, key=lambda p: -1 if p.seq is None else p.seq)
 
 
 def held_checkpoints(path: Path) -> list[Checkpoint]:

@@ -24,18 +24,9 @@ class Problem:
     message: str
 
 
-@dataclass
-class ChainReport:
-    """What `verify_chain` found."""
+class Findings:
+    """A list of problems, read as a verdict: ok when empty; the first bad one at the lowest entry."""
 
-    size: int
-    """Entries in the ledger."""
-    verified: int
-    """Length of the prefix whose chain verified."""
-    head: str
-    """Hash of the last verified entry."""
-    checkpoints: int
-    """Checkpoints whose signature and head verified (stored and external)."""
     problems: list[Problem]
 
     @property
@@ -47,6 +38,21 @@ class ChainReport:
         if not self.problems:
             return None
         return min(self.problems, key=lambda p: -1 if p.seq is None else p.seq)
+
+
+@dataclass
+class ChainReport(Findings):
+    """What `verify_chain` found."""
+
+    size: int
+    """Entries in the ledger."""
+    verified: int
+    """Length of the prefix whose chain verified."""
+    head: str
+    """Hash of the last verified entry."""
+    checkpoints: int
+    """Checkpoints whose signature and head verified (stored and external)."""
+    problems: list[Problem]
 
 
 def _check_entry(entry: Entry, expected_seq: int, prev: str) -> str | None:
