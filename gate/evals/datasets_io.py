@@ -65,32 +65,22 @@ class BuiltSlice:
     fingerprint: str
 
 
-def _columns(spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int) -> dict[str, list[Any]]:
-    if isinstance(space, TokenSpace):
-        rows = build_rows(spec, space, seed, n)
-        return {
-            "index": list(range(n)),
-            "prompt": [r.prompt for r in rows],
-            "answer": [r.answer for r in rows],
-            "kind": [r.kind for r in rows],
-            "context_len": [r.context_len for r in rows],
-            "depth": [r.depth for r in rows],
-            "evidence_at": [r.evidence_at for r in rows],
-        }
-    from gate.evals.text import build_text_rows
+_TOKEN_COLUMNS = ("prompt", "answer", "kind", "context_len", "depth", "evidence_at")
+_TEXT_COLUMNS = ("prompt_text", "answer_text")
 
-    text_rows = build_text_rows(spec, space, seed, n)
-    return {
-        "index": list(range(n)),
-        "prompt": [r.prompt for r in text_rows],
-        "answer": [r.answer for r in text_rows],
-        "kind": [r.kind for r in text_rows],
-        "context_len": [r.context_len for r in text_rows],
-        "depth": [r.depth for r in text_rows],
-        "evidence_at": [r.evidence_at for r in text_rows],
-        "prompt_text": [r.prompt_text for r in text_rows],
-        "answer_text": [r.answer_text for r in text_rows],
-    }
+
+def _columns(spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int) -> dict[str, list[Any]]:
+    """Column-wise rows; text slices carry their text beside the token columns."""
+    names: tuple[str, ...] = _TOKEN_COLUMNS
+    rows: list[Any]
+    if isinstance(space, TokenSpace):
+        rows = list(build_rows(spec, space, seed, n))
+    else:
+        from gate.evals.text import build_text_rows
+
+        rows = list(build_text_rows(spec, space, seed, n))
+        names += _TEXT_COLUMNS
+    return {"index": list(range(n)), **{name: [getattr(r, name) for r in rows] for name in names}}
 
 
 def build_slice(
