@@ -51,15 +51,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _error_result(planned: PlannedCheck, err: BaseException, started: float) -> CheckResult:
+def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
     return CheckResult(
-        check=planned.check,
+        **base,
         status=Status.error,
-        severity=planned.severity,
-        step=planned.step,
-        why=planned.why,
-        policy_rule=planned.source,
-        params=planned.params,
         message=f"{err.__class__.__name__}: {err}",
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
         duration_s=time.perf_counter() - started,
@@ -98,7 +93,7 @@ def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckR
     try:
         outcome = spec(ctx, params)
     except Exception as err:
-        return _error_result(planned, err, started)
+        return _error_result(base, err, started)
     status = Status(outcome.status)
     message = outcome.message
     if status == Status.passed and not outcome.exercise:
