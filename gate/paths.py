@@ -164,7 +164,7 @@ class PrefixCaching(Protocol):
 
     A worker serves requests (token ids plus the per-request identity: adapter, tenant or salt)
     and fixes the rest of the identity (model revision, tokenizer, rope, window, mask, KV dtype).
-    `gate.adapters.reference_prefix.PrefixWorker` is a reference implementation."""
+    `gate.prefix_worker.PrefixWorker` implements it over any model code (a `ModelFamily`)."""
 
     block_size: int
     """Tokens per cached block."""

@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.adapters.reference_prefix import PrefixWorker
 from gate.checks.api import CheckContext, CheckSpec
 from gate.checks.cache_identity import cache_identity
 from gate.checks.hash_collision import hash_collision
@@ -23,6 +22,7 @@ from gate.cli.main import cli
 from gate.manifest import ClaimLevel, Intervention, Manifest
 from gate.paths import PrefixCaching
 from gate.policy import load_policies
+from gate.prefix_worker import PrefixWorker
 from tests.conftest import EXAMPLES
 
 CHECKS: dict[str, CheckSpec[Any]] = {

@@ -38,6 +38,11 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
         from gate.adapters.hf.kvpress_path import PressPath
 
         path = PressPath(loaded, options, device=device, dtype=dtype, seed=seed)
+    elif options.path == "prefix-reuse":
+        from gate.adapters.hf.prefix_worker import PrefixReuseProbingPath, PrefixReuseTracingPath
+
+        kind = PrefixReuseProbingPath if compat.probe_supported() else PrefixReuseTracingPath
+        path = kind(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "full":
         path = HFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path in PROBE_KINDS and compat.probe_supported():

@@ -372,3 +372,25 @@ def output_cache(output: Any) -> Any:
     """The cache a generate()/forward output carries (`cache` from 5.24, `past_key_values` before)."""
     found = getattr(output, "cache", None)
     return found if found is not None else getattr(output, "past_key_values", None)
+
+
+def full_dynamic_cache(kv_dtype: torch.dtype | None = None) -> Any:
+    """A DynamicCache of full layers, created as layers are written (a sliding-window model still
+    masks by its config, and every position stays readable). With `kv_dtype`, K/V are rounded to
+    that dtype on every write and kept in the model's dtype (a cache storing a narrower format)."""
+    if kv_dtype is None:
+        return cache_utils.DynamicCache()
+    return _RoundingDynamicCache(kv_dtype)
+
+
+class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
+    def __init__(self, kv_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.kv_dtype = kv_dtype
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kw: Any
+    ) -> Any:
+        rounded_k = key_states.to(self.kv_dtype).to(key_states.dtype)
+        rounded_v = value_states.to(self.kv_dtype).to(value_states.dtype)
+        return super().update(rounded_k, rounded_v, layer_idx, *args, **kw)

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gate.adapters.prefix_options import PrefixOptions
+
 PRESET_NAMES = ("llama", "qwen2", "mistral-sliding-window", "gpt2")
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
@@ -46,6 +48,8 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "press": ("kvpress",),
     "compression_ratio": ("kvpress",),
     "reuse": ("prefix-reuse",),
+    "block_size": ("prefix-reuse",),
+    "prefix": ("prefix-reuse",),
     "max_cache_len": ("static", "generate-static", "offloaded"),
 }
 
@@ -107,6 +111,11 @@ class Options(BaseModel):
     reuse: Literal["copy", "crop"] = "copy"
     """prefix-reuse: `copy` deep-copies the stored base cache for each request; `crop` extends the
     base in place and crops it back to the prefix when the request ends."""
+    block_size: int = Field(default=16, ge=1, le=1024)
+    """prefix-reuse: tokens per block of the cross-request block cache the prefix-reuse checks drive
+    (gate.paths.PrefixCaching); 16 as in vLLM."""
+    prefix: PrefixOptions | None = None
+    """prefix-reuse: byte budget and KV storage dtype of that block cache (`cache_bytes`, `kv_dtype`)."""
     max_cache_len: int | None = Field(default=None, gt=0)
     """static/generate-static/offloaded: preallocated cache length (default: the model's maximum)."""
 

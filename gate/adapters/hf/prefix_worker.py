@@ -1,0 +1,284 @@
+"""PrefixCaching for the hf `prefix-reuse` path: transformers models behind a block prefix cache.
+
+    candidate: {adapter: hf, options: {model: mistral-sliding-window, path: prefix-reuse, block_size: 4}}
+
+The path's sessions keep the whole-prompt reuse of `PrefixReuseSession` (a stored DynamicCache
+deep-copied or extended in place, cropped back); its `request` goes through the block cache of
+`gate.prefix_worker.PrefixWorker`, which the five prefix-reuse checks drive. This module is the
+transformers `ModelFamily` that worker runs on:
+
+- a request's cache is a transformers `DynamicCache` (full layers: a sliding-window model masks
+  through `config.sliding_window`, so every block stays readable); a hit writes the stored block's
+  K/V into it with `Cache.update`, layer by layer, then the model's own forward extends it at
+  explicit `position_ids`;
+- an adapter is a seeded rank-4 delta on every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`,
+  which then serves no adapters);
+- the rope-scaling sibling is the same weights under linear rope scaling ×4 (`rope_parameters`), the
+  attention-window sibling the same weights with the window dropped, where the model has one;
+- a tokenizer revision permutes the rows of the input and output embeddings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.paths import HFPath, TracingHFPath
+from gate.adapters.hf.presets import DTYPES, LoadedModel, max_positions
+from gate.adapters.hf.probe import ProbingHFPath
+from gate.adapters.prefix_options import PrefixOptions
+from gate.prefix_cache import CacheIdentity, PrefixReply, RestoreReport
+from gate.prefix_faults import PREFIX_FAULTS
+from gate.prefix_worker import ModelFamily, PrefixWorker, WorkerSpec
+
+ROPE_SCALE = 4.0
+"""Linear rope scaling factor of the rope-scaling sibling."""
+
+
+@dataclass(frozen=True)
+class HFVariant:
+    """The parts of a transformers config a prefix worker varies (hashable, unlike the config)."""
+
+    rope: tuple[tuple[str, Any], ...] | None
+    """`rope_parameters` as sorted items; None for a model without rotary positions (GPT-2)."""
+    window: int | None
+    """`sliding_window`, None for full attention."""
+
+
+def _variant(config: Any) -> HFVariant:
+    rope = getattr(config, "rope_parameters", None)
+    window = getattr(config, "sliding_window", None)
+    return HFVariant(rope=tuple(sorted(dict(rope).items())) if rope else None, window=int(window) if window else None)
+
+
+def _hf(config: Hashable) -> HFVariant:
+    assert isinstance(config, HFVariant)
+    return config
+
+
+class HFFamily(ModelFamily):
+    """One transformers causal LM (a loaded preset or directory) as a prefix worker drives it."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded, self.base = loaded, loaded.model
+        self.name = f"hf:{loaded.name}"
+        self.text_config = self.base.config.get_text_config(decoder=True)
+        self.base_config = _variant(self.text_config)
+        self.vocab_size = int(self.text_config.vocab_size)
+        self.max_len = max_positions(self.base)
+
+    def instantiate(self, config: Hashable, *, device: str, dtype: str) -> torch.nn.Module:
+        if config == self.base_config:
+            model: torch.nn.Module = copy.deepcopy(self.base)
+            return model
+        variant = _hf(config)
+        changed = copy.deepcopy(self.base.config)
+        if variant.rope is not None:
+            changed.rope_parameters = dict(variant.rope)
+        changed.sliding_window = variant.window
+        # same weights under another rope or window: the rotary tables are rebuilt from the config
+        with torch.random.fork_rng(devices=[]):
+            auto: Any = transformers.AutoModelForCausalLM
+            model = auto.from_config(changed, attn_implementation=changed._attn_implementation)
+        model = model.to(device=device, dtype=DTYPES[dtype]).eval()
+        model.load_state_dict(self.base.state_dict())
+        model.requires_grad_(False)
+        return model
+
+    def frozen(self, name: str) -> bool:
+        return "embed" in name or name.split(".")[-2:-1] in (["wte"], ["wpe"])
+
+    def vocab_tables(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        tables: list[torch.Tensor] = []
+        for module in (model.get_input_embeddings(), model.get_output_embeddings()):  # type: ignore[operator]
+            weight = module.weight
+            if all(weight.data_ptr() != t.data_ptr() for t in tables):  # tied tables are permuted once
+                tables.append(weight)
+        return tables
+
+    def kv_projections(self, model: torch.nn.Module) -> list[torch.nn.Linear]:
+        return [
+            module
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and name.endswith(("k_proj", "v_proj"))
+        ]
+
+    def rope(self, config: Hashable) -> str:
+        rope = _hf(config).rope
+        if rope is None:
+            return "none"
+        return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in rope)
+
+    def window(self, config: Hashable) -> int | None:
+        return _hf(config).window
+
+    def varied(self, config: Hashable, field: str, block_size: int) -> Hashable | None:
+        variant = _hf(config)
+        if field == "rope-scaling":
+            if variant.rope is None:
+                return None
+            params = dict(variant.rope)
+            factor = float(params.get("factor", 1.0)) * ROPE_SCALE
+            params.update(rope_type="linear", factor=factor)
+            return HFVariant(rope=tuple(sorted(params.items())), window=variant.window)
+        declared = _hf(self.base_config).window
+        if field == "attention-window" and declared is not None:
+            # only a model whose attention reads `sliding_window` can vary it (Llama has no window)
+            window = None if variant.window is not None else declared
+            return HFVariant(rope=variant.rope, window=window)
+        return None
+
+    def kv_layout(self, config: Hashable) -> tuple[int, int, int]:
+        cfg = self.text_config
+        layers = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
+        heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        hidden = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
+        head_dim = int(getattr(cfg, "head_dim", None) or hidden // heads)
+        return layers, kv_heads, head_dim
+
+    def describe(self, config: Hashable) -> dict[str, Any]:
+        variant = _hf(config)
+        return {**self.loaded.identity, "rope": self.rope(variant), "sliding_window": variant.window}
+
+    def new_kv(self, config: Hashable, batch: int, *, device: str, dtype: str, kv_dtype: str) -> Any:
+        return compat.full_dynamic_cache(None if kv_dtype == dtype else DTYPES[kv_dtype])
+
+    def step(self, model: torch.nn.Module, tokens: torch.Tensor, kv: Any, pos: int) -> torch.Tensor:
+        if compat.seq_length(kv) != pos:
+            raise RuntimeError(f"cache holds {compat.seq_length(kv)} tokens, step asked to start at {pos}")
+        positions = torch.arange(pos, pos + tokens.shape[1], device=tokens.device).expand_as(tokens)
+        with torch.no_grad():
+            logits: torch.Tensor = compat.forward(model, tokens, kv, positions).logits.float()
+        return logits
+
+    def read_block(self, kv: Any, start: int, end: int) -> tuple[torch.Tensor, ...]:
+        return tuple(tensor[0, :, start:end] for i in range(len(kv.layers)) for tensor in compat.layer_kv(kv, i))
+
+    def write_block(self, kv: Any, payload: tuple[torch.Tensor, ...], start: int, n: int) -> None:
+        if compat.seq_length(kv) != start:
+            raise RuntimeError(f"cache holds {compat.seq_length(kv)} tokens, a block was to go at {start}")
+        for layer in range(len(payload) // 2):
+            k, v = payload[2 * layer], payload[2 * layer + 1]
+            kv.update(k[None, :, :n], v[None, :, :n], layer)
+
+    def kv_bytes(self, kv: Any) -> int:
+        return compat.cache_bytes(kv)
+
+    def full_logits(self, model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            logits: torch.Tensor = compat.forward(model, tokens, None, None).logits.float()
+        return logits
+
+
+def build_worker(
+    loaded: LoadedModel, *, block_size: int, settings: PrefixOptions, device: str, dtype: str, seed: int
+) -> PrefixWorker:
+    """A prefix worker over the loaded model (its own copy of the weights)."""
+    spec = WorkerSpec(
+        family=HFFamily(loaded),
+        config=_variant(loaded.model.config.get_text_config(decoder=True)),
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        kv_dtype=settings.kv_dtype or dtype,
+    )
+    return PrefixWorker.create(spec, block_size=block_size, byte_budget=settings.cache_bytes)
+
+
+class PrefixCachingPart(HFPath):
+    """The PrefixCaching half of an hf `prefix-reuse` path: a block worker beside the path's
+    sessions, and every PrefixCaching call goes to it. Mixed in before the path class (tracing, or
+    probing where the probe is supported), so `super()` is that class."""
+
+    def __init__(self, loaded: LoadedModel, options: Any, *, device: str, dtype: str, seed: int) -> None:
+        super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
+        self.worker = build_worker(
+            loaded,
+            block_size=options.block_size,
+            settings=options.prefix or PrefixOptions(),
+            device=device,
+            dtype=dtype,
+            seed=seed,
+        )
+
+    @property
+    def block_size(self) -> int:
+        return self.worker.block_size
+
+    def identity(self) -> dict[str, Any]:
+        record = super().identity()
+        worker = self.worker.identity()
+        record["prefix_cache"] = {
+            key: worker[key] for key in ("model_revision", "tokenizer", "kv_dtype", "block_size", "byte_budget", "hash")
+        }
+        return record
+
+    def faults(self) -> tuple[str, ...]:
+        return (*super().faults(), *PREFIX_FAULTS)
+
+    def with_fault(self, fault: str) -> HFPath:
+        if fault not in PREFIX_FAULTS:
+            faulty = super().with_fault(fault)
+            assert isinstance(faulty, PrefixCachingPart)
+            faulty.worker = self.worker.fresh()  # a session fault never shares the block store
+            return faulty
+        faulty = copy.copy(self)
+        faulty.worker = self.worker.with_fault(fault)
+        faulty.name = f"{self.name}+{fault}"
+        return faulty
+
+    # ---- PrefixCaching ----------------------------------------------------------------------------
+
+    def request(
+        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
+    ) -> PrefixReply:
+        return self.worker.request(tokens, adapter=adapter, tenant=tenant, new_tokens=new_tokens)
+
+    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
+        return self.worker.recompute(tokens, adapter=adapter, new_tokens=new_tokens)
+
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
+        return self.worker.identity_for(adapter=adapter, tenant=tenant)
+
+    def adapters(self) -> tuple[str, ...]:
+        return self.worker.adapters()
+
+    def sibling(self, field: str) -> PrefixWorker | None:
+        return self.worker.sibling(field)
+
+    def fresh(
+        self,
+        *,
+        block_size: int | None = None,
+        byte_budget: int | None = None,
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> PrefixWorker:
+        return self.worker.fresh(block_size=block_size, byte_budget=byte_budget, hash_fn=hash_fn)
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        self.worker.update_weights(target, seed=seed)
+
+    def save_cache(self, file: Path) -> int:
+        return self.worker.save_cache(file)
+
+    def restore_cache(self, file: Path) -> RestoreReport:
+        return self.worker.restore_cache(file)
+
+    def cache_state(self) -> dict[str, Any]:
+        return self.worker.cache_state()
+
+
+class PrefixReuseTracingPath(PrefixCachingPart, TracingHFPath):
+    """`prefix-reuse` where the attention probe is not validated (transformers before 5.24)."""
+
+
+class PrefixReuseProbingPath(PrefixCachingPart, ProbingHFPath):
+    """`prefix-reuse` with the attention probe (transformers 5.24's masking API)."""
