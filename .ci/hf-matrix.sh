@@ -10,7 +10,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # torch first, pinned: an unpinned resolve would pull a multi-GB CUDA build.
 "$VENV/bin/pip" install -q torch==2.13.0
-"$VENV/bin/pip" install -q -e . "transformers==5.2.*" optimum-quanto pytest hypothesis
+DISABLE_CUDA=1 "$VENV/bin/pip" install -q -e ".[hqq]" "transformers==5.2.*" optimum-quanto pytest hypothesis
 "$VENV/bin/python" -c "import transformers; print('transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
 "$VENV/bin/python" -m pytest tests/test_hf_*.py -q

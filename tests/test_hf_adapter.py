@@ -122,6 +122,21 @@ def test_quanto_backend_when_installed() -> None:
     assert ex["kv_nbits"] == 2 and ex["quantized_bytes"] < ex["unquantized_equivalent_bytes"]
 
 
+def test_hqq_backend_when_installed() -> None:
+    pytest.importorskip("hqq", reason="hqq is not installed (pip install 'gate[hqq]' with DISABLE_CUDA=1)")
+    reference, toks = path("llama"), tokens()
+    full = reference.full_logits(toks)[:, ROWS]
+    deltas = {}
+    for nbits in (8, 2):
+        candidate = path("llama", path="quantized", backend="hqq", nbits=nbits, residual_length=0, q_group_size=16)
+        session = candidate.new_session(2)
+        deltas[nbits] = (run(session, toks, PREFIX) - full).abs().max().item()
+        ex = session.exercise()
+        assert ex["layer_classes"] == ["HQQQuantizedLayer"] and ex["kv_backend"] == "hqq" and ex["kv_nbits"] == nbits
+        assert 0 < ex["quantized_bytes"] < ex["unquantized_equivalent_bytes"]
+    assert 1e-4 < deltas[8] < deltas[2]  # approximate, and coarser with fewer bits
+
+
 def test_identity_records_config_weights_and_versions() -> None:
     import transformers
 

@@ -47,6 +47,22 @@ def test_accept_all_removes_verification_from_outside() -> None:
     assert not torch.equal(bad.tokens, _greedy(path("llama"), prompts, 16))
 
 
+def test_ensemble_verification_is_a_real_lossy_change_or_unavailable_with_a_reason() -> None:
+    from gate.adapters.hf import compat
+    from gate.paths import AdapterUnavailable
+
+    options = {"path": "assisted", "draft": "llama", "draft_layers": 1, "num_assistant_tokens": 2}
+    if not compat.cache_api(path("llama").model).ensemble_verification:
+        with pytest.raises(AdapterUnavailable, match="no static ensemble verification"):
+            path("llama", ensemble_weight=0.5, **options)
+        return
+    relaxed = path("llama", ensemble_weight=0.5, **options)
+    assert relaxed.identity()["ensemble_weight"] == 0.5
+    prompts = tokens(batch=2, length=8, seed=3)
+    out = relaxed.sample(prompts, 16, temperature=0.0, top_k=None, generator=torch.Generator().manual_seed(0))
+    assert out.stats.proposed > 0 and not torch.equal(out.tokens, _greedy(path("llama"), prompts, 16))
+
+
 def test_sampling_is_reproducible_from_the_generator() -> None:
     candidate = path("llama", path="assisted", draft="llama", draft_layers=1)
     prompts = tokens(batch=2, length=8)

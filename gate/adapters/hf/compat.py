@@ -61,6 +61,8 @@ class CacheAPI:
     """QuantizedCache accepts backend="fp8"."""
     generate_max_cache_len: bool
     """generate() sizes a static cache from `max_cache_len` (5.15+)."""
+    ensemble_verification: bool
+    """GenerationConfig has `assistant_ensemble_weight` (static ensemble verification; in 5.24, not in 5.2)."""
 
 
 @cache
@@ -73,6 +75,7 @@ def _api_for(model_class: Any) -> CacheAPI:
         static_crop=_STATIC_CROP,
         fp8_backend=hasattr(cache_utils, "Fp8QuantizedLayer"),
         generate_max_cache_len="max_cache_len" in transformers.GenerationConfig().to_dict(),
+        ensemble_verification="assistant_ensemble_weight" in transformers.GenerationConfig().to_dict(),
     )
 
 

@@ -43,6 +43,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "draft": ("assisted",),
     "draft_layers": ("assisted",),
     "num_assistant_tokens": ("assisted",),
+    "ensemble_weight": ("assisted",),
     "prompt_lookup_num_tokens": ("prompt-lookup",),
     "max_matching_ngram_size": ("prompt-lookup",),
     "press": ("kvpress",),
@@ -98,6 +99,11 @@ class Options(BaseModel):
     with `draft` equal to `model` it shares the target's weights and agrees with it often, not always)."""
     num_assistant_tokens: int = Field(default=4, ge=1, le=64)
     """assisted: tokens the draft proposes per verification pass."""
+    ensemble_weight: float | None = Field(default=None, gt=0, lt=1)
+    """assisted: verify against w·p + (1 - w)·q instead of the target's p (transformers'
+    `assistant_ensemble_weight`, static ensemble verification, DIVERSE): more drafts are accepted
+    and the output distribution is no longer the target's. A lossy change a distribution claim must
+    catch. Needs a transformers that has it (5.24 does, 5.2 does not)."""
     prompt_lookup_num_tokens: int = Field(default=4, ge=1, le=64)
     """prompt-lookup: tokens proposed from an earlier n-gram match per verification pass."""
     max_matching_ngram_size: int = Field(default=2, ge=1, le=16)

@@ -32,7 +32,7 @@ from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
-from gate.paths import Session, UnknownFault
+from gate.paths import AdapterUnavailable, Session, UnknownFault
 from gate.speculative import SpecStats, SpeculativeSample, warp
 
 SPEC_FAULTS = ("accept-all",)
@@ -68,6 +68,11 @@ class SpeculativePath(HFPath):
                 }
             self.draft_identity = draft_identity
             self.num_draft_tokens = options.num_assistant_tokens
+            if options.ensemble_weight is not None and not compat.cache_api(self.model).ensemble_verification:
+                raise AdapterUnavailable(
+                    f"transformers {compat.cache_api(self.model).version} has no static ensemble verification "
+                    "(GenerationConfig.assistant_ensemble_weight: in 5.24, not in 5.2)"
+                )
         else:
             self.num_draft_tokens = options.prompt_lookup_num_tokens
         self.accept_all = False
@@ -79,6 +84,7 @@ class SpeculativePath(HFPath):
         record["num_draft_tokens"] = self.num_draft_tokens
         if self.kind == "assisted":
             record["draft"] = self.draft_identity
+            record["ensemble_weight"] = self.options.ensemble_weight
         else:
             record["max_matching_ngram_size"] = self.options.max_matching_ngram_size
         return record
@@ -146,6 +152,8 @@ class SpeculativePath(HFPath):
             draft_config.num_assistant_tokens_schedule = "constant"
             draft_config.assistant_confidence_threshold = 0.0
             kwargs["assistant_model"] = self.draft
+            if self.options.ensemble_weight is not None:
+                config.assistant_ensemble_weight = self.options.ensemble_weight
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
             # 5.2's prompt-lookup generator calls isin(ids, eos_token_id) unguarded, so None crashes it:
