@@ -93,18 +93,20 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
             field="claim.level",
         )
     declared = {f.value for f in manifest.identity}
-    for field in resolved.identity.required:
-        if field.value not in declared:
-            line, col = doc.locate(("identity",)) if "identity" in (doc.data or {}) else (1, 1)
-            reason = resolved.identity.why.get(field, "it can change the cached K/V, mask or position")
-            source = resolved.identity_source.path if resolved.identity_source else "policy"
-            raise InputError(
-                doc.path,
-                f"identity must declare {field.value!r} for intervention {intervention.value!r} ({source}): {reason}",
-                line=line,
-                col=col,
-                field="identity",
-            )
+    missing = [field for field in resolved.identity.required if field.value not in declared]
+    if missing:
+        field, others = missing[0], missing[1:]
+        line, col = doc.locate(("identity",)) if "identity" in (doc.data or {}) else (1, 1)
+        reason = resolved.identity.why.get(field, "it can change the cached K/V, mask or position")
+        source = resolved.identity_source.path if resolved.identity_source else "policy"
+        also = f" (also missing: {', '.join(repr(f.value) for f in others)})" if others else ""
+        raise InputError(
+            doc.path,
+            f"identity must declare {field.value!r} for intervention {intervention.value!r} ({source}): {reason}{also}",
+            line=line,
+            col=col,
+            field="identity",
+        )
     registered = set(check_names())
     planned: list[PlannedCheck] = []
     for index, (rule, rule_source) in enumerate(claim.checks):

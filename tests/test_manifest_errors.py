@@ -70,6 +70,12 @@ def test_missing_identity_field_names_field_and_reason(write_manifest) -> None: 
     assert "permission to share state across tenants" in out
 
 
+def test_every_missing_identity_field_is_named_in_one_line(write_manifest) -> None:  # type: ignore[no-untyped-def]
+    path, out = plan_error(write_manifest, BASE_MANIFEST.replace("adapter, ", "").replace("kv-dtype, tenant]", "]"))
+    assert out.startswith(f"gate: {path}:8:1: identity: identity must declare 'adapter'")
+    assert out.strip().endswith("(also missing: 'kv-dtype', 'tenant')") and out.strip().count("\n") == 0
+
+
 def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
     result = invoke("validate", str(tmp_path / "absent.yaml"))
     assert result.exit_code == 2 and "no such manifest file" in result.output
