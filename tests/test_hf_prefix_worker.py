@@ -112,3 +112,17 @@ def test_the_example_passes_with_every_control_detected(tmp_path: Path) -> None:
     assert len(outcomes) == 14 and all(o == "detected" for _, _, o in outcomes), outcomes
     assert checks["prefix-reuse-parity"]["exercise"]["reused_tokens"] > 0
     assert record["subjects"]["candidate"]["prefix_cache"]["block_size"] == 4
+
+
+def test_rope_configurations_one_factor_cannot_describe_get_no_sibling() -> None:
+    from types import SimpleNamespace
+
+    from gate.adapters.hf.prefix_worker import HFVariant, _flat_rope, _variant
+
+    per_layer_type = {"full_attention": {"rope_type": "default", "rope_theta": 1e4}, "sliding_attention": {}}
+    longrope = {"rope_type": "longrope", "short_factor": [1.0, 2.0], "rope_theta": 1e4}
+    for rope in (per_layer_type, longrope):
+        variant = _variant(SimpleNamespace(rope_parameters=rope, sliding_window=None))
+        assert hash(variant) and _flat_rope(variant.rope) is None  # hashable for the model memo; not scaled
+    plain = _variant(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e4}))
+    assert plain == HFVariant(rope=(("rope_theta", 1e4), ("rope_type", "default")), window=None)

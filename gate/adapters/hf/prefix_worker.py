@@ -55,7 +55,25 @@ class HFVariant:
 def _variant(config: Any) -> HFVariant:
     rope = getattr(config, "rope_parameters", None)
     window = getattr(config, "sliding_window", None)
-    return HFVariant(rope=tuple(sorted(dict(rope).items())) if rope else None, window=int(window) if window else None)
+    return HFVariant(rope=_freeze(dict(rope)) if rope else None, window=int(window) if window else None)
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable copy: dicts become sorted item tuples, lists tuples (per-layer rope, factor lists)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
+    """The rope parameters as one flat dict of scalars, or None where there are none or they are
+    nested (per layer type) or carry factor lists (longrope), which one scaling factor does not
+    describe: the rope-scaling sibling is then not built, and the field is reported unverified."""
+    if rope is None or any(isinstance(v, tuple) for _, v in rope):
+        return None
+    return dict(rope)
 
 
 def _hf(config: Hashable) -> HFVariant:
@@ -80,8 +98,8 @@ class HFFamily(ModelFamily):
             return model
         variant = _hf(config)
         changed = copy.deepcopy(self.base.config)
-        if variant.rope is not None:
-            changed.rope_parameters = dict(variant.rope)
+        if variant.rope != _hf(self.base_config).rope:
+            changed.rope_parameters = _flat_rope(variant.rope)
         changed.sliding_window = variant.window
         # same weights under another rope or window: the rotary tables are rebuilt from the config
         with torch.random.fork_rng(devices=[]):
@@ -122,9 +140,9 @@ class HFFamily(ModelFamily):
     def varied(self, config: Hashable, field: str, block_size: int) -> Hashable | None:
         variant = _hf(config)
         if field == "rope-scaling":
-            if variant.rope is None:
+            params = _flat_rope(variant.rope)
+            if params is None:
                 return None
-            params = dict(variant.rope)
             factor = float(params.get("factor", 1.0)) * ROPE_SCALE
             params.update(rope_type="linear", factor=factor)
             return HFVariant(rope=tuple(sorted(params.items())), window=variant.window)
