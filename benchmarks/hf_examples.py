@@ -85,6 +85,7 @@ def main() -> int:
             (line for line in run.stdout.splitlines() if line.startswith("verdict")),
             (run.stderr.strip().splitlines() or ["?"])[-1],
         ).replace("|", "/")
+        verdict = verdict if len(verdict) <= 160 else verdict[:159] + "…"
         if args.device == "cpu" and run.returncode != expected:
             mismatched.append(f"{name}: exit {run.returncode}, documented {expected}")
         rows.append(f"| {name} | {expected} | {run.returncode} | {verdict} | {seconds:.1f} |")

@@ -163,10 +163,37 @@ def test_offloading_is_unavailable_on_a_cpu_with_the_reason() -> None:
         path("llama", path="offloaded")
 
 
-def test_generate_paged_offers_continuations_not_logit_sessions() -> None:
-    candidate = path("llama", path="generate-paged")
-    with pytest.raises(AdapterUnavailable, match="returns tokens, not logits"):
-        candidate.new_session(1)
+def paged_session(model: str, fault: str | None = None) -> Session:
+    """A generate-paged session, or a skip saying why this transformers cannot drive one."""
+    candidate = path(model, path="generate-paged")
+    try:
+        return (candidate.with_fault(fault) if fault else candidate).new_session(2)
+    except AdapterUnavailable as err:
+        assert "ContinuousBatchingConfig" in str(err)
+        pytest.skip(str(err))
+
+
+def test_paged_sessions_replay_requests_through_continuous_batching_page_by_page() -> None:
+    toks = tokens()
+    session = paged_session("llama")
+    got = run(session, toks, PREFIX)
+    assert (got - path("llama").full_logits(toks)[:, ROWS]).abs().max().item() < 1e-4
+    ex = session.exercise()
+    # both requests packed into each forward, at most one 16-token page per forward, every call after
+    # the first page reading pages an earlier forward wrote
+    assert ex["max_requests_in_a_forward"] == 2 and max(ex["last_call_tokens_per_forward"]) == 16
+    assert ex["generate_batch_calls"] == 4 and ex["cached_steps"] == 4 and ex["last_call_forwards"] == 7
+
+
+@pytest.mark.parametrize("fault", ["off-by-one-pos", "missing-start-pos", "reset-keeps-position"])
+def test_paged_position_faults_change_the_computation(fault: str) -> None:
+    toks = tokens()
+    clean = run(paged_session("gpt2"), toks, PREFIX)  # absolute positions: a uniform shift is visible too
+    faulty = paged_session("gpt2", fault)
+    if fault == "reset-keeps-position":
+        run(faulty, tokens(seed=5), 20)
+        faulty.reset()
+    assert (run(faulty, toks, PREFIX) - clean).abs().max().item() > 1.0
 
 
 def test_generate_static_greedy_continuation_is_the_full_pass_greedy() -> None:

@@ -397,3 +397,34 @@ class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
         rounded_k = key_states.to(self.kv_dtype).to(key_states.dtype)
         rounded_v = value_states.to(self.kv_dtype).to(value_states.dtype)
         return super().update(rounded_k, rounded_v, layer_idx, *args, **kw)
+
+
+# ---- continuous batching --------------------------------------------------------------------------
+
+
+def require_continuous_batching() -> None:
+    """AdapterUnavailable unless transformers offers the paged-scheduling API the generate-paged
+    sessions drive: `ContinuousBatchingConfig` with `page_size` and `max_batch_tokens` (5.24; 5.2 has
+    no such config and its continuous batching cannot schedule on a CPU)."""
+    config = getattr(transformers, "ContinuousBatchingConfig", None)
+    fields = set(inspect.signature(config).parameters) if config is not None else set()
+    if not {"page_size", "max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= fields:
+        raise AdapterUnavailable(
+            f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=...): the "
+            "generate-paged sessions need the paged-scheduling API of 5.24"
+        )
+
+
+def paged_config(page_size: int, requests: int, max_len: int) -> Any:
+    """Continuous batching that schedules at most one page of tokens per forward (chunked prefill,
+    each chunk reading the pages before it), with room for every request's whole history. No CUDA
+    graphs (they pad the packed batch) and no block sharing (every token is computed, so every row
+    has a logit)."""
+    pages = -(-(max_len + 1) // page_size)
+    return transformers.ContinuousBatchingConfig(
+        page_size=page_size,
+        num_blocks=requests * pages + 2,
+        max_batch_tokens=page_size,
+        use_cuda_graph=False,
+        allow_block_sharing=False,
+    )

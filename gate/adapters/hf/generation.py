@@ -7,13 +7,22 @@ same StaticCache and hands it in). generate returns logits only for the token it
 rows for every processed token are read from the decoder's output through a read-only forward
 hook and projected by the model's own output head; the last row is checked against generate's.
 
-generate-paged: transformers switches to continuous batching (`generate_batch`), which keeps its
-paged cache inside one call and returns tokens, not logits. It serves greedy continuations
-(`greedy_continuation`), not logit-level sessions.
+generate-paged: transformers' continuous batching (`generate_batch`, the paged cache and its
+scheduler), which keeps its paged cache inside one call and returns tokens, not logits. A session
+call replays the request's whole history through one `generate_batch(max_new_tokens=1)` (every batch
+row a request, submitted together), with at most `page_size` tokens scheduled per forward: the
+scheduler splits each prompt into chunked prefill, writes K/V page by page, and every token after
+the first page attends to pages an earlier forward wrote. The rows for every token are read from
+the decoder's output by a hook (segments attributed to requests by position and token ids) and
+projected by the model's head; the last row is checked against the token continuous batching chose.
+The positions the engine sends are the session's (a pre-hook maps each request's indices to them),
+so position faults act as on the other cache paths. Decode steps proper (one token per forward)
+run in `greedy_continuation`, which returns tokens.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,25 +32,92 @@ import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.presets import kv_shape
 from gate.adapters.hf.sessions import CacheSession
-from gate.paths import AdapterUnavailable, Session
+from gate.paths import Session
 
 
 class GeneratePath(HFPath):
     """A path whose sessions run `generate` (static) or whose continuations run continuous batching (paged)."""
 
     def faults(self) -> tuple[str, ...]:
-        return (
-            ("stale-weights", "cross-request-handle", "reset-keeps-position") if self.kind == "generate-static" else ()
-        )
+        if self.kind == "generate-paged":
+            return PAGED_FAULTS
+        return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
     def new_session(self, batch_size: int) -> Session:
         if self.kind == "generate-paged":
-            raise AdapterUnavailable(
-                "generate-paged runs continuous batching, which returns tokens, not logits: use it for greedy "
-                "continuations (greedy_continuation), not for logit-level sessions"
-            )
+            compat.require_continuous_batching()
+            return PagedSession(self, batch_size)
         return GenerateSession(self, batch_size)
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        if self.kind != "generate-paged":
+            return super().layout_boundaries()
+        page = self.options.page_size
+        return tuple(b for b in range(page, self.max_len, page))
+
+    def replay(self, history: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Run each row of `history` [B, L] as one request through continuous batching, one page of
+        tokens per forward, sending `positions` [B, L]; the decoder's output rows [B, L, d] and the
+        schedule it ran (forwards, tokens per forward, requests packed together)."""
+        batch, length = history.shape
+        page = self.options.page_size
+        hidden: torch.Tensor | None = None
+        expected = [0] * batch
+        pending: list[list[tuple[int, int, int, int]]] = []
+        schedule: dict[str, Any] = {"forwards": 0, "tokens_per_forward": [], "max_requests_in_a_forward": 0}
+        errors: list[BaseException] = []
+
+        def before(_module: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+            try:
+                ids = (kwargs["input_ids"] if kwargs.get("input_ids") is not None else args[0])[0]
+                sent = kwargs["position_ids"][0]
+                assignment = _attribute(ids, sent, history, expected)
+                mapped = sent.clone()
+                for row, start, first, last in assignment:
+                    mapped[first:last] = positions[row, start : start + last - first].to(mapped.device)
+                pending.append(assignment)
+                schedule["forwards"] += 1
+                schedule["tokens_per_forward"].append(int(ids.shape[0]))
+                schedule["max_requests_in_a_forward"] = max(schedule["max_requests_in_a_forward"], len(assignment))
+                kwargs["position_ids"] = mapped[None]
+            except BaseException as err:  # a hook runs on the engine's thread: keep it for the caller
+                errors.append(err)
+                raise
+            return args, kwargs
+
+        def after(_module: Any, _args: Any, output: Any) -> None:
+            nonlocal hidden
+            rows = output[0] if isinstance(output, tuple) else output.last_hidden_state
+            if hidden is None:
+                hidden = rows.new_full((batch, length, rows.shape[-1]), float("nan"))
+            for row, start, first, last in pending.pop(0):
+                hidden[row, start : start + last - first] = rows[0, first:last]
+
+        base = self.model.base_model
+        handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
+        try:
+            with torch.no_grad():
+                out = self.model.generate_batch(
+                    history.tolist(),
+                    generation_config=_greedy_config(1, eos_token_id=-1),
+                    continuous_batching_config=compat.paged_config(page, batch, self.max_len),
+                    progress_bar=False,
+                    warmup=False,
+                )
+        finally:
+            for handle in handles:
+                handle.remove()
+        if errors:
+            raise errors[0]
+        failed = [result.error for result in out.values() if getattr(result, "error", None)]
+        if failed:
+            raise RuntimeError(f"continuous batching failed a request: {failed[0]}")
+        if hidden is None or bool(hidden.isnan().any()) or expected != [length] * batch:
+            raise RuntimeError(f"continuous batching computed {expected} of {length} tokens per request")
+        schedule["chosen"] = [list(result.generated_tokens) for result in out.values()]
+        return hidden, schedule
 
     def greedy_continuation(self, prompts: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Greedy continuation of each prompt [B, T0] by `n_tokens` through `generate` with this
@@ -73,8 +149,105 @@ class GeneratePath(HFPath):
 
 def _greedy_config(n_tokens: int, **settings: Any) -> Any:
     return compat.generation_config(
-        do_sample=False, max_new_tokens=n_tokens, eos_token_id=None, pad_token_id=0, **settings
+        **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
     )
+
+
+def _attribute(
+    ids: torch.Tensor, sent: torch.Tensor, history: torch.Tensor, expected: list[int]
+) -> list[tuple[int, int, int, int]]:
+    """Split one packed forward (token ids and the positions the engine sent, [N] each) into
+    per-request segments: (row, first position, first slot, end slot). A segment starts where the
+    positions stop counting up by one; it belongs to the first request (in submission order, which
+    the scheduler keeps) that expects that position next and holds those token ids there."""
+    cuts = [0] + [i for i in range(1, sent.shape[0]) if int(sent[i]) != int(sent[i - 1]) + 1] + [sent.shape[0]]
+    assignment = []
+    for first, last in itertools.pairwise(cuts):
+        start, n = int(sent[first]), last - first
+        segment = ids[first:last].to(history.device)
+        owner = next(
+            (
+                r
+                for r in range(history.shape[0])
+                if expected[r] == start and torch.equal(history[r, start : start + n], segment)
+            ),
+            None,
+        )
+        if owner is None:
+            raise RuntimeError(
+                f"a forward of continuous batching ran tokens at positions {start}..{start + n - 1} no request expects"
+            )
+        expected[owner] += n
+        assignment.append((owner, start, first, last))
+    return assignment
+
+
+PAGED_FAULTS = ("off-by-one-pos", "missing-start-pos", "reset-keeps-position")
+"""What a paged session can plant from outside: the positions it sends, what its reset forgets."""
+
+
+class PagedSession(CacheSession):
+    """Each call replays the history through continuous batching (see the module docstring)."""
+
+    def __init__(self, path: GeneratePath, batch_size: int) -> None:
+        super().__init__(path, batch_size)
+        self.paged = path
+        self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
+        self.sent = self.history.clone()
+        """The position each history token was sent with (what its K were rotated by)."""
+        self.head = self.model.get_output_embeddings()
+        self.schedule: dict[str, Any] = {}
+        self.calls = 0
+
+    def clear_cache(self) -> None:
+        self.history, self.sent = self.history[:, :0], self.sent[:, :0]
+
+    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.device)
+        n = tokens.shape[1]
+        if n == 0:
+            return torch.empty(self.batch_size, 0, self.path.vocab_size)
+        if tokens.shape[0] != self.batch_size:
+            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        self.history = torch.cat([self.history, tokens], dim=1)
+        self.sent = torch.cat([self.sent, self.tamper.positions(phase, self._positions(n))], dim=1)
+        hidden, self.schedule = self.paged.replay(self.history, self.sent)
+        with torch.no_grad():
+            logits: torch.Tensor = self.head(hidden[:, -n:]).float()
+        chosen = torch.tensor([c[0] for c in self.schedule["chosen"]], device=logits.device)
+        top = logits[:, -1].max(dim=-1).values
+        picked = logits[:, -1].gather(1, chosen[:, None])[:, 0]
+        if bool(((top - picked).abs() > 1e-3 * (1 + top.abs())).any()):
+            raise RuntimeError("captured rows disagree with the tokens continuous batching chose")
+        self.calls += 1
+        self.forward_calls += self.schedule["forwards"]
+        self.cached_steps += int(self.schedule["forwards"] > 1)
+        if phase == "prefill":
+            self._record_prefill(tokens)
+        self.pos += n
+        return logits
+
+    def kv_bytes(self) -> int:
+        """Bytes of K/V the request's pages hold (whole pages, every layer, the model's dtype)."""
+        layers, kv_heads, head_dim = kv_shape(self.model)
+        page = self.paged.options.page_size
+        pages = -(-int(self.history.shape[1]) // page)
+        itemsize = int(self.model.dtype.itemsize)
+        return 2 * layers * pages * page * kv_heads * head_dim * itemsize * self.batch_size
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            "cache_len": int(self.history.shape[1]),
+            "cached_steps": self.cached_steps,
+            "cache_bytes": self.kv_bytes(),
+            "tokens_seen": self.pos,
+            "forward_calls": self.forward_calls,
+            "generate_batch_calls": self.calls,
+            "page_size": self.paged.options.page_size,
+            "last_call_forwards": self.schedule.get("forwards", 0),
+            "last_call_tokens_per_forward": self.schedule.get("tokens_per_forward", [])[:32],
+            "max_requests_in_a_forward": self.schedule.get("max_requests_in_a_forward", 0),
+        }
 
 
 @contextmanager

@@ -50,6 +50,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "compression_ratio": ("kvpress",),
     "reuse": ("prefix-reuse",),
     "block_size": ("prefix-reuse",),
+    "page_size": ("generate-paged",),
     "prefix": ("prefix-reuse",),
     "max_cache_len": ("static", "generate-static", "offloaded"),
 }
@@ -122,6 +123,9 @@ class Options(BaseModel):
     (gate.paths.PrefixCaching); 16 as in vLLM."""
     prefix: PrefixOptions | None = None
     """prefix-reuse: byte budget and KV storage dtype of that block cache (`cache_bytes`, `kv_dtype`)."""
+    page_size: int = Field(default=16, ge=4, le=4096)
+    """generate-paged: tokens per page of the paged cache, and the most tokens continuous batching
+    schedules per forward (so a prompt is prefilled page by page, each chunk reading the pages before)."""
     max_cache_len: int | None = Field(default=None, gt=0)
     """static/generate-static/offloaded: preallocated cache length (default: the model's maximum)."""
 

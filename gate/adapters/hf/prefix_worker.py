@@ -31,7 +31,7 @@ import transformers
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath, TracingHFPath
-from gate.adapters.hf.presets import DTYPES, LoadedModel, max_positions
+from gate.adapters.hf.presets import DTYPES, LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
 from gate.adapters.prefix_options import PrefixOptions
 from gate.prefix_cache import CacheIdentity, PrefixReply, RestoreReport
@@ -154,13 +154,7 @@ class HFFamily(ModelFamily):
         return None
 
     def kv_layout(self, config: Hashable) -> tuple[int, int, int]:
-        cfg = self.text_config
-        layers = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
-        heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
-        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
-        hidden = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
-        head_dim = int(getattr(cfg, "head_dim", None) or hidden // heads)
-        return layers, kv_heads, head_dim
+        return kv_shape(self.base)
 
     def describe(self, config: Hashable) -> dict[str, Any]:
         variant = _hf(config)

@@ -168,6 +168,16 @@ def max_positions(model: Any) -> int:
     raise ValueError(f"{type(model).__name__} declares no maximum length")
 
 
+def kv_shape(model: Any) -> tuple[int, int, int]:
+    """(layers, KV heads, head dim) of the model's K/V, from its text config (GPT-2 names too)."""
+    cfg = model.config.get_text_config(decoder=True)
+    layers = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
+    heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    hidden = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
+    return layers, kv_heads, int(getattr(cfg, "head_dim", None) or hidden // heads)
+
+
 def decoder_layers(model: Any) -> Any:
     """The ModuleList of decoder blocks (`model.layers` for Llama-likes, `transformer.h` for GPT-2)."""
     base = model.base_model
