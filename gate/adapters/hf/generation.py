@@ -38,7 +38,7 @@ from gate.paths import Session
 
 
 class GeneratePath(HFPath):
-    """A path whose sessions run `generate` (static) or whose continuations run continuous batching (paged)."""
+    """A path whose sessions run `generate` (static) or continuous batching (paged)."""
 
     def faults(self) -> tuple[str, ...]:
         if self.kind == "generate-paged":
