@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from time import monotonic, sleep
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -82,6 +83,22 @@ class LedgerError(GateError):
 
 
 # --- entry hashes and the ledger key ------------------------------------------------------------
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. Switching the journal mode takes an exclusive lock, and SQLite
+    answers "database is locked" at once, without its busy handler, while another process is
+    creating or switching the same file: retry that for up to BUSY_TIMEOUT_S."""
+    deadline = monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or monotonic() > deadline:
+                raise
+            sleep(0.02)
 
 
 def entry_hash(seq: int, prev: str, body: bytes) -> str:
@@ -275,8 +292,7 @@ class Ledger:
         """Create the tables and fix the ledger's origin and public key (idempotent, race-safe)."""
         assert self._key is not None
         conn = self._conn
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        _use_wal(conn)
         conn.execute("PRAGMA synchronous = FULL")
         conn.executescript(_SCHEMA)
         pub = public_key_b64(self._key.public_key())

@@ -235,3 +235,28 @@ def test_checking_only_the_latest_signature_still_catches_a_relinked_edit(tmp_pa
     with Ledger.open(path, writable=False) as ledger:
         quick = verify_chain(ledger, every_checkpoint=False)
     assert quick.checkpoints == 0 and not quick.ok and "rewritten" in quick.problems[0].message
+
+
+def test_the_wal_switch_retries_a_lock_sqlite_reports_without_waiting() -> None:
+    # SQLite may answer "database is locked" to a journal-mode switch at once, bypassing its busy
+    # handler, while another process creates the same ledger (seen once in CI under load)
+    import sqlite3
+
+    from gate.ledger import _use_wal
+
+    class Racing:
+        def __init__(self, failures: int, message: str = "database is locked") -> None:
+            self.failures, self.message, self.calls = failures, message, 0
+
+        def execute(self, sql: str) -> sqlite3.Cursor:
+            self.calls += 1
+            if self.failures:
+                self.failures -= 1
+                raise sqlite3.OperationalError(self.message)
+            return sqlite3.connect(":memory:").execute("SELECT 'wal'")
+
+    racing = Racing(failures=3)
+    _use_wal(racing)  # type: ignore[arg-type]
+    assert racing.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        _use_wal(Racing(failures=1, message="disk I/O error"))  # type: ignore[arg-type]
