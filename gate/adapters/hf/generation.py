@@ -33,7 +33,7 @@ import torch
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import kv_shape
-from gate.adapters.hf.sessions import CacheSession
+from gate.adapters.hf.sessions import HistorySession
 from gate.paths import Session
 
 
@@ -186,13 +186,12 @@ PAGED_FAULTS = ("off-by-one-pos", "missing-start-pos", "reset-keeps-position")
 """What a paged session can plant from outside: the positions it sends, what its reset forgets."""
 
 
-class PagedSession(CacheSession):
+class PagedSession(HistorySession):
     """Each call replays the history through continuous batching (see the module docstring)."""
 
     def __init__(self, path: GeneratePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.paged = path
-        self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.sent = self.history.clone()
         """The position each history token was sent with (what its K were rotated by)."""
         self.head = self.model.get_output_embeddings()
@@ -200,16 +199,13 @@ class PagedSession(CacheSession):
         self.calls = 0
 
     def clear_cache(self) -> None:
-        self.history, self.sent = self.history[:, :0], self.sent[:, :0]
+        super().clear_cache()
+        self.sent = self.sent[:, :0]
 
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = tokens.to(self.device)
-        n = tokens.shape[1]
+        n = self._extend(tokens)
         if n == 0:
-            return torch.empty(self.batch_size, 0, self.path.vocab_size)
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
-        self.history = torch.cat([self.history, tokens], dim=1)
+            return self._no_rows()
         self.sent = torch.cat([self.sent, self.tamper.positions(phase, self._positions(n))], dim=1)
         hidden, self.schedule = self.paged.replay(self.history, self.sent)
         with torch.no_grad():
@@ -223,7 +219,7 @@ class PagedSession(CacheSession):
         self.forward_calls += self.schedule["forwards"]
         self.cached_steps += int(self.schedule["forwards"] > 1)
         if phase == "prefill":
-            self._record_prefill(tokens)
+            self._record_prefill(self.history[:, -n:])
         self.pos += n
         return logits
 
@@ -264,27 +260,20 @@ def _count_forwards(model: Any) -> Iterator[list[int]]:
         handle.remove()
 
 
-class GenerateSession(CacheSession):
+class GenerateSession(HistorySession):
     """Each call is one generate(max_new_tokens=1) over the history, carrying generate's cache."""
 
     def __init__(self, path: HFPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
-        self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.generate_calls = 0
         self.positions_from_cache = True
         self.cache_built_by = ""
         self.head = self.model.get_output_embeddings()
 
-    def clear_cache(self) -> None:
-        super().clear_cache()
-        self.history = self.history[:, :0]
-
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = tokens.to(self.device)
-        n = tokens.shape[1]
+        n = self._extend(tokens)
         if n == 0:
-            return torch.empty(self.batch_size, 0, self.path.vocab_size)
-        self.history = torch.cat([self.history, tokens], dim=1)
+            return self._no_rows()
         settings: dict[str, Any] = {"return_dict_in_generate": True, "output_logits": True}
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)
@@ -331,7 +320,7 @@ class GenerateSession(CacheSession):
         if gap > 1e-3 * (1 + out.logits[0].abs().max().item()):
             raise RuntimeError(f"captured rows disagree with generate's own logits (max |Δ| = {gap})")
         if phase == "prefill":
-            self._record_prefill(tokens)
+            self._record_prefill(self.history[:, -n:])
         self.pos += n
         self.tamper.after_write(phase, self, n)
         return logits

@@ -194,9 +194,10 @@ def build_worker(
     loaded: LoadedModel, *, block_size: int, settings: PrefixOptions, device: str, dtype: str, seed: int
 ) -> PrefixWorker:
     """A prefix worker over the loaded model (its own copy of the weights)."""
+    family = HFFamily(loaded)
     spec = WorkerSpec(
-        family=HFFamily(loaded),
-        config=_variant(loaded.model.config.get_text_config(decoder=True)),
+        family=family,
+        config=family.base_config,
         seed=seed,
         device=device,
         dtype=dtype,

@@ -135,22 +135,36 @@ class CacheSession:
         return logits
 
 
-class RecomputeSession(CacheSession):
-    """No cache at all: every call recomputes the whole history with one full causal pass."""
+class HistorySession(CacheSession):
+    """A session that keeps the request's token history and hands all of it to the engine on every
+    call (a full recompute, generate(), continuous batching)."""
 
     def __init__(self, path: HFPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
 
     def clear_cache(self) -> None:
+        super().clear_cache()
         self.history = self.history[:, :0]
 
+    def _extend(self, tokens: torch.Tensor) -> int:
+        """Append `tokens` [B, n] to the history; returns n (0: nothing to run)."""
+        if tokens.shape[0] != self.batch_size:
+            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        self.history = torch.cat([self.history, tokens.to(self.device)], dim=1)
+        return int(tokens.shape[1])
+
+    def _no_rows(self) -> torch.Tensor:
+        return torch.empty(self.batch_size, 0, self.path.vocab_size)
+
+
+class RecomputeSession(HistorySession):
+    """No cache at all: every call recomputes the whole history with one full causal pass."""
+
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = tokens.to(self.device)
-        n = tokens.shape[1]
+        n = self._extend(tokens)
         if n == 0:
-            return torch.empty(self.batch_size, 0, self.path.vocab_size)
-        self.history = torch.cat([self.history, tokens], dim=1)
+            return self._no_rows()
         logits = self.path.full_logits(self.history)[:, -n:]
         self.pos += n
         self.forward_calls += 1
