@@ -3,7 +3,7 @@
 For each seed and dtype: one full pass over the longest sequence, the progressive cached sweep on
 the dynamic, static and chunked paths, and the largest |Δlogit| relative to the reference row's
 scale (max |logit|). Prints the worst absolute and relative deltas, argmax flips and how many of
-them were ties, so DEFAULT_TOLERANCE in gate/checks/compare.py can be checked. Then the other
+them were ties, so DEFAULT_TOLERANCE in gate/checks/_compare.py can be checked. Then the other
 parity checks (greedy-parity, mask-oracle, reset-isolation) run on every correct cached path for
 every seed and dtype, counting statuses: a correct path must never fail.
 
@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext
-from gate.checks.compare import DEFAULT_TOLERANCE, Tolerance, compare_rows, random_tokens
+from gate.checks._compare import DEFAULT_TOLERANCE, Tolerance, compare_rows, random_tokens
+from gate.checks._sweep import cached_sweep, sweep_lengths
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from gate.checks.sweep import cached_sweep, sweep_lengths
-from gate.manifest import Manifest
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
 
 OTHER_CHECKS = (
     (greedy_parity, GreedyParityParams()),
@@ -124,7 +124,7 @@ def render(args: argparse.Namespace, lines: list[str], statuses: dict[str, dict[
 `python benchmarks/calibrate_tolerance.py --seeds {args.seeds} --longest {args.longest}`: reference decoder `tiny`,
 one full pass vs the progressive cached sweep on the {args.paths.replace(",", ", ")} paths, batch 2, seed 001's
 lengths plus 64 log-spaced up to {args.longest}, {args.seeds} seeds (weights and tokens). Row tolerance is
-atol + rtol * max |reference logit| (gate/checks/compare.py); a flip to a token the reference scores within that
+atol + rtol * max |reference logit| (gate/checks/_compare.py); a flip to a token the reference scores within that
 tolerance of its top is a tie (a warning), any other flip a failure.
 
 | dtype | atol / rtol | rows | worst abs delta | worst delta / tolerance | argmax flips | ties | failures |

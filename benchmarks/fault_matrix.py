@@ -1,6 +1,6 @@
 """Fault x check table for docs/faults.md, generated from a run.
 
-Each check runs on the clean candidate and on the candidate with each planted fault (gate.faults),
+Each check runs on the clean candidate and on the candidate with each planted fault (gate.models.faults),
 exactly as the runner's negative-control engine does, and each cell is classified the same way:
 detected (the check failed), unobservable (the fault did not change what the check observed:
 max |Δ| = 0), or missed (it changed the observation and the check still passed). Cells give
@@ -20,14 +20,14 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext, CheckSpec
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from gate.controls import observation_difference
-from gate.faults import CATALOGUE, FAULT_NAMES
-from gate.manifest import Manifest
+from gate.core.check import CheckContext, CheckSpec
+from gate.core.manifest import Manifest
+from gate.engine.controls import observation_difference
+from gate.models.faults import CATALOGUE, FAULT_NAMES
 
 CHECKS: list[tuple[CheckSpec[Any], Any]] = [
     (mask_oracle, MaskOracleParams()),
@@ -148,7 +148,7 @@ def main() -> None:
 DOC = """# Planted faults and the checks that catch them
 
 Release-gate step 5 (seed 000): a check counts only if it fails when a known bug is planted. The faults
-below live in `gate/faults.py` and are applied from outside the reference decoder (it has no fault
+below live in `gate/models/faults.py` and are applied from outside the reference decoder (it has no fault
 flags): a patched `mask_fn` or `positions` on the built model, a replaced `forward` on one attention
 layer, a hook on each new KV cache (what attention reads, or what `reset` clears), or a wrapper on
 the session. A manifest selects one with `fault: <name>` in the candidate's options

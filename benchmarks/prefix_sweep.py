@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.compare import DEFAULT_TOLERANCE, Tolerance, compare_rows, random_tokens
-from gate.checks.sweep import cached_sweep, sweep_lengths
+from gate.checks._compare import DEFAULT_TOLERANCE, Tolerance, compare_rows, random_tokens
+from gate.checks._sweep import cached_sweep, sweep_lengths
 
 
 def timed(fn: Any) -> tuple[Any, float]:

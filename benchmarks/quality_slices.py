@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext
 from gate.checks.quality_slices import QualitySlicesParams, quality_slices
-from gate.evals.spec import slice_names
-from gate.manifest import Manifest
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
+from gate.quality.spec import slice_names
 
 
 def build(options: dict[str, Any]) -> Any:

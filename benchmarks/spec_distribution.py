@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext
 from gate.checks.spec_distribution import SpecDistributionParams, spec_distribution
-from gate.manifest import Manifest
-from gate.speculative import FAULTS, target_only_sample
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
+from gate.speculative.sampler import FAULTS, target_only_sample
 
 START, END = "<!-- spec-distribution:start -->", "<!-- spec-distribution:end -->"
 SPEC = {"k": 2, "draft": "layer-skip", "draft_layers": 1}

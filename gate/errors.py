@@ -32,3 +32,11 @@ class UnavailableError(GateError):
     """A required check or adapter is not installed or cannot run here (exit 3)."""
 
     exit_code = EXIT_CHECK_ERROR
+
+
+class UnknownFault(ValueError):
+    """A fault was requested that this path cannot apply (a control the path cannot plant)."""
+
+
+class AdapterUnavailable(RuntimeError):
+    """An adapter could not run here (missing extra, no GPU, ...). Maps to exit code 3."""

@@ -10,14 +10,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from gate.ledger import record_run
-from gate.load import load_manifest
-from gate.plan import build_plan
-from gate.policy import load_policies
+from gate.core.load import load_manifest
+from gate.core.plan import build_plan
+from gate.core.policy import load_policies
+from gate.core.result import CheckResult, GateResult
+from gate.engine.runner import decide
 from gate.report import write_outputs
-from gate.result import CheckResult, GateResult
-from gate.runner import decide
-from gate.waivers import apply_waivers
+from gate.trust.ledger import record_run
+from gate.trust.waivers import apply_waivers
 
 QUANT_MANIFEST = textwrap.dedent(
     """\

@@ -6,9 +6,9 @@ from functools import cache
 from typing import Any
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.adapters.reference_paths import ReferencePath
-from gate.checks.api import CheckContext
-from gate.manifest import Manifest
+from gate.adapters.reference.paths import ReferencePath
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
 
 MAX_LEN = 256
 """Small models keep the whole test set fast on a shared CPU; the 8000-token sweeps live in

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gate.manifest import Manifest
-from gate.result import CheckResult, ControlResult, GateResult
+from gate.core.manifest import Manifest
+from gate.core.result import CheckResult, ControlResult, GateResult
 
 
 def _check(**fields: Any) -> CheckResult:
@@ -265,7 +265,7 @@ def failing_parity_run() -> GateResult:
         params={"lengths": LENGTHS, "atol": 1e-3},
         metrics={"max_abs_delta": 2.9, "argmax_agreement": 0.667, "argmax_failures": 3, "ties": 1},
         # The shape gate's prefix-sweep writes: series under per_length, tolerance as a record,
-        # tie and failure records, and gate.diagnosis's profile with per-layer divergence.
+        # tie and failure records, and gate.checks._diagnosis's profile with per-layer divergence.
         evidence={
             "per_length": {
                 "length": LENGTHS,

@@ -10,7 +10,8 @@ import pytest
 from audit_fixtures import quant_manifest, signed_run
 from click.testing import CliRunner
 
-from gate.approvals import (
+from gate.cli.main import cli
+from gate.trust.approvals import (
     APPROVAL_FILE,
     ApprovalRefused,
     approval_record,
@@ -20,10 +21,9 @@ from gate.approvals import (
     sign_envelope,
     verify_approval,
 )
-from gate.attest import ENVELOPE_NAME, generate_keypair, keyid, load_private_key, verify_envelope
-from gate.cli.main import cli
-from gate.ledger import Ledger
-from gate.review import APPROVED_HTML, approve
+from gate.trust.approve import APPROVED_HTML, approve
+from gate.trust.attest import ENVELOPE_NAME, generate_keypair, keyid, load_private_key, verify_envelope
+from gate.trust.ledger import Ledger
 
 COMMIT = "3f2c1a9e8b7d6c5f4e3d2c1b0a9f8e7d6c5b4a39"
 
@@ -206,7 +206,7 @@ def test_gate_approve_command(tmp_path: Path, keys: dict[str, Path], ledger: Pat
 def test_a_rerun_into_the_same_directory_drops_the_old_approval(
     tmp_path: Path, keys: dict[str, Path], ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate import runner
+    from gate.engine import runner
 
     out = _run(tmp_path, keys, ledger)
     _approve(out, keys, ledger)

@@ -14,7 +14,12 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gate.attest import (
+from gate.cli.keygen import command as keygen
+from gate.cli.verify import command as verify
+from gate.core.result import GateResult
+from gate.errors import InputError
+from gate.report import write_outputs
+from gate.trust.attest import (
     ENVELOPE_NAME,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
@@ -26,11 +31,6 @@ from gate.attest import (
     pae,
     verify_envelope,
 )
-from gate.cli.keygen import command as keygen
-from gate.cli.verify import command as verify
-from gate.errors import InputError
-from gate.report import write_outputs
-from gate.result import GateResult
 
 SIGNED_FILES = ("manifest.yaml", "results.json", "dossier.html", "dossier.md", "junit.xml")
 

@@ -12,9 +12,9 @@ import pytest
 from audit_fixtures import quant_manifest, signed_run
 from click.testing import CliRunner, Result
 
-from gate.attest import generate_keypair
 from gate.cli.main import cli
-from gate.result import GateResult
+from gate.core.result import GateResult
+from gate.trust.attest import generate_keypair
 
 COMMIT = "9c0ffee1d2e3f405162738495a6b7c8d9e0f1a2b"
 
@@ -187,7 +187,7 @@ def test_a_moved_dossier_is_traced_with_dossier(world: dict[str, Path], tmp_path
 
 def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI wiring: --ledger / $GATE_LEDGER / an existing ./.gate/ledger.sqlite, else nothing."""
-    from gate import runner
+    from gate.engine import runner
 
     manifest = quant_manifest(tmp_path / "m.yaml", COMMIT)
     seen: list[Path | None] = []
@@ -216,7 +216,7 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
     assert listed.output.count("AWAITING-APPROVAL") == 2
 
     monkeypatch.delenv("GATE_LEDGER")
-    from gate.ledger import DEFAULT_LEDGER, Ledger
+    from gate.trust.ledger import DEFAULT_LEDGER, Ledger
 
     Ledger.open(DEFAULT_LEDGER).close()  # an existing ./.gate/ledger.sqlite is used...
     assert gate("run", manifest, "--out", tmp_path / "o4").exit_code == 4
@@ -224,9 +224,9 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
 
 
 def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -> None:
-    from gate.approvals import approval_record, approval_statement, read_run_statement, sign_envelope
-    from gate.attest import load_private_key
-    from gate.ledger import Ledger
+    from gate.trust.approvals import approval_record, approval_statement, read_run_statement, sign_envelope
+    from gate.trust.attest import load_private_key
+    from gate.trust.ledger import Ledger
 
     run_key = load_private_key(world["gate.key"])  # written straight into the ledger, bypassing `gate approve`
     statement = approval_statement(

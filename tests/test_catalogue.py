@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from click.testing import CliRunner
 
-from gate.catalogue import cards
 from gate.cli.main import cli
-from gate.policy import load_policies
+from gate.core.catalogue import cards
+from gate.core.policy import load_policies
 from tests.conftest import REPO
 
 

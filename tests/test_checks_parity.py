@@ -8,12 +8,12 @@ import pytest
 import torch
 from reference_ctx import ctx, path
 
-from gate.checks.compare import Tolerance, bits_equal, compare_rows
+from gate.checks._compare import Tolerance, bits_equal, compare_rows
+from gate.checks._sweep import SEED_LENGTHS, log_spaced, sweep_lengths
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from gate.checks.sweep import SEED_LENGTHS, log_spaced, sweep_lengths
 
 FAST_GREEDY = GreedyParityParams(prompt_lengths=[5, 40], tokens=[8, 24])
 

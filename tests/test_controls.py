@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.manifest import ClaimLevel
-from gate.plan import PlannedCheck
-from gate.policy import ControlSpec
-from gate.result import ControlOutcome, Status, Verdict
-from gate.runner import decide, run_check
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.manifest import ClaimLevel
+from gate.core.plan import PlannedCheck
+from gate.core.policy import ControlSpec
+from gate.core.result import ControlOutcome, Status, Verdict
+from gate.engine.runner import decide, run_check
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One-sided bounds and sample sizes for quality envelopes (gate.evals.stats)."""
+"""One-sided bounds and sample sizes for quality envelopes (gate.quality.stats)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gate.evals.stats import (
+from gate.quality.stats import (
     bootstrap_bound,
     detectable_effect,
     holds,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gate._util.resources import data_dir
 from gate.cli.main import cli
-from gate.manifest import Intervention
-from gate.resources import data_dir
+from gate.core.manifest import Intervention
 
 EXAMPLES = sorted(data_dir("examples").glob("*.yaml"))
 

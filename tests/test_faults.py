@@ -8,16 +8,16 @@ import torch
 from reference_ctx import ctx, path
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckSpec
+from gate.checks._diagnosis import length_profile
+from gate.checks._sweep import cached_sweep
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from gate.checks.sweep import cached_sweep
-from gate.controls import observation_difference
-from gate.diagnosis import length_profile
-from gate.faults import FAULT_NAMES, FAULTS
-from gate.paths import UnknownFault
+from gate.core.check import CheckSpec
+from gate.engine.controls import observation_difference
+from gate.errors import UnknownFault
+from gate.models.faults import FAULT_NAMES, FAULTS
 
 PRIMARY: dict[str, tuple[CheckSpec, object]] = {  # type: ignore[type-arg]
     "reset-keeps-position": (reset_isolation, ResetIsolationParams()),

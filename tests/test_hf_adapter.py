@@ -7,7 +7,8 @@ import torch
 from hf_fixtures import path, quantized_options, run, tokens
 
 from gate.adapters.hf import compat
-from gate.paths import AdapterUnavailable, DecodePath, LayerTracing, LayoutBoundaries, Session
+from gate.errors import AdapterUnavailable
+from gate.protocols import DecodePath, LayerTracing, LayoutBoundaries, Session
 
 PREFIX = 40
 ROWS = slice(PREFIX, PREFIX + 11)  # the appended token, a 9-token chunk, one more token

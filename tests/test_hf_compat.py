@@ -69,7 +69,7 @@ def test_fp8_backend_is_unavailable_with_a_reason_where_missing() -> None:
             is not None
         )
     else:
-        from gate.paths import AdapterUnavailable
+        from gate.errors import AdapterUnavailable
 
         with pytest.raises(AdapterUnavailable, match="no fp8 QuantizedCache backend"):
             path("llama", path="quantized", backend="fp8")

@@ -7,11 +7,11 @@ import torch
 from hf_fixtures import path, run, tokens
 
 from gate.adapters.hf import compat
-from gate.checks.api import CheckContext, CheckSpec, Outcome, Params
-from gate.controls import run_control
-from gate.paths import UnknownFault
-from gate.policy import ControlSpec
-from gate.result import ControlOutcome
+from gate.core.check import CheckContext, CheckSpec, Outcome, Params
+from gate.core.policy import ControlSpec
+from gate.core.result import ControlOutcome
+from gate.engine.controls import run_control
+from gate.errors import UnknownFault
 
 PREFIX = 40
 LIVE = [

@@ -1,4 +1,4 @@
-"""The hf `prefix-reuse` path's block prefix cache (gate.paths.PrefixCaching over transformers):
+"""The hf `prefix-reuse` path's block prefix cache (gate.protocols.PrefixCaching over transformers):
 blocks read out of one DynamicCache and written into another give the full pass's logits; every
 identity sibling really computes something else; the prefix checks pass with every control caught."""
 
@@ -14,8 +14,8 @@ from hf_fixtures import path
 from transformers import cache_utils
 
 from gate.cli.main import cli
-from gate.paths import PrefixCaching
-from gate.prefix_faults import PREFIX_FAULTS
+from gate.prefix.faults import PREFIX_FAULTS
+from gate.protocols import PrefixCaching
 from tests.conftest import EXAMPLES
 
 MISTRAL = "mistral-sliding-window"  # rope, GQA and a 32-token window: every identity field varies

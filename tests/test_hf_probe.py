@@ -10,7 +10,7 @@ from reference_ctx import ctx
 from gate.adapters.hf import compat
 from gate.adapters.hf.probe import TAIL_POISON, poison_unused
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, oracle_cases
-from gate.paths import AttentionProbe
+from gate.protocols import AttentionProbe
 
 needs_probe = pytest.mark.skipif(
     not compat.probe_supported(),

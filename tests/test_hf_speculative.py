@@ -7,7 +7,7 @@ import torch
 from hf_fixtures import path, tokens
 
 from gate.adapters.hf.speculative import _prompt_lookup, _rounds
-from gate.paths import SpeculativePath
+from gate.protocols import SpeculativePath
 
 
 def _greedy(reference: object, prompts: torch.Tensor, n: int) -> torch.Tensor:
@@ -49,7 +49,7 @@ def test_accept_all_removes_verification_from_outside() -> None:
 
 def test_ensemble_verification_is_a_real_lossy_change_or_unavailable_with_a_reason() -> None:
     from gate.adapters.hf import compat
-    from gate.paths import AdapterUnavailable
+    from gate.errors import AdapterUnavailable
 
     options = {"path": "assisted", "draft": "llama", "draft_layers": 1, "num_assistant_tokens": 2}
     if not compat.cache_api(path("llama").model).ensemble_verification:

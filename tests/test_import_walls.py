@@ -18,7 +18,7 @@ assert runner.invoke(cli, ["--help"]).exit_code == 0
 for name in cli.list_commands(None):
     assert runner.invoke(cli, [name, "--help"]).exit_code == 0, name
 assert runner.invoke(cli, ["plan", sys.argv[1]]).exit_code == 0
-import gate.report, gate.attest, gate.ledger, gate.audit
+import gate.report, gate.trust.attest, gate.trust.ledger, gate.trust.audit
 heavy = sorted(m for m in ("torch", "transformers", "datasets") if m in sys.modules)
 print(",".join(heavy))
 """

@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 import report_fixtures as fx
 from report_fixtures import assert_gold
 
+from gate.core.result import GateResult, Status
 from gate.report import build_report
 from gate.report.build import Signing
 from gate.report.junit import junit_xml
-from gate.result import GateResult, Status
 
 
 def parse(result: GateResult, signing: Signing | None = None) -> ET.Element:

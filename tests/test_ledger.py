@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gate.ledger import (
+from gate.trust.ledger import (
     GENESIS,
     Checkpoint,
     Ledger,
     LedgerError,
     entry_hash,
 )
-from gate.ledger_verify import verify_chain
-from gate.signing import canonical_json
+from gate.trust.ledger_verify import verify_chain
+from gate.trust.signing import canonical_json
 
 
 def _ledger(tmp_path: Path, n: int = 5) -> Path:
@@ -187,7 +187,7 @@ def test_entry_appended_outside_gate_is_detected(tmp_path: Path) -> None:
 def test_a_ledger_refuses_a_different_signing_key(tmp_path: Path) -> None:
     path = _ledger(tmp_path, 1)
     other = tmp_path / "other.key"
-    from gate.ledger import ensure_ledger_key
+    from gate.trust.ledger import ensure_ledger_key
 
     ensure_ledger_key(other)
     with pytest.raises(LedgerError, match="signed by key"):
@@ -242,7 +242,7 @@ def test_the_wal_switch_retries_a_lock_sqlite_reports_without_waiting() -> None:
     # handler, while another process creates the same ledger (seen once in CI under load)
     import sqlite3
 
-    from gate.ledger import _use_wal
+    from gate.trust.ledger import _use_wal
 
     class Racing:
         def __init__(self, failures: int, message: str = "database is locked") -> None:

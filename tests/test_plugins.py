@@ -9,9 +9,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from gate._util.resources import data_dir
 from gate.cli.main import cli
-from gate.registry import check_names
-from gate.resources import data_dir
+from gate.core.registry import check_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gate.prefix_cache import CacheIdentity, CacheRules, PrefixCache, weak_hash
-from gate.prefix_faults import RULE_FAULTS, apply_rule_faults
+from gate.prefix.cache import CacheIdentity, CacheRules, PrefixCache, weak_hash
+from gate.prefix.faults import RULE_FAULTS, apply_rule_faults
 
 IDENTITY = CacheIdentity(
     model_revision="r0",

@@ -12,17 +12,17 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext, CheckSpec
 from gate.checks.cache_identity import cache_identity
 from gate.checks.hash_collision import hash_collision
 from gate.checks.invalidation import invalidation
 from gate.checks.prefix_reuse_parity import prefix_reuse_parity
 from gate.checks.tenant_isolation import tenant_isolation
 from gate.cli.main import cli
-from gate.manifest import ClaimLevel, Intervention, Manifest
-from gate.paths import PrefixCaching
-from gate.policy import load_policies
-from gate.prefix_worker import PrefixWorker
+from gate.core.check import CheckContext, CheckSpec
+from gate.core.manifest import ClaimLevel, Intervention, Manifest
+from gate.core.policy import load_policies
+from gate.prefix.worker import PrefixWorker
+from gate.protocols import PrefixCaching
 from tests.conftest import EXAMPLES
 
 CHECKS: dict[str, CheckSpec[Any]] = {

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks.api import CheckContext
 from gate.checks.phase_performance import PhasePerformanceParams, phase_performance
 from gate.checks.quality_slices import QualitySlicesParams, quality_slices
-from gate.manifest import Manifest
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
 from gate.models.trained import WEIGHTS_DIR
 
 torch.set_num_threads(1)

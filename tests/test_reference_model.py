@@ -13,9 +13,9 @@ from reference_ctx import path
 import gate.models.kv_cache as cache_module
 import gate.models.reference as model_module
 from gate.adapters.reference import Options
-from gate.checks.compare import random_tokens
+from gate.checks._compare import random_tokens
 from gate.models.reference import KVCache, ModelConfig, build_model, causal_mask, prefill
-from gate.paths import AttentionProbe, DecodePath, LayerTracing, LayoutBoundaries, Session
+from gate.protocols import AttentionProbe, DecodePath, LayerTracing, LayoutBoundaries, Session
 
 CFG = ModelConfig.from_preset("tiny", max_len=128)
 
@@ -25,7 +25,7 @@ def test_model_knows_nothing_of_the_gate(module: object) -> None:
     source = inspect.getsource(module)  # type: ignore[arg-type]
     code = source.replace(getattr(module, "__doc__", None) or "", "")
     assert not re.search(r"^\s*(from|import) gate(?!\.models\.)", code, re.MULTILINE)
-    assert not re.search(r"\bfault", code, re.IGNORECASE)  # faults are applied from outside (gate/faults.py)
+    assert not re.search(r"\bfault", code, re.IGNORECASE)  # faults are applied from outside (gate/models/faults.py)
 
 
 def test_presets_and_overrides() -> None:

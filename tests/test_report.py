@@ -13,12 +13,12 @@ import pytest
 import report_fixtures as fx
 from report_fixtures import assert_gold
 
+from gate.core.result import GateResult, Status, Verdict
 from gate.errors import InputError
 from gate.report import build_report, render_html, render_markdown, write_outputs
 from gate.report.build import Signing
 from gate.report.evidence import read_evidence
 from gate.report.github import publish, workflow_commands
-from gate.result import GateResult, Status, Verdict
 
 # Report data ------------------------------------------------------------------------------------
 
@@ -29,7 +29,7 @@ def test_failing_parity_run_names_check_length_and_bug_class() -> None:
     first = data.failures[0]
     assert first.check == "prefix-sweep"
     assert first.detected_at == "prefix length 512"
-    assert first.bug_class == "positional-index"  # gate.diagnosis's `bug_class` key
+    assert first.bug_class == "positional-index"  # gate.checks._diagnosis's `bug_class` key
     assert first.first_diverging_layer == "0"
     assert [f.check for f in data.failures] == ["prefix-sweep", "greedy-parity", "cache-identity"]
     sweep = next(s for s in data.sections if s.check == "prefix-sweep").sweep
@@ -123,7 +123,7 @@ def test_detected_at_prefers_the_first_argmax_flip() -> None:
     result = fx.failing_parity_run()
     sweep = result.checks[1]
     assert build_report(result).failures[0].detected_at == "prefix length 512"  # first flip in per_length
-    # gate.diagnosis counts lengths merely over tolerance as deviating: a later fallback, not the failure.
+    # gate.checks._diagnosis counts lengths merely over tolerance as deviating: a later fallback, not the failure.
     earlier = sweep.model_copy(update={"diagnosis": {**(sweep.diagnosis or {}), "first_deviating_length": 200}})
     checks = [*result.checks[:1], earlier, *result.checks[2:]]
     assert build_report(result.model_copy(update={"checks": checks})).failures[0].detected_at == "prefix length 512"
@@ -160,7 +160,7 @@ def test_rendering_from_results_json_needs_no_model() -> None:
     """Re-render from the JSON record alone, in a fresh interpreter that must not import torch."""
     result = fx.failing_parity_run()
     code = (
-        "import sys; from gate.result import GateResult; from gate.report import build_report, render_html;"
+        "import sys; from gate.core.result import GateResult; from gate.report import build_report, render_html;"
         "r = GateResult.model_validate_json(sys.stdin.read()); sys.stdout.write(render_html(build_report(r)));"
         "assert 'torch' not in sys.modules, 'rendering imported torch'"
     )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gate.resources import data_dir
-from gate.schemas import render_schemas
+from gate._util.resources import data_dir
+from gate.core.schemas import render_schemas
 
 
 def test_committed_schemas_are_current() -> None:

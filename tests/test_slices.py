@@ -1,4 +1,4 @@
-"""Slice definitions and their deterministic, fingerprinted builds (gate.evals)."""
+"""Slice definitions and their deterministic, fingerprinted builds (gate.quality)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gate.evals import vocab as V
-from gate.evals.builders import build_row, build_rows
-from gate.evals.datasets_io import build_slice, fingerprint
-from gate.evals.spec import SliceSpec, load_slice, slice_names
-from gate.evals.text import TextSpace, build_text_rows
+from gate.quality import vocab as V
+from gate.quality.builders import build_row, build_rows
+from gate.quality.datasets_io import build_slice, fingerprint
+from gate.quality.spec import SliceSpec, load_slice, slice_names
+from gate.quality.text import TextSpace, build_text_rows
 
 SPACE = V.TokenSpace(vocab_size=128, max_len=512)
 SLICES = ["code-closure", "local-control", "long-copy", "long-range-retrieval", "numbers"]

@@ -10,13 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.adapters.reference_speculative import SAMPLER_FAULTS
-from gate.checks.api import CheckContext
+from gate.adapters.reference.speculative import SAMPLER_FAULTS
 from gate.checks.spec_distribution import SpecDistributionParams, spec_distribution
 from gate.checks.spec_greedy import SpecGreedyParams, spec_greedy
-from gate.manifest import Manifest
-from gate.paths import SpeculativePath
-from gate.speculative import FAULTS
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
+from gate.protocols import SpeculativePath
+from gate.speculative.sampler import FAULTS
 
 DETECT = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 LAYER_SKIP = {"k": 2, "draft": "layer-skip", "draft_layers": 1}

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from gate.paths import UnknownFault
-from gate.speculative import CORRECT, FAULTS, SpeculativeSampler, apply_fault, target_only_sample, warp
-from gate.speculative_law import NextTokenTable, marginal, next_probs_from_logits, sampler_law, target_law
-from gate.stats import g_test, pool_cells, power, required_samples
+from gate.errors import UnknownFault
+from gate.speculative.gof import g_test, pool_cells, power, required_samples
+from gate.speculative.law import NextTokenTable, marginal, next_probs_from_logits, sampler_law, target_law
+from gate.speculative.sampler import CORRECT, FAULTS, SpeculativeSampler, apply_fault, target_only_sample, warp
 
 V, K, H, TOP_K = 12, 2, 3, 4
 PROMPT = torch.tensor([3, 5, 7])

@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
+from gate.core.load import load_manifest
+from gate.core.manifest import ClaimLevel
+from gate.core.result import CheckResult, Status, Verdict
+from gate.engine.runner import decide
 from gate.errors import InputError
-from gate.ledger import Ledger, LedgerError
-from gate.load import load_manifest
-from gate.manifest import ClaimLevel
-from gate.result import CheckResult, Status, Verdict
-from gate.runner import decide
-from gate.waivers import apply_waivers, grant_waiver, parse_expiry, recorded_waivers
+from gate.trust.ledger import Ledger, LedgerError
+from gate.trust.waivers import apply_waivers, grant_waiver, parse_expiry, recorded_waivers
 
 TODAY = date(2030, 6, 1)
 
@@ -174,8 +174,8 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> No
 
 
 def test_a_signed_waiver_verifies_and_an_edited_one_does_not(write_manifest, ledger: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from gate.attest import generate_keypair
-    from gate.waivers import check_waiver_signature, waiver_signer
+    from gate.trust.attest import generate_keypair
+    from gate.trust.waivers import check_waiver_signature, waiver_signer
 
     key, _pub, keyid = generate_keypair(tmp_path / "alice")
     with Ledger.open(ledger) as opened:

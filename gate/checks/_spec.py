@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from gate.checks.api import CheckContext
-from gate.paths import SpeculativePath
-from gate.speculative import SpecStats
+from gate.core.check import CheckContext
+from gate.protocols import SpeculativePath
+from gate.speculative.sampler import SpecStats
 
 
 class NotSpeculative(TypeError):
@@ -17,7 +17,7 @@ def speculative_candidate(ctx: CheckContext) -> SpeculativePath:
     """The candidate as a SpeculativePath, or a clear error naming the capability it lacks."""
     if not isinstance(ctx.candidate, SpeculativePath):
         raise NotSpeculative(
-            f"candidate path {ctx.candidate.name!r} offers no speculative sampling (gate.paths.SpeculativePath: "
+            f"candidate path {ctx.candidate.name!r} offers no speculative sampling (gate.protocols.SpeculativePath: "
             "sample, target_next_token_probs, draft_next_token_probs, num_draft_tokens)"
         )
     return ctx.candidate

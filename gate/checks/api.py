@@ -1,91 +1,18 @@
-"""The check API: a decorated function from (context, params) to an Outcome.
+"""Deprecated: the check API moved to `gate.core.check`; plugin authors import from `gate.plugin`.
 
-    @check("prefix-sweep", params=PrefixSweepParams)
-    def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome: ...
-
-The decorator records the name and the params model so a run can be reproduced from the record.
-The runner turns the Outcome into a `CheckResult`, runs the negative controls the policy names
-(the same check against `candidate.with_fault(fault)`), and requires each to be detected.
+Kept for one release so checks written against `gate.checks.api` keep importing; it warns once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+import warnings
 
-from pydantic import BaseModel, ConfigDict
+from gate.core.check import CheckContext, CheckSpec, Outcome, Params, check
 
-if TYPE_CHECKING:
-    import torch
+warnings.warn(
+    "gate.checks.api is deprecated: import from gate.plugin instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
-    from gate.manifest import Manifest
-    from gate.paths import DecodePath
-
-
-class Params(BaseModel):
-    """Base for check parameters: unknown keys are rejected."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-P = TypeVar("P", bound=Params)
-
-
-@dataclass
-class CheckContext:
-    """What a check receives: both paths, the manifest, and run settings."""
-
-    manifest: Manifest
-    reference: DecodePath
-    candidate: DecodePath
-    seed: int
-    device: str
-    dtype: str
-    control: str | None = None
-    """Name of the fault applied to `candidate`, when this is a negative-control run."""
-    log: Callable[[str], None] = lambda _msg: None
-    """Progress messages (shown on a terminal, plain lines in CI)."""
-
-
-@dataclass
-class Outcome:
-    """What a check returns. `observation` is what the check judged (e.g. the candidate's logits),
-    used by the control engine to confirm that a fault really changed the computation."""
-
-    status: Literal["pass", "fail", "warn", "skip"]
-    message: str
-    metrics: dict[str, Any] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    exercise: dict[str, Any] = field(default_factory=dict)
-    """Proof the candidate path ran. A pass with an empty `exercise` is turned into an error."""
-    diagnosis: dict[str, Any] | None = None
-    detected_at: int | None = None
-    """Smallest prefix length (or other index) at which the check failed."""
-    observation: torch.Tensor | None = None
-
-
-CheckFn = Callable[[CheckContext, Any], Outcome]
-
-
-@dataclass(frozen=True)
-class CheckSpec(Generic[P]):
-    """A registered check: its name, its params model and its function."""
-
-    name: str
-    params: type[P]
-    fn: Callable[[CheckContext, P], Outcome]
-    summary: str = ""
-
-    def __call__(self, ctx: CheckContext, params: P) -> Outcome:
-        return self.fn(ctx, params)
-
-
-def check(name: str, *, params: type[P]) -> Callable[[Callable[[CheckContext, P], Outcome]], CheckSpec[P]]:
-    """Register a function as a gate check (expose it through the `gate.checks` entry point)."""
-
-    def wrap(fn: Callable[[CheckContext, P], Outcome]) -> CheckSpec[P]:
-        doc = (fn.__doc__ or "").strip().splitlines()
-        return CheckSpec(name=name, params=params, fn=fn, summary=doc[0] if doc else "")
-
-    return wrap
+__all__ = ["CheckContext", "CheckSpec", "Outcome", "Params", "check"]

@@ -23,9 +23,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import compare_rows, tolerance_for
-from gate.checks.prefix_support import (
+from gate.checks._compare import compare_rows, tolerance_for
+from gate.checks._prefix_support import (
     SEED_003_A,
     SEED_003_B,
     WHY,
@@ -37,8 +36,9 @@ from gate.checks.prefix_support import (
     reference_oracle,
     seeded_ids,
 )
-from gate.manifest import IdentityField
-from gate.paths import PrefixCaching
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.manifest import IdentityField
+from gate.protocols import PrefixCaching
 
 TENANT = "tenant-a"
 

@@ -14,10 +14,10 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import random_tokens, tolerance_for, top_k_rows
-from gate.diagnosis import BUG_CLASSES, classify, layer_divergence
-from gate.paths import DecodePath
+from gate.checks._compare import random_tokens, tolerance_for, top_k_rows
+from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.protocols import DecodePath
 
 
 class GreedyParityParams(Params):

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import tolerance_for
-from gate.checks.prefix_support import (
+from gate.checks._compare import tolerance_for
+from gate.checks._prefix_support import (
     RequestLog,
     ReuseLedger,
     broken_rules,
@@ -22,7 +21,8 @@ from gate.checks.prefix_support import (
     reference_oracle,
     seeded_ids,
 )
-from gate.prefix_cache import weak_hash
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.prefix.cache import weak_hash
 
 
 class HashCollisionParams(Params):

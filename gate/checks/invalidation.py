@@ -20,9 +20,8 @@ from typing import Any
 
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import tolerance_for
-from gate.checks.prefix_support import (
+from gate.checks._compare import tolerance_for
+from gate.checks._prefix_support import (
     RequestLog,
     ReuseLedger,
     describe_excess,
@@ -30,6 +29,7 @@ from gate.checks.prefix_support import (
     recompute_oracle,
     seeded_ids,
 )
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class InvalidationParams(Params):

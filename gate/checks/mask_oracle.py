@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.paths import AttentionProbe
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.protocols import AttentionProbe
 
 SEED_VALUES = (2, 4, 8, 16, 32)
 OTHER_VALUES = (3, 5, 7, 11, 13)

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.paths import DecodePath
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.protocols import DecodePath
 
 
 class PhasePerformanceParams(Params):

@@ -17,9 +17,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import tolerance_for
-from gate.checks.prefix_support import (
+from gate.checks._compare import tolerance_for
+from gate.checks._prefix_support import (
     RequestLog,
     ReuseLedger,
     Served,
@@ -29,6 +28,7 @@ from gate.checks.prefix_support import (
     reference_oracle,
     seeded_ids,
 )
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class PrefixReuseParityParams(Params):

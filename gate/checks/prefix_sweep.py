@@ -1,7 +1,7 @@
 """`prefix-sweep`: cached-versus-full logits for the appended token over many prefix lengths.
 
 Reference logits for every length come from ONE full pass over the longest sequence (causality
-makes row L the answer for prefix L). The candidate grows one session (gate.checks.sweep), so
+makes row L the answer for prefix L). The candidate grows one session (gate.checks._sweep), so
 neither side redoes quadratic work. Lengths: seed 001's eight (clipped), at least 64 log-spaced
 ones, every layout boundary ±1 of the candidate, optionally every length 1..N.
 
@@ -22,11 +22,11 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import bits_equal, compare_rows, random_tokens, thin, tolerance_for
-from gate.checks.sweep import SEED_LENGTHS, cached_sweep, sweep_lengths
-from gate.diagnosis import diagnose
-from gate.paths import DecodePath, LayoutBoundaries
+from gate.checks._compare import bits_equal, compare_rows, random_tokens, thin, tolerance_for
+from gate.checks._diagnosis import diagnose
+from gate.checks._sweep import SEED_LENGTHS, cached_sweep, sweep_lengths
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.protocols import DecodePath, LayoutBoundaries
 
 
 class PrefixSweepParams(Params):

@@ -3,9 +3,9 @@
 Every envelope of the manifest's claim names a slice (evals/<slice>.yaml), a metric, a comparator
 and a threshold. The check builds the slice deterministically from the run's seed (a saved,
 fingerprinted datasets.Dataset), scores the candidate against the exact reference path on every
-sample (gate.evals.scoring), and judges the envelope on the one-sided bound at the declared
+sample (gate.quality.scoring), and judges the envelope on the one-sided bound at the declared
 confidence, never on the point estimate. A slice is sized by the declared minimum detectable
-effect and power (gate.evals.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
+effect and power (gate.quality.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
 The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
 """
 
@@ -20,15 +20,15 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.evals.datasets_io import BuiltSlice, build_slice
-from gate.evals.evidence import METRICS, Metric, breakdowns, worst_samples
-from gate.evals.scoring import Clock, SampleScores, score_batch
-from gate.evals.spec import SliceSpec, load_slice
-from gate.evals.stats import MIN_SAMPLES, Judgement, judge, min_sample_size
-from gate.evals.text import TextSpace
-from gate.evals.vocab import TokenSpace, render
-from gate.manifest import Envelope
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.manifest import Envelope
+from gate.quality.datasets_io import BuiltSlice, build_slice
+from gate.quality.evidence import METRICS, Metric, breakdowns, worst_samples
+from gate.quality.scoring import Clock, SampleScores, score_batch
+from gate.quality.spec import SliceSpec, load_slice
+from gate.quality.stats import MIN_SAMPLES, Judgement, judge, min_sample_size
+from gate.quality.text import TextSpace
+from gate.quality.vocab import TokenSpace, render
 
 
 class QualitySlicesParams(Params):
@@ -179,7 +179,7 @@ def _second_stage(
     top up to the plug-in sample size, but only for envelopes whose point estimate already meets
     the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
     must not buy a 2000-sample evaluation by being noisy)."""
-    from gate.evals.stats import holds
+    from gate.quality.stats import holds
 
     for _ in range(3):
         need = 0

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import bits_equal, compare_rows, random_tokens, tolerance_for
-from gate.diagnosis import BUG_CLASSES
-from gate.paths import Session
+from gate.checks._compare import bits_equal, compare_rows, random_tokens, tolerance_for
+from gate.checks._diagnosis import BUG_CLASSES
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.protocols import Session
 
 
 class ResetIsolationParams(Params):

@@ -26,12 +26,12 @@ import torch
 from pydantic import Field, field_validator
 
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.manifest import DistributionClaim
-from gate.paths import SpeculativePath
-from gate.speculative import CORRECT, FAULTS, SpecStats, apply_fault, warp
-from gate.speculative_law import Law, NextTokenTable, Seq, sampler_law, target_law
-from gate.stats import g_test, power, required_samples
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.manifest import DistributionClaim
+from gate.protocols import SpeculativePath
+from gate.speculative.gof import g_test, power, required_samples
+from gate.speculative.law import Law, NextTokenTable, Seq, sampler_law, target_law
+from gate.speculative.sampler import CORRECT, FAULTS, SpecStats, apply_fault, warp
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 MAX_EVIDENCE_CELLS = 300

@@ -15,9 +15,9 @@ import torch
 from pydantic import Field
 
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.manifest import GreedyTokensClaim
-from gate.paths import DecodePath
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.manifest import GreedyTokensClaim
+from gate.protocols import DecodePath
 
 
 class SpecGreedyParams(Params):

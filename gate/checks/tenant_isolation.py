@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gate.checks.api import CheckContext, Outcome, Params, check
-from gate.checks.compare import tolerance_for
-from gate.checks.prefix_support import (
+from gate.checks._compare import tolerance_for
+from gate.checks._prefix_support import (
     RequestLog,
     ReuseLedger,
     Served,
@@ -23,6 +22,7 @@ from gate.checks.prefix_support import (
     recompute_oracle,
     seeded_ids,
 )
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class TenantIsolationParams(Params):

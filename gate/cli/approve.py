@@ -47,8 +47,8 @@ def command(
     attestation.dsse.json, a signed approval statement in DIR/approval.json, a ledger entry, and
     a re-rendered DIR/dossier.approved.html.
     """
-    from gate.ledger import resolve_ledger_path
-    from gate.review import approve
+    from gate.trust.approve import approve
+    from gate.trust.ledger import resolve_ledger_path
 
     with user_errors():
         path = resolve_ledger_path(ledger_path)

@@ -24,13 +24,13 @@ pub_key_option = click.option(
 
 
 def _open(ledger_path: Path | None) -> Any:
-    from gate.ledger import Ledger, resolve_ledger_path
+    from gate.trust.ledger import Ledger, resolve_ledger_path
 
     return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
 
 
 def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
-    from gate.signing import keyid_of, load_public_key
+    from gate.trust.signing import keyid_of, load_public_key
 
     return [keyid_of(load_public_key(k)) for k in keys] or None
 
@@ -150,7 +150,7 @@ def trace_(ref: str, dossier: Path | None, keys: tuple[Path, ...], ledger_path: 
 
     Exit 0 when everything found verifies, 1 when something does not, 2 when nothing matches.
     """
-    from gate.audit import trace
+    from gate.trust.audit import trace
 
     with user_errors(), _open(ledger_path) as ledger:
         report, traces = trace(ledger, ref, dossier=dossier, trusted_keys=list(keys), approver_keyids=_keyids(keys))
@@ -209,7 +209,7 @@ def verify_(
     held: tuple[Path, ...], pinned: tuple[Path, ...], approvers: tuple[Path, ...], ledger_path: Path | None
 ) -> None:
     """Verify the chain, every checkpoint and every signature; name the first bad entry (exit 1)."""
-    from gate.audit import held_checkpoints, verify_ledger
+    from gate.trust.audit import held_checkpoints, verify_ledger
 
     with user_errors(), _open(ledger_path) as ledger:
         trusted = [cp for path in held for cp in held_checkpoints(path)]
@@ -257,7 +257,7 @@ def checkpoint_(out_path: Path | None, ledger_path: Path | None) -> None:
     if out_path is None:
         click.echo(text, nl=False)
     else:
-        from gate.atomic import write_bytes_atomic
+        from gate._util.atomic import write_bytes_atomic
 
         write_bytes_atomic(out_path, text.encode())
         click.echo(f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]} -> {out_path}")

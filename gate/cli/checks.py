@@ -11,8 +11,8 @@ from gate.cli.common import user_errors
 @click.option("--verbose", "-v", is_flag=True, help="Also print what each check proves and is blind to.")
 def command(verbose: bool) -> None:
     """List registered checks (built-in and plugins) with their catalogue cards."""
-    from gate.catalogue import cards
-    from gate.registry import CHECK_GROUP, check_names, entry_point_of
+    from gate.core.catalogue import cards
+    from gate.core.registry import CHECK_GROUP, check_names, entry_point_of
 
     with user_errors():
         catalogue = cards()

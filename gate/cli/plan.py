@@ -15,10 +15,10 @@ from gate.cli.common import policy_dir_option, user_errors
 @policy_dir_option
 def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     """Explain what `gate run` would check for MANIFEST, and why."""
-    from gate.catalogue import cards
-    from gate.load import load_manifest
-    from gate.plan import build_plan
-    from gate.policy import load_policies
+    from gate.core.catalogue import cards
+    from gate.core.load import load_manifest
+    from gate.core.plan import build_plan
+    from gate.core.policy import load_policies
 
     with user_errors():
         loaded = load_manifest(manifest)

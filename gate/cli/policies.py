@@ -13,7 +13,7 @@ from gate.cli.common import policy_dir_option, user_errors
 @policy_dir_option
 def command(policy_dirs: tuple[Path, ...]) -> None:
     """List policy files and, per intervention, the admissible claims and their checks."""
-    from gate.policy import load_policies
+    from gate.core.policy import load_policies
 
     with user_errors():
         policies = load_policies(list(policy_dirs))

@@ -36,13 +36,13 @@ def command(
     With --ledger, $GATE_LEDGER or an existing ./.gate/ledger.sqlite, waivers recorded there apply
     and the verdict is appended to it (see docs/audit.md); otherwise nothing is recorded.
     """
-    from gate.ledger import run_ledger_path
-    from gate.runner import RunOptions, run_manifest
+    from gate.engine.runner import RunOptions, run_manifest
+    from gate.trust.ledger import run_ledger_path
 
     log = progress_logger()
     with user_errors():
         if sign_key is not None:
-            from gate.attest import load_private_key
+            from gate.trust.attest import load_private_key
 
             load_private_key(sign_key)  # a missing or bad key fails before anything runs or is written
         if threads is not None:
@@ -53,14 +53,14 @@ def command(
         result = run_manifest(
             manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log, ledger=ledger)
         )
-        from gate.review import clear_stale_records
+        from gate.trust.approve import clear_stale_records
 
         clear_stale_records(out_dir)  # an earlier run's receipt and approvals must not look like ours
         from gate.report import write_outputs
 
         written = [out_dir / "results.json", *write_outputs(result, out_dir, manifest, sign_key)]
         if ledger is not None:
-            from gate.ledger import record_run
+            from gate.trust.ledger import record_run
 
             entry, receipt = record_run(result, out_dir, ledger, sign_key=sign_key)
             written.append(receipt)

@@ -12,8 +12,8 @@ import click
 @click.argument("record", required=False, type=click.Choice(["manifest", "policy", "plan", "result"]))
 def command(out_dir: Path | None, record: str | None) -> None:
     """JSON Schema generated from the records (for editors validating manifests)."""
-    from gate.atomic import write_bytes_atomic
-    from gate.schemas import render_schemas
+    from gate._util.atomic import write_bytes_atomic
+    from gate.core.schemas import render_schemas
 
     schemas = render_schemas()
     if out_dir is not None:

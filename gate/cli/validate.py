@@ -16,7 +16,7 @@ from gate.errors import GateError
 @policy_dir_option
 def command(manifests: tuple[Path, ...], policy_dirs: tuple[Path, ...]) -> None:
     """Validate manifests: schema, policy admissibility, identity fields, adapter options."""
-    from gate.runner import prepare
+    from gate.engine.runner import prepare
 
     worst = 0
     for path in manifests:

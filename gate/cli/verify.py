@@ -26,7 +26,7 @@ def command(directory: Path, keys: tuple[Path, ...], any_key: bool) -> None:
 
     Exit 0 when valid, 1 when not (each problem named), 2 for usage errors.
     """
-    from gate.attest import verify_envelope
+    from gate.trust.attest import verify_envelope
 
     with user_errors():
         report = verify_envelope(directory, list(keys), require_all=not any_key)

@@ -48,15 +48,15 @@ def command(
     A waived check shows as `waived` in results, dossier and JUnit. Editing the manifest voids
     the waiver; an expired waiver is ignored and reported; an `error` is never waived.
     """
-    from gate.ledger import Ledger, resolve_ledger_path
-    from gate.waivers import grant_waiver, parse_expiry
+    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.waivers import grant_waiver, parse_expiry
 
     with user_errors():
         day = parse_expiry(expires)
         path = resolve_ledger_path(ledger_path)
         signer = None
         if key_path is not None:
-            from gate.waivers import waiver_signer
+            from gate.trust.waivers import waiver_signer
 
             signer = waiver_signer(key_path)
         with Ledger.open(path, key_path=ledger_key) as ledger:

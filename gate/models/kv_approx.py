@@ -2,7 +2,7 @@
 
 The reference decoder reads K/V only through `cache.update(layer, start_pos, k, v)`, which returns
 what attention sees. These wrappers replace that method (and `kv`, `reset`, `crop`, `nbytes`) on
-one cache instance, the way gate.faults patches caches, so `gate.models.reference` never learns
+one cache instance, the way gate.models.faults patches caches, so `gate.models.reference` never learns
 that a cache can be approximate:
 
 * `quantize_cache(cache, bits=8|4, group_size=32, key_axis="token"|"channel", residual=0)`:

@@ -1,7 +1,7 @@
 """A small decoder-only transformer in the gpt-fast style, with an explicit KV cache.
 
 The model knows nothing of the gate: faults and interventions are applied to a *built* model,
-cache or session from outside (see gate/faults.py), the way gpt-fast applies tensor parallelism.
+cache or session from outside (see gate/models/faults.py), the way gpt-fast applies tensor parallelism.
 
 Architecture: token embedding (+ optional learned absolute positions, GPT-2 style), RMSNorm,
 grouped-query attention with RoPE (configurable base) and an explicit-offset causal mask

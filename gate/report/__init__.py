@@ -12,11 +12,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from gate.atomic import write_bytes_atomic
+from gate._util.atomic import write_bytes_atomic
+from gate.core.result import GateResult
 from gate.report.build import Signing, build_report
 from gate.report.model import ReportData
 from gate.report.render import render_html, render_markdown
-from gate.result import GateResult
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -45,9 +45,9 @@ def write_outputs(
     Also keeps a copy of the manifest in out_dir (a signed subject) and, under GitHub Actions,
     prints annotations and appends dossier.md to $GITHUB_STEP_SUMMARY.
     """
-    from gate.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
     from gate.report.github import publish
     from gate.report.junit import junit_xml
+    from gate.trust.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
 
     key = load_private_key(sign_key) if sign_key is not None else None  # a bad key fails before any write
     signing = Signing(signed=key is not None, keyid=keyid(key.public_key()) if key is not None else None)

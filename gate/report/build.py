@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate.core.result import CheckResult, ControlResult, GateResult, Status
 from gate.report.evidence import read_diagnosis, read_evidence
 from gate.report.fmt import as_float, display, duration, number
 from gate.report.model import (
@@ -38,7 +39,6 @@ from gate.report.words import (
     TRANSFER_EXACT,
     VERDICTS,
 )
-from gate.result import CheckResult, ControlResult, GateResult, Status
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _detected_at(check: CheckResult, first_failing_length: float | None) -> str 
         return None
     if first_failing_length is not None:
         return f"prefix length {number(first_failing_length)}"
-    deviating = as_float(diagnosis.get("first_deviating_length"))  # gate.diagnosis.length_profile
+    deviating = as_float(diagnosis.get("first_deviating_length"))  # gate.checks._diagnosis.length_profile
     return f"prefix length {number(deviating)}" if deviating is not None else None
 
 

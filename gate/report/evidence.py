@@ -277,7 +277,7 @@ def read_slices(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
 
 
 def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | None, list[Table]]:
-    """The diagnosis box, plus tables for its per-layer records (gate.diagnosis `layers`)."""
+    """The diagnosis box, plus tables for its per-layer records (gate.checks._diagnosis `layers`)."""
     if not diagnosis:
         return None, []
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from gate.core.result import GateResult
 from gate.report.model import CheckSection, ReportData
-from gate.result import GateResult
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 

@@ -14,8 +14,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from gate._util.resources import data_dir
 from gate.report.model import ReportData
-from gate.resources import data_dir
 
 MARKDOWN_LIMIT = 1_000_000
 """Bytes: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' lines."""

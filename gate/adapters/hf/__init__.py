@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from gate.adapters.hf.options import Options
 
 if TYPE_CHECKING:
-    from gate.paths import DecodePath
+    from gate.protocols import DecodePath
 
 __all__ = ["HFAdapter", "Options"]
 

@@ -8,7 +8,7 @@ from gate.adapters.hf import compat, presets
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath, TracingHFPath
 from gate.adapters.hf.probe import PROBE_KINDS, ProbingHFPath
-from gate.paths import AdapterUnavailable
+from gate.errors import AdapterUnavailable
 
 
 def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPath:

@@ -33,7 +33,7 @@ import transformers as _transformers
 from transformers import cache_utils as _cache_utils
 from transformers import masking_utils as _masking_utils
 
-from gate.paths import AdapterUnavailable
+from gate.errors import AdapterUnavailable
 
 # transformers' own annotations change from release to release; the adapter treats its objects as Any
 transformers: Any = _transformers

@@ -8,7 +8,7 @@ names are shared with the reference adapter so one policy serves both.
 Some controls are inert on some versions: from transformers 5.4 a `cache_position` passed to forward
 is swallowed by `**kwargs`, so `wrong-cache-position` changes nothing there. The session still passes
 it; the control engine sees identical observations and reports the control as unobservable instead
-of counting a detection (see gate/controls.py).
+of counting a detection (see gate/engine/controls.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import kv_shape
 from gate.adapters.hf.sessions import HistorySession
-from gate.paths import Session
+from gate.protocols import Session
 
 
 class GeneratePath(HFPath):

@@ -18,7 +18,7 @@ from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
-from gate.paths import AdapterUnavailable
+from gate.errors import AdapterUnavailable
 
 
 def build_press(name: str, compression_ratio: float) -> Any:

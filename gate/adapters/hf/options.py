@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gate.adapters.prefix_options import PrefixOptions
+from gate.prefix.options import PrefixOptions
 
 PRESET_NAMES = ("llama", "qwen2", "mistral-sliding-window", "gpt2")
 """Tiny models built from a config with seeded random weights (see presets.py)."""
@@ -120,7 +120,7 @@ class Options(BaseModel):
     base in place and crops it back to the prefix when the request ends."""
     block_size: int = Field(default=16, ge=1, le=1024)
     """prefix-reuse: tokens per block of the cross-request block cache the prefix-reuse checks drive
-    (gate.paths.PrefixCaching); 16 as in vLLM."""
+    (gate.protocols.PrefixCaching); 16 as in vLLM."""
     prefix: PrefixOptions | None = None
     """prefix-reuse: byte budget and KV storage dtype of that block cache (`cache_bytes`, `kv_dtype`)."""
     page_size: int = Field(default=16, ge=4, le=4096)

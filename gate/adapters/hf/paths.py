@@ -21,7 +21,8 @@ from gate.adapters.hf.faults import FAULTS, Tamper, tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.presets import LoadedModel, decoder_layers, max_positions
 from gate.adapters.hf.sessions import CacheSession, PrefixReuseSession, PrefixStore, RecomputeSession
-from gate.paths import AdapterUnavailable, Session, UnknownFault
+from gate.errors import AdapterUnavailable, UnknownFault
+from gate.protocols import Session
 
 CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", "prefix-reuse", "kvpress")
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
@@ -121,7 +122,7 @@ class HFPath:
         return faulty
 
     def layout_boundaries(self) -> tuple[int, ...]:
-        """Token counts where this path's cache changes shape (gate.paths.LayoutBoundaries)."""
+        """Token counts where this path's cache changes shape (gate.protocols.LayoutBoundaries)."""
         found: set[int] = set()
         window = getattr(self.model.config, "sliding_window", None)
         if self.kind == "sliding-window":
@@ -209,7 +210,7 @@ class HFPath:
 
 
 class TracingHFPath(HFPath):
-    """A cache path that also offers per-layer states (gate.paths.LayerTracing)."""
+    """A cache path that also offers per-layer states (gate.protocols.LayerTracing)."""
 
     def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """Prefill `prefix_len` tokens through this path, append one; per layer k, v of the cache

@@ -4,7 +4,7 @@
 
 The path's sessions keep the whole-prompt reuse of `PrefixReuseSession` (a stored DynamicCache
 deep-copied or extended in place, cropped back); its `request` goes through the block cache of
-`gate.prefix_worker.PrefixWorker`, which the five prefix-reuse checks drive. This module is the
+`gate.prefix.worker.PrefixWorker`, which the five prefix-reuse checks drive. This module is the
 transformers `ModelFamily` that worker runs on:
 
 - a request's cache is a transformers `DynamicCache` (full layers: a sliding-window model masks
@@ -33,10 +33,10 @@ from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath, TracingHFPath
 from gate.adapters.hf.presets import DTYPES, LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
-from gate.adapters.prefix_options import PrefixOptions
-from gate.prefix_cache import CacheIdentity, PrefixReply, RestoreReport
-from gate.prefix_faults import PREFIX_FAULTS
-from gate.prefix_worker import ModelFamily, PrefixWorker, WorkerSpec
+from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
+from gate.prefix.faults import PREFIX_FAULTS
+from gate.prefix.options import PrefixOptions
+from gate.prefix.worker import ModelFamily, PrefixWorker, WorkerSpec
 
 ROPE_SCALE = 4.0
 """Linear rope scaling factor of the rope-scaling sibling."""

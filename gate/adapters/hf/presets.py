@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import transformers
 
-from gate.paths import AdapterUnavailable
+from gate.errors import AdapterUnavailable
 
 DEFAULT_INIT_STD = 0.25
 """Weight init std of the presets (see module docstring)."""

@@ -1,4 +1,4 @@
-"""`attention_probe` (gate.paths.AttentionProbe) for hf cache paths: the mask oracle's q, k, v go
+"""`attention_probe` (gate.protocols.AttentionProbe) for hf cache paths: the mask oracle's q, k, v go
 through transformers' own code, not a copy of it.
 
 Per chunk, as a decoder layer of the model does it: the causal mask is built by transformers'
@@ -145,7 +145,7 @@ def poison_unused(cache: Any, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 class ProbingHFPath(TracingHFPath):
-    """A cache path that also runs the mask oracle through its cache (gate.paths.AttentionProbe)."""
+    """A cache path that also runs the mask oracle through its cache (gate.protocols.AttentionProbe)."""
 
     @torch.no_grad()
     def attention_probe(

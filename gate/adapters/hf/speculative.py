@@ -2,12 +2,12 @@
 
 Two faces, both through transformers:
 
-* `sample()` (gate.paths.SpeculativePath) runs transformers' own assisted generation —
+* `sample()` (gate.protocols.SpeculativePath) runs transformers' own assisted generation —
   `generate(assistant_model=draft)` or `generate(prompt_lookup_num_tokens=k)` — one prompt at a
   time (transformers' assisted decoding takes batch 1). Its rounds are read from outside: a
   pre-hook on the target records the cache length and input length of each verify pass, from
   which proposals, acceptances, rejections and bonus tokens follow exactly (see `_rounds`).
-* sessions (gate.paths.Session) verify teacher-forced: after each call's tokens the proposer
+* sessions (gate.protocols.Session) verify teacher-forced: after each call's tokens the proposer
   drafts k tokens and the target scores the tokens and the drafts in one forward; drafts that the
   next given tokens confirm are served from that pass (accepted), the rest are cropped from the
   cache (rolled back). The logits a check sees come from multi-token verify passes and crops, the machinery the
@@ -32,8 +32,9 @@ from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
-from gate.paths import AdapterUnavailable, Session, UnknownFault
-from gate.speculative import SpecStats, SpeculativeSample, warp
+from gate.errors import AdapterUnavailable, UnknownFault
+from gate.protocols import Session
+from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
 
 SPEC_FAULTS = ("accept-all",)
 
@@ -104,7 +105,7 @@ class SpeculativePath(HFPath):
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
-    # ---- gate.paths.SpeculativePath ---------------------------------------------------------------
+    # ---- gate.protocols.SpeculativePath ---------------------------------------------------------------
 
     def sample(
         self, prompts: torch.Tensor, n_tokens: int, *, temperature: float, top_k: int | None, generator: torch.Generator

@@ -1,0 +1,1 @@
+"""Small shared helpers: atomic writes, packaged resources, YAML with node marks."""

@@ -1,0 +1,334 @@
+"""DecodePaths through the reference decoder: a full pass, and cached paths over a static or
+dynamic KV cache with one-shot or chunked prefill. Implements DecodePath, LayerTracing,
+AttentionProbe and LayoutBoundaries (gate.protocols). Faults come from gate.models.faults via `with_fault`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from gate.adapters.reference import Options
+from gate.errors import UnknownFault
+from gate.models.faults import FAULT_NAMES, apply_fault
+from gate.models.reference import KVCache, Layout, ModelConfig, Transformer, build_model, prefill
+from gate.protocols import Session
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def build_model_for(options: Options, *, device: str, dtype: str, seed: int) -> Transformer:
+    if options.weights is not None:  # trained weights carry their own config
+        from gate.models.trained import load_trained
+
+        return load_trained(options.weights, device=device, dtype=DTYPES[dtype])
+    config = ModelConfig.from_preset(options.preset, **options.overrides())
+    return build_model(config, seed=seed, device=device, dtype=DTYPES[dtype])
+
+
+@dataclass
+class ReferencePath:
+    """One execution path through a built reference model."""
+
+    name: str
+    model: Transformer
+    dtype: str
+    device: str
+    seed: int
+    layout: Layout | None = None
+    """None: no cache (full recompute)."""
+    chunk_size: int | None = None
+    """Tokens per model step when prefilling or appending (None: one shot)."""
+    block_size: int = 16
+    fault: str | None = None
+    cache_hooks: list[Callable[[KVCache], None]] = field(default_factory=list)
+    """Applied to every new cache (faults patch it here)."""
+    session_hooks: list[Callable[[Any], Any]] = field(default_factory=list)
+    """Wrap every new session (faults patch it here)."""
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_len(self) -> int:
+        return self.config.max_len
+
+    @property
+    def uses_cache(self) -> bool:
+        return self.layout is not None
+
+    # -- DecodePath ------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        config = json.dumps(self.config.as_dict(), sort_keys=True)
+        weights = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            weights.update(name.encode())
+            weights.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return {
+            "model": "gate.models.reference",
+            "config": self.config.as_dict(),
+            "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+            "weights_sha256": weights.hexdigest(),
+            "torch": torch.__version__,
+            "seed": self.seed,
+            "layout": self.layout,
+            "chunk_size": self.chunk_size,
+            "block_size": self.block_size,
+            "fault": self.fault,
+        }
+
+    @torch.no_grad()
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.model(tokens.to(self.device))
+        return logits.float()
+
+    def make_cache(
+        self,
+        batch: int,
+        *,
+        n_layers: int | None = None,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVCache:
+        """A new empty cache of this path's layout (model shape unless overridden)."""
+        assert self.layout is not None
+        cfg = self.config
+        cache = KVCache.empty(
+            n_layers or cfg.n_layers,
+            batch,
+            n_kv_heads or cfg.n_kv_heads,
+            head_dim or cfg.head_dim,
+            max_len=cfg.max_len,
+            layout=self.layout,
+            block_size=self.block_size,
+            dtype=dtype or DTYPES[self.dtype],
+            device=self.device,
+        )
+        for hook in self.cache_hooks:
+            hook(cache)
+        return cache
+
+    def new_session(self, batch_size: int) -> Session:
+        session: Any = CachedSession(self, batch_size) if self.uses_cache else FullSession(self, batch_size)
+        for hook in self.session_hooks:
+            session = hook(session)
+        return session  # type: ignore[no-any-return]
+
+    def faults(self) -> tuple[str, ...]:
+        return FAULT_NAMES if self.uses_cache else ("sliding-window-mask",)
+
+    def with_fault(self, fault: str) -> ReferencePath:
+        if fault not in self.faults():
+            raise UnknownFault(f"path {self.name} cannot apply fault {fault!r} (known: {', '.join(self.faults())})")
+        path = replace(
+            self,
+            name=f"{self.name}+{fault}",
+            model=copy.deepcopy(self.model),
+            fault=fault if self.fault is None else f"{self.fault}+{fault}",
+            cache_hooks=list(self.cache_hooks),
+            session_hooks=list(self.session_hooks),
+        )
+        apply_fault(path, fault)
+        return path
+
+    # -- LayoutBoundaries ------------------------------------------------------------------
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Token counts where this path changes shape: dynamic blocks, chunk edges, the window."""
+        step = {"dynamic": self.block_size}.get(self.layout or "")
+        if self.chunk_size:
+            step = self.chunk_size
+        edges = set(range(step, self.max_len, step)) if step else set()
+        if self.config.window:
+            edges.add(self.config.window)
+        return tuple(sorted(edges))
+
+    # -- LayerTracing ----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the K and V attention actually READ during the appended token's step (a
+        faulty read can be shorter or longer than prefix_len + 1) and the block output."""
+        tokens = tokens.to(self.device)
+        session = self.new_session(tokens.shape[0])
+        if prefix_len:
+            session.prefill(tokens[:, :prefix_len])
+        with _trace(self.model) as states:
+            session.append(tokens[:, prefix_len : prefix_len + 1])
+        return states
+
+    @torch.no_grad()
+    def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        with _trace(self.model) as states:
+            self.model(tokens[:, : prefix_len + 1].to(self.device))
+        return states
+
+    # -- AttentionProbe --------------------------------------------------------------------
+
+    @torch.no_grad()
+    def attention_probe(
+        self, requests: Sequence[Sequence[Chunk]], *, poison_tail: bool = False
+    ) -> list[list[torch.Tensor]]:
+        core = self.model.blocks[0].attention.core
+        q0, k0, _ = requests[0][0]
+        cache = (
+            self.make_cache(q0.shape[0], n_layers=1, n_kv_heads=k0.shape[1], head_dim=k0.shape[3], dtype=q0.dtype)
+            if self.uses_cache
+            else None
+        )
+        outputs: list[list[torch.Tensor]] = []
+        for index, chunks in enumerate(requests):
+            if index and cache is not None:
+                cache.reset()
+            seen_k: list[torch.Tensor] = []
+            seen_v: list[torch.Tensor] = []
+            results = []
+            for q, k, v in chunks:
+                q, k, v = (t.to(self.device) for t in (q, k, v))
+                if cache is None:  # no cache: recompute over everything so far
+                    seen_k.append(k)
+                    seen_v.append(v)
+                    k_all, v_all = torch.cat(seen_k, dim=2), torch.cat(seen_v, dim=2)
+                else:
+                    if poison_tail:
+                        cache.fill_unused(float("nan"))
+                    start = cache.pos
+                    k_all, v_all = cache.update(0, start, k, v)
+                    cache.pos = start + k.shape[2]
+                results.append(core(q, k_all, v_all))
+            outputs.append(results)
+        return outputs
+
+
+@contextmanager
+def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
+    """Record, per layer, the K/V attention read ([B, H_kv, T_k, D]) and the block output of the
+    last position ([B, d_model]) during the calls inside the block (the last call wins)."""
+    states: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
+    handles = []
+    for i, layer in enumerate(model.blocks):
+
+        def read(_mod: Any, args: tuple[Any, ...], _out: Any, i: int = i) -> None:
+            states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
+
+        def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
+            states[i]["hidden"] = out[:, -1].float().clone()
+
+        handles.append(layer.attention.core.register_forward_hook(read))
+        handles.append(layer.register_forward_hook(hidden))
+    try:
+        yield states
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class FullSession:
+    """No cache: every call recomputes one full pass over the request so far."""
+
+    def __init__(self, path: ReferencePath, batch: int) -> None:
+        self.path, self.batch = path, batch
+        self.tokens = torch.zeros(batch, 0, dtype=torch.long, device=path.device)
+        self.passes = 0
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.append(tokens)
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.tokens = torch.cat([self.tokens, tokens.to(self.path.device)], dim=1)
+        self.passes += 1
+        return (
+            self.path.full_logits(self.tokens)[:, -tokens.shape[1] :]
+            if tokens.shape[1]
+            else torch.zeros(self.batch, 0, self.path.vocab_size, device=self.path.device)
+        )
+
+    def reset(self) -> None:
+        self.tokens = self.tokens[:, :0]
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            "cache_len": 0,
+            "cached_steps": 0,
+            "cache_bytes": 0,
+            "full_passes": self.passes,
+            "tokens": int(self.tokens.shape[1]),
+        }
+
+
+class CachedSession:
+    """Prefill and append against one KV cache; `model` and `cache` are public (faults wrap them)."""
+
+    def __init__(self, path: ReferencePath, batch: int) -> None:
+        self.path, self.model = path, path.model
+        self.cache = path.make_cache(batch)
+        self.cached_steps = 0
+        self.model_steps = 0
+        self.tokens_processed = 0
+
+    @torch.no_grad()
+    def _run(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.path.device)
+        start, n = self.cache.pos, tokens.shape[1]
+        chunk = self.path.chunk_size or max(n, 1)
+        self.model_steps += len(range(0, n, chunk))
+        self.cached_steps += sum(1 for i in range(0, n, chunk) if start + i > 0)
+        self.tokens_processed += n
+        return prefill(self.model, tokens, self.cache, start_pos=start, chunk_size=self.path.chunk_size).float()
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._run(tokens)
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._run(tokens)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            "cache_len": self.cache.pos,
+            "cached_steps": self.cached_steps,
+            "cache_bytes": self.cache.nbytes(),
+            "model_steps": self.model_steps,
+            "tokens_processed": self.tokens_processed,
+            "layout": self.path.layout,
+            "capacity": self.cache.capacity,
+        }
+
+
+def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
+    return ReferencePath(
+        name="reference:full", model=model, dtype=dtype, device=device, seed=seed, block_size=options.block_size
+    )
+
+
+def build_cached(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
+    layout: Layout = "dynamic" if options.path == "dynamic" else "static"
+    chunk = options.chunk_size if options.path == "chunked" else None
+    name = f"reference:{options.path}" + (f"[{chunk}]" if chunk else "")
+    return ReferencePath(
+        name=name,
+        model=model,
+        dtype=dtype,
+        device=device,
+        seed=seed,
+        layout=layout,
+        chunk_size=chunk,
+        block_size=options.block_size,
+    )

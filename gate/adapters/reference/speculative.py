@@ -1,0 +1,115 @@
+"""`path: speculative` for the reference adapter: the reference decoder as target, a smaller draft.
+
+    candidate:
+      adapter: reference
+      options:
+        path: speculative
+        speculative: {k: 2, draft: layer-skip, draft_layers: 1}
+
+The draft is either `layer-skip` (the target's first layers with its embeddings, final norm and
+head: a smaller decoder correlated with the target, as in self-speculative decoding) or a preset
+(an independent seeded decoder, e.g. tiny-draft, which rarely agrees with a random target).
+`speculative.fault` names a sampler fault from gate.speculative.sampler, applied from outside the sampler.
+
+The options model imports no torch (the adapter's Options embeds it); `build_speculative` does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from gate.adapters.reference import Options
+    from gate.models.reference import Transformer
+    from gate.protocols import DecodePath
+    from gate.speculative.path import SpeculativeDecodePath
+
+SAMPLER_FAULTS = (
+    "accept-all",
+    "inverted-ratio",
+    "residual-from-target",
+    "residual-abs",
+    "bonus-from-draft",
+    "drop-bonus",
+)
+"""gate.speculative.sampler.FAULTS, named here so validation needs no torch (a test keeps them equal)."""
+
+
+class SpeculativeOptions(BaseModel):
+    """The draft model and draft length of `path: speculative`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    k: int = Field(default=2, ge=1, le=16)
+    """Tokens the draft proposes per round; the target verifies them in one pass."""
+    draft: str = "layer-skip"
+    """`layer-skip` (the target's first `draft_layers` layers, sharing its embeddings, final norm and
+    head) or a reference preset name (an independent decoder with its own seeded weights)."""
+    draft_layers: int | None = Field(default=None, ge=1, le=64)
+    """layer-skip: layers kept (default: half the target's, at least one; all of them gives a draft
+    identical to the target). preset: override of the draft's layer count."""
+    draft_seed: int | None = Field(default=None, ge=0)
+    """preset draft: weight seed (default: the run seed + 1, so the draft differs from the target)."""
+    fault: str | None = None
+    """A sampler fault applied from outside the sampler (gate.speculative.sampler.FAULTS)."""
+
+    @field_validator("draft")
+    @classmethod
+    def _known_draft(cls, value: str) -> str:
+        from gate.adapters.reference import PRESET_NAMES
+
+        if value != "layer-skip" and value not in PRESET_NAMES:
+            raise ValueError(f"unknown draft {value!r} (layer-skip or a preset: {', '.join(PRESET_NAMES)})")
+        return value
+
+    @field_validator("fault")
+    @classmethod
+    def _known_fault(cls, value: str | None) -> str | None:
+        if value is not None and value not in SAMPLER_FAULTS:
+            raise ValueError(f"unknown sampler fault {value!r} (known: {', '.join(SAMPLER_FAULTS)})")
+        return value
+
+
+def _draft_model(
+    target: Transformer, spec: SpeculativeOptions, *, device: str, dtype: str, seed: int
+) -> tuple[Transformer, str]:
+    import copy
+    from dataclasses import replace
+
+    from torch import nn
+
+    from gate.adapters.reference.paths import DTYPES
+    from gate.models.reference import ModelConfig, build_model
+
+    config = target.config
+    if spec.draft == "layer-skip":
+        keep = spec.draft_layers or max(1, config.n_layers // 2)
+        if keep > config.n_layers:
+            raise ValueError(f"draft_layers {keep} exceeds the target's {config.n_layers} layers")
+        draft = copy.deepcopy(target)
+        draft.layers = nn.ModuleList(list(draft.layers)[:keep])
+        draft.config = replace(config, n_layers=keep)
+        return draft, f"layer-skip {keep}/{config.n_layers}"
+    draft_seed = seed + 1 if spec.draft_seed is None else spec.draft_seed
+    cfg = ModelConfig.from_preset(
+        spec.draft, n_layers=spec.draft_layers, vocab_size=config.vocab_size, max_len=config.max_len
+    )
+    return build_model(cfg, seed=draft_seed, device=device, dtype=DTYPES[dtype]), f"{spec.draft} seed {draft_seed}"
+
+
+def build_speculative(
+    model: Transformer, options: Options, *, device: str, dtype: str, seed: int
+) -> SpeculativeDecodePath:
+    """Target: the built reference model (a full path). Draft: as `options.speculative` says."""
+    from gate.adapters.reference.paths import ReferencePath, build_full
+    from gate.speculative.path import SpeculativeDecodePath
+
+    spec = options.speculative or SpeculativeOptions()
+    target = build_full(model, options, device=device, dtype=dtype, seed=seed)
+    draft_model, kind = _draft_model(model, spec, device=device, dtype=dtype, seed=seed)
+    draft = ReferencePath(name=f"reference:draft[{kind}]", model=draft_model, dtype=dtype, device=device, seed=seed)
+    # ReferencePath exposes max_len/uses_cache as read-only properties; the protocol's are plain
+    path = SpeculativeDecodePath(cast("DecodePath", target), cast("DecodePath", draft), spec.k, draft_kind=kind)
+    return path.with_fault(spec.fault) if spec.fault else path

@@ -1,0 +1,141 @@
+"""Shared by the parity checks: inputs, dtype-aware tolerance, tie-aware logit comparison.
+
+The load-bearing assertion is argmax agreement (seed 001); max |Δlogit| against a tolerance is a
+warning. An argmax flip where the reference's top-2 margin is within tolerance is a *tie*:
+reported with its margin, neither a failure nor a silent pass. `exact` compares bit patterns,
+which is honest only between paths that run the same shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from gate.core.check import CheckContext
+
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-4),
+    "bfloat16": (0.08, 0.02),
+    "float16": (1e-2, 4e-3),
+}
+"""(atol, rtol) per dtype: a row's tolerance is atol + rtol * max |reference logit|. Calibrated
+on correct paths of the reference decoder (benchmarks/RESULTS.md); a claim's atol/rtol win."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    source: str
+    """claim, params or dtype default."""
+
+    def row(self, reference: torch.Tensor) -> torch.Tensor:
+        """Per-row tolerance for reference logits [..., V] -> [...]."""
+        return self.atol + self.rtol * reference.abs().amax(dim=-1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "source": self.source}
+
+
+def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | None = None) -> Tolerance:
+    """Params win, then the manifest's tolerance claim, then the dtype default."""
+    default_atol, default_rtol = DEFAULT_TOLERANCE.get(ctx.dtype, DEFAULT_TOLERANCE["float32"])
+    claim = ctx.manifest.claim
+    claim_atol = getattr(claim, "atol", None)
+    claim_rtol = getattr(claim, "rtol", None)
+    if atol is not None or rtol is not None:
+        source = "params"
+    elif claim_atol is not None or claim_rtol is not None:
+        source = "claim"
+    else:
+        source = f"{ctx.dtype} default"
+    a = atol if atol is not None else claim_atol if claim_atol is not None else default_atol
+    r = rtol if rtol is not None else claim_rtol if claim_rtol is not None else default_rtol
+    return Tolerance(float(a), float(r), source)
+
+
+def random_tokens(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
+    """Seeded uniform token ids [batch, length] (int64, CPU)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length), generator=gen)
+
+
+@dataclass
+class RowComparison:
+    """Reference vs candidate logits, row by row (rows: [N, B, V] -> per-entry [N, B])."""
+
+    max_abs_delta: torch.Tensor
+    agree: torch.Tensor
+    tie: torch.Tensor
+    """Argmax flipped to a token the reference scores within tolerance of its top (a top-2 margin
+    within tolerance)."""
+    margin: torch.Tensor
+    """Where the argmax agrees: reference top-1 minus top-2. Where it flipped: reference top-1
+    minus the reference's logit of the candidate's token."""
+    tolerance: torch.Tensor
+    ref_top: torch.Tensor
+    cand_top: torch.Tensor
+
+    @property
+    def failed(self) -> torch.Tensor:
+        """Argmax flips that are not ties: the load-bearing failures."""
+        return ~self.agree & ~self.tie
+
+    @property
+    def over_tolerance(self) -> torch.Tensor:
+        return self.max_abs_delta > self.tolerance
+
+
+def compare_rows(reference: torch.Tensor, candidate: torch.Tensor, tol: Tolerance) -> RowComparison:
+    """Compare logits [..., V] (float32) row by row; NaN in the candidate counts as a failure."""
+    import torch
+
+    ref, cand = reference.float(), candidate.float()
+    delta = (ref - cand).abs().amax(dim=-1)
+    delta = torch.where(torch.isnan(cand).any(dim=-1), torch.full_like(delta, float("inf")), delta)
+    top2 = ref.topk(2, dim=-1)
+    margin = top2.values[..., 0] - top2.values[..., 1]
+    ref_top = top2.indices[..., 0]
+    cand_top = torch.nan_to_num(cand, nan=-float("inf")).argmax(dim=-1)
+    nan_rows = torch.isnan(cand).any(dim=-1)
+    agree = (ref_top == cand_top) & ~nan_rows
+    row_tol = tol.row(ref)
+    # a flip to a token the reference scores within tolerance of its top is a tie, not a failure
+    # (usually the runner-up; near three-way ties happen in bfloat16)
+    gap = top2.values[..., 0] - ref.gather(-1, cand_top[..., None]).squeeze(-1)
+    tie = ~agree & ~nan_rows & (gap <= row_tol)
+    margin = torch.where(agree, margin, gap)
+    return RowComparison(delta, agree, tie, margin, row_tol, ref_top, cand_top)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row bit identity of two logit tensors [..., V] -> [...] (NaN payloads included)."""
+    import torch
+
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+    ia = a.contiguous().view(torch.int32) if a.dtype == torch.float32 else a.float().contiguous().view(torch.int32)
+    ib = b.contiguous().view(torch.int32) if b.dtype == torch.float32 else b.float().contiguous().view(torch.int32)
+    return (ia == ib).all(dim=-1)
+
+
+def top_k_rows(logits: torch.Tensor, k: int) -> list[list[list[float]]]:
+    """Top-k (token, logit) pairs of each row [B, V], JSON-ready."""
+    values, indices = logits.float().topk(min(k, logits.shape[-1]), dim=-1)
+    return [
+        [[int(i), round(float(v), 6)] for i, v in zip(row_i, row_v, strict=True)]
+        for row_i, row_v in zip(indices.tolist(), values.tolist(), strict=True)
+    ]
+
+
+def thin(indices: list[int], keep: int) -> list[int]:
+    """At most `keep` evenly spaced items of a sorted list, always keeping the first and last."""
+    if len(indices) <= keep:
+        return list(indices)
+    step = (len(indices) - 1) / (keep - 1)
+    return sorted({indices[round(i * step)] for i in range(keep)})

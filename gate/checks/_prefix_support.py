@@ -1,0 +1,246 @@
+"""Shared by the prefix-reuse checks: the capability test, the entitlement oracle, request records.
+
+The oracle is the check's own model of a correct cache, kept apart from the cache under test: a
+request may reuse at most the full blocks it shares, position by position from position 0, with an
+earlier request of the same identity (seed 003), and never its last prompt token (its logits are
+the answer). Reuse beyond that is state the request was not entitled to, however the logits look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gate.checks._compare import Tolerance, compare_rows
+from gate.core.check import CheckContext
+from gate.prefix.cache import PrefixReply
+from gate.protocols import PrefixCaching
+
+SEED_003_A = [11, 24, 31, 42, 57]
+SEED_003_B = [11, 24, 99, 42, 57]
+
+WHY: dict[str, str] = {
+    "token-ids": "cached K/V are products of the token ids in order",
+    "positions": "a block reused at another offset carries another position and another preceding context",
+    "model-revision": "K/V are products of the weights",
+    "adapter": "an adapter changes the projections that produced K/V",
+    "tokenizer": "the same ids mean other tokens under another tokenizer revision",
+    "rope-scaling": "rope scaling changes the rotation applied to cached keys",
+    "attention-window": "state produced under one visibility pattern is not valid under another",
+    "attention-mask": "state produced under one mask is not valid under another",
+    "kv-dtype": "buffers in another numeric format are another representation",
+    "tenant": "computational sameness does not grant permission to share state across tenants",
+}
+"""Why each identity field must partition the cache (seed 003; seed 000, Part IV)."""
+
+
+class NotPrefixCaching(TypeError):
+    """The candidate path offers no cross-request prefix cache."""
+
+
+def prefix_candidate(ctx: CheckContext) -> PrefixCaching:
+    """The candidate as a PrefixCaching path, or a clear error naming the capability it lacks."""
+    if not isinstance(ctx.candidate, PrefixCaching):
+        raise NotPrefixCaching(
+            f"candidate path {ctx.candidate.name!r} offers no cross-request prefix cache "
+            "(gate.protocols.PrefixCaching); use e.g. {adapter: reference, options: {path: prefix-cache}}"
+        )
+    return ctx.candidate
+
+
+def seeded_ids(vocab: int, length: int, seed: int, avoid: Sequence[int] = ()) -> list[int]:
+    """`length` seeded token ids, none in `avoid`."""
+    gen = torch.Generator().manual_seed(seed)
+    out: list[int] = []
+    while len(out) < length:
+        token = int(torch.randint(0, vocab, (1,), generator=gen))
+        if token not in avoid:
+            out.append(token)
+    return out
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class ReuseLedger:
+    """What a correct cache lets each request reuse, from the requests seen so far."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.seen: list[tuple[tuple[int, ...], Hashable]] = []
+
+    def entitled(self, tokens: Sequence[int], key: Hashable) -> int:
+        best = 0
+        for prev, prev_key in self.seen:
+            if prev_key == key:
+                shared = common_prefix(prev, tokens)
+                best = max(best, shared - shared % self.block_size)
+        return min(best, max(len(tokens) - 1, 0))
+
+    def record(self, tokens: Sequence[int], key: Hashable) -> None:
+        self.seen.append((tuple(tokens), key))
+
+    def forget(self, key: Hashable) -> None:
+        """Entries of `key` are gone (an invalidation the check performed)."""
+        self.seen = [(t, k) for t, k in self.seen if k != key]
+
+
+@dataclass
+class Served:
+    """One request as a check saw it."""
+
+    label: str
+    tokens: list[int]
+    entitled: int
+    reply: PrefixReply
+    max_abs_delta: float | None = None
+    argmax_flips: int = 0
+    over_tolerance: int = 0
+
+    @property
+    def reused(self) -> int:
+        return self.reply.stats.reused_tokens
+
+    @property
+    def excess(self) -> int:
+        """Reused tokens beyond entitlement (served state the request had no right to)."""
+        return max(self.reused - self.entitled, 0)
+
+    def row(self) -> dict[str, Any]:
+        s = self.reply.stats
+        return {
+            "request": self.label,
+            "prompt_tokens": s.prompt_tokens,
+            "entitled": self.entitled,
+            "reused": s.reused_tokens,
+            "hit_blocks": s.hit_blocks,
+            "spans": [list(x) for x in s.reused_spans],
+            "served_at": s.served_at[:16],
+            "served_from": s.served_from[:16],
+            "computed": s.computed_tokens,
+            "collisions_detected": s.collisions_detected,
+            "evicted": s.evicted_blocks,
+            "max_abs_delta": self.max_abs_delta,
+            "argmax_flips": self.argmax_flips,
+        }
+
+
+@dataclass
+class RequestLog:
+    """Requests a check issued, their entitlement and their comparison with an uncached oracle."""
+
+    ledger: ReuseLedger
+    tol: Tolerance
+    served: list[Served] = field(default_factory=list)
+
+    def issue(
+        self,
+        worker: PrefixCaching,
+        label: str,
+        tokens: Sequence[int],
+        key: Hashable,
+        oracle: Oracle | None = None,
+        **request: Any,
+    ) -> Served:
+        """Serve `tokens` and record it for entitlement. `oracle(tokens)` gives uncached logits
+        [len(tokens), V] under the same identity; it is called on the prompt followed by the
+        reply's continuation, and the computed prompt rows and continuation rows are compared."""
+        entitled = self.ledger.entitled(tokens, key)
+        reply = worker.request(tokens, **request)
+        served = Served(label, list(tokens), entitled, reply)
+        if oracle is not None:
+            full = oracle([*tokens, *reply.continuation[:-1]]).float()
+            last = len(tokens) - 1
+            rows = full[reply.computed_positions + list(range(last + 1, last + len(reply.continuation)))]
+            cand = torch.cat([reply.logits, reply.continuation_logits[1:]])
+            cmp = compare_rows(rows.to(cand.device), cand, self.tol)
+            served.max_abs_delta = float(cmp.max_abs_delta.max())
+            served.argmax_flips = int(cmp.failed.sum())
+            served.over_tolerance = int(cmp.over_tolerance.sum())
+        self.ledger.record(tokens, key)
+        self.served.append(served)
+        return served
+
+    def wrong_outputs(self) -> list[Served]:
+        return [s for s in self.served if s.argmax_flips or s.over_tolerance]
+
+    def exercise(self, worker: PrefixCaching) -> dict[str, Any]:
+        stats = [s.reply.stats for s in self.served]
+        state = worker.cache_state()
+        return {
+            "requests": len(stats),
+            "hit_blocks": sum(s.hit_blocks for s in stats),
+            "reused_tokens": sum(s.reused_tokens for s in stats),
+            "computed_tokens": sum(s.computed_tokens for s in stats),
+            "cache_blocks": state.get("blocks"),
+            "cache_bytes": state.get("bytes_held"),
+            "block_size": worker.block_size,
+        }
+
+    def table(self, keep: int = 48) -> list[dict[str, Any]]:
+        rows = [s.row() for s in self.served]
+        return rows if len(rows) <= keep else rows[: keep // 2] + rows[-keep // 2 :]
+
+    def observation(self) -> torch.Tensor:
+        """Reused tokens per request, then every computed logit row: what a fault would change."""
+        reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float64)
+        rows = [s.reply.logits.double().flatten().cpu() for s in self.served]
+        return torch.cat([reuse, *rows])
+
+
+Oracle = Callable[[Sequence[int]], torch.Tensor]
+"""token ids -> [T, V] float32 logits of an uncached computation under the request's identity."""
+
+
+def reference_oracle(ctx: CheckContext) -> Oracle:
+    """One full pass of the reference path (the base identity: no adapter, the worker's model)."""
+
+    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+        return ctx.reference.full_logits(torch.tensor([list(tokens)], device=ctx.device))[0].float()
+
+    return oracle
+
+
+def recompute_oracle(worker: PrefixCaching, adapter: str | None = None) -> Oracle:
+    """The worker's own uncached pass under an identity the reference path cannot express
+    (an adapter, another tokenizer, rope, window or KV dtype)."""
+
+    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+        return worker.recompute(tokens, adapter=adapter).logits
+
+    return oracle
+
+
+def broken_rules(served: Served) -> list[str]:
+    """The cache rules a request's reuse broke, read from what it reused (blind to any fault)."""
+    s = served.reply.stats
+    rules = []
+    if any(at != made for at, made in zip(s.served_at, s.served_from, strict=True)):
+        rules.append("position: blocks were served at other offsets than they were computed at")
+    if len(s.reused_spans) > 1 or (s.reused_spans and s.reused_spans[0][0] != 0):
+        rules.append(
+            "order: blocks were reused after an earlier block missed (a block's state depends on "
+            "every earlier token, seed 003)"
+        )
+    if served.excess and not rules:
+        rules.append(
+            "entitlement: state was reused beyond the prefix shared with an earlier request of the same identity"
+        )
+    return rules
+
+
+def describe_excess(served: Served) -> str:
+    """One line: what was reused beyond entitlement, and from where."""
+    s = served.reply.stats
+    moved = [(at, made) for at, made in zip(s.served_at, s.served_from, strict=True) if at != made]
+    where = f"; blocks computed at positions {[m for _, m in moved]} served at {[a for a, _ in moved]}" if moved else ""
+    return f"reused {served.reused} tokens {s.reused_spans}, entitled to {served.entitled}{where}"

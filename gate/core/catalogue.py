@@ -1,0 +1,42 @@
+"""The check catalogue (`checks/*.yaml`): what each check proves and what it is blind to.
+
+Cards are data, read without importing any check module, so `gate checks` and `gate plan` stay
+instant; a test keeps the cards and the registered built-in checks in step.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from pydantic import Field
+
+from gate._util.resources import data_dir
+from gate._util.yamlio import parse_model, read_yaml
+from gate.core.manifest import Record
+
+
+class CheckCard(Record):
+    """One check's card."""
+
+    name: str
+    """Registered check name."""
+    step: int = Field(ge=1, le=8)
+    """Release-gate step (seed 000) the check serves."""
+    proves: str
+    """What a pass shows."""
+    blind_to: str
+    """What a pass does not show: the honest limit of the evidence."""
+    catches: list[str] = Field(default_factory=list)
+    """Bug classes the check is built to detect."""
+    needs: list[str] = Field(default_factory=list)
+    """Path capabilities (gate/protocols.py protocols) the check uses."""
+
+
+@cache
+def cards() -> dict[str, CheckCard]:
+    """Every card under checks/, by check name."""
+    found: dict[str, CheckCard] = {}
+    for path in sorted(data_dir("checks").glob("*.yaml")):
+        card: CheckCard = parse_model(read_yaml(path), CheckCard)
+        found[card.name] = card
+    return found

@@ -1,0 +1,155 @@
+"""The planner: manifest + policies -> Plan (which checks, why, with what parameters).
+
+Rejections quote the policy rule and point at the manifest line that made them necessary.
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gate._util.yamlio import LoadedYaml
+from gate.core.manifest import ClaimLevel, Intervention, Manifest, Record
+from gate.core.policy import ControlSpec, PolicySet
+from gate.core.registry import check_names
+from gate.core.result import Digest
+from gate.errors import InputError
+
+CLAIM_IN_WORDS = {
+    ClaimLevel.exact: "bit-identical logits: the candidate computes exactly the same numbers as the reference",
+    ClaimLevel.tolerance: "tolerance-bounded logits: the same argmax everywhere, logits within a stated "
+    "tolerance (what a correct cached step can honestly promise against a full pass)",
+    ClaimLevel.greedy_tokens: "identical greedy continuations token for token over the stated lengths",
+    ClaimLevel.distribution: "the same output distribution under sampling, tested at a stated significance level",
+    ClaimLevel.bounded_degradation: "an approximation: task quality stays inside a stated envelope on each "
+    "evaluated slice, and only there",
+}
+
+
+class PlannedCheck(Record):
+    """One check the plan will run."""
+
+    check: str
+    """Registered check name."""
+    step: int
+    """Release-gate step it serves."""
+    severity: Literal["deny", "warn"]
+    """deny or warn."""
+    why: str
+    """Why the policy requires it."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Policy parameters merged with the manifest's overrides."""
+    controls: list[ControlSpec] = Field(default_factory=list)
+    """Negative controls the check must pass."""
+    source: str
+    """Policy file and rule path that required it."""
+    resolution: list[str] = Field(default_factory=list)
+    """How the rule resolved across policy directories."""
+    available: bool
+    """Whether a registered implementation exists."""
+
+
+class Plan(Record):
+    """What `gate run` will do for a manifest."""
+
+    manifest_name: str
+    intervention: Intervention
+    intervention_summary: str
+    approximate: bool
+    claim: ClaimLevel
+    claim_in_words: str
+    claim_rule: str
+    """The policy rule that admitted the claim."""
+    claim_source: str
+    identity_required: list[str]
+    identity_declared: list[str]
+    checks: list[PlannedCheck]
+    policies: list[Digest]
+
+
+def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan:
+    """Resolve the manifest against the policies, or raise an InputError that quotes the rule."""
+    intervention = manifest.intervention
+    level = ClaimLevel(manifest.claim.level)
+    resolved = policies.interventions.get(intervention)
+    if resolved is None:
+        line, col = doc.locate(("intervention",))
+        raise InputError(
+            doc.path, f"no policy covers intervention {intervention.value!r}", line=line, col=col, field="intervention"
+        )
+    claim = resolved.claims.get(level)
+    if claim is None or not claim.rule.admissible:
+        admissible = sorted(c.value for c, r in resolved.claims.items() if r.rule.admissible)
+        line, col = doc.locate(("claim", "level"))
+        quoted = f' policy {claim.source.path} says: "{claim.rule.rule.strip()}"' if claim else ""
+        raise InputError(
+            doc.path,
+            f"intervention {intervention.value!r} cannot claim {level.value!r}.{quoted} "
+            f"Admissible claims: {', '.join(admissible) or 'none'}",
+            line=line,
+            col=col,
+            field="claim.level",
+        )
+    declared = {f.value for f in manifest.identity}
+    missing = [field for field in resolved.identity.required if field.value not in declared]
+    if missing:
+        field, others = missing[0], missing[1:]
+        line, col = doc.locate(("identity",)) if "identity" in (doc.data or {}) else (1, 1)
+        reason = resolved.identity.why.get(field, "it can change the cached K/V, mask or position")
+        source = resolved.identity_source.path if resolved.identity_source else "policy"
+        also = f" (also missing: {', '.join(repr(f.value) for f in others)})" if others else ""
+        raise InputError(
+            doc.path,
+            f"identity must declare {field.value!r} for intervention {intervention.value!r} ({source}): {reason}{also}",
+            line=line,
+            col=col,
+            field="identity",
+        )
+    registered = set(check_names())
+    planned: list[PlannedCheck] = []
+    for index, (rule, rule_source) in enumerate(claim.checks):
+        params = {**rule.params}
+        override = manifest.checks.get(rule.check)
+        if override is not None:
+            params.update(override.params)
+        planned.append(
+            PlannedCheck(
+                check=rule.check,
+                step=rule.step,
+                severity=rule.severity,
+                why=rule.why,
+                params=params,
+                controls=rule.controls,
+                source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
+                resolution=claim.history,
+                available=rule.check in registered,
+            )
+        )
+    planned_names = {p.check for p in planned}
+    for name in manifest.checks:
+        if name not in planned_names:
+            line, col = doc.locate(("checks", name))
+            raise InputError(
+                doc.path,
+                f"check {name!r} is not in the plan for this claim "
+                f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
+                line=line,
+                col=col,
+                field=f"checks.{name}",
+            )
+    return Plan(
+        manifest_name=manifest.name,
+        intervention=intervention,
+        intervention_summary=resolved.summary,
+        approximate=resolved.approximate,
+        claim=level,
+        claim_in_words=CLAIM_IN_WORDS[level],
+        claim_rule=claim.rule.rule,
+        claim_source=str(claim.source.path),
+        identity_required=[f.value for f in resolved.identity.required],
+        identity_declared=sorted(declared),
+        checks=planned,
+        policies=policies.digests(),
+    )

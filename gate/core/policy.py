@@ -1,0 +1,220 @@
+"""Versioned policies: which claims each intervention may make, and which checks each claim needs.
+
+Policy files are YAML under `policies/` (shipped in the wheel). Users add directories with
+`--policy-dir`; resolution is explicit and shown by `gate plan`:
+
+* Files are read directory by directory: the built-in directory first, then each `--policy-dir`
+  in the order given; inside a directory, in file-name order.
+* Inside one directory, two files may not define the same (intervention, claim) rule: that is an
+  ambiguity and an input error.
+* A later directory's rule for an (intervention, claim) *replaces* the earlier one, unless it says
+  `mode: extend`, in which case its checks are merged into the earlier rule's checks by check name
+  (a check of the same name replaces that one entry; new names are appended).
+* Intervention `summary`, `approximate` and `identity` take the value from the last file that sets
+  them.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from gate._util.resources import data_dir
+from gate._util.yamlio import parse_model, read_yaml
+from gate.core.manifest import ClaimLevel, IdentityField, Intervention, Record
+from gate.core.result import Digest
+from gate.errors import InputError
+
+POLICY_API_VERSION = "gate/core/policy/v1"
+
+
+class ControlSpec(Record):
+    """A negative control: a fault the check must detect (or, with expect: pass, must tolerate)."""
+
+    fault: str
+    """Fault name, applied to the candidate path with `with_fault`."""
+    expect: Literal["detect", "pass"] = "detect"
+    """detect: the check must fail under the fault. pass: the fault must not change the verdict
+    (a harmless bug; shows the check does not over-reject)."""
+
+
+class CheckRule(Record):
+    """One check a claim requires."""
+
+    check: str
+    """Registered check name (entry point group `gate.checks`)."""
+    step: int = Field(ge=1, le=8)
+    """Release-gate step (seed 000) this check serves."""
+    severity: Literal["deny", "warn"] = "deny"
+    """deny: a failure fails the gate. warn: it is reported only."""
+    why: str
+    """Why the claim needs this check, shown in the plan and the dossier."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameters, validated by the check's Params model at run time."""
+    controls: list[ControlSpec] = Field(default_factory=list)
+    """Faults the check must detect (release-gate step 5)."""
+
+    @field_validator("controls", mode="before")
+    @classmethod
+    def _controls_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"fault": item} if isinstance(item, str) else item for item in value]
+        return value
+
+
+class ClaimRule(Record):
+    """Whether a claim is admissible for an intervention, and what it requires."""
+
+    admissible: bool
+    """False: a manifest making this claim is rejected, quoting `rule`."""
+    rule: str
+    """The rule in words: why this claim is (in)admissible and what it must show."""
+    mode: Literal["replace", "extend"] = "replace"
+    """How this rule combines with an earlier directory's rule for the same claim."""
+    checks: list[CheckRule] = Field(default_factory=list)
+    """Required checks, in run order."""
+
+
+class IdentityRule(Record):
+    """Cache-identity fields an intervention's manifest must declare (release-gate step 3)."""
+
+    required: list[IdentityField] = Field(default_factory=list)
+    """Fields that must appear in the manifest's `identity` list."""
+    why: dict[IdentityField, str] = Field(default_factory=dict)
+    """Why each field matters (seed 003), quoted when a manifest omits it."""
+
+
+class InterventionRule(Record):
+    """Everything a policy says about one intervention."""
+
+    summary: str | None = None
+    """What kind of change this is, in words."""
+    approximate: bool | None = None
+    """True when the change alters the computed values (quantisation, eviction)."""
+    identity: IdentityRule | None = None
+    """Identity fields the manifest must declare."""
+    claims: dict[ClaimLevel, ClaimRule] = Field(default_factory=dict)
+    """Rules per claim level."""
+
+
+class PolicyFile(Record):
+    """One policy file."""
+
+    api_version: Literal["gate/core/policy/v1"] = Field(alias="apiVersion")
+    """Policy format version."""
+    name: str
+    """Policy name."""
+    version: str
+    """Policy version; bump it when a rule changes."""
+    description: str = ""
+    """What this policy file is for."""
+    interventions: dict[Intervention, InterventionRule] = Field(default_factory=dict)
+    """Rules per intervention."""
+
+
+class LoadedPolicy:
+    """A parsed policy file with its digest."""
+
+    def __init__(self, path: Path, policy: PolicyFile, sha256: str) -> None:
+        self.path, self.policy, self.sha256 = path, policy, sha256
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy.name}@{self.policy.version} ({self.path})"
+
+
+class ResolvedClaim:
+    """The effective rule for one (intervention, claim), with where it came from."""
+
+    def __init__(
+        self, rule: ClaimRule, source: LoadedPolicy, checks: list[tuple[CheckRule, LoadedPolicy]], history: list[str]
+    ) -> None:
+        self.rule, self.source, self.checks, self.history = rule, source, checks, history
+
+
+class ResolvedIntervention:
+    """The effective rules for one intervention."""
+
+    def __init__(self) -> None:
+        self.summary = ""
+        self.approximate = False
+        self.identity = IdentityRule()
+        self.identity_source: LoadedPolicy | None = None
+        self.claims: dict[ClaimLevel, ResolvedClaim] = {}
+
+
+class PolicySet:
+    """All policy files taking part, resolved per intervention and claim."""
+
+    def __init__(self, files: list[LoadedPolicy], interventions: dict[Intervention, ResolvedIntervention]) -> None:
+        self.files = files
+        self.interventions = interventions
+
+    def digests(self) -> list[Digest]:
+        return [Digest(path=str(f.path), sha256=f.sha256) for f in self.files]
+
+
+def load_policy_file(path: Path) -> LoadedPolicy:
+    """Parse one policy file; errors name the file, line and field."""
+    doc = read_yaml(path)
+    policy: PolicyFile = parse_model(doc, PolicyFile)
+    return LoadedPolicy(path, policy, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def _directory_files(directory: Path) -> list[LoadedPolicy]:
+    if not directory.is_dir():
+        raise InputError(str(directory), "policy directory does not exist")
+    return [load_policy_file(p) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
+
+
+def _merge_claim(earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedPolicy, where: str) -> ResolvedClaim:
+    own = [(c, source) for c in rule.checks]
+    if earlier is None:
+        return ResolvedClaim(rule, source, own, [f"{where}: defined"])
+    if rule.mode == "replace":
+        return ResolvedClaim(rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"])
+    merged = list(earlier.checks)
+    for check_rule, src in own:
+        index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
+        if index is None:
+            merged.append((check_rule, src))
+        else:
+            merged[index] = (check_rule, src)
+    effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
+    return ResolvedClaim(effective, source, merged, [*earlier.history, f"{where}: extends {earlier.source.path}"])
+
+
+def load_policies(extra_dirs: list[Path] | None = None) -> PolicySet:
+    """Load the built-in policies, then each extra directory, and resolve the rules."""
+    files: list[LoadedPolicy] = []
+    resolved: dict[Intervention, ResolvedIntervention] = {}
+    for directory in [data_dir("policies"), *(extra_dirs or [])]:
+        defined_here: dict[tuple[Intervention, ClaimLevel], LoadedPolicy] = {}
+        for loaded in _directory_files(directory):
+            files.append(loaded)
+            for intervention, irule in loaded.policy.interventions.items():
+                target = resolved.setdefault(intervention, ResolvedIntervention())
+                if irule.summary is not None:
+                    target.summary = irule.summary
+                if irule.approximate is not None:
+                    target.approximate = irule.approximate
+                if irule.identity is not None:
+                    target.identity, target.identity_source = irule.identity, loaded
+                for level, crule in irule.claims.items():
+                    key = (intervention, level)
+                    if key in defined_here:
+                        raise InputError(
+                            str(loaded.path),
+                            f"rule interventions.{intervention.value}.claims.{level.value} is also defined "
+                            f"in {defined_here[key].path} in the same directory; move one to another "
+                            "--policy-dir to override it",
+                        )
+                    defined_here[key] = loaded
+                    where = f"{loaded.path}: interventions.{intervention.value}.claims.{level.value}"
+                    target.claims[level] = _merge_claim(target.claims.get(level), crule, loaded, where)
+    return PolicySet(files, resolved)

@@ -1,0 +1,67 @@
+"""Plugin registry: checks and adapters are entry points, built-ins included (simonw/llm style).
+
+Listing names reads package metadata only; a plugin module is imported when a run needs it, so
+`gate plan` and `gate --help` never import torch.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from gate.errors import UnavailableError
+
+CHECK_GROUP = "gate.checks"
+ADAPTER_GROUP = "gate.adapters"
+
+
+@cache
+def _group(group: str) -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def check_names() -> list[str]:
+    """Names of every registered check."""
+    return sorted(_group(CHECK_GROUP))
+
+
+def adapter_names() -> list[str]:
+    """Names of every registered adapter."""
+    return sorted(_group(ADAPTER_GROUP))
+
+
+def entry_point_of(group: str, name: str) -> EntryPoint | None:
+    return _group(group).get(name)
+
+
+def _load(group: str, name: str, what: str) -> Any:
+    ep = _group(group).get(name)
+    if ep is None:
+        known = ", ".join(sorted(_group(group))) or "none"
+        raise UnavailableError(f"{what} {name!r} is not available (registered: {known})")
+    try:
+        return ep.load()
+    except ImportError as err:
+        raise UnavailableError(
+            f"{what} {name!r} could not be imported from {ep.value}: {err}"
+            + (f" (try: pip install 'gate[{err.name}]')" if getattr(err, "name", None) else "")
+        ) from err
+
+
+def load_check(name: str) -> Any:
+    """The CheckSpec registered under `name`."""
+    from gate.core.check import CheckSpec
+
+    spec = _load(CHECK_GROUP, name, "check")
+    if not isinstance(spec, CheckSpec):
+        raise UnavailableError(f"entry point for check {name!r} is not a @check-decorated function")
+    return spec
+
+
+def load_adapter(name: str) -> Any:
+    """The adapter class registered under `name`."""
+    return _load(ADAPTER_GROUP, name, "adapter")

@@ -1,0 +1,170 @@
+"""The result record (results.json): every check's status, metrics and evidence.
+
+Rendering, signing and the ledger read only this record, so a dossier can be rebuilt from an old
+results.json with no model present. The shape may not change without bumping `RESULT_VERSION`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gate.core.manifest import Record
+
+RESULT_VERSION = 1
+
+
+class Status(str, Enum):
+    """Outcome of one check."""
+
+    passed = "pass"
+    failed = "fail"
+    warn = "warn"
+    error = "error"
+    skip = "skip"
+    waived = "waived"
+
+
+class Verdict(str, Enum):
+    """Outcome of the whole gate."""
+
+    passed = "pass"
+    failed = "fail"
+    error = "error"
+    awaiting_approval = "awaiting-approval"
+
+
+class ControlOutcome(str, Enum):
+    """What a negative control showed about a check's power."""
+
+    detected = "detected"
+    """The fault changed the computation and the check failed: the check has power."""
+    missed = "missed"
+    """The fault changed the computation and the check still passed: no power."""
+    unobservable = "unobservable"
+    """The fault did not change the outputs the check observes at these lengths."""
+    unsupported = "unsupported"
+    """The candidate path cannot apply this fault."""
+    tolerated = "tolerated"
+    """A harmless fault (expect: pass) left the check passing, as it should."""
+    over_rejected = "over-rejected"
+    """A harmless fault (expect: pass) made the check fail: the check over-rejects."""
+    error = "error"
+    """The control could not run."""
+
+
+class ControlResult(Record):
+    """One negative control: a fault applied to the candidate path, and whether the check caught it."""
+
+    fault: str
+    """Fault name, e.g. mask-origin-reset."""
+    outcome: ControlOutcome
+    """detected, missed, unobservable or error."""
+    detected_at: int | None = None
+    """Smallest prefix length (or sample index) at which the check failed, when it says."""
+    output_difference: float | None = None
+    """max |Δ| between the clean and the faulty candidate's observed outputs."""
+    message: str = ""
+    """Human-readable explanation."""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """The faulty run's headline metrics."""
+
+
+class ErrorInfo(Record):
+    """An exception raised inside a check, kept for the record."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+class Waiver(Record):
+    """A recorded waiver that applied to a check."""
+
+    check: str
+    reason: str
+    approver: str
+    expires: str
+    ledger_id: int | None = None
+    expired: bool = False
+
+
+class CheckResult(Record):
+    """One check's outcome."""
+
+    check: str
+    """Registered check name."""
+    status: Status
+    """pass, fail, warn, error, skip or waived."""
+    severity: Literal["deny", "warn"]
+    """What a failure means for the gate: deny fails it, warn only reports."""
+    step: int = Field(ge=1, le=8)
+    """Release-gate step (seed 000) the check serves."""
+    why: str = ""
+    """Why the policy requires it."""
+    policy_rule: str = ""
+    """policy file and rule path that required it."""
+    message: str = ""
+    """One-line summary of the outcome."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameters it ran with (policy merged with manifest overrides), to reproduce the run."""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """Headline numbers (max |Δlogit|, argmax agreement, p-value, ...)."""
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    """Tables and series the dossier plots (per-length deltas, observed vs expected, ...)."""
+    exercise: dict[str, Any] = Field(default_factory=dict)
+    """Proof that the candidate path really ran: cache lengths, cached steps, bytes held."""
+    controls: list[ControlResult] = Field(default_factory=list)
+    """Negative controls run for this check."""
+    diagnosis: dict[str, Any] | None = None
+    """Failure profile and likely bug class, when the check failed."""
+    error: ErrorInfo | None = None
+    """The exception, when status is error."""
+    waiver: Waiver | None = None
+    """The waiver that applied, when status is waived (or one that expired)."""
+    duration_s: float = 0.0
+    """Wall time of the check including its controls."""
+
+
+class Digest(Record):
+    """A file and its sha256."""
+
+    path: str
+    sha256: str
+
+
+class GateResult(Record):
+    """The whole run: written atomically to DIR/results.json."""
+
+    result_version: int = RESULT_VERSION
+    """Version of this record's shape."""
+    gate_version: str
+    """gate package version that produced it."""
+    verdict: Verdict
+    """pass, fail, error or awaiting-approval."""
+    exit_code: int
+    """Process exit code the verdict maps to (see README)."""
+    summary: str = ""
+    """One-line summary of the verdict."""
+    manifest: dict[str, Any]
+    """The manifest as validated (aliases applied), with the commit recorded."""
+    manifest_digest: Digest
+    """Path and sha256 of the manifest file."""
+    policies: list[Digest]
+    """Every policy file that took part in planning, with its sha256."""
+    plan: dict[str, Any]
+    """The plan that was run (see gate.core.plan.Plan)."""
+    checks: list[CheckResult]
+    """Each planned check's result, in plan order."""
+    subjects: dict[str, Any] = Field(default_factory=dict)
+    """Identity of each path: model config hash, weights sha256, library versions."""
+    datasets: dict[str, str] = Field(default_factory=dict)
+    """Dataset fingerprints used by quality slices."""
+    environment: dict[str, Any] = Field(default_factory=dict)
+    """Versions of gate, python, torch, transformers; device; host facts."""
+    started_at: str
+    """UTC ISO-8601 start time."""
+    finished_at: str
+    """UTC ISO-8601 end time."""

@@ -1,0 +1,98 @@
+"""The negative-control engine (release-gate step 5).
+
+A check has power only if it fails when a known bug is planted. For each fault the policy names,
+the same check runs again against `candidate.with_fault(fault)`. Before a control counts, the
+engine confirms the fault changed what the check observed; one that did not is reported as
+unobservable (with the measured difference), never as a detection or as a lack of power.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gate.core.check import CheckContext, CheckSpec, Outcome
+from gate.core.policy import ControlSpec
+from gate.core.result import ControlOutcome, ControlResult
+
+
+def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
+    """max |Δ| between the two observations; inf when shapes differ; None when either is missing."""
+    a, b = clean.observation, faulty.observation
+    if a is None or b is None:
+        return None
+    if a.shape != b.shape:
+        return float("inf")
+    diff = (a.double() - b.double()).abs()
+    nan_mismatch = a.isnan() ^ b.isnan()
+    if bool(nan_mismatch.any()):
+        return float("inf")
+    return float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0
+
+
+def run_control(
+    spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
+) -> ControlResult:
+    """Run one control and classify it."""
+    if control.fault not in ctx.candidate.faults():
+        return ControlResult(
+            fault=control.fault,
+            outcome=ControlOutcome.unsupported,
+            message=f"path {ctx.candidate.name} cannot apply fault {control.fault!r}",
+        )
+    faulty_ctx = replace(ctx, candidate=ctx.candidate.with_fault(control.fault), control=control.fault)
+    try:
+        faulty = spec(faulty_ctx, params)
+    except Exception as err:  # a control that crashes proves nothing either way
+        return ControlResult(
+            fault=control.fault, outcome=ControlOutcome.error, message=f"{err.__class__.__name__}: {err}"
+        )
+    difference = observation_difference(clean, faulty)
+    metrics = {k: v for k, v in faulty.metrics.items() if isinstance(v, (int, float, str, bool))}
+    base = {
+        "fault": control.fault,
+        "output_difference": difference,
+        "metrics": metrics,
+        "detected_at": faulty.detected_at,
+    }
+    failed = faulty.status == "fail"
+    if control.expect == "pass":
+        if failed:
+            return ControlResult(
+                **base,
+                outcome=ControlOutcome.over_rejected,
+                message=f"harmless fault {control.fault!r} was rejected: {faulty.message}",
+            )
+        return ControlResult(
+            **base, outcome=ControlOutcome.tolerated, message=f"harmless fault tolerated as expected: {faulty.message}"
+        )
+    if failed:
+        return ControlResult(**base, outcome=ControlOutcome.detected, message=faulty.message)
+    if difference == 0.0:
+        return ControlResult(
+            **base,
+            outcome=ControlOutcome.unobservable,
+            message="the fault did not change the observed outputs at these settings (max |Δ| = 0)",
+        )
+    return ControlResult(
+        **base,
+        outcome=ControlOutcome.missed,
+        message=f"the fault changed the outputs (max |Δ| = {difference}) but the check passed",
+    )
+
+
+def power_verdict(check: str, controls: list[ControlResult]) -> str | None:
+    """A failure message when the controls show the check lacks power or over-rejects, else None."""
+    problems = [
+        f"check {check} has no power against fault {c.fault}" for c in controls if c.outcome == ControlOutcome.missed
+    ]
+    problems += [
+        f"check {check} rejects harmless fault {c.fault}" for c in controls if c.outcome == ControlOutcome.over_rejected
+    ]
+    expected = [c for c in controls if c.outcome not in (ControlOutcome.tolerated, ControlOutcome.over_rejected)]
+    if not problems and expected and not any(c.outcome == ControlOutcome.detected for c in expected):
+        problems.append(
+            f"check {check} detected none of its negative controls "
+            f"({', '.join(f'{c.fault}: {c.outcome.value}' for c in expected)})"
+        )
+    return "; ".join(problems) or None

@@ -1,0 +1,240 @@
+"""The runner: Plan -> checks (with their negative controls) -> GateResult, written atomically.
+
+Every check runs even when an earlier one fails; an exception inside a check becomes that check's
+`error` with its traceback, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+import gate
+from gate._util.atomic import write_bytes_atomic
+from gate.core.load import LoadedManifest, load_manifest, validate_options
+from gate.core.manifest import ClaimLevel
+from gate.core.plan import Plan, PlannedCheck, build_plan
+from gate.core.policy import load_policies
+from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.errors import (
+    EXIT_AWAITING_APPROVAL,
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_ERROR,
+    EXIT_GATE_FAILED,
+    EXIT_PASS,
+    InputError,
+    UnavailableError,
+)
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class RunOptions:
+    """How to run a manifest."""
+
+    out_dir: Path
+    policy_dirs: list[Path] = field(default_factory=list)
+    log: Log = lambda _msg: None
+    ledger: Path | None = None
+    """Audit ledger whose waivers apply to failed checks (gate.trust.waivers); None: no waivers."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
+    return CheckResult(
+        **base,
+        status=Status.error,
+        message=f"{err.__class__.__name__}: {err}",
+        error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
+        duration_s=time.perf_counter() - started,
+    )
+
+
+def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Any) -> Any:
+    try:
+        return spec.params.model_validate(planned.params)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        if planned.check in loaded.manifest.checks:
+            line, col = loaded.doc.locate(("checks", planned.check, "params", *first["loc"]))
+            raise InputError(
+                loaded.doc.path, first["msg"], line=line, col=col, field=f"checks.{planned.check}.params.{loc}"
+            ) from None
+        raise InputError(
+            planned.source.split(":")[0], f"{first['msg']} ({planned.source})", field=f"params.{loc}"
+        ) from None
+
+
+def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckResult:
+    """Run one check and its controls; never raises."""
+    from gate.engine.controls import power_verdict, run_control
+
+    started = time.perf_counter()
+    base = {
+        "check": planned.check,
+        "severity": planned.severity,
+        "step": planned.step,
+        "why": planned.why,
+        "policy_rule": planned.source,
+        "params": params.model_dump(mode="json"),
+    }
+    try:
+        outcome = spec(ctx, params)
+    except Exception as err:
+        return _error_result(base, err, started)
+    status = Status(outcome.status)
+    message = outcome.message
+    if status == Status.passed and not outcome.exercise:
+        status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
+    controls = []
+    if status in (Status.passed, Status.warn):
+        for control in planned.controls:
+            ctx.log(f"  control {control.fault} ({control.expect})")
+            controls.append(run_control(spec, ctx, params, outcome, control))
+        problem = power_verdict(planned.check, controls)
+        if problem:
+            status, message = Status.failed, problem
+    return CheckResult(
+        **base,
+        status=status,
+        message=message,
+        evidence=outcome.evidence,
+        metrics={
+            **outcome.metrics,
+            **({"detected_at": outcome.detected_at} if outcome.detected_at is not None else {}),
+        },
+        exercise=outcome.exercise,
+        controls=controls,
+        diagnosis=outcome.diagnosis,
+        duration_s=time.perf_counter() - started,
+    )
+
+
+def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, str]:
+    """Verdict, exit code and summary from the check results."""
+    errors = [c.check for c in checks if c.status == Status.error]
+    denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
+    if errors:
+        return Verdict.error, EXIT_CHECK_ERROR, f"error in {', '.join(errors)}"
+    if denied:
+        return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
+    waived = [c.check for c in checks if c.status == Status.waived]
+    skipped = [c.check for c in checks if c.status == Status.skip]
+    note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
+    note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    if claim == ClaimLevel.bounded_degradation:
+        held = "every deny check held" if waived else "every envelope held"
+        return (
+            Verdict.awaiting_approval,
+            EXIT_AWAITING_APPROVAL,
+            f"{held}; an approximate change waits for a signed approval" + note,
+        )
+    if skipped:
+        return Verdict.passed, EXIT_PASS, f"all {len(checks) - len(skipped)} checks that ran passed" + note
+    return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
+
+
+def prepare(manifest_path: Path, policy_dirs: list[Path]) -> tuple[LoadedManifest, Plan]:
+    """Load, validate and plan; raises InputError / UnavailableError before anything runs."""
+    loaded = load_manifest(manifest_path)
+    plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs))
+    for planned in plan.checks:
+        if not planned.available:
+            raise UnavailableError(f"check {planned.check} required by policy {planned.source} is not available")
+    validate_options(loaded)
+    return loaded, plan
+
+
+def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
+    """Run a manifest end to end and write `results.json` atomically into `options.out_dir`."""
+    from gate.core.check import CheckContext
+    from gate.core.registry import load_adapter, load_check
+    from gate.errors import AdapterUnavailable
+
+    started_at = _now()
+    log = options.log
+    loaded, plan = prepare(manifest_path, options.policy_dirs)
+    manifest = loaded.manifest
+    specs = {p.check: load_check(p.check) for p in plan.checks}
+    waivers = None
+    if options.ledger is not None:
+        from gate.trust.waivers import ledger_waivers
+
+        waivers = ledger_waivers(options.ledger)  # a broken ledger stops the run before any check
+    params = {p.check: _validated_params(loaded, p, specs[p.check]) for p in plan.checks}
+
+    subject = manifest.subject
+    checks: list[CheckResult] = []
+    subjects: dict[str, Any] = {}
+    try:
+        paths = {}
+        for role in ("reference", "candidate"):
+            spec = getattr(subject, role)
+            adapter = load_adapter(spec.adapter)()
+            log(f"building {role} path ({spec.adapter})")
+            paths[role] = adapter.build(
+                adapter.Options.model_validate(spec.options),
+                device=subject.device,
+                dtype=subject.dtype,
+                seed=subject.seed,
+            )
+            subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
+    except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
+        raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
+
+    for planned in plan.checks:
+        log(f"check {planned.check} (step {planned.step}, {planned.severity})")
+        ctx = CheckContext(
+            manifest=manifest,
+            reference=paths["reference"],
+            candidate=paths["candidate"],
+            seed=subject.seed,
+            device=subject.device,
+            dtype=subject.dtype,
+            log=log,
+        )
+        check_result = run_check(planned, specs[planned.check], params[planned.check], ctx)
+        log(f"  {check_result.status.value}: {check_result.message}")
+        checks.append(check_result)
+
+    if waivers is not None:
+        from gate.trust.waivers import apply_waivers
+
+        checks = apply_waivers(loaded, checks, waivers)
+    verdict, exit_code, summary = decide(checks, plan.claim)
+    datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
+    from gate.engine.environment import describe
+
+    result = GateResult(
+        gate_version=gate.__version__,
+        verdict=verdict,
+        exit_code=exit_code,
+        summary=summary,
+        manifest=manifest.model_dump(mode="json", by_alias=True),
+        manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
+        policies=plan.policies,
+        plan=plan.model_dump(mode="json"),
+        checks=checks,
+        subjects=subjects,
+        datasets=datasets,
+        environment=describe(subject.device),
+        started_at=started_at,
+        finished_at=_now(),
+    )
+    write_bytes_atomic(options.out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
+    return result
+
+
+__all__ = ["EXIT_BAD_INPUT", "RunOptions", "decide", "prepare", "run_manifest"]

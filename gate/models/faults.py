@@ -1,0 +1,341 @@
+"""Planted KV-cache bugs (negative controls, release-gate step 5), applied from outside the model.
+
+The reference decoder (gate.models.reference) has no fault flags. Each fault here patches a
+*built* object, the way gpt-fast's `apply_tp(model)` does:
+
+* the model: a module's `mask_fn`, the model's `positions`, one attention layer's `forward`;
+* the cache: each new `KVCache` of the path passes through a hook that replaces its `update`
+  (what attention reads) or its `reset`;
+* the session: a wrapper around the path's sessions (stale weights).
+
+`apply_fault(target, name)` mutates a *copy* made by the path's `with_fault`; the target only
+needs `model`, `block_size`, `cache_hooks` and `session_hooks` (see gate.adapters.reference.paths).
+
+This module imports torch only inside the functions that patch, so option validation stays light.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from gate.models.reference import KVCache, Transformer
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planted bug: its name, where it lives and the bug class a diagnosis should name."""
+
+    name: str
+    target: str
+    """model, cache or session: what the fault patches."""
+    bug_class: str
+    """The diagnosis it should produce (gate.checks._diagnosis bug classes)."""
+    summary: str
+
+
+CATALOGUE: tuple[Fault, ...] = (
+    Fault(
+        "mask-origin-reset",
+        "model",
+        "mask-offset",
+        "a local triangular mask on a cached chunk: torch.tril(ones(q_len, k_len)) ignores the "
+        "cache offset, so the appended token sees only position 0 (seeds 001, 004)",
+    ),
+    Fault(
+        "missing-start-pos",
+        "model",
+        "positional-index",
+        "appended tokens are encoded as if they started at position 0 (start_pos omitted)",
+    ),
+    Fault(
+        "off-by-one-pos",
+        "model",
+        "positional-index",
+        "appended tokens are encoded one position too far (position = cache length + 1)",
+    ),
+    Fault(
+        "rope-after-write",
+        "model",
+        "per-layer-ordering",
+        "the last layer writes K into the cache before RoPE and rotates only the new keys: "
+        "layer 0 agrees, the last layer drifts",
+    ),
+    Fault(
+        "reset-keeps-position",
+        "cache",
+        "reset-leak",
+        "reset clears K and V but not the position counter: the next request starts at the "
+        "previous request's offset (seed 004)",
+    ),
+    Fault(
+        "truncated-last-block",
+        "cache",
+        "kv-truncation",
+        "the read covers only full blocks (len // block_size blocks, not ceil): the partial last "
+        "block of the prefix is missing",
+    ),
+    Fault(
+        "stale-weights",
+        "session",
+        "stale-state",
+        "weights changed, cache kept: the prefix K/V were computed by the previous weights",
+    ),
+    Fault(
+        "cross-request-handle",
+        "cache",
+        "foreign-state",
+        "the cache handle points at another request's slot: each row reads the next row's prefix",
+    ),
+    Fault(
+        "poisoned-tail-read",
+        "cache",
+        "read-past-valid-length",
+        "attention reads the whole allocated buffer, past the valid length, with a mask offset "
+        "computed from the buffer size; the unused tail holds garbage (NaN), as uninitialised memory would",
+    ),
+    Fault(
+        "sliding-window-mask",
+        "model",
+        "mask-window",
+        "a sliding window (max_len // 4 tokens) where full attention is declared",
+    ),
+)
+FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
+FAULT_NAMES: tuple[str, ...] = tuple(FAULTS)
+
+
+class FaultTarget(Protocol):
+    """What a fault patches: a path's model and the hooks its new caches and sessions go through."""
+
+    model: Transformer
+    block_size: int
+    cache_hooks: list[Callable[[KVCache], None]]
+    session_hooks: list[Callable[[Any], Any]]
+
+
+def window_for(max_len: int) -> int:
+    """The window the sliding-window fault applies."""
+    return max(2, max_len // 4)
+
+
+def apply_fault(target: FaultTarget, name: str) -> None:
+    """Plant fault `name` into `target` (already a copy). Raises KeyError for an unknown name."""
+    _APPLY[name](target)
+
+
+# -- model patches ---------------------------------------------------------------------------
+
+
+def _origin_reset_mask(q_len: int, k_len: int, window: int | None, device: torch.device) -> torch.Tensor:
+    import torch
+
+    # torch.tril(torch.ones(q_len, k_len)): row i sees keys 0..i, whatever is cached before it
+    return ~torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+
+
+def _mask_origin_reset(target: FaultTarget) -> None:
+    for layer in target.model.blocks:
+        layer.attention.core.mask_fn = _origin_reset_mask
+
+
+def _sliding_window_mask(target: FaultTarget) -> None:
+    from gate.models.reference import causal_mask
+
+    window = window_for(target.model.config.max_len)
+
+    def mask(q_len: int, k_len: int, _window: int | None, device: torch.device) -> torch.Tensor:
+        return causal_mask(q_len, k_len, window, device)
+
+    for layer in target.model.blocks:
+        layer.attention.core.mask_fn = mask
+
+
+def _shift_positions(target: FaultTarget, shift: Callable[[int], int]) -> None:
+    import torch
+
+    model = target.model
+    device = model.inv_freq.device
+    last = model.config.max_len - 1
+
+    def positions(start_pos: int, n: int) -> torch.Tensor:
+        # only tokens appended against a cache (start_pos > 0) are mis-encoded; the cache write
+        # still lands at start_pos, so the stored layout looks right. Clamped like position ids
+        # of engines that clamp, so learned position tables never index out of range.
+        first = shift(start_pos) if start_pos > 0 else 0
+        return torch.arange(first, first + n, device=device).clamp(max=last)
+
+    model.positions = positions  # type: ignore[method-assign]
+
+
+def _missing_start_pos(target: FaultTarget) -> None:
+    _shift_positions(target, lambda _start: 0)
+
+
+def _off_by_one_pos(target: FaultTarget) -> None:
+    _shift_positions(target, lambda start: start + 1)
+
+
+def _rope_after_write(target: FaultTarget) -> None:
+    import torch
+
+    from gate.models.reference import apply_rope
+
+    attn = target.model.blocks[-1].attention
+
+    def forward(
+        x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None, start_pos: int
+    ) -> torch.Tensor:
+        q, k, v = attn.project(x)
+        if rot is None:  # no RoPE in this model: the ordering cannot matter
+            k_all, v_all = (k, v) if cache is None else cache.update(attn.layer_id, start_pos, k, v)
+            return attn.merge(attn.core(q, k_all, v_all))
+        q = apply_rope(q, *rot)
+        if cache is None:
+            return attn.merge(attn.core(q, apply_rope(k, *rot), v))
+        # write K before rotation, then rotate only this call's keys: cached keys stay unrotated
+        k_all, v_all = cache.update(attn.layer_id, start_pos, k, v)
+        n = k.shape[2]
+        k_all = torch.cat([k_all[:, :, :-n], apply_rope(k_all[:, :, -n:], *rot)], dim=2)
+        return attn.merge(attn.core(q, k_all, v_all))
+
+    attn.forward = forward  # type: ignore[method-assign]
+
+
+# -- cache patches ---------------------------------------------------------------------------
+
+Update = Callable[[int, int, "torch.Tensor", "torch.Tensor"], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def _patch_update(target: FaultTarget, wrap: Callable[[KVCache, Update], Update]) -> None:
+    def hook(cache: KVCache) -> None:
+        cache.update = wrap(cache, cache.update)  # type: ignore[method-assign,assignment]
+
+    target.cache_hooks.append(hook)
+
+
+def _truncated_last_block(target: FaultTarget) -> None:
+    import torch
+
+    block = target.block_size
+
+    def wrap(_cache: KVCache, inner: Update) -> Update:
+        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            k_all, v_all = inner(layer, start_pos, k, v)
+            kept = (start_pos // block) * block  # floor, where ceil was meant
+            return (
+                torch.cat([k_all[:, :, :kept], k_all[:, :, start_pos:]], dim=2),
+                torch.cat([v_all[:, :, :kept], v_all[:, :, start_pos:]], dim=2),
+            )
+
+        return update
+
+    _patch_update(target, wrap)
+
+
+def _cross_request_handle(target: FaultTarget) -> None:
+    import torch
+
+    def wrap(_cache: KVCache, inner: Update) -> Update:
+        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            k_all, v_all = inner(layer, start_pos, k, v)
+            # the cached prefix is read from the next request's slot (row b -> b + 1)
+            return (
+                torch.cat([k_all[:, :, :start_pos].roll(1, dims=0), k_all[:, :, start_pos:]], dim=2),
+                torch.cat([v_all[:, :, :start_pos].roll(1, dims=0), v_all[:, :, start_pos:]], dim=2),
+            )
+
+        return update
+
+    _patch_update(target, wrap)
+
+
+def _poisoned_tail_read(target: FaultTarget) -> None:
+    def wrap(cache: KVCache, inner: Update) -> Update:
+        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            inner(layer, start_pos, k, v)
+            # the unused tail holds garbage, as an uninitialised allocation would: NaN here
+            valid = start_pos + k.shape[2]
+            cache.k[layer][:, :, valid:] = float("nan")
+            cache.v[layer][:, :, valid:] = float("nan")
+            # the whole allocation: the mask offset (k_len - q_len) then admits the unused tail
+            return cache.k[layer], cache.v[layer]
+
+        return update
+
+    _patch_update(target, wrap)
+
+
+def _reset_keeps_position(target: FaultTarget) -> None:
+    def hook(cache: KVCache) -> None:
+        def reset() -> None:
+            for bufs in (cache.k, cache.v):
+                for t in bufs:
+                    t.zero_()
+            # cache.pos is left where the previous request ended
+
+        cache.reset = reset  # type: ignore[method-assign]
+
+    target.cache_hooks.append(hook)
+
+
+# -- session patches -------------------------------------------------------------------------
+
+
+def stale_model(model: Transformer) -> Transformer:
+    """The 'previous weights': a copy with every matrix perturbed by half of its scale (a
+    revision far enough from the current one that its K/V change the argmax in bfloat16 too)."""
+    import torch
+
+    old = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(12345)
+    with torch.no_grad():
+        for p in old.parameters():
+            if p.ndim == 2:
+                noise = torch.randn(p.shape, generator=gen).to(device=p.device, dtype=p.dtype)
+                p.add_(0.5 * p.float().std().to(p.dtype) * noise)
+    return old
+
+
+class _StalePrefill:
+    """A session whose prefill runs on the previous weights: the prompt's K/V are stale."""
+
+    def __init__(self, inner: Any, stale: Transformer) -> None:
+        self._inner, self._stale = inner, stale
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        current = self._inner.model
+        self._inner.model = self._stale
+        try:
+            out: torch.Tensor = self._inner.prefill(tokens)
+        finally:
+            self._inner.model = current
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _stale_weights(target: FaultTarget) -> None:
+    stale = stale_model(target.model)
+    target.session_hooks.append(lambda session: _StalePrefill(session, stale))
+
+
+_APPLY: dict[str, Callable[[FaultTarget], None]] = {
+    "mask-origin-reset": _mask_origin_reset,
+    "missing-start-pos": _missing_start_pos,
+    "off-by-one-pos": _off_by_one_pos,
+    "rope-after-write": _rope_after_write,
+    "reset-keeps-position": _reset_keeps_position,
+    "truncated-last-block": _truncated_last_block,
+    "stale-weights": _stale_weights,
+    "cross-request-handle": _cross_request_handle,
+    "poisoned-tail-read": _poisoned_tail_read,
+    "sliding-window-mask": _sliding_window_mask,
+}
+assert set(_APPLY) == set(FAULT_NAMES)

@@ -1,0 +1,538 @@
+"""A serving worker with a cross-request block prefix cache, over any model code.
+
+`PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between the
+reference decoder and a transformers model is a `ModelFamily`: how to rebuild the model under
+another rope or window, which tables a tokenizer revision remaps, which projections an adapter
+touches, and how to run a step against a per-request cache and move K/V blocks in and out of it.
+
+A request is token ids plus its adapter (a seeded low-rank delta on the K and V projections) and
+its tenant or cache salt; the worker fixes the rest of the identity: model revision (a digest of its
+weights), tokenizer revision (tok-v2 remaps ids), rope, attention window and KV dtype (K/V stored in
+a narrower dtype are rounded on write). Siblings built by `sibling(field)` share the cache store,
+like workers behind one shared KV tier, so a key that drops a field lets one worker consume
+another's state.
+
+Requests through `new_session` (the DecodePath protocol) run a plain per-request cache: a prefill
+must return logits for every prompt position, and a position served from the prefix cache has none.
+Cross-request reuse is reached through `request` (the PrefixCaching protocol).
+
+Faults (gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update
+hook; the cache and the model know nothing of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gate.errors import UnknownFault
+from gate.prefix.cache import (
+    CacheIdentity,
+    CacheRules,
+    PrefixCache,
+    PrefixReply,
+    RequestStats,
+    RestoreReport,
+)
+from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ADAPTER_NAMES = ("lora-a", "lora-b")
+TOKENIZERS = ("tok-v1", "tok-v2")
+"""tok-v1 is the model's own id space; tok-v2 is a revision that remaps every id (same text, other ids)."""
+LORA_RANK = 4
+UPDATE_SCALE = 0.3
+"""A weight update moves every matrix by this fraction of its own scale (a visible fine-tuning step)."""
+REVISION_SIBLING_SEED = 9001
+"""The weight update that makes the model-revision sibling."""
+
+
+class ModelFamily(ABC):
+    """One kind of model code as a prefix worker drives it. An instance wraps one base checkpoint;
+    `config` values are the family's hashable description of an architecture variant (rope,
+    window) of that checkpoint."""
+
+    name: str
+    """Prefix of worker names, e.g. `reference` or `hf:llama`."""
+    base_config: Hashable
+    """The variant the checkpoint was built as."""
+    vocab_size: int
+    max_len: int
+
+    @abstractmethod
+    def instantiate(self, config: Hashable, *, device: str, dtype: str) -> torch.nn.Module:
+        """A private copy of the checkpoint's weights under `config` (rope and window buffers rebuilt)."""
+
+    @abstractmethod
+    def frozen(self, name: str) -> bool:
+        """Whether parameter `name` is an input embedding (weight updates leave it alone)."""
+
+    @abstractmethod
+    def vocab_tables(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        """Input embedding and output tables, each once (a tokenizer revision permutes their rows)."""
+
+    @abstractmethod
+    def kv_projections(self, model: torch.nn.Module) -> list[torch.nn.Linear]:
+        """The K and V projections an adapter adds its low-rank delta to, in module order."""
+
+    @abstractmethod
+    def rope(self, config: Hashable) -> str:
+        """The position encoding as the cache identity names it, e.g. `base=10000` or `none`."""
+
+    @abstractmethod
+    def window(self, config: Hashable) -> int | None:
+        """Sliding attention window, None for full attention."""
+
+    @abstractmethod
+    def varied(self, config: Hashable, field: str, block_size: int) -> Hashable | None:
+        """`config` changed in identity field `field` (rope-scaling, attention-window) alone, or
+        None where this model cannot vary it."""
+
+    @abstractmethod
+    def kv_layout(self, config: Hashable) -> tuple[int, int, int]:
+        """(layers, KV heads, head dim) of a stored block."""
+
+    @abstractmethod
+    def describe(self, config: Hashable) -> dict[str, Any]:
+        """The model part of the worker's identity record."""
+
+    @abstractmethod
+    def new_kv(self, config: Hashable, batch: int, *, device: str, dtype: str, kv_dtype: str) -> Any:
+        """An empty per-request cache; K/V written to it are rounded to `kv_dtype`."""
+
+    @abstractmethod
+    def step(self, model: torch.nn.Module, tokens: torch.Tensor, kv: Any, pos: int) -> torch.Tensor:
+        """tokens [B, n] at positions pos.. against `kv` (which holds exactly pos tokens), writing
+        their K/V -> logits [B, n, V] float32."""
+
+    @abstractmethod
+    def read_block(self, kv: Any, start: int, end: int) -> tuple[torch.Tensor, ...]:
+        """k, v of positions [start, end) of batch row 0, per layer: (k0, v0, k1, v1, ...), each
+        [H_kv, end - start, D] in the model dtype."""
+
+    @abstractmethod
+    def write_block(self, kv: Any, payload: tuple[torch.Tensor, ...], start: int, n: int) -> None:
+        """Put the first n positions of a stored block at positions [start, start + n) of `kv`
+        (which holds exactly `start` tokens), as if they had been computed there."""
+
+    @abstractmethod
+    def kv_bytes(self, kv: Any) -> int:
+        """Bytes a per-request cache holds."""
+
+    def full_logits(self, model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        """One full causal pass, no cache: [B, T] -> [B, T, V] float32."""
+        with torch.no_grad():
+            logits: torch.Tensor = model(tokens)
+        return logits.float()
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything that determines a worker's weights and its worker-level identity."""
+
+    family: ModelFamily = field(compare=False, hash=False)
+    """The model code and checkpoint the worker was built from."""
+    config: Hashable
+    """The family's variant of the checkpoint (its rope and window)."""
+    seed: int
+    device: str
+    dtype: str
+    kv_dtype: str
+    tokenizer: str = "tok-v1"
+    weight_updates: tuple[int, ...] = ()
+    """Seeds of the weight updates loaded since the base checkpoint, in order."""
+    adapter_updates: tuple[tuple[str, int], ...] = ()
+    """(adapter, seed) of the adapter updates loaded, in order."""
+
+    @property
+    def family_id(self) -> int:
+        return id(self.family)
+
+    def adapter_seeds(self, name: str) -> tuple[int, ...]:
+        return tuple(seed for n, seed in self.adapter_updates if n == name)
+
+
+def _perturb(model: torch.nn.Module, seed: int, scale: float, names: Callable[[str], bool]) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2 and names(name):
+                noise = torch.randn(param.shape, generator=gen) * float(param.float().std()) * scale
+                param.add_(noise.to(param.dtype).to(param.device))
+
+
+def _lora(projections: list[torch.nn.Linear], name: str, seeds: tuple[int, ...]) -> None:
+    """Add a seeded rank-4 delta B @ A to every K and V projection (the adapter)."""
+    base = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+    with torch.no_grad():
+        for rev, seed in enumerate((0, *seeds)):
+            gen = torch.Generator().manual_seed(base + 7919 * rev + seed)
+            for proj in projections:
+                out_dim, in_dim = proj.weight.shape
+                a = torch.randn(LORA_RANK, in_dim, generator=gen) / in_dim**0.5
+                b = torch.randn(out_dim, LORA_RANK, generator=gen) / LORA_RANK**0.5
+                proj.weight.add_((0.5 * b @ a).to(proj.weight.dtype).to(proj.weight.device))
+
+
+def _weights_digest(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def built(spec: WorkerSpec, adapter: str | None) -> tuple[torch.nn.Module, str]:
+    """The worker's model (with `adapter` applied) and the revision digest of its checkpoint."""
+    return _memo(spec, spec.family_id, adapter)
+
+
+@lru_cache(maxsize=32)
+def _memo(spec: WorkerSpec, family_id: int, adapter: str | None) -> tuple[torch.nn.Module, str]:
+    family = spec.family
+    model = family.instantiate(spec.config, device=spec.device, dtype=spec.dtype)
+    for seed in spec.weight_updates:
+        _perturb(model, seed, UPDATE_SCALE, lambda name: not family.frozen(name))
+    revision = _weights_digest(model)  # the checkpoint; the tokenizer revision is its own field
+    if spec.tokenizer == "tok-v2":  # id i of tok-v2 is id perm[i] of the model's own vocabulary
+        perm = torch.randperm(family.vocab_size, generator=torch.Generator().manual_seed(7))
+        with torch.no_grad():
+            for table in family.vocab_tables(model):
+                table.copy_(table[perm.to(table.device)])
+    if adapter is not None:
+        _lora(family.kv_projections(model), adapter, spec.adapter_seeds(adapter))
+    return model, revision
+
+
+class PlainSession:
+    """A per-request session (the DecodePath protocol): no cross-request reuse."""
+
+    def __init__(self, worker: PrefixWorker, batch_size: int) -> None:
+        self.worker, self.batch_size = worker, batch_size
+        self.cache = worker.kv_cache(batch_size)
+        self.pos = self.steps = 0
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.append(tokens)
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        worker = self.worker
+        logits = worker.spec.family.step(worker.model(), tokens.to(worker.spec.device), self.cache, self.pos)
+        self.pos += tokens.shape[1]
+        return logits
+
+    def reset(self) -> None:
+        self.cache, self.pos = self.worker.kv_cache(self.batch_size), 0
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            "cache_len": self.pos,
+            "cached_steps": self.steps,
+            "cache_bytes": self.worker.spec.family.kv_bytes(self.cache),
+        }
+
+
+def _correct_update(worker: PrefixWorker, attr: str, old: str | None, new: str | None) -> str | None:
+    """After loading new weights: drop every entry keyed on the old revision; key on the new one."""
+    worker.cache.invalidate(lambda block: getattr(block.identity, attr) == old)
+    return new
+
+
+def _skip_invalidation(worker: PrefixWorker, attr: str, old: str | None, new: str | None) -> str | None:
+    """The fault: the weights are loaded, the cache is kept and still keyed on the old revision."""
+    return old
+
+
+UpdateHook = Callable[["PrefixWorker", str, "str | None", "str | None"], "str | None"]
+
+
+@dataclass
+class WorkerState:
+    """What a worker keys on now (normally derived from its weights; see `UpdateHook`)."""
+
+    revision: str
+    adapter_labels: dict[str, str] = field(default_factory=dict)
+
+
+class PrefixWorker:
+    """One serving worker with a cross-request prefix cache (DecodePath and PrefixCaching)."""
+
+    uses_cache = True
+
+    def __init__(
+        self, spec: WorkerSpec, cache: PrefixCache, faults: tuple[str, ...] = (), state: WorkerState | None = None
+    ) -> None:
+        family = spec.family
+        self.spec, self.cache, self._faults = spec, cache, faults
+        self.block_size = cache.block_size
+        self.vocab_size, self.max_len, self.dtype = family.vocab_size, family.max_len, spec.dtype
+        self.name = f"{family.name}:prefix-cache" + "".join(f"+{f}" for f in faults)
+        self._on_update: UpdateHook = _skip_invalidation if "skip-invalidation" in faults else _correct_update
+        model, revision = built(spec, None)
+        self._adapters = ADAPTER_NAMES if family.kv_projections(model) else ()
+        self.state = state or WorkerState(revision=revision, adapter_labels={n: f"{n}@r0" for n in self._adapters})
+
+    @classmethod
+    def create(
+        cls,
+        spec: WorkerSpec,
+        *,
+        block_size: int,
+        byte_budget: int,
+        faults: tuple[str, ...] = (),
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> PrefixWorker:
+        rules = (
+            CacheRules()
+            if hash_fn is None
+            else CacheRules(hash=hash_fn, hash_name=getattr(hash_fn, "__name__", "custom"))
+        )
+        return cls(spec, PrefixCache(block_size, byte_budget, apply_rule_faults(rules, faults)), faults)
+
+    # -- DecodePath ----------------------------------------------------------------------------
+    def model(self, adapter: str | None = None) -> torch.nn.Module:
+        return built(self.spec, adapter)[0]
+
+    def kv_cache(self, batch: int) -> Any:
+        spec = self.spec
+        return spec.family.new_kv(spec.config, batch, device=spec.device, dtype=spec.dtype, kv_dtype=spec.kv_dtype)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            **self.spec.family.describe(self.spec.config),
+            "seed": self.spec.seed,
+            "model_revision": self.state.revision,
+            "tokenizer": self.spec.tokenizer,
+            "kv_dtype": self.spec.kv_dtype,
+            "block_size": self.block_size,
+            "byte_budget": self.cache.byte_budget,
+            "hash": self.cache.rules.hash_name,
+            "faults": list(self._faults),
+        }
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.spec.family.full_logits(self.model(), tokens.to(self.spec.device))
+
+    def new_session(self, batch_size: int) -> PlainSession:
+        return PlainSession(self, batch_size)
+
+    def faults(self) -> tuple[str, ...]:
+        return PREFIX_FAULTS
+
+    def with_fault(self, fault: str) -> PrefixWorker:
+        if fault not in PREFIX_FAULTS:
+            raise UnknownFault(f"path {self.name} cannot apply fault {fault!r} (known: {', '.join(PREFIX_FAULTS)})")
+        return type(self).create(
+            self.spec, block_size=self.block_size, byte_budget=self.cache.byte_budget, faults=(*self._faults, fault)
+        )
+
+    # -- PrefixCaching -------------------------------------------------------------------------
+    def adapters(self) -> tuple[str, ...]:
+        return self._adapters
+
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
+        family, config = self.spec.family, self.spec.config
+        if adapter is not None and adapter not in self._adapters:
+            raise ValueError(f"unknown adapter {adapter!r} (served: {', '.join(self._adapters) or 'none'})")
+        return CacheIdentity(
+            model_revision=self.state.revision,
+            tokenizer=self.spec.tokenizer,
+            rope=family.rope(config),
+            attention_window=family.window(config),
+            attention_mask="causal",
+            kv_dtype=self.spec.kv_dtype,
+            adapter=self.state.adapter_labels[adapter] if adapter else None,
+            tenant=tenant,
+        )
+
+    def _payload(self, kv: Any, start: int) -> tuple[torch.Tensor, ...]:
+        # per layer k, v: [H_kv, block_size, D] in the KV dtype
+        kv_dtype = DTYPES[self.spec.kv_dtype]
+        return tuple(t.to(kv_dtype).clone() for t in self.spec.family.read_block(kv, start, start + self.block_size))
+
+    def _inject(self, kv: Any, payload: tuple[torch.Tensor, ...], start: int, n: int) -> None:
+        model_dtype = DTYPES[self.spec.dtype]
+        self.spec.family.write_block(kv, tuple(t.to(model_dtype) for t in payload), start, n)
+
+    def _step(self, model: torch.nn.Module, tokens: Sequence[int], kv: Any, pos: int) -> torch.Tensor:
+        """tokens of one request at positions pos.. -> logits [n, V] float32."""
+        batch = torch.tensor([list(tokens)], device=self.spec.device)
+        return self.spec.family.step(model, batch, kv, pos)[0]
+
+    def request(
+        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
+    ) -> PrefixReply:
+        prompt = [int(t) for t in tokens]
+        if not prompt:
+            raise ValueError("a request needs at least one token")
+        identity, model, kv = self.identity_for(adapter=adapter, tenant=tenant), self.model(adapter), self.kv_cache(1)
+        before = (self.cache.counters.collisions_detected, self.cache.counters.evicted)
+        hits = dict(self.cache.match(prompt, identity))
+        starts = sorted(s for s in hits if s < len(prompt) - 1)
+        rows: list[torch.Tensor] = []
+        computed: list[int] = []
+        spans: list[tuple[int, int]] = []
+        served_at: list[int] = []
+        served_from: list[int] = []
+        pos = 0
+        while pos < len(prompt):
+            block = hits.get(pos)
+            if block is not None and pos < len(prompt) - 1:  # the last prompt token is always computed
+                n = min(self.block_size, len(prompt) - 1 - pos)
+                self._inject(kv, block.payload, pos, n)
+                spans = (
+                    [*spans[:-1], (spans[-1][0], pos + n)]
+                    if spans and spans[-1][1] == pos
+                    else [*spans, (pos, pos + n)]
+                )
+                served_at.append(pos)
+                served_from.append(block.start)
+                pos += n
+                continue
+            end = next((s for s in starts if s > pos), len(prompt))
+            rows.append(self._step(model, prompt[pos:end], kv, pos).float())
+            computed.extend(range(pos, end))
+            pos = end
+        stored = self._store(prompt, identity, hits, kv)
+        logits = torch.cat(rows)
+        continuation, steps = self._greedy(model, kv, logits[-1], len(prompt), new_tokens)
+        reused = sum(e - s for s, e in spans)
+        stats = RequestStats(
+            prompt_tokens=len(prompt),
+            hit_blocks=len(served_from),
+            reused_tokens=reused,
+            computed_tokens=len(prompt) - reused,
+            reused_spans=spans,
+            served_at=served_at,
+            served_from=served_from,
+            stored_blocks=stored,
+            collisions_detected=self.cache.counters.collisions_detected - before[0],
+            evicted_blocks=self.cache.counters.evicted - before[1],
+        )
+        return PrefixReply(logits, computed, continuation, steps, stats)
+
+    def _store(self, prompt: list[int], identity: CacheIdentity, hits: dict[int, Any], kv: Any) -> int:
+        """Store every full prompt block not served from the cache, chained after its parent."""
+        pinned = {b.uid for b in hits.values()}
+        parent, stored = None, 0
+        for start in range(0, len(prompt) - len(prompt) % self.block_size, self.block_size):
+            if start in hits:
+                parent = hits[start]
+                continue
+            block = self.cache.insert(
+                parent, start, prompt[start : start + self.block_size], identity, self._payload(kv, start), pinned
+            )
+            if block is None:
+                break  # no room: a child without its parent could never be matched
+            stored += block.uid not in pinned
+            pinned.add(block.uid)
+            parent = block
+        return stored
+
+    def _greedy(
+        self, model: torch.nn.Module, kv: Any, last: torch.Tensor, start: int, n: int
+    ) -> tuple[list[int], torch.Tensor]:
+        tokens: list[int] = []
+        rows = [last]
+        for i in range(n):
+            tokens.append(int(rows[-1].argmax()))
+            if i + 1 < n:
+                rows.append(self._step(model, tokens[-1:], kv, start + i)[-1].float())
+        return tokens, torch.stack(rows[:n]) if n else last.new_zeros(0, last.shape[-1])
+
+    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
+        prompt = [int(t) for t in tokens]
+        model, kv = self.model(adapter), self.kv_cache(1)
+        logits = self._step(model, prompt, kv, 0).float()
+        continuation, steps = self._greedy(model, kv, logits[-1], len(prompt), new_tokens)
+        stats = RequestStats(len(prompt), 0, 0, len(prompt), [], [], [], 0, 0, 0)
+        return PrefixReply(logits, list(range(len(prompt))), continuation, steps, stats)
+
+    def _derived(self, spec: WorkerSpec) -> PrefixWorker:
+        """A worker on `spec` sharing this worker's cache store."""
+        return type(self)(spec, self.cache, self._faults)
+
+    def sibling(self, field: str) -> PrefixWorker | None:
+        spec = self.spec
+        if field == "model-revision":
+            return self._derived(replace(spec, weight_updates=(*spec.weight_updates, REVISION_SIBLING_SEED)))
+        if field == "tokenizer":
+            return self._derived(replace(spec, tokenizer="tok-v2" if spec.tokenizer == "tok-v1" else "tok-v1"))
+        if field == "kv-dtype":
+            return self._derived(replace(spec, kv_dtype="bfloat16" if spec.kv_dtype == "float32" else "float32"))
+        if field in ("rope-scaling", "attention-window"):
+            config = spec.family.varied(spec.config, field, self.block_size)
+            return None if config is None else self._derived(replace(spec, config=config))
+        return None
+
+    def fresh(
+        self,
+        *,
+        block_size: int | None = None,
+        byte_budget: int | None = None,
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> PrefixWorker:
+        return type(self).create(
+            self.spec,
+            block_size=block_size or self.block_size,
+            byte_budget=byte_budget or self.cache.byte_budget,
+            faults=self._faults,
+            hash_fn=hash_fn,
+        )
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        if target == "model":
+            self.spec = replace(self.spec, weight_updates=(*self.spec.weight_updates, seed))
+            new = built(self.spec, None)[1]
+            self.state.revision = self._on_update(self, "model_revision", self.state.revision, new) or new
+            return
+        if target not in self._adapters:
+            raise ValueError(f"unknown adapter {target!r}")
+        self.spec = replace(self.spec, adapter_updates=(*self.spec.adapter_updates, (target, seed)))
+        old, new = self.state.adapter_labels[target], f"{target}@r{len(self.spec.adapter_seeds(target))}"
+        self.state.adapter_labels[target] = self._on_update(self, "adapter", old, new) or new
+
+    def save_cache(self, file: Path) -> int:
+        return self.cache.save(file)
+
+    def _admissible(self, identity: CacheIdentity, payload: tuple[torch.Tensor, ...]) -> str | None:
+        """Why a restored block may not be revived here, or None."""
+        mine = self.identity_for()
+        for name, value in identity.worker_part():
+            if getattr(mine, name) != value:
+                return f"{name} {value} is not this worker's {getattr(mine, name)}"
+        if identity.adapter is not None and identity.adapter not in self.state.adapter_labels.values():
+            return f"adapter {identity.adapter} is not served here"
+        layers, kv_heads, head_dim = self.spec.family.kv_layout(self.spec.config)
+        shape = (kv_heads, self.block_size, head_dim)
+        if len(payload) != 2 * layers or any(tuple(t.shape) != shape for t in payload):
+            return "K/V layout differs"
+        return None
+
+    def restore_cache(self, file: Path) -> RestoreReport:
+        return self.cache.restore(file, self._admissible, device=self.spec.device)
+
+    def cache_state(self) -> dict[str, Any]:
+        c = self.cache.counters
+        return {
+            "blocks": len(self.cache),
+            "bytes_held": self.cache.bytes_held,
+            "byte_budget": self.cache.byte_budget,
+            "block_size": self.block_size,
+            "hash": self.cache.rules.hash_name,
+            "lookups": c.lookups,
+            "hits": c.hits,
+            "stored": c.stored,
+            "evicted": c.evicted,
+            "invalidated": c.invalidated,
+            "collisions_detected": c.collisions_detected,
+            "not_stored": c.not_stored,
+        }

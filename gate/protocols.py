@@ -1,0 +1,234 @@
+"""Adapter and path protocols: the only way checks talk to models.
+
+A check never imports the reference decoder or transformers; it receives two `DecodePath`s
+(reference and candidate) built by adapters. Optional capabilities (speculative sampling, a
+cross-request prefix cache, per-layer traces) are separate protocols a check tests for with
+`isinstance`, so one check can judge every engine that offers what it needs.
+
+This module imports no torch at run time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    import torch
+
+    from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
+    from gate.speculative.sampler import SpeculativeSample
+
+
+__all__ = [
+    "Adapter",
+    "AttentionProbe",
+    "DecodePath",
+    "LayerTracing",
+    "LayoutBoundaries",
+    "PrefixCaching",
+    "Session",
+    "SpeculativePath",
+]
+
+
+@runtime_checkable
+class Session(Protocol):
+    """One decoding session over a batch of B sequences, with its own KV cache."""
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Process a prompt. tokens: [B, T] int64 -> logits [B, T, V] float32."""
+        ...
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Process n new tokens against the cache. tokens: [B, n] -> logits [B, n, V] float32."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the request: stored K/V *and* position state (seed 004)."""
+        ...
+
+    def exercise(self) -> dict[str, Any]:
+        """Proof the cache path ran: at least `cache_len`, `cached_steps` and `cache_bytes`."""
+        ...
+
+
+@runtime_checkable
+class DecodePath(Protocol):
+    """An execution path through one model."""
+
+    name: str
+    """Human-readable path name, e.g. `reference:static`."""
+    vocab_size: int
+    """Size of the logit dimension."""
+    max_len: int
+    """Longest sequence the model accepts."""
+    uses_cache: bool
+    """False for a plain full forward (the usual reference)."""
+    dtype: str
+    """Model dtype name (float32, bfloat16, float16)."""
+
+    def identity(self) -> dict[str, Any]:
+        """Model identity for the record: config hash, weights sha256, library versions."""
+        ...
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One full causal pass, no cache. tokens: [B, T] -> logits [B, T, V] float32."""
+        ...
+
+    def new_session(self, batch_size: int) -> Session:
+        """A fresh session whose cache layout is this path's."""
+        ...
+
+    def faults(self) -> tuple[str, ...]:
+        """Names of the faults `with_fault` can apply to this path."""
+        ...
+
+    def with_fault(self, fault: str) -> DecodePath:
+        """A copy of this path with a fault applied from outside the model."""
+        ...
+
+
+@runtime_checkable
+class LayerTracing(Protocol):
+    """Per-layer states, so a failed parity check can name the first diverging layer."""
+
+    def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """Per layer: `k`, `v` and `hidden` for the token at `prefix_len`, computed by this path
+        (prefill `prefix_len` tokens, then append one). Shapes per layer:
+        k, v: [B, H_kv, prefix_len + 1, D]; hidden: [B, d_model]."""
+        ...
+
+    def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
+        """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
+        ...
+
+
+@runtime_checkable
+class AttentionProbe(Protocol):
+    """Run this path's KV cache, mask and attention kernel on given q, k, v (no projections, no
+    position encoding), so `mask-oracle` can feed the seed 004 fixture through the candidate."""
+
+    def attention_probe(
+        self,
+        requests: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]],
+        *,
+        poison_tail: bool = False,
+    ) -> list[list[torch.Tensor]]:
+        """requests: independent requests in order, each a list of chunks (q [B, H, n, D],
+        k and v [B, H_kv, n, D]) fed one after another from position 0; the path's own reset runs
+        between requests. poison_tail writes NaN into allocated-but-unused cache slots before each
+        chunk. Returns, per request and chunk, the attention output [B, H, n, D]."""
+        ...
+
+
+@runtime_checkable
+class LayoutBoundaries(Protocol):
+    """Token counts where a path's cache layout changes shape, for the prefix sweep to visit ±1."""
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Block edges, chunk edges, window sizes (each < max_len)."""
+        ...
+
+
+@runtime_checkable
+class SpeculativePath(Protocol):
+    """Speculative (draft-then-verify) sampling, judged by `spec-greedy` and `spec-distribution`.
+
+    Temperature and top-k are applied identically to the target's and the draft's logits;
+    temperature 0 is greedy. `gate.speculative.sampler.SpeculativeSampler` is a reference implementation."""
+
+    num_draft_tokens: int
+    """k: tokens the draft proposes per round (the horizon checked must exceed it)."""
+
+    def sample(
+        self, prompts: torch.Tensor, n_tokens: int, *, temperature: float, top_k: int | None, generator: torch.Generator
+    ) -> SpeculativeSample:
+        """Continue each prompt [B, T0] by n_tokens, seeded by `generator` alone; tokens
+        [B, n_tokens] plus counts of draft/target passes and proposed/accepted tokens."""
+        ...
+
+    def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
+        """The target's sampling distribution after each context [N, T] -> [N, V]."""
+        ...
+
+    def draft_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
+        """The draft's sampling distribution after each context [N, T] -> [N, V] (for power)."""
+        ...
+
+
+@runtime_checkable
+class PrefixCaching(Protocol):
+    """A cross-request prefix cache (seed 003), judged by prefix-reuse-parity, cache-identity,
+    tenant-isolation, invalidation and hash-collision.
+
+    A worker serves requests (token ids plus the per-request identity: adapter, tenant or salt)
+    and fixes the rest of the identity (model revision, tokenizer, rope, window, mask, KV dtype).
+    `gate.prefix.worker.PrefixWorker` implements it over any model code (a `ModelFamily`)."""
+
+    block_size: int
+    """Tokens per cached block."""
+
+    def request(
+        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
+    ) -> PrefixReply:
+        """Serve one request through the cache (consult, compute the rest, store its full blocks)."""
+        ...
+
+    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
+        """The same worker and identity with no cache at all: the uncached oracle."""
+        ...
+
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
+        """The identity a request with these options is keyed on."""
+        ...
+
+    def adapters(self) -> tuple[str, ...]:
+        """Adapter names this worker serves."""
+        ...
+
+    def sibling(self, field: str) -> PrefixCaching | None:
+        """A worker sharing this worker's cache store that differs from it in exactly the
+        worker-level identity field `field` (an IdentityField value); None if none can be built."""
+        ...
+
+    def fresh(
+        self,
+        *,
+        block_size: int | None = None,
+        byte_budget: int | None = None,
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> PrefixCaching:
+        """A new worker as this path was built (same faults), with an empty cache of its own."""
+        ...
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        """Load changed weights for the model (`model`) or one adapter (its name)."""
+        ...
+
+    def save_cache(self, file: Path) -> int:
+        """Write the cache to a file (a worker going down); returns the blocks written."""
+        ...
+
+    def restore_cache(self, file: Path) -> RestoreReport:
+        """Load a saved cache into this worker (a restart), reviving only compatible entries."""
+        ...
+
+    def cache_state(self) -> dict[str, Any]:
+        """Blocks, bytes held, byte budget and lifetime counters."""
+        ...
+
+
+class Adapter(Protocol):
+    """Builds paths from validated options. Registered under entry point group `gate.adapters`."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> DecodePath:
+        """Build the path the options describe. Heavy imports happen here, not at module import."""
+        ...

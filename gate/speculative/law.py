@@ -1,0 +1,153 @@
+"""Exact output distributions over a short horizon, by enumeration.
+
+`target_law` is the target's own joint distribution over the next `horizon` tokens (what a correct
+speculative sampler must reproduce). `sampler_law` is the distribution a speculative sampler with
+given `VerifyRules` actually produces, computed by walking every draft proposal and accept/reject
+branch; with a faulty rule it gives the alternative against which the test's power is computed.
+Both need the sampling distribution to have small support (top-k), so the tree stays small.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from gate.speculative.sampler import VerifyRules, warp
+
+Seq = tuple[int, ...]
+Law = dict[Seq, float]
+"""Continuation (horizon tokens) -> probability."""
+
+NextProbsFn = Callable[[torch.Tensor], torch.Tensor]
+"""Sampling distribution of the next token: contexts [N, T] (equal lengths) -> probs [N, V]."""
+
+
+@dataclass
+class NextTokenTable:
+    """Memoised next-token distributions after `prompt + continuation`, float64.
+
+    Continuations of different lengths are scored in separate equal-length batches, so engines
+    need not support padding."""
+
+    probs_fn: NextProbsFn
+    prompt: torch.Tensor
+    """[T0] int64."""
+    chunk: int = 1024
+    _cache: dict[Seq, torch.Tensor] = field(default_factory=dict)
+
+    def __call__(self, conts: list[Seq]) -> torch.Tensor:
+        """[len(conts), V] float64."""
+        missing = sorted({c for c in conts if c not in self._cache}, key=len)
+        by_len: dict[int, list[Seq]] = defaultdict(list)
+        for c in missing:
+            by_len[len(c)].append(c)
+        for group in by_len.values():
+            for start in range(0, len(group), self.chunk):
+                part = group[start : start + self.chunk]
+                tail = torch.tensor(part, dtype=torch.long, device=self.prompt.device).reshape(len(part), -1)
+                ctx = torch.cat([self.prompt.expand(len(part), -1), tail], 1)
+                with torch.no_grad():
+                    probs = self.probs_fn(ctx).double().cpu()
+                for c, row in zip(part, probs, strict=True):
+                    self._cache[c] = row
+        return torch.stack([self._cache[c] for c in conts])
+
+
+def next_probs_from_logits(
+    logits_fn: Callable[[torch.Tensor], torch.Tensor], temperature: float, top_k: int | None
+) -> NextProbsFn:
+    """A NextProbsFn from a full-logits function: warp the last position's logits in float64."""
+    return lambda ctx: warp(logits_fn(ctx)[:, -1].double(), temperature, top_k)
+
+
+def _support(row: torch.Tensor) -> list[tuple[int, float]]:
+    idx = (row > 0).nonzero().squeeze(1).tolist()
+    return [(t, float(row[t])) for t in idx]
+
+
+def target_law(target: NextTokenTable, horizon: int) -> Law:
+    """The target's joint distribution over `horizon` tokens (ancestral enumeration)."""
+    layer: Law = {(): 1.0}
+    for _ in range(horizon):
+        conts = list(layer)
+        probs = target(conts)
+        nxt: Law = {}
+        for c, row in zip(conts, probs, strict=True):
+            for t, p in _support(row):
+                nxt[(*c, t)] = layer[c] * p
+        layer = nxt
+    return layer
+
+
+def sampler_law(target: NextTokenTable, draft: NextTokenTable, rules: VerifyRules, k: int, horizon: int) -> Law:
+    """The exact distribution of the first `horizon` tokens from a k-token speculative sampler."""
+    final: Law = defaultdict(float)
+    pending: Law = {(): 1.0}
+
+    while pending:
+        arrived: Law = defaultdict(float)
+
+        def land(seq: Seq, mass: float, arrived: Law = arrived) -> None:
+            if mass <= 0:
+                return
+            if len(seq) >= horizon:
+                final[seq[:horizon]] += mass
+            else:
+                arrived[seq] += mass
+
+        # one round from every pending prefix; a node is (prefix + drafted so far, probability)
+        nodes = list(pending.items())
+        for depth in range(k + 1):
+            live = []
+            for seq, w in nodes:
+                if len(seq) >= horizon:  # drafted past the horizon: the rest is truncated
+                    final[seq[:horizon]] += w
+                else:
+                    live.append((seq, w))
+            if not live:
+                break
+            conts = [s for s, _ in live]
+            p = target(conts)  # [N, V]
+            if depth == k:  # all k accepted
+                if not rules.emit_bonus:
+                    for seq, w in live:
+                        land(seq, w)
+                    break
+
+                def draft_next(conts: list[Seq] = conts) -> torch.Tensor:
+                    return draft(conts)
+
+                bonus = rules.bonus(p, draft_next)
+                bonus = bonus / bonus.sum(-1, keepdim=True)
+                for (seq, w), row in zip(live, bonus, strict=True):
+                    for t, b in _support(row):
+                        land((*seq, t), w * b)
+                break
+            q = draft(conts)
+            accept = torch.where(q > 0, rules.accept(p, q), torch.zeros_like(q)).nan_to_num(0.0)
+            reject_mass = (q * (1 - accept)).sum(-1)  # [N]
+            residual = rules.residual(p, q)
+            residual = residual / residual.sum(-1, keepdim=True)
+            children = []
+            for i, (seq, w) in enumerate(live):
+                if reject_mass[i] > 0:
+                    for t, r in _support(residual[i]):
+                        land((*seq, t), w * float(reject_mass[i]) * r)
+                for t, qt in _support(q[i]):
+                    a = float(accept[i, t])
+                    if a > 0:
+                        children.append(((*seq, t), w * qt * a))
+            nodes = children
+        pending = dict(arrived)
+    return dict(final)
+
+
+def marginal(law: Law, length: int) -> Law:
+    """The law of the first `length` tokens."""
+    out: Law = defaultdict(float)
+    for seq, p in law.items():
+        out[seq[:length]] += p
+    return dict(out)

@@ -1,0 +1,1 @@
+"""Keys, DSSE attestations, the append-only ledger, approvals, waivers and audits."""

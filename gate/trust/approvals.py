@@ -1,0 +1,300 @@
+"""Approvals: a reviewer's signed decision that an awaiting-approval dossier may ship.
+
+An approval is bound to the dossier's digest: the sha256 of the run's signed in-toto statement (the
+DSSE payload of attestation.dsse.json), which names every dossier file and the commit by digest and
+does not change when signatures are added. `gate approve` records it three ways:
+
+1. a second DSSE signature on attestation.dsse.json by the approver's key (so `gate verify DIR
+   --key gate.pub --key reviewer.pub` shows both signers);
+2. its own in-toto statement (predicateType APPROVAL_PREDICATE: approver, reason, time, the run's
+   verdict, manifest and commit; subject: the run statement's digest and files), in a DSSE envelope
+   signed by the same key: this is what carries who and why;
+3. a ledger entry of kind "approval" holding that envelope and the approver's public key, whose
+   receipt (entry and signed checkpoint) goes into DIR/approval.json with the envelope.
+
+An approval is refused unless the run's attestation verifies against a trusted run key (--run-key,
+or the signer the ledger recorded for this exact dossier when the run was recorded) and its signed
+verdict is awaiting-approval. Nothing here sees live objects: bytes, digests and signatures only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from gate.errors import EXIT_GATE_FAILED, GateError
+from gate.trust.attest import ENVELOPE_NAME, PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, keyid, pae
+from gate.trust.signing import public_key_b64, public_key_from_b64
+
+APPROVAL_KIND = "approval"
+APPROVAL_PREDICATE = "https://gate.dev/approval/v1"
+APPROVAL_FILE = "approval.json"
+RUN_STATEMENT_SUBJECT = f"{ENVELOPE_NAME}#payload"
+"""Subject name under which an approval names the run statement's digest."""
+
+
+class ApprovalRefused(GateError):
+    """The dossier cannot be approved (does not verify, failed, already final): exit 1."""
+
+    exit_code = EXIT_GATE_FAILED
+
+
+# --- the run's statement --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunStatement:
+    """The run's signed statement, as read from attestation.dsse.json (unverified until checked)."""
+
+    payload: bytes
+    sha256: str
+    statement: dict[str, Any]
+
+    @property
+    def predicate(self) -> dict[str, Any]:
+        value = self.statement.get("predicate")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def commit(self) -> str | None:
+        for subject in self.statement.get("subject") or []:
+            digest = subject.get("digest") if isinstance(subject, dict) else None
+            if isinstance(digest, dict) and digest.get("gitCommit"):
+                return str(digest["gitCommit"])
+        return None
+
+
+def read_run_statement(directory: Path) -> RunStatement:
+    """The statement inside DIR/attestation.dsse.json; ApprovalRefused when absent or unreadable."""
+    path = directory / ENVELOPE_NAME
+    if not path.is_file():
+        raise ApprovalRefused(f"{directory}: no {ENVELOPE_NAME}: an UNSIGNED run cannot be approved")
+    try:
+        envelope = json.loads(path.read_bytes())
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        statement = json.loads(payload)
+    except (OSError, ValueError, KeyError, TypeError, binascii.Error):
+        raise ApprovalRefused(f"{path}: not a readable DSSE envelope") from None
+    if not isinstance(statement, dict):
+        raise ApprovalRefused(f"{path}: the payload is not a statement")
+    return RunStatement(payload, hashlib.sha256(payload).hexdigest(), statement)
+
+
+# --- the approval statement, signed ---------------------------------------------------------------
+
+
+def approval_statement(
+    run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str]
+) -> dict[str, Any]:
+    """An in-toto statement: `approver` approves the run statement with digest `run.sha256`."""
+    pred = run.predicate
+    manifest = pred.get("manifest") if isinstance(pred.get("manifest"), dict) else {}
+    claim = pred.get("claim")
+    subjects = [{"name": RUN_STATEMENT_SUBJECT, "digest": {"sha256": run.sha256}}]
+    subjects += [s for s in run.statement.get("subject") or [] if isinstance(s, dict)]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": APPROVAL_PREDICATE,
+        "predicate": {
+            "decision": "approved",
+            "approver": approver,
+            "reason": reason,
+            "approvedAt": approved_at,
+            "runStatementSha256": run.sha256,
+            "runPredicateType": run.statement.get("predicateType"),
+            "verdict": pred.get("verdict"),
+            "manifest": {"name": (manifest or {}).get("name"), "sha256": (manifest or {}).get("sha256")},
+            "intervention": pred.get("intervention"),
+            "claim": claim.get("level") if isinstance(claim, dict) else claim,
+            "commit": run.commit,
+            "runSigners": run_signers,
+        },
+    }
+
+
+def sign_envelope(statement: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """A DSSE envelope over the canonical statement, signed once with `key`."""
+    body = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    sig = key.sign(pae(PAYLOAD_TYPE, body))
+    return {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(body).decode(),
+        "signatures": [{"keyid": keyid(key.public_key()), "sig": base64.b64encode(sig).decode()}],
+    }
+
+
+@dataclass
+class ApprovalCheck:
+    """What `verify_approval` found."""
+
+    approver: str = ""
+    reason: str = ""
+    approved_at: str = ""
+    keyid: str = ""
+    statement_sha256: str = ""
+    """The run statement the approval names."""
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_approval(
+    record: dict[str, Any],
+    *,
+    expected_statement: str | None = None,
+    trusted_keyids: list[str] | None = None,
+    directory: Path | None = None,
+) -> ApprovalCheck:
+    """Verify one approval record ({"public_key", "envelope", ...}) offline.
+
+    The envelope must be signed by the record's public key (and that key trusted, if a list is
+    given), be an approval statement, and name `expected_statement` (the dossier it is shown with).
+    With `directory`, the run's attestation there must also carry the approver's second signature.
+    """
+    out = ApprovalCheck()
+    try:
+        pub = public_key_from_b64(str(record["public_key"]))
+        envelope = record["envelope"]
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        statement = json.loads(payload)
+        sigs = [s for s in envelope["signatures"] if isinstance(s, dict)]
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        out.problems.append("the approval record is malformed")
+        return out
+    out.keyid = keyid(pub)
+    if envelope.get("payloadType") != PAYLOAD_TYPE:
+        out.problems.append(f"approval payloadType is {envelope.get('payloadType')!r}")
+    if not any(_verifies(pub, payload, s.get("sig")) for s in sigs):
+        out.problems.append(f"the approval is not signed by key {out.keyid[:16]} (forged or wrong key)")
+    if trusted_keyids is not None and out.keyid not in trusted_keyids:
+        out.problems.append(f"approval key {out.keyid[:16]} is not a trusted approver key")
+    pred = statement.get("predicate") if isinstance(statement, dict) else None
+    if (
+        not isinstance(pred, dict)
+        or statement.get("_type") != STATEMENT_TYPE
+        or statement.get("predicateType") != APPROVAL_PREDICATE
+    ):
+        out.problems.append("the envelope does not hold a gate approval statement")
+        return out
+    out.approver, out.reason = str(pred.get("approver", "")), str(pred.get("reason", ""))
+    out.approved_at = str(pred.get("approvedAt", ""))
+    named = [
+        s.get("digest", {}).get("sha256")
+        for s in statement.get("subject") or []
+        if isinstance(s, dict) and s.get("name") == RUN_STATEMENT_SUBJECT
+    ]
+    out.statement_sha256 = str(named[0]) if named else ""
+    if not named or pred.get("runStatementSha256") != out.statement_sha256:
+        out.problems.append("the approval names no run statement")
+    if pred.get("decision") != "approved" or pred.get("verdict") != "awaiting-approval":
+        out.problems.append(f"the approval is for a {pred.get('verdict')!r} run, not an awaiting-approval one")
+    for key in ("approver", "reason"):
+        if key in record and record[key] != pred.get(key):
+            out.problems.append(f"the record's {key} differs from the signed statement's")
+    if expected_statement is not None and out.statement_sha256 != expected_statement:
+        out.problems.append(
+            f"the approval is for another dossier (statement {out.statement_sha256[:16]}, "
+            f"this one is {expected_statement[:16]})"
+        )
+    if directory is not None:
+        _check_second_signature(directory, pub, out)
+    return out
+
+
+def _verifies(pub: Any, payload: bytes, sig: Any) -> bool:
+    if not isinstance(sig, str):
+        return False
+    try:
+        pub.verify(base64.b64decode(sig, validate=True), pae(PAYLOAD_TYPE, payload))
+    except (InvalidSignature, ValueError, binascii.Error):
+        return False
+    return True
+
+
+def _check_second_signature(directory: Path, pub: Any, out: ApprovalCheck) -> None:
+    try:
+        run = read_run_statement(directory)
+        envelope = json.loads((directory / ENVELOPE_NAME).read_bytes())
+    except (ApprovalRefused, OSError, ValueError):
+        out.problems.append(f"{directory}: no readable run attestation")
+        return
+    if run.sha256 != out.statement_sha256:
+        out.problems.append(f"{directory}: its run statement is not the one approved")
+    elif not any(
+        _verifies(pub, run.payload, s.get("sig")) for s in envelope.get("signatures", []) if isinstance(s, dict)
+    ):
+        out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
+
+
+# --- approval.json in the dossier -----------------------------------------------------------------
+
+
+def load_approvals(directory: Path) -> list[dict[str, Any]]:
+    """The approval records in DIR/approval.json (empty when there is none)."""
+    path = directory / APPROVAL_FILE
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_bytes())
+        records = data["approvals"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ApprovalRefused(f"{path}: not a readable approval file") from None
+    return [r for r in records if isinstance(r, dict)]
+
+
+def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: dict[str, Any]) -> dict[str, Any]:
+    pred = statement["predicate"]
+    return {
+        "approver": pred["approver"],
+        "reason": pred["reason"],
+        "approved_at": pred["approvedAt"],
+        "statement_sha256": pred["runStatementSha256"],
+        "keyid": keyid(key.public_key()),
+        "public_key": public_key_b64(key.public_key()),
+        "envelope": envelope,
+    }
+
+
+def display_rows(record: dict[str, Any]) -> dict[str, str]:
+    """One approval as the dossier's 'Waivers and approvals' section shows it (build_report approvals)."""
+    ledger = record.get("ledger") or {}
+    entry = ledger.get("entry") or {}
+    return {
+        "approver": str(record.get("approver", "")),
+        "reason": str(record.get("reason", "")),
+        "approved at": str(record.get("approved_at", "")),
+        "key id": str(record.get("keyid", "")),
+        "dossier digest": f"sha256:{record.get('statement_sha256', '')}",
+        "ledger entry": f"#{entry.get('seq')} ({str(entry.get('hash', ''))[:16]})" if entry else "not recorded",
+        "verify": "gate audit trace DIGEST, or gate verify DIR --key RUN.pub --key APPROVER.pub",
+    }
+
+
+__all__ = [
+    "APPROVAL_FILE",
+    "APPROVAL_KIND",
+    "APPROVAL_PREDICATE",
+    "PREDICATE_TYPE",
+    "ApprovalCheck",
+    "ApprovalRefused",
+    "RunStatement",
+    "approval_record",
+    "approval_statement",
+    "display_rows",
+    "load_approvals",
+    "read_run_statement",
+    "sign_envelope",
+    "verify_approval",
+]

@@ -1,0 +1,399 @@
+"""Signing a run: an in-toto Statement v1 in a DSSE envelope, Ed25519 through `cryptography`.
+
+    DIR/attestation.dsse.json = {"payloadType": "application/vnd.in-toto+json",
+                                 "payload": base64(Statement), "signatures": [{"keyid", "sig"}, ...]}
+
+Every signature covers PAE(payloadType, payload) (the DSSE v1 pre-authentication encoding), so
+more signatures can be appended later without touching the payload: a reviewer's approval is a
+second signature by another key (`add_signature`). The Statement's subjects are the sha256 of the
+files in DIR (manifest copy, results.json, dossier.html, dossier.md, junit.xml) and the change's
+commit as a gitCommit digest; the predicate carries verdict, claim, intervention, policy digests
+and a check summary, read back from the signed results.json bytes. Nothing here sees live objects.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gate._util.atomic import write_bytes_atomic
+from gate.errors import InputError
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://gate.dev/release-gate/v1"
+ENVELOPE_NAME = "attestation.dsse.json"
+REQUIRED_SUBJECTS = ("results.json", "dossier.html", "dossier.md")
+"""Files every gate attestation must bind (the manifest copy is named in the predicate)."""
+
+
+# Keys -------------------------------------------------------------------------------------------
+
+
+def keyid(public_key: Ed25519PublicKey) -> str:
+    """sha256 (hex) of the raw 32-byte public key: the same id gate.trust.signing gives ledger keys."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str]:
+    """Write PREFIX.key (PEM PKCS8, mode 0600) and PREFIX.pub (PEM); return both paths and the key id."""
+    key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    for path in (key_path, pub_path):
+        if path.exists() and not force:
+            raise InputError(str(path), "already exists; pass --force to replace it")
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    write_bytes_atomic(key_path, pem, mode=0o600)
+    write_bytes_atomic(pub_path, public, mode=0o644)
+    return key_path, pub_path, keyid(private.public_key())
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """An Ed25519 private key from a PEM PKCS8 file, or an InputError naming the file."""
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except OSError as err:
+        raise InputError(str(path), f"cannot read signing key: {err.strerror}") from None
+    except (ValueError, TypeError) as err:
+        raise InputError(str(path), f"not an unencrypted PEM private key ({err})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(str(path), "signing key is not an Ed25519 key (make one with `gate keygen`)")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """An Ed25519 public key from a PEM file, or an InputError naming the file."""
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except OSError as err:
+        raise InputError(str(path), f"cannot read public key: {err.strerror}") from None
+    except (ValueError, TypeError) as err:
+        raise InputError(str(path), f"not a PEM public key ({err})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise InputError(str(path), "public key is not an Ed25519 key")
+    return key
+
+
+# DSSE -------------------------------------------------------------------------------------------
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding: "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _signature(key: Ed25519PrivateKey, payload: bytes) -> dict[str, str]:
+    return {"keyid": keyid(key.public_key()), "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}
+
+
+def _write_envelope(path: Path, envelope: Mapping[str, Any]) -> None:
+    write_bytes_atomic(path, (json.dumps(envelope, indent=2) + "\n").encode())
+
+
+def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
+    """The gate predicate, from the results.json document that the statement also binds."""
+    manifest = results.get("manifest", {})
+    checks = results.get("checks", [])
+    counts: dict[str, int] = {}
+    for check in checks:
+        counts[check.get("status", "?")] = counts.get(check.get("status", "?"), 0) + 1
+    return {
+        "verdict": results.get("verdict"),
+        "exitCode": results.get("exit_code"),
+        "summary": results.get("summary", ""),
+        "intervention": manifest.get("intervention"),
+        "claim": manifest.get("claim"),
+        "manifest": {
+            "name": manifest.get("name"),
+            "file": manifest_file,
+            "sha256": results.get("manifest_digest", {}).get("sha256"),
+            "path": results.get("manifest_digest", {}).get("path"),
+        },
+        "policies": results.get("policies", []),
+        "subjects": results.get("subjects", {}),
+        "datasets": results.get("datasets", {}),
+        "checks": [
+            {
+                "check": c.get("check"),
+                "status": c.get("status"),
+                "severity": c.get("severity"),
+                "step": c.get("step"),
+                "controls": {x.get("fault"): x.get("outcome") for x in c.get("controls", [])},
+            }
+            for c in checks
+        ],
+        "counts": counts,
+        "gateVersion": results.get("gate_version"),
+        "startedAt": results.get("started_at"),
+        "finishedAt": results.get("finished_at"),
+    }
+
+
+def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> dict[str, Any]:
+    """The in-toto Statement binding `files` (names inside out_dir) and the change's commit."""
+    results = json.loads((out_dir / "results.json").read_bytes())
+    subjects: list[dict[str, Any]] = [
+        {"name": name, "digest": {"sha256": sha256_file(out_dir / name)}} for name in files
+    ]
+    change = results.get("manifest", {}).get("change") or {}
+    if change.get("commit"):
+        subjects.append(
+            {"name": str(change.get("repository") or "commit"), "digest": {"gitCommit": str(change["commit"])}}
+        )
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate(results, manifest_file),
+    }
+
+
+def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
+    """Write DIR/attestation.dsse.json: the statement over `files`, signed once with `key`."""
+    body = json.dumps(statement(out_dir, files, manifest_file), sort_keys=True, separators=(",", ":")).encode()
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(body).decode(),
+        "signatures": [_signature(key, body)],
+    }
+    path = out_dir / ENVELOPE_NAME
+    _write_envelope(path, envelope)
+    return path
+
+
+def _read_envelope(path: Path) -> tuple[dict[str, Any], bytes]:
+    """The envelope and its decoded payload; ValueError saying what is malformed."""
+    try:
+        envelope = json.loads(path.read_bytes())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name}: not a readable JSON envelope ({err})") from None
+    if (
+        not isinstance(envelope, dict)
+        or not isinstance(envelope.get("payload"), str)
+        or not isinstance(envelope.get("signatures"), list)
+    ):
+        raise ValueError(f"{path.name}: not a DSSE envelope (needs payloadType, payload, signatures)")
+    try:
+        payload = base64.b64decode(envelope["payload"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{path.name}: payload is not valid base64") from None
+    return envelope, payload
+
+
+def _verifies(public_key: Ed25519PublicKey, payload_type: str, payload: bytes, sig: Any) -> bool:
+    if not isinstance(sig, str):
+        return False
+    try:
+        public_key.verify(base64.b64decode(sig, validate=True), pae(payload_type, payload))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def add_signature(envelope_path: Path, key_path: Path) -> str:
+    """Append a signature by `key_path` over the same payload (e.g. a reviewer's approval).
+
+    Idempotent: a key that already signed is not added twice. Returns the key id.
+    """
+    key = load_private_key(key_path)
+    try:
+        envelope, payload = _read_envelope(envelope_path)
+    except ValueError as err:
+        raise InputError(str(envelope_path), str(err)) from None
+    if envelope.get("payloadType") != PAYLOAD_TYPE:
+        raise InputError(str(envelope_path), f"payloadType is {envelope.get('payloadType')!r}, not {PAYLOAD_TYPE}")
+    public = key.public_key()
+    for existing in envelope["signatures"]:
+        if isinstance(existing, dict) and _verifies(public, PAYLOAD_TYPE, payload, existing.get("sig")):
+            return keyid(public)
+    envelope["signatures"].append(_signature(key, payload))
+    _write_envelope(envelope_path, envelope)
+    return keyid(public)
+
+
+# Verification -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signer:
+    """A trusted key that produced a valid signature."""
+
+    label: str
+    """The name the caller gave the key (its file path by default)."""
+    keyid: str
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_envelope` found; valid when nothing failed."""
+
+    envelope: Path
+    signed_by: list[Signer] = field(default_factory=list)
+    """Trusted keys with a valid signature over the payload."""
+    unsigned_keys: list[Signer] = field(default_factory=list)
+    """Trusted keys with no valid signature."""
+    other_signatures: list[str] = field(default_factory=list)
+    """Key ids of signatures that no trusted key verified (e.g. another reviewer's)."""
+    subjects: list[str] = field(default_factory=list)
+    """One line per subject that matched."""
+    failures: list[str] = field(default_factory=list)
+    """One line per problem; empty when valid."""
+    predicate: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.failures and bool(self.signed_by)
+
+
+def _safe_name(name: Any) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+
+
+def _check_subjects(directory: Path, stmt: Mapping[str, Any], report: VerifyReport) -> None:
+    subjects = stmt.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        report.failures.append("statement has no subjects")
+        return
+    signed: dict[str, str] = {}
+    commits: list[str] = []
+    for subject in subjects:
+        entry: dict[str, Any] = subject if isinstance(subject, dict) else {}
+        digest: dict[str, Any] = entry["digest"] if isinstance(entry.get("digest"), dict) else {}
+        name = entry.get("name")
+        if "gitCommit" in digest:
+            commits.append(str(digest["gitCommit"]))
+            continue
+        if not isinstance(name, str) or not _safe_name(name) or not isinstance(digest.get("sha256"), str):
+            report.failures.append(f"subject {name!r}: not a file name with a sha256 digest")
+            continue
+        signed[name] = digest["sha256"]
+        path = directory / name
+        if not path.is_file():
+            report.failures.append(f"{name}: signed file is missing")
+            continue
+        actual = sha256_file(path)
+        if actual != digest["sha256"]:
+            report.failures.append(f"{name}: sha256 {actual} does not match the signed {digest['sha256']}")
+            continue
+        report.subjects.append(f"{name}: sha256 matches")
+    manifest_file = (
+        report.predicate.get("manifest", {}).get("file") if isinstance(report.predicate.get("manifest"), dict) else None
+    )
+    if not manifest_file:
+        report.failures.append("predicate names no manifest file")
+    for required in (*REQUIRED_SUBJECTS, *([manifest_file] if manifest_file else [])):
+        if required not in signed:
+            report.failures.append(f"{required}: not among the signed subjects")
+    if "results.json: sha256 matches" in report.subjects:
+        try:
+            results = json.loads((directory / "results.json").read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            report.failures.append("results.json: not JSON")
+            return
+        _check_consistency(report.predicate, results, signed.get(manifest_file or ""), commits, report)
+
+
+def _check_consistency(
+    pred: Mapping[str, Any],
+    results: Mapping[str, Any],
+    signed_manifest: str | None,
+    commits: list[str],
+    report: VerifyReport,
+) -> None:
+    """The predicate and the commit subject must agree with the signed results.json."""
+    if pred.get("verdict") != results.get("verdict"):
+        report.failures.append(
+            f"predicate verdict {pred.get('verdict')!r} differs from results.json {results.get('verdict')!r}"
+        )
+    recorded = (results.get("manifest_digest") or {}).get("sha256")
+    if signed_manifest is not None and recorded != signed_manifest:
+        report.failures.append("manifest: the signed copy's sha256 differs from the digest in results.json")
+    commit = ((results.get("manifest") or {}).get("change") or {}).get("commit")
+    if commit and commits != [commit]:
+        report.failures.append(f"commit subject {commits} does not match results.json's commit {commit}")
+
+
+def verify_envelope(
+    directory: Path, public_keys: Sequence[Path] | Mapping[str, Path], require_all: bool = True
+) -> VerifyReport:
+    """Verify DIR/attestation.dsse.json offline against trusted public keys.
+
+    Checks the payload type, the statement and predicate types, every signature (each trusted key
+    must have signed when `require_all`, else at least one) and every subject digest against the
+    files in DIR. Never raises for a bad envelope: every problem is a line in `failures`.
+    """
+    named = dict(public_keys) if isinstance(public_keys, Mapping) else {str(p): p for p in public_keys}
+    keys = {label: load_public_key(path) for label, path in named.items()}
+    report = VerifyReport(envelope=directory / ENVELOPE_NAME)
+    if not report.envelope.is_file():
+        report.failures.append(f"{ENVELOPE_NAME}: missing (an UNSIGNED run has no attestation)")
+        return report
+    try:
+        envelope, payload = _read_envelope(report.envelope)
+    except ValueError as err:
+        report.failures.append(str(err))
+        return report
+    payload_type = envelope.get("payloadType")
+    if payload_type != PAYLOAD_TYPE:
+        report.failures.append(f"payloadType is {payload_type!r}, expected {PAYLOAD_TYPE!r}")
+    matched: set[int] = set()
+    for label, key in keys.items():
+        hits = [
+            i
+            for i, sig in enumerate(envelope["signatures"])
+            if isinstance(sig, dict) and _verifies(key, str(payload_type), payload, sig.get("sig"))
+        ]
+        signer = Signer(label=label, keyid=keyid(key))
+        (report.signed_by if hits else report.unsigned_keys).append(signer)
+        matched.update(hits)
+    report.other_signatures = [
+        str(sig.get("keyid", "?")) if isinstance(sig, dict) else "?"
+        for i, sig in enumerate(envelope["signatures"])
+        if i not in matched
+    ]
+    if not envelope["signatures"]:
+        report.failures.append("the envelope carries no signatures")
+    missing = report.unsigned_keys if require_all or not report.signed_by else []
+    for signer in missing:
+        report.failures.append(f"no valid signature by {signer.label} (keyid {signer.keyid[:16]}…)")
+    try:
+        stmt = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        report.failures.append("payload is not a JSON statement")
+        return report
+    if not isinstance(stmt, dict):
+        report.failures.append("payload is not a JSON object")
+        return report
+    if stmt.get("_type") != STATEMENT_TYPE:
+        report.failures.append(f"statement _type is {stmt.get('_type')!r}, expected {STATEMENT_TYPE!r}")
+    if stmt.get("predicateType") != PREDICATE_TYPE:
+        report.failures.append(f"predicateType is {stmt.get('predicateType')!r}, expected {PREDICATE_TYPE!r}")
+    pred = stmt.get("predicate")
+    report.predicate = pred if isinstance(pred, dict) else {}
+    _check_subjects(directory, stmt, report)
+    return report

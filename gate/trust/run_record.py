@@ -1,0 +1,127 @@
+"""What the ledger records for a run: the verdict and the digest of every output (bytes, not objects).
+
+`gate.trust.ledger.record_run` appends this body after the dossier and its attestation are written.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gate.errors import GateError
+from gate.trust.signing import keyid_of, load_private_key, public_key_b64, public_key_from_b64, sha256_file
+
+DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
+ATTESTATION = "attestation.dsse.json"
+
+
+def statement_digest(envelope_path: Path) -> str | None:
+    """sha256 of a DSSE envelope's payload (the signed in-toto statement): the dossier's digest.
+
+    It names every signed file by digest and does not change when a signature is added, so an
+    approval binds to it rather than to the envelope file.
+    """
+    if not envelope_path.is_file():
+        return None
+    try:
+        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
+        return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
+    """The file names the signed statement binds, and the key ids of the envelope's signatures."""
+    try:
+        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
+        statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
+        names = [str(s["name"]) for s in statement.get("subject", []) if "sha256" in s.get("digest", {})]
+        return names, [str(s.get("keyid", "")) for s in envelope.get("signatures", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [], []
+
+
+def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dict[str, Any]:
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output."""
+    manifest = result.manifest
+    change = manifest.get("change") or {}
+    signed, keyids = _envelope_facts(out_dir / ATTESTATION)
+    names = sorted({*DOSSIER_FILES, *(n for n in signed if Path(n).name == n)})  # + the manifest copy
+    files = {name: sha256_file(out_dir / name) for name in names if (out_dir / name).is_file()}
+    signer = None
+    if sign_key is not None and sign_key.is_file():
+        try:
+            pub = load_private_key(sign_key).public_key()
+            signer = {"keyid": keyid_of(pub), "public_key": public_key_b64(pub)}
+        except GateError:
+            signer = None
+    return {
+        "manifest": {
+            "name": manifest.get("name"),
+            "path": result.manifest_digest.path,
+            "sha256": result.manifest_digest.sha256,
+        },
+        "intervention": manifest.get("intervention"),
+        "claim": (manifest.get("claim") or {}).get("level"),
+        "approximate": bool(result.plan.get("approximate")),
+        "policies": [{"path": d.path, "sha256": d.sha256} for d in result.policies],
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "summary": result.summary,
+        "change": {
+            "repository": change.get("repository"),
+            "pull_request": change.get("pull-request"),
+            "commit": change.get("commit"),
+        },
+        "dossier": {
+            "dir": str(out_dir.resolve()),
+            "files": files,
+            "statement_sha256": statement_digest(out_dir / ATTESTATION),
+            "signature_keyids": keyids,
+        },
+        "signer": signer,
+        "checks": [
+            {
+                "check": c.check,
+                "status": c.status.value,
+                "severity": c.severity,
+                **({"waiver": c.waiver.ledger_id, "waiver_expired": c.waiver.expired} if c.waiver else {}),
+            }
+            for c in result.checks
+        ],
+        "waivers": sorted(
+            {
+                c.waiver.ledger_id
+                for c in result.checks
+                if c.waiver and not c.waiver.expired and c.waiver.ledger_id is not None
+            }
+        ),
+        "gate_version": result.gate_version,
+        "started_at": result.started_at,
+        "finished_at": result.finished_at,
+    }
+
+
+@contextmanager
+def recorded_signer_key(seq: int, body: Mapping[str, Any]) -> Iterator[dict[str, Path]]:
+    """The run signer's public key a ledger run entry recorded, as a temporary PEM file that
+    attest.verify_envelope can read: {label: path}, or {} when the run was unsigned."""
+    from cryptography.hazmat.primitives import serialization
+
+    signer = body.get("signer") or {}
+    if not signer.get("public_key"):
+        yield {}
+        return
+    pem = public_key_from_b64(signer["public_key"]).public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run-signer.pub"
+        path.write_bytes(pem)
+        yield {f"the run signer recorded in ledger entry #{seq}": path}
