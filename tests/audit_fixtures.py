@@ -14,8 +14,8 @@ from gate.core.load import load_manifest
 from gate.core.plan import build_plan
 from gate.core.policy import load_policies
 from gate.core.result import CheckResult, GateResult
+from gate.engine.pipeline import write_outputs
 from gate.engine.runner import decide
-from gate.report import write_outputs
 from gate.trust.ledger import record_run
 from gate.trust.waivers import apply_waivers
 

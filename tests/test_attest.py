@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gate.cli.keygen import command as keygen
 from gate.cli.verify import command as verify
 from gate.core.result import GateResult
+from gate.engine.pipeline import write_outputs
 from gate.errors import InputError
-from gate.report import write_outputs
 from gate.trust.attest import (
     ENVELOPE_NAME,
     PAYLOAD_TYPE,

@@ -14,8 +14,9 @@ import report_fixtures as fx
 from report_fixtures import assert_gold
 
 from gate.core.result import GateResult, Status, Verdict
+from gate.engine.pipeline import write_outputs
 from gate.errors import InputError
-from gate.report import build_report, render_html, render_markdown, write_outputs
+from gate.report import build_report, render_html, render_markdown
 from gate.report.build import Signing
 from gate.report.evidence import read_evidence
 from gate.report.github import publish, workflow_commands

@@ -36,36 +36,27 @@ def command(
     With --ledger, $GATE_LEDGER or an existing ./.gate/ledger.sqlite, waivers recorded there apply
     and the verdict is appended to it (see docs/audit.md); otherwise nothing is recorded.
     """
-    from gate.engine.runner import RunOptions, run_manifest
+    from gate.engine.pipeline import run_pipeline
     from gate.trust.ledger import run_ledger_path
 
     log = progress_logger()
     with user_errors():
-        if sign_key is not None:
-            from gate.trust.attest import load_private_key
-
-            load_private_key(sign_key)  # a missing or bad key fails before anything runs or is written
         if threads is not None:
             import torch
 
             torch.set_num_threads(threads)
-        ledger = run_ledger_path(ledger_path)
-        result = run_manifest(
-            manifest, RunOptions(out_dir=out_dir, policy_dirs=list(policy_dirs), log=log, ledger=ledger)
+        outputs = run_pipeline(
+            manifest,
+            out_dir,
+            sign_key=sign_key,
+            ledger=run_ledger_path(ledger_path),
+            policy_dirs=list(policy_dirs),
+            log=log,
         )
-        from gate.trust.approve import clear_stale_records
-
-        clear_stale_records(out_dir)  # an earlier run's receipt and approvals must not look like ours
-        from gate.report import write_outputs
-
-        written = [out_dir / "results.json", *write_outputs(result, out_dir, manifest, sign_key)]
-        if ledger is not None:
-            from gate.trust.ledger import record_run
-
-            entry, receipt = record_run(result, out_dir, ledger, sign_key=sign_key)
-            written.append(receipt)
-            log(f"ledger {ledger}: recorded as entry #{entry.seq}")
+        if outputs.ledger_seq is not None:
+            log(f"ledger: recorded as entry #{outputs.ledger_seq}")
+    result = outputs.result
     click.echo(f"verdict: {result.verdict.value.upper()} ({result.summary})")
-    for path in written:
+    for path in outputs.files:
         click.echo(f"  {path}")
     sys.exit(result.exit_code)

@@ -1,15 +1,15 @@
-"""The dossier: results.json -> ReportData -> dossier.html, dossier.md, junit.xml (+ attestation).
+"""The dossier: results.json -> ReportData -> dossier.html, dossier.md, junit.xml.
 
-    write_outputs(result, out_dir, manifest_path, sign_key)
+    write_report(result, out_dir, manifest_path, signer_keyid=...)
 
-is what `gate run` calls after the runner has written results.json. Rendering reads only the
-GateResult (no torch, no model), so an old results.json can be re-rendered years later.
+renders what the runner recorded; it neither signs nor records (gate.trust does, driven by
+gate.engine.pipeline). Rendering reads only the GateResult (no torch, no model), so an old
+results.json can be re-rendered years later.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from gate._util.atomic import write_bytes_atomic
@@ -19,6 +19,23 @@ from gate.report.model import ReportData
 from gate.report.render import render_html, render_markdown
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass
+class WrittenReport:
+    """The files one rendering wrote, and what of them an attestation must cover."""
+
+    data: ReportData
+    markdown: str
+    manifest_file: str
+    """The manifest's file name inside out_dir (a signed subject)."""
+    files: list[Path]
+    """Every file written, in the order written."""
+
+    @property
+    def signed_names(self) -> list[str]:
+        """The subjects of the run's attestation, as names inside out_dir."""
+        return [self.manifest_file, "results.json", "dossier.html", "dossier.md", "junit.xml"]
 
 
 def copy_manifest(manifest_path: Path, out_dir: Path) -> str:
@@ -31,50 +48,27 @@ def copy_manifest(manifest_path: Path, out_dir: Path) -> str:
     return name
 
 
-def write_outputs(
-    result: GateResult,
-    out_dir: Path,
-    manifest_path: Path,
-    sign_key: Path | None,
-    environ: Mapping[str, str] | None = None,
-) -> list[Path]:
-    """Render dossier.html, dossier.md, junit.xml into out_dir (atomically: write temp files then
-    os.replace), then sign attestation.dsse.json when sign_key is given (else the outputs say
-    UNSIGNED). results.json is already written by the runner before this is called.
+def write_report(
+    result: GateResult, out_dir: Path, manifest_path: Path, *, signer_keyid: str | None = None
+) -> WrittenReport:
+    """Render dossier.html, dossier.md and junit.xml into out_dir, each replaced atomically.
 
-    Also keeps a copy of the manifest in out_dir (a signed subject) and, under GitHub Actions,
-    prints annotations and appends dossier.md to $GITHUB_STEP_SUMMARY.
+    `signer_keyid` is the key that will sign the attestation (the dossier names it), or None for
+    an unsigned run (the dossier says UNSIGNED). Also keeps a copy of the manifest in out_dir.
     """
-    from gate.report.github import publish
     from gate.report.junit import junit_xml
-    from gate.trust.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
 
-    key = load_private_key(sign_key) if sign_key is not None else None  # a bad key fails before any write
-    signing = Signing(signed=key is not None, keyid=keyid(key.public_key()) if key is not None else None)
-    data = build_report(result, signing)
+    data = build_report(result, Signing(signed=signer_keyid is not None, keyid=signer_keyid))
     markdown = render_markdown(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = copy_manifest(manifest_path, out_dir)
-    written = [
+    files = [
         write_bytes_atomic(out_dir / "dossier.html", render_html(data).encode()),
         write_bytes_atomic(out_dir / "dossier.md", markdown.encode()),
         write_bytes_atomic(out_dir / "junit.xml", junit_xml(result, data)),
         out_dir / manifest_file,
     ]
-    envelope = out_dir / ENVELOPE_NAME
-    if key is not None:
-        files = [manifest_file, "results.json", "dossier.html", "dossier.md", "junit.xml"]
-        written.append(sign_directory(out_dir, files, manifest_file, key))
-    else:
-        envelope.unlink(missing_ok=True)  # a stale envelope from an earlier run must not look like ours
-    publish(
-        data,
-        markdown,
-        out_dir / "dossier.html",
-        os.environ if environ is None else environ,
-        manifest_file=result.manifest_digest.path,
-    )
-    return written
+    return WrittenReport(data=data, markdown=markdown, manifest_file=manifest_file, files=files)
 
 
-__all__ = ["ReportData", "Signing", "build_report", "render_html", "render_markdown", "write_outputs"]
+__all__ = ["ReportData", "Signing", "WrittenReport", "build_report", "render_html", "render_markdown", "write_report"]

@@ -1,0 +1,114 @@
+"""The whole road as a Python API: run a manifest, render its dossier, sign it, record it.
+
+    from gate.engine.pipeline import run_pipeline
+    outputs = run_pipeline("examples/reference-static-layout.yaml", "out/run", sign_key="ci.key")
+    print(outputs.result.verdict, outputs.files)
+
+`gate run` is this function plus argument parsing and printing. Each station stays in its own
+package: the runner (engine) writes results.json, the report renders it (no keys, no ledger),
+trust signs the files and appends the verdict to the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gate.core.result import GateResult
+
+
+@dataclass
+class RunOutputs:
+    """What one pipeline run produced."""
+
+    result: GateResult
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+    """Every file written into out_dir (results.json first), including the receipt when recorded."""
+    ledger_seq: int | None = None
+    """The ledger entry the verdict was appended as, when a ledger was given."""
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+
+def run_pipeline(
+    manifest: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    sign_key: str | os.PathLike[str] | None = None,
+    ledger: str | os.PathLike[str] | None = None,
+    policy_dirs: list[Path] | None = None,
+    log: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunOutputs:
+    """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
+
+    `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
+    bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
+    appended. `environ` is where CI variables are read from (GitHub annotations and summary).
+    """
+    from gate.engine.runner import RunOptions, run_manifest
+    from gate.trust.approve import clear_stale_records
+    from gate.trust.attest import load_private_key
+
+    manifest_path, out = Path(manifest), Path(out_dir)
+    if sign_key is not None:
+        load_private_key(Path(sign_key))  # a missing or bad key fails before anything runs or is written
+    ledger_path = Path(ledger) if ledger is not None else None
+    result = run_manifest(
+        manifest_path,
+        RunOptions(
+            out_dir=out, policy_dirs=list(policy_dirs or []), log=log or (lambda _line: None), ledger=ledger_path
+        ),
+    )
+    clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours
+    files = [out / "results.json", *write_outputs(result, out, manifest_path, sign_key, environ)]
+    outputs = RunOutputs(result=result, out_dir=out, files=files)
+    if ledger_path is not None:
+        from gate.trust.ledger import record_run
+
+        entry, receipt = record_run(result, out, ledger_path, sign_key=Path(sign_key) if sign_key else None)
+        outputs.files.append(receipt)
+        outputs.ledger_seq = entry.seq
+    return outputs
+
+
+def write_outputs(
+    result: GateResult,
+    out_dir: Path,
+    manifest_path: Path,
+    sign_key: str | os.PathLike[str] | None,
+    environ: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Everything after results.json: the dossier, the signed attestation, the CI annotations.
+
+    Renders (gate.report), then signs attestation.dsse.json when `sign_key` is given (else removes
+    a stale envelope: the dossier says UNSIGNED), then, under GitHub Actions, prints annotations and
+    appends dossier.md to $GITHUB_STEP_SUMMARY. Returns the files written.
+    """
+    from gate.report import write_report
+    from gate.report.github import publish
+    from gate.trust.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
+
+    key = load_private_key(Path(sign_key)) if sign_key is not None else None  # a bad key fails before any write
+    report = write_report(result, out_dir, manifest_path, signer_keyid=keyid(key.public_key()) if key else None)
+    written = list(report.files)
+    if key is not None:
+        written.append(sign_directory(out_dir, report.signed_names, report.manifest_file, key))
+    else:
+        (out_dir / ENVELOPE_NAME).unlink(missing_ok=True)  # a stale envelope must not look like ours
+    publish(
+        report.data,
+        report.markdown,
+        out_dir / "dossier.html",
+        os.environ if environ is None else environ,
+        manifest_file=result.manifest_digest.path,
+    )
+    return written
+
+
+__all__ = ["RunOutputs", "run_pipeline", "write_outputs"]
