@@ -13,4 +13,4 @@ fi
 DISABLE_CUDA=1 "$VENV/bin/pip" install -q -e ".[hqq]" "transformers==5.2.*" optimum-quanto pytest hypothesis
 "$VENV/bin/python" -c "import transformers; print('transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
-"$VENV/bin/python" -m pytest tests/test_hf_*.py -q
+"$VENV/bin/python" -m pytest tests/adapters/hf -q

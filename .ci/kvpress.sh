@@ -12,4 +12,4 @@ fi
 "$VENV/bin/pip" install -q -e ".[kvpress]" "transformers==5.2.*" pytest hypothesis
 "$VENV/bin/python" -c "import kvpress, transformers; print('kvpress ok; transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
-"$VENV/bin/python" -m pytest tests/test_hf_kvpress.py -q
+"$VENV/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q

@@ -10,8 +10,6 @@ import torch
 
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
 
 BASE_MANIFEST = textwrap.dedent(
     """\

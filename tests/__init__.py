@@ -1,0 +1,1 @@
+"""gate's test suite; folders mirror the gate package."""

@@ -1,0 +1,211 @@
+"""The parity checks on correct paths (pass, never a false failure), their numbers and tie handling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from gate.checks._compare import Tolerance, bits_equal, compare_rows
+from gate.checks._sweep import SEED_LENGTHS, log_spaced, sweep_lengths
+from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
+from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
+from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
+from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
+from tests.support.reference import ctx, path
+
+FAST_GREEDY = GreedyParityParams(prompt_lengths=[5, 40], tokens=[8, 24])
+
+
+# -- lengths and comparison ------------------------------------------------------------------
+
+
+def test_sweep_lengths_cover_seed_log_spaced_and_boundaries() -> None:
+    lengths = sweep_lengths(8191, boundaries=[64, 128])
+    assert set(SEED_LENGTHS) <= set(lengths)
+    assert len(log_spaced(64, 8191)) >= 64
+    assert {63, 64, 65, 127, 128, 129} <= set(lengths)
+    clipped = sweep_lengths(255)
+    assert max(clipped) == 255 and 2000 not in clipped
+    assert set(range(1, 41)) <= set(sweep_lengths(255, every_up_to=40))
+
+
+def test_tie_is_reported_not_failed_or_hidden() -> None:
+    tol = Tolerance(atol=0.1, rtol=0.0, source="test")
+    reference = torch.tensor([[[5.0, 4.95, 1.0], [5.0, 3.0, 1.0]]])  # margins 0.05 and 2.0
+    candidate = torch.tensor([[[4.94, 4.96, 1.0], [2.9, 3.1, 1.0]]])  # both flip to token 1
+    cmp = compare_rows(reference, candidate, tol)
+    assert cmp.tie.tolist() == [[True, False]]
+    assert cmp.failed.tolist() == [[False, True]]
+    assert cmp.margin[0, 0].item() == pytest.approx(0.05, abs=1e-6)
+    nan = compare_rows(reference, torch.full_like(reference, float("nan")), tol)
+    assert nan.failed.all() and not nan.tie.any()
+
+
+def test_bits_equal_is_strict() -> None:
+    a = torch.randn(3, 5)
+    b = a.clone()
+    b[1, 2] = torch.nextafter(b[1, 2], torch.tensor(float("inf")))
+    assert bits_equal(a, b).tolist() == [True, False, True]
+
+
+# -- correct paths pass ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("kind", ["dynamic", "static", "chunked"])
+def test_prefix_sweep_never_fails_a_correct_path(dtype: str, seed: int, kind: str) -> None:
+    reference, candidate = path("full", dtype=dtype, seed=seed), path(kind, dtype=dtype, seed=seed, chunk_size=32)
+    out = prefix_sweep(ctx(reference, candidate, dtype=dtype, seed=seed), PrefixSweepParams())
+    assert out.status in ("pass", "warn"), out.message  # warn only for ties in bfloat16
+    assert out.metrics["argmax_failures"] == 0
+    if dtype == "float32":
+        assert out.status == "pass"
+    assert out.exercise["cached_steps"] > 0 and out.exercise["cache_len"] > 200
+    assert out.evidence["rows_shown"] <= PrefixSweepParams().evidence_rows
+    assert out.observation is not None and out.observation.shape[0] == out.metrics["lengths"]
+
+
+def test_prefix_sweep_visits_chunk_boundaries() -> None:
+    reference, candidate = path("full"), path("chunked", chunk_size=32)
+    out = prefix_sweep(ctx(reference, candidate), PrefixSweepParams(log_spaced=8))
+    lengths = out.evidence["per_length"]["length"]
+    assert {31, 32, 33, 63, 64, 65} <= set(lengths) or out.metrics["lengths"] > out.evidence["rows_shown"]
+    assert out.evidence["boundaries"]["first"][:2] == [32, 64]
+
+
+def test_exact_compares_bits_between_same_shape_cached_paths() -> None:
+    out = prefix_sweep(
+        ctx(path("dynamic"), path("static"), claim={"level": "exact"}), PrefixSweepParams(compare="cached")
+    )
+    assert out.status == "pass" and out.metrics["bit_identical"] is True
+    assert out.evidence["bitwise"]["lengths_bit_identical"] == out.metrics["lengths"]
+
+
+def test_exact_against_a_full_pass_is_refused_not_loosened() -> None:
+    with pytest.raises(ValueError, match="not an honest claim"):
+        prefix_sweep(ctx(path("full"), path("static"), claim={"level": "exact"}), PrefixSweepParams(compare="cached"))
+
+
+class _LastBitNoise:
+    """A correct path whose logits differ from the reference in the last bits only."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def new_session(self, batch: int) -> Any:
+        session = self._inner.new_session(batch)
+        outer = self
+
+        class Noisy:
+            def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+                return outer._nudge(session.prefill(tokens))
+
+            def append(self, tokens: torch.Tensor) -> torch.Tensor:
+                return outer._nudge(session.append(tokens))
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(session, name)
+
+        return Noisy()
+
+    @staticmethod
+    def _nudge(logits: torch.Tensor) -> torch.Tensor:
+        return torch.nextafter(logits, torch.full_like(logits, float("inf")))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_exact_fails_on_last_bit_differences_and_says_rounding_only() -> None:
+    out = prefix_sweep(
+        ctx(path("dynamic"), _LastBitNoise(path("static")), claim={"level": "exact"}),
+        PrefixSweepParams(compare="cached", log_spaced=8),
+    )
+    assert out.status == "fail" and out.metrics["argmax_failures"] == 0
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "rounding-only"
+
+
+def test_claim_tolerance_is_used() -> None:
+    out = prefix_sweep(
+        ctx(path("full"), path("static"), claim={"level": "tolerance", "atol": 0.5, "rtol": 0.0}),
+        PrefixSweepParams(log_spaced=4),
+    )
+    assert out.evidence["tolerance"] == {"atol": 0.5, "rtol": 0.0, "source": "claim"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_parity_passes_on_correct_paths(dtype: str) -> None:
+    out = greedy_parity(ctx(path("full", dtype=dtype), path("static", dtype=dtype), dtype=dtype), FAST_GREEDY)
+    assert out.status in ("pass", "warn"), out.message
+    assert out.exercise["generated_tokens"] == 2 * 2 * 24
+
+
+def test_greedy_parity_keeps_the_first_divergence_with_logit_rows() -> None:
+    out = greedy_parity(ctx(path("full"), path("static").with_fault("mask-origin-reset")), FAST_GREEDY)
+    assert out.status == "fail"
+    first = next(r["first_divergence"] for r in out.evidence["runs"] if "first_divergence" in r)
+    assert first["absolute_position"] == first["step"] + next(
+        r["prompt_len"] for r in out.evidence["runs"] if "first_divergence" in r
+    )
+    assert len(first["reference_top_k"]) == 5 and len(first["candidate_top_k"]) == 5
+    assert out.detected_at is not None
+
+
+@pytest.mark.parametrize("kind", ["full", "dynamic", "static", "chunked"])
+def test_reset_isolation_passes_on_correct_paths(kind: str) -> None:
+    out = reset_isolation(ctx(path("full"), path(kind)), ResetIsolationParams())
+    assert out.status == "pass", out.message
+    assert out.evidence["after_reset"]["cache_len"] == 0
+
+
+# -- the mask oracle -------------------------------------------------------------------------
+
+
+def test_seed_004_numbers() -> None:
+    values = (2, 4, 8, 16, 32)
+    assert [float(x) for x in visible_means(values, [3, 4])] == [7.5, 12.4]
+    assert [float(x) for x in visible_means(values, [0, 1])] == [2.0, 3.0]
+    assert float(visible_means(values, [1])[0]) == 3.0  # one-token cache: position 1
+
+
+@pytest.mark.parametrize("kind", ["full", "dynamic", "static", "chunked"])
+def test_mask_oracle_passes_through_every_path(kind: str) -> None:
+    out = mask_oracle(ctx(path("full"), path(kind)), MaskOracleParams())
+    assert out.status == "pass", out.message
+    assert out.evidence["fixture"]["got"] == pytest.approx([7.5, 12.4], rel=1e-6)
+    assert out.metrics["cases"] == 12
+
+
+def test_mask_oracle_catches_the_wrong_origin_with_its_predicted_answer() -> None:
+    out = mask_oracle(ctx(path("full"), path("static").with_fault("mask-origin-reset")), MaskOracleParams())
+    assert out.status == "fail"
+    assert out.evidence["fixture"]["got"] == [2.0, 3.0]
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "mask-offset"
+
+
+def test_mask_oracle_poisoned_tail() -> None:
+    out = mask_oracle(ctx(path("full"), path("dynamic").with_fault("poisoned-tail-read")), MaskOracleParams())
+    assert out.status == "fail"
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "read-past-valid-length"
+    assert any(case["nan"] for case in out.evidence["cases"] if case["poisoned_tail"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_checks_run_on_cuda(dtype: str) -> None:
+    from gate.adapters.reference import Options, ReferenceAdapter
+
+    def build(kind: str) -> Any:
+        return ReferenceAdapter().build(Options(path=kind, max_len=1024), device="cuda", dtype=dtype, seed=0)
+
+    reference, candidate = build("full"), build("static")
+    context = ctx(reference, candidate, dtype=dtype)
+    context.device = "cuda"
+    assert prefix_sweep(context, PrefixSweepParams()).status in ("pass", "warn")
+    assert mask_oracle(context, MaskOracleParams()).status == "pass"
+    faulty = ctx(reference, candidate.with_fault("mask-origin-reset"), dtype=dtype)
+    assert prefix_sweep(faulty, PrefixSweepParams()).status == "fail"

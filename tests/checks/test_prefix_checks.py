@@ -1,0 +1,222 @@
+"""The prefix-reuse checks on the reference decoder's prefix-cache path: each passes on the correct
+cache with proof of reuse, and fails under every control the policy names for it."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.cache_identity import cache_identity
+from gate.checks.hash_collision import hash_collision
+from gate.checks.invalidation import invalidation
+from gate.checks.prefix_reuse_parity import prefix_reuse_parity
+from gate.checks.tenant_isolation import tenant_isolation
+from gate.cli.main import cli
+from gate.core.check import CheckContext, CheckSpec
+from gate.core.manifest import ClaimLevel, Intervention, Manifest
+from gate.core.policy import load_policies
+from gate.prefix.worker import PrefixWorker
+from gate.protocols import PrefixCaching
+from tests.support.repo import EXAMPLES
+
+CHECKS: dict[str, CheckSpec[Any]] = {
+    spec.name: spec for spec in (prefix_reuse_parity, cache_identity, tenant_isolation, invalidation, hash_collision)
+}
+IDENTITY = [
+    "token-ids",
+    "positions",
+    "model-revision",
+    "adapter",
+    "tokenizer",
+    "rope-scaling",
+    "attention-window",
+    "kv-dtype",
+    "tenant",
+]
+
+
+def manifest(claim: dict[str, Any] | None = None, identity: list[str] | None = None) -> Manifest:
+    return Manifest.model_validate(
+        {
+            "apiVersion": "gate/v1",
+            "name": "prefix",
+            "intervention": "prefix-reuse",
+            "claim": claim or {"level": "tolerance"},
+            "identity": identity or IDENTITY,
+            "subject": {"reference": {"adapter": "reference"}, "candidate": {"adapter": "reference"}},
+        }
+    )
+
+
+@cache
+def paths(dtype: str = "float32", cache_bytes: int | None = None) -> tuple[Any, Any]:
+    adapter = ReferenceAdapter()
+    ref = adapter.build(Options(path="full", max_len=256), device="cpu", dtype=dtype, seed=0)
+    prefix = {"cache_bytes": cache_bytes} if cache_bytes else None
+    cand = adapter.build(
+        Options(path="prefix-cache", max_len=256, block_size=4, prefix=prefix),  # type: ignore[arg-type]
+        device="cpu",
+        dtype=dtype,
+        seed=0,
+    )
+    return ref, cand
+
+
+def context(
+    fault: str | None = None, dtype: str = "float32", cache_bytes: int | None = None, **manifest_args: Any
+) -> CheckContext:
+    ref, cand = paths(dtype, cache_bytes)
+    return CheckContext(
+        manifest=manifest(**manifest_args),
+        reference=ref,
+        candidate=cand.with_fault(fault) if fault else cand,
+        seed=0,
+        device="cpu",
+        dtype=dtype,
+        control=fault,
+    )
+
+
+def policy_controls() -> list[tuple[str, str, str]]:
+    """(claim, check, fault) for every detect-control of the prefix-reuse policy; a check whose
+    params do not change with the claim is run once."""
+    resolved = load_policies().interventions[Intervention.prefix_reuse]
+    found: dict[tuple[str, str, str], str] = {}
+    for level, claim in resolved.claims.items():
+        if claim.rule.admissible:
+            for rule, _ in claim.checks:
+                for control in rule.controls:
+                    if control.expect == "detect":
+                        found.setdefault((rule.check, control.fault, repr(sorted(rule.params.items()))), level.value)
+    return [(level, check, fault) for (check, fault, _), level in found.items()]
+
+
+def test_the_candidate_offers_the_capability() -> None:
+    _, cand = paths()
+    assert isinstance(cand, PrefixWorker) and isinstance(cand, PrefixCaching)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_each_check_passes_on_the_correct_cache_with_proof_of_reuse(name: str) -> None:
+    outcome = CHECKS[name](context(), CHECKS[name].params())
+    assert outcome.status == "pass", outcome.message
+    assert outcome.exercise["reused_tokens"] > 0 and outcome.exercise["hit_blocks"] > 0
+    assert outcome.observation is not None
+
+
+@pytest.mark.parametrize("claim,name,fault", policy_controls(), ids=lambda x: str(x))
+def test_every_policy_control_is_detected(claim: str, name: str, fault: str) -> None:
+    level = {"level": claim, "tokens": [4]} if claim == ClaimLevel.greedy_tokens.value else {"level": claim}
+    params = CHECKS[name].params(
+        **({"compare": "greedy"} if name == "prefix-reuse-parity" and "tokens" in level else {})
+    )
+    outcome = CHECKS[name](context(fault, claim=level), params)
+    assert outcome.status == "fail", f"{name} missed {fault}: {outcome.message}"
+
+
+@pytest.mark.parametrize(
+    "fault,names",
+    [
+        ("key-ignores-adapter", "adapter"),
+        ("key-ignores-tenant", "tenant"),
+        ("key-ignores-revision", "model-revision"),
+        ("key-ignores-tokenizer", "tokenizer"),
+        ("key-ignores-rope", "rope-scaling"),
+        ("key-ignores-window", "attention-window"),
+        ("key-ignores-kv-dtype", "kv-dtype"),
+        ("key-ignores-position", "positions"),
+        ("unordered-blocks", "seed 003"),
+    ],
+)
+def test_cache_identity_names_the_missing_field(fault: str, names: str) -> None:
+    outcome = cache_identity(context(fault), cache_identity.params())
+    assert outcome.status == "fail", outcome.message
+    assert outcome.message.startswith(names) or f"; {names}" in outcome.message, outcome.message
+
+
+def test_parity_names_the_broken_rule_and_where() -> None:
+    moved = prefix_reuse_parity(context("key-ignores-position"), prefix_reuse_parity.params())
+    assert "position: blocks were served at other offsets" in moved.message and moved.detected_at == 0
+    unordered = prefix_reuse_parity(context("unordered-blocks"), prefix_reuse_parity.params())
+    assert "order: blocks were reused after an earlier block missed" in unordered.message
+    assert unordered.detected_at == 4  # the first changed position of the mutated sequences
+
+
+def test_parity_sweeps_block_boundaries_and_a_full_prompt_hit() -> None:
+    outcome = prefix_reuse_parity(context(), prefix_reuse_parity.params(sequences=1))
+    rows = {r["request"]: r for r in outcome.evidence["requests"]}
+    for length in (3, 4, 5, 7, 8, 9):
+        assert f"s0 prefix {length}" in rows
+    assert rows["s0 prefix 5"]["reused"] == 4 and rows["s0 prefix 3"]["reused"] == 0
+    full = rows["s0 full-prompt hit"]
+    assert full["hit_blocks"] == 4 and full["reused"] == full["prompt_tokens"] - 1 == 15
+
+
+def test_seed_003_example_holds_exactly_at_block_sizes_one_and_two() -> None:
+    _, cand = paths()
+    for block_size in (1, 2):
+        worker = cand.fresh(block_size=block_size)
+        worker.request([11, 24, 31, 42, 57])
+        reply = worker.request([11, 24, 99, 42, 57])
+        assert reply.stats.reused_spans == [(0, 2)] and reply.stats.served_at == list(range(0, 2, block_size))
+
+
+def test_a_cache_that_never_stores_fails_the_checks_that_need_reuse_as_proof() -> None:
+    ctx = context(cache_bytes=1)  # no block fits: every lookup misses
+    tenant = tenant_isolation(ctx, tenant_isolation.params())
+    assert tenant.status == "fail" and "same-tenant reuse did not happen" in tenant.message
+    identity = cache_identity(ctx, cache_identity.params())
+    assert identity.status == "fail" and "the cache is off" in identity.message
+    parity = prefix_reuse_parity(ctx, prefix_reuse_parity.params(sequences=1))
+    assert parity.status == "fail" and "proves nothing" in parity.message
+
+
+def test_parity_holds_under_eviction_within_the_byte_budget() -> None:
+    outcome = prefix_reuse_parity(context(cache_bytes=8 * 2048), prefix_reuse_parity.params())
+    assert outcome.status == "pass", outcome.message
+    cache_state = outcome.evidence["cache"]
+    assert cache_state["evicted"] > 0 and cache_state["bytes_held"] <= cache_state["byte_budget"]
+
+
+def test_parity_passes_in_bfloat16() -> None:
+    outcome = prefix_reuse_parity(context(dtype="bfloat16"), prefix_reuse_parity.params(sequences=1))
+    assert outcome.status == "pass", outcome.message
+
+
+def test_an_identity_field_the_candidate_cannot_vary_is_unverified() -> None:
+    outcome = cache_identity(context(identity=[*IDENTITY, "attention-mask"]), cache_identity.params())
+    assert outcome.status == "fail" and "attention-mask" in outcome.message
+    warned = cache_identity(context(identity=[*IDENTITY, "attention-mask"]), cache_identity.params(unverifiable="warn"))
+    assert warned.status == "warn"
+
+
+def test_prefix_options_are_validated() -> None:
+    with pytest.raises(ValidationError, match="does not apply to path 'dynamic'"):
+        Options(path="dynamic", fault="trust-hash")
+    with pytest.raises(ValidationError, match="does not apply to path 'prefix-cache'"):
+        Options(path="prefix-cache", fault="mask-origin-reset")
+    with pytest.raises(ValidationError, match="applies only to path 'prefix-cache'"):
+        Options(path="dynamic", prefix={"cache_bytes": 1024})  # type: ignore[arg-type]
+
+
+def test_a_manifest_missing_tenant_is_rejected_before_anything_runs(tmp_path: Path) -> None:
+    text = (EXAMPLES / "reference-prefix-basic.yaml").read_text().replace("kv-dtype, tenant]", "kv-dtype]")
+    path = tmp_path / "no-tenant.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["plan", str(path)])
+    assert result.exit_code == 2
+    assert "identity must declare 'tenant'" in result.output
+    assert "computational sameness does not grant permission to share state" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example,verdict", [("reference-prefix-basic", 0), ("reference-prefix-fault-trust-hash", 1)])
+def test_examples_run_end_to_end(tmp_path: Path, example: str, verdict: int) -> None:
+    result = CliRunner().invoke(cli, ["run", str(EXAMPLES / f"{example}.yaml"), "--out", str(tmp_path)])
+    assert result.exit_code == verdict, result.output

@@ -1,0 +1,181 @@
+"""spec-greedy and spec-distribution on the reference decoder's speculative path, with every fault."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gate.adapters.reference import Options, ReferenceAdapter
+from gate.adapters.reference.speculative import SAMPLER_FAULTS
+from gate.checks.spec_distribution import SpecDistributionParams, spec_distribution
+from gate.checks.spec_greedy import SpecGreedyParams, spec_greedy
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
+from gate.protocols import SpeculativePath
+from gate.speculative.sampler import FAULTS
+
+DETECT = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
+LAYER_SKIP = {"k": 2, "draft": "layer-skip", "draft_layers": 1}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest(claim: dict[str, Any]) -> Manifest:
+    return Manifest.model_validate(
+        {
+            "apiVersion": "gate/v1",
+            "name": "spec",
+            "intervention": "proposal-and-verify",
+            "claim": claim,
+            "identity": ["token-ids", "positions", "model-revision"],
+            "subject": {
+                "reference": {"adapter": "reference", "options": {}},
+                "candidate": {"adapter": "reference", "options": {"path": "speculative"}},
+            },
+        }
+    )
+
+
+@cache
+def paths(draft: tuple[tuple[str, Any], ...] = tuple(LAYER_SKIP.items())) -> tuple[Any, Any]:
+    adapter = ReferenceAdapter()
+    ref = adapter.build(Options(path="full"), device="cpu", dtype="float32", seed=0)
+    cand = adapter.build(Options(path="speculative", speculative=dict(draft)), device="cpu", dtype="float32", seed=0)
+    return ref, cand
+
+
+def context(
+    fault: str | None = None, seed: int = 0, draft: dict[str, Any] | None = None, claim: dict[str, Any] | None = None
+) -> CheckContext:
+    ref, cand = paths(tuple((draft or LAYER_SKIP).items()))
+    return CheckContext(
+        manifest=manifest(claim or {"level": "distribution"}),
+        reference=ref,
+        candidate=cand.with_fault(fault) if fault else cand,
+        seed=seed,
+        device="cpu",
+        dtype="float32",
+        control=fault,
+    )
+
+
+FAST = SpecDistributionParams(min_samples=1000)
+
+
+def test_the_speculative_path_offers_the_capability_and_every_sampler_fault() -> None:
+    _, cand = paths()
+    assert isinstance(cand, SpeculativePath) and cand.num_draft_tokens == 2
+    assert set(cand.faults()) == set(FAULTS) == set(SAMPLER_FAULTS)
+
+
+def test_distribution_passes_with_observed_and_expected_tables() -> None:
+    out = spec_distribution(context(), SpecDistributionParams())
+    assert out.status == "pass", out.message
+    ev = out.evidence
+    for key in (
+        "categories",
+        "observed",
+        "expected",
+        "statistic",
+        "p_value",
+        "dof",
+        "power",
+        "k",
+        "horizon",
+        "n_samples",
+    ):
+        assert key in ev
+    assert ev["k"] == 2 and ev["horizon"] == 3 and "k=2, horizon=3" in out.message
+    assert sum(ev["observed"]) == ev["n_samples"] == 2000
+    assert sum(ev["expected"]) == pytest.approx(2000, abs=0.5)
+    assert all(len(c.split()) == 3 for c in ev["categories"])
+    assert min(ev["power"][f] for f in DETECT) >= 0.9 and ev["power"]["drop-bonus"] == pytest.approx(0.01)
+    assert out.exercise["rejections"] > 0 and out.exercise["target_passes"] > 0
+
+
+@pytest.mark.parametrize("fault", DETECT)
+def test_distribution_detects_each_fault(fault: str) -> None:
+    out = spec_distribution(context(fault), SpecDistributionParams())
+    assert out.status == "fail", out.message
+    assert "depart from the target's distribution" in out.message
+
+
+def test_bonus_fault_shows_only_past_the_draft_length() -> None:
+    out = spec_distribution(context("bonus-from-draft"), FAST)
+    assert out.detected_at == 3
+    with pytest.raises(ValueError, match="must exceed the draft length"):
+        spec_distribution(context(), SpecDistributionParams(horizon=2))
+
+
+def test_drop_bonus_passes_and_the_efficiency_evidence_shows_the_loss() -> None:
+    good = spec_distribution(context(), FAST)
+    dropped = spec_distribution(context("drop-bonus"), FAST)
+    assert dropped.status == "pass", dropped.message
+    assert dropped.exercise["bonus"] == 0 < good.exercise["bonus"]
+    assert dropped.exercise["missing_bonus"] == dropped.exercise["full_accepts"] > 0 == good.exercise["missing_bonus"]
+    assert "efficiency loss" in dropped.message and "efficiency loss" not in good.message
+    assert dropped.metrics["tokens_per_target_pass"] < good.metrics["tokens_per_target_pass"] - 0.05
+
+
+def test_correct_sampler_over_twenty_seeds_at_most_one_false_alarm() -> None:
+    alarms = [
+        s
+        for s in range(20)
+        if spec_distribution(context(seed=s), SpecDistributionParams(min_samples=500)).metrics["p_value"] < 0.01
+    ]
+    assert len(alarms) <= 1, alarms
+
+
+def test_identical_draft_exercises_nothing_and_cannot_pass() -> None:
+    identical = {"k": 2, "draft": "layer-skip", "draft_layers": 2}
+    out = spec_distribution(context(draft=identical), FAST)
+    assert out.status == "fail" and "exercises nothing" in out.message and "underpowered" in out.message
+    assert out.metrics["acceptance_rate"] == 1.0
+    greedy = spec_greedy(context(draft=identical), SpecGreedyParams())
+    assert greedy.status == "fail" and "exercises nothing" in greedy.message
+
+
+def test_independent_draft_leaves_bonus_faults_invisible_and_says_so() -> None:
+    out = spec_distribution(context(draft={"k": 2, "draft": "tiny-draft"}), FAST)
+    assert out.status == "fail" and "underpowered" in out.message and "bonus-from-draft" in out.message
+
+
+def test_greedy_equals_target_and_accept_all_is_caught() -> None:
+    claim = {"level": "greedy-tokens", "tokens": [8, 24]}
+    out = spec_greedy(context(claim=claim), SpecGreedyParams())
+    assert out.status == "pass", out.message
+    assert out.metrics["n_tokens"] == 24 and out.evidence["matching_by_length"] == {"8": 8, "24": 8}
+    assert out.exercise["proposed"] > 0 and out.exercise["rejections"] > 0
+    bad = spec_greedy(context("accept-all", claim=claim), SpecGreedyParams())
+    assert bad.status == "fail" and bad.detected_at is not None
+
+
+def test_greedy_cannot_see_the_residual_fault() -> None:
+    """Why the distribution check exists: one-hot p and q make the wrong residual pick the same token."""
+    params = SpecGreedyParams(n_tokens=16)
+    clean = spec_greedy(context(), params)
+    faulty = spec_greedy(context("residual-from-target"), params)
+    assert faulty.status == "pass"
+    assert clean.observation is not None and faulty.observation is not None
+    assert bool((clean.observation == faulty.observation).all())
+
+
+def test_speculative_options_are_validated() -> None:
+    with pytest.raises(ValidationError, match="applies only to path 'speculative'"):
+        Options(path="full", speculative={"k": 2})
+    with pytest.raises(ValidationError, match="unknown sampler fault"):
+        Options(path="speculative", speculative={"fault": "nope"})
+    with pytest.raises(ValidationError, match="unknown draft"):
+        Options(path="speculative", speculative={"draft": "gpt-5"})
+
+
+def test_examples_exist_for_every_fault() -> None:
+    names = {p.stem for p in (REPO / "examples").glob("reference-spec-*.yaml")}
+    assert {f"reference-spec-fault-{f}" for f in DETECT} | {
+        "reference-spec-correct",
+        "reference-spec-drop-bonus",
+        "reference-spec-identical-draft",
+    } <= names

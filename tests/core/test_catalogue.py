@@ -1,0 +1,31 @@
+"""Every built-in check has a catalogue card, every card a registered check, and steps agree."""
+
+from __future__ import annotations
+
+import tomllib
+from click.testing import CliRunner
+
+from gate.cli.main import cli
+from gate.core.catalogue import cards
+from gate.core.policy import load_policies
+from tests.support.repo import REPO
+
+
+def test_cards_match_the_built_in_entry_points() -> None:
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["gate.checks"]
+    assert set(cards()) == set(declared)
+
+
+def test_policies_use_each_check_at_its_catalogued_step() -> None:
+    catalogue = cards()
+    for resolved in load_policies().interventions.values():
+        for claim in resolved.claims.values():
+            for rule, source in claim.checks:
+                assert rule.step == catalogue[rule.check].step, (rule.check, source.path)
+
+
+def test_gate_checks_lists_cards_and_plugins() -> None:
+    result = CliRunner().invoke(cli, ["checks", "-v"])
+    assert result.exit_code == 0, result.output
+    assert "prefix-sweep" in result.output and "blind to:" in result.output
+    assert "finite-logits" in result.output and "no card" in result.output

@@ -1,0 +1,30 @@
+"""The walls worth keeping: the CLI, records and planner import no torch (instant `gate --help`,
+`gate plan`), and rendering imports no model code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.repo import EXAMPLES
+
+PROBE = """
+import sys
+from pathlib import Path
+from click.testing import CliRunner
+from gate.cli.main import cli
+runner = CliRunner()
+assert runner.invoke(cli, ["--help"]).exit_code == 0
+for name in cli.list_commands(None):
+    assert runner.invoke(cli, [name, "--help"]).exit_code == 0, name
+assert runner.invoke(cli, ["plan", sys.argv[1]]).exit_code == 0
+import gate.report, gate.trust.attest, gate.trust.ledger, gate.trust.audit
+heavy = sorted(m for m in ("torch", "transformers", "datasets") if m in sys.modules)
+print(",".join(heavy))
+"""
+
+
+def test_cli_plan_and_rendering_import_no_torch() -> None:
+    manifest = str(EXAMPLES / "reference-static-layout.yaml")
+    out = subprocess.run([sys.executable, "-c", PROBE, manifest], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"

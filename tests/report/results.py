@@ -1,0 +1,574 @@
+"""Hand-built GateResults for the report tests: no runner, no model, fixed times and digests.
+
+- passing_run: a layout change under a tolerance claim, every check passing, controls detected.
+- failing_parity_run: the same change with a start_pos bug: the prefix sweep fails from length 512,
+  with a diagnosis, a control matrix, an erroring check and a waived one.
+- speculative_run: proposal-and-verify under a distribution claim (observed vs expected).
+- slice_run: KV quantisation under bounded degradation, one slice outside its envelope.
+- hostile_run: manifest strings carrying HTML and script, which every output must render inert.
+
+assert_gold compares rendered outputs with tests/report/gold/ after scrubbing volatile values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gate.core.manifest import Manifest
+from gate.core.result import CheckResult, ControlResult, GateResult
+
+
+def _check(**fields: Any) -> CheckResult:
+    return CheckResult.model_validate(fields)
+
+
+def _control(**fields: Any) -> ControlResult:
+    return ControlResult.model_validate(fields)
+
+
+STARTED = "2025-01-02T03:04:05Z"
+FINISHED = "2025-01-02T03:05:06Z"
+ENVIRONMENT = {
+    "gate": "0.1.0",
+    "python": "3.11.9",
+    "platform": "Linux-x86_64",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "datasets": None,
+    "device": "cpu",
+}
+SUBJECTS = {
+    "reference": {
+        "adapter": "reference",
+        "path": "reference-full",
+        "config_sha256": "ab" * 32,
+        "weights_sha256": "cd" * 32,
+    },
+    "candidate": {
+        "adapter": "reference",
+        "path": "reference-paged",
+        "config_sha256": "ab" * 32,
+        "weights_sha256": "cd" * 32,
+    },
+}
+SPEC_RULE = "policies/proposal-and-verify.yaml: interventions.proposal-and-verify.claims.distribution"
+LENGTHS = [0, 1, 2, 16, 64, 200, 512, 2048, 8192]
+
+
+def _manifest(intervention: str, claim: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "gate/v1",
+        "name": extra.pop("name", f"{intervention} change"),
+        "description": extra.pop("description", f"A {intervention} change under test."),
+        "change": {
+            "repository": "example/engine",
+            "pull-request": 42,
+            "commit": "0123456789abcdef0123456789abcdef01234567",
+        },
+        "intervention": intervention,
+        "claim": claim,
+        "identity": extra.pop("identity", ["token-ids", "positions"]),
+        "subject": {
+            "reference": {"adapter": "reference", "options": {"cache": "none"}},
+            "candidate": {"adapter": "reference", "options": {"cache": "paged"}},
+            "device": "cpu",
+            "dtype": "float32",
+            "seed": 7,
+        },
+        **extra,
+    }
+    return Manifest.model_validate(doc).model_dump(mode="json", by_alias=True)
+
+
+def _plan(intervention: str, claim: str, approximate: bool, summary: str, words: str, rule: str) -> dict[str, Any]:
+    return {
+        "manifest_name": f"{intervention} change",
+        "intervention": intervention,
+        "intervention_summary": summary,
+        "approximate": approximate,
+        "claim": claim,
+        "claim_in_words": words,
+        "claim_rule": rule,
+        "claim_source": f"policies/{intervention}.yaml",
+        "identity_required": ["token-ids", "positions"],
+        "identity_declared": ["positions", "token-ids"],
+        "checks": [],
+        "policies": [],
+    }
+
+
+def _result(
+    verdict: str,
+    exit_code: int,
+    summary: str,
+    manifest: dict[str, Any],
+    plan: dict[str, Any],
+    checks: list[CheckResult],
+    **extra: Any,
+) -> GateResult:
+    return GateResult.model_validate(
+        dict(
+            gate_version="0.1.0",
+            verdict=verdict,
+            exit_code=exit_code,
+            summary=summary,
+            manifest=manifest,
+            manifest_digest={"path": "examples/change.yaml", "sha256": "11" * 32},
+            policies=[{"path": f"policies/{manifest['intervention']}.yaml", "sha256": "22" * 32}],
+            plan=plan,
+            checks=checks,
+            subjects=SUBJECTS,
+            environment=ENVIRONMENT,
+            started_at=STARTED,
+            finished_at=FINISHED,
+            **extra,
+        )
+    )
+
+
+def _layout_plan() -> dict[str, Any]:
+    return _plan(
+        "layout",
+        "tolerance",
+        False,
+        "Exact tensors stored in a different layout: nothing about the conditional distribution may change.",
+        "tolerance-bounded logits: the same argmax everywhere, logits within a stated tolerance",
+        "A layout change moves bytes, not arithmetic: logits must match within rounding.",
+    )
+
+
+def _sweep(deltas: list[float], agree: list[bool], ties: list[int]) -> dict[str, Any]:
+    return {"lengths": LENGTHS, "max_abs_delta": deltas, "argmax_agree": agree, "ties": ties, "tolerance": 1e-3}
+
+
+def _mask_oracle(status: str = "pass") -> CheckResult:
+    return _check(
+        check="mask-oracle",
+        status=status,
+        severity="deny",
+        step=4,
+        why="The mask defines the legal past: a leaked future edge must be caught before anything else.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[0]",
+        message="no future position influences any logit",
+        metrics={"positions_probed": 64, "leaks": 0},
+        exercise={"cached_steps": 64},
+        duration_s=0.41,
+        controls=[
+            _control(
+                fault="mask-off-by-one",
+                outcome="detected",
+                detected_at=1,
+                output_difference=0.73,
+                message="future edge at position 1",
+            )
+        ],
+    )
+
+
+def _controls(wrong_start_at: int) -> list[ControlResult]:
+    return [
+        _control(
+            fault="mask-origin-reset",
+            outcome="detected",
+            detected_at=1,
+            output_difference=2.31,
+            message="argmax diverged at prefix length 1",
+        ),
+        _control(
+            fault="wrong-start-pos",
+            outcome="detected",
+            detected_at=wrong_start_at,
+            output_difference=0.92,
+            message=f"argmax diverged at prefix length {wrong_start_at}",
+        ),
+        _control(
+            fault="layer-order-swap",
+            outcome="unobservable",
+            output_difference=0.0,
+            message="the fault did not change the observed outputs at these settings (max |Δ| = 0)",
+        ),
+    ]
+
+
+def passing_run() -> GateResult:
+    sweep = _check(
+        check="prefix-sweep",
+        status="pass",
+        severity="deny",
+        step=4,
+        why="Each bug class hides at some length: sweep from 0 to 8192 rather than one comfortable length.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[1]",
+        message="argmax agrees at all 9 lengths; max |Δlogit| 3.1e-06",
+        params={"lengths": LENGTHS, "atol": 1e-3},
+        metrics={"max_abs_delta": 3.1e-6, "argmax_agreement": 1.0},
+        evidence=_sweep([0.0, 1.2e-7, 2.4e-7, 4.8e-7, 9.5e-7, 1.3e-6, 1.9e-6, 2.4e-6, 3.1e-6], [True] * 9, [200]),
+        exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
+        controls=_controls(64),
+        duration_s=2.5,
+    )
+    greedy = _check(
+        check="greedy-parity",
+        status="pass",
+        severity="deny",
+        step=4,
+        why="A cached path that agrees on the first token and then drifts reads blocks back wrongly.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[2]",
+        message="64 greedy tokens identical on 8 prompts",
+        metrics={"prompts": 8, "tokens": 64, "first_mismatch": None},
+        exercise={"cached_steps": 512},
+        duration_s=1.1,
+    )
+    perf = _check(
+        check="phase-performance",
+        status="warn",
+        severity="warn",
+        step=6,
+        why="Report time to first token, token latency and live bytes: an exact change can still be slower.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[3]",
+        message="time per output token 12% slower than the reference",
+        metrics={"ttft_ms": 41.0, "tpot_ms": 9.3, "tpot_ratio": 1.12, "live_bytes": 1048576},
+        evidence={
+            "phases": [
+                {"phase": "prefill", "reference_ms": 40.2, "candidate_ms": 41.0},
+                {"phase": "decode", "reference_ms": 8.3, "candidate_ms": 9.3},
+            ]
+        },
+        exercise={"decode_steps": 128},
+        duration_s=3.0,
+    )
+    return _result(
+        "pass",
+        0,
+        "all 4 required checks passed",
+        _manifest("layout", {"level": "tolerance", "atol": 1e-3}),
+        _layout_plan(),
+        [_mask_oracle(), sweep, greedy, perf],
+    )
+
+
+def failing_parity_run() -> GateResult:
+    deltas = [0.0, 1.1e-7, 2.0e-7, 3.9e-6, 8.8e-5, 4.1e-4, 0.021, 0.37, 2.9]
+    agree = [True, True, True, True, True, True, False, False, False]
+    sweep = _check(
+        check="prefix-sweep",
+        status="fail",
+        severity="deny",
+        step=4,
+        why="Each bug class hides at some length: sweep from 0 to 8192 rather than one comfortable length.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[1]",
+        message="argmax diverged at prefix length 512 (max |Δlogit| 0.021 > tolerance 0.001)",
+        params={"lengths": LENGTHS, "atol": 1e-3},
+        metrics={"max_abs_delta": 2.9, "argmax_agreement": 0.667, "argmax_failures": 3, "ties": 1},
+        # The shape gate's prefix-sweep writes: series under per_length, tolerance as a record,
+        # tie and failure records, and gate.checks._diagnosis's profile with per-layer divergence.
+        evidence={
+            "per_length": {
+                "length": LENGTHS,
+                "max_abs_delta": deltas,
+                "argmax_agree": agree,
+                "tie": [length == 200 for length in LENGTHS],
+                "min_margin": [0.4, 0.3, 0.5, 0.2, 0.3, 0.0002, 0.2, 0.1, 0.3],
+            },
+            "tolerance": {"atol": 1e-3, "rtol": 1e-5, "source": "claim"},
+            "ties": [{"length": 200, "row": 1, "margin": 0.0002, "tolerance": 0.001}],
+            "failures": [
+                {
+                    "length": 512,
+                    "row": 0,
+                    "reference_token": 17,
+                    "candidate_token": 93,
+                    "margin": 0.2,
+                    "max_abs_delta": 0.021,
+                },
+            ],
+            "rows_total": 9,
+            "rows_shown": 9,
+        },
+        exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
+        diagnosis={
+            "bug_class": "positional-index",
+            "explanation": "the appended token is encoded at the wrong position (start_pos / position ids)",
+            "first_deviating_length": 512,
+            "deviating_lengths": 3,
+            "profile": "grows-with-length",
+            "log_slope": 1.9,
+            "first_diverging_layer": 0,
+            "component": "new-kv",
+            "layers": [
+                {"layer": 0, "component": "new-kv", "new_k": True, "new_v": False},
+                {"layer": 1, "component": "new-kv", "new_k": True, "new_v": True},
+            ],
+        },
+        duration_s=2.7,
+    )
+    greedy = _check(
+        check="greedy-parity",
+        status="fail",
+        severity="deny",
+        step=4,
+        why="A cached path that agrees on the first token and then drifts reads blocks back wrongly.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[2]",
+        message="greedy continuation diverged at token 3 of prompt 5",
+        metrics={"prompts": 8, "first_mismatch": 3},
+        exercise={"cached_steps": 512},
+        duration_s=1.2,
+        controls=_controls(512),
+    )
+    identity = _check(
+        check="cache-identity",
+        status="error",
+        severity="deny",
+        step=3,
+        why="Every attribute that can change K, V, mask or position must be part of the cache key.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[3]",
+        message="RuntimeError: adapter does not expose its cache key",
+        error={
+            "type": "RuntimeError",
+            "message": "adapter does not expose its cache key",
+            "traceback": 'Traceback (most recent call last):\n  File "gate/checks/cache_identity.py", line 40\n'
+            "RuntimeError: adapter does not expose its cache key\n",
+        },
+        duration_s=0.05,
+    )
+    waived = _check(
+        check="invalidation",
+        status="waived",
+        severity="deny",
+        step=8,
+        why="A model update or restart must not revive incompatible cache state.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[4]",
+        message="waived: stale block after weight reload",
+        waiver={
+            "check": "invalidation",
+            "reason": "reload path is disabled in this release (tracked in #51)",
+            "approver": "rivera@example.com",
+            "expires": "2025-03-01",
+            "ledger_id": 3,
+        },
+        duration_s=0.9,
+    )
+    return _result(
+        "error",
+        3,
+        "error in cache-identity",
+        _manifest("layout", {"level": "tolerance", "atol": 1e-3}),
+        _layout_plan(),
+        [_mask_oracle(), sweep, greedy, identity, waived],
+    )
+
+
+def speculative_run() -> GateResult:
+    categories = ["the", "a", "of", "to", "and", "in", "is", "it", "that", "<other>"]
+    expected = [0.21, 0.15, 0.12, 0.1, 0.09, 0.08, 0.07, 0.06, 0.05, 0.07]
+    observed = [431, 296, 236, 205, 177, 163, 139, 121, 97, 135]
+    spec_greedy = _check(
+        check="spec-greedy",
+        status="pass",
+        severity="deny",
+        step=4,
+        why="At temperature 0 verification must reproduce the target's greedy tokens exactly.",
+        policy_rule=f"{SPEC_RULE}.checks[0]",
+        message="128 greedy tokens identical; 61% of drafts accepted",
+        metrics={"tokens": 128, "acceptance_rate": 0.61},
+        exercise={"draft_passes": 44, "accepted": 78},
+        duration_s=1.9,
+    )
+    distribution = _check(
+        check="spec-distribution",
+        status="pass",
+        severity="deny",
+        step=4,
+        why="Sampling with verification must leave the target distribution unchanged (Leviathan et al.).",
+        policy_rule=f"{SPEC_RULE}.checks[1]",
+        message="chi-square 6.2 on 9 dof, p = 0.72 ≥ α = 0.01",
+        metrics={"p_value": 0.72, "samples": 2000},
+        evidence={
+            "categories": categories,
+            "observed": observed,
+            "expected": expected,
+            "statistic": 6.2,
+            "p_value": 0.72,
+            "test": "chi-square",
+            "alpha": 0.01,
+            "samples": 2000,
+        },
+        exercise={"draft_passes": 1310, "bonus_tokens": 402},
+        duration_s=6.2,
+        controls=[
+            _control(
+                fault="skip-verification",
+                outcome="detected",
+                detected_at=400,
+                output_difference=0.18,
+                message="p = 3e-09 < α",
+            ),
+            _control(
+                fault="drop-bonus",
+                outcome="tolerated",
+                output_difference=0.0,
+                message="harmless fault tolerated as expected",
+            ),
+        ],
+    )
+    manifest = _manifest("proposal-and-verify", {"level": "distribution", "alpha": 0.01, "power": 0.9})
+    plan = _plan(
+        "proposal-and-verify",
+        "distribution",
+        False,
+        "A draft proposes tokens; the target accepts or rejects them.",
+        "the same output distribution under sampling, tested at a stated significance level",
+        "Verified speculative sampling leaves the target distribution unchanged.",
+    )
+    return _result("pass", 0, "all 2 required checks passed", manifest, plan, [spec_greedy, distribution])
+
+
+def slice_run() -> GateResult:
+    envelopes = [
+        {"slice": "long-range-retrieval", "metric": "top1-agreement", "comparator": ">=", "threshold": "0.95"},
+        {"slice": "code-closure", "metric": "greedy-match", "comparator": ">=", "threshold": "0.9"},
+        {"slice": "numbers", "metric": "kl", "comparator": "<=", "threshold": "0.05"},
+    ]
+    slices = [
+        {
+            "slice": "long-range-retrieval",
+            "metric": "top1-agreement",
+            "point": 0.93,
+            "bound": 0.912,
+            "threshold": 0.95,
+            "comparator": ">=",
+            "n": 600,
+            "passed": False,
+        },
+        {
+            "slice": "code-closure",
+            "metric": "greedy-match",
+            "point": 0.97,
+            "bound": 0.955,
+            "threshold": 0.9,
+            "comparator": ">=",
+            "n": 400,
+            "passed": True,
+        },
+        {
+            "slice": "numbers",
+            "metric": "kl",
+            "point": 0.012,
+            "bound": 0.019,
+            "threshold": 0.05,
+            "comparator": "<=",
+            "n": 500,
+            "passed": True,
+        },
+    ]
+    quality = _check(
+        check="quality-slices",
+        status="fail",
+        severity="deny",
+        step=7,
+        why="An approximation earns only the envelope it is evaluated on; slices where it enters can fail apart.",
+        policy_rule="policies/quantisation.yaml: interventions.quantisation.claims.bounded-degradation.checks[0]",
+        message="long-range-retrieval: top1-agreement lower bound 0.912 < 0.95",
+        metrics={"slices": 3, "failed": 1},
+        # The shape gate's quality-slices writes: envelope records (with the bootstrap judgement and
+        # the worst samples) under `envelopes`, per-slice facts under `slices`.
+        evidence={
+            "envelopes": [
+                {
+                    **env,
+                    "confidence": 0.95,
+                    "n_required": 400,
+                    "reason": "bound vs threshold",
+                    "worst": [{"context_len": 1900, "kl": 0.8, "greedy_match": False}],
+                }
+                for env in slices
+            ],
+            "slices": {
+                "long-range-retrieval": {"n": 600, "k": 16, "dependency": "long-range", "fingerprint": "33" * 32},
+                "code-closure": {"n": 400, "k": 16, "dependency": "local", "fingerprint": "44" * 32},
+            },
+            "timing": {"wall_s": 11.9, "samples": 1500},
+        },
+        exercise={"bytes_held": 3145728, "quantised_blocks": 96},
+        duration_s=12.0,
+    )
+    manifest = _manifest(
+        "quantisation",
+        {"level": "bounded-degradation", "envelopes": envelopes},
+        identity=["token-ids", "positions", "kv-dtype"],
+    )
+    plan = _plan(
+        "quantisation",
+        "bounded-degradation",
+        True,
+        "KV state kept at reduced precision.",
+        "an approximation: task quality stays inside a stated envelope on each evaluated slice, and only there",
+        "Quantised KV is an approximation: it may claim only bounded degradation on named slices.",
+    )
+    return _result(
+        "fail",
+        1,
+        "failed: quality-slices",
+        manifest,
+        plan,
+        [quality],
+        datasets={"long-range-retrieval": "sha256:" + "33" * 32, "code-closure": "sha256:" + "44" * 32},
+    )
+
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def hostile_run() -> GateResult:
+    result = failing_parity_run()
+    manifest = _manifest(
+        "layout",
+        {"level": "tolerance", "atol": 1e-3},
+        name=f"evil {HOSTILE}",
+        description=f"desc {HOSTILE} | `code` *bold* [link](javascript:alert(1))",
+    )
+    checks = [c.model_copy(update={"message": f"{c.message} {HOSTILE}"}) for c in result.checks]
+    checks[1] = checks[1].model_copy(
+        update={
+            "diagnosis": {**(checks[1].diagnosis or {}), "explanation": HOSTILE},
+            "evidence": {**checks[1].evidence, "note": HOSTILE},
+        }
+    )
+    return result.model_copy(update={"manifest": manifest, "checks": checks, "summary": f"failed {HOSTILE}"})
+
+
+ALL = {"passing": passing_run, "failing": failing_parity_run, "speculative": speculative_run, "slices": slice_run}
+
+
+GOLD = Path(__file__).parent / "gold"
+UPDATE_GOLD = os.environ.get("GATE_UPDATE_GOLD") == "1"
+
+
+def scrub(text: str) -> str:
+    """Replace values that change between machines and runs: digests, times, versions, temp paths."""
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?", "<time>", text)
+    text = re.sub(r"\b\d+\.\d+\.\d+\b", "<version>", text)
+    return re.sub(r"/tmp/[^\s\"'<>]+", "<tmp>", text)
+
+
+def assert_gold(outputs: dict[str, str]) -> None:
+    """Compare each rendered output with tests/report/gold/NAME; GATE_UPDATE_GOLD=1 rewrites them."""
+    missing = []
+    for name, text in outputs.items():
+        path = GOLD / name
+        text = scrub(text)
+        if UPDATE_GOLD or not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            missing += [] if UPDATE_GOLD else [name]
+            continue
+        assert text == path.read_text(encoding="utf-8"), (
+            f"{name} differs from its gold file; rerun with GATE_UPDATE_GOLD=1 after reviewing the change"
+        )
+    if missing:
+        pytest.fail(f"gold files {missing} were missing and have been written; review and commit them")
