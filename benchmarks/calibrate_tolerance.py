@@ -122,7 +122,7 @@ def render(args: argparse.Namespace, lines: list[str], statuses: dict[str, dict[
 ## Tolerance calibration (correct paths must never fail)
 
 `python benchmarks/calibrate_tolerance.py --seeds {args.seeds} --longest {args.longest}`: reference decoder `tiny`,
-one full pass vs the progressive cached sweep on the {args.paths.replace(",", ", ")} paths, batch 2, seed 001's
+one full pass vs the progressive cached sweep on the {args.paths.replace(",", ", ")} paths, batch 2, the standard
 lengths plus 64 log-spaced up to {args.longest}, {args.seeds} seeds (weights and tokens). Row tolerance is
 atol + rtol * max |reference logit| (gate/checks/_compare.py); a flip to a token the reference scores within that
 tolerance of its top is a tie (a warning), any other flip a failure.

@@ -147,13 +147,13 @@ def main() -> None:
 
 DOC = """# Planted faults and the checks that catch them
 
-Release-gate step 5 (seed 000): a check counts only if it fails when a known bug is planted. The faults
-below live in `gate/models/faults.py` and are applied from outside the reference decoder (it has no fault
-flags): a patched `mask_fn` or `positions` on the built model, a replaced `forward` on one attention
-layer, a hook on each new KV cache (what attention reads, or what `reset` clears), or a wrapper on
-the session. A manifest selects one with `fault: <name>` in the candidate's options
-(`examples/reference-fault-<name>.yaml`); the runner applies each fault a policy names to the candidate
-with `with_fault` and requires a failure.
+Release-gate step 5 (background: the release gate): a check counts only if it fails when a known bug is
+planted. The faults below live in `gate/models/faults.py` and are applied from outside the reference
+decoder (it has no fault flags): a patched `mask_fn` or `positions` on the built model, a replaced
+`forward` on one attention layer, a hook on each new KV cache (what attention reads, or what `reset`
+clears), or a wrapper on the session. A manifest selects one with `fault: <name>` in the candidate's
+options (`examples/reference-fault-<name>.yaml`); the runner applies each fault a policy names to the
+candidate with `with_fault` and requires a failure.
 
 {catalogue}
 ## Fault x check (generated)

@@ -1,12 +1,12 @@
-"""Prefix sweep vs seed 001's naive loop, measured side by side in one run.
+"""Prefix sweep vs the naive loop (background: parity), measured side by side in one run.
 
-Same model (reference `tiny`, max_len 8192), same tokens (batch 2), same lengths (seed 001's
-eight plus 64 log-spaced up to the longest). Three timings:
+Same model (reference `tiny`, max_len 8192), same tokens (batch 2), same lengths (the eight standard
+lengths plus 64 log-spaced up to the longest). Three timings:
 
 * floor: ONE full causal pass over the longest sequence (it alone yields every reference row);
 * sweep: what `prefix-sweep` does: that one full pass plus the candidate's progressive cached
   schedule (prefill the first length, then chunk + single-token append per length);
-* naive: seed 001's loop, per length a fresh full pass over L + 1 tokens and a fresh prefill of
+* naive: the naive loop, per length a fresh full pass over L + 1 tokens and a fresh prefill of
   L tokens plus one appended token.
 
 Targets (issue 9): naive / sweep >= 3 and sweep / floor <= 3. Both methods must give the same
@@ -40,7 +40,7 @@ def timed(fn: Any) -> tuple[Any, float]:
 def naive(
     reference: Any, candidate: Any, tokens: torch.Tensor, lengths: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 001's check(): per length, a fresh full pass and a fresh prefill + one append."""
+    """the naive check(): per length, a fresh full pass and a fresh prefill + one append."""
     full_rows, cached_rows = [], []
     for length in lengths:
         full_rows.append(reference.full_logits(tokens[:, : length + 1])[:, -1].cpu())
@@ -96,11 +96,11 @@ def render(r: dict[str, Any]) -> str:
     ok = "yes" if r["speedup"] >= 3 else "NO"
     floor_ok = "yes" if r["over_floor"] <= 3 else "NO"
     return f"""<!-- prefix-sweep:start -->
-## prefix-sweep (one full pass + progressive cached schedule vs seed 001's naive loop)
+## prefix-sweep (one full pass + progressive cached schedule vs the naive loop (background: parity))
 
 `python benchmarks/prefix_sweep.py` on cpu, float32, torch {torch.__version__}, {r["threads"]} thread(s). \
 Reference decoder `tiny` (2 layers, d_model 64, 4 heads / 2 KV heads, max_len 8192), batch 2, \
-{r["lengths"]} prefix lengths (seed 001's eight + {r["log_spaced"]} log-spaced) up to {r["longest"]}, \
+{r["lengths"]} prefix lengths (the eight standard lengths + {r["log_spaced"]} log-spaced) up to {r["longest"]}, \
 candidate `{r["path"]}`. All timings from the same run on a shared machine.
 
 | measure | value |

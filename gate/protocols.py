@@ -49,7 +49,7 @@ class Session(Protocol):
         ...
 
     def reset(self) -> None:
-        """Forget the request: stored K/V *and* position state (seed 004)."""
+        """Forget the request: stored K/V *and* position state (background: mask oracle)."""
         ...
 
     def exercise(self) -> dict[str, Any]:
@@ -111,7 +111,7 @@ class LayerTracing(Protocol):
 @runtime_checkable
 class AttentionProbe(Protocol):
     """Run this path's KV cache, mask and attention kernel on given q, k, v (no projections, no
-    position encoding), so `mask-oracle` can feed the seed 004 fixture through the candidate."""
+    position encoding), so `mask-oracle` can feed the mask-oracle fixture through the candidate."""
 
     def attention_probe(
         self,
@@ -163,7 +163,7 @@ class SpeculativePath(Protocol):
 
 @runtime_checkable
 class PrefixCaching(Protocol):
-    """A cross-request prefix cache (seed 003), judged by prefix-reuse-parity, cache-identity,
+    """A cross-request prefix cache (background: cache identity), judged by prefix-reuse-parity, cache-identity,
     tenant-isolation, invalidation and hash-collision.
 
     A worker serves requests (token ids plus the per-request identity: adapter, tenant or salt)

@@ -1,4 +1,4 @@
-"""Name the likely bug class of a failed parity check (seed 001, "Reading a divergence").
+"""Name the likely bug class of a failed parity check (background: reading a divergence).
 
 Two instruments:
 

@@ -2,7 +2,7 @@
 
 The oracle is the check's own model of a correct cache, kept apart from the cache under test: a
 request may reuse at most the full blocks it shares, position by position from position 0, with an
-earlier request of the same identity (seed 003), and never its last prompt token (its logits are
+earlier request of the same identity (background: cache identity), and never its last prompt token (its logits are
 the answer). Reuse beyond that is state the request was not entitled to, however the logits look.
 """
 
@@ -34,7 +34,7 @@ WHY: dict[str, str] = {
     "kv-dtype": "buffers in another numeric format are another representation",
     "tenant": "computational sameness does not grant permission to share state across tenants",
 }
-"""Why each identity field must partition the cache (seed 003; seed 000, Part IV)."""
+"""Why each identity field must partition the cache (background: cache identity, isolation)."""
 
 
 class NotPrefixCaching(TypeError):
@@ -229,7 +229,7 @@ def broken_rules(served: Served) -> list[str]:
     if len(s.reused_spans) > 1 or (s.reused_spans and s.reused_spans[0][0] != 0):
         rules.append(
             "order: blocks were reused after an earlier block missed (a block's state depends on "
-            "every earlier token, seed 003)"
+            "every earlier token, background: cache identity)"
         )
     if served.excess and not rules:
         rules.append(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gate.protocols import DecodePath
 
 SEED_LENGTHS = (0, 1, 2, 16, 64, 200, 2000, 8000)
-"""Seed 001's prefix lengths."""
+"""the standard prefix lengths (background: parity)."""
 
 
 def log_spaced(count: int, longest: int) -> list[int]:

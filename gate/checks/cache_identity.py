@@ -12,7 +12,7 @@ policy makes it declare the required ones), P is served once more differing only
 
 Each such request must reuse nothing (or be refused), must still match its own uncached
 computation, and must hit when repeated (the variant is cacheable, so its miss was a decision).
-Seed 003's example holds exactly on a block-size-1 worker: after [11, 24, 31, 42, 57], the request
+The cache-identity example (background) holds exactly on a block-size-1 worker: after [11, 24, 31, 42, 57], the request
 [11, 24, 99, 42, 57] reuses positions 0 and 1 and never the later equal ids.
 """
 
@@ -51,7 +51,7 @@ class CacheIdentityParams(Params):
     prompt_blocks: int = Field(default=3, ge=2, le=64)
     """Full blocks in the probe prompt (its length is prompt_blocks * block_size + 2)."""
     seed_example_block_size: int = Field(default=1, ge=1, le=2)
-    """Block size of the worker that replays seed 003's example (1 or 2 keeps it meaningful)."""
+    """Block size of the worker that replays the cache-identity example (1 or 2 keeps it meaningful)."""
     unverifiable: Literal["fail", "warn"] = "fail"
     """What a declared field the candidate cannot vary does to the verdict."""
 
@@ -69,7 +69,7 @@ def _variant(worker: PrefixCaching, field: str) -> tuple[PrefixCaching, dict[str
 
 @check("cache-identity", params=CacheIdentityParams)
 def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
-    """Requests differing in any declared identity field miss; identical requests hit; seed 003 holds."""
+    """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
     candidate = prefix_candidate(ctx)
     worker = candidate.fresh()
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
@@ -148,15 +148,15 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         elif repeat.reused == 0 and repeat.entitled:
             violations.append(f"{field}: the variant request did not hit when repeated, so its miss proves nothing")
 
-    # seed 003, exactly
+    # background: cache identity, exactly
     small = candidate.fresh(block_size=params.seed_example_block_size)
     a, b = [t % vocab for t in SEED_003_A], [t % vocab for t in SEED_003_B]
     seed_log = RequestLog(ReuseLedger(small.block_size), tol)
-    seed_log.issue(small, "seed 003 A", a, base_key, recompute_oracle(small), tenant=TENANT)
-    seed_b = seed_log.issue(small, "seed 003 B", b, base_key, recompute_oracle(small), tenant=TENANT)
+    seed_log.issue(small, "identity example A", a, base_key, recompute_oracle(small), tenant=TENANT)
+    seed_b = seed_log.issue(small, "identity example B", b, base_key, recompute_oracle(small), tenant=TENANT)
     if seed_b.reply.stats.reused_spans != [(0, 2)]:
         violations.append(
-            f"seed 003: after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
+            f"cache identity (background): after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
             f"equal ids: it {describe_excess(seed_b)}"
         )
     log.served.extend(seed_log.served)
@@ -190,7 +190,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     else:
         outcome.message = (
             f"identical requests hit ({again.reused} tokens reused); a request differing only in "
-            f"each of {', '.join(fields)} reused nothing it was not entitled to; seed 003 "
+            f"each of {', '.join(fields)} reused nothing it was not entitled to; background: cache identity "
             f"shares exactly positions 0-1"
         )
     return outcome

@@ -2,7 +2,7 @@
 
 Each path continues the same prompts by greedy decoding on its own (prefill, then one append per
 token). Tokens are compared at aligned absolute positions (prompt length + step); the first
-diverging step keeps both paths' logit rows (top-k) as evidence (seed 004: preserve the first
+diverging step keeps both paths' logit rows (top-k) as evidence (background: mask oracle; preserve the first
 diverging logit row). A divergence where the reference's top-2 margin is within tolerance and
 the candidate picked the runner-up is a tie: a warning, not a failure.
 """

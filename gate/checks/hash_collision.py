@@ -1,6 +1,6 @@
 """hash-collision: with a deliberately weak hash, colliding blocks are detected and not served.
 
-A hash picks a bucket; it is not a proof that two contexts are equal (seed 003). The candidate is
+A hash picks a bucket; it is not a proof that two contexts are equal (background: cache identity). The candidate is
 rebuilt with a hash of `bits` bits (2**bits buckets), so distinct blocks are bound to collide, and
 serves a family of prompts twice over. A correct cache compares the stored key material (tokens,
 parent, position, identity) before serving: every request reuses exactly what it is entitled to

@@ -1,6 +1,6 @@
 """invalidation: after an update or a restart, no entry of an incompatible computation is consumed.
 
-Release-gate step 8 (seed 000: vLLM resets its prefix cache when weights change). Each scenario
+Release-gate step 8 (background: isolation; vLLM resets its prefix cache when weights change). Each scenario
 runs on fresh workers, and every request is compared with the worker's own uncached computation
 at that moment:
 

@@ -1,11 +1,11 @@
-"""`mask-oracle`: seed 004's fixture, run through the candidate's cache, mask and attention.
+"""`mask-oracle`: the mask-oracle fixture (background), run through the candidate's cache, mask and attention.
 
 One head, scalar values [2, 4, 8, 16, 32] at positions 0..4, zero scores: each query returns the
 mean of the values it may see. With three positions cached, the chunk of queries at absolute
 positions 3 and 4 must return 7.5 and 12.4; a mask restarted at the chunk's origin returns 2 and 3.
 The answers are derived independently (exact rationals), not from a model.
 
-The matrix (seed 004, "Do this before moving on"): empty cache, one-token cache, multistep append,
+The matrix (background: mask oracle, "Do this before moving on"): empty cache, one-token cache, multistep append,
 reset between two independent requests; then nonzero scores over several KV heads (expected values
 from a float64 softmax written here), and each case again with the unused cache tail poisoned by NaN,
 which a correct read never touches. Batch row 1 carries a second request with other values, so a
@@ -57,7 +57,7 @@ class Case:
 
 
 def visible_means(values: tuple[int, ...], positions: list[int]) -> list[Fraction]:
-    """Seed 004: the mean of values[:p + 1] for each position p (exact)."""
+    """Mask oracle (background): the mean of values[:p + 1] for each position p (exact)."""
     return [Fraction(sum(values[: p + 1]), p + 1) for p in positions]
 
 
@@ -131,7 +131,7 @@ def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
 
 @check("mask-oracle", params=MaskOracleParams)
 def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
-    """Seed 004's mask oracle (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
+    """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
     candidate = ctx.candidate
     if not isinstance(candidate, AttentionProbe):
         return Outcome(status="skip", message=f"{candidate.name} offers no AttentionProbe (attention_probe)")
@@ -236,11 +236,11 @@ def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "bug_class": "read-past-valid-length",
             "explanation": "NaN from the unused cache tail (written there by the fixture, or left there "
             "uninitialised) reached the output: attention reads past the valid length, even where the "
-            "nominal length looks right (seed 004)",
+            "nominal length looks right (background: mask oracle)",
         }
     explanations = {
         "mask-offset": "cached chunks returned exactly the wrong-origin answer (2 and 3): the mask restarts "
-        "at the chunk's origin (seeds 001, 004)",
+        "at the chunk's origin (background: parity, mask oracle)",
         "kv-truncation": "cached chunks returned attention over the chunk alone: the cached keys are "
         "missing from the read",
         "foreign-state": "cached chunks returned attention over the other request's cached values: the "
@@ -254,7 +254,7 @@ def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "bug_class": "reset-leak",
             "explanation": "only the request after a reset is wrong: reset "
-            "left position state or K/V behind (seed 004)",
+            "left position state or K/V behind (background: mask oracle)",
         }
     if by[("empty-cache", False)]["ok"]:
         return {

@@ -6,7 +6,7 @@ their candidate/reference ratios. Runs alternate (reference, candidate, referenc
 machine slows both alike; each headline figure is the fastest of `repeats` runs (a shared machine
 only ever adds time, so the minimum is the steadiest estimate of a path's own cost), with the
 median and every run kept in the evidence. Fewer operations are a
-mechanism, not a wall-clock guarantee (seed 000): the check reports what it measured, and says
+mechanism, not a wall-clock guarantee (background: the release gate): the check reports what it measured, and says
 `warn` when the candidate saves nothing it set out to save. The policy runs it at severity warn.
 """
 

@@ -2,14 +2,14 @@
 
 Reference logits for every length come from ONE full pass over the longest sequence (causality
 makes row L the answer for prefix L). The candidate grows one session (gate.checks._sweep), so
-neither side redoes quadratic work. Lengths: seed 001's eight (clipped), at least 64 log-spaced
+neither side redoes quadratic work. Lengths: the eight standard lengths (clipped), at least 64 log-spaced
 ones, every layout boundary ±1 of the candidate, optionally every length 1..N.
 
 `compare: full` (tolerance claims): argmax agreement is load-bearing, max |Δlogit| over the
 tolerance is a warning, flips within the reference's top-2 margin are ties.
 `compare: cached` (exact claims): additionally the candidate's logits must be bit-identical to
 the reference path running the *same* cached schedule. Exact against a full pass is never
-claimed: a cached step and a full pass differ in the last bits on any correct engine (seed 001).
+claimed: a cached step and a full pass differ in the last bits on any correct engine (background: parity).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gate.protocols import DecodePath, LayoutBoundaries
 
 class PrefixSweepParams(Params):
     lengths: list[int] = Field(default_factory=lambda: list(SEED_LENGTHS))
-    """Prefix lengths always visited (seed 001), clipped to the longest prefix."""
+    """Prefix lengths always visited (background: parity), clipped to the longest prefix."""
     log_spaced: int = Field(default=64, ge=0, le=4096)
     """How many log-spaced lengths from 1 to the longest prefix to add."""
     boundaries: bool = True
@@ -60,7 +60,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     if params.compare == "cached" and not reference.uses_cache:
         raise ValueError(
             f"compare: cached needs a cached reference path running the same shapes; {reference.name} is a "
-            "full pass, and bit identity against a full pass is not an honest claim (seed 001): claim "
+            "full pass, and bit identity against a full pass is not an honest claim (background: parity): claim "
             "`tolerance` against it, or make the reference the old cached path"
         )
     longest = min(params.longest or 1 << 30, reference.max_len - 1, candidate.max_len - 1)

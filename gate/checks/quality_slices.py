@@ -344,7 +344,7 @@ def _diagnose(table: list[dict[str, Any]], slices: dict[str, Any]) -> dict[str, 
         out["bug_class"] = "lost-long-range-context"
         out["summary"] = (
             "long-range slices fail while the local control holds: the candidate no longer "
-            "attends over the full past (the forgetful stenographer of seed 000)"
+            "attends over the full past (the forgetful stenographer; background: approximate caches)"
         )
     elif underpowered and len(underpowered) == len(failed):
         out["bug_class"] = "underpowered"

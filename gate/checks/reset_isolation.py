@@ -3,7 +3,7 @@
 Request A (prompt, then tokens appended one at a time) runs on a session; the session is reset;
 request B runs on the same session. Each must match the same request on a fresh session of the
 same path. Both runs execute the same shapes, so the comparison is bit-exact by default: a reset
-either restores the initial state or it does not (seed 004: reset position state as well as K/V).
+either restores the initial state or it does not (background: mask oracle; reset position state as well as K/V).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
         )
         diagnosis = {
             "bug_class": "reset-leak",
-            "explanation": f"{detail}: the request after a reset does not match a fresh one (seed 004)",
+            "explanation": f"{detail}: the request after a reset does not match a fresh one (background: mask oracle)",
             "cache_len_after_reset": leftover,
             "request": "first" if not results["first"]["identical"] else "second",
         }

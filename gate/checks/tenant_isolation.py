@@ -1,6 +1,6 @@
 """tenant-isolation: tenants (or cache salts) never share entries, and same-tenant reuse happens.
 
-Computational sameness does not grant permission to share state (seed 000, Part IV). On a fresh
+Computational sameness does not grant permission to share state (background: isolation). On a fresh
 worker, for each prompt: tenant A serves it twice (the second must hit: same-tenant reuse is the
 control that makes the rest meaningful; a cache that is off would pass "no reuse" otherwise), then
 tenant B serves the identical prompt (must reuse nothing) and repeats it (must hit its own entry),

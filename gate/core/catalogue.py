@@ -21,7 +21,7 @@ class CheckCard(Record):
     name: str
     """Registered check name."""
     step: int = Field(ge=1, le=8)
-    """Release-gate step (seed 000) the check serves."""
+    """Release-gate step (background: the release gate) the check serves."""
     proves: str
     """What a pass shows."""
     blind_to: str

@@ -25,7 +25,7 @@ class Record(BaseModel):
 
 
 class Intervention(str, Enum):
-    """The kind of decoding change (release-gate step 1, seed 000)."""
+    """The kind of decoding change (release-gate step 1; background: the release gate)."""
 
     layout = "layout"
     scheduling = "scheduling"
@@ -46,7 +46,7 @@ class ClaimLevel(str, Enum):
 
 
 class IdentityField(str, Enum):
-    """An input to the cache key: anything that can change K, V, mask or position (seed 003)."""
+    """An input to the cache key: anything that can change K, V, mask or position (background: cache identity)."""
 
     token_ids = "token-ids"
     positions = "positions"
@@ -88,7 +88,7 @@ class ExactClaim(Record):
 
 
 class ToleranceClaim(Record):
-    """Logits within atol/rtol, and argmax agreement (the load-bearing assertion, seed 001)."""
+    """Logits within atol/rtol, and argmax agreement (the load-bearing assertion, background: parity)."""
 
     level: Literal["tolerance"]
     atol: float | None = Field(default=None, ge=0)

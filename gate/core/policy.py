@@ -49,7 +49,7 @@ class CheckRule(Record):
     check: str
     """Registered check name (entry point group `gate.checks`)."""
     step: int = Field(ge=1, le=8)
-    """Release-gate step (seed 000) this check serves."""
+    """Release-gate step (background: the release gate) this check serves."""
     severity: Literal["deny", "warn"] = "deny"
     """deny: a failure fails the gate. warn: it is reported only."""
     why: str
@@ -86,7 +86,7 @@ class IdentityRule(Record):
     required: list[IdentityField] = Field(default_factory=list)
     """Fields that must appear in the manifest's `identity` list."""
     why: dict[IdentityField, str] = Field(default_factory=dict)
-    """Why each field matters (seed 003), quoted when a manifest omits it."""
+    """Why each field matters (background: cache identity), quoted when a manifest omits it."""
 
 
 class InterventionRule(Record):

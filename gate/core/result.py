@@ -101,7 +101,7 @@ class CheckResult(Record):
     severity: Literal["deny", "warn"]
     """What a failure means for the gate: deny fails it, warn only reports."""
     step: int = Field(ge=1, le=8)
-    """Release-gate step (seed 000) the check serves."""
+    """Release-gate step (background: the release gate) the check serves."""
     why: str = ""
     """Why the policy requires it."""
     policy_rule: str = ""

@@ -45,7 +45,7 @@ CATALOGUE: tuple[Fault, ...] = (
         "model",
         "mask-offset",
         "a local triangular mask on a cached chunk: torch.tril(ones(q_len, k_len)) ignores the "
-        "cache offset, so the appended token sees only position 0 (seeds 001, 004)",
+        "cache offset, so the appended token sees only position 0 (background: parity, mask oracle)",
     ),
     Fault(
         "missing-start-pos",
@@ -71,7 +71,7 @@ CATALOGUE: tuple[Fault, ...] = (
         "cache",
         "reset-leak",
         "reset clears K and V but not the position counter: the next request starts at the "
-        "previous request's offset (seed 004)",
+        "previous request's offset (background: mask oracle)",
     ),
     Fault(
         "truncated-last-block",

@@ -108,7 +108,7 @@ PRESETS: dict[str, ModelConfig] = {
 
 def causal_mask(q_len: int, k_len: int, window: int | None, device: torch.device) -> torch.Tensor:
     """Blocked entries (True) of a [q_len, k_len] score matrix whose queries are the LAST q_len
-    of k_len positions: `offset = k_len - q_len` keys were already cached (seed 001)."""
+    of k_len positions: `offset = k_len - q_len` keys were already cached (background: parity)."""
     offset = k_len - q_len
     q_pos = torch.arange(q_len, device=device)[:, None] + offset
     k_pos = torch.arange(k_len, device=device)[None, :]

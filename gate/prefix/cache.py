@@ -1,4 +1,4 @@
-"""A block-oriented cross-request prefix cache (seed 003; release-gate steps 3 and 8).
+"""A block-oriented cross-request prefix cache (background: cache identity; release-gate steps 3 and 8).
 
 A prompt is cut into full blocks of `block_size` tokens. Block i is looked up only after blocks
 0..i-1 hit, and its key material names the parent block, its start position, its token ids and
@@ -65,7 +65,7 @@ class CacheIdentity:
     adapter: str | None = None
     """Adapter (LoRA) name and revision, None for the base model."""
     tenant: str | None = None
-    """Tenant or cache salt: who may read the entry (seed 000, Part IV)."""
+    """Tenant or cache salt: who may read the entry (background: isolation)."""
 
     def material(self) -> tuple[tuple[str, Any], ...]:
         """Every field as (name, value), in a fixed order."""
@@ -118,7 +118,7 @@ Probe = tuple[int, "Block | None"]
 
 
 def longest_prefix(probes: Iterator[Probe]) -> list[Probe]:
-    """The correct matcher: stop at the first miss, since later blocks depend on it (seed 003)."""
+    """The correct matcher: stop at the first miss, since later blocks depend on it (background: cache identity)."""
     taken: list[Probe] = []
     for start, block in probes:
         if block is None:

@@ -48,7 +48,7 @@ def _any_blocks(probes: Iterator[Probe]) -> list[Probe]:
 
 def _unordered_blocks(rules: CacheRules) -> CacheRules:
     """Treat blocks as an unordered collection: keyed by (start, tokens, identity) without the
-    parent, and matched after an earlier miss (seed 003's later equal ids)."""
+    parent, and matched after an earlier miss (the cache-identity example's later equal ids)."""
 
     def key(parent: int | None, start: int, tokens: tuple[int, ...], identity: CacheIdentity) -> tuple[Any, ...]:
         return ("positional", start, tokens, identity.material())

@@ -12,7 +12,7 @@ STEP_TITLES = {
     7: "Slice quality where approximation enters",
     8: "Test invalidation and recovery",
 }
-"""The eight-step release gate of seed 000."""
+"""The eight-step release gate (docs/background.md)."""
 
 VERDICTS = {
     "pass": ("PASS", "good"),

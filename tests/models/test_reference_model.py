@@ -39,7 +39,7 @@ def test_presets_and_overrides() -> None:
 
 
 def test_mask_carries_the_cache_offset() -> None:
-    # one query against five keys: offset 4, it sees every key (seed 001)
+    # one query against five keys: offset 4, it sees every key (background: parity)
     assert not causal_mask(1, 5, None, torch.device("cpu")).any()
     full = causal_mask(3, 3, None, torch.device("cpu"))
     assert torch.equal(full, torch.ones(3, 3, dtype=torch.bool).triu(1))

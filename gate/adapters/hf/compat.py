@@ -173,8 +173,8 @@ def reset(cache: Any) -> None:
     """Empty `cache` for the next request, keeping the object (and a static cache's allocation).
 
     Before 5.4-ish, DynamicLayer.reset() zeroed K/V in place and kept their length, so the next
-    request attended over that many all-zero keys (the seed 004 bug class, in the library). Such a
-    layer is emptied here as later versions do: no tensors, not initialised, length 0.
+    request attended over that many all-zero keys (the reset-state bug class of background: mask oracle,
+    in the library). Such a layer is emptied here as later versions do: no tensors, not initialised, length 0.
     """
     cache.reset()
     for layer in cache.layers:
@@ -189,8 +189,8 @@ def reset(cache: Any) -> None:
 
 def keep_counter(cache: Any, length: int) -> bool:
     """Set a static cache's position counter back to `length` after a reset zeroed its K/V (the
-    seed 004 bug, planted in the library's own object). False where the length is not a counter
-    (before 5.15 a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
+    reset-state bug (background: mask oracle), planted in the library's own object). False where the length
+    is not a counter (before 5.15 a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
     changed = False
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)

@@ -140,7 +140,7 @@ class StaleWeights(Tamper):
 
 class MaskOriginReset(Tamper):
     """An appended chunk gets a local triangular mask that starts at 0: its row i sees cache slots
-    0..i instead of 0..L+i (seeds 001 and 004)."""
+    0..i instead of 0..L+i (background: parity, mask oracle)."""
 
     name = "mask-origin-reset"
 
@@ -202,7 +202,7 @@ class PoisonedTailRead(Tamper):
 
 
 class ResetKeepsPosition(Tamper):
-    """reset() clears K and V but leaves the position counter advanced (seed 004)."""
+    """reset() clears K and V but leaves the position counter advanced (background: mask oracle)."""
 
     name = "reset-keeps-position"
 

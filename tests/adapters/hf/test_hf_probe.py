@@ -1,4 +1,4 @@
-"""hf attention_probe: seed 004's mask oracle through transformers' cache, mask and attention code."""
+"""hf attention_probe: background: mask oracle's mask oracle through transformers' cache, mask and attention code."""
 
 from __future__ import annotations
 
