@@ -39,6 +39,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check gate tests benchmarks
 	$(BIN)/ruff format --check gate tests benchmarks
 	$(BIN)/mypy gate
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) out dist build
