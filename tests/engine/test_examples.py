@@ -1,7 +1,9 @@
 """Every example validates and plans; every intervention has one; `gate plan` explains each.
 
-An example whose first line is `# gate-expect: rejected` documents a manifest the policy must
-reject before anything runs (an over-claim): it must fail validation with exit 2.
+Every example opens with `# gate-expect: VERDICT`, its documented verdict on a CPU in the main
+environment; `benchmarks/examples.py` runs them and compares (CI runs the reference set). An
+example whose header says `rejected` documents a manifest the policy must reject before anything
+runs (an over-claim): it must fail validation with exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +18,16 @@ from gate.cli.main import cli
 from gate.core.manifest import Intervention
 
 EXAMPLES = sorted(data_dir("examples").glob("*.yaml"))
+
+
+VERDICTS = ("pass", "fail", "awaiting-approval", "rejected", "error")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_documents_its_verdict(path: Path) -> None:
+    first = path.read_text().split("\n", 1)[0]
+    assert first.startswith("# gate-expect: "), f"{path.name}: first line must be '# gate-expect: VERDICT'"
+    assert first.removeprefix("# gate-expect: ").strip() in VERDICTS, first
 
 
 def _rejected(path: Path) -> bool:

@@ -1,0 +1,111 @@
+"""Run examples through `gate run` and check each verdict against the one its header documents.
+
+    python benchmarks/examples.py                                  # hf-*: CPU, float32
+    python benchmarks/examples.py --set reference                  # every reference-* example
+    python benchmarks/examples.py --device cuda --dtype bfloat16   # a GPU (benchmarks/hf_cuda.sh)
+    python benchmarks/examples.py --only hf-dynamic hf-static
+
+Every example opens with `# gate-expect: pass|fail|awaiting-approval|rejected|error`: its verdict on
+a CPU in the main environment (tests/engine/test_examples.py keeps the header on every file). Each
+manifest is rewritten with the requested device and dtype (tolerances scale with the dtype), run in
+its own process, and its exit code, verdict line and wall time go into DIR/<set>_examples_<device>.md
+(default benchmarks/). On the CPU a verdict other than the documented one makes the script exit 1;
+on another device the table is the record (some verdicts differ by design there, e.g. hf-offloaded
+runs). Without CUDA, `--device cuda` exits 3 saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPECT = re.compile(r"^# gate-expect: (pass|fail|awaiting-approval|rejected|error)\s*$")
+EXIT_CODES = {"pass": 0, "fail": 1, "rejected": 2, "error": 3, "awaiting-approval": 4}
+
+
+def expected_verdict(manifest: Path) -> str | None:
+    """The documented verdict: the first line `# gate-expect: VERDICT`, or None without one."""
+    first = manifest.read_text().split("\n", 1)[0]
+    found = EXPECT.match(first)
+    return found.group(1) if found else None
+
+
+def expected_exit(manifest: Path) -> int | None:
+    """The documented CPU exit code (rejected: 2, the bad-input code)."""
+    verdict = expected_verdict(manifest)
+    return None if verdict is None else EXIT_CODES[verdict]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (tiny models: 1 is fastest)")
+    parser.add_argument("--set", default="hf", help="example file prefix: hf, reference, ... (examples/<set>-*.yaml)")
+    parser.add_argument("--only", nargs="*", default=None, help="example names (without .yaml)")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("examples: no CUDA device visible to torch here; nothing run.", file=sys.stderr)
+        return 3
+    device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
+    import transformers
+
+    work = Path(f"/tmp/gate-{args.set}-examples-{args.device.replace(':', '')}")
+    work.mkdir(parents=True, exist_ok=True)
+    rows = [
+        f"# {args.set} examples on {args.device}, {args.dtype}\n\n"
+        f"device: {device_name}; torch {torch.__version__}; transformers {transformers.__version__}\n",
+        "| example | expected (CPU) | exit | verdict | seconds |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    mismatched = []
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    gate = Path(sys.executable).parent / "gate"  # the console script of this environment
+    for manifest in sorted((ROOT / "examples").glob(f"{args.set}-*.yaml")):
+        name = manifest.stem
+        if args.only and name not in args.only:
+            continue
+        expected = expected_exit(manifest)
+        command_name = "validate" if expected == EXIT_CODES["rejected"] else "run"
+        data = yaml.safe_load(manifest.read_text())
+        data["subject"]["device"] = args.device
+        data["subject"]["dtype"] = args.dtype
+        target = work / f"{name}.yaml"
+        target.write_text(yaml.safe_dump(data, sort_keys=False))
+        command = [str(gate), "validate", str(target)]
+        if command_name == "run":
+            command = [str(gate), "run", str(target), "--out", str(work / name), "--threads", str(args.threads)]
+        started = time.perf_counter()
+        run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+        seconds = time.perf_counter() - started
+        verdict = next(
+            (line for line in run.stdout.splitlines() if line.startswith("verdict")),
+            (run.stderr.strip().splitlines() or ["?"])[-1],
+        ).replace("|", "/")
+        verdict = verdict if len(verdict) <= 160 else verdict[:159] + "…"
+        if args.device == "cpu" and run.returncode != expected:
+            mismatched.append(f"{name}: exit {run.returncode}, documented {expected}")
+        documented = f"{expected_verdict(manifest)} (exit {expected})"
+        rows.append(f"| {name} | {documented} | {run.returncode} | {verdict} | {seconds:.1f} |")
+        print(rows[-1], flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.set}_examples_{args.device.split(':')[0]}.md").write_text("\n".join(rows) + "\n")
+    for line in mismatched:
+        print(f"examples: {line}", file=sys.stderr)
+    return 1 if mismatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
