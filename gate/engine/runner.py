@@ -10,7 +10,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 import gate
 from gate._util.atomic import write_bytes_atomic
+from gate._util.clock import now_utc
 from gate.core.load import LoadedManifest, load_manifest, validate_options
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
@@ -45,10 +45,6 @@ class RunOptions:
     log: Log = lambda _msg: None
     ledger: Path | None = None
     """Audit ledger whose waivers apply to failed checks (gate.trust.waivers); None: no waivers."""
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -163,7 +159,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     from gate.core.registry import load_adapter, load_check
     from gate.errors import AdapterUnavailable
 
-    started_at = _now()
+    started_at = now_utc()
     log = options.log
     loaded, plan = prepare(manifest_path, options.policy_dirs)
     manifest = loaded.manifest
@@ -231,7 +227,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         datasets=datasets,
         environment=describe(subject.device),
         started_at=started_at,
-        finished_at=_now(),
+        finished_at=now_utc(),
     )
     write_bytes_atomic(options.out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
     return result

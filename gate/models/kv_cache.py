@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 if TYPE_CHECKING:
-    from gate.models.reference import ModelConfig
+    from gate.models.config import ModelConfig
 
 Layout = Literal["dynamic", "static"]
 

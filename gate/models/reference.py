@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gate.models.config import PRESETS, ModelConfig
 from gate.models.kv_cache import KVCache, Layout
 
 __all__ = ["PRESETS", "KVCache", "Layout", "ModelConfig", "Transformer", "build_model", "causal_mask", "prefill"]
@@ -52,58 +51,6 @@ MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
 QUERY_BLOCK = 512
 """Queries per attention block: bounds the score matrix to [B, H, 512, T_k]."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of the reference decoder. `head_dim = d_model // n_heads`."""
-
-    n_layers: int = 2
-    d_model: int = 64
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    vocab_size: int = 256
-    max_len: int = 8192
-    rope: bool = True
-    rope_base: float = 10000.0
-    abs_positions: bool = False
-    window: int | None = None
-    ffn_hidden: int | None = None
-    norm_eps: float = 1e-5
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
-            raise ValueError("d_model must divide by n_heads, and n_heads by n_kv_heads")
-        if (self.d_model // self.n_heads) % 2:
-            raise ValueError("head_dim must be even for RoPE")
-        if self.window is not None and self.window < 1:
-            raise ValueError("window must be positive")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def hidden(self) -> int:
-        """SwiGLU width: 8/3 d rounded up to a multiple of 16 (llama)."""
-        return self.ffn_hidden or 16 * math.ceil(8 * self.d_model / 3 / 16)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
-        return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-PRESETS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(),
-    "tiny-abs": ModelConfig(rope=False, abs_positions=True),
-    "tiny-draft": ModelConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1),
-    "small": ModelConfig(n_layers=4, d_model=128, n_heads=8, n_kv_heads=2, vocab_size=512),
-}
 
 
 def causal_mask(q_len: int, k_len: int, window: int | None, device: torch.device) -> torch.Tensor:

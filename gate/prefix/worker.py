@@ -42,8 +42,8 @@ from gate.prefix.cache import (
     RestoreReport,
 )
 from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
+from gate.tensors import DTYPES
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ADAPTER_NAMES = ("lora-a", "lora-b")
 TOKENIZERS = ("tok-v1", "tok-v2")
 """tok-v1 is the model's own id space; tok-v2 is a revision that remaps every id (same text, other ids)."""

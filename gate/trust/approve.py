@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gate._util.atomic import write_bytes_atomic
+from gate._util.clock import now_utc
 from gate.trust.approvals import (
     APPROVAL_FILE,
     APPROVAL_KIND,
@@ -25,7 +26,7 @@ from gate.trust.approvals import (
     verify_approval,
 )
 from gate.trust.attest import ENVELOPE_NAME, add_signature, keyid, load_private_key, verify_envelope
-from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, now_utc, receipt
+from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, receipt
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.run_record import recorded_signer_key
 

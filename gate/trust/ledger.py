@@ -29,7 +29,6 @@ import struct
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any
@@ -38,6 +37,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
+from gate._util.clock import now_utc
 from gate.errors import EXIT_BAD_INPUT, GateError
 from gate.trust.signing import (
     canonical_json,
@@ -233,10 +233,6 @@ def _parse_note(note: str) -> tuple[str, int, str, str]:
     if len(lines) != 5 or lines[4] != "" or not lines[0].startswith(CHECKPOINT_HEADER + " "):
         raise ValueError("malformed checkpoint note")
     return lines[0][len(CHECKPOINT_HEADER) + 1 :], int(lines[1]), lines[2], lines[3]
-
-
-def now_utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # --- the ledger -----------------------------------------------------------------------------------

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from gate._util.clock import today_utc
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
@@ -102,10 +103,6 @@ def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None 
     if grant.signature is None:
         return None
     return verify_statement(grant.signature, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant), trusted_keyids)
-
-
-def today_utc() -> date:
-    return datetime.now(timezone.utc).date()
 
 
 def parse_expiry(text: str, *, today: date | None = None) -> date:

@@ -20,14 +20,13 @@ import torch
 import transformers
 
 from gate.errors import AdapterUnavailable
+from gate.tensors import DTYPES
 
 DEFAULT_INIT_STD = 0.25
 """Weight init std of the presets (see module docstring)."""
 
 TINY = {"vocab_size": 256, "max_position_embeddings": 512}
 """Shared by every preset: vocabulary and longest sequence."""
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:

@@ -33,11 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gate.adapters.reference.approx_options import EvictOptions, QuantOptions
 from gate.adapters.reference.speculative import SpeculativeOptions
+from gate.models.config import PRESETS
 from gate.models.faults import FAULT_NAMES
 from gate.prefix.options import PREFIX_FAULTS, PrefixOptions
 
-PRESET_NAMES = ("tiny", "tiny-abs", "tiny-draft", "small")
-"""Model shapes in gate.models.reference.PRESETS (kept here so validation needs no torch)."""
+PRESET_NAMES = tuple(PRESETS)
+"""Model shapes of the reference decoder (gate.models.config, torch-free)."""
 
 PATHS: dict[str, str] = {
     "full": "gate.adapters.reference.paths:build_full",

@@ -20,8 +20,8 @@ from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, apply_fault
 from gate.models.reference import KVCache, Layout, ModelConfig, Transformer, build_model, prefill
 from gate.protocols import Session
+from gate.tensors import DTYPES
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 

@@ -20,7 +20,8 @@ import torch
 
 from gate.models.reference import KVCache, ModelConfig, Transformer, build_model
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import DTYPES, ModelFamily, PrefixWorker, WorkerSpec
+from gate.prefix.worker import ModelFamily, PrefixWorker, WorkerSpec
+from gate.tensors import DTYPES
 
 
 class RoundedKVCache(KVCache):

@@ -80,8 +80,8 @@ def _draft_model(
 
     from torch import nn
 
-    from gate.adapters.reference.paths import DTYPES
     from gate.models.reference import ModelConfig, build_model
+    from gate.tensors import DTYPES
 
     config = target.config
     if spec.draft == "layer-skip":
