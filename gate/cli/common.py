@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,20 @@ def is_ci() -> bool:
     return bool(os.environ.get("CI")) or not sys.stderr.isatty()
 
 
+STATUS_LINE = re.compile(r"^\s*([a-z-]+): ")
+"""A check's result line as the runner logs it: `  STATUS: message`."""
+STATUS_STYLES = {
+    "pass": "green",
+    "fail": "bold red",
+    "error": "bold red",
+    "warn": "yellow",
+    "unproven": "yellow",
+    "waived": "yellow",
+    "skip": "dim",
+}
+"""Terminal colour per status; rich leaves colour out under NO_COLOR or without a terminal."""
+
+
 def progress_logger() -> Callable[[str], None]:
     """Rich styled lines on a terminal; plain lines in CI or when stderr is not a terminal."""
     if is_ci():
@@ -45,8 +60,8 @@ def progress_logger() -> Callable[[str], None]:
     console = Console(stderr=True)
 
     def log(msg: str) -> None:
-        style = "bold red" if ": fail" in msg or ": error" in msg else "green" if ": pass" in msg else None
-        console.print(msg, style=style, highlight=False)
+        status = STATUS_LINE.match(msg)
+        console.print(msg, style=STATUS_STYLES.get(status.group(1)) if status else None, highlight=False)
 
     return log
 
