@@ -1,4 +1,4 @@
-"""Where gate's data directories live: inside the wheel (gate/_data/...) or in a checkout."""
+"""Where gate's data lives: inside the wheel (gate/_data/<kind>) or in a checkout (<folder>)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,22 @@ from pathlib import Path
 _PACKAGE = Path(__file__).resolve().parent.parent  # gate/
 _CHECKOUT = _PACKAGE.parent
 
+KINDS: dict[str, str] = {
+    "policies": "policies",
+    "check-cards": "checks",
+    "slices": "evals",
+    "templates": "templates",
+    "examples": "examples",
+    "schemas": "schemas",
+}
+"""Data kind (its folder name in the wheel) -> its folder in a checkout."""
 
-def data_dir(name: str) -> Path:
-    """The shipped data directory `name` (policies, checks, evals, templates, examples, schemas)."""
-    installed = _PACKAGE / "_data" / name
+
+def data_dir(kind: str) -> Path:
+    """The shipped data directory of `kind` (policies, check-cards, slices, templates, examples, schemas)."""
+    if kind not in KINDS:
+        raise KeyError(f"unknown data kind {kind!r} (known: {', '.join(KINDS)})")
+    installed = _PACKAGE / "_data" / kind
     if installed.is_dir():
         return installed
-    return _CHECKOUT / name
+    return _CHECKOUT / KINDS[kind]

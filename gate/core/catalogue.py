@@ -20,6 +20,8 @@ class CheckCard(Record):
 
     name: str
     """Registered check name."""
+    implementation: str
+    """The code behind it, as its entry point names it (`module:function`)."""
     step: int = Field(ge=1, le=8)
     """Release-gate step (background: the release gate) the check serves."""
     proves: str
@@ -36,7 +38,7 @@ class CheckCard(Record):
 def cards() -> dict[str, CheckCard]:
     """Every card under checks/, by check name."""
     found: dict[str, CheckCard] = {}
-    for path in sorted(data_dir("checks").glob("*.yaml")):
+    for path in sorted(data_dir("check-cards").glob("*.yaml")):
         card: CheckCard = parse_model(read_yaml(path), CheckCard)
         found[card.name] = card
     return found

@@ -67,7 +67,7 @@ class SliceSpec(Record):
 def evals_dir() -> Path:
     from gate._util.resources import data_dir
 
-    return data_dir("evals")
+    return data_dir("slices")
 
 
 def load_slice(name: str, directory: Path | None = None) -> SliceSpec:

@@ -14,6 +14,15 @@ from tests.support.repo import REPO
 def test_cards_match_the_built_in_entry_points() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["gate.checks"]
     assert set(cards()) == set(declared)
+    for name, card in cards().items():
+        assert card.implementation == declared[name], name
+
+
+def test_the_checks_package_holds_exactly_the_carded_checks() -> None:
+    modules = {p.stem for p in (REPO / "gate" / "checks").glob("*.py") if not p.stem.startswith("_")}
+    modules.discard("api")  # the deprecated import path kept for one release (test_deprecated_imports)
+    implemented = {card.implementation.split(":")[0].rsplit(".", 1)[1] for card in cards().values()}
+    assert modules == implemented
 
 
 def test_policies_use_each_check_at_its_catalogued_step() -> None:
