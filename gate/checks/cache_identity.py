@@ -156,7 +156,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     seed_b = seed_log.issue(small, "identity example B", b, base_key, recompute_oracle(small), tenant=TENANT)
     if seed_b.reply.stats.reused_spans != [(0, 2)]:
         violations.append(
-            f"cache identity (background): after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
+            f"cache-identity example: after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
             f"equal ids: it {describe_excess(seed_b)}"
         )
     log.served.extend(seed_log.served)
@@ -190,7 +190,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     else:
         outcome.message = (
             f"identical requests hit ({again.reused} tokens reused); a request differing only in "
-            f"each of {', '.join(fields)} reused nothing it was not entitled to; background: cache identity "
+            f"each of {', '.join(fields)} reused nothing it was not entitled to; the cache-identity example "
             f"shares exactly positions 0-1"
         )
     return outcome

@@ -131,7 +131,7 @@ def test_every_policy_control_is_detected(claim: str, name: str, fault: str) -> 
         ("key-ignores-window", "attention-window"),
         ("key-ignores-kv-dtype", "kv-dtype"),
         ("key-ignores-position", "positions"),
-        ("unordered-blocks", "background: cache identity"),
+        ("unordered-blocks", "cache-identity example"),
     ],
 )
 def test_cache_identity_names_the_missing_field(fault: str, names: str) -> None:

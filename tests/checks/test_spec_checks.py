@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.adapters.reference.speculative import SAMPLER_FAULTS
+from gate.adapters.reference.options import SAMPLER_FAULTS
 from gate.checks.spec_distribution import SpecDistributionParams, spec_distribution
 from gate.checks.spec_greedy import SpecGreedyParams, spec_greedy
 from gate.core.check import CheckContext

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gate.adapters.reference import Options
-from gate.adapters.reference.approx_options import EvictOptions, QuantOptions
+from gate.adapters.reference.options import EvictOptions, QuantOptions
 from gate.adapters.reference.paths import ReferencePath
 from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
 from gate.models.reference import KVCache, Transformer

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gate.adapters.reference import Options
+from gate.adapters.reference.options import Options
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, apply_fault
 from gate.models.reference import KVCache, Layout, ModelConfig, Transformer, build_model, prefill

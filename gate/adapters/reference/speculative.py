@@ -18,58 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from gate.adapters.reference.options import SpeculativeOptions
 
 if TYPE_CHECKING:
-    from gate.adapters.reference import Options
+    from gate.adapters.reference.options import Options
     from gate.models.reference import Transformer
     from gate.protocols import DecodePath
     from gate.speculative.path import SpeculativeDecodePath
-
-SAMPLER_FAULTS = (
-    "accept-all",
-    "inverted-ratio",
-    "residual-from-target",
-    "residual-abs",
-    "bonus-from-draft",
-    "drop-bonus",
-)
-"""gate.speculative.sampler.FAULTS, named here so validation needs no torch (a test keeps them equal)."""
-
-
-class SpeculativeOptions(BaseModel):
-    """The draft model and draft length of `path: speculative`."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    k: int = Field(default=2, ge=1, le=16)
-    """Tokens the draft proposes per round; the target verifies them in one pass."""
-    draft: str = "layer-skip"
-    """`layer-skip` (the target's first `draft_layers` layers, sharing its embeddings, final norm and
-    head) or a reference preset name (an independent decoder with its own seeded weights)."""
-    draft_layers: int | None = Field(default=None, ge=1, le=64)
-    """layer-skip: layers kept (default: half the target's, at least one; all of them gives a draft
-    identical to the target). preset: override of the draft's layer count."""
-    draft_seed: int | None = Field(default=None, ge=0)
-    """preset draft: weight seed (default: the run seed + 1, so the draft differs from the target)."""
-    fault: str | None = None
-    """A sampler fault applied from outside the sampler (gate.speculative.sampler.FAULTS)."""
-
-    @field_validator("draft")
-    @classmethod
-    def _known_draft(cls, value: str) -> str:
-        from gate.adapters.reference import PRESET_NAMES
-
-        if value != "layer-skip" and value not in PRESET_NAMES:
-            raise ValueError(f"unknown draft {value!r} (layer-skip or a preset: {', '.join(PRESET_NAMES)})")
-        return value
-
-    @field_validator("fault")
-    @classmethod
-    def _known_fault(cls, value: str | None) -> str | None:
-        if value is not None and value not in SAMPLER_FAULTS:
-            raise ValueError(f"unknown sampler fault {value!r} (known: {', '.join(SAMPLER_FAULTS)})")
-        return value
 
 
 def _draft_model(
