@@ -71,7 +71,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class ReuseLedger:
+class ReuseTally:
     """What a correct cache lets each request reuse, from the requests seen so far."""
 
     def __init__(self, block_size: int) -> None:
@@ -138,7 +138,7 @@ class Served:
 class RequestLog:
     """Requests a check issued, their entitlement and their comparison with an uncached oracle."""
 
-    ledger: ReuseLedger
+    ledger: ReuseTally
     tol: Tolerance
     served: list[Served] = field(default_factory=list)
 

@@ -29,7 +29,7 @@ from gate.checks._prefix_support import (
     SEED_003_B,
     WHY,
     RequestLog,
-    ReuseLedger,
+    ReuseTally,
     describe_excess,
     prefix_candidate,
     recompute_oracle,
@@ -75,7 +75,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     fields = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
     tol = tolerance_for(ctx)
-    log = RequestLog(ReuseLedger(bs), tol)
+    log = RequestLog(ReuseTally(bs), tol)
     prompt = seeded_ids(vocab, params.prompt_blocks * bs + 2, ctx.seed * 1000 + 3)
     base_key: Hashable = ("base",)
     violations: list[str] = []
@@ -151,7 +151,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     # background: cache identity, exactly
     small = candidate.fresh(block_size=params.seed_example_block_size)
     a, b = [t % vocab for t in SEED_003_A], [t % vocab for t in SEED_003_B]
-    seed_log = RequestLog(ReuseLedger(small.block_size), tol)
+    seed_log = RequestLog(ReuseTally(small.block_size), tol)
     seed_log.issue(small, "identity example A", a, base_key, recompute_oracle(small), tenant=TENANT)
     seed_b = seed_log.issue(small, "identity example B", b, base_key, recompute_oracle(small), tenant=TENANT)
     if seed_b.reply.stats.reused_spans != [(0, 2)]:

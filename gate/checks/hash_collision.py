@@ -14,7 +14,7 @@ from pydantic import Field
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_support import (
     RequestLog,
-    ReuseLedger,
+    ReuseTally,
     broken_rules,
     describe_excess,
     prefix_candidate,
@@ -42,7 +42,7 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     candidate = prefix_candidate(ctx)
     worker = candidate.fresh(hash_fn=weak_hash(params.bits))
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    log = RequestLog(ReuseLedger(bs), tolerance_for(ctx))
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
     oracle = reference_oracle(ctx)
     length = params.prompt_blocks * bs + 1
     prompts: list[list[int]] = []

@@ -23,7 +23,7 @@ from pydantic import Field
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_support import (
     RequestLog,
-    ReuseLedger,
+    ReuseTally,
     describe_excess,
     prefix_candidate,
     recompute_oracle,
@@ -52,7 +52,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     tol = tolerance_for(ctx)
 
     def new_log(block_size: int) -> RequestLog:
-        logs.append(RequestLog(ReuseLedger(block_size), tol))
+        logs.append(RequestLog(ReuseTally(block_size), tol))
         return logs[-1]
 
     # 1 and 2: updates -------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     wrong = [s for log_ in logs for s in log_.wrong_outputs()]
     if wrong:
         problems.append("outputs differ from the uncached computation in: " + ", ".join(s.label for s in wrong))
-    merged = RequestLog(ReuseLedger(bs), tol, served_all)
+    merged = RequestLog(ReuseTally(bs), tol, served_all)
     metrics = {
         "requests": len(served_all),
         "problems": len(problems),

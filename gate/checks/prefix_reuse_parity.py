@@ -20,7 +20,7 @@ from pydantic import Field
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_support import (
     RequestLog,
-    ReuseLedger,
+    ReuseTally,
     Served,
     broken_rules,
     describe_excess,
@@ -73,7 +73,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
     base_len = params.base_blocks * bs + 1
     new_tokens = max(1, min(new_tokens, ctx.candidate.max_len - base_len - params.suffix_len))
     tol = tolerance_for(ctx, params.atol, params.rtol)
-    log = RequestLog(ReuseLedger(bs), tol)
+    log = RequestLog(ReuseTally(bs), tol)
     oracle = reference_oracle(ctx)
     shared: dict[int, int] = {}  # index in log.served -> shared-prefix length (for detected_at)
 

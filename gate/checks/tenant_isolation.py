@@ -15,7 +15,7 @@ from pydantic import Field
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_support import (
     RequestLog,
-    ReuseLedger,
+    ReuseTally,
     Served,
     describe_excess,
     prefix_candidate,
@@ -40,7 +40,7 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
     candidate = prefix_candidate(ctx)
     worker = candidate.fresh()
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    log = RequestLog(ReuseLedger(bs), tolerance_for(ctx))
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
     oracle = recompute_oracle(worker)
     same: list[Served] = []  # requests that must hit (same tenant, repeated)
     cross: list[Served] = []  # requests that must not reuse another tenant's entries

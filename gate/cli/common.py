@@ -8,11 +8,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import click
 
-from gate.errors import EXIT_BAD_INPUT, GateError
+from gate.errors import GateError
 
 policy_dir_option = click.option(
     "--policy-dir",
@@ -64,8 +63,3 @@ def progress_logger() -> Callable[[str], None]:
         console.print(msg, style=STATUS_STYLES.get(status.group(1)) if status else None, highlight=False)
 
     return log
-
-
-def bad_usage(message: str) -> Any:
-    click.echo(f"gate: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)

@@ -65,9 +65,6 @@ class Outcome:
     observation: torch.Tensor | None = None
 
 
-CheckFn = Callable[[CheckContext, Any], Outcome]
-
-
 @dataclass(frozen=True)
 class CheckSpec(Generic[P]):
     """A registered check: its name, its params model and its function."""

@@ -30,7 +30,7 @@ from gate.core.manifest import ClaimLevel, IdentityField, Intervention, Record
 from gate.core.result import Digest
 from gate.errors import InputError
 
-POLICY_API_VERSION = "gate/core/policy/v1"
+POLICY_API_VERSION = "gate/policy/v1"
 
 
 class ControlSpec(Record):
@@ -105,7 +105,7 @@ class InterventionRule(Record):
 class PolicyFile(Record):
     """One policy file."""
 
-    api_version: Literal["gate/core/policy/v1"] = Field(alias="apiVersion")
+    api_version: Literal["gate/policy/v1"] = Field(alias="apiVersion")
     """Policy format version."""
     name: str
     """Policy name."""

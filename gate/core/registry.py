@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gate.errors import UnavailableError
+
+if TYPE_CHECKING:
+    from gate.core.check import CheckSpec, Params
+    from gate.protocols import Adapter
 
 CHECK_GROUP = "gate.checks"
 ADAPTER_GROUP = "gate.adapters"
@@ -52,7 +56,7 @@ def _load(group: str, name: str, what: str) -> Any:
         ) from err
 
 
-def load_check(name: str) -> Any:
+def load_check(name: str) -> CheckSpec[Params]:
     """The CheckSpec registered under `name`."""
     from gate.core.check import CheckSpec
 
@@ -62,6 +66,9 @@ def load_check(name: str) -> Any:
     return spec
 
 
-def load_adapter(name: str) -> Any:
-    """The adapter class registered under `name`."""
-    return _load(ADAPTER_GROUP, name, "adapter")
+def load_adapter(name: str) -> type[Adapter]:
+    """The adapter class registered under `name` (an `Options` model and a `build` method)."""
+    adapter = _load(ADAPTER_GROUP, name, "adapter")
+    if not (isinstance(adapter, type) and isinstance(getattr(adapter, "Options", None), type)):
+        raise UnavailableError(f"entry point for adapter {name!r} is not an adapter class with an Options model")
+    return cast("type[Adapter]", adapter)

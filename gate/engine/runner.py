@@ -11,9 +11,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from gate.core.check import CheckContext, CheckSpec, Params
 
 import gate
 from gate._util.atomic import write_bytes_atomic
@@ -57,7 +60,7 @@ def _error_result(base: dict[str, Any], err: BaseException, started: float) -> C
     )
 
 
-def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Any) -> Any:
+def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: CheckSpec[Params]) -> Params:
     try:
         return spec.params.model_validate(planned.params)
     except ValidationError as err:
@@ -73,7 +76,7 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Any) 
         ) from None
 
 
-def run_check(planned: PlannedCheck, spec: Any, params: Any, ctx: Any) -> CheckResult:
+def run_check(planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext) -> CheckResult:
     """Run one check and its controls; never raises."""
     from gate.engine.controls import power_verdict, run_control
 

@@ -113,7 +113,7 @@ def verify_material(stored: tuple[Any, ...], wanted: tuple[Any, ...]) -> bool:
     return stored == wanted
 
 
-Probe = tuple[int, "Block | None"]
+Probe = tuple[int, "CachedBlock | None"]
 """(start position, block found there or None)."""
 
 
@@ -146,7 +146,7 @@ class CacheRules:
 
 
 @dataclass
-class Block:
+class CachedBlock:
     """One stored block of K/V."""
 
     uid: int
@@ -231,11 +231,6 @@ class PrefixReply:
     last prompt position's logits)."""
     stats: RequestStats
 
-    @property
-    def last_logits(self) -> torch.Tensor:
-        """[V]: the logits of the last prompt position (always computed)."""
-        return self.logits[-1]
-
 
 class PrefixCache:
     """Blocks of K/V shared across requests, under a byte budget with LRU eviction of leaf blocks."""
@@ -247,8 +242,8 @@ class PrefixCache:
         self.byte_budget = byte_budget
         self.rules = rules or CacheRules()
         self.counters = CacheCounters()
-        self._buckets: dict[bytes, list[Block]] = {}
-        self._blocks: dict[int, Block] = {}
+        self._buckets: dict[bytes, list[CachedBlock]] = {}
+        self._blocks: dict[int, CachedBlock] = {}
         self._next_uid = 0
         self._clock = 0
         self.bytes_held = 0
@@ -256,11 +251,11 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def blocks(self) -> list[Block]:
+    def blocks(self) -> list[CachedBlock]:
         return list(self._blocks.values())
 
     # lookup ---------------------------------------------------------------------------------
-    def _find(self, material: tuple[Any, ...]) -> Block | None:
+    def _find(self, material: tuple[Any, ...]) -> CachedBlock | None:
         self.counters.lookups += 1
         bucket = self._buckets.get(self.rules.digest(material), [])
         for block in bucket:
@@ -292,13 +287,13 @@ class PrefixCache:
     # insertion and eviction -----------------------------------------------------------------
     def insert(
         self,
-        parent: Block | None,
+        parent: CachedBlock | None,
         start: int,
         tokens: Sequence[int],
         identity: CacheIdentity,
         payload: tuple[torch.Tensor, ...],
         pinned: set[int] | None = None,
-    ) -> Block | None:
+    ) -> CachedBlock | None:
         """Store one full block after `parent` (None at the root); returns the stored or already
         present block, or None when the byte budget cannot make room."""
         if len(tokens) != self.block_size:
@@ -313,7 +308,7 @@ class PrefixCache:
         if not self._make_room(nbytes, pinned or set()):
             self.counters.not_stored += 1
             return None
-        block = Block(
+        block = CachedBlock(
             uid=self._next_uid,
             parent=parent.uid if parent else None,
             start=start,
@@ -343,7 +338,7 @@ class PrefixCache:
             self.counters.evicted += 1
         return True
 
-    def _remove(self, block: Block) -> None:
+    def _remove(self, block: CachedBlock) -> None:
         del self._blocks[block.uid]
         bucket = self._buckets[block.digest]
         bucket.remove(block)
@@ -353,7 +348,7 @@ class PrefixCache:
             self._blocks[block.parent].children -= 1
         self.bytes_held -= block.nbytes
 
-    def invalidate(self, doomed: Callable[[Block], bool]) -> int:
+    def invalidate(self, doomed: Callable[[CachedBlock], bool]) -> int:
         """Drop every block `doomed` selects, and every block chained below one. Returns the count."""
         drop = {b.uid for b in self._blocks.values() if doomed(b)}
         changed = True
@@ -415,7 +410,7 @@ class PrefixCache:
             if int(meta["block_size"]) != self.block_size:
                 drop(f"block size {meta['block_size']} != {self.block_size}")
                 return report
-            revived: dict[int, Block | None] = {}
+            revived: dict[int, CachedBlock | None] = {}
             for i, entry in enumerate(header):
                 payload = tuple(fh.get_tensor(f"b{i}.t{j}") for j in range(entry["tensors"]))
                 identity = CacheIdentity(**entry["identity"])

@@ -76,8 +76,3 @@ def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min"
-
-
-def title_case_words(name: str) -> str:
-    """`max_abs_delta` -> `max abs delta` (metric keys shown to a reader)."""
-    return name.replace("_", " ")

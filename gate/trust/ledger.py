@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -47,6 +47,9 @@ from gate.trust.signing import (
     public_key_b64,
     public_key_from_b64,
 )
+
+if TYPE_CHECKING:
+    from gate.core.result import GateResult
 
 LEDGER_VERSION = 1
 ENTRY_TAG = b"gate-ledger/v1/entry\x00"
@@ -444,7 +447,7 @@ def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Check
 
 
 def record_run(
-    result: Any, out_dir: Path, ledger_path: Path, *, sign_key: Path | None = None, key_path: Path | None = None
+    result: GateResult, out_dir: Path, ledger_path: Path, *, sign_key: Path | None = None, key_path: Path | None = None
 ) -> tuple[Entry, Path]:
     """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
 

@@ -15,7 +15,7 @@ from gate.core.policy import load_policies
 def _policy(directory: Path, name: str, body: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.yaml"
-    path.write_text(f"apiVersion: gate/core/policy/v1\nname: {name}\nversion: '7'\n" + textwrap.dedent(body))
+    path.write_text(f"apiVersion: gate/policy/v1\nname: {name}\nversion: '7'\n" + textwrap.dedent(body))
     return path
 
 

@@ -31,9 +31,9 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
 
         path = GeneratePath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path in ("assisted", "prompt-lookup"):
-        from gate.adapters.hf.speculative import SpeculativePath
+        from gate.adapters.hf.speculative import HFSpeculativePath
 
-        path = SpeculativePath(loaded, options, device=device, dtype=dtype, seed=seed)
+        path = HFSpeculativePath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "kvpress":
         from gate.adapters.hf.kvpress_path import PressPath
 

@@ -349,10 +349,6 @@ def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     return keys, values
 
 
-def cache_layer_count(cache: Any) -> int:
-    return len(cache.layers)
-
-
 def kept_tokens(cache: Any) -> list[int]:
     """Tokens each layer still holds (a sliding layer keeps window - 1; a press keeps what it chose)."""
     return [

@@ -39,7 +39,7 @@ from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
 SPEC_FAULTS = ("accept-all",)
 
 
-class SpeculativePath(HFPath):
+class HFSpeculativePath(HFPath):
     """assisted / prompt-lookup: a target model, and a draft model or an n-gram proposer."""
 
     def __init__(self, loaded: LoadedModel, options: Options, *, device: str, dtype: str, seed: int) -> None:
@@ -96,7 +96,7 @@ class SpeculativePath(HFPath):
     def faults(self) -> tuple[str, ...]:
         return SPEC_FAULTS
 
-    def with_fault(self, fault: str) -> SpeculativePath:
+    def with_fault(self, fault: str) -> HFSpeculativePath:
         if fault not in SPEC_FAULTS:
             raise UnknownFault(f"path {self.name} cannot apply fault {fault!r}; it offers {', '.join(SPEC_FAULTS)}")
         faulty = copy.copy(self)
@@ -278,7 +278,7 @@ class VerifySession(CacheSession):
     Each call first serves the pending drafts its tokens confirm, rolls back the rest, then runs one
     target pass over its remaining tokens plus k new drafts proposed after them."""
 
-    def __init__(self, path: SpeculativePath, batch_size: int) -> None:
+    def __init__(self, path: HFSpeculativePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.spec = path
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)

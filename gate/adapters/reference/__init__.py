@@ -27,11 +27,14 @@ This module imports no torch, so `gate validate` and `gate plan` stay instant.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel
 
 from gate.adapters.reference.options import PATHS, PRESET_NAMES, Options
+
+if TYPE_CHECKING:
+    from gate.protocols import DecodePath
 
 __all__ = ["PATHS", "PRESET_NAMES", "Options", "ReferenceAdapter"]
 
@@ -43,7 +46,7 @@ class ReferenceAdapter:
     name: ClassVar[str] = "reference"
     Options: ClassVar[type[BaseModel]] = Options
 
-    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> DecodePath:
         from importlib import import_module
 
         from gate.adapters.reference.paths import build_model_for
@@ -53,5 +56,5 @@ class ReferenceAdapter:
         module, _, attr = PATHS[options.path].partition(":")
         builder = getattr(import_module(module), attr)
         model = build_model_for(options, device=device, dtype=dtype, seed=seed)
-        path = builder(model, options, device=device, dtype=dtype, seed=seed)
+        path: DecodePath = builder(model, options, device=device, dtype=dtype, seed=seed)
         return path.with_fault(options.fault) if options.fault else path
