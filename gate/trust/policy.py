@@ -1,0 +1,326 @@
+"""The trust policy as code: who may sign runs, approve, waive and revoke, and with which keys.
+
+    apiVersion: gate/trust/v1
+    people:                      # each name bound to its public keys (PEM files beside this file,
+      ci:    {keys: [keys/ci.pub]}          # or "ed25519:BASE64" raw keys)
+      alice: {keys: [keys/alice.pub]}
+    run-signers: [ci]            # keys whose attestation counts as a gate run (CI)
+    ledger-signers: [ledger]     # keys the ledger's checkpoints may be signed with (optional)
+    approvers:                   # who may approve which interventions and claims ("*": any)
+      - {people: [alice, bob], interventions: ["*"], claims: [bounded-degradation]}
+    waivers:                     # who may waive which checks, for how many days at most
+      - {people: [bob], checks: [quality-slices], max-days: 14}
+    revokers: [alice]            # who may revoke keys and waivers (default: every person)
+    required-approvals: 2        # distinct approvers an approximate change needs
+    required-waiver-approvals: 1 # distinct signers a waiver of a deny check needs
+
+`load_trust` validates the file (one located error line, exit 2) and resolves every key to its key
+id (sha256 of the raw Ed25519 key). Its sha256 (`Trust.digest`) goes into every result and ledger
+entry, so an audit can say which policy a record was written under. A key belongs to one person
+and counts only for the roles that person holds. `Trust.from_keys` builds the same object from
+keys given on the command line by role (no names: approvals by those keys are counted, their
+names are shown as not bound).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import Field, model_validator
+
+from gate.core.manifest import Record
+from gate.errors import InputError
+
+TRUST_API = "gate/trust/v1"
+DEFAULT_TRUST = Path("trust.yaml")
+ENV_TRUST = "GATE_TRUST"
+ANY = "*"
+
+
+class Person(Record):
+    """One person (or CI system) and the public keys that speak for them."""
+
+    keys: list[str] = Field(min_length=1)
+    """PEM public key files (relative to the trust policy) or "ed25519:BASE64" raw keys."""
+
+
+class ApproverRule(Record):
+    """Who may approve changes of which interventions and claims."""
+
+    people: list[str] = Field(min_length=1)
+    interventions: list[str] = Field(default_factory=lambda: [ANY])
+    """Interventions (manifest `intervention`) they may approve; "*" for any."""
+    claims: list[str] = Field(default_factory=lambda: [ANY])
+    """Claim levels they may approve; "*" for any."""
+
+
+class WaiverRule(Record):
+    """Who may waive which checks, and for how long at most."""
+
+    people: list[str] = Field(min_length=1)
+    checks: list[str] = Field(default_factory=lambda: [ANY])
+    """Check names they may waive; "*" for any."""
+    max_days: int = Field(alias="max-days", gt=0, le=366)
+    """Longest waiver they may grant, in days from the day it is granted."""
+
+
+class TrustPolicy(Record):
+    """trust.yaml: identities, roles and thresholds (see the module docstring)."""
+
+    api_version: Literal["gate/trust/v1"] = Field(alias="apiVersion")
+    people: dict[str, Person] = Field(min_length=1)
+    run_signers: list[str] = Field(alias="run-signers", min_length=1)
+    """People whose keys sign gate runs (the CI)."""
+    ledger_signers: list[str] = Field(default_factory=list, alias="ledger-signers")
+    """People whose keys may sign the ledger's checkpoints; empty: the ledger key is not pinned."""
+    approvers: list[ApproverRule] = Field(default_factory=list)
+    waivers: list[WaiverRule] = Field(default_factory=list)
+    revokers: list[str] | None = None
+    """People who may revoke keys and waivers; None: every person."""
+    required_approvals: int = Field(default=1, alias="required-approvals", ge=1, le=20)
+    """Distinct approvers an approximate change needs before it is APPROVED."""
+    required_waiver_approvals: int = Field(default=1, alias="required-waiver-approvals", ge=1, le=20)
+    """Distinct signers a waiver of a deny check needs before it applies."""
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> TrustPolicy:
+        named = [
+            *self.run_signers,
+            *self.ledger_signers,
+            *(p for r in self.approvers for p in r.people),
+            *(p for r in self.waivers for p in r.people),
+            *(self.revokers or []),
+        ]
+        unknown = sorted({n for n in named if n not in self.people})
+        if unknown:
+            raise ValueError(f"names {', '.join(unknown)} are not under `people`")
+        return self
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A public key and the person it is bound to (None: a key given by role on the command line)."""
+
+    keyid: str
+    public_key: Ed25519PublicKey
+    name: str | None
+
+
+def _matches(allowed: Sequence[str], value: Any) -> bool:
+    return ANY in allowed or (value is not None and str(value) in allowed)
+
+
+@dataclass
+class Trust:
+    """A loaded trust policy: key ids bound to people, and each role's people."""
+
+    policy: TrustPolicy
+    path: str
+    sha256: str
+    identities: dict[str, Identity] = field(default_factory=dict)
+    members: dict[str, set[str]] = field(default_factory=dict)
+    """Each name (person, or a role's command-line key) and its key ids."""
+
+    @property
+    def digest(self) -> dict[str, str]:
+        """What results and ledger entries record about the policy in force."""
+        return {"path": self.path, "sha256": self.sha256, "api": TRUST_API}
+
+    @property
+    def names_bound(self) -> bool:
+        return bool(self.sha256)
+
+    # -- building
+
+    @classmethod
+    def from_keys(
+        cls,
+        *,
+        run: Iterable[Path] = (),
+        approvers: Iterable[Path] = (),
+        waivers: Iterable[Path] = (),
+        ledger: Iterable[Path] = (),
+    ) -> Trust:
+        """Roles from keys given on the command line: each key holds only the role it was given for."""
+        from gate.trust.attest import keyid, load_public_key
+
+        roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
+        trust = cls(policy=TrustPolicy.model_construct(), path="(keys given by role)", sha256="")
+        for role, paths in (("run", run), ("approve", approvers), ("waive", waivers), ("ledger", ledger)):
+            for path in paths:
+                pub = load_public_key(path)
+                kid = keyid(pub)
+                label = f"{role}-key {path}"
+                trust.identities.setdefault(kid, Identity(kid, pub, None))
+                trust.members.setdefault(label, set()).add(kid)
+                roles[role].append(label)
+        trust.policy = TrustPolicy.model_construct(
+            api_version=TRUST_API,
+            people={},
+            run_signers=roles["run"],
+            ledger_signers=roles["ledger"],
+            approvers=[ApproverRule(people=roles["approve"])] if roles["approve"] else [],
+            waivers=[WaiverRule(people=roles["waive"], max_days=366)] if roles["waive"] else [],
+            revokers=None,
+            required_approvals=1,
+            required_waiver_approvals=1,
+        )
+        return trust
+
+    # -- lookups
+
+    def _people_of(self, keyid: str) -> set[str]:
+        """Every role-holder name whose keys include `keyid` (one person, in a real policy)."""
+        return {name for name, kids in self.members.items() if keyid in kids}
+
+    def name_of(self, keyid: str) -> str | None:
+        ident = self.identities.get(keyid)
+        return ident.name if ident is not None else None
+
+    def keys_for(self, names: Iterable[str]) -> dict[str, Identity]:
+        wanted = set(names)
+        return {k: i for k, i in self.identities.items() if self._people_of(k) & wanted}
+
+    def run_signer_keys(self) -> dict[str, Identity]:
+        return self.keys_for(self.policy.run_signers)
+
+    def ledger_keyids(self) -> list[str]:
+        return list(self.keys_for(self.policy.ledger_signers))
+
+    def _who(self, keyid: str) -> str:
+        name = self.name_of(keyid)
+        return f"key {keyid[:16]}" + (f" ({name})" if name else "")
+
+    def _identity_problem(self, keyid: str, claimed: str | None) -> str | None:
+        """The key must be known; under a policy, the name given must be the key's owner."""
+        if keyid not in self.identities:
+            return f"key {keyid[:16]} is not in the trust policy"
+        owner = self.name_of(keyid)
+        if claimed is not None and owner is not None and claimed != owner:
+            return f"the name {claimed!r} does not match key {keyid[:16]}, which belongs to {owner!r}"
+        return None
+
+    def run_signer_problem(self, keyid: str) -> str | None:
+        if keyid not in self.run_signer_keys():
+            return f"{self._who(keyid)} is not a run signer"
+        return None
+
+    def approver_problem(self, keyid: str, name: str | None, intervention: Any, claim: Any) -> str | None:
+        bad = self._identity_problem(keyid, name)
+        if bad:
+            return bad
+        mine = self._people_of(keyid)
+        for rule in self.policy.approvers:
+            if mine & set(rule.people) and _matches(rule.interventions, intervention) and _matches(rule.claims, claim):
+                return None
+        return f"{self._who(keyid)} may not approve {intervention}/{claim} changes"
+
+    def waiver_days(self, keyid: str, name: str | None, check: str) -> tuple[int | None, str | None]:
+        """The longest waiver this key may grant for `check`, or (None, why not)."""
+        bad = self._identity_problem(keyid, name)
+        if bad:
+            return None, bad
+        mine = self._people_of(keyid)
+        days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and _matches(r.checks, check)]
+        if not days:
+            return None, f"{self._who(keyid)} may not waive {check}"
+        return max(days), None
+
+    def revoker_problem(self, keyid: str, name: str | None) -> str | None:
+        bad = self._identity_problem(keyid, name)
+        if bad:
+            return bad
+        revokers = self.policy.revokers
+        if revokers is not None and not self._people_of(keyid) & set(revokers):
+            return f"{self._who(keyid)} may not revoke"
+        return None
+
+
+def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
+    from gate.trust.attest import keyid, load_public_key
+    from gate.trust.signing import public_key_from_b64
+
+    if ref.startswith("ed25519:"):
+        try:
+            pub = public_key_from_b64(ref.split(":", 1)[1])
+        except ValueError as err:
+            raise ValueError(f"{ref[:24]}…: not a base64 raw Ed25519 key ({err})") from None
+    else:
+        pub = load_public_key(base / ref)
+    return keyid(pub), pub
+
+
+def load_trust(path: Path) -> Trust:
+    """Read and validate trust.yaml; resolve every key. InputError (exit 2) on anything wrong."""
+    from gate._util.yamlio import parse_model, read_yaml
+
+    doc = read_yaml(path)
+    policy: TrustPolicy = parse_model(doc, TrustPolicy)
+    trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    for name, person in policy.people.items():
+        for i, ref in enumerate(person.keys):
+            try:
+                kid, pub = _key_from_ref(ref, path.parent)
+            except ValueError as err:
+                raise InputError(str(path), str(err), field=f"people.{name}.keys[{i}]") from None
+            except InputError as err:
+                raise InputError(str(path), err.message, field=f"people.{name}.keys[{i}]") from None
+            other = trust.identities.get(kid)
+            if other is not None and other.name != name:
+                raise InputError(
+                    str(path), f"key {kid[:16]} is already bound to {other.name!r}", field=f"people.{name}.keys[{i}]"
+                )
+            trust.identities[kid] = Identity(kid, pub, name)
+            trust.members.setdefault(name, set()).add(kid)
+    return trust
+
+
+def resolve_trust_path(explicit: Path | None) -> Path | None:
+    """--trust FILE, else $GATE_TRUST, else ./trust.yaml when it exists, else None."""
+    if explicit is not None:
+        return explicit
+    if os.environ.get(ENV_TRUST):
+        return Path(os.environ[ENV_TRUST])
+    return DEFAULT_TRUST if DEFAULT_TRUST.is_file() else None
+
+
+def find_trust(explicit: Path | None) -> Trust | None:
+    path = resolve_trust_path(explicit)
+    return load_trust(path) if path is not None else None
+
+
+def require_trust(explicit: Path | None, what: str) -> Trust:
+    trust = find_trust(explicit)
+    if trust is None:
+        raise InputError(
+            "--trust",
+            f"{what} needs a trust policy naming who may do it: give --trust FILE, set {ENV_TRUST}, "
+            "or add ./trust.yaml (see docs/audit.md)",
+        )
+    return trust
+
+
+def keyid_b64(public_key_b64: str) -> str:
+    """The key id of a raw base64 public key (as ledger records store them)."""
+    return hashlib.sha256(base64.b64decode(public_key_b64)).hexdigest()
+
+
+__all__ = [
+    "ApproverRule",
+    "Identity",
+    "Person",
+    "Trust",
+    "TrustPolicy",
+    "WaiverRule",
+    "find_trust",
+    "load_trust",
+    "require_trust",
+    "resolve_trust_path",
+]

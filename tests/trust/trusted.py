@@ -1,0 +1,60 @@
+"""Keys and a trust policy for the trust tests: a CI run signer, approvers, a waiver granter, strangers."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+from gate.trust.attest import generate_keypair
+
+PEOPLE = ("ci", "alice", "bob", "carol", "dave", "erin", "frank", "mallory")
+
+
+def make_keys(root: Path, names: tuple[str, ...] = PEOPLE) -> dict[str, Path]:
+    """`name.key` and `name.pub` for each name under root."""
+    found = {}
+    for name in names:
+        key, pub, _ = generate_keypair(root / name)
+        found[f"{name}.key"], found[f"{name}.pub"] = key, pub
+    return found
+
+
+def write_trust(
+    path: Path,
+    keys: dict[str, Path],
+    *,
+    approvers: tuple[str, ...] = ("alice", "carol", "dave", "erin", "frank"),
+    required_approvals: int = 1,
+    max_days: int = 14,
+    run_signers: tuple[str, ...] = ("ci",),
+    extra_ci_keys: tuple[Path, ...] = (),
+) -> Path:
+    """trust.yaml: ci signs runs; approvers approve approximate changes; bob waives quality-slices.
+
+    mallory holds no key in it."""
+    people = [n for n in PEOPLE if n != "mallory"]
+    lines = ["apiVersion: gate/trust/v1", "people:"]
+    for name in people:
+        refs = [str(keys[f"{name}.pub"])] + ([str(k) for k in extra_ci_keys] if name == "ci" else [])
+        lines.append(f"  {name}:")
+        lines.append(f"    keys: [{', '.join(refs)}]")
+    lines += [
+        f"run-signers: [{', '.join(run_signers)}]",
+        "approvers:",
+        f"  - people: [{', '.join(approvers)}]",
+        "    interventions: [quantisation, eviction]",
+        '    claims: ["*"]',
+        "waivers:",
+        "  - people: [bob]",
+        "    checks: [quality-slices]",
+        f"    max-days: {max_days}",
+        "revokers: [alice, bob]",
+        f"required-approvals: {required_approvals}",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def in_days(n: int) -> str:
+    return (date.today() + timedelta(days=n)).isoformat()
