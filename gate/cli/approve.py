@@ -12,7 +12,11 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
 
 @click.command("approve")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--approver", required=True, help="Who approves (recorded and signed).")
+@click.option(
+    "--approver",
+    default=None,
+    help="Who approves (recorded and signed); must be the name the trust policy binds to --key. Default: that name.",
+)
 @click.option(
     "--key",
     "key_path",
@@ -22,35 +26,37 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
 )
 @click.option("--reason", required=True, help="Why this approximation may ship.")
 @click.option(
-    "--run-key",
-    "run_keys",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Trusted public key the run must be signed by. Default: the signer the ledger recorded "
-    "for this dossier when `gate run --ledger` recorded it.",
+    "--trust",
+    "trust_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Trust policy naming approvers and run signers. Default: $GATE_TRUST, else ./trust.yaml.",
 )
 @ledger_option
 @ledger_key_option
 def command(
     directory: Path,
-    approver: str,
+    approver: str | None,
     key_path: Path,
     reason: str,
-    run_keys: tuple[Path, ...],
+    trust_path: Path | None,
     ledger_path: Path | None,
     ledger_key: Path | None,
 ) -> None:
     """Approve the dossier in DIR: verify it, then sign, record and show the approval.
 
-    Refused (exit 1) unless DIR's attestation verifies against a trusted run key and its signed
-    verdict is awaiting-approval. The approval becomes a second signature on
+    Refused (exit 1) unless the trust policy lets --key approve this intervention and claim under
+    that name, DIR's attestation verifies against a run signer's key and its signed verdict is
+    awaiting-approval. The approval becomes a second signature on
     attestation.dsse.json, a signed approval statement in DIR/approval.json, a ledger entry, and
     a re-rendered DIR/dossier.approved.html.
     """
     from gate.trust.approve import approve
     from gate.trust.ledger import resolve_ledger_path
+    from gate.trust.policy import require_trust
 
     with user_errors():
+        trust = require_trust(trust_path, "gate approve")
         path = resolve_ledger_path(ledger_path)
         done = approve(
             directory,
@@ -59,7 +65,7 @@ def command(
             key_path=key_path,
             ledger_path=path,
             ledger_key=ledger_key,
-            run_keys=list(run_keys),
+            trust=trust,
         )
     record = done.record
     verb = "already approved" if done.reused else "approved"

@@ -20,14 +20,25 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
     help="The manifest the waiver is scoped to (by its name and the file's sha256).",
 )
 @click.option("--reason", required=True, help="Why the failure is accepted for now.")
-@click.option("--approver", required=True, help="Who grants the waiver.")
+@click.option(
+    "--approver",
+    default=None,
+    help="Who grants the waiver: the name the trust policy binds to --key (default: that name).",
+)
 @click.option("--expires", required=True, help="Last day (UTC, YYYY-MM-DD) the waiver applies.")
 @click.option(
     "--key",
     "key_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Optional: the approver's Ed25519 private key (from `gate keygen`) to sign the waiver.",
+    help="Required: the approver's Ed25519 private key (from `gate keygen`); it signs the waiver.",
+)
+@click.option(
+    "--trust",
+    "trust_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Trust policy saying who may waive which check, for how long. Default: $GATE_TRUST, else ./trust.yaml.",
 )
 @ledger_option
 @ledger_key_option
@@ -36,29 +47,30 @@ def command(
     check: str,
     manifest_path: Path,
     reason: str,
-    approver: str,
+    approver: str | None,
     expires: str,
     key_path: Path | None,
+    trust_path: Path | None,
     ledger_path: Path | None,
     ledger_key: Path | None,
     policy_dirs: tuple[Path, ...],
 ) -> None:
     """Waive CHECK for the manifest FILE until --expires.
 
-    A waived check shows as `waived` in results, dossier and JUnit. Editing the manifest voids
-    the waiver; an expired waiver is ignored and reported; an `error` is never waived.
+    The waiver is signed with --key, which the trust policy must let waive CHECK, for at most its
+    max-days. A waived check shows as `waived` in results, dossier and JUnit. Editing the manifest
+    voids the waiver; an expired or revoked waiver is ignored and reported; an `error` is never waived.
     """
+    from gate.errors import InputError
     from gate.trust.ledger import Ledger, resolve_ledger_path
-    from gate.trust.waivers import grant_waiver, parse_expiry
+    from gate.trust.policy import require_trust
+    from gate.trust.waivers import grant_waiver
 
     with user_errors():
-        day = parse_expiry(expires)
+        if key_path is None:
+            raise InputError("--key", "a waiver must be signed: give the approver's key (unsigned waivers never apply)")
+        trust = require_trust(trust_path, "gate waive")
         path = resolve_ledger_path(ledger_path)
-        signer = None
-        if key_path is not None:
-            from gate.trust.waivers import waiver_signer
-
-            signer = waiver_signer(key_path)
         with Ledger.open(path, key_path=ledger_key) as ledger:
             waiver = grant_waiver(
                 ledger,
@@ -66,15 +78,17 @@ def command(
                 check,
                 reason=reason,
                 approver=approver,
-                expires=day,
+                expires=expires,
+                key_path=key_path,
+                trust=trust,
                 policy_dirs=list(policy_dirs),
-                signer=signer,
             )
             checkpoint = ledger.checkpoint()
     g = waiver.grant
     click.echo(
         f"waiver #{waiver.id}: {g.check} of {g.manifest_name} (manifest sha256 {g.manifest_sha256[:16]}) "
-        f"waived until {g.expires.isoformat()} by {g.approver}{' (signed)' if g.signature else ''}"
+        f"waived until {g.expires.isoformat()} by {g.approver} "
+        f"(signed, key {str((g.signature or {}).get('keyid'))[:16]})"
     )
     if checkpoint is not None:
         click.echo(f"ledger {path}: {checkpoint.size} entries, head {checkpoint.head[:16]}")

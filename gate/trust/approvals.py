@@ -23,20 +23,42 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import ValidationError
 
 from gate.errors import EXIT_GATE_FAILED, GateError
-from gate.trust.attest import ENVELOPE_NAME, PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, keyid, pae
+from gate.trust.attest import (
+    ENVELOPE_NAME,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    Envelope,
+    Statement,
+    Subject,
+    check_files,
+    envelope_for,
+    keyid,
+    pae,
+    parse_statement,
+    read_envelope,
+)
 from gate.trust.signing import public_key_b64, public_key_from_b64
 
 APPROVAL_KIND = "approval"
 APPROVAL_PREDICATE = "https://gate.dev/approval/v1"
 APPROVAL_FILE = "approval.json"
+APPROVED_HTML = "dossier.approved.html"
+APPROVED_MD = "dossier.approved.md"
+APPROVED_ENVELOPE = "approval.dsse.json"
+APPROVED_PREDICATE = "https://gate.dev/approved-dossier/v1"
+APPROVED_FILES = (APPROVAL_FILE, APPROVED_HTML, APPROVED_MD)
+"""What a reviewer reads after approval; the approved-dossier statement (APPROVED_ENVELOPE) binds them."""
 RUN_STATEMENT_SUBJECT = f"{ENVELOPE_NAME}#payload"
 """Subject name under which an approval names the run statement's digest."""
 
@@ -56,20 +78,15 @@ class RunStatement:
 
     payload: bytes
     sha256: str
-    statement: dict[str, Any]
+    statement: Statement
 
     @property
     def predicate(self) -> dict[str, Any]:
-        value = self.statement.get("predicate")
-        return value if isinstance(value, dict) else {}
+        return self.statement.predicate
 
     @property
     def commit(self) -> str | None:
-        for subject in self.statement.get("subject") or []:
-            digest = subject.get("digest") if isinstance(subject, dict) else None
-            if isinstance(digest, dict) and digest.get("gitCommit"):
-                return str(digest["gitCommit"])
-        return None
+        return self.statement.commit
 
 
 def read_run_statement(directory: Path) -> RunStatement:
@@ -78,13 +95,10 @@ def read_run_statement(directory: Path) -> RunStatement:
     if not path.is_file():
         raise ApprovalRefused(f"{directory}: no {ENVELOPE_NAME}: an UNSIGNED run cannot be approved")
     try:
-        envelope = json.loads(path.read_bytes())
-        payload = base64.b64decode(envelope["payload"], validate=True)
-        statement = json.loads(payload)
-    except (OSError, ValueError, KeyError, TypeError, binascii.Error):
-        raise ApprovalRefused(f"{path}: not a readable DSSE envelope") from None
-    if not isinstance(statement, dict):
-        raise ApprovalRefused(f"{path}: the payload is not a statement")
+        _envelope, payload = read_envelope(path)
+        statement = parse_statement(payload)
+    except ValueError as err:
+        raise ApprovalRefused(f"{path}: not a readable DSSE envelope ({err})") from None
     return RunStatement(payload, hashlib.sha256(payload).hexdigest(), statement)
 
 
@@ -92,44 +106,84 @@ def read_run_statement(directory: Path) -> RunStatement:
 
 
 def approval_statement(
-    run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str]
-) -> dict[str, Any]:
+    run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str], trust: str = ""
+) -> Statement:
     """An in-toto statement: `approver` approves the run statement with digest `run.sha256`."""
     pred = run.predicate
     manifest = pred.get("manifest") if isinstance(pred.get("manifest"), dict) else {}
     claim = pred.get("claim")
-    subjects = [{"name": RUN_STATEMENT_SUBJECT, "digest": {"sha256": run.sha256}}]
-    subjects += [s for s in run.statement.get("subject") or [] if isinstance(s, dict)]
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": APPROVAL_PREDICATE,
-        "predicate": {
+    subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject]
+    return Statement(
+        subject=subjects,
+        predicateType=APPROVAL_PREDICATE,
+        predicate={
             "decision": "approved",
             "approver": approver,
             "reason": reason,
             "approvedAt": approved_at,
             "runStatementSha256": run.sha256,
-            "runPredicateType": run.statement.get("predicateType"),
+            "runPredicateType": run.statement.predicateType,
             "verdict": pred.get("verdict"),
             "manifest": {"name": (manifest or {}).get("name"), "sha256": (manifest or {}).get("sha256")},
             "intervention": pred.get("intervention"),
             "claim": claim.get("level") if isinstance(claim, dict) else claim,
             "commit": run.commit,
             "runSigners": run_signers,
+            "trustPolicySha256": trust,
         },
-    }
+    )
 
 
-def sign_envelope(statement: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
-    """A DSSE envelope over the canonical statement, signed once with `key`."""
-    body = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
-    sig = key.sign(pae(PAYLOAD_TYPE, body))
-    return {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.b64encode(body).decode(),
-        "signatures": [{"keyid": keyid(key.public_key()), "sig": base64.b64encode(sig).decode()}],
-    }
+def sign_envelope(statement: Statement, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """A DSSE envelope (as JSON) over the canonical statement, signed once with `key`."""
+    return envelope_for(statement, key).dump()
+
+
+def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) -> Statement:
+    """The approved-dossier statement: the files a reviewer reads after approval, by sha256."""
+    from gate.trust.attest import sha256_file
+
+    subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256})]
+    subjects += [Subject(name=n, digest={"sha256": sha256_file(directory / n)}) for n in APPROVED_FILES]
+    return Statement(
+        subject=subjects,
+        predicateType=APPROVED_PREDICATE,
+        predicate={"runStatementSha256": run.sha256, "approvalKeyids": sorted(keyids), "commit": run.commit},
+    )
+
+
+def check_approved_files(
+    directory: Path, run_sha256: str, counted: Mapping[str, Ed25519PublicKey]
+) -> tuple[list[str], list[str]]:
+    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems).
+
+    It must be signed by a key whose approval counted, name this run statement, and every
+    approved file must have its signed sha256. No approved file and no envelope: nothing to check.
+    """
+    present = [n for n in (*APPROVED_FILES, APPROVED_ENVELOPE) if (directory / n).exists()]
+    if not present:
+        return [], []
+    path = directory / APPROVED_ENVELOPE
+    if not path.is_file():
+        return [], [f"{', '.join(present)}: covered by no signed statement ({APPROVED_ENVELOPE} is missing)"]
+    try:
+        envelope, payload = read_envelope(path)
+        stmt = parse_statement(payload)
+    except ValueError as err:
+        return [], [f"{APPROVED_ENVELOPE}: {err}"]
+    problems: list[str] = []
+    signers = [k for k, pub in counted.items() if any(_verifies(pub, payload, s.sig) for s in envelope.signatures)]
+    if not signers:
+        problems.append(f"{APPROVED_ENVELOPE}: not signed by an approver whose approval counts")
+    if stmt.predicateType != APPROVED_PREDICATE or stmt.predicate.get("runStatementSha256") != run_sha256:
+        problems.append(f"{APPROVED_ENVELOPE}: not an approved-dossier statement for this run")
+    files = {n: d for n, d in stmt.files().items() if n != RUN_STATEMENT_SUBJECT}
+    missing = [n for n in APPROVED_FILES if n not in files]
+    if missing:
+        problems.append(f"{APPROVED_ENVELOPE}: does not bind {', '.join(missing)}")
+    matched: list[str] = []
+    check_files(directory, files, matched, problems)
+    return matched, problems
 
 
 @dataclass
@@ -142,6 +196,8 @@ class ApprovalCheck:
     keyid: str = ""
     statement_sha256: str = ""
     """The run statement the approval names."""
+    intervention: Any = None
+    claim: Any = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -166,35 +222,27 @@ def verify_approval(
     out = ApprovalCheck()
     try:
         pub = public_key_from_b64(str(record["public_key"]))
-        envelope = record["envelope"]
-        payload = base64.b64decode(envelope["payload"], validate=True)
-        statement = json.loads(payload)
-        sigs = [s for s in envelope["signatures"] if isinstance(s, dict)]
-    except (KeyError, TypeError, ValueError, binascii.Error):
+        envelope = Envelope.model_validate(record["envelope"])
+        payload = envelope.payload_bytes()
+        statement = parse_statement(payload)
+    except (KeyError, TypeError, ValueError, ValidationError):
         out.problems.append("the approval record is malformed")
         return out
     out.keyid = keyid(pub)
-    if envelope.get("payloadType") != PAYLOAD_TYPE:
-        out.problems.append(f"approval payloadType is {envelope.get('payloadType')!r}")
-    if not any(_verifies(pub, payload, s.get("sig")) for s in sigs):
+    if envelope.payloadType != PAYLOAD_TYPE:
+        out.problems.append(f"approval payloadType is {envelope.payloadType!r}")
+    if not any(_verifies(pub, payload, s.sig) for s in envelope.signatures):
         out.problems.append(f"the approval is not signed by key {out.keyid[:16]} (forged or wrong key)")
     if trusted_keyids is not None and out.keyid not in trusted_keyids:
         out.problems.append(f"approval key {out.keyid[:16]} is not a trusted approver key")
-    pred = statement.get("predicate") if isinstance(statement, dict) else None
-    if (
-        not isinstance(pred, dict)
-        or statement.get("_type") != STATEMENT_TYPE
-        or statement.get("predicateType") != APPROVAL_PREDICATE
-    ):
+    pred = statement.predicate
+    if statement.type != STATEMENT_TYPE or statement.predicateType != APPROVAL_PREDICATE:
         out.problems.append("the envelope does not hold a gate approval statement")
         return out
     out.approver, out.reason = str(pred.get("approver", "")), str(pred.get("reason", ""))
     out.approved_at = str(pred.get("approvedAt", ""))
-    named = [
-        s.get("digest", {}).get("sha256")
-        for s in statement.get("subject") or []
-        if isinstance(s, dict) and s.get("name") == RUN_STATEMENT_SUBJECT
-    ]
+    out.intervention, out.claim = pred.get("intervention"), pred.get("claim")
+    named = [s.digest.get("sha256") for s in statement.subject if s.name == RUN_STATEMENT_SUBJECT]
     out.statement_sha256 = str(named[0]) if named else ""
     if not named or pred.get("runStatementSha256") != out.statement_sha256:
         out.problems.append("the approval names no run statement")
@@ -226,15 +274,13 @@ def _verifies(pub: Any, payload: bytes, sig: Any) -> bool:
 def _check_second_signature(directory: Path, pub: Any, out: ApprovalCheck) -> None:
     try:
         run = read_run_statement(directory)
-        envelope = json.loads((directory / ENVELOPE_NAME).read_bytes())
-    except (ApprovalRefused, OSError, ValueError):
+        envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
+    except (ApprovalRefused, ValueError):
         out.problems.append(f"{directory}: no readable run attestation")
         return
     if run.sha256 != out.statement_sha256:
         out.problems.append(f"{directory}: its run statement is not the one approved")
-    elif not any(
-        _verifies(pub, run.payload, s.get("sig")) for s in envelope.get("signatures", []) if isinstance(s, dict)
-    ):
+    elif not any(_verifies(pub, run.payload, s.sig) for s in envelope.signatures):
         out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
 
 
@@ -254,8 +300,8 @@ def load_approvals(directory: Path) -> list[dict[str, Any]]:
     return [r for r in records if isinstance(r, dict)]
 
 
-def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: dict[str, Any]) -> dict[str, Any]:
-    pred = statement["predicate"]
+def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: Statement) -> dict[str, Any]:
+    pred = statement.predicate
     return {
         "approver": pred["approver"],
         "reason": pred["reason"],
@@ -278,7 +324,7 @@ def display_rows(record: dict[str, Any]) -> dict[str, str]:
         "key id": str(record.get("keyid", "")),
         "dossier digest": f"sha256:{record.get('statement_sha256', '')}",
         "ledger entry": f"#{entry.get('seq')} ({str(entry.get('hash', ''))[:16]})" if entry else "not recorded",
-        "verify": "gate audit trace DIGEST, or gate verify DIR --key RUN.pub --key APPROVER.pub",
+        "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
 
 
@@ -286,12 +332,16 @@ __all__ = [
     "APPROVAL_FILE",
     "APPROVAL_KIND",
     "APPROVAL_PREDICATE",
+    "APPROVED_ENVELOPE",
+    "APPROVED_FILES",
     "PREDICATE_TYPE",
     "ApprovalCheck",
     "ApprovalRefused",
     "RunStatement",
     "approval_record",
     "approval_statement",
+    "approved_statement",
+    "check_approved_files",
     "display_rows",
     "load_approvals",
     "read_run_statement",

@@ -1,43 +1,77 @@
 """`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval.
 
-See gate.trust.approvals for what an approval is and how it binds to the dossier.
+See gate.trust.approvals for what an approval is and how it binds to the dossier. The trust policy
+decides whose approval is accepted: the key must belong to an approver for the change's
+intervention and claim, under the name given, and not be revoked; the run must be signed by a run
+signer. Approvals of one dossier are serialised by an exclusive lock on DIR/.approve.lock (held
+from reading the dossier to writing approval.dsse.json), and each ledger append is its own
+transaction, so parallel `gate approve`s lose no signature or record and one key appends once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
 from gate.trust.approvals import (
     APPROVAL_FILE,
     APPROVAL_KIND,
+    APPROVED_ENVELOPE,
+    APPROVED_HTML,
+    APPROVED_MD,
     ApprovalRefused,
     RunStatement,
     approval_record,
     approval_statement,
+    approved_statement,
     display_rows,
     load_approvals,
     read_run_statement,
     sign_envelope,
     verify_approval,
 )
-from gate.trust.attest import ENVELOPE_NAME, add_signature, keyid, load_private_key, verify_envelope
+from gate.trust.attest import (
+    ENVELOPE_NAME,
+    add_signature,
+    envelope_for,
+    keyid,
+    load_private_key,
+    read_envelope,
+    verify_envelope,
+    write_envelope,
+)
 from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, receipt
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.run_record import recorded_signer_key
+from gate.trust.policy import Trust
+from gate.trust.revocation import read_revocations
 
-APPROVED_HTML = "dossier.approved.html"
-APPROVED_MD = "dossier.approved.md"
+LOCK_NAME = ".approve.lock"
 
 
 def clear_stale_records(directory: Path) -> None:
     """Remove a previous run's ledger receipt, approvals and approved copies from a re-used DIR."""
-    for name in (RECEIPT, APPROVAL_FILE, APPROVED_HTML, APPROVED_MD):
+    for name in (RECEIPT, APPROVAL_FILE, APPROVED_HTML, APPROVED_MD, APPROVED_ENVELOPE):
         (directory / name).unlink(missing_ok=True)
+
+
+@contextmanager
+def dossier_lock(directory: Path) -> Iterator[None]:
+    """An exclusive lock on the dossier directory (flock on DIR/.approve.lock), released on exit."""
+    with (directory / LOCK_NAME).open("a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass
@@ -61,19 +95,16 @@ def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
     return found
 
 
-def check_approvable(directory: Path, run: RunStatement, run_keys: dict[str, Path]) -> list[str]:
-    """Verify the dossier against trusted run keys and require an awaiting-approval verdict.
+def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> list[str]:
+    """Verify the dossier against the run signers' keys and require an awaiting-approval verdict.
 
     Returns the key ids that verified; raises ApprovalRefused naming every problem.
     """
     if not run_keys:
-        raise ApprovalRefused(
-            f"{directory}: no trusted key to verify the run with: give --run-key RUN.pub, or record "
-            "the run in the ledger (gate run --sign-key KEY --ledger PATH)"
-        )
+        raise ApprovalRefused(f"{directory}: the trust policy names no run signer key to verify the run with")
     report = verify_envelope(directory, run_keys, require_all=False)
     if not report.valid:
-        raise ApprovalRefused(f"{directory}: the dossier does not verify: " + "; ".join(report.failures))
+        raise ApprovalRefused(f"{directory}: the dossier does not verify: " + "; ".join(report.problems))
     verdict = report.predicate.get("verdict")
     if verdict != "awaiting-approval":
         what = "failed" if verdict in ("fail", "error") else "does not need approval"
@@ -87,51 +118,74 @@ def check_approvable(directory: Path, run: RunStatement, run_keys: dict[str, Pat
 def approve(
     directory: Path,
     *,
-    approver: str,
+    approver: str | None,
     reason: str,
     key_path: Path,
     ledger_path: Path,
+    trust: Trust,
     ledger_key: Path | None = None,
-    run_keys: list[Path] | None = None,
 ) -> Approved:
     """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify."""
-    if not approver.strip() or not reason.strip():
-        raise ApprovalRefused("an approval needs an approver name and a reason")
-    run = read_run_statement(directory)
     key = load_private_key(key_path)
-    with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
-        chain = verify_chain(ledger)
-        bad = chain.first_bad()
-        if bad is not None:
-            raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {bad.message}")
-        run_entry = find_run_entry(ledger, run.sha256)
-        seq, body = (run_entry.seq, run_entry.body) if run_entry else (0, {})  # no entry: nothing recorded
-        with recorded_signer_key(seq, body) as recorded:
-            trusted = {str(p): p for p in run_keys} if run_keys else recorded
-            signers = check_approvable(directory, run, trusted)
-        if keyid(key.public_key()) in signers:
-            raise ApprovalRefused(
-                "the approver's key is the key that signed the run: an approval needs a second, independent key"
+    mine = keyid(key.public_key())
+    approver = approver if approver is not None else trust.name_of(mine)
+    if not approver or not approver.strip() or not reason.strip():
+        raise ApprovalRefused("an approval needs an approver name and a reason (non-blank)")
+    with dossier_lock(directory):
+        run = read_run_statement(directory)
+        bad = trust.approver_problem(mine, approver, run.predicate.get("intervention"), _claim(run.predicate))
+        if bad:
+            raise ApprovalRefused(f"{bad} (trust policy {trust.path})")
+        with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
+            chain = verify_chain(ledger)
+            first = chain.first_bad()
+            if first is not None:
+                raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {first.message}")
+            revoked = read_revocations(ledger, trust)
+            run_entry = find_run_entry(ledger, run.sha256)
+            run_keys = {
+                i.name or k: i.public_key
+                for k, i in trust.run_signer_keys().items()
+                if revoked.key(k, run_entry.time if run_entry else None) is None
+            }
+            signers = check_approvable(directory, run_keys)
+            if mine in signers:
+                raise ApprovalRefused(
+                    "the approver's key is the key that signed the run: an approval needs a second, independent key"
+                )
+            gone = revoked.key(mine, now_utc())
+            if gone is not None:
+                raise ApprovalRefused(f"key {mine[:16]} was {gone.says()}")
+            entry, reused, record = _append_or_reuse(
+                ledger, run, run_entry, directory, key, approver, reason, signers, trust
             )
-        entry, reused, record = _append_or_reuse(ledger, run, run_entry, directory, key, approver, reason, signers)
-        checkpoint = ledger.checkpoint(entry.seq)
-        assert checkpoint is not None
-        record["ledger"] = receipt(ledger, entry, checkpoint)
-    add_signature(directory / ENVELOPE_NAME, key_path)
-    records = [
-        r
-        for r in load_approvals(directory)
-        if not (r.get("keyid") == record["keyid"] and r.get("statement_sha256") == run.sha256)
-    ]
-    records.append(record)
-    written = [
-        write_bytes_atomic(directory / APPROVAL_FILE, (json.dumps({"approvals": records}, indent=2) + "\n").encode())
-    ]
-    check = verify_approval(record, expected_statement=run.sha256, directory=directory)
-    if not check.ok:  # a bug, not a user error: say so loudly
-        raise ApprovalRefused("the approval just written does not verify: " + "; ".join(check.problems))
-    written += render_approved(directory, records)
+            checkpoint = ledger.checkpoint(entry.seq)
+            assert checkpoint is not None
+            record["ledger"] = receipt(ledger, entry, checkpoint)
+        add_signature(directory / ENVELOPE_NAME, key_path)
+        records = [
+            r
+            for r in load_approvals(directory)
+            if not (r.get("keyid") == record["keyid"] and r.get("statement_sha256") == run.sha256)
+        ]
+        records.append(record)
+        written = [
+            write_bytes_atomic(
+                directory / APPROVAL_FILE, (json.dumps({"approvals": records}, indent=2) + "\n").encode()
+            )
+        ]
+        check = verify_approval(record, expected_statement=run.sha256, directory=directory)
+        if not check.ok:  # a bug, not a user error: say so loudly
+            raise ApprovalRefused("the approval just written does not verify: " + "; ".join(check.problems))
+        written += render_approved(directory, records)
+        statement = approved_statement(directory, run, [str(r.get("keyid")) for r in records])
+        written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
     return Approved(record, entry, written, reused)
+
+
+def _claim(pred: dict[str, Any]) -> Any:
+    claim = pred.get("claim")
+    return claim.get("level") if isinstance(claim, dict) else claim
 
 
 def _append_or_reuse(
@@ -143,6 +197,7 @@ def _append_or_reuse(
     approver: str,
     reason: str,
     signers: list[str],
+    trust: Trust,
 ) -> tuple[Entry, bool, dict[str, Any]]:
     """Append the approval, unless this key already approved this dossier (then reuse that entry)."""
     mine = keyid(key.public_key())
@@ -154,11 +209,14 @@ def _append_or_reuse(
                 for k in ("approver", "reason", "approved_at", "statement_sha256", "keyid", "public_key", "envelope")
             }
             return entry, True, record
-    statement = approval_statement(run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers)
+    statement = approval_statement(
+        run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers, trust=trust.sha256
+    )
     record = approval_record(sign_envelope(statement, key), key, statement)
-    pred = statement["predicate"]
+    pred = statement.predicate
     payload = {
         **record,
+        "trust_policy": trust.digest,
         "run_entry": run_entry.seq if run_entry else None,
         "dossier_dir": str(directory.resolve()),
         "manifest": pred["manifest"],
@@ -183,12 +241,10 @@ def render_approved(directory: Path, records: list[dict[str, Any]]) -> list[Path
 
     result = GateResult.model_validate_json((directory / "results.json").read_bytes())
     run = read_run_statement(directory)
-    envelope = json.loads((directory / ENVELOPE_NAME).read_bytes())
-    first = (envelope.get("signatures") or [{}])[0]
+    envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
+    first = envelope.signatures[0].keyid if envelope.signatures else ""
     mine = [r for r in records if r.get("statement_sha256") == run.sha256]
-    data = build_report(
-        result, Signing(signed=True, keyid=str(first.get("keyid"))), approvals=[display_rows(r) for r in mine]
-    )
+    data = build_report(result, Signing(signed=True, keyid=first), approvals=[display_rows(r) for r in mine])
     names = ", ".join(str(r.get("approver")) for r in mine)
     banner = replace(
         data.banner,

@@ -25,6 +25,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate._util.atomic import write_bytes_atomic
 from gate.errors import InputError
@@ -35,6 +36,98 @@ PREDICATE_TYPE = "https://gate.dev/release-gate/v1"
 ENVELOPE_NAME = "attestation.dsse.json"
 REQUIRED_SUBJECTS = ("results.json", "dossier.html", "dossier.md")
 """Files every gate attestation must bind (the manifest copy is named in the predicate)."""
+
+
+# The wire formats, used both to write and to verify --------------------------------------------
+
+
+class DsseSignature(BaseModel):
+    """One DSSE signature: the signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    keyid: str = ""
+    sig: str
+
+
+class Envelope(BaseModel):
+    """A DSSE v1 envelope (https://github.com/secure-systems-lab/dsse)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payloadType: str
+    payload: str
+    """base64 of the statement bytes."""
+    signatures: list[DsseSignature]
+
+    def payload_bytes(self) -> bytes:
+        """The decoded payload; ValueError when it is not base64."""
+        try:
+            return base64.b64decode(self.payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("payload is not valid base64") from None
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class Subject(BaseModel):
+    """An in-toto ResourceDescriptor as gate uses it: a name and its digests."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = ""
+    digest: dict[str, str] = Field(default_factory=dict)
+
+
+class Statement(BaseModel):
+    """An in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: str = Field(default=STATEMENT_TYPE, alias="_type")
+    subject: list[Subject] = Field(min_length=1)
+    predicateType: str
+    predicate: dict[str, Any] = Field(default_factory=dict)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def canonical(self) -> bytes:
+        """The payload bytes: sorted keys, no whitespace."""
+        return json.dumps(self.dump(), sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def commit(self) -> str | None:
+        """The gitCommit subject, if the statement names one."""
+        for subject in self.subject:
+            if subject.digest.get("gitCommit"):
+                return subject.digest["gitCommit"]
+        return None
+
+    def files(self) -> dict[str, str]:
+        """name -> sha256 of every file subject."""
+        return {s.name: s.digest["sha256"] for s in self.subject if "sha256" in s.digest}
+
+
+def parse_statement(payload: bytes) -> Statement:
+    """The statement in a payload; ValueError saying what is wrong."""
+    try:
+        return Statement.model_validate_json(payload)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(statement)"
+        raise ValueError(f"payload is not an in-toto statement ({where}: {first['msg']})") from None
+
+
+def envelope_for(statement: Statement, key: Ed25519PrivateKey) -> Envelope:
+    """A DSSE envelope over the canonical statement, signed once with `key`."""
+    body = statement.canonical()
+    return Envelope(
+        payloadType=PAYLOAD_TYPE,
+        payload=base64.b64encode(body).decode(),
+        signatures=[DsseSignature.model_validate(_signature(key, body))],
+    )
 
 
 # Keys -------------------------------------------------------------------------------------------
@@ -111,10 +204,6 @@ def _signature(key: Ed25519PrivateKey, payload: bytes) -> dict[str, str]:
     return {"keyid": keyid(key.public_key()), "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}
 
 
-def _write_envelope(path: Path, envelope: Mapping[str, Any]) -> None:
-    write_bytes_atomic(path, (json.dumps(envelope, indent=2) + "\n").encode())
-
-
 def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
     """The gate predicate, from the results.json document that the statement also binds."""
     manifest = results.get("manifest", {})
@@ -128,6 +217,7 @@ def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
         "summary": results.get("summary", ""),
         "intervention": manifest.get("intervention"),
         "claim": manifest.get("claim"),
+        "approximate": bool((results.get("plan") or {}).get("approximate")),
         "manifest": {
             "name": manifest.get("name"),
             "file": manifest_file,
@@ -154,55 +244,41 @@ def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
     }
 
 
-def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> dict[str, Any]:
+def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statement:
     """The in-toto Statement binding `files` (names inside out_dir) and the change's commit."""
     results = json.loads((out_dir / "results.json").read_bytes())
-    subjects: list[dict[str, Any]] = [
-        {"name": name, "digest": {"sha256": sha256_file(out_dir / name)}} for name in files
-    ]
+    subjects = [Subject(name=name, digest={"sha256": sha256_file(out_dir / name)}) for name in files]
     change = results.get("manifest", {}).get("change") or {}
     if change.get("commit"):
         subjects.append(
-            {"name": str(change.get("repository") or "commit"), "digest": {"gitCommit": str(change["commit"])}}
+            Subject(name=str(change.get("repository") or "commit"), digest={"gitCommit": str(change["commit"])})
         )
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
-        "predicate": predicate(results, manifest_file),
-    }
+    return Statement(subject=subjects, predicateType=PREDICATE_TYPE, predicate=predicate(results, manifest_file))
 
 
 def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
     """Write DIR/attestation.dsse.json: the statement over `files`, signed once with `key`."""
-    body = json.dumps(statement(out_dir, files, manifest_file), sort_keys=True, separators=(",", ":")).encode()
-    envelope = {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.b64encode(body).decode(),
-        "signatures": [_signature(key, body)],
-    }
     path = out_dir / ENVELOPE_NAME
-    _write_envelope(path, envelope)
+    write_envelope(path, envelope_for(statement(out_dir, files, manifest_file), key))
     return path
 
 
-def _read_envelope(path: Path) -> tuple[dict[str, Any], bytes]:
+def write_envelope(path: Path, envelope: Envelope) -> Path:
+    return write_bytes_atomic(path, (json.dumps(envelope.dump(), indent=2) + "\n").encode())
+
+
+def read_envelope(path: Path) -> tuple[Envelope, bytes]:
     """The envelope and its decoded payload; ValueError saying what is malformed."""
     try:
-        envelope = json.loads(path.read_bytes())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path.name}: not a readable JSON envelope ({err})") from None
-    if (
-        not isinstance(envelope, dict)
-        or not isinstance(envelope.get("payload"), str)
-        or not isinstance(envelope.get("signatures"), list)
-    ):
-        raise ValueError(f"{path.name}: not a DSSE envelope (needs payloadType, payload, signatures)")
+        envelope = Envelope.model_validate_json(path.read_bytes())
+    except OSError as err:
+        raise ValueError(f"{path.name}: not readable ({err.strerror})") from None
+    except ValidationError:
+        raise ValueError(f"{path.name}: not a DSSE envelope (needs payloadType, payload, signatures)") from None
     try:
-        payload = base64.b64decode(envelope["payload"], validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{path.name}: payload is not valid base64") from None
-    return envelope, payload
+        return envelope, envelope.payload_bytes()
+    except ValueError as err:
+        raise ValueError(f"{path.name}: {err}") from None
 
 
 def _verifies(public_key: Ed25519PublicKey, payload_type: str, payload: bytes, sig: Any) -> bool:
@@ -222,17 +298,16 @@ def add_signature(envelope_path: Path, key_path: Path) -> str:
     """
     key = load_private_key(key_path)
     try:
-        envelope, payload = _read_envelope(envelope_path)
+        envelope, payload = read_envelope(envelope_path)
     except ValueError as err:
         raise InputError(str(envelope_path), str(err)) from None
-    if envelope.get("payloadType") != PAYLOAD_TYPE:
-        raise InputError(str(envelope_path), f"payloadType is {envelope.get('payloadType')!r}, not {PAYLOAD_TYPE}")
+    if envelope.payloadType != PAYLOAD_TYPE:
+        raise InputError(str(envelope_path), f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}")
     public = key.public_key()
-    for existing in envelope["signatures"]:
-        if isinstance(existing, dict) and _verifies(public, PAYLOAD_TYPE, payload, existing.get("sig")):
-            return keyid(public)
-    envelope["signatures"].append(_signature(key, payload))
-    _write_envelope(envelope_path, envelope)
+    if any(_verifies(public, PAYLOAD_TYPE, payload, existing.sig) for existing in envelope.signatures):
+        return keyid(public)
+    envelope.signatures.append(DsseSignature.model_validate(_signature(key, payload)))
+    write_envelope(envelope_path, envelope)
     return keyid(public)
 
 
@@ -259,63 +334,77 @@ class VerifyReport:
     """Trusted keys with no valid signature."""
     other_signatures: list[str] = field(default_factory=list)
     """Key ids of signatures that no trusted key verified (e.g. another reviewer's)."""
-    subjects: list[str] = field(default_factory=list)
-    """One line per subject that matched."""
+    matched: list[str] = field(default_factory=list)
+    """Names of the signed files whose sha256 matched."""
     failures: list[str] = field(default_factory=list)
-    """One line per problem; empty when valid."""
-    predicate: dict[str, Any] = field(default_factory=dict)
+    """One line per problem with the envelope, statement or files; empty when valid."""
+    missing: list[Signer] = field(default_factory=list)
+    """Keys that had to sign and did not (all keys with `require_all`, else all when none signed)."""
+    statement: Statement | None = None
+    """The signed statement, when the payload parsed."""
+    payload: bytes = b""
+
+    @property
+    def predicate(self) -> dict[str, Any]:
+        return self.statement.predicate if self.statement is not None else {}
+
+    @property
+    def subjects(self) -> list[str]:
+        """One line per subject that matched (for display)."""
+        return [f"{name}: sha256 matches" for name in self.matched]
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem, missing signatures first."""
+        return [f"no valid signature by {s.label} (keyid {s.keyid[:16]}…)" for s in self.missing] + self.failures
 
     @property
     def valid(self) -> bool:
-        return not self.failures and bool(self.signed_by)
+        return not self.failures and not self.missing and bool(self.signed_by)
 
 
 def _safe_name(name: Any) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
 
 
-def _check_subjects(directory: Path, stmt: Mapping[str, Any], report: VerifyReport) -> None:
-    subjects = stmt.get("subject")
-    if not isinstance(subjects, list) or not subjects:
-        report.failures.append("statement has no subjects")
-        return
-    signed: dict[str, str] = {}
-    commits: list[str] = []
-    for subject in subjects:
-        entry: dict[str, Any] = subject if isinstance(subject, dict) else {}
-        digest: dict[str, Any] = entry["digest"] if isinstance(entry.get("digest"), dict) else {}
-        name = entry.get("name")
-        if "gitCommit" in digest:
-            commits.append(str(digest["gitCommit"]))
+def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], failures: list[str]) -> None:
+    """Each signed name must be a plain file name in `directory` with the signed sha256."""
+    for name, digest in signed.items():
+        if not _safe_name(name):
+            failures.append(f"subject {name!r}: not a file name")
             continue
-        if not isinstance(name, str) or not _safe_name(name) or not isinstance(digest.get("sha256"), str):
-            report.failures.append(f"subject {name!r}: not a file name with a sha256 digest")
-            continue
-        signed[name] = digest["sha256"]
         path = directory / name
         if not path.is_file():
-            report.failures.append(f"{name}: signed file is missing")
+            failures.append(f"{name}: signed file is missing")
             continue
         actual = sha256_file(path)
-        if actual != digest["sha256"]:
-            report.failures.append(f"{name}: sha256 {actual} does not match the signed {digest['sha256']}")
+        if actual != digest:
+            failures.append(f"{name}: sha256 {actual} does not match the signed {digest}")
             continue
-        report.subjects.append(f"{name}: sha256 matches")
-    manifest_file = (
-        report.predicate.get("manifest", {}).get("file") if isinstance(report.predicate.get("manifest"), dict) else None
-    )
+        matched.append(name)
+
+
+def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> None:
+    signed = stmt.files()
+    commits = [s.digest["gitCommit"] for s in stmt.subject if "gitCommit" in s.digest]
+    odd = [s.name for s in stmt.subject if "gitCommit" not in s.digest and "sha256" not in s.digest]
+    for name in odd:
+        report.failures.append(f"subject {name!r}: not a file name with a sha256 digest")
+    check_files(directory, signed, report.matched, report.failures)
+    manifest = stmt.predicate.get("manifest")
+    manifest_file = manifest.get("file") if isinstance(manifest, dict) else None
     if not manifest_file:
         report.failures.append("predicate names no manifest file")
     for required in (*REQUIRED_SUBJECTS, *([manifest_file] if manifest_file else [])):
         if required not in signed:
             report.failures.append(f"{required}: not among the signed subjects")
-    if "results.json: sha256 matches" in report.subjects:
+    if "results.json" in report.matched:
         try:
             results = json.loads((directory / "results.json").read_bytes())
         except (json.JSONDecodeError, UnicodeDecodeError):
             report.failures.append("results.json: not JSON")
             return
-        _check_consistency(report.predicate, results, signed.get(manifest_file or ""), commits, report)
+        _check_consistency(stmt.predicate, results, signed.get(manifest_file or ""), commits, report)
 
 
 def _check_consistency(
@@ -333,13 +422,23 @@ def _check_consistency(
     recorded = (results.get("manifest_digest") or {}).get("sha256")
     if signed_manifest is not None and recorded != signed_manifest:
         report.failures.append("manifest: the signed copy's sha256 differs from the digest in results.json")
+    pred_manifest = pred.get("manifest") if isinstance(pred.get("manifest"), dict) else {}
+    if (pred_manifest or {}).get("sha256") != recorded:
+        report.failures.append("manifest: the predicate's sha256 differs from the digest in results.json")
     commit = ((results.get("manifest") or {}).get("change") or {}).get("commit")
     if commit and commits != [commit]:
         report.failures.append(f"commit subject {commits} does not match results.json's commit {commit}")
+    approximate = bool((results.get("plan") or {}).get("approximate"))
+    if approximate and results.get("verdict") == "pass":
+        report.failures.append(
+            "an approximate change cannot PASS: its signed verdict is 'pass', but it needs approvals"
+        )
 
 
 def verify_envelope(
-    directory: Path, public_keys: Sequence[Path] | Mapping[str, Path], require_all: bool = True
+    directory: Path,
+    public_keys: Sequence[Path] | Mapping[str, Path | Ed25519PublicKey],
+    require_all: bool = True,
 ) -> VerifyReport:
     """Verify DIR/attestation.dsse.json offline against trusted public keys.
 
@@ -348,52 +447,40 @@ def verify_envelope(
     files in DIR. Never raises for a bad envelope: every problem is a line in `failures`.
     """
     named = dict(public_keys) if isinstance(public_keys, Mapping) else {str(p): p for p in public_keys}
-    keys = {label: load_public_key(path) for label, path in named.items()}
+    keys = {label: k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for label, k in named.items()}
     report = VerifyReport(envelope=directory / ENVELOPE_NAME)
     if not report.envelope.is_file():
         report.failures.append(f"{ENVELOPE_NAME}: missing (an UNSIGNED run has no attestation)")
         return report
     try:
-        envelope, payload = _read_envelope(report.envelope)
+        envelope, payload = read_envelope(report.envelope)
     except ValueError as err:
         report.failures.append(str(err))
         return report
-    payload_type = envelope.get("payloadType")
-    if payload_type != PAYLOAD_TYPE:
-        report.failures.append(f"payloadType is {payload_type!r}, expected {PAYLOAD_TYPE!r}")
+    report.payload = payload
+    if envelope.payloadType != PAYLOAD_TYPE:
+        report.failures.append(f"payloadType is {envelope.payloadType!r}, expected {PAYLOAD_TYPE!r}")
     matched: set[int] = set()
     for label, key in keys.items():
         hits = [
-            i
-            for i, sig in enumerate(envelope["signatures"])
-            if isinstance(sig, dict) and _verifies(key, str(payload_type), payload, sig.get("sig"))
+            i for i, sig in enumerate(envelope.signatures) if _verifies(key, envelope.payloadType, payload, sig.sig)
         ]
         signer = Signer(label=label, keyid=keyid(key))
         (report.signed_by if hits else report.unsigned_keys).append(signer)
         matched.update(hits)
-    report.other_signatures = [
-        str(sig.get("keyid", "?")) if isinstance(sig, dict) else "?"
-        for i, sig in enumerate(envelope["signatures"])
-        if i not in matched
-    ]
-    if not envelope["signatures"]:
+    report.other_signatures = [sig.keyid or "?" for i, sig in enumerate(envelope.signatures) if i not in matched]
+    if not envelope.signatures:
         report.failures.append("the envelope carries no signatures")
-    missing = report.unsigned_keys if require_all or not report.signed_by else []
-    for signer in missing:
-        report.failures.append(f"no valid signature by {signer.label} (keyid {signer.keyid[:16]}…)")
+    report.missing = list(report.unsigned_keys) if require_all or not report.signed_by else []
     try:
-        stmt = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        report.failures.append("payload is not a JSON statement")
+        stmt = parse_statement(payload)
+    except ValueError as err:
+        report.failures.append(str(err))
         return report
-    if not isinstance(stmt, dict):
-        report.failures.append("payload is not a JSON object")
-        return report
-    if stmt.get("_type") != STATEMENT_TYPE:
-        report.failures.append(f"statement _type is {stmt.get('_type')!r}, expected {STATEMENT_TYPE!r}")
-    if stmt.get("predicateType") != PREDICATE_TYPE:
-        report.failures.append(f"predicateType is {stmt.get('predicateType')!r}, expected {PREDICATE_TYPE!r}")
-    pred = stmt.get("predicate")
-    report.predicate = pred if isinstance(pred, dict) else {}
+    report.statement = stmt
+    if stmt.type != STATEMENT_TYPE:
+        report.failures.append(f"statement _type is {stmt.type!r}, expected {STATEMENT_TYPE!r}")
+    if stmt.predicateType != PREDICATE_TYPE:
+        report.failures.append(f"predicateType is {stmt.predicateType!r}, expected {PREDICATE_TYPE!r}")
     _check_subjects(directory, stmt, report)
     return report

@@ -104,6 +104,9 @@ class TrustPolicy(Record):
         return self
 
 
+_EMPTY = TrustPolicy.model_construct(api_version="gate/trust/v1", people={}, run_signers=[])
+
+
 @dataclass(frozen=True)
 class Identity:
     """A public key and the person it is bound to (None: a key given by role on the command line)."""
@@ -152,7 +155,7 @@ class Trust:
         from gate.trust.attest import keyid, load_public_key
 
         roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
-        trust = cls(policy=TrustPolicy.model_construct(), path="(keys given by role)", sha256="")
+        trust = cls(policy=_EMPTY, path="(keys given by role)", sha256="")
         for role, paths in (("run", run), ("approve", approvers), ("waive", waivers), ("ledger", ledger)):
             for path in paths:
                 pub = load_public_key(path)
@@ -162,7 +165,7 @@ class Trust:
                 trust.members.setdefault(label, set()).add(kid)
                 roles[role].append(label)
         trust.policy = TrustPolicy.model_construct(
-            api_version=TRUST_API,
+            api_version="gate/trust/v1",
             people={},
             run_signers=roles["run"],
             ledger_signers=roles["ledger"],

@@ -16,19 +16,26 @@ Effect at run time (`apply_waivers`, called by the runner before the verdict):
   cover errors (an error means the check could not judge, so there is nothing to waive);
 - pass, warn and skip results are left alone.
 
+Trust. A waiver applies only when it is signed by a key the trust policy (gate.trust.policy) lets
+waive that check, under the name bound to that key, with a non-blank reason, an expiry no later
+than the policy's `max-days` after it was granted, and not revoked (gate.trust.revocation). A deny
+check needs `required-waiver-approvals` distinct signers (each a `gate waive` of the same check and
+manifest). Anything else is never applied, and the check's message says why. `gate waive` refuses
+all of it at write time, and refuses a ledger whose chain does not verify.
+
 Waivers live in the ledger (entries of kind "waiver"), so granting one is itself audited; the
-ledger entry number is the waiver's id. With no ledger, no waiver applies.
+ledger entry number is the waiver's id. With no ledger, or no trust policy, no waiver applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gate._util.clock import today_utc
 from gate.core.manifest import Record
@@ -36,6 +43,7 @@ from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
+from gate.trust.policy import Trust, find_trust
 from gate.trust.signing import load_private_key, sha256_file, sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
@@ -59,7 +67,17 @@ class WaiverGrant(Record):
     expires: date
     """Last day (UTC) on which it applies."""
     signature: dict[str, str] | None = None
-    """Optional approver signature (keyid, public_key, sig) over the grant without this field."""
+    """The approver's signature (keyid, public_key, sig) over the grant without this field; a grant
+    without one is never applied."""
+    trust_policy: dict[str, str] | None = None
+    """Path and sha256 of the trust policy it was granted under."""
+
+    @field_validator("reason", "approver")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,12 @@ class RecordedWaiver:
     id: int
     granted_at: str
     grant: WaiverGrant
+    problem: str | None = None
+    """Why it is not trusted (unsigned, wrong key, revoked, …); None: it may apply."""
+    signer: str = ""
+    """Who signed it (the person the trust policy binds the key to, else the key id)."""
+    required: int = 1
+    """Distinct signers a waiver of a deny check needs (the trust policy's required-waiver-approvals)."""
 
     def active_on(self, day: date) -> bool:
         return day <= self.grant.expires
@@ -99,20 +123,44 @@ def waiver_signer(key_path: Path) -> Callable[[WaiverGrant], dict[str, str]]:
 
 
 def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None = None) -> str | None:
-    """None when the grant is unsigned or its signature verifies; else what is wrong."""
+    """None when the grant is signed and its signature verifies; else what is wrong."""
     if grant.signature is None:
-        return None
+        return "it is not signed"
     return verify_statement(grant.signature, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant), trusted_keyids)
 
 
-def parse_expiry(text: str, *, today: date | None = None) -> date:
-    """A YYYY-MM-DD expiry that is today or later."""
+def waiver_problem(grant: WaiverGrant, granted_at: str, trust: Trust | None) -> str | None:
+    """None when the trust policy lets this signed grant apply; else why it must not (see module doc)."""
+    bad = check_waiver_signature(grant)
+    if bad:
+        return bad
+    if trust is None:
+        return "no trust policy says who may waive"
+    assert grant.signature is not None
+    days, bad = trust.waiver_days(grant.signature["keyid"], grant.approver, grant.check)
+    if bad:
+        return bad
+    assert days is not None
+    try:
+        granted = datetime.fromisoformat(granted_at).date()
+    except ValueError:
+        return f"its grant time {granted_at!r} is not a time"
+    if grant.expires > granted + timedelta(days=days):
+        return f"it expires {grant.expires.isoformat()}, beyond the policy's {days} days from {granted.isoformat()}"
+    return None
+
+
+def parse_expiry(text: str, *, today: date | None = None, max_days: int | None = None) -> date:
+    """A YYYY-MM-DD expiry that is today or later (and at most `max_days` ahead)."""
     try:
         day = date.fromisoformat(text)
     except ValueError:
         raise InputError("--expires", f"{text!r} is not a date (YYYY-MM-DD)") from None
-    if day < (today or today_utc()):
+    start = today or today_utc()
+    if day < start:
         raise InputError("--expires", f"{text} is in the past: a waiver must expire today or later")
+    if max_days is not None and day > start + timedelta(days=max_days):
+        raise InputError("--expires", f"{text} is too far: the trust policy allows at most {max_days} days")
     return day
 
 
@@ -133,58 +181,109 @@ def grant_waiver(
     check: str,
     *,
     reason: str,
-    approver: str,
-    expires: date,
+    approver: str | None,
+    expires: str | date,
+    key_path: Path,
+    trust: Trust,
     policy_dirs: list[Path] | None = None,
-    signer: Callable[[WaiverGrant], dict[str, str]] | None = None,
 ) -> RecordedWaiver:
-    """Record a waiver for CHECK of the manifest at `manifest_path`; the check must be in its plan.
+    """Record a signed waiver for CHECK of the manifest at `manifest_path`; the check must be in its plan.
 
-    `signer`: optional, from `waiver_signer(KEY)`: the approver signs the grant.
+    Refused (InputError, exit 2, nothing written) when the key may not waive this check under the
+    trust policy, the name is not the key's owner, the reason is blank, the expiry is past or
+    beyond the policy's maximum, or the ledger does not verify.
     """
-    name, checks = planned_checks(manifest_path, policy_dirs or [])
+    from gate.trust.attest import keyid
+
+    key = load_private_key(key_path)
+    mine = keyid(key.public_key())
+    name = approver if approver is not None else trust.name_of(mine)
+    if name is None or not name.strip():
+        raise InputError("--approver", "a waiver needs the approver's name (non-blank)")
+    if not reason.strip():
+        raise InputError("--reason", "a waiver needs a reason (non-blank)")
+    days, bad = trust.waiver_days(mine, name, check)
+    if bad:
+        raise InputError("--key", f"{bad} (trust policy {trust.path})")
+    day = expires if isinstance(expires, date) else parse_expiry(expires, max_days=days)
+    if days is not None and day > today_utc() + timedelta(days=days):
+        raise InputError("--expires", f"{day} is too far: the trust policy allows at most {days} days")
+    manifest_name, checks = planned_checks(manifest_path, policy_dirs or [])
     if check not in checks:
         raise InputError(
             str(manifest_path),
             f"check {check!r} is not in this manifest's plan (planned: {', '.join(checks)})",
             field="CHECK",
         )
+    require_verified(ledger, "no waiver can be granted on it")
     grant = WaiverGrant(
         check=check,
-        manifest_name=name,
+        manifest_name=manifest_name,
         manifest_sha256=sha256_file(manifest_path),
         manifest_path=str(manifest_path),
         reason=reason,
-        approver=approver,
-        expires=expires,
+        approver=name,
+        expires=day,
+        trust_policy=trust.digest,
     )
-    if signer is not None:
-        grant = grant.model_copy(update={"signature": signer(grant)})
+    grant = grant.model_copy(update={"signature": sign_statement(key, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant))})
     entry, _checkpoint = ledger.append(WAIVER_KIND, grant.model_dump(mode="json", exclude_none=True))
-    return RecordedWaiver(entry.seq, entry.time, grant)
+    return RecordedWaiver(entry.seq, entry.time, grant, signer=name)
 
 
-def recorded_waivers(ledger: Ledger) -> list[RecordedWaiver]:
-    """Every waiver in the ledger, oldest first."""
-    return [_from_entry(e) for e in ledger.entries(WAIVER_KIND)]
-
-
-def verified_waivers(ledger: Ledger) -> list[RecordedWaiver]:
-    """The ledger's waivers, after its chain and checkpoints verify; a ledger that does not verify
-    applies no waiver: the run stops with the first bad entry (see `gate audit verify`)."""
+def require_verified(ledger: Ledger, consequence: str) -> None:
+    """LedgerError naming the first bad entry unless the chain and its latest checkpoint verify."""
     report = verify_chain(ledger, every_checkpoint=False)
     bad = report.first_bad()
     if bad is not None:
         raise LedgerError(
-            f"{ledger.path}: the ledger does not verify, so no waiver can be trusted: "
-            f"{bad.message} (run `gate audit verify`)"
+            f"{ledger.path}: the ledger does not verify, so {consequence}: {bad.message} (run `gate audit verify`)"
         )
-    return recorded_waivers(ledger)
+
+
+def recorded_waivers(ledger: Ledger) -> list[RecordedWaiver]:
+    """Every waiver in the ledger, oldest first (not judged: see `verified_waivers`)."""
+    return [_from_entry(e) for e in ledger.entries(WAIVER_KIND)]
+
+
+def verified_waivers(ledger: Ledger, trust: Trust | None = None) -> list[RecordedWaiver]:
+    """The ledger's waivers, each judged against the trust policy and the revocations, after its chain
+    and checkpoints verify; a ledger that does not verify applies no waiver: the run stops with the
+    first bad entry (see `gate audit verify`)."""
+    from gate.trust.revocation import read_revocations
+
+    require_verified(ledger, "no waiver can be trusted")
+    revoked = read_revocations(ledger, trust)
+    out = []
+    for waiver in recorded_waivers(ledger):
+        problem = waiver_problem(waiver.grant, waiver.granted_at, trust)
+        sig = waiver.grant.signature or {}
+        key_revoked = revoked.key(str(sig.get("keyid")), waiver.granted_at) if sig else None
+        if problem is None and key_revoked is not None:
+            problem = f"its key was {key_revoked.says()}"
+        if problem is None and revoked.waiver(waiver.id) is not None:
+            problem = f"it was {revoked.waivers[waiver.id].says()}"
+        signer = (trust.name_of(str(sig.get("keyid"))) if trust else None) or str(sig.get("keyid", ""))[:16]
+        required = trust.policy.required_waiver_approvals if trust is not None else 1
+        out.append(RecordedWaiver(waiver.id, waiver.granted_at, waiver.grant, problem, signer, required))
+    return out
 
 
 def _from_entry(entry: Entry) -> RecordedWaiver:
     body = {k: v for k, v in entry.body.items() if k not in ("kind", "time")}
-    return RecordedWaiver(entry.seq, entry.time, WaiverGrant.model_validate(body))
+    try:
+        return RecordedWaiver(entry.seq, entry.time, WaiverGrant.model_validate(body))
+    except ValueError as err:
+        grant = WaiverGrant.model_construct(
+            check=str(body.get("check")),
+            manifest_name=str(body.get("manifest_name")),
+            manifest_sha256=str(body.get("manifest_sha256")),
+            reason=str(body.get("reason")),
+            approver=str(body.get("approver")),
+            expires=date.min,
+            signature=None,
+        )
+        return RecordedWaiver(entry.seq, entry.time, grant, problem=f"malformed ({str(err).splitlines()[0]})")
 
 
 def _note(result: CheckResult, text: str) -> str:
@@ -192,11 +291,19 @@ def _note(result: CheckResult, text: str) -> str:
 
 
 def waive_one(
-    result: CheckResult, waivers: list[RecordedWaiver], other_digest: list[RecordedWaiver], today: date
+    result: CheckResult,
+    waivers: list[RecordedWaiver],
+    other_digest: list[RecordedWaiver],
+    today: date,
+    required: int = 1,
 ) -> CheckResult:
-    """Apply the waivers that name this check (already scoped to the manifest) to one result."""
-    active = [w for w in waivers if w.active_on(today)]
-    expired = [w for w in waivers if not w.active_on(today)]
+    """Apply the waivers that name this check (already scoped to the manifest) to one result.
+
+    Only trusted waivers (`problem` None) apply; a deny check needs `required` distinct signers."""
+    trusted = [w for w in waivers if w.problem is None]
+    untrusted = [w for w in waivers if w.problem is not None]
+    active = [w for w in trusted if w.active_on(today)]
+    expired = [w for w in trusted if not w.active_on(today)]
     if result.status == Status.error:
         if active:
             w = active[-1]
@@ -206,14 +313,28 @@ def waive_one(
         return result
     if result.status != Status.failed:
         return result
-    if active:
+    signers = sorted({w.signer for w in active})
+    need = required if result.severity == "deny" else 1
+    if active and len(signers) >= need:
         w = active[-1]
+        by = w.grant.approver if len(signers) == 1 else ", ".join(signers)
         text = (
-            f"waived by {w.grant.approver} until {w.grant.expires.isoformat()} (ledger #{w.id}): "
+            f"waived by {by} until {w.grant.expires.isoformat()} (ledger #{w.id}): "
             f"{w.grant.reason}; the check failed: {result.message}"
         )
         return result.model_copy(
             update={"status": Status.waived, "message": text, "waiver": w.as_result_waiver(expired=False)}
+        )
+    if active:
+        w = active[-1]
+        return result.model_copy(
+            update={
+                "message": _note(
+                    result,
+                    f"waiver #{w.id} not applied: a deny check needs {need} distinct signers, "
+                    f"{len(signers)} signed ({', '.join(signers)})",
+                )
+            }
         )
     if expired:
         w = expired[-1]
@@ -223,6 +344,9 @@ def waive_one(
                 "waiver": w.as_result_waiver(expired=True),
             }
         )
+    if untrusted:
+        w = untrusted[-1]
+        return result.model_copy(update={"message": _note(result, f"waiver #{w.id} not applied: {w.problem}")})
     if other_digest:
         w = other_digest[-1]
         return result.model_copy(
@@ -237,18 +361,21 @@ def waive_one(
     return result
 
 
-def ledger_waivers(ledger: Path | Ledger | None) -> list[RecordedWaiver]:
-    """Every waiver in the ledger, after verifying its chain (raises on a broken ledger).
+def ledger_waivers(ledger: Path | Ledger | None, trust: Trust | Path | None = None) -> list[RecordedWaiver]:
+    """Every waiver in the ledger, judged against the trust policy, after verifying its chain
+    (raises on a broken ledger). `trust`: a loaded policy, its path, or None for $GATE_TRUST or
+    ./trust.yaml (no policy found: no waiver applies).
 
     The runner calls this before any check runs, so a broken ledger stops a run at once."""
     if ledger is None:
         return []
+    policy = trust if isinstance(trust, Trust) else find_trust(trust)
     if isinstance(ledger, Path):
         if not ledger.is_file():
             return []
         with Ledger.open(ledger, writable=False, create=False) as opened:
-            return verified_waivers(opened)
-    return verified_waivers(ledger)
+            return verified_waivers(opened, policy)
+    return verified_waivers(ledger, policy)
 
 
 def apply_waivers(
@@ -257,15 +384,17 @@ def apply_waivers(
     ledger: Path | Ledger | list[RecordedWaiver] | None,
     *,
     today: date | None = None,
+    trust: Trust | Path | None = None,
 ) -> list[CheckResult]:
-    """The check results with the ledger's waivers for `manifest` applied (see the module docstring).
+    """The check results with the ledger's trusted waivers for `manifest` applied (see the module docstring).
 
     `manifest`: a gate.core.load.LoadedManifest (its `manifest.name` and file `sha256` set the scope).
     `ledger`: a ledger (path or open), or the waivers already read from one by `ledger_waivers`.
     """
-    found = ledger if isinstance(ledger, list) else ledger_waivers(ledger)
+    found = ledger if isinstance(ledger, list) else ledger_waivers(ledger, trust)
     if not found:
         return checks
+    required = max(w.required for w in found)
     name, digest = manifest.manifest.name, manifest.sha256
     day = today or today_utc()
     out = []
@@ -273,5 +402,5 @@ def apply_waivers(
         mine = [w for w in found if w.grant.check == result.check and w.grant.manifest_name == name]
         scoped = [w for w in mine if w.grant.manifest_sha256 == digest]
         other = [w for w in mine if w.grant.manifest_sha256 != digest]
-        out.append(waive_one(result, scoped, other, day))
+        out.append(waive_one(result, scoped, other, day, required))
     return out

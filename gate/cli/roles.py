@@ -1,0 +1,56 @@
+"""Options that give keys by role (run signer, approver, ledger) or a trust policy (not a command)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+_pub = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def trust_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--trust FILE, --run-key PUB..., --approver-key PUB... on a command."""
+    f = click.option(
+        "--approver-key",
+        "approver_keys",
+        multiple=True,
+        type=_pub,
+        help="Public key of an approver (instead of --trust); repeat. Counts only for approvals.",
+    )(f)
+    f = click.option(
+        "--run-key",
+        "run_keys",
+        multiple=True,
+        type=_pub,
+        help="Public key of a run signer (CI; instead of --trust); repeat. Counts only for run signatures.",
+    )(f)
+    f = click.option(
+        "--trust",
+        "trust_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Trust policy (trust.yaml: names, keys, roles). Default: $GATE_TRUST, else ./trust.yaml.",
+    )(f)
+    return f
+
+
+def load_roles(trust_path: Path | None, run_keys: tuple[Path, ...], approver_keys: tuple[Path, ...]) -> Any:
+    """The Trust to judge with: keys by role when given, else the trust policy; InputError if neither."""
+    from gate.errors import InputError
+    from gate.trust.policy import Trust, find_trust
+
+    if run_keys or approver_keys:
+        if trust_path is not None:
+            raise InputError("--trust", "give either --trust or keys by role (--run-key, --approver-key), not both")
+        return Trust.from_keys(run=run_keys, approvers=approver_keys)
+    trust = find_trust(trust_path)
+    if trust is None:
+        raise InputError(
+            "--trust",
+            "no trust policy: give --trust FILE (or $GATE_TRUST, ./trust.yaml), or keys by role with "
+            "--run-key and --approver-key",
+        )
+    return trust

@@ -1,0 +1,149 @@
+"""Revocation: a signed ledger entry that withdraws trust from a key (from a time on) or a waiver.
+
+    gate revoke --key-id KEYID [--from 2026-11-30T12:00:00+00:00] --reason TEXT --by alice --key alice.key
+    gate revoke --waiver 12 --reason TEXT --by bob --key bob.key
+
+An entry of kind "revocation" holds the target, the reason, who revoked and their detached signature
+(domain "gate-revocation/v1"). It counts only when signed by a key the trust policy lets revoke
+(`revokers`). From then on verification treats the key's signatures made at or after `from` (the
+ledger time of the entry that holds them, or the signed run time for a dossier the ledger never saw)
+as invalid, and the waiver as not applicable, and says which revocation did it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gate.errors import InputError
+from gate.trust.ledger import Entry, Ledger, now_utc
+from gate.trust.policy import Trust
+from gate.trust.signing import sign_statement, verify_statement
+
+REVOCATION_KIND = "revocation"
+REVOCATION_DOMAIN = "gate-revocation/v1"
+
+
+def _signed_part(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in ("kind", "time", "signature")}
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time (a date means its midnight UTC); InputError otherwise."""
+    try:
+        value = datetime.fromisoformat(text if "T" in text else f"{text}T00:00:00+00:00")
+    except ValueError:
+        raise InputError("--from", f"{text!r} is not an ISO-8601 time or date") from None
+    if value.tzinfo is None:
+        raise InputError("--from", f"{text!r} has no time zone (write +00:00 for UTC)")
+    return value
+
+
+def revocation_body(
+    *, keyid: str | None, waiver: int | None, start: str | None, reason: str, by: str, trust: Trust
+) -> dict[str, Any]:
+    """What a revocation entry records (before its signature)."""
+    if (keyid is None) == (waiver is None):
+        raise InputError("gate revoke", "revoke exactly one thing: --key-id or --waiver")
+    if not reason.strip():
+        raise InputError("--reason", "a revocation needs a reason")
+    target: dict[str, Any] = {"key": keyid, "from": (parse_time(start) if start else parse_time(now_utc())).isoformat()}
+    if waiver is not None:
+        target = {"waiver": waiver}
+    return {"target": target, "reason": reason, "by": by, "trust_policy": trust.digest}
+
+
+def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
+    """Sign `body` with the revoker's key and append it, after checking the revoker's role."""
+    from gate.trust.attest import keyid
+
+    bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
+    if bad:
+        raise InputError("--key", bad)
+    signed = {**body, "signature": sign_statement(key, REVOCATION_DOMAIN, _signed_part(body))}
+    entry, _checkpoint = ledger.append(REVOCATION_KIND, signed)
+    return entry
+
+
+@dataclass(frozen=True)
+class Revoked:
+    """One trusted revocation."""
+
+    seq: int
+    start: datetime | None
+    reason: str
+    by: str
+
+    def says(self) -> str:
+        since = f" from {self.start.isoformat()}" if self.start else ""
+        return f"revoked{since} by {self.by} (ledger #{self.seq}: {self.reason})"
+
+
+@dataclass
+class Revocations:
+    """The trusted revocations in a ledger, and the ones that were not trusted (with why)."""
+
+    keys: dict[str, Revoked] = field(default_factory=dict)
+    waivers: dict[int, Revoked] = field(default_factory=dict)
+    untrusted: dict[int, str] = field(default_factory=dict)
+
+    def key(self, keyid: str, at: str | None) -> Revoked | None:
+        """The revocation that voids a signature by `keyid` made at time `at` (None: time unknown)."""
+        found = self.keys.get(keyid)
+        if found is None:
+            return None
+        if at is None or found.start is None:
+            return found
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:
+            return found
+        return found if when.tzinfo is None or when >= found.start else None
+
+    def waiver(self, seq: int) -> Revoked | None:
+        return self.waivers.get(seq)
+
+
+def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
+    """None when a revocation entry is well formed and signed by a revoker; else why not."""
+    body = entry.body
+    sig = body.get("signature")
+    if not isinstance(sig, dict):
+        return "the revocation is not signed"
+    bad = verify_statement(sig, REVOCATION_DOMAIN, _signed_part(body))
+    if bad:
+        return f"revocation signature: {bad}"
+    if trust is None:
+        return "no trust policy or role keys to say who may revoke"
+    return trust.revoker_problem(str(sig.get("keyid")), str(body.get("by")))
+
+
+def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = None) -> Revocations:
+    """Every revocation in the (verified prefix of the) ledger; untrusted ones are kept aside."""
+    out = Revocations()
+    for entry in ledger.entries(REVOCATION_KIND):
+        if upto is not None and entry.seq > upto:
+            break
+        bad = entry_problem(entry, trust)
+        if bad:
+            out.untrusted[entry.seq] = bad
+            continue
+        body, target = entry.body, entry.body.get("target") or {}
+        if "waiver" in target:
+            out.waivers[int(target["waiver"])] = Revoked(entry.seq, None, str(body.get("reason")), str(body.get("by")))
+        elif target.get("key"):
+            start = datetime.fromisoformat(str(target["from"])) if target.get("from") else None
+            out.keys[str(target["key"])] = Revoked(entry.seq, start, str(body.get("reason")), str(body.get("by")))
+    return out
+
+
+__all__ = [
+    "REVOCATION_KIND",
+    "Revocations",
+    "Revoked",
+    "append_revocation",
+    "entry_problem",
+    "read_revocations",
+    "revocation_body",
+]
