@@ -12,15 +12,7 @@ import click
 
 from gate.cli.common import user_errors
 from gate.cli.ledger_options import ledger_option
-
-pub_key_option = click.option(
-    "--key",
-    "keys",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Trusted public key (PEM) of the run signer and of approvers; repeat. Without it, runs are "
-    "checked against the signer the ledger recorded and approvals only for self-consistency.",
-)
+from gate.cli.roles import load_roles, trust_options
 
 
 def _open(ledger_path: Path | None) -> Any:
@@ -70,6 +62,10 @@ def _summary(body: dict[str, Any]) -> str:
             f"{'WAIVER':<17} {body.get('check')} of {body.get('manifest_name')} by {body.get('approver')} "
             f"until {body.get('expires')}"
         )
+    if kind == "revocation":
+        target = body.get("target") or {}
+        what = f"waiver #{target['waiver']}" if "waiver" in target else f"key {str(target.get('key'))[:16]}"
+        return f"{'REVOKED':<17} {what} by {body.get('by')}: {body.get('reason')}"
     return str(kind)
 
 
@@ -81,7 +77,9 @@ def command() -> None:
 @command.command("list")
 @click.option("--approximate", is_flag=True, help="Only approximate changes (runs, their approvals and waivers).")
 @click.option("--since", help="Only entries at or after DATE (YYYY-MM-DD or ISO time, UTC).")
-@click.option("--kind", type=click.Choice(["run", "approval", "waiver"]), help="Only entries of this kind.")
+@click.option(
+    "--kind", type=click.Choice(["run", "approval", "waiver", "revocation"]), help="Only entries of this kind."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @ledger_option
 def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool, ledger_path: Path | None) -> None:
@@ -143,40 +141,56 @@ def _echo(ok: bool | None, text: str) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Where the dossier is now, if not at the path the ledger recorded.",
 )
-@pub_key_option
+@trust_options
 @ledger_option
-def trace_(ref: str, dossier: Path | None, keys: tuple[Path, ...], ledger_path: Path | None) -> None:
+def trace_(
+    ref: str,
+    dossier: Path | None,
+    trust_path: Path | None,
+    run_keys: tuple[Path, ...],
+    approver_keys: tuple[Path, ...],
+    ledger_path: Path | None,
+) -> None:
     """From a commit (or any digest the ledger recorded) to its dossier, approvals and waivers, verified.
 
-    Exit 0 when everything found verifies, 1 when something does not, 2 when nothing matches.
+    Keys count only for their role (--trust, or --run-key / --approver-key). Exit 0 when
+    everything found verifies, 1 when something does not, 2 when nothing matches.
     """
-    from gate.trust.audit import trace
+    from gate.trust.audit import MIN_REF, trace
 
     with user_errors(), _open(ledger_path) as ledger:
-        report, traces = trace(ledger, ref, dossier=dossier, trusted_keys=list(keys), approver_keyids=_keyids(keys))
+        trust = load_roles(trust_path, run_keys, approver_keys)
+        report, traces = trace(ledger, ref, trust=trust, dossier=dossier)
     if not traces:
-        click.echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {7}+ characters)", err=True)
+        click.echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {MIN_REF}+ characters)", err=True)
         sys.exit(2)
     ok = report.ok
+    related: set[int] = set()
     for item in traces:
         body = item.run.body
+        related |= item.related
         click.echo(f"run #{item.run.seq} ({item.run.time}): {_summary(body)}")
         click.echo(f"  dossier   {item.dossier}")
         click.echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
-        for finding in item.findings:
+        for finding in [*item.findings, *(item.check.findings if item.check else [])]:
             _echo(finding.ok, finding.text)
         click.echo(f"  status    {item.status}")
         for waiver in item.waivers:
             applied = waiver.seq in (body.get("waivers") or [])
-            _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}")
+            why = report.untrusted.get(waiver.seq)
+            trusted = f" (untrusted: {'; '.join(why)})" if why else ""
+            _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
+        if item.ok and item.check is not None:
+            click.echo(f"  verified: {item.check.summary()}")
         ok = ok and item.ok
+    for seq, why in sorted(report.untrusted.items()):
+        if seq not in related:
+            _echo(None, f"entry #{seq} ({report.kinds.get(seq)}) is untrusted and ignored: {'; '.join(why)}")
     bad = report.first_bad()
     if bad is None:
         _echo(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
     else:
         _echo(False, f"ledger: {bad.message}")
-    if not keys:
-        _echo(None, "no --key given: trust rests on the signer the ledger recorded; pin keys with --key")
     click.echo("VERIFIED" if ok else "NOT VERIFIED")
     sys.exit(0 if ok else 1)
 
@@ -197,44 +211,61 @@ def trace_(ref: str, dossier: Path | None, keys: tuple[Path, ...], ledger_path: 
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The ledger's expected public key (ledger.pub); repeat to allow a rotation.",
 )
-@click.option(
-    "--approver-key",
-    "approvers",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Trusted approver public key; repeat. Approvals and signed waivers by other keys fail.",
-)
+@trust_options
 @ledger_option
 def verify_(
-    held: tuple[Path, ...], pinned: tuple[Path, ...], approvers: tuple[Path, ...], ledger_path: Path | None
+    held: tuple[Path, ...],
+    pinned: tuple[Path, ...],
+    trust_path: Path | None,
+    run_keys: tuple[Path, ...],
+    approver_keys: tuple[Path, ...],
+    ledger_path: Path | None,
 ) -> None:
-    """Verify the chain, every checkpoint and every signature; name the first bad entry (exit 1)."""
+    """Verify the chain, every checkpoint, and every entry by role; name the first bad entry (exit 1).
+
+    Untrusted entries (a key without the role, a name that is not the key's, a revoked key, an
+    unsigned waiver) are listed and fail this whole-ledger audit; `gate audit trace` ignores those
+    unrelated to the run it traces.
+    """
     from gate.trust.audit import held_checkpoints, verify_ledger
+    from gate.trust.policy import find_trust
 
     with user_errors(), _open(ledger_path) as ledger:
-        trusted = [cp for path in held for cp in held_checkpoints(path)]
-        report = verify_ledger(
-            ledger, trusted=trusted, pinned_keyids=_keyids(pinned), approver_keyids=_keyids(approvers)
+        trust = (
+            load_roles(trust_path, run_keys, approver_keys)
+            if (trust_path or run_keys or approver_keys)
+            else find_trust(None)
         )
+        trusted = [cp for path in held for cp in held_checkpoints(path)]
+        report = verify_ledger(ledger, trusted=trusted, pinned_keyids=_keyids(pinned), trust=trust)
         keyid = ledger.keyid
     chain = report.chain
     bad = report.first_bad()
-    if bad is None:
+    for seq, why in sorted(report.untrusted.items()):
+        click.echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
+    if trust is None:
+        _echo(None, "no trust policy or keys by role: entries checked for their own signatures only")
+    if bad is None and not report.untrusted:
         click.echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
         click.echo(
             f"ok   {chain.checkpoints} checkpoints verify ({len(trusted)} held outside the ledger); "
             f"ledger key {keyid[:16]}"
         )
-        if not pinned:
-            _echo(None, "no --ledger-pub given: the ledger's key is not pinned")
+        if not pinned and not (trust and trust.ledger_keyids()):
+            _echo(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
         click.echo("VERIFIED")
         sys.exit(0)
-    where = f"entry #{bad.seq}" if bad.seq is not None else "the ledger"
-    click.echo(f"FAIL first bad: {where}: {bad.message}", err=True)
-    for problem in report.problems:
-        if problem is not bad:
-            click.echo(f"FAIL {problem.message}", err=True)
-    click.echo(f"NOT VERIFIED: {chain.verified} of {chain.size} entries verify", err=True)
+    if bad is not None:
+        where = f"entry #{bad.seq}" if bad.seq is not None else "the ledger"
+        click.echo(f"FAIL first bad: {where}: {bad.message}", err=True)
+        for problem in report.problems:
+            if problem is not bad:
+                click.echo(f"FAIL {problem.message}", err=True)
+    click.echo(
+        f"NOT VERIFIED: {chain.verified} of {chain.size} entries verify in the chain, "
+        f"{len(report.untrusted)} untrusted",
+        err=True,
+    )
     sys.exit(1)
 
 

@@ -23,6 +23,13 @@ from gate.cli.ledger_options import ledger_option
 )
 @policy_dir_option
 @ledger_option
+@click.option(
+    "--trust",
+    "trust_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Trust policy saying whose waivers apply. Default: $GATE_TRUST, else ./trust.yaml.",
+)
 def command(
     manifest: Path,
     out_dir: Path,
@@ -30,6 +37,7 @@ def command(
     threads: int | None,
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
+    trust_path: Path | None,
 ) -> None:
     """Run every check the policy requires for MANIFEST; exit with the verdict's code.
 
@@ -52,6 +60,7 @@ def command(
             ledger=run_ledger_path(ledger_path),
             policy_dirs=list(policy_dirs),
             log=log,
+            trust=trust_path,
         )
         if outputs.ledger_seq is not None:
             log(f"ledger: recorded as entry #{outputs.ledger_seq}")

@@ -168,3 +168,5 @@ class GateResult(Record):
     """UTC ISO-8601 start time."""
     finished_at: str
     """UTC ISO-8601 end time."""
+    trust_policy: Digest | None = None
+    """Path and sha256 of the trust policy (trust.yaml) waivers were judged under; None: none found."""

@@ -44,12 +44,14 @@ def run_pipeline(
     policy_dirs: list[Path] | None = None,
     log: Callable[[str], None] | None = None,
     environ: Mapping[str, str] | None = None,
+    trust: str | os.PathLike[str] | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
     `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
     bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
     appended. `environ` is where CI variables are read from (GitHub annotations and summary).
+    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
     """
     from gate.engine.runner import RunOptions, run_manifest
     from gate.trust.approve import clear_stale_records
@@ -62,7 +64,11 @@ def run_pipeline(
     result = run_manifest(
         manifest_path,
         RunOptions(
-            out_dir=out, policy_dirs=list(policy_dirs or []), log=log or (lambda _line: None), ledger=ledger_path
+            out_dir=out,
+            policy_dirs=list(policy_dirs or []),
+            log=log or (lambda _line: None),
+            ledger=ledger_path,
+            trust=Path(trust) if trust is not None else None,
         ),
     )
     clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours

@@ -48,6 +48,8 @@ class RunOptions:
     log: Log = lambda _msg: None
     ledger: Path | None = None
     """Audit ledger whose waivers apply to failed checks (gate.trust.waivers); None: no waivers."""
+    trust: Path | None = None
+    """Trust policy that says whose waivers apply (None: $GATE_TRUST, else ./trust.yaml, else none)."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -168,10 +170,13 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     manifest = loaded.manifest
     specs = {p.check: load_check(p.check) for p in plan.checks}
     waivers = None
+    from gate.trust.policy import find_trust
+
+    trust = find_trust(options.trust)  # a bad trust policy stops the run before any check
     if options.ledger is not None:
         from gate.trust.waivers import ledger_waivers
 
-        waivers = ledger_waivers(options.ledger)  # a broken ledger stops the run before any check
+        waivers = ledger_waivers(options.ledger, trust)  # a broken ledger stops the run before any check
     params = {p.check: _validated_params(loaded, p, specs[p.check]) for p in plan.checks}
 
     subject = manifest.subject
@@ -231,6 +236,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         environment=describe(subject.device),
         started_at=started_at,
         finished_at=now_utc(),
+        trust_policy=Digest(path=trust.path, sha256=trust.sha256) if trust is not None else None,
     )
     write_bytes_atomic(options.out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
     return result

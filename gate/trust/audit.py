@@ -1,18 +1,22 @@
 """Auditing the ledger offline: verify every record, and trace a deployed change to its evidence.
 
-`verify_ledger` checks the hash chain and checkpoints (gate.trust.ledger_verify), then each entry's own
-signatures: an approval's DSSE envelope and the run it names, a waiver's optional signature.
-`trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and waivers,
-verifying each: the dossier's files against the digests the ledger recorded, its attestation
-against the run signer, each approval against the dossier, and the receipts the dossier holds
-(ledger.json, approval.json) as checkpoints the ledger must still match.
+`verify_ledger` checks the hash chain and checkpoints (gate.trust.ledger_verify), then judges each
+entry on its own: a run must be signed by a run signer, an approval by an approver of that change
+under the name it gives, a waiver by a key allowed to waive that check for that long, a revocation
+by a revoker, none by a key revoked at that time (gate.trust.policy, gate.trust.revocation). A
+broken chain fails the audit; an entry that is not trusted is reported as untrusted and counts for
+nothing, but does not stop the audit of unrelated runs.
+
+`trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and
+waivers, verifying each by role (gate.trust.verify_run): the dossier's files against the digests
+the ledger recorded, the signed statement's commit against the ledger's and the one asked for, the
+approvals against the trust policy, and the receipts the dossier holds (ledger.json,
+approval.json) as checkpoints the ledger must still match.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,19 +26,23 @@ from pydantic import ValidationError
 from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
-from gate.trust.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature
-
-MIN_REF = 7
-"""Shortest commit or digest prefix `trace` accepts (git's short hash)."""
+from gate.trust.policy import Trust
+from gate.trust.revocation import REVOCATION_KIND, Revocations, entry_problem, read_revocations
+from gate.trust.verify_run import MIN_REF, ApprovalInput, Finding, RunCheck, check_run, ref_matches
+from gate.trust.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature, waiver_problem
 
 
 @dataclass
 class AuditReport(Findings):
-    """The chain report plus each entry's own signature checks."""
+    """The chain report, plus each entry's own trust."""
 
     chain: ChainReport
     problems: list[Problem] = field(default_factory=list)
-    """Chain problems and entry problems together."""
+    """Chain and checkpoint problems: the ledger itself cannot be trusted past them."""
+    untrusted: dict[int, list[str]] = field(default_factory=dict)
+    """Entries that verify in the chain but are not trusted on their own, with why."""
+    kinds: dict[int, str] = field(default_factory=dict)
+    """Each verified entry's kind."""
 
 
 def held_checkpoints(path: Path) -> list[Checkpoint]:
@@ -56,27 +64,48 @@ def held_checkpoints(path: Path) -> list[Checkpoint]:
     return [Checkpoint.model_validate(data)]
 
 
-def _entry_problems(entry: Entry, statements: dict[int, str], approver_keyids: list[str] | None) -> list[str]:
+def _revoked(revoked: Revocations, keyid: Any, at: str) -> list[str]:
+    gone = revoked.key(str(keyid), at) if keyid else None
+    return [f"its key was {gone.says()}"] if gone is not None else []
+
+
+def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None, revoked: Revocations) -> list[str]:
+    """Why one entry is not trusted on its own (empty: trusted). Without `trust`, only signatures."""
     body = entry.body
     if entry.kind == APPROVAL_KIND:
-        check = verify_approval(
-            body, expected_statement=str(body.get("statement_sha256")), trusted_keyids=approver_keyids
-        )
+        check = verify_approval(body, expected_statement=str(body.get("statement_sha256")))
         problems = list(check.problems)
         run = body.get("run_entry")
         if run is not None and statements.get(int(run)) != body.get("statement_sha256"):
             problems.append(f"it names run entry #{run}, whose dossier has another digest")
-        return problems
+        if trust is not None and check.keyid:
+            bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
+            problems += [bad] if bad else []
+        return problems + _revoked(revoked, check.keyid, entry.time)
     if entry.kind == WAIVER_KIND:
         try:
             grant = WaiverGrant.model_validate({k: v for k, v in body.items() if k not in ("kind", "time")})
         except ValidationError as err:
             return [f"malformed waiver ({err.error_count()} errors)"]
-        bad = check_waiver_signature(grant, approver_keyids)
-        return [f"waiver signature: {bad}"] if bad else []
+        bad = waiver_problem(grant, entry.time, trust) if trust is not None else check_waiver_signature(grant)
+        problems = [f"waiver: {bad}"] if bad else []
+        if revoked.waiver(entry.seq) is not None:
+            problems.append(f"it was {revoked.waivers[entry.seq].says()}")
+        return problems + _revoked(revoked, (grant.signature or {}).get("keyid"), entry.time)
     if entry.kind == RUN_KIND:
         missing = [k for k in ("manifest", "verdict", "dossier") if k not in body]
-        return [f"run entry lacks {', '.join(missing)}"] if missing else []
+        if missing:
+            return [f"run entry lacks {', '.join(missing)}"]
+        signer = (body.get("signer") or {}).get("keyid")
+        if trust is None:
+            return []
+        if not signer:
+            return ["the run was recorded unsigned"]
+        bad = trust.run_signer_problem(str(signer))
+        return ([bad] if bad else []) + _revoked(revoked, signer, entry.time)
+    if entry.kind == REVOCATION_KIND:
+        bad = entry_problem(entry, trust)
+        return [bad] if bad else []
     return []
 
 
@@ -85,28 +114,27 @@ def verify_ledger(
     *,
     trusted: list[Checkpoint] | None = None,
     pinned_keyids: list[str] | None = None,
-    approver_keyids: list[str] | None = None,
+    trust: Trust | None = None,
 ) -> AuditReport:
-    """Chain, checkpoints (stored and held), and every entry's own signatures."""
-    chain = verify_chain(ledger, trusted=trusted, pinned_keyids=pinned_keyids)
+    """Chain, checkpoints (stored and held), then every entry's own trust (see the module docstring)."""
+    pinned = pinned_keyids or (trust.ledger_keyids() if trust is not None else None) or None
+    chain = verify_chain(ledger, trusted=trusted, pinned_keyids=pinned)
     report = AuditReport(chain=chain, problems=list(chain.problems))
+    revoked = read_revocations(ledger, trust, upto=chain.verified)
     statements: dict[int, str] = {}
     for entry in ledger.entries():
         if entry.seq > chain.verified:
             break
         if entry.kind == RUN_KIND:
             statements[entry.seq] = str((entry.body.get("dossier") or {}).get("statement_sha256"))
-        for message in _entry_problems(entry, statements, approver_keyids):
-            report.problems.append(Problem(entry.seq, f"entry {entry.seq} ({entry.kind}): {message}"))
+        report.kinds[entry.seq] = entry.kind
+        problems = entry_problems(entry, statements, trust, revoked)
+        if problems:
+            report.untrusted[entry.seq] = problems
     return report
 
 
 # --- finding ------------------------------------------------------------------------------------
-
-
-def _normalise(ref: str) -> str:
-    ref = ref.strip().lower()
-    return ref.split(":", 1)[1] if ref.startswith("sha256:") else ref
 
 
 def run_digests(body: dict[str, Any]) -> list[str]:
@@ -123,10 +151,7 @@ def run_digests(body: dict[str, Any]) -> list[str]:
 
 def find_runs(ledger: Ledger, ref: str) -> list[Entry]:
     """Run entries whose commit or any recorded digest starts with `ref` (at least MIN_REF characters)."""
-    ref = _normalise(ref)
-    if len(ref) < MIN_REF:
-        return []
-    return [e for e in ledger.entries(RUN_KIND) if any(d.startswith(ref) for d in run_digests(e.body))]
+    return [e for e in ledger.entries(RUN_KIND) if any(ref_matches(d, ref) for d in run_digests(e.body))]
 
 
 def approvals_for(ledger: Ledger, statement_sha256: str) -> list[Entry]:
@@ -152,57 +177,42 @@ def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
 
 
 @dataclass
-class Finding:
-    """One line of a trace: `ok` true (verified), false (failed) or None (information)."""
-
-    ok: bool | None
-    text: str
-
-
-@dataclass
 class RunTrace:
     run: Entry
     dossier: Path
     findings: list[Finding] = field(default_factory=list)
+    """What the ledger says about the dossier (file digests, commit); the dossier's own in `check`."""
+    check: RunCheck | None = None
     approvals: list[Entry] = field(default_factory=list)
     waivers: list[Entry] = field(default_factory=list)
-    approved_by: list[str] = field(default_factory=list)
-    """Approvers whose approval verified."""
+
+    @property
+    def related(self) -> set[int]:
+        """Entries this trace judged itself (the run and its approvals)."""
+        return {self.run.seq, *(a.seq for a in self.approvals)}
 
     @property
     def status(self) -> str:
-        """The run's standing: its verdict, or APPROVED / NOT APPROVED for an awaiting-approval run."""
-        verdict = str(self.run.body.get("verdict"))
-        if verdict != "awaiting-approval":
-            return verdict.upper()
-        return f"APPROVED by {', '.join(self.approved_by)}" if self.approved_by else "AWAITING APPROVAL (not approved)"
+        if self.check is None:
+            return f"NOT VERIFIED (the ledger records {self.run.body.get('verdict')!s})"
+        return self.check.standing if self.ok else f"NOT VERIFIED (the dossier claims {self.check.verdict})"
 
     @property
     def ok(self) -> bool:
-        return all(f.ok is not False for f in self.findings)
+        return self.check is not None and self.check.ok and all(f.ok is not False for f in self.findings)
 
 
-@contextmanager
-def _signer_keys(run: Entry, trusted: list[Path]) -> Iterator[dict[str, Path]]:
-    """Keys the dossier must be signed by: the given ones, else the signer the ledger recorded."""
-    if trusted:
-        yield {str(p): p for p in trusted}
-        return
-    from gate.trust.run_record import recorded_signer_key
-
-    with recorded_signer_key(run.seq, run.body) as recorded:
-        yield recorded
-
-
-def _check_dossier(trace: RunTrace, trusted: list[Path]) -> None:
-    from gate.trust.attest import ENVELOPE_NAME, sha256_file, verify_envelope
+def _check_recorded_files(trace: RunTrace) -> bool:
+    """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
+    from gate.trust.attest import ENVELOPE_NAME, sha256_file
+    from gate.trust.run_record import statement_digest
 
     run, out = trace.run, trace.dossier
     dossier = run.body.get("dossier") or {}
     add = trace.findings.append
     if not out.is_dir():
         add(Finding(False, f"dossier {out} not found (copy it here or pass --dossier DIR)"))
-        return
+        return False
     for name, digest in sorted((dossier.get("files") or {}).items()):
         if name == ENVELOPE_NAME:
             continue  # approvals add signatures to it; its signed statement is checked below
@@ -215,61 +225,45 @@ def _check_dossier(trace: RunTrace, trusted: list[Path]) -> None:
             add(Finding(True, f"{name}: sha256 matches the ledger"))
     if not dossier.get("statement_sha256"):
         add(Finding(False, "the run was recorded UNSIGNED: nothing binds its dossier"))
-        return
-    with _signer_keys(run, trusted) as keys:
-        if not keys:
-            add(Finding(False, "no key to verify the attestation (pass --key RUN.pub)"))
-            return
-        report = verify_envelope(out, keys, require_all=False)
-    from gate.trust.run_record import statement_digest
-
+        return False
     if statement_digest(out / ENVELOPE_NAME) != dossier["statement_sha256"]:
         add(Finding(False, f"{ENVELOPE_NAME}: its statement is not the one the ledger recorded"))
-    for failure in report.failures:
-        add(Finding(False, f"attestation: {failure}"))
-    for signer in report.signed_by:
-        add(Finding(True, f"attestation signed by {signer.label} (keyid {signer.keyid[:16]})"))
+    return True
 
 
-def trace(
-    ledger: Ledger,
-    ref: str,
-    *,
-    dossier: Path | None = None,
-    trusted_keys: list[Path] | None = None,
-    approver_keyids: list[str] | None = None,
-) -> tuple[AuditReport, list[RunTrace]]:
-    """From a commit or digest to each matching run's dossier, approvals and waivers, all verified."""
-    runs = find_runs(ledger, ref)
+def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None) -> tuple[AuditReport, list[RunTrace]]:
+    """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by role."""
+    report = verify_ledger(ledger, trust=trust)
+    revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
     held: list[Checkpoint] = []
-    for run in runs:
+    for run in find_runs(ledger, ref):
         out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
         item = RunTrace(run=run, dossier=out)
-        _check_dossier(item, trusted_keys or [])
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
         item.approvals = approvals_for(ledger, statement)
-        run_signer = (run.body.get("signer") or {}).get("keyid")
-        for approval in item.approvals:
-            check = verify_approval(
-                approval.body,
-                expected_statement=statement,
-                trusted_keyids=approver_keyids,
-                directory=out if out.is_dir() else None,
-            )
-            if run_signer and check.keyid == run_signer:
-                check.problems.append("approved by the key that signed the run (an approval needs a second key)")
-            who = f"approval #{approval.seq} by {check.approver} ({check.approved_at}, key {check.keyid[:16]})"
-            if check.ok:
-                item.approved_by.append(check.approver)
-            item.findings.append(Finding(check.ok, who + ("" if check.ok else ": " + "; ".join(check.problems))))
-        if run.body.get("verdict") == "awaiting-approval" and not item.approvals:
-            item.findings.append(Finding(None, "awaiting approval: no approval is recorded"))
         item.waivers = waivers_for(ledger, run)
-        if out.is_dir():
+        recorded_commit = (run.body.get("change") or {}).get("commit")
+        if _check_recorded_files(item):
+            inputs = [ApprovalInput(a.body, f"approval #{a.seq}", a.time) for a in item.approvals]
+            asked = ref if ref_matches(recorded_commit, ref) else None
+            item.check = check_run(out, trust, commit=asked, revocations=revoked, run_time=run.time, approvals=inputs)
+            signed = item.check.commit
+            if recorded_commit and signed != recorded_commit:
+                item.findings.append(
+                    Finding(
+                        False, f"the ledger entry says commit {recorded_commit}, the signed commit {signed} differs"
+                    )
+                )
             try:
                 held += held_checkpoints(out)
             except (ValueError, KeyError, TypeError, ValidationError):
                 item.findings.append(Finding(False, f"{out}: its ledger receipts are unreadable"))
         traces.append(item)
-    return verify_ledger(ledger, trusted=held, approver_keyids=approver_keyids), traces
+    if held:
+        full = verify_ledger(ledger, trusted=held, trust=trust)
+        report.problems, report.chain, report.untrusted = full.problems, full.chain, full.untrusted
+    return report, traces
+
+
+__all__ = ["MIN_REF", "AuditReport", "RunTrace", "entry_problems", "find_runs", "trace", "verify_ledger"]

@@ -102,6 +102,7 @@ def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dic
                 if c.waiver and not c.waiver.expired and c.waiver.ledger_id is not None
             }
         ),
+        "trust_policy": result.trust_policy.model_dump() if getattr(result, "trust_policy", None) else None,
         "gate_version": result.gate_version,
         "started_at": result.started_at,
         "finished_at": result.finished_at,

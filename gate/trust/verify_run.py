@@ -4,7 +4,8 @@
 for the role the trust policy (or the command line) gives them: the run must carry a signature by a
 run signer (an approver's or a stranger's key does not make a run), an approval counts only when
 its key belongs to an approver of that intervention and claim under the name it gives, and neither
-counts once revoked. The signed statement's commit and manifest digest are checked against what
+counts once revoked (an approval that does not count is reported and ignored: anyone who can write
+the ledger could add one, and must not be able to block an audit with it). The signed statement's commit and manifest digest are checked against what
 the caller asks for. An approximate change never stands as PASS: its verdict is awaiting-approval
 until `required-approvals` distinct approvers signed, then APPROVED. The approved dossier files
 and approval.json must match the approved-dossier statement (approval.dsse.json) signed by a
@@ -81,7 +82,10 @@ class RunCheck:
 
     @property
     def standing(self) -> str:
-        """The verdict, or APPROVED / AWAITING APPROVAL for an approximate change."""
+        """The verdict, or APPROVED / AWAITING APPROVAL for an approximate change; never a verdict
+        that did not verify."""
+        if not self.ok:
+            return f"NOT VERIFIED (the dossier claims {self.verdict})"
         if self.verdict != AWAITING:
             return self.verdict.upper()
         if self.approved:
@@ -200,7 +204,7 @@ def _check_approvals(
                 problems.append(f"the key was {gone.says()}")
         who = f"{item.label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
         if problems:
-            add(Finding(False, f"{who} does not count: {'; '.join(problems)}"))
+            add(Finding(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}"))
             continue
         name = trust.name_of(check.keyid) or f"{check.approver} (name not bound: key {check.keyid[:16]})"
         if name not in out.approved_by:

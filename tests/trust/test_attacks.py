@@ -16,18 +16,24 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
-from gate.core.result import GateResult
+from gate.core.result import GateResult, Verdict
 from gate.engine.pipeline import write_outputs
-from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, approval_record, approval_statement, read_run_statement
-from gate.trust.approvals import sign_envelope
+from gate.trust.approvals import (
+    APPROVAL_FILE,
+    APPROVAL_KIND,
+    approval_record,
+    approval_statement,
+    read_run_statement,
+    sign_envelope,
+)
 from gate.trust.attest import ENVELOPE_NAME, load_private_key
 from gate.trust.ledger import Ledger, now_utc, record_run
 from gate.trust.waivers import WAIVER_KIND
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import in_days, make_keys, write_trust
 
-OLD = "1111111111111111111111111111111111111111"
-NEW = "2222222222222222222222222222222222222222"
+OLD = "a1b2c3d4" * 5
+NEW = "e5f6a7b8" * 5
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +98,7 @@ def test_replay_an_old_signed_dossier_as_another_commit(
 
 
 def _forge_pass(out: Path, manifest: Path, result: GateResult, key: Path, ledger: Path) -> None:
-    forged = result.model_copy(update={"verdict": "pass", "exit_code": 0, "summary": "all checks passed"})
+    forged = result.model_copy(update={"verdict": Verdict("pass"), "exit_code": 0, "summary": "all checks passed"})
     (out / "results.json").write_text(forged.model_dump_json(indent=2) + "\n")
     write_outputs(forged, out, manifest, key, environ={})
     record_run(forged, out, ledger, sign_key=key)
