@@ -5,8 +5,9 @@ for the role the trust policy (or the command line) gives them: the run must car
 run signer (an approver's or a stranger's key does not make a run), an approval counts only when
 its key belongs to an approver of that intervention and claim under the name it gives, and neither
 counts once revoked (an approval that does not count is reported and ignored: anyone who can write
-the ledger could add one, and must not be able to block an audit with it). The signed statement's commit and manifest digest are checked against what
-the caller asks for. An approximate change never stands as PASS: its verdict is awaiting-approval
+the ledger could add one, and must not be able to block an audit with it). The signed statement's
+commit and manifest digest are checked against what the caller asks for. An approximate change
+never stands as PASS: its verdict is awaiting-approval
 until `required-approvals` distinct approvers signed, then APPROVED. The approved dossier files
 and approval.json must match the approved-dossier statement (approval.dsse.json) signed by a
 counted approver.

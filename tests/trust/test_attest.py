@@ -61,7 +61,7 @@ def signed_run(root: Path, key: Path, result: GateResult | None = None, manifest
 
 
 def failures(out: Path, *pubs: Path) -> list[str]:
-    return verify_envelope(out, list(pubs)).failures
+    return verify_envelope(out, list(pubs)).problems
 
 
 # Keys and encoding ------------------------------------------------------------------------------
@@ -112,9 +112,9 @@ def test_signed_run_verifies(tmp_path: Path, keys: dict[str, Path]) -> None:
     assert sorted(line.split(":")[0] for line in report.subjects) == sorted(SIGNED_FILES)
     for name in ("dossier.html", "dossier.md", "junit.xml"):
         assert "UNSIGNED" not in (out / name).read_text()
-    result = CliRunner().invoke(verify, [str(out), "--key", str(keys["gate.pub"])])
+    result = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
     assert result.exit_code == 0, result.output
-    assert "valid:" in result.output and "verdict ERROR" in result.output
+    assert "verified:" in result.output and "verdict ERROR" in result.output
 
 
 def test_statement_shape(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -157,8 +157,8 @@ def test_one_byte_tampering_of_any_signed_file_is_rejected(tmp_path: Path, keys:
     path.write_bytes(bytes(data))
     problems = failures(out, keys["gate.pub"])
     assert any(p.startswith(f"{name}: sha256") for p in problems), problems
-    result = CliRunner().invoke(verify, [str(out), "--key", str(keys["gate.pub"])])
-    assert result.exit_code == 1 and f"FAIL {name}: sha256" in result.output
+    result = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
+    assert result.exit_code == 1 and f"FAIL attestation: {name}: sha256" in result.output
 
 
 def test_a_deleted_signed_file_is_rejected(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -171,9 +171,9 @@ def test_wrong_key_is_rejected(tmp_path: Path, keys: dict[str, Path]) -> None:
     out = signed_run(tmp_path, keys["gate.key"])
     report = verify_envelope(out, [keys["stranger.pub"]])
     assert not report.valid and report.other_signatures and not report.signed_by
-    assert any("no valid signature by" in f for f in report.failures)
-    result = CliRunner().invoke(verify, [str(out), "--key", str(keys["stranger.pub"])])
-    assert result.exit_code == 1 and "no valid signature" in result.output
+    assert any("no valid signature by" in f for f in report.problems)
+    result = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["stranger.pub"])])
+    assert result.exit_code == 1 and "not signed by a run signer" in result.output
 
 
 def test_envelope_swapped_from_another_run_is_rejected(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -182,8 +182,8 @@ def test_envelope_swapped_from_another_run_is_rejected(tmp_path: Path, keys: dic
     (first / ENVELOPE_NAME).write_bytes((second / ENVELOPE_NAME).read_bytes())
     report = verify_envelope(first, [keys["gate.pub"]])
     assert report.signed_by, "the swapped envelope is genuinely signed; its subjects must still fail"
-    assert any(f.startswith("results.json: sha256") for f in report.failures)
-    assert any(f.startswith("dossier.html: sha256") for f in report.failures)
+    assert any(f.startswith("results.json: sha256") for f in report.problems)
+    assert any(f.startswith("dossier.html: sha256") for f in report.problems)
 
 
 def test_same_manifest_other_results_is_rejected(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -264,8 +264,8 @@ def test_statement_and_predicate_types_are_checked(tmp_path: Path, keys: dict[st
     ]
     path.write_text(json.dumps(envelope))
     report = verify_envelope(out, [keys["gate.pub"]])
-    assert report.signed_by and any("statement _type" in f for f in report.failures)
-    assert any("predicateType" in f for f in report.failures)
+    assert report.signed_by and any("statement _type" in f for f in report.problems)
+    assert any("predicateType" in f for f in report.problems)
 
 
 def test_unsigned_run_does_not_verify(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -275,17 +275,17 @@ def test_unsigned_run_does_not_verify(tmp_path: Path, keys: dict[str, Path]) -> 
     result = fx.passing_run()
     (out / "results.json").write_text(result.model_dump_json())
     write_outputs(result, out, tmp_path / "m.yaml", None, environ={})
-    cli = CliRunner().invoke(verify, [str(out), "--key", str(keys["gate.pub"])])
+    cli = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
     assert cli.exit_code == 1 and "UNSIGNED" in cli.output
 
 
 def test_verify_usage_errors_exit_2(tmp_path: Path, keys: dict[str, Path]) -> None:
     out = signed_run(tmp_path, keys["gate.key"])
     assert CliRunner().invoke(verify, [str(out)]).exit_code == 2  # no --key
-    assert CliRunner().invoke(verify, [str(tmp_path / "nope"), "--key", str(keys["gate.pub"])]).exit_code == 2
+    assert CliRunner().invoke(verify, [str(tmp_path / "nope"), "--run-key", str(keys["gate.pub"])]).exit_code == 2
     junk = tmp_path / "junk.pub"
     junk.write_text("junk")
-    bad = CliRunner().invoke(verify, [str(out), "--key", str(junk)])
+    bad = CliRunner().invoke(verify, [str(out), "--run-key", str(junk)])
     assert bad.exit_code == 2 and "not a PEM public key" in bad.output
 
 
@@ -304,15 +304,19 @@ def test_a_reviewer_signature_can_be_appended(tmp_path: Path, keys: dict[str, Pa
     assert both.valid and [s.label for s in both.signed_by] == ["gate", "reviewer"]
     only_gate = verify_envelope(out, [keys["gate.pub"]])
     assert only_gate.valid and only_gate.other_signatures == [reviewer]
-    cli = CliRunner().invoke(verify, [str(out), "--key", str(keys["gate.pub"]), "--key", str(keys["reviewer.pub"])])
+    cli = CliRunner().invoke(
+        verify, [str(out), "--run-key", str(keys["gate.pub"]), "--approver-key", str(keys["reviewer.pub"])]
+    )
     assert cli.exit_code == 0, cli.output
 
 
-def test_all_given_keys_must_sign_unless_any_key(tmp_path: Path, keys: dict[str, Path]) -> None:
+def test_a_key_counts_only_for_its_role(tmp_path: Path, keys: dict[str, Path]) -> None:
     out = signed_run(tmp_path, keys["gate.key"])
-    args = [str(out), "--key", str(keys["gate.pub"]), "--key", str(keys["reviewer.pub"])]
-    missing = CliRunner().invoke(verify, args)
-    assert missing.exit_code == 1 and "no valid signature by" in missing.output
-    assert CliRunner().invoke(verify, [*args, "--any-key"]).exit_code == 0
+    as_approver = CliRunner().invoke(
+        verify, [str(out), "--run-key", str(keys["reviewer.pub"]), "--approver-key", str(keys["gate.pub"])]
+    )
+    assert as_approver.exit_code == 1 and "not signed by a run signer" in as_approver.output
+    as_run_signer = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
+    assert as_run_signer.exit_code == 0, as_run_signer.output
     report = verify_envelope(out, [keys["reviewer.pub"], keys["stranger.pub"]], require_all=False)
     assert not report.valid
