@@ -16,9 +16,28 @@ from gate.core.result import CheckResult, Status, Verdict
 from gate.engine.runner import decide
 from gate.errors import InputError
 from gate.trust.ledger import Ledger, LedgerError
-from gate.trust.waivers import apply_waivers, grant_waiver, parse_expiry, recorded_waivers
+from gate.trust.policy import find_trust
+from gate.trust.waivers import apply_waivers, grant_waiver, parse_expiry, recorded_waivers, today_utc
+from tests.trust.trusted import make_keys, write_trust
 
-TODAY = date(2030, 6, 1)
+TODAY = today_utc()
+
+
+KEYS: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    KEYS.update(make_keys(tmp_path_factory.mktemp("keys"), ("ci", "alice", "bob", "carol", "dave", "erin", "frank")))
+    return KEYS
+
+
+@pytest.fixture(autouse=True)
+def trust(tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """alice and bob may waive any check for 30 days; the policy is found through $GATE_TRUST."""
+    path = write_trust(tmp_path / "trust.yaml", keys, waiver_people=("alice", "bob"), waiver_checks=("*",), max_days=30)
+    monkeypatch.setenv("GATE_TRUST", str(path))
+    return path
 
 
 def _check(name: str, status: Status, severity: str = "deny", message: str = "max |Δlogit| 0.3 > atol") -> CheckResult:
@@ -31,6 +50,8 @@ def ledger(tmp_path: Path) -> Path:
 
 
 def _grant(ledger: Path, manifest: Path, check: str = "cache-identity", expires: date = TODAY) -> int:
+    trust = find_trust(None)
+    assert trust is not None
     with Ledger.open(ledger) as opened:
         return grant_waiver(
             opened,
@@ -39,6 +60,8 @@ def _grant(ledger: Path, manifest: Path, check: str = "cache-identity", expires:
             reason="known key-collision false alarm, fix in #42",
             approver="alice",
             expires=expires,
+            key_path=KEYS["alice.key"],
+            trust=trust,
         ).id
 
 
@@ -117,18 +140,23 @@ def test_a_tampered_ledger_applies_no_waiver(write_manifest, ledger: Path) -> No
         apply_waivers(load_manifest(manifest), [_check("cache-identity", Status.failed)], ledger, today=TODAY)
 
 
-def test_grant_checks_the_plan_and_the_date(write_manifest, ledger: Path) -> None:  # type: ignore[no-untyped-def]
+def test_grant_checks_the_plan_and_the_date(write_manifest, ledger: Path, keys: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
     manifest = write_manifest()
+    trust = find_trust(None)
+    assert trust is not None
     with Ledger.open(ledger) as opened, pytest.raises(InputError, match="not in this manifest's plan"):
-        grant_waiver(opened, manifest, "spec-greedy", reason="r", approver="a", expires=TODAY)
+        grant_waiver(
+            opened, manifest, "spec-greedy", reason="r", approver="alice", expires=TODAY, key_path=keys["alice.key"],
+            trust=trust,
+        )  # fmt: skip
     with pytest.raises(InputError, match="in the past"):
-        parse_expiry("2030-05-31", today=TODAY)
+        parse_expiry((TODAY - timedelta(days=1)).isoformat(), today=TODAY)
     with pytest.raises(InputError, match="not a date"):
         parse_expiry("next tuesday", today=TODAY)
-    assert parse_expiry("2030-06-01", today=TODAY) == TODAY
+    assert parse_expiry(TODAY.isoformat(), today=TODAY) == TODAY
 
 
-def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path, keys: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
     manifest = write_manifest()
     expires = (date.today() + timedelta(days=30)).isoformat()
     result = CliRunner().invoke(
@@ -144,6 +172,8 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> No
             "bob",
             "--expires",
             expires,
+            "--key",
+            str(keys["bob.key"]),
             "--ledger",
             str(ledger),
         ],
@@ -163,9 +193,11 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> No
             "--reason",
             "x",
             "--approver",
-            "b",
+            "bob",
             "--expires",
             expires,
+            "--key",
+            str(keys["bob.key"]),
             "--ledger",
             str(ledger),
         ],
@@ -173,23 +205,22 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path) -> No
     assert bad.exit_code == 2 and "not in this manifest's plan" in bad.output
 
 
-def test_a_signed_waiver_verifies_and_an_edited_one_does_not(write_manifest, ledger: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from gate.trust.attest import generate_keypair
-    from gate.trust.waivers import check_waiver_signature, waiver_signer
+def test_a_signed_waiver_verifies_and_an_edited_one_does_not(
+    write_manifest, ledger: Path, keys: dict[str, Path]
+) -> None:  # type: ignore[no-untyped-def]
+    from gate.trust.attest import keyid, load_private_key
+    from gate.trust.waivers import check_waiver_signature
 
-    key, _pub, keyid = generate_keypair(tmp_path / "alice")
+    trust = find_trust(None)
+    assert trust is not None
+    kid = keyid(load_private_key(keys["alice.key"]).public_key())
     with Ledger.open(ledger) as opened:
         waiver = grant_waiver(
-            opened,
-            write_manifest(),
-            "cache-identity",
-            reason="r",
-            approver="alice",
-            expires=TODAY,
-            signer=waiver_signer(key),
-        )
-    assert waiver.grant.signature is not None and waiver.grant.signature["keyid"] == keyid
-    assert check_waiver_signature(waiver.grant, trusted_keyids=[keyid]) is None
+            opened, write_manifest(), "cache-identity", reason="r", approver="alice", expires=TODAY,
+            key_path=keys["alice.key"], trust=trust,
+        )  # fmt: skip
+    assert waiver.grant.signature is not None and waiver.grant.signature["keyid"] == kid
+    assert check_waiver_signature(waiver.grant, trusted_keyids=[kid]) is None
     assert "not trusted" in str(check_waiver_signature(waiver.grant, trusted_keyids=["0" * 64]))
     edited = waiver.grant.model_copy(update={"expires": date(2031, 1, 1)})
     assert check_waiver_signature(edited) == "the signature does not verify"

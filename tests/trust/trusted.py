@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from gate.trust.attest import generate_keypair
@@ -28,6 +28,8 @@ def write_trust(
     max_days: int = 14,
     run_signers: tuple[str, ...] = ("ci",),
     extra_ci_keys: tuple[Path, ...] = (),
+    waiver_people: tuple[str, ...] = ("bob",),
+    waiver_checks: tuple[str, ...] = ("quality-slices",),
 ) -> Path:
     """trust.yaml: ci signs runs; approvers approve approximate changes; bob waives quality-slices.
 
@@ -45,8 +47,8 @@ def write_trust(
         "    interventions: [quantisation, eviction]",
         '    claims: ["*"]',
         "waivers:",
-        "  - people: [bob]",
-        "    checks: [quality-slices]",
+        f"  - people: [{', '.join(waiver_people)}]",
+        f"    checks: [{', '.join(repr(c) for c in waiver_checks)}]",
         f"    max-days: {max_days}",
         "revokers: [alice, bob]",
         f"required-approvals: {required_approvals}",
@@ -57,4 +59,6 @@ def write_trust(
 
 
 def in_days(n: int) -> str:
-    return (date.today() + timedelta(days=n)).isoformat()
+    from gate.trust.waivers import today_utc
+
+    return (today_utc() + timedelta(days=n)).isoformat()
