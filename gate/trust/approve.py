@@ -122,10 +122,16 @@ def approve(
     reason: str,
     key_path: Path,
     ledger_path: Path,
-    trust: Trust,
+    trust: Trust | None = None,
     ledger_key: Path | None = None,
 ) -> Approved:
-    """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify."""
+    """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify.
+
+    `trust`: the trust policy (None: $GATE_TRUST, else ./trust.yaml; none found is an InputError)."""
+    if trust is None:
+        from gate.trust.policy import require_trust
+
+        trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
     approver = approver if approver is not None else trust.name_of(mine)

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.trust.trusted import write_trust
 from click.testing import CliRunner
 
 from gate.cli.main import cli
@@ -36,6 +38,14 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         key, pub, _ = generate_keypair(root / name)
         found[f"{name}.key"], found[f"{name}.pub"] = key, pub
     return found
+
+
+@pytest.fixture(autouse=True)
+def trust(tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """trust.yaml ($GATE_TRUST): gate signs runs, alice approves; mallory is a stranger."""
+    path = write_trust(tmp_path / "trust.yaml", keys, run_signers=("gate",), approvers=("alice",))
+    monkeypatch.setenv("GATE_TRUST", str(path))
+    return path
 
 
 @pytest.fixture
@@ -98,7 +108,7 @@ def test_approval_is_a_second_signature_a_signed_statement_a_ledger_entry_and_sh
     markdown = (out / "dossier.approved.md").read_text()
     assert "### Approvals" in markdown and "approver: alice" in markdown and "retrieval bound 0.962" in markdown
     cli_verify = CliRunner().invoke(
-        cli, ["verify", str(out), "--key", str(keys["gate.pub"]), "--key", str(keys["alice.pub"])]
+        cli, ["verify", str(out), "--run-key", str(keys["gate.pub"]), "--approver-key", str(keys["alice.pub"])]
     )
     assert cli_verify.exit_code == 0, cli_verify.output
     # approving twice with the same key appends nothing
@@ -125,16 +135,20 @@ def test_a_dossier_that_does_not_verify_cannot_be_approved(tmp_path: Path, keys:
         _approve(out, keys, ledger)
 
 
-def test_the_run_must_be_signed_by_a_trusted_key(tmp_path: Path, keys: dict[str, Path], ledger: Path) -> None:
-    out = _run(tmp_path, keys, None)  # not recorded: the ledger knows no signer for it
-    with pytest.raises(ApprovalRefused, match="no trusted key"):
-        _approve(out, keys, ledger)
+def test_the_run_must_be_signed_by_a_run_signer(tmp_path: Path, keys: dict[str, Path], ledger: Path) -> None:
+    manifest = quant_manifest(tmp_path / "m" / "kv-int8.yaml", COMMIT)
+    out, _ = signed_run(tmp_path / "m" / "out", manifest, keys["mallory.key"], ledger=ledger)
     with pytest.raises(ApprovalRefused, match="does not verify"):
-        _approve(out, keys, ledger, run_keys=[keys["mallory.pub"]])
-    assert _approve(out, keys, ledger, run_keys=[keys["gate.pub"]]).record["approver"] == "alice"
+        _approve(out, keys, ledger)
+    unrecorded = _run(tmp_path, keys, None)  # the trust policy, not the ledger, names the run signers
+    assert _approve(unrecorded, keys, ledger).record["approver"] == "alice"
 
 
-def test_the_run_signing_key_cannot_approve_its_own_run(tmp_path: Path, keys: dict[str, Path], ledger: Path) -> None:
+def test_the_run_signing_key_cannot_approve_its_own_run(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    both = write_trust(tmp_path / "both.yaml", keys, run_signers=("gate",), approvers=("alice", "gate"))
+    monkeypatch.setenv("GATE_TRUST", str(both))
     out = _run(tmp_path, keys, ledger)
     with pytest.raises(ApprovalRefused, match="second, independent key"):
         _approve(out, keys, ledger, who="gate")

@@ -34,23 +34,23 @@ def write_trust(
     """trust.yaml: ci signs runs; approvers approve approximate changes; bob waives quality-slices.
 
     mallory holds no key in it."""
-    people = [n for n in PEOPLE if n != "mallory"]
+    people = [k[: -len(".pub")] for k in keys if k.endswith(".pub") and k != "mallory.pub"]
     lines = ["apiVersion: gate/trust/v1", "people:"]
     for name in people:
-        refs = [str(keys[f"{name}.pub"])] + ([str(k) for k in extra_ci_keys] if name == "ci" else [])
+        refs = [str(keys[f"{name}.pub"])] + ([str(k) for k in extra_ci_keys] if name in run_signers else [])
         lines.append(f"  {name}:")
         lines.append(f"    keys: [{', '.join(refs)}]")
     lines += [
         f"run-signers: [{', '.join(run_signers)}]",
         "approvers:",
-        f"  - people: [{', '.join(approvers)}]",
+        f"  - people: [{', '.join(a for a in approvers if a in people)}]",
         "    interventions: [quantisation, eviction]",
         '    claims: ["*"]',
         "waivers:",
-        f"  - people: [{', '.join(waiver_people)}]",
+        f"  - people: [{', '.join(w for w in waiver_people if w in people) or next(iter(people))}]",
         f"    checks: [{', '.join(repr(c) for c in waiver_checks)}]",
         f"    max-days: {max_days}",
-        "revokers: [alice, bob]",
+        f"revokers: [{', '.join(n for n in ('alice', 'bob') if n in people)}]",
         f"required-approvals: {required_approvals}",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
