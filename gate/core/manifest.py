@@ -7,8 +7,10 @@ The shape of `Manifest` may not change without bumping `API_VERSION`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -60,6 +62,21 @@ class IdentityField(str, Enum):
     tenant = "tenant"
 
 
+def pull_request_head(env: Mapping[str, str]) -> tuple[int | None, str] | None:
+    """(PR number, head commit) from $GITHUB_EVENT_PATH on a pull_request event, else None."""
+    import json
+
+    if not env.get("GITHUB_EVENT_NAME", "").startswith("pull_request") or not env.get("GITHUB_EVENT_PATH"):
+        return None
+    try:
+        event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text(encoding="utf-8"))
+        pr = event["pull_request"]
+        number = pr.get("number")
+        return (number if isinstance(number, int) else None), str(pr["head"]["sha"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 class Change(Record):
     """Where the change under test lives. All fields optional."""
 
@@ -71,11 +88,19 @@ class Change(Record):
     """Commit the change was built from; filled from CI environment variables when absent."""
 
     def with_ci_commit(self, environ: dict[str, str] | None = None) -> Change:
-        """Record the commit named by CI environment variables when the manifest gives none."""
+        """Record the commit named by CI environment variables when the manifest gives none: $GATE_COMMIT,
+        else on a GitHub pull_request event the PR head commit from $GITHUB_EVENT_PATH (not the merge
+        commit GITHUB_SHA names), else GITHUB_SHA, CI_COMMIT_SHA, BUILDKITE_COMMIT, GIT_COMMIT."""
         env = os.environ if environ is None else environ
         if self.commit:
             return self
-        for var in ("GATE_COMMIT", "GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):
+        if env.get("GATE_COMMIT"):
+            return self.model_copy(update={"commit": env["GATE_COMMIT"]})
+        head = pull_request_head(env)
+        if head is not None:  # GITHUB_SHA is the temporary merge commit on pull_request events
+            number, sha = head
+            return self.model_copy(update={"commit": sha, "pull_request": self.pull_request or number})
+        for var in ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):
             if env.get(var):
                 return self.model_copy(update={"commit": env[var]})
         return self

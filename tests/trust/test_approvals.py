@@ -7,8 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.trust.trusted import write_trust
 from click.testing import CliRunner
 
 from gate.cli.main import cli
@@ -26,6 +24,7 @@ from gate.trust.approve import APPROVED_HTML, approve
 from gate.trust.attest import ENVELOPE_NAME, generate_keypair, keyid, load_private_key, verify_envelope
 from gate.trust.ledger import Ledger
 from tests.trust.runs import quant_manifest, signed_run
+from tests.trust.trusted import write_trust
 
 COMMIT = "3f2c1a9e8b7d6c5f4e3d2c1b0a9f8e7d6c5b4a39"
 

@@ -9,14 +9,13 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-
-from tests.trust.trusted import write_trust
 from click.testing import CliRunner, Result
 
 from gate.cli.main import cli
 from gate.core.result import GateResult
 from gate.trust.attest import generate_keypair
 from tests.trust.runs import quant_manifest, signed_run
+from tests.trust.trusted import write_trust
 
 COMMIT = "9c0ffee1d2e3f405162738495a6b7c8d9e0f1a2b"
 
