@@ -28,4 +28,4 @@ def command(prefix: Path, force: bool) -> None:
     click.echo(f"public key:  {pub_path}")
     click.echo(f"keyid:       {key_id}")
     click.echo(f"sign:        gate run MANIFEST --out DIR --sign-key {key_path}")
-    click.echo(f"verify:      gate verify DIR --key {pub_path}")
+    click.echo(f"verify:      gate verify DIR --run-key {pub_path} (or list it in trust.yaml)")
