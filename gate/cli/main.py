@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "verify": "gate.cli.verify",
     "approve": "gate.cli.approve",
     "waive": "gate.cli.waive",
+    "revoke": "gate.cli.revoke",
     "audit": "gate.cli.audit",
     "keygen": "gate.cli.keygen",
     "policies": "gate.cli.policies",

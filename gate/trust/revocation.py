@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gate._util.clock import now_utc
 from gate.errors import InputError
-from gate.trust.ledger import Entry, Ledger, now_utc
+from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
 from gate.trust.signing import sign_statement, verify_statement
 

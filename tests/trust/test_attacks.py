@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gate._util.clock import now_utc
 from gate.cli.main import cli
 from gate.core.result import GateResult, Verdict
 from gate.engine.pipeline import write_outputs
@@ -27,7 +28,7 @@ from gate.trust.approvals import (
     sign_envelope,
 )
 from gate.trust.attest import ENVELOPE_NAME, load_private_key
-from gate.trust.ledger import Ledger, now_utc, record_run
+from gate.trust.ledger import Ledger, record_run
 from gate.trust.waivers import WAIVER_KIND
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import in_days, make_keys, write_trust

@@ -9,9 +9,10 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from gate._util.clock import now_utc
 from gate.cli.main import cli
 from gate.core.manifest import Change
-from gate.trust.ledger import Ledger, now_utc
+from gate.trust.ledger import Ledger
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import make_keys, write_trust
 
