@@ -27,10 +27,10 @@ demo: $(STAMP)
 	@mkdir -p out
 	@test -f $(KEY).key || $(BIN)/gate keygen --out $(KEY)
 	GATE_THREADS=1 $(BIN)/gate run examples/reference-static-layout.yaml --out $(DEMO) --sign-key $(KEY).key
-	$(BIN)/gate verify $(DEMO) --key $(KEY).pub
+	$(BIN)/gate verify $(DEMO) --run-key $(KEY).pub
 	@echo
 	@echo "signed dossier: $(DEMO)/dossier.html  ($(DEMO)/dossier.md, $(DEMO)/junit.xml, $(DEMO)/attestation.dsse.json)"
-	@echo "verify it:      $(BIN)/gate verify $(DEMO) --key $(KEY).pub"
+	@echo "verify it:      $(BIN)/gate verify $(DEMO) --run-key $(KEY).pub"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
