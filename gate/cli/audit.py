@@ -48,6 +48,8 @@ def _summary(body: dict[str, Any]) -> str:
         change = body.get("change") or {}
         commit = str(change.get("commit") or "-")[:12]
         approx = " approximate" if body.get("approximate") else ""
+        waived = body.get("waivers") or []
+        approx += f" ({len(waived)} waived)" if waived else ""
         return (
             f"{str(body.get('verdict')).upper():<17} {(body.get('manifest') or {}).get('name')} "
             f"[{body.get('intervention')}/{body.get('claim')}{approx}] commit {commit}"

@@ -45,6 +45,8 @@ def command(
     and the verdict is appended to it (see docs/audit.md); otherwise nothing is recorded.
     """
     from gate.engine.pipeline import run_pipeline
+    from gate.report.build import build_report
+    from gate.report.words import VERDICTS
     from gate.trust.ledger import run_ledger_path
 
     log = progress_logger()
@@ -65,7 +67,14 @@ def command(
         if outputs.ledger_seq is not None:
             log(f"ledger: recorded as entry #{outputs.ledger_seq}")
     result = outputs.result
-    click.echo(f"verdict: {result.verdict.value.upper()} ({result.summary})")
+    for check in result.checks:
+        if check.status.value == "unproven":
+            click.echo(click.style(f"  UNPROVEN {check.check}: {check.message}", fg="yellow"))
+    label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
+    colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
+    click.echo(click.style(f"verdict: {label} ({result.summary})", fg=colour, bold=True))
+    for note in build_report(result).banner.notes:
+        click.echo(click.style(f"  {note}", fg=colour))
     for path in outputs.files:
         click.echo(f"  {path}")
     sys.exit(result.exit_code)

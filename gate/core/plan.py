@@ -27,6 +27,9 @@ CLAIM_IN_WORDS = {
     "evaluated slice, and only there",
 }
 
+UNPROVEN_DEFAULT = {ClaimLevel.exact: "deny", ClaimLevel.tolerance: "deny"}
+"""A numeric claim whose checks cannot show power is not a claim: unproven denies by default."""
+
 
 class PlannedCheck(Record):
     """One check the plan will run."""
@@ -43,6 +46,8 @@ class PlannedCheck(Record):
     """Policy parameters merged with the manifest's overrides."""
     controls: list[ControlSpec] = Field(default_factory=list)
     """Negative controls the check must pass."""
+    unproven: Literal["deny", "warn"] = "deny"
+    """What it means when none of the controls can run: deny fails the gate, warn reports."""
     source: str
     """Policy file and rule path that required it."""
     resolution: list[str] = Field(default_factory=list)
@@ -67,6 +72,8 @@ class Plan(Record):
     identity_declared: list[str]
     checks: list[PlannedCheck]
     policies: list[Digest]
+    site_policy: list[str] = Field(default_factory=list)
+    """How a --policy-dir replaced or extended the built-in rule, and what it dropped."""
 
 
 def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan:
@@ -122,6 +129,7 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
                 why=rule.why,
                 params=params,
                 controls=rule.controls,
+                unproven=rule.unproven or UNPROVEN_DEFAULT.get(level, "warn"),
                 source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
                 resolution=claim.history,
                 available=rule.check in registered,
@@ -152,4 +160,5 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
         identity_declared=sorted(declared),
         checks=planned,
         policies=policies.digests(),
+        site_policy=claim.site_changes,
     )

@@ -58,6 +58,10 @@ class CheckRule(Record):
     """Parameters, validated by the check's Params model at run time."""
     controls: list[ControlSpec] = Field(default_factory=list)
     """Faults the check must detect (release-gate step 5)."""
+    unproven: Literal["deny", "warn"] | None = None
+    """When none of the controls can run on the candidate (power unproven): deny fails the gate
+    (verdict unproven, exit 1), warn only reports. Default: deny for exact and tolerance claims,
+    warn otherwise."""
 
     @field_validator("controls", mode="before")
     @classmethod
@@ -132,9 +136,16 @@ class ResolvedClaim:
     """The effective rule for one (intervention, claim), with where it came from."""
 
     def __init__(
-        self, rule: ClaimRule, source: LoadedPolicy, checks: list[tuple[CheckRule, LoadedPolicy]], history: list[str]
+        self,
+        rule: ClaimRule,
+        source: LoadedPolicy,
+        checks: list[tuple[CheckRule, LoadedPolicy]],
+        history: list[str],
+        weakened: list[str] | None = None,
     ) -> None:
         self.rule, self.source, self.checks, self.history = rule, source, checks, history
+        self.site_changes = weakened or []
+        """Lines saying how a --policy-dir replaced or extended the rule, and what it dropped."""
 
 
 class ResolvedIntervention:
@@ -172,12 +183,36 @@ def _directory_files(directory: Path) -> list[LoadedPolicy]:
     return [load_policy_file(p) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
 
 
-def _merge_claim(earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedPolicy, where: str) -> ResolvedClaim:
+def site_change(earlier: ResolvedClaim, later: list[CheckRule], source: LoadedPolicy, verb: str) -> str:
+    """One line for the banner: which site policy changed the rule, and what it dropped."""
+    after = {c.check: {k.fault for k in c.controls} for c in later}
+    checks_dropped = [c.check for c, _ in earlier.checks if c.check not in after]
+    controls_dropped = sum(
+        len({k.fault for k in c.controls} - after.get(c.check, set())) for c, _ in earlier.checks
+    )
+    added = [c for c in after if c not in {e.check for e, _ in earlier.checks}]
+    line = (
+        f"site policy {source.policy.name}@{source.policy.version} ({source.path}) {verb} the rule of "
+        f"{earlier.source.policy.name}: {len(checks_dropped)} checks and {controls_dropped} controls dropped"
+    )
+    if checks_dropped:
+        line += f" (checks dropped: {', '.join(checks_dropped)})"
+    return line + (f"; {len(added)} added ({', '.join(added)})" if added else "")
+
+
+def _merge_claim(
+    earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedPolicy, where: str, site: bool
+) -> ResolvedClaim:
     own = [(c, source) for c in rule.checks]
     if earlier is None:
         return ResolvedClaim(rule, source, own, [f"{where}: defined"])
+    changes = list(earlier.site_changes)
     if rule.mode == "replace":
-        return ResolvedClaim(rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"])
+        if site:
+            changes.append(site_change(earlier, rule.checks, source, "replaced"))
+        return ResolvedClaim(
+            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"], changes
+        )
     merged = list(earlier.checks)
     for check_rule, src in own:
         index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
@@ -186,14 +221,17 @@ def _merge_claim(earlier: ResolvedClaim | None, rule: ClaimRule, source: LoadedP
         else:
             merged[index] = (check_rule, src)
     effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
-    return ResolvedClaim(effective, source, merged, [*earlier.history, f"{where}: extends {earlier.source.path}"])
+    if site:
+        changes.append(site_change(earlier, effective.checks, source, "extended"))
+    history = [*earlier.history, f"{where}: extends {earlier.source.path}"]
+    return ResolvedClaim(effective, source, merged, history, changes)
 
 
 def load_policies(extra_dirs: list[Path] | None = None) -> PolicySet:
     """Load the built-in policies, then each extra directory, and resolve the rules."""
     files: list[LoadedPolicy] = []
     resolved: dict[Intervention, ResolvedIntervention] = {}
-    for directory in [data_dir("policies"), *(extra_dirs or [])]:
+    for index, directory in enumerate([data_dir("policies"), *(extra_dirs or [])]):
         defined_here: dict[tuple[Intervention, ClaimLevel], LoadedPolicy] = {}
         for loaded in _directory_files(directory):
             files.append(loaded)
@@ -216,5 +254,5 @@ def load_policies(extra_dirs: list[Path] | None = None) -> PolicySet:
                         )
                     defined_here[key] = loaded
                     where = f"{loaded.path}: interventions.{intervention.value}.claims.{level.value}"
-                    target.claims[level] = _merge_claim(target.claims.get(level), crule, loaded, where)
+                    target.claims[level] = _merge_claim(target.claims.get(level), crule, loaded, where, site=index > 0)
     return PolicySet(files, resolved)

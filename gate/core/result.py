@@ -25,6 +25,8 @@ class Status(str, Enum):
     error = "error"
     skip = "skip"
     waived = "waived"
+    unproven = "unproven"
+    """The check passed but none of its negative controls could run: its power is not shown."""
 
 
 class Verdict(str, Enum):
@@ -34,6 +36,10 @@ class Verdict(str, Enum):
     failed = "fail"
     error = "error"
     awaiting_approval = "awaiting-approval"
+    passed_with_waivers = "pass-with-waivers"
+    """Every check held except the waived ones (exit 0; the waivers are named on the first screen)."""
+    unproven = "unproven"
+    """A check whose unproven power denies (policy `unproven: deny`) could not run its controls."""
 
 
 class ControlOutcome(str, Enum):
@@ -60,6 +66,11 @@ class ControlResult(Record):
 
     fault: str
     """Fault name, e.g. mask-origin-reset."""
+    kind: Literal["adapter", "generic"] | None = None
+    """adapter: the candidate adapter planted its own fault; generic: a protocol-level fault
+    (gate.engine.generic_faults) stood in for it; None: nothing could be planted."""
+    applied: str | None = None
+    """The fault actually applied (for kind generic, the generic fault's name)."""
     outcome: ControlOutcome
     """detected, missed, unobservable or error."""
     detected_at: int | None = None
@@ -97,9 +108,11 @@ class CheckResult(Record):
     check: str
     """Registered check name."""
     status: Status
-    """pass, fail, warn, error, skip or waived."""
+    """pass, fail, warn, error, skip, waived or unproven."""
     severity: Literal["deny", "warn"]
     """What a failure means for the gate: deny fails it, warn only reports."""
+    unproven: Literal["deny", "warn"] = "deny"
+    """What unproven power means for the gate (policy rule, else the claim's default)."""
     step: int = Field(ge=1, le=8)
     """Release-gate step (background: the release gate) the check serves."""
     why: str = ""
@@ -143,7 +156,7 @@ class GateResult(Record):
     gate_version: str
     """gate package version that produced it."""
     verdict: Verdict
-    """pass, fail, error or awaiting-approval."""
+    """pass, pass-with-waivers, fail, unproven, error or awaiting-approval."""
     exit_code: int
     """Process exit code the verdict maps to (see README)."""
     summary: str = ""
@@ -154,6 +167,8 @@ class GateResult(Record):
     """Path and sha256 of the manifest file."""
     policies: list[Digest]
     """Every policy file that took part in planning, with its sha256."""
+    site_policy: list[str] = Field(default_factory=list)
+    """How a --policy-dir replaced or extended the built-in rule and what it dropped (the banner says so)."""
     plan: dict[str, Any]
     """The plan that was run (see gate.core.plan.Plan)."""
     checks: list[CheckResult]

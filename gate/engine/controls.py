@@ -4,6 +4,10 @@ A check has power only if it fails when a known bug is planted. For each fault t
 the same check runs again against `candidate.with_fault(fault)`. Before a control counts, the
 engine confirms the fault changed what the check observed; one that did not is reported as
 unobservable (with the measured difference), never as a detection or as a lack of power.
+
+The fault is the adapter's own when its path offers it, else a protocol-level fault from
+gate.engine.generic_faults that stands in for it; each result records which kind ran. A check
+none of whose controls could run at all has unproven power (`unproven_verdict`), never a pass.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from gate.core.check import CheckContext, CheckSpec, Outcome
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, ControlResult
+from gate.engine.generic_faults import plant
 
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
@@ -34,23 +39,22 @@ def run_control(
     spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
 ) -> ControlResult:
     """Run one control and classify it."""
-    if control.fault not in ctx.candidate.faults():
-        return ControlResult(
-            fault=control.fault,
-            outcome=ControlOutcome.unsupported,
-            message=f"path {ctx.candidate.name} cannot apply fault {control.fault!r}",
-        )
-    faulty_ctx = replace(ctx, candidate=ctx.candidate.with_fault(control.fault), control=control.fault)
+    planted = plant(ctx.candidate, spec.name, control.fault)
+    if isinstance(planted, str):
+        return ControlResult(fault=control.fault, outcome=ControlOutcome.unsupported, message=planted)
+    kind = {"kind": planted.kind, "applied": planted.applied}
+    faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault)
     try:
         faulty = spec(faulty_ctx, params)
     except Exception as err:  # a control that crashes proves nothing either way
         return ControlResult(
-            fault=control.fault, outcome=ControlOutcome.error, message=f"{err.__class__.__name__}: {err}"
+            fault=control.fault, **kind, outcome=ControlOutcome.error, message=f"{err.__class__.__name__}: {err}"
         )
     difference = observation_difference(clean, faulty)
     metrics = {k: v for k, v in faulty.metrics.items() if isinstance(v, (int, float, str, bool))}
     base = {
         "fault": control.fault,
+        **kind,
         "output_difference": difference,
         "metrics": metrics,
         "detected_at": faulty.detected_at,
@@ -79,6 +83,15 @@ def run_control(
         outcome=ControlOutcome.missed,
         message=f"the fault changed the outputs (max |Δ| = {difference}) but the check passed",
     )
+
+
+def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
+    """The reason a check's power is unproven: it declares controls and none of them could run."""
+    could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
+    if not controls or any(c.outcome not in could_not_run for c in controls):
+        return None
+    reasons = "; ".join(f"{c.fault}: {c.message}" for c in controls)
+    return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"
 
 
 def power_verdict(check: str, controls: list[ControlResult]) -> str | None:

@@ -80,12 +80,13 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Check
 
 def run_check(planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext) -> CheckResult:
     """Run one check and its controls; never raises."""
-    from gate.engine.controls import power_verdict, run_control
+    from gate.engine.controls import power_verdict, run_control, unproven_verdict
 
     started = time.perf_counter()
     base = {
         "check": planned.check,
         "severity": planned.severity,
+        "unproven": planned.unproven,
         "step": planned.step,
         "why": planned.why,
         "policy_rule": planned.source,
@@ -104,8 +105,11 @@ def run_check(planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ct
         for control in planned.controls:
             ctx.log(f"  control {control.fault} ({control.expect})")
             controls.append(run_control(spec, ctx, params, outcome, control))
-        problem = power_verdict(planned.check, controls)
-        if problem:
+        unproven = unproven_verdict(planned.check, controls)
+        problem = None if unproven else power_verdict(planned.check, controls)
+        if unproven:
+            status, message = Status.unproven, unproven
+        elif problem:
             status, message = Status.failed, problem
     return CheckResult(
         **base,
@@ -131,10 +135,20 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
         return Verdict.error, EXIT_CHECK_ERROR, f"error in {', '.join(errors)}"
     if denied:
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
+    unproven = [c.check for c in checks if c.status == Status.unproven and c.unproven == "deny"]
+    if unproven:
+        return (
+            Verdict.unproven,
+            EXIT_GATE_FAILED,
+            f"unproven: {', '.join(unproven)} passed, but none of their negative controls could run on this "
+            "candidate, so the gate never showed these checks can fail",
+        )
     waived = [c.check for c in checks if c.status == Status.waived]
     skipped = [c.check for c in checks if c.status == Status.skip]
+    warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    note += f" ({len(warned)} unproven, policy warns only: {', '.join(warned)})" if warned else ""
     if claim == ClaimLevel.bounded_degradation:
         held = "every deny check held" if waived else "every envelope held"
         return (
@@ -142,6 +156,9 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
             EXIT_AWAITING_APPROVAL,
             f"{held}; an approximate change waits for a signed approval" + note,
         )
+    if waived:
+        ran = len(checks) - len(skipped) - len(waived)
+        return Verdict.passed_with_waivers, EXIT_PASS, f"{ran} checks passed, {len(waived)} failed and waived" + note
     if skipped:
         return Verdict.passed, EXIT_PASS, f"all {len(checks) - len(skipped)} checks that ran passed" + note
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
@@ -229,6 +246,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         manifest=manifest.model_dump(mode="json", by_alias=True),
         manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
         policies=plan.policies,
+        site_policy=plan.site_policy,
         plan=plan.model_dump(mode="json"),
         checks=checks,
         subjects=subjects,

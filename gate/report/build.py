@@ -105,8 +105,12 @@ def _detected_at(check: CheckResult, first_failing_length: float | None) -> str 
 def _control_line(control: ControlResult) -> ControlLine:
     outcome = control.outcome.value
     diff = control.output_difference
+    kind = control.kind or "—"
+    if control.kind == "generic" and control.applied:
+        kind = f"generic: {control.applied}"
     return ControlLine(
         fault=control.fault,
+        kind=kind,
         outcome=outcome,
         tone=CONTROL_TONES.get(outcome, "muted"),
         detected_at=number(control.detected_at) if control.detected_at is not None else None,
@@ -141,6 +145,7 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
         status_label=label,
         tone=tone,
         severity=check.severity,
+        unproven=check.unproven,
         step=check.step,
         step_title=STEP_TITLES.get(check.step, ""),
         message=check.message,
@@ -164,8 +169,8 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
 
 
 def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Failure]:
-    failing = [s for s in sections if s.status in ("fail", "error")]
-    failing.sort(key=lambda s: (s.severity != "deny", s.status != "fail"))
+    failing = [s for s in sections if s.status in ("fail", "error", "unproven")]
+    failing.sort(key=lambda s: (s.severity != "deny", s.status == "unproven", s.status != "fail"))
     return [
         Failure(
             check=s.check,
@@ -286,6 +291,21 @@ def _provenance(result: GateResult) -> list[ProvenanceGroup]:
     return groups
 
 
+def _banner_notes(result: GateResult) -> list[str]:
+    """What qualifies the verdict, for the first screen."""
+    notes = list(result.site_policy)
+    for check in result.checks:
+        waiver = check.waiver
+        if check.status == Status.waived and waiver is not None:
+            notes.append(
+                f"waived: {check.check} ({waiver.reason}); approved by {waiver.approver}, expires {waiver.expires}"
+            )
+        if check.status == Status.unproven:
+            denies = "denies" if check.unproven == "deny" else "warns only"
+            notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run")
+    return notes
+
+
 def build_report(
     result: GateResult, signing: Signing | None = None, approvals: Sequence[Mapping[str, Any]] = ()
 ) -> ReportData:
@@ -311,6 +331,7 @@ def build_report(
             KeyValue(k, str(v))
             for k, v in sorted(counts.items(), key=lambda kv: list(STATUSES).index(kv[0]) if kv[0] in STATUSES else 99)
         ],
+        notes=_banner_notes(result),
     )
     plan = [
         PlanRow(

@@ -32,6 +32,9 @@ def workflow_commands(data: ReportData, dossier: Path, manifest_file: str | None
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
     lines = []
     where = f"file={_property(manifest_file)}," if manifest_file else ""
+    for unproven in [f for f in data.failures if f.status == "UNPROVEN"][:MAX_ERRORS]:
+        title = f"gate {unproven.check} UNPROVEN (step {unproven.step})"
+        lines.append(f"::warning {where}title={_property(title)}::{_data(unproven.message)}")
     for failure in denied[:MAX_ERRORS]:
         parts = [failure.message]
         if failure.detected_at:
@@ -43,6 +46,8 @@ def workflow_commands(data: ReportData, dossier: Path, manifest_file: str | None
     summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
     if len(denied) > MAX_ERRORS:
         summary += f" ({len(denied) - MAX_ERRORS} more failing checks not annotated)"
+    for note in data.banner.notes:
+        summary += f" | {note}"
     lines.append(f"::notice title={_property('gate verdict')}::{_data(summary)}")
     return lines
 

@@ -1,7 +1,10 @@
 """junit.xml for CI test tabs: one testcase per planned check, built with xml.etree.
 
 deny failure -> <failure>; error -> <error>; waived -> <skipped> with its reason; skip -> <skipped>;
-warn (or a failure of a warn-severity check) -> a passing testcase with <system-out>.
+unproven -> <failure type="unproven"> when the policy says it denies, else a passing testcase whose
+<system-out> starts with UNPROVEN; warn (or a failure of a warn-severity check) -> a passing testcase
+with <system-out>. The suite's verdict property and system-out carry the verdict (pass-with-waivers,
+unproven) and the banner's notes (waivers with approver and expiry, site policies).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def _testcase(parent: ET.Element, s: CheckSection, seconds: float) -> str:
         failure = ET.SubElement(case, "failure", message=headline, type="deny")
         failure.text = details
         return "failure"
+    if s.status == "unproven" and s.unproven == "deny":
+        failure = ET.SubElement(case, "failure", message=headline, type="unproven")
+        failure.text = details
+        return "failure"
     if s.status == "error":
         error = ET.SubElement(case, "error", message=_clean(s.error or headline), type="error")
         error.text = _clean("\n".join(filter(None, [details, s.traceback])))
@@ -91,7 +98,7 @@ def junit_xml(result: GateResult, data: ReportData) -> bytes:
     for section, check in zip(data.sections, result.checks, strict=True):
         counts[_testcase(suite, section, check.duration_s)] += 1
     ET.SubElement(suite, "system-out").text = _clean(
-        f"gate {data.banner.label} ({data.banner.signed_label}): {data.banner.summary}"
+        "\n".join([f"gate {data.banner.label} ({data.banner.signed_label}): {data.banner.summary}", *data.banner.notes])
     )
     for element in (suites, suite):
         element.set("tests", str(len(result.checks)))

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from gate.report.plots import DistributionPlot, SlicePlot, SweepPlot
 
 Tone = str
-"""One of "good", "bad", "warn", "muted", "await": the colour a template gives a status."""
+"""One of "good", "bad", "warn", "muted", "await", "unproven" (amber: power not shown, never the
+pass colour), "waived" (held except for signed waivers): the colour a template gives a status."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Banner:
     """Manifest name of the change."""
     counts: list[KeyValue]
     """Check counts by status, e.g. pass: 4, fail: 1."""
+    notes: list[str] = field(default_factory=list)
+    """First-screen facts that qualify the verdict: site policies that replaced or weakened the
+    built-in rule, waived checks with approver and expiry, checks whose power is unproven."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,8 @@ class Distribution:
 @dataclass(frozen=True)
 class ControlLine:
     fault: str
+    kind: str
+    """adapter, generic (with the generic fault's name) or — when nothing could be planted."""
     outcome: str
     tone: Tone
     detected_at: str | None
@@ -213,6 +219,8 @@ class CheckSection:
     status_label: str
     tone: Tone
     severity: str
+    unproven: str
+    """deny or warn: what unproven power means for the gate (policy)."""
     step: int
     step_title: str
     message: str

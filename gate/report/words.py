@@ -19,6 +19,8 @@ VERDICTS = {
     "fail": ("FAIL", "bad"),
     "error": ("ERROR", "bad"),
     "awaiting-approval": ("AWAITING APPROVAL", "await"),
+    "pass-with-waivers": ("PASS WITH WAIVERS", "waived"),
+    "unproven": ("UNPROVEN", "unproven"),
 }
 
 STATUSES = {
@@ -27,7 +29,8 @@ STATUSES = {
     "warn": ("WARN", "warn"),
     "error": ("ERROR", "bad"),
     "skip": ("SKIPPED", "muted"),
-    "waived": ("WAIVED", "warn"),
+    "waived": ("WAIVED", "waived"),
+    "unproven": ("UNPROVEN", "unproven"),
 }
 
 CONTROL_TONES = {
@@ -38,6 +41,11 @@ CONTROL_TONES = {
     "error": "bad",
     "unobservable": "warn",
     "unsupported": "muted",
+}
+
+CONTROL_KINDS = {
+    "adapter": "the adapter's own fault",
+    "generic": "a protocol-level fault applied by gate around the adapter's sessions",
 }
 
 INTERVENTION_WORDS = {

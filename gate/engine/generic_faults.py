@@ -1,0 +1,348 @@
+"""Protocol-level faults: negative controls every adapter that offers sessions gets for free.
+
+An adapter's own faults (`path.faults()`, `path.with_fault(name)`) plant bugs inside its code.
+A third-party adapter rarely has them, and power must not depend on faults only gate's own
+adapters can plant. The faults here wrap a `DecodePath` and its `Session`s from the outside and
+break what any KV cache must get right, seen through the protocol alone:
+
+    handle-swap       appends run against another request's session (cross-request handle)
+    reset-ignored     reset() does nothing: the next request starts on the previous one's cache
+    cache-dropped     each append runs against an empty session: the cached prefix is gone
+    token-skipped     the first token of a multi-token call never enters the cache (positions off by one)
+    weights-changed   appends run after the model's weights changed, the cache kept (needs
+                      WeightReloading on the path)
+    block-truncated   the partial last block of the cache is cropped before each append (needs
+                      CacheCropping on the sessions)
+
+Each stands in for the named faults of gate's catalogue it imitates (`stands_for`) and says which
+checks it can prove power for (`proves`): a wrapper cannot reach inside a kernel, so it proves
+only checks that observe the candidate through sessions. A bug inside the engine's attention or
+position arithmetic is seen only through parity itself; these controls show the check would see
+a cache that keeps the wrong state, not that every such bug is covered.
+
+A generic fault applies only to a path that keeps a cache (`uses_cache`): on a path that
+recomputes every step it would break only gate's wrapper, which proves nothing about the path.
+This module imports no torch at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from gate.protocols import DecodePath, Session
+
+SESSION_CHECKS = ("prefix-sweep", "greedy-parity")
+"""Built-in checks that compare the candidate's session outputs with the reference's."""
+
+
+@runtime_checkable
+class WeightReloading(Protocol):
+    """A path whose model can load changed weights in place while sessions stay open."""
+
+    def reload_weights(self, version: int) -> None:
+        """0: the weights as built. Any other version: deterministically changed weights (as a
+        model update would bring), loaded into the same model object."""
+        ...
+
+
+@runtime_checkable
+class CacheCropping(Protocol):
+    """A session whose cache length is exposed and can be cut back (HF `DynamicCache.crop`)."""
+
+    def cache_length(self) -> int:
+        """Tokens held in the cache."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keep only the first `length` cached tokens (and continue from position `length`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenericFault:
+    """A fault applied from outside the adapter, through the Session protocol."""
+
+    name: str
+    stands_for: tuple[str, ...]
+    """Catalogue fault names (gate.models.faults) a policy may name, that this one imitates."""
+    proves: tuple[str, ...]
+    """Checks this fault can show power for."""
+    summary: str
+    session: Callable[[DecodePath, int], Any]
+    """Builds the faulty session: (clean path, batch size) -> Session."""
+    needs: Callable[[DecodePath], str | None] = lambda _path: None
+    """None when the path offers what the fault needs, else the reason it cannot apply."""
+
+
+class _Wrapped:
+    """Common base: a session that forwards to `inner` and remembers whether it holds tokens."""
+
+    def __init__(self, path: DecodePath, batch: int) -> None:
+        self.path, self.batch = path, batch
+        self.inner: Session = path.new_session(batch)
+        self.fed = False
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.fed = self.fed or tokens.shape[1] > 0
+        return self.inner.prefill(tokens)
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not self.fed:
+            return self.prefill(tokens)
+        return self.faulty_append(tokens)
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.inner.append(tokens)
+
+    def reset(self) -> None:
+        self.fed = False
+        self.inner.reset()
+
+    def exercise(self) -> dict[str, Any]:
+        return dict(self.inner.exercise())
+
+
+def _other_request(tokens: torch.Tensor) -> torch.Tensor:
+    """Another request of the same shape: the next row's tokens, or the row reversed when B = 1."""
+    return tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1)
+
+
+class HandleSwap(_Wrapped):
+    """Prefills go to the request's own session and, shifted by one row, to a foreign one; every
+    append then runs against the foreign session: the handle points at another request's cache."""
+
+    def __init__(self, path: DecodePath, batch: int) -> None:
+        super().__init__(path, batch)
+        self.foreign: Session = path.new_session(batch)
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.foreign.prefill(_other_request(tokens))
+        return super().prefill(tokens)
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.foreign.append(tokens)
+
+    def reset(self) -> None:
+        super().reset()
+        self.foreign.reset()
+
+
+class ResetIgnored(_Wrapped):
+    """reset() forgets nothing."""
+
+    def reset(self) -> None:
+        return None
+
+
+class CacheDropped(_Wrapped):
+    """Every append runs against a new, empty session."""
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.inner = self.path.new_session(self.batch)
+        return self.inner.append(tokens)
+
+
+class TokenSkipped(_Wrapped):
+    """The first token of every multi-token prefill or append never enters the cache: every later
+    position is one short. Its row of logits is the next row repeated, so shapes stay the
+    protocol's. (Skipping rather than doubling keeps positions inside max_len on a sweep to the
+    longest prefix.)"""
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[1] < 2:
+            return super().prefill(tokens)
+        return _repeat_first(super().prefill(tokens[:, 1:]))
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[1] < 2:
+            return self.inner.append(tokens)
+        return _repeat_first(self.inner.append(tokens[:, 1:]))
+
+
+def _repeat_first(rows: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.cat([rows[:, :1], rows], dim=1)
+
+
+class WeightsChanged(_Wrapped):
+    """Appends run with changed weights against the cache the old weights wrote."""
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        reloading: Any = self.path
+        reloading.reload_weights(1)
+        try:
+            return self.inner.append(tokens)
+        finally:
+            reloading.reload_weights(0)
+
+
+def _block(path: DecodePath) -> int:
+    bounds = getattr(path, "layout_boundaries", None)
+    edges = bounds() if callable(bounds) else ()
+    return int(edges[0]) if edges else 16
+
+
+class BlockTruncated(_Wrapped):
+    """Before each append the cache is cropped to whole blocks: the partial last block is lost."""
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        cropping: Any = self.inner
+        length, block = int(cropping.cache_length()), _block(self.path)
+        if length % block:
+            cropping.crop(length - length % block)
+        return self.inner.append(tokens)
+
+
+def _needs_reload(path: DecodePath) -> str | None:
+    if isinstance(path, WeightReloading):
+        return None
+    return f"path {path.name} cannot reload weights (no reload_weights: gate.engine.generic_faults.WeightReloading)"
+
+
+def _needs_crop(path: DecodePath) -> str | None:
+    session = path.new_session(1)
+    if isinstance(session, CacheCropping):
+        return None
+    return (
+        f"sessions of {path.name} do not expose their cache length "
+        "(no cache_length/crop: gate.engine.generic_faults.CacheCropping)"
+    )
+
+
+GENERIC_FAULTS: tuple[GenericFault, ...] = (
+    GenericFault(
+        "handle-swap",
+        ("cross-request-handle",),
+        SESSION_CHECKS,
+        "appends run against another request's session (the next row's prompt; the reversed prompt when B = 1)",
+        HandleSwap,
+    ),
+    GenericFault(
+        "reset-ignored",
+        ("reset-keeps-position",),
+        ("reset-isolation",),
+        "reset() does nothing: the next request is appended to the previous request's cache",
+        ResetIgnored,
+    ),
+    GenericFault(
+        "cache-dropped",
+        ("missing-start-pos",),
+        SESSION_CHECKS,
+        "every append runs against an empty session: the cached prefix is dropped",
+        CacheDropped,
+    ),
+    GenericFault(
+        "token-skipped",
+        ("off-by-one-pos",),
+        SESSION_CHECKS,
+        "the first token of every multi-token prefill or append is skipped: later positions are off by one",
+        TokenSkipped,
+    ),
+    GenericFault(
+        "weights-changed",
+        ("stale-weights",),
+        SESSION_CHECKS,
+        "appends run after the weights changed while the cache written by the old weights is kept",
+        WeightsChanged,
+        _needs_reload,
+    ),
+    GenericFault(
+        "block-truncated",
+        ("truncated-last-block",),
+        SESSION_CHECKS,
+        "the partial last block of the cache is cropped before each append",
+        BlockTruncated,
+        _needs_crop,
+    ),
+)
+GENERIC_BY_NAME = {g.name: g for g in GENERIC_FAULTS}
+
+
+class FaultedPath:
+    """A clean path whose sessions come from a generic fault; everything else is the path's own.
+
+    Capabilities the fault cannot reach (an attention probe, per-layer traces) are not offered,
+    so a check cannot judge the clean path through them and call it a control."""
+
+    _PASS_THROUGH = ("layout_boundaries", "block_size", "reload_weights")
+
+    def __init__(self, inner: DecodePath, fault: GenericFault) -> None:
+        self.inner, self.fault = inner, fault
+        self.name = f"{inner.name}+generic:{fault.name}"
+        self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
+        self.uses_cache, self.dtype = inner.uses_cache, inner.dtype
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in FaultedPath._PASS_THROUGH:
+            return getattr(self.inner, attr)
+        raise AttributeError(attr)
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.inner.identity(), "generic_fault": self.fault.name}
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.inner.full_logits(tokens)
+
+    def new_session(self, batch_size: int) -> Session:
+        session: Session = self.fault.session(self.inner, batch_size)
+        return session
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> DecodePath:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"path {self.name} already carries generic fault {self.fault.name}")
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A faulty candidate for one control, and which kind of fault made it."""
+
+    path: DecodePath
+    kind: str
+    """adapter: the adapter's own with_fault; generic: a protocol-level fault from this module."""
+    applied: str
+    """The fault actually applied (the generic fault's name for kind generic)."""
+
+
+def plant(path: DecodePath, check: str, fault: str) -> Planted | str:
+    """The candidate with `fault` planted: the adapter's own fault when it offers one, else a
+    generic fault that stands in for it and can prove power for `check`; else why neither can."""
+    if fault in path.faults():
+        return Planted(path.with_fault(fault), "adapter", fault)
+    matching = [g for g in GENERIC_FAULTS if fault == g.name or fault in g.stands_for]
+    if not matching:
+        return f"path {path.name} cannot apply fault {fault!r}, and no generic fault stands in for it"
+    reasons = []
+    for generic in matching:
+        if check not in generic.proves:
+            reasons.append(f"generic {generic.name} proves only {', '.join(generic.proves)}")
+            continue
+        if not path.uses_cache:
+            reasons.append(f"generic {generic.name} needs a path that keeps a cache; {path.name} recomputes")
+            continue
+        missing = generic.needs(path)
+        if missing:
+            reasons.append(f"generic {generic.name}: {missing}")
+            continue
+        return Planted(FaultedPath(path, generic), "generic", generic.name)
+    return f"path {path.name} cannot apply fault {fault!r}; " + "; ".join(reasons)
+
+
+__all__ = [
+    "GENERIC_FAULTS",
+    "CacheCropping",
+    "FaultedPath",
+    "GenericFault",
+    "Planted",
+    "WeightReloading",
+    "plant",
+]

@@ -1,0 +1,118 @@
+"""A third-party gate adapter for a small language model that is not gate's.
+
+`tinylm.py` is the model as its authors would write it (learned positions, a KV cache that is a
+list of growing tensors, a `bug` switch for the tests). This file is all gate needs: Options, a
+DecodePath with sessions, and the two optional capabilities that buy more generic negative
+controls (`reload_weights` on the path, `cache_length`/`crop` on sessions). It offers no faults of
+its own: gate's protocol-level controls (gate.engine.generic_faults) give its checks their power.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Options(BaseModel):
+    """How to build one tinylm path."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    engine: Literal["kv-cache", "recompute"] = "kv-cache"
+    """kv-cache: sessions keep K/V and append against it. recompute: every call runs the whole
+    sequence again (no cache: gate's generic controls have nothing to act on)."""
+    bug: Literal["none", "positions-restart"] = "none"
+    """A planted bug in tinylm's own cache code (positions-restart: appended tokens are encoded
+    from position 0)."""
+    layers: int = Field(default=2, ge=1, le=8)
+    """Decoder layers."""
+    max_len: int = Field(default=192, ge=8, le=4096)
+    """Longest sequence (learned position table size)."""
+
+
+class TinyLMAdapter:
+    """Builds DecodePaths over tinylm.TinyLM; both paths of a manifest share weights via the seed."""
+
+    name: ClassVar[str] = "tinylm"
+    Options: ClassVar[type[BaseModel]] = Options
+
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
+        import torch
+
+        from gate_plugin_tinylm.tinylm import Config, TinyLM
+
+        opts = options if isinstance(options, Options) else Options.model_validate(options.model_dump())
+        config = Config(n_layers=opts.layers, max_len=opts.max_len)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = TinyLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+        return TinyLMPath(model, opts, device)
+
+
+class TinyLMPath:
+    """gate.protocols.DecodePath over a TinyLM."""
+
+    dtype: str
+
+    def __init__(self, model: Any, options: Options, device: str) -> None:
+        self.model, self.options, self.device = model, options, device
+        self.name = f"tinylm:{options.engine}" + ("" if options.bug == "none" else f"+{options.bug}")
+        self.vocab_size, self.max_len = model.config.vocab_size, model.config.max_len
+        self.uses_cache = options.engine == "kv-cache"
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self._built = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def identity(self) -> dict[str, Any]:
+        digest = hashlib.sha256()
+        for key, tensor in sorted(self.model.state_dict().items()):
+            digest.update(key.encode() + tensor.detach().cpu().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes())
+        config = json.dumps(self.model.config.__dict__, sort_keys=True)
+        return {
+            "model": "gate_plugin_tinylm.tinylm",
+            "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+            "weights_sha256": digest.hexdigest(),
+            "engine": self.options.engine,
+            "bug": self.options.bug,
+        }
+
+    def full_logits(self, tokens: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.model(tokens.to(self.device)).float()
+
+    def new_session(self, batch_size: int) -> Any:
+        from gate_plugin_tinylm.tinylm import CachedSession, RecomputeSession
+
+        if self.uses_cache:
+            return CachedSession(self.model, restart_positions=self.options.bug == "positions-restart")
+        return RecomputeSession(self.model)
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> Any:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"tinylm plants no faults of its own ({fault!r})")
+
+    def reload_weights(self, version: int) -> None:
+        """0: the weights as built; other versions: every weight nudged by a seeded perturbation."""
+        import torch
+
+        state = {k: v.clone() for k, v in self._built.items()}
+        if version:
+            gen = torch.Generator().manual_seed(version)
+            for value in state.values():
+                if value.is_floating_point():
+                    value.add_(0.05 * torch.randn(value.shape, generator=gen).to(value))
+        self.model.load_state_dict(state)
+
+
+def _u8() -> Any:
+    import torch
+
+    return torch.uint8
