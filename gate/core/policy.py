@@ -187,9 +187,7 @@ def site_change(earlier: ResolvedClaim, later: list[CheckRule], source: LoadedPo
     """One line for the banner: which site policy changed the rule, and what it dropped."""
     after = {c.check: {k.fault for k in c.controls} for c in later}
     checks_dropped = [c.check for c, _ in earlier.checks if c.check not in after]
-    controls_dropped = sum(
-        len({k.fault for k in c.controls} - after.get(c.check, set())) for c, _ in earlier.checks
-    )
+    controls_dropped = sum(len({k.fault for k in c.controls} - after.get(c.check, set())) for c, _ in earlier.checks)
     added = [c for c in after if c not in {e.check for e, _ in earlier.checks}]
     line = (
         f"site policy {source.policy.name}@{source.policy.version} ({source.path}) {verb} the rule of "
@@ -210,9 +208,7 @@ def _merge_claim(
     if rule.mode == "replace":
         if site:
             changes.append(site_change(earlier, rule.checks, source, "replaced"))
-        return ResolvedClaim(
-            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"], changes
-        )
+        return ResolvedClaim(rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"], changes)
     merged = list(earlier.checks)
     for check_rule, src in own:
         index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)

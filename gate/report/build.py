@@ -105,7 +105,7 @@ def _detected_at(check: CheckResult, first_failing_length: float | None) -> str 
 def _control_line(control: ControlResult) -> ControlLine:
     outcome = control.outcome.value
     diff = control.output_difference
-    kind = control.kind or "—"
+    kind: str = control.kind or "—"
     if control.kind == "generic" and control.applied:
         kind = f"generic: {control.applied}"
     return ControlLine(

@@ -68,7 +68,9 @@ class TinyLMPath:
     def identity(self) -> dict[str, Any]:
         digest = hashlib.sha256()
         for key, tensor in sorted(self.model.state_dict().items()):
-            digest.update(key.encode() + tensor.detach().cpu().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes())
+            digest.update(
+                key.encode() + tensor.detach().cpu().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes()
+            )
         config = json.dumps(self.model.config.__dict__, sort_keys=True)
         return {
             "model": "gate_plugin_tinylm.tinylm",

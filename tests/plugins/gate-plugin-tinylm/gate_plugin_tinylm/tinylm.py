@@ -28,7 +28,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
         self.out = nn.Linear(c.d_model, c.d_model)
 
-    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         b, t, _ = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each [B, H, T, D]
         if past is not None:
@@ -47,7 +49,9 @@ class Block(nn.Module):
         self.attn = Attention(c)
         self.mlp = nn.Sequential(nn.Linear(c.d_model, 4 * c.d_model), nn.GELU(), nn.Linear(4 * c.d_model, c.d_model))
 
-    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         h, kv = self.attn(self.ln1(x), past)
         x = x + h
         return x + self.mlp(self.ln2(x)), kv
