@@ -21,6 +21,13 @@ from gate.cli.ledger_options import ledger_option
     envvar="GATE_THREADS",
     help="torch CPU threads (env GATE_THREADS). Tiny models on a shared machine often run fastest with 1.",
 )
+@click.option(
+    "--reference-cache",
+    type=click.Path(path_type=Path),
+    envvar="GATE_REFERENCE_CACHE",
+    help="Directory of stored reference answers (env GATE_REFERENCE_CACHE): an unchanged reference is read, "
+    "not recomputed (the same store `gate record` writes).",
+)
 @policy_dir_option
 @ledger_option
 @click.option(
@@ -35,6 +42,7 @@ def command(
     out_dir: Path,
     sign_key: Path | None,
     threads: int | None,
+    reference_cache: Path | None,
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
     trust_path: Path | None,
@@ -63,6 +71,7 @@ def command(
             policy_dirs=list(policy_dirs),
             log=log,
             trust=trust_path,
+            reference_cache=reference_cache,
         )
         if outputs.ledger_seq is not None:
             log(f"ledger: recorded as entry #{outputs.ledger_seq}")

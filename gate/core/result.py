@@ -167,6 +167,10 @@ class GateResult(Record):
     """Path and sha256 of the manifest file."""
     policies: list[Digest]
     """Every policy file that took part in planning, with its sha256."""
+    baseline: dict[str, Any] | None = None
+    """The stored reference answers the run used (gate.engine.baseline): kind (recorded baseline or
+    reference cache), path, sha256 of baseline.json, key, the gate commit that recorded it, and how
+    many answers were read and computed. None: the reference computed everything live."""
     site_policy: list[str] = Field(default_factory=list)
     """How a --policy-dir replaced or extended the built-in rule and what it dropped (the banner says so)."""
     plan: dict[str, Any]

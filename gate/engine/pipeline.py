@@ -45,6 +45,7 @@ def run_pipeline(
     log: Callable[[str], None] | None = None,
     environ: Mapping[str, str] | None = None,
     trust: str | os.PathLike[str] | None = None,
+    reference_cache: str | os.PathLike[str] | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -69,6 +70,7 @@ def run_pipeline(
             log=log or (lambda _line: None),
             ledger=ledger_path,
             trust=Path(trust) if trust is not None else None,
+            reference_cache=Path(reference_cache) if reference_cache is not None else None,
         ),
     )
     clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours

@@ -50,6 +50,11 @@ class RunOptions:
     """Audit ledger whose waivers apply to failed checks (gate.trust.waivers); None: no waivers."""
     trust: Path | None = None
     """Trust policy that says whose waivers apply (None: $GATE_TRUST, else ./trust.yaml, else none)."""
+    reference_cache: Path | None = None
+    """Directory of stored reference answers (gate.engine.baseline): read instead of recomputing,
+    missing answers computed and added. None: the reference computes everything."""
+    record: Path | None = None
+    """`gate record`: store every reference answer in this baseline directory; no controls run."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -78,8 +83,10 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Check
         ) from None
 
 
-def run_check(planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext) -> CheckResult:
-    """Run one check and its controls; never raises."""
+def run_check(
+    planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext, run_controls: bool = True
+) -> CheckResult:
+    """Run one check and (unless `run_controls` is false) its controls; never raises."""
     from gate.engine.controls import power_verdict, run_control, unproven_verdict
 
     started = time.perf_counter()
@@ -101,7 +108,7 @@ def run_check(planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ct
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
-    if status in (Status.passed, Status.warn):
+    if status in (Status.passed, Status.warn) and run_controls:
         for control in planned.controls:
             ctx.log(f"  control {control.fault} ({control.expect})")
             controls.append(run_control(spec, ctx, params, outcome, control))
@@ -164,6 +171,43 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
 
 
+def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOptions, log: Log) -> Any:
+    """The reference path behind the reference cache or the recording store, when asked for."""
+    from gate.engine.baseline import BaselineStore, StoredPath, cached_reference, new_header
+
+    if options.record is not None:
+        store = BaselineStore(options.record, new_header(path, spec.adapter, spec.options, manifest_name), dirty=True)
+        log(f"recording the reference's answers into {options.record}")
+        return StoredPath(store, path)
+    if options.reference_cache is not None and not isinstance(path, StoredPath):
+        stored = cached_reference(options.reference_cache, path, spec.adapter, spec.options, manifest_name)
+        log(f"reference cache: {stored.store.directory} ({len(stored.store.index)} stored answers)")
+        return stored
+    return path
+
+
+def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
+    """Save a writing store; describe the store the reference answered from, for the record."""
+    from gate.engine.baseline import StoredPath
+
+    if not isinstance(path, StoredPath):
+        return None
+    store = path.store
+    store.save()
+    kind = "recorded baseline" if path.live is None else "reference cache"
+    log(f"{kind}: {store.hits} answers read, {store.misses} computed ({store.directory})")
+    return {
+        "kind": kind,
+        "path": str(store.directory),
+        "sha256": store.digest() if (store.directory / "baseline.json").is_file() else None,
+        "key": store.key,
+        "gate_commit": store.header.get("gate_commit"),
+        "gate_version": store.header.get("gate_version"),
+        "answers_read": store.hits,
+        "answers_computed": store.misses,
+    }
+
+
 def prepare(manifest_path: Path, policy_dirs: list[Path]) -> tuple[LoadedManifest, Plan]:
     """Load, validate and plan; raises InputError / UnavailableError before anything runs."""
     loaded = load_manifest(manifest_path)
@@ -212,6 +256,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
                 seed=subject.seed,
             )
             subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
+        paths["reference"] = _stored_reference(paths["reference"], subject.reference, manifest.name, options, log)
     except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
         raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
 
@@ -226,10 +271,12 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             dtype=subject.dtype,
             log=log,
         )
-        check_result = run_check(planned, specs[planned.check], params[planned.check], ctx)
+        # recording a baseline stores the reference's answers; controls ask the reference nothing new
+        check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, options.record is None)
         log(f"  {check_result.status.value}: {check_result.message}")
         checks.append(check_result)
 
+    baseline = _baseline_record(paths["reference"], log)
     if waivers is not None:
         from gate.trust.waivers import apply_waivers
 
@@ -247,6 +294,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         manifest_digest=Digest(path=str(loaded.path), sha256=loaded.sha256),
         policies=plan.policies,
         site_policy=plan.site_policy,
+        baseline=baseline,
         plan=plan.model_dump(mode="json"),
         checks=checks,
         subjects=subjects,
