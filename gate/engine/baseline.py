@@ -137,8 +137,12 @@ class StoredPath:
 
     uses_cache: bool
 
-    def __init__(self, store: BaselineStore, live: DecodePath | None, *, name: str | None = None) -> None:
+    def __init__(
+        self, store: BaselineStore, live: DecodePath | None, *, name: str | None = None, mode: str | None = None
+    ) -> None:
         self.store, self.live = store, live
+        self.mode = mode or ("recorded baseline" if live is None else "reference cache")
+        """recorded baseline (replay only), reference cache (read, compute what is missing) or recording."""
         shape = store.header.get("shape", {})
         source = live if live is not None else None
         self.name = name or (live.name if live is not None else str(shape.get("name", "recorded")))

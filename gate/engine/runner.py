@@ -178,7 +178,7 @@ def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOpti
     if options.record is not None:
         store = BaselineStore(options.record, new_header(path, spec.adapter, spec.options, manifest_name), dirty=True)
         log(f"recording the reference's answers into {options.record}")
-        return StoredPath(store, path)
+        return StoredPath(store, path, mode="recording")
     if options.reference_cache is not None and not isinstance(path, StoredPath):
         stored = cached_reference(options.reference_cache, path, spec.adapter, spec.options, manifest_name)
         log(f"reference cache: {stored.store.directory} ({len(stored.store.index)} stored answers)")
@@ -194,7 +194,7 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
         return None
     store = path.store
     store.save()
-    kind = "recorded baseline" if path.live is None else "reference cache"
+    kind = path.mode
     log(f"{kind}: {store.hits} answers read, {store.misses} computed ({store.directory})")
     return {
         "kind": kind,

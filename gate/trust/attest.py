@@ -106,8 +106,12 @@ class Statement(BaseModel):
         return None
 
     def files(self) -> dict[str, str]:
-        """name -> sha256 of every file subject."""
-        return {s.name: s.digest["sha256"] for s in self.subject if "sha256" in s.digest}
+        """name -> sha256 of every file subject (the baseline subject names no file here)."""
+        return {
+            s.name: s.digest["sha256"]
+            for s in self.subject
+            if "sha256" in s.digest and not s.name.startswith(BASELINE_SUBJECT)
+        }
 
 
 def parse_statement(payload: bytes) -> Statement:
@@ -244,10 +248,18 @@ def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
     }
 
 
+BASELINE_SUBJECT = "baseline:"
+"""Subject name prefix of the baseline (gate record) a run's reference answers came from."""
+
+
 def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statement:
-    """The in-toto Statement binding `files` (names inside out_dir) and the change's commit."""
+    """The in-toto Statement binding `files` (names inside out_dir), the baseline the reference
+    answered from (when there is one) and the change's commit."""
     results = json.loads((out_dir / "results.json").read_bytes())
     subjects = [Subject(name=name, digest={"sha256": sha256_file(out_dir / name)}) for name in files]
+    baseline = results.get("baseline") or {}
+    if baseline.get("sha256"):
+        subjects.append(Subject(name=f"{BASELINE_SUBJECT}{baseline.get('path')}", digest={"sha256": baseline["sha256"]}))
     change = results.get("manifest", {}).get("change") or {}
     if change.get("commit"):
         subjects.append(
@@ -405,6 +417,10 @@ def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> N
             report.failures.append("results.json: not JSON")
             return
         _check_consistency(stmt.predicate, results, signed.get(manifest_file or ""), commits, report)
+        baselines = [s.digest.get("sha256") for s in stmt.subject if s.name.startswith(BASELINE_SUBJECT)]
+        recorded = (results.get("baseline") or {}).get("sha256")
+        if baselines != ([recorded] if recorded else []):
+            report.failures.append(f"baseline subject {baselines} does not match results.json's {recorded}")
 
 
 def _check_consistency(

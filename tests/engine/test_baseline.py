@@ -1,0 +1,85 @@
+"""Baselines (gate.engine.baseline): `gate record` stores the reference's answers, the `recorded`
+adapter replays them with the same verdict as the live reference, a question the recording lacks
+is a named error, the same store serves as a reference cache, and the attestation signs the baseline.
+The two-environment version (another venv, another checkout) is .ci/baseline-two-envs.sh."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from gate.cli.main import cli
+from gate.trust.attest import generate_keypair
+
+MANIFEST = Path(__file__).parent / "tinylm" / "kv-cache.yaml"
+
+
+def gate(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def results(out: Path) -> dict[str, Any]:
+    return json.loads((out / "results.json").read_text())  # type: ignore[no-any-return]
+
+
+def replay_manifest(tmp: Path, baseline: Path, seed: int = 0) -> Path:
+    text = MANIFEST.read_text().replace(
+        "  reference:\n    adapter: tinylm\n    options: {engine: recompute}",
+        f"  reference:\n    adapter: recorded\n    options: {{baseline: {baseline}}}",
+    )
+    path = tmp / f"replay-{seed}.yaml"
+    path.write_text(text.replace("seed: 0", f"seed: {seed}"))
+    return path
+
+
+def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp_path: Path) -> None:
+    recorded = gate("record", MANIFEST, "--out", tmp_path / "baseline")
+    assert recorded.exit_code == 0, recorded.output
+    header = json.loads((tmp_path / "baseline" / "baseline.json").read_text())
+    assert header["format"] == "gate/baseline/v1" and header["adapter"] == "tinylm" and header["entries"]
+    for entry in header["entries"].values():
+        assert (tmp_path / "baseline" / "objects" / f"{entry['sha256']}.npy").is_file()
+    live = gate("run", MANIFEST, "--out", tmp_path / "live")
+    key, _pub, _ = generate_keypair(tmp_path / "keys" / "gate")
+    replay = gate("run", replay_manifest(tmp_path, tmp_path / "baseline"), "--out", tmp_path / "replay", "--sign-key", key)
+    assert replay.exit_code == live.exit_code == 0, replay.output
+    a, b = results(tmp_path / "live"), results(tmp_path / "replay")
+    assert [(c["check"], c["status"]) for c in a["checks"]] == [(c["check"], c["status"]) for c in b["checks"]]
+    baseline = b["baseline"]
+    assert baseline["kind"] == "recorded baseline" and baseline["answers_computed"] == 0 and baseline["answers_read"]
+    assert b["subjects"]["reference"]["baseline"]["sha256"] == baseline["sha256"] == header_digest(tmp_path)
+    html = (tmp_path / "replay" / "dossier.html").read_text()
+    assert baseline["sha256"] in html
+    envelope = json.loads((tmp_path / "replay" / "attestation.dsse.json").read_text())
+    import base64
+
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert {"name": f"baseline:{tmp_path / 'baseline'}", "digest": {"sha256": baseline["sha256"]}} in statement["subject"]
+    verified = gate("verify", tmp_path / "replay", "--key", tmp_path / "keys" / "gate.pub")
+    assert verified.exit_code == 0, verified.output
+
+    missing = gate("run", replay_manifest(tmp_path, tmp_path / "baseline", seed=5), "--out", tmp_path / "missing")
+    assert missing.exit_code == 3, missing.output
+    errors = [c["message"] for c in results(tmp_path / "missing")["checks"] if c["status"] == "error"]
+    assert errors and all("MissingRecording" in m and "has no recording for" in m for m in errors)
+    assert any("full_logits tokens [2, 192]" in m for m in errors)
+
+
+def header_digest(tmp: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256((tmp / "baseline" / "baseline.json").read_bytes()).hexdigest()
+
+
+def test_the_same_store_caches_an_unchanged_reference(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = gate("run", MANIFEST, "--out", tmp_path / "one", "--reference-cache", cache)
+    second = gate("run", MANIFEST, "--out", tmp_path / "two", "--reference-cache", cache)
+    assert first.exit_code == second.exit_code == 0, second.output
+    one, two = results(tmp_path / "one")["baseline"], results(tmp_path / "two")["baseline"]
+    assert one["kind"] == two["kind"] == "reference cache"
+    assert one["answers_computed"] > 0 and two["answers_computed"] == 0 and two["answers_read"] > 0
+    assert "reference cache:" in second.output and "0 computed" in second.output
