@@ -60,9 +60,8 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for label, (seconds, info) in rows:
-        lines.append(
-            f"| {label} | {seconds:.1f} | {info['verdict']} | {info.get('answers_read')} | {info.get('answers_computed')} |"
-        )
+        read, computed = info.get("answers_read"), info.get("answers_computed")
+        lines.append(f"| {label} | {seconds:.1f} | {info['verdict']} | {read} | {computed} |")
     lines += ["", f"Saved {saved:.1f} s ({100 * saved / first[0]:.0f} % of the first run)."]
     text = "\n".join(lines) + "\n"
     print(text)

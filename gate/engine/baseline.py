@@ -270,7 +270,9 @@ def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest
     }
 
 
-def cached_reference(cache_root: Path, live: DecodePath, adapter: str, options: dict[str, Any], manifest: str) -> StoredPath:
+def cached_reference(
+    cache_root: Path, live: DecodePath, adapter: str, options: dict[str, Any], manifest: str
+) -> StoredPath:
     """The live reference behind the reference cache under `cache_root` (one directory per key)."""
     header = new_header(live, adapter, options, manifest)
     store = BaselineStore.open(cache_root / header["key"][:32])

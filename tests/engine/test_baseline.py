@@ -44,7 +44,9 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
         assert (tmp_path / "baseline" / "objects" / f"{entry['sha256']}.npy").is_file()
     live = gate("run", MANIFEST, "--out", tmp_path / "live")
     key, _pub, _ = generate_keypair(tmp_path / "keys" / "gate")
-    replay = gate("run", replay_manifest(tmp_path, tmp_path / "baseline"), "--out", tmp_path / "replay", "--sign-key", key)
+    replay = gate(
+        "run", replay_manifest(tmp_path, tmp_path / "baseline"), "--out", tmp_path / "replay", "--sign-key", key
+    )
     assert replay.exit_code == live.exit_code == 0, replay.output
     a, b = results(tmp_path / "live"), results(tmp_path / "replay")
     assert [(c["check"], c["status"]) for c in a["checks"]] == [(c["check"], c["status"]) for c in b["checks"]]
@@ -57,7 +59,9 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     import base64
 
     statement = json.loads(base64.b64decode(envelope["payload"]))
-    assert {"name": f"baseline:{tmp_path / 'baseline'}", "digest": {"sha256": baseline["sha256"]}} in statement["subject"]
+    assert {"name": f"baseline:{tmp_path / 'baseline'}", "digest": {"sha256": baseline["sha256"]}} in statement[
+        "subject"
+    ]
     verified = gate("verify", tmp_path / "replay", "--key", tmp_path / "keys" / "gate.pub")
     assert verified.exit_code == 0, verified.output
 
