@@ -44,7 +44,7 @@ STATUS_STYLES = {
     "error": "bold red",
     "warn": "yellow",
     "unproven": "yellow",
-    "waived": "yellow",
+    "waived": "cyan",
     "skip": "dim",
 }
 """Terminal colour per status; rich leaves colour out under NO_COLOR or without a terminal."""

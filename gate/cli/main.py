@@ -12,6 +12,7 @@ COMMANDS: dict[str, str] = {
     "validate": "gate.cli.validate",
     "plan": "gate.cli.plan",
     "run": "gate.cli.run",
+    "record": "gate.cli.record",
     "verify": "gate.cli.verify",
     "approve": "gate.cli.approve",
     "waive": "gate.cli.waive",
@@ -47,6 +48,7 @@ def cli() -> None:
     A manifest names the intervention and the equivalence it claims; policies decide the
     checks; checks run against real model code; the verdict is a signed dossier.
 
-    Exit codes: 0 pass, 1 gate failed, 2 bad input or usage, 3 a check errored or an adapter
-    could not run, 4 passed but awaiting approval (bounded-degradation claims).
+    Exit codes: 0 pass (or pass-with-waivers), 1 gate failed or unproven, 2 bad input or usage,
+    3 a check errored or an adapter could not run, 4 passed but awaiting approval
+    (bounded-degradation claims).
     """
