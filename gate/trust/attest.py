@@ -259,7 +259,9 @@ def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statem
     subjects = [Subject(name=name, digest={"sha256": sha256_file(out_dir / name)}) for name in files]
     baseline = results.get("baseline") or {}
     if baseline.get("sha256"):
-        subjects.append(Subject(name=f"{BASELINE_SUBJECT}{baseline.get('path')}", digest={"sha256": baseline["sha256"]}))
+        subjects.append(
+            Subject(name=f"{BASELINE_SUBJECT}{baseline.get('path')}", digest={"sha256": baseline["sha256"]})
+        )
     change = results.get("manifest", {}).get("change") or {}
     if change.get("commit"):
         subjects.append(

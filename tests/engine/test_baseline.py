@@ -62,7 +62,7 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     assert {"name": f"baseline:{tmp_path / 'baseline'}", "digest": {"sha256": baseline["sha256"]}} in statement[
         "subject"
     ]
-    verified = gate("verify", tmp_path / "replay", "--key", tmp_path / "keys" / "gate.pub")
+    verified = gate("verify", tmp_path / "replay", "--run-key", tmp_path / "keys" / "gate.pub")
     assert verified.exit_code == 0, verified.output
 
     missing = gate("run", replay_manifest(tmp_path, tmp_path / "baseline", seed=5), "--out", tmp_path / "missing")

@@ -7,7 +7,6 @@ site policy that drops checks or controls says so on the first screen."""
 from __future__ import annotations
 
 import json
-from datetime import date, timedelta
 from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gate.cli.main import cli
-from gate.trust.attest import generate_keypair
+from tests.trust.trusted import in_days, make_keys, write_trust
 
 HERE = Path(__file__).parent / "tinylm"
 
@@ -108,17 +107,18 @@ def test_a_weakened_site_policy_says_so_in_the_banner(tmp_path: Path) -> None:
 
 
 def test_a_waived_failing_run_is_pass_with_waivers_everywhere(tmp_path: Path) -> None:
-    key, _pub, _ = generate_keypair(tmp_path / "keys" / "bob")
+    keys = make_keys(tmp_path / "keys", ("ci", "alice", "bob"))
+    trust = write_trust(tmp_path / "trust.yaml", keys, waiver_people=("bob",), waiver_checks=("*",))
     ledger = tmp_path / "ledger.sqlite"
-    expires = (date.today() + timedelta(days=7)).isoformat()
+    expires = in_days(7)
     for check in ("prefix-sweep", "greedy-parity"):
         waived = gate(
             "waive", check, "--manifest", HERE / "planted-bug.yaml", "--reason", "known position bug, fix in #77",
-            "--approver", "bob", "--key", key, "--expires", expires, "--ledger", ledger,
+            "--approver", "bob", "--key", keys["bob.key"], "--expires", expires, "--ledger", ledger, "--trust", trust,
         )  # fmt: skip
         assert waived.exit_code == 0, waived.output
     out = tmp_path / "out"
-    result, record = run("planted-bug.yaml", out, "--ledger", ledger)
+    result, record = run("planted-bug.yaml", out, "--ledger", ledger, "--trust", trust)
     assert result.exit_code == 0, result.output
     assert record["verdict"] == "pass-with-waivers" and "2 failed and waived" in record["summary"]
     assert "verdict: PASS WITH WAIVERS" in result.output
