@@ -19,10 +19,10 @@ B=$WORK/venv
 M=$REPO/tests/engine/tinylm/kv-cache.yaml
 "$A/bin/gate" record "$M" --out "$WORK/baseline" >/dev/null
 "$A/bin/gate" run "$M" --out "$WORK/live" >/dev/null || true
-sed -e 's#^    adapter: tinylm\n##' "$M" | python3 -c "
+python3 -c "
 import sys; s = sys.stdin.read()
 s = s.replace('  reference:\n    adapter: tinylm\n    options: {engine: recompute}', '  reference:\n    adapter: recorded\n    options: {baseline: $WORK/baseline}')
-print(s, end='')" > "$WORK/replay.yaml"
+print(s, end='')" < "$M" > "$WORK/replay.yaml"
 (cd "$WORK" && "$B/bin/gate" run replay.yaml --out "$WORK/replayed" >/dev/null) || true
 sed 's/seed: 0/seed: 5/' "$WORK/replay.yaml" > "$WORK/replay-other-seed.yaml"
 (cd "$WORK" && "$B/bin/gate" run replay-other-seed.yaml --out "$WORK/missing" >/dev/null) || true
@@ -35,7 +35,6 @@ statuses = lambda r: [(c["check"], c["status"]) for c in r["checks"]]
 assert replayed["verdict"] == live["verdict"] == "pass", (live["verdict"], replayed["verdict"])
 assert statuses(replayed) == statuses(live), (statuses(live), statuses(replayed))
 assert replayed["baseline"]["kind"] == "recorded baseline" and replayed["baseline"]["answers_computed"] == 0
-assert replayed["environment"] != live["environment"] or True
 assert missing["verdict"] == "error" and "has no recording for" in json.dumps(missing["checks"])
 print("same verdict from the live reference and the replayed baseline:", live["verdict"])
 print("replayed in", sys.prefix, "with gate from", replayed["environment"].get("gate_path", "the copy"))
