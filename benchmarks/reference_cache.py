@@ -1,4 +1,4 @@
-"""Time saved by the reference cache (gate.engine.baseline) on a second run of a manifest.
+"""Time saved by the reference cache (gate.adapters.recorded.store) on a second run of a manifest.
 
     GATE_THREADS=1 python benchmarks/reference_cache.py [MANIFEST] [--table benchmarks/reference_cache.md]
 

@@ -168,7 +168,7 @@ class GateResult(Record):
     policies: list[Digest]
     """Every policy file that took part in planning, with its sha256."""
     baseline: dict[str, Any] | None = None
-    """The stored reference answers the run used (gate.engine.baseline): kind (recorded baseline or
+    """The stored reference answers the run used (gate.adapters.recorded.store): kind (recorded baseline or
     reference cache), path, sha256 of baseline.json, key, the gate commit that recorded it, and how
     many answers were read and computed. None: the reference computed everything live."""
     site_policy: list[str] = Field(default_factory=list)

@@ -51,7 +51,7 @@ class RunOptions:
     trust: Path | None = None
     """Trust policy that says whose waivers apply (None: $GATE_TRUST, else ./trust.yaml, else none)."""
     reference_cache: Path | None = None
-    """Directory of stored reference answers (gate.engine.baseline): read instead of recomputing,
+    """Directory of stored reference answers (gate.adapters.recorded.store): read instead of recomputing,
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
@@ -173,7 +173,7 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
 
 def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOptions, log: Log) -> Any:
     """The reference path behind the reference cache or the recording store, when asked for."""
-    from gate.engine.baseline import BaselineStore, StoredPath, cached_reference, new_header
+    from gate.adapters.recorded.store import BaselineStore, StoredPath, cached_reference, new_header
 
     if options.record is not None:
         store = BaselineStore(options.record, new_header(path, spec.adapter, spec.options, manifest_name), dirty=True)
@@ -188,7 +188,7 @@ def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOpti
 
 def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
     """Save a writing store; describe the store the reference answered from, for the record."""
-    from gate.engine.baseline import StoredPath
+    from gate.adapters.recorded.store import StoredPath
 
     if not isinstance(path, StoredPath):
         return None

@@ -1,4 +1,4 @@
-"""Baselines (gate.engine.baseline): `gate record` stores the reference's answers, the `recorded`
+"""Baselines (gate.adapters.recorded.store): `gate record` stores the reference's answers, the `recorded`
 adapter replays them with the same verdict as the live reference, a question the recording lacks
 is a named error, the same store serves as a reference cache, and the attestation signs the baseline.
 The two-environment version (another venv, another checkout) is .ci/baseline-two-envs.sh."""

@@ -5,7 +5,7 @@
       candidate: {adapter: hf, options: {...}}      # this build
 
 Every answer comes from the baseline; a question it was not recorded for is an error naming the
-question (gate.engine.baseline.MissingRecording), never a silent recompute. The path offers the
+question (gate.adapters.recorded.store.MissingRecording), never a silent recompute. The path offers the
 DecodePath protocol only (full_logits and sessions): checks that need more of the reference
 (speculative sampling, prefix caching, per-layer traces) cannot use a recording.
 This module imports no torch.
@@ -35,7 +35,7 @@ class RecordedAdapter:
     Options: ClassVar[type[BaseModel]] = Options
 
     def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
-        from gate.engine.baseline import BaselineStore, StoredPath
+        from gate.adapters.recorded.store import BaselineStore, StoredPath
         from gate.errors import AdapterUnavailable
 
         opts = options if isinstance(options, Options) else Options.model_validate(options.model_dump())
