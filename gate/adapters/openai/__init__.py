@@ -1,0 +1,167 @@
+"""The `openai` adapter: an engine gate did not write, behind an OpenAI-compatible HTTP API.
+
+    subject:
+      reference:
+        adapter: openai
+        options:
+          launch:
+            command: [llama-server, -m, "{model}", --port, "{port}", --no-cache-prompt]
+            tiny_model: {seed: 0}
+      candidate:
+        adapter: openai
+        options:
+          launch:
+            command: [llama-server, -m, "{model}", --port, "{port}"]
+            tiny_model: {seed: 0}
+          controls:
+            kv-quantised: {args: [--cache-type-k, q4_0]}
+            stale-weights: {tiny_model: {seed: 0, perturb_seed: 1}}
+
+Either `base_url` (a server someone else runs) or `launch` (gate starts the command, `{port}` and
+`{model}` substituted, waits for the readiness probe, captures its output and always stops its
+whole process group). Checks that need a server start it for themselves and stop it when they end,
+so no server outlives a check, whatever happens. Prompts are token ids; the vocabulary size and the
+context length come from the server (or `vocab_size` / `context_length`) and bound every check.
+
+`controls` are the engine's negative controls: other launch configurations of the same engine that
+plant a known, real difference (extra arguments, or another model file for the candidate server).
+The policy names them; `with_fault(name)` is the candidate launched that way.
+
+Secrets never enter a manifest: `headers` values are templates over environment variables,
+`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent.
+
+This module imports nothing heavy, so `gate validate` and `gate plan` stay instant.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class TinyModel(_Options):
+    """A tiny seeded Llama that gate writes as a GGUF file (gate.models.tiny_gguf), for llama.cpp."""
+
+    seed: int = Field(default=0, ge=0)
+    """Seed of the weights."""
+    perturb_seed: int | None = Field(default=None, ge=0)
+    """Seed of a small perturbation of every weight (other weights, same shapes)."""
+    context_length: int = Field(default=8192, ge=64, le=131072)
+    """Trained context length written into the file."""
+
+
+class Launch(_Options):
+    """A server command gate starts and stops."""
+
+    command: list[str] = Field(min_length=1)
+    """Program and arguments; `{port}` and `{model}` are substituted. The program is looked up on PATH."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port to listen on; leave it out and gate picks a free one on 127.0.0.1."""
+    probe: Literal["/health", "/v1/models"] = "/health"
+    """Readiness probe: the server is ready when this answers HTTP 200."""
+    ready_timeout_s: float = Field(default=120.0, gt=0)
+    """How long the server may take to become ready."""
+    stop_timeout_s: float = Field(default=10.0, gt=0)
+    """Grace period after SIGTERM before the process group is killed."""
+    model_file: str | None = None
+    """Model file substituted for `{model}`."""
+    tiny_model: TinyModel | None = None
+    """Or: a tiny seeded model gate writes as GGUF and substitutes for `{model}`."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the server (not for secrets: the manifest is recorded)."""
+
+    @model_validator(mode="after")
+    def _one_model(self) -> Launch:
+        if self.model_file is not None and self.tiny_model is not None:
+            raise ValueError("give model_file or tiny_model, not both")
+        if any("{model}" in part for part in self.command) and self.model_file is None and self.tiny_model is None:
+            raise ValueError("the command uses {model}: give model_file or tiny_model")
+        return self
+
+
+class ControlLaunch(_Options):
+    """A negative control: the candidate launched another way, planting a known real difference."""
+
+    args: list[str] = Field(default_factory=list)
+    """Arguments appended to the candidate's command (e.g. --cache-type-k q4_0)."""
+    model_file: str | None = None
+    """Another model file for the candidate server (e.g. stale weights)."""
+    tiny_model: TinyModel | None = None
+    """Or another tiny seeded model."""
+    description: str = ""
+    """What difference it plants, in words."""
+
+
+FLAVORS = ("auto", "vllm", "sglang", "llama.cpp", "tgi", "generic")
+
+
+class Options(_Options):
+    """How to reach (or start) one OpenAI-compatible server."""
+
+    base_url: str | None = None
+    """A server that is already running, e.g. http://127.0.0.1:8000."""
+    launch: Launch | None = None
+    """Or a command gate starts and stops."""
+    model: str | None = None
+    """The `model` field sent with each request; default: the first model /v1/models lists."""
+    flavor: Literal["auto", "vllm", "sglang", "llama.cpp", "tgi", "generic"] = "auto"
+    """Engine family (request fields, cache-reset endpoint); auto: detected from the server."""
+    request_timeout_s: float = Field(default=120.0, gt=0)
+    """Per-request timeout."""
+    retries: int = Field(default=2, ge=0, le=10)
+    """Retries after a timeout, a refused connection or an HTTP 5xx, with exponential backoff."""
+    backoff_s: float = Field(default=0.5, ge=0)
+    """First backoff; doubles on each retry."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Request headers as templates over environment variables: "Bearer ${ENGINE_TOKEN}"."""
+    top_k: int = Field(default=5, ge=1, le=20)
+    """Top logprobs requested at each position."""
+    vocab_size: int | None = Field(default=None, ge=2)
+    """Vocabulary size, when the server does not state it."""
+    context_length: int | None = Field(default=None, ge=16)
+    """Context length, when the server does not state it (or to bound the checks lower)."""
+    cache_salt_field: str | None = None
+    """Request field that salts the prefix cache (vLLM: cache_salt); default by flavor."""
+    controls: dict[str, ControlLaunch] = Field(default_factory=dict)
+    """Negative controls by name: other launch configurations of the candidate."""
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_from_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, template in value.items():
+            if not re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", template):
+                raise ValueError(
+                    f"header {name!r} must take its value from an environment variable (e.g. 'Bearer ${{TOKEN}}'): "
+                    "a manifest is recorded in the dossier and must hold no secret"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _where(self) -> Options:
+        if (self.base_url is None) == (self.launch is None):
+            raise ValueError("give exactly one of base_url (a running server) or launch (a command gate starts)")
+        if self.controls and self.launch is None:
+            raise ValueError("controls are launch configurations: they need `launch`")
+        return self
+
+
+class OpenAIAdapter:
+    """Builds an `EnginePath` (gate.adapters.openai.path) from Options."""
+
+    name: ClassVar[str] = "openai"
+    Options: ClassVar[type[BaseModel]] = Options
+
+    def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
+        from gate.adapters.openai.path import EnginePath
+
+        assert isinstance(options, Options)
+        return EnginePath.probe(options, dtype=dtype, seed=seed)
+
+
+__all__ = ["FLAVORS", "ControlLaunch", "Launch", "OpenAIAdapter", "Options", "TinyModel"]

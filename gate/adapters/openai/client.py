@@ -1,0 +1,278 @@
+"""A small OpenAI-compatible completions client for token-id prompts, greedy decoding and top-k logprobs.
+
+Prompts are lists of token ids (every OpenAI-compatible server accepts them in `prompt`), so two
+servers read exactly the same tokens. Each reply becomes a `Completion`: the greedy token ids, the
+logprob of each, the top-k (token id, logprob) pairs at each position, and the number of prompt
+tokens the server says it served from its cache (the proof that a cached path ran).
+
+Field names by engine (read from their sources, see docs/engines.md):
+
+    top-k with ids   llama.cpp: choices[0].logprobs.content[i].{id, logprob, top_logprobs[].{id, logprob}}
+                     (requested with n_probs); vLLM: the legacy completions logprobs with
+                     return_tokens_as_token_ids (tokens "token_id:N")
+    cached tokens    usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM with
+                     --enable-prompt-tokens-details, SGLang with --enable-cache-report, llama.cpp);
+                     llama.cpp also timings.cache_n; hosted APIs usage.cache_read_input_tokens
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gate.adapters.openai.errors import EngineBadReply, EngineCrashed, EngineTimeout
+
+Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass
+class Completion:
+    """One greedy completion: what an HTTP engine lets gate observe."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    """Logprob of each generated token under the engine's own (pre-sampling) distribution."""
+    top: list[dict[int, float]]
+    """Per position: the top-k token ids and their logprobs."""
+    cached_tokens: int | None
+    """Prompt tokens the server reports it reused from its cache (None: it reports nothing)."""
+    prompt_tokens: int | None
+    seconds: float
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "cached_tokens": self.cached_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Header values from their `${VAR}` templates; the values never enter a record."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, template in templates.items():
+        missing = [v for v in _ENV_REF.findall(template) if v not in env]
+        if missing:
+            raise EngineBadReply(f"header {name} needs environment variable {missing[0]}, which is not set")
+        out[name] = _ENV_REF.sub(lambda m: env[m.group(1)], template)
+    return out
+
+
+class EngineClient:
+    """Requests to one server, with a request timeout, retries with exponential backoff and a
+    liveness hook (a launched server's `check_alive`) consulted before a failure is blamed on it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        flavor: Flavor | Literal["auto"] = "auto",
+        timeout_s: float = 120.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        headers: dict[str, str] | None = None,
+        alive: Callable[[], None] = lambda: None,
+        label: str = "server",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self.headers = headers or {}
+        self.alive, self.label = alive, label
+        self.flavor: Flavor = "generic" if flavor == "auto" else flavor
+        self._auto = flavor == "auto"
+        self.model = model
+        self.info: dict[str, Any] = {}
+
+    # -- transport ---------------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *, retry: bool = True) -> Any:
+        url = self.base_url + path
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", **self.headers}
+        attempts = 1 + (self.retries if retry else 0)
+        last: str = ""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            self.alive()
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
+                    raw = reply.read()
+            except urllib.error.HTTPError as err:
+                text = err.read().decode(errors="replace")[:300]
+                if err.code >= 500 and attempt + 1 < attempts:
+                    last = f"HTTP {err.code}: {text}"
+                    continue
+                raise EngineBadReply(f"{self.label}: {method} {path} answered HTTP {err.code}: {text}") from None
+            except (TimeoutError, socket.timeout):
+                last = "timeout"
+                continue
+            except (urllib.error.URLError, ConnectionError, OSError) as err:
+                reason = getattr(err, "reason", err)
+                if isinstance(reason, (TimeoutError, socket.timeout)):
+                    last = "timeout"
+                else:
+                    last = f"connection failed: {reason}"
+                continue
+            try:
+                return json.loads(raw)
+            except ValueError:
+                snippet = raw[:120].decode(errors="replace")
+                raise EngineBadReply(f"{self.label}: {method} {path} did not answer JSON: {snippet!r}") from None
+        self.alive()  # a dead server is a crash, not a timeout
+        if last == "timeout":
+            raise EngineTimeout(
+                f"{self.label}: {method} {path} got no reply within {self.timeout_s:g}s "
+                f"({attempts} attempt(s)); raise `request_timeout_s` if the engine is just slow"
+            )
+        raise EngineCrashed(f"{self.label}: {method} {path} failed after {attempts} attempt(s): {last}")
+
+    def get(self, path: str, *, retry: bool = True) -> Any:
+        return self._request("GET", path, retry=retry)
+
+    def post(self, path: str, body: dict[str, Any], *, retry: bool = True) -> Any:
+        return self._request("POST", path, body, retry=retry)
+
+    # -- discovery ---------------------------------------------------------------------------
+    def _try_get(self, path: str) -> Any:
+        try:
+            return self._request("GET", path, retry=False)
+        except (EngineBadReply, EngineCrashed, EngineTimeout):
+            return None
+
+    def discover(self) -> dict[str, Any]:
+        """Model name, flavor (when `auto`), vocabulary size and context length as the server states them."""
+        models = self.get("/v1/models")
+        if not isinstance(models, dict) or not isinstance(models.get("data"), list) or not models["data"]:
+            raise EngineBadReply(f"{self.label}: /v1/models did not list a model: {str(models)[:200]}")
+        entry = models["data"][0]
+        self.model = self.model or str(entry.get("id"))
+        meta = entry.get("meta") or {}
+        if self._auto:
+            self.flavor = self._detect(entry)
+        info: dict[str, Any] = {"model": self.model, "flavor": self.flavor, "owned_by": entry.get("owned_by")}
+        if "n_vocab" in meta:
+            info["vocab_size"] = int(meta["n_vocab"])
+        for key in ("n_ctx", "max_model_len"):
+            value = meta.get(key, entry.get(key))
+            if value:
+                info["context_length"] = int(value)
+                break
+        if self.flavor == "llama.cpp":
+            props = self._try_get("/props") or {}
+            info["build_info"] = props.get("build_info")
+            settings = props.get("default_generation_settings") or {}
+            if "n_ctx" in settings:
+                info["context_length"] = int(settings["n_ctx"])
+            info["total_slots"] = props.get("total_slots")
+        self.info = info
+        return info
+
+    def _detect(self, entry: dict[str, Any]) -> Flavor:
+        if entry.get("owned_by") == "llamacpp":
+            return "llama.cpp"
+        if entry.get("owned_by") == "vllm":
+            return "vllm"
+        if entry.get("owned_by") == "sglang":
+            return "sglang"
+        props = self._try_get("/props")
+        if isinstance(props, dict) and "default_generation_settings" in props:
+            return "llama.cpp"
+        info = self._try_get("/info")
+        if isinstance(info, dict) and "model_id" in info and "max_input_tokens" in info:
+            return "tgi"
+        if isinstance(self._try_get("/get_server_info"), dict):
+            return "sglang"
+        version = self._try_get("/version")
+        if isinstance(version, dict) and "version" in version:
+            return "vllm"
+        return "generic"
+
+    # -- completions -------------------------------------------------------------------------
+    def complete(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Completion:
+        """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": False,
+        }
+        if self.flavor == "llama.cpp":
+            body.update({"n_probs": top_k, "ignore_eos": True})
+        elif self.flavor == "vllm":
+            body.update({"logprobs": top_k, "return_tokens_as_token_ids": True, "ignore_eos": True})
+        else:
+            body["logprobs"] = top_k
+        body.update(extra or {})
+        started = time.perf_counter()
+        reply = self.post("/v1/completions", body)
+        seconds = time.perf_counter() - started
+        return parse_completion(reply, self.label, seconds)
+
+
+def _token_id(value: Any, where: str) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.startswith("token_id:"):
+        return int(value.split(":", 1)[1])
+    raise EngineBadReply(
+        f"{where}: the server named a token by its text ({value!r}), not its id; ask it for ids "
+        "(vLLM: return_tokens_as_token_ids) or use flavor llama.cpp"
+    )
+
+
+def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
+    """Parse a /v1/completions reply (llama.cpp's id-carrying logprobs or the legacy OpenAI shape)."""
+    try:
+        choice = reply["choices"][0]
+        logprobs = choice["logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise EngineBadReply(f"{label}: the completion reply has no choices[0].logprobs: {str(reply)[:200]}") from None
+    if not logprobs:
+        raise EngineBadReply(f"{label}: the server returned no logprobs (does it support them?)")
+    tokens: list[int] = []
+    lps: list[float] = []
+    top: list[dict[int, float]] = []
+    where = f"{label}: choices[0].logprobs"
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):  # llama.cpp
+        for item in logprobs["content"]:
+            tokens.append(_token_id(item.get("id"), where))
+            lps.append(float(item["logprob"]))
+            top.append({_token_id(t.get("id"), where): float(t["logprob"]) for t in item.get("top_logprobs", [])})
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):  # legacy OpenAI / vLLM
+        for tok, lp, alts in zip(
+            logprobs["tokens"], logprobs["token_logprobs"], logprobs.get("top_logprobs") or [], strict=False
+        ):
+            tokens.append(_token_id(tok, where))
+            lps.append(float(lp))
+            top.append({_token_id(t, where): float(v) for t, v in (alts or {}).items()})
+    else:
+        raise EngineBadReply(f"{where} has an unknown shape: {str(logprobs)[:200]}")
+    usage = reply.get("usage") or {}
+    timings = reply.get("timings") or {}
+    cached: int | None = None
+    details = usage.get("prompt_tokens_details") or {}
+    if details.get("cached_tokens") is not None:
+        cached = int(details["cached_tokens"])
+    elif "cache_n" in timings:
+        cached = int(timings["cache_n"])
+    elif usage.get("cache_read_input_tokens") is not None:
+        cached = int(usage["cache_read_input_tokens"])
+    prompt_tokens = usage.get("prompt_tokens")
+    return Completion(
+        tokens, lps, top, cached, None if prompt_tokens is None else int(prompt_tokens), seconds, dict(timings)
+    )

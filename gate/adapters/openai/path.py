@@ -1,0 +1,245 @@
+"""EnginePath: one OpenAI-compatible server as a gate path (the `EngineServing` capability).
+
+An HTTP engine exposes no logits and no session, only completions; `full_logits` and
+`new_session` say so, and the in-process checks skip such a path. The engine checks
+(gate.checks.engine_*) use `serve()`: a context manager that starts the server (or connects to
+`base_url`), yields an `EngineClient`, and stops the server's whole process group when the block
+ends, on an exception and on Ctrl-C alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shlex
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
+from gate.adapters.openai.client import EngineClient, resolve_headers
+from gate.adapters.openai.errors import EngineBadReply
+from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+
+_MODEL_DIR: Path | None = None
+SALT_FIELDS = {"vllm": "cache_salt"}
+"""Request field that salts the prefix cache, by flavor (SGLang, TGI and llama.cpp have none)."""
+
+
+def _model_dir() -> Path:
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        _MODEL_DIR = Path(tempfile.mkdtemp(prefix="gate-gguf-"))
+    return _MODEL_DIR
+
+
+def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
+    """Write (once per process) the tiny GGUF a spec names; its path and sha256."""
+    from gate.models.tiny_gguf import TinyLlamaSpec, write_tiny_gguf
+
+    full = TinyLlamaSpec(seed=spec.seed, perturb_seed=spec.perturb_seed, context_length=spec.context_length)
+    key = hashlib.sha256(repr(full.describe()).encode()).hexdigest()[:16]
+    path = _model_dir() / f"tiny-llama-{key}.gguf"
+    digest_file = path.with_suffix(".sha256")
+    if not path.exists() or not digest_file.exists():
+        digest_file.write_text(write_tiny_gguf(path, full))
+    return path, digest_file.read_text()
+
+
+@dataclass
+class Served:
+    """A running server as a check sees it: the client, and its process when gate launched it."""
+
+    client: EngineClient
+    server: ServerProcess | None
+
+    def evidence(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
+        if self.server is not None:
+            out.update(self.server.describe())
+        return out
+
+
+@dataclass
+class EnginePath:
+    """One engine configuration. `control` names the negative control applied, if any."""
+
+    options: Options
+    dtype: str
+    seed: int
+    vocab_size: int = 0
+    max_len: int = 0
+    flavor: str = "generic"
+    model_name: str | None = None
+    control: str | None = None
+    discovered: dict[str, Any] = field(default_factory=dict)
+    uses_cache: bool = True
+    name: str = "openai"
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def probe(cls, options: Options, *, dtype: str, seed: int) -> EnginePath:
+        """Start (or reach) the server once to learn its model, flavor, vocabulary and context."""
+        path = cls(options=options, dtype=dtype, seed=seed)
+        with path.serve(label="probe") as served:
+            info = served.client.info
+        path.discovered = info
+        path.flavor = str(info.get("flavor", "generic"))
+        path.model_name = info.get("model")
+        vocab = options.vocab_size or info.get("vocab_size")
+        if not vocab:
+            raise EngineBadReply(
+                f"{path.label}: the server does not state its vocabulary size; set `vocab_size` in the options"
+            )
+        path.vocab_size = int(vocab)
+        context = [c for c in (options.context_length, info.get("context_length")) if c]
+        if not context:
+            raise EngineBadReply(f"{path.label}: the server does not state its context length; set `context_length`")
+        path.max_len = int(min(context))
+        path.name = f"openai:{path.flavor}" + (f"+{path.control}" if path.control else "")
+        return path
+
+    @property
+    def label(self) -> str:
+        where = self.options.base_url or (self.options.launch.command[0] if self.options.launch else "?")
+        return f"{where}" + (f" [control {self.control}]" if self.control else "")
+
+    # -- DecodePath ----------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": self.flavor, "model": self.model_name, **self.discovered}
+        launch = self._launch()
+        if launch is not None:
+            out["command"] = shlex.join(launch.command)
+            if launch.tiny_model is not None:
+                out["model_sha256"] = tiny_model_file(launch.tiny_model)[1]
+                out["tiny_model"] = launch.tiny_model.model_dump()
+            elif launch.model_file:
+                out["model_file"] = launch.model_file
+        if self.control:
+            out["control"] = self.control
+        return out
+
+    def full_logits(self, tokens: Any) -> Any:
+        raise NotImplementedError("an HTTP engine exposes no logits; judge it with the engine-* checks")
+
+    def new_session(self, batch_size: int) -> Any:
+        raise NotImplementedError("an HTTP engine exposes no session; judge it with the engine-* checks")
+
+    def faults(self) -> tuple[str, ...]:
+        return tuple(self.options.controls)
+
+    def with_fault(self, fault: str) -> EnginePath:
+        from gate.paths import UnknownFault
+
+        if fault not in self.options.controls:
+            raise UnknownFault(f"{self.name} declares no control {fault!r} (declared: {', '.join(self.faults())})")
+        return EnginePath(
+            options=self.options,
+            dtype=self.dtype,
+            seed=self.seed,
+            vocab_size=self.vocab_size,
+            max_len=self.max_len,
+            flavor=self.flavor,
+            model_name=self.model_name,
+            control=fault,
+            discovered=self.discovered,
+            name=f"{self.name}+{fault}",
+        )
+
+    # -- engine capabilities -------------------------------------------------------------------
+    @property
+    def salt_field(self) -> str | None:
+        return self.options.cache_salt_field or SALT_FIELDS.get(self.flavor)
+
+    def control_spec(self) -> ControlLaunch | None:
+        return self.options.controls.get(self.control) if self.control else None
+
+    def _launch(self, model: TinyModel | str | None = None) -> Launch | None:
+        """The launch this path runs: the control's arguments and model applied, or `model` given."""
+        launch = self.options.launch
+        if launch is None:
+            return None
+        spec = self.control_spec()
+        update: dict[str, Any] = {}
+        if spec is not None:
+            update["command"] = [*launch.command, *spec.args]
+            if spec.tiny_model is not None:
+                update.update(tiny_model=spec.tiny_model, model_file=None)
+            elif spec.model_file is not None:
+                update.update(model_file=spec.model_file, tiny_model=None)
+        if isinstance(model, TinyModel):
+            update.update(tiny_model=model, model_file=None)
+        elif isinstance(model, str):
+            update.update(model_file=model, tiny_model=None)
+        return launch.model_copy(update=update)
+
+    def can_restart_with(self) -> bool:
+        """Whether gate can launch this server with another model (it launches it at all)."""
+        return self.options.launch is not None
+
+    @contextlib.contextmanager
+    def serve(self, *, label: str = "server", model: TinyModel | str | None = None) -> Iterator[Served]:
+        """Start the server (or reach base_url); stop its process group when the block ends."""
+        opts = self.options
+        headers = resolve_headers(opts.headers)
+        launch = self._launch(model)
+        full_label = f"{label} ({self.label})"
+        if launch is None:
+            assert opts.base_url is not None
+            client = self._client(opts.base_url, headers, full_label)
+            client.discover()
+            yield Served(client, None)
+            return
+        port = launch.port or free_port()
+        model_path = launch.model_file
+        if launch.tiny_model is not None:
+            model_path = str(tiny_model_file(launch.tiny_model)[0])
+        command = [part.replace("{port}", str(port)).replace("{model}", model_path or "") for part in launch.command]
+        server = ServerProcess(
+            command,
+            port=port,
+            probe=launch.probe,
+            ready_timeout_s=launch.ready_timeout_s,
+            stop_timeout_s=launch.stop_timeout_s,
+            env=launch.env,
+            label=full_label,
+        )
+        with sigterm_stops_servers():
+            try:
+                server.start()
+                client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
+                client.discover()
+                yield Served(client, server)
+            finally:
+                server.stop()
+
+    def _client(self, base_url: str, headers: dict[str, str], label: str, alive: Any = None) -> EngineClient:
+        opts = self.options
+        return EngineClient(
+            base_url,
+            model=opts.model,
+            flavor=opts.flavor,
+            timeout_s=opts.request_timeout_s,
+            retries=opts.retries,
+            backoff_s=opts.backoff_s,
+            headers=headers,
+            alive=alive or (lambda: None),
+            label=label,
+        )
+
+    def reset_cache(self, client: EngineClient) -> str | None:
+        """Drop the engine's prefix cache through its own endpoint; the endpoint used, or None if it has none."""
+        if client.flavor == "llama.cpp":
+            slots = client.info.get("total_slots") or 1
+            for slot in range(int(slots)):
+                client.post(f"/slots/{slot}?action=erase", {})
+            return f"POST /slots/{{0..{int(slots) - 1}}}?action=erase"
+        if client.flavor == "vllm":
+            client.post("/reset_prefix_cache", {})
+            return "POST /reset_prefix_cache"
+        if client.flavor == "sglang":
+            client.post("/flush_cache", {})
+            return "POST /flush_cache"
+        return None

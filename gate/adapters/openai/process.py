@@ -1,0 +1,221 @@
+"""Start an engine's server as gate's child, wait until it is ready, and always stop it.
+
+The server runs in its own process group (so a server that forks workers, as vLLM and SGLang do,
+is stopped whole), with its stdout and stderr captured to a log file whose tail is quoted in every
+error. On Linux the child also asks the kernel to kill it if gate dies (PR_SET_PDEATHSIG), so not
+even a `kill -9` of gate leaves a server behind; a normal exit, an exception or Ctrl-C stops it
+through `stop()` (SIGTERM to the group, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gate.adapters.openai.errors import EngineCrashed, EngineNotReady, EnginePortInUse, tail
+
+_LIVE: set[ServerProcess] = set()
+"""Servers started and not yet stopped (stopped at interpreter exit and on SIGTERM as a last resort)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class ServerProcess:
+    """One launched server: `start()` waits for readiness, `stop()` ends its whole process group."""
+
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        port: int,
+        probe: str,
+        ready_timeout_s: float,
+        stop_timeout_s: float = 10.0,
+        env: dict[str, str] | None = None,
+        label: str = "server",
+    ) -> None:
+        self.command, self.port, self.probe = command, port, probe
+        self.ready_timeout_s, self.stop_timeout_s = ready_timeout_s, stop_timeout_s
+        self.env, self.label = env or {}, label
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_dir = Path(tempfile.mkdtemp(prefix="gate-engine-"))
+        self.log_path = self._log_dir / "server.log"
+        self.started_s = 0.0
+        self.ready_after_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def describe(self) -> dict[str, Any]:
+        """For the evidence: the command, the port, how long start-up took, the log tail."""
+        return {
+            "command": self.command,
+            "port": self.port,
+            "ready_after_s": None if self.ready_after_s is None else round(self.ready_after_s, 3),
+            "exit_status": None if self.proc is None else self.proc.poll(),
+            "log_tail": self.log_text().splitlines()[-20:],
+        }
+
+    def start(self) -> ServerProcess:
+        if port_in_use(self.port):
+            raise EnginePortInUse(
+                f"{self.label}: port {self.port} on 127.0.0.1 is already in use by another process; "
+                "choose another `port` or leave it out to let gate pick a free one"
+            )
+        exe = shutil.which(self.command[0]) or self.command[0]
+        if not Path(exe).exists():
+            raise EngineNotReady(
+                f"{self.label}: cannot start {self.command[0]!r}: no such program (on PATH or as a path); "
+                "for llama.cpp run `make engine` and put .cache/engine on PATH"
+            )
+        log = self.log_path.open("wb")
+        try:
+            self.proc = subprocess.Popen(
+                [exe, *self.command[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+        _LIVE.add(self)
+        self.started_s = time.monotonic()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = self.started_s + self.ready_timeout_s
+        url = self.base_url + self.probe
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            status = self.proc.poll()
+            if status is not None:
+                if "address already in use" in self.log_text().lower():
+                    raise EnginePortInUse(
+                        f"{self.label}: port {self.port} is in use (the server said so and exited): "
+                        f"{tail(self.log_text(), 5)}"
+                    )
+                raise EngineNotReady(
+                    f"{self.label}: the server exited with status {status} before it was ready; "
+                    f"its log ends: {tail(self.log_text())}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as reply:
+                    if reply.status == 200:
+                        self.ready_after_s = time.monotonic() - self.started_s
+                        return
+                    last = f"HTTP {reply.status}"
+            except urllib.error.HTTPError as err:
+                last = f"HTTP {err.code}"
+            except (urllib.error.URLError, OSError) as err:
+                last = str(getattr(err, "reason", err))
+            time.sleep(0.1)
+        raise EngineNotReady(
+            f"{self.label}: not ready after {self.ready_timeout_s:g}s ({self.probe}: {last}); "
+            f"its log ends: {tail(self.log_text())}"
+        )
+
+    def check_alive(self) -> None:
+        """Raise EngineCrashed (with the log tail) if the process has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise EngineCrashed(
+                f"{self.label}: the server exited with status {self.proc.returncode} during the run; "
+                f"its log ends: {tail(self.log_text())}"
+            )
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group, SIGKILL after `stop_timeout_s`; idempotent."""
+        proc = self.proc
+        _LIVE.discard(self)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # children that outlived the leader (forked workers) go with the group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_all() -> None:
+    """Stop every server still running (interpreter exit, SIGTERM)."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+@contextlib.contextmanager
+def sigterm_stops_servers() -> Iterator[None]:
+    """While servers run, SIGTERM to gate stops them and ends gate as SIGTERM would (exit 143)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: Callable[..., Any] | int | None = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        stop_all()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+import atexit  # noqa: E402
+
+atexit.register(stop_all)

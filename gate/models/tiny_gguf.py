@@ -1,0 +1,133 @@
+"""A tiny Llama model written as a GGUF file from a seed, so a real engine can serve it with no hub.
+
+`write_tiny_gguf(path, TinyLlamaSpec(seed=0))` writes float32 weights drawn from a seeded normal
+distribution for a small Llama configuration (2 layers, 4 query heads over 2 key/value heads, a
+vocabulary of 512 tokens) and a SentencePiece-style tokenizer section that llama.cpp accepts: three
+control tokens, the 256 byte tokens and plain pieces. gate sends token ids, never text, so the
+tokenizer only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
+same architecture with other weights, for a stale-weights control.
+
+The scales are chosen so that the logits have a real spread (top-1 margins of a few tenths of a nat
+are common): a model whose logits are nearly uniform would make every comparison a near-tie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+N_CONTROL = 3
+"""<unk>, <s>, </s>"""
+N_BYTES = 256
+
+
+@dataclass(frozen=True)
+class TinyLlamaSpec:
+    """Shape and seed of the model; the file is a pure function of these fields."""
+
+    seed: int = 0
+    vocab_size: int = 512
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    context_length: int = 8192
+    rope_freq_base: float = 10000.0
+    perturb_seed: int | None = None
+    """When set, every weight moves by a seeded perturbation of relative size `perturb_scale`."""
+    perturb_scale: float = 0.05
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _weights(spec: TinyLlamaSpec) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(spec.seed)
+    d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
+    kv = head_dim * spec.n_head_kv
+
+    def normal(shape: tuple[int, ...], scale: float) -> Any:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    # numpy shape (out, in): gguf stores it as ggml's ne = [in, out], as llama.cpp expects
+    tensors: dict[str, Any] = {"token_embd.weight": normal((spec.vocab_size, d), 1.0)}
+    for i in range(spec.n_layer):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = (1.0 + normal((d,), 0.1)).astype(np.float32)
+        tensors[p + "attn_q.weight"] = normal((d, d), 1.5 / d**0.5)
+        tensors[p + "attn_k.weight"] = normal((kv, d), 1.5 / d**0.5)
+        tensors[p + "attn_v.weight"] = normal((kv, d), 1.0 / d**0.5)
+        tensors[p + "attn_output.weight"] = normal((d, d), 1.0 / d**0.5)
+        tensors[p + "ffn_norm.weight"] = (1.0 + normal((d,), 0.1)).astype(np.float32)
+        tensors[p + "ffn_gate.weight"] = normal((ff, d), 1.0 / d**0.5)
+        tensors[p + "ffn_up.weight"] = normal((ff, d), 1.0 / d**0.5)
+        tensors[p + "ffn_down.weight"] = normal((d, ff), 1.0 / ff**0.5)
+    tensors["output_norm.weight"] = np.ones((d,), dtype=np.float32)
+    tensors["output.weight"] = normal((spec.vocab_size, d), 2.5 / d**0.5)
+    if spec.perturb_seed is not None:
+        prng = np.random.default_rng(spec.perturb_seed)
+        for name, value in tensors.items():
+            noise = prng.standard_normal(value.shape).astype(np.float32)
+            tensors[name] = (value + noise * spec.perturb_scale * float(np.abs(value).mean())).astype(np.float32)
+    return tensors
+
+
+def _vocab(spec: TinyLlamaSpec) -> tuple[list[str], list[float], list[int]]:
+    import gguf
+
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTES)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * N_BYTES
+    plain = spec.vocab_size - len(tokens)
+    if plain < 0:
+        raise ValueError(f"vocab_size must be at least {len(tokens)} (control and byte tokens)")
+    tokens += [f"\u2581t{i}" for i in range(plain)]
+    types += [gguf.TokenType.NORMAL] * plain
+    scores = [0.0] * (N_CONTROL + N_BYTES) + [-float(i) for i in range(plain)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
+    """Write the model to `path` (atomically) and return the file's sha256."""
+    import gguf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "llama")
+    name = f"gate-tiny-llama-s{spec.seed}" + (f"-p{spec.perturb_seed}" if spec.perturb_seed is not None else "")
+    writer.add_name(name)
+    writer.add_context_length(spec.context_length)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_rope_freq_base(spec.rope_freq_base)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(spec.vocab_size)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    tokens, scores, types = _vocab(spec)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+    for tensor_name, value in _weights(spec).items():
+        writer.add_tensor(tensor_name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
