@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.gate-installed
 DEMO   := out/demo
 KEY    := out/demo-signing
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean engine
 
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
@@ -41,6 +41,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gate tests benchmarks
 	$(BIN)/mypy gate
 	$(BIN)/lint-imports
+
+# llama.cpp's server (llama-server) built from the llama-cpp-python sdist on PyPI, cached in
+# .cache/engine/ (ignored by git); the engine tests and .ci/engine.sh use it. Several minutes on two cores.
+engine:
+	bash .ci/build-llama-server.sh
 
 clean:
 	rm -rf $(VENV) out dist build

@@ -35,6 +35,8 @@ class Intervention(str, Enum):
     proposal_and_verify = "proposal-and-verify"
     quantisation = "quantisation"
     eviction = "eviction"
+    engine_serving = "engine-serving"
+    """How an engine gate did not write serves a model behind HTTP: prefix cache, batching, KV type."""
 
 
 class ClaimLevel(str, Enum):

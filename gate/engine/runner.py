@@ -32,6 +32,7 @@ from gate.errors import (
     EXIT_CHECK_ERROR,
     EXIT_GATE_FAILED,
     EXIT_PASS,
+    GateError,
     InputError,
     UnavailableError,
 )
@@ -63,6 +64,8 @@ def _error_result(base: dict[str, Any], err: BaseException, started: float) -> C
         status=Status.error,
         message=f"{err.__class__.__name__}: {err}",
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
+        # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
+        metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
         duration_s=time.perf_counter() - started,
     )
 
@@ -139,7 +142,9 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
     errors = [c.check for c in checks if c.status == Status.error]
     denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
     if errors:
-        return Verdict.error, EXIT_CHECK_ERROR, f"error in {', '.join(errors)}"
+        codes = [c.metrics.get("exit_code") for c in checks if c.status == Status.error]
+        code = codes[0] if isinstance(codes[0], int) else EXIT_CHECK_ERROR
+        return Verdict.error, code, f"error in {', '.join(errors)}"
     if denied:
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
     unproven = [c.check for c in checks if c.status == Status.unproven and c.unproven == "deny"]

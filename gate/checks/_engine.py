@@ -1,0 +1,125 @@
+"""Shared by the engine checks: the two engine paths, seeded token-id prompts, the claim's comparison.
+
+An engine check runs against an HTTP server gate did not write (gate.adapters.openai). It starts
+its servers itself (two processes: the candidate, and the reference with its cache or new
+scheduling off) and stops them when it ends. What it observes is a `TopKObservation` per request;
+the claim decides what must hold:
+
+    exact          tokens, logprobs and top-k lists identical as reported
+    tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
+                   tie); |Δlogprob| over tolerance is a warning
+    greedy-tokens  greedy tokens identical; logprob differences are reported only
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
+from gate.checks.compare import tolerance_for
+
+if TYPE_CHECKING:
+    from gate.adapters.openai.client import Completion
+    from gate.adapters.openai.path import EnginePath, Served
+    from gate.checks.api import CheckContext
+
+NEW_TOKENS = 8
+
+
+class NotAnEngine(Exception):
+    """The subject is not an HTTP engine (the check is skipped with this reason)."""
+
+
+def engine_paths(ctx: CheckContext) -> tuple[EnginePath, EnginePath]:
+    from gate.adapters.openai.path import EnginePath
+
+    if not isinstance(ctx.reference, EnginePath) or not isinstance(ctx.candidate, EnginePath):
+        raise NotAnEngine("both paths must be HTTP engines (adapter openai)")
+    return ctx.reference, ctx.candidate
+
+
+def same_vocabulary(reference: Served, candidate: Served) -> int:
+    """The shared vocabulary size; EngineVocabMismatch when the servers disagree."""
+    from gate.adapters.openai.errors import EngineVocabMismatch
+
+    ref_v, cand_v = reference.client.info.get("vocab_size"), candidate.client.info.get("vocab_size")
+    if ref_v is not None and cand_v is not None and ref_v != cand_v:
+        raise EngineVocabMismatch(
+            f"the reference server has a vocabulary of {ref_v} tokens and the candidate {cand_v}: "
+            "the same token ids would mean different tokens, so nothing can be compared"
+        )
+    return int(ref_v or cand_v or 0)
+
+
+def seeded_prompt(vocab: int, length: int, seed: int, low: int = 3) -> list[int]:
+    """`length` token ids drawn uniformly from [low, vocab) (control tokens left out), reproducibly."""
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(low, vocab) for _ in range(length)]
+
+
+def clip_lengths(lengths: list[int], limit: int) -> list[int]:
+    """Lengths clipped to `limit`, in order, without repeats."""
+    out: list[int] = []
+    for length in lengths:
+        clipped = max(1, min(length, limit))
+        if clipped not in out:
+            out.append(clipped)
+    return out
+
+
+@dataclass
+class Judged:
+    """One request compared under the claim."""
+
+    comparison: TopKComparison
+    exact: bool
+    failed: bool
+    warn: bool
+
+    def row(self) -> dict[str, Any]:
+        c = self.comparison
+        return {
+            "tokens_match": not c.diverged,
+            "first_divergence": c.first_divergence,
+            "max_abs_dlogprob": c.max_abs_delta,
+            "bit_equal": self.exact,
+            "tie": c.tie,
+            "close_vllm_rule": c.close,
+            "gap": c.gap,
+            "gap_lower_bound": c.gap_lower_bound,
+        }
+
+
+def judge(ctx: CheckContext, reference: Completion, candidate: Completion) -> Judged:
+    """Compare two completions of one prompt under the manifest's claim."""
+    ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
+    tol = tolerance_for(ctx)
+    comparison = compare_topk(ref, cand, tol)
+    exact = exact_equal(ref, cand)
+    level = ctx.manifest.claim.level
+    if level == "exact":
+        return Judged(comparison, exact, failed=not exact, warn=False)
+    if level == "greedy-tokens":
+        return Judged(comparison, exact, failed=comparison.diverged, warn=False)
+    return Judged(comparison, exact, failed=comparison.failed, warn=comparison.over_tolerance or comparison.tie)
+
+
+def observation(completions: list[Completion]) -> Any:
+    """The candidate's observations as one tensor, for the control engine's clean-vs-faulty difference."""
+    import torch
+
+    parts = [TopKObservation.of(c).tensor() for c in completions]
+    return torch.cat(parts) if parts else None
+
+
+def failure_words(level: str, judged: Judged) -> str:
+    c = judged.comparison
+    if level == "exact" and not c.diverged:
+        return f"not bit-identical (max |Δlogprob| {c.max_abs_delta:.3g})"
+    if c.first_divergence is not None:
+        gap = f"gap {c.gap:.3g}" if c.gap is not None else f"candidate token outside the top-k (gap > {c.gap_lower_bound})"
+        return f"greedy tokens diverge at token {c.first_divergence} ({gap})"
+    return f"max |Δlogprob| {c.max_abs_delta:.3g}"

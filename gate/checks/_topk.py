@@ -1,0 +1,132 @@
+"""The top-k observation: what an engine behind HTTP shows, and the established rule to compare it.
+
+An in-process check sees every logit; an HTTP engine shows, per generated position, the greedy
+token, its logprob and the top-k (token, logprob) pairs. `TopKObservation` holds that, and
+`compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as gate's dense
+comparison (gate.checks.compare) is:
+
+* positions are compared while both greedy sequences agree; at the first position where they
+  differ the sequences stop being comparable (each continues from another context);
+* there the argmax is load-bearing: the flip is a *tie* when the candidate's token is inside the
+  reference's top-k with a gap (reference logprob of its token minus that of the candidate's) within
+  tolerance, as the dense rule treats a flip inside the top-2 margin; otherwise it is a failure. The
+  vLLM condition (each side's token inside the other's top-k) is reported as `close`, with the gap;
+* |Δlogprob| of the aligned tokens (and of every token both top-k lists hold) is measured; over the
+  tolerance it is a warning, and for an `exact` claim any non-zero difference is a failure.
+
+What it cannot show, compared with dense logits: a change confined to tokens outside both top-k
+lists, and the size of a gap to a token outside the reference's top-k (reported as a lower bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from gate.checks.compare import Tolerance
+
+
+@dataclass
+class TopKObservation:
+    """One request's greedy continuation with top-k logprobs per position."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    top: list[dict[int, float]]
+
+    @classmethod
+    def of(cls, completion: Any) -> TopKObservation:
+        return cls(list(completion.tokens), list(completion.logprobs), [dict(t) for t in completion.top])
+
+    def tensor(self) -> torch.Tensor:
+        """[n, 2] float64 (token id, logprob): what the control engine diffs between clean and faulty runs."""
+        import torch
+
+        return torch.tensor([[float(t), lp] for t, lp in zip(self.tokens, self.logprobs, strict=True)], dtype=torch.float64)
+
+
+@dataclass
+class TopKComparison:
+    """Reference vs candidate over one request."""
+
+    compared: int
+    """Positions compared (up to and including the first divergence)."""
+    first_divergence: int | None
+    """Index of the first position whose greedy tokens differ."""
+    tie: bool
+    """The divergence is a tie (candidate's token inside the reference's top-k within tolerance)."""
+    close: bool
+    """vLLM's condition at the divergence: each side's token inside the other's top-k."""
+    gap: float | None
+    """Reference logprob of its token minus that of the candidate's (None: outside the top-k)."""
+    gap_lower_bound: float | None
+    """When the candidate's token is outside the reference's top-k: the reference's top-1 minus its k-th."""
+    max_abs_delta: float
+    """max |Δlogprob| over aligned tokens and tokens both top-k lists hold."""
+    tolerance: float
+    """The largest per-position logprob tolerance used."""
+
+    @property
+    def diverged(self) -> bool:
+        return self.first_divergence is not None
+
+    @property
+    def failed(self) -> bool:
+        """A greedy flip that is not a tie: the load-bearing failure."""
+        return self.diverged and not self.tie
+
+    @property
+    def over_tolerance(self) -> bool:
+        return self.max_abs_delta > self.tolerance
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "compared": self.compared,
+            "first_divergence": self.first_divergence,
+            "tie": self.tie,
+            "close": self.close,
+            "gap": self.gap,
+            "gap_lower_bound": self.gap_lower_bound,
+            "max_abs_delta": self.max_abs_delta,
+            "tolerance": self.tolerance,
+        }
+
+
+def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: Tolerance) -> TopKComparison:
+    """Compare two greedy continuations of the same prompt by the top-k rule (module docstring)."""
+    max_delta = 0.0
+    max_tol = 0.0
+    n = min(len(reference.tokens), len(candidate.tokens))
+    for i in range(n):
+        ref_tok, cand_tok = reference.tokens[i], candidate.tokens[i]
+        ref_top, cand_top = reference.top[i], candidate.top[i]
+        row_tol = tol.atol + tol.rtol * abs(reference.logprobs[i])
+        max_tol = max(max_tol, row_tol)
+        shared = set(ref_top) & set(cand_top)
+        deltas = [abs(ref_top[t] - cand_top[t]) for t in shared]
+        if ref_tok == cand_tok:
+            deltas.append(abs(reference.logprobs[i] - candidate.logprobs[i]))
+        max_delta = max([max_delta, *deltas])
+        if ref_tok != cand_tok:
+            close = cand_tok in ref_top and ref_tok in cand_top
+            gap = reference.logprobs[i] - ref_top[cand_tok] if cand_tok in ref_top else None
+            lower = None
+            if gap is None and ref_top:
+                lower = reference.logprobs[i] - min(ref_top.values())
+            tie = gap is not None and gap <= row_tol
+            return TopKComparison(i + 1, i, tie, close, gap, lower, max_delta, max_tol)
+    if len(reference.tokens) != len(candidate.tokens):
+        return TopKComparison(n, n, False, False, None, None, max_delta, max_tol)
+    return TopKComparison(n, None, False, False, None, None, max_delta, max_tol)
+
+
+def exact_equal(reference: TopKObservation, candidate: TopKObservation) -> bool:
+    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims)."""
+    return (
+        reference.tokens == candidate.tokens
+        and reference.logprobs == candidate.logprobs
+        and reference.top == candidate.top
+    )
