@@ -54,6 +54,8 @@ class TinyModel(_Options):
     """Seed of a small perturbation of every weight (other weights, same shapes)."""
     context_length: int = Field(default=8192, ge=64, le=131072)
     """Trained context length written into the file."""
+    vocab_size: int = Field(default=512, ge=260, le=65536)
+    """Vocabulary size (control and byte tokens included)."""
 
 
 class Launch(_Options):

@@ -39,7 +39,12 @@ def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
     """Write (once per process) the tiny GGUF a spec names; its path and sha256."""
     from gate.models.tiny_gguf import TinyLlamaSpec, write_tiny_gguf
 
-    full = TinyLlamaSpec(seed=spec.seed, perturb_seed=spec.perturb_seed, context_length=spec.context_length)
+    full = TinyLlamaSpec(
+        seed=spec.seed,
+        perturb_seed=spec.perturb_seed,
+        context_length=spec.context_length,
+        vocab_size=spec.vocab_size,
+    )
     key = hashlib.sha256(repr(full.describe()).encode()).hexdigest()[:16]
     path = _model_dir() / f"tiny-llama-{key}.gguf"
     digest_file = path.with_suffix(".sha256")
