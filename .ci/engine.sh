@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Gate a real engine: build llama.cpp's server (make engine, cached in .cache/engine/), run the engine
+# tests against it, then gate both engine examples end to end and check their verdicts, their exit
+# codes and that no server process is left behind. Usage: bash .ci/engine.sh (from the repository root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GATE_THREADS=1 OMP_NUM_THREADS=1
+start=$(date +%s)
+make engine
+echo "engine build step: $(( $(date +%s) - start ))s"
+test -x .venv/bin/python || { python3 -m venv .venv; .venv/bin/pip install -q torch==2.13.0; }
+.venv/bin/python -c "import gguf" 2>/dev/null || .venv/bin/pip install -q -e ".[engine]"
+export PATH="$PWD/.cache/engine:$PATH"
+.venv/bin/python -m pytest -q -m engine tests/engine
+
+run_example() {  # manifest, expected exit code
+  local out=out/ci-engine/$(basename "$1" .yaml) rc=0 t0
+  t0=$(date +%s)
+  .venv/bin/gate run "$1" --out "$out" >"$out.log" 2>&1 || rc=$?
+  echo "$1: exit $rc in $(( $(date +%s) - t0 ))s (expected $2)"
+  if [ "$rc" -ne "$2" ]; then tail -n 30 "$out.log"; exit 1; fi
+}
+mkdir -p out/ci-engine
+run_example examples/engine-llamacpp-prefix.yaml 0
+run_example examples/engine-llamacpp-quantised-kv.yaml 1
+if pgrep -x llama-server >/dev/null; then
+  echo "a llama-server process outlived gate run:"; pgrep -a -x llama-server; exit 1
+fi
+echo "engine CI passed in $(( $(date +%s) - start ))s"

@@ -1,0 +1,39 @@
+"""Engine tests need llama.cpp's server, built by `make engine` into .cache/engine/ (or $GATE_LLAMA_SERVER).
+
+Tests marked `engine` are skipped, with that reason, when it is not built, so `make test` stays fast
+on a fresh clone; .ci/engine.sh builds it and runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def llama_server() -> Path | None:
+    explicit = os.environ.get("GATE_LLAMA_SERVER")
+    candidate = Path(explicit) if explicit else ROOT / ".cache" / "engine" / "llama-server"
+    return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if llama_server() is not None:
+        return
+    skip = pytest.mark.skip(reason="llama-server is not built: run `make engine` (or set GATE_LLAMA_SERVER)")
+    for item in items:
+        if "engine" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def engine_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment a `gate run` of an engine example needs: llama-server on PATH, one thread."""
+    server = llama_server()
+    assert server is not None
+    path = f"{server.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    monkeypatch.setenv("PATH", path)
+    return {**os.environ, "PATH": path, "GATE_THREADS": "1", "OMP_NUM_THREADS": "1"}
