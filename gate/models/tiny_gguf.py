@@ -3,7 +3,7 @@
 `write_tiny_gguf(path, TinyLlamaSpec(seed=0))` writes float32 weights drawn from a seeded normal
 distribution for a small Llama configuration (2 layers, 4 query heads over 2 key/value heads, a
 vocabulary of 512 tokens) and a SentencePiece-style tokenizer section that llama.cpp accepts: three
-control tokens, the 256 byte tokens and plain pieces. gate sends token ids, never text, so the
+control tokens, the 128 ASCII byte tokens and plain pieces. gate sends token ids, never text, so the
 tokenizer only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
 same architecture with other weights, for a stale-weights control.
 
@@ -20,7 +20,9 @@ from typing import Any
 
 N_CONTROL = 3
 """<unk>, <s>, </s>"""
-N_BYTES = 256
+N_BYTES = 128
+"""Byte-fallback tokens for ASCII only: a generated token is then always whole UTF-8, so the server
+never holds a token back waiting for the rest of a character (which would shift its logprobs)."""
 
 
 @dataclass(frozen=True)

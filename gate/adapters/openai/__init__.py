@@ -62,7 +62,8 @@ class Launch(_Options):
     """A server command gate starts and stops."""
 
     command: list[str] = Field(min_length=1)
-    """Program and arguments; `{port}` and `{model}` are substituted. The program is looked up on PATH."""
+    """Program and arguments; `{port}`, `{model}` and `{workdir}` (a scratch directory of the server's own)
+    are substituted. The program is looked up on PATH."""
     port: int | None = Field(default=None, ge=1, le=65535)
     """Port to listen on; leave it out and gate picks a free one on 127.0.0.1."""
     probe: Literal["/health", "/v1/models"] = "/health"

@@ -263,6 +263,11 @@ def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
     else:
         raise EngineBadReply(f"{where} has an unknown shape: {str(logprobs)[:200]}")
     usage = reply.get("usage") or {}
+    generated = usage.get("completion_tokens")
+    if isinstance(generated, int) and generated != len(tokens):
+        raise EngineBadReply(
+            f"{where}: logprobs for {len(tokens)} tokens but {generated} were generated; positions cannot be aligned"
+        )
     timings = reply.get("timings") or {}
     cached: int | None = None
     details = usage.get("prompt_tokens_details") or {}

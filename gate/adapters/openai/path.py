@@ -53,6 +53,12 @@ def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
     return path, digest_file.read_text()
 
 
+def _substitute(part: str, subs: dict[str, str]) -> str:
+    for key, value in subs.items():
+        part = part.replace(key, value)
+    return part
+
+
 @dataclass
 class Served:
     """A running server as a check sees it: the client, and its process when gate launched it."""
@@ -201,9 +207,8 @@ class EnginePath:
         model_path = launch.model_file
         if launch.tiny_model is not None:
             model_path = str(tiny_model_file(launch.tiny_model)[0])
-        command = [part.replace("{port}", str(port)).replace("{model}", model_path or "") for part in launch.command]
         server = ServerProcess(
-            command,
+            [],
             port=port,
             probe=launch.probe,
             ready_timeout_s=launch.ready_timeout_s,
@@ -211,6 +216,8 @@ class EnginePath:
             env=launch.env,
             label=full_label,
         )
+        subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}
+        server.command = [_substitute(part, subs) for part in launch.command]
         with sigterm_stops_servers():
             try:
                 server.start()

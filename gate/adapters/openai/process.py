@@ -69,8 +69,9 @@ class ServerProcess:
         self.ready_timeout_s, self.stop_timeout_s = ready_timeout_s, stop_timeout_s
         self.env, self.label = env or {}, label
         self.proc: subprocess.Popen[bytes] | None = None
-        self._log_dir = Path(tempfile.mkdtemp(prefix="gate-engine-"))
-        self.log_path = self._log_dir / "server.log"
+        self.workdir = Path(tempfile.mkdtemp(prefix="gate-engine-"))
+        """A scratch directory of this server's own (its log; `{workdir}` in a launch command)."""
+        self.log_path = self.workdir / "server.log"
         self.started_s = 0.0
         self.ready_after_s: float | None = None
 
