@@ -1,8 +1,8 @@
 """A tiny Llama model written as a GGUF file from a seed, so a real engine can serve it with no hub.
 
 `write_tiny_gguf(path, TinyLlamaSpec(seed=0))` writes float32 weights drawn from a seeded normal
-distribution for a small Llama configuration (2 layers, 4 query heads over 2 key/value heads, a
-vocabulary of 512 tokens) and a SentencePiece-style tokenizer section that llama.cpp accepts: three
+distribution for a small Llama configuration (2 layers, 2 query heads of 32 dimensions over 1 key/value
+head, a vocabulary of 512 tokens; 32 is the block size of llama.cpp's quantised KV types) and a SentencePiece-style tokenizer section that llama.cpp accepts: three
 control tokens, the 128 ASCII byte tokens and plain pieces. gate sends token ids, never text, so the
 tokenizer only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
 same architecture with other weights, for a stale-weights control.
@@ -33,8 +33,8 @@ class TinyLlamaSpec:
     vocab_size: int = 512
     n_embd: int = 64
     n_layer: int = 2
-    n_head: int = 4
-    n_head_kv: int = 2
+    n_head: int = 2
+    n_head_kv: int = 1
     n_ff: int = 128
     context_length: int = 8192
     rope_freq_base: float = 10000.0
