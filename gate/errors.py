@@ -7,6 +7,14 @@ EXIT_GATE_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECK_ERROR = 3
 EXIT_AWAITING_APPROVAL = 4
+# an engine behind HTTP (gate.adapters.openai): each way it can fail has its own code
+EXIT_ENGINE_NOT_READY = 10
+EXIT_ENGINE_PORT_IN_USE = 11
+EXIT_ENGINE_CRASHED = 12
+EXIT_ENGINE_TIMEOUT = 13
+EXIT_ENGINE_BAD_REPLY = 14
+EXIT_ENGINE_VOCAB_MISMATCH = 15
+EXIT_ENGINE_NEVER_HIT = 16
 
 
 class GateError(Exception):
@@ -40,3 +48,55 @@ class UnknownFault(ValueError):
 
 class AdapterUnavailable(RuntimeError):
     """An adapter could not run here (missing extra, no GPU, ...). Maps to exit code 3."""
+
+
+# -- an engine behind HTTP --------------------------------------------------------------------
+# A check that meets one of these ends in `error` (the run could not judge the engine) and the run
+# exits with the error's code, so CI can tell a server that never came up from a slow one or from
+# one that answered garbage. The server's own log tail is quoted where there is one.
+class EngineError(GateError):
+    """An engine (HTTP server) failure; `str(err)` is the one line shown to the user."""
+
+    exit_code = EXIT_ENGINE_CRASHED
+
+
+class EngineNotReady(EngineError):
+    """The server did not answer its readiness probe within the start-up timeout (or exited first)."""
+
+    exit_code = EXIT_ENGINE_NOT_READY
+
+
+class EnginePortInUse(EngineError):
+    """The port the launch asks for is already taken by another process."""
+
+    exit_code = EXIT_ENGINE_PORT_IN_USE
+
+
+class EngineCrashed(EngineError):
+    """The server process died, or stopped answering, while gate was using it."""
+
+    exit_code = EXIT_ENGINE_CRASHED
+
+
+class EngineTimeout(EngineError):
+    """A request got no reply within the request timeout, after every retry."""
+
+    exit_code = EXIT_ENGINE_TIMEOUT
+
+
+class EngineBadReply(EngineError):
+    """The server replied with something that is not the JSON an OpenAI-compatible server sends."""
+
+    exit_code = EXIT_ENGINE_BAD_REPLY
+
+
+class EngineVocabMismatch(EngineError):
+    """The reference and candidate servers serve different vocabularies: token ids mean different things."""
+
+    exit_code = EXIT_ENGINE_VOCAB_MISMATCH
+
+
+class EngineCacheNeverHit(EngineError):
+    """A cached-path check saw the candidate report no reused prompt token at all: nothing was exercised."""
+
+    exit_code = EXIT_ENGINE_NEVER_HIT

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from contextlib import AbstractContextManager
     from pathlib import Path
 
     import torch
@@ -28,6 +29,9 @@ __all__ = [
     "Adapter",
     "AttentionProbe",
     "DecodePath",
+    "EngineCompletion",
+    "EngineServer",
+    "EngineServing",
     "LayerTracing",
     "LayoutBoundaries",
     "PrefixCaching",
@@ -220,6 +224,73 @@ class PrefixCaching(Protocol):
 
     def cache_state(self) -> dict[str, Any]:
         """Blocks, bytes held, byte budget and lifetime counters."""
+        ...
+
+
+@runtime_checkable
+class EngineCompletion(Protocol):
+    """One greedy completion from an engine behind HTTP: what its API lets gate observe."""
+
+    tokens: list[int]
+    """Greedy token ids."""
+    logprobs: list[float]
+    """Logprob of each, under the engine's own (pre-sampling) distribution."""
+    top: list[dict[int, float]]
+    """Per position: the top-k token ids and their logprobs."""
+    cached_tokens: int | None
+    """Prompt tokens the server says it reused from its cache (None: it reports nothing)."""
+    seconds: float
+    """Wall time of the request."""
+
+    def summary(self) -> dict[str, Any]:
+        """Tokens, cached tokens and time, for the evidence."""
+        ...
+
+
+@runtime_checkable
+class EngineServer(Protocol):
+    """A running engine server, as an engine check uses it while it holds it."""
+
+    flavor: str
+    """vllm, sglang, llama.cpp, tgi or generic."""
+    info: dict[str, Any]
+    """What the server states: model, vocab_size, context_length, total_slots, build."""
+
+    def complete(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
+    ) -> EngineCompletion:
+        """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
+        ...
+
+    def reset_cache(self) -> str | None:
+        """Drop the prefix cache through the engine's own endpoint; the endpoint, or None if it has none."""
+        ...
+
+    def evidence(self) -> dict[str, Any]:
+        """Command, port, start-up time and log tail, for the record."""
+        ...
+
+
+@runtime_checkable
+class EngineServing(Protocol):
+    """An engine gate did not write, behind an OpenAI-compatible HTTP API (gate.adapters.openai),
+    judged by the engine-* checks. It has no logits and no session: only completions."""
+
+    flavor: str
+    vocab_size: int
+    max_len: int
+    top_k: int
+    """Top logprobs to request at each position."""
+    salt_field: str | None
+    """Request field that salts the prefix cache (vLLM: cache_salt), None when the engine has none."""
+
+    def serve(self, *, label: str = "server", model: Any = None) -> AbstractContextManager[EngineServer]:
+        """Start the server (or reach it) for the block; stop its whole process group when the block ends,
+        on an exception and on Ctrl-C alike. `model`: another model to load (from `changed_model`)."""
+        ...
+
+    def changed_model(self, perturb_seed: int) -> Any | None:
+        """A model with other weights to restart on, or None where gate cannot restart the server on one."""
         ...
 
 

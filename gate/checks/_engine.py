@@ -1,9 +1,9 @@
 """Shared by the engine checks: the two engine paths, seeded token-id prompts, the claim's comparison.
 
-An engine check runs against an HTTP server gate did not write (gate.adapters.openai). It starts
-its servers itself (two processes: the candidate, and the reference with its cache or new
-scheduling off) and stops them when it ends. What it observes is a `TopKObservation` per request;
-the claim decides what must hold:
+An engine check runs against an HTTP server gate did not write (an `EngineServing` path, built by
+gate.adapters.openai). It starts its servers itself (two processes: the candidate, and the
+reference with its cache or new scheduling off) and stops them when it ends. What it observes is
+a `TopKObservation` per request; the claim decides what must hold:
 
     exact          tokens, logprobs and top-k lists identical as reported
     tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gate.checks._compare import tolerance_for
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
-from gate.checks.compare import tolerance_for
+from gate.errors import EngineVocabMismatch
+from gate.protocols import EngineServing
 
 if TYPE_CHECKING:
-    from gate.adapters.openai.client import Completion
-    from gate.adapters.openai.path import EnginePath, Served
-    from gate.checks.api import CheckContext
+    from gate.core.check import CheckContext
+    from gate.protocols import EngineCompletion, EngineServer
 
 NEW_TOKENS = 8
 
@@ -31,19 +32,16 @@ class NotAnEngine(Exception):
     """The subject is not an HTTP engine (the check is skipped with this reason)."""
 
 
-def engine_paths(ctx: CheckContext) -> tuple[EnginePath, EnginePath]:
-    from gate.adapters.openai.path import EnginePath
+def engine_paths(ctx: CheckContext) -> tuple[EngineServing, EngineServing]:
+    reference, candidate = ctx.reference, ctx.candidate
+    if not isinstance(reference, EngineServing) or not isinstance(candidate, EngineServing):
+        raise NotAnEngine("both paths must be engines behind HTTP (adapter openai)")
+    return reference, candidate
 
-    if not isinstance(ctx.reference, EnginePath) or not isinstance(ctx.candidate, EnginePath):
-        raise NotAnEngine("both paths must be HTTP engines (adapter openai)")
-    return ctx.reference, ctx.candidate
 
-
-def same_vocabulary(reference: Served, candidate: Served) -> int:
+def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:
     """The shared vocabulary size; EngineVocabMismatch when the servers disagree."""
-    from gate.adapters.openai.errors import EngineVocabMismatch
-
-    ref_v, cand_v = reference.client.info.get("vocab_size"), candidate.client.info.get("vocab_size")
+    ref_v, cand_v = reference.info.get("vocab_size"), candidate.info.get("vocab_size")
     if ref_v is not None and cand_v is not None and ref_v != cand_v:
         raise EngineVocabMismatch(
             f"the reference server has a vocabulary of {ref_v} tokens and the candidate {cand_v}: "
@@ -93,7 +91,7 @@ class Judged:
         }
 
 
-def judge(ctx: CheckContext, reference: Completion, candidate: Completion) -> Judged:
+def judge(ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion) -> Judged:
     """Compare two completions of one prompt under the manifest's claim."""
     ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
     tol = tolerance_for(ctx)
@@ -107,7 +105,7 @@ def judge(ctx: CheckContext, reference: Completion, candidate: Completion) -> Ju
     return Judged(comparison, exact, failed=comparison.failed, warn=comparison.over_tolerance or comparison.tie)
 
 
-def observation(completions: list[Completion]) -> Any:
+def observation(completions: list[EngineCompletion]) -> Any:
     """The candidate's observations as one tensor, for the control engine's clean-vs-faulty difference."""
     import torch
 
@@ -120,6 +118,10 @@ def failure_words(level: str, judged: Judged) -> str:
     if level == "exact" and not c.diverged:
         return f"not bit-identical (max |Δlogprob| {c.max_abs_delta:.3g})"
     if c.first_divergence is not None:
-        gap = f"gap {c.gap:.3g}" if c.gap is not None else f"candidate token outside the top-k (gap > {c.gap_lower_bound})"
+        gap = (
+            f"gap {c.gap:.3g}"
+            if c.gap is not None
+            else f"candidate token outside the top-k (gap > {c.gap_lower_bound})"
+        )
         return f"greedy tokens diverge at token {c.first_divergence} ({gap})"
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"

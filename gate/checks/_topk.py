@@ -3,7 +3,7 @@
 An in-process check sees every logit; an HTTP engine shows, per generated position, the greedy
 token, its logprob and the top-k (token, logprob) pairs. `TopKObservation` holds that, and
 `compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as gate's dense
-comparison (gate.checks.compare) is:
+comparison (gate.checks._compare) is:
 
 * positions are compared while both greedy sequences agree; at the first position where they
   differ the sequences stop being comparable (each continues from another context);
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from gate.checks.compare import Tolerance
+    from gate.checks._compare import Tolerance
 
 
 @dataclass
@@ -45,7 +45,9 @@ class TopKObservation:
         """[n, 2] float64 (token id, logprob): what the control engine diffs between clean and faulty runs."""
         import torch
 
-        return torch.tensor([[float(t), lp] for t, lp in zip(self.tokens, self.logprobs, strict=True)], dtype=torch.float64)
+        return torch.tensor(
+            [[float(t), lp] for t, lp in zip(self.tokens, self.logprobs, strict=True)], dtype=torch.float64
+        )
 
 
 @dataclass

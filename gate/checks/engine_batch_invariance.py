@@ -31,7 +31,7 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
-from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class EngineBatchParams(Params):
@@ -57,18 +57,20 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
     except NotAnEngine as why:
         return Outcome("skip", f"engine-batch-invariance judges HTTP engines: {why}")
     level = ctx.manifest.claim.level
-    top_k = candidate.options.top_k
+    top_k = candidate.top_k
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or candidate.vocab_size
         limit = min(reference.max_len, candidate.max_len) - max(params.new_tokens, params.other_new_tokens) - 1
         [length] = clip_lengths([params.length], limit)
-        others = [clip_lengths([params.other_lengths[i % len(params.other_lengths)]], limit)[0]
-                  for i in range(params.concurrent)]
+        others = [
+            clip_lengths([params.other_lengths[i % len(params.other_lengths)]], limit)[0]
+            for i in range(params.concurrent)
+        ]
         target = seeded_prompt(vocab, length, ctx.seed * 104729 + 11)
         prompts = [seeded_prompt(vocab, n, ctx.seed * 104729 + 101 + i) for i, n in enumerate(others)]
-        want = ref.client.complete(target, params.new_tokens, top_k)
-        alone = cand.client.complete(target, params.new_tokens, top_k)
-        slots = cand.client.info.get("total_slots")
+        want = ref.complete(target, params.new_tokens, top_k)
+        alone = cand.complete(target, params.new_tokens, top_k)
+        slots = cand.info.get("total_slots")
         windows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(prompts) + 1)
         barrier = threading.Barrier(len(prompts) + 1)
 
@@ -76,9 +78,9 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
             barrier.wait()
             start = time.perf_counter()
             if i == 0:
-                reply = cand.client.complete(target, params.new_tokens, top_k)
+                reply = cand.complete(target, params.new_tokens, top_k)
             else:
-                reply = cand.client.complete(prompts[i - 1], params.other_new_tokens, top_k)
+                reply = cand.complete(prompts[i - 1], params.other_new_tokens, top_k)
             windows[i] = (start, time.perf_counter())
             return reply
 

@@ -28,7 +28,7 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
-from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class NothingExercised(Exception):
@@ -56,7 +56,7 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
     except NotAnEngine as why:
         return Outcome("skip", f"engine-invalidation judges HTTP engines: {why}")
     level = ctx.manifest.claim.level
-    top_k = candidate.options.top_k
+    top_k = candidate.top_k
     problems: list[str] = []
     evidence: dict[str, Any] = {}
     observed = []
@@ -67,14 +67,14 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or candidate.vocab_size
         prompt = seeded_prompt(vocab, length, ctx.seed * 32452843 + 3)
-        want = ref.client.complete(prompt, params.new_tokens, top_k)
-        cand.client.complete(prompt, params.new_tokens, top_k)
-        warm = cand.client.complete(prompt, params.new_tokens, top_k)
-        endpoint = candidate.reset_cache(cand.client)
+        want = ref.complete(prompt, params.new_tokens, top_k)
+        cand.complete(prompt, params.new_tokens, top_k)
+        warm = cand.complete(prompt, params.new_tokens, top_k)
+        endpoint = cand.reset_cache()
         if endpoint is None:
-            evidence["reset"] = f"not exercised: the {cand.client.flavor} server has no cache-reset endpoint gate knows"
+            evidence["reset"] = f"not exercised: the {cand.flavor} server has no cache-reset endpoint gate knows"
         else:
-            after = cand.client.complete(prompt, params.new_tokens, top_k)
+            after = cand.complete(prompt, params.new_tokens, top_k)
             observed.append(after)
             judged = judge(ctx, want, after)
             evidence["reset"] = {
@@ -92,42 +92,50 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
                     f"reset: after {endpoint} the same prompt still reused {after.cached_tokens} cached tokens"
                 )
             if judged.failed:
-                problems.append(f"reset: the output after the reset differs from the reference: {failure_words(level, judged)}")
+                problems.append(
+                    f"reset: the output after the reset differs from the reference: {failure_words(level, judged)}"
+                )
         evidence["servers"] = {"reference": ref.evidence(), "candidate": cand.evidence()}
 
     # 2. restart with changed weights ------------------------------------------------------------
-    launch = candidate.options.launch
-    changed: Any = None
-    if params.changed_model_file is not None:
-        changed = params.changed_model_file
-    elif launch is not None and launch.tiny_model is not None:
-        changed = launch.tiny_model.model_copy(update={"perturb_seed": params.perturb_seed})
-    if changed is None or not (reference.can_restart_with() and candidate.can_restart_with()):
+    changed: Any = params.changed_model_file
+    if changed is None and reference.changed_model(params.perturb_seed) is not None:
+        changed = candidate.changed_model(params.perturb_seed)  # both restart on the same new weights
+    if changed is None:
         evidence["restart"] = "not exercised: gate does not launch these servers on a model it can change"
     else:
-        with reference.serve(label="reference, changed weights", model=changed) as ref2, candidate.serve(
-            label="candidate, restarted on changed weights", model=changed
-        ) as cand2:
-            want2 = ref2.client.complete(prompt, params.new_tokens, top_k)
-            first = cand2.client.complete(prompt, params.new_tokens, top_k)
-            repeat = cand2.client.complete(prompt, params.new_tokens, top_k)
+        with (
+            reference.serve(label="reference, changed weights", model=changed) as ref2,
+            candidate.serve(label="candidate, restarted on changed weights", model=changed) as cand2,
+        ):
+            want2 = ref2.complete(prompt, params.new_tokens, top_k)
+            first = cand2.complete(prompt, params.new_tokens, top_k)
+            repeat = cand2.complete(prompt, params.new_tokens, top_k)
             evidence["restart_servers"] = {"reference": ref2.evidence(), "candidate": cand2.evidence()}
         observed += [first, repeat]
         judged = judge(ctx, want2, first)
         weights_changed = want2.tokens != want.tokens or want2.logprobs != want.logprobs
         evidence["restart"] = {
-            "changed_model": changed if isinstance(changed, str) else changed.model_dump(),
+            "changed_model": changed.model_dump() if hasattr(changed, "model_dump") else str(changed),
             "reused_after_restart": first.cached_tokens,
             "hit_on_repeat": repeat.cached_tokens,
             "weights_changed_output": weights_changed,
             **judged.row(),
         }
         if not weights_changed:
-            problems.append("restart: the changed weights did not change the reference's output, so the step tests nothing")
+            problems.append(
+                "restart: the changed weights did not change the reference's output, so the step tests nothing"
+            )
         if first.cached_tokens:
-            problems.append(f"restart: the first request after a restart on changed weights reused {first.cached_tokens} stale tokens")
+            problems.append(
+                f"restart: the first request after a restart on changed weights reused {first.cached_tokens} "
+                "stale tokens"
+            )
         if judged.failed:
-            problems.append(f"restart: the output differs from the no-cache server on the new weights: {failure_words(level, judged)}")
+            problems.append(
+                "restart: the output differs from the no-cache server on the new weights: "
+                + failure_words(level, judged)
+            )
         if not repeat.cached_tokens:
             problems.append("restart: a repeat after the restart did not hit: the restarted cache is not exercised")
         else:
@@ -143,8 +151,13 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
         return outcome
     parts = []
     if isinstance(evidence["reset"], dict):
-        parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {exercised.get('hit_before_reset')})")
+        hit = exercised.get("hit_before_reset")
+        parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {hit})")
     if isinstance(evidence["restart"], dict):
-        parts.append(f"after a restart on changed weights nothing stale was reused and the output equals the no-cache server's (repeat hit: {exercised.get('hit_after_restart')})")
+        hit = exercised.get("hit_after_restart")
+        parts.append(
+            "after a restart on changed weights nothing stale was reused and the output equals the "
+            f"no-cache server's (repeat hit: {hit})"
+        )
     outcome.message = "; ".join(parts)
     return outcome

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._engine import NotAnEngine, engine_paths, seeded_prompt
-from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, Params, check
 
 
 class EngineIsolationParams(Params):
@@ -38,13 +38,13 @@ def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcom
             "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
             evidence={"flavor": candidate.flavor, "salt_field": None},
         )
-    top_k = candidate.options.top_k
+    top_k = candidate.top_k
     with candidate.serve(label="candidate") as cand:
         length = max(2, min(params.length, candidate.max_len - 2))
         prompt = seeded_prompt(candidate.vocab_size, length, ctx.seed * 15485863 + 5)
-        first = cand.client.complete(prompt, 1, top_k, {field: "gate-tenant-a"})
-        again = cand.client.complete(prompt, 1, top_k, {field: "gate-tenant-a"})
-        other = cand.client.complete(prompt, 1, top_k, {field: "gate-tenant-b"})
+        first = cand.complete(prompt, 1, top_k, {field: "gate-tenant-a"})
+        again = cand.complete(prompt, 1, top_k, {field: "gate-tenant-a"})
+        other = cand.complete(prompt, 1, top_k, {field: "gate-tenant-b"})
         servers = {"candidate": cand.evidence()}
     evidence = {
         "salt_field": field,
@@ -57,7 +57,8 @@ def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcom
     if not again.cached_tokens:
         return Outcome(
             "fail",
-            f"not exercised: the repeat under the same salt reused no token, so a miss under another salt proves nothing",
+            "not exercised: the repeat under the same salt reused no token, so a miss under another salt "
+            "proves nothing",
             metrics,
             evidence,
         )

@@ -30,14 +30,11 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
-from gate.checks.api import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, Params, check
+from gate.errors import EngineCacheNeverHit
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
 SUFFIX = 4
-
-
-class CacheNeverHit(Exception):
-    """The candidate reported no reused prompt token at all: the cached path was never exercised."""
 
 
 class EnginePrefixParams(Params):
@@ -67,7 +64,7 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
     except NotAnEngine as why:
         return Outcome("skip", f"engine-prefix-parity judges HTTP engines: {why}")
     level = ctx.manifest.claim.level
-    top_k = candidate.options.top_k
+    top_k = candidate.top_k
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     warnings: list[str] = []
@@ -83,9 +80,9 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
             prefix = seeded_prompt(vocab, length, ctx.seed * 7919 + length)
             suffix = seeded_prompt(vocab, SUFFIX, ctx.seed * 7919 + length + 1_000_003)
             other = seeded_prompt(vocab, SUFFIX, ctx.seed * 7919 + length + 2_000_003)
-            cand.client.complete(prefix + other, 1, top_k)  # warm-up: the prefix is now cached
-            got = cand.client.complete(prefix + suffix, params.new_tokens, top_k)
-            want = ref.client.complete(prefix + suffix, params.new_tokens, top_k)
+            cand.complete(prefix + other, 1, top_k)  # warm-up: the prefix is now cached
+            got = cand.complete(prefix + suffix, params.new_tokens, top_k)
+            want = ref.complete(prefix + suffix, params.new_tokens, top_k)
             completions.append(got)
             judged = judge(ctx, want, got)
             row = {
@@ -108,7 +105,7 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     hits = [r for r in rows if r["cached_tokens"]]
     if not hits:
-        raise CacheNeverHit(
+        raise EngineCacheNeverHit(
             "the cache never hit: the candidate reported no reused prompt token at any prefix length "
             f"({', '.join(str(r['prefix_length']) for r in rows)}), so its cached path was not exercised"
         )

@@ -1,10 +1,11 @@
 """A tiny Llama model written as a GGUF file from a seed, so a real engine can serve it with no hub.
 
 `write_tiny_gguf(path, TinyLlamaSpec(seed=0))` writes float32 weights drawn from a seeded normal
-distribution for a small Llama configuration (2 layers, 2 query heads of 32 dimensions over 1 key/value
-head, a vocabulary of 512 tokens; 32 is the block size of llama.cpp's quantised KV types) and a SentencePiece-style tokenizer section that llama.cpp accepts: three
-control tokens, the 128 ASCII byte tokens and plain pieces. gate sends token ids, never text, so the
-tokenizer only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
+distribution for a small Llama configuration (2 layers, 2 query heads of 32 dimensions over one
+key/value head, a vocabulary of 512 tokens; 32 is the block size of llama.cpp's quantised KV
+types) and a SentencePiece-style tokenizer section that llama.cpp accepts: three control tokens,
+the 128 ASCII byte tokens and plain pieces. gate sends token ids, never text, so the tokenizer
+only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
 same architecture with other weights, for a stale-weights control.
 
 The scales are chosen so that the logits have a real spread (top-1 margins of a few tenths of a nat

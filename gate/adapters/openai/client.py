@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gate.adapters.openai.errors import EngineBadReply, EngineCrashed, EngineTimeout
+from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -117,7 +117,7 @@ class EngineClient:
                     last = f"HTTP {err.code}: {text}"
                     continue
                 raise EngineBadReply(f"{self.label}: {method} {path} answered HTTP {err.code}: {text}") from None
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 last = "timeout"
                 continue
             except (urllib.error.URLError, ConnectionError, OSError) as err:
@@ -202,7 +202,9 @@ class EngineClient:
         return "generic"
 
     # -- completions -------------------------------------------------------------------------
-    def complete(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Completion:
+    def complete(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
+    ) -> Completion:
         """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
         body: dict[str, Any] = {
             "model": self.model,

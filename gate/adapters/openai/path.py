@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
-from gate.adapters.openai.client import EngineClient, resolve_headers
-from gate.adapters.openai.errors import EngineBadReply
+from gate.adapters.openai.client import Completion, EngineClient, resolve_headers
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.errors import EngineBadReply, UnknownFault
 
 _MODEL_DIR: Path | None = None
 SALT_FIELDS = {"vllm": "cache_salt"}
@@ -61,10 +61,28 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
 
 @dataclass
 class Served:
-    """A running server as a check sees it: the client, and its process when gate launched it."""
+    """A running server as a check sees it (gate.protocols.EngineServer): the client, and its process
+    when gate launched it."""
 
     client: EngineClient
     server: ServerProcess | None
+    path: EnginePath
+
+    @property
+    def flavor(self) -> str:
+        return self.client.flavor
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.client.info
+
+    def complete(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
+    ) -> Completion:
+        return self.client.complete(prompt, max_tokens, top_k, extra)
+
+    def reset_cache(self) -> str | None:
+        return self.path.reset_cache(self.client)
 
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
@@ -142,8 +160,6 @@ class EnginePath:
         return tuple(self.options.controls)
 
     def with_fault(self, fault: str) -> EnginePath:
-        from gate.paths import UnknownFault
-
         if fault not in self.options.controls:
             raise UnknownFault(f"{self.name} declares no control {fault!r} (declared: {', '.join(self.faults())})")
         return EnginePath(
@@ -159,10 +175,22 @@ class EnginePath:
             name=f"{self.name}+{fault}",
         )
 
-    # -- engine capabilities -------------------------------------------------------------------
+    # -- engine capabilities (gate.protocols.EngineServing) -------------------------------------
     @property
     def salt_field(self) -> str | None:
         return self.options.cache_salt_field or SALT_FIELDS.get(self.flavor)
+
+    @property
+    def top_k(self) -> int:
+        return self.options.top_k
+
+    def changed_model(self, perturb_seed: int) -> TinyModel | None:
+        """The tiny model this server loads with perturbed weights; None when it loads no tiny model
+        (gate cannot make other weights for an arbitrary model file)."""
+        launch = self._launch()
+        if launch is None or launch.tiny_model is None:
+            return None
+        return launch.tiny_model.model_copy(update={"perturb_seed": perturb_seed})
 
     def control_spec(self) -> ControlLaunch | None:
         return self.options.controls.get(self.control) if self.control else None
@@ -186,10 +214,6 @@ class EnginePath:
             update.update(model_file=model, tiny_model=None)
         return launch.model_copy(update=update)
 
-    def can_restart_with(self) -> bool:
-        """Whether gate can launch this server with another model (it launches it at all)."""
-        return self.options.launch is not None
-
     @contextlib.contextmanager
     def serve(self, *, label: str = "server", model: TinyModel | str | None = None) -> Iterator[Served]:
         """Start the server (or reach base_url); stop its process group when the block ends."""
@@ -201,7 +225,7 @@ class EnginePath:
             assert opts.base_url is not None
             client = self._client(opts.base_url, headers, full_label)
             client.discover()
-            yield Served(client, None)
+            yield Served(client, None, self)
             return
         port = launch.port or free_port()
         model_path = launch.model_file
@@ -223,7 +247,7 @@ class EnginePath:
                 server.start()
                 client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
                 client.discover()
-                yield Served(client, server)
+                yield Served(client, server, self)
             finally:
                 server.stop()
 

@@ -24,10 +24,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gate.adapters.openai.errors import EngineCrashed, EngineNotReady, EnginePortInUse, tail
+from gate.errors import EngineCrashed, EngineNotReady, EnginePortInUse
 
 _LIVE: set[ServerProcess] = set()
 """Servers started and not yet stopped (stopped at interpreter exit and on SIGTERM as a last resort)."""
+
+
+def tail(text: str, lines: int = 15) -> str:
+    """The last `lines` lines of a log, joined with ' | ' so they fit on the one error line."""
+    kept = [line for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) if kept else "(the server wrote nothing)"
 
 
 def free_port() -> int:

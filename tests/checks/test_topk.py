@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gate.checks._compare import Tolerance
 from gate.checks._topk import TopKObservation, compare_topk, exact_equal
-from gate.checks.compare import Tolerance
 
 TOL = Tolerance(1e-3, 0.0, "test")
 

@@ -17,7 +17,8 @@ import pytest
 
 from gate.adapters.openai import Options
 from gate.adapters.openai.client import resolve_headers
-from gate.adapters.openai.errors import (
+from gate.adapters.openai.path import EnginePath
+from gate.errors import (
     EXIT_ENGINE_BAD_REPLY,
     EXIT_ENGINE_CRASHED,
     EXIT_ENGINE_NOT_READY,
@@ -29,9 +30,9 @@ from gate.adapters.openai.errors import (
     EnginePortInUse,
     EngineTimeout,
 )
-from gate.adapters.openai.path import EnginePath
 
 SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
+SLOW_START = "import time; print('still loading', flush=True); time.sleep(60)"
 
 
 def path_for(command: list[str], **extra: object) -> EnginePath:
@@ -39,6 +40,12 @@ def path_for(command: list[str], **extra: object) -> EnginePath:
         {"flavor": "generic", "launch": {"command": command, "ready_timeout_s": extra.pop("ready", 20)}, **extra}
     )
     return EnginePath(options=options, dtype="float32", seed=0)
+
+
+def start(path: EnginePath) -> None:
+    """Start the server and stop it again (what a check does around its requests)."""
+    with path.serve():
+        pass
 
 
 def alive(pid: int) -> bool:
@@ -52,27 +59,35 @@ def alive(pid: int) -> bool:
 
 
 def test_exit_codes_are_distinct() -> None:
-    codes = [EXIT_ENGINE_NOT_READY, EXIT_ENGINE_PORT_IN_USE, EXIT_ENGINE_CRASHED, EXIT_ENGINE_TIMEOUT, EXIT_ENGINE_BAD_REPLY]
+    codes = [
+        EXIT_ENGINE_NOT_READY,
+        EXIT_ENGINE_PORT_IN_USE,
+        EXIT_ENGINE_CRASHED,
+        EXIT_ENGINE_TIMEOUT,
+        EXIT_ENGINE_BAD_REPLY,
+    ]
     assert len(set(codes)) == len(codes) and not set(codes) & {0, 1, 2, 3, 4}
 
 
 def test_a_server_that_exits_at_start_is_not_ready_and_its_log_is_quoted() -> None:
     script = "import sys; print('error: failed to load model /nowhere.gguf'); sys.exit(3)"
     with pytest.raises(EngineNotReady, match=r"exited with status 3 .*failed to load model /nowhere.gguf"):
-        with path_for([sys.executable, "-c", script]).serve():
-            pass
+        start(path_for([sys.executable, "-c", script]))
 
 
 def test_a_server_that_never_listens_times_out_at_start_up() -> None:
-    with pytest.raises(EngineNotReady, match=r"not ready after 1s .*still loading"):
-        with path_for([sys.executable, "-c", "import time; print('still loading', flush=True); time.sleep(60)"], ready=1).serve():
-            pass
+    with (
+        pytest.raises(EngineNotReady, match=r"not ready after 1s .*still loading"),
+        path_for(
+            [sys.executable, "-c", "import time; print('still loading', flush=True); time.sleep(60)"], ready=1
+        ).serve(),
+    ):
+        pass
 
 
 def test_a_missing_program_is_named() -> None:
-    with pytest.raises(EngineNotReady, match="no such program"):
-        with path_for(["/nonexistent/llama-server"]).serve():
-            pass
+    with pytest.raises(EngineNotReady, match="no such program"), path_for(["/nonexistent/llama-server"]).serve():
+        pass
 
 
 def test_a_port_in_use_is_refused_before_launch() -> None:
@@ -84,14 +99,12 @@ def test_a_port_in_use_is_refused_before_launch() -> None:
             {"flavor": "generic", "launch": {"command": [sys.executable, SERVER, "{port}", "forks"], "port": port}}
         )
         with pytest.raises(EnginePortInUse, match=f"port {port}"):
-            with EnginePath(options=options, dtype="float32", seed=0).serve():
-                pass
+            start(EnginePath(options=options, dtype="float32", seed=0))
 
 
 def test_a_reply_that_is_not_json_is_named() -> None:
     with pytest.raises(EngineBadReply, match="did not answer JSON: '<html>hello</html>'"):
-        with path_for([sys.executable, SERVER, "{port}", "html"]).serve():
-            pass
+        start(path_for([sys.executable, SERVER, "{port}", "html"]))
 
 
 def test_a_slow_reply_times_out_after_retries() -> None:
@@ -99,32 +112,33 @@ def test_a_slow_reply_times_out_after_retries() -> None:
     with p.serve() as served:
         started = time.monotonic()
         with pytest.raises(EngineTimeout, match=r"no reply within 0.3s \(2 attempt"):
-            served.client.complete([5, 6, 7], 2, 3)
+            served.complete([5, 6, 7], 2, 3)
         assert time.monotonic() - started < 5
 
 
 def test_a_crash_mid_run_is_a_crash_with_the_log_tail() -> None:
     p = path_for([sys.executable, SERVER, "{port}", "crash"], retries=1, backoff_s=0.2)
-    with p.serve() as served:
-        with pytest.raises(EngineCrashed, match=r"exited with status 1 during the run.*simulated abort"):
-            served.client.complete([5, 6, 7], 2, 3)
+    with (
+        p.serve() as served,
+        pytest.raises(EngineCrashed, match=r"exited with status 1 during the run.*simulated abort"),
+    ):
+        served.client.complete([5, 6, 7], 2, 3)
 
 
 def test_the_whole_process_group_stops_even_on_an_exception() -> None:
     p = path_for([sys.executable, SERVER, "{port}", "forks"])
-    with pytest.raises(KeyboardInterrupt):
-        with p.serve() as served:
-            assert served.server is not None
-            leader = served.server.proc.pid  # type: ignore[union-attr]
-            for _ in range(50):
-                match = re.search(r"worker pid (\d+)", served.server.log_text())
-                if match:
-                    break
-                time.sleep(0.1)
-            assert match, served.server.log_text()
-            worker = int(match.group(1))
-            assert alive(leader) and alive(worker)
-            raise KeyboardInterrupt  # what Ctrl-C raises in the middle of a check
+    with pytest.raises(KeyboardInterrupt), p.serve() as served:
+        assert served.server is not None
+        leader = served.server.proc.pid  # type: ignore[union-attr]
+        for _ in range(50):
+            match = re.search(r"worker pid (\d+)", served.server.log_text())
+            if match:
+                break
+            time.sleep(0.1)
+        assert match, served.server.log_text()
+        worker = int(match.group(1))
+        assert alive(leader) and alive(worker)
+        raise KeyboardInterrupt  # what Ctrl-C raises in the middle of a check
     assert not alive(leader) and not alive(worker)
 
 
