@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
 
 
 def llama_server() -> Path | None:
     explicit = os.environ.get("GATE_LLAMA_SERVER")
-    candidate = Path(explicit) if explicit else ROOT / ".cache" / "engine" / "llama-server"
+    candidate = Path(explicit) if explicit else REPO / ".cache" / "engine" / "llama-server"
     return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
 
 

@@ -1,0 +1,199 @@
+"""Against llama.cpp's own server (llama-server, `make engine`): discovery, top-k, cache hits, the two
+engine examples end to end, every failure mode's exit code, and no server outliving `gate run`
+(Ctrl-C, SIGTERM, even SIGKILL of gate).
+
+Skipped, with the reason, when llama-server is not built (tests/adapters/openai/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gate.adapters.openai import Options
+from gate.adapters.openai.path import EnginePath
+from gate.errors import (
+    EXIT_ENGINE_CRASHED,
+    EXIT_ENGINE_NOT_READY,
+    EXIT_ENGINE_VOCAB_MISMATCH,
+    EngineCrashed,
+    EngineNotReady,
+)
+from tests.support.repo import REPO
+
+pytestmark = pytest.mark.engine
+
+GATE = str(Path(sys.executable).with_name("gate"))
+SERVER_ARGS = ["--host", "127.0.0.1", "--port", "{port}", "-c", "2048", "-t", "1", "-tb", "1", "--no-webui"]
+
+
+def llama(*extra: str, **launch: object) -> EnginePath:
+    options = Options.model_validate(
+        {
+            "flavor": "auto",
+            "launch": {
+                "command": ["llama-server", "-m", "{model}", *SERVER_ARGS, *extra],
+                "tiny_model": {"seed": 0, "context_length": 2048},
+                "ready_timeout_s": 60,
+                **launch,
+            },
+        }
+    )
+    return EnginePath.probe(options, dtype="float32", seed=0)
+
+
+def gate_run(manifest: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GATE, "run", str(manifest), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+
+
+def children_named(pid: int, name: str) -> list[int]:
+    """Processes whose parent is `pid` and whose command is `name`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            comm = fields[0].split("(", 1)[1]
+            ppid = int(fields[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and comm == name:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_discovery_topk_and_hits(engine_env: dict[str, str]) -> None:
+    path = llama("-np", "1", "--cache-prompt")
+    assert (path.flavor, path.vocab_size, path.max_len) == ("llama.cpp", 512, 2048)
+    assert path.identity()["model_sha256"]
+    with path.serve() as served:
+        prompt = list(range(10, 74))
+        first = served.complete(prompt, 8, 5)
+        again = served.complete(prompt, 8, 5)
+    assert len(first.tokens) == 8 and all(len(t) == 5 for t in first.top)
+    # greedy: each token is its position's top-1, and its logprob is the one listed
+    for token, logprob, top in zip(first.tokens, first.logprobs, first.top, strict=True):
+        assert max(top, key=lambda t: top[t]) == token and top[token] == logprob
+    assert first.cached_tokens == 0 and again.cached_tokens == len(prompt) - 1
+    assert again.tokens == first.tokens
+
+
+def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp_path: Path) -> None:
+    passed = gate_run(REPO / "examples/engine-llamacpp-prefix.yaml", tmp_path / "prefix", engine_env)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    record = json.loads((tmp_path / "prefix/results.json").read_text())
+    checks = {c["check"]: c for c in record["checks"]}
+    parity = checks["engine-prefix-parity"]
+    rows = parity["evidence"]["lengths"]
+    assert [r["prefix_length"] for r in rows] == [1, 17, 200, 2048, 8179]
+    assert all(r["cached_tokens"] == r["prefix_length"] and r["reference_cached_tokens"] == 0 for r in rows)
+    for name in ("engine-prefix-parity", "engine-batch-invariance", "engine-invalidation"):
+        assert checks[name]["status"] == "pass", checks[name]["message"]
+        assert checks[name]["controls"] and all(c["outcome"] == "detected" for c in checks[name]["controls"])
+    assert {c["fault"] for c in parity["controls"]} == {"kv-quantised", "stale-weights"}
+    assert checks["engine-isolation"]["status"] == "skip" and "unproven" in checks["engine-isolation"]["message"]
+
+    failed = gate_run(REPO / "examples/engine-llamacpp-quantised-kv.yaml", tmp_path / "q8", engine_env)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    record = json.loads((tmp_path / "q8/results.json").read_text())
+    parity = next(c for c in record["checks"] if c["check"] == "engine-prefix-parity")
+    assert parity["status"] == "fail"
+    for length in (1, 17, 200, 2048, 8179):
+        assert f"length {length}: not bit-identical" in parity["message"]
+
+
+def _manifest(tmp_path: Path, candidate_model: dict[str, object]) -> Path:
+    """A small engine manifest (one prefix length) whose candidate loads `candidate_model`."""
+
+    def side(extra: list[str], model: dict[str, object]) -> dict[str, object]:
+        command = ["llama-server", "-m", "{model}", *SERVER_ARGS, *extra]
+        return {"adapter": "openai", "options": {"flavor": "llama.cpp", "launch": {"command": command, **model}}}
+
+    tiny = {"tiny_model": {"seed": 0, "context_length": 2048}}
+    manifest = {
+        "apiVersion": "gate/v1",
+        "name": "engine-failure",
+        "intervention": "engine-serving",
+        "claim": {"level": "tolerance"},
+        "identity": ["token-ids", "model-revision", "kv-dtype"],
+        "subject": {"reference": side(["--no-cache-prompt"], tiny), "candidate": side([], candidate_model)},
+        "checks": {"engine-prefix-parity": {"params": {"lengths": [17]}}},
+    }
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path
+
+
+def test_a_vocabulary_mismatch_exits_15(engine_env: dict[str, str], tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, {"tiny_model": {"seed": 0, "context_length": 2048, "vocab_size": 600}})
+    run = gate_run(manifest, tmp_path / "out", engine_env)
+    assert run.returncode == EXIT_ENGINE_VOCAB_MISMATCH, run.stdout + run.stderr
+    assert "vocabulary of 512 tokens and the candidate 600" in run.stdout + run.stderr
+
+
+def test_a_server_that_cannot_load_its_model_exits_10_quoting_its_log(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    with pytest.raises(EngineNotReady, match=r"exited with status 1 before it was ready.*nowhere\.gguf"):
+        llama(model_file="/nowhere.gguf", tiny_model=None)
+    manifest = _manifest(tmp_path, {"model_file": "/nowhere.gguf"})
+    run = gate_run(manifest, tmp_path / "out", engine_env)
+    assert run.returncode == EXIT_ENGINE_NOT_READY, run.stdout + run.stderr
+    assert "nowhere.gguf" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_server_killed_mid_run_is_a_crash(engine_env: dict[str, str]) -> None:
+    path = llama("-np", "1")
+    with path.serve() as served:
+        assert served.server is not None and served.server.proc is not None
+        served.complete([10, 11, 12], 2, 3)
+        os.kill(served.server.proc.pid, signal.SIGKILL)
+        with pytest.raises(EngineCrashed, match=r"exited with status -9 during the run") as caught:
+            served.complete([10, 11, 12], 2, 3)
+    assert caught.value.exit_code == EXIT_ENGINE_CRASHED
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "sigkill"])
+def test_no_server_outlives_gate_run(engine_env: dict[str, str], tmp_path: Path, sig: signal.Signals) -> None:
+    gate = subprocess.Popen(
+        [GATE, "run", "examples/engine-llamacpp-prefix.yaml", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=engine_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    servers: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(servers) < 2:  # both servers of a check are up
+        servers = children_named(gate.pid, "llama-server")
+        time.sleep(0.05)
+    assert servers, "gate never started a llama-server"
+    time.sleep(0.5)  # inside the check, requests in flight
+    gate.send_signal(sig)
+    gate.wait(timeout=60)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(alive(p) for p in servers):
+        time.sleep(0.1)
+    assert not [p for p in servers if alive(p)], f"servers outlived gate ({sig.name})"
