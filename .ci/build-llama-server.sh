@@ -5,6 +5,7 @@
 # binary runs on any x86-64 CI machine), two jobs. The result is cached inside the working tree:
 #   .cache/engine/llama-server          the binary
 #   .cache/engine/llama-server.version  the sdist it came from and the cmake flags
+#   .cache/engine/llama-server.build-seconds  how long the compile took, and with how many jobs
 # A second call with the same version and flags does nothing. Usage: bash .ci/build-llama-server.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +36,5 @@ cmake --build "$SRC/build" --target llama-server -j "$JOBS" >"$SRC/build.log" 2>
   || { tail -n 30 "$SRC/build.log"; exit 1; }
 cp "$SRC/build/bin/llama-server" "$OUT/llama-server.tmp" && mv "$OUT/llama-server.tmp" "$OUT/llama-server"
 echo "$STAMP_TEXT" >"$OUT/llama-server.version"
-echo "built $OUT/llama-server from llama-cpp-python==$VERSION in $(( $(date +%s) - start ))s"
+echo "$(( $(date +%s) - start )) $JOBS" >"$OUT/llama-server.build-seconds"
+echo "built $OUT/llama-server from llama-cpp-python==$VERSION in $(( $(date +%s) - start ))s ($JOBS jobs)"

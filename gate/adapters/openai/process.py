@@ -191,9 +191,25 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        # children that outlived the leader (forked workers) go with the group
+        # children that outlived the leader (forked workers) go with the group; wait until they are gone
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + self.stop_timeout_s
+        while _group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, read from /proc (empty where there is no /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 def stop_all() -> None:
