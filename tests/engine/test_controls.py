@@ -17,6 +17,7 @@ from gate.core.plan import PlannedCheck
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, Status, Verdict
 from gate.engine.runner import decide, run_check
+from gate.errors import EXIT_ENGINE_TIMEOUT, EngineTimeout
 
 
 @dataclass
@@ -48,12 +49,15 @@ class ToyParams(Params):
     threshold: float = 0.5
     exercise: bool = True
     raise_error: bool = False
+    engine_timeout: bool = False
 
 
 @check("toy", params=ToyParams)
 def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
     if params.raise_error:
         raise RuntimeError("boom")
+    if params.engine_timeout:
+        raise EngineTimeout("candidate: POST /v1/completions got no reply within 1s")
     observed = ctx.candidate.logits()  # type: ignore[attr-defined]
     delta = float((observed - torch.arange(4.0)).abs().max())
     return Outcome(
@@ -139,3 +143,13 @@ def test_verdict_precedence() -> None:
     assert decide([passing, skipped], ClaimLevel.tolerance)[2] == "all 1 checks that ran passed (1 skipped: other)"
     warn = failing.model_copy(update={"severity": "warn"})
     assert decide([passing, warn], ClaimLevel.tolerance)[0] == Verdict.passed
+
+
+def test_an_engine_error_gives_the_run_its_own_exit_code() -> None:
+    timed_out = _run([], engine_timeout=True)
+    assert timed_out.status == Status.error and timed_out.metrics["exit_code"] == EXIT_ENGINE_TIMEOUT
+    assert decide([_run([ControlSpec(fault="big")]), timed_out], ClaimLevel.tolerance)[:2] == (
+        Verdict.error,
+        EXIT_ENGINE_TIMEOUT,
+    )
+    assert decide([_run([], raise_error=True), timed_out], ClaimLevel.tolerance)[1] == 3  # the first error names it
