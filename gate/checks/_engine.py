@@ -14,10 +14,11 @@ a `TopKObservation` per request; the claim decides what must hold:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gate.checks._compare import tolerance_for
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
+from gate.core.check import Outcome
 from gate.errors import EngineVocabMismatch
 from gate.protocols import EngineServing
 
@@ -28,15 +29,21 @@ if TYPE_CHECKING:
 NEW_TOKENS = 8
 
 
-class NotAnEngine(Exception):
-    """The subject is not an HTTP engine (the check is skipped with this reason)."""
+class EnginePair(NamedTuple):
+    """What every engine check starts from: both engines, the claim level, the top-k to request."""
+
+    reference: EngineServing
+    candidate: EngineServing
+    level: str
+    top_k: int
 
 
-def engine_paths(ctx: CheckContext) -> tuple[EngineServing, EngineServing]:
+def engine_pair(ctx: CheckContext, check: str) -> EnginePair | Outcome:
+    """Both engines, or the `skip` outcome a check returns for a subject that is not an engine."""
     reference, candidate = ctx.reference, ctx.candidate
     if not isinstance(reference, EngineServing) or not isinstance(candidate, EngineServing):
-        raise NotAnEngine("both paths must be engines behind HTTP (adapter openai)")
-    return reference, candidate
+        return Outcome("skip", f"{check} judges engines behind HTTP (adapter openai); this subject is not one")
+    return EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k)
 
 
 def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:

@@ -22,9 +22,8 @@ from pydantic import Field
 
 from gate.checks._engine import (
     NEW_TOKENS,
-    NotAnEngine,
     clip_lengths,
-    engine_paths,
+    engine_pair,
     failure_words,
     judge,
     observation,
@@ -52,12 +51,10 @@ class EngineBatchParams(Params):
 @check("engine-batch-invariance", params=EngineBatchParams)
 def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Outcome:
     """A request batched with concurrent requests of other lengths gives the greedy tokens it gives alone."""
-    try:
-        reference, candidate = engine_paths(ctx)
-    except NotAnEngine as why:
-        return Outcome("skip", f"engine-batch-invariance judges HTTP engines: {why}")
-    level = ctx.manifest.claim.level
-    top_k = candidate.top_k
+    pair = engine_pair(ctx, "engine-batch-invariance")
+    if isinstance(pair, Outcome):
+        return pair
+    reference, candidate, level, top_k = pair
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or candidate.vocab_size
         limit = min(reference.max_len, candidate.max_len) - max(params.new_tokens, params.other_new_tokens) - 1

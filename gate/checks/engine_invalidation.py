@@ -20,8 +20,7 @@ from pydantic import Field
 
 from gate.checks._engine import (
     NEW_TOKENS,
-    NotAnEngine,
-    engine_paths,
+    engine_pair,
     failure_words,
     judge,
     observation,
@@ -51,12 +50,10 @@ class EngineInvalidationParams(Params):
 @check("engine-invalidation", params=EngineInvalidationParams)
 def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> Outcome:
     """After the engine's cache reset or a restart on changed weights, nothing stale is reused."""
-    try:
-        reference, candidate = engine_paths(ctx)
-    except NotAnEngine as why:
-        return Outcome("skip", f"engine-invalidation judges HTTP engines: {why}")
-    level = ctx.manifest.claim.level
-    top_k = candidate.top_k
+    pair = engine_pair(ctx, "engine-invalidation")
+    if isinstance(pair, Outcome):
+        return pair
+    reference, candidate, level, top_k = pair
     problems: list[str] = []
     evidence: dict[str, Any] = {}
     observed = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gate.checks._engine import NotAnEngine, engine_paths, seeded_prompt
+from gate.checks._engine import engine_pair, seeded_prompt
 from gate.core.check import CheckContext, Outcome, Params, check
 
 
@@ -26,10 +26,10 @@ class EngineIsolationParams(Params):
 @check("engine-isolation", params=EngineIsolationParams)
 def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcome:
     """Requests under different cache salts never share cached prefix state."""
-    try:
-        _, candidate = engine_paths(ctx)
-    except NotAnEngine as why:
-        return Outcome("skip", f"engine-isolation judges HTTP engines: {why}")
+    pair = engine_pair(ctx, "engine-isolation")
+    if isinstance(pair, Outcome):
+        return pair
+    candidate = pair.candidate
     field = candidate.salt_field
     if field is None:
         return Outcome(
@@ -38,7 +38,7 @@ def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcom
             "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
             evidence={"flavor": candidate.flavor, "salt_field": None},
         )
-    top_k = candidate.top_k
+    top_k = pair.top_k
     with candidate.serve(label="candidate") as cand:
         length = max(2, min(params.length, candidate.max_len - 2))
         prompt = seeded_prompt(candidate.vocab_size, length, ctx.seed * 15485863 + 5)

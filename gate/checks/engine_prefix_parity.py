@@ -21,9 +21,8 @@ from pydantic import Field
 
 from gate.checks._engine import (
     NEW_TOKENS,
-    NotAnEngine,
     clip_lengths,
-    engine_paths,
+    engine_pair,
     failure_words,
     judge,
     observation,
@@ -59,12 +58,10 @@ def _lengths(params: EnginePrefixParams, limit: int) -> list[int]:
 @check("engine-prefix-parity", params=EnginePrefixParams)
 def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outcome:
     """A prefix hit in the engine gives the greedy tokens and logprobs of the same engine with no cache."""
-    try:
-        reference, candidate = engine_paths(ctx)
-    except NotAnEngine as why:
-        return Outcome("skip", f"engine-prefix-parity judges HTTP engines: {why}")
-    level = ctx.manifest.claim.level
-    top_k = candidate.top_k
+    pair = engine_pair(ctx, "engine-prefix-parity")
+    if isinstance(pair, Outcome):
+        return pair
+    reference, candidate, level, top_k = pair
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     warnings: list[str] = []
