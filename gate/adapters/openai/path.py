@@ -14,7 +14,7 @@ import hashlib
 import shlex
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -162,18 +162,7 @@ class EnginePath:
     def with_fault(self, fault: str) -> EnginePath:
         if fault not in self.options.controls:
             raise UnknownFault(f"{self.name} declares no control {fault!r} (declared: {', '.join(self.faults())})")
-        return EnginePath(
-            options=self.options,
-            dtype=self.dtype,
-            seed=self.seed,
-            vocab_size=self.vocab_size,
-            max_len=self.max_len,
-            flavor=self.flavor,
-            model_name=self.model_name,
-            control=fault,
-            discovered=self.discovered,
-            name=f"{self.name}+{fault}",
-        )
+        return replace(self, control=fault, name=f"{self.name}+{fault}")
 
     # -- engine capabilities (gate.protocols.EngineServing) -------------------------------------
     @property
