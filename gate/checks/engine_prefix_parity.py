@@ -101,6 +101,12 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
                 warnings.append(f"length {length}: {failure_words(level, judged)}")
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     hits = [r for r in rows if r["cached_tokens"]]
+    if all(r["cached_tokens"] is None for r in rows):
+        raise EngineCacheNeverHit(
+            "the cache never hit, as far as anyone can tell: the candidate reports no cached-token count "
+            "(usage.prompt_tokens_details.cached_tokens or timings.cache_n), so its cached path cannot be shown "
+            "to run; enable the engine's cache report (docs/engines.md)"
+        )
     if not hits:
         raise EngineCacheNeverHit(
             "the cache never hit: the candidate reported no reused prompt token at any prefix length "

@@ -22,6 +22,7 @@ from gate.adapters.openai import Options
 from gate.adapters.openai.path import EnginePath
 from gate.errors import (
     EXIT_ENGINE_CRASHED,
+    EXIT_ENGINE_NEVER_HIT,
     EXIT_ENGINE_NOT_READY,
     EXIT_ENGINE_VOCAB_MISMATCH,
     EngineCrashed,
@@ -124,7 +125,7 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
         assert f"length {length}: not bit-identical" in parity["message"]
 
 
-def _manifest(tmp_path: Path, candidate_model: dict[str, object]) -> Path:
+def _manifest(tmp_path: Path, candidate_model: dict[str, object], candidate_args: tuple[str, ...] = ()) -> Path:
     """A small engine manifest (one prefix length) whose candidate loads `candidate_model`."""
 
     def side(extra: list[str], model: dict[str, object]) -> dict[str, object]:
@@ -138,12 +139,25 @@ def _manifest(tmp_path: Path, candidate_model: dict[str, object]) -> Path:
         "intervention": "engine-serving",
         "claim": {"level": "tolerance"},
         "identity": ["token-ids", "model-revision", "kv-dtype"],
-        "subject": {"reference": side(["--no-cache-prompt"], tiny), "candidate": side([], candidate_model)},
+        "subject": {
+            "reference": side(["--no-cache-prompt"], tiny),
+            "candidate": side(list(candidate_args), candidate_model),
+        },
         "checks": {"engine-prefix-parity": {"params": {"lengths": [17]}}},
     }
     path = tmp_path / "manifest.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     return path
+
+
+def test_a_cache_that_never_hits_is_an_error_not_a_pass(engine_env: dict[str, str], tmp_path: Path) -> None:
+    tiny = {"tiny_model": {"seed": 0, "context_length": 2048}}
+    manifest = _manifest(tmp_path, tiny, ("--no-cache-prompt",))  # the "cached" candidate has its cache off
+    run = gate_run(manifest, tmp_path / "out", engine_env)
+    assert run.returncode == EXIT_ENGINE_NEVER_HIT, run.stdout + run.stderr
+    record = json.loads((tmp_path / "out/results.json").read_text())
+    parity = next(c for c in record["checks"] if c["check"] == "engine-prefix-parity")
+    assert parity["status"] == "error" and "the cache never hit" in parity["message"]
 
 
 def test_a_vocabulary_mismatch_exits_15(engine_env: dict[str, str], tmp_path: Path) -> None:
