@@ -160,6 +160,19 @@ def test_a_cache_that_never_hits_is_an_error_not_a_pass(engine_env: dict[str, st
     assert parity["status"] == "error" and "the cache never hit" in parity["message"]
 
 
+def test_without_declared_controls_the_checks_are_unproven_never_green(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    tiny = {"tiny_model": {"seed": 0, "context_length": 2048}}
+    run = gate_run(_manifest(tmp_path, tiny, ("-np", "4", "--slot-save-path", "{workdir}")), tmp_path / "o", engine_env)
+    record = json.loads((tmp_path / "o/results.json").read_text())
+    assert run.returncode == 1 and record["verdict"] == "unproven", run.stdout
+    checks = {c["check"]: c for c in record["checks"]}
+    for name in ("engine-prefix-parity", "engine-batch-invariance", "engine-invalidation"):
+        assert checks[name]["status"] == "unproven", checks[name]["message"]
+        assert {c["outcome"] for c in checks[name]["controls"]} == {"unsupported"}
+
+
 def test_a_vocabulary_mismatch_exits_15(engine_env: dict[str, str], tmp_path: Path) -> None:
     manifest = _manifest(tmp_path, {"tiny_model": {"seed": 0, "context_length": 2048, "vocab_size": 600}})
     run = gate_run(manifest, tmp_path / "out", engine_env)
