@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/p
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	DISABLE_CUDA=1 $(BIN)/python -m pip install --quiet -e ".[dev,hf,hqq,evals,engine]"
+	DISABLE_CUDA=1 $(BIN)/python -m pip install --quiet -e ".[dev,hf,hqq,engine]"
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-finite
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-tinylm
 	touch $(STAMP)

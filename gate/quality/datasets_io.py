@@ -88,10 +88,7 @@ def build_slice(
 ) -> BuiltSlice:
     """The first n rows of `spec` for `space` under `seed`: loaded from the cache when present,
     else built, saved atomically and loaded back (so the judged rows are the saved bytes)."""
-    try:
-        import datasets
-    except ImportError as err:
-        raise ImportError("quality slices need the `datasets` package: pip install 'gate[evals]'") from err
+    import datasets
 
     datasets.disable_progress_bars()
     directory = (root or cache_root()) / f"{spec.name}-{space.key()}-s{seed}-n{n}-{spec_digest(spec)[:16]}"
