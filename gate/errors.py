@@ -100,3 +100,17 @@ class EngineCacheNeverHit(EngineError):
     """A cached-path check saw the candidate report no reused prompt token at all: nothing was exercised."""
 
     exit_code = EXIT_ENGINE_NEVER_HIT
+
+
+class SubjectCrash(Exception):
+    """An exception raised inside the subject (the library or engine under test), not in gate.
+
+    Adapters wrap each call into the subject with `gate.protocols.subject_call`; the runner turns
+    this into a failed check of class `crash` (a finding about the subject), never into gate's own
+    error. `where` says how far the request had got: the length (tokens already seen) or the step.
+    """
+
+    def __init__(self, call: str, error: BaseException, where: dict[str, int | str]) -> None:
+        self.call, self.error, self.where = call, error, where
+        at = ", ".join(f"{k} {v}" for k, v in where.items())
+        super().__init__(f"{call}{f' ({at})' if at else ''}: {error.__class__.__name__}: {error}")

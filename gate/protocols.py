@@ -10,12 +10,15 @@ This module imports no torch at run time.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from gate.errors import SubjectCrash
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from contextlib import AbstractContextManager
     from pathlib import Path
 
@@ -37,7 +40,25 @@ __all__ = [
     "PrefixCaching",
     "Session",
     "SpeculativePath",
+    "subject_call",
 ]
+
+
+@contextmanager
+def subject_call(call: str, **where: int | str) -> Iterator[None]:
+    """Mark a call into the subject: an exception raised inside becomes `SubjectCrash(call, err, where)`.
+
+    An adapter wraps exactly the library's own code (a forward, generate, a cache's crop or reset) so
+    that a crash there is reported as a failure of the subject, with the call and the length or
+    step, while an exception in the adapter's or gate's own code stays gate's error. `where`: e.g.
+    `length=` tokens seen before the call, `step=` a decode step.
+    """
+    try:
+        yield
+    except SubjectCrash:
+        raise
+    except Exception as err:
+        raise SubjectCrash(call, err, dict(where)) from err
 
 
 @runtime_checkable

@@ -24,6 +24,17 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
 """(atol, rtol) per dtype: a row's tolerance is atol + rtol * max |reference logit|. Calibrated
 on correct paths of the reference decoder (benchmarks/RESULTS.md); a claim's atol/rtol win."""
 
+DENY_ALLOWANCE = 2.0
+"""Under a tolerance (or exact) claim, a row whose |Δlogit| exceeds DENY_ALLOWANCE x its tolerance
+denies: the claim says the logits stay within tolerance, so a path beyond it has broken the claim
+whatever its argmax does (a cache that quantises keys flips only near-ties, yet moves every row).
+Between 1x and the allowance the row is a warning. Calibration (benchmarks/RESULTS.md) puts the
+worst correct path at 0.39x its tolerance in bfloat16 and 0.02x in float32, so the allowance leaves
+at least 5x headroom above rounding."""
+
+CLAIMS_BOUNDING_LOGITS = ("exact", "tolerance")
+"""Claim levels that promise the logits themselves stay within tolerance (not only the tokens)."""
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -55,6 +66,11 @@ def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | No
     a = atol if atol is not None else claim_atol if claim_atol is not None else default_atol
     r = rtol if rtol is not None else claim_rtol if claim_rtol is not None else default_rtol
     return Tolerance(float(a), float(r), source)
+
+
+def bounds_logits(ctx: CheckContext) -> bool:
+    """Whether the manifest's claim promises the logits stay within tolerance (exact, tolerance)."""
+    return ctx.manifest.claim.level in CLAIMS_BOUNDING_LOGITS
 
 
 def random_tokens(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
@@ -89,6 +105,11 @@ class RowComparison:
     @property
     def over_tolerance(self) -> torch.Tensor:
         return self.max_abs_delta > self.tolerance
+
+    @property
+    def beyond_allowance(self) -> torch.Tensor:
+        """Rows whose |Δ| exceeds DENY_ALLOWANCE x their tolerance (a broken tolerance claim)."""
+        return self.max_abs_delta > DENY_ALLOWANCE * self.tolerance
 
 
 def compare_rows(reference: torch.Tensor, candidate: torch.Tensor, tol: Tolerance) -> RowComparison:

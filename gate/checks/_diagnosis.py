@@ -44,21 +44,42 @@ BUG_CLASSES: dict[str, str] = {
     "reset-leak": "state survived a reset: the second request does not match a fresh one",
     "non-finite-output": "NaN or inf in the logits: a read of uninitialised or poisoned memory, or an overflow",
     "rounding-only": "bit differences within tolerance: consistent with different reduction shapes",
-    "unknown": "no layer-level divergence found; compare the output head and sampling",
+    "kv-head-mapping": "the cached K/V of one KV head sit under another (a wrong KV-head mapping under "
+    "grouped-query attention): every prefix row differs, and a permutation of the heads matches",
+    "numeric-precision": "a small |Δ| spread over every length with K/V agreeing and argmax flips only at "
+    "near-ties: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
+    "approximation": "every cached K/V row differs from what the model computes by a small relative "
+    "error: lossy storage (quantised or narrowed K/V), an approximation declared as something exact",
+    "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
+
+SMALL_RELATIVE_ERROR = 0.1
+"""Largest relative K/V or hidden-state error (of the reference's max |value|) read as an
+approximation or a precision change rather than a wrong index, mask or state (those move values
+by their own scale)."""
 
 STATE_TOLERANCE = {"float32": 1e-4, "bfloat16": 4e-2, "float16": 1e-2}
 """Relative tolerance for K, V and hidden-state comparisons (of the reference's max |value|)."""
 
 
-def length_profile(lengths: Sequence[int], deviates: Sequence[bool], delta: Sequence[float]) -> dict[str, Any]:
-    """Classify where the deviations sit over prefix lengths."""
+def length_profile(
+    lengths: Sequence[int], deviates: Sequence[bool], delta: Sequence[float], flips: Sequence[bool] | None = None
+) -> dict[str, Any]:
+    """Classify where the deviations sit over prefix lengths. `flips`: lengths with an argmax flip
+    that is not a near-tie (None: unknown)."""
     bad = [(n, d) for n, x, d in zip(lengths, deviates, delta, strict=True) if x]
     if not bad:
         return {"profile": "none"}
     first = bad[0][0]
     good_lengths = [n for n, x in zip(lengths, deviates, strict=True) if not x and n > 0]
     out: dict[str, Any] = {"first_deviating_length": first, "deviating_lengths": len(bad), "lengths": len(lengths)}
+    positive = [x for n, x in zip(lengths, deviates, strict=True) if n > 0]
+    if flips is not None and not any(flips) and positive and sum(positive) >= 0.9 * len(positive):
+        # logits off at (nearly) every length, yet no argmax flip beyond a near-tie: a small,
+        # spread-out |Δ| (precision or approximation), not an index or mask that moves whole rows
+        spread = sorted(d for n, d, x in zip(lengths, delta, deviates, strict=True) if x and n > 0 and math.isfinite(d))
+        out.update(profile="everywhere-small", median_delta=spread[len(spread) // 2] if spread else None)
+        return out
     block = math.gcd(*good_lengths) if good_lengths else 0
     bad_lengths = [n for n, _ in bad if n > 0]
     # passes only at multiples of a block (and fails next to them): a truncated block
@@ -90,12 +111,16 @@ def _log_slope(points: list[tuple[int, float]]) -> float | None:
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
-    scale = float(b.abs().max()) if b.numel() else 0.0
+    if not b.numel():
+        return False
+    scale = float(b.abs().max())
     return bool(((a - b).abs() > rel * max(scale, 1e-6)).any()) or bool(a.isnan().any())
 
 
 def _rows_differing(a: torch.Tensor, b: torch.Tensor, rel: float) -> list[int]:
     # a, b: [B, H_kv, T, D] -> positions t where any batch row, head or dim differs
+    if not b.numel():
+        return []
     scale = max(float(b.abs().max()), 1e-6)
     bad = ((a - b).abs() > rel * scale) | a.isnan()
     return [int(t) for t in bad.any(dim=(0, 1, 3)).nonzero().flatten()]
@@ -107,6 +132,28 @@ def _foreign_rows(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool
     if rows < 2:
         return False
     return all(any(not _differs(cand_k[b], ref_k[o], rel) for o in range(rows) if o != b) for b in range(rows))
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| over the reference's max |b| (0 for empty tensors)."""
+    if not b.numel():
+        return 0.0
+    return float((a - b).abs().nan_to_num(float("inf")).max()) / max(float(b.abs().max()), 1e-6)
+
+
+def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
+    """Whether the candidate's KV heads [B, H_kv, T, D] are the reference's under a non-identity
+    mapping (each candidate head equals some other reference head)."""
+    heads = ref_k.shape[1]
+    if heads < 2 or cand_k.shape != ref_k.shape:
+        return False
+    mapping = []
+    for h in range(heads):
+        match = [o for o in range(heads) if not _differs(cand_k[:, h], ref_k[:, o], rel)]
+        if not match:
+            return False
+        mapping.append(match[0])
+    return mapping != list(range(heads))
 
 
 def layer_divergence(
@@ -122,7 +169,7 @@ def layer_divergence(
     per_layer: list[dict[str, Any]] = []
     first: dict[str, Any] | None = None
     for layer, (ref, cand) in enumerate(zip(ref_states, cand_states, strict=True)):
-        info: dict[str, Any] = {"layer": layer}
+        info: dict[str, Any] = {"layer": layer, "prefix_rows": prefix_len}
         ref_k, cand_k, ref_v, cand_v = ref["k"].cpu(), cand["k"].cpu(), ref["v"].cpu(), cand["v"].cpu()
         expected, read = ref_k.shape[2], cand_k.shape[2]
         info["keys_expected"], info["keys_read"] = expected, read
@@ -135,11 +182,21 @@ def layer_divergence(
             new_v = _differs(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:], rel)
             hidden = _differs(cand["hidden"].cpu(), ref["hidden"].cpu(), rel)
             info.update(past_k_rows=len(past_k), past_v_rows=len(past_v), new_k=new_k, new_v=new_v, hidden=hidden)
+            info["past_kv_relative_error"] = round(
+                max(
+                    _relative_error(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len]),
+                    _relative_error(cand_v[:, :, :prefix_len], ref_v[:, :, :prefix_len]),
+                ),
+                6,
+            )
+            info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
             if past_k or past_v:
                 info["component"] = "past-kv"
                 info["first_past_row"] = min(past_k + past_v)
+                info["past_rows_differing"] = len(set(past_k + past_v))
                 info["v_agrees"] = not past_v
                 info["foreign"] = _foreign_rows(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
+                info["heads_permuted"] = _heads_permuted(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
             elif new_k or new_v:
                 info["component"] = "new-kv"
                 info["v_agrees"] = not new_v
@@ -167,10 +224,17 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
         component = first["component"]
         if component == "kv-read-length":
             return "kv-truncation" if first["keys_read"] < first["keys_expected"] else "read-past-valid-length"
+        if component == "past-kv" and first.get("heads_permuted"):
+            return "kv-head-mapping"
+        small_state = first.get("past_kv_relative_error", 1.0) <= SMALL_RELATIVE_ERROR
+        if component == "past-kv" and small_state and first.get("past_rows_differing", 0) >= first["prefix_rows"]:
+            return "approximation"  # every stored row off by a little: lossy storage, not a wrong index
         if first["layer"] > 0:
-            if component == "past-kv":  # this layer's cached keys are wrong while layer 0's are right
+            if component in ("past-kv", "new-kv"):  # this layer's keys are wrong while layer 0's are right
                 return "per-layer-ordering"
             component = "attention-output"  # a sub-threshold layer-0 change, grown downstream
+        if component == "attention-output" and kind == "everywhere-small":
+            return "numeric-precision"
         if component == "past-kv":
             if first.get("foreign"):  # every row holds another request's prefix
                 return "foreign-state"
@@ -189,7 +253,9 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
         return "positional-index"
     if kind == "short-prefix":
         return "mask-offset"
-    return "unknown"
+    if kind == "everywhere-small":
+        return "numeric-precision"
+    return "uncertain"
 
 
 def diagnose(
@@ -202,10 +268,14 @@ def diagnose(
     tokens: torch.Tensor,
     dtype: str,
     trace_at: int | None = None,
+    flips: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
-    """Profile + first diverging layer + bug class, JSON-ready."""
-    profile = length_profile(lengths, deviates, delta)
-    at = trace_at if trace_at is not None else profile.get("first_deviating_length")
+    """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
+    deviating length that has a prefix (length 0 has no cached K/V to compare)."""
+    profile = length_profile(lengths, deviates, delta, flips)
+    at = trace_at
+    if at is None:
+        at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
     layers: dict[str, Any] | None = None
     error = None
     if at is not None:
@@ -222,4 +292,14 @@ def diagnose(
         out["layers"] = layers["layers"]
     if error:
         out["tracing_error"] = error
+    if bug_class == "uncertain":
+        out["evidence"] = (
+            f"length profile {profile.get('profile')!r} (first deviating length "
+            f"{profile.get('first_deviating_length')}); "
+            + (
+                f"first diverging layer {layers['first_diverging_layer']} ({layers['component']})"
+                if layers is not None
+                else "no layer trace (a path without LayerTracing, or the trace failed)"
+            )
+        )
     return out

@@ -5,10 +5,16 @@ token). Tokens are compared at aligned absolute positions (prompt length + step)
 diverging step keeps both paths' logit rows (top-k) as evidence (background: mask oracle; preserve the first
 diverging logit row). A divergence where the reference's top-2 margin is within tolerance and
 the candidate picked the runner-up is a tie: a warning, not a failure.
+
+For a scheduling change the candidate's prompt goes in under the candidate's own schedule: a
+prefill up to its first layout boundary (chunk edge), then multi-token appends cut at every
+following boundary and once more inside a chunk, so the continuation depends on chunks that start
+mid-cache and cross chunk edges (a single-token loop would never exercise a chunk's mask origin).
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Literal
 
 import torch
@@ -17,7 +23,7 @@ from pydantic import Field
 from gate.checks._compare import random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
 from gate.core.check import CheckContext, Outcome, Params, check
-from gate.protocols import DecodePath
+from gate.protocols import DecodePath, LayoutBoundaries
 
 
 class GreedyParityParams(Params):
@@ -33,12 +39,33 @@ class GreedyParityParams(Params):
     """Tie band: absolute part (default: the claim's, else dtype-aware)."""
     rtol: float | None = Field(default=None, ge=0)
     """Tie band: relative part (default: the claim's, else dtype-aware)."""
+    chunked_prompt: bool | None = None
+    """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
+    scheduling changes)."""
 
 
-def greedy(path: DecodePath, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Greedy continuation: tokens [B, steps], the logits that chose them [B, steps, V], exercise."""
+def prompt_cuts(path: DecodePath, prompt_len: int) -> list[int]:
+    """Where the candidate's prompt is cut into chunks: its layout boundaries inside the prompt
+    (chunk edges), plus a cut inside the first and the last chunk so chunks start mid-cache and
+    cross edges; without boundaries, thirds of the prompt."""
+    bounds = sorted({b for b in (path.layout_boundaries() if isinstance(path, LayoutBoundaries) else ()) if b > 0})
+    inside = [b for b in bounds if b < prompt_len]
+    cuts = set(inside) | {max(prompt_len // 3, 1), max(2 * prompt_len // 3, 1)}
+    if inside:
+        cuts |= {max(inside[0] // 2, 1), min(inside[-1] + 3, prompt_len - 1)}
+    return sorted(c for c in cuts if 0 < c < prompt_len)
+
+
+def greedy(
+    path: DecodePath, prompt: torch.Tensor, steps: int, cuts: list[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Greedy continuation: tokens [B, steps], the logits that chose them [B, steps, V], exercise.
+    `cuts`: feed the prompt as a prefill up to the first cut, then one append per following chunk."""
     session = path.new_session(prompt.shape[0])
-    logits = session.prefill(prompt)[:, -1].float().cpu()
+    edges = [0, *(cuts or []), prompt.shape[1]]
+    logits = session.prefill(prompt[:, : edges[1]])[:, -1].float().cpu()
+    for start, end in itertools.pairwise(edges[1:]):
+        logits = session.append(prompt[:, start:end])[:, -1].float().cpu()
     chosen, rows = [], []
     for step in range(steps):
         token = logits.argmax(dim=-1)
@@ -61,13 +88,17 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
     exercise: dict[str, Any] = {"prompts": 0, "generated_tokens": 0}
     first_failure: dict[str, Any] | None = None
     ties = 0
+    chunked = params.chunked_prompt if params.chunked_prompt is not None else ctx.manifest.intervention == "scheduling"
     for prompt_len in params.prompt_lengths:
         steps = min(max(lengths), min(reference.max_len, candidate.max_len) - prompt_len)
         if steps < 1:
             continue
         prompt = random_tokens(vocab, params.batch, prompt_len, ctx.seed * 1000 + prompt_len)
         ref_tok, ref_logits, _ = greedy(reference, prompt, steps)
-        cand_tok, cand_logits, cand_ex = greedy(candidate, prompt, steps)
+        cuts = prompt_cuts(candidate, prompt_len) if chunked else None
+        cand_tok, cand_logits, cand_ex = greedy(candidate, prompt, steps, cuts)
+        if cuts:
+            cand_ex = {**cand_ex, "prompt_chunks": [b - a for a, b in itertools.pairwise([0, *cuts, prompt_len])]}
         observed.append(cand_logits.flatten())
         exercise["prompts"] += params.batch
         exercise["generated_tokens"] += params.batch * steps

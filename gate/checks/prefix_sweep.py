@@ -5,8 +5,11 @@ makes row L the answer for prefix L). The candidate grows one session (gate.chec
 neither side redoes quadratic work. Lengths: the eight standard lengths (clipped), at least 64 log-spaced
 ones, every layout boundary ±1 of the candidate, optionally every length 1..N.
 
-`compare: full` (tolerance claims): argmax agreement is load-bearing, max |Δlogit| over the
-tolerance is a warning, flips within the reference's top-2 margin are ties.
+`compare: full`: argmax agreement is load-bearing, flips within the reference's top-2 margin are
+ties. Under a claim that bounds the logits (tolerance, exact) a length whose |Δlogit| exceeds the
+documented allowance times its tolerance (gate.checks._compare.DENY_ALLOWANCE) fails too: the claim
+said the logits stay within tolerance. Over tolerance but within the allowance, or under a
+greedy-tokens claim, it is a warning.
 `compare: cached` (exact claims): additionally the candidate's logits must be bit-identical to
 the reference path running the *same* cached schedule. Exact against a full pass is never
 claimed: a cached step and a full pass differ in the last bits on any correct engine (background: parity).
@@ -22,7 +25,15 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from gate.checks._compare import bits_equal, compare_rows, random_tokens, thin, tolerance_for
+from gate.checks._compare import (
+    DENY_ALLOWANCE,
+    bits_equal,
+    bounds_logits,
+    compare_rows,
+    random_tokens,
+    thin,
+    tolerance_for,
+)
 from gate.checks._diagnosis import diagnose
 from gate.checks._sweep import SEED_LENGTHS, cached_sweep, sweep_lengths
 from gate.core.check import CheckContext, Outcome, Params, check
@@ -39,7 +50,8 @@ class PrefixSweepParams(Params):
     every_length_up_to: int | None = Field(default=None, ge=1)
     """Also visit every length 1..N (dense sweep)."""
     longest: int | None = Field(default=None, ge=1)
-    """Longest prefix; default: the smaller model's max_len - 1."""
+    """Longest prefix; default: the smaller model's max_len - 1. Setting it scopes the claim: the
+    standard lengths beyond it are not wanted (the result records the scope)."""
     batch: int = Field(default=2, ge=1, le=64)
     """Independent random sequences, run as one batch."""
     compare: Literal["full", "cached"] = "full"
@@ -63,7 +75,9 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
             "full pass, and bit identity against a full pass is not an honest claim (background: parity): claim "
             "`tolerance` against it, or make the reference the old cached path"
         )
-    longest = min(params.longest or 1 << 30, reference.max_len - 1, candidate.max_len - 1)
+    reachable = min(reference.max_len - 1, candidate.max_len - 1)
+    longest = min(params.longest or 1 << 30, reachable)
+    coverage = sweep_coverage(params.lengths, params.longest, reachable)
     bounds = candidate.layout_boundaries() if params.boundaries and isinstance(candidate, LayoutBoundaries) else ()
     lengths = sweep_lengths(
         longest,
@@ -94,8 +108,9 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
             "max_abs_delta_vs_cached": float((ref_cached - got).abs().nan_to_num(float("inf")).max()),
         }
 
-    failed = cmp.failed.any(dim=1) | bit_fail  # [N]
     argmax_failed = cmp.failed.any(dim=1)
+    beyond = cmp.beyond_allowance.any(dim=1) if bounds_logits(ctx) else torch.zeros_like(argmax_failed)
+    failed = argmax_failed | bit_fail | beyond  # [N]
     tie = cmp.tie.any(dim=1)
     over = cmp.over_tolerance.any(dim=1)
     delta = cmp.max_abs_delta.amax(dim=1)
@@ -110,15 +125,18 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         "argmax_failures": int(argmax_failed.sum()),
         "ties": int(tie.sum()),
         "over_tolerance": int(over.sum()),
+        "beyond_allowance": int(beyond.sum()),
+        "deny_allowance": DENY_ALLOWANCE,
         "max_abs_delta": float(delta.max()),
         "atol": tol.atol,
         "rtol": tol.rtol,
     }
     if bitwise is not None:
         metrics["bit_identical"] = bool(not bit_fail.any())
-    evidence = _evidence(lengths, cmp, delta, argmax_failed | bit_fail, tie, params.evidence_rows)
+    evidence = _evidence(lengths, cmp, delta, argmax_failed | bit_fail | beyond, tie, params.evidence_rows)
     evidence["tolerance"] = tol.as_dict()
     evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8])}
+    evidence["coverage"] = coverage
     if bitwise is not None:
         evidence["bitwise"] = bitwise
 
@@ -142,11 +160,17 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
                 candidate=candidate,
                 tokens=tokens,
                 dtype=ctx.dtype,
+                flips=argmax_failed.tolist(),
             )
-        status: Literal["pass", "fail", "warn"] = "fail"
+        status: Literal["pass", "fail", "warn", "unproven"] = "fail"
         why = []
         if bool(argmax_failed.any()):
             why.append(f"argmax differs at {int(argmax_failed.sum())} of {len(lengths)} lengths")
+        if bool(beyond.any()):
+            why.append(
+                f"|Δlogit| beyond {DENY_ALLOWANCE:g}x the {tol.source} tolerance at {int(beyond.sum())} of "
+                f"{len(lengths)} lengths (max {float(delta.max()):.3g}; the claim bounds the logits)"
+            )
         if bool(bit_fail.any()):
             why.append(f"bits differ from {reference.name} at {int(bit_fail.sum())} lengths")
         message = f"{'; '.join(why)}, first at prefix length {detected_at} ({diagnosis['bug_class']})"
@@ -161,6 +185,13 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         message = f"argmax agrees at all {len(lengths)} lengths up to {longest}; max |Δ| {float(delta.max()):.3g}" + (
             "; bit-identical to the cached reference" if bitwise is not None else ""
         )
+    if status != "fail" and coverage["unreachable"]:
+        status = "unproven"
+        message = (
+            f"unproven: the policy wants prefix lengths {coverage['unreachable']} but the paths reach only "
+            f"{reachable} (max_len); up to {longest}: {message}. Scope the claim with `longest`, or use a "
+            "path that reaches them"
+        )
     return Outcome(
         status=status,
         message=message,
@@ -171,6 +202,18 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         detected_at=detected_at,
         observation=got,
     )
+
+
+def sweep_coverage(wanted: list[int], scoped: int | None, reachable: int) -> dict[str, Any]:
+    """Wanted vs reachable prefix lengths: the standard lengths (within an explicit `longest`, which
+    scopes the claim) that the paths' max_len cannot reach leave the sweep unproven."""
+    in_scope = sorted(x for x in wanted if scoped is None or x <= scoped)
+    return {
+        "wanted": in_scope,
+        "scoped_to": scoped,
+        "reachable_longest": reachable,
+        "unreachable": [x for x in in_scope if x > reachable],
+    }
 
 
 def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:

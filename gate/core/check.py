@@ -53,7 +53,9 @@ class Outcome:
     """What a check returns. `observation` is what the check judged (e.g. the candidate's logits),
     used by the control engine to confirm that a fault really changed the computation."""
 
-    status: Literal["pass", "fail", "warn", "skip"]
+    status: Literal["pass", "fail", "warn", "skip", "unproven"]
+    """unproven: the check ran but could not cover what the policy requires (e.g. lengths the path
+    cannot reach); the message says what was wanted and what was reachable."""
     message: str
     metrics: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from gate.core.check import CheckContext, CheckSpec, Outcome
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, ControlResult
 from gate.engine.generic_faults import plant
+from gate.errors import SubjectCrash
 
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
@@ -46,7 +47,12 @@ def run_control(
     faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault)
     try:
         faulty = spec(faulty_ctx, params)
-    except Exception as err:  # a control that crashes proves nothing either way
+    except SubjectCrash as crash:  # the faulted subject crashed inside the library: the check failed it
+        outcome = ControlOutcome.over_rejected if control.expect == "pass" else ControlOutcome.detected
+        return ControlResult(
+            fault=control.fault, **kind, outcome=outcome, message=f"the faulted subject crashed in {crash}"
+        )
+    except Exception as err:  # an error in gate's own code proves nothing either way
         return ControlResult(
             fault=control.fault, **kind, outcome=ControlOutcome.error, message=f"{err.__class__.__name__}: {err}"
         )

@@ -25,7 +25,7 @@ from gate.core.load import LoadedManifest, load_manifest, validate_options
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
-from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.core.result import CheckResult, ControlOutcome, Digest, ErrorInfo, GateResult, Status, Verdict
 from gate.errors import (
     EXIT_AWAITING_APPROVAL,
     EXIT_BAD_INPUT,
@@ -34,6 +34,7 @@ from gate.errors import (
     EXIT_PASS,
     GateError,
     InputError,
+    SubjectCrash,
     UnavailableError,
 )
 
@@ -66,6 +67,32 @@ def _error_result(base: dict[str, Any], err: BaseException, started: float) -> C
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
         # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
         metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
+        duration_s=time.perf_counter() - started,
+    )
+
+
+def crash_diagnosis(crash: SubjectCrash) -> dict[str, Any]:
+    """The failure record of a crash inside the subject: class `crash`, the exception, the call and
+    where the request had got (length or step), with the subject's traceback."""
+    error = crash.error
+    return {
+        "bug_class": "crash",
+        "explanation": "the subject raised an exception inside its own code (a finding about the subject, "
+        "not an error in gate or the environment)",
+        "exception": f"{error.__class__.__name__}: {error}",
+        "exception_type": error.__class__.__name__,
+        "call": crash.call,
+        **{str(k): v for k, v in crash.where.items()},
+        "traceback": "".join(traceback.format_exception(error)),
+    }
+
+
+def _crash_result(base: dict[str, Any], crash: SubjectCrash, started: float) -> CheckResult:
+    return CheckResult(
+        **base,
+        status=Status.failed,
+        message=f"the subject crashed in {crash}",
+        diagnosis=crash_diagnosis(crash),
         duration_s=time.perf_counter() - started,
     )
 
@@ -104,10 +131,15 @@ def run_check(
     }
     try:
         outcome = spec(ctx, params)
+    except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
+        return _crash_result(base, crash, started)
     except Exception as err:
         return _error_result(base, err, started)
     status = Status(outcome.status)
     message = outcome.message
+    if status == Status.skip and planned.severity == "deny":
+        # a required deny check that cannot run proves nothing: unproven, never a silent skip
+        status, message = Status.unproven, f"unproven: required deny check could not run here ({message})"
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
@@ -147,14 +179,21 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
         return Verdict.error, code, f"error in {', '.join(errors)}"
     if denied:
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
-    unproven = [c.check for c in checks if c.status == Status.unproven and c.unproven == "deny"]
+    unproven = [c for c in checks if c.status == Status.unproven and c.unproven == "deny"]
     if unproven:
-        return (
-            Verdict.unproven,
-            EXIT_GATE_FAILED,
-            f"unproven: {', '.join(unproven)} passed, but none of their negative controls could run on this "
-            "candidate, so the gate never showed these checks can fail",
-        )
+        could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
+        powerless = {c.check for c in unproven if c.controls and all(x.outcome in could_not_run for x in c.controls)}
+        no_controls = [c.check for c in unproven if c.check in powerless]
+        other = [c.check for c in unproven if c.check not in powerless]
+        why = []
+        if no_controls:
+            why.append(
+                f"{', '.join(no_controls)} passed, but none of their negative controls could run on this "
+                "candidate, so the gate never showed these checks can fail"
+            )
+        if other:
+            why.append(f"{', '.join(other)} could not cover what the policy requires (see each check)")
+        return Verdict.unproven, EXIT_GATE_FAILED, "unproven: " + "; ".join(why)
     waived = [c.check for c in checks if c.status == Status.waived]
     skipped = [c.check for c in checks if c.status == Status.skip]
     warned = [c.check for c in checks if c.status == Status.unproven]

@@ -19,6 +19,9 @@ so a backport or a pre-release behaves as its code does. Read from the sources o
   takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (between 5.15 and 5.23).
   Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
 - `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
+
+Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
+that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import transformers as _transformers
 from transformers import cache_utils as _cache_utils
 from transformers import masking_utils as _masking_utils
 
-from gate.errors import AdapterUnavailable
+from gate.errors import AdapterUnavailable, SubjectCrash
+from gate.protocols import subject_call
 
 # transformers' own annotations change from release to release; the adapter treats its objects as Any
 transformers: Any = _transformers
@@ -127,7 +131,16 @@ def forward(
         kwargs["attention_mask"] = attention_mask
     if hidden:
         kwargs["output_hidden_states"] = True
-    return model(input_ids=tokens, **kwargs)
+    seen = int(positions[0, 0]) if positions is not None and positions.numel() else _seen(cache)
+    with subject_call(f"{type(model).__name__}.forward", length=seen, tokens=int(tokens.shape[1])):
+        return model(input_ids=tokens, **kwargs)
+
+
+def _seen(cache: Any | None) -> int:
+    try:
+        return seq_length(cache) if cache is not None else 0
+    except Exception:  # where the length cannot be read, the call's record says 0
+        return 0
 
 
 def probe_supported() -> bool:
@@ -170,21 +183,15 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
 
 
 def reset(cache: Any) -> None:
-    """Empty `cache` for the next request, keeping the object (and a static cache's allocation).
+    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else.
 
-    Before 5.4-ish, DynamicLayer.reset() zeroed K/V in place and kept their length, so the next
-    request attended over that many all-zero keys (the reset-state bug class of background: mask oracle,
-    in the library). Such a layer is emptied here as later versions do: no tensors, not initialised, length 0.
+    Some 5.x releases' `DynamicLayer.reset()` zeroes K/V in place and keeps their length, so the next
+    request attends over that many all-zero keys (the reset-state bug class of background: mask oracle,
+    fixed upstream). The adapter does not repair that: gate judges the library as shipped, and
+    reset-isolation reports the bug where it bites (docs/hf-adapter.md, "transformers versions").
     """
-    cache.reset()
-    for layer in cache.layers:
-        if isinstance(layer, cache_utils.StaticLayer) or not getattr(layer, "is_initialized", False):
-            continue
-        if int(layer.get_seq_length()) > 0:
-            layer.keys = layer.values = None
-            layer.is_initialized = False
-            if hasattr(layer, "cumulative_length"):
-                layer.cumulative_length = 0
+    with subject_call(f"{type(cache).__name__}.reset", length=_seen(cache)):
+        cache.reset()
 
 
 def keep_counter(cache: Any, length: int) -> bool:
@@ -221,9 +228,10 @@ def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
             layer.values[:, :, length - n : length] = 0
         return
     try:
-        cache.crop(-n)
-    except (RuntimeError, ValueError):
-        if not lossy:
+        with subject_call(f"{type(cache).__name__}.crop", length=seq_length(cache), drop=n):
+            cache.crop(-n)
+    except SubjectCrash as crash:
+        if not lossy or not isinstance(crash.error, (RuntimeError, ValueError)):
             raise
         for layer in cache.layers:
             layer.keys = layer.keys[..., : max(layer.keys.shape[-2] - n, 0), :]

@@ -34,7 +34,8 @@ from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import kv_shape
 from gate.adapters.hf.sessions import HistorySession
-from gate.protocols import Session
+from gate.errors import SubjectCrash
+from gate.protocols import Session, subject_call
 
 
 class GeneratePath(HFPath):
@@ -98,7 +99,7 @@ class GeneratePath(HFPath):
         base = self.model.base_model
         handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
         try:
-            with torch.no_grad():
+            with torch.no_grad(), subject_call("generate_batch", length=length, requests=batch):
                 out = self.model.generate_batch(
                     history.tolist(),
                     generation_config=_greedy_config(1, eos_token_id=-1),
@@ -106,6 +107,10 @@ class GeneratePath(HFPath):
                     progress_bar=False,
                     warmup=False,
                 )
+        except SubjectCrash:
+            if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
+                raise errors[0] from None
+            raise
         finally:
             for handle in handles:
                 handle.remove()
@@ -113,7 +118,9 @@ class GeneratePath(HFPath):
             raise errors[0]
         failed = [result.error for result in out.values() if getattr(result, "error", None)]
         if failed:
-            raise RuntimeError(f"continuous batching failed a request: {failed[0]}")
+            raise SubjectCrash(
+                "generate_batch", RuntimeError(f"continuous batching failed a request: {failed[0]}"), {"length": length}
+            )
         if hidden is None or bool(hidden.isnan().any()) or expected != [length] * batch:
             raise RuntimeError(f"continuous batching computed {expected} of {length} tokens per request")
         schedule["chosen"] = [list(result.generated_tokens) for result in out.values()]
@@ -128,7 +135,11 @@ class GeneratePath(HFPath):
             settings["max_cache_len"] = prompts.shape[1] + n_tokens
         config = _greedy_config(n_tokens, **settings)
         started = time.perf_counter()
-        with torch.no_grad(), _count_forwards(self.model) as calls:
+        with (
+            torch.no_grad(),
+            _count_forwards(self.model) as calls,
+            subject_call("generate", length=int(prompts.shape[1]), new_tokens=n_tokens),
+        ):
             if implementation == "paged":  # generate reads this one from its kwargs to switch modes
                 out = self.model.generate(
                     prompts.to(self.device), generation_config=config, cache_implementation="paged"
@@ -295,7 +306,11 @@ class GenerateSession(HistorySession):
 
         handle = self.model.base_model.register_forward_hook(hook)
         try:
-            with torch.no_grad(), self.tamper.weights("prefill" if phase == "prefill" else "append", self.model):
+            with (
+                torch.no_grad(),
+                self.tamper.weights("prefill" if phase == "prefill" else "append", self.model),
+                subject_call("generate", length=int(self.history.shape[1])),
+            ):
                 out = self.model.generate(
                     self.history,
                     attention_mask=torch.ones_like(self.history),

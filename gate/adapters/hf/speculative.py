@@ -33,7 +33,7 @@ from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
 from gate.errors import AdapterUnavailable, UnknownFault
-from gate.protocols import Session
+from gate.protocols import Session, subject_call
 from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
 
 SPEC_FAULTS = ("accept-all",)
@@ -167,6 +167,7 @@ class HFSpeculativePath(HFPath):
             torch.no_grad(),
             _verify_log(self.model, calls, self.accept_all, prompt.shape[1]),
             _count(self.draft if self.draft is not None and self.draft is not self.model else None, draft_passes),
+            subject_call("generate(assistant)", length=int(prompt.shape[1]), new_tokens=n_tokens),
         ):
             out = self.model.generate(
                 prompt, attention_mask=torch.ones_like(prompt), generation_config=config, **kwargs
