@@ -188,7 +188,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     if status != "fail" and coverage["unreachable"]:
         status = "unproven"
         message = (
-            f"unproven: the policy wants prefix lengths {coverage['unreachable']} but the paths reach only "
+            f"the policy wants prefix lengths {coverage['unreachable']} but the paths reach only "
             f"{reachable} (max_len); up to {longest}: {message}. Scope the claim with `longest`, or use a "
             "path that reaches them"
         )

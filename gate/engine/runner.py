@@ -139,18 +139,19 @@ def run_check(
     message = outcome.message
     if status == Status.skip and planned.severity == "deny":
         # a required deny check that cannot run proves nothing: unproven, never a silent skip
-        status, message = Status.unproven, f"unproven: required deny check could not run here ({message})"
+        status, message = Status.unproven, f"required deny check could not run here ({message})"
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
-    if status in (Status.passed, Status.warn) and run_controls:
+    if run_controls and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
         for control in planned.controls:
             ctx.log(f"  control {control.fault} ({control.expect})")
             controls.append(run_control(spec, ctx, params, outcome, control))
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
         if unproven:
-            status, message = Status.unproven, unproven
+            also = f"; {message}" if status == Status.unproven else ""
+            status, message = Status.unproven, unproven + also
         elif problem:
             status, message = Status.failed, problem
     return CheckResult(

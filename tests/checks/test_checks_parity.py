@@ -13,7 +13,7 @@ from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from tests.support.reference import ctx, path
+from tests.support.reference import MAX_LEN, ctx, path
 
 FAST_GREEDY = GreedyParityParams(prompt_lengths=[5, 40], tokens=[8, 24])
 
@@ -58,7 +58,7 @@ def test_bits_equal_is_strict() -> None:
 @pytest.mark.parametrize("kind", ["dynamic", "static", "chunked"])
 def test_prefix_sweep_never_fails_a_correct_path(dtype: str, seed: int, kind: str) -> None:
     reference, candidate = path("full", dtype=dtype, seed=seed), path(kind, dtype=dtype, seed=seed, chunk_size=32)
-    out = prefix_sweep(ctx(reference, candidate, dtype=dtype, seed=seed), PrefixSweepParams())
+    out = prefix_sweep(ctx(reference, candidate, dtype=dtype, seed=seed), PrefixSweepParams(longest=MAX_LEN - 1))
     assert out.status in ("pass", "warn"), out.message  # warn only for ties in bfloat16
     assert out.metrics["argmax_failures"] == 0
     if dtype == "float32":
@@ -78,7 +78,7 @@ def test_prefix_sweep_visits_chunk_boundaries() -> None:
 
 def test_exact_compares_bits_between_same_shape_cached_paths() -> None:
     out = prefix_sweep(
-        ctx(path("dynamic"), path("static"), claim={"level": "exact"}), PrefixSweepParams(compare="cached")
+        ctx(path("dynamic"), path("static"), claim={"level": "exact"}), PrefixSweepParams(compare="cached", longest=MAX_LEN - 1)
     )
     assert out.status == "pass" and out.metrics["bit_identical"] is True
     assert out.evidence["bitwise"]["lengths_bit_identical"] == out.metrics["lengths"]
@@ -205,7 +205,7 @@ def test_checks_run_on_cuda(dtype: str) -> None:
     reference, candidate = build("full"), build("static")
     context = ctx(reference, candidate, dtype=dtype)
     context.device = "cuda"
-    assert prefix_sweep(context, PrefixSweepParams()).status in ("pass", "warn")
+    assert prefix_sweep(context, PrefixSweepParams(longest=1023)).status in ("pass", "warn")
     assert mask_oracle(context, MaskOracleParams()).status == "pass"
     faulty = ctx(reference, candidate.with_fault("mask-origin-reset"), dtype=dtype)
     assert prefix_sweep(faulty, PrefixSweepParams()).status == "fail"

@@ -40,11 +40,24 @@ def test_the_adapter_is_a_separate_installed_package() -> None:
     assert any(ep.group == "gate.adapters" and ep.name == "tinylm" for ep in dist.entry_points)
 
 
-def test_a_correct_cache_passes_with_generic_controls_detected(tmp_path: Path) -> None:
+def test_a_required_check_the_engine_cannot_run_is_unproven_not_skipped(tmp_path: Path) -> None:
     result, record = run("kv-cache.yaml", tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    assert record["verdict"] == "unproven" and "mask-oracle" in record["summary"]
+    oracle = by_check(record)["mask-oracle"]
+    assert oracle["status"] == "unproven" and oracle["unproven"] == "deny"
+    assert "could not run" in oracle["message"] and "AttentionProbe" in oracle["message"]
+    sweep = by_check(record)["prefix-sweep"]  # the standard lengths past tinylm's 192 positions: unproven
+    assert sweep["status"] == "unproven" and "wants prefix lengths [200, 2000, 8000]" in sweep["message"]
+    assert sweep["evidence"]["coverage"]["unreachable"] == [200, 2000, 8000]
+
+
+def test_a_correct_cache_passes_with_generic_controls_detected(tmp_path: Path) -> None:
+    result, record = run("kv-cache.yaml", tmp_path / "out", "--policy-dir", HERE / "no-probe-policy")
     assert result.exit_code == 0, result.output
     assert record["verdict"] == "pass"
     checks = by_check(record)
+    assert checks["mask-oracle"]["status"] == "unproven" and checks["mask-oracle"]["unproven"] == "warn"
     for name in ("prefix-sweep", "greedy-parity", "reset-isolation"):
         check = checks[name]
         assert check["status"] == "pass", check["message"]
@@ -118,7 +131,9 @@ def test_a_waived_failing_run_is_pass_with_waivers_everywhere(tmp_path: Path) ->
         )  # fmt: skip
         assert waived.exit_code == 0, waived.output
     out = tmp_path / "out"
-    result, record = run("planted-bug.yaml", out, "--ledger", ledger, "--trust", trust)
+    result, record = run(
+        "planted-bug.yaml", out, "--ledger", ledger, "--trust", trust, "--policy-dir", HERE / "no-probe-policy"
+    )
     assert result.exit_code == 0, result.output
     assert record["verdict"] == "pass-with-waivers" and "2 failed and waived" in record["summary"]
     assert "verdict: PASS WITH WAIVERS" in result.output

@@ -17,12 +17,12 @@ from gate.core.check import CheckSpec
 from gate.engine.controls import observation_difference
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, FAULTS
-from tests.support.reference import ctx, path
+from tests.support.reference import MAX_LEN, ctx, path
 
 PRIMARY: dict[str, tuple[CheckSpec, object]] = {  # type: ignore[type-arg]
     "reset-keeps-position": (reset_isolation, ResetIsolationParams()),
 }
-SWEEP = (prefix_sweep, PrefixSweepParams())
+SWEEP = (prefix_sweep, PrefixSweepParams(longest=MAX_LEN - 1))
 
 
 def test_catalogue_matches_the_issue() -> None:
