@@ -78,7 +78,8 @@ def test_prefix_sweep_visits_chunk_boundaries() -> None:
 
 def test_exact_compares_bits_between_same_shape_cached_paths() -> None:
     out = prefix_sweep(
-        ctx(path("dynamic"), path("static"), claim={"level": "exact"}), PrefixSweepParams(compare="cached", longest=MAX_LEN - 1)
+        ctx(path("dynamic"), path("static"), claim={"level": "exact"}),
+        PrefixSweepParams(compare="cached", longest=MAX_LEN - 1),
     )
     assert out.status == "pass" and out.metrics["bit_identical"] is True
     assert out.evidence["bitwise"]["lengths_bit_identical"] == out.metrics["lengths"]
