@@ -4,6 +4,10 @@
     python benchmarks/examples.py --set reference                  # every reference-* example
     python benchmarks/examples.py --device cuda --dtype bfloat16   # a GPU (benchmarks/hf_cuda.sh)
     python benchmarks/examples.py --only hf-dynamic hf-static
+    python benchmarks/examples.py --out benchmarks/transformers-5.2   # .ci/hf-matrix.sh, low end
+
+A header line `# gate-expect (transformers X.Y): VERDICT` overrides the documented verdict where
+that transformers release is installed: a release with a known bug is expected to FAIL there.
 
 Every example opens with `# gate-expect: pass|fail|awaiting-approval|rejected|error`: its verdict on
 a CPU in the main environment (tests/engine/test_examples.py keeps the header on every file). Each
@@ -28,13 +32,31 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECT = re.compile(r"^# gate-expect: (pass|fail|awaiting-approval|rejected|error)\s*$")
+EXPECT_ON = re.compile(r"^# gate-expect \(transformers (\d+\.\d+)\): (pass|fail|awaiting-approval|rejected|error)\b")
 EXIT_CODES = {"pass": 0, "fail": 1, "rejected": 2, "error": 3, "awaiting-approval": 4}
 
 
+def _installed_transformers() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return ".".join(version("transformers").split(".")[:2])
+    except Exception:
+        return None
+
+
 def expected_verdict(manifest: Path) -> str | None:
-    """The documented verdict: the first line `# gate-expect: VERDICT`, or None without one."""
-    first = manifest.read_text().split("\n", 1)[0]
-    found = EXPECT.match(first)
+    """The documented verdict: a `# gate-expect (transformers X.Y): VERDICT` line for the installed
+    release, else the first line `# gate-expect: VERDICT`, or None without one."""
+    lines = manifest.read_text().split("\n")
+    installed = _installed_transformers()
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        on = EXPECT_ON.match(line)
+        if on and on.group(1) == installed:
+            return on.group(2)
+    found = EXPECT.match(lines[0])
     return found.group(1) if found else None
 
 
