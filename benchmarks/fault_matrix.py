@@ -120,6 +120,34 @@ def render(
     )
 
 
+def confusion(tables: list[dict[tuple[str, str], list[dict[str, Any]]]]) -> str:
+    """Planted fault (its documented class) x the classes the diagnosis named, over every detected
+    cell of every check, seed and preset: right, uncertain (the diagnosis said it does not know) or
+    another class (named). reset-isolation's and the mask oracle's own classes count like the rest."""
+    expected = {f.name: f.bug_class for f in CATALOGUE}
+    lines = [
+        "| fault | documented class | detections | right | uncertain | other class (count) |",
+        "|---|---|---|---|---|---|",
+    ]
+    total = right_total = uncertain_total = 0
+    for fault in FAULT_NAMES:
+        named: Counter[str] = Counter()
+        for table in tables:
+            for (f, _check), cells in table.items():
+                if f == fault:
+                    named.update(str(c["class"]) for c in cells if c["outcome"] == "detected")
+        right, uncertain = named[expected[fault]], named["uncertain"]
+        other = {k: v for k, v in named.items() if k not in (expected[fault], "uncertain")}
+        total += sum(named.values())
+        right_total += right
+        uncertain_total += uncertain
+        others = ", ".join(f"{k} ({v})" for k, v in sorted(other.items(), key=lambda kv: -kv[1])) or "-"
+        lines.append(f"| {fault} | {expected[fault]} | {sum(named.values())} | {right} | {uncertain} | {others} |")
+    wrong = total - right_total - uncertain_total
+    lines.append(f"| **all** | | {total} | {right_total} | {uncertain_total} | {wrong} |")
+    return "\n".join(lines) + "\n"
+
+
 def catalogue() -> str:
     rows = ["| fault | patches | diagnosis | what is planted |", "|---|---|---|---|"]
     rows += [f"| {f.name} | {f.target} | {f.bug_class} | {f.summary} |" for f in CATALOGUE]
@@ -136,10 +164,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = []
+    tables = []
     for preset in [args.preset, *([args.extra] if args.extra else [])]:
         table, seconds = run(preset, args.path, args.seeds)
+        tables.append(table)
         sections.append(f"### Preset `{preset}`\n\n" + render(table, seconds, preset, args.path, args.seeds))
-    text = DOC.format(catalogue=catalogue(), tables="\n".join(sections))
+    text = DOC.format(catalogue=catalogue(), tables="\n".join(sections), confusion=confusion(tables))
     print(text)
     if args.out:
         args.out.write_text(text)
@@ -167,6 +197,14 @@ check did not flag. The policies in `policies/layout.yaml` and `policies/schedul
 check, only faults it detects here.
 
 {tables}
+## Diagnosis confusion (generated)
+
+Every detection above, by the class the diagnosis named against the class the fault documents.
+The diagnosis answers `uncertain` (with its evidence) when the profile and the layer trace fit no
+class, rather than guessing; a check that has no instrument for a class (the mask oracle sees no
+positions, reset-isolation only that state survived) names what it can see.
+
+{confusion}
 Notes.
 
 * `reset-keeps-position` needs a reset, so only `reset-isolation` and the mask oracle's reset case see
