@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from gate.checks._compare import Tolerance, bits_equal, compare_rows
+from gate.checks._compare import Tolerance, bits_equal, compare_rows, random_tokens
 from gate.checks._sweep import SEED_LENGTHS, log_spaced, sweep_lengths
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
@@ -210,3 +210,45 @@ def test_checks_run_on_cuda(dtype: str) -> None:
     assert mask_oracle(context, MaskOracleParams()).status == "pass"
     faulty = ctx(reference, candidate.with_fault("mask-origin-reset"), dtype=dtype)
     assert prefix_sweep(faulty, PrefixSweepParams()).status == "fail"
+
+
+def test_a_tolerance_claim_denies_logits_beyond_the_allowance_an_int8_cache_called_a_layout() -> None:
+    from gate.adapters.reference import Options, ReferenceAdapter
+
+    lying = ReferenceAdapter().build(
+        Options(path="quantized", preset="tiny", max_len=MAX_LEN, quant={"bits": 8, "group_size": 32}),
+        device="cpu",
+        dtype="float32",
+        seed=0,
+    )
+    out = prefix_sweep(ctx(path("full"), lying), PrefixSweepParams(longest=MAX_LEN - 1))
+    assert out.status == "fail" and "beyond 2x" in out.message
+    assert out.metrics["beyond_allowance"] >= 0.9 * out.metrics["lengths"]  # |Δ| at most lengths, not near-ties
+    assert out.diagnosis is not None and out.diagnosis["bug_class"] == "approximation"
+    # the same logits under a greedy-tokens claim only warn about |Δ| (flips decide there)
+    greedy = prefix_sweep(
+        ctx(path("full"), lying, claim={"level": "greedy-tokens", "tokens": [8]}), PrefixSweepParams(longest=MAX_LEN - 1)
+    )
+    assert greedy.metrics["beyond_allowance"] == 0
+
+
+def test_lengths_the_policy_wants_but_the_path_cannot_reach_are_unproven() -> None:
+    out = prefix_sweep(ctx(path("full"), path("static")), PrefixSweepParams(log_spaced=8))
+    assert out.status == "unproven" and "[2000, 8000]" in out.message
+    assert out.evidence["coverage"] == {
+        "wanted": [0, 1, 2, 16, 64, 200, 2000, 8000],
+        "scoped_to": None,
+        "reachable_longest": MAX_LEN - 1,
+        "unreachable": [2000, 8000],
+    }
+
+
+def test_a_failure_from_length_0_still_traces_the_layers() -> None:
+    from gate.checks._diagnosis import diagnose
+
+    reference, candidate = path("full"), path("static").with_fault("missing-start-pos")
+    tokens = random_tokens(256, 2, 40, 0)
+    out = diagnose([0, 8, 16], [True, True, True], [1.0, 2.0, 3.0], reference=reference, candidate=candidate,
+                   tokens=tokens, dtype="float32")  # fmt: skip
+    assert "tracing_error" not in out and out["traced_prefix_len"] == 8
+    assert out["bug_class"] == "positional-index"

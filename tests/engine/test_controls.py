@@ -18,6 +18,7 @@ from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, Status, Verdict
 from gate.engine.runner import decide, run_check
 from gate.errors import EXIT_ENGINE_TIMEOUT, EngineTimeout
+from gate.protocols import subject_call
 
 
 @dataclass
@@ -50,6 +51,9 @@ class ToyParams(Params):
     exercise: bool = True
     raise_error: bool = False
     engine_timeout: bool = False
+    crash: str = ""
+    """Raise inside a subject call: "always", "faulted" (only under a fault) or "" (never)."""
+    skip: bool = False
 
 
 @check("toy", params=ToyParams)
@@ -58,6 +62,11 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
         raise RuntimeError("boom")
     if params.engine_timeout:
         raise EngineTimeout("candidate: POST /v1/completions got no reply within 1s")
+    if params.skip:
+        return Outcome(status="skip", message="the path offers no probe")
+    if params.crash == "always" or (params.crash == "faulted" and ctx.candidate.applied):  # type: ignore[attr-defined]
+        with subject_call("ToyModel.forward", length=5):
+            raise IndexError("index 7 is out of bounds")
     observed = ctx.candidate.logits()  # type: ignore[attr-defined]
     delta = float((observed - torch.arange(4.0)).abs().max())
     return Outcome(
@@ -129,6 +138,30 @@ def test_exception_becomes_error_with_traceback() -> None:
     result = _run([ControlSpec(fault="big")], raise_error=True)
     assert result.status == Status.error and result.error is not None
     assert "RuntimeError: boom" in result.message and "Traceback" in result.error.traceback
+
+
+def test_a_crash_inside_the_subject_is_a_failure_of_class_crash_not_an_error() -> None:
+    result = _run([ControlSpec(fault="big")], crash="always")
+    assert result.status == Status.failed and result.error is None
+    assert result.diagnosis is not None and result.diagnosis["bug_class"] == "crash"
+    assert result.diagnosis["exception"] == "IndexError: index 7 is out of bounds"
+    assert result.diagnosis["call"] == "ToyModel.forward" and result.diagnosis["length"] == 5
+    assert "IndexError" in result.diagnosis["traceback"]
+    assert decide([result], ClaimLevel.tolerance)[:2] == (Verdict.failed, 1)
+    # gate's own exception (outside a subject call) stays gate's error
+    assert _run([ControlSpec(fault="big")], raise_error=True).status == Status.error
+
+
+def test_a_faulted_subject_that_crashes_counts_as_detected() -> None:
+    result = _run([ControlSpec(fault="small")], crash="faulted")
+    assert result.status == Status.passed
+    assert result.controls[0].outcome == ControlOutcome.detected and "crashed" in result.controls[0].message
+
+
+def test_a_required_deny_check_that_cannot_run_is_unproven_not_skipped() -> None:
+    result = _run([ControlSpec(fault="big")], skip=True)
+    assert result.status == Status.unproven and "could not run" in result.message
+    assert decide([result], ClaimLevel.tolerance)[:2] == (Verdict.unproven, 1)
 
 
 def test_verdict_precedence() -> None:
