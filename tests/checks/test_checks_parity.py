@@ -227,7 +227,8 @@ def test_a_tolerance_claim_denies_logits_beyond_the_allowance_an_int8_cache_call
     assert out.diagnosis is not None and out.diagnosis["bug_class"] == "approximation"
     # the same logits under a greedy-tokens claim only warn about |Δ| (flips decide there)
     greedy = prefix_sweep(
-        ctx(path("full"), lying, claim={"level": "greedy-tokens", "tokens": [8]}), PrefixSweepParams(longest=MAX_LEN - 1)
+        ctx(path("full"), lying, claim={"level": "greedy-tokens", "tokens": [8]}),
+        PrefixSweepParams(longest=MAX_LEN - 1),
     )
     assert greedy.metrics["beyond_allowance"] == 0
 
