@@ -14,3 +14,6 @@ DISABLE_CUDA=1 "$VENV/bin/pip" install -q -e ".[hqq]" "transformers==5.2.*" opti
 "$VENV/bin/python" -c "import transformers; print('transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
 "$VENV/bin/python" -m pytest tests/adapters/hf -q
+# the shipped examples whose verdict depends on the release (docs/hf-adapter.md): a release with a
+# known bug must FAIL; the table lands in benchmarks/transformers-low/ and the script exits 1 on a mismatch
+"$VENV/bin/python" benchmarks/examples.py --only hf-dynamic hf-assisted-sliding-window --out benchmarks/transformers-low
