@@ -20,7 +20,7 @@ from gate.core.manifest import Intervention
 EXAMPLES = sorted(data_dir("examples").glob("*.yaml"))
 
 
-VERDICTS = ("pass", "fail", "awaiting-approval", "rejected", "error")
+VERDICTS = ("pass", "fail", "unproven", "awaiting-approval", "rejected", "error")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
