@@ -94,10 +94,14 @@ class Metric:
 
 def _clock_metrics() -> dict[str, Metric]:
     metrics: dict[str, Metric] = {}
-    for q in (50, 95, 99):
-        metrics[f"ttft_p{q}"] = Metric(f"ttft_p{q}", "request", "lower", "s", q / 100, f"time to first token, p{q}")
-        metrics[f"tpot_p{q}"] = Metric(f"tpot_p{q}", "request", "lower", "s", q / 100, f"time per output token, p{q}")
-        metrics[f"itl_p{q}"] = Metric(f"itl_p{q}", "gap", "lower", "s", q / 100, f"inter-token latency, p{q}")
+    for clock, level, words in (
+        ("ttft", "request", "time to first token"),
+        ("tpot", "request", "time per output token"),
+        ("itl", "gap", "inter-token latency"),
+    ):
+        for q in (50, 95, 99):
+            name = f"{clock}_p{q}"
+            metrics[name] = Metric(name, level, "lower", "s", q / 100, f"{words}, p{q}")  # type: ignore[arg-type]
     metrics["throughput"] = Metric("throughput", "run", "higher", "tok/s", None, "output tokens per second")
     metrics["goodput"] = Metric("goodput", "run", "higher", "req/s", None, "requests per second meeting the SLO")
     metrics["live_bytes"] = Metric("live_bytes", "run", "lower", "B", None, "peak live KV bytes")
