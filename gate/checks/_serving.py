@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -45,11 +45,12 @@ class Timer:
 
     def __init__(self, device: str) -> None:
         self.cuda = str(device).startswith("cuda")
-        self.clock = "cuda-events" if self.cuda else "perf_counter"
+        self.clock: Literal["cuda-events", "perf_counter"] = "cuda-events" if self.cuda else "perf_counter"
 
     def __call__(self, fn: Callable[[], T]) -> tuple[T, float]:
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             out = fn()
             end.record()
@@ -159,7 +160,7 @@ def replay(
     done.sort(key=lambda r: (r.conversation, r.turn))
     trace = ServingTrace(
         path=path.name,
-        clock=timer.clock,  # type: ignore[arg-type]
+        clock=timer.clock,
         requests=done,
         memory=memory,
         makespan_s=max(now - start, 1e-9),

@@ -183,10 +183,16 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
                 exercise = last
         ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
 
-    budgets: dict[str, Budget] = {**params.budgets, **ctx.manifest.performance}
+    budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
+    budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
     rows: list[dict[str, Any]] = []
     sums = {role: summary(runs, slo) for role, runs in traces.items()}
-    broken, unshown, regressed, noisy, unjudged, held = [], [], [], [], [], []
+    broken: list[str] = []
+    unshown: list[str] = []
+    regressed: list[str] = []
+    noisy: list[str] = []
+    unjudged: list[str] = []
+    held: list[str] = []
     for index, (name, metric) in enumerate(METRICS.items()):
         interval = compare(
             traces["reference"],
@@ -223,9 +229,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
             buckets[verdict].append(text)
 
     kv = _kv_theory(ctx, traces)
-    per_token = (
-        2 * kv["layers"] * kv["kv_heads"] * kv["head_dim"] * kv["bytes_per_element"] if kv is not None else None
-    )
+    per_token = 2 * kv["layers"] * kv["kv_heads"] * kv["head_dim"] * kv["bytes_per_element"] if kv is not None else None
     by_name = {row["clock"]: row for row in rows}
     metrics: dict[str, Any] = {
         f"{name}_{key}": row[key] for name, row in by_name.items() for key in ("ratio", "low", "high") if key in row
@@ -268,7 +272,10 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     saving = ""
     if kv is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
         saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
-    where = f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, {params.confidence:.0%} intervals"
+    where = (
+        f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, "
+        f"{params.confidence:.0%} intervals"
+    )
     summary_text = f"candidate/reference: {headline}{saving} ({where})"
     parts = [
         f"{label}: {', '.join(items)}"
@@ -288,7 +295,8 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     if regressed or unjudged:
         return Outcome("warn", message, metrics, evidence, exercise)
     if params.show_savings and not budgets and not _saves_something(by_name):
-        return Outcome("warn", f"the candidate shows no saving in memory or time; {message}", metrics, evidence, exercise)
+        message = f"the candidate shows no saving in memory or time; {message}"
+        return Outcome("warn", message, metrics, evidence, exercise)
     return Outcome("pass", message, metrics, evidence, exercise)
 
 
