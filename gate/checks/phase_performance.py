@@ -10,7 +10,7 @@ latency, throughput, goodput under the SLO, live KV bytes over time against the 
 2 x layers x KV heads x head dim x tokens x bytes per element, peak device memory (CUDA) and
 pressure actions (conversations queued, tokens evicted) where reported.
 
-Every candidate/reference ratio carries a paired bootstrap interval (gate.core.clocks.compare).
+Every candidate/reference ratio carries an interval from the paired repeats (gate.core.clocks.compare).
 Budgets (the manifest's `performance` section over the policy's `budgets` parameter) are judged on
 that interval: a ratio confidently past its budget fails; an interval that straddles the budget
 passes "within noise", with the interval shown. With `show_savings` (the policy sets it for
@@ -48,14 +48,16 @@ class PhasePerformanceParams(Params):
     """Override the scenario's number of conversations (smaller for a quick run)."""
     max_concurrent: int | None = Field(default=None, ge=1, le=4096)
     """Override the scenario's admission limit."""
-    repeats: int = Field(default=5, ge=2, le=100)
-    """Replays per path, alternating which path goes first; the unit the bootstrap resamples."""
+    repeats: int = Field(default=6, ge=2, le=100)
+    """Replays per path, alternating which path goes first: the paired observations each interval is built from."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     """Two-sided confidence of each ratio's interval."""
     resamples: int = Field(default=2000, ge=200, le=100_000)
     """Bootstrap resamples per interval."""
-    min_effect: float = Field(default=0.05, ge=0, le=10)
-    """Without a budget, warn when a clock is confidently worse than the reference by more than this share."""
+    min_effect: float = Field(default=0.10, ge=0, le=10)
+    """Without a budget, warn when a clock is confidently worse than the reference by more than this
+    share (its interval clears 1 + min_effect; fourteen clocks are judged at once, so a margin keeps
+    an unchanged candidate quiet)."""
     show_savings: bool = False
     """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
     passes only when the whole interval lies within it."""
@@ -214,9 +216,11 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
             "budget": _budget_words(budget),
         }
         if interval is None:
-            row["verdict"] = "unmeasured" if budget is not None else "not reported"
+            zero = sums["reference"][name] == 0
+            row["verdict"] = "reference is zero" if zero else "not reported"
             if budget is not None:
-                unjudged.append(f"{name} (budget {_budget_words(budget)}): not reported by these paths, unproven")
+                why = "the reference's value is zero" if zero else "not reported by these paths"
+                unjudged.append(f"{name} (budget {_budget_words(budget)}): {why}, unproven")
             rows.append(row)
             continue
         verdict = _verdict(interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings)

@@ -11,9 +11,9 @@ path reports them. Everything else is computed here from those records (backgrou
 * live KV bytes (peak and time-weighted mean) against 2 x layers x KV heads x head dim x tokens x
   bytes per element, and peak device memory.
 
-`compare` puts a bootstrap confidence interval on each candidate/reference ratio: repeats are
-resampled in pairs (reference and candidate ran side by side, so they share the machine's load),
-and inside each repeat requests (or token gaps) are resampled in pairs too.
+`compare` puts a confidence interval on each candidate/reference ratio from paired repeats
+(reference and candidate ran side by side, so each repeat's ratio shares one moment's machine
+load): a bootstrap over repeats, widened to the paired Student-t interval where that is wider.
 
 This module imports no torch.
 """
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy import stats
 from pydantic import Field
 
 from gate.core.manifest import Record
@@ -208,6 +209,16 @@ class Interval:
         }
 
 
+def per_repeat(trace: ServingTrace, name: str, slo: tuple[float, float]) -> float | None:
+    """One clock's value in one repeat: a run-level value, or the percentile over that repeat's samples."""
+    metric = METRICS[name]
+    if metric.level == "run":
+        return run_value(trace, name, slo)
+    values = samples(trace, metric)
+    values = values[~np.isnan(values)]
+    return float(np.quantile(values, metric.quantile or 0.5)) if values.size else None
+
+
 def compare(
     reference: Sequence[ServingTrace],
     candidate: Sequence[ServingTrace],
@@ -218,49 +229,45 @@ def compare(
     resamples: int = 2000,
     seed: int = 0,
 ) -> Interval | None:
-    """Candidate/reference ratio of one clock with a paired, two-level bootstrap interval; None
-    when either path did not report the clock (or the reference's value is zero)."""
-    metric = METRICS[name]
+    """Candidate/reference ratio of one clock with its confidence interval; None when either path
+    did not report the clock, or the reference's value is zero.
+
+    Repeat r ran both paths back to back, so its ratio c_r / r_r is one paired observation of the
+    slowdown under that moment's machine load. The point estimate is the geometric mean of the
+    per-repeat ratios. The interval is a bootstrap over repeats (resampled in pairs) of the mean log
+    ratio; with few repeats a percentile bootstrap is too narrow (it cannot see variation it did not
+    sample), so the reported interval is the union of it and the paired Student-t interval on the
+    log ratios: wider, never narrower, than either."""
     repeats = min(len(reference), len(candidate))
-    if repeats == 0:
+    ref = [per_repeat(t, name, slo) for t in reference[:repeats]]
+    cand = [per_repeat(t, name, slo) for t in candidate[:repeats]]
+    if repeats == 0 or any(v is None for v in (*ref, *cand)) or any(v == 0 for v in ref):
         return None
-    rng = np.random.default_rng(seed)
-    pick = rng.integers(0, repeats, size=(resamples, repeats))
-    tail = (1 - confidence) / 2
-    if metric.level == "run":
-        ref = [run_value(t, name, slo) for t in reference[:repeats]]
-        cand = [run_value(t, name, slo) for t in candidate[:repeats]]
-        if any(v is None for v in (*ref, *cand)):
-            return None
-        r, c = np.array(ref, dtype=float), np.array(cand, dtype=float)
-        if not r.mean():
-            return None
-        boot = c[pick].mean(axis=1) / np.maximum(r[pick].mean(axis=1), 1e-300)
+    r, c = np.array(ref, dtype=float), np.array(cand, dtype=float)
+    if np.any(c == 0):  # a clock that fell to zero (no request met the SLO): ratio of means, no log
         point = float(c.mean() / r.mean())
-    else:
-        ref_rows = [samples(t, metric) for t in reference[:repeats]]
-        cand_rows = [samples(t, metric) for t in candidate[:repeats]]
-        width = min(min(len(x) for x in ref_rows), min(len(x) for x in cand_rows))
-        if width == 0:
-            return None
-        r = np.stack([x[:width] for x in ref_rows])
-        c = np.stack([x[:width] for x in cand_rows])
-        q = metric.quantile or 0.5
-        ref_point = float(np.nanquantile(r, q))
-        if not ref_point:
-            return None
-        point = float(np.nanquantile(c, q)) / ref_point
-        parts = []
-        step = max(1, 2_000_000 // (repeats * width))  # bound the index array to ~16 MB
-        for first in range(0, resamples, step):
-            rows = pick[first : first + step, :, None]
-            inner = rng.integers(0, width, size=(rows.shape[0], repeats, width))
-            rb = r[rows, inner].reshape(rows.shape[0], -1)
-            cb = c[rows, inner].reshape(rows.shape[0], -1)
-            parts.append(np.nanquantile(cb, q, axis=1) / np.maximum(np.nanquantile(rb, q, axis=1), 1e-300))
-        boot = np.concatenate(parts)
-    low, high = np.quantile(boot, [tail, 1 - tail])
-    return Interval(point, float(min(low, point)), float(max(high, point)), confidence, repeats)
+        return Interval(point, point, point, confidence, repeats) if repeats < 2 else _mean_ratio(r, c, confidence)
+    logs = np.log(c / r)
+    mean = float(logs.mean())
+    tail = (1 - confidence) / 2
+    low = high = mean
+    if repeats >= 2:
+        rng = np.random.default_rng(seed)
+        boot = logs[rng.integers(0, repeats, size=(resamples, repeats))].mean(axis=1)
+        b_low, b_high = np.quantile(boot, [tail, 1 - tail])
+        spread = float(stats.t.ppf(1 - tail, repeats - 1)) * float(logs.std(ddof=1)) / np.sqrt(repeats)
+        low, high = min(float(b_low), mean - spread), max(float(b_high), mean + spread)
+    return Interval(float(np.exp(mean)), float(np.exp(low)), float(np.exp(high)), confidence, repeats)
+
+
+def _mean_ratio(r: np.ndarray, c: np.ndarray, confidence: float) -> Interval:
+    """Ratio of means with a Student-t interval on the paired differences (for clocks that hit zero)."""
+    tail = (1 - confidence) / 2
+    diff = c - r
+    spread = float(stats.t.ppf(1 - tail, len(r) - 1)) * float(diff.std(ddof=1)) / np.sqrt(len(r))
+    base = float(r.mean())
+    point = float(c.mean()) / base
+    return Interval(point, max(point - spread / base, 0.0), point + spread / base, confidence, len(r))
 
 
 def theory_bytes(tokens: int, *, layers: int, kv_heads: int, head_dim: int, bytes_per_element: int) -> int:
