@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 from pydantic import Field
+from scipy import stats
 
 from gate.core.manifest import Record
 
