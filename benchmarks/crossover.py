@@ -4,8 +4,9 @@ Fewer operations are a mechanism, not a wall-clock guarantee (background: four c
 prompt of P tokens and G greedy tokens, recompute (path `full`: one full causal pass over the
 growing sequence per token) evaluates about sum_j (P+j)^2/2 score pairs; a cached path evaluates the
 prompt triangle once and then one row per token. This measures both on the same prompts, runs
-interleaved (full, dynamic, static, then the reverse order), and reports the median time per
-generated token, the ratio cached/recompute, and the score-pair ratio. At small P the cached path
+interleaved (full, dynamic, static, int8-quantized, then the reverse order), and reports the
+median time per generated token, the ratio cached/recompute, and the score-pair ratio. The int8
+path is a cached path doing the same few score pairs plus a dequantise on every read. At small P the cached path
 does far fewer operations and is still not faster: per-call overhead (cache writes, block growth,
 slicing) dominates; the crossover is the first P where it wins.
 
@@ -26,7 +27,8 @@ import torch
 from gate.adapters.reference import Options, ReferenceAdapter
 
 LENGTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PATHS = ("full", "dynamic", "static")
+PATHS = ("full", "dynamic", "static", "quantized")
+CACHED = PATHS[1:]
 WIN = 0.9
 """A cached path wins clearly where its time per token is under this share of recompute's."""
 
@@ -55,15 +57,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/crossover.md"))
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("GATE_THREADS", "1")))
+    extra = {"quantized": {"quant": {"bits": 8, "group_size": 16}}}
     built = {
         name: ReferenceAdapter().build(
-            Options(path=name, preset=args.preset, max_len=2048), device="cpu", dtype="float32", seed=0
+            Options(path=name, preset=args.preset, max_len=2048, **extra.get(name, {})),
+            device="cpu",
+            dtype="float32",
+            seed=0,
         )
         for name in PATHS
     }
     vocab = built["full"].vocab_size
     rows = []
-    crossover: dict[str, int | None] = {"dynamic": None, "static": None}
+    crossover: dict[str, int | None] = dict.fromkeys(CACHED)
     for p in LENGTHS:
         prompt = torch.randint(0, vocab, (1, p), generator=torch.Generator().manual_seed(p))
         for name in PATHS:  # warm-up
@@ -75,7 +81,7 @@ def main() -> None:
         med = {name: statistics.median(ts) for name, ts in times.items()}
         pairs = score_pairs(p, args.tokens, cached=False) / score_pairs(p, args.tokens, cached=True)
         row = {"P": p, "pairs": pairs, **{f"{n}_ms": med[n] * 1000 for n in PATHS}}
-        for name in ("dynamic", "static"):
+        for name in CACHED:
             row[f"{name}_ratio"] = med[name] / med["full"]
         rows.append(row)
         print(p, {k: round(v, 3) for k, v in row.items()}, flush=True)
@@ -93,13 +99,14 @@ def main() -> None:
         f"G = {args.tokens} tokens per prompt, median of {args.repeats} interleaved repeats per cell.",
         "",
         "| prompt P | score pairs recompute / cached | recompute ms/token | dynamic ms/token | static ms/token "
-        "| dynamic / recompute | static / recompute |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| int8 quantized ms/token | dynamic / recompute | static / recompute | int8 / recompute |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['P']} | {r['pairs']:.1f}x | {r['full_ms']:.3f} | {r['dynamic_ms']:.3f} | {r['static_ms']:.3f} "
-            f"| {r['dynamic_ratio']:.2f} | {r['static_ratio']:.2f} |"
+            f"| {r['quantized_ms']:.3f} | {r['dynamic_ratio']:.2f} | {r['static_ratio']:.2f} "
+            f"| {r['quantized_ratio']:.2f} |"
         )
     words = ", ".join(f"{name} at P = {crossover[name] or 'none measured'}" for name in crossover)
     lines += [
