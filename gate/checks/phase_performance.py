@@ -11,8 +11,9 @@ latency, throughput, goodput under the SLO, live KV bytes over time against the 
 pressure actions (conversations queued, tokens evicted) where reported.
 
 Every candidate/reference ratio carries an interval from the paired repeats (gate.core.clocks.compare),
-widened so that each family of judgements (the budgeted clocks; the other clocks) holds `confidence`
-jointly (Bonferroni): fourteen clocks at 95 % each would otherwise raise a false alarm on most runs.
+widened so that each family of judgements (the budgeted clocks; the watched unbudgeted clocks) holds
+`confidence` jointly (Bonferroni): fourteen clocks at 95 % each would otherwise raise a false alarm on
+most runs. Unbudgeted clocks outside `watch` are reported, not judged.
 Budgets (the manifest's `performance` section over the policy's `budgets` parameter) are judged on
 that interval: a ratio confidently past its budget fails; an interval that straddles the budget
 passes "within noise", with the interval shown. With `show_savings` (the policy sets it for
@@ -34,6 +35,8 @@ from gate.core.manifest import Budget, ClockName
 from gate.core.scenario import conversations, load_scenario
 from gate.protocols import KVGeometry
 
+WATCHED: tuple[ClockName, ...] = ("ttft_p95", "tpot_p95", "itl_p95", "throughput", "live_bytes")
+"""Unbudgeted clocks judged by default: one per clock family."""
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_SAMPLES = 400
 """Latency samples per path kept in the evidence for the dossier's distribution plot."""
@@ -60,6 +63,11 @@ class PhasePerformanceParams(Params):
     """Without a budget, warn when a clock is confidently worse than the reference by more than this
     share (its interval clears 1 + min_effect; fourteen clocks are judged at once, so a margin keeps
     an unchanged candidate quiet)."""
+    watch: list[ClockName] = Field(default_factory=lambda: list(WATCHED))
+    """Clocks judged without a budget (a confident regression warns); the rest are reported only."""
+    gross: float = Field(default=2.0, gt=1)
+    """Without a budget, also warn when a watched clock's point estimate is this many times worse even
+    though the noise leaves its interval unresolved: a gross slowdown is never a green pass."""
     show_savings: bool = False
     """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
     passes only when the whole interval lies within it."""
@@ -67,11 +75,17 @@ class PhasePerformanceParams(Params):
     """Default budgets from the policy; the manifest's `performance` section replaces them clock by clock."""
 
 
-def _verdict(interval: Interval, budget: Budget | None, better: str, *, min_effect: float, show: bool) -> str:
-    """pass, within-noise, fail, not-shown, regressed (no budget, confidently worse) or ok (no budget)."""
+def _verdict(
+    interval: Interval, budget: Budget | None, better: str, *, min_effect: float, show: bool, gross: float = 2.0
+) -> str:
+    """pass, within-noise, fail, not-shown; without a budget: regressed (confidently worse), gross
+    (a point estimate `gross` times worse that the noise leaves unresolved) or ok."""
     if budget is None:
         worse = interval.low > 1 + min_effect if better == "lower" else interval.high < 1 / (1 + min_effect)
-        return "regressed" if worse else "ok"
+        if worse:
+            return "regressed"
+        point = interval.point if better == "lower" else 1 / max(interval.point, 1e-12)
+        return "gross" if point >= gross else "ok"
     verdicts = []
     if budget.max_ratio is not None:
         m = budget.max_ratio
@@ -196,13 +210,16 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     regressed: list[str] = []
     noisy: list[str] = []
     unjudged: list[str] = []
+    unresolved: list[str] = []
     held: list[str] = []
     # Several clocks are judged at once; each family's error rate is held at 1 - confidence by
     # widening every interval in it (Bonferroni): budgets form one family, unbudgeted clocks another.
     k_budgets = max(1, sum(1 for name in METRICS if name in budgets))
-    k_free = max(1, sum(1 for name in METRICS if name not in budgets))
+    watched = [name for name in METRICS if name not in budgets and name in params.watch]
+    k_free = max(1, len(watched))
     for index, (name, metric) in enumerate(METRICS.items()):
         level = 1 - (1 - params.confidence) / (k_budgets if name in budgets else k_free)
+        judged = name in budgets or name in watched
         interval = compare(
             traces["reference"],
             traces["candidate"],
@@ -230,12 +247,23 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
                 unjudged.append(f"{name} (budget {_budget_words(budget)}): {why}, unproven")
             rows.append(row)
             continue
-        verdict = _verdict(interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings)
+        verdict = _verdict(
+            interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings, gross=params.gross
+        )
+        if not judged:
+            verdict = "reported"
         row.update(interval.as_dict())
         row["verdict"] = verdict
         rows.append(row)
         text = f"{name} {_ci(interval)}" + (f" (budget {_budget_words(budget)})" if budget else "")
-        buckets = {"fail": broken, "not-shown": unshown, "regressed": regressed, "within-noise": noisy, "pass": held}
+        buckets = {
+            "fail": broken,
+            "not-shown": unshown,
+            "regressed": regressed,
+            "gross": unresolved,
+            "within-noise": noisy,
+            "pass": held,
+        }
         if verdict in buckets:
             buckets[verdict].append(text)
 
@@ -285,7 +313,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
     where = (
         f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, intervals "
-        f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} other clocks"
+        f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} watched clocks"
     )
     summary_text = f"candidate/reference: {headline}{saving} ({where})"
     parts = [
@@ -294,6 +322,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
             ("over budget", broken),
             ("saving not shown", unshown),
             ("confidently worse, no budget", regressed),
+            ("a gross slowdown the noise leaves unresolved (rerun with more repeats)", unresolved),
             ("unproven", unjudged),
             ("budgets held", held),
             ("within noise of the budget", noisy),
@@ -303,7 +332,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     message = "; ".join([*parts, summary_text])
     if broken or unshown:
         return Outcome("fail", message, metrics, evidence, exercise)
-    if regressed or unjudged:
+    if regressed or unjudged or unresolved:
         return Outcome("warn", message, metrics, evidence, exercise)
     if params.show_savings and not budgets and not _saves_something(by_name):
         message = f"the candidate shows no saving in memory or time; {message}"
