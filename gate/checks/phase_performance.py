@@ -176,6 +176,13 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
 @check("phase-performance", params=PhasePerformanceParams)
 def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outcome:
     """Four clocks on a serving scenario, reference vs candidate, with bootstrap intervals and budgets."""
+    stored = getattr(ctx.reference, "mode", None)  # a stored reference (gate record / the recorded adapter)
+    if stored in ("recorded baseline", "reference cache", "recording"):
+        return Outcome(
+            "skip",
+            f"the reference is a {stored}: it answers from a store, so its clocks say nothing about serving; "
+            "performance is measured with both paths live, side by side",
+        )
     scenario = load_scenario(params.scenario)
     updates = {
         k: v
