@@ -35,6 +35,7 @@ __all__ = [
     "EngineCompletion",
     "EngineServer",
     "EngineServing",
+    "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
     "PrefixCaching",
@@ -130,6 +131,16 @@ class LayerTracing(Protocol):
 
     def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
+        ...
+
+
+@runtime_checkable
+class KVGeometry(Protocol):
+    """The shape of a path's K/V, so live cache bytes can be set against the theoretical
+    2 x layers x KV heads x head dim x tokens x bytes per element (background: four clocks)."""
+
+    def kv_geometry(self) -> tuple[int, int, int]:
+        """(layers, KV heads, head dim) of the model's K/V; bytes per element follow `dtype`."""
         ...
 
 

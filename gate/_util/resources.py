@@ -14,12 +14,13 @@ KINDS: dict[str, str] = {
     "templates": "templates",
     "examples": "examples",
     "schemas": "schemas",
+    "scenarios": "scenarios",
 }
 """Data kind (its folder name in the wheel) -> its folder in a checkout."""
 
 
 def data_dir(kind: str) -> Path:
-    """The shipped data directory of `kind` (policies, check-cards, slices, templates, examples, schemas)."""
+    """The shipped data directory of `kind` (policies, check-cards, slices, templates, examples, schemas, scenarios)."""
     if kind not in KINDS:
         raise KeyError(f"unknown data kind {kind!r} (known: {', '.join(KINDS)})")
     installed = _PACKAGE / "_data" / kind

@@ -1,146 +1,357 @@
-"""phase-performance: what an approximation saves, measured side by side (release-gate step 6).
+"""phase-performance: four clocks on a serving scenario, judged on confidence intervals (release-gate step 6).
 
-An approximate cache is justified by what it saves. For the reference and candidate paths on the
-same prompts this measures time to prefill, time per decoded token and live cache bytes, and
-their candidate/reference ratios. Runs alternate (reference, candidate, reference, ...) so a busy
-machine slows both alike; each headline figure is the fastest of `repeats` runs (a shared machine
-only ever adds time, so the minimum is the steadiest estimate of a path's own cost), with the
-median and every run kept in the evidence. Fewer operations are a
-mechanism, not a wall-clock guarantee (background: the release gate): the check reports what it measured, and says
-`warn` when the candidate saves nothing it set out to save. The policy runs it at severity warn.
+A cache change can improve one clock and worsen another, and fewer operations are a mechanism, not
+a wall-clock guarantee (background: four clocks). The check replays a serving scenario
+(`scenarios/*.yaml`: concurrent conversations over a shared system prefix, private turns,
+arrivals, length distributions, an SLO) through the reference and the candidate path in the same
+process, alternating which goes first on every repeat so a busy machine slows both alike, and
+measures per path: time to first token and time per output token (p50, p95, p99), inter-token
+latency, throughput, goodput under the SLO, live KV bytes over time against the theoretical
+2 x layers x KV heads x head dim x tokens x bytes per element, peak device memory (CUDA) and
+pressure actions (conversations queued, tokens evicted) where reported.
+
+Every candidate/reference ratio carries an interval from the paired repeats (gate.core.clocks.compare),
+widened so that each family of judgements (the budgeted clocks; the watched unbudgeted clocks) holds
+`confidence` jointly (Bonferroni): fourteen clocks at 95 % each would otherwise raise a false alarm on
+most runs. Unbudgeted clocks outside `watch` are reported, not judged.
+Budgets (the manifest's `performance` section over the policy's `budgets` parameter) are judged on
+that interval: a ratio confidently past its budget fails; an interval that straddles the budget
+passes "within noise", with the interval shown. With `show_savings` (the policy sets it for
+approximations), a budget below 1 must be shown: an interval reaching past it fails. A clock with no
+budget never fails, but a confident regression larger than `min_effect` is a warning: a candidate
+2.7x slower per token is never a green pass.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
-import torch
 from pydantic import Field
 
+from gate.checks._serving import replay
 from gate.core.check import CheckContext, Outcome, Params, check
-from gate.protocols import DecodePath
+from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
+from gate.core.manifest import Budget, ClockName
+from gate.core.scenario import conversations, load_scenario
+from gate.protocols import KVGeometry
+
+WATCHED: tuple[ClockName, ...] = ("ttft_p95", "tpot_p95", "itl_p95", "throughput", "live_bytes")
+"""Unbudgeted clocks judged by default: one per clock family."""
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+MAX_SAMPLES = 400
+"""Latency samples per path kept in the evidence for the dossier's distribution plot."""
+MAX_MEMORY_POINTS = 200
+"""Live-bytes points per path kept in the evidence for the dossier's plot."""
 
 
 class PhasePerformanceParams(Params):
     """Parameters of the phase-performance check."""
 
-    prompt_len: int = Field(default=1024, ge=8)
-    """Prompt tokens (clipped to the paths' max_len minus decode_tokens)."""
-    decode_tokens: int = Field(default=32, ge=1)
-    """Tokens decoded one at a time after the prefill."""
-    batch_size: int = Field(default=1, ge=1)
-    """Sequences per session."""
-    repeats: int = Field(default=5, ge=1, le=50)
-    """Measured runs per path (after one warm-up run each); the fastest is the headline."""
-    max_decode_ratio: float | None = Field(default=None, gt=0)
-    """Warn when candidate/reference time per decoded token exceeds this."""
-    max_bytes_ratio: float | None = Field(default=None, gt=0)
-    """Warn when candidate/reference live cache bytes exceed this."""
+    scenario: str = "chat-shared-prefix"
+    """A shipped scenario's name (scenarios/*.yaml) or a path to a scenario file."""
+    conversations: int | None = Field(default=None, ge=1, le=4096)
+    """Override the scenario's number of conversations (smaller for a quick run)."""
+    max_concurrent: int | None = Field(default=None, ge=1, le=4096)
+    """Override the scenario's admission limit."""
+    repeats: int = Field(default=6, ge=2, le=100)
+    """Replays per path, alternating which path goes first: the paired observations each interval is built from."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Two-sided confidence of each ratio's interval."""
+    resamples: int = Field(default=2000, ge=200, le=100_000)
+    """Bootstrap resamples per interval."""
+    min_effect: float = Field(default=0.10, ge=0, le=10)
+    """Without a budget, warn when a clock is confidently worse than the reference by more than this
+    share (its interval clears 1 + min_effect; fourteen clocks are judged at once, so a margin keeps
+    an unchanged candidate quiet)."""
+    watch: list[ClockName] = Field(default_factory=lambda: list(WATCHED))
+    """Clocks judged without a budget (a confident regression warns); the rest are reported only."""
+    gross: float = Field(default=2.0, gt=1)
+    """Without a budget, also warn when a watched clock's point estimate is this many times worse even
+    though the noise leaves its interval unresolved: a gross slowdown is never a green pass."""
+    show_savings: bool = False
+    """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
+    passes only when the whole interval lies within it."""
+    budgets: dict[ClockName, Budget] = Field(default_factory=dict)
+    """Default budgets from the policy; the manifest's `performance` section replaces them clock by clock."""
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def _verdict(
+    interval: Interval, budget: Budget | None, better: str, *, min_effect: float, show: bool, gross: float = 2.0
+) -> str:
+    """pass, within-noise, fail, not-shown; without a budget: regressed (confidently worse), gross
+    (a point estimate `gross` times worse that the noise leaves unresolved) or ok."""
+    if budget is None:
+        worse = interval.low > 1 + min_effect if better == "lower" else interval.high < 1 / (1 + min_effect)
+        if worse:
+            return "regressed"
+        point = interval.point if better == "lower" else 1 / max(interval.point, 1e-12)
+        return "gross" if point >= gross else "ok"
+    verdicts = []
+    if budget.max_ratio is not None:
+        m = budget.max_ratio
+        if interval.low > m:
+            verdicts.append("fail")
+        elif interval.high <= m:
+            verdicts.append("pass")
+        else:
+            verdicts.append("not-shown" if show and m < 1 else "within-noise")
+    if budget.min_ratio is not None:
+        m = budget.min_ratio
+        if interval.high < m:
+            verdicts.append("fail")
+        elif interval.low >= m:
+            verdicts.append("pass")
+        else:
+            verdicts.append("not-shown" if show and m > 1 else "within-noise")
+    for worst in ("fail", "not-shown", "within-noise"):
+        if worst in verdicts:
+            return worst
+    return "pass"
 
 
-@torch.no_grad()
-def _run(path: DecodePath, prompts: torch.Tensor, n: int, device: str) -> dict[str, Any]:
-    """Prefill, then decode n tokens greedily; times and the session's exercise record."""
-    session = path.new_session(prompts.shape[0])
-    _sync(device)
-    start = time.perf_counter()
-    logits = session.prefill(prompts)
-    _sync(device)
-    prefill_s = time.perf_counter() - start
-    token = logits[:, -1].argmax(-1, keepdim=True)
-    start = time.perf_counter()
-    for _ in range(n):
-        token = session.append(token)[:, -1].argmax(-1, keepdim=True)
-    _sync(device)
-    decode_s = time.perf_counter() - start
-    return {"prefill_s": prefill_s, "decode_s_per_token": decode_s / n, "exercise": session.exercise()}
+def _budget_words(budget: Budget | None) -> str:
+    if budget is None:
+        return "none"
+    parts = ([f"<= {budget.max_ratio}"] if budget.max_ratio is not None else []) + (
+        [f">= {budget.min_ratio}"] if budget.min_ratio is not None else []
+    )
+    return " and ".join(parts)
 
 
-def _ratio(a: float | int | None, b: float | int | None) -> float | None:
-    if a is None or b is None or not b:
+def _ci(interval: Interval) -> str:
+    noise = "; no difference detectable at this noise" if interval.straddles(1.0) else ""
+    return f"x{interval.point:.3g} [{interval.low:.3g}, {interval.high:.3g}]{noise}"
+
+
+def _kv_theory(ctx: CheckContext, traces: dict[str, list[ServingTrace]]) -> dict[str, Any] | None:
+    """Peak live KV bytes of each path against the theoretical bytes for the tokens held then."""
+    path = ctx.reference if isinstance(ctx.reference, KVGeometry) else ctx.candidate
+    if not isinstance(path, KVGeometry):
         return None
-    return round(float(a) / float(b), 4)
+    layers, kv_heads, head_dim = path.kv_geometry()
+    per_element = BYTES_PER_ELEMENT.get(path.dtype, 4)
+    out: dict[str, Any] = {
+        "formula": "2 x layers x kv_heads x head_dim x tokens x bytes_per_element",
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "bytes_per_element": per_element,
+        "dtype": path.dtype,
+    }
+    for role, runs in traces.items():
+        peak = max(runs[-1].memory, key=lambda m: (m.live_bytes, m.tokens), default=None)
+        if peak is None:
+            continue
+        theory = theory_bytes(
+            peak.tokens, layers=layers, kv_heads=kv_heads, head_dim=head_dim, bytes_per_element=per_element
+        )
+        out[role] = {
+            "peak_live_bytes": peak.live_bytes,
+            "tokens_at_peak": peak.tokens,
+            "theory_bytes": theory,
+            "live_over_theory": round(peak.live_bytes / theory, 4) if theory else None,
+        }
+    return out
+
+
+def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None) -> dict[str, Any]:
+    latency: dict[str, Any] = {}
+    memory: dict[str, Any] = {}
+    for role, runs in traces.items():
+        latency[role] = {
+            "ttft_s": [round(float(x), 6) for run in runs for x in ttfts(run)][:MAX_SAMPLES],
+            "tpot_s": [round(float(x), 6) for run in runs for x in tpots(run)][:MAX_SAMPLES],
+            "itl_s": [round(float(x), 6) for run in runs for x in gaps(run)][:MAX_SAMPLES],
+        }
+        points = runs[-1].memory
+        every = max(1, len(points) // MAX_MEMORY_POINTS)
+        memory[role] = {
+            "t_s": [round(m.t_s, 6) for m in points[::every]],
+            "live_bytes": [m.live_bytes for m in points[::every]],
+            "theory_bytes": [m.tokens * kv_per_token for m in points[::every]] if kv_per_token else None,
+        }
+    return {"latency_samples": latency, "live_bytes_over_time": memory}
 
 
 @check("phase-performance", params=PhasePerformanceParams)
 def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outcome:
-    """Prefill time, per-token decode time and live cache bytes, reference vs candidate."""
-    max_len = min(ctx.reference.max_len, ctx.candidate.max_len)
-    n = min(params.decode_tokens, max_len // 2)
-    length = min(params.prompt_len, max_len - n)
+    """Four clocks on a serving scenario, reference vs candidate, with bootstrap intervals and budgets."""
+    stored = getattr(ctx.reference, "mode", None)  # a stored reference (gate record / the recorded adapter)
+    if stored in ("recorded baseline", "reference cache", "recording"):
+        return Outcome(
+            "skip",
+            f"the reference is a {stored}: it answers from a store, so its clocks say nothing about serving; "
+            "performance is measured with both paths live, side by side",
+        )
+    scenario = load_scenario(params.scenario)
+    updates = {
+        k: v
+        for k, v in (("conversations", params.conversations), ("max_concurrent", params.max_concurrent))
+        if v is not None
+    }
+    scenario = scenario.model_copy(update=updates)
     vocab = min(ctx.reference.vocab_size, ctx.candidate.vocab_size)
-    gen = torch.Generator().manual_seed(ctx.seed)
-    prompts = torch.randint(0, vocab, (params.batch_size, length), generator=gen).to(ctx.device)
+    max_len = min(ctx.reference.max_len, ctx.candidate.max_len)
+    convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
+    slo = (scenario.slo.ttft_s, scenario.slo.tpot_s)
     paths = {"reference": ctx.reference, "candidate": ctx.candidate}
-    runs: dict[str, list[dict[str, Any]]] = {"reference": [], "candidate": []}
     for path in paths.values():  # warm-up: allocator, kernels, lazy imports
-        _run(path, prompts, min(n, 2), ctx.device)
+        replay(path, convs[:1], device=ctx.device, max_concurrent=1)
+    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
+    exercise: dict[str, Any] = {}
     for i in range(params.repeats):
         order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
         for role in order:
-            runs[role].append(_run(paths[role], prompts, n, ctx.device))
-    table: dict[str, dict[str, Any]] = {}
-    for role, rs in runs.items():
-        ex = rs[-1]["exercise"]
-        table[role] = {
-            "path": paths[role].name,
-            "prefill_s": min(r["prefill_s"] for r in rs),
-            "decode_s_per_token": min(r["decode_s_per_token"] for r in rs),
-            "prefill_s_median": statistics.median(r["prefill_s"] for r in rs),
-            "decode_s_per_token_median": statistics.median(r["decode_s_per_token"] for r in rs),
-            "cache_bytes": ex.get("cache_bytes"),
-            "cache_len": ex.get("cache_len"),
-            "runs_prefill_s": [round(r["prefill_s"], 6) for r in rs],
-            "runs_decode_s_per_token": [round(r["decode_s_per_token"], 6) for r in rs],
-        }
-    ref, cand = table["reference"], table["candidate"]
-    ratios = {
-        "prefill": _ratio(cand["prefill_s"], ref["prefill_s"]),
-        "decode_per_token": _ratio(cand["decode_s_per_token"], ref["decode_s_per_token"]),
-        "cache_bytes": _ratio(cand["cache_bytes"], ref["cache_bytes"]),
-    }
-    metrics = {
-        "prefill_ratio": ratios["prefill"],
-        "decode_ratio": ratios["decode_per_token"],
-        "bytes_ratio": ratios["cache_bytes"],
-        "prompt_len": length,
-        "decode_tokens": n,
-        "candidate_cache_bytes": cand["cache_bytes"],
-        "reference_cache_bytes": ref["cache_bytes"],
-    }
-    evidence = {
-        "table": table,
-        "ratios": ratios,
-        "prompt_len": length,
-        "decode_tokens": n,
-        "batch_size": params.batch_size,
-        "repeats": params.repeats,
-        "device": ctx.device,
-    }
-    exercise = dict(runs["candidate"][-1]["exercise"])
-    problems = []
-    if params.max_decode_ratio is not None and (ratios["decode_per_token"] or 0) > params.max_decode_ratio:
-        problems.append(f"decode ratio {ratios['decode_per_token']} > {params.max_decode_ratio}")
-    if params.max_bytes_ratio is not None and (ratios["cache_bytes"] or 0) > params.max_bytes_ratio:
-        problems.append(f"bytes ratio {ratios['cache_bytes']} > {params.max_bytes_ratio}")
-    saves_bytes = ratios["cache_bytes"] is not None and ratios["cache_bytes"] < 1
-    saves_time = (ratios["decode_per_token"] or 1) < 1 or (ratios["prefill"] or 1) < 1
-    summary = (
-        f"candidate/reference: prefill x{ratios['prefill']}, decode x{ratios['decode_per_token']}/token, "
-        f"live cache bytes x{ratios['cache_bytes']} ({cand['cache_bytes']} vs {ref['cache_bytes']}) "
-        f"at {length} prompt + {n} decoded tokens"
-    )
-    if problems:
-        return Outcome("fail", f"{'; '.join(problems)}; {summary}", metrics, evidence, exercise)
-    if not (saves_bytes or saves_time):
-        return Outcome(
-            "warn", f"the candidate saves neither memory nor time here: {summary}", metrics, evidence, exercise
+            trace, last = replay(paths[role], convs, device=ctx.device, max_concurrent=scenario.max_concurrent)
+            traces[role].append(trace)
+            if role == "candidate":
+                exercise = last
+        ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+
+    budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
+    budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
+    rows: list[dict[str, Any]] = []
+    sums = {role: summary(runs, slo) for role, runs in traces.items()}
+    broken: list[str] = []
+    unshown: list[str] = []
+    regressed: list[str] = []
+    noisy: list[str] = []
+    unjudged: list[str] = []
+    unresolved: list[str] = []
+    held: list[str] = []
+    # Several clocks are judged at once; each family's error rate is held at 1 - confidence by
+    # widening every interval in it (Bonferroni): budgets form one family, unbudgeted clocks another.
+    k_budgets = max(1, sum(1 for name in METRICS if name in budgets))
+    watched = [name for name in METRICS if name not in budgets and name in params.watch]
+    k_free = max(1, len(watched))
+    for index, (name, metric) in enumerate(METRICS.items()):
+        level = 1 - (1 - params.confidence) / (k_budgets if name in budgets else k_free)
+        judged = name in budgets or name in watched
+        interval = compare(
+            traces["reference"],
+            traces["candidate"],
+            name,
+            slo=slo,
+            confidence=round(level, 5),
+            resamples=params.resamples,
+            seed=ctx.seed * 1000 + index,
         )
-    return Outcome("pass", summary, metrics, evidence, exercise)
+        budget = budgets.get(name)
+        row: dict[str, Any] = {
+            "clock": name,
+            "measures": metric.words,
+            "unit": metric.unit,
+            "better": metric.better,
+            "reference": sums["reference"][name],
+            "candidate": sums["candidate"][name],
+            "budget": _budget_words(budget),
+        }
+        if interval is None:
+            zero = sums["reference"][name] == 0
+            row["verdict"] = "reference is zero" if zero else "not reported"
+            if budget is not None:
+                why = "the reference's value is zero" if zero else "not reported by these paths"
+                unjudged.append(f"{name} (budget {_budget_words(budget)}): {why}, unproven")
+            rows.append(row)
+            continue
+        verdict = _verdict(
+            interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings, gross=params.gross
+        )
+        if not judged:
+            verdict = "reported"
+        row.update(interval.as_dict())
+        row["verdict"] = verdict
+        rows.append(row)
+        text = f"{name} {_ci(interval)}" + (f" (budget {_budget_words(budget)})" if budget else "")
+        buckets = {
+            "fail": broken,
+            "not-shown": unshown,
+            "regressed": regressed,
+            "gross": unresolved,
+            "within-noise": noisy,
+            "pass": held,
+        }
+        if verdict in buckets:
+            buckets[verdict].append(text)
+
+    kv = _kv_theory(ctx, traces)
+    per_token = 2 * kv["layers"] * kv["kv_heads"] * kv["head_dim"] * kv["bytes_per_element"] if kv is not None else None
+    by_name = {row["clock"]: row for row in rows}
+    metrics: dict[str, Any] = {
+        f"{name}_{key}": row[key] for name, row in by_name.items() for key in ("ratio", "low", "high") if key in row
+    }
+    metrics["requests"] = len(traces["candidate"][-1].requests)
+    metrics["repeats"] = params.repeats
+    if kv is not None and "candidate" in kv:
+        metrics["candidate_live_over_theory"] = kv["candidate"]["live_over_theory"]
+    evidence: dict[str, Any] = {
+        "scenario": {
+            "name": scenario.name,
+            "conversations": len(convs),
+            "requests": sum(len(c.turns) for c in convs),
+            "system_prefix": scenario.system_prefix,
+            "max_concurrent": scenario.max_concurrent,
+            "slo": {"ttft_s": slo[0], "tpot_s": slo[1]},
+            "tokens": sum(c.tokens for c in convs),
+        },
+        "timer": traces["candidate"][-1].clock,
+        "device": ctx.device,
+        "repeats": params.repeats,
+        "confidence": params.confidence,
+        "clocks": rows,
+        "kv_theory": kv,
+        "pressure": {role: runs[-1].pressure for role, runs in traces.items()},
+        "goodput_share": {role: sums[role]["goodput_share"] for role in traces},
+        "paths": {role: paths[role].name for role in paths},
+        **_plot_series(traces, per_token),
+    }
+    exercise = {
+        **exercise,
+        "requests_served": sum(len(t.requests) for t in traces["candidate"]),
+        "tokens_decoded": sum(len(r.token_s) for t in traces["candidate"] for r in t.requests),
+    }
+    headline = ", ".join(
+        f"{name} {_ci(Interval(r['ratio'], r['low'], r['high'], r['confidence'], params.repeats))}"
+        for name in ("ttft_p95", "tpot_p95", "throughput", "live_bytes")
+        if "ratio" in (r := by_name[name])
+    )
+    saving = ""
+    if kv is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
+        saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
+    where = (
+        f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, intervals "
+        f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} watched clocks"
+    )
+    summary_text = f"candidate/reference: {headline}{saving} ({where})"
+    parts = [
+        f"{label}: {', '.join(items)}"
+        for label, items in (
+            ("over budget", broken),
+            ("saving not shown", unshown),
+            ("confidently worse, no budget", regressed),
+            ("a gross slowdown the noise leaves unresolved (rerun with more repeats)", unresolved),
+            ("unproven", unjudged),
+            ("budgets held", held),
+            ("within noise of the budget", noisy),
+        )
+        if items
+    ]
+    message = "; ".join([*parts, summary_text])
+    if broken or unshown:
+        return Outcome("fail", message, metrics, evidence, exercise)
+    if regressed or unjudged or unresolved:
+        return Outcome("warn", message, metrics, evidence, exercise)
+    if params.show_savings and not budgets and not _saves_something(by_name):
+        message = f"the candidate shows no saving in memory or time; {message}"
+        return Outcome("warn", message, metrics, evidence, exercise)
+    return Outcome("pass", message, metrics, evidence, exercise)
+
+
+def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:
+    """Some clock is confidently better than the reference's."""
+    for row in rows.values():
+        if "ratio" not in row:
+            continue
+        if (row["better"] == "lower" and row["high"] < 1) or (row["better"] == "higher" and row["low"] > 1):
+            return True
+    return False

@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 API_VERSION = "gate/v1"
 
@@ -226,6 +226,44 @@ class CheckOverride(Record):
     """Parameters merged over the policy's parameters for this check."""
 
 
+ClockName = Literal[
+    "ttft_p50",
+    "ttft_p95",
+    "ttft_p99",
+    "tpot_p50",
+    "tpot_p95",
+    "tpot_p99",
+    "itl_p50",
+    "itl_p95",
+    "itl_p99",
+    "throughput",
+    "goodput",
+    "live_bytes",
+    "live_bytes_mean",
+    "peak_memory",
+]
+"""The clocks a manifest may budget (gate.core.clocks.METRICS; background: four clocks)."""
+
+
+class Budget(Record):
+    """A performance budget on one clock, as a candidate/reference ratio judged on its confidence
+    interval: e.g. `tpot_p95: {max_ratio: 1.05}` (at most 5 % slower per token), `live_bytes:
+    {max_ratio: 0.6}` (at least 40 % fewer live KV bytes), `throughput: {min_ratio: 0.95}`."""
+
+    max_ratio: float | None = Field(default=None, gt=0)
+    """The ratio must not exceed this (time, bytes: lower is better)."""
+    min_ratio: float | None = Field(default=None, gt=0)
+    """The ratio must not fall below this (throughput, goodput: higher is better)."""
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Budget:
+        if self.max_ratio is None and self.min_ratio is None:
+            raise ValueError("a budget needs max_ratio or min_ratio")
+        if self.max_ratio is not None and self.min_ratio is not None and self.min_ratio > self.max_ratio:
+            raise ValueError(f"min_ratio {self.min_ratio} is above max_ratio {self.max_ratio}")
+        return self
+
+
 class Manifest(Record):
     """A release-gate manifest (`apiVersion: gate/v1`)."""
 
@@ -247,6 +285,9 @@ class Manifest(Record):
     """Reference and candidate paths, device, dtype, seed."""
     checks: dict[str, CheckOverride] = Field(default_factory=dict)
     """Optional per-check parameter overrides, keyed by check name."""
+    performance: dict[ClockName, Budget] = Field(default_factory=dict)
+    """Performance budgets per clock (release-gate step 6), judged by `phase-performance` on confidence
+    intervals; the policy decides how severe a broken budget is for this intervention."""
 
     @field_validator("identity")
     @classmethod

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gate.core.clocks import ServingTrace
 from gate.core.manifest import Manifest
 from gate.core.plan import Plan
 from gate.core.policy import PolicyFile
 from gate.core.result import GateResult
+from gate.core.scenario import Scenario
 
 RECORDS: dict[str, type[Any]] = {
     "manifest": Manifest,
     "policy": PolicyFile,
     "plan": Plan,
     "result": GateResult,
+    "scenario": Scenario,
+    "serving-trace": ServingTrace,
 }
 
 

@@ -165,6 +165,8 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
         traceback=error.traceback if error else None,
         waiver=_waiver(check),
         notes=views.notes,
+        latency=views.latency,
+        live=views.live,
     )
 
 

@@ -16,7 +16,16 @@ from typing import Any
 
 from gate.report.fmt import as_float, display, number
 from gate.report.model import Diagnosis, Distribution, KeyValue, SliceRow, Table
-from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
+from gate.report.plots import (
+    LatencyPlot,
+    LivePlot,
+    SweepPlot,
+    distribution_plot,
+    latency_plot,
+    live_plot,
+    slice_plot,
+    sweep_plot,
+)
 
 SWEEP_KEYS = ("per_length", "lengths", "length", "max_abs_delta", "argmax_agree", "ties", "tie", "tolerance")
 """A sweep's series sit at the top level or under `per_length` (as gate's prefix-sweep writes them)."""
@@ -34,6 +43,9 @@ DISTRIBUTION_KEYS = (
 )
 SLICE_KEYS = ("envelopes", "slices")
 """Envelope records (point, bound, threshold...) under `envelopes`, or under `slices` when those carry them."""
+SERVING_KEYS = ("latency_samples", "live_bytes_over_time", "clocks")
+"""Per-path latency samples and live bytes over time (plots), and per-clock ratio records (a table)."""
+SERVING_CLOCKS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"))
 DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "bug_class", "first_diverging_layer", "explanation")
 MAX_CATEGORIES = 40
 MAX_TABLE_ROWS = 50
@@ -44,6 +56,8 @@ class EvidenceViews:
     """What the evidence of one check turned into."""
 
     sweep: SweepPlot | None = None
+    latency: LatencyPlot | None = None
+    live: LivePlot | None = None
     slices: list[SliceRow] = field(default_factory=list)
     distribution: Distribution | None = None
     tables: list[Table] = field(default_factory=list)
@@ -339,9 +353,73 @@ def generic_tables(title: str, values: Mapping[str, Any]) -> list[Table]:
     return tables
 
 
+def _ratio_words(row: Mapping[str, Any]) -> str:
+    ratio, low, high = (as_float(row.get(k)) for k in ("ratio", "low", "high"))
+    if ratio is None:
+        return "—"
+    if low is None or high is None:
+        return f"x{number(ratio)}"
+    return f"x{number(ratio)} [{number(low)}, {number(high)}]"
+
+
+def read_serving(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
+    """Latency distributions and live bytes over time of both paths, and the table of clocks."""
+    latency = evidence.get("latency_samples")
+    if isinstance(latency, Mapping):
+        series = []
+        for key, label in SERVING_CLOCKS:
+            for kind in ("reference", "candidate"):
+                values = _floats((latency.get(kind) or {}).get(key) if isinstance(latency.get(kind), Mapping) else None)
+                if values:
+                    series.append((label, kind, [v for v in values if v is not None]))
+        views.latency = latency_plot(series)
+        views.consumed.add("latency_samples")
+    live = evidence.get("live_bytes_over_time")
+    if isinstance(live, Mapping):
+        panels = []
+        for kind in ("reference", "candidate"):
+            item = live.get(kind)
+            if not isinstance(item, Mapping):
+                continue
+            times, held = _floats(item.get("t_s")), _floats(item.get("live_bytes"))
+            theory = _floats(item.get("theory_bytes"))
+            if times and held and None not in times and None not in held:
+                clean_theory = [t for t in theory if t is not None] if theory else None
+                panels.append(
+                    (kind, [t for t in times if t is not None], [b for b in held if b is not None], clean_theory)
+                )
+        views.live = live_plot(panels)
+        if views.live is None:
+            views.notes.append("live_bytes_over_time: no usable series")
+        views.consumed.add("live_bytes_over_time")
+    clocks = evidence.get("clocks")
+    if isinstance(clocks, list) and clocks and all(isinstance(r, Mapping) for r in clocks):
+        rows = [
+            [
+                str(r.get("clock", "")),
+                display(r.get("reference")),
+                display(r.get("candidate")),
+                _ratio_words(r),
+                str(r.get("budget", "")),
+                str(r.get("verdict", "")),
+            ]
+            for r in clocks[:MAX_TABLE_ROWS]
+        ]
+        views.tables.insert(
+            0,
+            Table(
+                title="Four clocks",
+                columns=["clock", "reference", "candidate", "candidate/reference [interval]", "budget", "verdict"],
+                rows=rows,
+            ),
+        )
+        views.consumed.add("clocks")
+
+
 def read_evidence(evidence: Mapping[str, Any], tolerance_hint: float | None) -> EvidenceViews:
     views = EvidenceViews()
     read_sweep(evidence, tolerance_hint, views)
+    read_serving(evidence, views)
     read_distribution(evidence, views)
     read_slices(evidence, views)
     if views.distribution is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gate.report.plots import DistributionPlot, SlicePlot, SweepPlot
+from gate.report.plots import DistributionPlot, LatencyPlot, LivePlot, SlicePlot, SweepPlot
 
 Tone = str
 """One of "good", "bad", "warn", "muted", "await", "unproven" (amber: power not shown, never the
@@ -242,6 +242,10 @@ class CheckSection:
     waiver: WaiverView | None
     notes: list[str] = field(default_factory=list)
     """What the renderer could not show (a missing or malformed evidence key)."""
+    latency: LatencyPlot | None = None
+    """Latency distributions of both paths (phase-performance)."""
+    live: LivePlot | None = None
+    """Live KV bytes over time of both paths (phase-performance)."""
 
 
 @dataclass(frozen=True)

@@ -174,10 +174,11 @@ def test_trained_model_window_forgets_long_range_but_keeps_local() -> None:
     assert out.diagnosis is not None and out.diagnosis["bug_class"] == "lost-long-range-context"
 
 
-def test_phase_performance_reports_bytes_and_times_side_by_side() -> None:
+def test_phase_performance_reports_the_int4_saving_against_theory() -> None:
     ctx = context(path(path="dynamic", **RANDOM), path(path="quantized", quant={"bits": 4}, **RANDOM), ENVELOPES)
-    out = phase_performance(ctx, PhasePerformanceParams(prompt_len=128, decode_tokens=4, repeats=1))
-    assert out.status == "pass"
-    assert out.metrics["bytes_ratio"] < 0.3  # int4 codes + fp16 group scales vs float32
-    assert out.evidence["table"]["candidate"]["cache_len"] == 128 + 4
+    params = PhasePerformanceParams(conversations=3, repeats=3, resamples=200, show_savings=True)
+    out = phase_performance(ctx, params)
+    assert out.metrics["live_bytes_ratio"] < 0.35  # int4 codes + fp16 group scales vs float32
+    assert out.evidence["kv_theory"]["candidate"]["live_over_theory"] < 0.3
     assert out.exercise["kv_bits"] == 4
+    assert out.status in ("pass", "warn")  # warn only for a confident slowdown of a time clock

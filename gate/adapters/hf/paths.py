@@ -19,7 +19,7 @@ import torch
 from gate.adapters.hf import compat
 from gate.adapters.hf.faults import FAULTS, Tamper, tamper
 from gate.adapters.hf.options import Options
-from gate.adapters.hf.presets import LoadedModel, decoder_layers, max_positions
+from gate.adapters.hf.presets import LoadedModel, decoder_layers, kv_shape, max_positions
 from gate.adapters.hf.sessions import CacheSession, PrefixReuseSession, PrefixStore, RecomputeSession
 from gate.errors import AdapterUnavailable, UnknownFault
 from gate.protocols import Session
@@ -73,6 +73,10 @@ class HFPath:
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record.update(self.extra_identity())
         return record
+
+    def kv_geometry(self) -> tuple[int, int, int]:
+        """(layers, KV heads, head dim) of the model's K/V (gate.protocols.KVGeometry)."""
+        return kv_shape(self.model)
 
     def extra_identity(self) -> dict[str, Any]:
         options = self.options

@@ -1,6 +1,6 @@
 """DecodePaths through the reference decoder: a full pass, and cached paths over a static or
 dynamic KV cache with one-shot or chunked prefill. Implements DecodePath, LayerTracing,
-AttentionProbe and LayoutBoundaries (gate.protocols). Faults come from gate.models.faults via `with_fault`.
+AttentionProbe, KVGeometry and LayoutBoundaries (gate.protocols). Faults come from gate.models.faults via `with_fault`.
 """
 
 from __future__ import annotations
@@ -145,6 +145,11 @@ class ReferencePath:
         )
         apply_fault(path, fault)
         return path
+
+    # -- KVGeometry ------------------------------------------------------------------------
+
+    def kv_geometry(self) -> tuple[int, int, int]:
+        return self.config.n_layers, self.config.n_kv_heads, self.config.head_dim
 
     # -- LayoutBoundaries ------------------------------------------------------------------
 
