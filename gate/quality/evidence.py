@@ -90,6 +90,33 @@ def worst_samples(
     return out
 
 
+def slice_samples(rows: Any, scores: SampleScores, render: Render, limit: int) -> list[dict[str, Any]]:
+    """Every scored sample of a slice (flipped ones first, at most `limit`): the prompt's tail, the
+    expected answer, and the reference's and candidate's greedy continuations. The dossier offers
+    them as JSONL, like lm-evaluation-harness's --log_samples."""
+    n = len(scores.kl)
+    order = sorted(range(n), key=lambda i: (bool(scores.greedy_match[i]), i))[:limit]
+    out = []
+    for i in order:
+        row = rows[i]
+        prompt = list(row["prompt"])
+        out.append(
+            {
+                "index": int(row["index"]),
+                "kind": row["kind"],
+                "context_len": int(row["context_len"]),
+                "flipped": not bool(scores.greedy_match[i]),
+                "first_divergence": scores.first_divergence[i],
+                "kl": scores.kl[i],
+                "prompt_tail": render(prompt[-32:]),
+                "answer": render(list(row["answer"])),
+                "reference": render(scores.ref_tokens[i]),
+                "candidate": render(scores.cand_tokens[i]),
+            }
+        )
+    return out
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
