@@ -92,13 +92,13 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     ctx.log(f"  {len(lengths)} lengths up to {longest}, batch {params.batch}, compare {params.compare}")
 
     full = _memo(("full", reference, tokens, lengths), lambda: _full_rows(reference, tokens, lengths))
-    got, exercise = cached_sweep(candidate, tokens, lengths)
+    got, exercise = cached_sweep(candidate, tokens, lengths, ctx.progress)
     cmp = compare_rows(full, got, tol)
 
     bitwise: dict[str, Any] | None = None
     bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
     if params.compare == "cached":
-        ref_cached = _memo(("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths)[0])
+        ref_cached = _memo(("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths, ctx.progress)[0])
         equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
         bit_fail = ~equal
         bitwise = {

@@ -134,7 +134,7 @@ class _SliceRun:
                         if column:
                             getattr(one, name).append(column[j])
                     results[i] = (one, length)
-                ctx.log(f"  {self.spec.name}: {len(results)}/{len(todo)} samples")
+                ctx.progress(f"{self.spec.name}: samples scored", len(results), len(todo))
         for i in todo:  # keep dataset order
             self.scores.extend(results[i][0])
 

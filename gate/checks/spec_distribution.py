@@ -122,6 +122,7 @@ def _draw(
         out = spec.sample(prompt.expand(b, -1), horizon, temperature=p.temperature, top_k=p.top_k, generator=gen)
         parts.append(out.tokens.cpu())
         stats = stats.add(out.stats)
+        ctx.progress("samples drawn", start + b, n)
     return torch.cat(parts), stats, time.perf_counter() - started
 
 

@@ -21,6 +21,7 @@ VERDICTS = {
     "awaiting-approval": ("AWAITING APPROVAL", "await"),
     "pass-with-waivers": ("PASS WITH WAIVERS", "waived"),
     "unproven": ("UNPROVEN", "unproven"),
+    "partial": ("PARTIAL RUN", "muted"),
 }
 
 STATUSES = {
