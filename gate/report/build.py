@@ -166,6 +166,7 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
         waiver=_waiver(check),
         notes=views.notes,
         sweep_facts=views.sweep_facts,
+        sweep_table=views.sweep_table,
         tokens=views.tokens,
         downloads=views.downloads,
     )

@@ -54,6 +54,7 @@ class EvidenceViews:
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sweep_facts: list[KeyValue] = field(default_factory=list)
+    sweep_table: Table | None = None
     tokens: list[TokenView] = field(default_factory=list)
     downloads: list[Download] = field(default_factory=list)
     first_failing_length: float | None = None
@@ -147,7 +148,7 @@ def read_sweep(evidence: Mapping[str, Any], tolerance_hint: float | None, views:
         )
     edges = set(_boundaries(evidence))
     shown, folded = fold_rows(rows, failing, pinned=[length in edges for length in lengths])
-    views.tables.append(
+    views.sweep_table = (
         Table(
             title="Prefix sweep",
             columns=["prefix length", "max |Δlogit| vs the full pass", "argmax agrees", ""],

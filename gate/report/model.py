@@ -260,6 +260,8 @@ class CheckSection:
     """What the renderer could not show (a missing or malformed evidence key)."""
     sweep_facts: list[KeyValue] = field(default_factory=list)
     """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
+    sweep_table: Table | None = None
+    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
     tokens: list[TokenView] = field(default_factory=list)
     """Greedy continuations that diverge, token by token."""
     downloads: list[Download] = field(default_factory=list)
