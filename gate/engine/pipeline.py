@@ -124,6 +124,7 @@ def write_outputs(
         out_dir / "dossier.html",
         os.environ if environ is None else environ,
         manifest_file=result.manifest_digest.path,
+        paths=[str(p) for p in (result.manifest.get("change") or {}).get("paths") or []],
     )
     return written
 
