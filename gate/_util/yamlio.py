@@ -144,11 +144,9 @@ def validation_errors(
     """Every pydantic error as a located one-line InputError. A misspelled key is named with a
     did-you-mean, and the "missing" error of the field it was meant to be is dropped."""
     errors = err.errors(include_url=False)
-    missing = {
-        (tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]
-    }
+    missing = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]}
     meant: set[tuple[tuple[Any, ...], str]] = set()
-    out: list[tuple[dict[str, Any], str]] = []
+    out: list[tuple[Any, str]] = []
     for e in errors:
         message = e["msg"]
         if e["type"] == "extra_forbidden" and e["loc"]:

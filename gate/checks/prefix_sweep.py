@@ -98,7 +98,9 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     bitwise: dict[str, Any] | None = None
     bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
     if params.compare == "cached":
-        ref_cached = _memo(("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths, ctx.progress)[0])
+        ref_cached = _memo(
+            ("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths, ctx.progress)[0]
+        )
         equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
         bit_fail = ~equal
         bitwise = {

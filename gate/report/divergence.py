@@ -72,7 +72,10 @@ def layer_plot(layers: Sequence[Mapping[str, Any]], prefix_len: Any = None) -> L
         return round(frame.left + step * (i + 0.5), 1)
 
     values = [
-        v for r in records for key, _, _ in SERIES if (v := as_float(r.get(key))) is not None and math.isfinite(v) and v > 0
+        v
+        for r in records
+        for key, _, _ in SERIES
+        if (v := as_float(r.get(key))) is not None and math.isfinite(v) and v > 0
     ]
     first = next((i for i, r in enumerate(records) if r.get("component")), None)
     first_label = f"first diverging layer {number(float(records[first]['layer']))}" if first is not None else ""
@@ -169,11 +172,7 @@ def token_view(
         return None
     n = max(len(reference), len(candidate))
     first = next(
-        (
-            i
-            for i in range(n)
-            if i >= len(reference) or i >= len(candidate) or str(reference[i]) != str(candidate[i])
-        ),
+        (i for i in range(n) if i >= len(reference) or i >= len(candidate) or str(reference[i]) != str(candidate[i])),
         None,
     )
     lo = 0 if first is None else max(0, min(first - MAX_TOKENS // 3, n - MAX_TOKENS))
@@ -182,7 +181,9 @@ def token_view(
     for i in range(lo, hi):
         ref = str(reference[i]) if i < len(reference) else "∅"
         cand = str(candidate[i]) if i < len(candidate) else "∅"
-        cells.append(TokenCell(step=str(start + i), reference=ref, candidate=cand, differs=ref != cand, first=i == first))
+        cells.append(
+            TokenCell(step=str(start + i), reference=ref, candidate=cand, differs=ref != cand, first=i == first)
+        )
     folded = []
     if lo:
         folded.append(f"{lo} identical tokens before")

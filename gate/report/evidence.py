@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gate.report.fmt import as_float, display, number
 from gate.report.divergence import TokenView, layer_plot, token_view
+from gate.report.fmt import as_float, display, number
 from gate.report.model import Diagnosis, Distribution, Download, KeyValue, SliceRow, Table
 from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
 from gate.report.words import BITWISE_COMPARISON, SWEEP_COMPARISON
@@ -148,19 +148,17 @@ def read_sweep(evidence: Mapping[str, Any], tolerance_hint: float | None, views:
         )
     edges = set(_boundaries(evidence))
     shown, folded = fold_rows(rows, failing, pinned=[length in edges for length in lengths])
-    views.sweep_table = (
-        Table(
-            title="Prefix sweep",
-            columns=["prefix length", "max |Δlogit| vs the full pass", "argmax agrees", ""],
-            rows=shown,
-            note=(
-                f"{folded} of {len(rows)} rows folded (all passing); every failing length, every layout "
-                "boundary and the lengths either side of each change are shown (all rows: results.json)"
-                if folded
-                else ""
-            ),
-            folded=folded,
-        )
+    views.sweep_table = Table(
+        title="Prefix sweep",
+        columns=["prefix length", "max |Δlogit| vs the full pass", "argmax agrees", ""],
+        rows=shown,
+        note=(
+            f"{folded} of {len(rows)} rows folded (all passing); every failing length, every layout "
+            "boundary and the lengths either side of each change are shown (all rows: results.json)"
+            if folded
+            else ""
+        ),
+        folded=folded,
     )
 
 
@@ -218,7 +216,9 @@ def _comparisons(evidence: Mapping[str, Any]) -> list[KeyValue]:
         same = display(bitwise.get("lengths_bit_identical"))
         facts.append(KeyValue("bit identity", f"{against}: {same} of {display(bitwise.get('lengths'))} lengths"))
         if bitwise.get("max_abs_delta_vs_cached") is not None:
-            facts.append(KeyValue("max |Δlogit| against that cached schedule", display(bitwise["max_abs_delta_vs_cached"])))
+            facts.append(
+                KeyValue("max |Δlogit| against that cached schedule", display(bitwise["max_abs_delta_vs_cached"]))
+            )
     return facts
 
 
@@ -248,7 +248,7 @@ def read_tokens(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
         view = token_view(
             "target greedy tokens against the speculative candidate's",
             example["target"],
-            example.get("candidate") if isinstance(example.get("candidate"), list) else [],
+            candidate if isinstance(candidate := example.get("candidate"), list) else [],
             note="token ids",
         )
         if view is not None:

@@ -1,9 +1,9 @@
 """GitHub Actions outputs: workflow-command annotations and the job summary.
 
-Under GITHUB_ACTIONS=true: for at most ten failing or erroring deny checks an `::error` on the
-manifest and on each of the manifest's `change.paths` that the pull request changed
-($GATE_CHANGED_FILES, written by the gate Action), then one `::notice` with the verdict. When $GITHUB_STEP_SUMMARY is set, dossier.md is appended
-to it (render_markdown keeps it under GitHub's 1 MiB limit).
+Under GITHUB_ACTIONS=true: for at most ten failing or erroring deny checks an `::error` on
+the manifest and on each of the manifest's `change.paths` that the pull request changed
+($GATE_CHANGED_FILES, written by the gate Action), then one `::notice` with the verdict. When
+$GITHUB_STEP_SUMMARY is set, dossier.md is appended to it (render_markdown keeps it under 1 MiB).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def workflow_commands(
     pull request touched), so the reviewer sees it in the diff."""
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
     lines: list[str] = []
-    targets = [*([manifest_file] if manifest_file else []), *change_files] or [None]
+    targets: list[str | None] = [*([manifest_file] if manifest_file else []), *change_files] or [None]
     where = f"file={_property(manifest_file)}," if manifest_file else ""
     for unproven in [f for f in data.failures if f.status == "UNPROVEN"][:MAX_ERRORS]:
         title = f"gate {unproven.check} UNPROVEN (step {unproven.step})"

@@ -20,6 +20,7 @@ from gate.report.model import CheckSection, NextStep
 
 SWEEP_CHECK = "prefix-sweep"
 WIDE_LOG_SPACED = 512
+APPROVE_REASON = "why this envelope is acceptable"
 
 
 def _run(manifest: str, out: str, check: str, *params: str) -> str:
@@ -77,7 +78,7 @@ def next_steps(result: GateResult, sections: Sequence[CheckSection], out_dir: st
         steps.append(
             NextStep(
                 title="Approve it, if the envelope below is acceptable",
-                command=f"gate approve {q_out} --key YOUR.key --reason {shlex.quote('why this envelope is acceptable')}",
+                command=f"gate approve {q_out} --key YOUR.key --reason {shlex.quote(APPROVE_REASON)}",
                 note="needs an approver in the trust policy for this intervention (docs/audit.md); review the "
                 "slices and download the flipped samples first",
             )

@@ -33,7 +33,9 @@ def test_check_runs_one_check_and_is_never_a_pass(partial: tuple[object, Path]) 
     ran = [c for c in record.checks if c.status.value != "skip"]
     assert [c.check for c in ran] == ["mask-oracle"] and ran[0].status.value == "pass"
     skipped = [c for c in record.checks if c.status.value == "skip"]
-    assert skipped and all(c.message.startswith("not run: this run was limited to --check mask-oracle") for c in skipped)
+    assert skipped and all(
+        c.message.startswith("not run: this run was limited to --check mask-oracle") for c in skipped
+    )
     assert "no verdict on the manifest" in record.summary
     html = (out / "dossier.html").read_text()
     assert 'data-verdict="partial"' in html and ">PARTIAL RUN<" in html and ">PASS<" not in html.split("</header>")[0]

@@ -302,10 +302,24 @@ def failing_parity_run() -> GateResult:
             "component": "new-kv",
             "traced_prefix_len": 512,
             "layers": [
-                {"layer": 0, "component": "new-kv", "new_k": True, "new_v": False, "k_delta": 0.41, "v_delta": 0.0,
-                 "hidden_delta": 0.09},
-                {"layer": 1, "component": "new-kv", "new_k": True, "new_v": True, "k_delta": 0.62, "v_delta": 0.2,
-                 "hidden_delta": 0.33},
+                {
+                    "layer": 0,
+                    "component": "new-kv",
+                    "new_k": True,
+                    "new_v": False,
+                    "k_delta": 0.41,
+                    "v_delta": 0.0,
+                    "hidden_delta": 0.09,
+                },
+                {
+                    "layer": 1,
+                    "component": "new-kv",
+                    "new_k": True,
+                    "new_v": True,
+                    "k_delta": 0.62,
+                    "v_delta": 0.2,
+                    "hidden_delta": 0.33,
+                },
             ],
         },
         duration_s=2.7,
@@ -581,10 +595,30 @@ def awaiting_run() -> GateResult:
     envelopes = [{**e, "passed": True, "point": 0.97, "bound": 0.951} for e in quality.evidence["envelopes"]]
     samples = {
         "long-range-retrieval": [
-            {"index": 3, "kind": "needle", "context_len": 1900, "flipped": True, "first_divergence": 2, "kl": 0.8,
-             "prompt_tail": "… the code is", "answer": "4 1 7", "reference": "4 1 7", "candidate": "4 1 9"},
-            {"index": 4, "kind": "needle", "context_len": 640, "flipped": False, "first_divergence": None,
-             "kl": 4.12e-06, "prompt_tail": "… the key is", "answer": "2 2", "reference": "2 2", "candidate": "2 2"},
+            {
+                "index": 3,
+                "kind": "needle",
+                "context_len": 1900,
+                "flipped": True,
+                "first_divergence": 2,
+                "kl": 0.8,
+                "prompt_tail": "… the code is",
+                "answer": "4 1 7",
+                "reference": "4 1 7",
+                "candidate": "4 1 9",
+            },
+            {
+                "index": 4,
+                "kind": "needle",
+                "context_len": 640,
+                "flipped": False,
+                "first_divergence": None,
+                "kl": 4.12e-06,
+                "prompt_tail": "… the key is",
+                "answer": "2 2",
+                "reference": "2 2",
+                "candidate": "2 2",
+            },
         ]
     }
     passed = quality.model_copy(
