@@ -19,6 +19,8 @@ from gate.report.fmt import as_float
 from gate.report.model import CheckSection, NextStep
 
 SWEEP_CHECK = "prefix-sweep"
+FAILING = ("fail", "error", "unproven")
+"""Statuses whose check gets a "reproduce it alone" command."""
 WIDE_LOG_SPACED = 512
 APPROVE_REASON = "why this envelope is acceptable"
 
@@ -46,8 +48,8 @@ def next_steps(result: GateResult, sections: Sequence[CheckSection], out_dir: st
     q_out = shlex.quote(out)
     verdict = result.verdict.value
     steps: list[NextStep] = []
-    failing = [s for s in sections if s.status in ("fail", "error") and s.severity == "deny"]
-    failing += [s for s in sections if s.status in ("fail", "error") and s.severity != "deny"]
+    failing = [s for s in sections if s.status in FAILING and s.severity == "deny"]
+    failing += [s for s in sections if s.status in FAILING and s.severity != "deny"]
     planned = {s.check for s in sections}
     for s in failing:
         steps.append(
