@@ -41,8 +41,12 @@ for manifest in $manifests; do
   "$gate_bin" run "$manifest" --out "$out" $extra_args
   rc=$?
   echo "::endgroup::"
+  # the verdict as results.json records it (pass-with-waivers, unproven, ...); else from the exit code
+  verdict=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "$out/results.json" 2>/dev/null) \
+    || verdict=""
+  [ $rc -eq 2 ] && verdict=bad-input  # nothing ran: an older results.json must not speak
   case $rc in
-    0) verdict=pass ;;
+    0) verdict=${verdict:-pass} ;;
     4) verdict=awaiting-approval
        message="$manifest: every check held, but an approximate change needs a signed approval: gate approve $out --key KEY --reason '…' (docs/audit.md)"
        case "$on_awaiting" in
@@ -50,9 +54,9 @@ for manifest in $manifests; do
          success) echo "::notice title=gate: awaiting approval::$message"; rc=0 ;;
          failure) echo "::error title=gate: awaiting approval::$message" ;;
        esac ;;
-    1) verdict=fail ;;
+    1) verdict=${verdict:-fail} ;;
     2) verdict=bad-input ;;
-    3) verdict=error ;;
+    3) verdict=${verdict:-error} ;;
     5) verdict=partial ;;
     *) verdict="exit-$rc" ;;
   esac
