@@ -7,6 +7,8 @@ EXIT_GATE_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECK_ERROR = 3
 EXIT_AWAITING_APPROVAL = 4
+EXIT_PARTIAL = 5
+"""`gate run --check NAME` ran only part of the plan and nothing failed: not a verdict on the manifest."""
 # an engine behind HTTP (gate.adapters.openai): each way it can fail has its own code
 EXIT_ENGINE_NOT_READY = 10
 EXIT_ENGINE_PORT_IN_USE = 11
@@ -32,8 +34,14 @@ class InputError(GateError):
         self, file: str, message: str, *, line: int | None = None, col: int | None = None, field: str | None = None
     ) -> None:
         self.file, self.line, self.col, self.field, self.message = file, line, col, field, message
+        self.more: list[InputError] = []
+        """Further errors found in the same file, each its own one-line error."""
         where = file if line is None else f"{file}:{line}:{col or 1}"
         super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+    def lines(self) -> list[str]:
+        """This error and every further one in the same file, one line each."""
+        return [str(self), *(str(e) for e in self.more)]
 
 
 class UnavailableError(GateError):

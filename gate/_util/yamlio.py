@@ -6,9 +6,10 @@ node tree along that path (skipping union tags that are not keys) to the offendi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -110,16 +111,76 @@ def _field_path(loc: Sequence[int | str]) -> str:
     return "".join(parts) or "(document)"
 
 
-def validation_error(doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = ()) -> InputError:
-    """The first pydantic error as a one-line InputError pointing at the YAML line."""
-    first = err.errors(include_url=False)[0]
-    (line, col), loc = doc.resolve((*loc_prefix, *first["loc"]))
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif first["type"] == "missing":
-        message = "required field is missing"
-    return InputError(doc.path, message, line=line, col=col, field=_field_path(loc))
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The record models an annotation can hold (through Optional, unions, Annotated, list, dict)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def allowed_keys(model: type[BaseModel] | None, loc: Sequence[int | str]) -> set[str]:
+    """Keys a mapping at `loc` (a path of keys into a document of `model`) may hold; empty when unknown."""
+    models = [model] if model is not None else []
+    for part in loc:
+        if isinstance(part, int) or not models:
+            continue  # list indices and dict keys keep the element model
+        found: list[type[BaseModel]] = []
+        for m in models:
+            for name, info in m.model_fields.items():
+                if part in (name, info.alias):
+                    found.extend(_models_in(info.annotation))
+        if not found and _is_union_tag(part):
+            continue  # a discriminator value pydantic put into the location
+        if found:
+            models = found
+        elif not any(get_origin(info.annotation) is dict for m in models for info in m.model_fields.values()):
+            return set()
+    return {info.alias or name for m in models for name, info in m.model_fields.items()}
+
+
+def validation_errors(
+    doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
+) -> list[InputError]:
+    """Every pydantic error as a located one-line InputError. A misspelled key is named with a
+    did-you-mean, and the "missing" error of the field it was meant to be is dropped."""
+    errors = err.errors(include_url=False)
+    missing = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]}
+    meant: set[tuple[tuple[Any, ...], str]] = set()
+    out: list[tuple[Any, str]] = []
+    for e in errors:
+        message = e["msg"]
+        if e["type"] == "extra_forbidden" and e["loc"]:
+            parent, key = tuple(e["loc"][:-1]), str(e["loc"][-1])
+            siblings = [name for p, name in missing if p == parent]
+            close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
+            if close:
+                meant.add((parent, close[0]))
+            else:
+                allowed = allowed_keys(model, (*loc_prefix, *parent)) - {key}
+                close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+            message = f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        elif e["type"] == "missing":
+            message = "required field is missing"
+        out.append((e, message))
+    located = []
+    for e, message in out:
+        if e["type"] == "missing" and (tuple(e["loc"][:-1]), str(e["loc"][-1])) in meant:
+            continue
+        (line, col), loc = doc.resolve((*loc_prefix, *e["loc"]))
+        located.append(InputError(doc.path, message, line=line, col=col, field=_field_path(loc)))
+    return located
+
+
+def validation_error(
+    doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
+) -> InputError:
+    """All pydantic errors as one InputError: its first line is the first error, and every error
+    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more)."""
+    found = validation_errors(doc, err, loc_prefix, model)
+    found.sort(key=lambda e: (e.line or 0, e.col or 0))
+    first = found[0]
+    first.more = found[1:]
+    return first
 
 
 def parse_model(doc: LoadedYaml, model: type[BaseModel]) -> Any:
@@ -129,4 +190,12 @@ def parse_model(doc: LoadedYaml, model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(doc.data)
     except ValidationError as err:
-        raise validation_error(doc, err) from None
+        raise validation_error(doc, err, model=model) from None
+
+
+def safe_scalar(text: str) -> Any:
+    """A command-line value read as YAML (512, true, [1, 2], a string), never as an object tag."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text

@@ -156,6 +156,13 @@ def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bo
     return mapping != list(range(heads))
 
 
+def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    """max |a - b| (NaN counts as infinite), or None when the shapes differ."""
+    if a.shape != b.shape or a.numel() == 0:
+        return None
+    return float((a.float() - b.float()).abs().nan_to_num(float("inf")).max())
+
+
 def layer_divergence(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, prefix_len: int, dtype: str
 ) -> dict[str, Any] | None:
@@ -190,6 +197,12 @@ def layer_divergence(
                 6,
             )
             info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
+            # magnitudes for the dossier's per-layer plot: the appended step's K, V and hidden state
+            info.update(
+                k_delta=_max_delta(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:]),
+                v_delta=_max_delta(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:]),
+                hidden_delta=_max_delta(cand["hidden"].cpu(), ref["hidden"].cpu()),
+            )
             if past_k or past_v:
                 info["component"] = "past-kv"
                 info["first_past_row"] = min(past_k + past_v)

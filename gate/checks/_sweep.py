@@ -11,7 +11,7 @@ Session protocol (prefill, append), so it runs on any engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,9 +61,16 @@ def sweep_lengths(
     return sorted(lengths)
 
 
-def cached_sweep(path: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, dict[str, Any]]:
+def cached_sweep(
+    path: DecodePath,
+    tokens: torch.Tensor,
+    lengths: list[int],
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Logits of token L appended to a cache of tokens[:, :L], for each L in sorted `lengths`:
-    [len(lengths), B, V] float32, plus the session's proof of exercise."""
+    [len(lengths), B, V] float32, plus the session's proof of exercise. `progress(task, done, total)`
+    hears about each length swept."""
+    task = f"{path.name}: lengths swept"
     import torch
 
     rows: list[torch.Tensor] = []
@@ -82,6 +89,8 @@ def cached_sweep(path: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> 
                 session.append(tokens[:, done:length])
             rows.append(session.append(tokens[:, length : length + 1])[:, -1].float().cpu())
             done = length + 1
+            if progress is not None:
+                progress(task, len(rows), len(lengths))
         exercise = dict(session.exercise())
     exercise["schedule"] = "progressive: prefill the first length, then chunk + single-token append per length"
     exercise["sweep_lengths"] = len(lengths)

@@ -131,6 +131,10 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
                     "max_abs_delta": float((ref_row - cand_row).abs().max()),
                     "reference_top_k": top_k_rows(ref_row[None], params.top_k)[0],
                     "candidate_top_k": top_k_rows(cand_row[None], params.top_k)[0],
+                    # both continuations around the divergence, for the dossier's token-by-token view
+                    "tokens_from": (lo := max(0, step - 16)),
+                    "reference_tokens": ref_tok[row, lo : step + 32].tolist(),
+                    "candidate_tokens": cand_tok[row, lo : step + 32].tolist(),
                 }
             )
         if divergences:

@@ -92,13 +92,15 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     ctx.log(f"  {len(lengths)} lengths up to {longest}, batch {params.batch}, compare {params.compare}")
 
     full = _memo(("full", reference, tokens, lengths), lambda: _full_rows(reference, tokens, lengths))
-    got, exercise = cached_sweep(candidate, tokens, lengths)
+    got, exercise = cached_sweep(candidate, tokens, lengths, ctx.progress)
     cmp = compare_rows(full, got, tol)
 
     bitwise: dict[str, Any] | None = None
     bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
     if params.compare == "cached":
-        ref_cached = _memo(("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths)[0])
+        ref_cached = _memo(
+            ("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths, ctx.progress)[0]
+        )
         equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
         bit_fail = ~equal
         bitwise = {
@@ -135,7 +137,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         metrics["bit_identical"] = bool(not bit_fail.any())
     evidence = _evidence(lengths, cmp, delta, argmax_failed | bit_fail | beyond, tie, params.evidence_rows)
     evidence["tolerance"] = tol.as_dict()
-    evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8])}
+    evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8]), "lengths": list(bounds[:512])}
     evidence["coverage"] = coverage
     if bitwise is not None:
         evidence["bitwise"] = bitwise
@@ -178,13 +180,16 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         status = "warn"
         message = (
             f"argmax agrees at all {len(lengths)} lengths except {int(tie.sum())} tie(s); "
-            f"{int(over.sum())} length(s) over tolerance, max |Δ| {float(delta.max()):.3g}"
+            f"{int(over.sum())} length(s) over tolerance, max |Δ| against the full pass {float(delta.max()):.3g}"
         )
     else:
         status = "pass"
-        message = f"argmax agrees at all {len(lengths)} lengths up to {longest}; max |Δ| {float(delta.max()):.3g}" + (
-            "; bit-identical to the cached reference" if bitwise is not None else ""
+        message = (
+            f"argmax agrees at all {len(lengths)} lengths up to {longest}; "
+            f"max |Δ| against the full pass {float(delta.max()):.3g}"
         )
+        if bitwise is not None:
+            message += f"; bit-identical to {reference.name} running the same cached schedule (|Δ| 0)"
     if status != "fail" and coverage["unreachable"]:
         status = "unproven"
         message = (

@@ -23,7 +23,7 @@ from pydantic import Field
 from gate.core.check import CheckContext, Outcome, Params, check
 from gate.core.manifest import Envelope
 from gate.quality.datasets_io import BuiltSlice, build_slice
-from gate.quality.evidence import METRICS, Metric, breakdowns, worst_samples
+from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import Clock, SampleScores, score_batch
 from gate.quality.spec import SliceSpec, load_slice
 from gate.quality.stats import MIN_SAMPLES, Judgement, judge, min_sample_size
@@ -43,6 +43,8 @@ class QualitySlicesParams(Params):
     """Samples of equal prompt length scored together."""
     worst: int = Field(default=3, ge=0, le=20)
     """Worst samples kept per envelope."""
+    log_samples: int = Field(default=500, ge=0, le=20000)
+    """Samples per slice kept in the evidence (flipped first) for the dossier's JSONL download."""
     dataset_seed: int | None = None
     """Seed the slices are built from (default: the manifest's subject seed)."""
     space: Literal["auto", "tokens", "text"] = "auto"
@@ -132,7 +134,7 @@ class _SliceRun:
                         if column:
                             getattr(one, name).append(column[j])
                     results[i] = (one, length)
-                ctx.log(f"  {self.spec.name}: {len(results)}/{len(todo)} samples")
+                ctx.progress(f"{self.spec.name}: samples scored", len(results), len(todo))
         for i in todo:  # keep dataset order
             self.scores.extend(results[i][0])
 
@@ -288,6 +290,11 @@ def _outcome(
         "slices": slices,
         "space": "text" if isinstance(next(iter(runs.values())).space, TextSpace) else "tokens",
         "datasets": {name: r.built.fingerprint for name, r in runs.items() if r.built},
+        "samples": {
+            name: slice_samples(r.built.dataset, r.scores, show, params.log_samples)
+            for name, r in runs.items()
+            if r.built and params.log_samples
+        },
         "timing": timing,
     }
     metrics: dict[str, Any] = {

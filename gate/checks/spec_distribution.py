@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator
 
+from gate._util.numbers import significant
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.core.check import CheckContext, Outcome, Params, check
 from gate.core.manifest import DistributionClaim
@@ -121,6 +122,7 @@ def _draw(
         out = spec.sample(prompt.expand(b, -1), horizon, temperature=p.temperature, top_k=p.top_k, generator=gen)
         parts.append(out.tokens.cpu())
         stats = stats.add(out.stats)
+        ctx.progress("samples drawn", start + b, n)
     return torch.cat(parts), stats, time.perf_counter() - started
 
 
@@ -291,7 +293,7 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     return Outcome(
         "pass",
         f"continuations match the target's exact joint distribution ({where}): "
-        f"G={test.statistic:.1f}, dof={test.dof}, p={test.p_value:.3f} at alpha={alpha}; "
+        f"G={test.statistic:.1f}, dof={test.dof}, p={significant(test.p_value)} at alpha={alpha}; "
         f"power {shown or 'not computed'}; acceptance {stats.acceptance_rate:.3f}, "
         f"{stats.tokens_per_target_pass:.2f} tokens per target pass{efficiency_note(stats)}",
         metrics,

@@ -1,9 +1,7 @@
-"""Shared CLI plumbing: turning GateErrors into one line and an exit code, progress output."""
+"""Shared CLI plumbing: turning GateErrors into one line and an exit code, shared options."""
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from gate.errors import GateError
+from gate.cli.progress import ColorMode, Reporter
+from gate.errors import GateError, InputError
 
 policy_dir_option = click.option(
     "--policy-dir",
@@ -28,38 +27,20 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except GateError as err:
-        click.echo(f"gate: {err}", err=True)
+        for line in err.lines() if isinstance(err, InputError) else [str(err)]:
+            click.echo(f"gate: {line}", err=True)
         sys.exit(err.exit_code)
 
 
-def is_ci() -> bool:
-    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+def progress_logger(verbosity: int = 1, color: ColorMode = "auto") -> Callable[[str], None]:
+    """The log sink of a Reporter (gate.cli.progress): styled lines on a terminal, plain ones in CI."""
+    return Reporter(verbosity, color).log
 
 
-STATUS_LINE = re.compile(r"^\s*([a-z-]+): ")
-"""A check's result line as the runner logs it: `  STATUS: message`."""
-STATUS_STYLES = {
-    "pass": "green",
-    "fail": "bold red",
-    "error": "bold red",
-    "warn": "yellow",
-    "unproven": "yellow",
-    "waived": "cyan",
-    "skip": "dim",
-}
-"""Terminal colour per status; rich leaves colour out under NO_COLOR or without a terminal."""
-
-
-def progress_logger() -> Callable[[str], None]:
-    """Rich styled lines on a terminal; plain lines in CI or when stderr is not a terminal."""
-    if is_ci():
-        return lambda msg: print(f"[gate] {msg}", file=sys.stderr, flush=True)
-    from rich.console import Console
-
-    console = Console(stderr=True)
-
-    def log(msg: str) -> None:
-        status = STATUS_LINE.match(msg)
-        console.print(msg, style=STATUS_STYLES.get(status.group(1)) if status else None, highlight=False)
-
-    return log
+color_option = click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour on the terminal; auto follows NO_COLOR / FORCE_COLOR and whether stderr is a terminal.",
+)

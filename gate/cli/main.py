@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import platform
 
 import click
 
@@ -40,8 +41,37 @@ class _Commands(click.Group):
         return command
 
 
+def versions() -> dict[str, str]:
+    """gate's version and those of the libraries a run's results depend on, read from package
+    metadata (nothing is imported, so `gate --version` stays instant)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"gate": gate.__version__, "python": platform.python_version()}
+    for name in ("torch", "transformers"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    found = versions()
+    click.echo(f"gate {found.pop('gate')} ({', '.join(f'{k} {v}' for k, v in found.items())})")
+    ctx.exit()
+
+
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(gate.__version__, prog_name="gate")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show gate's version with the Python, torch and transformers versions, and exit.",
+)
 def cli() -> None:
     """gate: release gate for LLM decoding changes.
 
@@ -50,5 +80,9 @@ def cli() -> None:
 
     Exit codes: 0 pass (or pass-with-waivers), 1 gate failed or unproven, 2 bad input or usage,
     3 a check errored or an adapter could not run, 4 passed but awaiting approval
-    (bounded-degradation claims).
+    (bounded-degradation claims), 5 partial run (`gate run --check`: nothing failed, but not
+    every planned check ran).
+
+    Shell completion (bash, zsh, fish): see docs/cli.md, e.g. for bash
+    eval "$(_GATE_COMPLETE=bash_source gate)".
     """

@@ -2,19 +2,82 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from gate.cli.common import policy_dir_option, progress_logger, user_errors
+from gate.cli.common import color_option, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_option
+from gate.cli.progress import ColorMode, Reporter
+
+
+def parse_params(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """`CHECK.KEY=VALUE` (VALUE read as YAML: 512, true, [1, 2]) -> {CHECK: {KEY: VALUE}}."""
+    from gate._util.yamlio import safe_scalar
+
+    out: dict[str, dict[str, Any]] = {}
+    for raw in values:
+        target, sep, value = raw.partition("=")
+        check, dot, key = target.rpartition(".")
+        if not sep or not dot or not check or not key:
+            raise click.BadParameter(f"{raw!r}: expected CHECK.KEY=VALUE, e.g. prefix-sweep.log_spaced=512")
+        out.setdefault(check, {})[key] = safe_scalar(value)
+    return out
+
+
+def summary_json(outputs: Any) -> dict[str, Any]:
+    """The one object `gate run --json` prints: verdict, exit code and each check in a line."""
+    result = outputs.result
+    return {
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "summary": result.summary,
+        "manifest": result.manifest_digest.path,
+        "out_dir": str(outputs.out_dir),
+        "partial": result.verdict.value == "partial",
+        "checks": [
+            {
+                "check": c.check,
+                "status": c.status.value,
+                "severity": c.severity,
+                "message": c.message,
+                "duration_s": round(c.duration_s, 3),
+                "controls": {control.fault: control.outcome.value for control in c.controls},
+            }
+            for c in result.checks
+        ],
+        "files": [str(p) for p in outputs.files],
+        "ledger_entry": outputs.ledger_seq,
+    }
 
 
 @click.command("run")
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--sign-key", type=click.Path(path_type=Path), help="Ed25519 private key (from `gate keygen`).")
+@click.option(
+    "--check",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    help="Run only this check of the plan (repeatable). The rest are recorded as not run; the verdict is "
+    "at best PARTIAL (exit 5), never PASS.",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="CHECK.KEY=VALUE",
+    help="Override one check parameter for this run (VALUE is YAML), e.g. prefix-sweep.log_spaced=512.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout (logs stay on stderr).")
+@click.option("-q", "--quiet", "quiet", is_flag=True, help="No progress output; only errors and the verdict.")
+@click.option("-v", "--verbose", "verbose", is_flag=True, help="Also each check's own detail lines.")
+@color_option
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
@@ -41,6 +104,12 @@ def command(
     manifest: Path,
     out_dir: Path,
     sign_key: Path | None,
+    only: tuple[str, ...],
+    params: tuple[str, ...],
+    as_json: bool,
+    quiet: bool,
+    verbose: bool,
+    color: ColorMode,
     threads: int | None,
     reference_cache: Path | None,
     policy_dirs: tuple[Path, ...],
@@ -57,33 +126,48 @@ def command(
     from gate.report.words import VERDICTS
     from gate.trust.ledger import run_ledger_path
 
-    log = progress_logger()
-    with user_errors():
-        if threads is not None:
-            import torch
+    if quiet and verbose:
+        raise click.UsageError("-q and -v contradict each other")
+    overrides = parse_params(params)
+    reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
+    try:
+        with user_errors():
+            if threads is not None:
+                import torch
 
-            torch.set_num_threads(threads)
-        outputs = run_pipeline(
-            manifest,
-            out_dir,
-            sign_key=sign_key,
-            ledger=run_ledger_path(ledger_path),
-            policy_dirs=list(policy_dirs),
-            log=log,
-            trust=trust_path,
-            reference_cache=reference_cache,
-        )
-        if outputs.ledger_seq is not None:
-            log(f"ledger: recorded as entry #{outputs.ledger_seq}")
+                torch.set_num_threads(threads)
+            outputs = run_pipeline(
+                manifest,
+                out_dir,
+                sign_key=sign_key,
+                ledger=run_ledger_path(ledger_path),
+                policy_dirs=list(policy_dirs),
+                log=reporter.log,
+                trust=trust_path,
+                progress=reporter.progress,
+                only=list(only),
+                params=overrides,
+                reference_cache=reference_cache,
+            )
+            if outputs.ledger_seq is not None:
+                reporter.log(f"ledger: recorded as entry #{outputs.ledger_seq}")
+    finally:
+        reporter.close()
     result = outputs.result
-    for check in result.checks:
-        if check.status.value == "unproven":
-            click.echo(click.style(f"  UNPROVEN {check.check}: {check.message}", fg="yellow"))
+    if as_json:
+        click.echo(json.dumps(summary_json(outputs), sort_keys=True))
+        sys.exit(result.exit_code)
+    styled = {"always": True, "never": False}.get(color, False if os.environ.get("NO_COLOR") else None)
+    if not quiet:
+        for check in result.checks:
+            if check.status.value == "unproven":
+                click.echo(click.style(f"  UNPROVEN {check.check}: {check.message}", fg="yellow"), color=styled)
     label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(f"verdict: {label} ({result.summary})", fg=colour, bold=True))
-    for note in build_report(result).banner.notes:
-        click.echo(click.style(f"  {note}", fg=colour))
-    for path in outputs.files:
-        click.echo(f"  {path}")
+    click.echo(click.style(f"verdict: {label} ({result.summary})", fg=colour, bold=True), color=styled)
+    if not quiet:
+        for note in build_report(result).banner.notes:
+            click.echo(click.style(f"  {note}", fg=colour), color=styled)
+        for path in outputs.files:
+            click.echo(f"  {path}")
     sys.exit(result.exit_code)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from gate.cli.common import policy_dir_option
-from gate.errors import GateError
+from gate.errors import GateError, InputError
 
 
 @click.command("validate")
@@ -23,7 +23,8 @@ def command(manifests: tuple[Path, ...], policy_dirs: tuple[Path, ...]) -> None:
         try:
             prepare(path, list(policy_dirs))
         except GateError as err:
-            click.echo(f"gate: {err}", err=True)
+            for line in err.lines() if isinstance(err, InputError) else [str(err)]:
+                click.echo(f"gate: {line}", err=True)
             worst = max(worst, err.exit_code)
             continue
         click.echo(f"{path}: ok")

@@ -46,6 +46,9 @@ class CheckContext:
     """Name of the fault applied to `candidate`, when this is a negative-control run."""
     log: Callable[[str], None] = lambda _msg: None
     """Progress messages (shown on a terminal, plain lines in CI)."""
+    progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
+    """Progress inside a long step: (task, done, total), e.g. ("lengths swept", 40, 96). The CLI
+    shows a bar on a terminal and a plain line every few seconds in CI."""
 
 
 @dataclass

@@ -51,4 +51,4 @@ def validate_options(loaded: LoadedManifest) -> None:
         try:
             adapter.Options.model_validate(spec.options)
         except ValidationError as err:
-            raise validation_error(loaded.doc, err, ("subject", role, "options")) from None
+            raise validation_error(loaded.doc, err, ("subject", role, "options"), model=adapter.Options) from None

@@ -88,6 +88,9 @@ class Change(Record):
     """Pull request number."""
     commit: str | None = None
     """Commit the change was built from; filled from CI environment variables when absent."""
+    paths: list[str] = Field(default_factory=list)
+    """Repository-relative files that implement the change (e.g. the cache kernel). Under GitHub
+    Actions a failing check is annotated on those of them the pull request changed."""
 
     def with_ci_commit(self, environ: dict[str, str] | None = None) -> Change:
         """Record the commit named by CI environment variables when the manifest gives none: $GATE_COMMIT,

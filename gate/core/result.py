@@ -40,6 +40,8 @@ class Verdict(str, Enum):
     """Every check held except the waived ones (exit 0; the waivers are named on the first screen)."""
     unproven = "unproven"
     """A check whose unproven power denies (policy `unproven: deny`) could not run its controls."""
+    partial = "partial"
+    """Only part of the plan ran (`gate run --check`) and nothing failed: never a PASS for the manifest."""
 
 
 class ControlOutcome(str, Enum):
@@ -156,7 +158,8 @@ class GateResult(Record):
     gate_version: str
     """gate package version that produced it."""
     verdict: Verdict
-    """pass, pass-with-waivers, fail, unproven, error or awaiting-approval."""
+    """pass, pass-with-waivers, fail, unproven, error, awaiting-approval, or partial (`gate run
+    --check`: only part of the plan ran)."""
     exit_code: int
     """Process exit code the verdict maps to (see README)."""
     summary: str = ""

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gate.core.result import GateResult
 
@@ -46,6 +47,9 @@ def run_pipeline(
     environ: Mapping[str, str] | None = None,
     trust: str | os.PathLike[str] | None = None,
     reference_cache: str | os.PathLike[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    only: list[str] | None = None,
+    params: dict[str, dict[str, Any]] | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -53,6 +57,8 @@ def run_pipeline(
     bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
     appended. `environ` is where CI variables are read from (GitHub annotations and summary).
     `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
+    `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
+    plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     """
     from gate.engine.runner import RunOptions, run_manifest
     from gate.trust.approve import clear_stale_records
@@ -71,6 +77,9 @@ def run_pipeline(
             ledger=ledger_path,
             trust=Path(trust) if trust is not None else None,
             reference_cache=Path(reference_cache) if reference_cache is not None else None,
+            progress=progress or (lambda _task, _done, _total: None),
+            only=list(only or []),
+            params=dict(params or {}),
         ),
     )
     clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours
@@ -115,6 +124,7 @@ def write_outputs(
         out_dir / "dossier.html",
         os.environ if environ is None else environ,
         manifest_file=result.manifest_digest.path,
+        paths=[str(p) for p in (result.manifest.get("change") or {}).get("paths") or []],
     )
     return written
 

@@ -22,7 +22,7 @@ import gate
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
 from gate.core.load import LoadedManifest, load_manifest, validate_options
-from gate.core.manifest import ClaimLevel
+from gate.core.manifest import CheckOverride, ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
 from gate.core.result import CheckResult, ControlOutcome, Digest, ErrorInfo, GateResult, Status, Verdict
@@ -31,6 +31,7 @@ from gate.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_ERROR,
     EXIT_GATE_FAILED,
+    EXIT_PARTIAL,
     EXIT_PASS,
     GateError,
     InputError,
@@ -57,6 +58,12 @@ class RunOptions:
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
+    """Progress inside long checks: (task, done, total)."""
+    only: list[str] = field(default_factory=list)
+    """Run only these checks of the plan (`gate run --check`); the rest are recorded as not run."""
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Parameter overrides per check (`gate run --param CHECK.KEY=VALUE`), merged over the manifest's."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -113,6 +120,19 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: Check
         ) from None
 
 
+def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
+    """The record of a planned check a partial run left out: skipped, and saying why."""
+    return CheckResult(
+        check=planned.check,
+        severity=planned.severity,
+        step=planned.step,
+        why=planned.why,
+        policy_rule=planned.source,
+        status=Status.skip,
+        message=f"not run: this run was limited to --check {', '.join(only)}; the manifest has no verdict from it",
+    )
+
+
 def run_check(
     planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext, run_controls: bool = True
 ) -> CheckResult:
@@ -144,9 +164,13 @@ def run_check(
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
     if run_controls and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
-        for control in planned.controls:
-            ctx.log(f"  control {control.fault} ({control.expect})")
-            controls.append(run_control(spec, ctx, params, outcome, control))
+        for done, control in enumerate(planned.controls):
+            ctx.log(f"  control {control.fault} (expect {control.expect})")
+            result = run_control(spec, ctx, params, outcome, control)
+            controls.append(result)
+            where = f" at {result.detected_at}" if result.detected_at is not None else ""
+            ctx.log(f"  control {control.fault}: {result.outcome.value}{where}: {result.message}")
+            ctx.progress("controls done", done + 1, len(planned.controls))
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
         if unproven:
@@ -170,16 +194,18 @@ def run_check(
     )
 
 
-def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, str]:
-    """Verdict, exit code and summary from the check results."""
+def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | None = None) -> tuple[Verdict, int, str]:
+    """Verdict, exit code and summary from the check results. `not_run`: planned checks a partial
+    run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict."""
     errors = [c.check for c in checks if c.status == Status.error]
     denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
+    partial = f" (partial run: {len(not_run)} planned checks not run)" if not_run else ""
     if errors:
         codes = [c.metrics.get("exit_code") for c in checks if c.status == Status.error]
         code = codes[0] if isinstance(codes[0], int) else EXIT_CHECK_ERROR
-        return Verdict.error, code, f"error in {', '.join(errors)}"
+        return Verdict.error, code, f"error in {', '.join(errors)}" + partial
     if denied:
-        return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}"
+        return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}" + partial
     unproven = [c for c in checks if c.status == Status.unproven and c.unproven == "deny"]
     if unproven:
         could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
@@ -194,7 +220,16 @@ def decide(checks: list[CheckResult], claim: ClaimLevel) -> tuple[Verdict, int, 
             )
         if other:
             why.append(f"{', '.join(other)} could not cover what the policy requires (see each check)")
-        return Verdict.unproven, EXIT_GATE_FAILED, "unproven: " + "; ".join(why)
+        return Verdict.unproven, EXIT_GATE_FAILED, "unproven: " + "; ".join(why) + partial
+    if not_run:
+        alone = [c.check for c in checks if c.check not in not_run]
+        return (
+            Verdict.partial,
+            EXIT_PARTIAL,
+            f"partial run: {', '.join(alone)} {'was' if len(alone) == 1 else 'were'} run alone and did not fail; "
+            f"{len(not_run)} other planned checks were not run ({', '.join(not_run)}), so this is no verdict "
+            "on the manifest",
+        )
     waived = [c.check for c in checks if c.status == Status.waived]
     skipped = [c.check for c in checks if c.status == Status.skip]
     warned = [c.check for c in checks if c.status == Status.unproven]
@@ -253,9 +288,18 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
     }
 
 
-def prepare(manifest_path: Path, policy_dirs: list[Path]) -> tuple[LoadedManifest, Plan]:
-    """Load, validate and plan; raises InputError / UnavailableError before anything runs."""
+def prepare(
+    manifest_path: Path, policy_dirs: list[Path], params: dict[str, dict[str, Any]] | None = None
+) -> tuple[LoadedManifest, Plan]:
+    """Load, validate and plan; raises InputError / UnavailableError before anything runs.
+    `params`: per-check overrides merged over the manifest's `checks.NAME.params`."""
     loaded = load_manifest(manifest_path)
+    if params:
+        merged = {name: override.model_copy() for name, override in loaded.manifest.checks.items()}
+        for name, values in params.items():
+            old = merged.get(name, CheckOverride())
+            merged[name] = CheckOverride(params={**old.params, **values})
+        loaded.manifest = loaded.manifest.model_copy(update={"checks": merged})
     plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs))
     for planned in plan.checks:
         if not planned.available:
@@ -272,7 +316,16 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
 
     started_at = now_utc()
     log = options.log
-    loaded, plan = prepare(manifest_path, options.policy_dirs)
+    loaded, plan = prepare(manifest_path, options.policy_dirs, options.params)
+    planned_names = [p.check for p in plan.checks]
+    unknown = [name for name in [*options.only, *options.params] if name not in planned_names]
+    if unknown:
+        raise InputError(
+            str(manifest_path),
+            f"check {unknown[0]!r} is not in this manifest's plan (planned: {', '.join(planned_names)})",
+            field="--check" if unknown[0] in options.only else "--param",
+        )
+    not_run = [name for name in planned_names if options.only and name not in options.only]
     manifest = loaded.manifest
     specs = {p.check: load_check(p.check) for p in plan.checks}
     waivers = None
@@ -306,6 +359,9 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
 
     for planned in plan.checks:
+        if planned.check in not_run:
+            checks.append(_not_run(planned, options.only))
+            continue
         log(f"check {planned.check} (step {planned.step}, {planned.severity})")
         ctx = CheckContext(
             manifest=manifest,
@@ -315,6 +371,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             device=subject.device,
             dtype=subject.dtype,
             log=log,
+            progress=options.progress,
         )
         # recording a baseline stores the reference's answers; controls ask the reference nothing new
         check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, options.record is None)
@@ -326,7 +383,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         from gate.trust.waivers import apply_waivers
 
         checks = apply_waivers(loaded, checks, waivers)
-    verdict, exit_code, summary = decide(checks, plan.claim)
+    verdict, exit_code, summary = decide(checks, plan.claim, not_run)
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.engine.environment import describe
 

@@ -64,30 +64,43 @@ def worst_samples(
         return (v if higher_is_worse else -v, scores.kl[i])
 
     picked = sorted(range(n), key=badness, reverse=True)[:count]
-    out = []
-    for i in picked:
-        row = rows[i]
-        prompt = list(row["prompt"])
-        out.append(
-            {
-                "index": int(row["index"]),
-                "kind": row["kind"],
-                "context_len": int(row["context_len"]),
-                "depth": float(row["depth"]),
-                "distance": len(prompt) - int(row["evidence_at"]),
-                "value": sample_value(scores, metric, i),
-                "greedy_match": bool(scores.greedy_match[i]),
-                "first_divergence": scores.first_divergence[i],
-                "top1": scores.top1[i],
-                "kl": scores.kl[i],
-                "kl_max": scores.kl_max[i],
-                "prompt_tail": render(prompt[-16:]),
-                "answer": render(list(row["answer"])),
-                "reference": render(scores.ref_tokens[i]),
-                "candidate": render(scores.cand_tokens[i]),
-            }
-        )
-    return out
+    return [
+        {
+            **_sample(rows[i], scores, render, i, tail=16),
+            "depth": float(rows[i]["depth"]),
+            "distance": len(rows[i]["prompt"]) - int(rows[i]["evidence_at"]),
+            "value": sample_value(scores, metric, i),
+            "greedy_match": bool(scores.greedy_match[i]),
+            "top1": scores.top1[i],
+            "kl_max": scores.kl_max[i],
+        }
+        for i in picked
+    ]
+
+
+def _sample(row: Any, scores: SampleScores, render: Render, i: int, tail: int) -> dict[str, Any]:
+    """One scored sample: where it sits, how far it diverged, and the texts a reader compares."""
+    return {
+        "index": int(row["index"]),
+        "kind": row["kind"],
+        "context_len": int(row["context_len"]),
+        "first_divergence": scores.first_divergence[i],
+        "kl": scores.kl[i],
+        "prompt_tail": render(list(row["prompt"])[-tail:]),
+        "answer": render(list(row["answer"])),
+        "reference": render(scores.ref_tokens[i]),
+        "candidate": render(scores.cand_tokens[i]),
+    }
+
+
+def slice_samples(rows: Any, scores: SampleScores, render: Render, limit: int) -> list[dict[str, Any]]:
+    """Every scored sample of a slice (flipped ones first, at most `limit`): the prompt's tail, the
+    expected answer, and the reference's and candidate's greedy continuations. The dossier offers
+    them as JSONL, like lm-evaluation-harness's --log_samples."""
+    order = sorted(range(len(scores.kl)), key=lambda i: (bool(scores.greedy_match[i]), i))[:limit]
+    return [
+        {**_sample(rows[i], scores, render, i, tail=32), "flipped": not bool(scores.greedy_match[i])} for i in order
+    ]
 
 
 def _mean(xs: list[float]) -> float | None:

@@ -31,6 +31,8 @@ from decimal import Decimal
 from statistics import NormalDist
 from typing import Any, Literal
 
+from gate._util.numbers import significant
+
 Side = Literal["lower", "upper"]
 
 BERNOULLI_SIGMA = 0.5
@@ -214,7 +216,10 @@ def judge(
     ok = holds(bound, comparator, threshold)
     word = "lower" if side == "lower" else "upper"
     verdict = "holds" if ok else "violates"
-    reason = f"{confidence:.0%} {word} bound {bound:.4f} {verdict} {comparator} {threshold} (point {point:.4f}, n={n})"
+    reason = (
+        f"{confidence:.0%} {word} bound {significant(bound)} {verdict} {comparator} {threshold} "
+        f"(point {significant(point)}, n={n})"
+    )
     if n < n_required:
         reason = (
             f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "

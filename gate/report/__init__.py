@@ -9,7 +9,7 @@ results.json can be re-rendered years later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate._util.atomic import write_bytes_atomic
@@ -31,11 +31,13 @@ class WrittenReport:
     """The manifest's file name inside out_dir (a signed subject)."""
     files: list[Path]
     """Every file written, in the order written."""
+    downloads: list[str] = field(default_factory=list)
+    """Files beside the dossier a reader downloads (samples/*.jsonl), as names inside out_dir."""
 
     @property
     def signed_names(self) -> list[str]:
         """The subjects of the run's attestation, as names inside out_dir."""
-        return [self.manifest_file, "results.json", "dossier.html", "dossier.md", "junit.xml"]
+        return [self.manifest_file, "results.json", "dossier.html", "dossier.md", "junit.xml", *self.downloads]
 
 
 def copy_manifest(manifest_path: Path, out_dir: Path) -> str:
@@ -58,17 +60,42 @@ def write_report(
     """
     from gate.report.junit import junit_xml
 
-    data = build_report(result, Signing(signed=signer_keyid is not None, keyid=signer_keyid))
+    data = build_report(
+        result, Signing(signed=signer_keyid is not None, keyid=signer_keyid), out_dir=_shown_dir(out_dir)
+    )
     markdown = render_markdown(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = copy_manifest(manifest_path, out_dir)
+    if (out_dir / "samples").is_dir():  # an earlier run's samples must not look like ours
+        for stale in (out_dir / "samples").glob("*.jsonl"):
+            stale.unlink()
+    downloads = []
+    for download in data.downloads:
+        (out_dir / download.file).parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(line + "\n" for line in download.lines)
+        downloads.append(write_bytes_atomic(out_dir / download.file, text.encode()))
     files = [
         write_bytes_atomic(out_dir / "dossier.html", render_html(data).encode()),
         write_bytes_atomic(out_dir / "dossier.md", markdown.encode()),
         write_bytes_atomic(out_dir / "junit.xml", junit_xml(result, data)),
         out_dir / manifest_file,
+        *downloads,
     ]
-    return WrittenReport(data=data, markdown=markdown, manifest_file=manifest_file, files=files)
+    return WrittenReport(
+        data=data,
+        markdown=markdown,
+        manifest_file=manifest_file,
+        files=files,
+        downloads=[d.file for d in data.downloads],
+    )
+
+
+def _shown_dir(out_dir: Path) -> str:
+    """The output directory as a reader would type it: relative to the working directory when inside it."""
+    try:
+        return out_dir.resolve().relative_to(Path.cwd().resolve()).as_posix() or "."
+    except ValueError:
+        return str(out_dir)
 
 
 __all__ = ["ReportData", "Signing", "WrittenReport", "build_report", "render_html", "render_markdown", "write_report"]

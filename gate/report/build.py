@@ -29,14 +29,14 @@ from gate.report.model import (
     ReportData,
     WaiverView,
 )
+from gate.report.next_steps import next_steps
 from gate.report.words import (
     CLAIM_WORDS,
     CONTROL_TONES,
     INTERVENTION_WORDS,
     STATUSES,
     STEP_TITLES,
-    TRANSFER_APPROXIMATE,
-    TRANSFER_EXACT,
+    TRANSFER,
     VERDICTS,
 )
 
@@ -167,6 +167,10 @@ def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
         notes=views.notes,
         latency=views.latency,
         live=views.live,
+        sweep_facts=views.sweep_facts,
+        sweep_table=views.sweep_table,
+        tokens=views.tokens,
+        downloads=views.downloads,
     )
 
 
@@ -221,7 +225,7 @@ def _claim(result: GateResult) -> ClaimView:
         description=str(manifest.get("description", "")),
         identity_declared=[str(v) for v in manifest.get("identity", []) or []],
         identity_required=[str(v) for v in plan.get("identity_required", []) or []],
-        transfer=TRANSFER_APPROXIMATE if approximate else TRANSFER_EXACT,
+        transfer=TRANSFER.get(level, TRANSFER["bounded-degradation"] if approximate else ""),
     )
 
 
@@ -308,23 +312,58 @@ def _banner_notes(result: GateResult) -> list[str]:
     return notes
 
 
+SECTION_ORDER = {"fail": 0, "error": 0, "unproven": 1, "warn": 1, "waived": 2}
+"""Evidence order: failing and erroring checks first, then warnings and waivers, passing evidence after."""
+
+
+def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], required: int) -> tuple[str, str, str]:
+    """Label, tone and summary; an awaiting-approval run with enough signed approvals reads APPROVED."""
+    verdict = result.verdict.value
+    label, tone = VERDICTS.get(verdict, (verdict.upper(), "muted"))
+    if verdict != "awaiting-approval" or not approvals:
+        return label, tone, result.summary
+    names = sorted({str(a.get("approver", "")) for a in approvals if a.get("approver")})
+    if len(names) < required:
+        return (
+            f"{label} ({len(names)} of {required} required approvals)",
+            tone,
+            f"approved so far by {', '.join(names)}; {required - len(names)} more approval(s) required",
+        )
+    return (
+        "APPROVED",
+        "good",
+        f"approved for release by {', '.join(names)}: every envelope held and {len(names)} signed "
+        f"approval{'s' if len(names) != 1 else ''} {'is' if len(names) == 1 else 'are'} attached below",
+    )
+
+
 def build_report(
-    result: GateResult, signing: Signing | None = None, approvals: Sequence[Mapping[str, Any]] = ()
+    result: GateResult,
+    signing: Signing | None = None,
+    approvals: Sequence[Mapping[str, Any]] = (),
+    *,
+    out_dir: str | None = None,
+    required_approvals: int = 1,
 ) -> ReportData:
-    """Everything the dossier shows for `result`; `signing` says whether the outputs will be signed."""
+    """Everything the dossier shows for `result`; `signing` says whether the outputs will be signed.
+
+    `approvals`: signed approvals of an awaiting-approval run (the banner reads APPROVED once
+    `required_approvals` distinct approvers signed). `out_dir`: where the dossier is written, for the
+    commands in the What-next box.
+    """
     signing = signing or Signing()
     claim = _dict(result.manifest.get("claim"))
     sections = [_section(check, claim) for check in result.checks]
     counts: dict[str, int] = {}
     for check in result.checks:
         counts[check.status.value] = counts.get(check.status.value, 0) + 1
-    label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
+    label, tone, summary = _banner_words(result, approvals, required_approvals)
     banner = Banner(
         verdict=result.verdict.value,
         label=label,
         tone=tone,
         exit_code=result.exit_code,
-        summary=result.summary,
+        summary=summary,
         signed=signing.signed,
         signed_label="SIGNED" if signing.signed else "UNSIGNED",
         keyid=signing.keyid,
@@ -357,7 +396,9 @@ def build_report(
         claim=_claim(result),
         failures=_failures(result, sections),
         plan=plan,
-        sections=sections,
+        sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
+        next_steps=next_steps(result, sections, out_dir) if label != "APPROVED" else [],
+        downloads=[d for s in sections for d in s.downloads],
         controls=_controls(result),
         waivers=[s.waiver for s in sections if s.waiver is not None],
         approvals=[_kv(a) for a in approvals],

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gate.report.divergence import TokenView, layer_plot, token_view
 from gate.report.fmt import as_float, display, number
-from gate.report.model import Diagnosis, Distribution, KeyValue, SliceRow, Table
+from gate.report.model import Diagnosis, Distribution, Download, KeyValue, SliceRow, Table
 from gate.report.plots import (
     LatencyPlot,
     LivePlot,
@@ -26,6 +28,7 @@ from gate.report.plots import (
     slice_plot,
     sweep_plot,
 )
+from gate.report.words import BITWISE_COMPARISON, SWEEP_COMPARISON
 
 SWEEP_KEYS = ("per_length", "lengths", "length", "max_abs_delta", "argmax_agree", "ties", "tie", "tolerance")
 """A sweep's series sit at the top level or under `per_length` (as gate's prefix-sweep writes them)."""
@@ -49,6 +52,8 @@ SERVING_CLOCKS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"))
 DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "bug_class", "first_diverging_layer", "explanation")
 MAX_CATEGORIES = 40
 MAX_TABLE_ROWS = 50
+FOLD_ABOVE = 40
+"""A sweep table longer than this folds its passing runs (failing and boundary rows always stay)."""
 
 
 @dataclass
@@ -62,6 +67,10 @@ class EvidenceViews:
     distribution: Distribution | None = None
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sweep_facts: list[KeyValue] = field(default_factory=list)
+    sweep_table: Table | None = None
+    tokens: list[TokenView] = field(default_factory=list)
+    downloads: list[Download] = field(default_factory=list)
     first_failing_length: float | None = None
     consumed: set[str] = field(default_factory=set)
     """Evidence keys a dedicated view showed; the rest become generic tables."""
@@ -130,30 +139,158 @@ def read_sweep(evidence: Mapping[str, Any], tolerance_hint: float | None, views:
     if tolerance is None:
         tolerance = tolerance_hint
     ties = _tie_lengths(series.get("tie", series.get("ties")), lengths) | _tie_lengths(evidence.get("ties"), lengths)
-    plot = sweep_plot(lengths, deltas, agree, ties, tolerance, _tolerance_words(evidence.get("tolerance")))
+    plot = sweep_plot(
+        lengths, deltas, agree, ties, tolerance, _tolerance_words(evidence.get("tolerance")), _boundaries(evidence)
+    )
     views.sweep = plot
+    views.sweep_facts = _comparisons(evidence)
     views.consumed.update(k for k in SWEEP_KEYS if k != "ties")
     if not (isinstance(evidence.get("ties"), list) and any(isinstance(t, Mapping) for t in evidence["ties"])):
         views.consumed.add("ties")  # tie records (row, margin) stay visible as a table
     views.first_failing_length = plot.first_failure
-    rows = []
+    rows, failing = [], []
     for length, delta, ok in zip(lengths, deltas, agree, strict=True):
+        over = delta is not None and tolerance is not None and not delta <= tolerance
+        failing.append((ok is False and length not in ties) or over)
         rows.append(
             [
                 number(length),
                 number(delta) if delta is not None else "—",
                 {True: "yes", False: "NO", None: "—"}[ok],
-                "tie" if length in ties else "",
+                "tie" if length in ties else ("over tolerance" if over else ""),
             ]
         )
-    views.tables.append(
-        Table(
-            title="Prefix sweep",
-            columns=["prefix length", "max |Δlogit|", "argmax agrees", ""],
-            rows=rows[:MAX_TABLE_ROWS],
-            note=f"first {MAX_TABLE_ROWS} of {len(rows)} lengths" if len(rows) > MAX_TABLE_ROWS else "",
-        )
+    edges = set(_boundaries(evidence))
+    shown, folded = fold_rows(rows, failing, pinned=[length in edges for length in lengths])
+    views.sweep_table = Table(
+        title="Prefix sweep",
+        columns=["prefix length", "max |Δlogit| vs the full pass", "argmax agrees", ""],
+        rows=shown,
+        note=(
+            f"{folded} of {len(rows)} rows folded (all passing); every failing length, every layout "
+            "boundary and the lengths either side of each change are shown (all rows: results.json)"
+            if folded
+            else ""
+        ),
+        folded=folded,
     )
+
+
+def fold_rows(
+    rows: list[list[str]], failing: list[bool], pinned: list[bool] | None = None, keep: int = FOLD_ABOVE
+) -> tuple[list[list[str]], int]:
+    """Rows with long passing runs folded into one marker row: the first and last row, every
+    failing row, the rows either side of each pass/fail change and every `pinned` row (layout
+    boundaries) stay. Returns (rows, how many were folded)."""
+    if len(rows) <= keep:
+        return rows, 0
+    kept = {0, len(rows) - 1} | {i for i, pin in enumerate(pinned or []) if pin}
+    for i, bad in enumerate(failing):
+        if bad:
+            kept.update((i - 1, i, i + 1))
+        if i and failing[i - 1] != bad:
+            kept.update((i - 1, i))
+    kept = {i for i in kept if 0 <= i < len(rows)}
+    out: list[list[str]] = []
+    folded = 0
+    run: list[int] = []
+    for i, row in enumerate(rows):
+        if i in kept:
+            if run:
+                out.append(_folded_row(rows, run, len(row)))
+                folded += len(run)
+                run = []
+            out.append(row)
+        else:
+            run.append(i)
+    return out, folded
+
+
+def _folded_row(rows: list[list[str]], run: list[int], width: int) -> list[str]:
+    span = rows[run[0]][0] if len(run) == 1 else f"{rows[run[0]][0]} – {rows[run[-1]][0]}"
+    return [f"… {len(run)} passing lengths folded ({span})", *([""] * (width - 1))]
+
+
+def _boundaries(evidence: Mapping[str, Any]) -> list[float]:
+    """The candidate's layout boundaries gate's prefix-sweep records (all, else the first few)."""
+    raw = evidence.get("boundaries")
+    if not isinstance(raw, Mapping):
+        return []
+    values = raw.get("lengths", raw.get("first"))
+    found = _floats(values) or []
+    return [v for v in found if v is not None]
+
+
+def _comparisons(evidence: Mapping[str, Any]) -> list[KeyValue]:
+    """Which comparison each |Δ| in the sweep is against, in words."""
+    facts = [KeyValue("max |Δlogit| in the plot", SWEEP_COMPARISON)]
+    bitwise = evidence.get("bitwise")
+    if isinstance(bitwise, Mapping):
+        against = BITWISE_COMPARISON.format(path=display(bitwise.get("reference_path", "the reference")))
+        same = display(bitwise.get("lengths_bit_identical"))
+        facts.append(KeyValue("bit identity", f"{against}: {same} of {display(bitwise.get('lengths'))} lengths"))
+        if bitwise.get("max_abs_delta_vs_cached") is not None:
+            facts.append(
+                KeyValue("max |Δlogit| against that cached schedule", display(bitwise["max_abs_delta_vs_cached"]))
+            )
+    return facts
+
+
+def read_tokens(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
+    """Two greedy continuations that diverge: gate's greedy-parity (`runs[].first_divergence`)
+    or spec-greedy (`example.target` / `example.candidate`)."""
+    runs = evidence.get("runs")
+    if isinstance(runs, list):
+        for run in runs:
+            first = run.get("first_divergence") if isinstance(run, Mapping) else None
+            if not isinstance(first, Mapping) or not isinstance(first.get("reference_tokens"), list):
+                continue
+            start = int(as_float(first.get("tokens_from")) or 0)
+            tie = " (within the tie band: not a bug on its own)" if first.get("tie") else ""
+            view = token_view(
+                f"prompt length {display(run.get('prompt_len'))}, row {display(first.get('row'))}: "
+                f"continuations part at step {display(first.get('step'))}{tie}",
+                first["reference_tokens"],
+                first.get("candidate_tokens") or [],
+                start,
+                note="token ids; step 0 is the first generated token",
+            )
+            if view is not None:
+                views.tokens.append(view)
+    example = evidence.get("example")
+    if isinstance(example, Mapping) and isinstance(example.get("target"), list):
+        view = token_view(
+            "target greedy tokens against the speculative candidate's",
+            example["target"],
+            candidate if isinstance(candidate := example.get("candidate"), list) else [],
+            note="token ids",
+        )
+        if view is not None:
+            views.tokens.append(view)
+            views.consumed.add("example")
+
+
+def read_samples(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
+    """Per-slice sample records (gate's quality-slices `samples`) become JSONL downloads."""
+    samples = evidence.get("samples")
+    if not isinstance(samples, Mapping):
+        return
+    for name, records in samples.items():
+        if not isinstance(records, list) or not all(isinstance(r, Mapping) for r in records):
+            continue
+        flipped = sum(1 for r in records if r.get("flipped"))
+        views.downloads.append(
+            Download(
+                file=f"samples/{_file_safe(str(name))}.jsonl",
+                label=f"{name}: {len(records)} samples, {flipped} flipped",
+                lines=[json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) for r in records],
+            )
+        )
+    views.consumed.add("samples")
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "slice"
 
 
 def read_distribution(evidence: Mapping[str, Any], views: EvidenceViews) -> None:
@@ -310,7 +447,9 @@ def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | Non
             tables.extend(generic_tables("Diagnosis", {key: value})[-1:])
         else:
             other.append(KeyValue(key.replace("_", " "), display(value, limit=600)))
+    layers = diagnosis.get("layers")
     box = Diagnosis(
+        layers=layer_plot(layers, diagnosis.get("traced_prefix_len")) if isinstance(layers, list) else None,
         profile=text("profile"),
         likely_bug_class=text("likely_bug_class", "bug_class"),
         first_diverging_layer=text("first_diverging_layer"),
@@ -422,6 +561,8 @@ def read_evidence(evidence: Mapping[str, Any], tolerance_hint: float | None) -> 
     read_serving(evidence, views)
     read_distribution(evidence, views)
     read_slices(evidence, views)
+    read_tokens(evidence, views)
+    read_samples(evidence, views)
     if views.distribution is not None:
         views.consumed.update((*DISTRIBUTION_KEYS, "distribution"))
     rest = {k: v for k, v in evidence.items() if k not in views.consumed}

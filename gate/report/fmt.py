@@ -10,6 +10,8 @@ import json
 import math
 from typing import Any
 
+from gate._util.numbers import significant
+
 _NONFINITE = {
     "infinity": math.inf,
     "+infinity": math.inf,
@@ -38,17 +40,8 @@ def as_float(value: Any) -> float | None:
 
 
 def number(value: float) -> str:
-    """A compact, stable rendering: 0, 12, 0.031, 1.2e-05, inf."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "∞" if value > 0 else "-∞"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    magnitude = abs(value)
-    if magnitude >= 1e5 or magnitude < 1e-3:
-        return f"{value:.2e}"
-    return f"{value:.4g}"
+    """A compact, stable rendering as the value's size needs: 0, 12, 0.031, 4.12e-06, ∞."""
+    return significant(value)
 
 
 def display(value: Any, limit: int = 300) -> str:

@@ -1,14 +1,15 @@
 """GitHub Actions outputs: workflow-command annotations and the job summary.
 
-Under GITHUB_ACTIONS=true: at most ten `::error` lines (one per failing or erroring deny check)
-and one `::notice` with the verdict. When $GITHUB_STEP_SUMMARY is set, dossier.md is appended
-to it (render_markdown keeps it under GitHub's 1 MiB limit).
+Under GITHUB_ACTIONS=true: for at most ten failing or erroring deny checks an `::error` on
+the manifest and on each of the manifest's `change.paths` that the pull request changed
+($GATE_CHANGED_FILES, written by the gate Action), then one `::notice` with the verdict. When
+$GITHUB_STEP_SUMMARY is set, dossier.md is appended to it (render_markdown keeps it under 1 MiB).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -27,10 +28,15 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def workflow_commands(data: ReportData, dossier: Path, manifest_file: str | None = None) -> list[str]:
-    """The workflow-command lines: up to MAX_ERRORS errors, then the summary notice."""
+def workflow_commands(
+    data: ReportData, dossier: Path, manifest_file: str | None = None, change_files: Sequence[str] = ()
+) -> list[str]:
+    """The workflow-command lines: up to MAX_ERRORS errors, then the summary notice. Each failure is
+    annotated on the manifest and on every `change_files` entry (the change's own files that the
+    pull request touched), so the reviewer sees it in the diff."""
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
-    lines = []
+    lines: list[str] = []
+    targets: list[str | None] = [*([manifest_file] if manifest_file else []), *change_files] or [None]
     where = f"file={_property(manifest_file)}," if manifest_file else ""
     for unproven in [f for f in data.failures if f.status == "UNPROVEN"][:MAX_ERRORS]:
         title = f"gate {unproven.check} UNPROVEN (step {unproven.step})"
@@ -42,7 +48,9 @@ def workflow_commands(data: ReportData, dossier: Path, manifest_file: str | None
         if failure.bug_class:
             parts.append(f"likely bug class: {failure.bug_class}")
         title = f"gate {failure.check} {failure.status} (step {failure.step})"
-        lines.append(f"::error {where}title={_property(title)}::{_data('; '.join(parts))}")
+        for target in targets:
+            where = f"file={_property(target)}," if target else ""
+            lines.append(f"::error {where}title={_property(title)}::{_data('; '.join(parts))}")
     summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
     if len(denied) > MAX_ERRORS:
         summary += f" ({len(denied) - MAX_ERRORS} more failing checks not annotated)"
@@ -65,6 +73,21 @@ def _workspace_relative(path: str | None, environ: Mapping[str, str]) -> str | N
     return None
 
 
+def change_files(paths: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The manifest's `change.paths` that the pull request changed. $GATE_CHANGED_FILES (one path a
+    line, written by the gate Action from `git diff --name-only BASE...HEAD`) says which; without it
+    every named path that is repository-relative is kept."""
+    named = [p for p in (_workspace_relative(p, environ) for p in paths) if p]
+    listed = environ.get("GATE_CHANGED_FILES")
+    if listed is None:
+        return named
+    changed = set()
+    for line in Path(listed).read_text(encoding="utf-8").splitlines() if Path(listed).is_file() else listed.split():
+        if line.strip():
+            changed.add(Path(line.strip()).as_posix())
+    return [p for p in named if p in changed]
+
+
 def publish(
     data: ReportData,
     markdown: str,
@@ -72,11 +95,14 @@ def publish(
     environ: Mapping[str, str],
     manifest_file: str | None = None,
     stream: TextIO | None = None,
+    paths: Sequence[str] = (),
 ) -> None:
-    """Emit annotations and append the job summary when running under GitHub Actions."""
+    """Emit annotations and append the job summary when running under GitHub Actions. `paths`: the
+    manifest's `change.paths`; failures are also annotated on those the pull request changed."""
     if environ.get("GITHUB_ACTIONS") == "true":
         out = stream or sys.stdout
-        for line in workflow_commands(data, dossier, _workspace_relative(manifest_file, environ)):
+        files = change_files(paths, environ)
+        for line in workflow_commands(data, dossier, _workspace_relative(manifest_file, environ), files):
             print(line, file=out)
         out.flush()
     summary = environ.get("GITHUB_STEP_SUMMARY")

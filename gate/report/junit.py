@@ -13,6 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from gate.core.result import GateResult
+from gate.report.build import anchor
 from gate.report.model import CheckSection, ReportData
 
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -95,8 +96,9 @@ def junit_xml(result: GateResult, data: ReportData) -> bytes:
     ):
         ET.SubElement(properties, "property", name=name, value=_clean(value))
     counts = {"failure": 0, "error": 0, "skipped": 0, "pass": 0}
-    for section, check in zip(data.sections, result.checks, strict=True):
-        counts[_testcase(suite, section, check.duration_s)] += 1
+    by_anchor = {section.anchor: section for section in data.sections}  # the dossier shows failures first
+    for check in result.checks:  # test cases keep plan order
+        counts[_testcase(suite, by_anchor[anchor(check.check)], check.duration_s)] += 1
     ET.SubElement(suite, "system-out").text = _clean(
         "\n".join([f"gate {data.banner.label} ({data.banner.signed_label}): {data.banner.summary}", *data.banner.notes])
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gate.report.divergence import LayerPlot, TokenView
 from gate.report.plots import DistributionPlot, LatencyPlot, LivePlot, SlicePlot, SweepPlot
 
 Tone = str
@@ -144,6 +145,8 @@ class Diagnosis:
     first_diverging_layer: str | None
     explanation: str | None
     other: list[KeyValue]
+    layers: LayerPlot | None = None
+    """Per-layer divergence from the reference's full pass, when the check traced layers."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,19 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    folded: int = 0
+    """Rows folded into marker rows (passing runs of a long sweep); `note` says so."""
+
+
+@dataclass(frozen=True)
+class Download:
+    """A file written beside the dossier for a reader to download (e.g. a slice's samples as JSONL)."""
+
+    file: str
+    """Path relative to the dossier, e.g. samples/needle.jsonl."""
+    label: str
+    lines: list[str]
+    """The file's lines (JSON objects), written by gate.report.write_report."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +262,22 @@ class CheckSection:
     """Latency distributions of both paths (phase-performance)."""
     live: LivePlot | None = None
     """Live KV bytes over time of both paths (phase-performance)."""
+    sweep_facts: list[KeyValue] = field(default_factory=list)
+    """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
+    sweep_table: Table | None = None
+    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
+    tokens: list[TokenView] = field(default_factory=list)
+    """Greedy continuations that diverge, token by token."""
+    downloads: list[Download] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """One thing a reader can do next, with the exact command."""
+
+    title: str
+    command: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -270,3 +302,7 @@ class ReportData:
     started_at: str
     finished_at: str
     gate_version: str
+    next_steps: list[NextStep] = field(default_factory=list)
+    """The "What next" box: reproduce, widen, approve (empty on a plain pass)."""
+    downloads: list[Download] = field(default_factory=list)
+    """Every section's downloads, for the writer."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gate.report.fmt import number
 
@@ -71,6 +71,10 @@ class SweepPlot:
     """SVG text-anchor of the label: it sits on the side of the marker with more room."""
     description: str
     """One sentence for screen readers and the Markdown dossier."""
+    boundaries: list[float] = field(default_factory=list)
+    """x of each layout boundary (block, chunk or window edge) the candidate reported."""
+    boundary_label: str = ""
+    """Legend text for the boundary lines, e.g. "64 layout boundaries (block edges)"."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,11 @@ class SlicePlot:
     tone: str
     low_label: str
     high_label: str
+    threshold_label: str = ""
+    """"threshold 0.9" under the threshold tick."""
+    bound_label: str = ""
+    """"bound 0.87" above the bound tick."""
+    point_label: str = ""
 
 
 def _r(value: float) -> float:
@@ -133,9 +142,11 @@ def sweep_plot(
     tie_lengths: set[float],
     tolerance: float | None,
     tolerance_words: str | None = None,
+    boundaries: Sequence[float] = (),
 ) -> SweepPlot:
-    """Plot geometry for a prefix sweep. `deltas`/`agree` align with `lengths`; None means unknown."""
-    frame = Frame(width=640, height=260, left=64.0, top=22.0, right=620.0, bottom=214.0)
+    """Plot geometry for a prefix sweep. `deltas`/`agree` align with `lengths`; None means unknown.
+    `boundaries`: the candidate's layout boundaries (block and chunk edges), drawn as thin lines."""
+    frame = Frame(width=960, height=380, left=72.0, top=26.0, right=940.0, bottom=326.0)
     xs_log = _log_lengths(lengths)
     x_max = max(max(xs_log), 0.5) * 1.04
 
@@ -226,7 +237,15 @@ def sweep_plot(
     if tolerance is not None:
         described += f" against tolerance {number(tolerance)}"
     described += f"; {failure_label}." if failure_label else "; the argmax agrees at every length."
+    top_length = max(lengths)
+    shown_bounds = sorted({b for b in boundaries if 0 < b <= top_length})
     return SweepPlot(
+        boundaries=[x_of(b) for b in shown_bounds],
+        boundary_label=(
+            f"{len(shown_bounds)} layout boundaries (block, chunk or window edges) within the sweep"
+            if shown_bounds
+            else ""
+        ),
         frame=frame,
         x_ticks=x_ticks,
         y_ticks=y_ticks,
@@ -255,11 +274,19 @@ def _nice_ticks(top: float, count: int = 4) -> list[float]:
     return [step * i for i in range(int(top / step + 1e-9) + 1)]
 
 
+def _short(name: str, limit: int = 22) -> str:
+    """A category label that still says what it is: long token tuples keep their head and tail."""
+    if len(name) <= limit:
+        return name
+    head = (limit - 1) * 2 // 3
+    return name[:head] + "…" + name[-(limit - 1 - head) :]
+
+
 def distribution_plot(
     categories: Sequence[str], observed: Sequence[float], expected: Sequence[float]
 ) -> DistributionPlot:
     """Side-by-side bars of observed and expected shares (each series normalised to sum to 1)."""
-    frame = Frame(width=640, height=240, left=56.0, top=14.0, right=624.0, bottom=196.0)
+    frame = Frame(width=960, height=330, left=64.0, top=14.0, right=940.0, bottom=220.0)
     obs_total = sum(observed) or 1.0
     exp_total = sum(expected) or 1.0
     obs = [o / obs_total for o in observed]
@@ -271,9 +298,8 @@ def distribution_plot(
     bar_w = _r(max(min(group * 0.38, 28.0), 1.0))
     bars: list[Bar] = []
     labels: list[Tick] = []
-    shown = [name if len(name) <= 10 else name[:9] + "…" for name in categories]
-    label_width = 6.5 * max(len(name) for name in shown) + 8  # ~6.5 px per character at 11 px
-    label_every = max(1, math.ceil(label_width / group))
+    shown = [_short(name) for name in categories]
+    label_every = max(1, math.ceil(14 / group))  # labels are slanted: ~14 px of width each
     for i, name in enumerate(categories):
         center = frame.left + group * (i + 0.5)
         for kind, share, count, dx in (
@@ -311,7 +337,7 @@ def slice_plot(
     point: float, bound: float | None, threshold: float, interval: tuple[float, float] | None, passed: bool | None
 ) -> SlicePlot:
     """A one-line strip: threshold tick, the point estimate and its one-sided bound (or interval)."""
-    frame = Frame(width=280, height=30, left=8.0, top=6.0, right=272.0, bottom=24.0)
+    frame = Frame(width=360, height=56, left=10.0, top=18.0, right=350.0, bottom=36.0)
     values = [point, threshold, *([bound] if bound is not None else []), *(interval or ())]
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.15 or max(abs(hi) * 0.05, 0.05)
@@ -330,6 +356,9 @@ def slice_plot(
         tone={True: "good", False: "bad", None: "muted"}[passed],
         low_label=number(lo),
         high_label=number(hi),
+        threshold_label=f"threshold {number(threshold)}",
+        bound_label=f"bound {number(bound)}" if bound is not None else "",
+        point_label=f"point {number(point)}",
     )
 
 

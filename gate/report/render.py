@@ -33,6 +33,12 @@ def markdown_text(value: Any) -> Any:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+def markdown_code(value: Any) -> Markup:
+    """A command for a fenced code block: nothing renders there but a closing fence, so backticks
+    and line breaks are removed and nothing else is escaped (it must stay copy-pasteable)."""
+    return Markup(" ".join(str(value).replace("`", "'").split()))
+
+
 @cache
 def html_environment() -> Environment:
     return Environment(
@@ -45,13 +51,15 @@ def html_environment() -> Environment:
 
 @cache
 def markdown_environment() -> Environment:
-    return Environment(
+    env = Environment(
         loader=FileSystemLoader(str(data_dir("templates"))),
         autoescape=False,
         undefined=StrictUndefined,
         finalize=markdown_text,
         keep_trailing_newline=True,
     )
+    env.filters["safe_command"] = markdown_code
+    return env
 
 
 def render_html(data: ReportData) -> str:

@@ -21,6 +21,7 @@ VERDICTS = {
     "awaiting-approval": ("AWAITING APPROVAL", "await"),
     "pass-with-waivers": ("PASS WITH WAIVERS", "waived"),
     "unproven": ("UNPROVEN", "unproven"),
+    "partial": ("PARTIAL RUN", "muted"),
 }
 
 STATUSES = {
@@ -67,12 +68,24 @@ CLAIM_WORDS = {
     "slice, and only there",
 }
 
-TRANSFER_EXACT = (
-    "An exact claim is an algorithmic identity: evidence that the mechanism is right transfers "
-    "to new prompts within the mechanism's domain, so the gate tests the mechanism (parity across "
-    "lengths, planted bugs), not every prompt."
-)
-TRANSFER_APPROXIMATE = (
-    "An approximation earns only the envelope actually evaluated: the slices, metrics and "
-    "sample sizes below. The evidence does not transfer to other tasks, prompts or models."
-)
+TRANSFER = {
+    "exact": "An exact claim is an algorithmic identity: evidence that the mechanism is right transfers to new "
+    "prompts within the mechanism's domain, so the gate tests the mechanism (bit identity against the reference "
+    "running the same cached schedule, parity across lengths, planted bugs), not every prompt.",
+    "tolerance": "A tolerance claim says the candidate computes the same function up to rounding: the argmax "
+    "must agree everywhere and |Δlogit| against one full pass of the reference stays within the stated "
+    "tolerance. Evidence of the mechanism transfers to new prompts; rounding differences are expected, not a bug.",
+    "greedy-tokens": "A greedy-tokens claim covers greedy decoding only: the candidate's continuations equal "
+    "the reference's token for token over the stated lengths. It says nothing about sampled output or about "
+    "logits beyond their argmax.",
+    "distribution": "A distribution claim is statistical: sampled outputs follow the reference's distribution, "
+    "tested at the stated significance level with controls that show the test has power. A pass is evidence "
+    "at that level, not proof; individual samples may differ.",
+    "bounded-degradation": "An approximation earns only the envelope actually evaluated: the slices, metrics "
+    "and sample sizes below. The evidence does not transfer to other tasks, prompts or models.",
+}
+"""What the evidence of each claim level does and does not transfer to (one sentence set per claim)."""
+
+SWEEP_COMPARISON = "candidate against one full (uncached) pass of the reference"
+"""What a prefix sweep's |Δlogit| is measured against."""
+BITWISE_COMPARISON = "candidate against {path} running the same cached schedule (bit identity)"

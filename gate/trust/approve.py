@@ -14,7 +14,7 @@ import fcntl
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,7 @@ def approve(
         check = verify_approval(record, expected_statement=run.sha256, directory=directory)
         if not check.ok:  # a bug, not a user error: say so loudly
             raise ApprovalRefused("the approval just written does not verify: " + "; ".join(check.problems))
-        written += render_approved(directory, records)
+        written += render_approved(directory, records, trust.policy.required_approvals)
         statement = approved_statement(directory, run, [str(r.get("keyid")) for r in records])
         written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
     return Approved(record, entry, written, reused)
@@ -235,7 +235,7 @@ def _append_or_reuse(
     return entry, False, record
 
 
-def render_approved(directory: Path, records: list[dict[str, Any]]) -> list[Path]:
+def render_approved(directory: Path, records: list[dict[str, Any]], required: int = 1) -> list[Path]:
     """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals.
 
     The signed dossier.html cannot change (its digest is in the attestation); these copies are
@@ -250,15 +250,13 @@ def render_approved(directory: Path, records: list[dict[str, Any]]) -> list[Path
     envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
     first = envelope.signatures[0].keyid if envelope.signatures else ""
     mine = [r for r in records if r.get("statement_sha256") == run.sha256]
-    data = build_report(result, Signing(signed=True, keyid=first), approvals=[display_rows(r) for r in mine])
-    names = ", ".join(str(r.get("approver")) for r in mine)
-    banner = replace(
-        data.banner,
-        label="APPROVED",
-        tone="good",
-        summary=f"{data.banner.summary}; approved by {names} (signed approval, see below)",
+    data = build_report(
+        result,
+        Signing(signed=True, keyid=first),
+        approvals=[display_rows(r) for r in mine],
+        out_dir=str(directory),
+        required_approvals=required,
     )
-    data = replace(data, banner=banner)
     return [
         write_bytes_atomic(directory / APPROVED_HTML, render_html(data).encode()),
         write_bytes_atomic(directory / APPROVED_MD, render_markdown(data).encode()),

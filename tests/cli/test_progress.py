@@ -1,4 +1,4 @@
-"""The terminal progress log colours each check's result line by its status."""
+"""What `gate run` shows while it works: coloured result and control lines, progress, -q/-v, --color."""
 
 from __future__ import annotations
 
@@ -7,26 +7,97 @@ import io
 import pytest
 from rich.console import Console
 
-from gate.cli import common
-from gate.core.result import Status
+from gate.cli import progress
+from gate.cli.progress import Reporter
+from gate.core.result import ControlOutcome, Status
 
 
 @pytest.mark.parametrize("status", list(Status), ids=lambda s: s.value)
 def test_every_status_line_the_runner_logs_has_a_colour(status: Status) -> None:
     line = f"  {status.value}: what the check found"  # the runner's format (gate.engine.runner)
-    found = common.STATUS_LINE.match(line)
-    assert found is not None and found.group(1) in common.STATUS_STYLES
+    assert progress.style_of(line) is not None
 
 
-def test_progress_lines_are_coloured_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("outcome", list(ControlOutcome), ids=lambda o: o.value)
+def test_every_control_outcome_line_has_a_colour(outcome: ControlOutcome) -> None:
+    line = f"  control wrong-start-pos: {outcome.value} at 512: argmax diverged"  # gate.engine.runner
+    assert progress.style_of(line) == progress.STATUS_STYLES[outcome.value]
+    assert not progress.is_detail(line)
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, reporter: Reporter, **console: object) -> io.StringIO:
     buffer = io.StringIO()
-    monkeypatch.setattr(common, "is_ci", lambda: False)
-    monkeypatch.setattr(
-        "rich.console.Console", lambda **_: Console(file=buffer, force_terminal=True, color_system="standard")
-    )
-    log = common.progress_logger()
-    log("  fail: prefix-sweep diverged at length 2")
-    log("check prefix-sweep (step 4, deny)")
-    coloured, plain = buffer.getvalue().splitlines()
-    assert "\x1b[1;31m" in coloured  # bold red
+    options = {"file": buffer, "force_terminal": True, "color_system": "standard", "width": 100, **console}
+    monkeypatch.setattr(reporter, "_console", Console(**options))  # type: ignore[arg-type]
+    return buffer
+
+
+def test_result_and_control_lines_are_coloured_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    reporter = Reporter(plain=False)
+    buffer = _terminal(monkeypatch, reporter)
+    reporter.log("  fail: prefix-sweep diverged at length 2")
+    reporter.log("  control mask-origin-reset: missed: the check still passed")
+    reporter.log("check prefix-sweep (step 4, deny)")
+    failed, missed, plain = buffer.getvalue().splitlines()
+    assert "\x1b[1;31m" in failed and "\x1b[1;31m" in missed  # bold red
     assert "\x1b[" not in plain
+
+
+def test_color_never_and_no_color_print_no_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    never = Reporter(plain=False, color="never")
+    assert never.console().no_color
+    monkeypatch.setenv("NO_COLOR", "1")
+    auto = Reporter(plain=False, color="auto")
+    buffer = io.StringIO()
+    console = auto.console()
+    console.file = buffer
+    console.print("  fail: x", style=progress.style_of("  fail: x"))
+    assert "\x1b[31" not in buffer.getvalue() and "\x1b[1;31" not in buffer.getvalue()
+
+
+def test_color_always_colours_even_in_ci(capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = Reporter(plain=True, color="always")
+    assert reporter.console().is_terminal
+    reporter.console().file = io.StringIO()
+    reporter.log("  fail: x")
+    assert "\x1b[" in reporter.console().file.getvalue()
+
+
+def test_quiet_prints_nothing_and_verbose_adds_detail_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    quiet, normal, verbose = Reporter(0, plain=True), Reporter(1, plain=True), Reporter(2, plain=True)
+    for reporter in (quiet, normal, verbose):
+        reporter.log("check prefix-sweep (step 4, deny)")
+        reporter.log("  96 lengths up to 2047, batch 2, compare full")  # a check's own detail line
+        reporter.progress("lengths swept", 96, 96)
+    err = capsys.readouterr().err.splitlines()
+    assert err.count("[gate] check prefix-sweep (step 4, deny)") == 2  # normal and verbose, not quiet
+    assert err.count("[gate]   96 lengths up to 2047, batch 2, compare full") == 1  # verbose only
+    assert err.count("[gate]   lengths swept: 96/96 (0 s)") == 2
+
+
+def test_plain_progress_is_periodic_in_ci(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = iter([0.0, 1.0, 2.0, 12.5, 13.0, 30.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    reporter = Reporter(plain=True)
+    for done in (1, 2, 3, 4, 5, 6):
+        reporter.progress("samples drawn", done * 100, 600)
+    lines = capsys.readouterr().err.splitlines()
+    # the first, one after PLAIN_EVERY_S seconds, and the last
+    assert lines == [
+        "[gate]   samples drawn: 100/600 (0 s)",
+        "[gate]   samples drawn: 400/600 (12 s)",
+        "[gate]   samples drawn: 600/600 (30 s)",
+    ]
+
+
+def test_rich_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    reporter = Reporter(plain=False)
+    _terminal(monkeypatch, reporter)
+    reporter.progress("reference-paged: lengths swept", 10, 96)
+    assert reporter._bars is not None and len(reporter._bars.tasks) == 1
+    task = reporter._bars.tasks[0]
+    assert (task.completed, task.total, task.description) == (10, 96, "reference-paged: lengths swept")
+    reporter.progress("reference-paged: lengths swept", 96, 96)
+    assert reporter._tasks == {}
+    reporter.close()
+    assert reporter._bars is None

@@ -32,7 +32,29 @@ def test_valid_manifest_plans(write_manifest) -> None:  # type: ignore[no-untype
 def test_unknown_key_points_at_its_line(write_manifest) -> None:  # type: ignore[no-untyped-def]
     text = BASE_MANIFEST.replace("  atol: 0.001\n", "  atol: 0.001\n  tolerence: 3\n")
     path, out = plan_error(write_manifest, text)
-    assert out == f"gate: {path}:8:3: claim.tolerence: unknown key"
+    assert out == f"gate: {path}:8:3: claim.tolerence: unknown key 'tolerence'"
+
+
+def test_misspelled_key_is_named_with_a_did_you_mean(write_manifest) -> None:  # type: ignore[no-untyped-def]
+    """A misspelled required key is an unknown key with a suggestion, not a missing field."""
+    path, out = plan_error(write_manifest, BASE_MANIFEST.replace("intervention:", "intervension:"))
+    assert out == f"gate: {path}:4:1: intervension: unknown key 'intervension' (did you mean 'intervention'?)"
+    assert "missing" not in out
+
+
+def test_misspelled_optional_key_gets_a_did_you_mean_from_the_model(write_manifest) -> None:  # type: ignore[no-untyped-def]
+    path, out = plan_error(write_manifest, BASE_MANIFEST.replace("  seed: 3", "  sed: 3"))
+    assert out == f"gate: {path}:17:3: subject.sed: unknown key 'sed' (did you mean 'seed'?)"
+
+
+def test_every_error_in_a_file_is_listed_one_line_each(write_manifest) -> None:  # type: ignore[no-untyped-def]
+    text = BASE_MANIFEST.replace("atol: 0.001", "atol: -1").replace("intervention:", "intervension:")
+    text += "bogus: 1\n"
+    path, out = plan_error(write_manifest, text)
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    assert all(re.match(rf"gate: {re.escape(str(path))}:\d+:\d+: [\w.\[\]-]+: ", line) for line in lines), out
+    assert "did you mean 'intervention'" in lines[0] and "claim.atol" in out and "unknown key 'bogus'" in lines[-1]
 
 
 def test_invalid_value_points_at_field(write_manifest) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gate.core.manifest import Manifest
-from gate.core.result import CheckResult, ControlResult, GateResult
+from gate.core.result import CheckResult, ControlResult, GateResult, Status, Verdict
 
 
 def _check(**fields: Any) -> CheckResult:
@@ -288,6 +288,7 @@ def failing_parity_run() -> GateResult:
             ],
             "rows_total": 9,
             "rows_shown": 9,
+            "boundaries": {"count": 3, "first": [16, 256, 4096], "lengths": [16, 256, 4096]},
         },
         exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
         diagnosis={
@@ -299,9 +300,26 @@ def failing_parity_run() -> GateResult:
             "log_slope": 1.9,
             "first_diverging_layer": 0,
             "component": "new-kv",
+            "traced_prefix_len": 512,
             "layers": [
-                {"layer": 0, "component": "new-kv", "new_k": True, "new_v": False},
-                {"layer": 1, "component": "new-kv", "new_k": True, "new_v": True},
+                {
+                    "layer": 0,
+                    "component": "new-kv",
+                    "new_k": True,
+                    "new_v": False,
+                    "k_delta": 0.41,
+                    "v_delta": 0.0,
+                    "hidden_delta": 0.09,
+                },
+                {
+                    "layer": 1,
+                    "component": "new-kv",
+                    "new_k": True,
+                    "new_v": True,
+                    "k_delta": 0.62,
+                    "v_delta": 0.2,
+                    "hidden_delta": 0.33,
+                },
             ],
         },
         duration_s=2.7,
@@ -315,6 +333,22 @@ def failing_parity_run() -> GateResult:
         policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[2]",
         message="greedy continuation diverged at token 3 of prompt 5",
         metrics={"prompts": 8, "first_mismatch": 3},
+        evidence={
+            "runs": [
+                {
+                    "prompt_len": 5,
+                    "steps": 12,
+                    "first_divergence": {
+                        "step": 3,
+                        "row": 0,
+                        "tie": False,
+                        "tokens_from": 0,
+                        "reference_tokens": [11, 52, 7, 19, 19, 40, 3, 8, 8, 21, 60, 2],
+                        "candidate_tokens": [11, 52, 7, 93, 4, 4, 17, 61, 0, 5, 5, 9],
+                    },
+                }
+            ]
+        },
         exercise={"cached_steps": 512},
         duration_s=1.2,
         controls=_controls(512),
@@ -520,6 +554,107 @@ def slice_run() -> GateResult:
     )
 
 
+def window_sweep_run() -> GateResult:
+    """A sliding-window bug seen only at long lengths: ~100 swept lengths, the argmax first flips at 2107."""
+    lengths = sorted({0, *(round(1.07**k) for k in range(1, 114))} | {2047, 2048, 2049, 2107, 3000, 4096})
+    lengths = [n for n in lengths if n <= 2049 or n in (2107, 3000, 4096)]
+    deltas = [1e-6 if n < 2107 else 0.4 for n in lengths]
+    agree = [n < 2107 for n in lengths]
+    sweep = _check(
+        check="prefix-sweep",
+        status="fail",
+        severity="deny",
+        step=4,
+        why="Each bug class hides at some length: sweep from 0 to 8192 rather than one comfortable length.",
+        policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[1]",
+        message="argmax differs at 3 lengths, first at prefix length 2107 (window-edge)",
+        params={"atol": 1e-3},
+        metrics={"max_abs_delta": 0.4, "argmax_failures": 3},
+        evidence={
+            "per_length": {"length": lengths, "max_abs_delta": deltas, "argmax_agree": agree},
+            "tolerance": {"atol": 1e-3, "rtol": 0.0, "source": "claim"},
+            "boundaries": {"count": 2, "first": [2048, 2049], "lengths": [2048, 2049]},
+        },
+        exercise={"cached_steps": 120},
+        duration_s=3.3,
+    )
+    return _result(
+        "fail",
+        1,
+        "failed: prefix-sweep",
+        _manifest("layout", {"level": "tolerance", "atol": 1e-3}),
+        _layout_plan(),
+        [_mask_oracle(), sweep],
+    )
+
+
+def awaiting_run() -> GateResult:
+    """The quantisation change with every envelope held: awaiting approval, with the samples behind a bound."""
+    result = slice_run()
+    quality = result.checks[0]
+    envelopes = [{**e, "passed": True, "point": 0.97, "bound": 0.951} for e in quality.evidence["envelopes"]]
+    samples = {
+        "long-range-retrieval": [
+            {
+                "index": 3,
+                "kind": "needle",
+                "context_len": 1900,
+                "flipped": True,
+                "first_divergence": 2,
+                "kl": 0.8,
+                "prompt_tail": "… the code is",
+                "answer": "4 1 7",
+                "reference": "4 1 7",
+                "candidate": "4 1 9",
+            },
+            {
+                "index": 4,
+                "kind": "needle",
+                "context_len": 640,
+                "flipped": False,
+                "first_divergence": None,
+                "kl": 4.12e-06,
+                "prompt_tail": "… the key is",
+                "answer": "2 2",
+                "reference": "2 2",
+                "candidate": "2 2",
+            },
+        ]
+    }
+    passed = quality.model_copy(
+        update={
+            "status": Status.passed,
+            "message": "all 3 envelopes held on their one-sided bounds; upper bound of KL 4.12e-06",
+            "evidence": {**quality.evidence, "envelopes": envelopes, "samples": samples},
+        }
+    )
+    return result.model_copy(
+        update={
+            "verdict": Verdict.awaiting_approval,
+            "exit_code": 4,
+            "summary": "every envelope held; an approximate change waits for a signed approval",
+            "checks": [passed],
+        }
+    )
+
+
+APPROVAL = {"approver": "alice", "reason": "retrieval envelope reviewed", "approved at": "2025-01-03T00:00:00Z"}
+
+
+def waived_run() -> GateResult:
+    """A pass in which one deny check was waived."""
+    result = passing_run()
+    failing = failing_parity_run()
+    waived = next(c for c in failing.checks if c.check == "invalidation")
+    return result.model_copy(
+        update={
+            "verdict": Verdict.passed_with_waivers,
+            "checks": [*result.checks, waived],
+            "summary": "all 4 required checks passed (1 waived: invalidation)",
+        }
+    )
+
+
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
@@ -541,7 +676,14 @@ def hostile_run() -> GateResult:
     return result.model_copy(update={"manifest": manifest, "checks": checks, "summary": f"failed {HOSTILE}"})
 
 
-ALL = {"passing": passing_run, "failing": failing_parity_run, "speculative": speculative_run, "slices": slice_run}
+ALL = {
+    "passing": passing_run,
+    "failing": failing_parity_run,
+    "speculative": speculative_run,
+    "slices": slice_run,
+    "window": window_sweep_run,
+    "awaiting": awaiting_run,
+}
 
 
 GOLD = Path(__file__).parent / "gold"

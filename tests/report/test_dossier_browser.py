@@ -150,3 +150,83 @@ def test_passing_banner_is_green_and_hostile_strings_do_nothing(tmp_path: Path) 
     dom = chromium(hostile, tmp_path / "p2", "--dump-dom")
     assert console_messages(dom.stderr) == [], "an injected script ran or was blocked by the CSP"
     assert "<script" not in dom.stdout and "<img" not in dom.stdout
+
+
+# The four dossiers a reviewer meets: failing, awaiting approval, approved, waived -----------------
+
+NEXT_BORDER = (37, 99, 235)  # the What-next box's border (#2563eb)
+AWAIT = (91, 63, 168)  # the awaiting-approval banner and box (--await)
+DOSSIERS = {
+    "failing": lambda: build_report(fx.window_sweep_run(), out_dir="out/window"),
+    "awaiting": lambda: build_report(fx.awaiting_run(), out_dir="out/kv-int8"),
+    "approved": lambda: build_report(fx.awaiting_run(), approvals=[fx.APPROVAL], out_dir="out/kv-int8"),
+    "waived": lambda: build_report(fx.waived_run(), out_dir="out/layout"),
+}
+
+
+def visible_text(dom: str) -> str:
+    """The DOM's text outside <details> that is closed (what a reader sees without clicking)."""
+    import re
+
+    shown = re.sub(r"<details(?![^>]*\bopen\b)[^>]*>.*?</details>", "", dom, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", shown))
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray]]:
+    """Each dossier rendered, its DOM as Chromium built it and its screenshot (kept under the tmp dir)."""
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    for name, build in DOSSIERS.items():
+        where = tmp_path_factory.mktemp(name)
+        page = where / "dossier.html"
+        page.write_text(render_html(build()), encoding="utf-8")
+        dom = chromium(page, where / "dom", "--dump-dom")
+        assert console_messages(dom.stderr) == []
+        shot = where / f"{name}.png"
+        run = chromium(page, where / "shot", f"--screenshot={shot}", "--window-size=1000,1400")
+        assert console_messages(run.stderr) == []
+        out[name] = (dom.stdout, read_png(shot))
+    return out
+
+
+def test_failing_dossier_says_what_next_and_folds_rows_with_a_note(shots: dict[str, tuple[str, np.ndarray]]) -> None:
+    dom, image = shots["failing"]
+    text = visible_text(dom)
+    assert tuple(image[8, 8]) == BANNER["bad"]
+    assert count(image[:1400], NEXT_BORDER) > 1500, "the What-next box is not on the first screen"
+    assert "What next" in text
+    assert "gate run examples/change.yaml --out out/window-prefix-sweep --check prefix-sweep -v" in text
+    assert "--param prefix-sweep.every_length_up_to=2107" in text  # the wider sweep, up to the first failure
+    assert "rows folded (all passing)" in text and 'data-folded="' in dom  # the note, visible without a click
+    assert "2107" in text and "2048" in text  # the failing row and the layout boundary stay
+    evidence = dom[dom.index('id="checks"') :]
+    assert evidence.index('data-status="fail"') < evidence.index('data-status="pass"')  # failing first
+
+
+def test_awaiting_dossier_gives_the_exact_approve_command(shots: dict[str, tuple[str, np.ndarray]]) -> None:
+    dom, image = shots["awaiting"]
+    text = visible_text(dom)
+    assert tuple(image[8, 8]) == AWAIT and ">AWAITING APPROVAL<" in dom
+    assert count(image[:1400], AWAIT) > WINDOW[0] * 60 + 1500  # banner plus the box's border
+    assert "gate approve out/kv-int8 --key YOUR.key --reason 'why this envelope is acceptable'" in text
+    assert 'href="samples/long-range-retrieval.jsonl"' in dom  # the samples behind the bound
+    assert "4.12e-06" in text and "0.0000" not in text
+
+
+def test_approved_dossier_says_approved_and_nothing_is_left_to_do(shots: dict[str, tuple[str, np.ndarray]]) -> None:
+    dom, image = shots["approved"]
+    text = visible_text(dom)
+    assert tuple(image[8, 8]) == BANNER["good"] and ">APPROVED<" in dom
+    assert "approved for release by alice" in text
+    assert "waits for" not in text and "AWAITING" not in text
+    assert "What next" not in text and count(image, NEXT_BORDER) == 0
+
+
+def test_waived_dossier_says_when_the_waiver_runs_out(shots: dict[str, tuple[str, np.ndarray]]) -> None:
+    dom, image = shots["waived"]
+    text = visible_text(dom)
+    assert tuple(image[8, 8]) == (31, 95, 139) and ">PASS WITH WAIVERS<" in dom  # --waived
+    assert count(image[:1400], NEXT_BORDER) > 1500
+    assert "Fix invalidation before its waiver expires on 2025-03-01" in text
+    assert "gate run examples/change.yaml --out out/layout-invalidation --check invalidation" in text
+    assert "WAIVED" in text

@@ -1,0 +1,143 @@
+"""What `gate run` shows while it works: log lines, progress inside long checks, colours.
+
+On a terminal: rich styled lines (a check's result and each control's outcome coloured by status)
+and a live progress bar per task (lengths swept, controls done, samples drawn) with elapsed time.
+In CI, or when stderr is not a terminal: plain `[gate]` lines, and for a long task one line every
+PLAIN_EVERY_S seconds plus one when it finishes. Colour follows `--color` (auto, always, never);
+under auto, NO_COLOR turns it off and FORCE_COLOR on (rich reads both).
+
+Verbosity: 0 (`-q`) shows nothing but errors; 1 shows checks, results, controls and progress;
+2 (`-v`) adds each check's own detail lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from typing import Any, Literal
+
+ColorMode = Literal["auto", "always", "never"]
+
+PLAIN_EVERY_S = 10.0
+"""In CI a long task prints a progress line at most this often."""
+
+STATUS_LINE = re.compile(r"^\s*([a-z-]+): ")
+"""A check's result line as the runner logs it: `  STATUS: message`."""
+CONTROL_LINE = re.compile(r"^\s*control \S+: ([a-z-]+)\b")
+"""A control's outcome as the runner logs it: `  control FAULT: OUTCOME[ at N]: message`."""
+STATUS_STYLES = {
+    "pass": "green",
+    "fail": "bold red",
+    "error": "bold red",
+    "warn": "yellow",
+    "unproven": "yellow",
+    "waived": "cyan",
+    "skip": "dim",
+    # control outcomes
+    "detected": "green",
+    "tolerated": "green",
+    "missed": "bold red",
+    "over-rejected": "bold red",
+    "unobservable": "yellow",
+    "unsupported": "dim",
+}
+"""Terminal colour per check status and control outcome."""
+
+
+def is_ci() -> bool:
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+def style_of(line: str) -> str | None:
+    for pattern in (CONTROL_LINE, STATUS_LINE):
+        found = pattern.match(line)
+        if found:
+            return STATUS_STYLES.get(found.group(1))
+    return None
+
+
+def is_detail(line: str) -> bool:
+    """A check's own detail line (shown with -v only): indented and neither a result nor a control's
+    outcome (a control's announcement `control FAULT (expect detect)` is detail: its outcome follows)."""
+    return line.startswith("  ") and style_of(line) is None
+
+
+class Reporter:
+    """The sink for the runner's `log` and `progress` callbacks."""
+
+    def __init__(self, verbosity: int = 1, color: ColorMode = "auto", plain: bool | None = None) -> None:
+        self.verbosity = verbosity
+        self.plain = is_ci() if plain is None else plain
+        self.color = color
+        self._console: Any = None
+        self._bars: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._plain_seen: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            options: dict[str, Any] = {"stderr": True, "highlight": False}
+            if self.color == "always":
+                options.update(force_terminal=True, no_color=False)
+            elif self.color == "never":
+                options.update(no_color=True)
+            self._console = Console(**options)
+        return self._console
+
+    def log(self, message: str) -> None:
+        if self.verbosity <= 0 or (self.verbosity < 2 and is_detail(message)):
+            return
+        self._finish_bars()
+        if self.plain and self.color != "always":
+            print(f"[gate] {message}", file=sys.stderr, flush=True)
+            return
+        self.console().print(message, style=style_of(message), highlight=False)
+
+    def progress(self, task: str, done: int, total: int) -> None:
+        if self.verbosity <= 0 or total <= 0:
+            return
+        now = time.monotonic()
+        started = self._started.setdefault(task, now)
+        if self.plain:
+            last = self._plain_seen.get(task)
+            if done >= total or last is None or now - last >= PLAIN_EVERY_S:
+                self._plain_seen[task] = now
+                print(f"[gate]   {task}: {done}/{total} ({now - started:.0f} s)", file=sys.stderr, flush=True)
+            if done >= total:
+                self._started.pop(task, None)
+                self._plain_seen.pop(task, None)
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self._bars is None:
+            self._bars = Progress(
+                TextColumn("  {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console(),
+                transient=True,
+            )
+            self._bars.start()
+        if task not in self._tasks:
+            self._tasks[task] = self._bars.add_task(task, total=total)
+        self._bars.update(self._tasks[task], completed=done, total=total)
+        if done >= total:
+            self._bars.remove_task(self._tasks.pop(task))
+            self._started.pop(task, None)
+
+    def _finish_bars(self) -> None:
+        if self._bars is not None and not self._tasks:
+            self._bars.stop()
+            self._bars = None
+
+    def close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
+            self._tasks.clear()
