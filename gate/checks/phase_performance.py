@@ -17,27 +17,10 @@ import time
 from typing import Any
 
 import torch
-from pydantic import Field
 
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import PhasePerformanceParams
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import DecodePath
-
-
-class PhasePerformanceParams(Params):
-    """Parameters of the phase-performance check."""
-
-    prompt_len: int = Field(default=1024, ge=8)
-    """Prompt tokens (clipped to the paths' max_len minus decode_tokens)."""
-    decode_tokens: int = Field(default=32, ge=1)
-    """Tokens decoded one at a time after the prefill."""
-    batch_size: int = Field(default=1, ge=1)
-    """Sequences per session."""
-    repeats: int = Field(default=5, ge=1, le=50)
-    """Measured runs per path (after one warm-up run each); the fastest is the headline."""
-    max_decode_ratio: float | None = Field(default=None, gt=0)
-    """Warn when candidate/reference time per decoded token exceeds this."""
-    max_bytes_ratio: float | None = Field(default=None, gt=0)
-    """Warn when candidate/reference live cache bytes exceed this."""
 
 
 def _sync(device: str) -> None:

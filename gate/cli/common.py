@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,13 +23,21 @@ policy_dir_option = click.option(
 )
 
 
+def echo(message: Any = None, **kwargs: Any) -> None:
+    """click.echo with control characters and bidi overrides written as `\\uXXXX` (gate._util.text):
+    text from a manifest, a ledger or a key cannot rewrite the terminal or reorder what it shows."""
+    from gate._util.text import printable
+
+    click.echo(printable(message) if isinstance(message, str) else message, **kwargs)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Print a GateError as one line on stderr and exit with its code; no traceback."""
     try:
         yield
     except GateError as err:
-        click.echo(f"gate: {err}", err=True)
+        echo(f"gate: {err}", err=True)
         sys.exit(err.exit_code)
 
 
@@ -52,14 +61,18 @@ STATUS_STYLES = {
 
 def progress_logger() -> Callable[[str], None]:
     """Rich styled lines on a terminal; plain lines in CI or when stderr is not a terminal."""
+    from gate._util.text import printable
+
     if is_ci():
-        return lambda msg: print(f"[gate] {msg}", file=sys.stderr, flush=True)
+        return lambda msg: print(f"[gate] {printable(msg)}", file=sys.stderr, flush=True)
     from rich.console import Console
 
     console = Console(stderr=True)
 
     def log(msg: str) -> None:
         status = STATUS_LINE.match(msg)
-        console.print(msg, style=STATUS_STYLES.get(status.group(1)) if status else None, highlight=False)
+        console.print(
+            printable(msg), style=STATUS_STYLES.get(status.group(1)) if status else None, highlight=False, markup=False
+        )
 
     return log

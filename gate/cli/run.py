@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option, progress_logger, user_errors
+from gate._util.text import printable
+from gate.cli.common import echo, policy_dir_option, progress_logger, user_errors
 from gate.cli.ledger_options import ledger_option
 
 
@@ -78,12 +79,12 @@ def command(
     result = outputs.result
     for check in result.checks:
         if check.status.value == "unproven":
-            click.echo(click.style(f"  UNPROVEN {check.check}: {check.message}", fg="yellow"))
+            click.echo(click.style(printable(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"))
     label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(f"verdict: {label} ({result.summary})", fg=colour, bold=True))
+    click.echo(click.style(printable(f"verdict: {label} ({result.summary})"), fg=colour, bold=True))
     for note in build_report(result).banner.notes:
-        click.echo(click.style(f"  {note}", fg=colour))
+        click.echo(click.style(printable(f"  {note}"), fg=colour))
     for path in outputs.files:
-        click.echo(f"  {path}")
+        echo(f"  {path}")
     sys.exit(result.exit_code)

@@ -57,6 +57,8 @@ class RunOptions:
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    prepared: tuple[LoadedManifest, Plan] | None = None
+    """What `prepare` returned for this manifest, when the caller already checked it."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -97,9 +99,9 @@ def _crash_result(base: dict[str, Any], crash: SubjectCrash, started: float) -> 
     )
 
 
-def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: CheckSpec[Params]) -> Params:
+def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type[Params]) -> Params:
     try:
-        return spec.params.model_validate(planned.params)
+        return model.model_validate(planned.params)
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
@@ -253,15 +255,67 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
     }
 
 
-def prepare(manifest_path: Path, policy_dirs: list[Path]) -> tuple[LoadedManifest, Plan]:
-    """Load, validate and plan; raises InputError / UnavailableError before anything runs."""
+def prepare(
+    manifest_path: Path, policy_dirs: list[Path], *, allow_unavailable: bool = False
+) -> tuple[LoadedManifest, Plan]:
+    """Load, validate and plan; raises InputError / UnavailableError before anything runs.
+
+    Everything `gate run` checks is checked here, for `gate validate` and `gate plan` too: the
+    manifest (limits, types, finite numbers), the policies, adapter options, each check's params
+    against its Params model, and that the device exists. `allow_unavailable` (for `gate plan`)
+    lists a check that is not installed instead of refusing the manifest.
+    """
     loaded = load_manifest(manifest_path)
     plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs))
     for planned in plan.checks:
-        if not planned.available:
+        if not planned.available and not allow_unavailable:
             raise UnavailableError(f"check {planned.check} required by policy {planned.source} is not available")
     validate_options(loaded)
+    for planned in plan.checks:
+        if planned.available:
+            _validated_params(loaded, planned, load_params_model(planned.check))
+    check_device(loaded)
     return loaded, plan
+
+
+def load_params_model(name: str) -> type[Params]:
+    """The params model of check `name`: for a built-in from gate.checks._params (no torch), for a
+    plugin by importing the plugin."""
+    from gate.checks._params import BUILTIN_PARAMS
+    from gate.core.registry import CHECK_GROUP, entry_point_of, load_check
+
+    ep = entry_point_of(CHECK_GROUP, name)
+    if ep is not None and name in BUILTIN_PARAMS and ep.value.startswith("gate.checks."):
+        return BUILTIN_PARAMS[name]
+    return load_check(name).params
+
+
+def check_device(loaded: LoadedManifest) -> None:
+    """Refuse a device this machine does not have (`cuda:99` on a CPU machine) as bad input."""
+    device = loaded.manifest.subject.device
+    if device == "cpu":
+        return
+    import torch
+
+    kind, _, index_text = device.partition(":")
+    index = int(index_text or 0)
+    count = 0
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    elif kind == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        count = xpu.device_count() if xpu is not None and xpu.is_available() else 0
+    elif kind == "mps":
+        count = 1 if torch.backends.mps.is_available() else 0
+    if index >= count:
+        line, col = loaded.doc.locate(("subject", "device"))
+        raise InputError(
+            loaded.doc.path,
+            f"device {device!r} does not exist on this machine ({count} {kind} device(s))",
+            line=line,
+            col=col,
+            field="subject.device",
+        )
 
 
 def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
@@ -272,7 +326,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
 
     started_at = now_utc()
     log = options.log
-    loaded, plan = prepare(manifest_path, options.policy_dirs)
+    loaded, plan = options.prepared or prepare(manifest_path, options.policy_dirs)
     manifest = loaded.manifest
     specs = {p.check: load_check(p.check) for p in plan.checks}
     waivers = None
@@ -283,7 +337,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         from gate.trust.waivers import ledger_waivers
 
         waivers = ledger_waivers(options.ledger, trust)  # a broken ledger stops the run before any check
-    params = {p.check: _validated_params(loaded, p, specs[p.check]) for p in plan.checks}
+    params = {p.check: _validated_params(loaded, p, specs[p.check].params) for p in plan.checks}
 
     subject = manifest.subject
     checks: list[CheckResult] = []
