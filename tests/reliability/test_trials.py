@@ -199,7 +199,7 @@ def test_kill_9_during_run_never_leaves_a_previous_run_as_current(tmp_path: Path
         if not out.exists():
             absent += 1
             continue
-        verified = CliRunner().invoke(cli, ["verify", str(out), "--key", f"{keys}.pub"])
+        verified = CliRunner().invoke(cli, ["verify", str(out), "--run-key", f"{keys}.pub"])
         assert verified.exit_code == 0, (trial, verified.output)
         description = json.loads((out / "results.json").read_text())["manifest"]["description"]
         stale += f"Run {current}." not in description
