@@ -208,35 +208,39 @@ def test_kill_9_during_run_never_leaves_a_previous_run_as_current(tmp_path: Path
     _record("kill -9 during gate run", trials=TRIALS, out_absent=absent, out_current_and_valid=complete, stale=stale)
 
 
-def _sqlite_writer(path: str, n: int) -> list[int]:
-    with Ledger.open(Path(path)) as ledger:
-        return [ledger.append("concurrent", {"i": i})[0].seq for i in range(n)]
-
-
-def _pg_writer(url: str, key: str, n: int) -> list[int]:
-    with Ledger.open(ledger_location(url), key_path=Path(key)) as ledger:
+def _writer(location: str, key: str, n: int) -> list[int]:
+    with Ledger.open(ledger_location(location), key_path=Path(key)) as ledger:
         return [ledger.append("concurrent", {"i": i})[0].seq for i in range(n)]
 
 
 WRITERS, APPENDS = 8, 40
 
 
-def test_concurrent_writers_on_sqlite(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.sqlite"
-    Ledger.open(path).close()
+def _concurrent_writers(location: str, key: Path, backend: str) -> None:
+    """WRITERS processes append APPENDS entries each: every seq once, the chain verifies."""
+    Ledger.open(ledger_location(location), key_path=key).close()
     with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
-        acked = pool.starmap(_sqlite_writer, [(str(path), APPENDS)] * WRITERS)
+        acked = pool.starmap(_writer, [(location, str(key), APPENDS)] * WRITERS)
     seqs = sorted(s for batch in acked for s in batch)
-    assert seqs == list(range(1, WRITERS * APPENDS + 1))
-    with Ledger.open(path, writable=False) as ledger:
-        assert ledger.size() == WRITERS * APPENDS and verify_chain(ledger).ok
     _record(
-        "concurrent writers (SQLite)",
+        f"concurrent writers ({backend})",
         writers=WRITERS,
         appends=WRITERS * APPENDS,
         lost=WRITERS * APPENDS - len(set(seqs)),
         duplicated=len(seqs) - len(set(seqs)),
     )
+    assert seqs == list(range(1, WRITERS * APPENDS + 1))
+    with Ledger.open(ledger_location(location), writable=False) as ledger:
+        assert ledger.size() == WRITERS * APPENDS and verify_chain(ledger).ok
+
+
+def _key(tmp_path: Path) -> Path:
+    generate_key_files(tmp_path / "ledger.key", tmp_path / "ledger.pub")
+    return tmp_path / "ledger.key"
+
+
+def test_concurrent_writers_on_sqlite(tmp_path: Path) -> None:
+    _concurrent_writers(str(tmp_path / "ledger.sqlite"), _key(tmp_path), "SQLite")
 
 
 @pytest.fixture(scope="module")
@@ -245,20 +249,4 @@ def pg_server() -> Iterator[str]:
 
 
 def test_concurrent_writers_on_postgresql(tmp_path: Path, pg_server: str) -> None:
-    url = new_database(pg_server, "concurrent")
-    key = tmp_path / "ledger.key"
-    generate_key_files(key, tmp_path / "ledger.pub")
-    Ledger.open(ledger_location(url), key_path=key).close()
-    with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
-        acked = pool.starmap(_pg_writer, [(url, str(key), APPENDS)] * WRITERS)
-    seqs = sorted(s for batch in acked for s in batch)
-    assert seqs == list(range(1, WRITERS * APPENDS + 1))
-    with Ledger.open(ledger_location(url), writable=False) as ledger:
-        assert ledger.size() == WRITERS * APPENDS and verify_chain(ledger).ok
-    _record(
-        "concurrent writers (PostgreSQL)",
-        writers=WRITERS,
-        appends=WRITERS * APPENDS,
-        lost=WRITERS * APPENDS - len(set(seqs)),
-        duplicated=len(seqs) - len(set(seqs)),
-    )
+    _concurrent_writers(new_database(pg_server, "concurrent"), _key(tmp_path), "PostgreSQL")

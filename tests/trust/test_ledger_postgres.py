@@ -111,3 +111,25 @@ def test_concurrent_writers_are_serialised_by_the_database(url: str, key: Path) 
     assert seqs == list(range(1, 41))  # none lost, none duplicated
     with Ledger.open(ledger_location(url), writable=False) as ledger:
         assert verify_chain(ledger).ok
+
+
+def test_a_run_records_to_a_postgresql_ledger(
+    url: str, key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from gate.engine import runner
+    from gate.engine.pipeline import run_pipeline
+    from tests.support.repo import EXAMPLES
+    from tests.trust.runs import signed_run
+
+    run_key = tmp_path / "run.key"
+    generate_key_files(run_key, tmp_path / "run.pub")
+    monkeypatch.setenv("GATE_LEDGER_KEY", str(key))
+    monkeypatch.setattr(runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, run_key)[1])
+    outputs = run_pipeline(EXAMPLES / "reference-static-layout.yaml", tmp_path / "out", sign_key=run_key, ledger=url)
+    assert outputs.ledger_seq == 1
+    receipt = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert receipt["ledger"] == url and receipt["entry"]["seq"] == 1
+    with Ledger.open(ledger_location(url), writable=False) as ledger:
+        assert verify_chain(ledger).ok and ledger.size() == 1
