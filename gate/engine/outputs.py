@@ -119,19 +119,19 @@ class StagedOutput:
         out = self.out
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            self._remove_orphans()
-            self.staging = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
-            probe = self.staging / ".probe"
-            probe.write_bytes(b"gate")
-            probe.unlink()
-            if out.is_dir():
+            if out.is_dir():  # first, so that from here on --out never holds the previous run
                 if any(out.iterdir()):
                     if self.previous.exists():
                         shutil.rmtree(self.previous)
                     os.replace(out, self.previous)
                 else:
                     out.rmdir()
-            _fsync_dir(out.parent)
+                _fsync_dir(out.parent)
+            self._remove_orphans()
+            self.staging = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
+            probe = self.staging / ".probe"
+            probe.write_bytes(b"gate")
+            probe.unlink()
         except OSError as err:
             self.abort()
             raise write_failure(out, err) from None

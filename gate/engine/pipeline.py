@@ -79,10 +79,10 @@ def run_pipeline(
     keep = [manifest_path, local_ledger, key_path, trust_path, cache_path, *(policy_dirs or [])]
     staged = StagedOutput(out, keep=keep)
     staged.check()  # a bad --out fails before anything runs, moves or is written
-    if key_path is not None:
-        load_private_key(key_path)  # so does a missing or bad key
-    staging = staged.begin()  # the previous run is now <out>.previous: never mistaken for this one
+    staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
     try:
+        if key_path is not None:
+            load_private_key(key_path)  # a missing or bad key fails before any check runs
         prepared = prepare(manifest_path, list(policy_dirs or []))  # bad input: exit 2 before any check
         result = run_manifest(
             manifest_path,
