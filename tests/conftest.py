@@ -52,5 +52,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="slow reliability trials: run by .ci/postgres.sh (GATE_RELIABILITY=1)")
     for item in items:
-        if "reliability" in item.keywords:
+        if item.get_closest_marker("reliability") is not None:
             item.add_marker(skip)

@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="llama-server is not built: run `make engine` (or set GATE_LLAMA_SERVER)")
     for item in items:
-        if "engine" in item.keywords:
+        if item.get_closest_marker("engine") is not None:  # not `in item.keywords`: that matches tests/engine/ too
             item.add_marker(skip)
 
 
