@@ -17,6 +17,10 @@ EXIT_ENGINE_TIMEOUT = 13
 EXIT_ENGINE_BAD_REPLY = 14
 EXIT_ENGINE_VOCAB_MISMATCH = 15
 EXIT_ENGINE_NEVER_HIT = 16
+EXIT_INTERRUPTED = 130
+"""Stopped by SIGINT (Ctrl-C): 128 + 2, the shell's convention, so a cancelled job never reads as a failed gate."""
+EXIT_TERMINATED = 143
+"""Stopped by SIGTERM (a CI runner cancelling the job): 128 + 15."""
 
 
 class GateError(Exception):
@@ -33,6 +37,7 @@ class InputError(GateError):
     def __init__(
         self, file: str, message: str, *, line: int | None = None, col: int | None = None, field: str | None = None
     ) -> None:
+        message = " ".join(message.split("\n"))  # one line, whatever a library put in it
         self.file, self.line, self.col, self.field, self.message = file, line, col, field, message
         self.more: list[InputError] = []
         """Further errors found in the same file, each its own one-line error."""
@@ -42,6 +47,17 @@ class InputError(GateError):
     def lines(self) -> list[str]:
         """This error and every further one in the same file, one line each."""
         return [str(self), *(str(e) for e in self.more)]
+
+
+class OutputError(GateError):
+    """`--out` cannot hold a run (a file, read-only, full, under a file, over a size limit): exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by gate's SIGTERM handler; like KeyboardInterrupt, no `except Exception`
+    inside a check can swallow it."""
 
 
 class UnavailableError(GateError):

@@ -42,3 +42,15 @@ def write_manifest(tmp_path: Path):  # type: ignore[no-untyped-def]
         return path
 
     return write
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reliability trials (crash trials, concurrent writers) are slow: `.ci/postgres.sh` runs them."""
+    import os
+
+    if os.environ.get("GATE_RELIABILITY") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow reliability trials: run by .ci/postgres.sh (GATE_RELIABILITY=1)")
+    for item in items:
+        if item.get_closest_marker("reliability") is not None:
+            item.add_marker(skip)

@@ -2,12 +2,19 @@
 
 pydantic reports a location like ("claim", "tolerance", "atol"); `locate` walks the composed YAML
 node tree along that path (skipping union tags that are not keys) to the offending key's mark.
+
+Hostile documents are refused with a located InputError before they are built (docs/reliability.md):
+at most `MAX_DOCUMENT_BYTES`, `MAX_DEPTH` levels of nesting, `MAX_NODES` nodes counted with every
+alias expanded (no billion laughs), integers within int64 and floats finite (no `.inf`, `.nan`,
+`1e999999`).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -33,22 +40,141 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+MAX_DOCUMENT_BYTES = 1024 * 1024
+"""Largest manifest or policy file read (1 MiB; the largest shipped one is a few KiB)."""
+MAX_DEPTH = 32
+"""Deepest nesting of mappings and sequences."""
+MAX_NODES = 20_000
+"""Most nodes in a document, counting what every alias expands to."""
+INT64_MAX = 2**63 - 1
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_DIGITS = re.compile(r"[0-9a-fA-F]")
+_constructor = yaml.SafeLoader("")
+
+
+def _too_deep(path: str, text: str) -> None:
+    """Refuse nesting past MAX_DEPTH from the parser's events (the parser keeps an explicit stack;
+    the composer and constructor recurse, so depth must be known before they run)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_UniqueKeyLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    raise InputError(
+                        path,
+                        f"nested deeper than {MAX_DEPTH} levels (limit of gate documents)",
+                        line=mark.line + 1 if mark else 1,
+                        col=mark.column + 1 if mark else 1,
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError:
+        return  # the composer reports syntax errors with their position
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for kv in node.value for n in kv]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _walk(node: yaml.Node) -> Iterator[tuple[yaml.Node, tuple[int | str, ...]]]:
+    """Every node (keys included) with its path, each distinct node once (aliases share nodes)."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[int | str, ...]]] = [(node, ())]
+    while stack:
+        current, where = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current, where
+        if isinstance(current, yaml.MappingNode):
+            for k, v in current.value:
+                stack.extend(((k, (*where, str(k.value))), (v, (*where, str(k.value)))))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((v, (*where, i)) for i, v in enumerate(current.value))
+
+
+def _refuse_expansion(root: yaml.Node, path: str) -> None:
+    """Refuse a document over MAX_NODES once aliases expand, at the node where the growth happens
+    (the smallest node over the limit: a billion-laughs block is named by its line)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        nid = id(node)
+        if children_done:
+            children = [sizes[id(c)] for c in _children(node)]
+            sizes[nid] = min(1 + sum(children), MAX_NODES + 1)
+            visiting.discard(nid)
+            if sizes[nid] > MAX_NODES and all(size <= MAX_NODES for size in children):
+                mark = node.start_mark
+                raise InputError(
+                    path,
+                    f"more than {MAX_NODES} nodes once aliases are expanded (limit of gate documents)",
+                    line=mark.line + 1,
+                    col=mark.column + 1,
+                )
+            continue
+        if nid in sizes:
+            continue
+        if nid in visiting:  # reached again from inside itself
+            mark = node.start_mark
+            raise InputError(path, "recursive alias", line=mark.line + 1, col=mark.column + 1)
+        visiting.add(nid)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+
+
+def _check_scalars(path: str, root: yaml.Node) -> None:
+    """Integers within int64, floats finite, each refused at its own line."""
+    for node, where in _walk(root):
+        if not isinstance(node, yaml.ScalarNode) or node.tag not in (_INT_TAG, _FLOAT_TAG):
+            continue
+        field = _field_path(where)
+        line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        if node.tag == _INT_TAG:
+            if len(_DIGITS.findall(node.value)) > 19 or abs(_constructor.construct_yaml_int(node)) > INT64_MAX:
+                raise InputError(path, f"integer {node.value[:24]} is outside int64", line=line, col=col, field=field)
+        elif not math.isfinite(_constructor.construct_yaml_float(node)):
+            raise InputError(path, f"{node.value[:24]} is not a finite number", line=line, col=col, field=field)
+
 
 class LoadedYaml:
     """A parsed YAML document plus its node tree, for locating errors."""
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
+        if len(text) > MAX_DOCUMENT_BYTES:
+            raise InputError(
+                path, f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
+            )
         try:
+            _too_deep(path, text)
             self.node = yaml.compose(text, Loader=_UniqueKeyLoader)
+            if self.node is not None:
+                _refuse_expansion(self.node, path)
+                _check_scalars(path, self.node)
             self.data: Any = yaml.load(text, Loader=_UniqueKeyLoader)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
             line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
             problem = err.problem or str(err)
             raise InputError(path, f"invalid YAML: {problem}", line=line, col=col) from None
+        except yaml.reader.ReaderError as err:  # a character YAML does not allow (NUL, ...): no mark, a position
+            before = text[: err.position]
+            line, col = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+            raise InputError(
+                path, f"invalid YAML: character {err.character!r} is not allowed", line=line, col=col
+            ) from None
         except yaml.YAMLError as err:
-            raise InputError(path, f"invalid YAML: {err}") from None
+            raise InputError(path, f"invalid YAML: {err}", line=1, col=1) from None
 
     def locate(self, loc: Sequence[int | str]) -> tuple[int, int]:
         """Line and column (1-based) of the deepest node on `loc` that exists."""
@@ -95,6 +221,10 @@ def _is_union_tag(part: int | str) -> bool:
 def read_yaml(path: Path) -> LoadedYaml:
     """Read and parse a YAML file, turning I/O and syntax problems into InputError."""
     try:
+        if path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise InputError(
+                str(path), f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(str(path), f"cannot read: {err.__class__.__name__}: {err}") from None

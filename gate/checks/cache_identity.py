@@ -19,11 +19,10 @@ The cache-identity example (background) holds exactly on a block-size-1 worker: 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from gate.checks._compare import compare_rows, tolerance_for
+from gate.checks._params import CacheIdentityParams
 from gate.checks._prefix_support import (
     SEED_003_A,
     SEED_003_B,
@@ -36,24 +35,10 @@ from gate.checks._prefix_support import (
     reference_oracle,
     seeded_ids,
 )
-from gate.core.check import CheckContext, Outcome, Params, check
-from gate.core.manifest import IdentityField
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import PrefixCaching
 
 TENANT = "tenant-a"
-
-
-class CacheIdentityParams(Params):
-    """Which fields to vary and how long the probe is."""
-
-    fields: list[IdentityField] | None = None
-    """Identity fields to probe; default: every field the manifest declares."""
-    prompt_blocks: int = Field(default=3, ge=2, le=64)
-    """Full blocks in the probe prompt (its length is prompt_blocks * block_size + 2)."""
-    seed_example_block_size: int = Field(default=1, ge=1, le=2)
-    """Block size of the worker that replays the cache-identity example (1 or 2 keeps it meaningful)."""
-    unverifiable: Literal["fail", "warn"] = "fail"
-    """What a declared field the candidate cannot vary does to the verdict."""
 
 
 def _variant(worker: PrefixCaching, field: str) -> tuple[PrefixCaching, dict[str, Any], Hashable] | None:

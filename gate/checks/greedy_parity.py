@@ -18,30 +18,12 @@ import itertools
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
 
 from gate.checks._compare import random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import GreedyParityParams
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import DecodePath, LayoutBoundaries
-
-
-class GreedyParityParams(Params):
-    tokens: list[int] | None = None
-    """Continuation lengths that must match (default: the claim's `tokens` for greedy-tokens, else [8, 64])."""
-    prompt_lengths: list[int] = Field(default_factory=lambda: [7, 100])
-    """Prompt lengths; each is a separate batch of random prompts."""
-    batch: int = Field(default=2, ge=1, le=64)
-    """Prompts per batch."""
-    top_k: int = Field(default=5, ge=1, le=50)
-    """Logits kept per row at the first diverging step."""
-    atol: float | None = Field(default=None, ge=0)
-    """Tie band: absolute part (default: the claim's, else dtype-aware)."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Tie band: relative part (default: the claim's, else dtype-aware)."""
-    chunked_prompt: bool | None = None
-    """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
-    scheduling changes)."""
 
 
 def prompt_cuts(path: DecodePath, prompt_len: int) -> list[int]:

@@ -9,9 +9,8 @@ and matches the reference path. The run must show collisions happened, or it pro
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from gate.checks._compare import tolerance_for
+from gate.checks._params import HashCollisionParams
 from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
@@ -21,19 +20,8 @@ from gate.checks._prefix_support import (
     reference_oracle,
     seeded_ids,
 )
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, check
 from gate.prefix.cache import weak_hash
-
-
-class HashCollisionParams(Params):
-    """Strength of the injected hash and size of the workload."""
-
-    bits: int = Field(default=2, ge=1, le=16)
-    """Bits of the injected hash: 2**bits buckets for every block."""
-    prompts: int = Field(default=6, ge=2, le=64)
-    """Distinct prompts; pairs of them share a first block so chains collide below a common parent."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
 @check("hash-collision", params=HashCollisionParams)

@@ -18,9 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from gate.checks._compare import tolerance_for
+from gate.checks._params import InvalidationParams
 from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
@@ -29,16 +28,7 @@ from gate.checks._prefix_support import (
     recompute_oracle,
     seeded_ids,
 )
-from gate.core.check import CheckContext, Outcome, Params, check
-
-
-class InvalidationParams(Params):
-    """Update seeds and probe sizes."""
-
-    update_seed: int = Field(default=1, ge=0)
-    """Seed of the weight and adapter updates."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
+from gate.core.check import CheckContext, Outcome, check
 
 
 @check("invalidation", params=InvalidationParams)

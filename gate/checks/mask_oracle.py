@@ -19,9 +19,9 @@ from fractions import Fraction
 from typing import Any
 
 import torch
-from pydantic import Field
 
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import MaskOracleParams
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import AttentionProbe
 
 SEED_VALUES = (2, 4, 8, 16, 32)
@@ -29,19 +29,6 @@ OTHER_VALUES = (3, 5, 7, 11, 13)
 """Batch row 1: a second, independent request."""
 RESET_VALUES = ((1, 3, 5, 7), (6, 10, 14, 18))
 """The request after a reset (rows 0 and 1)."""
-
-
-class MaskOracleParams(Params):
-    rtol: float = Field(default=1e-5, gt=0)
-    """Relative tolerance on the oracle's outputs (they are exact rationals; float32 rounding only)."""
-    heads: int = Field(default=4, ge=1)
-    """Query heads of the nonzero-score variant."""
-    kv_heads: int = Field(default=2, ge=1)
-    """KV heads of the nonzero-score variant (grouped-query attention when fewer than heads)."""
-    head_dim: int = Field(default=8, ge=1)
-    """Head dimension of the nonzero-score variant."""
-    poison_tail: bool = True
-    """Repeat every case with NaN written into the allocated-but-unused cache slots."""
 
 
 @dataclass

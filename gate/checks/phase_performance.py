@@ -26,53 +26,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
-
+from gate.checks._params import PhasePerformanceParams
 from gate.checks._serving import replay
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, check
 from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
-from gate.core.manifest import Budget, ClockName
+from gate.core.manifest import Budget
 from gate.core.scenario import conversations, load_scenario
 from gate.protocols import KVGeometry
 
-WATCHED: tuple[ClockName, ...] = ("ttft_p95", "tpot_p95", "itl_p95", "throughput", "live_bytes")
-"""Unbudgeted clocks judged by default: one per clock family."""
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_SAMPLES = 400
 """Latency samples per path kept in the evidence for the dossier's distribution plot."""
 MAX_MEMORY_POINTS = 200
 """Live-bytes points per path kept in the evidence for the dossier's plot."""
-
-
-class PhasePerformanceParams(Params):
-    """Parameters of the phase-performance check."""
-
-    scenario: str = "chat-shared-prefix"
-    """A shipped scenario's name (scenarios/*.yaml) or a path to a scenario file."""
-    conversations: int | None = Field(default=None, ge=1, le=4096)
-    """Override the scenario's number of conversations (smaller for a quick run)."""
-    max_concurrent: int | None = Field(default=None, ge=1, le=4096)
-    """Override the scenario's admission limit."""
-    repeats: int = Field(default=6, ge=2, le=100)
-    """Replays per path, alternating which path goes first: the paired observations each interval is built from."""
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    """Two-sided confidence of each ratio's interval."""
-    resamples: int = Field(default=2000, ge=200, le=100_000)
-    """Bootstrap resamples per interval."""
-    min_effect: float = Field(default=0.10, ge=0, le=10)
-    """Without a budget, warn when a clock is confidently worse than the reference by more than this
-    share (its interval clears 1 + min_effect; fourteen clocks are judged at once, so a margin keeps
-    an unchanged candidate quiet)."""
-    watch: list[ClockName] = Field(default_factory=lambda: list(WATCHED))
-    """Clocks judged without a budget (a confident regression warns); the rest are reported only."""
-    gross: float = Field(default=2.0, gt=1)
-    """Without a budget, also warn when a watched clock's point estimate is this many times worse even
-    though the noise leaves its interval unresolved: a gross slowdown is never a green pass."""
-    show_savings: bool = False
-    """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
-    passes only when the whole interval lies within it."""
-    budgets: dict[ClockName, Budget] = Field(default_factory=dict)
-    """Default budgets from the policy; the manifest's `performance` section replaces them clock by clock."""
 
 
 def _verdict(

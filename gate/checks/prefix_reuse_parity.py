@@ -13,11 +13,8 @@ entitled to reuse. A run in which nothing was reused fails: parity would prove n
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
 from gate.checks._compare import tolerance_for
+from gate.checks._params import PrefixReuseParityParams
 from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
@@ -28,31 +25,7 @@ from gate.checks._prefix_support import (
     reference_oracle,
     seeded_ids,
 )
-from gate.core.check import CheckContext, Outcome, Params, check
-
-
-class PrefixReuseParityParams(Params):
-    """Workload of the parity check."""
-
-    compare: Literal["logits", "greedy"] = "logits"
-    """logits: every row within tolerance with the same argmax. greedy: the same argmax on every
-    row (greedy continuations token for token); |Δlogit| over tolerance is only reported."""
-    sequences: int = Field(default=2, ge=1, le=16)
-    """Base sequences, each with its own family of requests."""
-    base_blocks: int = Field(default=4, ge=2, le=64)
-    """Full blocks in each base sequence (its length is base_blocks * block_size + 1)."""
-    lengths: list[int] | None = None
-    """Shared-prefix lengths; default 0, 1 and every block boundary ±1 up to the base length."""
-    suffix_len: int = Field(default=3, ge=1)
-    """Fresh tokens after the shared prefix."""
-    new_tokens: int | None = Field(default=None, ge=1)
-    """Greedy continuation per request; default 4, or the longest of a greedy-tokens claim."""
-    byte_budget: int | None = Field(default=None, ge=1)
-    """Run on a worker with this cache budget (exercises eviction); default: the candidate's."""
-    atol: float | None = Field(default=None, ge=0)
-    """Absolute logit tolerance; default: the claim's, else the dtype default."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Relative logit tolerance; default: the claim's, else the dtype default."""
+from gate.core.check import CheckContext, Outcome, check
 
 
 def _boundary_lengths(block_size: int, limit: int) -> list[int]:

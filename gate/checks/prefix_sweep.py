@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
 
 from gate.checks._compare import (
     DENY_ALLOWANCE,
@@ -35,34 +34,10 @@ from gate.checks._compare import (
     tolerance_for,
 )
 from gate.checks._diagnosis import diagnose
-from gate.checks._sweep import SEED_LENGTHS, cached_sweep, sweep_lengths
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import PrefixSweepParams
+from gate.checks._sweep import cached_sweep, sweep_lengths
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import DecodePath, LayoutBoundaries
-
-
-class PrefixSweepParams(Params):
-    lengths: list[int] = Field(default_factory=lambda: list(SEED_LENGTHS))
-    """Prefix lengths always visited (background: parity), clipped to the longest prefix."""
-    log_spaced: int = Field(default=64, ge=0, le=4096)
-    """How many log-spaced lengths from 1 to the longest prefix to add."""
-    boundaries: bool = True
-    """Add every layout boundary ±1 the candidate reports (block and chunk edges, windows)."""
-    every_length_up_to: int | None = Field(default=None, ge=1)
-    """Also visit every length 1..N (dense sweep)."""
-    longest: int | None = Field(default=None, ge=1)
-    """Longest prefix; default: the smaller model's max_len - 1. Setting it scopes the claim: the
-    standard lengths beyond it are not wanted (the result records the scope)."""
-    batch: int = Field(default=2, ge=1, le=64)
-    """Independent random sequences, run as one batch."""
-    compare: Literal["full", "cached"] = "full"
-    """full: against one full pass (argmax + tolerance). cached: also bit-identical to the
-    reference path running the same cached schedule (the only honest `exact`)."""
-    atol: float | None = Field(default=None, ge=0)
-    """Absolute logit tolerance (default: the claim's, else dtype-aware)."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Relative logit tolerance (default: the claim's, else dtype-aware)."""
-    evidence_rows: int = Field(default=96, ge=8, le=1024)
-    """Most per-length rows kept in the evidence (failures first, then evenly spaced)."""
 
 
 @check("prefix-sweep", params=PrefixSweepParams)

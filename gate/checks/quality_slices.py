@@ -15,49 +15,20 @@ import hashlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import QualitySlicesParams
+from gate.core.check import CheckContext, Outcome, check
 from gate.core.manifest import Envelope
 from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import Clock, SampleScores, score_batch
 from gate.quality.spec import SliceSpec, load_slice
-from gate.quality.stats import MIN_SAMPLES, Judgement, judge, min_sample_size
+from gate.quality.stats import Judgement, judge, min_sample_size
 from gate.quality.text import TextSpace
 from gate.quality.vocab import TokenSpace, render
-
-
-class QualitySlicesParams(Params):
-    """Parameters of the quality-slices check."""
-
-    samples: int | None = Field(default=None, ge=1)
-    """Evaluate exactly this many samples per slice (no power sizing, no top-up). Fewer than a
-    slice needs for its declared effect makes its envelopes fail as underpowered."""
-    max_samples: int | None = Field(default=None, ge=1)
-    """Cap on samples per slice (default: the slice's own max_samples)."""
-    batch_size: int = Field(default=8, ge=1)
-    """Samples of equal prompt length scored together."""
-    worst: int = Field(default=3, ge=0, le=20)
-    """Worst samples kept per envelope."""
-    log_samples: int = Field(default=500, ge=0, le=20000)
-    """Samples per slice kept in the evidence (flipped first) for the dossier's JSONL download."""
-    dataset_seed: int | None = None
-    """Seed the slices are built from (default: the manifest's subject seed)."""
-    space: Literal["auto", "tokens", "text"] = "auto"
-    """Token space (ids), text space (the model's tokenizer), or auto: text when the reference
-    path exposes a `tokenizer`, tokens otherwise."""
-    extra_slices: list[str] = Field(default_factory=list)
-    """Slices scored and reported without an envelope (context for the dossier)."""
-    min_samples: int = Field(default=MIN_SAMPLES, ge=2)
-    """No envelope is judged on fewer samples than this."""
-    bootstrap_resamples: int = Field(default=2000, ge=200)
-    """Resamples of the paired bootstrap."""
-    evals_dir: str | None = None
-    """Directory of slice definitions (default: the shipped evals/)."""
 
 
 def _space(ctx: CheckContext, params: QualitySlicesParams) -> tuple[TokenSpace | TextSpace, Any]:

@@ -11,25 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import Field
 
 from gate.checks._compare import bits_equal, compare_rows, random_tokens, tolerance_for
 from gate.checks._diagnosis import BUG_CLASSES
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.checks._params import ResetIsolationParams
+from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import Session
-
-
-class ResetIsolationParams(Params):
-    first: int = Field(default=24, ge=1)
-    """Prompt tokens of request A."""
-    second: int = Field(default=17, ge=1)
-    """Prompt tokens of request B (different from A, so a stale offset shows)."""
-    steps: int = Field(default=8, ge=0)
-    """Tokens appended one at a time after each prompt."""
-    batch: int = Field(default=2, ge=1, le=64)
-    """Sequences per request batch."""
-    exact: bool = True
-    """Bit-identical to fresh runs (same path, same shapes). False: argmax agreement within tolerance."""
 
 
 def _run(session: Session, tokens: torch.Tensor, prompt: int) -> torch.Tensor:

@@ -23,52 +23,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
 
 from gate._util.numbers import significant
+from gate.checks._params import (
+    SpecDistributionParams,
+)
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, check
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import g_test, power, required_samples
 from gate.speculative.law import Law, NextTokenTable, Seq, sampler_law, target_law
 from gate.speculative.sampler import CORRECT, FAULTS, SpecStats, apply_fault, warp
 
-DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 MAX_EVIDENCE_CELLS = 300
 NEAR_TIE = 1e-4
 """A k-th/(k+1)-th logit gap (after temperature) below this makes top-k membership numerically fragile."""
-
-
-class SpecDistributionParams(Params):
-    temperature: float = Field(default=1.0, gt=0)
-    """Sampling temperature, applied identically to target and draft."""
-    top_k: int = Field(default=4, ge=2, le=32)
-    """Top-k truncation: keeps the enumeration to at most top_k^horizon cells."""
-    horizon: int | None = Field(default=None, ge=1, le=8)
-    """Tokens per sampled continuation; default k + 1 (the least that shows bonus-token bugs)."""
-    prompt_len: int = Field(default=4, ge=1, le=512)
-    """Length of the seeded random prompt every continuation starts from."""
-    min_samples: int = Field(default=2000, ge=50)
-    """Floor on the sample size (the power-derived size is often smaller)."""
-    max_samples: int = Field(default=200_000, ge=100)
-    """Ceiling on the sample size; a fault the test cannot see with this many samples fails the check."""
-    batch_size: int = Field(default=2048, ge=1)
-    """Continuations sampled per batched call."""
-    power_against: list[str] = Field(default_factory=lambda: list(DISTRIBUTION_FAULTS))
-    """Sampler faults the sample size must detect with the declared power."""
-    min_rejections: int = Field(default=10, ge=1)
-    """Fewer rejected drafts than this means the residual path never ran: nothing was exercised."""
-    max_cells: int = Field(default=20_000, ge=10)
-    """Refuse enumerations larger than this (raise top-k or horizon with care)."""
-
-    @field_validator("power_against")
-    @classmethod
-    def _known_faults(cls, value: list[str]) -> list[str]:
-        unknown = [f for f in value if f not in FAULTS]
-        if unknown:
-            raise ValueError(f"unknown sampler faults {unknown} (known: {', '.join(FAULTS)})")
-        return value
 
 
 def _table(fn: Any, prompt: torch.Tensor, temperature: float, top_k: int) -> NextTokenTable:

@@ -12,23 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import Field
 
+from gate.checks._params import SpecGreedyParams
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.core.check import CheckContext, Outcome, check
 from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import DecodePath
-
-
-class SpecGreedyParams(Params):
-    n_tokens: int | None = Field(default=None, ge=1, le=4096)
-    """Continuation length; default: the longest of a greedy-tokens claim's lengths, else 32."""
-    prompts: int = Field(default=8, ge=1, le=1024)
-    """Seeded random prompts decoded as one batch."""
-    prompt_len: int = Field(default=8, ge=1, le=4096)
-    """Tokens per prompt."""
-    min_rejections: int = Field(default=1, ge=1)
-    """Rejected drafts required as proof that verification ran."""
 
 
 def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -> torch.Tensor:

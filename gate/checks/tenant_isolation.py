@@ -10,9 +10,8 @@ cross-tenant request must also match its own uncached computation.
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from gate.checks._compare import tolerance_for
+from gate.checks._params import TenantIsolationParams
 from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
@@ -22,16 +21,7 @@ from gate.checks._prefix_support import (
     recompute_oracle,
     seeded_ids,
 )
-from gate.core.check import CheckContext, Outcome, Params, check
-
-
-class TenantIsolationParams(Params):
-    """Prompts and tenants probed."""
-
-    prompts: int = Field(default=2, ge=1, le=16)
-    """Distinct prompts, each served to every tenant."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
+from gate.core.check import CheckContext, Outcome, check
 
 
 @check("tenant-isolation", params=TenantIsolationParams)

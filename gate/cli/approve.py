@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
 
 
@@ -69,8 +69,8 @@ def command(
         )
     record = done.record
     verb = "already approved" if done.reused else "approved"
-    click.echo(f"{verb}: {directory} by {record['approver']} (key {record['keyid'][:16]})")
-    click.echo(f"  dossier digest sha256:{record['statement_sha256']}")
-    click.echo(f"  ledger {path}: entry #{done.entry.seq}")
+    echo(f"{verb}: {directory} by {record['approver']} (key {record['keyid'][:16]})")
+    echo(f"  dossier digest sha256:{record['statement_sha256']}")
+    echo(f"  ledger {path}: entry #{done.entry.seq}")
     for written in done.written:
-        click.echo(f"  {written}")
+        echo(f"  {written}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.roles import load_roles, trust_options
 
@@ -86,27 +86,29 @@ def command() -> None:
 @ledger_option
 def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool, ledger_path: Path | None) -> None:
     """List ledger entries, oldest first."""
-    with user_errors():
+    with user_errors():  # a corrupt body is one line too
         after = _since(since)
         with _open(ledger_path) as ledger:
             entries = list(ledger.entries())
-    approx_names = {
-        (e.body.get("manifest") or {}).get("name") for e in entries if e.kind == "run" and e.body.get("approximate")
-    }
-    for entry in entries:
-        body = entry.body
-        if kind and entry.kind != kind:
-            continue
-        if after and entry.time < after:
-            continue
-        if approximate:
-            name = (body.get("manifest") or {}).get("name") or body.get("manifest_name")
-            if not (body.get("approximate") or entry.kind == "approval" or name in approx_names):
-                continue
-        if as_json:
-            click.echo(json.dumps({"id": entry.seq, "hash": entry.hash, **body}, sort_keys=True))
-        else:
-            click.echo(f"#{entry.seq:<5} {entry.time}  {entry.kind:<8} {_summary(body)}")
+            approx_names = {
+                (e.body.get("manifest") or {}).get("name")
+                for e in entries
+                if e.kind == "run" and e.body.get("approximate")
+            }
+            for entry in entries:
+                body = entry.body
+                if kind and entry.kind != kind:
+                    continue
+                if after and entry.time < after:
+                    continue
+                if approximate:
+                    name = (body.get("manifest") or {}).get("name") or body.get("manifest_name")
+                    if not (body.get("approximate") or entry.kind == "approval" or name in approx_names):
+                        continue
+                if as_json:
+                    echo(json.dumps({"id": entry.seq, "hash": entry.hash, **body}, sort_keys=True))
+                else:
+                    echo(f"#{entry.seq:<5} {entry.time}  {entry.kind:<8} {_summary(body)}")
 
 
 @command.command("show")
@@ -118,22 +120,22 @@ def show(entry_id: int, ledger_path: Path | None) -> None:
         entry = ledger.get(entry_id)
         checkpoint = ledger.checkpoint(entry_id)
     if entry is None:
-        click.echo(f"gate: no entry #{entry_id}", err=True)
+        echo(f"gate: no entry #{entry_id}", err=True)
         sys.exit(2)
-    click.echo(f"entry     #{entry.seq} ({entry.kind}, {entry.time})")
-    click.echo(f"hash      {entry.hash}")
-    click.echo(f"prev      {entry.prev}")
+    echo(f"entry     #{entry.seq} ({entry.kind}, {entry.time})")
+    echo(f"hash      {entry.hash}")
+    echo(f"prev      {entry.prev}")
     if checkpoint is not None:
-        click.echo(
+        echo(
             f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]}, key {checkpoint.keyid[:16]}, "
             f"signed {checkpoint.time}"
         )
-    click.echo(json.dumps(entry.body, indent=2, sort_keys=True, ensure_ascii=False))
+    echo(json.dumps(entry.body, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _echo(ok: bool | None, text: str) -> None:
     mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
-    click.echo(f"{mark} {text}", err=ok is False)
+    echo(f"{mark} {text}", err=ok is False)
 
 
 @command.command("trace")
@@ -164,26 +166,26 @@ def trace_(
         trust = load_roles(trust_path, run_keys, approver_keys)
         report, traces = trace(ledger, ref, trust=trust, dossier=dossier)
     if not traces:
-        click.echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {MIN_REF}+ characters)", err=True)
+        echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {MIN_REF}+ characters)", err=True)
         sys.exit(2)
     ok = report.ok
     related: set[int] = set()
     for item in traces:
         body = item.run.body
         related |= item.related
-        click.echo(f"run #{item.run.seq} ({item.run.time}): {_summary(body)}")
-        click.echo(f"  dossier   {item.dossier}")
-        click.echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
+        echo(f"run #{item.run.seq} ({item.run.time}): {_summary(body)}")
+        echo(f"  dossier   {item.dossier}")
+        echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
         for finding in [*item.findings, *(item.check.findings if item.check else [])]:
             _echo(finding.ok, finding.text)
-        click.echo(f"  status    {item.status}")
+        echo(f"  status    {item.status}")
         for waiver in item.waivers:
             applied = waiver.seq in (body.get("waivers") or [])
             why = report.untrusted.get(waiver.seq)
             trusted = f" (untrusted: {'; '.join(why)})" if why else ""
             _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
         if item.ok and item.check is not None:
-            click.echo(f"  verified: {item.check.summary()}")
+            echo(f"  verified: {item.check.summary()}")
         ok = ok and item.ok
     for seq, why in sorted(report.untrusted.items()):
         if seq not in related:
@@ -193,7 +195,7 @@ def trace_(
         _echo(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
     else:
         _echo(False, f"ledger: {bad.message}")
-    click.echo("VERIFIED" if ok else "NOT VERIFIED")
+    echo("VERIFIED" if ok else "NOT VERIFIED")
     sys.exit(0 if ok else 1)
 
 
@@ -244,26 +246,26 @@ def verify_(
     chain = report.chain
     bad = report.first_bad()
     for seq, why in sorted(report.untrusted.items()):
-        click.echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
+        echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
     if trust is None:
         _echo(None, "no trust policy or keys by role: entries checked for their own signatures only")
     if bad is None and not report.untrusted:
-        click.echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
-        click.echo(
+        echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
+        echo(
             f"ok   {chain.checkpoints} checkpoints verify ({len(trusted)} held outside the ledger); "
             f"ledger key {keyid[:16]}"
         )
         if not pinned and not (trust and trust.ledger_keyids()):
             _echo(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
-        click.echo("VERIFIED")
+        echo("VERIFIED")
         sys.exit(0)
     if bad is not None:
         where = f"entry #{bad.seq}" if bad.seq is not None else "the ledger"
-        click.echo(f"FAIL first bad: {where}: {bad.message}", err=True)
+        echo(f"FAIL first bad: {where}: {bad.message}", err=True)
         for problem in report.problems:
             if problem is not bad:
-                click.echo(f"FAIL {problem.message}", err=True)
-    click.echo(
+                echo(f"FAIL {problem.message}", err=True)
+    echo(
         f"NOT VERIFIED: {chain.verified} of {chain.size} entries verify in the chain, "
         f"{len(report.untrusted)} untrusted",
         err=True,
@@ -284,13 +286,13 @@ def checkpoint_(out_path: Path | None, ledger_path: Path | None) -> None:
     with user_errors(), _open(ledger_path) as ledger:
         checkpoint = ledger.checkpoint()
     if checkpoint is None:
-        click.echo("gate: the ledger is empty", err=True)
+        echo("gate: the ledger is empty", err=True)
         sys.exit(2)
     text = checkpoint.model_dump_json(indent=2) + "\n"
     if out_path is None:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
     else:
         from gate._util.atomic import write_bytes_atomic
 
         write_bytes_atomic(out_path, text.encode())
-        click.echo(f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]} -> {out_path}")
+        echo(f"checkpoint size {checkpoint.size}, head {checkpoint.head[:16]} -> {out_path}")

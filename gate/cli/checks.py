@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 
 
 @click.command("checks")
@@ -21,7 +21,7 @@ def command(verbose: bool) -> None:
         card = catalogue.get(name)
         where = ep.value if ep else "NOT REGISTERED"
         step = f"step {card.step}" if card else "no card"
-        click.echo(f"{name:<22} {step:<8} {where}")
+        echo(f"{name:<22} {step:<8} {where}")
         if verbose and card:
-            click.echo(f"    proves:   {' '.join(card.proves.split())}")
-            click.echo(f"    blind to: {' '.join(card.blind_to.split())}")
+            echo(f"    proves:   {' '.join(card.proves.split())}")
+            echo(f"    blind to: {' '.join(card.blind_to.split())}")

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,6 +22,14 @@ policy_dir_option = click.option(
 )
 
 
+def echo(message: Any = None, **kwargs: Any) -> None:
+    """click.echo with control characters and bidi overrides written as `\\uXXXX` (gate._util.text):
+    text from a manifest, a ledger or a key cannot rewrite the terminal or reorder what it shows."""
+    from gate._util.text import printable
+
+    click.echo(printable(message) if isinstance(message, str) else message, **kwargs)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Print a GateError as one line on stderr and exit with its code; no traceback."""
@@ -28,7 +37,7 @@ def user_errors() -> Iterator[None]:
         yield
     except GateError as err:
         for line in err.lines() if isinstance(err, InputError) else [str(err)]:
-            click.echo(f"gate: {line}", err=True)
+            echo(f"gate: {line}", err=True)
         sys.exit(err.exit_code)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 
 
 @click.command("keygen")
@@ -24,8 +24,8 @@ def command(prefix: Path, force: bool) -> None:
 
     with user_errors():
         key_path, pub_path, key_id = generate_keypair(prefix, force=force)
-    click.echo(f"private key: {key_path} (keep it secret; mode 0600)")
-    click.echo(f"public key:  {pub_path}")
-    click.echo(f"keyid:       {key_id}")
-    click.echo(f"sign:        gate run MANIFEST --out DIR --sign-key {key_path}")
-    click.echo(f"verify:      gate verify DIR --run-key {pub_path} (or list it in trust.yaml)")
+    echo(f"private key: {key_path} (keep it secret; mode 0600)")
+    echo(f"public key:  {pub_path}")
+    echo(f"keyid:       {key_id}")
+    echo(f"sign:        gate run MANIFEST --out DIR --sign-key {key_path}")
+    echo(f"verify:      gate verify DIR --run-key {pub_path} (or list it in trust.yaml)")

@@ -6,12 +6,21 @@ from pathlib import Path
 
 import click
 
+
+def _location(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Path | None:
+    from gate.trust.ledger_store import ledger_location
+
+    return None if value is None else ledger_location(value)
+
+
 ledger_option = click.option(
     "--ledger",
     "ledger_path",
-    type=click.Path(path_type=Path),
+    type=str,
     default=None,
-    help="Audit ledger (SQLite). Default: $GATE_LEDGER, else ./.gate/ledger.sqlite.",
+    callback=_location,
+    help="Audit ledger: an SQLite file, or postgresql://USER@HOST/DB for a ledger shared by a CI fleet "
+    "(see docs/reliability.md). Default: $GATE_LEDGER, else ./.gate/ledger.sqlite.",
 )
 ledger_key_option = click.option(
     "--ledger-key",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib
 import platform
+import signal
+from typing import Any
 
 import click
 
 import gate
+from gate.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
 COMMANDS: dict[str, str] = {
     "validate": "gate.cli.validate",
@@ -39,6 +42,32 @@ class _Commands(click.Group):
         command = importlib.import_module(COMMANDS[cmd_name]).command
         assert isinstance(command, click.Command), COMMANDS[cmd_name]
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; Ctrl-C exits 130 and SIGTERM 143 (never 1, the gate-failed code).
+
+        Both arrive as exceptions in the main thread (KeyboardInterrupt, Terminated), so `finally`
+        blocks on the way out remove partial outputs and stop servers gate started.
+        """
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("gate: interrupted (SIGINT): stopped; nothing half-done was kept", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except RecursionError:  # a JSON or YAML input nested past what any gate record needs
+            click.echo("gate: an input is nested too deeply to read (a hostile or corrupt file)", err=True)
+            raise click.exceptions.Exit(EXIT_BAD_INPUT) from None
+        except Terminated:
+            click.echo("gate: terminated (SIGTERM): stopped; nothing half-done was kept", err=True)
+            raise click.exceptions.Exit(EXIT_TERMINATED) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: cleanup is not interrupted again
+    raise Terminated()
 
 
 def versions() -> dict[str, str]:
@@ -81,7 +110,7 @@ def cli() -> None:
     Exit codes: 0 pass (or pass-with-waivers), 1 gate failed or unproven, 2 bad input or usage,
     3 a check errored or an adapter could not run, 4 passed but awaiting approval
     (bounded-degradation claims), 5 partial run (`gate run --check`: nothing failed, but not
-    every planned check ran).
+    every planned check ran), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 
     Shell completion (bash, zsh, fish): see docs/cli.md, e.g. for bash
     eval "$(_GATE_COMPLETE=bash_source gate)".

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option, user_errors
+from gate.cli.common import echo, policy_dir_option, user_errors
 
 
 @click.command("plan")
@@ -16,44 +16,41 @@ from gate.cli.common import policy_dir_option, user_errors
 def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     """Explain what `gate run` would check for MANIFEST, and why."""
     from gate.core.catalogue import cards
-    from gate.core.load import load_manifest
-    from gate.core.plan import build_plan
-    from gate.core.policy import load_policies
+    from gate.engine.runner import prepare
 
     with user_errors():
-        loaded = load_manifest(manifest)
-        plan = build_plan(loaded.manifest, loaded.doc, load_policies(list(policy_dirs)))
+        _loaded, plan = prepare(manifest, list(policy_dirs), allow_unavailable=True)  # everything run checks
         catalogue = cards()
     if fmt == "json":
-        click.echo(plan.model_dump_json(indent=2))
+        echo(plan.model_dump_json(indent=2))
         return
-    click.echo(f"manifest      {manifest} ({plan.manifest_name})")
-    click.echo(f"intervention  {plan.intervention.value}{' (approximate)' if plan.approximate else ''}")
-    click.echo(f"              {plan.intervention_summary.strip()}")
-    click.echo(f"claim         {plan.claim.value}: {plan.claim_in_words}")
-    click.echo(f"rule          {plan.claim_rule.strip()}")
-    click.echo(f"              ({plan.claim_source})")
-    click.echo(
+    echo(f"manifest      {manifest} ({plan.manifest_name})")
+    echo(f"intervention  {plan.intervention.value}{' (approximate)' if plan.approximate else ''}")
+    echo(f"              {plan.intervention_summary.strip()}")
+    echo(f"claim         {plan.claim.value}: {plan.claim_in_words}")
+    echo(f"rule          {plan.claim_rule.strip()}")
+    echo(f"              ({plan.claim_source})")
+    echo(
         f"identity      required: {', '.join(plan.identity_required) or 'none'}; "
         f"declared: {', '.join(plan.identity_declared) or 'none'}"
     )
-    click.echo(f"checks        {len(plan.checks)}")
+    echo(f"checks        {len(plan.checks)}")
     for i, planned in enumerate(plan.checks, 1):
         flag = "" if planned.available else "  [NOT AVAILABLE]"
-        click.echo(f"\n{i}. {planned.check}  step {planned.step}, {planned.severity}{flag}")
-        click.echo(f"   why:      {planned.why.strip()}")
+        echo(f"\n{i}. {planned.check}  step {planned.step}, {planned.severity}{flag}")
+        echo(f"   why:      {planned.why.strip()}")
         card = catalogue.get(planned.check)
         if card is not None:
-            click.echo(f"   blind to: {' '.join(card.blind_to.split())}")
-        click.echo(f"   rule:     {planned.source}")
+            echo(f"   blind to: {' '.join(card.blind_to.split())}")
+        echo(f"   rule:     {planned.source}")
         for line in planned.resolution:
-            click.echo(f"   resolved: {line}")
+            echo(f"   resolved: {line}")
         if planned.params:
             rendered = ", ".join(f"{k}={v}" for k, v in planned.params.items())
-            click.echo(f"   params:   {rendered}")
+            echo(f"   params:   {rendered}")
         if planned.controls:
             faults = ", ".join(c.fault + ("" if c.expect == "detect" else " (must pass)") for c in planned.controls)
-            click.echo(f"   controls: {faults}")
-    click.echo("\npolicies")
+            echo(f"   controls: {faults}")
+    echo("\npolicies")
     for digest in plan.policies:
-        click.echo(f"  {digest.sha256[:16]}  {digest.path}")
+        echo(f"  {digest.sha256[:16]}  {digest.path}")

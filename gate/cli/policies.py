@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option, user_errors
+from gate.cli.common import echo, policy_dir_option, user_errors
 
 
 @click.command("policies")
@@ -18,13 +18,13 @@ def command(policy_dirs: tuple[Path, ...]) -> None:
     with user_errors():
         policies = load_policies(list(policy_dirs))
     for loaded in policies.files:
-        click.echo(f"{loaded.sha256[:16]}  {loaded.label}")
+        echo(f"{loaded.sha256[:16]}  {loaded.label}")
     for intervention, resolved in sorted(policies.interventions.items(), key=lambda kv: kv[0].value):
         kind = "approximate" if resolved.approximate else "exact-intent"
-        click.echo(f"\n{intervention.value} ({kind})")
+        echo(f"\n{intervention.value} ({kind})")
         for level, claim in sorted(resolved.claims.items(), key=lambda kv: kv[0].value):
             if claim.rule.admissible:
                 names = ", ".join(c.check for c, _ in claim.checks) or "no checks"
-                click.echo(f"  {level.value:<20} admissible: {names}")
+                echo(f"  {level.value:<20} admissible: {names}")
             else:
-                click.echo(f"  {level.value:<20} rejected: {claim.rule.rule.strip()}")
+                echo(f"  {level.value:<20} rejected: {claim.rule.rule.strip()}")

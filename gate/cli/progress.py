@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any, Literal
 
+from gate._util.text import printable
+
 ColorMode = Literal["auto", "always", "never"]
 
 PLAIN_EVERY_S = 10.0
@@ -94,9 +96,9 @@ class Reporter:
             return
         self._finish_bars()
         if self.plain and self.color != "always":
-            print(f"[gate] {message}", file=sys.stderr, flush=True)
+            print(f"[gate] {printable(message)}", file=sys.stderr, flush=True)
             return
-        self.console().print(message, style=style_of(message), highlight=False)
+        self.console().print(printable(message), style=style_of(message), highlight=False, markup=False)
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.verbosity <= 0 or total <= 0:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option, progress_logger, user_errors
+from gate.cli.common import echo, policy_dir_option, progress_logger, user_errors
 
 
 @click.command("record")
@@ -34,7 +34,7 @@ def command(manifest: Path, out_dir: Path, threads: int | None, policy_dirs: tup
             manifest, RunOptions(out_dir=out_dir / "record-run", policy_dirs=list(policy_dirs), log=log, record=out_dir)
         )
     baseline = result.baseline or {}
-    click.echo(
+    echo(
         f"recorded {baseline.get('answers_computed')} reference answers into {out_dir} "
         f"(baseline.json sha256 {baseline.get('sha256')}, gate commit {baseline.get('gate_commit')})"
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
 
 
@@ -68,4 +68,4 @@ def command(
             require_verified(ledger, "nothing can be revoked on it")
             entry = append_revocation(ledger, body, key, trust)
     what = f"waiver #{waiver}" if waiver is not None else f"key {str(target)[:16]} from {body['target']['from']}"
-    click.echo(f"revocation #{entry.seq}: {what} revoked by {name}: {reason}")
+    echo(f"revocation #{entry.seq}: {what} revoked by {name}: {reason}")

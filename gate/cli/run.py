@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from gate.cli.common import color_option, policy_dir_option, user_errors
+from gate._util.text import printable
+from gate.cli.common import color_option, echo, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.progress import ColorMode, Reporter
 
@@ -161,13 +162,15 @@ def command(
     if not quiet:
         for check in result.checks:
             if check.status.value == "unproven":
-                click.echo(click.style(f"  UNPROVEN {check.check}: {check.message}", fg="yellow"), color=styled)
+                click.echo(
+                    click.style(printable(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
+                )
     label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(f"verdict: {label} ({result.summary})", fg=colour, bold=True), color=styled)
+    click.echo(click.style(printable(f"verdict: {label} ({result.summary})"), fg=colour, bold=True), color=styled)
     if not quiet:
         for note in build_report(result).banner.notes:
-            click.echo(click.style(f"  {note}", fg=colour), color=styled)
+            click.echo(click.style(printable(f"  {note}"), fg=colour), color=styled)
         for path in outputs.files:
-            click.echo(f"  {path}")
+            echo(f"  {path}")
     sys.exit(result.exit_code)

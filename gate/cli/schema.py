@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from gate.cli.common import echo
+
 
 @click.command("schema")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write one file per record here.")
@@ -19,6 +21,6 @@ def command(out_dir: Path | None, record: str | None) -> None:
     if out_dir is not None:
         for name, text in schemas.items():
             write_bytes_atomic(out_dir / name, text.encode())
-            click.echo(out_dir / name)
+            echo(out_dir / name)
         return
-    click.echo(schemas[f"{record or 'manifest'}.schema.json"], nl=False)
+    echo(schemas[f"{record or 'manifest'}.schema.json"], nl=False)

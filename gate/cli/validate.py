@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option
+from gate.cli.common import echo, policy_dir_option
 from gate.errors import GateError, InputError
 
 
@@ -24,8 +24,8 @@ def command(manifests: tuple[Path, ...], policy_dirs: tuple[Path, ...]) -> None:
             prepare(path, list(policy_dirs))
         except GateError as err:
             for line in err.lines() if isinstance(err, InputError) else [str(err)]:
-                click.echo(f"gate: {line}", err=True)
+                echo(f"gate: {line}", err=True)
             worst = max(worst, err.exit_code)
             continue
-        click.echo(f"{path}: ok")
+        echo(f"{path}: ok")
     sys.exit(worst)

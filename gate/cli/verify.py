@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gate.cli.common import user_errors
+from gate.cli.common import echo, user_errors
 from gate.cli.roles import load_roles, trust_options
 
 
@@ -60,12 +60,12 @@ def command(
         )
     for finding in checked.findings:
         mark = {True: "ok  ", False: "FAIL", None: "note"}[finding.ok]
-        click.echo(f"{mark} {finding.text}", err=finding.ok is False)
+        echo(f"{mark} {finding.text}", err=finding.ok is False)
     if checked.ok:
-        click.echo(f"verified: {directory}: {checked.summary()}")
+        echo(f"verified: {directory}: {checked.summary()}")
         sys.exit(0)
     bad = sum(1 for f in checked.findings if f.ok is False)
-    click.echo(f"INVALID: {directory}: {bad} problem(s)", err=True)
+    echo(f"INVALID: {directory}: {bad} problem(s)", err=True)
     sys.exit(1)
 
 

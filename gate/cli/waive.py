@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import policy_dir_option, user_errors
+from gate.cli.common import echo, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
 
 
@@ -85,10 +85,10 @@ def command(
             )
             checkpoint = ledger.checkpoint()
     g = waiver.grant
-    click.echo(
+    echo(
         f"waiver #{waiver.id}: {g.check} of {g.manifest_name} (manifest sha256 {g.manifest_sha256[:16]}) "
         f"waived until {g.expires.isoformat()} by {g.approver} "
         f"(signed, key {str((g.signature or {}).get('keyid'))[:16]})"
     )
     if checkpoint is not None:
-        click.echo(f"ledger {path}: {checkpoint.size} entries, head {checkpoint.head[:16]}")
+        echo(f"ledger {path}: {checkpoint.size} entries, head {checkpoint.head[:16]}")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +30,13 @@ class Params(BaseModel):
 
 
 P = TypeVar("P", bound=Params)
+
+Length = Annotated[int, Field(ge=1, le=1_000_000)]
+"""A token count or prompt length in check params: positive and bounded (claimed work is bounded)."""
+Lengths = Annotated[list[Length], Field(min_length=1, max_length=256)]
+"""A list of lengths in check params: at most 256 of them."""
+PrefixLengths = Annotated[list[Annotated[int, Field(ge=0, le=1_000_000)]], Field(min_length=1, max_length=256)]
+"""Prefix lengths in check params: 0 (no prefix) allowed, never negative, at most 256 of them."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ The shape of `Manifest` may not change without bumping `API_VERSION`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from enum import Enum
@@ -16,6 +17,20 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 API_VERSION = "gate/v1"
+INT64_MAX = 2**63 - 1
+MAX_CLAIMED_TOKENS = 100_000
+"""Most greedy tokens one claim may ask for, summed over its lengths (claimed work is bounded)."""
+MAX_THRESHOLD_MAGNITUDE = Decimal(10) ** 6
+METRIC_RANGES: dict[str, tuple[Decimal | None, Decimal | None]] = {
+    "greedy-match": (Decimal(0), Decimal(1)),
+    "top1-agreement": (Decimal(0), Decimal(1)),
+    "accuracy": (Decimal(0), Decimal(1)),
+    "accuracy-drop": (Decimal(-1), Decimal(1)),
+    "kl": (Decimal(0), None),
+}
+"""The values each known slice metric can take: a threshold outside, or on the edge a comparator can
+never cross, states a claim that cannot fail (or cannot pass)."""
+DEVICE_PATTERN = re.compile(r"^(cpu|mps|(cuda|xpu)(:[0-9]{1,3})?)$")
 
 
 class Record(BaseModel):
@@ -131,8 +146,15 @@ class GreedyTokensClaim(Record):
     """Identical greedy continuations of each of `tokens` lengths."""
 
     level: Literal["greedy-tokens"]
-    tokens: list[Annotated[int, Field(gt=0, le=100_000)]] = Field(default_factory=lambda: [8, 64])
-    """Continuation lengths that must match token for token."""
+    tokens: list[Annotated[int, Field(gt=0, le=100_000)]] = Field(default_factory=lambda: [8, 64], max_length=32)
+    """Continuation lengths that must match token for token (at most 32 lengths, 100,000 tokens in all)."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _bounded_work(cls, value: list[int]) -> list[int]:
+        if sum(value) > MAX_CLAIMED_TOKENS:
+            raise ValueError(f"claims {sum(value)} greedy tokens in all; the limit is {MAX_CLAIMED_TOKENS}")
+        return value
 
 
 class DistributionClaim(Record):
@@ -154,9 +176,13 @@ class Comparator(str, Enum):
 
 def _decimal_string(value: str) -> str:
     try:
-        Decimal(value)
+        number = Decimal(value)
     except InvalidOperation:
         raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
+    if not number.is_finite():
+        raise ValueError(f"threshold {value!r} is not a finite number: a claim against it cannot fail")
+    if abs(number) > MAX_THRESHOLD_MAGNITUDE:
+        raise ValueError(f"threshold {value!r} is absurd (beyond +/-{MAX_THRESHOLD_MAGNITUDE:,})")
     return value
 
 
@@ -182,6 +208,22 @@ class Envelope(Record):
     @classmethod
     def _threshold_is_decimal(cls, value: str) -> str:
         return _decimal_string(value)
+
+    @model_validator(mode="after")
+    def _threshold_can_decide(self) -> Envelope:
+        low, high = METRIC_RANGES.get(self.metric, (None, None))
+        t = Decimal(self.threshold)
+        if (low is not None and t < low) or (high is not None and t > high):
+            span = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+            raise ValueError(f"threshold {self.threshold} is outside what {self.metric} can be, {span}")
+        if (self.comparator == Comparator.ge and low is not None and t <= low) or (
+            self.comparator == Comparator.le and high is not None and t >= high
+        ):
+            raise ValueError(
+                f"{self.metric} {self.comparator.value} {self.threshold} holds for every candidate: "
+                "a claim that cannot fail"
+            )
+        return self
 
 
 class BoundedDegradationClaim(Record):
@@ -214,11 +256,11 @@ class Subject(Record):
     """The path whose behaviour defines correct (usually a full pass, no cache)."""
     candidate: PathSpec
     """The path under test (the changed cache, scheduler or sampler)."""
-    device: str = "cpu"
-    """torch device: cpu, cuda, cuda:1, ..."""
+    device: str = Field(default="cpu", pattern=DEVICE_PATTERN.pattern)
+    """torch device: cpu, cuda, cuda:1, mps, xpu; checked to exist before anything runs."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Model dtype for both paths."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=INT64_MAX)
     """Seed for weights, inputs and sampling."""
 
 

@@ -53,6 +53,11 @@ def run_pipeline(
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
+    OUT_DIR is checked first (gate.engine.outputs): the run writes into a fresh sibling directory
+    that replaces OUT_DIR only when everything, the ledger receipt included, is written; the
+    previous run is kept in `<OUT_DIR>.previous`. Servers registered with
+    `gate._util.stopping.on_stop` are stopped however the run ends.
+
     `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
     bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
     appended. `environ` is where CI variables are read from (GitHub annotations and summary).
@@ -60,38 +65,64 @@ def run_pipeline(
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     """
-    from gate.engine.runner import RunOptions, run_manifest
-    from gate.trust.approve import clear_stale_records
+    from gate._util.stopping import stop_all
+    from gate.engine.outputs import WRITE_ERRNOS, StagedOutput, write_failure
+    from gate.engine.runner import RunOptions, prepare, run_manifest
     from gate.trust.attest import load_private_key
 
     manifest_path, out = Path(manifest), Path(out_dir)
-    if sign_key is not None:
-        load_private_key(Path(sign_key))  # a missing or bad key fails before anything runs or is written
-    ledger_path = Path(ledger) if ledger is not None else None
-    result = run_manifest(
-        manifest_path,
-        RunOptions(
-            out_dir=out,
-            policy_dirs=list(policy_dirs or []),
-            log=log or (lambda _line: None),
-            ledger=ledger_path,
-            trust=Path(trust) if trust is not None else None,
-            reference_cache=Path(reference_cache) if reference_cache is not None else None,
-            progress=progress or (lambda _task, _done, _total: None),
-            only=list(only or []),
-            params=dict(params or {}),
-        ),
-    )
-    clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours
-    files = [out / "results.json", *write_outputs(result, out, manifest_path, sign_key, environ)]
-    outputs = RunOutputs(result=result, out_dir=out, files=files)
-    if ledger_path is not None:
-        from gate.trust.ledger import record_run
+    from gate.trust.ledger_store import is_url, ledger_location
 
-        entry, receipt = record_run(result, out, ledger_path, sign_key=Path(sign_key) if sign_key else None)
-        outputs.files.append(receipt)
-        outputs.ledger_seq = entry.seq
-    return outputs
+    ledger_path: Path | None = None
+    if isinstance(ledger, Path):
+        ledger_path = ledger
+    elif ledger is not None:
+        ledger_path = ledger_location(os.fspath(ledger))
+    local_ledger = ledger_path if ledger_path is not None and not is_url(ledger_path) else None
+    key_path = Path(sign_key) if sign_key is not None else None
+    trust_path = Path(trust) if trust is not None else None
+    cache_path = Path(reference_cache) if reference_cache is not None else None
+    keep = [manifest_path, local_ledger, key_path, trust_path, cache_path, *(policy_dirs or [])]
+    staged = StagedOutput(out, keep=keep)
+    staged.check()  # a bad --out fails before anything runs, moves or is written
+    staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
+    try:
+        if key_path is not None:
+            load_private_key(key_path)  # a missing or bad key fails before any check runs
+        prepared = prepare(manifest_path, list(policy_dirs or []), dict(params or {}))  # bad input: exit 2 first
+        result = run_manifest(
+            manifest_path,
+            RunOptions(
+                out_dir=staging,
+                policy_dirs=list(policy_dirs or []),
+                log=log or (lambda _line: None),
+                ledger=ledger_path,
+                trust=trust_path,
+                reference_cache=Path(reference_cache) if reference_cache is not None else None,
+                progress=progress or (lambda _task, _done, _total: None),
+                only=list(only or []),
+                params=dict(params or {}),
+                prepared=prepared,
+            ),
+        )
+        written = [staging / "results.json", *write_outputs(result, staging, manifest_path, key_path, environ)]
+        seq = None
+        if ledger_path is not None:
+            from gate.trust.ledger import record_run
+
+            entry, receipt = record_run(result, staging, ledger_path, sign_key=key_path)
+            written.append(receipt)
+            seq = entry.seq
+        staged.commit()
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        raise write_failure(out, err) from None
+    finally:
+        staged.abort()  # a no-op after commit; otherwise nothing half-done stays behind
+        stop_all()  # servers and workers adapters started
+    files = [out / path.relative_to(staging) for path in written]
+    return RunOutputs(result=result, out_dir=out, files=files, ledger_seq=seq)
 
 
 def write_outputs(

@@ -64,6 +64,8 @@ class RunOptions:
     """Run only these checks of the plan (`gate run --check`); the rest are recorded as not run."""
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Parameter overrides per check (`gate run --param CHECK.KEY=VALUE`), merged over the manifest's."""
+    prepared: tuple[LoadedManifest, Plan] | None = None
+    """What `prepare` returned for this manifest, when the caller already checked it."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
@@ -104,9 +106,9 @@ def _crash_result(base: dict[str, Any], crash: SubjectCrash, started: float) -> 
     )
 
 
-def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, spec: CheckSpec[Params]) -> Params:
+def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type[Params]) -> Params:
     try:
-        return spec.params.model_validate(planned.params)
+        return model.model_validate(planned.params)
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
@@ -289,10 +291,20 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
 
 
 def prepare(
-    manifest_path: Path, policy_dirs: list[Path], params: dict[str, dict[str, Any]] | None = None
+    manifest_path: Path,
+    policy_dirs: list[Path],
+    params: dict[str, dict[str, Any]] | None = None,
+    *,
+    allow_unavailable: bool = False,
 ) -> tuple[LoadedManifest, Plan]:
     """Load, validate and plan; raises InputError / UnavailableError before anything runs.
-    `params`: per-check overrides merged over the manifest's `checks.NAME.params`."""
+
+    Everything `gate run` checks is checked here, for `gate validate` and `gate plan` too: the
+    manifest (limits, types, finite numbers), the policies, adapter options, each check's params
+    against its Params model, and that the device exists. `allow_unavailable` (for `gate plan`)
+    lists a check that is not installed instead of refusing the manifest. `params`: per-check overrides
+    merged over the manifest's `checks.NAME.params` (`gate run --param`).
+    """
     loaded = load_manifest(manifest_path)
     if params:
         merged = {name: override.model_copy() for name, override in loaded.manifest.checks.items()}
@@ -302,10 +314,54 @@ def prepare(
         loaded.manifest = loaded.manifest.model_copy(update={"checks": merged})
     plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs))
     for planned in plan.checks:
-        if not planned.available:
+        if not planned.available and not allow_unavailable:
             raise UnavailableError(f"check {planned.check} required by policy {planned.source} is not available")
     validate_options(loaded)
+    for planned in plan.checks:
+        if planned.available:
+            _validated_params(loaded, planned, load_params_model(planned.check))
+    check_device(loaded)
     return loaded, plan
+
+
+def load_params_model(name: str) -> type[Params]:
+    """The params model of check `name`: for a built-in from gate.checks._params (no torch), for a
+    plugin by importing the plugin."""
+    from gate.checks._params import BUILTIN_PARAMS
+    from gate.core.registry import CHECK_GROUP, entry_point_of, load_check
+
+    ep = entry_point_of(CHECK_GROUP, name)
+    if ep is not None and name in BUILTIN_PARAMS and ep.value.startswith("gate.checks."):
+        return BUILTIN_PARAMS[name]
+    return load_check(name).params
+
+
+def check_device(loaded: LoadedManifest) -> None:
+    """Refuse a device this machine does not have (`cuda:99` on a CPU machine) as bad input."""
+    device = loaded.manifest.subject.device
+    if device == "cpu":
+        return
+    import torch
+
+    kind, _, index_text = device.partition(":")
+    index = int(index_text or 0)
+    count = 0
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    elif kind == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        count = xpu.device_count() if xpu is not None and xpu.is_available() else 0
+    elif kind == "mps":
+        count = 1 if torch.backends.mps.is_available() else 0
+    if index >= count:
+        line, col = loaded.doc.locate(("subject", "device"))
+        raise InputError(
+            loaded.doc.path,
+            f"device {device!r} does not exist on this machine ({count} {kind} device(s))",
+            line=line,
+            col=col,
+            field="subject.device",
+        )
 
 
 def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
@@ -316,7 +372,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
 
     started_at = now_utc()
     log = options.log
-    loaded, plan = prepare(manifest_path, options.policy_dirs, options.params)
+    loaded, plan = options.prepared or prepare(manifest_path, options.policy_dirs, options.params)
     planned_names = [p.check for p in plan.checks]
     unknown = [name for name in [*options.only, *options.params] if name not in planned_names]
     if unknown:
@@ -336,7 +392,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         from gate.trust.waivers import ledger_waivers
 
         waivers = ledger_waivers(options.ledger, trust)  # a broken ledger stops the run before any check
-    params = {p.check: _validated_params(loaded, p, specs[p.check]) for p in plan.checks}
+    params = {p.check: _validated_params(loaded, p, specs[p.check].params) for p in plan.checks}
 
     subject = manifest.subject
     checks: list[CheckResult] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from gate._util.text import printable
 from gate.core.result import GateResult
 from gate.report.build import anchor
 from gate.report.model import CheckSection, ReportData
@@ -20,8 +21,8 @@ _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _clean(text: str) -> str:
-    """XML 1.0 cannot carry most control characters, even escaped: drop them."""
-    return _INVALID_XML.sub("", text)
+    """Control characters and bidi overrides shown as `\\uXXXX` (XML 1.0 cannot carry most of them)."""
+    return _INVALID_XML.sub("", printable(text))
 
 
 def _details(s: CheckSection) -> str:

@@ -1,6 +1,7 @@
 """Rendering ReportData through the Jinja templates under templates/ (HTML and Markdown).
 
-HTML: autoescape on, StrictUndefined. Markdown: every `{{ }}` value passes through `markdown_text`
+HTML: autoescape on, StrictUndefined, control characters and bidi overrides written as `\\uXXXX`
+(gate._util.text). Markdown: every `{{ }}` value passes through `markdown_text`
 (the environment's finalize), so a manifest string cannot inject markup, links, tables or mentions
 into a pull-request comment. No markup is built here.
 """
@@ -15,6 +16,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup
 
 from gate._util.resources import data_dir
+from gate._util.text import printable
 from gate.report.model import ReportData
 
 MARKDOWN_LIMIT = 1_000_000
@@ -28,7 +30,7 @@ def markdown_text(value: Any) -> Any:
     """Make one value inert in GitHub Markdown: escape emphasis, links, tables, HTML and @mentions."""
     if value is None or isinstance(value, Markup):
         return "" if value is None else value
-    text = " ".join(str(value).split())
+    text = " ".join(printable(str(value)).split())
     text = "".join(_MD_ENTITIES.get(ch, ch) for ch in text)
     return _MD_SPECIAL.sub(r"\\\1", text)
 
@@ -45,6 +47,7 @@ def html_environment() -> Environment:
         loader=FileSystemLoader(str(data_dir("templates"))),
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2", "svg.j2", "xml"), default=True),
         undefined=StrictUndefined,
+        finalize=printable,  # control characters and bidi overrides shown as \uXXXX, then escaped
         keep_trailing_newline=True,
     )
 

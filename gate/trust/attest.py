@@ -415,8 +415,8 @@ def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> N
     if "results.json" in report.matched:
         try:
             results = json.loads((directory / "results.json").read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            report.failures.append("results.json: not JSON")
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            report.failures.append("results.json: not JSON (malformed or nested too deeply)")
             return
         _check_consistency(stmt.predicate, results, signed.get(manifest_file or ""), commits, report)
         baselines = [s.digest.get("sha256") for s in stmt.subject if s.name.startswith(BASELINE_SUBJECT)]

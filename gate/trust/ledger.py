@@ -13,24 +13,28 @@ in the same transaction. Anyone holding an earlier checkpoint (exported with `ga
 or embedded in a dossier's `ledger.json` or `approval.json`) can check that the ledger still holds
 that exact prefix: truncation, or a wholesale rewrite re-signed under a new key, is detected.
 
-Concurrency: appends run in `BEGIN IMMEDIATE` transactions (one writer at a time, others wait up to
-`BUSY_TIMEOUT_S`), in WAL mode with `synchronous=FULL`. The ledger sees bytes and digests, never
-live objects. It needs a local filesystem (SQLite WAL does not work over NFS).
+Storage is gate.trust.ledger_store: an SQLite file (default; WAL, `synchronous=FULL`, checkpointed
+after every append) or a PostgreSQL database (`postgresql://...`), one writer at a time either way.
+The ledger sees bytes and digests, never live objects.
+
+The origin is pinned: an SQLite ledger keeps its latest signed checkpoint in `<ledger>.pin` beside
+it (written when the ledger is created and after every append). Opening a ledger whose file is gone
+or empty, whose origin differs, or that holds fewer entries than the pin acknowledges, or another
+head, is refused with one line naming what was lost: never a silent new ledger where one existed.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
-import sqlite3
 import struct
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from time import monotonic, sleep
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
@@ -38,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from gate._util.clock import now_utc
-from gate.errors import EXIT_BAD_INPUT, GateError
+from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
 from gate.trust.signing import (
     canonical_json,
     generate_key_files,
@@ -56,52 +60,12 @@ ENTRY_TAG = b"gate-ledger/v1/entry\x00"
 """Domain separation: an entry hash can never be confused with any other sha256 gate computes."""
 CHECKPOINT_HEADER = "gate-ledger/v1"
 GENESIS = "00" * 32
-BUSY_TIMEOUT_S = 60.0
 DEFAULT_LEDGER = Path(".gate") / "ledger.sqlite"
 ENV_LEDGER = "GATE_LEDGER"
 ENV_LEDGER_KEY = "GATE_LEDGER_KEY"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
-    seq INTEGER PRIMARY KEY, prev TEXT NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, note TEXT NOT NULL, signature TEXT NOT NULL);
-CREATE TRIGGER IF NOT EXISTS entries_append_only_u BEFORE UPDATE ON entries
-    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
-    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_append_only_u BEFORE UPDATE ON checkpoints
-    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_append_only_d BEFORE DELETE ON checkpoints
-    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-"""
-# The triggers stop accidents through SQL; the hash chain and the signed checkpoints are what detect
-# deliberate edits (anyone with the file can drop a trigger).
-
-
-class LedgerError(GateError):
-    """The ledger cannot be opened or written (missing file, wrong key): exit 2."""
-
-    exit_code = EXIT_BAD_INPUT
-
-
-# --- entry hashes and the ledger key ------------------------------------------------------------
-
-
-def _use_wal(conn: sqlite3.Connection) -> None:
-    """Put the database in WAL mode. Switching the journal mode takes an exclusive lock, and SQLite
-    answers "database is locked" at once, without its busy handler, while another process is
-    creating or switching the same file: retry that for up to BUSY_TIMEOUT_S."""
-    deadline = monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or monotonic() > deadline:
-                raise
-            sleep(0.02)
+PIN_SUFFIX = ".pin"
+"""`<ledger>.pin`: the latest signed checkpoint, kept beside an SQLite ledger (its origin pinned)."""
 
 
 def entry_hash(seq: int, prev: str, body: bytes) -> str:
@@ -127,10 +91,10 @@ def resolve_ledger_path(explicit: Path | None, *, must_exist: bool = False) -> P
     if explicit is not None:
         path = explicit
     elif os.environ.get(ENV_LEDGER):
-        path = Path(os.environ[ENV_LEDGER])
+        path = ledger_location(os.environ[ENV_LEDGER])
     else:
         path = DEFAULT_LEDGER
-    if must_exist and not path.is_file():
+    if must_exist and not is_url(path) and not path.is_file():
         raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
     return path
 
@@ -146,7 +110,10 @@ def run_ledger_path(explicit: Path | None) -> Path | None:
 
 
 def default_key_path(ledger_path: Path) -> Path:
-    """The checkpoint key used when neither --ledger-key nor $GATE_LEDGER_KEY is given."""
+    """The checkpoint key used when neither --ledger-key nor $GATE_LEDGER_KEY is given (a database
+    ledger has no directory of its own: give --ledger-key or $GATE_LEDGER_KEY)."""
+    if is_url(ledger_path):
+        raise LedgerError(f"{ledger_path}: a database ledger needs --ledger-key or ${ENV_LEDGER_KEY}")
     return ledger_path.with_suffix(".key")
 
 
@@ -170,10 +137,17 @@ class Entry:
     hash: str
     raw: str
     """The canonical JSON body exactly as stored (the bytes the hash covers)."""
+    ledger: str = field(default="", compare=False)
+    """The ledger it was read from, for messages."""
 
     @property
     def body(self) -> dict[str, Any]:
-        value: dict[str, Any] = json.loads(self.raw)
+        try:
+            value = json.loads(self.raw)
+        except ValueError:
+            raise LedgerError(f"{self.ledger or 'ledger'}: entry {self.seq}: its body is not JSON (corrupt)") from None
+        if not isinstance(value, dict):
+            raise LedgerError(f"{self.ledger or 'ledger'}: entry {self.seq}: its body is not a JSON object (corrupt)")
         return value
 
     @property
@@ -238,27 +212,73 @@ def _parse_note(note: str) -> tuple[str, int, str, str]:
     return lines[0][len(CHECKPOINT_HEADER) + 1 :], int(lines[1]), lines[2], lines[3]
 
 
+def pin_path(ledger_path: Path) -> Path:
+    return Path(f"{ledger_path}{PIN_SUFFIX}")
+
+
+def read_pin(ledger_path: Path) -> Checkpoint | None:
+    """The checkpoint pinned beside an SQLite ledger, or None (a database ledger has no pin)."""
+    if is_url(ledger_path):
+        return None
+    path = pin_path(ledger_path)
+    try:
+        return Checkpoint.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise LedgerError(
+            f"{path}: unreadable ledger pin ({err.__class__.__name__}); restore it or move it away"
+        ) from None
+
+
+def _advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
+    """Write `checkpoint` as the pin unless the pin already covers more (appends race; the pin only grows)."""
+    from gate._util.atomic import write_bytes_atomic
+
+    path = pin_path(ledger_path)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = read_pin(ledger_path)
+        if current is None or current.origin != checkpoint.origin or current.size < checkpoint.size:
+            write_bytes_atomic(path, (checkpoint.model_dump_json(indent=2) + "\n").encode())
+
+
 # --- the ledger -----------------------------------------------------------------------------------
 
 
 class Ledger:
-    """An open ledger file. Use `Ledger.open(...)` as a context manager."""
+    """An open ledger (SQLite file or PostgreSQL database). Use `Ledger.open(...)` as a context manager."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, key: Ed25519PrivateKey | None) -> None:
+    def __init__(self, path: Path, store: LedgerStore, key: Ed25519PrivateKey | None) -> None:
         self.path = path
-        self._conn = conn
+        self.location = store.location
+        """The ledger as shown in messages and receipts: the file, or the URL without its password."""
+        self._store = store
         self._key = key
 
     @classmethod
     def open(cls, path: Path, *, key_path: Path | None = None, create: bool = True, writable: bool = True) -> Ledger:
-        """Open (and on first use create) the ledger at `path`.
+        """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`).
 
         `writable` loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key`
-        generated on first use). A read-only open needs no key.
+        generated on first use). A read-only open needs no key. Where a pin says a ledger existed,
+        a missing or emptied file is refused, never silently recreated.
         """
-        if (not create or not writable) and not path.is_file():
-            raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not is_url(path):
+            pinned = read_pin(path)
+            missing = not path.is_file() or path.stat().st_size == 0
+            if missing and pinned is not None:
+                raise LedgerError(
+                    f"{path}: the ledger is missing or empty, but {pin_path(path).name} pins ledger {pinned.origin} "
+                    f"at {pinned.size} entries: refusing to start a new one (restore the file, or move the pin "
+                    "away to start a new ledger on purpose)"
+                )
+            if (not create or not writable) and not path.is_file():
+                raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise LedgerError(f"{path}: cannot create its directory: {err.strerror or err}") from None
         key = None
         if writable:
             explicit = key_path is not None or bool(os.environ.get(ENV_LEDGER_KEY))
@@ -270,12 +290,16 @@ class Ledger:
             else:
                 key = load_private_key(resolved)
         # A read-only open cannot write even by accident (the audit commands only read).
-        target = str(path) if writable else path.resolve().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=not writable)
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        ledger = cls(path, conn, key)
-        if writable:
-            ledger._initialise()
+        store = open_store(path, writable=writable)
+        ledger = cls(path, store, key)
+        try:
+            if writable:
+                ledger._initialise()
+            ledger.origin  # noqa: B018  (a file or database that is not a gate ledger says so now)
+            ledger._check_pin(writable)
+        except BaseException:
+            store.close()
+            raise
         return ledger
 
     def __enter__(self) -> Ledger:
@@ -285,38 +309,59 @@ class Ledger:
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        self._store.close()
 
     def _initialise(self) -> None:
         """Create the tables and fix the ledger's origin and public key (idempotent, race-safe)."""
         assert self._key is not None
-        conn = self._conn
-        _use_wal(conn)
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.executescript(_SCHEMA)
         pub = public_key_b64(self._key.public_key())
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(LEDGER_VERSION),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('origin', ?)", (str(uuid.uuid4()),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('public_key', ?)", (pub,))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        self._store.initialise({"version": str(LEDGER_VERSION), "origin": str(uuid.uuid4()), "public_key": pub})
         if self.public_key_b64 != pub:
             raise LedgerError(
-                f"{self.path}: its checkpoints are signed by key {self.keyid[:16]}, "
+                f"{self.location}: its checkpoints are signed by key {self.keyid[:16]}, "
                 f"not by the ledger key given ({keyid_of(self._key.public_key())[:16]})"
             )
+
+    def pinned(self) -> Checkpoint | None:
+        """The checkpoint pinned beside this ledger (`verify_chain` holds the ledger to it)."""
+        return read_pin(self.path)
+
+    def _check_pin(self, writable: bool) -> None:
+        """Before writing, compare the ledger with its pin: same origin, at least the acknowledged
+        entries, same head. (A read-only open lets `verify_chain` report the same as problems.)"""
+        if is_url(self.path) or not writable:
+            return
+        pinned = read_pin(self.path)
+        where = pin_path(self.path).name
+        if pinned is None:  # a new ledger, or one from before pins: pin what it holds now
+            _advance_pin(self.path, self.checkpoint() or self._sign(0, GENESIS, now_utc()))
+            return
+        if pinned.origin != self.origin:
+            raise LedgerError(
+                f"{self.location}: this is ledger {self.origin}, but {where} pins ledger {pinned.origin}: "
+                "the file was replaced (or a foreign WAL replayed into it)"
+            )
+        size = self.size()
+        if size < pinned.size:
+            raise LedgerError(
+                f"{self.location}: holds {size} entries, but {where} acknowledged {pinned.size} "
+                f"(signed {pinned.time}): {pinned.size - size} acknowledged entries were lost "
+                "(its WAL lost, or the file restored from an older copy)"
+            )
+        if pinned.size:
+            entry = self.get(pinned.size)
+            if entry is None or entry.hash != pinned.head:
+                raise LedgerError(
+                    f"{self.location}: entry {pinned.size} is not the one {where} acknowledged: history was rewritten"
+                )
 
     # -- metadata
 
     def _meta(self, key: str) -> str:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            raise LedgerError(f"{self.path}: not a gate ledger (no {key} recorded)")
-        return str(row[0])
+        value = self._store.meta(key)
+        if value is None:
+            raise LedgerError(f"{self.location}: not a gate ledger (no {key} recorded)")
+        return value
 
     @property
     def origin(self) -> str:
@@ -328,38 +373,35 @@ class Ledger:
 
     @property
     def keyid(self) -> str:
-        return keyid_of(public_key_from_b64(self.public_key_b64))
+        try:
+            return keyid_of(public_key_from_b64(self.public_key_b64))
+        except (ValueError, TypeError):
+            raise LedgerError(f"{self.location}: its recorded public key is malformed (corrupt ledger)") from None
 
     # -- writing
 
     def append(self, kind: str, payload: dict[str, Any]) -> tuple[Entry, Checkpoint]:
-        """Append one entry and sign a checkpoint over the new head, atomically."""
+        """Append one entry and sign a checkpoint over the new head, atomically; durable on return."""
         if self._key is None:
-            raise LedgerError(f"{self.path}: opened read-only")
+            raise LedgerError(f"{self.location}: opened read-only")
         if "kind" in payload or "time" in payload:
             raise ValueError("payload keys 'kind' and 'time' are set by the ledger")
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-            seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
+        made: list[tuple[Entry, Checkpoint]] = []
+
+        def build(last: int, last_hash: str | None) -> tuple[tuple[int, str, str, str], tuple[int, str, str]]:
+            seq, prev = last + 1, last_hash or GENESIS
             time = now_utc()
             raw = canonical_json({"kind": kind, "time": time, **payload})
             digest = entry_hash(seq, prev, raw)
-            conn.execute(
-                "INSERT INTO entries (seq, prev, hash, body) VALUES (?, ?, ?, ?)",
-                (seq, prev, digest, raw.decode("utf-8")),
-            )
             checkpoint = self._sign(seq, digest, time)
-            conn.execute(
-                "INSERT INTO checkpoints (size, note, signature) VALUES (?, ?, ?)",
-                (seq, checkpoint.note().decode(), checkpoint.signature),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return Entry(seq, prev, digest, raw.decode("utf-8")), checkpoint
+            made[:] = [(Entry(seq, prev, digest, raw.decode("utf-8")), checkpoint)]
+            return (seq, prev, digest, raw.decode("utf-8")), (seq, checkpoint.note().decode(), checkpoint.signature)
+
+        self._store.append(build)
+        entry, checkpoint = made[0]
+        if not is_url(self.path):
+            _advance_pin(self.path, checkpoint)
+        return entry, checkpoint
 
     def _sign(self, size: int, head: str, time: str) -> Checkpoint:
         assert self._key is not None
@@ -379,25 +421,27 @@ class Ledger:
 
     def entries(self, kind: str | None = None) -> Iterator[Entry]:
         """Entries in sequence order (unverified: call `verify_chain` to trust them)."""
-        for seq, prev, digest, raw in self._conn.execute("SELECT seq, prev, hash, body FROM entries ORDER BY seq"):
-            entry = Entry(int(seq), str(prev), str(digest), str(raw))
+        for row in self._store.entries():
+            entry = Entry(*row, ledger=self.location)
             if kind is None or entry.kind == kind:
                 yield entry
 
     def get(self, seq: int) -> Entry | None:
-        row = self._conn.execute("SELECT seq, prev, hash, body FROM entries WHERE seq = ?", (seq,)).fetchone()
-        return Entry(int(row[0]), str(row[1]), str(row[2]), str(row[3])) if row else None
+        row = self._store.get(seq)
+        return Entry(*row, ledger=self.location) if row else None
 
     def size(self) -> int:
-        row = self._conn.execute("SELECT COUNT(*) FROM entries").fetchone()
-        return int(row[0])
+        return self._store.size()
 
     def checkpoints(self) -> list[Checkpoint]:
         """Every stored checkpoint, oldest first (each re-assembled with the ledger's public key)."""
         out = []
         pub, keyid = self.public_key_b64, self.keyid
-        for note, signature in self._conn.execute("SELECT note, signature FROM checkpoints ORDER BY size"):
-            origin, size, head, time = _parse_note(str(note))
+        for note, signature in self._store.checkpoints():
+            try:
+                origin, size, head, time = _parse_note(note)
+            except ValueError:
+                raise LedgerError(f"{self.location}: a stored checkpoint is malformed (corrupt ledger)") from None
             out.append(
                 Checkpoint(
                     origin=origin,
@@ -406,7 +450,7 @@ class Ledger:
                     time=time,
                     keyid=keyid,
                     public_key=pub,
-                    signature=str(signature),
+                    signature=signature,
                 )
             )
         return out
@@ -430,7 +474,7 @@ def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> dict[str, A
     """Proof of inclusion to keep outside the ledger: the entry's number and hash, and the signed
     checkpoint whose head is that hash (`gate audit verify --checkpoint FILE` checks it later)."""
     return {
-        "ledger": str(ledger.path.resolve()),
+        "ledger": ledger.location if is_url(ledger.path) else str(ledger.path.resolve()),
         "origin": ledger.origin,
         "entry": {"seq": entry.seq, "hash": entry.hash, "kind": entry.kind},
         "checkpoint": checkpoint.model_dump(),
@@ -460,3 +504,25 @@ def record_run(
     with Ledger.open(ledger_path, key_path=key_path) as ledger:
         entry, checkpoint = ledger.append(RUN_KIND, payload)
         return entry, write_receipt(out_dir, ledger, entry, checkpoint)
+
+
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "DEFAULT_LEDGER",
+    "GENESIS",
+    "RECEIPT",
+    "RUN_KIND",
+    "Checkpoint",
+    "Entry",
+    "Ledger",
+    "LedgerError",
+    "ensure_ledger_key",
+    "entry_hash",
+    "now_utc",
+    "read_pin",
+    "receipt",
+    "record_run",
+    "resolve_ledger_path",
+    "run_ledger_path",
+    "write_receipt",
+]

@@ -148,4 +148,9 @@ def verify_chain(
             problems.append(problem)
         else:
             checked += 1
+    pinned = ledger.pinned()  # the latest checkpoint acknowledged to a writer, kept beside the file
+    if pinned is not None:
+        problem = _check_checkpoint(pinned, heads, size, origin, keyid, f"the pinned checkpoint {pinned.size}")
+        if problem:  # (not counted when it holds: it repeats a stored checkpoint)
+            problems.append(problem)
     return ChainReport(size=size, verified=len(heads) - 1, head=heads[-1], checkpoints=checked, problems=problems)

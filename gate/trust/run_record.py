@@ -32,7 +32,7 @@ def statement_digest(envelope_path: Path) -> str | None:
     try:
         envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
         return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -43,7 +43,7 @@ def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
         statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
         names = [str(s["name"]) for s in statement.get("subject", []) if "sha256" in s.get("digest", {})]
         return names, [str(s.get("keyid", "")) for s in envelope.get("signatures", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return [], []
 
 

@@ -115,5 +115,7 @@ def test_bad_input_writes_nothing_and_keeps_earlier_result(write_manifest, tmp_p
     path = write_manifest(BASE_MANIFEST.replace("level: tolerance", "level: nonsense"))
     result = invoke("run", str(path), "--out", str(out))
     assert result.exit_code == 2
-    assert earlier.read_text() == '{"earlier": true}\n'
-    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+    assert not out.exists()  # a failed run never leaves an earlier result looking current...
+    kept = tmp_path / "out.previous" / "results.json"  # ...and the earlier result is kept aside
+    assert kept.read_text() == '{"earlier": true}\n'
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["results.json"]

@@ -158,6 +158,9 @@ def test_removing_the_approval_from_the_ledger_is_caught_by_the_dossier_receipt(
     conn.execute("DELETE FROM entries WHERE seq = 3")
     conn.execute("DELETE FROM checkpoints WHERE size = 3")
     conn.close()
+    pinned = gate("audit", "verify", "--ledger", world["ledger"])  # the pin beside the file caught it
+    assert pinned.exit_code == 1 and "the pinned checkpoint 3" in pinned.output and "truncated" in pinned.output
+    Path(f"{world['ledger']}.pin").unlink()  # an attacker who also removes the pin...
     assert gate("audit", "verify", "--ledger", world["ledger"]).exit_code == 0  # consistent on its own
     verified = gate("audit", "verify", "--ledger", world["ledger"], "--checkpoint", world["out"])
     assert verified.exit_code == 1

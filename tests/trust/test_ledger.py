@@ -140,6 +140,9 @@ def test_truncation_with_its_checkpoints_is_detected_by_a_held_checkpoint(tmp_pa
     conn = _raw(path)
     conn.execute("DELETE FROM entries WHERE seq > 3")
     conn.execute("DELETE FROM checkpoints WHERE size > 3")
+    pinned = _verify(path).first_bad()  # the pin beside the file still says 5...
+    assert pinned is not None and "pinned checkpoint 5" in pinned.message and "truncated" in pinned.message
+    Path(f"{path}.pin").unlink()  # ...so remove that too
     assert _verify(path).ok  # self-consistent on its own...
     bad = _verify(path, trusted=[exported]).first_bad()  # ...but not against what an auditor holds
     assert bad is not None and bad.seq == 4 and "truncated" in bad.message
@@ -242,7 +245,7 @@ def test_the_wal_switch_retries_a_lock_sqlite_reports_without_waiting() -> None:
     # handler, while another process creates the same ledger (seen once in CI under load)
     import sqlite3
 
-    from gate.trust.ledger import _use_wal
+    from gate.trust.ledger_store import _use_wal
 
     class Racing:
         def __init__(self, failures: int, message: str = "database is locked") -> None:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Reliability trials and the PostgreSQL ledger (docs/reliability.md): a real local PostgreSQL server
+# (the Debian package; the tests start their own with initdb/pg_ctl on 127.0.0.1), crash trials with
+# kill -9 during append and during run, a WAL deleted under a writer, concurrent writers on both backends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+    || echo "PostgreSQL could not be installed: its tests will skip, saying so"
+fi
+.venv/bin/python -c 'import psycopg' 2>/dev/null || .venv/bin/python -m pip install --quiet 'psycopg[binary]>=3.1'
+
+figures=$(mktemp)
+rm -f "$figures"
+GATE_RELIABILITY=1 GATE_RELIABILITY_FIGURES="$figures" GATE_THREADS=1 OMP_NUM_THREADS=1 \
+  .venv/bin/python -m pytest -q -rs tests/reliability tests/trust/test_ledger_postgres.py tests/core/test_hostile_inputs.py
+echo "reliability figures:"
+cat "$figures" 2>/dev/null || echo "(none recorded)"

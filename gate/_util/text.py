@@ -1,0 +1,32 @@
+"""Text that is safe to show: control characters and bidirectional overrides made visible.
+
+A manifest name, a check message or an approver field can carry terminal escapes (`\\x1b[2J`) or
+Unicode bidi controls (U+202E RIGHT-TO-LEFT OVERRIDE) that make a reader see something other than
+what is stored ("Trojan Source"). gate writes such characters as `\\u202e` escapes, in the dossier
+and on the terminal; newlines and tabs stay.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline), DEL, C1
+    "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"  # bidi marks, embeddings, overrides, isolates
+    "\u2028\u2029]"  # line and paragraph separators
+)
+
+
+def printable(value: Any) -> Any:
+    """`value` with unsafe characters written as `\\uXXXX`; non-strings (and Markup) pass unchanged."""
+    if not isinstance(value, str) or (type(value) is not str and hasattr(value, "__html__")):
+        return value
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
+def has_unsafe(text: str) -> bool:
+    return _UNSAFE.search(text) is not None
+
+
+__all__ = ["has_unsafe", "printable"]

@@ -1,0 +1,135 @@
+"""The PostgreSQL ledger: the same chain, checkpoints and verification on a real local server."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gate.cli.main import cli
+from gate.trust.ledger import Ledger, LedgerError
+from gate.trust.ledger_store import ledger_location, redacted
+from gate.trust.ledger_verify import verify_chain
+from gate.trust.signing import generate_key_files
+from tests.support.postgres import new_database, server_or_skip
+
+pytestmark = pytest.mark.reliability  # a real server: run by .ci/postgres.sh
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    yield from server_or_skip()
+
+
+@pytest.fixture
+def url(server: str, request: pytest.FixtureRequest) -> str:
+    name = "t_" + "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:50]
+    return new_database(server, name)
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.key"
+    generate_key_files(path, tmp_path / "ledger.pub")
+    return path
+
+
+def test_the_chain_checkpoints_and_verification_are_the_same(url: str, key: Path) -> None:
+    location = ledger_location(url)
+    with Ledger.open(location, key_path=key) as ledger:
+        for i in range(6):
+            entry, checkpoint = ledger.append("test", {"i": i, "text": "ünïcode"})
+        assert entry.seq == 6 and checkpoint.size == 6 and ledger.location == url
+    with Ledger.open(location, writable=False) as ledger:
+        report = verify_chain(ledger)
+        assert report.ok and report.size == 6 and report.checkpoints == 6
+        assert [e.body["i"] for e in ledger.entries()] == list(range(6))
+
+
+def test_the_database_refuses_update_delete_and_truncate(url: str, key: Path) -> None:
+    import psycopg
+
+    with Ledger.open(ledger_location(url), key_path=key) as ledger:
+        ledger.append("test", {"i": 0})
+    for statement in ("UPDATE gate_entries SET body = '{}'", "DELETE FROM gate_entries", "TRUNCATE gate_checkpoints"):
+        with psycopg.connect(url) as conn, pytest.raises(psycopg.Error, match="append-only"):
+            conn.execute(statement)  # type: ignore[arg-type]
+
+
+def test_a_role_that_can_append_but_never_update_or_delete(url: str, key: Path) -> None:
+    """The team set-up of docs/reliability.md: the CI role holds INSERT and SELECT only."""
+    import psycopg
+
+    with Ledger.open(ledger_location(url), key_path=key) as ledger:  # the owner creates the tables
+        ledger.append("test", {"i": 0})
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS gate_ci")
+        conn.execute("CREATE ROLE gate_ci LOGIN")
+        conn.execute("GRANT SELECT, INSERT ON gate_meta, gate_entries, gate_checkpoints TO gate_ci")
+    ci = url.replace("gate@", "gate_ci@")
+    with Ledger.open(ledger_location(ci), key_path=key) as ledger:
+        entry, _ = ledger.append("test", {"i": 1})
+        assert entry.seq == 2
+    with psycopg.connect(ci) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("DELETE FROM gate_entries WHERE seq = 2")
+
+
+def test_the_cli_reads_and_writes_a_postgresql_ledger(url: str, key: Path) -> None:
+    with Ledger.open(ledger_location(url), key_path=key) as ledger:
+        ledger.append("test", {"i": 0})
+    listed = CliRunner().invoke(cli, ["audit", "list", "--ledger", url])
+    assert listed.exit_code == 0 and "#1" in listed.output
+    verified = CliRunner().invoke(cli, ["audit", "verify", "--ledger", url])
+    assert verified.exit_code == 0 and "VERIFIED" in verified.output
+
+
+def test_errors_are_one_line_without_the_password(server: str, key: Path) -> None:
+    empty = new_database(server, "not_a_ledger")
+    with pytest.raises(LedgerError, match="not a gate ledger"):
+        Ledger.open(ledger_location(empty), writable=False)
+    wrong = server.replace("gate@", "gate:s3cret@").rsplit("/", 1)[0] + "/no_such_db"
+    result = CliRunner().invoke(cli, ["audit", "verify", "--ledger", wrong])
+    assert result.exit_code == 2 and "s3cret" not in result.output and result.output.count("\n") == 1
+    assert redacted("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+
+
+def _append_many(url: str, key: str, n: int) -> list[int]:
+    with Ledger.open(ledger_location(url), key_path=Path(key)) as ledger:
+        return [ledger.append("test", {"i": i})[0].seq for i in range(n)]
+
+
+def test_concurrent_writers_are_serialised_by_the_database(url: str, key: Path) -> None:
+    with Ledger.open(ledger_location(url), key_path=key):
+        pass
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        acked = pool.starmap(_append_many, [(url, str(key), 10)] * 4)
+    seqs = sorted(s for batch in acked for s in batch)
+    assert seqs == list(range(1, 41))  # none lost, none duplicated
+    with Ledger.open(ledger_location(url), writable=False) as ledger:
+        assert verify_chain(ledger).ok
+
+
+def test_a_run_records_to_a_postgresql_ledger(
+    url: str, key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from gate.engine import runner
+    from gate.engine.pipeline import run_pipeline
+    from tests.support.repo import EXAMPLES
+    from tests.trust.runs import signed_run
+
+    run_key = tmp_path / "run.key"
+    generate_key_files(run_key, tmp_path / "run.pub")
+    monkeypatch.setenv("GATE_LEDGER_KEY", str(key))
+    monkeypatch.setattr(runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, run_key)[1])
+    outputs = run_pipeline(EXAMPLES / "reference-static-layout.yaml", tmp_path / "out", sign_key=run_key, ledger=url)
+    assert outputs.ledger_seq == 1
+    receipt = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert receipt["ledger"] == url and receipt["entry"]["seq"] == 1
+    with Ledger.open(ledger_location(url), writable=False) as ledger:
+        assert verify_chain(ledger).ok and ledger.size() == 1
