@@ -6,6 +6,12 @@
 The decorator records the name and the params model so a run can be reproduced from the record.
 The runner turns the Outcome into a `CheckResult`, runs the negative controls the policy names
 (the same check against `candidate.with_fault(fault)`), and requires each to be detected.
+
+A control needs one failure to prove power, so a control run sets `ctx.stop_at_first_failure`:
+a check that walks a schedule (prefix lengths, greedy steps, sample batches) walks it in increasing
+order and returns at the first failing item, with `detected_at` naming it. A positive run never
+sets it and covers the whole schedule. `ctx.cache` is shared by every check of one run and by its
+controls: memoise what does not depend on the candidate (reference rows, seeded inputs) there.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from gate.core.manifest import Manifest
+    from gate.engine.run_cache import RunCache
     from gate.protocols import DecodePath
 
 
@@ -49,6 +56,16 @@ class CheckContext:
     progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
     """Progress inside a long step: (task, done, total), e.g. ("lengths swept", 40, 96). The CLI
     shows a bar on a terminal and a plain line every few seconds in CI."""
+    stop_at_first_failure: bool = False
+    """Control mode: return at the first failing length, step or batch (a positive run covers all)."""
+    cache: RunCache = field(default_factory=lambda: _new_cache())
+    """Run-scoped memo shared by the checks of one run and their controls (gate.engine.run_cache)."""
+
+
+def _new_cache() -> RunCache:
+    from gate.engine.run_cache import RunCache
+
+    return RunCache()
 
 
 @dataclass

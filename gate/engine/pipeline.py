@@ -50,6 +50,7 @@ def run_pipeline(
     progress: Callable[[str, int, int], None] | None = None,
     only: list[str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
+    profile: bool = False,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -59,6 +60,7 @@ def run_pipeline(
     `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
+    `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
     """
     from gate.engine.runner import RunOptions, run_manifest
     from gate.trust.approve import clear_stale_records
@@ -80,6 +82,7 @@ def run_pipeline(
             progress=progress or (lambda _task, _done, _total: None),
             only=list(only or []),
             params=dict(params or {}),
+            profile=profile,
         ),
     )
     clear_stale_records(out)  # an earlier run's receipt and approvals must not look like ours
