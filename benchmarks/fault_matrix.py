@@ -6,12 +6,18 @@ detected (the check failed), unobservable (the fault did not change what the che
 max |Δ| = 0), or missed (it changed the observation and the check still passed). Cells give
 the smallest prefix length (or index) at which the check failed and the diagnosed bug class.
 
-    python benchmarks/fault_matrix.py --seeds 3 --out docs/faults.md
+Faulty runs cover the whole schedule, as a run on a faulty candidate would, so the diagnosis sees
+the whole failure profile; a negative control stops at the first failing length in the same
+increasing order, so its detected-at is the one shown. One run cache per seed shares the
+reference's work. With --previous, each cell also gives the detected-at of the table it replaces.
+
+    python benchmarks/fault_matrix.py --seeds 3 --previous docs/faults.md --out docs/faults.md
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,6 +33,7 @@ from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
 from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import Manifest
 from gate.engine.controls import observation_difference
+from gate.engine.run_cache import RunCache
 from gate.models.faults import CATALOGUE, FAULT_NAMES
 
 CHECKS: list[tuple[CheckSpec[Any], Any]] = [
@@ -37,7 +44,7 @@ CHECKS: list[tuple[CheckSpec[Any], Any]] = [
 ]
 
 
-def context(reference: Any, candidate: Any, seed: int) -> CheckContext:
+def context(reference: Any, candidate: Any, seed: int, cache: RunCache | None = None) -> CheckContext:
     manifest = Manifest.model_validate(
         {
             "apiVersion": "gate/v1",
@@ -51,7 +58,13 @@ def context(reference: Any, candidate: Any, seed: int) -> CheckContext:
         }
     )
     return CheckContext(
-        manifest=manifest, reference=reference, candidate=candidate, seed=seed, device="cpu", dtype="float32"
+        manifest=manifest,
+        reference=reference,
+        candidate=candidate,
+        seed=seed,
+        device="cpu",
+        dtype="float32",
+        cache=cache or RunCache(),
     )
 
 
@@ -69,19 +82,20 @@ def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[
     for seed in range(seeds):
         reference = adapter.build(Options(preset=preset, path="full"), device="cpu", dtype="float32", seed=seed)
         candidate = adapter.build(Options(preset=preset, path=path), device="cpu", dtype="float32", seed=seed)
+        cache = RunCache()
         for spec, params in CHECKS:
-            start = time.perf_counter()
-            clean = spec(context(reference, candidate, seed), params)
+            start = time.process_time()
+            clean = spec(context(reference, candidate, seed, cache), params)
             assert clean.status in ("pass", "warn"), f"{spec.name} fails a correct path: {clean.message}"
             for fault in FAULT_NAMES:
-                faulty = spec(context(reference, candidate.with_fault(fault), seed), params)
+                faulty = spec(context(reference, candidate.with_fault(fault), seed, cache), params)
                 table.setdefault((fault, spec.name), []).append(cell(clean, faulty))
-            seconds[spec.name] += time.perf_counter() - start
-            print(f"seed {seed} {spec.name}: {time.perf_counter() - start:.1f}s", flush=True)
+            seconds[spec.name] += time.process_time() - start
+            print(f"seed {seed} {spec.name}: {time.process_time() - start:.1f} CPU s", flush=True)
     return table, dict(seconds)
 
 
-def summarise(cells: list[dict[str, Any]]) -> str:
+def summarise(cells: list[dict[str, Any]], was: str | None = None) -> str:
     n = len(cells)
     detected = [c for c in cells if c["outcome"] == "detected"]
     if len(detected) == n:
@@ -89,7 +103,8 @@ def summarise(cells: list[dict[str, Any]]) -> str:
         classes = Counter(c["class"] for c in detected)
         label = ", ".join(k for k, _ in classes.most_common(2))
         where = f" at {at[0]}" if at and at[0] == at[-1] else (f" at {at[0]}–{at[-1]}" if at else "")
-        return f"**detected**{where} ({label})"
+        before = f" (was {was})" if was is not None else ""
+        return f"**detected**{where}{before} ({label})"
     if not detected and all(c["outcome"] == "unobservable" for c in cells):
         return "unobservable (Δ = 0)"
     parts = [f"detected {len(detected)}/{n}"] if detected else []
@@ -102,20 +117,45 @@ def summarise(cells: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def previous_detections(doc: Path) -> dict[tuple[str, str, str], str]:
+    """(preset, fault, check) -> the detected-at text ("2107–3051") of an earlier faults.md."""
+    found: dict[tuple[str, str, str], str] = {}
+    preset, names = "", []
+    for line in doc.read_text().splitlines():
+        if line.startswith("### Preset `"):
+            preset = line.split("`")[1]
+        elif line.startswith("| fault | ") and preset:
+            names = [c.strip() for c in line.strip("|").split("|")][1:]
+        elif line.startswith("| ") and names and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            for name, cell in zip(names, cells[1:], strict=False):
+                match = re.match(r"\*\*detected\*\* at (\S+)", cell)
+                if match:
+                    found[(preset, cells[0], name)] = match.group(1)
+    return found
+
+
 def render(
-    table: dict[tuple[str, str], list[dict[str, Any]]], seconds: dict[str, float], preset: str, path: str, seeds: int
+    table: dict[tuple[str, str], list[dict[str, Any]]],
+    seconds: dict[str, float],
+    preset: str,
+    path: str,
+    seeds: int,
+    previous: dict[tuple[str, str, str], str] | None = None,
 ) -> str:
     names = [spec.name for spec, _ in CHECKS]
     lines = [f"| fault | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
     for fault in FAULT_NAMES:
-        lines.append(f"| {fault} | " + " | ".join(summarise(table[(fault, n)]) for n in names) + " |")
+        was = previous or {}
+        cells = [summarise(table[(fault, n)], was.get((preset, fault, n)) if previous else None) for n in names]
+        lines.append(f"| {fault} | " + " | ".join(cells) + " |")
     caught = [f for f in FAULT_NAMES if any(all(c["outcome"] == "detected" for c in table[(f, n)]) for n in names)]
-    timing = ", ".join(f"{n} {seconds[n]:.0f} s" for n in names)
+    timing = ", ".join(f"{n} {seconds[n]:.1f} s" for n in names)
     return (
         f"Generated by `python benchmarks/fault_matrix.py --seeds {seeds} --preset {preset} --path {path}` "
         f"(torch {torch.__version__}, float32, cpu; reference `full`, candidate `{path}`, preset `{preset}`, "
-        f"max_len 8192, default check parameters; {seeds} weight/input seeds per cell). Wall time per check "
-        f"including every fault: {timing}.\n\n" + "\n".join(lines) + "\n\n"
+        f"max_len 8192, default check parameters; {seeds} weight/input seeds per cell). CPU time per check "
+        f"including every fault (one thread): {timing}.\n\n" + "\n".join(lines) + "\n\n"
         f"Faults detected by at least one check in every seed: {len(caught)} of {len(FAULT_NAMES)}.\n"
     )
 
@@ -160,15 +200,18 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--path", default="static")
     parser.add_argument("--extra", default="tiny-abs", help="second preset for a second table ('' for none)")
+    parser.add_argument("--previous", type=Path, help="an earlier faults.md: show its detected-at beside the new")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    previous = previous_detections(args.previous) if args.previous else None
     sections = []
     tables = []
     for preset in [args.preset, *([args.extra] if args.extra else [])]:
         table, seconds = run(preset, args.path, args.seeds)
         tables.append(table)
-        sections.append(f"### Preset `{preset}`\n\n" + render(table, seconds, preset, args.path, args.seeds))
+        text = render(table, seconds, preset, args.path, args.seeds, previous)
+        sections.append(f"### Preset `{preset}`\n\n" + text)
     text = DOC.format(catalogue=catalogue(), tables="\n".join(sections), confusion=confusion(tables))
     print(text)
     if args.out:
@@ -190,7 +233,8 @@ candidate with `with_fault` and requires a failure.
 
 A cell is *detected* when the check failed under the fault, with where it failed first (prefix-sweep:
 the prefix length; greedy-parity: the absolute position of the diverging token; mask-oracle: the index of
-the first wrong oracle case; reset-isolation: the token index across both requests) and the diagnosis;
+the first wrong oracle case; reset-isolation: the token index across both requests), where the table
+before bounded sweeps found it ("was"), and the diagnosis;
 *unobservable* when the fault did not change what the check observed at all (the runner reports
 these as unobservable, never as detections or as a lack of power); *missed* would be a change the
 check did not flag. The policies in `policies/layout.yaml` and `policies/scheduling.yaml` name, per

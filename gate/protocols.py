@@ -38,6 +38,7 @@ __all__ = [
     "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
+    "LayoutEdges",
     "PrefixCaching",
     "Session",
     "SpeculativePath",
@@ -168,6 +169,16 @@ class LayoutBoundaries(Protocol):
 
     def layout_boundaries(self) -> tuple[int, ...]:
         """Block edges, chunk edges, window sizes (each < max_len)."""
+        ...
+
+
+@runtime_checkable
+class LayoutEdges(Protocol):
+    """Layout boundaries by kind, so a bounded sweep visits every kind and states its coverage."""
+
+    def layout_edges(self) -> dict[str, tuple[int, ...]]:
+        """Kind -> token counts (each < max_len): `block`, `chunk`, `window`, `page`, or a kind
+        of the path's own (e.g. `residual`, `cache-end`)."""
         ...
 
 

@@ -144,12 +144,28 @@ class PrefixReuseParityParams(Params):
 
 
 class PrefixSweepParams(Params):
+    """Parameters of the prefix-sweep check."""
+
     lengths: PrefixLengths = Field(default_factory=lambda: list(SEED_LENGTHS))
     """Prefix lengths always visited (background: parity), clipped to the longest prefix."""
     log_spaced: int = Field(default=64, ge=0, le=4096)
     """How many log-spaced lengths from 1 to the longest prefix to add."""
     boundaries: bool = True
-    """Add every layout boundary ±1 the candidate reports (block and chunk edges, windows)."""
+    """Visit the layout boundaries ±1 the candidate reports (block, chunk, window, page edges)."""
+    first_edges: int = Field(default=8, ge=0)
+    """Edges of each kind always visited ±1, from the shortest (short-prefix bugs live there);
+    the last edge of each kind within reach is always visited too."""
+    sampled_edges: int = Field(default=24, ge=0)
+    """Further edges ±1 drawn (seeded by the run's seed) from every kind's remaining edges."""
+    max_lengths: int | None = Field(default=256, ge=1)
+    """Most lengths in all; the standard lengths and the first and last edges are kept beyond it.
+    None: no cap."""
+    exhaustive: bool = False
+    """Every boundary ±1 of every kind up to `longest`, no cap, no reach (nightly jobs)."""
+    reach: int | None = Field(default=8191, ge=1)
+    """Longest prefix a bounded sweep visits (each length costs a causal pass up to it); the
+    standard lengths and the first edge of every kind are visited even beyond it, and the coverage
+    counts the edges left out. None: up to `longest`."""
     every_length_up_to: int | None = Field(default=None, ge=1)
     """Also visit every length 1..N (dense sweep)."""
     longest: int | None = Field(default=None, ge=1)

@@ -15,11 +15,13 @@ mid-cache and cross chunk edges (a single-token loop would never exercise a chun
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 import torch
 
-from gate.checks._compare import random_tokens, tolerance_for, top_k_rows
+from gate.checks._compare import Tolerance, random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
@@ -39,9 +41,14 @@ def prompt_cuts(path: DecodePath, prompt_len: int) -> list[int]:
 
 
 def greedy(
-    path: DecodePath, prompt: torch.Tensor, steps: int, cuts: list[int] | None = None
+    path: DecodePath,
+    prompt: torch.Tensor,
+    steps: int,
+    cuts: list[int] | None = None,
+    until: Callable[[int, torch.Tensor, torch.Tensor], bool] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Greedy continuation: tokens [B, steps], the logits that chose them [B, steps, V], exercise.
+    """Greedy continuation: tokens [B, n], the logits that chose them [B, n, V], exercise; n is
+    `steps`, or fewer when `until(step, token, logits)` answers True (stop after that step).
     `cuts`: feed the prompt as a prefill up to the first cut, then one append per following chunk."""
     session = path.new_session(prompt.shape[0])
     edges = [0, *(cuts or []), prompt.shape[1]]
@@ -53,6 +60,8 @@ def greedy(
         token = logits.argmax(dim=-1)
         chosen.append(token)
         rows.append(logits)
+        if until is not None and until(step, token, logits):
+            break
         if step + 1 < steps:
             logits = session.append(token[:, None])[:, -1].float().cpu()
     return torch.stack(chosen, dim=1), torch.stack(rows, dim=1), dict(session.exercise())
@@ -76,9 +85,15 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
         if steps < 1:
             continue
         prompt = random_tokens(vocab, params.batch, prompt_len, ctx.seed * 1000 + prompt_len)
-        ref_tok, ref_logits, _ = greedy(reference, prompt, steps)
+        # the reference continuation does not depend on the candidate: once per run, shared by controls
+        ref_tok, ref_logits, _ = ctx.cache.get(
+            ("greedy", reference, prompt, steps), partial(greedy, reference, prompt, steps)
+        )
+        until = _first_real_divergence(ref_tok, ref_logits, tol) if ctx.stop_at_first_failure else None
         cuts = prompt_cuts(candidate, prompt_len) if chunked else None
-        cand_tok, cand_logits, cand_ex = greedy(candidate, prompt, steps, cuts)
+        cand_tok, cand_logits, cand_ex = greedy(candidate, prompt, steps, cuts, until)
+        steps = cand_tok.shape[1]
+        ref_tok, ref_logits = ref_tok[:, :steps], ref_logits[:, :steps]
         if cuts:
             cand_ex = {**cand_ex, "prompt_chunks": [b - a for a, b in itertools.pairwise([0, *cuts, prompt_len])]}
         observed.append(cand_logits.flatten())
@@ -128,6 +143,8 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
             if real and first_failure is None:
                 first_failure = {**real[0], "prompt_len": prompt_len, "tokens": torch.cat([prompt, ref_tok], dim=1)}
         runs.append(run)
+        if first_failure is not None and ctx.stop_at_first_failure:
+            break  # a control needs one failure; the positive run covers every prompt batch
 
     metrics = {
         "lengths": lengths,
@@ -163,6 +180,26 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
     return Outcome(
         status=status, message=message, metrics=metrics, evidence=evidence, exercise=exercise, observation=observation
     )
+
+
+def _first_real_divergence(
+    ref_tok: torch.Tensor, ref_logits: torch.Tensor, tol: Tolerance
+) -> Callable[[int, torch.Tensor, torch.Tensor], bool]:
+    """For a control: stop the candidate's continuation at the first step where a row that has
+    not diverged before picks another token than the reference, outside the tie band."""
+    diverged = torch.zeros(ref_tok.shape[0], dtype=torch.bool)
+
+    def until(step: int, token: torch.Tensor, _logits: torch.Tensor) -> bool:
+        new = (token != ref_tok[:, step]) & ~diverged
+        real = False
+        for row in new.nonzero().flatten().tolist():
+            ref_row = ref_logits[row, step]
+            margin = float(ref_row.max() - ref_row[int(token[row])])
+            real = real or margin > float(tol.row(ref_row))
+        diverged.logical_or_(new)
+        return real
+
+    return until
 
 
 def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:

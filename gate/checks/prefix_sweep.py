@@ -1,9 +1,14 @@
 """`prefix-sweep`: cached-versus-full logits for the appended token over many prefix lengths.
 
 Reference logits for every length come from ONE full pass over the longest sequence (causality
-makes row L the answer for prefix L). The candidate grows one session (gate.checks._sweep), so
-neither side redoes quadratic work. Lengths: the eight standard lengths (clipped), at least 64 log-spaced
-ones, every layout boundary ±1 of the candidate, optionally every length 1..N.
+makes row L the answer for prefix L), computed once per run (ctx.cache) and shared with every
+control. The candidate grows one session (gate.checks._sweep), so neither side redoes quadratic
+work. Lengths (gate.checks._sweep.plan_sweep): the eight standard lengths (clipped), the first
+edges ±1 and the last edge ±1 of every kind of layout boundary the candidate reports (block,
+chunk, window, page), log-spaced lengths and a seeded sample of further edges, within
+`max_lengths` in all; `exhaustive: true` visits every boundary ±1 (nightly). The evidence states
+the coverage: edges visited per kind out of how many exist (`boundary_coverage`), and the plan
+(`sweep_plan`). A control (ctx.stop_at_first_failure) stops at the first failing length.
 
 `compare: full`: argmax agreement is load-bearing, flips within the reference's top-2 margin are
 ties. Under a claim that bounds the logits (tolerance, exact) a length whose |Δlogit| exceeds the
@@ -17,9 +22,6 @@ claimed: a cached step and a full pass differ in the last bits on any correct en
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -35,9 +37,9 @@ from gate.checks._compare import (
 )
 from gate.checks._diagnosis import diagnose
 from gate.checks._params import PrefixSweepParams
-from gate.checks._sweep import cached_sweep, sweep_lengths
+from gate.checks._sweep import cached_sweep, layout_edges, plan_sweep
 from gate.core.check import CheckContext, Outcome, check
-from gate.protocols import DecodePath, LayoutBoundaries
+from gate.protocols import DecodePath
 
 
 @check("prefix-sweep", params=PrefixSweepParams)
@@ -53,29 +55,59 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     reachable = min(reference.max_len - 1, candidate.max_len - 1)
     longest = min(params.longest or 1 << 30, reachable)
     coverage = sweep_coverage(params.lengths, params.longest, reachable)
-    bounds = candidate.layout_boundaries() if params.boundaries and isinstance(candidate, LayoutBoundaries) else ()
-    lengths = sweep_lengths(
+    edges = layout_edges(candidate) if params.boundaries else {}
+    bounds = sorted({b for kind in edges.values() for b in kind})
+    plan = plan_sweep(
         longest,
+        edges=edges,
         seed_lengths=params.lengths,
         log_count=params.log_spaced,
-        boundaries=bounds,
+        first_edges=params.first_edges,
+        sampled_edges=params.sampled_edges,
+        cap=params.max_lengths,
+        seed=ctx.seed,
+        exhaustive=params.exhaustive,
         every_up_to=params.every_length_up_to,
+        reach=params.reach,
     )
+    planned = plan.lengths
     vocab = min(reference.vocab_size, candidate.vocab_size)
-    tokens = random_tokens(vocab, params.batch, longest + 1, ctx.seed)
+    tokens = ctx.cache.get(
+        ("random-tokens", vocab, params.batch, longest + 1, ctx.seed),
+        lambda: random_tokens(vocab, params.batch, longest + 1, ctx.seed),
+    )
     tol = tolerance_for(ctx, params.atol, params.rtol)
-    ctx.log(f"  {len(lengths)} lengths up to {longest}, batch {params.batch}, compare {params.compare}")
+    bounded = bounds_logits(ctx)
+    ctx.log(
+        f"  {len(planned)} lengths ({plan.summary()}), batch {params.batch}, compare {params.compare}"
+        + (", stop at first failure" if ctx.stop_at_first_failure else "")
+    )
 
-    full = _memo(("full", reference, tokens, lengths), lambda: _full_rows(reference, tokens, lengths))
-    got, exercise = cached_sweep(candidate, tokens, lengths, ctx.progress)
+    full_all = ctx.cache.get(("full-rows", reference, tokens, planned), lambda: _full_rows(reference, tokens, planned))
+    ref_cached_all: torch.Tensor | None = None
+    if params.compare == "cached":
+        ref_cached_all = ctx.cache.get(
+            ("cached-rows", reference, tokens, planned),
+            lambda: cached_sweep(reference, tokens, planned, ctx.progress)[0],
+        )
+
+    def fails(i: int, row: torch.Tensor) -> bool:
+        one = compare_rows(full_all[i : i + 1], row[None], tol)
+        if bool(one.failed.any()) or (bounded and bool(one.beyond_allowance.any())):
+            return True
+        return ref_cached_all is not None and not bool(bits_equal(ref_cached_all[i : i + 1], row[None]).all())
+
+    got, exercise = cached_sweep(
+        candidate, tokens, planned, ctx.progress, until=fails if ctx.stop_at_first_failure else None
+    )
+    lengths = planned[: got.shape[0]]
+    full = full_all[: len(lengths)]
     cmp = compare_rows(full, got, tol)
 
     bitwise: dict[str, Any] | None = None
     bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
-    if params.compare == "cached":
-        ref_cached = _memo(
-            ("cached", reference, tokens, lengths), lambda: cached_sweep(reference, tokens, lengths, ctx.progress)[0]
-        )
+    if ref_cached_all is not None:
+        ref_cached = ref_cached_all[: len(lengths)]
         equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
         bit_fail = ~equal
         bitwise = {
@@ -86,7 +118,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         }
 
     argmax_failed = cmp.failed.any(dim=1)
-    beyond = cmp.beyond_allowance.any(dim=1) if bounds_logits(ctx) else torch.zeros_like(argmax_failed)
+    beyond = cmp.beyond_allowance.any(dim=1) if bounded else torch.zeros_like(argmax_failed)
     failed = argmax_failed | bit_fail | beyond  # [N]
     tie = cmp.tie.any(dim=1)
     over = cmp.over_tolerance.any(dim=1)
@@ -96,7 +128,9 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     metrics: dict[str, Any] = {
         "compare": params.compare,
         "lengths": len(lengths),
-        "longest": longest,
+        "lengths_planned": len(planned),
+        "longest": planned[-1],
+        "context": longest,
         "batch": params.batch,
         "argmax_agreement": round(float(cmp.agree.float().mean()), 6),
         "argmax_failures": int(argmax_failed.sum()),
@@ -114,6 +148,10 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     evidence["tolerance"] = tol.as_dict()
     evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8]), "lengths": list(bounds[:512])}
     evidence["coverage"] = coverage
+    evidence["boundary_coverage"] = plan.coverage  # per kind: edges up to the context, edges visited ±1
+    evidence["sweep_plan"] = plan.as_dict()
+    if len(lengths) < len(planned):
+        evidence["sweep_plan"]["stopped_at"] = lengths[-1]
     if bitwise is not None:
         evidence["bitwise"] = bitwise
 
@@ -160,7 +198,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     else:
         status = "pass"
         message = (
-            f"argmax agrees at all {len(lengths)} lengths up to {longest}; "
+            f"argmax agrees at all {len(lengths)} lengths up to {lengths[-1]} ({plan.summary()} visited); "
             f"max |Δ| against the full pass {float(delta.max()):.3g}"
         )
         if bitwise is not None:
@@ -197,28 +235,10 @@ def sweep_coverage(wanted: list[int], scoped: int | None, reachable: int) -> dic
 
 
 def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Row L of one full pass over the longest sequence, for each L: [N, B, V] float32."""
+    """Row L of one full pass over the longest swept sequence, for each L: [N, B, V] float32."""
     with torch.no_grad():
-        return reference.full_logits(tokens)[:, torch.tensor(lengths)].transpose(0, 1).float().cpu()
-
-
-_MEMO: OrderedDict[tuple[Any, ...], tuple[DecodePath, torch.Tensor]] = OrderedDict()
-
-
-def _memo(key: tuple[str, DecodePath, torch.Tensor, list[int]], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """The reference side does not change between a check and its negative controls (only the
-    candidate gets the fault), so its rows are computed once per (path, tokens, lengths)."""
-    kind, path, tokens, lengths = key
-    digest = hashlib.sha256(tokens.numpy().tobytes() + str(lengths).encode()).hexdigest()
-    full_key = (kind, id(path), path.name, digest)
-    if full_key in _MEMO:
-        _MEMO.move_to_end(full_key)
-        return _MEMO[full_key][1]
-    rows = compute()
-    _MEMO[full_key] = (path, rows)  # holding the path keeps its id from being reused
-    while len(_MEMO) > 4:
-        _MEMO.popitem(last=False)
-    return rows
+        logits = reference.full_logits(tokens[:, : lengths[-1] + 1])
+        return logits[:, torch.tensor(lengths)].transpose(0, 1).float().cpu()
 
 
 def _evidence(

@@ -166,8 +166,12 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     prompt = seeded_prompts(ctx.reference.vocab_size, 1, p.prompt_len, ctx.seed, ctx.device)[0]
 
     # the null: the reference target's exact joint law; the alternatives: each fault's exact law
-    gaps: list[float] = []
-    law0 = target_law(NextTokenTable(_reference_probs(ctx, p.temperature, p.top_k, gaps), prompt), horizon)
+    def null_law() -> tuple[Law, list[float]]:
+        gaps: list[float] = []
+        return target_law(NextTokenTable(_reference_probs(ctx, p.temperature, p.top_k, gaps), prompt), horizon), gaps
+
+    # the reference side is the same for every control: enumerated once per run
+    law0, gaps = ctx.cache.get(("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon), null_law)
     ctx.log(f"    enumerated {len(law0)} continuations of {horizon} tokens (k={k})")
     alt_laws = _alternatives(spec, prompt, p, k, horizon)
     cells = sorted(set(law0).union(*(alt_laws or {}).values()), key=lambda c: (-law0.get(c, 0.0), c))

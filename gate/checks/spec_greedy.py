@@ -39,7 +39,10 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
     lengths = [m for m in lengths if m <= n] or [n]
     prompts = seeded_prompts(ctx.reference.vocab_size, p.prompts, p.prompt_len, ctx.seed, ctx.device)
 
-    expected = target_greedy(ctx.reference, prompts, n).cpu()
+    # the target's own continuation does not depend on the candidate: once per run, shared by controls
+    expected = ctx.cache.get(
+        ("target-greedy", ctx.reference, prompts, n), lambda: target_greedy(ctx.reference, prompts, n).cpu()
+    )
     out = spec.sample(prompts, n, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device))
     got, stats = out.tokens.cpu(), out.stats
 

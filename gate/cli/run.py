@@ -92,6 +92,12 @@ def summary_json(outputs: Any) -> dict[str, Any]:
     help="Directory of stored reference answers (env GATE_REFERENCE_CACHE): an unchanged reference is read, "
     "not recomputed (the same store `gate record` writes).",
 )
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Print time per check and per control, inside vs outside model forward passes "
+    "(timing forwards installs torch module hooks, which slow small forwards a little).",
+)
 @policy_dir_option
 @ledger_option
 @click.option(
@@ -113,6 +119,7 @@ def command(
     color: ColorMode,
     threads: int | None,
     reference_cache: Path | None,
+    profile: bool,
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
     trust_path: Path | None,
@@ -149,6 +156,7 @@ def command(
                 only=list(only),
                 params=overrides,
                 reference_cache=reference_cache,
+                profile=profile,
             )
             if outputs.ledger_seq is not None:
                 reporter.log(f"ledger: recorded as entry #{outputs.ledger_seq}")
@@ -159,6 +167,12 @@ def command(
         click.echo(json.dumps(summary_json(outputs), sort_keys=True))
         sys.exit(result.exit_code)
     styled = {"always": True, "never": False}.get(color, False if os.environ.get("NO_COLOR") else None)
+    if profile:
+        from gate.engine.profile import profile_lines
+
+        click.echo("profile:")
+        for line in profile_lines(result):
+            click.echo(line)
     if not quiet:
         for check in result.checks:
             if check.status.value == "unproven":

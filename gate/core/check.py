@@ -6,13 +6,19 @@
 The decorator records the name and the params model so a run can be reproduced from the record.
 The runner turns the Outcome into a `CheckResult`, runs the negative controls the policy names
 (the same check against `candidate.with_fault(fault)`), and requires each to be detected.
+
+A control needs one failure to prove power, so a control run sets `ctx.stop_at_first_failure`:
+a check that walks a schedule (prefix lengths, greedy steps, sample batches) walks it in increasing
+order and returns at the first failing item, with `detected_at` naming it. A positive run never
+sets it and covers the whole schedule. `ctx.cache` is shared by every check of one run and by its
+controls: memoise what does not depend on the candidate (reference rows, seeded inputs) there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +36,21 @@ class Params(BaseModel):
 
 
 P = TypeVar("P", bound=Params)
+T = TypeVar("T")
+
+
+class Memo(Protocol):
+    """What checks ask of the run-scoped cache: a value by key, computed once."""
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T: ...
+
+
+class NoMemo:
+    """A memo that remembers nothing (contexts built outside a run)."""
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        return compute()
+
 
 Length = Annotated[int, Field(ge=1, le=1_000_000)]
 """A token count or prompt length in check params: positive and bounded (claimed work is bounded)."""
@@ -56,6 +77,11 @@ class CheckContext:
     progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
     """Progress inside a long step: (task, done, total), e.g. ("lengths swept", 40, 96). The CLI
     shows a bar on a terminal and a plain line every few seconds in CI."""
+    stop_at_first_failure: bool = False
+    """Control mode: return at the first failing length, step or batch (a positive run covers all)."""
+    cache: Memo = field(default_factory=lambda: NoMemo())
+    """Run-scoped memo shared by the checks of one run and their controls: the runner passes a
+    gate.engine.run_cache.RunCache; a context built by hand computes everything (NoMemo)."""
 
 
 @dataclass

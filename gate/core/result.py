@@ -83,6 +83,10 @@ class ControlResult(Record):
     """Human-readable explanation."""
     metrics: dict[str, Any] = Field(default_factory=dict)
     """The faulty run's headline metrics."""
+    duration_s: float = 0.0
+    """Wall time of this control (it stops at the first failure it finds)."""
+    forward_s: float | None = None
+    """Of duration_s, seconds inside model forward passes (None: not measured)."""
 
 
 class ErrorInfo(Record):
@@ -141,6 +145,10 @@ class CheckResult(Record):
     """The waiver that applied, when status is waived (or one that expired)."""
     duration_s: float = 0.0
     """Wall time of the check including its controls."""
+    positive_s: float = 0.0
+    """Wall time of the check's own run on the candidate, without its controls."""
+    forward_s: float | None = None
+    """Of duration_s, seconds inside model forward passes (None: not measured)."""
 
 
 class Digest(Record):

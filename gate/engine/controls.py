@@ -8,6 +8,12 @@ unobservable (with the measured difference), never as a detection or as a lack o
 The fault is the adapter's own when its path offers it, else a protocol-level fault from
 gate.engine.generic_faults that stands in for it; each result records which kind ran. A check
 none of whose controls could run at all has unproven power (`unproven_verdict`), never a pass.
+
+One failure proves power, so a control runs with `ctx.stop_at_first_failure` set: the check walks
+its schedule in increasing order and returns at the first failing item (its `detected_at`). A
+control that finds no failure has walked the whole schedule, so "missed" and "unobservable" are
+judged on the same coverage as the positive run. Each control records its own wall time (and,
+with `gate run --profile`, the part of it spent inside model forward passes).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from gate.core.check import CheckContext, CheckSpec, Outcome
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, ControlResult
 from gate.engine.generic_faults import plant
+from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
 
 
@@ -37,14 +44,27 @@ def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
 
 
 def run_control(
+    spec: CheckSpec[Any],
+    ctx: CheckContext,
+    params: Any,
+    clean: Outcome,
+    control: ControlSpec,
+    clock: ForwardClock | None = None,
+) -> ControlResult:
+    """Run one control (stopping at its first failure), classify it and record its time."""
+    with Stopwatch(clock) as watch:
+        result = _classified_control(spec, ctx, params, clean, control)
+    return result.model_copy(update={"duration_s": watch.wall_s, "forward_s": watch.forward_s})
+
+
+def _classified_control(
     spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
 ) -> ControlResult:
-    """Run one control and classify it."""
     planted = plant(ctx.candidate, spec.name, control.fault)
     if isinstance(planted, str):
         return ControlResult(fault=control.fault, outcome=ControlOutcome.unsupported, message=planted)
     kind = {"kind": planted.kind, "applied": planted.applied}
-    faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault)
+    faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault, stop_at_first_failure=True)
     try:
         faulty = spec(faulty_ctx, params)
     except SubjectCrash as crash:  # the faulted subject crashed inside the library: the check failed it

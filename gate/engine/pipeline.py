@@ -50,6 +50,7 @@ def run_pipeline(
     progress: Callable[[str, int, int], None] | None = None,
     only: list[str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
+    profile: bool = False,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -64,6 +65,7 @@ def run_pipeline(
     `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
+    `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
     """
     from gate._util.stopping import stop_all
     from gate.engine.outputs import WRITE_ERRNOS, StagedOutput, write_failure
@@ -102,6 +104,7 @@ def run_pipeline(
                 progress=progress or (lambda _task, _done, _total: None),
                 only=list(only or []),
                 params=dict(params or {}),
+                profile=profile,
                 prepared=prepared,
             ),
         )

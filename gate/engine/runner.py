@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from gate.core.manifest import CheckOverride, ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
 from gate.core.result import CheckResult, ControlOutcome, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.engine.profile import ForwardClock, Stopwatch
+from gate.engine.run_cache import RunCache
 from gate.errors import (
     EXIT_AWAITING_APPROVAL,
     EXIT_BAD_INPUT,
@@ -58,6 +61,9 @@ class RunOptions:
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    profile: bool = False
+    """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
+    slow small forwards, so only on request); wall times per check and control are always kept."""
     progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
     """Progress inside long checks: (task, done, total)."""
     only: list[str] = field(default_factory=list)
@@ -136,12 +142,19 @@ def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
 
 
 def run_check(
-    planned: PlannedCheck, spec: CheckSpec[Params], params: Params, ctx: CheckContext, run_controls: bool = True
+    planned: PlannedCheck,
+    spec: CheckSpec[Params],
+    params: Params,
+    ctx: CheckContext,
+    run_controls: bool = True,
+    clock: ForwardClock | None = None,
 ) -> CheckResult:
-    """Run one check and (unless `run_controls` is false) its controls; never raises."""
+    """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
+    failure; never raises. With a `clock`, forward time is recorded too."""
     from gate.engine.controls import power_verdict, run_control, unproven_verdict
 
     started = time.perf_counter()
+    forward_at_start = clock.elapsed() if clock else 0.0
     base = {
         "check": planned.check,
         "severity": planned.severity,
@@ -152,7 +165,8 @@ def run_check(
         "params": params.model_dump(mode="json"),
     }
     try:
-        outcome = spec(ctx, params)
+        with Stopwatch(clock) as positive:
+            outcome = spec(ctx, params)
     except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
         return _crash_result(base, crash, started)
     except Exception as err:
@@ -168,7 +182,7 @@ def run_check(
     if run_controls and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
         for done, control in enumerate(planned.controls):
             ctx.log(f"  control {control.fault} (expect {control.expect})")
-            result = run_control(spec, ctx, params, outcome, control)
+            result = run_control(spec, ctx, params, outcome, control, clock)
             controls.append(result)
             where = f" at {result.detected_at}" if result.detected_at is not None else ""
             ctx.log(f"  control {control.fault}: {result.outcome.value}{where}: {result.message}")
@@ -193,6 +207,8 @@ def run_check(
         controls=controls,
         diagnosis=outcome.diagnosis,
         duration_s=time.perf_counter() - started,
+        positive_s=positive.wall_s,
+        forward_s=None if clock is None else clock.elapsed() - forward_at_start,
     )
 
 
@@ -414,25 +430,31 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
         raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
 
-    for planned in plan.checks:
-        if planned.check in not_run:
-            checks.append(_not_run(planned, options.only))
-            continue
-        log(f"check {planned.check} (step {planned.step}, {planned.severity})")
-        ctx = CheckContext(
-            manifest=manifest,
-            reference=paths["reference"],
-            candidate=paths["candidate"],
-            seed=subject.seed,
-            device=subject.device,
-            dtype=subject.dtype,
-            log=log,
-            progress=options.progress,
-        )
-        # recording a baseline stores the reference's answers; controls ask the reference nothing new
-        check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, options.record is None)
-        log(f"  {check_result.status.value}: {check_result.message}")
-        checks.append(check_result)
+    cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
+    clock = ForwardClock() if options.profile else None
+    with clock or nullcontext():
+        for planned in plan.checks:
+            if planned.check in not_run:
+                checks.append(_not_run(planned, options.only))
+                continue
+            log(f"check {planned.check} (step {planned.step}, {planned.severity})")
+            ctx = CheckContext(
+                manifest=manifest,
+                reference=paths["reference"],
+                candidate=paths["candidate"],
+                seed=subject.seed,
+                device=subject.device,
+                dtype=subject.dtype,
+                log=log,
+                progress=options.progress,
+                cache=cache,
+            )
+            # recording a baseline stores the reference's answers; controls ask the reference nothing new
+            check_result = run_check(
+                planned, specs[planned.check], params[planned.check], ctx, options.record is None, clock
+            )
+            log(f"  {check_result.status.value}: {check_result.message}")
+            checks.append(check_result)
 
     baseline = _baseline_record(paths["reference"], log)
     if waivers is not None:

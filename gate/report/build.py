@@ -116,7 +116,22 @@ def _control_line(control: ControlResult) -> ControlLine:
         detected_at=number(control.detected_at) if control.detected_at is not None else None,
         output_difference=number(diff) if diff is not None else None,
         message=control.message,
+        duration=duration(control.duration_s) if control.duration_s else "",
     )
+
+
+def timing(check: CheckResult) -> str:
+    """e.g. `run 8.3 s + 9 controls 2.0 s; 96% inside model forwards` ("" for a record from
+    before gate kept these times)."""
+    spent = sum(c.duration_s for c in check.controls)
+    if not check.positive_s and not spent:
+        return ""
+    text = f"run {duration(check.positive_s)}"
+    if check.controls:
+        text += f" + {len(check.controls)} controls {duration(spent)}"
+    if check.forward_s is not None and check.duration_s > 0:
+        text += f"; {100 * check.forward_s / check.duration_s:.0f}% inside model forwards"
+    return text
 
 
 def _waiver(check: CheckResult) -> WaiverView | None:
@@ -246,7 +261,15 @@ def _controls(result: GateResult) -> ControlMatrix:
             title = found.message + (
                 f" (output difference {line.output_difference})" if line.output_difference is not None else ""
             )
-            cells.append(ControlCell(outcome=line.outcome, tone=line.tone, detected_at=line.detected_at, title=title))
+            cells.append(
+                ControlCell(
+                    outcome=line.outcome,
+                    tone=line.tone,
+                    detected_at=line.detected_at,
+                    title=title,
+                    duration=line.duration,
+                )
+            )
         rows.append(ControlRow(fault=fault, cells=cells))
     return ControlMatrix(checks=[c.check for c in checks], rows=rows)
 
@@ -388,6 +411,7 @@ def build_report(
             policy_rule=s.policy_rule,
             message=s.message,
             duration=duration(c.duration_s),
+            timing=timing(c),
         )
         for s, c in zip(sections, result.checks, strict=True)
     ]

@@ -108,6 +108,8 @@ class PlanRow:
     policy_rule: str
     message: str
     duration: str
+    timing: str
+    """Where the time went: the check's own run, its controls, the share inside model forwards."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class ControlCell:
     detected_at: str | None
     title: str
     """Hover text: the control's message and output difference."""
+    duration: str
+    """Wall time of the control."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ class ControlLine:
     detected_at: str | None
     output_difference: str | None
     message: str
+    duration: str
+    """Wall time of this control (it stops at its first failure)."""
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
 from gate.checks._compare import Tolerance, bits_equal, compare_rows, random_tokens
-from gate.checks._sweep import SEED_LENGTHS, log_spaced, sweep_lengths
+from gate.checks._sweep import SEED_LENGTHS, log_spaced, plan_sweep, sweep_lengths
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
@@ -73,7 +74,51 @@ def test_prefix_sweep_visits_chunk_boundaries() -> None:
     out = prefix_sweep(ctx(reference, candidate), PrefixSweepParams(log_spaced=8))
     lengths = out.evidence["per_length"]["length"]
     assert {31, 32, 33, 63, 64, 65} <= set(lengths) or out.metrics["lengths"] > out.evidence["rows_shown"]
-    assert out.evidence["boundaries"]["first"][:2] == [32, 64]
+    coverage = out.evidence["boundary_coverage"]["chunk"]
+    assert coverage["edges"] == len(candidate.layout_edges()["chunk"]) == coverage["visited"]
+    assert "chunk" in out.message and f"{coverage['visited']}/{coverage['edges']}" in out.message
+
+
+def test_sweep_plan_is_bounded_seeded_and_visits_every_kind() -> None:
+    edges = {"block": range(16, 131072, 16), "chunk": range(2048, 131072, 2048), "window": [4096]}
+    plan = plan_sweep(131071, edges=edges, cap=120, seed=3)
+    assert len(plan.lengths) <= 120 and plan.capped
+    assert set(SEED_LENGTHS) <= set(plan.lengths)
+    assert {15, 16, 17, 127, 128, 129, 2047, 2048, 2049, 4095, 4096, 4097} <= set(plan.lengths)
+    assert {131055, 131056, 131057} <= set(plan.lengths)  # the last block edge of the context
+    kinds = plan.coverage
+    assert kinds["block"]["edges"] == 8191 and kinds["window"] == {"edges": 1, "visited": 1}
+    assert all(c["visited"] >= 1 for c in kinds.values())
+    assert plan_sweep(131071, edges=edges, cap=120, seed=3).lengths == plan.lengths
+    assert plan_sweep(131071, edges=edges, cap=120, seed=4).lengths != plan.lengths
+    near = plan_sweep(131071, edges={**edges, "window": [40000]}, reach=8191)
+    assert max(near.lengths) == 40001 and 16000 not in near.lengths  # reach, plus each kind's first edge
+    assert near.coverage["block"]["edges"] == 8191 and near.coverage["window"]["visited"] == 1
+    assert "swept up to 40001 of 131071" in near.summary()
+    assert {2000, 8000} <= set(plan_sweep(131071, edges=edges, reach=1000).lengths)  # standard lengths stay
+    full = plan_sweep(131071, edges=edges, exhaustive=True)
+    assert full.coverage["block"]["visited"] == 8191 and not full.capped
+
+
+def test_control_mode_stops_at_the_first_failing_length() -> None:
+    reference, candidate = path("full"), path("static")
+    faulty = candidate.with_fault("sliding-window-mask")
+    params = PrefixSweepParams(log_spaced=16)
+    stopped = prefix_sweep(replace(ctx(reference, faulty), stop_at_first_failure=True), params)
+    whole = prefix_sweep(ctx(reference, faulty), params)
+    assert stopped.status == whole.status == "fail"
+    assert stopped.detected_at == whole.detected_at and stopped.detected_at is not None
+    assert stopped.metrics["lengths"] < whole.metrics["lengths"] == whole.metrics["lengths_planned"]
+    assert stopped.evidence["sweep_plan"]["stopped_at"] == stopped.detected_at
+    assert stopped.exercise["stopped_at_first_failure"] == stopped.detected_at
+
+
+def test_greedy_control_mode_stops_at_the_first_real_divergence() -> None:
+    reference, candidate = path("full"), path("static").with_fault("off-by-one-pos")
+    stopped = greedy_parity(replace(ctx(reference, candidate), stop_at_first_failure=True), FAST_GREEDY)
+    whole = greedy_parity(ctx(reference, candidate), FAST_GREEDY)
+    assert stopped.status == whole.status == "fail" and stopped.detected_at == whole.detected_at
+    assert stopped.exercise["generated_tokens"] < whole.exercise["generated_tokens"]
 
 
 def test_exact_compares_bits_between_same_shape_cached_paths() -> None:

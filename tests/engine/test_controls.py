@@ -16,6 +16,8 @@ from gate.core.manifest import ClaimLevel
 from gate.core.plan import PlannedCheck
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, Status, Verdict
+from gate.engine.profile import ForwardClock, Stopwatch
+from gate.engine.run_cache import RunCache
 from gate.engine.runner import decide, run_check
 from gate.errors import EXIT_ENGINE_TIMEOUT, EngineTimeout
 from gate.protocols import subject_call
@@ -72,14 +74,14 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
     return Outcome(
         status="fail" if delta > params.threshold else "pass",
         message=f"delta {delta}",
-        metrics={"delta": delta},
+        metrics={"delta": delta, "stop_at_first_failure": ctx.stop_at_first_failure},
         exercise={"steps": 1} if params.exercise else {},
         observation=observed,
         detected_at=3 if delta > params.threshold else None,
     )
 
 
-def _run(controls: list[ControlSpec], **params: Any):  # type: ignore[no-untyped-def]
+def _run(controls: list[ControlSpec], clock: ForwardClock | None = None, **params: Any):  # type: ignore[no-untyped-def]
     planned = PlannedCheck(
         check="toy", step=4, severity="deny", why="test", source="test", available=True, controls=controls
     )
@@ -91,7 +93,7 @@ def _run(controls: list[ControlSpec], **params: Any):  # type: ignore[no-untyped
         device="cpu",
         dtype="float32",
     )
-    return run_check(planned, toy, ToyParams(**params), ctx)
+    return run_check(planned, toy, ToyParams(**params), ctx, clock=clock)
 
 
 def test_detected_control_keeps_pass_and_records_length() -> None:
@@ -100,6 +102,43 @@ def test_detected_control_keeps_pass_and_records_length() -> None:
     (control,) = result.controls
     assert control.outcome == ControlOutcome.detected and control.detected_at == 3
     assert control.output_difference == 1.0
+
+
+def test_controls_run_in_stop_mode_and_record_their_own_time() -> None:
+    with ForwardClock() as clock:
+        result = _run([ControlSpec(fault="big"), ControlSpec(fault="inert")], clock)
+    assert result.metrics["stop_at_first_failure"] is False  # the positive run covers everything
+    assert all(c.metrics["stop_at_first_failure"] is True for c in result.controls)
+    assert all(c.duration_s > 0 and c.forward_s is not None for c in result.controls)
+    assert result.positive_s > 0 and result.duration_s >= result.positive_s + sum(c.duration_s for c in result.controls)
+
+
+def test_forward_clock_counts_outermost_module_calls_only() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(4, 4)))
+    with ForwardClock() as clock, Stopwatch(clock) as watch:
+        for _ in range(20):
+            model(torch.ones(2, 4))
+    assert 0 < watch.forward_s <= watch.wall_s  # type: ignore[operator]
+    before = clock.elapsed()
+    model(torch.ones(2, 4))  # uninstalled: not counted
+    assert clock.elapsed() == before
+
+
+def test_run_cache_computes_once_per_key_and_matches_paths_by_identity() -> None:
+    cache, calls = RunCache(), []
+    a, b = ToyPath(), ToyPath()  # equal dataclasses, distinct paths
+    tokens = torch.arange(6).view(2, 3)
+
+    def compute(tag: str) -> torch.Tensor:
+        calls.append(tag)
+        return torch.zeros(3)
+
+    cache.get(("rows", a, tokens, [1, 2]), lambda: compute("a"))
+    cache.get(("rows", a, tokens.clone(), [1, 2]), lambda: compute("a again"))  # same content
+    cache.get(("rows", b, tokens, [1, 2]), lambda: compute("b"))
+    cache.get(("rows", a, tokens + 1, [1, 2]), lambda: compute("other tokens"))
+    assert calls == ["a", "b", "other tokens"]
+    assert cache.stats()["hits"] == 1 and cache.stats()["entries"] == 3
 
 
 def test_missed_control_fails_the_check_with_no_power() -> None:

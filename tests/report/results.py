@@ -178,6 +178,8 @@ def _controls(wrong_start_at: int) -> list[ControlResult]:
             detected_at=1,
             output_difference=2.31,
             message="argmax diverged at prefix length 1",
+            duration_s=0.03,
+            forward_s=0.02,
         ),
         _control(
             fault="wrong-start-pos",
@@ -210,6 +212,8 @@ def passing_run() -> GateResult:
         exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
         controls=_controls(64),
         duration_s=2.5,
+        positive_s=2.2,
+        forward_s=2.3,
     )
     greedy = _check(
         check="greedy-parity",

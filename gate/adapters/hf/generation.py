@@ -52,11 +52,11 @@ class GeneratePath(HFPath):
             return PagedSession(self, batch_size)
         return GenerateSession(self, batch_size)
 
-    def layout_boundaries(self) -> tuple[int, ...]:
+    def layout_edges(self) -> dict[str, tuple[int, ...]]:
         if self.kind != "generate-paged":
-            return super().layout_boundaries()
+            return super().layout_edges()
         page = self.options.page_size
-        return tuple(b for b in range(page, self.max_len, page))
+        return {"page": tuple(range(page, self.max_len, page))}
 
     def replay(self, history: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         """Run each row of `history` [B, L] as one request through continuous batching, one page of

@@ -125,24 +125,29 @@ class HFPath:
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
-    def layout_boundaries(self) -> tuple[int, ...]:
-        """Token counts where this path's cache changes shape (gate.protocols.LayoutBoundaries)."""
-        found: set[int] = set()
+    def layout_edges(self) -> dict[str, tuple[int, ...]]:
+        """Token counts where this path's cache changes shape, by kind (gate.protocols.LayoutEdges)."""
+        found: dict[str, set[int]] = {}
         window = getattr(self.model.config, "sliding_window", None)
         if self.kind == "sliding-window":
             window = self.window
         if window:
-            found.update({int(window) - 1, int(window)})
+            found["window"] = {int(window) - 1, int(window)}
         if self.kind in ("static", "generate-static") and self.options.max_cache_len:
-            found.add(self.options.max_cache_len)
+            found["cache-end"] = {self.options.max_cache_len}
         if self.kind == "quantized" and self.options.backend != "fp8":
             residual = self.options.residual_length if self.options.residual_length is not None else 128
-            found.update(range(residual, self.max_len, max(residual, 1)))
+            found["residual"] = set(range(residual, self.max_len, max(residual, 1)))
         if self.fault == "truncated-last-block":
             from gate.adapters.hf.faults import BLOCK
 
-            found.update(range(BLOCK, self.max_len, BLOCK))
-        return tuple(sorted(b for b in found if 0 < b < self.max_len))
+            found["block"] = set(range(BLOCK, self.max_len, BLOCK))
+        edges = {kind: tuple(sorted(b for b in v if 0 < b < self.max_len)) for kind, v in found.items()}
+        return {kind: v for kind, v in edges.items() if v}
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Every edge of `layout_edges`, of any kind (gate.protocols.LayoutBoundaries)."""
+        return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # ---- what sessions ask of their path --------------------------------------------------------
 

@@ -153,15 +153,20 @@ class ReferencePath:
 
     # -- LayoutBoundaries ------------------------------------------------------------------
 
-    def layout_boundaries(self) -> tuple[int, ...]:
-        """Token counts where this path changes shape: dynamic blocks, chunk edges, the window."""
-        step = {"dynamic": self.block_size}.get(self.layout or "")
+    def layout_edges(self) -> dict[str, tuple[int, ...]]:
+        """Where this path changes shape, by kind: dynamic blocks, chunk edges, the window."""
+        edges: dict[str, tuple[int, ...]] = {}
+        if self.layout == "dynamic":
+            edges["block"] = tuple(range(self.block_size, self.max_len, self.block_size))
         if self.chunk_size:
-            step = self.chunk_size
-        edges = set(range(step, self.max_len, step)) if step else set()
-        if self.config.window:
-            edges.add(self.config.window)
-        return tuple(sorted(edges))
+            edges["chunk"] = tuple(range(self.chunk_size, self.max_len, self.chunk_size))
+        if self.config.window and self.config.window < self.max_len:
+            edges["window"] = (self.config.window,)
+        return edges
+
+    def layout_boundaries(self) -> tuple[int, ...]:
+        """Every edge of `layout_edges`, of any kind."""
+        return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # -- LayerTracing ----------------------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""Every reference example's full default plan, timed, and side by side with an older gate.
+
+Each example runs as `gate run --profile` in its own process with one torch thread, first on a
+baseline source tree (a git revision exported with `git archive`) and then on this checkout, one
+after the other, so both see the same machine load. CPU seconds (user + system of the child)
+are the headline: on a shared machine they move far less than wall time. The table gives, per
+example: verdict on both sides (they must agree), CPU and wall seconds on both sides and their
+ratio, the branch's time outside model forward passes, and the worst ratio of a passing check's
+controls to its own positive run.
+
+    python benchmarks/pr_budget.py --baseline-rev 5f7f629 --out benchmarks/pr_budget.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export(rev: str, into: Path) -> Path:
+    """The tree of `rev` as plain files (no worktree registered)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def run(tree: Path, example: Path, out: Path, profile: bool = False) -> dict[str, Any]:
+    """One `gate run` of `example` with the gate package from `tree`: verdict, times, profile."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "GATE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("GATE_LEDGER", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from gate.cli.main import cli; cli()",
+            "run",
+            str(example),
+            "--out",
+            str(out),
+            *(["--profile"] if profile else []),
+        ],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    row: dict[str, Any] = {
+        "exit": proc.returncode,
+        "wall": wall,
+        "cpu": cpu,
+        "outside": None,
+        "controls_ratio": None,
+        "controls_ratio_heavy": None,
+    }
+    results = out / "results.json"
+    if not results.exists():
+        row["verdict"] = "rejected" if proc.returncode == 2 else f"no result (exit {proc.returncode})"
+        return row
+    data = json.loads(results.read_text())
+    row["verdict"] = data["verdict"]
+    checks = data["checks"]
+    total = sum(c["duration_s"] for c in checks)
+    forward = sum(c.get("forward_s") or 0.0 for c in checks)
+    row["checks_s"] = total
+    timed = bool(checks) and checks[0].get("forward_s") is not None
+    row["outside"] = (total - forward) / total if timed and total else None
+    ratios = [
+        sum(k["duration_s"] for k in c["controls"]) / c["positive_s"]
+        for c in checks
+        if c["status"] == "pass" and c["controls"] and c.get("positive_s")
+    ]
+    row["controls_ratio"] = max(ratios) if ratios else None
+    heavy = [
+        sum(k["duration_s"] for k in c["controls"]) / c["positive_s"]
+        for c in checks
+        if c["status"] == "pass" and c["controls"] and (c.get("positive_s") or 0) >= 1.0
+    ]
+    row["controls_ratio_heavy"] = max(heavy) if heavy else None
+    row["checks"] = {c["check"]: round(c["duration_s"], 2) for c in checks}
+    return row
+
+
+def expected(example: Path) -> str:
+    """The verdict the example declares on its first line (`# gate-expect: fail`), or `?`."""
+    first = example.read_text().splitlines()[0]
+    return first.split(":", 1)[1].strip() if first.startswith("# gate-expect:") else "?"
+
+
+def fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-rev", help="git revision to compare with (exported with git archive)")
+    parser.add_argument("--examples", nargs="+", default=["examples/reference-*.yaml"])
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the branch side with --profile: forwards timed (module hooks slow small forwards)",
+    )
+    parser.add_argument("--only-branch", action="store_true", help="skip the baseline runs")
+    parser.add_argument("--tree", type=Path, default=REPO, help="source tree of the branch side (default: here)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    examples = sorted({e for pattern in args.examples for e in REPO.glob(pattern)})
+    rows: list[tuple[str, dict[str, Any] | None, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = export(args.baseline_rev, Path(tmp)) if args.baseline_rev and not args.only_branch else None
+        for example in examples:
+            base = run(base_tree, example, Path(tmp) / "out-base" / example.stem) if base_tree else None
+            mine = run(args.tree, example, Path(tmp) / "out" / example.stem, args.profile)
+            mine["expected"] = expected(example)
+            rows.append((example.name, base, mine))
+            ratio = f"{base['cpu'] / mine['cpu']:.2f}x" if base else ""
+            print(
+                f"{example.name}: {mine['verdict']} cpu {mine['cpu']:.1f}s wall {mine['wall']:.1f}s"
+                + (f" | baseline {base['verdict']} cpu {base['cpu']:.1f}s ({ratio})" if base else ""),
+                flush=True,
+            )
+    lines = [
+        "| example | expected | verdict | baseline verdict | CPU s | baseline CPU s | speed-up (CPU) | wall s "
+        "| baseline wall s | outside forwards | controls / run (worst passing check; checks ≥ 1 s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    agree = as_expected = True
+    for name, base, mine in rows:
+        same = base is None or base["verdict"] == mine["verdict"]
+        met = mine["verdict"] == mine["expected"]
+        agree, as_expected = agree and same, as_expected and met
+        lines.append(
+            f"| {name} | {mine['expected']} | {mine['verdict']}{'' if met else ' **UNEXPECTED**'} "
+            f"| {base['verdict'] if base else '–'}{'' if same else ' **DIFFERS**'} "
+            f"| {mine['cpu']:.1f} | {fmt(base and base['cpu'])} "
+            f"| {fmt(base and base['cpu'] / mine['cpu'], '.2f', '×')} "
+            f"| {mine['wall']:.1f} | {fmt(base and base['wall'])} "
+            f"| {fmt(mine['outside'] and 100 * mine['outside'], '.1f', '%')} "
+            f"| {fmt(mine['controls_ratio'], '.2f')}; {fmt(mine['controls_ratio_heavy'], '.2f')} |"
+        )
+    slowest = max(rows, key=lambda r: r[2]["cpu"])
+    summary = (
+        f"\n{len(rows)} examples; slowest {slowest[0]} at {slowest[2]['cpu']:.1f} CPU s; "
+        + ("every verdict agrees with the baseline; " if any(b for _, b, _ in rows) and agree else "")
+        + ("" if agree else "VERDICTS DIFFER. ")
+        + ("every verdict is the one the example declares." if as_expected else "SOME VERDICTS ARE UNEXPECTED.")
+        + "\n"
+    )
+    command = "python benchmarks/pr_budget.py " + " ".join(sys.argv[1:])
+    mode = "forwards timed (--profile)" if args.profile else "forwards not timed"
+    text = (
+        f"Generated by `{command}` (one torch thread per run; branch side: {mode}).\n\n"
+        + "\n".join(lines)
+        + "\n"
+        + summary
+    )
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

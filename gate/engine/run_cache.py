@@ -1,0 +1,88 @@
+"""A memo the runner scopes to one run, shared by every check and every negative control in it.
+
+A control re-runs a check with a fault planted in the candidate; the reference side, the seeded
+inputs and anything else that does not depend on the candidate come out the same, so the first
+run computes them and the rest read them here. Checks reach it as `ctx.cache`:
+
+    rows = ctx.cache.get(("full-rows", ctx.reference, tokens, lengths), lambda: compute(...))
+
+Key parts may be paths (matched by identity: the cache holds the object for the whole run, so
+its place in the table is never reused by another object), tensors (matched by dtype, shape and
+content digest), lists, tuples and plain values. Entries are evicted least recently used beyond
+`max_bytes` of tensor storage. The cache dies with the run: nothing is global.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class RunCache:
+    """Run-scoped memo: `get(key, compute)` computes once per key."""
+
+    def __init__(self, max_bytes: int = 1 << 30) -> None:
+        self.max_bytes = max_bytes
+        self._objects: list[Any] = []
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """The value stored under `key`, computing and storing it on the first request."""
+        normal = tuple(self._part(p) for p in key)
+        if normal in self._entries:
+            self.hits += 1
+            self._entries.move_to_end(normal)
+            value: T = self._entries[normal][0]
+            return value
+        self.misses += 1
+        value = compute()
+        size = _nbytes(value)
+        self._entries[normal] = (value, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+        return value
+
+    def stats(self) -> dict[str, int]:
+        """Hits, misses, entries and bytes held (for --profile)."""
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self._entries), "bytes": self._bytes}
+
+    def _part(self, part: Any) -> Any:
+        if part is None or isinstance(part, (str, int, float, bool)):
+            return part
+        if isinstance(part, (list, tuple)):
+            return tuple(self._part(p) for p in part)
+        if isinstance(part, dict):
+            return tuple(sorted((str(k), self._part(v)) for k, v in part.items()))
+        import torch
+
+        if isinstance(part, torch.Tensor):
+            data = part.detach().cpu().contiguous()
+            digest = hashlib.sha256(data.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+            return ("tensor", str(data.dtype), tuple(data.shape), digest)
+        return ("object", self._object_index(part))
+
+    def _object_index(self, obj: Any) -> int:
+        for index, held in enumerate(self._objects):
+            if held is obj:
+                return index
+        self._objects.append(obj)
+        return len(self._objects) - 1
+
+
+def _nbytes(value: Any) -> int:
+    """Tensor storage held by a value (tensors, and tuples, lists or dicts of them)."""
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, int) else 0
