@@ -31,9 +31,12 @@ import json, sys
 from pathlib import Path
 work = Path(sys.argv[1])
 live, replayed, missing = (json.loads((work / d / "results.json").read_text()) for d in ("live", "replayed", "missing"))
-statuses = lambda r: [(c["check"], c["status"]) for c in r["checks"]]
-assert replayed["verdict"] == live["verdict"] == "pass", (live["verdict"], replayed["verdict"])
+# phase-performance needs both paths live: against stored answers it is unproven (tests/engine/test_baseline.py);
+# tinylm offers no attention probe, so mask-oracle is unproven in both runs and so is the verdict.
+statuses = lambda r: [(c["check"], c["status"]) for c in r["checks"] if c["check"] != "phase-performance"]
+assert replayed["verdict"] == live["verdict"] == "unproven", (live["verdict"], replayed["verdict"])
 assert statuses(replayed) == statuses(live), (statuses(live), statuses(replayed))
+assert ("greedy-parity", "pass") in statuses(replayed)  # a check that compared against the stored answers
 assert replayed["baseline"]["kind"] == "recorded baseline" and replayed["baseline"]["answers_computed"] == 0
 assert missing["verdict"] == "error" and "has no recording for" in json.dumps(missing["checks"])
 print("same verdict from the live reference and the replayed baseline:", live["verdict"])
