@@ -30,14 +30,19 @@ def echo(message: Any = None, **kwargs: Any) -> None:
     click.echo(printable(message) if isinstance(message, str) else message, **kwargs)
 
 
+def report_error(err: GateError) -> None:
+    """Print a GateError on stderr: one line, or one per error in a bad input file."""
+    for line in err.lines() if isinstance(err, InputError) else [str(err)]:
+        echo(f"gate: {line}", err=True)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Print a GateError as one line on stderr and exit with its code; no traceback."""
+    """Print a GateError on stderr and exit with its code; no traceback."""
     try:
         yield
     except GateError as err:
-        for line in err.lines() if isinstance(err, InputError) else [str(err)]:
-            echo(f"gate: {line}", err=True)
+        report_error(err)
         sys.exit(err.exit_code)
 
 

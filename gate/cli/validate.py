@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import echo, policy_dir_option
-from gate.errors import GateError, InputError
+from gate.cli.common import echo, policy_dir_option, report_error
+from gate.errors import GateError
 
 
 @click.command("validate")
@@ -23,8 +23,7 @@ def command(manifests: tuple[Path, ...], policy_dirs: tuple[Path, ...]) -> None:
         try:
             prepare(path, list(policy_dirs))
         except GateError as err:
-            for line in err.lines() if isinstance(err, InputError) else [str(err)]:
-                echo(f"gate: {line}", err=True)
+            report_error(err)
             worst = max(worst, err.exit_code)
             continue
         echo(f"{path}: ok")
