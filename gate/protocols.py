@@ -35,6 +35,7 @@ __all__ = [
     "EngineCompletion",
     "EngineServer",
     "EngineServing",
+    "EngineStream",
     "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
@@ -290,6 +291,13 @@ class EngineCompletion(Protocol):
         ...
 
 
+class EngineStream(Protocol):
+    """A streamed completion: the completion, and when each token arrived (seconds after the request was sent)."""
+
+    completion: EngineCompletion
+    token_s: list[float]
+
+
 @runtime_checkable
 class EngineServer(Protocol):
     """A running engine server, as an engine check uses it while it holds it."""
@@ -303,6 +311,12 @@ class EngineServer(Protocol):
         self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
     ) -> EngineCompletion:
         """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
+        ...
+
+    def stream(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
+    ) -> EngineStream:
+        """The same continuation streamed: each token's arrival time as the client sees it."""
         ...
 
     def reset_cache(self) -> str | None:

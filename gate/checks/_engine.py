@@ -7,7 +7,8 @@ a `TopKObservation` per request; the claim decides what must hold:
 
     exact          tokens, logprobs and top-k lists identical as reported
     tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
-                   tie); |Δlogprob| over tolerance is a warning
+                   tie); |Δlogprob| over tolerance is a warning, beyond DENY_ALLOWANCE x tolerance a failure
+                   (the claim bounds the logprobs, gate.checks._compare)
     greedy-tokens  greedy tokens identical; logprob differences are reported only
 """
 
@@ -16,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gate.checks._compare import tolerance_for
+from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
 from gate.core.check import Outcome
-from gate.errors import EngineVocabMismatch
+from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
 from gate.protocols import EngineServing
 
 if TYPE_CHECKING:
@@ -55,6 +56,22 @@ def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:
             "the same token ids would mean different tokens, so nothing can be compared"
         )
     return int(ref_v or cand_v or 0)
+
+
+def require_hits(reported: list[int | None], where: str) -> None:
+    """Proof of exercise: EngineCacheNeverHit unless some request reported reused prompt tokens.
+    `reported` is each request's cached-token count (None: not reported); `where` names the requests."""
+    if all(count is None for count in reported):
+        raise EngineCacheNeverHit(
+            "the cache never hit, as far as anyone can tell: the candidate reports no cached-token count "
+            "(usage.prompt_tokens_details.cached_tokens, usage.cache_read_input_tokens or timings.cache_n), so its "
+            "cached path cannot be shown to run; enable the engine's cache report (docs/engines.md)"
+        )
+    if not any(reported):
+        raise EngineCacheNeverHit(
+            f"the cache never hit: the candidate reported no reused prompt token {where}, so its cached path "
+            "was not exercised"
+        )
 
 
 def seeded_prompt(vocab: int, length: int, seed: int, low: int = 3) -> list[int]:
@@ -109,7 +126,11 @@ def judge(ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompl
         return Judged(comparison, exact, failed=not exact, warn=False)
     if level == "greedy-tokens":
         return Judged(comparison, exact, failed=comparison.diverged, warn=False)
-    return Judged(comparison, exact, failed=comparison.failed, warn=comparison.over_tolerance or comparison.tie)
+    # the claim bounds the logprobs: beyond the allowance over tolerance it is broken, whatever the tokens do
+    beyond = comparison.max_abs_delta > DENY_ALLOWANCE * comparison.tolerance
+    return Judged(
+        comparison, exact, failed=comparison.failed or beyond, warn=comparison.over_tolerance or comparison.tie
+    )
 
 
 def observation(completions: list[EngineCompletion]) -> Any:
@@ -131,4 +152,9 @@ def failure_words(level: str, judged: Judged) -> str:
             else f"candidate token outside the top-k (gap > {c.gap_lower_bound})"
         )
         return f"greedy tokens diverge at token {c.first_divergence} ({gap})"
+    if level == "tolerance" and judged.failed:
+        return (
+            f"max |Δlogprob| {c.max_abs_delta:.3g} beyond {DENY_ALLOWANCE:g} x the tolerance {c.tolerance:.3g} "
+            "(the claim bounds the logprobs)"
+        )
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"

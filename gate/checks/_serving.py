@@ -1,4 +1,5 @@
-"""Replaying a serving scenario through a path's sessions, on a measured clock (phase-performance).
+"""Replaying a serving scenario through a path's sessions, on a measured clock (phase-performance);
+or through an engine's streaming HTTP API on the wall clock (`replay_engine`).
 
 The server is an iteration-level scheduler over the `Session` protocol: it admits conversations as
 they arrive (at most `max_concurrent` at once; later ones queue), and each iteration runs, for
@@ -16,8 +17,10 @@ live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -25,7 +28,7 @@ import torch
 
 from gate.core.clocks import LiveBytes, RequestTiming, ServingTrace
 from gate.core.scenario import Conversation
-from gate.protocols import DecodePath, Session
+from gate.protocols import DecodePath, EngineServer, Session
 
 T = TypeVar("T")
 
@@ -168,3 +171,62 @@ def replay(
         pressure=pressure,
     )
     return trace, last_exercise
+
+
+def replay_engine(
+    server: EngineServer, convs: list[Conversation], *, name: str, max_concurrent: int, top_k: int
+) -> tuple[ServingTrace, dict[str, Any]]:
+    """Serve every conversation through an engine's streaming HTTP API, on the wall clock.
+
+    An engine is not ours to step, so time is real: each conversation is a client thread that waits
+    for its arrival, holds one of `max_concurrent` admission slots for its whole conversation (later
+    ones queue on the client side, as behind a gateway) and streams each turn, the whole history as
+    the prompt (the engine's prefix cache, if any, decides what it recomputes). Each token is
+    stamped when its server-sent event arrives. The engine reports no live KV bytes, so the memory
+    clocks stay unreported; the prompt tokens it says it served from its cache are summed instead.
+    """
+    start = time.perf_counter()
+    slots = threading.Semaphore(max_concurrent)
+
+    def now() -> float:
+        return time.perf_counter() - start
+
+    def serve(conv: Conversation) -> tuple[list[RequestTiming], int, bool]:
+        time.sleep(max(0.0, conv.start_s - now()))
+        arrival = conv.start_s
+        timings: list[RequestTiming] = []
+        cached = 0
+        with slots:
+            queued = now() - arrival > 0.001
+            history: list[int] = []
+            for number, turn in enumerate(conv.turns):
+                if number:
+                    time.sleep(turn.think_s)
+                    arrival = now()
+                prompt = [*conv.system, *turn.prompt] if number == 0 else [*history, *turn.prompt]
+                sent = now()
+                streamed = server.stream(prompt, turn.output_tokens, top_k)
+                reused = streamed.completion.cached_tokens or 0
+                cached += reused
+                timings.append(
+                    RequestTiming(
+                        conversation=conv.index,
+                        turn=number,
+                        arrival_s=arrival,
+                        admitted_s=sent,
+                        prompt_tokens=len(prompt) - reused,
+                        token_s=[sent + t for t in streamed.token_s],
+                    )
+                )
+                history = [*prompt, *streamed.completion.tokens]
+        return timings, cached, queued
+
+    with ThreadPoolExecutor(max_workers=max(1, len(convs))) as pool:
+        served = list(pool.map(serve, convs))
+    done = sorted((t for timings, _, _ in served for t in timings), key=lambda r: (r.conversation, r.turn))
+    last = max((t for r in done for t in r.token_s), default=now())
+    cached = sum(c for _, c, _ in served)
+    pressure = {"conversations_queued": sum(1 for _, _, q in served if q)}
+    trace = ServingTrace(path=name, clock="wall", requests=done, makespan_s=max(last, 1e-9), pressure=pressure)
+    exercise = {"streamed_requests": len(done), "cached_prompt_tokens": cached}
+    return trace, exercise

@@ -27,12 +27,13 @@ from __future__ import annotations
 from typing import Any
 
 from gate.checks._params import PhasePerformanceParams
-from gate.checks._serving import replay
+from gate.checks._serving import replay, replay_engine
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
 from gate.core.manifest import Budget
-from gate.core.scenario import conversations, load_scenario
-from gate.protocols import KVGeometry
+from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
+from gate.errors import EngineBadReply
+from gate.protocols import EngineServing, KVGeometry
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_SAMPLES = 400
@@ -161,18 +162,10 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
     slo = (scenario.slo.ttft_s, scenario.slo.tpot_s)
     paths = {"reference": ctx.reference, "candidate": ctx.candidate}
-    for path in paths.values():  # warm-up: allocator, kernels, lazy imports
-        replay(path, convs[:1], device=ctx.device, max_concurrent=1)
-    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
-    exercise: dict[str, Any] = {}
-    for i in range(params.repeats):
-        order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
-        for role in order:
-            trace, last = replay(paths[role], convs, device=ctx.device, max_concurrent=scenario.max_concurrent)
-            traces[role].append(trace)
-            if role == "candidate":
-                exercise = last
-        ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+    if isinstance(ctx.reference, EngineServing) and isinstance(ctx.candidate, EngineServing):
+        traces, exercise, served = _engine_traces(ctx, params, scenario, vocab=vocab, max_len=max_len)
+    else:
+        (traces, exercise), served = _session_traces(ctx, params, scenario, convs), {}
 
     budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
     budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
@@ -270,6 +263,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         "goodput_share": {role: sums[role]["goodput_share"] for role in traces},
         "paths": {role: paths[role].name for role in paths},
         **_plot_series(traces, per_token),
+        **served,
     }
     exercise = {
         **exercise,
@@ -311,6 +305,74 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         message = f"the candidate shows no saving in memory or time; {message}"
         return Outcome("warn", message, metrics, evidence, exercise)
     return Outcome("pass", message, metrics, evidence, exercise)
+
+
+def _session_traces(
+    ctx: CheckContext, params: PhasePerformanceParams, scenario: Scenario, convs: list[Conversation]
+) -> tuple[dict[str, list[ServingTrace]], dict[str, Any]]:
+    """In-process paths: the same conversations replayed through each path's sessions, on a measured clock."""
+    paths = {"reference": ctx.reference, "candidate": ctx.candidate}
+    for path in paths.values():  # warm-up: allocator, kernels, lazy imports
+        replay(path, convs[:1], device=ctx.device, max_concurrent=1)
+    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
+    exercise: dict[str, Any] = {}
+    for i in range(params.repeats):
+        order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+        for role in order:
+            trace, last = replay(paths[role], convs, device=ctx.device, max_concurrent=scenario.max_concurrent)
+            traces[role].append(trace)
+            if role == "candidate":
+                exercise = last
+        ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+    return traces, exercise
+
+
+def _engine_traces(
+    ctx: CheckContext, params: PhasePerformanceParams, scenario: Scenario, *, vocab: int, max_len: int
+) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
+    """Engines behind HTTP: both servers up side by side, each repeat's conversations streamed through
+    one then the other (alternating who goes first). A server keeps its prefix cache between
+    repeats, so every repeat draws its own conversations (the same for both servers: paired) and the
+    caches are reset where the engine can."""
+    reference, candidate = ctx.reference, ctx.candidate
+    assert isinstance(reference, EngineServing) and isinstance(candidate, EngineServing)
+    top_k = min(reference.top_k, candidate.top_k)
+    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
+    cached = {"reference": 0, "candidate": 0}
+    resets: dict[str, str] = {}
+    streamed = 0
+    with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
+        servers = {"reference": ref, "candidate": cand}
+        warm = conversations(scenario, seed=ctx.seed * 7919 + 1, vocab=vocab, max_len=max_len)[:1]
+        for role, server in servers.items():  # warm-up: first requests pay for lazy start-up work
+            replay_engine(server, warm, name=role, max_concurrent=1, top_k=top_k)
+        for i in range(params.repeats):
+            convs = conversations(scenario, seed=ctx.seed * 7919 + 2 + i, vocab=vocab, max_len=max_len)
+            order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+            for role in order:
+                try:
+                    resets[role] = servers[role].reset_cache() or "none: the engine has no cache reset"
+                except EngineBadReply as err:  # e.g. llama.cpp without --slot-save-path: fresh prompts suffice
+                    resets[role] = f"unavailable ({err})"
+                path = reference if role == "reference" else candidate
+                trace, done = replay_engine(
+                    servers[role],
+                    convs,
+                    name=str(getattr(path, "name", role)),
+                    max_concurrent=scenario.max_concurrent,
+                    top_k=top_k,
+                )
+                traces[role].append(trace)
+                cached[role] += int(done["cached_prompt_tokens"])
+                streamed += int(done["streamed_requests"]) if role == "candidate" else 0
+            ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+        servers_evidence = {role: server.evidence() for role, server in servers.items()}
+    exercise = {
+        "streamed_requests": streamed,
+        "cached_prompt_tokens": cached["candidate"],
+        "reference_cached_prompt_tokens": cached["reference"],
+    }
+    return traces, exercise, {"servers": servers_evidence, "cache_reset": resets}
 
 
 def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:

@@ -153,8 +153,10 @@ def run_value(trace: ServingTrace, name: str, slo: tuple[float, float]) -> float
         return sum(len(r.token_s) for r in trace.requests) / trace.makespan_s
     if name == "goodput":
         return goodput_share(trace, *slo) * len(trace.requests) / trace.makespan_s
+    if name in ("live_bytes", "live_bytes_mean") and not trace.memory:
+        return None  # the path reports no live bytes (an engine behind HTTP)
     if name == "live_bytes":
-        return float(max((m.live_bytes for m in trace.memory), default=0))
+        return float(max(m.live_bytes for m in trace.memory))
     if name == "live_bytes_mean":
         return live_bytes_mean(trace)
     if name == "peak_memory":

@@ -52,6 +52,8 @@ class Intervention(str, Enum):
     eviction = "eviction"
     engine_serving = "engine-serving"
     """How an engine gate did not write serves a model behind HTTP: prefix cache, batching, KV type."""
+    hosted_cache = "hosted-cache"
+    """A hosted API's prompt cache, which cannot be switched off: judged by behaviour only."""
 
 
 class ClaimLevel(str, Enum):

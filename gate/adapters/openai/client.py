@@ -58,6 +58,15 @@ class Completion:
         }
 
 
+@dataclass
+class Streamed:
+    """A streamed completion: the completion, and when each of its tokens arrived (seconds after the
+    request was sent, retries included)."""
+
+    completion: Completion
+    token_s: list[float]
+
+
 def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """Header values from their `${VAR}` templates; the values never enter a record."""
     env = os.environ if environ is None else environ
@@ -97,7 +106,16 @@ class EngineClient:
         self.info: dict[str, Any] = {}
 
     # -- transport ---------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *, retry: bool = True) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        retry: bool = True,
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """One request with retries; `read` consumes the open reply (default: the whole body as JSON)."""
         url = self.base_url + path
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", **self.headers}
@@ -110,6 +128,8 @@ class EngineClient:
             req = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
+                    if read is not None:
+                        return read(reply)
                     raw = reply.read()
             except urllib.error.HTTPError as err:
                 text = err.read().decode(errors="replace")[:300]
@@ -202,17 +222,18 @@ class EngineClient:
         return "generic"
 
     # -- completions -------------------------------------------------------------------------
-    def complete(
-        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
-    ) -> Completion:
-        """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
+    def _body(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None, *, stream: bool
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0.0,
-            "stream": False,
+            "stream": stream,
         }
+        if stream:
+            body["stream_options"] = {"include_usage": True}  # vLLM/OpenAI: usage (cached tokens) in the last chunk
         if self.flavor == "llama.cpp":
             body.update({"n_probs": top_k, "ignore_eos": True})
         elif self.flavor == "vllm":
@@ -220,10 +241,62 @@ class EngineClient:
         else:
             body["logprobs"] = top_k
         body.update(extra or {})
+        return body
+
+    def complete(
+        self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
+    ) -> Completion:
+        """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
+        body = self._body(prompt, max_tokens, top_k, extra, stream=False)
         started = time.perf_counter()
         reply = self.post("/v1/completions", body)
         seconds = time.perf_counter() - started
         return parse_completion(reply, self.label, seconds)
+
+    def stream(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Streamed:
+        """The same greedy continuation, streamed (server-sent events): each token's arrival time is kept,
+        for time to first token and per-token latency as a client sees them."""
+        body = self._body(prompt, max_tokens, top_k, extra, stream=True)
+        where = f"{self.label}: streamed choices[0].logprobs"
+        started = time.perf_counter()
+
+        def read(reply: Any) -> Streamed:
+            tokens: list[int] = []
+            lps: list[float] = []
+            top: list[dict[int, float]] = []
+            token_s: list[float] = []
+            usage: dict[str, Any] = {}
+            timings: dict[str, Any] = {}
+            for raw in reply:
+                line = raw.decode(errors="replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise EngineBadReply(f"{where}: a streamed event is not JSON: {data[:120]!r}") from None
+                now = time.perf_counter() - started
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings
+                choices = chunk.get("choices") or []
+                logprobs = choices[0].get("logprobs") if choices else None
+                if not logprobs:
+                    continue
+                ids, values, alts = parse_logprobs(logprobs, where)
+                tokens += ids
+                lps += values
+                top += alts
+                token_s += [now] * len(ids)  # tokens that arrive in one event arrive together
+            if not tokens:
+                raise EngineBadReply(f"{where}: the stream carried no tokens with logprobs (does it support them?)")
+            seconds = time.perf_counter() - started
+            return Streamed(_completion(tokens, lps, top, usage, timings, where, seconds), token_s)
+
+        result: Streamed = self._request("POST", "/v1/completions", body, read=read)
+        return result
 
 
 def _token_id(value: Any, where: str) -> int:
@@ -237,19 +310,12 @@ def _token_id(value: Any, where: str) -> int:
     )
 
 
-def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
-    """Parse a /v1/completions reply (llama.cpp's id-carrying logprobs or the legacy OpenAI shape)."""
-    try:
-        choice = reply["choices"][0]
-        logprobs = choice["logprobs"]
-    except (KeyError, IndexError, TypeError):
-        raise EngineBadReply(f"{label}: the completion reply has no choices[0].logprobs: {str(reply)[:200]}") from None
-    if not logprobs:
-        raise EngineBadReply(f"{label}: the server returned no logprobs (does it support them?)")
+def parse_logprobs(logprobs: Any, where: str) -> tuple[list[int], list[float], list[dict[int, float]]]:
+    """Token ids, their logprobs and the top-k at each position from a `choices[0].logprobs` object
+    (llama.cpp's id-carrying shape or the legacy OpenAI / vLLM shape); a streamed chunk has the same."""
     tokens: list[int] = []
     lps: list[float] = []
     top: list[dict[int, float]] = []
-    where = f"{label}: choices[0].logprobs"
     if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):  # llama.cpp
         for item in logprobs["content"]:
             tokens.append(_token_id(item.get("id"), where))
@@ -264,22 +330,56 @@ def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
             top.append({_token_id(t, where): float(v) for t, v in (alts or {}).items()})
     else:
         raise EngineBadReply(f"{where} has an unknown shape: {str(logprobs)[:200]}")
-    usage = reply.get("usage") or {}
+    return tokens, lps, top
+
+
+def cached_prompt_tokens(usage: dict[str, Any], timings: dict[str, Any]) -> int | None:
+    """Prompt tokens the server says it served from its cache, from whichever field it reports."""
+    details = usage.get("prompt_tokens_details") or {}
+    if details.get("cached_tokens") is not None:
+        return int(details["cached_tokens"])
+    if "cache_n" in timings:
+        return int(timings["cache_n"])
+    if usage.get("cache_read_input_tokens") is not None:
+        return int(usage["cache_read_input_tokens"])
+    return None
+
+
+def _completion(
+    tokens: list[int],
+    lps: list[float],
+    top: list[dict[int, float]],
+    usage: dict[str, Any],
+    timings: dict[str, Any],
+    where: str,
+    seconds: float,
+) -> Completion:
     generated = usage.get("completion_tokens")
     if isinstance(generated, int) and generated != len(tokens):
         raise EngineBadReply(
             f"{where}: logprobs for {len(tokens)} tokens but {generated} were generated; positions cannot be aligned"
         )
-    timings = reply.get("timings") or {}
-    cached: int | None = None
-    details = usage.get("prompt_tokens_details") or {}
-    if details.get("cached_tokens") is not None:
-        cached = int(details["cached_tokens"])
-    elif "cache_n" in timings:
-        cached = int(timings["cache_n"])
-    elif usage.get("cache_read_input_tokens") is not None:
-        cached = int(usage["cache_read_input_tokens"])
     prompt_tokens = usage.get("prompt_tokens")
     return Completion(
-        tokens, lps, top, cached, None if prompt_tokens is None else int(prompt_tokens), seconds, dict(timings)
+        tokens,
+        lps,
+        top,
+        cached_prompt_tokens(usage, timings),
+        None if prompt_tokens is None else int(prompt_tokens),
+        seconds,
+        dict(timings),
     )
+
+
+def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
+    """Parse a /v1/completions reply (llama.cpp's id-carrying logprobs or the legacy OpenAI shape)."""
+    try:
+        choice = reply["choices"][0]
+        logprobs = choice["logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise EngineBadReply(f"{label}: the completion reply has no choices[0].logprobs: {str(reply)[:200]}") from None
+    if not logprobs:
+        raise EngineBadReply(f"{label}: the server returned no logprobs (does it support them?)")
+    where = f"{label}: choices[0].logprobs"
+    tokens, lps, top = parse_logprobs(logprobs, where)
+    return _completion(tokens, lps, top, reply.get("usage") or {}, reply.get("timings") or {}, where, seconds)

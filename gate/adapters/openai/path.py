@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
-from gate.adapters.openai.client import Completion, EngineClient, resolve_headers
+from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
 from gate.errors import EngineBadReply, UnknownFault
 
@@ -80,6 +80,9 @@ class Served:
         self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
     ) -> Completion:
         return self.client.complete(prompt, max_tokens, top_k, extra)
+
+    def stream(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Streamed:
+        return self.client.stream(prompt, max_tokens, top_k, extra)
 
     def reset_cache(self) -> str | None:
         return self.path.reset_cache(self.client)

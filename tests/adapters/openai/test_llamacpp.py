@@ -33,7 +33,9 @@ from tests.support.repo import REPO
 pytestmark = pytest.mark.engine
 
 GATE = str(Path(sys.executable).with_name("gate"))
-SERVER_ARGS = ["--host", "127.0.0.1", "--port", "{port}", "-c", "2048", "-t", "1", "-tb", "1", "--no-webui"]
+# flash attention off, as in the examples: on a CPU it rounds K and V through half precision, which moves
+# logprobs beyond a float32 tolerance claim (benchmarks/engine_llamacpp.md)
+SERVER_ARGS = ["--host", "127.0.0.1", "--port", "{port}", "-c", "2048", "-t", "1", "-tb", "1", "--no-webui", "-fa", "off"]
 
 
 def llama(*extra: str, **launch: object) -> EnginePath:
@@ -101,6 +103,20 @@ def test_discovery_topk_and_hits(engine_env: dict[str, str]) -> None:
     assert again.tokens == first.tokens
 
 
+def test_a_streamed_completion_stamps_every_token(engine_env: dict[str, str]) -> None:
+    path = llama("-np", "1", "--cache-prompt")
+    with path.serve() as served:
+        prompt = list(range(20, 90))
+        whole = served.complete(prompt, 8, 5)
+        streamed = served.stream(prompt, 8, 5)
+    # the streamed request hit the cache the first one filled: same tokens, logprobs within rounding
+    assert streamed.completion.tokens == whole.tokens
+    assert [set(t) for t in streamed.completion.top] == [set(t) for t in whole.top]
+    assert len(streamed.token_s) == 8 and streamed.token_s == sorted(streamed.token_s)
+    assert 0 < streamed.token_s[0] <= streamed.completion.seconds
+    assert streamed.completion.cached_tokens == len(prompt) - 1  # usage arrives in the last event
+
+
 def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp_path: Path) -> None:
     passed = gate_run(REPO / "examples/engine-llamacpp-prefix.yaml", tmp_path / "prefix", engine_env)
     assert passed.returncode == 0, passed.stdout + passed.stderr
@@ -118,6 +134,14 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert (
         checks["engine-isolation"]["status"] == "unproven" and "no cache salt" in checks["engine-isolation"]["message"]
     )
+    # serving clocks streamed from both servers: the candidate reused prompt tokens, the reference none
+    performance = checks["phase-performance"]
+    assert performance["status"] in ("pass", "warn"), performance["message"]
+    assert performance["exercise"]["streamed_requests"] > 0 and performance["exercise"]["cached_prompt_tokens"] > 0
+    assert performance["exercise"]["reference_cached_prompt_tokens"] == 0
+    clocks = {row["clock"]: row for row in performance["evidence"]["clocks"]}
+    assert {"ratio", "low", "high"} <= set(clocks["ttft_p95"]) and clocks["live_bytes"]["verdict"] == "not reported"
+    assert performance["evidence"]["timer"] == "wall"
 
     failed = gate_run(REPO / "examples/engine-llamacpp-quantised-kv.yaml", tmp_path / "q8", engine_env)
     assert failed.returncode == 1, failed.stdout + failed.stderr
@@ -126,6 +150,34 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert parity["status"] == "fail"
     for length in (1, 17, 200, 2048, 8179):
         assert f"length {length}: not bit-identical" in parity["message"]
+
+
+def test_the_hosted_mode_detects_chunk_reuse_and_is_amber_without_a_control(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    run = gate_run(REPO / "examples/engine-llamacpp-hosted.yaml", tmp_path / "launched", engine_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    [check] = json.loads((tmp_path / "launched/results.json").read_text())["checks"]
+    assert check["status"] == "pass" and check["exercise"]["cache_read_repeats"] == 9
+    assert all(row["cold_cached_tokens"] == 0 for row in check["evidence"]["prompts"])
+    [control] = check["controls"]
+    assert control["fault"] == "cache-divergence" and control["outcome"] == "detected"  # llama.cpp --cache-reuse
+
+    # the same deployment reached by base_url, as a hosted API is: no control can run, so amber (unproven,
+    # a warning by policy), never green
+    served_by = llama("-np", "1", "--cache-ram", "0")
+    with served_by.serve() as served:
+        manifest = yaml.safe_load((REPO / "examples/engine-llamacpp-hosted.yaml").read_text())
+        side = {"adapter": "openai", "options": {"flavor": "llama.cpp", "base_url": served.client.base_url}}
+        manifest["subject"] = {"reference": side, "candidate": side, "seed": 0}
+        path = tmp_path / "hosted.yaml"
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        hosted = gate_run(path, tmp_path / "hosted", engine_env)
+    assert hosted.returncode == 0, hosted.stdout + hosted.stderr
+    record = json.loads((tmp_path / "hosted/results.json").read_text())
+    [check] = record["checks"]
+    assert check["status"] == "unproven" and check["unproven"] == "warn", check["message"]
+    assert "unproven" in record["summary"]
 
 
 def _manifest(tmp_path: Path, candidate_model: dict[str, object], candidate_args: tuple[str, ...] = ()) -> Path:

@@ -38,3 +38,15 @@ def test_the_documented_gpu_manifest_validates_and_plans(engine: str, tmp_path: 
     for command in ("validate", "plan"):
         result = CliRunner().invoke(cli, [command, str(manifest)])
         assert result.exit_code == 0, result.output
+
+
+def test_the_documented_hosted_manifest_validates_and_plans(tmp_path: Path) -> None:
+    doc = (REPO / "docs/engines.md").read_text()
+    block = re.search(r"```yaml\n(# gate-expect: pass\n[^`]*?intervention: hosted-cache.*?)```", doc, re.S)
+    assert block is not None
+    manifest = tmp_path / "hosted.yaml"
+    manifest.write_text(block.group(1))
+    for command in ("validate", "plan"):
+        result = CliRunner().invoke(cli, [command, str(manifest)])
+        assert result.exit_code == 0, result.output
+    assert "engine-repeat-consistency" in result.output
