@@ -35,7 +35,21 @@ pytestmark = pytest.mark.engine
 GATE = str(Path(sys.executable).with_name("gate"))
 # flash attention off, as in the examples: on a CPU it rounds K and V through half precision, which moves
 # logprobs beyond a float32 tolerance claim (benchmarks/engine_llamacpp.md)
-SERVER_ARGS = ["--host", "127.0.0.1", "--port", "{port}", "-c", "2048", "-t", "1", "-tb", "1", "--no-webui", "-fa", "off"]
+SERVER_ARGS = [
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "{port}",
+    "-c",
+    "2048",
+    "-t",
+    "1",
+    "-tb",
+    "1",
+    "--no-webui",
+    "-fa",
+    "off",
+]
 
 
 def llama(*extra: str, **launch: object) -> EnginePath:
