@@ -12,9 +12,9 @@ the committed schemas (`schemas/evidence-<check>.schema.json`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Record(BaseModel):
@@ -57,6 +57,15 @@ class SweepSeries(_Record):
     """Whether the reference's top two logits were within tolerance at each length (a flip there is no bug)."""
     min_margin: list[float]
     """Smallest top-1/top-2 margin of the reference at each length."""
+
+    @model_validator(mode="after")
+    def _one_entry_per_length(self) -> SweepSeries:
+        if not self.length:
+            raise ValueError("no lengths")
+        for name in ("max_abs_delta", "argmax_agree", "tie", "min_margin"):
+            if len(getattr(self, name)) != len(self.length):
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {len(self.length)} lengths")
+        return self
 
 
 class SweepRow(_Record):
@@ -230,11 +239,11 @@ class SpecGreedyEvidence(EvidenceRecord):
 class DistributionEvidence(EvidenceRecord):
     """spec-distribution: sampled continuations against the target's exact joint law."""
 
-    categories: list[str]
+    categories: list[str] = Field(min_length=1)
     """Continuations (cells), at most a bounded number plus `(rest)` and `(outside enumeration)`."""
-    observed: list[float]
+    observed: list[Annotated[float, Field(ge=0)]]
     """Sampled count per category."""
-    expected: list[float]
+    expected: list[Annotated[float, Field(ge=0)]]
     """Expected count per category under the exact law."""
     statistic: float
     """G statistic (infinite when a sample has probability 0)."""
@@ -274,6 +283,12 @@ class DistributionEvidence(EvidenceRecord):
     """Sampled continuations outside the enumerated support."""
     power_note: str | None = None
     """Why power was not computed."""
+
+    @model_validator(mode="after")
+    def _one_count_per_category(self) -> DistributionEvidence:
+        if not len(self.categories) == len(self.observed) == len(self.expected):
+            raise ValueError("categories, observed and expected differ in length")
+        return self
 
 
 # --- slices: quality-slices -----------------------------------------------------------------------

@@ -82,35 +82,31 @@ def _tolerance_words(tolerance: ToleranceRecord) -> str:
 
 def read_sweep(evidence: SweepEvidence, views: EvidenceViews) -> None:
     """The |Δlogit| plot against prefix length, and its table with long passing runs folded."""
-    series = evidence.per_length
+    series = evidence.per_length  # one entry per length in each series (validated)
     lengths = [float(x) for x in series.length]
-    deltas: list[float | None] = list(series.max_abs_delta)
-    agree: list[bool | None] = list(series.argmax_agree)
-    if not lengths or not len(lengths) == len(deltas) == len(agree) == len(series.tie):
-        views.notes.append("prefix sweep: evidence.per_length series are empty or of different lengths; no plot")
-        return
+    deltas, agree = series.max_abs_delta, series.argmax_agree
     ties = {length for length, tied in zip(lengths, series.tie, strict=True) if tied}
     ties |= {float(t.length) for t in evidence.ties}
     tolerance = evidence.tolerance.atol
-    edges = [float(x) for x in evidence.boundaries.lengths]
-    plot = sweep_plot(lengths, deltas, agree, ties, tolerance, _tolerance_words(evidence.tolerance), edges)
+    edges = {float(x) for x in evidence.boundaries.lengths}
+    plot = sweep_plot(lengths, deltas, agree, ties, tolerance, _tolerance_words(evidence.tolerance), sorted(edges))
     views.sweep = plot
     views.sweep_facts = _comparisons(evidence.bitwise)
     views.consumed.update(("per_length", "tolerance"))  # tie and failure records stay visible as tables
     views.first_failing_length = plot.first_failure
     rows, failing = [], []
     for length, delta, ok in zip(lengths, deltas, agree, strict=True):
-        over = delta is not None and not delta <= tolerance
-        failing.append((ok is False and length not in ties) or over)
+        over = not delta <= tolerance
+        failing.append((not ok and length not in ties) or over)
         rows.append(
             [
                 number(length),
-                number(delta) if delta is not None else "—",
-                {True: "yes", False: "NO", None: "—"}[ok],
+                number(delta),
+                "yes" if ok else "NO",
                 "tie" if length in ties else ("over tolerance" if over else ""),
             ]
         )
-    shown, folded = fold_rows(rows, failing, pinned=[length in set(edges) for length in lengths])
+    shown, folded = fold_rows(rows, failing, pinned=[length in edges for length in lengths])
     views.sweep_table = Table(
         title="Prefix sweep",
         columns=["prefix length", "max |Δlogit| vs the full pass", "argmax agrees", ""],
@@ -229,19 +225,8 @@ def read_distribution(evidence: DistributionEvidence, views: EvidenceViews) -> N
         KeyValue("α", display(evidence.alpha)),
         KeyValue("samples", display(evidence.n_samples)),
     ]
-    categories, observed, expected = evidence.categories, evidence.observed, evidence.expected
-    if (
-        not categories
-        or not len(categories) == len(observed) == len(expected)
-        or any(not v >= 0 for v in [*observed, *expected])
-    ):
-        views.notes.append(
-            "distribution: evidence needs equal-length lists categories, observed, expected "
-            "of non-negative numbers; no plot"
-        )
-        views.distribution = Distribution(plot=None, facts=facts, rows=[], note="")
-        return
-    rows = sorted(zip(categories, observed, expected, strict=True), key=lambda r: -r[2])
+    # one observed and one expected non-negative count per category (validated)
+    rows = sorted(zip(evidence.categories, evidence.observed, evidence.expected, strict=True), key=lambda r: -r[2])
     note = ""
     if len(rows) > MAX_CATEGORIES:
         rest = rows[MAX_CATEGORIES - 1 :]
