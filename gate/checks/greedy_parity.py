@@ -25,6 +25,7 @@ from gate.checks._compare import Tolerance, random_tokens, tolerance_for, top_k_
 from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import GreedyEvidence, GreedyRun, ToleranceRecord
 from gate.protocols import DecodePath, LayoutBoundaries
 
 
@@ -154,7 +155,7 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
         "ties": ties,
         "diverged_runs": sum("first_divergence" in r for r in runs),
     }
-    evidence = {"runs": runs, "tolerance": tol.as_dict()}
+    evidence = GreedyEvidence(runs=[GreedyRun(**r) for r in runs], tolerance=ToleranceRecord(**tol.as_dict())).dump()
     observation = torch.cat(observed) if observed else None
     if first_failure is not None:
         diagnosis = _diagnose(ctx, first_failure)

@@ -30,6 +30,7 @@ from gate.checks._params import PhasePerformanceParams
 from gate.checks._serving import replay, replay_engine
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
+from gate.core.evidence import ClockRow, ServingEvidence
 from gate.core.manifest import Budget
 from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
 from gate.errors import EngineBadReply
@@ -243,8 +244,8 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
     metrics["repeats"] = params.repeats
     if kv is not None and "candidate" in kv:
         metrics["candidate_live_over_theory"] = kv["candidate"]["live_over_theory"]
-    evidence: dict[str, Any] = {
-        "scenario": {
+    evidence = ServingEvidence(
+        scenario={
             "name": scenario.name,
             "conversations": len(convs),
             "requests": sum(len(c.turns) for c in convs),
@@ -253,18 +254,18 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
             "slo": {"ttft_s": slo[0], "tpot_s": slo[1]},
             "tokens": sum(c.tokens for c in convs),
         },
-        "timer": traces["candidate"][-1].clock,
-        "device": ctx.device,
-        "repeats": params.repeats,
-        "confidence": params.confidence,
-        "clocks": rows,
-        "kv_theory": kv,
-        "pressure": {role: runs[-1].pressure for role, runs in traces.items()},
-        "goodput_share": {role: sums[role]["goodput_share"] for role in traces},
-        "paths": {role: paths[role].name for role in paths},
+        timer=traces["candidate"][-1].clock,
+        device=ctx.device,
+        repeats=params.repeats,
+        confidence=params.confidence,
+        clocks=[ClockRow(**row) for row in rows],
+        kv_theory=kv,
+        pressure={role: runs[-1].pressure for role, runs in traces.items()},
+        goodput_share={role: sums[role]["goodput_share"] for role in traces},
+        paths={role: paths[role].name for role in paths},
         **_plot_series(traces, per_token),
         **served,
-    }
+    ).dump()
     exercise = {
         **exercise,
         "requests_served": sum(len(t.requests) for t in traces["candidate"]),

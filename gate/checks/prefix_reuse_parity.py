@@ -26,6 +26,7 @@ from gate.checks._prefix_support import (
     seeded_ids,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
 
 
 def _boundary_lengths(block_size: int, limit: int) -> list[int]:
@@ -95,13 +96,13 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         "new_tokens": new_tokens,
         "block_size": bs,
     }
-    evidence = {
-        "requests": log.table(),
-        "tolerance": tol.as_dict(),
-        "compare": params.compare,
-        "below_entitlement": under[:16],
-        "cache": worker.cache_state(),
-    }
+    evidence = PrefixReuseEvidence(
+        requests=[ServedRequest(**row) for row in log.table()],
+        tolerance=ToleranceRecord(**tol.as_dict()),
+        compare=params.compare,
+        below_entitlement=under[:16],
+        cache=worker.cache_state(),
+    ).dump()
     outcome = Outcome("pass", "", metrics, evidence, log.exercise(worker), observation=log.observation())
     judged = [s for s in wrong if s.argmax_flips or params.compare == "logits"]
     judged_ids = {id(s) for s in judged}

@@ -39,6 +39,15 @@ from gate.checks._diagnosis import diagnose
 from gate.checks._params import PrefixSweepParams
 from gate.checks._sweep import cached_sweep, layout_edges, plan_sweep
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import (
+    Bitwise,
+    Boundaries,
+    SweepCoverage,
+    SweepEvidence,
+    SweepRow,
+    SweepSeries,
+    ToleranceRecord,
+)
 from gate.protocols import DecodePath
 
 
@@ -104,18 +113,18 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     full = full_all[: len(lengths)]
     cmp = compare_rows(full, got, tol)
 
-    bitwise: dict[str, Any] | None = None
+    bitwise: Bitwise | None = None
     bit_fail = torch.zeros(len(lengths), dtype=torch.bool)
     if ref_cached_all is not None:
         ref_cached = ref_cached_all[: len(lengths)]
         equal = bits_equal(ref_cached, got).all(dim=1)  # [N]
         bit_fail = ~equal
-        bitwise = {
-            "reference_path": reference.name,
-            "lengths_bit_identical": int(equal.sum()),
-            "lengths": len(lengths),
-            "max_abs_delta_vs_cached": float((ref_cached - got).abs().nan_to_num(float("inf")).max()),
-        }
+        bitwise = Bitwise(
+            reference_path=reference.name,
+            lengths_bit_identical=int(equal.sum()),
+            lengths=len(lengths),
+            max_abs_delta_vs_cached=float((ref_cached - got).abs().nan_to_num(float("inf")).max()),
+        )
 
     argmax_failed = cmp.failed.any(dim=1)
     beyond = cmp.beyond_allowance.any(dim=1) if bounded else torch.zeros_like(argmax_failed)
@@ -144,16 +153,23 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     }
     if bitwise is not None:
         metrics["bit_identical"] = bool(not bit_fail.any())
-    evidence = _evidence(lengths, cmp, delta, argmax_failed | bit_fail | beyond, tie, params.evidence_rows)
-    evidence["tolerance"] = tol.as_dict()
-    evidence["boundaries"] = {"count": len(bounds), "first": list(bounds[:8]), "lengths": list(bounds[:512])}
-    evidence["coverage"] = coverage
-    evidence["boundary_coverage"] = plan.coverage  # per kind: edges up to the context, edges visited ±1
-    evidence["sweep_plan"] = plan.as_dict()
+    sweep_plan = plan.as_dict()
     if len(lengths) < len(planned):
-        evidence["sweep_plan"]["stopped_at"] = lengths[-1]
-    if bitwise is not None:
-        evidence["bitwise"] = bitwise
+        sweep_plan["stopped_at"] = lengths[-1]
+    series, failures, ties = _rows(lengths, cmp, delta, argmax_failed | bit_fail | beyond, tie, params.evidence_rows)
+    evidence = SweepEvidence(
+        per_length=series,
+        rows_total=len(lengths),
+        rows_shown=len(series.length),
+        failures=failures,
+        ties=ties,
+        tolerance=ToleranceRecord(**tol.as_dict()),
+        boundaries=Boundaries(count=len(bounds), first=list(bounds[:8]), lengths=list(bounds[:512])),
+        coverage=coverage,
+        boundary_coverage=plan.coverage,  # per kind: edges up to the context, edges visited ±1
+        sweep_plan=sweep_plan,
+        bitwise=bitwise,
+    ).dump()
 
     detected_at = lengths[int(failed.nonzero()[0])] if bool(failed.any()) else None
     diagnosis = None
@@ -203,10 +219,10 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         )
         if bitwise is not None:
             message += f"; bit-identical to {reference.name} running the same cached schedule (|Δ| 0)"
-    if status != "fail" and coverage["unreachable"]:
+    if status != "fail" and coverage.unreachable:
         status = "unproven"
         message = (
-            f"the policy wants prefix lengths {coverage['unreachable']} but the paths reach only "
+            f"the policy wants prefix lengths {coverage.unreachable} but the paths reach only "
             f"{reachable} (max_len); up to {longest}: {message}. Scope the claim with `longest`, or use a "
             "path that reaches them"
         )
@@ -222,16 +238,16 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     )
 
 
-def sweep_coverage(wanted: list[int], scoped: int | None, reachable: int) -> dict[str, Any]:
+def sweep_coverage(wanted: list[int], scoped: int | None, reachable: int) -> SweepCoverage:
     """Wanted vs reachable prefix lengths: the standard lengths (within an explicit `longest`, which
     scopes the claim) that the paths' max_len cannot reach leave the sweep unproven."""
     in_scope = sorted(x for x in wanted if scoped is None or x <= scoped)
-    return {
-        "wanted": in_scope,
-        "scoped_to": scoped,
-        "reachable_longest": reachable,
-        "unreachable": [x for x in in_scope if x > reachable],
-    }
+    return SweepCoverage(
+        wanted=in_scope,
+        scoped_to=scoped,
+        reachable_longest=reachable,
+        unreachable=[x for x in in_scope if x > reachable],
+    )
 
 
 def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -241,42 +257,36 @@ def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) 
         return logits[:, torch.tensor(lengths)].transpose(0, 1).float().cpu()
 
 
-def _evidence(
+def _rows(
     lengths: list[int], cmp: Any, delta: torch.Tensor, failed: torch.Tensor, tie: torch.Tensor, keep: int
-) -> dict[str, Any]:
-    """Per-length table (failures and ties first, then evenly spaced) plus the first failing rows."""
+) -> tuple[SweepSeries, list[SweepRow], list[SweepRow]]:
+    """Per-length series (failures and ties first, then evenly spaced), the first failing rows and the first ties."""
     flagged = [i for i in range(len(lengths)) if bool(failed[i]) or bool(tie[i])]
     chosen = sorted(
         set(flagged[: keep // 2]) | set(thin(list(range(len(lengths))), keep - min(len(flagged), keep // 2)))
     )
-    failures = []
-    for n in [i for i in range(len(lengths)) if bool(failed[i])][:16]:
-        for b in range(cmp.agree.shape[1]):
-            if bool(cmp.failed[n, b]) or not bool(cmp.agree[n, b]):
-                failures.append(
-                    {
-                        "length": lengths[n],
-                        "row": b,
-                        "reference_token": int(cmp.ref_top[n, b]),
-                        "candidate_token": int(cmp.cand_top[n, b]),
-                        "margin": float(cmp.margin[n, b]),
-                        "max_abs_delta": float(cmp.max_abs_delta[n, b]),
-                    }
-                )
+    failures = [
+        SweepRow(
+            length=lengths[n],
+            row=b,
+            reference_token=int(cmp.ref_top[n, b]),
+            candidate_token=int(cmp.cand_top[n, b]),
+            margin=float(cmp.margin[n, b]),
+            max_abs_delta=float(cmp.max_abs_delta[n, b]),
+        )
+        for n in [i for i in range(len(lengths)) if bool(failed[i])][:16]
+        for b in range(cmp.agree.shape[1])
+        if bool(cmp.failed[n, b]) or not bool(cmp.agree[n, b])
+    ]
     ties = [
-        {"length": lengths[n], "row": b, "margin": float(cmp.margin[n, b]), "tolerance": float(cmp.tolerance[n, b])}
+        SweepRow(length=lengths[n], row=b, margin=float(cmp.margin[n, b]), tolerance=float(cmp.tolerance[n, b]))
         for n, b in cmp.tie.nonzero().tolist()[:16]
     ]
-    return {
-        "per_length": {
-            "length": [lengths[i] for i in chosen],
-            "max_abs_delta": [float(delta[i]) for i in chosen],
-            "argmax_agree": [bool(cmp.agree[i].all()) for i in chosen],
-            "tie": [bool(tie[i]) for i in chosen],
-            "min_margin": [float(cmp.margin[i].min()) for i in chosen],
-        },
-        "rows_total": len(lengths),
-        "rows_shown": len(chosen),
-        "failures": failures,
-        "ties": ties,
-    }
+    series = SweepSeries(
+        length=[lengths[i] for i in chosen],
+        max_abs_delta=[float(delta[i]) for i in chosen],
+        argmax_agree=[bool(cmp.agree[i].all()) for i in chosen],
+        tie=[bool(tie[i]) for i in chosen],
+        min_margin=[float(cmp.margin[i].min()) for i in chosen],
+    )
+    return series, failures, ties

@@ -21,12 +21,13 @@ import torch
 
 from gate.checks._params import QualitySlicesParams
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import JudgedEnvelope, Judgement, SlicesEvidence
 from gate.core.manifest import Envelope
 from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import Clock, SampleScores, score_batch
 from gate.quality.spec import SliceSpec, load_slice
-from gate.quality.stats import Judgement, judge, min_sample_size
+from gate.quality.stats import judge, min_sample_size
 from gate.quality.text import TextSpace
 from gate.quality.vocab import TokenSpace, render
 
@@ -227,7 +228,7 @@ def _outcome(
             "confidence": env.confidence,
             "min_detectable_effect": env.min_detectable_effect,
             "power": env.power,
-            **verdict.as_dict(),
+            **verdict.model_dump(),
             "worst": worst_samples(rows, run.scores, metric, env.comparator.value, params.worst, show),
         }
         table.append(entry)
@@ -256,18 +257,18 @@ def _outcome(
     }
     held = [f"{e['slice']}/{e['metric']}" for e in table if e["passed"]]
     broken = [f"{e['slice']}/{e['metric']}" for e in table if not e["passed"]]
-    evidence = {
-        "envelopes": table,
-        "slices": slices,
-        "space": "text" if isinstance(next(iter(runs.values())).space, TextSpace) else "tokens",
-        "datasets": {name: r.built.fingerprint for name, r in runs.items() if r.built},
-        "samples": {
+    evidence = SlicesEvidence(
+        envelopes=[JudgedEnvelope(**e) for e in table],
+        slices=slices,
+        space="text" if isinstance(next(iter(runs.values())).space, TextSpace) else "tokens",
+        datasets={name: r.built.fingerprint for name, r in runs.items() if r.built},
+        samples={
             name: slice_samples(r.built.dataset, r.scores, show, params.log_samples)
             for name, r in runs.items()
             if r.built and params.log_samples
         },
-        "timing": timing,
-    }
+        timing=timing,
+    ).dump()
     metrics: dict[str, Any] = {
         "envelopes": len(table),
         "envelopes_held": len(held),

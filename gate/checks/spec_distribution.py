@@ -30,6 +30,7 @@ from gate.checks._params import (
 )
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import DistributionEvidence
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import g_test, power, required_samples
@@ -204,27 +205,28 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         **efficiency,
         "min_power": min((powers[f] for f in p.power_against if f in powers), default=None),
     }
-    evidence: dict[str, Any] = {
+    evidence = DistributionEvidence(
         **_bounded_table(cells, observed, n * p0, other),
-        "statistic": _finite(test.statistic),
-        "p_value": test.p_value,
-        "dof": test.dof,
-        "pooled_cells": test.pooled_cells,
-        "alpha": alpha,
-        "declared_power": target_power,
-        "power": powers,
-        "samples_needed": needed,
-        "k": k,
-        "horizon": horizon,
-        "n_samples": n,
-        "temperature": p.temperature,
-        "top_k": p.top_k,
-        "prompt": prompt.tolist(),
-        "by_depth": depth,
-        "efficiency": {**efficiency, **stats.as_dict()},
-        "min_top_k_gap": min(gaps) if gaps else None,
-        "outside_enumeration_examples": [list(s) for s in strays],
-    }
+        statistic=test.statistic,
+        p_value=test.p_value,
+        dof=test.dof,
+        pooled_cells=test.pooled_cells,
+        alpha=alpha,
+        declared_power=target_power,
+        power=powers,
+        samples_needed=needed,
+        k=k,
+        horizon=horizon,
+        n_samples=n,
+        temperature=p.temperature,
+        top_k=p.top_k,
+        prompt=prompt.tolist(),
+        by_depth=depth,
+        efficiency={**efficiency, **stats.as_dict()},
+        min_top_k_gap=min(gaps) if gaps else None,
+        outside_enumeration_examples=[list(s) for s in strays],
+        power_note=None if alt_laws is not None else "the candidate gives no draft probabilities: power not computed",
+    ).dump()
     observation = torch.tensor([*observed, other], dtype=torch.float64)
     where = f"k={k}, horizon={horizon} tokens, n={n}"
 
@@ -256,8 +258,6 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
             + ", ".join(f"{f} is {v:.3f}" for f, v in weak.items())
             + f" < declared {target_power}: with this draft the fault leaves the distribution (nearly) unchanged"
         )
-    if alt_laws is None:
-        evidence["power_note"] = "the candidate gives no draft probabilities: power not computed"
     if problems:
         first = next((r["tokens"] for r in depth if r["p_value"] < alpha), None)
         return Outcome(

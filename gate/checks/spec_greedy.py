@@ -16,6 +16,7 @@ import torch
 from gate.checks._params import SpecGreedyParams
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import SpecGreedyEvidence, TokenPair
 from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import DecodePath
 
@@ -59,12 +60,12 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
         "tokens_per_target_pass": round(stats.tokens_per_target_pass, 6),
         "rejections": stats.rejections,
     }
-    evidence: dict[str, Any] = {
-        "matching_by_length": by_length,
-        "first_divergence": first,
-        "efficiency": stats.as_dict(),
-        "example": {"target": expected[0].tolist()[:64], "candidate": got[0].tolist()[:64]},
-    }
+    evidence = SpecGreedyEvidence(
+        matching_by_length=by_length,
+        first_divergence=first,
+        efficiency=stats.as_dict(),
+        example=TokenPair(target=expected[0].tolist()[:64], candidate=got[0].tolist()[:64]),
+    ).dump()
     exercise = {**stats.as_dict(), "path": ctx.candidate.name}
     observation = got.to(torch.float64)
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from gate.core.clocks import ServingTrace
+from gate.core.evidence import EVIDENCE
 from gate.core.manifest import Manifest
 from gate.core.plan import Plan
 from gate.core.policy import PolicyFile
@@ -19,6 +20,7 @@ RECORDS: dict[str, type[Any]] = {
     "result": GateResult,
     "scenario": Scenario,
     "serving-trace": ServingTrace,
+    **{f"evidence-{check}": record for check, record in EVIDENCE.items()},
 }
 
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from decimal import Decimal
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Literal
 
 from gate._util.numbers import significant
+from gate.core.evidence import Judgement
 
 Side = Literal["lower", "upper"]
 
@@ -133,29 +133,6 @@ def bootstrap_bound(
     return float(np.quantile(means, q, method="linear"))
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """One envelope judged on one slice."""
-
-    point: float
-    """Point estimate (reported, never decisive)."""
-    bound: float
-    """One-sided bound at `confidence`: lower for `>=`, upper for `<=`."""
-    n: int
-    """Samples judged."""
-    n_required: int
-    """Samples needed for the declared effect and power."""
-    sigma: float
-    """Standard deviation the sample size was derived with."""
-    passed: bool
-    """True only when n >= n_required and the bound satisfies the threshold."""
-    reason: str
-    """Why it passed or failed, in words."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def holds(bound: float, comparator: str, threshold: str) -> bool:
     """Compare a bound with a decimal-string threshold without binary float surprises."""
     if math.isnan(bound):
@@ -225,5 +202,5 @@ def judge(
             f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "
             f"at {confidence:.0%} confidence with {power:.0%} power; {reason}"
         )
-        return Judgement(point, bound, n, n_required, used_sigma, False, reason)
-    return Judgement(point, bound, n, n_required, used_sigma, ok, reason)
+        ok = False
+    return Judgement(point=point, bound=bound, n=n, n_required=n_required, sigma=used_sigma, passed=ok, reason=reason)

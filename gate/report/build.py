@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate.core.evidence import EVIDENCE, SweepEvidence
 from gate.core.result import CheckResult, ControlResult, GateResult, Status
 from gate.report.evidence import read_diagnosis, read_evidence
 from gate.report.fmt import as_float, display, duration, number
@@ -70,30 +71,14 @@ def _status(check: CheckResult) -> tuple[str, str, str]:
     return status, label, tone
 
 
-def _tolerance_hint(check: CheckResult, claim: Mapping[str, Any]) -> float | None:
-    for source, key in (
-        (check.params, "atol"),
-        (check.params, "tolerance"),
-        (check.metrics, "tolerance"),
-        (check.metrics, "atol"),
-        (claim, "atol"),
-    ):
-        value = as_float(source.get(key))
-        if value is not None:
-            return value
-    return None
-
-
 def _detected_at(check: CheckResult, first_failing_length: float | None) -> str | None:
     """Where the check first failed: a recorded detected_at, else the sweep's first argmax flip, else
     the diagnosis's first deviating length (which also counts lengths merely over tolerance)."""
-    has_sweep = "lengths" in check.evidence or "per_length" in check.evidence
-    unit = str(check.evidence.get("detected_at_unit") or ("prefix length" if has_sweep else "index"))
+    unit = "prefix length" if EVIDENCE.get(check.check) is SweepEvidence else "index"
     diagnosis = _dict(check.diagnosis)
-    for source in (check.metrics, check.evidence, diagnosis):
-        value = as_float(source.get("detected_at"))
-        if value is not None:
-            return f"{unit} {number(value)}"
+    value = as_float(check.metrics.get("detected_at"))  # the runner's copy of Outcome.detected_at
+    if value is not None:
+        return f"{unit} {number(value)}"
     if check.status not in (Status.failed, Status.error):
         return None
     if first_failing_length is not None:
@@ -148,9 +133,9 @@ def _waiver(check: CheckResult) -> WaiverView | None:
     )
 
 
-def _section(check: CheckResult, claim: Mapping[str, Any]) -> CheckSection:
+def _section(check: CheckResult) -> CheckSection:
     status, label, tone = _status(check)
-    views = read_evidence(check.evidence, _tolerance_hint(check, claim))
+    views = read_evidence(check.check, check.evidence)
     diagnosis, diagnosis_tables = read_diagnosis(check.diagnosis)
     error = check.error
     return CheckSection(
@@ -375,8 +360,7 @@ def build_report(
     commands in the What-next box.
     """
     signing = signing or Signing()
-    claim = _dict(result.manifest.get("claim"))
-    sections = [_section(check, claim) for check in result.checks]
+    sections = [_section(check) for check in result.checks]
     counts: dict[str, int] = {}
     for check in result.checks:
         counts[check.status.value] = counts.get(check.status.value, 0) + 1

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gate.cli.main import cli
-from tests.conftest import BASE_MANIFEST
+from tests.support.manifests import BASE_MANIFEST
 
 
 def invoke(*args: str):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gate.cli.main import cli
-from tests.conftest import BASE_MANIFEST
+from tests.support.manifests import BASE_MANIFEST
 
 BASE: dict[str, Any] = yaml.safe_load(BASE_MANIFEST)
 

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
-from tests.support.repo import EXAMPLES
+from tests.support.repo import EXAMPLES, REPO
 
 PROBE = """
 import sys
@@ -28,3 +29,12 @@ def test_cli_plan_and_rendering_import_no_torch() -> None:
     manifest = str(EXAMPLES / "reference-static-layout.yaml")
     out = subprocess.run([sys.executable, "-c", PROBE, manifest], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"
+
+
+def test_no_module_imports_a_conftest() -> None:
+    """Fixtures reach tests through pytest (tests/<package>/conftest.py); what several folders share
+    is a plain module under tests/support/."""
+    tests = REPO / "tests"
+    importing = re.compile(r"^\s*(from|import)\s+[\w.]*conftest\b", re.MULTILINE)
+    offenders = [str(p.relative_to(tests)) for p in tests.rglob("*.py") if importing.search(p.read_text())]
+    assert offenders == []

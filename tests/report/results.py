@@ -19,6 +19,23 @@ from typing import Any
 
 import pytest
 
+from gate.core.evidence import (
+    Boundaries,
+    ClockRow,
+    DistributionEvidence,
+    GreedyEvidence,
+    GreedyRun,
+    JudgedEnvelope,
+    LatencySamples,
+    LiveBytes,
+    ServingEvidence,
+    SlicesEvidence,
+    SweepCoverage,
+    SweepEvidence,
+    SweepRow,
+    SweepSeries,
+    ToleranceRecord,
+)
 from gate.core.manifest import Manifest
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, Verdict
 
@@ -142,8 +159,34 @@ def _layout_plan() -> dict[str, Any]:
     )
 
 
-def _sweep(deltas: list[float], agree: list[bool], ties: list[int]) -> dict[str, Any]:
-    return {"lengths": LENGTHS, "max_abs_delta": deltas, "argmax_agree": agree, "ties": ties, "tolerance": 1e-3}
+def _sweep(
+    lengths: list[int],
+    deltas: list[float],
+    agree: list[bool],
+    tie_lengths: list[int],
+    rtol: float = 0.0,
+    boundaries: tuple[int, ...] = (),
+    **records: list[SweepRow],
+) -> dict[str, Any]:
+    """A prefix-sweep evidence record as gate's prefix-sweep writes it."""
+    return SweepEvidence(
+        per_length=SweepSeries(
+            length=lengths,
+            max_abs_delta=deltas,
+            argmax_agree=agree,
+            tie=[n in tie_lengths for n in lengths],
+            min_margin=[0.2] * len(lengths),
+        ),
+        rows_total=len(lengths),
+        rows_shown=len(lengths),
+        failures=records.get("failures", []),
+        ties=records.get("ties", []),
+        tolerance=ToleranceRecord(atol=1e-3, rtol=rtol, source="claim"),
+        boundaries=Boundaries(count=len(boundaries), first=list(boundaries[:8]), lengths=list(boundaries)),
+        coverage=SweepCoverage(wanted=LENGTHS, scoped_to=None, reachable_longest=lengths[-1], unreachable=[]),
+        boundary_coverage={},
+        sweep_plan={"lengths": len(lengths), "longest": lengths[-1]},
+    ).dump()
 
 
 def _mask_oracle(status: str = "pass") -> CheckResult:
@@ -208,7 +251,9 @@ def passing_run() -> GateResult:
         message="argmax agrees at all 9 lengths; max |Δlogit| 3.1e-06",
         params={"lengths": LENGTHS, "atol": 1e-3},
         metrics={"max_abs_delta": 3.1e-6, "argmax_agreement": 1.0},
-        evidence=_sweep([0.0, 1.2e-7, 2.4e-7, 4.8e-7, 9.5e-7, 1.3e-6, 1.9e-6, 2.4e-6, 3.1e-6], [True] * 9, [200]),
+        evidence=_sweep(
+            LENGTHS, [0.0, 1.2e-7, 2.4e-7, 4.8e-7, 9.5e-7, 1.3e-6, 1.9e-6, 2.4e-6, 3.1e-6], [True] * 9, [200]
+        ),
         exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
         controls=_controls(64),
         duration_s=2.5,
@@ -236,12 +281,40 @@ def passing_run() -> GateResult:
         policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[3]",
         message="time per output token 12% slower than the reference",
         metrics={"ttft_ms": 41.0, "tpot_ms": 9.3, "tpot_ratio": 1.12, "live_bytes": 1048576},
-        evidence={
-            "phases": [
-                {"phase": "prefill", "reference_ms": 40.2, "candidate_ms": 41.0},
-                {"phase": "decode", "reference_ms": 8.3, "candidate_ms": 9.3},
-            ]
-        },
+        evidence=ServingEvidence(
+            scenario={"name": "chat", "conversations": 8},
+            timer="perf_counter",
+            device="cpu",
+            repeats=3,
+            confidence=0.95,
+            clocks=[
+                ClockRow(
+                    clock="tpot_p95",
+                    measures="time per output token, p95",
+                    unit="s",
+                    better="lower",
+                    reference=0.0083,
+                    candidate=0.0093,
+                    budget="x1.05",
+                    verdict="fail",
+                    ratio=1.12,
+                    low=1.08,
+                    high=1.16,
+                ),
+            ],
+            kv_theory=None,
+            pressure={},
+            goodput_share={"reference": 1.0, "candidate": 1.0},
+            paths={"reference": "reference-full", "candidate": "reference-paged"},
+            latency_samples={
+                role: LatencySamples(ttft_s=[0.04, 0.041], tpot_s=[tpot, tpot * 1.1], itl_s=[tpot])
+                for role, tpot in (("reference", 0.0083), ("candidate", 0.0093))
+            },
+            live_bytes_over_time={
+                role: LiveBytes(t_s=[0.0, 0.5, 1.0], live_bytes=[0, held, held // 2], theory_bytes=None)
+                for role, held in (("reference", 1048576), ("candidate", 786432))
+            },
+        ).dump(),
         exercise={"decode_steps": 128},
         duration_s=3.0,
     )
@@ -268,32 +341,19 @@ def failing_parity_run() -> GateResult:
         message="argmax diverged at prefix length 512 (max |Δlogit| 0.021 > tolerance 0.001)",
         params={"lengths": LENGTHS, "atol": 1e-3},
         metrics={"max_abs_delta": 2.9, "argmax_agreement": 0.667, "argmax_failures": 3, "ties": 1},
-        # The shape gate's prefix-sweep writes: series under per_length, tolerance as a record,
-        # tie and failure records, and gate.checks._diagnosis's profile with per-layer divergence.
-        evidence={
-            "per_length": {
-                "length": LENGTHS,
-                "max_abs_delta": deltas,
-                "argmax_agree": agree,
-                "tie": [length == 200 for length in LENGTHS],
-                "min_margin": [0.4, 0.3, 0.5, 0.2, 0.3, 0.0002, 0.2, 0.1, 0.3],
-            },
-            "tolerance": {"atol": 1e-3, "rtol": 1e-5, "source": "claim"},
-            "ties": [{"length": 200, "row": 1, "margin": 0.0002, "tolerance": 0.001}],
-            "failures": [
-                {
-                    "length": 512,
-                    "row": 0,
-                    "reference_token": 17,
-                    "candidate_token": 93,
-                    "margin": 0.2,
-                    "max_abs_delta": 0.021,
-                },
+        # tie and failure records, and gate.checks._diagnosis's profile with per-layer divergence
+        evidence=_sweep(
+            LENGTHS,
+            deltas,
+            agree,
+            [200],
+            rtol=1e-5,
+            boundaries=(16, 256, 4096),
+            ties=[SweepRow(length=200, row=1, margin=0.0002, tolerance=0.001)],
+            failures=[
+                SweepRow(length=512, row=0, reference_token=17, candidate_token=93, margin=0.2, max_abs_delta=0.021)
             ],
-            "rows_total": 9,
-            "rows_shown": 9,
-            "boundaries": {"count": 3, "first": [16, 256, 4096], "lengths": [16, 256, 4096]},
-        },
+        ),
         exercise={"cache_lengths": LENGTHS, "cached_steps": 9},
         diagnosis={
             "bug_class": "positional-index",
@@ -337,22 +397,34 @@ def failing_parity_run() -> GateResult:
         policy_rule="policies/layout.yaml: interventions.layout.claims.tolerance.checks[2]",
         message="greedy continuation diverged at token 3 of prompt 5",
         metrics={"prompts": 8, "first_mismatch": 3},
-        evidence={
-            "runs": [
-                {
-                    "prompt_len": 5,
-                    "steps": 12,
-                    "first_divergence": {
-                        "step": 3,
-                        "row": 0,
-                        "tie": False,
-                        "tokens_from": 0,
-                        "reference_tokens": [11, 52, 7, 19, 19, 40, 3, 8, 8, 21, 60, 2],
-                        "candidate_tokens": [11, 52, 7, 93, 4, 4, 17, 61, 0, 5, 5, 9],
-                    },
-                }
-            ]
-        },
+        evidence=GreedyEvidence(
+            runs=[
+                GreedyRun.model_validate(
+                    {
+                        "prompt_len": 5,
+                        "steps": 12,
+                        "match": {"8": False},
+                        "first_divergence": {
+                            "step": 3,
+                            "row": 0,
+                            "absolute_position": 8,
+                            "reference_token": 19,
+                            "candidate_token": 93,
+                            "reference_margin": 0.9,
+                            "tie_band": 0.001,
+                            "tie": False,
+                            "max_abs_delta": 1.4,
+                            "reference_top_k": [],
+                            "candidate_top_k": [],
+                            "tokens_from": 0,
+                            "reference_tokens": [11, 52, 7, 19, 19, 40, 3, 8, 8, 21, 60, 2],
+                            "candidate_tokens": [11, 52, 7, 93, 4, 4, 17, 61, 0, 5, 5, 9],
+                        },
+                    }
+                )
+            ],
+            tolerance=ToleranceRecord(atol=1e-3, rtol=0.0, source="claim"),
+        ).dump(),
         exercise={"cached_steps": 512},
         duration_s=1.2,
         controls=_controls(512),
@@ -425,16 +497,29 @@ def speculative_run() -> GateResult:
         policy_rule=f"{SPEC_RULE}.checks[1]",
         message="chi-square 6.2 on 9 dof, p = 0.72 ≥ α = 0.01",
         metrics={"p_value": 0.72, "samples": 2000},
-        evidence={
-            "categories": categories,
-            "observed": observed,
-            "expected": expected,
-            "statistic": 6.2,
-            "p_value": 0.72,
-            "test": "chi-square",
-            "alpha": 0.01,
-            "samples": 2000,
-        },
+        evidence=DistributionEvidence(
+            categories=categories,
+            observed=observed,
+            expected=[2000 * e for e in expected],
+            statistic=6.2,
+            p_value=0.72,
+            dof=9,
+            pooled_cells=0,
+            alpha=0.01,
+            declared_power=0.9,
+            power={"skip-verification": 0.99},
+            samples_needed={},
+            k=4,
+            horizon=5,
+            n_samples=2000,
+            temperature=1.0,
+            top_k=10,
+            prompt=[1, 2, 3],
+            by_depth=[],
+            efficiency={"acceptance_rate": 0.61},
+            min_top_k_gap=0.3,
+            outside_enumeration_examples=[],
+        ).dump(),
         exercise={"draft_passes": 1310, "bonus_tokens": 402},
         duration_s=6.2,
         controls=[
@@ -514,23 +599,29 @@ def slice_run() -> GateResult:
         metrics={"slices": 3, "failed": 1},
         # The shape gate's quality-slices writes: envelope records (with the bootstrap judgement and
         # the worst samples) under `envelopes`, per-slice facts under `slices`.
-        evidence={
-            "envelopes": [
-                {
-                    **env,
-                    "confidence": 0.95,
-                    "n_required": 400,
-                    "reason": "bound vs threshold",
-                    "worst": [{"context_len": 1900, "kl": 0.8, "greedy_match": False}],
-                }
+        evidence=SlicesEvidence(
+            envelopes=[
+                JudgedEnvelope(
+                    **{**env, "threshold": str(env["threshold"])},
+                    confidence=0.95,
+                    min_detectable_effect=0.02,
+                    power=0.8,
+                    n_required=400,
+                    sigma=0.2,
+                    reason="bound vs threshold",
+                    worst=[{"context_len": 1900, "kl": 0.8, "greedy_match": False}],
+                )
                 for env in slices
             ],
-            "slices": {
+            slices={
                 "long-range-retrieval": {"n": 600, "k": 16, "dependency": "long-range", "fingerprint": "33" * 32},
                 "code-closure": {"n": 400, "k": 16, "dependency": "local", "fingerprint": "44" * 32},
             },
-            "timing": {"wall_s": 11.9, "samples": 1500},
-        },
+            space="tokens",
+            datasets={"long-range-retrieval": "33" * 32, "code-closure": "44" * 32},
+            samples={},
+            timing={"wall_s": 11.9, "samples": 1500},
+        ).dump(),
         exercise={"bytes_held": 3145728, "quantised_blocks": 96},
         duration_s=12.0,
     )
@@ -574,11 +665,7 @@ def window_sweep_run() -> GateResult:
         message="argmax differs at 3 lengths, first at prefix length 2107 (window-edge)",
         params={"atol": 1e-3},
         metrics={"max_abs_delta": 0.4, "argmax_failures": 3},
-        evidence={
-            "per_length": {"length": lengths, "max_abs_delta": deltas, "argmax_agree": agree},
-            "tolerance": {"atol": 1e-3, "rtol": 0.0, "source": "claim"},
-            "boundaries": {"count": 2, "first": [2048, 2049], "lengths": [2048, 2049]},
-        },
+        evidence=_sweep(lengths, deltas, agree, [], boundaries=(2048, 2049)),
         exercise={"cached_steps": 120},
         duration_s=3.3,
     )
@@ -674,7 +761,7 @@ def hostile_run() -> GateResult:
     checks[1] = checks[1].model_copy(
         update={
             "diagnosis": {**(checks[1].diagnosis or {}), "explanation": HOSTILE},
-            "evidence": {**checks[1].evidence, "note": HOSTILE},
+            "evidence": {**checks[1].evidence, "sweep_plan": {"note": HOSTILE}},
         }
     )
     return result.model_copy(update={"manifest": manifest, "checks": checks, "summary": f"failed {HOSTILE}"})

@@ -88,36 +88,53 @@ def test_claim_is_stated_in_words() -> None:
     assert [(kv.key, kv.value) for kv in claim.parameters] == [("atol", "0.001")]
 
 
+SWEEP = fx.failing_parity_run().checks[1].evidence
+
+
 @pytest.mark.parametrize(
-    "evidence",
+    "check,evidence",
     [
-        {"lengths": [1, 2, 3]},
-        {"lengths": "oops", "max_abs_delta": [1]},
-        {"lengths": [1, 2], "max_abs_delta": [0.1]},
-        {"lengths": [1, 2], "max_abs_delta": ["Infinity", "NaN"], "argmax_agree": [True]},
-        {"lengths": [], "max_abs_delta": []},
-        {"lengths": [0, 4], "max_abs_delta": [0, 0], "ties": "x", "tolerance": "bad"},
-        {"categories": ["a"], "observed": [1, 2], "expected": [1]},
-        {"categories": ["a", "b"], "observed": [-1, 2], "expected": [1, 1]},
-        {"categories": [str(i) for i in range(300)], "observed": list(range(300)), "expected": [1] * 300},
-        {"slices": "nope"},
-        {"slices": {"s": {"point": "x"}}, "other": {"deep": [1, {"a": 2}]}},
-        {"slices": [{"metric": "kl", "point": 0.1, "bound": None, "threshold": 0.1, "ci": [0.05, 0.2]}]},
-        {"huge": list(range(10_000)), "rows": [{"a": i} for i in range(500)]},
+        ("prefix-sweep", {**SWEEP, "per_length": {"length": [1, 2, 3]}}),
+        ("prefix-sweep", {**SWEEP, "per_length": {**SWEEP["per_length"], "length": "oops"}}),
+        ("prefix-sweep", {**SWEEP, "per_length": {**SWEEP["per_length"], "max_abs_delta": [0.1]}}),
+        ("prefix-sweep", {**SWEEP, "per_length": {**SWEEP["per_length"], "max_abs_delta": ["Infinity"] * 9}}),
+        ("prefix-sweep", {**SWEEP, "per_length": {key: [] for key in SWEEP["per_length"]}}),
+        ("prefix-sweep", {**SWEEP, "ties": "x", "tolerance": "bad"}),
+        ("prefix-sweep", {"lengths": [1, 2, 3], "max_abs_delta": [0.1, 0.2, 0.3]}),
+        ("spec-distribution", {"categories": ["a"], "observed": [1, 2], "expected": [1]}),
+        ("spec-distribution", {**fx.speculative_run().checks[1].evidence, "observed": [-1] * 10}),
+        ("spec-distribution", {**fx.speculative_run().checks[1].evidence, "categories": [str(i) for i in range(300)]}),
+        ("quality-slices", {"slices": "nope"}),
+        ("quality-slices", {**fx.slice_run().checks[0].evidence, "envelopes": [{"point": "x"}]}),
+        ("greedy-parity", {"runs": [{"first_divergence": {"step": "late"}}]}),
+        ("phase-performance", {"clocks": [{"clock": 1}]}),
+        ("third-party", {"huge": list(range(10_000)), "rows": [{"a": i} for i in range(500)]}),
     ],
 )
-def test_malformed_evidence_degrades_without_raising(evidence: dict[str, object]) -> None:
-    views = read_evidence(evidence, tolerance_hint=None)
+def test_malformed_evidence_degrades_without_raising(check: str, evidence: dict[str, object]) -> None:
+    views = read_evidence(check, evidence)
     result = fx.passing_run()
-    checks = [result.checks[1].model_copy(update={"evidence": evidence, "status": Status.failed})]
+    checks = [result.checks[1].model_copy(update={"check": check, "evidence": evidence, "status": Status.failed})]
     html = render_html(build_report(result.model_copy(update={"checks": checks})))
     assert "<svg" in html or views.notes or views.tables or views.slices
+    assert views.tables, "whatever did not validate is still shown"
 
 
-def test_missing_sweep_keys_are_named_in_notes() -> None:
-    views = read_evidence({"lengths": [1, 2, 3]}, tolerance_hint=1e-3)
-    assert views.sweep is not None
-    assert any("max_abs_delta" in n for n in views.notes) and any("argmax_agree" in n for n in views.notes)
+def test_evidence_that_does_not_validate_is_named_in_a_note() -> None:
+    views = read_evidence("prefix-sweep", {**SWEEP, "per_length": {"length": [1, 2, 3]}})
+    assert views.sweep is None
+    assert views.notes == [
+        "prefix-sweep: evidence.per_length.max_abs_delta: Field required "
+        "(not the SweepEvidence this gate reads; shown as tables)"
+    ]
+    assert "per length" in [row[0] for table in views.tables for row in table.rows]
+
+
+def test_third_party_evidence_is_shown_generically_whatever_its_keys() -> None:
+    """Only a built-in check's evidence is read as a record: keys that look like a sweep are a table."""
+    views = read_evidence("my-sweep", {"lengths": [1, 2, 3], "max_abs_delta": [0.1, 0.2, 0.3]})
+    assert views.sweep is None and not views.notes
+    assert [row[0] for row in views.tables[0].rows] == ["lengths", "max abs delta"]
 
 
 def test_detected_at_prefers_the_first_argmax_flip() -> None:
@@ -286,13 +303,12 @@ def test_publish_only_under_github_actions(tmp_path: Path) -> None:
     assert summary.read_text() == "earlier step\n# md\n"
 
 
-def test_report_evidence_doc_lists_every_consumed_key() -> None:
-    from gate.report import evidence
+def test_report_evidence_doc_names_every_record() -> None:
+    from gate.core.evidence import EVIDENCE
 
     doc = (Path(__file__).parents[2] / "docs" / "report-evidence.md").read_text()
-    for key in (*evidence.SWEEP_KEYS, *evidence.DISTRIBUTION_KEYS, *evidence.SLICE_KEYS, *evidence.DIAGNOSIS_KEYS):
-        assert f"`{key}`" in doc, key
-    assert "`detected_at`" in doc or "detected_at" in doc
+    for check, record in EVIDENCE.items():
+        assert f"`{check}`" in doc and f"`{record.__name__}`" in doc, check
 
 
 def test_awaiting_approval_banner() -> None:
@@ -303,9 +319,11 @@ def test_awaiting_approval_banner() -> None:
     assert "AWAITING APPROVAL" in render_html(data)
 
 
-def test_ties_as_flags_and_tolerance_from_params() -> None:
-    evidence = {"lengths": [1, 10, 100], "max_abs_delta": [1e-6, 1e-5, 1e-2], "ties": [False, True, False]}
-    views = read_evidence(evidence, tolerance_hint=1e-3)
-    assert views.sweep is not None and len(views.sweep.ties) == 1
-    assert views.sweep.ties[0].x == views.sweep.markers[1].x
-    assert views.sweep.tolerance_label == "tolerance 0.001" and views.first_failing_length == 100
+def test_ties_as_flags_and_as_records() -> None:
+    series = {"length": [1, 10, 100], "max_abs_delta": [1e-6, 1e-5, 1e-2], "argmax_agree": [True, True, True]}
+    per_length = {**series, "tie": [False, True, False], "min_margin": [0.1, 0.0, 0.1]}
+    evidence = {**SWEEP, "per_length": per_length, "ties": [{"length": 1, "row": 0, "margin": 0.0, "tolerance": 0.1}]}
+    views = read_evidence("prefix-sweep", evidence)
+    assert views.sweep is not None and len(views.sweep.ties) == 2
+    assert views.sweep.ties[1].x == views.sweep.markers[1].x
+    assert views.sweep.tolerance_label.startswith("atol 0.001") and views.first_failing_length == 100

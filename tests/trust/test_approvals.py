@@ -47,11 +47,6 @@ def trust(tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch
     return path
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    return tmp_path / "audit" / "ledger.sqlite"
-
-
 def _run(
     tmp_path: Path,
     keys: dict[str, Path],

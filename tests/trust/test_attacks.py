@@ -47,11 +47,6 @@ def trust(tmp_path: Path, keys: dict[str, Path]) -> Path:
     return write_trust(tmp_path / "trust.yaml", keys)
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    return tmp_path / "audit" / "ledger.sqlite"
-
-
 def gate(*args: Any) -> Any:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 

@@ -44,11 +44,6 @@ def _check(name: str, status: Status, severity: str = "deny", message: str = "ma
     return CheckResult(check=name, status=status, severity=severity, step=4, message=message)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.sqlite"
-
-
 def _grant(ledger: Path, manifest: Path, check: str = "cache-identity", expires: date = TODAY) -> int:
     trust = find_trust(None)
     assert trust is not None
