@@ -131,7 +131,7 @@ def command(
     """
     from gate.engine.pipeline import run_pipeline
     from gate.report.build import build_report
-    from gate.report.words import VERDICTS
+    from gate.report.words import verdict_label
     from gate.trust.ledger import run_ledger_path
 
     if quiet and verbose:
@@ -179,7 +179,7 @@ def command(
                 click.echo(
                     click.style(printable(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
                 )
-    label, tone = VERDICTS.get(result.verdict.value, (result.verdict.value.upper(), "muted"))
+    label, tone = verdict_label(result.verdict.value, sum(1 for c in result.checks if c.status.value == "unproven"))
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
     click.echo(click.style(printable(f"verdict: {label} ({result.summary})"), fg=colour, bold=True), color=styled)
     if not quiet:

@@ -253,7 +253,12 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
-    note += f" ({len(warned)} unproven, policy warns only: {', '.join(warned)})" if warned else ""
+    note += (
+        f"; power unproven for {', '.join(warned)} (a warning by policy, not a pass: no negative control "
+        "could show these checks can fail here)"
+        if warned
+        else ""
+    )
     if claim == ClaimLevel.bounded_degradation:
         held = "every deny check held" if waived else "every envelope held"
         return (
@@ -264,9 +269,10 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     if waived:
         ran = len(checks) - len(skipped) - len(waived)
         return Verdict.passed_with_waivers, EXIT_PASS, f"{ran} checks passed, {len(waived)} failed and waived" + note
-    if skipped:
-        return Verdict.passed, EXIT_PASS, f"all {len(checks) - len(skipped)} checks that ran passed" + note
-    return Verdict.passed, EXIT_PASS, f"all {len(checks)} required checks passed" + note
+    ran = len(checks) - len(skipped)
+    which = "checks that ran" if skipped else "required checks"
+    held = f"{ran - len(warned)} of {ran} {which} passed" if warned else f"all {ran} {which} passed"
+    return Verdict.passed, EXIT_PASS, held + note
 
 
 def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOptions, log: Log) -> Any:

@@ -38,7 +38,7 @@ from gate.report.words import (
     STATUSES,
     STEP_TITLES,
     TRANSFER,
-    VERDICTS,
+    verdict_label,
 )
 
 
@@ -327,7 +327,7 @@ SECTION_ORDER = {"fail": 0, "error": 0, "unproven": 1, "warn": 1, "waived": 2}
 def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], required: int) -> tuple[str, str, str]:
     """Label, tone and summary; an awaiting-approval run with enough signed approvals reads APPROVED."""
     verdict = result.verdict.value
-    label, tone = VERDICTS.get(verdict, (verdict.upper(), "muted"))
+    label, tone = verdict_label(verdict, sum(1 for c in result.checks if c.status.value == "unproven"))
     if verdict != "awaiting-approval" or not approvals:
         return label, tone, result.summary
     names = sorted({str(a.get("approver", "")) for a in approvals if a.get("approver")})

@@ -24,6 +24,18 @@ VERDICTS = {
     "partial": ("PARTIAL RUN", "muted"),
 }
 
+
+
+def verdict_label(verdict: str, unproven: int = 0) -> tuple[str, str]:
+    """Banner label and tone of a verdict. A pass that carries checks whose power is unproven (the
+    policy made that a warning) is amber and says so: never green. (A pass with waivers is never
+    green already.)"""
+    label, tone = VERDICTS.get(verdict, (verdict.upper(), "muted"))
+    if unproven and verdict == "pass":
+        return f"{label}, {unproven} UNPROVEN", "unproven"
+    return label, tone
+
+
 STATUSES = {
     "pass": ("PASS", "good"),
     "fail": ("FAIL", "bad"),
