@@ -51,7 +51,9 @@ def check_rows(record: dict[str, object]) -> list[str]:
 
 
 def length_rows(record: dict[str, object]) -> list[str]:
-    parity = next(c for c in record["checks"] if c["check"] == "engine-prefix-parity")  # type: ignore[attr-defined]
+    parity = next((c for c in record["checks"] if c["check"] == "engine-prefix-parity"), None)  # type: ignore[attr-defined]
+    if parity is None:
+        return []
     rows = [
         "| prefix length | cached tokens (candidate) | cached tokens (reference) | greedy tokens match | "
         "max abs dlogprob | candidate s | reference s |",

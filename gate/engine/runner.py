@@ -253,12 +253,7 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
-    note += (
-        f"; power unproven for {', '.join(warned)} (a warning by policy, not a pass: no negative control "
-        "could show these checks can fail here)"
-        if warned
-        else ""
-    )
+    note += f"; unproven (a warning by policy, not a pass): {', '.join(warned)}" if warned else ""
     if claim == ClaimLevel.bounded_degradation:
         held = "every deny check held" if waived else "every envelope held"
         return (
@@ -271,7 +266,12 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
         return Verdict.passed_with_waivers, EXIT_PASS, f"{ran} checks passed, {len(waived)} failed and waived" + note
     ran = len(checks) - len(skipped)
     which = "checks that ran" if skipped else "required checks"
-    held = f"{ran - len(warned)} of {ran} {which} passed" if warned else f"all {ran} {which} passed"
+    if warned:
+        held = f"{ran - len(warned)} of {ran} {which} passed"
+    else:
+        held = (
+            f"the one {which[:-1] if skipped else 'required check'} passed" if ran == 1 else f"all {ran} {which} passed"
+        )
     return Verdict.passed, EXIT_PASS, held + note
 
 

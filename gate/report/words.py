@@ -25,7 +25,6 @@ VERDICTS = {
 }
 
 
-
 def verdict_label(verdict: str, unproven: int = 0) -> tuple[str, str]:
     """Banner label and tone of a verdict. A pass that carries checks whose power is unproven (the
     policy made that a warning) is amber and says so: never green. (A pass with waivers is never
