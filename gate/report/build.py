@@ -269,7 +269,7 @@ def _provenance(result: GateResult) -> list[ProvenanceGroup]:
             [
                 KeyValue("name", display(manifest.get("name"))),
                 KeyValue("repository", display(change.get("repository"))),
-                KeyValue("pull request", display(change.get("pull-request", change.get("pull_request")))),
+                KeyValue("pull request", display(change.get("pull-request"))),
                 KeyValue("commit", display(change.get("commit"))),
             ],
         ),

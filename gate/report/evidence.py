@@ -46,7 +46,8 @@ from gate.report.plots import (
 from gate.report.words import BITWISE_COMPARISON, SWEEP_COMPARISON
 
 SERVING_CLOCKS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"))
-DIAGNOSIS_KEYS = ("profile", "likely_bug_class", "bug_class", "first_diverging_layer", "explanation")
+DIAGNOSIS_KEYS = ("profile", "bug_class", "first_diverging_layer", "explanation")
+"""Diagnosis keys the box shows (gate.checks._diagnosis writes them); any other key is listed below it."""
 MAX_CATEGORIES = 40
 MAX_TABLE_ROWS = 50
 FOLD_ABOVE = 40
@@ -304,11 +305,8 @@ def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | Non
     if not diagnosis:
         return None, []
 
-    def text(*keys: str) -> str | None:
-        for key in keys:
-            if diagnosis.get(key) not in (None, ""):
-                return display(diagnosis[key], limit=2000)
-        return None
+    def text(key: str) -> str | None:
+        return None if diagnosis.get(key) in (None, "") else display(diagnosis[key], limit=2000)
 
     tables: list[Table] = []
     other: list[KeyValue] = []
@@ -323,7 +321,7 @@ def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | Non
     box = Diagnosis(
         layers=layer_plot(layers, diagnosis.get("traced_prefix_len")) if isinstance(layers, list) else None,
         profile=text("profile"),
-        likely_bug_class=text("likely_bug_class", "bug_class"),
+        likely_bug_class=text("bug_class"),
         first_diverging_layer=text("first_diverging_layer"),
         explanation=text("explanation"),
         other=other,
