@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from gate.core.evidence import PrefixReuseEvidence
+from gate.core.result import GateResult
 from gate.engine.pipeline import run_pipeline
 from gate.trust.attest import ENVELOPE_NAME, generate_keypair, verify_envelope
 from gate.trust.ledger import Ledger
@@ -25,3 +27,8 @@ def test_run_pipeline_writes_a_signed_recorded_dossier(tmp_path: Path) -> None:
     assert verify_envelope(out, [pub]).valid
     with Ledger.open(tmp_path / "l.sqlite") as ledger:
         assert [e.seq for e in ledger.entries()] == [outputs.ledger_seq]
+    # the evidence a real check wrote reads back from results.json as its typed record
+    stored = GateResult.model_validate_json((out / "results.json").read_text())
+    reuse = next(c for c in stored.checks if c.check == "prefix-reuse-parity")
+    record = PrefixReuseEvidence.model_validate(reuse.evidence)
+    assert record.requests and sum(r.reused for r in record.requests) > 0

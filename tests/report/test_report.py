@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tests.report.results as fx
+from gate.core.evidence import EVIDENCE
 from gate.core.result import GateResult, Status, Verdict
 from gate.engine.pipeline import write_outputs
 from gate.errors import InputError
@@ -128,6 +130,23 @@ def test_evidence_that_does_not_validate_is_named_in_a_note() -> None:
         "(not the SweepEvidence this gate reads; shown as tables)"
     ]
     assert "per length" in [row[0] for table in views.tables for row in table.rows]
+
+
+@pytest.mark.parametrize("name", sorted(fx.ALL))
+def test_built_in_evidence_reads_back_from_results_json(name: str) -> None:
+    """Through the JSON results.json stores (non-finite floats as strings), every built-in check's
+    evidence still validates into its record: no note, a view drawn."""
+    result = fx.ALL[name]()
+    for check in result.checks:
+        if check.check == "prefix-sweep":  # a broken cache can produce NaN and infinite |Δlogit|
+            check.evidence["per_length"]["max_abs_delta"][1:3] = [math.nan, math.inf]
+    stored = GateResult.model_validate_json(result.model_dump_json())
+    sections = build_report(stored).sections
+    assert sections and not any(s.notes for s in sections)
+    for check in stored.checks:
+        if check.check in EVIDENCE and check.evidence:
+            views = read_evidence(check.check, check.evidence)
+            assert views.consumed or views.tokens, check.check
 
 
 def test_third_party_evidence_is_shown_generically_whatever_its_keys() -> None:
