@@ -19,8 +19,9 @@ from gate.core.check import CheckContext
 from gate.prefix.cache import PrefixReply
 from gate.protocols import PrefixCaching
 
-SEED_003_A = [11, 24, 31, 42, 57]
-SEED_003_B = [11, 24, 99, 42, 57]
+# docs/background.md, cache identity (keys are chained): after A, B may reuse positions 0-1, never the later equal ids
+IDENTITY_EXAMPLE_A = [11, 24, 31, 42, 57]
+IDENTITY_EXAMPLE_B = [11, 24, 99, 42, 57]
 
 WHY: dict[str, str] = {
     "token-ids": "cached K/V are products of the token ids in order",

@@ -24,8 +24,8 @@ from typing import Any
 from gate.checks._compare import compare_rows, tolerance_for
 from gate.checks._params import CacheIdentityParams
 from gate.checks._prefix_support import (
-    SEED_003_A,
-    SEED_003_B,
+    IDENTITY_EXAMPLE_A,
+    IDENTITY_EXAMPLE_B,
     WHY,
     RequestLog,
     ReuseTally,
@@ -135,16 +135,16 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
 
     # background: cache identity, exactly
     small = candidate.fresh(block_size=params.seed_example_block_size)
-    a, b = [t % vocab for t in SEED_003_A], [t % vocab for t in SEED_003_B]
-    seed_log = RequestLog(ReuseTally(small.block_size), tol)
-    seed_log.issue(small, "identity example A", a, base_key, recompute_oracle(small), tenant=TENANT)
-    seed_b = seed_log.issue(small, "identity example B", b, base_key, recompute_oracle(small), tenant=TENANT)
-    if seed_b.reply.stats.reused_spans != [(0, 2)]:
+    a, b = [t % vocab for t in IDENTITY_EXAMPLE_A], [t % vocab for t in IDENTITY_EXAMPLE_B]
+    example_log = RequestLog(ReuseTally(small.block_size), tol)
+    example_log.issue(small, "identity example A", a, base_key, recompute_oracle(small), tenant=TENANT)
+    example_b = example_log.issue(small, "identity example B", b, base_key, recompute_oracle(small), tenant=TENANT)
+    if example_b.reply.stats.reused_spans != [(0, 2)]:
         violations.append(
             f"cache-identity example: after {a}, {b} must reuse exactly positions 0 and 1 and never the later "
-            f"equal ids: it {describe_excess(seed_b)}"
+            f"equal ids: it {describe_excess(example_b)}"
         )
-    log.served.extend(seed_log.served)
+    log.served.extend(example_log.served)
 
     wrong = log.wrong_outputs()
     if wrong:
@@ -158,11 +158,11 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         "fields_probed": len(fields) - len(unverified),
         "fields_unverified": len(unverified),
         "violations": len(violations),
-        "seed_003_reused": seed_b.reused,
+        "identity_example_reused": example_b.reused,
         "requests": len(log.served),
         "reused_tokens": sum(s.reused for s in log.served),
     }
-    evidence = {"fields": table, "seed_003": seed_b.row(), "unverified": unverified, "requests": log.table()}
+    evidence = {"fields": table, "identity_example": example_b.row(), "unverified": unverified, "requests": log.table()}
     outcome = Outcome("pass", "", metrics, evidence, log.exercise(worker), observation=log.observation())
     if violations:
         outcome.status, outcome.message = "fail", "; ".join(violations)

@@ -158,7 +158,7 @@ def test_parity_sweeps_block_boundaries_and_a_full_prompt_hit() -> None:
     assert full["hit_blocks"] == 4 and full["reused"] == full["prompt_tokens"] - 1 == 15
 
 
-def test_seed_003_example_holds_exactly_at_block_sizes_one_and_two() -> None:
+def test_identity_example_holds_exactly_at_block_sizes_one_and_two() -> None:
     _, cand = paths()
     for block_size in (1, 2):
         worker = cand.fresh(block_size=block_size)

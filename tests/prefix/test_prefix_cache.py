@@ -43,7 +43,7 @@ def reused_positions(cache: PrefixCache, tokens: Sequence[int], identity: CacheI
     return [start + i for start, _ in cache.match(tokens, identity) for i in range(cache.block_size)]
 
 
-def test_seed_003_example_shares_exactly_the_first_two_positions() -> None:
+def test_identity_example_shares_exactly_the_first_two_positions() -> None:
     cache = PrefixCache(block_size=1, byte_budget=1 << 20)
     fill(cache, [11, 24, 31, 42, 57])
     assert reused_positions(cache, [11, 24, 99, 42, 57]) == [0, 1]
