@@ -106,7 +106,8 @@ def test_unproven_warns_when_the_policy_says_so(tmp_path: Path) -> None:
     (check,) = record["checks"]
     assert check["status"] == "unproven" and check["unproven"] == "warn"
     assert (
-        record["verdict"] == "pass" and "unproven (a warning by policy, not a pass): reset-isolation" in record["summary"]
+        record["verdict"] == "pass"
+        and "unproven (a warning by policy, not a pass): reset-isolation" in record["summary"]
     )
 
 
