@@ -212,7 +212,7 @@ def test_verdict_precedence() -> None:
     assert decide([failing, erroring], ClaimLevel.tolerance)[:2] == (Verdict.error, 3)
     assert decide([passing], ClaimLevel.bounded_degradation)[:2] == (Verdict.awaiting_approval, 4)
     skipped = passing.model_copy(update={"check": "other", "status": Status.skip})
-    assert decide([passing, skipped], ClaimLevel.tolerance)[2] == "all 1 checks that ran passed (1 skipped: other)"
+    assert decide([passing, skipped], ClaimLevel.tolerance)[2] == "the one check that ran passed (1 skipped: other)"
     warn = failing.model_copy(update={"severity": "warn"})
     assert decide([passing, warn], ClaimLevel.tolerance)[0] == Verdict.passed
 
