@@ -268,10 +268,10 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     which = "checks that ran" if skipped else "required checks"
     if warned:
         held = f"{ran - len(warned)} of {ran} {which} passed"
+    elif ran == 1:
+        held = "the one check that ran passed" if skipped else "the one required check passed"
     else:
-        held = (
-            f"the one {which[:-1] if skipped else 'required check'} passed" if ran == 1 else f"all {ran} {which} passed"
-        )
+        held = f"all {ran} {which} passed"
     return Verdict.passed, EXIT_PASS, held + note
 
 
