@@ -1,4 +1,9 @@
-"""`gate run MANIFEST --out DIR`: run the plan and write results.json (and the dossier)."""
+"""`gate run MANIFEST --out DIR`: run the plan and write results.json (and the dossier).
+
+`gate run M1 M2 ... --out DIR` or `gate run --matrix FILE --out DIR`: a batch, each run into
+`DIR/<name>/` on an executor (a local process pool, or Ray), with DIR/summary.json, summary.md and
+junit.xml (gate.engine.batch).
+"""
 
 from __future__ import annotations
 
@@ -57,7 +62,7 @@ def summary_json(outputs: Any) -> dict[str, Any]:
 
 
 @click.command("run")
-@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("manifests", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--sign-key", type=click.Path(path_type=Path), help="Ed25519 private key (from `gate keygen`).")
 @click.option(
@@ -107,8 +112,41 @@ def summary_json(outputs: Any) -> dict[str, Any]:
     default=None,
     help="Trust policy saying whose waivers apply. Default: $GATE_TRUST, else ./trust.yaml.",
 )
+@click.option(
+    "--matrix",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Matrix file: manifests x seeds x dtypes x devices, each run into DIR/<name>/ (docs/scale.md).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Batch: runs at once in the local process pool (each with --threads torch threads, default 1).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Batch: where runs execute: a local process pool, or a Ray cluster (the `ray` extra).",
+)
+@click.option(
+    "--address",
+    metavar="auto|ray://HOST:PORT",
+    help="--executor ray: the cluster (auto: the one `ray start` began here; default: $RAY_ADDRESS, else a "
+    "new local one).",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0, max=5),
+    default=None,
+    help="Batch: how often a run whose worker was lost (killed, out of memory) starts again (default 1, or "
+    "the matrix's).",
+)
 def command(
-    manifest: Path,
+    manifests: tuple[Path, ...],
     out_dir: Path,
     sign_key: Path | None,
     only: tuple[str, ...],
@@ -123,19 +161,58 @@ def command(
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
     trust_path: Path | None,
+    matrix: Path | None,
+    jobs: int,
+    executor: str,
+    address: str | None,
+    retries: int | None,
 ) -> None:
     """Run every check the policy requires for MANIFEST; exit with the verdict's code.
 
     With --ledger, $GATE_LEDGER or an existing ./.gate/ledger.sqlite, waivers recorded there apply
     and the verdict is appended to it (see docs/audit.md); otherwise nothing is recorded.
+
+    With several manifests or --matrix, each runs into DIR/<name>/ (-j runs at once, or on Ray with
+    --executor ray) and DIR/summary.json, summary.md and junit.xml sum them up; the exit code is the
+    worst verdict's, by the same order as within one run.
     """
+    if quiet and verbose:
+        raise click.UsageError("-q and -v contradict each other")
+    if not manifests and matrix is None:
+        raise click.UsageError("give a MANIFEST (or several), or --matrix FILE")
+    if len(manifests) != 1 or matrix is not None:
+        from gate.cli.batch import run_batch_command
+
+        run_batch_command(
+            list(manifests),
+            matrix,
+            out_dir,
+            sign_key=sign_key,
+            only=only,
+            params=parse_params(params),
+            as_json=as_json,
+            verbosity=0 if quiet else 2 if verbose else 1,
+            color=color,
+            threads=threads,
+            reference_cache=reference_cache,
+            profile=profile,
+            policy_dirs=policy_dirs,
+            ledger_path=ledger_path,
+            trust_path=trust_path,
+            jobs=jobs,
+            executor=executor,
+            address=address,
+            retries=retries,
+        )
+        return
+    if executor != "local" or address is not None or retries is not None:
+        raise click.UsageError("--executor, --address and --retries apply to a batch (several manifests or --matrix)")
+    manifest = manifests[0]
     from gate.engine.pipeline import run_pipeline
     from gate.report.build import build_report
     from gate.report.words import verdict_label
     from gate.trust.ledger import run_ledger_path
 
-    if quiet and verbose:
-        raise click.UsageError("-q and -v contradict each other")
     overrides = parse_params(params)
     reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
     try:

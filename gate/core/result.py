@@ -44,6 +44,24 @@ class Verdict(str, Enum):
     """Only part of the plan ran (`gate run --check`) and nothing failed: never a PASS for the manifest."""
 
 
+VERDICT_PRECEDENCE: tuple[Verdict, ...] = (
+    Verdict.error,
+    Verdict.failed,
+    Verdict.unproven,
+    Verdict.partial,
+    Verdict.awaiting_approval,
+    Verdict.passed_with_waivers,
+    Verdict.passed,
+)
+"""The order in which one verdict overrides another, as `decide()` applies it within a run; a batch
+of runs (`gate run M1 M2 ...`) takes the first verdict in this order that any of its runs has."""
+
+
+def worst_verdict(verdicts: list[Verdict]) -> Verdict:
+    """The verdict of a batch: the earliest in VERDICT_PRECEDENCE among `verdicts` (pass when empty)."""
+    return min(verdicts, key=VERDICT_PRECEDENCE.index, default=Verdict.passed)
+
+
 class ControlOutcome(str, Enum):
     """What a negative control showed about a check's power."""
 

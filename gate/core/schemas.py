@@ -8,6 +8,7 @@ from typing import Any
 from gate.core.clocks import ServingTrace
 from gate.core.evidence import EVIDENCE
 from gate.core.manifest import Manifest
+from gate.core.matrix import Matrix
 from gate.core.plan import Plan
 from gate.core.policy import PolicyFile
 from gate.core.result import GateResult
@@ -15,6 +16,7 @@ from gate.core.scenario import Scenario
 
 RECORDS: dict[str, type[Any]] = {
     "manifest": Manifest,
+    "matrix": Matrix,
     "policy": PolicyFile,
     "plan": Plan,
     "result": GateResult,

@@ -318,6 +318,7 @@ def prepare(
     params: dict[str, dict[str, Any]] | None = None,
     *,
     allow_unavailable: bool = False,
+    device_here: bool = True,
 ) -> tuple[LoadedManifest, Plan]:
     """Load, validate and plan; raises InputError / UnavailableError before anything runs.
 
@@ -325,7 +326,8 @@ def prepare(
     manifest (limits, types, finite numbers), the policies, adapter options, each check's params
     against its Params model, and that the device exists. `allow_unavailable` (for `gate plan`)
     lists a check that is not installed instead of refusing the manifest. `params`: per-check overrides
-    merged over the manifest's `checks.NAME.params` (`gate run --param`).
+    merged over the manifest's `checks.NAME.params` (`gate run --param`). `device_here=False` (a batch
+    sent to a Ray cluster) leaves the device to be checked where the run executes.
     """
     loaded = load_manifest(manifest_path)
     if params:
@@ -342,7 +344,8 @@ def prepare(
     for planned in plan.checks:
         if planned.available:
             _validated_params(loaded, planned, load_params_model(planned.check))
-    check_device(loaded)
+    if device_here:
+        check_device(loaded)
     return loaded, plan
 
 

@@ -19,13 +19,15 @@ assert runner.invoke(cli, ["--help"]).exit_code == 0
 for name in cli.list_commands(None):
     assert runner.invoke(cli, [name, "--help"]).exit_code == 0, name
 assert runner.invoke(cli, ["plan", sys.argv[1]]).exit_code == 0
+assert runner.invoke(cli, ["validate", sys.argv[1]]).exit_code == 0
+import gate.core.matrix, gate.report.batch
 import gate.report, gate.trust.attest, gate.trust.ledger, gate.trust.audit
-heavy = sorted(m for m in ("torch", "transformers", "datasets") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "transformers", "datasets", "ray") if m in sys.modules)
 print(",".join(heavy))
 """
 
 
-def test_cli_plan_and_rendering_import_no_torch() -> None:
+def test_cli_plan_and_rendering_import_no_torch_and_no_ray() -> None:
     manifest = str(EXAMPLES / "reference-static-layout.yaml")
     out = subprocess.run([sys.executable, "-c", PROBE, manifest], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"

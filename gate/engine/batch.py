@@ -1,0 +1,284 @@
+"""Many manifests at once: `gate run M1 M2 ... --out DIR` and `gate run --matrix FILE --out DIR`.
+
+    from gate.engine.batch import plan_batch, run_batch
+    from gate.engine.executors import LocalExecutor, TaskOptions
+
+    batch = plan_batch([Path("a.yaml"), Path("b.yaml")], None, Path("out/all"), TaskOptions())
+    outputs = run_batch(batch, LocalExecutor(jobs=2))
+    print(outputs.verdict, outputs.exit_code)   # the batch's verdict: the worst of its runs
+
+Everything is checked before anything runs (each manifest planned, bad input exit 2 with its
+`FILE:LINE:COL`, nothing written). Then the previous batch moves to `<DIR>.previous`, each run
+writes into `DIR/<name>/` exactly what `gate run MANIFEST --out DIR/<name>` writes (the executor
+calls `run_pipeline`), and last `DIR/summary.json`, `DIR/summary.md` and `DIR/junit.xml` (a suite
+per run) are written. A matrix's derived manifests (a seed, dtype or device replaced) are kept in
+`DIR/_inputs/` and are what each run's results.json and attestation name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.core.matrix import RESERVED_NAMES, MatrixRun, expand_matrix, safe_name
+from gate.core.result import VERDICT_PRECEDENCE, Verdict, worst_verdict
+from gate.engine.executors import Executor, Task, TaskOptions, TaskRecord
+from gate.errors import InputError
+
+INPUTS = "_inputs"
+SUMMARY_VERSION = 1
+
+
+@dataclass
+class Batch:
+    """The runs of one batch, validated, with their derived manifests not yet in place."""
+
+    out: Path
+    tasks: list[Task]
+    runs: list[MatrixRun]
+    staged_inputs: Path | None = None
+    """A temporary directory holding derived manifests until the batch starts."""
+    matrix: str | None = None
+
+
+@dataclass
+class BatchOutputs:
+    out_dir: Path
+    records: list[TaskRecord]
+    verdict: Verdict
+    exit_code: int
+    summary: str
+    files: list[Path] = field(default_factory=list)
+    document: dict[str, Any] = field(default_factory=dict)
+    """summary.json as written."""
+
+
+def _name_of(path: Path) -> str:
+    from gate.core.load import load_manifest
+
+    return safe_name(load_manifest(path).manifest.name)
+
+
+def _derived_text(original: Path, overrides: dict[str, Any], matrix: Path | None) -> str:
+    import yaml
+
+    from gate._util.yamlio import read_yaml
+
+    data = read_yaml(original).data
+    subject = data.setdefault("subject", {})
+    subject.update(overrides)
+    values = ", ".join(f"{key}={value}" for key, value in overrides.items())
+    header = f"# derived by gate run --matrix {matrix} from {original}: {values}\n"
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _relocated(err: InputError, run: MatrixRun) -> InputError:
+    """An error in a derived manifest, at the line of the field in the manifest the author wrote."""
+    from gate._util.yamlio import read_yaml
+
+    parts = tuple(int(p) if p.isdigit() else p for p in (err.field or "").replace("[", ".").replace("]", "").split("."))
+    line, col = read_yaml(run.manifest).locate([p for p in parts if p != ""])
+    values = ", ".join(f"{key}={value}" for key, value in run.overrides.items())
+    return InputError(
+        f"{run.manifest}", f"{err.message} (run {run.name}: {values})", line=line, col=col, field=err.field
+    )
+
+
+def plan_batch(
+    manifests: list[Path],
+    matrix: Path | None,
+    out: Path,
+    options: TaskOptions,
+    *,
+    retries: int | None = None,
+    device_here: bool = True,
+) -> Batch:
+    """Expand and validate every run before anything runs; nothing is written on bad input.
+
+    `device_here=False` (a Ray cluster) leaves each subject's device to be checked on the node."""
+    from gate.engine.outputs import StagedOutput
+    from gate.engine.runner import prepare
+
+    runs: list[MatrixRun] = []
+    matrix_retries = 1
+    seen: dict[str, Path] = {}
+    for path in manifests:
+        name = _name_of(path)
+        if name in seen or name in RESERVED_NAMES:
+            why = "is reserved" if name in RESERVED_NAMES else f"is also the name of {seen[name]}"
+            raise InputError(str(path), f"manifest name {name!r} {why}; each run of a batch needs its own DIR/<name>")
+        seen[name] = path
+        runs.append(MatrixRun(name=name, manifest=path))
+    if matrix is not None:
+        more, matrix_retries = expand_matrix(matrix, _name_of)
+        for run in more:
+            if run.name in seen:
+                raise InputError(str(matrix), f"run {run.name!r} is also the run of {seen[run.name]}")
+            seen[run.name] = run.manifest
+        runs.extend(more)
+    if not runs:
+        raise InputError("gate run", "no manifest given (MANIFEST... or --matrix FILE)")
+    keep = [
+        p for p in (*manifests, matrix, options.sign_key, options.ledger, options.trust, options.reference_cache) if p
+    ]
+    StagedOutput(out, keep=[Path(p) for p in keep] + [Path(p) for p in options.policy_dirs]).check()
+    staged: Path | None = None
+    tasks: list[Task] = []
+    try:
+        for run in runs:
+            manifest = run.manifest
+            if run.overrides:
+                if staged is None:
+                    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=_existing(out.parent)))
+                temporary = staged / f"{run.name}.yaml"
+                temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
+                try:
+                    loaded, _plan = prepare(
+                        temporary, [Path(p) for p in options.policy_dirs], options.params, device_here=device_here
+                    )
+                except InputError as err:
+                    raise _relocated(err, run) from None
+                manifest = out / INPUTS / f"{run.name}.yaml"
+            else:
+                loaded, _plan = prepare(
+                    manifest, [Path(p) for p in options.policy_dirs], options.params, device_here=device_here
+                )
+            tasks.append(
+                Task(
+                    name=run.name,
+                    manifest=str(manifest),
+                    out_dir=str(out / run.name),
+                    options=options,
+                    device=loaded.manifest.subject.device,
+                    retries=matrix_retries if retries is None else retries,
+                )
+            )
+    except BaseException:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return Batch(out=out, tasks=tasks, runs=runs, staged_inputs=staged, matrix=str(matrix) if matrix else None)
+
+
+def _existing(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _begin(batch: Batch) -> None:
+    """Move the previous batch aside (`<DIR>.previous`), create DIR, put the derived manifests in place."""
+    from gate.engine.outputs import PREVIOUS_SUFFIX
+
+    out = batch.out
+    previous = Path(f"{out}{PREVIOUS_SUFFIX}")
+    if out.is_dir() and any(out.iterdir()):
+        if previous.exists():
+            shutil.rmtree(previous)
+        os.replace(out, previous)
+    out.mkdir(parents=True, exist_ok=True)
+    if batch.staged_inputs is not None:
+        os.replace(batch.staged_inputs, out / INPUTS)
+        batch.staged_inputs = None
+
+
+def run_batch(
+    batch: Batch,
+    executor: Executor,
+    *,
+    on_done: Callable[[TaskRecord], None] | None = None,
+    executor_info: dict[str, Any] | None = None,
+) -> BatchOutputs:
+    """Run every task of `batch` on `executor`, then write the batch summary into batch.out."""
+    from gate._util.clock import now_utc
+
+    started_at, started = now_utc(), time.perf_counter()
+    try:
+        _begin(batch)
+    except OSError as err:
+        from gate.engine.outputs import write_failure
+
+        raise write_failure(batch.out, err) from None
+    finally:
+        if batch.staged_inputs is not None:
+            shutil.rmtree(batch.staged_inputs, ignore_errors=True)
+    records = executor.run(batch.tasks, on_done=on_done)
+    return write_summary(
+        batch,
+        records,
+        executor_info or {"kind": executor.name},
+        started_at=started_at,
+        finished_at=now_utc(),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
+    """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
+    code of its first run with that verdict, and a one-line count."""
+    verdicts = [Verdict(r.verdict) for r in records]
+    verdict = worst_verdict(verdicts)
+    code = next((r.exit_code for r in records if r.verdict == verdict.value), 0)
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
+    noun = "run" if len(records) == 1 else "runs"
+    return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)
+
+
+def write_summary(
+    batch: Batch,
+    records: list[TaskRecord],
+    executor_info: dict[str, Any],
+    *,
+    started_at: str,
+    finished_at: str,
+    seconds: float,
+) -> BatchOutputs:
+    """summary.json, summary.md and junit.xml (a suite per run) into batch.out, each written atomically."""
+    import gate
+    from gate._util.atomic import write_bytes_atomic
+    from gate.report.batch import batch_junit, batch_markdown
+
+    verdict, code, line = batch_verdict(records)
+    overrides = {run.name: run.overrides for run in batch.runs}
+    document: dict[str, Any] = {
+        "summary_version": SUMMARY_VERSION,
+        "gate_version": gate.__version__,
+        "verdict": verdict.value,
+        "exit_code": code,
+        "summary": line,
+        "matrix": batch.matrix,
+        "executor": executor_info,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "duration_s": round(seconds, 3),
+        "runs": [
+            {
+                **asdict(record),
+                "overrides": overrides.get(record.name, {}),
+                "out_dir": os.path.relpath(record.out_dir, batch.out),
+                "files": [os.path.relpath(f, batch.out) for f in record.files],
+            }
+            for record in records
+        ],
+    }
+    out = batch.out
+    files = [
+        write_bytes_atomic(out / "summary.json", (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()),
+        write_bytes_atomic(out / "summary.md", batch_markdown(document).encode()),
+        write_bytes_atomic(out / "junit.xml", batch_junit(document, out)),
+    ]
+    return BatchOutputs(
+        out_dir=out, records=records, verdict=verdict, exit_code=code, summary=line, files=files, document=document
+    )
+
+
+__all__ = ["INPUTS", "Batch", "BatchOutputs", "batch_verdict", "plan_batch", "run_batch", "write_summary"]

@@ -1,0 +1,409 @@
+"""Where the runs of a batch execute: one interface, a local process pool or a Ray cluster.
+
+    executor = LocalExecutor(jobs=2)                  # or RayExecutor(address="auto")
+    records = executor.run(tasks, on_done=print)      # one TaskRecord per Task, in task order
+
+A `Task` names a manifest, its output directory and the pipeline's options: plain data, so it
+travels to a worker process or a Ray node as it is. Each worker calls `execute_task`, which is
+`gate.engine.pipeline.run_pipeline` (the single run, byte for byte) and returns a `TaskRecord`: the
+verdict, the exit code, each check's status and the files written. Models never leave the worker.
+
+A worker that dies while it runs a task (SIGKILL, the out-of-memory killer, a lost Ray node) costs
+that task only: it is run again up to `task.retries` times, then recorded as verdict `error` with
+the reason; the other tasks complete. A run that returns (whatever its verdict, an `error` from a
+crash inside the subject included) is never repeated: it is the finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gate.errors import EXIT_CHECK_ERROR, GateError, UnavailableError
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """The pipeline options every run of a batch shares (`gate run`'s flags)."""
+
+    sign_key: str | None = None
+    ledger: str | None = None
+    policy_dirs: tuple[str, ...] = ()
+    trust: str | None = None
+    reference_cache: str | None = None
+    only: tuple[str, ...] = ()
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: bool = False
+    threads: int = 1
+    """torch CPU threads in each worker (one per worker unless told otherwise)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One manifest to run into one output directory."""
+
+    name: str
+    manifest: str
+    out_dir: str
+    options: TaskOptions = field(default_factory=TaskOptions)
+    device: str = "cpu"
+    """The subject's device: what the task asks a Ray cluster for (a GPU for cuda)."""
+    retries: int = 1
+    """How many times the task runs again when its worker is lost."""
+
+
+@dataclass
+class TaskRecord:
+    """What a task produced, as plain data (never a model)."""
+
+    name: str
+    manifest: str
+    out_dir: str
+    verdict: str
+    exit_code: int
+    summary: str
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    """Each check: name, status, severity, message."""
+    files: list[str] = field(default_factory=list)
+    ledger_seq: int | None = None
+    error: str | None = None
+    """Why the task has no result of its own (bad input, a lost worker), else None."""
+    attempts: int = 1
+    duration_s: float = 0.0
+    worker: str = ""
+    """Where it ran: `pid 1234` or a Ray node id."""
+
+
+def execute_task(task: Task) -> TaskRecord:
+    """Run one task in this process: the single-run pipeline, its outputs into task.out_dir."""
+    from gate.engine.pipeline import run_pipeline
+
+    started = time.perf_counter()
+    opts = task.options
+    try:
+        import torch
+
+        torch.set_num_threads(opts.threads)
+        outputs = run_pipeline(
+            task.manifest,
+            task.out_dir,
+            sign_key=opts.sign_key,
+            ledger=opts.ledger,
+            policy_dirs=[Path(p) for p in opts.policy_dirs],
+            trust=opts.trust,
+            reference_cache=opts.reference_cache,
+            only=list(opts.only),
+            params=dict(opts.params),
+            profile=opts.profile,
+        )
+    except GateError as err:  # bad input found in the worker (a device it lacks), an unwritable --out
+        return failed_record(task, str(err), err.exit_code, time.perf_counter() - started)
+    except Exception as err:  # gate's own failure outside any check: the task's error
+        return failed_record(task, f"{err.__class__.__name__}: {err}", EXIT_CHECK_ERROR, time.perf_counter() - started)
+    result = outputs.result
+    return TaskRecord(
+        name=task.name,
+        manifest=task.manifest,
+        out_dir=task.out_dir,
+        verdict=result.verdict.value,
+        exit_code=result.exit_code,
+        summary=result.summary,
+        checks=[
+            {"check": c.check, "status": c.status.value, "severity": c.severity, "message": c.message}
+            for c in result.checks
+        ],
+        files=[str(p) for p in outputs.files],
+        ledger_seq=outputs.ledger_seq,
+        duration_s=round(time.perf_counter() - started, 3),
+        worker=f"pid {os.getpid()}",
+    )
+
+
+def failed_record(task: Task, reason: str, exit_code: int = EXIT_CHECK_ERROR, seconds: float = 0.0) -> TaskRecord:
+    """A task that produced no result of its own: verdict error, with the reason."""
+    return TaskRecord(
+        name=task.name,
+        manifest=task.manifest,
+        out_dir=task.out_dir,
+        verdict="error",
+        exit_code=exit_code,
+        summary=f"error: {reason}",
+        error=reason,
+        duration_s=round(seconds, 3),
+    )
+
+
+OnDone = Callable[[TaskRecord], None]
+OnStart = Callable[[Task, int, str], None]
+"""on_start(task, attempt, where): a task was handed to a worker (`pid N` locally)."""
+
+
+class Executor(Protocol):
+    """Runs tasks somewhere and returns one record per task, in task order."""
+
+    name: str
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone | None = None) -> list[TaskRecord]: ...
+
+
+def _died(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+def _worker_main(conn: Any, threads: int) -> None:
+    """A pool worker: one torch thread count, then tasks from the pipe until None."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        conn.send(execute_task(task))
+
+
+class _Worker:
+    def __init__(self, context: Any, threads: int) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child, threads), daemon=True)
+        self.process.start()
+        child.close()
+        self.task: Task | None = None
+        self.attempt = 0
+        self.started = 0.0
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+PRELOAD = (
+    "torch",
+    "gate.engine.pipeline",
+    "gate.engine.runner",
+    "gate.engine.controls",
+    "gate.report",
+    "gate.trust.attest",
+    "gate.adapters.reference",
+    "gate.models.reference",
+)
+"""Imported once by the fork server, so each worker (and each replacement of a lost one) starts warm."""
+
+
+class LocalExecutor:
+    """A pool of `jobs` worker processes on this machine, forked from a fork server that imported
+    PRELOAD and nothing of the caller's state (no threads, no models)."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1, threads: int = 1, on_start: OnStart | None = None) -> None:
+        self.jobs = max(1, jobs)
+        self.threads = threads
+        self.on_start = on_start
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone | None = None) -> list[TaskRecord]:
+        import multiprocessing
+        from multiprocessing.connection import wait
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(PRELOAD))
+        pending: deque[tuple[int, int]] = deque((i, 1) for i in range(len(tasks)))
+        records: dict[int, TaskRecord] = {}
+        workers = [_Worker(context, self.threads) for _ in range(min(self.jobs, len(tasks)))]
+        index_of: dict[int, int] = {}
+
+        def finish(i: int, record: TaskRecord) -> None:
+            records[i] = record
+            if on_done is not None:
+                on_done(record)
+
+        try:
+            while len(records) < len(tasks):
+                for slot, worker in enumerate(workers):
+                    if worker.task is None and pending:
+                        i, attempt = pending.popleft()
+                        worker.task, worker.attempt, worker.started = tasks[i], attempt, time.perf_counter()
+                        index_of[slot] = i
+                        worker.conn.send(tasks[i])
+                        if self.on_start is not None:
+                            self.on_start(tasks[i], attempt, f"pid {worker.process.pid}")
+                busy = [(slot, w) for slot, w in enumerate(workers) if w.task is not None]
+                ready = wait([w.conn for _s, w in busy] + [w.process.sentinel for _s, w in busy])
+                for slot, worker in busy:
+                    if worker.conn not in ready and worker.process.sentinel not in ready:
+                        continue
+                    task, i = worker.task, index_of[slot]
+                    assert task is not None
+                    record: TaskRecord | None = None
+                    try:
+                        if worker.conn.poll():
+                            record = worker.conn.recv()
+                    except (EOFError, OSError):
+                        record = None
+                    if record is not None:
+                        record.attempts = worker.attempt
+                        worker.task = None
+                        finish(i, record)
+                        continue
+                    worker.process.join(timeout=5)
+                    reason = f"worker process {_died(worker.process.exitcode)} while running {task.manifest}"
+                    worker.stop()
+                    workers[slot] = _Worker(context, self.threads)
+                    if worker.attempt <= task.retries:
+                        pending.appendleft((i, worker.attempt + 1))
+                        continue
+                    tries = f" (after {worker.attempt} attempts)" if worker.attempt > 1 else ""
+                    record = failed_record(task, reason + tries, seconds=time.perf_counter() - worker.started)
+                    record.attempts = worker.attempt
+                    finish(i, record)
+        finally:
+            for worker in workers:
+                worker.stop()
+        return [records[i] for i in range(len(tasks))]
+
+
+def _ray_task(task: Task) -> TaskRecord:
+    """The Ray remote function: one manifest on a Ray worker, its record back to the driver."""
+    record = execute_task(task)
+    try:
+        import ray
+
+        record.worker = f"ray node {ray.get_runtime_context().get_node_id()[:12]} pid {os.getpid()}"
+    except Exception:  # where it ran is a courtesy
+        pass
+    return record
+
+
+def ray_resources(task: Task) -> dict[str, float]:
+    """What a task asks of the cluster: its torch threads as CPUs, one GPU for a cuda (or xpu) subject."""
+    resources: dict[str, float] = {"num_cpus": float(task.options.threads)}
+    if task.device.startswith("cuda"):
+        resources["num_gpus"] = 1.0
+    elif task.device.startswith("xpu"):
+        resources["resources"] = {"xpu": 1.0}  # type: ignore[assignment]
+    return resources
+
+
+class RayExecutor:
+    """Each task a Ray task on a cluster (`address`: auto, ray://HOST:PORT, or None for Ray's default).
+
+    Requires the `ray` extra and an --out every node can write (a shared file system): each task
+    writes its outputs where a single run would. A task lost to the cluster (worker or node died,
+    out of memory) is submitted again up to `task.retries` times.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, on_start: OnStart | None = None) -> None:
+        self.address = address
+        self.on_start = on_start
+
+    def _connect(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise UnavailableError(
+                "--executor ray needs Ray: pip install 'decode-gate[ray]' (or pip install ray)"
+            ) from None
+        if not ray.is_initialized():
+            try:
+                if self.address is None and not os.environ.get("RAY_ADDRESS"):  # a new cluster on this machine
+                    ray.init(log_to_driver=False, include_dashboard=False)
+                else:
+                    ray.init(address=self.address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = self.address or "a new local cluster"
+                raise UnavailableError(f"--executor ray: cannot connect to {where}: {err}") from None
+        return ray
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone | None = None) -> list[TaskRecord]:
+        ray = self._connect()
+        remote = ray.remote(max_retries=0)(_ray_task)
+        lost_errors: tuple[type[BaseException], ...] = tuple(
+            getattr(ray.exceptions, name)
+            for name in ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "ObjectLostError")
+            if hasattr(ray.exceptions, name)
+        )
+        refs: dict[Any, tuple[int, int, float]] = {}
+
+        def submit(i: int, attempt: int) -> None:
+            task = tasks[i]
+            ref = remote.options(name=f"gate:{task.name}", **ray_resources(task)).remote(task)
+            refs[ref] = (i, attempt, time.perf_counter())
+            if self.on_start is not None:
+                self.on_start(task, attempt, "ray")
+
+        records: dict[int, TaskRecord] = {}
+        for i in range(len(tasks)):
+            submit(i, 1)
+        while refs:
+            done, _rest = ray.wait(list(refs), num_returns=1)
+            for ref in done:
+                i, attempt, started = refs.pop(ref)
+                task = tasks[i]
+                try:
+                    record: TaskRecord = ray.get(ref)
+                except lost_errors as err:
+                    if attempt <= task.retries:
+                        submit(i, attempt + 1)
+                        continue
+                    reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
+                    record = failed_record(
+                        task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
+                    )
+                except ray.exceptions.RayError as err:
+                    first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+                    record = failed_record(
+                        task,
+                        f"Ray task failed: {err.__class__.__name__}: {first}",
+                        seconds=time.perf_counter() - started,
+                    )
+                record.attempts = attempt
+                records[i] = record
+                if on_done is not None:
+                    on_done(record)
+        return [records[i] for i in range(len(tasks))]
+
+
+def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | None = None) -> Executor:
+    """`local` (a process pool of `jobs`) or `ray` (a cluster at `address`)."""
+    if kind == "ray":
+        return RayExecutor(address=address)
+    return LocalExecutor(jobs=jobs, threads=threads)
+
+
+__all__ = [
+    "Executor",
+    "LocalExecutor",
+    "RayExecutor",
+    "Task",
+    "TaskOptions",
+    "TaskRecord",
+    "execute_task",
+    "failed_record",
+    "make_executor",
+    "ray_resources",
+]
