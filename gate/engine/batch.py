@@ -209,6 +209,10 @@ def run_batch(
         if batch.staged_inputs is not None:
             shutil.rmtree(batch.staged_inputs, ignore_errors=True)
     records = executor.run(batch.tasks, on_done=on_done)
+    from gate.engine.outputs import StagedOutput
+
+    for task in batch.tasks:  # what a lost worker was writing when it died
+        StagedOutput(Path(task.out_dir)).remove_orphans()
     return write_summary(
         batch,
         records,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gate.errors import EXIT_CHECK_ERROR, GateError, UnavailableError
+from gate.errors import EXIT_CHECK_ERROR, GateError, Terminated, UnavailableError
 
 
 @dataclass(frozen=True)
@@ -162,21 +162,30 @@ def _died(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
+def _terminated(_signum: int, _frame: Any) -> None:
+    raise Terminated()
+
+
 def _worker_main(conn: Any, threads: int) -> None:
-    """A pool worker: one torch thread count, then tasks from the pipe until None."""
+    """A pool worker: one torch thread count, then tasks from the pipe until None.
+
+    SIGTERM (the batch is stopping) and SIGINT (Ctrl-C reaches the whole process group) arrive as
+    exceptions, so the run in progress removes its partial output and stops its servers, as a
+    single run does; then the worker exits quietly."""
+    signal.signal(signal.SIGTERM, _terminated)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
-    import torch
+    try:
+        import torch
 
-    torch.set_num_threads(threads)
-    while True:
-        try:
+        torch.set_num_threads(threads)
+        while True:
             task = conn.recv()
-        except EOFError:
-            return
-        if task is None:
-            return
-        conn.send(execute_task(task))
+            if task is None:
+                return
+            conn.send(execute_task(task))
+    except (EOFError, OSError, KeyboardInterrupt, Terminated):
+        return
 
 
 class _Worker:
@@ -190,10 +199,14 @@ class _Worker:
         self.started = 0.0
 
     def stop(self) -> None:
-        if self.process.is_alive():
+        """An idle worker is asked to exit; a busy one gets SIGTERM and cleans up its run; then SIGKILL."""
+        if self.process.is_alive() and self.task is None:
             with contextlib.suppress(OSError):
                 self.conn.send(None)
             self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -357,6 +370,24 @@ class RayExecutor:
                 self.on_start(task, attempt, "ray")
 
         records: dict[int, TaskRecord] = {}
+        try:
+            self._collect(ray, tasks, refs, records, submit, lost_errors, on_done)
+        finally:
+            for ref in refs:  # interrupted: what is still queued or running on the cluster stops too
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+        return [records[i] for i in range(len(tasks))]
+
+    def _collect(
+        self,
+        ray: Any,
+        tasks: Sequence[Task],
+        refs: dict[Any, tuple[int, int, float]],
+        records: dict[int, TaskRecord],
+        submit: Callable[[int, int], None],
+        lost_errors: tuple[type[BaseException], ...],
+        on_done: OnDone | None,
+    ) -> None:
         for i in range(len(tasks)):
             submit(i, 1)
         while refs:
@@ -385,7 +416,6 @@ class RayExecutor:
                 records[i] = record
                 if on_done is not None:
                     on_done(record)
-        return [records[i] for i in range(len(tasks))]
 
 
 def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | None = None) -> Executor:

@@ -127,7 +127,7 @@ class StagedOutput:
                 else:
                     out.rmdir()
                 _fsync_dir(out.parent)
-            self._remove_orphans()
+            self.remove_orphans()
             self.staging = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
             probe = self.staging / ".probe"
             probe.write_bytes(b"gate")
@@ -161,7 +161,7 @@ class StagedOutput:
             shutil.rmtree(self.staging, ignore_errors=True)
             self.staging = None
 
-    def _remove_orphans(self) -> None:
+    def remove_orphans(self) -> None:
         """Staging directories left by runs that were killed (their process is gone)."""
         prefix = _partial_prefix(self.out)
         for child in self.out.parent.glob(prefix + "*"):

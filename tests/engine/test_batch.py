@@ -114,6 +114,7 @@ def test_a_killed_worker_errors_its_manifest_only(tmp_path: Path) -> None:
     assert (lost.verdict, lost.exit_code, lost.attempts) == ("error", 3, 2)
     assert lost.error is not None and "killed by SIGKILL" in lost.error and "after 2 attempts" in lost.error
     assert not (tmp_path / "out" / "reference-chunked-prefill").exists()  # nothing half-written
+    assert not [p for p in (tmp_path / "out").iterdir() if ".partial-" in p.name]  # nor its staging directory
     assert (by_name["reference-static-layout"].verdict, by_name["reference-static-layout"].attempts) == ("partial", 2)
     assert by_name["reference-fault-off-by-one-pos"].verdict == "fail"
     assert (tmp_path / "out" / "reference-static-layout" / "results.json").is_file()
