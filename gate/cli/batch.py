@@ -14,6 +14,7 @@ import click
 from gate._util.text import printable
 from gate.cli.common import echo, user_errors
 from gate.cli.progress import ColorMode, Reporter
+from gate.engine.executors import TaskOptions, TaskRecord
 
 _COLOURS = {
     "pass": "green",
@@ -30,19 +31,10 @@ def run_batch_command(
     manifests: list[Path],
     matrix: Path | None,
     out_dir: Path,
-    *,
-    sign_key: Path | None,
-    only: tuple[str, ...],
-    params: dict[str, dict[str, Any]],
+    options: TaskOptions,
     as_json: bool,
     verbosity: int,
     color: ColorMode,
-    threads: int | None,
-    reference_cache: Path | None,
-    profile: bool,
-    policy_dirs: tuple[Path, ...],
-    ledger_path: Path | None,
-    trust_path: Path | None,
     jobs: int,
     executor: str,
     address: str | None,
@@ -50,22 +42,9 @@ def run_batch_command(
 ) -> None:
     """Plan the batch (bad input: exit 2, nothing written), run it, print one line per run and the verdict."""
     from gate.engine.batch import plan_batch, run_batch
-    from gate.engine.executors import TaskOptions, TaskRecord, make_executor
-    from gate.trust.ledger import run_ledger_path
+    from gate.engine.executors import make_executor
 
     reporter = Reporter(verbosity=verbosity, color=color)
-    ledger = run_ledger_path(ledger_path)
-    options = TaskOptions(
-        sign_key=os.fspath(sign_key) if sign_key else None,
-        ledger=os.fspath(ledger) if ledger else None,
-        policy_dirs=tuple(os.fspath(p) for p in policy_dirs),
-        trust=os.fspath(trust_path) if trust_path else None,
-        reference_cache=os.fspath(reference_cache) if reference_cache else None,
-        only=tuple(only),
-        params=params,
-        profile=profile,
-        threads=threads or 1,
-    )
     done = 0
 
     def on_done(record: TaskRecord) -> None:

@@ -182,27 +182,24 @@ def command(
         raise click.UsageError("give a MANIFEST (or several), or --matrix FILE")
     if len(manifests) != 1 or matrix is not None:
         from gate.cli.batch import run_batch_command
+        from gate.engine.executors import TaskOptions
+        from gate.trust.ledger import run_ledger_path
 
-        run_batch_command(
-            list(manifests),
-            matrix,
-            out_dir,
-            sign_key=sign_key,
+        ledger = run_ledger_path(ledger_path)
+        options = TaskOptions(
+            sign_key=os.fspath(sign_key) if sign_key else None,
+            ledger=os.fspath(ledger) if ledger else None,
+            policy_dirs=tuple(os.fspath(p) for p in policy_dirs),
+            trust=os.fspath(trust_path) if trust_path else None,
+            reference_cache=os.fspath(reference_cache) if reference_cache else None,
             only=only,
             params=parse_params(params),
-            as_json=as_json,
-            verbosity=0 if quiet else 2 if verbose else 1,
-            color=color,
-            threads=threads,
-            reference_cache=reference_cache,
             profile=profile,
-            policy_dirs=policy_dirs,
-            ledger_path=ledger_path,
-            trust_path=trust_path,
-            jobs=jobs,
-            executor=executor,
-            address=address,
-            retries=retries,
+            threads=threads or 1,
+        )
+        verbosity = 0 if quiet else 2 if verbose else 1
+        run_batch_command(
+            list(manifests), matrix, out_dir, options, as_json, verbosity, color, jobs, executor, address, retries
         )
         return
     if executor != "local" or address is not None or retries is not None:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -26,6 +25,13 @@ TIMINGS = re.compile(rb'"(started_at|finished_at|duration_s|positive_s|forward_s
 def without_timings(path: Path) -> bytes:
     """results.json as bytes, every wall-clock value blanked (nothing else touched)."""
     return TIMINGS.sub(rb'"\1": null', path.read_bytes())
+
+
+def write_matrix(path: Path, manifests: list[Path], seeds: list[int]) -> Path:
+    """A matrix file over these manifests and seeds."""
+    lines = ["apiVersion: gate/v1", "kind: matrix", "manifests:", *(f"  - {m}" for m in manifests), f"seeds: {seeds}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def test_pool_runs_each_manifest_as_a_single_run_would(tmp_path: Path) -> None:
@@ -60,17 +66,7 @@ def test_pool_runs_each_manifest_as_a_single_run_would(tmp_path: Path) -> None:
 
 
 def test_matrix_seeds_are_derived_manifests_and_results_do_not_depend_on_jobs(tmp_path: Path) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(
-        textwrap.dedent(
-            f"""\
-            apiVersion: gate/v1
-            kind: matrix
-            manifests: [{EXAMPLES}/reference-chunked-prefill.yaml]
-            seeds: [0, 1]
-            """
-        )
-    )
+    matrix = write_matrix(tmp_path / "matrix.yaml", [EXAMPLES / "reference-chunked-prefill.yaml"], seeds=[0, 1])
     out = tmp_path / "out"
     first = run_batch(plan_batch([], matrix, out, FAST), LocalExecutor(jobs=1))
     second = run_batch(plan_batch([], matrix, out, FAST), LocalExecutor(jobs=2))  # the first is now out.previous

@@ -4,7 +4,6 @@ verdicts and byte-identical results.json (wall-clock values aside). Marked `ray`
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from gate.engine.batch import plan_batch, run_batch
 from gate.engine.executors import LocalExecutor, RayExecutor
-from tests.engine.test_batch import FAST, without_timings
+from tests.engine.test_batch import FAST, without_timings, write_matrix
 from tests.support.repo import EXAMPLES
 
 pytestmark = pytest.mark.ray
@@ -29,19 +28,8 @@ def cluster() -> Iterator[None]:
 
 
 def test_ray_and_the_local_pool_agree_byte_for_byte(tmp_path: Path, cluster: None) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(
-        textwrap.dedent(
-            f"""\
-            apiVersion: gate/v1
-            kind: matrix
-            manifests:
-              - {EXAMPLES}/reference-static-layout.yaml
-              - {EXAMPLES}/reference-fault-off-by-one-pos.yaml
-            seeds: [0, 1]
-            """
-        )
-    )
+    manifests = [EXAMPLES / "reference-static-layout.yaml", EXAMPLES / "reference-fault-off-by-one-pos.yaml"]
+    matrix = write_matrix(tmp_path / "matrix.yaml", manifests, seeds=[0, 1])
     out = tmp_path / "out"
     local = run_batch(plan_batch([], matrix, out, FAST), LocalExecutor(jobs=2))
     on_ray = run_batch(plan_batch([], matrix, out, FAST, device_here=False), RayExecutor())  # local: out.previous
