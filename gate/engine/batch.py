@@ -112,8 +112,17 @@ def plan_batch(
     for path in manifests:
         name = _name_of(path)
         if name in seen or name in RESERVED_NAMES:
+            from gate._util.yamlio import read_yaml
+
             why = "is reserved" if name in RESERVED_NAMES else f"is also the name of {seen[name]}"
-            raise InputError(str(path), f"manifest name {name!r} {why}; each run of a batch needs its own DIR/<name>")
+            line, col = read_yaml(path).locate(("name",))
+            raise InputError(
+                str(path),
+                f"manifest name {name!r} {why}; each run of a batch needs its own DIR/<name>",
+                line=line,
+                col=col,
+                field="name",
+            )
         seen[name] = path
         runs.append(MatrixRun(name=name, manifest=path))
     if matrix is not None:
