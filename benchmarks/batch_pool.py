@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TIMINGS = re.compile(rb'"(started_at|finished_at|duration_s|positive_s|forward_s)": [^,\n]+')
 
 
 def run(matrix: Path, out: Path, extra: list[str]) -> dict[str, object]:
@@ -50,10 +48,13 @@ def run(matrix: Path, out: Path, extra: list[str]) -> dict[str, object]:
     }
 
 
-def results(out: Path, summary: dict[str, object]) -> dict[str, bytes]:
+def results(out: Path, summary: dict[str, object]) -> dict[str, object]:
+    """Each run's results.json without its wall-clock values (gate.core.result.without_wall_clock)."""
+    from gate.core.result import without_wall_clock
+
     runs = summary["runs"]
     assert isinstance(runs, list)
-    return {r["name"]: TIMINGS.sub(rb'"\1": null', (out / r["name"] / "results.json").read_bytes()) for r in runs}
+    return {r["name"]: without_wall_clock(json.loads((out / r["name"] / "results.json").read_text())) for r in runs}
 
 
 def main() -> None:
@@ -72,7 +73,7 @@ def main() -> None:
         print("ray is not installed: the Ray row is left out", file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory(prefix="gate-batch-bench-") as tmp:
-        reference: dict[str, bytes] | None = None
+        reference: dict[str, object] | None = None
         verdicts: list[str] | None = None
         for label, extra in configs:
             out = Path(tmp) / "batch"  # one path for all: derived manifests are named by it in results.json

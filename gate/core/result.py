@@ -62,6 +62,40 @@ def worst_verdict(verdicts: list[Verdict]) -> Verdict:
     return min(verdicts, key=VERDICT_PRECEDENCE.index, default=Verdict.passed)
 
 
+WALL_CLOCK_KEYS = frozenset(
+    {
+        "started_at",
+        "finished_at",
+        "duration_s",
+        "positive_s",
+        "forward_s",
+        "wall_s",
+        "samples_per_s",
+        "samples_per_second",
+        "outside_forward_share",
+    }
+)
+"""Keys of results.json whose values are wall-clock measurements (times, rates): they differ between
+any two runs of the same manifest, on any executor."""
+WALL_CLOCK_CHECKS = frozenset({"phase-performance"})
+"""Checks whose observation is itself wall-clock (serving latencies, throughput, memory over time):
+only their status is comparable between two runs."""
+
+
+def without_wall_clock(document: Any) -> Any:
+    """A results.json document (parsed) with every wall-clock value set to None and, for the checks
+    in WALL_CLOCK_CHECKS, message, metrics, evidence and controls blanked too: what two runs of one
+    manifest must agree on exactly, whichever machine, process or executor ran them."""
+    if isinstance(document, list):
+        return [without_wall_clock(item) for item in document]
+    if not isinstance(document, dict):
+        return document
+    out = {key: None if key in WALL_CLOCK_KEYS else without_wall_clock(value) for key, value in document.items()}
+    if out.get("check") in WALL_CLOCK_CHECKS and "status" in out:
+        out.update({key: None for key in ("message", "metrics", "evidence", "controls") if key in out})
+    return out
+
+
 class ControlOutcome(str, Enum):
     """What a negative control showed about a check's power."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gate.core.matrix import expand_matrix, run_name, safe_name
-from gate.core.result import Verdict, worst_verdict
+from gate.core.result import Verdict, without_wall_clock, worst_verdict
 from gate.errors import InputError
 from tests.support.repo import EXAMPLES
 
@@ -96,3 +96,24 @@ def test_batch_verdict_follows_the_precedence_of_one_run() -> None:
     assert worst_verdict([v.failed, v.error]) == v.error
     assert worst_verdict([v.failed, v.partial]) == v.failed
     assert worst_verdict([]) == v.passed
+
+
+def test_wall_clock_values_are_all_two_runs_may_differ_in() -> None:
+    result = {
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "verdict": "pass",
+        "checks": [
+            {"check": "prefix-sweep", "status": "pass", "duration_s": 1.5, "metrics": {"max_abs_delta": 0.0}},
+            {"check": "spec-distribution", "status": "pass", "metrics": {"samples_per_second": 900, "p_value": 0.7}},
+            {"check": "phase-performance", "status": "pass", "message": "tpot 1.02x", "metrics": {"tpot": 1.02}},
+        ],
+    }
+    assert without_wall_clock(result) == {
+        "started_at": None,
+        "verdict": "pass",
+        "checks": [
+            {"check": "prefix-sweep", "status": "pass", "duration_s": None, "metrics": {"max_abs_delta": 0.0}},
+            {"check": "spec-distribution", "status": "pass", "metrics": {"samples_per_second": None, "p_value": 0.7}},
+            {"check": "phase-performance", "status": "pass", "message": None, "metrics": None},
+        ],
+    }
