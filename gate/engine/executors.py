@@ -257,10 +257,14 @@ class LocalExecutor:
             while len(records) < len(tasks):
                 for slot, worker in enumerate(workers):
                     if worker.task is None and pending:
+                        if not worker.process.is_alive():  # died while idle: replace it, nothing was lost
+                            worker.stop()
+                            worker = workers[slot] = _Worker(context, self.threads)
                         i, attempt = pending.popleft()
                         worker.task, worker.attempt, worker.started = tasks[i], attempt, time.perf_counter()
                         index_of[slot] = i
-                        worker.conn.send(tasks[i])
+                        with contextlib.suppress(OSError):  # it died just now: its sentinel says so below
+                            worker.conn.send(tasks[i])
                         if self.on_start is not None:
                             self.on_start(tasks[i], attempt, f"pid {worker.process.pid}")
                 busy = [(slot, w) for slot, w in enumerate(workers) if w.task is not None]
