@@ -1,9 +1,15 @@
 """The same batch on a real local Ray cluster (127.0.0.1, 2 CPUs) and on the local pool: identical
-verdicts and byte-identical results.json (wall-clock values aside). Marked `ray`: `.ci/ray.sh` runs it."""
+verdicts and identical results.json (wall-clock values aside); a killed Ray worker costs its own
+manifest only. Marked `ray`: `.ci/ray.sh` runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,3 +51,47 @@ def test_ray_and_the_local_pool_agree_byte_for_byte(tmp_path: Path, cluster: Non
         assert without_timings(ours) == without_timings(theirs), record.name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["executor"] == {"kind": "ray"}
+
+
+def _kill_while_running(title: bytes, kills: list[int], stop: threading.Event) -> None:
+    """SIGKILL every process whose title is TITLE (Ray names a task's worker `ray::<task name>`)."""
+    while not stop.is_set():
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith(title) and int(entry.name) not in kills:
+                kills.append(int(entry.name))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def test_a_killed_ray_worker_errors_its_manifest_only(tmp_path: Path, cluster: None) -> None:
+    """The Ray worker running one manifest is killed (SIGKILL, as the out-of-memory killer does) at
+    each attempt: that manifest is `error` after its retry, the other completes."""
+    manifests = [EXAMPLES / "reference-static-layout.yaml", EXAMPLES / "reference-fault-off-by-one-pos.yaml"]
+    batch = plan_batch(manifests, None, tmp_path / "out", FAST, device_here=False)
+    kills: list[int] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=_kill_while_running, args=(b"ray::gate:reference-static-layout", kills, stop), daemon=True
+    )
+    watcher.start()
+    try:
+        outputs = run_batch(batch, RayExecutor())
+    finally:
+        stop.set()
+        watcher.join()
+    lost, other = outputs.records
+    assert len(kills) == 2, kills  # the first attempt and its retry
+    assert (lost.verdict, lost.exit_code, lost.attempts) == ("error", 3, 2)
+    assert lost.error is not None and "Ray worker lost" in lost.error and "after 2 attempts" in lost.error
+    assert (other.verdict, other.attempts) == ("fail", 1)
+    assert (tmp_path / "out" / "reference-fault-off-by-one-pos" / "results.json").is_file()
+    assert not (tmp_path / "out" / "reference-static-layout").exists()
+    assert not [p for p in (tmp_path / "out").iterdir() if ".partial-" in p.name]
+    assert (outputs.verdict.value, outputs.exit_code) == ("error", 3)
