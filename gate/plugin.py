@@ -23,6 +23,8 @@ from gate.errors import AdapterUnavailable, GateError, InputError, UnavailableEr
 from gate.protocols import (
     Adapter,
     AttentionProbe,
+    BatchedSession,
+    BatchedSessions,
     DecodePath,
     LayerTracing,
     LayoutBoundaries,
@@ -35,6 +37,8 @@ __all__ = [
     "Adapter",
     "AdapterUnavailable",
     "AttentionProbe",
+    "BatchedSession",
+    "BatchedSessions",
     "CheckContext",
     "CheckSpec",
     "DecodePath",

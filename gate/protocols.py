@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Adapter",
     "AttentionProbe",
+    "BatchedSession",
+    "BatchedSessions",
     "DecodePath",
     "EngineCompletion",
     "EngineServer",
@@ -118,6 +120,40 @@ class DecodePath(Protocol):
 
     def with_fault(self, fault: str) -> DecodePath:
         """A copy of this path with a fault applied from outside the model."""
+        ...
+
+
+@runtime_checkable
+class BatchedSession(Protocol):
+    """One session over B requests of different lengths that the path pads into one batch
+    (judged by `batch-invariance`). The path chooses the pad token, the position ids and the mask:
+    the check sees each request's own rows only."""
+
+    def prefill(self, prompts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """B prompts (1-D int64, lengths >= 1, may differ) in one padded forward -> per prompt its
+        logits [T_b, V] float32 (the pad positions' rows are dropped)."""
+        ...
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        """n more tokens per request [B, n] -> logits [B, n, V] float32 (left padding only: a
+        right-padded batch's requests end at different slots, so it is prefill-only)."""
+        ...
+
+    def exercise(self) -> dict[str, Any]:
+        """Proof the padded batch ran: `padding`, `pad_tokens`, `rows`, `cache_len`, `cached_steps`."""
+        ...
+
+
+@runtime_checkable
+class BatchedSessions(Protocol):
+    """Padded batches of requests of different lengths (gate.protocols.BatchedSession)."""
+
+    padding_sides: tuple[str, ...]
+    """Sides this path pads on: `left` (prefill then decode) and/or `right` (prefill only); empty
+    when this path of the adapter does not pad (the check then batches equal-length requests)."""
+
+    def new_batched_session(self, batch_size: int, padding: str) -> BatchedSession:
+        """A fresh padded session of this path's cache layout; `padding` is one of `padding_sides`."""
         ...
 
 

@@ -50,6 +50,10 @@ BUG_CLASSES: dict[str, str] = {
     "near-ties: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
     "approximation": "every cached K/V row differs from what the model computes by a small relative "
     "error: lossy storage (quantised or narrowed K/V), an approximation declared as something exact",
+    "padding": "a request computes differently inside a padded batch than alone: padding counted into "
+    "its positions, or pad tokens attended (position ids or the padding mask of a batched request)",
+    "batch-crosstalk": "a request computes differently inside a batch of equal-length requests than alone: "
+    "a row reads another row's state (a cache handle or block table indexed by the wrong row)",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

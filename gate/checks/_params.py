@@ -20,6 +20,23 @@ DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "
 """Faults of a speculative sampler the distribution test must have power against."""
 
 
+class BatchInvarianceParams(Params):
+    """The requests batched together and how far each is decoded."""
+
+    lengths: Lengths = Field(default_factory=lambda: [3, 9, 17, 30])
+    """Prompt lengths of the requests padded into one batch (at least two differ, so rows are padded)."""
+    steps: int = Field(default=6, ge=1, le=256)
+    """Greedy tokens each request of a left-padded batch decodes (the reference's continuation)."""
+    equal_length: int = Field(default=12, ge=1, le=1_000_000)
+    """Prompt length of the equal-length batch (no padding: batch composition alone)."""
+    top_k: int = Field(default=5, ge=1, le=50)
+    """Logits kept per row at the first failing position."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
+
+
 class CacheIdentityParams(Params):
     """Which fields to vary and how long the probe is."""
 
@@ -280,6 +297,7 @@ class TenantIsolationParams(Params):
 
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {
+    "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
     "hash-collision": HashCollisionParams,

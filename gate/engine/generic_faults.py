@@ -219,7 +219,7 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
     GenericFault(
         "handle-swap",
         ("cross-request-handle",),
-        SESSION_CHECKS,
+        (*SESSION_CHECKS, "batch-invariance"),
         "appends run against another request's session (the next row's prompt; the reversed prompt when B = 1)",
         HandleSwap,
     ),

@@ -3,9 +3,10 @@
 The reference decoder (gate.models.reference) has no fault flags. Each fault here patches a
 *built* object, the way gpt-fast's `apply_tp(model)` does:
 
-* the model: a module's `mask_fn`, the model's `positions`, one attention layer's `forward`;
+* the model: a module's `mask_fn`, the model's `positions` or `row_positions`, one attention
+  layer's `forward`;
 * the cache: each new `KVCache` of the path passes through a hook that replaces its `update`
-  (what attention reads) or its `reset`;
+  (what attention reads), its `padding` (which slots are pads) or its `reset`;
 * the session: a wrapper around the path's sessions (stale weights).
 
 `apply_fault(target, name)` mutates a *copy* made by the path's `with_fault`; the target only
@@ -104,6 +105,20 @@ CATALOGUE: tuple[Fault, ...] = (
         "model",
         "mask-window",
         "a sliding window (max_len // 4 tokens) where full attention is declared",
+    ),
+    Fault(
+        "padding-in-positions",
+        "model",
+        "padding",
+        "in a left-padded batch, decode steps (one token per row) take their position from the cache "
+        "slot, not from the row's mask: after a correct prefill, a row with p pad tokens decodes p "
+        "positions too far (a constant shift over the whole row would be invisible to RoPE)",
+    ),
+    Fault(
+        "pad-attended",
+        "cache",
+        "padding",
+        "in a left-padded batch, the read carries no padding mask: every real token attends to its row's pad tokens",
     ),
 )
 FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
@@ -207,6 +222,17 @@ def _rope_after_write(target: FaultTarget) -> None:
     attn.forward = forward  # type: ignore[method-assign]
 
 
+def _padding_in_positions(target: FaultTarget) -> None:
+    model = target.model
+
+    def row_positions(slots: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
+        if slots.shape[0] > 1 or int(slots[0]) == 0:  # the prompt's passes count from each row's origin
+            return (slots[None, :] - origin[:, None]).clamp(min=0)
+        return slots[None, :].expand(origin.shape[0], -1)  # a decode step: the pads are counted
+
+    model.row_positions = row_positions  # type: ignore[method-assign]
+
+
 # -- cache patches ---------------------------------------------------------------------------
 
 Update = Callable[[int, int, "torch.Tensor", "torch.Tensor"], "tuple[torch.Tensor, torch.Tensor]"]
@@ -269,6 +295,13 @@ def _poisoned_tail_read(target: FaultTarget) -> None:
         return update
 
     _patch_update(target, wrap)
+
+
+def _pad_attended(target: FaultTarget) -> None:
+    def hook(cache: KVCache) -> None:
+        cache.padding = lambda _k_len: None  # type: ignore[method-assign,assignment]
+
+    target.cache_hooks.append(hook)
 
 
 def _reset_keeps_position(target: FaultTarget) -> None:
@@ -337,5 +370,7 @@ _APPLY: dict[str, Callable[[FaultTarget], None]] = {
     "cross-request-handle": _cross_request_handle,
     "poisoned-tail-read": _poisoned_tail_read,
     "sliding-window-mask": _sliding_window_mask,
+    "padding-in-positions": _padding_in_positions,
+    "pad-attended": _pad_attended,
 }
 assert set(_APPLY) == set(FAULT_NAMES)

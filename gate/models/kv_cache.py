@@ -33,6 +33,8 @@ class KVCache:
     ) -> None:
         self.k, self.v, self.pos = k, v, pos
         self.max_len, self.layout, self.block_size = max_len, layout, block_size
+        self.origin: torch.Tensor | None = None
+        """Left-padded batches: [B] slot of each row's first real token (None: every row starts at 0)."""
 
     @classmethod
     def empty(
@@ -137,6 +139,13 @@ class KVCache:
         """Valid keys and values of one layer: [B, H_kv, pos, D] views."""
         return self.k[layer][:, :, : self.pos], self.v[layer][:, :, : self.pos]
 
+    def padding(self, k_len: int) -> torch.Tensor | None:
+        """Pad slots among the first `k_len` a read covers: [B, k_len] bool, None without padding."""
+        if self.origin is None:
+            return None
+        slots = torch.arange(k_len, device=self.k[0].device)
+        return slots[None, :] < self.origin.to(slots.device)[:, None]
+
     def crop(self, n: int) -> None:
         """Forget every position >= n (speculative rollback, prefix restore)."""
         self.pos = min(self.pos, n)
@@ -147,6 +156,7 @@ class KVCache:
             for t in bufs:
                 t.zero_()
         self.pos = 0
+        self.origin = None
 
     def fill_unused(self, value: float) -> None:
         """Write `value` into the allocated-but-invalid tail (a correct read never sees it)."""

@@ -27,6 +27,10 @@ allocated but invalid; a correct read never touches them (`fill_unused(nan)` pro
       cache = KVCache.from_kv(ks, vs, max_len=cfg.max_len)   # ks[l], vs[l]: [B, H_kv, n, D]
       logits = model.step(suffix, cache, start_pos=n)
   `cache.kv(layer)` gives the valid [B, H_kv, pos, D] views to store per block.
+* Left-padded batches (requests of different lengths in one batch): `cache.origin` holds each
+  row's first real slot; positions count from it and the pad slots before it are masked:
+      cache.origin = torch.tensor([3, 0])                          # row 0 has 3 pad tokens
+      logits = model.step(padded, cache, start_pos=0)               # positions 0.. from each origin
 * Speculative decoding (batched next-token logits from a target and a draft, then roll back):
       draft = build_model(ModelConfig.from_preset("tiny-draft"), seed=1)
       logits = target.step(proposed, cache, start_pos=cache.pos)   # [B, k, V], one pass
@@ -92,13 +96,18 @@ class AttentionCore(nn.Module):
         self.window = window
         self.mask_fn: MaskFn = causal_mask
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
         # q: [B, H, Tq, D]; k, v: [B, H_kv, Tk, D] -> [B, H, Tq, D]
+        # padding: [B, Tk] True where a key slot holds a pad token (left-padded batches)
         rep = q.shape[1] // k.shape[1]
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         q_len, k_len = q.shape[2], k.shape[2]
         blocked = self.mask_fn(q_len, k_len, self.window, q.device)
+        if padding is not None:
+            return self._padded(q, k, v, blocked, padding)
         out = []
         for i in range(0, q_len, QUERY_BLOCK):
             rows = blocked[i : i + QUERY_BLOCK]
@@ -110,6 +119,23 @@ class AttentionCore(nn.Module):
                     q[:, :, i : i + QUERY_BLOCK], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=~rows[:, lo:hi]
                 )
             )
+        return torch.cat(out, dim=2)
+
+    def _padded(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor, padding: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention with per-row pad keys blocked; a pad query still sees itself (no empty row)."""
+        q_len, k_len = q.shape[2], k.shape[2]
+        q_slot = torch.arange(q_len, device=q.device)[:, None] + (k_len - q_len)
+        own = q_slot == torch.arange(k_len, device=q.device)[None, :]
+        # [B, 1, Tq, Tk]: causal (and window) mask of the cache offset, plus each row's pad slots
+        rows = blocked[None] | (padding[:, None, :] & ~own[None])
+        out = [
+            F.scaled_dot_product_attention(
+                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK]
+            )
+            for i in range(0, q_len, QUERY_BLOCK)
+        ]
         return torch.cat(out, dim=2)
 
 
@@ -146,6 +172,7 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rot), apply_rope(k, *rot)  # RoPE BEFORE the cache write
         if cache is not None:
             k, v = cache.update(self.layer_id, start_pos, k, v)
+            return self.merge(self.core(q, k, v, cache.padding(k.shape[2])))
         return self.merge(self.core(q, k, v))
 
 
@@ -201,9 +228,16 @@ class Transformer(nn.Module):
         """Absolute positions of n tokens starting at start_pos: [n] int64."""
         return torch.arange(start_pos, start_pos + n, device=self.inv_freq.device)
 
+    def row_positions(self, slots: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
+        """Positions [B, n] of tokens at cache slots [n] in rows whose first real token sits at slot
+        `origin` [B] (left padding): counted from each row's origin; pad slots get 0."""
+        return (slots[None, :] - origin[:, None]).clamp(min=0)
+
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin tables [n, D/2] (float32) for absolute positions."""
-        angles = positions.float()[:, None] * self.inv_freq[None, :]
+        """cos, sin tables [n, D/2] (or [B, 1, n, D/2] for per-row positions [B, n]), float32."""
+        angles = positions.float()[..., None] * self.inv_freq
+        if positions.dim() == 2:
+            angles = angles[:, None]
         return angles.cos(), angles.sin()
 
     def step(self, tokens: torch.Tensor, cache: KVCache | None, start_pos: int) -> torch.Tensor:
@@ -211,6 +245,8 @@ class Transformer(nn.Module):
         Writes their K/V into the cache and advances `cache.pos` to start_pos + n."""
         n = tokens.shape[1]
         positions = self.positions(start_pos, n)
+        if cache is not None and cache.origin is not None:
+            positions = self.row_positions(positions, cache.origin.to(positions.device))
         x = self.tok_embeddings(tokens)
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(positions)

@@ -9,6 +9,7 @@ import torch
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.checks._diagnosis import length_profile
 from gate.checks._sweep import cached_sweep
+from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
@@ -21,6 +22,8 @@ from tests.support.reference import MAX_LEN, ctx, path
 
 PRIMARY: dict[str, tuple[CheckSpec, object]] = {  # type: ignore[type-arg]
     "reset-keeps-position": (reset_isolation, ResetIsolationParams()),
+    "padding-in-positions": (batch_invariance, BatchInvarianceParams()),
+    "pad-attended": (batch_invariance, BatchInvarianceParams()),
 }
 SWEEP = (prefix_sweep, PrefixSweepParams(longest=MAX_LEN - 1))
 
@@ -37,6 +40,8 @@ def test_catalogue_matches_the_issue() -> None:
         "cross-request-handle",
         "poisoned-tail-read",
         "sliding-window-mask",
+        "padding-in-positions",
+        "pad-attended",
     )
     assert path("static").faults() == FAULT_NAMES
     assert path("full").faults() == ("sliding-window-mask",)

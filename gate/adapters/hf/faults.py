@@ -45,6 +45,15 @@ class Tamper:
         """A 4D mask to pass instead of the model's own causal mask, or None."""
         return None
 
+    def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Positions [B, n] of a padded batch's tokens, counted from each row's first real token;
+        `slots` [B, n] are the cache slots they occupy (pads included)."""
+        return positions
+
+    def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
+        """The 2D attention mask [B, kv] of a padded batch (1: a real token, 0: a pad)."""
+        return mask
+
     def before_forward(self, phase: str, session: CacheSession, n: int) -> None:
         """Called before a call runs `n` tokens against the session's cache."""
 
@@ -214,6 +223,29 @@ class ResetKeepsPosition(Tamper):
             compat.keep_counter(session.cache, seen)
 
 
+class PaddingInPositions(Tamper):
+    """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)
+    while the prefill took them from the mask: a row with p pads decodes p positions too far."""
+
+    name = "padding-in-positions"
+
+    def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return slots if phase == "append" and slots.shape[1] == 1 else positions
+
+
+class PadAttended(Tamper):
+    """A padded batch is sent with an all-ones attention mask: every real token attends to its row's pads."""
+
+    name = "pad-attended"
+
+    def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(mask)
+
+
+PADDING_FAULTS = ("padding-in-positions", "pad-attended")
+"""Faults that only a padded batch (gate.protocols.BatchedSessions) can show."""
+
+
 FAULTS: dict[str, type[Tamper]] = {
     str(cls.name): cls
     for cls in (
@@ -227,6 +259,8 @@ FAULTS: dict[str, type[Tamper]] = {
         SlidingWindowMask,
         PoisonedTailRead,
         ResetKeepsPosition,
+        PaddingInPositions,
+        PadAttended,
     )
 }
 """Every fault an hf cache path can apply, by name."""

@@ -17,10 +17,16 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.faults import FAULTS, Tamper, tamper
+from gate.adapters.hf.faults import FAULTS, PADDING_FAULTS, Tamper, tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.presets import LoadedModel, decoder_layers, kv_shape, max_positions
-from gate.adapters.hf.sessions import CacheSession, PrefixReuseSession, PrefixStore, RecomputeSession
+from gate.adapters.hf.sessions import (
+    CacheSession,
+    PaddedSession,
+    PrefixReuseSession,
+    PrefixStore,
+    RecomputeSession,
+)
 from gate.errors import AdapterUnavailable, UnknownFault
 from gate.protocols import Session
 
@@ -28,7 +34,11 @@ CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", 
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
 
 CACHE_FAULTS = tuple(FAULTS)
-"""Faults every cache kind supports."""
+"""Faults a cache kind may support (padding faults only where it pads a batch)."""
+
+PADDED_KINDS = ("dynamic", "static", "offloaded")
+"""Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
+attention mask and per-row position ids through the model's own mask builder."""
 
 
 class HFPath:
@@ -102,7 +112,7 @@ class HFPath:
     def faults(self) -> tuple[str, ...]:
         if self.kind not in CACHE_KINDS:
             return ()
-        unsupported = set()
+        unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
         if (
@@ -114,6 +124,29 @@ class HFPath:
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
         return tuple(f for f in CACHE_FAULTS if f not in unsupported)
+
+    # ---- BatchedSessions ------------------------------------------------------------------------
+
+    @property
+    def padding_sides(self) -> tuple[str, ...]:
+        """Sides this path pads a batch on (none for generate-, prefix- and press-driven kinds)."""
+        return ("left", "right") if self.kind in PADDED_KINDS else ()
+
+    @property
+    def pad_token_id(self) -> int:
+        """The model's pad token, else its end-of-sequence token, else 0 (a correct mask hides it)."""
+        config = self.model.config.get_text_config(decoder=True)
+        for name in ("pad_token_id", "eos_token_id"):
+            value = getattr(config, name, None)
+            value = value[0] if isinstance(value, list) and value else value
+            if isinstance(value, int) and 0 <= value < self.vocab_size:
+                return value
+        return 0
+
+    def new_batched_session(self, batch_size: int, padding: str) -> PaddedSession:
+        if padding not in self.padding_sides:
+            raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
+        return PaddedSession(self, batch_size, padding)
 
     def with_fault(self, fault: str) -> HFPath:
         if fault not in self.faults():

@@ -115,7 +115,7 @@ class CacheSession:
 
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
-        true_positions = self._positions(n)
+        true_positions = self._call_positions(phase, n)
         positions = self.tamper.positions(phase, true_positions)
         self.pending_positions = positions
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
@@ -127,12 +127,72 @@ class CacheSession:
                 self.cache,
                 positions,
                 cache_position=self.tamper.cache_position(phase, positions),
-                attention_mask=self.tamper.attention_mask(phase, self, n),
+                attention_mask=self._attention_mask(phase, n),
             )
         self.forward_calls += 1
         self.cached_steps += int(had_cache)
         logits: torch.Tensor = out.logits.float()
         return logits
+
+    def _call_positions(self, phase: str, n: int) -> torch.Tensor:
+        """Positions [B, n] of this call's tokens (a padded batch counts per row)."""
+        return self._positions(n)
+
+    def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
+        """A fault's 4D mask, else None: the model builds its own causal mask."""
+        return self.tamper.attention_mask(phase, self, n)
+
+
+class PaddedSession(CacheSession):
+    """Requests of different lengths in one batch through one cache, padded the way a serving stack
+    pads for `generate`: the pad token on the left (or right), a 2D `attention_mask` (0 on pads) and
+    position ids counted from each row's first real token (`cumsum(mask) - 1`). Left-padded batches
+    decode on; right-padded ones are prefill-only (their requests end at different slots)."""
+
+    def __init__(self, path: HFPath, batch_size: int, padding: str) -> None:
+        super().__init__(path, batch_size)
+        self.padding = padding
+        self.mask = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
+        """[B, tokens so far] 1 on real tokens, 0 on pads."""
+        self.pad_tokens = 0
+
+    def prefill(self, prompts: Any) -> Any:  # Sequence[Tensor] -> list[Tensor] (gate.protocols.BatchedSession)
+        if len(prompts) != self.batch_size:
+            raise ValueError(f"session has batch {self.batch_size}, got {len(prompts)} prompts")
+        lengths = [int(p.shape[0]) for p in prompts]
+        width = max(lengths)
+        pad = self.path.pad_token_id
+        rows = torch.full((self.batch_size, width), pad, dtype=torch.long, device=self.device)
+        self.mask = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
+        starts = [width - n if self.padding == "left" else 0 for n in lengths]
+        for row, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
+            rows[row, start : start + prompt.shape[0]] = prompt.to(self.device)
+            self.mask[row, start : start + prompt.shape[0]] = 1
+        self.pad_tokens += sum(width - n for n in lengths)
+        logits = self._step("prefill", rows)
+        return [logits[row, start : start + n] for row, (start, n) in enumerate(zip(starts, lengths, strict=True))]
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.padding != "left":
+            raise ValueError("a right-padded batch is prefill-only: its requests end at different slots")
+        self.mask = torch.cat([self.mask, torch.ones_like(tokens, device=self.device)], dim=1)
+        return self._step("append", tokens)
+
+    def _positions(self, n: int) -> torch.Tensor:
+        # the last n columns of the mask are this call's tokens; pads get position 0 (masked anyway)
+        seen = self.mask.cumsum(dim=1)[:, -n:] - 1
+        return seen.clamp(min=0)
+
+    def _call_positions(self, phase: str, n: int) -> torch.Tensor:
+        slots = torch.arange(self.pos, self.pos + n, device=self.device).expand(self.batch_size, n)
+        return self.tamper.batch_positions(phase, self._positions(n), slots)
+
+    def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
+        planted = self.tamper.attention_mask(phase, self, n)
+        return planted if planted is not None else self.tamper.padding_mask(phase, self.mask)
+
+    def exercise(self) -> dict[str, Any]:
+        return {**super().exercise(), "padding": self.padding, "pad_tokens": self.pad_tokens, "rows": self.batch_size}
 
 
 class HistorySession(CacheSession):

@@ -1,6 +1,7 @@
 """DecodePaths through the reference decoder: a full pass, and cached paths over a static or
 dynamic KV cache with one-shot or chunked prefill. Implements DecodePath, LayerTracing,
-AttentionProbe, KVGeometry and LayoutBoundaries (gate.protocols). Faults come from gate.models.faults via `with_fault`.
+AttentionProbe, KVGeometry, LayoutBoundaries and, on cached paths, BatchedSessions (gate.protocols).
+Faults come from gate.models.faults via `with_fault`.
 """
 
 from __future__ import annotations
@@ -131,6 +132,21 @@ class ReferencePath:
 
     def faults(self) -> tuple[str, ...]:
         return FAULT_NAMES if self.uses_cache else ("sliding-window-mask",)
+
+    # -- BatchedSessions -------------------------------------------------------------------
+
+    @property
+    def padding_sides(self) -> tuple[str, ...]:
+        """Cached paths pad on either side; the full pass keeps no per-row state to pad."""
+        return ("left", "right") if self.uses_cache else ()
+
+    def new_batched_session(self, batch_size: int, padding: str) -> PaddedSession:
+        if padding not in self.padding_sides:
+            raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
+        session: Any = PaddedSession(self, batch_size, padding)
+        for hook in self.session_hooks:
+            session = hook(session)
+        return session  # type: ignore[no-any-return]
 
     def with_fault(self, fault: str) -> ReferencePath:
         if fault not in self.faults():
@@ -320,6 +336,44 @@ class CachedSession:
             "layout": self.path.layout,
             "capacity": self.cache.capacity,
         }
+
+
+PAD_TOKEN = 0
+"""The token id padded slots hold (any id: a correct read never sees it)."""
+
+
+class PaddedSession(CachedSession):
+    """Requests of different lengths in one batch over one KV cache: left padding sets each row's
+    origin in the cache (positions count from it, the pad slots before it are masked) and decodes
+    on; right padding needs neither (the pads come after every real token) and is prefill-only."""
+
+    def __init__(self, path: ReferencePath, batch: int, padding: str) -> None:
+        super().__init__(path, batch)
+        self.batch, self.padding = batch, padding
+        self.pad_tokens = 0
+
+    def prefill(self, prompts: Sequence[torch.Tensor]) -> list[torch.Tensor]:  # type: ignore[override]
+        if len(prompts) != self.batch:
+            raise ValueError(f"session has batch {self.batch}, got {len(prompts)} prompts")
+        lengths = [int(p.shape[0]) for p in prompts]
+        width = max(lengths)
+        rows = torch.full((self.batch, width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
+        starts = [width - n if self.padding == "left" else 0 for n in lengths]
+        for row, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
+            rows[row, start : start + prompt.shape[0]] = prompt.to(self.path.device)
+        if self.padding == "left":
+            self.cache.origin = torch.tensor(starts, device=self.path.device)
+        self.pad_tokens += sum(width - n for n in lengths)
+        logits = self._run(rows)
+        return [logits[row, start : start + n] for row, (start, n) in enumerate(zip(starts, lengths, strict=True))]
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.padding != "left":
+            raise ValueError("a right-padded batch is prefill-only: its requests end at different slots")
+        return self._run(tokens)
+
+    def exercise(self) -> dict[str, Any]:
+        return {**super().exercise(), "padding": self.padding, "pad_tokens": self.pad_tokens, "rows": self.batch}
 
 
 def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
