@@ -296,6 +296,29 @@ class TenantIsolationParams(Params):
     """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
+class ScheduleFuzzParams(Params):
+    """The search budget and the shape of the schedules it draws."""
+
+    max_examples: int = Field(default=100, ge=1, le=100_000)
+    """Schedules drawn before the search gives up (shrinking a failure comes on top)."""
+    max_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """Wall-clock budget of the search; a failure found in time is still shrunk."""
+    max_steps: int = Field(default=8, ge=1, le=64)
+    """Operations per schedule."""
+    max_chunk: int = Field(default=32, ge=1, le=4096)
+    """Largest prefill or append chunk, in tokens."""
+    max_tokens: int = Field(default=96, ge=2, le=1_000_000)
+    """Longest request a schedule builds (clipped to the paths' context)."""
+    batch: int = Field(default=2, ge=1, le=16)
+    """Rows per session (two or more let a row read another row's cache)."""
+    forks: bool = True
+    """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
+
+
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
@@ -308,6 +331,7 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,
     "reset-isolation": ResetIsolationParams,
+    "schedule-fuzz": ScheduleFuzzParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
     "tenant-isolation": TenantIsolationParams,

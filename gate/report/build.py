@@ -171,6 +171,7 @@ def _section(check: CheckResult) -> CheckSection:
         sweep_table=views.sweep_table,
         tokens=views.tokens,
         downloads=views.downloads,
+        reproducer=views.reproducer,
     )
 
 

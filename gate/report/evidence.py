@@ -24,6 +24,7 @@ from gate.core.evidence import (
     EvidenceRecord,
     GreedyEvidence,
     PrefixReuseEvidence,
+    ScheduleFuzzEvidence,
     ServingEvidence,
     SlicesEvidence,
     SpecGreedyEvidence,
@@ -32,7 +33,7 @@ from gate.core.evidence import (
 )
 from gate.report.divergence import TokenView, layer_plot, token_view
 from gate.report.fmt import display, number
-from gate.report.model import Diagnosis, Distribution, Download, KeyValue, SliceRow, Table
+from gate.report.model import Diagnosis, Distribution, Download, KeyValue, Reproducer, SliceRow, Table
 from gate.report.plots import (
     LatencyPlot,
     LivePlot,
@@ -69,6 +70,7 @@ class EvidenceViews:
     sweep_table: Table | None = None
     tokens: list[TokenView] = field(default_factory=list)
     downloads: list[Download] = field(default_factory=list)
+    reproducer: Reproducer | None = None
     first_failing_length: float | None = None
     consumed: set[str] = field(default_factory=set)
     """Evidence keys a dedicated view showed; the rest become generic tables."""
@@ -196,6 +198,19 @@ def read_spec_greedy(evidence: SpecGreedyEvidence, views: EvidenceViews) -> None
     if view is not None:
         views.tokens.append(view)
         views.consumed.add("example")
+
+
+def read_schedule_fuzz(evidence: ScheduleFuzzEvidence, views: EvidenceViews) -> None:
+    """The minimal failing schedule: its steps, the failure and the snippet that replays it."""
+    found = evidence.reproducer
+    if found is None:
+        return
+    after = found.found_after_schedules
+    note = f"found after {after} schedule(s), then shrunk" if after else None
+    if not found.reproduces_on_replay:
+        note = (note + "; " if note else "") + "it did not fail again when replayed alone (state outlived the sessions)"
+    views.reproducer = Reproducer(found.schedule, found.failure, found.snippet, note)
+    views.consumed.add("reproducer")
 
 
 def read_samples(samples: Mapping[str, list[dict[str, Any]]], views: EvidenceViews) -> None:
@@ -413,6 +428,7 @@ READERS: dict[type[EvidenceRecord], Callable[[Any, EvidenceViews], None]] = {
     SlicesEvidence: read_slices,
     PrefixReuseEvidence: read_prefix_reuse,
     ServingEvidence: read_serving,
+    ScheduleFuzzEvidence: read_schedule_fuzz,
 }
 """The view each evidence record becomes."""
 

@@ -26,6 +26,17 @@ class KeyValue:
 
 
 @dataclass(frozen=True)
+class Reproducer:
+    """A minimal failing schedule (schedule-fuzz's `reproducer`): its steps, what failed, and the
+    Python that replays it through the adapters."""
+
+    steps: list[str]
+    failure: str
+    snippet: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Banner:
     """The verdict banner at the top of every output."""
 
@@ -275,6 +286,8 @@ class CheckSection:
     tokens: list[TokenView] = field(default_factory=list)
     """Greedy continuations that diverge, token by token."""
     downloads: list[Download] = field(default_factory=list)
+    reproducer: Reproducer | None = None
+    """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,12 @@ def markdown_code(value: Any) -> Markup:
     return Markup(" ".join(str(value).replace("`", "'").split()))
 
 
+def markdown_code_block(value: Any) -> Markup:
+    """Lines of code for a fenced block: line breaks kept, backticks removed (only a closing fence
+    could end the block), control characters shown as escapes, nothing else escaped."""
+    return Markup("\n".join(printable(line).replace("`", "'") for line in str(value).splitlines()))
+
+
 @cache
 def html_environment() -> Environment:
     return Environment(
@@ -62,6 +68,7 @@ def markdown_environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["safe_command"] = markdown_code
+    env.filters["code_block"] = markdown_code_block
     return env
 
 

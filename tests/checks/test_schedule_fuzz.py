@@ -1,0 +1,123 @@
+"""schedule-fuzz: a seeded, budgeted hypothesis search over cache schedules finds every planted
+cache fault of the reference decoder, shrinks each to at most five steps, replays the reproducer
+through the adapters, and shows it in the dossier."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gate.checks.schedule_fuzz import ScheduleFuzzParams, replay, schedule_fuzz
+from gate.core.check import CheckContext
+from gate.core.manifest import Manifest
+from gate.models.faults import FAULTS
+from tests.support.reference import MAX_LEN, path
+
+CACHE_FAULTS = [name for name, fault in FAULTS.items() if fault.bug_class != "padding"]
+"""Every planted fault a single-request schedule can reach (the padding faults need a padded batch)."""
+PARAMS = ScheduleFuzzParams()
+SUBJECT = {
+    "reference": {"adapter": "reference", "options": {"path": "full", "max_len": MAX_LEN}},
+    "candidate": {"adapter": "reference", "options": {"path": "static", "max_len": MAX_LEN}},
+}
+
+
+def context(candidate: object, *, fault: str | None = None, seed: int = 0) -> CheckContext:
+    manifest = Manifest.model_validate(
+        {
+            "apiVersion": "gate/v1",
+            "name": "fuzz",
+            "intervention": "layout",
+            "claim": {"level": "tolerance"},
+            "subject": SUBJECT,
+        }
+    )
+    return CheckContext(
+        manifest=manifest,
+        reference=path("full"),
+        candidate=candidate,  # type: ignore[arg-type]
+        seed=seed,
+        device="cpu",
+        dtype="float32",
+        control=fault,
+        stop_at_first_failure=fault is not None,
+    )
+
+
+@pytest.mark.parametrize("fault", CACHE_FAULTS)
+def test_every_cache_fault_is_found_and_shrunk_to_at_most_five_steps(fault: str) -> None:
+    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault), PARAMS)
+    assert out.status == "fail", f"{fault}: {out.message}"
+    reproducer = out.evidence["reproducer"]
+    assert 1 <= reproducer["steps"] <= 5, reproducer["text"]
+    assert reproducer["reproduces_on_replay"]
+    assert " → " in reproducer["text"] and out.detected_at is not None
+
+
+def test_a_correct_path_passes_with_its_coverage_as_evidence() -> None:
+    out = schedule_fuzz(context(path("dynamic")), PARAMS)
+    assert out.status == "pass", out.message
+    coverage = out.evidence["coverage"]
+    assert coverage["schedules"] == PARAMS.max_examples
+    assert set(coverage["operations_by_kind"]) >= {"prefill", "decode", "chunk", "reset", "fork", "switch"}
+    assert coverage["layout_edges"]["block"]["touched"] >= 1
+    assert out.exercise["schedules_run"] == PARAMS.max_examples and out.observation is not None
+
+
+def test_the_search_is_seeded_and_the_budget_in_seconds_binds() -> None:
+    faulty = path("static").with_fault("reset-keeps-position")
+    first = schedule_fuzz(context(faulty, fault="reset-keeps-position", seed=3), PARAMS)
+    again = schedule_fuzz(context(faulty, fault="reset-keeps-position", seed=3), PARAMS)
+    assert first.evidence["reproducer"]["text"] == again.evidence["reproducer"]["text"]
+    spent = schedule_fuzz(context(path("static")), ScheduleFuzzParams(max_examples=10_000, max_seconds=0.5))
+    assert spent.status == "pass" and spent.metrics["budget_spent"]
+    assert spent.metrics["schedules"] < 10_000
+
+
+def test_the_snippet_replays_the_minimal_schedule_through_the_adapters() -> None:
+    fault = "truncated-last-block"
+    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault), PARAMS)
+    reproducer = out.evidence["reproducer"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(reproducer["snippet"], "<reproducer>", "exec"), {})
+    assert printed.getvalue().strip() == reproducer["text"]
+    clean = replay(path("full"), path("static"), [("prefill", 1), ("append", 1)])
+    assert clean == "prefill 1, append 1 → every step holds"
+
+
+def test_the_dossier_shows_the_reproducer(tmp_path: Path) -> None:
+    from gate.engine.pipeline import run_pipeline
+
+    manifest = tmp_path / "fuzz.yaml"
+    subject = {
+        **SUBJECT,
+        "candidate": {
+            "adapter": "reference",
+            "options": {"path": "static", "max_len": MAX_LEN, "fault": "mask-origin-reset"},
+        },
+    }
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "gate/v1",
+                "name": "fuzz-dossier",
+                "intervention": "layout",
+                "claim": {"level": "tolerance"},
+                "identity": ["token-ids", "positions", "kv-dtype"],
+                "subject": {**subject, "device": "cpu", "dtype": "float32", "seed": 0},
+                "checks": {"schedule-fuzz": {"params": {"max_examples": 30}}},
+            }
+        )
+    )
+    outputs = run_pipeline(manifest, tmp_path / "out", only=["schedule-fuzz"])
+    markdown = (tmp_path / "out" / "dossier.md").read_text()
+    html = (tmp_path / "out" / "dossier.html").read_text()
+    assert outputs.result.verdict.value == "fail"
+    assert "Minimal reproducer: prefill 1, append 1 → argmax differs at step 2" in markdown
+    assert "from gate.checks.schedule_fuzz import replay" in markdown
+    assert "Minimal reproducer</h4>" in html and "<li>append 1</li>" in html
