@@ -35,6 +35,15 @@ from gate.core.manifest import Manifest
 from gate.models.faults import FAULTS
 
 MAX_LEN = 256
+READING = """
+Reading it: the fixed sweep was built for the positional and mask faults and finds them within its
+first two or three lengths, cheaper than a search. The search's value is where the fixed schedule
+never goes: `reset-keeps-position` needs a reset between two requests, which no sweep length takes
+(0/20; reset-isolation is the fixed check for it), and the search finds it on every seed; the
+window fault needs one request past the window, found on every seed within the default budget and
+shrunk to the single step at the window's edge (`prefill 65`). Every reproducer has at most three
+steps. The clean row is what the default budget costs on a correct path.
+"""
 
 
 def _context(reference: Any, candidate: Any, seed: int, fault: str | None) -> CheckContext:
@@ -115,7 +124,7 @@ def main() -> None:
             f"{sweep_found}/{args.seeds} | {_mean(sweep_lengths)} | {_mean(sweep_s)} |"
         )
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n" + READING
     if args.out:
         args.out.write_text(text)
     print(text)
