@@ -183,7 +183,8 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
     except Flaky:
         # the path's state outlived its sessions (a cross-request store), so a schedule did not fail
         # the same way twice: keep the shortest schedule that failed, unshrunk
-        minimal = list(min(failing, key=lambda ops: len(ops))) if failing else None
+        shortest = sorted(failing.keys(), key=len)
+        minimal = list(shortest[0]) if shortest else None
     if minimal is not None:
         minimal = tighten(list(minimal), fails)
     seconds = time.perf_counter() - started
