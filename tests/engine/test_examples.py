@@ -1,7 +1,7 @@
 """Every example validates and plans; every intervention has one; `gate plan` explains each.
 
 Every example opens with `# gate-expect: VERDICT`, its documented verdict on a CPU in the main
-environment; `benchmarks/examples.py` runs them and compares (CI runs the reference set). An
+environment; `benchmarks/examples.py` runs them and compares (CI: .ci/examples.sh, the reference set). An
 example whose header says `rejected` documents a manifest the policy must reject before anything
 runs (an over-claim): it must fail validation with exit 2.
 """
