@@ -13,13 +13,15 @@ KEY    := out/demo-signing
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
 # hqq is a source package whose setup also builds CUDA kernels unless DISABLE_CUDA=1.
-$(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/plugins/gate-plugin-tinylm/pyproject.toml
+$(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/plugins/gate-plugin-tinylm/pyproject.toml \
+         tests/plugins/gate-plugin-blockstore/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	DISABLE_CUDA=1 $(BIN)/python -m pip install --quiet -e ".[dev,hf,hqq,engine]"
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-finite
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-tinylm
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-blockstore
 	touch $(STAMP)
 
 install: $(STAMP)

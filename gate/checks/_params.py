@@ -46,8 +46,9 @@ class CacheIdentityParams(Params):
     """Full blocks in the probe prompt (its length is prompt_blocks * block_size + 2)."""
     seed_example_block_size: int = Field(default=1, ge=1, le=2)
     """Block size of the worker that replays the cache-identity example (1 or 2 keeps it meaningful)."""
-    unverifiable: Literal["fail", "warn"] = "fail"
-    """What a declared field the candidate cannot vary does to the verdict."""
+    unverifiable: Literal["unproven", "fail", "warn"] = "unproven"
+    """What a declared field the candidate cannot vary (no siblings, no adapters) does: unproven names
+    it and the policy rule's `missing_capability` decides; fail or warn override that."""
 
 
 class GreedyParityParams(Params):
@@ -154,6 +155,9 @@ class PrefixReuseParityParams(Params):
     """Greedy continuation per request; default 4, or the longest of a greedy-tokens claim."""
     byte_budget: int | None = Field(default=None, ge=1)
     """Run on a worker with this cache budget (exercises eviction); default: the candidate's."""
+    budget_blocks: int = Field(default=3, ge=1, le=64)
+    """Budget contract (stores with a byte budget): a store whose budget holds this many blocks
+    serves twice as many distinct blocks; it must stay within the budget by evicting."""
     atol: float | None = Field(default=None, ge=0)
     """Absolute logit tolerance; default: the claim's, else the dtype default."""
     rtol: float | None = Field(default=None, ge=0)
@@ -294,6 +298,11 @@ class TenantIsolationParams(Params):
     """Distinct prompts, each served to every tenant."""
     prompt_blocks: int = Field(default=3, ge=1, le=64)
     """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
+    weak_hash_bits: int = Field(default=2, ge=1, le=16)
+    """Bits of the hash of a second round (stores with a pluggable hash): other tenants' blocks then
+    share buckets, and a store that compares tokens but not the tenant on a hash hit leaks."""
+    weak_hash_prompts: int = Field(default=6, ge=1, le=64)
+    """Distinct prompts of the weak-hash round."""
 
 
 class ScheduleFuzzParams(Params):

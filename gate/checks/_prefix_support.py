@@ -1,23 +1,31 @@
-"""Shared by the prefix-reuse checks: the capability test, the entitlement oracle, request records.
+"""Shared by the prefix-reuse checks: capabilities, the entitlement oracle, request records, stores.
 
 The oracle is the check's own model of a correct cache, kept apart from the cache under test: a
 request may reuse at most the full blocks it shares, position by position from position 0, with an
 earlier request of the same identity (background: cache identity), and never its last prompt token (its logits are
 the answer). Reuse beyond that is state the request was not entitled to, however the logits look.
+
+Every check needs `PrefixServing` (serve and recompute); each assertion that needs more (identity
+report, siblings, pluggable hash, weight update, save and restore, byte budget) asks `Findings.needs`
+for it, and an assertion the store cannot support is `unproven` with the capability named, never
+failed and never passed. Stores come from a `StorePool` shared by the checks of one run: one store
+per variant, its cache reset between scenarios, and every start (a new process on an engine) counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows
-from gate.core.check import CheckContext
+from gate.core.check import CheckContext, Outcome
 from gate.prefix.cache import PrefixReply
-from gate.protocols import PrefixCaching
+from gate.protocols import PREFIX_CAPABILITIES, PrefixServing
+
+C = TypeVar("C")
 
 # docs/background.md, cache identity (keys are chained): after A, B may reuse positions 0-1, never the later equal ids
 IDENTITY_EXAMPLE_A = [11, 24, 31, 42, 57]
@@ -42,14 +50,89 @@ class NotPrefixCaching(TypeError):
     """The candidate path offers no cross-request prefix cache."""
 
 
-def prefix_candidate(ctx: CheckContext) -> PrefixCaching:
-    """The candidate as a PrefixCaching path, or a clear error naming the capability it lacks."""
-    if not isinstance(ctx.candidate, PrefixCaching):
+def prefix_candidate(ctx: CheckContext) -> PrefixServing:
+    """The candidate as a prefix store, or a clear error naming the capability it lacks."""
+    if not isinstance(ctx.candidate, PrefixServing):
         raise NotPrefixCaching(
             f"candidate path {ctx.candidate.name!r} offers no cross-request prefix cache "
-            "(gate.protocols.PrefixCaching); use e.g. {adapter: reference, options: {path: prefix-cache}}"
+            "(gate.protocols.PrefixServing: request, recompute, adapters, fresh, reset_cache, cache_state); "
+            "use e.g. {adapter: reference, options: {path: prefix-cache}}"
         )
     return ctx.candidate
+
+
+def capability_name(protocol: type) -> str:
+    return next(name for name, proto in PREFIX_CAPABILITIES.items() if proto is protocol)
+
+
+class StorePool:
+    """The stores one run's prefix checks use, per candidate path: one per variant (base, a hash,
+    a budget), reset between scenarios instead of restarted. Every start is counted: on an engine a
+    start is a new server process."""
+
+    def __init__(self) -> None:
+        self.stores: dict[tuple[Any, ...], PrefixServing] = {}
+        self.starts: list[str] = []
+
+    def start(self, why: str, build: Callable[[], C]) -> C:
+        """A store that cannot be shared (its weights change, or it restores a file): counted."""
+        self.starts.append(why)
+        return build()
+
+    def shared(self, key: tuple[Any, ...], build: Callable[[], PrefixServing]) -> PrefixServing:
+        """The store for `key`, started once and reset on every later use."""
+        store = self.stores.get(key)
+        if store is None:
+            store = self.stores[key] = self.start("/".join(map(str, key)), build)
+        else:
+            store.reset_cache()
+        return store
+
+
+def store_pool(ctx: CheckContext, candidate: PrefixServing) -> StorePool:
+    """The pool of this run for this candidate path (a control's faulty path gets its own)."""
+    return ctx.cache.get(("prefix-store-pool", candidate), StorePool)
+
+
+@dataclass
+class Findings:
+    """What a check found: problems (fail), assertions it could not make (unproven), evidence."""
+
+    problems: list[str] = field(default_factory=list)
+    lacking: dict[str, str] = field(default_factory=dict)
+    """assertion -> why it could not be made (the capability the store lacks)."""
+    pool: StorePool | None = None
+    """The run's stores, whose starts go into the evidence."""
+
+    def needs(self, store: object, protocol: type, assertion: str) -> Any:
+        """`store` (annotate it as `protocol | None` at the call: mypy takes no protocol class as
+        `type[C]`), or None with `assertion` recorded as unproven for lack of `protocol`."""
+        if isinstance(store, protocol):
+            return store
+        name = capability_name(protocol)
+        self.lacking[assertion] = f"the store offers no {name} (gate.protocols.{protocol.__name__})"
+        return None
+
+    def lacks(self, assertion: str, why: str) -> None:
+        self.lacking[assertion] = why
+
+    def settle(self, outcome: Outcome, passed: str) -> Outcome:
+        """Fail with every problem; else unproven naming what could not be asserted; else pass."""
+        outcome.lacking = dict(self.lacking)
+        if self.pool is not None:  # every store started so far in this run, this check's included
+            outcome.evidence["store_starts_in_run"] = list(self.pool.starts)
+        outcome.evidence["unproven_assertions"] = dict(self.lacking)
+        if self.problems:
+            outcome.status, outcome.message = "fail", "; ".join(self.problems)
+            outcome.diagnosis = {**(outcome.diagnosis or {}), "problems": self.problems}
+        elif self.lacking:
+            outcome.status = "unproven"
+            outcome.message = f"{passed}; unproven (the store lacks what they need): " + "; ".join(
+                f"{a}: {why}" for a, why in self.lacking.items()
+            )
+        else:
+            outcome.status, outcome.message = "pass", passed
+        return outcome
 
 
 def seeded_ids(vocab: int, length: int, seed: int, avoid: Sequence[int] = ()) -> list[int]:
@@ -145,7 +228,7 @@ class RequestLog:
 
     def issue(
         self,
-        worker: PrefixCaching,
+        worker: PrefixServing,
         label: str,
         tokens: Sequence[int],
         key: Hashable,
@@ -174,7 +257,7 @@ class RequestLog:
     def wrong_outputs(self) -> list[Served]:
         return [s for s in self.served if s.argmax_flips or s.over_tolerance]
 
-    def exercise(self, worker: PrefixCaching) -> dict[str, Any]:
+    def exercise(self, worker: PrefixServing) -> dict[str, Any]:
         stats = [s.reply.stats for s in self.served]
         state = worker.cache_state()
         return {
@@ -211,7 +294,7 @@ def reference_oracle(ctx: CheckContext) -> Oracle:
     return oracle
 
 
-def recompute_oracle(worker: PrefixCaching, adapter: str | None = None) -> Oracle:
+def recompute_oracle(worker: PrefixServing, adapter: str | None = None) -> Oracle:
     """The worker's own uncached pass under an identity the reference path cannot express
     (an adapter, another tokenizer, rope, window or KV dtype)."""
 

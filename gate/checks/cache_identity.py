@@ -14,6 +14,11 @@ Each such request must reuse nothing (or be refused), must still match its own u
 computation, and must hit when repeated (the variant is cacheable, so its miss was a decision).
 The cache-identity example (background) holds exactly on a block-size-1 worker: after [11, 24, 31, 42, 57], the request
 [11, 24, 99, 42, 57] reuses positions 0 and 1 and never the later equal ids.
+
+Where the store reports the identity it keys on (`PrefixIdentityReport`), the report is held against
+the keying observed: a perturbed field the report says nothing about must not separate entries,
+and one it names must (and a sibling must report exactly the field it varies). A field the store
+cannot vary (no siblings, no adapters) is `unproven`, with the capability named.
 """
 
 from __future__ import annotations
@@ -27,45 +32,98 @@ from gate.checks._prefix_support import (
     IDENTITY_EXAMPLE_A,
     IDENTITY_EXAMPLE_B,
     WHY,
+    Findings,
     RequestLog,
     ReuseTally,
+    Served,
+    StorePool,
     describe_excess,
     prefix_candidate,
     recompute_oracle,
     reference_oracle,
     seeded_ids,
+    store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
-from gate.protocols import PrefixCaching
+from gate.prefix.cache import IDENTITY_ATTRS, CacheIdentity
+from gate.protocols import PrefixIdentityReport, PrefixServing, PrefixSiblings
 
 TENANT = "tenant-a"
 
 
-def _variant(worker: PrefixCaching, field: str) -> tuple[PrefixCaching, dict[str, Any], Hashable] | None:
-    """(worker, request options, ledger key) for a request differing from the base only in `field`."""
+def _variant(
+    worker: PrefixServing, field: str, findings: Findings, pool: StorePool
+) -> tuple[PrefixServing, dict[str, Any], Hashable] | None:
+    """(store, request options, ledger key) for a request differing from the base only in `field`,
+    or None (recorded as unproven) where the store cannot express it."""
     if field == "adapter":
         names = worker.adapters()
-        return (worker, {"adapter": names[0], "tenant": TENANT}, ("adapter", names[0])) if names else None
+        if not names:
+            findings.lacks(field, "the store serves no adapters, so no request can differ in adapter alone")
+            return None
+        return worker, {"adapter": names[0], "tenant": TENANT}, ("adapter", names[0])
     if field == "tenant":
         return worker, {"tenant": "tenant-b"}, ("tenant", "tenant-b")
-    sibling = worker.sibling(field)
-    return (sibling, {"tenant": TENANT}, ("sibling", field)) if sibling is not None else None
+    siblings: PrefixSiblings | None = findings.needs(worker, PrefixSiblings, field)
+    if siblings is None:
+        return None
+    sibling = pool.start(f"sibling {field}", lambda: siblings.sibling(field))
+    if sibling is None:
+        findings.lacks(field, f"the store cannot build a sibling that differs in {field} alone")
+        return None
+    return sibling, {"tenant": TENANT}, ("sibling", field)
+
+
+def _report_contract(
+    field: str,
+    base: PrefixServing,
+    other: PrefixServing,
+    options: dict[str, Any],
+    first: Served,
+    repeat: Served,
+) -> str | None:
+    """The reported identity against the keying observed when `field` was perturbed, or None."""
+    if not isinstance(base, PrefixIdentityReport) or not isinstance(other, PrefixIdentityReport):
+        return None
+    base_id = base.identity_for(tenant=TENANT)
+    other_id = other.identity_for(adapter=options.get("adapter"), tenant=options.get("tenant"))
+    changed = sorted(k for k, v in other_id.as_dict().items() if getattr(base_id, k) != v)
+    attr = IDENTITY_ATTRS.get(field)
+    kept_apart = first.reused == 0 and repeat.reused > 0
+    if changed and changed != [attr]:
+        return (
+            f"{field}: the store reports {changed} changed for a request that differs only in {field} "
+            f"(its report must name exactly {attr})"
+        )
+    if not changed and kept_apart:
+        return (
+            f"{field}: the store reports the same identity for both requests ({_short(base_id)}) but keys them "
+            "apart: its identity report does not say what it keys on"
+        )
+    return None
+
+
+def _short(identity: CacheIdentity) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in identity.as_dict().items() if v is not None)
 
 
 @check("cache-identity", params=CacheIdentityParams)
 def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
     candidate = prefix_candidate(ctx)
-    worker = candidate.fresh()
+    pool = store_pool(ctx, candidate)
+    starts = len(pool.starts)
+    worker = pool.shared(("base",), candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     fields = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
     tol = tolerance_for(ctx)
     log = RequestLog(ReuseTally(bs), tol)
     prompt = seeded_ids(vocab, params.prompt_blocks * bs + 2, ctx.seed * 1000 + 3)
     base_key: Hashable = ("base",)
-    violations: list[str] = []
-    unverified: list[str] = []
+    findings = Findings(pool=pool)
+    violations = findings.problems
     table: dict[str, dict[str, Any]] = {}
+    reports = findings.needs(worker, PrefixIdentityReport, "identity report against keying") is not None
 
     # the uncached oracle must be the reference model, or its verdicts mean nothing
     ref_rows = reference_oracle(ctx)(prompt)
@@ -106,9 +164,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
                 )
             table[field] = served.row()
             continue
-        variant = _variant(worker, field)
+        variant = _variant(worker, field, findings, pool)
         if variant is None:
-            unverified.append(field)
             continue
         other, options, key = variant
         adapter = options.get("adapter")
@@ -118,23 +175,32 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         difference = float((oracle(prompt) - own.to(ref_rows.device)).abs().max())
         table[field] = {**first.row(), "repeat_reused": repeat.reused, "computation_differs_by": difference}
         if first.reused:
-            base_id = worker.identity_for(tenant=TENANT)
-            other_id = other.identity_for(adapter=adapter, tenant=options.get("tenant"))
-            values = [
-                f"{k}={v!r} vs {getattr(base_id, k)!r}"
-                for k, v in other_id.as_dict().items()
-                if getattr(base_id, k) != v
-            ]
+            if isinstance(worker, PrefixIdentityReport) and isinstance(other, PrefixIdentityReport):
+                base_id = worker.identity_for(tenant=TENANT)
+                other_id = other.identity_for(adapter=adapter, tenant=options.get("tenant"))
+                values = ", ".join(
+                    f"{k}={v!r} vs {getattr(base_id, k)!r}"
+                    for k, v in other_id.as_dict().items()
+                    if getattr(base_id, k) != v
+                )
+            else:
+                values = ", ".join(f"{k}={v!r}" for k, v in options.items())
             violations.append(
-                f"{field}: a request that differs only in {field} ({', '.join(values)}) reused "
+                f"{field}: a request that differs only in {field} ({values}) reused "
                 f"{first.reused} tokens {first.reply.stats.reused_spans} cached under the other value; "
                 f"the cache key must include {field} ({WHY.get(field, '')})"
             )
         elif repeat.reused == 0 and repeat.entitled:
             violations.append(f"{field}: the variant request did not hit when repeated, so its miss proves nothing")
+        mismatch = _report_contract(field, worker, other, options, first, repeat)
+        if mismatch:
+            violations.append(mismatch)
 
     # background: cache identity, exactly
-    small = candidate.fresh(block_size=params.seed_example_block_size)
+    small = pool.shared(
+        ("block size", params.seed_example_block_size),
+        lambda: candidate.fresh(block_size=params.seed_example_block_size),
+    )
     a, b = [t % vocab for t in IDENTITY_EXAMPLE_A], [t % vocab for t in IDENTITY_EXAMPLE_B]
     example_log = RequestLog(ReuseTally(small.block_size), tol)
     example_log.issue(small, "identity example A", a, base_key, recompute_oracle(small), tenant=TENANT)
@@ -154,6 +220,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
             + ", ".join(s.label for s in wrong)
         )
 
+    unverified = [f for f in fields if f in findings.lacking]
     metrics = {
         "fields_probed": len(fields) - len(unverified),
         "fields_unverified": len(unverified),
@@ -161,21 +228,23 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         "identity_example_reused": example_b.reused,
         "requests": len(log.served),
         "reused_tokens": sum(s.reused for s in log.served),
+        "store_starts": len(pool.starts) - starts,
     }
-    evidence = {"fields": table, "identity_example": example_b.row(), "unverified": unverified, "requests": log.table()}
+    evidence = {
+        "fields": table,
+        "identity_example": example_b.row(),
+        "unverified": unverified,
+        "identity_report_checked": reports,
+        "requests": log.table(),
+    }
     outcome = Outcome("pass", "", metrics, evidence, log.exercise(worker), observation=log.observation())
-    if violations:
-        outcome.status, outcome.message = "fail", "; ".join(violations)
-        outcome.diagnosis = {"violations": violations}
-    elif unverified:
+    passed = (
+        f"identical requests hit ({again.reused} tokens reused); a request differing only in each of "
+        f"{', '.join(f for f in fields if f not in unverified)} reused nothing it was not entitled to"
+        + ("; the identity the store reports matches what it keys on" if reports else "")
+        + "; the cache-identity example shares exactly positions 0-1"
+    )
+    findings.settle(outcome, passed)
+    if outcome.status == "unproven" and params.unverifiable != "unproven" and unverified:
         outcome.status = params.unverifiable
-        outcome.message = (
-            f"declared identity fields the candidate cannot vary, so they are unverified: {', '.join(unverified)}"
-        )
-    else:
-        outcome.message = (
-            f"identical requests hit ({again.reused} tokens reused); a request differing only in "
-            f"each of {', '.join(fields)} reused nothing it was not entitled to; the cache-identity example "
-            f"shares exactly positions 0-1"
-        )
     return outcome

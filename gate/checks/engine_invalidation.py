@@ -103,7 +103,7 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
     else:
         with (
             reference.serve(label="reference, changed weights", model=changed) as ref2,
-            candidate.serve(label="candidate, restarted on changed weights", model=changed) as cand2,
+            candidate.serve(label="candidate, restarted on changed weights", model=changed, fresh=True) as cand2,
         ):
             want2 = ref2.complete(prompt, params.new_tokens, top_k)
             first = cand2.complete(prompt, params.new_tokens, top_k)

@@ -2,9 +2,15 @@
 
 A hash picks a bucket; it is not a proof that two contexts are equal (background: cache identity). The candidate is
 rebuilt with a hash of `bits` bits (2**bits buckets), so distinct blocks are bound to collide, and
-serves a family of prompts twice over. A correct cache compares the stored key material (tokens,
-parent, position, identity) before serving: every request reuses exactly what it is entitled to
-and matches the reference path. The run must show collisions happened, or it proves nothing.
+serves a family of prompts twice over, then the same prompts under another tenant and (where the
+store serves adapters) another adapter: the same tokens under another identity share buckets too,
+so a store that compares the tokens on a hash hit but trusts the hash to separate identities serves
+another tenant's or the base model's blocks. A correct cache compares the stored key material
+(tokens, parent, position, identity) before serving: every request reuses exactly what it is
+entitled to and matches its uncached computation. The run must show collisions happened, within one
+identity and across identities, or it proves nothing.
+
+A store whose hash cannot be replaced (`PrefixHashing`) leaves the check `unproven`, naming that.
 """
 
 from __future__ import annotations
@@ -12,26 +18,41 @@ from __future__ import annotations
 from gate.checks._compare import tolerance_for
 from gate.checks._params import HashCollisionParams
 from gate.checks._prefix_support import (
+    Findings,
+    Oracle,
     RequestLog,
     ReuseTally,
+    Served,
     broken_rules,
     describe_excess,
     prefix_candidate,
+    recompute_oracle,
     reference_oracle,
     seeded_ids,
+    store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.prefix.cache import weak_hash
+from gate.protocols import PrefixHashing
+
+TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
+"""The first serves every prompt twice; each other one serves the same tokens once more."""
 
 
 @check("hash-collision", params=HashCollisionParams)
 def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
-    """Under a weak injected hash, colliding blocks are verified against stored tokens, not served."""
+    """Under a weak injected hash, colliding blocks are verified against stored key material, not served."""
     candidate = prefix_candidate(ctx)
-    worker = candidate.fresh(hash_fn=weak_hash(params.bits))
+    pool = store_pool(ctx, candidate)
+    findings = Findings(pool=pool)
+    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "collisions are verified")
+    if hashing is None:
+        outcome = Outcome("unproven", "", evidence={})
+        return findings.settle(outcome, "nothing was asserted")
+    starts = len(pool.starts)
+    worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
-    oracle = reference_oracle(ctx)
     length = params.prompt_blocks * bs + 1
     prompts: list[list[int]] = []
     for n in range(params.prompts):
@@ -39,21 +60,39 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
         if n % 2 and bs < length - 1:  # share block 0 with the previous prompt, diverge after it
             prompt[:bs] = prompts[-1][:bs]
         prompts.append(prompt)
+    base_oracle = reference_oracle(ctx)
     for round_ in range(2):
         for n, prompt in enumerate(prompts):
-            log.issue(worker, f"p{n} round {round_}", prompt, "base", oracle, new_tokens=2)
+            log.issue(worker, f"p{n} round {round_}", prompt, TENANTS[0], base_oracle, tenant=TENANTS[0], new_tokens=2)
+    # the same tokens under other identities: only the identity tells these blocks apart
+    cross: list[Served] = []
+    adapters = worker.adapters()
+    others: list[tuple[str, dict[str, str], Oracle]] = [(t, {"tenant": t}, base_oracle) for t in TENANTS[1:]]
+    if adapters:
+        adapter_oracle = recompute_oracle(worker, adapters[0])
+        others.append((f"adapter {adapters[0]}", {"tenant": TENANTS[0], "adapter": adapters[0]}, adapter_oracle))
+    else:
+        findings.lacks(
+            "collisions across adapters", "the store serves no adapters, so only tenants were collided across"
+        )
+    for label, options, oracle in others:
+        for n, prompt in enumerate(prompts):
+            cross.append(log.issue(worker, f"p{n} {label}", prompt, label, oracle, new_tokens=2, **options))
 
     collisions = sum(s.reply.stats.collisions_detected for s in log.served)
+    cross_collisions = sum(s.reply.stats.collisions_detected for s in cross)
     served_wrongly = [s for s in log.served if s.excess]
     wrong = log.wrong_outputs()
     reused = sum(s.reused for s in log.served)
     metrics = {
         "hash_bits": params.bits,
         "collisions_detected": collisions,
+        "cross_identity_collisions_detected": cross_collisions,
         "requests": len(log.served),
         "reused_tokens": reused,
         "served_beyond_entitlement": len(served_wrongly),
         "wrong_outputs": len(wrong),
+        "store_starts": len(pool.starts) - starts,
     }
     exercise = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
     outcome = Outcome(
@@ -64,14 +103,17 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
         exercise,
         observation=log.observation(),
     )
-    problems = []
+    problems = findings.problems
     if served_wrongly or wrong:
         first = (served_wrongly or wrong)[0]
+        across = [s for s in served_wrongly if any(s is c for c in cross)]
         rules = sorted({r for s in served_wrongly for r in broken_rules(s)})
         problems.append(
-            f"{len(served_wrongly)} requests were served colliding blocks and {len(wrong)} differ from "
-            f"the reference; first: {first.label}: {describe_excess(first)}: a hash match was trusted without "
-            "comparing the stored tokens" + (f" ({'; '.join(rules)})" if rules else "")
+            f"{len(served_wrongly)} requests were served colliding blocks ({len(across)} of them another "
+            f"identity's) and {len(wrong)} differ from their uncached computation; first: {first.label}: "
+            f"{describe_excess(first)}: a hash match was trusted without comparing the stored "
+            + ("identity (tenant, adapter)" if across and len(across) == len(served_wrongly) else "key material")
+            + (f" ({'; '.join(rules)})" if rules else "")
         )
     if collisions == 0 and not problems:
         problems.append(
@@ -79,13 +121,16 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
             "either verification does not report them or the workload never collided; the check "
             "proves nothing"
         )
+    elif cross_collisions == 0 and not problems:
+        problems.append(
+            f"no request under another identity met a colliding block ({len(cross)} requests): whether the "
+            "store compares identities on a hash hit is not shown"
+        )
     if reused == 0:
         problems.append("no request reused any block under the weak hash: the cache refused everything")
-    if problems:
-        outcome.status, outcome.message = "fail", "; ".join(problems)
-        return outcome
-    outcome.message = (
-        f"{collisions} hash collisions under a {params.bits}-bit hash were detected and refused; "
-        f"{reused} tokens reused, each request exactly within entitlement and matching the reference"
+    return findings.settle(
+        outcome,
+        f"{collisions} hash collisions under a {params.bits}-bit hash ({cross_collisions} between the same "
+        f"tokens under another identity) were detected and refused; {reused} tokens reused, each request "
+        "exactly within entitlement and matching its uncached computation",
     )
-    return outcome

@@ -9,24 +9,35 @@ every greedy continuation row is compared with one full pass of the reference pa
 
 Proof of reuse: per request, hit blocks and reused tokens against the tokens a correct cache was
 entitled to reuse. A run in which nothing was reused fails: parity would prove nothing.
+
+Budget contract (`PrefixBudget`): a store whose declared budget holds `budget_blocks` blocks serves
+twice as many distinct blocks; after every request the bytes it holds must be within the budget it
+declares, it must show evictions, its latest prompt must still hit, and every output stays exact. A
+store without a byte budget leaves this `unproven`, named.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from gate.checks._compare import tolerance_for
 from gate.checks._params import PrefixReuseParityParams
 from gate.checks._prefix_support import (
+    Findings,
     RequestLog,
     ReuseTally,
     Served,
+    StorePool,
     broken_rules,
     describe_excess,
     prefix_candidate,
     reference_oracle,
     seeded_ids,
+    store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
+from gate.protocols import PrefixBudget, PrefixServing
 
 
 def _boundary_lengths(block_size: int, limit: int) -> list[int]:
@@ -40,7 +51,17 @@ def _boundary_lengths(block_size: int, limit: int) -> list[int]:
 def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> Outcome:
     """Requests reusing cached prefixes of many lengths match a full recompute, with proof of hits."""
     candidate = prefix_candidate(ctx)
-    worker = candidate.fresh(byte_budget=params.byte_budget)
+    pool = store_pool(ctx, candidate)
+    starts = len(pool.starts)
+    findings = Findings(pool=pool)
+    worker: PrefixServing = pool.shared(("base",), candidate.fresh)
+    if params.byte_budget is not None:
+        budgeted: PrefixBudget | None = findings.needs(
+            candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
+        )
+        if budgeted is not None:
+            budget = params.byte_budget
+            worker = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     claim_tokens = getattr(ctx.manifest.claim, "tokens", None)
     new_tokens = params.new_tokens or (max(claim_tokens) if params.compare == "greedy" and claim_tokens else 4)
@@ -77,12 +98,13 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
                 serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
                 serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
 
+    budget_evidence = _budget_contract(ctx, candidate, worker, pool, log, findings, params.budget_blocks, base_len)
     wrong = log.wrong_outputs()
     excess = [s for s in log.served if s.excess]
     reused = sum(s.reused for s in log.served)
     under = [s.label for s in log.served if s.reused < s.entitled]
     bad = {id(s) for s in [*wrong, *excess]}
-    failed_at = [shared[i] for i, s in enumerate(log.served) if id(s) in bad]
+    failed_at = [shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in shared]
     metrics = {
         "requests": len(log.served),
         "reused_tokens": reused,
@@ -95,6 +117,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         "below_entitlement_requests": len(under),
         "new_tokens": new_tokens,
         "block_size": bs,
+        "store_starts": len(pool.starts) - starts,
     }
     evidence = PrefixReuseEvidence(
         requests=[ServedRequest(**row) for row in log.table()],
@@ -102,6 +125,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         compare=params.compare,
         below_entitlement=under[:16],
         cache=worker.cache_state(),
+        budget=budget_evidence or None,
     ).dump()
     outcome = Outcome("pass", "", metrics, evidence, log.exercise(worker), observation=log.observation())
     judged = [s for s in wrong if s.argmax_flips or params.compare == "logits"]
@@ -115,28 +139,104 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
             else "outputs within tolerance"
         )
         rules = sorted({r for s in [*judged, *excess] for r in broken_rules(s)})
-        outcome.status = "fail"
-        outcome.message = (
+        findings.problems.insert(
+            0,
             f"{len(judged)} of {len(log.served)} requests differ from a full recompute "
             f"and {len(excess)} reused state beyond entitlement; first: {first.label}: {describe_excess(first)}; "
-            f"{what}" + (f". Broken rule: {'; '.join(rules)}" if rules else "")
+            f"{what}" + (f". Broken rule: {'; '.join(rules)}" if rules else ""),
         )
         outcome.detected_at = min(failed_at) if failed_at else None
         outcome.diagnosis = {"broken_rules": rules, "failing_requests": [s.row() for s in [*judged, *excess][:8]]}
-        return outcome
     if reused == 0:
-        outcome.status = "fail"
-        outcome.message = (
+        findings.problems.append(
             f"no request reused any cached block ({len(log.served)} requests, "
             f"{metrics['entitled_tokens']} tokens were reusable): parity proves nothing about reuse"
         )
-        return outcome
     over = [s for s in wrong if id(s) not in judged_ids]
-    outcome.status = "warn" if over else "pass"
-    outcome.message = (
+    passed = (
         f"{len(log.served)} requests match a full recompute ({params.compare}, max |Δ| "
         f"{metrics['max_abs_delta']:.3g}); {reused} of {metrics['entitled_tokens']} reusable "
         f"tokens reused in {metrics['hit_blocks']} block hits"
         + (f"; {len(over)} requests over the logit tolerance" if over else "")
+        + (
+            f"; within a budget of {budget_evidence['byte_budget']} bytes the store held at most "
+            f"{budget_evidence['max_bytes_held']} and evicted {budget_evidence['evicted']} blocks"
+            if budget_evidence
+            else ""
+        )
     )
+    findings.settle(outcome, passed)
+    if outcome.status == "pass" and over:
+        outcome.status = "warn"
     return outcome
+
+
+def _budget_contract(
+    ctx: CheckContext,
+    candidate: PrefixServing,
+    worker: PrefixServing,
+    pool: StorePool,
+    log: RequestLog,
+    findings: Findings,
+    blocks: int,
+    length: int,
+) -> dict[str, Any]:
+    """A store whose budget holds `blocks` blocks serves 2 x `blocks` distinct blocks and more: bytes held
+    within the declared budget after every request, evictions shown, the latest prompt still hit."""
+    budgeted: PrefixBudget | None = findings.needs(candidate, PrefixBudget, "bytes held within the declared budget")
+    if budgeted is None:
+        return {}
+    state = worker.cache_state()
+    per_block = int(state.get("bytes_held") or 0) // max(int(state.get("blocks") or 0), 1)
+    if not per_block:
+        findings.lacks(
+            "bytes held within the declared budget",
+            "the store reports no bytes held per block (cache_state: bytes_held, blocks)",
+        )
+        return {}
+    budget = blocks * per_block
+    store = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+    oracle = reference_oracle(ctx)
+    bs, vocab = store.block_size, ctx.candidate.vocab_size
+    prompt_blocks = max(1, min(blocks, (length - 1) // bs))
+    prompts = [
+        seeded_ids(vocab, prompt_blocks * bs + 1, ctx.seed * 1000 + 7777 + n)
+        for n in range(2 * blocks // prompt_blocks + 1)
+    ]
+    held: list[int] = []
+    declared = budget
+    evicted = 0
+    for n, prompt in enumerate(prompts):
+        log.issue(store, f"budget p{n}", prompt, ("budget", n), oracle)
+        state = store.cache_state()
+        declared = int(state.get("byte_budget", budget))
+        held.append(int(state.get("bytes_held", 0)))
+    evicted = int(store.cache_state().get("evicted", 0))
+    last = log.issue(store, "budget latest again", prompts[-1], ("budget", len(prompts) - 1), oracle)
+    stored = len(prompts) * prompt_blocks * per_block
+    if declared != budget:
+        findings.problems.append(f"budget: asked for a budget of {budget} bytes, the store declares {declared}")
+    if max(held) > budget:
+        over = next(i for i, h in enumerate(held) if h > budget)
+        findings.problems.append(
+            f"budget: the store held {max(held)} bytes under a declared budget of {budget} (first over it "
+            f"after request {over}: {held[over]} bytes; {stored} bytes of distinct blocks were served)"
+        )
+    elif evicted == 0:
+        findings.problems.append(
+            f"budget: {stored} bytes of distinct blocks passed through a {budget}-byte budget without one eviction "
+            "reported: the store's byte accounting or its eviction is not shown"
+        )
+    if last.reused == 0:
+        findings.problems.append(
+            "budget: the latest prompt did not hit again under the budget: the cache is not exercised"
+        )
+    return {
+        "byte_budget": budget,
+        "bytes_per_block": per_block,
+        "bytes_served": stored,
+        "max_bytes_held": max(held),
+        "bytes_held_after_each_request": held,
+        "evicted": evicted,
+        "latest_prompt_reused": last.reused,
+    }

@@ -1,11 +1,16 @@
 """tenant-isolation: tenants (or cache salts) never share entries, and same-tenant reuse happens.
 
-Computational sameness does not grant permission to share state (background: isolation). On a fresh
-worker, for each prompt: tenant A serves it twice (the second must hit: same-tenant reuse is the
+Computational sameness does not grant permission to share state (background: isolation). On the
+store, for each prompt: tenant A serves it twice (the second must hit: same-tenant reuse is the
 control that makes the rest meaningful; a cache that is off would pass "no reuse" otherwise), then
 tenant B serves the identical prompt (must reuse nothing) and repeats it (must hit its own entry),
 then an unsalted request and a salted one, and a third tenant shares only a prefix. Every
 cross-tenant request must also match its own uncached computation.
+
+A second round runs under a weak hash (`weak_hash_bits`) where the store's hash can be replaced
+(`PrefixHashing`): the tenants' blocks then share buckets, so a store that relies on the hash to keep
+tenants apart (comparing tokens on a hit, not the tenant) leaks. Without a pluggable hash that round
+is `unproven`, named.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from gate.checks._compare import tolerance_for
 from gate.checks._params import TenantIsolationParams
 from gate.checks._prefix_support import (
+    Findings,
     RequestLog,
     ReuseTally,
     Served,
@@ -20,61 +26,91 @@ from gate.checks._prefix_support import (
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
+    store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.prefix.cache import weak_hash
+from gate.protocols import PrefixHashing, PrefixServing
+
+
+def _tenants(
+    worker: PrefixServing, log: RequestLog, prompts: list[list[int]], tails: list[list[int]], tag: str
+) -> tuple[list[Served], list[Served]]:
+    """Serve every prompt to each tenant; (requests that must hit, requests that must not reuse)."""
+    bs = worker.block_size
+    oracle = recompute_oracle(worker)
+    same: list[Served] = []  # requests that must hit (same tenant, repeated)
+    cross: list[Served] = []  # requests that must not reuse another tenant's entries
+    for n, (prompt, other_tail) in enumerate(zip(prompts, tails, strict=True)):
+        label = f"{tag}p{n}"
+        log.issue(worker, f"{label} tenant-a", prompt, "tenant-a", oracle, tenant="tenant-a")
+        same.append(log.issue(worker, f"{label} tenant-a again", prompt, "tenant-a", oracle, tenant="tenant-a"))
+        cross.append(log.issue(worker, f"{label} tenant-b", prompt, "tenant-b", oracle, tenant="tenant-b"))
+        same.append(log.issue(worker, f"{label} tenant-b again", prompt, "tenant-b", oracle, tenant="tenant-b"))
+        log.issue(worker, f"{label} unsalted", prompt, None, oracle, tenant=None)
+        same.append(log.issue(worker, f"{label} unsalted again", prompt, None, oracle, tenant=None))
+        cross.append(log.issue(worker, f"{label} salt-x", prompt, "salt-x", oracle, tenant="salt-x"))
+        shared = prompt[: 2 * bs] + other_tail
+        cross.append(
+            log.issue(worker, f"{label} tenant-c shares a prefix", shared, "tenant-c", oracle, tenant="tenant-c")
+        )
+    return same, cross
 
 
 @check("tenant-isolation", params=TenantIsolationParams)
 def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcome:
-    """Different tenants or salts never share entries; the same tenant does reuse its own."""
+    """Different tenants or salts never share entries, also under a weak hash; the same tenant does reuse its own."""
     candidate = prefix_candidate(ctx)
-    worker = candidate.fresh()
+    pool = store_pool(ctx, candidate)
+    starts = len(pool.starts)
+    findings = Findings(pool=pool)
+    worker = pool.shared(("base",), candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
+
+    def workload(count: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+        prompts = [seeded_ids(vocab, params.prompt_blocks * bs + 1, seed + 31 * n) for n in range(count)]
+        tails = [seeded_ids(vocab, bs + 1, seed + 31 * n + 7, avoid=[p[bs]]) for n, p in enumerate(prompts)]
+        return prompts, tails
+
     log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
-    oracle = recompute_oracle(worker)
-    same: list[Served] = []  # requests that must hit (same tenant, repeated)
-    cross: list[Served] = []  # requests that must not reuse another tenant's entries
-    for n in range(params.prompts):
-        prompt = seeded_ids(vocab, params.prompt_blocks * bs + 1, ctx.seed * 1000 + 31 * n)
-        other_tail = seeded_ids(vocab, bs + 1, ctx.seed * 1000 + 31 * n + 7, avoid=[prompt[bs]])
-        log.issue(worker, f"p{n} tenant-a", prompt, "tenant-a", oracle, tenant="tenant-a")
-        same.append(log.issue(worker, f"p{n} tenant-a again", prompt, "tenant-a", oracle, tenant="tenant-a"))
-        cross.append(log.issue(worker, f"p{n} tenant-b", prompt, "tenant-b", oracle, tenant="tenant-b"))
-        same.append(log.issue(worker, f"p{n} tenant-b again", prompt, "tenant-b", oracle, tenant="tenant-b"))
-        log.issue(worker, f"p{n} unsalted", prompt, None, oracle, tenant=None)
-        same.append(log.issue(worker, f"p{n} unsalted again", prompt, None, oracle, tenant=None))
-        cross.append(log.issue(worker, f"p{n} salt-x", prompt, "salt-x", oracle, tenant="salt-x"))
-        cross.append(
-            log.issue(
-                worker,
-                f"p{n} tenant-c shares a prefix",
-                prompt[: 2 * bs] + other_tail,
-                "tenant-c",
-                oracle,
-                tenant="tenant-c",
-            )
+    same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+    weak_cross: list[Served] = []
+    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
+    if hashing is not None:
+        bits = params.weak_hash_bits
+        weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
+        weak_log = RequestLog(ReuseTally(bs), log.tol)
+        weak_same, weak_cross = _tenants(
+            weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
         )
+        same, cross = same + weak_same, cross + weak_cross
+        log.served.extend(weak_log.served)
 
     leaks = [s for s in cross if s.excess]
     no_reuse = [s for s in same if s.reused == 0 and s.entitled]
     wrong = log.wrong_outputs()
+    weak_collisions = sum(s.reply.stats.collisions_detected for s in weak_cross)
     metrics = {
         "cross_tenant_requests": len(cross),
         "cross_tenant_reused_tokens": sum(s.reused for s in cross),
         "same_tenant_requests": len(same),
         "same_tenant_reused_tokens": sum(s.reused for s in same),
+        "weak_hash_cross_tenant_collisions": weak_collisions,
         "leaks": len(leaks),
         "wrong_outputs": len(wrong),
+        "store_starts": len(pool.starts) - starts,
     }
     outcome = Outcome(
         "pass", "", metrics, {"requests": log.table()}, log.exercise(worker), observation=log.observation()
     )
-    problems = []
+    problems = findings.problems
     if leaks:
+        weak_leaks = sum(1 for s in leaks if any(s is w for w in weak_cross))
         problems.append(
-            f"{len(leaks)} requests reused another tenant's or salt's entries; first: "
-            f"{leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must partition the cache namespace "
-            "(computational sameness does not grant permission to share state)"
+            f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the "
+            f"weak hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must "
+            "partition the cache namespace, whatever the hash says (computational sameness does not grant "
+            "permission to share state)"
         )
     if no_reuse:
         problems.append(
@@ -82,14 +118,18 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
             f"{no_reuse[0].label}, 0 of {no_reuse[0].entitled} reusable tokens): with the cache off, "
             "'no cross-tenant reuse' proves nothing"
         )
+    if hashing is not None and not weak_collisions and not leaks:
+        problems.append(
+            "under the weak hash no cross-tenant request met another tenant's block in its bucket: "
+            "isolation under collisions was not exercised"
+        )
     if wrong:
         problems.append("outputs differ from the uncached computation in: " + ", ".join(s.label for s in wrong))
     if problems:
-        outcome.status, outcome.message = "fail", "; ".join(problems)
         outcome.diagnosis = {"leaks": [s.row() for s in leaks[:8]], "no_reuse": [s.label for s in no_reuse]}
-        return outcome
-    outcome.message = (
-        f"{len(cross)} cross-tenant requests reused nothing of another tenant; "
-        f"{len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens"
+    return findings.settle(
+        outcome,
+        f"{len(cross)} cross-tenant requests reused nothing of another tenant"
+        + (f" ({weak_collisions} cross-tenant hash collisions refused)" if hashing is not None else "")
+        + f"; {len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens",
     )
-    return outcome

@@ -101,6 +101,10 @@ class Outcome:
     detected_at: int | None = None
     """Smallest prefix length (or other index) at which the check failed."""
     observation: torch.Tensor | None = None
+    lacking: dict[str, str] = field(default_factory=dict)
+    """Assertions the check could not make on this candidate -> the capability it lacks, in words.
+    With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides
+    what they mean for the gate."""
 
 
 @dataclass(frozen=True)

@@ -398,6 +398,13 @@ class PrefixReuseEvidence(EvidenceRecord):
     """Requests that reused less than they could (a missed hit, not a wrong one)."""
     cache: dict[str, Any]
     """The cache's state after the last request."""
+    budget: dict[str, Any] | None = None
+    """The budget contract (stores with a byte budget): the budget, bytes per block and served, bytes
+    held after each request, evictions, and whether the latest prompt still hit."""
+    unproven_assertions: dict[str, str] | None = None
+    """Assertions the store could not support -> the capability it lacks."""
+    store_starts_in_run: list[str] | None = None
+    """Every store the run's prefix checks started so far (on an engine, each is a process start)."""
 
 
 # --- serving: phase-performance -------------------------------------------------------------------

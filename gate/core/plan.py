@@ -48,6 +48,8 @@ class PlannedCheck(Record):
     """Negative controls the check must pass."""
     unproven: Literal["deny", "warn"] = "deny"
     """What it means when none of the controls can run: deny fails the gate, warn reports."""
+    missing_capability: Literal["deny", "warn"] = "deny"
+    """What assertions left unproven by a capability the candidate lacks mean (the controls did run)."""
     source: str
     """Policy file and rule path that required it."""
     resolution: list[str] = Field(default_factory=list)
@@ -130,6 +132,7 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
                 params=params,
                 controls=rule.controls,
                 unproven=rule.unproven or UNPROVEN_DEFAULT.get(level, "warn"),
+                missing_capability=rule.missing_capability,
                 source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
                 resolution=claim.history,
                 available=rule.check in registered,

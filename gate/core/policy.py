@@ -62,6 +62,10 @@ class CheckRule(Record):
     """When none of the controls can run on the candidate (power unproven): deny fails the gate
     (verdict unproven, exit 1), warn only reports. Default: deny for exact and tolerance claims,
     warn otherwise."""
+    missing_capability: Literal["deny", "warn"] = "deny"
+    """When the check's controls show power but some of its assertions need a capability the
+    candidate lacks (those assertions are `unproven`, each with the capability named): deny fails the
+    gate (verdict unproven), warn reports them amber and lets the rest decide."""
 
     @field_validator("controls", mode="before")
     @classmethod

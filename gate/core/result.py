@@ -26,7 +26,8 @@ class Status(str, Enum):
     skip = "skip"
     waived = "waived"
     unproven = "unproven"
-    """The check passed but none of its negative controls could run: its power is not shown."""
+    """The check passed but none of its negative controls could run (its power is not shown), or
+    some of its assertions need a capability the candidate lacks (named in its evidence)."""
 
 
 class Verdict(str, Enum):

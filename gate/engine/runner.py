@@ -194,6 +194,9 @@ def run_check(
             status, message = Status.unproven, unproven + also
         elif problem:
             status, message = Status.failed, problem
+    if status == Status.unproven and outcome.lacking and not unproven_verdict(planned.check, controls):
+        # the controls showed power; what is left unproven is a capability the candidate lacks
+        base["unproven"] = planned.missing_capability
     return CheckResult(
         **base,
         status=status,

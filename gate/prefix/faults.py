@@ -61,6 +61,12 @@ def _trust_hash(rules: CacheRules) -> CacheRules:
     return replace(rules, verify=lambda _stored, _wanted: True)
 
 
+def _verify_ignores_identity(rules: CacheRules) -> CacheRules:
+    """On a hash hit, compare parent, position and tokens but not the identity: the hash, which
+    covers the identity, is trusted to keep tenants and adapters apart (it does, until it collides)."""
+    return replace(rules, verify=lambda stored, wanted: stored[:-1] == wanted[:-1])
+
+
 RULE_FAULTS: dict[str, RuleFault] = {
     "key-ignores-adapter": _key_ignoring("adapter"),
     "key-ignores-tenant": _key_ignoring("tenant"),
@@ -72,6 +78,7 @@ RULE_FAULTS: dict[str, RuleFault] = {
     "key-ignores-position": _key_ignores_position,
     "unordered-blocks": _unordered_blocks,
     "trust-hash": _trust_hash,
+    "verify-ignores-identity": _verify_ignores_identity,
 }
 WORKER_FAULTS = ("skip-invalidation",)
 """skip-invalidation: a weight or adapter update loads the new weights but neither invalidates the

@@ -488,6 +488,25 @@ class PrefixWorker:
             hash_fn=hash_fn,
         )
 
+    def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:
+        return self.fresh(hash_fn=hash_fn)
+
+    def with_budget(self, byte_budget: int) -> PrefixWorker:
+        return self.fresh(byte_budget=byte_budget)
+
+    def reset_cache(self) -> int:
+        return self.cache.clear()
+
+    def restarted(self, *, checkpoint_seed: int | None = None) -> PrefixWorker:
+        """A new worker process with an empty cache; on another checkpoint it keys on that
+        checkpoint's digest, whatever label the operator gives it."""
+        spec = self.spec
+        if checkpoint_seed is not None:
+            spec = replace(spec, weight_updates=(*spec.weight_updates, checkpoint_seed))
+        return type(self).create(
+            spec, block_size=self.block_size, byte_budget=self.cache.byte_budget, faults=self._faults
+        )
+
     def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
         if target == "model":
             self.spec = replace(self.spec, weight_updates=(*self.spec.weight_updates, seed))

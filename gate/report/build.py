@@ -317,7 +317,14 @@ def _banner_notes(result: GateResult) -> list[str]:
             )
         if check.status == Status.unproven:
             denies = "denies" if check.unproven == "deny" else "warns only"
-            notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run")
+            lacking = check.evidence.get("unproven_assertions") if check.evidence else None
+            if lacking and isinstance(lacking, dict):
+                notes.append(
+                    f"unproven ({denies}): {check.check}: the candidate lacks what {len(lacking)} of its assertions "
+                    f"need ({', '.join(lacking)})"
+                )
+            else:
+                notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run")
     return notes
 
 

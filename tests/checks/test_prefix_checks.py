@@ -21,8 +21,9 @@ from gate.cli.main import cli
 from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import ClaimLevel, Intervention, Manifest
 from gate.core.policy import load_policies
+from gate.engine.run_cache import RunCache
 from gate.prefix.worker import PrefixWorker
-from gate.protocols import PrefixCaching
+from gate.protocols import PREFIX_CAPABILITIES, PrefixCaching, PrefixHashing, PrefixServing
 from tests.support.repo import EXAMPLES
 
 CHECKS: dict[str, CheckSpec[Any]] = {
@@ -189,11 +190,77 @@ def test_parity_passes_in_bfloat16() -> None:
     assert outcome.status == "pass", outcome.message
 
 
-def test_an_identity_field_the_candidate_cannot_vary_is_unverified() -> None:
+def test_an_identity_field_the_candidate_cannot_vary_is_unproven_and_named() -> None:
     outcome = cache_identity(context(identity=[*IDENTITY, "attention-mask"]), cache_identity.params())
-    assert outcome.status == "fail" and "attention-mask" in outcome.message
-    warned = cache_identity(context(identity=[*IDENTITY, "attention-mask"]), cache_identity.params(unverifiable="warn"))
-    assert warned.status == "warn"
+    assert outcome.status == "unproven" and "attention-mask" in outcome.message
+    assert outcome.lacking == {
+        "attention-mask": "the store cannot build a sibling that differs in attention-mask alone"
+    }
+    failed = cache_identity(context(identity=[*IDENTITY, "attention-mask"]), cache_identity.params(unverifiable="fail"))
+    assert failed.status == "fail"
+
+
+def test_gates_worker_offers_every_prefix_capability() -> None:
+    _, cand = paths()
+    for name, protocol in PREFIX_CAPABILITIES.items():
+        assert isinstance(cand, protocol), name
+        assert isinstance(cand.fresh(), protocol), name
+
+
+class ServeOnly:
+    """A correct store that offers serve and recompute and nothing else (gate's worker, narrowed)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.name, self.vocab_size, self.max_len = "serve-only", worker.vocab_size, worker.max_len
+        self.uses_cache, self.dtype, self.block_size = True, worker.dtype, worker.block_size
+
+    def request(self, tokens: Any, **kw: Any) -> Any:
+        return self.worker.request(tokens, **kw)
+
+    def recompute(self, tokens: Any, **kw: Any) -> Any:
+        return self.worker.recompute(tokens, **kw)
+
+    def adapters(self) -> tuple[str, ...]:
+        return self.worker.adapters()  # type: ignore[no-any-return]
+
+    def fresh(self, *, block_size: int | None = None) -> ServeOnly:
+        return ServeOnly(self.worker.fresh(block_size=block_size))
+
+    def reset_cache(self) -> int:
+        return self.worker.reset_cache()  # type: ignore[no-any-return]
+
+    def cache_state(self) -> dict[str, Any]:
+        return {"blocks": self.worker.cache_state()["blocks"]}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_a_correct_store_with_one_capability_is_never_failed_and_never_passed_where_it_lacks(name: str) -> None:
+    ctx = context()
+    _, cand = paths()
+    ctx.candidate = ServeOnly(cand)  # type: ignore[assignment]
+    assert isinstance(ctx.candidate, PrefixServing) and not isinstance(ctx.candidate, PrefixHashing)
+    outcome = CHECKS[name](ctx, CHECKS[name].params())
+    if name == "prefix-reuse-parity":  # everything but the budget contract needs serve and recompute only
+        assert outcome.status == "unproven" and set(outcome.lacking) == {"bytes held within the declared budget"}
+        assert outcome.exercise["reused_tokens"] > 0
+    elif name == "tenant-isolation":
+        assert outcome.status == "unproven" and set(outcome.lacking) == {"isolation under a weak hash"}
+    else:
+        assert outcome.status == "unproven", outcome.message
+    assert all("gate.protocols." in why or "adapters" in why or "sibling" in why for why in outcome.lacking.values())
+    assert outcome.message.count("unproven") >= 1 and "fail" not in outcome.message
+
+
+def test_store_starts_are_shared_across_checks_and_counted() -> None:
+    ctx = context()
+    ctx.cache = RunCache()
+    for name in ("prefix-reuse-parity", "tenant-isolation", "hash-collision", "cache-identity", "invalidation"):
+        outcome = CHECKS[name](ctx, CHECKS[name].params())
+        assert outcome.status == "pass", outcome.message
+    starts = outcome.evidence["store_starts_in_run"]
+    # base, budget, 2-bit hash, 5 siblings, block size 1, weight update, two restarts: 12 (26 before)
+    assert starts.count("base") == 1 and starts.count("hash/2") == 1 and len(starts) == 12, starts
 
 
 def test_prefix_options_are_validated() -> None:

@@ -277,6 +277,18 @@ class PrefixCachingPart(HFPath):
     ) -> PrefixWorker:
         return self.worker.fresh(block_size=block_size, byte_budget=byte_budget, hash_fn=hash_fn)
 
+    def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:
+        return self.worker.with_hash(hash_fn)
+
+    def with_budget(self, byte_budget: int) -> PrefixWorker:
+        return self.worker.with_budget(byte_budget)
+
+    def reset_cache(self) -> int:
+        return self.worker.reset_cache()
+
+    def restarted(self, *, checkpoint_seed: int | None = None) -> PrefixWorker:
+        return self.worker.restarted(checkpoint_seed=checkpoint_seed)
+
     def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
         self.worker.update_weights(target, seed=seed)
 

@@ -3,8 +3,15 @@
 An HTTP engine exposes no logits and no session, only completions; `full_logits` and
 `new_session` say so, and the in-process checks skip such a path. The engine checks
 (gate.checks.engine_*) use `serve()`: a context manager that starts the server (or connects to
-`base_url`), yields an `EngineClient`, and stops the server's whole process group when the block
+`base_url`), yields an `EngineClient`, and stops the server's whole process group when the run
 ends, on an exception and on Ctrl-C alike.
+
+A server gate launches in a path's own configuration is started once per run and handed to every
+later check and control that asks for the same launch, its prefix cache reset through the engine's
+own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one): on a
+real engine each start costs model loading. A check that
+needs a genuinely new process (a restart) asks for `fresh=True`, and that server stops with its
+block. Every start is counted (`engine_starts`) and shown in each server's evidence.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gate._util.stopping import Stopper, on_stop
 from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
@@ -60,6 +68,34 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
 
 
 @dataclass
+class Pooled:
+    """A server kept for the rest of the run."""
+
+    server: ServerProcess
+    client: EngineClient
+    stopper: Stopper
+
+
+_POOL: dict[str, Pooled] = {}
+"""Launch (as JSON) -> the server running it, until the run ends (gate._util.stopping)."""
+_STARTS: list[str] = []
+"""Labels of the servers started in this run (cleared when the run ends, gate._util.stopping)."""
+
+
+def engine_starts() -> list[str]:
+    """The servers gate started in this run, in order (a pooled server counts once)."""
+    return list(_STARTS)
+
+
+def _pooled(key: str) -> Pooled | None:
+    held = _POOL.get(key)
+    if held is not None and (held.server.proc is None or held.server.proc.poll() is not None):
+        held.stopper.stop()  # it died (a crash a check reported): the next check gets a new one
+        return None
+    return held
+
+
+@dataclass
 class Served:
     """A running server as a check sees it (gate.protocols.EngineServer): the client, and its process
     when gate launched it."""
@@ -67,6 +103,8 @@ class Served:
     client: EngineClient
     server: ServerProcess | None
     path: EnginePath
+    reused: bool = False
+    """Handed over from an earlier check of this run (its cache reset), not started for this one."""
 
     @property
     def flavor(self) -> str:
@@ -91,6 +129,9 @@ class Served:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
         if self.server is not None:
             out.update(self.server.describe())
+            out["reused_from_earlier_check"] = self.reused
+            controls = sum("[control " in label for label in _STARTS)
+            out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls}
         return out
 
 
@@ -207,8 +248,11 @@ class EnginePath:
         return launch.model_copy(update=update)
 
     @contextlib.contextmanager
-    def serve(self, *, label: str = "server", model: TinyModel | str | None = None) -> Iterator[Served]:
-        """Start the server (or reach base_url); stop its process group when the block ends."""
+    def serve(
+        self, *, label: str = "server", model: TinyModel | str | None = None, fresh: bool = False
+    ) -> Iterator[Served]:
+        """The server of this launch (or base_url): the run's running one, its cache reset, or a new
+        one kept until the run ends; with `fresh`, a new process stopped when the block ends."""
         opts = self.options
         headers = resolve_headers(opts.headers)
         launch = self._launch(model)
@@ -219,6 +263,39 @@ class EnginePath:
             client.discover()
             yield Served(client, None, self)
             return
+        key = launch.model_dump_json() + repr(sorted(headers.items()))
+        held = None if fresh else _pooled(key)
+        reused = held is not None
+        if held is not None:
+            try:
+                self.reset_cache(held.client)  # nothing an earlier check cached is left
+            except EngineBadReply:  # no reset this server accepts (llama.cpp without --slot-save-path)
+                held.stopper.stop()
+                held, reused = None, False
+        if held is None and not fresh:
+            server, client = self._start(launch, headers, full_label)
+
+            def stop(key: str = key, server: ServerProcess = server) -> None:
+                _POOL.pop(key, None)
+                server.stop()
+
+            held = _POOL[key] = Pooled(server, client, on_stop(f"engine server {full_label}", stop))
+        if held is not None:
+            try:
+                yield Served(held.client, held.server, self, reused=reused)
+            except BaseException:  # an interrupted or failed check leaves no server in an unknown state
+                held.stopper.stop()
+                raise
+            return
+        with sigterm_stops_servers():
+            started = self._start(launch, headers, full_label)
+            try:
+                yield Served(started[1], started[0], self)
+            finally:
+                started[0].stop()
+
+    def _start(self, launch: Launch, headers: dict[str, str], full_label: str) -> tuple[ServerProcess, EngineClient]:
+        """Start a server on `launch` and wait until it answers; counted in `engine_starts`."""
         port = launch.port or free_port()
         model_path = launch.model_file
         if launch.tiny_model is not None:
@@ -234,14 +311,17 @@ class EnginePath:
         )
         subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}
         server.command = [_substitute(part, subs) for part in launch.command]
-        with sigterm_stops_servers():
-            try:
-                server.start()
-                client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
-                client.discover()
-                yield Served(client, server, self)
-            finally:
-                server.stop()
+        if not _STARTS:  # the first start of a run: the count ends with the run
+            on_stop("engine start count", _STARTS.clear)
+        _STARTS.append(full_label)
+        try:
+            server.start()
+            client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
+            client.discover()
+        except BaseException:
+            server.stop()
+            raise
+        return server, client
 
     def _client(self, base_url: str, headers: dict[str, str], label: str, alive: Any = None) -> EngineClient:
         opts = self.options

@@ -7,10 +7,12 @@ on a fresh clone; .ci/engine.sh builds it and runs them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gate._util.stopping import stop_all
 from tests.support.repo import REPO
 
 
@@ -38,3 +40,11 @@ def engine_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     path = f"{server.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     monkeypatch.setenv("PATH", path)
     return {**os.environ, "PATH": path, "GATE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _stop_servers_after_each_test() -> Iterator[None]:
+    """Servers a path keeps for the rest of a run (gate.adapters.openai.path) end with the test,
+    as they end with a `gate run`."""
+    yield
+    stop_all()

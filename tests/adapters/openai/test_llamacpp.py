@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -144,6 +146,11 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
         assert checks[name]["status"] == "pass", checks[name]["message"]
         assert checks[name]["controls"] and all(c["outcome"] == "detected" for c in checks[name]["controls"])
     assert {c["fault"] for c in parity["controls"]} == {"kv-quantised", "stale-weights"}
+    # servers are shared across checks and controls (their cache reset between them); starts counted
+    starts = list(_starts_seen(record))
+    assert starts and max(s["checks"] for s in starts) <= 5, starts
+    assert max(s["checks"] + s["controls"] for s in starts) <= 8, starts
+    assert any(server.get("reused_from_earlier_check") for server in _servers(record))
     # no cache salt on llama.cpp: unproven, reported as a warning by the policy (never green)
     assert (
         checks["engine-isolation"]["status"] == "unproven" and "no cache salt" in checks["engine-isolation"]["message"]
@@ -192,6 +199,23 @@ def test_the_hosted_mode_detects_chunk_reuse_and_is_amber_without_a_control(
     [check] = record["checks"]
     assert check["status"] == "unproven" and check["unproven"] == "warn", check["message"]
     assert "unproven" in record["summary"]
+
+
+def _servers(node: object) -> Iterator[dict[str, Any]]:
+    """Every server's evidence in a record."""
+    if isinstance(node, dict):
+        if "engine_starts_in_run" in node:
+            yield node
+        for value in node.values():
+            yield from _servers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _servers(value)
+
+
+def _starts_seen(record: dict[str, Any]) -> Iterator[dict[str, int]]:
+    for server in _servers(record):
+        yield server["engine_starts_in_run"]
 
 
 def _manifest(tmp_path: Path, candidate_model: dict[str, object], candidate_args: tuple[str, ...] = ()) -> Path:
