@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -51,14 +52,95 @@ class NotPrefixCaching(TypeError):
 
 
 def prefix_candidate(ctx: CheckContext) -> PrefixServing:
-    """The candidate as a prefix store, or a clear error naming the capability it lacks."""
-    if not isinstance(ctx.candidate, PrefixServing):
-        raise NotPrefixCaching(
-            f"candidate path {ctx.candidate.name!r} offers no cross-request prefix cache "
-            "(gate.protocols.PrefixServing: request, recompute, adapters, fresh, reset_cache, cache_state); "
-            "use e.g. {adapter: reference, options: {path: prefix-cache}}"
-        )
-    return ctx.candidate
+    """The candidate as a prefix store, or a clear error naming the capability it lacks. A path written
+    against the single `PrefixCaching` protocol of earlier releases is served through `LegacyStore`."""
+    if isinstance(ctx.candidate, PrefixServing):
+        return ctx.candidate
+    if all(callable(getattr(ctx.candidate, name, None)) for name in LEGACY_METHODS):
+        legacy = ctx.candidate
+        return ctx.cache.get(("legacy prefix store", legacy), lambda: LegacyStore(legacy))
+    raise NotPrefixCaching(
+        f"candidate path {ctx.candidate.name!r} offers no cross-request prefix cache "
+        "(gate.protocols.PrefixServing: request, recompute, adapters, fresh, reset_cache, cache_state); "
+        "use e.g. {adapter: reference, options: {path: prefix-cache}}"
+    )
+
+
+LEGACY_METHODS = (
+    "request",
+    "recompute",
+    "identity_for",
+    "adapters",
+    "sibling",
+    "fresh",
+    "update_weights",
+    "save_cache",
+    "restore_cache",
+    "cache_state",
+)
+"""The single PrefixCaching protocol before the capabilities were split (policy prefix-reuse v2)."""
+
+
+class LegacyStore:
+    """A store written against the earlier single protocol (`fresh(block_size=, byte_budget=,
+    hash_fn=)`, no `reset_cache`, `with_hash`, `with_budget` or `restarted`), offering every capability
+    through its old methods: a reset and a restart are a fresh store, a restart on another checkpoint
+    is a fresh store with updated weights (so its revision label changes with them)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.block_size: int = inner.block_size
+
+    def request(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
+        reply: PrefixReply = self.inner.request(tokens, **options)
+        return reply
+
+    def recompute(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
+        reply: PrefixReply = self.inner.recompute(tokens, **options)
+        return reply
+
+    def adapters(self) -> tuple[str, ...]:
+        return tuple(self.inner.adapters())
+
+    def identity_for(self, **options: Any) -> Any:
+        return self.inner.identity_for(**options)
+
+    def sibling(self, field: str) -> PrefixServing | None:
+        sibling = self.inner.sibling(field)
+        return None if sibling is None else LegacyStore(sibling)
+
+    def fresh(self, *, block_size: int | None = None) -> LegacyStore:
+        return LegacyStore(self.inner.fresh(block_size=block_size))
+
+    def reset_cache(self) -> int:
+        blocks = int(self.inner.cache_state().get("blocks") or 0)
+        self.inner = self.inner.fresh(block_size=self.block_size)
+        return blocks
+
+    def cache_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.inner.cache_state()
+        return state
+
+    def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> LegacyStore:
+        return LegacyStore(self.inner.fresh(hash_fn=hash_fn))
+
+    def with_budget(self, byte_budget: int) -> LegacyStore:
+        return LegacyStore(self.inner.fresh(byte_budget=byte_budget))
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        self.inner.update_weights(target, seed=seed)
+
+    def save_cache(self, file: Path) -> int:
+        return int(self.inner.save_cache(file))
+
+    def restore_cache(self, file: Path) -> Any:
+        return self.inner.restore_cache(file)
+
+    def restarted(self, *, checkpoint_seed: int | None = None) -> LegacyStore:
+        store = LegacyStore(self.inner.fresh())
+        if checkpoint_seed is not None:
+            store.update_weights("model", seed=checkpoint_seed)
+        return store
 
 
 def capability_name(protocol: type) -> str:

@@ -252,6 +252,36 @@ def test_a_correct_store_with_one_capability_is_never_failed_and_never_passed_wh
     assert outcome.message.count("unproven") >= 1 and "fail" not in outcome.message
 
 
+class OldProtocolPath:
+    """A plugin written against the single PrefixCaching protocol of policy v2: `fresh` with hash and
+    budget keywords, no reset_cache / with_hash / with_budget / restarted."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.name, self.vocab_size, self.max_len = "old-protocol", worker.vocab_size, worker.max_len
+        self.uses_cache, self.dtype, self.block_size = True, worker.dtype, worker.block_size
+        for name in ("request", "recompute", "identity_for", "adapters", "update_weights", "save_cache"):
+            setattr(self, name, getattr(worker, name))
+        self.restore_cache, self.cache_state = worker.restore_cache, worker.cache_state
+
+    def sibling(self, field: str) -> Any:
+        sibling = self.worker.sibling(field)
+        return None if sibling is None else OldProtocolPath(sibling)
+
+    def fresh(self, **options: Any) -> OldProtocolPath:
+        return OldProtocolPath(self.worker.fresh(**options))
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_a_plugin_written_against_the_old_single_protocol_still_passes(name: str) -> None:
+    ctx = context()
+    _, cand = paths()
+    ctx.candidate = OldProtocolPath(cand)  # type: ignore[assignment]
+    assert not isinstance(ctx.candidate, PrefixServing)
+    outcome = CHECKS[name](ctx, CHECKS[name].params())
+    assert outcome.status == "pass", outcome.message
+
+
 def test_store_starts_are_shared_across_checks_and_counted() -> None:
     ctx = context()
     ctx.cache = RunCache()

@@ -263,7 +263,8 @@ class EnginePath:
             client.discover()
             yield Served(client, None, self)
             return
-        key = launch.model_dump_json() + repr(sorted(headers.items()))
+        # per path (the reference and the candidate are separate processes even on one launch), per launch
+        key = f"{id(opts)}:{launch.model_dump_json()}{sorted(headers.items())!r}"
         held = None if fresh else _pooled(key)
         reused = held is not None
         if held is not None:

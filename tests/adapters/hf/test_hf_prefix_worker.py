@@ -109,7 +109,7 @@ def test_the_example_passes_with_every_control_detected(tmp_path: Path) -> None:
         "hash-collision",
     }
     outcomes = [(c["check"], x["fault"], x["outcome"]) for c in checks.values() for x in c["controls"]]
-    assert len(outcomes) == 14 and all(o == "detected" for _, _, o in outcomes), outcomes
+    assert len(outcomes) == 16 and all(o == "detected" for _, _, o in outcomes), outcomes
     assert checks["prefix-reuse-parity"]["exercise"]["reused_tokens"] > 0
     assert record["subjects"]["candidate"]["prefix_cache"]["block_size"] == 4
 
