@@ -320,8 +320,8 @@ def _banner_notes(result: GateResult) -> list[str]:
             lacking = check.evidence.get("unproven_assertions") if check.evidence else None
             if lacking and isinstance(lacking, dict):
                 notes.append(
-                    f"unproven ({denies}): {check.check}: the candidate lacks what {len(lacking)} of its assertions "
-                    f"need ({', '.join(lacking)})"
+                    f"unproven ({denies}): {check.check}: {len(lacking)} of its assertions need what the candidate "
+                    f"lacks ({', '.join(lacking)})"
                 )
             else:
                 notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run")

@@ -62,6 +62,8 @@ def test_the_correct_store_passes_with_unproven_only_where_it_lacks_a_capability
     assert checks["hash-collision"]["metrics"]["cross_identity_collisions_detected"] > 0
     assert checks["tenant-isolation"]["metrics"]["weak_hash_cross_tenant_collisions"] > 0
     assert len(checks["hash-collision"]["evidence"]["store_starts_in_run"]) == 7
+    banner = (tmp_path / "out" / "dossier.md").read_text().split("### ", 1)[0]
+    assert "cache-identity: 6 of its assertions need what the candidate lacks (model-revision, adapter" in banner
 
 
 @pytest.mark.parametrize(
