@@ -282,6 +282,26 @@ def test_a_plugin_written_against_the_old_single_protocol_still_passes(name: str
     assert outcome.status == "pass", outcome.message
 
 
+class ReportsNoTenant(ServeOnly):
+    """Keys on the tenant (it is gate's worker) but reports identities without it."""
+
+    def fresh(self, *, block_size: int | None = None) -> ReportsNoTenant:
+        return ReportsNoTenant(self.worker.fresh(block_size=block_size))
+
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> Any:
+        return self.worker.identity_for(adapter=adapter, tenant=None)
+
+
+def test_a_reported_identity_that_is_not_what_the_store_keys_on_fails() -> None:
+    ctx = context(identity=["token-ids", "positions", "tenant"])
+    _, cand = paths()
+    ctx.candidate = ReportsNoTenant(cand)  # type: ignore[assignment]
+    outcome = cache_identity(ctx, cache_identity.params())
+    assert outcome.status == "fail", outcome.message
+    assert "tenant: the store reports the same identity for both requests" in outcome.message
+    assert "does not say what it keys on" in outcome.message
+
+
 def test_store_starts_are_shared_across_checks_and_counted() -> None:
     ctx = context()
     ctx.cache = RunCache()
