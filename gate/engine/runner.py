@@ -179,7 +179,13 @@ def run_check(
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
-    if run_controls and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
+    # a check that could assert nothing for lack of capabilities exercised nothing a control could change
+    asserted_nothing = outcome.status == "unproven" and bool(outcome.lacking) and not outcome.exercise
+    if (
+        run_controls
+        and not asserted_nothing
+        and (status in (Status.passed, Status.warn) or outcome.status == "unproven")
+    ):
         for done, control in enumerate(planned.controls):
             ctx.log(f"  control {control.fault} (expect {control.expect})")
             result = run_control(spec, ctx, params, outcome, control, clock)
@@ -195,7 +201,8 @@ def run_check(
         elif problem:
             status, message = Status.failed, problem
     if status == Status.unproven and outcome.lacking and not unproven_verdict(planned.check, controls):
-        # the controls showed power; what is left unproven is a capability the candidate lacks
+        # the controls showed power (or nothing could be asserted): what is left unproven is a
+        # capability the candidate lacks
         base["unproven"] = planned.missing_capability
     return CheckResult(
         **base,

@@ -20,8 +20,11 @@ from gate.checks.tenant_isolation import tenant_isolation
 from gate.cli.main import cli
 from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import ClaimLevel, Intervention, Manifest
+from gate.core.plan import PlannedCheck
 from gate.core.policy import load_policies
+from gate.core.result import Status
 from gate.engine.run_cache import RunCache
+from gate.engine.runner import decide, run_check
 from gate.prefix.worker import PrefixWorker
 from gate.protocols import PREFIX_CAPABILITIES, PrefixCaching, PrefixHashing, PrefixServing
 from tests.support.repo import EXAMPLES
@@ -233,6 +236,12 @@ class ServeOnly:
     def cache_state(self) -> dict[str, Any]:
         return {"blocks": self.worker.cache_state()["blocks"]}
 
+    def faults(self) -> tuple[str, ...]:
+        return self.worker.faults()  # type: ignore[no-any-return]
+
+    def with_fault(self, fault: str) -> ServeOnly:
+        return type(self)(self.worker.with_fault(fault))
+
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_a_correct_store_with_one_capability_is_never_failed_and_never_passed_where_it_lacks(name: str) -> None:
@@ -280,6 +289,36 @@ def test_a_plugin_written_against_the_old_single_protocol_still_passes(name: str
     assert not isinstance(ctx.candidate, PrefixServing)
     outcome = CHECKS[name](ctx, CHECKS[name].params())
     assert outcome.status == "pass", outcome.message
+
+
+@pytest.mark.parametrize("name", ["hash-collision", "tenant-isolation"])
+def test_through_the_runner_a_missing_capability_is_unproven_as_the_policy_says_never_failed(name: str) -> None:
+    ctx = context()
+    _, cand = paths()
+    ctx.candidate = ServeOnly(cand)  # type: ignore[assignment]
+    rule = next(
+        r
+        for r, _ in load_policies().interventions[Intervention.prefix_reuse].claims[ClaimLevel.tolerance].checks
+        if r.check == name
+    )
+    planned = PlannedCheck(
+        check=name,
+        step=rule.step,
+        severity="deny",
+        why=rule.why,
+        controls=rule.controls,
+        missing_capability=rule.missing_capability,
+        source="test",
+        available=True,
+    )
+    result = run_check(planned, CHECKS[name], CHECKS[name].params(), ctx)
+    assert result.status == Status.unproven and result.unproven == "warn", result.message
+    assert "pluggable hash" in result.message
+    if name == "hash-collision":  # nothing asserted: no control could change anything, none ran
+        assert result.controls == []
+    else:  # the rest was asserted, and its controls showed power
+        assert any(c.outcome.value == "detected" for c in result.controls)
+    assert decide([result], ClaimLevel.tolerance)[0].value == "pass"
 
 
 class ReportsNoTenant(ServeOnly):
