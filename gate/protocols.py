@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from gate.errors import SubjectCrash
 
@@ -43,6 +43,7 @@ __all__ = [
     "LayerTracing",
     "LayoutBoundaries",
     "LayoutEdges",
+    "PathCapabilities",
     "PrefixBudget",
     "PrefixCaching",
     "PrefixHashing",
@@ -473,7 +474,12 @@ class EngineServing(Protocol):
 
 
 class Adapter(Protocol):
-    """Builds paths from validated options. Registered under entry point group `gate.adapters`."""
+    """Builds paths from validated options. Registered under entry point group `gate.adapters`.
+
+    An adapter may also offer `capabilities(options) -> PathCapabilities`: what the path will offer,
+    stated from the options alone (no model built or run), so `gate plan` can show before a run
+    which lengths a sweep wants and which the path can reach. Without it, the plan says reach is
+    known only at run time."""
 
     name: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
@@ -481,3 +487,20 @@ class Adapter(Protocol):
     def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> DecodePath:
         """Build the path the options describe. Heavy imports happen here, not at module import."""
         ...
+
+
+class PathCapabilities(BaseModel):
+    """What a path will offer, as its adapter states it from the options alone: no model built or run."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    path: str
+    """The path's name as the adapter will build it (e.g. `reference:static`)."""
+    max_len: int | None = None
+    """Longest sequence the path accepts; None: only the running path can say (a server states it)."""
+    max_len_from: str = "not stated before a run"
+    """Where max_len comes from: a preset, an override, config.json, a launch flag."""
+    offers: list[str] = Field(default_factory=list)
+    """Capabilities the built path offers, by protocol name (sessions, LayerTracing, AttentionProbe,
+    LayoutEdges, SpeculativePath, PrefixCaching, EngineServing); where it depends on the installed
+    library, the adapter leaves it out."""

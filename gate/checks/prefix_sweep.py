@@ -35,6 +35,7 @@ from gate.checks._compare import (
     thin,
     tolerance_for,
 )
+from gate.checks._coverage import prefix_sweep_coverage
 from gate.checks._diagnosis import diagnose
 from gate.checks._params import PrefixSweepParams
 from gate.checks._sweep import cached_sweep, layout_edges, plan_sweep
@@ -63,7 +64,8 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         )
     reachable = min(reference.max_len - 1, candidate.max_len - 1)
     longest = min(params.longest or 1 << 30, reachable)
-    coverage = sweep_coverage(params.lengths, params.longest, reachable)
+    # the same rule `gate plan` states before a run (gate.checks._coverage)
+    coverage = SweepCoverage.model_validate(prefix_sweep_coverage(params.lengths, params.longest, reachable).as_dict())
     edges = layout_edges(candidate) if params.boundaries else {}
     bounds = sorted({b for kind in edges.values() for b in kind})
     plan = plan_sweep(
@@ -235,18 +237,6 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         diagnosis=diagnosis,
         detected_at=detected_at,
         observation=got,
-    )
-
-
-def sweep_coverage(wanted: list[int], scoped: int | None, reachable: int) -> SweepCoverage:
-    """Wanted vs reachable prefix lengths: the standard lengths (within an explicit `longest`, which
-    scopes the claim) that the paths' max_len cannot reach leave the sweep unproven."""
-    in_scope = sorted(x for x in wanted if scoped is None or x <= scoped)
-    return SweepCoverage(
-        wanted=in_scope,
-        scoped_to=scoped,
-        reachable_longest=reachable,
-        unreachable=[x for x in in_scope if x > reachable],
     )
 
 

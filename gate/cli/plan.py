@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gate.cli.common import echo, policy_dir_option, user_errors
+from gate.core.plan import LengthCoverage
 
 
 @click.command("plan")
@@ -16,10 +17,12 @@ from gate.cli.common import echo, policy_dir_option, user_errors
 def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     """Explain what `gate run` would check for MANIFEST, and why."""
     from gate.core.catalogue import cards
+    from gate.engine.capabilities import plan_with_capabilities
     from gate.engine.runner import prepare
 
     with user_errors():
-        _loaded, plan = prepare(manifest, list(policy_dirs), allow_unavailable=True)  # everything run checks
+        loaded, plan = prepare(manifest, list(policy_dirs), allow_unavailable=True)  # everything run checks
+        plan = plan_with_capabilities(loaded.manifest, plan)  # from the options alone: no model built
         catalogue = cards()
     if fmt == "json":
         echo(plan.model_dump_json(indent=2))
@@ -34,6 +37,10 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         f"identity      required: {', '.join(plan.identity_required) or 'none'}; "
         f"declared: {', '.join(plan.identity_declared) or 'none'}"
     )
+    for role, caps in plan.paths.items():
+        reach = f"max_len {caps.max_len}" if caps.max_len is not None else "max_len unknown"
+        offers = f"; offers {', '.join(caps.offers)}" if caps.offers else ""
+        echo(f"{role:<13} {caps.path}: {reach} ({caps.max_len_from}){offers}")
     echo(f"checks        {len(plan.checks)}")
     for i, planned in enumerate(plan.checks, 1):
         flag = "" if planned.available else "  [NOT AVAILABLE]"
@@ -48,9 +55,23 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         if planned.params:
             rendered = ", ".join(f"{k}={v}" for k, v in planned.params.items())
             echo(f"   params:   {rendered}")
+        if planned.coverage is not None:
+            echo(f"   lengths:  {_coverage_line(planned.coverage)}")
         if planned.controls:
             faults = ", ".join(c.fault + ("" if c.expect == "detect" else " (must pass)") for c in planned.controls)
             echo(f"   controls: {faults}")
     echo("\npolicies")
     for digest in plan.policies:
         echo(f"  {digest.sha256[:16]}  {digest.path}")
+
+
+def _coverage_line(coverage: LengthCoverage) -> str:
+    """Wanted and reachable lengths of a sweep check, and what an unreachable one does."""
+    scope = f" (scoped to {coverage.scoped_to})" if coverage.scoped_to is not None else ""
+    wanted = f"wanted {', '.join(map(str, coverage.wanted))}{scope}"
+    if coverage.reachable_longest is None:
+        return f"{wanted}; reach known only when the paths run"
+    line = f"{wanted}; the paths reach {coverage.reachable_longest}"
+    if coverage.unreachable:
+        line += f"; out of reach: {', '.join(map(str, coverage.unreachable))} -> {coverage.effect}"
+    return line

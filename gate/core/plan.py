@@ -16,6 +16,7 @@ from gate.core.policy import ControlSpec, PolicySet
 from gate.core.registry import check_names
 from gate.core.result import Digest
 from gate.errors import InputError
+from gate.protocols import PathCapabilities
 
 CLAIM_IN_WORDS = {
     ClaimLevel.exact: "bit-identical logits: the candidate computes exactly the same numbers as the reference",
@@ -29,6 +30,27 @@ CLAIM_IN_WORDS = {
 
 UNPROVEN_DEFAULT = {ClaimLevel.exact: "deny", ClaimLevel.tolerance: "deny"}
 """A numeric claim whose checks cannot show power is not a claim: unproven denies by default."""
+
+
+class LengthCoverage(Record):
+    """One sweep check's lengths: wanted by the policy and manifest, reachable by both paths."""
+
+    wanted: list[int]
+    """Lengths the policy (and the manifest's params) want visited, within any `longest` scope."""
+    scoped_to: int | None = None
+    """The manifest's `longest`: a claim scoped to prefixes up to it (None: unscoped)."""
+    reachable_longest: int | None
+    """Longest length both paths can reach (None: a path states its context only when it runs)."""
+    unreachable: list[int] = Field(default_factory=list)
+    """Wanted lengths beyond reach."""
+    effect: str
+    """What an unreachable wanted length does to the check."""
+    limited_by: dict[str, str] = Field(default_factory=dict)
+    """Per role, where that path's longest sequence comes from (a preset, config.json, a launch flag)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys a check's evidence records (`coverage`)."""
+        return self.model_dump(mode="json", exclude={"effect", "limited_by"})
 
 
 class PlannedCheck(Record):
@@ -56,6 +78,8 @@ class PlannedCheck(Record):
     """How the rule resolved across policy directories."""
     available: bool
     """Whether a registered implementation exists."""
+    coverage: LengthCoverage | None = None
+    """A sweep check's wanted and reachable lengths, from the adapters' capability lists (`gate plan`)."""
 
 
 class Plan(Record):
@@ -76,6 +100,8 @@ class Plan(Record):
     policies: list[Digest]
     site_policy: list[str] = Field(default_factory=list)
     """How a --policy-dir replaced or extended the built-in rule, and what it dropped."""
+    paths: dict[str, PathCapabilities] = Field(default_factory=dict)
+    """Per role, what the adapter states the path will offer, from the options alone (`gate plan`)."""
 
 
 def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan:

@@ -11,11 +11,14 @@ manifest can be validated without them; `build` imports the heavy modules.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from gate.adapters.hf.options import Options
+from gate.adapters.hf.options import PRESET_MAX_POSITIONS, Options
+from gate.protocols import PathCapabilities
 
 if TYPE_CHECKING:
     from gate.protocols import DecodePath
@@ -36,3 +39,29 @@ class HFAdapter:
         if not isinstance(options, Options):
             options = Options.model_validate(options.model_dump() if isinstance(options, BaseModel) else options)
         return build_path(options, device=device, dtype=dtype, seed=seed)
+
+    def capabilities(self, options: BaseModel) -> PathCapabilities:
+        """Longest sequence from the preset or the local directory's config.json (no transformers
+        imported, no weights read); capabilities that depend on the installed release are left out."""
+        if not isinstance(options, Options):
+            options = Options.model_validate(options.model_dump())
+        offers = {"assisted": ["SpeculativePath"], "prompt-lookup": ["SpeculativePath"]}.get(options.path, ["sessions"])
+        if options.path == "prefix-reuse":
+            offers = ["PrefixCaching"]
+        name = f"hf:{options.path}"
+        if options.is_preset:
+            return PathCapabilities(
+                path=name, max_len=PRESET_MAX_POSITIONS, max_len_from=f"preset {options.model}", offers=offers
+            )
+        config_file = Path(options.model).expanduser() / "config.json"
+        try:
+            config: dict[str, Any] = json.loads(config_file.read_text())
+        except (OSError, ValueError):
+            return PathCapabilities(path=name, max_len_from=f"{config_file} is not readable JSON", offers=offers)
+        for doc in (config.get("text_config") or {}, config):
+            for key in ("max_position_embeddings", "n_positions"):
+                if isinstance(doc.get(key), int):
+                    return PathCapabilities(
+                        path=name, max_len=doc[key], max_len_from=f"{config_file}: {key}", offers=offers
+                    )
+        return PathCapabilities(path=name, max_len_from=f"{config_file} declares no maximum length", offers=offers)

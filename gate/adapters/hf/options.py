@@ -16,6 +16,9 @@ from gate.prefix.options import PrefixOptions
 PRESET_NAMES = ("llama", "qwen2", "mistral-sliding-window", "gpt2")
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
+PRESET_MAX_POSITIONS = 512
+"""Longest sequence of every preset (presets.TINY), named here so planning needs no transformers."""
+
 PathKind = Literal[
     "full",
     "dynamic",

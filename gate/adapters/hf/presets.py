@@ -19,13 +19,14 @@ from typing import Any
 import torch
 import transformers
 
+from gate.adapters.hf.options import PRESET_MAX_POSITIONS
 from gate.errors import AdapterUnavailable
 from gate.tensors import DTYPES
 
 DEFAULT_INIT_STD = 0.25
 """Weight init std of the presets (see module docstring)."""
 
-TINY = {"vocab_size": 256, "max_position_embeddings": 512}
+TINY = {"vocab_size": 256, "max_position_embeddings": PRESET_MAX_POSITIONS}
 """Shared by every preset: vocabulary and longest sequence."""
 
 

@@ -40,6 +40,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gate.protocols import PathCapabilities
+
 
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -165,6 +167,50 @@ class OpenAIAdapter:
 
         assert isinstance(options, Options)
         return EnginePath.probe(options, dtype=dtype, seed=seed)
+
+    def capabilities(self, options: BaseModel) -> PathCapabilities:
+        """The context from the launch command's own flag (llama.cpp `-c`/`--ctx-size`, per slot unless
+        `--kv-unified`; vLLM `--max-model-len`) and `context_length`; a server reached at `base_url`
+        states it only when it runs."""
+        if not isinstance(options, Options):
+            options = Options.model_validate(options.model_dump())
+        name = f"openai:{options.flavor}"
+        found = _launch_context(options.launch.command) if options.launch else None
+        limits: list[tuple[int, str]] = [found] if found is not None else []
+        if options.context_length is not None:
+            limits.append((options.context_length, "option context_length"))
+        if not limits:
+            return PathCapabilities(
+                path=name, max_len_from="stated by the server when it runs", offers=["EngineServing"]
+            )
+        max_len, source = min(limits)
+        if found is None:
+            source += " (the server's own context may be shorter)"
+        return PathCapabilities(path=name, max_len=max_len, max_len_from=source, offers=["EngineServing"])
+
+
+def _flag(command: list[str], *names: str) -> str | None:
+    for i, part in enumerate(command):
+        for name in names:
+            if part == name and i + 1 < len(command):
+                return command[i + 1]
+            if part.startswith(name + "="):
+                return part.split("=", 1)[1]
+    return None
+
+
+def _launch_context(command: list[str]) -> tuple[int, str] | None:
+    """(tokens per request, the flags that say so) from a launch command, where it names them."""
+    ctx = _flag(command, "-c", "--ctx-size")
+    if ctx is not None and ctx.isdigit():
+        slots = _flag(command, "-np", "--parallel")
+        if slots and slots.isdigit() and int(slots) > 1 and "--kv-unified" not in command:
+            return int(ctx) // int(slots), f"launch flags -c {ctx} over -np {slots} slots"
+        return int(ctx), f"launch flag -c {ctx}"
+    model_len = _flag(command, "--max-model-len")
+    if model_len is not None and model_len.isdigit():
+        return int(model_len), f"launch flag --max-model-len {model_len}"
+    return None
 
 
 __all__ = ["FLAVORS", "ControlLaunch", "Launch", "OpenAIAdapter", "Options", "TinyModel"]

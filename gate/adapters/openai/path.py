@@ -29,7 +29,7 @@ from gate._util.stopping import Stopper, on_stop
 from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
-from gate.errors import EngineBadReply, UnknownFault
+from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
 
 _MODEL_DIR: Path | None = None
 SALT_FIELDS = {"vllm": "cache_salt"}
@@ -65,6 +65,24 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
     for key, value in subs.items():
         part = part.replace(key, value)
     return part
+
+
+@contextlib.contextmanager
+def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
+    """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
+    finding about the subject (`SubjectCrash`, a failed check of class `crash`), not gate's error.
+
+    Only a launched process seen to exit counts. A server that could not start or never became ready
+    (EngineNotReady, EnginePortInUse) stays an environment error, and so does a `base_url` server
+    that stops answering, where gate cannot tell the engine from the network (EngineCrashed, exit 12).
+    """
+    try:
+        yield
+    except EngineCrashed as err:
+        status = None if server is None else server.exit_status()
+        if status is None:
+            raise
+        raise SubjectCrash(call, err, {**where, "exit_status": status}) from err
 
 
 @dataclass
@@ -117,13 +135,16 @@ class Served:
     def complete(
         self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
     ) -> Completion:
-        return self.client.complete(prompt, max_tokens, top_k, extra)
+        with died_serving(self.server, "POST /v1/completions", length=len(prompt), new_tokens=max_tokens):
+            return self.client.complete(prompt, max_tokens, top_k, extra)
 
     def stream(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Streamed:
-        return self.client.stream(prompt, max_tokens, top_k, extra)
+        with died_serving(self.server, "POST /v1/completions (stream)", length=len(prompt), new_tokens=max_tokens):
+            return self.client.stream(prompt, max_tokens, top_k, extra)
 
     def reset_cache(self) -> str | None:
-        return self.path.reset_cache(self.client)
+        with died_serving(self.server, "reset the prefix cache"):
+            return self.path.reset_cache(self.client)
 
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
@@ -318,7 +339,7 @@ class EnginePath:
         try:
             server.start()
             client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
-            client.discover()
+            client.discover()  # dying here, before any request of the check, is a failed start
         except BaseException:
             server.stop()
             raise

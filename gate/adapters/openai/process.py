@@ -168,6 +168,10 @@ class ServerProcess:
             f"its log ends: {tail(self.log_text())}"
         )
 
+    def exit_status(self) -> int | None:
+        """The process's exit status once it has exited (a signal as its negative number); None while it runs."""
+        return None if self.proc is None else self.proc.poll()
+
     def check_alive(self) -> None:
         """Raise EngineCrashed (with the log tail) if the process has exited."""
         if self.proc is not None and self.proc.poll() is not None:

@@ -27,14 +27,28 @@ This module imports no torch, so `gate validate` and `gate plan` stay instant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import json
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from gate.adapters.reference.options import PATHS, PRESET_NAMES, Options
+from gate.protocols import PathCapabilities
 
 if TYPE_CHECKING:
     from gate.protocols import DecodePath
+
+WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "models" / "weights"
+"""Shipped trained weights (gate.models.trained.WEIGHTS_DIR, named here so planning needs no torch)."""
+
+OFFERS: dict[str, list[str]] = {
+    "full": ["sessions", "LayerTracing", "AttentionProbe", "LayoutEdges"],
+    "prefix-cache": ["PrefixCaching"],
+    "speculative": ["SpeculativePath"],
+}
+"""Capabilities by path (a cached path offers what `full` does)."""
 
 __all__ = ["PATHS", "PRESET_NAMES", "Options", "ReferenceAdapter"]
 
@@ -58,3 +72,34 @@ class ReferenceAdapter:
         model = build_model_for(options, device=device, dtype=dtype, seed=seed)
         path: DecodePath = builder(model, options, device=device, dtype=dtype, seed=seed)
         return path.with_fault(options.fault) if options.fault else path
+
+    def capabilities(self, options: BaseModel) -> PathCapabilities:
+        """Longest sequence and capabilities from the options alone: the preset and overrides, or the
+        trained weights file's config (read from its safetensors header, no tensor loaded)."""
+        from gate.models.config import ModelConfig
+
+        if not isinstance(options, Options):
+            options = Options.model_validate(options.model_dump())
+        name = "reference:" + options.path
+        offers = OFFERS.get(options.path, OFFERS["full"])
+        if options.weights is not None:
+            config = _weights_config(options.weights)
+            return PathCapabilities(
+                path=name, max_len=int(config["max_len"]), max_len_from=f"weights {options.weights}", offers=offers
+            )
+        config_max = ModelConfig.from_preset(options.preset, **options.overrides()).max_len
+        source = "option max_len" if options.max_len is not None else f"preset {options.preset}"
+        return PathCapabilities(path=name, max_len=config_max, max_len_from=source, offers=offers)
+
+
+def _weights_config(name_or_path: str) -> dict[str, Any]:
+    """The ModelConfig a trained weights file carries in its safetensors metadata (header only)."""
+    shipped = WEIGHTS_DIR / f"{name_or_path}.safetensors"
+    path = shipped if shipped.is_file() else Path(name_or_path).expanduser()
+    with path.open("rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    meta = header.get("__metadata__") or {}
+    doc = json.loads(meta["gate"]) if "gate" in meta else {"config": json.loads(meta.get("config", "{}"))}
+    config: dict[str, Any] = doc["config"]
+    return config

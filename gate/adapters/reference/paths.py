@@ -20,7 +20,7 @@ from gate.adapters.reference.options import Options
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, apply_fault
 from gate.models.reference import KVCache, Layout, ModelConfig, Transformer, build_model, prefill
-from gate.protocols import Session
+from gate.protocols import Session, subject_call
 from gate.tensors import DTYPES
 
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -94,7 +94,8 @@ class ReferencePath:
 
     @torch.no_grad()
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.model(tokens.to(self.device))
+        with subject_call(f"{type(self.model).__name__}.forward", length=0, tokens=int(tokens.shape[1])):
+            logits: torch.Tensor = self.model(tokens.to(self.device))
         return logits.float()
 
     def make_cache(
@@ -220,7 +221,8 @@ class ReferencePath:
         outputs: list[list[torch.Tensor]] = []
         for index, chunks in enumerate(requests):
             if index and cache is not None:
-                cache.reset()
+                with subject_call(f"{type(cache).__name__}.reset", length=cache.pos):
+                    cache.reset()
             seen_k: list[torch.Tensor] = []
             seen_v: list[torch.Tensor] = []
             results = []
@@ -234,9 +236,11 @@ class ReferencePath:
                     if poison_tail:
                         cache.fill_unused(float("nan"))
                     start = cache.pos
-                    k_all, v_all = cache.update(0, start, k, v)
+                    with subject_call(f"{type(cache).__name__}.update", length=start, tokens=int(k.shape[2])):
+                        k_all, v_all = cache.update(0, start, k, v)
                     cache.pos = start + k.shape[2]
-                results.append(core(q, k_all, v_all))
+                with subject_call(f"{type(core).__name__}.forward", length=int(k_all.shape[2]) - int(q.shape[2])):
+                    results.append(core(q, k_all, v_all))
             outputs.append(results)
         return outputs
 
@@ -315,7 +319,10 @@ class CachedSession:
         self.model_steps += len(range(0, n, chunk))
         self.cached_steps += sum(1 for i in range(0, n, chunk) if start + i > 0)
         self.tokens_processed += n
-        return prefill(self.model, tokens, self.cache, start_pos=start, chunk_size=self.path.chunk_size).float()
+        # the decoder and its cache are the subject: a crash inside is a finding (class crash), not gate's error
+        with subject_call(f"{type(self.model).__name__}.step", length=start, tokens=n):
+            logits = prefill(self.model, tokens, self.cache, start_pos=start, chunk_size=self.path.chunk_size)
+        return logits.float()
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._run(tokens)
@@ -324,7 +331,8 @@ class CachedSession:
         return self._run(tokens)
 
     def reset(self) -> None:
-        self.cache.reset()
+        with subject_call(f"{type(self.cache).__name__}.reset", length=self.cache.pos):
+            self.cache.reset()
 
     def exercise(self) -> dict[str, Any]:
         return {

@@ -21,6 +21,7 @@ import torch
 from gate.models.reference import KVCache, ModelConfig, Transformer, build_model
 from gate.prefix.options import PrefixOptions
 from gate.prefix.worker import ModelFamily, PrefixWorker, WorkerSpec
+from gate.protocols import subject_call
 from gate.tensors import DTYPES
 
 
@@ -103,7 +104,9 @@ class ReferenceFamily(ModelFamily):
 
     def step(self, model: torch.nn.Module, tokens: torch.Tensor, kv: Any, pos: int) -> torch.Tensor:
         assert isinstance(model, Transformer)
-        return model.step(tokens, kv, pos).float()
+        with subject_call(f"{type(model).__name__}.step", length=pos, tokens=int(tokens.shape[1])):
+            logits = model.step(tokens, kv, pos)
+        return logits.float()
 
     def read_block(self, kv: Any, start: int, end: int) -> tuple[torch.Tensor, ...]:
         return tuple(buf[layer][0, :, start:end] for layer in range(len(kv.k)) for buf in (kv.k, kv.v))

@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gate.adapters.openai import Options
 from gate.adapters.openai.client import resolve_headers
 from gate.adapters.openai.path import EnginePath
+from gate.core.result import Status
+from gate.engine.pipeline import run_pipeline
 from gate.errors import (
     EXIT_ENGINE_BAD_REPLY,
     EXIT_ENGINE_CRASHED,
@@ -29,6 +32,7 @@ from gate.errors import (
     EngineNotReady,
     EnginePortInUse,
     EngineTimeout,
+    SubjectCrash,
 )
 
 SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
@@ -123,6 +127,38 @@ def test_a_crash_mid_run_is_a_crash_with_the_log_tail() -> None:
         pytest.raises(EngineCrashed, match=r"exited with status 1 during the run.*simulated abort"),
     ):
         served.client.complete([5, 6, 7], 2, 3)
+
+
+def test_a_server_that_dies_serving_a_checks_request_is_a_subject_crash() -> None:
+    p = path_for([sys.executable, SERVER, "{port}", "crash"], retries=1, backoff_s=0.2)
+    with p.serve() as served, pytest.raises(SubjectCrash) as caught:
+        served.complete([5, 6, 7], 2, 3)
+    crash = caught.value
+    assert crash.call == "POST /v1/completions" and crash.where == {"length": 3, "new_tokens": 2, "exit_status": 1}
+    assert isinstance(crash.error, EngineCrashed) and "simulated abort" in str(crash.error)
+
+
+def test_a_check_whose_engine_dies_mid_check_fails_with_class_crash(tmp_path: Path) -> None:
+    """End to end: the check is failed (a finding about the engine, exit 1), not gate's error (exit 12)."""
+    launch = {"command": [sys.executable, SERVER, "{port}", "crash"], "ready_timeout_s": 20}
+    engine = {"adapter": "openai", "options": {"flavor": "generic", "retries": 1, "backoff_s": 0.2, "launch": launch}}
+    doc = {
+        "apiVersion": "gate/v1",
+        "name": "engine-crash",
+        "intervention": "engine-serving",
+        "claim": {"level": "tolerance"},
+        "identity": ["token-ids", "model-revision", "kv-dtype"],
+        "subject": {"reference": engine, "candidate": engine, "seed": 0},
+    }
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump(doc))
+    outputs = run_pipeline(manifest, tmp_path / "out", only=["engine-prefix-parity"])
+    (result,) = [c for c in outputs.result.checks if c.check == "engine-prefix-parity"]
+    assert result.status == Status.failed, result.message
+    assert result.diagnosis is not None and result.diagnosis["bug_class"] == "crash"
+    assert result.diagnosis["call"] == "POST /v1/completions" and result.diagnosis["exit_status"] == 1
+    assert "simulated abort" in result.diagnosis["exception"]
+    assert outputs.exit_code == 1
 
 
 def test_the_whole_process_group_stops_even_on_an_exception() -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,12 @@ import yaml
 from gate.adapters.openai import Options
 from gate.adapters.openai.path import EnginePath
 from gate.errors import (
-    EXIT_ENGINE_CRASHED,
     EXIT_ENGINE_NEVER_HIT,
     EXIT_ENGINE_NOT_READY,
     EXIT_ENGINE_VOCAB_MISMATCH,
     EngineCrashed,
     EngineNotReady,
+    SubjectCrash,
 )
 from tests.support.repo import REPO
 
@@ -284,15 +286,73 @@ def test_a_server_that_cannot_load_its_model_exits_10_quoting_its_log(
     assert "nowhere.gguf" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_a_server_killed_mid_run_is_a_crash(engine_env: dict[str, str]) -> None:
+def test_a_server_killed_mid_request_is_a_crash_of_the_subject(engine_env: dict[str, str]) -> None:
     path = llama("-np", "1")
     with path.serve() as served:
         assert served.server is not None and served.server.proc is not None
         served.complete([10, 11, 12], 2, 3)
         os.kill(served.server.proc.pid, signal.SIGKILL)
-        with pytest.raises(EngineCrashed, match=r"exited with status -9 during the run") as caught:
+        with pytest.raises(SubjectCrash) as caught:
             served.complete([10, 11, 12], 2, 3)
-    assert caught.value.exit_code == EXIT_ENGINE_CRASHED
+    assert isinstance(caught.value.error, EngineCrashed)
+    assert re.search(r"exited with status -9 during the run", str(caught.value.error))
+    assert caught.value.where == {"length": 3, "new_tokens": 2, "exit_status": -9}
+
+
+def _port(pid: int) -> int:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return int(args[args.index(b"--port") + 1])
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def test_a_llama_server_killed_mid_check_fails_the_check_with_class_crash(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """gate run of the shipped example; once the check has both servers up and answering, the
+    candidate's llama-server is killed: the check fails with class crash (exit 1), not exit 12."""
+    gate = subprocess.Popen(
+        [
+            GATE,
+            "run",
+            "examples/engine-llamacpp-prefix.yaml",
+            "--out",
+            str(tmp_path),
+            "--check",
+            "engine-prefix-parity",
+        ],
+        cwd=REPO,
+        env=engine_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and gate.poll() is None:
+        servers = children_named(gate.pid, "llama-server")
+        # the probes start one server at a time; two at once are the check's pair
+        if len(servers) == 2:
+            cached = [p for p in servers if b"--cache-prompt" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            if cached and all(_ready(_port(p)) for p in servers):
+                time.sleep(1.0)  # gate's own readiness poll (every 0.1 s) has seen it too: the requests began
+                os.kill(cached[0], signal.SIGKILL)
+                killed = cached[0]
+        time.sleep(0.05)
+    _, stderr = gate.communicate(timeout=120)
+    assert killed is not None, f"the check never had both servers up: {stderr}"
+    assert gate.returncode == 1, stderr
+    record = json.loads((tmp_path / "results.json").read_text())
+    parity = next(c for c in record["checks"] if c["check"] == "engine-prefix-parity")
+    assert parity["status"] == "fail" and parity["diagnosis"]["bug_class"] == "crash", parity["message"]
+    assert parity["diagnosis"]["call"] == "POST /v1/completions" and parity["diagnosis"]["exit_status"] == -9
+    assert not alive(killed) and not children_named(gate.pid, "llama-server")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "sigkill"])

@@ -1,0 +1,69 @@
+"""Length coverage of the sweep checks: the lengths a policy wants against the ones the paths reach.
+
+Torch-free, so `gate plan` can state it before a run from the adapters' capability lists
+(`PathCapabilities`, built from the options alone), and the checks compute the same thing at run
+time from the built paths. A wanted length the paths cannot reach leaves the check `unproven`
+(prefix-sweep), never a silent clip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gate.checks._params import PrefixSweepParams
+from gate.core.plan import LengthCoverage
+
+
+def prefix_sweep_coverage(wanted: list[int], scoped: int | None, reachable: int | None) -> LengthCoverage:
+    """prefix-sweep: the standard lengths (within an explicit `longest`, which scopes the claim) that
+    the paths' max_len cannot reach leave the sweep unproven."""
+    in_scope = sorted(x for x in wanted if scoped is None or x <= scoped)
+    return LengthCoverage(
+        wanted=in_scope,
+        scoped_to=scoped,
+        reachable_longest=reachable,
+        unreachable=[] if reachable is None else [x for x in in_scope if x > reachable],
+        effect="unproven: a wanted length the paths cannot reach is never silently clipped",
+    )
+
+
+def _prefix_sweep(params: Mapping[str, Any], max_len: int | None) -> LengthCoverage:
+    p = PrefixSweepParams.model_validate(dict(params))
+    return prefix_sweep_coverage(list(p.lengths), p.longest, None if max_len is None else max_len - 1)
+
+
+def _engine_prefix_parity(params: Mapping[str, Any], max_len: int | None) -> LengthCoverage:
+    from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams  # torch-free, as _params
+
+    p = EnginePrefixParams.model_validate(dict(params))
+    limit = None if max_len is None else max_len - SUFFIX - p.new_tokens - 1
+    wanted = sorted(set(p.lengths))
+    return LengthCoverage(
+        wanted=wanted,
+        reachable_longest=limit,
+        unreachable=[] if limit is None else [x for x in wanted if x > limit],
+        effect="clipped: a longer prefix is replaced by the longest the servers' context holds",
+    )
+
+
+SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None], LengthCoverage]] = {
+    "prefix-sweep": _prefix_sweep,
+    "engine-prefix-parity": _engine_prefix_parity,
+}
+"""Checks that sweep lengths, and how each turns its params and the paths' max_len into coverage."""
+
+
+def planned_coverage(
+    check: str, params: Mapping[str, Any], max_lens: Mapping[str, tuple[int | None, str]]
+) -> LengthCoverage | None:
+    """Coverage of one planned check from each role's (max_len, where it comes from); None for a
+    check that sweeps no lengths. A role whose max_len is unknown leaves reach unknown."""
+    rule = SWEEP_CHECKS.get(check)
+    if rule is None:
+        return None
+    known = [m for m, _ in max_lens.values()]
+    max_len = None if not known or None in known else min(m for m in known if m is not None)
+    coverage = rule(params, max_len)
+    coverage.limited_by = {role: source for role, (_, source) in max_lens.items()}
+    return coverage
