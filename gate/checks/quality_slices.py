@@ -25,7 +25,7 @@ from gate.core.evidence import JudgedEnvelope, Judgement, SlicesEvidence
 from gate.core.manifest import Envelope
 from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
-from gate.quality.scoring import Clock, SampleScores, score_batch
+from gate.quality.scoring import SUMMED, Clock, SampleScores, SessionPool, score_batch
 from gate.quality.spec import SliceSpec, load_slice
 from gate.quality.stats import judge, min_sample_size
 from gate.quality.text import TextSpace
@@ -69,8 +69,10 @@ def _prior_samples(spec: SliceSpec, envelopes: Sequence[Envelope], floor: int) -
 class _SliceRun:
     """One slice being scored: its rows, per-sample scores, and the candidate's exercise."""
 
-    def __init__(self, spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, root: Path | None) -> None:
-        self.spec, self.space, self.seed, self.root = spec, space, seed, root
+    def __init__(
+        self, spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, root: Path | None, pool: SessionPool
+    ) -> None:
+        self.spec, self.space, self.seed, self.root, self.pool = spec, space, seed, root, pool
         self.scores = SampleScores()
         self.built: BuiltSlice | None = None
         self.exercise: dict[str, Any] = {}
@@ -95,9 +97,7 @@ class _SliceRun:
                 chunk = idx[start : start + params.batch_size]
                 batch = rows.select(chunk)
                 prompts = torch.tensor(batch["prompt"], dtype=torch.long)
-                scores, exercise = score_batch(
-                    ctx.reference, ctx.candidate, prompts, k, batch["answer"], clock, ctx.device
-                )
+                scores, exercise = score_batch(ctx.reference, self.pool, prompts, k, batch["answer"], clock, ctx.device)
                 self._merge_exercise(exercise)
                 for j, i in enumerate(chunk):
                     one = SampleScores()
@@ -114,7 +114,7 @@ class _SliceRun:
         for key, value in ex.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.exercise.setdefault(key, value)
-            elif key in ("cached_steps", "model_steps", "tokens_processed", "full_passes"):
+            elif key in SUMMED:
                 self.exercise[key] = self.exercise.get(key, 0) + value
             else:
                 self.exercise[key] = max(self.exercise.get(key, value), value)
@@ -190,17 +190,18 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
     space, show = _space(ctx, params)
     seed = ctx.seed if params.dataset_seed is None else params.dataset_seed
     clock = Clock()
+    pool = SessionPool(ctx.candidate)  # the candidate's sessions are reset and reused, as served
     runs: dict[str, _SliceRun] = {}
     for name, spec in specs.items():
         mine = [e for e in envelopes if e.slice == name]
         cap = params.max_samples or spec.max_samples
-        run = runs[name] = _SliceRun(spec, space, seed, None)
+        run = runs[name] = _SliceRun(spec, space, seed, None, pool)
         n = params.samples or min(cap, _prior_samples(spec, mine, params.min_samples))
         ctx.log(f"  slice {name}: {n} samples, k={spec.continuation}")
         run.extend_to(n, ctx, params, clock)
         if params.samples is None:
             _second_stage(run, mine, cap, ctx, params, clock, seed)
-    return _outcome(ctx, params, envelopes, runs, show, clock, started, seed)
+    return _outcome(ctx, params, envelopes, runs, show, clock, started, seed, pool)
 
 
 def _outcome(
@@ -212,6 +213,7 @@ def _outcome(
     clock: Clock,
     started: float,
     seed: int,
+    pool: SessionPool,
 ) -> Outcome:
     table: list[dict[str, Any]] = []
     failed_samples_at: list[int] = []
@@ -278,7 +280,13 @@ def _outcome(
     }
     for e in table:
         metrics[f"{e['slice']}.{e['metric']}.bound"] = round(e["bound"], 6)
-    exercise: dict[str, Any] = {"samples_scored": total, "slices": list(runs)}
+    exercise: dict[str, Any] = {
+        "samples_scored": total,
+        "slices": list(runs),
+        # requests on a session reset after an earlier one, and on a new one (docs/test-power.md)
+        "reused_session_requests": pool.reused,
+        "fresh_session_requests": pool.fresh,
+    }
     for r in runs.values():
         for key, value in r.exercise.items():
             exercise.setdefault(key, value)

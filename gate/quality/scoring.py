@@ -11,8 +11,13 @@ that continuation, so both are compared on identical prefixes. From one candidat
   answer; the candidate likewise, which on samples the reference gets wrong needs one more pass
   forced along the answer (same induction argument).
 
-Only `DecodePath.new_session`, `prefill` and `append` are used, so every adapter can be scored.
-Time spent inside those calls is counted, to report the share of wall time outside the model.
+Only `DecodePath.new_session`, `prefill`, `append` and `reset` are used, so every adapter can be
+scored. Time spent inside those calls is counted, to report the share of wall time outside the model.
+
+The candidate's requests go through a `SessionPool`: one session per batch size, reset between
+requests as a server reuses its cache, so every request after the first of its size runs through
+a reused session and a reset that leaves state behind (stale codes, kept tokens, a position
+counter) degrades the very samples being judged.
 """
 
 from __future__ import annotations
@@ -66,8 +71,34 @@ class SampleScores:
         return [float(x) for x in getattr(self, name)]
 
 
+SUMMED = ("cached_steps", "model_steps", "tokens_processed", "full_passes")
+"""Exercise counters that add up over requests (the others are a state: the largest is kept)."""
+
+
 def _session(path: DecodePath, batch: int) -> Session:
     return path.new_session(batch)
+
+
+@dataclass
+class SessionPool:
+    """The candidate's sessions, one per batch size, reused across requests: reset, never rebuilt."""
+
+    path: DecodePath
+    sessions: dict[int, Session] = field(default_factory=dict)
+    fresh: int = 0
+    """Requests that ran on a new session."""
+    reused: int = 0
+    """Requests that ran on a session reset after an earlier request."""
+
+    def take(self, batch: int) -> Session:
+        session = self.sessions.get(batch)
+        if session is None:
+            session = self.sessions[batch] = self.path.new_session(batch)
+            self.fresh += 1
+        else:
+            session.reset()
+            self.reused += 1
+        return session
 
 
 def _decode_greedy(path: DecodePath, prompts: torch.Tensor, k: int, clock: Clock) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,16 +114,23 @@ def _decode_greedy(path: DecodePath, prompts: torch.Tensor, k: int, clock: Clock
 
 
 def _forced(
-    path: DecodePath, prompts: torch.Tensor, forced: torch.Tensor, clock: Clock
+    path: DecodePath | SessionPool, prompts: torch.Tensor, forced: torch.Tensor, clock: Clock
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Logits [B, k, V] of `path` teacher-forced along `forced` [B, k], one token per append (the
-    decode phase as served), and the session's exercise record."""
-    session = _session(path, prompts.shape[0])
+    decode phase as served), and the session's exercise record for this request (a pool's session
+    is reset and reused; its counters count this request only)."""
+    batch = prompts.shape[0]
+    session = path.take(batch) if isinstance(path, SessionPool) else _session(path, batch)
+    before = dict(session.exercise())
     logits = clock.run(session.prefill, prompts)[:, -1]
     steps = [logits]
     for j in range(forced.shape[1] - 1):
         steps.append(clock.run(session.append, forced[:, j : j + 1])[:, -1])
-    return torch.stack(steps, dim=1).float(), session.exercise()
+    exercise = dict(session.exercise())
+    for key in SUMMED:
+        if isinstance(exercise.get(key), (int, float)) and isinstance(before.get(key), (int, float)):
+            exercise[key] -= before[key]
+    return torch.stack(steps, dim=1).float(), exercise
 
 
 def kl_per_token(ref_logits: torch.Tensor, cand_logits: torch.Tensor) -> torch.Tensor:
@@ -105,14 +143,15 @@ def kl_per_token(ref_logits: torch.Tensor, cand_logits: torch.Tensor) -> torch.T
 @torch.no_grad()
 def score_batch(
     reference: DecodePath,
-    candidate: DecodePath,
+    candidate: DecodePath | SessionPool,
     prompts: torch.Tensor,
     k: int,
     answers: Sequence[Sequence[int]] | None,
     clock: Clock,
     device: str,
 ) -> tuple[SampleScores, dict[str, Any]]:
-    """Score one batch of equal-length prompts [B, T]. Returns scores and the candidate's exercise."""
+    """Score one batch of equal-length prompts [B, T]. Returns scores and the candidate's exercise.
+    `candidate`: a path (a fresh session per request) or a pool of reused sessions."""
     prompts = prompts.to(device)
     ref_tokens, ref_logits = _decode_greedy(reference, prompts, k, clock)
     cand_logits, exercise = _forced(candidate, prompts, ref_tokens, clock)

@@ -182,3 +182,19 @@ def test_phase_performance_reports_the_int4_saving_against_theory() -> None:
     assert out.evidence["kv_theory"]["candidate"]["live_over_theory"] < 0.3
     assert out.exercise["kv_bits"] == 4
     assert out.status in ("pass", "warn")  # warn only for a confident slowdown of a time clock
+
+
+def test_slices_run_requests_through_a_reused_session_so_a_reset_that_keeps_codes_is_seen() -> None:
+    """The quantised cache's reset keeps its codes and position (reset-keeps-position planted on the
+    quantised store): with fresh sessions per request the slices could never see it; through the
+    reused sessions every request after the first reads the previous request's codes."""
+    envelopes = [ENVELOPES[1]]
+    full, quant = path(path="full", **RANDOM), path(path="quantized", **RANDOM)
+    clean = quality_slices(context(full, quant, envelopes), QualitySlicesParams(samples=16))
+    assert clean.status == "pass", clean.message
+    assert clean.exercise["reused_session_requests"] > 0 and clean.exercise["fresh_session_requests"] >= 1
+    leaky = quality_slices(
+        context(full, quant.with_fault("reset-keeps-position"), envelopes), QualitySlicesParams(samples=16)
+    )
+    assert leaky.status == "fail", leaky.message
+    assert leaky.exercise["reused_session_requests"] == clean.exercise["reused_session_requests"]

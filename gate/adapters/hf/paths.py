@@ -218,8 +218,8 @@ class HFPath:
         if cache is None:
             return {}
         if self.kind == "quantized":
-            per_layer_full = [
-                2 * k.numel() * self.model.dtype.itemsize
+            per_layer_full = [  # a layer emptied by reset holds no tensor until its next write
+                0 if k is None else 2 * k.numel() * self.model.dtype.itemsize
                 for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
             ]
             return {
