@@ -7,11 +7,17 @@ at most top_k^horizon cells), draws n seeded continuations through the candidate
 sampler, and applies a G-test at the claim's alpha. The horizon must exceed the draft length k, or
 bugs in the bonus token (drawn at position k + 1) cannot show.
 
-n comes from the declared power: for every fault in `power_against`, the exact distribution that
-fault would produce with this target and draft is enumerated too, and n is the smallest sample size
-at which the test rejects it with the declared power (non-central χ²), never below `min_samples`.
-A configuration in which the draft is never rejected (a draft identical to the target) exercises
-nothing: it fails, whatever the test says.
+Samples are drawn sequentially. For every fault in `power_against`, the exact distribution that
+fault would produce with this target and draft is enumerated too. Before any sample is drawn, a
+schedule of looks is fixed: sample sizes doubling from `min_samples` up to the budget
+`max_samples`, and the fewest looks after which the test (each look at alpha / looks, Bonferroni,
+so the whole sequence holds alpha) rejects every such fault with the declared power (non-central
+χ²). The check stops at the first look that rejects (a control stops at its first detection) or
+at the last planned look. A fault whose exact law equals the target's with this draft is
+unobservable here and named up front; one the budget cannot reach with the declared power leaves
+the check `unproven`, saying which and why, never a failure of a correct sampler. A configuration
+in which the draft is never rejected (a draft identical to the target) exercises nothing: it
+fails, whatever the test says.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +37,7 @@ from gate.checks._params import (
 )
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import DistributionEvidence
+from gate.core.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import g_test, power, required_samples
@@ -72,29 +79,114 @@ def _alternatives(
         return None
 
 
-def _sample_size(
-    p0: np.ndarray, alts: dict[str, np.ndarray], p: SpecDistributionParams, alpha: float, target_power: float
-) -> tuple[int, dict[str, int | None]]:
-    needed = {
-        f: required_samples(p0, alts[f], alpha, target_power, p.max_samples, 10) for f in p.power_against if f in alts
-    }
-    sizes = [n for n in needed.values() if n is not None]
-    return min(p.max_samples, max([p.min_samples, *sizes])), needed
+MAX_LOOKS = 8
+"""Most looks of the sequential test (sizes doubling from min_samples to the budget)."""
+SAME_LAW = 1e-9
+"""Total variation below which a fault's exact law is the target's: no sample size can show it."""
 
 
-def _draw(
-    spec: SpeculativePath, prompt: torch.Tensor, n: int, horizon: int, p: SpecDistributionParams, ctx: CheckContext
-) -> tuple[torch.Tensor, SpecStats, float]:
-    gen = sampling_generator(ctx.seed, ctx.device)
-    parts, stats = [], SpecStats(k=spec.num_draft_tokens)
-    started = time.perf_counter()
-    for start in range(0, n, p.batch_size):
-        b = min(p.batch_size, n - start)
-        out = spec.sample(prompt.expand(b, -1), horizon, temperature=p.temperature, top_k=p.top_k, generator=gen)
-        parts.append(out.tokens.cpu())
-        stats = stats.add(out.stats)
-        ctx.progress("samples drawn", start + b, n)
-    return torch.cat(parts), stats, time.perf_counter() - started
+@dataclass
+class LookPlan:
+    """The sequential design, fixed before any sample is drawn."""
+
+    sizes: list[int]
+    """Cumulative sample size at each look."""
+    alpha: float
+    """Level of each look (the claim's alpha over the number of looks)."""
+    reaches_power: bool
+    """Whether the last look has the declared power against every observable fault."""
+    needed: dict[str, int | None]
+    """Per fault, the smallest n with the declared power at the per-look level (None: beyond the budget)."""
+
+
+def _unobservable(p0: np.ndarray, alts: dict[str, np.ndarray], faults: list[str]) -> dict[str, str]:
+    """Faults whose exact law with this target and draft is the target's own, and why."""
+    out = {}
+    for f in faults:
+        if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW:
+            out[f] = (
+                "its exact law with this target and draft equals the target's (total variation < "
+                f"{SAME_LAW:g}): no sample size can show it"
+            )
+    return out
+
+
+def _look_sizes(p: SpecDistributionParams) -> list[int]:
+    first = min(p.min_samples, p.max_samples)
+    sizes = [first]
+    while sizes[-1] < p.max_samples:
+        sizes.append(min(2 * sizes[-1], p.max_samples))
+    if len(sizes) > MAX_LOOKS:  # a wide budget: MAX_LOOKS geometric sizes from the floor to the budget
+        ratio = (p.max_samples / first) ** (1 / (MAX_LOOKS - 1))
+        sizes = sorted({round(first * ratio**i) for i in range(MAX_LOOKS - 1)} | {p.max_samples})
+    return sizes
+
+
+def _plan_looks(
+    p0: np.ndarray,
+    alts: dict[str, np.ndarray],
+    faults: list[str],
+    p: SpecDistributionParams,
+    alpha: float,
+    target: float,
+) -> LookPlan:
+    """The fewest looks, each at alpha / looks, after which every fault in `faults` is rejected with
+    the declared power; all of them (the budget) when no number of looks gets there."""
+    sizes = _look_sizes(p)
+
+    def powered(n: int, level: float) -> bool:
+        return all(power(p0, alts[f], n, level) >= target for f in faults)
+
+    for m in range(1, len(sizes) + 1):
+        for i, n in enumerate(sizes[:m]):
+            if powered(n, alpha / m):
+                used, level = sizes[: i + 1], alpha / (i + 1)  # i + 1 <= m looks: a level at least alpha / m
+                return LookPlan(used, level, True, _needed(p0, alts, faults, p, level, target))
+    level = alpha / len(sizes)
+    return LookPlan(sizes, level, False, _needed(p0, alts, faults, p, level, target))
+
+
+def _needed(
+    p0: np.ndarray,
+    alts: dict[str, np.ndarray],
+    faults: list[str],
+    p: SpecDistributionParams,
+    level: float,
+    target: float,
+) -> dict[str, int | None]:
+    return {f: required_samples(p0, alts[f], level, target, p.max_samples, 10) for f in faults}
+
+
+class _Sampler:
+    """Seeded continuations through the candidate, drawn in increments (one generator throughout)."""
+
+    def __init__(
+        self, spec: SpeculativePath, prompt: torch.Tensor, horizon: int, p: SpecDistributionParams, ctx: CheckContext
+    ) -> None:
+        self.spec, self.prompt, self.horizon, self.p, self.ctx = spec, prompt, horizon, p, ctx
+        self.gen = sampling_generator(ctx.seed, ctx.device)
+        self.parts: list[torch.Tensor] = []
+        self.stats = SpecStats(k=spec.num_draft_tokens)
+        self.n, self.seconds = 0, 0.0
+
+    def draw_to(self, n: int, budget: int) -> torch.Tensor:
+        """Draw until `n` continuations exist; all of them, [n, horizon]."""
+        started = time.perf_counter()
+        while self.n < n:
+            b = min(self.p.batch_size, n - self.n)
+            out = self.spec.sample(
+                self.prompt.expand(b, -1),
+                self.horizon,
+                temperature=self.p.temperature,
+                top_k=self.p.top_k,
+                generator=self.gen,
+            )
+            self.parts.append(out.tokens.cpu())
+            self.stats = self.stats.add(out.stats)
+            self.n += b
+            self.ctx.progress("samples drawn", self.n, budget)
+        self.seconds += time.perf_counter() - started
+        return torch.cat(self.parts)
 
 
 def _count(tokens: torch.Tensor, index: dict[Seq, int]) -> tuple[np.ndarray, int, list[Seq]]:
@@ -179,12 +271,24 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     index = {c: i for i, c in enumerate(cells)}
     p0 = np.array([law0.get(c, 0.0) for c in cells])
     alts = {f: np.array([law.get(c, 0.0) for c in cells]) for f, law in (alt_laws or {}).items()}
-    n, needed = _sample_size(p0, alts, p, alpha, target_power)
+    unobservable = _unobservable(p0, alts, p.power_against)
+    required = [f for f in p.power_against if f in alts and f not in unobservable]
+    looks = _plan_looks(p0, alts, required, p, alpha, target_power)
+    ctx.log(f"    sequential test: looks at n = {looks.sizes}, each at alpha {looks.alpha:.3g}")
 
-    tokens, stats, seconds = _draw(spec, prompt, n, horizon, p, ctx)
-    observed, other, strays = _count(tokens, index)
-    test = g_test([*observed, other], [*p0, 0.0])
-    powers = {f: round(power(p0, a, n, alpha), 6) for f, a in alts.items()}
+    sampler = _Sampler(spec, prompt, horizon, p, ctx)
+    history: list[Look] = []
+    for n_look in looks.sizes:
+        tokens = sampler.draw_to(n_look, looks.sizes[-1])
+        observed, other, strays = _count(tokens, index)
+        test = g_test([*observed, other], [*p0, 0.0])
+        history.append(Look(n=n_look, statistic=test.statistic, dof=test.dof, p_value=test.p_value))
+        if test.p_value < looks.alpha:
+            break  # rejected: the sequence stops at its first rejection (a control at its first detection)
+    n, stats, seconds = sampler.n, sampler.stats, sampler.seconds
+    rejected = test.p_value < looks.alpha
+    level = looks.alpha
+    powers = {f: round(power(p0, a, n, level), 6) for f, a in alts.items()}
     depth = _by_depth(cells, observed, other, p0, horizon)
 
     efficiency = {
@@ -198,12 +302,14 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         "p_value": test.p_value,
         "dof": test.dof,
         "alpha": alpha,
+        "alpha_per_look": level,
+        "looks": len(history),
         "k": k,
         "horizon": horizon,
         "n_samples": n,
         "impossible_samples": test.impossible,
         **efficiency,
-        "min_power": min((powers[f] for f in p.power_against if f in powers), default=None),
+        "min_power": min((powers[f] for f in required), default=None),
     }
     evidence = DistributionEvidence(
         **_bounded_table(cells, observed, n * p0, other),
@@ -214,7 +320,18 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         alpha=alpha,
         declared_power=target_power,
         power=powers,
-        samples_needed=needed,
+        samples_needed=looks.needed,
+        sequential=SequentialDesign(
+            method="Bonferroni over a schedule of looks fixed before sampling (sizes doubling from "
+            "min_samples to the budget max_samples); stops at the first rejection or at the first look "
+            "with the declared power against every observable fault",
+            planned_looks=looks.sizes,
+            alpha_per_look=level,
+            budget=p.max_samples,
+            reaches_power=looks.reaches_power,
+            history=history,
+        ),
+        unobservable=unobservable,
         k=k,
         horizon=horizon,
         n_samples=n,
@@ -228,10 +345,12 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         power_note=None if alt_laws is not None else "the candidate gives no draft probabilities: power not computed",
     ).dump()
     observation = torch.tensor([*observed, other], dtype=torch.float64)
-    where = f"k={k}, horizon={horizon} tokens, n={n}"
+    where = f"k={k}, horizon={horizon} tokens, n={n}" + (
+        f", look {len(history)} of {len(looks.sizes)} at alpha {level:.3g}" if len(looks.sizes) > 1 else ""
+    )
 
     problems = []
-    if test.p_value < alpha:
+    if rejected:
         detail = (
             f"{test.impossible} samples the target gives probability 0"
             if test.impossible
@@ -249,27 +368,39 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
             f"(acceptance {stats.acceptance_rate:.4f}), so the residual path never ran (a draft identical to "
             "the target, or verification that accepts everything)"
         )
-    weak = {f: powers[f] for f in p.power_against if f in powers and powers[f] < target_power}
-    if weak:
-        problems.append(
-            "underpowered: at n="
-            + str(n)
-            + " the test's power against "
-            + ", ".join(f"{f} is {v:.3f}" for f, v in weak.items())
-            + f" < declared {target_power}: with this draft the fault leaves the distribution (nearly) unchanged"
-        )
     if problems:
         first = next((r["tokens"] for r in depth if r["p_value"] < alpha), None)
         return Outcome(
             "fail", "; ".join(problems), metrics, evidence, exercise, detected_at=first, observation=observation
         )
-    shown = ", ".join(f"{f} {powers[f]:.2f}" for f in p.power_against if f in powers)
+    unseen = (
+        "; unobservable with this draft: " + ", ".join(f"{f} ({why})" for f, why in unobservable.items())
+        if unobservable
+        else ""
+    )
+    weak = {f: powers[f] for f in required if powers[f] < target_power}
+    if weak:
+        return Outcome(
+            "unproven",
+            f"no departure from the target's distribution ({where}), but the budget of {p.max_samples} samples "
+            "cannot show the declared power: against "
+            + ", ".join(
+                f"{f} {v:.3f} (needs {looks.needed.get(f) or f'more than {p.max_samples}'})" for f, v in weak.items()
+            )
+            + f" < {target_power} with this draft; raise max_samples, or use a draft that makes the fault visible"
+            + unseen,
+            metrics,
+            evidence,
+            exercise,
+            observation=observation,
+        )
+    shown = ", ".join(f"{f} {powers[f]:.2f}" for f in required)
     return Outcome(
         "pass",
         f"continuations match the target's exact joint distribution ({where}): "
         f"G={test.statistic:.1f}, dof={test.dof}, p={significant(test.p_value)} at alpha={alpha}; "
         f"power {shown or 'not computed'}; acceptance {stats.acceptance_rate:.3f}, "
-        f"{stats.tokens_per_target_pass:.2f} tokens per target pass{efficiency_note(stats)}",
+        f"{stats.tokens_per_target_pass:.2f} tokens per target pass{efficiency_note(stats)}{unseen}",
         metrics,
         evidence,
         exercise,

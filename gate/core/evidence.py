@@ -236,6 +236,36 @@ class SpecGreedyEvidence(EvidenceRecord):
 # --- distribution: spec-distribution --------------------------------------------------------------
 
 
+class Look(_Record):
+    """One look of spec-distribution's sequential test."""
+
+    n: int
+    """Samples drawn so far."""
+    statistic: float
+    """G statistic on all of them."""
+    dof: int
+    """Degrees of freedom."""
+    p_value: float
+    """p-value, judged at the per-look level."""
+
+
+class SequentialDesign(_Record):
+    """spec-distribution's looks, fixed before any sample is drawn."""
+
+    method: str
+    """How the looks hold the claim's alpha."""
+    planned_looks: list[int]
+    """Cumulative sample size at each planned look."""
+    alpha_per_look: float
+    """Level of each look (alpha over the number of looks)."""
+    budget: int
+    """Most samples the check may draw (max_samples)."""
+    reaches_power: bool
+    """Whether the last planned look has the declared power against every observable fault."""
+    history: list[Look]
+    """The looks taken, up to the first rejection or the last planned one."""
+
+
 class DistributionEvidence(EvidenceRecord):
     """spec-distribution: sampled continuations against the target's exact joint law."""
 
@@ -283,6 +313,10 @@ class DistributionEvidence(EvidenceRecord):
     """Sampled continuations outside the enumerated support."""
     power_note: str | None = None
     """Why power was not computed."""
+    sequential: SequentialDesign | None = None
+    """The sequential design and the looks taken."""
+    unobservable: dict[str, str] = Field(default_factory=dict)
+    """Faults whose exact law with this draft is the target's, and why (no power asked of them)."""
 
     @model_validator(mode="after")
     def _one_count_per_category(self) -> DistributionEvidence:
