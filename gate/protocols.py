@@ -39,6 +39,7 @@ __all__ = [
     "EngineServer",
     "EngineServing",
     "EngineStream",
+    "FaultVisibility",
     "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
@@ -470,6 +471,17 @@ class EngineServing(Protocol):
 
     def changed_model(self, perturb_seed: int) -> Any | None:
         """A model with other weights to restart on, or None where gate cannot restart the server on one."""
+        ...
+
+
+@runtime_checkable
+class FaultVisibility(Protocol):
+    """Optional: faults a path offers that cannot change its outputs on this architecture."""
+
+    def invisible_faults(self) -> dict[str, str]:
+        """Fault name -> why it is mathematically invisible here (e.g. a uniform position shift under
+        pure rotary embeddings). The control engine declares such a control unobservable up front and
+        lets a generic fault that stands in for it show the check's power instead."""
         ...
 
 

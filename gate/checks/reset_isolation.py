@@ -58,6 +58,9 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             observation=observation,
         )
     tol = tolerance_for(ctx)
+    # a correct path's own rounding moves these logits by up to the dtype-aware band: a control that
+    # fails the bit-exact comparison by no more than that failed through noise (the control engine)
+    spread = float(tol.row(torch.cat([a_fresh, b_fresh], dim=1)).max())
     results: dict[str, Any] = {}
     first_bad: int | None = None
     for name, got, want in (("first", a_reused, a_fresh), ("second", b_reused, b_fresh)):
@@ -110,6 +113,7 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             diagnosis=diagnosis,
             detected_at=first_bad,
             observation=observation,
+            rounding_spread=spread,
         )
     return Outcome(
         status="pass",
@@ -119,4 +123,5 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
         evidence=evidence,
         exercise=exercise,
         observation=observation,
+        rounding_spread=spread,
     )

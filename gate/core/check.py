@@ -105,6 +105,11 @@ class Outcome:
     """Assertions the check could not make on this candidate -> the capability it lacks, in words.
     With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides
     what they mean for the gate."""
+    rounding_spread: float | None = None
+    """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
+    band of the logits): a faulted run that moves it no further than this failed through noise, and
+    the control engine counts it as unobservable, never as power. None: the check's failures are
+    already judged beyond rounding."""
 
 
 @dataclass(frozen=True)

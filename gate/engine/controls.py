@@ -27,6 +27,7 @@ from gate.core.result import ControlOutcome, ControlResult
 from gate.engine.generic_faults import plant
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
+from gate.protocols import FaultVisibility
 
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
@@ -60,8 +61,15 @@ def run_control(
 def _classified_control(
     spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
 ) -> ControlResult:
-    planted = plant(ctx.candidate, spec.name, control.fault)
+    invisible = invisible_reason(ctx.candidate, control.fault)
+    planted = plant(ctx.candidate, spec.name, control.fault, own=invisible is None)
     if isinstance(planted, str):
+        if invisible is not None:  # declared before running: nothing planted, no power claimed either way
+            return ControlResult(
+                fault=control.fault,
+                outcome=ControlOutcome.unobservable,
+                message=f"unobservable on this path, declared before running: {invisible}; and {planted}",
+            )
         return ControlResult(fault=control.fault, outcome=ControlOutcome.unsupported, message=planted)
     kind = {"kind": planted.kind, "applied": planted.applied}
     faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault, stop_at_first_failure=True)
@@ -78,14 +86,38 @@ def _classified_control(
         )
     difference = observation_difference(clean, faulty)
     metrics = {k: v for k, v in faulty.metrics.items() if isinstance(v, (int, float, str, bool))}
-    base = {
+    base: dict[str, Any] = {
         "fault": control.fault,
         **kind,
         "output_difference": difference,
         "metrics": metrics,
         "detected_at": faulty.detected_at,
     }
+    result = _judged(control, base, faulty, clean.rounding_spread, difference)
+    if invisible is None:
+        return result
+    note = f"its own {control.fault} is invisible here ({invisible}); generic {planted.applied} stands in: "
+    return result.model_copy(update={"message": note + result.message})
+
+
+def invisible_reason(path: Any, fault: str) -> str | None:
+    """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
+    if not isinstance(path, FaultVisibility):
+        return None
+    return path.invisible_faults().get(fault)
+
+
+def _judged(
+    control: ControlSpec, base: dict[str, Any], faulty: Outcome, spread: float | None, difference: float | None
+) -> ControlResult:
     failed = faulty.status == "fail"
+    if failed and control.expect != "pass" and spread is not None and difference is not None and difference <= spread:
+        return ControlResult(
+            **base,
+            outcome=ControlOutcome.unobservable,
+            message=f"the fault moved the observed outputs by only {difference:.3g}, within the correct path's own "
+            f"rounding spread {spread:.3g}: a failure through noise is not power ({faulty.message})",
+        )
     if control.expect == "pass":
         if failed:
             return ControlResult(
@@ -114,7 +146,11 @@ def _classified_control(
 def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
     """The reason a check's power is unproven: it declares controls and none of them could run."""
     could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
-    if not controls or any(c.outcome not in could_not_run for c in controls):
+
+    def ran(c: ControlResult) -> bool:  # declared unobservable up front: nothing was planted
+        return c.outcome not in could_not_run and not (c.outcome == ControlOutcome.unobservable and c.kind is None)
+
+    if not controls or any(ran(c) for c in controls):
         return None
     reasons = "; ".join(f"{c.fault}: {c.message}" for c in controls)
     return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"

@@ -313,10 +313,10 @@ class Planted:
     """The fault actually applied (the generic fault's name for kind generic)."""
 
 
-def plant(path: DecodePath, check: str, fault: str) -> Planted | str:
-    """The candidate with `fault` planted: the adapter's own fault when it offers one, else a
-    generic fault that stands in for it and can prove power for `check`; else why neither can."""
-    if fault in path.faults():
+def plant(path: DecodePath, check: str, fault: str, *, own: bool = True) -> Planted | str:
+    """The candidate with `fault` planted: the adapter's own fault when it offers one (and `own`),
+    else a generic fault that stands in for it and can prove power for `check`; else why neither can."""
+    if own and fault in path.faults():
         return Planted(path.with_fault(fault), "adapter", fault)
     matching = [g for g in GENERIC_FAULTS if fault == g.name or fault in g.stands_for]
     if not matching:

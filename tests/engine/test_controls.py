@@ -56,6 +56,8 @@ class ToyParams(Params):
     crash: str = ""
     """Raise inside a subject call: "always", "faulted" (only under a fault) or "" (never)."""
     skip: bool = False
+    spread: float | None = None
+    """The clean run's rounding spread (Outcome.rounding_spread)."""
 
 
 @check("toy", params=ToyParams)
@@ -78,6 +80,7 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
         exercise={"steps": 1} if params.exercise else {},
         observation=observed,
         detected_at=3 if delta > params.threshold else None,
+        rounding_spread=params.spread,
     )
 
 
@@ -225,3 +228,46 @@ def test_an_engine_error_gives_the_run_its_own_exit_code() -> None:
         EXIT_ENGINE_TIMEOUT,
     )
     assert decide([_run([], raise_error=True), timed_out], ClaimLevel.tolerance)[1] == 3  # the first error names it
+
+
+def test_a_control_that_fails_only_within_the_rounding_spread_is_not_power() -> None:
+    result = _run([ControlSpec(fault="small"), ControlSpec(fault="big")], threshold=1e-7, spread=1e-3)
+    small, big = result.controls
+    assert (
+        small.outcome == ControlOutcome.unobservable
+        and "within the correct path's own rounding spread" in small.message
+    )
+    assert big.outcome == ControlOutcome.detected and result.status == Status.passed
+
+
+@dataclass
+class RotaryToyPath(ToyPath):
+    """A path that declares 'small' invisible on its architecture (as a pure-RoPE model does a uniform shift)."""
+
+    def invisible_faults(self) -> dict[str, str]:
+        return {"small": "a uniform shift under pure rotary embeddings changes nothing but rounding"}
+
+
+def test_a_control_declared_invisible_is_unobservable_up_front_and_leaves_power_unproven() -> None:
+    planned = PlannedCheck(
+        check="toy",
+        step=4,
+        severity="deny",
+        why="test",
+        source="test",
+        available=True,
+        controls=[ControlSpec(fault="small")],
+    )
+    ctx = CheckContext(
+        manifest=None,
+        reference=ToyPath(),
+        candidate=RotaryToyPath(),
+        seed=0,
+        device="cpu",
+        dtype="float32",  # type: ignore[arg-type]
+    )
+    result = run_check(planned, toy, ToyParams(threshold=1e-7), ctx)
+    (control,) = result.controls
+    assert control.outcome == ControlOutcome.unobservable and control.kind is None
+    assert "declared before running: a uniform shift under pure rotary embeddings" in control.message
+    assert result.status == Status.unproven  # no power shown, never a failure of the check nor a pass

@@ -41,6 +41,13 @@ PADDED_KINDS = ("dynamic", "static", "offloaded")
 attention mask and per-row position ids through the model's own mask builder."""
 
 
+def pure_rotary(model: Any) -> bool:
+    """Rotary position embeddings and no absolute ones (GPT-2's `wpe`, OPT's `embed_positions`)."""
+    names = [type(m).__name__ for m in model.modules()]
+    absolute = any(n.endswith(("wpe", "embed_positions", "position_embeddings")) for n, _ in model.named_modules())
+    return any("Rotary" in n for n in names) and not absolute
+
+
 class HFPath:
     """One execution path through a transformers causal LM."""
 
@@ -124,6 +131,17 @@ class HFPath:
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
         return tuple(f for f in CACHE_FAULTS if f not in unsupported)
+
+    def invisible_faults(self) -> dict[str, str]:
+        """Faults this model cannot show, by its architecture (gate.protocols.FaultVisibility)."""
+        if "reset-keeps-position" not in self.faults() or not pure_rotary(self.model) or not compat.probe_supported():
+            return {}
+        return {
+            "reset-keeps-position": "a reset that keeps the position counter shifts every position of the next "
+            "request by the same amount; with rotary embeddings and no absolute position embeddings attention "
+            "depends only on relative positions, and this release builds the mask from the cache length, so "
+            "the outputs change by rounding only"
+        }
 
     # ---- BatchedSessions ------------------------------------------------------------------------
 

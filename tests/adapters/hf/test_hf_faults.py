@@ -141,3 +141,41 @@ def test_reset_keeps_position_in_generates_own_static_cache() -> None:
     assert torch.equal(outs[0], fresh)
     if compat.cache_api(path("llama").model).static_crop:  # a counter to keep exists from 5.15
         assert (outs[1] - fresh).abs().max().item() > 0.5
+
+
+def _reset_ctx(candidate: object) -> CheckContext:
+    from tests.support.reference import manifest
+
+    return CheckContext(
+        manifest=manifest(),
+        reference=path("llama", path="full"),
+        candidate=candidate,  # type: ignore[arg-type]
+        seed=0,
+        device="cpu",
+        dtype="float32",
+    )
+
+
+@pytest.mark.skipif(not compat.probe_supported(), reason="the mask follows the cache length only on 5.24's API")
+def test_a_uniform_position_shift_under_rope_is_declared_invisible_and_a_generic_reset_shows_power() -> None:
+    """reset-keeps-position on Llama shifts the next request's positions uniformly: under RoPE that
+    changes the logits by rounding only. The path says so up front; the control engine plants the
+    generic reset-ignored instead, which reset-isolation detects far beyond rounding. GPT-2's
+    absolute positions make the adapter's own fault visible, so it runs there."""
+    from gate.checks._params import ResetIsolationParams
+    from gate.checks.reset_isolation import reset_isolation
+
+    llama = path("llama", path="dynamic")
+    assert "relative positions" in llama.invisible_faults()["reset-keeps-position"]
+    assert path("gpt2", path="dynamic").invisible_faults() == {}
+    clean = reset_isolation(_reset_ctx(llama), ResetIsolationParams())
+    assert clean.status == "pass" and clean.rounding_spread is not None
+    # the adapter's own fault fails the bit-exact comparison only through rounding noise
+    noisy = reset_isolation(_reset_ctx(llama.with_fault("reset-keeps-position")), ResetIsolationParams())
+    assert noisy.metrics["max_abs_delta"] <= clean.rounding_spread
+    control = run_control(
+        reset_isolation, _reset_ctx(llama), ResetIsolationParams(), clean, ControlSpec(fault="reset-keeps-position")
+    )
+    assert (control.kind, control.applied, control.outcome) == ("generic", "reset-ignored", ControlOutcome.detected)
+    assert control.output_difference is not None and control.output_difference > 100 * clean.rounding_spread
+    assert control.message.startswith("its own reset-keeps-position is invisible here")
