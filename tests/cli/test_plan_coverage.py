@@ -14,24 +14,13 @@ from gate.checks._params import PrefixSweepParams
 from gate.checks.prefix_sweep import prefix_sweep
 from gate.cli.main import cli
 from tests.support import reference as ref
+from tests.support.manifests import write_subject_manifest
 from tests.support.repo import REPO
 
 
 def _manifest(tmp_path: Path, candidate: dict[str, Any], reference: dict[str, Any] | None = None) -> Path:
-    doc = {
-        "apiVersion": "gate/v1",
-        "name": "plan-coverage",
-        "intervention": "layout",
-        "claim": {"level": "tolerance"},
-        "identity": ["token-ids", "positions", "kv-dtype"],
-        "subject": {
-            "reference": reference or {"adapter": "reference", "options": {"path": "full", "max_len": 512}},
-            "candidate": candidate,
-        },
-    }
-    path = tmp_path / "manifest.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    full = {"adapter": "reference", "options": {"path": "full", "max_len": 512}}
+    return write_subject_manifest(tmp_path / "plan-coverage.yaml", reference or full, candidate)
 
 
 def _plan(manifest: Path) -> tuple[str, dict[str, Any]]:

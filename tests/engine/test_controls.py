@@ -84,14 +84,14 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
     )
 
 
-def _run(controls: list[ControlSpec], clock: ForwardClock | None = None, **params: Any):  # type: ignore[no-untyped-def]
+def _run(controls: list[ControlSpec], clock: ForwardClock | None = None, candidate: Any = None, **params: Any):  # type: ignore[no-untyped-def]
     planned = PlannedCheck(
         check="toy", step=4, severity="deny", why="test", source="test", available=True, controls=controls
     )
     ctx = CheckContext(
         manifest=None,
         reference=ToyPath(),
-        candidate=ToyPath(),  # type: ignore[arg-type]
+        candidate=candidate or ToyPath(),
         seed=0,
         device="cpu",
         dtype="float32",
@@ -249,24 +249,7 @@ class RotaryToyPath(ToyPath):
 
 
 def test_a_control_declared_invisible_is_unobservable_up_front_and_leaves_power_unproven() -> None:
-    planned = PlannedCheck(
-        check="toy",
-        step=4,
-        severity="deny",
-        why="test",
-        source="test",
-        available=True,
-        controls=[ControlSpec(fault="small")],
-    )
-    ctx = CheckContext(
-        manifest=None,
-        reference=ToyPath(),
-        candidate=RotaryToyPath(),
-        seed=0,
-        device="cpu",
-        dtype="float32",  # type: ignore[arg-type]
-    )
-    result = run_check(planned, toy, ToyParams(threshold=1e-7), ctx)
+    result = _run([ControlSpec(fault="small")], candidate=RotaryToyPath(), threshold=1e-7)
     (control,) = result.controls
     assert control.outcome == ControlOutcome.unobservable and control.kind is None
     assert "declared before running: a uniform shift under pure rotary embeddings" in control.message

@@ -5,6 +5,9 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 BASE_MANIFEST = textwrap.dedent(
     """\
@@ -38,3 +41,26 @@ def manifest_writer(root: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def write_subject_manifest(
+    path: Path,
+    reference: dict[str, Any],
+    candidate: dict[str, Any],
+    *,
+    intervention: str = "layout",
+    claim: dict[str, Any] | None = None,
+    identity: tuple[str, ...] = ("token-ids", "positions", "kv-dtype"),
+    **subject: Any,
+) -> Path:
+    """Write a manifest judging `candidate` against `reference` (adapter specs) to `path`."""
+    doc = {
+        "apiVersion": "gate/v1",
+        "name": path.stem,
+        "intervention": intervention,
+        "claim": claim or {"level": "tolerance"},
+        "identity": list(identity),
+        "subject": {"reference": reference, "candidate": candidate, **subject},
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path

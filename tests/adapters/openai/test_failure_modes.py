@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gate.adapters.openai import Options
 from gate.adapters.openai.client import resolve_headers
@@ -34,6 +33,7 @@ from gate.errors import (
     EngineTimeout,
     SubjectCrash,
 )
+from tests.support.manifests import write_subject_manifest
 
 SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
 SLOW_START = "import time; print('still loading', flush=True); time.sleep(60)"
@@ -142,16 +142,14 @@ def test_a_check_whose_engine_dies_mid_check_fails_with_class_crash(tmp_path: Pa
     """End to end: the check is failed (a finding about the engine, exit 1), not gate's error (exit 12)."""
     launch = {"command": [sys.executable, SERVER, "{port}", "crash"], "ready_timeout_s": 20}
     engine = {"adapter": "openai", "options": {"flavor": "generic", "retries": 1, "backoff_s": 0.2, "launch": launch}}
-    doc = {
-        "apiVersion": "gate/v1",
-        "name": "engine-crash",
-        "intervention": "engine-serving",
-        "claim": {"level": "tolerance"},
-        "identity": ["token-ids", "model-revision", "kv-dtype"],
-        "subject": {"reference": engine, "candidate": engine, "seed": 0},
-    }
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(yaml.safe_dump(doc))
+    manifest = write_subject_manifest(
+        tmp_path / "engine-crash.yaml",
+        engine,
+        engine,
+        intervention="engine-serving",
+        identity=("token-ids", "model-revision", "kv-dtype"),
+        seed=0,
+    )
     outputs = run_pipeline(manifest, tmp_path / "out", only=["engine-prefix-parity"])
     (result,) = [c for c in outputs.result.checks if c.check == "engine-prefix-parity"]
     assert result.status == Status.failed, result.message

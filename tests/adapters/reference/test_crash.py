@@ -12,33 +12,25 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.core.result import Status
 from gate.engine.pipeline import run_pipeline
 from gate.errors import SubjectCrash
+from tests.support.manifests import write_subject_manifest
 
 
 def _manifest(tmp_path: Path, fault: str | None) -> Path:
     candidate = {"preset": "tiny", "path": "static", "max_len": 48, **({"fault": fault} if fault else {})}
-    doc = {
-        "apiVersion": "gate/v1",
-        "name": "reference-crash",
-        "intervention": "layout",
-        "claim": {"level": "exact"},
-        "identity": ["token-ids", "positions", "kv-dtype"],
-        "subject": {
-            "reference": {"adapter": "reference", "options": {"preset": "tiny", "path": "dynamic", "max_len": 48}},
-            "candidate": {"adapter": "reference", "options": candidate},
-            "device": "cpu",
-            "dtype": "float32",
-            "seed": 0,
-        },
-    }
-    path = tmp_path / "manifest.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return write_subject_manifest(
+        tmp_path / "reference-crash.yaml",
+        {"adapter": "reference", "options": {"preset": "tiny", "path": "dynamic", "max_len": 48}},
+        {"adapter": "reference", "options": candidate},
+        claim={"level": "exact"},
+        device="cpu",
+        dtype="float32",
+        seed=0,
+    )
 
 
 def test_a_session_call_that_raises_inside_the_decoder_is_a_subject_crash() -> None:
