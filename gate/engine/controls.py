@@ -143,14 +143,17 @@ def _judged(
     )
 
 
+def control_ran(control: ControlResult) -> bool:
+    """Whether a fault was planted and the check run against it: not unsupported, not an error in
+    gate, and not declared unobservable up front (nothing planted)."""
+    if control.outcome in (ControlOutcome.unsupported, ControlOutcome.error):
+        return False
+    return not (control.outcome == ControlOutcome.unobservable and control.kind is None)
+
+
 def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
     """The reason a check's power is unproven: it declares controls and none of them could run."""
-    could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
-
-    def ran(c: ControlResult) -> bool:  # declared unobservable up front: nothing was planted
-        return c.outcome not in could_not_run and not (c.outcome == ControlOutcome.unobservable and c.kind is None)
-
-    if not controls or any(ran(c) for c in controls):
+    if not controls or any(control_ran(c) for c in controls):
         return None
     reasons = "; ".join(f"{c.fault}: {c.message}" for c in controls)
     return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"

@@ -26,7 +26,7 @@ from gate.core.load import LoadedManifest, load_manifest, validate_options
 from gate.core.manifest import CheckOverride, ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
-from gate.core.result import CheckResult, ControlOutcome, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.engine.run_cache import RunCache
 from gate.errors import (
@@ -236,8 +236,9 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}" + partial
     unproven = [c for c in checks if c.status == Status.unproven and c.unproven == "deny"]
     if unproven:
-        could_not_run = (ControlOutcome.unsupported, ControlOutcome.error)
-        powerless = {c.check for c in unproven if c.controls and all(x.outcome in could_not_run for x in c.controls)}
+        from gate.engine.controls import control_ran
+
+        powerless = {c.check for c in unproven if c.controls and not any(control_ran(x) for x in c.controls)}
         no_controls = [c.check for c in unproven if c.check in powerless]
         other = [c.check for c in unproven if c.check not in powerless]
         why = []
