@@ -48,7 +48,7 @@ class HFAdapter:
         offers = {"assisted": ["SpeculativePath"], "prompt-lookup": ["SpeculativePath"]}.get(options.path, ["sessions"])
         if options.path == "prefix-reuse":
             offers = ["PrefixCaching"]
-        name = f"hf:{options.path}"
+        name = f"hf:{options.path}:{options.model}" if options.path != "prefix-reuse" else f"hf:{options.model}"
         if options.is_preset:
             return PathCapabilities(
                 path=name, max_len=PRESET_MAX_POSITIONS, max_len_from=f"preset {options.model}", offers=offers
