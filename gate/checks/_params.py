@@ -257,9 +257,10 @@ class SpecDistributionParams(Params):
     prompt_len: int = Field(default=4, ge=1, le=512)
     """Length of the seeded random prompt every continuation starts from."""
     min_samples: int = Field(default=2000, ge=50)
-    """Floor on the sample size (the power-derived size is often smaller)."""
+    """The first look's sample size (the power-derived size is often smaller)."""
     max_samples: int = Field(default=200_000, ge=100)
-    """Ceiling on the sample size; a fault the test cannot see with this many samples fails the check."""
+    """The budget: most samples drawn. Looks double from min_samples up to it until the declared power is
+    reached; a fault the test cannot show with this many samples leaves the check unproven."""
     batch_size: int = Field(default=2048, ge=1)
     """Continuations sampled per batched call."""
     power_against: list[str] = Field(default_factory=lambda: list(DISTRIBUTION_FAULTS))
