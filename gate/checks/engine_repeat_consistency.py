@@ -96,8 +96,10 @@ def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> 
                     f"{where}: {row['uncached_disagree']} of {row['uncached_repeats']} uncached repeats disagree with "
                     "the cold reply (the engine is not deterministic at temperature 0)"
                 )
+            if row["cold_cached_tokens"] or row["uncached_disagree"]:
+                continue  # no clean cold reply to judge this prompt's cached replies against
             for index, verdict in judged:
-                if verdict.failed and not row["uncached_disagree"]:
+                if verdict.failed:
                     problems.append(f"{where}, repeat {index} (cache-read): {failure_words(level, verdict)}")
                 elif verdict.warn:
                     warned.append(f"{where}, repeat {index}: {failure_words(level, verdict)}")
