@@ -17,7 +17,6 @@ live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -178,15 +177,14 @@ def replay_engine(
 ) -> tuple[ServingTrace, dict[str, Any]]:
     """Serve every conversation through an engine's streaming HTTP API, on the wall clock.
 
-    An engine is not ours to step, so time is real: each conversation is a client thread that waits
-    for its arrival, holds one of `max_concurrent` admission slots for its whole conversation (later
-    ones queue on the client side, as behind a gateway) and streams each turn, the whole history as
-    the prompt (the engine's prefix cache, if any, decides what it recomputes). Each token is
+    An engine is not ours to step, so time is real: `max_concurrent` client threads take the
+    conversations in arrival order (later ones queue on the client side, as behind a gateway); a
+    thread waits for its conversation's arrival, holds it to its end and streams each turn with the
+    whole history as the prompt (the engine's prefix cache, if any, decides what it recomputes). Each token is
     stamped when its server-sent event arrives. The engine reports no live KV bytes, so the memory
     clocks stay unreported; the prompt tokens it says it served from its cache are summed instead.
     """
     start = time.perf_counter()
-    slots = threading.Semaphore(max_concurrent)
 
     def now() -> float:
         return time.perf_counter() - start
@@ -196,33 +194,33 @@ def replay_engine(
         arrival = conv.start_s
         timings: list[RequestTiming] = []
         cached = 0
-        with slots:
-            queued = now() - arrival > 0.001
-            history: list[int] = []
-            for number, turn in enumerate(conv.turns):
-                if number:
-                    time.sleep(turn.think_s)
-                    arrival = now()
-                prompt = [*conv.system, *turn.prompt] if number == 0 else [*history, *turn.prompt]
-                sent = now()
-                streamed = server.stream(prompt, turn.output_tokens, top_k)
-                reused = streamed.completion.cached_tokens or 0
-                cached += reused
-                timings.append(
-                    RequestTiming(
-                        conversation=conv.index,
-                        turn=number,
-                        arrival_s=arrival,
-                        admitted_s=sent,
-                        prompt_tokens=len(prompt) - reused,
-                        token_s=[sent + t for t in streamed.token_s],
-                    )
+        queued = now() - arrival > 0.001  # every client thread was busy when it arrived
+        history: list[int] = []
+        for number, turn in enumerate(conv.turns):
+            if number:
+                time.sleep(turn.think_s)
+                arrival = now()
+            prompt = [*conv.system, *turn.prompt] if number == 0 else [*history, *turn.prompt]
+            sent = now()
+            streamed = server.stream(prompt, turn.output_tokens, top_k)
+            reused = streamed.completion.cached_tokens or 0
+            cached += reused
+            timings.append(
+                RequestTiming(
+                    conversation=conv.index,
+                    turn=number,
+                    arrival_s=arrival,
+                    admitted_s=sent,
+                    prompt_tokens=len(prompt) - reused,
+                    token_s=[sent + t for t in streamed.token_s],
                 )
-                history = [*prompt, *streamed.completion.tokens]
+            )
+            history = [*prompt, *streamed.completion.tokens]
         return timings, cached, queued
 
-    with ThreadPoolExecutor(max_workers=max(1, len(convs))) as pool:
-        served = list(pool.map(serve, convs))
+    ordered = sorted(convs, key=lambda c: (c.start_s, c.index))  # the pool takes them in this order
+    with ThreadPoolExecutor(max_workers=max(1, min(max_concurrent, len(convs)))) as pool:
+        served = list(pool.map(serve, ordered))
     done = sorted((t for timings, _, _ in served for t in timings), key=lambda r: (r.conversation, r.turn))
     last = max((t for r in done for t in r.token_s), default=now())
     cached = sum(c for _, c, _ in served)
