@@ -377,3 +377,22 @@ def test_no_server_outlives_gate_run(engine_env: dict[str, str], tmp_path: Path,
     while time.monotonic() < deadline and any(alive(p) for p in servers):
         time.sleep(0.1)
     assert not [p for p in servers if alive(p)], f"servers outlived gate ({sig.name})"
+
+
+def test_streamed_serving_clocks_can_fail_a_budget(engine_env: dict[str, str], tmp_path: Path) -> None:
+    manifest = yaml.safe_load((REPO / "examples/engine-llamacpp-prefix.yaml").read_text())
+    manifest["performance"] = {"throughput": {"min_ratio": 1000.0}}  # no cache makes serving 1000x faster
+    path = tmp_path / "budget.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    run = subprocess.run(
+        [GATE, "run", str(path), "--out", str(tmp_path / "out"), "--check", "phase-performance"],
+        capture_output=True,
+        text=True,
+        env=engine_env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    [check] = [c for c in json.loads((tmp_path / "out/results.json").read_text())["checks"] if c["status"] != "skip"]
+    assert check["status"] == "fail" and "over budget: throughput" in check["message"], check["message"]
+    assert check["exercise"]["streamed_requests"] > 0
