@@ -45,6 +45,7 @@ from gate.checks._prefix_support import (
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import CacheIdentityEvidence
 from gate.prefix.cache import IDENTITY_ATTRS, CacheIdentity
 from gate.protocols import PrefixIdentityReport, PrefixServing, PrefixSiblings
 
@@ -230,13 +231,15 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         "reused_tokens": sum(s.reused for s in log.served),
         "store_starts": len(pool.starts) - starts,
     }
-    evidence = {
-        "fields": table,
-        "identity_example": example_b.row(),
-        "unverified": unverified,
-        "identity_report_checked": reports,
-        "requests": log.table(),
-    }
+    evidence = CacheIdentityEvidence.model_validate(
+        {
+            "fields": table,
+            "identity_example": example_b.row(),
+            "unverified": unverified,
+            "identity_report_checked": reports,
+            "requests": log.table(),
+        }
+    ).dump()
     outcome = Outcome("pass", "", metrics, evidence, log.exercise(worker), observation=log.observation())
     passed = (
         f"identical requests hit ({again.reused} tokens reused); a request differing only in each of "

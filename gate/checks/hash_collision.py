@@ -32,6 +32,7 @@ from gate.checks._prefix_support import (
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import HashCollisionEvidence
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing
 
@@ -99,7 +100,7 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
         "pass",
         "",
         metrics,
-        {"requests": log.table(), "cache": worker.cache_state()},
+        HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump(),
         exercise,
         observation=log.observation(),
     )

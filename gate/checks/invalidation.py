@@ -34,6 +34,7 @@ from gate.checks._prefix_support import (
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import InvalidationEvidence, RestartProbe, RestoredStore, ServedRequest, UpdateProbe
 from gate.protocols import PrefixServing, PrefixSnapshots, PrefixWeightUpdates
 
 
@@ -51,7 +52,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     vocab = ctx.candidate.vocab_size
     findings = Findings(pool=pool)
     problems = findings.problems
-    evidence: dict[str, Any] = {}
+    evidence = InvalidationEvidence()
     logs: list[RequestLog] = []
     tol = tolerance_for(ctx)
     metrics: dict[str, Any] = {}
@@ -88,12 +89,12 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
             changed = float((after - before).abs().max())
             stale = log.issue(worker, f"{target}: after update", prompt, (target, 1), oracle, adapter=adapter)
             again = log.issue(worker, f"{target}: after update, repeated", prompt, (target, 1), oracle, adapter=adapter)
-            evidence[f"{target} update"] = {
-                "computation_changed_by": changed,
-                "hit_before": warm.reused,
-                "reused_after": stale.reused,
-                "hit_after": again.reused,
-            }
+            evidence.updates[target] = UpdateProbe(
+                computation_changed_by=changed,
+                hit_before=warm.reused,
+                reused_after=stale.reused,
+                hit_after=again.reused,
+            )
             if warm.reused == 0:
                 problems.append(
                     f"{target} update: the repeated request before the update did not hit, so a miss after "
@@ -162,11 +163,11 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
                 f"restart: a store restarted on the same checkpoint restored {kept.restored} of {written} blocks "
                 "and reused none of them (restore is not exercised)"
             )
-        evidence["restart"] = {
-            "blocks_saved": written,
-            "other_checkpoint": {"admitted": foreign.restored, "dropped": foreign.dropped, "consumed": stale_tokens},
-            "same_checkpoint": {"admitted": kept.restored, "dropped": kept.dropped, "reused_tokens": revived},
-        }
+        evidence.restart = RestartProbe(
+            blocks_saved=written,
+            other_checkpoint=RestoredStore(admitted=foreign.restored, dropped=foreign.dropped, consumed=stale_tokens),
+            same_checkpoint=RestoredStore(admitted=kept.restored, dropped=kept.dropped, reused_tokens=revived),
+        )
         metrics.update(
             blocks_saved=written,
             restored_other_checkpoint=foreign.restored,
@@ -181,16 +182,16 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
 
     served_all = [s for log_ in logs for s in log_.served]
     if not served_all:
-        outcome = Outcome("unproven", "", {"store_starts": len(pool.starts) - starts}, evidence)
+        outcome = Outcome("unproven", "", {"store_starts": len(pool.starts) - starts}, evidence.dump())
         return findings.settle(outcome, "nothing could be asserted")
     wrong = [s for log_ in logs for s in log_.wrong_outputs()]
     if wrong:
         problems.append("outputs differ from the uncached computation in: " + ", ".join(s.label for s in wrong))
     merged = RequestLog(ReuseTally(logs[0].ledger.block_size), tol, served_all)
     metrics.update(requests=len(served_all), problems=len(problems), store_starts=len(pool.starts) - starts)
-    evidence["requests"] = merged.table()
+    evidence.requests = [ServedRequest.model_validate(row) for row in merged.table()]
     outcome = Outcome(
-        "pass", "", metrics, evidence, merged.exercise(worker or source), observation=merged.observation()
+        "pass", "", metrics, evidence.dump(), merged.exercise(worker or source), observation=merged.observation()
     )
     return findings.settle(outcome, "no stale entry consumed: " + "; ".join(done))
 

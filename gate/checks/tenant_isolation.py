@@ -29,6 +29,7 @@ from gate.checks._prefix_support import (
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import TenantIsolationEvidence
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -101,7 +102,12 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         "store_starts": len(pool.starts) - starts,
     }
     outcome = Outcome(
-        "pass", "", metrics, {"requests": log.table()}, log.exercise(worker), observation=log.observation()
+        "pass",
+        "",
+        metrics,
+        TenantIsolationEvidence.model_validate({"requests": log.table()}).dump(),
+        log.exercise(worker),
+        observation=log.observation(),
     )
     problems = findings.problems
     if leaks:

@@ -419,11 +419,20 @@ class ServedRequest(_Record):
     """Rows whose argmax differs from the full recompute."""
 
 
-class PrefixReuseEvidence(EvidenceRecord):
+class StoreEvidence(EvidenceRecord):
+    """What every check of a cross-request prefix store records: its requests and what it could not assert."""
+
+    requests: list[ServedRequest] = Field(default_factory=list)
+    """The requests (first and last when many); none when nothing could be asserted."""
+    unproven_assertions: dict[str, str] | None = None
+    """Assertions the store could not support -> the capability it lacks."""
+    store_starts_in_run: list[str] | None = None
+    """Every store the run's prefix checks started so far (on an engine, each is a process start)."""
+
+
+class PrefixReuseEvidence(StoreEvidence):
     """prefix-reuse-parity: requests with shared prefixes, each against a full recompute."""
 
-    requests: list[ServedRequest]
-    """The requests (first and last when many)."""
     tolerance: ToleranceRecord
     """The tolerance outputs were compared with."""
     compare: str
@@ -435,10 +444,86 @@ class PrefixReuseEvidence(EvidenceRecord):
     budget: dict[str, Any] | None = None
     """The budget contract (stores with a byte budget): the budget, bytes per block and served, bytes
     held after each request, evictions, and whether the latest prompt still hit."""
-    unproven_assertions: dict[str, str] | None = None
-    """Assertions the store could not support -> the capability it lacks."""
-    store_starts_in_run: list[str] | None = None
-    """Every store the run's prefix checks started so far (on an engine, each is a process start)."""
+
+
+# --- prefix: cache-identity, tenant-isolation, hash-collision, invalidation -----------------------
+
+
+class IdentityProbe(ServedRequest):
+    """The base prompt under one identity field changed (or, for `token-ids` and `positions`, its
+    tokens changed or moved): what the cache reused, against what it was entitled to."""
+
+    repeat_reused: int | None = None
+    """Tokens reused when the variant request was repeated (it must hit its own entries)."""
+    computation_differs_by: float | None = None
+    """Largest |Δlogit| between the variant's computation and the base's: the field matters."""
+
+
+class CacheIdentityEvidence(StoreEvidence):
+    """cache-identity: one request per identity field, differing from a cached one in that field only."""
+
+    fields: dict[str, IdentityProbe] = Field(default_factory=dict)
+    """Identity field -> the request that varied it."""
+    identity_example: ServedRequest | None = None
+    """The second request of the fixed identity example (it must reuse exactly positions 0 and 1)."""
+    unverified: list[str] = Field(default_factory=list)
+    """Fields the candidate could not vary (unproven, named)."""
+    identity_report_checked: bool = False
+    """Whether the identity the store reports was compared with what it keys on."""
+
+
+class TenantIsolationEvidence(StoreEvidence):
+    """tenant-isolation: the same prompts under tenants and salts, also under a weak hash."""
+
+
+class HashCollisionEvidence(StoreEvidence):
+    """hash-collision: requests under a weak injected hash, also under other identities."""
+
+    cache: dict[str, Any] | None = None
+    """The store's state after the last request."""
+
+
+class UpdateProbe(_Record):
+    """A weight (or adapter) update between two pairs of requests for one prompt."""
+
+    computation_changed_by: float
+    """Largest |Δlogit| the update made to the prompt's uncached computation (0: it tests nothing)."""
+    hit_before: int
+    """Tokens the repeated request before the update reused (0: the miss after it proves nothing)."""
+    reused_after: int
+    """Tokens the first request after the update reused (must be 0: entries of the old weights)."""
+    hit_after: int
+    """Tokens the repeat after the update reused (the new entries)."""
+
+
+class RestoredStore(_Record):
+    """A store restarted from the saved cache file."""
+
+    admitted: int
+    """Blocks its restore admitted."""
+    dropped: dict[str, int]
+    """Reason -> blocks its restore refused."""
+    consumed: int | None = None
+    """Tokens of restored entries it served (on another checkpoint this must be 0)."""
+    reused_tokens: int | None = None
+    """Tokens of restored entries it reused (on the same checkpoint: proof that restore works)."""
+
+
+class RestartProbe(_Record):
+    """A saved cache restored by a store restarted on another checkpoint, then on the same one."""
+
+    blocks_saved: int
+    other_checkpoint: RestoredStore
+    same_checkpoint: RestoredStore
+
+
+class InvalidationEvidence(StoreEvidence):
+    """invalidation: no stale entry served after a weight or adapter update or a restart."""
+
+    updates: dict[str, UpdateProbe] = Field(default_factory=dict)
+    """`model` / `adapter` -> the update and the requests around it."""
+    restart: RestartProbe | None = None
+    """The restart, when the store offers snapshots."""
 
 
 # --- serving: phase-performance -------------------------------------------------------------------
@@ -572,6 +657,10 @@ EVIDENCE: dict[str, type[EvidenceRecord]] = {
     "spec-distribution": DistributionEvidence,
     "quality-slices": SlicesEvidence,
     "prefix-reuse-parity": PrefixReuseEvidence,
+    "cache-identity": CacheIdentityEvidence,
+    "tenant-isolation": TenantIsolationEvidence,
+    "hash-collision": HashCollisionEvidence,
+    "invalidation": InvalidationEvidence,
     "phase-performance": ServingEvidence,
     "schedule-fuzz": ScheduleFuzzEvidence,
 }
@@ -579,15 +668,20 @@ EVIDENCE: dict[str, type[EvidenceRecord]] = {
 
 __all__ = [
     "EVIDENCE",
+    "CacheIdentityEvidence",
     "DistributionEvidence",
     "EvidenceRecord",
     "GreedyEvidence",
+    "HashCollisionEvidence",
+    "InvalidationEvidence",
     "PrefixReuseEvidence",
     "ScheduleFuzzEvidence",
     "ScheduleReproducer",
     "ServingEvidence",
     "SlicesEvidence",
     "SpecGreedyEvidence",
+    "StoreEvidence",
     "SweepEvidence",
+    "TenantIsolationEvidence",
     "ToleranceRecord",
 ]

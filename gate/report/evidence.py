@@ -20,15 +20,21 @@ from pydantic import ValidationError
 from gate.core.evidence import (
     EVIDENCE,
     Bitwise,
+    CacheIdentityEvidence,
     DistributionEvidence,
     EvidenceRecord,
     GreedyEvidence,
+    HashCollisionEvidence,
+    InvalidationEvidence,
     PrefixReuseEvidence,
     ScheduleFuzzEvidence,
+    ServedRequest,
     ServingEvidence,
     SlicesEvidence,
     SpecGreedyEvidence,
+    StoreEvidence,
     SweepEvidence,
+    TenantIsolationEvidence,
     ToleranceRecord,
 )
 from gate.report.divergence import TokenView, layer_plot, token_view
@@ -284,10 +290,10 @@ def read_slices(evidence: SlicesEvidence, views: EvidenceViews) -> None:
     read_samples(evidence.samples, views)
 
 
-def read_prefix_reuse(evidence: PrefixReuseEvidence, views: EvidenceViews) -> None:
+def _requests_table(requests: list[ServedRequest], views: EvidenceViews) -> None:
     """The reuse ledger: per request, what a correct cache may reuse against what was reused."""
     rows = []
-    for r in evidence.requests[:MAX_TABLE_ROWS]:
+    for r in requests[:MAX_TABLE_ROWS]:
         reuse = "BEYOND entitlement" if r.reused > r.entitled else ("below" if r.reused < r.entitled else "")
         counts = map(str, (r.prompt_tokens, r.entitled, r.reused))
         rows.append(
@@ -301,18 +307,169 @@ def read_prefix_reuse(evidence: PrefixReuseEvidence, views: EvidenceViews) -> No
                 str(r.argmax_flips),
             ]
         )
-    views.tables.insert(
-        0,
-        Table(
-            title="Requests: reuse against entitlement, outputs against a full recompute",
-            columns=["request", "prompt", "entitled", "reused", "", "hit blocks", "computed", "max |Δlogit|", "flips"],
-            rows=rows,
-            note=f"first {MAX_TABLE_ROWS} of {len(evidence.requests)} rows"
-            if len(evidence.requests) > MAX_TABLE_ROWS
-            else "",
-        ),
-    )
+    if rows:
+        views.tables.append(
+            Table(
+                title="Requests: reuse against entitlement, outputs against a full recompute",
+                columns=[
+                    "request",
+                    "prompt",
+                    "entitled",
+                    "reused",
+                    "",
+                    "hit blocks",
+                    "computed",
+                    "max |Δlogit|",
+                    "flips",
+                ],
+                rows=rows,
+                note=f"first {MAX_TABLE_ROWS} of {len(requests)} rows" if len(requests) > MAX_TABLE_ROWS else "",
+            )
+        )
     views.consumed.add("requests")
+
+
+def _store_findings(evidence: StoreEvidence, views: EvidenceViews) -> None:
+    """What every prefix-store check records beside its requests: what it could not assert, and the
+    stores the run started."""
+    if evidence.unproven_assertions:
+        views.tables.append(
+            Table(
+                title="Not asserted: the store lacks what they need",
+                columns=["assertion", "why"],
+                rows=[[a, why] for a, why in evidence.unproven_assertions.items()],
+            )
+        )
+    if evidence.store_starts_in_run:
+        views.tables.append(
+            Table(
+                title="Stores started in this run",
+                columns=["#", "store"],
+                rows=[[str(n), name] for n, name in enumerate(evidence.store_starts_in_run, 1)],
+            )
+        )
+    views.consumed.update(("unproven_assertions", "store_starts_in_run"))
+
+
+def read_prefix_reuse(evidence: PrefixReuseEvidence, views: EvidenceViews) -> None:
+    _requests_table(evidence.requests, views)
+    _store_findings(evidence, views)
+
+
+def read_cache_identity(evidence: CacheIdentityEvidence, views: EvidenceViews) -> None:
+    """One row per identity field: the variant request's reuse, which must be none it is not entitled to."""
+    rows = []
+    for name, probe in evidence.fields.items():
+        reuse = "BEYOND entitlement" if probe.reused > probe.entitled else ""
+        rows.append(
+            [
+                name,
+                str(probe.prompt_tokens),
+                str(probe.entitled),
+                str(probe.reused),
+                reuse,
+                display(probe.repeat_reused),
+                display(probe.computation_differs_by),
+                display(probe.max_abs_delta),
+            ]
+        )
+    rows += [[name, "", "", "", "not varied (unproven)", "", "", ""] for name in evidence.unverified]
+    if evidence.identity_example is not None:  # the fixed example: B after A reuses exactly positions 0-1
+        example = evidence.identity_example
+        spans = ", ".join(f"{start}-{end - 1}" for start, end in example.spans) or "none"
+        rows.append(
+            [
+                "identity example (B after A)",
+                str(example.prompt_tokens),
+                str(example.entitled),
+                str(example.reused),
+                f"positions {spans}",
+                "",
+                "",
+                display(example.max_abs_delta),
+            ]
+        )
+    views.tables.append(
+        Table(
+            title="Identity fields: a request that differs in one field only",
+            columns=[
+                "field",
+                "prompt",
+                "entitled",
+                "reused",
+                "",
+                "repeat reused",
+                "computation differs by",
+                "max |Δlogit|",
+            ],
+            rows=rows,
+            note="a field's variant may reuse only what it is entitled to; its repeat must hit (the cache is on); "
+            "'computation differs by' shows the field changes the output"
+            + (
+                "; the identity the store reports was compared with its key" if evidence.identity_report_checked else ""
+            ),
+        )
+    )
+    views.consumed.update(("fields", "unverified", "identity_report_checked", "identity_example"))
+    _requests_table(evidence.requests, views)
+    _store_findings(evidence, views)
+
+
+def read_store_requests(evidence: StoreEvidence, views: EvidenceViews) -> None:
+    """tenant-isolation and hash-collision: the requests and what could not be asserted."""
+    _requests_table(evidence.requests, views)
+    _store_findings(evidence, views)
+
+
+def _reasons(dropped: Mapping[str, int]) -> str:
+    return "; ".join(f"{count} blocks: {reason}" for reason, count in dropped.items()) or "none"
+
+
+def read_invalidation(evidence: InvalidationEvidence, views: EvidenceViews) -> None:
+    """Updates and the restart as their own tables, then the requests."""
+    if evidence.updates:
+        views.tables.append(
+            Table(
+                title="Updates: reuse before, right after and after again",
+                columns=["update", "computation changed by", "hit before", "reused right after", "hit after"],
+                rows=[
+                    [
+                        f"{name} weights",
+                        display(u.computation_changed_by),
+                        str(u.hit_before),
+                        str(u.reused_after),
+                        str(u.hit_after),
+                    ]
+                    for name, u in evidence.updates.items()
+                ],
+                note="right after an update nothing may be reused (entries of the old weights)",
+            )
+        )
+    if evidence.restart is not None:
+        restart = evidence.restart
+        views.tables.append(
+            Table(
+                title=f"Restart from a saved cache ({restart.blocks_saved} blocks saved)",
+                columns=["restarted on", "admitted", "refused", "served"],
+                rows=[
+                    [
+                        "another checkpoint (must admit and serve nothing)",
+                        str(restart.other_checkpoint.admitted),
+                        _reasons(restart.other_checkpoint.dropped),
+                        display(restart.other_checkpoint.consumed),
+                    ],
+                    [
+                        "the same checkpoint (must admit and reuse)",
+                        str(restart.same_checkpoint.admitted),
+                        _reasons(restart.same_checkpoint.dropped),
+                        display(restart.same_checkpoint.reused_tokens),
+                    ],
+                ],
+            )
+        )
+    views.consumed.update(("updates", "restart"))
+    _requests_table(evidence.requests, views)
+    _store_findings(evidence, views)
 
 
 def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | None, list[Table]]:
@@ -427,6 +584,10 @@ READERS: dict[type[EvidenceRecord], Callable[[Any, EvidenceViews], None]] = {
     DistributionEvidence: read_distribution,
     SlicesEvidence: read_slices,
     PrefixReuseEvidence: read_prefix_reuse,
+    CacheIdentityEvidence: read_cache_identity,
+    TenantIsolationEvidence: read_store_requests,
+    HashCollisionEvidence: read_store_requests,
+    InvalidationEvidence: read_invalidation,
     ServingEvidence: read_serving,
     ScheduleFuzzEvidence: read_schedule_fuzz,
 }

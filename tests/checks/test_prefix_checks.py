@@ -3,6 +3,7 @@ cache with proof of reuse, and fails under every control the policy names for it
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from gate.checks.invalidation import invalidation
 from gate.checks.prefix_reuse_parity import prefix_reuse_parity
 from gate.checks.tenant_isolation import tenant_isolation
 from gate.cli.main import cli
-from gate.core.check import CheckContext, CheckSpec
+from gate.core.check import CheckContext, CheckSpec, Outcome
+from gate.core.evidence import EVIDENCE
 from gate.core.manifest import ClaimLevel, Intervention, Manifest
 from gate.core.plan import PlannedCheck
 from gate.core.policy import load_policies
@@ -27,6 +29,7 @@ from gate.engine.run_cache import RunCache
 from gate.engine.runner import decide, run_check
 from gate.prefix.worker import PrefixWorker
 from gate.protocols import PREFIX_CAPABILITIES, PrefixCaching, PrefixHashing, PrefixServing
+from gate.report.evidence import read_evidence
 from tests.support.repo import EXAMPLES
 
 CHECKS: dict[str, CheckSpec[Any]] = {
@@ -101,6 +104,16 @@ def policy_controls() -> list[tuple[str, str, str]]:
     return [(level, check, fault) for (check, fault, _), level in found.items()]
 
 
+def assert_typed(name: str, outcome: Outcome) -> None:
+    """The evidence validates into the check's record, and the dossier reads it by field (json round trip)."""
+    stored = json.loads(json.dumps(outcome.evidence))
+    assert EVIDENCE[name].model_validate(stored).dump() == stored
+    views = read_evidence(name, stored)
+    assert not views.notes and {"unproven_assertions", "store_starts_in_run"} <= views.consumed
+    if name in ("cache-identity", "tenant-isolation", "invalidation"):  # every field drawn by its own view
+        assert not any(t.title.startswith("Other evidence") for t in views.tables), name
+
+
 def test_the_candidate_offers_the_capability() -> None:
     _, cand = paths()
     assert isinstance(cand, PrefixWorker) and isinstance(cand, PrefixCaching)
@@ -112,6 +125,7 @@ def test_each_check_passes_on_the_correct_cache_with_proof_of_reuse(name: str) -
     assert outcome.status == "pass", outcome.message
     assert outcome.exercise["reused_tokens"] > 0 and outcome.exercise["hit_blocks"] > 0
     assert outcome.observation is not None
+    assert_typed(name, outcome)
 
 
 @pytest.mark.parametrize("claim,name,fault", policy_controls(), ids=lambda x: str(x))
@@ -122,6 +136,7 @@ def test_every_policy_control_is_detected(claim: str, name: str, fault: str) -> 
     )
     outcome = CHECKS[name](context(fault, claim=level), params)
     assert outcome.status == "fail", f"{name} missed {fault}: {outcome.message}"
+    assert_typed(name, outcome)
 
 
 @pytest.mark.parametrize(
@@ -258,6 +273,7 @@ def test_a_correct_store_with_one_capability_is_never_failed_and_never_passed_wh
     else:
         assert outcome.status == "unproven", outcome.message
     assert all("gate.protocols." in why or "adapters" in why or "sibling" in why for why in outcome.lacking.values())
+    assert_typed(name, outcome)
     assert outcome.message.count("unproven") >= 1 and "fail" not in outcome.message
 
 
