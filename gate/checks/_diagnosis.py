@@ -54,6 +54,9 @@ BUG_CLASSES: dict[str, str] = {
     "its positions, or pad tokens attended (position ids or the padding mask of a batched request)",
     "batch-crosstalk": "a request computes differently inside a batch of equal-length requests than alone: "
     "a row reads another row's state (a cache handle or block table indexed by the wrong row)",
+    "continuous-batching": "a request computes differently in a running batch that requests join and leave "
+    "than alone or padded: a slot or page reused without clearing the previous request's state, or positions "
+    "and masks of a mixed prefill/decode forward taken from another row",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

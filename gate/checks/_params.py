@@ -323,6 +323,11 @@ class ScheduleFuzzParams(Params):
     """Rows per session (two or more let a row read another row's cache)."""
     forks: bool = True
     """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
+    joins: bool = True
+    """Where the path batches continuously (gate.protocols.ContinuousBatching), draw requests joining
+    and leaving its running batch, and decode steps of it."""
+    slots: int = Field(default=3, ge=1, le=64)
+    """Requests the running batch holds at once (a join beyond them waits: a no-op)."""
     atol: float | None = Field(default=None, ge=0)
     """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
     rtol: float | None = Field(default=None, ge=0)

@@ -10,10 +10,18 @@ A schedule is a list of operations on live sessions of one path:
                     shared prefix), which becomes active; at most two sessions live at once
     ("switch",)     the other live session becomes active (a new, empty request when only one is
                     live: two unrelated requests interleaved)
+    ("join", n)     where the path batches continuously (gate.protocols.ContinuousBatching): a new
+                    request joins the one running batch with its first n tokens, in ONE forward with
+                    a decode token of every request already running (mixed prefill and decode); a
+                    no-op while every slot is taken
+    ("step",)       one forward of the running batch: a decode token for every request in it
+    ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves; its slot is
+                    free for the next join
 
 Every request's tokens come from a seeded stream (a fork continues its parent's prefix with a
-stream of its own), and every step's logits [B, n, V] are compared with one full pass of the
-reference over the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a claim
+stream of its own; a request of the running batch is one row), and every step's logits [B, n, V]
+(per request of the running batch, [n, V]) are compared with one full pass of the reference over
+the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a claim
 that bounds logits). Running a schedule returns the steps it resolved ("prefill 15", "append 2",
 ...), the first failing step, and what it covered (operation kinds, layout edges touched).
 """
@@ -28,7 +36,7 @@ from typing import Any
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows, random_tokens
-from gate.protocols import DecodePath, Session
+from gate.protocols import ContinuousBatching, ContinuousSession, DecodePath, Session
 
 Op = tuple[Any, ...]
 
@@ -46,6 +54,19 @@ class Live:
 
 
 @dataclass
+class Joined:
+    """A request of the running batch: its handle there, its token stream and how much it holds."""
+
+    handle: int
+    stream: torch.Tensor
+    """[1, max_tokens] the request's tokens (fed from the front)."""
+    key: tuple[Any, ...]
+    order: int
+    """How many requests joined the running batch before this one (the reproducer's `request N`)."""
+    length: int = 0
+
+
+@dataclass
 class ScheduleResult:
     """One schedule's run."""
 
@@ -54,7 +75,8 @@ class ScheduleResult:
     failure: dict[str, Any] | None = None
     """The first failing step (1-based `step`, `row`, `position`, tokens, |Δ|), None if all held."""
     kinds: Counter[str] = field(default_factory=Counter)
-    """Operations run, by kind (prefill, decode, chunk, reset, fork, switch)."""
+    """Operations run, by kind (prefill, decode, chunk, reset, fork, switch, join, step, leave, and
+    for the running batch `mixed forward` and `slot reuse`)."""
     edges: dict[str, set[int]] = field(default_factory=dict)
     """Per layout-edge kind, the edges a step ended at (±1) or crossed."""
     longest: int = 0
@@ -78,8 +100,11 @@ class ScheduleRunner:
         tol: Tolerance,
         bounded: bool,
         edges: dict[str, tuple[int, ...]] | None = None,
+        slots: int = 3,
     ) -> None:
         self.reference, self.candidate = reference, candidate
+        self.slots = slots
+        self.continuous = isinstance(candidate, ContinuousBatching) and bool(candidate.continuous_batching)
         self.vocab, self.batch, self.max_tokens, self.seed = vocab, batch, max_tokens, seed
         self.tol, self.bounded = tol, bounded
         self.edges = {k: tuple(e for e in v if e <= max_tokens + 1) for k, v in (edges or {}).items()}
@@ -88,7 +113,7 @@ class ScheduleRunner:
     def _stream(self, request: int) -> torch.Tensor:
         return random_tokens(self.vocab, self.batch, self.max_tokens, self.seed * 1009 + request)
 
-    def _reference_rows(self, live: Live, end: int) -> torch.Tensor:
+    def _reference_rows(self, live: Live | Joined, end: int) -> torch.Tensor:
         key = (live.key, end)
         if key not in self._rows:
             self._rows[key] = self.reference.full_logits(live.stream[:, :end]).float().cpu()
@@ -99,9 +124,32 @@ class ScheduleRunner:
         requests = 0
         lives = [Live(self.candidate.new_session(self.batch), self._stream(0), ("r", 0))]
         active = 0
+        running: ContinuousSession | None = None
+        joined: list[Joined] = []
         for op in ops:
             kind = op[0]
             live = lives[active]
+            if kind in ("join", "step", "leave"):
+                if not self.continuous:
+                    continue
+                if running is None:
+                    assert isinstance(self.candidate, ContinuousBatching)
+                    running = self.candidate.new_continuous_session(self.slots)
+                if kind == "leave":
+                    if not joined:
+                        continue
+                    gone = joined.pop(int(op[1]) % len(joined))
+                    running.leave(gone.handle)
+                    result.steps.append(("leave", int(op[1]) % (len(joined) + 1)))
+                    result.kinds["leave"] += 1
+                    continue
+                before = len(joined)
+                failure = self._continuous(result, running, joined, op, requests + 1, keep_logits)
+                requests += len(joined) - before  # a join that found a slot starts a request
+                if failure is not None:
+                    result.failure = {"step": len(result.steps), **failure}
+                    break
+                continue
             if kind in ("feed", "prefill", "append"):
                 n = min(int(op[1]), self.max_tokens - live.length)
                 if n < 1:
@@ -158,7 +206,52 @@ class ScheduleRunner:
                 result.failure = {"step": len(result.steps), **failure}
                 break
         result.exercise = {**lives[active].session.exercise(), "live_sessions": len(lives)}
+        if running is not None:
+            result.exercise["continuous"] = running.exercise()
+            result.kinds["slot reuse"] += int(result.exercise["continuous"].get("slots_reused", 0))
         return result
+
+    def _continuous(
+        self,
+        result: ScheduleResult,
+        running: ContinuousSession,
+        joined: list[Joined],
+        op: Op,
+        request: int,
+        keep_logits: bool,
+    ) -> dict[str, Any] | None:
+        """One forward of the running batch (`join n` or `step`), every fed request judged; the
+        failure, if any. A join that finds no free slot, or a step with nothing to feed, is a no-op."""
+        feeds: dict[int, tuple[Joined, int]] = {}
+        if op[0] == "join":
+            if len(joined) >= self.slots:
+                return None
+            fresh = Joined(running.join(), self._stream(request)[:1], ("j", request), order=result.kinds["join"])
+            joined.append(fresh)
+            feeds[fresh.handle] = (fresh, min(int(op[1]), self.max_tokens))
+        for member in joined:
+            if member.handle not in feeds and member.length < self.max_tokens:
+                feeds[member.handle] = (member, 1)
+        if not feeds:
+            return None
+        out = running.step({h: m.stream[0, m.length : m.length + n] for h, (m, n) in feeds.items()})
+        result.steps.append(("join", feeds[joined[-1].handle][1]) if op[0] == "join" else ("step",))
+        result.kinds[op[0]] += 1
+        if op[0] == "join" and len(feeds) > 1:
+            result.kinds["mixed forward"] += 1
+        failure = None
+        for h, (member, n) in feeds.items():
+            start = member.length
+            member.length += n
+            result.longest = max(result.longest, member.length)
+            self._touch(result, start, start + n)
+            logits = out[h].float().cpu()[None]
+            if keep_logits:
+                result.logits.append(logits.flatten())
+            found = self._judge(self._reference_rows(member, start + n)[:, start : start + n], logits, start)
+            if found is not None and failure is None:
+                failure = {**found, "row": 0, "request": member.order}
+        return failure
 
     def _judge(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:
         cmp = compare_rows(ref, out, self.tol)  # [B, n]
@@ -191,8 +284,9 @@ def describe(steps: Sequence[Op]) -> str:
 def failure_words(failure: dict[str, Any]) -> str:
     """e.g. `argmax differs at step 4 (row 0, position 15: reference 12, candidate 40)`."""
     what = "argmax differs" if failure["argmax_flip"] else f"|Δlogit| {failure['max_abs_delta']:.3g} beyond tolerance"
+    where = f"request {failure['request']}" if "request" in failure else f"row {failure['row']}"
     return (
-        f"{what} at step {failure['step']} (row {failure['row']}, position {failure['position']}: "
+        f"{what} at step {failure['step']} ({where}, position {failure['position']}: "
         f"reference {failure['reference_token']}, candidate {failure['candidate_token']})"
     )
 

@@ -9,7 +9,11 @@ pass over the prompt and the reference's greedy continuation) in up to four sett
 * left-padded batch: requests of different lengths padded on the left by the path
   (gate.protocols.BatchedSessions), prefilled together, then decoding the reference's continuation
   one token per step in the same batch, in two row orders;
-* right-padded batch: the same requests padded on the right, prefill only.
+* right-padded batch: the same requests padded on the right, prefill only;
+* continuous batching: the same requests join one running batch at different forwards
+  (gate.protocols.ContinuousBatching), each prompt's prefill (a long one in two chunks) in the same
+  forward as the others' decode steps; they leave at different steps, one early, and the last
+  joins a slot another request left.
 
 Teacher forcing keeps rows aligned: every setting appends the reference's greedy tokens, so a
 row whose argmax differs from the reference's (outside its tie band, gate.checks._compare) is
@@ -19,7 +23,7 @@ rows alone (batch invariance in the strict sense; the |Δ| is evidence, not a ve
 other shapes round differently).
 
 A path that does not pad (no BatchedSessions) is judged on the equal-length batch only, and the
-result says so.
+result says so; so does a path that does not batch continuously.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._params import BatchInvarianceParams
 from gate.checks.greedy_parity import greedy
 from gate.core.check import CheckContext, Outcome, check
-from gate.protocols import BatchedSessions, DecodePath
+from gate.protocols import BatchedSessions, ContinuousBatching, DecodePath
 
 __all__ = ["BatchInvarianceParams", "batch_invariance"]
 
@@ -106,6 +110,43 @@ def padded_batch(
     return [torch.cat(r) for r in rows], dict(session.exercise())
 
 
+def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:
+    """What a request feeds a running batch, forward by forward: its prompt (a prompt longer than 8
+    tokens in two chunks), then the continuation one token at a time; `early`: it leaves after half
+    of its continuation."""
+    prompt, length = request.prompt, int(request.prompt.shape[0])
+    cut = (length + 1) // 2 if length > 8 else length
+    pieces = [prompt[:cut], prompt[cut:]] if cut < length else [prompt]
+    decode = (steps - 1) // 2 if early else steps - 1
+    return pieces + [request.continuation[i : i + 1] for i in range(decode)]
+
+
+def continuous_batch(
+    candidate: ContinuousBatching, requests: list[Request]
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Requests join one running batch one per forward, so each prompt's prefill shares a forward
+    with the earlier requests' decode steps; each leaves when its continuation is fed, the first one
+    early; with one slot fewer than requests, the last waits for a slot a request left and reuses it.
+    Each request's rows, and the session's exercise."""
+    steps = int(requests[0].continuation.shape[0])
+    session = candidate.new_continuous_session(max(1, len(requests) - 1))
+    waiting = list(range(len(requests)))
+    pending = {i: _pieces(r, i == 0, steps) for i, r in enumerate(requests)}
+    rows: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(requests))}
+    live: dict[int, int] = {}  # handle -> request index
+    slots = max(1, len(requests) - 1)
+    while waiting or live:
+        if waiting and len(live) < slots:
+            live[session.join()] = waiting.pop(0)
+        out = session.step({h: pending[i].pop(0) for h, i in live.items()})
+        for h, logits in out.items():
+            rows[live[h]].append(logits.float().cpu())
+        for h in [h for h, i in live.items() if not pending[i]]:
+            session.leave(h)
+            del live[h]
+    return [torch.cat(rows[i]) for i in range(len(requests))], dict(session.exercise())
+
+
 def _first_failure(
     ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance, bounded: bool, top_k: int
 ) -> tuple[dict[str, Any] | None, int, int]:
@@ -149,6 +190,7 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
     limit = min(reference.max_len, candidate.max_len) - params.steps
     lengths = sorted({max(1, min(n, limit)) for n in params.lengths})
     sides = tuple(candidate.padding_sides) if isinstance(candidate, BatchedSessions) else ()
+    continuous = isinstance(candidate, ContinuousBatching) and bool(candidate.continuous_batching)
     batch = max(len(lengths), 2)
     equal = max(1, min(params.equal_length, limit))
 
@@ -159,7 +201,7 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
             partial(reference_request, reference, prompt, params.steps),
         )
 
-    mixed = [request(n, i) for i, n in enumerate(lengths)] if sides else []
+    mixed = [request(n, i) for i, n in enumerate(lengths)] if sides or continuous else []
     same = [request(equal, 100 + i) for i in range(batch)]
     rng = random.Random(ctx.seed)
     order = list(range(len(mixed)))
@@ -171,6 +213,8 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
             settings.append((f"{side}-padded", side, order))
             if side == "left" and len(order) > 1:
                 settings.append(("left-padded, rows reordered", side, shuffled))
+    if continuous:
+        settings.append(("continuous", "continuous", shuffled))
 
     observed: list[torch.Tensor] = []
     exercise: dict[str, Any] = {"padding_sides": list(sides), "requests": len(mixed) + len(same), "batches": {}}
@@ -214,6 +258,10 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
         if side == "none":
             group, offset = [same[i] for i in rows_order], len(mixed)
             outs, ex = equal_batch(candidate, group)
+        elif side == "continuous":
+            assert isinstance(candidate, ContinuousBatching)
+            group, offset = [mixed[i] for i in rows_order], 0
+            outs, ex = continuous_batch(candidate, group)
         else:
             assert isinstance(candidate, BatchedSessions)
             group, offset = [mixed[i] for i in rows_order], 0
@@ -234,6 +282,11 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
         "max_abs_delta_batched_vs_alone": max((r.get("max_abs_delta_vs_alone", 0.0) for r in results), default=0.0),
     }
     evidence: dict[str, Any] = {"results": results, "tolerance": tol.as_dict(), "bounded_claim": bounded}
+    if not continuous:
+        evidence["continuous"] = (
+            f"{candidate.name} does not batch continuously (gate.protocols.ContinuousBatching): "
+            "no request joined or left a running batch"
+        )
     if not sides:
         evidence["padding"] = (
             f"{candidate.name} does not pad a batch of requests of different lengths "
@@ -282,4 +335,6 @@ def _bug_class(setting: str) -> str:
         return "uncertain"
     if setting.startswith("equal-length"):
         return "batch-crosstalk"
+    if setting.startswith("continuous"):
+        return "continuous-batching"
     return "padding"

@@ -5,7 +5,9 @@ in particular interleavings: a chunk that ends one token before a block edge, a 
 chunks, a second request forked from a shared prefix. This check draws schedules with hypothesis
 (`hypothesis.find`, seeded by the run's seed, no example database, bounded by `max_examples`
 and `max_seconds`): prefills and appends of random sizes (single-token decode steps among them),
-resets, forks and switches between two live sessions (gate.checks._schedule). Every step's logits
+resets, forks and switches between two live sessions; then, where the path batches continuously,
+a second search of the same budget over requests joining (their prefill in one forward with the
+others' decode steps) and leaving one running batch, and its decode steps (gate.checks._schedule). Every step's logits
 are compared with the reference's full pass over the same tokens.
 
 On a failure hypothesis shrinks the schedule to a minimal one, which becomes the evidence: a line
@@ -37,8 +39,23 @@ from gate.protocols import DecodePath
 
 __all__ = ["ScheduleFuzzParams", "replay", "schedule_fuzz"]
 
-PROBE: tuple[Op, ...] = (("feed", 7), ("feed", 1), ("feed", 5), ("reset",), ("feed", 3), ("feed", 1), ("fork",))
-"""The fixed schedule whose logits are the check's observation (same in clean and faulty runs)."""
+PROBE: tuple[Op, ...] = (
+    ("feed", 7),
+    ("feed", 1),
+    ("feed", 5),
+    ("reset",),
+    ("feed", 3),
+    ("feed", 1),
+    ("fork",),
+    ("join", 4),
+    ("join", 2),
+    ("step",),
+    ("leave", 0),
+    ("join", 3),
+    ("step",),
+)
+"""The fixed schedule whose logits are the check's observation (same in clean and faulty runs); the
+joins and leaves run only where the path batches continuously."""
 
 
 def replay(
@@ -49,6 +66,7 @@ def replay(
     seed: int = 0,
     batch: int = 2,
     max_tokens: int = 96,
+    slots: int = 3,
     atol: float = 1e-4,
     rtol: float = 1e-4,
     bounds_logits: bool = False,
@@ -65,6 +83,7 @@ def replay(
         seed=seed,
         tol=Tolerance(atol, rtol, "params"),
         bounded=bounds_logits,
+        slots=slots,
     )
     result = runner.run(schedule)
     return f"{describe(result.steps)} → " + (failure_words(result.failure) if result.failure else "every step holds")
@@ -80,15 +99,19 @@ KINDS = ("feed", "feed", "feed", "decode", "decode", "reset", "fork", "switch")
 requests grow long enough to cross block edges and windows between resets and forks. Shrinking
 moves towards the front (a feed)."""
 
+CONTINUOUS_KINDS = ("join", "join", "leave", "step")
+"""The second search, where the path batches continuously: joins (each one forward with the running
+requests' decode steps) twice as often as leaves and decode steps of the whole batch."""
 
-def _strategy(params: ScheduleFuzzParams) -> Any:
+
+def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
     from hypothesis import strategies as st
 
-    kinds = KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))
-
     def op(kind: str) -> Any:
-        if kind == "feed":
-            return st.tuples(st.just("feed"), st.integers(1, params.max_chunk))
+        if kind in ("feed", "join"):
+            return st.tuples(st.just(kind), st.integers(1, params.max_chunk))
+        if kind == "leave":
+            return st.tuples(st.just("leave"), st.integers(0, params.slots - 1))
         return st.just(("feed", 1) if kind == "decode" else (kind,))
 
     return st.lists(st.sampled_from(kinds).flatmap(op), min_size=1, max_size=params.max_steps)
@@ -115,7 +138,8 @@ def _snippet(
             f"candidate = build({cand.adapter!r}, {json.dumps(cand.options)}{fault})",
             f"schedule = {list(steps)!r}",
             f"print(replay(reference, candidate, schedule, seed={ctx.seed}, batch={params.batch}, "
-            f"max_tokens={max_tokens}, atol={tol.atol!r}, rtol={tol.rtol!r}, bounds_logits={bounds_logits(ctx)!r}))",
+            f"max_tokens={max_tokens}, slots={params.slots}, atol={tol.atol!r}, rtol={tol.rtol!r}, "
+            f"bounds_logits={bounds_logits(ctx)!r}))",
         ]
     )
 
@@ -140,6 +164,7 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         tol=tol,
         bounded=bounds_logits(ctx),
         edges=edges,
+        slots=params.slots,
     )
     probe = runner.run(PROBE, keep_logits=True)
     kinds: Counter[str] = Counter()
@@ -176,15 +201,25 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         phases=[Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
-    try:
-        minimal: list[Op] | None = find(_strategy(params), fails, settings=budget, random=random.Random(ctx.seed))
-    except (NoSuchExample, _BudgetSpent):
-        minimal = None
-    except Flaky:
-        # the path's state outlived its sessions (a cross-request store), so a schedule did not fail
-        # the same way twice: keep the shortest schedule that failed, unshrunk
-        shortest = sorted(failing.keys(), key=len)
-        minimal = list(shortest[0]) if shortest else None
+    # two searches: the sessions' schedules, then (where the path batches continuously) the running
+    # batch's; the two never share state, so interleaving them would only dilute each search
+    searches = [KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))]
+    if runner.continuous and params.joins:
+        searches.append(CONTINUOUS_KINDS)
+    minimal: list[Op] | None = None
+    for alphabet in searches:
+        try:
+            minimal = find(_strategy(params, alphabet), fails, settings=budget, random=random.Random(ctx.seed))
+        except NoSuchExample:
+            continue
+        except _BudgetSpent:
+            break
+        except Flaky:
+            # the path's state outlived its sessions (a cross-request store), so a schedule did not fail
+            # the same way twice: keep the shortest schedule that failed, unshrunk
+            shortest = sorted(failing.keys(), key=len)
+            minimal = list(shortest[0]) if shortest else None
+        break
     if minimal is not None:
         minimal = tighten(list(minimal), fails)
     seconds = time.perf_counter() - started
@@ -193,6 +228,8 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         "operations": stats["operations"],
         "operations_by_kind": dict(sorted(kinds.items())),
         "longest_request": stats["longest"],
+        "searches": len(searches),
+        "continuous_batching": len(searches) > 1,
         "layout_edges": {
             kind: {"within_reach": len(runner.edges.get(kind, ())), "touched": len(touched.get(kind, set()))}
             for kind in edges

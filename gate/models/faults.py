@@ -5,8 +5,9 @@ The reference decoder (gate.models.reference) has no fault flags. Each fault her
 
 * the model: a module's `mask_fn`, the model's `positions` or `row_positions`, one attention
   layer's `forward`;
-* the cache: each new `KVCache` of the path passes through a hook that replaces its `update`
-  (what attention reads), its `padding` (which slots are pads) or its `reset`;
+* the cache: each new `KVCache` (or continuous batching's `SlotCache`) of the path passes through a
+  hook that replaces its `update` (what attention reads), its `padding` (which slots are pads), its
+  `reset` or its `claim` (what a request joining a slot clears);
 * the session: a wrapper around the path's sessions (stale weights).
 
 `apply_fault(target, name)` mutates a *copy* made by the path's `with_fault`; the target only
@@ -119,6 +120,14 @@ CATALOGUE: tuple[Fault, ...] = (
         "cache",
         "padding",
         "in a left-padded batch, the read carries no padding mask: every real token attends to its row's pad tokens",
+    ),
+    Fault(
+        "stale-slot-on-join",
+        "cache",
+        "continuous-batching",
+        "in a continuously batched session, a request that joins a slot another request has left inherits "
+        "the slot's length: its prompt is written after the previous occupant's K/V and attends to them "
+        "(a slot table not cleared on reuse); a slot used once is never wrong",
     ),
 )
 FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
@@ -304,6 +313,14 @@ def _pad_attended(target: FaultTarget) -> None:
     target.cache_hooks.append(hook)
 
 
+def _stale_slot_on_join(target: FaultTarget) -> None:
+    def hook(cache: KVCache) -> None:
+        # SlotCache.claim would empty the slot; here the joining request takes it as it was left
+        cache.claim = lambda _slot: None  # type: ignore[attr-defined]
+
+    target.cache_hooks.append(hook)
+
+
 def _reset_keeps_position(target: FaultTarget) -> None:
     def hook(cache: KVCache) -> None:
         def reset() -> None:
@@ -372,5 +389,6 @@ _APPLY: dict[str, Callable[[FaultTarget], None]] = {
     "sliding-window-mask": _sliding_window_mask,
     "padding-in-positions": _padding_in_positions,
     "pad-attended": _pad_attended,
+    "stale-slot-on-join": _stale_slot_on_join,
 }
 assert set(_APPLY) == set(FAULT_NAMES)

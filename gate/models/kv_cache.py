@@ -166,3 +166,89 @@ class KVCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for bufs in (self.k, self.v) for t in bufs)
+
+
+class SlotCache(KVCache):
+    """Continuous batching: K/V of up to `slots` requests [slots, H_kv, capacity, D] per layer, each
+    slot with its own length, growing in blocks of `block_size` positions.
+
+    One forward feeds some slots (`bind(slots, fed)`: the slots in row order and the tokens each row
+    brings; the forward's tokens are right-padded to the longest). `update` writes each row's real
+    tokens at its slot's length and returns what attention reads, laid out as a left-padded batch:
+    every row's history right-aligned so that this forward's tokens are the last columns of all rows.
+    The columns before a row's history are pads (`padding` masks them); its pad tokens at the end
+    come after its real ones and are never read by them. `advance()` then moves each slot's length on.
+    A slot a request leaves keeps its stale K/V; `claim(slot)` empties it for the next request.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        slots: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        max_len: int,
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        shape = (slots, n_kv_heads, 0, head_dim)
+        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        super().__init__(k, v, 0, max_len=max_len, layout="dynamic", block_size=block_size)
+        self.lengths = [0] * slots
+        """Valid positions per slot."""
+        self.rows: list[int] = []
+        """Slots the current forward feeds, in row order."""
+        self.fed: list[int] = []
+        """Real tokens each row of the current forward brings."""
+
+    def claim(self, slot: int) -> None:
+        """A new request takes `slot`: its length starts at 0 (the previous occupant's K/V are dead)."""
+        self.lengths[slot] = 0
+
+    def bind(self, slots: list[int], fed: list[int]) -> None:
+        """The rows of the next forward: their slots and real tokens per row."""
+        self.rows, self.fed = list(slots), list(fed)
+
+    @property
+    def starts(self) -> list[int]:
+        """Each bound row's length before this forward (its first new token's position)."""
+        return [self.lengths[s] for s in self.rows]
+
+    def advance(self) -> None:
+        """After a forward: every bound slot holds its new tokens too."""
+        for slot, n in zip(self.rows, self.fed, strict=True):
+            self.lengths[slot] += n
+        self.pos = max(self.lengths)
+
+    def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v [R, H_kv, n, D] (row r's real tokens are its first `fed[r]`) -> what attention reads,
+        [R, H_kv, width + n, D] with width = the longest history among the rows (`start_pos` unused:
+        each slot's length is the write position)."""
+        starts = self.starts
+        end = max(s + n for s, n in zip(starts, self.fed, strict=True))
+        self._grow(layer, end)
+        width, n = max(starts), k.shape[2]
+        read_k = k.new_zeros((k.shape[0], k.shape[1], width + n, k.shape[3]))
+        read_v = torch.zeros_like(read_k)
+        for row, (slot, start, m) in enumerate(zip(self.rows, starts, self.fed, strict=True)):
+            self.k[layer][slot, :, start : start + m] = k[row, :, :m]
+            self.v[layer][slot, :, start : start + m] = v[row, :, :m]
+            read_k[row, :, width - start : width] = self.k[layer][slot, :, :start]
+            read_v[row, :, width - start : width] = self.v[layer][slot, :, :start]
+        read_k[:, :, width:] = k
+        read_v[:, :, width:] = v
+        return read_k, read_v
+
+    def padding(self, k_len: int) -> torch.Tensor | None:
+        """[R, k_len] True on the columns before each row's history (the read's left pads)."""
+        width = max(self.starts)
+        slots = torch.arange(k_len, device=self.k[0].device)
+        first = torch.tensor([width - s for s in self.starts], device=slots.device)
+        return slots[None, :] < first[:, None]
+
+    def reset(self) -> None:
+        super().reset()
+        self.lengths = [0] * len(self.lengths)

@@ -31,6 +31,12 @@ allocated but invalid; a correct read never touches them (`fill_unused(nan)` pro
   row's first real slot; positions count from it and the pad slots before it are masked:
       cache.origin = torch.tensor([3, 0])                          # row 0 has 3 pad tokens
       logits = model.step(padded, cache, start_pos=0)               # positions 0.. from each origin
+* Continuous batching (requests join and leave one running batch; each forward mixes prefill
+  chunks and decode steps of different requests, each at its own offset):
+      cache = SlotCache(cfg.n_layers, 4, cfg.n_kv_heads, cfg.head_dim, max_len=cfg.max_len)
+      cache.claim(0); cache.claim(1)
+      cache.bind([0, 1], [5, 1])                                    # slot 0: 5 tokens, slot 1: 1 (+4 pads)
+      logits = model.step_rows(tokens, cache)                       # [2, 5, V]
 * Speculative decoding (batched next-token logits from a target and a draft, then roll back):
       draft = build_model(ModelConfig.from_preset("tiny-draft"), seed=1)
       logits = target.step(proposed, cache, start_pos=cache.pos)   # [B, k, V], one pass
@@ -47,9 +53,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from gate.models.config import PRESETS, ModelConfig
-from gate.models.kv_cache import KVCache, Layout
+from gate.models.kv_cache import KVCache, Layout, SlotCache
 
-__all__ = ["PRESETS", "KVCache", "Layout", "ModelConfig", "Transformer", "build_model", "causal_mask", "prefill"]
+__all__ = [
+    "PRESETS",
+    "KVCache",
+    "Layout",
+    "ModelConfig",
+    "SlotCache",
+    "Transformer",
+    "build_model",
+    "causal_mask",
+    "prefill",
+]
 
 MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
@@ -255,6 +271,25 @@ class Transformer(nn.Module):
             x = block(x, rot, cache, start_pos)
         if cache is not None:
             cache.pos = start_pos + n
+        logits: torch.Tensor = self.output(self.norm(x))
+        return logits
+
+    def step_rows(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
+        """Continuous batching: ONE forward over rows of different requests, each at its own offset.
+        tokens [R, n] (row r's real tokens first, then pads), `cache` bound to the rows' slots
+        (`SlotCache.bind`): row r's tokens take positions from its slot's length on, prefill chunks
+        and decode steps alike. -> logits [R, n, V]; the slots' lengths move on."""
+        n = tokens.shape[1]
+        last = self.config.max_len - 1
+        positions = torch.stack([self.positions(start, n) for start in cache.starts]).clamp(max=last)
+        x = self.tok_embeddings(tokens)
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(positions)
+        rot = self.rotary(positions) if self.config.rope else None
+        width = max(cache.starts)  # the read's columns before this forward's tokens
+        for block in self.blocks:
+            x = block(x, rot, cache, width)
+        cache.advance()
         logits: torch.Tensor = self.output(self.norm(x))
         return logits
 

@@ -1,6 +1,7 @@
 """DecodePaths through the reference decoder: a full pass, and cached paths over a static or
 dynamic KV cache with one-shot or chunked prefill. Implements DecodePath, LayerTracing,
-AttentionProbe, KVGeometry, LayoutBoundaries and, on cached paths, BatchedSessions (gate.protocols).
+AttentionProbe, KVGeometry, LayoutBoundaries and, on cached paths, BatchedSessions and
+ContinuousBatching (gate.protocols).
 Faults come from gate.models.faults via `with_fault`.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,7 +20,7 @@ import torch
 from gate.adapters.reference.options import Options
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, apply_fault
-from gate.models.reference import KVCache, Layout, ModelConfig, Transformer, build_model, prefill
+from gate.models.reference import KVCache, Layout, ModelConfig, SlotCache, Transformer, build_model, prefill
 from gate.protocols import Session, subject_call
 from gate.tensors import DTYPES
 
@@ -148,6 +149,31 @@ class ReferencePath:
         for hook in self.session_hooks:
             session = hook(session)
         return session  # type: ignore[no-any-return]
+
+    # -- ContinuousBatching ----------------------------------------------------------------
+
+    @property
+    def continuous_batching(self) -> bool:
+        """Cached paths batch continuously; the full pass keeps no per-request state."""
+        return self.uses_cache
+
+    def new_continuous_session(self, slots: int) -> SlotSession:
+        if not self.continuous_batching:
+            raise ValueError(f"path {self.name} does not batch continuously")
+        cfg = self.config
+        cache = SlotCache(
+            cfg.n_layers,
+            slots,
+            cfg.n_kv_heads,
+            cfg.head_dim,
+            max_len=cfg.max_len,
+            block_size=self.block_size,
+            dtype=DTYPES[self.dtype],
+            device=self.device,
+        )
+        for hook in self.cache_hooks:
+            hook(cache)
+        return SlotSession(self, cache)
 
     def with_fault(self, fault: str) -> ReferencePath:
         if fault not in self.faults():
@@ -382,6 +408,81 @@ class PaddedSession(CachedSession):
 
     def exercise(self) -> dict[str, Any]:
         return {**super().exercise(), "padding": self.padding, "pad_tokens": self.pad_tokens, "rows": self.batch}
+
+
+class SlotSession:
+    """Continuous batching over one `SlotCache`: requests join a running batch (taking the lowest
+    free slot, so a slot a request left is reused first), each `step` is one forward of the rows it
+    feeds (prefill chunks and decode tokens of different requests together, right-padded to the
+    longest, each row at its own offset), and a request that leaves frees its slot."""
+
+    def __init__(self, path: ReferencePath, cache: SlotCache) -> None:
+        self.path, self.model, self.cache = path, path.model, cache
+        self.free = list(range(len(cache.lengths)))
+        self.slot_of: dict[int, int] = {}
+        self.used: set[int] = set()
+        self.seen: dict[int, int] = {}
+        """Tokens each live request has been fed."""
+        self.handles = 0
+        self.counts = {"forwards": 0, "mixed_forwards": 0, "joins": 0, "leaves": 0, "slots_reused": 0}
+        self.counts.update(max_rows=0, cached_steps=0, tokens_processed=0, pad_tokens=0)
+
+    def join(self) -> int:
+        if not self.free:
+            raise ValueError(f"every one of the session's {len(self.cache.lengths)} slots is taken")
+        slot = min(self.free)
+        self.free.remove(slot)
+        self.counts["slots_reused"] += slot in self.used
+        self.used.add(slot)
+        with subject_call(f"{type(self.cache).__name__}.claim", slot=slot):
+            self.cache.claim(slot)
+        handle, self.handles = self.handles, self.handles + 1
+        self.slot_of[handle], self.seen[handle] = slot, 0
+        self.counts["joins"] += 1
+        return handle
+
+    def leave(self, request: int) -> None:
+        self.free.append(self.slot_of.pop(request))
+        del self.seen[request]
+        self.counts["leaves"] += 1
+
+    @torch.no_grad()
+    def step(self, feeds: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        if not feeds:
+            raise ValueError("a step feeds at least one request")
+        unknown = [h for h in feeds if h not in self.slot_of]
+        if unknown:
+            raise ValueError(f"requests {unknown} are not in the running batch")
+        handles = list(feeds)
+        fed = [int(feeds[h].shape[0]) for h in handles]
+        if min(fed) < 1:
+            raise ValueError("every fed request brings at least one token")
+        width = max(fed)
+        tokens = torch.full((len(handles), width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
+        for row, h in enumerate(handles):
+            tokens[row, : fed[row]] = feeds[h].to(self.path.device)
+        decode = [self.seen[h] > 0 and n == 1 for h, n in zip(handles, fed, strict=True)]
+        self.cache.bind([self.slot_of[h] for h in handles], fed)
+        self.counts["forwards"] += 1
+        self.counts["mixed_forwards"] += any(decode) and not all(decode)
+        self.counts["max_rows"] = max(self.counts["max_rows"], len(handles))
+        self.counts["cached_steps"] += any(self.seen[h] > 0 for h in handles)
+        self.counts["tokens_processed"] += sum(fed)
+        self.counts["pad_tokens"] += sum(width - n for n in fed)
+        with subject_call(f"{type(self.model).__name__}.step_rows", rows=len(handles), tokens=width):
+            logits = self.model.step_rows(tokens, self.cache).float()
+        for h, n in zip(handles, fed, strict=True):
+            self.seen[h] += n
+        return {h: logits[row, :n] for row, (h, n) in enumerate(zip(handles, fed, strict=True))}
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            **self.counts,
+            "cache_len": max(self.cache.lengths),
+            "cache_bytes": self.cache.nbytes(),
+            "slots": len(self.cache.lengths),
+            "live_requests": len(self.slot_of),
+        }
 
 
 def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
