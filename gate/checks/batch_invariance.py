@@ -269,7 +269,8 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
         exercise["batches"][setting] = ex
         for slot, (i, rows) in enumerate(zip(rows_order, outs, strict=True)):
             observed.append(rows.flatten())
-            judge(f"{setting} (row {slot})", offset + i, group[slot], rows, alone_rows.get(offset + i))
+            where = f"joined {slot + 1} of {len(group)}" if side == "continuous" else f"row {slot}"
+            judge(f"{setting} ({where})", offset + i, group[slot], rows, alone_rows.get(offset + i))
 
     metrics: dict[str, Any] = {
         "requests": len(mixed) + len(same),

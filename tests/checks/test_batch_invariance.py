@@ -1,6 +1,8 @@
 """batch-invariance on the reference decoder and the hf adapter: correct paths pass, each of its
-three planted faults is detected as a control (the observation changed and the check failed), and a
-path that does not pad is judged on equal-length batches only, with its power from a generic fault."""
+planted faults is detected as a control (the observation changed and the check failed), a path that
+does not pad is judged on equal-length batches only, with its power from a generic fault, and the
+continuous setting (requests joining and leaving one running batch) catches a stale slot that every
+single-request check and every padded batch misses."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome
 from gate.engine.controls import run_control
-from gate.protocols import BatchedSession, BatchedSessions
-from tests.support.reference import ctx, path
+from gate.protocols import BatchedSession, BatchedSessions, ContinuousBatching, ContinuousSession
+from tests.support.reference import MAX_LEN, ctx, path
 
-CONTROLS = ("padding-in-positions", "pad-attended", "cross-request-handle")
+CONTROLS = ("padding-in-positions", "pad-attended", "cross-request-handle", "stale-slot-on-join")
 PARAMS = BatchInvarianceParams()
 
 
@@ -30,7 +32,11 @@ def test_reference_paths_pass_and_every_control_is_detected(kind: str) -> None:
         "left-padded",
         "left-padded, rows reordered",
         "right-padded",
+        "continuous",
     }
+    continuous = clean.exercise["batches"]["continuous"]
+    assert continuous["mixed_forwards"] >= 1 and continuous["slots_reused"] >= 1
+    assert continuous["joins"] == continuous["leaves"] == len(PARAMS.lengths)
     assert clean.exercise["batches"]["left-padded"]["pad_tokens"] > 0
     assert clean.exercise["batches"]["left-padded"]["cached_steps"] >= PARAMS.steps - 1
     for fault in CONTROLS:
@@ -44,6 +50,7 @@ def test_padding_faults_are_diagnosed_as_padding_and_crosstalk_as_crosstalk() ->
         ("padding-in-positions", "padding"),
         ("pad-attended", "padding"),
         ("cross-request-handle", "batch-crosstalk"),
+        ("stale-slot-on-join", "continuous-batching"),
     ):
         out = batch_invariance(ctx(reference, candidate.with_fault(fault)), PARAMS)
         assert out.status == "fail" and out.diagnosis is not None, fault
@@ -92,6 +99,7 @@ def test_a_path_that_does_not_pad_runs_equal_length_batches_and_gets_power_from_
     clean = batch_invariance(context, PARAMS)
     assert clean.status == "pass" and "only equal-length" in clean.message
     assert list(clean.exercise["batches"]) == ["equal-length"]
+    assert "does not batch continuously" in clean.evidence["continuous"]
     handle = run_control(batch_invariance, context, PARAMS, clean, ControlSpec(fault="cross-request-handle"))
     assert handle.outcome == ControlOutcome.detected and handle.kind == "generic"
     padding = run_control(batch_invariance, context, PARAMS, clean, ControlSpec(fault="pad-attended"))
@@ -108,7 +116,60 @@ def test_hf_paths_pad_through_attention_mask_and_position_ids(model: str, kind: 
     context = ctx(reference, candidate)
     clean = batch_invariance(context, PARAMS)
     assert clean.status == "pass", clean.message
-    for fault in CONTROLS:
+    for fault in [f for f in CONTROLS if f in candidate.faults()]:
         result = run_control(batch_invariance, context, PARAMS, clean, ControlSpec(fault=fault))
         assert result.outcome == ControlOutcome.detected, (fault, result.message)
     assert "pad-attended" not in hf_path(model, path="full").faults()
+
+
+def test_a_stale_slot_is_seen_only_by_the_continuous_setting() -> None:
+    from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
+    from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
+    from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
+    from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
+
+    reference, faulty = path("full"), path("static").with_fault("stale-slot-on-join")
+    for spec, params in (
+        (prefix_sweep, PrefixSweepParams(longest=MAX_LEN - 1, log_spaced=8)),
+        (greedy_parity, GreedyParityParams(prompt_lengths=[5], tokens=[8])),
+        (mask_oracle, MaskOracleParams()),
+        (reset_isolation, ResetIsolationParams()),
+    ):
+        assert spec(ctx(reference, faulty), params).status == "pass", spec.name  # type: ignore[operator]
+    out = batch_invariance(ctx(reference, faulty, claim={"level": "greedy-tokens"}), PARAMS)
+    assert out.status == "fail" and out.diagnosis is not None
+    assert out.diagnosis["setting"].startswith("continuous")
+    assert all(r["ok"] for r in out.evidence["results"] if not r["setting"].startswith("continuous"))
+
+
+def test_a_continuous_session_mixes_prefill_and_decode_in_one_forward() -> None:
+    reference, candidate = path("full"), path("dynamic")
+    assert isinstance(candidate, ContinuousBatching) and candidate.continuous_batching
+    assert not path("full").continuous_batching
+    session = candidate.new_continuous_session(2)
+    assert isinstance(session, ContinuousSession)
+    g = torch.Generator().manual_seed(4)
+    a, b, c = (torch.randint(0, 256, (n,), generator=g) for n in (11, 9, 6))
+    first = session.join()
+    rows = {first: [session.step({first: a[:6]})[first]]}
+    second = session.join()
+    out = session.step({first: a[6:7], second: b[:5]})  # a decode step beside a prefill
+    rows[first].append(out[first])
+    rows[second] = [out[second]]
+    out = session.step({first: a[7:11], second: b[5:6]})  # a prefill chunk beside a decode step
+    rows[first].append(out[first])
+    rows[second].append(out[second])
+    session.leave(first)
+    third = session.join()  # takes the slot `first` left
+    out = session.step({third: c, second: b[6:9]})
+    rows[third] = [out[third]]
+    rows[second].append(out[second])
+    for handle, tokens in ((first, a), (second, b), (third, c)):
+        got = torch.cat(rows[handle])
+        want = reference.full_logits(tokens[None, : got.shape[0]])[0]
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), handle
+    ex = session.exercise()
+    assert ex["forwards"] == 4 and ex["mixed_forwards"] == 2 and ex["slots_reused"] == 1
+    with pytest.raises(ValueError, match="slots is taken"):
+        session.join()
+        session.join()

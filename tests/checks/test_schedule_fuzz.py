@@ -62,10 +62,15 @@ def test_a_correct_path_passes_with_its_coverage_as_evidence() -> None:
     out = schedule_fuzz(context(path("dynamic")), PARAMS)
     assert out.status == "pass", out.message
     coverage = out.evidence["coverage"]
-    assert coverage["schedules"] == PARAMS.max_examples
+    # two searches: the sessions' schedules, then joins and leaves of the running batch
+    assert coverage["searches"] == 2 and coverage["continuous_batching"]
+    assert coverage["schedules"] == 2 * PARAMS.max_examples
     assert set(coverage["operations_by_kind"]) >= {"prefill", "decode", "chunk", "reset", "fork", "switch"}
+    assert set(coverage["operations_by_kind"]) >= {"join", "leave", "step", "mixed forward", "slot reuse"}
+    assert coverage["operations_by_kind"]["slot reuse"] >= 1
     assert coverage["layout_edges"]["block"]["touched"] >= 1
-    assert out.exercise["schedules_run"] == PARAMS.max_examples and out.observation is not None
+    assert out.exercise["schedules_run"] == 2 * PARAMS.max_examples and out.observation is not None
+    assert out.exercise["continuous"]["slots_reused"] >= 1  # the probe reuses a slot
 
 
 def test_the_search_is_seeded_and_the_budget_in_seconds_binds() -> None:
@@ -121,3 +126,18 @@ def test_the_dossier_shows_the_reproducer(tmp_path: Path) -> None:
     assert "Minimal reproducer: prefill 1, append 1 → argmax differs at step 2" in markdown
     assert "from gate.checks.schedule_fuzz import replay" in markdown
     assert "Minimal reproducer</h4>" in html and "<li>append 1</li>" in html
+
+
+def test_a_stale_slot_shrinks_to_a_join_after_a_leave_and_replays() -> None:
+    fault = "stale-slot-on-join"
+    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault), PARAMS)
+    reproducer = out.evidence["reproducer"]
+    assert reproducer["schedule"] == ["join 1", "leave 0", "join 1"], reproducer["text"]
+    assert "at step 3 (request 1, position 0" in reproducer["failure"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(reproducer["snippet"], "<reproducer>", "exec"), {})
+    assert printed.getvalue().strip() == reproducer["text"]
+    schedule = [("join", 3), ("join", 2), ("step",), ("leave", 0), ("join", 4), ("step",)]
+    assert replay(path("full"), path("static"), schedule).endswith("every step holds")
+    assert "argmax differs" in replay(path("full"), path("static").with_fault(fault), schedule)

@@ -24,6 +24,7 @@ PRIMARY: dict[str, tuple[CheckSpec, object]] = {  # type: ignore[type-arg]
     "reset-keeps-position": (reset_isolation, ResetIsolationParams()),
     "padding-in-positions": (batch_invariance, BatchInvarianceParams()),
     "pad-attended": (batch_invariance, BatchInvarianceParams()),
+    "stale-slot-on-join": (batch_invariance, BatchInvarianceParams()),
 }
 SWEEP = (prefix_sweep, PrefixSweepParams(longest=MAX_LEN - 1))
 
@@ -42,6 +43,7 @@ def test_catalogue_matches_the_issue() -> None:
         "sliding-window-mask",
         "padding-in-positions",
         "pad-attended",
+        "stale-slot-on-join",
     )
     assert path("static").faults() == FAULT_NAMES
     assert path("full").faults() == ("sliding-window-mask",)
