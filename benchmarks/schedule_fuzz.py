@@ -1,9 +1,10 @@
 """schedule-fuzz against the fixed sweep: how much each needs to find every planted cache fault
 (table for benchmarks/schedule_fuzz.md).
 
-For each planted fault of the reference decoder a single-request schedule can reach (every fault
-but the two padding faults, which need a padded batch: batch-invariance) and each seed, both run
-as the runner runs a negative control (stop at the first failure):
+For each planted fault of the reference decoder a schedule can reach (every fault but the two
+padding faults, which need a padded batch: batch-invariance; `stale-slot-on-join` through the
+second search, joins and leaves of one running batch) and each seed, both run as the runner runs a
+negative control (stop at the first failure):
 
 * schedule-fuzz (default params: at most 100 schedules of at most 8 operations, chunks up to 32,
   requests up to 96 tokens, batch 2): schedules drawn until the first failing one, session calls
@@ -42,7 +43,13 @@ never goes: `reset-keeps-position` needs a reset between two requests, which no 
 (0/20; reset-isolation is the fixed check for it), and the search finds it on every seed; the
 window fault needs one request past the window, found on every seed within the default budget and
 shrunk to the single step at the window's edge (`prefill 65`). Every reproducer has at most three
-steps. The clean row is what the default budget costs on a correct path.
+steps. `stale-slot-on-join` lives only in a running batch that requests join and leave: the fixed
+sweep never reaches it (0/20), the first search (sessions) spends its 100 schedules without a
+failure, and the second (joins, leaves, decode steps of the running batch) finds it on every seed,
+shrunk to `join 1, leave 0, join 1`; its schedule count includes the first search's 100.
+batch-invariance's continuous setting, a fixed schedule with a slot reused, finds it too
+(benchmarks/batch_invariance.md). The clean row is what the default budget costs on a correct
+path: two searches where the path batches continuously.
 """
 
 
@@ -91,7 +98,8 @@ def main() -> None:
         f"{fuzz_params.max_steps} operations, chunks up to {fuzz_params.max_chunk}, requests up to "
         f"{fuzz_params.max_tokens} tokens, batch {fuzz_params.batch}; prefix-sweep defaults, longest "
         f"{MAX_LEN - 1}). Each run stops at its first failure, as a negative control does. Means over seeds; "
-        "operations are session calls (prefill, append, reset, fork, switch).",
+        "operations are session calls (prefill, append, reset, fork, switch) and forwards, joins and "
+        "leaves of the running batch.",
         "",
         "| fault | fuzz found | schedules to find (mean / max) | operations to find (mean) | reproducer steps "
         "(mean / max) | fuzz seconds (mean) | sweep found | sweep lengths to find (mean) | sweep seconds (mean) |",

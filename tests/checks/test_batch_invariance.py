@@ -14,6 +14,7 @@ from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome
 from gate.engine.controls import run_control
 from gate.protocols import BatchedSession, BatchedSessions, ContinuousBatching, ContinuousSession
+from tests.support.continuous import assert_matches_full_pass
 from tests.support.reference import MAX_LEN, ctx, path
 
 CONTROLS = ("padding-in-positions", "pad-attended", "cross-request-handle", "stale-slot-on-join")
@@ -148,28 +149,8 @@ def test_a_continuous_session_mixes_prefill_and_decode_in_one_forward() -> None:
     assert not path("full").continuous_batching
     session = candidate.new_continuous_session(2)
     assert isinstance(session, ContinuousSession)
-    g = torch.Generator().manual_seed(4)
-    a, b, c = (torch.randint(0, 256, (n,), generator=g) for n in (11, 9, 6))
-    first = session.join()
-    rows = {first: [session.step({first: a[:6]})[first]]}
-    second = session.join()
-    out = session.step({first: a[6:7], second: b[:5]})  # a decode step beside a prefill
-    rows[first].append(out[first])
-    rows[second] = [out[second]]
-    out = session.step({first: a[7:11], second: b[5:6]})  # a prefill chunk beside a decode step
-    rows[first].append(out[first])
-    rows[second].append(out[second])
-    session.leave(first)
-    third = session.join()  # takes the slot `first` left
-    out = session.step({third: c, second: b[6:9]})
-    rows[third] = [out[third]]
-    rows[second].append(out[second])
-    for handle, tokens in ((first, a), (second, b), (third, c)):
-        got = torch.cat(rows[handle])
-        want = reference.full_logits(tokens[None, : got.shape[0]])[0]
-        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), handle
+    assert_matches_full_pass(reference, session, (11, 9, 6), seed=4)
     ex = session.exercise()
     assert ex["forwards"] == 4 and ex["mixed_forwards"] == 2 and ex["slots_reused"] == 1
     with pytest.raises(ValueError, match="slots is taken"):
-        session.join()
-        session.join()
+        session.join()  # b and c hold both slots

@@ -22,6 +22,7 @@ import torch
 from gate.adapters.hf import compat
 
 if TYPE_CHECKING:
+    from gate.adapters.hf.continuous import ContinuousHFSession
     from gate.adapters.hf.sessions import CacheSession
 
 BLOCK = 16
@@ -69,6 +70,10 @@ class Tamper:
         """A reset between two requests: K/V and position state."""
         session.clear_cache()
         session.pos = 0
+
+    def join_slot(self, session: ContinuousHFSession, slot: int) -> None:
+        """A request joins a running batch into `slot`: the previous occupant's K/V are dropped."""
+        session.clear_slot(slot)
 
 
 class OffByOnePos(Tamper):
@@ -242,8 +247,21 @@ class PadAttended(Tamper):
         return torch.ones_like(mask)
 
 
+class StaleSlotOnJoin(Tamper):
+    """A request joining a slot another request left inherits its K/V and length: its prompt is
+    written after the previous occupant's K/V and attends to them (a slot table not cleared on reuse)."""
+
+    name = "stale-slot-on-join"
+
+    def join_slot(self, session: ContinuousHFSession, slot: int) -> None:
+        return None
+
+
 PADDING_FAULTS = ("padding-in-positions", "pad-attended")
 """Faults that only a padded batch (gate.protocols.BatchedSessions) can show."""
+
+CONTINUOUS_FAULTS = ("stale-slot-on-join",)
+"""Faults that only a continuously batched session (gate.protocols.ContinuousBatching) can show."""
 
 
 FAULTS: dict[str, type[Tamper]] = {
@@ -261,6 +279,7 @@ FAULTS: dict[str, type[Tamper]] = {
         ResetKeepsPosition,
         PaddingInPositions,
         PadAttended,
+        StaleSlotOnJoin,
     )
 }
 """Every fault an hf cache path can apply, by name."""

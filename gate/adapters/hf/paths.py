@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.faults import FAULTS, PADDING_FAULTS, Tamper, tamper
+from gate.adapters.hf.continuous import ContinuousHFSession
+from gate.adapters.hf.faults import CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.presets import LoadedModel, decoder_layers, kv_shape, max_positions
 from gate.adapters.hf.sessions import (
@@ -39,6 +40,11 @@ CACHE_FAULTS = tuple(FAULTS)
 PADDED_KINDS = ("dynamic", "static", "offloaded")
 """Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
 attention mask and per-row position ids through the model's own mask builder."""
+
+
+CONTINUOUS_KINDS = ("dynamic",)
+"""Kinds that batch continuously (gate.protocols.ContinuousBatching): requests join and leave one
+running batch whose every step is one forward of the model with a DynamicCache."""
 
 
 def pure_rotary(model: Any) -> bool:
@@ -120,6 +126,8 @@ class HFPath:
         if self.kind not in CACHE_KINDS:
             return ()
         unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
+        if not self.continuous_batching:
+            unsupported.update(CONTINUOUS_FAULTS)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
         if (
@@ -165,6 +173,19 @@ class HFPath:
         if padding not in self.padding_sides:
             raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
         return PaddedSession(self, batch_size, padding)
+
+    # ---- ContinuousBatching ---------------------------------------------------------------------
+
+    @property
+    def continuous_batching(self) -> bool:
+        """The dynamic path batches continuously: one forward of the model over the requests a step
+        feeds, their K/V laid out as a left-padded batch (gate.adapters.hf.continuous)."""
+        return self.kind in CONTINUOUS_KINDS
+
+    def new_continuous_session(self, slots: int) -> ContinuousHFSession:
+        if not self.continuous_batching:
+            raise ValueError(f"path {self.name} does not batch continuously (only {', '.join(CONTINUOUS_KINDS)})")
+        return ContinuousHFSession(self, slots)
 
     def with_fault(self, fault: str) -> HFPath:
         if fault not in self.faults():

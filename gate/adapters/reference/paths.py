@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from gate.adapters.reference.options import Options
+from gate.adapters.slots import SlotTable
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, apply_fault
 from gate.models.reference import KVCache, Layout, ModelConfig, SlotCache, Transformer, build_model, prefill
@@ -418,71 +419,32 @@ class SlotSession:
 
     def __init__(self, path: ReferencePath, cache: SlotCache) -> None:
         self.path, self.model, self.cache = path, path.model, cache
-        self.free = list(range(len(cache.lengths)))
-        self.slot_of: dict[int, int] = {}
-        self.used: set[int] = set()
-        self.seen: dict[int, int] = {}
-        """Tokens each live request has been fed."""
-        self.handles = 0
-        self.counts = {"forwards": 0, "mixed_forwards": 0, "joins": 0, "leaves": 0, "slots_reused": 0}
-        self.counts.update(max_rows=0, cached_steps=0, tokens_processed=0, pad_tokens=0)
+        self.table = SlotTable(len(cache.lengths))
 
     def join(self) -> int:
-        if not self.free:
-            raise ValueError(f"every one of the session's {len(self.cache.lengths)} slots is taken")
-        slot = min(self.free)
-        self.free.remove(slot)
-        self.counts["slots_reused"] += slot in self.used
-        self.used.add(slot)
+        handle, slot = self.table.join()
         with subject_call(f"{type(self.cache).__name__}.claim", slot=slot):
             self.cache.claim(slot)
-        handle, self.handles = self.handles, self.handles + 1
-        self.slot_of[handle], self.seen[handle] = slot, 0
-        self.counts["joins"] += 1
         return handle
 
     def leave(self, request: int) -> None:
-        self.free.append(self.slot_of.pop(request))
-        del self.seen[request]
-        self.counts["leaves"] += 1
+        self.table.leave(request)
 
     @torch.no_grad()
     def step(self, feeds: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        if not feeds:
-            raise ValueError("a step feeds at least one request")
-        unknown = [h for h in feeds if h not in self.slot_of]
-        if unknown:
-            raise ValueError(f"requests {unknown} are not in the running batch")
-        handles = list(feeds)
-        fed = [int(feeds[h].shape[0]) for h in handles]
-        if min(fed) < 1:
-            raise ValueError("every fed request brings at least one token")
-        width = max(fed)
-        tokens = torch.full((len(handles), width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
-        for row, h in enumerate(handles):
-            tokens[row, : fed[row]] = feeds[h].to(self.path.device)
-        decode = [self.seen[h] > 0 and n == 1 for h, n in zip(handles, fed, strict=True)]
-        self.cache.bind([self.slot_of[h] for h in handles], fed)
-        self.counts["forwards"] += 1
-        self.counts["mixed_forwards"] += any(decode) and not all(decode)
-        self.counts["max_rows"] = max(self.counts["max_rows"], len(handles))
-        self.counts["cached_steps"] += any(self.seen[h] > 0 for h in handles)
-        self.counts["tokens_processed"] += sum(fed)
-        self.counts["pad_tokens"] += sum(width - n for n in fed)
-        with subject_call(f"{type(self.model).__name__}.step_rows", rows=len(handles), tokens=width):
+        fed = {h: int(t.shape[0]) for h, t in feeds.items()}
+        slots = self.table.plan(fed)
+        width = max(fed.values())
+        tokens = torch.full((len(fed), width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
+        for row, (h, n) in enumerate(fed.items()):
+            tokens[row, :n] = feeds[h].to(self.path.device)
+        self.cache.bind(slots, list(fed.values()))
+        with subject_call(f"{type(self.model).__name__}.step_rows", rows=len(fed), tokens=width):
             logits = self.model.step_rows(tokens, self.cache).float()
-        for h, n in zip(handles, fed, strict=True):
-            self.seen[h] += n
-        return {h: logits[row, :n] for row, (h, n) in enumerate(zip(handles, fed, strict=True))}
+        return {h: logits[row, :n] for row, (h, n) in enumerate(fed.items())}
 
     def exercise(self) -> dict[str, Any]:
-        return {
-            **self.counts,
-            "cache_len": max(self.cache.lengths),
-            "cache_bytes": self.cache.nbytes(),
-            "slots": len(self.cache.lengths),
-            "live_requests": len(self.slot_of),
-        }
+        return {**self.table.exercise(), "cache_len": max(self.cache.lengths), "cache_bytes": self.cache.nbytes()}
 
 
 def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
