@@ -45,8 +45,9 @@ window fault needs one request past the window, found on every seed within the d
 shrunk to the single step at the window's edge (`prefill 65`). Every reproducer has at most three
 steps. `stale-slot-on-join` lives only in a running batch that requests join and leave: the fixed
 sweep never reaches it (0/20), the first search (sessions) spends its 100 schedules without a
-failure, and the second (joins, leaves, decode steps of the running batch) finds it on every seed,
-shrunk to `join 1, leave 0, join 1`; its schedule count includes the first search's 100.
+failure, and the second (joins, leaves, decode steps of the running batch) finds it on every seed
+after 24 more on average, shrunk to three steps (`join 1, leave 0, join 1`); its schedule count
+includes the first search's 100.
 batch-invariance's continuous setting, a fixed schedule with a slot reused, finds it too
 (benchmarks/batch_invariance.md). The clean row is what the default budget costs on a correct
 path: two searches where the path batches continuously.
