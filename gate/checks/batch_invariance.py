@@ -1,7 +1,7 @@
 """`batch-invariance`: a request computes inside a batch what it computes alone.
 
 Each request (a seeded prompt) is judged against the reference's logits for it alone (one full
-pass over the prompt and the reference's greedy continuation) in up to four settings:
+pass over the prompt and the reference's greedy continuation) in up to five settings:
 
 * alone: the candidate's own session with batch 1 (a failure here is not a batching bug; it is
   reported so, and greedy-parity/prefix-sweep localise it);
@@ -129,12 +129,12 @@ def continuous_batch(
     early; with one slot fewer than requests, the last waits for a slot a request left and reuses it.
     Each request's rows, and the session's exercise."""
     steps = int(requests[0].continuation.shape[0])
-    session = candidate.new_continuous_session(max(1, len(requests) - 1))
+    slots = max(1, len(requests) - 1)
+    session = candidate.new_continuous_session(slots)
     waiting = list(range(len(requests)))
     pending = {i: _pieces(r, i == 0, steps) for i, r in enumerate(requests)}
     rows: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(requests))}
     live: dict[int, int] = {}  # handle -> request index
-    slots = max(1, len(requests) - 1)
     while waiting or live:
         if waiting and len(live) < slots:
             live[session.join()] = waiting.pop(0)
@@ -324,7 +324,9 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
     message = (
         f"{len(mixed) + len(same)} requests give the reference's greedy tokens alone and in every batch ({coverage})"
         + (f"; {over} row(s) beyond tolerance, {ties} tie(s)" if over or ties else ", logits within tolerance")
-        + ("" if sides else "; this path does not pad, so only equal-length batches ran")
+        + ("" if sides or continuous else "; this path does not pad, so only equal-length batches ran")
+        + ("; this path does not pad" if continuous and not sides else "")
+        + ("; it does not batch continuously" if sides and not continuous else "")
     )
     return Outcome(
         status=status, message=message, metrics=metrics, evidence=evidence, exercise=exercise, observation=observation
