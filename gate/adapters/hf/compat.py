@@ -287,7 +287,7 @@ def quantized_cache(
                 f"transformers {transformers.__version__} has no fp8 QuantizedCache backend "
                 "(Fp8QuantizedLayer arrived after 5.15)"
             )
-        return cache_utils.QuantizedCache(backend="fp8", config=config)
+        return _refused_unavailable(lambda: cache_utils.QuantizedCache(backend="fp8", config=config))
     package = {"quanto": "optimum-quanto", "hqq": "hqq"}[backend]
     module = {"quanto": "optimum.quanto", "hqq": "hqq"}[backend]
     try:
@@ -297,9 +297,23 @@ def quantized_cache(
             f"QuantizedCache backend {backend!r} needs the {package} package (pip install {package}): {err}"
         ) from err
     kwargs = {"nbits": nbits, "residual_length": residual_length, "q_group_size": q_group_size}
-    return cache_utils.QuantizedCache(
-        backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None}
+    return _refused_unavailable(
+        lambda: cache_utils.QuantizedCache(
+            backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None}
+        )
     )
+
+
+def _refused_unavailable(make: Any) -> Any:
+    """Build a quantized cache; where transformers refuses this model (5.24: "QuantizedCache is only
+    supported for models with only full attention layers", for a model with sliding layers), that is
+    AdapterUnavailable in the library's words: this release offers no such cache for it."""
+    try:
+        return make()
+    except ValueError as err:
+        raise AdapterUnavailable(
+            f"transformers {transformers.__version__} has no QuantizedCache for this model: {err}"
+        ) from err
 
 
 # ---- reading a cache back -------------------------------------------------------------------------

@@ -141,7 +141,7 @@ class StaleWeights(Tamper):
         saved: list[tuple[torch.Tensor, torch.Tensor]] = []
         generator = torch.Generator().manual_seed(1234)
         for name, param in model.named_parameters():
-            if "attn" in name and param.dim() == 2:
+            if ("attn" in name or "attention" in name) and param.dim() == 2:  # GPT-NeoX: `attention`
                 saved.append((param, param.detach().clone()))
                 noise = torch.randn(param.shape, generator=generator).to(param.device, param.dtype)
                 param.data.add_(noise * 0.5 * param.detach().float().std().to(param.dtype))

@@ -13,7 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gate.prefix.options import PrefixOptions
 
-PRESET_NAMES = ("llama", "qwen2", "mistral-sliding-window", "gpt2")
+PRESET_NAMES = (
+    "llama",
+    "qwen2",
+    "mistral-sliding-window",
+    "gpt2",
+    "gemma3-hybrid",
+    "llama-mqa",
+    "gpt-neox-partial-rotary",
+    "llama3-rope-scaling",
+)
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
 PRESET_MAX_POSITIONS = 512
@@ -65,8 +74,9 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str = Field(min_length=1)
-    """A tiny preset (llama, qwen2, mistral-sliding-window, gpt2) built with seeded random weights,
-    or a local directory holding config.json and safetensors weights. Never a hub id: no hub access."""
+    """A tiny preset (llama, qwen2, mistral-sliding-window, gpt2, gemma3-hybrid, llama-mqa,
+    gpt-neox-partial-rotary, llama3-rope-scaling) built with seeded random weights, or a local
+    directory holding config.json and safetensors weights. Never a hub id: no hub access."""
     path: PathKind = "full"
     """Execution path: `full` (one forward, no cache: the usual reference), `dynamic` (DynamicCache),
     `static` (StaticCache), `generate-static` / `generate-paged` (`generate` with that

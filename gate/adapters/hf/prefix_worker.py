@@ -14,7 +14,8 @@ transformers `ModelFamily` that worker runs on:
 - an adapter is a seeded rank-4 delta on every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`,
   which then serves no adapters);
 - the rope-scaling sibling is the same weights under linear rope scaling ×4 (`rope_parameters`), the
-  attention-window sibling the same weights with the window dropped, where the model has one;
+  attention-window sibling the same weights with the window dropped, where the model has one (on a
+  hybrid model, whose sliding layers must have one, widened to every position);
 - a tokenizer revision permutes the rows of the input and output embeddings.
 """
 
@@ -69,12 +70,32 @@ def _freeze(value: Any) -> Any:
 
 
 def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
-    """The rope parameters as one flat dict of scalars, or None where there are none or they are
-    nested (per layer type) or carry factor lists (longrope), which one scaling factor does not
-    describe: the rope-scaling sibling is then not built, and the field is reported unverified."""
+    """The rope parameters as one flat dict of scalars, or None where there are none or they carry
+    factor lists (longrope), which one scaling factor does not describe."""
     if rope is None or any(isinstance(v, tuple) for _, v in rope):
         return None
     return dict(rope)
+
+
+def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, dict[str, Any]] | None:
+    """Rope parameters given per layer type (Gemma 3: `{sliding_attention: {...}, full_attention:
+    {...}}`), each a flat dict; None where they are not nested that way."""
+    if rope is None or not rope or not all(isinstance(v, tuple) for _, v in rope):
+        return None
+    nested = {kind: _flat_rope(params) for kind, params in rope}
+    if any(params is None for params in nested.values()):
+        return None
+    return {kind: params for kind, params in nested.items() if params is not None}
+
+
+def _rope_config(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
+    """The config's `rope_parameters` for a variant's rope (flat, or one dict per layer type)."""
+    return _flat_rope(rope) or _rope_by_layer_type(rope)  # type: ignore[return-value]
+
+
+def _scaled(params: dict[str, Any]) -> dict[str, Any]:
+    """The same rope under linear scaling, its factor multiplied by ROPE_SCALE."""
+    return {**params, "rope_type": "linear", "factor": float(params.get("factor", 1.0)) * ROPE_SCALE}
 
 
 def _hf(config: Hashable) -> HFVariant:
@@ -92,6 +113,12 @@ class HFFamily(ModelFamily):
         self.base_config = _variant(self.text_config)
         self.vocab_size = int(self.text_config.vocab_size)
         self.max_len = max_positions(self.base)
+        self.unwindowed: int | None = None
+        """The window of the attention-window sibling: none, or where the config declares sliding layer
+        types (Gemma 3's hybrid layers), which transformers refuses without a window, one spanning
+        every position (each layer then sees what full attention sees, its rotary base kept)."""
+        if "sliding_attention" in (getattr(self.text_config, "layer_types", None) or ()):
+            self.unwindowed = self.max_len
 
     def instantiate(self, config: Hashable, *, device: str, dtype: str) -> torch.nn.Module:
         if config == self.base_config:
@@ -100,7 +127,7 @@ class HFFamily(ModelFamily):
         variant = _hf(config)
         changed = copy.deepcopy(self.base.config)
         if variant.rope != _hf(self.base_config).rope:
-            changed.rope_parameters = _flat_rope(variant.rope)
+            changed.rope_parameters = _rope_config(variant.rope)
         changed.sliding_window = variant.window
         # same weights under another rope or window: the rotary tables are rebuilt from the config
         with torch.random.fork_rng(devices=[]):
@@ -142,15 +169,17 @@ class HFFamily(ModelFamily):
         variant = _hf(config)
         if field == "rope-scaling":
             params = _flat_rope(variant.rope)
-            if params is None:
+            if params is not None:
+                return HFVariant(rope=_freeze(_scaled(params)), window=variant.window)
+            per_type = _rope_by_layer_type(variant.rope)
+            if per_type is None:
                 return None
-            factor = float(params.get("factor", 1.0)) * ROPE_SCALE
-            params.update(rope_type="linear", factor=factor)
-            return HFVariant(rope=tuple(sorted(params.items())), window=variant.window)
+            # a hybrid model rotates each layer type with its own base: scale every one of them
+            return HFVariant(rope=_freeze({k: _scaled(v) for k, v in per_type.items()}), window=variant.window)
         declared = _hf(self.base_config).window
         if field == "attention-window" and declared is not None:
             # only a model whose attention reads `sliding_window` can vary it (Llama has no window)
-            window = None if variant.window is not None else declared
+            window = self.unwindowed if variant.window == declared else declared
             return HFVariant(rope=variant.rope, window=window)
         return None
 

@@ -30,9 +30,64 @@ TINY = {"vocab_size": 256, "max_position_embeddings": PRESET_MAX_POSITIONS}
 """Shared by every preset: vocabulary and longest sequence."""
 
 
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "mistral-sliding-window": "MistralConfig",
+    "gpt2": "GPT2Config",
+    "gemma3-hybrid": "Gemma3TextConfig",
+    "llama-mqa": "LlamaConfig",
+    "gpt-neox-partial-rotary": "GPTNeoXConfig",
+    "llama3-rope-scaling": "LlamaConfig",
+}
+"""The transformers config class each preset is built from (a preset whose class the installed
+transformers lacks is AdapterUnavailable, naming it)."""
+
+HYBRID_WINDOW = 32
+"""Sliding window of gemma3-hybrid's local layer (and of mistral-sliding-window's every layer)."""
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (wavelengths longer than
+64 / 1 positions divided by 8, shorter than 64 / 4 kept, smoothed between), scaled down to 512
+positions so every band is in use."""
+
+
+def config_class(name: str) -> Any:
+    """The transformers config class of preset `name`, or AdapterUnavailable naming it."""
+    class_name = ARCHITECTURES[name]
+    found = getattr(transformers, class_name, None)
+    if found is None:
+        raise AdapterUnavailable(
+            f"preset {name!r} is built from transformers.{class_name}, which transformers "
+            f"{transformers.__version__} does not have"
+        )
+    return found
+
+
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
-    """The config of a tiny preset: Llama and Qwen2 shapes (RoPE, GQA 4:2, RMSNorm), Mistral with a
-    32-token sliding window, GPT-2 (learned absolute positions, so a shifted position is visible)."""
+    """The config of a tiny preset (every one a real transformers architecture, 2 layers of width 64):
+
+    - `llama`, `qwen2`: RoPE, grouped-query KV (4 query heads over 2 KV heads), RMSNorm;
+    - `mistral-sliding-window`: the same with a 32-token sliding window on every layer;
+    - `gpt2`: learned absolute positions, so a shifted position is visible;
+    - `gemma3-hybrid`: Gemma 3 text, one sliding (32-token window, RoPE base 1e4) and one global layer
+      (RoPE base 1e6), QK-norm, scaled embeddings; `query_pre_attn_scalar` = head_dim as in Gemma 3
+      1B-12B (the config's default 256 would scale the tiny heads' scores by 1/16 instead of 1/4);
+    - `llama-mqa`: Llama with one KV head shared by all 4 query heads (multi-query attention);
+    - `gpt-neox-partial-rotary`: GPT-NeoX, rotary on the first quarter of each head's channels only
+      (`rotary_pct` 0.25), fused QKV, parallel residual;
+    - `llama3-rope-scaling`: Llama under Llama 3.1's rope scaling (`LLAMA3_ROPE`).
+    """
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unknown preset {name!r}")
+    make = config_class(name)
     llama_like: dict[str, Any] = dict(
         hidden_size=64,
         intermediate_size=128,
@@ -44,23 +99,62 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
         **TINY,
     )
     if name == "llama":
-        return transformers.LlamaConfig(**llama_like)
+        return make(**llama_like)
     if name == "qwen2":
-        return transformers.Qwen2Config(**llama_like, use_sliding_window=False)
+        return make(**llama_like, use_sliding_window=False)
     if name == "mistral-sliding-window":
-        return transformers.MistralConfig(**llama_like, sliding_window=32)
-    if name == "gpt2":
-        return transformers.GPT2Config(
-            vocab_size=TINY["vocab_size"],
-            n_positions=TINY["max_position_embeddings"],
-            n_embd=64,
-            n_layer=2,
-            n_head=4,
-            initializer_range=init_std,
-            bos_token_id=0,
-            eos_token_id=0,
+        return make(**llama_like, sliding_window=HYBRID_WINDOW)
+    if name == "llama-mqa":
+        return make(**{**llama_like, "num_key_value_heads": 1})
+    if name == "llama3-rope-scaling":
+        return make(**llama_like, rope_parameters=dict(LLAMA3_ROPE))
+    special_ids = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    if name == "gemma3-hybrid":
+        return make(
+            **llama_like,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=HYBRID_WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+            **special_ids,
         )
-    raise ValueError(f"unknown preset {name!r}")
+    if name == "gpt-neox-partial-rotary":
+        return make(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            rotary_pct=0.25,
+            initializer_range=init_std,
+            tie_word_embeddings=False,
+            **TINY,
+            **special_ids,
+        )
+    return make(  # gpt2
+        vocab_size=TINY["vocab_size"],
+        n_positions=TINY["max_position_embeddings"],
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        initializer_range=init_std,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+
+
+def layer_types(config: Any) -> list[str]:
+    """Attention kind of each decoder layer: the config's own `layer_types` where it declares them,
+    else every layer sliding (a `sliding_window` on a config without layer types windows them all,
+    as Mistral's does) or every layer full."""
+    text = config.get_text_config(decoder=True)
+    declared = getattr(text, "layer_types", None)
+    layers = int(getattr(text, "num_hidden_layers", None) or text.n_layer)
+    if declared:
+        return [str(kind) for kind in declared[:layers]]
+    kind = "sliding_attention" if getattr(text, "sliding_window", None) else "full_attention"
+    return [kind] * layers
 
 
 @dataclass
@@ -155,6 +249,9 @@ def load(
         "attn_implementation": attn_implementation,
         "num_layers": config.get_text_config(decoder=True).num_hidden_layers,
         "sliding_window": getattr(config, "sliding_window", None),
+        "layer_types": layer_types(config),
+        "kv_heads": kv_shape(built)[1],
+        "rope_parameters": getattr(config.get_text_config(decoder=True), "rope_parameters", None),
     }
     return LoadedModel(model=built, name=model, identity=identity)
 

@@ -117,12 +117,19 @@ def test_the_example_passes_with_every_control_detected(tmp_path: Path) -> None:
 def test_rope_configurations_one_factor_cannot_describe_get_no_sibling() -> None:
     from types import SimpleNamespace
 
-    from gate.adapters.hf.prefix_worker import HFVariant, _flat_rope, _variant
+    from gate.adapters.hf.prefix_worker import HFVariant, _flat_rope, _rope_by_layer_type, _variant
 
     per_layer_type = {"full_attention": {"rope_type": "default", "rope_theta": 1e4}, "sliding_attention": {}}
     longrope = {"rope_type": "longrope", "short_factor": [1.0, 2.0], "rope_theta": 1e4}
     for rope in (per_layer_type, longrope):
         variant = _variant(SimpleNamespace(rope_parameters=rope, sliding_window=None))
-        assert hash(variant) and _flat_rope(variant.rope) is None  # hashable for the model memo; not scaled
+        assert hash(variant) and _flat_rope(variant.rope) is None  # hashable for the model memo; not flat
+    # per layer type (Gemma 3) each type's flat parameters are scaled; factor lists never are
+    nested = _variant(SimpleNamespace(rope_parameters=per_layer_type, sliding_window=None))
+    assert _rope_by_layer_type(nested.rope) == {
+        "full_attention": per_layer_type["full_attention"],
+        "sliding_attention": {},
+    }
+    assert _rope_by_layer_type(_variant(SimpleNamespace(rope_parameters=longrope, sliding_window=None)).rope) is None
     plain = _variant(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e4}))
     assert plain == HFVariant(rope=(("rope_theta", 1e4), ("rope_type", "default")), window=None)
