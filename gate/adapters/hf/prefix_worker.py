@@ -90,7 +90,7 @@ def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, d
 
 def _rope_config(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
     """The config's `rope_parameters` for a variant's rope (flat, or one dict per layer type)."""
-    return _flat_rope(rope) or _rope_by_layer_type(rope)  # type: ignore[return-value]
+    return _flat_rope(rope) or _rope_by_layer_type(rope)
 
 
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:
