@@ -93,9 +93,16 @@ EXPLAIN: dict[tuple[str, str], str] = {
     ("generate-paged", "*"): "a limit of the path, as in hf-generate-paged: every parity check passed through "
     "transformers' continuous batching, but mask-oracle needs an attention probe the engine-owned paged "
     "cache does not offer; the scheduling policy lets that stay unproven as a warning (amber in the dossier).",
-    ("prefix-reuse", "gpt2"): "GPT-2 has no rotary positions, so no sibling differs in rope-scaling alone, and "
-    "its fused `c_attn` has no k_proj/v_proj for adapter deltas: cache-identity reports those fields "
-    "unverified, a warning by policy, never a pass for them.",
+    ("generate-paged", "gpt-neox-partial-rotary"): "a library finding, reported as shipped: transformers' "
+    "continuous batching cannot run GPT-NeoX. Its attention calls `layer_past.update(key_states, value_states, "
+    "self.layer_idx)` (models/gpt_neox/modeling_gpt_neox.py, 5.24) while `PagedAttentionCache.update` requires "
+    "a fourth argument, `kwargs` (generation/continuous_batching/cache.py), so every request fails inside "
+    "generate_batch; plain `generate_batch` on the same model, with none of gate's hooks, fails the same way. "
+    "Each check fails with class crash (the subject's exception, call and length), never as gate's error.",
+    ("prefix-reuse", "*"): "a field the model cannot vary has no sibling, and cache-identity reports it "
+    "unverified (a warning by policy, never a pass for that field): an attention window on a model without "
+    "one, rope-scaling on GPT-2's absolute positions, adapters on a fused QKV projection (GPT-2's `c_attn`, "
+    "GPT-NeoX's `query_key_value`: no k_proj/v_proj for the seeded low-rank delta).",
     ("offloaded", "*"): "offloading moves K/V to host memory and prefetches it back on a CUDA side "
     "stream: the adapter refuses a CPU (AdapterUnavailable), and no GPU was lent to this run "
     "(benchmarks/hf_cuda.sh runs it where there is one).",
