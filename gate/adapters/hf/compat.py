@@ -18,6 +18,8 @@ so a backport or a pre-release behaves as its code does. Read from the sources o
   class anywhere in 5.x (the release notes' removal happened by 5.2); `QuantizedCache(backend=...)`
   takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (between 5.15 and 5.23).
   Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
+  5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
+  quantized layers for it. The refusal is AdapterUnavailable in the library's words.
 - `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
 
 Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset

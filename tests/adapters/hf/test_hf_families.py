@@ -4,8 +4,11 @@ runs every path on every family; this is the fast evidence that the table is not
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
 from gate.adapters.hf import HFAdapter, Options, presets
 from gate.errors import AdapterUnavailable
@@ -106,3 +109,41 @@ def test_the_hybrid_familys_prefix_siblings_vary_rope_per_layer_type_and_widen_t
         "sliding_attention": "linear",
         "full_attention": "linear",
     }
+
+
+def test_a_quantized_cache_transformers_refuses_for_sliding_layers_is_unavailable_in_its_words() -> None:
+    """5.24's QuantizedCache refuses a config with sliding layers (ValueError); the path is then
+    AdapterUnavailable quoting it. 5.2 builds full quantized layers for the same config, and the path
+    runs (gate judges what the release does)."""
+    import transformers.cache_utils as cu
+
+    config = presets.preset_config("gemma3-hybrid")
+    try:
+        cu.QuantizedCache(backend="hqq", config=config, nbits=8)
+        refused = None
+    except ValueError as err:
+        refused = str(err)
+    options = {"path": "quantized", "backend": "hqq", "nbits": 8, "residual_length": 16, "q_group_size": 16}
+    if refused is None:
+        assert path("gemma3-hybrid", **options).faults()
+        return
+    with pytest.raises(AdapterUnavailable, match="has no QuantizedCache for this model") as raised:
+        HFAdapter().build(Options(model="gemma3-hybrid", **options), device="cpu", dtype="float32", seed=0)
+    assert refused in str(raised.value)
+
+
+def test_every_cell_of_the_families_matrix_is_a_manifest_its_policy_admits(tmp_path: Path) -> None:
+    """benchmarks/hf_families.py writes one manifest per path x family: each validates (no claim its
+    policy rejects, every option on the path it applies to)."""
+    from click.testing import CliRunner
+
+    from benchmarks.hf_families import PATHS, manifest
+    from gate.cli.main import cli
+
+    # the manifest depends on the family only through whether its own attention slides
+    cells = [("gemma3-hybrid", kind) for kind in PATHS] + [("llama-mqa", "sliding-window")]
+    for family, kind in cells:
+        target = tmp_path / f"{family}--{kind}.yaml"
+        target.write_text(yaml.safe_dump(manifest(family, kind), sort_keys=False))
+        done = CliRunner().invoke(cli, ["validate", str(target)])
+        assert done.exit_code == 0, (family, kind, done.output)
