@@ -25,14 +25,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gate.adapters.hf.options import PRESET_NAMES  # noqa: E402
+from gate.adapters.hf.options import PRESET_NAMES, PathKind  # noqa: E402
 
 RECORDS = ROOT / "benchmarks" / "hf_families.json"
 TABLE = ROOT / "benchmarks" / "hf_families.md"
@@ -45,19 +45,7 @@ FAMILIES = PRESET_NAMES
 WINDOWED = ("mistral-sliding-window", "gemma3-hybrid")
 """Families whose own attention slides (every layer, or the local layers)."""
 
-PATHS = (
-    "dynamic",
-    "static",
-    "generate-static",
-    "generate-paged",
-    "quantized",
-    "sliding-window",
-    "offloaded",
-    "prefix-reuse",
-    "assisted",
-    "prompt-lookup",
-    "kvpress",
-)
+PATHS = tuple(kind for kind in get_args(PathKind) if kind != "full")
 """Rows: every cache path of the adapter (docs/hf-adapter.md, Paths)."""
 
 LOWERED = {
@@ -130,7 +118,6 @@ def manifest(family: str, path: str) -> dict[str, Any]:
     reference = {"adapter": "hf", "options": {"model": family}}
     options: dict[str, Any] = {"model": family, "path": path}
     checks: dict[str, Any] = {}
-    identity = ["token-ids", "positions", "kv-dtype"]
     intervention, claim = "layout", {"level": "tolerance"}
     if path in ("dynamic", "static", "generate-static", "offloaded") or (
         path == "sliding-window" and family in WINDOWED
@@ -138,38 +125,23 @@ def manifest(family: str, path: str) -> dict[str, Any]:
         checks = {"prefix-sweep": {"params": {"longest": 511}}}
     elif path == "generate-paged":
         intervention, claim = "scheduling", {"level": "greedy-tokens", "tokens": [8]}
-        identity = ["token-ids", "positions", "kv-dtype", "attention-mask"]
         options["page_size"] = 16
     elif path == "quantized":
         intervention = "quantisation"
         claim = _bounded({"local-control": "0.85"})
-        identity = ["token-ids", "positions", "model-revision", "kv-dtype"]
         options.update(backend="hqq", nbits=8, residual_length=16, q_group_size=16)
     elif path in ("sliding-window", "kvpress"):
         intervention = "eviction"
         claim = _bounded({"local-control": "0.90"})
-        identity = ["token-ids", "positions", "model-revision", "attention-window"]
         if path == "sliding-window":
             options["window"] = 64
         else:
             options.update(press="streaming-llm", compression_ratio=0.5)
     elif path == "prefix-reuse":
         intervention = "prefix-reuse"
-        identity = [
-            "token-ids",
-            "positions",
-            "model-revision",
-            "adapter",
-            "tokenizer",
-            "rope-scaling",
-            "attention-window",
-            "kv-dtype",
-            "tenant",
-        ]
         options["block_size"] = 4
     elif path in ("assisted", "prompt-lookup"):
         intervention, claim = "proposal-and-verify", {"level": "greedy-tokens", "tokens": [8, 32]}
-        identity = ["token-ids", "positions", "model-revision"]
         if path == "assisted":
             options.update(draft=family, draft_layers=1, num_assistant_tokens=4)
         else:
@@ -181,12 +153,18 @@ def manifest(family: str, path: str) -> dict[str, Any]:
         "name": f"family-{family}-{path}",
         "intervention": intervention,
         "claim": claim,
-        "identity": identity,
+        "identity": required_identity(intervention),
         "subject": {"reference": reference, "candidate": {"adapter": "hf", "options": options}, "seed": 0},
     }
     if checks:
         data["checks"] = checks
     return data
+
+
+def required_identity(intervention: str) -> list[str]:
+    """The identity fields the shipped policy of `intervention` requires (policies/<name>.yaml)."""
+    policy = yaml.safe_load((ROOT / "policies" / f"{intervention}.yaml").read_text())
+    return list(policy["interventions"][intervention]["identity"]["required"])
 
 
 def _bounded(envelopes: dict[str, str]) -> dict[str, Any]:
