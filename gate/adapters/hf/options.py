@@ -22,6 +22,7 @@ PRESET_NAMES = (
     "llama-mqa",
     "gpt-neox-partial-rotary",
     "llama3-rope-scaling",
+    "phi3-longrope",
 )
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
@@ -75,7 +76,7 @@ class Options(BaseModel):
 
     model: str = Field(min_length=1)
     """A tiny preset (llama, qwen2, mistral-sliding-window, gpt2, gemma3-hybrid, llama-mqa,
-    gpt-neox-partial-rotary, llama3-rope-scaling) built with seeded random weights, or a local
+    gpt-neox-partial-rotary, llama3-rope-scaling, phi3-longrope) built with seeded random weights, or a local
     directory holding config.json and safetensors weights. Never a hub id: no hub access."""
     path: PathKind = "full"
     """Execution path: `full` (one forward, no cache: the usual reference), `dynamic` (DynamicCache),

@@ -39,6 +39,7 @@ ARCHITECTURES: dict[str, str] = {
     "llama-mqa": "LlamaConfig",
     "gpt-neox-partial-rotary": "GPTNeoXConfig",
     "llama3-rope-scaling": "LlamaConfig",
+    "phi3-longrope": "Phi3Config",
 }
 """The transformers config class each preset is built from (a preset whose class the installed
 transformers lacks is AdapterUnavailable, naming it)."""
@@ -57,6 +58,19 @@ LLAMA3_ROPE = {
 """llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (wavelengths longer than
 64 / 1 positions divided by 8, shorter than 64 / 4 kept, smoothed between), scaled down to 512
 positions so every band is in use."""
+
+
+LONGROPE_ORIGINAL = 128
+"""phi3-longrope's original context: up to it the short rotary factors apply, beyond it the long ones."""
+
+LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0] * 8,
+    "long_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0],
+}
+"""Phi-3's LongRoPE (one factor per rotary frequency of the 16-channel heads): transformers rotates a
+whole forward with the long factors once it spans more than `LONGROPE_ORIGINAL` positions."""
 
 
 def config_class(name: str) -> Any:
@@ -83,7 +97,9 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     - `llama-mqa`: Llama with one KV head shared by all 4 query heads (multi-query attention);
     - `gpt-neox-partial-rotary`: GPT-NeoX, rotary on the first quarter of each head's channels only
       (`rotary_pct` 0.25), fused QKV, parallel residual;
-    - `llama3-rope-scaling`: Llama under Llama 3.1's rope scaling (`LLAMA3_ROPE`).
+    - `llama3-rope-scaling`: Llama under Llama 3.1's rope scaling (`LLAMA3_ROPE`);
+    - `phi3-longrope`: Phi-3 (fused QKV and gate/up projections) under LongRoPE (`LONGROPE`), short
+      factors up to 128 positions, long ones beyond.
     """
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
@@ -109,6 +125,13 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     if name == "llama3-rope-scaling":
         return make(**llama_like, rope_parameters=dict(LLAMA3_ROPE))
     special_ids = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    if name == "phi3-longrope":
+        return make(
+            **llama_like,
+            rope_parameters=dict(LONGROPE),
+            original_max_position_embeddings=LONGROPE_ORIGINAL,
+            **special_ids,
+        )
     if name == "gemma3-hybrid":
         return make(
             **llama_like,

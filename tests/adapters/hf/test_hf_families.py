@@ -14,8 +14,9 @@ from gate.adapters.hf import HFAdapter, Options, presets
 from gate.errors import AdapterUnavailable
 from tests.adapters.hf.subjects import path, run, tokens
 
-NEW_FAMILIES = ("gemma3-hybrid", "llama-mqa", "gpt-neox-partial-rotary", "llama3-rope-scaling")
+NEW_FAMILIES = ("gemma3-hybrid", "llama-mqa", "gpt-neox-partial-rotary", "llama3-rope-scaling", "phi3-longrope")
 PREFIX = 40  # past gemma3-hybrid's 32-token window: its sliding layer has evicted by the first append
+# (the 96-token sequences stay below phi3-longrope's 128, where transformers switches its factors)
 ROWS = slice(PREFIX, PREFIX + 11)
 
 
@@ -147,3 +148,23 @@ def test_every_cell_of_the_families_matrix_is_a_manifest_its_policy_admits(tmp_p
         target.write_text(yaml.safe_dump(manifest(family, kind), sort_keys=False))
         done = CliRunner().invoke(cli, ["validate", str(target)])
         assert done.exit_code == 0, (family, kind, done.output)
+
+
+def test_phi3_longrope_logits_depend_on_the_forwards_length_a_library_behaviour_gate_reports() -> None:
+    """transformers' LongRoPE takes the long factors for a whole forward once its largest position
+    passes 128: the same 100 tokens get other logits inside a 200-token full pass than alone, and a
+    cache prefilled below 128 then stepped past it disagrees with the full pass. The adapter does not
+    repair this (benchmarks/hf_families.md: every cached path FAILs on this family)."""
+    phi = path("phi3-longrope")
+    toks = tokens(batch=1, length=200)
+    alone, inside = phi.full_logits(toks[:, :100]), phi.full_logits(toks)[:, :100]
+    assert (alone - inside).abs().max().item() > 1e-2
+    session = path("phi3-longrope", path="dynamic").new_session(1)
+    session.prefill(toks[:, :128])  # short factors: the forward's largest position is 127
+    step = session.append(toks[:, 128:129])[:, 0]  # position 128: this forward takes the long ones
+    full = phi.full_logits(toks[:, :129])[:, -1]  # every position with the long ones
+    assert (step - full).abs().max().item() > 1e-2
+    below = path("phi3-longrope", path="dynamic").new_session(1)  # below 128 the cache is exact
+    below.prefill(toks[:, :100])
+    exact = below.append(toks[:, 100:101])[:, 0] - phi.full_logits(toks[:, :101])[:, -1]
+    assert exact.abs().max().item() < 1e-4
