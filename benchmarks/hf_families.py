@@ -91,15 +91,24 @@ EXPLAIN: dict[tuple[str, str], str] = {
     "unverified (a warning by policy, never a pass for that field): an attention window on a model without "
     "one, rope-scaling on GPT-2's absolute positions, adapters on a fused QKV projection (GPT-2's `c_attn`, "
     "GPT-NeoX's `query_key_value`: no k_proj/v_proj for the seeded low-rank delta).",
+    ("FAIL", "phi3-longrope"): "a library behaviour, reported as shipped: transformers' LongRoPE chooses "
+    "the short or the long rotary factors per forward, from that forward's largest position (> 128: long, "
+    "`longrope_frequency_update` in modeling_rope_utils). One full pass over more than 128 tokens rotates "
+    "every position, the first ones included, with the long factors; a cache holds keys rotated when the "
+    "request was shorter, with the short ones, and a decode step past 128 mixes both. So a token's logits "
+    "depend on how many tokens follow it in the same forward, and every cached path disagrees with the "
+    "full pass once a sequence crosses 128 (the prefix sweep's reference is one full pass over 512 "
+    "tokens, so it fails at lengths below 128 too; greedy-parity diverges at position 129). Phi-3's own "
+    "code does the same; an adapter that repaired it would hide what a serving stack running Phi-3 gets.",
+    ("sliding-window", "FAIL"): "a 64-token window on a model that attends everywhere is an approximation "
+    "(eviction): contexts of 256+ tokens lose what the model reads, and the claim is judged, and fails, "
+    "on the one-sided bound of greedy agreement. Expected; shown for every full-attention family "
+    "(invalidation stays unproven as a warning, as on the quantized row).",
     ("offloaded", "*"): "offloading moves K/V to host memory and prefetches it back on a CUDA side "
     "stream: the adapter refuses a CPU (AdapterUnavailable), and no GPU was lent to this run "
     "(benchmarks/hf_cuda.sh runs it where there is one).",
     ("kvpress", "*"): "kvpress 0.5.5 pins transformers<5.3, so it is not installed beside 5.24; it runs in its "
     "own environment (.ci/kvpress.sh, transformers 5.2). An environment gap, not a verdict on any family.",
-    ("sliding-window", "*"): "a 64-token window on a model that attends everywhere is an approximation "
-    "(eviction): contexts of 256+ tokens lose what the model reads, and the claim is judged, and fails, "
-    "on the one-sided bound of greedy agreement. Expected; shown for every full-attention family "
-    "(invalidation stays unproven as a warning, as on the quantized row).",
     ("quantized", "AWAITING APPROVAL"): "an approximation that held its envelope, as designed "
     "(hf-quantized-hqq): 8-bit hqq K/V keep the one-sided 95% bound of greedy agreement on the "
     "local-control slice at or above 0.85, so the change waits for a signed approval (`gate approve`). "
@@ -110,7 +119,8 @@ EXPLAIN: dict[tuple[str, str], str] = {
     'attention layers"), so the adapter is AdapterUnavailable; 5.2 builds full quantized layers for the '
     "same config (docs/hf-adapter.md, transformers versions).",
 }
-"""Why a cell is not a plain PASS, by (path, family), else (path, verdict), else (path, "*")."""
+"""Why a cell is not a plain PASS, by (path, family), else (path, verdict), else (verdict, family),
+else (path, "*")."""
 
 
 def manifest(family: str, path: str) -> dict[str, Any]:
@@ -188,7 +198,13 @@ def run_cell(family: str, path: str, work: Path, threads: int) -> dict[str, Any]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     seconds = round(time.perf_counter() - started, 1)
-    record: dict[str, Any] = {"family": family, "path": path, "exit": done.returncode, "seconds": seconds}
+    record: dict[str, Any] = {
+        "family": family,
+        "path": path,
+        "exit": done.returncode,
+        "seconds": seconds,
+        "commit": _commit(),
+    }
     results = out / "results.json"
     if done.returncode in (0, 1, 4) and results.is_file():
         result = json.loads(results.read_text())
@@ -218,9 +234,16 @@ def label(record: dict[str, Any]) -> str:
     return str(record["label"])
 
 
+def _commit() -> str:
+    """The commit the cell ran on (`+dirty` with uncommitted changes in gate/ or policies/)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "gate", "policies"], cwd=ROOT).returncode
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def explanation(record: dict[str, Any]) -> str:
-    path = record["path"]
-    for key in ((path, record["family"]), (path, _category(label(record))), (path, "*")):
+    path, category = record["path"], _category(label(record))
+    for key in ((path, record["family"]), (path, category), (category, record["family"]), (path, "*")):
         if key in EXPLAIN:
             return EXPLAIN[key]
     return "no explanation recorded yet: investigate before trusting this cell"
@@ -303,12 +326,20 @@ def header(environment: str, command: str) -> str:
     )
 
 
+def commits(records: list[dict[str, Any]]) -> str:
+    """Which commit each group of cells ran on."""
+    by_commit: dict[str, list[str]] = {}
+    for record in records:
+        by_commit.setdefault(str(record.get("commit", "?")), []).append(f"{record['family']}/{record['path']}")
+    return "; ".join(f"{commit}: {len(cells)} cells" for commit, cells in by_commit.items())
+
+
 def write(records: list[dict[str, Any]], environment: str, command: str, total: float) -> None:
     RECORDS.write_text(json.dumps({"environment": environment, "records": records}, indent=1) + "\n")
     TABLE.write_text(
         "# Every hf cache path on every attention family\n\n"
         + header(environment, command)
-        + f" Wall time of the cells in this file: {total:.0f} s.\n\n"
+        + f" Wall time of the cells in this file: {total:.0f} s. Commits the cells ran on: {commits(records)}.\n\n"
         + render(records, seconds=True)
         + "\n"
     )
