@@ -87,9 +87,14 @@ EXPLAIN: dict[tuple[str, str], str] = {
     "a fourth argument, `kwargs` (generation/continuous_batching/cache.py), so every request fails inside "
     "generate_batch; plain `generate_batch` on the same model, with none of gate's hooks, fails the same way. "
     "Each check fails with class crash (the subject's exception, call and length), never as gate's error.",
+    ("generate-paged", "phi3-longrope"): "a limit of the path (mask-oracle unproven, a warning, as on every "
+    "family) and of this cell's coverage: the lowered sweep (prefixes up to 64, 8-token greedy prompts) "
+    "never crosses LongRoPE's 128-position switch, which fails the dynamic, static and generate-static rows, so "
+    "this PASS says nothing about it; the check's default sweep (prefixes up to 511) would reach it.",
     ("prefix-reuse", "*"): "a field the model cannot vary has no sibling, and cache-identity reports it "
     "unverified (a warning by policy, never a pass for that field): an attention window on a model without "
-    "one, rope-scaling on GPT-2's absolute positions, adapters on a fused QKV projection (GPT-2's `c_attn`, "
+    "one, rope-scaling on GPT-2's absolute positions or under LongRoPE's factor lists, adapters on a fused "
+    "QKV projection (GPT-2's `c_attn`, "
     "GPT-NeoX's `query_key_value`: no k_proj/v_proj for the seeded low-rank delta).",
     ("FAIL", "phi3-longrope"): "a library behaviour, reported as shipped: transformers' LongRoPE chooses "
     "the short or the long rotary factors per forward, from that forward's largest position (> 128: long, "
@@ -235,8 +240,11 @@ def label(record: dict[str, Any]) -> str:
 
 
 def _commit() -> str:
-    """The commit the cell ran on (`+dirty` with uncommitted changes in gate/ or policies/)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    """The last commit that changed what a cell runs (gate/, policies/), `+dirty` with changes not
+    committed there: cells run at two commits with the same code show the same one."""
+    head = subprocess.run(
+        ["git", "log", "-1", "--format=%h", "--", "gate", "policies"], capture_output=True, text=True, cwd=ROOT
+    )
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "gate", "policies"], cwd=ROOT).returncode
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
