@@ -55,9 +55,9 @@ LLAMA3_ROPE = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 64,
 }
-"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (wavelengths longer than
-64 / 1 positions divided by 8, shorter than 64 / 4 kept, smoothed between), scaled down to 512
-positions so every band is in use."""
+"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (a frequency whose
+wavelength exceeds 64 / 1 positions divided by 8, one shorter than 64 / 4 kept, those between
+smoothed), its original context scaled down to 64 of 512 positions so every band is in use."""
 
 
 LONGROPE_ORIGINAL = 128
