@@ -10,7 +10,7 @@ where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 from gate.adapters.hf import compat
@@ -19,6 +19,7 @@ from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
 from gate.errors import AdapterUnavailable
+from gate.protocols import subject_call
 
 
 def build_press(name: str, compression_ratio: float) -> Any:
@@ -60,8 +61,14 @@ class PressPath(HFPath):
         return {"press": self.options.press, "compression_ratio": self.options.compression_ratio}
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
-        first_prefill = phase == "prefill" and session.pos == 0
-        return self.press(self.model) if first_prefill else nullcontext()
+        """The press around a request's first prefill. Entering it is kvpress's own code (it finds
+        and hooks the attention layers), so a model it cannot hook is a crash of the subject."""
+        if not (phase == "prefill" and session.pos == 0):
+            return nullcontext()
+        pressed = ExitStack()
+        with subject_call(f"{type(self.press).__name__}.__call__", length=0):
+            pressed.enter_context(self.press(self.model))
+        return pressed
 
     def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
         cache = session.cache

@@ -34,3 +34,14 @@ def test_no_compression_is_exact_at_true_positions() -> None:
     session.prefill(toks[:, :60])
     got = torch.cat([session.append(toks[:, 60:61]), session.append(toks[:, 61:70])], 1)
     assert (got - reference.full_logits(toks)[:, 60:70]).abs().max().item() < 1e-4
+
+
+def test_a_model_kvpress_cannot_hook_is_a_crash_of_the_subject_not_gates_error() -> None:
+    """kvpress reaches the layers through `model.model`; GPT-2 has none, so entering the press raises
+    inside kvpress: a SubjectCrash naming the press, which the runner reports as a failure."""
+    from gate.errors import SubjectCrash
+
+    candidate = path("gpt2", path="kvpress", press="streaming-llm", compression_ratio=0.5)
+    with pytest.raises(SubjectCrash, match="StreamingLLMPress") as crash:
+        candidate.new_session(1).prefill(tokens()[:1, :20])
+    assert isinstance(crash.value.__cause__, AttributeError)
