@@ -33,15 +33,18 @@ from gate.checks._prefix_support import (
     IDENTITY_EXAMPLE_B,
     WHY,
     Findings,
+    FirstFailure,
     RequestLog,
     ReuseTally,
     Served,
     StorePool,
     describe_excess,
+    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     reference_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
@@ -115,10 +118,40 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     pool = store_pool(ctx, candidate)
     starts = len(pool.starts)
     worker = pool.shared(("base",), candidate.fresh)
+    try:
+        return _probed(ctx, params, candidate, (pool, starts), worker)
+    except FirstFailure as stop:  # a control: one failing field proves power
+        return first_failure_outcome(stop)
+
+
+def probe_order(fields: list[str], control: str | None) -> list[str]:
+    """The fields in the order a run probes them: as declared, except that a control probes first
+    the field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
+    Every field is still probed until the first failure; a positive run probes them all."""
+    if control is None:
+        return fields
+    words = [w for w in control.split("-") if w not in ("key", "ignores")]
+
+    def likely(field: str) -> bool:
+        return any(part.startswith(word) for word in words for part in field.split("-"))
+
+    return sorted(fields, key=lambda f: not likely(f))
+
+
+def _probed(
+    ctx: CheckContext,
+    params: CacheIdentityParams,
+    candidate: PrefixServing,
+    started: tuple[StorePool, int],
+    worker: PrefixServing,
+) -> Outcome:
+    pool, starts = started  # the run's stores, and how many had started before this check
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    fields = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
+    declared = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
+    fields = probe_order(declared, ctx.control)
     tol = tolerance_for(ctx)
-    log = RequestLog(ReuseTally(bs), tol)
+    # a control stops at the first wrong output, or at the first field with a violation (fail_now)
+    log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, excess=False))
     prompt = seeded_ids(vocab, params.prompt_blocks * bs + 2, ctx.seed * 1000 + 3)
     base_key: Hashable = ("base",)
     findings = Findings(pool=pool)
@@ -154,6 +187,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
                     f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
                 )
             table[field] = served.row()
+            if violations:
+                log.fail_now(violations[-1])
             continue
         if field == "positions":
             moved = prompt[bs:]
@@ -164,6 +199,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
                     f"({WHY['positions']})"
                 )
             table[field] = served.row()
+            if violations:
+                log.fail_now(violations[-1])
             continue
         variant = _variant(worker, field, findings, pool)
         if variant is None:
@@ -196,6 +233,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         mismatch = _report_contract(field, worker, other, options, first, repeat)
         if mismatch:
             violations.append(mismatch)
+        if violations:
+            log.fail_now(violations[-1])
 
     # background: cache identity, exactly
     small = pool.shared(

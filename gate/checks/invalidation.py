@@ -17,6 +17,7 @@ A part whose capability the store lacks is `unproven`, named; a store with neith
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,17 @@ from gate.checks._compare import tolerance_for
 from gate.checks._params import InvalidationParams
 from gate.checks._prefix_support import (
     Findings,
+    FirstFailure,
     NotPrefixCaching,
     RequestLog,
     ReuseTally,
+    StorePool,
     describe_excess,
+    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
@@ -49,18 +54,37 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
         return Outcome("skip", f"{ctx.candidate.name} keeps no entries across requests: nothing to invalidate ({err})")
     pool = store_pool(ctx, candidate)
     starts = len(pool.starts)
-    vocab = ctx.candidate.vocab_size
     findings = Findings(pool=pool)
+    logs: list[RequestLog] = []
+    tol = tolerance_for(ctx)
+
+    def new_log(block_size: int) -> RequestLog:
+        # a control stops at the first wrong output, or at the first stale entry consumed (fail_now)
+        logs.append(RequestLog(ReuseTally(block_size), tol, stop=stop_rule(ctx, excess=False)))
+        return logs[-1]
+
+    try:
+        return _scenarios(ctx, params, candidate, (pool, starts), findings, new_log, logs)
+    except FirstFailure as stop:  # a control: one stale entry consumed proves power
+        return first_failure_outcome(stop)
+
+
+def _scenarios(
+    ctx: CheckContext,
+    params: InvalidationParams,
+    candidate: PrefixServing,
+    started: tuple[StorePool, int],
+    findings: Findings,
+    new_log: Callable[[int], RequestLog],
+    logs: list[RequestLog],
+) -> Outcome:
+    pool, starts = started  # the run's stores, and how many had started before this check
+    vocab = ctx.candidate.vocab_size
     problems = findings.problems
     evidence = InvalidationEvidence()
-    logs: list[RequestLog] = []
     tol = tolerance_for(ctx)
     metrics: dict[str, Any] = {}
     done: list[str] = []
-
-    def new_log(block_size: int) -> RequestLog:
-        logs.append(RequestLog(ReuseTally(block_size), tol))
-        return logs[-1]
 
     # 1 and 2: updates -------------------------------------------------------------------------
     worker: PrefixServing | None = None
@@ -106,6 +130,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
                     f"{stale.reused} tokens of entries computed by the old weights ({describe_excess(stale)}"
                     "): an update must invalidate the cache or change the identity it is keyed on"
                 )
+                log.fail_now(problems[-1])
             if changed == 0.0:
                 problems.append(f"{target} update: the update did not change the computation, so it tests nothing")
             done.append(f"after a {target} update")
@@ -141,6 +166,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
                 f"{foreign.restored} of {written} saved blocks (it should admit none: they were computed by "
                 "other weights)"
             )
+            log.fail_now(problems[-1])
         if stale_tokens:
             problems.append(
                 f"restart: the store restarted on another checkpoint consumed {stale_tokens} tokens of the "

@@ -15,17 +15,23 @@ is `unproven`, named.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gate.checks._compare import tolerance_for
 from gate.checks._params import TenantIsolationParams
 from gate.checks._prefix_support import (
     Findings,
+    FirstFailure,
     RequestLog,
     ReuseTally,
     Served,
+    StorePool,
     describe_excess,
+    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
 )
 from gate.core.check import CheckContext, Outcome, check
@@ -47,15 +53,24 @@ def _tenants(
         log.issue(worker, f"{label} tenant-a", prompt, "tenant-a", oracle, tenant="tenant-a")
         same.append(log.issue(worker, f"{label} tenant-a again", prompt, "tenant-a", oracle, tenant="tenant-a"))
         cross.append(log.issue(worker, f"{label} tenant-b", prompt, "tenant-b", oracle, tenant="tenant-b"))
+        _stop_at_leak(log, cross[-1])
         same.append(log.issue(worker, f"{label} tenant-b again", prompt, "tenant-b", oracle, tenant="tenant-b"))
         log.issue(worker, f"{label} unsalted", prompt, None, oracle, tenant=None)
         same.append(log.issue(worker, f"{label} unsalted again", prompt, None, oracle, tenant=None))
         cross.append(log.issue(worker, f"{label} salt-x", prompt, "salt-x", oracle, tenant="salt-x"))
+        _stop_at_leak(log, cross[-1])
         shared = prompt[: 2 * bs] + other_tail
         cross.append(
             log.issue(worker, f"{label} tenant-c shares a prefix", shared, "tenant-c", oracle, tenant="tenant-c")
         )
+        _stop_at_leak(log, cross[-1])
     return same, cross
+
+
+def _stop_at_leak(log: RequestLog, served: Served) -> None:
+    """Control mode: a cross-tenant request that reused another tenant's state fails the check."""
+    if served.excess:
+        log.fail_now(f"{served.label}: {describe_excess(served)}: another tenant's or salt's entries were reused")
 
 
 @check("tenant-isolation", params=TenantIsolationParams)
@@ -73,20 +88,13 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         tails = [seeded_ids(vocab, bs + 1, seed + 31 * n + 7, avoid=[p[bs]]) for n, p in enumerate(prompts)]
         return prompts, tails
 
-    log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
-    same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
-    weak_cross: list[Served] = []
-    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
-    if hashing is not None:
-        bits = params.weak_hash_bits
-        weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
-        weak_log = RequestLog(ReuseTally(bs), log.tol)
-        weak_same, weak_cross = _tenants(
-            weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
-        )
-        same, cross = same + weak_same, cross + weak_cross
-        log.served.extend(weak_log.served)
-
+    # a control stops at the first wrong output or cross-tenant leak (_stop_at_leak)
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx, excess=False))
+    try:
+        same, cross, weak_cross = _rounds(ctx, params, findings, (candidate, worker), pool, log, workload)
+    except FirstFailure as stop:
+        return first_failure_outcome(stop)
+    hashing = candidate if isinstance(candidate, PrefixHashing) else None
     leaks = [s for s in cross if s.excess]
     no_reuse = [s for s in same if s.reused == 0 and s.entitled]
     wrong = log.wrong_outputs()
@@ -139,3 +147,33 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         + (f" ({weak_collisions} cross-tenant hash collisions refused)" if hashing is not None else "")
         + f"; {len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens",
     )
+
+
+Workload = Callable[[int, int], tuple[list[list[int]], list[list[int]]]]
+
+
+def _rounds(
+    ctx: CheckContext,
+    params: TenantIsolationParams,
+    findings: Findings,
+    stores: tuple[PrefixServing, PrefixServing],
+    pool: StorePool,
+    log: RequestLog,
+    workload: Workload,
+) -> tuple[list[Served], list[Served], list[Served]]:
+    """Both rounds: (requests that must hit, cross-tenant requests, those of them under the weak
+    hash). `stores`: the candidate and its base store."""
+    candidate, worker = stores
+    same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+    weak_cross: list[Served] = []
+    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
+    if hashing is not None:
+        bits = params.weak_hash_bits
+        weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
+        weak_log = RequestLog(ReuseTally(worker.block_size), log.tol, stop=log.stop)
+        weak_same, weak_cross = _tenants(
+            weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
+        )
+        same, cross = same + weak_same, cross + weak_cross
+        log.served.extend(weak_log.served)
+    return same, cross, weak_cross
