@@ -26,10 +26,12 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
+from gate.checks.schedule_fuzz import ScheduleFuzzParams, schedule_fuzz
 from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import Manifest
 from gate.engine.controls import observation_difference
@@ -41,7 +43,11 @@ CHECKS: list[tuple[CheckSpec[Any], Any]] = [
     (prefix_sweep, PrefixSweepParams()),
     (greedy_parity, GreedyParityParams()),
     (reset_isolation, ResetIsolationParams()),
+    (batch_invariance, BatchInvarianceParams()),
+    (schedule_fuzz, ScheduleFuzzParams()),
 ]
+"""Every check of the layout policies that catches a planted model or cache fault (phase-performance
+judges time and bytes, not outputs)."""
 
 
 def context(reference: Any, candidate: Any, seed: int, cache: RunCache | None = None) -> CheckContext:
@@ -229,12 +235,17 @@ options (`examples/reference-fault-<name>.yaml`); the runner applies each fault 
 candidate with `with_fault` and requires a failure.
 
 {catalogue}
+The two padding faults show only in a padded batch (gate.protocols.BatchedSessions), so only
+`batch-invariance` can see them; it also catches `cross-request-handle` in an equal-length batch
+(docs/batch-and-schedule.md).
+
 ## Fault x check (generated)
 
 A cell is *detected* when the check failed under the fault, with where it failed first (prefix-sweep:
 the prefix length; greedy-parity: the absolute position of the diverging token; mask-oracle: the index of
-the first wrong oracle case; reset-isolation: the token index across both requests), where the table
-before bounded sweeps found it ("was"), and the diagnosis;
+the first wrong oracle case; reset-isolation: the token index across both requests; batch-invariance:
+the position of the first row that differs; schedule-fuzz: the step of the shrunk failing schedule),
+where the previous table found it ("was", for the checks it had), and the diagnosis;
 *unobservable* when the fault did not change what the check observed at all (the runner reports
 these as unobservable, never as detections or as a lack of power); *missed* would be a change the
 check did not flag. The policies in `policies/layout.yaml` and `policies/scheduling.yaml` name, per

@@ -192,7 +192,8 @@ def _weights_digest(model: torch.nn.Module) -> str:
 
 def built(spec: WorkerSpec, adapter: str | None) -> tuple[torch.nn.Module, str]:
     """The worker's model (with `adapter` applied) and the revision digest of its checkpoint."""
-    return _memo(spec, spec.family_id, adapter)
+    with subject_call(f"{spec.family.name}.instantiate", length=0):  # the worker builds its model
+        return _memo(spec, spec.family_id, adapter)
 
 
 @lru_cache(maxsize=32)
