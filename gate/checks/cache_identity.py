@@ -176,7 +176,8 @@ def _probed(
     for field in fields:
         # serve P again first: under a tight byte budget its blocks may have been evicted, and a
         # probe against an absent entry would prove nothing
-        log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
+        if not (ctx.stop_at_first_failure and field == fields[0]):  # a control has just served P twice
+            log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
         if field == "token-ids":
             changed = list(prompt)
             changed[bs + bs // 2] = seeded_ids(vocab, 1, ctx.seed + 11, avoid=[prompt[bs + bs // 2]])[0]
@@ -209,6 +210,8 @@ def _probed(
         adapter = options.get("adapter")
         oracle = recompute_oracle(other, adapter)
         first = log.issue(other, field, prompt, key, oracle, **options)
+        if first.reused:  # a control stops here: the violation below needs nothing more
+            log.fail_now(f"{field}: a request that differs only in {field} reused {first.reused} tokens")
         repeat = log.issue(other, f"{field} repeated", prompt, key, oracle, **options)
         difference = float((oracle(prompt) - own.to(ref_rows.device)).abs().max())
         table[field] = {**first.row(), "repeat_reused": repeat.reused, "computation_differs_by": difference}

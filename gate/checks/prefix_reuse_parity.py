@@ -248,6 +248,8 @@ def _workload(
         base = seeded_ids(vocab, base_len, seed)
         ctx.log(f"  sequence {seq}: {base_len} tokens, block size {bs}")
         serve(f"s{seq} warm", base, 0)
+        if ctx.stop_at_first_failure:  # a control: the cheapest probe of a block served elsewhere first
+            _moved(serve, seq, base, bs, base_len)
         lengths = params.lengths or _boundary_lengths(bs, base_len - 1)
         for n, length in enumerate(sorted({min(max(x, 0), base_len - 1) for x in lengths})):
             suffix = seeded_ids(vocab, params.suffix_len, seed + 1 + n, avoid=[base[length]])
@@ -259,8 +261,15 @@ def _workload(
             mutated = list(base)
             mutated[p] = seeded_ids(vocab, 1, seed + 500 + p, avoid=[base[p]])[0]
             serve(f"s{seq} changed at {p}", mutated, p)
-        for shift in (bs, 2 * bs):
-            if shift < base_len - 1:
-                serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
-                serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
+        if not ctx.stop_at_first_failure:
+            _moved(serve, seq, base, bs, base_len)
     return _budget_contract(ctx, candidate, worker, pool, log, findings, params.budget_blocks, base_len)
+
+
+def _moved(serve: Callable[[str, list[int], int], Served], seq: int, base: list[int], bs: int, base_len: int) -> None:
+    """The base's later blocks moved to offset 0: nothing may be reused (a block's K/V carry their
+    position). A positive run probes this last; a control first, right after the warm request."""
+    for shift in (bs, 2 * bs):
+        if shift < base_len - 1:
+            serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
+            serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)

@@ -164,9 +164,15 @@ def _rounds(
     """Both rounds: (requests that must hit, cross-tenant requests, those of them under the weak
     hash). `stores`: the candidate and its base store."""
     candidate, worker = stores
-    same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
-    weak_cross: list[Served] = []
     hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
+    # a control runs the weak-hash round first: a store that trusts the hash to keep tenants apart
+    # leaks only there, and one that ignores the tenant leaks in either round
+    weak_first = ctx.stop_at_first_failure and hashing is not None
+    same: list[Served] = []
+    cross: list[Served] = []
+    if not weak_first:
+        same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+    weak_cross: list[Served] = []
     if hashing is not None:
         bits = params.weak_hash_bits
         weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
@@ -176,4 +182,7 @@ def _rounds(
         )
         same, cross = same + weak_same, cross + weak_cross
         log.served.extend(weak_log.served)
+    if weak_first:
+        first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+        same, cross = first_same + same, first_cross + cross
     return same, cross, weak_cross
