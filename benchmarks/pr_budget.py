@@ -92,9 +92,10 @@ def run(tree: Path, example: Path, out: Path, profile: bool = False) -> dict[str
         subject = sum(c.get("subject_s") or 0.0 for c in checks)  # absent on a gate without the bucket
         row["buckets"] = (forward / total, subject / total, (total - forward - subject) / total)
     for c in checks:
-        positive, spent = c.get("positive_s") or 0.0, sum(k["duration_s"] for k in c["controls"])
+        positive = c.get("positive_s") or 0.0  # absent from the records of a gate before control times
+        spent = sum(k.get("duration_s") or 0.0 for k in c["controls"])
         if c["status"] == "pass" and c["controls"] and positive and spent > positive / 2:
-            cheapest = min(k["duration_s"] for k in c["controls"])
+            cheapest = min(k.get("duration_s") or 0.0 for k in c["controls"])
             row["heavy_controls"].append(
                 {
                     "check": c["check"],
@@ -102,8 +103,8 @@ def run(tree: Path, example: Path, out: Path, profile: bool = False) -> dict[str
                     "controls_s": spent,
                     "controls": len(c["controls"]),
                     "cheapest_s": cheapest,
-                    "slowest": max(c["controls"], key=lambda k: k["duration_s"])["fault"],
-                    "slowest_s": max(k["duration_s"] for k in c["controls"]),
+                    "slowest": max(c["controls"], key=lambda k: k.get("duration_s") or 0.0)["fault"],
+                    "slowest_s": max(k.get("duration_s") or 0.0 for k in c["controls"]),
                 }
             )
     ratios = [

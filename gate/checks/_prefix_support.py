@@ -14,6 +14,7 @@ per variant, its cache reset between scenarios, and every start (a new process o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows
-from gate.core.check import CheckContext, Outcome
+from gate.core.check import CheckContext, Outcome, Params
 from gate.prefix.cache import PrefixReply
 from gate.protocols import PREFIX_CAPABILITIES, PrefixServing
 
@@ -332,10 +333,28 @@ def stop_rule(ctx: CheckContext, excess: bool = True, logits: bool = True) -> St
     return rule
 
 
-def first_failure_outcome(stop: FirstFailure, detected_at: int | None = None) -> Outcome:
-    """The failing outcome of a control stopped at its first failing request (`detected_at`: the
-    check's own measure of where, else the request's index)."""
+P = TypeVar("P", bound=Params)
+
+
+def until_first_failure(fn: Callable[[CheckContext, P], Outcome]) -> Callable[[CheckContext, P], Outcome]:
+    """A prefix check that, as a control, returns the failing outcome of its first failing request
+    (the FirstFailure its RequestLog raised) instead of serving the rest of its workload."""
+
+    @functools.wraps(fn)
+    def run(ctx: CheckContext, params: P) -> Outcome:
+        try:
+            return fn(ctx, params)
+        except FirstFailure as stop:
+            return first_failure_outcome(stop)
+
+    return run
+
+
+def first_failure_outcome(stop: FirstFailure) -> Outcome:
+    """The failing outcome of a control stopped at its first failing request; `detected_at` is the
+    check's own measure of where (RequestLog.at), else the request's index."""
     log, index = stop.log, len(stop.log.served) - 1
+    detected_at = log.at
     return Outcome(
         "fail",
         f"{stop.problem} (request {index + 1}; the control stopped at its first failure)",
@@ -358,6 +377,9 @@ class RequestLog:
     """Control mode (`stop_rule`): raise FirstFailure at the first request the rule fails."""
     last_store: PrefixServing | None = None
     """The store that served the latest request."""
+    at: int | None = None
+    """Where the next request probes, in the check's own measure (e.g. its shared-prefix length):
+    a control stopped there reports it as `detected_at`."""
 
     def issue(
         self,

@@ -33,19 +33,18 @@ from gate.checks._prefix_support import (
     IDENTITY_EXAMPLE_B,
     WHY,
     Findings,
-    FirstFailure,
     RequestLog,
     ReuseTally,
     Served,
     StorePool,
     describe_excess,
-    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     reference_oracle,
     seeded_ids,
     stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import CacheIdentityEvidence
@@ -111,19 +110,6 @@ def _short(identity: CacheIdentity) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in identity.as_dict().items() if v is not None)
 
 
-@check("cache-identity", params=CacheIdentityParams)
-def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
-    """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
-    candidate = prefix_candidate(ctx)
-    pool = store_pool(ctx, candidate)
-    starts = len(pool.starts)
-    worker = pool.shared(("base",), candidate.fresh)
-    try:
-        return _probed(ctx, params, candidate, (pool, starts), worker)
-    except FirstFailure as stop:  # a control: one failing field proves power
-        return first_failure_outcome(stop)
-
-
 def probe_order(fields: list[str], control: str | None) -> list[str]:
     """The fields in the order a run probes them: as declared, except that a control probes first
     the field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
@@ -138,14 +124,14 @@ def probe_order(fields: list[str], control: str | None) -> list[str]:
     return sorted(fields, key=lambda f: not likely(f))
 
 
-def _probed(
-    ctx: CheckContext,
-    params: CacheIdentityParams,
-    candidate: PrefixServing,
-    started: tuple[StorePool, int],
-    worker: PrefixServing,
-) -> Outcome:
-    pool, starts = started  # the run's stores, and how many had started before this check
+@check("cache-identity", params=CacheIdentityParams)
+@until_first_failure
+def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
+    """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
+    candidate = prefix_candidate(ctx)
+    pool = store_pool(ctx, candidate)
+    starts = len(pool.starts)
+    worker = pool.shared(("base",), candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     declared = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
     fields = probe_order(declared, ctx.control)

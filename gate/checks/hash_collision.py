@@ -19,32 +19,31 @@ from gate.checks._compare import tolerance_for
 from gate.checks._params import HashCollisionParams
 from gate.checks._prefix_support import (
     Findings,
-    FirstFailure,
     Oracle,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     broken_rules,
     describe_excess,
-    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     reference_oracle,
     seeded_ids,
     stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
 from gate.prefix.cache import weak_hash
-from gate.protocols import PrefixHashing, PrefixServing
+from gate.protocols import PrefixHashing
 
 TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
 """The first serves every prompt twice; each other one serves the same tokens once more."""
 
 
 @check("hash-collision", params=HashCollisionParams)
+@until_first_failure
 def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     """Under a weak injected hash, colliding blocks are verified against stored key material, not served."""
     candidate = prefix_candidate(ctx)
@@ -56,22 +55,9 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
         return findings.settle(outcome, "nothing was asserted")
     starts = len(pool.starts)
     worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
-    try:
-        return _collided(ctx, params, findings, (pool, starts), worker)
-    except FirstFailure as stop:  # a control: its first request served wrongly proves power
-        return first_failure_outcome(stop)
-
-
-def _collided(
-    ctx: CheckContext,
-    params: HashCollisionParams,
-    findings: Findings,
-    started: tuple[StorePool, int],
-    worker: PrefixServing,
-) -> Outcome:
-    pool, starts = started  # the run's stores, and how many had started before this check
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    # every request served beyond entitlement or unlike its uncached computation fails this check
+    # every request served beyond entitlement or unlike its uncached computation fails this check:
+    # a control stops at the first one
     log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx))
     length = params.prompt_blocks * bs + 1
     prompts: list[list[int]] = []

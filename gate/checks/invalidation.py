@@ -17,7 +17,6 @@ A part whose capability the store lacks is `unproven`, named; a store with neith
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,16 @@ from gate.checks._compare import tolerance_for
 from gate.checks._params import InvalidationParams
 from gate.checks._prefix_support import (
     Findings,
-    FirstFailure,
     NotPrefixCaching,
     RequestLog,
     ReuseTally,
-    StorePool,
     describe_excess,
-    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
     stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import InvalidationEvidence, RestartProbe, RestoredStore, ServedRequest, UpdateProbe
@@ -44,6 +41,7 @@ from gate.protocols import PrefixServing, PrefixSnapshots, PrefixWeightUpdates
 
 
 @check("invalidation", params=InvalidationParams)
+@until_first_failure
 def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     """After a weight or adapter update, or a restart on another checkpoint, no stale entry is used."""
     try:
@@ -54,37 +52,19 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
         return Outcome("skip", f"{ctx.candidate.name} keeps no entries across requests: nothing to invalidate ({err})")
     pool = store_pool(ctx, candidate)
     starts = len(pool.starts)
+    vocab = ctx.candidate.vocab_size
     findings = Findings(pool=pool)
+    problems = findings.problems
+    evidence = InvalidationEvidence()
     logs: list[RequestLog] = []
     tol = tolerance_for(ctx)
+    metrics: dict[str, Any] = {}
+    done: list[str] = []
 
     def new_log(block_size: int) -> RequestLog:
         # a control stops at the first wrong output, or at the first stale entry consumed (fail_now)
         logs.append(RequestLog(ReuseTally(block_size), tol, stop=stop_rule(ctx, excess=False)))
         return logs[-1]
-
-    try:
-        return _scenarios(ctx, params, candidate, (pool, starts), findings, new_log, logs)
-    except FirstFailure as stop:  # a control: one stale entry consumed proves power
-        return first_failure_outcome(stop)
-
-
-def _scenarios(
-    ctx: CheckContext,
-    params: InvalidationParams,
-    candidate: PrefixServing,
-    started: tuple[StorePool, int],
-    findings: Findings,
-    new_log: Callable[[int], RequestLog],
-    logs: list[RequestLog],
-) -> Outcome:
-    pool, starts = started  # the run's stores, and how many had started before this check
-    vocab = ctx.candidate.vocab_size
-    problems = findings.problems
-    evidence = InvalidationEvidence()
-    tol = tolerance_for(ctx)
-    metrics: dict[str, Any] = {}
-    done: list[str] = []
 
     # 1 and 2: updates -------------------------------------------------------------------------
     worker: PrefixServing | None = None

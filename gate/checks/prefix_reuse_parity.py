@@ -18,26 +18,24 @@ store without a byte budget leaves this `unproven`, named.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from gate.checks._compare import tolerance_for
 from gate.checks._params import PrefixReuseParityParams
 from gate.checks._prefix_support import (
     Findings,
-    FirstFailure,
     RequestLog,
     ReuseTally,
     Served,
     StorePool,
     broken_rules,
     describe_excess,
-    first_failure_outcome,
     prefix_candidate,
     reference_oracle,
     seeded_ids,
     stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
@@ -52,6 +50,7 @@ def _boundary_lengths(block_size: int, limit: int) -> list[int]:
 
 
 @check("prefix-reuse-parity", params=PrefixReuseParityParams)
+@until_first_failure
 def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> Outcome:
     """Requests reusing cached prefixes of many lengths match a full recompute, with proof of hits."""
     candidate = prefix_candidate(ctx)
@@ -66,7 +65,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
         if budgeted is not None:
             budget = params.byte_budget
             worker = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
-    bs = worker.block_size
+    bs, vocab = worker.block_size, ctx.candidate.vocab_size
     claim_tokens = getattr(ctx.manifest.claim, "tokens", None)
     new_tokens = params.new_tokens or (max(claim_tokens) if params.compare == "greedy" and claim_tokens else 4)
     base_len = params.base_blocks * bs + 1
@@ -79,13 +78,40 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
     shared: dict[int, int] = {}  # index in log.served -> shared-prefix length (for detected_at)
 
     def serve(label: str, tokens: list[int], share: int) -> Served:
-        shared[len(log.served)] = share  # before serving: a control may stop inside `issue`
-        return log.issue(worker, label, tokens, "base", oracle, new_tokens=new_tokens)
+        log.at = share  # before serving: a control may stop inside `issue`, and reports where
+        served = log.issue(worker, label, tokens, "base", oracle, new_tokens=new_tokens)
+        shared[len(log.served) - 1] = share
+        return served
 
-    try:
-        budget_evidence = _workload(ctx, params, (candidate, worker), pool, findings, log, serve)
-    except FirstFailure as stop:  # a control: one failing request proves power
-        return first_failure_outcome(stop, detected_at=shared.get(len(log.served) - 1))
+    def moved(seq: int, base: list[int]) -> None:
+        """The base's later blocks at offset 0: nothing may be reused (K/V carry their position)."""
+        for shift in (bs, 2 * bs):
+            if shift < base_len - 1:
+                serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
+                serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
+
+    for seq in range(params.sequences):
+        seed = ctx.seed * 1000 + seq * 97
+        base = seeded_ids(vocab, base_len, seed)
+        ctx.log(f"  sequence {seq}: {base_len} tokens, block size {bs}")
+        serve(f"s{seq} warm", base, 0)
+        if ctx.stop_at_first_failure:  # a control: the probe of a block served elsewhere first
+            moved(seq, base)
+        lengths = params.lengths or _boundary_lengths(bs, base_len - 1)
+        for n, length in enumerate(sorted({min(max(x, 0), base_len - 1) for x in lengths})):
+            suffix = seeded_ids(vocab, params.suffix_len, seed + 1 + n, avoid=[base[length]])
+            serve(f"s{seq} prefix {length}", base[:length] + suffix, length)
+        serve(f"s{seq} full-prompt hit", base[: params.base_blocks * bs], params.base_blocks * bs)
+        serve(f"s{seq} repeat", base, base_len)
+        for p in sorted({bs, bs + 1, 2 * bs - 1} & set(range(1, base_len - 1))):
+            serve(f"s{seq} refresh", base, base_len)
+            mutated = list(base)
+            mutated[p] = seeded_ids(vocab, 1, seed + 500 + p, avoid=[base[p]])[0]
+            serve(f"s{seq} changed at {p}", mutated, p)
+        if not ctx.stop_at_first_failure:
+            moved(seq, base)
+
+    budget_evidence = _budget_contract(ctx, candidate, worker, pool, log, findings, params.budget_blocks, base_len)
     wrong = log.wrong_outputs()
     excess = [s for s in log.served if s.excess]
     reused = sum(s.reused for s in log.served)
@@ -227,49 +253,3 @@ def _budget_contract(
         "evicted": evicted,
         "latest_prompt_reused": last.reused,
     }
-
-
-def _workload(
-    ctx: CheckContext,
-    params: PrefixReuseParityParams,
-    stores: tuple[PrefixServing, PrefixServing],
-    pool: StorePool,
-    findings: Findings,
-    log: RequestLog,
-    serve: Callable[[str, list[int], int], Served],
-) -> dict[str, Any]:
-    """Every sequence's requests in increasing shared-prefix order, then the budget contract (its
-    evidence). `stores`: the candidate and the store served."""
-    candidate, worker = stores
-    bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    base_len = params.base_blocks * bs + 1
-    for seq in range(params.sequences):
-        seed = ctx.seed * 1000 + seq * 97
-        base = seeded_ids(vocab, base_len, seed)
-        ctx.log(f"  sequence {seq}: {base_len} tokens, block size {bs}")
-        serve(f"s{seq} warm", base, 0)
-        if ctx.stop_at_first_failure:  # a control: the cheapest probe of a block served elsewhere first
-            _moved(serve, seq, base, bs, base_len)
-        lengths = params.lengths or _boundary_lengths(bs, base_len - 1)
-        for n, length in enumerate(sorted({min(max(x, 0), base_len - 1) for x in lengths})):
-            suffix = seeded_ids(vocab, params.suffix_len, seed + 1 + n, avoid=[base[length]])
-            serve(f"s{seq} prefix {length}", base[:length] + suffix, length)
-        serve(f"s{seq} full-prompt hit", base[: params.base_blocks * bs], params.base_blocks * bs)
-        serve(f"s{seq} repeat", base, base_len)
-        for p in sorted({bs, bs + 1, 2 * bs - 1} & set(range(1, base_len - 1))):
-            serve(f"s{seq} refresh", base, base_len)
-            mutated = list(base)
-            mutated[p] = seeded_ids(vocab, 1, seed + 500 + p, avoid=[base[p]])[0]
-            serve(f"s{seq} changed at {p}", mutated, p)
-        if not ctx.stop_at_first_failure:
-            _moved(serve, seq, base, bs, base_len)
-    return _budget_contract(ctx, candidate, worker, pool, log, findings, params.budget_blocks, base_len)
-
-
-def _moved(serve: Callable[[str, list[int], int], Served], seq: int, base: list[int], bs: int, base_len: int) -> None:
-    """The base's later blocks moved to offset 0: nothing may be reused (a block's K/V carry their
-    position). A positive run probes this last; a control first, right after the warm request."""
-    for shift in (bs, 2 * bs):
-        if shift < base_len - 1:
-            serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
-            serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)

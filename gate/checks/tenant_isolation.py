@@ -15,24 +15,20 @@ is `unproven`, named.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gate.checks._compare import tolerance_for
 from gate.checks._params import TenantIsolationParams
 from gate.checks._prefix_support import (
     Findings,
-    FirstFailure,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     describe_excess,
-    first_failure_outcome,
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
     stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import TenantIsolationEvidence
@@ -74,6 +70,7 @@ def _stop_at_leak(log: RequestLog, served: Served) -> None:
 
 
 @check("tenant-isolation", params=TenantIsolationParams)
+@until_first_failure
 def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcome:
     """Different tenants or salts never share entries, also under a weak hash; the same tenant does reuse its own."""
     candidate = prefix_candidate(ctx)
@@ -88,13 +85,30 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         tails = [seeded_ids(vocab, bs + 1, seed + 31 * n + 7, avoid=[p[bs]]) for n, p in enumerate(prompts)]
         return prompts, tails
 
-    # a control stops at the first wrong output or cross-tenant leak (_stop_at_leak)
+    # a control stops at the first wrong output or cross-tenant leak (_stop_at_leak), and runs the
+    # weak-hash round first: a store that trusts the hash to keep tenants apart leaks only there,
+    # one that ignores the tenant in either round
     log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx, excess=False))
-    try:
-        same, cross, weak_cross = _rounds(ctx, params, findings, (candidate, worker), pool, log, workload)
-    except FirstFailure as stop:
-        return first_failure_outcome(stop)
-    hashing = candidate if isinstance(candidate, PrefixHashing) else None
+    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
+    weak_first = ctx.stop_at_first_failure and hashing is not None
+    same: list[Served] = []
+    cross: list[Served] = []
+    if not weak_first:
+        same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+    weak_cross: list[Served] = []
+    if hashing is not None:
+        bits = params.weak_hash_bits
+        weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
+        weak_log = RequestLog(ReuseTally(bs), log.tol, stop=log.stop)
+        weak_same, weak_cross = _tenants(
+            weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
+        )
+        same, cross = same + weak_same, cross + weak_cross
+        log.served.extend(weak_log.served)
+    if weak_first:
+        first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+        same, cross = first_same + same, first_cross + cross
+
     leaks = [s for s in cross if s.excess]
     no_reuse = [s for s in same if s.reused == 0 and s.entitled]
     wrong = log.wrong_outputs()
@@ -147,42 +161,3 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         + (f" ({weak_collisions} cross-tenant hash collisions refused)" if hashing is not None else "")
         + f"; {len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens",
     )
-
-
-Workload = Callable[[int, int], tuple[list[list[int]], list[list[int]]]]
-
-
-def _rounds(
-    ctx: CheckContext,
-    params: TenantIsolationParams,
-    findings: Findings,
-    stores: tuple[PrefixServing, PrefixServing],
-    pool: StorePool,
-    log: RequestLog,
-    workload: Workload,
-) -> tuple[list[Served], list[Served], list[Served]]:
-    """Both rounds: (requests that must hit, cross-tenant requests, those of them under the weak
-    hash). `stores`: the candidate and its base store."""
-    candidate, worker = stores
-    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
-    # a control runs the weak-hash round first: a store that trusts the hash to keep tenants apart
-    # leaks only there, and one that ignores the tenant leaks in either round
-    weak_first = ctx.stop_at_first_failure and hashing is not None
-    same: list[Served] = []
-    cross: list[Served] = []
-    if not weak_first:
-        same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
-    weak_cross: list[Served] = []
-    if hashing is not None:
-        bits = params.weak_hash_bits
-        weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
-        weak_log = RequestLog(ReuseTally(worker.block_size), log.tol, stop=log.stop)
-        weak_same, weak_cross = _tenants(
-            weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
-        )
-        same, cross = same + weak_same, cross + weak_cross
-        log.served.extend(weak_log.served)
-    if weak_first:
-        first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
-        same, cross = first_same + same, first_cross + cross
-    return same, cross, weak_cross

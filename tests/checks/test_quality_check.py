@@ -178,25 +178,9 @@ def test_trained_model_window_forgets_long_range_but_keeps_local() -> None:
 def test_as_a_control_it_stops_after_the_first_slice_that_breaks_an_envelope() -> None:
     from dataclasses import replace
 
-    envelopes = [
-        {
-            "slice": "long-range-retrieval",
-            "metric": "greedy-match",
-            "comparator": ">=",
-            "threshold": "0.8",
-            "min-detectable-effect": 0.4,
-        },
-        {
-            "slice": "local-control",
-            "metric": "kl",
-            "comparator": "<=",
-            "threshold": "0.01",
-            "min-detectable-effect": 0.4,
-        },
-    ]
     ref = path(weights="copy-model", path="dynamic")
     cand = path(weights="copy-model", path="evicting", evict={"window": 32, "sink": 4})
-    ctx = replace(context(ref, cand, envelopes), stop_at_first_failure=True)
+    ctx = replace(context(ref, cand, ENVELOPES), stop_at_first_failure=True)
     out = quality_slices(ctx, QualitySlicesParams(samples=16))
     assert out.status == "fail"
     assert [e["slice"] for e in out.evidence["envelopes"]] == ["long-range-retrieval"]  # local-control never scored
