@@ -271,6 +271,10 @@ Notes.
   oracle and to greedy runs shorter than the window, caught by the sweep from a prefix of about 2048 on,
   with an onset-at-length profile.
 * `rope-after-write` is a no-op on `tiny-abs`, which has no RoPE: unobservable there by construction.
+* `batch-invariance` and `schedule-fuzz` diagnose only what they see: batch-invariance names
+  `padding` and `batch-crosstalk` and answers `uncertain` for a fault that shows as well in a
+  request alone; schedule-fuzz answers `uncertain` and leaves the class to its shrunk reproducer.
+  Their detections raise the `uncertain` column, not the wrong-class one.
 * The mask oracle runs the cache, mask and attention kernel on given q, k, v with no position
   encoding, so positional and weight faults are unobservable to it by design.
 """
