@@ -237,7 +237,10 @@ candidate with `with_fault` and requires a failure.
 {catalogue}
 The two padding faults show only in a padded batch (gate.protocols.BatchedSessions), so only
 `batch-invariance` can see them; it also catches `cross-request-handle` in an equal-length batch
-(docs/batch-and-schedule.md).
+(docs/batch-and-schedule.md). `stale-slot-on-join` shows only where a request joins a running batch
+into a slot another request left (gate.protocols.ContinuousBatching): every single-request check
+and every padded batch passes; `batch-invariance` catches it in its continuous setting and
+`schedule-fuzz` shrinks it to `join 1, leave 0, join 1` (`examples/reference-fault-stale-slot-on-join.yaml`).
 
 ## Fault x check (generated)
 
