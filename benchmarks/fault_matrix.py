@@ -36,6 +36,7 @@ from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import Manifest
 from gate.engine.controls import observation_difference
 from gate.engine.run_cache import RunCache
+from gate.errors import SubjectCrash
 from gate.models.faults import CATALOGUE, FAULT_NAMES
 
 CHECKS: list[tuple[CheckSpec[Any], Any]] = [
@@ -81,6 +82,11 @@ def cell(clean: Any, faulty: Any) -> dict[str, Any]:
     return {"outcome": "unobservable" if diff == 0.0 else "missed", "diff": diff}
 
 
+def crashed(crash: SubjectCrash) -> dict[str, Any]:
+    """A cell where the faulted subject raised inside its own code: detected (class crash), no length."""
+    return {"outcome": "detected", "at": None, "class": "crash", "call": crash.call}
+
+
 def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
     adapter = ReferenceAdapter()
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -94,7 +100,11 @@ def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[
             clean = spec(context(reference, candidate, seed, cache), params)
             assert clean.status in ("pass", "warn"), f"{spec.name} fails a correct path: {clean.message}"
             for fault in FAULT_NAMES:
-                faulty = spec(context(reference, candidate.with_fault(fault), seed, cache), params)
+                try:
+                    faulty = spec(context(reference, candidate.with_fault(fault), seed, cache), params)
+                except SubjectCrash as crash:  # as the runner counts it: the check failed the faulted subject
+                    table.setdefault((fault, spec.name), []).append(crashed(crash))
+                    continue
                 table.setdefault((fault, spec.name), []).append(cell(clean, faulty))
             seconds[spec.name] += time.process_time() - start
             print(f"seed {seed} {spec.name}: {time.process_time() - start:.1f} CPU s", flush=True)
