@@ -284,6 +284,10 @@ Notes.
   oracle and to greedy runs shorter than the window, caught by the sweep from a prefix of about 2048 on,
   with an onset-at-length profile.
 * `rope-after-write` is a no-op on `tiny-abs`, which has no RoPE: unobservable there by construction.
+* `poisoned-tail-read` makes the continuous setting of `batch-invariance` crash inside the model
+  (the faulted read over the whole buffer meets `step_rows`' per-row slots in another shape): a
+  crash inside the subject is a failure of class `crash`, a detection with no length, as the
+  runner counts it.
 * `batch-invariance` and `schedule-fuzz` diagnose only what they see: batch-invariance names
   `padding` and `batch-crosstalk` and answers `uncertain` for a fault that shows as well in a
   request alone; schedule-fuzz answers `uncertain` and leaves the class to its shrunk reproducer.
