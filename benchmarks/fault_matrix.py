@@ -26,14 +26,17 @@ from typing import Any
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
+from gate.checks.schedule_fuzz import ScheduleFuzzParams, schedule_fuzz
 from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import Manifest
 from gate.engine.controls import observation_difference
 from gate.engine.run_cache import RunCache
+from gate.errors import SubjectCrash
 from gate.models.faults import CATALOGUE, FAULT_NAMES
 
 CHECKS: list[tuple[CheckSpec[Any], Any]] = [
@@ -41,7 +44,11 @@ CHECKS: list[tuple[CheckSpec[Any], Any]] = [
     (prefix_sweep, PrefixSweepParams()),
     (greedy_parity, GreedyParityParams()),
     (reset_isolation, ResetIsolationParams()),
+    (batch_invariance, BatchInvarianceParams()),
+    (schedule_fuzz, ScheduleFuzzParams()),
 ]
+"""Every check of the layout policies that catches a planted model or cache fault (phase-performance
+judges time and bytes, not outputs)."""
 
 
 def context(reference: Any, candidate: Any, seed: int, cache: RunCache | None = None) -> CheckContext:
@@ -75,6 +82,11 @@ def cell(clean: Any, faulty: Any) -> dict[str, Any]:
     return {"outcome": "unobservable" if diff == 0.0 else "missed", "diff": diff}
 
 
+def crashed(crash: SubjectCrash) -> dict[str, Any]:
+    """A cell where the faulted subject raised inside its own code: detected (class crash), no length."""
+    return {"outcome": "detected", "at": None, "class": "crash", "call": crash.call}
+
+
 def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
     adapter = ReferenceAdapter()
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -88,7 +100,11 @@ def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[
             clean = spec(context(reference, candidate, seed, cache), params)
             assert clean.status in ("pass", "warn"), f"{spec.name} fails a correct path: {clean.message}"
             for fault in FAULT_NAMES:
-                faulty = spec(context(reference, candidate.with_fault(fault), seed, cache), params)
+                try:
+                    faulty = spec(context(reference, candidate.with_fault(fault), seed, cache), params)
+                except SubjectCrash as crash:  # as the runner counts it: the check failed the faulted subject
+                    table.setdefault((fault, spec.name), []).append(crashed(crash))
+                    continue
                 table.setdefault((fault, spec.name), []).append(cell(clean, faulty))
             seconds[spec.name] += time.process_time() - start
             print(f"seed {seed} {spec.name}: {time.process_time() - start:.1f} CPU s", flush=True)
@@ -229,12 +245,20 @@ options (`examples/reference-fault-<name>.yaml`); the runner applies each fault 
 candidate with `with_fault` and requires a failure.
 
 {catalogue}
+The two padding faults show only in a padded batch (gate.protocols.BatchedSessions), so only
+`batch-invariance` can see them; it also catches `cross-request-handle` in an equal-length batch
+(docs/batch-and-schedule.md). `stale-slot-on-join` shows only where a request joins a running batch
+into a slot another request left (gate.protocols.ContinuousBatching): every single-request check
+and every padded batch passes; `batch-invariance` catches it in its continuous setting and
+`schedule-fuzz` shrinks it to `join 1, leave 0, join 1` (`examples/reference-fault-stale-slot-on-join.yaml`).
+
 ## Fault x check (generated)
 
 A cell is *detected* when the check failed under the fault, with where it failed first (prefix-sweep:
 the prefix length; greedy-parity: the absolute position of the diverging token; mask-oracle: the index of
-the first wrong oracle case; reset-isolation: the token index across both requests), where the table
-before bounded sweeps found it ("was"), and the diagnosis;
+the first wrong oracle case; reset-isolation: the token index across both requests; batch-invariance:
+the position of the first row that differs; schedule-fuzz: the step of the shrunk failing schedule),
+where the previous table found it ("was", for the checks it had), and the diagnosis;
 *unobservable* when the fault did not change what the check observed at all (the runner reports
 these as unobservable, never as detections or as a lack of power); *missed* would be a change the
 check did not flag. The policies in `policies/layout.yaml` and `policies/scheduling.yaml` name, per
@@ -260,6 +284,14 @@ Notes.
   oracle and to greedy runs shorter than the window, caught by the sweep from a prefix of about 2048 on,
   with an onset-at-length profile.
 * `rope-after-write` is a no-op on `tiny-abs`, which has no RoPE: unobservable there by construction.
+* `poisoned-tail-read` makes the continuous setting of `batch-invariance` crash inside the model
+  (the faulted read over the whole buffer meets `step_rows`' per-row slots in another shape): a
+  crash inside the subject is a failure of class `crash`, a detection with no length, as the
+  runner counts it.
+* `batch-invariance` and `schedule-fuzz` diagnose only what they see: batch-invariance names
+  `padding` and `batch-crosstalk` and answers `uncertain` for a fault that shows as well in a
+  request alone; schedule-fuzz answers `uncertain` and leaves the class to its shrunk reproducer.
+  Their detections raise the `uncertain` column, not the wrong-class one.
 * The mask oracle runs the cache, mask and attention kernel on given q, k, v with no position
   encoding, so positional and weight faults are unobservable to it by design.
 """

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gate._util import regions
 from gate.errors import SubjectCrash
 
 if TYPE_CHECKING:
@@ -70,12 +71,18 @@ def subject_call(call: str, **where: int | str) -> Iterator[None]:
     step, while an exception in the adapter's or gate's own code stays gate's error. `where`: e.g.
     `length=` tokens seen before the call, `step=` a decode step.
     """
+    observer = regions.SLOT.observer  # gate run --profile: books the time inside as the subject's
+    if observer is not None:
+        observer.subject_enter()
     try:
         yield
     except SubjectCrash:
         raise
     except Exception as err:
         raise SubjectCrash(call, err, dict(where)) from err
+    finally:
+        if observer is not None:
+            observer.subject_leave()
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ per variant, its cache reset between scenarios, and every start (a new process o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows
-from gate.core.check import CheckContext, Outcome
+from gate.core.check import CheckContext, Outcome, Params
 from gate.prefix.cache import PrefixReply
 from gate.protocols import PREFIX_CAPABILITIES, PrefixServing
 
@@ -300,6 +301,71 @@ class Served:
         }
 
 
+StopRule = Callable[[Served], "str | None"]
+"""Control mode: what makes one served request a failure of the check by itself (a problem in
+words), or None. Only what the check always fails on may stop it (see `stop_rule`)."""
+
+
+class FirstFailure(Exception):
+    """Raised by `RequestLog.issue` in control mode at the first request that fails the check: a
+    control needs one failure, the rest of the workload is not served (`first_failure_outcome`)."""
+
+    def __init__(self, log: RequestLog, worker: PrefixServing, problem: str) -> None:
+        super().__init__(problem)
+        self.log, self.worker, self.problem = log, worker, problem
+
+
+def stop_rule(ctx: CheckContext, excess: bool = True, logits: bool = True) -> StopRule | None:
+    """The rule a control stops at (None for a positive run, which serves everything): an output
+    that differs from its uncached computation (an argmax flip; with `logits`, also a row over the
+    tolerance), and, where the check fails every such request (`excess`), state reused beyond
+    entitlement."""
+    if not ctx.stop_at_first_failure:
+        return None
+
+    def rule(served: Served) -> str | None:
+        if served.argmax_flips or (logits and served.over_tolerance):
+            return f"{served.label}: outputs differ from the uncached computation (max |Δ| {served.max_abs_delta:.3g})"
+        if excess and served.excess:
+            return f"{served.label}: {describe_excess(served)}"
+        return None
+
+    return rule
+
+
+P = TypeVar("P", bound=Params)
+
+
+def until_first_failure(fn: Callable[[CheckContext, P], Outcome]) -> Callable[[CheckContext, P], Outcome]:
+    """A prefix check that, as a control, returns the failing outcome of its first failing request
+    (the FirstFailure its RequestLog raised) instead of serving the rest of its workload."""
+
+    @functools.wraps(fn)
+    def run(ctx: CheckContext, params: P) -> Outcome:
+        try:
+            return fn(ctx, params)
+        except FirstFailure as stop:
+            return first_failure_outcome(stop)
+
+    return run
+
+
+def first_failure_outcome(stop: FirstFailure) -> Outcome:
+    """The failing outcome of a control stopped at its first failing request; `detected_at` is the
+    check's own measure of where (RequestLog.at), else the request's index."""
+    log, index = stop.log, len(stop.log.served) - 1
+    detected_at = log.at
+    return Outcome(
+        "fail",
+        f"{stop.problem} (request {index + 1}; the control stopped at its first failure)",
+        metrics={"requests": len(log.served), "stopped_at_request": index},
+        evidence={"requests": log.table()},
+        exercise=log.exercise(stop.worker),
+        observation=log.observation(),
+        detected_at=index if detected_at is None else detected_at,
+    )
+
+
 @dataclass
 class RequestLog:
     """Requests a check issued, their entitlement and their comparison with an uncached oracle."""
@@ -307,6 +373,13 @@ class RequestLog:
     ledger: ReuseTally
     tol: Tolerance
     served: list[Served] = field(default_factory=list)
+    stop: StopRule | None = None
+    """Control mode (`stop_rule`): raise FirstFailure at the first request the rule fails."""
+    last_store: PrefixServing | None = None
+    """The store that served the latest request."""
+    at: int | None = None
+    """Where the next request probes, in the check's own measure (e.g. its shared-prefix length):
+    a control stopped there reports it as `detected_at`."""
 
     def issue(
         self,
@@ -334,7 +407,16 @@ class RequestLog:
             served.over_tolerance = int(cmp.over_tolerance.sum())
         self.ledger.record(tokens, key)
         self.served.append(served)
+        self.last_store = worker
+        problem = self.stop(served) if self.stop is not None else None
+        if problem is not None:
+            raise FirstFailure(self, worker, problem)
         return served
+
+    def fail_now(self, problem: str) -> None:
+        """Control mode: stop at a problem the check found after a request (no-op in a positive run)."""
+        if self.stop is not None and self.last_store is not None:
+            raise FirstFailure(self, self.last_store, problem)
 
     def wrong_outputs(self) -> list[Served]:
         return [s for s in self.served if s.argmax_flips or s.over_tolerance]
@@ -370,8 +452,12 @@ Oracle = Callable[[Sequence[int]], torch.Tensor]
 def reference_oracle(ctx: CheckContext) -> Oracle:
     """One full pass of the reference path (the base identity: no adapter, the worker's model)."""
 
-    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+    def compute(tokens: tuple[int, ...]) -> torch.Tensor:
         return ctx.reference.full_logits(torch.tensor([list(tokens)], device=ctx.device))[0].float()
+
+    def oracle(tokens: Sequence[int]) -> torch.Tensor:
+        key = tuple(int(t) for t in tokens)  # the same prompts come back in every control: computed once a run
+        return ctx.cache.get(("prefix-oracle", ctx.reference, key), lambda: compute(key))
 
     return oracle
 

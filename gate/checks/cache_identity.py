@@ -42,7 +42,9 @@ from gate.checks._prefix_support import (
     recompute_oracle,
     reference_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import CacheIdentityEvidence
@@ -108,7 +110,22 @@ def _short(identity: CacheIdentity) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in identity.as_dict().items() if v is not None)
 
 
+def probe_order(fields: list[str], control: str | None) -> list[str]:
+    """The fields in the order a run probes them: as declared, except that a control probes first
+    the field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
+    Every field is still probed until the first failure; a positive run probes them all."""
+    if control is None:
+        return fields
+    words = [w for w in control.split("-") if w not in ("key", "ignores")]
+
+    def likely(field: str) -> bool:
+        return any(part.startswith(word) for word in words for part in field.split("-"))
+
+    return sorted(fields, key=lambda f: not likely(f))
+
+
 @check("cache-identity", params=CacheIdentityParams)
+@until_first_failure
 def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
     candidate = prefix_candidate(ctx)
@@ -116,9 +133,11 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     starts = len(pool.starts)
     worker = pool.shared(("base",), candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    fields = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
+    declared = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
+    fields = probe_order(declared, ctx.control)
     tol = tolerance_for(ctx)
-    log = RequestLog(ReuseTally(bs), tol)
+    # a control stops at the first wrong output, or at the first field with a violation (fail_now)
+    log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, excess=False))
     prompt = seeded_ids(vocab, params.prompt_blocks * bs + 2, ctx.seed * 1000 + 3)
     base_key: Hashable = ("base",)
     findings = Findings(pool=pool)
@@ -143,7 +162,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     for field in fields:
         # serve P again first: under a tight byte budget its blocks may have been evicted, and a
         # probe against an absent entry would prove nothing
-        log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
+        if not (ctx.stop_at_first_failure and field == fields[0]):  # a control has just served P twice
+            log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
         if field == "token-ids":
             changed = list(prompt)
             changed[bs + bs // 2] = seeded_ids(vocab, 1, ctx.seed + 11, avoid=[prompt[bs + bs // 2]])[0]
@@ -154,6 +174,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
                     f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
                 )
             table[field] = served.row()
+            if violations:
+                log.fail_now(violations[-1])
             continue
         if field == "positions":
             moved = prompt[bs:]
@@ -164,6 +186,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
                     f"({WHY['positions']})"
                 )
             table[field] = served.row()
+            if violations:
+                log.fail_now(violations[-1])
             continue
         variant = _variant(worker, field, findings, pool)
         if variant is None:
@@ -172,6 +196,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         adapter = options.get("adapter")
         oracle = recompute_oracle(other, adapter)
         first = log.issue(other, field, prompt, key, oracle, **options)
+        if first.reused:  # a control stops here: the violation below needs nothing more
+            log.fail_now(f"{field}: a request that differs only in {field} reused {first.reused} tokens")
         repeat = log.issue(other, f"{field} repeated", prompt, key, oracle, **options)
         difference = float((oracle(prompt) - own.to(ref_rows.device)).abs().max())
         table[field] = {**first.row(), "repeat_reused": repeat.reused, "computation_differs_by": difference}
@@ -196,6 +222,8 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         mismatch = _report_contract(field, worker, other, options, first, repeat)
         if mismatch:
             violations.append(mismatch)
+        if violations:
+            log.fail_now(violations[-1])
 
     # background: cache identity, exactly
     small = pool.shared(

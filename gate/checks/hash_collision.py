@@ -29,7 +29,9 @@ from gate.checks._prefix_support import (
     recompute_oracle,
     reference_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
@@ -41,6 +43,7 @@ TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
 
 
 @check("hash-collision", params=HashCollisionParams)
+@until_first_failure
 def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     """Under a weak injected hash, colliding blocks are verified against stored key material, not served."""
     candidate = prefix_candidate(ctx)
@@ -53,7 +56,9 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     starts = len(pool.starts)
     worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
+    # every request served beyond entitlement or unlike its uncached computation fails this check:
+    # a control stops at the first one
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx))
     length = params.prompt_blocks * bs + 1
     prompts: list[list[int]] = []
     for n in range(params.prompts):
@@ -62,9 +67,16 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
             prompt[:bs] = prompts[-1][:bs]
         prompts.append(prompt)
     base_oracle = reference_oracle(ctx)
-    for round_ in range(2):
+
+    def round_of(round_: int) -> None:
         for n, prompt in enumerate(prompts):
             log.issue(worker, f"p{n} round {round_}", prompt, TENANTS[0], base_oracle, tenant=TENANTS[0], new_tokens=2)
+
+    # a control meets the other identities right after the first round (where a store that trusts a
+    # hash match across identities is caught), a positive run after both
+    round_of(0)
+    if not ctx.stop_at_first_failure:
+        round_of(1)
     # the same tokens under other identities: only the identity tells these blocks apart
     cross: list[Served] = []
     adapters = worker.adapters()
@@ -79,6 +91,8 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     for label, options, oracle in others:
         for n, prompt in enumerate(prompts):
             cross.append(log.issue(worker, f"p{n} {label}", prompt, label, oracle, new_tokens=2, **options))
+    if ctx.stop_at_first_failure:
+        round_of(1)
 
     collisions = sum(s.reply.stats.collisions_detected for s in log.served)
     cross_collisions = sum(s.reply.stats.collisions_detected for s in cross)

@@ -31,7 +31,9 @@ from gate.checks._prefix_support import (
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import InvalidationEvidence, RestartProbe, RestoredStore, ServedRequest, UpdateProbe
@@ -39,6 +41,7 @@ from gate.protocols import PrefixServing, PrefixSnapshots, PrefixWeightUpdates
 
 
 @check("invalidation", params=InvalidationParams)
+@until_first_failure
 def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     """After a weight or adapter update, or a restart on another checkpoint, no stale entry is used."""
     try:
@@ -59,7 +62,8 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     done: list[str] = []
 
     def new_log(block_size: int) -> RequestLog:
-        logs.append(RequestLog(ReuseTally(block_size), tol))
+        # a control stops at the first wrong output, or at the first stale entry consumed (fail_now)
+        logs.append(RequestLog(ReuseTally(block_size), tol, stop=stop_rule(ctx, excess=False)))
         return logs[-1]
 
     # 1 and 2: updates -------------------------------------------------------------------------
@@ -106,6 +110,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
                     f"{stale.reused} tokens of entries computed by the old weights ({describe_excess(stale)}"
                     "): an update must invalidate the cache or change the identity it is keyed on"
                 )
+                log.fail_now(problems[-1])
             if changed == 0.0:
                 problems.append(f"{target} update: the update did not change the computation, so it tests nothing")
             done.append(f"after a {target} update")
@@ -141,6 +146,7 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
                 f"{foreign.restored} of {written} saved blocks (it should admit none: they were computed by "
                 "other weights)"
             )
+            log.fail_now(problems[-1])
         if stale_tokens:
             problems.append(
                 f"restart: the store restarted on another checkpoint consumed {stale_tokens} tokens of the "

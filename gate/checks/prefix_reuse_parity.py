@@ -33,7 +33,9 @@ from gate.checks._prefix_support import (
     prefix_candidate,
     reference_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
@@ -48,6 +50,7 @@ def _boundary_lengths(block_size: int, limit: int) -> list[int]:
 
 
 @check("prefix-reuse-parity", params=PrefixReuseParityParams)
+@until_first_failure
 def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> Outcome:
     """Requests reusing cached prefixes of many lengths match a full recompute, with proof of hits."""
     candidate = prefix_candidate(ctx)
@@ -68,20 +71,32 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
     base_len = params.base_blocks * bs + 1
     new_tokens = max(1, min(new_tokens, ctx.candidate.max_len - base_len - params.suffix_len))
     tol = tolerance_for(ctx, params.atol, params.rtol)
-    log = RequestLog(ReuseTally(bs), tol)
+    # a control stops at the first request that fails: reuse beyond entitlement, an argmax flip, or
+    # (compare: logits) a row over the tolerance
+    log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, logits=params.compare == "logits"))
     oracle = reference_oracle(ctx)
     shared: dict[int, int] = {}  # index in log.served -> shared-prefix length (for detected_at)
 
     def serve(label: str, tokens: list[int], share: int) -> Served:
+        log.at = share  # before serving: a control may stop inside `issue`, and reports where
         served = log.issue(worker, label, tokens, "base", oracle, new_tokens=new_tokens)
         shared[len(log.served) - 1] = share
         return served
+
+    def moved(seq: int, base: list[int]) -> None:
+        """The base's later blocks at offset 0: nothing may be reused (K/V carry their position)."""
+        for shift in (bs, 2 * bs):
+            if shift < base_len - 1:
+                serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
+                serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
 
     for seq in range(params.sequences):
         seed = ctx.seed * 1000 + seq * 97
         base = seeded_ids(vocab, base_len, seed)
         ctx.log(f"  sequence {seq}: {base_len} tokens, block size {bs}")
         serve(f"s{seq} warm", base, 0)
+        if ctx.stop_at_first_failure:  # a control: the probe of a block served elsewhere first
+            moved(seq, base)
         lengths = params.lengths or _boundary_lengths(bs, base_len - 1)
         for n, length in enumerate(sorted({min(max(x, 0), base_len - 1) for x in lengths})):
             suffix = seeded_ids(vocab, params.suffix_len, seed + 1 + n, avoid=[base[length]])
@@ -93,10 +108,8 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
             mutated = list(base)
             mutated[p] = seeded_ids(vocab, 1, seed + 500 + p, avoid=[base[p]])[0]
             serve(f"s{seq} changed at {p}", mutated, p)
-        for shift in (bs, 2 * bs):
-            if shift < base_len - 1:
-                serve(f"s{seq} refresh", base, base_len)  # S present again, whatever was evicted
-                serve(f"s{seq} moved from {shift} to 0", base[shift:], 0)
+        if not ctx.stop_at_first_failure:
+            moved(seq, base)
 
     budget_evidence = _budget_contract(ctx, candidate, worker, pool, log, findings, params.budget_blocks, base_len)
     wrong = log.wrong_outputs()

@@ -201,6 +201,10 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
         run.extend_to(n, ctx, params, clock)
         if params.samples is None:
             _second_stage(run, mine, cap, ctx, params, clock, seed)
+        if ctx.stop_at_first_failure and any(not _judge(e, run, params, seed).passed for e in mine):
+            # a control: one violated envelope proves power; the slices after it are not scored
+            judged = [e for e in envelopes if e.slice in runs]
+            return _outcome(ctx, params, judged, runs, show, clock, started, seed, pool)
     return _outcome(ctx, params, envelopes, runs, show, clock, started, seed, pool)
 
 

@@ -9,7 +9,7 @@ target, or is never consulted, exercises nothing). Equality here says nothing ab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,7 +18,13 @@ from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompt
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import SpecGreedyEvidence, TokenPair
 from gate.core.manifest import GreedyTokensClaim
-from gate.protocols import DecodePath
+from gate.protocols import DecodePath, SpeculativePath
+
+if TYPE_CHECKING:
+    from gate.speculative.sampler import SpeculativeSample
+
+SHORT = 8
+"""Tokens a control decodes first: a greedy divergence there already fails the check."""
 
 
 def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -> torch.Tensor:
@@ -44,7 +50,28 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
     expected = ctx.cache.get(
         ("target-greedy", ctx.reference, prompts, n), lambda: target_greedy(ctx.reference, prompts, n).cpu()
     )
+    if ctx.stop_at_first_failure and n > SHORT:
+        # a control: a greedy continuation that already differs in its first SHORT tokens fails the
+        # check whatever follows, so a short run goes first and the full one only if it agrees
+        out = spec.sample(
+            prompts, SHORT, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device)
+        )
+        if bool((out.tokens.cpu() != expected[:, :SHORT]).any()):
+            return _judged(ctx, p, spec, expected[:, :SHORT], out, [m for m in lengths if m <= SHORT] or [SHORT])
     out = spec.sample(prompts, n, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device))
+    return _judged(ctx, p, spec, expected, out, lengths)
+
+
+def _judged(
+    ctx: CheckContext,
+    p: SpecGreedyParams,
+    spec: SpeculativePath,
+    expected: torch.Tensor,
+    out: SpeculativeSample,
+    lengths: list[int],
+) -> Outcome:
+    """The outcome of one speculative run of n = expected.shape[1] tokens against the target's own."""
+    n = int(expected.shape[1])
     got, stats = out.tokens.cpu(), out.stats
 
     differs = got != expected  # [B, n]

@@ -26,7 +26,9 @@ from gate.checks._prefix_support import (
     prefix_candidate,
     recompute_oracle,
     seeded_ids,
+    stop_rule,
     store_pool,
+    until_first_failure,
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import TenantIsolationEvidence
@@ -47,18 +49,28 @@ def _tenants(
         log.issue(worker, f"{label} tenant-a", prompt, "tenant-a", oracle, tenant="tenant-a")
         same.append(log.issue(worker, f"{label} tenant-a again", prompt, "tenant-a", oracle, tenant="tenant-a"))
         cross.append(log.issue(worker, f"{label} tenant-b", prompt, "tenant-b", oracle, tenant="tenant-b"))
+        _stop_at_leak(log, cross[-1])
         same.append(log.issue(worker, f"{label} tenant-b again", prompt, "tenant-b", oracle, tenant="tenant-b"))
         log.issue(worker, f"{label} unsalted", prompt, None, oracle, tenant=None)
         same.append(log.issue(worker, f"{label} unsalted again", prompt, None, oracle, tenant=None))
         cross.append(log.issue(worker, f"{label} salt-x", prompt, "salt-x", oracle, tenant="salt-x"))
+        _stop_at_leak(log, cross[-1])
         shared = prompt[: 2 * bs] + other_tail
         cross.append(
             log.issue(worker, f"{label} tenant-c shares a prefix", shared, "tenant-c", oracle, tenant="tenant-c")
         )
+        _stop_at_leak(log, cross[-1])
     return same, cross
 
 
+def _stop_at_leak(log: RequestLog, served: Served) -> None:
+    """Control mode: a cross-tenant request that reused another tenant's state fails the check."""
+    if served.excess:
+        log.fail_now(f"{served.label}: {describe_excess(served)}: another tenant's or salt's entries were reused")
+
+
 @check("tenant-isolation", params=TenantIsolationParams)
+@until_first_failure
 def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcome:
     """Different tenants or salts never share entries, also under a weak hash; the same tenant does reuse its own."""
     candidate = prefix_candidate(ctx)
@@ -73,19 +85,29 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
         tails = [seeded_ids(vocab, bs + 1, seed + 31 * n + 7, avoid=[p[bs]]) for n, p in enumerate(prompts)]
         return prompts, tails
 
-    log = RequestLog(ReuseTally(bs), tolerance_for(ctx))
-    same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
-    weak_cross: list[Served] = []
+    # a control stops at the first wrong output or cross-tenant leak (_stop_at_leak), and runs the
+    # weak-hash round first: a store that trusts the hash to keep tenants apart leaks only there,
+    # one that ignores the tenant in either round
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx, excess=False))
     hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "isolation under a weak hash")
+    weak_first = ctx.stop_at_first_failure and hashing is not None
+    same: list[Served] = []
+    cross: list[Served] = []
+    if not weak_first:
+        same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+    weak_cross: list[Served] = []
     if hashing is not None:
         bits = params.weak_hash_bits
         weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
-        weak_log = RequestLog(ReuseTally(bs), log.tol)
+        weak_log = RequestLog(ReuseTally(bs), log.tol, stop=log.stop)
         weak_same, weak_cross = _tenants(
             weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
         )
         same, cross = same + weak_same, cross + weak_cross
         log.served.extend(weak_log.served)
+    if weak_first:
+        first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
+        same, cross = first_same + same, first_cross + cross
 
     leaks = [s for s in cross if s.excess]
     no_reuse = [s for s in same if s.reused == 0 and s.entitled]

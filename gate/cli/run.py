@@ -100,8 +100,8 @@ def summary_json(outputs: Any) -> dict[str, Any]:
 @click.option(
     "--profile",
     is_flag=True,
-    help="Print time per check and per control, inside vs outside model forward passes "
-    "(timing forwards installs torch module hooks, which slow small forwards a little).",
+    help="Print time per check and per control in three buckets: model forwards, the subject's other work, "
+    "gate's own (timing forwards installs torch module hooks, which slow small forwards a little).",
 )
 @policy_dir_option
 @ledger_option

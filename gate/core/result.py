@@ -140,6 +140,10 @@ class ControlResult(Record):
     """Wall time of this control (it stops at the first failure it finds)."""
     forward_s: float | None = None
     """Of duration_s, seconds inside model forward passes (None: not measured)."""
+    subject_s: float | None = None
+    """Of duration_s, seconds inside the subject's own call regions (gate.protocols.subject_call)
+    outside model forwards: its prefix store, hashing, sampler, cache copies (None: not measured).
+    The rest (duration_s - forward_s - subject_s) is gate's own work."""
 
 
 class ErrorInfo(Record):
@@ -202,6 +206,10 @@ class CheckResult(Record):
     """Wall time of the check's own run on the candidate, without its controls."""
     forward_s: float | None = None
     """Of duration_s, seconds inside model forward passes (None: not measured)."""
+    subject_s: float | None = None
+    """Of duration_s, seconds inside the subject's own call regions (gate.protocols.subject_call)
+    outside model forwards: its prefix store, hashing, sampler, cache copies (None: not measured).
+    The rest (duration_s - forward_s - subject_s) is gate's own work."""
 
 
 class Digest(Record):
@@ -253,3 +261,11 @@ class GateResult(Record):
     """UTC ISO-8601 end time."""
     trust_policy: Digest | None = None
     """Path and sha256 of the trust policy (trust.yaml) waivers were judged under; None: none found."""
+
+
+def time_buckets(wall: float, forward_s: float, subject_s: float | None) -> tuple[float, float, float]:
+    """(model forwards, the subject's other work, gate's own work) of a stretch that took `wall`
+    seconds, from its recorded forward_s and subject_s; the three sum to `wall`."""
+    forward = min(max(forward_s, 0.0), wall)
+    subject = min(max(subject_s or 0.0, 0.0), wall - forward)
+    return forward, subject, wall - forward - subject

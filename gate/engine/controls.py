@@ -55,7 +55,9 @@ def run_control(
     """Run one control (stopping at its first failure), classify it and record its time."""
     with Stopwatch(clock) as watch:
         result = _classified_control(spec, ctx, params, clean, control)
-    return result.model_copy(update={"duration_s": watch.wall_s, "forward_s": watch.forward_s})
+    return result.model_copy(
+        update={"duration_s": watch.wall_s, "forward_s": watch.forward_s, "subject_s": watch.subject_s}
+    )
 
 
 def _classified_control(

@@ -59,6 +59,8 @@ class RunCache:
         if part is None or isinstance(part, (str, int, float, bool)):
             return part
         if isinstance(part, (list, tuple)):
+            if all(type(p) is int for p in part):  # token ids: the common key, kept as they are
+                return tuple(part)
             return tuple(self._part(p) for p in part)
         if isinstance(part, dict):
             return tuple(sorted((str(k), self._part(v)) for k, v in part.items()))

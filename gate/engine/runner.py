@@ -6,7 +6,6 @@ Every check runs even when an earlier one fails; an exception inside a check bec
 
 from __future__ import annotations
 
-import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -74,7 +73,7 @@ class RunOptions:
     """What `prepare` returned for this manifest, when the caller already checked it."""
 
 
-def _error_result(base: dict[str, Any], err: BaseException, started: float) -> CheckResult:
+def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any]) -> CheckResult:
     return CheckResult(
         **base,
         status=Status.error,
@@ -82,7 +81,7 @@ def _error_result(base: dict[str, Any], err: BaseException, started: float) -> C
         error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
         # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
         metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
-        duration_s=time.perf_counter() - started,
+        **times,
     )
 
 
@@ -102,13 +101,13 @@ def crash_diagnosis(crash: SubjectCrash) -> dict[str, Any]:
     }
 
 
-def _crash_result(base: dict[str, Any], crash: SubjectCrash, started: float) -> CheckResult:
+def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:
     return CheckResult(
         **base,
         status=Status.failed,
         message=f"the subject crashed in {crash}",
         diagnosis=crash_diagnosis(crash),
-        duration_s=time.perf_counter() - started,
+        **times,
     )
 
 
@@ -153,8 +152,12 @@ def run_check(
     failure; never raises. With a `clock`, forward time is recorded too."""
     from gate.engine.controls import power_verdict, run_control, unproven_verdict
 
-    started = time.perf_counter()
-    forward_at_start = clock.elapsed() if clock else 0.0
+    whole = Stopwatch(clock).start()  # the check and its controls
+
+    def _times(**more: Any) -> dict[str, Any]:
+        whole.stop()
+        return {"duration_s": whole.wall_s, "forward_s": whole.forward_s, "subject_s": whole.subject_s, **more}
+
     base = {
         "check": planned.check,
         "severity": planned.severity,
@@ -168,9 +171,9 @@ def run_check(
         with Stopwatch(clock) as positive:
             outcome = spec(ctx, params)
     except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
-        return _crash_result(base, crash, started)
+        return _crash_result(base, crash, _times(positive_s=positive.wall_s))
     except Exception as err:
-        return _error_result(base, err, started)
+        return _error_result(base, err, _times())
     status = Status(outcome.status)
     message = outcome.message
     if status == Status.skip and planned.severity == "deny":
@@ -216,9 +219,7 @@ def run_check(
         exercise=outcome.exercise,
         controls=controls,
         diagnosis=outcome.diagnosis,
-        duration_s=time.perf_counter() - started,
-        positive_s=positive.wall_s,
-        forward_s=None if clock is None else clock.elapsed() - forward_at_start,
+        **_times(positive_s=positive.wall_s),
     )
 
 

@@ -216,9 +216,13 @@ def _rope_after_write(target: FaultTarget) -> None:
         x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None, start_pos: int
     ) -> torch.Tensor:
         q, k, v = attn.project(x)
+        # the padding mask of a left-padded batch is passed on as the correct forward does: this
+        # fault is the ordering of RoPE and the write, nothing else
         if rot is None:  # no RoPE in this model: the ordering cannot matter
-            k_all, v_all = (k, v) if cache is None else cache.update(attn.layer_id, start_pos, k, v)
-            return attn.merge(attn.core(q, k_all, v_all))
+            if cache is None:
+                return attn.merge(attn.core(q, k, v))
+            k_all, v_all = cache.update(attn.layer_id, start_pos, k, v)
+            return attn.merge(attn.core(q, k_all, v_all, cache.padding(k_all.shape[2])))
         q = apply_rope(q, *rot)
         if cache is None:
             return attn.merge(attn.core(q, apply_rope(k, *rot), v))
@@ -226,7 +230,7 @@ def _rope_after_write(target: FaultTarget) -> None:
         k_all, v_all = cache.update(attn.layer_id, start_pos, k, v)
         n = k.shape[2]
         k_all = torch.cat([k_all[:, :, :-n], apply_rope(k_all[:, :, -n:], *rot)], dim=2)
-        return attn.merge(attn.core(q, k_all, v_all))
+        return attn.merge(attn.core(q, k_all, v_all, cache.padding(k_all.shape[2])))
 
     attn.forward = forward  # type: ignore[method-assign]
 

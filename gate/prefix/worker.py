@@ -42,6 +42,7 @@ from gate.prefix.cache import (
     RestoreReport,
 )
 from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
+from gate.protocols import subject_call
 from gate.tensors import DTYPES
 
 ADAPTER_NAMES = ("lora-a", "lora-b")
@@ -191,7 +192,8 @@ def _weights_digest(model: torch.nn.Module) -> str:
 
 def built(spec: WorkerSpec, adapter: str | None) -> tuple[torch.nn.Module, str]:
     """The worker's model (with `adapter` applied) and the revision digest of its checkpoint."""
-    return _memo(spec, spec.family_id, adapter)
+    with subject_call(f"{spec.family.name}.instantiate", length=0):  # the worker builds its model
+        return _memo(spec, spec.family_id, adapter)
 
 
 @lru_cache(maxsize=32)
@@ -373,6 +375,11 @@ class PrefixWorker:
         prompt = [int(t) for t in tokens]
         if not prompt:
             raise ValueError("a request needs at least one token")
+        # the worker's own serving code (match, inject, store, hash): the subject's work and crashes
+        with subject_call(f"{type(self).__name__}.request", length=len(prompt)):
+            return self._serve(prompt, adapter, tenant, new_tokens)
+
+    def _serve(self, prompt: list[int], adapter: str | None, tenant: str | None, new_tokens: int) -> PrefixReply:
         identity, model, kv = self.identity_for(adapter=adapter, tenant=tenant), self.model(adapter), self.kv_cache(1)
         before = (self.cache.counters.collisions_detected, self.cache.counters.evicted)
         hits = dict(self.cache.match(prompt, identity))
@@ -450,9 +457,10 @@ class PrefixWorker:
 
     def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
         prompt = [int(t) for t in tokens]
-        model, kv = self.model(adapter), self.kv_cache(1)
-        logits = self._step(model, prompt, kv, 0).float()
-        continuation, steps = self._greedy(model, kv, logits[-1], len(prompt), new_tokens)
+        with subject_call(f"{type(self).__name__}.recompute", length=len(prompt)):
+            model, kv = self.model(adapter), self.kv_cache(1)
+            logits = self._step(model, prompt, kv, 0).float()
+            continuation, steps = self._greedy(model, kv, logits[-1], len(prompt), new_tokens)
         stats = RequestStats(len(prompt), 0, 0, len(prompt), [], [], [], 0, 0, 0)
         return PrefixReply(logits, list(range(len(prompt))), continuation, steps, stats)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.core.evidence import EVIDENCE, SweepEvidence
-from gate.core.result import CheckResult, ControlResult, GateResult, Status
+from gate.core.result import CheckResult, ControlResult, GateResult, Status, time_buckets
 from gate.report.evidence import read_diagnosis, read_evidence
 from gate.report.fmt import as_float, display, duration, number
 from gate.report.model import (
@@ -106,8 +106,8 @@ def _control_line(control: ControlResult) -> ControlLine:
 
 
 def timing(check: CheckResult) -> str:
-    """e.g. `run 8.3 s + 9 controls 2.0 s; 96% inside model forwards` ("" for a record from
-    before gate kept these times)."""
+    """e.g. `run 8.3 s + 9 controls 2.0 s; 90% model forwards, 6% the subject's other work, 4% gate's
+    own` ("" for a record from before gate kept these times)."""
     spent = sum(c.duration_s for c in check.controls)
     if not check.positive_s and not spent:
         return ""
@@ -115,7 +115,10 @@ def timing(check: CheckResult) -> str:
     if check.controls:
         text += f" + {len(check.controls)} controls {duration(spent)}"
     if check.forward_s is not None and check.duration_s > 0:
-        text += f"; {100 * check.forward_s / check.duration_s:.0f}% inside model forwards"
+        share = [100 * x / check.duration_s for x in time_buckets(check.duration_s, check.forward_s, check.subject_s)]
+        text += (
+            f"; {share[0]:.0f}% model forwards, {share[1]:.0f}% the subject's other work, {share[2]:.0f}% gate's own"
+        )
     return text
 
 

@@ -120,7 +120,8 @@ class PlanRow:
     message: str
     duration: str
     timing: str
-    """Where the time went: the check's own run, its controls, the share inside model forwards."""
+    """Where the time went: the check's own run, its controls, and the shares of model forwards, the
+    subject's other work and gate's own work."""
 
 
 @dataclass(frozen=True)

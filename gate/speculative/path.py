@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gate.protocols import DecodePath, Session
+from gate.protocols import DecodePath, Session, subject_call
 from gate.speculative.sampler import (
     CORRECT,
     FAULTS,
@@ -75,7 +75,9 @@ class SpeculativeDecodePath:
     ) -> SpeculativeSample:
         if prompts.shape[1] + n_tokens + self.num_draft_tokens + 1 > self.max_len:
             raise ValueError(f"prompt + {n_tokens} tokens + k + 1 exceeds max_len {self.max_len}")
-        return self.sampler.sample(prompts, n_tokens, temperature=temperature, top_k=top_k, generator=generator)
+        # the sampler (drafting, verification, residual draws) is the subject's code and its crashes
+        with subject_call(f"{type(self.sampler).__name__}.sample", length=int(prompts.shape[1]), new_tokens=n_tokens):
+            return self.sampler.sample(prompts, n_tokens, temperature=temperature, top_k=top_k, generator=generator)
 
     def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
         with torch.no_grad():

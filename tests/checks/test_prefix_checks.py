@@ -4,6 +4,7 @@ cache with proof of reuse, and fails under every control the policy names for it
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,27 @@ def test_every_policy_control_is_detected(claim: str, name: str, fault: str) -> 
     outcome = CHECKS[name](context(fault, claim=level), params)
     assert outcome.status == "fail", f"{name} missed {fault}: {outcome.message}"
     assert_typed(name, outcome)
+    # as a negative control: it stops at its first failing request, and still fails
+    stopped = CHECKS[name](replace(context(fault, claim=level), stop_at_first_failure=True), params)
+    assert stopped.status == "fail", f"{name} as a control missed {fault}: {stopped.message}"
+    served = len(outcome.evidence["requests"]) if "requests" in outcome.evidence else None
+    if "stopped_at_request" in stopped.metrics and served is not None:
+        assert stopped.metrics["requests"] == stopped.metrics["stopped_at_request"] + 1
+        assert stopped.metrics["requests"] <= outcome.metrics.get("requests", served)
+        assert stopped.detected_at is not None
+
+
+def test_a_control_probes_the_field_its_fault_names_first_and_a_positive_run_probes_all() -> None:
+    from gate.checks.cache_identity import probe_order
+
+    fields = ["token-ids", "positions", "adapter", "tenant", "model-revision", "rope-scaling", "attention-window"]
+    assert probe_order(fields, None) == fields
+    assert probe_order(fields, "key-ignores-tenant")[0] == "tenant"
+    assert probe_order(fields, "key-ignores-revision")[0] == "model-revision"
+    assert probe_order(fields, "key-ignores-window")[0] == "attention-window"
+    assert probe_order(fields, "key-ignores-position")[0] == "positions"
+    assert probe_order(fields, "unordered-blocks") == fields  # no field named: the declared order
+    assert sorted(probe_order(fields, "key-ignores-rope")) == sorted(fields)  # every field still probed
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,19 @@ def test_trained_model_window_forgets_long_range_but_keeps_local() -> None:
     assert out.diagnosis is not None and out.diagnosis["bug_class"] == "lost-long-range-context"
 
 
+@needs_weights
+def test_as_a_control_it_stops_after_the_first_slice_that_breaks_an_envelope() -> None:
+    from dataclasses import replace
+
+    ref = path(weights="copy-model", path="dynamic")
+    cand = path(weights="copy-model", path="evicting", evict={"window": 32, "sink": 4})
+    ctx = replace(context(ref, cand, ENVELOPES), stop_at_first_failure=True)
+    out = quality_slices(ctx, QualitySlicesParams(samples=16))
+    assert out.status == "fail"
+    assert [e["slice"] for e in out.evidence["envelopes"]] == ["long-range-retrieval"]  # local-control never scored
+    assert set(out.evidence["datasets"]) == {"long-range-retrieval"}
+
+
 def test_phase_performance_reports_the_int4_saving_against_theory() -> None:
     ctx = context(path(path="dynamic", **RANDOM), path(path="quantized", quant={"bits": 4}, **RANDOM), ENVELOPES)
     params = PhasePerformanceParams(conversations=3, repeats=3, resamples=200, show_savings=True)

@@ -189,6 +189,23 @@ def test_greedy_equals_target_and_accept_all_is_caught() -> None:
     assert bad.status == "fail" and bad.detected_at is not None
 
 
+def test_a_greedy_control_decodes_a_short_run_first_and_the_full_one_only_if_it_agrees() -> None:
+    from dataclasses import replace
+
+    from gate.checks.spec_greedy import SHORT
+
+    claim = {"level": "greedy-tokens", "tokens": [8, 24]}
+    caught = spec_greedy(replace(context("accept-all", claim=claim), stop_at_first_failure=True), SpecGreedyParams())
+    assert caught.status == "fail" and caught.metrics["n_tokens"] == SHORT and caught.detected_at is not None
+    full = spec_greedy(context("accept-all", claim=claim), SpecGreedyParams())
+    assert full.detected_at == caught.detected_at  # greedy decoding is causal: the same first divergence
+    # a fault invisible to greedy decoding gets the full run, as a positive run would
+    blind = spec_greedy(
+        replace(context("residual-from-target", claim=claim), stop_at_first_failure=True), SpecGreedyParams()
+    )
+    assert blind.status == "pass" and blind.metrics["n_tokens"] == 24
+
+
 def test_greedy_cannot_see_the_residual_fault() -> None:
     """Why the distribution check exists: one-hot p and q make the wrong residual pick the same token."""
     params = SpecGreedyParams(n_tokens=16)

@@ -116,6 +116,39 @@ def test_controls_run_in_stop_mode_and_record_their_own_time() -> None:
     assert result.positive_s > 0 and result.duration_s >= result.positive_s + sum(c.duration_s for c in result.controls)
 
 
+@dataclass
+class _SlowStorePath(ToyPath):
+    """A toy path whose logits come out of the subject's own (non-forward) code, taking `store_s`
+    seconds on a fake clock: the time the profile must book as the subject's."""
+
+    ticks: list[float] = field(default_factory=lambda: [0.0])
+    store_s: float = 2.0
+
+    def with_fault(self, fault: str) -> ToyPath:
+        shift = {"big": 1.0, "small": 1e-6, "inert": 0.0}[fault]
+        return _SlowStorePath(shift=shift, applied=[fault], ticks=self.ticks, store_s=self.store_s / 2)
+
+    def logits(self) -> torch.Tensor:
+        with subject_call("Store.lookup"):
+            self.ticks[0] += self.store_s
+        self.ticks[0] += 0.25  # the adapter's glue, outside the region: gate's side
+        return torch.arange(4.0) + self.shift
+
+
+def test_a_check_and_each_control_record_the_subjects_time_apart_from_gates() -> None:
+    path = _SlowStorePath()
+    with ForwardClock(now=lambda: path.ticks[0]) as clock:
+        result = _run([ControlSpec(fault="big"), ControlSpec(fault="inert")], clock, candidate=path)
+    assert result.status == Status.passed
+    # the positive run (2 s in the store) and two controls (1 s each); no forwards at all
+    assert result.forward_s == 0.0
+    assert result.subject_s == 4.0
+    assert result.positive_s == 2.25 and result.duration_s == 2.25 + 2 * 1.25
+    for control in result.controls:
+        assert control.subject_s == 1.0 and control.forward_s == 0.0
+        assert control.duration_s == 1.25  # a control's own duration: its store time and the glue
+
+
 def test_forward_clock_counts_outermost_module_calls_only() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(4, 4)))
     with ForwardClock() as clock, Stopwatch(clock) as watch:

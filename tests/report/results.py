@@ -259,6 +259,7 @@ def passing_run() -> GateResult:
         duration_s=2.5,
         positive_s=2.2,
         forward_s=2.3,
+        subject_s=0.1,
     )
     greedy = _check(
         check="greedy-parity",

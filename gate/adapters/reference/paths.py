@@ -112,17 +112,18 @@ class ReferencePath:
         """A new empty cache of this path's layout (model shape unless overridden)."""
         assert self.layout is not None
         cfg = self.config
-        cache = KVCache.empty(
-            n_layers or cfg.n_layers,
-            batch,
-            n_kv_heads or cfg.n_kv_heads,
-            head_dim or cfg.head_dim,
-            max_len=cfg.max_len,
-            layout=self.layout,
-            block_size=self.block_size,
-            dtype=dtype or DTYPES[self.dtype],
-            device=self.device,
-        )
+        with subject_call(f"{KVCache.__name__}.empty", length=0):  # the library allocates its cache
+            cache = KVCache.empty(
+                n_layers or cfg.n_layers,
+                batch,
+                n_kv_heads or cfg.n_kv_heads,
+                head_dim or cfg.head_dim,
+                max_len=cfg.max_len,
+                layout=self.layout,
+                block_size=self.block_size,
+                dtype=dtype or DTYPES[self.dtype],
+                device=self.device,
+            )
         for hook in self.cache_hooks:
             hook(cache)
         return cache
