@@ -89,9 +89,21 @@ def replay(
     return f"{describe(result.steps)} → " + (failure_words(result.failure) if result.failure else "every step holds")
 
 
+CONTROL_FIRST_LOOK = 10
+"""Schedules a control draws from each search before spending the rest of the budget on either."""
+
+
 class _BudgetSpent(BaseException):
     """Raised out of the search when its time budget is spent before any failure (hypothesis lets a
     BaseException through at once, without shrinking or drawing further examples)."""
+
+
+class _FirstFailure(BaseException):
+    """Raised out of a control's search at its first failing schedule: a control proves power with
+    one failure, so it neither shrinks nor lets hypothesis replay the example."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
 
 
 KINDS = ("feed", "feed", "feed", "decode", "decode", "reset", "fork", "switch")
@@ -171,6 +183,7 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
     touched: dict[str, set[int]] = {}
     stats: dict[str, Any] = {"schedules": 0, "operations": 0, "longest": 0, "first_failure_at": None, "shrinks": 0}
     failing: dict[tuple[Op, ...], ScheduleResult] = {}
+    control = ctx.stop_at_first_failure  # one failing schedule proves a control's power: no shrinking
     started = time.perf_counter()
 
     def fails(ops: list[Op]) -> bool:
@@ -192,35 +205,50 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
             stats["shrinks"] += 1
         if result.failure is not None:
             failing[tuple(ops)] = result
+            if control:
+                raise _FirstFailure(list(ops))
         return result.failure is not None
 
-    budget = settings(
-        max_examples=params.max_examples,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate, Phase.shrink],
-        suppress_health_check=list(HealthCheck),
-    )
+    def budget(examples: int) -> Any:
+        return settings(
+            max_examples=examples,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate, Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
+
     # two searches: the sessions' schedules, then (where the path batches continuously) the running
     # batch's; the two never share state, so interleaving them would only dilute each search
     searches = [KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))]
     if runner.continuous and params.joins:
         searches.append(CONTINUOUS_KINDS)
+    # (alphabet, schedules, seed) per pass. A control, which needs one failure, first looks briefly at
+    # each search (their first schedules, as the positive run draws them), then runs each in full: a
+    # fault only the second search reaches is found without first drawing the whole of the first
+    passes = [(alphabet, params.max_examples, ctx.seed) for alphabet in searches]
+    if control and len(searches) > 1 and params.max_examples > CONTROL_FIRST_LOOK:
+        passes = [(a, CONTROL_FIRST_LOOK, ctx.seed) for a in searches] + [
+            (a, params.max_examples, ctx.seed)
+            for a in searches  # the same search again, in full
+        ]
     minimal: list[Op] | None = None
-    for alphabet in searches:
+    for alphabet, examples, seed in passes:
         try:
-            minimal = find(_strategy(params, alphabet), fails, settings=budget, random=random.Random(ctx.seed))
+            minimal = find(_strategy(params, alphabet), fails, settings=budget(examples), random=random.Random(seed))
         except NoSuchExample:
             continue
         except _BudgetSpent:
             break
+        except _FirstFailure as first:
+            minimal = first.ops
         except Flaky:
             # the path's state outlived its sessions (a cross-request store), so a schedule did not fail
             # the same way twice: keep the shortest schedule that failed, unshrunk
             shortest = sorted(failing.keys(), key=len)
             minimal = list(shortest[0]) if shortest else None
         break
-    if minimal is not None:
+    if minimal is not None and not control:
         minimal = tighten(list(minimal), fails)
     seconds = time.perf_counter() - started
     coverage = {
@@ -255,7 +283,7 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         text = f"{describe(steps)} → {failure_words(failure)}"
         # a path whose state outlives its sessions (a cross-request prefix store) may not fail again
         # on the same schedule alone: the reproducer says so rather than claiming it replays
-        reproduces = runner.run(steps).failure is not None
+        reproduces = control or runner.run(steps).failure is not None
         record.reproducer = ScheduleReproducer(
             schedule=[describe([s]) for s in steps],
             steps=len(steps),
@@ -266,10 +294,11 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
             reproduces_on_replay=reproduces,
         )
         metrics["reproducer_steps"] = len(steps)
+        shrunk = "not shrunk: a control stops at its first failure" if control else f"shrunk to {len(steps)} step(s)"
         return Outcome(
             status="fail",
-            message=f"minimal schedule: {text} (found after {stats['first_failure_at']} schedule(s), "
-            f"shrunk to {len(steps)} step(s))"
+            message=f"{'failing' if control else 'minimal'} schedule: {text} (found after "
+            f"{stats['first_failure_at']} schedule(s), {shrunk})"
             + ("" if reproduces else "; it does not fail again on replay alone: state outlived the sessions"),
             metrics=metrics,
             evidence=record.dump(),

@@ -26,14 +26,20 @@ SUBJECT = {
 }
 
 
-def context(candidate: object, *, fault: str | None = None, seed: int = 0) -> CheckContext:
+def context(candidate: object, *, fault: str | None = None, seed: int = 0, control: bool = False) -> CheckContext:
+    """A positive run on `candidate` (a faulty one shrinks its failure, as a manifest naming the fault
+    does), or with `control`, the runner's negative-control run of `fault`."""
+    subject = SUBJECT
+    if fault is not None and not control:  # the manifest names the faulty subject, as its example does
+        options = {**SUBJECT["candidate"]["options"], "fault": fault}
+        subject = {**SUBJECT, "candidate": {**SUBJECT["candidate"], "options": options}}
     manifest = Manifest.model_validate(
         {
             "apiVersion": "gate/v1",
             "name": "fuzz",
             "intervention": "layout",
             "claim": {"level": "tolerance"},
-            "subject": SUBJECT,
+            "subject": subject,
         }
     )
     return CheckContext(
@@ -43,8 +49,8 @@ def context(candidate: object, *, fault: str | None = None, seed: int = 0) -> Ch
         seed=seed,
         device="cpu",
         dtype="float32",
-        control=fault,
-        stop_at_first_failure=fault is not None,
+        control=fault if control else None,
+        stop_at_first_failure=control,
     )
 
 
@@ -56,6 +62,22 @@ def test_every_cache_fault_is_found_and_shrunk_to_at_most_five_steps(fault: str)
     assert 1 <= reproducer["steps"] <= 5, reproducer["text"]
     assert reproducer["reproduces_on_replay"]
     assert " → " in reproducer["text"] and out.detected_at is not None
+
+
+@pytest.mark.parametrize("fault", ["reset-keeps-position", "stale-slot-on-join"])
+def test_as_a_control_it_stops_at_the_first_failing_schedule_without_shrinking(fault: str) -> None:
+    faulty = path("static").with_fault(fault)
+    out = schedule_fuzz(context(faulty, fault=fault, control=True), PARAMS)
+    assert out.status == "fail" and "not shrunk" in out.message, out.message
+    assert out.metrics["shrink_runs"] == 0
+    searched = out.metrics["schedules"]
+    assert out.metrics["first_failure_at_schedule"] == searched  # nothing drawn after the first failure
+    if fault == "stale-slot-on-join":  # only the joins' search reaches it: found after a first look at the other
+        assert searched < PARAMS.max_examples
+    # the positive run on the same faulty path shrinks its failure
+    shrunk = schedule_fuzz(context(faulty, fault=fault), PARAMS)
+    assert shrunk.metrics["shrink_runs"] > 0
+    assert shrunk.evidence["reproducer"]["steps"] <= out.evidence["reproducer"]["steps"]
 
 
 def test_a_correct_path_passes_with_its_coverage_as_evidence() -> None:
@@ -84,8 +106,8 @@ def test_the_search_is_seeded_and_the_budget_in_seconds_binds() -> None:
 
 
 def test_the_snippet_replays_the_minimal_schedule_through_the_adapters() -> None:
-    fault = "truncated-last-block"
-    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault), PARAMS)
+    fault = "truncated-last-block"  # as a control: the snippet plants the control's fault
+    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault, control=True), PARAMS)
     reproducer = out.evidence["reproducer"]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
