@@ -76,9 +76,17 @@ class ContinuousHFSession:
             for layer in range(len(self.kv[slots[starts.index(width)]])):
                 k, v = self._gather(slots, starts, width, layer)
                 cache.update(k, v, layer)
+        # before 5.4 the mask and the cache write follow `cache_position`, which compat.forward would
+        # take from the first row's positions: here it is the batch's cache columns, not any row's
+        slots_at = columns[0] if compat.cache_api(self.model).takes_cache_position else None
         with torch.no_grad():
             out = compat.forward(
-                self.model, tokens, cache, positions, attention_mask=self.tamper.padding_mask(phase, mask)
+                self.model,
+                tokens,
+                cache,
+                positions,
+                cache_position=slots_at,
+                attention_mask=self.tamper.padding_mask(phase, mask),
             )
         for layer in range(len(cache.layers)):
             k_all, v_all = compat.layer_kv(cache, layer)

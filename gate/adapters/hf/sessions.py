@@ -126,7 +126,7 @@ class CacheSession:
                 tokens,
                 self.cache,
                 positions,
-                cache_position=self.tamper.cache_position(phase, positions),
+                cache_position=self._cache_position(phase, positions),
                 attention_mask=self._attention_mask(phase, n),
             )
         self.forward_calls += 1
@@ -137,6 +137,10 @@ class CacheSession:
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
         """Positions [B, n] of this call's tokens (a padded batch counts per row)."""
         return self._positions(n)
+
+    def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
+        """An explicit `cache_position` (a planted fault), or None: compat.forward derives it."""
+        return self.tamper.cache_position(phase, positions)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
         """A fault's 4D mask, else None: the model builds its own causal mask."""
@@ -186,6 +190,15 @@ class PaddedSession(CacheSession):
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
         slots = torch.arange(self.pos, self.pos + n, device=self.device).expand(self.batch_size, n)
         return self.tamper.batch_positions(phase, self._positions(n), slots)
+
+    def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
+        # before 5.4 the mask and the cache write follow `cache_position`, which compat.forward would
+        # take from the first row's positions (a padded row counts from its own first token): here it
+        # is the batch's cache columns
+        planted = self.tamper.cache_position(phase, positions)
+        if planted is not None or not compat.cache_api(self.model).takes_cache_position:
+            return planted
+        return torch.arange(self.pos, self.pos + positions.shape[1], device=self.device)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
         planted = self.tamper.attention_mask(phase, self, n)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from gate.adapters.hf import HFAdapter, Options
+from gate.adapters.hf import HFAdapter, Options, compat
 from gate.adapters.hf.paths import HFPath
 
 torch.set_num_threads(1)
@@ -50,3 +50,11 @@ def quantized_options() -> dict[str, Any]:
     if importlib.util.find_spec("optimum") and importlib.util.find_spec("optimum.quanto"):
         return {"path": "quantized", "backend": "quanto", "nbits": 4, "q_group_size": 16, "residual_length": 0}
     pytest.skip("no quantized-cache backend here (fp8 needs a newer transformers, quanto needs optimum-quanto)")
+
+
+def library_reset_keeps_length() -> bool:
+    """Whether this transformers' DynamicLayer.reset() zeroes K/V but keeps their length (5.2)."""
+    cache = compat.dynamic_cache(None)
+    cache.update(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2), 0)
+    cache.reset()
+    return compat.seq_length(cache) > 0

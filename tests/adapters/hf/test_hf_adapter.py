@@ -8,7 +8,7 @@ import torch
 from gate.adapters.hf import compat
 from gate.errors import AdapterUnavailable
 from gate.protocols import DecodePath, LayerTracing, LayoutBoundaries, Session
-from tests.adapters.hf.subjects import path, quantized_options, run, tokens
+from tests.adapters.hf.subjects import library_reset_keeps_length, path, quantized_options, run, tokens
 
 PREFIX = 40
 ROWS = slice(PREFIX, PREFIX + 11)  # the appended token, a 9-token chunk, one more token
@@ -52,14 +52,6 @@ def test_prefill_of_nothing_then_append_is_an_empty_cache_step() -> None:
     assert session.prefill(toks[:, :0]).shape == (2, 0, 256)
     first = session.append(toks[:, :1])
     assert (first[:, 0] - path("llama").full_logits(toks[:, :1])[:, 0]).abs().max().item() < 1e-5
-
-
-def library_reset_keeps_length() -> bool:
-    """Whether this transformers' DynamicLayer.reset() zeroes K/V but keeps their length (5.2)."""
-    cache = compat.dynamic_cache(None)
-    cache.update(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2), 0)
-    cache.reset()
-    return compat.seq_length(cache) > 0
 
 
 def test_reset_makes_a_reused_session_behave_like_a_fresh_one() -> None:
