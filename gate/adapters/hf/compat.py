@@ -101,6 +101,16 @@ def check_version() -> None:
         )
 
 
+def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.Tensor | None:
+    """The `cache_position` of a batch whose rows count positions from their own first token (padded
+    or continuously batched rows): before 5.4 the mask and the cache write follow it, and `forward`
+    would take it from the first row's positions, so it is the batch's cache columns
+    `start .. start + n - 1`; None from 5.4, where forward no longer takes it."""
+    if not cache_api(model).takes_cache_position:
+        return None
+    return torch.arange(start, start + n, device=device)
+
+
 def forward(
     model: torch.nn.Module,
     tokens: torch.Tensor,

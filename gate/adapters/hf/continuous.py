@@ -76,9 +76,7 @@ class ContinuousHFSession:
             for layer in range(len(self.kv[slots[starts.index(width)]])):
                 k, v = self._gather(slots, starts, width, layer)
                 cache.update(k, v, layer)
-        # before 5.4 the mask and the cache write follow `cache_position`, which compat.forward would
-        # take from the first row's positions: here it is the batch's cache columns, not any row's
-        slots_at = columns[0] if compat.cache_api(self.model).takes_cache_position else None
+        slots_at = compat.batch_cache_position(self.model, width, n, self.device)
         with torch.no_grad():
             out = compat.forward(
                 self.model,

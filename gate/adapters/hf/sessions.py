@@ -192,13 +192,10 @@ class PaddedSession(CacheSession):
         return self.tamper.batch_positions(phase, self._positions(n), slots)
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
-        # before 5.4 the mask and the cache write follow `cache_position`, which compat.forward would
-        # take from the first row's positions (a padded row counts from its own first token): here it
-        # is the batch's cache columns
         planted = self.tamper.cache_position(phase, positions)
-        if planted is not None or not compat.cache_api(self.model).takes_cache_position:
+        if planted is not None:
             return planted
-        return torch.arange(self.pos, self.pos + positions.shape[1], device=self.device)
+        return compat.batch_cache_position(self.model, self.pos, positions.shape[1], self.device)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
         planted = self.tamper.attention_mask(phase, self, n)
