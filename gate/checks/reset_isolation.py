@@ -4,10 +4,15 @@ Request A (prompt, then tokens appended one at a time) runs on a session; the se
 request B runs on the same session. Each must match the same request on a fresh session of the
 same path. Both runs execute the same shapes, so the comparison is bit-exact by default: a reset
 either restores the initial state or it does not (background: mask oracle; reset position state as well as K/V).
+
+A negative control (stop at first failure) compares request B first, token by token beside a fresh
+session, and stops at the first difference: a reset fault shows there, so a control costs request A
+once plus B up to its first wrong token, not the four runs of a positive run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,12 +24,39 @@ from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import Session
 
 
+def _chunks(tokens: torch.Tensor, prompt: int) -> list[torch.Tensor]:
+    """The prompt as one prefill, then the rest one token at a time."""
+    return [tokens[:, :prompt]] + [tokens[:, i : i + 1] for i in range(prompt, tokens.shape[1])]
+
+
+def _step(session: Session, chunk: torch.Tensor, first: bool) -> torch.Tensor:
+    return (session.prefill(chunk) if first else session.append(chunk)).float().cpu()
+
+
 def _run(session: Session, tokens: torch.Tensor, prompt: int) -> torch.Tensor:
     """Prefill `prompt` tokens, append the rest one by one -> logits [B, T, V]."""
-    out = [session.prefill(tokens[:, :prompt]).float().cpu()]
-    for i in range(prompt, tokens.shape[1]):
-        out.append(session.append(tokens[:, i : i + 1]).float().cpu())
-    return torch.cat(out, dim=1)
+    return torch.cat([_step(session, c, i == 0) for i, c in enumerate(_chunks(tokens, prompt))], dim=1)
+
+
+def _lockstep(
+    reused: Session, fresh: Session, tokens: torch.Tensor, prompt: int, same: Callable[..., torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A control's run of one request: the reused session beside a fresh one, chunk by chunk,
+    stopping after the first chunk whose logits differ (or are not finite)."""
+    got: list[torch.Tensor] = []
+    want: list[torch.Tensor] = []
+    for i, chunk in enumerate(_chunks(tokens, prompt)):
+        got.append(_step(reused, chunk, i == 0))
+        want.append(_step(fresh, chunk, i == 0))
+        finite = bool(torch.isfinite(got[-1]).all()) and bool(torch.isfinite(want[-1]).all())
+        if not finite or not bool(same(got[-1], want[-1]).all()):
+            break
+    return torch.cat(got, dim=1), torch.cat(want, dim=1)
+
+
+def _run_order(delta: torch.Tensor) -> torch.Tensor:
+    """[B, T, V] -> flat, token-major: a request stopped after t tokens observed a prefix of it."""
+    return delta.transpose(0, 1).flatten()
 
 
 @check("reset-isolation", params=ResetIsolationParams)
@@ -34,19 +66,40 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
     vocab = path.vocab_size
     req_a = random_tokens(vocab, params.batch, params.first + params.steps, ctx.seed * 1000 + 1)
     req_b = random_tokens(vocab, params.batch, params.second + params.steps, ctx.seed * 1000 + 2)
+    tol = tolerance_for(ctx)
+
+    def same(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+        """[B, T, V] pair -> [T]: whether each token position agrees in every row."""
+        if params.exact:
+            return bits_equal(got, want).all(dim=0)
+        cmp = compare_rows(want, got, tol)
+        return (cmp.agree | cmp.tie).all(dim=0)
 
     reused = path.new_session(params.batch)
     a_reused = _run(reused, req_a, params.first)
     before_reset = dict(reused.exercise())
     reused.reset()
     after_reset = dict(reused.exercise())
-    b_reused = _run(reused, req_b, params.second)
+    a_fresh: torch.Tensor | None
+    if ctx.stop_at_first_failure:
+        # a control: a reset fault shows in the request after the reset, so that one is compared first,
+        # token by token beside a fresh session, stopping at the first difference; request A only if
+        # B agrees throughout
+        b_reused, b_fresh = _lockstep(reused, path.new_session(params.batch), req_b, params.second, same)
+        agrees = b_reused.shape[1] == req_b.shape[1] and bool(same(b_reused, b_fresh).all())
+        finite = bool(torch.isfinite(b_reused).all()) and bool(torch.isfinite(b_fresh).all())
+        a_fresh = _run(path.new_session(params.batch), req_a, params.first) if agrees and finite else None
+    else:
+        b_reused = _run(reused, req_b, params.second)
+        a_fresh = _run(path.new_session(params.batch), req_a, params.first)
+        b_fresh = _run(path.new_session(params.batch), req_b, params.second)
     exercise = {**dict(reused.exercise()), "before_reset": before_reset, "after_reset": after_reset}
-    a_fresh = _run(path.new_session(params.batch), req_a, params.first)
-    b_fresh = _run(path.new_session(params.batch), req_b, params.second)
+    compared = [("second", b_reused, b_fresh)] + ([("first", a_reused, a_fresh)] if a_fresh is not None else [])
+    if a_fresh is None:
+        exercise["stopped_at_first_failure"] = {"request": "second", "tokens": int(b_reused.shape[1])}
 
-    observation = torch.cat([(a_reused - a_fresh).flatten(), (b_reused - b_fresh).flatten()])
-    non_finite = sum(int((~torch.isfinite(t)).sum()) for t in (a_reused, b_reused, a_fresh, b_fresh))
+    observation = torch.cat([_run_order(got - want) for _, got, want in compared])
+    non_finite = sum(int((~torch.isfinite(t)).sum()) for _, got, want in compared for t in (got, want))
     if non_finite:  # NaN equal to NaN proves nothing about a reset
         return Outcome(
             status="fail",
@@ -56,20 +109,15 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             diagnosis={"bug_class": "non-finite-output", "explanation": BUG_CLASSES["non-finite-output"]},
             detected_at=0,
             observation=observation,
+            observation_in_run_order=True,
         )
-    tol = tolerance_for(ctx)
     # a correct path's own rounding moves these logits by up to the dtype-aware band: a control that
     # fails the bit-exact comparison by no more than that failed through noise (the control engine)
-    spread = float(tol.row(torch.cat([a_fresh, b_fresh], dim=1)).max())
+    spread = float(tol.row(torch.cat([want for _, _, want in compared], dim=1)).max())
     results: dict[str, Any] = {}
     first_bad: int | None = None
-    for name, got, want in (("first", a_reused, a_fresh), ("second", b_reused, b_fresh)):
-        if params.exact:
-            same = bits_equal(got, want).all(dim=0)  # [T]
-        else:
-            cmp = compare_rows(want, got, tol)
-            same = (cmp.agree | cmp.tie).all(dim=0)
-        bad = (~same).nonzero().flatten().tolist()
+    for name, got, want in sorted(compared, key=lambda c: c[0] != "first"):  # request A first
+        bad = (~same(got, want)).nonzero().flatten().tolist()
         results[name] = {
             "tokens": int(got.shape[1]),
             "identical": not bad,
@@ -80,7 +128,7 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             first_bad = bad[0] + (0 if name == "first" else a_reused.shape[1])
     metrics = {
         "exact": params.exact,
-        "first_identical": results["first"]["identical"],
+        "first_identical": results["first"]["identical"] if "first" in results else None,
         "second_identical": results["second"]["identical"],
         "max_abs_delta": max(r["max_abs_delta"] for r in results.values()),
         "cache_len_after_reset": after_reset.get("cache_len"),
@@ -101,7 +149,7 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             "bug_class": "reset-leak",
             "explanation": f"{detail}: the request after a reset does not match a fresh one (background: mask oracle)",
             "cache_len_after_reset": leftover,
-            "request": "first" if not results["first"]["identical"] else "second",
+            "request": "first" if not results.get("first", {"identical": True})["identical"] else "second",
         }
         return Outcome(
             status="fail",
@@ -113,6 +161,7 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             diagnosis=diagnosis,
             detected_at=first_bad,
             observation=observation,
+            observation_in_run_order=True,
             rounding_spread=spread,
         )
     return Outcome(
@@ -123,5 +172,6 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
         evidence=evidence,
         exercise=exercise,
         observation=observation,
+        observation_in_run_order=True,
         rounding_spread=spread,
     )

@@ -101,6 +101,11 @@ class Outcome:
     detected_at: int | None = None
     """Smallest prefix length (or other index) at which the check failed."""
     observation: torch.Tensor | None = None
+    observation_in_run_order: bool = False
+    """`observation` is flat and laid out in the order a control walks the check's schedule, so a
+    control that stopped at its first failure observed a prefix of the positive run's: the control
+    engine then compares that prefix (and the noise guard of `rounding_spread` still holds) instead
+    of calling the shorter observation a change of shape."""
     lacking: dict[str, str] = field(default_factory=dict)
     """Assertions the check could not make on this candidate -> the capability it lacks, in words.
     With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides

@@ -31,10 +31,15 @@ from gate.protocols import FaultVisibility
 
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
-    """max |Δ| between the two observations; inf when shapes differ; None when either is missing."""
+    """max |Δ| between the two observations; inf when shapes differ; None when either is missing.
+    A control that stopped early compares the prefix it observed when both lay their observation
+    out in run order (`Outcome.observation_in_run_order`)."""
     a, b = clean.observation, faulty.observation
     if a is None or b is None:
         return None
+    stopped = b.dim() == a.dim() == 1 and b.numel() < a.numel()
+    if stopped and clean.observation_in_run_order and faulty.observation_in_run_order:
+        a = a[: b.numel()]
     if a.shape != b.shape:
         return float("inf")
     diff = (a.double() - b.double()).abs()

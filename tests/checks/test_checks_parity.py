@@ -14,6 +14,7 @@ from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle, visible_means
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
+from gate.engine.controls import observation_difference
 from tests.support.reference import MAX_LEN, ctx, path
 
 FAST_GREEDY = GreedyParityParams(prompt_lengths=[5, 40], tokens=[8, 24])
@@ -237,6 +238,44 @@ def test_mask_oracle_poisoned_tail() -> None:
     assert out.status == "fail"
     assert out.diagnosis is not None and out.diagnosis["bug_class"] == "read-past-valid-length"
     assert any(case["nan"] for case in out.evidence["cases"] if case["poisoned_tail"])
+
+
+@pytest.mark.parametrize(
+    ("fault", "bug_class"),
+    [
+        ("mask-origin-reset", "mask-offset"),
+        ("poisoned-tail-read", "read-past-valid-length"),
+        ("reset-keeps-position", "uncertain"),
+    ],
+)
+def test_mask_oracle_control_stops_at_the_first_wrong_case(fault: str, bug_class: str) -> None:
+    faulty = path("static").with_fault(fault)
+    whole = mask_oracle(ctx(path("full"), faulty), MaskOracleParams())
+    stopped = mask_oracle(replace(ctx(path("full"), faulty), stop_at_first_failure=True), MaskOracleParams())
+    assert stopped.status == whole.status == "fail" and stopped.detected_at == whole.detected_at
+    assert stopped.metrics["cases"] == stopped.exercise["probe_calls"] == stopped.detected_at + 1 < 12
+    assert stopped.metrics["failed_cases"] == 1
+    assert stopped.diagnosis is not None and stopped.diagnosis["bug_class"] == bug_class
+    # the probed cases are the positive run's first ones: the observation is a prefix of the whole one
+    assert stopped.observation is not None and whole.observation is not None
+    prefix = whole.observation[: stopped.observation.numel()]
+    torch.testing.assert_close(stopped.observation, prefix, rtol=0, atol=0, equal_nan=True)
+    assert observation_difference(whole, stopped) == 0.0  # compared on that prefix, not called a change of shape
+
+
+def test_reset_isolation_control_compares_the_request_after_the_reset_first() -> None:
+    faulty = path("static").with_fault("reset-keeps-position")
+    params = ResetIsolationParams()
+    whole = reset_isolation(ctx(path("full"), faulty), params)
+    stopped = reset_isolation(replace(ctx(path("full"), faulty), stop_at_first_failure=True), params)
+    assert stopped.status == whole.status == "fail" and stopped.detected_at == whole.detected_at
+    assert stopped.exercise["stopped_at_first_failure"] == {"request": "second", "tokens": params.second}
+    assert "first" not in stopped.evidence["requests"] and stopped.diagnosis == whole.diagnosis
+    assert observation_difference(whole, stopped) == 0.0  # the stopped control observed a prefix of the whole run
+    clean = reset_isolation(ctx(path("full"), path("static")), params)
+    assert observation_difference(clean, stopped) == stopped.metrics["max_abs_delta"] > clean.rounding_spread
+    unstopped = reset_isolation(replace(ctx(path("full"), path("static")), stop_at_first_failure=True), params)
+    assert unstopped.status == "pass" and set(unstopped.evidence["requests"]) == {"first", "second"}
 
 
 @pytest.mark.gpu
