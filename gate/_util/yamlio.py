@@ -40,6 +40,11 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+_FastLoader: type[Any] | None = getattr(yaml, "CSafeLoader", None)
+"""libyaml's parser and composer where PyYAML was built with it (several times faster): the same
+events, nodes and marks; the document is built from the nodes by the duplicate-refusing constructor.
+A document it refuses is parsed again in Python, so every error message is the one it always was."""
+
 MAX_DOCUMENT_BYTES = 1024 * 1024
 """Largest manifest or policy file read (1 MiB; the largest shipped one is a few KiB)."""
 MAX_DEPTH = 32
@@ -53,12 +58,12 @@ _DIGITS = re.compile(r"[0-9a-fA-F]")
 _constructor = yaml.SafeLoader("")
 
 
-def _too_deep(path: str, text: str) -> None:
+def _too_deep(path: str, text: str, loader: type[Any]) -> None:
     """Refuse nesting past MAX_DEPTH from the parser's events (the parser keeps an explicit stack;
     the composer and constructor recurse, so depth must be known before they run)."""
     depth = 0
     try:
-        for event in yaml.parse(text, Loader=_UniqueKeyLoader):
+        for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
@@ -146,6 +151,17 @@ def _check_scalars(path: str, root: yaml.Node) -> None:
             raise InputError(path, f"{node.value[:24]} is not a finite number", line=line, col=col, field=field)
 
 
+def _parse(path: str, text: str, loader: type[Any]) -> tuple[yaml.Node | None, Any]:
+    """The node tree and the data of one document, refusing what a gate document may not hold."""
+    _too_deep(path, text, loader)
+    node = yaml.compose(text, Loader=loader)
+    if node is None:
+        return None, None
+    _refuse_expansion(node, path)
+    _check_scalars(path, node)
+    return node, _UniqueKeyLoader("").construct_document(node)
+
+
 class LoadedYaml:
     """A parsed YAML document plus its node tree, for locating errors."""
 
@@ -155,13 +171,14 @@ class LoadedYaml:
             raise InputError(
                 path, f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
             )
+        if _FastLoader is not None:
+            try:
+                self.node, self.data = _parse(path, text, _FastLoader)
+                return
+            except (yaml.YAMLError, InputError):
+                pass  # parsed again below: the Python parser's message and mark, as they always were
         try:
-            _too_deep(path, text)
-            self.node = yaml.compose(text, Loader=_UniqueKeyLoader)
-            if self.node is not None:
-                _refuse_expansion(self.node, path)
-                _check_scalars(path, self.node)
-            self.data: Any = yaml.load(text, Loader=_UniqueKeyLoader)
+            self.node, self.data = _parse(path, text, _UniqueKeyLoader)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
             line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
