@@ -86,18 +86,20 @@ class _SliceRun:
         self.built = build_slice(self.spec, self.space, self.seed, n, root=self.root)
         rows = self.built.dataset
         todo = list(range(self.n, n))
+        # two column reads of the saved rows (a row read at a time costs datasets' formatting per row)
+        prompt_col, answer_col = rows["prompt"], rows["answer"]
         by_len: dict[int, list[int]] = {}
         for i in todo:
-            by_len.setdefault(len(rows[i]["prompt"]), []).append(i)
+            by_len.setdefault(len(prompt_col[i]), []).append(i)
         k = self.spec.continuation
         results: dict[int, tuple[SampleScores, int]] = {}
         for length in sorted(by_len):
             idx = by_len[length]
             for start in range(0, len(idx), params.batch_size):
                 chunk = idx[start : start + params.batch_size]
-                batch = rows.select(chunk)
-                prompts = torch.tensor(batch["prompt"], dtype=torch.long)
-                scores, exercise = score_batch(ctx.reference, self.pool, prompts, k, batch["answer"], clock, ctx.device)
+                prompts = torch.tensor([prompt_col[i] for i in chunk], dtype=torch.long)
+                answers = [answer_col[i] for i in chunk]
+                scores, exercise = score_batch(ctx.reference, self.pool, prompts, k, answers, clock, ctx.device)
                 self._merge_exercise(exercise)
                 for j, i in enumerate(chunk):
                     one = SampleScores()

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import datasets
+
 from gate.quality.builders import build_rows
 from gate.quality.spec import SliceSpec
 from gate.quality.vocab import TokenSpace
 
 if TYPE_CHECKING:
-    import datasets
-
     from gate.quality.text import TextSpace
 
 BUILD_VERSION = 2
@@ -88,8 +88,6 @@ def build_slice(
 ) -> BuiltSlice:
     """The first n rows of `spec` for `space` under `seed`: loaded from the cache when present,
     else built, saved atomically and loaded back (so the judged rows are the saved bytes)."""
-    import datasets
-
     datasets.disable_progress_bars()
     directory = (root or cache_root()) / f"{spec.name}-{space.key()}-s{seed}-n{n}-{spec_digest(spec)[:16]}"
     if not (directory / "dataset_info.json").is_file():
