@@ -149,7 +149,8 @@ def window_for(max_len: int) -> int:
 
 
 def apply_fault(target: FaultTarget, name: str) -> None:
-    """Plant fault `name` into `target` (already a copy). Raises KeyError for an unknown name."""
+    """Plant fault `name` into `target` (a copy of the path; its model a copy too where the fault
+    patches the model, shared otherwise). Raises KeyError for an unknown name."""
     _APPLY[name](target)
 
 

@@ -112,7 +112,11 @@ def test_faults_leave_the_clean_path_untouched() -> None:
     tokens = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
     before, _ = cached_sweep(candidate, tokens, [0, 5, 20, 39])
     for fault in FAULT_NAMES:
-        candidate.with_fault(fault)
+        faulty = candidate.with_fault(fault)
+        # a model fault patches its own copy; the others share the model and must leave it alone
+        assert (faulty.model is candidate.model) == (FAULTS[fault].target != "model"), fault
+        cached_sweep(faulty, tokens, [0, 5, 20, 39])  # running a faulted path changes nothing either
+        reset_isolation(ctx(path("full"), faulty), ResetIsolationParams(steps=2))
     after, _ = cached_sweep(candidate, tokens, [0, 5, 20, 39])
     assert torch.equal(before, after)
     assert candidate.fault is None and not candidate.cache_hooks and not candidate.session_hooks

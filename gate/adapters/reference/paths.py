@@ -20,7 +20,7 @@ import torch
 from gate.adapters.reference.options import Options
 from gate.adapters.slots import SlotTable
 from gate.errors import UnknownFault
-from gate.models.faults import FAULT_NAMES, apply_fault
+from gate.models.faults import FAULT_NAMES, FAULTS, apply_fault
 from gate.models.reference import KVCache, Layout, ModelConfig, SlotCache, Transformer, build_model, prefill
 from gate.protocols import Session, subject_call
 from gate.tensors import DTYPES
@@ -183,7 +183,9 @@ class ReferencePath:
         path = replace(
             self,
             name=f"{self.name}+{fault}",
-            model=copy.deepcopy(self.model),
+            # a model fault patches the model, so it gets its own copy; a cache or session fault
+            # leaves the model alone and shares it (copying it cost more than a small check's run)
+            model=copy.deepcopy(self.model) if FAULTS[fault].target == "model" else self.model,
             fault=fault if self.fault is None else f"{self.fault}+{fault}",
             cache_hooks=list(self.cache_hooks),
             session_hooks=list(self.session_hooks),
