@@ -472,6 +472,20 @@ def recompute_oracle(worker: PrefixServing, adapter: str | None = None) -> Oracl
     return oracle
 
 
+def memoized(oracle: Oracle) -> Oracle:
+    """`oracle` computed once per token sequence: only where the worker's model and identity do not
+    change between the calls (a prompt served again and again), never across an update."""
+    seen: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def once(tokens: Sequence[int]) -> torch.Tensor:
+        key = tuple(int(t) for t in tokens)
+        if key not in seen:
+            seen[key] = oracle(key)
+        return seen[key]
+
+    return once
+
+
 def broken_rules(served: Served) -> list[str]:
     """The cache rules a request's reuse broke, read from what it reused (blind to any fault)."""
     s = served.reply.stats

@@ -38,6 +38,7 @@ from gate.checks._prefix_support import (
     Served,
     StorePool,
     describe_excess,
+    memoized,
     prefix_candidate,
     recompute_oracle,
     reference_oracle,
@@ -151,19 +152,29 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     if bool(compare_rows(ref_rows, own.to(ref_rows.device), tol).over_tolerance.any()):
         violations.append("the candidate's uncached pass differs from the reference path: no oracle to judge by")
 
-    log.issue(worker, "base", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
-    again = log.issue(worker, "base repeated", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
-    if again.reused == 0:
-        violations.append(
-            f"an identical request reused 0 of {again.entitled} reusable tokens: the cache is off "
-            "or its keys are unstable, so no miss below proves anything"
-        )
+    base_oracle = memoized(recompute_oracle(worker))  # P comes back before every field
+    log.issue(worker, "base", prompt, base_key, base_oracle, tenant=TENANT)
 
+    def cache_on() -> Served:
+        """Serve P again: an identical request must hit, or no miss below proves anything."""
+        again = log.issue(worker, "base repeated", prompt, base_key, base_oracle, tenant=TENANT)
+        if again.reused == 0:
+            violations.append(
+                f"an identical request reused 0 of {again.entitled} reusable tokens: the cache is off "
+                "or its keys are unstable, so no miss below proves anything"
+            )
+        return again
+
+    # a control probes its likeliest field at once: reuse beyond entitlement is a failure whether or
+    # not the cache is on (only a miss needs it shown on), so P's repeat comes after that probe
+    again = None if ctx.stop_at_first_failure else cache_on()
     for field in fields:
         # serve P again first: under a tight byte budget its blocks may have been evicted, and a
-        # probe against an absent entry would prove nothing
-        if not (ctx.stop_at_first_failure and field == fields[0]):  # a control has just served P twice
-            log.issue(worker, f"base before {field}", prompt, base_key, recompute_oracle(worker), tenant=TENANT)
+        # probe against an absent entry would prove nothing (a control's first probe follows P)
+        if field != fields[0] and again is None:
+            again = cache_on()
+        elif again is not None:
+            log.issue(worker, f"base before {field}", prompt, base_key, base_oracle, tenant=TENANT)
         if field == "token-ids":
             changed = list(prompt)
             changed[bs + bs // 2] = seeded_ids(vocab, 1, ctx.seed + 11, avoid=[prompt[bs + bs // 2]])[0]
@@ -224,6 +235,9 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
             violations.append(mismatch)
         if violations:
             log.fail_now(violations[-1])
+
+    if again is None:  # a control that probed a single field and found nothing
+        again = cache_on()
 
     # background: cache identity, exactly
     small = pool.shared(
