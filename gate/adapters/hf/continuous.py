@@ -64,10 +64,12 @@ class ContinuousHFSession:
         for row, (t, start, m) in enumerate(zip(feeds.values(), starts, fed, strict=True)):
             tokens[row, :m] = t.to(self.device)
             mask[row, width - start : width + m] = 1
-        last = self.path.max_len - 1
-        positions = (torch.tensor(starts, device=self.device)[:, None] + torch.arange(n, device=self.device)).clamp(
-            max=last
-        )
+        offsets = torch.arange(n, device=self.device)
+        positions = torch.tensor(starts, device=self.device)[:, None] + offsets
+        # the pad columns after a shorter feed are masked and their outputs dropped: position 0 keeps
+        # them inside the model's range; a real token keeps its own position, in range or not
+        real = offsets[None, :] < torch.tensor(fed, device=self.device)[:, None]
+        positions = positions.masked_fill(~real, 0)
         columns = (width + torch.arange(n, device=self.device)).expand(rows, n)
         phase = "append" if width else "prefill"
         positions = self.tamper.batch_positions(phase, positions, columns)
