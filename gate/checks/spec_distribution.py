@@ -13,7 +13,10 @@ schedule of looks is fixed: sample sizes doubling from `min_samples` up to the b
 `max_samples`, and the fewest looks after which the test (each look at alpha / looks, Bonferroni,
 so the whole sequence holds alpha) rejects every such fault with the declared power (non-central
 χ²). The check stops at the first look that rejects (a control stops at its first detection) or
-at the last planned look. A fault whose exact law equals the target's with this draft is
+at the last planned look. A negative control first looks at a pilot sized for its own fault, with
+Bonferroni over the pilot and the planned looks; the laws and the looks are computed once per run
+and shared with the controls whose candidates answer every probability query alike
+(gate.checks._spec_design). A fault whose exact law equals the target's with this draft is
 unobservable here and named up front; one the budget cannot reach with the declared power leaves
 the check `unproven`, saying which and why, never a failure of a correct sampler. A configuration
 in which the draft is never rejected (a draft identical to the target) exercises nothing: it
@@ -25,136 +28,26 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from gate._util.numbers import significant
-from gate.checks._params import (
-    SpecDistributionParams,
-)
+from gate.checks._params import SpecDistributionParams
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
+from gate.checks._spec_design import control_looks, shared_design
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
-from gate.speculative.gof import g_test, power, required_samples
-from gate.speculative.law import Law, NextTokenTable, Seq, sampler_law, target_law
-from gate.speculative.sampler import CORRECT, FAULTS, SpecStats, apply_fault, warp
+from gate.speculative.gof import GTest, g_test, power
+from gate.speculative.law import Seq
+from gate.speculative.sampler import SpecStats
 
 MAX_EVIDENCE_CELLS = 300
 NEAR_TIE = 1e-4
 """A k-th/(k+1)-th logit gap (after temperature) below this makes top-k membership numerically fragile."""
-
-
-def _table(fn: Any, prompt: torch.Tensor, temperature: float, top_k: int) -> NextTokenTable:
-    return NextTokenTable(lambda c: fn(c, temperature=temperature, top_k=top_k), prompt)
-
-
-def _reference_probs(ctx: CheckContext, temperature: float, top_k: int, gaps: list[float]) -> Any:
-    """The reference (the target alone) defines correct; also record the top-k boundary gap."""
-
-    def probs(contexts: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            logits = ctx.reference.full_logits(contexts)[:, -1].double()
-        top = (logits / temperature).topk(min(top_k + 1, logits.shape[-1]), dim=-1).values
-        if top.shape[-1] > top_k:
-            gaps.append(float((top[:, top_k - 1] - top[:, top_k]).min()))
-        return warp(logits, temperature, top_k)
-
-    return probs
-
-
-def _alternatives(
-    spec: SpeculativePath, prompt: torch.Tensor, p: SpecDistributionParams, k: int, horizon: int
-) -> dict[str, Law] | None:
-    """The exact law each sampler fault would produce with the candidate's target and draft."""
-    try:
-        target = _table(spec.target_next_token_probs, prompt, p.temperature, p.top_k)
-        draft = _table(spec.draft_next_token_probs, prompt, p.temperature, p.top_k)
-        return {f: sampler_law(target, draft, apply_fault(CORRECT, f), k, horizon) for f in FAULTS}
-    except NotImplementedError:
-        return None
-
-
-MAX_LOOKS = 8
-"""Most looks of the sequential test (sizes doubling from min_samples to the budget)."""
-SAME_LAW = 1e-9
-"""Total variation below which a fault's exact law is the target's: no sample size can show it."""
-
-
-@dataclass
-class LookPlan:
-    """The sequential design, fixed before any sample is drawn."""
-
-    sizes: list[int]
-    """Cumulative sample size at each look."""
-    alpha: float
-    """Level of each look (the claim's alpha over the number of looks)."""
-    reaches_power: bool
-    """Whether the last look has the declared power against every observable fault."""
-    needed: dict[str, int | None]
-    """Per fault, the smallest n with the declared power at the per-look level (None: beyond the budget)."""
-
-
-def _unobservable(p0: np.ndarray, alts: dict[str, np.ndarray], faults: list[str]) -> dict[str, str]:
-    """Faults whose exact law with this target and draft is the target's own, and why."""
-    out = {}
-    for f in faults:
-        if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW:
-            out[f] = (
-                "its exact law with this target and draft equals the target's (total variation < "
-                f"{SAME_LAW:g}): no sample size can show it"
-            )
-    return out
-
-
-def _look_sizes(p: SpecDistributionParams) -> list[int]:
-    first = min(p.min_samples, p.max_samples)
-    sizes = [first]
-    while sizes[-1] < p.max_samples:
-        sizes.append(min(2 * sizes[-1], p.max_samples))
-    if len(sizes) > MAX_LOOKS:  # a wide budget: MAX_LOOKS geometric sizes from the floor to the budget
-        ratio = (p.max_samples / first) ** (1 / (MAX_LOOKS - 1))
-        sizes = sorted({round(first * ratio**i) for i in range(MAX_LOOKS - 1)} | {p.max_samples})
-    return sizes
-
-
-def _plan_looks(
-    p0: np.ndarray,
-    alts: dict[str, np.ndarray],
-    faults: list[str],
-    p: SpecDistributionParams,
-    alpha: float,
-    target: float,
-) -> LookPlan:
-    """The fewest looks, each at alpha / looks, after which every fault in `faults` is rejected with
-    the declared power; all of them (the budget) when no number of looks gets there."""
-    sizes = _look_sizes(p)
-
-    def powered(n: int, level: float) -> bool:
-        return all(power(p0, alts[f], n, level) >= target for f in faults)
-
-    for m in range(1, len(sizes) + 1):
-        for i, n in enumerate(sizes[:m]):
-            if powered(n, alpha / m):
-                used, level = sizes[: i + 1], alpha / (i + 1)  # i + 1 <= m looks: a level at least alpha / m
-                return LookPlan(used, level, True, _needed(p0, alts, faults, p, level, target))
-    level = alpha / len(sizes)
-    return LookPlan(sizes, level, False, _needed(p0, alts, faults, p, level, target))
-
-
-def _needed(
-    p0: np.ndarray,
-    alts: dict[str, np.ndarray],
-    faults: list[str],
-    p: SpecDistributionParams,
-    level: float,
-    target: float,
-) -> dict[str, int | None]:
-    return {f: required_samples(p0, alts[f], level, target, p.max_samples, 10) for f in faults}
 
 
 class _Sampler:
@@ -187,6 +80,20 @@ class _Sampler:
             self.ctx.progress("samples drawn", self.n, budget)
         self.seconds += time.perf_counter() - started
         return torch.cat(self.parts)
+
+
+def _walk(
+    sampler: _Sampler, sizes: list[int], level: float, index: dict[Seq, int], p0: np.ndarray, history: list[Look]
+) -> tuple[np.ndarray, int, list[Seq], GTest]:
+    """Look at each cumulative size in turn until one rejects at `level`: the last look's counts and test."""
+    for n_look in sizes:
+        tokens = sampler.draw_to(n_look, sizes[-1])
+        observed, other, strays = _count(tokens, index)
+        test = g_test([*observed, other], [*p0, 0.0])
+        history.append(Look(n=n_look, statistic=test.statistic, dof=test.dof, p_value=test.p_value))
+        if test.p_value < level:
+            break  # rejected: the sequence stops at its first rejection (a control at its first detection)
+    return observed, other, strays, test
 
 
 def _count(tokens: torch.Tensor, index: dict[Seq, int]) -> tuple[np.ndarray, int, list[Seq]]:
@@ -258,33 +165,23 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     alpha, target_power = (claim.alpha, claim.power) if isinstance(claim, DistributionClaim) else (0.01, 0.9)
     prompt = seeded_prompts(ctx.reference.vocab_size, 1, p.prompt_len, ctx.seed, ctx.device)[0]
 
-    # the null: the reference target's exact joint law; the alternatives: each fault's exact law
-    def null_law() -> tuple[Law, list[float]]:
-        gaps: list[float] = []
-        return target_law(NextTokenTable(_reference_probs(ctx, p.temperature, p.top_k, gaps), prompt), horizon), gaps
-
-    # the reference side is the same for every control: enumerated once per run
-    law0, gaps = ctx.cache.get(("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon), null_law)
+    # the null (the reference target's exact joint law), each fault's exact law, the looks: once per run
+    design = shared_design(ctx, spec, prompt, p, horizon, alpha, target_power)
+    law0, gaps, cells, p0, alts = design.law0, design.gaps, design.cells, design.p0, design.alts
+    unobservable, required = design.unobservable, design.required
     ctx.log(f"    enumerated {len(law0)} continuations of {horizon} tokens (k={k})")
-    alt_laws = _alternatives(spec, prompt, p, k, horizon)
-    cells = sorted(set(law0).union(*(alt_laws or {}).values()), key=lambda c: (-law0.get(c, 0.0), c))
-    index = {c: i for i, c in enumerate(cells)}
-    p0 = np.array([law0.get(c, 0.0) for c in cells])
-    alts = {f: np.array([law.get(c, 0.0) for c in cells]) for f, law in (alt_laws or {}).items()}
-    unobservable = _unobservable(p0, alts, p.power_against)
-    required = [f for f in p.power_against if f in alts and f not in unobservable]
-    looks = _plan_looks(p0, alts, required, p, alpha, target_power)
-    ctx.log(f"    sequential test: looks at n = {looks.sizes}, each at alpha {looks.alpha:.3g}")
+    looks = control_looks(ctx, design, p, alpha, target_power)
+    pilot = f"a pilot of {looks.pilot}, then " if looks.pilot else ""
+    ctx.log(f"    sequential test: looks at {pilot}n = {looks.sizes}, each at alpha {looks.alpha:.3g}")
 
-    sampler = _Sampler(spec, prompt, horizon, p, ctx)
     history: list[Look] = []
-    for n_look in looks.sizes:
-        tokens = sampler.draw_to(n_look, looks.sizes[-1])
-        observed, other, strays = _count(tokens, index)
-        test = g_test([*observed, other], [*p0, 0.0])
-        history.append(Look(n=n_look, statistic=test.statistic, dof=test.dof, p_value=test.p_value))
+    # a control's pilot draws its own samples; the planned looks then draw afresh from the run's
+    # seed, exactly what a positive run draws (so an unchanged sampler gives the same observation)
+    for sizes in ([looks.pilot], looks.sizes) if looks.pilot else (looks.sizes,):
+        sampler = _Sampler(spec, prompt, horizon, p, ctx)
+        observed, other, strays, test = _walk(sampler, sizes, looks.alpha, design.index, p0, history)
         if test.p_value < looks.alpha:
-            break  # rejected: the sequence stops at its first rejection (a control at its first detection)
+            break
     n, stats, seconds = sampler.n, sampler.stats, sampler.seconds
     rejected = test.p_value < looks.alpha
     level = looks.alpha
@@ -324,8 +221,10 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         sequential=SequentialDesign(
             method="Bonferroni over a schedule of looks fixed before sampling (sizes doubling from "
             "min_samples to the budget max_samples); stops at the first rejection or at the first look "
-            "with the declared power against every observable fault",
+            "with the declared power against every observable fault; a negative control may look first "
+            "at a pilot sized for its fault, its own samples, every look then at alpha / (looks + 1)",
             planned_looks=looks.sizes,
+            pilot=looks.pilot,
             alpha_per_look=level,
             budget=p.max_samples,
             reaches_power=looks.reaches_power,
@@ -342,11 +241,11 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
         efficiency={**efficiency, **stats.as_dict()},
         min_top_k_gap=min(gaps) if gaps else None,
         outside_enumeration_examples=[list(s) for s in strays],
-        power_note=None if alt_laws is not None else "the candidate gives no draft probabilities: power not computed",
+        power_note=None if design.enumerated else "the candidate gives no draft probabilities: power not computed",
     ).dump()
     observation = torch.tensor([*observed, other], dtype=torch.float64)
     where = f"k={k}, horizon={horizon} tokens, n={n}" + (
-        f", look {len(history)} of {len(looks.sizes)} at alpha {level:.3g}" if len(looks.sizes) > 1 else ""
+        f", look {len(history)} of {looks.count} at alpha {level:.3g}" if looks.count > 1 else ""
     )
 
     problems = []

@@ -256,8 +256,11 @@ class SequentialDesign(_Record):
     """How the looks hold the claim's alpha."""
     planned_looks: list[int]
     """Cumulative sample size at each planned look."""
+    pilot: int | None = None
+    """A negative control's first look, on its own samples sized for its fault (not pooled with the
+    planned looks, which then draw exactly what a positive run draws); None: no pilot."""
     alpha_per_look: float
-    """Level of each look (alpha over the number of looks)."""
+    """Level of each look (alpha over the number of looks, the pilot included)."""
     budget: int
     """Most samples the check may draw (max_samples)."""
     reaches_power: bool

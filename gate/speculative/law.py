@@ -30,12 +30,15 @@ class NextTokenTable:
     """Memoised next-token distributions after `prompt + continuation`, float64.
 
     Continuations of different lengths are scored in separate equal-length batches, so engines
-    need not support padding."""
+    need not support padding. `asked` keeps every batch in the order it was scored, with its answer:
+    a law enumerated from this table depends on nothing else (see `answers_again`)."""
 
     probs_fn: NextProbsFn
     prompt: torch.Tensor
     """[T0] int64."""
     chunk: int = 1024
+    asked: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    """(contexts [N, T], probs [N, V] float64 on CPU) per call of `probs_fn`, in order."""
     _cache: dict[Seq, torch.Tensor] = field(default_factory=dict)
 
     def __call__(self, conts: list[Seq]) -> torch.Tensor:
@@ -51,9 +54,22 @@ class NextTokenTable:
                 ctx = torch.cat([self.prompt.expand(len(part), -1), tail], 1)
                 with torch.no_grad():
                     probs = self.probs_fn(ctx).double().cpu()
+                self.asked.append((ctx, probs))
                 for c, row in zip(part, probs, strict=True):
                     self._cache[c] = row
         return torch.stack([self._cache[c] for c in conts])
+
+
+def answers_again(probs_fn: NextProbsFn, asked: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Whether `probs_fn` gives, bit for bit, the answers a table recorded (`NextTokenTable.asked`),
+    asked in the same batches in the same order (an engine's rounding may depend on the batch).
+
+    Enumeration is deterministic given the answers: the contexts asked next follow from the answers
+    to those before. So a law enumerated from the recorded table is exactly the law `probs_fn` would
+    give, and one that answers differently anywhere (a fault in the model, not in the sampler's rule)
+    gets its law enumerated afresh."""
+    with torch.no_grad():
+        return all(torch.equal(probs_fn(contexts).double().cpu(), probs) for contexts, probs in asked)
 
 
 def next_probs_from_logits(
