@@ -23,8 +23,12 @@ from gate.protocols import DecodePath, SpeculativePath
 if TYPE_CHECKING:
     from gate.speculative.sampler import SpeculativeSample
 
-SHORT = 8
-"""Tokens a control decodes first: a greedy divergence there already fails the check."""
+
+def probe_tokens(k: int) -> int:
+    """Tokens a control decodes first: k + 1, so every prompt's first round (k drafts verified, a
+    rejection's replacement or the bonus token) lies inside, where a verification fault shows first;
+    a greedy divergence there already fails the check."""
+    return k + 1
 
 
 def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -> torch.Tensor:
@@ -50,14 +54,16 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
     expected = ctx.cache.get(
         ("target-greedy", ctx.reference, prompts, n), lambda: target_greedy(ctx.reference, prompts, n).cpu()
     )
-    if ctx.stop_at_first_failure and n > SHORT:
-        # a control: a greedy continuation that already differs in its first SHORT tokens fails the
-        # check whatever follows, so a short run goes first and the full one only if it agrees
+    short = probe_tokens(spec.num_draft_tokens)
+    if ctx.stop_at_first_failure and n > short:
+        # a control: a greedy continuation that already differs in its first rounds fails the check
+        # whatever follows, so a short run goes first and the full one only if it agrees (a fault
+        # greedy decoding cannot see, or a harmless one, pays the short run on top of the full one)
         out = spec.sample(
-            prompts, SHORT, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device)
+            prompts, short, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device)
         )
-        if bool((out.tokens.cpu() != expected[:, :SHORT]).any()):
-            return _judged(ctx, p, spec, expected[:, :SHORT], out, [m for m in lengths if m <= SHORT] or [SHORT])
+        if bool((out.tokens.cpu() != expected[:, :short]).any()):
+            return _judged(ctx, p, spec, expected[:, :short], out, [m for m in lengths if m <= short] or [short])
     out = spec.sample(prompts, n, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device))
     return _judged(ctx, p, spec, expected, out, lengths)
 

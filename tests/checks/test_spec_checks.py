@@ -189,14 +189,15 @@ def test_greedy_equals_target_and_accept_all_is_caught() -> None:
     assert bad.status == "fail" and bad.detected_at is not None
 
 
-def test_a_greedy_control_decodes_a_short_run_first_and_the_full_one_only_if_it_agrees() -> None:
+def test_a_greedy_control_decodes_the_first_round_first_and_the_full_run_only_if_it_agrees() -> None:
     from dataclasses import replace
 
-    from gate.checks.spec_greedy import SHORT
+    from gate.checks.spec_greedy import probe_tokens
 
     claim = {"level": "greedy-tokens", "tokens": [8, 24]}
     caught = spec_greedy(replace(context("accept-all", claim=claim), stop_at_first_failure=True), SpecGreedyParams())
-    assert caught.status == "fail" and caught.metrics["n_tokens"] == SHORT and caught.detected_at is not None
+    assert caught.status == "fail" and caught.detected_at is not None
+    assert caught.metrics["n_tokens"] == probe_tokens(2) == 3  # every prompt's first round: k + 1 tokens
     full = spec_greedy(context("accept-all", claim=claim), SpecGreedyParams())
     assert full.detected_at == caught.detected_at  # greedy decoding is causal: the same first divergence
     # a fault invisible to greedy decoding gets the full run, as a positive run would

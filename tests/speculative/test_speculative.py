@@ -13,7 +13,14 @@ import torch
 
 from gate.errors import UnknownFault
 from gate.speculative.gof import g_test, pool_cells, power, required_samples
-from gate.speculative.law import NextTokenTable, marginal, next_probs_from_logits, sampler_law, target_law
+from gate.speculative.law import (
+    NextTokenTable,
+    answers_again,
+    marginal,
+    next_probs_from_logits,
+    sampler_law,
+    target_law,
+)
 from gate.speculative.sampler import CORRECT, FAULTS, SpeculativeSampler, apply_fault, target_only_sample, warp
 
 V, K, H, TOP_K = 12, 2, 3, 4
@@ -81,6 +88,29 @@ def test_correct_sampler_law_is_the_target_law_and_faults_move_it() -> None:
             assert tv < 1e-12, "dropping the bonus token keeps the distribution"
         else:
             assert tv > 5e-3, fault
+
+
+def test_a_table_records_its_batches_and_a_model_that_answers_any_of_them_differently_is_told_apart() -> None:
+    """What lets a run share a law: the same answers to the same batches give the same law."""
+    target, draft = tables()
+    law = sampler_law(target, draft, CORRECT, K, H)
+    assert draft.asked and all(probs.dtype == torch.float64 for _, probs in draft.asked)
+    assert sum(len(contexts) for contexts, _ in draft.asked) == len(draft._cache)
+    probs = next_probs_from_logits(DRAFT, 1.0, TOP_K)
+    assert answers_again(probs, draft.asked)
+    deepest = max(contexts.shape[1] for contexts, _ in draft.asked)
+
+    def deep_only(contexts: torch.Tensor) -> torch.Tensor:  # a different draft two tokens past the prompt
+        out = probs(contexts)
+        return out.roll(1, dims=-1) if contexts.shape[1] == deepest else out
+
+    assert not answers_again(deep_only, draft.asked)
+    _, changed = tables()
+    changed.probs_fn = deep_only
+    assert sampler_law(tables()[0], changed, apply_fault(CORRECT, "bonus-from-draft"), K, H) != sampler_law(
+        target, draft, apply_fault(CORRECT, "bonus-from-draft"), K, H
+    )
+    assert law == sampler_law(*tables(), CORRECT, K, H)
 
 
 def test_bonus_faults_are_invisible_within_the_draft_length() -> None:
