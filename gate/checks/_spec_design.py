@@ -15,6 +15,13 @@ reject, walks the planned looks exactly as a positive run draws them. Bonferroni
 too: every look of the control, the pilot included, is at alpha / (planned looks + 1), a level no
 looser than the positive run's, and the pilot is taken only if the planned looks keep the declared
 power at that level.
+
+What no pilot can shorten: a fault whose exact law is the target's (drop-bonus, harmless) has no
+law to size a pilot for and must walk the planned looks to be judged `tolerated`, and a fault that
+turns out not to change the sampler (bonus-from-draft on a sampler that already drops the bonus
+token) walks them after its pilot to be judged `unobservable`. Each costs about one positive run
+(drop-bonus 0.61 s against the run's 0.64 s on reference-spec-correct, benchmarks/spec_controls.md),
+so the controls of a policy that lists drop-bonus cost at least that much, never half the run.
 """
 
 from __future__ import annotations

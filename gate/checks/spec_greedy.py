@@ -57,8 +57,11 @@ def spec_greedy(ctx: CheckContext, p: SpecGreedyParams) -> Outcome:
     short = probe_tokens(spec.num_draft_tokens)
     if ctx.stop_at_first_failure and n > short:
         # a control: a greedy continuation that already differs in its first rounds fails the check
-        # whatever follows, so a short run goes first and the full one only if it agrees (a fault
-        # greedy decoding cannot see, or a harmless one, pays the short run on top of the full one)
+        # whatever follows, so a short run goes first and the full one only if it agrees. A fault
+        # greedy decoding cannot see (residual-from-target) or a harmless one (drop-bonus) decodes
+        # in full on top (0.13-0.14 s each against a 0.18 s run, of which 75 ms is the target's own
+        # continuation the controls read from the run cache): by construction their two controls
+        # cost more than half the run (benchmarks/spec_controls.md)
         out = spec.sample(
             prompts, short, temperature=0.0, top_k=None, generator=sampling_generator(ctx.seed, ctx.device)
         )
