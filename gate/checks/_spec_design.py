@@ -125,17 +125,52 @@ def shared_design(
     target_power: float,
 ) -> Design:
     """The run's design, computed once; a candidate that answers any query differently gets its own."""
+
+    def null_law() -> tuple[Law, list[float]]:
+        gaps: list[float] = []
+        return target_law(NextTokenTable(_reference_probs(ctx, p.temperature, p.top_k, gaps), prompt), horizon), gaps
+
+    def enumerated() -> Design:
+        # the reference side is the same for every candidate: enumerated once per run
+        key = ("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon)
+        law0, gaps = ctx.cache.get(key, null_law)
+        target = _table(spec.target_next_token_probs, prompt, p.temperature, p.top_k)
+        draft = _table(spec.draft_next_token_probs, prompt, p.temperature, p.top_k)
+        k = spec.num_draft_tokens
+        try:
+            alt_laws = {f: sampler_law(target, draft, apply_fault(CORRECT, f), k, horizon) for f in FAULTS}
+        except NotImplementedError:  # no draft probabilities (e.g. prompt lookup): no alternatives, no power
+            alt_laws = {}
+        cells = sorted(set(law0).union(*alt_laws.values()), key=lambda c: (-law0.get(c, 0.0), c))
+        p0 = np.array([law0.get(c, 0.0) for c in cells])
+        alts = {f: np.array([law.get(c, 0.0) for c in cells]) for f, law in alt_laws.items()}
+        unobservable = _unobservable(p0, alts, p.power_against)
+        required = [f for f in p.power_against if f in alts and f not in unobservable]
+        return Design(
+            law0=law0,
+            gaps=gaps,
+            enumerated=bool(alt_laws),
+            cells=cells,
+            index={c: i for i, c in enumerate(cells)},
+            p0=p0,
+            alts=alts,
+            unobservable=unobservable,
+            required=required,
+            looks=_plan_looks(p0, alts, required, p, alpha, target_power),
+            asked=(target.asked, draft.asked) if alt_laws else None,
+        )
+
     fresh: list[Design] = []
 
     def compute() -> Design:
-        fresh.append(_design(ctx, spec, prompt, p, horizon, alpha, target_power))
+        fresh.append(enumerated())
         return fresh[0]
 
     key = ("spec-distribution-design", ctx.reference, prompt, p.model_dump(), spec.num_draft_tokens, horizon)
     shared = ctx.cache.get((*key, alpha, target_power), compute)
     if fresh or _answers_as_enumerated(spec, p, shared):
         return shared
-    return _design(ctx, spec, prompt, p, horizon, alpha, target_power)
+    return enumerated()
 
 
 def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, design: Design) -> bool:
@@ -148,48 +183,6 @@ def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, des
         ) and answers_again(lambda c: spec.draft_next_token_probs(c, temperature=p.temperature, top_k=p.top_k), draft)
     except NotImplementedError:
         return False
-
-
-def _design(
-    ctx: CheckContext,
-    spec: SpeculativePath,
-    prompt: torch.Tensor,
-    p: SpecDistributionParams,
-    horizon: int,
-    alpha: float,
-    target_power: float,
-) -> Design:
-    def null_law() -> tuple[Law, list[float]]:
-        gaps: list[float] = []
-        return target_law(NextTokenTable(_reference_probs(ctx, p.temperature, p.top_k, gaps), prompt), horizon), gaps
-
-    # the reference side is the same for every candidate: enumerated once per run
-    law0, gaps = ctx.cache.get(("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon), null_law)
-    target = _table(spec.target_next_token_probs, prompt, p.temperature, p.top_k)
-    draft = _table(spec.draft_next_token_probs, prompt, p.temperature, p.top_k)
-    k = spec.num_draft_tokens
-    try:
-        alt_laws = {f: sampler_law(target, draft, apply_fault(CORRECT, f), k, horizon) for f in FAULTS}
-    except NotImplementedError:  # no draft probabilities (e.g. prompt lookup): no alternatives, no power
-        alt_laws = {}
-    cells = sorted(set(law0).union(*alt_laws.values()), key=lambda c: (-law0.get(c, 0.0), c))
-    p0 = np.array([law0.get(c, 0.0) for c in cells])
-    alts = {f: np.array([law.get(c, 0.0) for c in cells]) for f, law in alt_laws.items()}
-    unobservable = _unobservable(p0, alts, p.power_against)
-    required = [f for f in p.power_against if f in alts and f not in unobservable]
-    return Design(
-        law0=law0,
-        gaps=gaps,
-        enumerated=bool(alt_laws),
-        cells=cells,
-        index={c: i for i, c in enumerate(cells)},
-        p0=p0,
-        alts=alts,
-        unobservable=unobservable,
-        required=required,
-        looks=_plan_looks(p0, alts, required, p, alpha, target_power),
-        asked=(target.asked, draft.asked) if alt_laws else None,
-    )
 
 
 def _unobservable(p0: np.ndarray, alts: dict[str, np.ndarray], faults: list[str]) -> dict[str, str]:
