@@ -29,6 +29,7 @@ result says so; so does a path that does not batch continuously.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -73,40 +74,62 @@ def reference_request(reference: DecodePath, prompt: torch.Tensor, steps: int) -
     return Request(prompt, tokens[0].cpu(), rows)
 
 
-def alone(candidate: DecodePath, request: Request) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The candidate's rows for one request in a session of its own: [L + S - 1, V], exercise."""
+Stop = Callable[[dict[int, torch.Tensor]], bool]
+"""Told the rows each request of a setting got from one forward ({request's slot: new rows}); True
+stops the setting there (a control's early stop, `_Watch`)."""
+
+
+def alone(
+    candidate: DecodePath, request: Request, stop: Stop | None = None, rows_wanted: int | None = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The candidate's rows for one request in a session of its own: [L + S - 1, V], exercise (with
+    `stop`, up to the first forward it stops at; with `rows_wanted`, no further than that many rows)."""
     session = candidate.new_session(1)
     rows = [session.prefill(request.prompt[None])[0].float().cpu()]
+    done = stop is not None and stop({0: rows[0]})
     for token in request.continuation[:-1]:
+        if done or (rows_wanted is not None and sum(r.shape[0] for r in rows) >= rows_wanted):
+            break
         rows.append(session.append(token.view(1, 1))[0].float().cpu())
+        done = stop is not None and stop({0: rows[-1]})
     return torch.cat(rows), dict(session.exercise())
 
 
-def equal_batch(candidate: DecodePath, requests: list[Request]) -> tuple[list[torch.Tensor], dict[str, Any]]:
+def equal_batch(
+    candidate: DecodePath, requests: list[Request], stop: Stop | None = None
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
     """Requests of one length in one session: each one's rows, and the session's exercise."""
     session = candidate.new_session(len(requests))
-    first = session.prefill(torch.stack([r.prompt for r in requests])).float().cpu()
-    rows = [first]
+    rows = [session.prefill(torch.stack([r.prompt for r in requests])).float().cpu()]
+    done = stop is not None and stop(dict(enumerate(rows[0])))
     for step in range(requests[0].continuation.shape[0] - 1):
+        if done:
+            break
         tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
         rows.append(session.append(tokens).float().cpu())
+        done = stop is not None and stop(dict(enumerate(rows[-1])))
     out = torch.cat(rows, dim=1)
     return [out[i] for i in range(len(requests))], {**session.exercise(), "rows": len(requests)}
 
 
 def padded_batch(
-    candidate: BatchedSessions, requests: list[Request], side: str
+    candidate: BatchedSessions, requests: list[Request], side: str, stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
     """Requests of different lengths padded on `side` into one batch: each one's rows (a left-padded
     batch decodes the continuation; a right-padded one is prefill-only), and the exercise."""
     session = candidate.new_batched_session(len(requests), side)
-    rows = [[r.float().cpu()] for r in session.prefill([r.prompt for r in requests])]
+    first = [r.float().cpu() for r in session.prefill([r.prompt for r in requests])]
+    rows = [[r] for r in first]
+    done = stop is not None and stop(dict(enumerate(first)))
     if side == "left":
         for step in range(requests[0].continuation.shape[0] - 1):
+            if done:
+                break
             tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
             out = session.append(tokens).float().cpu()
             for i, row in enumerate(rows):
                 row.append(out[i])
+            done = stop is not None and stop(dict(enumerate(out)))
     return [torch.cat(r) for r in rows], dict(session.exercise())
 
 
@@ -122,7 +145,7 @@ def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:
 
 
 def continuous_batch(
-    candidate: ContinuousBatching, requests: list[Request]
+    candidate: ContinuousBatching, requests: list[Request], stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
     """Requests join one running batch one per forward, so each prompt's prefill shares a forward
     with the earlier requests' decode steps; each leaves when its continuation is fed, the first one
@@ -139,12 +162,63 @@ def continuous_batch(
         if waiting and len(live) < slots:
             live[session.join()] = waiting.pop(0)
         out = session.step({h: pending[i].pop(0) for h, i in live.items()})
-        for h, logits in out.items():
-            rows[live[h]].append(logits.float().cpu())
+        fed = {live[h]: logits.float().cpu() for h, logits in out.items()}
+        for i, logits in fed.items():
+            rows[i].append(logits)
+        if stop is not None and stop(fed):
+            break
         for h in [h for h, i in live.items() if not pending[i]]:
             session.leave(h)
             del live[h]
-    return [torch.cat(rows[i]) for i in range(len(requests))], dict(session.exercise())
+    empty = requests[0].rows[:0]
+    return [torch.cat(rows[i]) if rows[i] else empty for i in range(len(requests))], dict(session.exercise())
+
+
+class _Watch:
+    """A control's early stop inside a setting: the rows each forward gives a request are judged
+    against the reference's rows at the same positions, and the setting stops at the first forward
+    in which one fails (one failure proves power). The request's rows so far are then judged as a
+    whole, as a positive run judges them all."""
+
+    def __init__(self, requests: list[Request], tol: Tolerance, bounded: bool) -> None:
+        self.requests, self.tol, self.bounded = requests, tol, bounded
+        self.seen = [0] * len(requests)
+
+    def __call__(self, fed: dict[int, torch.Tensor]) -> bool:
+        failed = False
+        for slot, rows in fed.items():
+            start = self.seen[slot]
+            self.seen[slot] += int(rows.shape[0])
+            cmp = compare_rows(self.requests[slot].rows[start : start + rows.shape[0]], rows, self.tol)
+            bad = (cmp.failed | cmp.beyond_allowance) if self.bounded else cmp.failed
+            failed = failed or bool(bad.any())
+        return failed
+
+
+SETTING_WORDS: dict[str, tuple[str, ...]] = {
+    "none": ("equal", "length", "crosstalk"),
+    "left": ("left", "padded", "padding"),
+    "right": ("right", "padded", "padding"),
+    "continuous": ("continuous", "join", "leave", "slot"),
+}
+"""What each kind of setting is called, for `probe_order` (none: the equal-length batch)."""
+
+
+def probe_order(sides: list[str], control: str | None) -> list[int]:
+    """The order a run walks its batched settings in (indices into `sides`, each setting's kind):
+    as declared, except that a control walks first the settings its fault's name points at
+    (pad-attended: the padded batches; stale-slot-on-join: the continuous one). A control walks
+    the batches before the requests alone either way (a batching fault shows only in a batch);
+    a positive run walks them all, alone first."""
+    order = list(range(len(sides)))
+    if control is None:
+        return order
+    words = [w for w in control.split("-") if len(w) >= 3]
+
+    def likely(side: str) -> bool:
+        return any(v.startswith(w) or w.startswith(v) for w in words for v in SETTING_WORDS.get(side, ()))
+
+    return sorted(order, key=lambda k: not likely(sides[k]))
 
 
 def _first_failure(
@@ -216,14 +290,19 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
     if continuous:
         settings.append(("continuous", "continuous", shuffled))
 
-    observed: list[torch.Tensor] = []
+    # the observation is laid out in the positive run's order (alone, then each setting's rows), so a
+    # control that walks the whole schedule in another order is compared with it piece by piece; a
+    # control that stopped holds only the pieces it ran (a shorter observation)
+    observed: dict[tuple[int, int], torch.Tensor] = {}
     exercise: dict[str, Any] = {"padding_sides": list(sides), "requests": len(mixed) + len(same), "batches": {}}
     results: list[dict[str, Any]] = []
-    failure: dict[str, Any] | None = None
     alone_rows: dict[int, torch.Tensor] = {}
+    everyone = mixed + same
+    control = ctx.stop_at_first_failure
 
-    def judge(setting: str, index: int, req: Request, rows: torch.Tensor, own: torch.Tensor | None) -> None:
-        nonlocal failure
+    def judge(
+        setting: str, index: int, req: Request, rows: torch.Tensor, own: torch.Tensor | None
+    ) -> dict[str, Any] | None:
         ref = req.rows[: rows.shape[0]]
         found, over, ties = _first_failure(ref, rows, tol, bounded, params.top_k)
         entry: dict[str, Any] = {
@@ -240,37 +319,84 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
             entry["max_abs_delta_vs_alone"] = _max_delta(own[: rows.shape[0]], rows)
             entry["argmax_same_as_alone"] = bool((own[: rows.shape[0]].argmax(-1) == rows.argmax(-1)).all())
         results.append(entry)
-        if found is not None and failure is None:
-            failure = {"setting": setting, "request": index, "prompt_len": int(req.prompt.shape[0]), **found}
+        if found is None:
+            return None
+        return {"setting": setting, "request": index, "prompt_len": int(req.prompt.shape[0]), **found}
 
-    # alone first: a request that fails alone is not a batching bug, and says so
-    for index, req in enumerate(mixed + same):
-        rows, ex = alone(candidate, req)
+    alone_found: dict[int, dict[str, Any] | None] = {}
+
+    def run_alone(index: int, rows_wanted: int | None = None) -> dict[str, Any] | None:
+        req = everyone[index]
+        watch = _Watch([req], tol, bounded) if control else None
+        rows, ex = alone(candidate, req, watch, rows_wanted)
         alone_rows[index] = rows
-        observed.append(rows.flatten())
+        observed[(0, index)] = rows.flatten()
         exercise.setdefault("alone", ex)
-        judge("alone", index, req, rows, None)
-        if failure is not None and ctx.stop_at_first_failure:
-            break
-    for setting, side, rows_order in settings:
-        if failure is not None and ctx.stop_at_first_failure:
-            break
+        alone_found[index] = judge("alone", index, req, rows, None)
+        return alone_found[index]
+
+    def walk_alone() -> dict[str, Any] | None:
+        """Every request alone, in order, up to the first that fails (a control) or all (a positive
+        run); a request a control already ran alone and saw fail is not run again."""
+        first: dict[str, Any] | None = None
+        for index in range(len(everyone)):
+            found = alone_found[index] if alone_found.get(index) is not None else run_alone(index)
+            first = first or found
+            if first is not None and control:
+                break
+        return first
+
+    def run_setting(k: int) -> dict[str, Any] | None:
+        setting, side, rows_order = settings[k]
         if side == "none":
             group, offset = [same[i] for i in rows_order], len(mixed)
-            outs, ex = equal_batch(candidate, group)
+        else:
+            group, offset = [mixed[i] for i in rows_order], 0
+        watch = _Watch(group, tol, bounded) if control else None
+        if side == "none":
+            outs, ex = equal_batch(candidate, group, watch)
         elif side == "continuous":
             assert isinstance(candidate, ContinuousBatching)
-            group, offset = [mixed[i] for i in rows_order], 0
-            outs, ex = continuous_batch(candidate, group)
+            outs, ex = continuous_batch(candidate, group, watch)
         else:
             assert isinstance(candidate, BatchedSessions)
-            group, offset = [mixed[i] for i in rows_order], 0
-            outs, ex = padded_batch(candidate, group, side)
+            outs, ex = padded_batch(candidate, group, side, watch)
         exercise["batches"][setting] = ex
+        first: dict[str, Any] | None = None
         for slot, (i, rows) in enumerate(zip(rows_order, outs, strict=True)):
-            observed.append(rows.flatten())
+            if control and not rows.shape[0]:
+                continue  # the setting stopped before this request ran
+            observed[(1 + k, slot)] = rows.flatten()
             where = f"joined {slot + 1} of {len(group)}" if side == "continuous" else f"row {slot}"
-            judge(f"{setting} ({where})", offset + i, group[slot], rows, alone_rows.get(offset + i))
+            found = judge(f"{setting} ({where})", offset + i, group[slot], rows, alone_rows.get(offset + i))
+            first = first or found
+        return first
+
+    failure: dict[str, Any] | None = None
+    if not control:
+        # alone first: a request that fails alone is not a batching bug, and says so
+        failure = walk_alone()
+        for k in range(len(settings)):
+            found = run_setting(k)
+            failure = failure or found
+    else:
+        # a control needs one failure: the batches first (where a batching fault shows), the settings
+        # its fault's name points at before the rest, each stopping at its first failing forward
+        for k in probe_order([side for _, side, _ in settings], ctx.control):
+            failure = run_setting(k)
+            if failure is not None:
+                break
+        if failure is None:
+            failure = walk_alone()
+        else:
+            # is the request wrong alone too? then the bug is not in batching, and the failure
+            # reported is the one a positive run reports: the first request that fails alone
+            request, position = failure["request"], failure["position"]
+            if run_alone(request, rows_wanted=position + 1) is not None:
+                failure = walk_alone()
+            else:
+                failure["alone_holds_through"] = position
+    observation = torch.cat([observed[key] for key in sorted(observed)]) if observed else None
 
     metrics: dict[str, Any] = {
         "requests": len(mixed) + len(same),
@@ -293,7 +419,6 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
             f"{candidate.name} does not pad a batch of requests of different lengths "
             "(gate.protocols.BatchedSessions): judged on equal-length batches only"
         )
-    observation = torch.cat(observed) if observed else None
     if failure is not None:
         bug = _bug_class(failure["setting"])
         what = (

@@ -6,10 +6,12 @@ single-request check and every padded batch misses."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
-from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
+from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance, probe_order
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome
 from gate.engine.controls import run_control
@@ -154,3 +156,67 @@ def test_a_continuous_session_mixes_prefill_and_decode_in_one_forward() -> None:
     assert ex["forwards"] == 4 and ex["mixed_forwards"] == 2 and ex["slots_reused"] == 1
     with pytest.raises(ValueError, match="slots is taken"):
         session.join()  # b and c hold both slots
+
+
+SIDES = ["none", "left", "left", "right", "continuous"]
+"""The kinds of the default settings: equal-length, left-padded (twice), right-padded, continuous."""
+
+
+def test_a_control_probes_first_the_settings_its_fault_names_and_a_positive_run_keeps_the_order() -> None:
+    assert probe_order(SIDES, None) == [0, 1, 2, 3, 4]
+    assert probe_order(SIDES, "pad-attended") == [1, 2, 3, 0, 4]
+    assert probe_order(SIDES, "padding-in-positions") == [1, 2, 3, 0, 4]
+    assert probe_order(SIDES, "stale-slot-on-join") == [4, 0, 1, 2, 3]
+    assert probe_order(SIDES, "cross-request-handle") == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [*CONTROLS, "mask-origin-reset", "stale-weights", "truncated-last-block"],
+)
+def test_a_control_finds_what_the_full_walk_finds_where_it_finds_it(fault: str) -> None:
+    """Batches first, stopping at the first failing forward, then the failing request alone: the same
+    setting, request, position and diagnosis as the positive run's order walked in full (alone first),
+    also for a fault that shows alone (the failure is then the first request that fails alone)."""
+    reference, faulty = path("full"), path("static").with_fault(fault)
+    full = batch_invariance(ctx(reference, faulty), PARAMS)
+    stopped = batch_invariance(replace(ctx(reference, faulty), control=fault, stop_at_first_failure=True), PARAMS)
+    assert full.status == stopped.status == "fail"
+    assert full.diagnosis is not None and stopped.diagnosis is not None
+    assert stopped.detected_at == full.detected_at
+    assert stopped.diagnosis["setting"] == full.diagnosis["setting"]
+    assert stopped.diagnosis["bug_class"] == full.diagnosis["bug_class"]
+    assert stopped.message.split(" (it fails alone")[0] == full.message.split(" (it fails alone")[0]
+    assert len(stopped.evidence["results"]) < len(full.evidence["results"])  # it stopped early
+    if full.diagnosis["bug_class"] != "uncertain":  # a batching bug: the request was confirmed alone
+        confirmed = stopped.evidence["first_failure"]["alone_holds_through"]
+        assert confirmed == stopped.detected_at
+        assert [r["setting"] for r in stopped.evidence["results"]][-1] == "alone"
+
+
+def test_a_padding_control_runs_only_the_padded_batch_and_one_request_alone() -> None:
+    reference, candidate = path("full"), path("static")
+    context = ctx(reference, candidate)
+    clean = batch_invariance(context, PARAMS)
+    faulty = batch_invariance(
+        replace(
+            context, candidate=candidate.with_fault("pad-attended"), control="pad-attended", stop_at_first_failure=True
+        ),
+        PARAMS,
+    )
+    settings = [r["setting"] for r in faulty.evidence["results"]]
+    assert settings == [f"left-padded (row {i})" for i in range(len(PARAMS.lengths))] + ["alone"]
+    assert all(r["rows"] == r["prompt_len"] for r in faulty.evidence["results"][:-1])  # stopped after prefill
+    assert clean.evidence["results"][0]["setting"] == "alone"  # the positive run: every request alone first
+    assert [r["setting"] for r in clean.evidence["results"]].count("alone") == len(PARAMS.lengths) + 2 * 2
+
+
+def test_a_control_that_finds_nothing_walks_everything_and_lines_up_with_the_positive_run() -> None:
+    """A fault batch-invariance cannot see (reset-keeps-position: no request is reset) walks every
+    batch and every request alone, in another order, yet its observation is laid out as the positive
+    run's: the engine measures Δ = 0 and reports it unobservable, not missed."""
+    reference, candidate = path("full"), path("static")
+    context = ctx(reference, candidate)
+    clean = batch_invariance(context, PARAMS)
+    result = run_control(batch_invariance, context, PARAMS, clean, ControlSpec(fault="reset-keeps-position"))
+    assert result.outcome == ControlOutcome.unobservable and result.output_difference == 0.0
