@@ -391,8 +391,8 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
         else:
             # is the request wrong alone too? then the bug is not in batching, and the failure
             # reported is the one a positive run reports: the first request that fails alone
-            request, position = failure["request"], failure["position"]
-            if run_alone(request, rows_wanted=position + 1) is not None:
+            failing, position = failure["request"], failure["position"]
+            if run_alone(failing, rows_wanted=position + 1) is not None:
                 failure = walk_alone()
             else:
                 failure["alone_holds_through"] = position
