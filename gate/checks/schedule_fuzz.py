@@ -24,6 +24,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -117,16 +118,21 @@ requests' decode steps) twice as often as leaves and decode steps of the whole b
 
 
 def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
+    """The schedules one search draws: lists of operations, each a kind from `kinds` then its size.
+    Each kind's operation strategy is built once (the flatmap hands back the same object for the same
+    kind), so hypothesis neither validates nor analyses a fresh strategy at every draw; the choices it
+    makes, and so the schedules a seed draws, are the same as with a strategy built per draw."""
     from hypothesis import strategies as st
 
-    def op(kind: str) -> Any:
+    def build(kind: str) -> Any:
         if kind in ("feed", "join"):
             return st.tuples(st.just(kind), st.integers(1, params.max_chunk))
         if kind == "leave":
             return st.tuples(st.just("leave"), st.integers(0, params.slots - 1))
         return st.just(("feed", 1) if kind == "decode" else (kind,))
 
-    return st.lists(st.sampled_from(kinds).flatmap(op), min_size=1, max_size=params.max_steps)
+    ops = {kind: build(kind) for kind in dict.fromkeys(kinds)}
+    return st.lists(st.sampled_from(kinds).flatmap(ops.__getitem__), min_size=1, max_size=params.max_steps)
 
 
 def _snippet(
@@ -177,6 +183,7 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         bounded=bounds_logits(ctx),
         edges=edges,
         slots=params.slots,
+        memo=ctx.cache,
     )
     probe = runner.run(PROBE, keep_logits=True)
     kinds: Counter[str] = Counter()
@@ -235,7 +242,11 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
     minimal: list[Op] | None = None
     for alphabet, examples, seed in passes:
         try:
-            minimal = find(_strategy(params, alphabet), fails, settings=budget(examples), random=random.Random(seed))
+            strategy = ctx.cache.get(
+                ("schedule-fuzz strategy", params.max_chunk, params.slots, params.max_steps, alphabet),
+                partial(_strategy, params, alphabet),
+            )
+            minimal = find(strategy, fails, settings=budget(examples), random=random.Random(seed))
         except NoSuchExample:
             continue
         except _BudgetSpent:

@@ -163,3 +163,67 @@ def test_a_stale_slot_shrinks_to_a_join_after_a_leave_and_replays() -> None:
     schedule = [("join", 3), ("join", 2), ("step",), ("leave", 0), ("join", 4), ("step",)]
     assert replay(path("full"), path("static"), schedule).endswith("every step holds")
     assert "argmax differs" in replay(path("full"), path("static").with_fault(fault), schedule)
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_the_quick_judgement_of_a_step_agrees_with_the_full_comparison(bounded: bool) -> None:
+    """A step whose rows all pick the reference's token (and, under a bounding claim, stay within the
+    deny allowance) skips compare_rows; anything else (flips, ties, NaN, inf, a |Δ| beyond the
+    allowance) takes the full comparison, so the verdict on every step is the full comparison's."""
+    import torch
+
+    from gate.checks._compare import Tolerance
+    from gate.checks._schedule import ScheduleRunner
+
+    runner = ScheduleRunner(
+        path("full"), path("static"), vocab=8, batch=2, max_tokens=8, seed=0,
+        tol=Tolerance(1e-3, 1e-3, "params"), bounded=bounded,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    for case in range(400):
+        ref = torch.randn(2, 3, 8, generator=gen)
+        out = ref.clone()
+        kind = case % 8
+        if kind == 1:  # a small nudge: within tolerance
+            out += 1e-4 * torch.randn(2, 3, 8, generator=gen)
+        elif kind == 2:  # beyond the deny allowance, argmax kept
+            out += 0.5
+        elif kind == 3:  # a flip
+            out[1, 2] = -out[1, 2]
+        elif kind == 4:  # a near tie flipped
+            top = ref[0, 1].argmax()
+            other = (top + 1) % 8
+            ref[0, 1, other] = ref[0, 1, top] - 1e-5
+            out = ref.clone()
+            out[0, 1, other] += 1e-3
+        elif kind == 5:
+            out[0, 0, 3] = float("nan")
+        elif kind == 6:
+            out[1, 0, 2] = float("inf")
+        elif kind == 7:
+            ref[0, 2, 5] = float("-inf")
+            out[0, 2, 5] = float("-inf")
+        assert runner._judge(ref, out, 4) == runner._first_bad(ref, out, 4), (case, kind)
+
+
+def test_controls_share_the_schedules_strategy_and_the_references_rows_of_the_positive_run() -> None:
+    """The strategy and the reference's rows for a seeded stream are the same for the positive run and
+    every control of a run (a control's fault is in the candidate only): the run cache holds them once,
+    and a control reads what the positive run computed."""
+    from dataclasses import replace
+
+    from gate.engine.run_cache import RunCache
+
+    cache = RunCache()
+    clean = schedule_fuzz(replace(context(path("static")), cache=cache), PARAMS)
+    assert clean.status == "pass"
+    hits, misses = cache.hits, cache.misses
+    faulty = path("static").with_fault("stale-slot-on-join")
+    out = schedule_fuzz(replace(context(faulty, fault="stale-slot-on-join", control=True), cache=cache), PARAMS)
+    assert out.status == "fail"
+    # the probe's rows and the strategies are all known; a control's short first look at each search
+    # draws a few schedules the positive run did not (hypothesis's generation follows its budget)
+    assert cache.hits - hits > 2 * (cache.misses - misses)
+    # the shared rows are the reference's: the same verdicts as a run that computes its own
+    alone = schedule_fuzz(context(faulty, fault="stale-slot-on-join", control=True), PARAMS)
+    assert alone.message == out.message and alone.detected_at == out.detected_at
