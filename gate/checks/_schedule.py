@@ -67,6 +67,18 @@ class Joined:
     length: int = 0
 
 
+@dataclass(frozen=True)
+class Oracle:
+    """The reference's rows over a request's first tokens and what a step's quick judgement reads."""
+
+    rows: torch.Tensor
+    """[B, end, V] float32."""
+    top: torch.Tensor
+    """[B, end] each row's top token."""
+    limit: torch.Tensor
+    """[B, end] DENY_ALLOWANCE x each row's tolerance."""
+
+
 @dataclass
 class ScheduleResult:
     """One schedule's run."""
@@ -110,28 +122,37 @@ class ScheduleRunner:
         self.vocab, self.batch, self.max_tokens, self.seed = vocab, batch, max_tokens, seed
         self.tol, self.bounded = tol, bounded
         self.edges = {k: tuple(e for e in v if e <= max_tokens + 1) for k, v in (edges or {}).items()}
-        self._rows: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._rows: dict[tuple[Any, ...], Oracle] = {}
+        self._streams: dict[int, torch.Tensor] = {}
         self.memo = memo
         """The run's cache (ctx.cache): the reference's rows for a stream are the same for every
         runner of the run with the same seed and shape (a control's fault is in the candidate only),
         so the positive run's and every control's runners compute each of them once."""
 
     def _stream(self, request: int) -> torch.Tensor:
-        return random_tokens(self.vocab, self.batch, self.max_tokens, self.seed * 1009 + request)
+        if request not in self._streams:
+            self._streams[request] = random_tokens(self.vocab, self.batch, self.max_tokens, self.seed * 1009 + request)
+        return self._streams[request]
 
-    def _reference_rows(self, live: Live | Joined, end: int) -> torch.Tensor:
+    def _reference_rows(self, live: Live | Joined, end: int) -> Oracle:
+        """The reference's rows over the request's first `end` tokens, with what the quick judgement
+        of a step reads from them (each row's top token and its deny limit)."""
         key = (live.key, end)
         if key not in self._rows:
             tokens = live.stream[:, :end]
             if self.memo is None:
-                self._rows[key] = self.reference.full_logits(tokens).float().cpu()
+                self._rows[key] = self._oracle(tokens)
             else:  # the stream is a function of (seed, batch, max_tokens, vocab, key)
                 shape = (self.seed, self.batch, self.max_tokens, self.vocab)
                 self._rows[key] = self.memo.get(
-                    ("schedule-fuzz reference rows", self.reference, shape, key),
-                    lambda: self.reference.full_logits(tokens).float().cpu(),
+                    ("schedule-fuzz reference rows", self.reference, shape, self.tol.atol, self.tol.rtol, key),
+                    lambda: self._oracle(tokens),
                 )
         return self._rows[key]
+
+    def _oracle(self, tokens: torch.Tensor) -> Oracle:
+        rows = self.reference.full_logits(tokens).float().cpu()
+        return Oracle(rows, rows.argmax(-1), DENY_ALLOWANCE * self.tol.row(rows))
 
     def run(self, ops: Sequence[Op], *, keep_logits: bool = False) -> ScheduleResult:
         result = ScheduleResult()
@@ -214,8 +235,7 @@ class ScheduleRunner:
             result.longest = max(result.longest, live.length)
             if keep_logits:
                 result.logits.append(out.flatten())
-            ref = self._reference_rows(live, start + n)[:, start : start + n]
-            failure = self._judge(ref, out, start)
+            failure = self._judge(self._reference_rows(live, start + n), out, start)
             if failure is not None:
                 result.failure = {"step": len(result.steps), **failure}
                 break
@@ -262,21 +282,27 @@ class ScheduleRunner:
             logits = out[h].float().cpu()[None]
             if keep_logits:
                 result.logits.append(logits.flatten())
-            found = self._judge(self._reference_rows(member, start + n)[:, start : start + n], logits, start)
+            found = self._judge(self._reference_rows(member, start + n), logits, start)
             if found is not None and failure is None:
                 failure = {**found, "row": 0, "request": member.order}
         return failure
 
-    def _judge(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:
-        # the common case first: every row picks the reference's token and nothing is NaN (a NaN or an
-        # inf - inf anywhere makes the sum NaN and takes the full comparison), and under a claim that
-        # bounds logits every |Δ| is within the deny allowance: no row can fail. compare_rows (topk,
-        # tie band, margins) runs only where one might.
-        if not bool((out.sum() + ref.sum()).isnan()) and bool((ref.argmax(-1) == out.argmax(-1)).all()):
-            if not self.bounded:
-                return None
-            if bool(((ref - out).abs().amax(-1) <= DENY_ALLOWANCE * self.tol.row(ref)).all()):
-                return None
+    def _judge(self, oracle: Oracle, out: torch.Tensor, start: int) -> dict[str, Any] | None:
+        """The first failing row of a step `out` [B, n, V] (positions start..start+n-1), or None.
+
+        The common case first: every row picks the reference's token, and under a claim that bounds
+        logits every |Δ| is within the deny allowance (a NaN anywhere fails that test), or without one
+        nothing is NaN; then no row can fail. The full comparison (topk, tie band, margins) runs only
+        where one might, so the verdict on every step is the full comparison's."""
+        end = start + out.shape[1]
+        ref, top = oracle.rows[:, start:end], oracle.top[:, start:end]
+        agree = top == out.argmax(-1)
+        if self.bounded:
+            held = agree & ((ref - out).abs().amax(-1) <= oracle.limit[:, start:end])
+        else:
+            held = agree & ~out.isnan().any(-1)
+        if bool(held.all()):
+            return None
         return self._first_bad(ref, out, start)
 
     def _first_bad(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:

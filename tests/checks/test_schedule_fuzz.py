@@ -172,38 +172,39 @@ def test_the_quick_judgement_of_a_step_agrees_with_the_full_comparison(bounded: 
     allowance) takes the full comparison, so the verdict on every step is the full comparison's."""
     import torch
 
-    from gate.checks._compare import Tolerance
-    from gate.checks._schedule import ScheduleRunner
+    from gate.checks._compare import DENY_ALLOWANCE, Tolerance
+    from gate.checks._schedule import Oracle, ScheduleRunner
 
+    tol = Tolerance(1e-3, 1e-3, "params")
     runner = ScheduleRunner(
-        path("full"), path("static"), vocab=8, batch=2, max_tokens=8, seed=0,
-        tol=Tolerance(1e-3, 1e-3, "params"), bounded=bounded,
+        path("full"), path("static"), vocab=8, batch=2, max_tokens=8, seed=0, tol=tol, bounded=bounded
     )  # fmt: skip
     gen = torch.Generator().manual_seed(0)
+    start, n = 4, 3
     for case in range(400):
-        ref = torch.randn(2, 3, 8, generator=gen)
-        out = ref.clone()
+        full = torch.randn(2, start + n, 8, generator=gen)
         kind = case % 8
+        if kind == 4:  # a near tie the candidate flips
+            top = full[0, start + 1].argmax()
+            full[0, start + 1, (top + 1) % 8] = full[0, start + 1, top] - 1e-5
+        elif kind == 7:
+            full[0, start + 2, 5] = float("-inf")
+        ref = full[:, start:]
+        out = ref.clone()
         if kind == 1:  # a small nudge: within tolerance
-            out += 1e-4 * torch.randn(2, 3, 8, generator=gen)
+            out += 1e-4 * torch.randn(2, n, 8, generator=gen)
         elif kind == 2:  # beyond the deny allowance, argmax kept
             out += 0.5
         elif kind == 3:  # a flip
             out[1, 2] = -out[1, 2]
-        elif kind == 4:  # a near tie flipped
-            top = ref[0, 1].argmax()
-            other = (top + 1) % 8
-            ref[0, 1, other] = ref[0, 1, top] - 1e-5
-            out = ref.clone()
-            out[0, 1, other] += 1e-3
+        elif kind == 4:
+            out[0, 1, (out[0, 1].argmax() + 1) % 8] += 1e-3
         elif kind == 5:
             out[0, 0, 3] = float("nan")
         elif kind == 6:
             out[1, 0, 2] = float("inf")
-        elif kind == 7:
-            ref[0, 2, 5] = float("-inf")
-            out[0, 2, 5] = float("-inf")
-        assert runner._judge(ref, out, 4) == runner._first_bad(ref, out, 4), (case, kind)
+        oracle = Oracle(full, full.argmax(-1), DENY_ALLOWANCE * tol.row(full))
+        assert runner._judge(oracle, out, start) == runner._first_bad(ref, out, start), (case, kind)
 
 
 def test_controls_share_the_schedules_strategy_and_the_references_rows_of_the_positive_run() -> None:
