@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -228,3 +229,50 @@ def test_controls_share_the_schedules_strategy_and_the_references_rows_of_the_po
     # the shared rows are the reference's: the same verdicts as a run that computes its own
     alone = schedule_fuzz(context(faulty, fault="stale-slot-on-join", control=True), PARAMS)
     assert alone.message == out.message and alone.detected_at == out.detected_at
+
+
+def test_a_schedules_sessions_are_freed_inside_a_subject_region() -> None:
+    """Freeing the caches the subject allocated (in its own region) is the subject's work: the
+    runner drops a schedule's sessions inside a subject region, so `--profile` books it there."""
+    import weakref
+
+    from gate._util import regions
+    from gate.checks._compare import Tolerance
+    from gate.checks._schedule import ScheduleRunner
+
+    class Tracked:
+        """The static path, remembering (weakly) every session it hands out."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.sessions = inner, []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def new_session(self, batch: int) -> Any:
+            session = self.inner.new_session(batch)
+            self.sessions.append(weakref.ref(session))
+            return session
+
+    candidate = Tracked(path("static"))
+    alive_at_leave: list[list[bool]] = []
+
+    class Observer:
+        def subject_enter(self) -> None:
+            pass
+
+        def subject_leave(self) -> None:
+            alive_at_leave.append([ref() is not None for ref in candidate.sessions])
+
+    runner = ScheduleRunner(
+        path("full"), candidate, vocab=256, batch=2, max_tokens=32, seed=0,
+        tol=Tolerance(1e-4, 1e-4, "params"), bounded=True,
+    )  # fmt: skip
+    previous = regions.observe(Observer())
+    try:
+        result = runner.run([("feed", 5), ("fork",), ("feed", 2), ("switch",), ("feed", 1)])
+    finally:
+        regions.observe(previous)
+    assert result.failure is None and len(candidate.sessions) == 2
+    assert alive_at_leave[-2] == [True, True]  # the last step's region: both sessions live
+    assert alive_at_leave[-1] == [False, False]  # the release region: both freed inside it
