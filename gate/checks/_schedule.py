@@ -213,7 +213,10 @@ class ScheduleRunner:
                     torch.cat([prefix, fresh], dim=1),
                     (live.key, live.length, requests),
                 )
-                lives = [lives[active], child]
+                dropped, lives = lives, [lives[active], child]
+                if len(dropped) > 1:  # the other live session goes, with its cache (the subject's work)
+                    with subject_call(f"{type(self.candidate).__name__} session released", sessions=1):
+                        del dropped
                 active = 1
                 result.steps.append(("fork",))
                 result.kinds["fork"] += 1
@@ -245,7 +248,7 @@ class ScheduleRunner:
             result.kinds["slot reuse"] += int(result.exercise["continuous"].get("slots_reused", 0))
         # the schedule's sessions (and the running batch) go with their caches: freeing what the
         # subject allocated in its own region (a static cache of max_len slots: about 0.4 ms a session
-        # on the tiny model) is the subject's work, not gate's
+        # on the tiny model) is the subject's work, not gate's (so is a session a fork replaces)
         with subject_call(f"{type(self.candidate).__name__} sessions released", sessions=len(lives)):
             lives.clear()
             live = child = None  # type: ignore[assignment]

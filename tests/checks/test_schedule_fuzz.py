@@ -255,14 +255,14 @@ def test_a_schedules_sessions_are_freed_inside_a_subject_region() -> None:
             return session
 
     candidate = Tracked(path("static"))
-    alive_at_leave: list[list[bool]] = []
+    events: list[tuple[str, list[bool]]] = []  # (enter or leave, which sessions are alive)
 
     class Observer:
         def subject_enter(self) -> None:
-            pass
+            events.append(("enter", [ref() is not None for ref in candidate.sessions]))
 
         def subject_leave(self) -> None:
-            alive_at_leave.append([ref() is not None for ref in candidate.sessions])
+            events.append(("leave", [ref() is not None for ref in candidate.sessions]))
 
     runner = ScheduleRunner(
         path("full"), candidate, vocab=256, batch=2, max_tokens=32, seed=0,
@@ -270,9 +270,12 @@ def test_a_schedules_sessions_are_freed_inside_a_subject_region() -> None:
     )  # fmt: skip
     previous = regions.observe(Observer())
     try:
-        result = runner.run([("feed", 5), ("fork",), ("feed", 2), ("switch",), ("feed", 1)])
+        result = runner.run([("feed", 5), ("switch",), ("feed", 2), ("fork",), ("feed", 1)])
     finally:
         regions.observe(previous)
-    assert result.failure is None and len(candidate.sessions) == 2
-    assert alive_at_leave[-2] == [True, True]  # the last step's region: both sessions live
-    assert alive_at_leave[-1] == [False, False]  # the release region: both freed inside it
+    assert result.failure is None and len(candidate.sessions) == 3
+    regions_seen = list(zip(events[::2], events[1::2], strict=True))
+    # the fork replaced the first session (switched away from): freed inside a region of its own
+    assert (("enter", [True, True, True]), ("leave", [False, True, True])) in regions_seen
+    # the release region at the end: the other two freed inside it
+    assert regions_seen[-1] == (("enter", [False, True, True]), ("leave", [False, False, False]))
