@@ -28,6 +28,9 @@ from functools import partial
 from typing import Any
 
 import torch
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky, NoSuchExample
 
 from gate.checks._compare import Tolerance, bounds_logits, tolerance_for
 from gate.checks._diagnosis import BUG_CLASSES
@@ -122,8 +125,6 @@ def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
     Each kind's operation strategy is built once (the flatmap hands back the same object for the same
     kind), so hypothesis neither validates nor analyses a fresh strategy at every draw; the choices it
     makes, and so the schedules a seed draws, are the same as with a strategy built per draw."""
-    from hypothesis import strategies as st
-
     def build(kind: str) -> Any:
         if kind in ("feed", "join"):
             return st.tuples(st.just(kind), st.integers(1, params.max_chunk))
@@ -165,9 +166,6 @@ def _snippet(
 @check("schedule-fuzz", params=ScheduleFuzzParams)
 def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
     """Random cache schedules, every step against a full pass; a failure shrinks to a reproducer."""
-    from hypothesis import HealthCheck, Phase, find, settings
-    from hypothesis.errors import Flaky, NoSuchExample
-
     reference, candidate = ctx.reference, ctx.candidate
     tol = tolerance_for(ctx, params.atol, params.rtol)
     max_tokens = min(params.max_tokens, reference.max_len, candidate.max_len)
