@@ -125,6 +125,7 @@ def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
     Each kind's operation strategy is built once (the flatmap hands back the same object for the same
     kind), so hypothesis neither validates nor analyses a fresh strategy at every draw; the choices it
     makes, and so the schedules a seed draws, are the same as with a strategy built per draw."""
+
     def build(kind: str) -> Any:
         if kind in ("feed", "join"):
             return st.tuples(st.just(kind), st.integers(1, params.max_chunk))
