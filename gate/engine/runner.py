@@ -7,8 +7,8 @@ Every check runs even when an earlier one fails; an exception inside a check bec
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -401,6 +401,20 @@ def check_device(loaded: LoadedManifest) -> None:
         )
 
 
+@contextmanager
+def _settled_heap() -> Iterator[None]:
+    """Everything loaded so far (libraries, models, policies) outlives the checks: moved out of the
+    cyclic collector's sight while they run, so a full collection (one a library's first call can
+    set off) walks only what the checks made; handed back afterwards, so nothing outlives the run."""
+    import gc
+
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     """Run a manifest end to end and write `results.json` atomically into `options.out_dir`."""
     from gate.core.check import CheckContext
@@ -453,7 +467,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
 
     cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
     clock = ForwardClock() if options.profile else None
-    with clock or nullcontext():
+    with clock or nullcontext(), _settled_heap():
         for planned in plan.checks:
             if planned.check in not_run:
                 checks.append(_not_run(planned, options.only))
