@@ -123,34 +123,40 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
     if not isinstance(candidate, AttentionProbe):
         return Outcome(status="skip", message=f"{candidate.name} offers no AttentionProbe (attention_probe)")
     rows: list[dict[str, Any]] = []
-    observed: list[torch.Tensor] = []
+    row_observed: dict[int, torch.Tensor] = {}  # by the positive run's index
     failures: list[str] = []
     probed: list[Case] = []  # one entry per probe call
     # the fixture depends on the params and seed alone: built once a run, shared with the controls;
     # each probe gets its own copy, so a subject that writes into its inputs cannot change the fixture
     key = ("mask-oracle-cases", params.model_dump_json(), ctx.seed)
     cases = ctx.cache.get(key, lambda: oracle_cases(params, ctx.seed))
-    for case in cases:
-        for poison in (False, True) if params.poison_tail else (False,):
+    variants = (False, True) if params.poison_tail else (False,)
+    order = probe_order([case.name for case in cases], ctx.control)
+    for position in order:
+        case = cases[position]
+        for poison in variants:
             probed.append(case)
             label = case.name + (" +poisoned-tail" if poison else "")
             requests = [[(q.clone(), k.clone(), v.clone()) for q, k, v in chunks] for chunks in case.requests]
             outputs = candidate.attention_probe(requests, poison_tail=poison)
             row = _judge(case, outputs, params.rtol)
             row["case"], row["poisoned_tail"] = case.name, poison
+            row["index"] = position * len(variants) + poison  # in the positive run's order
             rows.append(row)
-            observed.extend(o.detach().double().cpu().flatten() for req in outputs for o in req)
+            row_observed[row["index"]] = torch.cat(
+                [o.detach().double().cpu().flatten() for req in outputs for o in req]
+            )
             if not row["ok"]:
                 failures.append(label)
                 if ctx.stop_at_first_failure:  # a control: one wrong case proves power
                     break
         if failures and ctx.stop_at_first_failure:
             break
-    seed_row = rows[0]  # seed-fixture, unpoisoned: always the first case
+    seed_row = next((r for r in rows if r["index"] == 0), None)  # seed-fixture, unpoisoned
     metrics = {
         "cases": len(rows),
         "failed_cases": len(failures),
-        "seed_fixture": seed_row["got"],
+        "seed_fixture": seed_row["got"] if seed_row else None,
         "max_abs_error": max(r["max_abs_error"] for r in rows),
     }
     evidence = {
@@ -160,7 +166,7 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
             "queries_at": [3, 4],
             "expected": [7.5, 12.4],
             "wrong_origin": [2.0, 3.0],
-            "got": seed_row["got"],
+            "got": seed_row["got"] if seed_row else None,
         },
         "cases": rows,
     }
@@ -170,7 +176,10 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
         "uses_cache": candidate.uses_cache,
         "chunks_through_cache": sum(len(chunks) for case in probed for chunks in case.requests),
     }
-    observation = torch.cat(observed)
+    # laid out in the positive run's order whatever order the cases ran in; a stopped control's is a
+    # prefix of it only when it ran the first cases
+    observation = torch.cat([row_observed[i] for i in sorted(row_observed)])
+    prefix = sorted(row_observed) == list(range(len(row_observed)))
     if failures:
         diagnosis = _diagnose(rows)
         return Outcome(
@@ -183,12 +192,12 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
             diagnosis=diagnosis,
             detected_at=_case_index(rows),
             observation=observation,
-            observation_in_run_order=True,
+            observation_in_run_order=prefix,
         )
+    got = seed_row["got"] if seed_row else [float("nan")] * 2
     return Outcome(
         status="pass",
-        message=f"all {len(rows)} oracle cases exact: cached chunk at positions 3, 4 -> "
-        f"{seed_row['got'][0]:g}, {seed_row['got'][1]:g}",
+        message=f"all {len(rows)} oracle cases exact: cached chunk at positions 3, 4 -> {got[0]:g}, {got[1]:g}",
         metrics=metrics,
         evidence=evidence,
         exercise=exercise,
@@ -222,7 +231,18 @@ def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
 
 
 def _case_index(rows: list[dict[str, Any]]) -> int:
-    return next(i for i, r in enumerate(rows) if not r["ok"])
+    return int(next(r["index"] for r in rows if not r["ok"]))
+
+
+def probe_order(names: list[str], control: str | None) -> list[int]:
+    """The cases in the order a run probes them: as declared, except that a control probes first a
+    case its fault's name points at (reset-keeps-position: reset-between-requests), where its failure
+    is likely. A positive run probes them all, in order."""
+    order = list(range(len(names)))
+    if control is None:
+        return order
+    words = set(control.split("-"))
+    return sorted(order, key=lambda i: not words & set(names[i].split("-")))
 
 
 def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -251,16 +251,33 @@ def test_mask_oracle_poisoned_tail() -> None:
 def test_mask_oracle_control_stops_at_the_first_wrong_case(fault: str, bug_class: str) -> None:
     faulty = path("static").with_fault(fault)
     whole = mask_oracle(ctx(path("full"), faulty), MaskOracleParams())
-    stopped = mask_oracle(replace(ctx(path("full"), faulty), stop_at_first_failure=True), MaskOracleParams())
-    assert stopped.status == whole.status == "fail" and stopped.detected_at == whole.detected_at
-    assert stopped.metrics["cases"] == stopped.exercise["probe_calls"] == stopped.detected_at + 1 < 12
-    assert stopped.metrics["failed_cases"] == 1
+    stopped = mask_oracle(
+        replace(ctx(path("full"), faulty), stop_at_first_failure=True, control=fault), MaskOracleParams()
+    )
+    assert stopped.status == whole.status == "fail"
+    # a control probes first the case its name points at (a reset fault: reset-between-requests, one
+    # probe, not nine) and reports where it failed, by the positive run's index
+    assert stopped.detected_at in [case["index"] for case in whole.evidence["cases"] if not case["ok"]]
+    assert stopped.metrics["cases"] == stopped.exercise["probe_calls"] == stopped.metrics["failed_cases"] == 1
     assert stopped.diagnosis is not None and stopped.diagnosis["bug_class"] == bug_class
-    # the probed cases are the positive run's first ones: the observation is a prefix of the whole one
     assert stopped.observation is not None and whole.observation is not None
-    prefix = whole.observation[: stopped.observation.numel()]
-    torch.testing.assert_close(stopped.observation, prefix, rtol=0, atol=0, equal_nan=True)
-    assert observation_difference(whole, stopped) == 0.0  # compared on that prefix, not called a change of shape
+    if stopped.detected_at == 0:  # it ran the positive run's first case: its observation is a prefix
+        assert stopped.observation_in_run_order
+        prefix = whole.observation[: stopped.observation.numel()]
+        torch.testing.assert_close(stopped.observation, prefix, rtol=0, atol=0, equal_nan=True)
+        assert observation_difference(whole, stopped) == 0.0  # compared on that prefix, not as a change of shape
+    else:
+        assert not stopped.observation_in_run_order and observation_difference(whole, stopped) == float("inf")
+
+
+def test_mask_oracle_control_walking_every_case_keeps_the_positive_layout() -> None:
+    clean = path("static")
+    whole = mask_oracle(ctx(path("full"), clean), MaskOracleParams())
+    walked = mask_oracle(
+        replace(ctx(path("full"), clean), stop_at_first_failure=True, control="reset-keeps-position"),
+        MaskOracleParams(),
+    )
+    assert walked.status == "pass" and observation_difference(whole, walked) == 0.0  # reordered, laid out alike
 
 
 def test_reset_isolation_control_compares_the_request_after_the_reset_first() -> None:
