@@ -41,13 +41,18 @@ Reading it: the fixed sweep was built for the positional and mask faults and fin
 first two or three lengths, cheaper than a search. The search's value is where the fixed schedule
 never goes: `reset-keeps-position` needs a reset between two requests, which no sweep length takes
 (0/20; reset-isolation is the fixed check for it), and the search finds it on every seed; the
-window fault needs one request past the window, found on every seed within the default budget and
-shrunk to the single step at the window's edge (`prefill 65`). Every reproducer has at most three
-steps. `stale-slot-on-join` lives only in a running batch that requests join and leave: the fixed
-sweep never reaches it (0/20), the first search (sessions) spends its 100 schedules without a
-failure, and the second (joins, leaves, decode steps of the running batch) finds it on every seed
-after 24 more on average, shrunk to three steps (`join 1, leave 0, join 1`); its schedule count
-includes the first search's 100.
+window fault needs one request past the window, found on every seed within the default budget.
+These runs are negative controls: one failing schedule proves power, so they stop at it without
+shrinking, and the reproducer steps are those of the first failing schedule as drawn (at most 8).
+A positive run that fails shrinks its failure to the shortest reproducer it can find before it
+reports it: the window fault to the single step at the window's edge (`prefill 65`), the slot
+fault to `join 1, leave 0, join 1` (docs/batch-and-schedule.md; tests/checks/test_schedule_fuzz.py
+shrinks every fault to at most five steps).
+`stale-slot-on-join` lives only in a running batch that requests join and leave: the fixed sweep
+never reaches it (0/20). A control looks first at the first 10 schedules of each search (sessions,
+then joins, leaves and decode steps of the running batch) and only then runs each in full, so the
+second search finds it without the first one's 100 schedules being drawn first; its schedule count
+includes the first search's look.
 batch-invariance's continuous setting, a fixed schedule with a slot reused, finds it too
 (benchmarks/batch_invariance.md). The clean row is what the default budget costs on a correct
 path: two searches where the path batches continuously.
