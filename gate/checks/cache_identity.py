@@ -24,7 +24,7 @@ cannot vary (no siblings, no adapters) is `unproven`, with the capability named.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gate.checks._compare import compare_rows, tolerance_for
 from gate.checks._params import CacheIdentityParams
@@ -51,6 +51,9 @@ from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import CacheIdentityEvidence
 from gate.prefix.cache import IDENTITY_ATTRS, CacheIdentity
 from gate.protocols import PrefixIdentityReport, PrefixServing, PrefixSiblings
+
+if TYPE_CHECKING:
+    import torch
 
 TENANT = "tenant-a"
 
@@ -146,11 +149,22 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     table: dict[str, dict[str, Any]] = {}
     reports = findings.needs(worker, PrefixIdentityReport, "identity report against keying") is not None
 
-    # the uncached oracle must be the reference model, or its verdicts mean nothing
     ref_rows = reference_oracle(ctx)(prompt)
-    own = worker.recompute(prompt).logits
-    if bool(compare_rows(ref_rows, own.to(ref_rows.device), tol).over_tolerance.any()):
-        violations.append("the candidate's uncached pass differs from the reference path: no oracle to judge by")
+    own_rows: list[torch.Tensor] = []
+
+    def own() -> torch.Tensor:
+        """The candidate's uncached pass over P, checked once against the reference: the uncached
+        oracle must be the reference model, or its verdicts mean nothing."""
+        if not own_rows:
+            own_rows.append(worker.recompute(prompt).logits)
+            if bool(compare_rows(ref_rows, own_rows[0].to(ref_rows.device), tol).over_tolerance.any()):
+                violations.append(
+                    "the candidate's uncached pass differs from the reference path: no oracle to judge by"
+                )
+        return own_rows[0]
+
+    if not ctx.stop_at_first_failure:  # a control checks it where it first needs it, or at the end
+        own()
 
     base_oracle = memoized(recompute_oracle(worker))  # P comes back before every field
     log.issue(worker, "base", prompt, base_key, base_oracle, tenant=TENANT)
@@ -210,7 +224,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
         if first.reused:  # a control stops here: the violation below needs nothing more
             log.fail_now(f"{field}: a request that differs only in {field} reused {first.reused} tokens")
         repeat = log.issue(other, f"{field} repeated", prompt, key, oracle, **options)
-        difference = float((oracle(prompt) - own.to(ref_rows.device)).abs().max())
+        difference = float((oracle(prompt) - own().to(ref_rows.device)).abs().max())
         table[field] = {**first.row(), "repeat_reused": repeat.reused, "computation_differs_by": difference}
         if first.reused:
             if isinstance(worker, PrefixIdentityReport) and isinstance(other, PrefixIdentityReport):
@@ -238,6 +252,7 @@ def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
 
     if again is None:  # a control that probed a single field and found nothing
         again = cache_on()
+    own()
 
     # background: cache identity, exactly
     small = pool.shared(
