@@ -117,20 +117,18 @@ def compare_rows(reference: torch.Tensor, candidate: torch.Tensor, tol: Toleranc
     import torch
 
     ref, cand = reference.float(), candidate.float()
-    delta = (ref - cand).abs().amax(dim=-1)
-    delta = torch.where(torch.isnan(cand).any(dim=-1), torch.full_like(delta, float("inf")), delta)
-    top2 = ref.topk(2, dim=-1)
-    margin = top2.values[..., 0] - top2.values[..., 1]
-    ref_top = top2.indices[..., 0]
-    cand_top = torch.nan_to_num(cand, nan=-float("inf")).argmax(dim=-1)
-    nan_rows = torch.isnan(cand).any(dim=-1)
+    nan_rows = cand.isnan().any(dim=-1)
+    delta = (ref - cand).abs().amax(dim=-1).masked_fill(nan_rows, float("inf"))
+    top2, top2_at = ref.topk(2, dim=-1)
+    ref_top = top2_at[..., 0]
+    cand_top = cand.nan_to_num(nan=-float("inf")).argmax(dim=-1)
     agree = (ref_top == cand_top) & ~nan_rows
     row_tol = tol.row(ref)
     # a flip to a token the reference scores within tolerance of its top is a tie, not a failure
     # (usually the runner-up; near three-way ties happen in bfloat16)
-    gap = top2.values[..., 0] - ref.gather(-1, cand_top[..., None]).squeeze(-1)
+    gap = top2[..., 0] - ref.gather(-1, cand_top[..., None]).squeeze(-1)
     tie = ~agree & ~nan_rows & (gap <= row_tol)
-    margin = torch.where(agree, margin, gap)
+    margin = torch.where(agree, top2[..., 0] - top2[..., 1], gap)
     return RowComparison(delta, agree, tie, margin, row_tol, ref_top, cand_top)
 
 
