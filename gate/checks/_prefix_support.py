@@ -439,9 +439,10 @@ class RequestLog:
         return rows if len(rows) <= keep else rows[: keep // 2] + rows[-keep // 2 :]
 
     def observation(self) -> torch.Tensor:
-        """Reused tokens per request, then every computed logit row: what a fault would change."""
-        reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float64)
-        rows = [s.reply.logits.double().flatten().cpu() for s in self.served]
+        """Reused tokens per request, then every computed logit row: what a fault would change
+        (float32, lossless for both; the control engine takes differences in float64)."""
+        reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float32)
+        rows = [s.reply.logits.float().flatten().cpu() for s in self.served]
         return torch.cat([reuse, *rows])
 
 
