@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +219,7 @@ def command(
                 import torch
 
                 torch.set_num_threads(threads)
+            started = time.perf_counter()
             outputs = run_pipeline(
                 manifest,
                 out_dir,
@@ -232,6 +234,7 @@ def command(
                 reference_cache=reference_cache,
                 profile=profile,
             )
+            run_s = time.perf_counter() - started
             if outputs.ledger_seq is not None:
                 reporter.log(f"ledger: recorded as entry #{outputs.ledger_seq}")
     finally:
@@ -245,7 +248,7 @@ def command(
         from gate.engine.profile import profile_lines
 
         click.echo("profile:")
-        for line in profile_lines(result):
+        for line in profile_lines(result, run_s):
             click.echo(line)
     if not quiet:
         for check in result.checks:

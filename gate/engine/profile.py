@@ -181,9 +181,10 @@ def run_buckets(result: GateResult) -> tuple[float, float, float, float] | None:
     return wall, forward, subject, wall - forward - subject
 
 
-def profile_lines(result: GateResult) -> list[str]:
+def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
     """`gate run --profile`: time per check and per control, in three buckets: model forwards,
-    the subject's other work (inside its call regions), gate's own work."""
+    the subject's other work (inside its call regions), gate's own work. With `run_s` (the whole
+    run's wall time), also the time outside every check: set-up and the dossier."""
     lines = [f"{'':2}{'check / control':<34}{'wall':>9}{'forward':>9}{'subject':>9}{'gate':>9}  note"]
     for check in result.checks:
         lines.append(_row(check.check, check.duration_s, check.forward_s, check.subject_s, check.status.value))
@@ -204,11 +205,20 @@ def profile_lines(result: GateResult) -> list[str]:
     if total is None:
         wall = sum(check.duration_s for check in result.checks)
         lines.append(_row("all checks", wall, None, None, "forwards not timed"))
-        return lines
+        return lines + _outside(result, run_s)
     wall, forward, subject, own = total
     share = f"{100 * own / wall:.1f}% gate's own work" if wall else ""
     lines.append(_row("all checks", wall, forward, subject, share))
-    return lines
+    return lines + _outside(result, run_s)
+
+
+def _outside(result: GateResult, run_s: float | None) -> list[str]:
+    """The run's time outside its checks: loading policies and check modules (with the libraries
+    they import), building both paths, writing and signing the outputs."""
+    if run_s is None:
+        return []
+    outside = max(run_s - sum(check.duration_s for check in result.checks), 0.0)
+    return [_row("outside the checks", outside, None, None, f"set-up and outputs, of {run_s:.2f}s in all")]
 
 
 def _row(name: str, wall: float, forward: float | None, subject: float | None, note: str) -> str:

@@ -58,6 +58,10 @@ def test_profile_lists_every_check_and_control_with_three_buckets() -> None:
     assert "2.50s" in sweep and "2.30s" in sweep and "0.10s" in sweep
     assert "controls / run: 0.01" in text  # 30 ms of controls over a 2.2 s run
     assert lines[-1].strip().startswith("all checks") and "gate's own work" in lines[-1]
+    # with the whole run's wall time, the time outside every check (set-up, outputs) is shown too
+    checks_s = sum(check.duration_s for check in result.checks)
+    outside = profile_lines(result, run_s=checks_s + 1.25)[-1]
+    assert outside.strip().startswith("outside the checks") and "1.25s" in outside
 
 
 def test_the_profile_buckets_sum_to_the_run() -> None:
