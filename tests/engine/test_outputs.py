@@ -121,8 +121,11 @@ def test_a_failed_run_leaves_no_stale_dossier(tmp_path: Path, monkeypatch: pytes
 
 
 SLOW_RUN = """
-import subprocess, sys, time
+import signal, subprocess, sys, time
 from pathlib import Path
+# Ctrl-C reaching a run in the foreground: a shell that starts a job in the background (a CI script's
+# `cmd &`) ignores SIGINT for it, and Python keeps an ignored SIGINT ignored, so restore the default
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from gate._util import stopping
 from gate.engine import runner
 

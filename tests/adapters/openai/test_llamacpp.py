@@ -363,6 +363,9 @@ def test_no_server_outlives_gate_run(engine_env: dict[str, str], tmp_path: Path,
         env=engine_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # Ctrl-C reaching a run in the foreground: a CI script's background job (`cmd &`) has SIGINT
+        # ignored, and Python keeps an ignored SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     servers: list[int] = []
     deadline = time.monotonic() + 60
