@@ -30,8 +30,6 @@ from gate.core.manifest import ClaimLevel, IdentityField, Intervention, Record
 from gate.core.result import Digest
 from gate.errors import InputError
 
-POLICY_API_VERSION = "gate/policy/v1"
-
 
 class ControlSpec(Record):
     """A negative control: a fault the check must detect (or, with expect: pass, must tolerate)."""

@@ -20,11 +20,26 @@ CHECK_GROUP = "gate.checks"
 ADAPTER_GROUP = "gate.adapters"
 
 
+def _distribution(ep: EntryPoint) -> str:
+    dist = ep.dist
+    return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+
+
 @cache
 def _group(group: str) -> dict[str, EntryPoint]:
+    """Every entry point of `group` by name. Two distributions registering one name under different
+    objects is an error naming both: the winner would depend on the order of sys.path. The same object
+    seen twice (an editable install's metadata found through two path entries) is one registration."""
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=group):
-        found.setdefault(ep.name, ep)
+        seen = found.get(ep.name)
+        if seen is None:
+            found[ep.name] = ep
+        elif seen.value != ep.value:
+            raise UnavailableError(
+                f"{group} {ep.name!r} is registered twice: {seen.value} by {_distribution(seen)} "
+                f"and {ep.value} by {_distribution(ep)}; uninstall one of them"
+            )
     return found
 
 

@@ -41,7 +41,6 @@ IDENTITY_ATTRS: dict[str, str] = {
     "kv-dtype": "kv_dtype",
     "tenant": "tenant",
 }
-STRUCTURAL_FIELDS = ("token-ids", "positions")
 WORKER_ATTRS = ("model_revision", "tokenizer", "rope", "attention_window", "attention_mask", "kv_dtype")
 """Attributes fixed by the worker that computed a block (the rest are chosen per request)."""
 

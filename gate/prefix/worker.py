@@ -46,8 +46,8 @@ from gate.protocols import subject_call
 from gate.tensors import DTYPES
 
 ADAPTER_NAMES = ("lora-a", "lora-b")
-TOKENIZERS = ("tok-v1", "tok-v2")
-"""tok-v1 is the model's own id space; tok-v2 is a revision that remaps every id (same text, other ids)."""
+# Tokenizers: "tok-v1" is the model's own id space; "tok-v2" is a revision that remaps every id (same text,
+# other ids).
 LORA_RANK = 4
 UPDATE_SCALE = 0.3
 """A weight update moves every matrix by this fraction of its own scale (a visible fine-tuning step)."""

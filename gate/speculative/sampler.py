@@ -114,15 +114,6 @@ FAULTS: dict[str, Callable[[VerifyRules], VerifyRules]] = {
 """Sampler faults, each replacing one part of the rule. drop-bonus keeps the distribution (the next
 round samples that position from the target) and only wastes a target pass."""
 
-FAULT_SUMMARIES: dict[str, str] = {
-    "accept-all": "verification removed: every drafted token is accepted",
-    "inverted-ratio": "acceptance probability min(1, q/p) instead of min(1, p/q)",
-    "residual-from-target": "after a rejection, sample from p instead of norm(max(0, p - q))",
-    "residual-abs": "after a rejection, sample from norm(|p - q|)",
-    "bonus-from-draft": "the bonus token after k acceptances is drawn from the draft, not the target",
-    "drop-bonus": "no bonus token after k acceptances (harmless to the distribution, costs a target pass)",
-}
-
 
 def apply_fault(rules: VerifyRules, fault: str) -> VerifyRules:
     """`rules` with one fault applied; names compose (`"correct+drop-bonus"`)."""
