@@ -10,7 +10,8 @@ gate.engine.generic_faults that stands in for it; each result records which kind
 none of whose controls could run at all has unproven power (`unproven_verdict`), never a pass.
 
 One failure proves power, so a control runs with `ctx.stop_at_first_failure` set: the check walks
-its schedule in increasing order and returns at the first failing item (its `detected_at`). A
+its schedule in probe order (where the fault's name says it is likely to show first, then the rest
+in the positive run's order) and returns at the first failing item (its `detected_at`). A
 control that finds no failure has walked the whole schedule, so "missed" and "unobservable" are
 judged on the same coverage as the positive run. Each control records its own wall time (and,
 with `gate run --profile`, the part of it spent inside model forward passes).
