@@ -18,6 +18,7 @@ Field names by engine (read from their sources, see docs/engines.md):
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -154,6 +155,13 @@ class EngineClient:
                 else:
                     last = f"connection failed: {one_line(reason, 300)}"
                 continue
+            except http.client.IncompleteRead:  # the connection closed inside the body
+                last = "connection failed: the reply ended before its body did"
+                continue
+            except http.client.HTTPException as err:  # a status line or header that is not HTTP
+                raise EngineBadReply(
+                    f"{self.label}: {method} {path} did not answer HTTP: {type(err).__name__}: {one_line(err, 120)}"
+                ) from None
             try:
                 return json.loads(raw)
             except (ValueError, RecursionError):

@@ -26,6 +26,7 @@ MODE says how it misbehaves:
   malformed-cached    cached_tokens is a string
   short               one token fewer than asked for
   vocab-huge          /v1/models states a vocabulary of "lots" tokens
+  not-http            answers a completion with a line that is not an HTTP status line
 
 The process ends by itself after LIFETIME_S seconds, whatever happens to the test that started it.
 """
@@ -139,6 +140,9 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps(reply).encode()
         if MODE == "inject":
             self._send(400, INJECTED.encode())
+        elif MODE == "not-http":
+            self.wfile.write(b"HELLO WORLD\r\n\r\n")
+            self.close_connection = True
         elif MODE == "drip-body":
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -159,6 +159,7 @@ def test_a_lying_cache_cannot_prove_engine_prefix_parity_exercised(tmp_path: Pat
         ("malformed-usage", r"usage is \[.*, not an object"),
         ("malformed-choices", r"has no choices\[0\]\.logprobs"),
         ("short", r"1 tokens generated where 2 were asked for"),
+        ("not-http", r"did not answer HTTP: BadStatusLine"),
     ],
 )
 def test_malformed_replies_are_bad_replies(mode: str, words: str) -> None:
