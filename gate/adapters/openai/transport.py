@@ -75,6 +75,8 @@ def _cut(sock: socket.socket) -> None:
 
 
 class _Connection(http.client.HTTPConnection):
+    """A connection whose socket the deadline watches from the moment it is connected."""
+
     def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline = deadline
@@ -84,17 +86,13 @@ class _Connection(http.client.HTTPConnection):
         self._deadline.watch(self.sock)
 
 
-class _TLSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self._deadline.watch(self.sock)
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
+    """The same over TLS (the watched socket is the wrapped one)."""
 
 
-class _Handler(urllib.request.HTTPHandler):
+class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """Opens http and https URLs on watched connections (replacing urllib's own two handlers)."""
+
     def __init__(self, deadline: Deadline) -> None:
         super().__init__()
         self._deadline = deadline
@@ -102,18 +100,9 @@ class _Handler(urllib.request.HTTPHandler):
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(functools.partial(_Connection, deadline=self._deadline), req)
 
-
-class _TLSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(
-            functools.partial(_TLSConnection, deadline=self._deadline),
-            req,
-            context=self._context,  # type: ignore[attr-defined]
-        )
+        tls = functools.partial(_TLSConnection, deadline=self._deadline)
+        return self.do_open(tls, req, context=self._context)  # type: ignore[attr-defined]
 
 
 def read_body(reply: Any, where: str) -> bytes:
@@ -146,7 +135,16 @@ def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Calla
     an error status, the usual URLError / OSError for a connection that failed."""
     deadline = Deadline(timeout_s)
     body = b""
-    opener = urllib.request.build_opener(_Handler(deadline), _TLSHandler(deadline))
+    opener = urllib.request.OpenerDirector()  # http and https only: never file:, ftp: or data: URLs
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.UnknownHandler(),
+        _Handler(deadline),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPRedirectHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
+        opener.add_handler(handler)
     try:
         with opener.open(req, timeout=timeout_s) as reply:
             out = read(reply) if read is not None else read_body(reply, where)

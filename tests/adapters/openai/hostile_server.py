@@ -55,19 +55,14 @@ def models() -> dict[str, Any]:
     return {"object": "list", "data": [{"id": "hostile", "owned_by": "test", "meta": {"n_vocab": vocab, "n_ctx": 256}}]}
 
 
-def lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def shared(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def cached_for(prompt: list[int], first: bool) -> Any:
     """The count this mode reports for a prompt (what an honest prefix cache would reuse, or a lie)."""
     with LOCK:
-        honest = 0 if NO_CACHE else max((lcp(prompt, seen) for seen in SEEN), default=0)
+        honest = 0 if NO_CACHE else max((shared(prompt, seen) for seen in SEEN), default=0)
     honest = min(honest, len(prompt) - 1)
     lies: dict[str, Any] = {
         "cached-negative": -5,
