@@ -138,7 +138,7 @@ class CacheHistory:
     def sent(self, prompt: Sequence[int]) -> int:
         """Record a prompt about to be sent; its index (for `served`)."""
         with self._lock:
-            self._seen.append(array("q", prompt))
+            self._seen.append(array("i", prompt))
             self._tokens += len(prompt)
             self._trim()
             return len(self._seen) - 1
@@ -147,7 +147,7 @@ class CacheHistory:
         """The prompt's entry extended by the tokens the server generated (which it may cache too)."""
         with self._lock:
             if index < len(self._seen):
-                self._seen[index] = array("q", [*prompt, *generated])
+                self._seen[index] = array("i", [*prompt, *generated])
                 self._tokens += len(generated)
                 self._trim()
 
@@ -172,9 +172,9 @@ class CacheHistory:
             )
         if not self.prefix_only:
             return
-        mine = array("q", prompt)
+        mine = array("i", prompt)
         shared = 0
-        for seen in earlier:
+        for seen in reversed(earlier):  # the newest first: the likeliest to share the most
             shared = max(shared, lcp(seen, mine))
             if shared >= cached:
                 return

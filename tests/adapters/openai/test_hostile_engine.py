@@ -245,3 +245,10 @@ def test_an_error_body_cannot_forge_a_workflow_command(tmp_path: Path) -> None:
     notices = [c for c in commands if c.startswith("::notice")]
     assert len(notices) == 1 and "PASS" not in notices[0].split("::")[2][:10], notices
     assert json.loads((tmp_path / "out" / "results.json").read_text())["verdict"] == "error"
+
+
+def test_an_honest_engine_passes_engine_prefix_parity_with_hits(tmp_path: Path) -> None:
+    """The bounds refuse lies, not a correct prefix cache: the same check against an honest server."""
+    _, result = run_engine_check(tmp_path, "honest")
+    assert result.status in (Status.passed, Status.unproven), result.message
+    assert result.exercise["cached_tokens_by_length"] == {"17": 17, "40": 40}, result.exercise
