@@ -213,6 +213,7 @@ def test_an_error_body_is_quoted_on_one_line() -> None:
     assert not re.search(r"[\x00-\x1f\x7f]", message), repr(message)  # no newline, CR or escape survives
 
 
+@pytest.mark.slow
 def test_an_error_body_cannot_forge_a_workflow_command(tmp_path: Path) -> None:
     """`gate run` under GitHub Actions: the engine's forged `::notice` never starts a line of the log."""
     reference = {"adapter": "openai", "options": options("honest", "--no-cache")}
