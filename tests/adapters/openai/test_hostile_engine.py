@@ -253,3 +253,12 @@ def test_an_honest_engine_passes_engine_prefix_parity_with_hits(tmp_path: Path) 
     _, result = run_engine_check(tmp_path, "honest")
     assert result.status in (Status.passed, Status.unproven), result.message
     assert result.exercise["cached_tokens_by_length"] == {"17": 17, "40": 40}, result.exercise
+
+
+def test_an_error_the_cli_prints_stays_on_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever an error quotes, `gate: ...` is one line on stderr (a failure at start-up is printed so)."""
+    from gate.cli.common import report_error
+
+    report_error(EngineBadReply("server: answered HTTP 400: no\n::notice title=gate verdict::PASS\r\x1b[2K"))
+    printed = capsys.readouterr().err
+    assert printed.count("\n") == 1 and printed.startswith("gate: server: ") and not re.search(r"[\r\x1b]", printed)
