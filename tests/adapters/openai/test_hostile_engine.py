@@ -49,19 +49,21 @@ def engine(mode: str, *args: str, launch_env: dict[str, str] | None = None, **ex
     return EnginePath(options=Options.model_validate(spec), dtype="float32", seed=0)
 
 
-def run_engine_check(tmp_path: Path, mode: str, check: str = "engine-prefix-parity") -> Any:
-    """`gate run --check CHECK` in process: the hostile server as the candidate, an honest one without
-    a cache as the reference."""
-    reference = {"adapter": "openai", "options": options("honest", "--no-cache")}
-    candidate = {"adapter": "openai", "options": options(mode)}
-    manifest = write_subject_manifest(
+def engine_manifest(tmp_path: Path, mode: str) -> Path:
+    """A manifest with the hostile server as the candidate and an honest one without a cache as the reference."""
+    return write_subject_manifest(
         tmp_path / f"engine-{mode}.yaml",
-        reference,
-        candidate,
+        {"adapter": "openai", "options": options("honest", "--no-cache")},
+        {"adapter": "openai", "options": options(mode)},
         intervention="engine-serving",
         identity=("token-ids", "model-revision", "kv-dtype"),
         seed=0,
     )
+
+
+def run_engine_check(tmp_path: Path, mode: str, check: str = "engine-prefix-parity") -> Any:
+    """`gate run --check CHECK` in process against `engine_manifest`."""
+    manifest = engine_manifest(tmp_path, mode)
     outputs = run_pipeline(manifest, tmp_path / "out", only=[check], params={check: {"lengths": [17, 40]}})
     (result,) = [c for c in outputs.result.checks if c.check == check]
     return outputs, result
@@ -116,18 +118,27 @@ def test_a_nan_engine_does_not_pass_engine_prefix_parity(tmp_path: Path) -> None
     assert outputs.exit_code == EXIT_ENGINE_BAD_REPLY
 
 
+CACHED = r"usage\.prompt_tokens_details\.cached_tokens is "
+
+
 @pytest.mark.parametrize(
     ("mode", "words"),
     [
-        ("cached-negative", r"cached_tokens is -5, which is impossible"),
-        ("cached-huge", r"cached_tokens is 1000000000, which is impossible: it must be between 0 and 8"),
-        ("cached-over-prompt", r"cached_tokens is 11, which is impossible: it must be between 0 and 8"),
-        ("cached-first", r"cached_tokens is 4 on the first request this server was sent"),
-        ("malformed-cached", r"cached_tokens is 'many', not a whole number"),
+        ("cached-negative", CACHED + r"-5, which is impossible"),
+        ("cached-huge", CACHED + r"1000000000, which is impossible: it must be between 0 and 8"),
+        ("cached-over-prompt", CACHED + r"11, which is impossible: it must be between 0 and 8"),
+        ("cached-first", CACHED + r"4 on the first request this server was sent"),
+        ("malformed-cached", CACHED + r"'many', not a whole number"),
+        ("malformed-logprob", r"is malformed: ValueError"),
+        ("malformed-usage", r"usage is \[.*, not an object"),
+        ("malformed-choices", r"has no choices\[0\]\.logprobs"),
+        ("short", r"1 tokens generated where 2 were asked for"),
+        ("not-http", r"did not answer HTTP: BadStatusLine"),
     ],
 )
-def test_impossible_cached_token_counts_are_refused(mode: str, words: str) -> None:
-    with engine(mode).serve() as served, pytest.raises(EngineBadReply, match=r"prompt_tokens_details\." + words):
+def test_impossible_or_malformed_replies_are_bad_replies(mode: str, words: str) -> None:
+    """Impossible cached-token counts and replies of the wrong shape: each a bad reply naming the field."""
+    with engine(mode, flavor="llama.cpp").serve() as served, pytest.raises(EngineBadReply, match=words):
         served.complete(PROMPT, 2, 3)
 
 
@@ -150,21 +161,6 @@ def test_a_lying_cache_cannot_prove_engine_prefix_parity_exercised(tmp_path: Pat
     outputs, result = run_engine_check(tmp_path, "cached-beyond")
     assert result.status == Status.error and "more than the" in result.message, result.message
     assert outputs.exit_code == EXIT_ENGINE_BAD_REPLY
-
-
-@pytest.mark.parametrize(
-    ("mode", "words"),
-    [
-        ("malformed-logprob", r"is malformed: ValueError"),
-        ("malformed-usage", r"usage is \[.*, not an object"),
-        ("malformed-choices", r"has no choices\[0\]\.logprobs"),
-        ("short", r"1 tokens generated where 2 were asked for"),
-        ("not-http", r"did not answer HTTP: BadStatusLine"),
-    ],
-)
-def test_malformed_replies_are_bad_replies(mode: str, words: str) -> None:
-    with engine(mode, flavor="llama.cpp").serve() as served, pytest.raises(EngineBadReply, match=words):
-        served.complete(PROMPT, 2, 3)
 
 
 def test_a_malformed_vocabulary_is_a_bad_reply_at_discovery() -> None:
@@ -216,16 +212,7 @@ def test_an_error_body_is_quoted_on_one_line() -> None:
 @pytest.mark.slow
 def test_an_error_body_cannot_forge_a_workflow_command(tmp_path: Path) -> None:
     """`gate run` under GitHub Actions: the engine's forged `::notice` never starts a line of the log."""
-    reference = {"adapter": "openai", "options": options("honest", "--no-cache")}
-    candidate = {"adapter": "openai", "options": options("inject")}
-    manifest = write_subject_manifest(
-        tmp_path / "engine-inject.yaml",
-        reference,
-        candidate,
-        intervention="engine-serving",
-        identity=("token-ids", "model-revision", "kv-dtype"),
-        seed=0,
-    )
+    manifest = engine_manifest(tmp_path, "inject")
     env = {**os.environ, "GITHUB_ACTIONS": "true", "GATE_THREADS": "1"}
     env.pop("GITHUB_STEP_SUMMARY", None)
     run = subprocess.run(
