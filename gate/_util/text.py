@@ -4,6 +4,10 @@ A manifest name, a check message or an approver field can carry terminal escapes
 Unicode bidi controls (U+202E RIGHT-TO-LEFT OVERRIDE) that make a reader see something other than
 what is stored ("Trojan Source"). gate writes such characters as `\\u202e` escapes, in the dossier
 and on the terminal; newlines and tabs stay.
+
+Text another program wrote (an engine's error body, its log) is quoted with `one_line`: newlines
+and tabs become escapes too, so a quoted body can never begin a line of gate's log, where a CI
+runner would read `::notice ...` as a workflow command of its own.
 """
 
 from __future__ import annotations
@@ -25,8 +29,17 @@ def printable(value: Any) -> Any:
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
 
 
+def one_line(value: Any, limit: int | None = None) -> str:
+    """`str(value)` made safe to quote inside one line of gate's output: `printable`, with newlines and
+    tabs written as `\\n` and `\\t` too; cut to `limit` characters (before escaping) where given."""
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "..."
+    return str(printable(text)).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def has_unsafe(text: str) -> bool:
     return _UNSAFE.search(text) is not None
 
 
-__all__ = ["has_unsafe", "printable"]
+__all__ = ["has_unsafe", "one_line", "printable"]

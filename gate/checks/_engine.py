@@ -127,7 +127,7 @@ def judge(ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompl
     if level == "greedy-tokens":
         return Judged(comparison, exact, failed=comparison.diverged, warn=False)
     # the claim bounds the logprobs: beyond the allowance over tolerance it is broken, whatever the tokens do
-    beyond = comparison.max_abs_delta > DENY_ALLOWANCE * comparison.tolerance
+    beyond = not comparison.max_abs_delta <= DENY_ALLOWANCE * comparison.tolerance  # NaN is beyond
     return Judged(
         comparison, exact, failed=comparison.failed or beyond, warn=comparison.over_tolerance or comparison.tie
     )

@@ -20,6 +20,8 @@ lists, and the size of a gap to a token outside the reference's top-k (reported 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +84,7 @@ class TopKComparison:
 
     @property
     def over_tolerance(self) -> bool:
-        return self.max_abs_delta > self.tolerance
+        return not self.max_abs_delta <= self.tolerance  # a NaN difference is over any tolerance
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +97,17 @@ class TopKComparison:
             "max_abs_delta": self.max_abs_delta,
             "tolerance": self.tolerance,
         }
+
+
+def worst(values: Iterable[float]) -> float:
+    """The largest of `values` (0.0 for none), NaN when any is NaN: `max()` skips a NaN that is not first,
+    so a NaN logprob would read as no difference at all."""
+    out = 0.0
+    for value in values:
+        if math.isnan(value):
+            return math.nan
+        out = max(out, value)
+    return out
 
 
 def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: Tolerance) -> TopKComparison:
@@ -111,7 +124,7 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
         deltas = [abs(ref_top[t] - cand_top[t]) for t in shared]
         if ref_tok == cand_tok:
             deltas.append(abs(reference.logprobs[i] - candidate.logprobs[i]))
-        max_delta = max([max_delta, *deltas])
+        max_delta = worst([max_delta, *deltas])
         if ref_tok != cand_tok:
             close = cand_tok in ref_top and ref_tok in cand_top
             gap = reference.logprobs[i] - ref_top[cand_tok] if cand_tok in ref_top else None
@@ -126,7 +139,15 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
 
 
 def exact_equal(reference: TopKObservation, candidate: TopKObservation) -> bool:
-    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims)."""
+    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims); a NaN
+    equals nothing, not even the same NaN object in both."""
+    values = [
+        *reference.logprobs,
+        *candidate.logprobs,
+        *(v for t in (*reference.top, *candidate.top) for v in t.values()),
+    ]
+    if any(math.isnan(v) for v in values):
+        return False
     return (
         reference.tokens == candidate.tokens
         and reference.logprobs == candidate.logprobs

@@ -30,6 +30,7 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
+from gate.checks._topk import worst
 from gate.core.check import CheckContext, Outcome, Params, check
 
 
@@ -100,7 +101,7 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
         "concurrent": len(prompts),
         "overlapping": overlapping,
         "candidate_slots": slots,
-        "max_abs_dlogprob": max(r["max_abs_dlogprob"] for r in rows),
+        "max_abs_dlogprob": worst(r["max_abs_dlogprob"] for r in rows),
     }
     evidence = {
         "comparisons": rows,

@@ -30,6 +30,7 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
+from gate.checks._topk import worst
 from gate.core.check import CheckContext, Outcome, Params, check
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
@@ -111,7 +112,7 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
         "lengths": len(rows),
         "lengths_with_hit": len(hits),
         "diverging_lengths": [r["prefix_length"] for r in rows if not r["tokens_match"]],
-        "max_abs_dlogprob": max(r["max_abs_dlogprob"] for r in rows),
+        "max_abs_dlogprob": worst(r["max_abs_dlogprob"] for r in rows),
         "max_cached_tokens": max(int(r["cached_tokens"] or 0) for r in rows),
     }
     exercise = {

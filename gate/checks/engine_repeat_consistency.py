@@ -36,6 +36,7 @@ from gate.checks._engine import (
     require_hits,
     seeded_prompt,
 )
+from gate.checks._topk import worst
 from gate.core.check import CheckContext, Outcome, Params, check
 from gate.protocols import EngineCompletion
 
@@ -113,7 +114,7 @@ def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> 
         "prompt_length": length,
         "prompts": params.prompts,
         "cache_read_repeats": hits,
-        "max_abs_dlogprob": max((float(row["max_abs_dlogprob"]) for row in rows), default=0.0),
+        "max_abs_dlogprob": worst(float(row["max_abs_dlogprob"]) for row in rows),
     }
     evidence = {
         "weaker_test": (
@@ -169,7 +170,7 @@ def _judge_prompt(
         "hit_repeats": None if all(c is None for c in reported) else sum(1 for c in reported if c),
         "uncached_repeats": len(uncached),
         "uncached_disagree": sum(1 for j in uncached if j.failed),
-        "max_abs_dlogprob": max((j.comparison.max_abs_delta for _, j in judged), default=0.0),
+        "max_abs_dlogprob": worst(j.comparison.max_abs_delta for _, j in judged),
         "repeats": [
             {"repeat": i, "cached_tokens": r.cached_tokens, **j.row()}
             for (i, j), r in zip(judged, repeats, strict=True)

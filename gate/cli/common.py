@@ -31,9 +31,12 @@ def echo(message: Any = None, **kwargs: Any) -> None:
 
 
 def report_error(err: GateError) -> None:
-    """Print a GateError on stderr: one line, or one per error in a bad input file."""
+    """Print a GateError on stderr: one line, or one per error in a bad input file (a message holding
+    another program's text, an engine's error body, stays on its line: gate._util.text.one_line)."""
+    from gate._util.text import one_line
+
     for line in err.lines() if isinstance(err, InputError) else [str(err)]:
-        echo(f"gate: {line}", err=True)
+        echo(f"gate: {one_line(line)}", err=True)
 
 
 @contextmanager

@@ -13,14 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from gate._util.text import printable
 from gate.report.model import ReportData
 
 MAX_ERRORS = 10
 
 
 def _data(text: str) -> str:
-    """Escape a workflow-command message (GitHub's escapeData)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow-command message (GitHub's escapeData), after control characters and bidi controls
+    are made visible (gate._util.text.printable): a quoted engine error cannot steer the log's terminal."""
+    return str(printable(text)).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _property(text: str) -> str:

@@ -17,6 +17,8 @@ Field names by engine (read from their sources, see docs/engines.md):
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
 import re
@@ -24,10 +26,12 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gate._util.text import one_line
+from gate.adapters.openai import transport, validate
 from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
@@ -48,6 +52,8 @@ class Completion:
     prompt_tokens: int | None
     seconds: float
     timings: dict[str, Any] = field(default_factory=dict)
+    cached_field: str | None = None
+    """The reply field `cached_tokens` was read from (e.g. usage.prompt_tokens_details.cached_tokens)."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -95,6 +101,7 @@ class EngineClient:
         headers: dict[str, str] | None = None,
         alive: Callable[[], None] = lambda: None,
         label: str = "server",
+        history: validate.CacheHistory | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
@@ -104,6 +111,8 @@ class EngineClient:
         self._auto = flavor == "auto"
         self.model = model
         self.info: dict[str, Any] = {}
+        self.history = history
+        """What this server can have cached, when gate launched it (gate.adapters.openai.validate)."""
 
     # -- transport ---------------------------------------------------------------------------
     def _request(
@@ -126,18 +135,17 @@ class EngineClient:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             self.alive()
             req = urllib.request.Request(url, data=data, method=method, headers=headers)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
-                    if read is not None:
-                        return read(reply)
-                    raw = reply.read()
-            except urllib.error.HTTPError as err:
-                text = err.read().decode(errors="replace")[:300]
+            try:  # one total deadline for connecting, the headers and the whole body or stream (transport)
+                raw = transport.fetch(req, self.timeout_s, f"{self.label}: {method} {path}", read)
+                if read is not None:
+                    return raw
+            except transport.HTTPStatus as err:
+                text = one_line(err.body.decode(errors="replace"), 300)  # engine text never starts a log line
                 if err.code >= 500 and attempt + 1 < attempts:
                     last = f"HTTP {err.code}: {text}"
                     continue
                 raise EngineBadReply(f"{self.label}: {method} {path} answered HTTP {err.code}: {text}") from None
-            except TimeoutError:
+            except TimeoutError:  # the deadline passed, or a socket wait timed out
                 last = "timeout"
                 continue
             except (urllib.error.URLError, ConnectionError, OSError) as err:
@@ -145,11 +153,18 @@ class EngineClient:
                 if isinstance(reason, (TimeoutError, socket.timeout)):
                     last = "timeout"
                 else:
-                    last = f"connection failed: {reason}"
+                    last = f"connection failed: {one_line(reason, 300)}"
                 continue
+            except http.client.IncompleteRead:  # the connection closed inside the body
+                last = "connection failed: the reply ended before its body did"
+                continue
+            except http.client.HTTPException as err:  # a status line or header that is not HTTP
+                raise EngineBadReply(
+                    f"{self.label}: {method} {path} did not answer HTTP: {type(err).__name__}: {one_line(err, 120)}"
+                ) from None
             try:
                 return json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 snippet = raw[:120].decode(errors="replace")
                 raise EngineBadReply(f"{self.label}: {method} {path} did not answer JSON: {snippet!r}") from None
         self.alive()  # a dead server is a crash, not a timeout
@@ -176,28 +191,49 @@ class EngineClient:
     def discover(self) -> dict[str, Any]:
         """Model name, flavor (when `auto`), vocabulary size and context length as the server states them."""
         models = self.get("/v1/models")
+        where = f"{self.label}: /v1/models"
         if not isinstance(models, dict) or not isinstance(models.get("data"), list) or not models["data"]:
-            raise EngineBadReply(f"{self.label}: /v1/models did not list a model: {str(models)[:200]}")
+            raise EngineBadReply(f"{where} did not list a model: {one_line(models, 200)}")
         entry = models["data"][0]
+        if not isinstance(entry, dict):
+            raise EngineBadReply(f"{where}: data[0] is {one_line(entry, 100)}, not an object")
         self.model = self.model or str(entry.get("id"))
         meta = entry.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise EngineBadReply(f"{where}: data[0].meta is {one_line(meta, 100)}, not an object")
         if self._auto:
             self.flavor = self._detect(entry)
         info: dict[str, Any] = {"model": self.model, "flavor": self.flavor, "owned_by": entry.get("owned_by")}
         if "n_vocab" in meta:
-            info["vocab_size"] = int(meta["n_vocab"])
+            info["vocab_size"] = validate.whole(
+                meta["n_vocab"], "data[0].meta.n_vocab", where, low=2, high=validate.MAX_VOCAB
+            )
         for key in ("n_ctx", "max_model_len"):
             value = meta.get(key, entry.get(key))
             if value:
-                info["context_length"] = int(value)
+                info["context_length"] = validate.whole(
+                    value, f"data[0] {key}", where, low=1, high=validate.MAX_CONTEXT
+                )
                 break
         if self.flavor == "llama.cpp":
             props = self._try_get("/props") or {}
+            props = props if isinstance(props, dict) else {}
             info["build_info"] = props.get("build_info")
             settings = props.get("default_generation_settings") or {}
-            if "n_ctx" in settings:
-                info["context_length"] = int(settings["n_ctx"])
-            info["total_slots"] = props.get("total_slots")
+            if isinstance(settings, dict) and "n_ctx" in settings:
+                info["context_length"] = validate.whole(
+                    settings["n_ctx"],
+                    "default_generation_settings.n_ctx",
+                    f"{self.label}: /props",
+                    low=1,
+                    high=validate.MAX_CONTEXT,
+                )
+            slots = props.get("total_slots")
+            info["total_slots"] = (
+                None
+                if slots is None
+                else validate.whole(slots, "total_slots", f"{self.label}: /props", low=1, high=validate.MAX_SLOTS)
+            )
         self.info = info
         return info
 
@@ -248,16 +284,44 @@ class EngineClient:
     ) -> Completion:
         """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
         body = self._body(prompt, max_tokens, top_k, extra, stream=False)
+        sent = None if self.history is None else self.history.sent(prompt)
         started = time.perf_counter()
         reply = self.post("/v1/completions", body)
         seconds = time.perf_counter() - started
-        return parse_completion(reply, self.label, seconds)
+        with malformed(f"{self.label}: the completion reply"):
+            completion = parse_completion(reply, self.label, seconds)
+        return self._checked(completion, prompt, max_tokens, sent, f"{self.label}: choices[0].logprobs")
+
+    def _checked(
+        self, completion: Completion, prompt: list[int], max_tokens: int, sent: int | None, where: str
+    ) -> Completion:
+        """The completion, once every number in it is possible (gate.adapters.openai.validate)."""
+        validate.check_tokens(
+            completion.tokens,
+            completion.logprobs,
+            completion.top,
+            where=where,
+            max_tokens=max_tokens,
+            exact_length=self.flavor in ("llama.cpp", "vllm"),  # the request set ignore_eos
+            vocab=self.info.get("vocab_size"),
+        )
+        if completion.prompt_tokens is not None:
+            validate.whole(completion.prompt_tokens, "usage.prompt_tokens", where, high=len(prompt) + 1)
+        if completion.cached_tokens is not None:
+            field = completion.cached_field or "cached tokens"
+            validate.whole(completion.cached_tokens, field, where, high=len(prompt))
+            if self.history is not None and sent is not None:
+                self.history.check(completion.cached_tokens, field, sent, prompt, where)
+        if self.history is not None and sent is not None:
+            self.history.served(sent, prompt, completion.tokens)
+        return completion
 
     def stream(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Streamed:
         """The same greedy continuation, streamed (server-sent events): each token's arrival time is kept,
         for time to first token and per-token latency as a client sees them."""
         body = self._body(prompt, max_tokens, top_k, extra, stream=True)
         where = f"{self.label}: streamed choices[0].logprobs"
+        sent = None if self.history is None else self.history.sent(prompt)
         started = time.perf_counter()
 
         def read(reply: Any) -> Streamed:
@@ -267,7 +331,7 @@ class EngineClient:
             token_s: list[float] = []
             usage: dict[str, Any] = {}
             timings: dict[str, Any] = {}
-            for raw in reply:
+            for raw in transport.lines(reply, where):
                 line = raw.decode(errors="replace").strip()
                 if not line.startswith("data:"):
                     continue
@@ -276,16 +340,17 @@ class EngineClient:
                     break
                 try:
                     chunk = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise EngineBadReply(f"{where}: a streamed event is not JSON: {data[:120]!r}") from None
                 now = time.perf_counter() - started
-                usage = chunk.get("usage") or usage
-                timings = chunk.get("timings") or timings
-                choices = chunk.get("choices") or []
-                logprobs = choices[0].get("logprobs") if choices else None
-                if not logprobs:
-                    continue
-                ids, values, alts = parse_logprobs(logprobs, where)
+                with malformed(f"{where}: a streamed event"):
+                    usage = chunk.get("usage") or usage
+                    timings = chunk.get("timings") or timings
+                    choices = chunk.get("choices") or []
+                    logprobs = choices[0].get("logprobs") if choices else None
+                    if not logprobs:
+                        continue
+                    ids, values, alts = parse_logprobs(logprobs, where)
                 tokens += ids
                 lps += values
                 top += alts
@@ -293,10 +358,23 @@ class EngineClient:
             if not tokens:
                 raise EngineBadReply(f"{where}: the stream carried no tokens with logprobs (does it support them?)")
             seconds = time.perf_counter() - started
-            return Streamed(_completion(tokens, lps, top, usage, timings, where, seconds), token_s)
+            with malformed(f"{where}: the stream's usage"):
+                done = _completion(tokens, lps, top, usage, timings, where, seconds)
+            return Streamed(done, token_s)
 
         result: Streamed = self._request("POST", "/v1/completions", body, read=read)
+        self._checked(result.completion, prompt, max_tokens, sent, where)
         return result
+
+
+@contextlib.contextmanager
+def malformed(where: str) -> Iterator[None]:
+    """A reply whose shape the parser could not read (a string where an object belongs, a logprob that is
+    not a number) is a bad reply naming where, never gate's own TypeError."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as err:
+        raise EngineBadReply(f"{where} is malformed: {type(err).__name__}: {one_line(err, 200)}") from None
 
 
 def _token_id(value: Any, where: str) -> int:
@@ -322,27 +400,25 @@ def parse_logprobs(logprobs: Any, where: str) -> tuple[list[int], list[float], l
             lps.append(float(item["logprob"]))
             top.append({_token_id(t.get("id"), where): float(t["logprob"]) for t in item.get("top_logprobs", [])})
     elif isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):  # legacy OpenAI / vLLM
-        for tok, lp, alts in zip(
-            logprobs["tokens"], logprobs["token_logprobs"], logprobs.get("top_logprobs") or [], strict=False
-        ):
+        alternatives = logprobs.get("top_logprobs") or []
+        if not len(logprobs["tokens"]) == len(logprobs["token_logprobs"]) == len(alternatives):
+            raise EngineBadReply(
+                f"{where}: tokens, token_logprobs and top_logprobs differ in length: positions cannot be aligned"
+            )
+        for tok, lp, alts in zip(logprobs["tokens"], logprobs["token_logprobs"], alternatives, strict=True):
             tokens.append(_token_id(tok, where))
             lps.append(float(lp))
             top.append({_token_id(t, where): float(v) for t, v in (alts or {}).items()})
     else:
-        raise EngineBadReply(f"{where} has an unknown shape: {str(logprobs)[:200]}")
+        raise EngineBadReply(f"{where} has an unknown shape: {one_line(logprobs, 200)}")
     return tokens, lps, top
 
 
-def cached_prompt_tokens(usage: dict[str, Any], timings: dict[str, Any]) -> int | None:
-    """Prompt tokens the server says it served from its cache, from whichever field it reports."""
-    details = usage.get("prompt_tokens_details") or {}
-    if details.get("cached_tokens") is not None:
-        return int(details["cached_tokens"])
-    if "cache_n" in timings:
-        return int(timings["cache_n"])
-    if usage.get("cache_read_input_tokens") is not None:
-        return int(usage["cache_read_input_tokens"])
-    return None
+def cached_prompt_tokens(usage: dict[str, Any], timings: dict[str, Any], where: str = "reply") -> int | None:
+    """Prompt tokens the server says it served from its cache, from whichever field it reports (a count
+    that is not a whole number, or negative, is a bad reply naming the field)."""
+    found = validate.reported_cached(usage, timings)
+    return None if found is None else validate.whole(found[1], found[0], where)
 
 
 def _completion(
@@ -354,20 +430,23 @@ def _completion(
     where: str,
     seconds: float,
 ) -> Completion:
+    validate.objects(usage, timings, where)
     generated = usage.get("completion_tokens")
     if isinstance(generated, int) and generated != len(tokens):
         raise EngineBadReply(
             f"{where}: logprobs for {len(tokens)} tokens but {generated} were generated; positions cannot be aligned"
         )
     prompt_tokens = usage.get("prompt_tokens")
+    found = validate.reported_cached(usage, timings)
     return Completion(
         tokens,
         lps,
         top,
-        cached_prompt_tokens(usage, timings),
-        None if prompt_tokens is None else int(prompt_tokens),
+        cached_prompt_tokens(usage, timings, where),
+        None if prompt_tokens is None else validate.whole(prompt_tokens, "usage.prompt_tokens", where),
         seconds,
         dict(timings),
+        None if found is None else found[0],
     )
 
 
@@ -377,9 +456,13 @@ def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
         choice = reply["choices"][0]
         logprobs = choice["logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise EngineBadReply(f"{label}: the completion reply has no choices[0].logprobs: {str(reply)[:200]}") from None
+        raise EngineBadReply(
+            f"{label}: the completion reply has no choices[0].logprobs: {one_line(reply, 200)}"
+        ) from None
     if not logprobs:
         raise EngineBadReply(f"{label}: the server returned no logprobs (does it support them?)")
     where = f"{label}: choices[0].logprobs"
     tokens, lps, top = parse_logprobs(logprobs, where)
+    if not isinstance(reply, dict):
+        raise EngineBadReply(f"{label}: the completion reply is not an object")
     return _completion(tokens, lps, top, reply.get("usage") or {}, reply.get("timings") or {}, where, seconds)

@@ -29,6 +29,7 @@ from gate._util.stopping import Stopper, on_stop
 from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.adapters.openai.validate import CacheHistory, chunk_reuse
 from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
 
 _MODEL_DIR: Path | None = None
@@ -338,14 +339,23 @@ class EnginePath:
         _STARTS.append(full_label)
         try:
             server.start()
-            client = self._client(server.base_url, headers, full_label, alive=server.check_alive)
+            # a cache holds only what this new process was sent (gate.adapters.openai.validate)
+            history = CacheHistory(prefix_only=not chunk_reuse(server.command))
+            client = self._client(server.base_url, headers, full_label, alive=server.check_alive, history=history)
             client.discover()  # dying here, before any request of the check, is a failed start
         except BaseException:
             server.stop()
             raise
         return server, client
 
-    def _client(self, base_url: str, headers: dict[str, str], label: str, alive: Any = None) -> EngineClient:
+    def _client(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        label: str,
+        alive: Any = None,
+        history: CacheHistory | None = None,
+    ) -> EngineClient:
         opts = self.options
         return EngineClient(
             base_url,
@@ -357,6 +367,7 @@ class EnginePath:
             headers=headers,
             alive=alive or (lambda: None),
             label=label,
+            history=history,
         )
 
     def reset_cache(self, client: EngineClient) -> str | None:

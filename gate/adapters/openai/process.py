@@ -2,7 +2,8 @@
 
 The server runs in its own process group (so a server that forks workers, as vLLM and SGLang do,
 is stopped whole), with its stdout and stderr captured to a log file whose tail is quoted in every
-error. On Linux the child also asks the kernel to kill it if gate dies (PR_SET_PDEATHSIG), so not
+error. It runs with a clean environment (gate.adapters.openai.environment: never gate's keys or
+tokens). On Linux the child also asks the kernel to kill it if gate dies (PR_SET_PDEATHSIG), so not
 even a `kill -9` of gate leaves a server behind; a normal exit, an exception or Ctrl-C stops it
 through `stop()` (SIGTERM to the group, then SIGKILL after a grace period).
 """
@@ -24,15 +25,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gate.errors import EngineCrashed, EngineNotReady, EnginePortInUse
+from gate._util.text import one_line
+from gate.adapters.openai import transport
+from gate.adapters.openai.environment import engine_environment
+from gate.errors import EngineBadReply, EngineCrashed, EngineNotReady, EnginePortInUse
 
 _LIVE: set[ServerProcess] = set()
 """Servers started and not yet stopped (stopped at interpreter exit and on SIGTERM as a last resort)."""
 
 
 def tail(text: str, lines: int = 15) -> str:
-    """The last `lines` lines of a log, joined with ' | ' so they fit on the one error line."""
-    kept = [line for line in text.splitlines() if line.strip()][-lines:]
+    """The last `lines` lines of a log, joined with ' | ' so they fit on the one error line (each made
+    printable: the engine's own text never starts a line of gate's log, gate._util.text.one_line)."""
+    kept = [one_line(line, 500) for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(the server wrote nothing)"
 
 
@@ -120,7 +125,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
+                env=engine_environment(self.env),  # never gate's keys or tokens (environment.py)
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
@@ -152,16 +157,19 @@ class ServerProcess:
                     f"{self.label}: the server exited with status {status} before it was ready; "
                     f"its log ends: {tail(self.log_text())}"
                 )
-            try:
-                with urllib.request.urlopen(url, timeout=2.0) as reply:
-                    if reply.status == 200:
-                        self.ready_after_s = time.monotonic() - self.started_s
-                        return
-                    last = f"HTTP {reply.status}"
-            except urllib.error.HTTPError as err:
+            wait = max(0.05, min(2.0, deadline - time.monotonic()))
+            try:  # a total deadline: a probe that drips its answer cannot outlast ready_timeout_s
+                status = transport.fetch(urllib.request.Request(url), wait, self.label, read=lambda r: r.status)
+                if status == 200:
+                    self.ready_after_s = time.monotonic() - self.started_s
+                    return
+                last = f"HTTP {status}"
+            except transport.HTTPStatus as err:
                 last = f"HTTP {err.code}"
+            except EngineBadReply as err:
+                last = str(err)
             except (urllib.error.URLError, OSError) as err:
-                last = str(getattr(err, "reason", err))
+                last = one_line(getattr(err, "reason", err), 200)
             time.sleep(0.1)
         raise EngineNotReady(
             f"{self.label}: not ready after {self.ready_timeout_s:g}s ({self.probe}: {last}); "
