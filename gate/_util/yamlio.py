@@ -167,6 +167,7 @@ class LoadedYaml:
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
+        self.text = text
         if len(text) > MAX_DOCUMENT_BYTES:
             raise InputError(
                 path, f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
@@ -237,13 +238,12 @@ def _is_union_tag(part: int | str) -> bool:
 
 def read_yaml(path: Path) -> LoadedYaml:
     """Read and parse a YAML file, turning I/O and syntax problems into InputError."""
+    from gate._util.limited import read_regular
+
+    data = read_regular(path, MAX_DOCUMENT_BYTES, "document")  # a FIFO or /dev/zero: refused, never read
     try:
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise InputError(
-                str(path), f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise InputError(str(path), f"cannot read: {err.__class__.__name__}: {err}") from None
     return LoadedYaml(str(path), text)
 

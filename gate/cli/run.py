@@ -114,6 +114,12 @@ def summary_json(outputs: Any) -> dict[str, Any]:
     help="Trust policy saying whose waivers apply. Default: $GATE_TRUST, else ./trust.yaml.",
 )
 @click.option(
+    "--baseline-commit",
+    metavar="SHA",
+    help="Main's commit: a recorded reference's baseline must be signed for it (default: $GATE_BASELINE_COMMIT, "
+    "else the base commit of a GitHub pull_request event; docs/baselines.md).",
+)
+@click.option(
     "--matrix",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Matrix file: manifests x seeds x dtypes x devices, each run into DIR/<name>/ (docs/scale.md).",
@@ -162,6 +168,7 @@ def command(
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
     trust_path: Path | None,
+    baseline_commit: str | None,
     matrix: Path | None,
     jobs: int,
     executor: str,
@@ -181,6 +188,10 @@ def command(
         raise click.UsageError("-q and -v contradict each other")
     if not manifests and matrix is None:
         raise click.UsageError("give a MANIFEST (or several), or --matrix FILE")
+    if baseline_commit:  # read where each run (in this process or a batch worker) checks its baseline
+        from gate.trust.baseline import ENV_BASELINE_COMMIT
+
+        os.environ[ENV_BASELINE_COMMIT] = baseline_commit
     if len(manifests) != 1 or matrix is not None:
         from gate.cli.batch import run_batch_command
         from gate.engine.executors import TaskOptions

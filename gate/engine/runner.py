@@ -60,6 +60,9 @@ class RunOptions:
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    baseline_commit: str | None = None
+    """Main's commit, that a recorded reference's baseline must be bound to (gate.trust.baseline.main_commit:
+    None reads $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base commit)."""
     profile: bool = False
     """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
     slow small forwards, so only on request); wall times per check and control are always kept."""
@@ -446,6 +449,11 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     params = {p.check: _validated_params(loaded, p, specs[p.check].params) for p in plan.checks}
 
     subject = manifest.subject
+    for spec in (subject.reference, subject.candidate):
+        if spec.adapter == "recorded" and isinstance(spec.options.get("baseline"), str):
+            from gate.trust.baseline import require_trusted_baseline
+
+            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
     checks: list[CheckResult] = []
     subjects: dict[str, Any] = {}
     try:

@@ -10,7 +10,7 @@ nothing, but does not stop the audit of unrelated runs.
 `trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and
 waivers, verifying each by role (gate.trust.verify_run): the dossier's files against the digests
 the ledger recorded, the signed statement's commit against the ledger's and the one asked for, the
-approvals against the trust policy, and the receipts the dossier holds (ledger.json,
+approvals and waivers against the trust policy given (the verifier's, never the run's), and the receipts the dossier holds (ledger.json,
 approval.json) as checkpoints the ledger must still match.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
+from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
@@ -201,6 +202,11 @@ class RunTrace:
     def ok(self) -> bool:
         return self.check is not None and self.check.ok and all(f.ok is not False for f in self.findings)
 
+    @property
+    def deployable(self) -> bool:
+        """Verified, and a verdict a deploy may ship (RunCheck.deployable)."""
+        return self.ok and self.check is not None and self.check.deployable
+
 
 def _check_recorded_files(trace: RunTrace) -> bool:
     """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
@@ -248,6 +254,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
             inputs = [ApprovalInput(a.body, f"approval #{a.seq}", a.time) for a in item.approvals]
             asked = ref if ref_matches(recorded_commit, ref) else None
             item.check = check_run(out, trust, commit=asked, revocations=revoked, run_time=run.time, approvals=inputs)
+            judge_waivers(item.check, ledger, trust, run.time)
             signed = item.check.commit
             if recorded_commit and signed != recorded_commit:
                 item.findings.append(

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import gate
 from gate._util.atomic import write_bytes_atomic
+from gate._util.limited import read_regular
+from gate.errors import InputError
 
 if TYPE_CHECKING:
     import torch
@@ -45,9 +47,10 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def reference_key(identity: dict[str, Any], adapter: str, options: dict[str, Any]) -> str:
-    """What the stored answers are answers of: model identity, adapter options, gate version."""
-    body = {"identity": identity, "adapter": adapter, "options": options, "gate_version": gate.__version__}
+def reference_key(identity: dict[str, Any], adapter: str, options: dict[str, Any], version: str | None = None) -> str:
+    """What the stored answers are answers of: model identity, adapter options, gate version (this
+    gate's unless `version` names the one a header states)."""
+    body = {"identity": identity, "adapter": adapter, "options": options, "gate_version": version or gate.__version__}
     return _sha(json.dumps(body, sort_keys=True, default=str).encode())
 
 
@@ -64,6 +67,23 @@ def git_commit(cwd: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+HEADER_BYTES = 64 * 1024 * 1024
+"""Largest baseline.json read (its index: about 200 bytes per stored answer)."""
+OBJECT_BYTES = 1024 * 1024 * 1024
+"""Largest stored answer read."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a regular file within HEADER_BYTES; InputError (exit 2, one line) otherwise."""
+    try:
+        doc = json.loads(read_regular(path, HEADER_BYTES, "baseline"))
+    except (ValueError, RecursionError) as err:
+        raise InputError(str(path), f"not JSON ({str(err).splitlines()[0][:120]})") from None
+    if not isinstance(doc, dict):
+        raise InputError(str(path), "not a JSON object")
+    return doc
 
 
 @dataclass
@@ -83,10 +103,12 @@ class BaselineStore:
         header_file = directory / HEADER
         if not header_file.is_file():
             return cls(directory)
-        header = json.loads(header_file.read_text())
+        header = read_json(header_file)
         if header.get("format") != FORMAT:
             raise MissingRecording(f"{header_file}: not a gate baseline ({header.get('format')!r}, want {FORMAT})")
         index = header.pop("entries", {})
+        if not isinstance(index, dict):
+            raise InputError(str(header_file), "`entries` is not an object", field="entries")
         return cls(directory, header, index)
 
     @property
@@ -105,7 +127,7 @@ class BaselineStore:
         if entry is None:
             self.misses += 1
             return None
-        blob = (self.directory / "objects" / f"{entry['sha256']}.npy").read_bytes()
+        blob = read_regular(self.directory / "objects" / f"{entry['sha256']}.npy", OBJECT_BYTES, "stored answer")
         if _sha(blob) != entry["sha256"]:
             raise MissingRecording(f"{self.directory}: object {entry['sha256']} does not match its digest")
         self.hits += 1
