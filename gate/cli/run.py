@@ -188,10 +188,6 @@ def command(
         raise click.UsageError("-q and -v contradict each other")
     if not manifests and matrix is None:
         raise click.UsageError("give a MANIFEST (or several), or --matrix FILE")
-    if baseline_commit:  # read where each run (in this process or a batch worker) checks its baseline
-        from gate.trust.baseline import ENV_BASELINE_COMMIT
-
-        os.environ[ENV_BASELINE_COMMIT] = baseline_commit
     if len(manifests) != 1 or matrix is not None:
         from gate.cli.batch import run_batch_command
         from gate.engine.executors import TaskOptions
@@ -204,6 +200,7 @@ def command(
             policy_dirs=tuple(os.fspath(p) for p in policy_dirs),
             trust=os.fspath(trust_path) if trust_path else None,
             reference_cache=os.fspath(reference_cache) if reference_cache else None,
+            baseline_commit=baseline_commit,
             only=only,
             params=parse_params(params),
             profile=profile,
@@ -243,6 +240,7 @@ def command(
                 only=list(only),
                 params=overrides,
                 reference_cache=reference_cache,
+                baseline_commit=baseline_commit,
                 profile=profile,
             )
             run_s = time.perf_counter() - started

@@ -74,7 +74,11 @@ def deploy_exit(deployable: bool, any_verdict: bool) -> int:
 
     if deployable or any_verdict:
         return 0
-    echo("NOT DEPLOYABLE: authentic, but its verdict is not one a deploy may ship (--any-verdict: check authenticity only)", err=True)
+    echo(
+        "NOT DEPLOYABLE: authentic, but its verdict is not one a deploy may ship "
+        "(--any-verdict: check authenticity only)",
+        err=True,
+    )
     return EXIT_NOT_DEPLOYABLE
 
 

@@ -47,6 +47,7 @@ def run_pipeline(
     environ: Mapping[str, str] | None = None,
     trust: str | os.PathLike[str] | None = None,
     reference_cache: str | os.PathLike[str] | None = None,
+    baseline_commit: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     only: list[str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
@@ -62,7 +63,9 @@ def run_pipeline(
     `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
     bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
     appended. `environ` is where CI variables are read from (GitHub annotations and summary).
-    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
+    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml)
+    and whose signature a recorded baseline needs; `baseline_commit`: main's commit, that baseline's
+    binding (default $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base; docs/baselines.md).
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
@@ -101,6 +104,7 @@ def run_pipeline(
                 ledger=ledger_path,
                 trust=trust_path,
                 reference_cache=Path(reference_cache) if reference_cache is not None else None,
+                baseline_commit=baseline_commit,
                 progress=progress or (lambda _task, _done, _total: None),
                 only=list(only or []),
                 params=dict(params or {}),

@@ -10,8 +10,8 @@ nothing, but does not stop the audit of unrelated runs.
 `trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and
 waivers, verifying each by role (gate.trust.verify_run): the dossier's files against the digests
 the ledger recorded, the signed statement's commit against the ledger's and the one asked for, the
-approvals and waivers against the trust policy given (the verifier's, never the run's), and the receipts the dossier holds (ledger.json,
-approval.json) as checkpoints the ledger must still match.
+approvals and waivers against the trust policy given (the verifier's, never the run's), and the
+receipts the dossier holds (ledger.json, approval.json) as checkpoints the ledger must still match.
 """
 
 from __future__ import annotations

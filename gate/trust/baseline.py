@@ -34,15 +34,24 @@ ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
 
 def read_header(directory: Path) -> dict[str, Any]:
     """DIR/baseline.json as a dict, or an InputError naming the file (never a traceback)."""
-    from gate.adapters.recorded.store import FORMAT, HEADER, read_json
+    from gate.adapters.recorded.header import FORMAT, HEADER, read_json
 
     path = directory / HEADER
     if not path.exists():
         raise InputError(str(path), "no baseline here (baseline.json missing); run `gate record` first")
     doc = read_json(path)
     if doc.get("format") != FORMAT:
-        raise InputError(str(path), f"not a gate baseline (format {doc.get('format')!r}, want {FORMAT})", field="format")
-    for name, kind in (("key", str), ("identity", dict), ("adapter", str), ("options", dict), ("entries", dict), ("shape", dict)):
+        raise InputError(
+            str(path), f"not a gate baseline (format {doc.get('format')!r}, want {FORMAT})", field="format"
+        )
+    for name, kind in (
+        ("key", str),
+        ("identity", dict),
+        ("adapter", str),
+        ("options", dict),
+        ("entries", dict),
+        ("shape", dict),
+    ):
         if not isinstance(doc.get(name), kind):
             raise InputError(str(path), f"missing or not a {kind.__name__}", field=name)
     for question, entry in doc["entries"].items():
@@ -57,7 +66,7 @@ def _signed_part(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def recomputed_key(doc: Mapping[str, Any]) -> str:
     """The reference key of what the header says was recorded (identity, adapter, options, version)."""
-    from gate.adapters.recorded.store import reference_key
+    from gate.adapters.recorded.header import reference_key
 
     return reference_key(doc["identity"], doc["adapter"], doc["options"], version=str(doc.get("gate_version")))
 
@@ -65,7 +74,7 @@ def recomputed_key(doc: Mapping[str, Any]) -> str:
 def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
     """The commit a recording is made from: the manifest's change.commit, else the CI's (as `gate run`
     reads it), else `git rev-parse HEAD` here; InputError when there is none."""
-    from gate.adapters.recorded.store import git_commit
+    from gate.adapters.recorded.header import git_commit
     from gate.core.load import load_manifest
 
     change = load_manifest(manifest).manifest.change.with_ci_commit()
@@ -85,7 +94,7 @@ def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
     import hashlib
 
     from gate._util.atomic import write_bytes_atomic
-    from gate.adapters.recorded.store import HEADER
+    from gate.adapters.recorded.header import HEADER
     from gate.trust.attest import load_private_key
     from gate.trust.signing import sign_statement
 
@@ -126,8 +135,9 @@ def _same_commit(a: str, b: str) -> bool:
 
 def require_trusted_baseline(directory: Path, trust: Trust | None, commit: str | None) -> dict[str, Any]:
     """The baseline's header, when a replay may use it (see the module docstring); else InputError."""
-    from gate.adapters.recorded.store import HEADER
+    from gate.adapters.recorded.header import HEADER
     from gate.trust.signing import verify_statement
+
     path = str(directory / HEADER)
     doc = read_header(directory)
     if recomputed_key(doc) != doc["key"]:
@@ -136,7 +146,9 @@ def require_trusted_baseline(directory: Path, trust: Trust | None, commit: str |
         )
     signature = doc.get("signature")
     if not isinstance(signature, dict):
-        raise InputError(path, "the baseline is unsigned: record it with `gate record --sign-key KEY`", field="signature")
+        raise InputError(
+            path, "the baseline is unsigned: record it with `gate record --sign-key KEY`", field="signature"
+        )
     if trust is None:
         raise InputError(path, "a recorded baseline needs a trust policy naming its run signers (--trust)")
     bad = verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys()))

@@ -13,6 +13,7 @@ a deny check. A waiver that does not count leaves the run authentic but not depl
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gate.errors import EXIT_NOT_DEPLOYABLE
 from gate.trust.ledger import Ledger
@@ -59,7 +60,9 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
     out.waivers_count = counted
 
 
-def _covers(waivers: list[RecordedWaiver], check: dict[str, object], trust: Trust, day: str, when: str) -> tuple[bool, str]:
+def _covers(
+    waivers: list[RecordedWaiver], check: dict[str, Any], trust: Trust, day: str, when: str
+) -> tuple[bool, str]:
     """Whether these waivers of one check cover it at the run's time, and why (or why not)."""
     from datetime import date
 
@@ -71,8 +74,8 @@ def _covers(waivers: list[RecordedWaiver], check: dict[str, object], trust: Trus
     if len(signers) >= need:
         ids = ", ".join(f"#{w.id}" for w in good)
         return True, f"counts under the verifier's trust policy (ledger {ids}, signed by {', '.join(signers)})"
-    recorded = (check.get("waiver") or {}) if isinstance(check.get("waiver"), dict) else {}
-    named = [w for w in waivers if w.id == recorded.get("ledger_id")]  # type: ignore[union-attr]
+    recorded: dict[str, Any] = check["waiver"] if isinstance(check.get("waiver"), dict) else {}
+    named = [w for w in waivers if w.id == recorded.get("ledger_id")]
     if named and named[0].problem is not None:
         why = f"ledger #{named[0].id} is not trusted under the verifier's trust policy: {named[0].problem}"
     elif named and not named[0].active_on(on):

@@ -179,7 +179,13 @@ def check_run(
     counted = []
     for signer in report.signed_by:
         if signer.index != 0:
-            add(Finding(None, f"signature #{signer.index + 1} by {signer.label} was added to the run's (an approval's), so it is no run signature"))
+            add(
+                Finding(
+                    None,
+                    f"signature #{signer.index + 1} by {signer.label} was added to the run's (an approval's), "
+                    "so it is no run signature",
+                )
+            )
             continue
         gone = revoked.key(signer.keyid, run_time)
         if gone is not None:
