@@ -18,12 +18,11 @@ KEY_BYTES = 64 * 1024
 """Largest PEM key file read (an Ed25519 key is a few hundred bytes)."""
 
 
-def _size(limit: int) -> str:
-    return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit // 1024} KiB"
-
-
-def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
-    """The bytes of PATH, a regular file of at most `limit` bytes; InputError otherwise."""
+def read_regular(path: Path, limit: int, what: str = "file", *, located: bool = False) -> bytes:
+    """The bytes of PATH, a regular file of at most `limit` bytes; InputError otherwise (at line 1,
+    column 1 when `located`: a document's errors name a position)."""
+    line = 1 if located else None
+    too_large = f"larger than {limit // 1024} KiB (limit of gate {what}s)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
@@ -31,9 +30,11 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(str(path), f"{what} is not a regular file (a device, FIFO, socket or directory)")
+            raise InputError(
+                str(path), f"{what} is not a regular file (a device, FIFO, socket or directory)", line=line, col=line
+            )
         if info.st_size > limit:
-            raise InputError(str(path), f"{what} is larger than {_size(limit)} (limit of gate inputs)")
+            raise InputError(str(path), too_large, line=line, col=line)
         chunks, total = [], 0
         while total <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -42,7 +43,7 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
             chunks.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise InputError(str(path), f"{what} is larger than {_size(limit)} (limit of gate inputs)")
+            raise InputError(str(path), too_large, line=line, col=line)
         return b"".join(chunks)
     except OSError as err:
         raise InputError(str(path), f"cannot read {what}: {err.strerror or err}") from None

@@ -59,11 +59,22 @@ _constructor = yaml.SafeLoader("")
 
 
 def _too_deep(path: str, text: str, loader: type[Any]) -> None:
-    """Refuse nesting past MAX_DEPTH from the parser's events (the parser keeps an explicit stack;
-    the composer and constructor recurse, so depth must be known before they run)."""
-    depth = 0
+    """Refuse nesting past MAX_DEPTH, and more than MAX_NODES nodes, from the parser's events (the
+    parser keeps an explicit stack; the composer and constructor recurse, so depth must be known
+    before they run, and a document too large is refused before any tree is built)."""
+    depth = nodes = 0
     try:
         for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent, yaml.AliasEvent)):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    mark = event.start_mark
+                    raise InputError(
+                        path,
+                        f"more than {MAX_NODES} nodes (limit of gate documents)",
+                        line=mark.line + 1 if mark else 1,
+                        col=mark.column + 1 if mark else 1,
+                    )
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
@@ -176,7 +187,7 @@ class LoadedYaml:
             try:
                 self.node, self.data = _parse(path, text, _FastLoader)
                 return
-            except (yaml.YAMLError, InputError):
+            except yaml.YAMLError:
                 pass  # parsed again below: the Python parser's message and mark, as they always were
         try:
             self.node, self.data = _parse(path, text, _UniqueKeyLoader)
@@ -240,7 +251,7 @@ def read_yaml(path: Path) -> LoadedYaml:
     """Read and parse a YAML file, turning I/O and syntax problems into InputError."""
     from gate._util.limited import read_regular
 
-    data = read_regular(path, MAX_DOCUMENT_BYTES, "document")  # a FIFO or /dev/zero: refused, never read
+    data = read_regular(path, MAX_DOCUMENT_BYTES, "document", located=True)  # a FIFO or /dev/zero: refused, never read
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

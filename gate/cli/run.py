@@ -223,10 +223,6 @@ def command(
     reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
     try:
         with user_errors():
-            if threads is not None:
-                import torch
-
-                torch.set_num_threads(threads)
             started = time.perf_counter()
             outputs = run_pipeline(
                 manifest,
@@ -241,6 +237,7 @@ def command(
                 params=overrides,
                 reference_cache=reference_cache,
                 baseline_commit=baseline_commit,
+                threads=threads,
                 profile=profile,
             )
             run_s = time.perf_counter() - started

@@ -52,6 +52,7 @@ def run_pipeline(
     only: list[str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
     profile: bool = False,
+    threads: int | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -69,11 +70,11 @@ def run_pipeline(
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
+    `threads`: torch CPU threads, set once the previous run is aside (importing torch takes seconds,
+    and a run killed in them must not leave the previous dossier in `--out`).
     """
     from gate._util.stopping import stop_all
     from gate.engine.outputs import WRITE_ERRNOS, StagedOutput, write_failure
-    from gate.engine.runner import RunOptions, prepare, run_manifest
-    from gate.trust.attest import load_private_key
 
     manifest_path, out = Path(manifest), Path(out_dir)
     from gate.trust.ledger_store import is_url, ledger_location
@@ -92,6 +93,13 @@ def run_pipeline(
     staged.check()  # a bad --out fails before anything runs, moves or is written
     staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
     try:
+        from gate.engine.runner import RunOptions, prepare, run_manifest
+        from gate.trust.attest import load_private_key
+
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         if key_path is not None:
             load_private_key(key_path)  # a missing or bad key fails before any check runs
         prepared = prepare(manifest_path, list(policy_dirs or []), dict(params or {}))  # bad input: exit 2 first

@@ -559,3 +559,61 @@ def test_a_malformed_baseline_is_one_line_exit_2(tmp_path: Path, trust: Path, co
     else:
         (baseline / "baseline.json").write_text(content)
     _refused(_replay(tmp_path, baseline, trust, "--baseline-commit", MAIN_SHA), "baseline.json")
+
+
+def test_out_never_moves_or_deletes_a_folder_that_is_not_a_gate_output(tmp_path: Path, keys: dict[str, Path]) -> None:
+    mine = tmp_path / "keys-folder"
+    mine.mkdir()
+    (mine / "ci.key").write_text("precious")
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    result = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(mine), "-q"])
+    assert result.exit_code == 2 and "is not a gate output" in result.output, result.output
+    assert (mine / "ci.key").read_text() == "precious" and not Path(f"{mine}.previous").exists()
+    # nor a <out>.previous of the user's, which the next run would delete
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    theirs = tmp_path / "out.previous"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(out), "-q"])
+    assert result.exit_code == 2 and "would have it deleted" in result.output, result.output
+    assert (theirs / "notes.txt").read_text() == "mine" and (out / "results.json").is_file()
+
+
+def test_the_previous_dossier_is_aside_before_torch_is_even_imported(tmp_path: Path) -> None:
+    """A kill in the first seconds (here: the moment torch is imported) finds no dossier in --out."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"verdict": "pass"}')
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n"
+        f"            open({str(tmp_path / 'seen')!r}, 'w').write(str(os.path.exists({str(out / 'results.json')!r})))\n"
+        "            os._exit(137)\n"
+        "sys.meta_path.insert(0, Kill())\n"
+    )
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    env = {**os.environ, "PYTHONPATH": str(hook), "GATE_THREADS": "1"}
+    gate_cli = Path(sys.executable).parent / "gate"
+    done = subprocess.run([str(gate_cli), "run", str(manifest), "--out", str(out), "-q"], env=env, timeout=120)
+    assert done.returncode == 137
+    assert (tmp_path / "seen").read_text() == "False"  # the previous run was already in out.previous
+    assert (tmp_path / "out.previous" / "results.json").is_file()
+
+
+def test_a_matrix_of_100000_seeds_is_refused_at_parse_time(tmp_path: Path) -> None:
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"manifests: [{manifest}]\nseeds: [{', '.join(str(i) for i in range(100_000))}]\n")
+    result = CliRunner().invoke(cli, ["run", "--matrix", str(matrix), "--out", str(tmp_path / "out")])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "more than 20000 nodes" in lines[0], result.output
