@@ -278,12 +278,16 @@ def write_envelope(path: Path, envelope: Envelope) -> Path:
     return write_bytes_atomic(path, (json.dumps(envelope.dump(), indent=2) + "\n").encode())
 
 
+ENVELOPE_BYTES = 64 * 1024 * 1024
+"""Largest attestation envelope read (its payload lists every signed file)."""
+
+
 def read_envelope(path: Path) -> tuple[Envelope, bytes]:
     """The envelope and its decoded payload; ValueError saying what is malformed."""
     try:
-        envelope = Envelope.model_validate_json(path.read_bytes())
-    except OSError as err:
-        raise ValueError(f"{path.name}: not readable ({err.strerror})") from None
+        envelope = Envelope.model_validate_json(read_regular(path, ENVELOPE_BYTES, "envelope"))
+    except InputError as err:
+        raise ValueError(f"{path.name}: {err.message}") from None
     except ValidationError:
         raise ValueError(f"{path.name}: not a DSSE envelope (needs payloadType, payload, signatures)") from None
     try:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gate.errors import InputError
 from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
 from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
@@ -46,6 +47,10 @@ class AuditReport(Findings):
     """Each verified entry's kind."""
 
 
+HELD_BYTES = 16 * 1024 * 1024
+"""Largest checkpoint file, receipt or approval.json read."""
+
+
 def held_checkpoints(path: Path) -> list[Checkpoint]:
     """Checkpoints kept outside the ledger: a checkpoint file, a receipt (ledger.json), an approval.json,
     or a dossier directory holding those."""
@@ -53,16 +58,21 @@ def held_checkpoints(path: Path) -> list[Checkpoint]:
         return [
             cp for name in (RECEIPT, APPROVAL_FILE) if (path / name).is_file() for cp in held_checkpoints(path / name)
         ]
-    data = json.loads(path.read_bytes())
-    if isinstance(data, dict) and "approvals" in data:
-        return [
-            Checkpoint.model_validate(r["ledger"]["checkpoint"])
-            for r in data["approvals"]
-            if isinstance(r, dict) and isinstance(r.get("ledger"), dict)
-        ]
-    if isinstance(data, dict) and "checkpoint" in data:
-        return [Checkpoint.model_validate(data["checkpoint"])]
-    return [Checkpoint.model_validate(data)]
+    from gate._util.limited import read_regular
+
+    try:
+        data = json.loads(read_regular(path, HELD_BYTES, "checkpoint file"))
+        if isinstance(data, dict) and "approvals" in data:
+            return [
+                Checkpoint.model_validate(r["ledger"]["checkpoint"])
+                for r in data["approvals"]
+                if isinstance(r, dict) and isinstance(r.get("ledger"), dict)
+            ]
+        if isinstance(data, dict) and "checkpoint" in data:
+            return [Checkpoint.model_validate(data["checkpoint"])]
+        return [Checkpoint.model_validate(data)]
+    except (ValueError, KeyError, TypeError, RecursionError) as err:  # ValidationError is a ValueError
+        raise InputError(str(path), f"not a checkpoint, receipt or approval.json ({err.__class__.__name__})") from None
 
 
 def _revoked(revoked: Revocations, keyid: Any, at: str) -> list[str]:
@@ -264,7 +274,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
                 )
             try:
                 held += held_checkpoints(out)
-            except (ValueError, KeyError, TypeError, ValidationError):
+            except (ValueError, KeyError, TypeError, ValidationError, InputError):
                 item.findings.append(Finding(False, f"{out}: its ledger receipts are unreadable"))
         traces.append(item)
     if held:

@@ -47,6 +47,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from gate._util.clock import now_utc
+from gate._util.limited import read_regular
+from gate.errors import InputError
 from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
 from gate.trust.signing import (
     canonical_json,
@@ -239,11 +241,11 @@ def read_pin(ledger_path: Path) -> Checkpoint | None:
     path = pin_path(ledger_path)
     if path is None:
         return None
-    try:
-        return Checkpoint.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
-    except (OSError, ValueError) as err:
+    try:
+        return Checkpoint.model_validate_json(read_regular(path, 1024 * 1024, "ledger pin"))
+    except (InputError, ValueError) as err:
         raise LedgerError(
             f"{path}: unreadable ledger pin ({err.__class__.__name__}); restore it or move it away"
         ) from None

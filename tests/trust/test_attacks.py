@@ -617,3 +617,16 @@ def test_a_matrix_of_100000_seeds_is_refused_at_parse_time(tmp_path: Path) -> No
     result = CliRunner().invoke(cli, ["run", "--matrix", str(matrix), "--out", str(tmp_path / "out")])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and "more than 20000 nodes" in lines[0], result.output
+
+
+@pytest.mark.parametrize("content", ["devzero", "{not json", '{"checkpoint": 3}'])
+def test_a_held_checkpoint_that_is_a_device_or_malformed_is_one_line_exit_2(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, content: str
+) -> None:
+    _run(tmp_path, keys, ledger, "r", NEW)
+    held = Path("/dev/zero") if content == "devzero" else tmp_path / "held.json"
+    if content != "devzero":
+        held.write_text(content)
+    result = CliRunner().invoke(cli, ["audit", "verify", "--ledger", str(ledger), "--checkpoint", str(held)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and str(held) in lines[0], result.output
