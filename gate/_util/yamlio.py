@@ -63,28 +63,26 @@ def _too_deep(path: str, text: str, loader: type[Any]) -> None:
     parser keeps an explicit stack; the composer and constructor recurse, so depth must be known
     before they run, and a document too large is refused before any tree is built)."""
     depth = nodes = 0
+
+    def refuse(event: Any, message: str) -> InputError:
+        mark = event.start_mark
+        return InputError(
+            path,
+            f"{message} (limit of gate documents)",
+            line=mark.line + 1 if mark else 1,
+            col=mark.column + 1 if mark else 1,
+        )
+
     try:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent, yaml.AliasEvent)):
                 nodes += 1
                 if nodes > MAX_NODES:
-                    mark = event.start_mark
-                    raise InputError(
-                        path,
-                        f"more than {MAX_NODES} nodes (limit of gate documents)",
-                        line=mark.line + 1 if mark else 1,
-                        col=mark.column + 1 if mark else 1,
-                    )
+                    raise refuse(event, f"more than {MAX_NODES} nodes")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    mark = event.start_mark
-                    raise InputError(
-                        path,
-                        f"nested deeper than {MAX_DEPTH} levels (limit of gate documents)",
-                        line=mark.line + 1 if mark else 1,
-                        col=mark.column + 1 if mark else 1,
-                    )
+                    raise refuse(event, f"nested deeper than {MAX_DEPTH} levels")
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError:

@@ -46,9 +46,9 @@ def read_json(path: Path) -> dict[str, Any]:
         doc = json.loads(read_regular(path, HEADER_BYTES, "baseline"))
     except (ValueError, RecursionError) as err:
         raise InputError(str(path), f"not JSON ({str(err).splitlines()[0][:120]})") from None
-    if not isinstance(doc, dict):
-        raise InputError(str(path), "not a JSON object")
-    return doc
+    if isinstance(doc, dict):
+        return doc
+    raise InputError(str(path), f"not a JSON object (a {type(doc).__name__})")
 
 
 __all__ = ["FORMAT", "HEADER", "HEADER_BYTES", "OBJECT_BYTES", "git_commit", "read_json", "reference_key"]
