@@ -437,11 +437,16 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         )
     not_run = [name for name in planned_names if options.only and name not in options.only]
     manifest = loaded.manifest
-    specs = {p.check: load_check(p.check) for p in plan.checks}
-    waivers = None
     from gate.trust.policy import find_trust
 
     trust = find_trust(options.trust)  # a bad trust policy stops the run before any check
+    for spec in (manifest.subject.reference, manifest.subject.candidate):
+        if spec.adapter == "recorded" and isinstance(spec.options.get("baseline"), str):
+            from gate.trust.baseline import require_trusted_baseline
+
+            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
+    specs = {p.check: load_check(p.check) for p in plan.checks}
+    waivers = None
     if options.ledger is not None:
         from gate.trust.waivers import ledger_waivers
 
@@ -449,11 +454,6 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     params = {p.check: _validated_params(loaded, p, specs[p.check].params) for p in plan.checks}
 
     subject = manifest.subject
-    for spec in (subject.reference, subject.candidate):
-        if spec.adapter == "recorded" and isinstance(spec.options.get("baseline"), str):
-            from gate.trust.baseline import require_trusted_baseline
-
-            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
     checks: list[CheckResult] = []
     subjects: dict[str, Any] = {}
     try:
