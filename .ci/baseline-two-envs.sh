@@ -17,7 +17,12 @@ B=$WORK/venv
 "$B/bin/pip" install -q "$WORK/checkout"
 "$B/bin/pip" install -q --no-deps --force-reinstall "$WORK/checkout/tests/plugins/gate-plugin-tinylm"
 M=$REPO/tests/engine/tinylm/kv-cache.yaml
-"$A/bin/gate" record "$M" --out "$WORK/baseline" >/dev/null
+# the baseline is signed by the run key and bound to main's commit; the replay checks both
+rm -f "$WORK/ci.key" "$WORK/ci.pub" && "$A/bin/gate" keygen --out "$WORK/ci" >/dev/null
+printf 'apiVersion: gate/trust/v1\npeople:\n  ci: {keys: [%s]}\nrun-signers: [ci]\n' "$WORK/ci.pub" > "$WORK/trust.yaml"
+export GATE_COMMIT=c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00 GATE_BASELINE_COMMIT=c0ffee00c0ffee00
+export GATE_TRUST=$WORK/trust.yaml
+"$A/bin/gate" record "$M" --out "$WORK/baseline" --sign-key "$WORK/ci.key" >/dev/null
 "$A/bin/gate" run "$M" --out "$WORK/live" >/dev/null || true
 python3 -c "
 import sys; s = sys.stdin.read()

@@ -59,21 +59,30 @@ _constructor = yaml.SafeLoader("")
 
 
 def _too_deep(path: str, text: str, loader: type[Any]) -> None:
-    """Refuse nesting past MAX_DEPTH from the parser's events (the parser keeps an explicit stack;
-    the composer and constructor recurse, so depth must be known before they run)."""
-    depth = 0
+    """Refuse nesting past MAX_DEPTH, and more than MAX_NODES nodes, from the parser's events (the
+    parser keeps an explicit stack; the composer and constructor recurse, so depth must be known
+    before they run, and a document too large is refused before any tree is built)."""
+    depth = nodes = 0
+
+    def refuse(event: Any, message: str) -> InputError:
+        mark = event.start_mark
+        return InputError(
+            path,
+            f"{message} (limit of gate documents)",
+            line=mark.line + 1 if mark else 1,
+            col=mark.column + 1 if mark else 1,
+        )
+
     try:
         for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent, yaml.AliasEvent)):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise refuse(event, f"more than {MAX_NODES} nodes")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    mark = event.start_mark
-                    raise InputError(
-                        path,
-                        f"nested deeper than {MAX_DEPTH} levels (limit of gate documents)",
-                        line=mark.line + 1 if mark else 1,
-                        col=mark.column + 1 if mark else 1,
-                    )
+                    raise refuse(event, f"nested deeper than {MAX_DEPTH} levels")
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError:
@@ -167,6 +176,7 @@ class LoadedYaml:
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
+        self.text = text
         if len(text) > MAX_DOCUMENT_BYTES:
             raise InputError(
                 path, f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
@@ -175,7 +185,7 @@ class LoadedYaml:
             try:
                 self.node, self.data = _parse(path, text, _FastLoader)
                 return
-            except (yaml.YAMLError, InputError):
+            except yaml.YAMLError:
                 pass  # parsed again below: the Python parser's message and mark, as they always were
         try:
             self.node, self.data = _parse(path, text, _UniqueKeyLoader)
@@ -237,13 +247,12 @@ def _is_union_tag(part: int | str) -> bool:
 
 def read_yaml(path: Path) -> LoadedYaml:
     """Read and parse a YAML file, turning I/O and syntax problems into InputError."""
+    from gate._util.limited import read_regular
+
+    data = read_regular(path, MAX_DOCUMENT_BYTES, "document", located=True)  # a FIFO or /dev/zero: refused, never read
     try:
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise InputError(
-                str(path), f"larger than {MAX_DOCUMENT_BYTES // 1024} KiB (limit of gate documents)", line=1, col=1
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise InputError(str(path), f"cannot read: {err.__class__.__name__}: {err}") from None
     return LoadedYaml(str(path), text)
 

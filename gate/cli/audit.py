@@ -12,7 +12,7 @@ import click
 
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
-from gate.cli.roles import load_roles, trust_options
+from gate.cli.roles import any_verdict_option, load_roles, trust_options
 
 
 def _open(ledger_path: Path | None) -> Any:
@@ -147,6 +147,7 @@ def _echo(ok: bool | None, text: str) -> None:
 )
 @trust_options
 @ledger_option
+@any_verdict_option
 def trace_(
     ref: str,
     dossier: Path | None,
@@ -154,12 +155,16 @@ def trace_(
     run_keys: tuple[Path, ...],
     approver_keys: tuple[Path, ...],
     ledger_path: Path | None,
+    any_verdict: bool,
 ) -> None:
     """From a commit (or any digest the ledger recorded) to its dossier, approvals and waivers, verified.
 
     Keys count only for their role (--trust, or --run-key / --approver-key). Exit 0 when
-    everything found verifies, 1 when something does not, 2 when nothing matches.
+    everything found verifies and every run found is deployable (PASS, APPROVED, PASS WITH WAIVERS
+    whose waivers count under this trust policy), 6 when it verifies but a run is not deployable
+    (0 with --any-verdict), 1 when something does not verify, 2 when nothing matches.
     """
+    from gate.cli.verify import deploy_exit
     from gate.trust.audit import MIN_REF, trace
 
     with user_errors(), _open(ledger_path) as ledger:
@@ -196,7 +201,7 @@ def trace_(
     else:
         _echo(False, f"ledger: {bad.message}")
     echo("VERIFIED" if ok else "NOT VERIFIED")
-    sys.exit(0 if ok else 1)
+    sys.exit(deploy_exit(all(item.deployable for item in traces), any_verdict) if ok else 1)
 
 
 @command.command("verify")

@@ -1,4 +1,4 @@
-"""`gate record MANIFEST --out BASELINE`: store the reference side's answers for a later `recorded` run."""
+"""`gate record MANIFEST --out BASELINE --sign-key KEY`: store, bind and sign the reference side's answers."""
 
 from __future__ import annotations
 
@@ -13,19 +13,31 @@ from gate.cli.common import echo, policy_dir_option, progress_logger, user_error
 @click.command("record")
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Baseline directory.")
+@click.option(
+    "--sign-key",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The run key (a run signer's, from `gate keygen`): a replay refuses an unsigned baseline.",
+)
 @click.option("--threads", type=click.IntRange(min=1), envvar="GATE_THREADS", help="torch CPU threads.")
 @policy_dir_option
-def command(manifest: Path, out_dir: Path, threads: int | None, policy_dirs: tuple[Path, ...]) -> None:
+def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, policy_dirs: tuple[Path, ...]) -> None:
     """Run the plan's checks once, without controls, storing every answer the reference gives.
 
     The candidate is built only so the checks ask the questions a real run asks (its shape decides
-    the swept lengths); its answers are not stored. Replay with `adapter: recorded, options:
-    {baseline: BASELINE}` as the reference, in another environment and another build.
+    the swept lengths); its answers are not stored. baseline.json is then bound to the commit
+    recorded (the manifest's change.commit, else the CI's, else git HEAD here) and signed with
+    --sign-key. Replay with `adapter: recorded, options: {baseline: BASELINE}` as the reference, in
+    another environment and another build (docs/baselines.md).
     """
     from gate.engine.runner import RunOptions, run_manifest
+    from gate.trust.attest import load_private_key
+    from gate.trust.baseline import recording_commit, seal_baseline
 
     log = progress_logger()
     with user_errors():
+        load_private_key(sign_key)  # a bad key fails before anything runs
+        commit = recording_commit(manifest)
         if threads is not None:
             import torch
 
@@ -33,9 +45,10 @@ def command(manifest: Path, out_dir: Path, threads: int | None, policy_dirs: tup
         result = run_manifest(
             manifest, RunOptions(out_dir=out_dir / "record-run", policy_dirs=list(policy_dirs), log=log, record=out_dir)
         )
+        digest = seal_baseline(out_dir, sign_key, commit)
     baseline = result.baseline or {}
     echo(
-        f"recorded {baseline.get('answers_computed')} reference answers into {out_dir} "
-        f"(baseline.json sha256 {baseline.get('sha256')}, gate commit {baseline.get('gate_commit')})"
+        f"recorded {baseline.get('answers_computed')} reference answers into {out_dir} for commit {commit}, "
+        f"signed (baseline.json sha256 {digest}, gate commit {baseline.get('gate_commit')})"
     )
     sys.exit(0)

@@ -54,3 +54,13 @@ def load_roles(trust_path: Path | None, run_keys: tuple[Path, ...], approver_key
             "--run-key and --approver-key",
         )
     return trust
+
+
+def any_verdict_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--any-verdict: exit 0 for any authentic dossier (an auditor checking authenticity only)."""
+    return click.option(
+        "--any-verdict",
+        is_flag=True,
+        help="Exit 0 for any verified verdict (authenticity only); by default a verified FAIL, ERROR, "
+        "UNPROVEN, PARTIAL, AWAITING APPROVAL or an uncounted waiver exits 6: not deployable.",
+    )(f)

@@ -114,6 +114,12 @@ def summary_json(outputs: Any) -> dict[str, Any]:
     help="Trust policy saying whose waivers apply. Default: $GATE_TRUST, else ./trust.yaml.",
 )
 @click.option(
+    "--baseline-commit",
+    metavar="SHA",
+    help="Main's commit: a recorded reference's baseline must be signed for it (default: $GATE_BASELINE_COMMIT, "
+    "else the base commit of a GitHub pull_request event; docs/baselines.md).",
+)
+@click.option(
     "--matrix",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Matrix file: manifests x seeds x dtypes x devices, each run into DIR/<name>/ (docs/scale.md).",
@@ -162,6 +168,7 @@ def command(
     policy_dirs: tuple[Path, ...],
     ledger_path: Path | None,
     trust_path: Path | None,
+    baseline_commit: str | None,
     matrix: Path | None,
     jobs: int,
     executor: str,
@@ -193,6 +200,7 @@ def command(
             policy_dirs=tuple(os.fspath(p) for p in policy_dirs),
             trust=os.fspath(trust_path) if trust_path else None,
             reference_cache=os.fspath(reference_cache) if reference_cache else None,
+            baseline_commit=baseline_commit,
             only=only,
             params=parse_params(params),
             profile=profile,
@@ -215,10 +223,6 @@ def command(
     reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
     try:
         with user_errors():
-            if threads is not None:
-                import torch
-
-                torch.set_num_threads(threads)
             started = time.perf_counter()
             outputs = run_pipeline(
                 manifest,
@@ -232,6 +236,8 @@ def command(
                 only=list(only),
                 params=overrides,
                 reference_cache=reference_cache,
+                baseline_commit=baseline_commit,
+                threads=threads,
                 profile=profile,
             )
             run_s = time.perf_counter() - started

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from gate.cli.common import echo, user_errors
-from gate.cli.roles import load_roles, trust_options
+from gate.cli.roles import any_verdict_option, load_roles, trust_options
 
 
 @click.command("verify")
@@ -26,8 +26,9 @@ from gate.cli.roles import load_roles, trust_options
     "--ledger",
     "ledger_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Audit ledger whose revocations apply (keys revoked, from a time on).",
+    help="Audit ledger whose revocations apply and whose waivers are re-judged (keys revoked, from a time on).",
 )
+@any_verdict_option
 def command(
     directory: Path,
     trust_path: Path | None,
@@ -36,48 +37,74 @@ def command(
     commit: str | None,
     manifest_path: Path | None,
     ledger_path: Path | None,
+    any_verdict: bool,
 ) -> None:
     """Verify DIR: the run signer's signature, every signed file, the commit and manifest, approvals.
 
-    Prints the commit, manifest and verdict it verified. Exit 0 when valid, 1 when not (each
-    problem named), 2 for usage errors.
+    Prints the commit, manifest and verdict it verified. Exit 0 when valid and deployable (PASS,
+    APPROVED, or PASS WITH WAIVERS whose waivers count under this trust policy: needs --ledger),
+    6 when valid but not deployable (0 with --any-verdict), 1 when not valid (each problem named),
+    2 for usage errors.
     """
     from gate.trust.attest import sha256_file
     from gate.trust.verify_run import check_run
 
     with user_errors():
         trust = load_roles(trust_path, run_keys, approver_keys)
-        revocations, run_time = None, None
-        if ledger_path is not None:
-            revocations, run_time = _ledger_facts(ledger_path, directory, trust)
-        checked = check_run(
-            directory,
-            trust,
-            commit=commit,
-            manifest_sha256=sha256_file(manifest_path) if manifest_path else None,
-            revocations=revocations,
-            run_time=run_time,
-        )
+        if ledger_path is None:
+            checked = check_run(
+                directory, trust, commit=commit, manifest_sha256=sha256_file(manifest_path) if manifest_path else None
+            )
+        else:
+            checked = _with_ledger(ledger_path, directory, trust, commit, manifest_path)
     for finding in checked.findings:
         mark = {True: "ok  ", False: "FAIL", None: "note"}[finding.ok]
         echo(f"{mark} {finding.text}", err=finding.ok is False)
     if checked.ok:
         echo(f"verified: {directory}: {checked.summary()}")
-        sys.exit(0)
+        sys.exit(deploy_exit(checked.deployable, any_verdict))
     bad = sum(1 for f in checked.findings if f.ok is False)
     echo(f"INVALID: {directory}: {bad} problem(s)", err=True)
     sys.exit(1)
 
 
-def _ledger_facts(ledger_path: Path, directory: Path, trust: Any) -> tuple[Any, str | None]:
-    """The ledger's trusted revocations, and when it recorded this dossier's run (None: never)."""
+def deploy_exit(deployable: bool, any_verdict: bool) -> int:
+    """0 for a deployable verdict (or any verdict when asked); else EXIT_NOT_DEPLOYABLE, said in one line."""
+    from gate.errors import EXIT_NOT_DEPLOYABLE
+
+    if deployable or any_verdict:
+        return 0
+    echo(
+        "NOT DEPLOYABLE: authentic, but its verdict is not one a deploy may ship "
+        "(--any-verdict: check authenticity only)",
+        err=True,
+    )
+    return EXIT_NOT_DEPLOYABLE
+
+
+def _with_ledger(ledger_path: Path, directory: Path, trust: Any, commit: str | None, manifest: Path | None) -> Any:
+    """check_run with the ledger's trusted revocations, the run's ledger time (None: never recorded),
+    and the waivers re-judged under `trust`."""
     from gate.trust.approve import find_run_entry
+    from gate.trust.attest import sha256_file
+    from gate.trust.deployable import judge_waivers
     from gate.trust.ledger import Ledger
     from gate.trust.revocation import read_revocations
     from gate.trust.run_record import statement_digest
+    from gate.trust.verify_run import check_run
 
     with Ledger.open(ledger_path, writable=False, create=False) as ledger:
         revocations = read_revocations(ledger, trust)
         digest = statement_digest(directory / "attestation.dsse.json")
         entry = find_run_entry(ledger, digest) if digest else None
-        return revocations, entry.time if entry else None
+        run_time = entry.time if entry else None
+        checked = check_run(
+            directory,
+            trust,
+            commit=commit,
+            manifest_sha256=sha256_file(manifest) if manifest else None,
+            revocations=revocations,
+            run_time=run_time,
+        )
+        judge_waivers(checked, ledger, trust, run_time)
+        return checked

@@ -137,7 +137,7 @@ def plan_batch(
     keep = [
         p for p in (*manifests, matrix, options.sign_key, options.ledger, options.trust, options.reference_cache) if p
     ]
-    StagedOutput(out, keep=[Path(p) for p in keep] + [Path(p) for p in options.policy_dirs]).check()
+    StagedOutput(out, keep=[Path(p) for p in keep] + [Path(p) for p in options.policy_dirs]).check(replaces=False)
     staged: Path | None = None
     tasks: list[Task] = []
     try:

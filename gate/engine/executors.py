@@ -38,6 +38,8 @@ class TaskOptions:
     policy_dirs: tuple[str, ...] = ()
     trust: str | None = None
     reference_cache: str | None = None
+    baseline_commit: str | None = None
+    """Main's commit, that a recorded reference's baseline must be signed for (`--baseline-commit`)."""
     only: tuple[str, ...] = ()
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile: bool = False
@@ -99,6 +101,7 @@ def execute_task(task: Task) -> TaskRecord:
             policy_dirs=[Path(p) for p in opts.policy_dirs],
             trust=opts.trust,
             reference_cache=opts.reference_cache,
+            baseline_commit=opts.baseline_commit,
             only=list(opts.only),
             params=dict(opts.params),
             profile=opts.profile,

@@ -11,6 +11,10 @@ SIGTERM, SIGKILL, Ctrl-C, a full disk) `--out` holds no dossier at all and `gate
 report the previous run as the current one; the previous run stays whole in `<out>.previous`.
 `abort()` removes the partial directory; one left behind by SIGKILL is removed by the next run
 once its process is gone.
+
+Only a gate output is ever moved aside or deleted: an `--out` that holds anything but a run's
+outputs (no results.json), or a `<out>.previous` that is not one, is refused before anything runs
+(exit 2), so a mistyped `--out` never takes a folder of the user's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ MIN_FREE_BYTES = 64 * 1024 * 1024
 MIN_FILE_SIZE_LIMIT = 16 * 1024 * 1024
 """The smallest file-size limit (`ulimit -f`) under which a run's largest file still fits."""
 PREVIOUS_SUFFIX = ".previous"
+MARKER = "results.json"
+"""What every gate output holds; a folder without it is not one, and is never moved or deleted."""
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 """OSErrors that mean the output file system refused the run's bytes (not a fault of the subject)."""
 
@@ -80,8 +86,9 @@ class StagedOutput:
 
     # -- before anything runs
 
-    def check(self) -> None:
-        """Refuse an `--out` that cannot take a run, before anything runs or moves."""
+    def check(self, replaces: bool = True) -> None:
+        """Refuse an `--out` that cannot take a run, before anything runs or moves. `replaces`: the
+        run will move `out` aside (one run); a batch's DIR holds runs and is not replaced itself."""
         out = self.out
         if out.name in ("", ".", "..") or out.resolve() == Path.cwd().resolve() or _inside(Path.cwd(), out):
             raise OutputError(f"--out {out}: give a directory of its own (a run replaces it), not . or a parent of .")
@@ -90,6 +97,13 @@ class StagedOutput:
         for path in self.keep:
             if _inside(path, out):
                 raise OutputError(f"--out {out}: holds {path}, which a run needs; a run replaces --out")
+        if replaces:
+            for folder, fate in ((out, "moved aside"), (self.previous, "deleted")):
+                if _foreign(folder):
+                    raise OutputError(
+                        f"--out {out}: {folder} is not a gate output (it holds no {MARKER}), and a run would "
+                        f"have it {fate}: give a new or empty directory"
+                    )
         ancestor = out.resolve().parent
         while not ancestor.exists():
             ancestor = ancestor.parent
@@ -168,6 +182,15 @@ class StagedOutput:
             pid = child.name[len(prefix) :].split("-", 1)[0]
             if pid.isdigit() and not _pid_alive(int(pid)):
                 shutil.rmtree(child, ignore_errors=True)
+
+
+def _foreign(folder: Path) -> bool:
+    """Something at `folder` that is not a gate output (nothing, or an empty folder, is not foreign)."""
+    if not folder.exists() and not folder.is_symlink():
+        return False
+    if folder.is_symlink() or not folder.is_dir():
+        return True
+    return not (folder / MARKER).is_file() and any(folder.iterdir())
 
 
 def _fsync_file(path: Path) -> None:

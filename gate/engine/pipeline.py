@@ -47,10 +47,12 @@ def run_pipeline(
     environ: Mapping[str, str] | None = None,
     trust: str | os.PathLike[str] | None = None,
     reference_cache: str | os.PathLike[str] | None = None,
+    baseline_commit: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     only: list[str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
     profile: bool = False,
+    threads: int | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -62,15 +64,17 @@ def run_pipeline(
     `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
     bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
     appended. `environ` is where CI variables are read from (GitHub annotations and summary).
-    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml).
+    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml)
+    and whose signature a recorded baseline needs; `baseline_commit`: main's commit, that baseline's
+    binding (default $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base; docs/baselines.md).
     `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
+    `threads`: torch CPU threads, set once the previous run is aside (importing torch takes seconds,
+    and a run killed in them must not leave the previous dossier in `--out`).
     """
     from gate._util.stopping import stop_all
     from gate.engine.outputs import WRITE_ERRNOS, StagedOutput, write_failure
-    from gate.engine.runner import RunOptions, prepare, run_manifest
-    from gate.trust.attest import load_private_key
 
     manifest_path, out = Path(manifest), Path(out_dir)
     from gate.trust.ledger_store import is_url, ledger_location
@@ -89,6 +93,13 @@ def run_pipeline(
     staged.check()  # a bad --out fails before anything runs, moves or is written
     staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
     try:
+        from gate.engine.runner import RunOptions, prepare, run_manifest
+        from gate.trust.attest import load_private_key
+
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         if key_path is not None:
             load_private_key(key_path)  # a missing or bad key fails before any check runs
         prepared = prepare(manifest_path, list(policy_dirs or []), dict(params or {}))  # bad input: exit 2 first
@@ -101,6 +112,7 @@ def run_pipeline(
                 ledger=ledger_path,
                 trust=trust_path,
                 reference_cache=Path(reference_cache) if reference_cache is not None else None,
+                baseline_commit=baseline_commit,
                 progress=progress or (lambda _task, _done, _total: None),
                 only=list(only or []),
                 params=dict(params or {}),

@@ -60,6 +60,9 @@ class RunOptions:
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
     """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    baseline_commit: str | None = None
+    """Main's commit, that a recorded reference's baseline must be bound to (gate.trust.baseline.main_commit:
+    None reads $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base commit)."""
     profile: bool = False
     """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
     slow small forwards, so only on request); wall times per check and control are always kept."""
@@ -434,11 +437,16 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         )
     not_run = [name for name in planned_names if options.only and name not in options.only]
     manifest = loaded.manifest
-    specs = {p.check: load_check(p.check) for p in plan.checks}
-    waivers = None
     from gate.trust.policy import find_trust
 
     trust = find_trust(options.trust)  # a bad trust policy stops the run before any check
+    for spec in (manifest.subject.reference, manifest.subject.candidate):
+        if spec.adapter == "recorded" and isinstance(spec.options.get("baseline"), str):
+            from gate.trust.baseline import require_trusted_baseline
+
+            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
+    specs = {p.check: load_check(p.check) for p in plan.checks}
+    waivers = None
     if options.ledger is not None:
         from gate.trust.waivers import ledger_waivers
 

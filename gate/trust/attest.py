@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate._util.atomic import write_bytes_atomic
+from gate._util.limited import KEY_BYTES, read_regular
 from gate.errors import InputError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -164,9 +165,7 @@ def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     """An Ed25519 private key from a PEM PKCS8 file, or an InputError naming the file."""
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except OSError as err:
-        raise InputError(str(path), f"cannot read signing key: {err.strerror}") from None
+        key = serialization.load_pem_private_key(read_regular(path, KEY_BYTES, "signing key"), password=None)
     except (ValueError, TypeError) as err:
         raise InputError(str(path), f"not an unencrypted PEM private key ({err})") from None
     if not isinstance(key, Ed25519PrivateKey):
@@ -177,9 +176,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file, or an InputError naming the file."""
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except OSError as err:
-        raise InputError(str(path), f"cannot read public key: {err.strerror}") from None
+        key = serialization.load_pem_public_key(read_regular(path, KEY_BYTES, "public key"))
     except (ValueError, TypeError) as err:
         raise InputError(str(path), f"not a PEM public key ({err})") from None
     if not isinstance(key, Ed25519PublicKey):
@@ -281,12 +278,16 @@ def write_envelope(path: Path, envelope: Envelope) -> Path:
     return write_bytes_atomic(path, (json.dumps(envelope.dump(), indent=2) + "\n").encode())
 
 
+ENVELOPE_BYTES = 64 * 1024 * 1024
+"""Largest attestation envelope read (its payload lists every signed file)."""
+
+
 def read_envelope(path: Path) -> tuple[Envelope, bytes]:
     """The envelope and its decoded payload; ValueError saying what is malformed."""
     try:
-        envelope = Envelope.model_validate_json(path.read_bytes())
-    except OSError as err:
-        raise ValueError(f"{path.name}: not readable ({err.strerror})") from None
+        envelope = Envelope.model_validate_json(read_regular(path, ENVELOPE_BYTES, "envelope"))
+    except InputError as err:
+        raise ValueError(f"{path.name}: {err.message}") from None
     except ValidationError:
         raise ValueError(f"{path.name}: not a DSSE envelope (needs payloadType, payload, signatures)") from None
     try:
@@ -335,6 +336,9 @@ class Signer:
     label: str
     """The name the caller gave the key (its file path by default)."""
     keyid: str
+    index: int = 0
+    """Position of the first signature it made in the envelope (0: the run's own, made by `gate run`;
+    approvals add theirs after it)."""
 
 
 @dataclass
@@ -446,11 +450,6 @@ def _check_consistency(
     commit = ((results.get("manifest") or {}).get("change") or {}).get("commit")
     if commit and commits != [commit]:
         report.failures.append(f"commit subject {commits} does not match results.json's commit {commit}")
-    approximate = bool((results.get("plan") or {}).get("approximate"))
-    if approximate and results.get("verdict") == "pass":
-        report.failures.append(
-            "an approximate change cannot PASS: its signed verdict is 'pass', but it needs approvals"
-        )
 
 
 def verify_envelope(
@@ -483,7 +482,7 @@ def verify_envelope(
         hits = [
             i for i, sig in enumerate(envelope.signatures) if _verifies(key, envelope.payloadType, payload, sig.sig)
         ]
-        signer = Signer(label=label, keyid=keyid(key))
+        signer = Signer(label=label, keyid=keyid(key), index=hits[0] if hits else -1)
         (report.signed_by if hits else report.unsigned_keys).append(signer)
         matched.update(hits)
     report.other_signatures = [sig.keyid or "?" for i, sig in enumerate(envelope.signatures) if i not in matched]

@@ -10,8 +10,8 @@ nothing, but does not stop the audit of unrelated runs.
 `trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and
 waivers, verifying each by role (gate.trust.verify_run): the dossier's files against the digests
 the ledger recorded, the signed statement's commit against the ledger's and the one asked for, the
-approvals against the trust policy, and the receipts the dossier holds (ledger.json,
-approval.json) as checkpoints the ledger must still match.
+approvals and waivers against the trust policy given (the verifier's, never the run's), and the
+receipts the dossier holds (ledger.json, approval.json) as checkpoints the ledger must still match.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gate.errors import InputError
 from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
+from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
@@ -45,6 +47,10 @@ class AuditReport(Findings):
     """Each verified entry's kind."""
 
 
+HELD_BYTES = 16 * 1024 * 1024
+"""Largest checkpoint file, receipt or approval.json read."""
+
+
 def held_checkpoints(path: Path) -> list[Checkpoint]:
     """Checkpoints kept outside the ledger: a checkpoint file, a receipt (ledger.json), an approval.json,
     or a dossier directory holding those."""
@@ -52,16 +58,21 @@ def held_checkpoints(path: Path) -> list[Checkpoint]:
         return [
             cp for name in (RECEIPT, APPROVAL_FILE) if (path / name).is_file() for cp in held_checkpoints(path / name)
         ]
-    data = json.loads(path.read_bytes())
-    if isinstance(data, dict) and "approvals" in data:
-        return [
-            Checkpoint.model_validate(r["ledger"]["checkpoint"])
-            for r in data["approvals"]
-            if isinstance(r, dict) and isinstance(r.get("ledger"), dict)
-        ]
-    if isinstance(data, dict) and "checkpoint" in data:
-        return [Checkpoint.model_validate(data["checkpoint"])]
-    return [Checkpoint.model_validate(data)]
+    from gate._util.limited import read_regular
+
+    try:
+        data = json.loads(read_regular(path, HELD_BYTES, "checkpoint file"))
+        if isinstance(data, dict) and "approvals" in data:
+            return [
+                Checkpoint.model_validate(r["ledger"]["checkpoint"])
+                for r in data["approvals"]
+                if isinstance(r, dict) and isinstance(r.get("ledger"), dict)
+            ]
+        if isinstance(data, dict) and "checkpoint" in data:
+            return [Checkpoint.model_validate(data["checkpoint"])]
+        return [Checkpoint.model_validate(data)]
+    except (ValueError, KeyError, TypeError, RecursionError) as err:  # ValidationError is a ValueError
+        raise InputError(str(path), f"not a checkpoint, receipt or approval.json ({err.__class__.__name__})") from None
 
 
 def _revoked(revoked: Revocations, keyid: Any, at: str) -> list[str]:
@@ -201,6 +212,11 @@ class RunTrace:
     def ok(self) -> bool:
         return self.check is not None and self.check.ok and all(f.ok is not False for f in self.findings)
 
+    @property
+    def deployable(self) -> bool:
+        """Verified, and a verdict a deploy may ship (RunCheck.deployable)."""
+        return self.ok and self.check is not None and self.check.deployable
+
 
 def _check_recorded_files(trace: RunTrace) -> bool:
     """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
@@ -248,6 +264,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
             inputs = [ApprovalInput(a.body, f"approval #{a.seq}", a.time) for a in item.approvals]
             asked = ref if ref_matches(recorded_commit, ref) else None
             item.check = check_run(out, trust, commit=asked, revocations=revoked, run_time=run.time, approvals=inputs)
+            judge_waivers(item.check, ledger, trust, run.time)
             signed = item.check.commit
             if recorded_commit and signed != recorded_commit:
                 item.findings.append(
@@ -257,7 +274,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
                 )
             try:
                 held += held_checkpoints(out)
-            except (ValueError, KeyError, TypeError, ValidationError):
+            except (ValueError, KeyError, TypeError, ValidationError, InputError):
                 item.findings.append(Finding(False, f"{out}: its ledger receipts are unreadable"))
         traces.append(item)
     if held:

@@ -21,6 +21,11 @@ The origin is pinned: an SQLite ledger keeps its latest signed checkpoint in `<l
 it (written when the ledger is created and after every append). Opening a ledger whose file is gone
 or empty, whose origin differs, or that holds fewer entries than the pin acknowledges, or another
 head, is refused with one line naming what was lost: never a silent new ledger where one existed.
+A PostgreSQL ledger has no file beside it, so its operator keeps the pin: `$GATE_LEDGER_PIN` names
+a pin file (the same checkpoint, advanced after every append; each CI machine may keep its own,
+each a lower bound), and/or `$GATE_LEDGER_ORIGIN` names the ledger's origin (the uuid in any of its
+checkpoints, `gate audit checkpoint`). With either set, a database that holds no gate ledger (emptied,
+dropped, a mistyped URL) is refused instead of created, and so is one with another origin.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from gate._util.clock import now_utc
+from gate._util.limited import read_regular
+from gate.errors import InputError
 from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
 from gate.trust.signing import (
     canonical_json,
@@ -66,6 +73,10 @@ ENV_LEDGER_KEY = "GATE_LEDGER_KEY"
 
 PIN_SUFFIX = ".pin"
 """`<ledger>.pin`: the latest signed checkpoint, kept beside an SQLite ledger (its origin pinned)."""
+ENV_LEDGER_PIN = "GATE_LEDGER_PIN"
+"""The pin file of a PostgreSQL ledger (the operator keeps it; there is no file beside a database)."""
+ENV_LEDGER_ORIGIN = "GATE_LEDGER_ORIGIN"
+"""The origin a PostgreSQL ledger must have (its uuid, as its checkpoints name it)."""
 
 
 def entry_hash(seq: int, prev: str, body: bytes) -> str:
@@ -212,20 +223,29 @@ def _parse_note(note: str) -> tuple[str, int, str, str]:
     return lines[0][len(CHECKPOINT_HEADER) + 1 :], int(lines[1]), lines[2], lines[3]
 
 
-def pin_path(ledger_path: Path) -> Path:
+def pin_path(ledger_path: Path) -> Path | None:
+    """`<ledger>.pin` beside an SQLite file; $GATE_LEDGER_PIN for a database (None when unset)."""
+    if is_url(ledger_path):
+        explicit = os.environ.get(ENV_LEDGER_PIN)
+        return Path(explicit) if explicit else None
     return Path(f"{ledger_path}{PIN_SUFFIX}")
 
 
+def pinned_origin(ledger_path: Path) -> str | None:
+    """The origin $GATE_LEDGER_ORIGIN pins a database ledger to (None: unset, or an SQLite file)."""
+    return (os.environ.get(ENV_LEDGER_ORIGIN) or None) if is_url(ledger_path) else None
+
+
 def read_pin(ledger_path: Path) -> Checkpoint | None:
-    """The checkpoint pinned beside an SQLite ledger, or None (a database ledger has no pin)."""
-    if is_url(ledger_path):
-        return None
+    """The checkpoint pinned for this ledger (beside the file, or $GATE_LEDGER_PIN), or None."""
     path = pin_path(ledger_path)
-    try:
-        return Checkpoint.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
+    if path is None:
         return None
-    except (OSError, ValueError) as err:
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        return Checkpoint.model_validate_json(read_regular(path, 1024 * 1024, "ledger pin"))
+    except (InputError, ValueError) as err:
         raise LedgerError(
             f"{path}: unreadable ledger pin ({err.__class__.__name__}); restore it or move it away"
         ) from None
@@ -236,6 +256,8 @@ def _advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
     from gate._util.atomic import write_bytes_atomic
 
     path = pin_path(ledger_path)
+    if path is None:
+        return
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         current = read_pin(ledger_path)
@@ -269,7 +291,7 @@ class Ledger:
             missing = not path.is_file() or path.stat().st_size == 0
             if missing and pinned is not None:
                 raise LedgerError(
-                    f"{path}: the ledger is missing or empty, but {pin_path(path).name} pins ledger {pinned.origin} "
+                    f"{path}: the ledger is missing or empty, but {path.name}{PIN_SUFFIX} pins ledger {pinned.origin} "
                     f"at {pinned.size} entries: refusing to start a new one (restore the file, or move the pin "
                     "away to start a new ledger on purpose)"
                 )
@@ -293,6 +315,8 @@ class Ledger:
         store = open_store(path, writable=writable)
         ledger = cls(path, store, key)
         try:
+            if is_url(path):
+                ledger._check_database_pin()
             if writable:
                 ledger._initialise()
             ledger.origin  # noqa: B018  (a file or database that is not a gate ledger says so now)
@@ -322,6 +346,31 @@ class Ledger:
                 f"not by the ledger key given ({keyid_of(self._key.public_key())[:16]})"
             )
 
+    def _check_database_pin(self) -> None:
+        """Before a database ledger is used (or created): where a pin or an origin is kept, the database
+        must hold that ledger, never none (emptied, dropped, a mistyped URL) nor another."""
+        pinned = read_pin(self.path)
+        wanted = pinned_origin(self.path)
+        said = f"{ENV_LEDGER_ORIGIN} pins ledger {wanted}" if wanted else None
+        if pinned is not None:
+            said = f"{pin_path(self.path)} pins ledger {pinned.origin} at {pinned.size} entries"
+            if wanted and wanted != pinned.origin:
+                raise LedgerError(f"{self.location}: {ENV_LEDGER_ORIGIN} is {wanted}, but {said}")
+        if said is None:
+            return
+        try:
+            origin = self._store.meta("origin")
+        except LedgerError:
+            origin = None
+        if origin is None:
+            raise LedgerError(
+                f"{self.location}: the database holds no gate ledger, but {said}: refusing to start a new one "
+                "(a mistyped URL, or the ledger emptied or dropped: restore it, or unset the pin to start anew)"
+            )
+        expected = pinned.origin if pinned is not None else wanted
+        if origin != expected:
+            raise LedgerError(f"{self.location}: this is ledger {origin}, but {said}: another ledger")
+
     def pinned(self) -> Checkpoint | None:
         """The checkpoint pinned beside this ledger (`verify_chain` holds the ledger to it)."""
         return read_pin(self.path)
@@ -329,10 +378,10 @@ class Ledger:
     def _check_pin(self, writable: bool) -> None:
         """Before writing, compare the ledger with its pin: same origin, at least the acknowledged
         entries, same head. (A read-only open lets `verify_chain` report the same as problems.)"""
-        if is_url(self.path) or not writable:
+        if not writable or pin_path(self.path) is None:
             return
         pinned = read_pin(self.path)
-        where = pin_path(self.path).name
+        where = str(pin_path(self.path)) if is_url(self.path) else f"{self.path.name}{PIN_SUFFIX}"
         if pinned is None:  # a new ledger, or one from before pins: pin what it holds now
             _advance_pin(self.path, self.checkpoint() or self._sign(0, GENESIS, now_utc()))
             return
@@ -399,8 +448,7 @@ class Ledger:
 
         self._store.append(build)
         entry, checkpoint = made[0]
-        if not is_url(self.path):
-            _advance_pin(self.path, checkpoint)
+        _advance_pin(self.path, checkpoint)  # beside the file, or $GATE_LEDGER_PIN for a database
         return entry, checkpoint
 
     def _sign(self, size: int, head: str, time: str) -> Checkpoint:

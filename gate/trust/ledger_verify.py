@@ -107,24 +107,34 @@ def verify_chain(
     verified chain under a valid signed head is already authentic (one Ed25519 verify instead of
     one per entry; what `gate run` does before trusting a waiver). The audit checks them all, so
     it can say where history diverged.
+
+    Read in an order that stays consistent while other writers append: the pin first (it only
+    grows, and every entry it acknowledges was committed before it was written), then the stored
+    checkpoints (each committed with its entry), then the entries (the size is what was read), then
+    the checkpoints again for the coverage of what was read. So a pin or checkpoint newer than the
+    entries read never looks like a truncation, and an entry appended meanwhile never looks uncovered.
     """
     problems: list[Problem] = []
+    pinned = ledger.pinned()  # the latest checkpoint acknowledged to a writer (beside the file, or kept)
+    early = ledger.checkpoints()
     origin, keyid = ledger.origin, ledger.keyid
     if pinned_keyids and keyid not in pinned_keyids:
         problems.append(Problem(None, f"the ledger is signed by key {keyid[:16]}, which is not a pinned key"))
 
     heads = [GENESIS]
+    size = 0
     for position, entry in enumerate(ledger.entries(), 1):
+        size = position
         if len(heads) == position:  # still on the verified prefix
             bad = _check_entry(entry, position, heads[-1])
             if bad:
                 problems.append(Problem(position, bad))
             else:
                 heads.append(entry.hash)
-    size = ledger.size()
 
     checked = 0
-    stored = ledger.checkpoints()
+    late = [cp for cp in ledger.checkpoints() if cp.size <= size]  # newer ones are for entries appended since
+    stored = late + [cp for cp in early if cp.size > size]  # read before the entries: truly past them
     for cp in stored if every_checkpoint else stored[-1:]:
         problem = _check_checkpoint(cp, heads, size, origin, keyid, f"stored checkpoint {cp.size}")
         if problem:
@@ -148,7 +158,6 @@ def verify_chain(
             problems.append(problem)
         else:
             checked += 1
-    pinned = ledger.pinned()  # the latest checkpoint acknowledged to a writer, kept beside the file
     if pinned is not None:
         problem = _check_checkpoint(pinned, heads, size, origin, keyid, f"the pinned checkpoint {pinned.size}")
         if problem:  # (not counted when it holds: it repeats a stored checkpoint)

@@ -266,7 +266,7 @@ def load_trust(path: Path) -> Trust:
 
     doc = read_yaml(path)
     policy: TrustPolicy = parse_model(doc, TrustPolicy)
-    trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(doc.text.encode()).hexdigest())
     for name, person in policy.people.items():
         for i, ref in enumerate(person.keys):
             try:

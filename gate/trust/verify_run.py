@@ -6,11 +6,19 @@ run signer (an approver's or a stranger's key does not make a run), an approval 
 its key belongs to an approver of that intervention and claim under the name it gives, and neither
 counts once revoked (an approval that does not count is reported and ignored: anyone who can write
 the ledger could add one, and must not be able to block an audit with it). The signed statement's
-commit and manifest digest are checked against what the caller asks for. An approximate change
-never stands as PASS: its verdict is awaiting-approval
-until `required-approvals` distinct approvers signed, then APPROVED. The approved dossier files
-and approval.json must match the approved-dossier statement (approval.dsse.json) signed by a
-counted approver.
+commit and manifest digest are checked against what the caller asks for. Only the envelope's first
+signature is the run's (`gate run` makes it; approvals add theirs after it), so an approver's added
+signature never passes as a run signature, whatever key the caller calls a run key.
+
+Whether a change is approximate is decided here, from the signed manifest's intervention and claim
+and the built-in policies, never from a field of the run's results: an approximate change never
+stands as PASS: its verdict is awaiting-approval until `required-approvals` distinct approvers
+signed, then APPROVED. The approved dossier files and approval.json must match the approved-dossier
+statement (approval.dsse.json) signed by a counted approver.
+
+`RunCheck.deployable` says whether the verified verdict is one a deploy may ship: PASS, APPROVED,
+or PASS WITH WAIVERS whose every waiver counts under the verifier's trust policy
+(gate.trust.deployable re-judges them against the ledger).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from gate.trust.revocation import Revocations
 MIN_REF = 7
 """Shortest commit or digest prefix accepted (git's short hash)."""
 AWAITING = "awaiting-approval"
+PASS = "pass"
+PASS_WITH_WAIVERS = "pass-with-waivers"
 
 
 @dataclass
@@ -59,6 +69,15 @@ class RunCheck:
     approved_by: list[str] = field(default_factory=list)
     """Distinct approvers whose approval counted."""
     required: int = 1
+    approximate: bool = False
+    """The verifier's own decision: the signed claim is bounded-degradation, or the built-in policy
+    calls the signed intervention approximate."""
+    waived: list[str] = field(default_factory=list)
+    """Checks the signed results say were waived."""
+    waivers_count: bool | None = None
+    """Every waived check's waiver counts under the verifier's policy (None: not judged, no ledger)."""
+    other_policy: str | None = None
+    """The run's own trust policy, when it is not the verifier's (it decides nothing here)."""
 
     @property
     def ok(self) -> bool:
@@ -88,17 +107,38 @@ class RunCheck:
         if not self.ok:
             return f"NOT VERIFIED (the dossier claims {self.verdict})"
         if self.verdict != AWAITING:
-            return self.verdict.upper()
+            return self.verdict.upper() + (self._waiver_note() if self.verdict == PASS_WITH_WAIVERS else "")
         if self.approved:
-            return f"APPROVED by {', '.join(self.approved_by)}"
+            return f"APPROVED by {', '.join(self.approved_by)}" + self._waiver_note()
         return f"AWAITING APPROVAL ({len(self.approved_by)} of {self.required} required approvals)"
+
+    def _waiver_note(self) -> str:
+        if not self.waived:
+            return ""
+        if self.waivers_count is None:
+            return f" ({len(self.waived)} waived: NOT JUDGED, give --ledger to re-check the waivers)"
+        if not self.waivers_count:
+            return f" ({len(self.waived)} waived: a waiver does NOT COUNT under the verifier's trust policy)"
+        return f" ({len(self.waived)} waived, each counting under the verifier's trust policy)"
+
+    @property
+    def deployable(self) -> bool:
+        """Verified, and a verdict a deploy may ship: pass, approved, or pass-with-waivers whose
+        waivers all count under the verifier's policy (waivers inside an approved change too)."""
+        if not self.ok:
+            return False
+        waivers_hold = not self.waived or self.waivers_count is True
+        if self.verdict == AWAITING:
+            return self.approved and waivers_hold
+        return self.verdict in (PASS, PASS_WITH_WAIVERS) and not self.approximate and waivers_hold
 
     def summary(self) -> str:
         """The line both commands end with: commit, manifest and verdict, as verified."""
         m = self.manifest
+        other = f" (the run used another trust policy: {self.other_policy})" if self.other_policy else ""
         return (
             f"commit {self.commit or '(none signed)'}, manifest {m.get('name')} (sha256 {str(m.get('sha256'))[:16]}), "
-            f"verdict {self.standing}"
+            f"verdict {self.standing}{other}"
         )
 
 
@@ -138,6 +178,15 @@ def check_run(
         add(Finding(False, f"attestation: {failure}"))
     counted = []
     for signer in report.signed_by:
+        if signer.index != 0:
+            add(
+                Finding(
+                    None,
+                    f"signature #{signer.index + 1} by {signer.label} was added to the run's (an approval's), "
+                    "so it is no run signature",
+                )
+            )
+            continue
         gone = revoked.key(signer.keyid, run_time)
         if gone is not None:
             add(Finding(False, f"run signature by {signer.label}: the key was {gone.says()}"))
@@ -151,9 +200,63 @@ def check_run(
         add(Finding(True, f"{name}: sha256 matches the signed statement"))
     if report.statement is None:
         return out
+    _check_results(out, trust)
     _check_binding(out, commit, manifest_sha256)
     _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by])
     return out
+
+
+def is_approximate(intervention: Any, claim: Any) -> bool:
+    """The verifier's decision: a bounded-degradation claim, or an intervention the built-in
+    policies call approximate (a run's own --policy-dir cannot say otherwise)."""
+    from gate.core.policy import load_policies
+
+    level = claim.get("level") if isinstance(claim, dict) else claim
+    if level == "bounded-degradation":
+        return True
+    rules = {str(k.value): v for k, v in load_policies([]).interventions.items()}
+    rule = rules.get(str(intervention))
+    return bool(rule.approximate) if rule is not None else False
+
+
+def _check_results(out: RunCheck, trust: Trust) -> None:
+    """What the signed statement and results.json claim, judged by the verifier: approximate or not,
+    the waived checks, and whether the run's trust policy is the verifier's."""
+    assert out.statement is not None
+    pred = out.statement.predicate
+    add = out.findings.append
+    out.approximate = is_approximate(pred.get("intervention"), pred.get("claim"))
+    if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
+        add(
+            Finding(
+                False,
+                f"an approximate change cannot PASS: its signed verdict is {out.verdict!r}, but "
+                f"{pred.get('intervention')}/{(pred.get('claim') or {}).get('level')} needs approvals",
+            )
+        )
+    results = read_results(out.directory)
+    out.waived = [str(c.get("check")) for c in results.get("checks") or [] if c.get("status") == "waived"]
+    used = results.get("trust_policy") or {}
+    if trust.names_bound and used.get("sha256") and used.get("sha256") != trust.sha256:
+        out.other_policy = f"{used.get('path')} (sha256 {str(used.get('sha256'))[:16]})"
+        add(
+            Finding(
+                None,
+                f"the run judged its waivers under trust policy {out.other_policy}, not the verifier's "
+                f"{trust.path} (sha256 {trust.sha256[:16]}): every signature here is judged under the verifier's",
+            )
+        )
+
+
+def read_results(directory: Path) -> dict[str, Any]:
+    """DIR/results.json as a dict (the attestation has checked its digest); {} when unreadable."""
+    import json
+
+    try:
+        data = json.loads((directory / "results.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _label(trust: Trust, keyid: str) -> str:
@@ -231,4 +334,4 @@ def _records(out: RunCheck, directory: Path) -> list[dict[str, Any]]:
         return []
 
 
-__all__ = ["ApprovalInput", "Finding", "RunCheck", "check_run", "ref_matches"]
+__all__ = ["ApprovalInput", "Finding", "RunCheck", "check_run", "is_approximate", "read_results", "ref_matches"]

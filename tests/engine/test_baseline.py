@@ -35,15 +35,31 @@ def replay_manifest(tmp: Path, baseline: Path, seed: int = 0) -> Path:
     return path
 
 
-def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp_path: Path) -> None:
-    recorded = gate("record", MANIFEST, "--out", tmp_path / "baseline")
+MAIN = "c0ffee00" * 5
+
+
+def signer(tmp: Path) -> tuple[Path, Path]:
+    """The run key and a trust policy naming it the run signer (a replay checks the baseline's signature)."""
+    key, pub, _ = generate_keypair(tmp / "keys" / "gate")
+    trust = tmp / "trust.yaml"
+    trust.write_text(f"apiVersion: gate/trust/v1\npeople:\n  ci: {{keys: [{pub}]}}\nrun-signers: [ci]\n")
+    return key, trust
+
+
+def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp_path: Path, monkeypatch: Any) -> None:
+    key, trust = signer(tmp_path)
+    monkeypatch.setenv("GATE_COMMIT", MAIN)
+    monkeypatch.setenv("GATE_TRUST", str(trust))
+    monkeypatch.setenv("GATE_BASELINE_COMMIT", MAIN[:12])
+    recorded = gate("record", MANIFEST, "--out", tmp_path / "baseline", "--sign-key", key)
     assert recorded.exit_code == 0, recorded.output
+    assert f"for commit {MAIN}, signed" in recorded.output
     header = json.loads((tmp_path / "baseline" / "baseline.json").read_text())
     assert header["format"] == "gate/baseline/v1" and header["adapter"] == "tinylm" and header["entries"]
     for entry in header["entries"].values():
         assert (tmp_path / "baseline" / "objects" / f"{entry['sha256']}.npy").is_file()
+    assert header["commit"] == MAIN and header["signature"]["keyid"]
     live = gate("run", MANIFEST, "--out", tmp_path / "live")
-    key, _pub, _ = generate_keypair(tmp_path / "keys" / "gate")
     replay = gate(
         "run", replay_manifest(tmp_path, tmp_path / "baseline"), "--out", tmp_path / "replay", "--sign-key", key
     )
@@ -69,7 +85,7 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     assert {"name": f"baseline:{tmp_path / 'baseline'}", "digest": {"sha256": baseline["sha256"]}} in statement[
         "subject"
     ]
-    verified = gate("verify", tmp_path / "replay", "--run-key", tmp_path / "keys" / "gate.pub")
+    verified = gate("verify", tmp_path / "replay", "--run-key", tmp_path / "keys" / "gate.pub", "--any-verdict")
     assert verified.exit_code == 0, verified.output
 
     missing = gate("run", replay_manifest(tmp_path, tmp_path / "baseline", seed=5), "--out", tmp_path / "missing")

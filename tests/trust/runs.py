@@ -43,9 +43,35 @@ QUANT_MANIFEST = textwrap.dedent(
 )
 
 
+EXACT_MANIFEST = textwrap.dedent(
+    """\
+    apiVersion: gate/v1
+    name: prefix-reuse
+    description: block prefix cache, not approximate
+    change:
+      repository: acme/engine
+      commit: {commit}
+    intervention: prefix-reuse
+    claim: {{level: tolerance, atol: 0.001}}
+    identity: [token-ids, positions, model-revision, adapter, tokenizer, rope-scaling,
+               attention-window, kv-dtype, tenant]
+    subject:
+      reference: {{adapter: reference, options: {{}}}}
+      candidate: {{adapter: reference, options: {{}}}}
+    """
+)
+
+
 def quant_manifest(path: Path, commit: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(QUANT_MANIFEST.format(commit=commit))
+    return path
+
+
+def exact_manifest(path: Path, commit: str) -> Path:
+    """A change that is not approximate: a passing run is PASS, no approval needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(EXACT_MANIFEST.format(commit=commit))
     return path
 
 
@@ -73,14 +99,24 @@ def _checks(quality: str) -> list[CheckResult]:
 
 
 def signed_run(
-    out: Path, manifest: Path, gate_key: Path, *, ledger: Path | None = None, quality: str = "pass"
+    out: Path,
+    manifest: Path,
+    gate_key: Path,
+    *,
+    ledger: Path | None = None,
+    quality: str = "pass",
+    checks: list[CheckResult] | None = None,
 ) -> tuple[Path, GateResult]:
-    """Write DIR as a signed `gate run` would; return DIR and its result."""
+    """Write DIR as a signed `gate run` would; return DIR and its result. The run's trust policy is
+    $GATE_TRUST's, as `gate run` finds it."""
+    from gate.trust.policy import find_trust
+
     loaded = load_manifest(manifest)
     plan = build_plan(loaded.manifest, loaded.doc, load_policies([]))
-    checks = _checks(quality)
+    checks = checks if checks is not None else _checks(quality)
+    trust = find_trust(None)
     if ledger is not None:
-        checks = apply_waivers(loaded, checks, ledger)
+        checks = apply_waivers(loaded, checks, ledger, trust=trust)
     verdict, code, summary = decide(checks, plan.claim)
     result = GateResult(
         gate_version="0.1.0",
@@ -94,6 +130,7 @@ def signed_run(
         checks=checks,
         started_at="2030-06-01T10:00:00+00:00",
         finished_at="2030-06-01T10:05:00+00:00",
+        trust_policy={"path": trust.path, "sha256": trust.sha256} if trust is not None else None,  # type: ignore[arg-type]
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(result.model_dump_json(indent=2) + "\n")

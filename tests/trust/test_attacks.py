@@ -170,7 +170,8 @@ def test_unsigned_waiver_is_never_applied(
     assert result.verdict.value == "fail", result.checks[0].message
     assert "not applied: it is not signed" in result.checks[0].message
     verify = gate("verify", out, "--trust", trust)
-    assert verify.exit_code == 0 and "verdict FAIL" in verify.output, verify.output
+    assert verify.exit_code == 6 and "verdict FAIL" in verify.output, verify.output  # authentic, not deployable
+    assert gate("verify", out, "--trust", trust, "--any-verdict").exit_code == 0
 
 
 # 5 -----------------------------------------------------------------------------------------------
@@ -285,3 +286,347 @@ def test_waive_refuses_a_broken_chain_blank_fields_and_long_expiry(
     assert broken.exit_code == 2 and "does not verify" in broken.output, broken.output
     with Ledger.open(ledger, writable=False) as opened:
         assert opened.size() == 1
+
+
+# issue 34: nothing fails open -------------------------------------------------------------------
+# Each test below failed on the code before issue 34 (verify exited 0 for any authentic dossier;
+# waivers were trusted as the run judged them; `approximate` came from results.json; any signature
+# by a --run-key counted; baselines were unsigned and unbound; /dev/zero as a key hung).
+
+
+DEPLOYED = "deployed"
+
+
+def _recipe() -> list[str]:
+    """The `run:` lines of docs/audit.md's deploy job, as written."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "audit.md").read_text()
+    job = text[text.index("deploy:\n  steps:") :]
+    job = job[: job.index("```")]
+    return [m.group(1).split("  #")[0].strip() for m in re.finditer(r"- run: (.+)", job)]
+
+
+def _deploy(work: Path, dossier: Path, trust: Path, ledger: Path, commit: str) -> tuple[bool, list[int]]:
+    """Run the recipe's steps as CI would (each a shell step; the job stops at the first that fails)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    work.mkdir(parents=True)
+    shutil.copytree(dossier, work / "dossier")
+    shutil.copy(trust, work / "trust.yaml")
+    (work / "deploy.sh").write_text(f'#!/bin/sh\necho "$1" > {DEPLOYED}\n')
+    (work / "deploy.sh").chmod(0o755)
+    env = {**os.environ, "GITHUB_SHA": commit, "GATE_LEDGER": str(ledger)}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env.pop("GATE_TRUST", None)
+    codes = []
+    for step in _recipe():
+        code = subprocess.run(["bash", "-c", step], cwd=work, env=env, capture_output=True, timeout=120).returncode
+        codes.append(code)
+        if code != 0:
+            break
+    return (work / DEPLOYED).is_file(), codes
+
+
+def test_the_documented_deploy_recipe_ships_only_deployable_verdicts(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, trust: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.trust.runs import exact_manifest
+
+    assert len(_recipe()) == 3 and _recipe()[-1].startswith("./deploy.sh")
+    monkeypatch.setenv("GATE_TRUST", str(trust))
+    commits = {name: f"{i}abc" * 10 for i, name in enumerate(("failing", "awaiting", "approved", "passing"), 1)}
+    failing = _run(tmp_path, keys, ledger, "failing", commits["failing"], quality="fail")
+    awaiting = _run(tmp_path, keys, ledger, "awaiting", commits["awaiting"])
+    approved = _run(tmp_path, keys, ledger, "approved", commits["approved"])
+    assert _approve(approved, keys["alice.key"], ledger, trust).exit_code == 0
+    passing, result = signed_run(
+        tmp_path / "passing" / "out",
+        exact_manifest(tmp_path / "passing" / "m.yaml", commits["passing"]),
+        keys["ci.key"],
+        ledger=ledger,
+    )
+    assert result.verdict.value == "pass"
+    shipped = {
+        name: _deploy(tmp_path / f"job-{name}", out, trust, ledger, commits[name])
+        for name, out in (("failing", failing), ("awaiting", awaiting), ("approved", approved), ("passing", passing))
+    }
+    assert shipped == {
+        "failing": (False, [6]),
+        "awaiting": (False, [6]),
+        "approved": (True, [0, 0, 0]),
+        "passing": (True, [0, 0, 0]),
+    }, shipped
+    # an auditor checking authenticity only asks for it
+    assert gate("verify", failing, "--trust", trust, "--any-verdict").exit_code == 0
+    traced = gate("audit", "trace", commits["failing"], "--ledger", ledger, "--trust", trust)
+    assert traced.exit_code == 6 and "NOT DEPLOYABLE" in traced.output, traced.output
+    assert (
+        gate("audit", "trace", commits["failing"], "--ledger", ledger, "--trust", trust, "--any-verdict").exit_code == 0
+    )
+
+
+def _failing_check(manifest: Path) -> Any:
+    from gate.core.result import CheckResult
+    from gate.trust.waivers import planned_checks
+
+    check = planned_checks(manifest, [])[1][0]
+    return check, CheckResult(
+        check=check, status="fail", severity="deny", step=3, message="max |d| 0.4 > atol",  # type: ignore[arg-type]
+        exercise={"cache_len": 64},
+    )  # fmt: skip
+
+
+def test_a_pull_request_cannot_waive_its_own_failure_with_its_own_trust_policy(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.trust.runs import exact_manifest
+
+    main_trust = write_trust(tmp_path / "main" / "trust.yaml", keys, waiver_checks=("*",))
+    eve = make_keys(tmp_path / "eve", ("eve",))
+    pr_trust = write_trust(
+        tmp_path / "pr" / "trust.yaml", {**keys, **eve}, waiver_people=("eve",), waiver_checks=("*",)
+    )
+    manifest = exact_manifest(tmp_path / "pr" / "m.yaml", NEW)
+    check, failed = _failing_check(manifest)
+    waived = gate(
+        "waive", check, "--manifest", manifest, "--reason", "mine", "--key", eve["eve.key"],
+        "--expires", in_days(3), "--ledger", ledger, "--trust", pr_trust,
+    )  # fmt: skip
+    assert waived.exit_code == 0, waived.output
+    monkeypatch.setenv("GATE_TRUST", str(pr_trust))  # the run reads the PR's own trust.yaml
+    out, result = signed_run(tmp_path / "pr" / "out", manifest, keys["ci.key"], ledger=ledger, checks=[failed])
+    assert result.verdict.value == "pass-with-waivers"
+    monkeypatch.delenv("GATE_TRUST")
+    verify = gate("verify", out, "--trust", main_trust, "--commit", NEW, "--ledger", ledger)
+    assert verify.exit_code == 6, verify.output
+    assert f"waiver of {check}: does NOT count" in verify.output and "eve" in verify.output
+    assert "the run judged its waivers under trust policy" in verify.output
+    assert "the run used another trust policy" in verify.output
+    traced = gate("audit", "trace", NEW, "--trust", main_trust, "--ledger", ledger)
+    assert traced.exit_code == 6 and "does NOT count" in traced.output, traced.output
+    # without the ledger a waiver cannot be judged, so it cannot ship
+    unjudged = gate("verify", out, "--trust", main_trust)
+    assert unjudged.exit_code == 6 and "NOT JUDGED" in unjudged.output, unjudged.output
+
+    # the same failure waived by bob, whom main's policy lets waive, ships
+    legit = exact_manifest(tmp_path / "legit" / "m.yaml", OLD)
+    waived = gate(
+        "waive", check, "--manifest", legit, "--reason", "known", "--key", keys["bob.key"],
+        "--expires", in_days(3), "--ledger", ledger, "--trust", main_trust,
+    )  # fmt: skip
+    assert waived.exit_code == 0, waived.output
+    monkeypatch.setenv("GATE_TRUST", str(main_trust))
+    out2, result2 = signed_run(tmp_path / "legit" / "out", legit, keys["ci.key"], ledger=ledger, checks=[failed])
+    assert result2.verdict.value == "pass-with-waivers"
+    ok = gate("verify", out2, "--trust", main_trust, "--commit", OLD, "--ledger", ledger)
+    assert ok.exit_code == 0 and "each counting under the verifier's trust policy" in ok.output, ok.output
+    assert gate("audit", "trace", OLD, "--trust", main_trust, "--ledger", ledger).exit_code == 0
+    # a revocation by main's revoker voids it for the verifier too
+    seq = next(e.seq for e in Ledger.open(ledger, writable=False).entries(WAIVER_KIND) if e.body["approver"] == "bob")
+    revoked = gate("revoke", "--waiver", seq, "--reason", "no", "--key", keys["alice.key"], "--trust", main_trust,
+                   "--ledger", ledger)  # fmt: skip
+    assert revoked.exit_code == 0, revoked.output
+    after = gate("verify", out2, "--trust", main_trust, "--commit", OLD, "--ledger", ledger)
+    assert after.exit_code == 6 and "revoked" in after.output, after.output
+
+
+def test_approximate_is_the_verifiers_call_and_approver_signatures_are_no_run_signatures(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, trust: Path
+) -> None:
+    manifest = quant_manifest(tmp_path / "r" / "kv-int8.yaml", NEW)
+    out, result = signed_run(tmp_path / "r" / "out", manifest, keys["ci.key"])
+    # the CI key signs a PASS whose results say the plan is not approximate (a PR's --policy-dir)
+    plan = {**result.plan, "approximate": False}
+    forged = result.model_copy(update={"verdict": Verdict("pass"), "exit_code": 0, "plan": plan})
+    (out / "results.json").write_text(forged.model_dump_json(indent=2) + "\n")
+    write_outputs(forged, out, manifest, keys["ci.key"], environ={})
+    verify = gate("verify", out, "--trust", trust, "--any-verdict")
+    assert verify.exit_code == 1 and "an approximate change cannot PASS" in verify.output, verify.output
+
+    # an approver's added signature does not pass as the run's, whatever key is called a run key
+    honest = _run(tmp_path, keys, ledger, "h", OLD)
+    assert _approve(honest, keys["alice.key"], ledger, trust).exit_code == 0
+    as_run = gate("verify", honest, "--run-key", keys["alice.pub"], "--any-verdict")
+    assert as_run.exit_code == 1 and "not signed by a run signer" in as_run.output, as_run.output
+    assert "was added to the run's" in as_run.output
+    assert gate("verify", honest, "--run-key", keys["ci.pub"], "--approver-key", keys["alice.pub"]).exit_code == 0
+
+
+@pytest.mark.parametrize("what", ["devzero", "fifo", "huge"])
+def test_a_key_or_trust_file_that_is_a_device_fifo_or_huge_is_one_line_exit_2(tmp_path: Path, what: str) -> None:
+    import os
+
+    if what == "devzero":
+        bad = Path("/dev/zero")
+    elif what == "fifo":
+        bad = tmp_path / "fifo"
+        os.mkfifo(bad)
+    else:
+        bad = tmp_path / "huge.pub"
+        bad.write_bytes(b"x" * (2 * 1024 * 1024))
+    out = tmp_path / "out"
+    out.mkdir()
+    for args in (["verify", out, "--run-key", bad], ["verify", out, "--trust", bad]):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in result.output, result.output
+
+
+MAIN_SHA = "9c0ffee1" * 5
+
+
+def _baseline(root: Path, key: Path | None, commit: str = MAIN_SHA, entries: dict[str, Any] | None = None) -> Path:
+    """A baseline directory as `gate record --sign-key KEY` leaves it (answers by hand: none is read here)."""
+    import gate as gate_pkg
+    from gate.adapters.recorded.store import FORMAT, reference_key
+    from gate.trust.baseline import seal_baseline
+
+    identity = {"model": "reference", "config_sha256": "ab" * 32, "rope_base": 10000.0}
+    header = {
+        "format": FORMAT, "key": reference_key(identity, "reference", {}), "identity": identity,
+        "adapter": "reference", "options": {}, "gate_version": gate_pkg.__version__, "gate_commit": None,
+        "manifest": "main", "entries": entries or {"q" * 64: {"sha256": "0" * 64, "shape": [1, 2], "question": "x"}},
+        "shape": {"name": "reference", "vocab_size": 256, "max_len": 512, "uses_cache": True, "dtype": "float32"},
+    }  # fmt: skip
+    root.mkdir(parents=True)
+    (root / "baseline.json").write_text(json.dumps(header))
+    if key is not None:
+        seal_baseline(root, key, commit)
+    return root
+
+
+def _replay(tmp_path: Path, baseline: Path, trust: Path, *extra: Any) -> Any:
+    manifest = tmp_path / "replay.yaml"
+    manifest.write_text(
+        "apiVersion: gate/v1\nname: replay\nintervention: layout\nclaim: {level: tolerance}\n"
+        "identity: [token-ids, positions, kv-dtype]\n"
+        f"subject:\n  reference: {{adapter: recorded, options: {{baseline: {baseline}}}}}\n"
+        "  candidate: {adapter: reference, options: {}}\n"
+    )
+    return CliRunner().invoke(
+        cli, ["run", str(manifest), "--out", str(tmp_path / "out"), "-q", "--trust", str(trust), *map(str, extra)]
+    )
+
+
+def _refused(result: Any, *words: str) -> None:
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "Traceback" not in result.output and all(w in lines[0] for w in words), result.output
+
+
+def test_a_baseline_must_be_signed_by_a_run_signer_for_mains_commit(
+    tmp_path: Path, keys: dict[str, Path], trust: Path
+) -> None:
+    def replay(baseline: Path, *extra: Any) -> Any:
+        return _replay(tmp_path / baseline.name, baseline, trust, *extra)
+
+    main = _baseline(tmp_path / "main", keys["ci.key"])
+    _refused(replay(_baseline(tmp_path / "unsigned", None), "--baseline-commit", MAIN_SHA), "unsigned")
+    _refused(
+        replay(_baseline(tmp_path / "stranger", keys["mallory.key"]), "--baseline-commit", MAIN_SHA), "not trusted"
+    )
+    _refused(replay(_baseline(tmp_path / "approver", keys["alice.key"]), "--baseline-commit", MAIN_SHA), "not trusted")
+    _refused(replay(_baseline(tmp_path / "pr", keys["ci.key"], commit=NEW), "--baseline-commit", MAIN_SHA),
+             f"recorded for commit {NEW}, not main's {MAIN_SHA}")  # fmt: skip
+    _refused(replay(main), "say which commit is main's")
+    # the issue's forgery: the PR's regressed build recorded, main's signed header copied over it
+    forged = _baseline(tmp_path / "forged", None, entries={"p" * 64: {"sha256": "1" * 64, "shape": [1, 2]}})
+    doc = json.loads((main / "baseline.json").read_text())
+    doc["entries"] = json.loads((forged / "baseline.json").read_text())["entries"]
+    (forged / "baseline.json").write_text(json.dumps(doc))
+    _refused(replay(forged, "--baseline-commit", MAIN_SHA), "the signature does not verify")
+    # a header whose stated identity is not what its key was computed from (copied key, other model)
+    rekeyed = _baseline(tmp_path / "rekeyed", None)
+    doc = json.loads((main / "baseline.json").read_text())
+    doc["identity"]["rope_base"] = 500000.0
+    (rekeyed / "baseline.json").write_text(json.dumps(doc))
+    _refused(replay(rekeyed, "--baseline-commit", MAIN_SHA), "key is not the one recomputed")
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"format": "gate/baseline/v1"}', "fifo"])
+def test_a_malformed_baseline_is_one_line_exit_2(tmp_path: Path, trust: Path, content: str) -> None:
+    import os
+
+    baseline = tmp_path / "b"
+    baseline.mkdir()
+    if content == "fifo":
+        os.mkfifo(baseline / "baseline.json")
+    else:
+        (baseline / "baseline.json").write_text(content)
+    _refused(_replay(tmp_path, baseline, trust, "--baseline-commit", MAIN_SHA), "baseline.json")
+
+
+def test_out_never_moves_or_deletes_a_folder_that_is_not_a_gate_output(tmp_path: Path, keys: dict[str, Path]) -> None:
+    mine = tmp_path / "keys-folder"
+    mine.mkdir()
+    (mine / "ci.key").write_text("precious")
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    result = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(mine), "-q"])
+    assert result.exit_code == 2 and "is not a gate output" in result.output, result.output
+    assert (mine / "ci.key").read_text() == "precious" and not Path(f"{mine}.previous").exists()
+    # nor a <out>.previous of the user's, which the next run would delete
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    theirs = tmp_path / "out.previous"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(out), "-q"])
+    assert result.exit_code == 2 and "would have it deleted" in result.output, result.output
+    assert (theirs / "notes.txt").read_text() == "mine" and (out / "results.json").is_file()
+
+
+def test_the_previous_dossier_is_aside_before_torch_is_even_imported(tmp_path: Path) -> None:
+    """A kill in the first seconds (here: the moment torch is imported) finds no dossier in --out."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"verdict": "pass"}')
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n"
+        f"            open({str(tmp_path / 'seen')!r}, 'w').write(str(os.path.exists({str(out / 'results.json')!r})))\n"
+        "            os._exit(137)\n"
+        "sys.meta_path.insert(0, Kill())\n"
+    )
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    env = {**os.environ, "PYTHONPATH": str(hook), "GATE_THREADS": "1"}
+    gate_cli = Path(sys.executable).parent / "gate"
+    done = subprocess.run([str(gate_cli), "run", str(manifest), "--out", str(out), "-q"], env=env, timeout=120)
+    assert done.returncode == 137
+    assert (tmp_path / "seen").read_text() == "False"  # the previous run was already in out.previous
+    assert (tmp_path / "out.previous" / "results.json").is_file()
+
+
+def test_a_matrix_of_100000_seeds_is_refused_at_parse_time(tmp_path: Path) -> None:
+    manifest = Path(__file__).parents[2] / "examples" / "reference-static-layout.yaml"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"manifests: [{manifest}]\nseeds: [{', '.join(str(i) for i in range(100_000))}]\n")
+    result = CliRunner().invoke(cli, ["run", "--matrix", str(matrix), "--out", str(tmp_path / "out")])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "more than 20000 nodes" in lines[0], result.output
+
+
+@pytest.mark.parametrize("content", ["devzero", "{not json", '{"checkpoint": 3}'])
+def test_a_held_checkpoint_that_is_a_device_or_malformed_is_one_line_exit_2(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path, content: str
+) -> None:
+    _run(tmp_path, keys, ledger, "r", NEW)
+    held = Path("/dev/zero") if content == "devzero" else tmp_path / "held.json"
+    if content != "devzero":
+        held.write_text(content)
+    result = CliRunner().invoke(cli, ["audit", "verify", "--ledger", str(ledger), "--checkpoint", str(held)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and str(held) in lines[0], result.output

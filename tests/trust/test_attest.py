@@ -113,8 +113,10 @@ def test_signed_run_verifies(tmp_path: Path, keys: dict[str, Path]) -> None:
     for name in ("dossier.html", "dossier.md", "junit.xml"):
         assert "UNSIGNED" not in (out / name).read_text()
     result = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
-    assert result.exit_code == 0, result.output
-    assert "verified:" in result.output and "verdict ERROR" in result.output
+    assert result.exit_code == 6, result.output  # authentic, but an ERROR is not deployable
+    assert "verified:" in result.output and "verdict ERROR" in result.output and "NOT DEPLOYABLE" in result.output
+    authentic = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"]), "--any-verdict"])
+    assert authentic.exit_code == 0, authentic.output
 
 
 def test_statement_shape(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -305,7 +307,8 @@ def test_a_reviewer_signature_can_be_appended(tmp_path: Path, keys: dict[str, Pa
     only_gate = verify_envelope(out, [keys["gate.pub"]])
     assert only_gate.valid and only_gate.other_signatures == [reviewer]
     cli = CliRunner().invoke(
-        verify, [str(out), "--run-key", str(keys["gate.pub"]), "--approver-key", str(keys["reviewer.pub"])]
+        verify,
+        [str(out), "--run-key", str(keys["gate.pub"]), "--approver-key", str(keys["reviewer.pub"]), "--any-verdict"],
     )
     assert cli.exit_code == 0, cli.output
 
@@ -316,7 +319,7 @@ def test_a_key_counts_only_for_its_role(tmp_path: Path, keys: dict[str, Path]) -
         verify, [str(out), "--run-key", str(keys["reviewer.pub"]), "--approver-key", str(keys["gate.pub"])]
     )
     assert as_approver.exit_code == 1 and "not signed by a run signer" in as_approver.output
-    as_run_signer = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
+    as_run_signer = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"]), "--any-verdict"])
     assert as_run_signer.exit_code == 0, as_run_signer.output
     report = verify_envelope(out, [keys["reviewer.pub"], keys["stranger.pub"]], require_all=False)
     assert not report.valid

@@ -133,3 +133,75 @@ def test_a_run_records_to_a_postgresql_ledger(
     assert receipt["ledger"] == url and receipt["entry"]["seq"] == 1
     with Ledger.open(ledger_location(url), writable=False) as ledger:
         assert verify_chain(ledger).ok and ledger.size() == 1
+
+
+# issue 34: a database ledger's identity is pinned, and readers see the pin consistently ---------
+
+
+def _drop(url: str) -> None:
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+        conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+
+
+def test_a_pinned_database_ledger_refuses_an_empty_dropped_mistyped_or_other_database(
+    server: str, url: str, key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    other = new_database(server, "t_pin_other")
+    with Ledger.open(ledger_location(other), key_path=key) as ledger:  # another gate ledger, unpinned
+        ledger.append("test", {"i": 0})
+    monkeypatch.setenv("GATE_LEDGER_PIN", str(tmp_path / "fleet.pin"))
+    with Ledger.open(ledger_location(url), key_path=key) as ledger:
+        for i in range(3):
+            ledger.append("test", {"i": i})
+        origin = ledger.origin
+    assert f'"origin": "{origin}"' in (tmp_path / "fleet.pin").read_text()
+    mistyped = new_database(server, "t_pin_mistyped")
+    for target, words in ((mistyped, "holds no gate ledger"), (other, "another ledger")):
+        with pytest.raises(LedgerError, match=words):
+            Ledger.open(ledger_location(target), key_path=key)
+        result = CliRunner().invoke(cli, ["audit", "verify", "--ledger", target])
+        assert result.exit_code == 2 and words in result.output, result.output
+    with psycopg.connect(mistyped) as conn:  # nothing was created in the mistyped database
+        assert conn.execute("SELECT to_regclass('gate_meta')").fetchone() == (None,)
+    # emptied by someone who could drop the append-only triggers
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER gate_entries_append_only ON gate_entries")
+        conn.execute("DELETE FROM gate_entries")
+    with pytest.raises(LedgerError, match=r"holds 0 entries, but .* acknowledged 3"):
+        Ledger.open(ledger_location(url), key_path=key)
+    _drop(url)  # dropped and re-created empty
+    with pytest.raises(LedgerError, match="holds no gate ledger"):
+        Ledger.open(ledger_location(url), key_path=key)
+    # the origin alone pins it too (what a fleet without a shared pin file keeps in its CI settings)
+    monkeypatch.delenv("GATE_LEDGER_PIN")
+    monkeypatch.setenv("GATE_LEDGER_ORIGIN", origin)
+    with pytest.raises(LedgerError, match=f"holds no gate ledger, but GATE_LEDGER_ORIGIN pins ledger {origin}"):
+        Ledger.open(ledger_location(url), key_path=key)
+
+
+def _verify_many(url: str, n: int) -> list[str]:
+    with Ledger.open(ledger_location(url), writable=False) as ledger:
+        return [p.message for _ in range(n) for p in verify_chain(ledger, every_checkpoint=False).problems]
+
+
+def test_readers_beside_concurrent_writers_never_report_a_truncation(
+    url: str, key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATE_LEDGER_PIN", str(tmp_path / "fleet.pin"))
+    sqlite = str(tmp_path / "ledger.sqlite")
+    for target in (url, sqlite):
+        with Ledger.open(ledger_location(target), key_path=key) as ledger:
+            ledger.append("test", {"i": -1})
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(5) as pool:
+            writers = [pool.apply_async(_append_many, (target, str(key), 25)) for _ in range(3)]
+            readers = [pool.apply_async(_verify_many, (target, 15)) for _ in range(2)]
+            assert sorted(s for w in writers for s in w.get(timeout=300)) == list(range(2, 77))
+            problems = [m for r in readers for m in r.get(timeout=300)]
+        assert problems == [], problems[:3]

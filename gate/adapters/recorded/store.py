@@ -20,21 +20,20 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gate
 from gate._util.atomic import write_bytes_atomic
+from gate._util.limited import read_regular
+from gate.adapters.recorded.header import FORMAT, HEADER, OBJECT_BYTES, git_commit, read_json, reference_key
+from gate.errors import InputError
 
 if TYPE_CHECKING:
     import torch
 
     from gate.protocols import DecodePath
-
-FORMAT = "gate/baseline/v1"
-HEADER = "baseline.json"
 
 
 class MissingRecording(LookupError):
@@ -45,25 +44,8 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def reference_key(identity: dict[str, Any], adapter: str, options: dict[str, Any]) -> str:
-    """What the stored answers are answers of: model identity, adapter options, gate version."""
-    body = {"identity": identity, "adapter": adapter, "options": options, "gate_version": gate.__version__}
-    return _sha(json.dumps(body, sort_keys=True, default=str).encode())
-
-
 def tokens_digest(tokens: torch.Tensor) -> str:
     return _sha(tokens.detach().to("cpu").long().contiguous().numpy().tobytes() + str(list(tokens.shape)).encode())
-
-
-def git_commit(cwd: Path) -> str | None:
-    """The commit of the gate checkout (or the working directory's repository), when there is one."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 @dataclass
@@ -83,10 +65,12 @@ class BaselineStore:
         header_file = directory / HEADER
         if not header_file.is_file():
             return cls(directory)
-        header = json.loads(header_file.read_text())
+        header = read_json(header_file)
         if header.get("format") != FORMAT:
             raise MissingRecording(f"{header_file}: not a gate baseline ({header.get('format')!r}, want {FORMAT})")
         index = header.pop("entries", {})
+        if not isinstance(index, dict):
+            raise InputError(str(header_file), "`entries` is not an object", field="entries")
         return cls(directory, header, index)
 
     @property
@@ -105,7 +89,7 @@ class BaselineStore:
         if entry is None:
             self.misses += 1
             return None
-        blob = (self.directory / "objects" / f"{entry['sha256']}.npy").read_bytes()
+        blob = read_regular(self.directory / "objects" / f"{entry['sha256']}.npy", OBJECT_BYTES, "stored answer")
         if _sha(blob) != entry["sha256"]:
             raise MissingRecording(f"{self.directory}: object {entry['sha256']} does not match its digest")
         self.hits += 1

@@ -1,0 +1,170 @@
+"""Signed, bound baselines: who recorded main's reference answers, for which commit.
+
+`gate record` seals the baseline it wrote (`seal_baseline`): baseline.json gains `commit` (the
+commit the recording was made from: the manifest's `change.commit`, else the CI's, as `gate run`
+reads it, else `git rev-parse HEAD` of the working directory) and `signature`, a detached
+Ed25519 signature by the run key (domain `gate-baseline/v1`) over everything else in baseline.json:
+the header (model identity, adapter, options, gate version, key) and the index naming every
+stored answer by sha256 (each object is checked against its sha256 when read).
+
+A replay (`adapter: recorded`) first calls `require_trusted_baseline`, which refuses (InputError,
+exit 2, one line, nothing run) a baseline.json that is not a regular file under its size limit or
+not a JSON object of the baseline format; whose key is not the one recomputed from the identity,
+adapter, options and gate version it states; that is unsigned, whose signature does not verify, or
+whose key is not a run signer of the verifier's trust policy; or that is bound to another commit
+than the one the CI says is main (`main_commit`: `gate run --baseline-commit SHA`, else
+`$GATE_BASELINE_COMMIT`, else the base commit of a GitHub pull_request event).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gate._util.limited import read_regular
+from gate.errors import InputError
+from gate.trust.policy import Trust
+
+BASELINE_DOMAIN = "gate-baseline/v1"
+ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
+
+
+def read_header(directory: Path) -> dict[str, Any]:
+    """DIR/baseline.json as a dict, or an InputError naming the file (never a traceback)."""
+    from gate.adapters.recorded.header import FORMAT, HEADER, read_json
+
+    path = directory / HEADER
+    if not path.exists():
+        raise InputError(str(path), "no baseline here (baseline.json missing); run `gate record` first")
+    doc = read_json(path)
+    if doc.get("format") != FORMAT:
+        raise InputError(
+            str(path), f"not a gate baseline (format {doc.get('format')!r}, want {FORMAT})", field="format"
+        )
+    for name, kind in (
+        ("key", str),
+        ("identity", dict),
+        ("adapter", str),
+        ("options", dict),
+        ("entries", dict),
+        ("shape", dict),
+    ):
+        if not isinstance(doc.get(name), kind):
+            raise InputError(str(path), f"missing or not a {kind.__name__}", field=name)
+    for question, entry in doc["entries"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or len(entry["sha256"]) != 64:
+            raise InputError(str(path), "an entry without a sha256", field=f"entries.{question[:16]}")
+    return doc
+
+
+def _signed_part(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "signature"}
+
+
+def recomputed_key(doc: Mapping[str, Any]) -> str:
+    """The reference key of what the header says was recorded (identity, adapter, options, version)."""
+    from gate.adapters.recorded.header import reference_key
+
+    return reference_key(doc["identity"], doc["adapter"], doc["options"], version=str(doc.get("gate_version")))
+
+
+def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
+    """The commit a recording is made from: the manifest's change.commit, else the CI's (as `gate run`
+    reads it), else `git rev-parse HEAD` here; InputError when there is none."""
+    from gate.adapters.recorded.header import git_commit
+    from gate.core.load import load_manifest
+
+    change = load_manifest(manifest).manifest.change.with_ci_commit()
+    commit = change.commit or git_commit(cwd or Path.cwd())
+    if not commit:
+        raise InputError(
+            str(manifest),
+            "a baseline is bound to the commit it was recorded from, and none is known: set change.commit, "
+            "$GATE_COMMIT, or record inside a git checkout",
+            field="change.commit",
+        )
+    return commit
+
+
+def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
+    """Bind DIR/baseline.json to `commit` and sign it with the run key; return its new sha256."""
+    import hashlib
+
+    from gate._util.atomic import write_bytes_atomic
+    from gate.adapters.recorded.header import HEADER
+    from gate.trust.attest import load_private_key
+    from gate.trust.signing import sign_statement
+
+    key = load_private_key(key_path)
+    doc = read_header(directory)
+    if recomputed_key(doc) != doc["key"]:
+        raise InputError(str(directory / HEADER), "its key is not the one its identity and options give", field="key")
+    doc = {**_signed_part(doc), "commit": commit}
+    doc["signature"] = sign_statement(key, BASELINE_DOMAIN, doc)
+    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    write_bytes_atomic(directory / HEADER, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def main_commit(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The commit the CI says is main's: --baseline-commit, else $GATE_BASELINE_COMMIT, else the base
+    commit of a GitHub pull_request event ($GITHUB_EVENT_PATH); None when nothing says."""
+    env = os.environ if environ is None else environ
+    if explicit:
+        return explicit
+    if env.get(ENV_BASELINE_COMMIT):
+        return env[ENV_BASELINE_COMMIT]
+    if env.get("GITHUB_EVENT_NAME", "").startswith("pull_request") and env.get("GITHUB_EVENT_PATH"):
+        try:
+            event = json.loads(read_regular(Path(env["GITHUB_EVENT_PATH"]), 64 * 1024 * 1024, "event"))
+            return str(event["pull_request"]["base"]["sha"])
+        except (InputError, ValueError, KeyError, TypeError):
+            return None
+    return None
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """One commit names the other (the shorter a 7+ character prefix of the longer, any case)."""
+    from gate.trust.verify_run import ref_matches
+
+    return ref_matches(a, b) or ref_matches(b, a)
+
+
+def require_trusted_baseline(directory: Path, trust: Trust | None, commit: str | None) -> dict[str, Any]:
+    """The baseline's header, when a replay may use it (see the module docstring); else InputError."""
+    from gate.adapters.recorded.header import HEADER
+    from gate.trust.signing import verify_statement
+
+    path = str(directory / HEADER)
+    doc = read_header(directory)
+    if recomputed_key(doc) != doc["key"]:
+        raise InputError(
+            path, "its key is not the one recomputed from the identity, adapter and options it states", field="key"
+        )
+    signature = doc.get("signature")
+    if not isinstance(signature, dict):
+        raise InputError(
+            path, "the baseline is unsigned: record it with `gate record --sign-key KEY`", field="signature"
+        )
+    if trust is None:
+        raise InputError(path, "a recorded baseline needs a trust policy naming its run signers (--trust)")
+    bad = verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys()))
+    if bad:
+        raise InputError(path, f"{bad} (run signers of {trust.path})", field="signature")
+    want = main_commit(commit)
+    if want is None:
+        raise InputError(
+            path,
+            f"say which commit is main's: gate run --baseline-commit SHA, ${ENV_BASELINE_COMMIT}, "
+            "or a GitHub pull_request event",
+            field="commit",
+        )
+    if not _same_commit(str(doc.get("commit") or ""), want):
+        raise InputError(path, f"recorded for commit {doc.get('commit')}, not main's {want}", field="commit")
+    return doc
+
+
+__all__ = ["main_commit", "read_header", "recording_commit", "require_trusted_baseline", "seal_baseline"]

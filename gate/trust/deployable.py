@@ -1,0 +1,92 @@
+"""Whether a verified run may be deployed: its waivers re-judged under the verifier's trust policy.
+
+A run applies the waivers its own trust policy allowed (the one in the checkout it ran from: a pull
+request's, if it edited trust.yaml). `gate verify --ledger` and `gate audit trace` take the policy
+of record instead (main's) and judge every waived check again from the ledger: each must be covered
+by waivers that are signed, allowed under the verifier's policy (key, name, check, days), not
+revoked (revocations judged under the verifier's policy too), scoped to the run's exact manifest,
+granted before the run and active on its day, with `required-waiver-approvals` distinct signers for
+a deny check. A waiver that does not count leaves the run authentic but not deployable
+(`RunCheck.deployable`, exit 6 unless `--any-verdict`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from gate.errors import EXIT_NOT_DEPLOYABLE
+from gate.trust.ledger import Ledger
+from gate.trust.ledger_store import LedgerError
+from gate.trust.policy import Trust
+from gate.trust.verify_run import Finding, RunCheck, read_results
+from gate.trust.waivers import RecordedWaiver, verified_waivers
+
+
+def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | None) -> None:
+    """Set `out.waivers_count` from the ledger's waivers judged under `trust` (see the module docstring)."""
+    if not out.waived or out.statement is None:
+        out.waivers_count = True if not out.waived else out.waivers_count
+        return
+    add = out.findings.append
+    try:
+        judged = verified_waivers(ledger, trust)
+    except LedgerError as err:
+        add(Finding(False, f"waivers: {err}"))
+        out.waivers_count = False
+        return
+    results = read_results(out.directory)
+    name = str((results.get("manifest") or {}).get("name"))
+    sha = str((results.get("manifest_digest") or {}).get("sha256"))
+    when = run_time or str(results.get("finished_at") or "")
+    try:
+        day = datetime.fromisoformat(when).date()
+    except ValueError:
+        add(Finding(False, f"waivers: the run's time {when!r} is not a time"))
+        out.waivers_count = False
+        return
+    counted = True
+    for check in results.get("checks") or []:
+        if check.get("status") != "waived":
+            continue
+        mine = [
+            w
+            for w in judged
+            if w.grant.check == check.get("check") and w.grant.manifest_name == name and w.grant.manifest_sha256 == sha
+        ]
+        ok, why = _covers(mine, check, trust, day.isoformat(), when)
+        add(Finding(True if ok else None, f"waiver of {check.get('check')}: {why}"))
+        counted = counted and ok
+    out.waivers_count = counted
+
+
+def _covers(
+    waivers: list[RecordedWaiver], check: dict[str, Any], trust: Trust, day: str, when: str
+) -> tuple[bool, str]:
+    """Whether these waivers of one check cover it at the run's time, and why (or why not)."""
+    from datetime import date
+
+    on = date.fromisoformat(day)
+    before = [w for w in waivers if w.granted_at <= when]
+    good = [w for w in before if w.problem is None and w.active_on(on)]
+    need = trust.policy.required_waiver_approvals if check.get("severity") == "deny" else 1
+    signers = sorted({w.signer for w in good})
+    if len(signers) >= need:
+        ids = ", ".join(f"#{w.id}" for w in good)
+        return True, f"counts under the verifier's trust policy (ledger {ids}, signed by {', '.join(signers)})"
+    recorded: dict[str, Any] = check["waiver"] if isinstance(check.get("waiver"), dict) else {}
+    named = [w for w in waivers if w.id == recorded.get("ledger_id")]
+    if named and named[0].problem is not None:
+        why = f"ledger #{named[0].id} is not trusted under the verifier's trust policy: {named[0].problem}"
+    elif named and not named[0].active_on(on):
+        why = f"ledger #{named[0].id} expired on {named[0].grant.expires.isoformat()}"
+    elif good:
+        why = f"a deny check needs {need} distinct signers, {len(signers)} signed ({', '.join(signers)})"
+    elif not waivers:
+        why = "no waiver for this check of this exact manifest is in the ledger"
+    else:
+        why = "; ".join(f"ledger #{w.id}: {w.problem or 'granted after the run or expired'}" for w in waivers)
+    return False, f"does NOT count: {why}"
+
+
+__all__ = ["EXIT_NOT_DEPLOYABLE", "judge_waivers"]
