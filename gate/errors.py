@@ -9,7 +9,7 @@ EXIT_CHECK_ERROR = 3
 EXIT_AWAITING_APPROVAL = 4
 EXIT_PARTIAL = 5
 """`gate run --check NAME` ran only part of the plan and nothing failed: not a verdict on the manifest."""
-EXIT_NOT_DEPLOYABLE = 6
+EXIT_NOT_DEPLOYABLE = 7
 """`gate verify` / `gate audit trace`: authentic, but not a verdict a deploy may ship (`--any-verdict`: 0)."""
 # an engine behind HTTP (gate.adapters.openai): each way it can fail has its own code
 EXIT_ENGINE_NOT_READY = 10

@@ -161,7 +161,7 @@ def trace_(
 
     Keys count only for their role (--trust, or --run-key / --approver-key). Exit 0 when
     everything found verifies and every run found is deployable (PASS, APPROVED, PASS WITH WAIVERS
-    whose waivers count under this trust policy), 6 when it verifies but a run is not deployable
+    whose waivers count under this trust policy), 7 when it verifies but a run is not deployable
     (0 with --any-verdict), 1 when something does not verify, 2 when nothing matches.
     """
     from gate.cli.verify import deploy_exit

@@ -62,5 +62,5 @@ def any_verdict_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--any-verdict",
         is_flag=True,
         help="Exit 0 for any verified verdict (authenticity only); by default a verified FAIL, ERROR, "
-        "UNPROVEN, PARTIAL, AWAITING APPROVAL or an uncounted waiver exits 6: not deployable.",
+        "UNPROVEN, PARTIAL, AWAITING APPROVAL or an uncounted waiver exits 7: not deployable.",
     )(f)

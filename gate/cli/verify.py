@@ -43,7 +43,7 @@ def command(
 
     Prints the commit, manifest and verdict it verified. Exit 0 when valid and deployable (PASS,
     APPROVED, or PASS WITH WAIVERS whose waivers count under this trust policy: needs --ledger),
-    6 when valid but not deployable (0 with --any-verdict), 1 when not valid (each problem named),
+    7 when valid but not deployable (0 with --any-verdict), 1 when not valid (each problem named),
     2 for usage errors.
     """
     from gate.trust.attest import sha256_file

@@ -7,7 +7,7 @@ by waivers that are signed, allowed under the verifier's policy (key, name, chec
 revoked (revocations judged under the verifier's policy too), scoped to the run's exact manifest,
 granted before the run and active on its day, with `required-waiver-approvals` distinct signers for
 a deny check. A waiver that does not count leaves the run authentic but not deployable
-(`RunCheck.deployable`, exit 6 unless `--any-verdict`).
+(`RunCheck.deployable`, exit 7 unless `--any-verdict`).
 """
 
 from __future__ import annotations

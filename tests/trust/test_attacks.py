@@ -170,7 +170,7 @@ def test_unsigned_waiver_is_never_applied(
     assert result.verdict.value == "fail", result.checks[0].message
     assert "not applied: it is not signed" in result.checks[0].message
     verify = gate("verify", out, "--trust", trust)
-    assert verify.exit_code == 6 and "verdict FAIL" in verify.output, verify.output  # authentic, not deployable
+    assert verify.exit_code == 7 and "verdict FAIL" in verify.output, verify.output  # authentic, not deployable
     assert gate("verify", out, "--trust", trust, "--any-verdict").exit_code == 0
 
 
@@ -355,15 +355,15 @@ def test_the_documented_deploy_recipe_ships_only_deployable_verdicts(
         for name, out in (("failing", failing), ("awaiting", awaiting), ("approved", approved), ("passing", passing))
     }
     assert shipped == {
-        "failing": (False, [6]),
-        "awaiting": (False, [6]),
+        "failing": (False, [7]),
+        "awaiting": (False, [7]),
         "approved": (True, [0, 0, 0]),
         "passing": (True, [0, 0, 0]),
     }, shipped
     # an auditor checking authenticity only asks for it
     assert gate("verify", failing, "--trust", trust, "--any-verdict").exit_code == 0
     traced = gate("audit", "trace", commits["failing"], "--ledger", ledger, "--trust", trust)
-    assert traced.exit_code == 6 and "NOT DEPLOYABLE" in traced.output, traced.output
+    assert traced.exit_code == 7 and "NOT DEPLOYABLE" in traced.output, traced.output
     assert (
         gate("audit", "trace", commits["failing"], "--ledger", ledger, "--trust", trust, "--any-verdict").exit_code == 0
     )
@@ -402,15 +402,15 @@ def test_a_pull_request_cannot_waive_its_own_failure_with_its_own_trust_policy(
     assert result.verdict.value == "pass-with-waivers"
     monkeypatch.delenv("GATE_TRUST")
     verify = gate("verify", out, "--trust", main_trust, "--commit", NEW, "--ledger", ledger)
-    assert verify.exit_code == 6, verify.output
+    assert verify.exit_code == 7, verify.output
     assert f"waiver of {check}: does NOT count" in verify.output and "eve" in verify.output
     assert "the run judged its waivers under trust policy" in verify.output
     assert "the run used another trust policy" in verify.output
     traced = gate("audit", "trace", NEW, "--trust", main_trust, "--ledger", ledger)
-    assert traced.exit_code == 6 and "does NOT count" in traced.output, traced.output
+    assert traced.exit_code == 7 and "does NOT count" in traced.output, traced.output
     # without the ledger a waiver cannot be judged, so it cannot ship
     unjudged = gate("verify", out, "--trust", main_trust)
-    assert unjudged.exit_code == 6 and "NOT JUDGED" in unjudged.output, unjudged.output
+    assert unjudged.exit_code == 7 and "NOT JUDGED" in unjudged.output, unjudged.output
 
     # the same failure waived by bob, whom main's policy lets waive, ships
     legit = exact_manifest(tmp_path / "legit" / "m.yaml", OLD)
@@ -431,7 +431,7 @@ def test_a_pull_request_cannot_waive_its_own_failure_with_its_own_trust_policy(
                    "--ledger", ledger)  # fmt: skip
     assert revoked.exit_code == 0, revoked.output
     after = gate("verify", out2, "--trust", main_trust, "--commit", OLD, "--ledger", ledger)
-    assert after.exit_code == 6 and "revoked" in after.output, after.output
+    assert after.exit_code == 7 and "revoked" in after.output, after.output
 
 
 def test_approximate_is_the_verifiers_call_and_approver_signatures_are_no_run_signatures(

@@ -113,7 +113,7 @@ def test_signed_run_verifies(tmp_path: Path, keys: dict[str, Path]) -> None:
     for name in ("dossier.html", "dossier.md", "junit.xml"):
         assert "UNSIGNED" not in (out / name).read_text()
     result = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"])])
-    assert result.exit_code == 6, result.output  # authentic, but an ERROR is not deployable
+    assert result.exit_code == 7, result.output  # authentic, but an ERROR is not deployable
     assert "verified:" in result.output and "verdict ERROR" in result.output and "NOT DEPLOYABLE" in result.output
     authentic = CliRunner().invoke(verify, [str(out), "--run-key", str(keys["gate.pub"]), "--any-verdict"])
     assert authentic.exit_code == 0, authentic.output

@@ -39,9 +39,9 @@ def test_rotating_the_ci_key_keeps_old_runs_and_revokes_later_signatures(tmp_pat
     stolen = signed_run(tmp_path / "stolen", quant_manifest(tmp_path / "m3.yaml", C2), keys["ci.key"], ledger=ledger)[0]
     with Ledger.open(ledger, writable=False) as opened:
         assert [e.kind for e in opened.entries()] == ["run", "revocation", "run", "run"]
-    # authentic runs awaiting approval: --any-verdict (without it, exit 6: not deployable)
+    # authentic runs awaiting approval: --any-verdict (without it, exit 7: not deployable)
     assert gate("audit", "trace", C1, "--ledger", ledger, "--trust", trust, "--any-verdict").exit_code == 0
-    assert gate("verify", old, "--trust", trust, "--ledger", ledger).exit_code == 6
+    assert gate("verify", old, "--trust", trust, "--ledger", ledger).exit_code == 7
     assert gate("verify", old, "--trust", trust, "--ledger", ledger, "--any-verdict").exit_code == 0
     assert gate("verify", new, "--trust", trust, "--ledger", ledger, "--commit", C2, "--any-verdict").exit_code == 0
     bad = gate("verify", stolen, "--trust", trust, "--ledger", ledger)
