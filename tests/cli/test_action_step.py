@@ -73,7 +73,7 @@ def test_a_bad_manifest_is_annotated_at_its_file_and_line(tmp_path: Path) -> Non
 
 
 def test_the_summary_shows_the_approval_state(tmp_path: Path) -> None:
-    rc, out, summary = step(tmp_path, "g/wait.yaml g/ok.yaml")
+    rc, _out, summary = step(tmp_path, "g/wait.yaml g/ok.yaml")
     assert rc == 0  # neutral by default
     assert "| `g/wait.yaml` | awaiting-approval | awaiting: `gate approve" in summary
     assert "| `g/ok.yaml` | pass | not needed | none |" in summary

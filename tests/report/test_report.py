@@ -321,8 +321,12 @@ def test_one_annotation_per_failing_check_on_the_changed_file() -> None:
 
 
 def test_a_verdict_that_held_shows_no_failure_box_and_annotates_no_error() -> None:
-    amber = fx.failing_parity_run().checks[1].model_copy(  # an amber check beside the ones that held
-        update={"status": Status.unproven, "severity": "warn", "unproven": "warn"}
+    amber = (
+        fx.failing_parity_run()
+        .checks[1]
+        .model_copy(  # an amber check beside the ones that held
+            update={"status": Status.unproven, "severity": "warn", "unproven": "warn"}
+        )
     )
     warned = fx.failing_parity_run().checks[1].model_copy(update={"severity": "warn"})  # fails, never blocks
     for held in (fx.passing_run(), fx.waived_run(), fx.awaiting_run()):

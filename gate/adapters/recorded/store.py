@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import AdapterUnavailable
-
 import gate
 from gate._util.atomic import write_bytes_atomic
+from gate.errors import AdapterUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
