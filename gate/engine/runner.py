@@ -321,6 +321,7 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
         "gate_version": store.header.get("gate_version"),
         "answers_read": store.hits,
         "answers_computed": store.misses,
+        **({"live_reference": f"{path.live_built} (built for clocks and layer traces)"} if path.live_built else {}),
     }
 
 

@@ -66,6 +66,7 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     assert "the recorded baseline timed live as" in timed["message"]
     baseline = b["baseline"]
     assert baseline["kind"] == "recorded baseline" and baseline["answers_computed"] == 0 and baseline["answers_read"]
+    assert baseline["live_reference"].endswith("(built for clocks and layer traces)")
     assert b["subjects"]["reference"]["baseline"]["sha256"] == baseline["sha256"] == header_digest(tmp_path)
     html = (tmp_path / "replay" / "dossier.html").read_text()
     assert baseline["sha256"] in html

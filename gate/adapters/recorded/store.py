@@ -203,6 +203,12 @@ class StoredPath:
             raise self._counterpart
         return self._counterpart
 
+    @property
+    def live_built(self) -> str | None:
+        """The name of the live reference a replay built for clocks and layer traces, if it did."""
+        built = self._counterpart
+        return None if built is None or isinstance(built, AdapterUnavailable) else str(built.name)
+
     def identity(self) -> dict[str, Any]:
         if self.live is not None:
             return self.live.identity()
