@@ -71,6 +71,9 @@ print("replayed in", sys.prefix, "with gate from", replayed["environment"].get("
 print("missing recording:", next(c["message"] for c in missing["checks"] if c["status"] == "error")[:160])
 correct, broken, live_broken = load("pr-correct"), load("pr-broken"), load("live-broken")
 assert rc_correct == 0 and correct["verdict"] == "pass", (rc_correct, correct["summary"])
+# the recording ran the controls too, so the replay's controls found every answer they asked for
+assert correct["baseline"]["answers_computed"] == 0, correct["baseline"]
+assert not [x["message"] for c in correct["checks"] for x in c["controls"] if x["outcome"] == "error"]
 perf = next(c for c in correct["checks"] if c["check"] == "phase-performance")
 assert perf["status"] in ("pass", "warn") and "timed live as reference:dynamic" in perf["message"], perf["message"]
 assert rc_broken == 1 and broken["verdict"] == "fail", (rc_broken, broken["summary"])

@@ -59,7 +59,7 @@ class RunOptions:
     """Directory of stored reference answers (gate.adapters.recorded.store): read instead of recomputing,
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
-    """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    """`gate record`: store every reference answer in this baseline directory (controls included)."""
     profile: bool = False
     """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
     slow small forwards, so only on request); wall times per check and control are always kept."""
@@ -485,10 +485,9 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
                 progress=options.progress,
                 cache=cache,
             )
-            # recording a baseline stores the reference's answers; controls ask the reference nothing new
-            check_result = run_check(
-                planned, specs[planned.check], params[planned.check], ctx, options.record is None, clock
-            )
+            # a recording runs the controls too: a planted fault leads a check to questions of its own
+            # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
+            check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, clock=clock)
             log(f"  {check_result.status.value}: {check_result.message}")
             checks.append(check_result)
 
