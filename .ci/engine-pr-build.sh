@@ -30,6 +30,9 @@ correct, broken = (json.load(open(f"{pr}/{b}-out/results.json")) for b in ("corr
 assert rc_correct == 0 and correct["verdict"] == "pass", (rc_correct, correct["summary"])
 assert "main/llama-server" in correct["subjects"]["reference"]["command"], correct["subjects"]["reference"]
 assert "correct/llama-server" in correct["subjects"]["candidate"]["command"]
+# the identity names each build by the sha256 of the program it ran: one binary under two names here
+ref, cand = correct["subjects"]["reference"], correct["subjects"]["candidate"]
+assert ref["executable_sha256"] == cand["executable_sha256"] != broken["subjects"]["candidate"]["executable_sha256"]
 perf = next(c for c in correct["checks"] if c["check"] == "phase-performance")
 assert perf["status"] in ("pass", "warn"), perf["message"]  # both builds streamed side by side
 assert rc_broken == 1 and broken["verdict"] == "fail", (rc_broken, broken["summary"])
