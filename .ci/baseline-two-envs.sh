@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# A baseline recorded in one virtual environment and gate checkout is replayed in another: the
-# verdict equals the live reference's, and a question the recording lacks is a named error.
+# A baseline recorded in one virtual environment and gate checkout is replayed in another: the whole
+# verdict equals the live reference's (phase-performance included: it times the live reference the
+# baseline names, side by side with the candidate), a question the recording lacks is a named error,
+# and the documented PR-vs-main recipe on examples/reference-static-layout.yaml is green for a
+# correct pull-request build and red for a broken one, naming the bug class the live reference names.
 # Slow (builds a second venv): run from CI, not `make test`.  Usage: .ci/baseline-two-envs.sh [WORK]
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,20 +34,58 @@ print(s, end='')" < "$M" > "$WORK/replay.yaml"
 (cd "$WORK" && "$B/bin/gate" run replay.yaml --out "$WORK/replayed" >/dev/null) || true
 sed 's/seed: 0/seed: 5/' "$WORK/replay.yaml" > "$WORK/replay-other-seed.yaml"
 (cd "$WORK" && "$B/bin/gate" run replay-other-seed.yaml --out "$WORK/missing" >/dev/null) || true
-"$B/bin/python" - "$WORK" <<'PY'
+# the PR-vs-main recipe (docs/baselines.md): record main's reference once, gate the PR's builds against it
+S=$REPO/examples/reference-static-layout.yaml
+"$A/bin/gate" record "$S" --out "$WORK/main-baseline" >/dev/null
+python3 - "$S" "$WORK" <<'PY'
+import sys
+from pathlib import Path
+text, work = Path(sys.argv[1]).read_text(), Path(sys.argv[2])
+recorded = text.replace("  reference:\n    adapter: reference\n    options: {preset: tiny, path: dynamic}",
+                        f"  reference:\n    adapter: recorded\n    options: {{baseline: {work}/main-baseline}}")
+assert recorded != text
+broken = "options: {preset: tiny, path: static, fault: missing-start-pos}"
+(work / "pr-correct.yaml").write_text(recorded)
+(work / "pr-broken.yaml").write_text(recorded.replace("options: {preset: tiny, path: static}", broken))
+(work / "live-broken.yaml").write_text(text.replace("options: {preset: tiny, path: static}", broken))
+PY
+rc_correct=0; rc_broken=0
+(cd "$WORK" && "$B/bin/gate" run pr-correct.yaml --out "$WORK/pr-correct" >/dev/null) || rc_correct=$?
+(cd "$WORK" && "$B/bin/gate" run pr-broken.yaml --out "$WORK/pr-broken" >/dev/null) || rc_broken=$?
+"$A/bin/gate" run "$WORK/live-broken.yaml" --out "$WORK/live-broken" >/dev/null || true
+"$B/bin/python" - "$WORK" "$rc_correct" "$rc_broken" <<'PY'
 import json, sys
 from pathlib import Path
 work = Path(sys.argv[1])
-live, replayed, missing = (json.loads((work / d / "results.json").read_text()) for d in ("live", "replayed", "missing"))
-# phase-performance needs both paths live: against stored answers it is unproven (tests/engine/test_baseline.py);
-# tinylm offers no attention probe, so mask-oracle is unproven in both runs and so is the verdict.
-statuses = lambda r: [(c["check"], c["status"]) for c in r["checks"] if c["check"] != "phase-performance"]
+rc_correct, rc_broken = int(sys.argv[2]), int(sys.argv[3])
+load = lambda d: json.loads((work / d / "results.json").read_text())
+live, replayed, missing = load("live"), load("replayed"), load("missing")
+# the whole verdict, every check: phase-performance runs against the replay too (it times the live
+# reference the baseline names); without a budget timing noise moves it only between pass and warn
+ran = lambda c: "ran" if c["check"] == "phase-performance" and c["status"] in ("pass", "warn") else c["status"]
+statuses = lambda r: [(c["check"], ran(c)) for c in r["checks"]]
+# tinylm offers no attention probe, so mask-oracle is unproven in both runs and so is the verdict
 assert replayed["verdict"] == live["verdict"] == "unproven", (live["verdict"], replayed["verdict"])
 assert statuses(replayed) == statuses(live), (statuses(live), statuses(replayed))
 assert ("greedy-parity", "pass") in statuses(replayed)  # a check that compared against the stored answers
+assert ("phase-performance", "ran") in statuses(replayed)
 assert replayed["baseline"]["kind"] == "recorded baseline" and replayed["baseline"]["answers_computed"] == 0
 assert missing["verdict"] == "error" and "has no recording for" in json.dumps(missing["checks"])
-print("same verdict from the live reference and the replayed baseline:", live["verdict"])
+print("same verdict and check statuses from the live reference and the replayed baseline:", live["verdict"])
 print("replayed in", sys.prefix, "with gate from", replayed["environment"].get("gate_path", "the copy"))
 print("missing recording:", next(c["message"] for c in missing["checks"] if c["status"] == "error")[:160])
+correct, broken, live_broken = load("pr-correct"), load("pr-broken"), load("live-broken")
+assert rc_correct == 0 and correct["verdict"] == "pass", (rc_correct, correct["summary"])
+# the recording ran the controls too, so the replay's controls found every answer they asked for
+assert correct["baseline"]["answers_computed"] == 0, correct["baseline"]
+assert not [x["message"] for c in correct["checks"] for x in c["controls"] if x["outcome"] == "error"]
+perf = next(c for c in correct["checks"] if c["check"] == "phase-performance")
+assert perf["status"] in ("pass", "warn") and "timed live as reference:dynamic" in perf["message"], perf["message"]
+assert rc_broken == 1 and broken["verdict"] == "fail", (rc_broken, broken["summary"])
+cls = lambda r: {c["check"]: c["diagnosis"]["bug_class"] for c in r["checks"] if c["status"] == "fail" and c.get("diagnosis")}
+# the same failing checks with the same bug classes as the live reference gives for the same bug
+assert broken["verdict"] == live_broken["verdict"] and statuses(broken) == statuses(live_broken), (statuses(live_broken), statuses(broken))
+assert cls(broken) == cls(live_broken) and cls(broken)["prefix-sweep"] == "positional-index", (cls(broken), cls(live_broken))
+print("PR-vs-main recipe, correct build:", correct["verdict"], "exit", rc_correct, "-", correct["summary"])
+print("PR-vs-main recipe, broken build:", broken["verdict"], "exit", rc_broken, "-", broken["summary"], cls(broken))
 PY

@@ -16,6 +16,8 @@ export PATH="$PWD/.cache/engine:$PATH"
 # both examples once more, timed, into a results table (the committed one is benchmarks/engine_llamacpp.md)
 mkdir -p out/ci-engine
 .venv/bin/python benchmarks/engine_llamacpp.py --out out/ci-engine/engine_llamacpp.md
+bash .ci/engine-pr-build.sh  # the PR-vs-main recipe for an engine build
+
 if pgrep -x llama-server >/dev/null; then
   echo "a llama-server process outlived gate run:"; pgrep -a -x llama-server; exit 1
 fi

@@ -2,11 +2,16 @@
 # The gate Action's run step (action.yml), also run locally by .ci/action.sh.
 #
 # Runs `gate run` on every manifest in $GATE_MANIFESTS (whitespace-separated) into
-# $GATE_OUT/<manifest name>/, and maps each exit code to the job's outcome:
+# $GATE_OUT/<manifest name>/, $GATE_JOBS (default 1) at a time, and maps each exit code to the job's outcome:
 #   0 pass -> success            1 fail, 3 error, 5 partial -> failure
-#   2 bad input -> failure       4 awaiting approval -> $GATE_ON_AWAITING:
+#   2 bad input -> failure, annotated at the manifest's file and line (gate's FILE:LINE:COL: field: message)
+#   4 awaiting approval -> $GATE_ON_AWAITING:
 #        neutral (default): success with a ::warning saying a signed approval is needed
 #        failure: the step fails        success: success with a ::notice
+# GitHub shows at most 10 error annotations per step: each run writes its annotations (one per
+# failing check) to <out>/annotations.txt, and this step prints at most 10 errors over all the
+# manifests; the job summary opens with a table of every manifest (verdict, approval state, every
+# failing check), then each dossier.
 # Writes step outputs (verdicts, exit-code, out-dir) to $GITHUB_OUTPUT when set.
 # Before running, the files this pull request changed are listed for gate's annotations
 # (GATE_CHANGED_FILES; `git diff --name-only BASE...HEAD`, BASE from $GATE_BASE_REF or $GITHUB_BASE_REF).
@@ -31,28 +36,58 @@ elif [ -n "${GATE_CHANGED_FILES:-}" ]; then
   export GATE_CHANGED_FILES
 fi
 
-worst=0
-verdicts=""
+jobs=${GATE_JOBS:-1}
+case "$jobs" in ''|*[!0-9]*|0) echo "::error title=gate action::jobs must be a positive integer, not '$jobs'"; exit 2;; esac
+summary_file=${GITHUB_STEP_SUMMARY:-}
+
+run_one() {  # run_one MANIFEST OUT: gate run, its log, exit code and annotations beside its outputs
+  local manifest=$1 out=$2
+  mkdir -p "$out.action"
+  : > "$out.action/annotations.txt"; : > "$out.action/summary.md"
+  # shellcheck disable=SC2086  # GATE_ARGS is a list of words by design
+  GATE_ANNOTATIONS="$out.action/annotations.txt" GITHUB_STEP_SUMMARY="$out.action/summary.md" \
+    "$gate_bin" run "$manifest" --out "$out" $extra_args > "$out.action/log" 2>&1
+  echo $? > "$out.action/rc"
+}
+
+names=()
 for manifest in $manifests; do
   name=$(basename "$manifest"); name=${name%.*}
+  names+=("$name"); out="$out_root/$name"
+  rm -rf "$out.action"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  run_one "$manifest" "$out" &
+done
+wait
+
+worst=0
+verdicts=""
+errors_shown=0
+errors_left=0
+table="| manifest | verdict | approval | failing checks |"$'\n'"|---|---|---|---|"
+i=0
+for manifest in $manifests; do
+  name=${names[$i]}; i=$((i + 1))
   out="$out_root/$name"
   echo "::group::gate run $manifest"
-  # shellcheck disable=SC2086  # GATE_ARGS is a list of words by design
-  "$gate_bin" run "$manifest" --out "$out" $extra_args
-  rc=$?
+  cat "$out.action/log"
   echo "::endgroup::"
+  rc=$(cat "$out.action/rc")
   # the verdict as results.json records it (pass-with-waivers, unproven, ...); else from the exit code
   verdict=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "$out/results.json" 2>/dev/null) \
     || verdict=""
-  [ $rc -eq 2 ] && verdict=bad-input  # nothing ran: an older results.json must not speak
+  [ "$rc" -eq 2 ] && verdict=bad-input  # nothing ran: an older results.json must not speak
+  approval="n/a"
+  failing=""
   case $rc in
-    0) verdict=${verdict:-pass} ;;
+    0) verdict=${verdict:-pass}; approval="not needed" ;;
     4) verdict=awaiting-approval
+       approval="awaiting: \`gate approve $out --key KEY --reason '…'\`"
        message="$manifest: every check held, but an approximate change needs a signed approval: gate approve $out --key KEY --reason '…' (docs/audit.md)"
        case "$on_awaiting" in
          neutral) echo "::warning title=gate: awaiting approval (neutral)::$message"; rc=0 ;;
          success) echo "::notice title=gate: awaiting approval::$message"; rc=0 ;;
-         failure) echo "::error title=gate: awaiting approval::$message" ;;
+         failure) echo "::error title=gate: awaiting approval::$message"; errors_shown=$((errors_shown + 1)) ;;
        esac ;;
     1) verdict=${verdict:-fail} ;;
     2) verdict=bad-input ;;
@@ -60,10 +95,51 @@ for manifest in $manifests; do
     5) verdict=partial ;;
     *) verdict="exit-$rc" ;;
   esac
+  [ -f "$out/dossier.approved.md" ] && approval="approved (dossier.approved.html)"
+  [ "$verdict" = approved ] && approval=approved
+  if [ "$verdict" = bad-input ]; then
+    # gate's one-line error: "gate: FILE:LINE:COL: field: message" -> an annotation at that file and line
+    while IFS= read -r line; do
+      if [[ $line =~ ^gate:\ (.+):([0-9]+):([0-9]+):\ (.*)$ ]]; then
+        note="::error file=${BASH_REMATCH[1]},line=${BASH_REMATCH[2]},col=${BASH_REMATCH[3]},title=gate: bad manifest::${BASH_REMATCH[4]}"
+      else
+        note="::error file=$manifest,title=gate: bad input::${line#gate: }"
+      fi
+      failing="bad input: ${line#gate: }"
+      if [ "$errors_shown" -lt 10 ]; then echo "$note"; errors_shown=$((errors_shown + 1))
+      else errors_left=$((errors_left + 1)); fi
+    done < <(grep '^gate: ' "$out.action/log" | head -n 3)
+  fi
+  while IFS= read -r line; do
+    case $line in
+      ::error*)
+        title=${line#*title=}; title=${title%%::*}; title=${title//%3A/:}; title=${title//%2C/,}
+        failing="$failing${failing:+, }${title#gate }"
+        if [ "$errors_shown" -lt 10 ]; then echo "$line"; errors_shown=$((errors_shown + 1))
+        else errors_left=$((errors_left + 1)); fi ;;
+      *) echo "$line" ;;
+    esac
+  done < "$out.action/annotations.txt"
+  cell=${failing:-none}
+  table="$table"$'\n'"| \`$manifest\` | $verdict | $approval | ${cell//|/\\|} |"
   verdicts="$verdicts $name=$verdict"
-  echo "gate: $manifest -> $verdict (job outcome: $([ $rc -eq 0 ] && echo success || echo failure))"
+  echo "gate: $manifest -> $verdict (job outcome: $([ "$rc" -eq 0 ] && echo success || echo failure))"
   [ "$rc" -gt "$worst" ] && worst=$rc
 done
+if [ "$errors_left" -gt 0 ]; then
+  echo "::notice title=gate: annotations capped::GitHub shows 10 error annotations per step; $errors_left more failing checks are listed in the job summary"
+fi
+
+if [ -n "$summary_file" ]; then
+  {
+    echo "## gate: ${#names[@]} manifest(s)"
+    echo
+    echo "$table"
+    [ "$errors_left" -gt 0 ] && { echo; echo "GitHub shows 10 error annotations per step: $errors_left more failing checks are annotated only here."; }
+    echo
+    for name in "${names[@]}"; do cat "$out_root/$name.action/summary.md"; done
+  } >> "$summary_file"
+fi
 
 if [ -n "${GITHUB_OUTPUT:-}" ]; then
   {

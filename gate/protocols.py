@@ -47,6 +47,7 @@ __all__ = [
     "LayerTracing",
     "LayoutBoundaries",
     "LayoutEdges",
+    "LiveCounterpart",
     "PathCapabilities",
     "PrefixBudget",
     "PrefixCaching",
@@ -230,6 +231,22 @@ class LayerTracing(Protocol):
 
     def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
+        ...
+
+
+@runtime_checkable
+class LiveCounterpart(Protocol):
+    """A stored reference (a recorded baseline, a reference cache) that can name the live path it
+    stores the answers of, for what a store cannot answer: clocks (phase-performance) and per-layer
+    traces (a failed check's diagnosis). Its answers never decide a verdict's logits."""
+
+    mode: str
+    """recorded baseline, reference cache or recording."""
+
+    def live_reference(self) -> DecodePath:
+        """The live path: built on first use from the adapter and options the baseline names, its
+        model identity checked against the recorded one. Raises `AdapterUnavailable` saying why
+        when there is none (`timing: none`, the adapter cannot be built here, another model)."""
         ...
 
 

@@ -23,7 +23,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gate.protocols import LayerTracing
+from gate.errors import AdapterUnavailable
+from gate.protocols import LayerTracing, LiveCounterpart
 
 if TYPE_CHECKING:
     import torch
@@ -170,6 +171,26 @@ def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
     return float((a.float() - b.float()).abs().nan_to_num(float("inf")).max())
 
 
+def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | None]:
+    """The path whose full pass a layer trace reads, and what the diagnosis says about it. A stored
+    reference (a recorded baseline) holds no layer states: its live counterpart, the model the
+    baseline names built in this job, is traced instead (the verdict's logits stay the stored
+    ones), or, where there is none, the diagnosis says it saw no layer trace and why."""
+    if not isinstance(reference, LiveCounterpart):
+        return reference, None
+    try:
+        live = reference.live_reference()
+    except AdapterUnavailable as err:
+        return None, (
+            f"not seen: the per-layer trace (the reference is a {reference.mode}, which stores no layer "
+            f"states, and {err}); the class rests on the failure profile alone"
+        )
+    return live, (
+        f"traced against {live.name}, the {reference.mode}'s model built live (a store holds no layer "
+        "states; the verdict compared the stored answers)"
+    )
+
+
 def layer_divergence(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, prefix_len: int, dtype: str
 ) -> dict[str, Any] | None:
@@ -298,13 +319,16 @@ def diagnose(
         at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
     layers: dict[str, Any] | None = None
     error = None
-    if at is not None:
+    traced, seen = traced_reference(reference)
+    if at is not None and traced is not None:
         try:
-            layers = layer_divergence(reference, candidate, tokens, int(at), dtype)
+            layers = layer_divergence(traced, candidate, tokens, int(at), dtype)
         except Exception as err:  # diagnosis must never turn a failure into an error
             error = f"{err.__class__.__name__}: {err}"
     bug_class = classify(profile, layers)
     out: dict[str, Any] = {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class], **profile}
+    if seen:
+        out["layer_trace"] = seen
     if layers is not None:
         out["first_diverging_layer"] = layers["first_diverging_layer"]
         out["component"] = layers["component"]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from gate.checks._compare import Tolerance, random_tokens, tolerance_for, top_k_rows
-from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence
+from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence, traced_reference
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import GreedyEvidence, GreedyRun, ToleranceRecord
@@ -207,8 +207,11 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
     """Trace the layer states at the position whose logits chose the diverging token."""
     prefix_len = max(failure["absolute_position"] - 1, 0)
     error: str | None = None
+    layers: dict[str, Any] | None = None
+    traced, seen = traced_reference(ctx.reference)
     try:
-        layers = layer_divergence(ctx.reference, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype)
+        if traced is not None:
+            layers = layer_divergence(traced, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype)
     except Exception as err:
         layers, error = None, f"{err.__class__.__name__}: {err}"
     bug_class = classify({"profile": "single-position"}, layers)
@@ -217,6 +220,7 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
         "explanation": BUG_CLASSES[bug_class],
         "first_diverging_step": failure["step"],
         "absolute_position": failure["absolute_position"],
+        **({"layer_trace": seen} if seen else {}),
     }
     if layers is not None:
         out.update(

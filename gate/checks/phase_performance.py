@@ -33,8 +33,8 @@ from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, sum
 from gate.core.evidence import ClockRow, ServingEvidence
 from gate.core.manifest import Budget
 from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
-from gate.errors import EngineBadReply
-from gate.protocols import EngineServing, KVGeometry
+from gate.errors import AdapterUnavailable, EngineBadReply
+from gate.protocols import DecodePath, EngineServing, KVGeometry, LiveCounterpart
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_SAMPLES = 400
@@ -91,9 +91,9 @@ def _ci(interval: Interval) -> str:
     return f"x{interval.point:.3g} [{interval.low:.3g}, {interval.high:.3g}]{noise}"
 
 
-def _kv_theory(ctx: CheckContext, traces: dict[str, list[ServingTrace]]) -> dict[str, Any] | None:
+def _kv_theory(paths: dict[str, DecodePath], traces: dict[str, list[ServingTrace]]) -> dict[str, Any] | None:
     """Peak live KV bytes of each path against the theoretical bytes for the tokens held then."""
-    path = ctx.reference if isinstance(ctx.reference, KVGeometry) else ctx.candidate
+    path = paths["reference"] if isinstance(paths["reference"], KVGeometry) else paths["candidate"]
     if not isinstance(path, KVGeometry):
         return None
     layers, kv_heads, head_dim = path.kv_geometry()
@@ -144,13 +144,19 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
 @check("phase-performance", params=PhasePerformanceParams)
 def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outcome:
     """Four clocks on a serving scenario, reference vs candidate, with bootstrap intervals and budgets."""
-    stored = getattr(ctx.reference, "mode", None)  # a stored reference (gate record / the recorded adapter)
-    if stored in ("recorded baseline", "reference cache", "recording"):
-        return Outcome(
-            "skip",
-            f"the reference is a {stored}: it answers from a store, so its clocks say nothing about serving; "
-            "performance is measured with both paths live, side by side",
-        )
+    reference, timed_live = ctx.reference, ""
+    if isinstance(reference, LiveCounterpart):  # a stored reference: its answers have no clock
+        mode = reference.mode
+        try:
+            reference = reference.live_reference()
+        except AdapterUnavailable as err:
+            return Outcome(
+                "skip",
+                f"the reference is a {mode}: it answers from a store, so it has no clock, and {err}; "
+                "performance is measured with both paths live, side by side (docs/baselines.md)",
+            )
+        built = " (built in this job from what baseline.json names, same model identity)"
+        timed_live = f"; the {mode} timed live as {reference.name}{built if mode == 'recorded baseline' else ''}"
     scenario = load_scenario(params.scenario)
     updates = {
         k: v
@@ -158,15 +164,15 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         if v is not None
     }
     scenario = scenario.model_copy(update=updates)
-    vocab = min(ctx.reference.vocab_size, ctx.candidate.vocab_size)
-    max_len = min(ctx.reference.max_len, ctx.candidate.max_len)
+    vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
+    max_len = min(reference.max_len, ctx.candidate.max_len)
     convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
     slo = (scenario.slo.ttft_s, scenario.slo.tpot_s)
-    paths = {"reference": ctx.reference, "candidate": ctx.candidate}
-    if isinstance(ctx.reference, EngineServing) and isinstance(ctx.candidate, EngineServing):
-        traces, exercise, served = _engine_traces(ctx, params, scenario, vocab=vocab, max_len=max_len)
+    paths: dict[str, DecodePath] = {"reference": reference, "candidate": ctx.candidate}
+    if isinstance(reference, EngineServing) and isinstance(ctx.candidate, EngineServing):
+        traces, exercise, served = _engine_traces(ctx, params, paths, scenario, vocab=vocab, max_len=max_len)
     else:
-        (traces, exercise), served = _session_traces(ctx, params, scenario, convs), {}
+        (traces, exercise), served = _session_traces(ctx, params, paths, scenario, convs), {}
 
     budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
     budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
@@ -234,7 +240,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         if verdict in buckets:
             buckets[verdict].append(text)
 
-    kv = _kv_theory(ctx, traces)
+    kv = _kv_theory(paths, traces)
     per_token = 2 * kv["layers"] * kv["kv_heads"] * kv["head_dim"] * kv["bytes_per_element"] if kv is not None else None
     by_name = {row["clock"]: row for row in rows}
     metrics: dict[str, Any] = {
@@ -283,7 +289,7 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, intervals "
         f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} watched clocks"
     )
-    summary_text = f"candidate/reference: {headline}{saving} ({where})"
+    summary_text = f"candidate/reference: {headline}{saving} ({where}{timed_live})"
     parts = [
         f"{label}: {', '.join(items)}"
         for label, items in (
@@ -309,10 +315,13 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
 
 
 def _session_traces(
-    ctx: CheckContext, params: PhasePerformanceParams, scenario: Scenario, convs: list[Conversation]
+    ctx: CheckContext,
+    params: PhasePerformanceParams,
+    paths: dict[str, DecodePath],
+    scenario: Scenario,
+    convs: list[Conversation],
 ) -> tuple[dict[str, list[ServingTrace]], dict[str, Any]]:
     """In-process paths: the same conversations replayed through each path's sessions, on a measured clock."""
-    paths = {"reference": ctx.reference, "candidate": ctx.candidate}
     for path in paths.values():  # warm-up: allocator, kernels, lazy imports
         replay(path, convs[:1], device=ctx.device, max_concurrent=1)
     traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
@@ -329,13 +338,19 @@ def _session_traces(
 
 
 def _engine_traces(
-    ctx: CheckContext, params: PhasePerformanceParams, scenario: Scenario, *, vocab: int, max_len: int
+    ctx: CheckContext,
+    params: PhasePerformanceParams,
+    paths: dict[str, DecodePath],
+    scenario: Scenario,
+    *,
+    vocab: int,
+    max_len: int,
 ) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
     """Engines behind HTTP: both servers up side by side, each repeat's conversations streamed through
     one then the other (alternating who goes first). A server keeps its prefix cache between
     repeats, so every repeat draws its own conversations (the same for both servers: paired) and the
     caches are reset where the engine can."""
-    reference, candidate = ctx.reference, ctx.candidate
+    reference, candidate = paths["reference"], paths["candidate"]
     assert isinstance(reference, EngineServing) and isinstance(candidate, EngineServing)
     top_k = min(reference.top_k, candidate.top_k)
     traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}

@@ -22,7 +22,7 @@ from gate.cli.common import echo, policy_dir_option, progress_logger, user_error
 @click.option("--threads", type=click.IntRange(min=1), envvar="GATE_THREADS", help="torch CPU threads.")
 @policy_dir_option
 def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, policy_dirs: tuple[Path, ...]) -> None:
-    """Run the plan's checks once, without controls, storing every answer the reference gives.
+    """Run the plan's checks once, with their controls, storing every answer the reference gives.
 
     The candidate is built only so the checks ask the questions a real run asks (its shape decides
     the swept lengths); its answers are not stored. baseline.json is then bound to the commit

@@ -242,7 +242,8 @@ class GateResult(Record):
     baseline: dict[str, Any] | None = None
     """The stored reference answers the run used (gate.adapters.recorded.store): kind (recorded baseline or
     reference cache), path, sha256 of baseline.json, key, the gate commit that recorded it, and how
-    many answers were read and computed. None: the reference computed everything live."""
+    many answers were read and computed, and the live reference a replay built for clocks and layer
+    traces (`live_reference`, docs/baselines.md). None: the reference computed everything live."""
     site_policy: list[str] = Field(default_factory=list)
     """How a --policy-dir replaced or extended the built-in rule and what it dropped (the banner says so)."""
     plan: dict[str, Any]

@@ -59,7 +59,7 @@ class RunOptions:
     """Directory of stored reference answers (gate.adapters.recorded.store): read instead of recomputing,
     missing answers computed and added. None: the reference computes everything."""
     record: Path | None = None
-    """`gate record`: store every reference answer in this baseline directory; no controls run."""
+    """`gate record`: store every reference answer in this baseline directory; controls included."""
     baseline_commit: str | None = None
     """Main's commit, that a recorded reference's baseline must be bound to (gate.trust.baseline.main_commit:
     None reads $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base commit)."""
@@ -324,6 +324,7 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
         "gate_version": store.header.get("gate_version"),
         "answers_read": store.hits,
         "answers_computed": store.misses,
+        **({"live_reference": f"{path.live_built} (built for clocks and layer traces)"} if path.live_built else {}),
     }
 
 
@@ -492,10 +493,9 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
                 progress=options.progress,
                 cache=cache,
             )
-            # recording a baseline stores the reference's answers; controls ask the reference nothing new
-            check_result = run_check(
-                planned, specs[planned.check], params[planned.check], ctx, options.record is None, clock
-            )
+            # a recording runs the controls too: a planted fault leads a check to questions of its own
+            # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
+            check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, clock=clock)
             log(f"  {check_result.status.value}: {check_result.message}")
             checks.append(check_result)
 

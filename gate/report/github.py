@@ -1,8 +1,12 @@
 """GitHub Actions outputs: workflow-command annotations and the job summary.
 
-Under GITHUB_ACTIONS=true: for at most ten failing or erroring deny checks an `::error` on
-the manifest and on each of the manifest's `change.paths` that the pull request changed
-($GATE_CHANGED_FILES, written by the gate Action), then one `::notice` with the verdict. When
+Under GITHUB_ACTIONS=true: one `::error` per failing or erroring check (GitHub shows at most ten
+error annotations per step, so at most ten), on the first of the manifest's `change.paths` that the
+pull request changed ($GATE_CHANGED_FILES, written by the gate Action), else on the manifest; one
+`::warning` per unproven check; then one `::notice` with the verdict, counting what was left out
+(every failing check is in the job summary). On a verdict that held (pass, waived, awaiting
+approval) a listed failure is a `::warning`. $GATE_ANNOTATIONS, when set, is a file the lines are
+written to instead of stdout, so the Action can cap them over all the manifests of one step. When
 $GITHUB_STEP_SUMMARY is set, dossier.md is appended to it (render_markdown keeps it under 1 MiB).
 """
 
@@ -33,15 +37,18 @@ def _property(text: str) -> str:
 def workflow_commands(
     data: ReportData, dossier: Path, manifest_file: str | None = None, change_files: Sequence[str] = ()
 ) -> list[str]:
-    """The workflow-command lines: up to MAX_ERRORS errors, then the summary notice. Each failure is
-    annotated on the manifest and on every `change_files` entry (the change's own files that the
-    pull request touched), so the reviewer sees it in the diff."""
+    """The workflow-command lines: one error per failing check (at most MAX_ERRORS), one warning per
+    unproven check (at most MAX_ERRORS), then the summary notice. A failure is annotated once: on the
+    first `change_files` entry (the change's own files the pull request touched), so the reviewer
+    sees it in the diff, else on the manifest."""
+    held = data.held
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
+    amber = [f for f in data.failures if f.status not in ("FAIL", "ERROR")]
+    target = change_files[0] if change_files else manifest_file
+    where = f"file={_property(target)}," if target else ""
     lines: list[str] = []
-    targets: list[str | None] = [*([manifest_file] if manifest_file else []), *change_files] or [None]
-    where = f"file={_property(manifest_file)}," if manifest_file else ""
-    for unproven in [f for f in data.failures if f.status == "UNPROVEN"][:MAX_ERRORS]:
-        title = f"gate {unproven.check} UNPROVEN (step {unproven.step})"
+    for unproven in amber[:MAX_ERRORS]:
+        title = f"gate {unproven.check} {unproven.status} (step {unproven.step})"
         lines.append(f"::warning {where}title={_property(title)}::{_data(unproven.message)}")
     for failure in denied[:MAX_ERRORS]:
         parts = [failure.message]
@@ -49,13 +56,16 @@ def workflow_commands(
             parts.append(f"first failed at {failure.detected_at}")
         if failure.bug_class:
             parts.append(f"likely bug class: {failure.bug_class}")
+        also = [f for f in [*change_files[1:], *([manifest_file] if manifest_file and change_files else [])] if f]
+        if also:
+            parts.append(f"also concerns {', '.join(also)}")
         title = f"gate {failure.check} {failure.status} (step {failure.step})"
-        for target in targets:
-            where = f"file={_property(target)}," if target else ""
-            lines.append(f"::error {where}title={_property(title)}::{_data('; '.join(parts))}")
+        kind = "warning" if held else "error"
+        lines.append(f"::{kind} {where}title={_property(title)}::{_data('; '.join(parts))}")
     summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
-    if len(denied) > MAX_ERRORS:
-        summary += f" ({len(denied) - MAX_ERRORS} more failing checks not annotated)"
+    left = max(0, len(denied) - MAX_ERRORS) + max(0, len(amber) - MAX_ERRORS)
+    if left:
+        summary += f" ({left} more checks not annotated: every one is in the job summary)"
     for note in data.banner.notes:
         summary += f" | {note}"
     lines.append(f"::notice title={_property('gate verdict')}::{_data(summary)}")
@@ -102,11 +112,17 @@ def publish(
     """Emit annotations and append the job summary when running under GitHub Actions. `paths`: the
     manifest's `change.paths`; failures are also annotated on those the pull request changed."""
     if environ.get("GITHUB_ACTIONS") == "true":
-        out = stream or sys.stdout
         files = change_files(paths, environ)
-        for line in workflow_commands(data, dossier, _workspace_relative(manifest_file, environ), files):
-            print(line, file=out)
-        out.flush()
+        lines = workflow_commands(data, dossier, _workspace_relative(manifest_file, environ), files)
+        collect = environ.get("GATE_ANNOTATIONS")
+        if collect:  # the Action caps the annotations over every manifest of its step
+            with Path(collect).open("a", encoding="utf-8") as fh:
+                fh.writelines(line + "\n" for line in lines)
+        else:
+            out = stream or sys.stdout
+            for line in lines:
+                print(line, file=out)
+            out.flush()
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with Path(summary).open("a", encoding="utf-8") as fh:

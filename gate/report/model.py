@@ -326,3 +326,9 @@ class ReportData:
     """The "What next" box: reproduce, widen, approve (empty on a plain pass)."""
     downloads: list[Download] = field(default_factory=list)
     """Every section's downloads, for the writer."""
+
+    @property
+    def held(self) -> bool:
+        """The verdict held (pass, pass with waivers, awaiting approval): what `failures` lists (a
+        warn-severity failure, a waived one, an amber unproven) is a note, not why it did not pass."""
+        return self.banner.verdict in ("pass", "pass-with-waivers", "awaiting-approval")

@@ -303,9 +303,43 @@ def test_github_annotations_are_capped_and_escaped(tmp_path: Path) -> None:
     lines = workflow_commands(data, Path("out/dossier.html"), "examples/a,b.yaml")
     errors = [line for line in lines if line.startswith("::error ")]
     assert len(errors) == 10 and lines[-1].startswith("::notice ")
-    assert "2 more failing checks" in lines[-1]
+    assert "2 more checks not annotated: every one is in the job summary" in lines[-1]
     assert "bad%25%0Aline 0" in errors[0] and "file=examples/a%2Cb.yaml," in errors[0]
     assert all("\n" not in line for line in lines)
+
+
+def test_one_annotation_per_failing_check_on_the_changed_file() -> None:
+    data = build_report(fx.failing_parity_run())
+    lines = workflow_commands(data, Path("out/dossier.html"), "gate/m.yaml", ["src/kv.py", "src/other.py"])
+    errors = [line for line in lines if line.startswith("::error ")]
+    failing = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
+    assert failing and len(errors) == len(failing)  # one each, not one per file
+    assert all(line.startswith("::error file=src/kv.py,") for line in errors)
+    assert all("also concerns src/other.py, gate/m.yaml" in line for line in errors)
+    alone = workflow_commands(data, Path("out/dossier.html"), "gate/m.yaml")
+    assert all(line.startswith("::error file=gate/m.yaml,") for line in alone if line.startswith("::error"))
+
+
+def test_a_verdict_that_held_shows_no_failure_box_and_annotates_no_error() -> None:
+    amber = (
+        fx.failing_parity_run()
+        .checks[1]
+        .model_copy(  # an amber check beside the ones that held
+            update={"status": Status.unproven, "severity": "warn", "unproven": "warn"}
+        )
+    )
+    warned = fx.failing_parity_run().checks[1].model_copy(update={"severity": "warn"})  # fails, never blocks
+    for held in (fx.passing_run(), fx.waived_run(), fx.awaiting_run()):
+        result = held.model_copy(update={"checks": [*held.checks, amber, warned]})
+        data = build_report(result)
+        assert data.held and data.failures, result.verdict
+        md, html = render_markdown(data), render_html(data)
+        assert "Why it did not pass" not in md and "Why it did not pass" not in html
+        assert "Noted, not blocking (the verdict holds)" in md and 'class="notes"' in html
+        lines = workflow_commands(data, Path("out/dossier.html"), "gate/m.yaml")
+        assert not [line for line in lines if line.startswith("::error")]
+    failing = build_report(fx.failing_parity_run())
+    assert not failing.held and "Why it did not pass" in render_markdown(failing)
 
 
 def test_publish_only_under_github_actions(tmp_path: Path) -> None:
@@ -320,6 +354,9 @@ def test_publish_only_under_github_actions(tmp_path: Path) -> None:
     publish(data, "# md\n", Path("d.html"), env, manifest_file="/ws/examples/x.yaml", stream=loud)
     assert loud.getvalue().splitlines()[-1].startswith("::notice title=gate verdict::PASS (UNSIGNED)")
     assert summary.read_text() == "earlier step\n# md\n"
+    collected = tmp_path / "annotations.txt"  # the Action collects them to cap them over its step
+    publish(data, "# md\n", Path("d.html"), {**env, "GATE_ANNOTATIONS": str(collected)}, stream=loud)
+    assert collected.read_text().startswith("::notice title=gate verdict::PASS")
 
 
 def test_report_evidence_doc_names_every_record() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shlex
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,27 @@ def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
     if not path.exists() or not digest_file.exists():
         digest_file.write_text(write_tiny_gguf(path, full))
     return path, digest_file.read_text()
+
+
+_EXECUTABLES: dict[tuple[str, int, int], str] = {}
+
+
+def executable_sha256(program: str) -> str | None:
+    """sha256 of the program a launch command runs (found on PATH or as a path, links followed), so
+    the identity says which build served; None when there is no such file."""
+    found = shutil.which(program) or program
+    target = Path(found).resolve()
+    if not target.is_file():
+        return None
+    stat = target.stat()
+    key = (str(target), stat.st_size, stat.st_mtime_ns)
+    if key not in _EXECUTABLES:
+        digest = hashlib.sha256()
+        with target.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _EXECUTABLES[key] = digest.hexdigest()
+    return _EXECUTABLES[key]
 
 
 def _substitute(part: str, subs: dict[str, str]) -> str:
@@ -207,6 +229,7 @@ class EnginePath:
         launch = self._launch()
         if launch is not None:
             out["command"] = shlex.join(launch.command)
+            out["executable_sha256"] = executable_sha256(launch.command[0])
             if launch.tiny_model is not None:
                 out["model_sha256"] = tiny_model_file(launch.tiny_model)[1]
                 out["tiny_model"] = launch.tiny_model.model_dump()

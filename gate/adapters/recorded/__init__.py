@@ -6,8 +6,11 @@
 
 Every answer comes from the baseline; a question it was not recorded for is an error naming the
 question (gate.adapters.recorded.store.MissingRecording), never a silent recompute. The path offers the
-DecodePath protocol only (full_logits and sessions): checks that need more of the reference
-(speculative sampling, prefix caching, per-layer traces) cannot use a recording.
+DecodePath protocol (full_logits and sessions): checks that need more of the reference (speculative
+sampling, prefix caching) cannot use a recording. What a store cannot answer at all, a clock and a
+per-layer trace, comes from the live reference the baseline names (`live_reference`, on by default:
+its adapter and options from baseline.json, built in this job on first use and checked against the
+recorded model identity); it never answers a question a verdict's logits come from.
 This module imports no torch.
 """
 
@@ -26,6 +29,12 @@ class Options(BaseModel):
 
     baseline: str
     """Baseline directory written by `gate record` (holds baseline.json and objects/)."""
+    live_reference: bool = True
+    """Build the reference the baseline names (its adapter and options) in this job, on first use,
+    for what stored answers cannot give: phase-performance's clocks (timed side by side with the
+    candidate) and the per-layer trace behind a failed check's diagnosis. Its model identity must
+    equal the recorded one; its answers never stand in for recorded ones. false: no live reference
+    (phase-performance is then unproven, and a diagnosis says it saw no layer trace)."""
 
 
 class RecordedAdapter:
@@ -46,4 +55,25 @@ class RecordedAdapter:
         recorded = store.header.get("shape", {}).get("dtype")
         if recorded != dtype:
             raise AdapterUnavailable(f"{directory}: recorded in {recorded}, the manifest asks for {dtype}")
-        return StoredPath(store, None, name=f"recorded:{store.header['shape']['name']}")
+        header = store.header
+
+        def counterpart() -> Any:
+            from gate.core.registry import load_adapter
+            from gate.errors import UnavailableError
+
+            try:
+                adapter = load_adapter(str(header.get("adapter")))()
+                spec = adapter.Options.model_validate(header.get("options", {}))
+                return adapter.build(spec, device=device, dtype=dtype, seed=seed)
+            except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError, ValueError) as err:
+                raise AdapterUnavailable(
+                    f"the baseline's reference (adapter {header.get('adapter')!r}) cannot be built here: "
+                    f"{err.__class__.__name__}: {err}"
+                ) from err
+
+        return StoredPath(
+            store,
+            None,
+            name=f"recorded:{header['shape']['name']}",
+            counterpart=counterpart if opts.live_reference else None,
+        )

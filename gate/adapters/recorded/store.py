@@ -28,9 +28,11 @@ import gate
 from gate._util.atomic import write_bytes_atomic
 from gate._util.limited import read_regular
 from gate.adapters.recorded.header import FORMAT, HEADER, OBJECT_BYTES, git_commit, read_json, reference_key
-from gate.errors import InputError
+from gate.errors import AdapterUnavailable, InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from gate.protocols import DecodePath
@@ -122,9 +124,18 @@ class StoredPath:
     uses_cache: bool
 
     def __init__(
-        self, store: BaselineStore, live: DecodePath | None, *, name: str | None = None, mode: str | None = None
+        self,
+        store: BaselineStore,
+        live: DecodePath | None,
+        *,
+        name: str | None = None,
+        mode: str | None = None,
+        counterpart: Callable[[], DecodePath] | None = None,
     ) -> None:
         self.store, self.live = store, live
+        self.counterpart = counterpart
+        """Builds the live reference the baseline names (the `recorded` adapter's live_reference)."""
+        self._counterpart: DecodePath | AdapterUnavailable | None = None
         self.mode = mode or ("recorded baseline" if live is None else "reference cache")
         """recorded baseline (replay only), reference cache (read, compute what is missing) or recording."""
         shape = store.header.get("shape", {})
@@ -151,6 +162,35 @@ class StoredPath:
         value: torch.Tensor = compute().float().cpu()
         self.store.put(key, description, value)
         return value
+
+    def live_reference(self) -> DecodePath:
+        """The live path behind these answers, for clocks and layer traces only (LiveCounterpart):
+        the path that computes what is missing, or the one the baseline names, built once and
+        checked against the recorded model identity."""
+        if self.live is not None:
+            return self.live
+        if self._counterpart is None:
+            if self.counterpart is None:
+                self._counterpart = AdapterUnavailable(
+                    f"baseline {self.store.directory} is replayed with live_reference: false, so nothing here "
+                    "can time or trace the reference"
+                )
+            else:
+                try:
+                    built = self.counterpart()
+                    _same_model(self.store.header.get("identity", {}), built.identity(), self.store.directory)
+                    self._counterpart = built
+                except AdapterUnavailable as err:
+                    self._counterpart = err
+        if isinstance(self._counterpart, AdapterUnavailable):
+            raise self._counterpart
+        return self._counterpart
+
+    @property
+    def live_built(self) -> str | None:
+        """The name of the live reference a replay built for clocks and layer traces, if it did."""
+        built = self._counterpart
+        return None if built is None or isinstance(built, AdapterUnavailable) else str(built.name)
 
     def identity(self) -> dict[str, Any]:
         if self.live is not None:
@@ -182,6 +222,19 @@ class StoredPath:
         from gate.errors import UnknownFault
 
         raise UnknownFault(f"the stored reference {self.name} plants no faults ({fault!r})")
+
+
+def _same_model(recorded: dict[str, Any], live: dict[str, Any], directory: Path) -> None:
+    """The live reference must be the recorded model: every digest the recording names (the keys
+    ending in sha256: config, weights, model file) equal, or, naming none, the whole identity."""
+    digests = [key for key in recorded if key.endswith("sha256")]
+    keys = digests or sorted(set(recorded) | set(live))
+    for key in keys:
+        if recorded.get(key) != live.get(key):
+            raise AdapterUnavailable(
+                f"the reference built here is not the model {directory} recorded: identity {key} "
+                f"{live.get(key)!r}, recorded {recorded.get(key)!r}"
+            )
 
 
 class StoredSession:
