@@ -28,7 +28,10 @@ plant a known, real difference (extra arguments, or another model file for the c
 The policy names them; `with_fault(name)` is the candidate launched that way.
 
 Secrets never enter a manifest: `headers` values are templates over environment variables,
-`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent.
+`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent. A launched server
+gets none of gate's environment beyond a short list of safe variables and `launch.env`
+(gate.adapters.openai.environment); every reply is checked as data before a check sees it
+(gate.adapters.openai.validate), each request under one total deadline (gate.adapters.openai.transport).
 
 This module imports nothing heavy, so `gate validate` and `gate plan` stay instant.
 """
@@ -79,7 +82,8 @@ class Launch(_Options):
     tiny_model: TinyModel | None = None
     """Or: a tiny seeded model gate writes as GGUF and substitutes for `{model}`."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment for the server (not for secrets: the manifest is recorded)."""
+    """The server's environment beyond the safe variables gate passes on from its own (PATH, HOME, the locale,
+    the devices: gate.adapters.openai.environment); never a secret, the manifest is recorded."""
 
     @model_validator(mode="after")
     def _one_model(self) -> Launch:
