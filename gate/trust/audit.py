@@ -43,6 +43,8 @@ class AuditReport(Findings):
     """Entries that verify in the chain but are not trusted on their own, with why."""
     kinds: dict[int, str] = field(default_factory=dict)
     """Each verified entry's kind."""
+    history: dict[int, list[str]] = field(default_factory=dict)
+    """What later trusted entries did to an entry (a waiver revoked): information, not a problem."""
 
 
 def held_checkpoints(path: Path) -> list[Checkpoint]:
@@ -89,8 +91,7 @@ def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None
             return [f"malformed waiver ({err.error_count()} errors)"]
         bad = waiver_problem(grant, entry.time, trust) if trust is not None else check_waiver_signature(grant)
         problems = [f"waiver: {bad}"] if bad else []
-        if revoked.waiver(entry.seq) is not None:
-            problems.append(f"it was {revoked.waivers[entry.seq].says()}")
+        # a revoked waiver is history (it applied until revoked), not an untrusted entry: see `history`
         return problems + _revoked(revoked, (grant.signature or {}).get("keyid"), entry.time)
     if entry.kind == RUN_KIND:
         missing = [k for k in ("manifest", "verdict", "dossier") if k not in body]
@@ -131,6 +132,8 @@ def verify_ledger(
         problems = entry_problems(entry, statements, trust, revoked)
         if problems:
             report.untrusted[entry.seq] = problems
+        if entry.kind == WAIVER_KIND and revoked.waiver(entry.seq) is not None:
+            report.history[entry.seq] = [f"it was {revoked.waivers[entry.seq].says()}: it no longer applies"]
     return report
 
 
@@ -154,8 +157,14 @@ def find_runs(ledger: Ledger, ref: str) -> list[Entry]:
     return [e for e in ledger.entries(RUN_KIND) if any(ref_matches(d, ref) for d in run_digests(e.body))]
 
 
-def approvals_for(ledger: Ledger, statement_sha256: str) -> list[Entry]:
-    return [e for e in ledger.entries(APPROVAL_KIND) if e.body.get("statement_sha256") == statement_sha256]
+def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | None = None) -> list[Entry]:
+    """Approvals of this dossier, or (`evidence_sha256`) of any run with the same evidence."""
+    return [
+        e
+        for e in ledger.entries(APPROVAL_KIND)
+        if e.body.get("statement_sha256") == statement_sha256
+        or (evidence_sha256 and e.body.get("evidence_sha256") == evidence_sha256)
+    ]
 
 
 def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
@@ -241,7 +250,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
         out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
         item = RunTrace(run=run, dossier=out)
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
-        item.approvals = approvals_for(ledger, statement)
+        item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
         if _check_recorded_files(item):
@@ -263,6 +272,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
     if held:
         full = verify_ledger(ledger, trusted=held, trust=trust)
         report.problems, report.chain, report.untrusted = full.problems, full.chain, full.untrusted
+        report.history = full.history
     return report, traces
 
 

@@ -78,6 +78,12 @@ class RunCheck:
         return value if isinstance(value, dict) else {}
 
     @property
+    def site_policy(self) -> list[str]:
+        """How a site policy (--policy-dir) changed the rule the run was planned by (signed)."""
+        value = self.statement.predicate.get("sitePolicy") if self.statement else None
+        return [str(line) for line in value] if isinstance(value, list) else []
+
+    @property
     def approved(self) -> bool:
         return self.verdict == AWAITING and len(self.approved_by) >= self.required
 
@@ -151,8 +157,11 @@ def check_run(
         add(Finding(True, f"{name}: sha256 matches the signed statement"))
     if report.statement is None:
         return out
+    for line in out.site_policy:
+        add(Finding(None, f"the run's plan was changed by a {line}"))
     _check_binding(out, commit, manifest_sha256)
-    _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by])
+    run_signers = {s.keyid: signers[s.keyid].public_key for s in counted if s.keyid in signers}
+    _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by], run_signers)
     return out
 
 
@@ -184,15 +193,22 @@ def _check_approvals(
     revoked: Revocations,
     approvals: list[ApprovalInput] | None,
     run_keyids: list[str],
+    run_signers: dict[str, Ed25519PublicKey],
 ) -> None:
     add = out.findings.append
+    evidence = str(out.statement.predicate.get("evidenceSha256") or "") if out.statement else ""
     if approvals is None:
         approvals = [
             ApprovalInput(r, f"approval.json[{i}]") for i, r in enumerate(_records(out, out.directory), start=1)
         ]
     counted: dict[str, Ed25519PublicKey] = {}
     for item in approvals:
-        check = verify_approval(item.record, expected_statement=out.statement_sha256, directory=out.directory)
+        check = verify_approval(
+            item.record,
+            expected_statement=out.statement_sha256,
+            expected_evidence=evidence or None,
+            directory=out.directory,
+        )
         problems = list(check.problems)
         if check.keyid:
             bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
@@ -213,8 +229,16 @@ def _check_approvals(
         identity = trust.identities.get(check.keyid)
         if identity is not None:
             counted[check.keyid] = identity.public_key
-        add(Finding(True, f"{who} counts"))
-    matched, problems = check_approved_files(out.directory, out.statement_sha256, counted)
+        carried = (
+            f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "
+            f"sha256:{evidence[:16]}, so it carries over)"
+            if check.carried
+            else ""
+        )
+        add(Finding(True, f"{who} counts{carried}"))
+    # approval.dsse.json: signed by an approver who counted, or (approvals carried over from an
+    # identical run, written by `gate run`) by the run signer who signed this run
+    matched, problems = check_approved_files(out.directory, out.statement_sha256, {**counted, **run_signers})
     for name in matched:
         add(Finding(True, f"{name}: sha256 matches the signed approved-dossier statement"))
     for problem in problems:

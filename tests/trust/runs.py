@@ -72,13 +72,27 @@ def _checks(quality: str) -> list[CheckResult]:
     ]
 
 
+SAMPLES = "samples/long-range-retrieval.jsonl"
+"""The quality slice's samples a run with `samples=True` carries, as write_report names them."""
+
+
 def signed_run(
-    out: Path, manifest: Path, gate_key: Path, *, ledger: Path | None = None, quality: str = "pass"
+    out: Path,
+    manifest: Path,
+    gate_key: Path,
+    *,
+    ledger: Path | None = None,
+    quality: str = "pass",
+    samples: bool = False,
+    policy_dirs: list[Path] | None = None,
 ) -> tuple[Path, GateResult]:
-    """Write DIR as a signed `gate run` would; return DIR and its result."""
+    """Write DIR as a signed `gate run` would; return DIR and its result. `samples`: the dossier
+    also carries a quality slice's samples (a signed subject in samples/, as a real run's).
+    `policy_dirs`: site policies; only the checks their plan keeps are in the result."""
     loaded = load_manifest(manifest)
-    plan = build_plan(loaded.manifest, loaded.doc, load_policies([]))
-    checks = _checks(quality)
+    plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs or []))
+    planned = {p.check for p in plan.checks}
+    checks = [c for c in _checks(quality) if c.check in planned]
     if ledger is not None:
         checks = apply_waivers(loaded, checks, ledger)
     verdict, code, summary = decide(checks, plan.claim)
@@ -90,6 +104,7 @@ def signed_run(
         manifest=loaded.manifest.model_dump(mode="json", by_alias=True),
         manifest_digest={"path": str(manifest), "sha256": loaded.sha256},  # type: ignore[arg-type]
         policies=plan.policies,
+        site_policy=plan.site_policy,
         plan=plan.model_dump(mode="json"),
         checks=checks,
         started_at="2030-06-01T10:00:00+00:00",
@@ -98,6 +113,14 @@ def signed_run(
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(result.model_dump_json(indent=2) + "\n")
     write_outputs(result, out, manifest, gate_key, environ={})
+    if samples:
+        from gate.trust.attest import ENVELOPE_NAME, load_private_key, parse_statement, read_envelope, sign_directory
+
+        (out / SAMPLES).parent.mkdir(exist_ok=True)
+        (out / SAMPLES).write_text('{"id": 1, "agree": true}\n{"id": 2, "agree": false}\n')
+        signed = parse_statement(read_envelope(out / ENVELOPE_NAME)[1])
+        manifest_file = signed.predicate["manifest"]["file"]
+        sign_directory(out, [*signed.files(), SAMPLES], manifest_file, load_private_key(gate_key))
     if ledger is not None:
         record_run(result, out, ledger, sign_key=gate_key)
     return out, result
