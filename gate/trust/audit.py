@@ -184,6 +184,29 @@ def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
 
 # --- tracing --------------------------------------------------------------------------------------
 
+PREVIOUS_SUFFIX = ".previous"
+"""Where a re-run into the same --out keeps the run before it (gate.engine.outputs)."""
+
+
+def _holds(directory: Path, run: Entry) -> bool:
+    """Whether `directory` holds the dossier whose signed statement `run` recorded."""
+    from gate.trust.attest import ENVELOPE_NAME
+    from gate.trust.run_record import statement_digest
+
+    recorded = (run.body.get("dossier") or {}).get("statement_sha256")
+    return bool(recorded) and statement_digest(directory / ENVELOPE_NAME) == recorded
+
+
+def _superseded_by(ledger: Ledger, run: Entry, directory: Path) -> int | None:
+    """The latest later run recorded into the same directory, when DIR no longer holds `run`'s dossier."""
+    if _holds(directory, run):
+        return None
+    where = (run.body.get("dossier") or {}).get("dir")
+    later = [
+        e.seq for e in ledger.entries(RUN_KIND) if e.seq > run.seq and (e.body.get("dossier") or {}).get("dir") == where
+    ]
+    return later[-1] if later else None
+
 
 @dataclass
 class RunTrace:
@@ -194,6 +217,9 @@ class RunTrace:
     check: RunCheck | None = None
     approvals: list[Entry] = field(default_factory=list)
     waivers: list[Entry] = field(default_factory=list)
+    superseded_by: int | None = None
+    """A later run recorded into the same directory, whose dossier replaced this one's (a re-run);
+    this run is then listed, not judged, and the later run stands for that directory."""
 
     @property
     def related(self) -> set[int]:
@@ -202,12 +228,19 @@ class RunTrace:
 
     @property
     def status(self) -> str:
+        if self.superseded_by is not None:
+            return (
+                f"SUPERSEDED by run #{self.superseded_by} in the same directory (the ledger records "
+                f"{self.run.body.get('verdict')!s}; its dossier was replaced by the re-run's)"
+            )
         if self.check is None:
             return f"NOT VERIFIED (the ledger records {self.run.body.get('verdict')!s})"
         return self.check.standing if self.ok else f"NOT VERIFIED (the dossier claims {self.check.verdict})"
 
     @property
     def ok(self) -> bool:
+        if self.superseded_by is not None:
+            return True
         return self.check is not None and self.check.ok and all(f.ok is not False for f in self.findings)
 
 
@@ -246,9 +279,19 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
     held: list[Checkpoint] = []
-    for run in find_runs(ledger, ref):
+    runs = find_runs(ledger, ref)
+    for run in runs:
         out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
         item = RunTrace(run=run, dossier=out)
+        later = _superseded_by(ledger, run, out)
+        if later is not None:
+            previous = Path(f"{out}{PREVIOUS_SUFFIX}")
+            if _holds(previous, run):  # the re-run kept it aside: judge it there
+                item.dossier = out = previous
+            else:
+                item.superseded_by = later
+                traces.append(item)
+                continue
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
         item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
         item.waivers = waivers_for(ledger, run)
