@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gate._util.atomic import write_bytes_atomic
+from gate._util.atomic import inside, write_bytes_atomic
 from gate.errors import InputError
 from gate.trust.evidence import evidence_digest
 
@@ -332,14 +332,6 @@ def add_signature(envelope_path: Path, key_path: Path) -> str:
 # Verification -----------------------------------------------------------------------------------
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    try:
-        path.resolve().relative_to(directory.resolve())
-    except ValueError:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class Signer:
     """A trusted key that produced a valid signature."""
@@ -405,7 +397,7 @@ def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], 
             failures.append(f"subject {name!r}: not a file name inside the dossier")
             continue
         path = directory / name
-        if not _inside(path, directory):
+        if not inside(path, directory):
             failures.append(f"{name}: leads out of the dossier directory (a link)")
             continue
         if not path.is_file():
