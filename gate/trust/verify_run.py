@@ -157,8 +157,8 @@ def check_run(
         add(Finding(True, f"{name}: sha256 matches the signed statement"))
     if report.statement is None:
         return out
-    for line in out.site_policy:
-        add(Finding(None, f"the run's plan was changed by a {line}"))
+    for line in out.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
+        add(Finding(None, f"the run's plan was changed by a {line}" if out.site_policy else line))
     _check_binding(out, commit, manifest_sha256)
     run_signers = {s.keyid: signers[s.keyid].public_key for s in counted if s.keyid in signers}
     _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by], run_signers)

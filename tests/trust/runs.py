@@ -85,10 +85,12 @@ def signed_run(
     quality: str = "pass",
     samples: bool = False,
     policy_dirs: list[Path] | None = None,
+    started_at: str = "2030-06-01T10:00:00+00:00",
 ) -> tuple[Path, GateResult]:
     """Write DIR as a signed `gate run` would; return DIR and its result. `samples`: the dossier
     also carries a quality slice's samples (a signed subject in samples/, as a real run's).
-    `policy_dirs`: site policies; only the checks their plan keeps are in the result."""
+    `policy_dirs`: site policies; only the checks their plan keeps are in the result. `started_at`:
+    the run's start (another one makes another dossier digest from the same evidence)."""
     loaded = load_manifest(manifest)
     plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs or []))
     planned = {p.check for p in plan.checks}
@@ -107,7 +109,7 @@ def signed_run(
         site_policy=plan.site_policy,
         plan=plan.model_dump(mode="json"),
         checks=checks,
-        started_at="2030-06-01T10:00:00+00:00",
+        started_at=started_at,
         finished_at="2030-06-01T10:05:00+00:00",
     )
     out.mkdir(parents=True, exist_ok=True)

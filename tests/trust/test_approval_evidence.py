@@ -55,8 +55,10 @@ def fake_gate_run(monkeypatch: pytest.MonkeyPatch, key: Path, **run: Any) -> Non
     rendering, signing, ledger and carried approvals are the real ones."""
     from gate.engine import runner
 
-    def fake(path: Path, options: runner.RunOptions) -> GateResult:
-        return signed_run(options.out_dir, path, key, **run)[1]
+    runs = iter(range(1, 100))
+
+    def fake(path: Path, options: runner.RunOptions) -> GateResult:  # each run starts a second later
+        return signed_run(options.out_dir, path, key, started_at=f"2030-06-01T10:00:{next(runs):02d}+00:00", **run)[1]
 
     monkeypatch.setattr(runner, "run_manifest", fake)
 
@@ -141,6 +143,12 @@ def test_an_identical_rerun_stays_approved_and_other_evidence_needs_a_new_approv
     assert "so it carries over" in verified.output
     traced = gate("audit", "trace", COMMIT, "--ledger", ledger, "--trust", trust)  # no --dossier
     assert traced.exit_code == 0 and traced.output.rstrip().endswith("VERIFIED"), traced.output
+    assert "status    APPROVED by alice" in traced.output
+    assert f"dossier   {out}.previous" in traced.output  # the first run, kept aside by the re-run
+    third = gate(*run)  # a third run: the first run's dossier is gone, the trace says so and verifies
+    assert third.exit_code == 0, third.output
+    traced = gate("audit", "trace", COMMIT, "--ledger", ledger, "--trust", trust)
+    assert traced.exit_code == 0 and "status    SUPERSEDED by run #4" in traced.output, traced.output
     assert traced.output.count("status    APPROVED by alice") == 2
     # the carried approval in the re-run's dossier cannot be moved to a run with other evidence
     other = quant_manifest(tmp_path / "m2.yaml", "6a" * 20)
