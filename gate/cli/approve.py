@@ -50,6 +50,9 @@ def command(
     awaiting-approval. The approval becomes a second signature on
     attestation.dsse.json, a signed approval statement in DIR/approval.json, a ledger entry, and
     a re-rendered DIR/dossier.approved.html.
+
+    The ledger: --ledger, else $GATE_LEDGER, else the ledger the run was recorded in (DIR/ledger.json),
+    else ./.gate/ledger.sqlite; the output says which and why. A refused approval writes no ledger.
     """
     from gate.trust.approve import approval_ledger, approve
     from gate.trust.policy import require_trust

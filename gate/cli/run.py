@@ -268,7 +268,9 @@ def command(
             label, tone = f"APPROVED by {', '.join(carried.approved_by)}", "good"
         else:
             label = f"{label} ({len(carried.approved_by)} of {carried.required} required approvals)"
-        summary += f"; the ledger's approvals of the same evidence ({entries}) count for this run"
+        approvals = f"the ledger's approvals of the same evidence ({entries}) count for this run"
+        waits = "an approximate change waits for a signed approval"
+        summary = summary.replace(waits, approvals) if waits in summary else f"{summary}; {approvals}"
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
     click.echo(click.style(printable(f"verdict: {label} ({summary})"), fg=colour, bold=True), color=styled)
     if not quiet:

@@ -94,8 +94,18 @@ class Stack:
             [GATE, *words[1:]], cwd=self.repo, env=self.env, capture_output=True, text=True, timeout=600
         )
         output = done.stdout + done.stderr
-        verdict = [line for line in output.splitlines() if line.startswith(("verdict", "VERIFIED", "NOT VERIFIED"))]
-        LOG.append(f"$ {command}\n  exit {done.returncode}" + "".join(f"\n  {line}" for line in verdict[-2:]))
+        said = (
+            "verdict",
+            "VERIFIED",
+            "NOT VERIFIED",
+            "approved:",
+            "verified:",
+            "waiver #",
+            "revocation #",
+            "recorded ",
+        )
+        verdict = [line for line in output.splitlines() if line.strip().startswith(said)]
+        LOG.append(f"$ {command}\n  exit {done.returncode}" + "".join(f"\n  {line}" for line in verdict[-3:]))
         assert done.returncode == expect, f"{command}: exit {done.returncode}, expected {expect}\n{output}"
         return output
 
