@@ -56,6 +56,7 @@ from gate.trust.ledger_store import is_url
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import read_revocations
+from gate.trust.verify_run import approval_problems
 
 LOCK_NAME = ".approve.lock"
 
@@ -332,14 +333,7 @@ def carry_over(
             if body.get("evidence_sha256") != run.evidence:
                 continue
             check = verify_approval(body, expected_statement=run.sha256, expected_evidence=run.evidence)
-            problems = list(check.problems)
-            bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
-            problems += [bad] if bad else []
-            if check.keyid == run_key:
-                problems.append("approved by the key that signs this run")
-            gone = revoked.key(check.keyid, entry.time)
-            if gone is not None:
-                problems.append(f"the key was {gone.says()}")
+            problems = approval_problems(check, trust, revoked, entry.time, [run_key])
             if problems:
                 notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
                 continue

@@ -21,7 +21,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gate.trust.approvals import check_approved_files, load_approvals, verify_approval
+from gate.trust.approvals import ApprovalCheck, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import Statement, verify_envelope
 from gate.trust.policy import Trust
 from gate.trust.revocation import Revocations
@@ -187,6 +187,24 @@ def _check_binding(out: RunCheck, commit: str | None, manifest_sha256: str | Non
             add(Finding(True, f"manifest {out.manifest.get('name')}: sha256 {signed} as asked"))
 
 
+def approval_problems(
+    check: ApprovalCheck, trust: Trust, revoked: Revocations, at: str | None, run_keyids: list[str]
+) -> list[str]:
+    """Why a verified approval does not count under the trust policy (empty: it counts): its own
+    problems, a key that may not approve this change under that name, the run's own key, a revoked key."""
+    problems = list(check.problems)
+    if check.keyid:
+        bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
+        if bad:
+            problems.append(bad)
+        if check.keyid in run_keyids:
+            problems.append("approved by the key that signed the run (an approval needs a second key)")
+        gone = revoked.key(check.keyid, at)
+        if gone is not None:
+            problems.append(f"the key was {gone.says()}")
+    return problems
+
+
 def _check_approvals(
     out: RunCheck,
     trust: Trust,
@@ -209,16 +227,7 @@ def _check_approvals(
             expected_evidence=evidence or None,
             directory=out.directory,
         )
-        problems = list(check.problems)
-        if check.keyid:
-            bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
-            if bad:
-                problems.append(bad)
-            if check.keyid in run_keyids:
-                problems.append("approved by the key that signed the run (an approval needs a second key)")
-            gone = revoked.key(check.keyid, item.at)
-            if gone is not None:
-                problems.append(f"the key was {gone.says()}")
+        problems = approval_problems(check, trust, revoked, item.at, run_keyids)
         who = f"{item.label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
         if problems:
             add(Finding(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}"))
@@ -255,4 +264,4 @@ def _records(out: RunCheck, directory: Path) -> list[dict[str, Any]]:
         return []
 
 
-__all__ = ["ApprovalInput", "Finding", "RunCheck", "check_run", "ref_matches"]
+__all__ = ["ApprovalInput", "Finding", "RunCheck", "approval_problems", "check_run", "ref_matches"]
