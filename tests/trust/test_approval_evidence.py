@@ -292,3 +292,17 @@ def test_the_evidence_digest_changes_with_every_bound_field() -> None:
     bound["checks"][0]["metrics"]["numbers.greedy-match.bound"] = 0.92
     assert evidence_digest(bound, {SAMPLES: "4" * 64}) != base
     assert evidence_digest(results, {SAMPLES: "0" * 64}) != base
+
+
+def test_a_batch_counts_an_approved_rerun_as_its_exit_code_says() -> None:
+    from gate.engine.batch import batch_verdict
+    from gate.engine.executors import TaskRecord
+
+    def record(name: str, verdict: str, code: int, approved_by: list[str]) -> TaskRecord:
+        return TaskRecord(name, f"{name}.yaml", name, verdict, code, "", approved_by=approved_by)
+
+    approved = record("int8", "awaiting-approval", 0, ["alice"])
+    verdict, code, line = batch_verdict([record("layout", "pass", 0, []), approved])
+    assert (verdict.value, code) == ("pass", 0) and "1 of them approved" in line
+    verdict, code, _ = batch_verdict([approved, record("int4", "awaiting-approval", 4, [])])
+    assert (verdict.value, code) == ("awaiting-approval", 4)
