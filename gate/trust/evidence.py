@@ -7,7 +7,8 @@ the signed results.json and the signed sample files:
 
 * `manifest`: the manifest's name and the sha256 of its file (claim, envelopes, subject options);
 * `commit`: the change's commit (a new commit is a new change, and needs a new approval);
-* `plan`: the plan as run (checks, parameters, severities, required controls, claim);
+* `plan`: the plan as run (checks, parameters, severities, required controls, claim), with each
+  policy file's path in it written as `policy:SHA256` (bound by content, not install location);
 * `policies`: the sha256 of every policy file that took part, and `site_policy`: how a
   `--policy-dir` replaced or extended the built-in rule and what it dropped;
 * `subjects` and `datasets`: each path's identity (model config and weights digests, adapter
@@ -76,9 +77,9 @@ def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) ->
         "format": EVIDENCE_FORMAT,
         "manifest": {"name": manifest.get("name"), "sha256": (results.get("manifest_digest") or {}).get("sha256")},
         "commit": change.get("commit"),
-        "plan": results.get("plan") or {},
+        "plan": _without_paths(results.get("plan") or {}, results),
         "policies": sorted(str(d.get("sha256")) for d in results.get("policies") or []),
-        "site_policy": list(results.get("site_policy") or []),
+        "site_policy": _without_paths(list(results.get("site_policy") or []), results),
         "subjects": results.get("subjects") or {},
         "datasets": results.get("datasets") or {},
         "baseline": (results.get("baseline") or {}).get("sha256"),
@@ -86,6 +87,19 @@ def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) ->
         "samples": dict(sorted(samples.items())),
         "verdict": results.get("verdict"),
     }
+
+
+def _without_paths(value: Any, results: Mapping[str, Any]) -> Any:
+    """`value` (the plan, the site policy lines), each policy file's path in it (rules name where they
+    came from) replaced by `policy:SHA256`: a policy is bound by its bytes, not by where gate or the
+    site installed it."""
+    text = json.dumps(value, sort_keys=True)
+    policies = sorted(results.get("policies") or [], key=lambda d: -len(str(d.get("path") or "")))
+    for policy in policies:  # longest first, so no path is a prefix of one replaced later
+        path = str(policy.get("path") or "")
+        if path:
+            text = text.replace(json.dumps(path)[1:-1], f"policy:{policy.get('sha256')}")
+    return json.loads(text)
 
 
 def evidence_digest(results: Mapping[str, Any], files: Mapping[str, str]) -> str:

@@ -271,8 +271,11 @@ def test_the_evidence_digest_changes_with_every_bound_field() -> None:
 
     assert changed() == base  # the dossier's own files, times: not evidence
     assert changed(started_at="2031-01-01T00:00:00+00:00") == base
+    results["plan"]["checks"][0]["policy_rule"] = "/x/policies/q.yaml: interventions.quantisation.claims"
+    base = evidence_digest(results, {SAMPLES: "4" * 64, "dossier.html": "5" * 64})
     moved = json.loads(json.dumps(results))
-    moved["policies"][0]["path"] = "/y/q.yaml"
+    moved["policies"][0]["path"] = "/y/q.yaml"  # the same policy installed elsewhere
+    moved["plan"]["checks"][0]["policy_rule"] = "/y/q.yaml: interventions.quantisation.claims"
     moved["checks"][0]["metrics"]["samples_per_s"] = 18.3  # throughput of the quality check
     moved["checks"][1]["metrics"]["tpot_p95_ratio"] = 1.9  # step 6 clocks
     moved["checks"][1]["status"] = "warn"  # read alike by the verdict
