@@ -309,3 +309,17 @@ def test_a_batch_counts_an_approved_rerun_as_its_exit_code_says() -> None:
     assert (verdict.value, code) == ("pass", 0) and "1 of them approved" in line
     verdict, code, _ = batch_verdict([approved, record("int4", "awaiting-approval", 4, [])])
     assert (verdict.value, code) == ("awaiting-approval", 4)
+
+
+def test_gate_approve_records_where_the_run_was_recorded_and_says_so(
+    tmp_path: Path, keys: dict[str, Path], trust: Path
+) -> None:
+    ledger = tmp_path / "ci" / "audit.sqlite"
+    out, _ = signed_run(tmp_path / "out", quant_manifest(tmp_path / "m.yaml", COMMIT), keys["ci.key"], ledger=ledger)
+    approved = gate("approve", out, "--key", keys["alice.key"], "--reason", "ok", "--trust", trust)
+    assert approved.exit_code == 0, approved.output
+    assert (
+        f"ledger {ledger.resolve()} (the ledger the run was recorded in, from {out / 'ledger.json'})" in approved.output
+    )
+    assert not (tmp_path / ".gate").exists()
+    assert "APPROVED" in gate("audit", "list", "--kind", "approval", "--ledger", ledger).output
