@@ -22,3 +22,12 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, with every link resolved, is `folder` or lies under it."""
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True

@@ -50,14 +50,16 @@ def command(
     awaiting-approval. The approval becomes a second signature on
     attestation.dsse.json, a signed approval statement in DIR/approval.json, a ledger entry, and
     a re-rendered DIR/dossier.approved.html.
+
+    The ledger: --ledger, else $GATE_LEDGER, else the ledger the run was recorded in (DIR/ledger.json),
+    else ./.gate/ledger.sqlite; the output says which and why. A refused approval writes no ledger.
     """
-    from gate.trust.approve import approve
-    from gate.trust.ledger import resolve_ledger_path
+    from gate.trust.approve import approval_ledger, approve
     from gate.trust.policy import require_trust
 
     with user_errors():
         trust = require_trust(trust_path, "gate approve")
-        path = resolve_ledger_path(ledger_path)
+        path, why = approval_ledger(ledger_path, directory)
         done = approve(
             directory,
             approver=approver,
@@ -71,6 +73,14 @@ def command(
     verb = "already approved" if done.reused else "approved"
     echo(f"{verb}: {directory} by {record['approver']} (key {record['keyid'][:16]})")
     echo(f"  dossier digest sha256:{record['statement_sha256']}")
-    echo(f"  ledger {path}: entry #{done.entry.seq}")
+    echo(
+        f"  evidence digest sha256:{record.get('evidence_sha256')}"
+        if record.get("evidence_sha256")
+        else "  evidence digest: not bound (an older run)"
+    )
+    echo(f"  ledger {path} ({why}): entry #{done.entry.seq}")
+    echo(f"  what was approved: {done.summary}")
+    for line in done.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
+        echo(f"  {line}")
     for written in done.written:
         echo(f"  {written}")

@@ -188,6 +188,7 @@ def trace_(
             applied = waiver.seq in (body.get("waivers") or [])
             why = report.untrusted.get(waiver.seq)
             trusted = f" (untrusted: {'; '.join(why)})" if why else ""
+            trusted += f" ({'; '.join(report.history[waiver.seq])})" if waiver.seq in report.history else ""
             _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
         if item.ok and item.check is not None:
             echo(f"  verified: {item.check.summary()}")
@@ -252,6 +253,8 @@ def verify_(
     bad = report.first_bad()
     for seq, why in sorted(report.untrusted.items()):
         echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
+    for seq, what in sorted(report.history.items()):
+        _echo(None, f"entry #{seq} ({report.kinds.get(seq)}): {'; '.join(what)}")
     if trust is None:
         _echo(None, "no trust policy or keys by role: entries checked for their own signatures only")
     if bad is None and not report.untrusted:

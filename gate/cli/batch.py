@@ -50,9 +50,7 @@ def run_batch_command(
     def on_done(record: TaskRecord) -> None:
         nonlocal done
         done += 1
-        reporter.log(
-            f"[{done}/{total}] {record.name}: {record.verdict.upper()} ({record.summary}) {record.duration_s:.1f}s"
-        )
+        reporter.log(f"[{done}/{total}] {record.name}: {_label(record)} ({record.summary}) {record.duration_s:.1f}s")
 
     try:
         with user_errors():
@@ -75,7 +73,7 @@ def run_batch_command(
     styled = {"always": True, "never": False}.get(color, False if os.environ.get("NO_COLOR") else None)
     if verbosity:
         for record in outputs.records:
-            line = f"  {record.verdict.upper():<18} {record.name}" + (f": {record.error}" if record.error else "")
+            line = f"  {_label(record):<18} {record.name}" + (f": {record.error}" if record.error else "")
             click.echo(click.style(printable(line), fg=_COLOURS.get(record.verdict)), color=styled)
     verdict = outputs.verdict.value
     text = printable(f"verdict: {verdict.upper()} ({outputs.summary})")
@@ -84,3 +82,8 @@ def run_batch_command(
         for path in outputs.files:
             echo(f"  {path}")
     sys.exit(outputs.exit_code)
+
+
+def _label(record: TaskRecord) -> str:
+    """A run's verdict in capitals, or APPROVED BY … for an awaiting-approval run the ledger's approvals cover."""
+    return f"APPROVED by {', '.join(record.approved_by)}" if record.approved else record.verdict.upper()

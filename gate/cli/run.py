@@ -41,7 +41,8 @@ def summary_json(outputs: Any) -> dict[str, Any]:
     result = outputs.result
     return {
         "verdict": result.verdict.value,
-        "exit_code": result.exit_code,
+        "exit_code": outputs.exit_code,
+        "approved_by": outputs.carried.approved_by if outputs.carried is not None else [],
         "summary": result.summary,
         "manifest": result.manifest_digest.path,
         "out_dir": str(outputs.out_dir),
@@ -191,9 +192,11 @@ def command(
     if len(manifests) != 1 or matrix is not None:
         from gate.cli.batch import run_batch_command
         from gate.engine.executors import TaskOptions
-        from gate.trust.ledger import run_ledger_path
+        from gate.trust.ledger import run_ledger_choice
 
-        ledger = run_ledger_path(ledger_path)
+        ledger, why = run_ledger_choice(ledger_path)
+        if ledger is not None:
+            echo(f"ledger: every run of the batch records into {ledger} ({why})", err=True)
         options = TaskOptions(
             sign_key=os.fspath(sign_key) if sign_key else None,
             ledger=os.fspath(ledger) if ledger else None,
@@ -217,18 +220,19 @@ def command(
     from gate.engine.pipeline import run_pipeline
     from gate.report.build import build_report
     from gate.report.words import verdict_label
-    from gate.trust.ledger import run_ledger_path
+    from gate.trust.ledger import run_ledger_choice
 
     overrides = parse_params(params)
     reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
     try:
         with user_errors():
             started = time.perf_counter()
+            ledger, why = run_ledger_choice(ledger_path)
             outputs = run_pipeline(
                 manifest,
                 out_dir,
                 sign_key=sign_key,
-                ledger=run_ledger_path(ledger_path),
+                ledger=ledger,
                 policy_dirs=list(policy_dirs),
                 log=reporter.log,
                 trust=trust_path,
@@ -242,13 +246,13 @@ def command(
             )
             run_s = time.perf_counter() - started
             if outputs.ledger_seq is not None:
-                reporter.log(f"ledger: recorded as entry #{outputs.ledger_seq}")
+                echo(f"ledger: recorded as entry #{outputs.ledger_seq} in {ledger} ({why})", err=True)
     finally:
         reporter.close()
     result = outputs.result
     if as_json:
         click.echo(json.dumps(summary_json(outputs), sort_keys=True))
-        sys.exit(result.exit_code)
+        sys.exit(outputs.exit_code)
     styled = {"always": True, "never": False}.get(color, False if os.environ.get("NO_COLOR") else None)
     if profile:
         from gate.engine.profile import profile_lines
@@ -263,11 +267,21 @@ def command(
                     click.style(printable(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
                 )
     label, tone = verdict_label(result.verdict.value, sum(1 for c in result.checks if c.status.value == "unproven"))
+    summary, carried = result.summary, outputs.carried
+    if carried is not None and carried.approved_by:
+        entries = ", ".join(f"#{n}" for n in carried.entries)
+        if outputs.approved:
+            label, tone = f"APPROVED by {', '.join(carried.approved_by)}", "good"
+        else:
+            label = f"{label} ({len(carried.approved_by)} of {carried.required} required approvals)"
+        approvals = f"the ledger's approvals of the same evidence ({entries}) count for this run"
+        waits = "an approximate change waits for a signed approval"
+        summary = summary.replace(waits, approvals) if waits in summary else f"{summary}; {approvals}"
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(printable(f"verdict: {label} ({result.summary})"), fg=colour, bold=True), color=styled)
+    click.echo(click.style(printable(f"verdict: {label} ({summary})"), fg=colour, bold=True), color=styled)
     if not quiet:
-        for note in build_report(result).banner.notes:
+        for note in [*build_report(result).banner.notes, *(carried.notes if carried else [])]:
             click.echo(click.style(printable(f"  {note}"), fg=colour), color=styled)
         for path in outputs.files:
             echo(f"  {path}")
-    sys.exit(result.exit_code)
+    sys.exit(outputs.exit_code)

@@ -669,6 +669,10 @@ EVIDENCE: dict[str, type[EvidenceRecord]] = {
 }
 """The record each built-in check's evidence validates into; other checks' evidence is shown generically."""
 
+ENVELOPE_CHECKS = frozenset(name for name, record in EVIDENCE.items() if record is SlicesEvidence)
+"""The checks that judge a bounded-degradation claim's envelopes (its slices and bounds): only when
+one of them held may a verdict say that every envelope held."""
+
 __all__ = [
     "EVIDENCE",
     "CacheIdentityEvidence",

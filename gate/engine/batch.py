@@ -235,13 +235,15 @@ def run_batch(
 def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
     """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
     code of its first run with that verdict, and a one-line count."""
-    verdicts = [Verdict(r.verdict) for r in records]
-    verdict = worst_verdict(verdicts)
-    code = next((r.exit_code for r in records if r.verdict == verdict.value), 0)
+    standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
+    verdict = worst_verdict(standing)
+    code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
+    approved = sum(1 for r in records if r.approved)
+    parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []
     noun = "run" if len(records) == 1 else "runs"
     return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)
 

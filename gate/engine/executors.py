@@ -81,6 +81,13 @@ class TaskRecord:
     duration_s: float = 0.0
     worker: str = ""
     """Where it ran: `pid 1234` or a Ray node id."""
+    approved_by: list[str] = field(default_factory=list)
+    """An awaiting-approval run that the ledger's approvals of the same evidence cover (exit 0): who
+    approved (gate.trust.approve.carry_over)."""
+
+    @property
+    def approved(self) -> bool:
+        return self.verdict == "awaiting-approval" and bool(self.approved_by) and self.exit_code == 0
 
 
 def execute_task(task: Task) -> TaskRecord:
@@ -116,8 +123,9 @@ def execute_task(task: Task) -> TaskRecord:
         manifest=task.manifest,
         out_dir=task.out_dir,
         verdict=result.verdict.value,
-        exit_code=result.exit_code,
+        exit_code=outputs.exit_code,
         summary=result.summary,
+        approved_by=list(outputs.carried.approved_by) if outputs.approved and outputs.carried else [],
         checks=[
             {"check": c.check, "status": c.status.value, "severity": c.severity, "message": c.message}
             for c in result.checks

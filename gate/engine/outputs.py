@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from gate._util.atomic import inside
 from gate.errors import OutputError
 
 MIN_FREE_BYTES = 64 * 1024 * 1024
@@ -51,14 +52,6 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except ValueError:
-        return False
     return True
 
 
@@ -90,12 +83,12 @@ class StagedOutput:
         """Refuse an `--out` that cannot take a run, before anything runs or moves. `replaces`: the
         run will move `out` aside (one run); a batch's DIR holds runs and is not replaced itself."""
         out = self.out
-        if out.name in ("", ".", "..") or out.resolve() == Path.cwd().resolve() or _inside(Path.cwd(), out):
+        if out.name in ("", ".", "..") or out.resolve() == Path.cwd().resolve() or inside(Path.cwd(), out):
             raise OutputError(f"--out {out}: give a directory of its own (a run replaces it), not . or a parent of .")
         if out.exists() and not out.is_dir():
             raise OutputError(f"--out {out}: is a file, not a directory")
         for path in self.keep:
-            if _inside(path, out):
+            if inside(path, out):
                 raise OutputError(f"--out {out}: holds {path}, which a run needs; a run replaces --out")
         if replaces:
             for folder, fate in ((out, "moved aside"), (self.previous, "deleted")):

@@ -15,9 +15,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gate.core.result import GateResult
+
+if TYPE_CHECKING:
+    from gate.report.next_steps import CommandContext
+    from gate.trust.approve import Carried
 
 
 @dataclass
@@ -30,10 +34,19 @@ class RunOutputs:
     """Every file written into out_dir (results.json first), including the receipt when recorded."""
     ledger_seq: int | None = None
     """The ledger entry the verdict was appended as, when a ledger was given."""
+    carried: Carried | None = None
+    """Approvals of an identical earlier run (same evidence digest) found in the ledger, for an
+    awaiting-approval run (gate.trust.approve.carry_over); None: none looked for."""
+
+    @property
+    def approved(self) -> bool:
+        """An awaiting-approval run whose evidence the ledger's approvals already cover."""
+        return self.carried is not None and self.carried.approved
 
     @property
     def exit_code(self) -> int:
-        return self.result.exit_code
+        """The verdict's exit code; 0 for an awaiting-approval run that is already approved."""
+        return 0 if self.approved else self.result.exit_code
 
 
 def run_pipeline(
@@ -120,12 +133,27 @@ def run_pipeline(
                 prepared=prepared,
             ),
         )
-        written = [staging / "results.json", *write_outputs(result, staging, manifest_path, key_path, environ)]
-        seq = None
+        from gate.report import CommandContext
+
+        commands = CommandContext(
+            ledger=os.fspath(ledger_path) if ledger_path is not None else None,
+            trust=os.fspath(trust_path) if trust_path else (result.trust_policy.path if result.trust_policy else None),
+        )
+        written = [
+            staging / "results.json",
+            *write_outputs(result, staging, manifest_path, key_path, environ, final_dir=out, commands=commands),
+        ]
+        seq, carried = None, None
+        if ledger_path is not None and key_path is not None and result.verdict.value == "awaiting-approval":
+            from gate.trust.approve import carry_over
+
+            carried = carry_over(staging, ledger_path, trust_path, key_path, final_dir=out)
+            written += carried.written if carried is not None else []
         if ledger_path is not None:
             from gate.trust.ledger import record_run
 
-            entry, receipt = record_run(result, staging, ledger_path, sign_key=key_path)
+            extra = {"approvals_carried": carried.entries} if carried is not None and carried.entries else None
+            entry, receipt = record_run(result, staging, ledger_path, sign_key=key_path, dossier_dir=out, extra=extra)
             written.append(receipt)
             seq = entry.seq
         staged.commit()
@@ -137,7 +165,7 @@ def run_pipeline(
         staged.abort()  # a no-op after commit; otherwise nothing half-done stays behind
         stop_all()  # servers and workers adapters started
     files = [out / path.relative_to(staging) for path in written]
-    return RunOutputs(result=result, out_dir=out, files=files, ledger_seq=seq)
+    return RunOutputs(result=result, out_dir=out, files=files, ledger_seq=seq, carried=carried)
 
 
 def write_outputs(
@@ -146,19 +174,31 @@ def write_outputs(
     manifest_path: Path,
     sign_key: str | os.PathLike[str] | None,
     environ: Mapping[str, str] | None = None,
+    *,
+    final_dir: Path | None = None,
+    commands: CommandContext | None = None,
 ) -> list[Path]:
     """Everything after results.json: the dossier, the signed attestation, the CI annotations.
 
     Renders (gate.report), then signs attestation.dsse.json when `sign_key` is given (else removes
     a stale envelope: the dossier says UNSIGNED), then, under GitHub Actions, prints annotations and
-    appends dossier.md to $GITHUB_STEP_SUMMARY. Returns the files written.
+    appends dossier.md to $GITHUB_STEP_SUMMARY. Returns the files written. `final_dir`: where
+    out_dir will be renamed to (every path the dossier and the annotations print names it);
+    `commands`: the ledger and trust policy the printed commands must name.
     """
     from gate.report import write_report
     from gate.report.github import publish
     from gate.trust.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
 
     key = load_private_key(Path(sign_key)) if sign_key is not None else None  # a bad key fails before any write
-    report = write_report(result, out_dir, manifest_path, signer_keyid=keyid(key.public_key()) if key else None)
+    report = write_report(
+        result,
+        out_dir,
+        manifest_path,
+        signer_keyid=keyid(key.public_key()) if key else None,
+        final_dir=final_dir,
+        commands=commands,
+    )
     written = list(report.files)
     if key is not None:
         written.append(sign_directory(out_dir, report.signed_names, report.manifest_file, key))
@@ -167,7 +207,7 @@ def write_outputs(
     publish(
         report.data,
         report.markdown,
-        out_dir / "dossier.html",
+        (final_dir or out_dir) / "dossier.html",
         os.environ if environ is None else environ,
         manifest_file=result.manifest_digest.path,
         paths=[str(p) for p in (result.manifest.get("change") or {}).get("paths") or []],

@@ -270,7 +270,12 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
     note += f"; unproven (a warning by policy, not a pass): {', '.join(warned)}" if warned else ""
     if claim == ClaimLevel.bounded_degradation:
-        held = "every deny check held" if waived else "every envelope held"
+        from gate.core.evidence import ENVELOPE_CHECKS
+
+        if not any(c.check in ENVELOPE_CHECKS and c.status != Status.skip for c in checks):
+            held = "no check judged the claim's envelopes (the plan runs none), and every check that ran held"
+        else:
+            held = "every deny check held" if waived else "every envelope held"
         return (
             Verdict.awaiting_approval,
             EXIT_AWAITING_APPROVAL,

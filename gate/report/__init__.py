@@ -16,6 +16,7 @@ from gate._util.atomic import write_bytes_atomic
 from gate.core.result import GateResult
 from gate.report.build import Signing, build_report
 from gate.report.model import ReportData
+from gate.report.next_steps import CommandContext
 from gate.report.render import render_html, render_markdown
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -51,17 +52,29 @@ def copy_manifest(manifest_path: Path, out_dir: Path) -> str:
 
 
 def write_report(
-    result: GateResult, out_dir: Path, manifest_path: Path, *, signer_keyid: str | None = None
+    result: GateResult,
+    out_dir: Path,
+    manifest_path: Path,
+    *,
+    signer_keyid: str | None = None,
+    final_dir: Path | None = None,
+    commands: CommandContext | None = None,
 ) -> WrittenReport:
     """Render dossier.html, dossier.md and junit.xml into out_dir, each replaced atomically.
 
     `signer_keyid` is the key that will sign the attestation (the dossier names it), or None for
     an unsigned run (the dossier says UNSIGNED). Also keeps a copy of the manifest in out_dir.
+    `final_dir`: where the dossier will be once complete (a run writes into a staging directory
+    renamed into place), the directory every printed command names; default out_dir. `commands`:
+    the ledger and trust policy the run used, which the printed commands must name too.
     """
     from gate.report.junit import junit_xml
 
     data = build_report(
-        result, Signing(signed=signer_keyid is not None, keyid=signer_keyid), out_dir=_shown_dir(out_dir)
+        result,
+        Signing(signed=signer_keyid is not None, keyid=signer_keyid),
+        out_dir=_shown_dir(final_dir or out_dir),
+        commands=commands,
     )
     markdown = render_markdown(data)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -98,4 +111,13 @@ def _shown_dir(out_dir: Path) -> str:
         return str(out_dir)
 
 
-__all__ = ["ReportData", "Signing", "WrittenReport", "build_report", "render_html", "render_markdown", "write_report"]
+__all__ = [
+    "CommandContext",
+    "ReportData",
+    "Signing",
+    "WrittenReport",
+    "build_report",
+    "render_html",
+    "render_markdown",
+    "write_report",
+]

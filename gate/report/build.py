@@ -30,7 +30,7 @@ from gate.report.model import (
     ReportData,
     WaiverView,
 )
-from gate.report.next_steps import next_steps
+from gate.report.next_steps import CommandContext, next_steps
 from gate.report.words import (
     CLAIM_WORDS,
     CONTROL_TONES,
@@ -348,10 +348,11 @@ def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], re
             tone,
             f"approved so far by {', '.join(names)}; {required - len(names)} more approval(s) required",
         )
+    held = result.summary.split(";")[0]  # what decide() said held: every envelope, or no envelope check ran
     return (
         "APPROVED",
         "good",
-        f"approved for release by {', '.join(names)}: every envelope held and {len(names)} signed "
+        f"approved for release by {', '.join(names)}: {held} and {len(names)} signed "
         f"approval{'s' if len(names) != 1 else ''} {'is' if len(names) == 1 else 'are'} attached below",
     )
 
@@ -363,12 +364,13 @@ def build_report(
     *,
     out_dir: str | None = None,
     required_approvals: int = 1,
+    commands: CommandContext | None = None,
 ) -> ReportData:
     """Everything the dossier shows for `result`; `signing` says whether the outputs will be signed.
 
     `approvals`: signed approvals of an awaiting-approval run (the banner reads APPROVED once
     `required_approvals` distinct approvers signed). `out_dir`: where the dossier is written, for the
-    commands in the What-next box.
+    commands in the What-next box; `commands`: the ledger and trust policy those commands name.
     """
     signing = signing or Signing()
     sections = [_section(check) for check in result.checks]
@@ -416,7 +418,7 @@ def build_report(
         failures=_failures(result, sections),
         plan=plan,
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
-        next_steps=next_steps(result, sections, out_dir) if label != "APPROVED" else [],
+        next_steps=next_steps(result, sections, out_dir, commands) if label != "APPROVED" else [],
         downloads=[d for s in sections for d in s.downloads],
         controls=_controls(result),
         waivers=[s.waiver for s in sections if s.waiver is not None],

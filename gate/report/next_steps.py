@@ -5,14 +5,17 @@
 - awaiting approval: the `gate approve` command for this dossier's directory;
 - a waived check: reproduce it before the waiver expires.
 
-Commands name the manifest as the run recorded it and the output directory the dossier was written
-to (`DIR` when unknown, e.g. a dossier re-rendered from results.json alone).
+Commands name the manifest as the run recorded it, the output directory the dossier was written
+to (`DIR` when unknown, e.g. a dossier re-rendered from results.json alone), and the ledger and
+trust policy the run used (`CommandContext`), so that each runs as printed (only the approver's
+key, `YOUR.key`, is the reader's to fill in).
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gate.core.result import GateResult
 from gate.report.fmt import as_float
@@ -25,11 +28,34 @@ WIDE_LOG_SPACED = 512
 APPROVE_REASON = "why this envelope is acceptable"
 
 
+@dataclass(frozen=True)
+class CommandContext:
+    """What a run used that the commands it prints must name as well."""
+
+    ledger: str | None = None
+    """The ledger the run recorded into (as given, or the default it found); None: none."""
+    trust: str | None = None
+    """The trust policy the run judged waivers under; None: none found."""
+
+    def options(self) -> list[str]:
+        """`--ledger L --trust T`, each when known."""
+        words = []
+        if self.ledger:
+            words += ["--ledger", self.ledger]
+        if self.trust:
+            words += ["--trust", self.trust]
+        return words
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _run(manifest: str, out: str, check: str, *params: str) -> str:
     words = ["gate", "run", manifest, "--out", out, "--check", check]
     for param in params:
         words += ["--param", param]
-    return " ".join(shlex.quote(w) for w in words)
+    return _quoted(words)
 
 
 def _first_length(section: CheckSection) -> int | None:
@@ -41,11 +67,13 @@ def _first_length(section: CheckSection) -> int | None:
     return None
 
 
-def next_steps(result: GateResult, sections: Sequence[CheckSection], out_dir: str | None) -> list[NextStep]:
+def next_steps(
+    result: GateResult, sections: Sequence[CheckSection], out_dir: str | None, commands: CommandContext | None = None
+) -> list[NextStep]:
     """What to do next, most useful first; empty for a plain pass."""
     manifest = result.manifest_digest.path or "MANIFEST"
     out = out_dir or "DIR"
-    q_out = shlex.quote(out)
+    context = commands or CommandContext(trust=result.trust_policy.path if result.trust_policy else None)
     verdict = result.verdict.value
     steps: list[NextStep] = []
     failing = [s for s in sections if s.status in FAILING and s.severity == "deny"]
@@ -80,7 +108,9 @@ def next_steps(result: GateResult, sections: Sequence[CheckSection], out_dir: st
         steps.append(
             NextStep(
                 title="Approve it, if the envelope below is acceptable",
-                command=f"gate approve {q_out} --key YOUR.key --reason {shlex.quote(APPROVE_REASON)}",
+                command=_quoted(
+                    ["gate", "approve", out, "--key", "YOUR.key", "--reason", APPROVE_REASON, *context.options()]
+                ),
                 note="needs an approver in the trust policy for this intervention (docs/audit.md); review the "
                 "slices and download the flipped samples first",
             )
@@ -99,8 +129,14 @@ def next_steps(result: GateResult, sections: Sequence[CheckSection], out_dir: st
         steps.append(
             NextStep(
                 title="Verify this dossier offline",
-                command=f"gate verify {q_out} --run-key CI.pub",
-                note="checks the signature, the digests and the verdict (docs/audit.md)",
+                command=_quoted(
+                    ["gate", "verify", out, *(["--trust", context.trust] if context.trust else ["--run-key", "CI.pub"])]
+                    + (["--ledger", context.ledger] if context.ledger and "://" not in context.ledger else [])
+                ),
+                note="checks the signature, the digests and the verdict by role"
+                + ("" if context.trust else " (CI.pub: the run signer's public key)")
+                + (", and the ledger's revocations" if context.ledger and "://" not in context.ledger else "")
+                + " (docs/audit.md)",
             )
         )
     return steps

@@ -88,6 +88,12 @@ class RunStatement:
     def commit(self) -> str | None:
         return self.statement.commit
 
+    @property
+    def evidence(self) -> str | None:
+        """The run's evidence digest (gate.trust.evidence), when its statement carries one."""
+        value = self.predicate.get("evidenceSha256")
+        return str(value) if value else None
+
 
 def read_run_statement(directory: Path) -> RunStatement:
     """The statement inside DIR/attestation.dsse.json; ApprovalRefused when absent or unreadable."""
@@ -130,6 +136,9 @@ def approval_statement(
             "commit": run.commit,
             "runSigners": run_signers,
             "trustPolicySha256": trust,
+            "evidenceSha256": run.evidence,
+            "policies": pred.get("policies", []),
+            "sitePolicy": pred.get("sitePolicy", []),
         },
     )
 
@@ -196,6 +205,12 @@ class ApprovalCheck:
     keyid: str = ""
     statement_sha256: str = ""
     """The run statement the approval names."""
+    evidence_sha256: str = ""
+    """The evidence digest of the run it approved (gate.trust.evidence); empty for an older approval."""
+    carried: bool = False
+    """True when it counts for another run with the same evidence (not the run it was given)."""
+    site_policy: list[str] = field(default_factory=list)
+    """How a site policy changed the rule of the run it approved (the approver saw this)."""
     intervention: Any = None
     claim: Any = None
     problems: list[str] = field(default_factory=list)
@@ -210,14 +225,18 @@ def verify_approval(
     record: dict[str, Any],
     *,
     expected_statement: str | None = None,
+    expected_evidence: str | None = None,
     trusted_keyids: list[str] | None = None,
     directory: Path | None = None,
 ) -> ApprovalCheck:
     """Verify one approval record ({"public_key", "envelope", ...}) offline.
 
     The envelope must be signed by the record's public key (and that key trusted, if a list is
-    given), be an approval statement, and name `expected_statement` (the dossier it is shown with).
-    With `directory`, the run's attestation there must also carry the approver's second signature.
+    given), be an approval statement, and name `expected_statement` (the dossier it is shown with),
+    or else, with `expected_evidence` (that dossier's verified evidence digest), name the same
+    evidence: an approval of an identical earlier run carries over (`carried`). With `directory`,
+    the run's attestation there must also carry the approver's second signature (not for a
+    carried approval: it signed the earlier run's attestation).
     """
     out = ApprovalCheck()
     try:
@@ -242,6 +261,9 @@ def verify_approval(
     out.approver, out.reason = str(pred.get("approver", "")), str(pred.get("reason", ""))
     out.approved_at = str(pred.get("approvedAt", ""))
     out.intervention, out.claim = pred.get("intervention"), pred.get("claim")
+    out.evidence_sha256 = str(pred.get("evidenceSha256") or "")
+    site = pred.get("sitePolicy")
+    out.site_policy = [str(line) for line in site] if isinstance(site, list) else []
     named = [s.digest.get("sha256") for s in statement.subject if s.name == RUN_STATEMENT_SUBJECT]
     out.statement_sha256 = str(named[0]) if named else ""
     if not named or pred.get("runStatementSha256") != out.statement_sha256:
@@ -252,12 +274,21 @@ def verify_approval(
         if key in record and record[key] != pred.get(key):
             out.problems.append(f"the record's {key} differs from the signed statement's")
     if expected_statement is not None and out.statement_sha256 != expected_statement:
-        out.problems.append(
-            f"the approval is for another dossier (statement {out.statement_sha256[:16]}, "
-            f"this one is {expected_statement[:16]})"
-        )
-    if directory is not None:
-        _check_second_signature(directory, pub, out)
+        if expected_evidence and out.evidence_sha256 == expected_evidence:
+            out.carried = True
+        else:
+            out.problems.append(
+                f"the approval is for another dossier (statement {out.statement_sha256[:16]}, "
+                f"this one is {expected_statement[:16]}) with other evidence (evidence "
+                f"{out.evidence_sha256[:16] or 'not bound'}, this one is {(expected_evidence or 'not bound')[:16]})"
+            )
+    if directory is not None and not out.carried:
+        found = ApprovalCheck(statement_sha256=out.statement_sha256)
+        _check_second_signature(directory, pub, found)
+        if found.problems and expected_evidence and out.evidence_sha256 == expected_evidence:
+            out.carried = True  # a byte-identical re-run: its attestation is new, the evidence the same
+        else:
+            out.problems += found.problems
     return out
 
 
@@ -300,6 +331,19 @@ def load_approvals(directory: Path) -> list[dict[str, Any]]:
     return [r for r in records if isinstance(r, dict)]
 
 
+RECORD_FIELDS = (
+    "approver",
+    "reason",
+    "approved_at",
+    "statement_sha256",
+    "evidence_sha256",
+    "keyid",
+    "public_key",
+    "envelope",
+)
+"""The fields of an approval record (approval.json), also kept in its ledger entry."""
+
+
 def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: Statement) -> dict[str, Any]:
     pred = statement.predicate
     return {
@@ -307,6 +351,7 @@ def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement:
         "reason": pred["reason"],
         "approved_at": pred["approvedAt"],
         "statement_sha256": pred["runStatementSha256"],
+        "evidence_sha256": pred.get("evidenceSha256"),
         "keyid": keyid(key.public_key()),
         "public_key": public_key_b64(key.public_key()),
         "envelope": envelope,
@@ -323,6 +368,7 @@ def display_rows(record: dict[str, Any]) -> dict[str, str]:
         "approved at": str(record.get("approved_at", "")),
         "key id": str(record.get("keyid", "")),
         "dossier digest": f"sha256:{record.get('statement_sha256', '')}",
+        "evidence digest": f"sha256:{record['evidence_sha256']}" if record.get("evidence_sha256") else "not bound",
         "ledger entry": f"#{entry.get('seq')} ({str(entry.get('hash', ''))[:16]})" if entry else "not recorded",
         "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
@@ -335,6 +381,7 @@ __all__ = [
     "APPROVED_ENVELOPE",
     "APPROVED_FILES",
     "PREDICATE_TYPE",
+    "RECORD_FIELDS",
     "ApprovalCheck",
     "ApprovalRefused",
     "RunStatement",

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gate.trust.approvals import (
     APPROVED_ENVELOPE,
     APPROVED_HTML,
     APPROVED_MD,
+    RECORD_FIELDS,
     ApprovalRefused,
     RunStatement,
     approval_record,
@@ -50,9 +52,11 @@ from gate.trust.attest import (
     write_envelope,
 )
 from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, receipt
+from gate.trust.ledger_store import is_url
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import read_revocations
+from gate.trust.verify_run import approval_problems
 
 LOCK_NAME = ".approve.lock"
 
@@ -84,6 +88,33 @@ class Approved:
     written: list[Path]
     reused: bool
     """True when this key had already approved this dossier (nothing new was appended)."""
+    summary: str = ""
+    """The run's signed summary: what held (every envelope, or no envelope check ran)."""
+    site_policy: list[str] = field(default_factory=list)
+    """How a site policy changed the rule the run was planned by (signed in the run statement)."""
+
+
+def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
+    """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
+    the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
+    else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
+    from gate.trust.ledger import DEFAULT_LEDGER, ENV_LEDGER, resolve_ledger_path
+    from gate.trust.ledger_store import ledger_location
+
+    if explicit is not None:
+        return explicit, "--ledger"
+    if os.environ.get(ENV_LEDGER):
+        return resolve_ledger_path(None), f"${ENV_LEDGER}"
+    try:
+        recorded = json.loads((directory / RECEIPT).read_bytes()).get("ledger")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, str) and recorded:
+        path = ledger_location(recorded)
+        if is_url(path) or path.is_file():
+            return path, f"the ledger the run was recorded in, from {directory / RECEIPT}"
+    made = "" if DEFAULT_LEDGER.is_file() else "; created now"
+    return DEFAULT_LEDGER, f"the default ledger: no --ledger, no ${ENV_LEDGER}, no receipt in {directory}{made}"
 
 
 def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
@@ -142,6 +173,9 @@ def approve(
         bad = trust.approver_problem(mine, approver, run.predicate.get("intervention"), _claim(run.predicate))
         if bad:
             raise ApprovalRefused(f"{bad} (trust policy {trust.path})")
+        if not (is_url(ledger_path) or ledger_path.is_file()):
+            # no ledger yet, so no revocation: refuse what can be refused before creating one
+            check_approvable(directory, {i.name or k: i.public_key for k, i in trust.run_signer_keys().items()})
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
             chain = verify_chain(ledger)
             first = chain.first_bad()
@@ -186,7 +220,15 @@ def approve(
         written += render_approved(directory, records, trust.policy.required_approvals)
         statement = approved_statement(directory, run, [str(r.get("keyid")) for r in records])
         written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
-    return Approved(record, entry, written, reused)
+    site = run.predicate.get("sitePolicy")
+    return Approved(
+        record,
+        entry,
+        written,
+        reused,
+        summary=str(run.predicate.get("summary", "")),
+        site_policy=[str(line) for line in site] if isinstance(site, list) else [],
+    )
 
 
 def _claim(pred: dict[str, Any]) -> Any:
@@ -210,11 +252,7 @@ def _append_or_reuse(
     for entry in ledger.entries(APPROVAL_KIND):
         body = entry.body
         if body.get("statement_sha256") == run.sha256 and body.get("keyid") == mine:
-            record = {
-                k: body[k]
-                for k in ("approver", "reason", "approved_at", "statement_sha256", "keyid", "public_key", "envelope")
-            }
-            return entry, True, record
+            return entry, True, {k: body.get(k) for k in RECORD_FIELDS}
     statement = approval_statement(
         run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers, trust=trust.sha256
     )
@@ -230,16 +268,107 @@ def _append_or_reuse(
         "claim": pred["claim"],
         "commit": pred["commit"],
         "verdict": pred["verdict"],
+        "policies": pred["policies"],
+        "site_policy": pred["sitePolicy"],
     }
     entry, _checkpoint = ledger.append(APPROVAL_KIND, payload)
     return entry, False, record
 
 
-def render_approved(directory: Path, records: list[dict[str, Any]], required: int = 1) -> list[Path]:
+@dataclass
+class Carried:
+    """Approvals of an identical earlier run (same evidence digest) that count for this one."""
+
+    approved_by: list[str]
+    """Distinct approvers whose approval counts, by the trust policy's names."""
+    required: int
+    """The trust policy's required-approvals."""
+    entries: list[int]
+    """The ledger entries of the approvals that count."""
+    notes: list[str]
+    """Approvals of the same evidence that do not count, and why."""
+    written: list[Path]
+
+    @property
+    def approved(self) -> bool:
+        return len(self.approved_by) >= self.required
+
+
+def carry_over(
+    directory: Path,
+    ledger_path: Path,
+    trust_path: Path | None,
+    sign_key: Path,
+    *,
+    final_dir: Path | None = None,
+) -> Carried | None:
+    """After a signed awaiting-approval run is written into DIR: find the ledger's approvals of the
+    same evidence (gate.trust.evidence) that count under the trust policy and write them into DIR
+    as `gate approve` would (approval.json, the approved dossier copies, approval.dsse.json, this
+    one signed by the run's key: no approver signs again). None when there is nothing to look at
+    (another verdict, no evidence digest, no ledger file, no trust policy).
+
+    An approval counts as it does in `gate verify`: signed by its key, for the same evidence, by an
+    approver of this intervention and claim under the name given, not the run's key, not revoked.
+    """
+    from gate.trust.policy import find_trust
+    from gate.trust.waivers import require_verified
+
+    run = read_run_statement(directory)
+    trust = find_trust(trust_path)
+    if run.predicate.get("verdict") != "awaiting-approval" or run.evidence is None or trust is None:
+        return None
+    if not (is_url(ledger_path) or ledger_path.is_file()):
+        return None
+    run_key = keyid(load_private_key(sign_key).public_key())
+    records: dict[str, dict[str, Any]] = {}
+    names: dict[str, str] = {}
+    seqs: dict[str, int] = {}
+    notes: list[str] = []
+    with Ledger.open(ledger_path, writable=False, create=False) as ledger:
+        require_verified(ledger, "no approval in it can be trusted")
+        revoked = read_revocations(ledger, trust)
+        for entry in ledger.entries(APPROVAL_KIND):
+            body = entry.body
+            if body.get("evidence_sha256") != run.evidence:
+                continue
+            check = verify_approval(body, expected_statement=run.sha256, expected_evidence=run.evidence)
+            problems = approval_problems(check, trust, revoked, entry.time, [run_key])
+            if problems:
+                notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
+                continue
+            checkpoint = ledger.checkpoint(entry.seq)
+            if checkpoint is None:
+                notes.append(f"approval #{entry.seq}: no signed checkpoint covers it")
+                continue
+            record = {k: body.get(k) for k in RECORD_FIELDS}
+            record["ledger"] = receipt(ledger, entry, checkpoint)
+            records[check.keyid] = record
+            names[check.keyid] = trust.name_of(check.keyid) or check.approver
+            seqs[check.keyid] = entry.seq
+    carried = Carried(sorted(set(names.values())), trust.policy.required_approvals, sorted(seqs.values()), notes, [])
+    if not records:
+        return carried
+    mine = list(records.values())
+    carried.written.append(
+        write_bytes_atomic(directory / APPROVAL_FILE, (json.dumps({"approvals": mine}, indent=2) + "\n").encode())
+    )
+    carried.written += render_approved(directory, mine, trust.policy.required_approvals, final_dir=final_dir)
+    statement = approved_statement(directory, run, [str(r.get("keyid")) for r in mine])
+    key = load_private_key(sign_key)
+    carried.written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
+    return carried
+
+
+def render_approved(
+    directory: Path, records: list[dict[str, Any]], required: int = 1, *, final_dir: Path | None = None
+) -> list[Path]:
     """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals.
 
     The signed dossier.html cannot change (its digest is in the attestation); these copies are
     derived from the signed results.json and the signed approvals, so anyone can regenerate them.
+    An approval counts here when it names this run or its evidence digest. `final_dir`: where DIR
+    will be once the run is complete (default DIR).
     """
     from gate.core.result import GateResult
     from gate.report.build import Signing, build_report
@@ -249,12 +378,16 @@ def render_approved(directory: Path, records: list[dict[str, Any]], required: in
     run = read_run_statement(directory)
     envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
     first = envelope.signatures[0].keyid if envelope.signatures else ""
-    mine = [r for r in records if r.get("statement_sha256") == run.sha256]
+    mine = [
+        r
+        for r in records
+        if r.get("statement_sha256") == run.sha256 or (run.evidence and r.get("evidence_sha256") == run.evidence)
+    ]
     data = build_report(
         result,
         Signing(signed=True, keyid=first),
         approvals=[display_rows(r) for r in mine],
-        out_dir=str(directory),
+        out_dir=str(final_dir or directory),
         required_approvals=required,
     )
     return [

@@ -27,9 +27,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gate._util.atomic import write_bytes_atomic
+from gate._util.atomic import inside, write_bytes_atomic
 from gate._util.limited import KEY_BYTES, read_regular
 from gate.errors import InputError
+from gate.trust.evidence import evidence_digest
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -226,6 +227,7 @@ def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
             "path": results.get("manifest_digest", {}).get("path"),
         },
         "policies": results.get("policies", []),
+        "sitePolicy": results.get("site_policy", []),
         "subjects": results.get("subjects", {}),
         "datasets": results.get("datasets", {}),
         "checks": [
@@ -264,7 +266,9 @@ def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statem
         subjects.append(
             Subject(name=str(change.get("repository") or "commit"), digest={"gitCommit": str(change["commit"])})
         )
-    return Statement(subject=subjects, predicateType=PREDICATE_TYPE, predicate=predicate(results, manifest_file))
+    pred = predicate(results, manifest_file)
+    pred["evidenceSha256"] = evidence_digest(results, {s.name: s.digest["sha256"] for s in subjects[: len(files)]})
+    return Statement(subject=subjects, predicateType=PREDICATE_TYPE, predicate=pred)
 
 
 def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
@@ -381,17 +385,25 @@ class VerifyReport:
         return not self.failures and not self.missing and bool(self.signed_by)
 
 
-def _safe_name(name: Any) -> bool:
-    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+def safe_name(name: Any) -> bool:
+    """A subject name that names a file inside the dossier directory: a relative POSIX path
+    (`results.json`, `samples/numbers.jsonl`) with no empty, `.` or `..` part and no backslash."""
+    if not isinstance(name, str) or not name or "\\" in name or name.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], failures: list[str]) -> None:
-    """Each signed name must be a plain file name in `directory` with the signed sha256."""
+    """Each signed name must be a file inside `directory` (see `safe_name`; no link out of it)
+    with the signed sha256."""
     for name, digest in signed.items():
-        if not _safe_name(name):
-            failures.append(f"subject {name!r}: not a file name")
+        if not safe_name(name):
+            failures.append(f"subject {name!r}: not a file name inside the dossier")
             continue
         path = directory / name
+        if not inside(path, directory):
+            failures.append(f"{name}: leads out of the dossier directory (a link)")
+            continue
         if not path.is_file():
             failures.append(f"{name}: signed file is missing")
             continue
@@ -423,6 +435,11 @@ def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> N
             report.failures.append("results.json: not JSON (malformed or nested too deeply)")
             return
         _check_consistency(stmt.predicate, results, signed.get(manifest_file or ""), commits, report)
+        claimed = stmt.predicate.get("evidenceSha256")
+        if claimed is not None and claimed != evidence_digest(results, signed):
+            report.failures.append(
+                "evidenceSha256: the signed evidence digest differs from the one the signed files give"
+            )
         baselines = [s.digest.get("sha256") for s in stmt.subject if s.name.startswith(BASELINE_SUBJECT)]
         recorded = (results.get("baseline") or {}).get("sha256")
         if baselines != ([recorded] if recorded else []):

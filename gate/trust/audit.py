@@ -45,6 +45,8 @@ class AuditReport(Findings):
     """Entries that verify in the chain but are not trusted on their own, with why."""
     kinds: dict[int, str] = field(default_factory=dict)
     """Each verified entry's kind."""
+    history: dict[int, list[str]] = field(default_factory=dict)
+    """What later trusted entries did to an entry (a waiver revoked): information, not a problem."""
 
 
 HELD_BYTES = 16 * 1024 * 1024
@@ -100,8 +102,7 @@ def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None
             return [f"malformed waiver ({err.error_count()} errors)"]
         bad = waiver_problem(grant, entry.time, trust) if trust is not None else check_waiver_signature(grant)
         problems = [f"waiver: {bad}"] if bad else []
-        if revoked.waiver(entry.seq) is not None:
-            problems.append(f"it was {revoked.waivers[entry.seq].says()}")
+        # a revoked waiver is history (it applied until revoked), not an untrusted entry: see `history`
         return problems + _revoked(revoked, (grant.signature or {}).get("keyid"), entry.time)
     if entry.kind == RUN_KIND:
         missing = [k for k in ("manifest", "verdict", "dossier") if k not in body]
@@ -142,6 +143,8 @@ def verify_ledger(
         problems = entry_problems(entry, statements, trust, revoked)
         if problems:
             report.untrusted[entry.seq] = problems
+        if entry.kind == WAIVER_KIND and revoked.waiver(entry.seq) is not None:
+            report.history[entry.seq] = [f"it was {revoked.waivers[entry.seq].says()}: it no longer applies"]
     return report
 
 
@@ -165,8 +168,14 @@ def find_runs(ledger: Ledger, ref: str) -> list[Entry]:
     return [e for e in ledger.entries(RUN_KIND) if any(ref_matches(d, ref) for d in run_digests(e.body))]
 
 
-def approvals_for(ledger: Ledger, statement_sha256: str) -> list[Entry]:
-    return [e for e in ledger.entries(APPROVAL_KIND) if e.body.get("statement_sha256") == statement_sha256]
+def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | None = None) -> list[Entry]:
+    """Approvals of this dossier, or (`evidence_sha256`) of any run with the same evidence."""
+    return [
+        e
+        for e in ledger.entries(APPROVAL_KIND)
+        if e.body.get("statement_sha256") == statement_sha256
+        or (evidence_sha256 and e.body.get("evidence_sha256") == evidence_sha256)
+    ]
 
 
 def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
@@ -186,6 +195,29 @@ def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
 
 # --- tracing --------------------------------------------------------------------------------------
 
+PREVIOUS_SUFFIX = ".previous"
+"""Where a re-run into the same --out keeps the run before it (gate.engine.outputs)."""
+
+
+def _holds(directory: Path, run: Entry) -> bool:
+    """Whether `directory` holds the dossier whose signed statement `run` recorded."""
+    from gate.trust.attest import ENVELOPE_NAME
+    from gate.trust.run_record import statement_digest
+
+    recorded = (run.body.get("dossier") or {}).get("statement_sha256")
+    return bool(recorded) and statement_digest(directory / ENVELOPE_NAME) == recorded
+
+
+def _superseded_by(ledger: Ledger, run: Entry, directory: Path) -> int | None:
+    """The latest later run recorded into the same directory, when DIR no longer holds `run`'s dossier."""
+    if _holds(directory, run):
+        return None
+    where = (run.body.get("dossier") or {}).get("dir")
+    later = [
+        e.seq for e in ledger.entries(RUN_KIND) if e.seq > run.seq and (e.body.get("dossier") or {}).get("dir") == where
+    ]
+    return later[-1] if later else None
+
 
 @dataclass
 class RunTrace:
@@ -196,6 +228,9 @@ class RunTrace:
     check: RunCheck | None = None
     approvals: list[Entry] = field(default_factory=list)
     waivers: list[Entry] = field(default_factory=list)
+    superseded_by: int | None = None
+    """A later run recorded into the same directory, whose dossier replaced this one's (a re-run);
+    this run is then listed, not judged, and the later run stands for that directory."""
 
     @property
     def related(self) -> set[int]:
@@ -204,12 +239,19 @@ class RunTrace:
 
     @property
     def status(self) -> str:
+        if self.superseded_by is not None:
+            return (
+                f"SUPERSEDED by run #{self.superseded_by} in the same directory (the ledger records "
+                f"{self.run.body.get('verdict')!s}; its dossier was replaced by the re-run's)"
+            )
         if self.check is None:
             return f"NOT VERIFIED (the ledger records {self.run.body.get('verdict')!s})"
         return self.check.standing if self.ok else f"NOT VERIFIED (the dossier claims {self.check.verdict})"
 
     @property
     def ok(self) -> bool:
+        if self.superseded_by is not None:
+            return True
         return self.check is not None and self.check.ok and all(f.ok is not False for f in self.findings)
 
     @property
@@ -253,11 +295,21 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
     held: list[Checkpoint] = []
-    for run in find_runs(ledger, ref):
+    runs = find_runs(ledger, ref)
+    for run in runs:
         out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
         item = RunTrace(run=run, dossier=out)
+        later = _superseded_by(ledger, run, out)
+        if later is not None:
+            previous = Path(f"{out}{PREVIOUS_SUFFIX}")
+            if _holds(previous, run):  # the re-run kept it aside: judge it there
+                item.dossier = out = previous
+            else:
+                item.superseded_by = later
+                traces.append(item)
+                continue
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
-        item.approvals = approvals_for(ledger, statement)
+        item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
         if _check_recorded_files(item):
@@ -280,6 +332,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
     if held:
         full = verify_ledger(ledger, trusted=held, trust=trust)
         report.problems, report.chain, report.untrusted = full.problems, full.chain, full.untrusted
+        report.history = full.history
     return report, traces
 
 

@@ -115,9 +115,18 @@ def run_ledger_path(explicit: Path | None) -> Path | None:
 
     `gate run` never creates the default ledger: with none of the three, it records nothing.
     """
-    if explicit is not None or os.environ.get(ENV_LEDGER):
-        return resolve_ledger_path(explicit)
-    return DEFAULT_LEDGER if DEFAULT_LEDGER.is_file() else None
+    return run_ledger_choice(explicit)[0]
+
+
+def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
+    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
+    if explicit is not None:
+        return explicit, "--ledger"
+    if os.environ.get(ENV_LEDGER):
+        return resolve_ledger_path(None), f"${ENV_LEDGER}"
+    if DEFAULT_LEDGER.is_file():
+        return DEFAULT_LEDGER, f"the default ledger: {DEFAULT_LEDGER} exists in this directory; --ledger names another"
+    return None, ""
 
 
 def default_key_path(ledger_path: Path) -> Path:
@@ -539,16 +548,25 @@ def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Check
 
 
 def record_run(
-    result: GateResult, out_dir: Path, ledger_path: Path, *, sign_key: Path | None = None, key_path: Path | None = None
+    result: GateResult,
+    out_dir: Path,
+    ledger_path: Path,
+    *,
+    sign_key: Path | None = None,
+    key_path: Path | None = None,
+    dossier_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[Entry, Path]:
     """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
 
     `result` is the run's GateResult; call this after every output (and the attestation) is
-    written, so their digests are the final ones.
+    written, so their digests are the final ones. `dossier_dir`: where the dossier will be once
+    complete (what the entry records; default out_dir, where the files are read now). `extra`:
+    more fields for the entry's body.
     """
     from gate.trust.run_record import run_payload
 
-    payload = run_payload(result, out_dir, sign_key)
+    payload = {**run_payload(result, out_dir, sign_key, dossier_dir=dossier_dir), **(extra or {})}
     with Ledger.open(ledger_path, key_path=key_path) as ledger:
         entry, checkpoint = ledger.append(RUN_KIND, payload)
         return entry, write_receipt(out_dir, ledger, entry, checkpoint)
@@ -571,6 +589,7 @@ __all__ = [
     "receipt",
     "record_run",
     "resolve_ledger_path",
+    "run_ledger_choice",
     "run_ledger_path",
     "write_receipt",
 ]

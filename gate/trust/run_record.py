@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import GateError
+from gate.trust.attest import safe_name
 from gate.trust.signing import keyid_of, load_private_key, public_key_b64, public_key_from_b64, sha256_file
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
@@ -36,6 +37,16 @@ def statement_digest(envelope_path: Path) -> str | None:
         return None
 
 
+def _evidence(envelope_path: Path) -> str | None:
+    """The evidence digest the signed statement carries (gate.trust.evidence), if any."""
+    try:
+        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
+        value = json.loads(base64.b64decode(envelope["payload"], validate=True))["predicate"].get("evidenceSha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    return str(value) if value else None
+
+
 def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
     """The file names the signed statement binds, and the key ids of the envelope's signatures."""
     try:
@@ -47,12 +58,17 @@ def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
         return [], []
 
 
-def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dict[str, Any]:
-    """The ledger body of a run: what was judged, the verdict, and the digest of every output."""
+def run_payload(
+    result: Any, out_dir: Path, sign_key: Path | None = None, *, dossier_dir: Path | None = None
+) -> dict[str, Any]:
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output.
+
+    The files are read in `out_dir`; the entry records `dossier_dir` (default out_dir), where the
+    dossier is once the run is complete."""
     manifest = result.manifest
     change = manifest.get("change") or {}
     signed, keyids = _envelope_facts(out_dir / ATTESTATION)
-    names = sorted({*DOSSIER_FILES, *(n for n in signed if Path(n).name == n)})  # + the manifest copy
+    names = sorted({*DOSSIER_FILES, *(n for n in signed if safe_name(n))})  # + the manifest copy, the samples
     files = {name: sha256_file(out_dir / name) for name in names if (out_dir / name).is_file()}
     signer = None
     if sign_key is not None and sign_key.is_file():
@@ -71,6 +87,7 @@ def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dic
         "claim": (manifest.get("claim") or {}).get("level"),
         "approximate": bool(result.plan.get("approximate")),
         "policies": [{"path": d.path, "sha256": d.sha256} for d in result.policies],
+        "site_policy": list(result.site_policy),
         "verdict": result.verdict.value,
         "exit_code": result.exit_code,
         "summary": result.summary,
@@ -80,9 +97,10 @@ def run_payload(result: Any, out_dir: Path, sign_key: Path | None = None) -> dic
             "commit": change.get("commit"),
         },
         "dossier": {
-            "dir": str(out_dir.resolve()),
+            "dir": str((dossier_dir or out_dir).resolve()),
             "files": files,
             "statement_sha256": statement_digest(out_dir / ATTESTATION),
+            "evidence_sha256": _evidence(out_dir / ATTESTATION),
             "signature_keyids": keyids,
         },
         "signer": signer,

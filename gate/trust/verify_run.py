@@ -29,7 +29,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gate.trust.approvals import check_approved_files, load_approvals, verify_approval
+from gate.trust.approvals import ApprovalCheck, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import Statement, verify_envelope
 from gate.trust.policy import Trust
 from gate.trust.revocation import Revocations
@@ -95,6 +95,12 @@ class RunCheck:
     def manifest(self) -> dict[str, Any]:
         value = self.statement.predicate.get("manifest") if self.statement else None
         return value if isinstance(value, dict) else {}
+
+    @property
+    def site_policy(self) -> list[str]:
+        """How a site policy (--policy-dir) changed the rule the run was planned by (signed)."""
+        value = self.statement.predicate.get("sitePolicy") if self.statement else None
+        return [str(line) for line in value] if isinstance(value, list) else []
 
     @property
     def approved(self) -> bool:
@@ -201,8 +207,11 @@ def check_run(
     if report.statement is None:
         return out
     _check_results(out, trust)
+    for line in out.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
+        add(Finding(None, f"the run's plan was changed by a {line}" if out.site_policy else line))
     _check_binding(out, commit, manifest_sha256)
-    _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by])
+    run_signers = {s.keyid: signers[s.keyid].public_key for s in counted if s.keyid in signers}
+    _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by], run_signers)
     return out
 
 
@@ -281,31 +290,47 @@ def _check_binding(out: RunCheck, commit: str | None, manifest_sha256: str | Non
             add(Finding(True, f"manifest {out.manifest.get('name')}: sha256 {signed} as asked"))
 
 
+def approval_problems(
+    check: ApprovalCheck, trust: Trust, revoked: Revocations, at: str | None, run_keyids: list[str]
+) -> list[str]:
+    """Why a verified approval does not count under the trust policy (empty: it counts): its own
+    problems, a key that may not approve this change under that name, the run's own key, a revoked key."""
+    problems = list(check.problems)
+    if check.keyid:
+        bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
+        if bad:
+            problems.append(bad)
+        if check.keyid in run_keyids:
+            problems.append("approved by the key that signed the run (an approval needs a second key)")
+        gone = revoked.key(check.keyid, at)
+        if gone is not None:
+            problems.append(f"the key was {gone.says()}")
+    return problems
+
+
 def _check_approvals(
     out: RunCheck,
     trust: Trust,
     revoked: Revocations,
     approvals: list[ApprovalInput] | None,
     run_keyids: list[str],
+    run_signers: dict[str, Ed25519PublicKey],
 ) -> None:
     add = out.findings.append
+    evidence = str(out.statement.predicate.get("evidenceSha256") or "") if out.statement else ""
     if approvals is None:
         approvals = [
             ApprovalInput(r, f"approval.json[{i}]") for i, r in enumerate(_records(out, out.directory), start=1)
         ]
     counted: dict[str, Ed25519PublicKey] = {}
     for item in approvals:
-        check = verify_approval(item.record, expected_statement=out.statement_sha256, directory=out.directory)
-        problems = list(check.problems)
-        if check.keyid:
-            bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
-            if bad:
-                problems.append(bad)
-            if check.keyid in run_keyids:
-                problems.append("approved by the key that signed the run (an approval needs a second key)")
-            gone = revoked.key(check.keyid, item.at)
-            if gone is not None:
-                problems.append(f"the key was {gone.says()}")
+        check = verify_approval(
+            item.record,
+            expected_statement=out.statement_sha256,
+            expected_evidence=evidence or None,
+            directory=out.directory,
+        )
+        problems = approval_problems(check, trust, revoked, item.at, run_keyids)
         who = f"{item.label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
         if problems:
             add(Finding(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}"))
@@ -316,8 +341,16 @@ def _check_approvals(
         identity = trust.identities.get(check.keyid)
         if identity is not None:
             counted[check.keyid] = identity.public_key
-        add(Finding(True, f"{who} counts"))
-    matched, problems = check_approved_files(out.directory, out.statement_sha256, counted)
+        carried = (
+            f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "
+            f"sha256:{evidence[:16]}, so it carries over)"
+            if check.carried
+            else ""
+        )
+        add(Finding(True, f"{who} counts{carried}"))
+    # approval.dsse.json: signed by an approver who counted, or (approvals carried over from an
+    # identical run, written by `gate run`) by the run signer who signed this run
+    matched, problems = check_approved_files(out.directory, out.statement_sha256, {**counted, **run_signers})
     for name in matched:
         add(Finding(True, f"{name}: sha256 matches the signed approved-dossier statement"))
     for problem in problems:
@@ -334,4 +367,13 @@ def _records(out: RunCheck, directory: Path) -> list[dict[str, Any]]:
         return []
 
 
-__all__ = ["ApprovalInput", "Finding", "RunCheck", "check_run", "is_approximate", "read_results", "ref_matches"]
+__all__ = [
+    "ApprovalInput",
+    "Finding",
+    "RunCheck",
+    "approval_problems",
+    "check_run",
+    "is_approximate",
+    "read_results",
+    "ref_matches",
+]

@@ -98,6 +98,10 @@ def _checks(quality: str) -> list[CheckResult]:
     ]
 
 
+SAMPLES = "samples/long-range-retrieval.jsonl"
+"""The quality slice's samples a run with `samples=True` carries, as write_report names them."""
+
+
 def signed_run(
     out: Path,
     manifest: Path,
@@ -106,14 +110,22 @@ def signed_run(
     ledger: Path | None = None,
     quality: str = "pass",
     checks: list[CheckResult] | None = None,
+    samples: bool = False,
+    policy_dirs: list[Path] | None = None,
+    started_at: str = "2030-06-01T10:00:00+00:00",
 ) -> tuple[Path, GateResult]:
     """Write DIR as a signed `gate run` would; return DIR and its result. The run's trust policy is
-    $GATE_TRUST's, as `gate run` finds it."""
+    $GATE_TRUST's, as `gate run` finds it. `checks`: the results to sign (default: a run's, by
+    `quality`). `samples`: the dossier also carries a quality slice's samples (a signed subject in
+    samples/, as a real run's). `policy_dirs`: site policies; only the checks their plan keeps are in
+    the result. `started_at`: the run's start (another one makes another dossier digest from the same
+    evidence)."""
     from gate.trust.policy import find_trust
 
     loaded = load_manifest(manifest)
-    plan = build_plan(loaded.manifest, loaded.doc, load_policies([]))
-    checks = checks if checks is not None else _checks(quality)
+    plan = build_plan(loaded.manifest, loaded.doc, load_policies(policy_dirs or []))
+    planned = {p.check for p in plan.checks}
+    checks = checks if checks is not None else [c for c in _checks(quality) if c.check in planned]
     trust = find_trust(None)
     if ledger is not None:
         checks = apply_waivers(loaded, checks, ledger, trust=trust)
@@ -126,15 +138,24 @@ def signed_run(
         manifest=loaded.manifest.model_dump(mode="json", by_alias=True),
         manifest_digest={"path": str(manifest), "sha256": loaded.sha256},  # type: ignore[arg-type]
         policies=plan.policies,
+        site_policy=plan.site_policy,
         plan=plan.model_dump(mode="json"),
         checks=checks,
-        started_at="2030-06-01T10:00:00+00:00",
+        started_at=started_at,
         finished_at="2030-06-01T10:05:00+00:00",
         trust_policy={"path": trust.path, "sha256": trust.sha256} if trust is not None else None,  # type: ignore[arg-type]
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(result.model_dump_json(indent=2) + "\n")
     write_outputs(result, out, manifest, gate_key, environ={})
+    if samples:
+        from gate.trust.attest import ENVELOPE_NAME, load_private_key, parse_statement, read_envelope, sign_directory
+
+        (out / SAMPLES).parent.mkdir(exist_ok=True)
+        (out / SAMPLES).write_text('{"id": 1, "agree": true}\n{"id": 2, "agree": false}\n')
+        signed = parse_statement(read_envelope(out / ENVELOPE_NAME)[1])
+        manifest_file = signed.predicate["manifest"]["file"]
+        sign_directory(out, [*signed.files(), SAMPLES], manifest_file, load_private_key(gate_key))
     if ledger is not None:
         record_run(result, out, ledger, sign_key=gate_key)
     return out, result
