@@ -160,12 +160,13 @@ def trace_(
     """From a commit (or any digest the ledger recorded) to its dossier, approvals and waivers, verified.
 
     Keys count only for their role (--trust, or --run-key / --approver-key). Exit 0 when
-    everything found verifies and every run found is deployable (PASS, APPROVED, PASS WITH WAIVERS
-    whose waivers count under this trust policy), 7 when it verifies but a run is not deployable
+    everything found verifies and the latest run in each dossier directory is deployable (PASS,
+    APPROVED, PASS WITH WAIVERS whose waivers count under this trust policy), 7 when it verifies but
+    such a run is not deployable
     (0 with --any-verdict), 1 when something does not verify, 2 when nothing matches.
     """
     from gate.cli.verify import deploy_exit
-    from gate.trust.audit import MIN_REF, trace
+    from gate.trust.audit import MIN_REF, standing_runs, trace
 
     with user_errors(), _open(ledger_path) as ledger:
         trust = load_roles(trust_path, run_keys, approver_keys)
@@ -202,7 +203,7 @@ def trace_(
     else:
         _echo(False, f"ledger: {bad.message}")
     echo("VERIFIED" if ok else "NOT VERIFIED")
-    sys.exit(deploy_exit(all(item.deployable for item in traces), any_verdict) if ok else 1)
+    sys.exit(deploy_exit(all(item.deployable for item in standing_runs(traces)), any_verdict) if ok else 1)
 
 
 @command.command("verify")

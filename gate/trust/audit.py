@@ -260,6 +260,18 @@ class RunTrace:
         return self.ok and self.check is not None and self.check.deployable
 
 
+def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
+    """The runs a deploy decision rests on: the latest run recorded into each dossier directory (a
+    re-run replaces its directory's dossier, and the run it replaced is listed, kept in the ledger, but
+    no longer stands for the directory)."""
+    latest: dict[str, RunTrace] = {}
+    for item in traces:
+        where = str((item.run.body.get("dossier") or {}).get("dir", item.dossier))
+        if where not in latest or item.run.seq > latest[where].run.seq:
+            latest[where] = item
+    return list(latest.values())
+
+
 def _check_recorded_files(trace: RunTrace) -> bool:
     """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
     from gate.trust.attest import ENVELOPE_NAME, sha256_file
