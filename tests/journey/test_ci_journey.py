@@ -182,14 +182,17 @@ def test_the_ci_journey(stack: Stack) -> None:
     ci, ledger = s.secrets / "ci.key", "audit/ledger.sqlite"
     run = f"--sign-key {ci} --ledger {ledger} --trust trust.yaml"  # README: gate run M --out D --sign-key K --ledger L
 
-    # 1. main's reference answers, recorded (docs/baselines.md: gate record MANIFEST --out BASELINE)
-    s.gate("gate record ci/serving.yaml --out baselines/main", expect=0)
+    # 1. main's reference answers, recorded, signed and bound to main's commit (docs/baselines.md:
+    # gate record MANIFEST --out BASELINE --sign-key ci.key)
+    main_sha = s.env["GITHUB_SHA"]
+    s.gate(f"gate record ci/serving.yaml --out baselines/main --sign-key {ci}", expect=0)
+    replay = f"{run} --baseline-commit {main_sha}"  # off GitHub: main's commit named (docs/baselines.md)
 
     # 2. the pull request's correct build, against main's recording: green
     s.git("checkout", "-q", "-b", "pr")
     s.commit("prefill: tidy the chunk loop", {"stack/prefill.py": "CHUNK = 64  # tokens per chunk\n"})
     s.changed("stack/prefill.py")
-    out = s.gate(f"gate run ci/serving-vs-main.yaml --out out/pr {run}", expect=0)
+    out = s.gate(f"gate run ci/serving-vs-main.yaml --out out/pr {replay}", expect=0)
     assert "verdict: PASS" in out
     results = json.loads((s.repo / "out/pr/results.json").read_text())
     assert results["baseline"]["kind"] == "recorded baseline" and results["baseline"]["answers_read"] > 0
@@ -202,22 +205,14 @@ def test_the_ci_journey(stack: Stack) -> None:
             "ci/serving-vs-main.yaml": serving(recorded=True, fault="off-by-one-pos"),
         },
     )
-    out = s.gate(f"gate run ci/serving-vs-main.yaml --out out/broken {run}", expect=1)
+    out = s.gate(f"gate run ci/serving-vs-main.yaml --out out/broken {replay}", expect=1)
     results = json.loads((s.repo / "out/broken/results.json").read_text())
     failed = {c["check"]: c for c in results["checks"] if c["status"] == "fail"}
     assert results["verdict"] == "fail" and "prefix-sweep" in failed, out
     assert "::error file=stack/prefill.py" in out, out
-    # the bug class, with main's build run live beside the broken one (the same manifest, its live
-    # reference). TODO(issue 30, recorded-vs-live diagnosis): against main's recording the diagnosis
-    # reads mask-offset for this bug (same numbers); once the replay answers what the diagnosis asks,
-    # assert the class on the replayed run above and drop this second run.
-    s.commit(
-        "ci: the broken build against main's build, live",
-        {"ci/serving.yaml": serving(recorded=False, fault="off-by-one-pos")},
-    )
-    s.gate(f"gate run ci/serving.yaml --out out/broken-live {run}", expect=1)
-    live = json.loads((s.repo / "out/broken-live/results.json").read_text())
-    diagnosis = next(c["diagnosis"] for c in live["checks"] if c["check"] == "prefix-sweep")
+    # the bug class is the one main's build run live gives (the replay traces layers against the
+    # reference the recording names, built in this job: docs/baselines.md)
+    diagnosis = failed["prefix-sweep"]["diagnosis"]
     assert diagnosis["bug_class"] == "positional-index", diagnosis
 
     # 4. an approximate change: awaiting approval, approved as printed, re-run: approved
