@@ -31,6 +31,12 @@ elif [ -n "${GATE_CHANGED_FILES:-}" ]; then
   export GATE_CHANGED_FILES
 fi
 
+rank() {
+  case $1 in
+    0) echo 0 ;; 4) echo 1 ;; 5) echo 2 ;; 6) echo 3 ;; 1) echo 4 ;; *) echo 5 ;;
+  esac
+}
+
 worst=0
 verdicts=""
 for manifest in $manifests; do
@@ -58,11 +64,14 @@ for manifest in $manifests; do
     2) verdict=bad-input ;;
     3) verdict=${verdict:-error} ;;
     5) verdict=partial ;;
+    6) verdict=unproven ;;  # nothing failed, but gate could not prove a required check here: still red
     *) verdict="exit-$rc" ;;
   esac
   verdicts="$verdicts $name=$verdict"
   echo "gate: $manifest -> $verdict (job outcome: $([ $rc -eq 0 ] && echo success || echo failure))"
-  [ "$rc" -gt "$worst" ] && worst=$rc
+  # the worst run by gate.core.result.VERDICT_PRECEDENCE, not by number: a failure (1) outranks
+  # unproven (6), partial (5) and awaiting approval (4); an error or bad input outranks everything
+  [ "$(rank "$rc")" -gt "$(rank "$worst")" ] && worst=$rc
 done
 
 if [ -n "${GITHUB_OUTPUT:-}" ]; then

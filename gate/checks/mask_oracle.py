@@ -31,6 +31,19 @@ RESET_VALUES = ((1, 3, 5, 7), (6, 10, 14, 18))
 """The request after a reset (rows 0 and 1)."""
 
 
+MODEL_LEVEL_STAND_INS = {
+    "prefix-sweep": "the whole model's cached logits against a full pass at every swept prefix length: a mask "
+    "from the chunk origin, a window where full attention is declared and a read into the unused tail "
+    "(non-finite or shifted logits) change them",
+    "schedule-fuzz": "random schedules of prefills and appends of random sizes, resets and forks, every step "
+    "against a full pass: a multi-token chunk over a cache (the mask origin of chunked prefill), a reset "
+    "that keeps state and reads past the valid length change them",
+}
+"""What observes mask-oracle's rule when the candidate offers no AttentionProbe (the check's card
+says so): model-level, through projections and positions, so weaker than the oracle's exact
+answers; the runner keeps mask-oracle unproven-not-applicable (a warning) while both pass with power."""
+
+
 @dataclass
 class Case:
     name: str
@@ -121,7 +134,11 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
     """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
     candidate = ctx.candidate
     if not isinstance(candidate, AttentionProbe):
-        return Outcome(status="skip", message=f"{candidate.name} offers no AttentionProbe (attention_probe)")
+        return Outcome(
+            status="skip",
+            message=f"{candidate.name} offers no AttentionProbe (attention_probe)",
+            covered_by=dict(MODEL_LEVEL_STAND_INS),
+        )
     rows: list[dict[str, Any]] = []
     row_observed: dict[int, torch.Tensor] = {}  # by the positive run's index
     failures: list[str] = []

@@ -110,6 +110,11 @@ class Outcome:
     """Assertions the check could not make on this candidate -> the capability it lacks, in words.
     With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides
     what they mean for the gate."""
+    covered_by: dict[str, str] = field(default_factory=dict)
+    """For a check that cannot run on this candidate (status `skip`): the checks of the same plan
+    that observe its rule at model level -> what each observes. The runner holds it
+    unproven-not-applicable (a warning, never a pass) while every one of them passed with its power
+    shown, and unproven as the policy says otherwise."""
     rounding_spread: float | None = None
     """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
     band of the logits): a faulted run that moves it no further than this failed through noise, and

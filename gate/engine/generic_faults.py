@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
     from gate.protocols import DecodePath, Session
 
-SESSION_CHECKS = ("prefix-sweep", "greedy-parity")
-"""Built-in checks that compare the candidate's session outputs with the reference's."""
+SESSION_CHECKS = ("prefix-sweep", "greedy-parity", "schedule-fuzz")
+"""Built-in checks that compare the candidate's session outputs with the reference's (schedule-fuzz:
+every step of a random schedule of sessions against a full pass)."""
 
 
 @runtime_checkable
@@ -226,7 +227,7 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
     GenericFault(
         "reset-ignored",
         ("reset-keeps-position",),
-        ("reset-isolation",),
+        ("reset-isolation", "schedule-fuzz"),
         "reset() does nothing: the next request is appended to the previous request's cache",
         ResetIgnored,
     ),
