@@ -11,10 +11,10 @@ from gate.prefix.cache import (
     SAVE_FORMAT,
     STRUCTURAL_FIELDS,
     WORKER_ATTRS,
-    Block,
     CacheCounters,
     CacheIdentity,
     CacheRules,
+    CachedBlock,
     PrefixCache,
     PrefixReply,
     RequestStats,
@@ -25,6 +25,9 @@ from gate.prefix.cache import (
     verify_material,
     weak_hash,
 )
+
+Block = CachedBlock
+"""The old name of gate.prefix.cache.CachedBlock."""
 
 warnings.warn(
     "gate.prefix_cache is deprecated: import from gate.plugin (data types) or gate.prefix.cache instead",
@@ -40,6 +43,7 @@ __all__ = [
     "CacheCounters",
     "CacheIdentity",
     "CacheRules",
+    "CachedBlock",
     "PrefixCache",
     "PrefixReply",
     "RequestStats",

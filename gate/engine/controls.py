@@ -135,7 +135,7 @@ def _run_planted(
         "metrics": metrics,
         "detected_at": faulty.detected_at,
     }
-    return _judged(control, base, faulty, clean.rounding_spread, difference)
+    return _judged(control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change)
 
 
 def invisible_reason(path: Any, fault: str) -> str | None:
@@ -146,7 +146,12 @@ def invisible_reason(path: Any, fault: str) -> str | None:
 
 
 def _judged(
-    control: ControlSpec, base: dict[str, Any], faulty: Outcome, spread: float | None, difference: float | None
+    control: ControlSpec,
+    base: dict[str, Any],
+    faulty: Outcome,
+    spread: float | None,
+    difference: float | None,
+    tolerated: float | None = None,
 ) -> ControlResult:
     failed = faulty.status == "fail"
     if failed and control.expect != "pass" and spread is not None and difference is not None and difference <= spread:
@@ -174,14 +179,16 @@ def _judged(
             outcome=ControlOutcome.unobservable,
             message="the fault did not change the observed outputs at these settings (max |Δ| = 0)",
         )
-    if spread is not None and difference is not None and difference <= spread:
-        # a change no larger than a correct path's own rounding: the check may not flag it, so its
-        # passing proves no lack of power (a rotary model under a uniform position shift, a bfloat16 path)
+    allowed = max((b for b in (spread, tolerated) if b is not None), default=None)
+    if allowed is not None and difference is not None and difference <= allowed:
+        # a change no larger than a correct path may show (its rounding, or the dtype's tolerance band the
+        # check accepts): passing it proves no lack of power (a rotary model under a uniform position
+        # shift, a bfloat16 path)
         return ControlResult(
             **base,
             outcome=ControlOutcome.unobservable,
-            message=f"the fault moved the observed outputs by only {difference:.3g}, within the correct path's own "
-            f"rounding spread {spread:.3g}: the check cannot be asked to see it",
+            message=f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "
+            f"a correct path at this dtype ({allowed:.3g}): the check cannot be asked to see it",
         )
     return ControlResult(
         **base,
