@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from gate.core.check import CheckContext, CheckSpec, Outcome, Params, check
 from gate.core.result import ControlOutcome, ControlResult
-from gate.engine.generic_faults import CacheCropping, WeightReloading
 from gate.errors import (
     AdapterUnavailable,
     GateError,
@@ -46,6 +45,7 @@ from gate.protocols import (
     AttentionProbe,
     BatchedSession,
     BatchedSessions,
+    CacheCropping,
     ContinuousBatching,
     ContinuousSession,
     DecodePath,
@@ -69,6 +69,7 @@ from gate.protocols import (
     PrefixWeightUpdates,
     Session,
     SpeculativePath,
+    WeightReloading,
     subject_call,
 )
 

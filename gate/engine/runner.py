@@ -252,7 +252,9 @@ def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
             elif none_could_show(other.controls) or not detected:
                 short.append(f"{name} showed no power")
             else:
-                held.append(f"{name} ({other.status.value}, {len(detected)} of {len(other.controls)} controls detected)")
+                held.append(
+                    f"{name} ({other.status.value}, {len(detected)} of {len(other.controls)} controls detected)"
+                )
         if short:
             message = f"{check.message}; what stands in did not hold ({'; '.join(short)}), so it stays unproven"
             settled.append(check.model_copy(update={"message": message}))

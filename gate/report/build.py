@@ -332,9 +332,13 @@ def _banner_notes(result: GateResult) -> list[str]:
                     f"model level by {', '.join(check.covered_by)}"
                 )
             elif check.controls and not any(c.outcome.value == "detected" for c in check.controls):
-                notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run or show anything")
+                notes.append(
+                    f"unproven ({denies}): {check.check}: none of its negative controls could run or show anything"
+                )
             else:
-                notes.append(f"unproven ({denies}): {check.check}: could not cover what the policy requires (see the check)")
+                notes.append(
+                    f"unproven ({denies}): {check.check}: could not cover what the policy requires (see the check)"
+                )
     return notes
 
 

@@ -22,7 +22,9 @@ from gate.cli.main import cli
 MANIFEST = Path(__file__).parent / "gqa" / "static-cache.yaml"
 
 
-def run(tmp: Path, *, dtype: str = "float32", bug: str = "none", only: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+def run(
+    tmp: Path, *, dtype: str = "float32", bug: str = "none", only: tuple[str, ...] = ()
+) -> tuple[int, dict[str, Any]]:
     text = MANIFEST.read_text().replace("dtype: float32", f"dtype: {dtype}")
     if bug != "none":
         text = text.replace("options: {engine: static-cache}", f"options: {{engine: static-cache, bug: {bug}}}")

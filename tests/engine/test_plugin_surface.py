@@ -102,11 +102,15 @@ def test_a_plugin_authors_names_are_exported_from_gate_plugin(name: str) -> None
 @pytest.mark.parametrize(
     "old, names, new",
     [
-        ("gate.prefix_cache", ["CacheIdentity", "PrefixReply", "RequestStats", "RestoreReport", "PrefixCache"], "gate.prefix.cache"),
+        (
+            "gate.prefix_cache",
+            ["CacheIdentity", "PrefixReply", "RequestStats", "RestoreReport", "PrefixCache"],
+            "gate.prefix.cache",
+        ),
         ("gate.paths", ["DecodePath", "Session", "AdapterUnavailable", "UnknownFault"], "gate.plugin"),
         ("gate.checks.api", ["CheckContext", "Outcome", "Params", "check"], "gate.plugin"),
     ],
-)  # fmt: skip
+)
 def test_a_moved_module_keeps_a_warning_shim(old: str, names: list[str], new: str) -> None:
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):

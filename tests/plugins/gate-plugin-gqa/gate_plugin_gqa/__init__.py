@@ -39,7 +39,7 @@ class GQAAdapter:
     def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> Any:
         import torch
 
-        from gate_plugin_gqa.gqa import Config, GQALM
+        from gate_plugin_gqa.gqa import GQALM, Config
 
         opts = options if isinstance(options, Options) else Options.model_validate(options.model_dump())
         config = Config(n_layers=opts.layers, max_len=opts.max_len)
