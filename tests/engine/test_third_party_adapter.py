@@ -40,10 +40,15 @@ def test_the_adapter_is_a_separate_installed_package() -> None:
     assert any(ep.group == "gate.adapters" and ep.name == "tinylm" for ep in dist.entry_points)
 
 
+def unscoped(tmp: Path) -> str:
+    """kv-cache.yaml without its `checks:` section (the sweep scoped to tinylm's 191 positions)."""
+    path = tmp / "unscoped.yaml"
+    path.write_text((HERE / "kv-cache.yaml").read_text().split("checks:")[0])
+    return str(path)
+
+
 def test_a_policy_wanting_lengths_past_the_engine_is_unproven_exit_6(tmp_path: Path) -> None:
-    unscoped = tmp_path / "unscoped.yaml"
-    unscoped.write_text((HERE / "kv-cache.yaml").read_text().split("checks:")[0])
-    result, record = run(str(unscoped), tmp_path / "out")
+    result, record = run(unscoped(tmp_path), tmp_path / "out")
     assert result.exit_code == 6, result.output
     assert record["verdict"] == "unproven" and "prefix-sweep" in record["summary"]
     sweep = by_check(record)["prefix-sweep"]  # the standard lengths past tinylm's 192 positions: unproven
@@ -119,7 +124,7 @@ def test_unproven_warns_when_the_policy_says_so(tmp_path: Path) -> None:
 
 def test_a_weakened_site_policy_says_so_in_the_banner(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result, record = run("kv-cache.yaml", out, "--policy-dir", HERE / "weak-policy")
+    result, record = run(unscoped(tmp_path), out, "--policy-dir", HERE / "weak-policy")
     assert result.exit_code == 0, result.output
     (line,) = record["site_policy"]
     assert "site policy site-weak@1" in line and "replaced the rule of layout" in line
