@@ -4,10 +4,12 @@
 # Runs `gate run` on every manifest in $GATE_MANIFESTS (whitespace-separated) into
 # $GATE_OUT/<manifest name>/, and maps each exit code to the job's outcome:
 #   0 pass -> success            1 fail, 3 error, 5 partial -> failure
+#   6 unproven (nothing failed, but gate could not prove a required check) -> failure, named unproven
 #   2 bad input -> failure       4 awaiting approval -> $GATE_ON_AWAITING:
 #        neutral (default): success with a ::warning saying a signed approval is needed
 #        failure: the step fails        success: success with a ::notice
-# Writes step outputs (verdicts, exit-code, out-dir) to $GITHUB_OUTPUT when set.
+# Writes step outputs (verdicts, exit-code, out-dir) to $GITHUB_OUTPUT when set; exit-code is the worst
+# run's by verdict precedence (error, fail, unproven, partial, awaiting approval, pass), not the largest number.
 # Before running, the files this pull request changed are listed for gate's annotations
 # (GATE_CHANGED_FILES; `git diff --name-only BASE...HEAD`, BASE from $GATE_BASE_REF or $GITHUB_BASE_REF).
 set -uo pipefail

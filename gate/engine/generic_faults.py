@@ -189,10 +189,7 @@ def _needs_crop(path: DecodePath) -> str | None:
     session = path.new_session(1)
     if isinstance(session, CacheCropping):
         return None
-    return (
-        f"sessions of {path.name} do not expose their cache length "
-        "(no cache_length/crop: gate.plugin.CacheCropping)"
-    )
+    return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"
 
 
 GENERIC_FAULTS: tuple[GenericFault, ...] = (
