@@ -99,27 +99,6 @@ def test_a_plugin_authors_names_are_exported_from_gate_plugin(name: str) -> None
     assert name in gate.plugin.__all__
 
 
-@pytest.mark.parametrize(
-    "old, names, new",
-    [
-        (
-            "gate.prefix_cache",
-            ["CacheIdentity", "PrefixReply", "RequestStats", "RestoreReport", "PrefixCache"],
-            "gate.prefix.cache",
-        ),
-        ("gate.paths", ["DecodePath", "Session", "AdapterUnavailable", "UnknownFault"], "gate.plugin"),
-        ("gate.checks.api", ["CheckContext", "Outcome", "Params", "check"], "gate.plugin"),
-    ],
-)
-def test_a_moved_module_keeps_a_warning_shim(old: str, names: list[str], new: str) -> None:
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
-        module = importlib.import_module(old)
-    current = importlib.import_module(new)
-    for name in names:
-        assert getattr(module, name) is getattr(current, name)
-
-
 @pytest.mark.parametrize("name", ["SpecStats", "SpeculativeSample", "warp", "SpeculativeSampler", "VerifyRules"])
 def test_the_old_single_module_speculative_names_still_import_with_a_warning(name: str) -> None:
     with pytest.warns(DeprecationWarning, match=f"gate.speculative.{name} is deprecated"):
