@@ -309,7 +309,10 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
-    note += f"; unproven (a warning by policy, not a pass): {', '.join(warned)}" if warned else ""
+    by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
+    not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
+    note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
+    note += f"; unproven-not-applicable (a warning, not a pass): {', '.join(not_applicable)}" if not_applicable else ""
     if claim == ClaimLevel.bounded_degradation:
         held = "every deny check held" if waived else "every envelope held"
         return (

@@ -74,9 +74,15 @@ def test_the_correct_engine_passes_the_built_in_layout_policy_with_stand_ins(tmp
 @pytest.mark.parametrize(
     "bug, check, bug_class",
     [
+        # class not asserted where the diagnosis cannot name it without a layer tracer: the sweep calls a
+        # chunk-mask origin mask-window (it does not know which lengths a multi-token append reached) and
+        # schedule-fuzz uncertain, though its shrunk reproducer is the chunk itself ("prefill 1, append 2")
         ("chunk-mask-origin", "schedule-fuzz", None),
+        # a wrong query-to-KV-head map at read time reads as mask-offset: kv-head-mapping needs the stored
+        # K/V permuted, and judging the read needs each query head's output against each KV head's
         ("kv-head-map", "prefix-sweep", None),
         ("reset-position", "reset-isolation", "reset-leak"),
+        # NaN logits with no layer trace to place the read: named for what is seen, not read-past-valid-length
         ("read-past-end", "prefix-sweep", "non-finite-output"),
     ],
 )
