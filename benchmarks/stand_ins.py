@@ -71,10 +71,11 @@ def section(manifest: Path, dtypes: list[str]) -> str:
             f"manifest `{rel}`, the built-in policy, dtypes {', '.join(dtypes)}). The engine plants no fault "
             "of its own and offers no attention probe, no weight reloading and no cache cropping, so a cell "
             "is a generic stand-in chosen at run time (with what it showed and where), or `unsupported` when "
-            "no generic fault covers that rule for that check. mask-oracle has no row of controls: without a "
-            "probe it is unproven-not-applicable, held up by prefix-sweep and schedule-fuzz (docs/test-power.md).",
+            "no generic fault covers that rule for that check. mask-oracle's column is empty: without a probe it "
+            "runs no controls and is unproven-not-applicable, held up by prefix-sweep and schedule-fuzz "
+            "(docs/test-power.md). schedule-fuzz draws schedules until its time budget, so its count varies.",
             "",
-            *tables,
+            "\n\n".join(tables),
             "",
         ]
     )
