@@ -80,7 +80,7 @@ def _classified_control(
         return ControlResult(fault=control.fault, outcome=ControlOutcome.unsupported, message=planted)
     if planted.kind == "generic":
         why = (
-            f"the adapter declares its own {control.fault} invisible here ({invisible})"
+            f"its own {control.fault} is invisible here ({invisible})"
             if invisible is not None
             else f"the adapter plants no {control.fault} of its own"
         )
