@@ -14,7 +14,7 @@ KEY    := out/demo-signing
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
 # hqq is a source package whose setup also builds CUDA kernels unless DISABLE_CUDA=1.
 $(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/plugins/gate-plugin-tinylm/pyproject.toml \
-         tests/plugins/gate-plugin-blockstore/pyproject.toml
+         tests/plugins/gate-plugin-blockstore/pyproject.toml tests/plugins/gate-plugin-gqa/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/p
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-finite
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-tinylm
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-blockstore
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-gqa
 	touch $(STAMP)
 
 install: $(STAMP)

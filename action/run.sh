@@ -4,6 +4,7 @@
 # Runs `gate run` on every manifest in $GATE_MANIFESTS (whitespace-separated) into
 # $GATE_OUT/<manifest name>/, $GATE_JOBS (default 1) at a time, and maps each exit code to the job's outcome:
 #   0 pass -> success            1 fail, 3 error, 5 partial -> failure
+#   6 unproven (nothing failed, but gate could not prove a required check) -> failure, named unproven
 #   2 bad input -> failure, annotated at the manifest's file and line (gate's FILE:LINE:COL: field: message)
 #   4 awaiting approval -> $GATE_ON_AWAITING:
 #        neutral (default): success with a ::warning saying a signed approval is needed
@@ -12,7 +13,8 @@
 # failing check) to <out>/annotations.txt, and this step prints at most 10 errors over all the
 # manifests; the job summary opens with a table of every manifest (verdict, approval state, every
 # failing check), then each dossier.
-# Writes step outputs (verdicts, exit-code, out-dir) to $GITHUB_OUTPUT when set.
+# Writes step outputs (verdicts, exit-code, out-dir) to $GITHUB_OUTPUT when set; exit-code is the worst
+# run's by verdict precedence (error, fail, unproven, partial, awaiting approval, pass), not the largest number.
 # Before running, the files this pull request changed are listed for gate's annotations
 # (GATE_CHANGED_FILES; `git diff --name-only BASE...HEAD`, BASE from $GATE_BASE_REF or $GITHUB_BASE_REF).
 set -uo pipefail
@@ -35,6 +37,13 @@ if [ -n "$base" ] && git rev-parse --verify -q "origin/$base" >/dev/null 2>&1; t
 elif [ -n "${GATE_CHANGED_FILES:-}" ]; then
   export GATE_CHANGED_FILES
 fi
+
+rank() {
+  case $1 in
+    0) echo 0 ;; 4) echo 1 ;; 5) echo 2 ;; 6) echo 3 ;; 1) echo 4 ;; *) echo 5 ;;
+  esac
+}
+
 
 jobs=${GATE_JOBS:-1}
 case "$jobs" in ''|*[!0-9]*|0) echo "::error title=gate action::jobs must be a positive integer, not '$jobs'"; exit 2;; esac
@@ -80,10 +89,16 @@ for manifest in $manifests; do
   approval="n/a"
   failing=""
   case $rc in
-    0) verdict=${verdict:-pass}; approval="not needed" ;;
+    0) verdict=${verdict:-pass}; approval="not needed"
+       # exit 0 with results.json awaiting approval: the ledger's approvals of the same evidence counted
+       # (approval.json beside it names them), so the run stands approved without a new signature
+       [ "$verdict" = awaiting-approval ] && verdict=approved ;;
     4) verdict=awaiting-approval
-       approval="awaiting: \`gate approve $out --key KEY --reason '…'\`"
-       message="$manifest: every check held, but an approximate change needs a signed approval: gate approve $out --key KEY --reason '…' (docs/audit.md)"
+       # the approve command exactly as the dossier prints it (with the run's --ledger and --trust)
+       approve=$(sed -n 's/^ *\(gate approve .*\)$/\1/p' "$out/dossier.md" 2>/dev/null | head -n 1)
+       approve=${approve:-"gate approve $out --key KEY --reason '…'"}
+       approval="awaiting: \`$approve\`"
+       message="$manifest: every check held, but an approximate change needs a signed approval: $approve (docs/audit.md)"
        case "$on_awaiting" in
          neutral) echo "::warning title=gate: awaiting approval (neutral)::$message"; rc=0 ;;
          success) echo "::notice title=gate: awaiting approval::$message"; rc=0 ;;
@@ -93,6 +108,7 @@ for manifest in $manifests; do
     2) verdict=bad-input ;;
     3) verdict=${verdict:-error} ;;
     5) verdict=partial ;;
+    6) verdict=unproven ;;  # nothing failed, but gate could not prove a required check here: still red
     *) verdict="exit-$rc" ;;
   esac
   [ -f "$out/dossier.approved.md" ] && approval="approved (dossier.approved.html)"
@@ -124,7 +140,9 @@ for manifest in $manifests; do
   table="$table"$'\n'"| \`$manifest\` | $verdict | $approval | ${cell//|/\\|} |"
   verdicts="$verdicts $name=$verdict"
   echo "gate: $manifest -> $verdict (job outcome: $([ "$rc" -eq 0 ] && echo success || echo failure))"
-  [ "$rc" -gt "$worst" ] && worst=$rc
+  # the worst run by gate.core.result.VERDICT_PRECEDENCE, not by number: a failure (1) outranks
+  # unproven (6), partial (5) and awaiting approval (4); an error or bad input outranks everything
+  [ "$(rank "$rc")" -gt "$(rank "$worst")" ] && worst=$rc
 done
 if [ "$errors_left" -gt 0 ]; then
   echo "::notice title=gate: annotations capped::GitHub shows 10 error annotations per step; $errors_left more failing checks are listed in the job summary"

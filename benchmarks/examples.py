@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 EXPECT = re.compile(r"^# gate-expect: (pass|fail|unproven|awaiting-approval|rejected|error)\s*$")
 EXPECT_ON = re.compile(r"^# gate-expect \(transformers (\d+\.\d+)\): (pass|fail|awaiting-approval|rejected|error)\b")
-EXIT_CODES = {"pass": 0, "fail": 1, "unproven": 1, "rejected": 2, "error": 3, "awaiting-approval": 4}
+EXIT_CODES = {"pass": 0, "fail": 1, "unproven": 6, "rejected": 2, "error": 3, "awaiting-approval": 4}
 
 
 def _installed_transformers() -> str | None:

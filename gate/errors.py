@@ -9,6 +9,11 @@ EXIT_CHECK_ERROR = 3
 EXIT_AWAITING_APPROVAL = 4
 EXIT_PARTIAL = 5
 """`gate run --check NAME` ran only part of the plan and nothing failed: not a verdict on the manifest."""
+EXIT_UNPROVEN = 6
+"""Nothing failed, but a check the policy requires could not be proven (none of its negative controls
+could run or show anything, a required deny check could not run, wanted lengths were out of reach):
+"gate could not prove its checks here", told apart from exit 1, "the engine is broken". Still a
+red job by default (`unproven: deny`)."""
 EXIT_NOT_DEPLOYABLE = 7
 """`gate verify` / `gate audit trace`: authentic, but not a verdict a deploy may ship (`--any-verdict`: 0)."""
 # an engine behind HTTP (gate.adapters.openai): each way it can fail has its own code

@@ -1,4 +1,4 @@
-"""Everything a plugin author needs, on one screen.
+"""Everything a plugin author needs, on one screen: the contract of the plugin surface.
 
 A check is a decorated function from `(CheckContext, params)` to an `Outcome`; an adapter is a
 class with a pydantic `Options` model and a `build(options, *, device, dtype, seed)` that returns a
@@ -13,55 +13,141 @@ class with a pydantic `Options` model and a `build(options, *, device, dtype, se
     def finite_logits(ctx: CheckContext, params: FiniteParams) -> Outcome:
         ...
 
-Importing this module imports no torch. See docs/plugins.md for a worked check and adapter.
+Every name in `__all__` is part of the contract: the protocols a path offers, the data types a
+sampler or a prefix store returns (`SpecStats`, `SpeculativeSample`, `warp`; `CacheIdentity`,
+`PrefixReply`, `RequestStats`, `RestoreReport`), the errors, and the control bookkeeping (the
+optional capabilities that buy generic controls, `FaultVisibility`, the control records). A name
+that moves keeps a warning shim at its old import path for at least one minor release
+(`gate.paths`, `gate.checks.api`, `gate.prefix_cache`, `gate.speculative`'s old names).
+
+Importing this module imports no torch: the sampler's and the store's data types (whose modules
+use torch) load on first use of their name.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from gate.core.check import CheckContext, CheckSpec, Outcome, Params, check
-from gate.errors import AdapterUnavailable, GateError, InputError, UnavailableError, UnknownFault
+from gate.core.result import ControlOutcome, ControlResult
+from gate.errors import (
+    AdapterUnavailable,
+    GateError,
+    InputError,
+    SubjectCrash,
+    UnavailableError,
+    UnknownFault,
+)
 from gate.protocols import (
+    PREFIX_CAPABILITIES,
     Adapter,
     AttentionProbe,
     BatchedSession,
     BatchedSessions,
+    CacheCropping,
     ContinuousBatching,
     ContinuousSession,
     DecodePath,
+    EngineCompletion,
+    EngineServer,
+    EngineServing,
+    EngineStream,
     FaultVisibility,
+    KVGeometry,
     LayerTracing,
     LayoutBoundaries,
+    LayoutEdges,
     PathCapabilities,
+    PrefixBudget,
     PrefixCaching,
+    PrefixHashing,
+    PrefixIdentityReport,
+    PrefixServing,
+    PrefixSiblings,
+    PrefixSnapshots,
+    PrefixWeightUpdates,
     Session,
     SpeculativePath,
+    WeightReloading,
     subject_call,
 )
 
+if TYPE_CHECKING:
+    from gate.prefix.cache import CacheIdentity, PrefixReply, RequestStats, RestoreReport
+    from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
+
+LAZY: dict[str, str] = {
+    "SpecStats": "gate.speculative.sampler",
+    "SpeculativeSample": "gate.speculative.sampler",
+    "warp": "gate.speculative.sampler",
+    "CacheIdentity": "gate.prefix.cache",
+    "PrefixReply": "gate.prefix.cache",
+    "RequestStats": "gate.prefix.cache",
+    "RestoreReport": "gate.prefix.cache",
+}
+"""Names of the surface whose modules use torch: loaded on first use, so this module stays instant."""
+
+
+def __getattr__(name: str) -> Any:
+    module = LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gate.plugin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
+    "PREFIX_CAPABILITIES",
     "Adapter",
     "AdapterUnavailable",
     "AttentionProbe",
     "BatchedSession",
     "BatchedSessions",
+    "CacheCropping",
+    "CacheIdentity",
     "CheckContext",
     "CheckSpec",
     "ContinuousBatching",
     "ContinuousSession",
+    "ControlOutcome",
+    "ControlResult",
     "DecodePath",
+    "EngineCompletion",
+    "EngineServer",
+    "EngineServing",
+    "EngineStream",
     "FaultVisibility",
     "GateError",
     "InputError",
+    "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
+    "LayoutEdges",
     "Outcome",
     "Params",
     "PathCapabilities",
+    "PrefixBudget",
     "PrefixCaching",
+    "PrefixHashing",
+    "PrefixIdentityReport",
+    "PrefixReply",
+    "PrefixServing",
+    "PrefixSiblings",
+    "PrefixSnapshots",
+    "PrefixWeightUpdates",
+    "RequestStats",
+    "RestoreReport",
     "Session",
+    "SpecStats",
     "SpeculativePath",
+    "SpeculativeSample",
+    "SubjectCrash",
     "UnavailableError",
     "UnknownFault",
+    "WeightReloading",
     "check",
     "subject_call",
+    "warp",
 ]

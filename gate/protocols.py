@@ -35,6 +35,7 @@ __all__ = [
     "AttentionProbe",
     "BatchedSession",
     "BatchedSessions",
+    "CacheCropping",
     "ContinuousBatching",
     "ContinuousSession",
     "DecodePath",
@@ -59,6 +60,7 @@ __all__ = [
     "PrefixWeightUpdates",
     "Session",
     "SpeculativePath",
+    "WeightReloading",
     "subject_call",
 ]
 
@@ -539,6 +541,31 @@ class EngineServing(Protocol):
 
     def changed_model(self, perturb_seed: int) -> Any | None:
         """A model with other weights to restart on, or None where gate cannot restart the server on one."""
+        ...
+
+
+@runtime_checkable
+class WeightReloading(Protocol):
+    """A path whose model can load changed weights in place while sessions stay open: buys the generic
+    `weights-changed` control (gate.engine.generic_faults)."""
+
+    def reload_weights(self, version: int) -> None:
+        """0: the weights as built. Any other version: deterministically changed weights (as a
+        model update would bring), loaded into the same model object."""
+        ...
+
+
+@runtime_checkable
+class CacheCropping(Protocol):
+    """A session whose cache length is exposed and can be cut back (HF `DynamicCache.crop`): buys the
+    generic `block-truncated` control (gate.engine.generic_faults)."""
+
+    def cache_length(self) -> int:
+        """Tokens held in the cache."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keep only the first `length` cached tokens (and continue from position `length`)."""
         ...
 
 

@@ -286,6 +286,8 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
             return "positional-index"
         if component == "attention-output":
             return "mask-window" if kind == "onset-at-length" else "mask-offset"
+    if first is None and profile.get("non_finite"):
+        return "non-finite-output"  # no layer trace to say where the NaN came from: name what is seen
     if kind == "periodic":
         return "kv-truncation"
     if kind == "onset-at-length":
@@ -314,6 +316,8 @@ def diagnose(
     """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
     deviating length that has a prefix (length 0 has no cached K/V to compare)."""
     profile = length_profile(lengths, deviates, delta, flips)
+    if any(x and not math.isfinite(d) for x, d in zip(deviates, delta, strict=True)):
+        profile["non_finite"] = True  # NaN or inf in the candidate's logits at a deviating length
     at = trace_at
     if at is None:
         at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)

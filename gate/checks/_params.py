@@ -90,8 +90,10 @@ class InvalidationParams(Params):
 
 
 class MaskOracleParams(Params):
-    rtol: float = Field(default=1e-5, gt=0)
-    """Relative tolerance on the oracle's outputs (they are exact rationals; float32 rounding only)."""
+    rtol: float | None = Field(default=None, gt=0)
+    """Relative tolerance on the oracle's outputs (they are exact rationals, so only the probe's own
+    rounding moves them). None: by the dtype the probe computes in (gate.checks.mask_oracle.ORACLE_RTOL:
+    1e-5 in float32, a few units in the last place in bfloat16 and float16)."""
     heads: int = Field(default=4, ge=1)
     """Query heads of the nonzero-score variant."""
     kv_heads: int = Field(default=2, ge=1)

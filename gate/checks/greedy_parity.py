@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from gate.checks._compare import Tolerance, random_tokens, tolerance_for, top_k_rows
+from gate.checks._compare import DENY_ALLOWANCE, Tolerance, random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence, traced_reference
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
@@ -80,6 +80,7 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
     exercise: dict[str, Any] = {"prompts": 0, "generated_tokens": 0}
     first_failure: dict[str, Any] | None = None
     ties = 0
+    widest = 0.0  # the widest tie band of the reference's rows (the dtype's tolerance)
     chunked = params.chunked_prompt if params.chunked_prompt is not None else ctx.manifest.intervention == "scheduling"
     for prompt_len in params.prompt_lengths:
         steps = min(max(lengths), min(reference.max_len, candidate.max_len) - prompt_len)
@@ -97,7 +98,13 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
         ref_tok, ref_logits = ref_tok[:, :steps], ref_logits[:, :steps]
         if cuts:
             cand_ex = {**cand_ex, "prompt_chunks": [b - a for a, b in itertools.pairwise([0, *cuts, prompt_len])]}
-        observed.append(cand_logits.flatten())
+        # what the candidate computed on the reference's own tokens: after a row's first divergence (a tie
+        # the check forgives, or a failure) its continuation is another sequence, so the reference's rows
+        # stand there; a fault that only flips near-ties then moves the observation by no more than the band
+        drifted = (ref_tok != cand_tok).cumsum(dim=1) > 0
+        drifted = torch.cat([torch.zeros_like(drifted[:, :1]), drifted[:, :-1]], dim=1)
+        observed.append(torch.where(drifted[..., None], ref_logits, cand_logits).flatten())
+        widest = max(widest, float(tol.row(ref_logits).max())) if ref_logits.numel() else widest
         exercise["prompts"] += params.batch
         exercise["generated_tokens"] += params.batch * steps
         exercise.setdefault("sessions", []).append(cand_ex)
@@ -179,7 +186,14 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
         f"{len(runs)} prompt batch(es)" + (f"; {ties} divergence(s) at ties" if ties else "")
     )
     return Outcome(
-        status=status, message=message, metrics=metrics, evidence=evidence, exercise=exercise, observation=observation
+        status=status,
+        message=message,
+        metrics=metrics,
+        evidence=evidence,
+        exercise=exercise,
+        observation=observation,
+        # as prefix-sweep under a claim that bounds the logits: the deny allowance x the dtype's band
+        tolerated_change=DENY_ALLOWANCE * widest if observed else None,
     )
 
 

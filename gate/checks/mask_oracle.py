@@ -31,6 +31,31 @@ RESET_VALUES = ((1, 3, 5, 7), (6, 10, 14, 18))
 """The request after a reset (rows 0 and 1)."""
 
 
+ORACLE_RTOL = {"float32": 1e-5, "float64": 1e-9, "bfloat16": 1.6e-2, "float16": 2e-3}
+"""Relative tolerance by the dtype the probe computes in: float32 rounding only, and about four units
+in the last place of a 16-bit format (bfloat16 8 bits of mantissa, float16 11), since a mean of up
+to ten values and a softmax round several times. The wrong answers the oracle is built to tell
+apart (2 and 3 for 7.5 and 12.4) differ by tens of percent, far outside every entry."""
+
+
+def oracle_rtol(params: MaskOracleParams, dtype: str) -> float:
+    """The params' rtol, else the dtype's entry of ORACLE_RTOL (float32's for a dtype not listed)."""
+    return params.rtol if params.rtol is not None else ORACLE_RTOL.get(dtype, ORACLE_RTOL["float32"])
+
+
+MODEL_LEVEL_STAND_INS = {
+    "prefix-sweep": "the whole model's cached logits against a full pass at every swept prefix length: a mask "
+    "from the chunk origin, a window where full attention is declared and a read into the unused tail "
+    "(non-finite or shifted logits) change them",
+    "schedule-fuzz": "random schedules of prefills and appends of random sizes, resets and forks, every step "
+    "against a full pass: a multi-token chunk over a cache (the mask origin of chunked prefill), a reset "
+    "that keeps state and reads past the valid length change them",
+}
+"""What observes mask-oracle's rule when the candidate offers no AttentionProbe (the check's card
+says so): model-level, through projections and positions, so weaker than the oracle's exact
+answers; the runner keeps mask-oracle unproven-not-applicable (a warning) while both pass with power."""
+
+
 @dataclass
 class Case:
     name: str
@@ -121,7 +146,12 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
     """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
     candidate = ctx.candidate
     if not isinstance(candidate, AttentionProbe):
-        return Outcome(status="skip", message=f"{candidate.name} offers no AttentionProbe (attention_probe)")
+        return Outcome(
+            status="skip",
+            message=f"{candidate.name} offers no AttentionProbe (attention_probe)",
+            covered_by=dict(MODEL_LEVEL_STAND_INS),
+        )
+    rtol = oracle_rtol(params, str(getattr(candidate, "dtype", ctx.dtype)).removeprefix("torch."))
     rows: list[dict[str, Any]] = []
     row_observed: dict[int, torch.Tensor] = {}  # by the positive run's index
     failures: list[str] = []
@@ -139,7 +169,7 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
             label = case.name + (" +poisoned-tail" if poison else "")
             requests = [[(q.clone(), k.clone(), v.clone()) for q, k, v in chunks] for chunks in case.requests]
             outputs = candidate.attention_probe(requests, poison_tail=poison)
-            row = _judge(case, outputs, params.rtol)
+            row = _judge(case, outputs, rtol)
             row["case"], row["poisoned_tail"] = case.name, poison
             row["index"] = position * len(variants) + poison  # in the positive run's order
             rows.append(row)
@@ -158,6 +188,7 @@ def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
         "failed_cases": len(failures),
         "seed_fixture": seed_row["got"] if seed_row else None,
         "max_abs_error": max(r["max_abs_error"] for r in rows),
+        "rtol": rtol,
     }
     evidence = {
         "fixture": {
@@ -223,7 +254,7 @@ def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
             if c > 0:  # only chunks with something cached before them tell the bugs apart
                 for key, predicted in case.wrong.items():
                     bad = predicted[r][c]
-                    matches[key].append(float((got64 - bad).abs().max()) <= 1e-5 * max(float(bad.abs().max()), 1.0))
+                    matches[key].append(float((got64 - bad).abs().max()) <= rtol * max(float(bad.abs().max()), 1.0))
     last = outputs[0][-1].detach().double().cpu()
     got_values = [round(float(x), 6) for x in last[0, 0, :, 0]] if last.shape[-1] == 1 else []
     matched = [key for key, hits in matches.items() if hits and all(hits)] if not ok else []

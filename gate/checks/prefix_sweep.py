@@ -237,7 +237,17 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
         diagnosis=diagnosis,
         detected_at=detected_at,
         observation=got,
+        # against a full pass, a correct path may move by its dtype's band (x the deny allowance under a
+        # claim that bounds the logits); against the old cached layout every bit counts
+        tolerated_change=_tolerated(cmp.tolerance, bounded) if ref_cached_all is None else None,
     )
+
+
+def _tolerated(row_tol: torch.Tensor, bounded: bool) -> float | None:
+    """The largest change of a row the check passes: its tolerance, x the deny allowance when bounded."""
+    if not row_tol.numel():
+        return None
+    return float(row_tol.max()) * (DENY_ALLOWANCE if bounded else 1.0)
 
 
 def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:

@@ -25,3 +25,5 @@ def command(verbose: bool) -> None:
         if verbose and card:
             echo(f"    proves:   {' '.join(card.proves.split())}")
             echo(f"    blind to: {' '.join(card.blind_to.split())}")
+            if card.without:
+                echo(f"    without {', '.join(card.needs)}: {' '.join(card.without.split())}")

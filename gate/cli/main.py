@@ -107,10 +107,11 @@ def cli() -> None:
     A manifest names the intervention and the equivalence it claims; policies decide the
     checks; checks run against real model code; the verdict is a signed dossier.
 
-    Exit codes: 0 pass (or pass-with-waivers), 1 gate failed or unproven, 2 bad input or usage,
+    Exit codes: 0 pass (or pass-with-waivers), 1 gate failed, 2 bad input or usage,
     3 a check errored or an adapter could not run, 4 passed but awaiting approval
     (bounded-degradation claims), 5 partial run (`gate run --check`: nothing failed, but not
-    every planned check ran), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+    every planned check ran), 6 unproven (nothing failed, but gate could not prove a required
+    check here), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 
     Shell completion (bash, zsh, fish): see docs/cli.md, e.g. for bash
     eval "$(_GATE_COMPLETE=bash_source gate)".

@@ -110,6 +110,17 @@ class Outcome:
     """Assertions the check could not make on this candidate -> the capability it lacks, in words.
     With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides
     what they mean for the gate."""
+    tolerated_change: float | None = None
+    """How far the check lets the candidate's `observation` move from the reference's and still
+    pass (e.g. the dtype-aware tolerance band of the logits, x the deny allowance): a faulted run
+    that moved the observation no further than this and passed is unobservable at this dtype, not
+    a lack of power, and a generic stand-in is tried where the fault was the adapter's own. None:
+    any change the check passes counts as missed."""
+    covered_by: dict[str, str] = field(default_factory=dict)
+    """For a check that cannot run on this candidate (status `skip`): the checks of the same plan
+    that observe its rule at model level -> what each observes. The runner holds it
+    unproven-not-applicable (a warning, never a pass) while every one of them passed with its power
+    shown, and unproven as the policy says otherwise."""
     rounding_spread: float | None = None
     """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
     band of the logits): a faulted run that moves it no further than this failed through noise, and

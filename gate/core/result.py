@@ -126,6 +126,10 @@ class ControlResult(Record):
     (gate.engine.generic_faults) stood in for it; None: nothing could be planted."""
     applied: str | None = None
     """The fault actually applied (for kind generic, the generic fault's name)."""
+    stand_in: str | None = None
+    """Why a generic fault stood in for the named one (kind generic): the adapter plants no such
+    fault, declares it invisible on its architecture, or its own fault ran and could not show at
+    run time (unobservable: it moved nothing beyond the path's rounding). None: nothing stood in."""
     outcome: ControlOutcome
     """detected, missed, unobservable or error."""
     detected_at: int | None = None
@@ -194,6 +198,11 @@ class CheckResult(Record):
     """Proof that the candidate path really ran: cache lengths, cached steps, bytes held."""
     controls: list[ControlResult] = Field(default_factory=list)
     """Negative controls run for this check."""
+    covered_by: dict[str, str] = Field(default_factory=dict)
+    """A check that could not run on this candidate: the checks of the same run that observe its
+    rule at model level -> what each observes (e.g. mask-oracle without an AttentionProbe: the
+    sweep's and the fuzzer's logits against a full pass). It is unproven-not-applicable (a warning)
+    when each of them passed with its power shown, else unproven as its policy rule says."""
     diagnosis: dict[str, Any] | None = None
     """Failure profile and likely bug class, when the check failed."""
     error: ErrorInfo | None = None

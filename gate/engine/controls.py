@@ -25,7 +25,7 @@ from typing import Any
 from gate.core.check import CheckContext, CheckSpec, Outcome
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, ControlResult
-from gate.engine.generic_faults import plant
+from gate.engine.generic_faults import Planted, plant
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
 from gate.protocols import FaultVisibility
@@ -79,6 +79,41 @@ def _classified_control(
                 message=f"unobservable on this path, declared before running: {invisible}; and {planted}",
             )
         return ControlResult(fault=control.fault, outcome=ControlOutcome.unsupported, message=planted)
+    if planted.kind == "generic":
+        why = (
+            f"its own {control.fault} is invisible here ({invisible})"
+            if invisible is not None
+            else f"the adapter plants no {control.fault} of its own"
+        )
+        result = _run_planted(spec, ctx, params, clean, control, planted)
+        return _stood_in(result, why)
+    result = _run_planted(spec, ctx, params, clean, control, planted)
+    if control.expect == "pass" or not _could_not_show(result):
+        return result
+    # the adapter's own fault ran but could not show here: the generic fault covering the same rule
+    # stands in, decided at run time (an architecture where the fault moves nothing beyond rounding)
+    stand_in = plant(ctx.candidate, spec.name, control.fault, own=False)
+    own = f"its own {control.fault} {result.outcome.value} at run time ({result.message})"
+    if isinstance(stand_in, str):
+        return result.model_copy(update={"message": f"{result.message}; no generic stand-in: {stand_in}"})
+    return _stood_in(_run_planted(spec, ctx, params, clean, control, stand_in), own)
+
+
+def _could_not_show(result: ControlResult) -> bool:
+    """An adapter's fault that ran and changed nothing the check could judge (or errored in gate)."""
+    return result.outcome in (ControlOutcome.unobservable, ControlOutcome.error)
+
+
+def _stood_in(result: ControlResult, why: str) -> ControlResult:
+    return result.model_copy(
+        update={"stand_in": why, "message": f"{why}; generic {result.applied} stands in: {result.message}"}
+    )
+
+
+def _run_planted(
+    spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec, planted: Planted
+) -> ControlResult:
+    """Run the check against one planted candidate (stopping at its first failure) and judge it."""
     kind = {"kind": planted.kind, "applied": planted.applied}
     faulty_ctx = replace(ctx, candidate=planted.path, control=control.fault, stop_at_first_failure=True)
     try:
@@ -101,11 +136,7 @@ def _classified_control(
         "metrics": metrics,
         "detected_at": faulty.detected_at,
     }
-    result = _judged(control, base, faulty, clean.rounding_spread, difference)
-    if invisible is None:
-        return result
-    note = f"its own {control.fault} is invisible here ({invisible}); generic {planted.applied} stands in: "
-    return result.model_copy(update={"message": note + result.message})
+    return _judged(control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change)
 
 
 def invisible_reason(path: Any, fault: str) -> str | None:
@@ -116,7 +147,12 @@ def invisible_reason(path: Any, fault: str) -> str | None:
 
 
 def _judged(
-    control: ControlSpec, base: dict[str, Any], faulty: Outcome, spread: float | None, difference: float | None
+    control: ControlSpec,
+    base: dict[str, Any],
+    faulty: Outcome,
+    spread: float | None,
+    difference: float | None,
+    tolerated: float | None = None,
 ) -> ControlResult:
     failed = faulty.status == "fail"
     if failed and control.expect != "pass" and spread is not None and difference is not None and difference <= spread:
@@ -144,6 +180,17 @@ def _judged(
             outcome=ControlOutcome.unobservable,
             message="the fault did not change the observed outputs at these settings (max |Δ| = 0)",
         )
+    allowed = max((b for b in (spread, tolerated) if b is not None), default=None)
+    if allowed is not None and difference is not None and difference <= allowed:
+        # a change no larger than a correct path may show (its rounding, or the dtype's tolerance band the
+        # check accepts): passing it proves no lack of power (a rotary model under a uniform position
+        # shift, a bfloat16 path)
+        return ControlResult(
+            **base,
+            outcome=ControlOutcome.unobservable,
+            message=f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "
+            f"a correct path at this dtype ({allowed:.3g}): the check cannot be asked to see it",
+        )
     return ControlResult(
         **base,
         outcome=ControlOutcome.missed,
@@ -159,12 +206,26 @@ def control_ran(control: ControlResult) -> bool:
     return not (control.outcome == ControlOutcome.unobservable and control.kind is None)
 
 
+def none_could_show(controls: list[ControlResult]) -> bool:
+    """Whether a check's controls showed nothing either way: none detected, none missed, none
+    over-rejected (each unsupported, unobservable on this path, or an error in gate)."""
+    shown = (ControlOutcome.detected, ControlOutcome.missed, ControlOutcome.over_rejected)
+    expected = [c for c in controls if c.outcome != ControlOutcome.tolerated]
+    return bool(expected) and not any(c.outcome in shown for c in controls)
+
+
 def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
-    """The reason a check's power is unproven: it declares controls and none of them could run."""
-    if not controls or any(control_ran(c) for c in controls):
+    """The reason a check's power is unproven: it declares controls and none of them could run, or
+    none of those that ran could show anything on this path (no control showed the check can fail)."""
+    if not none_could_show(controls):
         return None
-    reasons = "; ".join(f"{c.fault}: {c.message}" for c in controls)
-    return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"
+    reasons = "; ".join(f"{c.fault}: {c.outcome.value}: {c.message}" for c in controls)
+    if not any(control_ran(c) for c in controls):
+        return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"
+    return (
+        f"unproven: none of the {len(controls)} negative controls of {check} could show anything on this path, "
+        f"their stand-ins included ({reasons})"
+    )
 
 
 def power_verdict(check: str, controls: list[ControlResult]) -> str | None:
@@ -175,10 +236,4 @@ def power_verdict(check: str, controls: list[ControlResult]) -> str | None:
     problems += [
         f"check {check} rejects harmless fault {c.fault}" for c in controls if c.outcome == ControlOutcome.over_rejected
     ]
-    expected = [c for c in controls if c.outcome not in (ControlOutcome.tolerated, ControlOutcome.over_rejected)]
-    if not problems and expected and not any(c.outcome == ControlOutcome.detected for c in expected):
-        problems.append(
-            f"check {check} detected none of its negative controls "
-            f"({', '.join(f'{c.fault}: {c.outcome.value}' for c in expected)})"
-        )
     return "; ".join(problems) or None

@@ -29,38 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
+
+from gate.protocols import CacheCropping, WeightReloading
 
 if TYPE_CHECKING:
     import torch
 
     from gate.protocols import DecodePath, Session
 
-SESSION_CHECKS = ("prefix-sweep", "greedy-parity")
-"""Built-in checks that compare the candidate's session outputs with the reference's."""
-
-
-@runtime_checkable
-class WeightReloading(Protocol):
-    """A path whose model can load changed weights in place while sessions stay open."""
-
-    def reload_weights(self, version: int) -> None:
-        """0: the weights as built. Any other version: deterministically changed weights (as a
-        model update would bring), loaded into the same model object."""
-        ...
-
-
-@runtime_checkable
-class CacheCropping(Protocol):
-    """A session whose cache length is exposed and can be cut back (HF `DynamicCache.crop`)."""
-
-    def cache_length(self) -> int:
-        """Tokens held in the cache."""
-        ...
-
-    def crop(self, length: int) -> None:
-        """Keep only the first `length` cached tokens (and continue from position `length`)."""
-        ...
+SESSION_CHECKS = ("prefix-sweep", "greedy-parity", "schedule-fuzz")
+"""Built-in checks that compare the candidate's session outputs with the reference's (schedule-fuzz:
+every step of a random schedule of sessions against a full pass)."""
 
 
 @dataclass(frozen=True)
@@ -202,17 +182,14 @@ class BlockTruncated(_Wrapped):
 def _needs_reload(path: DecodePath) -> str | None:
     if isinstance(path, WeightReloading):
         return None
-    return f"path {path.name} cannot reload weights (no reload_weights: gate.engine.generic_faults.WeightReloading)"
+    return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
 
 
 def _needs_crop(path: DecodePath) -> str | None:
     session = path.new_session(1)
     if isinstance(session, CacheCropping):
         return None
-    return (
-        f"sessions of {path.name} do not expose their cache length "
-        "(no cache_length/crop: gate.engine.generic_faults.CacheCropping)"
-    )
+    return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"
 
 
 GENERIC_FAULTS: tuple[GenericFault, ...] = (
@@ -226,7 +203,7 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
     GenericFault(
         "reset-ignored",
         ("reset-keeps-position",),
-        ("reset-isolation",),
+        ("reset-isolation", "schedule-fuzz"),
         "reset() does nothing: the next request is appended to the previous request's cache",
         ResetIgnored,
     ),

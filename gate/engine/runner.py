@@ -35,6 +35,7 @@ from gate.errors import (
     EXIT_GATE_FAILED,
     EXIT_PARTIAL,
     EXIT_PASS,
+    EXIT_UNPROVEN,
     GateError,
     InputError,
     SubjectCrash,
@@ -179,7 +180,11 @@ def run_check(
         return _error_result(base, err, _times())
     status = Status(outcome.status)
     message = outcome.message
-    if status == Status.skip and planned.severity == "deny":
+    if status == Status.skip and outcome.covered_by:
+        # not applicable here; what stands in is settled once the covering checks have run
+        base["covered_by"] = dict(outcome.covered_by)
+        status, message = Status.unproven, f"not applicable here: {message}"
+    elif status == Status.skip and planned.severity == "deny":
         # a required deny check that cannot run proves nothing: unproven, never a silent skip
         status, message = Status.unproven, f"required deny check could not run here ({message})"
     if status == Status.passed and not outcome.exercise:
@@ -226,6 +231,45 @@ def run_check(
     )
 
 
+def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
+    """A check that could not run here and names the checks observing its rule at model level
+    (`covered_by`) is unproven-not-applicable, a warning, when every one of them ran in this run,
+    passed (or warned) and showed power (a control detected); otherwise it stays unproven as its
+    policy rule says, and its message names what did not hold."""
+    from gate.engine.controls import none_could_show
+
+    by_name = {c.check: c for c in checks}
+    settled = []
+    for check in checks:
+        if check.status != Status.unproven or not check.covered_by:
+            settled.append(check)
+            continue
+        held, short = [], []
+        for name in check.covered_by:
+            other = by_name.get(name)
+            detected = [c for c in other.controls if c.outcome.value == "detected"] if other else []
+            if other is None or other.status == Status.skip:
+                short.append(f"{name} did not run")
+            elif other.status not in (Status.passed, Status.warn):
+                short.append(f"{name} is {other.status.value}")
+            elif none_could_show(other.controls) or not detected:
+                short.append(f"{name} showed no power")
+            else:
+                held.append(
+                    f"{name} ({other.status.value}, {len(detected)} of {len(other.controls)} controls detected)"
+                )
+        if short:
+            message = f"{check.message}; what stands in did not hold ({'; '.join(short)}), so it stays unproven"
+            settled.append(check.model_copy(update={"message": message}))
+            continue
+        message = (
+            f"unproven-not-applicable: {check.message.removeprefix('not applicable here: ')}; its rule is observed at "
+            f"model level by {', '.join(held)}: a warning, not a pass"
+        )
+        settled.append(check.model_copy(update={"unproven": "warn", "message": message}))
+    return settled
+
+
 def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | None = None) -> tuple[Verdict, int, str]:
     """Verdict, exit code and summary from the check results. `not_run`: planned checks a partial
     run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict."""
@@ -240,20 +284,20 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
         return Verdict.failed, EXIT_GATE_FAILED, f"failed: {', '.join(denied)}" + partial
     unproven = [c for c in checks if c.status == Status.unproven and c.unproven == "deny"]
     if unproven:
-        from gate.engine.controls import control_ran
+        from gate.engine.controls import none_could_show
 
-        powerless = {c.check for c in unproven if c.controls and not any(control_ran(x) for x in c.controls)}
+        powerless = {c.check for c in unproven if none_could_show(c.controls)}
         no_controls = [c.check for c in unproven if c.check in powerless]
         other = [c.check for c in unproven if c.check not in powerless]
         why = []
         if no_controls:
             why.append(
-                f"{', '.join(no_controls)} passed, but none of their negative controls could run on this "
-                "candidate, so the gate never showed these checks can fail"
+                f"{', '.join(no_controls)} passed, but none of their negative controls could run (or show "
+                "anything) on this candidate, so the gate never showed these checks can fail"
             )
         if other:
             why.append(f"{', '.join(other)} could not cover what the policy requires (see each check)")
-        return Verdict.unproven, EXIT_GATE_FAILED, "unproven: " + "; ".join(why) + partial
+        return Verdict.unproven, EXIT_UNPROVEN, "unproven: " + "; ".join(why) + partial
     if not_run:
         alone = [c.check for c in checks if c.check not in not_run]
         return (
@@ -268,7 +312,10 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
-    note += f"; unproven (a warning by policy, not a pass): {', '.join(warned)}" if warned else ""
+    by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
+    not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
+    note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
+    note += f"; unproven-not-applicable (a warning, not a pass): {', '.join(not_applicable)}" if not_applicable else ""
     if claim == ClaimLevel.bounded_degradation:
         from gate.core.evidence import ENVELOPE_CHECKS
 
@@ -504,6 +551,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             log(f"  {check_result.status.value}: {check_result.message}")
             checks.append(check_result)
 
+    checks = settle_covered(checks)
     baseline = _baseline_record(paths["reference"], log)
     if waivers is not None:
         from gate.trust.waivers import apply_waivers

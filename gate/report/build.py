@@ -326,8 +326,19 @@ def _banner_notes(result: GateResult) -> list[str]:
                     f"unproven ({denies}): {check.check}: {len(lacking)} of its assertions need what the candidate "
                     f"lacks ({', '.join(lacking)})"
                 )
+            elif check.covered_by:
+                notes.append(
+                    f"unproven ({denies}): {check.check}: not applicable on this candidate; its rule is observed at "
+                    f"model level by {', '.join(check.covered_by)}"
+                )
+            elif check.controls and not any(c.outcome.value == "detected" for c in check.controls):
+                notes.append(
+                    f"unproven ({denies}): {check.check}: none of its negative controls could run or show anything"
+                )
             else:
-                notes.append(f"unproven ({denies}): {check.check}: none of its negative controls could run")
+                notes.append(
+                    f"unproven ({denies}): {check.check}: could not cover what the policy requires (see the check)"
+                )
     return notes
 
 

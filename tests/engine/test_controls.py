@@ -190,10 +190,11 @@ def test_inert_fault_is_unobservable_not_missed() -> None:
     assert result.controls[1].outcome == ControlOutcome.unobservable
 
 
-def test_no_detected_control_at_all_fails() -> None:
+def test_no_control_that_could_show_anything_is_unproven_not_a_failure() -> None:
     result = _run([ControlSpec(fault="inert"), ControlSpec(fault="nonexistent")])
-    assert result.status == Status.failed
-    assert "detected none of its negative controls" in result.message
+    assert result.status == Status.unproven
+    assert "could show anything on this path" in result.message
+    assert result.controls[0].outcome == ControlOutcome.unobservable
     assert result.controls[1].outcome == ControlOutcome.unsupported
 
 
@@ -236,7 +237,7 @@ def test_a_faulted_subject_that_crashes_counts_as_detected() -> None:
 def test_a_required_deny_check_that_cannot_run_is_unproven_not_skipped() -> None:
     result = _run([ControlSpec(fault="big")], skip=True)
     assert result.status == Status.unproven and "could not run" in result.message
-    assert decide([result], ClaimLevel.tolerance)[:2] == (Verdict.unproven, 1)
+    assert decide([result], ClaimLevel.tolerance)[:2] == (Verdict.unproven, 6)
 
 
 def test_verdict_precedence() -> None:

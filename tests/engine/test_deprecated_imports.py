@@ -13,6 +13,8 @@ import pytest
     [
         ("gate.paths", ["DecodePath", "Session", "AdapterUnavailable", "UnknownFault"], "gate.plugin"),
         ("gate.checks.api", ["CheckContext", "Outcome", "Params", "check"], "gate.plugin"),
+        ("gate.prefix_cache", ["CacheIdentity", "PrefixReply", "RequestStats", "RestoreReport"], "gate.plugin"),
+        ("gate.prefix_cache", ["PrefixCache", "CachedBlock", "chained_key"], "gate.prefix.cache"),
     ],
 )
 def test_old_import_path_warns_and_gives_the_same_objects(old: str, names: list[str], new: str) -> None:

@@ -79,3 +79,57 @@ def test_a_generic_fault_stands_in_only_where_it_can_prove_power() -> None:
     assert "do not expose their cache length" in str(plant(path, "prefix-sweep", "truncated-last-block"))  # type: ignore[arg-type]
     recompute = NoFaults(build("full"))
     assert "recomputes" in str(plant(recompute, "prefix-sweep", "cross-request-handle"))  # type: ignore[arg-type]
+
+
+class InertOwnFault:
+    """The reference static path, whose own `off-by-one-pos` plants nothing (as an adapter's fault that
+    cannot show on its architecture would): the control is unobservable at run time."""
+
+    def __init__(self, inner: DecodePath) -> None:
+        self.__dict__["inner"] = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.__dict__["inner"], name)
+
+    def faults(self) -> tuple[str, ...]:
+        return ("off-by-one-pos",)
+
+    def with_fault(self, fault: str) -> DecodePath:
+        return self.__dict__["inner"]  # type: ignore[no-any-return]
+
+
+def test_an_own_fault_that_cannot_show_at_run_time_gets_the_generic_stand_in() -> None:
+    from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
+    from gate.core.policy import ControlSpec
+    from gate.core.result import ControlOutcome
+    from gate.engine.controls import run_control
+    from tests.support import reference
+
+    candidate = InertOwnFault(build("static"))
+    ctx = reference.ctx(build("full"), candidate)
+    params = GreedyParityParams(tokens=[8], prompt_lengths=[7])
+    clean = greedy_parity(ctx, params)
+    assert clean.status == "pass"
+    result = run_control(greedy_parity, ctx, params, clean, ControlSpec(fault="off-by-one-pos"))
+    assert result.kind == "generic" and result.applied == "token-skipped"
+    assert result.outcome == ControlOutcome.detected
+    assert result.stand_in is not None and "unobservable at run time" in result.stand_in
+    assert "generic token-skipped stands in" in result.message
+
+
+def test_a_check_whose_controls_all_could_not_show_is_unproven_not_failed() -> None:
+    from gate.core.result import ControlOutcome, ControlResult
+    from gate.engine.controls import power_verdict, unproven_verdict
+
+    controls = [
+        ControlResult(fault="a", kind="generic", applied="x", outcome=ControlOutcome.unobservable),
+        ControlResult(fault="b", outcome=ControlOutcome.unsupported),
+    ]
+    assert power_verdict("toy", controls) is None
+    reason = unproven_verdict("toy", controls)
+    assert reason is not None and "could show anything" in reason
+    missed = [*controls, ControlResult(fault="c", kind="generic", applied="y", outcome=ControlOutcome.missed)]
+    assert (
+        unproven_verdict("toy", missed) is None
+        and power_verdict("toy", missed) == "check toy has no power against fault c"
+    )
