@@ -9,7 +9,6 @@ import warnings
 
 from gate.prefix.cache import (
     SAVE_FORMAT,
-    STRUCTURAL_FIELDS,
     WORKER_ATTRS,
     CacheCounters,
     CachedBlock,
@@ -28,6 +27,8 @@ from gate.prefix.cache import (
 
 Block = CachedBlock
 """The old name of gate.prefix.cache.CachedBlock."""
+STRUCTURAL_FIELDS = ("token-ids", "positions")
+"""The old module's constant (identity fields every key carries), kept here only for old imports."""
 
 warnings.warn(
     "gate.prefix_cache is deprecated: import from gate.plugin (data types) or gate.prefix.cache instead",
