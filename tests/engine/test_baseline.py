@@ -115,8 +115,11 @@ def test_the_same_store_caches_an_unchanged_reference(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = gate("run", MANIFEST, "--out", tmp_path / "one", "--reference-cache", cache)
     second = gate("run", MANIFEST, "--out", tmp_path / "two", "--reference-cache", cache)
-    # a stored reference has no clock: phase-performance is unproven (exit 6), as in a replay
-    assert first.exit_code == second.exit_code == 6, second.output
+    # tinylm has no attention probe: mask-oracle is unproven-not-applicable (a warning); step 6 times the
+    # live reference beside the store, so both runs pass as a live run does
+    assert first.exit_code == second.exit_code == 0, second.output
+    timed = next(c for c in results(tmp_path / "two")["checks"] if c["check"] == "phase-performance")
+    assert timed["status"] in ("pass", "warn"), timed["message"]
     one, two = results(tmp_path / "one")["baseline"], results(tmp_path / "two")["baseline"]
     assert one["kind"] == two["kind"] == "reference cache"
     assert one["answers_computed"] > 0 and two["answers_computed"] == 0 and two["answers_read"] > 0
