@@ -66,8 +66,8 @@ def test_gate_plan_shows_the_geometry_and_the_lengths_it_produced() -> None:
     result = CliRunner().invoke(cli, ["plan", str(REPO / "examples/engine-vllm-prefix.yaml")])
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if "lengths:" in x and "planned on" in x)
-    assert "wanted 15, 16, 17, 31, 32, 33, 64, 128" in line
-    assert "planned on block 16" in line and "not reusable by design (below the first block): 15" in line
+    assert "wanted 31, 32, 33, 63, 64, 65, 128, 200" in line
+    assert "planned on block 32" in line and "not reusable by design (below the first block): 31" in line
 
 
 def test_gate_plan_on_llama_cpp_keeps_the_given_lengths(tmp_path: Path) -> None:
