@@ -38,6 +38,7 @@ mkdir -p out/ci-vllm
 # the examples launch `python -m vllm.entrypoints.openai.api_server`: the vLLM environment's python
 PATH="$PWD/$VENV/bin:$PATH" nice .venv/bin/python benchmarks/engine_vllm.py \
   --out out/ci-vllm/engine_vllm.md --install-seconds "$(cat "$STAMP")" --venv "$VENV"
+.venv/bin/python -m pytest -q -m vllm tests/adapters/openai/test_vllm.py
 if pgrep -f vllm.entrypoints.openai.api_server >/dev/null; then
   echo "a vLLM server outlived gate run:"; pgrep -a -f vllm.entrypoints.openai.api_server; exit 1
 fi

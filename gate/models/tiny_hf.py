@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import sha256_file
 from gate.models.tiny_gguf import TinyLlamaSpec, tensors_of, vocabulary_pieces
 
 HF_NAMES = {
@@ -151,16 +152,8 @@ def directory_sha256(path: Path) -> str:
     """sha256 of a model file, or of a directory's files (relative name, NUL, content digest, newline;
     in name order, symlinks followed): the same bytes give the same digest wherever they lie."""
     if path.is_file():
-        return _file_sha256(path)
+        return sha256_file(path)
     digest = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path).as_posix()}\0{_file_sha256(file)}\n".encode())
-    return digest.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        digest.update(f"{file.relative_to(path).as_posix()}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gate.adapters.openai import _flag
 from gate.protocols import CacheGeometry
 
 if TYPE_CHECKING:
@@ -32,15 +33,6 @@ _METRIC = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILI
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 PROBE_LENGTHS = (37, 113, 301, 400)
 """Prefix lengths of the probe: the hits of whole blocks of 1, 2, 4, ..., 128 tokens have the block as their gcd."""
-
-
-def _flag(command: list[str], name: str) -> str | None:
-    for i, part in enumerate(command):
-        if part == name and i + 1 < len(command):
-            return command[i + 1]
-        if part.startswith(name + "="):
-            return part.split("=", 1)[1]
-    return None
 
 
 def guess_flavor(command: list[str], flavor: str) -> str:
