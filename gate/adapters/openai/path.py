@@ -75,6 +75,8 @@ class Pooled:
     stopper: Stopper
     control: str | None = None
     """The negative control it runs, if any (stopped after the last check that names it)."""
+    changed_model: bool = False
+    """It loads another model than its path's launch (a restart on changed weights)."""
     in_use: int = 0
     """Blocks serving from it right now (never stopped to make room while above 0)."""
     last_used: int = 0
@@ -105,12 +107,15 @@ def peak_servers() -> int:
 
 def _make_room(cap: int) -> None:
     """Stop idle pooled servers until one more start keeps `cap` alive at once: controls' servers
-    first, then the reference's and the candidate's, the least recently used first."""
+    first, then those on a changed model, then the reference's and the candidate's; the least
+    recently used first."""
     while live_servers() >= cap:
-        idle = sorted((p.control is None, p.last_used, key) for key, p in _POOL.items() if p.in_use == 0)
+        idle = sorted(
+            (p.control is None, not p.changed_model, p.last_used, key) for key, p in _POOL.items() if p.in_use == 0
+        )
         if not idle:
             return  # every live server is serving a block: the new one goes over the cap
-        _POOL[idle[0][2]].stopper.stop()
+        _POOL[idle[0][3]].stopper.stop()
 
 
 def release_controls(keep: set[str]) -> list[str]:
@@ -345,7 +350,9 @@ class EnginePath:
                 _POOL.pop(key, None)
                 server.stop()
 
-            held = _POOL[key] = Pooled(server, client, on_stop(f"engine server {full_label}", stop), self.control)
+            held = _POOL[key] = Pooled(
+                server, client, on_stop(f"engine server {full_label}", stop), self.control, model is not None
+            )
         if held is not None:
             _USES[0] += 1
             held.in_use, held.last_used = held.in_use + 1, _USES[0]
