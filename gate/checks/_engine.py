@@ -108,6 +108,26 @@ def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[
     return sorted(clip_lengths(planned, limit))
 
 
+PROBE_LENGTHS = (37, 113, 301, 400)
+"""Prefix lengths of the block probe: the hits of whole blocks of 1, 2, 4, ..., 128 tokens have the block as gcd."""
+
+
+def probe_block(server: EngineServer, vocab: int, limit: int) -> tuple[int | None, str]:
+    """Measure the granularity of an engine's reported hits: at each probe length a prefix under
+    two suffixes, the second request's reported cached tokens; the gcd of the positive hits is the
+    block (None: no hit, or no count reported). Returns it with the measurements in words."""
+    import math
+
+    hits: dict[int, int | None] = {}
+    for length in (x for x in PROBE_LENGTHS if x <= limit):
+        prefix = seeded_prompt(vocab, length, 9_000_001 + length)
+        server.complete(prefix + seeded_prompt(vocab, 4, 9_100_001 + length), 1, 1)
+        hits[length] = server.complete(prefix + seeded_prompt(vocab, 4, 9_200_001 + length), 1, 1).cached_tokens
+    words = "probe (length:cached tokens " + ", ".join(f"{k}:{v}" for k, v in hits.items()) + ")"
+    positive = [v for v in hits.values() if v]
+    return (math.gcd(*positive) if positive else None), words
+
+
 def not_reusable(block: int | None, lengths: list[int]) -> list[int]:
     """Lengths shorter than one reuse block: the engine cannot serve any of them from its cache, by design."""
     return [] if block is None or block <= 1 else [x for x in lengths if x < block]

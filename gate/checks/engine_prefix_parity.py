@@ -36,6 +36,7 @@ from gate.checks._engine import (
     judge,
     not_reusable,
     observation,
+    probe_block,
     require_hits,
     same_vocabulary,
     seeded_prompt,
@@ -88,6 +89,10 @@ def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outco
         vocab = same_vocabulary(ref, cand) or candidate.vocab_size
         limit = min(reference.max_len, candidate.max_len) - SUFFIX - params.new_tokens - 1
         geometry = candidate.cache_geometry
+        if params.geometry and geometry.block_size is None and geometry.prefix_caching is not False:
+            measured, words = probe_block(cand, vocab, limit)
+            geometry = geometry.model_copy(update={"block_size": measured, "source": words})
+            cand.reset_cache()  # the probe's prefixes are not left for the sweep to hit
         block = geometry.block_size if params.geometry else None
         lengths = planned_lengths(params, limit, block)
         by_design = not_reusable(block, lengths)

@@ -7,8 +7,9 @@ Read from the engine wherever it states it, else from its launch flags, else mea
                 --[no-]enable-prefix-caching
     llama.cpp   any common prefix is reused (token granularity: block 1); GET /props answers for the
                 server; before a run: --cache-type-k, --no-cache-prompt
-    others      a short probe: a prefix sent twice under other suffixes at a few lengths; the
-                granularity is the greatest common divisor of the reported hits
+    others      a short probe inside engine-prefix-parity (gate.checks._engine.probe_block): a
+                prefix sent twice under other suffixes at a few lengths; the granularity is the
+                greatest common divisor of the reported hits
 
 A sweep planned on it (gate.checks._engine.geometry_lengths) visits each block edge, so a length
 below the first reusable block is known to miss by design, never a failure.
@@ -16,7 +17,6 @@ below the first reusable block is known to miss by design, never a failure.
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 from functools import cache
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 _METRIC = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-PROBE_LENGTHS = (37, 113, 301, 400)
-"""Prefix lengths of the probe: the hits of whole blocks of 1, 2, 4, ..., 128 tokens have the block as their gcd."""
 
 
 def guess_flavor(command: list[str], flavor: str) -> str:
@@ -91,8 +89,10 @@ def _bool(value: str | None) -> bool | None:
     return value.strip().lower() in ("true", "1", "yes")
 
 
-def served_geometry(client: EngineClient, command: list[str] | None, max_len: int | None) -> CacheGeometry:
-    """The geometry of a running server: what it states, else its launch flags, else a probe."""
+def served_geometry(client: EngineClient, command: list[str] | None) -> CacheGeometry:
+    """The geometry of a running server: what it states, else what its launch flags state (a block
+    size neither states is measured by engine-prefix-parity's probe, gate.checks._engine.probe_block,
+    inside the check, so that an engine dying under it is a finding about the engine)."""
     stated = launch_geometry(command or [], client.flavor)
     if client.flavor == "vllm":
         try:
@@ -110,37 +110,9 @@ def served_geometry(client: EngineClient, command: list[str] | None, max_len: in
             )
     if client.flavor == "llama.cpp" and stated is not None:
         return stated.model_copy(update={"source": "llama.cpp reuses any common prefix (GET /props); launch flags"})
-    if stated is not None and stated.block_size is not None:
+    if stated is not None:
         return stated
-    return probe_geometry(client, max_len)
-
-
-def probe_geometry(client: EngineClient, max_len: int | None) -> CacheGeometry:
-    """Measure the granularity of reported hits: each probe length's prefix under two suffixes, the
-    second request's reported cached tokens; the gcd of the positive hits is the block size."""
-    import random
-
-    vocab = int(client.info.get("vocab_size") or 0)
-    if vocab < 8:
-        return CacheGeometry(source="not stated, and no probe: the vocabulary size is unknown")
-    limit = (max_len or 1 << 30) - 12
-    hits: dict[int, int | None] = {}
-    rng = random.Random(9_000_001)
-    for length in (x for x in PROBE_LENGTHS if x <= limit):
-        prefix = [rng.randrange(3, vocab) for _ in range(length)]
-        client.complete(prefix + [rng.randrange(3, vocab) for _ in range(4)], 1, 1)
-        hits[length] = client.complete(prefix + [rng.randrange(3, vocab) for _ in range(4)], 1, 1).cached_tokens
-    words = ", ".join(f"{k}:{v}" for k, v in hits.items())
-    positive = [v for v in hits.values() if v]
-    if not positive:
-        reported = any(v is not None for v in hits.values())
-        return CacheGeometry(
-            prefix_caching=False if reported else None,
-            source=f"probe (length:cached tokens {words}): " + ("no hit" if reported else "no cached-token count"),
-        )
-    return CacheGeometry(
-        block_size=math.gcd(*positive), prefix_caching=True, source=f"probe (length:cached tokens {words})"
-    )
+    return CacheGeometry(source="not stated by the engine or its launch flags (engine-prefix-parity probes it)")
 
 
 def engine_version(client: EngineClient) -> dict[str, Any]:

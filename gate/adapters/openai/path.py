@@ -213,11 +213,8 @@ class EnginePath:
         path = cls(options=options, dtype=dtype, seed=seed)
         with path.serve(label="probe") as served:
             info = served.client.info
-            context_stated = [c for c in (options.context_length, info.get("context_length")) if c]
             launch = path._launch()
-            path.cache_geometry = served_geometry(
-                served.client, None if launch is None else launch.command, min(context_stated, default=None)
-            )
+            path.cache_geometry = served_geometry(served.client, None if launch is None else launch.command)
             info = {**info, **engine_version(served.client)}
             if served.server is not None:
                 info["resolved_command"] = shlex.join(resolved(served.server.command))

@@ -75,3 +75,25 @@ def test_gate_plan_on_llama_cpp_keeps_the_given_lengths(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if "lengths:" in x)
     assert "wanted 1, 17, 200, 2048, 8192" in line and "not reusable" not in line
+
+
+class _Blocks:
+    """An engine that reuses whole blocks of `block` tokens of the last prompt's prefix."""
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+        self.last: list[int] = []
+
+    def complete(self, prompt: list[int], max_tokens: int, top_k: int, extra: object = None) -> object:
+        common = next((i for i, (a, b) in enumerate(zip(prompt, self.last, strict=False)) if a != b), 0)
+        self.last = prompt
+        return type("C", (), {"cached_tokens": common // self.block * self.block})()
+
+
+def test_the_probe_measures_the_block_from_the_reported_hits() -> None:
+    from gate.checks._engine import probe_block
+
+    for block in (1, 16, 32, 128):
+        measured, words = probe_block(_Blocks(block), 512, 1000)  # type: ignore[arg-type]
+        assert measured == block, words
+    assert probe_block(_Blocks(1024), 512, 1000)[0] is None

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from gate.adapters.openai import Options
-from gate.adapters.openai.geometry import probe_geometry
 from gate.adapters.openai.path import EnginePath
+from gate.checks._engine import probe_block
 from tests.support.repo import REPO
 
 VENV = REPO / ".venv-vllm"
@@ -35,8 +35,8 @@ def test_vllm_states_its_geometry_and_a_probe_measures_the_same_block(vllm_path:
     assert geometry.block_size == 32 and geometry.prefix_caching is True and geometry.cache_dtype == "auto"
     assert vllm_path.vocab_size == 512 and vllm_path.max_len == 1024  # vocab from the tiny model, context stated
     with vllm_path.serve(label="probe again") as served:
-        measured = probe_geometry(served.client, vllm_path.max_len)  # type: ignore[attr-defined]
-    assert measured.block_size == 32, measured.source
+        block, words = probe_block(served, vllm_path.vocab_size, vllm_path.max_len - 12)
+    assert block == 32, words
     identity = vllm_path.identity()
     assert identity["engine"] == "vllm" and identity["engine_version"] == "0.32.0"
     assert identity["block_size"] == 32 and identity["prefix_caching"] is True and identity["kv_dtype"] == "auto"
