@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate._util.atomic import write_bytes_atomic
-from gate._util.digest import sha256_file
+from gate._util.digest import sha256_file as sha256_file  # re-exported: signing, approvals, verify, audit
 from gate.errors import InputError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
