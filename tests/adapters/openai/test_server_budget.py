@@ -3,6 +3,7 @@ servers stopped after their last use, and a server launched with its cache off h
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -56,3 +57,28 @@ def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -
     with path.serve():
         pass
     assert resets == ["reset"]
+
+
+def test_identity_names_the_model_digest_the_geometry_and_the_resolved_command(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 512}')
+    options = Options.model_validate(
+        {
+            "flavor": "generic",
+            "launch": {
+                "command": [Path(sys.executable).name, SERVER, "{port}", "serves", "{model}"],
+                "model_file": str(model),
+                "ready_timeout_s": 20,
+            },
+        }
+    )
+    path = EnginePath.probe(options, dtype="float32", seed=0)
+    identity = path.identity()
+    from gate.models.tiny_hf import directory_sha256
+
+    assert identity["model_file"] == str(model) and identity["model_sha256"] == directory_sha256(model)
+    assert identity["resolved_command"].split()[0] == shutil.which(Path(sys.executable).name)  # as found on PATH
+    assert str(model) in identity["resolved_command"] and "{port}" not in identity["resolved_command"]
+    assert identity["block_size"] is None and identity["prefix_caching"] is None
+    assert "engine-prefix-parity probes it" in identity["cache_geometry_from"]
