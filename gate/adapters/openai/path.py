@@ -8,10 +8,15 @@ ends, on an exception and on Ctrl-C alike.
 
 A server gate launches in a path's own configuration is started once per run and handed to every
 later check and control that asks for the same launch, its prefix cache reset through the engine's
-own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one): on a
-real engine each start costs model loading. A check that
-needs a genuinely new process (a restart) asks for `fresh=True`, and that server stops with its
-block. Every start is counted (`engine_starts`) and shown in each server's evidence.
+own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
+launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
+engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
+for `fresh=True`, and that server stops with its block. At most `max_servers` run at once (an idle
+one stops to make room: a control's first, then one on a changed model, then the least recently
+used), and a control's server stops after the last check that names it (`release_controls`).
+Every start is counted (`engine_starts`), and with the most alive at once shown in each server's
+evidence. The geometry of the server's cache (gate.adapters.openai.geometry) is read when the path
+is probed.
 """
 
 from __future__ import annotations
