@@ -517,6 +517,32 @@ class EngineServer(Protocol):
         ...
 
 
+class CacheGeometry(BaseModel):
+    """How an engine reuses cached state across requests, as it states it (vLLM's `cache_config_info`
+    metric, llama.cpp's `/props`, a launch flag) or as a short probe of its reported hits measured."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    block_size: int | None = None
+    """Tokens of the smallest unit the engine reuses: only whole blocks hit (vLLM: 16 on GPUs, 128 on
+    its CPU backend); 1: any common prefix (llama.cpp); None: not known."""
+    cache_dtype: str | None = None
+    """The KV cache's element type as the engine names it (vLLM: auto, fp8, fp8_e5m2; llama.cpp: f16, q8_0)."""
+    prefix_caching: bool | None = None
+    """Whether the engine reuses a prefix across requests at all (None: not stated)."""
+    source: str = "not stated"
+    """Where the values come from (an endpoint, a launch flag, a probe, an engine default)."""
+
+    def words(self) -> str:
+        """One line for `gate plan` and a check's message."""
+        parts = ["block " + ("unknown" if self.block_size is None else str(self.block_size))]
+        if self.cache_dtype is not None:
+            parts.append(f"KV {self.cache_dtype}")
+        if self.prefix_caching is not None:
+            parts.append("prefix caching " + ("on" if self.prefix_caching else "off"))
+        return ", ".join(parts) + f" ({self.source})"
+
+
 @runtime_checkable
 class EngineServing(Protocol):
     """An engine gate did not write, behind an OpenAI-compatible HTTP API (gate.adapters.openai),
@@ -529,6 +555,8 @@ class EngineServing(Protocol):
     """Top logprobs to request at each position."""
     salt_field: str | None
     """Request field that salts the prefix cache (vLLM: cache_salt), None when the engine has none."""
+    cache_geometry: CacheGeometry
+    """How the server reuses cached state (what the prefix sweep is planned on)."""
 
     def serve(
         self, *, label: str = "server", model: Any = None, fresh: bool = False
@@ -570,6 +598,15 @@ class CacheCropping(Protocol):
 
 
 @runtime_checkable
+class ReleasesControls(Protocol):
+    """Optional: a path that holds resources for its negative controls (an engine's control servers)."""
+
+    def release_controls(self, keep: set[str]) -> list[str]:
+        """Free what the controls outside `keep` hold (no later check names them); what was freed."""
+        ...
+
+
+@runtime_checkable
 class FaultVisibility(Protocol):
     """Optional: faults a path offers that cannot change its outputs on this architecture."""
 
@@ -607,6 +644,8 @@ class PathCapabilities(BaseModel):
     """Longest sequence the path accepts; None: only the running path can say (a server states it)."""
     max_len_from: str = "not stated before a run"
     """Where max_len comes from: a preset, an override, config.json, a launch flag."""
+    cache_geometry: CacheGeometry | None = None
+    """An engine's cache geometry as its launch flags state it (None: stated only when it runs, or no engine)."""
     offers: list[str] = Field(default_factory=list)
     """Capabilities the built path offers, by protocol name (sessions, LayerTracing, AttentionProbe,
     LayoutEdges, SpeculativePath, PrefixCaching, EngineServing); where it depends on the installed

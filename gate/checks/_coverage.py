@@ -13,6 +13,7 @@ from typing import Any
 
 from gate.checks._params import PrefixSweepParams
 from gate.core.plan import LengthCoverage
+from gate.protocols import CacheGeometry
 
 
 def prefix_sweep_coverage(wanted: list[int], scoped: int | None, reachable: int | None) -> LengthCoverage:
@@ -28,26 +29,44 @@ def prefix_sweep_coverage(wanted: list[int], scoped: int | None, reachable: int 
     )
 
 
-def _prefix_sweep(params: Mapping[str, Any], max_len: int | None) -> LengthCoverage:
+def _prefix_sweep(params: Mapping[str, Any], max_len: int | None, geometry: CacheGeometry | None) -> LengthCoverage:
     p = PrefixSweepParams.model_validate(dict(params))
     return prefix_sweep_coverage(list(p.lengths), p.longest, None if max_len is None else max_len - 1)
 
 
-def _engine_prefix_parity(params: Mapping[str, Any], max_len: int | None) -> LengthCoverage:
-    from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams  # torch-free, as _params
+def _engine_prefix_parity(
+    params: Mapping[str, Any], max_len: int | None, geometry: CacheGeometry | None
+) -> LengthCoverage:
+    """The lengths planned on the candidate's cache geometry as its launch flags state it; where the
+    block is stated only when the server runs, the lengths as given (the run plans them again)."""
+    from gate.checks._engine import not_reusable
+    from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams, planned_lengths  # torch-free
 
     p = EnginePrefixParams.model_validate(dict(params))
     limit = None if max_len is None else max_len - SUFFIX - p.new_tokens - 1
-    wanted = sorted(set(p.lengths))
+    block = geometry.block_size if geometry is not None and p.geometry else None
+    if block is None or block <= 1:  # the lengths as given: one beyond the context is clipped there
+        wanted = sorted(set(p.lengths))
+        unreachable = [] if limit is None else [x for x in wanted if x > limit]
+    else:  # planned within reach (up to the longest given length where the context is not stated yet)
+        wanted = planned_lengths(p, limit if limit is not None else max(p.lengths), block)
+        unreachable = []
+    planned_on = None
+    if p.geometry and geometry is not None:
+        planned_on = geometry.words()
+        if geometry.block_size is None:
+            planned_on += ": the lengths are planned again on the block the server states when it runs"
     return LengthCoverage(
         wanted=wanted,
         reachable_longest=limit,
-        unreachable=[] if limit is None else [x for x in wanted if x > limit],
+        unreachable=unreachable,
         effect="clipped: a longer prefix is replaced by the longest the servers' context holds",
+        planned_on=planned_on,
+        not_reusable=not_reusable(block, wanted),
     )
 
 
-SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None], LengthCoverage]] = {
+SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None, CacheGeometry | None], LengthCoverage]] = {
     "prefix-sweep": _prefix_sweep,
     "engine-prefix-parity": _engine_prefix_parity,
 }
@@ -55,15 +74,19 @@ SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None], LengthCoverage
 
 
 def planned_coverage(
-    check: str, params: Mapping[str, Any], max_lens: Mapping[str, tuple[int | None, str]]
+    check: str,
+    params: Mapping[str, Any],
+    max_lens: Mapping[str, tuple[int | None, str]],
+    geometry: CacheGeometry | None = None,
 ) -> LengthCoverage | None:
-    """Coverage of one planned check from each role's (max_len, where it comes from); None for a
-    check that sweeps no lengths. A role whose max_len is unknown leaves reach unknown."""
+    """Coverage of one planned check from each role's (max_len, where it comes from) and the
+    candidate engine's cache geometry; None for a check that sweeps no lengths. A role whose max_len
+    is unknown leaves reach unknown."""
     rule = SWEEP_CHECKS.get(check)
     if rule is None:
         return None
     known = [m for m, _ in max_lens.values()]
     max_len = None if not known or None in known else min(m for m in known if m is not None)
-    coverage = rule(params, max_len)
+    coverage = rule(params, max_len, geometry)
     coverage.limited_by = {role: source for role, (_, source) in max_lens.items()}
     return coverage

@@ -92,6 +92,52 @@ def clip_lengths(lengths: list[int], limit: int) -> list[int]:
     return out
 
 
+def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[int]:
+    """Prefix lengths planned on an engine's reuse block: the edges of the first two blocks ±1, the
+    block's doublings up to the context, then the given lengths beyond the second block (the usual
+    long ones), all clipped to `limit`. With no block (or block 1: any prefix is reused) the given
+    lengths as they are."""
+    if block is None or block <= 1:
+        return sorted(clip_lengths(lengths, limit))
+    planned = [block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
+    multiple = 4 * block
+    while multiple <= limit:
+        planned.append(multiple)
+        multiple *= 2
+    planned += [x for x in lengths if x > 2 * block + 1]
+    return sorted(clip_lengths(planned, limit))
+
+
+PROBE_LENGTHS = (37, 113, 301, 400)
+"""Prefix lengths of the block probe: the hits of whole blocks of 1, 2, 4, ..., 128 tokens have the block as gcd."""
+
+
+def probe_block(server: EngineServer, vocab: int, limit: int) -> tuple[int | None, str]:
+    """Measure the granularity of an engine's reported hits: at each probe length a prefix under
+    two suffixes, the second request's reported cached tokens; the gcd of the positive hits is the
+    block (None: no hit, or no count reported). Returns it with the measurements in words."""
+    import math
+
+    hits: dict[int, int | None] = {}
+    for length in (x for x in PROBE_LENGTHS if x <= limit):
+        prefix = seeded_prompt(vocab, length, 9_000_001 + length)
+        server.complete(prefix + seeded_prompt(vocab, 4, 9_100_001 + length), 1, 1)
+        hits[length] = server.complete(prefix + seeded_prompt(vocab, 4, 9_200_001 + length), 1, 1).cached_tokens
+    words = "probe (length:cached tokens " + ", ".join(f"{k}:{v}" for k, v in hits.items()) + ")"
+    positive = [v for v in hits.values() if v]
+    return (math.gcd(*positive) if positive else None), words
+
+
+def not_reusable(block: int | None, lengths: list[int]) -> list[int]:
+    """Lengths shorter than one reuse block: the engine cannot serve any of them from its cache, by design."""
+    return [] if block is None or block <= 1 else [x for x in lengths if x < block]
+
+
+def expected_hit(block: int | None, length: int) -> int | None:
+    """Prompt tokens a block-reusing engine can serve from a cached prefix of `length` tokens (whole blocks)."""
+    return None if block is None else (length // block) * block
+
+
 @dataclass
 class Judged:
     """One request compared under the claim."""

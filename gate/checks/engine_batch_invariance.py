@@ -140,6 +140,7 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
         return outcome
     outcome.message = (
         f"{level} holds for a {length}-token request alone and among {len(prompts)} concurrent requests "
-        f"({overlapping} overlapping, {slots} slots), and against the reference alone"
+        f"({overlapping} overlapping, {'slots not stated' if slots is None else f'{slots} slots'}), "
+        "and against the reference alone"
     )
     return outcome

@@ -70,8 +70,16 @@ def _coverage_line(coverage: LengthCoverage) -> str:
     scope = f" (scoped to {coverage.scoped_to})" if coverage.scoped_to is not None else ""
     wanted = f"wanted {', '.join(map(str, coverage.wanted))}{scope}"
     if coverage.reachable_longest is None:
-        return f"{wanted}; reach known only when the paths run"
+        return f"{wanted}; reach known only when the paths run" + _geometry_words(coverage)
     line = f"{wanted}; the paths reach {coverage.reachable_longest}"
     if coverage.unreachable:
         line += f"; out of reach: {', '.join(map(str, coverage.unreachable))} -> {coverage.effect}"
-    return line
+    return line + _geometry_words(coverage)
+
+
+def _geometry_words(coverage: LengthCoverage) -> str:
+    """The engine cache geometry the lengths were planned on, and the lengths that miss by design."""
+    words = f"; planned on {coverage.planned_on}" if coverage.planned_on else ""
+    if coverage.not_reusable:
+        words += f"; not reusable by design (below the first block): {', '.join(map(str, coverage.not_reusable))}"
+    return words

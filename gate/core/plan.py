@@ -47,10 +47,14 @@ class LengthCoverage(Record):
     """What an unreachable wanted length does to the check."""
     limited_by: dict[str, str] = Field(default_factory=dict)
     """Per role, where that path's longest sequence comes from (a preset, config.json, a launch flag)."""
+    planned_on: str | None = None
+    """The candidate engine's cache geometry the lengths were planned on, in words (None: not planned on one)."""
+    not_reusable: list[int] = Field(default_factory=list)
+    """Wanted lengths shorter than the engine's first reuse block: compared, and missing by design."""
 
     def as_dict(self) -> dict[str, Any]:
         """The keys a check's evidence records (`coverage`)."""
-        return self.model_dump(mode="json", exclude={"effect", "limited_by"})
+        return self.model_dump(mode="json", exclude={"effect", "limited_by", "planned_on", "not_reusable"})
 
 
 class PlannedCheck(Record):

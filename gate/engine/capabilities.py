@@ -39,5 +39,8 @@ def plan_with_capabilities(manifest: Manifest, plan: Plan) -> Plan:
     """The plan with each role's capabilities and each sweep check's length coverage."""
     paths = path_capabilities(manifest)
     reach = {role: (caps.max_len, caps.max_len_from) for role, caps in paths.items()}
-    checks = [p.model_copy(update={"coverage": planned_coverage(p.check, p.params, reach)}) for p in plan.checks]
+    geometry = paths["candidate"].cache_geometry
+    checks = [
+        p.model_copy(update={"coverage": planned_coverage(p.check, p.params, reach, geometry)}) for p in plan.checks
+    ]
     return plan.model_copy(update={"paths": paths, "checks": checks})

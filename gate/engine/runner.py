@@ -41,6 +41,7 @@ from gate.errors import (
     SubjectCrash,
     UnavailableError,
 )
+from gate.protocols import ReleasesControls
 
 Log = Callable[[str], None]
 
@@ -471,6 +472,14 @@ def _settled_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[str], log: Log) -> None:
+    """After a check, free what the controls no later check names hold (an engine's control servers)."""
+    if isinstance(candidate, ReleasesControls):
+        keep = {c.fault for p in later if p.check not in not_run for c in p.controls}
+        for freed in candidate.release_controls(keep):
+            log(f"  stopped {freed}: no later check uses it")
+
+
 def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     """Run a manifest end to end and write `results.json` atomically into `options.out_dir`."""
     from gate.core.check import CheckContext
@@ -529,7 +538,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
     clock = ForwardClock() if options.profile else None
     with clock or nullcontext(), _settled_heap():
-        for planned in plan.checks:
+        for index, planned in enumerate(plan.checks):
             if planned.check in not_run:
                 checks.append(_not_run(planned, options.only))
                 continue
@@ -550,6 +559,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, clock=clock)
             log(f"  {check_result.status.value}: {check_result.message}")
             checks.append(check_result)
+            _release_controls(paths["candidate"], plan.checks[index + 1 :], not_run, log)
 
     checks = settle_covered(checks)
     baseline = _baseline_record(paths["reference"], log)

@@ -42,12 +42,33 @@ class TinyLlamaSpec:
     perturb_seed: int | None = None
     """When set, every weight moves by a seeded perturbation of relative size `perturb_scale`."""
     perturb_scale: float = 0.05
+    sliding_window: int | None = None
+    """Tokens each local layer attends to (itself included); None: every layer is global. Written by
+    the Hugging Face writer only (gate.models.tiny_hf): llama.cpp's llama architecture has no local layers."""
+    sliding_layers: tuple[int, ...] | None = None
+    """Which layers are local when `sliding_window` is set; None: all of them."""
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
 
+    def local_layers(self) -> tuple[int, ...]:
+        """The local (sliding-window) layers."""
+        if self.sliding_window is None:
+            return ()
+        return tuple(range(self.n_layer)) if self.sliding_layers is None else tuple(sorted(self.sliding_layers))
 
-def _weights(spec: TinyLlamaSpec) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError(
+                f"n_embd {self.n_embd} must split into n_head {self.n_head} heads, and those into "
+                f"n_head_kv {self.n_head_kv} groups"
+            )
+        if any(not 0 <= i < self.n_layer for i in self.sliding_layers or ()):
+            raise ValueError(f"sliding_layers {self.sliding_layers} name layers outside 0..{self.n_layer - 1}")
+
+
+def tensors_of(spec: TinyLlamaSpec) -> dict[str, Any]:
+    """The seeded weights by GGUF tensor name, numpy float32 (out, in)."""
     import numpy as np
 
     rng = np.random.default_rng(spec.seed)
@@ -80,16 +101,22 @@ def _weights(spec: TinyLlamaSpec) -> dict[str, Any]:
     return tensors
 
 
+def vocabulary_pieces(vocab_size: int) -> list[str]:
+    """The pieces of the vocabulary, by id: control tokens, ASCII byte tokens, plain pieces."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTES)]
+    plain = vocab_size - len(tokens)
+    if plain < 0:
+        raise ValueError(f"vocab_size must be at least {len(tokens)} (control and byte tokens)")
+    return tokens + [f"\u2581t{i}" for i in range(plain)]
+
+
 def _vocab(spec: TinyLlamaSpec) -> tuple[list[str], list[float], list[int]]:
     import gguf
 
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTES)]
+    tokens = vocabulary_pieces(spec.vocab_size)
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * N_BYTES
-    plain = spec.vocab_size - len(tokens)
-    if plain < 0:
-        raise ValueError(f"vocab_size must be at least {len(tokens)} (control and byte tokens)")
-    tokens += [f"\u2581t{i}" for i in range(plain)]
+    plain = spec.vocab_size - len(types)
     types += [gguf.TokenType.NORMAL] * plain
     scores = [0.0] * (N_CONTROL + N_BYTES) + [-float(i) for i in range(plain)]
     return tokens, scores, [int(t) for t in types]
@@ -99,6 +126,11 @@ def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
     """Write the model to `path` (atomically) and return the file's sha256."""
     import gguf
 
+    if spec.sliding_window is not None:
+        raise ValueError(
+            "the tiny GGUF is a llama architecture, which has no sliding-window layers in llama.cpp; "
+            "write the Hugging Face format (gate.models.tiny_hf) for a sliding-window model"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     writer = gguf.GGUFWriter(str(tmp), "llama")
@@ -126,7 +158,7 @@ def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    for tensor_name, value in _weights(spec).items():
+    for tensor_name, value in tensors_of(spec).items():
         writer.add_tensor(tensor_name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate._util.atomic import inside, write_bytes_atomic
+from gate._util.digest import sha256_file as sha256_file  # re-exported: signing, approvals, verify, audit
 from gate._util.limited import KEY_BYTES, read_regular
 from gate.errors import InputError
 from gate.trust.evidence import evidence_digest
@@ -192,14 +193,6 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding: "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body."""
     kind = payload_type.encode()
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _signature(key: Ed25519PrivateKey, payload: bytes) -> dict[str, str]:

@@ -37,6 +37,7 @@ def test_plan_names_the_wanted_lengths_the_paths_cannot_reach_and_the_run_agrees
         "path": "reference:static",
         "max_len": 512,
         "max_len_from": "option max_len",
+        "cache_geometry": None,
         "offers": ["sessions", "LayerTracing", "AttentionProbe", "LayoutEdges"],
     }
     (sweep,) = [c for c in plan["checks"] if c["check"] == "prefix-sweep"]

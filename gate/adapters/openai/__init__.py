@@ -51,8 +51,12 @@ class _Options(BaseModel):
 
 
 class TinyModel(_Options):
-    """A tiny seeded Llama that gate writes as a GGUF file (gate.models.tiny_gguf), for llama.cpp."""
+    """A tiny seeded Llama that gate writes for the engine: a GGUF file for llama.cpp
+    (gate.models.tiny_gguf) or a Hugging Face model directory with a locally built tokenizer for
+    vLLM, SGLang or TGI (gate.models.tiny_hf); the same seed gives the same weights in both."""
 
+    format: Literal["gguf", "hf"] = "gguf"
+    """gguf: one .gguf file; hf: a directory with config.json, model.safetensors and tokenizer.json."""
     seed: int = Field(default=0, ge=0)
     """Seed of the weights."""
     perturb_seed: int | None = Field(default=None, ge=0)
@@ -61,6 +65,28 @@ class TinyModel(_Options):
     """Trained context length written into the file."""
     vocab_size: int = Field(default=512, ge=260, le=65536)
     """Vocabulary size (control and byte tokens included)."""
+    n_head: int = Field(default=2, ge=1, le=64)
+    """Query heads (of 64 / n_head dimensions each)."""
+    n_head_kv: int = Field(default=1, ge=1, le=64)
+    """Key/value heads: fewer than `n_head` is grouped-query attention (n_head must be a multiple)."""
+    sliding_window: int | None = Field(default=None, ge=2)
+    """Tokens a local layer attends to (hf format only); None: every layer global."""
+    sliding_layers: list[int] | None = None
+    """The local layers when `sliding_window` is set (None: all); some of them: a hybrid local/global model."""
+
+    @model_validator(mode="after")
+    def _shape(self) -> TinyModel:
+        if 64 % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError(
+                f"n_head {self.n_head} must divide the width 64 and be a multiple of n_head_kv {self.n_head_kv}"
+            )
+        if self.sliding_window is not None and self.format != "hf":
+            raise ValueError("sliding_window needs format hf: llama.cpp's llama architecture has no local layers")
+        if self.sliding_layers is not None and self.sliding_window is None:
+            raise ValueError("sliding_layers needs sliding_window")
+        if any(not 0 <= i < 2 for i in self.sliding_layers or []):
+            raise ValueError("sliding_layers name layers of the 2-layer tiny model: 0 and 1")
+        return self
 
 
 class Launch(_Options):
@@ -80,7 +106,7 @@ class Launch(_Options):
     model_file: str | None = None
     """Model file substituted for `{model}`."""
     tiny_model: TinyModel | None = None
-    """Or: a tiny seeded model gate writes as GGUF and substitutes for `{model}`."""
+    """Or: a tiny seeded model gate writes (GGUF file or Hugging Face directory) and substitutes for `{model}`."""
     env: dict[str, str] = Field(default_factory=dict)
     """The server's environment beyond the safe variables gate passes on from its own (PATH, HOME, the locale,
     the devices: gate.adapters.openai.environment); never a secret, the manifest is recorded."""
@@ -139,6 +165,9 @@ class Options(_Options):
     """Request field that salts the prefix cache (vLLM: cache_salt); default by flavor."""
     controls: dict[str, ControlLaunch] = Field(default_factory=dict)
     """Negative controls by name: other launch configurations of the candidate."""
+    max_servers: int = Field(default=3, ge=2, le=64)
+    """Servers gate keeps alive at once in a run, controls included (the least recently used idle one
+    stops to make room), so a run fits one GPU's memory or one CI machine's."""
 
     @field_validator("headers")
     @classmethod
@@ -157,7 +186,17 @@ class Options(_Options):
             raise ValueError("give exactly one of base_url (a running server) or launch (a command gate starts)")
         if self.controls and self.launch is None:
             raise ValueError("controls are launch configurations: they need `launch`")
+        if self.vocab_size is None and model_vocab_size(self) is None and self._states_no_vocabulary():
+            raise ValueError(
+                "vocab_size: vLLM does not state its vocabulary size; set `vocab_size`, or launch a "
+                "`tiny_model` or a `model_file` directory whose config.json gives it"
+            )
         return self
+
+    def _states_no_vocabulary(self) -> bool:
+        from gate.adapters.openai.geometry import guess_flavor
+
+        return guess_flavor(self.launch.command if self.launch else [], self.flavor) == "vllm"
 
 
 class OpenAIAdapter:
@@ -178,19 +217,48 @@ class OpenAIAdapter:
         states it only when it runs."""
         if not isinstance(options, Options):
             options = Options.model_validate(options.model_dump())
+        from gate.adapters.openai.geometry import launch_geometry
+
         name = f"openai:{options.flavor}"
         found = _launch_context(options.launch.command) if options.launch else None
+        geometry = launch_geometry(options.launch.command, options.flavor) if options.launch else None
         limits: list[tuple[int, str]] = [found] if found is not None else []
         if options.context_length is not None:
             limits.append((options.context_length, "option context_length"))
         if not limits:
             return PathCapabilities(
-                path=name, max_len_from="stated by the server when it runs", offers=["EngineServing"]
+                path=name,
+                max_len_from="stated by the server when it runs",
+                cache_geometry=geometry,
+                offers=["EngineServing"],
             )
         max_len, source = min(limits)
         if found is None:
             source += " (the server's own context may be shorter)"
-        return PathCapabilities(path=name, max_len=max_len, max_len_from=source, offers=["EngineServing"])
+        return PathCapabilities(
+            path=name, max_len=max_len, max_len_from=source, cache_geometry=geometry, offers=["EngineServing"]
+        )
+
+
+def model_vocab_size(options: Options) -> int | None:
+    """The vocabulary size the launched model states: a tiny model's, or `vocab_size` in the
+    config.json of a `model_file` directory on this machine (None: neither)."""
+    launch = options.launch
+    if launch is None:
+        return None
+    if launch.tiny_model is not None:
+        return launch.tiny_model.vocab_size
+    if launch.model_file is not None:
+        import json
+        from pathlib import Path
+
+        config = Path(launch.model_file) / "config.json"
+        try:
+            value = json.loads(config.read_text()).get("vocab_size")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return int(value) if isinstance(value, int) and value > 1 else None
+    return None
 
 
 def _flag(command: list[str], *names: str) -> str | None:

@@ -8,59 +8,47 @@ ends, on an exception and on Ctrl-C alike.
 
 A server gate launches in a path's own configuration is started once per run and handed to every
 later check and control that asks for the same launch, its prefix cache reset through the engine's
-own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one): on a
-real engine each start costs model loading. A check that
-needs a genuinely new process (a restart) asks for `fresh=True`, and that server stops with its
-block. Every start is counted (`engine_starts`) and shown in each server's evidence.
+own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
+launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
+engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
+for `fresh=True`, and that server stops with its block. At most `max_servers` run at once (an idle
+one stops to make room: a control's first, then one on a changed model, then the least recently
+used), and a control's server stops after the last check that names it (`release_controls`).
+Every start is counted (`engine_starts`), and with the most alive at once shown in each server's
+evidence. The geometry of the server's cache (gate.adapters.openai.geometry) is read when the path
+is probed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shlex
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
-from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel
+from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel, model_vocab_size
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
+from gate.adapters.openai.geometry import (
+    engine_identity,
+    engine_version,
+    launch_geometry,
+    model_digest,
+    resolved,
+    served_geometry,
+)
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.adapters.openai.tiny import tiny_model_file
 from gate.adapters.openai.validate import CacheHistory, chunk_reuse
 from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
+from gate.protocols import CacheGeometry
 
-_MODEL_DIR: Path | None = None
 SALT_FIELDS = {"vllm": "cache_salt"}
 """Request field that salts the prefix cache, by flavor (SGLang, TGI and llama.cpp have none)."""
-
-
-def _model_dir() -> Path:
-    global _MODEL_DIR
-    if _MODEL_DIR is None:
-        _MODEL_DIR = Path(tempfile.mkdtemp(prefix="gate-gguf-"))
-    return _MODEL_DIR
-
-
-def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
-    """Write (once per process) the tiny GGUF a spec names; its path and sha256."""
-    from gate.models.tiny_gguf import TinyLlamaSpec, write_tiny_gguf
-
-    full = TinyLlamaSpec(
-        seed=spec.seed,
-        perturb_seed=spec.perturb_seed,
-        context_length=spec.context_length,
-        vocab_size=spec.vocab_size,
-    )
-    key = hashlib.sha256(repr(full.describe()).encode()).hexdigest()[:16]
-    path = _model_dir() / f"tiny-llama-{key}.gguf"
-    digest_file = path.with_suffix(".sha256")
-    if not path.exists() or not digest_file.exists():
-        digest_file.write_text(write_tiny_gguf(path, full))
-    return path, digest_file.read_text()
 
 
 _EXECUTABLES: dict[tuple[str, int, int], str] = {}
@@ -76,11 +64,7 @@ def executable_sha256(program: str) -> str | None:
     stat = target.stat()
     key = (str(target), stat.st_size, stat.st_mtime_ns)
     if key not in _EXECUTABLES:
-        digest = hashlib.sha256()
-        with target.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        _EXECUTABLES[key] = digest.hexdigest()
+        _EXECUTABLES[key] = sha256_file(target)
     return _EXECUTABLES[key]
 
 
@@ -110,22 +94,73 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
 
 @dataclass
 class Pooled:
-    """A server kept for the rest of the run."""
+    """A server kept for the rest of the run (or until its last use, or until the cap makes room)."""
 
     server: ServerProcess
     client: EngineClient
     stopper: Stopper
+    control: str | None = None
+    """The negative control it runs, if any (stopped after the last check that names it)."""
+    changed_model: bool = False
+    """It loads another model than its path's launch (a restart on changed weights)."""
+    in_use: int = 0
+    """Blocks serving from it right now (never stopped to make room while above 0)."""
+    last_used: int = 0
+    """When it last served a block (a counter): the least recently used makes room first."""
 
 
 _POOL: dict[str, Pooled] = {}
 """Launch (as JSON) -> the server running it, until the run ends (gate._util.stopping)."""
 _STARTS: list[str] = []
 """Labels of the servers started in this run (cleared when the run ends, gate._util.stopping)."""
+_USES = [0]
+"""A counter of blocks served, for least-recently-used order."""
+_PEAK = [0]
+"""Most servers gate had alive at once in this run."""
+
+
+def live_servers() -> int:
+    """Servers gate launched that are running now (pooled, fresh and probing alike)."""
+    from gate.adapters.openai import process
+
+    return len(process._LIVE)
+
+
+def peak_servers() -> int:
+    """Most servers alive at once in this run."""
+    return _PEAK[0]
+
+
+def _make_room(cap: int) -> None:
+    """Stop idle pooled servers until one more start keeps `cap` alive at once: controls' servers
+    first, then those on a changed model, then the reference's and the candidate's; the least
+    recently used first."""
+    while live_servers() >= cap:
+        idle = sorted(
+            (p.control is None, not p.changed_model, p.last_used, key) for key, p in _POOL.items() if p.in_use == 0
+        )
+        if not idle:
+            return  # every live server is serving a block: the new one goes over the cap
+        _POOL[idle[0][3]].stopper.stop()
+
+
+def release_controls(keep: set[str]) -> list[str]:
+    """Stop the pooled servers of every control not in `keep` (their last use is over); their labels."""
+    stopped = []
+    for held in [p for p in _POOL.values() if p.control is not None and p.control not in keep and p.in_use == 0]:
+        stopped.append(held.server.label)
+        held.stopper.stop()
+    return stopped
 
 
 def engine_starts() -> list[str]:
     """The servers gate started in this run, in order (a pooled server counts once)."""
     return list(_STARTS)
+
+
+def _reset_counts() -> None:
+    _STARTS.clear()
+    _PEAK[0] = 0
 
 
 def _pooled(key: str) -> Pooled | None:
@@ -176,6 +211,7 @@ class Served:
             out["reused_from_earlier_check"] = self.reused
             controls = sum("[control " in label for label in _STARTS)
             out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls}
+            out["engine_servers_alive_peak"] = peak_servers()
         return out
 
 
@@ -192,6 +228,7 @@ class EnginePath:
     model_name: str | None = None
     control: str | None = None
     discovered: dict[str, Any] = field(default_factory=dict)
+    cache_geometry: CacheGeometry = field(default_factory=CacheGeometry)
     uses_cache: bool = True
     name: str = "openai"
 
@@ -202,13 +239,19 @@ class EnginePath:
         path = cls(options=options, dtype=dtype, seed=seed)
         with path.serve(label="probe") as served:
             info = served.client.info
+            launch = path._launch()
+            path.cache_geometry = served_geometry(served.client, None if launch is None else launch.command)
+            info = {**info, **engine_version(served.client)}
+            if served.server is not None:
+                info["resolved_command"] = shlex.join(resolved(served.server.command))
         path.discovered = info
         path.flavor = str(info.get("flavor", "generic"))
         path.model_name = info.get("model")
-        vocab = options.vocab_size or info.get("vocab_size")
+        vocab = options.vocab_size or info.get("vocab_size") or model_vocab_size(options)
         if not vocab:
             raise EngineBadReply(
-                f"{path.label}: the server does not state its vocabulary size; set `vocab_size` in the options"
+                f"{path.label}: the server does not state its vocabulary size, nor does the model's config.json; "
+                "set `vocab_size` in the options"
             )
         path.vocab_size = int(vocab)
         context = [c for c in (options.context_length, info.get("context_length")) if c]
@@ -235,6 +278,8 @@ class EnginePath:
                 out["tiny_model"] = launch.tiny_model.model_dump()
             elif launch.model_file:
                 out["model_file"] = launch.model_file
+                out["model_sha256"] = model_digest(launch.model_file)
+        out.update(engine_identity(self.cache_geometry))
         if self.control:
             out["control"] = self.control
         return out
@@ -247,6 +292,10 @@ class EnginePath:
 
     def faults(self) -> tuple[str, ...]:
         return tuple(self.options.controls)
+
+    def release_controls(self, keep: set[str]) -> list[str]:
+        """Stop the servers of the controls no later check names (gate.protocols.ReleasesControls)."""
+        return release_controls(keep)
 
     def with_fault(self, fault: str) -> EnginePath:
         if fault not in self.options.controls:
@@ -312,7 +361,7 @@ class EnginePath:
         key = f"{id(opts)}:{launch.model_dump_json()}{sorted(headers.items())!r}"
         held = None if fresh else _pooled(key)
         reused = held is not None
-        if held is not None:
+        if held is not None and self._caches(launch):
             try:
                 self.reset_cache(held.client)  # nothing an earlier check cached is left
             except EngineBadReply:  # no reset this server accepts (llama.cpp without --slot-save-path)
@@ -325,13 +374,19 @@ class EnginePath:
                 _POOL.pop(key, None)
                 server.stop()
 
-            held = _POOL[key] = Pooled(server, client, on_stop(f"engine server {full_label}", stop))
+            held = _POOL[key] = Pooled(
+                server, client, on_stop(f"engine server {full_label}", stop), self.control, model is not None
+            )
         if held is not None:
+            _USES[0] += 1
+            held.in_use, held.last_used = held.in_use + 1, _USES[0]
             try:
                 yield Served(held.client, held.server, self, reused=reused)
             except BaseException:  # an interrupted or failed check leaves no server in an unknown state
                 held.stopper.stop()
                 raise
+            finally:
+                held.in_use -= 1
             return
         with sigterm_stops_servers():
             started = self._start(launch, headers, full_label)
@@ -339,6 +394,15 @@ class EnginePath:
                 yield Served(started[1], started[0], self)
             finally:
                 started[0].stop()
+
+    def _caches(self, launch: Launch) -> bool:
+        """Whether a server of this launch may hold a prefix across requests (False: launched with its
+        prefix cache off, as its flags or, for the launch probed, the engine itself state it), so a
+        server handed over needs no reset."""
+        stated = launch_geometry(launch.command, self.flavor)
+        if stated is not None and stated.prefix_caching is not None:
+            return stated.prefix_caching
+        return not (self.cache_geometry.prefix_caching is False and self.control is None)
 
     def _start(self, launch: Launch, headers: dict[str, str], full_label: str) -> tuple[ServerProcess, EngineClient]:
         """Start a server on `launch` and wait until it answers; counted in `engine_starts`."""
@@ -358,10 +422,12 @@ class EnginePath:
         subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}
         server.command = [_substitute(part, subs) for part in launch.command]
         if not _STARTS:  # the first start of a run: the count ends with the run
-            on_stop("engine start count", _STARTS.clear)
+            on_stop("engine start count", _reset_counts)
+        _make_room(self.options.max_servers)
         _STARTS.append(full_label)
         try:
             server.start()
+            _PEAK[0] = max(_PEAK[0], live_servers())
             # a cache holds only what this new process was sent (gate.adapters.openai.validate)
             history = CacheHistory(prefix_only=not chunk_reuse(server.command))
             client = self._client(server.base_url, headers, full_label, alive=server.check_alive, history=history)

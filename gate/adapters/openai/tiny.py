@@ -1,0 +1,61 @@
+"""The tiny seeded model a launch names (`tiny_model`), written once per process: a GGUF file for
+llama.cpp or a Hugging Face directory for vLLM and the other engines that load that format."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gate.adapters.openai import TinyModel
+
+if TYPE_CHECKING:
+    from gate.models.tiny_gguf import TinyLlamaSpec
+
+_MODEL_DIR: Path | None = None
+
+
+def _model_dir() -> Path:
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        _MODEL_DIR = Path(tempfile.mkdtemp(prefix="gate-tiny-model-"))
+    return _MODEL_DIR
+
+
+def tiny_spec(spec: TinyModel) -> TinyLlamaSpec:
+    """The writer's spec (gate.models.tiny_gguf.TinyLlamaSpec) of a `tiny_model` option."""
+    from gate.models.tiny_gguf import TinyLlamaSpec
+
+    return TinyLlamaSpec(
+        seed=spec.seed,
+        perturb_seed=spec.perturb_seed,
+        context_length=spec.context_length,
+        vocab_size=spec.vocab_size,
+        n_head=spec.n_head,
+        n_head_kv=spec.n_head_kv,
+        sliding_window=spec.sliding_window,
+        sliding_layers=None if spec.sliding_layers is None else tuple(spec.sliding_layers),
+    )
+
+
+def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
+    """Write (once per process) the tiny model a spec names; its path (a .gguf file or a Hugging Face
+    directory) and sha256 (of the file, or gate.models.tiny_hf.directory_sha256 of the directory)."""
+    from gate.models.tiny_gguf import write_tiny_gguf
+
+    full = tiny_spec(spec)
+    key = hashlib.sha256(repr((spec.format, full.describe())).encode()).hexdigest()[:16]
+    if spec.format == "hf":
+        path = _model_dir() / f"tiny-llama-{key}"
+    else:
+        path = _model_dir() / f"tiny-llama-{key}.gguf"
+    digest_file = path.with_name(path.name + ".sha256")
+    if not path.exists() or not digest_file.exists():
+        if spec.format == "hf":
+            from gate.models.tiny_hf import write_tiny_hf
+
+            digest_file.write_text(write_tiny_hf(path, full))
+        else:
+            digest_file.write_text(write_tiny_gguf(path, full))
+    return path, digest_file.read_text()

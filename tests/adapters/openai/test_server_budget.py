@@ -1,0 +1,84 @@
+"""Servers as a budget: a cap on servers alive at once (controls' servers make room first), control
+servers stopped after their last use, and a server launched with its cache off handed over unreset."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from gate.adapters.openai import Options
+from gate.adapters.openai.path import EnginePath, engine_starts, live_servers, peak_servers
+from gate.protocols import CacheGeometry
+
+SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
+
+
+def path_for(max_servers: int) -> EnginePath:
+    options = Options.model_validate(
+        {
+            "flavor": "generic",
+            "launch": {"command": [sys.executable, SERVER, "{port}", "serves"], "ready_timeout_s": 20},
+            "controls": {"a": {"args": ["a"]}, "b": {"args": ["b"]}},
+            "max_servers": max_servers,
+        }
+    )
+    return EnginePath(options=options, dtype="float32", seed=0)
+
+
+def test_the_cap_stops_an_idle_control_server_first_and_the_last_use_stops_the_rest() -> None:
+    path = path_for(max_servers=2)
+    with path.serve(label="candidate") as first:
+        pass
+    with path.with_fault("a").serve(label="control a"):
+        assert live_servers() == 2
+    with path.with_fault("b").serve(label="control b"):
+        assert live_servers() == 2  # control a's idle server made room, not the candidate's
+    with path.serve(label="candidate") as again:
+        assert again.reused and again.server is first.server  # the candidate's server was kept
+    assert len(engine_starts()) == 3 and peak_servers() == 2
+    assert path.release_controls({"a"}) == [f"control b ({path.label} [control b])"]
+    assert live_servers() == 1
+    with path.with_fault("b").serve(label="control b") as restarted:
+        assert not restarted.reused  # its last use was over: a later use starts it again
+
+
+def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -> None:
+    path = path_for(max_servers=3)
+    path.cache_geometry = CacheGeometry(prefix_caching=False, source="test")
+    resets: list[str] = []
+    path.reset_cache = lambda client: resets.append("reset")  # type: ignore[method-assign]
+    with path.serve():
+        pass
+    with path.serve() as again:
+        assert again.reused
+    assert resets == []
+    path.cache_geometry = CacheGeometry(prefix_caching=True, source="test")
+    with path.serve():
+        pass
+    assert resets == ["reset"]
+
+
+def test_identity_names_the_model_digest_the_geometry_and_the_resolved_command(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 512}')
+    options = Options.model_validate(
+        {
+            "flavor": "generic",
+            "launch": {
+                "command": [Path(sys.executable).name, SERVER, "{port}", "serves", "{model}"],
+                "model_file": str(model),
+                "ready_timeout_s": 20,
+            },
+        }
+    )
+    path = EnginePath.probe(options, dtype="float32", seed=0)
+    identity = path.identity()
+    from gate.models.tiny_hf import directory_sha256
+
+    assert identity["model_file"] == str(model) and identity["model_sha256"] == directory_sha256(model)
+    assert identity["resolved_command"].split()[0] == shutil.which(Path(sys.executable).name)  # as found on PATH
+    assert str(model) in identity["resolved_command"] and "{port}" not in identity["resolved_command"]
+    assert identity["block_size"] is None and identity["prefix_caching"] is None
+    assert "engine-prefix-parity probes it" in identity["cache_geometry_from"]
