@@ -155,32 +155,46 @@ def _seen(cache: Any | None) -> int:
         return 0
 
 
-def probe_supported() -> bool:
-    """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
-    is validated on the installed transformers: the 5.24 masking API, which counts query positions
-    from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
-    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why)."""
-    return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
+def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
+    """The forward arguments through which `forward()` hands a session's own position count to the
+    model: `position_ids` always, and `cache_position` where this release's forward takes it (5.2-5.3;
+    there the causal mask and a static cache's write index follow it). From 5.4 the model derives
+    both from the cache's own length, so the count reaches it as `position_ids` alone. Read from the
+    installed forward's signature, the same fact `forward()` acts on."""
+    if cache_api(model).takes_cache_position:
+        return ("position_ids", "cache_position")
+    return ("position_ids",)
 
 
 def causal_mask(
-    make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
+    make: Any,
+    *,
+    model: torch.nn.Module,
+    inputs_embeds: torch.Tensor,
+    attention_mask: Any,
+    cache: Any,
+    positions: torch.Tensor,
 ) -> Any:
     """Call a masking_utils mask builder (create_causal_mask, create_sliding_window_causal_mask) for
-    queries at `positions` [B, n] against `cache`: 5.24 names the cache `cache` and counts positions
-    from it; before, it is `past_key_values` and the query positions go in as `cache_position`."""
+    queries at `positions` [B, n] against `cache`, as the model's own forward calls it: the cache is
+    `cache` (5.24) or `past_key_values`; up to 5.8 the builder also takes the queries' `cache_position`,
+    which the model takes from its caller where its forward has the argument (5.2-5.3: the positions the
+    session sends, `position_inputs`) and otherwise computes from the cache's length (5.4-5.8); from 5.9
+    the builder counts query positions from the cache itself."""
     params = inspect.signature(make).parameters
     kwargs: dict[str, Any] = {
-        "config": config,
+        "config": model.config,
         "inputs_embeds": inputs_embeds,
         "attention_mask": attention_mask,
         "position_ids": positions,
     }
-    if "cache" in params:
-        kwargs["cache"] = cache
-    else:
-        kwargs["past_key_values"] = cache
-        kwargs["cache_position"] = positions[0]
+    kwargs["cache" if "cache" in params else "past_key_values"] = cache
+    if "cache_position" in params:
+        if "cache_position" in position_inputs(model):
+            kwargs["cache_position"] = positions[0]
+        else:
+            start = seq_length(cache)
+            kwargs["cache_position"] = torch.arange(start, start + positions.shape[1], device=positions.device)
     return make(**kwargs)
 
 

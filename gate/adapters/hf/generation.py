@@ -46,6 +46,12 @@ class GeneratePath(HFPath):
             return PAGED_FAULTS
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
+    def position_feeds(self) -> tuple[str, ...]:
+        """generate-paged sends the session's positions as `position_ids` (the pre-hook of `replay`);
+        the scheduler keeps its own write index and mask. generate-static lets generate count from the
+        cache, so a kept count is the cache's own counter, which drives the mask and the write index."""
+        return ("position_ids",) if self.kind == "generate-paged" else ("cache counter",)
+
     def new_session(self, batch_size: int) -> Session:
         if self.kind == "generate-paged":
             compat.require_continuous_batching()
