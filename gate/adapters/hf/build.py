@@ -39,12 +39,13 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
 
         path = PressPath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "prefix-reuse":
-        from gate.adapters.hf.prefix_worker import PrefixReuseProbingPath
+        from gate.adapters.hf.prefix_worker import PrefixReuseProbingPath, PrefixReuseTracingPath
 
-        path = PrefixReuseProbingPath(loaded, options, device=device, dtype=dtype, seed=seed)
+        kind = PrefixReuseProbingPath if compat.probe_supported() else PrefixReuseTracingPath
+        path = kind(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "full":
         path = HFPath(loaded, options, device=device, dtype=dtype, seed=seed)
-    elif options.path in PROBE_KINDS:
+    elif options.path in PROBE_KINDS and compat.probe_supported():
         path = ProbingHFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     else:
         path = TracingHFPath(loaded, options, device=device, dtype=dtype, seed=seed)

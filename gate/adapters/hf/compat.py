@@ -166,35 +166,34 @@ def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
     return ("position_ids",)
 
 
+def probe_supported() -> bool:
+    """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
+    is validated on the installed transformers: the 5.24 masking API, which counts query positions
+    from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
+    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why).
+    This decides only whether the probe is offered, never whether a fault can show on a path
+    (`position_inputs`, HFPath.invisible_faults)."""
+    return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
+
+
 def causal_mask(
-    make: Any,
-    *,
-    model: torch.nn.Module,
-    inputs_embeds: torch.Tensor,
-    attention_mask: Any,
-    cache: Any,
-    positions: torch.Tensor,
+    make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
 ) -> Any:
     """Call a masking_utils mask builder (create_causal_mask, create_sliding_window_causal_mask) for
-    queries at `positions` [B, n] against `cache`, as the model's own forward calls it: the cache is
-    `cache` (5.24) or `past_key_values`; up to 5.8 the builder also takes the queries' `cache_position`,
-    which the model takes from its caller where its forward has the argument (5.2-5.3: the positions the
-    session sends, `position_inputs`) and otherwise computes from the cache's length (5.4-5.8); from 5.9
-    the builder counts query positions from the cache itself."""
+    queries at `positions` [B, n] against `cache`: 5.24 names the cache `cache` and counts positions
+    from it; before, it is `past_key_values` and the query positions go in as `cache_position`."""
     params = inspect.signature(make).parameters
     kwargs: dict[str, Any] = {
-        "config": model.config,
+        "config": config,
         "inputs_embeds": inputs_embeds,
         "attention_mask": attention_mask,
         "position_ids": positions,
     }
-    kwargs["cache" if "cache" in params else "past_key_values"] = cache
-    if "cache_position" in params:
-        if "cache_position" in position_inputs(model):
-            kwargs["cache_position"] = positions[0]
-        else:
-            start = seq_length(cache)
-            kwargs["cache_position"] = torch.arange(start, start + positions.shape[1], device=positions.device)
+    if "cache" in params:
+        kwargs["cache"] = cache
+    else:
+        kwargs["past_key_values"] = cache
+        kwargs["cache_position"] = positions[0]
     return make(**kwargs)
 
 
@@ -446,16 +445,29 @@ class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
 # ---- continuous batching --------------------------------------------------------------------------
 
 
+def _continuous_config_fields() -> set[str]:
+    config = getattr(transformers, "ContinuousBatchingConfig", None)
+    return set(inspect.signature(config).parameters) if config is not None else set()
+
+
+def page_field() -> str | None:
+    """The ContinuousBatchingConfig field that sizes a page of the paged cache: `page_size` (5.18+),
+    `block_size` (5.4-5.17, the same knob under its earlier name), None without the config (5.2-5.3)."""
+    fields = _continuous_config_fields()
+    return next((name for name in ("page_size", "block_size") if name in fields), None)
+
+
 def require_continuous_batching() -> None:
     """AdapterUnavailable unless transformers offers the paged-scheduling API the generate-paged
-    sessions drive: `ContinuousBatchingConfig` with `page_size` and `max_batch_tokens` (5.24; 5.2 has
-    no such config and its continuous batching cannot schedule on a CPU)."""
-    config = getattr(transformers, "ContinuousBatchingConfig", None)
-    fields = set(inspect.signature(config).parameters) if config is not None else set()
-    if not {"page_size", "max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= fields:
+    sessions drive: `ContinuousBatchingConfig` with a page size (`page_size`, or `block_size` before
+    5.18) and `max_batch_tokens` (5.4+; 5.2-5.3 have no such config and their continuous batching
+    cannot schedule on a CPU)."""
+    if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
+        _continuous_config_fields()
+    ):
         raise AdapterUnavailable(
-            f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=...): the "
-            "generate-paged sessions need the paged-scheduling API of 5.24"
+            f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=... or "
+            "block_size=...): the generate-paged sessions need the paged-scheduling API of 5.4+"
         )
 
 
@@ -463,12 +475,19 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
     """Continuous batching that schedules at most one page of tokens per forward (chunked prefill,
     each chunk reading the pages before it), with room for every request's whole history. No CUDA
     graphs (they pad the packed batch) and no block sharing (every token is computed, so every row
-    has a logit)."""
+    has a logit). The page size goes in under this release's name for it (`page_field`)."""
     pages = -(-(max_len + 1) // page_size)
     return transformers.ContinuousBatchingConfig(
-        page_size=page_size,
+        **{str(page_field()): page_size},
         num_blocks=requests * pages + 2,
         max_batch_tokens=page_size,
         use_cuda_graph=False,
         allow_block_sharing=False,
     )
+
+
+def generate_batch_options(model: Any) -> dict[str, Any]:
+    """generate_batch's optional arguments this release takes: `warmup=False` where it has one (5.10+;
+    a warm-up pass before the requests would add forwards the schedule does not count)."""
+    params = inspect.signature(model.generate_batch).parameters
+    return {"warmup": False} if "warmup" in params else {}

@@ -111,7 +111,7 @@ class GeneratePath(HFPath):
                     generation_config=_greedy_config(1, eos_token_id=-1),
                     continuous_batching_config=compat.paged_config(page, batch, self.max_len),
                     progress_bar=False,
-                    warmup=False,
+                    **compat.generate_batch_options(self.model),
                 )
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
@@ -94,8 +95,16 @@ class HFPath:
         record = dict(self.loaded.identity)
         record["path"] = self.kind
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
+        record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
         return record
+
+    def libraries(self) -> tuple[str, ...]:
+        """The distributions whose code this path runs (their versions go into the identity, so runs
+        on releases with and without a bug in one of them are told apart): transformers and torch,
+        accelerate (transformers' device placement), and the quantized cache's backend package."""
+        backend = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(str(self.options.backend), ())
+        return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
     def kv_geometry(self) -> tuple[int, int, int]:
         """(layers, KV heads, head dim) of the model's K/V (gate.protocols.KVGeometry)."""

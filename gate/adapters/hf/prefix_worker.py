@@ -31,7 +31,7 @@ import torch
 import transformers
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.paths import HFPath, TracingHFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
 from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
@@ -331,5 +331,9 @@ class PrefixCachingPart(HFPath):
         return self.worker.cache_state()
 
 
+class PrefixReuseTracingPath(PrefixCachingPart, TracingHFPath):
+    """`prefix-reuse` where the attention probe is not validated (transformers before 5.24)."""
+
+
 class PrefixReuseProbingPath(PrefixCachingPart, ProbingHFPath):
-    """`prefix-reuse` with the attention probe through transformers' own mask, cache and attention."""
+    """`prefix-reuse` with the attention probe (transformers 5.24's masking API)."""

@@ -106,7 +106,7 @@ class ProbeSession(CacheSession):
         embeds = torch.empty(self.batch_size, n, 1, dtype=q.dtype, device=self.device)  # shape, dtype only
         return compat.causal_mask(
             make,
-            model=self.model,
+            config=config,
             inputs_embeds=embeds,
             attention_mask=planted,
             cache=self.cache,
