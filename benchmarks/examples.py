@@ -96,6 +96,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (tiny models: 1 is fastest)")
     parser.add_argument("--set", default="hf", help="example file prefix: hf, reference, ... (examples/<set>-*.yaml)")
     parser.add_argument("--only", nargs="*", default=None, help="example names (without .yaml)")
+    parser.add_argument("--work", type=Path, default=None, help="where the rewritten manifests and runs go")
     parser.add_argument("--json", action="store_true", help="also write the rows as DIR/<set>_examples_<device>.json")
     args = parser.parse_args()
 
@@ -107,7 +108,7 @@ def main() -> int:
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     import transformers
 
-    work = Path(f"/tmp/gate-{args.set}-examples-{args.device.replace(':', '')}")
+    work = args.work or Path(f"/tmp/gate-{args.set}-examples-{args.device.replace(':', '')}")
     work.mkdir(parents=True, exist_ok=True)
     rows = [
         f"# {args.set} examples on {args.device}, {args.dtype}\n\n"

@@ -106,7 +106,8 @@ def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, di
     """The examples on one release: example -> its row from benchmarks/examples.py."""
     venv = release_venv(release)
     target = out / release
-    command = [str(venv / "bin" / "python"), str(ROOT / "benchmarks" / "examples.py"), "--json", "--out", str(target)]
+    examples = str(ROOT / "benchmarks" / "examples.py")
+    command = [str(venv / "bin" / "python"), examples, "--json", "--out", str(target), "--work", str(target / "runs")]
     if only:
         command += ["--only", *only]
     started = time.perf_counter()
