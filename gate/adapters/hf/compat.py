@@ -2,8 +2,8 @@
 
 Everything else in the adapter calls these functions and never branches on a version. Each
 difference is detected from the installed code (a signature, a class), not from a version string,
-so a backport or a pre-release behaves as its code does. Read from the sources of 5.2.0, 5.3.0,
-5.4.0, 5.14.1, 5.15.0, 5.23.0 and 5.24.0:
+so a backport or a pre-release behaves as its code does. Read from the sources of the newest patch
+of every minor release 5.2-5.24:
 
 - forward's cache argument: `past_key_values` up to 5.23; 5.24 renamed it `cache` (the old name
   still works through `deprecate_kwarg` and warns). `cache_kwarg()`.
@@ -21,6 +21,12 @@ so a backport or a pre-release behaves as its code does. Read from the sources o
   5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
   quantized layers for it. The refusal is AdapterUnavailable in the library's words.
 - `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
+- continuous batching: no `ContinuousBatchingConfig` before 5.4; its page size is `block_size` up to
+  5.17 and `page_size` from 5.18 (one knob, two names: `page_field()`); `generate_batch` takes
+  `warmup` from 5.10 (`generate_batch_options()`).
+- what carries a session's position count into the model: `position_ids`, plus `cache_position`
+  where forward takes it (`position_inputs()`); the paths decide which planted faults can show from
+  that (HFPath.invisible_faults), never from a version.
 
 Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
 that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
