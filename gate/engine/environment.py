@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import platform
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import gate
+from gate._util.versions import installed_versions
 
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
+LIBRARIES = ("torch", "transformers", "datasets", "kvpress", "hqq", "optimum-quanto", "accelerate")
+"""Distributions behind a subject's path, recorded in every result (None where not installed): a
+cache or press bug lives in one of these, so two runs on releases with and without it differ here."""
 
 
 def describe(device: str) -> dict[str, Any]:
@@ -23,9 +20,7 @@ def describe(device: str) -> dict[str, Any]:
         "gate": gate.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
-        "datasets": _version("datasets"),
+        **installed_versions(LIBRARIES),
         "device": device,
     }
     if device.startswith("cuda") and "torch" in sys.modules:

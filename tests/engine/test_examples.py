@@ -8,6 +8,7 @@ runs (an over-claim): it must fail validation with exit 2.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,29 @@ def test_example_documents_its_verdict(path: Path) -> None:
     first = path.read_text().split("\n", 1)[0]
     assert first.startswith("# gate-expect: "), f"{path.name}: first line must be '# gate-expect: VERDICT'"
     assert first.removeprefix("# gate-expect: ").strip() in VERDICTS, first
+
+
+RELEASE_LINE = re.compile(r"^# gate-expect \(transformers (5\.\d+)(?:-(5\.\d+))?\): (\S+)")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_per_release_verdicts_name_releases_in_range(path: Path) -> None:
+    """`# gate-expect (transformers X.Y[-X.Z]): VERDICT` lines (benchmarks/examples.py and
+    releases.py read them) parse, name a known verdict and a range inside >=5.2,<6, and do not
+    overlap: one documented verdict per release."""
+    seen: set[int] = set()
+    for line in path.read_text().split("\n"):
+        if not line.startswith("#"):
+            break
+        if not line.startswith("# gate-expect ("):
+            continue
+        found = RELEASE_LINE.match(line)
+        assert found, f"{path.name}: unreadable per-release verdict line {line!r}"
+        low, high = (int(v.split(".")[1]) for v in (found.group(1), found.group(2) or found.group(1)))
+        assert 2 <= low <= high and found.group(3) in VERDICTS, line
+        minors = set(range(low, high + 1))
+        assert not minors & seen, f"{path.name}: releases documented twice: {sorted(minors & seen)}"
+        seen |= minors
 
 
 def _rejected(path: Path) -> bool:

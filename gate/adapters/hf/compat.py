@@ -2,8 +2,8 @@
 
 Everything else in the adapter calls these functions and never branches on a version. Each
 difference is detected from the installed code (a signature, a class), not from a version string,
-so a backport or a pre-release behaves as its code does. Read from the sources of 5.2.0, 5.3.0,
-5.4.0, 5.14.1, 5.15.0, 5.23.0 and 5.24.0:
+so a backport or a pre-release behaves as its code does. Read from the sources of the newest patch
+of every minor release 5.2-5.24:
 
 - forward's cache argument: `past_key_values` up to 5.23; 5.24 renamed it `cache` (the old name
   still works through `deprecate_kwarg` and warns). `cache_kwarg()`.
@@ -21,6 +21,12 @@ so a backport or a pre-release behaves as its code does. Read from the sources o
   5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
   quantized layers for it. The refusal is AdapterUnavailable in the library's words.
 - `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
+- continuous batching: no `ContinuousBatchingConfig` before 5.4; its page size is `block_size` up to
+  5.17 and `page_size` from 5.18 (one knob, two names: `page_field()`); `generate_batch` takes
+  `warmup` from 5.10 (`generate_batch_options()`).
+- what carries a session's position count into the model: `position_ids`, plus `cache_position`
+  where forward takes it (`position_inputs()`); the paths decide which planted faults can show from
+  that (HFPath.invisible_faults), never from a version.
 
 Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
 that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
@@ -155,11 +161,24 @@ def _seen(cache: Any | None) -> int:
         return 0
 
 
+def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
+    """The forward arguments through which `forward()` hands a session's own position count to the
+    model: `position_ids` always, and `cache_position` where this release's forward takes it (5.2-5.3;
+    there the causal mask and a static cache's write index follow it). From 5.4 the model derives
+    both from the cache's own length, so the count reaches it as `position_ids` alone. Read from the
+    installed forward's signature, the same fact `forward()` acts on."""
+    if cache_api(model).takes_cache_position:
+        return ("position_ids", "cache_position")
+    return ("position_ids",)
+
+
 def probe_supported() -> bool:
     """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
     is validated on the installed transformers: the 5.24 masking API, which counts query positions
     from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
-    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why)."""
+    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why).
+    This decides only whether the probe is offered, never whether a fault can show on a path
+    (`position_inputs`, HFPath.invisible_faults)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
 
 
@@ -432,16 +451,29 @@ class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
 # ---- continuous batching --------------------------------------------------------------------------
 
 
+def _continuous_config_fields() -> set[str]:
+    config = getattr(transformers, "ContinuousBatchingConfig", None)
+    return set(inspect.signature(config).parameters) if config is not None else set()
+
+
+def page_field() -> str | None:
+    """The ContinuousBatchingConfig field that sizes a page of the paged cache: `page_size` (5.18+),
+    `block_size` (5.4-5.17, the same knob under its earlier name), None without the config (5.2-5.3)."""
+    fields = _continuous_config_fields()
+    return next((name for name in ("page_size", "block_size") if name in fields), None)
+
+
 def require_continuous_batching() -> None:
     """AdapterUnavailable unless transformers offers the paged-scheduling API the generate-paged
-    sessions drive: `ContinuousBatchingConfig` with `page_size` and `max_batch_tokens` (5.24; 5.2 has
-    no such config and its continuous batching cannot schedule on a CPU)."""
-    config = getattr(transformers, "ContinuousBatchingConfig", None)
-    fields = set(inspect.signature(config).parameters) if config is not None else set()
-    if not {"page_size", "max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= fields:
+    sessions drive: `ContinuousBatchingConfig` with a page size (`page_size`, or `block_size` before
+    5.18) and `max_batch_tokens` (5.4+; 5.2-5.3 have no such config and their continuous batching
+    cannot schedule on a CPU)."""
+    if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
+        _continuous_config_fields()
+    ):
         raise AdapterUnavailable(
-            f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=...): the "
-            "generate-paged sessions need the paged-scheduling API of 5.24"
+            f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=... or "
+            "block_size=...): the generate-paged sessions need the paged-scheduling API of 5.4+"
         )
 
 
@@ -449,12 +481,19 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
     """Continuous batching that schedules at most one page of tokens per forward (chunked prefill,
     each chunk reading the pages before it), with room for every request's whole history. No CUDA
     graphs (they pad the packed batch) and no block sharing (every token is computed, so every row
-    has a logit)."""
+    has a logit). The page size goes in under this release's name for it (`page_field`)."""
     pages = -(-(max_len + 1) // page_size)
     return transformers.ContinuousBatchingConfig(
-        page_size=page_size,
+        **{str(page_field()): page_size},
         num_blocks=requests * pages + 2,
         max_batch_tokens=page_size,
         use_cuda_graph=False,
         allow_block_sharing=False,
     )
+
+
+def generate_batch_options(model: Any) -> dict[str, Any]:
+    """generate_batch's optional arguments this release takes: `warmup=False` where it has one (5.10+;
+    a warm-up pass before the requests would add forwards the schedule does not count)."""
+    params = inspect.signature(model.generate_batch).parameters
+    return {"warmup": False} if "warmup" in params else {}

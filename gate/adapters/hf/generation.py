@@ -46,6 +46,12 @@ class GeneratePath(HFPath):
             return PAGED_FAULTS
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
+    def position_feeds(self) -> tuple[str, ...]:
+        """generate-paged sends the session's positions as `position_ids` (the pre-hook of `replay`);
+        the scheduler keeps its own write index and mask. generate-static lets generate count from the
+        cache, so a kept count is the cache's own counter, which drives the mask and the write index."""
+        return ("position_ids",) if self.kind == "generate-paged" else ("cache counter",)
+
     def new_session(self, batch_size: int) -> Session:
         if self.kind == "generate-paged":
             compat.require_continuous_batching()
@@ -105,7 +111,7 @@ class GeneratePath(HFPath):
                     generation_config=_greedy_config(1, eos_token_id=-1),
                     continuous_batching_config=compat.paged_config(page, batch, self.max_len),
                     progress_bar=False,
-                    warmup=False,
+                    **compat.generate_batch_options(self.model),
                 )
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's

@@ -57,6 +57,9 @@ class PressPath(HFPath):
                 "no longer passes to attention layers (removed in 5.4); kvpress supports transformers<5.3"
             )
 
+    def libraries(self) -> tuple[str, ...]:
+        return (*super().libraries(), "kvpress")
+
     def extra_identity(self) -> dict[str, Any]:
         return {"press": self.options.press, "compression_ratio": self.options.compression_ratio}
 

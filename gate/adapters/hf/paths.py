@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
@@ -94,8 +95,16 @@ class HFPath:
         record = dict(self.loaded.identity)
         record["path"] = self.kind
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
+        record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
         return record
+
+    def libraries(self) -> tuple[str, ...]:
+        """The distributions whose code this path runs (their versions go into the identity, so runs
+        on releases with and without a bug in one of them are told apart): transformers and torch,
+        accelerate (transformers' device placement), and the quantized cache's backend package."""
+        backend = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(str(self.options.backend), ())
+        return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
     def kv_geometry(self) -> tuple[int, int, int]:
         """(layers, KV heads, head dim) of the model's K/V (gate.protocols.KVGeometry)."""
@@ -140,15 +149,30 @@ class HFPath:
             unsupported.add("truncated-last-block")
         return tuple(f for f in CACHE_FAULTS if f not in unsupported)
 
+    def position_feeds(self) -> tuple[str, ...]:
+        """What carries a session's own position count into the model on this path: the forward
+        arguments `compat.forward` sends it through (`position_ids`, and `cache_position` where the
+        release's forward takes it). Where the count reaches the model as `position_ids` alone, the
+        causal mask and the cache's write index follow the cache's own length instead."""
+        return compat.position_inputs(self.model)
+
     def invisible_faults(self) -> dict[str, str]:
-        """Faults this model cannot show, by its architecture (gate.protocols.FaultVisibility)."""
-        if "reset-keeps-position" not in self.faults() or not pure_rotary(self.model) or not compat.probe_supported():
+        """Faults that cannot change this path's outputs, from what the path feeds the model
+        (gate.protocols.FaultVisibility): `reset-keeps-position` keeps the session's count across a
+        reset, which shifts every position the next request sends by the same amount. Where that count
+        reaches the model as `position_ids` alone (the mask and the write index follow the emptied
+        cache) and the model has rotary embeddings and no absolute ones, attention sees relative
+        positions only and the outputs change by rounding; where the path also sends it as
+        `cache_position` (5.2-5.3), or keeps it in the cache's own counter (generate), it is live."""
+        feeds = self.position_feeds()
+        if "reset-keeps-position" not in self.faults() or feeds != ("position_ids",) or not pure_rotary(self.model):
             return {}
         return {
-            "reset-keeps-position": "a reset that keeps the position counter shifts every position of the next "
-            "request by the same amount; with rotary embeddings and no absolute position embeddings attention "
-            "depends only on relative positions, and this release builds the mask from the cache length, so "
-            "the outputs change by rounding only"
+            "reset-keeps-position": "a reset that keeps the position count shifts every position of the next "
+            "request by the same amount; this path sends that count to the model as position_ids alone (the "
+            "mask and the cache's write index follow the emptied cache's own length), and with rotary "
+            "embeddings and no absolute position embeddings attention depends only on relative positions, "
+            "so the outputs change by rounding only"
         }
 
     # ---- BatchedSessions ------------------------------------------------------------------------

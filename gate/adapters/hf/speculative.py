@@ -157,9 +157,9 @@ class HFSpeculativePath(HFPath):
                 config.assistant_ensemble_weight = self.options.ensemble_weight
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
-            # 5.2's prompt-lookup generator calls isin(ids, eos_token_id) unguarded, so None crashes it:
-            # give it an id no model can emit, which stops nothing (continuations stay fixed-length)
-            config.eos_token_id = self.vocab_size
+            # no EOS token, as on every other path (continuations stay fixed-length); 5.2-5.12's
+            # prompt-lookup generator calls isin(ids, eos_token_id) unguarded and crashes on that: the
+            # adapter calls it as shipped, and the crash is a finding about the release
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]

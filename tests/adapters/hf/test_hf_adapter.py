@@ -155,6 +155,22 @@ def test_identity_records_config_weights_and_versions() -> None:
     assert path("qwen2").identity()["weights_sha256"] != identity["weights_sha256"]
 
 
+def test_identity_and_environment_name_every_library_behind_the_path() -> None:
+    from importlib.metadata import version
+
+    from gate.engine.environment import describe
+
+    libraries = path("llama", path="static").identity()["libraries"]
+    assert libraries["transformers"] == version("transformers") and libraries["torch"] == version("torch")
+    assert "accelerate" in libraries and "hqq" not in libraries
+    hqq = path("llama", path="quantized", backend="hqq", nbits=8, residual_length=16, q_group_size=16)
+    assert hqq.identity()["libraries"]["hqq"] == version("hqq")
+    env = describe("cpu")
+    for package in ("transformers", "kvpress", "hqq", "optimum-quanto", "accelerate"):
+        assert package in env  # None where not installed: still named in the record
+    assert env["hqq"] == version("hqq")
+
+
 def test_layer_states_agree_with_the_full_pass() -> None:
     candidate = path("llama", path="dynamic")
     assert isinstance(candidate, LayerTracing)

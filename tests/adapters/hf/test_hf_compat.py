@@ -21,6 +21,23 @@ def test_detected_api_matches_the_installed_signature() -> None:
     minor = int(transformers.__version__.split(".")[1])
     assert api.cache_kwarg == ("cache" if minor >= 24 else "past_key_values")
     assert api.takes_cache_position == (minor < 4)
+    assert compat.position_inputs(model) == (("position_ids", "cache_position") if minor < 4 else ("position_ids",))
+
+
+def test_continuous_batching_page_size_under_the_releases_name() -> None:
+    """One knob, two names: `block_size` on 5.4-5.17, `page_size` from 5.18; none before 5.4."""
+    from gate.errors import AdapterUnavailable
+
+    minor = int(transformers.__version__.split(".")[1])
+    expected = None if minor < 4 else "block_size" if minor < 18 else "page_size"
+    assert compat.page_field() == expected
+    if expected is None:
+        with pytest.raises(AdapterUnavailable, match="ContinuousBatchingConfig"):
+            compat.require_continuous_batching()
+        return
+    compat.require_continuous_batching()
+    config = compat.paged_config(8, requests=2, max_len=40)
+    assert getattr(config, expected) == 8 and config.max_batch_tokens == 8 and not config.use_cuda_graph
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])

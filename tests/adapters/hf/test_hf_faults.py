@@ -156,7 +156,33 @@ def _reset_ctx(candidate: object) -> CheckContext:
     )
 
 
-@pytest.mark.skipif(not compat.probe_supported(), reason="the mask follows the cache length only on 5.24's API")
+def test_reset_keeps_position_is_declared_invisible_from_what_the_path_feeds() -> None:
+    """On every release: declared only where the session's count reaches a rotary model as
+    position_ids alone (5.4+); where forward also takes it as cache_position (5.2-5.3) the fault is
+    live and nothing is declared; GPT-2's absolute positions make it live everywhere."""
+    llama = path("llama", path="dynamic")
+    feeds = compat.position_inputs(llama.model)
+    assert feeds == (
+        ("position_ids", "cache_position") if compat.cache_api(llama.model).takes_cache_position else ("position_ids",)
+    )
+    assert llama.position_feeds() == feeds
+    assert ("reset-keeps-position" in llama.invisible_faults()) == (feeds == ("position_ids",))
+    assert path("gpt2", path="dynamic").invisible_faults() == {}
+
+
+def dynamic_reset_keeps_length() -> bool:
+    """Whether the installed DynamicCache.reset() keeps the length it had (the shipped bug up to 5.17)."""
+    cache = compat.cache_utils.DynamicCache()
+    cache.update(torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1), 0)
+    cache.reset()
+    return compat.seq_length(cache) > 0
+
+
+@pytest.mark.skipif(
+    "cache_position" in compat.position_inputs(path("llama", path="dynamic").model) or dynamic_reset_keeps_length(),
+    reason="this release's forward takes cache_position (the kept count moves the mask: the fault is live), "
+    "or its DynamicCache.reset() keeps the length (the clean path fails reset-isolation: a real bug)",
+)
 def test_a_uniform_position_shift_under_rope_is_declared_invisible_and_a_generic_reset_shows_power() -> None:
     """reset-keeps-position on Llama shifts the next request's positions uniformly: under RoPE that
     changes the logits by rounding only. The path says so up front; the control engine plants the

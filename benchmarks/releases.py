@@ -1,0 +1,181 @@
+"""Run the hf examples over the transformers releases in the supported range, each in its own venv.
+
+    python benchmarks/releases.py                                  # every minor release the index has
+    python benchmarks/releases.py --releases 5.4 5.15 --only hf-static hf-dynamic
+    python benchmarks/releases.py --releases 5.2 5.9 5.17 5.23 --only hf-static hf-generate-paged
+
+For each minor release (the newest patch of each `5.N` that `pip index versions transformers` lists
+inside gate's declared range, `gate.adapters.hf.compat.SUPPORTED`) the script makes `.venv-tf-5.N`:
+a hard-linked copy of one base venv (`.venv-tf-base`: torch==2.13.0 installed once, then gate with its
+hf and hqq extras), with that release of transformers installed into it. torch is never reinstalled,
+and pip's cache makes each release's wheels a local copy. In each venv `benchmarks/examples.py --json`
+runs the examples against the verdict each documents for that release (its `# gate-expect
+(transformers X.Y-X.Z): VERDICT` lines, else its first line), one release at a time. The table
+release x example -> verdict and seconds goes to benchmarks/releases.md (`--out`); a cell that is
+not the documented verdict is marked, and the script exits 1 when any is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / ".venv-tf-base"
+TORCH = "torch==2.13.0"
+"""The CPU build on this machine's local disk; any other spec would pull a multi-GB CUDA build."""
+LOW, HIGH = (5, 2), (6, 0)
+"""gate's declared range, transformers>=5.2,<6 (gate/adapters/hf/compat.py SUPPORTED)."""
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def index_releases() -> list[str]:
+    """The newest patch of every minor release in range that the package index lists."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, check=True
+    ).stdout
+    listed = re.search(r"Available versions: (.*)", out)
+    if not listed:
+        raise SystemExit(f"releases: no version list in pip's answer: {out[:200]!r}")
+    newest: dict[tuple[int, int], str] = {}
+    for version in listed.group(1).split(", "):
+        if not re.fullmatch(r"\d+\.\d+\.\d+", version.strip()):
+            continue  # pre-releases are not what users have
+        minor = _minor(version)
+        if LOW <= minor < HIGH:
+            newest.setdefault(minor, version.strip())  # the index lists newest first
+    return [newest[m] for m in sorted(newest)]
+
+
+def _pip(venv: Path, *args: str) -> None:
+    env = {**os.environ, "DISABLE_CUDA": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args], check=True, env=env)
+
+
+def base_venv() -> Path:
+    """The venv every release's venv is copied from: torch, then gate[hf,hqq] and the test tools."""
+    if not (BASE / ".gate-base").exists():
+        if not (BASE / "bin" / "python").exists():
+            subprocess.run(["python3", "-m", "venv", str(BASE)], check=True)
+        _pip(BASE, TORCH)
+        _pip(BASE, "-e", f"{ROOT}[hf,hqq]", "pytest", "hypothesis")
+        (BASE / ".gate-base").write_text("")
+    return BASE
+
+
+def release_venv(release: str) -> Path:
+    """`.venv-tf-5.N` with transformers `release`: the base hard-linked (torch shared, never
+    reinstalled), its console scripts pointed at the copy, then that transformers installed."""
+    venv = ROOT / f".venv-tf-{'.'.join(release.split('.')[:2])}"
+    stamp = venv / f".transformers-{release}"
+    if stamp.exists():
+        return venv
+    base = base_venv()
+    if venv.exists():
+        shutil.rmtree(venv)
+    partial = venv.with_name(venv.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    subprocess.run(["cp", "-al", str(base), str(partial)], check=True)
+    for script in (partial / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            text = script.read_bytes()
+            if text.startswith(b"#!") and str(base).encode() in text:
+                script.unlink()  # a hard link: write a new file, never the base's
+                script.write_bytes(text.replace(str(base).encode(), str(venv).encode()))
+                script.chmod(0o755)
+    (partial / ".gate-base").unlink(missing_ok=True)
+    partial.rename(venv)
+    _pip(venv, f"transformers=={release}")
+    stamp.write_text("")
+    return venv
+
+
+def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, dict[str, object]]:
+    """The examples on one release: example -> its row from benchmarks/examples.py."""
+    venv = release_venv(release)
+    target = out / release
+    examples = str(ROOT / "benchmarks" / "examples.py")
+    command = [str(venv / "bin" / "python"), examples, "--json", "--out", str(target), "--work", str(target / "runs")]
+    if only:
+        command += ["--only", *only]
+    started = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=False)
+    print(f"releases: transformers {release}: {time.perf_counter() - started:.0f} s", flush=True)
+    data = json.loads((target / "hf_examples_cpu.json").read_text())
+    return {str(row["example"]): row for row in data["rows"]}
+
+
+def _cell(row: dict[str, object] | None) -> str:
+    if row is None:
+        return "–"
+    verdict = str(row["verdict"]).removeprefix("verdict: ").split(" (")[0]
+    text = f"{verdict.lower()} {row['seconds']} s"
+    return text if row["as_documented"] else f"**{text} ≠ {row['documented']}**"
+
+
+def table(results: dict[str, dict[str, dict[str, object]]], listed: list[str]) -> str:
+    releases = list(results)
+    examples = sorted({name for rows in results.values() for name in rows})
+    wrong = sum(1 for rows in results.values() for row in rows.values() if not row["as_documented"])
+    lines = [
+        "# hf examples over transformers releases (benchmarks/releases.py)",
+        "",
+        f"Minor releases the index lists in range (>=5.2,<6): {', '.join(listed)}.",
+        f"Run here: {', '.join(releases)}; CPU, float32, one torch thread. Each cell: the verdict and the",
+        "wall seconds of `gate run`; a bold cell is not the verdict the example documents for that release",
+        f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Not as documented: {wrong}.",
+        "",
+        "| example | " + " | ".join(releases) + " |",
+        "| --- |" + " --- |" * len(releases),
+    ]
+    for name in examples:
+        lines.append(f"| {name} | " + " | ".join(_cell(results[r].get(name)) for r in releases) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--releases", nargs="*", help="minor releases (5.N) or exact versions; default: the index's")
+    parser.add_argument("--only", nargs="*", default=None, help="example names (without .yaml); default: every hf-*")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "releases.md")
+    parser.add_argument("--prepare", action="store_true", help="only set the venvs up (CI does it in the background)")
+    parser.add_argument("--work", type=Path, default=ROOT / "out" / "releases", help="per-release example tables")
+    args = parser.parse_args()
+    listed = index_releases()
+    wanted = args.releases or [".".join(v.split(".")[:2]) for v in listed]
+    chosen = []
+    for release in wanted:
+        exact = [v for v in listed if v == release or v.startswith(release + ".")]
+        if not exact:
+            known = ", ".join(listed)
+            print(f"releases: {release} is not a release in range the index lists ({known})", file=sys.stderr)
+            return 2
+        chosen.append(exact[0] if release.count(".") == 1 else release)
+    if args.prepare:
+        for release in chosen:
+            print(f"releases: {release_venv(release)} ready", flush=True)
+        return 0
+    results = {release: run_release(release, args.only, args.work) for release in chosen}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(table(results, listed))
+    print(args.out.read_text())
+    wrong = [(r, n) for r, rows in results.items() for n, row in rows.items() if not row["as_documented"]]
+    for release, name in wrong:
+        print(f"releases: {name} on transformers {release}: not its documented verdict", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
