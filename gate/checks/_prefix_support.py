@@ -85,12 +85,15 @@ LEGACY_METHODS = (
 class LegacyStore:
     """A store written against the earlier single protocol (`fresh(block_size=, byte_budget=,
     hash_fn=)`, no `reset_cache`, `with_hash`, `with_budget` or `restarted`), offering every capability
-    through its old methods: a reset and a restart are a fresh store, a restart on another checkpoint
-    is a fresh store with updated weights (so its revision label changes with them)."""
+    through its old methods: a reset and a restart are a fresh store made as this one was (the hash or
+    budget it was given stays), a restart on another checkpoint is such a store with updated weights
+    (so its revision label changes with them)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, **made_with: Any) -> None:
         self.inner = inner
         self.block_size: int = inner.block_size
+        self.made_with = made_with
+        """The old `fresh` keywords this store was made with (hash_fn, byte_budget): a reset keeps them."""
 
     def request(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
         reply: PrefixReply = self.inner.request(tokens, **options)
@@ -115,7 +118,7 @@ class LegacyStore:
 
     def reset_cache(self) -> int:
         blocks = int(self.inner.cache_state().get("blocks") or 0)
-        self.inner = self.inner.fresh(block_size=self.block_size)
+        self.inner = self.inner.fresh(block_size=self.block_size, **self.made_with)
         return blocks
 
     def cache_state(self) -> dict[str, Any]:
@@ -123,10 +126,10 @@ class LegacyStore:
         return state
 
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> LegacyStore:
-        return LegacyStore(self.inner.fresh(hash_fn=hash_fn))
+        return LegacyStore(self.inner.fresh(hash_fn=hash_fn), hash_fn=hash_fn)
 
     def with_budget(self, byte_budget: int) -> LegacyStore:
-        return LegacyStore(self.inner.fresh(byte_budget=byte_budget))
+        return LegacyStore(self.inner.fresh(byte_budget=byte_budget), byte_budget=byte_budget)
 
     def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
         self.inner.update_weights(target, seed=seed)
@@ -138,7 +141,7 @@ class LegacyStore:
         return self.inner.restore_cache(file)
 
     def restarted(self, *, checkpoint_seed: int | None = None) -> LegacyStore:
-        store = LegacyStore(self.inner.fresh())
+        store = LegacyStore(self.inner.fresh(**self.made_with), **self.made_with)
         if checkpoint_seed is not None:
             store.update_weights("model", seed=checkpoint_seed)
         return store

@@ -319,6 +319,23 @@ class OldProtocolPath:
         return OldProtocolPath(self.worker.fresh(**options))
 
 
+def test_an_old_protocol_store_keeps_its_injected_hash_and_budget_across_resets_and_restarts() -> None:
+    from gate.checks._prefix_support import LegacyStore
+    from gate.prefix.cache import weak_hash
+
+    _, cand = paths()
+    store = LegacyStore(OldProtocolPath(cand))
+    weak = weak_hash(2)
+    hashed = store.with_hash(weak)
+    assert hashed.cache_state()["hash"] == weak.__name__
+    hashed.reset_cache()  # the shim's reset is a fresh old-style store: made with the same hash
+    assert hashed.cache_state()["hash"] == weak.__name__
+    assert hashed.restarted().cache_state()["hash"] == weak.__name__
+    budget = store.with_budget(4096)
+    budget.reset_cache()
+    assert budget.cache_state()["byte_budget"] == 4096
+
+
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_a_plugin_written_against_the_old_single_protocol_still_passes(name: str) -> None:
     ctx = context()
