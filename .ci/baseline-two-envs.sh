@@ -36,7 +36,7 @@ sed 's/seed: 0/seed: 5/' "$WORK/replay.yaml" > "$WORK/replay-other-seed.yaml"
 (cd "$WORK" && "$B/bin/gate" run replay-other-seed.yaml --out "$WORK/missing" >/dev/null) || true
 # the PR-vs-main recipe (docs/baselines.md): record main's reference once, gate the PR's builds against it
 S=$REPO/examples/reference-static-layout.yaml
-"$A/bin/gate" record "$S" --out "$WORK/main-baseline" >/dev/null
+"$A/bin/gate" record "$S" --out "$WORK/main-baseline" --sign-key "$WORK/ci.key" >/dev/null
 python3 - "$S" "$WORK" <<'PY'
 import sys
 from pathlib import Path
@@ -64,8 +64,9 @@ live, replayed, missing = load("live"), load("replayed"), load("missing")
 # reference the baseline names); without a budget timing noise moves it only between pass and warn
 ran = lambda c: "ran" if c["check"] == "phase-performance" and c["status"] in ("pass", "warn") else c["status"]
 statuses = lambda r: [(c["check"], ran(c)) for c in r["checks"]]
-# tinylm offers no attention probe, so mask-oracle is unproven in both runs and so is the verdict
-assert replayed["verdict"] == live["verdict"] == "unproven", (live["verdict"], replayed["verdict"])
+# tinylm offers no attention probe: mask-oracle is unproven-not-applicable (a warning held up by
+# prefix-sweep and schedule-fuzz) in both runs, and the verdict passes in both
+assert replayed["verdict"] == live["verdict"] == "pass", (live["verdict"], replayed["verdict"])
 assert statuses(replayed) == statuses(live), (statuses(live), statuses(replayed))
 assert ("greedy-parity", "pass") in statuses(replayed)  # a check that compared against the stored answers
 assert ("phase-performance", "ran") in statuses(replayed)
