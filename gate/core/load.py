@@ -21,8 +21,9 @@ class LoadedManifest:
 
 def load_manifest(path: Path) -> LoadedManifest:
     """Parse and validate a manifest; errors are `FILE:LINE:COL: field: message` (exit 2)."""
-    if not path.is_file():
+    if not path.exists():
         raise InputError(str(path), "no such manifest file")
+    # a directory, FIFO or device exists but is refused by read_yaml (read_regular), naming what it is
     doc = read_yaml(path)
     manifest: Manifest = parse_model(doc, Manifest)
     manifest = manifest.model_copy(update={"change": manifest.change.with_ci_commit()})

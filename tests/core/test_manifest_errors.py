@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
@@ -105,6 +106,14 @@ def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
     scalar.write_text("just a string\n")
     result = invoke("plan", str(scalar))
     assert result.exit_code == 2 and "expected a YAML mapping" in result.output
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "a directory"])
+def test_a_path_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path: Path, name: str) -> None:
+    target = name if name.startswith("/") else str(tmp_path)
+    result = invoke("validate", target)
+    assert result.exit_code == 2 and "not a regular file" in result.output, result.output
+    assert "no such manifest file" not in result.output and result.output.count("\n") == 1
 
 
 def test_bad_input_writes_nothing_and_keeps_earlier_result(write_manifest, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
