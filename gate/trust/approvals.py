@@ -39,7 +39,6 @@ from gate.trust.attest import (
     PREDICATE_TYPE,
     STATEMENT_TYPE,
     Envelope,
-    RunPredicate,
     Statement,
     Subject,
     check_files,
@@ -49,6 +48,7 @@ from gate.trust.attest import (
     read_envelope,
 )
 from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
+from gate.trust.predicate import RunPredicate
 
 APPROVAL_KIND = "approval"
 APPROVAL_PREDICATE = "https://gate.dev/approval/v1"

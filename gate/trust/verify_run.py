@@ -30,8 +30,9 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gate.trust.approvals import ApprovalCheck, check_approved_files, load_approvals, verify_approval
-from gate.trust.attest import PredicateManifest, RunPredicate, Statement, verify_envelope
+from gate.trust.attest import Statement, verify_envelope
 from gate.trust.policy import Trust
+from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.revocation import Revocations
 
 MIN_REF = 7

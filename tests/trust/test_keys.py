@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.attest import ENVELOPE_NAME, RunPredicate, parse_statement, read_envelope, statement, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, parse_statement, read_envelope, statement, verify_envelope
 from gate.trust.keys import (
     generate_keypair,
     keyid,
@@ -25,6 +25,7 @@ from gate.trust.keys import (
     public_key_from_b64,
     write_keypair,
 )
+from gate.trust.predicate import RunPredicate
 from gate.trust.signing import sign_statement, verify_statement
 
 OLD = Path(__file__).parent / "fixtures" / "signed-before-keys"
