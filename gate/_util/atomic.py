@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 
 
-def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> Path:
-    """Write `data` to a temp file beside `path`, fsync it, set `mode`, then os.replace it into place."""
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, *, exclusive: bool = False) -> Path:
+    """Write `data` to a temp file beside `path`, fsync it, set `mode`, then move it into place:
+    os.replace, or with `exclusive` a hard link that raises FileExistsError when `path` exists
+    (so of two writers creating the same file, one wins and the other learns it lost)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -17,7 +19,11 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

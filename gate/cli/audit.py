@@ -22,9 +22,9 @@ def _open(ledger_path: Path | None) -> Any:
 
 
 def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
-    from gate.trust.signing import keyid_of, load_public_key
+    from gate.trust.keys import keyid, load_public_key
 
-    return [keyid_of(load_public_key(k)) for k in keys] or None
+    return [keyid(load_public_key(k)) for k in keys] or None
 
 
 def _since(text: str | None) -> str | None:

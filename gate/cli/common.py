@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gate.cli.progress import ColorMode, Reporter
 from gate.errors import GateError, InputError
 
 policy_dir_option = click.option(
@@ -47,11 +46,6 @@ def user_errors() -> Iterator[None]:
     except GateError as err:
         report_error(err)
         sys.exit(err.exit_code)
-
-
-def progress_logger(verbosity: int = 1, color: ColorMode = "auto") -> Callable[[str], None]:
-    """The log sink of a Reporter (gate.cli.progress): styled lines on a terminal, plain ones in CI."""
-    return Reporter(verbosity, color).log
 
 
 color_option = click.option(

@@ -20,7 +20,7 @@ from gate.cli.common import echo, user_errors
 @click.option("--force", is_flag=True, help="Replace existing key files.")
 def command(prefix: Path, force: bool) -> None:
     """Make an Ed25519 key pair: sign runs with PREFIX.key, verify them with PREFIX.pub."""
-    from gate.trust.attest import generate_keypair
+    from gate.trust.keys import generate_keypair
 
     with user_errors():
         key_path, pub_path, key_id = generate_keypair(prefix, force=force)

@@ -1,5 +1,7 @@
-"""What `gate run` shows while it works: log lines, progress inside long checks, colours.
+"""What `gate run` shows while it works: the runner's events, log lines, progress inside long checks.
 
+The runner's typed events (gate.engine.events: a check started, a control started or finished, a
+check's result) are rendered here; everything else it says is a log line.
 On a terminal: rich styled lines (a check's result and each control's outcome coloured by status)
 and a live progress bar per task (lengths swept, controls done, samples drawn) with elapsed time.
 In CI, or when stderr is not a terminal: plain `[gate]` lines, and for a long task one line every
@@ -7,28 +9,24 @@ PLAIN_EVERY_S seconds plus one when it finishes. Colour follows `--color` (auto,
 under auto, NO_COLOR turns it off and FORCE_COLOR on (rich reads both).
 
 Verbosity: 0 (`-q`) shows nothing but errors; 1 shows checks, results, controls and progress;
-2 (`-v`) adds each check's own detail lines.
+2 (`-v`) adds each check's own detail lines (indented log lines) and each control's announcement.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from typing import Any, Literal
 
 from gate._util.text import printable
+from gate.engine.events import RunEvent
 
 ColorMode = Literal["auto", "always", "never"]
 
 PLAIN_EVERY_S = 10.0
 """In CI a long task prints a progress line at most this often."""
 
-STATUS_LINE = re.compile(r"^\s*([a-z-]+): ")
-"""A check's result line as the runner logs it: `  STATUS: message`."""
-CONTROL_LINE = re.compile(r"^\s*control \S+: ([a-z-]+)\b")
-"""A control's outcome as the runner logs it: `  control FAULT: OUTCOME[ at N]: message`."""
 STATUS_STYLES = {
     "pass": "green",
     "fail": "bold red",
@@ -52,22 +50,18 @@ def is_ci() -> bool:
     return bool(os.environ.get("CI")) or not sys.stderr.isatty()
 
 
-def style_of(line: str) -> str | None:
-    for pattern in (CONTROL_LINE, STATUS_LINE):
-        found = pattern.match(line)
-        if found:
-            return STATUS_STYLES.get(found.group(1))
-    return None
+def style_of(event: RunEvent) -> str | None:
+    """The terminal style of an event: by the status or control outcome it reports."""
+    return STATUS_STYLES.get(event.outcome) if event.outcome is not None else None
 
 
 def is_detail(line: str) -> bool:
-    """A check's own detail line (shown with -v only): indented and neither a result nor a control's
-    outcome (a control's announcement `control FAULT (expect detect)` is detail: its outcome follows)."""
-    return line.startswith("  ") and style_of(line) is None
+    """A check's own detail line (shown with -v only): an indented log line."""
+    return line.startswith("  ")
 
 
 class Reporter:
-    """The sink for the runner's `log` and `progress` callbacks."""
+    """The sink for the runner's `events`, `log` and `progress` callbacks."""
 
     def __init__(self, verbosity: int = 1, color: ColorMode = "auto", plain: bool | None = None) -> None:
         self.verbosity = verbosity
@@ -91,14 +85,23 @@ class Reporter:
             self._console = Console(**options)
         return self._console
 
+    def event(self, event: RunEvent) -> None:
+        """One of the runner's events, as its line, coloured by what it reports."""
+        if self.verbosity <= 0 or (self.verbosity < 2 and event.detail):
+            return
+        self._print(event.line(), style_of(event))
+
     def log(self, message: str) -> None:
         if self.verbosity <= 0 or (self.verbosity < 2 and is_detail(message)):
             return
+        self._print(message, None)
+
+    def _print(self, message: str, style: str | None) -> None:
         self._finish_bars()
         if self.plain and self.color != "always":
             print(f"[gate] {printable(message)}", file=sys.stderr, flush=True)
             return
-        self.console().print(printable(message), style=style_of(message), highlight=False, markup=False)
+        self.console().print(printable(message), style=style, highlight=False, markup=False)
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.verbosity <= 0 or total <= 0:

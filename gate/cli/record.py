@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from gate.cli.common import echo, policy_dir_option, progress_logger, user_errors
+from gate.cli.common import echo, policy_dir_option, user_errors
+from gate.cli.progress import Reporter
 
 
 @click.command("record")
@@ -31,10 +32,10 @@ def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, 
     another environment and another build (docs/baselines.md).
     """
     from gate.engine.runner import RunOptions, run_manifest
-    from gate.trust.attest import load_private_key
     from gate.trust.baseline import recording_commit, seal_baseline
+    from gate.trust.keys import load_private_key
 
-    log = progress_logger()
+    reporter = Reporter()
     with user_errors():
         load_private_key(sign_key)  # a bad key fails before anything runs
         commit = recording_commit(manifest)
@@ -43,7 +44,14 @@ def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, 
 
             torch.set_num_threads(threads)
         result = run_manifest(
-            manifest, RunOptions(out_dir=out_dir / "record-run", policy_dirs=list(policy_dirs), log=log, record=out_dir)
+            manifest,
+            RunOptions(
+                out_dir=out_dir / "record-run",
+                policy_dirs=list(policy_dirs),
+                log=reporter.log,
+                events=reporter.event,
+                record=out_dir,
+            ),
         )
         digest = seal_baseline(out_dir, sign_key, commit)
     baseline = result.baseline or {}

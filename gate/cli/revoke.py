@@ -48,7 +48,7 @@ def command(
     Verification after it treats the key's later signatures, or the waiver, as invalid and says so.
     """
     from gate.errors import InputError
-    from gate.trust.attest import keyid, load_private_key, load_public_key
+    from gate.trust.keys import keyid, load_private_key, load_public_key
     from gate.trust.ledger import Ledger, resolve_ledger_path
     from gate.trust.policy import require_trust
     from gate.trust.revocation import append_revocation, revocation_body

@@ -237,6 +237,7 @@ def command(
                 log=reporter.log,
                 trust=trust_path,
                 progress=reporter.progress,
+                events=reporter.event,
                 only=list(only),
                 params=overrides,
                 reference_cache=reference_cache,

@@ -46,7 +46,7 @@ def command(
     7 when valid but not deployable (0 with --any-verdict), 1 when not valid (each problem named),
     2 for usage errors.
     """
-    from gate.trust.attest import sha256_file
+    from gate._util.digest import sha256_file
     from gate.trust.verify_run import check_run
 
     with user_errors():
@@ -85,8 +85,8 @@ def deploy_exit(deployable: bool, any_verdict: bool) -> int:
 def _with_ledger(ledger_path: Path, directory: Path, trust: Any, commit: str | None, manifest: Path | None) -> Any:
     """check_run with the ledger's trusted revocations, the run's ledger time (None: never recorded),
     and the waivers re-judged under `trust`."""
+    from gate._util.digest import sha256_file
     from gate.trust.approve import find_run_entry
-    from gate.trust.attest import sha256_file
     from gate.trust.deployable import judge_waivers
     from gate.trust.ledger import Ledger
     from gate.trust.revocation import read_revocations

@@ -4,12 +4,12 @@
 built or run, no torch imported by the built-in adapters) what its path will offer and how long a
 sequence it accepts (`Adapter.capabilities`, gate.protocols). From that, every sweep check of the
 plan gets its coverage: the lengths the policy wants and the ones both paths can reach
-(gate.checks._coverage, the same rule the check applies when it runs).
+(gate.checks.planning, the same rule the check applies when it runs).
 """
 
 from __future__ import annotations
 
-from gate.checks._coverage import planned_coverage
+from gate.checks.planning import planned_coverage
 from gate.core.manifest import Manifest
 from gate.core.plan import Plan
 from gate.core.registry import load_adapter

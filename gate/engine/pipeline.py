@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gate.core.result import GateResult
 
 if TYPE_CHECKING:
+    from gate.engine.events import Events
     from gate.report.next_steps import CommandContext
     from gate.trust.approve import Carried
 
@@ -66,6 +67,7 @@ def run_pipeline(
     params: dict[str, dict[str, Any]] | None = None,
     profile: bool = False,
     threads: int | None = None,
+    events: Events | None = None,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
 
@@ -80,7 +82,8 @@ def run_pipeline(
     `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml)
     and whose signature a recorded baseline needs; `baseline_commit`: main's commit, that baseline's
     binding (default $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base; docs/baselines.md).
-    `progress(task, done, total)`: progress inside long checks. `only`: run just these checks of the
+    `progress(task, done, total)`: progress inside long checks. `events`: each check's start and
+    result and each control's (gate.engine.events; None: their lines go to `log`). `only`: run just these checks of the
     plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
     `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
     `threads`: torch CPU threads, set once the previous run is aside (importing torch takes seconds,
@@ -107,7 +110,7 @@ def run_pipeline(
     staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
     try:
         from gate.engine.runner import RunOptions, prepare, run_manifest
-        from gate.trust.attest import load_private_key
+        from gate.trust.keys import load_private_key
 
         if threads is not None:
             import torch
@@ -131,6 +134,7 @@ def run_pipeline(
                 params=dict(params or {}),
                 profile=profile,
                 prepared=prepared,
+                events=events,
             ),
         )
         from gate.report import CommandContext
@@ -188,7 +192,8 @@ def write_outputs(
     """
     from gate.report import write_report
     from gate.report.github import publish
-    from gate.trust.attest import ENVELOPE_NAME, keyid, load_private_key, sign_directory
+    from gate.trust.attest import ENVELOPE_NAME, sign_directory
+    from gate.trust.keys import keyid, load_private_key
 
     key = load_private_key(Path(sign_key)) if sign_key is not None else None  # a bad key fails before any write
     report = write_report(

@@ -26,6 +26,7 @@ from gate.core.manifest import CheckOverride, ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
 from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.engine.events import CheckFinished, CheckStarted, ControlFinished, ControlStarted, Events, as_log
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.engine.run_cache import RunCache
 from gate.errors import (
@@ -76,6 +77,9 @@ class RunOptions:
     """Parameter overrides per check (`gate run --param CHECK.KEY=VALUE`), merged over the manifest's."""
     prepared: tuple[LoadedManifest, Plan] | None = None
     """What `prepare` returned for this manifest, when the caller already checked it."""
+    events: Events | None = None
+    """Where each check's start and result and each control's go (gate.engine.events); None: to
+    `log`, as their log lines."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any]) -> CheckResult:
@@ -152,9 +156,11 @@ def run_check(
     ctx: CheckContext,
     run_controls: bool = True,
     clock: ForwardClock | None = None,
+    events: Events | None = None,
 ) -> CheckResult:
     """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
-    failure; never raises. With a `clock`, forward time is recorded too."""
+    failure; never raises. With a `clock`, forward time is recorded too; each control's start and
+    result go to `events` (None: `ctx.log`)."""
     from gate.engine.controls import power_verdict, run_control, unproven_verdict
 
     whole = Stopwatch(clock).start()  # the check and its controls
@@ -191,6 +197,7 @@ def run_check(
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
+    emit = events or as_log(ctx.log)
     # a check that could assert nothing for lack of capabilities exercised nothing a control could change
     asserted_nothing = outcome.status == "unproven" and bool(outcome.lacking) and not outcome.exercise
     if (
@@ -199,11 +206,18 @@ def run_check(
         and (status in (Status.passed, Status.warn) or outcome.status == "unproven")
     ):
         for done, control in enumerate(planned.controls):
-            ctx.log(f"  control {control.fault} (expect {control.expect})")
+            emit(ControlStarted(check=planned.check, fault=control.fault, expect=control.expect))
             result = run_control(spec, ctx, params, outcome, control, clock)
             controls.append(result)
-            where = f" at {result.detected_at}" if result.detected_at is not None else ""
-            ctx.log(f"  control {control.fault}: {result.outcome.value}{where}: {result.message}")
+            emit(
+                ControlFinished(
+                    check=planned.check,
+                    fault=control.fault,
+                    result=result.outcome,
+                    detected_at=result.detected_at,
+                    message=result.message,
+                )
+            )
             ctx.progress("controls done", done + 1, len(planned.controls))
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
@@ -419,9 +433,9 @@ def prepare(
 
 
 def load_params_model(name: str) -> type[Params]:
-    """The params model of check `name`: for a built-in from gate.checks._params (no torch), for a
+    """The params model of check `name`: for a built-in from gate.checks.planning (no torch), for a
     plugin by importing the plugin."""
-    from gate.checks._params import BUILTIN_PARAMS
+    from gate.checks.planning import BUILTIN_PARAMS
     from gate.core.registry import CHECK_GROUP, entry_point_of, load_check
 
     ep = entry_point_of(CHECK_GROUP, name)
@@ -488,6 +502,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
 
     started_at = now_utc()
     log = options.log
+    emit = options.events or as_log(log)
     loaded, plan = options.prepared or prepare(manifest_path, options.policy_dirs, options.params)
     planned_names = [p.check for p in plan.checks]
     unknown = [name for name in [*options.only, *options.params] if name not in planned_names]
@@ -518,10 +533,12 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     subject = manifest.subject
     checks: list[CheckResult] = []
     subjects: dict[str, Any] = {}
-    try:
-        paths = {}
-        for role in ("reference", "candidate"):
-            spec = getattr(subject, role)
+    paths = {}
+    for role in ("reference", "candidate"):
+        spec = getattr(subject, role)
+        # only loading the adapter and building its path can say "cannot run here" (a missing extra,
+        # no driver, a device the library refuses); an error anywhere else is not relabelled
+        try:
             adapter = load_adapter(spec.adapter)()
             log(f"building {role} path ({spec.adapter})")
             paths[role] = adapter.build(
@@ -530,10 +547,10 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
                 dtype=subject.dtype,
                 seed=subject.seed,
             )
-            subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
-        paths["reference"] = _stored_reference(paths["reference"], subject.reference, manifest.name, options, log)
-    except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
-        raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
+        except (AdapterUnavailable, UnavailableError, ImportError, RuntimeError) as err:
+            raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
+        subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
+    paths["reference"] = _stored_reference(paths["reference"], subject.reference, manifest.name, options, log)
 
     cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
     clock = ForwardClock() if options.profile else None
@@ -542,7 +559,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             if planned.check in not_run:
                 checks.append(_not_run(planned, options.only))
                 continue
-            log(f"check {planned.check} (step {planned.step}, {planned.severity})")
+            emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
             ctx = CheckContext(
                 manifest=manifest,
                 reference=paths["reference"],
@@ -556,8 +573,10 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own
             # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
-            check_result = run_check(planned, specs[planned.check], params[planned.check], ctx, clock=clock)
-            log(f"  {check_result.status.value}: {check_result.message}")
+            check_result = run_check(
+                planned, specs[planned.check], params[planned.check], ctx, clock=clock, events=options.events
+            )
+            emit(CheckFinished(check=planned.check, status=check_result.status, message=check_result.message))
             checks.append(check_result)
             _release_controls(paths["candidate"], plan.checks[index + 1 :], not_run, log)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate.errors import EXIT_GATE_FAILED, GateError
 from gate.trust.attest import (
@@ -43,12 +43,12 @@ from gate.trust.attest import (
     Subject,
     check_files,
     envelope_for,
-    keyid,
     pae,
     parse_statement,
     read_envelope,
 )
-from gate.trust.signing import public_key_b64, public_key_from_b64
+from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
+from gate.trust.predicate import RunPredicate
 
 APPROVAL_KIND = "approval"
 APPROVAL_PREDICATE = "https://gate.dev/approval/v1"
@@ -72,6 +72,73 @@ class ApprovalRefused(GateError):
 # --- the run's statement --------------------------------------------------------------------------
 
 
+class ApprovedManifest(BaseModel):
+    """The manifest of the run an approval approves, as the approval names it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    """The manifest's `name`."""
+    sha256: str | None = None
+    """sha256 of the manifest the run read."""
+
+
+class ApprovalPredicate(BaseModel):
+    """The predicate of an approval statement (APPROVAL_PREDICATE), used both to write and to read it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    decision: str = ""
+    """Always `approved`."""
+    approver: str = ""
+    """Who approves (a person of the trust policy)."""
+    reason: str = ""
+    """Why."""
+    approved_at: str = Field(default="", alias="approvedAt")
+    """When (UTC)."""
+    run_statement_sha256: str | None = Field(default=None, alias="runStatementSha256")
+    """sha256 of the run statement approved (its payload bytes)."""
+    run_predicate_type: str | None = Field(default=None, alias="runPredicateType")
+    """The approved statement's predicate type."""
+    verdict: str | None = None
+    """The approved run's signed verdict."""
+    manifest: ApprovedManifest = Field(default_factory=ApprovedManifest)
+    """The approved run's manifest."""
+    intervention: str | None = None
+    """The approved run's intervention."""
+    claim: str | None = None
+    """The approved run's claim level."""
+    commit: str | None = None
+    """The change's commit, when the run statement names one."""
+    run_signers: list[str] = Field(default_factory=list, alias="runSigners")
+    """Key ids that signed the run."""
+    trust_policy_sha256: str = Field(default="", alias="trustPolicySha256")
+    """sha256 of the trust policy the approval was given under."""
+    evidence_sha256: str | None = Field(default=None, alias="evidenceSha256")
+    """The approved run's evidence digest (gate.trust.evidence); None for a run that binds none."""
+    policies: list[dict[str, Any]] = Field(default_factory=list)
+    """The approved run's policy files."""
+    site_policy: list[str] = Field(default_factory=list, alias="sitePolicy")
+    """How a site policy changed the approved run's rule (the approver saw this)."""
+
+    def dump(self) -> dict[str, Any]:
+        """The predicate as signed."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class ApprovedDossierPredicate(BaseModel):
+    """The predicate of the approved-dossier statement (APPROVED_PREDICATE)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    run_statement_sha256: str | None = Field(default=None, alias="runStatementSha256")
+    """The run statement whose approvals the files show."""
+    approval_keyids: list[str] = Field(default_factory=list, alias="approvalKeyids")
+    """Key ids of the approvals shown, sorted."""
+    commit: str | None = None
+    """The change's commit, when the run statement names one."""
+
+
 @dataclass(frozen=True)
 class RunStatement:
     """The run's signed statement, as read from attestation.dsse.json (unverified until checked)."""
@@ -79,10 +146,8 @@ class RunStatement:
     payload: bytes
     sha256: str
     statement: Statement
-
-    @property
-    def predicate(self) -> dict[str, Any]:
-        return self.statement.predicate
+    predicate: RunPredicate
+    """The statement's run predicate."""
 
     @property
     def commit(self) -> str | None:
@@ -91,8 +156,7 @@ class RunStatement:
     @property
     def evidence(self) -> str | None:
         """The run's evidence digest (gate.trust.evidence), when its statement carries one."""
-        value = self.predicate.get("evidenceSha256")
-        return str(value) if value else None
+        return self.predicate.evidence_sha256 or None
 
 
 def read_run_statement(directory: Path) -> RunStatement:
@@ -103,9 +167,10 @@ def read_run_statement(directory: Path) -> RunStatement:
     try:
         _envelope, payload = read_envelope(path)
         statement = parse_statement(payload)
+        predicate = RunPredicate.read(statement)
     except ValueError as err:
         raise ApprovalRefused(f"{path}: not a readable DSSE envelope ({err})") from None
-    return RunStatement(payload, hashlib.sha256(payload).hexdigest(), statement)
+    return RunStatement(payload, hashlib.sha256(payload).hexdigest(), statement, predicate)
 
 
 # --- the approval statement, signed ---------------------------------------------------------------
@@ -116,30 +181,28 @@ def approval_statement(
 ) -> Statement:
     """An in-toto statement: `approver` approves the run statement with digest `run.sha256`."""
     pred = run.predicate
-    manifest = pred.get("manifest") if isinstance(pred.get("manifest"), dict) else {}
-    claim = pred.get("claim")
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject]
     return Statement(
         subject=subjects,
         predicateType=APPROVAL_PREDICATE,
-        predicate={
-            "decision": "approved",
-            "approver": approver,
-            "reason": reason,
-            "approvedAt": approved_at,
-            "runStatementSha256": run.sha256,
-            "runPredicateType": run.statement.predicateType,
-            "verdict": pred.get("verdict"),
-            "manifest": {"name": (manifest or {}).get("name"), "sha256": (manifest or {}).get("sha256")},
-            "intervention": pred.get("intervention"),
-            "claim": claim.get("level") if isinstance(claim, dict) else claim,
-            "commit": run.commit,
-            "runSigners": run_signers,
-            "trustPolicySha256": trust,
-            "evidenceSha256": run.evidence,
-            "policies": pred.get("policies", []),
-            "sitePolicy": pred.get("sitePolicy", []),
-        },
+        predicate=ApprovalPredicate(
+            decision="approved",
+            approver=approver,
+            reason=reason,
+            approved_at=approved_at,
+            run_statement_sha256=run.sha256,
+            run_predicate_type=run.statement.predicateType,
+            verdict=pred.verdict,
+            manifest=ApprovedManifest(name=pred.manifest.name, sha256=pred.manifest.sha256),
+            intervention=pred.intervention,
+            claim=pred.claim_level,
+            commit=run.commit,
+            run_signers=run_signers,
+            trust_policy_sha256=trust,
+            evidence_sha256=run.evidence,
+            policies=pred.policies,
+            site_policy=pred.site_policy,
+        ).dump(),
     )
 
 
@@ -150,14 +213,16 @@ def sign_envelope(statement: Statement, key: Ed25519PrivateKey) -> dict[str, Any
 
 def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) -> Statement:
     """The approved-dossier statement: the files a reviewer reads after approval, by sha256."""
-    from gate.trust.attest import sha256_file
+    from gate._util.digest import sha256_file
 
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256})]
     subjects += [Subject(name=n, digest={"sha256": sha256_file(directory / n)}) for n in APPROVED_FILES]
     return Statement(
         subject=subjects,
         predicateType=APPROVED_PREDICATE,
-        predicate={"runStatementSha256": run.sha256, "approvalKeyids": sorted(keyids), "commit": run.commit},
+        predicate=ApprovedDossierPredicate(
+            run_statement_sha256=run.sha256, approval_keyids=sorted(keyids), commit=run.commit
+        ).model_dump(mode="json", by_alias=True),
     )
 
 
@@ -184,7 +249,11 @@ def check_approved_files(
     signers = [k for k, pub in counted.items() if any(_verifies(pub, payload, s.sig) for s in envelope.signatures)]
     if not signers:
         problems.append(f"{APPROVED_ENVELOPE}: not signed by an approver whose approval counts")
-    if stmt.predicateType != APPROVED_PREDICATE or stmt.predicate.get("runStatementSha256") != run_sha256:
+    try:
+        named = ApprovedDossierPredicate.model_validate(stmt.predicate).run_statement_sha256
+    except ValidationError:
+        named = None
+    if stmt.predicateType != APPROVED_PREDICATE or named != run_sha256:
         problems.append(f"{APPROVED_ENVELOPE}: not an approved-dossier statement for this run")
     files = {n: d for n, d in stmt.files().items() if n != RUN_STATEMENT_SUBJECT}
     missing = [n for n in APPROVED_FILES if n not in files]
@@ -211,8 +280,10 @@ class ApprovalCheck:
     """True when it counts for another run with the same evidence (not the run it was given)."""
     site_policy: list[str] = field(default_factory=list)
     """How a site policy changed the rule of the run it approved (the approver saw this)."""
-    intervention: Any = None
-    claim: Any = None
+    intervention: str | None = None
+    """The approved run's intervention."""
+    claim: str | None = None
+    """The approved run's claim level."""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -254,24 +325,26 @@ def verify_approval(
         out.problems.append(f"the approval is not signed by key {out.keyid[:16]} (forged or wrong key)")
     if trusted_keyids is not None and out.keyid not in trusted_keyids:
         out.problems.append(f"approval key {out.keyid[:16]} is not a trusted approver key")
-    pred = statement.predicate
     if statement.type != STATEMENT_TYPE or statement.predicateType != APPROVAL_PREDICATE:
         out.problems.append("the envelope does not hold a gate approval statement")
         return out
-    out.approver, out.reason = str(pred.get("approver", "")), str(pred.get("reason", ""))
-    out.approved_at = str(pred.get("approvedAt", ""))
-    out.intervention, out.claim = pred.get("intervention"), pred.get("claim")
-    out.evidence_sha256 = str(pred.get("evidenceSha256") or "")
-    site = pred.get("sitePolicy")
-    out.site_policy = [str(line) for line in site] if isinstance(site, list) else []
+    try:
+        pred = ApprovalPredicate.model_validate(statement.predicate)
+    except ValidationError:
+        out.problems.append("the approval statement's predicate is malformed")
+        return out
+    out.approver, out.reason, out.approved_at = pred.approver, pred.reason, pred.approved_at
+    out.intervention, out.claim = pred.intervention, pred.claim
+    out.evidence_sha256 = pred.evidence_sha256 or ""
+    out.site_policy = pred.site_policy
     named = [s.digest.get("sha256") for s in statement.subject if s.name == RUN_STATEMENT_SUBJECT]
     out.statement_sha256 = str(named[0]) if named else ""
-    if not named or pred.get("runStatementSha256") != out.statement_sha256:
+    if not named or pred.run_statement_sha256 != out.statement_sha256:
         out.problems.append("the approval names no run statement")
-    if pred.get("decision") != "approved" or pred.get("verdict") != "awaiting-approval":
-        out.problems.append(f"the approval is for a {pred.get('verdict')!r} run, not an awaiting-approval one")
-    for key in ("approver", "reason"):
-        if key in record and record[key] != pred.get(key):
+    if pred.decision != "approved" or pred.verdict != "awaiting-approval":
+        out.problems.append(f"the approval is for a {pred.verdict!r} run, not an awaiting-approval one")
+    for key, signed in (("approver", pred.approver), ("reason", pred.reason)):
+        if key in record and record[key] != signed:
             out.problems.append(f"the record's {key} differs from the signed statement's")
     if expected_statement is not None and out.statement_sha256 != expected_statement:
         if expected_evidence and out.evidence_sha256 == expected_evidence:
@@ -345,13 +418,13 @@ RECORD_FIELDS = (
 
 
 def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: Statement) -> dict[str, Any]:
-    pred = statement.predicate
+    pred = ApprovalPredicate.model_validate(statement.predicate)
     return {
-        "approver": pred["approver"],
-        "reason": pred["reason"],
-        "approved_at": pred["approvedAt"],
-        "statement_sha256": pred["runStatementSha256"],
-        "evidence_sha256": pred.get("evidenceSha256"),
+        "approver": pred.approver,
+        "reason": pred.reason,
+        "approved_at": pred.approved_at,
+        "statement_sha256": pred.run_statement_sha256,
+        "evidence_sha256": pred.evidence_sha256,
         "keyid": keyid(key.public_key()),
         "public_key": public_key_b64(key.public_key()),
         "envelope": envelope,

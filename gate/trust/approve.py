@@ -30,6 +30,7 @@ from gate.trust.approvals import (
     APPROVED_HTML,
     APPROVED_MD,
     RECORD_FIELDS,
+    ApprovalPredicate,
     ApprovalRefused,
     RunStatement,
     approval_record,
@@ -41,16 +42,8 @@ from gate.trust.approvals import (
     sign_envelope,
     verify_approval,
 )
-from gate.trust.attest import (
-    ENVELOPE_NAME,
-    add_signature,
-    envelope_for,
-    keyid,
-    load_private_key,
-    read_envelope,
-    verify_envelope,
-    write_envelope,
-)
+from gate.trust.attest import ENVELOPE_NAME, add_signature, envelope_for, read_envelope, verify_envelope, write_envelope
+from gate.trust.keys import keyid, load_private_key
 from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, receipt
 from gate.trust.ledger_store import is_url
 from gate.trust.ledger_verify import verify_chain
@@ -136,7 +129,7 @@ def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> 
     report = verify_envelope(directory, run_keys, require_all=False)
     if not report.valid:
         raise ApprovalRefused(f"{directory}: the dossier does not verify: " + "; ".join(report.problems))
-    verdict = report.predicate.get("verdict")
+    verdict = report.predicate.verdict if report.predicate is not None else None
     if verdict != "awaiting-approval":
         what = "failed" if verdict in ("fail", "error") else "does not need approval"
         raise ApprovalRefused(
@@ -170,7 +163,7 @@ def approve(
         raise ApprovalRefused("an approval needs an approver name and a reason (non-blank)")
     with dossier_lock(directory):
         run = read_run_statement(directory)
-        bad = trust.approver_problem(mine, approver, run.predicate.get("intervention"), _claim(run.predicate))
+        bad = trust.approver_problem(mine, approver, run.predicate.intervention, run.predicate.claim_level)
         if bad:
             raise ApprovalRefused(f"{bad} (trust policy {trust.path})")
         if not (is_url(ledger_path) or ledger_path.is_file()):
@@ -220,20 +213,14 @@ def approve(
         written += render_approved(directory, records, trust.policy.required_approvals)
         statement = approved_statement(directory, run, [str(r.get("keyid")) for r in records])
         written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
-    site = run.predicate.get("sitePolicy")
     return Approved(
         record,
         entry,
         written,
         reused,
-        summary=str(run.predicate.get("summary", "")),
-        site_policy=[str(line) for line in site] if isinstance(site, list) else [],
+        summary=run.predicate.summary,
+        site_policy=run.predicate.site_policy,
     )
-
-
-def _claim(pred: dict[str, Any]) -> Any:
-    claim = pred.get("claim")
-    return claim.get("level") if isinstance(claim, dict) else claim
 
 
 def _append_or_reuse(
@@ -257,19 +244,19 @@ def _append_or_reuse(
         run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers, trust=trust.sha256
     )
     record = approval_record(sign_envelope(statement, key), key, statement)
-    pred = statement.predicate
+    pred = ApprovalPredicate.model_validate(statement.predicate)
     payload = {
         **record,
         "trust_policy": trust.digest,
         "run_entry": run_entry.seq if run_entry else None,
         "dossier_dir": str(directory.resolve()),
-        "manifest": pred["manifest"],
-        "intervention": pred["intervention"],
-        "claim": pred["claim"],
-        "commit": pred["commit"],
-        "verdict": pred["verdict"],
-        "policies": pred["policies"],
-        "site_policy": pred["sitePolicy"],
+        "manifest": pred.manifest.model_dump(mode="json"),
+        "intervention": pred.intervention,
+        "claim": pred.claim,
+        "commit": pred.commit,
+        "verdict": pred.verdict,
+        "policies": pred.policies,
+        "site_policy": pred.site_policy,
     }
     entry, _checkpoint = ledger.append(APPROVAL_KIND, payload)
     return entry, False, record
@@ -316,7 +303,7 @@ def carry_over(
 
     run = read_run_statement(directory)
     trust = find_trust(trust_path)
-    if run.predicate.get("verdict") != "awaiting-approval" or run.evidence is None or trust is None:
+    if run.predicate.verdict != "awaiting-approval" or run.evidence is None or trust is None:
         return None
     if not (is_url(ledger_path) or ledger_path.is_file()):
         return None

@@ -7,15 +7,15 @@ Every signature covers PAE(payloadType, payload) (the DSSE v1 pre-authentication
 more signatures can be appended later without touching the payload: a reviewer's approval is a
 second signature by another key (`add_signature`). The Statement's subjects are the sha256 of the
 files in DIR (manifest copy, results.json, dossier.html, dossier.md, junit.xml) and the change's
-commit as a gitCommit digest; the predicate carries verdict, claim, intervention, policy digests
-and a check summary, read back from the signed results.json bytes. Nothing here sees live objects.
+commit as a gitCommit digest; the predicate (gate.trust.predicate.RunPredicate) carries verdict,
+claim, intervention, policy digests and a check summary, read back from the signed results.json
+bytes. Keys and key ids come from gate.trust.keys. Nothing here sees live objects.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,15 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate._util.atomic import inside, write_bytes_atomic
-from gate._util.digest import sha256_file as sha256_file  # re-exported: signing, approvals, verify, audit
-from gate._util.limited import KEY_BYTES, read_regular
+from gate._util.digest import sha256_file
+from gate._util.limited import read_regular
+from gate.core.result import GateResult
 from gate.errors import InputError
 from gate.trust.evidence import evidence_digest
+from gate.trust.keys import keyid, load_private_key, load_public_key
+from gate.trust.predicate import RunPredicate
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -137,55 +139,6 @@ def envelope_for(statement: Statement, key: Ed25519PrivateKey) -> Envelope:
     )
 
 
-# Keys -------------------------------------------------------------------------------------------
-
-
-def keyid(public_key: Ed25519PublicKey) -> str:
-    """sha256 (hex) of the raw 32-byte public key: the same id gate.trust.signing gives ledger keys."""
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()
-
-
-def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str]:
-    """Write PREFIX.key (PEM PKCS8, mode 0600) and PREFIX.pub (PEM); return both paths and the key id."""
-    key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
-    for path in (key_path, pub_path):
-        if path.exists() and not force:
-            raise InputError(str(path), "already exists; pass --force to replace it")
-    private = Ed25519PrivateKey.generate()
-    pem = private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    public = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    write_bytes_atomic(key_path, pem, mode=0o600)
-    write_bytes_atomic(pub_path, public, mode=0o644)
-    return key_path, pub_path, keyid(private.public_key())
-
-
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """An Ed25519 private key from a PEM PKCS8 file, or an InputError naming the file."""
-    try:
-        key = serialization.load_pem_private_key(read_regular(path, KEY_BYTES, "signing key"), password=None)
-    except (ValueError, TypeError) as err:
-        raise InputError(str(path), f"not an unencrypted PEM private key ({err})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InputError(str(path), "signing key is not an Ed25519 key (make one with `gate keygen`)")
-    return key
-
-
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    """An Ed25519 public key from a PEM file, or an InputError naming the file."""
-    try:
-        key = serialization.load_pem_public_key(read_regular(path, KEY_BYTES, "public key"))
-    except (ValueError, TypeError) as err:
-        raise InputError(str(path), f"not a PEM public key ({err})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise InputError(str(path), "public key is not an Ed25519 key")
-    return key
-
-
 # DSSE -------------------------------------------------------------------------------------------
 
 
@@ -199,47 +152,6 @@ def _signature(key: Ed25519PrivateKey, payload: bytes) -> dict[str, str]:
     return {"keyid": keyid(key.public_key()), "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}
 
 
-def predicate(results: Mapping[str, Any], manifest_file: str) -> dict[str, Any]:
-    """The gate predicate, from the results.json document that the statement also binds."""
-    manifest = results.get("manifest", {})
-    checks = results.get("checks", [])
-    counts: dict[str, int] = {}
-    for check in checks:
-        counts[check.get("status", "?")] = counts.get(check.get("status", "?"), 0) + 1
-    return {
-        "verdict": results.get("verdict"),
-        "exitCode": results.get("exit_code"),
-        "summary": results.get("summary", ""),
-        "intervention": manifest.get("intervention"),
-        "claim": manifest.get("claim"),
-        "approximate": bool((results.get("plan") or {}).get("approximate")),
-        "manifest": {
-            "name": manifest.get("name"),
-            "file": manifest_file,
-            "sha256": results.get("manifest_digest", {}).get("sha256"),
-            "path": results.get("manifest_digest", {}).get("path"),
-        },
-        "policies": results.get("policies", []),
-        "sitePolicy": results.get("site_policy", []),
-        "subjects": results.get("subjects", {}),
-        "datasets": results.get("datasets", {}),
-        "checks": [
-            {
-                "check": c.get("check"),
-                "status": c.get("status"),
-                "severity": c.get("severity"),
-                "step": c.get("step"),
-                "controls": {x.get("fault"): x.get("outcome") for x in c.get("controls", [])},
-            }
-            for c in checks
-        ],
-        "counts": counts,
-        "gateVersion": results.get("gate_version"),
-        "startedAt": results.get("started_at"),
-        "finishedAt": results.get("finished_at"),
-    }
-
-
 BASELINE_SUBJECT = "baseline:"
 """Subject name prefix of the baseline (gate record) a run's reference answers came from."""
 
@@ -247,21 +159,22 @@ BASELINE_SUBJECT = "baseline:"
 def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statement:
     """The in-toto Statement binding `files` (names inside out_dir), the baseline the reference
     answered from (when there is one) and the change's commit."""
-    results = json.loads((out_dir / "results.json").read_bytes())
+    raw = (out_dir / "results.json").read_bytes()
+    results = json.loads(raw)
     subjects = [Subject(name=name, digest={"sha256": sha256_file(out_dir / name)}) for name in files]
-    baseline = results.get("baseline") or {}
-    if baseline.get("sha256"):
+    run = GateResult.model_validate_json(raw)
+    if run.baseline and run.baseline.get("sha256"):
         subjects.append(
-            Subject(name=f"{BASELINE_SUBJECT}{baseline.get('path')}", digest={"sha256": baseline["sha256"]})
+            Subject(name=f"{BASELINE_SUBJECT}{run.baseline.get('path')}", digest={"sha256": run.baseline["sha256"]})
         )
-    change = results.get("manifest", {}).get("change") or {}
+    change = run.manifest.get("change") or {}
     if change.get("commit"):
         subjects.append(
             Subject(name=str(change.get("repository") or "commit"), digest={"gitCommit": str(change["commit"])})
         )
-    pred = predicate(results, manifest_file)
-    pred["evidenceSha256"] = evidence_digest(results, {s.name: s.digest["sha256"] for s in subjects[: len(files)]})
-    return Statement(subject=subjects, predicateType=PREDICATE_TYPE, predicate=pred)
+    pred = RunPredicate.of_run(run, manifest_file)
+    pred.evidence_sha256 = evidence_digest(results, {s.name: s.digest["sha256"] for s in subjects[: len(files)]})
+    return Statement(subject=subjects, predicateType=PREDICATE_TYPE, predicate=pred.dump())
 
 
 def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
@@ -357,11 +270,9 @@ class VerifyReport:
     """Keys that had to sign and did not (all keys with `require_all`, else all when none signed)."""
     statement: Statement | None = None
     """The signed statement, when the payload parsed."""
+    predicate: RunPredicate | None = None
+    """Its run predicate, when the statement carries a well-formed one."""
     payload: bytes = b""
-
-    @property
-    def predicate(self) -> dict[str, Any]:
-        return self.statement.predicate if self.statement is not None else {}
 
     @property
     def subjects(self) -> list[str]:
@@ -407,15 +318,14 @@ def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], 
         matched.append(name)
 
 
-def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> None:
+def _check_subjects(directory: Path, stmt: Statement, pred: RunPredicate | None, report: VerifyReport) -> None:
     signed = stmt.files()
     commits = [s.digest["gitCommit"] for s in stmt.subject if "gitCommit" in s.digest]
     odd = [s.name for s in stmt.subject if "gitCommit" not in s.digest and "sha256" not in s.digest]
     for name in odd:
         report.failures.append(f"subject {name!r}: not a file name with a sha256 digest")
     check_files(directory, signed, report.matched, report.failures)
-    manifest = stmt.predicate.get("manifest")
-    manifest_file = manifest.get("file") if isinstance(manifest, dict) else None
+    manifest_file = pred.manifest.file if pred is not None else None
     if not manifest_file:
         report.failures.append("predicate names no manifest file")
     for required in (*REQUIRED_SUBJECTS, *([manifest_file] if manifest_file else [])):
@@ -427,12 +337,13 @@ def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> N
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             report.failures.append("results.json: not JSON (malformed or nested too deeply)")
             return
-        _check_consistency(stmt.predicate, results, signed.get(manifest_file or ""), commits, report)
-        claimed = stmt.predicate.get("evidenceSha256")
-        if claimed is not None and claimed != evidence_digest(results, signed):
-            report.failures.append(
-                "evidenceSha256: the signed evidence digest differs from the one the signed files give"
-            )
+        if pred is not None:
+            _check_consistency(pred, results, signed.get(manifest_file or ""), commits, report)
+            claimed = pred.evidence_sha256
+            if claimed is not None and claimed != evidence_digest(results, signed):
+                report.failures.append(
+                    "evidenceSha256: the signed evidence digest differs from the one the signed files give"
+                )
         baselines = [s.digest.get("sha256") for s in stmt.subject if s.name.startswith(BASELINE_SUBJECT)]
         recorded = (results.get("baseline") or {}).get("sha256")
         if baselines != ([recorded] if recorded else []):
@@ -440,22 +351,21 @@ def _check_subjects(directory: Path, stmt: Statement, report: VerifyReport) -> N
 
 
 def _check_consistency(
-    pred: Mapping[str, Any],
+    pred: RunPredicate,
     results: Mapping[str, Any],
     signed_manifest: str | None,
     commits: list[str],
     report: VerifyReport,
 ) -> None:
     """The predicate and the commit subject must agree with the signed results.json."""
-    if pred.get("verdict") != results.get("verdict"):
+    if pred.verdict != results.get("verdict"):
         report.failures.append(
-            f"predicate verdict {pred.get('verdict')!r} differs from results.json {results.get('verdict')!r}"
+            f"predicate verdict {pred.verdict!r} differs from results.json {results.get('verdict')!r}"
         )
     recorded = (results.get("manifest_digest") or {}).get("sha256")
     if signed_manifest is not None and recorded != signed_manifest:
         report.failures.append("manifest: the signed copy's sha256 differs from the digest in results.json")
-    pred_manifest = pred.get("manifest") if isinstance(pred.get("manifest"), dict) else {}
-    if (pred_manifest or {}).get("sha256") != recorded:
+    if pred.manifest.sha256 != recorded:
         report.failures.append("manifest: the predicate's sha256 differs from the digest in results.json")
     commit = ((results.get("manifest") or {}).get("change") or {}).get("commit")
     if commit and commits != [commit]:
@@ -509,5 +419,9 @@ def verify_envelope(
         report.failures.append(f"statement _type is {stmt.type!r}, expected {STATEMENT_TYPE!r}")
     if stmt.predicateType != PREDICATE_TYPE:
         report.failures.append(f"predicateType is {stmt.predicateType!r}, expected {PREDICATE_TYPE!r}")
-    _check_subjects(directory, stmt, report)
+    try:
+        report.predicate = RunPredicate.read(stmt)
+    except ValueError as err:
+        report.failures.append(str(err))
+    _check_subjects(directory, stmt, report.predicate, report)
     return report

@@ -274,7 +274,8 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
 
 def _check_recorded_files(trace: RunTrace) -> bool:
     """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
-    from gate.trust.attest import ENVELOPE_NAME, sha256_file
+    from gate._util.digest import sha256_file
+    from gate.trust.attest import ENVELOPE_NAME
     from gate.trust.run_record import statement_digest
 
     run, out = trace.run, trace.dossier

@@ -95,7 +95,7 @@ def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
 
     from gate._util.atomic import write_bytes_atomic
     from gate.adapters.recorded.header import HEADER
-    from gate.trust.attest import load_private_key
+    from gate.trust.keys import load_private_key
     from gate.trust.signing import sign_statement
 
     key = load_private_key(key_path)

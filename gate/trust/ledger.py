@@ -49,15 +49,9 @@ from pydantic import BaseModel, ConfigDict
 from gate._util.clock import now_utc
 from gate._util.limited import read_regular
 from gate.errors import InputError
+from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64, write_keypair
 from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
-from gate.trust.signing import (
-    canonical_json,
-    generate_key_files,
-    keyid_of,
-    load_private_key,
-    public_key_b64,
-    public_key_from_b64,
-)
+from gate.trust.signing import canonical_json
 
 if TYPE_CHECKING:
     from gate.core.result import GateResult
@@ -90,7 +84,7 @@ def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
     Several processes may race here: exactly one file wins and everyone loads it.
     """
     if not path.exists():
-        generate_key_files(path, path.with_suffix(".pub"))
+        write_keypair(path, path.with_suffix(".pub"))
     return load_private_key(path)
 
 
@@ -212,7 +206,7 @@ class Checkpoint(BaseModel):
             key = public_key_from_b64(self.public_key)
         except (ValueError, TypeError):
             return "checkpoint public key is malformed"
-        if keyid_of(key) != self.keyid:
+        if keyid(key) != self.keyid:
             return "checkpoint keyid does not match its public key"
         try:
             key.verify(base64.b64decode(self.signature), self.note())
@@ -352,7 +346,7 @@ class Ledger:
         if self.public_key_b64 != pub:
             raise LedgerError(
                 f"{self.location}: its checkpoints are signed by key {self.keyid[:16]}, "
-                f"not by the ledger key given ({keyid_of(self._key.public_key())[:16]})"
+                f"not by the ledger key given ({keyid(self._key.public_key())[:16]})"
             )
 
     def _check_database_pin(self) -> None:
@@ -432,7 +426,7 @@ class Ledger:
     @property
     def keyid(self) -> str:
         try:
-            return keyid_of(public_key_from_b64(self.public_key_b64))
+            return keyid(public_key_from_b64(self.public_key_b64))
         except (ValueError, TypeError):
             raise LedgerError(f"{self.location}: its recorded public key is malformed (corrupt ledger)") from None
 

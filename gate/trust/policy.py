@@ -24,7 +24,6 @@ names are shown as not bound).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
@@ -152,7 +151,7 @@ class Trust:
         ledger: Iterable[Path] = (),
     ) -> Trust:
         """Roles from keys given on the command line: each key holds only the role it was given for."""
-        from gate.trust.attest import keyid, load_public_key
+        from gate.trust.keys import keyid, load_public_key
 
         roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
         trust = cls(policy=_EMPTY, path="(keys given by role)", sha256="")
@@ -215,7 +214,7 @@ class Trust:
             return f"{self._who(keyid)} is not a run signer"
         return None
 
-    def approver_problem(self, keyid: str, name: str | None, intervention: Any, claim: Any) -> str | None:
+    def approver_problem(self, keyid: str, name: str | None, intervention: str | None, claim: str | None) -> str | None:
         bad = self._identity_problem(keyid, name)
         if bad:
             return bad
@@ -247,8 +246,7 @@ class Trust:
 
 
 def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
-    from gate.trust.attest import keyid, load_public_key
-    from gate.trust.signing import public_key_from_b64
+    from gate.trust.keys import keyid, load_public_key, public_key_from_b64
 
     if ref.startswith("ed25519:"):
         try:
@@ -308,11 +306,6 @@ def require_trust(explicit: Path | None, what: str) -> Trust:
             "or add ./trust.yaml (see docs/audit.md)",
         )
     return trust
-
-
-def keyid_b64(public_key_b64: str) -> str:
-    """The key id of a raw base64 public key (as ledger records store them)."""
-    return hashlib.sha256(base64.b64decode(public_key_b64)).hexdigest()
 
 
 __all__ = [

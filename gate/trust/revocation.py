@@ -57,7 +57,7 @@ def revocation_body(
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
     """Sign `body` with the revoker's key and append it, after checking the revoker's role."""
-    from gate.trust.attest import keyid
+    from gate.trust.keys import keyid
 
     bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
     if bad:

@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import sha256_file
 from gate.errors import GateError
-from gate.trust.attest import safe_name
-from gate.trust.signing import keyid_of, load_private_key, public_key_b64, public_key_from_b64, sha256_file
+from gate.trust.attest import parse_statement, read_envelope, safe_name
+from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
+from gate.trust.predicate import RunPredicate
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
 ATTESTATION = "attestation.dsse.json"
@@ -40,11 +42,11 @@ def statement_digest(envelope_path: Path) -> str | None:
 def _evidence(envelope_path: Path) -> str | None:
     """The evidence digest the signed statement carries (gate.trust.evidence), if any."""
     try:
-        envelope = json.loads(envelope_path.read_text(encoding="utf-8"))
-        value = json.loads(base64.b64decode(envelope["payload"], validate=True))["predicate"].get("evidenceSha256")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        _envelope, payload = read_envelope(envelope_path)
+        value = RunPredicate.read(parse_statement(payload)).evidence_sha256
+    except (OSError, ValueError, RecursionError):
         return None
-    return str(value) if value else None
+    return value or None
 
 
 def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
@@ -74,7 +76,7 @@ def run_payload(
     if sign_key is not None and sign_key.is_file():
         try:
             pub = load_private_key(sign_key).public_key()
-            signer = {"keyid": keyid_of(pub), "public_key": public_key_b64(pub)}
+            signer = {"keyid": keyid(pub), "public_key": public_key_b64(pub)}
         except GateError:
             signer = None
     return {

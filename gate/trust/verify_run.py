@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gate.trust.approvals import ApprovalCheck, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import Statement, verify_envelope
 from gate.trust.policy import Trust
+from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.revocation import Revocations
 
 MIN_REF = 7
@@ -65,6 +66,8 @@ class RunCheck:
     directory: Path
     findings: list[Finding] = field(default_factory=list)
     statement: Statement | None = None
+    predicate: RunPredicate | None = None
+    """The signed statement's run predicate, when it is well formed."""
     statement_sha256: str = ""
     approved_by: list[str] = field(default_factory=list)
     """Distinct approvers whose approval counted."""
@@ -85,22 +88,20 @@ class RunCheck:
 
     @property
     def verdict(self) -> str:
-        return str(self.statement.predicate.get("verdict")) if self.statement else "?"
+        return str(self.predicate.verdict) if self.predicate is not None else "?"
 
     @property
     def commit(self) -> str | None:
         return self.statement.commit if self.statement else None
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        value = self.statement.predicate.get("manifest") if self.statement else None
-        return value if isinstance(value, dict) else {}
+    def manifest(self) -> PredicateManifest:
+        return self.predicate.manifest if self.predicate is not None else PredicateManifest()
 
     @property
     def site_policy(self) -> list[str]:
         """How a site policy (--policy-dir) changed the rule the run was planned by (signed)."""
-        value = self.statement.predicate.get("sitePolicy") if self.statement else None
-        return [str(line) for line in value] if isinstance(value, list) else []
+        return self.predicate.site_policy if self.predicate is not None else []
 
     @property
     def approved(self) -> bool:
@@ -143,7 +144,7 @@ class RunCheck:
         m = self.manifest
         other = f" (the run used another trust policy: {self.other_policy})" if self.other_policy else ""
         return (
-            f"commit {self.commit or '(none signed)'}, manifest {m.get('name')} (sha256 {str(m.get('sha256'))[:16]}), "
+            f"commit {self.commit or '(none signed)'}, manifest {m.name} (sha256 {str(m.sha256)[:16]}), "
             f"verdict {self.standing}{other}"
         )
 
@@ -178,7 +179,7 @@ def check_run(
     signers = trust.run_signer_keys()
     keys: dict[str, Path | Ed25519PublicKey] = {_label(trust, k): i.public_key for k, i in signers.items()}
     report = verify_envelope(directory, keys, require_all=False)
-    out.statement = report.statement
+    out.statement, out.predicate = report.statement, report.predicate
     out.statement_sha256 = statement_digest(report.envelope) or ""
     for failure in report.failures:
         add(Finding(False, f"attestation: {failure}"))
@@ -232,15 +233,15 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
     """What the signed statement and results.json claim, judged by the verifier: approximate or not,
     the waived checks, and whether the run's trust policy is the verifier's."""
     assert out.statement is not None
-    pred = out.statement.predicate
+    pred = out.predicate or RunPredicate()
     add = out.findings.append
-    out.approximate = is_approximate(pred.get("intervention"), pred.get("claim"))
+    out.approximate = is_approximate(pred.intervention, pred.claim)
     if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
         add(
             Finding(
                 False,
                 f"an approximate change cannot PASS: its signed verdict is {out.verdict!r}, but "
-                f"{pred.get('intervention')}/{(pred.get('claim') or {}).get('level')} needs approvals",
+                f"{pred.intervention}/{pred.claim_level} needs approvals",
             )
         )
     results = read_results(out.directory)
@@ -283,11 +284,11 @@ def _check_binding(out: RunCheck, commit: str | None, manifest_sha256: str | Non
         else:
             add(Finding(True, f"commit {out.commit}: the one asked for"))
     if manifest_sha256 is not None:
-        signed = str(out.manifest.get("sha256"))
+        signed = str(out.manifest.sha256)
         if signed != manifest_sha256:
             add(Finding(False, f"the signed manifest has sha256 {signed}, not {manifest_sha256}"))
         else:
-            add(Finding(True, f"manifest {out.manifest.get('name')}: sha256 {signed} as asked"))
+            add(Finding(True, f"manifest {out.manifest.name}: sha256 {signed} as asked"))
 
 
 def approval_problems(
@@ -317,7 +318,7 @@ def _check_approvals(
     run_signers: dict[str, Ed25519PublicKey],
 ) -> None:
     add = out.findings.append
-    evidence = str(out.statement.predicate.get("evidenceSha256") or "") if out.statement else ""
+    evidence = (out.predicate.evidence_sha256 or "") if out.predicate is not None else ""
     if approvals is None:
         approvals = [
             ApprovalInput(r, f"approval.json[{i}]") for i, r in enumerate(_records(out, out.directory), start=1)

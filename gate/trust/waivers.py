@@ -38,13 +38,15 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from gate._util.clock import today_utc
+from gate._util.digest import sha256_file
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
+from gate.trust.keys import load_private_key
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, find_trust
-from gate.trust.signing import load_private_key, sha256_file, sign_statement, verify_statement
+from gate.trust.signing import sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
 
@@ -193,7 +195,7 @@ def grant_waiver(
     trust policy, the name is not the key's owner, the reason is blank, the expiry is past or
     beyond the policy's maximum, or the ledger does not verify.
     """
-    from gate.trust.attest import keyid
+    from gate.trust.keys import keyid
 
     key = load_private_key(key_path)
     mine = keyid(key.public_key())

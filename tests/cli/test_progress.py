@@ -10,19 +10,19 @@ from rich.console import Console
 from gate.cli import progress
 from gate.cli.progress import Reporter
 from gate.core.result import ControlOutcome, Status
+from gate.engine.events import CheckFinished, CheckStarted, ControlFinished, ControlStarted
 
 
 @pytest.mark.parametrize("status", list(Status), ids=lambda s: s.value)
-def test_every_status_line_the_runner_logs_has_a_colour(status: Status) -> None:
-    line = f"  {status.value}: what the check found"  # the runner's format (gate.engine.runner)
-    assert progress.style_of(line) is not None
+def test_every_check_result_has_a_colour(status: Status) -> None:
+    assert progress.style_of(CheckFinished(check="prefix-sweep", status=status, message="found")) is not None
 
 
 @pytest.mark.parametrize("outcome", list(ControlOutcome), ids=lambda o: o.value)
-def test_every_control_outcome_line_has_a_colour(outcome: ControlOutcome) -> None:
-    line = f"  control wrong-start-pos: {outcome.value} at 512: argmax diverged"  # gate.engine.runner
-    assert progress.style_of(line) == progress.STATUS_STYLES[outcome.value]
-    assert not progress.is_detail(line)
+def test_every_control_outcome_has_a_colour(outcome: ControlOutcome) -> None:
+    event = ControlFinished(check="greedy-parity", fault="wrong-start-pos", result=outcome, detected_at=512)
+    assert progress.style_of(event) == progress.STATUS_STYLES[outcome.value]
+    assert not event.detail
 
 
 def _terminal(monkeypatch: pytest.MonkeyPatch, reporter: Reporter, **console: object) -> io.StringIO:
@@ -33,14 +33,19 @@ def _terminal(monkeypatch: pytest.MonkeyPatch, reporter: Reporter, **console: ob
 
 
 def test_result_and_control_lines_are_coloured_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    reporter = Reporter(plain=False)
+    reporter = Reporter(verbosity=2, plain=False)
     buffer = _terminal(monkeypatch, reporter)
-    reporter.log("  fail: prefix-sweep diverged at length 2")
-    reporter.log("  control mask-origin-reset: missed: the check still passed")
-    reporter.log("check prefix-sweep (step 4, deny)")
-    failed, missed, plain = buffer.getvalue().splitlines()
+    reporter.event(CheckFinished(check="prefix-sweep", status=Status.failed, message="diverged at length 2"))
+    reporter.event(
+        ControlFinished(
+            check="prefix-sweep", fault="mask-origin-reset", result=ControlOutcome.missed, message="still passed"
+        )
+    )
+    reporter.event(CheckStarted(check="prefix-sweep", step=4, severity="deny"))
+    reporter.log("  fail: a check's own line that reads like a result")
+    failed, missed, plain, detail = buffer.getvalue().splitlines()
     assert "\x1b[1;31m" in failed and "\x1b[1;31m" in missed  # bold red
-    assert "\x1b[" not in plain
+    assert "\x1b[" not in plain and "\x1b[" not in detail  # log text is never read for a status
 
 
 def test_color_never_and_no_color_print_no_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +56,7 @@ def test_color_never_and_no_color_print_no_escapes(monkeypatch: pytest.MonkeyPat
     buffer = io.StringIO()
     console = auto.console()
     console.file = buffer
-    console.print("  fail: x", style=progress.style_of("  fail: x"))
+    console.print("  fail: x", style=progress.style_of(CheckFinished(check="c", status=Status.failed)))
     assert "\x1b[31" not in buffer.getvalue() and "\x1b[1;31" not in buffer.getvalue()
 
 
@@ -59,19 +64,28 @@ def test_color_always_colours_even_in_ci(capsys: pytest.CaptureFixture[str]) -> 
     reporter = Reporter(plain=True, color="always")
     assert reporter.console().is_terminal
     reporter.console().file = io.StringIO()
-    reporter.log("  fail: x")
+    reporter.event(CheckFinished(check="c", status=Status.failed, message="x"))
     assert "\x1b[" in reporter.console().file.getvalue()
 
 
 def test_quiet_prints_nothing_and_verbose_adds_detail_lines(capsys: pytest.CaptureFixture[str]) -> None:
     quiet, normal, verbose = Reporter(0, plain=True), Reporter(1, plain=True), Reporter(2, plain=True)
+    started = CheckStarted(check="prefix-sweep", step=4, severity="deny")
+    announced = ControlStarted(check="prefix-sweep", fault="wrong-start-pos", expect="detect")
+    found = ControlFinished(check="prefix-sweep", fault="wrong-start-pos", result=ControlOutcome.detected)
+    finished = CheckFinished(check="prefix-sweep", status=Status.passed, message="96 lengths agree")
     for reporter in (quiet, normal, verbose):
-        reporter.log("check prefix-sweep (step 4, deny)")
+        reporter.event(started)
         reporter.log("  96 lengths up to 2047, batch 2, compare full")  # a check's own detail line
+        reporter.event(announced)
+        reporter.event(found)
+        reporter.event(finished)
         reporter.progress("lengths swept", 96, 96)
     err = capsys.readouterr().err.splitlines()
-    assert err.count("[gate] check prefix-sweep (step 4, deny)") == 2  # normal and verbose, not quiet
+    for event in (started, found, finished):  # normal and verbose, not quiet
+        assert err.count(f"[gate] {event.line()}") == 2
     assert err.count("[gate]   96 lengths up to 2047, batch 2, compare full") == 1  # verbose only
+    assert err.count(f"[gate] {announced.line()}") == 1  # verbose only: its result follows
     assert err.count("[gate]   lengths swept: 96/96 (0 s)") == 2
 
 

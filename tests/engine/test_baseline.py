@@ -12,7 +12,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from gate.cli.main import cli
-from gate.trust.attest import generate_keypair
+from gate.trust.keys import generate_keypair
 
 MANIFEST = Path(__file__).parent / "tinylm" / "kv-cache.yaml"
 

@@ -10,7 +10,8 @@ import torch
 from gate.core.evidence import PrefixReuseEvidence
 from gate.core.result import GateResult
 from gate.engine.pipeline import run_pipeline
-from gate.trust.attest import ENVELOPE_NAME, generate_keypair, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, verify_envelope
+from gate.trust.keys import generate_keypair
 from gate.trust.ledger import Ledger
 from tests.support.repo import EXAMPLES
 

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from gate.trust.keys import write_keypair
 from gate.trust.ledger import Ledger, LedgerError
 from gate.trust.ledger_store import ledger_location
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.signing import generate_key_files
 from tests.support.postgres import new_database, server_or_skip
 from tests.support.repo import EXAMPLES, REPO
 
@@ -175,7 +175,7 @@ def test_kill_9_during_run_never_leaves_a_previous_run_as_current(tmp_path: Path
 
     rng = random.Random(160)
     keys = tmp_path / "k"
-    generate_key_files(Path(f"{keys}.key"), Path(f"{keys}.pub"))
+    write_keypair(Path(f"{keys}.key"), Path(f"{keys}.pub"))
     absent = complete = stale = not_begun = 0
     for trial in range(TRIALS):
         work = tmp_path / f"t{trial}"
@@ -252,7 +252,7 @@ def _concurrent_writers(location: str, key: Path, backend: str) -> None:
 
 
 def _key(tmp_path: Path) -> Path:
-    generate_key_files(tmp_path / "ledger.key", tmp_path / "ledger.pub")
+    write_keypair(tmp_path / "ledger.key", tmp_path / "ledger.pub")
     return tmp_path / "ledger.key"
 
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner, Result
 
 from gate.cli.main import cli
 from gate.core.result import GateResult
-from gate.trust.attest import ENVELOPE_NAME, generate_keypair, load_private_key, sign_directory, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, sign_directory, verify_envelope
+from gate.trust.keys import generate_keypair, load_private_key
 from tests.trust.runs import SAMPLES, quant_manifest, signed_run
 from tests.trust.trusted import in_days, write_trust
 

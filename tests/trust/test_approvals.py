@@ -21,7 +21,8 @@ from gate.trust.approvals import (
     verify_approval,
 )
 from gate.trust.approve import APPROVED_HTML, approve
-from gate.trust.attest import ENVELOPE_NAME, generate_keypair, keyid, load_private_key, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, verify_envelope
+from gate.trust.keys import generate_keypair, keyid, load_private_key
 from gate.trust.ledger import Ledger
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import write_trust
@@ -75,7 +76,7 @@ def test_approval_is_a_second_signature_a_signed_statement_a_ledger_entry_and_sh
     tmp_path: Path, keys: dict[str, Path], ledger: Path
 ) -> None:
     out = _run(tmp_path, keys, ledger)
-    assert read_run_statement(out).predicate["verdict"] == "awaiting-approval"
+    assert read_run_statement(out).predicate.verdict == "awaiting-approval"
     done = _approve(out, keys, ledger)
     assert not done.reused and done.entry.kind == "approval"
     # 1. a second signature over the same run statement

@@ -27,7 +27,8 @@ from gate.trust.approvals import (
     read_run_statement,
     sign_envelope,
 )
-from gate.trust.attest import ENVELOPE_NAME, load_private_key
+from gate.trust.attest import ENVELOPE_NAME
+from gate.trust.keys import load_private_key
 from gate.trust.ledger import Ledger, record_run
 from gate.trust.waivers import WAIVER_KIND
 from tests.trust.runs import quant_manifest, signed_run
@@ -155,7 +156,7 @@ def test_unsigned_waiver_is_never_applied(
     )  # fmt: skip
     assert unsigned.exit_code == 2 and "--key" in unsigned.output, unsigned.output
     # written straight into the ledger instead
-    from gate.trust.signing import sha256_file
+    from gate._util.digest import sha256_file
 
     with Ledger.open(ledger) as opened:
         opened.append(

@@ -25,12 +25,10 @@ from gate.trust.attest import (
     PREDICATE_TYPE,
     STATEMENT_TYPE,
     add_signature,
-    generate_keypair,
-    keyid,
-    load_private_key,
     pae,
     verify_envelope,
 )
+from gate.trust.keys import generate_keypair, keyid, load_private_key
 
 SIGNED_FILES = ("manifest.yaml", "results.json", "dossier.html", "dossier.md", "junit.xml")
 

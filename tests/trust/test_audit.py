@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from gate.cli.main import cli
 from gate.core.result import GateResult
-from gate.trust.attest import generate_keypair
+from gate.trust.keys import generate_keypair
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import write_trust
 
@@ -234,7 +234,7 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
 
 def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -> None:
     from gate.trust.approvals import approval_record, approval_statement, read_run_statement, sign_envelope
-    from gate.trust.attest import load_private_key
+    from gate.trust.keys import load_private_key
     from gate.trust.ledger import Ledger
 
     run_key = load_private_key(world["gate.key"])  # written straight into the ledger, bypassing `gate approve`

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.attest import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE, keyid, load_public_key
-from gate.trust.signing import raw_public
+from gate.trust.attest import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE
+from gate.trust.keys import keyid, load_public_key, raw_public
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import make_keys
 

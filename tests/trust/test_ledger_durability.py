@@ -183,9 +183,9 @@ def test_a_deeply_nested_attestation_is_invalid_not_a_traceback(tmp_path: Path, 
     import base64
     import json
 
-    from gate.trust.signing import generate_key_files
+    from gate.trust.keys import write_keypair
 
-    generate_key_files(tmp_path / "k.key", tmp_path / "k.pub")
+    write_keypair(tmp_path / "k.key", tmp_path / "k.pub")
     deep = "[" * 200_000 + "]" * 200_000
     dossier = tmp_path / "dossier"
     dossier.mkdir()

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
+from gate.trust.keys import write_keypair
 from gate.trust.ledger import Ledger, LedgerError
 from gate.trust.ledger_store import ledger_location, redacted
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.signing import generate_key_files
 from tests.support.postgres import new_database, server_or_skip
 
 pytestmark = pytest.mark.reliability  # a real server: run by .ci/postgres.sh
@@ -33,7 +33,7 @@ def url(server: str, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def key(tmp_path: Path) -> Path:
     path = tmp_path / "ledger.key"
-    generate_key_files(path, tmp_path / "ledger.pub")
+    write_keypair(path, tmp_path / "ledger.pub")
     return path
 
 
@@ -124,7 +124,7 @@ def test_a_run_records_to_a_postgresql_ledger(
     from tests.trust.runs import signed_run
 
     run_key = tmp_path / "run.key"
-    generate_key_files(run_key, tmp_path / "run.pub")
+    write_keypair(run_key, tmp_path / "run.pub")
     monkeypatch.setenv("GATE_LEDGER_KEY", str(key))
     monkeypatch.setattr(runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, run_key)[1])
     outputs = run_pipeline(EXAMPLES / "reference-static-layout.yaml", tmp_path / "out", sign_key=run_key, ledger=url)

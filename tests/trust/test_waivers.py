@@ -203,7 +203,7 @@ def test_gate_waive_command_records_a_waiver(write_manifest, ledger: Path, keys:
 def test_a_signed_waiver_verifies_and_an_edited_one_does_not(
     write_manifest, ledger: Path, keys: dict[str, Path]
 ) -> None:  # type: ignore[no-untyped-def]
-    from gate.trust.attest import keyid, load_private_key
+    from gate.trust.keys import keyid, load_private_key
     from gate.trust.waivers import check_waiver_signature
 
     trust = find_trust(None)

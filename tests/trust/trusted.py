@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from gate.trust.attest import generate_keypair
+from gate.trust.keys import generate_keypair
 
 PEOPLE = ("ci", "alice", "bob", "carol", "dave", "erin", "frank", "mallory")
 

@@ -1,0 +1,106 @@
+"""Ed25519 keys: making a pair, reading the PEM files, and the one key id every signature names.
+
+A key pair is two PEM files: the private key as PKCS#8 (mode 0600) and the public key as
+SubjectPublicKeyInfo (mode 0644), as `gate keygen` writes them. A key id is the sha256 (hex) of
+the raw 32-byte public key, the same for a run's DSSE signatures (gate.trust.attest), the ledger's
+checkpoints and the detached signatures of waivers, approvals and revocations (gate.trust.signing).
+Ledger records and trust policies carry public keys as base64 of those 32 bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gate._util.atomic import write_bytes_atomic
+from gate._util.limited import KEY_BYTES, read_regular
+from gate.errors import InputError
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    """The raw 32 bytes of a public key."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def keyid(public_key: Ed25519PublicKey) -> str:
+    """sha256 (hex) of the raw 32-byte public key."""
+    return hashlib.sha256(raw_public(public_key)).hexdigest()
+
+
+def public_key_b64(key: Ed25519PublicKey) -> str:
+    """The raw public key in base64 (as ledger records and trust policies carry it)."""
+    return base64.b64encode(raw_public(key)).decode()
+
+
+def public_key_from_b64(text: str) -> Ed25519PublicKey:
+    """A public key from base64 of its raw 32 bytes; ValueError when it is not one."""
+    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text, validate=True))
+
+
+def write_keypair(private: Path, public: Path, *, replace: bool = False) -> str | None:
+    """Write a new Ed25519 pair to `private` and `public`; return its key id.
+
+    With `replace` false the private key is only created, never overwritten (race-safe: two
+    processes making the same key cannot both win), and None says it already existed."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    try:
+        write_bytes_atomic(private, pem, mode=0o600, exclusive=not replace)
+    except FileExistsError:
+        return None
+    with contextlib.suppress(FileExistsError):  # a public key left beside no private key stays
+        write_bytes_atomic(public, pub, mode=0o644, exclusive=not replace)
+    return keyid(key.public_key())
+
+
+def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str]:
+    """`gate keygen`: PREFIX.key and PREFIX.pub; return both paths and the key id. An existing
+    file is an InputError unless `force` replaces it."""
+    key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    for path in (key_path, pub_path):
+        if path.exists() and not force:
+            raise InputError(str(path), "already exists; pass --force to replace it")
+    made = write_keypair(key_path, pub_path, replace=force)
+    if made is None:  # made by another process since the check above
+        raise InputError(str(key_path), "already exists; pass --force to replace it")
+    return key_path, pub_path, made
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """An Ed25519 private key from a PEM PKCS8 file, or an InputError naming the file."""
+    try:
+        key = serialization.load_pem_private_key(read_regular(path, KEY_BYTES, "signing key"), password=None)
+    except (ValueError, TypeError) as err:
+        raise InputError(str(path), f"not an unencrypted PEM private key ({err})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(str(path), "signing key is not an Ed25519 key (make one with `gate keygen`)")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """An Ed25519 public key from a PEM file, or an InputError naming the file."""
+    try:
+        key = serialization.load_pem_public_key(read_regular(path, KEY_BYTES, "public key"))
+    except (ValueError, TypeError) as err:
+        raise InputError(str(path), f"not a PEM public key ({err})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise InputError(str(path), "public key is not an Ed25519 key")
+    return key
+
+
+__all__ = [
+    "generate_keypair",
+    "keyid",
+    "load_private_key",
+    "load_public_key",
+    "public_key_b64",
+    "public_key_from_b64",
+    "raw_public",
+    "write_keypair",
+]
