@@ -31,6 +31,7 @@ are named in the evidence and the message.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -153,9 +154,9 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
     assert failed.reply is not None
     others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
     for other in others:
-        if other.want is not None and other.conversation != failed.conversation:
-            if list(other.want.tokens) == list(failed.reply.tokens):
-                return other, "its reply equals the reference's answer to that request"
+        same = other.want is not None and list(other.want.tokens) == list(failed.reply.tokens)
+        if same and other.conversation != failed.conversation:
+            return other, "its reply equals the reference's answer to that request"
     foreign = [r for r in others if r.conversation != failed.conversation]
     if not foreign:
         return None, "no other conversation's request was sent before it"
@@ -199,7 +200,7 @@ def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversatio
         overlapping_rounds = 0
         failed_round: int | None = None
         for number, batch in enumerate(rounds):
-            requests = []
+            requests: list[_Request] = []
             for conv, turn in batch:
                 own = seeded_prompt(vocab, params.turn_tokens, base + 1000 * (conv + 1) + turn)
                 tenant = conv % params.tenants if conv < n_conv - n_private else -1
@@ -258,7 +259,7 @@ def _send_together(server: EngineServer, requests: list[_Request], new_tokens: i
 def _overlapped(requests: list[_Request]) -> bool:
     """Some two requests of the round were in flight at the same time."""
     ordered = sorted(r.window for r in requests)
-    return any(later[0] < earlier[1] for earlier, later in zip(ordered, ordered[1:], strict=False))
+    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
 
 
 def _outcome(
@@ -373,7 +374,9 @@ def _outcome(
         shown = "; ".join(f.message for f in failures[:3])
         more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
         outcome.status = "fail"
-        outcome.message = f"{len(failures)} of {len(rows)} replies differ from the reference alone: {shown}{more}{tiers}"
+        outcome.message = (
+            f"{len(failures)} of {len(rows)} replies differ from the reference alone: {shown}{more}{tiers}"
+        )
         outcome.detected_at = min(len(r.prompt) for r in sent if r.judged is not None and r.judged.failed)
         outcome.diagnosis = {"problems": [f.message for f in failures]}
         return outcome
@@ -396,9 +399,7 @@ def _outcome(
         f"{overlapping_rounds} overlapping; {'slots not stated' if slots is None else f'{slots} slots'}), each "
         f"against the reference's answer to the same prompt alone; {fresh_hits} fresh conversations reused a "
         f"shared prefix, {resumed_hits} of {len(resumed)} resumed after others were served from the cache past their "
-        "system prefix"
-        + (f"; {warned} within the claim but over the logprob tolerance" if warned else "")
-        + tiers
+        "system prefix" + (f"; {warned} within the claim but over the logprob tolerance" if warned else "") + tiers
     )
     if warned:
         outcome.status = "warn"

@@ -368,6 +368,8 @@ def _engine_traces(
             for role in order:
                 try:
                     resets[role] = servers[role].reset_cache() or "none: the engine has no cache reset"
+                    if untouched := servers[role].unreset_tiers():
+                        resets[role] += "; not reached: " + "; ".join(untouched)
                 except EngineBadReply as err:  # e.g. llama.cpp without --slot-save-path: fresh prompts suffice
                     resets[role] = f"unavailable ({err})"
                 path = reference if role == "reference" else candidate

@@ -585,9 +585,7 @@ def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) ->
             Table(
                 title="Replies that differ from the reference alone",
                 columns=["request", "named with", "why", "failure"],
-                rows=[
-                    [str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures
-                ],
+                rows=[[str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures],
             )
         )
     views.tables.append(
@@ -596,8 +594,17 @@ def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) ->
                 f"{len(evidence.requests)} requests: {evidence.conversations} conversations over {evidence.tenants} "
                 f"tenants' {evidence.system_prefix}-token system prefixes, up to {evidence.max_concurrent} at once"
             ),
-            columns=["request", "conversation", "turn", "round", "kind", "prompt", "cached", "tokens match",
-                     "max |Δlogprob|"],
+            columns=[
+                "request",
+                "conversation",
+                "turn",
+                "round",
+                "kind",
+                "prompt",
+                "cached",
+                "tokens match",
+                "max |Δlogprob|",
+            ],
             rows=[
                 [
                     str(r.id),
