@@ -616,6 +616,9 @@ class ServingEvidence(EvidenceRecord):
     """Engines behind HTTP: each server's command, port, start-up time and log tail."""
     cache_reset: dict[str, str] | None = None
     """Engines behind HTTP: how each server's prefix cache was reset between repeats."""
+    correctness: dict[str, Any] | None = None
+    """Engines behind HTTP: every reply of the candidate's last repeat against the reference's answer to
+    the same prompt sent alone, under the claim (compared, failed, the failures, max |Δlogprob|)."""
 
 
 # --- schedules: schedule-fuzz ---------------------------------------------------------------------

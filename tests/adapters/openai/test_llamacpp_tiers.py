@@ -137,3 +137,27 @@ def subprocess_run(manifest: Path, out: Path, env: dict[str, str]) -> str:
         check=False,
     )
     return done.stdout + done.stderr
+
+
+def test_phase_performance_judges_the_replies_it_timed(engine_env: dict[str, str], tmp_path: Path) -> None:
+    """Timing and correctness from one run: the last repeat's replies against the reference alone; a
+    candidate on other weights fails on its replies, whatever its clocks say."""
+    manifest = yaml.safe_load((REPO / "examples/engine-llamacpp-prefix.yaml").read_text())
+    manifest["subject"]["candidate"]["options"]["launch"]["tiny_model"] = {"seed": 0, "perturb_seed": 1}
+    path = tmp_path / "stale.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    done = subprocess.run(
+        [GATE, "run", str(path), "--out", str(tmp_path / "out"), "--check", "phase-performance"],
+        capture_output=True,
+        text=True,
+        env=engine_env,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    [check] = [c for c in json.loads((tmp_path / "out/results.json").read_text())["checks"] if c["status"] != "skip"]
+    correctness = check["evidence"]["correctness"]
+    assert check["status"] == "fail" and correctness["compared"] > 0 and correctness["failed"] > 0
+    assert "replies of the last repeat differ from the reference" in check["message"]
+    assert check["exercise"]["replies_judged"] == correctness["compared"]
