@@ -44,6 +44,7 @@ from pydantic import Field
 from gate.checks._engine import (
     NEW_TOKENS,
     Judged,
+    common_prefix,
     engine_pair,
     failure_words,
     judge,
@@ -140,15 +141,6 @@ def _schedule(conversations: int, turns: int, width: int, rng: random.Random) ->
     return rounds
 
 
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
     """The other request whose state a failing reply most likely carries, and how it was found."""
     assert failed.reply is not None
@@ -160,8 +152,8 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
     foreign = [r for r in others if r.conversation != failed.conversation]
     if not foreign:
         return None, "no other conversation's request was sent before it"
-    best = max(foreign, key=lambda r: (_lcp(r.prompt, failed.prompt), r.round == failed.round, -r.id))
-    shared = _lcp(best.prompt, failed.prompt)
+    best = max(foreign, key=lambda r: (common_prefix(r.prompt, failed.prompt), r.round == failed.round, -r.id))
+    shared = common_prefix(best.prompt, failed.prompt)
     return best, f"the other conversation's prompt sharing the most with it ({shared} tokens)"
 
 

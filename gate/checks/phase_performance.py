@@ -296,10 +296,10 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, intervals "
         f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} watched clocks"
     )
-    judged = served.get("correctness") or {}
-    if judged.get("compared") and not judged.get("failed"):
+    checked = served.get("correctness") or {}
+    if checked.get("compared") and not checked.get("failed"):
         saving += (
-            f"; all {judged['compared']} replies of the last repeat equal the reference's answer to the same "
+            f"; all {checked['compared']} replies of the last repeat equal the reference's answer to the same "
             "prompt alone"
         )
     summary_text = f"candidate/reference: {headline}{saving} ({where}{timed_live})"

@@ -15,26 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gate.adapters.openai import Options
 from gate.adapters.openai.path import EnginePath
-from tests.adapters.openai.test_llamacpp import GATE, SERVER_ARGS
+from tests.adapters.openai.test_llamacpp import GATE, llama
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.engine
-
-
-def _llama(*extra: str) -> EnginePath:
-    options = Options.model_validate(
-        {
-            "flavor": "llama.cpp",
-            "launch": {
-                "command": ["llama-server", "-m", "{model}", *SERVER_ARGS, *extra],
-                "tiny_model": {"seed": 0, "context_length": 2048},
-                "ready_timeout_s": 60,
-            },
-        }
-    )
-    return EnginePath.probe(options, dtype="float32", seed=0)
 
 
 def _erase_then_repeat(path: EnginePath) -> tuple[int | None, int | None, list[str]]:
@@ -52,7 +37,7 @@ def _erase_then_repeat(path: EnginePath) -> tuple[int | None, int | None, list[s
 
 
 def test_slot_erase_leaves_the_ram_prompt_cache_and_gate_names_that_tier(engine_env: dict[str, str]) -> None:
-    default = _llama("-np", "2", "--kv-unified", "--slot-save-path", "{workdir}")
+    default = llama("-np", "2", "--kv-unified", "--slot-save-path", "{workdir}")
     before, after, tiers = _erase_then_repeat(default)
     assert before and before >= 190
     # restored from the host-memory prompt cache the erase did not reach
@@ -61,7 +46,7 @@ def test_slot_erase_leaves_the_ram_prompt_cache_and_gate_names_that_tier(engine_
 
 
 def test_with_the_ram_cache_off_the_erase_reaches_every_tier(engine_env: dict[str, str]) -> None:
-    off = _llama("-np", "2", "--kv-unified", "--cache-ram", "0", "--slot-save-path", "{workdir}")
+    off = llama("-np", "2", "--kv-unified", "--cache-ram", "0", "--slot-save-path", "{workdir}")
     before, after, tiers = _erase_then_repeat(off)
     assert before and before >= 190
     assert after == 0 and tiers == []
@@ -104,7 +89,8 @@ def test_every_concurrent_reply_matches_the_reference_and_perturbed_weights_are_
 ) -> None:
     controls = {"stale-weights": {"tiny_model": {"seed": 0, "perturb_seed": 1}}}
     manifest = _default_config_manifest(tmp_path, [], controls)
-    run = subprocess_run(manifest, tmp_path / "out", engine_env)
+    done = subprocess_run(manifest, tmp_path / "out", engine_env)
+    run = done.stdout + done.stderr
     record = json.loads((tmp_path / "out/results.json").read_text())
     check = next(c for c in record["checks"] if c["check"] == "engine-concurrent-conversations")
     assert check["status"] in ("pass", "warn"), check["message"] + run
@@ -125,10 +111,12 @@ def test_every_concurrent_reply_matches_the_reference_and_perturbed_weights_are_
     assert "request 0 (conversation" in control["message"] and "may carry the state of request" in control["message"]
 
 
-def subprocess_run(manifest: Path, out: Path, env: dict[str, str]) -> str:
-    """`gate run --check engine-concurrent-conversations` (a partial run, exit 5, or 1 when it fails)."""
-    done = subprocess.run(
-        [GATE, "run", str(manifest), "--out", str(out), "--check", "engine-concurrent-conversations"],
+def subprocess_run(
+    manifest: Path, out: Path, env: dict[str, str], check: str = "engine-concurrent-conversations"
+) -> subprocess.CompletedProcess[str]:
+    """`gate run --check CHECK` (a partial run: exit 5, or 1 when it fails)."""
+    return subprocess.run(
+        [GATE, "run", str(manifest), "--out", str(out), "--check", check],
         capture_output=True,
         text=True,
         env=env,
@@ -136,7 +124,6 @@ def subprocess_run(manifest: Path, out: Path, env: dict[str, str]) -> str:
         timeout=600,
         check=False,
     )
-    return done.stdout + done.stderr
 
 
 def test_phase_performance_judges_the_replies_it_timed(engine_env: dict[str, str], tmp_path: Path) -> None:
@@ -146,15 +133,7 @@ def test_phase_performance_judges_the_replies_it_timed(engine_env: dict[str, str
     manifest["subject"]["candidate"]["options"]["launch"]["tiny_model"] = {"seed": 0, "perturb_seed": 1}
     path = tmp_path / "stale.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    done = subprocess.run(
-        [GATE, "run", str(path), "--out", str(tmp_path / "out"), "--check", "phase-performance"],
-        capture_output=True,
-        text=True,
-        env=engine_env,
-        cwd=REPO,
-        timeout=300,
-        check=False,
-    )
+    done = subprocess_run(path, tmp_path / "out", engine_env, "phase-performance")
     assert done.returncode == 1, done.stdout + done.stderr
     [check] = [c for c in json.loads((tmp_path / "out/results.json").read_text())["checks"] if c["status"] != "skip"]
     correctness = check["evidence"]["correctness"]
