@@ -64,3 +64,24 @@ def test_otherwise_the_other_conversations_prompt_sharing_the_most_is_named() ->
 def test_with_no_other_conversation_sent_before_none_is_named() -> None:
     only = _request(0, 0, 0, [1, 2], [3], [4])
     assert _suspect(only, [only])[0] is None
+
+
+def test_the_dossier_reads_the_evidence_into_its_tables() -> None:
+    from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence
+    from gate.report.evidence import read_evidence
+
+    row = ConversationRequest(
+        id=1, conversation=1, tenant=0, turn=0, round=0, kind="fresh", prompt_tokens=280, cached_tokens=256,
+        tokens_match=False, first_divergence=2, max_abs_dlogprob=0.5, tie=False, failed=True, warned=False,
+    )  # fmt: skip
+    failure = ConversationFailure(request=1, other_request=0, how="shares 256 tokens", message="request 1 ...")
+    evidence = ConversationsEvidence(
+        claim="tolerance", cache_geometry="block 1", system_prefix=256, tenants=3, conversations=8, turns=3,
+        max_concurrent=4, candidate_slots=3, rounds=6, rounds_overlapping=6, requests=[row], failures=[failure],
+        cache_tiers_not_reset=["llama.cpp's host-memory prompt cache"], servers={},
+    )  # fmt: skip
+    views = read_evidence("engine-concurrent-conversations", evidence.dump())
+    assert not views.notes
+    titles = [t.title for t in views.tables]
+    assert titles[0] == "Replies that differ from the reference alone" and views.tables[0].rows[0][:2] == ["1", "0"]
+    assert titles[1].startswith("1 requests: 8 conversations over 3 tenants' 256-token system prefixes")
