@@ -512,6 +512,17 @@ class EngineServer(Protocol):
         """Drop the prefix cache through the engine's own endpoint; the endpoint, or None if it has none."""
         ...
 
+    def unreset_tiers(self) -> list[str]:
+        """The cache tiers of this server that `reset_cache` cannot reach, in words (e.g. llama.cpp's
+        host-memory prompt cache, which no endpoint clears); empty when the reset reaches every tier
+        that can hold anything. A reset is complete only when this is empty."""
+        ...
+
+    @property
+    def reused(self) -> bool:
+        """Handed over from an earlier check of this run (its cache reset), not started for this one."""
+        ...
+
     def evidence(self) -> dict[str, Any]:
         """Command, port, start-up time and log tail, for the record."""
         ...

@@ -14,6 +14,7 @@ a `TopKObservation` per request; the claim decides what must hold:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -80,6 +81,16 @@ def seeded_prompt(vocab: int, length: int, seed: int, low: int = 3) -> list[int]
 
     rng = random.Random(seed)
     return [rng.randrange(low, vocab) for _ in range(length)]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def clip_lengths(lengths: list[int], limit: int) -> list[int]:

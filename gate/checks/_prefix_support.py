@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows
+from gate.checks._engine import common_prefix
 from gate.core.check import CheckContext, Outcome, Params
 from gate.prefix.cache import PrefixReply
 from gate.protocols import PREFIX_CAPABILITIES, PrefixServing
@@ -230,15 +231,6 @@ def seeded_ids(vocab: int, length: int, seed: int, avoid: Sequence[int] = ()) ->
         if token not in avoid:
             out.append(token)
     return out
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class ReuseTally:

@@ -27,7 +27,7 @@ import torch
 
 from gate.core.clocks import LiveBytes, RequestTiming, ServingTrace
 from gate.core.scenario import Conversation
-from gate.protocols import DecodePath, EngineServer, Session
+from gate.protocols import DecodePath, EngineCompletion, EngineServer, Session
 
 T = TypeVar("T")
 
@@ -173,7 +173,13 @@ def replay(
 
 
 def replay_engine(
-    server: EngineServer, convs: list[Conversation], *, name: str, max_concurrent: int, top_k: int
+    server: EngineServer,
+    convs: list[Conversation],
+    *,
+    name: str,
+    max_concurrent: int,
+    top_k: int,
+    replies: list[tuple[int, int, list[int], EngineCompletion]] | None = None,
 ) -> tuple[ServingTrace, dict[str, Any]]:
     """Serve every conversation through an engine's streaming HTTP API, on the wall clock.
 
@@ -183,6 +189,8 @@ def replay_engine(
     whole history as the prompt (the engine's prefix cache, if any, decides what it recomputes). Each token is
     stamped when its server-sent event arrives. The engine reports no live KV bytes, so the memory
     clocks stay unreported; the prompt tokens it says it served from its cache are summed instead.
+    With `replies`, every turn's (conversation, turn, prompt, completion) is appended to it, so the
+    same run's replies can be judged against the reference (phase-performance on engines).
     """
     start = time.perf_counter()
 
@@ -216,6 +224,8 @@ def replay_engine(
                 )
             )
             history = [*prompt, *streamed.completion.tokens]
+            if replies is not None:
+                replies.append((conv.index, number, prompt, streamed.completion))
         return timings, cached, queued
 
     ordered = sorted(convs, key=lambda c: (c.start_s, c.index))  # the pool takes them in this order

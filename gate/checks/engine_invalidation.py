@@ -2,7 +2,9 @@
 
 1. reset: a prompt is served twice by the candidate (the repeat must hit, or the reset proves
    nothing), the engine's own reset runs (llama.cpp: erase every slot; vLLM: /reset_prefix_cache;
-   SGLang: /flush_cache), and the same prompt must then reuse nothing and equal the reference's;
+   SGLang: /flush_cache), and the same prompt must then reuse nothing and equal the reference's; the
+   cache tiers that reset cannot reach (llama.cpp's host-memory prompt cache) are named in the
+   evidence and the message, and the reset is then not called complete;
 2. restart with changed weights (when gate launches the servers): both servers restart on other
    weights (a perturbed tiny model, or `changed_model_file`); the first request must reuse nothing,
    must equal the no-cache server's output under the new weights, and the weights must really have
@@ -78,6 +80,8 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
                 "endpoint": endpoint,
                 "hit_before_reset": warm.cached_tokens,
                 "reused_after_reset": after.cached_tokens,
+                "tiers_not_reset": cand.unreset_tiers(),
+                "complete": not cand.unreset_tiers(),
                 **judged.row(),
             }
             if not warm.cached_tokens:
@@ -150,6 +154,10 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
     if isinstance(evidence["reset"], dict):
         hit = exercised.get("hit_before_reset")
         parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {hit})")
+        if evidence["reset"]["tiers_not_reset"]:
+            parts.append(
+                "the reset is not complete: it cannot reach " + "; ".join(evidence["reset"]["tiers_not_reset"])
+            )
     if isinstance(evidence["restart"], dict):
         hit = exercised.get("hit_after_restart")
         parts.append(

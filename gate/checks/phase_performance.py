@@ -20,21 +20,28 @@ passes "within noise", with the interval shown. With `show_savings` (the policy 
 approximations), a budget below 1 must be shown: an interval reaching past it fails. A clock with no
 budget never fails, but a confident regression larger than `min_effect` is a warning: a candidate
 2.7x slower per token is never a green pass.
+
+On engines behind HTTP the replies are judged too: every reply the candidate streamed in the last
+repeat is compared with the reference's answer to the same prompt sent alone, under the claim
+(gate.checks._engine.judge, as engine-concurrent-conversations does), and a wrong reply fails the
+check: timing and correctness come from one run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gate.checks._engine import failure_words, judge
 from gate.checks._params import PhasePerformanceParams
 from gate.checks._serving import replay, replay_engine
+from gate.checks._topk import worst as worst_of
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.clocks import METRICS, Interval, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
 from gate.core.evidence import ClockRow, ServingEvidence
 from gate.core.manifest import Budget
 from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
 from gate.errors import AdapterUnavailable, EngineBadReply
-from gate.protocols import DecodePath, EngineServing, KVGeometry, LiveCounterpart
+from gate.protocols import DecodePath, EngineCompletion, EngineServer, EngineServing, KVGeometry, LiveCounterpart
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_SAMPLES = 400
@@ -289,6 +296,12 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         f"{len(convs)} conversations of {scenario.name}, {params.repeats} interleaved repeats, intervals "
         f"holding {params.confidence:.0%} jointly over {k_budgets} budgeted and {k_free} watched clocks"
     )
+    checked = served.get("correctness") or {}
+    if checked.get("compared") and not checked.get("failed"):
+        saving += (
+            f"; all {checked['compared']} replies of the last repeat equal the reference's answer to the same "
+            "prompt alone"
+        )
     summary_text = f"candidate/reference: {headline}{saving} ({where}{timed_live})"
     parts = [
         f"{label}: {', '.join(items)}"
@@ -304,6 +317,14 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         if items
     ]
     message = "; ".join([*parts, summary_text])
+    wrong = served.get("correctness") or {}
+    if wrong.get("failed"):
+        shown = "; ".join(wrong["failures"][:3])
+        message = (
+            f"{wrong['failed']} of {wrong['compared']} replies of the last repeat differ from the reference's "
+            f"answer to the same prompt alone: {shown}; {message}"
+        )
+        return Outcome("fail", message, metrics, evidence, exercise, diagnosis={"problems": wrong["failures"]})
     if broken or unshown:
         return Outcome("fail", message, metrics, evidence, exercise)
     if regressed or unjudged or unresolved:
@@ -357,6 +378,7 @@ def _engine_traces(
     cached = {"reference": 0, "candidate": 0}
     resets: dict[str, str] = {}
     streamed = 0
+    replies: list[tuple[int, int, list[int], EngineCompletion]] = []
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
         servers = {"reference": ref, "candidate": cand}
         warm = conversations(scenario, seed=ctx.seed * 7919 + 1, vocab=vocab, max_len=max_len)[:1]
@@ -365,9 +387,12 @@ def _engine_traces(
         for i in range(params.repeats):
             convs = conversations(scenario, seed=ctx.seed * 7919 + 2 + i, vocab=vocab, max_len=max_len)
             order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+            last = i == params.repeats - 1
             for role in order:
                 try:
                     resets[role] = servers[role].reset_cache() or "none: the engine has no cache reset"
+                    if untouched := servers[role].unreset_tiers():
+                        resets[role] += "; not reached: " + "; ".join(untouched)
                 except EngineBadReply as err:  # e.g. llama.cpp without --slot-save-path: fresh prompts suffice
                     resets[role] = f"unavailable ({err})"
                 path = reference if role == "reference" else candidate
@@ -377,18 +402,49 @@ def _engine_traces(
                     name=str(getattr(path, "name", role)),
                     max_concurrent=scenario.max_concurrent,
                     top_k=top_k,
+                    replies=replies if last and role == "candidate" else None,
                 )
                 traces[role].append(trace)
                 cached[role] += int(done["cached_prompt_tokens"])
                 streamed += int(done["streamed_requests"]) if role == "candidate" else 0
             ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+        correctness = _judge_replies(ctx, ref, replies, top_k)  # the last repeat, timed and judged
         servers_evidence = {role: server.evidence() for role, server in servers.items()}
     exercise = {
         "streamed_requests": streamed,
         "cached_prompt_tokens": cached["candidate"],
         "reference_cached_prompt_tokens": cached["reference"],
     }
-    return traces, exercise, {"servers": servers_evidence, "cache_reset": resets}
+    exercise["replies_judged"] = correctness["compared"]
+    return traces, exercise, {"servers": servers_evidence, "cache_reset": resets, "correctness": correctness}
+
+
+def _judge_replies(
+    ctx: CheckContext,
+    reference: EngineServer,
+    replies: list[tuple[int, int, list[int], EngineCompletion]],
+    top_k: int,
+) -> dict[str, Any]:
+    """Every reply the candidate streamed in the last repeat against the reference's answer to the same
+    prompt sent alone, under the claim (gate.checks._engine.judge): timing and correctness from one run."""
+    failures: list[str] = []
+    worst_delta = 0.0
+    for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
+        want = reference.complete(prompt, len(completion.tokens), top_k)
+        judged = judge(ctx, want, completion)
+        worst_delta = worst_of([worst_delta, judged.comparison.max_abs_delta])
+        if judged.failed:
+            failures.append(
+                f"conversation {conv} turn {turn} ({len(prompt)}-token prompt): "
+                + failure_words(ctx.manifest.claim.level, judged)
+            )
+    return {
+        "compared": len(replies),
+        "failed": len(failures),
+        "failures": failures[:20],
+        "max_abs_dlogprob": worst_delta,
+        "against": "the reference's answer to the same prompt sent alone, under the claim",
+    }
 
 
 def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:

@@ -616,6 +616,9 @@ class ServingEvidence(EvidenceRecord):
     """Engines behind HTTP: each server's command, port, start-up time and log tail."""
     cache_reset: dict[str, str] | None = None
     """Engines behind HTTP: how each server's prefix cache was reset between repeats."""
+    correctness: dict[str, Any] | None = None
+    """Engines behind HTTP: every reply of the candidate's last repeat against the reference's answer to
+    the same prompt sent alone, under the claim (compared, failed, the failures, max |Δlogprob|)."""
 
 
 # --- schedules: schedule-fuzz ---------------------------------------------------------------------
@@ -653,6 +656,88 @@ class ScheduleFuzzEvidence(EvidenceRecord):
     """The minimal failing schedule, when the search found one."""
 
 
+# --- engines under load: engine-concurrent-conversations ------------------------------------------
+
+
+class ConversationRequest(_Record):
+    """One request of the concurrent workload, compared with the reference's answer to its prompt alone."""
+
+    id: int
+    """The request's number, in the order the rounds sent them."""
+    conversation: int
+    """Its conversation."""
+    tenant: int
+    """Its tenant (the system prefix its conversation opens with; -1: none, a private conversation)."""
+    turn: int
+    """Its turn in the conversation (0: a fresh conversation)."""
+    round: int
+    """The round it was sent in (a round's requests go out at the same moment)."""
+    kind: str
+    """fresh, continued (its conversation was in the round before) or resumed after others."""
+    prompt_tokens: int
+    """Prompt length (the whole history for a later turn)."""
+    cached_tokens: int | None
+    """Prompt tokens the candidate says it reused (None: not reported)."""
+    tokens_match: bool
+    """The candidate's greedy tokens equal the reference's."""
+    first_divergence: int | None
+    """First generated position where they differ."""
+    max_abs_dlogprob: float
+    """Largest |Δlogprob| over aligned tokens and shared top-k entries."""
+    tie: bool
+    """The divergence is a tie (inside the reference's top-k within tolerance)."""
+    failed: bool
+    """The reply breaks the claim."""
+    warned: bool
+    """Within the claim, but over the logprob tolerance (or a tie)."""
+
+
+class ConversationFailure(_Record):
+    """A reply that broke the claim, with the other request whose state it most likely carries."""
+
+    request: int
+    """The failing request."""
+    other_request: int | None
+    """The other conversation's request named with it (None: none was sent before it)."""
+    how: str
+    """Why that one: its reference answer equals this reply, or its prompt shares the most tokens."""
+    message: str
+    """The failure in words, naming both requests."""
+
+
+class ConversationsEvidence(EvidenceRecord):
+    """engine-concurrent-conversations: every reply of a concurrent multi-tenant workload against the reference."""
+
+    claim: str
+    """The claim each reply was judged under."""
+    cache_geometry: str
+    """The candidate's cache geometry the system prefix length was derived from."""
+    system_prefix: int
+    """Tokens of each tenant's system prefix."""
+    tenants: int
+    """Distinct system prefixes."""
+    conversations: int
+    """Conversations in the workload."""
+    turns: int
+    """Turns per conversation."""
+    max_concurrent: int
+    """Requests sent at once in a round."""
+    candidate_slots: int | None
+    """Slots the candidate states (None: not stated)."""
+    rounds: int
+    """Rounds planned."""
+    rounds_overlapping: int
+    """Rounds in which requests were in flight together."""
+    requests: list[ConversationRequest]
+    """Every request sent, in order."""
+    failures: list[ConversationFailure]
+    """The replies that broke the claim."""
+    cache_tiers_not_reset: list[str]
+    """Cache tiers of the handed-over candidate that its reset before this check could not reach."""
+    servers: dict[str, Any]
+    """Each server's command, port, start-up time and log tail."""
+
+
 EVIDENCE: dict[str, type[EvidenceRecord]] = {
     "prefix-sweep": SweepEvidence,
     "greedy-parity": GreedyEvidence,
@@ -666,6 +751,7 @@ EVIDENCE: dict[str, type[EvidenceRecord]] = {
     "invalidation": InvalidationEvidence,
     "phase-performance": ServingEvidence,
     "schedule-fuzz": ScheduleFuzzEvidence,
+    "engine-concurrent-conversations": ConversationsEvidence,
 }
 """The record each built-in check's evidence validates into; other checks' evidence is shown generically."""
 
@@ -676,6 +762,9 @@ one of them held may a verdict say that every envelope held."""
 __all__ = [
     "EVIDENCE",
     "CacheIdentityEvidence",
+    "ConversationFailure",
+    "ConversationRequest",
+    "ConversationsEvidence",
     "DistributionEvidence",
     "EvidenceRecord",
     "GreedyEvidence",

@@ -21,6 +21,7 @@ from gate.core.evidence import (
     EVIDENCE,
     Bitwise,
     CacheIdentityEvidence,
+    ConversationsEvidence,
     DistributionEvidence,
     EvidenceRecord,
     GreedyEvidence,
@@ -577,6 +578,53 @@ def read_serving(evidence: ServingEvidence, views: EvidenceViews) -> None:
     views.consumed.update(("latency_samples", "live_bytes_over_time", "clocks"))
 
 
+def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) -> None:
+    """The failing replies with the request each is named with, then every request of the workload."""
+    if evidence.failures:
+        views.tables.append(
+            Table(
+                title="Replies that differ from the reference alone",
+                columns=["request", "named with", "why", "failure"],
+                rows=[[str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures],
+            )
+        )
+    views.tables.append(
+        Table(
+            title=(
+                f"{len(evidence.requests)} requests: {evidence.conversations} conversations over {evidence.tenants} "
+                f"tenants' {evidence.system_prefix}-token system prefixes, up to {evidence.max_concurrent} at once"
+            ),
+            columns=[
+                "request",
+                "conversation",
+                "turn",
+                "round",
+                "kind",
+                "prompt",
+                "cached",
+                "tokens match",
+                "max |Δlogprob|",
+            ],
+            rows=[
+                [
+                    str(r.id),
+                    str(r.conversation),
+                    str(r.turn),
+                    str(r.round),
+                    r.kind,
+                    str(r.prompt_tokens),
+                    display(r.cached_tokens),
+                    str(r.tokens_match),
+                    number(r.max_abs_dlogprob),
+                ]
+                for r in evidence.requests
+            ],
+            note="each reply against the reference's answer to the same prompt sent alone",
+        )
+    )
+    views.consumed.update({"requests", "failures"})
+
+
 READERS: dict[type[EvidenceRecord], Callable[[Any, EvidenceViews], None]] = {
     SweepEvidence: read_sweep,
     GreedyEvidence: read_greedy,
@@ -590,6 +638,7 @@ READERS: dict[type[EvidenceRecord], Callable[[Any, EvidenceViews], None]] = {
     InvalidationEvidence: read_invalidation,
     ServingEvidence: read_serving,
     ScheduleFuzzEvidence: read_schedule_fuzz,
+    ConversationsEvidence: read_conversations,
 }
 """The view each evidence record becomes."""
 

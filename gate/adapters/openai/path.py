@@ -31,7 +31,7 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
-from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel, model_vocab_size
+from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel, _flag, model_vocab_size
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.geometry import (
     engine_identity,
@@ -90,6 +90,37 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
         if status is None:
             raise
         raise SubjectCrash(call, err, {**where, "exit_status": status}) from err
+
+
+def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
+    """The cache tiers a server's reset (`EnginePath.reset_cache`) cannot reach, from its flavor and
+    launch command (None: a server gate did not launch, whose flags it cannot see).
+
+    llama.cpp (tools/server of the build `make engine` makes): `POST /slots/N?action=erase` clears
+    slot N's KV and tokens only. The host-memory prompt cache (`--cache-ram`, 8192 MiB by default,
+    fed by slots handed to another request and, with `--cache-idle-slots`, the default, by every
+    idle slot) has no endpoint that clears it: only a restart or `--cache-ram 0` empties it. Slot
+    files under `--slot-save-path` are written only by `action=save`, which gate never sends.
+    """
+    if flavor == "llama.cpp":
+        if command is None:
+            return [
+                "llama.cpp's host-memory prompt cache, unless the server was started with --cache-ram 0 (gate did "
+                "not launch it and cannot see its flags): no endpoint clears it"
+            ]
+        if "--no-cache-prompt" in command:
+            return []
+        size = _flag(command, "--cache-ram", "-cram")
+        if size is not None and size.strip() == "0":
+            return []
+        return [
+            f"llama.cpp's host-memory prompt cache (--cache-ram, {size or '8192'} MiB{'' if size else ' by default'}): "
+            "POST /slots/N?action=erase clears a slot's KV only and no endpoint clears this tier; only a restart "
+            "or --cache-ram 0 empties it"
+        ]
+    if flavor in ("vllm", "sglang"):
+        return []
+    return [f"the prefix cache, if any: gate knows no reset endpoint for a {flavor} server"]
 
 
 @dataclass
@@ -204,11 +235,16 @@ class Served:
         with died_serving(self.server, "reset the prefix cache"):
             return self.path.reset_cache(self.client)
 
+    def unreset_tiers(self) -> list[str]:
+        return unreset_tiers(self.client.flavor, None if self.server is None else self.server.command)
+
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
         if self.server is not None:
             out.update(self.server.describe())
             out["reused_from_earlier_check"] = self.reused
+            if self.reused:
+                out["cache_tiers_not_reset"] = self.unreset_tiers()
             controls = sum("[control " in label for label in _STARTS)
             out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls}
             out["engine_servers_alive_peak"] = peak_servers()
