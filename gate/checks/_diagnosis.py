@@ -19,12 +19,14 @@ This module imports torch only inside the functions that compare tensors.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import AdapterUnavailable
-from gate.protocols import LayerTracing, LiveCounterpart
+from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart
 
 if TYPE_CHECKING:
     import torch
@@ -45,10 +47,12 @@ BUG_CLASSES: dict[str, str] = {
     "reset-leak": "state survived a reset: the second request does not match a fresh one",
     "non-finite-output": "NaN or inf in the logits: a read of uninitialised or poisoned memory, or an overflow",
     "rounding-only": "bit differences within tolerance: consistent with different reduction shapes",
-    "kv-head-mapping": "the cached K/V of one KV head sit under another (a wrong KV-head mapping under "
-    "grouped-query attention): every prefix row differs, and a permutation of the heads matches",
-    "numeric-precision": "a small |Δ| spread over every length with K/V agreeing and argmax flips only at "
-    "near-ties: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
+    "kv-head-mapping": "a query head reads another KV head than grouped-query attention assigns it: the "
+    "cached K/V of one KV head sit under another (every prefix row differs, a permutation of the heads "
+    "matches), or the K/V are right and the map is wrong at read time (each query head's attention output "
+    "is exactly another KV head's expected output)",
+    "numeric-precision": "a small relative difference with K/V agreeing at every traced length, the shortest "
+    "included: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
     "approximation": "every cached K/V row differs from what the model computes by a small relative "
     "error: lossy storage (quantised or narrowed K/V), an approximation declared as something exact",
     "padding": "a request computes differently inside a padded batch than alone: padding counted into "
@@ -191,16 +195,64 @@ def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | No
     )
 
 
+def _accepts(method: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
+    """Which KV head each query head read at the traced step's last query, judged from what the
+    path's attention was given and returned: per query head, the KV heads whose expected output
+    (a float64 softmax over every key read, the last query seeing all of them) its output equals.
+    None when the layer records no per-head query and output; an entry is None when no KV head (or
+    more than one) explains that head."""
+    import torch
+
+    if "q" not in state or "attn" not in state:
+        return None
+    q, k, v, out = (state[key].double().cpu() for key in ("q", "k", "v", "attn"))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads < 2 or heads % kv_heads or out.shape != q.shape or not bool(k.isfinite().all()):
+        return None
+    mapping: list[int | None] = []
+    for h in range(heads):
+        found = []
+        for g in range(kv_heads):
+            scores = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, 1, T]
+            expected = torch.softmax(scores, dim=-1) @ v[:, g]  # [B, 1, D]
+            if not _differs(out[:, h], expected, rel):
+                found.append(g)
+        mapping.append(found[0] if len(found) == 1 else None)
+    return mapping
+
+
 def layer_divergence(
-    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, prefix_len: int, dtype: str
+    reference: DecodePath,
+    candidate: DecodePath,
+    tokens: torch.Tensor,
+    prefix_len: int,
+    dtype: str,
+    *,
+    cuts: Sequence[int] = (),
+    width: int = 1,
 ) -> dict[str, Any] | None:
-    """Compare the candidate's cached step at `prefix_len` with the reference's full pass, layer by
-    layer. None when either path offers no LayerTracing."""
+    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, after the
+    prefix went in as `cuts` say, where the path can replay a schedule) with the reference's full
+    pass, layer by layer. None when either path offers no LayerTracing."""
     if not isinstance(reference, LayerTracing) or not isinstance(candidate, LayerTracing):
         return None
     rel = STATE_TOLERANCE.get(dtype, 1e-3)
-    ref_states = reference.full_layer_states(tokens, prefix_len)
-    cand_states = candidate.layer_states(tokens, prefix_len)
+    ref_states = reference.full_layer_states(tokens, prefix_len + width - 1)
+    extra: dict[str, Any] = {}
+    if cuts and _accepts(candidate.layer_states, "cuts"):
+        extra["cuts"] = list(cuts)
+    if width != 1:
+        if not _accepts(candidate.layer_states, "width"):
+            return None
+        extra["width"] = width
+    cand_states = candidate.layer_states(tokens, prefix_len, **extra)
     per_layer: list[dict[str, Any]] = []
     first: dict[str, Any] | None = None
     for layer, (ref, cand) in enumerate(zip(ref_states, cand_states, strict=True)):
@@ -225,6 +277,9 @@ def layer_divergence(
                 6,
             )
             info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
+            if "attn" in cand and "attn" in ref and cand["attn"].shape == ref["attn"].shape:
+                # the attention output itself, without the residual stream that dilutes the block's
+                info["attention_relative_error"] = round(_relative_error(cand["attn"].cpu(), ref["attn"].cpu()), 6)
             # magnitudes for the dossier's per-layer plot: the appended step's K, V and hidden state
             info.update(
                 k_delta=_max_delta(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:]),
@@ -243,6 +298,12 @@ def layer_divergence(
                 info["v_agrees"] = not new_v
             elif hidden:
                 info["component"] = "attention-output"
+                mapping = read_map(cand, rel)
+                if mapping is not None:
+                    group = len(mapping) // cand_k.shape[1]
+                    info["read_map"] = mapping
+                    right = [h // group for h in range(len(mapping))]
+                    info["heads_remapped"] = None not in mapping and mapping != right
             else:
                 info["component"] = None
         per_layer.append(info)
@@ -250,11 +311,92 @@ def layer_divergence(
             first = info
     return {
         "prefix_len": prefix_len,
+        "width": width,
         "first_diverging_layer": None if first is None else first["layer"],
         "component": None if first is None else first["component"],
         "layers": per_layer,
         "first": first,
     }
+
+
+REPLAYED_CHUNKS = 8
+"""Most multi-token steps of a check's schedule the tracer replays one by one, in order."""
+
+
+def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
+    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at
+    prefix `at`: a prefill to the first positive length, then per length a chunk up to it and
+    the token at it."""
+    grow = [n for n in lengths if n > 0]
+    if not grow or at not in grow:
+        return []
+    edges, done = [grow[0]], grow[0]
+    for n in grow:
+        if n > done:
+            edges.append(n)
+        if n == at:
+            break
+        edges.append(n + 1)
+        done = n + 1
+    return edges
+
+
+def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """The steps of several tokens over a non-empty cache that reached `prefix_len`: between the
+    check's cuts and the candidate's own chunk edges (LayoutEdges)."""
+    edges = {c for c in cuts if 0 < c <= prefix_len}
+    if isinstance(candidate, LayoutEdges):
+        edges |= {e for e in candidate.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
+    ordered = sorted(edges | {prefix_len})
+    return [(a, b) for a, b in itertools.pairwise([0, *ordered]) if a > 0 and b - a > 1]
+
+
+def traced_divergence(
+    reference: DecodePath,
+    candidate: DecodePath,
+    tokens: torch.Tensor,
+    prefix_len: int,
+    dtype: str,
+    cuts: Sequence[int] = (),
+) -> dict[str, Any] | None:
+    """The layer divergence of the step at `prefix_len` (the prefix as one prefill), then, where that
+    step shows nothing or only prefix K/V gone wrong in a later layer (state an earlier step wrote),
+    the multi-token steps over a cache that reached it replayed one by one (chunk replay): the first
+    that diverges at a lower layer stands instead, marked `replayed_chunk`."""
+    layers = layer_divergence(reference, candidate, tokens, prefix_len, dtype)
+    if layers is None:
+        return None
+    first = layers["first"]
+    if first is not None and (first["layer"] == 0 or first["component"] != "past-kv"):
+        return layers
+    for start, end in chunk_steps(candidate, prefix_len, cuts)[:REPLAYED_CHUNKS]:
+        before = [c for c in cuts if c < start]
+        step = layer_divergence(reference, candidate, tokens, start, dtype, cuts=before, width=end - start)
+        if step is None or step["width"] != end - start:
+            break
+        if step["first"] is not None:
+            if first is None or step["first"]["layer"] < first["layer"]:
+                step["replayed_chunk"] = {"start": start, "tokens": end - start, "traced_at": prefix_len}
+                return step
+            break
+    return layers
+
+
+def _small_clean(layers: dict[str, Any] | None) -> bool:
+    """The traced step first diverges in the attention output (its K/V agree there, no KV head read
+    in another's place), and at every layer the keys read are the right number and every K/V,
+    attention-output and hidden-state difference is small relative to the reference's scale."""
+    first = layers.get("first") if layers else None
+    if first is None or first["component"] != "attention-output" or first.get("heads_remapped"):
+        return False
+    assert layers is not None
+    for info in layers["layers"]:
+        if info.get("component") == "kv-read-length":
+            return False
+        errors = (info.get(key, 0.0) for key in ("past_kv_relative_error", "attention_relative_error"))
+        if max(errors) > SMALL_RELATIVE_ERROR or info.get("hidden_relative_error", 0.0) > SMALL_RELATIVE_ERROR:
+            return False
+    return True
 
 
 def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
@@ -267,6 +409,8 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
             return "kv-truncation" if first["keys_read"] < first["keys_expected"] else "read-past-valid-length"
         if component == "past-kv" and first.get("heads_permuted"):
             return "kv-head-mapping"
+        if component == "attention-output" and first.get("heads_remapped"):
+            return "kv-head-mapping"  # K/V right, each query head returned another KV head's answer
         small_state = first.get("past_kv_relative_error", 1.0) <= SMALL_RELATIVE_ERROR
         if component == "past-kv" and small_state and first.get("past_rows_differing", 0) >= first["prefix_rows"]:
             return "approximation"  # every stored row off by a little: lossy storage, not a wrong index
@@ -312,9 +456,14 @@ def diagnose(
     dtype: str,
     trace_at: int | None = None,
     flips: Sequence[bool] | None = None,
+    progressive: bool = False,
 ) -> dict[str, Any]:
     """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
-    deviating length that has a prefix (length 0 has no cached K/V to compare)."""
+    deviating length that has a prefix (length 0 has no cached K/V to compare); `progressive`: the
+    candidate grew one session through `lengths` (gate.checks._sweep.cached_sweep), whose chunks
+    the tracer replays where the traced step alone shows nothing. A small attention-output
+    difference with clean K/V there is traced at the shortest swept length too: the same at both
+    is numeric-precision, whatever lengths were swept and whichever of them flipped an argmax."""
     profile = length_profile(lengths, deviates, delta, flips)
     if any(x and not math.isfinite(d) for x, d in zip(deviates, delta, strict=True)):
         profile["non_finite"] = True  # NaN or inf in the candidate's logits at a deviating length
@@ -323,14 +472,30 @@ def diagnose(
         at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
     layers: dict[str, Any] | None = None
     error = None
+    precision_at: list[int] = []
+    shortest: int | None = None
     traced, seen = traced_reference(reference)
     if at is not None and traced is not None:
         try:
-            layers = layer_divergence(traced, candidate, tokens, int(at), dtype)
+            cuts = progressive_cuts(lengths, int(at)) if progressive else []
+            layers = traced_divergence(traced, candidate, tokens, int(at), dtype, cuts)
+            shortest = min((n for n in lengths if n > 0), default=None)
+            if _small_clean(layers) and shortest is not None:
+                precision_at = [int(at)]
+                if shortest != at and _small_clean(layer_divergence(traced, candidate, tokens, shortest, dtype)):
+                    precision_at.insert(0, shortest)
         except Exception as err:  # diagnosis must never turn a failure into an error
             error = f"{err.__class__.__name__}: {err}"
-    bug_class = classify(profile, layers)
+    if layers is not None and layers.get("replayed_chunk"):
+        bug_class = classify({"profile": "chunk-step"}, layers)  # the chunk's own step decides
+    elif len(precision_at) == 2 or precision_at == [shortest]:
+        bug_class = "numeric-precision"
+        profile["small_clean_at"] = precision_at
+    else:
+        bug_class = classify(profile, layers)
     out: dict[str, Any] = {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class], **profile}
+    if layers is not None and layers.get("replayed_chunk"):
+        out["replayed_chunk"] = layers["replayed_chunk"]
     if seen:
         out["layer_trace"] = seen
     if layers is not None:
