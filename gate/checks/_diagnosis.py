@@ -31,11 +31,13 @@ from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart
 if TYPE_CHECKING:
     import torch
 
+    from gate.checks._compare import Tolerance
     from gate.protocols import DecodePath
 
 BUG_CLASSES: dict[str, str] = {
     "mask-offset": "causal mask ignores the cache offset (tril from the chunk origin): "
-    "K/V agree, attention output differs from the shortest prefixes on",
+    "K/V agree, attention output differs from the shortest prefixes on, or only on steps of several "
+    "tokens over a cache where only chunks get the wrong origin",
     "mask-window": "the mask changes with length (a sliding window where full attention is declared): "
     "agreement below a length, divergence from it on",
     "positional-index": "the appended token is encoded at the wrong position (start_pos / position ids)",
@@ -399,6 +401,210 @@ def _small_clean(layers: dict[str, Any] | None) -> bool:
     return True
 
 
+# -- model level: what sessions alone can show, for a path with no layer trace and no probe -----
+
+EMPTY_CACHE_CANDIDATES = ("kv-head-mapping", "stale-state", "positional-index")
+"""What can move the logits of one token on an empty cache (one key, no offset, no prefix state)
+while the full pass over the same token is right: which KV head a query head reads, the weights
+or projections the cached path computes with, or a position encoding that is absolute. Never a
+mask offset (there is none) or a window."""
+
+CHUNK_CANDIDATES = ("mask-offset", "positional-index")
+"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill
+are right: the chunk's mask origin or the chunk's positions."""
+
+VISIBILITY_OFFSET = 8
+"""The cache length of the visibility experiment: long enough that a mask from the chunk's origin
+hides the last cached token from the chunk's first query."""
+
+
+def _rows(path: DecodePath, calls: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One fresh session of `path` fed `calls` (a prefill, then appends): the last call's logits."""
+    session = path.new_session(calls[0].shape[0])
+    out = session.prefill(calls[0])
+    for tokens in calls[1:]:
+        out = session.append(tokens)
+    return out.float().cpu()
+
+
+def visibility(
+    reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, width: int
+) -> dict[str, Any]:
+    """Model-level mask experiment: a prefill of VISIBILITY_OFFSET tokens, then a step of `width`
+    tokens; the token just before the step is changed. Every query of the step sees that token
+    under a causal mask, so the reference's first row moves; a candidate whose first row does not
+    move at all (within its tolerance) did not see it: its mask ignores the cache offset."""
+    import torch
+
+    from gate.checks._compare import random_tokens
+
+    offset = VISIBILITY_OFFSET
+    a = random_tokens(vocab, 1, offset + width, seed * 7919 + width)
+    b = a.clone()
+    b[0, offset - 1] = (a[0, offset - 1] + 1) % vocab
+    with torch.no_grad():
+        ref = [reference.full_logits(t)[:, offset].float().cpu() for t in (a, b)]
+        cand = [_rows(candidate, [t[:, :offset], t[:, offset:]])[:, 0] for t in (a, b)]
+    band = float(tol.row(ref[0]).max())
+    ref_move = float((ref[0] - ref[1]).abs().max())
+    cand_move = float((cand[0] - cand[1]).abs().nan_to_num(float("inf")).max())
+    return {
+        "cached": offset,
+        "step_tokens": width,
+        "reference_moves": ref_move,
+        "candidate_moves": cand_move,
+        "blind": ref_move > 10 * band and cand_move <= band,
+    }
+
+
+def _one_shot_deviates(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance
+) -> bool:
+    """The token at `at` appended after a one-shot prefill of the prefix, against the full pass."""
+    from gate.checks._compare import compare_rows
+
+    full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
+    got = _rows(candidate, [tokens[:, :at], tokens[:, at : at + 1]])[:, -1]
+    cmp = compare_rows(full[None], got[None], tol)
+    return bool((cmp.failed | cmp.over_tolerance).any())
+
+
+def nan_only_on_cached_reads(candidate: DecodePath, tokens: torch.Tensor) -> bool:
+    """The candidate's cached session returns NaN for `tokens` on an empty cache while its own full
+    pass over the same tokens is finite: same weights, same arithmetic, only the cache read differs,
+    so the read touched slots past the valid length (an overflow would show in both)."""
+    import torch
+
+    with torch.no_grad():
+        cached = _rows(candidate, [tokens])
+        full = candidate.full_logits(tokens).float().cpu()
+    return bool(cached.isnan().any()) and bool(full.isfinite().all())
+
+
+def _uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
+    return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": why}
+
+
+def model_level(
+    reference: DecodePath,
+    candidate: DecodePath,
+    tokens: torch.Tensor,
+    at: int,
+    tol: Tolerance,
+    seed: int,
+    *,
+    first_length: int | None,
+    non_finite: bool,
+    chunks: Sequence[tuple[int, int]],
+) -> dict[str, Any] | None:
+    """What sessions alone tell about a failure at prefix `at` (the first deviating length;
+    `first_length` the first deviating one overall, 0 for an empty cache) on a path with no layer
+    trace: the class where an experiment supports one, else uncertain with the candidates; None
+    when these experiments say nothing (the length profile stands)."""
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    if non_finite:
+        if nan_only_on_cached_reads(candidate, tokens[:, :1]):
+            return {
+                "bug_class": "read-past-valid-length",
+                "evidence": "NaN in the cached logits of one token on an empty cache, while the candidate's own "
+                "full pass over it is finite: only the cache read differs, and it reads past the valid length",
+            }
+        return None
+    if chunks and not _one_shot_deviates(reference, candidate, tokens, at, tol):
+        # the same length is right after a one-shot prefill: the failure depends on how the prefix was cut
+        seen = visibility(reference, candidate, vocab, tol, seed, width=2)
+        step = {"chunk": {"start": chunks[0][0], "tokens": chunks[0][1] - chunks[0][0]}, "visibility": seen}
+        if seen["blind"]:
+            return {
+                "bug_class": "mask-offset",
+                "evidence": f"prefix {at} is right after a one-shot prefill and wrong after the sweep's chunks; "
+                f"a chunk of 2 over {VISIBILITY_OFFSET} cached tokens does not see the token before it (its "
+                "first row moves by no more than its tolerance when that token changes): the chunk's causal mask "
+                "starts at the chunk, not at the cache offset",
+                **step,
+            }
+        return {
+            **_uncertain(
+                CHUNK_CANDIDATES,
+                f"prefix {at} is right after a one-shot prefill and wrong after the sweep's chunks: a multi-token "
+                "step over a cache is wrong, and the chunk sees the token before it",
+            ),
+            **step,
+        }
+    if first_length == 0:
+        return _uncertain(
+            EMPTY_CACHE_CANDIDATES,
+            "wrong from one token on an empty cache (one key, no cache offset, no prefix state): not a mask "
+            "offset or a window; without a layer trace or a probe the KV-head map, the weights the cached "
+            "path uses and an absolute position cannot be told apart",
+        )
+    return None
+
+
+def diagnose_reproducer(
+    reference: DecodePath,
+    candidate: DecodePath,
+    steps: Sequence[tuple[Any, ...]],
+    failure: dict[str, Any],
+    tol: Tolerance,
+    seed: int,
+) -> dict[str, Any]:
+    """The bug class of schedule-fuzz's failing schedule (prefill, append and reset steps of one
+    request; anything else stays uncertain) from what its failing step is and model-level
+    experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
+    on an empty cache only through the cache is a read past the valid length; one token wrong on an
+    empty cache is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
+    out: dict[str, Any] = {"bug_class": "uncertain"}
+    index = int(failure["step"]) - 1
+    if not 0 <= index < len(steps) or any(step[0] not in ("prefill", "append", "reset") for step in steps[: index + 1]):
+        return out
+    cached = 0
+    for step in steps[:index]:
+        cached = 0 if step[0] == "reset" else cached + int(step[1])
+    kind, width = steps[index][0], int(steps[index][1])
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    try:
+        if cached == 0:
+            tokens = _seeded(vocab, width, seed)
+            if nan_only_on_cached_reads(candidate, tokens):
+                return {
+                    "bug_class": "read-past-valid-length",
+                    "evidence": f"NaN in the cached logits of {width} token(s) on an empty cache, while the "
+                    "candidate's own full pass over them is finite: only the cache read differs",
+                }
+            if width == 1:
+                return {
+                    **_uncertain(EMPTY_CACHE_CANDIDATES, "the first token on an empty cache is wrong"),
+                    "step": kind,
+                }
+            return out
+        if candidate.max_len < VISIBILITY_OFFSET + 2:
+            return out
+        seen = visibility(reference, candidate, vocab, tol, seed, width=min(width, 2))
+        if seen["blind"]:
+            return {
+                "bug_class": "mask-offset",
+                "evidence": f"the failing step appends {width} token(s) over {cached} cached; a step of "
+                f"{seen['step_tokens']} over {VISIBILITY_OFFSET} cached tokens does not see the token before it: "
+                "its causal mask starts at the step, not at the cache offset",
+                "visibility": seen,
+            }
+        if width > 1:
+            return {
+                **_uncertain(CHUNK_CANDIDATES, f"a chunk of {width} over {cached} cached tokens is wrong"),
+                "visibility": seen,
+            }
+    except Exception as err:  # diagnosis must never turn a failure into an error
+        out["tracing_error"] = f"{err.__class__.__name__}: {err}"
+    return out
+
+
+def _seeded(vocab: int, length: int, seed: int) -> torch.Tensor:
+    from gate.checks._compare import random_tokens
+
+    return random_tokens(vocab, 1, length, seed * 7919 + 17)
+
+
 def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
     """The bug class (a key of BUG_CLASSES) from a length profile and a layer divergence."""
     first = layers.get("first") if layers else None
@@ -457,6 +663,8 @@ def diagnose(
     trace_at: int | None = None,
     flips: Sequence[bool] | None = None,
     progressive: bool = False,
+    tol: Tolerance | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
     deviating length that has a prefix (length 0 has no cached K/V to compare); `progressive`: the
@@ -486,11 +694,38 @@ def diagnose(
                     precision_at.insert(0, shortest)
         except Exception as err:  # diagnosis must never turn a failure into an error
             error = f"{err.__class__.__name__}: {err}"
+    seen_level: dict[str, Any] | None = None
+    if (
+        layers is None
+        and error is None
+        and traced is not None  # a live path to run the experiments against (a store answers only its rows)
+        and at is not None
+        and tol is not None
+        and profile.get("profile") != "everywhere-small"
+    ):
+        try:  # no layer trace: what experiments with sessions alone can tell
+            cuts = progressive_cuts(lengths, int(at)) if progressive else []
+            seen_level = model_level(
+                traced,
+                candidate,
+                tokens,
+                int(at),
+                tol,
+                seed,
+                first_length=profile.get("first_deviating_length"),
+                non_finite=bool(profile.get("non_finite")),
+                chunks=chunk_steps(candidate, int(at), cuts),
+            )
+        except Exception as err:
+            error = f"{err.__class__.__name__}: {err}"
     if layers is not None and layers.get("replayed_chunk"):
         bug_class = classify({"profile": "chunk-step"}, layers)  # the chunk's own step decides
     elif len(precision_at) == 2 or precision_at == [shortest]:
         bug_class = "numeric-precision"
         profile["small_clean_at"] = precision_at
+    elif seen_level is not None:
+        bug_class = seen_level.pop("bug_class")
+        profile["model_level"] = seen_level
     else:
         bug_class = classify(profile, layers)
     out: dict[str, Any] = {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class], **profile}
@@ -505,7 +740,10 @@ def diagnose(
         out["layers"] = layers["layers"]
     if error:
         out["tracing_error"] = error
-    if bug_class == "uncertain":
+    if bug_class == "uncertain" and seen_level is not None:
+        out["candidates"] = seen_level["candidates"]
+        out["evidence"] = seen_level["evidence"]
+    elif bug_class == "uncertain":
         out["evidence"] = (
             f"length profile {profile.get('profile')!r} (first deviating length "
             f"{profile.get('first_deviating_length')}); "

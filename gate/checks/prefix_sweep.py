@@ -195,6 +195,8 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
                 dtype=ctx.dtype,
                 flips=argmax_failed.tolist(),
                 progressive=True,  # cached_sweep's one growing session: its chunks can be replayed
+                tol=tol,
+                seed=ctx.seed,
             )
         status: Literal["pass", "fail", "warn", "unproven"] = "fail"
         why = []
