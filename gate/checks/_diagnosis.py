@@ -354,31 +354,26 @@ def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> 
 
 
 def traced_divergence(
-    reference: DecodePath,
-    candidate: DecodePath,
-    tokens: torch.Tensor,
-    prefix_len: int,
-    dtype: str,
-    cuts: Sequence[int] = (),
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, dtype: str, cuts: Sequence[int] = ()
 ) -> dict[str, Any] | None:
-    """The layer divergence of the step at `prefix_len` (the prefix as one prefill), then, where that
+    """The layer divergence of the step at `at` (the prefix as one prefill), then, where that
     step shows nothing or only prefix K/V gone wrong in a later layer (state an earlier step wrote),
     the multi-token steps over a cache that reached it replayed one by one (chunk replay): the first
     that diverges at a lower layer stands instead, marked `replayed_chunk`."""
-    layers = layer_divergence(reference, candidate, tokens, prefix_len, dtype)
+    layers = layer_divergence(reference, candidate, tokens, at, dtype)
     if layers is None:
         return None
     first = layers["first"]
     if first is not None and (first["layer"] == 0 or first["component"] != "past-kv"):
         return layers
-    for start, end in chunk_steps(candidate, prefix_len, cuts)[:REPLAYED_CHUNKS]:
+    for start, end in chunk_steps(candidate, at, cuts)[:REPLAYED_CHUNKS]:
         before = [c for c in cuts if c < start]
         step = layer_divergence(reference, candidate, tokens, start, dtype, cuts=before, width=end - start)
         if step is None or step["width"] != end - start:
             break
         if step["first"] is not None:
             if first is None or step["first"]["layer"] < first["layer"]:
-                step["replayed_chunk"] = {"start": start, "tokens": end - start, "traced_at": prefix_len}
+                step["replayed_chunk"] = {"start": start, "tokens": end - start, "traced_at": at}
                 return step
             break
     return layers

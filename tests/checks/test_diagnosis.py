@@ -110,3 +110,39 @@ def test_a_bfloat16_softmax_gets_the_same_class_whatever_lengths_were_swept(seed
     # every length visited: some argmax flips beyond the tie band; three lengths: none
     assert flips[0] > 0 and flips[1] == 0, flips
     assert classes == ["numeric-precision", "numeric-precision"], classes
+
+
+@pytest.mark.parametrize(
+    ("fault", "steps", "bug_class"),
+    [
+        ("chunk-mask-origin", [("prefill", 1), ("append", 2)], "mask-offset"),
+        ("mask-origin-reset", [("prefill", 3), ("append", 1)], "mask-offset"),
+        ("poisoned-tail-read", [("prefill", 1)], "read-past-valid-length"),
+        ("kv-head-map", [("prefill", 1)], "uncertain"),
+        # a positional fault sees the token before it: no mask named, and a single token over a cache
+        # has no candidates list to offer
+        ("off-by-one-pos", [("prefill", 3), ("append", 1)], "uncertain"),
+    ],
+)
+def test_a_shrunk_reproducer_is_named_only_as_far_as_model_level_experiments_support(
+    fault: str, steps: list[tuple[str, int]], bug_class: str
+) -> None:
+    from gate.checks._compare import Tolerance
+    from gate.checks._diagnosis import diagnose_reproducer
+
+    failure = {"step": len(steps)}
+    found = diagnose_reproducer(
+        path("full"), path("static").with_fault(fault), steps, failure, Tolerance(1e-4, 1e-4, "test"), 0
+    )
+    assert found["bug_class"] == bug_class, found
+    if fault == "kv-head-map":
+        assert found["candidates"] == ["kv-head-mapping", "stale-state", "positional-index"]
+
+
+def test_a_correct_path_is_never_blind_to_the_token_before_a_step() -> None:
+    from gate.checks._compare import Tolerance
+    from gate.checks._diagnosis import visibility
+
+    for width in (1, 2):
+        seen = visibility(path("full"), path("static"), 256, Tolerance(1e-4, 1e-4, "test"), 0, width)
+        assert not seen["blind"] and seen["reference_moves"] > 0 and seen["candidate_moves"] > 0
