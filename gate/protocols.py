@@ -228,7 +228,11 @@ class LayerTracing(Protocol):
     def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """Per layer: `k`, `v` and `hidden` for the token at `prefix_len`, computed by this path
         (prefill `prefix_len` tokens, then append one). Shapes per layer:
-        k, v: [B, H_kv, prefix_len + 1, D]; hidden: [B, d_model]."""
+        k, v: [B, H_kv, prefix_len + 1, D]; hidden: [B, d_model]. Optional per layer: `q` and
+        `attn`, the last query's per-head query and attention output [B, H, 1, D] (a diagnosis
+        judges which KV head each query head read). Optional keywords a path may accept:
+        `cuts` (the prefix fed as a prefill up to the first cut and one append per following
+        cut, the schedule a check ran) and `width` (the traced step appends that many tokens)."""
         ...
 
     def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:

@@ -19,21 +19,25 @@ This module imports torch only inside the functions that compare tensors.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import AdapterUnavailable
-from gate.protocols import LayerTracing, LiveCounterpart
+from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart
 
 if TYPE_CHECKING:
     import torch
 
+    from gate.checks._compare import Tolerance
     from gate.protocols import DecodePath
 
 BUG_CLASSES: dict[str, str] = {
     "mask-offset": "causal mask ignores the cache offset (tril from the chunk origin): "
-    "K/V agree, attention output differs from the shortest prefixes on",
+    "K/V agree, attention output differs from the shortest prefixes on, or only on steps of several "
+    "tokens over a cache where only chunks get the wrong origin",
     "mask-window": "the mask changes with length (a sliding window where full attention is declared): "
     "agreement below a length, divergence from it on",
     "positional-index": "the appended token is encoded at the wrong position (start_pos / position ids)",
@@ -45,10 +49,12 @@ BUG_CLASSES: dict[str, str] = {
     "reset-leak": "state survived a reset: the second request does not match a fresh one",
     "non-finite-output": "NaN or inf in the logits: a read of uninitialised or poisoned memory, or an overflow",
     "rounding-only": "bit differences within tolerance: consistent with different reduction shapes",
-    "kv-head-mapping": "the cached K/V of one KV head sit under another (a wrong KV-head mapping under "
-    "grouped-query attention): every prefix row differs, and a permutation of the heads matches",
-    "numeric-precision": "a small |Δ| spread over every length with K/V agreeing and argmax flips only at "
-    "near-ties: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
+    "kv-head-mapping": "a query head reads another KV head than grouped-query attention assigns it: the "
+    "cached K/V of one KV head sit under another (every prefix row differs, a permutation of the heads "
+    "matches), or the K/V are right and the map is wrong at read time (each query head's attention output "
+    "is exactly another KV head's expected output)",
+    "numeric-precision": "a small relative difference with K/V agreeing at every traced length, the shortest "
+    "included: lower-precision arithmetic (e.g. a softmax or matmul in a narrower dtype), not a cache bug",
     "approximation": "every cached K/V row differs from what the model computes by a small relative "
     "error: lossy storage (quantised or narrowed K/V), an approximation declared as something exact",
     "padding": "a request computes differently inside a padded batch than alone: padding counted into "
@@ -191,16 +197,64 @@ def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | No
     )
 
 
+def _accepts(method: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
+    """Which KV head each query head read at the traced step's last query, judged from what the
+    path's attention was given and returned: per query head, the KV heads whose expected output
+    (a float64 softmax over every key read, the last query seeing all of them) its output equals.
+    None when the layer records no per-head query and output; an entry is None when no KV head (or
+    more than one) explains that head."""
+    import torch
+
+    if "q" not in state or "attn" not in state:
+        return None
+    q, k, v, out = (state[key].double().cpu() for key in ("q", "k", "v", "attn"))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads < 2 or heads % kv_heads or out.shape != q.shape or not bool(k.isfinite().all()):
+        return None
+    mapping: list[int | None] = []
+    for h in range(heads):
+        found = []
+        for g in range(kv_heads):
+            scores = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, 1, T]
+            expected = torch.softmax(scores, dim=-1) @ v[:, g]  # [B, 1, D]
+            if not _differs(out[:, h], expected, rel):
+                found.append(g)
+        mapping.append(found[0] if len(found) == 1 else None)
+    return mapping
+
+
 def layer_divergence(
-    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, prefix_len: int, dtype: str
+    reference: DecodePath,
+    candidate: DecodePath,
+    tokens: torch.Tensor,
+    prefix_len: int,
+    dtype: str,
+    *,
+    cuts: Sequence[int] = (),
+    width: int = 1,
 ) -> dict[str, Any] | None:
-    """Compare the candidate's cached step at `prefix_len` with the reference's full pass, layer by
-    layer. None when either path offers no LayerTracing."""
+    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, after the
+    prefix went in as `cuts` say, where the path can replay a schedule) with the reference's full
+    pass, layer by layer. None when either path offers no LayerTracing."""
     if not isinstance(reference, LayerTracing) or not isinstance(candidate, LayerTracing):
         return None
     rel = STATE_TOLERANCE.get(dtype, 1e-3)
-    ref_states = reference.full_layer_states(tokens, prefix_len)
-    cand_states = candidate.layer_states(tokens, prefix_len)
+    ref_states = reference.full_layer_states(tokens, prefix_len + width - 1)
+    extra: dict[str, Any] = {}
+    if cuts and _accepts(candidate.layer_states, "cuts"):
+        extra["cuts"] = list(cuts)
+    if width != 1:
+        if not _accepts(candidate.layer_states, "width"):
+            return None
+        extra["width"] = width
+    cand_states = candidate.layer_states(tokens, prefix_len, **extra)
     per_layer: list[dict[str, Any]] = []
     first: dict[str, Any] | None = None
     for layer, (ref, cand) in enumerate(zip(ref_states, cand_states, strict=True)):
@@ -225,6 +279,9 @@ def layer_divergence(
                 6,
             )
             info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
+            if "attn" in cand and "attn" in ref and cand["attn"].shape == ref["attn"].shape:
+                # the attention output itself, without the residual stream that dilutes the block's
+                info["attention_relative_error"] = round(_relative_error(cand["attn"].cpu(), ref["attn"].cpu()), 6)
             # magnitudes for the dossier's per-layer plot: the appended step's K, V and hidden state
             info.update(
                 k_delta=_max_delta(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:]),
@@ -243,6 +300,12 @@ def layer_divergence(
                 info["v_agrees"] = not new_v
             elif hidden:
                 info["component"] = "attention-output"
+                mapping = read_map(cand, rel)
+                if mapping is not None:
+                    group = len(mapping) // cand_k.shape[1]
+                    info["read_map"] = mapping
+                    right = [h // group for h in range(len(mapping))]
+                    info["heads_remapped"] = None not in mapping and mapping != right
             else:
                 info["component"] = None
         per_layer.append(info)
@@ -250,11 +313,291 @@ def layer_divergence(
             first = info
     return {
         "prefix_len": prefix_len,
+        "width": width,
         "first_diverging_layer": None if first is None else first["layer"],
         "component": None if first is None else first["component"],
         "layers": per_layer,
         "first": first,
     }
+
+
+REPLAYED_CHUNKS = 8
+"""Most multi-token steps of a check's schedule the tracer replays one by one, in order."""
+
+
+def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
+    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at
+    prefix `at`: a prefill to the first positive length, then per length a chunk up to it and
+    the token at it."""
+    grow = [n for n in lengths if n > 0]
+    if not grow or at not in grow:
+        return []
+    edges, done = [grow[0]], grow[0]
+    for n in grow:
+        if n > done:
+            edges.append(n)
+        if n == at:
+            break
+        edges.append(n + 1)
+        done = n + 1
+    return edges
+
+
+def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """The steps of several tokens over a non-empty cache that reached `prefix_len`: between the
+    check's cuts and the candidate's own chunk edges (LayoutEdges)."""
+    edges = {c for c in cuts if 0 < c <= prefix_len}
+    if isinstance(candidate, LayoutEdges):
+        edges |= {e for e in candidate.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
+    ordered = sorted(edges | {prefix_len})
+    return [(a, b) for a, b in itertools.pairwise([0, *ordered]) if a > 0 and b - a > 1]
+
+
+def traced_divergence(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, dtype: str, cuts: Sequence[int] = ()
+) -> dict[str, Any] | None:
+    """The layer divergence of the step at `at` (the prefix as one prefill), then, where that
+    step shows nothing or only prefix K/V gone wrong in a later layer (state an earlier step wrote),
+    the multi-token steps over a cache that reached it replayed one by one (chunk replay): the first
+    that diverges at a lower layer stands instead, marked `replayed_chunk`."""
+    layers = layer_divergence(reference, candidate, tokens, at, dtype)
+    if layers is None:
+        return None
+    first = layers["first"]
+    if first is not None and (first["layer"] == 0 or first["component"] != "past-kv"):
+        return layers
+    for start, end in chunk_steps(candidate, at, cuts)[:REPLAYED_CHUNKS]:
+        before = [c for c in cuts if c < start]
+        step = layer_divergence(reference, candidate, tokens, start, dtype, cuts=before, width=end - start)
+        if step is None or step["width"] != end - start:
+            break
+        if step["first"] is not None:
+            if first is None or step["first"]["layer"] < first["layer"]:
+                step["replayed_chunk"] = {"start": start, "tokens": end - start, "traced_at": at}
+                return step
+            break
+    return layers
+
+
+def _small_clean(layers: dict[str, Any] | None) -> bool:
+    """The traced step first diverges in the attention output (its K/V agree there, no KV head read
+    in another's place), and at every layer the keys read are the right number and every K/V,
+    attention-output and hidden-state difference is small relative to the reference's scale."""
+    first = layers.get("first") if layers else None
+    if first is None or first["component"] != "attention-output" or first.get("heads_remapped"):
+        return False
+    assert layers is not None
+    for info in layers["layers"]:
+        if info.get("component") == "kv-read-length":
+            return False
+        errors = (info.get(key, 0.0) for key in ("past_kv_relative_error", "attention_relative_error"))
+        if max(errors) > SMALL_RELATIVE_ERROR or info.get("hidden_relative_error", 0.0) > SMALL_RELATIVE_ERROR:
+            return False
+    return True
+
+
+# -- model level: what sessions alone can show, for a path with no layer trace and no probe -----
+
+EMPTY_CACHE_CANDIDATES = ("kv-head-mapping", "stale-state", "positional-index")
+"""What can move the logits of one token on an empty cache (one key, no offset, no prefix state)
+while the full pass over the same token is right: which KV head a query head reads, the weights
+or projections the cached path computes with, or a position encoding that is absolute. Never a
+mask offset (there is none) or a window."""
+
+CHUNK_CANDIDATES = ("mask-offset", "positional-index")
+"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill
+are right: the chunk's mask origin or the chunk's positions."""
+
+VISIBILITY_OFFSET = 8
+"""The cache length of the visibility experiment: long enough that a mask from the chunk's origin
+hides the last cached token from the chunk's first query."""
+
+
+def _rows(path: DecodePath, calls: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One fresh session of `path` fed `calls` (a prefill, then appends): the last call's logits."""
+    session = path.new_session(calls[0].shape[0])
+    out = session.prefill(calls[0])
+    for tokens in calls[1:]:
+        out = session.append(tokens)
+    return out.float().cpu()
+
+
+def visibility(
+    reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, width: int
+) -> dict[str, Any]:
+    """Model-level mask experiment: a prefill of VISIBILITY_OFFSET tokens, then a step of `width`
+    tokens; the token just before the step is changed. Every query of the step sees that token
+    under a causal mask, so the reference's first row moves; a candidate whose first row does not
+    move at all (within its tolerance) did not see it: its mask ignores the cache offset."""
+    import torch
+
+    from gate.checks._compare import random_tokens
+
+    offset = VISIBILITY_OFFSET
+    a = random_tokens(vocab, 1, offset + width, seed * 7919 + width)
+    b = a.clone()
+    b[0, offset - 1] = (a[0, offset - 1] + 1) % vocab
+    with torch.no_grad():
+        ref = [reference.full_logits(t)[:, offset].float().cpu() for t in (a, b)]
+        cand = [_rows(candidate, [t[:, :offset], t[:, offset:]])[:, 0] for t in (a, b)]
+    band = float(tol.row(ref[0]).max())
+    ref_move = float((ref[0] - ref[1]).abs().max())
+    cand_move = float((cand[0] - cand[1]).abs().nan_to_num(float("inf")).max())
+    return {
+        "cached": offset,
+        "step_tokens": width,
+        "reference_moves": ref_move,
+        "candidate_moves": cand_move,
+        "blind": ref_move > 10 * band and cand_move <= band,
+    }
+
+
+def _one_shot_deviates(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance
+) -> bool:
+    """The token at `at` appended after a one-shot prefill of the prefix, against the full pass."""
+    from gate.checks._compare import compare_rows
+
+    full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
+    got = _rows(candidate, [tokens[:, :at], tokens[:, at : at + 1]])[:, -1]
+    cmp = compare_rows(full[None], got[None], tol)
+    return bool((cmp.failed | cmp.over_tolerance).any())
+
+
+def nan_only_on_cached_reads(candidate: DecodePath, tokens: torch.Tensor) -> bool:
+    """The candidate's cached session returns NaN for `tokens` on an empty cache while its own full
+    pass over the same tokens is finite: same weights, same arithmetic, only the cache read differs,
+    so the read touched slots past the valid length (an overflow would show in both)."""
+    import torch
+
+    with torch.no_grad():
+        cached = _rows(candidate, [tokens])
+        full = candidate.full_logits(tokens).float().cpu()
+    return bool(cached.isnan().any()) and bool(full.isfinite().all())
+
+
+def _uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
+    return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": why}
+
+
+def model_level(
+    reference: DecodePath,
+    candidate: DecodePath,
+    tokens: torch.Tensor,
+    at: int,
+    tol: Tolerance,
+    seed: int,
+    *,
+    first_length: int | None,
+    non_finite: bool,
+    chunks: Sequence[tuple[int, int]],
+) -> dict[str, Any] | None:
+    """What sessions alone tell about a failure at prefix `at` (the first deviating length;
+    `first_length` the first deviating one overall, 0 for an empty cache) on a path with no layer
+    trace: the class where an experiment supports one, else uncertain with the candidates; None
+    when these experiments say nothing (the length profile stands)."""
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    if non_finite:
+        if nan_only_on_cached_reads(candidate, tokens[:, :1]):
+            return {
+                "bug_class": "read-past-valid-length",
+                "evidence": "NaN in the cached logits of one token on an empty cache, while the candidate's own "
+                "full pass over it is finite: only the cache read differs, and it reads past the valid length",
+            }
+        return None
+    if chunks and not _one_shot_deviates(reference, candidate, tokens, at, tol):
+        # the same length is right after a one-shot prefill: the failure depends on how the prefix was cut
+        seen = visibility(reference, candidate, vocab, tol, seed, width=2)
+        step = {"chunk": {"start": chunks[0][0], "tokens": chunks[0][1] - chunks[0][0]}, "visibility": seen}
+        if seen["blind"]:
+            return {
+                "bug_class": "mask-offset",
+                "evidence": f"prefix {at} is right after a one-shot prefill and wrong after the sweep's chunks; "
+                f"a chunk of 2 over {VISIBILITY_OFFSET} cached tokens does not see the token before it (its "
+                "first row moves by no more than its tolerance when that token changes): the chunk's causal mask "
+                "starts at the chunk, not at the cache offset",
+                **step,
+            }
+        return {
+            **_uncertain(
+                CHUNK_CANDIDATES,
+                f"prefix {at} is right after a one-shot prefill and wrong after the sweep's chunks: a multi-token "
+                "step over a cache is wrong, and the chunk sees the token before it",
+            ),
+            **step,
+        }
+    if first_length == 0:
+        return _uncertain(
+            EMPTY_CACHE_CANDIDATES,
+            "wrong from one token on an empty cache (one key, no cache offset, no prefix state): not a mask "
+            "offset or a window; without a layer trace or a probe the KV-head map, the weights the cached "
+            "path uses and an absolute position cannot be told apart",
+        )
+    return None
+
+
+def diagnose_reproducer(
+    reference: DecodePath,
+    candidate: DecodePath,
+    steps: Sequence[tuple[Any, ...]],
+    failure: dict[str, Any],
+    tol: Tolerance,
+    seed: int,
+) -> dict[str, Any]:
+    """The bug class of schedule-fuzz's failing schedule (prefill, append and reset steps of one
+    request; anything else stays uncertain) from what its failing step is and model-level
+    experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
+    on an empty cache only through the cache is a read past the valid length; one token wrong on an
+    empty cache is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
+    out: dict[str, Any] = {"bug_class": "uncertain"}
+    index = int(failure["step"]) - 1
+    if not 0 <= index < len(steps) or any(step[0] not in ("prefill", "append", "reset") for step in steps[: index + 1]):
+        return out
+    cached = 0
+    for step in steps[:index]:
+        cached = 0 if step[0] == "reset" else cached + int(step[1])
+    kind, width = steps[index][0], int(steps[index][1])
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    try:
+        if cached == 0:
+            tokens = _seeded(vocab, width, seed)
+            if nan_only_on_cached_reads(candidate, tokens):
+                return {
+                    "bug_class": "read-past-valid-length",
+                    "evidence": f"NaN in the cached logits of {width} token(s) on an empty cache, while the "
+                    "candidate's own full pass over them is finite: only the cache read differs",
+                }
+            if width == 1:
+                return {
+                    **_uncertain(EMPTY_CACHE_CANDIDATES, "the first token on an empty cache is wrong"),
+                    "step": kind,
+                }
+            return out
+        if candidate.max_len < VISIBILITY_OFFSET + 2:
+            return out
+        seen = visibility(reference, candidate, vocab, tol, seed, width=min(width, 2))
+        if seen["blind"]:
+            return {
+                "bug_class": "mask-offset",
+                "evidence": f"the failing step appends {width} token(s) over {cached} cached; a step of "
+                f"{seen['step_tokens']} over {VISIBILITY_OFFSET} cached tokens does not see the token before it: "
+                "its causal mask starts at the step, not at the cache offset",
+                "visibility": seen,
+            }
+        if width > 1:
+            return {
+                **_uncertain(CHUNK_CANDIDATES, f"a chunk of {width} over {cached} cached tokens is wrong"),
+                "visibility": seen,
+            }
+    except Exception as err:  # diagnosis must never turn a failure into an error
+        out["tracing_error"] = f"{err.__class__.__name__}: {err}"
+    return out
+
+
+def _seeded(vocab: int, length: int, seed: int) -> torch.Tensor:
+    from gate.checks._compare import random_tokens
+
+    return random_tokens(vocab, 1, length, seed * 7919 + 17)
 
 
 def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
@@ -267,6 +610,8 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
             return "kv-truncation" if first["keys_read"] < first["keys_expected"] else "read-past-valid-length"
         if component == "past-kv" and first.get("heads_permuted"):
             return "kv-head-mapping"
+        if component == "attention-output" and first.get("heads_remapped"):
+            return "kv-head-mapping"  # K/V right, each query head returned another KV head's answer
         small_state = first.get("past_kv_relative_error", 1.0) <= SMALL_RELATIVE_ERROR
         if component == "past-kv" and small_state and first.get("past_rows_differing", 0) >= first["prefix_rows"]:
             return "approximation"  # every stored row off by a little: lossy storage, not a wrong index
@@ -312,9 +657,16 @@ def diagnose(
     dtype: str,
     trace_at: int | None = None,
     flips: Sequence[bool] | None = None,
+    progressive: bool = False,
+    tol: Tolerance | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
-    deviating length that has a prefix (length 0 has no cached K/V to compare)."""
+    deviating length that has a prefix (length 0 has no cached K/V to compare); `progressive`: the
+    candidate grew one session through `lengths` (gate.checks._sweep.cached_sweep), whose chunks
+    the tracer replays where the traced step alone shows nothing. A small attention-output
+    difference with clean K/V there is traced at the shortest swept length too: the same at both
+    is numeric-precision, whatever lengths were swept and whichever of them flipped an argmax."""
     profile = length_profile(lengths, deviates, delta, flips)
     if any(x and not math.isfinite(d) for x, d in zip(deviates, delta, strict=True)):
         profile["non_finite"] = True  # NaN or inf in the candidate's logits at a deviating length
@@ -323,14 +675,57 @@ def diagnose(
         at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
     layers: dict[str, Any] | None = None
     error = None
+    precision_at: list[int] = []
+    shortest: int | None = None
     traced, seen = traced_reference(reference)
     if at is not None and traced is not None:
         try:
-            layers = layer_divergence(traced, candidate, tokens, int(at), dtype)
+            cuts = progressive_cuts(lengths, int(at)) if progressive else []
+            layers = traced_divergence(traced, candidate, tokens, int(at), dtype, cuts)
+            shortest = min((n for n in lengths if n > 0), default=None)
+            if _small_clean(layers) and shortest is not None:
+                precision_at = [int(at)]
+                if shortest != at and _small_clean(layer_divergence(traced, candidate, tokens, shortest, dtype)):
+                    precision_at.insert(0, shortest)
         except Exception as err:  # diagnosis must never turn a failure into an error
             error = f"{err.__class__.__name__}: {err}"
-    bug_class = classify(profile, layers)
+    seen_level: dict[str, Any] | None = None
+    if (
+        layers is None
+        and error is None
+        and traced is not None  # a live path to run the experiments against (a store answers only its rows)
+        and at is not None
+        and tol is not None
+        and profile.get("profile") != "everywhere-small"
+    ):
+        try:  # no layer trace: what experiments with sessions alone can tell
+            cuts = progressive_cuts(lengths, int(at)) if progressive else []
+            seen_level = model_level(
+                traced,
+                candidate,
+                tokens,
+                int(at),
+                tol,
+                seed,
+                first_length=profile.get("first_deviating_length"),
+                non_finite=bool(profile.get("non_finite")),
+                chunks=chunk_steps(candidate, int(at), cuts),
+            )
+        except Exception as err:
+            error = f"{err.__class__.__name__}: {err}"
+    if layers is not None and layers.get("replayed_chunk"):
+        bug_class = classify({"profile": "chunk-step"}, layers)  # the chunk's own step decides
+    elif len(precision_at) == 2 or precision_at == [shortest]:
+        bug_class = "numeric-precision"
+        profile["small_clean_at"] = precision_at
+    elif seen_level is not None:
+        bug_class = seen_level.pop("bug_class")
+        profile["model_level"] = seen_level
+    else:
+        bug_class = classify(profile, layers)
     out: dict[str, Any] = {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class], **profile}
+    if layers is not None and layers.get("replayed_chunk"):
+        out["replayed_chunk"] = layers["replayed_chunk"]
     if seen:
         out["layer_trace"] = seen
     if layers is not None:
@@ -340,7 +735,10 @@ def diagnose(
         out["layers"] = layers["layers"]
     if error:
         out["tracing_error"] = error
-    if bug_class == "uncertain":
+    if bug_class == "uncertain" and seen_level is not None:
+        out["candidates"] = seen_level["candidates"]
+        out["evidence"] = seen_level["evidence"]
+    elif bug_class == "uncertain":
         out["evidence"] = (
             f"length profile {profile.get('profile')!r} (first deviating length "
             f"{profile.get('first_deviating_length')}); "

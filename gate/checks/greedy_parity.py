@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from gate.checks._compare import DENY_ALLOWANCE, Tolerance, random_tokens, tolerance_for, top_k_rows
-from gate.checks._diagnosis import BUG_CLASSES, classify, layer_divergence, traced_reference
+from gate.checks._diagnosis import BUG_CLASSES, classify, traced_divergence, traced_reference
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import GreedyEvidence, GreedyRun, ToleranceRecord
@@ -149,7 +149,12 @@ def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
             run["tied_rows"] = sum(d["tie"] for d in divergences)
             ties += run["tied_rows"]
             if real and first_failure is None:
-                first_failure = {**real[0], "prompt_len": prompt_len, "tokens": torch.cat([prompt, ref_tok], dim=1)}
+                first_failure = {
+                    **real[0],
+                    "prompt_len": prompt_len,
+                    "tokens": torch.cat([prompt, ref_tok], dim=1),
+                    "cuts": [*(cuts or []), prompt_len],  # the candidate's calls, for the tracer's chunk replay
+                }
         runs.append(run)
         if first_failure is not None and ctx.stop_at_first_failure:
             break  # a control needs one failure; the positive run covers every prompt batch
@@ -225,10 +230,12 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
     traced, seen = traced_reference(ctx.reference)
     try:
         if traced is not None:
-            layers = layer_divergence(traced, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype)
+            cuts = [c for c in failure["cuts"] if c <= prefix_len]
+            layers = traced_divergence(traced, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype, cuts)
     except Exception as err:
         layers, error = None, f"{err.__class__.__name__}: {err}"
-    bug_class = classify({"profile": "single-position"}, layers)
+    replayed = layers.get("replayed_chunk") if layers else None
+    bug_class = classify({"profile": "chunk-step" if replayed else "single-position"}, layers)
     out: dict[str, Any] = {
         "bug_class": bug_class,
         "explanation": BUG_CLASSES[bug_class],
@@ -240,8 +247,9 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
         out.update(
             first_diverging_layer=layers["first_diverging_layer"],
             component=layers["component"],
-            traced_prefix_len=prefix_len,
+            traced_prefix_len=layers["prefix_len"],
             layers=layers["layers"],
+            **({"replayed_chunk": replayed} if replayed else {}),
         )
     if error:
         out["tracing_error"] = error

@@ -66,6 +66,9 @@ class Case:
     """Predicted wrong answers, per bug class (zero-score cases): what a mask restarted at the chunk's
     origin (mask-offset), a read that drops the cached keys (kv-truncation) or one that reads the other
     batch row's cache (foreign-state) returns for each chunk."""
+    per_kv_head: list[list[torch.Tensor]] = field(default_factory=list)
+    """Grouped-query cases: per request, per chunk, what each query head returns reading each KV head,
+    [B, H, H_kv, n, D] float64 (a wrong query-to-KV-head map at read time returns another column)."""
 
 
 def visible_means(values: tuple[int, ...], positions: list[int]) -> list[Fraction]:
@@ -115,18 +118,19 @@ def _gqa_case(params: MaskOracleParams, seed: int) -> Case:
     k = torch.randn(b, hkv, n, d, generator=gen, dtype=torch.float64)
     v = torch.randn(b, hkv, n, d, generator=gen, dtype=torch.float64)
     # oracle: explicit float64 softmax over keys 0..p for the query at absolute position p
-    rep = h // hkv
-    kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = q @ kk.transpose(-1, -2) / d**0.5
     blocked = torch.ones(n, n, dtype=torch.bool).triu(1)
-    full = scores.masked_fill(blocked, float("-inf")).softmax(dim=-1) @ vv  # [B, H, n, D]
-    chunks, expected, start = [], [], 0
+    # every query head against every KV head: [B, H, H_kv, n, D]; the right map reads head h // (h / h_kv)
+    scores = q[:, :, None] @ k[:, None].transpose(-1, -2) / d**0.5
+    each = scores.masked_fill(blocked, float("-inf")).softmax(dim=-1) @ v[:, None]
+    full = each[:, torch.arange(h), torch.arange(h) // (h // hkv)]  # [B, H, n, D]
+    chunks, expected, per_head, start = [], [], [], 0
     for size in (6, 3, 1):
         sl = slice(start, start + size)
         chunks.append((q[:, :, sl].float(), k[:, :, sl].float(), v[:, :, sl].float()))
         expected.append(full[:, :, sl])
+        per_head.append(each[:, :, :, sl])
         start += size
-    return Case("gqa-nonzero-scores", [chunks], [expected])
+    return Case("gqa-nonzero-scores", [chunks], [expected], per_kv_head=[per_head])
 
 
 def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
@@ -258,7 +262,34 @@ def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
     last = outputs[0][-1].detach().double().cpu()
     got_values = [round(float(x), 6) for x in last[0, 0, :, 0]] if last.shape[-1] == 1 else []
     matched = [key for key, hits in matches.items() if hits and all(hits)] if not ok else []
-    return {"ok": bool(ok), "max_abs_error": err, "got": got_values, "matches": matched, "nan": err == float("inf")}
+    row: dict[str, Any] = {"ok": bool(ok), "max_abs_error": err, "got": got_values, "nan": err == float("inf")}
+    if case.per_kv_head and not ok:
+        row["read_map"] = _read_map(case, outputs, rtol)
+        heads = len(row["read_map"])
+        group = heads // case.per_kv_head[0][0].shape[2]
+        if None not in row["read_map"] and row["read_map"] != [i // group for i in range(heads)]:
+            matched.append("kv-head-mapping")
+    return {**row, "matches": matched}
+
+
+def _read_map(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> list[int | None]:
+    """Per query head, the one KV head whose answer it returned in every chunk (None: none or several)."""
+    heads, kv_heads = case.per_kv_head[0][0].shape[1:3]
+    mapping: list[int | None] = []
+    for h in range(heads):
+        found = []
+        for g in range(kv_heads):
+            hit = True
+            for each_req, got_req in zip(case.per_kv_head, outputs, strict=True):
+                for each, got in zip(each_req, got_req, strict=True):
+                    got64, want = got.detach().double().cpu()[:, h], each[:, h, g]
+                    hit &= got64.shape == want.shape and float((got64 - want).abs().max()) <= rtol * max(
+                        float(want.abs().max()), 1.0
+                    )
+            if hit:
+                found.append(g)
+        mapping.append(found[0] if len(found) == 1 else None)
+    return mapping
 
 
 def _case_index(rows: list[dict[str, Any]]) -> int:
@@ -297,6 +328,8 @@ def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "missing from the read",
         "foreign-state": "cached chunks returned attention over the other request's cached values: the "
         "cache handle belongs to another request",
+        "kv-head-mapping": "each query head of the grouped-query case returned exactly what another KV head's "
+        "keys and values give it: the query-to-KV-head map is wrong at read time (the cache holds every head)",
     }
     for key, text in explanations.items():
         if any(key in r["matches"] for r in rows):

@@ -194,6 +194,9 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
                 tokens=tokens,
                 dtype=ctx.dtype,
                 flips=argmax_failed.tolist(),
+                progressive=True,  # cached_sweep's one growing session: its chunks can be replayed
+                tol=tol,
+                seed=ctx.seed,
             )
         status: Literal["pass", "fail", "warn", "unproven"] = "fail"
         why = []

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, NoSuchExample
 
 from gate.checks._compare import Tolerance, bounds_logits, tolerance_for
-from gate.checks._diagnosis import BUG_CLASSES
+from gate.checks._diagnosis import BUG_CLASSES, diagnose_reproducer
 from gate.checks._params import ScheduleFuzzParams
 from gate.checks._schedule import Op, ScheduleResult, ScheduleRunner, describe, failure_words, tighten
 from gate.checks._sweep import layout_edges
@@ -313,7 +313,7 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
             metrics=metrics,
             evidence=record.dump(),
             exercise=exercise,
-            diagnosis={"bug_class": "uncertain", "explanation": BUG_CLASSES["uncertain"], "reproducer": text},
+            diagnosis=_diagnose(ctx, steps, failure, tol, text),
             detected_at=failure["step"],
             observation=observation,
         )
@@ -331,3 +331,9 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         exercise=exercise,
         observation=observation,
     )
+
+
+def _diagnose(ctx: CheckContext, steps: list[Op], failure: dict[str, Any], tol: Tolerance, text: str) -> dict[str, Any]:
+    """The class the failing step and model-level experiments support (gate.checks._diagnosis), with the reproducer."""
+    found = diagnose_reproducer(ctx.reference, ctx.candidate, steps, failure, tol, ctx.seed)
+    return {**found, "explanation": BUG_CLASSES[found["bug_class"]], "reproducer": text}

@@ -4,7 +4,7 @@ The reference decoder (gate.models.reference) has no fault flags. Each fault her
 *built* object, the way gpt-fast's `apply_tp(model)` does:
 
 * the model: a module's `mask_fn`, the model's `positions` or `row_positions`, one attention
-  layer's `forward`;
+  layer's `forward`, each attention core's `forward` (which KV head a query head reads);
 * the cache: each new `KVCache` (or continuous batching's `SlotCache`) of the path passes through a
   hook that replaces its `update` (what attention reads), its `padding` (which slots are pads), its
   `reset` or its `claim` (what a request joining a slot clears);
@@ -129,6 +129,21 @@ CATALOGUE: tuple[Fault, ...] = (
         "the slot's length: its prompt is written after the previous occupant's K/V and attends to them "
         "(a slot table not cleared on reuse); a slot used once is never wrong",
     ),
+    Fault(
+        "kv-head-map",
+        "model",
+        "kv-head-mapping",
+        "at read time query head h reads KV head h % n_kv_heads (the KV heads tiled) instead of "
+        "h // (n_heads / n_kv_heads) (each repeated in place): the cache stores every head right, "
+        "attention reads the wrong one for all but the first and last query heads",
+    ),
+    Fault(
+        "chunk-mask-origin",
+        "model",
+        "mask-offset",
+        "a chunk of several tokens appended over a non-empty cache gets a causal mask from the chunk's "
+        "own origin (row i sees keys 0..i); one-token steps and a prefill into an empty cache are right",
+    ),
 )
 FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
 FAULT_NAMES: tuple[str, ...] = tuple(FAULTS)
@@ -167,6 +182,39 @@ def _origin_reset_mask(q_len: int, k_len: int, window: int | None, device: torch
 def _mask_origin_reset(target: FaultTarget) -> None:
     for layer in target.model.blocks:
         layer.attention.core.mask_fn = _origin_reset_mask
+
+
+def _chunk_mask_origin(target: FaultTarget) -> None:
+    from gate.models.reference import causal_mask
+
+    def mask(q_len: int, k_len: int, window: int | None, device: torch.device) -> torch.Tensor:
+        if q_len > 1 and k_len > q_len:  # a chunk over a cache: the origin at the chunk
+            return _origin_reset_mask(q_len, k_len, window, device)
+        return causal_mask(q_len, k_len, window, device)
+
+    for layer in target.model.blocks:
+        layer.attention.core.mask_fn = mask
+
+
+def _kv_head_map(target: FaultTarget) -> None:
+    for layer in target.model.blocks:
+        core = layer.attention.core
+        inner = core.forward
+
+        def forward(
+            q: torch.Tensor,
+            k: torch.Tensor,
+            v: torch.Tensor,
+            padding: torch.Tensor | None = None,
+            inner: Callable[..., torch.Tensor] = inner,
+        ) -> torch.Tensor:
+            # the KV heads tiled (0, 1, 0, 1) where each is repeated in place (0, 0, 1, 1)
+            rep = q.shape[1] // k.shape[1]
+            if rep > 1:
+                k, v = k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1)
+            return inner(q, k, v, padding)
+
+        core.forward = forward  # type: ignore[method-assign]
 
 
 def _sliding_window_mask(target: FaultTarget) -> None:
@@ -395,5 +443,7 @@ _APPLY: dict[str, Callable[[FaultTarget], None]] = {
     "padding-in-positions": _padding_in_positions,
     "pad-attended": _pad_attended,
     "stale-slot-on-join": _stale_slot_on_join,
+    "kv-head-map": _kv_head_map,
+    "chunk-mask-origin": _chunk_mask_origin,
 }
 assert set(_APPLY) == set(FAULT_NAMES)

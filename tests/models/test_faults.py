@@ -44,6 +44,8 @@ def test_catalogue_matches_the_issue() -> None:
         "padding-in-positions",
         "pad-attended",
         "stale-slot-on-join",
+        "kv-head-map",
+        "chunk-mask-origin",
     )
     assert path("static").faults() == FAULT_NAMES
     assert path("full").faults() == ("sliding-window-mask",)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -218,15 +219,22 @@ class ReferencePath:
     # -- LayerTracing ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
-        """Per layer, the K and V attention actually READ during the appended token's step (a
-        faulty read can be shorter or longer than prefix_len + 1) and the block output."""
+    def layer_states(
+        self, tokens: torch.Tensor, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
+    ) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the K and V attention actually READ during the appended step (a faulty read
+        can be shorter or longer than prefix_len + width), the block output of its last token and
+        that token's per-head query and attention output. The prefix goes in as a prefill up to
+        the first of `cuts` and one append per following cut (a check's schedule replayed); the
+        traced step appends `width` tokens."""
         tokens = tokens.to(self.device)
         session = self.new_session(tokens.shape[0])
-        if prefix_len:
-            session.prefill(tokens[:, :prefix_len])
+        edges = [0, *sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]
+        for start, end in itertools.pairwise(edges):
+            if end > start:
+                (session.prefill if start == 0 else session.append)(tokens[:, start:end])
         with _trace(self.model) as states:
-            session.append(tokens[:, prefix_len : prefix_len + 1])
+            session.append(tokens[:, prefix_len : prefix_len + width])
         return states
 
     @torch.no_grad()
@@ -277,14 +285,17 @@ class ReferencePath:
 
 @contextmanager
 def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
-    """Record, per layer, the K/V attention read ([B, H_kv, T_k, D]) and the block output of the
-    last position ([B, d_model]) during the calls inside the block (the last call wins)."""
+    """Record, per layer, the K/V attention read ([B, H_kv, T_k, D]), the last position's query and
+    attention output per head ([B, H, 1, D]) and its block output ([B, d_model]) during the calls
+    inside the block (the last call wins)."""
     states: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
     handles = []
     for i, layer in enumerate(model.blocks):
 
-        def read(_mod: Any, args: tuple[Any, ...], _out: Any, i: int = i) -> None:
+        def read(_mod: Any, args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
             states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
+            # the last query's per-head query and attention output: which KV head each head read
+            states[i]["q"], states[i]["attn"] = args[0][:, :, -1:].float().clone(), out[:, :, -1:].float().clone()
 
         def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
             states[i]["hidden"] = out[:, -1].float().clone()
