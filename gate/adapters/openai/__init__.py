@@ -70,7 +70,8 @@ class TinyModel(_Options):
     n_head_kv: int = Field(default=1, ge=1, le=64)
     """Key/value heads: fewer than `n_head` is grouped-query attention (n_head must be a multiple)."""
     sliding_window: int | None = Field(default=None, ge=2)
-    """Tokens a local layer attends to (hf format only); None: every layer global."""
+    """Tokens a local layer attends to; None: every layer global. gguf: a gemma2 model (llama.cpp's llama
+    architecture has no local layers); hf: a Llama with per-layer `layer_types`."""
     sliding_layers: list[int] | None = None
     """The local layers when `sliding_window` is set (None: all); some of them: a hybrid local/global model."""
 
@@ -80,8 +81,6 @@ class TinyModel(_Options):
             raise ValueError(
                 f"n_head {self.n_head} must divide the width 64 and be a multiple of n_head_kv {self.n_head_kv}"
             )
-        if self.sliding_window is not None and self.format != "hf":
-            raise ValueError("sliding_window needs format hf: llama.cpp's llama architecture has no local layers")
         if self.sliding_layers is not None and self.sliding_window is None:
             raise ValueError("sliding_layers needs sliding_window")
         if any(not 0 <= i < 2 for i in self.sliding_layers or []):
