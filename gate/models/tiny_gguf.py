@@ -13,7 +13,8 @@ are common): a model whose logits are nearly uniform would make every comparison
 
 `sliding_window` (with `sliding_layers` for a hybrid local/global model) makes the file a `gemma2`
 one: llama.cpp's `llama` architecture has no local layers, and gemma2 is the llama.cpp architecture
-users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`). llama.cpp reads `gemma2.attention.sliding_window` (the window) and
+users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`). llama.cpp reads
+`gemma2.attention.sliding_window` (the window) and
 `gemma2.attention.sliding_window_pattern` (here a per-layer array, true for a local layer). The
 weights are the same seeded draws with gemma2's extras: post-attention and post-feed-forward norms,
 the output tied to the token embedding (scaled so that the logits keep the same spread after gemma2

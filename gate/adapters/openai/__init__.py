@@ -188,7 +188,7 @@ class Options(_Options):
         if self.vocab_size is None and model_vocab_size(self) is None and self._states_no_vocabulary():
             raise ValueError(
                 "vocab_size: vLLM does not state its vocabulary size; set `vocab_size`, or launch a "
-                "`tiny_model` or a `model_file` directory whose config.json gives it"
+                "`tiny_model`, a `model_file` directory whose config.json gives it, or a GGUF `model_file`"
             )
         return self
 
@@ -240,24 +240,32 @@ class OpenAIAdapter:
 
 
 def model_vocab_size(options: Options) -> int | None:
-    """The vocabulary size the launched model states: a tiny model's, or `vocab_size` in the
-    config.json of a `model_file` directory on this machine (None: neither)."""
+    """The vocabulary size the launched model states: a tiny model's, or the `config.json` of a
+    `model_file` directory or a GGUF `model_file`'s metadata on this machine (None: none of these)."""
     launch = options.launch
     if launch is None:
         return None
     if launch.tiny_model is not None:
         return launch.tiny_model.vocab_size
-    if launch.model_file is not None:
-        import json
-        from pathlib import Path
+    return _model_meta(launch.model_file).vocab_size
 
-        config = Path(launch.model_file) / "config.json"
-        try:
-            value = json.loads(config.read_text()).get("vocab_size")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return int(value) if isinstance(value, int) and value > 1 else None
-    return None
+
+def model_context_length(options: Options) -> int | None:
+    """The trained context length the launched model states (a tiny model's, `max_position_embeddings`
+    in a model directory's config.json, `<arch>.context_length` in a GGUF file): the context where
+    the server states none (None: none of these)."""
+    launch = options.launch
+    if launch is None:
+        return None
+    if launch.tiny_model is not None:
+        return launch.tiny_model.context_length
+    return _model_meta(launch.model_file).context_length
+
+
+def _model_meta(model_file: str | None) -> Any:
+    from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
+
+    return ModelMeta() if model_file is None else read_model_meta(model_file)
 
 
 def _flag(command: list[str], *names: str) -> str | None:
@@ -284,4 +292,13 @@ def _launch_context(command: list[str]) -> tuple[int, str] | None:
     return None
 
 
-__all__ = ["FLAVORS", "ControlLaunch", "Launch", "OpenAIAdapter", "Options", "TinyModel"]
+__all__ = [
+    "FLAVORS",
+    "ControlLaunch",
+    "Launch",
+    "OpenAIAdapter",
+    "Options",
+    "TinyModel",
+    "model_context_length",
+    "model_vocab_size",
+]
