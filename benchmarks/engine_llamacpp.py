@@ -25,7 +25,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ["engine-llamacpp-prefix", "engine-llamacpp-quantised-kv", "engine-llamacpp-hosted"]
+EXAMPLES = [
+    "engine-llamacpp-prefix",
+    "engine-llamacpp-quantised-kv",
+    "engine-llamacpp-hosted",
+    "engine-llamacpp-sliding-window",
+]
 EXIT = {"pass": 0, "fail": 1}
 
 

@@ -39,11 +39,14 @@ This module imports nothing heavy, so `gate validate` and `gate plan` stay insta
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gate.protocols import PathCapabilities
+
+if TYPE_CHECKING:
+    from gate.adapters.openai.model_meta import ModelMeta
 
 
 class _Options(BaseModel):
@@ -262,7 +265,7 @@ def model_context_length(options: Options) -> int | None:
     return _model_meta(launch.model_file).context_length
 
 
-def _model_meta(model_file: str | None) -> Any:
+def _model_meta(model_file: str | None) -> ModelMeta:
     from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
 
     return ModelMeta() if model_file is None else read_model_meta(model_file)
