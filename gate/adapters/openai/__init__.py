@@ -245,30 +245,29 @@ class OpenAIAdapter:
 def model_vocab_size(options: Options) -> int | None:
     """The vocabulary size the launched model states: a tiny model's, or the `config.json` of a
     `model_file` directory or a GGUF `model_file`'s metadata on this machine (None: none of these)."""
-    launch = options.launch
-    if launch is None:
-        return None
-    if launch.tiny_model is not None:
-        return launch.tiny_model.vocab_size
-    return _model_meta(launch.model_file).vocab_size
+    return launched_model_meta(options).vocab_size
 
 
 def model_context_length(options: Options) -> int | None:
     """The trained context length the launched model states (a tiny model's, `max_position_embeddings`
     in a model directory's config.json, `<arch>.context_length` in a GGUF file): the context where
     the server states none (None: none of these)."""
-    launch = options.launch
-    if launch is None:
-        return None
-    if launch.tiny_model is not None:
-        return launch.tiny_model.context_length
-    return _model_meta(launch.model_file).context_length
+    return launched_model_meta(options).context_length
 
 
-def _model_meta(model_file: str | None) -> ModelMeta:
+def launched_model_meta(options: Options) -> ModelMeta:
+    """What the launched model states about its shape (gate.adapters.openai.model_meta); nothing for a
+    `base_url` server, whose model gate cannot read."""
     from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
 
-    return ModelMeta() if model_file is None else read_model_meta(model_file)
+    launch = options.launch
+    if launch is None or (launch.tiny_model is None and launch.model_file is None):
+        return ModelMeta()
+    if launch.tiny_model is not None:
+        tiny = launch.tiny_model
+        return ModelMeta(vocab_size=tiny.vocab_size, context_length=tiny.context_length, source="tiny_model")
+    assert launch.model_file is not None
+    return read_model_meta(launch.model_file)
 
 
 def _flag(command: list[str], *names: str) -> str | None:
