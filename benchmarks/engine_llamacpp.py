@@ -2,9 +2,10 @@
 
     make engine && PATH=$PWD/.cache/engine:$PATH python benchmarks/engine_llamacpp.py
 
-Runs both engine examples through `gate run` (each in its own process, one thread), checks each
+Runs the llama.cpp examples through `gate run` (each in its own process, one thread), checks each
 exit code against the example's documented verdict, and records: the llama-server build (version,
-compile time), each run's wall time and verdict, each check's status, time and controls, and the
+compile time), each run's wall time, verdict, server starts, most servers alive at once and peak
+memory (benchmarks/engine_memory.py), each check's status, time and controls, and the
 prefix sweep per length (reused tokens, max |Δlogprob|, request times of the cached and the uncached
 server). `--flash-attention` also runs the prefix example with flash attention on in both servers,
 to record how far the CPU kernel moves logprobs between the cached and the uncached computation.
