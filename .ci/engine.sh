@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Gate a real engine: build llama.cpp's server (make engine, cached in .cache/engine/), run the engine
-# tests against it, then gate both engine examples end to end and check their verdicts, their exit
-# codes and that no server process is left behind. Usage: bash .ci/engine.sh (from the repository root)
+# tests against it (the attention families of the tiny model among them), then gate the engine examples
+# end to end (prefix, quantised KV, hosted rehearsal, a hybrid sliding-window model) and check their
+# verdicts, their exit codes and that no server process is left behind.
+# Usage: bash .ci/engine.sh (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GATE_THREADS=1 OMP_NUM_THREADS=1
@@ -13,7 +15,7 @@ test -x .venv/bin/python || { python3 -m venv .venv; .venv/bin/pip install -q to
 export PATH="$PWD/.cache/engine:$PATH"
 .venv/bin/python -m pytest -q -m engine tests/adapters/openai
 
-# both examples once more, timed, into a results table (the committed one is benchmarks/engine_llamacpp.md)
+# the examples once more, timed, into a results table (the committed one is benchmarks/engine_llamacpp.md)
 mkdir -p out/ci-engine
 .venv/bin/python benchmarks/engine_llamacpp.py --out out/ci-engine/engine_llamacpp.md
 bash .ci/engine-pr-build.sh  # the PR-vs-main recipe for an engine build

@@ -2,9 +2,10 @@
 
     make engine && PATH=$PWD/.cache/engine:$PATH python benchmarks/engine_llamacpp.py
 
-Runs both engine examples through `gate run` (each in its own process, one thread), checks each
+Runs the llama.cpp examples through `gate run` (each in its own process, one thread), checks each
 exit code against the example's documented verdict, and records: the llama-server build (version,
-compile time), each run's wall time and verdict, each check's status, time and controls, and the
+compile time), each run's wall time, verdict, server starts, most servers alive at once and peak
+memory (benchmarks/engine_memory.py), each check's status, time and controls, and the
 prefix sweep per length (reused tokens, max |Δlogprob|, request times of the cached and the uncached
 server). `--flash-attention` also runs the prefix example with flash attention on in both servers,
 to record how far the CPU kernel moves logprobs between the cached and the uncached computation.
@@ -14,30 +15,25 @@ Exit 1 when a verdict differs from the documented one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_memory import peak_alive, run
+
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ["engine-llamacpp-prefix", "engine-llamacpp-quantised-kv", "engine-llamacpp-hosted"]
+EXAMPLES = [
+    "engine-llamacpp-prefix",
+    "engine-llamacpp-quantised-kv",
+    "engine-llamacpp-hosted",
+    "engine-llamacpp-sliding-window",
+]
 EXIT = {"pass": 0, "fail": 1}
-
-
-def run(manifest: Path, out: Path, env: dict[str, str]) -> tuple[int, float, dict[str, object] | None, str]:
-    gate = Path(sys.executable).parent / "gate"
-    started = time.perf_counter()
-    proc = subprocess.run([str(gate), "run", str(manifest), "--out", str(out)], capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - started
-    results = out / "results.json"
-    record = json.loads(results.read_text()) if results.exists() else None
-    verdict = next((ln for ln in proc.stdout.splitlines() if ln.startswith("verdict")), proc.stderr.strip()[-200:])
-    return proc.returncode, seconds, record, verdict.replace("|", "/")
 
 
 def check_rows(record: dict[str, object]) -> list[str]:
@@ -118,31 +114,37 @@ def main() -> int:
         f"Measured {time.strftime('%Y-%m-%d')} by `benchmarks/engine_llamacpp.py`.",
         "",
         "Server starts: the most any server's evidence reports (`engine_starts_in_run`), for the checks and for",
-        "their controls; a server is started once per path, launch and run (docs/engines.md).",
+        "their controls; a server is started once per path, launch and run (docs/engines.md). Peak alive:",
+        "`engine_servers_alive_peak`; peak PSS: the largest sum of the proportional set size of gate and its",
+        "servers, sampled every half second.",
         "",
-        "| example | documented | exit | verdict | seconds | server starts (checks + controls) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| example | documented | exit | verdict | seconds | server starts (checks + controls) | peak alive "
+        "| peak PSS GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     details: list[str] = []
     mismatched = []
     for name in EXAMPLES:
         manifest = ROOT / "examples" / f"{name}.yaml"
         documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
-        code, seconds, record, verdict = run(manifest, work / name, env)
+        code, seconds, record, verdict, memory = run(manifest, work / name, env)
         if code != EXIT.get(documented):
             mismatched.append(f"{name}: exit {code}, documented {documented}")
         checks, controls = server_starts(record)
-        lines.append(f"| {name} | {documented} | {code} | {verdict} | {seconds:.1f} | {checks} + {controls} |")
+        lines.append(
+            f"| {name} | {documented} | {code} | {verdict} | {seconds:.1f} | {checks} + {controls} | "
+            f"{peak_alive(record)} | {memory.peak_pss_kib / 1048576:.2f} |"
+        )
         print(lines[-1], flush=True)
         if record is not None:
             details += ["", f"## {name}", "", *check_rows(record), "", *length_rows(record)]
     if args.flash_attention:
         variant = flash_attention_variant(ROOT / "examples" / "engine-llamacpp-prefix.yaml", work)
-        code, seconds, record, verdict = run(variant, work / variant.stem, env)
+        code, seconds, record, verdict, memory = run(variant, work / variant.stem, env)
         checks, controls = server_starts(record)
         lines.append(
             f"| {variant.stem} (flash attention on, both servers) | - | {code} | {verdict} | {seconds:.1f} "
-            f"| {checks} + {controls} |"
+            f"| {checks} + {controls} | {peak_alive(record)} | {memory.peak_pss_kib / 1048576:.2f} |"
         )
         print(lines[-1], flush=True)
         if record is not None:

@@ -2,7 +2,7 @@
 
     PATH=$PWD/.venv-vllm/bin:$PATH .venv/bin/python benchmarks/engine_vllm.py
 
-Runs both vLLM examples through `gate run` (each in its own process), checks each exit code against
+Runs the vLLM examples through `gate run` (each in its own process), checks each exit code against
 the example's documented verdict, and records per run: wall time, verdict, server starts (for the
 checks and for their controls), the most servers alive at once, and peak memory: the largest sum of
 the proportional set size (PSS, shared pages split between their users) of gate and every process
@@ -10,53 +10,85 @@ under it, sampled every half second, and the drop in the machine's available mem
 check's status, time and controls, and the prefix sweep per length. `--install-seconds` and
 `--venv` put the vLLM install time and size into the header. Exit 1 when a verdict differs from the
 documented one, or when a vLLM server outlives its run.
+
+engine-vllm-hosted judges a server gate does not launch: for it the benchmark starts one itself, as
+docs/engines.md gives it (`python -m gate.models.tiny_hf DIR`, then vLLM's API server on
+127.0.0.1:8000, refused if something already listens there), waits for GET /v1/models, runs gate
+against it, and stops its process group. Its memory is in that row's PSS; its start-up is not in
+the row's seconds (the header gives it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
+import signal
 import subprocess
 import sys
-import threading
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_llamacpp import EXIT, check_rows, length_rows, server_starts
+from engine_memory import peak_alive, run
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ["engine-vllm-prefix", "engine-vllm-fp8-kv"]
+EXAMPLES = ["engine-vllm-prefix", "engine-vllm-fp8-kv", "engine-vllm-sliding-window", "engine-vllm-hosted"]
+HOSTED = "engine-vllm-hosted"
+HOSTED_URL = "http://127.0.0.1:8000"
+HOSTED_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        tree.setdefault(ppid, []).append(int(stat.parent.name))
-    return tree
+def hosted_command(model: Path) -> list[str]:
+    """The server engine-vllm-hosted judges, as docs/engines.md starts it."""
+    return [
+        "python", "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", "8000",
+        "--model", str(model), "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "2048",
+        "--block-size", "32", "--max-num-seqs", "8", "--enable-prompt-tokens-details", "--enforce-eager",
+        "--distributed-executor-backend", "uni",
+    ]  # fmt: skip
 
 
-def _pss_kib(pid: int) -> int:
+def _answers(url: str) -> bool:
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
-def _available_kib() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1])
-    return 0
+@contextmanager
+def hosted_server(work: Path, env: dict[str, str], log: Path) -> Iterator[tuple[int, float]]:
+    """A vLLM server on 127.0.0.1:8000 serving gate's tiny model, started outside gate: (pid, seconds to ready)."""
+    if _answers(HOSTED_URL + "/v1/models"):
+        raise RuntimeError(f"something already answers at {HOSTED_URL}: engine-vllm-hosted would judge it")
+    model = work / "tiny-hf"
+    subprocess.run([sys.executable, "-m", "gate.models.tiny_hf", str(model)], check=True, capture_output=True)
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        command, server_env = hosted_command(model), {**env, **HOSTED_ENV}
+        proc = subprocess.Popen(command, env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while not _answers(HOSTED_URL + "/v1/models"):
+            if proc.poll() is not None or time.perf_counter() - started > 900:
+                raise RuntimeError(f"the hosted vLLM server did not become ready (see {log})")
+            time.sleep(2)
+        yield proc.pid, time.perf_counter() - started
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def vllm_servers() -> list[int]:
@@ -70,61 +102,6 @@ def vllm_servers() -> list[int]:
         if b"vllm.entrypoints.openai.api_server" in words:
             found.append(int(cmdline.parent.name))
     return found
-
-
-class MemorySampler(threading.Thread):
-    """The peak PSS of a process tree, and the peak drop in available memory, sampled every 0.5 s."""
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root, self.stop = root, threading.Event()
-        self.peak_pss_kib, self.baseline = 0, _available_kib()
-        self.peak_drop_kib = 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            tree, todo, total = _children(), [self.root], 0
-            while todo:
-                pid = todo.pop()
-                total += _pss_kib(pid)
-                todo += tree.get(pid, [])
-            self.peak_pss_kib = max(self.peak_pss_kib, total)
-            self.peak_drop_kib = max(self.peak_drop_kib, self.baseline - _available_kib())
-            self.stop.wait(0.5)
-
-
-def run(
-    manifest: Path, out: Path, env: dict[str, str]
-) -> tuple[int, float, dict[str, object] | None, str, MemorySampler]:
-    gate = Path(sys.executable).parent / "gate"
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(gate), "run", str(manifest), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    sampler = MemorySampler(proc.pid)
-    sampler.start()
-    stdout, stderr = proc.communicate()
-    sampler.stop.set()
-    sampler.join()
-    seconds = time.perf_counter() - started
-    results = out / "results.json"
-    record = json.loads(results.read_text()) if results.exists() else None
-    text = stdout.decode(errors="replace")
-    verdict = next((ln for ln in text.splitlines() if ln.startswith("verdict")), stderr.decode()[-300:].strip())
-    return proc.returncode or 0, seconds, record, verdict.replace("|", "/"), sampler
-
-
-def peak_alive(node: object) -> int:
-    """The most servers alive at once any server's evidence reports (`engine_servers_alive_peak`)."""
-    found = [0]
-    if isinstance(node, dict):
-        value = node.get("engine_servers_alive_peak")
-        if isinstance(value, int):
-            found.append(value)
-        found += [peak_alive(v) for v in node.values()]
-    elif isinstance(node, list):
-        found += [peak_alive(v) for v in node]
-    return max(found)
 
 
 def main() -> int:
@@ -164,10 +141,20 @@ def main() -> int:
     ]
     details: list[str] = []
     problems = []
+    notes: list[str] = []
     for name in args.only or EXAMPLES:
         manifest = ROOT / "examples" / f"{name}.yaml"
         documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
-        code, seconds, record, verdict, memory = run(manifest, work / name, env)
+        if name == HOSTED:
+            with hosted_server(work, env, work / "hosted-vllm.log") as (pid, ready_s):
+                code, seconds, record, verdict, memory = run(manifest, work / name, env, pid)
+            notes += [
+                f"{HOSTED}: the server it judges, started outside gate, took {ready_s:.0f} s to become ready (not in "
+                "its seconds); it is in its PSS, and not in gate's server starts.",
+                "",
+            ]
+        else:
+            code, seconds, record, verdict, memory = run(manifest, work / name, env)
         if code != EXIT.get(documented):
             problems.append(f"{name}: exit {code}, documented {documented}: {verdict}")
         left = vllm_servers()
@@ -181,7 +168,8 @@ def main() -> int:
         print(lines[-1], flush=True)
         if record is not None:
             details += ["", f"## {name}", "", *check_rows(record), "", *length_rows(record)]
-    args.out.write_text("\n".join(lines + details) + "\n")
+    table = next(i for i, line in enumerate(lines) if line.startswith("| example |"))
+    args.out.write_text("\n".join(lines[:table] + notes + lines[table:] + details) + "\n")
     for line in problems:
         print(f"vLLM benchmark: {line}", file=sys.stderr)
     return 1 if problems else 0

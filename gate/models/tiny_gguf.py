@@ -10,6 +10,18 @@ same architecture with other weights, for a stale-weights control.
 
 The scales are chosen so that the logits have a real spread (top-1 margins of a few tenths of a nat
 are common): a model whose logits are nearly uniform would make every comparison a near-tie.
+
+`sliding_window` (with `sliding_layers` for a hybrid local/global model) makes the file a `gemma2`
+one: llama.cpp's `llama` architecture has no local layers, and gemma2 is the llama.cpp architecture
+users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`). llama.cpp reads
+`gemma2.attention.sliding_window` (the window) and
+`gemma2.attention.sliding_window_pattern` (here a per-layer array, true for a local layer). The
+weights are the same seeded draws with gemma2's extras: post-attention and post-feed-forward norms,
+the output tied to the token embedding (scaled so that the logits keep the same spread after gemma2
+multiplies the embedding by sqrt(n_embd)) and post norms that weigh each layer's output above the
+embedding (with a tied output a random model otherwise repeats its last input token), GELU
+feed-forward, and logit soft-capping at gemma2's defaults. Grouped-query heads come from `n_head` /
+`n_head_kv` in both architectures.
 """
 
 from __future__ import annotations
@@ -43,13 +55,18 @@ class TinyLlamaSpec:
     """When set, every weight moves by a seeded perturbation of relative size `perturb_scale`."""
     perturb_scale: float = 0.05
     sliding_window: int | None = None
-    """Tokens each local layer attends to (itself included); None: every layer is global. Written by
-    the Hugging Face writer only (gate.models.tiny_hf): llama.cpp's llama architecture has no local layers."""
+    """Tokens each local layer attends to (itself included); None: every layer is global. The GGUF
+    writer then writes a gemma2 model (llama.cpp's llama architecture has no local layers); the
+    Hugging Face writer a Llama with per-layer `layer_types`."""
     sliding_layers: tuple[int, ...] | None = None
     """Which layers are local when `sliding_window` is set; None: all of them."""
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
+
+    def gguf_architecture(self) -> str:
+        """The llama.cpp architecture of the GGUF file: gemma2 where there are local layers, else llama."""
+        return "llama" if self.sliding_window is None else "gemma2"
 
     def local_layers(self) -> tuple[int, ...]:
         """The local (sliding-window) layers."""
@@ -67,8 +84,19 @@ class TinyLlamaSpec:
             raise ValueError(f"sliding_layers {self.sliding_layers} name layers outside 0..{self.n_layer - 1}")
 
 
-def tensors_of(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """The seeded weights by GGUF tensor name, numpy float32 (out, in)."""
+GEMMA2_EMBEDDING_SCALE = 0.3
+"""gemma2 multiplies the (tied) embedding by sqrt(n_embd) = 8 on input: 0.3 keeps the logits' spread
+near the llama model's (2.5 / sqrt(n_embd) against normed activations)."""
+GEMMA2_POST_NORM = 5.0
+"""Scale of gemma2's post-attention and post-feed-forward norm weights: each layer's output then
+outweighs the input embedding in the residual stream, which the tied output would read back as the
+last input token."""
+
+
+def tensors_of(spec: TinyLlamaSpec, architecture: str = "llama") -> dict[str, Any]:
+    """The seeded weights by GGUF tensor name, numpy float32 (out, in): the llama set, or with
+    `architecture="gemma2"` gemma2's (the same draws, post norms added, the output tied to the
+    embedding)."""
     import numpy as np
 
     rng = np.random.default_rng(spec.seed)
@@ -93,6 +121,14 @@ def tensors_of(spec: TinyLlamaSpec) -> dict[str, Any]:
         tensors[p + "ffn_down.weight"] = normal((d, ff), 1.0 / ff**0.5)
     tensors["output_norm.weight"] = np.ones((d,), dtype=np.float32)
     tensors["output.weight"] = normal((spec.vocab_size, d), 2.5 / d**0.5)
+    if architecture == "gemma2":
+        del tensors["output.weight"]  # tied: llama.cpp's gemma2 reads token_embd for the output
+        tensors["token_embd.weight"] = (tensors["token_embd.weight"] * GEMMA2_EMBEDDING_SCALE).astype(np.float32)
+        for i in range(spec.n_layer):
+            for norm in ("post_attention_norm", "post_ffw_norm"):
+                tensors[f"blk.{i}.{norm}.weight"] = (GEMMA2_POST_NORM * (1.0 + normal((d,), 0.1))).astype(np.float32)
+    elif architecture != "llama":
+        raise ValueError(f"architecture {architecture!r}: the tiny GGUF is llama or gemma2")
     if spec.perturb_seed is not None:
         prng = np.random.default_rng(spec.perturb_seed)
         for name, value in tensors.items():
@@ -126,15 +162,11 @@ def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
     """Write the model to `path` (atomically) and return the file's sha256."""
     import gguf
 
-    if spec.sliding_window is not None:
-        raise ValueError(
-            "the tiny GGUF is a llama architecture, which has no sliding-window layers in llama.cpp; "
-            "write the Hugging Face format (gate.models.tiny_hf) for a sliding-window model"
-        )
+    arch = spec.gguf_architecture()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "llama")
-    name = f"gate-tiny-llama-s{spec.seed}" + (f"-p{spec.perturb_seed}" if spec.perturb_seed is not None else "")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    name = f"gate-tiny-{arch}-s{spec.seed}" + (f"-p{spec.perturb_seed}" if spec.perturb_seed is not None else "")
     writer.add_name(name)
     writer.add_context_length(spec.context_length)
     writer.add_embedding_length(spec.n_embd)
@@ -147,6 +179,12 @@ def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(spec.vocab_size)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if spec.sliding_window is not None:
+        local = set(spec.local_layers())
+        writer.add_sliding_window(spec.sliding_window)
+        writer.add_sliding_window_pattern([i in local for i in range(spec.n_layer)])
+        writer.add_attn_logit_softcapping(50.0)
+        writer.add_final_logit_softcapping(30.0)
     tokens, scores, types = _vocab(spec)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
@@ -158,7 +196,7 @@ def write_tiny_gguf(path: Path, spec: TinyLlamaSpec) -> str:
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    for tensor_name, value in tensors_of(spec).items():
+    for tensor_name, value in tensors_of(spec, arch).items():
         writer.add_tensor(tensor_name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

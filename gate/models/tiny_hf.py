@@ -3,7 +3,8 @@ format (vLLM, SGLang, TGI), with no hub.
 
 `write_tiny_hf(directory, TinyLlamaSpec(seed=0))` writes `config.json` (a `LlamaForCausalLM`),
 `model.safetensors` (float32; the same seeded weights as the tiny GGUF of the same spec,
-gate.models.tiny_gguf, with the query and key rows in Hugging Face's rotary order), a
+gate.models.tiny_gguf, with the query and key rows in Hugging Face's rotary order; for a spec with
+local layers that GGUF is a gemma2 one, another architecture), a
 `tokenizer.json` built locally with the `tokenizers` library (a word-level vocabulary of the same
 pieces as the GGUF's: three control tokens, the 128 ASCII byte tokens, plain pieces), and its
 `tokenizer_config.json` and `generation_config.json`. gate sends token ids, never text, so the
@@ -157,3 +158,31 @@ def directory_sha256(path: Path) -> str:
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         digest.update(f"{file.relative_to(path).as_posix()}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gate.models.tiny_hf DIR [--seed N] [--sliding-window N [--sliding-layers 0,1]]`: write the
+    tiny model directory (for a server gate does not launch, e.g. `base_url` in docs/engines.md) and
+    print its directory_sha256."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gate.models.tiny_hf", description=main.__doc__)
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context-length", type=int, default=TinyLlamaSpec.context_length)
+    parser.add_argument("--sliding-window", type=int, default=None)
+    parser.add_argument("--sliding-layers", default=None, help="comma-separated local layers (default: all)")
+    args = parser.parse_args(argv)
+    layers = None if args.sliding_layers is None else tuple(int(x) for x in args.sliding_layers.split(","))
+    spec = TinyLlamaSpec(
+        seed=args.seed,
+        context_length=args.context_length,
+        sliding_window=args.sliding_window,
+        sliding_layers=layers,
+    )
+    print(write_tiny_hf(args.directory, spec))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -32,3 +32,16 @@ def test_the_file_holds_a_llama_with_a_loadable_vocabulary(tmp_path: Path) -> No
     assert len(tokens.data) == spec.vocab_size
     with pytest.raises(ValueError, match="at least"):
         write_tiny_gguf(tmp_path / "x.gguf", TinyLlamaSpec(vocab_size=100))
+
+
+def test_a_sliding_window_gguf_is_a_gemma2_file_with_a_per_layer_pattern(tmp_path: Path) -> None:
+    write_tiny_gguf(tmp_path / "m.gguf", TinyLlamaSpec(sliding_window=64, sliding_layers=(0,)))
+    reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    field = reader.fields["general.architecture"]
+    assert bytes(field.parts[field.data[0]]).decode() == "gemma2"
+    window = reader.fields["gemma2.attention.sliding_window"]
+    assert int(window.parts[window.data[0]][0]) == 64
+    pattern = reader.fields["gemma2.attention.sliding_window_pattern"]
+    assert [bool(pattern.parts[i][0]) for i in pattern.data] == [True, False]
+    names = {t.name for t in reader.tensors}
+    assert "output.weight" not in names and "blk.1.post_ffw_norm.weight" in names

@@ -73,11 +73,3 @@ def test_sliding_window_layers_are_named_per_layer(tmp_path: Path) -> None:
         TinyLlamaSpec(sliding_window=64, sliding_layers=(2,))
     with pytest.raises(ValueError, match="split"):
         TinyLlamaSpec(n_head=4, n_head_kv=3)
-
-
-def test_the_gguf_writer_refuses_sliding_window_layers(tmp_path: Path) -> None:
-    pytest.importorskip("gguf")
-    from gate.models.tiny_gguf import write_tiny_gguf
-
-    with pytest.raises(ValueError, match="no sliding-window layers"):
-        write_tiny_gguf(tmp_path / "x.gguf", TinyLlamaSpec(sliding_window=64))

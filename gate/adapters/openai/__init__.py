@@ -39,11 +39,14 @@ This module imports nothing heavy, so `gate validate` and `gate plan` stay insta
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gate.protocols import PathCapabilities
+
+if TYPE_CHECKING:
+    from gate.adapters.openai.model_meta import ModelMeta
 
 
 class _Options(BaseModel):
@@ -70,7 +73,8 @@ class TinyModel(_Options):
     n_head_kv: int = Field(default=1, ge=1, le=64)
     """Key/value heads: fewer than `n_head` is grouped-query attention (n_head must be a multiple)."""
     sliding_window: int | None = Field(default=None, ge=2)
-    """Tokens a local layer attends to (hf format only); None: every layer global."""
+    """Tokens a local layer attends to; None: every layer global. gguf: a gemma2 model (llama.cpp's llama
+    architecture has no local layers); hf: a Llama with per-layer `layer_types`."""
     sliding_layers: list[int] | None = None
     """The local layers when `sliding_window` is set (None: all); some of them: a hybrid local/global model."""
 
@@ -80,8 +84,6 @@ class TinyModel(_Options):
             raise ValueError(
                 f"n_head {self.n_head} must divide the width 64 and be a multiple of n_head_kv {self.n_head_kv}"
             )
-        if self.sliding_window is not None and self.format != "hf":
-            raise ValueError("sliding_window needs format hf: llama.cpp's llama architecture has no local layers")
         if self.sliding_layers is not None and self.sliding_window is None:
             raise ValueError("sliding_layers needs sliding_window")
         if any(not 0 <= i < 2 for i in self.sliding_layers or []):
@@ -189,7 +191,7 @@ class Options(_Options):
         if self.vocab_size is None and model_vocab_size(self) is None and self._states_no_vocabulary():
             raise ValueError(
                 "vocab_size: vLLM does not state its vocabulary size; set `vocab_size`, or launch a "
-                "`tiny_model` or a `model_file` directory whose config.json gives it"
+                "`tiny_model`, a `model_file` directory whose config.json gives it, or a GGUF `model_file`"
             )
         return self
 
@@ -241,24 +243,31 @@ class OpenAIAdapter:
 
 
 def model_vocab_size(options: Options) -> int | None:
-    """The vocabulary size the launched model states: a tiny model's, or `vocab_size` in the
-    config.json of a `model_file` directory on this machine (None: neither)."""
-    launch = options.launch
-    if launch is None:
-        return None
-    if launch.tiny_model is not None:
-        return launch.tiny_model.vocab_size
-    if launch.model_file is not None:
-        import json
-        from pathlib import Path
+    """The vocabulary size the launched model states: a tiny model's, or the `config.json` of a
+    `model_file` directory or a GGUF `model_file`'s metadata on this machine (None: none of these)."""
+    return launched_model_meta(options).vocab_size
 
-        config = Path(launch.model_file) / "config.json"
-        try:
-            value = json.loads(config.read_text()).get("vocab_size")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return int(value) if isinstance(value, int) and value > 1 else None
-    return None
+
+def model_context_length(options: Options) -> int | None:
+    """The trained context length the launched model states (a tiny model's, `max_position_embeddings`
+    in a model directory's config.json, `<arch>.context_length` in a GGUF file): the context where
+    the server states none (None: none of these)."""
+    return launched_model_meta(options).context_length
+
+
+def launched_model_meta(options: Options) -> ModelMeta:
+    """What the launched model states about its shape (gate.adapters.openai.model_meta); nothing for a
+    `base_url` server, whose model gate cannot read."""
+    from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
+
+    launch = options.launch
+    if launch is None or (launch.tiny_model is None and launch.model_file is None):
+        return ModelMeta()
+    if launch.tiny_model is not None:
+        tiny = launch.tiny_model
+        return ModelMeta(vocab_size=tiny.vocab_size, context_length=tiny.context_length, source="tiny_model")
+    assert launch.model_file is not None
+    return read_model_meta(launch.model_file)
 
 
 def _flag(command: list[str], *names: str) -> str | None:
@@ -285,4 +294,13 @@ def _launch_context(command: list[str]) -> tuple[int, str] | None:
     return None
 
 
-__all__ = ["FLAVORS", "ControlLaunch", "Launch", "OpenAIAdapter", "Options", "TinyModel"]
+__all__ = [
+    "FLAVORS",
+    "ControlLaunch",
+    "Launch",
+    "OpenAIAdapter",
+    "Options",
+    "TinyModel",
+    "model_context_length",
+    "model_vocab_size",
+]

@@ -31,7 +31,15 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
-from gate.adapters.openai import ControlLaunch, Launch, Options, TinyModel, _flag, model_vocab_size
+from gate.adapters.openai import (
+    ControlLaunch,
+    Launch,
+    Options,
+    TinyModel,
+    _flag,
+    model_context_length,
+    model_vocab_size,
+)
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.geometry import (
     engine_identity,
@@ -290,9 +298,12 @@ class EnginePath:
                 "set `vocab_size` in the options"
             )
         path.vocab_size = int(vocab)
-        context = [c for c in (options.context_length, info.get("context_length")) if c]
+        stated = info.get("context_length") or model_context_length(options)  # the server's, else the model's
+        context = [c for c in (options.context_length, stated) if c]
         if not context:
-            raise EngineBadReply(f"{path.label}: the server does not state its context length; set `context_length`")
+            raise EngineBadReply(
+                f"{path.label}: the server does not state its context length, nor does the model; set `context_length`"
+            )
         path.max_len = int(min(context))
         path.name = f"openai:{path.flavor}" + (f"+{path.control}" if path.control else "")
         return path

@@ -5,6 +5,7 @@ Usage: python misbehaving_server.py PORT MODE, MODE one of
   slow      lists a model, then never answers a completion in time
   crash     lists a model, then exits (status 1) on the first completion
   forks     lists a model and starts a child process in its own group (a worker), then serves
+  silent    lists a model but states neither its vocabulary size nor its context length
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Handler(BaseHTTPRequestHandler):
         if MODE == "html":
             self._send(200, b"<html>hello</html>", "text/html")
         elif self.path in ("/health", "/v1/models"):
-            self._send(200, json.dumps(MODELS if self.path == "/v1/models" else {"status": "ok"}).encode())
+            models = {"object": "list", "data": [{"id": "m", "owned_by": "test"}]} if MODE == "silent" else MODELS
+            self._send(200, json.dumps(models if self.path == "/v1/models" else {"status": "ok"}).encode())
         else:
             self._send(404, b"{}")
 
