@@ -21,6 +21,7 @@ def test_cards_match_the_built_in_entry_points() -> None:
 def test_the_checks_package_holds_exactly_the_carded_checks() -> None:
     modules = {p.stem for p in (REPO / "gate" / "checks").glob("*.py") if not p.stem.startswith("_")}
     modules.discard("api")  # the deprecated import path kept for one release (test_deprecated_imports)
+    modules.discard("planning")  # the public face of the private helpers (params models, planned coverage)
     implemented = {card.implementation.split(":")[0].rsplit(".", 1)[1] for card in cards().values()}
     assert modules == implemented
 
