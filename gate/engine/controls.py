@@ -139,6 +139,17 @@ def _run_planted(
     return _judged(control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change)
 
 
+def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, str]:
+    """The identity fields a check could not probe (`Outcome.lacking`) that `fault`'s name points at
+    (key-ignores-revision: model-revision)."""
+    if not lacking:
+        return {}
+    from gate.checks._prefix_support import WHY
+    from gate.checks.cache_identity import points_at
+
+    return {a: why for a, why in lacking.items() if a in WHY and points_at(fault, a)}
+
+
 def invisible_reason(path: Any, fault: str) -> str | None:
     """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
     if not isinstance(path, FaultVisibility):
@@ -174,6 +185,17 @@ def _judged(
         )
     if failed:
         return ControlResult(**base, outcome=ControlOutcome.detected, message=faulty.message)
+    unasserted = targeted_but_unasserted(control.fault, faulty.lacking)
+    if unasserted:
+        # the check could not make the assertion this fault breaks (a store without siblings cannot vary
+        # its revision): whatever else moved, the control could not show anything, so it is no lack of power
+        return ControlResult(
+            **base,
+            outcome=ControlOutcome.unobservable,
+            message="the assertion this fault breaks could not be made on this candidate ("
+            + "; ".join(f"{a}: {why}" for a, why in unasserted.items())
+            + "): the control cannot show anything here",
+        )
     if difference == 0.0:
         return ControlResult(
             **base,
