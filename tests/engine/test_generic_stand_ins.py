@@ -106,3 +106,58 @@ def test_a_stand_in_that_cannot_apply_says_why() -> None:
     assert isinstance(planted, str) and "samples no drafts" in planted
     planted = plant(store, "invalidation", "skip-invalidation", own=False)
     assert not isinstance(planted, str) and planted.applied == "invalidation-skipped"
+
+
+class NoSiblings:
+    """gate's own prefix worker without siblings (one model, one configuration), its faults kept."""
+
+    def __init__(self, inner: Any) -> None:
+        self.__dict__["inner"] = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "sibling":
+            raise AttributeError(name)
+        return getattr(self.__dict__["inner"], name)
+
+    def fresh(self, **kw: Any) -> NoSiblings:
+        return NoSiblings(self.__dict__["inner"].fresh(**kw))
+
+    def with_fault(self, fault: str) -> NoSiblings:
+        return NoSiblings(self.__dict__["inner"].with_fault(fault))
+
+
+@pytest.mark.parametrize("fault", ["key-ignores-revision", "key-ignores-tokenizer", "key-ignores-kv-dtype"])
+def test_on_a_store_without_siblings_a_key_fault_on_a_worker_field_is_unobservable_never_missed(fault: str) -> None:
+    from gate.checks.cache_identity import cache_identity
+    from gate.core.plan import PlannedCheck
+    from gate.core.result import Status
+    from gate.engine.runner import run_check
+    from gate.protocols import PrefixServing, PrefixSiblings
+    from tests.checks.test_prefix_checks import context
+
+    ctx = context()
+    ctx = type(ctx)(**{**ctx.__dict__, "candidate": NoSiblings(ctx.candidate), "control": None})
+    assert isinstance(ctx.candidate, PrefixServing) and not isinstance(ctx.candidate, PrefixSiblings)
+    clean = cache_identity(ctx, cache_identity.params())
+    field = {"key-ignores-revision": "model-revision", "key-ignores-tokenizer": "tokenizer"}.get(fault, "kv-dtype")
+    assert clean.status == "unproven" and field in clean.lacking, clean.message
+    result = run_control(cache_identity, ctx, cache_identity.params(), clean, ControlSpec(fault=fault))
+    # the store's own fault ran and could not show (the assertion it breaks cannot be made here); the
+    # generic stand-in needs siblings too, so the control stays unobservable: never missed
+    assert result.outcome == ControlOutcome.unobservable, result.message
+    assert "could not be made on this candidate" in result.message and "no generic stand-in" in result.message
+    # as the policy plans it: the tenant control shows power, so the check is unproven for the missing
+    # capability (a warning by the policy's missing_capability), not failed for lack of power
+    planned = PlannedCheck(
+        check="cache-identity",
+        step=3,
+        severity="deny",
+        why="test",
+        source="test",
+        missing_capability="warn",
+        available=True,
+        controls=[ControlSpec(fault=fault), ControlSpec(fault="key-ignores-tenant")],
+    )
+    checked = run_check(planned, cache_identity, cache_identity.params(), ctx)
+    assert checked.status == Status.unproven and checked.unproven == "warn", checked.message
+    assert [c.outcome for c in checked.controls] == [ControlOutcome.unobservable, ControlOutcome.detected]
