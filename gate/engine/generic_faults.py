@@ -472,3 +472,28 @@ __all__ = [
     "WeightReloading",
     "plant",
 ]
+
+
+def stand_in_table() -> str:
+    """docs/faults.md's table of stand-ins: for every check and control fault the built-in policies
+    name, the generic faults that stand in for it (in the order `plant` tries them) and what each needs."""
+    from gate.core.policy import load_policies
+
+    named: dict[tuple[str, str], None] = {}
+    for resolved in load_policies().interventions.values():
+        for claim in resolved.claims.values():
+            for rule, _ in claim.checks:
+                for control in rule.controls:
+                    named[(rule.check, control.fault)] = None
+    rows = [
+        "| check | control the policy names | generic stand-in (tried in order) | what it breaks |",
+        "|---|---|---|---|",
+    ]
+    for check, fault in sorted(named):
+        generics = [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
+        if generics:
+            names = ", ".join(f"`{g.name}`" for g in generics)
+            rows.append(f"| {check} | {fault} | {names} | {'; '.join(g.summary for g in generics)} |")
+        else:
+            rows.append(f"| {check} | {fault} | none | only the adapter's own fault can show it |")
+    return "\n".join(rows) + "\n"

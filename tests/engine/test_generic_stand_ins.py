@@ -161,3 +161,12 @@ def test_on_a_store_without_siblings_a_key_fault_on_a_worker_field_is_unobservab
     checked = run_check(planned, cache_identity, cache_identity.params(), ctx)
     assert checked.status == Status.unproven and checked.unproven == "warn", checked.message
     assert [c.outcome for c in checked.controls] == [ControlOutcome.unobservable, ControlOutcome.detected]
+
+
+def test_docs_faults_shows_which_control_stands_in_where() -> None:
+    from gate.engine.generic_faults import stand_in_table
+    from tests.support.repo import REPO
+
+    text = (REPO / "docs" / "faults.md").read_text()
+    table = text.split("<!-- stand-in-table:start -->\n", 1)[1].split("<!-- stand-in-table:end -->", 1)[0]
+    assert table == stand_in_table()
