@@ -303,21 +303,35 @@ class InvalidationSkipped(WrappedStore):
 
 class _ProbsAsLogits:
     """A causal logits function over a next-token probability function: row t is log p(. | tokens
-    up to t), computed from `first` on (earlier rows are never read by the sampler)."""
+    up to t), computed from `first` on (earlier rows are never read by the sampler). Each distinct
+    context is asked once (`seen`): a round re-reads the rows of the tokens it already accepted."""
+
+    LIMIT = 65536
+    """Contexts remembered before the memo starts over (bounds its memory)."""
 
     def __init__(self, probs: Callable[..., torch.Tensor], temperature: float, top_k: int | None, first: int) -> None:
         self.probs, self.temperature, self.top_k, self.first = probs, temperature, top_k, first
+        self.seen: dict[tuple[int, ...], torch.Tensor] = {}
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         import torch
 
-        rows = [
-            self.probs(tokens[:, : t + 1], temperature=self.temperature, top_k=self.top_k).double()
-            for t in range(self.first, tokens.shape[1])
-        ]
-        out = torch.zeros(tokens.shape[0], tokens.shape[1], rows[0].shape[-1], dtype=torch.float64)
+        if len(self.seen) > self.LIMIT:
+            self.seen.clear()
+        rows = tokens.tolist()
+        columns = []
+        for t in range(self.first, tokens.shape[1]):
+            keys = [tuple(row[: t + 1]) for row in rows]
+            missing = sorted({i for i, key in enumerate(keys) if key not in self.seen})
+            if missing:
+                at = torch.tensor(missing, device=tokens.device)
+                fresh = self.probs(tokens[at, : t + 1], temperature=self.temperature, top_k=self.top_k)
+                for i, p in zip(missing, fresh.double().to(tokens.device), strict=True):
+                    self.seen.setdefault(keys[i], p)
+            columns.append(torch.stack([self.seen[key] for key in keys]))
+        out = torch.zeros(tokens.shape[0], tokens.shape[1], columns[0].shape[-1], dtype=torch.float64)
         out = out.to(tokens.device)
-        out[:, self.first :] = torch.stack(rows, 1).to(tokens.device).clamp_min(0.0).log()
+        out[:, self.first :] = torch.stack(columns, 1).clamp_min(0.0).log()
         return out
 
 
@@ -333,6 +347,7 @@ class FaultySampler:
         self.num_draft_tokens = int(inner.num_draft_tokens)
         self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
         self.uses_cache, self.dtype = getattr(inner, "uses_cache", False), getattr(inner, "dtype", "float32")
+        self.models: dict[tuple[Any, ...], tuple[_ProbsAsLogits, _ProbsAsLogits]] = {}
 
     def identity(self) -> dict[str, Any]:
         return {**self.inner.identity(), "generic_fault": f"sampler:{self.rule}"}
@@ -364,8 +379,13 @@ class FaultySampler:
         from gate.speculative.sampler import CORRECT, SpeculativeSampler, apply_fault
 
         first = prompts.shape[1] - 1
-        target = _ProbsAsLogits(self.target_next_token_probs, temperature, top_k, first)
-        draft = _ProbsAsLogits(self.draft_next_token_probs, temperature, top_k, first)
+        key = (temperature, top_k, first)
+        if key not in self.models:  # one memo per warp and prompt length, kept across calls
+            self.models[key] = (
+                _ProbsAsLogits(self.target_next_token_probs, temperature, top_k, first),
+                _ProbsAsLogits(self.draft_next_token_probs, temperature, top_k, first),
+            )
+        target, draft = self.models[key]
         sampler = SpeculativeSampler(target, draft, self.num_draft_tokens, apply_fault(CORRECT, self.rule))
         # the distributions are already warped: temperature 1 and no top-k give them back unchanged
         return sampler.sample(prompts, n_tokens, temperature=1.0, top_k=None, generator=generator)
