@@ -456,15 +456,9 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
     # a correct path may move a row by its dtype's band (x the deny allowance under a claim that
     # bounds the logits): a control that moved the rows no further and passed is unobservable here
     widest = max((float(tol.row(r.rows).max()) for r in everyone if r.rows.numel()), default=None)
-    return Outcome(
-        status=status,
-        message=message,
-        metrics=metrics,
-        evidence=evidence,
-        exercise=exercise,
-        observation=observation,
-        tolerated_change=None if widest is None else widest * (DENY_ALLOWANCE if bounded else 1.0),
-    )
+    outcome = Outcome(status, message, metrics, evidence, exercise, observation=observation)
+    outcome.tolerated_change = None if widest is None else widest * (DENY_ALLOWANCE if bounded else 1.0)
+    return outcome
 
 
 def _bug_class(setting: str) -> str:
