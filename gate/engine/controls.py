@@ -30,6 +30,9 @@ from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
 from gate.protocols import FaultVisibility
 
+UNASSERTED = "the assertion this fault breaks could not be made on this candidate"
+"""How a control whose target assertion the check could not make here is reported (unobservable)."""
+
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
     """max |Δ| between the two observations; inf when shapes differ; None when either is missing.
@@ -90,6 +93,8 @@ def _classified_control(
     result = _run_planted(spec, ctx, params, clean, control, planted)
     if control.expect == "pass" or not _could_not_show(result):
         return result
+    if UNASSERTED in result.message:  # the check cannot make that assertion here, whatever is planted
+        return result.model_copy(update={"message": f"{result.message}; no stand-in can make it either"})
     # the adapter's own fault ran but could not show here: the generic fault covering the same rule
     # stands in, decided at run time (an architecture where the fault moves nothing beyond rounding)
     stand_in = plant(ctx.candidate, spec.name, control.fault, own=False)
@@ -192,7 +197,7 @@ def _judged(
         return ControlResult(
             **base,
             outcome=ControlOutcome.unobservable,
-            message="the assertion this fault breaks could not be made on this candidate ("
+            message=f"{UNASSERTED} ("
             + "; ".join(f"{a}: {why}" for a, why in unasserted.items())
             + "): the control cannot show anything here",
         )

@@ -142,10 +142,10 @@ def test_on_a_store_without_siblings_a_key_fault_on_a_worker_field_is_unobservab
     field = {"key-ignores-revision": "model-revision", "key-ignores-tokenizer": "tokenizer"}.get(fault, "kv-dtype")
     assert clean.status == "unproven" and field in clean.lacking, clean.message
     result = run_control(cache_identity, ctx, cache_identity.params(), clean, ControlSpec(fault=fault))
-    # the store's own fault ran and could not show (the assertion it breaks cannot be made here); the
-    # generic stand-in needs siblings too, so the control stays unobservable: never missed
-    assert result.outcome == ControlOutcome.unobservable, result.message
-    assert "could not be made on this candidate" in result.message and "no generic stand-in" in result.message
+    # the store's own fault ran and could not show (the assertion it breaks cannot be made here, so no
+    # stand-in can make it either): the control is unobservable, never missed
+    assert result.outcome == ControlOutcome.unobservable and result.kind == "adapter", result.message
+    assert "could not be made on this candidate" in result.message and "no stand-in can" in result.message
     # as the policy plans it: the tenant control shows power, so the check is unproven for the missing
     # capability (a warning by the policy's missing_capability), not failed for lack of power
     planned = PlannedCheck(
