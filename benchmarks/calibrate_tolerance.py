@@ -34,11 +34,11 @@ from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
-from gate.core.check import CheckContext
+from gate.core.check import CheckContext, CheckSpec
 from gate.core.manifest import Manifest
 from gate.core.registry import load_adapter
 
-OTHER_CHECKS = (
+OTHER_CHECKS: tuple[tuple[CheckSpec[Any], Any], ...] = (
     (greedy_parity, GreedyParityParams()),
     (mask_oracle, MaskOracleParams()),
     (reset_isolation, ResetIsolationParams()),
@@ -154,6 +154,7 @@ def other_checks(args: argparse.Namespace) -> dict[str, dict[str, int]]:
                         print(f"FALSE ALARM {spec.name} {subject}:{name} {dtype} seed {seed}", flush=True)
                     bucket = counts.setdefault(f"{spec.name} | {dtype}", {})
                     bucket[status] = bucket.get(status, 0) + 1
+            print(f"{dtype} seed {seed}: {counts}", flush=True)
     return counts
 
 
