@@ -77,8 +77,10 @@ ROW_LABEL = {
 
 EXPLAIN: dict[tuple[str, str], str] = {
     ("generate-static", "*"): "a limit of the path, documented for hf-generate-static: every parity check "
-    "passed, but the layout policy requires mask-oracle, which needs an attention probe (q, k, v through "
-    "the path's own cache and mask) that generate() does not offer, so the verdict is amber, never green.",
+    "passed; mask-oracle needs an attention probe (q, k, v through the path's own cache and mask) that "
+    "generate() does not offer, so it is unproven-not-applicable, a warning, while prefix-sweep and "
+    "schedule-fuzz observe its rule at model level and show power (PASS with the warning named, never green "
+    "for mask-oracle itself).",
     ("generate-paged", "*"): "a limit of the path, as in hf-generate-paged: every parity check passed through "
     "transformers' continuous batching, but mask-oracle needs an attention probe the engine-owned paged "
     "cache does not offer; the scheduling policy lets that stay unproven as a warning (amber in the dossier).",

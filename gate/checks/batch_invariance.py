@@ -453,9 +453,12 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
         + ("; this path does not pad" if continuous and not sides else "")
         + ("; it does not batch continuously" if sides and not continuous else "")
     )
-    return Outcome(
-        status=status, message=message, metrics=metrics, evidence=evidence, exercise=exercise, observation=observation
-    )
+    # a correct path may move a row by its dtype's band (x the deny allowance under a claim that
+    # bounds the logits): a control that moved the rows no further and passed is unobservable here
+    widest = max((float(tol.row(r.rows).max()) for r in everyone if r.rows.numel()), default=None)
+    outcome = Outcome(status, message, metrics, evidence, exercise, observation=observation)
+    outcome.tolerated_change = None if widest is None else widest * (DENY_ALLOWANCE if bounded else 1.0)
+    return outcome
 
 
 def _bug_class(setting: str) -> str:

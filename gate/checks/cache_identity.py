@@ -120,12 +120,13 @@ def probe_order(fields: list[str], control: str | None) -> list[str]:
     Every field is still probed until the first failure; a positive run probes them all."""
     if control is None:
         return fields
-    words = [w for w in control.split("-") if w not in ("key", "ignores")]
+    return sorted(fields, key=lambda f: not points_at(control, f))
 
-    def likely(field: str) -> bool:
-        return any(part.startswith(word) for word in words for part in field.split("-"))
 
-    return sorted(fields, key=lambda f: not likely(f))
+def points_at(fault: str, field: str) -> bool:
+    """Whether a fault's name points at an identity field (key-ignores-revision: model-revision)."""
+    words = [w for w in fault.split("-") if w not in ("key", "ignores")]
+    return any(part.startswith(word) for word in words for part in field.split("-"))
 
 
 @check("cache-identity", params=CacheIdentityParams)

@@ -30,6 +30,9 @@ from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
 from gate.protocols import FaultVisibility
 
+UNASSERTED = "the assertion this fault breaks could not be made on this candidate"
+"""How a control whose target assertion the check could not make here is reported (unobservable)."""
+
 
 def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
     """max |Δ| between the two observations; inf when shapes differ; None when either is missing.
@@ -90,6 +93,8 @@ def _classified_control(
     result = _run_planted(spec, ctx, params, clean, control, planted)
     if control.expect == "pass" or not _could_not_show(result):
         return result
+    if UNASSERTED in result.message:  # the check cannot make that assertion here, whatever is planted
+        return result.model_copy(update={"message": f"{result.message}; no stand-in can make it either"})
     # the adapter's own fault ran but could not show here: the generic fault covering the same rule
     # stands in, decided at run time (an architecture where the fault moves nothing beyond rounding)
     stand_in = plant(ctx.candidate, spec.name, control.fault, own=False)
@@ -139,6 +144,17 @@ def _run_planted(
     return _judged(control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change)
 
 
+def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, str]:
+    """The identity fields a check could not probe (`Outcome.lacking`) that `fault`'s name points at
+    (key-ignores-revision: model-revision)."""
+    if not lacking:
+        return {}
+    from gate.checks._prefix_support import WHY
+    from gate.checks.cache_identity import points_at
+
+    return {a: why for a, why in lacking.items() if a in WHY and points_at(fault, a)}
+
+
 def invisible_reason(path: Any, fault: str) -> str | None:
     """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
     if not isinstance(path, FaultVisibility):
@@ -174,6 +190,17 @@ def _judged(
         )
     if failed:
         return ControlResult(**base, outcome=ControlOutcome.detected, message=faulty.message)
+    unasserted = targeted_but_unasserted(control.fault, faulty.lacking)
+    if unasserted:
+        # the check could not make the assertion this fault breaks (a store without siblings cannot vary
+        # its revision): whatever else moved, the control could not show anything, so it is no lack of power
+        return ControlResult(
+            **base,
+            outcome=ControlOutcome.unobservable,
+            message=f"{UNASSERTED} ("
+            + "; ".join(f"{a}: {why}" for a, why in unasserted.items())
+            + "): the control cannot show anything here",
+        )
     if difference == 0.0:
         return ControlResult(
             **base,

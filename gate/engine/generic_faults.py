@@ -53,10 +53,13 @@ class GenericFault:
     proves: tuple[str, ...]
     """Checks this fault can show power for."""
     summary: str
-    session: Callable[[DecodePath, int], Any]
-    """Builds the faulty session: (clean path, batch size) -> Session."""
+    session: Callable[[DecodePath, int], Any] | None
+    """Builds the faulty session: (clean path, batch size) -> Session (None: `wrap` builds the path)."""
     needs: Callable[[DecodePath], str | None] = lambda _path: None
     """None when the path offers what the fault needs, else the reason it cannot apply."""
+    wrap: Callable[[DecodePath], DecodePath] | None = None
+    """Builds the faulty candidate from the clean path when the fault wraps a store or a sampler
+    rather than sessions (gate.engine.generic_stores); such a fault needs no cache of sessions."""
 
 
 class _Wrapped:
@@ -238,6 +241,146 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
         _needs_crop,
     ),
 )
+PREFIX_CHECKS = ("prefix-reuse-parity", "cache-identity", "tenant-isolation", "invalidation", "hash-collision")
+"""The checks of the prefix-reuse policy, which judge a store (gate.protocols.PrefixServing)."""
+SPEC_CHECKS = ("spec-greedy", "spec-distribution")
+"""The checks of the proposal-and-verify policy, which judge a sampler (gate.protocols.SpeculativePath)."""
+
+
+def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[DecodePath], str | None]:
+    def needs(path: DecodePath) -> str | None:
+        from gate.engine.generic_stores import as_store
+
+        store = as_store(path)
+        if store is None:
+            return f"path {path.name} is no prefix store (gate.plugin.PrefixServing)"
+        missing = [c for c in capabilities if not callable(getattr(store, c, None))]
+        if missing:
+            return f"the store {path.name} offers no {', '.join(missing)}"
+        if adapters and not store.adapters():
+            return f"the store {path.name} serves no adapters"
+        return None
+
+    return needs
+
+
+def _wrapped(kind: Callable[..., Any], fault: str) -> Callable[[DecodePath], DecodePath]:
+    def wrap(path: DecodePath) -> DecodePath:
+        from gate.engine.generic_stores import as_store
+
+        wrapped: DecodePath = kind(as_store(path), path, fault)
+        return wrapped
+
+    return wrap
+
+
+def _store_fault(
+    name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, kind: str, *needs: str, **more: bool
+) -> GenericFault:
+    import gate.engine.generic_stores as stores
+
+    cls = getattr(stores, kind) if not kind.startswith("sibling:") else stores.sibling_shared(kind.split(":", 1)[1])
+    return GenericFault(name, stands_for, proves, summary, None, _store_needs(*needs, **more), _wrapped(cls, name))
+
+
+SIBLING_FIELDS = {
+    "revision": ("model-revision", "key-ignores-revision"),
+    "tokenizer": ("tokenizer", "key-ignores-tokenizer"),
+    "rope": ("rope-scaling", "key-ignores-rope"),
+    "window": ("attention-window", "key-ignores-window"),
+    "kv-dtype": ("kv-dtype", "key-ignores-kv-dtype"),
+}
+"""Generic name prefix -> (the worker-level identity field, the catalogue fault a key that drops it is)."""
+
+STORE_FAULTS: tuple[GenericFault, ...] = (
+    _store_fault(
+        "tenant-shared",
+        ("key-ignores-tenant", "verify-ignores-identity"),
+        ("cache-identity", "tenant-isolation", "hash-collision"),
+        "every request is served unsalted: the tenant never reaches the store's key",
+        "TenantShared",
+    ),
+    _store_fault(
+        "adapter-shared",
+        ("key-ignores-adapter", "verify-ignores-identity"),
+        ("cache-identity", "hash-collision"),
+        "a request naming an adapter is served as a base-model request: the adapter never reaches the key",
+        "AdapterShared",
+        adapters=True,
+    ),
+    *(
+        _store_fault(
+            f"{short}-shared",
+            (catalogue,),
+            ("cache-identity",),
+            f"the sibling that differs in {field} alone is served from the base store's cache",
+            f"sibling:{field}",
+            "sibling",
+        )
+        for short, (field, catalogue) in SIBLING_FIELDS.items()
+    ),
+    _store_fault(
+        "parent-blind",
+        ("unordered-blocks", "key-ignores-position"),
+        ("prefix-reuse-parity", "cache-identity"),
+        "a block seen at the same position after other tokens is served after that earlier context",
+        "ParentBlind",
+    ),
+    _store_fault(
+        "hash-trusted",
+        ("trust-hash", "verify-ignores-identity"),
+        ("hash-collision", "tenant-isolation"),
+        "under a replaced (weak) hash, a block whose bucket holds another context's block is served that "
+        "context's state, identity included",
+        "HashTrusted",
+        "with_hash",
+    ),
+    _store_fault(
+        "invalidation-skipped",
+        ("skip-invalidation",),
+        ("invalidation",),
+        "a weight or adapter update never reaches the cache: requests are served as before the update",
+        "InvalidationSkipped",
+        "update_weights",
+    ),
+)
+"""Wrappers around a prefix store (gate.engine.generic_stores)."""
+
+
+def _sampler_fault(rule: str) -> GenericFault:
+    from gate.engine.generic_stores import FaultySampler, sampler_needs
+
+    def wrap(path: DecodePath) -> DecodePath:
+        faulty: DecodePath = FaultySampler(path, rule)
+        return faulty
+
+    return GenericFault(
+        f"sampler:{rule}",
+        (rule,),
+        SPEC_CHECKS,
+        f"gate's reference speculative sampler with {rule} over the candidate's own target and draft distributions",
+        None,
+        sampler_needs,
+        wrap,
+    )
+
+
+SAMPLER_FAULTS: tuple[GenericFault, ...] = tuple(
+    _sampler_fault(rule)
+    for rule in (
+        "accept-all",
+        "inverted-ratio",
+        "residual-abs",
+        "residual-from-target",
+        "bonus-from-draft",
+        "drop-bonus",
+    )
+)
+"""Wrapper samplers, one per rule fault of gate.speculative.sampler.FAULTS (listed here so this module
+imports no torch)."""
+
+
+GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
 GENERIC_BY_NAME = {g.name: g for g in GENERIC_FAULTS}
 
 
@@ -267,6 +410,7 @@ class FaultedPath:
         return self.inner.full_logits(tokens)
 
     def new_session(self, batch_size: int) -> Session:
+        assert self.fault.session is not None, self.fault.name
         session: Session = self.fault.session(self.inner, batch_size)
         return session
 
@@ -303,19 +447,24 @@ def plant(path: DecodePath, check: str, fault: str, *, own: bool = True) -> Plan
         if check not in generic.proves:
             reasons.append(f"generic {generic.name} proves only {', '.join(generic.proves)}")
             continue
-        if not path.uses_cache:
+        if generic.wrap is None and not path.uses_cache:
             reasons.append(f"generic {generic.name} needs a path that keeps a cache; {path.name} recomputes")
             continue
         missing = generic.needs(path)
         if missing:
             reasons.append(f"generic {generic.name}: {missing}")
             continue
-        return Planted(FaultedPath(path, generic), "generic", generic.name)
+        faulty = generic.wrap(path) if generic.wrap is not None else FaultedPath(path, generic)
+        return Planted(faulty, "generic", generic.name)
     return f"path {path.name} cannot apply fault {fault!r}; " + "; ".join(reasons)
 
 
 __all__ = [
     "GENERIC_FAULTS",
+    "PREFIX_CHECKS",
+    "SAMPLER_FAULTS",
+    "SPEC_CHECKS",
+    "STORE_FAULTS",
     "CacheCropping",
     "FaultedPath",
     "GenericFault",
@@ -323,3 +472,28 @@ __all__ = [
     "WeightReloading",
     "plant",
 ]
+
+
+def stand_in_table() -> str:
+    """docs/faults.md's table of stand-ins: for every check and control fault the built-in policies
+    name, the generic faults that stand in for it (in the order `plant` tries them) and what each needs."""
+    from gate.core.policy import load_policies
+
+    named: dict[tuple[str, str], None] = {}
+    for resolved in load_policies().interventions.values():
+        for claim in resolved.claims.values():
+            for rule, _ in claim.checks:
+                for control in rule.controls:
+                    named[(rule.check, control.fault)] = None
+    rows = [
+        "| check | control the policy names | generic stand-in (tried in order) | what it breaks |",
+        "|---|---|---|---|",
+    ]
+    for check, fault in sorted(named):
+        generics = [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
+        if generics:
+            names = ", ".join(f"`{g.name}`" for g in generics)
+            rows.append(f"| {check} | {fault} | {names} | {'; '.join(g.summary for g in generics)} |")
+        else:
+            rows.append(f"| {check} | {fault} | none | only the adapter's own fault can show it |")
+    return "\n".join(rows) + "\n"

@@ -143,3 +143,28 @@ def test_the_worked_policy_and_entry_points_are_what_the_plugins_use(tmp_path: P
         for line in block.splitlines():
             if "=" in line and not line.startswith("#"):
                 assert line.strip() in shipped, line
+
+
+def test_every_protocol_data_type_and_subject_error_is_exported_from_gate_plugin() -> None:
+    import inspect
+
+    import gate.errors
+    import gate.protocols
+
+    public = [
+        name
+        for name, obj in vars(gate.protocols).items()
+        if not name.startswith("_")
+        and (inspect.isclass(obj) or inspect.isfunction(obj))
+        and obj.__module__ == "gate.protocols"
+    ]
+    internal = {"OutputError", "Terminated"}  # gate's own outputs and signals, never a plugin's
+    errors = [
+        name
+        for name, obj in vars(gate.errors).items()
+        if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == "gate.errors"
+    ]
+    missing = sorted({*public, *errors} - internal - set(gate.plugin.__all__))
+    assert not missing, missing
+    for name in ("ControlOutcome", "ControlResult", "PREFIX_CAPABILITIES"):  # the control bookkeeping
+        assert name in gate.plugin.__all__

@@ -1,0 +1,406 @@
+"""Generic stand-ins for prefix stores and speculative samplers: wrappers around the subject.
+
+gate.engine.generic_faults wraps sessions; the checks of the prefix-reuse and proposal-and-verify
+policies do not judge sessions but a store (`PrefixServing` and its capabilities) or a sampler
+(`SpeculativePath`). The wrappers here break, from outside and through the protocol alone, the rule
+each check judges, so a store or sampler that plants no faults of its own (or whose own fault cannot
+show) still gets a control that shows the check can fail:
+
+    tenant-shared      the tenant never reaches the store: every request is served unsalted
+    adapter-shared     a request naming an adapter is served as a base-model request
+    <field>-shared     the sibling that differs in one worker-level field (revision, tokenizer, rope,
+                       window, KV dtype) is served from the base store's cache
+    parent-blind       a block is served after another parent: the request's prefix before a block
+                       seen at the same position after other tokens is replaced by that earlier context
+    hash-trusted       under a replaced (weak) hash, a block whose bucket holds another context's block
+                       is served that context's state, identity included
+    invalidation-skipped  a weight or adapter update never reaches the cache: requests keep being served
+                       by the store as it was, while its uncached computation moves on
+    sampler:<rule>     gate's reference speculative sampler with one verification rule broken, over the
+                       candidate's own target and draft distributions (accept-all, bonus-from-draft, ...)
+
+A wrapper cannot reach inside a store's key or a sampler's kernel: it changes what the store is asked
+or what state a request is served from, so it proves the check sees a store that serves the wrong
+state (or a sampler whose law is wrong with this target and draft), not that every bug inside the
+subject is covered. This module imports no torch at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gate.protocols import PrefixServing
+
+if TYPE_CHECKING:
+    import torch
+
+    from gate.protocols import DecodePath
+
+STORE_ATTRS = (
+    "identity_for",
+    "sibling",
+    "with_hash",
+    "with_budget",
+    "update_weights",
+    "save_cache",
+    "restore_cache",
+    "restarted",
+)
+"""The optional prefix capabilities a wrapper offers exactly where the store it wraps offers them."""
+DERIVED = ("fresh", "with_hash", "with_budget", "restarted")
+"""Capabilities that return a new store: it is wrapped with the same fault."""
+PATH_ATTRS = ("vocab_size", "max_len", "dtype", "uses_cache", "full_logits", "new_session")
+
+
+def as_store(path: Any) -> PrefixServing | None:
+    """The path as a prefix store (a store written against the single protocol of earlier releases
+    through `LegacyStore`, as the checks serve it), or None."""
+    if isinstance(path, PrefixServing):
+        return path
+    from gate.checks._prefix_support import LEGACY_METHODS, LegacyStore
+
+    if all(callable(getattr(path, name, None)) for name in LEGACY_METHODS):
+        return LegacyStore(path)
+    return None
+
+
+class WrappedStore:
+    """A prefix store forwarding to `inner`; subclasses change what the store is asked. As the
+    top-level candidate it is a DecodePath too (`path`: the subject's own path)."""
+
+    def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
+        self.inner, self.path, self.fault = inner, path, fault
+        self.name = f"{getattr(path or inner, 'name', 'store')}+generic:{fault}"
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in ("inner", "path", "fault"):
+            raise AttributeError(attr)
+        if attr == "block_size":
+            return self.inner.block_size
+        if attr in PATH_ATTRS:
+            source = self.path if self.path is not None and hasattr(self.path, attr) else self.inner
+            return getattr(source, attr)
+        if attr not in STORE_ATTRS:
+            raise AttributeError(attr)
+        value = getattr(self.inner, attr)  # absent on the inner store: absent here
+        if attr in DERIVED:
+            return lambda *args, **kw: self.derived(value(*args, **kw))
+        return value
+
+    def derived(self, store: PrefixServing) -> WrappedStore:
+        """A new store made by the inner one (fresh, another hash or budget, restarted), wrapped alike."""
+        return type(self)(store, None, self.fault)
+
+    def identity(self) -> dict[str, Any]:
+        own = self.path.identity() if self.path is not None else {}
+        return {**own, "generic_fault": self.fault}
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> Any:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"path {self.name} already carries generic fault {self.fault}")
+
+    def fresh(self, *, block_size: int | None = None) -> WrappedStore:
+        return self.derived(self.inner.fresh(block_size=block_size))
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.request(tokens, **options)
+
+    def recompute(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.recompute(tokens, **options)
+
+    def adapters(self) -> tuple[str, ...]:
+        return tuple(self.inner.adapters())
+
+    def reset_cache(self) -> int:
+        return int(self.inner.reset_cache())
+
+    def cache_state(self) -> dict[str, Any]:
+        return dict(self.inner.cache_state())
+
+
+class TenantShared(WrappedStore):
+    """Every request is served unsalted: the tenant never reaches the key (the report still names it)."""
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.request(tokens, **{**options, "tenant": None})
+
+
+class AdapterShared(WrappedStore):
+    """A request naming an adapter is served as a base-model request: the adapter never reaches the
+    key (nor the computation); its uncached computation stays the adapter's."""
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.request(tokens, **{**options, "adapter": None})
+
+
+class _ServedByBase:
+    """A sibling (another revision, tokenizer, ...) whose requests the base store serves from its
+    cache: the field it differs in is not in the shared store's key."""
+
+    def __init__(self, base: PrefixServing, real: PrefixServing) -> None:
+        self.base, self.real = base, real
+        self.block_size = real.block_size
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in ("base", "real"):
+            raise AttributeError(attr)
+        if attr in ("identity_for", "adapters", "recompute"):
+            return getattr(self.real, attr)
+        if attr in ("reset_cache", "cache_state"):
+            return getattr(self.base, attr)
+        raise AttributeError(attr)
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.base.request(tokens, **options)
+
+    def fresh(self, *, block_size: int | None = None) -> Any:
+        return self.real.fresh(block_size=block_size)
+
+
+class SiblingShared(WrappedStore):
+    """`sibling(field)` for the one field this fault names is served from the base store's cache."""
+
+    field: str = ""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "sibling":
+            store: Any = self.inner
+            inner_sibling = store.sibling  # absent: no siblings here either
+
+            def sibling(field: str) -> Any:
+                real = inner_sibling(field)
+                if real is None or field != self.field:
+                    return real
+                return _ServedByBase(self.inner, real)
+
+            return sibling
+        return super().__getattr__(attr)
+
+
+def sibling_shared(field: str) -> type[SiblingShared]:
+    return type(f"SiblingShared[{field}]", (SiblingShared,), {"field": field})
+
+
+class ParentBlind(WrappedStore):
+    """A block is matched by its position and tokens alone: where an earlier request of the same
+    identity held the same block at the same position after other tokens, the request is served
+    after that earlier context (its prefix up to the block replaced), as an unordered block store
+    serves it."""
+
+    def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
+        super().__init__(inner, path, fault)
+        self.seen: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        prompt = [int(t) for t in tokens]
+        who = (options.get("adapter"), options.get("tenant"))
+        served = _after_other_parent(prompt, who, self.seen, int(self.inner.block_size)) or prompt
+        self.seen.append((tuple(prompt), who))
+        return self.inner.request(served, **options)
+
+    def reset_cache(self) -> int:
+        self.seen.clear()
+        return super().reset_cache()
+
+
+def _after_other_parent(
+    prompt: list[int], who: tuple[Any, ...], seen: list[tuple[tuple[int, ...], tuple[Any, ...]]], bs: int
+) -> list[int] | None:
+    """The prompt with its prefix replaced by an earlier context of the same identity that holds the
+    deepest of its blocks at the same position after other tokens (never its last token), or None."""
+    for end in range((len(prompt) - 1) // bs * bs, bs, -bs):
+        start = end - bs
+        for earlier, earlier_who in seen:
+            if earlier_who != who or len(earlier) < end:
+                continue
+            if list(earlier[start:end]) == prompt[start:end] and list(earlier[:start]) != prompt[:start]:
+                return [*earlier[:end], *prompt[end:]]
+    return None
+
+
+class HashTrusted(WrappedStore):
+    """Under a replaced hash (`with_hash`), a block whose bucket (chained over the blocks before it,
+    identity included) already holds another context's block is served that context's state: the
+    request goes to the store with the earlier context's prefix and identity. Under the store's own
+    hash it forwards everything."""
+
+    def __init__(
+        self, inner: PrefixServing, path: Any = None, fault: str = "", hash_fn: Callable[[bytes], bytes] | None = None
+    ) -> None:
+        super().__init__(inner, path, fault)
+        self.hash_fn = hash_fn
+        self.buckets: dict[tuple[bytes, int], tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "with_hash":
+            store: Any = self.inner
+            with_hash = store.with_hash
+
+            def weak(hash_fn: Callable[[bytes], bytes]) -> HashTrusted:
+                return HashTrusted(with_hash(hash_fn), None, self.fault, hash_fn)
+
+            return weak
+        return super().__getattr__(attr)
+
+    def derived(self, store: PrefixServing) -> WrappedStore:
+        return HashTrusted(store, None, self.fault, self.hash_fn)
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        if self.hash_fn is None:
+            return self.inner.request(tokens, **options)
+        prompt, bs = [int(t) for t in tokens], int(self.inner.block_size)
+        who = {k: options.get(k) for k in ("adapter", "tenant")}
+        parent, served, as_who = b"", prompt, options
+        for block, end in enumerate(range(bs, len(prompt), bs)):
+            material = repr((parent, block, prompt[end - bs : end], sorted(who.items()))).encode()
+            parent = self.hash_fn(material)
+            stored = self.buckets.setdefault((parent, block), (tuple(prompt[:end]), who))
+            if stored != (tuple(prompt[:end]), who):  # another context in the bucket: trusted, served
+                served, as_who = [*stored[0], *prompt[end:]], {**options, **stored[1]}
+        return self.inner.request(served, **as_who)
+
+    def reset_cache(self) -> int:
+        self.buckets.clear()
+        return super().reset_cache()
+
+
+class InvalidationSkipped(WrappedStore):
+    """A weight or adapter update never reaches the cache: requests keep being served by the store as
+    it was (its entries and its weights), while its uncached computation is a store built as this one
+    was with every update applied."""
+
+    def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
+        super().__init__(inner, path, fault)
+        self.updates: list[tuple[str, int]] = []
+        self.updated: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "update_weights":
+            store: Any = self.inner
+            _ = store.update_weights  # absent: no weight updates here either
+
+            def update_weights(target: str = "model", *, seed: int = 1) -> None:
+                self.updates.append((target, seed))
+                updated: Any = self.inner.fresh(block_size=self.inner.block_size)
+                for name, each in self.updates:
+                    updated.update_weights(name, seed=each)
+                self.updated = updated
+
+            return update_weights
+        return super().__getattr__(attr)
+
+    def recompute(self, tokens: Sequence[int], **options: Any) -> Any:
+        return (self.updated or self.inner).recompute(tokens, **options)
+
+
+# --- samplers -----------------------------------------------------------------------------------
+
+
+class _ProbsAsLogits:
+    """A causal logits function over a next-token probability function: row t is log p(. | tokens
+    up to t), computed from `first` on (earlier rows are never read by the sampler). Each distinct
+    context is asked once (`seen`): a round re-reads the rows of the tokens it already accepted."""
+
+    LIMIT = 65536
+    """Contexts remembered before the memo starts over (bounds its memory)."""
+
+    def __init__(self, probs: Callable[..., torch.Tensor], temperature: float, top_k: int | None, first: int) -> None:
+        self.probs, self.temperature, self.top_k, self.first = probs, temperature, top_k, first
+        self.seen: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if len(self.seen) > self.LIMIT:
+            self.seen.clear()
+        rows = tokens.tolist()
+        columns = []
+        for t in range(self.first, tokens.shape[1]):
+            keys = [tuple(row[: t + 1]) for row in rows]
+            missing = sorted({i for i, key in enumerate(keys) if key not in self.seen})
+            if missing:
+                at = torch.tensor(missing, device=tokens.device)
+                fresh = self.probs(tokens[at, : t + 1], temperature=self.temperature, top_k=self.top_k)
+                for i, p in zip(missing, fresh.double().to(tokens.device), strict=True):
+                    self.seen.setdefault(keys[i], p)
+            columns.append(torch.stack([self.seen[key] for key in keys]))
+        out = torch.zeros(tokens.shape[0], tokens.shape[1], columns[0].shape[-1], dtype=torch.float64)
+        out = out.to(tokens.device)
+        out[:, self.first :] = torch.stack(columns, 1).clamp_min(0.0).log()
+        return out
+
+
+class FaultySampler:
+    """The candidate as a DecodePath and a SpeculativePath whose `sample` is gate's reference
+    speculative sampler with one verification rule broken (gate.speculative.sampler.FAULTS), run over
+    the candidate's own target and draft distributions (`target_next_token_probs`,
+    `draft_next_token_probs`); its probabilities are the candidate's own."""
+
+    def __init__(self, inner: Any, rule: str) -> None:
+        self.inner, self.rule = inner, rule
+        self.name = f"{inner.name}+generic:sampler:{rule}"
+        self.num_draft_tokens = int(inner.num_draft_tokens)
+        self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
+        self.uses_cache, self.dtype = getattr(inner, "uses_cache", False), getattr(inner, "dtype", "float32")
+        self.models: dict[tuple[Any, ...], tuple[_ProbsAsLogits, _ProbsAsLogits]] = {}
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.inner.identity(), "generic_fault": f"sampler:{self.rule}"}
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner.full_logits(tokens)
+        return out
+
+    def new_session(self, batch_size: int) -> Any:
+        return self.inner.new_session(batch_size)
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> Any:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"path {self.name} already carries generic fault sampler:{self.rule}")
+
+    def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> Any:
+        return self.inner.target_next_token_probs(contexts, temperature=temperature, top_k=top_k)
+
+    def draft_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> Any:
+        return self.inner.draft_next_token_probs(contexts, temperature=temperature, top_k=top_k)
+
+    def sample(
+        self, prompts: torch.Tensor, n_tokens: int, *, temperature: float, top_k: int | None, generator: torch.Generator
+    ) -> Any:
+        from gate.speculative.sampler import CORRECT, SpeculativeSampler, apply_fault
+
+        first = prompts.shape[1] - 1
+        key = (temperature, top_k, first)
+        if key not in self.models:  # one memo per warp and prompt length, kept across calls
+            self.models[key] = (
+                _ProbsAsLogits(self.target_next_token_probs, temperature, top_k, first),
+                _ProbsAsLogits(self.draft_next_token_probs, temperature, top_k, first),
+            )
+        target, draft = self.models[key]
+        sampler = SpeculativeSampler(target, draft, self.num_draft_tokens, apply_fault(CORRECT, self.rule))
+        # the distributions are already warped: temperature 1 and no top-k give them back unchanged
+        return sampler.sample(prompts, n_tokens, temperature=1.0, top_k=None, generator=generator)
+
+
+def sampler_needs(path: DecodePath) -> str | None:
+    """None when the path is a speculative sampler whose draft gives probabilities, else why not."""
+    from gate.protocols import SpeculativePath
+
+    if not isinstance(path, SpeculativePath):
+        return f"path {path.name} samples no drafts (no gate.plugin.SpeculativePath)"
+    import torch
+
+    try:
+        path.draft_next_token_probs(torch.zeros(1, 1, dtype=torch.long), temperature=1.0, top_k=None)
+    except NotImplementedError:
+        return f"the draft of {path.name} gives no probabilities (draft_next_token_probs), so no sampler can be wrapped"
+    return None
