@@ -1,14 +1,33 @@
-"""What planning needs of the built-in checks without running one (torch-free).
+"""What the rest of gate needs of the built-in checks without running one.
 
 `validate`, `plan` and the runner read each built-in check's params model from here, and `gate
-plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach. This is the public face
-of the checks' private helpers for the rest of gate: no module outside gate.checks imports a
-`gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
+plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach (both torch-free, imported
+at once). The controls read how the prefix checks serve a store and which identity assertions they
+make (`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch). This is
+the public face of the checks' private helpers for the rest of gate: no module outside gate.checks
+imports a `gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gate.checks._coverage import planned_coverage
 from gate.checks._params import BUILTIN_PARAMS
 
-__all__ = ["BUILTIN_PARAMS", "planned_coverage"]
+if TYPE_CHECKING:
+    from gate.checks._prefix_support import LEGACY_METHODS, LegacyStore
+    from gate.checks._prefix_support import WHY as IDENTITY_WHY
+
+_LAZY = {"LegacyStore": "LegacyStore", "LEGACY_METHODS": "LEGACY_METHODS", "IDENTITY_WHY": "WHY"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from gate.checks import _prefix_support
+
+        return getattr(_prefix_support, _LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BUILTIN_PARAMS", "IDENTITY_WHY", "LEGACY_METHODS", "LegacyStore", "planned_coverage"]

@@ -58,7 +58,7 @@ def as_store(path: Any) -> PrefixServing | None:
     through `LegacyStore`, as the checks serve it), or None."""
     if isinstance(path, PrefixServing):
         return path
-    from gate.checks._prefix_support import LEGACY_METHODS, LegacyStore
+    from gate.checks.planning import LEGACY_METHODS, LegacyStore
 
     if all(callable(getattr(path, name, None)) for name in LEGACY_METHODS):
         return LegacyStore(path)
