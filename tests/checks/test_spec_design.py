@@ -15,7 +15,8 @@ from gate.checks.spec_distribution import SpecDistributionParams, spec_distribut
 from gate.core.check import CheckContext
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome
-from gate.engine.controls import run_control
+from gate.engine.controls import _run_planted, run_control
+from gate.engine.generic_faults import plant
 from gate.engine.run_cache import RunCache
 from gate.speculative.gof import power, required_samples
 from gate.speculative.path import SpeculativeDecodePath
@@ -105,12 +106,20 @@ def test_controls_detect_at_a_pilot_sized_for_their_fault_and_a_harmless_one_wal
 def test_after_a_pilot_the_planned_looks_draw_what_a_positive_run_draws() -> None:
     """On a sampler that already drops the bonus token, bonus-from-draft changes nothing: its pilot
     (sized from the law the fault has on a correct sampler) finds nothing, and the planned look draws
-    the positive run's very samples, so the control is unobservable (max |Δ| = 0), as without a pilot."""
+    the positive run's very samples, so the adapter's own fault is unobservable (max |Δ| = 0), as
+    without a pilot. The control then runs the generic stand-in (gate's sampler with the bonus taken
+    from the draft, over the candidate's own probabilities), which shows: the check has power here."""
     ctx = with_cache(context("drop-bonus"), RunCache())
     clean = spec_distribution(ctx, PARAMS)
-    result = run_control(spec_distribution, ctx, PARAMS, clean, ControlSpec(fault="bonus-from-draft"))
+    control = ControlSpec(fault="bonus-from-draft")
+    own = plant(ctx.candidate, "spec-distribution", control.fault, own=True)
+    assert not isinstance(own, str) and own.kind != "generic"
+    result = _run_planted(spec_distribution, ctx, PARAMS, clean, control, own)
     assert result.outcome == ControlOutcome.unobservable and result.output_difference == 0.0, result.message
     assert result.metrics["looks"] == 2 and result.metrics["n_samples"] == 2000
+    stood_in = run_control(spec_distribution, ctx, PARAMS, clean, control)
+    assert stood_in.stand_in and "its own bonus-from-draft unobservable" in stood_in.stand_in
+    assert stood_in.kind == "generic" and stood_in.outcome == ControlOutcome.detected, stood_in.message
 
 
 def test_a_pilot_is_taken_only_where_the_planned_looks_keep_the_declared_power() -> None:
