@@ -75,6 +75,10 @@ class Tamper:
         """A request joins a running batch into `slot`: the previous occupant's K/V are dropped."""
         session.clear_slot(slot)
 
+    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+        """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
+        compat.reorder_cache(session.cache, beam_idx)
+
 
 class OffByOnePos(Tamper):
     """The appended tokens are rotated (or embedded) one position too far."""
@@ -257,11 +261,24 @@ class StaleSlotOnJoin(Tamper):
         return None
 
 
+class BeamsNotReordered(Tamper):
+    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
+    K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
+
+    name = "beams-not-reordered"
+
+    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+        return None
+
+
 PADDING_FAULTS = ("padding-in-positions", "pad-attended")
 """Faults that only a padded batch (gate.protocols.BatchedSessions) can show."""
 
 CONTINUOUS_FAULTS = ("stale-slot-on-join",)
 """Faults that only a continuously batched session (gate.protocols.ContinuousBatching) can show."""
+
+BEAM_FAULTS = ("beams-not-reordered",)
+"""Faults that only a beam path (option `beams`) can show."""
 
 
 FAULTS: dict[str, type[Tamper]] = {
@@ -280,6 +297,7 @@ FAULTS: dict[str, type[Tamper]] = {
         PaddingInPositions,
         PadAttended,
         StaleSlotOnJoin,
+        BeamsNotReordered,
     )
 }
 """Every fault an hf cache path can apply, by name."""

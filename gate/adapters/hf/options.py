@@ -66,6 +66,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "page_size": ("generate-paged",),
     "prefix": ("prefix-reuse",),
     "max_cache_len": ("static", "generate-static", "offloaded"),
+    "beams": ("dynamic", "static", "quantized"),
 }
 
 
@@ -142,6 +143,11 @@ class Options(BaseModel):
     schedules per forward (so a prompt is prefilled page by page, each chunk reading the pages before)."""
     max_cache_len: int | None = Field(default=None, gt=0)
     """static/generate-static/offloaded: preallocated cache length (default: the model's maximum)."""
+    beams: int | None = Field(default=None, ge=2, le=8)
+    """dynamic/static/quantized: run every request as one hypothesis among `beams` beams of one cache
+    (beam search's cache traffic, gate/adapters/hf/beams.py): the prompt's K/V expanded to `beams` rows,
+    and before each append the cache reordered with the library's own `reorder_cache(beam_idx)`, the
+    request's hypothesis moving to another row and a duplicated parent beside it fed other tokens."""
 
     @model_validator(mode="after")
     def _options_fit_path(self) -> Options:
