@@ -75,9 +75,7 @@ class BeamSession(CacheSession):
             return torch.empty(self.requests, 0, self.path.vocab_size)
         if self.cache is not None and compat.seq_length(self.cache) > 0:
             parents, moved = beam_parents(self.beams, self.tracked)
-            flat = torch.tensor(
-                [r * self.beams + p for r in range(self.requests) for p in parents], device=self.device
-            )
+            flat = torch.tensor([r * self.beams + p for r in range(self.requests) for p in parents], device=self.device)
             self.tamper.reorder(self, flat)
             self.reorders += 1
             self.moves += int(moved != self.tracked)
@@ -106,4 +104,3 @@ class BeamSession(CacheSession):
             "hypothesis_moves": self.moves,
             "hypothesis_row": self.tracked,
         }
-

@@ -75,6 +75,11 @@ class Tamper:
         """A request joins a running batch into `slot`: the previous occupant's K/V are dropped."""
         session.clear_slot(slot)
 
+    def generate_cache(self, session: CacheSession) -> Any:
+        """What a request's first generate call is handed as its cache: None, so generate builds one
+        from the shared GenerationConfig (the session keeps the cache generate returns)."""
+        return None
+
     def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
         """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
         compat.reorder_cache(session.cache, beam_idx)
@@ -261,6 +266,21 @@ class StaleSlotOnJoin(Tamper):
         return None
 
 
+class StaleGenerateCache(Tamper):
+    """A request's first generate call gets the cache the previous request left (kept beside the
+    shared config and never reset), instead of one built fresh from that config."""
+
+    name = "stale-generate-cache"
+
+    def reset(self, session: CacheSession) -> None:
+        session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
+        session.clear_cache()  # the history goes; the kept cache is never reset
+        session.pos = 0
+
+    def generate_cache(self, session: CacheSession) -> Any:
+        return getattr(session, "stale", None)
+
+
 class BeamsNotReordered(Tamper):
     """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
     K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
@@ -297,6 +317,7 @@ FAULTS: dict[str, type[Tamper]] = {
         PaddingInPositions,
         PadAttended,
         StaleSlotOnJoin,
+        StaleGenerateCache,
         BeamsNotReordered,
     )
 }

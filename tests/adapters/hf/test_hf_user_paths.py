@@ -1,7 +1,8 @@
-"""Beam paths (option `beams`): a request as one hypothesis among several beams of one cache,
+"""Paths users call: beam paths (option `beams`): a request as one hypothesis among several beams of one cache,
 reordered through the library's own `reorder_cache`, against a full forward (or, for a lossy
 quantized cache, the same cache with one beam); the fault `beams-not-reordered`; and transformers'
-own `generate(num_beams=...)` with each cache kind against beam search without a cache."""
+own `generate(num_beams=...)` with each cache kind against beam search without a cache; and
+`generate-cache`, generate building each request's cache from ONE shared GenerationConfig."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 from gate.adapters.hf import HFAdapter, Options
 from gate.adapters.hf.beams import beam_parents
-from gate.errors import SubjectCrash
+from gate.errors import AdapterUnavailable, SubjectCrash
 from tests.adapters.hf.subjects import library_reset_keeps_length, path, tokens
 
 QUANTO = {"backend": "quanto", "nbits": 4, "q_group_size": 16, "residual_length": 8}
@@ -132,3 +133,47 @@ def test_transformers_beam_search_with_a_cache_equals_beam_search_without_one(ki
             return
         cached = model.generate(toks, **extra, **settings)
     assert torch.equal(cached, plain)
+
+
+def _requests(candidate: object, toks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two requests through one session (a reset between): the second one's first generate call is
+    the second call handed the path's one GenerationConfig."""
+    session = candidate.new_session(2)  # type: ignore[attr-defined]
+    first = _steps(session, toks)
+    session.reset()
+    return first, _steps(session, (toks * 3 + 1) % 256)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"cache_implementation": "dynamic"},
+        {"cache_implementation": "static", "max_cache_len": 96},
+        {"cache_implementation": "quantized", "cache_config": {"backend": "quanto", **QUANTO}},
+    ],
+    ids=["dynamic", "static", "quantized"],
+)
+def test_generate_builds_each_request_cache_from_one_shared_config(options: dict[str, object]) -> None:
+    if options["cache_implementation"] == "quantized" and not _has_quanto():
+        pytest.skip("needs optimum-quanto")
+    try:
+        candidate = HFAdapter().build(
+            Options(model="llama", path="generate-cache", **options), device="cpu", dtype="float32", seed=0
+        )
+        fresh = HFAdapter().build(
+            Options(model="llama", path="generate-cache", **options), device="cpu", dtype="float32", seed=0
+        )
+        toks = tokens(length=60)
+        first, second = _requests(candidate, toks)
+    except AdapterUnavailable as err:  # static before 5.15: generate sizes its cache to one call
+        assert "max_cache_len" in str(err)
+        return
+    assert torch.equal(second, _steps(fresh.new_session(2), (toks * 3 + 1) % 256))
+    if options["cache_implementation"] != "quantized":
+        assert (first - path("llama").full_logits(toks)).abs().max().item() < 1e-4
+    assert "stale-generate-cache" in candidate.faults()
+    try:
+        _, stale = _requests(candidate.with_fault("stale-generate-cache"), toks)
+    except SubjectCrash:
+        return  # generate raised on the stale cache: a control sees the crash
+    assert not torch.equal(stale.nan_to_num(), second)
