@@ -18,4 +18,4 @@ export HF_HUB_OFFLINE=1
 "$VENV/bin/python" -m pytest tests/adapters/hf -q
 # the shipped examples whose verdict depends on the release (docs/hf-adapter.md): a release with a
 # known bug must FAIL; the table lands in benchmarks/transformers-low/ and the script exits 1 on a mismatch
-"$VENV/bin/python" benchmarks/examples.py --only hf-dynamic hf-assisted-sliding-window hf-quantized-hqq --out benchmarks/transformers-low
+"$VENV/bin/python" benchmarks/examples.py --only hf-dynamic hf-assisted-sliding-window hf-quantized-hqq hf-beam-dynamic hf-beam-fault-not-reordered --out benchmarks/transformers-low

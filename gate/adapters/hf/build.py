@@ -26,7 +26,7 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
         is_preset=options.is_preset,
     )
     path: HFPath
-    if options.path in ("generate-static", "generate-paged"):
+    if options.path in ("generate-static", "generate-paged", "generate-cache"):
         from gate.adapters.hf.generation import GeneratePath
 
         path = GeneratePath(loaded, options, device=device, dtype=dtype, seed=seed)

@@ -225,6 +225,14 @@ def reset(cache: Any) -> None:
         cache.reset()
 
 
+def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
+    """Reorder the cache's batch rows for beam search through the library's own
+    `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as generate's beam search does
+    between steps; whatever it computes or raises is the library's."""
+    with subject_call(f"{type(cache).__name__}.reorder_cache", length=_seen(cache), rows=int(beam_idx.numel())):
+        cache.reorder_cache(beam_idx)
+
+
 def keep_counter(cache: Any, length: int) -> bool:
     """Set a static cache's position counter back to `length` after a reset zeroed its K/V (the
     reset-state bug (background: mask oracle), planted in the library's own object). False where the length
@@ -396,6 +404,10 @@ def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     if quantized_keys is not None:
         old_k = layer._dequantize(quantized_keys)
         old_v = layer._dequantize(layer._quantized_values)
+        pending = getattr(layer, "_pending_beam_idx", None)  # 5.23+: a beam reorder applied at the next update
+        if isinstance(pending, torch.Tensor):
+            order = pending.to(old_k.device)
+            old_k, old_v = old_k.index_select(0, order), old_v.index_select(0, order)
         if keys is None or keys.numel() == 0:
             return old_k, old_v
         return torch.cat([old_k, keys], dim=-2), torch.cat([old_v, values], dim=-2)

@@ -75,6 +75,15 @@ class Tamper:
         """A request joins a running batch into `slot`: the previous occupant's K/V are dropped."""
         session.clear_slot(slot)
 
+    def generate_cache(self, session: CacheSession) -> Any:
+        """What a request's first generate call is handed as its cache: None, so generate builds one
+        from the shared GenerationConfig (the session keeps the cache generate returns)."""
+        return None
+
+    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+        """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
+        compat.reorder_cache(session.cache, beam_idx)
+
 
 class OffByOnePos(Tamper):
     """The appended tokens are rotated (or embedded) one position too far."""
@@ -257,11 +266,39 @@ class StaleSlotOnJoin(Tamper):
         return None
 
 
+class StaleGenerateCache(Tamper):
+    """A request's first generate call gets the cache the previous request left (kept beside the
+    shared config and never reset), instead of one built fresh from that config."""
+
+    name = "stale-generate-cache"
+
+    def reset(self, session: CacheSession) -> None:
+        session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
+        session.clear_cache()  # the history goes; the kept cache is never reset
+        session.pos = 0
+
+    def generate_cache(self, session: CacheSession) -> Any:
+        return getattr(session, "stale", None)
+
+
+class BeamsNotReordered(Tamper):
+    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
+    K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
+
+    name = "beams-not-reordered"
+
+    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+        return None
+
+
 PADDING_FAULTS = ("padding-in-positions", "pad-attended")
 """Faults that only a padded batch (gate.protocols.BatchedSessions) can show."""
 
 CONTINUOUS_FAULTS = ("stale-slot-on-join",)
 """Faults that only a continuously batched session (gate.protocols.ContinuousBatching) can show."""
+
+BEAM_FAULTS = ("beams-not-reordered",)
+"""Faults that only a beam path (option `beams`) can show."""
 
 
 FAULTS: dict[str, type[Tamper]] = {
@@ -280,6 +317,8 @@ FAULTS: dict[str, type[Tamper]] = {
         PaddingInPositions,
         PadAttended,
         StaleSlotOnJoin,
+        StaleGenerateCache,
+        BeamsNotReordered,
     )
 }
 """Every fault an hf cache path can apply, by name."""

@@ -34,17 +34,52 @@ from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import kv_shape
 from gate.adapters.hf.sessions import HistorySession
-from gate.errors import SubjectCrash
+from gate.errors import AdapterUnavailable, SubjectCrash
 from gate.protocols import Session, subject_call
 
 
 class GeneratePath(HFPath):
     """A path whose sessions run `generate` (static) or continuous batching (paged)."""
 
+    shared: Any = None
+    """generate-cache: the one GenerationConfig every request's first generate call is handed."""
+
     def faults(self) -> tuple[str, ...]:
         if self.kind == "generate-paged":
             return PAGED_FAULTS
+        if self.kind == "generate-cache":  # a request's cache is generate's, built anew: no counter to keep
+            return "stale-weights", "cross-request-handle", "stale-generate-cache"
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
+
+    def shared_config(self) -> Any:
+        """generate-cache: ONE GenerationConfig naming `cache_implementation` (and `cache_config`),
+        built once and handed to every request's first generate call, as an application keeps one
+        config object for all its calls; what a call changes in it, the next call inherits."""
+        if self.shared is None:
+            settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
+            if self.options.cache_config is not None:
+                settings["cache_config"] = dict(self.options.cache_config)
+            if self.options.cache_implementation == "static":
+                if not compat.cache_api(self.model).generate_max_cache_len:
+                    raise AdapterUnavailable(
+                        f"transformers {compat.cache_api(self.model).version}'s generate sizes the static cache "
+                        "it builds to one call (no max_cache_len before 5.15), so a request's later calls "
+                        "cannot carry it: use generate-static, whose adapter-built StaticCache is handed in"
+                    )
+                settings["max_cache_len"] = self.options.max_cache_len or self.max_len
+            self.shared = _greedy_config(1, return_dict_in_generate=True, output_logits=True, **settings)
+        return self.shared
+
+    def libraries(self) -> tuple[str, ...]:
+        backend = str((self.options.cache_config or {}).get("backend", "quanto"))
+        quantized = self.kind == "generate-cache" and self.options.cache_implementation == "quantized"
+        extra = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(backend, ()) if quantized else ()
+        return (*super().libraries(), *extra)
+
+    def extra_identity(self) -> dict[str, Any]:
+        if self.kind != "generate-cache":
+            return super().extra_identity()
+        return {"cache_implementation": self.options.cache_implementation, "cache_config": self.options.cache_config}
 
     def position_feeds(self) -> tuple[str, ...]:
         """generate-paged sends the session's positions as `position_ids` (the pre-hook of `replay`);
@@ -283,6 +318,8 @@ class GenerateSession(HistorySession):
     def __init__(self, path: HFPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.generate_calls = 0
+        self.configs_shared = 0
+        """generate-cache: requests whose cache generate built from the path's shared config."""
         self.positions_from_cache = True
         self.cache_built_by = ""
         self.head = self.model.get_output_embeddings()
@@ -295,7 +332,15 @@ class GenerateSession(HistorySession):
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)
         size = self.path.options.max_cache_len or self.path.max_len
-        if self.cache is None or (compat.seq_length(self.cache) == 0 and self.cache_built_by == ""):
+        shared: Any = None
+        if self.path.kind == "generate-cache":
+            if self.cache is None:
+                assert isinstance(self.path, GeneratePath)
+                shared = self.path.shared_config()  # the request's first call: generate builds the cache
+                self.cache = self.tamper.generate_cache(self)
+                self.cache_built_by = "generate, from the path's one GenerationConfig"
+                self.configs_shared += 1
+        elif self.cache is None or (compat.seq_length(self.cache) == 0 and self.cache_built_by == ""):
             if api.generate_max_cache_len:
                 settings.update(cache_implementation="static", max_cache_len=size)
                 self.cache_built_by = "generate"
@@ -304,6 +349,7 @@ class GenerateSession(HistorySession):
                 self.cache_built_by = "adapter (generate before 5.15 sizes its static cache to one call)"
         if self.cache is not None and "cache_implementation" not in settings:
             kwargs[api.cache_kwarg] = self.cache
+        config = shared if shared is not None and self.cache is None else _greedy_config(1, **settings)
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         captured: list[torch.Tensor] = []
 
@@ -318,10 +364,7 @@ class GenerateSession(HistorySession):
                 subject_call("generate", length=int(self.history.shape[1])),
             ):
                 out = self.model.generate(
-                    self.history,
-                    attention_mask=torch.ones_like(self.history),
-                    generation_config=_greedy_config(1, **settings),
-                    **kwargs,
+                    self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
                 )
         finally:
             handle.remove()
@@ -346,7 +389,18 @@ class GenerateSession(HistorySession):
         self.tamper.after_write(phase, self, n)
         return logits
 
+    def clear_cache(self) -> None:
+        """generate-cache: the next request's first call builds its own cache from the shared config,
+        as a second generate call does (the old one is dropped, not reset); else the library's reset."""
+        if self.path.kind != "generate-cache":
+            super().clear_cache()
+            return
+        self.cache = None
+        self.history = self.history[:, :0]
+
     def exercise(self) -> dict[str, Any]:
         record = super().exercise()
         record.update({"generate_calls": self.generate_calls, "cache_built_by": self.cache_built_by})
+        if self.path.kind == "generate-cache":
+            record["shared_config_builds"] = self.configs_shared
         return record

@@ -35,6 +35,7 @@ PathKind = Literal[
     "static",
     "generate-static",
     "generate-paged",
+    "generate-cache",
     "quantized",
     "sliding-window",
     "offloaded",
@@ -65,7 +66,10 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "block_size": ("prefix-reuse",),
     "page_size": ("generate-paged",),
     "prefix": ("prefix-reuse",),
-    "max_cache_len": ("static", "generate-static", "offloaded"),
+    "max_cache_len": ("static", "generate-static", "offloaded", "generate-cache"),
+    "beams": ("dynamic", "static", "quantized"),
+    "cache_implementation": ("generate-cache",),
+    "cache_config": ("generate-cache",),
 }
 
 
@@ -81,7 +85,8 @@ class Options(BaseModel):
     path: PathKind = "full"
     """Execution path: `full` (one forward, no cache: the usual reference), `dynamic` (DynamicCache),
     `static` (StaticCache), `generate-static` / `generate-paged` (`generate` with that
-    cache_implementation), `quantized` (QuantizedCache), `sliding-window` (sliding-window cache layers),
+    cache_implementation), `generate-cache` (`generate` builds the cache `cache_implementation` names
+    from one shared GenerationConfig), `quantized` (QuantizedCache), `sliding-window` (sliding-window cache layers),
     `offloaded` (offloaded DynamicCache; GPU only), `prefix-reuse` (a base cache shared across requests),
     `assisted` (draft model proposes, target verifies), `prompt-lookup` (n-gram proposals), `kvpress`
     (a kvpress press compresses the cache after prefill)."""
@@ -142,6 +147,17 @@ class Options(BaseModel):
     schedules per forward (so a prompt is prefilled page by page, each chunk reading the pages before)."""
     max_cache_len: int | None = Field(default=None, gt=0)
     """static/generate-static/offloaded: preallocated cache length (default: the model's maximum)."""
+    cache_implementation: Literal["dynamic", "static", "quantized", "offloaded"] = "dynamic"
+    """generate-cache: the cache `generate` builds itself on each request's first call, named in ONE
+    GenerationConfig object the path reuses for every request, as an application does."""
+    cache_config: dict[str, int | str] | None = None
+    """generate-cache: the GenerationConfig's `cache_config` (e.g. {backend: quanto, nbits: 4} for the
+    quantized cache), in the same shared object."""
+    beams: int | None = Field(default=None, ge=2, le=8)
+    """dynamic/static/quantized: run every request as one hypothesis among `beams` beams of one cache
+    (beam search's cache traffic, gate/adapters/hf/beams.py): the prompt's K/V expanded to `beams` rows,
+    and before each append the cache reordered with the library's own `reorder_cache(beam_idx)`, the
+    request's hypothesis moving to another row and a duplicated parent beside it fed other tokens."""
 
     @model_validator(mode="after")
     def _options_fit_path(self) -> Options:

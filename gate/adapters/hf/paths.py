@@ -19,7 +19,7 @@ import torch
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
 from gate.adapters.hf.continuous import ContinuousHFSession
-from gate.adapters.hf.faults import CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
+from gate.adapters.hf.faults import BEAM_FAULTS, CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.presets import LoadedModel, decoder_layers, kv_shape, max_positions
 from gate.adapters.hf.sessions import (
@@ -74,7 +74,7 @@ class HFPath:
         self.fault: str | None = None
         self.tamper: Tamper = Tamper()
         self.store = PrefixStore()
-        self.name = f"hf:{self.kind}:{loaded.name}"
+        self.name = f"hf:{self.kind}{f'-beams{options.beams}' if options.beams else ''}:{loaded.name}"
         if self.kind == "sliding-window":
             window = options.window or getattr(self.model.config, "sliding_window", None)
             if not window:
@@ -97,6 +97,7 @@ class HFPath:
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
+        record.update(self.beam_identity())
         return record
 
     def libraries(self) -> tuple[str, ...]:
@@ -118,6 +119,10 @@ class HFPath:
             return {"attention_window": self.window}
         return {}
 
+    def beam_identity(self) -> dict[str, Any]:
+        """The beam count of a beam path (none otherwise)."""
+        return {"beams": self.options.beams} if self.options.beams else {}
+
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
         with torch.no_grad():
@@ -129,6 +134,10 @@ class HFPath:
             return RecomputeSession(self, batch_size)
         if self.kind == "prefix-reuse":
             return PrefixReuseSession(self, batch_size, self.store, self.options.reuse)
+        if self.options.beams:
+            from gate.adapters.hf.beams import BeamSession
+
+            return BeamSession(self, batch_size)
         return CacheSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
@@ -137,6 +146,8 @@ class HFPath:
         unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
         if not self.continuous_batching:
             unsupported.update(CONTINUOUS_FAULTS)
+        if not self.options.beams:
+            unsupported.update(BEAM_FAULTS)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
         if (
@@ -179,8 +190,9 @@ class HFPath:
 
     @property
     def padding_sides(self) -> tuple[str, ...]:
-        """Sides this path pads a batch on (none for generate-, prefix- and press-driven kinds)."""
-        return ("left", "right") if self.kind in PADDED_KINDS else ()
+        """Sides this path pads a batch on (none for generate-, prefix- and press-driven kinds, nor for
+        beams: a beam path's sessions are its beam search)."""
+        return ("left", "right") if self.kind in PADDED_KINDS and not self.options.beams else ()
 
     @property
     def pad_token_id(self) -> int:
@@ -204,7 +216,7 @@ class HFPath:
     def continuous_batching(self) -> bool:
         """The dynamic path batches continuously: one forward of the model over the requests a step
         feeds, their K/V laid out as a left-padded batch (gate.adapters.hf.continuous)."""
-        return self.kind in CONTINUOUS_KINDS
+        return self.kind in CONTINUOUS_KINDS and not self.options.beams
 
     def new_continuous_session(self, slots: int) -> ContinuousHFSession:
         if not self.continuous_batching:
@@ -326,8 +338,13 @@ class TracingHFPath(HFPath):
         with _capture_layer_outputs(self.model) as hidden:
             session.append(tokens[:, prefix_len : prefix_len + 1])
         cache: Any = session.cache
+        rows = getattr(session, "tracked_rows", None)  # a beam session: the requests' hypothesis rows
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t if rows is None else t.index_select(0, rows.to(t.device))
+
         return [
-            {"k": k.float(), "v": v.float(), "hidden": h[:, -1].float()}
+            {"k": pick(k).float(), "v": pick(v).float(), "hidden": pick(h)[:, -1].float()}
             for (k, v), h in zip((compat.layer_kv(cache, i) for i in range(len(cache.layers))), hidden, strict=True)
         ]
 

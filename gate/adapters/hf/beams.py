@@ -1,0 +1,106 @@
+"""Beam search's cache traffic on the dynamic, static and quantized paths (option `beams`).
+
+Beam search keeps `beams` hypotheses per request in one cache, one batch row each: the prompt is
+expanded to every beam (generate's `_expand_inputs_for_generation`), and after every step the beams
+are reselected, a parent kept twice and another dropped, and the cache follows with
+`Cache.reorder_cache(beam_idx)` (generate's `_beam_search` calls it between steps). A session of a
+beam path runs each request as one hypothesis among `beams` such rows:
+
+- a prefill writes the prompt into all `beams` rows of the request;
+- before every append the cache is reordered through the library's own `reorder_cache`: the
+  request's hypothesis moves to the next row, its parent is duplicated into another row, and one
+  other beam is dropped; the hypothesis' row is fed the request's tokens, every other row tokens
+  of its own, so the rows hold different histories and a reorder that lands wrong is read;
+- the logits returned are the hypothesis' row.
+
+A correct cache therefore answers what one full pass over the request's tokens answers, which is
+what beam search without a cache (`use_cache=False`) computes for that hypothesis: the reference is
+the `full` path (for a quantized cache, the same quantized cache with one beam: quantization is
+lossy, and what the beams change is only the reorders). The fault `beams-not-reordered` skips the
+reorder while the session moves its hypothesis, as a cache that keeps the pre-reorder rows would.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.sessions import CacheSession
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
+
+
+def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
+    """One reselection of `beams` beams, the hypothesis in row `tracked`: each new row's parent row
+    and the hypothesis' new row. It moves to the next row; the first other new row takes a second
+    copy of its parent, the rest take the other beams in order (the last of them is dropped)."""
+    moved = (tracked + 1) % beams
+    others = [tracked, *(b for b in range(beams) if b != tracked)]
+    parents = [0] * beams
+    parents[moved] = tracked
+    for row in (r for r in range(beams) if r != moved):
+        parents[row] = others.pop(0)
+    return parents, moved
+
+
+class BeamSession(CacheSession):
+    """A request as one hypothesis among `beams` rows of one cache (the module docstring)."""
+
+    def __init__(self, path: HFPath, batch_size: int) -> None:
+        self.beams = int(path.options.beams or 1)
+        self.requests = batch_size
+        super().__init__(path, batch_size * self.beams)
+        self.tracked = 0
+        """The beam (row within each request's block) holding the request's hypothesis."""
+        self.reorders = 0
+        self.moves = 0
+
+    @property
+    def tracked_rows(self) -> torch.Tensor:
+        """Cache rows [B] of the requests' hypotheses."""
+        return torch.arange(self.requests, device=self.device) * self.beams + self.tracked
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        self._check(tokens)
+        rows = tokens.to(self.device).repeat_interleave(self.beams, dim=0)
+        return self._step("prefill", rows)[self.tracked_rows]
+
+    def append(self, tokens: torch.Tensor) -> torch.Tensor:
+        self._check(tokens)
+        tokens = tokens.to(self.device)
+        if tokens.shape[1] == 0:
+            return torch.empty(self.requests, 0, self.path.vocab_size)
+        if self.cache is not None and compat.seq_length(self.cache) > 0:
+            parents, moved = beam_parents(self.beams, self.tracked)
+            flat = torch.tensor([r * self.beams + p for r in range(self.requests) for p in parents], device=self.device)
+            self.tamper.reorder(self, flat)
+            self.reorders += 1
+            self.moves += int(moved != self.tracked)
+            self.tracked = moved
+        rows = torch.empty(self.batch_size, tokens.shape[1], dtype=tokens.dtype, device=self.device)
+        for beam in range(self.beams):
+            # every other beam continues with tokens of its own (a distinct hypothesis per row)
+            own = tokens if beam == self.tracked else (tokens + 1 + beam) % self.path.vocab_size
+            rows[beam :: self.beams] = own
+        return self._step("append", rows)[self.tracked_rows]
+
+    def clear_cache(self) -> None:
+        super().clear_cache()
+        self.tracked = 0
+
+    def _check(self, tokens: torch.Tensor) -> None:
+        if tokens.shape[0] != self.requests:
+            raise ValueError(f"session has batch {self.requests}, got tokens of shape {tuple(tokens.shape)}")
+
+    def exercise(self) -> dict[str, Any]:
+        return {
+            **super().exercise(),
+            "beams": self.beams,
+            "beam_rows": self.batch_size,
+            "reorder_calls": self.reorders,
+            "hypothesis_moves": self.moves,
+            "hypothesis_row": self.tracked,
+        }
