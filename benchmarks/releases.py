@@ -156,22 +156,25 @@ def _cell(row: dict[str, object] | None) -> str:
 
 
 def table(results: dict[str, dict[str, dict[str, object]]], listed: list[str]) -> str:
-    releases = list(results)
+    """Release x example: one row per release (oldest first), one column per example, `–` where the
+    example did not run on that release."""
+    releases = sorted(results, key=lambda v: tuple(int(x) for x in v.split(".")))
     examples = sorted({name for rows in results.values() for name in rows})
     wrong = sum(1 for rows in results.values() for row in rows.values() if not row["as_documented"])
+    cells = sum(len(rows) for rows in results.values())
     lines = [
         "# hf examples over transformers releases (benchmarks/releases.py)",
         "",
         f"Minor releases the index lists in range (>=5.2,<6): {', '.join(listed)}.",
         f"Run here: {', '.join(releases)}; CPU, float32, one torch thread. Each cell: the verdict and the",
         "wall seconds of `gate run`; a bold cell is not the verdict the example documents for that release",
-        f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Not as documented: {wrong}.",
+        f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Cells: {cells}; not as documented: {wrong}.",
         "",
-        "| example | " + " | ".join(releases) + " |",
-        "| --- |" + " --- |" * len(releases),
+        "| release | " + " | ".join(examples) + " |",
+        "| --- |" + " --- |" * len(examples),
     ]
-    for name in examples:
-        lines.append(f"| {name} | " + " | ".join(_cell(results[r].get(name)) for r in releases) + " |")
+    for release in releases:
+        lines.append(f"| {release} | " + " | ".join(_cell(results[release].get(name)) for name in examples) + " |")
     return "\n".join(lines) + "\n"
 
 
