@@ -3,6 +3,7 @@
     python benchmarks/releases.py                                  # every minor release the index has
     python benchmarks/releases.py --releases 5.4 5.15 --only hf-static hf-dynamic
     python benchmarks/releases.py --releases 5.2 5.9 5.17 5.23 --only hf-static hf-generate-paged
+    python benchmarks/releases.py --merge                          # the table from the runs in --work
 
 For each minor release (the newest patch of each `5.N` that `pip index versions transformers` lists
 inside gate's declared range, `gate.adapters.hf.compat.SUPPORTED`) the script makes `.venv-tf-5.N`:
@@ -12,7 +13,9 @@ and pip's cache makes each release's wheels a local copy. In each venv `benchmar
 runs the examples against the verdict each documents for that release (its `# gate-expect
 (transformers X.Y-X.Z): VERDICT` lines, else its first line), one release at a time. The table
 release x example -> verdict and seconds goes to benchmarks/releases.md (`--out`); a cell that is
-not the documented verdict is marked, and the script exits 1 when any is.
+not the documented verdict is marked, and the script exits 1 when any is. A release's table in
+`--work` keeps the rows of earlier runs with other examples; `--merge` builds the whole table from
+those tables without running anything (releases measured in several sittings).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, di
     """The examples on one release: example -> its row from benchmarks/examples.py."""
     venv = release_venv(release)
     target = out / release
+    earlier = work_rows(target)  # rows of an earlier run with other examples are kept
     examples = str(ROOT / "benchmarks" / "examples.py")
     command = [str(venv / "bin" / "python"), examples, "--json", "--out", str(target), "--work", str(target / "runs")]
     if only:
@@ -113,35 +117,64 @@ def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, di
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=False)
     print(f"releases: transformers {release}: {time.perf_counter() - started:.0f} s", flush=True)
+    rows = {**earlier, **work_rows(target)}
     data = json.loads((target / "hf_examples_cpu.json").read_text())
-    return {str(row["example"]): row for row in data["rows"]}
+    data["rows"] = [rows[name] for name in sorted(rows)]
+    (target / "hf_examples_cpu.json").write_text(json.dumps(data, indent=2) + "\n")
+    return rows
+
+
+def work_rows(target: Path) -> dict[str, dict[str, object]]:
+    """example -> row of the per-release table benchmarks/examples.py left in `target`, if any."""
+    table = target / "hf_examples_cpu.json"
+    if not table.exists():
+        return {}
+    return {str(row["example"]): row for row in json.loads(table.read_text())["rows"]}
+
+
+def rejudge(release: str, name: str, row: dict[str, object]) -> dict[str, object]:
+    """A stored row judged again against the example's header as it is now (its annotations may have
+    changed since the run): the documented verdict for that release, and whether the run said it."""
+    from examples import EXIT_CODES, expected_verdict, said_as_documented
+
+    documented = expected_verdict(ROOT / "examples" / f"{name}.yaml", installed=release)
+    said = documented is not None and row["exit"] == EXIT_CODES[documented]
+    said = said and said_as_documented(str(row["verdict"]), documented)
+    return {**row, "documented": documented, "as_documented": said}
 
 
 def _cell(row: dict[str, object] | None) -> str:
     if row is None:
         return "–"
-    verdict = str(row["verdict"]).removeprefix("verdict: ").split(" (")[0]
-    text = f"{verdict.lower()} {row['seconds']} s"
+    said = str(row["verdict"])
+    if said.startswith("verdict: "):
+        verdict = said.removeprefix("verdict: ").split(" (")[0].lower()
+    else:  # an error's or a rejection's message: the exit code names it
+        verdict = {2: "rejected", 3: "error"}.get(int(str(row["exit"])), f"exit {row['exit']}")
+    text = f"{verdict} {row['seconds']} s"
     return text if row["as_documented"] else f"**{text} ≠ {row['documented']}**"
 
 
 def table(results: dict[str, dict[str, dict[str, object]]], listed: list[str]) -> str:
-    releases = list(results)
+    """Release x example: one row per release (oldest first), one column per example, `–` where the
+    example did not run on that release."""
+    releases = sorted(results, key=lambda v: tuple(int(x) for x in v.split(".")))
     examples = sorted({name for rows in results.values() for name in rows})
     wrong = sum(1 for rows in results.values() for row in rows.values() if not row["as_documented"])
+    cells = sum(len(rows) for rows in results.values())
     lines = [
         "# hf examples over transformers releases (benchmarks/releases.py)",
         "",
         f"Minor releases the index lists in range (>=5.2,<6): {', '.join(listed)}.",
         f"Run here: {', '.join(releases)}; CPU, float32, one torch thread. Each cell: the verdict and the",
         "wall seconds of `gate run`; a bold cell is not the verdict the example documents for that release",
-        f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Not as documented: {wrong}.",
+        f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Cells: {cells}; not as documented: {wrong}.",
         "",
-        "| example | " + " | ".join(releases) + " |",
-        "| --- |" + " --- |" * len(releases),
+        "| release | " + " | ".join(examples) + " |",
+        "| --- |" + " --- |" * len(examples),
     ]
-    for name in examples:
-        lines.append(f"| {name} | " + " | ".join(_cell(results[r].get(name)) for r in releases) + " |")
+    for release in releases:
+        lines.append(f"| {release} | " + " | ".join(_cell(results[release].get(name)) for name in examples) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +185,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "releases.md")
     parser.add_argument("--prepare", action="store_true", help="only set the venvs up (CI does it in the background)")
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "releases", help="per-release example tables")
+    parser.add_argument(
+        "--merge", action="store_true", help="run nothing: the table from the per-release tables already in --work"
+    )
     args = parser.parse_args()
     listed = index_releases()
     wanted = args.releases or [".".join(v.split(".")[:2]) for v in listed]
@@ -167,7 +203,15 @@ def main() -> int:
         for release in chosen:
             print(f"releases: {release_venv(release)} ready", flush=True)
         return 0
-    results = {release: run_release(release, args.only, args.work) for release in chosen}
+    if args.merge:
+        found = {release: work_rows(args.work / release) for release in chosen}
+        results = {
+            release: {n: rejudge(release, n, row) for n, row in rows.items() if not args.only or n in args.only}
+            for release, rows in found.items()
+            if rows
+        }
+    else:
+        results = {release: run_release(release, args.only, args.work) for release in chosen}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table(results, listed))
     print(args.out.read_text())
