@@ -93,6 +93,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+PREFIX_BLOCKS = 4
+"""Shared system prefixes on an engine that reuses whole blocks are at least this many blocks long."""
+
+
+def reuse_block(path: EngineServing) -> int | None:
+    """The engine's reuse block when it reuses whole blocks only (its cache geometry's block size,
+    above 1), else None (it reuses any prefix, or states no block)."""
+    block = path.cache_geometry.block_size
+    return block if block is not None and block > 1 else None
+
+
 def clip_lengths(lengths: list[int], limit: int) -> list[int]:
     """Lengths clipped to `limit`, in order, without repeats."""
     out: list[int] = []

@@ -43,6 +43,7 @@ from pydantic import Field
 
 from gate.checks._engine import (
     NEW_TOKENS,
+    PREFIX_BLOCKS,
     Judged,
     common_prefix,
     engine_pair,
@@ -50,6 +51,7 @@ from gate.checks._engine import (
     judge,
     observation,
     require_hits,
+    reuse_block,
     same_vocabulary,
     seeded_prompt,
 )
@@ -77,7 +79,7 @@ class EngineConversationsParams(Params):
     """Turns per conversation."""
     turn_tokens: int = Field(default=24, ge=1, le=512)
     """Fresh private tokens each turn adds."""
-    prefix_blocks: int = Field(default=4, ge=1, le=64)
+    prefix_blocks: int = Field(default=PREFIX_BLOCKS, ge=1, le=64)
     """System prefix length in the candidate's reuse blocks (gate.adapters.openai.geometry)."""
     min_prefix: int = Field(default=256, ge=1, le=16384)
     """Shortest system prefix (for an engine that reuses any prefix, block 1, or states no block)."""
@@ -165,7 +167,7 @@ def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversatio
         return pair
     reference, candidate, level, top_k = pair
     geometry = candidate.cache_geometry
-    block = geometry.block_size if geometry.block_size and geometry.block_size > 1 else None
+    block = reuse_block(candidate)
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or candidate.vocab_size
         slots = cand.info.get("total_slots")

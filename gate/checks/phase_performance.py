@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gate.checks._engine import failure_words, judge
+from gate.checks._engine import PREFIX_BLOCKS, failure_words, judge, reuse_block
 from gate.checks._params import PhasePerformanceParams
 from gate.checks._serving import replay, replay_engine
 from gate.checks._topk import worst as worst_of
@@ -148,6 +148,16 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
     return {"latency_samples": latency, "live_bytes_over_time": memory}
 
 
+def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Scenario:
+    """The scenario for an engine that reuses whole blocks of `block` tokens only: a shared system
+    prefix below PREFIX_BLOCKS blocks barely reaches its prefix cache, so it is raised to that many
+    blocks (within a quarter of the context); unchanged where any prefix is reused or none stated."""
+    if block is None or scenario.system_prefix >= PREFIX_BLOCKS * block:
+        return scenario
+    raised = max(scenario.system_prefix, min(PREFIX_BLOCKS * block, max_len // 4))
+    return scenario.model_copy(update={"system_prefix": raised})
+
+
 @check("phase-performance", params=PhasePerformanceParams)
 def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outcome:
     """Four clocks on a serving scenario, reference vs candidate, with bootstrap intervals and budgets."""
@@ -170,13 +180,15 @@ def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outc
         for k, v in (("conversations", params.conversations), ("max_concurrent", params.max_concurrent))
         if v is not None
     }
-    scenario = scenario.model_copy(update=updates)
     vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
     max_len = min(reference.max_len, ctx.candidate.max_len)
+    engines = isinstance(reference, EngineServing) and isinstance(ctx.candidate, EngineServing)
+    block = reuse_block(ctx.candidate) if isinstance(ctx.candidate, EngineServing) else None
+    scenario = shared_prefix_on(scenario.model_copy(update=updates), block, max_len)
     convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
     slo = (scenario.slo.ttft_s, scenario.slo.tpot_s)
     paths: dict[str, DecodePath] = {"reference": reference, "candidate": ctx.candidate}
-    if isinstance(reference, EngineServing) and isinstance(ctx.candidate, EngineServing):
+    if engines:
         traces, exercise, served = _engine_traces(ctx, params, paths, scenario, vocab=vocab, max_len=max_len)
     else:
         (traces, exercise), served = _session_traces(ctx, params, paths, scenario, convs), {}

@@ -14,7 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.planted import SlowPath
-from gate.checks.phase_performance import PhasePerformanceParams, _verdict, phase_performance
+from gate.checks._engine import PREFIX_BLOCKS
+from gate.checks.phase_performance import PhasePerformanceParams, _verdict, phase_performance, shared_prefix_on
 from gate.core.clocks import METRICS, Interval, LiveBytes, RequestTiming, ServingTrace, compare, summary
 from gate.core.manifest import Budget, ClockName, Manifest
 from gate.core.scenario import conversations, load_scenario, shipped_scenarios
@@ -162,3 +163,13 @@ def test_a_policy_budget_applies_and_the_manifest_replaces_it() -> None:
     strict = ctx(path("dynamic"), slow)
     strict.manifest = strict.manifest.model_copy(update={"performance": {"tpot_p95": Budget(max_ratio=1.05)}})
     assert phase_performance(strict, lenient).status == "fail"
+
+
+def test_a_block_reusing_engine_gets_a_shared_prefix_several_blocks_long() -> None:
+    chat = load_scenario("chat-shared-prefix")
+    assert chat.system_prefix == 64
+    assert shared_prefix_on(chat, None, 8192).system_prefix == 64  # reuses any prefix (llama.cpp) or unknown
+    assert shared_prefix_on(chat, 16, 8192).system_prefix == 64  # already four 16-token blocks
+    assert shared_prefix_on(chat, 32, 8192).system_prefix == PREFIX_BLOCKS * 32
+    assert shared_prefix_on(chat, 128, 1024).system_prefix == 256  # held within a quarter of the context
+    assert shared_prefix_on(chat, 128, 128).system_prefix == 64  # never shorter than the scenario's own
