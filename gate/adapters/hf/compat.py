@@ -16,7 +16,7 @@ of every minor release 5.2-5.24:
   StaticLayer has no `crop` before 5.15; its length there is "slots holding a nonzero value".
 - quantised caches: there is no QuantoQuantizedCache/HQQQuantizedCache/OffloadedCache/SinkCache
   class anywhere in 5.x (the release notes' removal happened by 5.2); `QuantizedCache(backend=...)`
-  takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (between 5.15 and 5.23).
+  takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (5.21 on; absent on 5.17, present on 5.21).
   Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
   5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
   quantized layers for it. The refusal is AdapterUnavailable in the library's words.
@@ -324,7 +324,7 @@ def quantized_cache(
         if not hasattr(cache_utils, "Fp8QuantizedLayer"):
             raise AdapterUnavailable(
                 f"transformers {transformers.__version__} has no fp8 QuantizedCache backend "
-                "(Fp8QuantizedLayer arrived after 5.15)"
+                "(Fp8QuantizedLayer arrived in 5.21)"
             )
         return _refused_unavailable(lambda: cache_utils.QuantizedCache(backend="fp8", config=config))
     package = {"quanto": "optimum-quanto", "hqq": "hqq"}[backend]
