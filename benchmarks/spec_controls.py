@@ -32,13 +32,13 @@ def measure(example: str, repeats: int) -> dict[str, Any]:
     """Best positive run and best of each control per check over `repeats` runs, in this process."""
     import torch
 
-    from gate.engine.runner import RunOptions, run_manifest
+    from gate.engine.runner import run_manifest
 
     torch.set_num_threads(1)
     best: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
-            result = run_manifest(REPO / "examples" / f"{example}.yaml", RunOptions(out_dir=Path(tmp)))
+            result = run_manifest(REPO / "examples" / f"{example}.yaml", Path(tmp))
             for check in result.checks:
                 if not check.controls:
                     continue

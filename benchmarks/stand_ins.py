@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from gate.core.result import CheckResult, GateResult
-from gate.engine.runner import RunOptions, run_manifest
+from gate.engine.runner import run_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "tests" / "engine" / "gqa" / "static-cache.yaml"
@@ -28,7 +28,7 @@ HEADING = "## Stand-ins on a third-party engine (generated)"
 def run(manifest: Path, dtype: str, work: Path) -> GateResult:
     local = work / f"{manifest.stem}-{dtype}.yaml"
     local.write_text(manifest.read_text().replace("dtype: float32", f"dtype: {dtype}"))
-    return run_manifest(local, RunOptions(out_dir=work / dtype))
+    return run_manifest(local, work / dtype)
 
 
 def cell(check: CheckResult, fault: str) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gate.core.manifest import ToleranceClaim
+
 if TYPE_CHECKING:
     import torch
 
@@ -58,8 +60,7 @@ def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | No
     dtype = computing_dtype(ctx)
     default_atol, default_rtol = DEFAULT_TOLERANCE[dtype]
     claim = ctx.manifest.claim
-    claim_atol = getattr(claim, "atol", None)
-    claim_rtol = getattr(claim, "rtol", None)
+    claim_atol, claim_rtol = (claim.atol, claim.rtol) if isinstance(claim, ToleranceClaim) else (None, None)
     if atol is not None or rtol is not None:
         source = "params"
     elif claim_atol is not None or claim_rtol is not None:

@@ -26,6 +26,7 @@ from gate.checks._diagnosis import BUG_CLASSES, classify, traced_divergence, tra
 from gate.checks._params import GreedyParityParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import GreedyEvidence, GreedyRun, ToleranceRecord
+from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import DecodePath, LayoutBoundaries
 
 
@@ -72,7 +73,8 @@ def greedy(
 def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
     """Greedy continuations (default 8 and 64 tokens) identical on both paths."""
     reference, candidate = ctx.reference, ctx.candidate
-    lengths = params.tokens or list(getattr(ctx.manifest.claim, "tokens", None) or [8, 64])
+    claim = ctx.manifest.claim
+    lengths = params.tokens or (list(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []) or [8, 64]
     tol = tolerance_for(ctx, params.atol, params.rtol)
     vocab = min(reference.vocab_size, candidate.vocab_size)
     runs: list[dict[str, Any]] = []

@@ -39,6 +39,7 @@ from gate.checks._prefix_support import (
 )
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
+from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import PrefixBudget, PrefixServing
 
 
@@ -66,7 +67,7 @@ def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> O
             budget = params.byte_budget
             worker = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    claim_tokens = getattr(ctx.manifest.claim, "tokens", None)
+    claim_tokens = ctx.manifest.claim.tokens if isinstance(ctx.manifest.claim, GreedyTokensClaim) else None
     new_tokens = params.new_tokens or (max(claim_tokens) if params.compare == "greedy" and claim_tokens else 4)
     base_len = params.base_blocks * bs + 1
     new_tokens = max(1, min(new_tokens, ctx.candidate.max_len - base_len - params.suffix_len))

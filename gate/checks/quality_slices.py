@@ -22,7 +22,7 @@ import torch
 from gate.checks._params import QualitySlicesParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import JudgedEnvelope, Judgement, SlicesEvidence
-from gate.core.manifest import Envelope
+from gate.core.manifest import BoundedDegradationClaim, Envelope
 from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import SUMMED, Clock, SampleScores, SessionPool, score_batch
@@ -182,7 +182,7 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
     """Judge every envelope of a bounded-degradation claim on its slice's one-sided bound."""
     started = time.perf_counter()
     claim = ctx.manifest.claim
-    envelopes: list[Envelope] = list(getattr(claim, "envelopes", []))
+    envelopes: list[Envelope] = list(claim.envelopes) if isinstance(claim, BoundedDegradationClaim) else []
     if not envelopes:
         return Outcome("skip", f"claim {claim.level} declares no envelopes; nothing to judge")
     root = Path(params.evals_dir) if params.evals_dir else None

@@ -14,7 +14,8 @@ import click
 from gate._util.text import printable
 from gate.cli.common import echo, user_errors
 from gate.cli.progress import ColorMode, Reporter
-from gate.engine.executors import TaskOptions, TaskRecord
+from gate.engine.executors import TaskRecord
+from gate.engine.options import RunOptions
 
 _COLOURS = {
     "pass": "green",
@@ -31,7 +32,7 @@ def run_batch_command(
     manifests: list[Path],
     matrix: Path | None,
     out_dir: Path,
-    options: TaskOptions,
+    options: RunOptions,
     as_json: bool,
     verbosity: int,
     color: ColorMode,
@@ -57,11 +58,11 @@ def run_batch_command(
             batch = plan_batch(manifests, matrix, out_dir, options, retries=retries, device_here=executor == "local")
             total = len(batch.tasks)
             reporter.log(f"batch: {total} runs on {executor}" + (f" (-j {jobs})" if executor == "local" else ""))
-            info: dict[str, Any] = {"kind": executor, "threads": options.threads}
+            info: dict[str, Any] = {"kind": executor, "threads": options.worker_threads}
             info.update({"jobs": jobs} if executor == "local" else {"address": address})
             outputs = run_batch(
                 batch,
-                make_executor(executor, jobs=jobs, threads=options.threads, address=address),
+                make_executor(executor, jobs=jobs, threads=options.worker_threads, address=address),
                 on_done=on_done,
                 executor_info=info,
             )

@@ -31,7 +31,8 @@ def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, 
     --sign-key. Replay with `adapter: recorded, options: {baseline: BASELINE}` as the reference, in
     another environment and another build (docs/baselines.md).
     """
-    from gate.engine.runner import RunOptions, run_manifest
+    from gate.engine.options import RunOptions
+    from gate.engine.runner import run_manifest
     from gate.trust.baseline import recording_commit, seal_baseline
     from gate.trust.keys import load_private_key
 
@@ -45,13 +46,10 @@ def command(manifest: Path, out_dir: Path, sign_key: Path, threads: int | None, 
             torch.set_num_threads(threads)
         result = run_manifest(
             manifest,
-            RunOptions(
-                out_dir=out_dir / "record-run",
-                policy_dirs=list(policy_dirs),
-                log=reporter.log,
-                events=reporter.event,
-                record=out_dir,
-            ),
+            out_dir / "record-run",
+            RunOptions(policy_dirs=policy_dirs, record=out_dir),
+            log=reporter.log,
+            events=reporter.event,
         )
         digest = seal_baseline(out_dir, sign_key, commit)
     baseline = result.baseline or {}

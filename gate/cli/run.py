@@ -189,61 +189,46 @@ def command(
         raise click.UsageError("-q and -v contradict each other")
     if not manifests and matrix is None:
         raise click.UsageError("give a MANIFEST (or several), or --matrix FILE")
-    if len(manifests) != 1 or matrix is not None:
-        from gate.cli.batch import run_batch_command
-        from gate.engine.executors import TaskOptions
-        from gate.trust.ledger import run_ledger_choice
+    from gate.engine.options import RunOptions
+    from gate.trust.ledger import run_ledger_choice
 
-        ledger, why = run_ledger_choice(ledger_path)
-        if ledger is not None:
-            echo(f"ledger: every run of the batch records into {ledger} ({why})", err=True)
-        options = TaskOptions(
-            sign_key=os.fspath(sign_key) if sign_key else None,
-            ledger=os.fspath(ledger) if ledger else None,
-            policy_dirs=tuple(os.fspath(p) for p in policy_dirs),
-            trust=os.fspath(trust_path) if trust_path else None,
-            reference_cache=os.fspath(reference_cache) if reference_cache else None,
-            baseline_commit=baseline_commit,
-            only=only,
-            params=parse_params(params),
-            profile=profile,
-            threads=threads or 1,
-        )
-        verbosity = 0 if quiet else 2 if verbose else 1
+    batch = len(manifests) != 1 or matrix is not None
+    if not batch and (executor != "local" or address is not None or retries is not None):
+        raise click.UsageError("--executor, --address and --retries apply to a batch (several manifests or --matrix)")
+    ledger, why = run_ledger_choice(ledger_path)
+    if batch and ledger is not None:
+        echo(f"ledger: every run of the batch records into {ledger} ({why})", err=True)
+    options = RunOptions(
+        sign_key=sign_key,
+        ledger=ledger,
+        policy_dirs=policy_dirs,
+        trust=trust_path,
+        reference_cache=reference_cache,
+        baseline_commit=baseline_commit,
+        only=only,
+        params=parse_params(params),
+        profile=profile,
+        threads=threads,
+    )
+    verbosity = 0 if quiet else 2 if verbose else 1
+    if batch:
+        from gate.cli.batch import run_batch_command
+
         run_batch_command(
             list(manifests), matrix, out_dir, options, as_json, verbosity, color, jobs, executor, address, retries
         )
         return
-    if executor != "local" or address is not None or retries is not None:
-        raise click.UsageError("--executor, --address and --retries apply to a batch (several manifests or --matrix)")
     manifest = manifests[0]
     from gate.engine.pipeline import run_pipeline
     from gate.report.build import build_report
     from gate.report.words import verdict_label
-    from gate.trust.ledger import run_ledger_choice
 
-    overrides = parse_params(params)
-    reporter = Reporter(verbosity=0 if quiet else 2 if verbose else 1, color=color)
+    reporter = Reporter(verbosity=verbosity, color=color)
     try:
         with user_errors():
             started = time.perf_counter()
-            ledger, why = run_ledger_choice(ledger_path)
             outputs = run_pipeline(
-                manifest,
-                out_dir,
-                sign_key=sign_key,
-                ledger=ledger,
-                policy_dirs=list(policy_dirs),
-                log=reporter.log,
-                trust=trust_path,
-                progress=reporter.progress,
-                events=reporter.event,
-                only=list(only),
-                params=overrides,
-                reference_cache=reference_cache,
-                baseline_commit=baseline_commit,
-                threads=threads,
-                profile=profile,
+                manifest, out_dir, options, log=reporter.log, progress=reporter.progress, events=reporter.event
             )
             run_s = time.perf_counter() - started
             if outputs.ledger_seq is not None:

@@ -8,10 +8,12 @@ The runner turns the Outcome into a `CheckResult`, runs the negative controls th
 (the same check against `candidate.with_fault(fault)`), and requires each to be detected.
 
 A control needs one failure to prove power, so a control run sets `ctx.stop_at_first_failure`:
-a check that walks a schedule (prefix lengths, greedy steps, sample batches) walks it in increasing
-order and returns at the first failing item, with `detected_at` naming it. A positive run never
-sets it and covers the whole schedule. `ctx.cache` is shared by every check of one run and by its
-controls: memoise what does not depend on the candidate (reference rows, seeded inputs) there.
+a check that walks a schedule (prefix lengths, greedy steps, sample batches) walks it in the
+positive run's order, except that a check which knows where the fault (`ctx.control`) is likely
+to show probes there first, and returns at the first failing item, with `detected_at` naming it.
+A positive run never sets it and covers the whole schedule in its declared order. `ctx.cache` is
+shared by every check of one run and by its controls: memoise what does not depend on the
+candidate (reference rows, seeded inputs) there.
 """
 
 from __future__ import annotations

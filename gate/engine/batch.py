@@ -1,9 +1,10 @@
 """Many manifests at once: `gate run M1 M2 ... --out DIR` and `gate run --matrix FILE --out DIR`.
 
     from gate.engine.batch import plan_batch, run_batch
-    from gate.engine.executors import LocalExecutor, TaskOptions
+    from gate.engine.executors import LocalExecutor
+    from gate.engine.options import RunOptions
 
-    batch = plan_batch([Path("a.yaml"), Path("b.yaml")], None, Path("out/all"), TaskOptions())
+    batch = plan_batch([Path("a.yaml"), Path("b.yaml")], None, Path("out/all"), RunOptions())
     outputs = run_batch(batch, LocalExecutor(jobs=2))
     print(outputs.verdict, outputs.exit_code)   # the batch's verdict: the worst of its runs
 
@@ -29,7 +30,8 @@ from typing import Any
 
 from gate.core.matrix import RESERVED_NAMES, MatrixRun, expand_matrix, safe_name
 from gate.core.result import VERDICT_PRECEDENCE, Verdict, worst_verdict
-from gate.engine.executors import Executor, Task, TaskOptions, TaskRecord
+from gate.engine.executors import Executor, Task, TaskRecord
+from gate.engine.options import RunOptions
 from gate.errors import InputError
 
 INPUTS = "_inputs"
@@ -95,7 +97,7 @@ def plan_batch(
     manifests: list[Path],
     matrix: Path | None,
     out: Path,
-    options: TaskOptions,
+    options: RunOptions,
     *,
     retries: int | None = None,
     device_here: bool = True,
@@ -134,10 +136,7 @@ def plan_batch(
         runs.extend(more)
     if not runs:
         raise InputError("gate run", "no manifest given (MANIFEST... or --matrix FILE)")
-    keep = [
-        p for p in (*manifests, matrix, options.sign_key, options.ledger, options.trust, options.reference_cache) if p
-    ]
-    StagedOutput(out, keep=[Path(p) for p in keep] + [Path(p) for p in options.policy_dirs]).check(replaces=False)
+    StagedOutput(out, keep=[*manifests, matrix, *options.inputs()]).check(replaces=False)
     staged: Path | None = None
     tasks: list[Task] = []
     try:
@@ -150,15 +149,13 @@ def plan_batch(
                 temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
                 try:
                     loaded, _plan = prepare(
-                        temporary, [Path(p) for p in options.policy_dirs], options.params, device_here=device_here
+                        temporary, list(options.policy_dirs), options.params, device_here=device_here
                     )
                 except InputError as err:
                     raise _relocated(err, run) from None
                 manifest = out / INPUTS / f"{run.name}.yaml"
             else:
-                loaded, _plan = prepare(
-                    manifest, [Path(p) for p in options.policy_dirs], options.params, device_here=device_here
-                )
+                loaded, _plan = prepare(manifest, list(options.policy_dirs), options.params, device_here=device_here)
             tasks.append(
                 Task(
                     name=run.name,

@@ -23,28 +23,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from gate.engine.options import RunOptions
 from gate.errors import EXIT_CHECK_ERROR, GateError, Terminated, UnavailableError
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """The pipeline options every run of a batch shares (`gate run`'s flags)."""
-
-    sign_key: str | None = None
-    ledger: str | None = None
-    policy_dirs: tuple[str, ...] = ()
-    trust: str | None = None
-    reference_cache: str | None = None
-    baseline_commit: str | None = None
-    """Main's commit, that a recorded reference's baseline must be signed for (`--baseline-commit`)."""
-    only: tuple[str, ...] = ()
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    profile: bool = False
-    threads: int = 1
-    """torch CPU threads in each worker (one per worker unless told otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +36,8 @@ class Task:
     name: str
     manifest: str
     out_dir: str
-    options: TaskOptions = field(default_factory=TaskOptions)
+    options: RunOptions = field(default_factory=RunOptions)
+    """How every run of the batch runs (`gate run`'s flags): plain data, it travels as it is."""
     device: str = "cpu"
     """The subject's device: what the task asks a Ray cluster for (a GPU for cuda)."""
     retries: int = 1
@@ -99,20 +82,8 @@ def execute_task(task: Task) -> TaskRecord:
     try:
         import torch
 
-        torch.set_num_threads(opts.threads)
-        outputs = run_pipeline(
-            task.manifest,
-            task.out_dir,
-            sign_key=opts.sign_key,
-            ledger=opts.ledger,
-            policy_dirs=[Path(p) for p in opts.policy_dirs],
-            trust=opts.trust,
-            reference_cache=opts.reference_cache,
-            baseline_commit=opts.baseline_commit,
-            only=list(opts.only),
-            params=dict(opts.params),
-            profile=opts.profile,
-        )
+        torch.set_num_threads(opts.worker_threads)
+        outputs = run_pipeline(task.manifest, task.out_dir, opts)
     except GateError as err:  # bad input found in the worker (a device it lacks), an unwritable --out
         return failed_record(task, str(err), err.exit_code, time.perf_counter() - started)
     except Exception as err:  # gate's own failure outside any check: the task's error
@@ -327,7 +298,7 @@ def _ray_task(task: Task) -> TaskRecord:
 
 def ray_resources(task: Task) -> dict[str, float]:
     """What a task asks of the cluster: its torch threads as CPUs, one GPU for a cuda (or xpu) subject."""
-    resources: dict[str, float] = {"num_cpus": float(task.options.threads)}
+    resources: dict[str, float] = {"num_cpus": float(task.options.worker_threads)}
     if task.device.startswith("cuda"):
         resources["num_gpus"] = 1.0
     elif task.device.startswith("xpu"):
@@ -445,7 +416,6 @@ __all__ = [
     "LocalExecutor",
     "RayExecutor",
     "Task",
-    "TaskOptions",
     "TaskRecord",
     "execute_task",
     "failed_record",

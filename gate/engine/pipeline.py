@@ -21,6 +21,7 @@ from gate.core.result import GateResult
 
 if TYPE_CHECKING:
     from gate.engine.events import Events
+    from gate.engine.options import RunOptions
     from gate.report.next_steps import CommandContext
     from gate.trust.approve import Carried
 
@@ -53,89 +54,55 @@ class RunOutputs:
 def run_pipeline(
     manifest: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
+    options: RunOptions | None = None,
     *,
-    sign_key: str | os.PathLike[str] | None = None,
-    ledger: str | os.PathLike[str] | None = None,
-    policy_dirs: list[Path] | None = None,
     log: Callable[[str], None] | None = None,
-    environ: Mapping[str, str] | None = None,
-    trust: str | os.PathLike[str] | None = None,
-    reference_cache: str | os.PathLike[str] | None = None,
-    baseline_commit: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
-    only: list[str] | None = None,
-    params: dict[str, dict[str, Any]] | None = None,
-    profile: bool = False,
-    threads: int | None = None,
     events: Events | None = None,
+    environ: Mapping[str, str] | None = None,
+    **flags: Any,
 ) -> RunOutputs:
     """Run MANIFEST into OUT_DIR: results.json, dossier (HTML, Markdown, JUnit), attestation, ledger.
+
+    `options` (gate.engine.options.RunOptions) says how; its fields may instead be given as keyword
+    arguments (`sign_key="ci.key", ledger="gate.sqlite", only=["greedy-parity"]`), which build it.
 
     OUT_DIR is checked first (gate.engine.outputs): the run writes into a fresh sibling directory
     that replaces OUT_DIR only when everything, the ledger receipt included, is written; the
     previous run is kept in `<OUT_DIR>.previous`. Servers registered with
     `gate._util.stopping.on_stop` are stopped however the run ends.
 
-    `sign_key` (an Ed25519 private key from `gate keygen`) is loaded before anything runs, so a
-    bad key costs no check time. With `ledger`, waivers recorded there apply and the verdict is
-    appended. `environ` is where CI variables are read from (GitHub annotations and summary).
-    `trust`: the trust policy that says whose waivers apply (default $GATE_TRUST, else ./trust.yaml)
-    and whose signature a recorded baseline needs; `baseline_commit`: main's commit, that baseline's
-    binding (default $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base; docs/baselines.md).
-    `progress(task, done, total)`: progress inside long checks. `events`: each check's start and
-    result and each control's (gate.engine.events; None: their lines go to `log`). `only`: run just these checks of the
-    plan (the verdict is then at best `partial`, never pass). `params`: per-check overrides.
-    `profile`: also time model forward passes (results.json `forward_s`; see gate.engine.profile).
-    `threads`: torch CPU threads, set once the previous run is aside (importing torch takes seconds,
-    and a run killed in them must not leave the previous dossier in `--out`).
+    `sign_key` is loaded before anything runs, so a bad key costs no check time. With `ledger`,
+    waivers recorded there apply and the verdict is appended. `environ` is where CI variables are
+    read from (GitHub annotations and summary). `log`, `progress(task, done, total)` and `events`:
+    where the run's lines, the progress inside long checks and each check's and control's start and
+    result go (gate.engine.runner.run_manifest). `threads` is set once the previous run is aside.
     """
     from gate._util.stopping import stop_all
+    from gate.engine.options import RunOptions
     from gate.engine.outputs import WRITE_ERRNOS, StagedOutput, write_failure
 
+    if options is not None and flags:
+        raise TypeError(f"run_pipeline: give options or keyword flags, not both ({', '.join(flags)})")
+    options = options if options is not None else RunOptions(**flags)
     manifest_path, out = Path(manifest), Path(out_dir)
-    from gate.trust.ledger_store import is_url, ledger_location
-
-    ledger_path: Path | None = None
-    if isinstance(ledger, Path):
-        ledger_path = ledger
-    elif ledger is not None:
-        ledger_path = ledger_location(os.fspath(ledger))
-    local_ledger = ledger_path if ledger_path is not None and not is_url(ledger_path) else None
-    key_path = Path(sign_key) if sign_key is not None else None
-    trust_path = Path(trust) if trust is not None else None
-    cache_path = Path(reference_cache) if reference_cache is not None else None
-    keep = [manifest_path, local_ledger, key_path, trust_path, cache_path, *(policy_dirs or [])]
-    staged = StagedOutput(out, keep=keep)
+    ledger_path, key_path, trust_path = options.ledger_path, options.sign_key, options.trust
+    staged = StagedOutput(out, keep=[manifest_path, *options.inputs()])
     staged.check()  # a bad --out fails before anything runs, moves or is written
     staging = staged.begin()  # at once: the previous run is now <out>.previous, never mistaken for this one
     try:
-        from gate.engine.runner import RunOptions, prepare, run_manifest
+        from gate.engine.runner import prepare, run_manifest
         from gate.trust.keys import load_private_key
 
-        if threads is not None:
+        if options.threads is not None:
             import torch
 
-            torch.set_num_threads(threads)
+            torch.set_num_threads(options.threads)
         if key_path is not None:
             load_private_key(key_path)  # a missing or bad key fails before any check runs
-        prepared = prepare(manifest_path, list(policy_dirs or []), dict(params or {}))  # bad input: exit 2 first
+        prepared = prepare(manifest_path, list(options.policy_dirs), options.params)  # bad input: exit 2 first
         result = run_manifest(
-            manifest_path,
-            RunOptions(
-                out_dir=staging,
-                policy_dirs=list(policy_dirs or []),
-                log=log or (lambda _line: None),
-                ledger=ledger_path,
-                trust=trust_path,
-                reference_cache=Path(reference_cache) if reference_cache is not None else None,
-                baseline_commit=baseline_commit,
-                progress=progress or (lambda _task, _done, _total: None),
-                only=list(only or []),
-                params=dict(params or {}),
-                profile=profile,
-                prepared=prepared,
-                events=events,
-            ),
+            manifest_path, staging, options, log=log, progress=progress, events=events, prepared=prepared
         )
         from gate.report import CommandContext
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
 from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
 from gate.engine.events import CheckFinished, CheckStarted, ControlFinished, ControlStarted, Events, as_log
+from gate.engine.options import RunOptions
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.engine.run_cache import RunCache
 from gate.errors import (
@@ -47,39 +47,12 @@ from gate.protocols import ReleasesControls
 Log = Callable[[str], None]
 
 
-@dataclass
-class RunOptions:
-    """How to run a manifest."""
+def _quiet(_line: str) -> None:
+    """No log."""
 
-    out_dir: Path
-    policy_dirs: list[Path] = field(default_factory=list)
-    log: Log = lambda _msg: None
-    ledger: Path | None = None
-    """Audit ledger whose waivers apply to failed checks (gate.trust.waivers); None: no waivers."""
-    trust: Path | None = None
-    """Trust policy that says whose waivers apply (None: $GATE_TRUST, else ./trust.yaml, else none)."""
-    reference_cache: Path | None = None
-    """Directory of stored reference answers (gate.adapters.recorded.store): read instead of recomputing,
-    missing answers computed and added. None: the reference computes everything."""
-    record: Path | None = None
-    """`gate record`: store every reference answer in this baseline directory; controls included."""
-    baseline_commit: str | None = None
-    """Main's commit, that a recorded reference's baseline must be bound to (gate.trust.baseline.main_commit:
-    None reads $GATE_BASELINE_COMMIT, else a GitHub pull_request event's base commit)."""
-    profile: bool = False
-    """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
-    slow small forwards, so only on request); wall times per check and control are always kept."""
-    progress: Callable[[str, int, int], None] = lambda _task, _done, _total: None
-    """Progress inside long checks: (task, done, total)."""
-    only: list[str] = field(default_factory=list)
-    """Run only these checks of the plan (`gate run --check`); the rest are recorded as not run."""
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Parameter overrides per check (`gate run --param CHECK.KEY=VALUE`), merged over the manifest's."""
-    prepared: tuple[LoadedManifest, Plan] | None = None
-    """What `prepare` returned for this manifest, when the caller already checked it."""
-    events: Events | None = None
-    """Where each check's start and result and each control's go (gate.engine.events); None: to
-    `log`, as their log lines."""
+
+def _no_progress(_task: str, _done: int, _total: int) -> None:
+    """No progress."""
 
 
 def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any]) -> CheckResult:
@@ -494,16 +467,31 @@ def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[s
             log(f"  stopped {freed}: no later check uses it")
 
 
-def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
-    """Run a manifest end to end and write `results.json` atomically into `options.out_dir`."""
+def run_manifest(
+    manifest_path: Path,
+    out_dir: Path,
+    options: RunOptions | None = None,
+    *,
+    log: Log | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    events: Events | None = None,
+    prepared: tuple[LoadedManifest, Plan] | None = None,
+) -> GateResult:
+    """Run a manifest end to end and write `results.json` atomically into `out_dir`.
+
+    `log`: the run's lines; `progress(task, done, total)`: progress inside long checks; `events`:
+    each check's start and result and each control's (gate.engine.events; None: their lines go to
+    `log`); `prepared`: what `prepare` returned for this manifest, when the caller already checked it.
+    """
     from gate.core.check import CheckContext
     from gate.core.registry import load_adapter, load_check
     from gate.errors import AdapterUnavailable
 
     started_at = now_utc()
-    log = options.log
-    emit = options.events or as_log(log)
-    loaded, plan = options.prepared or prepare(manifest_path, options.policy_dirs, options.params)
+    options = options or RunOptions()
+    log = log or _quiet
+    emit = events or as_log(log)
+    loaded, plan = prepared or prepare(manifest_path, list(options.policy_dirs), options.params)
     planned_names = [p.check for p in plan.checks]
     unknown = [name for name in [*options.only, *options.params] if name not in planned_names]
     if unknown:
@@ -524,10 +512,11 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
             require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
     specs = {p.check: load_check(p.check) for p in plan.checks}
     waivers = None
-    if options.ledger is not None:
+    ledger = options.ledger_path
+    if ledger is not None:
         from gate.trust.waivers import ledger_waivers
 
-        waivers = ledger_waivers(options.ledger, trust)  # a broken ledger stops the run before any check
+        waivers = ledger_waivers(ledger, trust)  # a broken ledger stops the run before any check
     params = {p.check: _validated_params(loaded, p, specs[p.check].params) for p in plan.checks}
 
     subject = manifest.subject
@@ -557,7 +546,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
     with clock or nullcontext(), _settled_heap():
         for index, planned in enumerate(plan.checks):
             if planned.check in not_run:
-                checks.append(_not_run(planned, options.only))
+                checks.append(_not_run(planned, list(options.only)))
                 continue
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
             ctx = CheckContext(
@@ -568,13 +557,13 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
                 device=subject.device,
                 dtype=subject.dtype,
                 log=log,
-                progress=options.progress,
+                progress=progress or _no_progress,
                 cache=cache,
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own
             # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
             check_result = run_check(
-                planned, specs[planned.check], params[planned.check], ctx, clock=clock, events=options.events
+                planned, specs[planned.check], params[planned.check], ctx, clock=clock, events=events
             )
             emit(CheckFinished(check=planned.check, status=check_result.status, message=check_result.message))
             checks.append(check_result)
@@ -609,7 +598,7 @@ def run_manifest(manifest_path: Path, options: RunOptions) -> GateResult:
         finished_at=now_utc(),
         trust_policy=Digest(path=trust.path, sha256=trust.sha256) if trust is not None else None,
     )
-    write_bytes_atomic(options.out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
+    write_bytes_atomic(out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
     return result
 
 

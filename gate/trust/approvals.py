@@ -365,7 +365,7 @@ def verify_approval(
     return out
 
 
-def _verifies(pub: Any, payload: bytes, sig: Any) -> bool:
+def _verifies(pub: Ed25519PublicKey, payload: bytes, sig: object) -> bool:
     if not isinstance(sig, str):
         return False
     try:
@@ -375,7 +375,7 @@ def _verifies(pub: Any, payload: bytes, sig: Any) -> bool:
     return True
 
 
-def _check_second_signature(directory: Path, pub: Any, out: ApprovalCheck) -> None:
+def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: ApprovalCheck) -> None:
     try:
         run = read_run_statement(directory)
         envelope, _payload = read_envelope(directory / ENVELOPE_NAME)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
@@ -228,7 +228,7 @@ def _append_or_reuse(
     run: RunStatement,
     run_entry: Entry | None,
     directory: Path,
-    key: Any,
+    key: Ed25519PrivateKey,
     approver: str,
     reason: str,
     signers: list[str],

@@ -13,12 +13,13 @@ import pytest
 
 from gate.core.result import without_wall_clock
 from gate.engine.batch import plan_batch, run_batch
-from gate.engine.executors import LocalExecutor, Task, TaskOptions, ray_resources
+from gate.engine.executors import LocalExecutor, Task, ray_resources
+from gate.engine.options import RunOptions
 from gate.engine.pipeline import run_pipeline
 from gate.errors import InputError
 from tests.support.repo import EXAMPLES
 
-FAST = TaskOptions(only=("greedy-parity",))  # the cheapest check these layout examples share
+FAST = RunOptions(only=("greedy-parity",))  # the cheapest check these layout examples share
 
 
 def without_timings(path: Path) -> bytes:
@@ -145,7 +146,7 @@ def test_a_derived_manifest_error_points_at_the_authors_file(tmp_path: Path) -> 
 
 
 def test_a_cuda_subject_asks_the_cluster_for_a_gpu() -> None:
-    assert ray_resources(Task("a", "a.yaml", "out/a", TaskOptions(threads=2), device="cuda:0")) == {
+    assert ray_resources(Task("a", "a.yaml", "out/a", RunOptions(threads=2), device="cuda:0")) == {
         "num_cpus": 2.0,
         "num_gpus": 1.0,
     }

@@ -12,7 +12,7 @@ from gate.core.plan import PlannedCheck
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome, Status
 from gate.engine.events import CheckFinished, ControlFinished, ControlStarted, RunEvent
-from gate.engine.runner import RunOptions, run_check, run_manifest
+from gate.engine.runner import run_check, run_manifest
 from gate.errors import UnavailableError
 from tests.engine.test_controls import ToyParams, ToyPath, toy
 from tests.support.repo import EXAMPLES
@@ -87,11 +87,10 @@ def test_only_building_a_path_is_relabelled_adapter_could_not_run(
     from gate.core import registry
 
     monkeypatch.setattr(registry, "load_adapter", lambda _name: _adapter_that(fails_in))
-    options = RunOptions(out_dir=tmp_path)
     if fails_in == "build":
         with pytest.raises(UnavailableError, match="adapter could not run: RuntimeError: no driver"):
-            run_manifest(EXAMPLES / "reference-static-layout.yaml", options)
+            run_manifest(EXAMPLES / "reference-static-layout.yaml", tmp_path)
     else:
         with pytest.raises(RuntimeError, match="gate's own bug"):
-            run_manifest(EXAMPLES / "reference-static-layout.yaml", options)
+            run_manifest(EXAMPLES / "reference-static-layout.yaml", tmp_path)
     assert not (tmp_path / "results.json").exists()

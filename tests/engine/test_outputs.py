@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from gate._util import stopping
 from gate.cli.main import cli
 from gate.engine import runner
+from gate.engine.options import RunOptions
 from gate.engine.outputs import StagedOutput
 from gate.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError
 from tests.support.repo import EXAMPLES
@@ -45,7 +46,7 @@ def _run(*args: str) -> object:
 def test_a_bad_out_is_refused_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_out) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     ran: list[Path] = []
-    monkeypatch.setattr(runner, "run_manifest", lambda path, options: ran.append(path))
+    monkeypatch.setattr(runner, "run_manifest", lambda path, *_args, **_sinks: ran.append(path))
     result = _run("--out", str(make_out(tmp_path)))
     assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
     assert result.output.count("\n") == 1 and result.output.startswith("gate: --out")  # type: ignore[attr-defined]
@@ -90,7 +91,9 @@ def test_a_complete_run_replaces_out_and_keeps_the_previous_aside(
     keys = tmp_path / "k"
     CliRunner().invoke(cli, ["keygen", "--out", str(keys)])
     monkeypatch.setattr(
-        runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, Path(f"{keys}.key"))[1]
+        runner,
+        "run_manifest",
+        lambda path, out_dir, *_args, **_sinks: signed_run(out_dir, path, Path(f"{keys}.key"))[1],
     )
     result = _run("--out", str(out), "--sign-key", f"{keys}.key")
     assert result.exit_code in (0, 1, 3, 4), result.output  # type: ignore[attr-defined]
@@ -104,8 +107,8 @@ def test_a_failed_run_leaves_no_stale_dossier(tmp_path: Path, monkeypatch: pytes
     out = tmp_path / "out"
     _earlier(out)
 
-    def broken(path: Path, options: runner.RunOptions) -> None:
-        (options.out_dir / "results.json").write_text("{half")
+    def broken(path: Path, out_dir: Path, options: RunOptions, **_sinks: object) -> None:
+        (out_dir / "results.json").write_text("{half")
         if failure == "disk full":
             raise OSError(errno.ENOSPC, "No space left on device")
         raise RuntimeError("the adapter blew up")
@@ -129,11 +132,11 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 from gate._util import stopping
 from gate.engine import runner
 
-def slow_run(path, options):
+def slow_run(path, out_dir, options, **sinks):
     server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stopping.on_stop(f"test server {server.pid}", lambda: (server.terminate(), server.wait(10)))
-    (options.out_dir / "results.json").write_text("{half")
+    (out_dir / "results.json").write_text("{half")
     print(server.pid, flush=True)
     time.sleep(120)
 

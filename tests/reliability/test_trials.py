@@ -157,7 +157,7 @@ from gate.engine.pipeline import run_pipeline
 from tests.trust.runs import signed_run
 
 key = Path(sys.argv[3])
-runner.run_manifest = lambda path, options: signed_run(options.out_dir, path, key)[1]
+runner.run_manifest = lambda path, out_dir, *_args, **_sinks: signed_run(out_dir, path, key)[1]
 base = Path(sys.argv[1]).read_text()
 for k in range(1, 100000):
     manifest = Path(sys.argv[4]) / f"m{k % 2}.yaml"

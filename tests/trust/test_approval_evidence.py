@@ -58,8 +58,8 @@ def fake_gate_run(monkeypatch: pytest.MonkeyPatch, key: Path, **run: Any) -> Non
 
     runs = iter(range(1, 100))
 
-    def fake(path: Path, options: runner.RunOptions) -> GateResult:  # each run starts a second later
-        return signed_run(options.out_dir, path, key, started_at=f"2030-06-01T10:00:{next(runs):02d}+00:00", **run)[1]
+    def fake(path: Path, out_dir: Path, _options: object, **_sinks: object) -> GateResult:  # each a second later
+        return signed_run(out_dir, path, key, started_at=f"2030-06-01T10:00:{next(runs):02d}+00:00", **run)[1]
 
     monkeypatch.setattr(runner, "run_manifest", fake)
 

@@ -224,7 +224,7 @@ def test_a_rerun_into_the_same_directory_drops_the_old_approval(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GATE_LEDGER", raising=False)
     monkeypatch.setattr(
-        runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, keys["gate.key"])[1]
+        runner, "run_manifest", lambda path, out_dir, *_args, **_sinks: signed_run(out_dir, path, keys["gate.key"])[1]
     )
     rerun = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(out), "--sign-key", str(keys["gate.key"])])
     assert rerun.exit_code == 4, rerun.output

@@ -197,13 +197,14 @@ def test_a_moved_dossier_is_traced_with_dossier(world: dict[str, Path], tmp_path
 def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI wiring: --ledger / $GATE_LEDGER / an existing ./.gate/ledger.sqlite, else nothing."""
     from gate.engine import runner
+    from gate.engine.options import RunOptions
 
     manifest = quant_manifest(tmp_path / "m.yaml", COMMIT)
     seen: list[Path | None] = []
 
-    def fake_run(path: Path, options: runner.RunOptions) -> GateResult:
-        seen.append(options.ledger)
-        _out, result = signed_run(options.out_dir, path, generate_keypair(tmp_path / f"k{len(seen)}")[0])
+    def fake_run(path: Path, out_dir: Path, options: RunOptions, **_sinks: object) -> GateResult:
+        seen.append(options.ledger_path)
+        _out, result = signed_run(out_dir, path, generate_keypair(tmp_path / f"k{len(seen)}")[0])
         return result
 
     monkeypatch.setattr(runner, "run_manifest", fake_run)

@@ -126,7 +126,9 @@ def test_a_run_records_to_a_postgresql_ledger(
     run_key = tmp_path / "run.key"
     write_keypair(run_key, tmp_path / "run.pub")
     monkeypatch.setenv("GATE_LEDGER_KEY", str(key))
-    monkeypatch.setattr(runner, "run_manifest", lambda path, options: signed_run(options.out_dir, path, run_key)[1])
+    monkeypatch.setattr(
+        runner, "run_manifest", lambda path, out_dir, *_args, **_sinks: signed_run(out_dir, path, run_key)[1]
+    )
     outputs = run_pipeline(EXAMPLES / "reference-static-layout.yaml", tmp_path / "out", sign_key=run_key, ledger=url)
     assert outputs.ledger_seq == 1
     receipt = json.loads((tmp_path / "out" / "ledger.json").read_text())
