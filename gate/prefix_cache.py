@@ -27,8 +27,6 @@ from gate.prefix.cache import (
 
 Block = CachedBlock
 """The old name of gate.prefix.cache.CachedBlock."""
-STRUCTURAL_FIELDS = ("token-ids", "positions")
-"""The old module's constant (identity fields every key carries), kept here only for old imports."""
 
 warnings.warn(
     "gate.prefix_cache is deprecated: import from gate.plugin (data types) or gate.prefix.cache instead",
@@ -38,7 +36,6 @@ warnings.warn(
 
 __all__ = [
     "SAVE_FORMAT",
-    "STRUCTURAL_FIELDS",
     "WORKER_ATTRS",
     "Block",
     "CacheCounters",
