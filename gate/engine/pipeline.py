@@ -105,9 +105,10 @@ def run_pipeline(
             manifest_path, staging, options, log=log, progress=progress, events=events, prepared=prepared
         )
         from gate.report import CommandContext
+        from gate.trust.ledger_store import without_password
 
         commands = CommandContext(
-            ledger=os.fspath(ledger_path) if ledger_path is not None else None,
+            ledger=without_password(options.ledger) if options.ledger else None,  # as given, a URL's // kept
             trust=os.fspath(trust_path) if trust_path else (result.trust_policy.path if result.trust_policy else None),
         )
         written = [

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gate.cli.main import cli
 from gate.trust.keys import write_keypair
 from gate.trust.ledger import Ledger, LedgerError
-from gate.trust.ledger_store import ledger_location, redacted
+from gate.trust.ledger_store import ledger_location, redacted, without_password
 from gate.trust.ledger_verify import verify_chain
 from tests.support.postgres import new_database, server_or_skip
 
@@ -94,6 +94,7 @@ def test_errors_are_one_line_without_the_password(server: str, key: Path) -> Non
     result = CliRunner().invoke(cli, ["audit", "verify", "--ledger", wrong])
     assert result.exit_code == 2 and "s3cret" not in result.output and result.output.count("\n") == 1
     assert redacted("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+    assert without_password("postgresql://u:pw@h/db") == "postgresql://u@h/db"  # libpq: PGPASSWORD
 
 
 def _append_many(url: str, key: str, n: int) -> list[int]:
@@ -135,6 +136,9 @@ def test_a_run_records_to_a_postgresql_ledger(
     assert receipt["ledger"] == url and receipt["entry"]["seq"] == 1
     with Ledger.open(ledger_location(url), writable=False) as ledger:
         assert verify_chain(ledger).ok and ledger.size() == 1
+    # the commands the dossier prints never name the database by a folded path (postgresql:/u@h/db)
+    dossier = (tmp_path / "out" / "dossier.md").read_text() + (tmp_path / "out" / "dossier.html").read_text()
+    assert url.replace("://", ":/") not in dossier
 
 
 # issue 34: a database ledger's identity is pinned, and readers see the pin consistently ---------
