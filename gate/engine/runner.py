@@ -345,6 +345,25 @@ def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOpti
     return path
 
 
+def _threads_of_recording(path: Any, log: Log) -> None:
+    """A float32 matmul's bits depend on how many threads split it: stored answers are replayed
+    with the torch thread count they were recorded with, so the candidate computes as the recorded
+    reference did (an exact claim compares bits; docs/baselines.md)."""
+    import torch
+
+    from gate.adapters.recorded.store import StoredPath
+
+    if not isinstance(path, StoredPath) or path.mode == "recording":
+        return
+    recorded = path.store.header.get("torch_threads")
+    if isinstance(recorded, int) and recorded >= 1 and recorded != torch.get_num_threads():
+        log(
+            f"the stored answers were computed with {recorded} torch threads, this run had "
+            f"{torch.get_num_threads()}: the run uses {recorded}, so float32 bits compare as recorded"
+        )
+        torch.set_num_threads(recorded)
+
+
 def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
     """Save a writing store; describe the store the reference answered from, for the record."""
     from gate.adapters.recorded.store import StoredPath
@@ -540,6 +559,7 @@ def run_manifest(
             raise UnavailableError(f"adapter could not run: {err.__class__.__name__}: {err}") from err
         subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
     paths["reference"] = _stored_reference(paths["reference"], subject.reference, manifest.name, options, log)
+    _threads_of_recording(paths["reference"], log)
 
     cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
     clock = ForwardClock() if options.profile else None

@@ -59,6 +59,9 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     for entry in header["entries"].values():
         assert (tmp_path / "baseline" / "objects" / f"{entry['sha256']}.npy").is_file()
     assert header["commit"] == MAIN and header["signature"]["keyid"]
+    import torch
+
+    assert header["torch_threads"] == torch.get_num_threads()  # a replay computes with as many
     live = gate("run", MANIFEST, "--out", tmp_path / "live")
     replay = gate(
         "run", replay_manifest(tmp_path, tmp_path / "baseline"), "--out", tmp_path / "replay", "--sign-key", key
@@ -124,3 +127,34 @@ def test_the_same_store_caches_an_unchanged_reference(tmp_path: Path) -> None:
     assert one["kind"] == two["kind"] == "reference cache"
     assert one["answers_computed"] > 0 and two["answers_computed"] == 0 and two["answers_read"] > 0
     assert "reference cache:" in second.output and "0 computed" in second.output
+
+
+def test_a_replay_computes_with_the_thread_count_the_answers_were_recorded_with(tmp_path: Path) -> None:
+    """float32 bits depend on how many threads split a matmul, so an exact claim replayed with another
+    thread count than it was recorded with would fail as rounding-only: the run takes the recorded count."""
+    import torch
+
+    from gate.adapters.recorded.store import BaselineStore, StoredPath
+    from gate.engine.runner import _threads_of_recording
+
+    SHAPE = {"name": "x", "vocab_size": 8, "max_len": 8, "uses_cache": True, "dtype": "float32"}
+    before = torch.get_num_threads()
+    lines: list[str] = []
+    try:
+        torch.set_num_threads(1)
+        store = BaselineStore(tmp_path / "b", {"torch_threads": 2, "shape": SHAPE})
+        _threads_of_recording(StoredPath(store, None, name="recorded:x"), lines.append)
+        assert torch.get_num_threads() == 2
+        assert lines == [
+            "the stored answers were computed with 2 torch threads, this run had 1: the run uses 2, "
+            "so float32 bits compare as recorded"
+        ]
+        lines.clear()
+        _threads_of_recording(StoredPath(store, None, name="recorded:x"), lines.append)  # already matching
+        recording = StoredPath(
+            BaselineStore(tmp_path / "c", {"torch_threads": 3, "shape": SHAPE}), None, mode="recording"
+        )
+        _threads_of_recording(recording, lines.append)  # a recording sets nothing
+        assert lines == [] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

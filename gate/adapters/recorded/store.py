@@ -287,6 +287,8 @@ class StoredSession:
 
 def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest: str) -> dict[str, Any]:
     """The header of a baseline recorded from `live`."""
+    import torch
+
     identity = live.identity()
     return {
         "format": FORMAT,
@@ -297,6 +299,7 @@ def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest
         "gate_version": gate.__version__,
         "gate_commit": git_commit(Path(gate.__file__).parent),
         "manifest": manifest,
+        "torch_threads": torch.get_num_threads(),  # float32 bits depend on it: a replay uses the same
         "shape": {
             "name": live.name,
             "vocab_size": live.vocab_size,
