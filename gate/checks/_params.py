@@ -2,7 +2,9 @@
 
 `gate validate` and `gate plan` validate a manifest's `checks.<name>.params` (and the policy's) with
 these models without importing the checks themselves, so planning stays instant. Each check module
-re-exports its own model. A plugin check's params are validated by importing the plugin.
+re-exports its own model; a check in the package shape (gate.checks._shape) defines it in its
+torch-free `__init__`, and this module serves it from there. A plugin
+check's params are validated by importing the plugin.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from gate.checks import engine_invalidation, engine_isolation, engine_repeat_consistency
 from gate.checks._sweep import SEED_LENGTHS
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
@@ -336,6 +339,9 @@ class ScheduleFuzzParams(Params):
     """Tolerance: relative part (default: the claim's, else dtype-aware)."""
 
 
+PACKAGES = (engine_invalidation, engine_isolation, engine_repeat_consistency)
+"""The checks in the package shape (gate.checks._shape): each states its own params model."""
+
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
@@ -352,5 +358,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
     "tenant-isolation": TenantIsolationParams,
+    **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""
