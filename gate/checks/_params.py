@@ -13,7 +13,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from gate.checks import engine_invalidation, engine_isolation, engine_repeat_consistency
+from gate.checks import (
+    engine_batch_invariance,
+    engine_invalidation,
+    engine_isolation,
+    engine_prefix_parity,
+    engine_repeat_consistency,
+)
 from gate.checks._sweep import SEED_LENGTHS
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
@@ -339,7 +345,13 @@ class ScheduleFuzzParams(Params):
     """Tolerance: relative part (default: the claim's, else dtype-aware)."""
 
 
-PACKAGES = (engine_invalidation, engine_isolation, engine_repeat_consistency)
+PACKAGES = (
+    engine_batch_invariance,
+    engine_invalidation,
+    engine_isolation,
+    engine_prefix_parity,
+    engine_repeat_consistency,
+)
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {

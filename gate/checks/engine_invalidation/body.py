@@ -11,6 +11,7 @@ from gate.checks._engine import (
     failure_words,
     judge,
     observation,
+    problems_outcome,
     same_vocabulary,
     seeded_prompt,
 )
@@ -173,7 +174,7 @@ def explain(j: Judgement, length: int) -> Outcome:
     seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercised}
     seen["observation"] = observation(j.observed)
     if j.problems:
-        return Outcome("fail", "; ".join(j.problems), **seen, detected_at=length, diagnosis={"problems": j.problems})
+        return problems_outcome(j.problems, length, **seen)
     parts = []
     if isinstance(evidence["reset"], dict):
         hit = exercised.get("hit_before_reset")

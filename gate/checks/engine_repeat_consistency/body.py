@@ -12,6 +12,7 @@ from gate.checks._engine import (
     failure_words,
     judge,
     observation,
+    problems_outcome,
     require_hits,
     seeded_prompt,
 )
@@ -103,8 +104,7 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
     seen["observation"] = observation(j.hit_replies)
     if j.problems:
-        message = "; ".join(j.problems)
-        return Outcome("fail", message, **seen, detected_at=length, diagnosis={"problems": j.problems})
+        return problems_outcome(j.problems, length, **seen)
     if len(j.unjudged) == len(j.rows):
         return Outcome("unproven", "no prompt could be judged: " + "; ".join(j.unjudged), **seen)
     if j.warned:
