@@ -19,6 +19,7 @@ from gate.checks import (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
 from gate.core.check import Lengths, Params, PrefixLengths
@@ -303,20 +304,6 @@ class SpecGreedyParams(Params):
     """Rejected drafts required as proof that verification ran."""
 
 
-class TenantIsolationParams(Params):
-    """Prompts and tenants probed."""
-
-    prompts: int = Field(default=2, ge=1, le=16)
-    """Distinct prompts, each served to every tenant."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
-    weak_hash_bits: int = Field(default=2, ge=1, le=16)
-    """Bits of the hash of a second round (stores with a pluggable hash): other tenants' blocks then
-    share buckets, and a store that compares tokens but not the tenant on a hash hit leaks."""
-    weak_hash_prompts: int = Field(default=6, ge=1, le=64)
-    """Distinct prompts of the weak-hash round."""
-
-
 class ScheduleFuzzParams(Params):
     """The search budget and the shape of the schedules it draws."""
 
@@ -346,6 +333,7 @@ class ScheduleFuzzParams(Params):
 
 
 PACKAGES = (
+    tenant_isolation,
     engine_batch_invariance,
     engine_invalidation,
     engine_isolation,
@@ -369,7 +357,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "schedule-fuzz": ScheduleFuzzParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
-    "tenant-isolation": TenantIsolationParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""
