@@ -19,6 +19,7 @@ from gate.checks import (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    hash_collision,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
@@ -77,17 +78,6 @@ class GreedyParityParams(Params):
     chunked_prompt: bool | None = None
     """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
     scheduling changes)."""
-
-
-class HashCollisionParams(Params):
-    """Strength of the injected hash and size of the workload."""
-
-    bits: int = Field(default=2, ge=1, le=16)
-    """Bits of the injected hash: 2**bits buckets for every block."""
-    prompts: int = Field(default=6, ge=2, le=64)
-    """Distinct prompts; pairs of them share a first block so chains collide below a common parent."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
 class InvalidationParams(Params):
@@ -333,6 +323,7 @@ class ScheduleFuzzParams(Params):
 
 
 PACKAGES = (
+    hash_collision,
     tenant_isolation,
     engine_batch_invariance,
     engine_invalidation,
@@ -346,7 +337,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
-    "hash-collision": HashCollisionParams,
     "invalidation": InvalidationParams,
     "mask-oracle": MaskOracleParams,
     "phase-performance": PhasePerformanceParams,
