@@ -20,9 +20,13 @@ from gate.checks import (
     engine_prefix_parity,
     engine_repeat_consistency,
     hash_collision,
+    reset_isolation,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
+from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
+from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
 from gate.quality.stats import MIN_SAMPLES
@@ -236,19 +240,6 @@ class QualitySlicesParams(Params):
     """Directory of slice definitions (default: the shipped evals/)."""
 
 
-class ResetIsolationParams(Params):
-    first: int = Field(default=24, ge=1)
-    """Prompt tokens of request A."""
-    second: int = Field(default=17, ge=1)
-    """Prompt tokens of request B (different from A, so a stale offset shows)."""
-    steps: int = Field(default=8, ge=0)
-    """Tokens appended one at a time after each prompt."""
-    batch: int = Field(default=2, ge=1, le=64)
-    """Sequences per request batch."""
-    exact: bool = True
-    """Bit-identical to fresh runs (same path, same shapes). False: argmax agreement within tolerance."""
-
-
 class SpecDistributionParams(Params):
     temperature: float = Field(default=1.0, gt=0)
     """Sampling temperature, applied identically to target and draft."""
@@ -323,6 +314,7 @@ class ScheduleFuzzParams(Params):
 
 
 PACKAGES = (
+    reset_isolation,
     hash_collision,
     tenant_isolation,
     engine_batch_invariance,
@@ -343,7 +335,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,
-    "reset-isolation": ResetIsolationParams,
     "schedule-fuzz": ScheduleFuzzParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
