@@ -15,24 +15,17 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_batch_invarianc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from gate.checks._engine import NEW_TOKENS
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.engine_batch_invariance.body import engine_batch_invariance
-
-CARD = "engine-batch-invariance"
-"""The check's name and its card (checks/engine-batch-invariance.yaml)."""
-NEEDS = frozenset({Capability.ENGINE_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 
 class EngineBatchParams(Params):
@@ -50,11 +43,9 @@ class EngineBatchParams(Params):
     """Tokens each neighbour generates (long enough to overlap the target's decode)."""
 
 
-PARAMS = EngineBatchParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "engine-batch-invariance", EngineBatchParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineBatchParams", "engine_batch_invariance"]

@@ -18,24 +18,17 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_invalidation.bo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from gate.checks._engine import NEW_TOKENS
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.engine_invalidation.body import engine_invalidation
-
-CARD = "engine-invalidation"
-"""The check's name and its card (checks/engine-invalidation.yaml)."""
-NEEDS = frozenset({Capability.ENGINE_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 
 class EngineInvalidationParams(Params):
@@ -51,11 +44,9 @@ class EngineInvalidationParams(Params):
     """Greedy tokens compared."""
 
 
-PARAMS = EngineInvalidationParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "engine-invalidation", EngineInvalidationParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineInvalidationParams", "engine_invalidation"]

@@ -12,23 +12,16 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_isolation.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.engine_isolation.body import engine_isolation
-
-CARD = "engine-isolation"
-"""The check's name and its card (checks/engine-isolation.yaml)."""
-NEEDS = frozenset({Capability.ENGINE_SERVING})
-"""What the candidate must offer (without a salt, ENGINE_SALT, the check is unproven)."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 
 class EngineIsolationParams(Params):
@@ -38,11 +31,9 @@ class EngineIsolationParams(Params):
     """Prompt length (clipped to the context)."""
 
 
-PARAMS = EngineIsolationParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "engine-isolation", EngineIsolationParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineIsolationParams", "engine_isolation"]

@@ -25,24 +25,18 @@ lengths (`planned_lengths`) live here, so `gate plan` states them without torch 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from gate.checks._engine import NEW_TOKENS, clip_lengths, geometry_lengths
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.engine_prefix_parity.body import engine_prefix_parity
 
-CARD = "engine-prefix-parity"
-"""The check's name and its card (checks/engine-prefix-parity.yaml)."""
-NEEDS = frozenset({Capability.ENGINE_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
 SUFFIX = 4
@@ -73,11 +67,9 @@ def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -
     return geometry_lengths(block, limit, lengths)
 
 
-PARAMS = EnginePrefixParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "engine-prefix-parity", EnginePrefixParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = [

@@ -23,24 +23,17 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_repeat_consiste
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from gate.checks._engine import NEW_TOKENS
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.engine_repeat_consistency.body import engine_repeat_consistency
-
-CARD = "engine-repeat-consistency"
-"""The check's name and its card (checks/engine-repeat-consistency.yaml)."""
-NEEDS = frozenset({Capability.ENGINE_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 
 class EngineRepeatParams(Params):
@@ -62,11 +55,9 @@ class EngineRepeatParams(Params):
     """Greedy tokens compared."""
 
 
-PARAMS = EngineRepeatParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "engine-repeat-consistency", EngineRepeatParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineRepeatParams", "engine_repeat_consistency"]

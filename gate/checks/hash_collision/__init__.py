@@ -17,24 +17,17 @@ Torch-free (gate.checks._shape): the body is `gate.checks.hash_collision.body`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import HashCollisionEvidence
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.hash_collision.body import hash_collision
-
-CARD = "hash-collision"
-"""The check's name and its card (checks/hash-collision.yaml)."""
-NEEDS = frozenset({Capability.PREFIX_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = HashCollisionEvidence
-"""The record its evidence validates into (defined in gate.core.evidence: core imports no check)."""
 
 
 class HashCollisionParams(Params):
@@ -48,11 +41,9 @@ class HashCollisionParams(Params):
     """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
-PARAMS = HashCollisionParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "hash-collision", HashCollisionParams, HashCollisionEvidence
+NEEDS = frozenset({Capability.PREFIX_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "HashCollisionParams", "hash_collision"]

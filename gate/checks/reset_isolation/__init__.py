@@ -14,23 +14,16 @@ Torch-free (gate.checks._shape): the body is `gate.checks.reset_isolation.body`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.reset_isolation.body import reset_isolation
-
-CARD = "reset-isolation"
-"""The check's name and its card (checks/reset-isolation.yaml)."""
-NEEDS = frozenset({Capability.DECODE_PATH})
-"""What the candidate must offer."""
-EVIDENCE = None
-"""No typed record: its evidence is shown generically."""
 
 
 class ResetIsolationParams(Params):
@@ -46,11 +39,9 @@ class ResetIsolationParams(Params):
     """Bit-identical to fresh runs (same path, same shapes). False: argmax agreement within tolerance."""
 
 
-PARAMS = ResetIsolationParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "reset-isolation", ResetIsolationParams, None
+NEEDS = frozenset({Capability.DECODE_PATH})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ResetIsolationParams", "reset_isolation"]

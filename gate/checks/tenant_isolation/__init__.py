@@ -17,24 +17,17 @@ Torch-free (gate.checks._shape): the body is `gate.checks.tenant_isolation.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gate.checks._shape import body_attribute
+from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import TenantIsolationEvidence
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
     from gate.checks.tenant_isolation.body import tenant_isolation
-
-CARD = "tenant-isolation"
-"""The check's name and its card (checks/tenant-isolation.yaml)."""
-NEEDS = frozenset({Capability.PREFIX_SERVING})
-"""What the candidate must offer."""
-EVIDENCE = TenantIsolationEvidence
-"""The record its evidence validates into (defined in gate.core.evidence: core imports no check)."""
 
 
 class TenantIsolationParams(Params):
@@ -51,11 +44,9 @@ class TenantIsolationParams(Params):
     """Distinct prompts of the weak-hash round."""
 
 
-PARAMS = TenantIsolationParams
-
-
-def __getattr__(name: str) -> Any:
-    return body_attribute(__name__, name)
+CARD, PARAMS, EVIDENCE = "tenant-isolation", TenantIsolationParams, TenantIsolationEvidence
+NEEDS = frozenset({Capability.PREFIX_SERVING})
+__getattr__ = lazy_body(__name__)
 
 
 __all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "TenantIsolationParams", "tenant_isolation"]
