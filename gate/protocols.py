@@ -11,6 +11,7 @@ This module imports no torch at run time.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +37,7 @@ __all__ = [
     "BatchedSession",
     "BatchedSessions",
     "CacheCropping",
+    "Capability",
     "ContinuousBatching",
     "ContinuousSession",
     "DecodePath",
@@ -61,6 +63,7 @@ __all__ = [
     "Session",
     "SpeculativePath",
     "WeightReloading",
+    "capabilities",
     "subject_call",
 ]
 
@@ -665,3 +668,71 @@ class PathCapabilities(BaseModel):
     """Capabilities the built path offers, by protocol name (sessions, LayerTracing, AttentionProbe,
     LayoutEdges, SpeculativePath, PrefixCaching, EngineServing); where it depends on the installed
     library, the adapter leaves it out."""
+
+
+class Capability(StrEnum):
+    """What a path offers, by the protocol that types it (the value is the protocol's name, as cards'
+    `needs` and `PathCapabilities.offers` spell it), plus the flags a protocol alone cannot state."""
+
+    DECODE_PATH = "DecodePath"
+    BATCHED_SESSIONS = "BatchedSessions"
+    CONTINUOUS_BATCHING = "ContinuousBatching"
+    """ContinuousBatching with its `continuous_batching` flag set (a path may type it and opt out)."""
+    LAYER_TRACING = "LayerTracing"
+    LIVE_COUNTERPART = "LiveCounterpart"
+    KV_GEOMETRY = "KVGeometry"
+    ATTENTION_PROBE = "AttentionProbe"
+    LAYOUT_BOUNDARIES = "LayoutBoundaries"
+    LAYOUT_EDGES = "LayoutEdges"
+    SPECULATIVE_PATH = "SpeculativePath"
+    PREFIX_SERVING = "PrefixServing"
+    PREFIX_IDENTITY_REPORT = "PrefixIdentityReport"
+    PREFIX_SIBLINGS = "PrefixSiblings"
+    PREFIX_HASHING = "PrefixHashing"
+    PREFIX_WEIGHT_UPDATES = "PrefixWeightUpdates"
+    PREFIX_SNAPSHOTS = "PrefixSnapshots"
+    PREFIX_BUDGET = "PrefixBudget"
+    ENGINE_SERVING = "EngineServing"
+    ENGINE_SALT = "EngineSalt"
+    """EngineServing with a `salt_field`: requests can be keyed on a cache salt or tenant."""
+    WEIGHT_RELOADING = "WeightReloading"
+    CACHE_CROPPING = "CacheCropping"
+    RELEASES_CONTROLS = "ReleasesControls"
+    FAULT_VISIBILITY = "FaultVisibility"
+
+
+_TYPED: tuple[tuple[Capability, type], ...] = (
+    (Capability.DECODE_PATH, DecodePath),
+    (Capability.BATCHED_SESSIONS, BatchedSessions),
+    (Capability.LAYER_TRACING, LayerTracing),
+    (Capability.LIVE_COUNTERPART, LiveCounterpart),
+    (Capability.KV_GEOMETRY, KVGeometry),
+    (Capability.ATTENTION_PROBE, AttentionProbe),
+    (Capability.LAYOUT_BOUNDARIES, LayoutBoundaries),
+    (Capability.LAYOUT_EDGES, LayoutEdges),
+    (Capability.SPECULATIVE_PATH, SpeculativePath),
+    (Capability.PREFIX_SERVING, PrefixServing),
+    (Capability.PREFIX_IDENTITY_REPORT, PrefixIdentityReport),
+    (Capability.PREFIX_SIBLINGS, PrefixSiblings),
+    (Capability.PREFIX_HASHING, PrefixHashing),
+    (Capability.PREFIX_WEIGHT_UPDATES, PrefixWeightUpdates),
+    (Capability.PREFIX_SNAPSHOTS, PrefixSnapshots),
+    (Capability.PREFIX_BUDGET, PrefixBudget),
+    (Capability.ENGINE_SERVING, EngineServing),
+    (Capability.WEIGHT_RELOADING, WeightReloading),
+    (Capability.CACHE_CROPPING, CacheCropping),
+    (Capability.RELEASES_CONTROLS, ReleasesControls),
+    (Capability.FAULT_VISIBILITY, FaultVisibility),
+)
+"""Capability -> the protocol a path (or store) must satisfy to offer it."""
+
+
+def capabilities(path: object) -> frozenset[Capability]:
+    """What `path` (a DecodePath, a prefix store or an engine) offers: every protocol it satisfies,
+    with the flags read once here (`continuous_batching`, `salt_field`) instead of at each use."""
+    offered = {capability for capability, protocol in _TYPED if isinstance(path, protocol)}
+    if isinstance(path, ContinuousBatching) and path.continuous_batching:
+        offered.add(Capability.CONTINUOUS_BATCHING)
+    if isinstance(path, EngineServing) and path.salt_field is not None:
+        offered.add(Capability.ENGINE_SALT)
+    return frozenset(offered)

@@ -226,3 +226,9 @@ def failure_words(level: str, judged: Judged) -> str:
             "(the claim bounds the logprobs)"
         )
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"
+
+
+def problems_outcome(problems: list[str], detected_at: int | None, **seen: Any) -> Outcome:
+    """The failed Outcome of an engine check that found `problems` (first detected at `detected_at`,
+    a prompt length), built once."""
+    return Outcome("fail", "; ".join(problems), **seen, detected_at=detected_at, diagnosis={"problems": problems})

@@ -2,7 +2,9 @@
 
 `gate validate` and `gate plan` validate a manifest's `checks.<name>.params` (and the policy's) with
 these models without importing the checks themselves, so planning stays instant. Each check module
-re-exports its own model. A plugin check's params are validated by importing the plugin.
+re-exports its own model; a check in the package shape (gate.checks._shape) defines it in its
+torch-free `__init__`, and this module serves it from there. A plugin
+check's params are validated by importing the plugin.
 """
 
 from __future__ import annotations
@@ -11,7 +13,20 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from gate.checks import (
+    engine_batch_invariance,
+    engine_invalidation,
+    engine_isolation,
+    engine_prefix_parity,
+    engine_repeat_consistency,
+    hash_collision,
+    reset_isolation,
+    tenant_isolation,
+)
 from gate.checks._sweep import SEED_LENGTHS
+from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
+from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
 from gate.quality.stats import MIN_SAMPLES
@@ -67,17 +82,6 @@ class GreedyParityParams(Params):
     chunked_prompt: bool | None = None
     """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
     scheduling changes)."""
-
-
-class HashCollisionParams(Params):
-    """Strength of the injected hash and size of the workload."""
-
-    bits: int = Field(default=2, ge=1, le=16)
-    """Bits of the injected hash: 2**bits buckets for every block."""
-    prompts: int = Field(default=6, ge=2, le=64)
-    """Distinct prompts; pairs of them share a first block so chains collide below a common parent."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
 class InvalidationParams(Params):
@@ -236,19 +240,6 @@ class QualitySlicesParams(Params):
     """Directory of slice definitions (default: the shipped evals/)."""
 
 
-class ResetIsolationParams(Params):
-    first: int = Field(default=24, ge=1)
-    """Prompt tokens of request A."""
-    second: int = Field(default=17, ge=1)
-    """Prompt tokens of request B (different from A, so a stale offset shows)."""
-    steps: int = Field(default=8, ge=0)
-    """Tokens appended one at a time after each prompt."""
-    batch: int = Field(default=2, ge=1, le=64)
-    """Sequences per request batch."""
-    exact: bool = True
-    """Bit-identical to fresh runs (same path, same shapes). False: argmax agreement within tolerance."""
-
-
 class SpecDistributionParams(Params):
     temperature: float = Field(default=1.0, gt=0)
     """Sampling temperature, applied identically to target and draft."""
@@ -294,20 +285,6 @@ class SpecGreedyParams(Params):
     """Rejected drafts required as proof that verification ran."""
 
 
-class TenantIsolationParams(Params):
-    """Prompts and tenants probed."""
-
-    prompts: int = Field(default=2, ge=1, le=16)
-    """Distinct prompts, each served to every tenant."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
-    weak_hash_bits: int = Field(default=2, ge=1, le=16)
-    """Bits of the hash of a second round (stores with a pluggable hash): other tenants' blocks then
-    share buckets, and a store that compares tokens but not the tenant on a hash hit leaks."""
-    weak_hash_prompts: int = Field(default=6, ge=1, le=64)
-    """Distinct prompts of the weak-hash round."""
-
-
 class ScheduleFuzzParams(Params):
     """The search budget and the shape of the schedules it draws."""
 
@@ -336,21 +313,31 @@ class ScheduleFuzzParams(Params):
     """Tolerance: relative part (default: the claim's, else dtype-aware)."""
 
 
+PACKAGES = (
+    reset_isolation,
+    hash_collision,
+    tenant_isolation,
+    engine_batch_invariance,
+    engine_invalidation,
+    engine_isolation,
+    engine_prefix_parity,
+    engine_repeat_consistency,
+)
+"""The checks in the package shape (gate.checks._shape): each states its own params model."""
+
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
-    "hash-collision": HashCollisionParams,
     "invalidation": InvalidationParams,
     "mask-oracle": MaskOracleParams,
     "phase-performance": PhasePerformanceParams,
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,
-    "reset-isolation": ResetIsolationParams,
     "schedule-fuzz": ScheduleFuzzParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
-    "tenant-isolation": TenantIsolationParams,
+    **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""

@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -203,22 +203,40 @@ class Findings:
     def lacks(self, assertion: str, why: str) -> None:
         self.lacking[assertion] = why
 
-    def settle(self, outcome: Outcome, passed: str) -> Outcome:
-        """Fail with every problem; else unproven naming what could not be asserted; else pass."""
-        outcome.lacking = dict(self.lacking)
-        if self.pool is not None:  # every store started so far in this run, this check's included
-            outcome.evidence["store_starts_in_run"] = list(self.pool.starts)
-        outcome.evidence["unproven_assertions"] = dict(self.lacking)
+    def verdict(self, passed: str) -> tuple[Literal["fail", "unproven", "pass"], str]:
+        """Fail with every problem; else unproven naming what could not be asserted; else pass (pure)."""
         if self.problems:
-            outcome.status, outcome.message = "fail", "; ".join(self.problems)
-            outcome.diagnosis = {**(outcome.diagnosis or {}), "problems": self.problems}
-        elif self.lacking:
-            outcome.status = "unproven"
-            outcome.message = f"{passed}; unproven (the store lacks what they need): " + "; ".join(
+            return "fail", "; ".join(self.problems)
+        if self.lacking:
+            return "unproven", f"{passed}; unproven (the store lacks what they need): " + "; ".join(
                 f"{a}: {why}" for a, why in self.lacking.items()
             )
-        else:
-            outcome.status, outcome.message = "pass", passed
+        return "pass", passed
+
+    def recorded(self, evidence: dict[str, Any]) -> dict[str, Any]:
+        """`evidence` with every store started so far in this run (this check's included) and the
+        assertions left unproven."""
+        starts = {} if self.pool is None else {"store_starts_in_run": list(self.pool.starts)}
+        return {**evidence, **starts, "unproven_assertions": dict(self.lacking)}
+
+    def outcome(
+        self, passed: str, *, evidence: dict[str, Any], diagnosis: dict[str, Any] | None = None, **seen: Any
+    ) -> Outcome:
+        """The Outcome of a prefix check, built once from its findings (`passed`: its message when
+        nothing failed; `seen`: its metrics, exercise and observation)."""
+        status, message = self.verdict(passed)
+        if status == "fail":
+            diagnosis = {**(diagnosis or {}), "problems": self.problems}
+        evidence = self.recorded(evidence)
+        return Outcome(status, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
+
+    def settle(self, outcome: Outcome, passed: str) -> Outcome:
+        """`outcome` given the verdict of `outcome()` in place (for the checks not yet in the package
+        shape, which build an Outcome first)."""
+        built = self.outcome(passed, evidence=outcome.evidence, diagnosis=outcome.diagnosis)
+        outcome.status, outcome.message, outcome.lacking = built.status, built.message, built.lacking
+        outcome.evidence.update(built.evidence)
+        outcome.diagnosis = built.diagnosis
         return outcome
 
 

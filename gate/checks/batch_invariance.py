@@ -47,6 +47,7 @@ from gate.checks._compare import (
 )
 from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._params import BatchInvarianceParams
+from gate.checks._probe import probe_order as shared_probe_order
 from gate.checks.greedy_parity import greedy
 from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import BatchedSessions, ContinuousBatching, DecodePath
@@ -205,20 +206,17 @@ SETTING_WORDS: dict[str, tuple[str, ...]] = {
 
 
 def probe_order(sides: list[str], control: str | None) -> list[int]:
-    """The order a run walks its batched settings in (indices into `sides`, each setting's kind):
-    as declared, except that a control walks first the settings its fault's name points at
+    """The order a run walks its batched settings in (indices into `sides`, each setting's kind;
+    gate.checks._probe): a control walks first the settings its fault's name points at
     (pad-attended: the padded batches; stale-slot-on-join: the continuous one). A control walks
     the batches before the requests alone either way (a batching fault shows only in a batch);
     a positive run walks them all, alone first."""
-    order = list(range(len(sides)))
-    if control is None:
-        return order
-    words = [w for w in control.split("-") if len(w) >= 3]
+    return shared_probe_order(sides, control, _names_setting)
 
-    def likely(side: str) -> bool:
-        return any(v.startswith(w) or w.startswith(v) for w in words for v in SETTING_WORDS.get(side, ()))
 
-    return sorted(order, key=lambda k: not likely(sides[k]))
+def _names_setting(fault: str, side: str) -> bool:
+    words = [w for w in fault.split("-") if len(w) >= 3]
+    return any(v.startswith(w) or w.startswith(v) for w in words for v in SETTING_WORDS.get(side, ()))
 
 
 def _first_failure(

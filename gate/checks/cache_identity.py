@@ -47,6 +47,7 @@ from gate.checks._prefix_support import (
     store_pool,
     until_first_failure,
 )
+from gate.checks._probe import probe_order as shared_probe_order
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import CacheIdentityEvidence
 from gate.prefix.cache import IDENTITY_ATTRS, CacheIdentity
@@ -115,12 +116,10 @@ def _short(identity: CacheIdentity) -> str:
 
 
 def probe_order(fields: list[str], control: str | None) -> list[str]:
-    """The fields in the order a run probes them: as declared, except that a control probes first
-    the field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
+    """The fields in the order a run probes them (gate.checks._probe): a control probes first the
+    field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
     Every field is still probed until the first failure; a positive run probes them all."""
-    if control is None:
-        return fields
-    return sorted(fields, key=lambda f: not points_at(control, f))
+    return [fields[i] for i in shared_probe_order(fields, control, points_at)]
 
 
 def points_at(fault: str, field: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from gate.checks._params import MaskOracleParams
+from gate.checks._probe import probe_order as shared_probe_order
 from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import AttentionProbe
 
@@ -297,14 +298,13 @@ def _case_index(rows: list[dict[str, Any]]) -> int:
 
 
 def probe_order(names: list[str], control: str | None) -> list[int]:
-    """The cases in the order a run probes them: as declared, except that a control probes first a
-    case its fault's name points at (reset-keeps-position: reset-between-requests), where its failure
-    is likely. A positive run probes them all, in order."""
-    order = list(range(len(names)))
-    if control is None:
-        return order
-    words = set(control.split("-"))
-    return sorted(order, key=lambda i: not words & set(names[i].split("-")))
+    """The cases in the order a run probes them (gate.checks._probe): a control probes first a case
+    its fault's name shares a word with (reset-keeps-position: reset-between-requests)."""
+    return shared_probe_order(names, control, _shares_a_word)
+
+
+def _shares_a_word(fault: str, name: str) -> bool:
+    return bool(set(fault.split("-")) & set(name.split("-")))
 
 
 def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
+import pytest
 import tomllib
 from click.testing import CliRunner
 
@@ -9,6 +14,9 @@ from gate.cli.main import cli
 from gate.core.catalogue import cards
 from gate.core.policy import load_policies
 from tests.support.repo import REPO
+
+PACKAGES = sorted(p.parent.name for p in (REPO / "gate" / "checks").glob("*/__init__.py"))
+"""The checks converted to the package shape (gate.checks._shape)."""
 
 
 def test_cards_match_the_built_in_entry_points() -> None:
@@ -19,7 +27,9 @@ def test_cards_match_the_built_in_entry_points() -> None:
 
 
 def test_the_checks_package_holds_exactly_the_carded_checks() -> None:
-    modules = {p.stem for p in (REPO / "gate" / "checks").glob("*.py") if not p.stem.startswith("_")}
+    checks = REPO / "gate" / "checks"
+    modules = {p.stem for p in checks.glob("*.py") if not p.stem.startswith("_")}
+    modules |= set(PACKAGES)
     modules.discard("api")  # the deprecated import path kept for one release (test_deprecated_imports)
     modules.discard("planning")  # the public face of the private helpers (params models, planned coverage)
     implemented = {card.implementation.split(":")[0].rsplit(".", 1)[1] for card in cards().values()}
@@ -39,3 +49,37 @@ def test_gate_checks_lists_cards_and_plugins() -> None:
     assert result.exit_code == 0, result.output
     assert "prefix-sweep" in result.output and "blind to:" in result.output
     assert "finite-logits" in result.output and "no card" in result.output
+
+
+def test_every_check_package_states_its_card_params_evidence_and_needs() -> None:
+    from gate.checks._params import BUILTIN_PARAMS
+    from gate.core.evidence import EVIDENCE
+    from gate.protocols import Capability
+
+    catalogue = cards()
+    assert PACKAGES
+    for module in PACKAGES:
+        package = importlib.import_module(f"gate.checks.{module}")
+        card = catalogue[package.CARD]
+        assert card.implementation.split(":")[0] == f"gate.checks.{module}", module
+        assert BUILTIN_PARAMS.get(package.CARD, package.PARAMS) is package.PARAMS, module
+        assert EVIDENCE.get(package.CARD) is package.EVIDENCE, module
+        required = {need for need in card.needs if "(" not in need}
+        # cards name the prefix checks' need by the union protocol; what they need of it is serving
+        stated = {Capability.PREFIX_SERVING if need == "PrefixCaching" else Capability(need) for need in required}
+        assert stated == package.NEEDS, module
+
+
+@pytest.mark.parametrize("module", PACKAGES)
+def test_a_check_package_imports_no_torch_and_reaches_its_check_lazily(module: str) -> None:
+    """The torch-free part of each check stays torch-free (import-linter cannot say "this
+    package's __init__ but not its body"), and its entry point still resolves."""
+    code = (
+        "import sys, importlib\n"
+        f"package = importlib.import_module('gate.checks.{module}')\n"
+        "assert 'torch' not in sys.modules, [m for m in sys.modules if m.startswith('torch')][:3]\n"
+        "assert package.PARAMS().model_dump() is not None\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    implementation = cards()[importlib.import_module(f"gate.checks.{module}").CARD].implementation
+    assert getattr(importlib.import_module(f"gate.checks.{module}"), implementation.split(":")[1]).name

@@ -1,22 +1,11 @@
-"""hash-collision: with a deliberately weak hash, colliding blocks are detected and not served.
-
-A hash picks a bucket; it is not a proof that two contexts are equal (background: cache identity). The candidate is
-rebuilt with a hash of `bits` bits (2**bits buckets), so distinct blocks are bound to collide, and
-serves a family of prompts twice over, then the same prompts under another tenant and (where the
-store serves adapters) another adapter: the same tokens under another identity share buckets too,
-so a store that compares the tokens on a hash hit but trusts the hash to separate identities serves
-another tenant's or the base model's blocks. A correct cache compares the stored key material
-(tokens, parent, position, identity) before serving: every request reuses exactly what it is
-entitled to and matches its uncached computation. The run must show collisions happened, within one
-identity and across identities, or it proves nothing.
-
-A store whose hash cannot be replaced (`PrefixHashing`) leaves the check `unproven`, naming that.
-"""
+"""hash-collision's body: measure rounds under a weak hash, judge what was served, explain."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from gate.checks._compare import tolerance_for
-from gate.checks._params import HashCollisionParams
 from gate.checks._prefix_support import (
     Findings,
     Oracle,
@@ -33,39 +22,43 @@ from gate.checks._prefix_support import (
     store_pool,
     until_first_failure,
 )
+from gate.checks.hash_collision import HashCollisionParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
 from gate.prefix.cache import weak_hash
-from gate.protocols import PrefixHashing
+from gate.protocols import PrefixHashing, PrefixServing
 
 TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
 """The first serves every prompt twice; each other one serves the same tokens once more."""
 
 
-@check("hash-collision", params=HashCollisionParams)
-@until_first_failure
-def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
-    """Under a weak injected hash, colliding blocks are verified against stored key material, not served."""
-    candidate = prefix_candidate(ctx)
-    pool = store_pool(ctx, candidate)
-    findings = Findings(pool=pool)
-    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "collisions are verified")
-    if hashing is None:
-        outcome = Outcome("unproven", "", evidence={})
-        return findings.settle(outcome, "nothing was asserted")
-    starts = len(pool.starts)
-    worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
-    bs, vocab = worker.block_size, ctx.candidate.vocab_size
-    # every request served beyond entitlement or unlike its uncached computation fails this check:
-    # a control stops at the first one
-    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx))
+@dataclass(frozen=True)
+class Observations:
+    """Every request served by the weak-hash store; `cross` are those under another identity."""
+
+    worker: PrefixServing
+    log: RequestLog
+    cross: list[Served]
+
+
+def _prompts(ctx: CheckContext, params: HashCollisionParams, bs: int) -> list[list[int]]:
+    """Seeded prompts; every second one shares block 0 with the one before and diverges after it."""
     length = params.prompt_blocks * bs + 1
     prompts: list[list[int]] = []
     for n in range(params.prompts):
-        prompt = seeded_ids(vocab, length, ctx.seed * 1000 + 71 * n)
+        prompt = seeded_ids(ctx.candidate.vocab_size, length, ctx.seed * 1000 + 71 * n)
         if n % 2 and bs < length - 1:  # share block 0 with the previous prompt, diverge after it
             prompt[:bs] = prompts[-1][:bs]
         prompts.append(prompt)
+    return prompts
+
+
+def measure(ctx: CheckContext, params: HashCollisionParams, worker: PrefixServing, findings: Findings) -> Observations:
+    """Two rounds under the first tenant, and the same tokens under the other identities."""
+    # every request served beyond entitlement or unlike its uncached computation fails this check:
+    # a control stops at the first one
+    log = RequestLog(ReuseTally(worker.block_size), tolerance_for(ctx), stop=stop_rule(ctx))
+    prompts = _prompts(ctx, params, worker.block_size)
     base_oracle = reference_oracle(ctx)
 
     def round_of(round_: int) -> None:
@@ -93,32 +86,17 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
             cross.append(log.issue(worker, f"p{n} {label}", prompt, label, oracle, new_tokens=2, **options))
     if ctx.stop_at_first_failure:
         round_of(1)
+    return Observations(worker, log, cross)
 
+
+def judge(params: HashCollisionParams, obs: Observations, earlier: list[str]) -> list[str]:
+    """The problems: colliding blocks served, or no collision at all to show anything (pure;
+    `earlier`: the problems found before, which a missing collision does not add to)."""
+    log, cross = obs.log, obs.cross
     collisions = sum(s.reply.stats.collisions_detected for s in log.served)
-    cross_collisions = sum(s.reply.stats.collisions_detected for s in cross)
     served_wrongly = [s for s in log.served if s.excess]
     wrong = log.wrong_outputs()
-    reused = sum(s.reused for s in log.served)
-    metrics = {
-        "hash_bits": params.bits,
-        "collisions_detected": collisions,
-        "cross_identity_collisions_detected": cross_collisions,
-        "requests": len(log.served),
-        "reused_tokens": reused,
-        "served_beyond_entitlement": len(served_wrongly),
-        "wrong_outputs": len(wrong),
-        "store_starts": len(pool.starts) - starts,
-    }
-    exercise = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
-    outcome = Outcome(
-        "pass",
-        "",
-        metrics,
-        HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump(),
-        exercise,
-        observation=log.observation(),
-    )
-    problems = findings.problems
+    problems = list(earlier)
     if served_wrongly or wrong:
         first = (served_wrongly or wrong)[0]
         across = [s for s in served_wrongly if any(s is c for c in cross)]
@@ -136,16 +114,56 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
             "either verification does not report them or the workload never collided; the check "
             "proves nothing"
         )
-    elif cross_collisions == 0 and not problems:
+    elif sum(s.reply.stats.collisions_detected for s in cross) == 0 and not problems:
         problems.append(
             f"no request under another identity met a colliding block ({len(cross)} requests): whether the "
             "store compares identities on a hash hit is not shown"
         )
-    if reused == 0:
+    if sum(s.reused for s in log.served) == 0:
         problems.append("no request reused any block under the weak hash: the cache refused everything")
-    return findings.settle(
-        outcome,
+    return problems[len(earlier) :]
+
+
+def explain(params: HashCollisionParams, obs: Observations, findings: Findings, store_starts: int) -> Outcome:
+    """The Outcome of the findings, built once."""
+    log, worker = obs.log, obs.worker
+    collisions = sum(s.reply.stats.collisions_detected for s in log.served)
+    cross_collisions = sum(s.reply.stats.collisions_detected for s in obs.cross)
+    reused = sum(s.reused for s in log.served)
+    metrics = {
+        "hash_bits": params.bits,
+        "collisions_detected": collisions,
+        "cross_identity_collisions_detected": cross_collisions,
+        "requests": len(log.served),
+        "reused_tokens": reused,
+        "served_beyond_entitlement": len([s for s in log.served if s.excess]),
+        "wrong_outputs": len(log.wrong_outputs()),
+        "store_starts": store_starts,
+    }
+    passed = (
         f"{collisions} hash collisions under a {params.bits}-bit hash ({cross_collisions} between the same "
         f"tokens under another identity) were detected and refused; {reused} tokens reused, each request "
-        "exactly within entitlement and matching its uncached computation",
+        "exactly within entitlement and matching its uncached computation"
     )
+    evidence = HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump()
+    exercise: dict[str, Any] = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
+    return findings.outcome(
+        passed, metrics=metrics, evidence=evidence, exercise=exercise, observation=log.observation()
+    )
+
+
+@check("hash-collision", params=HashCollisionParams)
+@until_first_failure
+def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
+    """Under a weak injected hash, colliding blocks are verified against stored key material, not served."""
+    candidate = prefix_candidate(ctx)
+    pool = store_pool(ctx, candidate)
+    findings = Findings(pool=pool)
+    hashing: PrefixHashing | None = findings.needs(candidate, PrefixHashing, "collisions are verified")
+    if hashing is None:
+        return findings.outcome("nothing was asserted", evidence={})
+    starts = len(pool.starts)
+    worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
+    obs = measure(ctx, params, worker, findings)
+    findings.problems.extend(judge(params, obs, findings.problems))
+    return explain(params, obs, findings, len(pool.starts) - starts)

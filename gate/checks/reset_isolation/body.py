@@ -1,27 +1,41 @@
-"""`reset-isolation`: two independent requests through ONE reused session equal two fresh runs.
-
-Request A (prompt, then tokens appended one at a time) runs on a session; the session is reset;
-request B runs on the same session. Each must match the same request on a fresh session of the
-same path. Both runs execute the same shapes, so the comparison is bit-exact by default: a reset
-either restores the initial state or it does not (background: mask oracle; reset position state as well as K/V).
-
-A negative control (stop at first failure) compares request B first, token by token beside a fresh
-session, and stops at the first difference: a reset fault shows there, so a control costs request A
-once plus B up to its first wrong token, not the four runs of a positive run.
-"""
+"""reset-isolation's body: measure two requests through one reset session and fresh ones, judge, explain."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from gate.checks._compare import bits_equal, compare_rows, random_tokens, tolerance_for
+from gate.checks._compare import Tolerance, bits_equal, compare_rows, random_tokens, tolerance_for
 from gate.checks._diagnosis import BUG_CLASSES
-from gate.checks._params import ResetIsolationParams
+from gate.checks.reset_isolation import ResetIsolationParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import Session
+
+Same = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""[B, T, V] pair -> [T]: whether each token position agrees in every row."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Request A's logits on the reused session, each compared request (reused, fresh), the exercise."""
+
+    a_reused: torch.Tensor
+    compared: list[tuple[str, torch.Tensor, torch.Tensor]]
+    exercise: dict[str, Any]
+    after_reset: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Non-finite logits, each request's comparison, the first bad position and the rounding spread."""
+
+    non_finite: int
+    results: dict[str, Any]
+    first_bad: int | None
+    spread: float
 
 
 def _chunks(tokens: torch.Tensor, prompt: int) -> list[torch.Tensor]:
@@ -39,7 +53,7 @@ def _run(session: Session, tokens: torch.Tensor, prompt: int) -> torch.Tensor:
 
 
 def _lockstep(
-    reused: Session, fresh: Session, tokens: torch.Tensor, prompt: int, same: Callable[..., torch.Tensor]
+    reused: Session, fresh: Session, tokens: torch.Tensor, prompt: int, same: Same
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A control's run of one request: the reused session beside a fresh one, chunk by chunk,
     stopping after the first chunk whose logits differ (or are not finite)."""
@@ -59,22 +73,13 @@ def _run_order(delta: torch.Tensor) -> torch.Tensor:
     return delta.transpose(0, 1).flatten()
 
 
-@check("reset-isolation", params=ResetIsolationParams)
-def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
-    """Two requests through one reused session equal two fresh runs."""
+def measure(ctx: CheckContext, params: ResetIsolationParams, same: Same) -> Observations:
+    """Request A, a reset, request B on one session; each request again on a fresh session (a control:
+    B first, beside a fresh session, stopping at its first difference)."""
     path = ctx.candidate
     vocab = path.vocab_size
     req_a = random_tokens(vocab, params.batch, params.first + params.steps, ctx.seed * 1000 + 1)
     req_b = random_tokens(vocab, params.batch, params.second + params.steps, ctx.seed * 1000 + 2)
-    tol = tolerance_for(ctx)
-
-    def same(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-        """[B, T, V] pair -> [T]: whether each token position agrees in every row."""
-        if params.exact:
-            return bits_equal(got, want).all(dim=0)
-        cmp = compare_rows(want, got, tol)
-        return (cmp.agree | cmp.tie).all(dim=0)
-
     reused = path.new_session(params.batch)
     a_reused = _run(reused, req_a, params.first)
     before_reset = dict(reused.exercise())
@@ -97,20 +102,13 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
     compared = [("second", b_reused, b_fresh)] + ([("first", a_reused, a_fresh)] if a_fresh is not None else [])
     if a_fresh is None:
         exercise["stopped_at_first_failure"] = {"request": "second", "tokens": int(b_reused.shape[1])}
+    return Observations(a_reused, compared, exercise, after_reset)
 
-    observation = torch.cat([_run_order(got - want) for _, got, want in compared])
+
+def judge(obs: Observations, same: Same, tol: Tolerance) -> Judgement:
+    """Each request against its fresh run, request A first (pure)."""
+    compared = obs.compared
     non_finite = sum(int((~torch.isfinite(t)).sum()) for _, got, want in compared for t in (got, want))
-    if non_finite:  # NaN equal to NaN proves nothing about a reset
-        return Outcome(
-            status="fail",
-            message=f"{non_finite} non-finite logits on the candidate path: a reset cannot be judged on them",
-            metrics={"non_finite_logits": non_finite},
-            exercise=exercise,
-            diagnosis={"bug_class": "non-finite-output", "explanation": BUG_CLASSES["non-finite-output"]},
-            detected_at=0,
-            observation=observation,
-            observation_in_run_order=True,
-        )
     # a correct path's own rounding moves these logits by up to the dtype-aware band: a control that
     # fails the bit-exact comparison by no more than that failed through noise (the control engine)
     spread = float(tol.row(torch.cat([want for _, _, want in compared], dim=1)).max())
@@ -125,53 +123,82 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
             "max_abs_delta": float((got - want).abs().nan_to_num(float("inf")).max()),
         }
         if bad and first_bad is None:
-            first_bad = bad[0] + (0 if name == "first" else a_reused.shape[1])
-    metrics = {
+            first_bad = bad[0] + (0 if name == "first" else obs.a_reused.shape[1])
+    return Judgement(non_finite, results, first_bad, spread)
+
+
+def explain(params: ResetIsolationParams, tol: Tolerance, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: non-finite, a reset leak, or a pass."""
+    observation = torch.cat([_run_order(got - want) for _, got, want in obs.compared])
+    seen: dict[str, Any] = {"exercise": obs.exercise, "observation": observation, "observation_in_run_order": True}
+    if j.non_finite:  # NaN equal to NaN proves nothing about a reset
+        return Outcome(
+            status="fail",
+            message=f"{j.non_finite} non-finite logits on the candidate path: a reset cannot be judged on them",
+            metrics={"non_finite_logits": j.non_finite},
+            diagnosis={"bug_class": "non-finite-output", "explanation": BUG_CLASSES["non-finite-output"]},
+            detected_at=0,
+            **seen,
+        )
+    results, after_reset = j.results, obs.after_reset
+    seen["metrics"] = {
         "exact": params.exact,
         "first_identical": results["first"]["identical"] if "first" in results else None,
         "second_identical": results["second"]["identical"],
         "max_abs_delta": max(r["max_abs_delta"] for r in results.values()),
         "cache_len_after_reset": after_reset.get("cache_len"),
     }
-    evidence = {
+    seen["evidence"] = {
         "requests": results,
         "after_reset": after_reset,
         "comparison": "bit patterns" if params.exact else f"argmax within {tol.as_dict()}",
     }
-    if first_bad is not None:
-        leftover = after_reset.get("cache_len")
-        detail = (
-            f"the position counter survived the reset (cache_len {leftover} after reset)"
-            if leftover
-            else "state survived the reset"
-        )
-        diagnosis = {
-            "bug_class": "reset-leak",
-            "explanation": f"{detail}: the request after a reset does not match a fresh one (background: mask oracle)",
-            "cache_len_after_reset": leftover,
-            "request": "first" if not results.get("first", {"identical": True})["identical"] else "second",
-        }
-        return Outcome(
-            status="fail",
-            message=f"reused session differs from a fresh one ({detail}); second request "
-            f"max |Δ| {results['second']['max_abs_delta']:.3g}",
-            metrics=metrics,
-            evidence=evidence,
-            exercise=exercise,
-            diagnosis=diagnosis,
-            detected_at=first_bad,
-            observation=observation,
-            observation_in_run_order=True,
-            rounding_spread=spread,
-        )
+    if j.first_bad is not None:
+        return _leak(results, after_reset, j, **seen)
     return Outcome(
         status="pass",
         message=f"two requests through one reset session are "
         f"{'bit-identical' if params.exact else 'argmax-identical'} to fresh runs",
-        metrics=metrics,
-        evidence=evidence,
-        exercise=exercise,
-        observation=observation,
-        observation_in_run_order=True,
-        rounding_spread=spread,
+        rounding_spread=j.spread,
+        **seen,
     )
+
+
+def _leak(results: dict[str, Any], after_reset: dict[str, Any], j: Judgement, **seen: Any) -> Outcome:
+    leftover = after_reset.get("cache_len")
+    detail = (
+        f"the position counter survived the reset (cache_len {leftover} after reset)"
+        if leftover
+        else "state survived the reset"
+    )
+    diagnosis = {
+        "bug_class": "reset-leak",
+        "explanation": f"{detail}: the request after a reset does not match a fresh one (background: mask oracle)",
+        "cache_len_after_reset": leftover,
+        "request": "first" if not results.get("first", {"identical": True})["identical"] else "second",
+    }
+    return Outcome(
+        status="fail",
+        message=f"reused session differs from a fresh one ({detail}); second request "
+        f"max |Δ| {results['second']['max_abs_delta']:.3g}",
+        diagnosis=diagnosis,
+        detected_at=j.first_bad,
+        rounding_spread=j.spread,
+        **seen,
+    )
+
+
+@check("reset-isolation", params=ResetIsolationParams)
+def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
+    """Two requests through one reused session equal two fresh runs."""
+    tol = tolerance_for(ctx)
+
+    def same(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+        """[B, T, V] pair -> [T]: whether each token position agrees in every row."""
+        if params.exact:
+            return bits_equal(got, want).all(dim=0)
+        cmp = compare_rows(want, got, tol)
+        return (cmp.agree | cmp.tie).all(dim=0)
+
+    obs = measure(ctx, params, same)
+    return explain(params, tol, obs, judge(obs, same, tol))

@@ -1,27 +1,17 @@
-"""tenant-isolation: tenants (or cache salts) never share entries, and same-tenant reuse happens.
-
-Computational sameness does not grant permission to share state (background: isolation). On the
-store, for each prompt: tenant A serves it twice (the second must hit: same-tenant reuse is the
-control that makes the rest meaningful; a cache that is off would pass "no reuse" otherwise), then
-tenant B serves the identical prompt (must reuse nothing) and repeats it (must hit its own entry),
-then an unsalted request and a salted one, and a third tenant shares only a prefix. Every
-cross-tenant request must also match its own uncached computation.
-
-A second round runs under a weak hash (`weak_hash_bits`) where the store's hash can be replaced
-(`PrefixHashing`): the tenants' blocks then share buckets, so a store that relies on the hash to keep
-tenants apart (comparing tokens on a hit, not the tenant) leaks. Without a pluggable hash that round
-is `unproven`, named.
-"""
+"""tenant-isolation's body: measure both rounds of tenants, judge leaks and reuse, explain."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from gate.checks._compare import tolerance_for
-from gate.checks._params import TenantIsolationParams
 from gate.checks._prefix_support import (
     Findings,
     RequestLog,
     ReuseTally,
     Served,
+    StorePool,
     describe_excess,
     prefix_candidate,
     recompute_oracle,
@@ -30,10 +20,35 @@ from gate.checks._prefix_support import (
     store_pool,
     until_first_failure,
 )
+from gate.checks.tenant_isolation import TenantIsolationParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import TenantIsolationEvidence
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Every request served, split into those that must hit and those that must not reuse."""
+
+    worker: PrefixServing
+    log: RequestLog
+    same: list[Served]
+    cross: list[Served]
+    weak_cross: list[Served]
+    weak_round: bool
+    """The store's hash could be replaced, so the weak-hash round ran."""
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What broke (leaks, reuse that did not happen, wrong outputs) and the numbers it rests on."""
+
+    leaks: list[Served]
+    no_reuse: list[Served]
+    wrong: list[Served]
+    weak_collisions: int
+    problems: list[str]
 
 
 def _tenants(
@@ -69,14 +84,10 @@ def _stop_at_leak(log: RequestLog, served: Served) -> None:
         log.fail_now(f"{served.label}: {describe_excess(served)}: another tenant's or salt's entries were reused")
 
 
-@check("tenant-isolation", params=TenantIsolationParams)
-@until_first_failure
-def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcome:
-    """Different tenants or salts never share entries, also under a weak hash; the same tenant does reuse its own."""
-    candidate = prefix_candidate(ctx)
-    pool = store_pool(ctx, candidate)
-    starts = len(pool.starts)
-    findings = Findings(pool=pool)
+def measure(
+    ctx: CheckContext, params: TenantIsolationParams, candidate: PrefixServing, pool: StorePool, findings: Findings
+) -> Observations:
+    """Serve every prompt to each tenant, on the store and (where its hash can be replaced) under a weak hash."""
     worker = pool.shared(("base",), candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
 
@@ -108,32 +119,18 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
     if weak_first:
         first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
         same, cross = first_same + same, first_cross + cross
+    return Observations(worker, log, same, cross, weak_cross, hashing is not None)
 
-    leaks = [s for s in cross if s.excess]
-    no_reuse = [s for s in same if s.reused == 0 and s.entitled]
-    wrong = log.wrong_outputs()
-    weak_collisions = sum(s.reply.stats.collisions_detected for s in weak_cross)
-    metrics = {
-        "cross_tenant_requests": len(cross),
-        "cross_tenant_reused_tokens": sum(s.reused for s in cross),
-        "same_tenant_requests": len(same),
-        "same_tenant_reused_tokens": sum(s.reused for s in same),
-        "weak_hash_cross_tenant_collisions": weak_collisions,
-        "leaks": len(leaks),
-        "wrong_outputs": len(wrong),
-        "store_starts": len(pool.starts) - starts,
-    }
-    outcome = Outcome(
-        "pass",
-        "",
-        metrics,
-        TenantIsolationEvidence.model_validate({"requests": log.table()}).dump(),
-        log.exercise(worker),
-        observation=log.observation(),
-    )
-    problems = findings.problems
+
+def judge(obs: Observations) -> Judgement:
+    """Leaks across tenants, same-tenant repeats that did not hit, outputs unlike their recompute (pure)."""
+    leaks = [s for s in obs.cross if s.excess]
+    no_reuse = [s for s in obs.same if s.reused == 0 and s.entitled]
+    wrong = obs.log.wrong_outputs()
+    weak_collisions = sum(s.reply.stats.collisions_detected for s in obs.weak_cross)
+    problems = []
     if leaks:
-        weak_leaks = sum(1 for s in leaks if any(s is w for w in weak_cross))
+        weak_leaks = sum(1 for s in leaks if any(s is w for w in obs.weak_cross))
         problems.append(
             f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the "
             f"weak hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must "
@@ -146,18 +143,55 @@ def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcom
             f"{no_reuse[0].label}, 0 of {no_reuse[0].entitled} reusable tokens): with the cache off, "
             "'no cross-tenant reuse' proves nothing"
         )
-    if hashing is not None and not weak_collisions and not leaks:
+    if obs.weak_round and not weak_collisions and not leaks:
         problems.append(
             "under the weak hash no cross-tenant request met another tenant's block in its bucket: "
             "isolation under collisions was not exercised"
         )
     if wrong:
         problems.append("outputs differ from the uncached computation in: " + ", ".join(s.label for s in wrong))
-    if problems:
-        outcome.diagnosis = {"leaks": [s.row() for s in leaks[:8]], "no_reuse": [s.label for s in no_reuse]}
-    return findings.settle(
-        outcome,
+    return Judgement(leaks, no_reuse, wrong, weak_collisions, problems)
+
+
+def explain(obs: Observations, j: Judgement, findings: Findings, store_starts: int) -> Outcome:
+    """The Outcome of the judgement and the findings, built once."""
+    same, cross = obs.same, obs.cross
+    metrics = {
+        "cross_tenant_requests": len(cross),
+        "cross_tenant_reused_tokens": sum(s.reused for s in cross),
+        "same_tenant_requests": len(same),
+        "same_tenant_reused_tokens": sum(s.reused for s in same),
+        "weak_hash_cross_tenant_collisions": j.weak_collisions,
+        "leaks": len(j.leaks),
+        "wrong_outputs": len(j.wrong),
+        "store_starts": store_starts,
+    }
+    findings.problems.extend(j.problems)
+    diagnosis: dict[str, Any] | None = None
+    if findings.problems:
+        diagnosis = {"leaks": [s.row() for s in j.leaks[:8]], "no_reuse": [s.label for s in j.no_reuse]}
+    passed = (
         f"{len(cross)} cross-tenant requests reused nothing of another tenant"
-        + (f" ({weak_collisions} cross-tenant hash collisions refused)" if hashing is not None else "")
-        + f"; {len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens",
+        + (f" ({j.weak_collisions} cross-tenant hash collisions refused)" if obs.weak_round else "")
+        + f"; {len(same)} same-tenant repeats reused {metrics['same_tenant_reused_tokens']} tokens"
     )
+    return findings.outcome(
+        passed,
+        metrics=metrics,
+        evidence=TenantIsolationEvidence.model_validate({"requests": obs.log.table()}).dump(),
+        exercise=obs.log.exercise(obs.worker),
+        observation=obs.log.observation(),
+        diagnosis=diagnosis,
+    )
+
+
+@check("tenant-isolation", params=TenantIsolationParams)
+@until_first_failure
+def tenant_isolation(ctx: CheckContext, params: TenantIsolationParams) -> Outcome:
+    """Different tenants or salts never share entries, also under a weak hash; the same tenant does reuse its own."""
+    candidate = prefix_candidate(ctx)
+    pool = store_pool(ctx, candidate)
+    starts = len(pool.starts)
+    findings = Findings(pool=pool)
+    obs = measure(ctx, params, candidate, pool, findings)
+    return explain(obs, judge(obs), findings, len(pool.starts) - starts)

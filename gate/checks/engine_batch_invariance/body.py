@@ -1,0 +1,160 @@
+"""engine-batch-invariance's body: measure the target alone and among others, judge, explain."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gate.checks._engine import (
+    EnginePair,
+    Judged,
+    clip_lengths,
+    engine_pair,
+    failure_words,
+    judge,
+    observation,
+    problems_outcome,
+    same_vocabulary,
+    seeded_prompt,
+)
+from gate.checks._topk import worst
+from gate.checks.engine_batch_invariance import EngineBatchParams
+from gate.core.check import CheckContext, Outcome, check
+
+if TYPE_CHECKING:
+    from gate.protocols import EngineCompletion, EngineServer
+
+COMPARISONS = (
+    "candidate batched vs candidate alone",
+    "candidate batched vs reference alone",
+    "candidate alone vs reference alone",
+)
+"""The three comparisons, in the order the evidence lists them."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """The target's replies (reference alone, candidate alone, candidate batched) and the overlap."""
+
+    length: int
+    others: list[int]
+    want: EngineCompletion
+    alone: EngineCompletion
+    batched: EngineCompletion
+    slots: Any
+    overlapping: int
+    servers: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Each comparison judged under the claim, with what failed and what warned."""
+
+    judged: tuple[Judged, Judged, Judged]
+    problems: list[str]
+    warned: list[str]
+
+
+def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> Observations:
+    """The target to the reference alone, to the candidate alone, then among concurrent others."""
+    reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
+    with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
+        vocab = same_vocabulary(ref, cand) or candidate.vocab_size
+        limit = min(reference.max_len, candidate.max_len) - max(params.new_tokens, params.other_new_tokens) - 1
+        [length] = clip_lengths([params.length], limit)
+        others = [
+            clip_lengths([params.other_lengths[i % len(params.other_lengths)]], limit)[0]
+            for i in range(params.concurrent)
+        ]
+        target = seeded_prompt(vocab, length, ctx.seed * 104729 + 11)
+        prompts = [seeded_prompt(vocab, n, ctx.seed * 104729 + 101 + i) for i, n in enumerate(others)]
+        want = ref.complete(target, params.new_tokens, top_k)
+        alone = cand.complete(target, params.new_tokens, top_k)
+        slots = cand.info.get("total_slots")
+        batched, overlapping = _batched(cand, params, target, prompts, top_k)
+        servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
+    return Observations(length, others, want, alone, batched, slots, overlapping, servers)
+
+
+def _batched(
+    cand: EngineServer, params: EngineBatchParams, target: list[int], prompts: list[list[int]], top_k: int
+) -> tuple[EngineCompletion, int]:
+    """The target sent at the same moment as the others (one thread each): its reply, and how many
+    of the others overlapped it in time."""
+    windows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(prompts) + 1)
+    barrier = threading.Barrier(len(prompts) + 1)
+
+    def send(i: int) -> Any:
+        barrier.wait()
+        start = time.perf_counter()
+        if i == 0:
+            reply = cand.complete(target, params.new_tokens, top_k)
+        else:
+            reply = cand.complete(prompts[i - 1], params.other_new_tokens, top_k)
+        windows[i] = (start, time.perf_counter())
+        return reply
+
+    with ThreadPoolExecutor(max_workers=len(prompts) + 1) as pool:
+        replies = list(pool.map(send, range(len(prompts) + 1)))
+    t0, t1 = windows[0]
+    return replies[0], sum(1 for s, e in windows[1:] if s < t1 and e > t0)
+
+
+def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
+    """The three comparisons under the claim, and whether batching happened at all (pure)."""
+    level = ctx.manifest.claim.level
+    judged = (judge(ctx, obs.alone, obs.batched), judge(ctx, obs.want, obs.batched), judge(ctx, obs.want, obs.alone))
+    problems = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.failed]
+    if obs.overlapping == 0 or (obs.slots is not None and int(obs.slots) < 2):
+        problems.append(
+            f"not exercised: {obs.overlapping} of {len(obs.others)} concurrent requests overlapped the target and "
+            f"the candidate has {obs.slots} slot(s); batching never happened (launch it with more parallel slots)"
+        )
+    warned = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.warn]
+    return Judgement(judged, problems, warned)
+
+
+def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: fail, warn or pass."""
+    rows = [{"comparison": name, **judged.row()} for name, judged in zip(COMPARISONS, j.judged, strict=True)]
+    length, slots, overlapping, concurrent = obs.length, obs.slots, obs.overlapping, len(obs.others)
+    metrics = {
+        "target_length": length,
+        "concurrent": concurrent,
+        "overlapping": overlapping,
+        "candidate_slots": slots,
+        "max_abs_dlogprob": worst(r["max_abs_dlogprob"] for r in rows),
+    }
+    requests = {"reference": obs.want, "candidate_alone": obs.alone, "candidate_batched": obs.batched}
+    evidence = {
+        "comparisons": rows,
+        "other_lengths": obs.others,
+        "requests": {name: reply.summary() for name, reply in requests.items()},
+        "servers": obs.servers,
+    }
+    exercise = {"overlapping_requests": overlapping, "candidate_slots": slots, "concurrent": concurrent}
+    seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
+    seen["observation"] = observation([obs.alone, obs.batched])
+    if j.problems:
+        return problems_outcome(j.problems, length, **seen)
+    if j.warned:
+        return Outcome("warn", "greedy tokens agree; " + "; ".join(j.warned), **seen)
+    message = (
+        f"{ctx.manifest.claim.level} holds for a {length}-token request alone and among {concurrent} concurrent "
+        f"requests ({overlapping} overlapping, {'slots not stated' if slots is None else f'{slots} slots'}), "
+        "and against the reference alone"
+    )
+    return Outcome("pass", message, **seen)
+
+
+@check("engine-batch-invariance", params=EngineBatchParams)
+def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Outcome:
+    """A request batched with concurrent requests of other lengths gives the greedy tokens it gives alone."""
+    pair = engine_pair(ctx, "engine-batch-invariance")
+    if isinstance(pair, Outcome):
+        return pair
+    obs = measure(ctx, params, pair)
+    return explain(ctx, obs, judge_replies(ctx, obs))

@@ -1,0 +1,206 @@
+"""engine-invalidation's body: measure the reset and the restart, judge both, explain the judgement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gate.checks._engine import (
+    EnginePair,
+    engine_pair,
+    failure_words,
+    judge,
+    observation,
+    problems_outcome,
+    same_vocabulary,
+    seeded_prompt,
+)
+from gate.checks.engine_invalidation import EngineInvalidationParams
+from gate.core.check import CheckContext, Outcome, check
+
+if TYPE_CHECKING:
+    from gate.protocols import EngineCompletion
+
+
+class NothingExercised(Exception):
+    """Neither the reset nor the restart could run against this engine."""
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Part 1: the reference's reply, the candidate's warm repeat, its reset and the reply after it."""
+
+    prompt: list[int]
+    want: EngineCompletion
+    warm: EngineCompletion
+    flavor: str
+    endpoint: str | None
+    after: EngineCompletion | None
+    tiers_not_reset: list[str]
+    servers: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Part 2: both servers restarted on changed weights; the reference's reply, the candidate's two."""
+
+    changed: Any
+    want: EngineCompletion
+    first: EngineCompletion
+    repeat: EngineCompletion
+    servers: dict[str, Any]
+
+
+@dataclass
+class Judgement:
+    """What broke, the evidence of each part, what proves the cache ran, the replies observed."""
+
+    problems: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    exercised: dict[str, Any] = field(default_factory=dict)
+    observed: list[EngineCompletion] = field(default_factory=list)
+
+
+def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, length: int) -> Reset:
+    """Serve a prompt twice, reset the candidate's cache, serve it again."""
+    top_k = pair.top_k
+    with pair.reference.serve(label="reference") as ref, pair.candidate.serve(label="candidate") as cand:
+        vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
+        prompt = seeded_prompt(vocab, length, ctx.seed * 32452843 + 3)
+        want = ref.complete(prompt, params.new_tokens, top_k)
+        cand.complete(prompt, params.new_tokens, top_k)
+        warm = cand.complete(prompt, params.new_tokens, top_k)
+        endpoint = cand.reset_cache()
+        after = None if endpoint is None else cand.complete(prompt, params.new_tokens, top_k)
+        tiers = [] if endpoint is None else list(cand.unreset_tiers())
+        servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
+    return Reset(prompt, want, warm, cand.flavor, endpoint, after, tiers, servers)
+
+
+def measure_restart(params: EngineInvalidationParams, pair: EnginePair, prompt: list[int]) -> Restart | None:
+    """Restart both servers on the same changed weights and serve the prompt (None: gate cannot)."""
+    reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
+    changed: Any = params.changed_model_file
+    if changed is None and reference.changed_model(params.perturb_seed) is not None:
+        changed = candidate.changed_model(params.perturb_seed)  # both restart on the same new weights
+    if changed is None:
+        return None
+    with (
+        reference.serve(label="reference, changed weights", model=changed) as ref2,
+        candidate.serve(label="candidate, restarted on changed weights", model=changed, fresh=True) as cand2,
+    ):
+        want2 = ref2.complete(prompt, params.new_tokens, top_k)
+        first = cand2.complete(prompt, params.new_tokens, top_k)
+        repeat = cand2.complete(prompt, params.new_tokens, top_k)
+        servers = {"reference": ref2.evidence(), "candidate": cand2.evidence()}
+    return Restart(changed, want2, first, repeat, servers)
+
+
+def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
+    """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset, the output held."""
+    level = ctx.manifest.claim.level
+    if reset.endpoint is None or reset.after is None:
+        out.evidence["reset"] = f"not exercised: the {reset.flavor} server has no cache-reset endpoint gate knows"
+        out.evidence["servers"] = reset.servers
+        return
+    after, warm = reset.after, reset.warm
+    out.observed.append(after)
+    judged = judge(ctx, reset.want, after)
+    out.evidence["reset"] = {
+        "endpoint": reset.endpoint,
+        "hit_before_reset": warm.cached_tokens,
+        "reused_after_reset": after.cached_tokens,
+        "tiers_not_reset": reset.tiers_not_reset,
+        "complete": not reset.tiers_not_reset,
+        **judged.row(),
+    }
+    if not warm.cached_tokens:
+        out.problems.append("reset: the repeat before the reset did not hit, so a miss after it proves nothing")
+    else:
+        out.exercised["hit_before_reset"] = warm.cached_tokens
+    if after.cached_tokens:
+        out.problems.append(
+            f"reset: after {reset.endpoint} the same prompt still reused {after.cached_tokens} cached tokens"
+        )
+    if judged.failed:
+        out.problems.append(
+            f"reset: the output after the reset differs from the reference: {failure_words(level, judged)}"
+        )
+    out.evidence["servers"] = reset.servers
+
+
+def judge_restart(ctx: CheckContext, reset: Reset, restart: Restart | None, out: Judgement) -> None:
+    """Part 2 under the claim: the weights changed the output, nothing stale was reused, a repeat hit."""
+    if restart is None:
+        out.evidence["restart"] = "not exercised: gate does not launch these servers on a model it can change"
+        return
+    first, repeat, changed = restart.first, restart.repeat, restart.changed
+    out.evidence["restart_servers"] = restart.servers
+    out.observed += [first, repeat]
+    judged = judge(ctx, restart.want, first)
+    weights_changed = restart.want.tokens != reset.want.tokens or restart.want.logprobs != reset.want.logprobs
+    out.evidence["restart"] = {
+        "changed_model": changed.model_dump() if hasattr(changed, "model_dump") else str(changed),
+        "reused_after_restart": first.cached_tokens,
+        "hit_on_repeat": repeat.cached_tokens,
+        "weights_changed_output": weights_changed,
+        **judged.row(),
+    }
+    if not weights_changed:
+        out.problems.append(
+            "restart: the changed weights did not change the reference's output, so the step tests nothing"
+        )
+    if first.cached_tokens:
+        out.problems.append(
+            f"restart: the first request after a restart on changed weights reused {first.cached_tokens} stale tokens"
+        )
+    if judged.failed:
+        out.problems.append(
+            "restart: the output differs from the no-cache server on the new weights: "
+            + failure_words(ctx.manifest.claim.level, judged)
+        )
+    if not repeat.cached_tokens:
+        out.problems.append("restart: a repeat after the restart did not hit: the restarted cache is not exercised")
+    else:
+        out.exercised["hit_after_restart"] = repeat.cached_tokens
+
+
+def explain(j: Judgement, length: int) -> Outcome:
+    """The Outcome of the judgement, built once: fail with the problems, else pass saying what held."""
+    evidence, exercised = j.evidence, j.exercised
+    if isinstance(evidence.get("reset"), str) and isinstance(evidence.get("restart"), str):
+        raise NothingExercised(f"{evidence['reset']}; {evidence['restart']}")
+    metrics = {"prompt_length": length, "problems": len(j.problems)}
+    seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercised}
+    seen["observation"] = observation(j.observed)
+    if j.problems:
+        return problems_outcome(j.problems, length, **seen)
+    parts = []
+    if isinstance(evidence["reset"], dict):
+        hit = exercised.get("hit_before_reset")
+        parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {hit})")
+        if evidence["reset"]["tiers_not_reset"]:
+            tiers = "; ".join(evidence["reset"]["tiers_not_reset"])
+            parts.append("the reset is not complete: it cannot reach " + tiers)
+    if isinstance(evidence["restart"], dict):
+        hit = exercised.get("hit_after_restart")
+        parts.append(
+            "after a restart on changed weights nothing stale was reused and the output equals the "
+            f"no-cache server's (repeat hit: {hit})"
+        )
+    return Outcome("pass", "; ".join(parts), **seen)
+
+
+@check("engine-invalidation", params=EngineInvalidationParams)
+def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> Outcome:
+    """After the engine's cache reset or a restart on changed weights, nothing stale is reused."""
+    pair = engine_pair(ctx, "engine-invalidation")
+    if isinstance(pair, Outcome):
+        return pair
+    length = max(2, min(params.length, pair.reference.max_len, pair.candidate.max_len) - params.new_tokens - 1)
+    reset = measure_reset(ctx, params, pair, length)
+    restart = measure_restart(params, pair, reset.prompt)
+    judgement = Judgement()
+    judge_reset(ctx, reset, judgement)
+    judge_restart(ctx, reset, restart, judgement)
+    return explain(judgement, length)

@@ -1,0 +1,39 @@
+"""engine-isolation: a request under another cache salt (tenant) reuses nothing of a shared prefix.
+
+Where the engine keys its prefix cache on a salt or tenant key (vLLM's `cache_salt`), a prompt is
+sent twice under salt A (the repeat must hit, or the test proves nothing) and then under salt B,
+which must report zero reused tokens. A salt the server accepts and ignores fails.
+
+Where the engine offers no salt (llama.cpp, TGI, SGLang today) the check cannot show anything
+either way: it says so, unproven, and never passes.
+
+Torch-free (gate.checks._shape): the body is `gate.checks.engine_isolation.body`, loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.engine_isolation.body import engine_isolation
+
+
+class EngineIsolationParams(Params):
+    """The shared prefix."""
+
+    length: int = Field(default=256, ge=2)
+    """Prompt length (clipped to the context)."""
+
+
+CARD, PARAMS, EVIDENCE = "engine-isolation", EngineIsolationParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineIsolationParams", "engine_isolation"]

@@ -1,0 +1,85 @@
+"""engine-prefix-parity: an engine's prefix cache gives what the same engine gives with it off.
+
+Two server processes (never two request flags on one process, which may share allocator state and
+hide the bug): the candidate with its prefix cache or new scheduling on, the reference with it off.
+The lengths are planned on the candidate's cache geometry (gate.protocols.CacheGeometry: what the
+engine states, vLLM's `cache_config_info`, else its launch flags, else a probe): on an engine that
+reuses whole blocks of B tokens, B-1, B, B+1, 2B-1, 2B, 2B+1, then 4B, 8B, ... up to the context,
+then the given lengths beyond 2B+1; on one that reuses any prefix (llama.cpp) the given lengths
+(1, 17, 200, 2048, 8192 by default, clipped to the context; `dense` adds log-spaced lengths). A
+length below the first block cannot hit by design: it is compared all the same and reported as
+"not reusable by design" in the coverage, never a failure and never skipped. A warm-up request
+with the prefix and another suffix forces the candidate to cache the prefix; then the request
+itself (prefix + suffix) goes to both servers and the first 8 greedy tokens with their top-k
+logprobs are compared under the claim (gate.checks._engine).
+
+Proof of exercise is the candidate's own report of reused prompt tokens at each length. A run in
+which the candidate never reports a reused token is an error ("the cache never hit"), never a pass;
+a reusable length without a hit is reported as not exercised and fails the check. No request asks
+for prompt logprobs (vLLM skips its prefix cache for such a request).
+
+Torch-free (gate.checks._shape): the body is `gate.checks.engine_prefix_parity.body`; the planned
+lengths (`planned_lengths`) live here, so `gate plan` states them without torch (gate.checks._coverage).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._engine import NEW_TOKENS, clip_lengths, geometry_lengths
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.engine_prefix_parity.body import engine_prefix_parity
+
+
+DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
+SUFFIX = 4
+
+
+class EnginePrefixParams(Params):
+    """Prefix lengths and the continuation compared."""
+
+    lengths: list[int] = Field(default_factory=lambda: list(DEFAULT_LENGTHS), min_length=1)
+    """Prefix lengths (clipped to the context)."""
+    dense: int = Field(default=0, ge=0, le=64)
+    """Extra log-spaced lengths between 1 and the longest (denser sweep on request)."""
+    new_tokens: int = Field(default=NEW_TOKENS, ge=1, le=64)
+    """Greedy tokens compared after each prompt."""
+    geometry: bool = True
+    """Plan the lengths on the candidate's reuse block (its edges ±1 and multiples); false: `lengths` as given."""
+
+
+def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -> list[int]:
+    """The lengths the check visits: `lengths` (and `dense`) planned on the reuse block, clipped to
+    `limit`; the same rule `gate plan` states (gate.checks._coverage)."""
+    lengths = list(params.lengths)
+    if params.dense:
+        top = max(2, min(max(lengths), limit))
+        lengths += [round(math.exp(math.log(top) * (i + 1) / (params.dense + 1))) for i in range(params.dense)]
+    if not params.geometry:
+        return sorted(clip_lengths(lengths, limit))
+    return geometry_lengths(block, limit, lengths)
+
+
+CARD, PARAMS, EVIDENCE = "engine-prefix-parity", EnginePrefixParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = [
+    "CARD",
+    "DEFAULT_LENGTHS",
+    "EVIDENCE",
+    "NEEDS",
+    "PARAMS",
+    "SUFFIX",
+    "EnginePrefixParams",
+    "engine_prefix_parity",
+    "planned_lengths",
+]

@@ -1,0 +1,63 @@
+"""engine-repeat-consistency: a hosted API whose cache cannot be switched off, judged by behaviour.
+
+A hosted API keeps its prompt cache on and offers no second deployment without it, so there is no
+no-cache server to compare with. What is left is behavioural. For each of `prompts` fresh prompts
+(seeded token ids never sent before, so the first request must be cold; the reply's reported
+cache-read tokens must say 0), the check sends the prompt cold, then `distractors` requests that
+share its first part, insert fresh tokens and then continue with the rest of the prompt (they leave
+neighbouring state in the cache: a cache that keys on too little serves their state, and one that
+reuses chunks found after a mismatch, shifted to new positions, serves K/V computed in another
+context), then the prompt again `repeats` times. Every reply is compared with the cold one under the claim; the replies
+are split by the cache-read tokens they report, and a reply served from the cache that disagrees
+fails the check.
+
+It is weaker than engine-prefix-parity, and the dossier says so: the cold reply comes from the same
+deployment (a bug in the cold path is invisible), and an engine that is not deterministic at
+temperature 0 cannot be judged at all (disagreement among uncached replies makes the check
+unproven, never a failure blamed on the cache). Proof of exercise is the engine's own report of
+cache-read tokens on the repeats; an engine that never reports a hit is an error ("the cache never
+hit"). Only the candidate is sent requests; the reference is not used.
+
+Torch-free (gate.checks._shape): the body is `gate.checks.engine_repeat_consistency.body`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._engine import NEW_TOKENS
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.engine_repeat_consistency.body import engine_repeat_consistency
+
+
+class EngineRepeatParams(Params):
+    """The schedule of requests: fresh prompts, their distractors and repeats."""
+
+    prompts: int = Field(default=3, ge=1, le=32)
+    """Fresh prompts, each judged on its own."""
+    length: int = Field(default=1088, ge=2)
+    """Prompt length (hosted caches often start at 1,024 tokens); clipped to the context."""
+    shared: float = Field(default=0.5, gt=0, lt=1)
+    """Share of the prompt a distractor has in common with it (its first part)."""
+    distractors: int = Field(default=2, ge=0, le=16)
+    """Requests between the cold reply and the repeats: the prompt's first part, fresh tokens, the rest."""
+    inserted: int = Field(default=64, ge=1, le=4096)
+    """Fresh tokens a distractor inserts after the shared first part."""
+    repeats: int = Field(default=3, ge=1, le=64)
+    """Repeats of the prompt after the distractors."""
+    new_tokens: int = Field(default=NEW_TOKENS, ge=1, le=64)
+    """Greedy tokens compared."""
+
+
+CARD, PARAMS, EVIDENCE = "engine-repeat-consistency", EngineRepeatParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineRepeatParams", "engine_repeat_consistency"]

@@ -1,0 +1,175 @@
+"""engine-repeat-consistency's body: measure cold replies and repeats, judge each prompt, explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gate.checks._engine import (
+    Judged,
+    clip_lengths,
+    engine_pair,
+    failure_words,
+    judge,
+    observation,
+    problems_outcome,
+    require_hits,
+    seeded_prompt,
+)
+from gate.checks._topk import worst
+from gate.checks.engine_repeat_consistency import EngineRepeatParams
+from gate.core.check import CheckContext, Outcome, check
+
+if TYPE_CHECKING:
+    from gate.protocols import EngineCompletion, EngineServing
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Per fresh prompt its cold reply and its repeats (after the distractors), and the server."""
+
+    length: int
+    head: int
+    replies: list[tuple[EngineCompletion, list[EngineCompletion]]]
+    server: dict[str, Any]
+
+
+@dataclass
+class Judgement:
+    """Each prompt's evidence row, the cache-read replies, and what broke, warned or went unjudged."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    hit_replies: list[EngineCompletion] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warned: list[str] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)
+
+
+def measure(ctx: CheckContext, params: EngineRepeatParams, candidate: EngineServing, top_k: int) -> Observations:
+    """Per fresh prompt: cold, the distractors that share its first part, then the repeats."""
+    [length] = clip_lengths([params.length], candidate.max_len - params.inserted - params.new_tokens - 1)
+    head = max(1, min(length - 1, round(length * params.shared)))
+    replies: list[tuple[EngineCompletion, list[EngineCompletion]]] = []
+    with candidate.serve(label="candidate") as served:
+        vocab = int(served.info.get("vocab_size") or candidate.vocab_size)
+        for p in range(params.prompts):
+            base = ctx.seed * 7_368_787 + 1009 * p + 17
+            prompt = seeded_prompt(vocab, length, base)
+            cold = served.complete(prompt, params.new_tokens, top_k)
+            for d in range(params.distractors):
+                inserted = seeded_prompt(vocab, params.inserted, base + 1 + d)
+                served.complete(prompt[:head] + inserted + prompt[head:], params.new_tokens, top_k)
+            replies.append((cold, [served.complete(prompt, params.new_tokens, top_k) for _ in range(params.repeats)]))
+        server = served.evidence()
+    return Observations(length, head, replies, server)
+
+
+def judge_prompts(ctx: CheckContext, obs: Observations) -> Judgement:
+    """Every prompt's cache-read repeats against its clean cold reply, under the claim (pure)."""
+    level, out = ctx.manifest.claim.level, Judgement()
+    for p, (cold, repeats) in enumerate(obs.replies):
+        row, judged = _judge_prompt(ctx, p, cold, repeats)
+        out.rows.append(row)
+        out.hit_replies += [r for r in repeats if r.cached_tokens]
+        where = f"prompt {p}"
+        if row["cold_cached_tokens"]:
+            out.unjudged.append(
+                f"{where}: its first request already read {row['cold_cached_tokens']} tokens from a cache"
+            )
+        elif row["uncached_disagree"]:
+            out.unjudged.append(
+                f"{where}: {row['uncached_disagree']} of {row['uncached_repeats']} uncached repeats disagree with "
+                "the cold reply (the engine is not deterministic at temperature 0)"
+            )
+        if row["cold_cached_tokens"] or row["uncached_disagree"]:
+            continue  # no clean cold reply to judge this prompt's cached replies against
+        for index, verdict in judged:
+            if verdict.failed:
+                out.problems.append(f"{where}, repeat {index} (cache-read): {failure_words(level, verdict)}")
+            elif verdict.warn:
+                out.warned.append(f"{where}, repeat {index}: {failure_words(level, verdict)}")
+    return out
+
+
+def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement: fail, unproven (nothing judged), warn or pass, built once."""
+    length, hits = obs.length, sum(int(row["hit_repeats"] or 0) for row in j.rows)
+    metrics = {
+        "prompt_length": length,
+        "prompts": params.prompts,
+        "cache_read_repeats": hits,
+        "max_abs_dlogprob": worst(float(row["max_abs_dlogprob"]) for row in j.rows),
+    }
+    exercise = {"cache_read_repeats": hits, "cache_read_tokens": sum(int(r.cached_tokens or 0) for r in j.hit_replies)}
+    seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
+    seen["observation"] = observation(j.hit_replies)
+    if j.problems:
+        return problems_outcome(j.problems, length, **seen)
+    if len(j.unjudged) == len(j.rows):
+        return Outcome("unproven", "no prompt could be judged: " + "; ".join(j.unjudged), **seen)
+    if j.warned:
+        return Outcome("warn", "greedy replies agree; " + "; ".join(j.warned), **seen)
+    skipped = f"; not judged: {'; '.join(j.unjudged)}" if j.unjudged else ""
+    message = (
+        f"{ctx.manifest.claim.level} holds between the cold reply and {hits} cache-read repeats of "
+        f"{len(j.rows) - len(j.unjudged)} fresh {length}-token prompts, after {params.distractors} distractors "
+        f"that insert {params.inserted} tokens after their first {obs.head} "
+        f"(a behavioural test: the cold reply comes from the same deployment){skipped}"
+    )
+    return Outcome("pass", message, **seen)
+
+
+def _evidence(params: EngineRepeatParams, obs: Observations, j: Judgement) -> dict[str, Any]:
+    return {
+        "weaker_test": (
+            "behavioural: cold and cached replies come from one deployment whose cache cannot be switched off; "
+            "a bug in the cold path is invisible and nondeterminism makes the check unproven"
+        ),
+        "schedule": {
+            "distractors": params.distractors,
+            "inserted": params.inserted,
+            "repeats": params.repeats,
+            "shared_prefix": obs.head,
+        },
+        "prompts": j.rows,
+        "server": obs.server,
+    }
+
+
+@check("engine-repeat-consistency", params=EngineRepeatParams)
+def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> Outcome:
+    """The same greedy request, cold and served from the engine's cache, gives the same reply."""
+    pair = engine_pair(ctx, "engine-repeat-consistency")
+    if isinstance(pair, Outcome):
+        return pair
+    obs = measure(ctx, params, pair.candidate, pair.top_k)
+    judgement = judge_prompts(ctx, obs)
+    require_hits(
+        [c for row in judgement.rows for c in row["repeat_cached_tokens"]],
+        f"on any of the {params.prompts * params.repeats} repeats",
+    )
+    return explain(ctx, params, obs, judgement)
+
+
+def _judge_prompt(
+    ctx: CheckContext, index: int, cold: EngineCompletion, repeats: list[EngineCompletion]
+) -> tuple[dict[str, Any], list[tuple[int, Judged]]]:
+    """One prompt's repeats against its cold reply: the evidence row and each cache-read repeat's judgement."""
+    judged = [(i, judge(ctx, cold, r)) for i, r in enumerate(repeats)]
+    reported = [r.cached_tokens for r in repeats]
+    uncached = [j for (i, j), r in zip(judged, repeats, strict=True) if not r.cached_tokens]
+    row = {
+        "prompt": index,
+        "cold_cached_tokens": cold.cached_tokens,
+        "repeat_cached_tokens": reported,
+        "hit_repeats": None if all(c is None for c in reported) else sum(1 for c in reported if c),
+        "uncached_repeats": len(uncached),
+        "uncached_disagree": sum(1 for j in uncached if j.failed),
+        "max_abs_dlogprob": worst(j.comparison.max_abs_delta for _, j in judged),
+        "repeats": [
+            {"repeat": i, "cached_tokens": r.cached_tokens, **j.row()}
+            for (i, j), r in zip(judged, repeats, strict=True)
+        ],
+    }
+    hit = [(i, j) for (i, j), r in zip(judged, repeats, strict=True) if r.cached_tokens]
+    return row, hit
