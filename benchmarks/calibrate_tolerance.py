@@ -15,6 +15,8 @@ gate did not write too; a check a subject cannot run (mask-oracle without a prob
     python benchmarks/calibrate_tolerance.py --seeds 20 --longest 8000 --results benchmarks/RESULTS.md
     python benchmarks/calibrate_tolerance.py --seeds 20 --longest 512 --dtypes float32,bfloat16,float16 \
         --subjects reference,tinylm,gqa --results benchmarks/calibrate_tolerance.md
+    python benchmarks/calibrate_tolerance.py --seeds 20 --longest 1024 --dtypes float16 \
+        --subjects reference,tinylm,gqa --sweep-only --results benchmarks/calibrate_tolerance.md
 """
 
 from __future__ import annotations
