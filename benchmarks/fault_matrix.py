@@ -91,11 +91,13 @@ def crashed(crash: SubjectCrash) -> dict[str, Any]:
     return {"outcome": "detected", "at": None, "class": "crash", "call": crash.call}
 
 
-def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
+def run(
+    preset: str, path: str, seeds: int, first: int = 0
+) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
     adapter = ReferenceAdapter()
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
     seconds: dict[str, float] = Counter()
-    for seed in range(seeds):
+    for seed in range(first, first + seeds):
         reference = adapter.build(Options(preset=preset, path="full"), device="cpu", dtype="float32", seed=seed)
         candidate = adapter.build(Options(preset=preset, path=path), device="cpu", dtype="float32", seed=seed)
         cache = RunCache()
@@ -235,6 +237,7 @@ def marked(text: str, name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="run seeds first .. first + seeds - 1")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--path", default="static")
     parser.add_argument("--extra", default="tiny-abs", help="second preset for a second table ('' for none)")
@@ -253,19 +256,26 @@ def main() -> None:
     sections = []
     tables = []
     runs = {}
-    for saved in args.load or []:  # presets run apart (side by side), rendered together
-        runs.update(json.loads(saved.read_text()))
+    for saved in args.load or []:  # presets (or seeds) run apart, side by side, rendered together
+        for preset, part in json.loads(saved.read_text()).items():
+            merged = runs.setdefault(preset, {"cells": {}, "seconds": {}, "seeds": 0})
+            for key, cells in part["cells"].items():
+                merged["cells"].setdefault(key, []).extend(cells)
+            for name, spent in part["seconds"].items():
+                merged["seconds"][name] = merged["seconds"].get(name, 0.0) + spent
+            merged["seeds"] += part["seeds"]
     if not runs:
         for preset in [args.preset, *([args.extra] if args.extra else [])]:
-            table, seconds = run(preset, args.path, args.seeds)
-            runs[preset] = {"cells": {f"{f}|{c}": v for (f, c), v in table.items()}, "seconds": seconds}
+            table, seconds = run(preset, args.path, args.seeds, args.first_seed)
+            cells = {f"{f}|{c}": v for (f, c), v in table.items()}
+            runs[preset] = {"cells": cells, "seconds": seconds, "seeds": args.seeds}
     if args.save:
         args.save.write_text(json.dumps(runs))
     for preset, saved_run in runs.items():
         table = {tuple(k.split("|")): v for k, v in saved_run["cells"].items()}
         seconds = saved_run["seconds"]
         tables.append(table)
-        text = render(table, seconds, preset, args.path, args.seeds, previous)
+        text = render(table, seconds, preset, args.path, saved_run["seeds"], previous)
         sections.append(f"### Preset `{preset}`\n\n" + text)
     bodies = dict(zip(SECTIONS, (catalogue(), "\n".join(sections), confusion(tables)), strict=True))
     if args.out is None:
