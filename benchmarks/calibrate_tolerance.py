@@ -15,6 +15,8 @@ gate did not write too; a check a subject cannot run (mask-oracle without a prob
     python benchmarks/calibrate_tolerance.py --seeds 20 --longest 8000 --results benchmarks/RESULTS.md
     python benchmarks/calibrate_tolerance.py --seeds 20 --longest 512 --dtypes float32,bfloat16,float16 \
         --subjects reference,tinylm,gqa --results benchmarks/calibrate_tolerance.md
+    python benchmarks/calibrate_tolerance.py --seeds 20 --longest 1024 --dtypes float16 \
+        --subjects reference,tinylm,gqa --sweep-only --results benchmarks/calibrate_tolerance.md
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ def main() -> None:
     parser.add_argument("--paths", default="dynamic,static,chunked")
     parser.add_argument("--subjects", default="reference", help="reference and/or the test plugins tinylm, gqa")
     parser.add_argument("--results", type=Path, help="update this markdown file's tolerance section")
+    parser.add_argument(
+        "--sweep-only",
+        action="store_true",
+        help="skip the other parity checks (their default lengths do not depend on --longest) and write the "
+        "sweep table into its own section, tolerance-calibration-LONGEST",
+    )
     args = parser.parse_args()
     lines: list[str] = []
     torch.set_num_threads(1)
@@ -110,6 +118,11 @@ def main() -> None:
                     flips += int((~cmp.agree).sum())
                     ties += int(cmp.tie.sum())
                     rows += cmp.agree.numel()
+                print(
+                    f"  {dtype} {subject} seed {seed}: rows={rows} worst |Δ|={worst_abs:.3e} "
+                    f"worst |Δ|/tol={worst_ratio:.3f} flips={flips} ties={ties}",
+                    flush=True,
+                )
             print(
                 f"{dtype} {subject}: rows={rows} worst |Δ|={worst_abs:.3e} worst |Δ|/tol={worst_ratio:.3f} "
                 f"argmax flips={flips} (ties {ties}) tol=(atol {atol}, rtol {rtol}) "
@@ -120,6 +133,10 @@ def main() -> None:
                 f"| {dtype} | {subject} | {atol} / {rtol} | {rows} | {worst_abs:.2e} | {worst_ratio:.3f} | {flips} | "
                 f"{ties} | {flips - ties} |"
             )
+    if args.sweep_only:
+        if args.results:
+            write_section(args.results, render_sweep(args, lines), f"tolerance-calibration-{args.longest}")
+        return
     statuses = other_checks(args)
     print(statuses, flush=True)
     if args.results:
@@ -193,9 +210,27 @@ attention probe, which cannot run there):
 """
 
 
-def write_section(results: Path, section: str) -> None:
+def render_sweep(args: argparse.Namespace, lines: list[str]) -> str:
+    """The sweep table alone (--sweep-only), in its own section named by the longest length."""
+    name = f"tolerance-calibration-{args.longest}"
+    return f"""<!-- {name}:start -->
+## Tolerance calibration to length {args.longest} (sweep only)
+
+`nice python benchmarks/calibrate_tolerance.py --seeds {args.seeds} --longest {args.longest} --dtypes {args.dtypes}
+--subjects {args.subjects} --sweep-only` on CPU (torch {torch.__version__}, 1 thread): as above, the lengths
+now the standard lengths clipped to {args.longest} plus 64 log-spaced up to {args.longest}; the other parity
+checks are not rerun (their default lengths do not depend on --longest).
+
+| dtype | subject | atol / rtol | rows | worst abs delta | worst delta / tolerance | argmax flips | ties | failures |
+|---|---|---|---|---|---|---|---|---|
+{chr(10).join(lines)}
+<!-- {name}:end -->
+"""
+
+
+def write_section(results: Path, section: str, name: str = "tolerance-calibration") -> None:
     text = results.read_text() if results.exists() else "# Benchmark results\n"
-    pattern = re.compile(r"<!-- tolerance-calibration:start -->.*?<!-- tolerance-calibration:end -->\n?", re.DOTALL)
+    pattern = re.compile(rf"<!-- {re.escape(name)}:start -->.*?<!-- {re.escape(name)}:end -->\n?", re.DOTALL)
     text = pattern.sub(section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     results.write_text(text)
 

@@ -11,12 +11,16 @@ the whole failure profile; a negative control stops at the first failing length 
 increasing order, so its detected-at is the one shown. One run cache per seed shares the
 reference's work. With --previous, each cell also gives the detected-at of the table it replaces.
 
-    python benchmarks/fault_matrix.py --seeds 3 --previous docs/faults.md --out docs/faults.md
+    nice python benchmarks/fault_matrix.py --seeds 3 --previous docs/faults.md --out docs/faults.md
+
+--out replaces only the generated sections of docs/faults.md (the catalogue, the fault x check tables
+and the confusion table, each between its markers); the prose around them is kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from collections import Counter
@@ -87,11 +91,13 @@ def crashed(crash: SubjectCrash) -> dict[str, Any]:
     return {"outcome": "detected", "at": None, "class": "crash", "call": crash.call}
 
 
-def run(preset: str, path: str, seeds: int) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
+def run(
+    preset: str, path: str, seeds: int, first: int = 0
+) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], dict[str, float]]:
     adapter = ReferenceAdapter()
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
     seconds: dict[str, float] = Counter()
-    for seed in range(seeds):
+    for seed in range(first, first + seeds):
         reference = adapter.build(Options(preset=preset, path="full"), device="cpu", dtype="float32", seed=seed)
         candidate = adapter.build(Options(preset=preset, path=path), device="cpu", dtype="float32", seed=seed)
         cache = RunCache()
@@ -210,91 +216,75 @@ def catalogue() -> str:
     return "\n".join(rows) + "\n"
 
 
+SECTIONS = ("fault-catalogue", "fault-matrix", "fault-confusion")
+"""The generated parts of docs/faults.md, each between `<!-- NAME:start -->` and `<!-- NAME:end -->`;
+the prose around them is written by hand and kept."""
+
+
+def replace_marked(text: str, name: str, body: str) -> str:
+    """`text` with the part between `<!-- name:start -->` and `<!-- name:end -->` replaced by `body`."""
+    pattern = re.compile(rf"(<!-- {re.escape(name)}:start -->\n).*?(<!-- {re.escape(name)}:end -->)", re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"no <!-- {name}:start --> ... <!-- {name}:end --> section to replace")
+    return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text, count=1)
+
+
+def marked(text: str, name: str) -> str:
+    """The part of `text` between `<!-- name:start -->` and `<!-- name:end -->`."""
+    return text.split(f"<!-- {name}:start -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="run seeds first .. first + seeds - 1")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--path", default="static")
     parser.add_argument("--extra", default="tiny-abs", help="second preset for a second table ('' for none)")
     parser.add_argument("--previous", type=Path, help="an earlier faults.md: show its detected-at beside the new")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="a faults.md whose generated sections are replaced (else stdout)")
+    parser.add_argument("--save", type=Path, help="also write each preset's cells and CPU times to this JSON file")
+    parser.add_argument(
+        "--load",
+        type=Path,
+        action="append",
+        help="render from --save files (one per preset) instead of running",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     previous = previous_detections(args.previous) if args.previous else None
     sections = []
     tables = []
-    for preset in [args.preset, *([args.extra] if args.extra else [])]:
-        table, seconds = run(preset, args.path, args.seeds)
+    runs = {}
+    for saved in args.load or []:  # presets (or seeds) run apart, side by side, rendered together
+        for preset, part in json.loads(saved.read_text()).items():
+            merged = runs.setdefault(preset, {"cells": {}, "seconds": {}, "seeds": 0})
+            for key, cells in part["cells"].items():
+                merged["cells"].setdefault(key, []).extend(cells)
+            for name, spent in part["seconds"].items():
+                merged["seconds"][name] = merged["seconds"].get(name, 0.0) + spent
+            merged["seeds"] += part["seeds"]
+    if not runs:
+        for preset in [args.preset, *([args.extra] if args.extra else [])]:
+            table, seconds = run(preset, args.path, args.seeds, args.first_seed)
+            cells = {f"{f}|{c}": v for (f, c), v in table.items()}
+            runs[preset] = {"cells": cells, "seconds": seconds, "seeds": args.seeds}
+    if args.save:
+        args.save.write_text(json.dumps(runs))
+    for preset, saved_run in runs.items():
+        table = {tuple(k.split("|")): v for k, v in saved_run["cells"].items()}
+        seconds = saved_run["seconds"]
         tables.append(table)
-        text = render(table, seconds, preset, args.path, args.seeds, previous)
+        text = render(table, seconds, preset, args.path, saved_run["seeds"], previous)
         sections.append(f"### Preset `{preset}`\n\n" + text)
-    text = DOC.format(catalogue=catalogue(), tables="\n".join(sections), confusion=confusion(tables))
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-
-
-DOC = """# Planted faults and the checks that catch them
-
-Release-gate step 5 (background: the release gate): a check counts only if it fails when a known bug is
-planted. The faults below live in `gate/models/faults.py` and are applied from outside the reference
-decoder (it has no fault flags): a patched `mask_fn` or `positions` on the built model, a replaced
-`forward` on one attention layer, a hook on each new KV cache (what attention reads, or what `reset`
-clears), or a wrapper on the session. A manifest selects one with `fault: <name>` in the candidate's
-options (`examples/reference-fault-<name>.yaml`); the runner applies each fault a policy names to the
-candidate with `with_fault` and requires a failure.
-
-{catalogue}
-The two padding faults show only in a padded batch (gate.protocols.BatchedSessions), so only
-`batch-invariance` can see them; it also catches `cross-request-handle` in an equal-length batch
-(docs/batch-and-schedule.md). `stale-slot-on-join` shows only where a request joins a running batch
-into a slot another request left (gate.protocols.ContinuousBatching): every single-request check
-and every padded batch passes; `batch-invariance` catches it in its continuous setting and
-`schedule-fuzz` shrinks it to `join 1, leave 0, join 1` (`examples/reference-fault-stale-slot-on-join.yaml`).
-
-## Fault x check (generated)
-
-A cell is *detected* when the check failed under the fault, with where it failed first (prefix-sweep:
-the prefix length; greedy-parity: the absolute position of the diverging token; mask-oracle: the index of
-the first wrong oracle case; reset-isolation: the token index across both requests; batch-invariance:
-the position of the first row that differs; schedule-fuzz: the step of the shrunk failing schedule),
-where the previous table found it ("was", for the checks it had), and the diagnosis;
-*unobservable* when the fault did not change what the check observed at all (the runner reports
-these as unobservable, never as detections or as a lack of power); *missed* would be a change the
-check did not flag. The policies in `policies/layout.yaml` and `policies/scheduling.yaml` name, per
-check, only faults it detects here.
-
-{tables}
-## Diagnosis confusion (generated)
-
-Every detection above, by the class the diagnosis named against the class the fault documents.
-The diagnosis answers `uncertain` (with its evidence) when the profile and the layer trace fit no
-class, rather than guessing; a check that has no instrument for a class (the mask oracle sees no
-positions, reset-isolation only that state survived) names what it can see.
-
-{confusion}
-Notes.
-
-* `reset-keeps-position` needs a reset, so only `reset-isolation` and the mask oracle's reset case see
-  it. In this cache the stale counter makes the next request write after cleared slots it then reads,
-  so it shows even under RoPE; with learned absolute positions (`tiny-abs`) it also moves every
-  position of the next request. Under pure RoPE a uniform position shift alone would be nearly
-  invisible, since scores depend on relative distance.
-* `sliding-window-mask` applies a window of max_len // 4 = 2048 tokens: invisible to the 5-position mask
-  oracle and to greedy runs shorter than the window, caught by the sweep from a prefix of about 2048 on,
-  with an onset-at-length profile.
-* `rope-after-write` is a no-op on `tiny-abs`, which has no RoPE: unobservable there by construction.
-* `poisoned-tail-read` makes the continuous setting of `batch-invariance` crash inside the model
-  (the faulted read over the whole buffer meets `step_rows`' per-row slots in another shape): a
-  crash inside the subject is a failure of class `crash`, a detection with no length, as the
-  runner counts it.
-* `batch-invariance` and `schedule-fuzz` diagnose only what they see: batch-invariance names
-  `padding` and `batch-crosstalk` and answers `uncertain` for a fault that shows as well in a
-  request alone; schedule-fuzz answers `uncertain` and leaves the class to its shrunk reproducer.
-  Their detections raise the `uncertain` column, not the wrong-class one.
-* The mask oracle runs the cache, mask and attention kernel on given q, k, v with no position
-  encoding, so positional and weight faults are unobservable to it by design.
-"""
+    bodies = dict(zip(SECTIONS, (catalogue(), "\n".join(sections), confusion(tables)), strict=True))
+    if args.out is None:
+        print("\n".join(bodies.values()))
+        return
+    doc = args.out.read_text()
+    for name, body in bodies.items():
+        doc = replace_marked(doc, name, body)
+    args.out.write_text(doc)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, NoSuchExample
 
-from gate.checks._compare import Tolerance, bounds_logits, tolerance_for
+from gate.checks._compare import DENY_ALLOWANCE, Tolerance, bounds_logits, tolerance_for
 from gate.checks._diagnosis import BUG_CLASSES, diagnose_reproducer
 from gate.checks._params import ScheduleFuzzParams
 from gate.checks._schedule import Op, ScheduleResult, ScheduleRunner, describe, failure_words, tighten
@@ -330,6 +330,9 @@ def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
         evidence=record.dump(),
         exercise=exercise,
         observation=observation,
+        tolerated_change=None
+        if observation is None
+        else float(tol.row(observation).max()) * (DENY_ALLOWANCE if runner.bounded else 1.0),
     )
 
 

@@ -148,6 +148,7 @@ class HFPath:
             unsupported.update(CONTINUOUS_FAULTS)
         if not self.options.beams:
             unsupported.update(BEAM_FAULTS)
+        unsupported.add("stale-generate-cache")  # only generate-cache keeps a cache beside its config (generation.py)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
         if (

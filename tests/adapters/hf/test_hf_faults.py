@@ -205,3 +205,10 @@ def test_a_uniform_position_shift_under_rope_is_declared_invisible_and_a_generic
     assert (control.kind, control.applied, control.outcome) == ("generic", "reset-ignored", ControlOutcome.detected)
     assert control.output_difference is not None and control.output_difference > 100 * clean.rounding_spread
     assert control.message.startswith("its own reset-keeps-position is invisible here")
+
+
+def test_stale_generate_cache_is_offered_only_where_generate_keeps_a_cache() -> None:
+    # elsewhere it planted nothing: a control that changed nothing and cost a whole check's walk
+    for kind in ("dynamic", "static"):
+        assert "stale-generate-cache" not in path("llama", path=kind).faults()
+        assert "stale-generate-cache" not in path("llama", path=kind, beams=4).faults()
