@@ -11,7 +11,7 @@ from gate.adapters.hf import Options, compat
 from gate.adapters.hf.reuse import PAGED_KERNEL
 from gate.errors import AdapterUnavailable
 from gate.protocols import SpeculativePath
-from tests.adapters.hf.subjects import build, path, tokens
+from tests.adapters.hf.subjects import build, greedy, path, tokens
 
 
 def _restores_attention() -> bool:
@@ -19,13 +19,6 @@ def _restores_attention() -> bool:
     from transformers.generation.continuous_batching import continuous_api
 
     return "_original_attn_impl" in inspect.getsource(continuous_api)
-
-
-def _greedy(reference: object, prompts: torch.Tensor, n: int) -> torch.Tensor:
-    out = prompts
-    for _ in range(n):
-        out = torch.cat([out, reference.full_logits(out)[:, -1].argmax(-1, keepdim=True)], 1)  # type: ignore[attr-defined]
-    return out[:, prompts.shape[1] :]
 
 
 def test_the_new_options_apply_only_to_their_paths() -> None:
@@ -82,7 +75,7 @@ def compat_attention(model: object) -> str:
 def test_prompt_lookup_with_a_stop_token_stops_there_and_agrees_up_to_it() -> None:
     reference = path("llama")
     prompts = tokens(batch=3, length=8, seed=3)
-    expected = _greedy(reference, prompts, 16)
+    expected = greedy(reference, prompts, 16)
     stop = int(expected[0, 3])  # a token row 0 emits: its continuation must stop there
     candidate = path("llama", path="prompt-lookup", max_matching_ngram_size=1, eos_token=stop)
     assert isinstance(candidate, SpeculativePath) and candidate.identity()["eos_token_id"] == stop
