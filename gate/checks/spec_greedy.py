@@ -84,6 +84,10 @@ def _judged(
     got, stats = out.tokens.cpu(), out.stats
 
     differs = got != expected  # [B, n]
+    if out.produced is not None:
+        # a continuation that stopped at its EOS token is compared up to it (stop token included):
+        # after it neither side gave the user anything (the target's own would have stopped there too)
+        differs &= torch.arange(n)[None, :] < torch.tensor(out.produced)[:, None].clamp(max=n)
     first = [int(row.nonzero()[0]) if bool(row.any()) else None for row in differs]
     diverged = [f for f in first if f is not None]
     by_length = {str(m): int((~differs[:, :m].any(1)).sum()) for m in lengths}
@@ -96,6 +100,8 @@ def _judged(
         "tokens_per_target_pass": round(stats.tokens_per_target_pass, 6),
         "rejections": stats.rejections,
     }
+    if out.produced is not None:
+        metrics["stopped_at_eos"] = sum(made < n for made in out.produced)
     evidence = SpecGreedyEvidence(
         matching_by_length=by_length,
         first_divergence=first,

@@ -156,6 +156,9 @@ class SpecStats:
     """Bonus tokens drawn after k acceptances."""
     emitted: int = 0
     """Tokens produced by all rounds (before truncation to the requested length)."""
+    eos_stops: int | None = None
+    """Continuations that stopped at an end-of-sequence token before their length (a path run with an
+    EOS token); None when the path runs without one."""
 
     @property
     def acceptance_rate(self) -> float:
@@ -199,6 +202,9 @@ class SpeculativeSample:
     tokens: torch.Tensor
     """[B, n_tokens] int64, the continuations (prompts excluded)."""
     stats: SpecStats
+    produced: list[int] | None = None
+    """Tokens each continuation produced before it stopped at an end-of-sequence token (stop token
+    included; the rest of its row repeats that token); None: every row produced all n_tokens."""
 
 
 def _at(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

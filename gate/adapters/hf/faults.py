@@ -300,6 +300,10 @@ CONTINUOUS_FAULTS = ("stale-slot-on-join",)
 BEAM_FAULTS = ("beams-not-reordered",)
 """Faults that only a beam path (option `beams`) can show."""
 
+REUSE_FAULTS = ("attention-left-paged",)
+"""Faults that only a reused path (option `reuse_after`) can show: state the batch left on the model
+object (gate/adapters/hf/reuse.py plants them on a copy of the model; no session tamper)."""
+
 
 FAULTS: dict[str, type[Tamper]] = {
     str(cls.name): cls

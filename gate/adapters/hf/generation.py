@@ -141,13 +141,7 @@ class GeneratePath(HFPath):
         handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
         try:
             with torch.no_grad(), subject_call("generate_batch", length=length, requests=batch):
-                out = self.model.generate_batch(
-                    history.tolist(),
-                    generation_config=_greedy_config(1, eos_token_id=-1),
-                    continuous_batching_config=compat.paged_config(page, batch, self.max_len),
-                    progress_bar=False,
-                    **compat.generate_batch_options(self.model),
-                )
+                out = generate_batch(self.model, history.tolist(), page, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None
@@ -157,11 +151,7 @@ class GeneratePath(HFPath):
                 handle.remove()
         if errors:
             raise errors[0]
-        failed = [result.error for result in out.values() if getattr(result, "error", None)]
-        if failed:
-            raise SubjectCrash(
-                "generate_batch", RuntimeError(f"continuous batching failed a request: {failed[0]}"), {"length": length}
-            )
+        failed_request(out, {"length": length})
         if hidden is None or bool(hidden.isnan().any()) or expected != [length] * batch:
             raise RuntimeError(f"continuous batching computed {expected} of {length} tokens per request")
         schedule["chosen"] = [list(result.generated_tokens) for result in out.values()]
@@ -197,6 +187,28 @@ class GeneratePath(HFPath):
             "seconds": round(time.perf_counter() - started, 3),
         }
         return sequences[:, prompts.shape[1] :].to(prompts.device), exercise
+
+
+def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
+    """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
+    at most one `page` of tokens scheduled per forward (compat.paged_config), no EOS: its outputs by
+    request id."""
+    return model.generate_batch(
+        requests,
+        generation_config=_greedy_config(new_tokens, eos_token_id=-1),
+        continuous_batching_config=compat.paged_config(page, len(requests), max_len),
+        progress_bar=False,
+        **compat.generate_batch_options(model),
+    )
+
+
+def failed_request(out: Any, context: dict[str, Any]) -> None:
+    """SubjectCrash when continuous batching reports a request it failed (it keeps running the rest)."""
+    failed = [result.error for result in out.values() if getattr(result, "error", None)]
+    if failed:
+        raise SubjectCrash(
+            "generate_batch", RuntimeError(f"continuous batching failed a request: {failed[0]}"), context
+        )
 
 
 def _greedy_config(n_tokens: int, **settings: Any) -> Any:

@@ -70,6 +70,8 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "beams": ("dynamic", "static", "quantized"),
     "cache_implementation": ("generate-cache",),
     "cache_config": ("generate-cache",),
+    "reuse_after": ("full", "dynamic"),
+    "eos_token": ("prompt-lookup",),
 }
 
 
@@ -128,6 +130,13 @@ class Options(BaseModel):
     """prompt-lookup: tokens proposed from an earlier n-gram match per verification pass."""
     max_matching_ngram_size: int = Field(default=2, ge=1, le=16)
     """prompt-lookup: longest n-gram matched against the history."""
+    eos_token: Literal["none", "model"] | int = "none"
+    """prompt-lookup: the end-of-sequence token generate is handed. `none`: no EOS token (every
+    continuation runs its full length); `model`: the model's own `eos_token_id`, as applications
+    pass it; a number: that token id (an application's stop token). With one, generate stops a
+    continuation where it emits that token, and the adapter continues the request from there with
+    another generate call with the same token (so the continuation is the candidate's own output,
+    segment by segment, and is compared with the reference's greedy continuation token for token)."""
 
     press: str | None = None
     """kvpress: press name (streaming-llm, snapkv, knorm, expected-attention, tova, random)."""
@@ -159,6 +168,12 @@ class Options(BaseModel):
     and before each append the cache reordered with the library's own `reorder_cache(beam_idx)`, the
     request's hypothesis moving to another row and a duplicated parent beside it fed other tokens."""
 
+    reuse_after: Literal["paged"] | None = None
+    """full/dynamic: `paged` first serves a batch of requests through transformers' continuous batching
+    (`generate_batch`, its paged cache and scheduler) on the candidate's model object, then runs every
+    forward of the path on that same object, as an application that batches requests and afterwards
+    calls the model directly does (the reference builds a model of its own, never batched)."""
+
     @model_validator(mode="after")
     def _options_fit_path(self) -> Options:
         defaults = type(self).model_fields
@@ -177,6 +192,8 @@ class Options(BaseModel):
             raise ValueError("the fp8 backend quantizes per tensor to 8 bits: drop `nbits`/`q_group_size`")
         if self.backend == "quanto" and self.nbits == 8:
             raise ValueError("the quanto backend stores 2 or 4 bits (nbits: 2 or 4); use hqq or fp8 for 8 bits")
+        if isinstance(self.eos_token, int) and self.eos_token < 0:
+            raise ValueError("`eos_token` is a token id (>= 0), `model` or `none`")
         if self.init_std is not None and self.model not in PRESET_NAMES:
             raise ValueError("`init_std` applies only to a preset model, not to weights loaded from a directory")
         if self.model not in PRESET_NAMES and not _looks_like_path(self.model):

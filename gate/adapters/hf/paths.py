@@ -19,7 +19,15 @@ import torch
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
 from gate.adapters.hf.continuous import ContinuousHFSession
-from gate.adapters.hf.faults import BEAM_FAULTS, CONTINUOUS_FAULTS, FAULTS, PADDING_FAULTS, Tamper, tamper
+from gate.adapters.hf.faults import (
+    BEAM_FAULTS,
+    CONTINUOUS_FAULTS,
+    FAULTS,
+    PADDING_FAULTS,
+    REUSE_FAULTS,
+    Tamper,
+    tamper,
+)
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.presets import LoadedModel, decoder_layers, kv_shape, max_positions
 from gate.adapters.hf.sessions import (
@@ -74,6 +82,8 @@ class HFPath:
         self.fault: str | None = None
         self.tamper: Tamper = Tamper()
         self.store = PrefixStore()
+        self.reused: dict[str, Any] | None = None
+        """reuse_after: what the batch served on this path's model object before its first use ran."""
         self.name = f"hf:{self.kind}{f'-beams{options.beams}' if options.beams else ''}:{loaded.name}"
         if self.kind == "sliding-window":
             window = options.window or getattr(self.model.config, "sliding_window", None)
@@ -98,6 +108,8 @@ class HFPath:
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
         record.update(self.beam_identity())
+        if self.options.reuse_after:
+            record["reuse_after"] = self.options.reuse_after
         return record
 
     def libraries(self) -> tuple[str, ...]:
@@ -125,11 +137,20 @@ class HFPath:
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
+        self.reuse()
         with torch.no_grad():
             logits: torch.Tensor = compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
         return logits
 
+    def reuse(self) -> None:
+        """reuse_after: serve the batch on this path's model object before its first forward (once)."""
+        if self.options.reuse_after and self.reused is None:
+            from gate.adapters.hf.reuse import serve_batch
+
+            self.reused = serve_batch(self, leave_paged=self.fault in REUSE_FAULTS)
+
     def new_session(self, batch_size: int) -> Session:
+        self.reuse()
         if self.kind == "full":
             return RecomputeSession(self, batch_size)
         if self.kind == "prefix-reuse":
@@ -141,6 +162,17 @@ class HFPath:
         return CacheSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
+        return self.cache_faults() + self.reuse_faults()
+
+    def reuse_faults(self) -> tuple[str, ...]:
+        """reuse_after: the state a batch can leave on the model object, where the release lets gate
+        plant it (a model whose attention implementation can be switched)."""
+        from gate.adapters.hf.reuse import can_leave_paged
+
+        return REUSE_FAULTS if self.options.reuse_after and can_leave_paged(self.model) else ()
+
+    def cache_faults(self) -> tuple[str, ...]:
+        """The session faults this kind's cache sessions support."""
         if self.kind not in CACHE_KINDS:
             return ()
         unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
@@ -209,6 +241,7 @@ class HFPath:
     def new_batched_session(self, batch_size: int, padding: str) -> PaddedSession:
         if padding not in self.padding_sides:
             raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
+        self.reuse()
         return PaddedSession(self, batch_size, padding)
 
     # ---- ContinuousBatching ---------------------------------------------------------------------
@@ -222,6 +255,7 @@ class HFPath:
     def new_continuous_session(self, slots: int) -> ContinuousHFSession:
         if not self.continuous_batching:
             raise ValueError(f"path {self.name} does not batch continuously (only {', '.join(CONTINUOUS_KINDS)})")
+        self.reuse()
         return ContinuousHFSession(self, slots)
 
     def with_fault(self, fault: str) -> HFPath:
@@ -229,7 +263,10 @@ class HFPath:
             raise UnknownFault(f"path {self.name} cannot apply fault {fault!r}; it offers {', '.join(self.faults())}")
         faulty = copy.copy(self)
         faulty.fault = fault
-        faulty.tamper = tamper(fault)
+        faulty.tamper = Tamper() if fault in REUSE_FAULTS else tamper(fault)
+        if fault in REUSE_FAULTS:  # state left on the model object: on a copy of it, batched anew
+            faulty.model = copy.deepcopy(self.model)
+            faulty.reused = None
         faulty.store = PrefixStore()
         faulty.name = f"{self.name}+{fault}"
         return faulty
@@ -289,7 +326,12 @@ class HFPath:
         return nullcontext()
 
     def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
-        """Path-specific proof of exercise: bytes of a quantized cache, evictions of a window, hits."""
+        """Path-specific proof of exercise: bytes of a quantized cache, evictions of a window, hits,
+        and the batch a reused model object served first."""
+        return {**(self.reused or {}), **self.kind_exercise(session)}
+
+    def kind_exercise(self, session: CacheSession) -> dict[str, Any]:
+        """The exercise record of this path's kind of cache."""
         cache = session.cache
         if cache is None:
             return {}

@@ -88,6 +88,7 @@ class HFSpeculativePath(HFPath):
             record["ensemble_weight"] = self.options.ensemble_weight
         else:
             record["max_matching_ngram_size"] = self.options.max_matching_ngram_size
+            record["eos_token_id"] = self.eos_token_id()
         return record
 
     def new_session(self, batch_size: int) -> Session:
@@ -113,14 +114,21 @@ class HFSpeculativePath(HFPath):
         """Continue each prompt [B, T0] by n_tokens through transformers' assisted generation."""
         stats = SpecStats(k=self.num_draft_tokens)
         rows = []
+        produced = []
         for row in prompts.to(self.device):
             seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             with torch.random.fork_rng(devices=[torch.device(self.device)] if "cuda" in str(self.device) else []):
                 torch.manual_seed(seed)
-                tokens, round_stats = self._generate_one(row[None], n_tokens, temperature, top_k)
+                tokens, round_stats, made = self._generate_one(row[None], n_tokens, temperature, top_k)
             rows.append(tokens)
+            produced.append(made)
             stats = stats.add(round_stats)
-        return SpeculativeSample(tokens=torch.cat(rows).to(prompts.device), stats=stats)
+        stopped = self.eos_token_id() is not None
+        if stopped:
+            stats.eos_stops = sum(made < n_tokens for made in produced)
+        return SpeculativeSample(
+            tokens=torch.cat(rows).to(prompts.device), stats=stats, produced=produced if stopped else None
+        )
 
     def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
         return warp(self.full_logits(contexts)[:, -1], temperature, top_k)
@@ -134,16 +142,53 @@ class HFSpeculativePath(HFPath):
 
     # ---- machinery ------------------------------------------------------------------------------
 
+    def eos_token_id(self) -> int | None:
+        """prompt-lookup: the EOS token generate is handed (option `eos_token`): none, the model's
+        own (its config's `eos_token_id`, the first of a list), or the manifest's id."""
+        choice = self.options.eos_token
+        if self.kind != "prompt-lookup" or choice == "none":
+            return None
+        if choice == "model":
+            value = getattr(self.model.config.get_text_config(decoder=True), "eos_token_id", None)
+            value = value[0] if isinstance(value, list) and value else value
+            if not isinstance(value, int):
+                raise AdapterUnavailable(f"{self.loaded.name} declares no eos_token_id: set `eos_token` to a token id")
+            return value
+        if not 0 <= int(choice) < self.vocab_size:
+            raise AdapterUnavailable(f"eos_token {choice} is outside the vocabulary of {self.vocab_size} tokens")
+        return int(choice)
+
     def _generate_one(
         self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None
+    ) -> tuple[torch.Tensor, SpecStats, int]:
+        """Continue `prompt` [1, T0] by n_tokens: the tokens [1, n_tokens], the rounds, and how many
+        tokens generate produced. With an EOS token generate stops where it emits it: the row is
+        filled with that token after it and counts what came before, stop token included, as
+        produced (what a user receives). A continuation shorter than asked that does not end in the
+        EOS token is filled with -1, a token no model emits, so it differs from the reference."""
+        eos = self.eos_token_id()
+        out, stats = self._generate_call(prompt, n_tokens, temperature, top_k, eos)
+        got = out[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
+        produced = int(got.shape[1])
+        if produced < n_tokens:
+            stopped = eos is not None and produced > 0 and int(got[0, -1]) == eos
+            fill = got.new_full((1, n_tokens - produced), eos if stopped and eos is not None else -1)
+            got = torch.cat([got, fill], 1)
+            produced = produced if stopped else n_tokens
+        return got, stats, produced
+
+    def _generate_call(
+        self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None, eos: int | None
     ) -> tuple[torch.Tensor, SpecStats]:
+        """One generate call continuing `prompt` [1, T] by at most n_tokens (fewer where it emits `eos`):
+        the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
         config = compat.generation_config(
             do_sample=sampling,
             temperature=temperature if sampling else None,
             top_k=top_k if sampling else None,
             max_new_tokens=n_tokens,
-            eos_token_id=None,
+            eos_token_id=eos,
             pad_token_id=0,
         )
         kwargs: dict[str, Any] = {}
@@ -157,9 +202,10 @@ class HFSpeculativePath(HFPath):
                 config.assistant_ensemble_weight = self.options.ensemble_weight
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
-            # no EOS token, as on every other path (continuations stay fixed-length); 5.2-5.12's
-            # prompt-lookup generator calls isin(ids, eos_token_id) unguarded and crashes on that: the
-            # adapter calls it as shipped, and the crash is a finding about the release
+            # the EOS token the manifest names (option `eos_token`; none by default, as on every other
+            # path); 5.2-5.12's prompt-lookup generator calls isin(ids, eos_token_id) unguarded and
+            # crashes without one: the adapter calls it as shipped, and the crash is a finding about
+            # the release
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]
@@ -175,7 +221,7 @@ class HFSpeculativePath(HFPath):
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         stats = _rounds(calls, prompt.shape[1], int(sequences.shape[1]), self.num_draft_tokens)
         stats.draft_passes = stats.draft_calls = draft_passes[0]
-        return sequences[:, prompt.shape[1] : prompt.shape[1] + n_tokens], stats
+        return sequences, stats
 
 
 def presets_names() -> tuple[str, ...]:

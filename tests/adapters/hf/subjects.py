@@ -29,6 +29,14 @@ def tokens(batch: int = 2, length: int = 96, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
+def greedy(reference: HFPath, prompts: torch.Tensor, n: int) -> torch.Tensor:
+    """The reference's greedy continuation by full passes: [B, T0] -> [B, n]."""
+    out = prompts
+    for _ in range(n):
+        out = torch.cat([out, reference.full_logits(out)[:, -1].argmax(-1, keepdim=True)], 1)
+    return out[:, prompts.shape[1] :]
+
+
 def run(session: Any, toks: torch.Tensor, prefix: int, chunk: int = 9) -> torch.Tensor:
     """Prefill `prefix`, append one token, a chunk, one token: the rows a check reads, [B, 2 + chunk, V]."""
     session.prefill(toks[:, :prefix])

@@ -10,20 +10,13 @@ import torch
 from gate.adapters.hf.speculative import _prompt_lookup, _rounds
 from gate.errors import SubjectCrash
 from gate.protocols import SpeculativePath
-from tests.adapters.hf.subjects import path, tokens
+from tests.adapters.hf.subjects import greedy, path, tokens
 
 
 def _prompt_lookup_guards_a_missing_eos() -> bool:
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
     return "if self.eos_token_id is not None" in inspect.getsource(PromptLookupCandidateGenerator)
-
-
-def _greedy(reference: object, prompts: torch.Tensor, n: int) -> torch.Tensor:
-    out = prompts
-    for _ in range(n):
-        out = torch.cat([out, reference.full_logits(out)[:, -1].argmax(-1, keepdim=True)], 1)  # type: ignore[attr-defined]
-    return out[:, prompts.shape[1] :]
 
 
 @pytest.mark.parametrize(
@@ -45,7 +38,7 @@ def test_greedy_assisted_generation_equals_the_target_and_rejects_some_drafts(op
             candidate.sample(prompts, 16, temperature=0.0, top_k=None, generator=generator)
         return
     out = candidate.sample(prompts, 16, temperature=0.0, top_k=None, generator=generator)
-    assert torch.equal(out.tokens, _greedy(path("llama"), prompts, 16))
+    assert torch.equal(out.tokens, greedy(path("llama"), prompts, 16))
     stats = out.stats
     assert stats.proposed > 0 and stats.rejections > 0 and stats.emitted == 3 * 16
     assert stats.accepted + stats.target_passes == stats.emitted
@@ -60,7 +53,7 @@ def test_accept_all_removes_verification_from_outside() -> None:
         prompts, 16, temperature=0.0, top_k=None, generator=torch.Generator().manual_seed(0)
     )
     assert bad.stats.rejections == 0 and bad.stats.accepted == bad.stats.proposed
-    assert not torch.equal(bad.tokens, _greedy(path("llama"), prompts, 16))
+    assert not torch.equal(bad.tokens, greedy(path("llama"), prompts, 16))
 
 
 def test_ensemble_verification_is_a_real_lossy_change_or_unavailable_with_a_reason() -> None:
@@ -76,7 +69,7 @@ def test_ensemble_verification_is_a_real_lossy_change_or_unavailable_with_a_reas
     assert relaxed.identity()["ensemble_weight"] == 0.5
     prompts = tokens(batch=2, length=8, seed=3)
     out = relaxed.sample(prompts, 16, temperature=0.0, top_k=None, generator=torch.Generator().manual_seed(0))
-    assert out.stats.proposed > 0 and not torch.equal(out.tokens, _greedy(path("llama"), prompts, 16))
+    assert out.stats.proposed > 0 and not torch.equal(out.tokens, greedy(path("llama"), prompts, 16))
 
 
 def test_sampling_is_reproducible_from_the_generator() -> None:
@@ -94,7 +87,7 @@ def test_sampling_is_reproducible_from_the_generator() -> None:
 def test_verify_session_serves_confirmed_drafts_and_rolls_back_the_rest() -> None:
     reference, candidate = path("llama"), path("llama", path="assisted", draft="llama", draft_layers=1)
     prompt = tokens(batch=1, length=8, seed=3)
-    continuation = _greedy(reference, prompt, 24)  # the target's own tokens: drafts are often right
+    continuation = greedy(reference, prompt, 24)  # the target's own tokens: drafts are often right
     toks = torch.cat([prompt, continuation], 1)
     session = candidate.new_session(1)
     session.prefill(toks[:, :8])

@@ -1,0 +1,84 @@
+"""`reuse_after: paged`: the candidate's model object serves a batch through continuous batching
+first, and every forward the path runs afterwards goes through that same object.
+
+An application that batches requests with `generate_batch` and later calls the model directly (a
+forward for scoring, a `generate`, a cache session) reuses one model object across both. Whatever
+the batch leaves on the object (its attention implementation, hooks, config) then reaches the
+ordinary forward; the reference is a model of its own that never batched, so any difference shows in
+the checks. transformers 5.4-5.8 leave the model on the paged attention implementation after
+`generate_batch` (docs/real-bugs.md).
+
+Fault `attention-left-paged` plants the same class on every release: after the batch it switches the
+model (a copy of it, so the clean path is untouched) to the paged kernel the continuous batching
+manager runs an eager model on, `paged|eager`, and leaves it there, as those releases do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gate.adapters.hf import compat
+from gate.adapters.hf.generation import failed_request, generate_batch
+from gate.protocols import subject_call
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
+
+PAGED_KERNEL = "paged|eager"
+"""The attention implementation continuous batching switches an eager model to (what the fault leaves)."""
+
+BATCH_LENGTHS = (12, 20)
+"""Prompt lengths of the batch served before reuse (two requests packed into each forward)."""
+
+BATCH_PAGE = 16
+"""Tokens per page, and per forward, of that batch (the second prompt takes two chunks)."""
+
+BATCH_NEW_TOKENS = 4
+"""Greedy tokens each request of the batch generates (decode steps on the paged cache)."""
+
+
+def attn_implementation(model: Any) -> str | None:
+    """The attention implementation the model's config names now."""
+    value = getattr(model.config, "_attn_implementation", None)
+    return None if value is None else str(value)
+
+
+def can_leave_paged(model: Any) -> bool:
+    """The release lets a caller switch a built model's attention implementation (what the fault does)."""
+    return callable(getattr(model, "set_attn_implementation", None))
+
+
+def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
+    """Run a seeded batch through the release's continuous batching on `path.model` (a crash is the
+    subject's); with `leave_paged`, leave the model on the paged kernel afterwards (the fault). What
+    ran, for the exercise record: requests, tokens, the attention implementation before and after."""
+    compat.require_continuous_batching()
+    model = path.model
+    generator = torch.Generator().manual_seed(path.seed + 7)
+    requests = [torch.randint(0, path.vocab_size, (n,), generator=generator).tolist() for n in BATCH_LENGTHS]
+    before = attn_implementation(model)
+    forwards = [0]
+
+    def count(*_args: Any) -> None:
+        forwards[0] += 1
+
+    handle = model.register_forward_hook(count)
+    try:
+        with torch.no_grad(), subject_call("generate_batch (before reuse)", requests=len(requests)):
+            out = generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
+    finally:
+        handle.remove()
+    failed_request(out, {"requests": len(requests)})
+    if leave_paged:
+        model.set_attn_implementation(PAGED_KERNEL)
+    return {
+        "reused_after": "paged",
+        "batch_requests": len(requests),
+        "batch_prompt_tokens": list(BATCH_LENGTHS),
+        "batch_generated_tokens": sum(len(result.generated_tokens) for result in out.values()),
+        "batch_forwards": forwards[0],
+        "attn_implementation_before_batch": before,
+        "attn_implementation_after_batch": attn_implementation(model),
+    }
