@@ -23,11 +23,23 @@ MANIFEST = Path(__file__).parent / "gqa" / "static-cache.yaml"
 
 
 def run(
-    tmp: Path, *, dtype: str = "float32", bug: str = "none", only: tuple[str, ...] = ()
+    tmp: Path,
+    *,
+    dtype: str = "float32",
+    bug: str = "none",
+    only: tuple[str, ...] = (),
+    trace: bool = False,
+    policy: tuple[str, str] = ("layout", "tolerance"),
 ) -> tuple[int, dict[str, Any]]:
+    """One `gate run` of the manifest; `policy`: (intervention, claim level) of a built-in policy."""
     text = MANIFEST.read_text().replace("dtype: float32", f"dtype: {dtype}")
+    text = text.replace("intervention: layout", f"intervention: {policy[0]}")
+    text = text.replace("level: tolerance", f"level: {policy[1]}")
+    extra = ", trace: true" if trace else ""
+    text = text.replace("options: {engine: recompute}", f"options: {{engine: recompute{extra}}}")
     if bug != "none":
-        text = text.replace("options: {engine: static-cache}", f"options: {{engine: static-cache, bug: {bug}}}")
+        extra = f", bug: {bug}{extra}"
+    text = text.replace("options: {engine: static-cache}", f"options: {{engine: static-cache{extra}}}")
     manifest = tmp / f"gqa-{dtype}-{bug}.yaml"
     manifest.write_text(text)
     out = tmp / "out"
@@ -103,3 +115,21 @@ def test_a_bug_in_the_engines_own_code_fails_its_check_with_the_class_the_eviden
     assert diagnosis.get("bug_class") == bug_class, diagnosis
     assert diagnosis.get("candidates") == candidates, diagnosis
     assert "mask-window" not in json.dumps(diagnosis)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", ["prefix-sweep", "schedule-fuzz"])
+def test_with_a_layer_trace_a_wrong_kv_head_map_is_named_at_read_time(tmp_path: Path, check: str) -> None:
+    """`trace: true` (a LayerTracing, not a probe): K/V agree with the full pass, and each query head's
+    attention output is exactly another KV head's expected output, so the class is named; the same
+    run without the trace stays uncertain (the test above)."""
+    code, record = run(tmp_path, bug="kv-head-map", only=(check,), trace=True)
+    assert code == 1, record["summary"]
+    failed = by_check(record)[check]
+    diagnosis = failed["diagnosis"] or {}
+    assert diagnosis.get("bug_class") == "kv-head-mapping", diagnosis
+    assert "candidates" not in diagnosis, diagnosis
+    first = next(layer for layer in diagnosis["layers"] if layer.get("component") is not None)
+    assert first["layer"] == 0 and first["component"] == "attention-output", first
+    # 4 query heads over 2 KV heads: grouped-query attention assigns 0 0 1 1, the mutant reads 0 1 0 1
+    assert first["read_map"] == [0, 1, 0, 1] and first["heads_remapped"], first
