@@ -204,3 +204,29 @@ def _tinylm_untraced() -> object:
     from gate_plugin_tinylm import Options, TinyLMAdapter
 
     return TinyLMAdapter().build(Options(), device="cpu", dtype="float32", seed=0)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_hf_trace_judges_the_read_time_head_map_and_replays_a_chunk(attention: str) -> None:
+    """The hf adapter's layer trace records each layer's last query and per-head attention output
+    (the attention function wrapped while tracing, answers passed through) and replays a check's
+    cuts: on Llama's grouped-query attention the read map is the one GQA assigns, and a chunk of 8
+    appended after cuts is traced as that chunk (a chunk mask from its own origin is named a mask
+    offset, its last query seeing too few keys for any head map to explain it)."""
+    from gate.checks._diagnosis import classify, layer_divergence, read_map
+    from tests.adapters.hf.subjects import path as hf_path
+    from tests.adapters.hf.subjects import tokens
+
+    full, toks = hf_path("llama", path="dynamic", attn_implementation=attention), tokens()
+    state = full.layer_states(toks, 12, cuts=[5], width=8)[0]  # type: ignore[attr-defined]
+    assert state["k"].shape[2] == 20 and state["q"].shape == state["attn"].shape == (2, 4, 1, 16)
+    assert read_map(state, 1e-4) == [0, 0, 1, 1]
+    assert read_map(full.full_layer_states(toks, 20)[0], 1e-4) == [0, 0, 1, 1]  # type: ignore[attr-defined]
+    same = layer_divergence(full, full, toks, 12, "float32", cuts=[5], width=8)
+    assert same is not None and same["first"] is None and same["width"] == 8
+
+    chunk = layer_divergence(full, full.with_fault("mask-origin-reset"), toks, 12, "float32", cuts=[5], width=8)
+    assert chunk is not None and chunk["width"] == 8
+    first = chunk["first"]
+    assert first["layer"] == 0 and first["component"] == "attention-output" and not first["heads_remapped"]
+    assert classify({"profile": "chunk-step"}, chunk) == "mask-offset"
