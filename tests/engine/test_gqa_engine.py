@@ -197,3 +197,25 @@ def test_a_stand_in_that_moves_logits_but_no_greedy_token_is_unobservable_under_
     assert swap["applied"] == "handle-swap" and swap["outcome"] == "unobservable", swap
     assert swap["output_difference"] > 0 and not [c for c in check["controls"] if c["outcome"] == "missed"]
     assert code != 1, record["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("bug", "check", "bug_class"),
+    [
+        ("chunk-mask-origin", "schedule-fuzz", "mask-offset"),
+        ("chunk-mask-origin", "prefix-sweep", "mask-offset"),
+        ("reset-position", "reset-isolation", "reset-leak"),
+        ("read-past-end", "prefix-sweep", "read-past-valid-length"),
+        ("read-past-end", "schedule-fuzz", "read-past-valid-length"),
+    ],
+)
+def test_with_the_layer_trace_every_other_bug_keeps_its_class(
+    tmp_path: Path, bug: str, check: str, bug_class: str
+) -> None:
+    """The trace names the head map and nothing else differently: the other mutants get the class
+    they get without it (schedule-fuzz's reproducer now replayed under the trace)."""
+    code, record = run(tmp_path, bug=bug, only=(check,), trace=True)
+    assert code == 1, record["summary"]
+    diagnosis = by_check(record)[check]["diagnosis"] or {}
+    assert diagnosis.get("bug_class") == bug_class and "candidates" not in diagnosis, diagnosis
