@@ -545,7 +545,9 @@ def diagnose_reproducer(
     seed: int,
 ) -> dict[str, Any]:
     """The bug class of schedule-fuzz's failing schedule (prefill, append and reset steps of one
-    request; anything else stays uncertain) from what its failing step is and model-level
+    request; anything else stays uncertain) from what its failing step is: where both paths offer a
+    layer trace, the step replayed under it (`traced_step`: a KV-head map judged at read time, a
+    chunk's mask); else, or where the replay shows nothing, model-level
     experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
     on an empty cache only through the cache is a read past the valid length; one token wrong on an
     empty cache is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
@@ -559,6 +561,9 @@ def diagnose_reproducer(
     kind, width = steps[index][0], int(steps[index][1])
     vocab = min(reference.vocab_size, candidate.vocab_size)
     try:
+        traced = traced_step(reference, candidate, steps[:index], cached, width, seed)
+        if traced is not None:
+            return {**traced, "step": kind}
         if cached == 0:
             tokens = _seeded(vocab, width, seed)
             if nan_only_on_cached_reads(candidate, tokens):
@@ -592,6 +597,47 @@ def diagnose_reproducer(
     except Exception as err:  # diagnosis must never turn a failure into an error
         out["tracing_error"] = f"{err.__class__.__name__}: {err}"
     return out
+
+
+def traced_step(
+    reference: DecodePath, candidate: DecodePath, before: Sequence[tuple[Any, ...]], cached: int, width: int, seed: int
+) -> dict[str, Any] | None:
+    """The failing step of a schedule replayed under a layer trace, where both paths offer one: the
+    steps since the last reset as cuts, then the step itself (`width` tokens over `cached`), on
+    seeded tokens. The class `classify` names from the first diverging layer, or None when the
+    paths trace nothing, the replay diverges nowhere (state from before a reset, which a fresh
+    session cannot replay) or the trace names no class: the model-level experiments stand then."""
+    traced, _ = traced_reference(reference)
+    if (
+        traced is None
+        or not isinstance(candidate, LayerTracing)
+        or (width != 1 and not _accepts(candidate.layer_states, "width"))
+    ):
+        return None
+    cuts: list[int] = []
+    done = 0
+    for step in before:
+        done = 0 if step[0] == "reset" else done + int(step[1])
+        cuts = [] if step[0] == "reset" else [*cuts, done]
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    tokens = _seeded(vocab, cached + width, seed)
+    layers = layer_divergence(
+        traced, candidate, tokens, cached, str(getattr(candidate, "dtype", "float32")), cuts=cuts, width=width
+    )
+    if layers is None or layers["first"] is None:
+        return None
+    bug_class = classify({"profile": "chunk-step"}, layers)
+    if bug_class == "uncertain":
+        return None
+    return {
+        "bug_class": bug_class,
+        "evidence": f"the failing step ({width} token(s) over {cached} cached) replayed under a layer trace: "
+        f"first diverging layer {layers['first_diverging_layer']} ({layers['component']})",
+        "first_diverging_layer": layers["first_diverging_layer"],
+        "component": layers["component"],
+        "traced_prefix_len": layers["prefix_len"],
+        "layers": layers["layers"],
+    }
 
 
 def _seeded(vocab: int, length: int, seed: int) -> torch.Tensor:

@@ -455,7 +455,8 @@ def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcom
     # bounds the logits): a control that moved the rows no further and passed is unobservable here
     widest = max((float(tol.row(r.rows).max()) for r in everyone if r.rows.numel()), default=None)
     outcome = Outcome(status, message, metrics, evidence, exercise, observation=observation)
-    outcome.tolerated_change = None if widest is None else widest * (DENY_ALLOWANCE if bounded else 1.0)
+    # without a bound on the logits the check passes any move that keeps each greedy token: inf
+    outcome.tolerated_change = None if widest is None else (widest * DENY_ALLOWANCE if bounded else float("inf"))
     return outcome
 
 

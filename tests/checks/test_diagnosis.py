@@ -112,31 +112,51 @@ def test_a_bfloat16_softmax_gets_the_same_class_whatever_lengths_were_swept(seed
     assert classes == ["numeric-precision", "numeric-precision"], classes
 
 
+class _Untraced:
+    """A path seen without its LayerTracing: every other attribute is the path's own."""
+
+    def __init__(self, path: object) -> None:
+        self._path = path
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("layer_states", "full_layer_states"):
+            raise AttributeError(name)
+        return getattr(self._path, name)
+
+
 @pytest.mark.parametrize(
-    ("fault", "steps", "bug_class"),
+    ("fault", "steps", "bug_class", "traced_class"),
     [
-        ("chunk-mask-origin", [("prefill", 1), ("append", 2)], "mask-offset"),
-        ("mask-origin-reset", [("prefill", 3), ("append", 1)], "mask-offset"),
-        ("poisoned-tail-read", [("prefill", 1)], "read-past-valid-length"),
-        ("kv-head-map", [("prefill", 1)], "uncertain"),
+        # a step over a cache, blind to the token before it
+        ("chunk-mask-origin", [("prefill", 1), ("append", 2)], "mask-offset", "mask-offset"),
+        ("mask-origin-reset", [("prefill", 3), ("append", 1)], "mask-offset", "mask-offset"),
+        ("poisoned-tail-read", [("prefill", 1)], "read-past-valid-length", "read-past-valid-length"),
+        # logits alone cannot tell which KV head a query head read; the trace's read map can
+        ("kv-head-map", [("prefill", 1)], "uncertain", "kv-head-mapping"),
         # a positional fault sees the token before it: no mask named, and a single token over a cache
-        # has no candidates list to offer
-        ("off-by-one-pos", [("prefill", 3), ("append", 1)], "uncertain"),
+        # has no candidates list to offer; the trace sees the appended token's K move
+        ("off-by-one-pos", [("prefill", 3), ("append", 1)], "uncertain", "positional-index"),
     ],
 )
-def test_a_shrunk_reproducer_is_named_only_as_far_as_model_level_experiments_support(
-    fault: str, steps: list[tuple[str, int]], bug_class: str
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_shrunk_reproducer_is_named_only_as_far_as_the_evidence_supports(
+    fault: str, steps: list[tuple[str, int]], bug_class: str, traced_class: str, traced: bool
 ) -> None:
+    """Without a layer trace, model-level experiments alone; with one (both paths trace), the
+    failing step replayed under it names what the experiments leave open, never another class."""
     from gate.checks._compare import Tolerance
     from gate.checks._diagnosis import diagnose_reproducer
 
+    reference, candidate = path("full"), path("static").with_fault(fault)
+    if not traced:
+        reference, candidate = _Untraced(reference), _Untraced(candidate)  # type: ignore[assignment]
     failure = {"step": len(steps)}
-    found = diagnose_reproducer(
-        path("full"), path("static").with_fault(fault), steps, failure, Tolerance(1e-4, 1e-4, "test"), 0
-    )
-    assert found["bug_class"] == bug_class, found
-    if fault == "kv-head-map":
+    found = diagnose_reproducer(reference, candidate, steps, failure, Tolerance(1e-4, 1e-4, "test"), 0)
+    assert found["bug_class"] == (traced_class if traced else bug_class), found
+    if fault == "kv-head-map" and not traced:
         assert found["candidates"] == ["kv-head-mapping", "stale-state", "positional-index"]
+    if traced and fault == "kv-head-map":
+        assert found["layers"][0]["read_map"] == [0, 1, 0, 1], found
 
 
 def test_a_correct_path_is_never_blind_to_the_token_before_a_step() -> None:
@@ -146,3 +166,67 @@ def test_a_correct_path_is_never_blind_to_the_token_before_a_step() -> None:
     for width in (1, 2):
         seen = visibility(path("full"), path("static"), 256, Tolerance(1e-4, 1e-4, "test"), 0, width)
         assert not seen["blind"] and seen["reference_moves"] > 0 and seen["candidate_moves"] > 0
+
+
+def _tinylm(**options: object) -> object:
+    from gate_plugin_tinylm import Options, TinyLMAdapter
+
+    return TinyLMAdapter().build(Options(trace=True, **options), device="cpu", dtype="float32", seed=0)  # type: ignore[arg-type]
+
+
+def test_tinylms_optional_trace_judges_the_read_time_head_map_and_replays_cuts() -> None:
+    """tinylm (a plugin: learned positions, multi-head attention) with `trace: true`: per-head query
+    and attention output are recorded, so the read-time head map is judged on it (each head reads
+    its own KV head), and the prefix goes in as the cuts say (chunk replay)."""
+    from gate.checks._diagnosis import layer_divergence, read_map
+    from gate.protocols import LayerTracing
+
+    full, cached = _tinylm(engine="recompute"), _tinylm()
+    assert isinstance(cached, LayerTracing) and not isinstance(_tinylm_untraced(), LayerTracing)
+    tokens = torch.randint(0, 96, (1, 16), generator=torch.Generator().manual_seed(3))
+    state = cached.layer_states(tokens, 9, cuts=[3, 6], width=2)[0]
+    assert state["k"].shape[2] == 11 and state["q"].shape == state["attn"].shape == (1, 4, 1, 12)
+    assert read_map(state, 1e-4) == [0, 1, 2, 3]
+    same = layer_divergence(full, cached, tokens, 9, "float32", cuts=[3, 6], width=2)  # type: ignore[arg-type]
+    assert same is not None and same["first"] is None and same["width"] == 2
+
+    # positions restarting at each call: replaying the cuts, the prefix rows written by the later
+    # chunks are wrong from the first cut on (one prefill would show only the appended token)
+    restart = _tinylm(bug="positions-restart")
+    replayed = layer_divergence(full, restart, tokens, 9, "float32", cuts=[3, 6])  # type: ignore[arg-type]
+    assert replayed is not None and replayed["first"]["component"] == "past-kv", replayed["first"]
+    assert replayed["first"]["first_past_row"] == 3
+    one_shot = layer_divergence(full, restart, tokens, 9, "float32")  # type: ignore[arg-type]
+    assert one_shot is not None and one_shot["first"]["component"] == "new-kv", one_shot["first"]
+
+
+def _tinylm_untraced() -> object:
+    from gate_plugin_tinylm import Options, TinyLMAdapter
+
+    return TinyLMAdapter().build(Options(), device="cpu", dtype="float32", seed=0)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_hf_trace_judges_the_read_time_head_map_and_replays_a_chunk(attention: str) -> None:
+    """The hf adapter's layer trace records each layer's last query and per-head attention output
+    (the attention function wrapped while tracing, answers passed through) and replays a check's
+    cuts: on Llama's grouped-query attention the read map is the one GQA assigns, and a chunk of 8
+    appended after cuts is traced as that chunk (a chunk mask from its own origin is named a mask
+    offset, its last query seeing too few keys for any head map to explain it)."""
+    from gate.checks._diagnosis import classify, layer_divergence, read_map
+    from tests.adapters.hf.subjects import path as hf_path
+    from tests.adapters.hf.subjects import tokens
+
+    full, toks = hf_path("llama", path="dynamic", attn_implementation=attention), tokens()
+    state = full.layer_states(toks, 12, cuts=[5], width=8)[0]  # type: ignore[attr-defined]
+    assert state["k"].shape[2] == 20 and state["q"].shape == state["attn"].shape == (2, 4, 1, 16)
+    assert read_map(state, 1e-4) == [0, 0, 1, 1]
+    assert read_map(full.full_layer_states(toks, 20)[0], 1e-4) == [0, 0, 1, 1]  # type: ignore[attr-defined]
+    same = layer_divergence(full, full, toks, 12, "float32", cuts=[5], width=8)
+    assert same is not None and same["first"] is None and same["width"] == 8
+
+    chunk = layer_divergence(full, full.with_fault("mask-origin-reset"), toks, 12, "float32", cuts=[5], width=8)
+    assert chunk is not None and chunk["width"] == 8
+    first = chunk["first"]
+    assert first["layer"] == 0 and first["component"] == "attention-output" and not first["heads_remapped"]
+    assert classify({"profile": "chunk-step"}, chunk) == "mask-offset"

@@ -3,9 +3,12 @@ tinylm: grouped-query attention, rotary positions applied when keys are read, a 
 unused tail holds NaN, offered with NO faults of its own and NO attention probe. Every control its
 checks get is a generic stand-in chosen at run time.
 
-Its correct cache passes the built-in layout policy in float32 and bfloat16 (amber with exit 0:
-mask-oracle is unproven-not-applicable without a probe, and a bfloat16 sweep may warn), and each bug
-planted in its own session code fails the check built to see it."""
+Its correct cache passes every built-in policy that applies to it (layout and scheduling, tolerance
+and greedy-tokens claims) in float32 and bfloat16 (amber with exit 0: mask-oracle is
+unproven-not-applicable without a probe, and a bfloat16 sweep may warn; under greedy-tokens in
+bfloat16 batch-invariance is an honest unproven, exit 6, no stand-in flipping a token), and each bug planted in its
+own session code fails the check built to see it with the class the evidence supports; with the
+plugin's optional layer trace (`trace: true`, not a probe) a wrong KV-head map is named."""
 
 from __future__ import annotations
 
@@ -20,14 +23,33 @@ from click.testing import CliRunner
 from gate.cli.main import cli
 
 MANIFEST = Path(__file__).parent / "gqa" / "static-cache.yaml"
+IDENTITY = {"layout": "[token-ids, positions, kv-dtype]", "scheduling": "[token-ids, positions, attention-mask]"}
+"""What each built-in policy that applies to a session-only path requires the manifest to declare."""
+POLICIES = [(intervention, claim) for intervention in IDENTITY for claim in ("tolerance", "greedy-tokens")]
+"""Every built-in (intervention, claim) a path with sessions alone can be gated under: layout and
+scheduling, against a full pass (exact needs the old cached path as the reference, and gqa has one
+cached engine; the other policies need a prefix store, a draft, a server or an approximation)."""
 
 
 def run(
-    tmp: Path, *, dtype: str = "float32", bug: str = "none", only: tuple[str, ...] = ()
+    tmp: Path,
+    *,
+    dtype: str = "float32",
+    bug: str = "none",
+    only: tuple[str, ...] = (),
+    trace: bool = False,
+    policy: tuple[str, str] = ("layout", "tolerance"),
 ) -> tuple[int, dict[str, Any]]:
+    """One `gate run` of the manifest; `policy`: (intervention, claim level) of a built-in policy."""
     text = MANIFEST.read_text().replace("dtype: float32", f"dtype: {dtype}")
+    text = text.replace("intervention: layout", f"intervention: {policy[0]}")
+    text = text.replace("identity: [token-ids, positions, kv-dtype]", f"identity: {IDENTITY[policy[0]]}")
+    text = text.replace("level: tolerance", f"level: {policy[1]}")
+    extra = ", trace: true" if trace else ""
+    text = text.replace("options: {engine: recompute}", f"options: {{engine: recompute{extra}}}")
     if bug != "none":
-        text = text.replace("options: {engine: static-cache}", f"options: {{engine: static-cache, bug: {bug}}}")
+        extra = f", bug: {bug}{extra}"
+    text = text.replace("options: {engine: static-cache}", f"options: {{engine: static-cache{extra}}}")
     manifest = tmp / f"gqa-{dtype}-{bug}.yaml"
     manifest.write_text(text)
     out = tmp / "out"
@@ -49,10 +71,48 @@ def test_the_engine_is_a_separate_installed_package_that_imports_no_gate_in_its_
     assert "import gate" not in source and "from gate" not in source
 
 
+def plan(tmp: Path, policy: tuple[str, str]) -> dict[str, tuple[str, str, list[str]]]:
+    """`gate plan --format json` of the manifest under `policy`: per check its severity, params and controls."""
+    text = MANIFEST.read_text().replace("intervention: layout", f"intervention: {policy[0]}")
+    text = text.replace("identity: [token-ids, positions, kv-dtype]", f"identity: {IDENTITY[policy[0]]}")
+    manifest = tmp / f"plan-{'-'.join(policy)}.yaml"
+    manifest.write_text(text.replace("level: tolerance", f"level: {policy[1]}"))
+    result = CliRunner().invoke(cli, ["plan", str(manifest), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {
+        c["check"]: (c["severity"], json.dumps(c["params"], sort_keys=True), [x["fault"] for x in c["controls"]])
+        for c in json.loads(result.output)["checks"]
+    }
+
+
+def test_every_applicable_policy_runs_the_checks_the_engine_runs_are_tested_under(tmp_path: Path) -> None:
+    """The end-to-end runs below take layout/tolerance in float32 and scheduling/tolerance in bfloat16
+    (CI time: each run is about a minute). Every other applicable (intervention, claim) plans the same
+    checks with the same parameters and controls, only a severity weaker (greedy-tokens: the sweep
+    warns) and layout adding phase-performance (serving clocks, not logits). The claim level still
+    changes what a check asserts: under greedy-tokens, batch-invariance asserts tokens only (the test
+    after the next)."""
+    plans = {policy: plan(tmp_path, policy) for policy in POLICIES}
+    base = plans[("scheduling", "tolerance")]
+    assert set(plans[("layout", "tolerance")]) - set(base) == {"phase-performance"}
+    for policy, checks in plans.items():
+        assert set(checks) - {"phase-performance"} == set(base), policy
+        for name, (severity, params, controls) in base.items():
+            assert checks[name][1:] == (params, controls), (policy, name)
+            weaker = policy[1] == "greedy-tokens" and name == "prefix-sweep"
+            assert checks[name][0] == ("warn" if weaker else severity), (policy, name)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_correct_engine_passes_the_built_in_layout_policy_with_stand_ins(tmp_path: Path, dtype: str) -> None:
-    code, record = run(tmp_path, dtype=dtype)
+@pytest.mark.parametrize(
+    ("policy", "dtype"),
+    [(("layout", "tolerance"), "float32"), (("scheduling", "tolerance"), "bfloat16")],
+    ids=["layout-float32", "scheduling-bfloat16"],
+)
+def test_the_correct_engine_passes_the_built_in_policies_with_stand_ins(
+    tmp_path: Path, policy: tuple[str, str], dtype: str
+) -> None:
+    code, record = run(tmp_path, dtype=dtype, policy=policy)
     assert code == 0, record["summary"]
     assert record["verdict"] == "pass" and record["site_policy"] == []
     checks = by_check(record)
@@ -91,10 +151,17 @@ def test_the_correct_engine_passes_the_built_in_layout_policy_with_stand_ins(tmp
         ("read-past-end", "prefix-sweep", "read-past-valid-length", None),
     ],
 )
+@pytest.mark.parametrize("policy", ["layout", "scheduling+trace"])
 def test_a_bug_in_the_engines_own_code_fails_its_check_with_the_class_the_evidence_supports(
-    tmp_path: Path, bug: str, check: str, bug_class: str, candidates: list[str] | None
+    tmp_path: Path, bug: str, check: str, bug_class: str, candidates: list[str] | None, policy: str
 ) -> None:
-    code, record = run(tmp_path, bug=bug, only=(check,))
+    """Under layout without a trace; under scheduling with the plugin's layer trace, where every bug but
+    the head map (named at read time with the trace, uncertain without) keeps the class it gets from
+    logits alone."""
+    traced = policy == "scheduling+trace"
+    if traced and bug == "kv-head-map":
+        bug_class, candidates = "kv-head-mapping", None
+    code, record = run(tmp_path, bug=bug, only=(check,), trace=traced, policy=(policy.split("+")[0], "tolerance"))
     assert code == 1, record["summary"]
     assert record["verdict"] == "fail"
     failed = by_check(record)[check]
@@ -103,3 +170,25 @@ def test_a_bug_in_the_engines_own_code_fails_its_check_with_the_class_the_eviden
     assert diagnosis.get("bug_class") == bug_class, diagnosis
     assert diagnosis.get("candidates") == candidates, diagnosis
     assert "mask-window" not in json.dumps(diagnosis)
+    if traced and bug == "kv-head-map":
+        # `trace: true` is a LayerTracing, not a probe: K/V agree with the full pass, and each query head's
+        # attention output is exactly another KV head's expected output. 4 query heads over 2 KV heads:
+        # grouped-query attention assigns 0 0 1 1, the mutant reads 0 1 0 1
+        first = next(layer for layer in diagnosis["layers"] if layer.get("component") is not None)
+        assert first["layer"] == 0 and first["component"] == "attention-output", first
+        assert first["read_map"] == [0, 1, 0, 1] and first["heads_remapped"], first
+
+
+@pytest.mark.slow
+def test_a_stand_in_that_moves_logits_but_no_greedy_token_is_unobservable_under_a_token_claim(tmp_path: Path) -> None:
+    """Under greedy-tokens batch-invariance asserts the tokens alone. In bfloat16 on gqa the handle-swap
+    stand-in moves rows by about 0.57 without flipping a greedy token: the claim is not broken, so the
+    control could show nothing (unobservable), and with no other control batch-invariance is an honest
+    unproven, never a failure for lack of power (it was one: "no power against cross-request-handle")."""
+    code, record = run(tmp_path, dtype="bfloat16", policy=("scheduling", "greedy-tokens"), only=("batch-invariance",))
+    check = by_check(record)["batch-invariance"]
+    assert check["status"] == "unproven", check["message"]
+    swap = next(c for c in check["controls"] if c["fault"] == "cross-request-handle")
+    assert swap["applied"] == "handle-swap" and swap["outcome"] == "unobservable", swap
+    assert swap["output_difference"] > 0 and not [c for c in check["controls"] if c["outcome"] == "missed"]
+    assert code != 1, record["summary"]

@@ -2,13 +2,19 @@
 
 It offers the protocol's minimum: a DecodePath with sessions. No faults of its own, no attention
 probe, no weight reloading, no cache cropping: every negative control its checks get is one of
-gate's generic stand-ins (gate.engine.generic_faults), chosen at run time.
+gate's generic stand-ins (gate.engine.generic_faults), chosen at run time. With `trace: true` the
+path is also a LayerTracing (per layer: the K/V attention read, the last query's per-head query
+and attention output, the block output), watched through forward hooks on the model's modules,
+so a failed check's diagnosis can compare layers; a layer trace is not a probe.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +34,9 @@ class Options(BaseModel):
     """Decoder layers."""
     max_len: int = Field(default=8256, ge=16, le=16384)
     """Static cache capacity (positions)."""
+    trace: bool = False
+    """Offer LayerTracing (gate.protocols): per-layer K/V read, per-head query and attention output and
+    block output, recorded by forward hooks on gqa's modules (the model code is unchanged)."""
 
 
 class GQAAdapter:
@@ -46,7 +55,7 @@ class GQAAdapter:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = GQALM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
-        return GQAPath(model, opts, device)
+        return (GQATracingPath if opts.trace else GQAPath)(model, opts, device)
 
 
 class GQAPath:
@@ -94,3 +103,66 @@ class GQAPath:
         from gate.errors import UnknownFault
 
         raise UnknownFault(f"gqa plants no faults of its own ({fault!r})")
+
+
+class GQATracingPath(GQAPath):
+    """A GQAPath that is also a gate.protocols.LayerTracing (option `trace: true`)."""
+
+    def layer_states(
+        self, tokens: Any, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
+    ) -> list[dict[str, Any]]:
+        """Per layer, what attention read and returned during the appended step of `width` tokens at
+        `prefix_len`, after the prefix went in as a prefill up to the first of `cuts` and one append
+        per following cut (the schedule a check ran)."""
+        import torch
+
+        tokens = tokens.to(self.device)
+        session = self.new_session(tokens.shape[0])
+        edges = [0, *sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]
+        with torch.no_grad():
+            for start, end in itertools.pairwise(edges):
+                if end > start:
+                    (session.prefill if start == 0 else session.append)(tokens[:, start:end])
+            with _trace(self.model) as states:
+                step = tokens[:, prefix_len : prefix_len + width]
+                (session.prefill if prefix_len == 0 else session.append)(step)
+        return states
+
+    def full_layer_states(self, tokens: Any, prefix_len: int) -> list[dict[str, Any]]:
+        """The same quantities from one full pass over tokens[:, : prefix_len + 1]."""
+        with _trace(self.model) as states:
+            self.model(tokens[:, : prefix_len + 1].to(self.device))
+        return states
+
+
+@contextmanager
+def _trace(model: Any) -> Iterator[list[dict[str, Any]]]:
+    """Per layer (the last call inside the block wins): `k`, `v` as attention read them (rotated,
+    [B, Hkv, S, D]), the last query's `q` and `attn` per head ([B, H, 1, D]) from the attention
+    core's inputs and output, and `hidden`, the block's output at the last token ([B, d_model]),
+    which is what the next block's first norm (or the final norm) receives."""
+    blocks = list(model.blocks)
+    states: list[dict[str, Any]] = [{} for _ in blocks]
+    handles = []
+    for i, block in enumerate(blocks):
+
+        def read(_mod: Any, args: tuple[Any, ...], out: Any, i: int = i) -> None:
+            q, k, v = args[0], args[1], args[2]
+            states[i].update(
+                k=k.float().clone(),
+                v=v.float().clone(),
+                q=q[:, :, -1:].float().clone(),
+                attn=out[:, :, -1:].float().clone(),
+            )
+
+        def hidden(_mod: Any, args: tuple[Any, ...], i: int = i) -> None:
+            states[i]["hidden"] = args[0][:, -1].float().clone()
+
+        handles.append(block.attn.core.register_forward_hook(read))
+        after = blocks[i + 1].n1 if i + 1 < len(blocks) else model.norm
+        handles.append(after.register_forward_pre_hook(hidden))
+    try:
+        yield states
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -65,6 +65,7 @@ class Attention(nn.Module):
         self.q = nn.Linear(c.d_model, c.n_heads * c.head_dim, bias=False)
         self.kv = nn.Linear(c.d_model, 2 * c.n_kv_heads * c.head_dim, bias=False)
         self.o = nn.Linear(c.n_heads * c.head_dim, c.d_model, bias=False)
+        self.core = Core(c)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, t, _ = x.shape
@@ -81,15 +82,31 @@ class Attention(nn.Module):
         group = c.n_heads // c.n_kv_heads
         q = rotate(q, q_pos, c.rope_base)
         k = rotate(k, torch.arange(k.shape[2], device=k.device), c.rope_base)
-        if bug == "kv-head-map":
-            k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-        else:
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = (q.float() @ k.float().transpose(-1, -2)) / c.head_dim**0.5
-        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (weights @ v.float()).to(q.dtype)
+        y = self.core(q, k, v, mask, group if bug != "kv-head-map" else -group)
         b, _, t, _ = y.shape
         return self.o(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class Core(nn.Module):
+    """Grouped-query attention over rotated q [B, H, T, D] and rotated k, v [B, Hkv, S, D] ->
+    per-head output [B, H, T, D]. A module of its own (no weights), so a tracer can watch what
+    attention was given and returned per head. `group` query heads share a KV head (h // group);
+    a negative group is the planted kv-head-map bug (h % n_kv)."""
+
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.scale = c.head_dim**0.5
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, group: int
+    ) -> torch.Tensor:
+        if group < 0:
+            k, v = k.repeat(1, -group, 1, 1), v.repeat(1, -group, 1, 1)
+        else:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = (q.float() @ k.float().transpose(-1, -2)) / self.scale
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return (weights @ v.float()).to(q.dtype)
 
 
 class Block(nn.Module):

@@ -10,7 +10,10 @@ its own: gate's protocol-level controls (gate.engine.generic_faults) give its ch
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +34,10 @@ class Options(BaseModel):
     """Decoder layers."""
     max_len: int = Field(default=192, ge=8, le=4096)
     """Longest sequence (learned position table size)."""
+    trace: bool = False
+    """Offer LayerTracing (gate.protocols): per layer the K/V attention read, the last query's
+    per-head query and attention output and the block output, recorded by forward hooks on
+    tinylm's modules (the model code is unchanged); the prefix can be replayed in a check's cuts."""
 
 
 class TinyLMAdapter:
@@ -49,7 +56,7 @@ class TinyLMAdapter:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = TinyLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
-        return TinyLMPath(model, opts, device)
+        return (TinyLMTracingPath if opts.trace else TinyLMPath)(model, opts, device)
 
 
 class TinyLMPath:
@@ -112,6 +119,79 @@ class TinyLMPath:
                 if value.is_floating_point():
                     value.add_(0.05 * torch.randn(value.shape, generator=gen).to(value))
         self.model.load_state_dict(state)
+
+
+class TinyLMTracingPath(TinyLMPath):
+    """A TinyLMPath that is also a gate.protocols.LayerTracing (option `trace: true`)."""
+
+    def layer_states(
+        self, tokens: Any, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
+    ) -> list[dict[str, Any]]:
+        """Per layer, what attention read and returned during the appended step of `width` tokens at
+        `prefix_len`, after the prefix went in as a prefill up to the first of `cuts` and one append
+        per following cut (the schedule a check ran)."""
+        import torch
+
+        tokens = tokens.to(self.device)
+        session = self.new_session(tokens.shape[0])
+        edges = [0, *sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]
+        with torch.no_grad():
+            for start, end in itertools.pairwise(edges):
+                if end > start:
+                    session.append(tokens[:, start:end])
+            with _trace(self.model) as states:
+                session.append(tokens[:, prefix_len : prefix_len + width])
+        return states
+
+    def full_layer_states(self, tokens: Any, prefix_len: int) -> list[dict[str, Any]]:
+        """The same quantities from one full pass over tokens[:, : prefix_len + 1]."""
+        import torch
+
+        with torch.no_grad(), _trace(self.model) as states:
+            self.model(tokens[:, : prefix_len + 1].to(self.device))
+        return states
+
+
+@contextmanager
+def _trace(model: Any) -> Iterator[list[dict[str, Any]]]:
+    """Per layer (the last call wins): `k`, `v` as attention read them ([B, H, S, D], what the
+    attention module returns as its cache), the last query's `q` (from the qkv projection) and
+    `attn` (the per-head output the out projection receives), both [B, H, 1, D], and `hidden`,
+    the block output at the last token ([B, d_model])."""
+    states: list[dict[str, Any]] = [{} for _ in model.blocks]
+    handles = []
+    for i, block in enumerate(model.blocks):
+        heads = block.attn.n_heads
+
+        def query(_mod: Any, _args: Any, out: Any, i: int = i, heads: int = heads) -> None:
+            states[i]["q"] = _last_per_head(out[..., : out.shape[-1] // 3], heads)
+
+        def read(_mod: Any, _args: Any, out: Any, i: int = i) -> None:
+            k, v = out[1]
+            states[i]["k"], states[i]["v"] = k.float().clone(), v.float().clone()
+
+        def attended(_mod: Any, args: Any, i: int = i, heads: int = heads) -> None:
+            states[i]["attn"] = _last_per_head(args[0], heads)
+
+        def hidden(_mod: Any, _args: Any, out: Any, i: int = i) -> None:
+            states[i]["hidden"] = out[0][:, -1].float().clone()
+
+        handles += [
+            block.attn.qkv.register_forward_hook(query),
+            block.attn.register_forward_hook(read),
+            block.attn.out.register_forward_pre_hook(attended),
+            block.register_forward_hook(hidden),
+        ]
+    try:
+        yield states
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _last_per_head(x: Any, heads: int) -> Any:
+    """[B, T, H * D] -> the last row per head, [B, H, 1, D]."""
+    return x[:, -1:].reshape(x.shape[0], 1, heads, -1).transpose(1, 2).float().clone()
 
 
 def _u8() -> Any:
