@@ -13,8 +13,10 @@ KEY    := out/demo-signing
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
 # hqq is a source package whose setup also builds CUDA kernels unless DISABLE_CUDA=1.
-$(STAMP): pyproject.toml tests/plugins/gate-plugin-finite/pyproject.toml tests/plugins/gate-plugin-tinylm/pyproject.toml \
-         tests/plugins/gate-plugin-blockstore/pyproject.toml tests/plugins/gate-plugin-gqa/pyproject.toml
+# The test plugins are installed as wheels (not editable, as a user installs one), so the stamp
+# follows their sources too: an edited plugin is reinstalled by the next `make install`.
+PLUGIN_FILES := $(wildcard tests/plugins/*/pyproject.toml tests/plugins/*/*/*.py)
+$(STAMP): pyproject.toml $(PLUGIN_FILES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
