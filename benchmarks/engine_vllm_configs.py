@@ -128,7 +128,12 @@ ROWS = [
         False,
         candidate_only("tolerance", ["--kv-cache-dtype", "fp8_e5m2"]),
     ),
-    Row("stale", "stale weights, same served name, claimed tolerance", False, candidate_only("tolerance", perturb_seed=1)),
+    Row(
+        "stale",
+        "stale weights, same served name, claimed tolerance",
+        False,
+        candidate_only("tolerance", perturb_seed=1),
+    ),
     Row(
         "sliding",
         "sliding-window config (64 on layer 0) as candidate, claimed tolerance",
@@ -217,10 +222,10 @@ def cell(rec: dict[str, Any], check: str) -> str:
     c = rec["checks"].get(check)
     if c is None:
         return "not run"
-    words = c["status"]
+    words = str(c["status"])
     if c["status"] == "fail" and c["detected_at"] is not None:
-        unit = "prefix length" if check == "engine-prefix-parity" else "prompt of"
-        words += f" (first at {unit} {c['detected_at']})"
+        at = c["detected_at"]
+        words += f" (first at prefix length {at})" if check == "engine-prefix-parity" else f" (first at a {at}-token prompt)"
     if c["controls"]:
         words += "; controls: " + ", ".join(f"{k} {v}" for k, v in c["controls"].items())
     return words
@@ -259,7 +264,8 @@ def table(records: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['name']} | {'correct' if r['correct'] else 'approximation'} | {r['exit']} | "
             f"{outcome.replace('|', '/')} | {' | '.join(cell(r, c).replace('|', '/') for c in CHECKS)} | "
-            f"{r['seconds']:.0f} | {r['load_before']:.1f} → {r['load_after']:.1f} | {r['peak_pss_gb']:.2f} | {r['date']} |"
+            f"{r['seconds']:.0f} | {r['load_before']:.1f} → {r['load_after']:.1f} | {r['peak_pss_gb']:.2f} | "
+            f"{r['date']} |"
         )
     lines += [
         "",
@@ -292,7 +298,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "engine-vllm-configs")
     parser.add_argument("--table", type=Path, default=ROOT / "benchmarks" / "engine_vllm_configs.md")
-    parser.add_argument("--only", action="append", default=[], help="run only this row (repeatable): " + ", ".join(r.key for r in ROWS))
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only this row (repeatable): " + ", ".join(r.key for r in ROWS)
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GATE_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -305,9 +313,7 @@ def main() -> int:
         print(f"{row.key}: exit {rec['exit']}, {judged(rec)}, {rec['seconds']:.0f} s {rec['error']}", flush=True)
         if rec["servers_left"]:
             problems.append(f"{row.key}: vLLM servers outlived the row: {rec['servers_left']}")
-    records = [
-        json.loads(path.read_text()) for row in ROWS if (path := args.out / f"row-{row.key}.json").exists()
-    ]
+    records = [json.loads(path.read_text()) for row in ROWS if (path := args.out / f"row-{row.key}.json").exists()]
     args.table.write_text(table(records))
     problems += [f"{r['key']}: {judged(r)}" for r in records if judged(r) in ("FALSE FAILURE", "NOT DETECTED")]
     for line in problems:
