@@ -225,7 +225,8 @@ def cell(rec: dict[str, Any], check: str) -> str:
     words = str(c["status"])
     if c["status"] == "fail" and c["detected_at"] is not None:
         at = c["detected_at"]
-        words += f" (first at prefix length {at})" if check == "engine-prefix-parity" else f" (first at a {at}-token prompt)"
+        where = f"prefix length {at}" if check == "engine-prefix-parity" else f"a {at}-token prompt"
+        words += f" (first at {where})"
     if c["controls"]:
         words += "; controls: " + ", ".join(f"{k} {v}" for k, v in c["controls"].items())
     return words
