@@ -153,7 +153,10 @@ def manifest_for(row: Row) -> Manifest:
 
 
 def refusal(stderr: str) -> str:
-    """vLLM's own error line from the log tail gate quotes when a server never became ready."""
+    """vLLM's own error from gate's message when a server never became ready: the first error in the
+    server's log (gate quotes it ahead of the log's tail), else the tail's last error line."""
+    if cause := re.search(r"first error in its log: (.*?); its log ends:", stderr):
+        return cause.group(1)
     errors = [p.strip() for p in stderr.split(" | ") if re.search(r"Error\b|error:", p)]
     return errors[-1] if errors else stderr.strip().splitlines()[-1] if stderr.strip() else "?"
 
