@@ -260,6 +260,11 @@ def table(records: list[dict[str, Any]]) -> str:
         "(engine-prefix-parity) or the shortest prompt in tokens (engine-concurrent-conversations) "
         "where the approximation shows.",
         "",
+        "Rerun (not part of `.ci/run`, which has no time left; about 10 minutes a correct row and 4 an "
+        "approximation on 2 shared cores, mostly vLLM start-up): `PATH=$PWD/.venv-vllm/bin:$PATH nice "
+        ".venv/bin/python benchmarks/engine_vllm_configs.py` (`--only KEY` for some rows; the table is "
+        "rewritten from every row recorded under `--out`).",
+        "",
         f"| configuration | kind | exit | outcome | {' | '.join(CHECKS)} | seconds | load | peak PSS GB | date |",
         "| --- | --- | --- | --- | " + " | ".join("---" for _ in CHECKS) + " | --- | --- | --- | --- |",
     ]
@@ -278,6 +283,9 @@ def table(records: list[dict[str, Any]]) -> str:
         + f". Approximations detected: {sum(not r['correct'] for r in records) - len(missed)} of "
         f"{sum(not r['correct'] for r in records)}" + (f" (missed: {'; '.join(missed)})" if missed else "") + ".",
     ]
+    recorded = {r["key"] for r in records}
+    if absent := [f"{row.name} (`{row.key}`)" for row in ROWS if row.key not in recorded]:
+        lines += ["", f"Not run in this measurement: {'; '.join(absent)}."]
     for r in records:
         parity = r["checks"].get("engine-prefix-parity")
         if not parity or not parity["lengths"]:
