@@ -42,7 +42,9 @@ def tail(text: str, lines: int = 15) -> str:
     return " | ".join(kept) if kept else "(the server wrote nothing)"
 
 
-_EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S")
+_EXCEPTION = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S")
+"""A Python exception's last line (`ValueError: why`), at the start of the line: a warning that only
+names one (vLLM: "fd limit errors like `OSError: ...`") is not an error."""
 
 
 def first_error(text: str, lines: int = 15) -> str:

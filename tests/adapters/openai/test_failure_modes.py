@@ -187,7 +187,8 @@ def test_headers_come_from_the_environment_only() -> None:
 def test_a_start_up_failure_quotes_the_first_error_above_the_logs_tail() -> None:
     # vLLM's shape: the cause (ValueError) far up, the log ending in a wrapper that points above
     script = (
-        "import sys; print('ERROR [core.py] ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).'); "
+        "import sys; print('WARNING this can cause fd limit errors like `OSError: [Errno 24] Too many open files`'); "
+        "print('ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).'); "
         "[print(f'  frame {i}') for i in range(30)]; "
         "print('RuntimeError: Engine core initialization failed. See root cause above.'); sys.exit(1)"
     )
