@@ -183,7 +183,7 @@ def run_row(row: Row, out: Path, env: dict[str, str]) -> dict[str, Any]:
         if c["check"] in CHECKS:
             checks[c["check"]] = {
                 "status": c["status"],
-                "detected_at": c.get("detected_at"),
+                "detected_at": c.get("metrics", {}).get("detected_at"),  # the runner's copy of it
                 "controls": {k["fault"]: k["outcome"] for k in c.get("controls", [])},
                 "message": c["message"],
                 "lengths": [
