@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +40,23 @@ def tail(text: str, lines: int = 15) -> str:
     printable: the engine's own text never starts a line of gate's log, gate._util.text.one_line)."""
     kept = [one_line(line, 500) for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(the server wrote nothing)"
+
+
+_EXCEPTION = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S")
+"""A Python exception's last line (`ValueError: why`), at the start of the line: a warning that only
+names one (vLLM: "fd limit errors like `OSError: ...`") is not an error."""
+
+
+def first_error(text: str, lines: int = 15) -> str:
+    """The log's first exception line (a Python `SomeError: why`) when the tail of `lines` lines does not
+    hold it, as 'first error in its log: ...; ' for the message ahead of that tail, else ''. An engine
+    that dies at start-up often ends its log with a wrapper (vLLM: `RuntimeError: Engine core
+    initialization failed. See root cause above.`) while the cause is further up."""
+    kept = [line for line in text.splitlines() if line.strip()]
+    for line in kept[:-lines]:
+        if match := _EXCEPTION.search(line):
+            return f"first error in its log: {one_line(line[match.start() :], 500)}; "
+    return ""
 
 
 def free_port() -> int:
@@ -155,7 +173,7 @@ class ServerProcess:
                     )
                 raise EngineNotReady(
                     f"{self.label}: the server exited with status {status} before it was ready; "
-                    f"its log ends: {tail(self.log_text())}"
+                    f"{first_error(self.log_text())}its log ends: {tail(self.log_text())}"
                 )
             wait = max(0.05, min(2.0, deadline - time.monotonic()))
             try:  # a total deadline: a probe that drips its answer cannot outlast ready_timeout_s

@@ -182,3 +182,25 @@ def test_headers_come_from_the_environment_only() -> None:
     assert resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {"TOKEN": "t0"}) == {"Authorization": "Bearer t0"}
     with pytest.raises(EngineBadReply, match="TOKEN"):
         resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {})
+
+
+def test_a_start_up_failure_quotes_the_first_error_above_the_logs_tail() -> None:
+    # vLLM's shape: the cause (ValueError) far up, the log ending in a wrapper that points above
+    script = (
+        "import sys; print('WARNING this can cause fd limit errors like `OSError: [Errno 24] Too many open files`'); "
+        "print('ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).'); "
+        "[print(f'  frame {i}') for i in range(30)]; "
+        "print('RuntimeError: Engine core initialization failed. See root cause above.'); sys.exit(1)"
+    )
+    with pytest.raises(EngineNotReady) as err:
+        start(path_for([sys.executable, "-c", script]))
+    message = str(err.value)
+    assert "first error in its log: ValueError: No common block size for 16" in message
+    assert message.index("ValueError") < message.index("its log ends:") < message.index("RuntimeError")
+
+
+def test_a_start_up_failure_whose_tail_holds_the_error_quotes_it_once() -> None:
+    script = "import sys; print('ValueError: bad flag'); sys.exit(1)"
+    with pytest.raises(EngineNotReady) as err:
+        start(path_for([sys.executable, "-c", script]))
+    assert str(err.value).count("ValueError: bad flag") == 1 and "first error" not in str(err.value)
