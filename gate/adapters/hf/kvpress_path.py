@@ -4,17 +4,18 @@ A press (NVIDIA kvpress) hooks every attention layer while a prefill runs and, o
 written the prompt's K/V, keeps only the entries its score ranks highest (StreamingLLM keeps sinks
 and the most recent tokens; SnapKV, TOVA, expected attention score by attention; Knorm by key norm).
 Appends then read the compressed cache at their true positions: the session's position state is
-explicit, so the shorter cache does not shift them. kvpress pins transformers<5.3, so this path runs
+explicit, so the shorter cache does not shift them; the cache position (the mask's and the press
+hook's index, 5.2) is counted from the compressed cache, as the model counts it for kvpress's
+pipeline. kvpress pins transformers<5.3, so this path runs
 where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that reason.
 
 `press_scope` says how long the press is held. `prefill` (the default) enters it around a request's
 first prefill only. `request` drives the model as kvpress's own `KVPressTextGenerationPipeline`
 and its README (`with press(model): model.generate(...)`) do: the press is held around every
-forward of the request, prefill and each decode step, and the model is given the true
-`position_ids` but no cache position of its own, so it counts `cache_position` from the compressed
-cache's length (the session passes exactly that count, `arange(len, len + n)`, which is what the
-model derives when none is passed). The press's hook then decides by itself, on every step,
-whether it is prefilling (`cache_position[-1] + 1 == q_len`), as it does for its users.
+forward of the request, prefill and each decode step (entered and left around each forward, so
+sessions sharing the model never see each other's hooks), and the press's hook decides by itself,
+on every step, whether it is prefilling (`cache_position[-1] + 1 == q_len` on 0.5.5), as it does
+for its users.
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ def build_press(name: str, compression_ratio: float) -> Any:
 
 
 class PressSession(CacheSession):
-    """A session through a press: counts the forwards run under it, and under `press_scope:
-    request` lets the cache position follow the compressed cache, as kvpress's pipeline does."""
+    """A session through a press: counts the forwards run under it, and counts the cache position
+    from the compressed cache, as the model does when kvpress's pipeline passes none. (The true
+    position as `cache_position`, what other cache paths send on 5.2, would build the causal mask
+    of a multi-token append over slots the compressed cache does not hold: every query of the
+    chunk would see the whole chunk.) Positions (RoPE) stay the true ones."""
 
     def __init__(self, path: PressPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -67,7 +71,7 @@ class PressSession(CacheSession):
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         planted = self.tamper.cache_position(phase, positions)
-        if planted is not None or self.scope != "request" or self.cache is None:
+        if planted is not None or self.cache is None:
             return planted
         seen = compat.seq_length(self.cache)  # what the model counts from when given none
         return torch.arange(seen, seen + positions.shape[1], device=self.device)

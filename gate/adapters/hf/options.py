@@ -136,8 +136,8 @@ class Options(BaseModel):
     """kvpress: fraction of the prefill's K/V the press evicts."""
     press_scope: Literal["prefill", "request"] = "prefill"
     """kvpress: `prefill` holds the press around each request's first prefill; `request` holds it
-    around the whole request, prefill and every decode step, with the cache position counted from
-    the compressed cache, as kvpress's own pipeline and README drive the model."""
+    around the whole request, prefill and every decode step, as kvpress's own pipeline and README
+    drive the model."""
 
     reuse: Literal["copy", "crop"] = "copy"
     """prefix-reuse: `copy` deep-copies the stored base cache for each request; `crop` extends the
