@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Test the hf adapter's kvpress path in its own environment: kvpress pins transformers<5.3, so it
-# lives beside (not in) the main venv. Usage: bash .ci/kvpress.sh [--prepare]  (from the repository root; --prepare only sets the venv up)
+# lives beside (not in) the main venv, with a copy on kvpress 0.5.4 (a known bug) beside it. Usage: bash .ci/kvpress.sh [--prepare]  (from the repository root; --prepare only sets the venv up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-kvpress
@@ -10,7 +10,24 @@ fi
 # torch first, pinned: an unpinned resolve would pull a multi-GB CUDA build.
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q -e ".[kvpress]" "transformers==5.2.*" pytest hypothesis
+# kvpress 0.5.4, the release before the fix of a one-token cache emptied (docs/real-bugs.md): a
+# hard-linked copy of the venv above with only kvpress swapped (about 15 s; torch never reinstalled)
+BUGGY=.venv-kvpress-0.5.4
+if [ ! -f "$BUGGY/.kvpress-0.5.4" ]; then
+  rm -rf "$BUGGY" "$BUGGY.partial"
+  cp -al "$VENV" "$BUGGY.partial"
+  "$BUGGY.partial/bin/python" -m pip install -q --no-deps kvpress==0.5.4
+  mv "$BUGGY.partial" "$BUGGY" && touch "$BUGGY/.kvpress-0.5.4"
+fi
 [ "${1:-}" = --prepare ] && exit 0  # set-up only (.ci/run does it in the background)
 "$VENV/bin/python" -c "import kvpress, transformers; print('kvpress ok; transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
 "$VENV/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q
+# the one-token tests hold kvpress PR #264: they must fail on 0.5.4, every one on its assertion
+buggy=$("$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k one_token 2>&1 || true)
+if ! grep -Eq "^4 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "AssertionError" <<<"$buggy"; then
+  echo "kvpress 0.5.4: the one-token tests did not fail on their assertions (the emptied cache went unseen):" >&2
+  tail -5 <<<"$buggy" >&2
+  exit 1
+fi
+echo "kvpress 0.5.4: one-token prompts empty the cache, caught by 4 failing tests"

@@ -4,8 +4,18 @@ A press (NVIDIA kvpress) hooks every attention layer while a prefill runs and, o
 written the prompt's K/V, keeps only the entries its score ranks highest (StreamingLLM keeps sinks
 and the most recent tokens; SnapKV, TOVA, expected attention score by attention; Knorm by key norm).
 Appends then read the compressed cache at their true positions: the session's position state is
-explicit, so the shorter cache does not shift them. kvpress pins transformers<5.3, so this path runs
+explicit, so the shorter cache does not shift them; the cache position (the mask's and the press
+hook's index, 5.2) is counted from the compressed cache, as the model counts it for kvpress's
+pipeline. kvpress pins transformers<5.3, so this path runs
 where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that reason.
+
+`press_scope` says how long the press is held. `prefill` (the default) enters it around a request's
+first prefill only. `request` drives the model as kvpress's own `KVPressTextGenerationPipeline`
+and its README (`with press(model): model.generate(...)`) do: the press is held around every
+forward of the request, prefill and each decode step (entered and left around each forward, so
+sessions sharing the model never see each other's hooks), and the press's hook decides by itself,
+on every step, whether it is prefilling (`cache_position[-1] + 1 == q_len` on 0.5.5), as it does
+for its users.
 """
 
 from __future__ import annotations
@@ -13,13 +23,15 @@ from __future__ import annotations
 from contextlib import ExitStack, nullcontext
 from typing import Any
 
+import torch
+
 from gate.adapters.hf import compat
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
 from gate.errors import AdapterUnavailable
-from gate.protocols import subject_call
+from gate.protocols import Session, subject_call
 
 
 def build_press(name: str, compression_ratio: float) -> Any:
@@ -44,8 +56,30 @@ def build_press(name: str, compression_ratio: float) -> Any:
     return presses[name]()
 
 
+class PressSession(CacheSession):
+    """A session through a press: counts the forwards run under it, and counts the cache position
+    from the compressed cache, as the model does when kvpress's pipeline passes none. (The true
+    position as `cache_position`, what other cache paths send on 5.2, would build the causal mask
+    of a multi-token append over slots the compressed cache does not hold: every query of the
+    chunk would see the whole chunk.) Positions (RoPE) stay the true ones."""
+
+    def __init__(self, path: PressPath, batch_size: int) -> None:
+        super().__init__(path, batch_size)
+        self.scope = path.options.press_scope
+        self.pressed_forwards = 0
+        """Forwards this session ran with the press's hooks on the model."""
+
+    def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
+        planted = self.tamper.cache_position(phase, positions)
+        if planted is not None or self.cache is None:
+            return planted
+        seen = compat.seq_length(self.cache)  # what the model counts from when given none
+        return torch.arange(seen, seen + positions.shape[1], device=self.device)
+
+
 class PressPath(HFPath):
-    """A DynamicCache compressed by a press after each request's first prefill."""
+    """A DynamicCache compressed by a press: held around each request's first prefill
+    (`press_scope: prefill`) or around the whole request, prefill and decode (`request`)."""
 
     def __init__(self, loaded: LoadedModel, options: Options, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
@@ -61,16 +95,27 @@ class PressPath(HFPath):
         return (*super().libraries(), "kvpress")
 
     def extra_identity(self) -> dict[str, Any]:
-        return {"press": self.options.press, "compression_ratio": self.options.compression_ratio}
+        return {
+            "press": self.options.press,
+            "compression_ratio": self.options.compression_ratio,
+            "press_scope": self.options.press_scope,
+        }
+
+    def new_session(self, batch_size: int) -> Session:
+        return PressSession(self, batch_size)
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
-        """The press around a request's first prefill. Entering it is kvpress's own code (it finds
-        and hooks the attention layers), so a model it cannot hook is a crash of the subject."""
-        if not (phase == "prefill" and session.pos == 0):
+        """The press around a request's first prefill, or (scope `request`) around every forward of
+        the request. Entering it is kvpress's own code (it finds and hooks the attention layers), so
+        a model it cannot hook is a crash of the subject."""
+        first_prefill = phase == "prefill" and session.pos == 0
+        if self.options.press_scope == "prefill" and not first_prefill:
             return nullcontext()
         pressed = ExitStack()
-        with subject_call(f"{type(self.press).__name__}.__call__", length=0):
+        with subject_call(f"{type(self.press).__name__}.__call__", length=session.pos):
             pressed.enter_context(self.press(self.model))
+        if isinstance(session, PressSession):
+            session.pressed_forwards += 1
         return pressed
 
     def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
@@ -81,6 +126,8 @@ class PressPath(HFPath):
         return {
             "press": self.options.press,
             "compression_ratio": self.options.compression_ratio,
+            "press_scope": self.options.press_scope,
+            "pressed_forwards": session.pressed_forwards if isinstance(session, PressSession) else 0,
             "kept_tokens": kept,
             "evicted_tokens": sum(max(session.pos - k, 0) for k in kept),
         }

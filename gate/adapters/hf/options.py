@@ -62,6 +62,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "max_matching_ngram_size": ("prompt-lookup",),
     "press": ("kvpress",),
     "compression_ratio": ("kvpress",),
+    "press_scope": ("kvpress",),
     "reuse": ("prefix-reuse",),
     "block_size": ("prefix-reuse",),
     "page_size": ("generate-paged",),
@@ -142,6 +143,10 @@ class Options(BaseModel):
     """kvpress: press name (streaming-llm, snapkv, knorm, expected-attention, tova, random)."""
     compression_ratio: float = Field(default=0.5, ge=0, lt=1)
     """kvpress: fraction of the prefill's K/V the press evicts."""
+    press_scope: Literal["prefill", "request"] = "prefill"
+    """kvpress: `prefill` holds the press around each request's first prefill; `request` holds it
+    around the whole request, prefill and every decode step, as kvpress's own pipeline and README
+    drive the model."""
 
     reuse: Literal["copy", "crop"] = "copy"
     """prefix-reuse: `copy` deep-copies the stored base cache for each request; `crop` extends the

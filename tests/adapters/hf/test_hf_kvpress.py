@@ -45,3 +45,58 @@ def test_a_model_kvpress_cannot_hook_is_a_crash_of_the_subject_not_gates_error()
     with pytest.raises(SubjectCrash, match="StreamingLLMPress") as crash:
         candidate.new_session(1).prefill(tokens()[:1, :20])
     assert isinstance(crash.value.__cause__, AttributeError)
+
+
+def test_request_scope_holds_the_press_over_every_forward_and_is_exact_without_eviction() -> None:
+    """`press_scope: request` (kvpress's pipeline): the hooks are on the model for the prefill and
+    every decode step, and with nothing to evict the request is exact at its true positions."""
+    reference = path("llama")
+    toks = tokens()
+    lossless = path("llama", path="kvpress", press="knorm", compression_ratio=0.0, press_scope="request")
+    session = lossless.new_session(2)
+    session.prefill(toks[:, :60])
+    got = torch.cat([session.append(toks[:, 60:61]), session.append(toks[:, 61:70])], 1)
+    assert (got - reference.full_logits(toks)[:, 60:70]).abs().max().item() < 1e-4
+    assert session.exercise()["pressed_forwards"] == 3 and session.exercise()["press_scope"] == "request"
+    pressed = path("llama", path="kvpress", press="knorm", compression_ratio=0.5, press_scope="request")
+    session = pressed.new_session(2)
+    session.prefill(toks[:, :60])
+    session.append(toks[:, 60:61])
+    ex = session.exercise()
+    assert ex["kept_tokens"] == [31, 31] and ex["evicted_tokens"] == 2 * 30  # decode steps are not pressed
+    prefill_only = path("llama", path="kvpress", press="knorm", compression_ratio=0.5).new_session(2)
+    prefill_only.prefill(toks[:, :60])
+    prefill_only.append(toks[:, 60:61])
+    assert prefill_only.exercise()["pressed_forwards"] == 1
+
+
+@pytest.mark.parametrize("scope", ["prefill", "request"])
+@pytest.mark.parametrize("press", ["knorm", "random"])
+def test_a_one_token_prompt_keeps_its_one_key(press: str, scope: str) -> None:
+    """One-token prompts through a scorer press: int(1 * (1 - 0.5)) = 0 pairs kept emptied the cache
+    on kvpress 0.5.4 (the decode then attends over itself alone; kvpress PR #264 keeps at least one
+    from 0.5.5), so the decode after a one-token prompt must be exact. Fails on kvpress 0.5.4."""
+    reference = path("llama")
+    toks = tokens()
+    session = path("llama", path="kvpress", press=press, compression_ratio=0.5, press_scope=scope).new_session(2)
+    session.prefill(toks[:, :1])
+    got = torch.cat([session.append(toks[:, 1:2]), session.append(toks[:, 2:10])], 1)
+    assert session.exercise()["kept_tokens"] == [10, 10]
+    assert (got - reference.full_logits(toks[:, :10])[:, 1:10]).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("scope", ["prefill", "request"])
+def test_a_chunk_appended_after_eviction_is_causal(scope: str) -> None:
+    """The cache position follows the compressed cache (as the model counts it for kvpress's
+    pipeline): a chunk appended after a press equals the same tokens appended one at a time. With
+    the true position as cache position the chunk's mask let every query see the whole chunk
+    (max |delta| 8.7 against one at a time in a probe of this shape, before the fix)."""
+    candidate = path("llama", path="kvpress", press="knorm", compression_ratio=0.5, press_scope=scope)
+    toks = tokens()
+    chunked = candidate.new_session(2)
+    chunked.prefill(toks[:, :60])
+    chunk = chunked.append(toks[:, 60:68])
+    single = candidate.new_session(2)
+    single.prefill(toks[:, :60])
+    ones = torch.cat([single.append(toks[:, i : i + 1]) for i in range(60, 68)], 1)
+    assert (chunk - ones).abs().max().item() < 1e-4

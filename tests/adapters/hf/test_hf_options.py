@@ -23,6 +23,8 @@ def test_defaults_are_a_full_pass_on_a_preset() -> None:
         ({"model": "llama", "path": "assisted"}, "needs a draft model"),
         ({"model": "llama", "path": "kvpress"}, "needs `press`"),
         ({"model": "llama", "path": "kvpress", "press": "squeeze"}, "unknown press 'squeeze'"),
+        ({"model": "llama", "path": "dynamic", "press_scope": "request"}, "'press_scope' applies only to path kvpress"),
+        ({"model": "llama", "path": "kvpress", "press": "knorm", "press_scope": "decode"}, "'prefill' or 'request'"),
         ({"model": "llama", "path": "quantized", "backend": "fp8", "nbits": 2}, "fp8 backend quantizes per tensor"),
         ({"model": "meta-llama/Llama-3-8B"}, "never downloads from a hub"),
         ({"model": "/nowhere", "init_std": 0.1}, "applies only to a preset"),
