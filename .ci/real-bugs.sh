@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 if [ "${1:-}" = --prepare ]; then
-  "$PY" benchmarks/releases.py --prepare --releases 5.12 5.13 5.14 5.15 5.17 5.18 5.23
+  "$PY" benchmarks/releases.py --prepare --releases 5.8 5.9 5.12 5.13 5.14 5.15 5.17 5.18 5.23
   # quanto (hf-beam-quantized) compiles its C++ kernels into each venv on first use: build them
   # here, in the background step, not inside the timed runs
   for release in 5.18 5.23; do

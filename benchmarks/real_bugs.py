@@ -46,6 +46,7 @@ BUGS = (
     Bug("assisted-sliding-window", "hf-assisted-sliding-window", "spec-greedy", "crash", buggy="5.12", fixed="5.14"),
     Bug("draft-over-crop", "hf-assisted", "spec-greedy", "crash", buggy="5.15", fixed="5.17"),
     Bug("quantized-beam", "hf-beam-quantized", "greedy-parity", "crash", buggy="5.18", fixed="5.23"),
+    Bug("paged-attention-left", "hf-reuse-after-paged", "prefix-sweep", "mask-window", buggy="5.8", fixed="5.9"),
 )
 """The bugs this script replays (docs/real-bugs.md lists them with their upstream history)."""
 
