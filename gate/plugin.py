@@ -55,6 +55,7 @@ from gate.protocols import (
     BatchedSessions,
     CacheCropping,
     CacheGeometry,
+    Capability,
     ContinuousBatching,
     ContinuousSession,
     DecodePath,
@@ -81,6 +82,7 @@ from gate.protocols import (
     Session,
     SpeculativePath,
     WeightReloading,
+    capabilities,
     subject_call,
 )
 
@@ -119,6 +121,7 @@ __all__ = [
     "CacheCropping",
     "CacheGeometry",
     "CacheIdentity",
+    "Capability",
     "CheckContext",
     "CheckSpec",
     "ContinuousBatching",
@@ -169,6 +172,7 @@ __all__ = [
     "UnavailableError",
     "UnknownFault",
     "WeightReloading",
+    "capabilities",
     "check",
     "subject_call",
     "warp",

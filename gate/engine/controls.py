@@ -88,8 +88,7 @@ def _classified_control(
             if invisible is not None
             else f"the adapter plants no {control.fault} of its own"
         )
-        result = _run_planted(spec, ctx, params, clean, control, planted)
-        return _stood_in(result, why)
+        return _stood_in(_next_stand_ins(spec, ctx, params, clean, control, planted), why)
     result = _run_planted(spec, ctx, params, clean, control, planted)
     if control.expect == "pass" or not _could_not_show(result):
         return result
@@ -101,7 +100,25 @@ def _classified_control(
     own = f"its own {control.fault} {result.outcome.value} at run time ({result.message})"
     if isinstance(stand_in, str):
         return result.model_copy(update={"message": f"{result.message}; no generic stand-in: {stand_in}"})
-    return _stood_in(_run_planted(spec, ctx, params, clean, control, stand_in), own)
+    return _stood_in(_next_stand_ins(spec, ctx, params, clean, control, stand_in), own)
+
+
+def _next_stand_ins(
+    spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec, planted: Planted
+) -> ControlResult:
+    """Run a generic stand-in; while it could not show, the next generic covering the same rule
+    runs (in the order `plant` lists them). The last one's result stands, naming those before it."""
+    result = _run_planted(spec, ctx, params, clean, control, planted)
+    tried: list[str] = []
+    while control.expect != "pass" and _could_not_show(result) and UNASSERTED not in result.message:
+        following = plant(ctx.candidate, spec.name, control.fault, own=False, after=result.applied)
+        if isinstance(following, str):
+            break
+        tried.append(f"{result.applied} {result.outcome.value} ({result.message})")
+        result = _run_planted(spec, ctx, params, clean, control, following)
+    if not tried:
+        return result
+    return result.model_copy(update={"message": f"after {'; '.join(tried)}: {result.message}"})
 
 
 def _could_not_show(result: ControlResult) -> bool:

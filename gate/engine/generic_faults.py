@@ -115,6 +115,21 @@ class HandleSwap(_Wrapped):
         self.foreign.reset()
 
 
+class RowsCrossed(_Wrapped):
+    """Every answer of a session of B > 1 requests comes back one row over: each request receives
+    the next request's logits (a batch's rows crossed; alone, B = 1, nothing changes)."""
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        return _crossed(super().prefill(tokens))
+
+    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
+        return _crossed(self.inner.append(tokens))
+
+
+def _crossed(rows: torch.Tensor) -> torch.Tensor:
+    return rows.roll(1, dims=0) if rows.shape[0] > 1 else rows
+
+
 class ResetIgnored(_Wrapped):
     """reset() forgets nothing."""
 
@@ -202,6 +217,14 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
         (*SESSION_CHECKS, "batch-invariance"),
         "appends run against another request's session (the next row's prompt; the reversed prompt when B = 1)",
         HandleSwap,
+    ),
+    GenericFault(
+        "rows-crossed",
+        ("cross-request-handle",),
+        ("batch-invariance",),
+        "in a session of several requests, each request is answered with the next request's logits "
+        "(tried when handle-swap could not show: a model whose greedy tokens barely depend on the context)",
+        RowsCrossed,
     ),
     GenericFault(
         "reset-ignored",
@@ -434,12 +457,18 @@ class Planted:
     """The fault actually applied (the generic fault's name for kind generic)."""
 
 
-def plant(path: DecodePath, check: str, fault: str, *, own: bool = True) -> Planted | str:
+def plant(path: DecodePath, check: str, fault: str, *, own: bool = True, after: str | None = None) -> Planted | str:
     """The candidate with `fault` planted: the adapter's own fault when it offers one (and `own`),
-    else a generic fault that stands in for it and can prove power for `check`; else why neither can."""
-    if own and fault in path.faults():
+    else a generic fault that stands in for it and can prove power for `check`; else why neither can.
+    `after`: a generic stand-in that ran and could not show; only the ones listed after it are tried."""
+    if own and after is None and fault in path.faults():
         return Planted(path.with_fault(fault), "adapter", fault)
     matching = [g for g in GENERIC_FAULTS if fault == g.name or fault in g.stands_for]
+    if after is not None:
+        names = [g.name for g in matching]
+        matching = matching[names.index(after) + 1 :] if after in names else []
+        if not matching:
+            return f"no other generic fault stands in for {fault!r} after {after}"
     if not matching:
         return f"path {path.name} cannot apply fault {fault!r}, and no generic fault stands in for it"
     reasons = []
