@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real library bugs as a regression suite (docs/real-bugs.md): each shipped example on a release that
 # ships the bug must FAIL its check with the bug's class, and on the release with the fix PASS
-# (benchmarks/real_bugs.py; single-check runs, about 2.5 min, plus about 25 s of CPU for quantized-beam). Venvs from benchmarks/releases.py
+# (benchmarks/real_bugs.py; single-check runs, about 2.5 min, plus about 25 s of CPU each for quantized-beam and paged-attention-left). Venvs from benchmarks/releases.py
 # (hard-linked copies of one base venv, torch never reinstalled).
 # Usage: bash .ci/real-bugs.sh [--prepare]  (--prepare: set the venvs up only)
 set -euo pipefail
