@@ -66,15 +66,19 @@ def is_url(path: Path) -> bool:
     return isinstance(path, LedgerURL)
 
 
+_PASSWORD = re.compile(r"(://[^:/@]+):[^@]*@")
+"""The `:password` after a URL's user name."""
+
+
 def without_password(url: str) -> str:
     """The URL with no password in it, for a command to print: libpq takes the password from
     PGPASSWORD or ~/.pgpass, so the printed command runs as printed and leaks nothing."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1@", url)
+    return _PASSWORD.sub(r"\1@", url)
 
 
 def redacted(url: str) -> str:
     """The URL without its password (safe to print and to write into receipts)."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return _PASSWORD.sub(r"\1:***@", url)
 
 
 class LedgerStore(Protocol):
