@@ -83,6 +83,7 @@ from gate.protocols import (
     SpeculativePath,
     WeightReloading,
     capabilities,
+    offered,
     subject_call,
 )
 
@@ -174,6 +175,7 @@ __all__ = [
     "WeightReloading",
     "capabilities",
     "check",
+    "offered",
     "subject_call",
     "warp",
 ]

@@ -2,8 +2,10 @@
 
 A check never imports the reference decoder or transformers; it receives two `DecodePath`s
 (reference and candidate) built by adapters. Optional capabilities (speculative sampling, a
-cross-request prefix cache, per-layer traces) are separate protocols a check tests for with
-`isinstance`, so one check can judge every engine that offers what it needs.
+cross-request prefix cache, per-layer traces) are separate protocols; a path's capabilities are
+read in one place, `capabilities(path)` (the set the planner, the controls and the report read) and
+`offered(path, Protocol)` (the path typed as that protocol where it offers it, else None), so one
+check can judge every engine that offers what it needs.
 
 This module imports no torch at run time.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,6 +66,7 @@ __all__ = [
     "SpeculativePath",
     "WeightReloading",
     "capabilities",
+    "offered",
     "subject_call",
 ]
 
@@ -736,3 +739,20 @@ def capabilities(path: object) -> frozenset[Capability]:
     if isinstance(path, EngineServing) and path.salt_field is not None:
         offered.add(Capability.ENGINE_SALT)
     return frozenset(offered)
+
+
+_CAPABILITY_OF: dict[type, Capability] = {protocol: capability for capability, protocol in _TYPED}
+_CAPABILITY_OF[ContinuousBatching] = Capability.CONTINUOUS_BATCHING
+
+_P = TypeVar("_P")
+
+
+def offered(path: object, protocol: type[_P]) -> _P | None:
+    """`path` typed as `protocol` where it offers that capability, else None: the same test as
+    `capabilities(path)`, flags included (a ContinuousBatching path with `continuous_batching` off
+    offers nothing here). The one way a check, a control or the runner asks for a capability it is
+    about to call; TypeError for a protocol that is not a capability."""
+    capability = _CAPABILITY_OF.get(protocol)
+    if capability is None:
+        raise TypeError(f"{protocol.__name__} is not a capability (gate.protocols.Capability)")
+    return cast("_P", path) if capability in capabilities(path) else None

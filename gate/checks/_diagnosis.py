@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import AdapterUnavailable
-from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart
+from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart, offered
 
 if TYPE_CHECKING:
     import torch
@@ -182,17 +182,18 @@ def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | No
     reference (a recorded baseline) holds no layer states: its live counterpart, the model the
     baseline names built in this job, is traced instead (the verdict's logits stay the stored
     ones), or, where there is none, the diagnosis says it saw no layer trace and why."""
-    if not isinstance(reference, LiveCounterpart):
+    counterpart = offered(reference, LiveCounterpart)
+    if counterpart is None:
         return reference, None
     try:
-        live = reference.live_reference()
+        live = counterpart.live_reference()
     except AdapterUnavailable as err:
         return None, (
-            f"not seen: the per-layer trace (the reference is a {reference.mode}, which stores no layer "
+            f"not seen: the per-layer trace (the reference is a {counterpart.mode}, which stores no layer "
             f"states, and {err}); the class rests on the failure profile alone"
         )
     return live, (
-        f"traced against {live.name}, the {reference.mode}'s model built live (a store holds no layer "
+        f"traced against {live.name}, the {counterpart.mode}'s model built live (a store holds no layer "
         "states; the verdict compared the stored answers)"
     )
 
@@ -243,18 +244,19 @@ def layer_divergence(
     """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, after the
     prefix went in as `cuts` say, where the path can replay a schedule) with the reference's full
     pass, layer by layer. None when either path offers no LayerTracing."""
-    if not isinstance(reference, LayerTracing) or not isinstance(candidate, LayerTracing):
+    ref_trace, cand_trace = offered(reference, LayerTracing), offered(candidate, LayerTracing)
+    if ref_trace is None or cand_trace is None:
         return None
     rel = STATE_TOLERANCE.get(dtype, 1e-3)
-    ref_states = reference.full_layer_states(tokens, prefix_len + width - 1)
+    ref_states = ref_trace.full_layer_states(tokens, prefix_len + width - 1)
     extra: dict[str, Any] = {}
-    if cuts and _accepts(candidate.layer_states, "cuts"):
+    if cuts and _accepts(cand_trace.layer_states, "cuts"):
         extra["cuts"] = list(cuts)
     if width != 1:
-        if not _accepts(candidate.layer_states, "width"):
+        if not _accepts(cand_trace.layer_states, "width"):
             return None
         extra["width"] = width
-    cand_states = candidate.layer_states(tokens, prefix_len, **extra)
+    cand_states = cand_trace.layer_states(tokens, prefix_len, **extra)
     per_layer: list[dict[str, Any]] = []
     first: dict[str, Any] | None = None
     for layer, (ref, cand) in enumerate(zip(ref_states, cand_states, strict=True)):
@@ -347,8 +349,8 @@ def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> 
     """The steps of several tokens over a non-empty cache that reached `prefix_len`: between the
     check's cuts and the candidate's own chunk edges (LayoutEdges)."""
     edges = {c for c in cuts if 0 < c <= prefix_len}
-    if isinstance(candidate, LayoutEdges):
-        edges |= {e for e in candidate.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
+    if (layout := offered(candidate, LayoutEdges)) is not None:
+        edges |= {e for e in layout.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
     ordered = sorted(edges | {prefix_len})
     return [(a, b) for a, b in itertools.pairwise([0, *ordered]) if a > 0 and b - a > 1]
 
@@ -608,11 +610,8 @@ def traced_step(
     paths trace nothing, the replay diverges nowhere (state from before a reset, which a fresh
     session cannot replay) or the trace names no class: the model-level experiments stand then."""
     traced, _ = traced_reference(reference)
-    if (
-        traced is None
-        or not isinstance(candidate, LayerTracing)
-        or (width != 1 and not _accepts(candidate.layer_states, "width"))
-    ):
+    tracing = offered(candidate, LayerTracing)
+    if traced is None or tracing is None or (width != 1 and not _accepts(tracing.layer_states, "width")):
         return None
     cuts: list[int] = []
     done = 0

@@ -22,7 +22,7 @@ from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
 from gate.core.check import Outcome
 from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
-from gate.protocols import EngineServing
+from gate.protocols import EngineServing, offered
 
 if TYPE_CHECKING:
     from gate.core.check import CheckContext
@@ -42,8 +42,8 @@ class EnginePair(NamedTuple):
 
 def engine_pair(ctx: CheckContext, check: str) -> EnginePair | Outcome:
     """Both engines, or the `skip` outcome a check returns for a subject that is not an engine."""
-    reference, candidate = ctx.reference, ctx.candidate
-    if not isinstance(reference, EngineServing) or not isinstance(candidate, EngineServing):
+    reference, candidate = offered(ctx.reference, EngineServing), offered(ctx.candidate, EngineServing)
+    if reference is None or candidate is None:
         return Outcome("skip", f"{check} judges engines behind HTTP (adapter openai); this subject is not one")
     return EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k)
 

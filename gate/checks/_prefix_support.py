@@ -26,7 +26,7 @@ from gate.checks._compare import Tolerance, compare_rows
 from gate.checks._engine import common_prefix
 from gate.core.check import CheckContext, Outcome, Params
 from gate.prefix.cache import PrefixReply
-from gate.protocols import PREFIX_CAPABILITIES, PrefixServing
+from gate.protocols import PREFIX_CAPABILITIES, PrefixServing, offered
 
 C = TypeVar("C")
 
@@ -56,8 +56,8 @@ class NotPrefixCaching(TypeError):
 def prefix_candidate(ctx: CheckContext) -> PrefixServing:
     """The candidate as a prefix store, or a clear error naming the capability it lacks. A path written
     against the single `PrefixCaching` protocol of earlier releases is served through `LegacyStore`."""
-    if isinstance(ctx.candidate, PrefixServing):
-        return ctx.candidate
+    if (store := offered(ctx.candidate, PrefixServing)) is not None:
+        return store
     if all(callable(getattr(ctx.candidate, name, None)) for name in LEGACY_METHODS):
         legacy = ctx.candidate
         return ctx.cache.get(("legacy prefix store", legacy), lambda: LegacyStore(legacy))

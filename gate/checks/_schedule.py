@@ -37,7 +37,7 @@ import torch
 
 from gate.checks._compare import DENY_ALLOWANCE, Tolerance, compare_rows, random_tokens
 from gate.core.check import Memo
-from gate.protocols import ContinuousBatching, ContinuousSession, DecodePath, Session, subject_call
+from gate.protocols import ContinuousBatching, ContinuousSession, DecodePath, Session, offered, subject_call
 
 Op = tuple[Any, ...]
 
@@ -118,7 +118,8 @@ class ScheduleRunner:
     ) -> None:
         self.reference, self.candidate = reference, candidate
         self.slots = slots
-        self.continuous = isinstance(candidate, ContinuousBatching) and bool(candidate.continuous_batching)
+        self.continuous = offered(candidate, ContinuousBatching)
+        """The candidate as a continuous batcher, or None where it offers none (joins and leaves are skipped)."""
         self.vocab, self.batch, self.max_tokens, self.seed = vocab, batch, max_tokens, seed
         self.tol, self.bounded = tol, bounded
         self.edges = {k: tuple(e for e in v if e <= max_tokens + 1) for k, v in (edges or {}).items()}
@@ -165,11 +166,10 @@ class ScheduleRunner:
             kind = op[0]
             live = lives[active]
             if kind in ("join", "step", "leave"):
-                if not self.continuous:
+                if self.continuous is None:
                     continue
                 if running is None:
-                    assert isinstance(self.candidate, ContinuousBatching)
-                    running = self.candidate.new_continuous_session(self.slots)
+                    running = self.continuous.new_continuous_session(self.slots)
                 if kind == "leave":
                     if not joined:
                         continue

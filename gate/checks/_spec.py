@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gate.core.check import CheckContext
-from gate.protocols import SpeculativePath
+from gate.protocols import SpeculativePath, offered
 from gate.speculative.sampler import SpecStats
 
 
@@ -15,12 +15,13 @@ class NotSpeculative(TypeError):
 
 def speculative_candidate(ctx: CheckContext) -> SpeculativePath:
     """The candidate as a SpeculativePath, or a clear error naming the capability it lacks."""
-    if not isinstance(ctx.candidate, SpeculativePath):
+    sampler = offered(ctx.candidate, SpeculativePath)
+    if sampler is None:
         raise NotSpeculative(
             f"candidate path {ctx.candidate.name!r} offers no speculative sampling (gate.protocols.SpeculativePath: "
             "sample, target_next_token_probs, draft_next_token_probs, num_draft_tokens)"
         )
-    return ctx.candidate
+    return sampler
 
 
 def seeded_prompts(vocab: int, batch: int, length: int, seed: int, device: str) -> torch.Tensor:

@@ -54,12 +54,12 @@ EDGE_KINDS = ("block", "chunk", "window", "page")
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
     """The path's layout edges by kind: `LayoutEdges` when it offers it, else its flat
     `LayoutBoundaries` as one kind `layout`, else none."""
-    from gate.protocols import LayoutBoundaries, LayoutEdges
+    from gate.protocols import LayoutBoundaries, LayoutEdges, offered
 
-    if isinstance(path, LayoutEdges):
-        return {kind: tuple(sorted(set(edges))) for kind, edges in path.layout_edges().items() if edges}
-    if isinstance(path, LayoutBoundaries):
-        flat = tuple(sorted(set(path.layout_boundaries())))
+    if (layout := offered(path, LayoutEdges)) is not None:
+        return {kind: tuple(sorted(set(edges))) for kind, edges in layout.layout_edges().items() if edges}
+    if (bounded := offered(path, LayoutBoundaries)) is not None:
+        flat = tuple(sorted(set(bounded.layout_boundaries())))
         return {"layout": flat} if flat else {}
     return {}
 

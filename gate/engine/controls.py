@@ -28,7 +28,7 @@ from gate.core.result import ControlOutcome, ControlResult
 from gate.engine.generic_faults import Planted, plant
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.errors import SubjectCrash
-from gate.protocols import FaultVisibility
+from gate.protocols import FaultVisibility, offered
 
 UNASSERTED = "the assertion this fault breaks could not be made on this candidate"
 """How a control whose target assertion the check could not make here is reported (unobservable)."""
@@ -174,9 +174,8 @@ def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, st
 
 def invisible_reason(path: Any, fault: str) -> str | None:
     """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
-    if not isinstance(path, FaultVisibility):
-        return None
-    return path.invisible_faults().get(fault)
+    declared = offered(path, FaultVisibility)
+    return None if declared is None else declared.invisible_faults().get(fault)
 
 
 def _judged(

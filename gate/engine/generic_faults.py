@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gate.protocols import CacheCropping, WeightReloading
+from gate.protocols import CacheCropping, WeightReloading, offered
 
 if TYPE_CHECKING:
     import torch
@@ -198,14 +198,14 @@ class BlockTruncated(_Wrapped):
 
 
 def _needs_reload(path: DecodePath) -> str | None:
-    if isinstance(path, WeightReloading):
+    if offered(path, WeightReloading) is not None:
         return None
     return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
 
 
 def _needs_crop(path: DecodePath) -> str | None:
     session = path.new_session(1)
-    if isinstance(session, CacheCropping):
+    if offered(session, CacheCropping) is not None:
         return None
     return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"
 

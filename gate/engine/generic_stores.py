@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gate.protocols import PrefixServing
+from gate.protocols import PrefixServing, offered
 
 if TYPE_CHECKING:
     import torch
@@ -56,8 +56,8 @@ PATH_ATTRS = ("vocab_size", "max_len", "dtype", "uses_cache", "full_logits", "ne
 def as_store(path: Any) -> PrefixServing | None:
     """The path as a prefix store (a store written against the single protocol of earlier releases
     through `LegacyStore`, as the checks serve it), or None."""
-    if isinstance(path, PrefixServing):
-        return path
+    if (store := offered(path, PrefixServing)) is not None:
+        return store
     from gate.checks.planning import LEGACY_METHODS, LegacyStore
 
     if all(callable(getattr(path, name, None)) for name in LEGACY_METHODS):
@@ -393,14 +393,15 @@ class FaultySampler:
 
 def sampler_needs(path: DecodePath) -> str | None:
     """None when the path is a speculative sampler whose draft gives probabilities, else why not."""
-    from gate.protocols import SpeculativePath
+    from gate.protocols import SpeculativePath, offered
 
-    if not isinstance(path, SpeculativePath):
+    sampler = offered(path, SpeculativePath)
+    if sampler is None:
         return f"path {path.name} samples no drafts (no gate.plugin.SpeculativePath)"
     import torch
 
     try:
-        path.draft_next_token_probs(torch.zeros(1, 1, dtype=torch.long), temperature=1.0, top_k=None)
+        sampler.draft_next_token_probs(torch.zeros(1, 1, dtype=torch.long), temperature=1.0, top_k=None)
     except NotImplementedError:
         return f"the draft of {path.name} gives no probabilities (draft_next_token_probs), so no sampler can be wrapped"
     return None

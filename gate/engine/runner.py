@@ -42,7 +42,7 @@ from gate.errors import (
     SubjectCrash,
     UnavailableError,
 )
-from gate.protocols import ReleasesControls
+from gate.protocols import ReleasesControls, offered
 
 Log = Callable[[str], None]
 
@@ -480,9 +480,9 @@ def _settled_heap() -> Iterator[None]:
 
 def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[str], log: Log) -> None:
     """After a check, free what the controls no later check names hold (an engine's control servers)."""
-    if isinstance(candidate, ReleasesControls):
+    if (releasing := offered(candidate, ReleasesControls)) is not None:
         keep = {c.fault for p in later if p.check not in not_run for c in p.controls}
-        for freed in candidate.release_controls(keep):
+        for freed in releasing.release_controls(keep):
             log(f"  stopped {freed}: no later check uses it")
 
 
