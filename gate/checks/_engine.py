@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
+from gate.checks._lengths import NEW_TOKENS as NEW_TOKENS
+from gate.checks._lengths import clip_lengths as clip_lengths
+from gate.checks._lengths import geometry_lengths as geometry_lengths
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
 from gate.core.check import Outcome
 from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
@@ -27,8 +30,6 @@ from gate.protocols import EngineServing, offered
 if TYPE_CHECKING:
     from gate.core.check import CheckContext
     from gate.protocols import EngineCompletion, EngineServer
-
-NEW_TOKENS = 8
 
 
 class EnginePair(NamedTuple):
@@ -102,32 +103,6 @@ def reuse_block(path: EngineServing) -> int | None:
     above 1), else None (it reuses any prefix, or states no block)."""
     block = path.cache_geometry.block_size
     return block if block is not None and block > 1 else None
-
-
-def clip_lengths(lengths: list[int], limit: int) -> list[int]:
-    """Lengths clipped to `limit`, in order, without repeats."""
-    out: list[int] = []
-    for length in lengths:
-        clipped = max(1, min(length, limit))
-        if clipped not in out:
-            out.append(clipped)
-    return out
-
-
-def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[int]:
-    """Prefix lengths planned on an engine's reuse block: the edges of the first two blocks ±1, the
-    block's doublings up to the context, then the given lengths beyond the second block (the usual
-    long ones), all clipped to `limit`. With no block (or block 1: any prefix is reused) the given
-    lengths as they are."""
-    if block is None or block <= 1:
-        return sorted(clip_lengths(lengths, limit))
-    planned = [block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
-    multiple = 4 * block
-    while multiple <= limit:
-        planned.append(multiple)
-        multiple *= 2
-    planned += [x for x in lengths if x > 2 * block + 1]
-    return sorted(clip_lengths(planned, limit))
 
 
 PROBE_LENGTHS = (37, 113, 301, 400)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gate.checks._engine import NEW_TOKENS
+from gate.checks._lengths import NEW_TOKENS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability

@@ -1,0 +1,33 @@
+"""The lengths an engine check plans, torch-free: a check package's face (its params' defaults) reads
+them without importing the body's helpers (gate.checks._engine, which reaches torch)."""
+
+from __future__ import annotations
+
+NEW_TOKENS = 8
+"""Tokens an engine check asks for after each prompt."""
+
+
+def clip_lengths(lengths: list[int], limit: int) -> list[int]:
+    """Lengths clipped to `limit`, in order, without repeats."""
+    out: list[int] = []
+    for length in lengths:
+        clipped = max(1, min(length, limit))
+        if clipped not in out:
+            out.append(clipped)
+    return out
+
+
+def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[int]:
+    """Prefix lengths planned on an engine's reuse block: the edges of the first two blocks ±1, the
+    block's doublings up to the context, then the given lengths beyond the second block (the usual
+    long ones), all clipped to `limit`. With no block (or block 1: any prefix is reused) the given
+    lengths as they are."""
+    if block is None or block <= 1:
+        return sorted(clip_lengths(lengths, limit))
+    planned = [block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
+    multiple = 4 * block
+    while multiple <= limit:
+        planned.append(multiple)
+        multiple *= 2
+    planned += [x for x in lengths if x > 2 * block + 1]
+    return sorted(clip_lengths(planned, limit))
