@@ -112,70 +112,96 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+# checks: the decorator, its context and its records
 __all__ = [
-    "PREFIX_CAPABILITIES",
+    "CheckContext",
+    "CheckSpec",
+    "Outcome",
+    "Params",
+    "check",
+]
+
+# adapters and paths: what an adapter builds, and the subject call it reports
+__all__ += [
     "Adapter",
-    "AdapterUnavailable",
+    "DecodePath",
+    "PathCapabilities",
+    "Session",
+    "subject_call",
+]
+
+# capabilities: what a path offers (ask `offered` or `capabilities`, never isinstance), the protocols
+# that type each one, and the records they return
+__all__ += [
+    "PREFIX_CAPABILITIES",
     "AttentionProbe",
     "BatchedSession",
     "BatchedSessions",
-    "CacheCropping",
     "CacheGeometry",
-    "CacheIdentity",
     "Capability",
-    "CheckContext",
-    "CheckSpec",
     "ContinuousBatching",
     "ContinuousSession",
-    "ControlOutcome",
-    "ControlResult",
-    "DecodePath",
-    "EngineBadReply",
-    "EngineCacheNeverHit",
     "EngineCompletion",
-    "EngineCrashed",
-    "EngineError",
-    "EngineNotReady",
-    "EnginePortInUse",
     "EngineServer",
     "EngineServing",
     "EngineStream",
-    "EngineTimeout",
-    "EngineVocabMismatch",
-    "FaultVisibility",
-    "GateError",
-    "InputError",
     "KVGeometry",
     "LayerTracing",
     "LayoutBoundaries",
     "LayoutEdges",
     "LiveCounterpart",
-    "Outcome",
-    "Params",
-    "PathCapabilities",
     "PrefixBudget",
     "PrefixCaching",
     "PrefixHashing",
     "PrefixIdentityReport",
-    "PrefixReply",
     "PrefixServing",
     "PrefixSiblings",
     "PrefixSnapshots",
     "PrefixWeightUpdates",
-    "ReleasesControls",
+    "SpeculativePath",
+    "capabilities",
+    "offered",
+]
+
+# prefix store types (gate.prefix.cache, loaded on first use)
+__all__ += [
+    "CacheIdentity",
+    "PrefixReply",
     "RequestStats",
     "RestoreReport",
-    "Session",
+]
+
+# speculative types (gate.speculative.sampler, loaded on first use)
+__all__ += [
     "SpecStats",
-    "SpeculativePath",
     "SpeculativeSample",
+    "warp",
+]
+
+# errors
+__all__ += [
+    "AdapterUnavailable",
+    "EngineBadReply",
+    "EngineCacheNeverHit",
+    "EngineCrashed",
+    "EngineError",
+    "EngineNotReady",
+    "EnginePortInUse",
+    "EngineTimeout",
+    "EngineVocabMismatch",
+    "GateError",
+    "InputError",
     "SubjectCrash",
     "UnavailableError",
     "UnknownFault",
+]
+
+# controls: the optional capabilities that buy generic controls or shape them, and the control records
+__all__ += [
+    "CacheCropping",
+    "ControlOutcome",
+    "ControlResult",
+    "FaultVisibility",
+    "ReleasesControls",
     "WeightReloading",
-    "capabilities",
-    "check",
-    "offered",
-    "subject_call",
-    "warp",
 ]
