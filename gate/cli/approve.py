@@ -71,11 +71,11 @@ def command(
         )
     record = done.record
     verb = "already approved" if done.reused else "approved"
-    echo(f"{verb}: {directory} by {record['approver']} (key {record['keyid'][:16]})")
-    echo(f"  dossier digest sha256:{record['statement_sha256']}")
+    echo(f"{verb}: {directory} by {record.approver} (key {record.keyid[:16]})")
+    echo(f"  dossier digest sha256:{record.statement_sha256}")
     echo(
-        f"  evidence digest sha256:{record.get('evidence_sha256')}"
-        if record.get("evidence_sha256")
+        f"  evidence digest sha256:{record.evidence_sha256}"
+        if record.evidence_sha256
         else "  evidence digest: not bound (an older run)"
     )
     echo(f"  ledger {path} ({why}): entry #{done.entry.seq}")

@@ -19,8 +19,6 @@ verdict is awaiting-approval. Nothing here sees live objects: bytes, digests and
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 from collections.abc import Mapping
@@ -28,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,10 +39,9 @@ from gate.trust.attest import (
     Statement,
     Subject,
     check_files,
-    envelope_for,
-    pae,
     parse_statement,
     read_envelope,
+    verifies,
 )
 from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
 from gate.trust.predicate import RunPredicate
@@ -206,11 +202,6 @@ def approval_statement(
     )
 
 
-def sign_envelope(statement: Statement, key: Ed25519PrivateKey) -> dict[str, Any]:
-    """A DSSE envelope (as JSON) over the canonical statement, signed once with `key`."""
-    return envelope_for(statement, key).dump()
-
-
 def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) -> Statement:
     """The approved-dossier statement: the files a reviewer reads after approval, by sha256."""
     from gate._util.digest import sha256_file
@@ -246,7 +237,7 @@ def check_approved_files(
     except ValueError as err:
         return [], [f"{APPROVED_ENVELOPE}: {err}"]
     problems: list[str] = []
-    signers = [k for k, pub in counted.items() if any(_verifies(pub, payload, s.sig) for s in envelope.signatures)]
+    signers = [k for k, pub in counted.items() if any(verifies(pub, payload, s.sig) for s in envelope.signatures)]
     if not signers:
         problems.append(f"{APPROVED_ENVELOPE}: not signed by an approver whose approval counts")
     try:
@@ -262,6 +253,9 @@ def check_approved_files(
     matched: list[str] = []
     check_files(directory, files, matched, problems)
     return matched, problems
+
+
+MALFORMED = "the approval record is malformed"
 
 
 @dataclass
@@ -293,14 +287,14 @@ class ApprovalCheck:
 
 
 def verify_approval(
-    record: dict[str, Any],
+    record: ApprovalRecord | None,
     *,
     expected_statement: str | None = None,
     expected_evidence: str | None = None,
     trusted_keyids: list[str] | None = None,
     directory: Path | None = None,
 ) -> ApprovalCheck:
-    """Verify one approval record ({"public_key", "envelope", ...}) offline.
+    """Verify one approval record offline (None: an entry that holds no well-formed record).
 
     The envelope must be signed by the record's public key (and that key trusted, if a list is
     given), be an approval statement, and name `expected_statement` (the dossier it is shown with),
@@ -310,18 +304,21 @@ def verify_approval(
     carried approval: it signed the earlier run's attestation).
     """
     out = ApprovalCheck()
+    if record is None:
+        out.problems.append(MALFORMED)
+        return out
     try:
-        pub = public_key_from_b64(str(record["public_key"]))
-        envelope = Envelope.model_validate(record["envelope"])
+        pub = public_key_from_b64(record.public_key)
+        envelope = record.envelope
         payload = envelope.payload_bytes()
         statement = parse_statement(payload)
-    except (KeyError, TypeError, ValueError, ValidationError):
-        out.problems.append("the approval record is malformed")
+    except ValueError:
+        out.problems.append(MALFORMED)
         return out
     out.keyid = keyid(pub)
     if envelope.payloadType != PAYLOAD_TYPE:
         out.problems.append(f"approval payloadType is {envelope.payloadType!r}")
-    if not any(_verifies(pub, payload, s.sig) for s in envelope.signatures):
+    if not any(verifies(pub, payload, s.sig) for s in envelope.signatures):
         out.problems.append(f"the approval is not signed by key {out.keyid[:16]} (forged or wrong key)")
     if trusted_keyids is not None and out.keyid not in trusted_keyids:
         out.problems.append(f"approval key {out.keyid[:16]} is not a trusted approver key")
@@ -343,8 +340,8 @@ def verify_approval(
         out.problems.append("the approval names no run statement")
     if pred.decision != "approved" or pred.verdict != "awaiting-approval":
         out.problems.append(f"the approval is for a {pred.verdict!r} run, not an awaiting-approval one")
-    for key, signed in (("approver", pred.approver), ("reason", pred.reason)):
-        if key in record and record[key] != signed:
+    for key, shown, signed in (("approver", record.approver, pred.approver), ("reason", record.reason, pred.reason)):
+        if shown != signed:
             out.problems.append(f"the record's {key} differs from the signed statement's")
     if expected_statement is not None and out.statement_sha256 != expected_statement:
         if expected_evidence and out.evidence_sha256 == expected_evidence:
@@ -365,16 +362,6 @@ def verify_approval(
     return out
 
 
-def _verifies(pub: Ed25519PublicKey, payload: bytes, sig: object) -> bool:
-    if not isinstance(sig, str):
-        return False
-    try:
-        pub.verify(base64.b64decode(sig, validate=True), pae(PAYLOAD_TYPE, payload))
-    except (InvalidSignature, ValueError, binascii.Error):
-        return False
-    return True
-
-
 def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: ApprovalCheck) -> None:
     try:
         run = read_run_statement(directory)
@@ -384,64 +371,118 @@ def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: Approva
         return
     if run.sha256 != out.statement_sha256:
         out.problems.append(f"{directory}: its run statement is not the one approved")
-    elif not any(_verifies(pub, run.payload, s.sig) for s in envelope.signatures):
+    elif not any(verifies(pub, run.payload, s.sig) for s in envelope.signatures):
         out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
 
 
 # --- approval.json in the dossier -----------------------------------------------------------------
 
 
-def load_approvals(directory: Path) -> list[dict[str, Any]]:
-    """The approval records in DIR/approval.json (empty when there is none)."""
+class ApprovalRecord(BaseModel):
+    """One approval as approval.json holds it, and as its ledger entry carries it (with more keys about
+    the run): used both to write and to read it. What counts is the signed envelope; the plain fields
+    repeat it for a reader (`verify_approval` checks the approver and reason against it).
+
+    A record is written with the keys it was read with (`dump`), so approval.json keeps its bytes when
+    `gate approve` adds another approval (a record from before approvals bound evidence has no
+    evidence_sha256)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approver: str
+    """Who approves, as the record names them."""
+    reason: str
+    """Why."""
+    approved_at: str
+    """When (UTC)."""
+    statement_sha256: str | None
+    """sha256 of the run statement approved."""
+    evidence_sha256: str | None = None
+    """The approved run's evidence digest (gate.trust.evidence); None: the run binds none, or the
+    record is older than evidence binding."""
+    keyid: str
+    """Key id of the approver's key."""
+    public_key: str
+    """The approver's raw public key, base64."""
+    envelope: Envelope
+    """The approval statement (APPROVAL_PREDICATE) in a DSSE envelope signed by that key."""
+    ledger: dict[str, Any] | None = None
+    """The ledger receipt of the approval's entry (gate.trust.ledger.receipt); only in approval.json."""
+
+    @classmethod
+    def of_entry(cls, body: Mapping[str, Any]) -> ApprovalRecord | None:
+        """The record an approval entry's body carries (its other keys describe the run); None when
+        it carries no well-formed record."""
+        try:
+            return cls.model_validate({k: body[k] for k in RECORD_FIELDS if k in body})
+        except ValidationError:
+            return None
+
+    def dump(self) -> dict[str, Any]:
+        """The record as JSON, with the keys it was written or read with."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+RECORD_FIELDS = tuple(name for name in ApprovalRecord.model_fields if name != "ledger")
+"""The fields of an approval record (approval.json) that its ledger entry also keeps."""
+
+
+def load_approvals(directory: Path) -> list[ApprovalRecord]:
+    """The approval records in DIR/approval.json (empty when there is none); ApprovalRefused when
+    the file or a record in it is not readable."""
     path = directory / APPROVAL_FILE
     if not path.is_file():
         return []
     try:
-        data = json.loads(path.read_bytes())
-        records = data["approvals"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return ApprovalFile.model_validate_json(path.read_bytes()).approvals
+    except (OSError, ValueError):  # ValidationError is a ValueError
         raise ApprovalRefused(f"{path}: not a readable approval file") from None
-    return [r for r in records if isinstance(r, dict)]
 
 
-RECORD_FIELDS = (
-    "approver",
-    "reason",
-    "approved_at",
-    "statement_sha256",
-    "evidence_sha256",
-    "keyid",
-    "public_key",
-    "envelope",
-)
-"""The fields of an approval record (approval.json), also kept in its ledger entry."""
+class ApprovalFile(BaseModel):
+    """DIR/approval.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approvals: list[ApprovalRecord]
+
+    def dump(self) -> bytes:
+        """The file's bytes."""
+        return (json.dumps({"approvals": [r.dump() for r in self.approvals]}, indent=2) + "\n").encode()
 
 
-def approval_record(envelope: dict[str, Any], key: Ed25519PrivateKey, statement: Statement) -> dict[str, Any]:
+def write_approvals(directory: Path, records: list[ApprovalRecord]) -> Path:
+    """Write DIR/approval.json holding `records` (atomically)."""
+    from gate._util.atomic import write_bytes_atomic
+
+    return write_bytes_atomic(directory / APPROVAL_FILE, ApprovalFile(approvals=records).dump())
+
+
+def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: Statement) -> ApprovalRecord:
+    """The record of an approval signed with `key`: the statement's approver, reason and digests."""
     pred = ApprovalPredicate.model_validate(statement.predicate)
-    return {
-        "approver": pred.approver,
-        "reason": pred.reason,
-        "approved_at": pred.approved_at,
-        "statement_sha256": pred.run_statement_sha256,
-        "evidence_sha256": pred.evidence_sha256,
-        "keyid": keyid(key.public_key()),
-        "public_key": public_key_b64(key.public_key()),
-        "envelope": envelope,
-    }
+    return ApprovalRecord(
+        approver=pred.approver,
+        reason=pred.reason,
+        approved_at=pred.approved_at,
+        statement_sha256=pred.run_statement_sha256,
+        evidence_sha256=pred.evidence_sha256,
+        keyid=keyid(key.public_key()),
+        public_key=public_key_b64(key.public_key()),
+        envelope=envelope,
+    )
 
 
-def display_rows(record: dict[str, Any]) -> dict[str, str]:
+def display_rows(record: ApprovalRecord) -> dict[str, str]:
     """One approval as the dossier's 'Waivers and approvals' section shows it (build_report approvals)."""
-    ledger = record.get("ledger") or {}
-    entry = ledger.get("entry") or {}
+    entry = (record.ledger or {}).get("entry") or {}
     return {
-        "approver": str(record.get("approver", "")),
-        "reason": str(record.get("reason", "")),
-        "approved at": str(record.get("approved_at", "")),
-        "key id": str(record.get("keyid", "")),
-        "dossier digest": f"sha256:{record.get('statement_sha256', '')}",
-        "evidence digest": f"sha256:{record['evidence_sha256']}" if record.get("evidence_sha256") else "not bound",
+        "approver": record.approver,
+        "reason": record.reason,
+        "approved at": record.approved_at,
+        "key id": record.keyid,
+        "dossier digest": f"sha256:{record.statement_sha256}",
+        "evidence digest": f"sha256:{record.evidence_sha256}" if record.evidence_sha256 else "not bound",
         "ledger entry": f"#{entry.get('seq')} ({str(entry.get('hash', ''))[:16]})" if entry else "not recorded",
         "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
@@ -456,6 +497,8 @@ __all__ = [
     "PREDICATE_TYPE",
     "RECORD_FIELDS",
     "ApprovalCheck",
+    "ApprovalFile",
+    "ApprovalRecord",
     "ApprovalRefused",
     "RunStatement",
     "approval_record",
@@ -465,6 +508,6 @@ __all__ = [
     "display_rows",
     "load_approvals",
     "read_run_statement",
-    "sign_envelope",
     "verify_approval",
+    "write_approvals",
 ]

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -29,8 +28,8 @@ from gate.trust.approvals import (
     APPROVED_ENVELOPE,
     APPROVED_HTML,
     APPROVED_MD,
-    RECORD_FIELDS,
     ApprovalPredicate,
+    ApprovalRecord,
     ApprovalRefused,
     RunStatement,
     approval_record,
@@ -39,8 +38,8 @@ from gate.trust.approvals import (
     display_rows,
     load_approvals,
     read_run_statement,
-    sign_envelope,
     verify_approval,
+    write_approvals,
 )
 from gate.trust.attest import ENVELOPE_NAME, add_signature, envelope_for, read_envelope, verify_envelope, write_envelope
 from gate.trust.keys import keyid, load_private_key
@@ -75,7 +74,7 @@ def dossier_lock(directory: Path) -> Iterator[None]:
 class Approved:
     """What `approve` did."""
 
-    record: dict[str, Any]
+    record: ApprovalRecord
     """The approval record written to approval.json (envelope, public key, ledger receipt)."""
     entry: Entry
     written: list[Path]
@@ -194,24 +193,18 @@ def approve(
             )
             checkpoint = ledger.checkpoint(entry.seq)
             assert checkpoint is not None
-            record["ledger"] = receipt(ledger, entry, checkpoint)
+            record.ledger = receipt(ledger, entry, checkpoint)
         add_signature(directory / ENVELOPE_NAME, key_path)
         records = [
-            r
-            for r in load_approvals(directory)
-            if not (r.get("keyid") == record["keyid"] and r.get("statement_sha256") == run.sha256)
+            r for r in load_approvals(directory) if not (r.keyid == record.keyid and r.statement_sha256 == run.sha256)
         ]
         records.append(record)
-        written = [
-            write_bytes_atomic(
-                directory / APPROVAL_FILE, (json.dumps({"approvals": records}, indent=2) + "\n").encode()
-            )
-        ]
+        written = [write_approvals(directory, records)]
         check = verify_approval(record, expected_statement=run.sha256, directory=directory)
         if not check.ok:  # a bug, not a user error: say so loudly
             raise ApprovalRefused("the approval just written does not verify: " + "; ".join(check.problems))
         written += render_approved(directory, records, trust.policy.required_approvals)
-        statement = approved_statement(directory, run, [str(r.get("keyid")) for r in records])
+        statement = approved_statement(directory, run, [r.keyid for r in records])
         written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
     return Approved(
         record,
@@ -233,20 +226,20 @@ def _append_or_reuse(
     reason: str,
     signers: list[str],
     trust: Trust,
-) -> tuple[Entry, bool, dict[str, Any]]:
+) -> tuple[Entry, bool, ApprovalRecord]:
     """Append the approval, unless this key already approved this dossier (then reuse that entry)."""
     mine = keyid(key.public_key())
     for entry in ledger.entries(APPROVAL_KIND):
-        body = entry.body
-        if body.get("statement_sha256") == run.sha256 and body.get("keyid") == mine:
-            return entry, True, {k: body.get(k) for k in RECORD_FIELDS}
+        found = ApprovalRecord.of_entry(entry.body)
+        if found is not None and found.statement_sha256 == run.sha256 and found.keyid == mine:
+            return entry, True, found
     statement = approval_statement(
         run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers, trust=trust.sha256
     )
-    record = approval_record(sign_envelope(statement, key), key, statement)
+    record = approval_record(envelope_for(statement, key), key, statement)
     pred = ApprovalPredicate.model_validate(statement.predicate)
     payload = {
-        **record,
+        **record.dump(),
         "trust_policy": trust.digest,
         "run_entry": run_entry.seq if run_entry else None,
         "dossier_dir": str(directory.resolve()),
@@ -308,7 +301,7 @@ def carry_over(
     if not (is_url(ledger_path) or ledger_path.is_file()):
         return None
     run_key = keyid(load_private_key(sign_key).public_key())
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, ApprovalRecord] = {}
     names: dict[str, str] = {}
     seqs: dict[str, int] = {}
     notes: list[str] = []
@@ -316,10 +309,10 @@ def carry_over(
         require_verified(ledger, "no approval in it can be trusted")
         revoked = read_revocations(ledger, trust)
         for entry in ledger.entries(APPROVAL_KIND):
-            body = entry.body
-            if body.get("evidence_sha256") != run.evidence:
+            found = ApprovalRecord.of_entry(entry.body)
+            if entry.body.get("evidence_sha256") != run.evidence:
                 continue
-            check = verify_approval(body, expected_statement=run.sha256, expected_evidence=run.evidence)
+            check = verify_approval(found, expected_statement=run.sha256, expected_evidence=run.evidence)
             problems = approval_problems(check, trust, revoked, entry.time, [run_key])
             if problems:
                 notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
@@ -328,27 +321,25 @@ def carry_over(
             if checkpoint is None:
                 notes.append(f"approval #{entry.seq}: no signed checkpoint covers it")
                 continue
-            record = {k: body.get(k) for k in RECORD_FIELDS}
-            record["ledger"] = receipt(ledger, entry, checkpoint)
-            records[check.keyid] = record
+            assert found is not None  # it verified
+            found.ledger = receipt(ledger, entry, checkpoint)
+            records[check.keyid] = found
             names[check.keyid] = trust.name_of(check.keyid) or check.approver
             seqs[check.keyid] = entry.seq
     carried = Carried(sorted(set(names.values())), trust.policy.required_approvals, sorted(seqs.values()), notes, [])
     if not records:
         return carried
     mine = list(records.values())
-    carried.written.append(
-        write_bytes_atomic(directory / APPROVAL_FILE, (json.dumps({"approvals": mine}, indent=2) + "\n").encode())
-    )
+    carried.written.append(write_approvals(directory, mine))
     carried.written += render_approved(directory, mine, trust.policy.required_approvals, final_dir=final_dir)
-    statement = approved_statement(directory, run, [str(r.get("keyid")) for r in mine])
+    statement = approved_statement(directory, run, [r.keyid for r in mine])
     key = load_private_key(sign_key)
     carried.written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
     return carried
 
 
 def render_approved(
-    directory: Path, records: list[dict[str, Any]], required: int = 1, *, final_dir: Path | None = None
+    directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> list[Path]:
     """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals.
 
@@ -366,9 +357,7 @@ def render_approved(
     envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
     first = envelope.signatures[0].keyid if envelope.signatures else ""
     mine = [
-        r
-        for r in records
-        if r.get("statement_sha256") == run.sha256 or (run.evidence and r.get("evidence_sha256") == run.evidence)
+        r for r in records if r.statement_sha256 == run.sha256 or (run.evidence and r.evidence_sha256 == run.evidence)
     ]
     data = build_report(
         result,

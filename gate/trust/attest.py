@@ -206,7 +206,8 @@ def read_envelope(path: Path) -> tuple[Envelope, bytes]:
         raise ValueError(f"{path.name}: {err}") from None
 
 
-def _verifies(public_key: Ed25519PublicKey, payload_type: str, payload: bytes, sig: Any) -> bool:
+def verifies(public_key: Ed25519PublicKey, payload: bytes, sig: Any, payload_type: str = PAYLOAD_TYPE) -> bool:
+    """Whether `sig` (base64) is `public_key`'s signature over PAE(payload_type, payload)."""
     if not isinstance(sig, str):
         return False
     try:
@@ -229,7 +230,7 @@ def add_signature(envelope_path: Path, key_path: Path) -> str:
     if envelope.payloadType != PAYLOAD_TYPE:
         raise InputError(str(envelope_path), f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}")
     public = key.public_key()
-    if any(_verifies(public, PAYLOAD_TYPE, payload, existing.sig) for existing in envelope.signatures):
+    if any(verifies(public, payload, existing.sig) for existing in envelope.signatures):
         return keyid(public)
     envelope.signatures.append(DsseSignature.model_validate(_signature(key, payload)))
     write_envelope(envelope_path, envelope)
@@ -399,9 +400,7 @@ def verify_envelope(
         report.failures.append(f"payloadType is {envelope.payloadType!r}, expected {PAYLOAD_TYPE!r}")
     matched: set[int] = set()
     for label, key in keys.items():
-        hits = [
-            i for i, sig in enumerate(envelope.signatures) if _verifies(key, envelope.payloadType, payload, sig.sig)
-        ]
+        hits = [i for i, sig in enumerate(envelope.signatures) if verifies(key, payload, sig.sig, envelope.payloadType)]
         signer = Signer(label=label, keyid=keyid(key), index=hits[0] if hits else -1)
         (report.signed_by if hits else report.unsigned_keys).append(signer)
         matched.update(hits)

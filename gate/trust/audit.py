@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gate.errors import InputError
-from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, verify_approval
+from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, ApprovalRecord, verify_approval
 from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
@@ -86,7 +86,7 @@ def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None
     """Why one entry is not trusted on its own (empty: trusted). Without `trust`, only signatures."""
     body = entry.body
     if entry.kind == APPROVAL_KIND:
-        check = verify_approval(body, expected_statement=str(body.get("statement_sha256")))
+        check = verify_approval(ApprovalRecord.of_entry(body), expected_statement=str(body.get("statement_sha256")))
         problems = list(check.problems)
         run = body.get("run_entry")
         if run is not None and statements.get(int(run)) != body.get("statement_sha256"):
@@ -326,7 +326,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
         if _check_recorded_files(item):
-            inputs = [ApprovalInput(a.body, f"approval #{a.seq}", a.time) for a in item.approvals]
+            inputs = [ApprovalInput.of_entry(a) for a in item.approvals]
             asked = ref if ref_matches(recorded_commit, ref) else None
             item.check = check_run(out, trust, commit=asked, revocations=revoked, run_time=run.time, approvals=inputs)
             judge_waivers(item.check, ledger, trust, run.time)

@@ -13,13 +13,13 @@ a deny check. A waiver that does not count leaves the run authentic but not depl
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
+from gate.core.result import CheckResult
 from gate.errors import EXIT_NOT_DEPLOYABLE
 from gate.trust.ledger import Ledger
 from gate.trust.ledger_store import LedgerError
 from gate.trust.policy import Trust
-from gate.trust.verify_run import Finding, RunCheck, read_results
+from gate.trust.verify_run import Finding, RunCheck, read_results, waived_checks
 from gate.trust.waivers import RecordedWaiver, verified_waivers
 
 
@@ -36,9 +36,13 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
         out.waivers_count = False
         return
     results = read_results(out.directory)
-    name = str((results.get("manifest") or {}).get("name"))
-    sha = str((results.get("manifest_digest") or {}).get("sha256"))
-    when = run_time or str(results.get("finished_at") or "")
+    if results is None:  # it named waived checks, so it was read: only a file changed since fails here
+        add(Finding(False, "waivers: results.json is no longer readable"))
+        out.waivers_count = False
+        return
+    name = str(results.manifest.get("name"))
+    sha = results.manifest_digest.sha256
+    when = run_time or results.finished_at
     try:
         day = datetime.fromisoformat(when).date()
     except ValueError:
@@ -46,36 +50,32 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
         out.waivers_count = False
         return
     counted = True
-    for check in results.get("checks") or []:
-        if check.get("status") != "waived":
-            continue
+    for check in waived_checks(results):
         mine = [
             w
             for w in judged
-            if w.grant.check == check.get("check") and w.grant.manifest_name == name and w.grant.manifest_sha256 == sha
+            if w.grant.check == check.check and w.grant.manifest_name == name and w.grant.manifest_sha256 == sha
         ]
         ok, why = _covers(mine, check, trust, day.isoformat(), when)
-        add(Finding(True if ok else None, f"waiver of {check.get('check')}: {why}"))
+        add(Finding(True if ok else None, f"waiver of {check.check}: {why}"))
         counted = counted and ok
     out.waivers_count = counted
 
 
-def _covers(
-    waivers: list[RecordedWaiver], check: dict[str, Any], trust: Trust, day: str, when: str
-) -> tuple[bool, str]:
+def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day: str, when: str) -> tuple[bool, str]:
     """Whether these waivers of one check cover it at the run's time, and why (or why not)."""
     from datetime import date
 
     on = date.fromisoformat(day)
     before = [w for w in waivers if w.granted_at <= when]
     good = [w for w in before if w.problem is None and w.active_on(on)]
-    need = trust.policy.required_waiver_approvals if check.get("severity") == "deny" else 1
+    need = trust.policy.required_waiver_approvals if check.severity == "deny" else 1
     signers = sorted({w.signer for w in good})
     if len(signers) >= need:
         ids = ", ".join(f"#{w.id}" for w in good)
         return True, f"counts under the verifier's trust policy (ledger {ids}, signed by {', '.join(signers)})"
-    recorded: dict[str, Any] = check["waiver"] if isinstance(check.get("waiver"), dict) else {}
-    named = [w for w in waivers if w.id == recorded.get("ledger_id")]
+    recorded = check.waiver.ledger_id if check.waiver is not None else None
+    named = [w for w in waivers if w.id == recorded]
     if named and named[0].problem is not None:
         why = f"ledger #{named[0].id} is not trusted under the verifier's trust policy: {named[0].problem}"
     elif named and not named[0].active_on(on):

@@ -24,16 +24,24 @@ or PASS WITH WAIVERS whose every waiver counts under the verifier's trust policy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gate.trust.approvals import ApprovalCheck, check_approved_files, load_approvals, verify_approval
+from gate.core.manifest import ClaimLevel, Intervention
+from gate.core.result import CheckResult, GateResult, Status
+from gate.trust.approvals import ApprovalCheck, ApprovalRecord, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import Statement, verify_envelope
 from gate.trust.policy import Trust
 from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.revocation import Revocations
+
+if TYPE_CHECKING:
+    from gate.trust.ledger import Entry
+
+_E = TypeVar("_E", bound=Enum)
 
 MIN_REF = 7
 """Shortest commit or digest prefix accepted (git's short hash)."""
@@ -54,9 +62,15 @@ class Finding:
 class ApprovalInput:
     """An approval record to judge, where it came from, and when it was signed (None: unknown)."""
 
-    record: dict[str, Any]
+    record: ApprovalRecord | None
+    """None: a ledger entry that holds no well-formed record (it is reported, and does not count)."""
     label: str
     at: str | None = None
+
+    @classmethod
+    def of_entry(cls, entry: Entry) -> ApprovalInput:
+        """The approval a ledger entry holds, labelled by its number, at its time."""
+        return cls(ApprovalRecord.of_entry(entry.body), f"approval #{entry.seq}", entry.time)
 
 
 @dataclass
@@ -216,17 +230,28 @@ def check_run(
     return out
 
 
-def is_approximate(intervention: Any, claim: Any) -> bool:
+def is_approximate(intervention: Intervention | None, claim: ClaimLevel | None) -> bool:
     """The verifier's decision: a bounded-degradation claim, or an intervention the built-in
     policies call approximate (a run's own --policy-dir cannot say otherwise)."""
     from gate.core.policy import load_policies
 
-    level = claim.get("level") if isinstance(claim, dict) else claim
-    if level == "bounded-degradation":
+    if claim is ClaimLevel.bounded_degradation:
         return True
-    rules = {str(k.value): v for k, v in load_policies([]).interventions.items()}
-    rule = rules.get(str(intervention))
+    rule = load_policies([]).interventions.get(intervention) if intervention is not None else None
     return bool(rule.approximate) if rule is not None else False
+
+
+def signed_change(pred: RunPredicate) -> tuple[Intervention | None, ClaimLevel | None]:
+    """The intervention and claim level a run predicate signs, as gate's types (None: absent, or a
+    value gate does not know, which no built-in policy calls approximate)."""
+    return _known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level)
+
+
+def _known(kind: type[_E], value: str | None) -> _E | None:
+    try:
+        return kind(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _check_results(out: RunCheck, trust: Trust) -> None:
@@ -235,7 +260,7 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
     assert out.statement is not None
     pred = out.predicate or RunPredicate()
     add = out.findings.append
-    out.approximate = is_approximate(pred.intervention, pred.claim)
+    out.approximate = is_approximate(*signed_change(pred))
     if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
         add(
             Finding(
@@ -245,10 +270,12 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
             )
         )
     results = read_results(out.directory)
-    out.waived = [str(c.get("check")) for c in results.get("checks") or [] if c.get("status") == "waived"]
-    used = results.get("trust_policy") or {}
-    if trust.names_bound and used.get("sha256") and used.get("sha256") != trust.sha256:
-        out.other_policy = f"{used.get('path')} (sha256 {str(used.get('sha256'))[:16]})"
+    if results is None:
+        add(Finding(False, "results.json: not readable as gate's result record, so its waivers cannot be judged"))
+    out.waived = [c.check for c in waived_checks(results)]
+    used = results.trust_policy if results is not None else None
+    if trust.names_bound and used is not None and used.sha256 and used.sha256 != trust.sha256:
+        out.other_policy = f"{used.path} (sha256 {used.sha256[:16]})"
         add(
             Finding(
                 None,
@@ -258,15 +285,18 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
         )
 
 
-def read_results(directory: Path) -> dict[str, Any]:
-    """DIR/results.json as a dict (the attestation has checked its digest); {} when unreadable."""
-    import json
-
+def read_results(directory: Path) -> GateResult | None:
+    """DIR/results.json, gate's result record (the attestation has checked its digest); None when
+    it is unreadable or not a result record."""
     try:
-        data = json.loads((directory / "results.json").read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return GateResult.model_validate_json((directory / "results.json").read_bytes())
+    except (OSError, ValueError, RecursionError):  # ValidationError is a ValueError
+        return None
+
+
+def waived_checks(results: GateResult | None) -> list[CheckResult]:
+    """The checks the results say were waived (none when there are no results)."""
+    return [c for c in results.checks if c.status is Status.waived] if results is not None else []
 
 
 def _label(trust: Trust, keyid: str) -> str:
@@ -358,7 +388,7 @@ def _check_approvals(
         add(Finding(False, problem))
 
 
-def _records(out: RunCheck, directory: Path) -> list[dict[str, Any]]:
+def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:
     from gate.trust.approvals import ApprovalRefused
 
     try:
@@ -377,4 +407,6 @@ __all__ = [
     "is_approximate",
     "read_results",
     "ref_matches",
+    "signed_change",
+    "waived_checks",
 ]

@@ -12,16 +12,18 @@ from click.testing import CliRunner
 from gate.cli.main import cli
 from gate.trust.approvals import (
     APPROVAL_FILE,
+    RECORD_FIELDS,
+    ApprovalFile,
+    ApprovalRecord,
     ApprovalRefused,
     approval_record,
     approval_statement,
     load_approvals,
     read_run_statement,
-    sign_envelope,
     verify_approval,
 )
 from gate.trust.approve import APPROVED_HTML, approve
-from gate.trust.attest import ENVELOPE_NAME, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, envelope_for, verify_envelope
 from gate.trust.keys import generate_keypair, keyid, load_private_key
 from gate.trust.ledger import Ledger
 from tests.trust.runs import quant_manifest, signed_run
@@ -92,11 +94,11 @@ def test_approval_is_a_second_signature_a_signed_statement_a_ledger_entry_and_sh
         trusted_keyids=[keyid(load_private_key(keys["alice.key"]).public_key())],
     )
     assert check.ok, check.problems
-    assert (check.approver, record["ledger"]["entry"]["seq"]) == ("alice", done.entry.seq)
+    assert (check.approver, (record.ledger or {})["entry"]["seq"]) == ("alice", done.entry.seq)
     # 3. the ledger entry carries the same envelope
     with Ledger.open(ledger, writable=False) as opened:
         body = opened.get(done.entry.seq).body  # type: ignore[union-attr]
-    assert body["envelope"] == record["envelope"] and body["commit"] == COMMIT and body["run_entry"] == 1
+    assert body["envelope"] == record.envelope.dump() and body["commit"] == COMMIT and body["run_entry"] == 1
     # 4. the dossier shows it (the signed dossier.html itself is unchanged and still verifies)
     html = (out / APPROVED_HTML).read_text()
     assert "APPROVED" in html and "alice" in html and "retrieval bound 0.962 holds" in html
@@ -136,7 +138,7 @@ def test_the_run_must_be_signed_by_a_run_signer(tmp_path: Path, keys: dict[str, 
     with pytest.raises(ApprovalRefused, match="does not verify"):
         _approve(out, keys, ledger)
     unrecorded = _run(tmp_path, keys, None)  # the trust policy, not the ledger, names the run signers
-    assert _approve(unrecorded, keys, ledger).record["approver"] == "alice"
+    assert _approve(unrecorded, keys, ledger).record.approver == "alice"
 
 
 def test_the_run_signing_key_cannot_approve_its_own_run(
@@ -161,19 +163,19 @@ def test_forged_approvals_are_refused(tmp_path: Path, keys: dict[str, Path], led
     statement = approval_statement(
         read_run_statement(out), approver="alice", reason="ship it", approved_at="now", run_signers=[]
     )
-    forged = approval_record(sign_envelope(statement, mallory), alice, statement)
+    forged = approval_record(envelope_for(statement, mallory), alice, statement)
     check = verify_approval(forged, expected_statement=digest)
     assert not check.ok and "forged or wrong key" in " ".join(check.problems)
 
     # mallory signs with her own key: self-consistent, but not a trusted approver
-    own = approval_record(sign_envelope(statement, mallory), mallory, statement)
+    own = approval_record(envelope_for(statement, mallory), mallory, statement)
     assert verify_approval(own, expected_statement=digest).ok
     check = verify_approval(own, expected_statement=digest, trusted_keyids=[alice_id], directory=out)
     assert "not a trusted approver key" in " ".join(check.problems)
     assert "no signature by the approver's key" in " ".join(check.problems)
 
     # the genuine record with its reason edited
-    edited = {**record, "reason": "approved by the CTO"}
+    edited = record.model_copy(update={"reason": "approved by the CTO"})
     assert "differs from the signed statement" in " ".join(verify_approval(edited).problems)
 
 
@@ -230,3 +232,34 @@ def test_a_rerun_into_the_same_directory_drops_the_old_approval(
     assert rerun.exit_code == 4, rerun.output
     assert not (out / APPROVAL_FILE).exists() and not (out / APPROVED_HTML).exists()
     assert not (out / "ledger.json").exists()  # this run was not recorded: no receipt from the last one
+
+
+def test_approval_records_keep_their_bytes_in_approval_json_and_the_ledger(
+    tmp_path: Path, keys: dict[str, Path], ledger: Path
+) -> None:
+    out = _run(tmp_path, keys, ledger)
+    done = _approve(out, keys, ledger)
+    written = (out / APPROVAL_FILE).read_bytes()
+    (record,) = load_approvals(out)
+    assert ApprovalFile(approvals=[record]).dump() == written
+    # the ledger entry holds the record's fields (and more about the run); read back, they are the same
+    with Ledger.open(ledger, writable=False) as opened:
+        body = opened.get(done.entry.seq).body  # type: ignore[union-attr]
+    from_entry = ApprovalRecord.of_entry(body)
+    assert from_entry is not None and from_entry.dump() == {k: body[k] for k in RECORD_FIELDS}
+    assert from_entry.dump() == {k: v for k, v in record.dump().items() if k != "ledger"}
+    # a record written before approvals bound evidence has no evidence_sha256: it is written back without one
+    old = json.loads(written)
+    del old["approvals"][0]["evidence_sha256"]
+    older = (json.dumps(old, indent=2) + "\n").encode()
+    (out / APPROVAL_FILE).write_bytes(older)
+    (record,) = load_approvals(out)
+    assert record.evidence_sha256 is None and ApprovalFile(approvals=[record]).dump() == older
+    assert verify_approval(record, expected_statement=read_run_statement(out).sha256, directory=out).ok
+    # an unknown key is refused (extra=forbid), as is a record whose envelope is not one
+    for bad in ({**old["approvals"][0], "approved": True}, {**old["approvals"][0], "envelope": {"payload": 1}}):
+        (out / APPROVAL_FILE).write_text(json.dumps({"approvals": [bad]}))
+        with pytest.raises(ApprovalRefused, match="not a readable approval file"):
+            load_approvals(out)
+    assert ApprovalRecord.of_entry({**body, "envelope": "x"}) is None
+    assert "the approval record is malformed" in verify_approval(None).problems

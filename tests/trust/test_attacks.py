@@ -25,9 +25,8 @@ from gate.trust.approvals import (
     approval_record,
     approval_statement,
     read_run_statement,
-    sign_envelope,
 )
-from gate.trust.attest import ENVELOPE_NAME
+from gate.trust.attest import ENVELOPE_NAME, envelope_for
 from gate.trust.keys import load_private_key
 from gate.trust.ledger import Ledger, record_run
 from gate.trust.waivers import WAIVER_KIND
@@ -137,7 +136,7 @@ def test_forged_identity_a_fresh_key_approves_as_alice(
     statement = approval_statement(run, approver="alice", reason="lgtm", approved_at=now_utc(), run_signers=[])
     key = load_private_key(keys["mallory.key"])
     with Ledger.open(ledger) as opened:
-        opened.append(APPROVAL_KIND, approval_record(sign_envelope(statement, key), key, statement))
+        opened.append(APPROVAL_KIND, approval_record(envelope_for(statement, key), key, statement).dump())
     traced = gate("audit", "trace", NEW, "--ledger", ledger, "--trust", trust)
     assert "APPROVED by alice" not in traced.output
     assert "AWAITING APPROVAL" in traced.output and "not in the trust policy" in traced.output, traced.output
@@ -188,7 +187,7 @@ def test_one_untrusted_entry_does_not_block_unrelated_audits(
     statement = approval_statement(run, approver="mallory", reason="x", approved_at=now_utc(), run_signers=[])
     key = load_private_key(keys["mallory.key"])
     with Ledger.open(ledger) as opened:
-        bad, _ = opened.append(APPROVAL_KIND, approval_record(sign_envelope(statement, key), key, statement))
+        bad, _ = opened.append(APPROVAL_KIND, approval_record(envelope_for(statement, key), key, statement).dump())
     traced = gate("audit", "trace", OLD, "--ledger", ledger, "--trust", trust)
     assert traced.exit_code == 0, traced.output
     assert "APPROVED by alice" in traced.output

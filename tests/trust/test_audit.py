@@ -234,7 +234,8 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
 
 
 def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -> None:
-    from gate.trust.approvals import approval_record, approval_statement, read_run_statement, sign_envelope
+    from gate.trust.approvals import approval_record, approval_statement, read_run_statement
+    from gate.trust.attest import envelope_for
     from gate.trust.keys import load_private_key
     from gate.trust.ledger import Ledger
 
@@ -246,9 +247,9 @@ def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -
         approved_at="2030-06-01T11:00:00+00:00",
         run_signers=[],
     )
-    record = approval_record(sign_envelope(statement, run_key), run_key, statement)
+    record = approval_record(envelope_for(statement, run_key), run_key, statement)
     with Ledger.open(world["ledger"]) as ledger:
-        ledger.append("approval", {**record, "run_entry": 2})
+        ledger.append("approval", {**record.dump(), "run_entry": 2})
     traced = gate("audit", "trace", COMMIT, "--ledger", world["ledger"])
     assert traced.exit_code == 0, traced.output  # reported and ignored: it cannot block the audit
     assert "approval #4: approval by ci" in traced.output and "approved by the key that signed the run" in traced.output
