@@ -44,6 +44,7 @@ from gate.trust.attest import (
     verifies,
 )
 from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
+from gate.trust.ledger import Receipt
 from gate.trust.predicate import RunPredicate
 
 APPROVAL_KIND = "approval"
@@ -406,8 +407,8 @@ class ApprovalRecord(BaseModel):
     """The approver's raw public key, base64."""
     envelope: Envelope
     """The approval statement (APPROVAL_PREDICATE) in a DSSE envelope signed by that key."""
-    ledger: dict[str, Any] | None = None
-    """The ledger receipt of the approval's entry (gate.trust.ledger.receipt); only in approval.json."""
+    ledger: Receipt | None = None
+    """The ledger receipt of the approval's entry; only in approval.json."""
 
     @classmethod
     def of_entry(cls, body: Mapping[str, Any]) -> ApprovalRecord | None:
@@ -475,7 +476,7 @@ def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: State
 
 def display_rows(record: ApprovalRecord) -> dict[str, str]:
     """One approval as the dossier's 'Waivers and approvals' section shows it (build_report approvals)."""
-    entry = (record.ledger or {}).get("entry") or {}
+    entry = record.ledger.entry if record.ledger is not None else None
     return {
         "approver": record.approver,
         "reason": record.reason,
@@ -483,7 +484,7 @@ def display_rows(record: ApprovalRecord) -> dict[str, str]:
         "key id": record.keyid,
         "dossier digest": f"sha256:{record.statement_sha256}",
         "evidence digest": f"sha256:{record.evidence_sha256}" if record.evidence_sha256 else "not bound",
-        "ledger entry": f"#{entry.get('seq')} ({str(entry.get('hash', ''))[:16]})" if entry else "not recorded",
+        "ledger entry": f"#{entry.seq} ({entry.hash[:16]})" if entry is not None else "not recorded",
         "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
 

@@ -11,7 +11,6 @@ transaction, so parallel `gate approve`s lose no signature or record and one key
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +42,7 @@ from gate.trust.approvals import (
 )
 from gate.trust.attest import ENVELOPE_NAME, add_signature, envelope_for, read_envelope, verify_envelope, write_envelope
 from gate.trust.keys import keyid, load_private_key
-from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, receipt
+from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, Receipt, receipt
 from gate.trust.ledger_store import is_url
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust
@@ -98,10 +97,10 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
     if os.environ.get(ENV_LEDGER):
         return resolve_ledger_path(None), f"${ENV_LEDGER}"
     try:
-        recorded = json.loads((directory / RECEIPT).read_bytes()).get("ledger")
-    except (OSError, ValueError, AttributeError):
+        recorded = Receipt.model_validate_json((directory / RECEIPT).read_bytes()).ledger
+    except (OSError, ValueError):  # ValidationError is a ValueError
         recorded = None
-    if isinstance(recorded, str) and recorded:
+    if recorded:
         path = ledger_location(recorded)
         if is_url(path) or path.is_file():
             return path, f"the ledger the run was recorded in, from {directory / RECEIPT}"

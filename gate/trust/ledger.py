@@ -521,15 +521,43 @@ RECEIPT = "ledger.json"
 """Written into a dossier directory after its run is recorded: the entry and a signed checkpoint."""
 
 
-def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> dict[str, Any]:
+class ReceiptEntry(BaseModel):
+    """The entry a receipt proves: its number, hash and kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    hash: str
+    kind: str
+
+
+class Receipt(BaseModel):
+    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`):
+    used both to write and to read it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ledger: str
+    """Where the ledger is (a resolved path, or its URL)."""
+    origin: str
+    """The ledger's random id."""
+    entry: ReceiptEntry
+    checkpoint: Checkpoint
+    """A signed checkpoint whose head is the entry's hash."""
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
     """Proof of inclusion to keep outside the ledger: the entry's number and hash, and the signed
     checkpoint whose head is that hash (`gate audit verify --checkpoint FILE` checks it later)."""
-    return {
-        "ledger": ledger.location if is_url(ledger.path) else str(ledger.path.resolve()),
-        "origin": ledger.origin,
-        "entry": {"seq": entry.seq, "hash": entry.hash, "kind": entry.kind},
-        "checkpoint": checkpoint.model_dump(),
-    }
+    return Receipt(
+        ledger=ledger.location if is_url(ledger.path) else str(ledger.path.resolve()),
+        origin=ledger.origin,
+        entry=ReceiptEntry(seq=entry.seq, hash=entry.hash, kind=entry.kind),
+        checkpoint=checkpoint,
+    )
 
 
 def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
@@ -537,7 +565,7 @@ def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Check
     from gate._util.atomic import write_bytes_atomic
 
     return write_bytes_atomic(
-        out_dir / name, (json.dumps(receipt(ledger, entry, checkpoint), indent=2) + "\n").encode()
+        out_dir / name, (json.dumps(receipt(ledger, entry, checkpoint).dump(), indent=2) + "\n").encode()
     )
 
 
@@ -576,6 +604,8 @@ __all__ = [
     "Entry",
     "Ledger",
     "LedgerError",
+    "Receipt",
+    "ReceiptEntry",
     "ensure_ledger_key",
     "entry_hash",
     "now_utc",

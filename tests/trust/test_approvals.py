@@ -94,7 +94,7 @@ def test_approval_is_a_second_signature_a_signed_statement_a_ledger_entry_and_sh
         trusted_keyids=[keyid(load_private_key(keys["alice.key"]).public_key())],
     )
     assert check.ok, check.problems
-    assert (check.approver, (record.ledger or {})["entry"]["seq"]) == ("alice", done.entry.seq)
+    assert (check.approver, record.ledger.entry.seq if record.ledger else None) == ("alice", done.entry.seq)
     # 3. the ledger entry carries the same envelope
     with Ledger.open(ledger, writable=False) as opened:
         body = opened.get(done.entry.seq).body  # type: ignore[union-attr]
