@@ -263,3 +263,26 @@ def test_the_wal_switch_retries_a_lock_sqlite_reports_without_waiting() -> None:
     assert racing.calls == 4
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
         _use_wal(Racing(failures=1, message="disk I/O error"))  # type: ignore[arg-type]
+
+
+def test_a_receipt_is_written_as_before_and_read_back_by_its_model(tmp_path: Path) -> None:
+    import json
+
+    from gate.trust.ledger import RECEIPT, Receipt, write_receipt
+
+    path = _ledger(tmp_path, 2)
+    with Ledger.open(path, writable=False) as ledger:
+        entry, checkpoint = ledger.get(2), ledger.checkpoint(2)
+        assert entry is not None and checkpoint is not None
+        written = write_receipt(tmp_path, ledger, entry, checkpoint)
+    assert written == tmp_path / RECEIPT
+    # the shape every earlier gate wrote, key for key, in this order
+    before = {
+        "ledger": str(path.resolve()),
+        "origin": checkpoint.origin,
+        "entry": {"seq": 2, "hash": entry.hash, "kind": entry.kind},
+        "checkpoint": checkpoint.model_dump(),
+    }
+    assert written.read_bytes() == (json.dumps(before, indent=2) + "\n").encode()
+    read = Receipt.model_validate_json(written.read_bytes())
+    assert read.checkpoint == checkpoint and read.entry.seq == 2 and read.dump() == before
