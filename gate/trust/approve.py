@@ -229,9 +229,10 @@ def _append_or_reuse(
     """Append the approval, unless this key already approved this dossier (then reuse that entry)."""
     mine = keyid(key.public_key())
     for entry in ledger.entries(APPROVAL_KIND):
-        found = ApprovalRecord.of_entry(entry.body)
-        if found is not None and found.statement_sha256 == run.sha256 and found.keyid == mine:
-            return entry, True, found
+        if entry.body.get("statement_sha256") == run.sha256 and entry.body.get("keyid") == mine:
+            found = ApprovalRecord.of_entry(entry.body)
+            if found is not None:  # else not an approval: this key appends one now
+                return entry, True, found
     statement = approval_statement(
         run, approver=approver, reason=reason, approved_at=now_utc(), run_signers=signers, trust=trust.sha256
     )
@@ -308,9 +309,9 @@ def carry_over(
         require_verified(ledger, "no approval in it can be trusted")
         revoked = read_revocations(ledger, trust)
         for entry in ledger.entries(APPROVAL_KIND):
-            found = ApprovalRecord.of_entry(entry.body)
             if entry.body.get("evidence_sha256") != run.evidence:
                 continue
+            found = ApprovalRecord.of_entry(entry.body)
             check = verify_approval(found, expected_statement=run.sha256, expected_evidence=run.evidence)
             problems = approval_problems(check, trust, revoked, entry.time, [run_key])
             if problems:
