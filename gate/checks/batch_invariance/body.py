@@ -320,7 +320,7 @@ class _Walk:
         self.alone_exercise: dict[str, Any] | None = None
         self.batches: dict[str, Any] = {}
 
-    def alone(self, index: int, rows_wanted: int | None = None) -> int | None:
+    def run_alone(self, index: int, rows_wanted: int | None = None) -> int | None:
         """Request `index` alone (no further than `rows_wanted` rows): its first failing row, or None."""
         req = self.plan.everyone[index]
         rows, ex = alone(self.candidate, req, _Watch([req], self.bar) if self.control else None, rows_wanted)
@@ -329,15 +329,17 @@ class _Walk:
         self.alone_bad[index] = self.bar.first_bad(req, rows)
         return self.alone_bad[index]
 
-    def every_alone(self) -> None:
+    def run_every_alone(self) -> None:
         """Every request alone, in order, up to the first that fails (a control) or all (a positive
         run); a request a control already ran alone and saw fail is not run again."""
         for index in range(len(self.plan.everyone)):
             bad = self.alone_bad.get(index)
-            if (bad if bad is not None else self.alone(index)) is not None and self.control:
+            if bad is None:
+                bad = self.run_alone(index)
+            if bad is not None and self.control:
                 break
 
-    def setting(self, k: int) -> tuple[int, int] | None:
+    def run_setting(self, k: int) -> tuple[int, int] | None:
         """Setting k: the request (its index in `everyone`) and row of its first failure, or None."""
         group, offset = self.plan.group(k)
         rows, ex = self._batch(k, group)
@@ -377,17 +379,17 @@ def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
     control = ctx.stop_at_first_failure
     walk = _Walk(ctx.candidate, plan, bar, control)
     if not control:
-        walk.every_alone()
+        walk.run_every_alone()
         for k in range(len(plan.settings)):
-            walk.setting(k)
+            walk.run_setting(k)
         return Observations(plan, walk.runs, walk.exercise())
     failed: tuple[int, int] | None = None
     for k in probe_order([side for _, side, _ in plan.settings], ctx.control):
-        failed = walk.setting(k)
+        failed = walk.run_setting(k)
         if failed is not None:
             break
-    if failed is None or walk.alone(failed[0], rows_wanted=failed[1] + 1) is not None:
-        walk.every_alone()
+    if failed is None or walk.run_alone(failed[0], rows_wanted=failed[1] + 1) is not None:
+        walk.run_every_alone()
     return Observations(plan, walk.runs, walk.exercise())
 
 
