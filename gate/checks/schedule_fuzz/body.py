@@ -312,8 +312,19 @@ def measure(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance) -> Ob
         reproduces = search.control or runner.run(found.steps).failure is not None
         diagnosed = diagnose_reproducer(reference, candidate, found.steps, found.failure, tol, ctx.seed)
         failure = Failure(found, reproduces, diagnosed)
-    covered = (search.stats, search.kinds, search.touched, edges, runner.edges, len(searches))
-    return Observations(probe, *covered, seconds, failure, runner.bounded, max_tokens)
+    return Observations(
+        probe=probe,
+        stats=search.stats,
+        kinds=search.kinds,
+        touched=search.touched,
+        edges=edges,
+        within_reach=runner.edges,
+        searches=len(searches),
+        seconds=seconds,
+        failure=failure,
+        bounded=runner.bounded,
+        max_tokens=max_tokens,
+    )
 
 
 @dataclass(frozen=True)
