@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gate.checks import (
+    batch_invariance,
     engine_batch_invariance,
     engine_invalidation,
     engine_isolation,
@@ -21,11 +22,14 @@ from gate.checks import (
     engine_repeat_consistency,
     hash_collision,
     reset_isolation,
+    schedule_fuzz,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
+from gate.checks.batch_invariance import BatchInvarianceParams as BatchInvarianceParams
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
+from gate.checks.schedule_fuzz import ScheduleFuzzParams as ScheduleFuzzParams
 from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
@@ -33,23 +37,6 @@ from gate.quality.stats import MIN_SAMPLES
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 """Faults of a speculative sampler the distribution test must have power against."""
-
-
-class BatchInvarianceParams(Params):
-    """The requests batched together and how far each is decoded."""
-
-    lengths: Lengths = Field(default_factory=lambda: [3, 9, 17, 30])
-    """Prompt lengths of the requests padded into one batch (at least two differ, so rows are padded)."""
-    steps: int = Field(default=6, ge=1, le=256)
-    """Greedy tokens each request of a left-padded batch decodes (the reference's continuation)."""
-    equal_length: int = Field(default=12, ge=1, le=1_000_000)
-    """Prompt length of the equal-length batch (no padding: batch composition alone)."""
-    top_k: int = Field(default=5, ge=1, le=50)
-    """Logits kept per row at the first failing position."""
-    atol: float | None = Field(default=None, ge=0)
-    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
 
 
 class CacheIdentityParams(Params):
@@ -285,35 +272,9 @@ class SpecGreedyParams(Params):
     """Rejected drafts required as proof that verification ran."""
 
 
-class ScheduleFuzzParams(Params):
-    """The search budget and the shape of the schedules it draws."""
-
-    max_examples: int = Field(default=100, ge=1, le=100_000)
-    """Schedules drawn before the search gives up (shrinking a failure comes on top)."""
-    max_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    """Wall-clock budget of the search; a failure found in time is still shrunk."""
-    max_steps: int = Field(default=8, ge=1, le=64)
-    """Operations per schedule."""
-    max_chunk: int = Field(default=32, ge=1, le=4096)
-    """Largest prefill or append chunk, in tokens."""
-    max_tokens: int = Field(default=96, ge=2, le=1_000_000)
-    """Longest request a schedule builds (clipped to the paths' context)."""
-    batch: int = Field(default=2, ge=1, le=16)
-    """Rows per session (two or more let a row read another row's cache)."""
-    forks: bool = True
-    """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
-    joins: bool = True
-    """Where the path batches continuously (gate.protocols.ContinuousBatching), draw requests joining
-    and leaving its running batch, and decode steps of it."""
-    slots: int = Field(default=3, ge=1, le=64)
-    """Requests the running batch holds at once (a join beyond them waits: a no-op)."""
-    atol: float | None = Field(default=None, ge=0)
-    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
-
-
 PACKAGES = (
+    batch_invariance,
+    schedule_fuzz,
     reset_isolation,
     hash_collision,
     tenant_isolation,
@@ -326,7 +287,6 @@ PACKAGES = (
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {
-    "batch-invariance": BatchInvarianceParams,
     "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
     "invalidation": InvalidationParams,
@@ -335,7 +295,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,
-    "schedule-fuzz": ScheduleFuzzParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},

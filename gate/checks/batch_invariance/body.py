@@ -1,0 +1,600 @@
+"""batch-invariance's body: measure the requests alone and in each batched setting, judge every row, explain."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+import torch
+
+from gate.checks._compare import (
+    DENY_ALLOWANCE,
+    RowComparison,
+    Tolerance,
+    bounds_logits,
+    compare_rows,
+    random_tokens,
+    tolerance_for,
+    top_k_rows,
+)
+from gate.checks._diagnosis import BUG_CLASSES
+from gate.checks._probe import probe_order as shared_probe_order
+from gate.checks.batch_invariance import BatchInvarianceParams
+from gate.checks.greedy_parity import greedy
+from gate.core.check import CheckContext, Outcome, check
+from gate.protocols import BatchedSessions, ContinuousBatching, DecodePath, offered
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its prompt, the reference's greedy continuation and its rows alone."""
+
+    prompt: torch.Tensor
+    """[L] int64."""
+    continuation: torch.Tensor
+    """[S] the reference's greedy tokens."""
+    rows: torch.Tensor
+    """[L + S - 1, V] the reference's logits over prompt + continuation[:-1] (row j predicts token j + 1)."""
+
+
+def reference_request(reference: DecodePath, prompt: torch.Tensor, steps: int) -> Request:
+    """The reference's greedy continuation of `prompt` and its rows, from one full pass."""
+    tokens, _, _ = greedy(reference, prompt[None], steps)
+    full = torch.cat([prompt, tokens[0, :-1].to(prompt.device)])
+    rows = reference.full_logits(full[None])[0].float().cpu()
+    return Request(prompt, tokens[0].cpu(), rows)
+
+
+Stop = Callable[[dict[int, torch.Tensor]], bool]
+"""Told the rows each request of a setting got from one forward ({request's slot: new rows}); True
+stops the setting there (a control's early stop, `_Watch`)."""
+
+
+def alone(
+    candidate: DecodePath, request: Request, stop: Stop | None = None, rows_wanted: int | None = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The candidate's rows for one request in a session of its own: [L + S - 1, V], exercise (with
+    `stop`, up to the first forward it stops at; with `rows_wanted`, no further than that many rows)."""
+    session = candidate.new_session(1)
+    rows = [session.prefill(request.prompt[None])[0].float().cpu()]
+    done = stop is not None and stop({0: rows[0]})
+    for token in request.continuation[:-1]:
+        if done or (rows_wanted is not None and sum(r.shape[0] for r in rows) >= rows_wanted):
+            break
+        rows.append(session.append(token.view(1, 1))[0].float().cpu())
+        done = stop is not None and stop({0: rows[-1]})
+    return torch.cat(rows), dict(session.exercise())
+
+
+def equal_batch(
+    candidate: DecodePath, requests: list[Request], stop: Stop | None = None
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Requests of one length in one session: each one's rows, and the session's exercise."""
+    session = candidate.new_session(len(requests))
+    rows = [session.prefill(torch.stack([r.prompt for r in requests])).float().cpu()]
+    done = stop is not None and stop(dict(enumerate(rows[0])))
+    for step in range(requests[0].continuation.shape[0] - 1):
+        if done:
+            break
+        tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
+        rows.append(session.append(tokens).float().cpu())
+        done = stop is not None and stop(dict(enumerate(rows[-1])))
+    out = torch.cat(rows, dim=1)
+    return [out[i] for i in range(len(requests))], {**session.exercise(), "rows": len(requests)}
+
+
+def padded_batch(
+    candidate: BatchedSessions, requests: list[Request], side: str, stop: Stop | None = None
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Requests of different lengths padded on `side` into one batch: each one's rows (a left-padded
+    batch decodes the continuation; a right-padded one is prefill-only), and the exercise."""
+    session = candidate.new_batched_session(len(requests), side)
+    first = [r.float().cpu() for r in session.prefill([r.prompt for r in requests])]
+    rows = [[r] for r in first]
+    done = stop is not None and stop(dict(enumerate(first)))
+    if side == "left":
+        for step in range(requests[0].continuation.shape[0] - 1):
+            if done:
+                break
+            tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
+            out = session.append(tokens).float().cpu()
+            for i, row in enumerate(rows):
+                row.append(out[i])
+            done = stop is not None and stop(dict(enumerate(out)))
+    return [torch.cat(r) for r in rows], dict(session.exercise())
+
+
+def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:
+    """What a request feeds a running batch, forward by forward: its prompt (a prompt longer than 8
+    tokens in two chunks), then the continuation one token at a time; `early`: it leaves after half
+    of its continuation."""
+    prompt, length = request.prompt, int(request.prompt.shape[0])
+    cut = (length + 1) // 2 if length > 8 else length
+    pieces = [prompt[:cut], prompt[cut:]] if cut < length else [prompt]
+    decode = (steps - 1) // 2 if early else steps - 1
+    return pieces + [request.continuation[i : i + 1] for i in range(decode)]
+
+
+def continuous_batch(
+    candidate: ContinuousBatching, requests: list[Request], stop: Stop | None = None
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Requests join one running batch one per forward, so each prompt's prefill shares a forward
+    with the earlier requests' decode steps; each leaves when its continuation is fed, the first one
+    early; with one slot fewer than requests, the last waits for a slot a request left and reuses it.
+    Each request's rows, and the session's exercise."""
+    steps = int(requests[0].continuation.shape[0])
+    slots = max(1, len(requests) - 1)
+    session = candidate.new_continuous_session(slots)
+    waiting = list(range(len(requests)))
+    pending = {i: _pieces(r, i == 0, steps) for i, r in enumerate(requests)}
+    rows: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(requests))}
+    live: dict[int, int] = {}  # handle -> request index
+    while waiting or live:
+        if waiting and len(live) < slots:
+            live[session.join()] = waiting.pop(0)
+        out = session.step({h: pending[i].pop(0) for h, i in live.items()})
+        fed = {live[h]: logits.float().cpu() for h, logits in out.items()}
+        for i, logits in fed.items():
+            rows[i].append(logits)
+        if stop is not None and stop(fed):
+            break
+        for h in [h for h, i in live.items() if not pending[i]]:
+            session.leave(h)
+            del live[h]
+    empty = requests[0].rows[:0]
+    return [torch.cat(rows[i]) if rows[i] else empty for i in range(len(requests))], dict(session.exercise())
+
+
+@dataclass(frozen=True)
+class Bar:
+    """What every row is held to: the tolerance, whether the claim bounds the logits (then a |Δ|
+    beyond the deny allowance fails too), and how many logits a failure keeps per row."""
+
+    tol: Tolerance
+    bounded: bool
+    top_k: int
+
+    def bad(self, cmp: RowComparison) -> torch.Tensor:
+        """The rows that fail: an argmax flip outside the tie band, or beyond the allowance when bounded."""
+        return (cmp.failed | cmp.beyond_allowance) if self.bounded else cmp.failed
+
+    def first_bad(self, request: Request, rows: torch.Tensor) -> int | None:
+        """The first of a request's rows that fails against the reference's (None: every row holds)."""
+        bad = self.bad(compare_rows(request.rows[: rows.shape[0]], rows, self.tol))
+        return int(bad.nonzero()[0]) if bool(bad.any()) else None
+
+
+class _Watch:
+    """A control's early stop inside a setting: the rows each forward gives a request are judged
+    against the reference's rows at the same positions, and the setting stops at the first forward
+    in which one fails (one failure proves power). The request's rows so far are then judged as a
+    whole, as a positive run judges them all."""
+
+    def __init__(self, requests: list[Request], bar: Bar) -> None:
+        self.requests, self.bar = requests, bar
+        self.seen = [0] * len(requests)
+
+    def __call__(self, fed: dict[int, torch.Tensor]) -> bool:
+        failed = False
+        for slot, rows in fed.items():
+            start = self.seen[slot]
+            self.seen[slot] += int(rows.shape[0])
+            cmp = compare_rows(self.requests[slot].rows[start : start + rows.shape[0]], rows, self.bar.tol)
+            failed = failed or bool(self.bar.bad(cmp).any())
+        return failed
+
+
+SETTING_WORDS: dict[str, tuple[str, ...]] = {
+    "none": ("equal", "length", "crosstalk"),
+    "left": ("left", "padded", "padding"),
+    "right": ("right", "padded", "padding"),
+    "continuous": ("continuous", "join", "leave", "slot"),
+}
+"""What each kind of setting is called, for `probe_order` (none: the equal-length batch)."""
+
+
+def probe_order(sides: list[str], control: str | None) -> list[int]:
+    """The order a run walks its batched settings in (indices into `sides`, each setting's kind;
+    gate.checks._probe): a control walks first the settings its fault's name points at
+    (pad-attended: the padded batches; stale-slot-on-join: the continuous one). A control walks
+    the batches before the requests alone either way (a batching fault shows only in a batch);
+    a positive run walks them all, alone first."""
+    return shared_probe_order(sides, control, _names_setting)
+
+
+def _names_setting(fault: str, side: str) -> bool:
+    words = [w for w in fault.split("-") if len(w) >= 3]
+    return any(v.startswith(w) or w.startswith(v) for w in words for v in SETTING_WORDS.get(side, ()))
+
+
+Setting = tuple[str, str, list[int]]
+"""A batched setting: its name, its kind (none: equal-length, left, right, continuous) and the
+order its requests take their rows (or join) in."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run sends: the requests (of mixed lengths for the padded and continuous batches, of
+    one length for the equal-length one), the batched settings, and what the candidate offers."""
+
+    lengths: list[int]
+    equal: int
+    sides: tuple[str, ...]
+    batched: BatchedSessions | None
+    continuous: ContinuousBatching | None
+    mixed: list[Request]
+    same: list[Request]
+    settings: list[Setting]
+
+    @property
+    def everyone(self) -> list[Request]:
+        """Every request, by its index: the mixed lengths first, then the equal-length ones."""
+        return self.mixed + self.same
+
+    def group(self, k: int) -> tuple[list[Request], int]:
+        """Setting k's requests in its row order, and the index of its first request in `everyone`."""
+        _, side, rows_order = self.settings[k]
+        if side == "none":
+            return [self.same[i] for i in rows_order], len(self.mixed)
+        return [self.mixed[i] for i in rows_order], 0
+
+
+def _settings(sides: tuple[str, ...], continuous: bool, mixed: int, same: int, seed: int) -> list[Setting]:
+    """The batched settings: equal-length, then each padding side the path offers (left twice, the
+    second in a shuffled row order), then the continuous batch joined in the shuffled order."""
+    order = list(range(mixed))
+    shuffled = order[1:] + order[:1]
+    random.Random(seed).shuffle(shuffled)
+    settings: list[Setting] = [("equal-length", "none", list(range(same)))]
+    for side in ("left", "right"):
+        if side in sides:
+            settings.append((f"{side}-padded", side, order))
+            if side == "left" and len(order) > 1:
+                settings.append(("left-padded, rows reordered", side, shuffled))
+    if continuous:
+        settings.append(("continuous", "continuous", shuffled))
+    return settings
+
+
+def prepare(ctx: CheckContext, params: BatchInvarianceParams) -> Plan:
+    """The requests (the reference's answers cached per prompt) and the settings this candidate offers."""
+    reference, candidate = ctx.reference, ctx.candidate
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    limit = min(reference.max_len, candidate.max_len) - params.steps
+    lengths = sorted({max(1, min(n, limit)) for n in params.lengths})
+    batched = offered(candidate, BatchedSessions)
+    continuous = offered(candidate, ContinuousBatching)
+    sides = tuple(batched.padding_sides) if batched is not None else ()
+    equal = max(1, min(params.equal_length, limit))
+
+    def request(length: int, index: int) -> Request:
+        prompt = random_tokens(vocab, 1, length, ctx.seed * 7919 + 31 * index + length)[0]
+        return ctx.cache.get(
+            ("batch-invariance", reference, prompt, params.steps),
+            partial(reference_request, reference, prompt, params.steps),
+        )
+
+    mixed = [request(n, i) for i, n in enumerate(lengths)] if sides or continuous is not None else []
+    same = [request(equal, 100 + i) for i in range(max(len(lengths), 2))]
+    settings = _settings(sides, continuous is not None, len(mixed), len(same), ctx.seed)
+    return Plan(lengths, equal, sides, batched, continuous, mixed, same, settings)
+
+
+@dataclass(frozen=True)
+class AloneRun:
+    """A request run alone: its index in `Plan.everyone` and its rows."""
+
+    request: int
+    rows: torch.Tensor
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """A batched setting run: its index in `Plan.settings` and each slot's rows (a control's stopped
+    setting may leave a slot empty)."""
+
+    setting: int
+    rows: list[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What the run sent and what came back, in the order it ran, and the sessions' exercise."""
+
+    plan: Plan
+    runs: list[AloneRun | BatchRun]
+    exercise: dict[str, Any]
+
+
+class _Walk:
+    """The runs of one check, in order: requests alone and batched settings, each recorded; where a
+    control walks, each stops at its first failing forward (`_Watch`)."""
+
+    def __init__(self, candidate: DecodePath, plan: Plan, bar: Bar, control: bool) -> None:
+        self.candidate, self.plan, self.bar, self.control = candidate, plan, bar, control
+        self.runs: list[AloneRun | BatchRun] = []
+        self.alone_bad: dict[int, int | None] = {}
+        self.alone_exercise: dict[str, Any] | None = None
+        self.batches: dict[str, Any] = {}
+
+    def run_alone(self, index: int, rows_wanted: int | None = None) -> int | None:
+        """Request `index` alone (no further than `rows_wanted` rows): its first failing row, or None."""
+        req = self.plan.everyone[index]
+        rows, ex = alone(self.candidate, req, _Watch([req], self.bar) if self.control else None, rows_wanted)
+        self.runs.append(AloneRun(index, rows))
+        self.alone_exercise = ex if self.alone_exercise is None else self.alone_exercise
+        self.alone_bad[index] = self.bar.first_bad(req, rows)
+        return self.alone_bad[index]
+
+    def run_every_alone(self) -> None:
+        """Every request alone, in order, up to the first that fails (a control) or all (a positive
+        run); a request a control already ran alone and saw fail is not run again."""
+        for index in range(len(self.plan.everyone)):
+            bad = self.alone_bad.get(index)
+            if bad is None:
+                bad = self.run_alone(index)
+            if bad is not None and self.control:
+                break
+
+    def run_setting(self, k: int) -> tuple[int, int] | None:
+        """Setting k: the request (its index in `everyone`) and row of its first failure, or None."""
+        group, offset = self.plan.group(k)
+        rows, ex = self._batch(k, group)
+        self.runs.append(BatchRun(k, rows))
+        self.batches[self.plan.settings[k][0]] = ex
+        for slot, (i, got) in enumerate(zip(self.plan.settings[k][2], rows, strict=True)):
+            if self.control and not got.shape[0]:
+                continue  # the setting stopped before this request ran
+            bad = self.bar.first_bad(group[slot], got)
+            if bad is not None:
+                return offset + i, bad
+        return None
+
+    def _batch(self, k: int, group: list[Request]) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        side = self.plan.settings[k][1]
+        watch = _Watch(group, self.bar) if self.control else None
+        if side == "none":
+            return equal_batch(self.candidate, group, watch)
+        if side == "continuous":
+            assert self.plan.continuous is not None
+            return continuous_batch(self.plan.continuous, group, watch)
+        assert self.plan.batched is not None
+        return padded_batch(self.plan.batched, group, side, watch)
+
+    def exercise(self) -> dict[str, Any]:
+        requests = len(self.plan.everyone)
+        exercise = {"padding_sides": list(self.plan.sides), "requests": requests, "batches": self.batches}
+        return exercise if self.alone_exercise is None else {**exercise, "alone": self.alone_exercise}
+
+
+def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
+    """A positive run: every request alone, then every setting. A control needs one failure: the
+    batches first (where a batching fault shows), the settings its fault's name points at before
+    the rest, stopping at the first that fails; then the failing request alone up to the failing row
+    (wrong alone too? then every request alone, as a positive run reports the first that fails
+    alone), or, where no batch failed, every request alone."""
+    control = ctx.stop_at_first_failure
+    walk = _Walk(ctx.candidate, plan, bar, control)
+    if not control:
+        walk.run_every_alone()
+        for k in range(len(plan.settings)):
+            walk.run_setting(k)
+        return Observations(plan, walk.runs, walk.exercise())
+    failed: tuple[int, int] | None = None
+    for k in probe_order([side for _, side, _ in plan.settings], ctx.control):
+        failed = walk.run_setting(k)
+        if failed is not None:
+            break
+    if failed is None or walk.run_alone(failed[0], rows_wanted=failed[1] + 1) is not None:
+        walk.run_every_alone()
+    return Observations(plan, walk.runs, walk.exercise())
+
+
+def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dict[str, Any] | None, int, int]:
+    """The first row of `cand` [N, V] that fails against `ref` [N, V] (an argmax flip outside the tie
+    band, or under a bounded claim a |Δ| beyond the deny allowance; None when every row holds), the
+    rows over tolerance and the ties."""
+    cmp = compare_rows(ref, cand, bar.tol)
+    bad = bar.bad(cmp)
+    over, ties = int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
+    if not bool(bad.any()):
+        return None, over, ties
+    row = int(bad.nonzero()[0])
+    return (
+        {
+            "position": row,
+            "reference_token": int(cmp.ref_top[row]),
+            "candidate_token": int(cmp.cand_top[row]),
+            "argmax_flip": not bool(cmp.agree[row]),
+            "reference_margin": float(cmp.margin[row]),
+            "tie_band": float(cmp.tolerance[row]),
+            "max_abs_delta": float(cmp.max_abs_delta[row]),
+            "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
+            "candidate_top_k": top_k_rows(cand[row][None], bar.top_k)[0],
+        },
+        over,
+        ties,
+    )
+
+
+def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max()) if a.numel() else 0.0
+
+
+def _entry(
+    setting: str, index: int, req: Request, rows: torch.Tensor, own: torch.Tensor | None, bar: Bar
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One request's rows in one setting against the reference's (and, given `own`, its rows alone):
+    the result entry, and its first failure (None: every row holds)."""
+    ref = req.rows[: rows.shape[0]]
+    found, over, ties = _first_failure(ref, rows, bar)
+    entry: dict[str, Any] = {
+        "setting": setting,
+        "request": index,
+        "prompt_len": int(req.prompt.shape[0]),
+        "rows": int(rows.shape[0]),
+        "max_abs_delta_vs_reference": _max_delta(ref, rows),
+        "rows_over_tolerance": over,
+        "ties": ties,
+        "ok": found is None,
+    }
+    if own is not None:
+        entry["max_abs_delta_vs_alone"] = _max_delta(own[: rows.shape[0]], rows)
+        entry["argmax_same_as_alone"] = bool((own[: rows.shape[0]].argmax(-1) == rows.argmax(-1)).all())
+    if found is None:
+        return entry, None
+    return entry, {"setting": setting, "request": index, "prompt_len": entry["prompt_len"], **found}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Every request's entry per setting, in the order they ran; the failure reported (None: every
+    row held); the observation (laid out in the positive run's order)."""
+
+    results: list[dict[str, Any]]
+    failure: dict[str, Any] | None
+    observation: torch.Tensor | None
+
+
+def judge(obs: Observations, bar: Bar, control: bool) -> Judgement:
+    """Every run's rows against the reference's (pure). The failure reported is the first request
+    that fails alone (then the bug is not in batching), else the first batched failure (a control's
+    says how far the request held alone)."""
+    plan, results = obs.plan, []
+    alone_rows: dict[int, torch.Tensor] = {}
+    alone_failures: dict[int, dict[str, Any]] = {}
+    batched: dict[str, Any] | None = None
+    observed: dict[tuple[int, int], torch.Tensor] = {}
+    for run in obs.runs:
+        if isinstance(run, AloneRun):
+            entry, found = _entry("alone", run.request, plan.everyone[run.request], run.rows, None, bar)
+            alone_rows[run.request], observed[(0, run.request)] = run.rows, run.rows.flatten()
+            results.append(entry)
+            if found is not None:
+                alone_failures.setdefault(run.request, found)
+            continue
+        name, side, rows_order = plan.settings[run.setting]
+        group, offset = plan.group(run.setting)
+        for slot, (i, rows) in enumerate(zip(rows_order, run.rows, strict=True)):
+            if control and not rows.shape[0]:
+                continue  # the setting stopped before this request ran
+            observed[(1 + run.setting, slot)] = rows.flatten()
+            where = f"joined {slot + 1} of {len(group)}" if side == "continuous" else f"row {slot}"
+            own = alone_rows.get(offset + i)
+            entry, found = _entry(f"{name} ({where})", offset + i, group[slot], rows, own, bar)
+            results.append(entry)
+            batched = batched or found
+    failure = alone_failures[min(alone_failures)] if alone_failures else batched
+    if control and failure is batched and batched is not None:
+        failure = {**batched, "alone_holds_through": batched["position"]}
+    # the observation is laid out in the positive run's order (alone, then each setting's rows), so a
+    # control that walks the whole schedule in another order is compared with it piece by piece; a
+    # control that stopped holds only the pieces it ran (a shorter observation)
+    observation = torch.cat([observed[key] for key in sorted(observed)]) if observed else None
+    return Judgement(results, failure, observation)
+
+
+def _metrics(plan: Plan, params: BatchInvarianceParams, results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "requests": len(plan.everyone),
+        "lengths": plan.lengths,
+        "equal_length": plan.equal,
+        "steps": params.steps,
+        "settings": [s for s, _, _ in plan.settings],
+        "padding_sides": list(plan.sides),
+        "max_abs_delta_vs_reference": max((r["max_abs_delta_vs_reference"] for r in results), default=0.0),
+        "max_abs_delta_batched_vs_alone": max((r.get("max_abs_delta_vs_alone", 0.0) for r in results), default=0.0),
+    }
+
+
+def _evidence(candidate: DecodePath, plan: Plan, j: Judgement, bar: Bar) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"results": j.results, "tolerance": bar.tol.as_dict(), "bounded_claim": bar.bounded}
+    if plan.continuous is None:
+        evidence["continuous"] = (
+            f"{candidate.name} does not batch continuously (gate.protocols.ContinuousBatching): "
+            "no request joined or left a running batch"
+        )
+    if not plan.sides:
+        evidence["padding"] = (
+            f"{candidate.name} does not pad a batch of requests of different lengths "
+            "(gate.protocols.BatchedSessions): judged on equal-length batches only"
+        )
+    if j.failure is not None:
+        evidence["first_failure"] = j.failure
+    return evidence
+
+
+def explain(ctx: CheckContext, params: BatchInvarianceParams, bar: Bar, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: the first failure, else a pass (a warning where rows
+    went beyond tolerance or tied)."""
+    metrics = _metrics(obs.plan, params, j.results)
+    seen: dict[str, Any] = {
+        "evidence": _evidence(ctx.candidate, obs.plan, j, bar),
+        "exercise": obs.exercise,
+        "observation": j.observation,
+    }
+    if j.failure is not None:
+        return _failed(j.failure, metrics=metrics, **seen)
+    over = sum(r["rows_over_tolerance"] for r in j.results)
+    ties = sum(r["ties"] for r in j.results)
+    sides, continuous = obs.plan.sides, obs.plan.continuous is not None
+    coverage = ", ".join(["alone", *metrics["settings"]])
+    message = (
+        f"{len(obs.plan.everyone)} requests give the reference's greedy tokens alone and in every batch ({coverage})"
+        + (f"; {over} row(s) beyond tolerance, {ties} tie(s)" if over or ties else ", logits within tolerance")
+        + ("" if sides or continuous else "; this path does not pad, so only equal-length batches ran")
+        + ("; this path does not pad" if continuous and not sides else "")
+        + ("; it does not batch continuously" if sides and not continuous else "")
+    )
+    status: Literal["pass", "warn"] = "warn" if over or ties else "pass"
+    metrics = {**metrics, "rows_over_tolerance": over, "ties": ties}
+    return Outcome(status, message, metrics=metrics, tolerated_change=_tolerated_change(obs.plan, bar), **seen)
+
+
+def _tolerated_change(plan: Plan, bar: Bar) -> float | None:
+    """A correct path may move a row by its dtype's band (x the deny allowance under a claim that
+    bounds the logits): a control that moved the rows no further and passed is unobservable here.
+    Without a bound on the logits the check passes any move that keeps each greedy token: inf."""
+    widest = max((float(bar.tol.row(r.rows).max()) for r in plan.everyone if r.rows.numel()), default=None)
+    return None if widest is None else (widest * DENY_ALLOWANCE if bar.bounded else float("inf"))
+
+
+def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
+    bug = _bug_class(failure["setting"])
+    what = (
+        "argmax"
+        if failure["argmax_flip"]
+        else f"|Δlogit| {failure['max_abs_delta']:.3g} (beyond {DENY_ALLOWANCE}x tolerance)"
+    )
+    alone_too = " (it fails alone too, so the bug is not in batching; greedy-parity and prefix-sweep localise it)"
+    return Outcome(
+        status="fail",
+        message=f"request {failure['request']} (prompt {failure['prompt_len']}) {failure['setting']}: {what} "
+        f"differs from the reference alone at position {failure['position']} (reference "
+        f"{failure['reference_token']}, candidate {failure['candidate_token']}) ({bug})"
+        + (alone_too if failure["setting"] == "alone" else ""),
+        diagnosis={"bug_class": bug, "explanation": BUG_CLASSES[bug], "setting": failure["setting"]},
+        detected_at=failure["position"],
+        **seen,
+    )
+
+
+def _bug_class(setting: str) -> str:
+    if setting.startswith("alone"):
+        return "uncertain"
+    if setting.startswith("equal-length"):
+        return "batch-crosstalk"
+    if setting.startswith("continuous"):
+        return "continuous-batching"
+    return "padding"
+
+
+@check("batch-invariance", params=BatchInvarianceParams)
+def batch_invariance(ctx: CheckContext, params: BatchInvarianceParams) -> Outcome:
+    """The same requests alone, in an equal-length batch and in left- and right-padded batches give the same logits."""
+    bar = Bar(tolerance_for(ctx, params.atol, params.rtol), bounds_logits(ctx), params.top_k)
+    obs = measure(ctx, prepare(ctx, params), bar)
+    return explain(ctx, params, bar, obs, judge(obs, bar, ctx.stop_at_first_failure))

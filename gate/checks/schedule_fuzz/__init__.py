@@ -1,0 +1,70 @@
+"""`schedule-fuzz`: random cache schedules, each step against a full pass, shrunk to a reproducer.
+
+Every other session check follows one fixed schedule (prefill, then appends). Real cache bugs hide
+in particular interleavings: a chunk that ends one token before a block edge, a reset between two
+chunks, a second request forked from a shared prefix. This check draws schedules with hypothesis
+(`hypothesis.find`, seeded by the run's seed, no example database, bounded by `max_examples`
+and `max_seconds`): prefills and appends of random sizes (single-token decode steps among them),
+resets, forks and switches between two live sessions; then, where the path batches continuously,
+a second search of the same budget over requests joining (their prefill in one forward with the
+others' decode steps) and leaving one running batch, and its decode steps (gate.checks._schedule). Every step's logits
+are compared with the reference's full pass over the same tokens.
+
+On a failure hypothesis shrinks the schedule to a minimal one, which becomes the evidence: a line
+such as "prefill 1, append 1 → argmax differs at step 2 (row 1, position 1: ...)" and a Python
+snippet that replays it through the adapters (`replay`). The coverage (schedules, operations by
+kind, layout edges touched) is evidence too. The observation the control engine compares is a
+fixed probe schedule's logits, so a fault that changes nothing there reads as unobservable.
+
+Torch-free (gate.checks._shape): the body is `gate.checks.schedule_fuzz.body`, loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.core.evidence import ScheduleFuzzEvidence
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.schedule_fuzz.body import replay, schedule_fuzz
+
+
+class ScheduleFuzzParams(Params):
+    """The search budget and the shape of the schedules it draws."""
+
+    max_examples: int = Field(default=100, ge=1, le=100_000)
+    """Schedules drawn before the search gives up (shrinking a failure comes on top)."""
+    max_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """Wall-clock budget of the search; a failure found in time is still shrunk."""
+    max_steps: int = Field(default=8, ge=1, le=64)
+    """Operations per schedule."""
+    max_chunk: int = Field(default=32, ge=1, le=4096)
+    """Largest prefill or append chunk, in tokens."""
+    max_tokens: int = Field(default=96, ge=2, le=1_000_000)
+    """Longest request a schedule builds (clipped to the paths' context)."""
+    batch: int = Field(default=2, ge=1, le=16)
+    """Rows per session (two or more let a row read another row's cache)."""
+    forks: bool = True
+    """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
+    joins: bool = True
+    """Where the path batches continuously (gate.protocols.ContinuousBatching), draw requests joining
+    and leaving its running batch, and decode steps of it."""
+    slots: int = Field(default=3, ge=1, le=64)
+    """Requests the running batch holds at once (a join beyond them waits: a no-op)."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
+
+
+CARD, PARAMS, EVIDENCE = "schedule-fuzz", ScheduleFuzzParams, ScheduleFuzzEvidence
+NEEDS = frozenset({Capability.DECODE_PATH})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ScheduleFuzzParams", "replay", "schedule_fuzz"]

@@ -1,0 +1,450 @@
+"""schedule-fuzz's body: measure a probe schedule and the searches (a failure shrunk), judge the coverage, explain."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky, NoSuchExample
+
+from gate.checks._compare import DENY_ALLOWANCE, Tolerance, bounds_logits, tolerance_for
+from gate.checks._diagnosis import BUG_CLASSES, diagnose_reproducer
+from gate.checks._schedule import Op, ScheduleResult, ScheduleRunner, describe, failure_words, tighten
+from gate.checks._sweep import layout_edges
+from gate.checks.schedule_fuzz import ScheduleFuzzParams
+from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import ScheduleFuzzEvidence, ScheduleReproducer, ToleranceRecord
+from gate.protocols import DecodePath
+
+PROBE: tuple[Op, ...] = (
+    ("feed", 7),
+    ("feed", 1),
+    ("feed", 5),
+    ("reset",),
+    ("feed", 3),
+    ("feed", 1),
+    ("fork",),
+    ("join", 4),
+    ("join", 2),
+    ("step",),
+    ("leave", 0),
+    ("join", 3),
+    ("step",),
+)
+"""The fixed schedule whose logits are the check's observation (same in clean and faulty runs); the
+joins and leaves run only where the path batches continuously."""
+
+
+def replay(
+    reference: DecodePath,
+    candidate: DecodePath,
+    schedule: Sequence[Op],
+    *,
+    seed: int = 0,
+    batch: int = 2,
+    max_tokens: int = 96,
+    slots: int = 3,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    bounds_logits: bool = False,
+) -> str:
+    """Run a schedule through `candidate`, every step against `reference`'s full pass: what happened,
+    in words ("prefill 1, append 1 → argmax differs at step 2 ...", or "... → every step holds").
+    `bounds_logits`: a |Δ| beyond the deny allowance fails too (exact and tolerance claims)."""
+    runner = ScheduleRunner(
+        reference,
+        candidate,
+        vocab=min(reference.vocab_size, candidate.vocab_size),
+        batch=batch,
+        max_tokens=max_tokens,
+        seed=seed,
+        tol=Tolerance(atol, rtol, "params"),
+        bounded=bounds_logits,
+        slots=slots,
+    )
+    result = runner.run(schedule)
+    return f"{describe(result.steps)} → " + (failure_words(result.failure) if result.failure else "every step holds")
+
+
+CONTROL_FIRST_LOOK = 10
+"""Schedules a control draws from each search before spending the rest of the budget on either."""
+
+
+class _BudgetSpent(BaseException):
+    """Raised out of the search when its time budget is spent before any failure (hypothesis lets a
+    BaseException through at once, without shrinking or drawing further examples)."""
+
+
+class _FirstFailure(BaseException):
+    """Raised out of a control's search at its first failing schedule: a control proves power with
+    one failure, so it neither shrinks nor lets hypothesis replay the example."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
+
+
+KINDS = ("feed", "feed", "feed", "decode", "decode", "reset", "fork", "switch")
+"""What an operation is drawn as: feeds three times and decode steps twice as often as the rest, so
+requests grow long enough to cross block edges and windows between resets and forks. Shrinking
+moves towards the front (a feed)."""
+
+CONTINUOUS_KINDS = ("join", "join", "leave", "step")
+"""The second search, where the path batches continuously: joins (each one forward with the running
+requests' decode steps) twice as often as leaves and decode steps of the whole batch."""
+
+
+def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
+    """The schedules one search draws: lists of operations, each a kind from `kinds` then its size.
+    Each kind's operation strategy is built once (the flatmap hands back the same object for the same
+    kind), so hypothesis neither validates nor analyses a fresh strategy at every draw; the choices it
+    makes, and so the schedules a seed draws, are the same as with a strategy built per draw."""
+
+    def build(kind: str) -> Any:
+        if kind in ("feed", "join"):
+            return st.tuples(st.just(kind), st.integers(1, params.max_chunk))
+        if kind == "leave":
+            return st.tuples(st.just("leave"), st.integers(0, params.slots - 1))
+        return st.just(("feed", 1) if kind == "decode" else (kind,))
+
+    ops = {kind: build(kind) for kind in dict.fromkeys(kinds)}
+    return st.lists(st.sampled_from(kinds).flatmap(ops.__getitem__), min_size=1, max_size=params.max_steps)
+
+
+def _snippet(
+    ctx: CheckContext, steps: Sequence[Op], params: ScheduleFuzzParams, tol: Tolerance, max_tokens: int
+) -> str:
+    subject = ctx.manifest.subject
+    ref, cand = subject.reference, subject.candidate
+    fault = f", fault={ctx.control!r}" if ctx.control else ""
+    return "\n".join(
+        [
+            "from gate.checks.schedule_fuzz import replay",
+            "from gate.core.registry import load_adapter",
+            "",
+            "def build(adapter, options, fault=None):",
+            "    a = load_adapter(adapter)()",
+            f"    path = a.build(a.Options.model_validate(options), device={subject.device!r}, "
+            f"dtype={subject.dtype!r}, seed={subject.seed!r})",
+            "    return path.with_fault(fault) if fault else path",
+            "",
+            f"reference = build({ref.adapter!r}, {json.dumps(ref.options)})",
+            f"candidate = build({cand.adapter!r}, {json.dumps(cand.options)}{fault})",
+            f"schedule = {list(steps)!r}",
+            f"print(replay(reference, candidate, schedule, seed={ctx.seed}, batch={params.batch}, "
+            f"max_tokens={max_tokens}, slots={params.slots}, atol={tol.atol!r}, rtol={tol.rtol!r}, "
+            f"bounds_logits={bounds_logits(ctx)!r}))",
+        ]
+    )
+
+
+def _cached_strategy(ctx: CheckContext, params: ScheduleFuzzParams, alphabet: tuple[str, ...]) -> Any:
+    """`_strategy`, built once per run cache for the params that shape it."""
+    return ctx.cache.get(
+        ("schedule-fuzz strategy", params.max_chunk, params.slots, params.max_steps, alphabet),
+        partial(_strategy, params, alphabet),
+    )
+
+
+def _budget(examples: int) -> Any:
+    """A search's hypothesis settings: `examples` schedules, no example database, no deadline."""
+    return settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+class _Search:
+    """The searches' state: every schedule run until the first failure counts as drawn (its kinds and
+    layout edges are the coverage), every one after it as a shrink; each failing schedule is kept."""
+
+    def __init__(self, runner: ScheduleRunner, params: ScheduleFuzzParams, control: bool) -> None:
+        self.runner, self.params, self.control = runner, params, control
+        self.kinds: Counter[str] = Counter()
+        self.touched: dict[str, set[int]] = {}
+        self.stats: dict[str, Any] = {
+            "schedules": 0,
+            "operations": 0,
+            "longest": 0,
+            "first_failure_at": None,
+            "shrinks": 0,
+        }
+        self.failing: dict[tuple[Op, ...], ScheduleResult] = {}
+        self.started = time.perf_counter()
+
+    def fails(self, ops: list[Op]) -> bool:
+        """Whether schedule `ops` fails (a control's first failure, or a spent budget, ends the search)."""
+        stats = self.stats
+        searching = stats["first_failure_at"] is None
+        if searching and time.perf_counter() - self.started > self.params.max_seconds:
+            stats["out_of_time"] = True
+            raise _BudgetSpent  # draw nothing more (a failure found in time still shrinks)
+        result = self.runner.run(ops)
+        if searching:
+            stats["schedules"] += 1
+            stats["operations"] += len(result.steps)
+            stats["longest"] = max(stats["longest"], result.longest)
+            self.kinds.update(result.kinds)
+            for kind, hit in result.edges.items():
+                self.touched.setdefault(kind, set()).update(hit)
+            if result.failure is not None:
+                stats["first_failure_at"] = stats["schedules"]
+        else:
+            stats["shrinks"] += 1
+        if result.failure is not None:
+            self.failing[tuple(ops)] = result
+            if self.control:
+                raise _FirstFailure(list(ops))
+        return result.failure is not None
+
+    def passes(self, searches: list[tuple[str, ...]], seed: int) -> list[tuple[tuple[str, ...], int, int]]:
+        """(alphabet, schedules, seed) per pass. A control, which needs one failure, first looks briefly
+        at each search (their first schedules, as the positive run draws them), then runs each in full:
+        a fault only the second search reaches is found without first drawing the whole of the first."""
+        examples = self.params.max_examples
+        if self.control and len(searches) > 1 and examples > CONTROL_FIRST_LOOK:
+            return [(a, CONTROL_FIRST_LOOK, seed) for a in searches] + [(a, examples, seed) for a in searches]
+        return [(alphabet, examples, seed) for alphabet in searches]
+
+    def minimal(self, ctx: CheckContext, searches: list[tuple[str, ...]]) -> list[Op] | None:
+        """The first pass's failing schedule that a search finds, shrunk by hypothesis and `tighten` (a
+        control's: as found); None when every pass ran out of schedules or the time budget ran out."""
+        found: list[Op] | None = None
+        for alphabet, examples, seed in self.passes(searches, ctx.seed):
+            try:
+                strategy = _cached_strategy(ctx, self.params, alphabet)
+                found = find(strategy, self.fails, settings=_budget(examples), random=random.Random(seed))
+            except NoSuchExample:
+                continue
+            except _BudgetSpent:
+                break
+            except _FirstFailure as first:
+                found = first.ops
+            except Flaky:
+                # the path's state outlived its sessions (a cross-request store), so a schedule did not
+                # fail the same way twice: keep the shortest schedule that failed, unshrunk
+                shortest = sorted(self.failing.keys(), key=len)
+                found = list(shortest[0]) if shortest else None
+            break
+        return tighten(list(found), self.fails) if found is not None and not self.control else found
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The minimal failing schedule's run, whether it failed again replayed alone, and the class
+    the model-level experiments support (gate.checks._diagnosis)."""
+
+    result: ScheduleResult
+    reproduces: bool
+    diagnosed: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """The probe schedule's run, what the searches drew and covered, and their failure (if any)."""
+
+    probe: ScheduleResult
+    stats: dict[str, Any]
+    kinds: Counter[str]
+    touched: dict[str, set[int]]
+    edges: dict[str, Any]
+    """The candidate's layout edges (gate.checks._sweep.layout_edges)."""
+    within_reach: dict[str, Any]
+    """The edges a schedule can reach, per kind (the runner's)."""
+    searches: int
+    seconds: float
+    failure: Failure | None
+    bounded: bool
+    max_tokens: int
+    """The longest request a schedule builds (the params' clipped to the paths' context)."""
+
+
+def _searches(params: ScheduleFuzzParams, continuous: bool) -> list[tuple[str, ...]]:
+    """Two searches: the sessions' schedules, then (where the path batches continuously) the running
+    batch's; the two never share state, so interleaving them would only dilute each search."""
+    searches = [KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))]
+    if continuous and params.joins:
+        searches.append(CONTINUOUS_KINDS)
+    return searches
+
+
+def measure(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance) -> Observations:
+    """The probe schedule, then the searches; a failure is replayed alone (a positive run's) and its
+    class put to model-level experiments."""
+    reference, candidate = ctx.reference, ctx.candidate
+    edges = layout_edges(candidate)
+    max_tokens = min(params.max_tokens, reference.max_len, candidate.max_len)
+    runner = ScheduleRunner(
+        reference,
+        candidate,
+        vocab=min(reference.vocab_size, candidate.vocab_size),
+        batch=params.batch,
+        max_tokens=max_tokens,
+        seed=ctx.seed,
+        tol=tol,
+        bounded=bounds_logits(ctx),
+        edges=edges,
+        slots=params.slots,
+        memo=ctx.cache,
+    )
+    probe = runner.run(PROBE, keep_logits=True)
+    search = _Search(runner, params, ctx.stop_at_first_failure)  # a control does not shrink
+    searches = _searches(params, runner.continuous is not None)
+    minimal = search.minimal(ctx, searches)
+    seconds = time.perf_counter() - search.started
+    failure: Failure | None = None
+    if minimal is not None:
+        found = search.failing[tuple(minimal)]
+        assert found.failure is not None
+        # a path whose state outlives its sessions (a cross-request prefix store) may not fail again
+        # on the same schedule alone: the reproducer says so rather than claiming it replays
+        reproduces = search.control or runner.run(found.steps).failure is not None
+        diagnosed = diagnose_reproducer(reference, candidate, found.steps, found.failure, tol, ctx.seed)
+        failure = Failure(found, reproduces, diagnosed)
+    return Observations(
+        probe=probe,
+        stats=search.stats,
+        kinds=search.kinds,
+        touched=search.touched,
+        edges=edges,
+        within_reach=runner.edges,
+        searches=len(searches),
+        seconds=seconds,
+        failure=failure,
+        bounded=runner.bounded,
+        max_tokens=max_tokens,
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The coverage and metrics of the searches, and the failing schedule in words (None: none failed)."""
+
+    coverage: dict[str, Any]
+    metrics: dict[str, Any]
+    text: str | None
+
+
+def judge(obs: Observations, params: ScheduleFuzzParams) -> Judgement:
+    """What the searches covered and found (pure)."""
+    stats = obs.stats
+    coverage = {
+        "schedules": stats["schedules"],
+        "operations": stats["operations"],
+        "operations_by_kind": dict(sorted(obs.kinds.items())),
+        "longest_request": stats["longest"],
+        "searches": obs.searches,
+        "continuous_batching": obs.searches > 1,
+        "layout_edges": {
+            kind: {"within_reach": len(obs.within_reach.get(kind, ())), "touched": len(obs.touched.get(kind, set()))}
+            for kind in obs.edges
+        },
+    }
+    metrics: dict[str, Any] = {
+        "schedules": stats["schedules"],
+        "operations": stats["operations"],
+        "seconds": round(obs.seconds, 3),
+        "max_examples": params.max_examples,
+        "max_seconds": params.max_seconds,
+        "budget_spent": bool(stats.get("out_of_time")),
+        "first_failure_at_schedule": stats["first_failure_at"],
+        "shrink_runs": stats["shrinks"],
+    }
+    if obs.failure is None:
+        return Judgement(coverage, metrics, None)
+    found = obs.failure.result
+    assert found.failure is not None
+    metrics["reproducer_steps"] = len(found.steps)
+    return Judgement(coverage, metrics, f"{describe(found.steps)} → {failure_words(found.failure)}")
+
+
+def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: the failing schedule as a reproducer, else a pass."""
+    exercise = {**obs.probe.exercise, "schedules_run": obs.stats["schedules"], "probe_steps": len(obs.probe.steps)}
+    observation = torch.cat(obs.probe.logits) if obs.probe.logits else None
+    failed = obs.failure is not None
+    record = ScheduleFuzzEvidence(
+        coverage=j.coverage,
+        tolerance=ToleranceRecord(**tol.as_dict()),
+        seed=ctx.seed,
+        reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
+    )
+    seen: dict[str, Any] = {
+        "metrics": j.metrics,
+        "evidence": record.dump(),
+        "exercise": exercise,
+        "observation": observation,
+    }
+    if record.reproducer is not None and obs.failure is not None:
+        return _failed(ctx.stop_at_first_failure, obs.failure, record.reproducer, **seen)
+    spent = " (the time budget ran out first)" if obs.stats.get("out_of_time") else ""
+    kinds_text = ", ".join(f"{k} {v}" for k, v in sorted(obs.kinds.items()))
+    edge_text = "; ".join(
+        f"{k} edges touched {c['touched']}/{c['within_reach']}" for k, c in j.coverage["layout_edges"].items()
+    )
+    return Outcome(
+        status="pass",
+        message=f"{obs.stats['schedules']} random schedules ({obs.stats['operations']} operations: {kinds_text}) "
+        f"matched a full pass at every step{spent}" + (f"; {edge_text}" if edge_text else ""),
+        tolerated_change=None
+        if observation is None
+        else float(tol.row(observation).max()) * (DENY_ALLOWANCE if obs.bounded else 1.0),
+        **seen,
+    )
+
+
+def _reproducer(
+    ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: Observations, j: Judgement
+) -> ScheduleReproducer:
+    """The failing schedule as evidence: its steps, what failed, a snippet that replays it."""
+    assert obs.failure is not None and obs.failure.result.failure is not None and j.text is not None
+    steps = obs.failure.result.steps
+    return ScheduleReproducer(
+        schedule=[describe([s]) for s in steps],
+        steps=len(steps),
+        failure=failure_words(obs.failure.result.failure),
+        text=j.text,
+        snippet=_snippet(ctx, steps, params, tol, obs.max_tokens),
+        found_after_schedules=obs.stats["first_failure_at"],
+        reproduces_on_replay=obs.failure.reproduces,
+    )
+
+
+def _failed(control: bool, failure: Failure, reproducer: ScheduleReproducer, **seen: Any) -> Outcome:
+    """A failing schedule: the reproducer in the message, and the class the experiments support."""
+    assert failure.result.failure is not None
+    text, steps = reproducer.text, reproducer.steps
+    shrunk = "not shrunk: a control stops at its first failure" if control else f"shrunk to {steps} step(s)"
+    diagnosis = {
+        **failure.diagnosed,
+        "explanation": BUG_CLASSES[failure.diagnosed["bug_class"]],
+        "reproducer": text,
+    }
+    return Outcome(
+        status="fail",
+        message=f"{'failing' if control else 'minimal'} schedule: {text} (found after "
+        f"{reproducer.found_after_schedules} schedule(s), {shrunk})"
+        + ("" if failure.reproduces else "; it does not fail again on replay alone: state outlived the sessions"),
+        diagnosis=diagnosis,
+        detected_at=failure.result.failure["step"],
+        **seen,
+    )
+
+
+@check("schedule-fuzz", params=ScheduleFuzzParams)
+def schedule_fuzz(ctx: CheckContext, params: ScheduleFuzzParams) -> Outcome:
+    """Random cache schedules, every step against a full pass; a failure shrinks to a reproducer."""
+    tol = tolerance_for(ctx, params.atol, params.rtol)
+    obs = measure(ctx, params, tol)
+    return explain(ctx, params, tol, obs, judge(obs, params))
