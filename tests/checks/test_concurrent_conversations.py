@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gate.checks.engine_concurrent_conversations import _Request, _schedule, _suspect
+from gate.checks.engine_concurrent_conversations.body import _Request, _schedule, _suspect
 
 
 @pytest.mark.parametrize(("conversations", "turns", "width"), [(12, 3, 6), (8, 2, 3), (3, 4, 2), (16, 3, 8)])
