@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
 from gate.checks._lengths import NEW_TOKENS as NEW_TOKENS
+from gate.checks._lengths import PREFIX_BLOCKS as PREFIX_BLOCKS
 from gate.checks._lengths import clip_lengths as clip_lengths
 from gate.checks._lengths import geometry_lengths as geometry_lengths
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
@@ -92,10 +93,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-PREFIX_BLOCKS = 4
-"""Shared system prefixes on an engine that reuses whole blocks are at least this many blocks long."""
 
 
 def reuse_block(path: EngineServing) -> int | None:

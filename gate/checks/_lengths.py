@@ -6,6 +6,9 @@ from __future__ import annotations
 NEW_TOKENS = 8
 """Tokens an engine check asks for after each prompt."""
 
+PREFIX_BLOCKS = 4
+"""Shared system prefixes on an engine that reuses whole blocks are at least this many blocks long."""
+
 
 def clip_lengths(lengths: list[int], limit: int) -> list[int]:
     """Lengths clipped to `limit`, in order, without repeats."""

@@ -16,11 +16,13 @@ from pydantic import Field, field_validator
 from gate.checks import (
     batch_invariance,
     engine_batch_invariance,
+    engine_concurrent_conversations,
     engine_invalidation,
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
     hash_collision,
+    phase_performance,
     reset_isolation,
     schedule_fuzz,
     tenant_isolation,
@@ -28,11 +30,12 @@ from gate.checks import (
 from gate.checks._sweep import SEED_LENGTHS
 from gate.checks.batch_invariance import BatchInvarianceParams as BatchInvarianceParams
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.phase_performance import PhasePerformanceParams as PhasePerformanceParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
 from gate.checks.schedule_fuzz import ScheduleFuzzParams as ScheduleFuzzParams
 from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
-from gate.core.manifest import Budget, ClockName, IdentityField
+from gate.core.manifest import IdentityField
 from gate.quality.stats import MIN_SAMPLES
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
@@ -93,41 +96,6 @@ class MaskOracleParams(Params):
     """Head dimension of the nonzero-score variant."""
     poison_tail: bool = True
     """Repeat every case with NaN written into the allocated-but-unused cache slots."""
-
-
-WATCHED: tuple[ClockName, ...] = ("ttft_p95", "tpot_p95", "itl_p95", "throughput", "live_bytes")
-"""Unbudgeted clocks phase-performance judges by default: one per clock family."""
-
-
-class PhasePerformanceParams(Params):
-    """Parameters of the phase-performance check."""
-
-    scenario: str = "chat-shared-prefix"
-    """A shipped scenario's name (scenarios/*.yaml) or a path to a scenario file."""
-    conversations: int | None = Field(default=None, ge=1, le=4096)
-    """Override the scenario's number of conversations (smaller for a quick run)."""
-    max_concurrent: int | None = Field(default=None, ge=1, le=4096)
-    """Override the scenario's admission limit."""
-    repeats: int = Field(default=6, ge=2, le=100)
-    """Replays per path, alternating which path goes first: the paired observations each interval is built from."""
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    """Two-sided confidence of each ratio's interval."""
-    resamples: int = Field(default=2000, ge=200, le=100_000)
-    """Bootstrap resamples per interval."""
-    min_effect: float = Field(default=0.10, ge=0, le=10)
-    """Without a budget, warn when a clock is confidently worse than the reference by more than this
-    share (its interval clears 1 + min_effect; fourteen clocks are judged at once, so a margin keeps
-    an unchanged candidate quiet)."""
-    watch: list[ClockName] = Field(default_factory=lambda: list(WATCHED))
-    """Clocks judged without a budget (a confident regression warns); the rest are reported only."""
-    gross: float = Field(default=2.0, gt=1)
-    """Without a budget, also warn when a watched clock's point estimate is this many times worse even
-    though the noise leaves its interval unresolved: a gross slowdown is never a green pass."""
-    show_savings: bool = False
-    """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
-    passes only when the whole interval lies within it."""
-    budgets: dict[ClockName, Budget] = Field(default_factory=dict)
-    """Default budgets from the policy; the manifest's `performance` section replaces them clock by clock."""
 
 
 class PrefixReuseParityParams(Params):
@@ -283,6 +251,8 @@ PACKAGES = (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    engine_concurrent_conversations,
+    phase_performance,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
@@ -291,7 +261,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "greedy-parity": GreedyParityParams,
     "invalidation": InvalidationParams,
     "mask-oracle": MaskOracleParams,
-    "phase-performance": PhasePerformanceParams,
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,

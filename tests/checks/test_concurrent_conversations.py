@@ -1,14 +1,25 @@
-"""engine-concurrent-conversations' workload and its naming of a leak, without a server (the check
-itself runs against a real llama-server in tests/adapters/openai/test_llamacpp_tiers.py)."""
+"""engine-concurrent-conversations' workload and its naming of a leak, without a server: its helpers,
+and the whole check against an in-process engine pair whose replies are a function of the prompt
+(the check also runs against a real llama-server in tests/adapters/openai/test_llamacpp_tiers.py)."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
-from gate.checks.engine_concurrent_conversations import _Request, _schedule, _suspect
+from gate.checks._engine import common_prefix
+from gate.checks.engine_concurrent_conversations import EngineConversationsParams, engine_concurrent_conversations
+from gate.checks.engine_concurrent_conversations.body import _Request, _schedule, _suspect
+from gate.core.check import CheckContext
+from gate.protocols import CacheGeometry, Capability, capabilities
+from tests.support.reference import ctx, path
 
 
 @pytest.mark.parametrize(("conversations", "turns", "width"), [(12, 3, 6), (8, 2, 3), (3, 4, 2), (16, 3, 8)])
@@ -85,3 +96,138 @@ def test_the_dossier_reads_the_evidence_into_its_tables() -> None:
     titles = [t.title for t in views.tables]
     assert titles[0] == "Replies that differ from the reference alone" and views.tables[0].rows[0][:2] == ["1", "0"]
     assert titles[1].startswith("1 requests: 8 conversations over 3 tenants' 256-token system prefixes")
+
+
+VOCAB = 512
+
+
+@dataclass
+class _Completion:
+    tokens: list[int]
+    logprobs: list[float]
+    top: list[dict[int, float]]
+    cached_tokens: int | None
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "cached_tokens": self.cached_tokens}
+
+
+@dataclass
+class _Server:
+    """Greedy tokens a function of the prompt; a prefix cache of what it was sent (the longest prefix
+    shared with an earlier prompt); a planted wrong token on every prompt whose token sum is a
+    multiple of `wrong_every`."""
+
+    slots: int | None
+    cache: bool
+    wrong_every: int | None
+    flavor: str = "generic"
+    seen: list[list[int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"vocab_size": VOCAB, **({"total_slots": self.slots} if self.slots else {})}
+
+    def complete(self, prompt: list[int], max_tokens: int, top_k: int, extra: Any = None) -> _Completion:
+        time.sleep(0.02)  # in flight long enough for a round's requests to overlap
+        with self.lock:
+            shared = max((common_prefix(prompt, s) for s in self.seen), default=0)
+            self.seen.append(list(prompt))
+        tokens = [3 + (sum(prompt) * 31 + 7 * i) % (VOCAB - 3) for i in range(max_tokens)]
+        if self.wrong_every is not None and sum(prompt) % self.wrong_every == 0 and max_tokens > 1:
+            tokens[1] = 3 + (tokens[1] + 100) % (VOCAB - 3)
+        top = [{t: -0.125, 3 + (t + 1) % (VOCAB - 3): -3.0} for t in tokens]
+        return _Completion(tokens, [-0.125] * len(tokens), top, min(shared, len(prompt) - 1) if self.cache else 0)
+
+    def reset_cache(self) -> str | None:
+        return None
+
+    def unreset_tiers(self) -> list[str]:
+        return []
+
+    @property
+    def reused(self) -> bool:
+        return self.cache
+
+    def evidence(self) -> dict[str, Any]:
+        return {"requests": len(self.seen)}
+
+
+@dataclass
+class _Engine:
+    """An EngineServing path serving `_Server`s (the reference: cache off)."""
+
+    name: str
+    slots: int | None = 4
+    cache: bool = True
+    wrong_every: int | None = None
+    flavor: str = "generic"
+    vocab_size: int = VOCAB
+    max_len: int = 512
+    top_k: int = 2
+    salt_field: str | None = None
+    cache_geometry: CacheGeometry = field(default_factory=lambda: CacheGeometry(block_size=16, source="stated"))
+
+    @contextmanager
+    def serve(self, label: str = "") -> Iterator[_Server]:
+        yield _Server(self.slots, self.cache, self.wrong_every)
+
+    def changed_model(self, perturb_seed: int) -> Any:
+        return None
+
+    def reload_weights(self, version: int) -> None:
+        raise NotImplementedError("not an engine gate can reload")
+
+    def cache_length(self) -> int:
+        return 0
+
+    def crop(self, length: int) -> None:
+        raise NotImplementedError("not an engine gate can crop")
+
+    def release_controls(self, keep: set[str]) -> list[str]:
+        return []
+
+    def invisible_faults(self) -> dict[str, str]:
+        return {}
+
+
+def _engines(candidate: _Engine, *, stop: bool = False) -> CheckContext:
+    context = ctx(path("dynamic"), path("dynamic"))
+    context.reference, context.candidate = _Engine("reference", cache=False), candidate
+    context.stop_at_first_failure = stop
+    assert Capability.ENGINE_SERVING in capabilities(candidate)
+    return context
+
+
+def test_a_correct_engine_passes_with_every_reply_compared_and_its_cache_hit() -> None:
+    out = engine_concurrent_conversations(_engines(_Engine("candidate")), EngineConversationsParams())
+    assert out.status == "pass", out.message
+    assert out.metrics["requests"] == out.exercise["compared_replies"] == 30  # 10 conversations of 3 turns
+    assert out.metrics["rounds_overlapping"] > 0 and out.metrics["system_prefix"] == 256
+    assert out.metrics["resumed_after_others"] > 0 and out.exercise["cached_prompt_tokens"] > 0
+    assert out.evidence["candidate_slots"] == 4 and not out.evidence["failures"]
+
+
+def test_a_wrong_reply_fails_naming_its_request_and_a_suspect_and_a_control_stops_at_its_round() -> None:
+    params = EngineConversationsParams()
+    out = engine_concurrent_conversations(_engines(_Engine("candidate", wrong_every=7)), params)
+    assert out.status == "fail"
+    failures = out.evidence["failures"]
+    assert failures and out.metrics["failed"] == len(failures) < out.metrics["requests"]
+    assert out.message.startswith(f"{len(failures)} of 30 replies differ from the reference alone: request ")
+    assert "it may carry the state of request" in failures[0]["message"]
+    assert out.diagnosis == {"problems": [f["message"] for f in failures]}
+    first = min(r["prompt_tokens"] for r in out.evidence["requests"] if r["failed"])
+    assert out.detected_at == first
+    control = engine_concurrent_conversations(_engines(_Engine("candidate", wrong_every=7), stop=True), params)
+    assert control.status == "fail" and control.metrics["requests"] < out.metrics["requests"]
+    rounds = {r["round"] for r in control.evidence["requests"]}
+    assert max(rounds) == min(r["round"] for r in out.evidence["requests"] if r["failed"])
+
+
+def test_a_single_slot_candidate_is_not_exercised_and_fails() -> None:
+    out = engine_concurrent_conversations(_engines(_Engine("candidate", slots=1)), EngineConversationsParams())
+    assert out.status == "fail" and out.message.startswith("not exercised: ")
+    assert "the candidate has 1 slot(s)" in out.message and out.diagnosis is not None

@@ -1,21 +1,26 @@
 """phase-performance: the serving scenario, the four clocks, their intervals and budgets that can deny.
 
-Timing here is never asserted against a speed target (that lives in benchmarks/perf_gate.md); the
-planted slowdown is large (a 25 ms sleep on every step of a model whose steps take a few ms) so
-its detection does not depend on how loaded the machine is.
+Timing here is never asserted against a speed target (that lives in benchmarks/perf_gate.md). The
+planted slowdown (a 25 ms sleep on every step) is judged on a virtual clock (`virtual_clock`): the
+check's timer reads it, every step costs one tick on it and the planted sleep moves it by its
+length without sleeping, so the verdicts do not depend on how loaded the machine is.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+import benchmarks.planted
+import gate.checks._serving
 from benchmarks.planted import SlowPath
 from gate.checks._engine import PREFIX_BLOCKS
-from gate.checks.phase_performance import PhasePerformanceParams, _verdict, phase_performance, shared_prefix_on
+from gate.checks.phase_performance import PhasePerformanceParams, phase_performance
+from gate.checks.phase_performance.body import _verdict, shared_prefix_on
 from gate.core.clocks import METRICS, Interval, LiveBytes, RequestTiming, ServingTrace, compare, summary
 from gate.core.manifest import Budget, ClockName, Manifest
 from gate.core.scenario import conversations, load_scenario, shipped_scenarios
@@ -142,6 +147,33 @@ def test_identical_paths_report_all_four_clocks_with_intervals() -> None:
     assert out.status in ("pass", "warn")  # no budget: timing noise can only warn, never fail
 
 
+class VirtualClock:
+    """Stands in for the `time` module of the check's timer (gate.checks._serving.Timer reads
+    `time.perf_counter`) and of the planted slowdown (`time.sleep`): every reading moves the clock by
+    `tick_s`, so a timed step measures one tick (its model work, at a fixed cost) plus what it slept,
+    and a sleep moves the clock without waiting."""
+
+    def __init__(self, tick_s: float) -> None:
+        self.now, self.tick_s = 0.0, tick_s
+
+    def perf_counter(self) -> float:
+        self.now += self.tick_s
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[VirtualClock]:
+    """The check's clock replaced: every step costs 1 ms, the planted sleep costs its length, exactly."""
+    clock = VirtualClock(tick_s=0.001)
+    monkeypatch.setattr(gate.checks._serving, "time", clock)
+    monkeypatch.setattr(benchmarks.planted, "time", clock)
+    yield clock
+
+
+@pytest.mark.usefixtures("virtual_clock")
 def test_a_planted_slowdown_fails_its_budget_and_warns_without_one() -> None:
     slow = SlowPath(path("dynamic"), sleep_s=0.025)
     budgeted = ctx(path("dynamic"), slow)
@@ -156,6 +188,7 @@ def test_a_planted_slowdown_fails_its_budget_and_warns_without_one() -> None:
     assert "tpot_p95 x" in unbudgeted.message
 
 
+@pytest.mark.usefixtures("virtual_clock")
 def test_a_policy_budget_applies_and_the_manifest_replaces_it() -> None:
     slow = SlowPath(path("dynamic"), sleep_s=0.025)
     lenient = QUICK.model_copy(update={"budgets": {"tpot_p95": Budget(max_ratio=10_000.0)}})

@@ -1,0 +1,435 @@
+"""engine-concurrent-conversations' body: measure the seeded rounds (each round's requests sent to the
+candidate at once, each prompt then sent alone to the reference), judge every reply and name what a
+failing one carries, explain the judgement."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from gate.checks._engine import (
+    EnginePair,
+    Judged,
+    common_prefix,
+    engine_pair,
+    failure_words,
+    observation,
+    require_hits,
+    reuse_block,
+    same_vocabulary,
+    seeded_prompt,
+)
+from gate.checks._engine import judge as judge_reply
+from gate.checks._topk import worst
+from gate.checks.engine_concurrent_conversations import EngineConversationsParams
+from gate.core.check import CheckContext, Outcome, check
+from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence
+
+if TYPE_CHECKING:
+    from gate.protocols import EngineCompletion, EngineServer
+
+
+@dataclass
+class _Request:
+    """One request of the workload: filled in as its round is sent (its reply and time window), then
+    answered alone by the reference (`want`) and compared under the claim (`judged`)."""
+
+    id: int
+    conversation: int
+    tenant: int
+    turn: int
+    round: int
+    kind: str
+    prompt: list[int]
+    window: tuple[float, float] = (0.0, 0.0)
+    reply: EngineCompletion | None = None
+    want: EngineCompletion | None = None
+    judged: Judged | None = None
+
+    def name(self) -> str:
+        tenant = f"tenant {self.tenant}" if self.tenant >= 0 else "no system prefix"
+        return f"request {self.id} (conversation {self.conversation} turn {self.turn}, {tenant})"
+
+    def outcome(self) -> tuple[EngineCompletion, Judged]:
+        """The candidate's reply and its comparison with the reference's answer alone (both measured)."""
+        assert self.reply is not None and self.judged is not None
+        return self.reply, self.judged
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """What every round's prompts are drawn from: the seed, the tenants' system prefixes and which
+    conversations open without one (the last `private`)."""
+
+    vocab: int
+    base: int
+    systems: list[list[int]]
+    conversations: int
+    private: int
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Every request sent (in order, with its reply, the reference's answer and their comparison) and
+    the shape of the workload that sent them."""
+
+    sent: list[_Request]
+    rounds: int
+    overlapping_rounds: int
+    slots: Any
+    prefix: int
+    width: int
+    conversations: int
+    geometry: str
+    untouched: list[str]
+    servers: dict[str, Any]
+
+
+Finding = Literal["failed", "not-exercised", "held"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Per request its evidence row; the failing replies, each with the request it may carry; what
+    the cache served; and the finding: a reply failed, no two conversations were served at once, or
+    the claim held for every reply."""
+
+    finding: Finding
+    rows: list[ConversationRequest]
+    failures: list[ConversationFailure]
+    detected_at: int | None
+    fresh_hits: int
+    resumed: int
+    resumed_hits: int
+    warned: int
+
+
+def _schedule(conversations: int, turns: int, width: int, rng: random.Random) -> list[list[tuple[int, int]]]:
+    """Rounds of (conversation, turn): each conversation's turns in order, at most once per round, up
+    to `width` per round; conversations not in the last round go first (resumed after others), then
+    fresh ones in order, then those of the last round."""
+    next_turn = [0] * conversations
+    started: list[int] = []
+    fresh = list(range(conversations))
+    rounds: list[list[tuple[int, int]]] = []
+    last: set[int] = set()
+    while any(t < turns for t in next_turn):
+        waiting = [c for c in started if next_turn[c] < turns and c not in last]
+        rng.shuffle(waiting)
+        pick = waiting[: max(1, width // 2)] if fresh else waiting[:width]
+        while fresh and len(pick) < width:
+            pick.append(fresh.pop(0))
+        if len(pick) < width:
+            again = [c for c in started if next_turn[c] < turns and c in last and c not in pick]
+            pick += again[: width - len(pick)]
+        if not pick:
+            pick = [c for c in started if next_turn[c] < turns and c not in pick][:width]
+        batch = []
+        for c in pick:
+            if c not in started:
+                started.append(c)
+            batch.append((c, next_turn[c]))
+            next_turn[c] += 1
+        rng.shuffle(batch)
+        rounds.append(batch)
+        last = set(pick)
+    return rounds
+
+
+def system_prefix(params: EngineConversationsParams, pair: EnginePair) -> tuple[int, int]:
+    """The tenants' system prefix length (`prefix_blocks` of the candidate's reuse blocks, at least
+    `min_prefix`, within what the turns leave of the context) and the context's room (its length - 1)."""
+    block = reuse_block(pair.candidate)
+    room = min(pair.reference.max_len, pair.candidate.max_len) - 1
+    wanted = max(params.min_prefix, params.prefix_blocks * block) if block else params.min_prefix
+    return max(1, min(wanted, room - _growth(params))), room
+
+
+def _growth(params: EngineConversationsParams) -> int:
+    """Tokens a conversation's history grows by over its turns."""
+    return params.turns * (params.turn_tokens + params.new_tokens)
+
+
+def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePair, prefix: int) -> Observations:
+    """Start both servers; send the seeded rounds to the candidate and each prompt alone to the reference."""
+    reference, candidate = pair.reference, pair.candidate
+    geometry = candidate.cache_geometry
+    with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
+        vocab = same_vocabulary(ref, cand) or candidate.vocab_size
+        slots = cand.info.get("total_slots")
+        n_conv = params.conversations or max(8, min(16, 2 * int(slots or 3) + 2))
+        width = params.max_concurrent or (min(8, int(slots) + 1) if slots else 4)
+        base = ctx.seed * 1_000_003 + 7
+        systems = [seeded_prompt(vocab, prefix, base + t) for t in range(params.tenants)]
+        # at least one conversation opens with a system prefix
+        work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
+        rounds = _schedule(n_conv, params.turns, width, random.Random(base))
+        untouched = cand.unreset_tiers() if cand.reused else []
+        sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k)
+        servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
+    return Observations(
+        sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers
+    )
+
+
+def _serve_rounds(
+    ctx: CheckContext,
+    params: EngineConversationsParams,
+    work: _Workload,
+    rounds: list[list[tuple[int, int]]],
+    servers: tuple[EngineServer, EngineServer],
+    top_k: int,
+) -> tuple[list[_Request], int]:
+    """Every round sent together to the candidate, then each of its prompts alone to the reference and
+    compared; the requests sent and how many rounds overlapped in time. A control stops after the
+    first round with a failing reply."""
+    ref, cand = servers
+    sent: list[_Request] = []
+    history: dict[int, list[int]] = {}
+    last_round: dict[int, int] = {}
+    overlapping = 0
+    for number, batch in enumerate(rounds):
+        requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
+        _send_together(cand, requests, params.new_tokens, top_k)
+        if len(requests) > 1 and _overlapped(requests):
+            overlapping += 1
+        for req in requests:
+            assert req.reply is not None
+            history[req.conversation] = [*req.prompt, *req.reply.tokens]
+            last_round[req.conversation] = number
+            req.want = ref.complete(req.prompt, params.new_tokens, top_k)  # alone, on the reference
+            req.judged = judge_reply(ctx, req.want, req.reply)
+        sent += requests
+        if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
+            break
+    return sent, overlapping
+
+
+def _round_requests(
+    params: EngineConversationsParams,
+    work: _Workload,
+    batch: list[tuple[int, int]],
+    number: int,
+    so_far: tuple[dict[int, list[int]], dict[int, int]],
+    first_id: int,
+) -> list[_Request]:
+    """The requests of round `number`: a fresh turn opens with its tenant's system prefix, a later one
+    carries the conversation's history (`so_far`: each conversation's history and last round)."""
+    history, last_round = so_far
+    requests: list[_Request] = []
+    for conv, turn in batch:
+        own = seeded_prompt(work.vocab, params.turn_tokens, work.base + 1000 * (conv + 1) + turn)
+        tenant = conv % params.tenants if conv < work.conversations - work.private else -1
+        if turn == 0:
+            prompt, kind = [*(work.systems[tenant] if tenant >= 0 else []), *own], "fresh"
+        else:
+            prompt = [*history[conv], *own]
+            kind = "resumed after others" if last_round[conv] < number - 1 else "continued"
+        requests.append(_Request(first_id + len(requests), conv, tenant, turn, number, kind, prompt))
+    return requests
+
+
+def _send_together(server: EngineServer, requests: list[_Request], new_tokens: int, top_k: int) -> None:
+    """Send a round's requests at the same moment, one thread each; each reply and its time window kept."""
+    barrier = threading.Barrier(len(requests))
+
+    def send(req: _Request) -> None:
+        barrier.wait()
+        start = time.perf_counter()
+        req.reply = server.complete(req.prompt, new_tokens, top_k)
+        req.window = (start, time.perf_counter())
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        list(pool.map(send, requests))
+
+
+def _overlapped(requests: list[_Request]) -> bool:
+    """Some two requests of the round were in flight at the same time."""
+    ordered = sorted(r.window for r in requests)
+    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
+
+
+def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
+    """The other request whose state a failing reply most likely carries, and how it was found."""
+    assert failed.reply is not None
+    others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
+    for other in others:
+        same = other.want is not None and list(other.want.tokens) == list(failed.reply.tokens)
+        if same and other.conversation != failed.conversation:
+            return other, "its reply equals the reference's answer to that request"
+    foreign = [r for r in others if r.conversation != failed.conversation]
+    if not foreign:
+        return None, "no other conversation's request was sent before it"
+    best = max(foreign, key=lambda r: (common_prefix(r.prompt, failed.prompt), r.round == failed.round, -r.id))
+    shared = common_prefix(best.prompt, failed.prompt)
+    return best, f"the other conversation's prompt sharing the most with it ({shared} tokens)"
+
+
+def _row(req: _Request) -> ConversationRequest:
+    reply, judged = req.outcome()
+    c = judged.comparison
+    return ConversationRequest(
+        id=req.id,
+        conversation=req.conversation,
+        tenant=req.tenant,
+        turn=req.turn,
+        round=req.round,
+        kind=req.kind,
+        prompt_tokens=len(req.prompt),
+        cached_tokens=reply.cached_tokens,
+        tokens_match=not c.diverged,
+        first_divergence=c.first_divergence,
+        max_abs_dlogprob=c.max_abs_delta,
+        tie=c.tie,
+        failed=judged.failed,
+        warned=judged.warn,
+    )
+
+
+def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFailure:
+    """A failing reply, named with the request whose state it may carry and those in flight beside it."""
+    other, how = _suspect(req, sent)
+    message = f"{req.name()}, {req.kind}: {failure_words(level, req.outcome()[1])}"
+    if other is not None:
+        company = [r.id for r in sent if r.round == req.round and r.id != req.id]
+        message += f"; it may carry the state of {other.name()}: {how}"
+        if company:
+            message += f" (in flight with requests {', '.join(map(str, company))})"
+    return ConversationFailure(
+        request=req.id, other_request=None if other is None else other.id, how=how, message=message
+    )
+
+
+def judge(obs: Observations, level: str) -> Judgement:
+    """Each reply's row and, for a failing one, what it may carry; whether the run exercised
+    concurrency (pure: the comparisons were made as the replies came)."""
+    rows = [_row(req) for req in obs.sent]
+    failed = [req for req in obs.sent if req.outcome()[1].failed]
+    failures = [_failure(req, obs.sent, level) for req in failed]
+    resumed = [r for r in rows if r.kind == "resumed after others"]
+    finding: Finding = "held"
+    if failures:
+        finding = "failed"
+    elif obs.overlapping_rounds == 0 or (obs.slots is not None and int(obs.slots) < 2):
+        finding = "not-exercised"
+    return Judgement(
+        finding=finding,
+        rows=rows,
+        failures=failures,
+        detected_at=min(len(r.prompt) for r in failed) if failed else None,
+        fresh_hits=sum(1 for r in rows if r.kind == "fresh" and (r.cached_tokens or 0) > 0),
+        resumed=len(resumed),
+        resumed_hits=sum(1 for r in resumed if (r.cached_tokens or 0) > (obs.prefix if r.tenant >= 0 else 0)),
+        warned=sum(1 for r in rows if r.warned),
+    )
+
+
+def _evidence(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> ConversationsEvidence:
+    return ConversationsEvidence(
+        claim=level,
+        cache_geometry=obs.geometry,
+        system_prefix=obs.prefix,
+        tenants=params.tenants,
+        conversations=obs.conversations,
+        turns=params.turns,
+        max_concurrent=obs.width,
+        candidate_slots=None if obs.slots is None else int(obs.slots),
+        rounds=obs.rounds,
+        rounds_overlapping=obs.overlapping_rounds,
+        requests=j.rows,
+        failures=j.failures,
+        cache_tiers_not_reset=obs.untouched,
+        servers=obs.servers,
+    )
+
+
+def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> dict[str, Any]:
+    """What every Outcome of the check carries: metrics, evidence, exercise and the observation."""
+    metrics = {
+        "requests": len(j.rows),
+        "failed": len(j.failures),
+        "rounds": obs.rounds,
+        "rounds_overlapping": obs.overlapping_rounds,
+        "system_prefix": obs.prefix,
+        "fresh_with_shared_prefix_hit": j.fresh_hits,
+        "resumed_after_others": j.resumed,
+        "resumed_restored_past_prefix": j.resumed_hits,
+        "max_abs_dlogprob": worst(r.max_abs_dlogprob for r in j.rows),
+    }
+    exercise = {
+        "compared_replies": len(j.rows),
+        "rounds_overlapping": obs.overlapping_rounds,
+        "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in j.rows),
+        "resumed_after_others": j.resumed,
+    }
+    return {
+        "metrics": metrics,
+        "evidence": _evidence(params, level, obs, j).dump(),
+        "exercise": exercise,
+        "observation": observation([r.reply for r in obs.sent if r.reply is not None]),
+        "observation_in_run_order": True,
+    }
+
+
+def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
+    seen = _seen(params, level, obs, j)
+    untouched = obs.untouched
+    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(untouched)}"
+    tiers = tiers if untouched else ""
+    if j.finding == "failed":
+        shown = "; ".join(f.message for f in j.failures[:3])
+        more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
+        message = f"{len(j.failures)} of {len(j.rows)} replies differ from the reference alone: {shown}{more}{tiers}"
+        problems = [f.message for f in j.failures]
+        return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis={"problems": problems})
+    if j.finding == "not-exercised":
+        problems = [
+            f"not exercised: {obs.overlapping_rounds} of {obs.rounds} rounds had requests in flight together and the "
+            f"candidate has {obs.slots} slot(s); no two conversations were ever served at once (launch it with more "
+            "parallel slots)"
+        ]
+        return Outcome("fail", "; ".join(problems) + tiers, **seen, diagnosis={"problems": problems})
+    return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + tiers, **seen)
+
+
+def _held_words(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> str:
+    slots = "slots not stated" if obs.slots is None else f"{obs.slots} slots"
+    return (
+        f"{level} holds for every one of {len(j.rows)} replies ({obs.conversations} conversations of {params.turns} "
+        f"turns over {params.tenants} tenants' {obs.prefix}-token system prefixes, {obs.rounds} rounds of up to "
+        f"{obs.width} at once, {obs.overlapping_rounds} overlapping; {slots}), each against the reference's answer "
+        f"to the same prompt alone; {j.fresh_hits} fresh conversations reused a shared prefix, {j.resumed_hits} of "
+        f"{j.resumed} resumed after others were served from the cache past their system prefix"
+        + (f"; {j.warned} within the claim but over the logprob tolerance" if j.warned else "")
+    )
+
+
+def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outcome:
+    return Outcome(
+        "unproven",
+        f"the context ({room + 1} tokens) cannot hold a {prefix}-token system prefix and {params.turns} turns "
+        f"of {params.turn_tokens} + {params.new_tokens} tokens; lower turns or turn_tokens",
+    )
+
+
+@check("engine-concurrent-conversations", params=EngineConversationsParams)
+def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams) -> Outcome:
+    """Every reply of a concurrent multi-tenant, multi-turn workload equals the reference's answer alone."""
+    pair = engine_pair(ctx, "engine-concurrent-conversations")
+    if isinstance(pair, Outcome):
+        return pair
+    prefix, room = system_prefix(params, pair)
+    if prefix + _growth(params) > room:
+        return _no_room(params, prefix, room)
+    obs = measure(ctx, params, pair, prefix)
+    judgement = judge(obs, pair.level)
+    if judgement.finding == "held":
+        where = f"in any of the {len(judgement.rows)} requests (shared system prefixes, resumed conversations)"
+        require_hits([r.cached_tokens for r in judgement.rows], where)
+    return explain(params, pair.level, obs, judgement)

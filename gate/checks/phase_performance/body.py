@@ -1,0 +1,573 @@
+"""phase-performance's body: measure the scenario's replays through both paths (interleaved repeats),
+judge every clock's ratio on its interval against its budget, explain the judgement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gate.checks._engine import PREFIX_BLOCKS, failure_words, reuse_block
+from gate.checks._engine import judge as judge_reply
+from gate.checks._serving import replay, replay_engine
+from gate.checks._topk import worst as worst_of
+from gate.checks.phase_performance import PhasePerformanceParams
+from gate.core.check import CheckContext, Outcome, check
+from gate.core.clocks import METRICS, Interval, Metric, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
+from gate.core.evidence import ClockRow, ServingEvidence
+from gate.core.manifest import Budget
+from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
+from gate.errors import AdapterUnavailable, EngineBadReply
+from gate.protocols import (
+    DecodePath,
+    EngineCompletion,
+    EngineServer,
+    EngineServing,
+    KVGeometry,
+    LiveCounterpart,
+    offered,
+)
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+MAX_SAMPLES = 400
+"""Latency samples per path kept in the evidence for the dossier's distribution plot."""
+MAX_MEMORY_POINTS = 200
+"""Live-bytes points per path kept in the evidence for the dossier's plot."""
+
+SECTIONS = (
+    ("fail", "over budget"),
+    ("not-shown", "saving not shown"),
+    ("regressed", "confidently worse, no budget"),
+    ("gross", "a gross slowdown the noise leaves unresolved (rerun with more repeats)"),
+    ("unproven", "unproven"),
+    ("pass", "budgets held"),
+    ("within-noise", "within noise of the budget"),
+)
+"""The message's sections, in order: a clock's verdict (or `unproven`: a budgeted clock no interval
+could judge) -> the words that head the clocks that earned it."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """The scenario as run, its conversations (seeded), both paths and each one's trace per repeat;
+    the candidate's exercise and, on engines, what the servers reported and the replies' correctness."""
+
+    scenario: Scenario
+    convs: list[Conversation]
+    paths: dict[str, DecodePath]
+    traces: dict[str, list[ServingTrace]]
+    exercise: dict[str, Any]
+    served: dict[str, Any]
+
+    @property
+    def slo(self) -> tuple[float, float]:
+        return (self.scenario.slo.ttft_s, self.scenario.slo.tpot_s)
+
+
+Finding = Literal["wrong-replies", "over-budget", "doubtful", "no-saving", "held"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Per clock its evidence row; per section (SECTIONS) the clocks in it, in words; how many clocks
+    each family of intervals was widened for; the KV bytes against theory; and the finding: a reply
+    was wrong, a budget failed or a saving was not shown, some clock is doubtful (a warning), an
+    approximation saves nothing, or everything held."""
+
+    finding: Finding
+    rows: list[dict[str, Any]]
+    sections: dict[str, list[str]]
+    sums: dict[str, dict[str, Any]]
+    k_budgets: int
+    k_free: int
+    kv: dict[str, Any] | None
+
+    @property
+    def by_name(self) -> dict[str, dict[str, Any]]:
+        return {row["clock"]: row for row in self.rows}
+
+
+def _verdict(
+    interval: Interval, budget: Budget | None, better: str, *, min_effect: float, show: bool, gross: float = 2.0
+) -> str:
+    """pass, within-noise, fail, not-shown; without a budget: regressed (confidently worse), gross
+    (a point estimate `gross` times worse that the noise leaves unresolved) or ok."""
+    if budget is None:
+        worse = interval.low > 1 + min_effect if better == "lower" else interval.high < 1 / (1 + min_effect)
+        if worse:
+            return "regressed"
+        point = interval.point if better == "lower" else 1 / max(interval.point, 1e-12)
+        return "gross" if point >= gross else "ok"
+    verdicts = []
+    if budget.max_ratio is not None:
+        m = budget.max_ratio
+        if interval.low > m:
+            verdicts.append("fail")
+        elif interval.high <= m:
+            verdicts.append("pass")
+        else:
+            verdicts.append("not-shown" if show and m < 1 else "within-noise")
+    if budget.min_ratio is not None:
+        m = budget.min_ratio
+        if interval.high < m:
+            verdicts.append("fail")
+        elif interval.low >= m:
+            verdicts.append("pass")
+        else:
+            verdicts.append("not-shown" if show and m > 1 else "within-noise")
+    for worst in ("fail", "not-shown", "within-noise"):
+        if worst in verdicts:
+            return worst
+    return "pass"
+
+
+def _budget_words(budget: Budget | None) -> str:
+    if budget is None:
+        return "none"
+    parts = ([f"<= {budget.max_ratio}"] if budget.max_ratio is not None else []) + (
+        [f">= {budget.min_ratio}"] if budget.min_ratio is not None else []
+    )
+    return " and ".join(parts)
+
+
+def _ci(interval: Interval) -> str:
+    noise = "; no difference detectable at this noise" if interval.straddles(1.0) else ""
+    return f"x{interval.point:.3g} [{interval.low:.3g}, {interval.high:.3g}]{noise}"
+
+
+def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Scenario:
+    """The scenario for an engine that reuses whole blocks of `block` tokens only: a shared system
+    prefix below PREFIX_BLOCKS blocks barely reaches its prefix cache, so it is raised to that many
+    blocks (within a quarter of the context); unchanged where any prefix is reused or none stated."""
+    if block is None or scenario.system_prefix >= PREFIX_BLOCKS * block:
+        return scenario
+    raised = max(scenario.system_prefix, min(PREFIX_BLOCKS * block, max_len // 4))
+    return scenario.model_copy(update={"system_prefix": raised})
+
+
+# --- measure --------------------------------------------------------------------------------------
+
+
+def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
+    """The reference to time, and how a stored one was made live (words for the message); the skip
+    Outcome where a stored reference has no live path: its answers have no clock."""
+    stored = offered(ctx.reference, LiveCounterpart)
+    if stored is None:
+        return ctx.reference, ""
+    mode = stored.mode
+    try:
+        reference = stored.live_reference()
+    except AdapterUnavailable as err:
+        return Outcome(
+            "skip",
+            f"the reference is a {mode}: it answers from a store, so it has no clock, and {err}; "
+            "performance is measured with both paths live, side by side (docs/baselines.md)",
+        )
+    built = " (built in this job from what baseline.json names, same model identity)"
+    return reference, f"; the {mode} timed live as {reference.name}{built if mode == 'recorded baseline' else ''}"
+
+
+def measure(ctx: CheckContext, params: PhasePerformanceParams, reference: DecodePath) -> Observations:
+    """The scenario (params' overrides; on a block-reusing engine a shared prefix of whole blocks)
+    replayed through both paths: their sessions on a measured clock, or engines' streaming APIs."""
+    scenario = load_scenario(params.scenario)
+    updates = {
+        k: v
+        for k, v in (("conversations", params.conversations), ("max_concurrent", params.max_concurrent))
+        if v is not None
+    }
+    vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
+    max_len = min(reference.max_len, ctx.candidate.max_len)
+    engines = offered(reference, EngineServing), offered(ctx.candidate, EngineServing)
+    block = reuse_block(engines[1]) if engines[1] is not None else None
+    scenario = shared_prefix_on(scenario.model_copy(update=updates), block, max_len)
+    convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
+    paths: dict[str, DecodePath] = {"reference": reference, "candidate": ctx.candidate}
+    if engines[0] is not None and engines[1] is not None:
+        pair = (engines[0], engines[1])
+        traces, exercise, served = _engine_traces(ctx, params, pair, scenario, vocab=vocab, max_len=max_len)
+    else:
+        (traces, exercise), served = _session_traces(ctx, params, paths, scenario, convs), {}
+    return Observations(scenario, convs, paths, traces, exercise, served)
+
+
+def _session_traces(
+    ctx: CheckContext,
+    params: PhasePerformanceParams,
+    paths: dict[str, DecodePath],
+    scenario: Scenario,
+    convs: list[Conversation],
+) -> tuple[dict[str, list[ServingTrace]], dict[str, Any]]:
+    """In-process paths: the same conversations replayed through each path's sessions, on a measured clock."""
+    for path in paths.values():  # warm-up: allocator, kernels, lazy imports
+        replay(path, convs[:1], device=ctx.device, max_concurrent=1)
+    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
+    exercise: dict[str, Any] = {}
+    for i in range(params.repeats):
+        order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+        for role in order:
+            trace, last = replay(paths[role], convs, device=ctx.device, max_concurrent=scenario.max_concurrent)
+            traces[role].append(trace)
+            if role == "candidate":
+                exercise = last
+        ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+    return traces, exercise
+
+
+def _engine_traces(
+    ctx: CheckContext,
+    params: PhasePerformanceParams,
+    pair: tuple[EngineServing, EngineServing],
+    scenario: Scenario,
+    *,
+    vocab: int,
+    max_len: int,
+) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
+    """Engines behind HTTP: both servers up side by side, each repeat's conversations streamed through
+    one then the other (alternating who goes first). A server keeps its prefix cache between
+    repeats, so every repeat draws its own conversations (the same for both servers: paired) and the
+    caches are reset where the engine can."""
+    reference, candidate = pair
+    top_k = min(reference.top_k, candidate.top_k)
+    traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
+    cached = {"reference": 0, "candidate": 0}
+    resets: dict[str, str] = {}
+    streamed = 0
+    replies: list[tuple[int, int, list[int], EngineCompletion]] = []
+    with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
+        servers = {"reference": ref, "candidate": cand}
+        warm = conversations(scenario, seed=ctx.seed * 7919 + 1, vocab=vocab, max_len=max_len)[:1]
+        for role, server in servers.items():  # warm-up: first requests pay for lazy start-up work
+            replay_engine(server, warm, name=role, max_concurrent=1, top_k=top_k)
+        for i in range(params.repeats):
+            convs = conversations(scenario, seed=ctx.seed * 7919 + 2 + i, vocab=vocab, max_len=max_len)
+            order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+            last = i == params.repeats - 1
+            for role in order:
+                resets[role] = _reset_cache(servers[role])
+                path = reference if role == "reference" else candidate
+                trace, done = replay_engine(
+                    servers[role],
+                    convs,
+                    name=str(getattr(path, "name", role)),
+                    max_concurrent=scenario.max_concurrent,
+                    top_k=top_k,
+                    replies=replies if last and role == "candidate" else None,
+                )
+                traces[role].append(trace)
+                cached[role] += int(done["cached_prompt_tokens"])
+                streamed += int(done["streamed_requests"]) if role == "candidate" else 0
+            ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
+        correctness = _judge_replies(ctx, ref, replies, top_k)  # the last repeat, timed and judged
+        servers_evidence = {role: server.evidence() for role, server in servers.items()}
+    exercise = {
+        "streamed_requests": streamed,
+        "cached_prompt_tokens": cached["candidate"],
+        "reference_cached_prompt_tokens": cached["reference"],
+        "replies_judged": correctness["compared"],
+    }
+    return traces, exercise, {"servers": servers_evidence, "cache_reset": resets, "correctness": correctness}
+
+
+def _reset_cache(server: EngineServer) -> str:
+    """Reset a server's prefix cache before a repeat, where the engine can; how, in words."""
+    try:
+        done = server.reset_cache() or "none: the engine has no cache reset"
+        if untouched := server.unreset_tiers():
+            done += "; not reached: " + "; ".join(untouched)
+        return done
+    except EngineBadReply as err:  # e.g. llama.cpp without --slot-save-path: fresh prompts suffice
+        return f"unavailable ({err})"
+
+
+def _judge_replies(
+    ctx: CheckContext,
+    reference: EngineServer,
+    replies: list[tuple[int, int, list[int], EngineCompletion]],
+    top_k: int,
+) -> dict[str, Any]:
+    """Every reply the candidate streamed in the last repeat against the reference's answer to the same
+    prompt sent alone, under the claim (gate.checks._engine.judge): timing and correctness from one run."""
+    failures: list[str] = []
+    worst_delta = 0.0
+    for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
+        want = reference.complete(prompt, len(completion.tokens), top_k)
+        judged = judge_reply(ctx, want, completion)
+        worst_delta = worst_of([worst_delta, judged.comparison.max_abs_delta])
+        if judged.failed:
+            failures.append(
+                f"conversation {conv} turn {turn} ({len(prompt)}-token prompt): "
+                + failure_words(ctx.manifest.claim.level, judged)
+            )
+    return {
+        "compared": len(replies),
+        "failed": len(failures),
+        "failures": failures[:20],
+        "max_abs_dlogprob": worst_delta,
+        "against": "the reference's answer to the same prompt sent alone, under the claim",
+    }
+
+
+# --- judge ----------------------------------------------------------------------------------------
+
+
+def budgets_of(ctx: CheckContext, params: PhasePerformanceParams) -> dict[str, Budget]:
+    """The policy's budgets, replaced clock by clock by the manifest's `performance` section."""
+    budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
+    budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
+    return budgets
+
+
+def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) -> Judgement:
+    """Every clock's candidate/reference ratio with its interval, judged against its budget (pure:
+    the intervals are seeded bootstraps over the measured traces)."""
+    budgets = budgets_of(ctx, params)
+    sums = {role: summary(runs, obs.slo) for role, runs in obs.traces.items()}
+    rows: list[dict[str, Any]] = []
+    sections: dict[str, list[str]] = {section: [] for section, _ in SECTIONS}
+    # Several clocks are judged at once; each family's error rate is held at 1 - confidence by
+    # widening every interval in it (Bonferroni): budgets form one family, unbudgeted clocks another.
+    k_budgets = max(1, sum(1 for name in METRICS if name in budgets))
+    watched = [name for name in METRICS if name not in budgets and name in params.watch]
+    k_free = max(1, len(watched))
+    for index, (name, metric) in enumerate(METRICS.items()):
+        level = 1 - (1 - params.confidence) / (k_budgets if name in budgets else k_free)
+        interval = compare(
+            obs.traces["reference"],
+            obs.traces["candidate"],
+            name,
+            slo=obs.slo,
+            confidence=round(level, 5),
+            resamples=params.resamples,
+            seed=ctx.seed * 1000 + index,
+        )
+        judged = name in budgets or name in watched
+        row, section, text = _judge_clock(params, name, metric, interval, budgets.get(name), sums, judged=judged)
+        rows.append(row)
+        if section is not None:
+            sections[section].append(text)
+    by_name = {row["clock"]: row for row in rows}
+    finding = _finding(params, obs, sections, saves=bool(budgets) or _saves_something(by_name))
+    return Judgement(finding, rows, sections, sums, k_budgets, k_free, _kv_theory(obs.paths, obs.traces))
+
+
+def _judge_clock(
+    params: PhasePerformanceParams,
+    name: str,
+    metric: Metric,
+    interval: Interval | None,
+    budget: Budget | None,
+    sums: dict[str, dict[str, Any]],
+    *,
+    judged: bool,
+) -> tuple[dict[str, Any], str | None, str]:
+    """One clock's evidence row, the message section it goes in (None: none) and its words there.
+    An unjudged clock (no budget, not watched) is reported only."""
+    row: dict[str, Any] = {
+        "clock": name,
+        "measures": metric.words,
+        "unit": metric.unit,
+        "better": metric.better,
+        "reference": sums["reference"][name],
+        "candidate": sums["candidate"][name],
+        "budget": _budget_words(budget),
+    }
+    if interval is None:
+        zero = sums["reference"][name] == 0
+        row["verdict"] = "reference is zero" if zero else "not reported"
+        if budget is None:
+            return row, None, ""
+        why = "the reference's value is zero" if zero else "not reported by these paths"
+        return row, "unproven", f"{name} (budget {_budget_words(budget)}): {why}, unproven"
+    verdict = "reported"
+    if judged:
+        verdict = _verdict(
+            interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings, gross=params.gross
+        )
+    row.update(interval.as_dict())
+    row["verdict"] = verdict
+    text = f"{name} {_ci(interval)}" + (f" (budget {_budget_words(budget)})" if budget is not None else "")
+    return row, verdict if verdict in dict(SECTIONS) else None, text
+
+
+def _finding(
+    params: PhasePerformanceParams, obs: Observations, sections: dict[str, list[str]], *, saves: bool
+) -> Finding:
+    """What the clocks (and, on engines, the replies) amount to; `saves`: a budget was set, or some
+    clock is confidently better than the reference's."""
+    if (obs.served.get("correctness") or {}).get("failed"):
+        return "wrong-replies"
+    if sections["fail"] or sections["not-shown"]:
+        return "over-budget"
+    if sections["regressed"] or sections["unproven"] or sections["gross"]:
+        return "doubtful"
+    if params.show_savings and not saves:
+        return "no-saving"
+    return "held"
+
+
+def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:
+    """Some clock is confidently better than the reference's."""
+    for row in rows.values():
+        if "ratio" not in row:
+            continue
+        if (row["better"] == "lower" and row["high"] < 1) or (row["better"] == "higher" and row["low"] > 1):
+            return True
+    return False
+
+
+def _kv_theory(paths: dict[str, DecodePath], traces: dict[str, list[ServingTrace]]) -> dict[str, Any] | None:
+    """Peak live KV bytes of each path against the theoretical bytes for the tokens held then."""
+    role = "reference" if offered(paths["reference"], KVGeometry) is not None else "candidate"
+    geometry = offered(paths[role], KVGeometry)
+    if geometry is None:
+        return None
+    dtype = paths[role].dtype
+    layers, kv_heads, head_dim = geometry.kv_geometry()
+    per_element = BYTES_PER_ELEMENT.get(dtype, 4)
+    out: dict[str, Any] = {
+        "formula": "2 x layers x kv_heads x head_dim x tokens x bytes_per_element",
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "bytes_per_element": per_element,
+        "dtype": dtype,
+    }
+    for role, runs in traces.items():
+        peak = max(runs[-1].memory, key=lambda m: (m.live_bytes, m.tokens), default=None)
+        if peak is None:
+            continue
+        theory = theory_bytes(
+            peak.tokens, layers=layers, kv_heads=kv_heads, head_dim=head_dim, bytes_per_element=per_element
+        )
+        out[role] = {
+            "peak_live_bytes": peak.live_bytes,
+            "tokens_at_peak": peak.tokens,
+            "theory_bytes": theory,
+            "live_over_theory": round(peak.live_bytes / theory, 4) if theory else None,
+        }
+    return out
+
+
+# --- explain --------------------------------------------------------------------------------------
+
+
+def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None) -> dict[str, Any]:
+    latency: dict[str, Any] = {}
+    memory: dict[str, Any] = {}
+    for role, runs in traces.items():
+        latency[role] = {
+            "ttft_s": [round(float(x), 6) for run in runs for x in ttfts(run)][:MAX_SAMPLES],
+            "tpot_s": [round(float(x), 6) for run in runs for x in tpots(run)][:MAX_SAMPLES],
+            "itl_s": [round(float(x), 6) for run in runs for x in gaps(run)][:MAX_SAMPLES],
+        }
+        points = runs[-1].memory
+        every = max(1, len(points) // MAX_MEMORY_POINTS)
+        memory[role] = {
+            "t_s": [round(m.t_s, 6) for m in points[::every]],
+            "live_bytes": [m.live_bytes for m in points[::every]],
+            "theory_bytes": [m.tokens * kv_per_token for m in points[::every]] if kv_per_token else None,
+        }
+    return {"latency_samples": latency, "live_bytes_over_time": memory}
+
+
+def _metrics(params: PhasePerformanceParams, obs: Observations, j: Judgement) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        f"{name}_{key}": row[key] for name, row in j.by_name.items() for key in ("ratio", "low", "high") if key in row
+    }
+    metrics["requests"] = len(obs.traces["candidate"][-1].requests)
+    metrics["repeats"] = params.repeats
+    if j.kv is not None and "candidate" in j.kv:
+        metrics["candidate_live_over_theory"] = j.kv["candidate"]["live_over_theory"]
+    return metrics
+
+
+def _evidence(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations, j: Judgement) -> dict[str, Any]:
+    kv, traces, convs, scenario, slo = j.kv, obs.traces, obs.convs, obs.scenario, obs.slo
+    per_token = 2 * kv["layers"] * kv["kv_heads"] * kv["head_dim"] * kv["bytes_per_element"] if kv is not None else None
+    return ServingEvidence(
+        scenario={
+            "name": scenario.name,
+            "conversations": len(convs),
+            "requests": sum(len(c.turns) for c in convs),
+            "system_prefix": scenario.system_prefix,
+            "max_concurrent": scenario.max_concurrent,
+            "slo": {"ttft_s": slo[0], "tpot_s": slo[1]},
+            "tokens": sum(c.tokens for c in convs),
+        },
+        timer=traces["candidate"][-1].clock,
+        device=ctx.device,
+        repeats=params.repeats,
+        confidence=params.confidence,
+        clocks=[ClockRow(**row) for row in j.rows],
+        kv_theory=kv,
+        pressure={role: runs[-1].pressure for role, runs in traces.items()},
+        goodput_share={role: j.sums[role]["goodput_share"] for role in traces},
+        paths={role: path.name for role, path in obs.paths.items()},
+        **_plot_series(traces, per_token),
+        **obs.served,
+    ).dump()
+
+
+def _summary_words(params: PhasePerformanceParams, obs: Observations, j: Judgement, timed_live: str) -> str:
+    """The headline ratios, the KV saving against theory, the replies judged, and how it was run."""
+    headline = ", ".join(
+        f"{name} {_ci(Interval(r['ratio'], r['low'], r['high'], r['confidence'], params.repeats))}"
+        for name in ("ttft_p95", "tpot_p95", "throughput", "live_bytes")
+        if "ratio" in (r := j.by_name[name])
+    )
+    saving = ""
+    kv = j.kv
+    if kv is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
+        saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
+    where = (
+        f"{len(obs.convs)} conversations of {obs.scenario.name}, {params.repeats} interleaved repeats, intervals "
+        f"holding {params.confidence:.0%} jointly over {j.k_budgets} budgeted and {j.k_free} watched clocks"
+    )
+    checked = obs.served.get("correctness") or {}
+    if checked.get("compared") and not checked.get("failed"):
+        saving += (
+            f"; all {checked['compared']} replies of the last repeat equal the reference's answer to the same "
+            "prompt alone"
+        )
+    return f"candidate/reference: {headline}{saving} ({where}{timed_live})"
+
+
+def explain(
+    ctx: CheckContext, params: PhasePerformanceParams, obs: Observations, j: Judgement, timed_live: str
+) -> Outcome:
+    """The Outcome of the judgement, built once: fail (a wrong reply, a budget broken or a saving not
+    shown), warn (a doubtful clock, or an approximation that saves nothing) or pass."""
+    metrics, evidence = _metrics(params, obs, j), _evidence(ctx, params, obs, j)
+    exercise = {
+        **obs.exercise,
+        "requests_served": sum(len(t.requests) for t in obs.traces["candidate"]),
+        "tokens_decoded": sum(len(r.token_s) for t in obs.traces["candidate"] for r in t.requests),
+    }
+    parts = [f"{label}: {', '.join(j.sections[section])}" for section, label in SECTIONS if j.sections[section]]
+    message = "; ".join([*parts, _summary_words(params, obs, j, timed_live)])
+    if j.finding == "wrong-replies":
+        wrong = obs.served["correctness"]
+        shown = "; ".join(wrong["failures"][:3])
+        message = (
+            f"{wrong['failed']} of {wrong['compared']} replies of the last repeat differ from the reference's "
+            f"answer to the same prompt alone: {shown}; {message}"
+        )
+        return Outcome("fail", message, metrics, evidence, exercise, diagnosis={"problems": wrong["failures"]})
+    if j.finding == "no-saving":
+        return Outcome(
+            "warn", f"the candidate shows no saving in memory or time; {message}", metrics, evidence, exercise
+        )
+    if j.finding == "over-budget":
+        return Outcome("fail", message, metrics, evidence, exercise)
+    return Outcome("warn" if j.finding == "doubtful" else "pass", message, metrics, evidence, exercise)
+
+
+@check("phase-performance", params=PhasePerformanceParams)
+def phase_performance(ctx: CheckContext, params: PhasePerformanceParams) -> Outcome:
+    """Four clocks on a serving scenario, reference vs candidate, with bootstrap intervals and budgets."""
+    live = live_reference(ctx)
+    if isinstance(live, Outcome):
+        return live
+    reference, timed_live = live
+    obs = measure(ctx, params, reference)
+    return explain(ctx, params, obs, judge(ctx, params, obs), timed_live)
