@@ -31,3 +31,27 @@ if ! grep -Eq "^4 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "Assertio
   exit 1
 fi
 echo "kvpress 0.5.4: one-token prompts empty the cache, caught by 4 failing tests"
+# kvpress-short-prompt: the same bug caught by a `gate run` (check short-prompt of the eviction
+# policy): on 0.5.4 it must fail with class kv-truncation, on 0.5.5 pass (a run of one check is a
+# partial run, exit 5 on a pass and 1 on a failure: the check's own status is what is asserted)
+short_prompt() {  # venv, expected "status class" of short-prompt
+  local out rc got
+  out=$(mktemp -d)
+  rc=0
+  "$1/bin/gate" run examples/hf-kvpress-short-prompt.yaml --check short-prompt --out "$out" -q || rc=$?
+  got=$("$1/bin/python" - "$out/results.json" <<'PY'
+import json, sys
+checks = {c["check"]: c for c in json.load(open(sys.argv[1]))["checks"]}
+check = checks["short-prompt"]
+print(check["status"], (check.get("diagnosis") or {}).get("bug_class"), "|", check["message"])
+PY
+)
+  rm -rf "$out"
+  if [ "${got%% |*}" != "$2" ]; then
+    echo "kvpress-short-prompt in $1: expected short-prompt '$2', got '$got' (exit $rc)" >&2
+    exit 1
+  fi
+  echo "kvpress-short-prompt in $1: $got"
+}
+short_prompt "$VENV" "pass None"
+short_prompt "$BUGGY" "fail kv-truncation"
