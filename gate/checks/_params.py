@@ -21,6 +21,7 @@ from gate.checks import (
     engine_repeat_consistency,
     hash_collision,
     reset_isolation,
+    short_prompt,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
@@ -322,6 +323,7 @@ PACKAGES = (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    short_prompt,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
