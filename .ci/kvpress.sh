@@ -19,6 +19,11 @@ if [ ! -f "$BUGGY/.kvpress-0.5.4" ]; then
   "$BUGGY.partial/bin/python" -m pip install -q --no-deps kvpress==0.5.4
   mv "$BUGGY.partial" "$BUGGY" && touch "$BUGGY/.kvpress-0.5.4"
 fi
+# this tree's entry points in the copy too, where a check was added since the copy was made (about 25 s)
+entry_points() { "$1/bin/python" -c "import importlib.metadata as m; print(sorted(m.entry_points(group='gate.checks')))"; }
+if [ "$(entry_points "$BUGGY")" != "$(entry_points "$VENV")" ]; then
+  "$BUGGY/bin/python" -m pip install -q --no-deps -e .
+fi
 [ "${1:-}" = --prepare ] && exit 0  # set-up only (.ci/run does it in the background)
 "$VENV/bin/python" -c "import kvpress, transformers; print('kvpress ok; transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
@@ -31,3 +36,27 @@ if ! grep -Eq "^4 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "Assertio
   exit 1
 fi
 echo "kvpress 0.5.4: one-token prompts empty the cache, caught by 4 failing tests"
+# kvpress-short-prompt: the same bug caught by a `gate run` (check short-prompt of the eviction
+# policy): on 0.5.4 it must fail with class kv-truncation, on 0.5.5 pass (a run of one check is a
+# partial run, exit 5 on a pass and 1 on a failure: the check's own status is what is asserted)
+short_prompt() {  # venv, expected "status class" of short-prompt
+  local out rc got
+  out=$(mktemp -d)
+  rc=0
+  "$1/bin/gate" run examples/hf-kvpress-short-prompt.yaml --check short-prompt --out "$out" -q || rc=$?
+  got=$("$1/bin/python" - "$out/results.json" <<'PY'
+import json, sys
+checks = {c["check"]: c for c in json.load(open(sys.argv[1]))["checks"]}
+check = checks["short-prompt"]
+print(check["status"], (check.get("diagnosis") or {}).get("bug_class"), "|", check["message"])
+PY
+)
+  rm -rf "$out"
+  if [ "${got%% |*}" != "$2" ]; then
+    echo "kvpress-short-prompt in $1: expected short-prompt '$2', got '$got' (exit $rc)" >&2
+    exit 1
+  fi
+  echo "kvpress-short-prompt in $1: $got"
+}
+short_prompt "$VENV" "pass None"
+short_prompt "$BUGGY" "fail kv-truncation"

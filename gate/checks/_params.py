@@ -25,6 +25,7 @@ from gate.checks import (
     phase_performance,
     reset_isolation,
     schedule_fuzz,
+    short_prompt,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
@@ -253,6 +254,7 @@ PACKAGES = (
     engine_repeat_consistency,
     engine_concurrent_conversations,
     phase_performance,
+    short_prompt,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 

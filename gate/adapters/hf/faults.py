@@ -331,3 +331,22 @@ FAULTS: dict[str, type[Tamper]] = {
 def tamper(name: str | None) -> Tamper:
     """The tamper for a fault name (None: the correct engine)."""
     return FAULTS[name]() if name else Tamper()
+
+
+class ShortContextEmptied(Tamper):
+    """A press's kept count rounds a short context down to nothing (kvpress 0.5.4, before PR #264:
+    `int(k_len * (1 - ratio))` pairs kept, 0 for a one-token prompt at ratio 0.5): after a prefill
+    whose count rounds to 0, every pair is dropped and the cache is left empty, with no error,
+    while the position counter goes on. A fault of the kvpress path only (PRESS_FAULTS)."""
+
+    name = "short-context-emptied"
+
+    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+        kept = int(n * (1 - session.path.options.compression_ratio))
+        if phase == "prefill" and session.cache is not None and kept == 0:
+            compat.drop_last(session.cache, compat.seq_length(session.cache), lossy=True)
+
+
+PRESS_FAULTS: dict[str, type[Tamper]] = {str(ShortContextEmptied.name): ShortContextEmptied}
+"""Faults that only a press path (option `press`, gate/adapters/hf/kvpress_path.py) applies: not in
+FAULTS, so no other hf path offers them."""

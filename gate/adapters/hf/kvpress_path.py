@@ -20,16 +20,18 @@ for its users.
 
 from __future__ import annotations
 
+import copy
 from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
+from gate.adapters.hf.faults import PRESS_FAULTS
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
-from gate.adapters.hf.sessions import CacheSession
+from gate.adapters.hf.sessions import CacheSession, PrefixStore
 from gate.errors import AdapterUnavailable
 from gate.protocols import Session, subject_call
 
@@ -76,6 +78,18 @@ class PressSession(CacheSession):
         seen = compat.seq_length(self.cache)  # what the model counts from when given none
         return torch.arange(seen, seen + positions.shape[1], device=self.device)
 
+    # ---- gate.protocols.CacheCropping: how many K/V pairs the press kept ----------------------
+
+    def cache_length(self) -> int:
+        """K/V pairs the cache holds: the fewest any layer kept (a press chooses per layer)."""
+        return min(compat.kept_tokens(self.cache), default=0) if self.cache is not None else 0
+
+    def crop(self, length: int) -> None:
+        """Keep only the first `length` pairs of every layer. Positions stay the true ones: the
+        session's position count goes on, as after a press."""
+        if self.cache is not None:
+            compat.drop_last(self.cache, self.cache_length() - length, lossy=True)
+
 
 class PressPath(HFPath):
     """A DynamicCache compressed by a press: held around each request's first prefill
@@ -103,6 +117,18 @@ class PressPath(HFPath):
 
     def new_session(self, batch_size: int) -> Session:
         return PressSession(self, batch_size)
+
+    def faults(self) -> tuple[str, ...]:
+        """The cache faults, and what only a press can get wrong (PRESS_FAULTS)."""
+        return (*super().faults(), *PRESS_FAULTS)
+
+    def with_fault(self, fault: str) -> HFPath:
+        if fault not in PRESS_FAULTS:
+            return super().with_fault(fault)
+        faulty = copy.copy(self)
+        faulty.fault, faulty.tamper, faulty.store = fault, PRESS_FAULTS[fault](), PrefixStore()
+        faulty.name = f"{self.name}+{fault}"
+        return faulty
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
         """The press around a request's first prefill, or (scope `request`) around every forward of

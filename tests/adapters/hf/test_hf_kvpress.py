@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gate.adapters.hf.paths import HFPath
+from gate.core.check import Outcome
+from gate.protocols import CacheCropping, offered
 from tests.adapters.hf.subjects import path, tokens
 
 kvpress = pytest.importorskip(
@@ -100,3 +103,40 @@ def test_a_chunk_appended_after_eviction_is_causal(scope: str) -> None:
     single.prefill(toks[:, :60])
     ones = torch.cat([single.append(toks[:, i : i + 1]) for i in range(60, 68)], 1)
     assert (chunk - ones).abs().max().item() < 1e-4
+
+
+def _short_prompt(candidate: HFPath) -> Outcome:
+    from gate.checks.short_prompt import ShortPromptParams, short_prompt
+    from tests.support import reference as ref
+
+    claim = {
+        "level": "bounded-degradation",
+        "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+    }
+    return short_prompt(ref.ctx(path("llama"), candidate, claim=claim), ShortPromptParams())
+
+
+def test_short_prompt_counts_the_pairs_a_press_kept_and_catches_a_short_context_emptied() -> None:
+    """The press session exposes its cache length (gate.protocols.CacheCropping): short-prompt says
+    how many pairs each prompt kept. KnormPress(0.5) keeps 1 of 1 on 0.5.5; the planted
+    short-context-emptied (0.5.4's rounding to 0) empties it, and the check fails saying so."""
+    candidate = path("llama", path="kvpress", press="knorm", compression_ratio=0.5)
+    session = candidate.new_session(2)
+    session.prefill(tokens()[:, :60])
+    cropping = offered(session, CacheCropping)
+    assert cropping is not None and cropping.cache_length() == 30
+    assert "short-context-emptied" in candidate.faults()
+    emptied = _short_prompt(candidate.with_fault("short-context-emptied"))
+    assert emptied.status == "fail" and "keeps 0 of 1 K/V pairs" in emptied.message
+    clean = _short_prompt(candidate)
+    assert clean.status == "pass", clean.message
+    assert clean.metrics["kept_pairs"] == {"1": 1, "2": 1, "3": 1, "4": 2, "6": 3}
+
+
+def test_a_press_that_refuses_a_short_prompt_is_a_crash_of_the_subject() -> None:
+    """StreamingLLM asserts the prompt is longer than its 4 sinks (0.5.4 and 0.5.5 alike): a finding
+    about the press, raised as a SubjectCrash that the runner reports with class crash."""
+    from gate.errors import SubjectCrash
+
+    with pytest.raises(SubjectCrash, match="n_sink=4"):
+        _short_prompt(path("llama", path="kvpress", press="streaming-llm", compression_ratio=0.5))
