@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from gate.checks import (
     engine_batch_invariance,
@@ -20,19 +20,22 @@ from gate.checks import (
     engine_prefix_parity,
     engine_repeat_consistency,
     hash_collision,
+    quality_slices,
     reset_isolation,
+    spec_distribution,
+    spec_greedy,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.quality_slices import QualitySlicesParams as QualitySlicesParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
+from gate.checks.spec_distribution import DISTRIBUTION_FAULTS as DISTRIBUTION_FAULTS
+from gate.checks.spec_distribution import SpecDistributionParams as SpecDistributionParams
+from gate.checks.spec_greedy import SpecGreedyParams as SpecGreedyParams
 from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
 from gate.core.manifest import Budget, ClockName, IdentityField
-from gate.quality.stats import MIN_SAMPLES
-
-DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
-"""Faults of a speculative sampler the distribution test must have power against."""
 
 
 class BatchInvarianceParams(Params):
@@ -211,80 +214,6 @@ class PrefixSweepParams(Params):
     """Most per-length rows kept in the evidence (failures first, then evenly spaced)."""
 
 
-class QualitySlicesParams(Params):
-    """Parameters of the quality-slices check."""
-
-    samples: int | None = Field(default=None, ge=1)
-    """Evaluate exactly this many samples per slice (no power sizing, no top-up). Fewer than a
-    slice needs for its declared effect makes its envelopes fail as underpowered."""
-    max_samples: int | None = Field(default=None, ge=1)
-    """Cap on samples per slice (default: the slice's own max_samples)."""
-    batch_size: int = Field(default=8, ge=1)
-    """Samples of equal prompt length scored together."""
-    worst: int = Field(default=3, ge=0, le=20)
-    """Worst samples kept per envelope."""
-    log_samples: int = Field(default=500, ge=0, le=20000)
-    """Samples per slice kept in the evidence (flipped first) for the dossier's JSONL download."""
-    dataset_seed: int | None = None
-    """Seed the slices are built from (default: the manifest's subject seed)."""
-    space: Literal["auto", "tokens", "text"] = "auto"
-    """Token space (ids), text space (the model's tokenizer), or auto: text when the reference
-    path exposes a `tokenizer`, tokens otherwise."""
-    extra_slices: list[str] = Field(default_factory=list)
-    """Slices scored and reported without an envelope (context for the dossier)."""
-    min_samples: int = Field(default=MIN_SAMPLES, ge=2)
-    """No envelope is judged on fewer samples than this."""
-    bootstrap_resamples: int = Field(default=2000, ge=200)
-    """Resamples of the paired bootstrap."""
-    evals_dir: str | None = None
-    """Directory of slice definitions (default: the shipped evals/)."""
-
-
-class SpecDistributionParams(Params):
-    temperature: float = Field(default=1.0, gt=0)
-    """Sampling temperature, applied identically to target and draft."""
-    top_k: int = Field(default=4, ge=2, le=32)
-    """Top-k truncation: keeps the enumeration to at most top_k^horizon cells."""
-    horizon: int | None = Field(default=None, ge=1, le=8)
-    """Tokens per sampled continuation; default k + 1 (the least that shows bonus-token bugs)."""
-    prompt_len: int = Field(default=4, ge=1, le=512)
-    """Length of the seeded random prompt every continuation starts from."""
-    min_samples: int = Field(default=2000, ge=50)
-    """The first look's sample size (the power-derived size is often smaller)."""
-    max_samples: int = Field(default=200_000, ge=100)
-    """The budget: most samples drawn. Looks double from min_samples up to it until the declared power is
-    reached; a fault the test cannot show with this many samples leaves the check unproven."""
-    batch_size: int = Field(default=2048, ge=1)
-    """Continuations sampled per batched call."""
-    power_against: list[str] = Field(default_factory=lambda: list(DISTRIBUTION_FAULTS))
-    """Sampler faults the sample size must detect with the declared power."""
-    min_rejections: int = Field(default=10, ge=1)
-    """Fewer rejected drafts than this means the residual path never ran: nothing was exercised."""
-    max_cells: int = Field(default=20_000, ge=10)
-    """Refuse enumerations larger than this (raise top-k or horizon with care)."""
-
-    @field_validator("power_against")
-    @classmethod
-    def _known_faults(cls, value: list[str]) -> list[str]:
-        from gate.speculative.sampler import FAULTS  # torch, only when the list is overridden
-
-        unknown = [f for f in value if f not in FAULTS]
-        if unknown:
-            raise ValueError(f"unknown sampler faults {unknown} (known: {', '.join(FAULTS)})")
-        return value
-
-
-class SpecGreedyParams(Params):
-    n_tokens: int | None = Field(default=None, ge=1, le=4096)
-    """Continuation length; default: the longest of a greedy-tokens claim's lengths, else 32."""
-    prompts: int = Field(default=8, ge=1, le=1024)
-    """Seeded random prompts decoded as one batch."""
-    prompt_len: int = Field(default=8, ge=1, le=4096)
-    """Tokens per prompt."""
-    min_rejections: int = Field(default=1, ge=1)
-    """Rejected drafts required as proof that verification ran."""
-
-
 class ScheduleFuzzParams(Params):
     """The search budget and the shape of the schedules it draws."""
 
@@ -322,6 +251,9 @@ PACKAGES = (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    spec_greedy,
+    spec_distribution,
+    quality_slices,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
@@ -334,10 +266,7 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "phase-performance": PhasePerformanceParams,
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
-    "quality-slices": QualitySlicesParams,
     "schedule-fuzz": ScheduleFuzzParams,
-    "spec-distribution": SpecDistributionParams,
-    "spec-greedy": SpecGreedyParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""
