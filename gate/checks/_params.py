@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from gate.checks import (
     batch_invariance,
@@ -23,9 +23,12 @@ from gate.checks import (
     engine_repeat_consistency,
     hash_collision,
     phase_performance,
+    quality_slices,
     reset_isolation,
     schedule_fuzz,
     short_prompt,
+    spec_distribution,
+    spec_greedy,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
@@ -41,6 +44,10 @@ from gate.quality.stats import MIN_SAMPLES
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 """Faults of a speculative sampler the distribution test must have power against."""
+from gate.checks.quality_slices import QualitySlicesParams as QualitySlicesParams
+from gate.checks.spec_distribution import DISTRIBUTION_FAULTS as DISTRIBUTION_FAULTS
+from gate.checks.spec_distribution import SpecDistributionParams as SpecDistributionParams
+from gate.checks.spec_greedy import SpecGreedyParams as SpecGreedyParams
 
 
 class CacheIdentityParams(Params):
@@ -241,6 +248,34 @@ class SpecGreedyParams(Params):
     """Rejected drafts required as proof that verification ran."""
 
 
+class ScheduleFuzzParams(Params):
+    """The search budget and the shape of the schedules it draws."""
+
+    max_examples: int = Field(default=100, ge=1, le=100_000)
+    """Schedules drawn before the search gives up (shrinking a failure comes on top)."""
+    max_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """Wall-clock budget of the search; a failure found in time is still shrunk."""
+    max_steps: int = Field(default=8, ge=1, le=64)
+    """Operations per schedule."""
+    max_chunk: int = Field(default=32, ge=1, le=4096)
+    """Largest prefill or append chunk, in tokens."""
+    max_tokens: int = Field(default=96, ge=2, le=1_000_000)
+    """Longest request a schedule builds (clipped to the paths' context)."""
+    batch: int = Field(default=2, ge=1, le=16)
+    """Rows per session (two or more let a row read another row's cache)."""
+    forks: bool = True
+    """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
+    joins: bool = True
+    """Where the path batches continuously (gate.protocols.ContinuousBatching), draw requests joining
+    and leaving its running batch, and decode steps of it."""
+    slots: int = Field(default=3, ge=1, le=64)
+    """Requests the running batch holds at once (a join beyond them waits: a no-op)."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
+
+
 PACKAGES = (
     batch_invariance,
     schedule_fuzz,
@@ -255,6 +290,9 @@ PACKAGES = (
     engine_concurrent_conversations,
     phase_performance,
     short_prompt,
+    spec_greedy,
+    spec_distribution,
+    quality_slices,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
@@ -268,6 +306,7 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "quality-slices": QualitySlicesParams,
     "spec-distribution": SpecDistributionParams,
     "spec-greedy": SpecGreedyParams,
+    "schedule-fuzz": ScheduleFuzzParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate.checks._params import SpecDistributionParams
+from gate.checks.spec_distribution import SpecDistributionParams
 from gate.core.check import CheckContext
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import power, required_samples

@@ -11,11 +11,12 @@ from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.adapters.reference.options import SAMPLER_FAULTS
+from gate.checks.spec_distribution import SAMPLER_FAULTS as PARAMS_SAMPLER_FAULTS
 from gate.checks.spec_distribution import SpecDistributionParams, spec_distribution
 from gate.checks.spec_greedy import SpecGreedyParams, spec_greedy
 from gate.core.check import CheckContext
 from gate.core.manifest import Manifest
-from gate.protocols import SpeculativePath
+from gate.protocols import Capability, capabilities
 from gate.speculative.sampler import FAULTS
 
 DETECT = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
@@ -67,8 +68,15 @@ FAST = SpecDistributionParams(min_samples=1000)
 
 def test_the_speculative_path_offers_the_capability_and_every_sampler_fault() -> None:
     _, cand = paths()
-    assert isinstance(cand, SpeculativePath) and cand.num_draft_tokens == 2
+    assert Capability.SPECULATIVE_PATH in capabilities(cand) and cand.num_draft_tokens == 2
     assert set(cand.faults()) == set(FAULTS) == set(SAMPLER_FAULTS)
+
+
+def test_the_distribution_params_know_every_sampler_fault_by_name_without_torch() -> None:
+    assert list(PARAMS_SAMPLER_FAULTS) == list(FAULTS)  # the same names, in the order errors list them
+    assert SpecDistributionParams(power_against=["drop-bonus"]).power_against == ["drop-bonus"]
+    with pytest.raises(ValidationError, match=r"unknown sampler faults \['no-such'\] \(known: accept-all, "):
+        SpecDistributionParams(power_against=["accept-all", "no-such"])
 
 
 def test_distribution_passes_with_observed_and_expected_tables() -> None:

@@ -1,25 +1,18 @@
-"""quality-slices: judge a bounded-degradation claim slice by slice (release-gate step 7).
-
-Every envelope of the manifest's claim names a slice (evals/<slice>.yaml), a metric, a comparator
-and a threshold. The check builds the slice deterministically from the run's seed (a saved,
-fingerprinted datasets.Dataset), scores the candidate against the exact reference path on every
-sample (gate.quality.scoring), and judges the envelope on the one-sided bound at the declared
-confidence, never on the point estimate. A slice is sized by the declared minimum detectable
-effect and power (gate.quality.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
-The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
-"""
+"""quality-slices' body: measure (score every slice's samples), judge each envelope on its one-sided
+bound, explain."""
 
 from __future__ import annotations
 
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gate.checks._params import QualitySlicesParams
+from gate.checks.quality_slices import QualitySlicesParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import JudgedEnvelope, Judgement, SlicesEvidence
 from gate.core.manifest import BoundedDegradationClaim, Envelope
@@ -27,7 +20,8 @@ from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import SUMMED, Clock, SampleScores, SessionPool, score_batch
 from gate.quality.spec import SliceSpec, load_slice
-from gate.quality.stats import judge, min_sample_size
+from gate.quality.stats import holds, min_sample_size
+from gate.quality.stats import judge as judge_bound
 from gate.quality.text import TextSpace
 from gate.quality.vocab import TokenSpace, render
 
@@ -126,7 +120,7 @@ def _judge(env: Envelope, run: _SliceRun, params: QualitySlicesParams, seed: int
     metric = METRICS[env.metric]
     scores = run.scores.column(metric.column)
     reference = run.scores.column(metric.reference_column) if metric.reference_column else None
-    return judge(
+    return judge_bound(
         scores,
         kind=metric.kind,
         comparator=env.comparator.value,
@@ -155,8 +149,6 @@ def _second_stage(
     top up to the plug-in sample size, but only for envelopes whose point estimate already meets
     the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
     must not buy a 2000-sample evaluation by being noisy)."""
-    from gate.quality.stats import holds
-
     for _ in range(3):
         need = 0
         for env in envelopes:
@@ -177,14 +169,44 @@ def _validate(envelopes: Sequence[Envelope], specs: dict[str, SliceSpec]) -> Non
             raise ValueError(f"envelope names unknown slice {env.slice!r}")
 
 
-@check("quality-slices", params=QualitySlicesParams)
-def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
-    """Judge every envelope of a bounded-degradation claim on its slice's one-sided bound."""
+@dataclass(frozen=True)
+class Observations:
+    """Every slice scored (a control stops after the first with a violated envelope), the envelopes
+    on them, and the work it took."""
+
+    envelopes: list[Envelope]
+    """The envelopes to judge: the claim's, or a control's on the slices it scored."""
+    runs: dict[str, _SliceRun]
+    show: Any
+    """Renders token ids for the evidence."""
+    clock: Clock
+    started: float
+    """perf_counter() when scoring began."""
+    seed: int
+    """The seed the slices were built from (and the bootstrap draws from)."""
+    pool: SessionPool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Each envelope judged on its bound, with its worst samples, and the first failing context."""
+
+    table: list[dict[str, Any]]
+    detected_at: int | None
+    """The shortest context of a flipped sample on a violated envelope."""
+
+    @property
+    def held(self) -> list[str]:
+        return [f"{e['slice']}/{e['metric']}" for e in self.table if e["passed"]]
+
+    @property
+    def broken(self) -> list[str]:
+        return [f"{e['slice']}/{e['metric']}" for e in self.table if not e["passed"]]
+
+
+def measure(ctx: CheckContext, params: QualitySlicesParams, envelopes: list[Envelope]) -> Observations:
+    """Build and score every slice the envelopes (and extra_slices) name, sized for their power."""
     started = time.perf_counter()
-    claim = ctx.manifest.claim
-    envelopes: list[Envelope] = list(claim.envelopes) if isinstance(claim, BoundedDegradationClaim) else []
-    if not envelopes:
-        return Outcome("skip", f"claim {claim.level} declares no envelopes; nothing to judge")
     root = Path(params.evals_dir) if params.evals_dir else None
     names = list(dict.fromkeys([e.slice for e in envelopes] + params.extra_slices))
     specs = {name: load_slice(name, root) for name in names}
@@ -206,27 +228,18 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
         if ctx.stop_at_first_failure and any(not _judge(e, run, params, seed).passed for e in mine):
             # a control: one violated envelope proves power; the slices after it are not scored
             judged = [e for e in envelopes if e.slice in runs]
-            return _outcome(ctx, params, judged, runs, show, clock, started, seed, pool)
-    return _outcome(ctx, params, envelopes, runs, show, clock, started, seed, pool)
+            return Observations(judged, runs, show, clock, started, seed, pool)
+    return Observations(envelopes, runs, show, clock, started, seed, pool)
 
 
-def _outcome(
-    ctx: CheckContext,
-    params: QualitySlicesParams,
-    envelopes: list[Envelope],
-    runs: dict[str, _SliceRun],
-    show: Any,
-    clock: Clock,
-    started: float,
-    seed: int,
-    pool: SessionPool,
-) -> Outcome:
+def judge(params: QualitySlicesParams, obs: Observations) -> Verdict:
+    """Every envelope on its one-sided bound, with its worst samples (pure)."""
     table: list[dict[str, Any]] = []
     failed_samples_at: list[int] = []
-    for env in envelopes:
-        run = runs[env.slice]
+    for env in obs.envelopes:
+        run = obs.runs[env.slice]
         metric: Metric = METRICS[env.metric]
-        verdict = _judge(env, run, params, seed)
+        verdict = _judge(env, run, params, obs.seed)
         rows = run.built.dataset if run.built else []
         entry = {
             "slice": env.slice,
@@ -237,14 +250,17 @@ def _outcome(
             "min_detectable_effect": env.min_detectable_effect,
             "power": env.power,
             **verdict.model_dump(),
-            "worst": worst_samples(rows, run.scores, metric, env.comparator.value, params.worst, show),
+            "worst": worst_samples(rows, run.scores, metric, env.comparator.value, params.worst, obs.show),
         }
         table.append(entry)
         if not verdict.passed:
             failed_samples_at += [int(rows[i]["context_len"]) for i, m in enumerate(run.scores.greedy_match) if not m]
-    wall = time.perf_counter() - started
-    total = sum(r.n for r in runs.values())
-    slices = {
+    return Verdict(table, min(failed_samples_at) if failed_samples_at else None)
+
+
+def _slices(runs: dict[str, _SliceRun]) -> dict[str, Any]:
+    """Per slice scored: its size, continuation, dependency, fingerprint and breakdowns."""
+    return {
         name: {
             "n": r.n,
             "k": r.spec.continuation,
@@ -255,7 +271,11 @@ def _outcome(
         for name, r in runs.items()
         if r.built
     }
-    timing = {
+
+
+def _timing(obs: Observations, wall: float) -> dict[str, Any]:
+    total, clock = sum(r.n for r in obs.runs.values()), obs.clock
+    return {
         "wall_s": round(wall, 3),
         "forward_s": round(clock.forward_s, 3),
         "model_calls": clock.calls,
@@ -263,63 +283,82 @@ def _outcome(
         "samples_per_s": round(total / wall, 3) if wall else None,
         "outside_forward_share": round(1 - clock.forward_s / wall, 4) if wall else None,
     }
-    held = [f"{e['slice']}/{e['metric']}" for e in table if e["passed"]]
-    broken = [f"{e['slice']}/{e['metric']}" for e in table if not e["passed"]]
+
+
+def _exercise(obs: Observations) -> dict[str, Any]:
+    """Samples scored, sessions reused and fresh, and each slice's candidate exercise (numbers: the most)."""
+    exercise: dict[str, Any] = {
+        "samples_scored": sum(r.n for r in obs.runs.values()),
+        "slices": list(obs.runs),
+        # requests on a session reset after an earlier one, and on a new one (docs/test-power.md)
+        "reused_session_requests": obs.pool.reused,
+        "fresh_session_requests": obs.pool.fresh,
+    }
+    for r in obs.runs.values():
+        for key, value in r.exercise.items():
+            exercise.setdefault(key, value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                exercise[key] = max(exercise[key], value)
+    return exercise
+
+
+def _metrics(v: Verdict, timing: dict[str, Any]) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        "envelopes": len(v.table),
+        "envelopes_held": len(v.held),
+        "samples": timing["samples"],
+        "samples_per_s": timing["samples_per_s"],
+        "outside_forward_share": timing["outside_forward_share"],
+    }
+    for e in v.table:
+        metrics[f"{e['slice']}.{e['metric']}.bound"] = round(e["bound"], 6)
+    return metrics
+
+
+def explain(params: QualitySlicesParams, obs: Observations, v: Verdict, wall: float) -> Outcome:
+    """The Outcome of the verdict, built once: every envelope held, or which broke and why.
+    `wall`: seconds from the start of scoring to the end of judging."""
+    runs, slices, timing = obs.runs, _slices(obs.runs), _timing(obs, wall)
     evidence = SlicesEvidence(
-        envelopes=[JudgedEnvelope(**e) for e in table],
+        envelopes=[JudgedEnvelope(**e) for e in v.table],
         slices=slices,
         space="text" if isinstance(next(iter(runs.values())).space, TextSpace) else "tokens",
         datasets={name: r.built.fingerprint for name, r in runs.items() if r.built},
         samples={
-            name: slice_samples(r.built.dataset, r.scores, show, params.log_samples)
+            name: slice_samples(r.built.dataset, r.scores, obs.show, params.log_samples)
             for name, r in runs.items()
             if r.built and params.log_samples
         },
         timing=timing,
     ).dump()
-    metrics: dict[str, Any] = {
-        "envelopes": len(table),
-        "envelopes_held": len(held),
-        "samples": total,
-        "samples_per_s": timing["samples_per_s"],
-        "outside_forward_share": timing["outside_forward_share"],
-    }
-    for e in table:
-        metrics[f"{e['slice']}.{e['metric']}.bound"] = round(e["bound"], 6)
-    exercise: dict[str, Any] = {
-        "samples_scored": total,
-        "slices": list(runs),
-        # requests on a session reset after an earlier one, and on a new one (docs/test-power.md)
-        "reused_session_requests": pool.reused,
-        "fresh_session_requests": pool.fresh,
-    }
-    for r in runs.values():
-        for key, value in r.exercise.items():
-            exercise.setdefault(key, value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                exercise[key] = max(exercise[key], value)
-    observation = torch.tensor([x for r in runs.values() for x in r.scores.kl], dtype=torch.float64)
-    if not broken:
-        return Outcome(
-            "pass",
-            f"all {len(table)} envelopes held on their one-sided bounds ({', '.join(held)})",
-            metrics,
-            evidence,
-            exercise,
-            observation=observation,
+    held, broken = v.held, v.broken
+    message = f"all {len(v.table)} envelopes held on their one-sided bounds ({', '.join(held)})"
+    if broken:
+        message = f"{len(broken)} of {len(v.table)} envelopes violated: {', '.join(broken)}" + (
+            f"; held: {', '.join(held)}" if held else ""
         )
-    diagnosis = _diagnose(table, slices)
     return Outcome(
-        "fail",
-        f"{len(broken)} of {len(table)} envelopes violated: {', '.join(broken)}"
-        + (f"; held: {', '.join(held)}" if held else ""),
-        metrics,
+        "fail" if broken else "pass",
+        message,
+        _metrics(v, timing),
         evidence,
-        exercise,
-        diagnosis=diagnosis,
-        detected_at=min(failed_samples_at) if failed_samples_at else None,
-        observation=observation,
+        _exercise(obs),
+        diagnosis=_diagnose(v.table, slices) if broken else None,
+        detected_at=v.detected_at,
+        observation=torch.tensor([x for r in runs.values() for x in r.scores.kl], dtype=torch.float64),
     )
+
+
+@check("quality-slices", params=QualitySlicesParams)
+def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
+    """Judge every envelope of a bounded-degradation claim on its slice's one-sided bound."""
+    claim = ctx.manifest.claim
+    envelopes: list[Envelope] = list(claim.envelopes) if isinstance(claim, BoundedDegradationClaim) else []
+    if not envelopes:
+        return Outcome("skip", f"claim {claim.level} declares no envelopes; nothing to judge")
+    obs = measure(ctx, params, envelopes)
+    verdict = judge(params, obs)
+    return explain(params, obs, verdict, time.perf_counter() - obs.started)
 
 
 def _diagnose(table: list[dict[str, Any]], slices: dict[str, Any]) -> dict[str, Any]:

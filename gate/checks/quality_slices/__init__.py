@@ -1,0 +1,64 @@
+"""quality-slices: judge a bounded-degradation claim slice by slice (release-gate step 7).
+
+Every envelope of the manifest's claim names a slice (evals/<slice>.yaml), a metric, a comparator
+and a threshold. The check builds the slice deterministically from the run's seed (a saved,
+fingerprinted datasets.Dataset), scores the candidate against the exact reference path on every
+sample (gate.quality.scoring), and judges the envelope on the one-sided bound at the declared
+confidence, never on the point estimate. A slice is sized by the declared minimum detectable
+effect and power (gate.quality.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
+The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
+
+Torch-free (gate.checks._shape): the body is `gate.checks.quality_slices.body`, loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.core.evidence import SlicesEvidence
+from gate.protocols import Capability
+from gate.quality.stats import MIN_SAMPLES
+
+if TYPE_CHECKING:
+    from gate.checks.quality_slices.body import quality_slices
+
+
+class QualitySlicesParams(Params):
+    """Parameters of the quality-slices check."""
+
+    samples: int | None = Field(default=None, ge=1)
+    """Evaluate exactly this many samples per slice (no power sizing, no top-up). Fewer than a
+    slice needs for its declared effect makes its envelopes fail as underpowered."""
+    max_samples: int | None = Field(default=None, ge=1)
+    """Cap on samples per slice (default: the slice's own max_samples)."""
+    batch_size: int = Field(default=8, ge=1)
+    """Samples of equal prompt length scored together."""
+    worst: int = Field(default=3, ge=0, le=20)
+    """Worst samples kept per envelope."""
+    log_samples: int = Field(default=500, ge=0, le=20000)
+    """Samples per slice kept in the evidence (flipped first) for the dossier's JSONL download."""
+    dataset_seed: int | None = None
+    """Seed the slices are built from (default: the manifest's subject seed)."""
+    space: Literal["auto", "tokens", "text"] = "auto"
+    """Token space (ids), text space (the model's tokenizer), or auto: text when the reference
+    path exposes a `tokenizer`, tokens otherwise."""
+    extra_slices: list[str] = Field(default_factory=list)
+    """Slices scored and reported without an envelope (context for the dossier)."""
+    min_samples: int = Field(default=MIN_SAMPLES, ge=2)
+    """No envelope is judged on fewer samples than this."""
+    bootstrap_resamples: int = Field(default=2000, ge=200)
+    """Resamples of the paired bootstrap."""
+    evals_dir: str | None = None
+    """Directory of slice definitions (default: the shipped evals/)."""
+
+
+CARD, PARAMS, EVIDENCE = "quality-slices", QualitySlicesParams, SlicesEvidence
+NEEDS = frozenset({Capability.DECODE_PATH})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "QualitySlicesParams", "quality_slices"]

@@ -1,0 +1,43 @@
+"""spec-greedy: greedy speculative decoding reproduces the target's own greedy continuation.
+
+Under greedy decoding (temperature 0: p and q are one-hot), a drafted token is accepted exactly
+when it is the target's argmax, and a rejection is replaced by the target's argmax; the output must
+equal the target's greedy continuation token for token. The check also demands proof that the
+speculative machinery ran: drafts proposed, and some rejected (a draft that always agrees with the
+target, or is never consulted, exercises nothing). Equality here says nothing about sampling.
+
+Torch-free (gate.checks._shape): the body is `gate.checks.spec_greedy.body`, loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.core.evidence import SpecGreedyEvidence
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.spec_greedy.body import probe_tokens, spec_greedy
+
+
+class SpecGreedyParams(Params):
+    n_tokens: int | None = Field(default=None, ge=1, le=4096)
+    """Continuation length; default: the longest of a greedy-tokens claim's lengths, else 32."""
+    prompts: int = Field(default=8, ge=1, le=1024)
+    """Seeded random prompts decoded as one batch."""
+    prompt_len: int = Field(default=8, ge=1, le=4096)
+    """Tokens per prompt."""
+    min_rejections: int = Field(default=1, ge=1)
+    """Rejected drafts required as proof that verification ran."""
+
+
+CARD, PARAMS, EVIDENCE = "spec-greedy", SpecGreedyParams, SpecGreedyEvidence
+NEEDS = frozenset({Capability.SPECULATIVE_PATH})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "SpecGreedyParams", "probe_tokens", "spec_greedy"]
