@@ -35,19 +35,15 @@ from gate.checks._sweep import SEED_LENGTHS
 from gate.checks.batch_invariance import BatchInvarianceParams as BatchInvarianceParams
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
 from gate.checks.phase_performance import PhasePerformanceParams as PhasePerformanceParams
+from gate.checks.quality_slices import QualitySlicesParams as QualitySlicesParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
 from gate.checks.schedule_fuzz import ScheduleFuzzParams as ScheduleFuzzParams
-from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
-from gate.core.check import Lengths, Params, PrefixLengths
-from gate.core.manifest import IdentityField
-from gate.quality.stats import MIN_SAMPLES
-
-DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
-"""Faults of a speculative sampler the distribution test must have power against."""
-from gate.checks.quality_slices import QualitySlicesParams as QualitySlicesParams
 from gate.checks.spec_distribution import DISTRIBUTION_FAULTS as DISTRIBUTION_FAULTS
 from gate.checks.spec_distribution import SpecDistributionParams as SpecDistributionParams
 from gate.checks.spec_greedy import SpecGreedyParams as SpecGreedyParams
+from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
+from gate.core.check import Lengths, Params, PrefixLengths
+from gate.core.manifest import IdentityField
 
 
 class CacheIdentityParams(Params):
@@ -174,108 +170,6 @@ class PrefixSweepParams(Params):
     """Most per-length rows kept in the evidence (failures first, then evenly spaced)."""
 
 
-class QualitySlicesParams(Params):
-    """Parameters of the quality-slices check."""
-
-    samples: int | None = Field(default=None, ge=1)
-    """Evaluate exactly this many samples per slice (no power sizing, no top-up). Fewer than a
-    slice needs for its declared effect makes its envelopes fail as underpowered."""
-    max_samples: int | None = Field(default=None, ge=1)
-    """Cap on samples per slice (default: the slice's own max_samples)."""
-    batch_size: int = Field(default=8, ge=1)
-    """Samples of equal prompt length scored together."""
-    worst: int = Field(default=3, ge=0, le=20)
-    """Worst samples kept per envelope."""
-    log_samples: int = Field(default=500, ge=0, le=20000)
-    """Samples per slice kept in the evidence (flipped first) for the dossier's JSONL download."""
-    dataset_seed: int | None = None
-    """Seed the slices are built from (default: the manifest's subject seed)."""
-    space: Literal["auto", "tokens", "text"] = "auto"
-    """Token space (ids), text space (the model's tokenizer), or auto: text when the reference
-    path exposes a `tokenizer`, tokens otherwise."""
-    extra_slices: list[str] = Field(default_factory=list)
-    """Slices scored and reported without an envelope (context for the dossier)."""
-    min_samples: int = Field(default=MIN_SAMPLES, ge=2)
-    """No envelope is judged on fewer samples than this."""
-    bootstrap_resamples: int = Field(default=2000, ge=200)
-    """Resamples of the paired bootstrap."""
-    evals_dir: str | None = None
-    """Directory of slice definitions (default: the shipped evals/)."""
-
-
-class SpecDistributionParams(Params):
-    temperature: float = Field(default=1.0, gt=0)
-    """Sampling temperature, applied identically to target and draft."""
-    top_k: int = Field(default=4, ge=2, le=32)
-    """Top-k truncation: keeps the enumeration to at most top_k^horizon cells."""
-    horizon: int | None = Field(default=None, ge=1, le=8)
-    """Tokens per sampled continuation; default k + 1 (the least that shows bonus-token bugs)."""
-    prompt_len: int = Field(default=4, ge=1, le=512)
-    """Length of the seeded random prompt every continuation starts from."""
-    min_samples: int = Field(default=2000, ge=50)
-    """The first look's sample size (the power-derived size is often smaller)."""
-    max_samples: int = Field(default=200_000, ge=100)
-    """The budget: most samples drawn. Looks double from min_samples up to it until the declared power is
-    reached; a fault the test cannot show with this many samples leaves the check unproven."""
-    batch_size: int = Field(default=2048, ge=1)
-    """Continuations sampled per batched call."""
-    power_against: list[str] = Field(default_factory=lambda: list(DISTRIBUTION_FAULTS))
-    """Sampler faults the sample size must detect with the declared power."""
-    min_rejections: int = Field(default=10, ge=1)
-    """Fewer rejected drafts than this means the residual path never ran: nothing was exercised."""
-    max_cells: int = Field(default=20_000, ge=10)
-    """Refuse enumerations larger than this (raise top-k or horizon with care)."""
-
-    @field_validator("power_against")
-    @classmethod
-    def _known_faults(cls, value: list[str]) -> list[str]:
-        from gate.speculative.sampler import FAULTS  # torch, only when the list is overridden
-
-        unknown = [f for f in value if f not in FAULTS]
-        if unknown:
-            raise ValueError(f"unknown sampler faults {unknown} (known: {', '.join(FAULTS)})")
-        return value
-
-
-class SpecGreedyParams(Params):
-    n_tokens: int | None = Field(default=None, ge=1, le=4096)
-    """Continuation length; default: the longest of a greedy-tokens claim's lengths, else 32."""
-    prompts: int = Field(default=8, ge=1, le=1024)
-    """Seeded random prompts decoded as one batch."""
-    prompt_len: int = Field(default=8, ge=1, le=4096)
-    """Tokens per prompt."""
-    min_rejections: int = Field(default=1, ge=1)
-    """Rejected drafts required as proof that verification ran."""
-
-
-class ScheduleFuzzParams(Params):
-    """The search budget and the shape of the schedules it draws."""
-
-    max_examples: int = Field(default=100, ge=1, le=100_000)
-    """Schedules drawn before the search gives up (shrinking a failure comes on top)."""
-    max_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    """Wall-clock budget of the search; a failure found in time is still shrunk."""
-    max_steps: int = Field(default=8, ge=1, le=64)
-    """Operations per schedule."""
-    max_chunk: int = Field(default=32, ge=1, le=4096)
-    """Largest prefill or append chunk, in tokens."""
-    max_tokens: int = Field(default=96, ge=2, le=1_000_000)
-    """Longest request a schedule builds (clipped to the paths' context)."""
-    batch: int = Field(default=2, ge=1, le=16)
-    """Rows per session (two or more let a row read another row's cache)."""
-    forks: bool = True
-    """Draw forks (a second live session prefilled with the current request's tokens) and switches between them."""
-    joins: bool = True
-    """Where the path batches continuously (gate.protocols.ContinuousBatching), draw requests joining
-    and leaving its running batch, and decode steps of it."""
-    slots: int = Field(default=3, ge=1, le=64)
-    """Requests the running batch holds at once (a join beyond them waits: a no-op)."""
-    atol: float | None = Field(default=None, ge=0)
-    """Tolerance: absolute part (default: the claim's, else dtype-aware)."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Tolerance: relative part (default: the claim's, else dtype-aware)."""
-
-
 PACKAGES = (
     batch_invariance,
     schedule_fuzz,
@@ -303,10 +197,6 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "mask-oracle": MaskOracleParams,
     "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
-    "quality-slices": QualitySlicesParams,
-    "spec-distribution": SpecDistributionParams,
-    "spec-greedy": SpecGreedyParams,
-    "schedule-fuzz": ScheduleFuzzParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},
 }
 """Check name -> its params model, for the built-in checks."""
