@@ -14,21 +14,27 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gate.checks import (
+    cache_identity,
     engine_batch_invariance,
     engine_invalidation,
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
     hash_collision,
+    invalidation,
+    prefix_reuse_parity,
     reset_isolation,
     tenant_isolation,
 )
 from gate.checks._sweep import SEED_LENGTHS
+from gate.checks.cache_identity import CacheIdentityParams as CacheIdentityParams
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.invalidation import InvalidationParams as InvalidationParams
+from gate.checks.prefix_reuse_parity import PrefixReuseParityParams as PrefixReuseParityParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
 from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
-from gate.core.manifest import Budget, ClockName, IdentityField
+from gate.core.manifest import Budget, ClockName
 from gate.quality.stats import MIN_SAMPLES
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
@@ -52,20 +58,6 @@ class BatchInvarianceParams(Params):
     """Tolerance: relative part (default: the claim's, else dtype-aware)."""
 
 
-class CacheIdentityParams(Params):
-    """Which fields to vary and how long the probe is."""
-
-    fields: list[IdentityField] | None = None
-    """Identity fields to probe; default: every field the manifest declares."""
-    prompt_blocks: int = Field(default=3, ge=2, le=64)
-    """Full blocks in the probe prompt (its length is prompt_blocks * block_size + 2)."""
-    seed_example_block_size: int = Field(default=1, ge=1, le=2)
-    """Block size of the worker that replays the cache-identity example (1 or 2 keeps it meaningful)."""
-    unverifiable: Literal["unproven", "fail", "warn"] = "unproven"
-    """What a declared field the candidate cannot vary (no siblings, no adapters) does: unproven names
-    it and the policy rule's `missing_capability` decides; fail or warn override that."""
-
-
 class GreedyParityParams(Params):
     tokens: Lengths | None = None
     """Continuation lengths that must match (default: the claim's `tokens` for greedy-tokens, else [8, 64])."""
@@ -82,15 +74,6 @@ class GreedyParityParams(Params):
     chunked_prompt: bool | None = None
     """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
     scheduling changes)."""
-
-
-class InvalidationParams(Params):
-    """Update seeds and probe sizes."""
-
-    update_seed: int = Field(default=1, ge=0)
-    """Seed of the weight and adapter updates."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
 
 
 class MaskOracleParams(Params):
@@ -141,33 +124,6 @@ class PhasePerformanceParams(Params):
     passes only when the whole interval lies within it."""
     budgets: dict[ClockName, Budget] = Field(default_factory=dict)
     """Default budgets from the policy; the manifest's `performance` section replaces them clock by clock."""
-
-
-class PrefixReuseParityParams(Params):
-    """Workload of the parity check."""
-
-    compare: Literal["logits", "greedy"] = "logits"
-    """logits: every row within tolerance with the same argmax. greedy: the same argmax on every
-    row (greedy continuations token for token); |Δlogit| over tolerance is only reported."""
-    sequences: int = Field(default=2, ge=1, le=16)
-    """Base sequences, each with its own family of requests."""
-    base_blocks: int = Field(default=4, ge=2, le=64)
-    """Full blocks in each base sequence (its length is base_blocks * block_size + 1)."""
-    lengths: PrefixLengths | None = None
-    """Shared-prefix lengths; default 0, 1 and every block boundary ±1 up to the base length."""
-    suffix_len: int = Field(default=3, ge=1)
-    """Fresh tokens after the shared prefix."""
-    new_tokens: int | None = Field(default=None, ge=1)
-    """Greedy continuation per request; default 4, or the longest of a greedy-tokens claim."""
-    byte_budget: int | None = Field(default=None, ge=1)
-    """Run on a worker with this cache budget (exercises eviction); default: the candidate's."""
-    budget_blocks: int = Field(default=3, ge=1, le=64)
-    """Budget contract (stores with a byte budget): a store whose budget holds this many blocks
-    serves twice as many distinct blocks; it must stay within the budget by evicting."""
-    atol: float | None = Field(default=None, ge=0)
-    """Absolute logit tolerance; default: the claim's, else the dtype default."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Relative logit tolerance; default: the claim's, else the dtype default."""
 
 
 class PrefixSweepParams(Params):
@@ -322,17 +278,17 @@ PACKAGES = (
     engine_isolation,
     engine_prefix_parity,
     engine_repeat_consistency,
+    cache_identity,
+    invalidation,
+    prefix_reuse_parity,
 )
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "batch-invariance": BatchInvarianceParams,
-    "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
-    "invalidation": InvalidationParams,
     "mask-oracle": MaskOracleParams,
     "phase-performance": PhasePerformanceParams,
-    "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     "quality-slices": QualitySlicesParams,
     "schedule-fuzz": ScheduleFuzzParams,
