@@ -243,6 +243,30 @@ class Findings:
         return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
 
 
+@dataclass(frozen=True)
+class PrefixRun:
+    """What one prefix check runs with: the candidate as a store, the run's pool, the check's
+    findings, and the pool's starts before the check (so it counts its own)."""
+
+    candidate: PrefixServing
+    pool: StorePool
+    findings: Findings
+    starts_before: int
+
+    @property
+    def store_starts(self) -> int:
+        """The stores this check started so far."""
+        return len(self.pool.starts) - self.starts_before
+
+
+def prefix_run(ctx: CheckContext) -> PrefixRun:
+    """The candidate as a prefix store (NotPrefixCaching where it is none), the run's pool for it,
+    and empty findings."""
+    candidate = prefix_candidate(ctx)
+    pool = store_pool(ctx, candidate)
+    return PrefixRun(candidate, pool, Findings(pool=pool), len(pool.starts))
+
+
 def seeded_ids(vocab: int, length: int, seed: int, avoid: Sequence[int] = ()) -> list[int]:
     """`length` seeded token ids, none in `avoid`."""
     gen = torch.Generator().manual_seed(seed)

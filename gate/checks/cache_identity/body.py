@@ -15,18 +15,18 @@ from gate.checks._prefix_support import (
     WHY,
     Findings,
     Oracle,
+    PrefixRun,
     RequestLog,
     ReuseTally,
     Served,
     StorePool,
     describe_excess,
     memoized,
-    prefix_candidate,
+    prefix_run,
     recompute_oracle,
     reference_oracle,
     seeded_ids,
     stop_rule,
-    store_pool,
     until_first_failure,
 )
 from gate.checks._probe import probe_order as shared_probe_order
@@ -280,9 +280,9 @@ def _probe_moved(p: Probing) -> FieldProbe:
     return FieldProbe("positions", served, served.row())
 
 
-def _probe_variant(p: Probing, name: str, findings: Findings, pool: StorePool) -> FieldProbe | None:
+def _probe_variant(p: Probing, name: str, run: PrefixRun) -> FieldProbe | None:
     """P under another adapter, tenant or sibling, twice (None: the store cannot express it)."""
-    variant = _variant(p.worker, name, findings, pool)
+    variant = _variant(p.worker, name, run.findings, run.pool)
     if variant is None:
         return None
     other, options, key = variant
@@ -296,7 +296,7 @@ def _probe_variant(p: Probing, name: str, findings: Findings, pool: StorePool) -
     return FieldProbe(name, first, row, repeat, options, _identities(p.worker, other, options))
 
 
-def _probe_fields(p: Probing, fields: list[str], findings: Findings, pool: StorePool) -> None:
+def _probe_fields(p: Probing, fields: list[str], run: PrefixRun) -> None:
     """Probe every field in order, P served again before each; a control stops at the first field
     with a violation."""
     base_oracle = memoized(recompute_oracle(p.worker))  # P comes back before every field
@@ -317,7 +317,7 @@ def _probe_fields(p: Probing, fields: list[str], findings: Findings, pool: Store
         elif name == "positions":
             probe = _probe_moved(p)
         else:
-            probe = _probe_variant(p, name, findings, pool)
+            probe = _probe_variant(p, name, run)
         if probe is None:
             continue
         p.table[name] = probe.row
@@ -345,12 +345,12 @@ class Observations:
 
 
 def _identity_example(
-    ctx: CheckContext, params: CacheIdentityParams, candidate: PrefixServing, pool: StorePool, tol: Tolerance
+    ctx: CheckContext, params: CacheIdentityParams, run: PrefixRun, tol: Tolerance
 ) -> tuple[list[int], RequestLog]:
     """Background, cache identity, exactly: A then B on a worker of the example's block size."""
-    small = pool.shared(
+    small = run.pool.shared(
         ("block size", params.seed_example_block_size),
-        lambda: candidate.fresh(block_size=params.seed_example_block_size),
+        lambda: run.candidate.fresh(block_size=params.seed_example_block_size),
     )
     vocab = ctx.candidate.vocab_size
     a, b = [t % vocab for t in IDENTITY_EXAMPLE_A], [t % vocab for t in IDENTITY_EXAMPLE_B]
@@ -360,11 +360,9 @@ def _identity_example(
     return a, example_log
 
 
-def measure(
-    ctx: CheckContext, params: CacheIdentityParams, candidate: PrefixServing, pool: StorePool, findings: Findings
-) -> Observations:
+def measure(ctx: CheckContext, params: CacheIdentityParams, run: PrefixRun) -> Observations:
     """Every declared field probed in the order of `probe_order`, then the identity example."""
-    worker = pool.shared(("base",), candidate.fresh)
+    worker = run.pool.shared(("base",), run.candidate.fresh)
     bs, vocab = worker.block_size, ctx.candidate.vocab_size
     declared = [f.value for f in (params.fields or ctx.manifest.identity)] or list(WHY)
     fields = probe_order(declared, ctx.control)
@@ -372,13 +370,13 @@ def measure(
     # a control stops at the first wrong output, or at the first field with a violation (fail_now)
     log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, excess=False))
     prompt = seeded_ids(vocab, params.prompt_blocks * bs + 2, ctx.seed * 1000 + 3)
-    reports = findings.needs(worker, PrefixIdentityReport, "identity report against keying") is not None
+    reports = run.findings.needs(worker, PrefixIdentityReport, "identity report against keying") is not None
     p = Probing(ctx, worker, log, prompt, reference_oracle(ctx)(prompt), tol)
     if not ctx.stop_at_first_failure:  # a control checks it where it first needs it, or at the end
         p.own()
-    _probe_fields(p, fields, findings, pool)
+    _probe_fields(p, fields, run)
     assert p.again is not None
-    a, example_log = _identity_example(ctx, params, candidate, pool, tol)
+    a, example_log = _identity_example(ctx, params, run, tol)
     log.served.extend(example_log.served)
     return Observations(worker, log, fields, p.events, p.table, p.again, a, example_log.served[-1], reports)
 
@@ -407,8 +405,9 @@ def judge(obs: Observations) -> list[str]:
     return problems
 
 
-def explain(obs: Observations, params: CacheIdentityParams, findings: Findings, store_starts: int) -> Outcome:
+def explain(obs: Observations, params: CacheIdentityParams, run: PrefixRun) -> Outcome:
     """The Outcome of the findings, built once: a field left unverified is reported as the params say."""
+    findings = run.findings
     unverified = [f for f in obs.fields if f in findings.lacking]
     log = obs.log
     metrics = {
@@ -418,7 +417,7 @@ def explain(obs: Observations, params: CacheIdentityParams, findings: Findings, 
         "identity_example_reused": obs.example_b.reused,
         "requests": len(log.served),
         "reused_tokens": sum(s.reused for s in log.served),
-        "store_starts": store_starts,
+        "store_starts": run.store_starts,
     }
     evidence = CacheIdentityEvidence.model_validate(
         {
@@ -449,10 +448,7 @@ def explain(obs: Observations, params: CacheIdentityParams, findings: Findings, 
 @until_first_failure
 def cache_identity(ctx: CheckContext, params: CacheIdentityParams) -> Outcome:
     """Requests differing in a declared identity field miss; identical ones hit; the cache-identity example holds."""
-    candidate = prefix_candidate(ctx)
-    pool = store_pool(ctx, candidate)
-    starts = len(pool.starts)
-    findings = Findings(pool=pool)
-    obs = measure(ctx, params, candidate, pool, findings)
-    findings.problems.extend(judge(obs))
-    return explain(obs, params, findings, len(pool.starts) - starts)
+    run = prefix_run(ctx)
+    obs = measure(ctx, params, run)
+    run.findings.problems.extend(judge(obs))
+    return explain(obs, params, run)

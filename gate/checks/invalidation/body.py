@@ -9,18 +9,17 @@ from typing import Any
 
 from gate.checks._compare import Tolerance, tolerance_for
 from gate.checks._prefix_support import (
-    Findings,
     NotPrefixCaching,
+    PrefixRun,
     RequestLog,
     ReuseTally,
     Served,
     StorePool,
     describe_excess,
-    prefix_candidate,
+    prefix_run,
     recompute_oracle,
     seeded_ids,
     stop_rule,
-    store_pool,
     until_first_failure,
 )
 from gate.checks.invalidation import InvalidationParams
@@ -101,20 +100,16 @@ def _update(
 
 
 def measure_updates(
-    ctx: CheckContext,
-    params: InvalidationParams,
-    candidate: PrefixServing,
-    pool: StorePool,
-    findings: Findings,
-    tol: Tolerance,
+    ctx: CheckContext, params: InvalidationParams, run: PrefixRun, tol: Tolerance
 ) -> tuple[PrefixServing | None, list[Update], list[RequestLog]]:
     """The weight update and (stores that serve adapters) the adapter update, on a store of their
     own: (that store, the updates, one log per update)."""
+    candidate, findings = run.candidate, run.findings
     assertion = "no stale entry after a weight update"
     if findings.needs(candidate, PrefixWeightUpdates, assertion) is None:
         return None, [], []
     # its weights change: a store of its own, not the shared one
-    worker = pool.start("weight update", candidate.fresh)
+    worker = run.pool.start("weight update", candidate.fresh)
     updates: PrefixWeightUpdates | None = findings.needs(worker, PrefixWeightUpdates, assertion)
     targets: list[tuple[str, str | None]] = [("model", None)]
     if worker.adapters():
@@ -177,18 +172,16 @@ def _restore(store: PrefixServing, file: Path) -> RestoreReport:
     return snapshots.restore_cache(file)
 
 
-def measure(
-    ctx: CheckContext, params: InvalidationParams, candidate: PrefixServing, pool: StorePool, findings: Findings
-) -> Observations:
+def measure(ctx: CheckContext, params: InvalidationParams, run: PrefixRun) -> Observations:
     """The updates (stores with weight updates), then the restart (stores with snapshots)."""
     tol = tolerance_for(ctx)
-    updated, updates, logs = measure_updates(ctx, params, candidate, pool, findings, tol)
-    source = pool.shared(("base",), candidate.fresh)
-    snapshots: PrefixSnapshots | None = findings.needs(source, PrefixSnapshots, "no stale entry after a restart")
+    updated, updates, logs = measure_updates(ctx, params, run, tol)
+    source = run.pool.shared(("base",), run.candidate.fresh)
+    snapshots: PrefixSnapshots | None = run.findings.needs(source, PrefixSnapshots, "no stale entry after a restart")
     restart = None
     if snapshots is not None:
         logs.append(_new_log(ctx, tol, source.block_size))
-        restart = measure_restart(ctx, params, pool, source, snapshots, logs[-1])
+        restart = measure_restart(ctx, params, run.pool, source, snapshots, logs[-1])
     return Observations(logs, updates, restart, updated, source)
 
 
@@ -303,8 +296,9 @@ def _passed(obs: Observations) -> str:
     return "no stale entry consumed: " + "; ".join(done)
 
 
-def explain(obs: Observations, findings: Findings, store_starts: int) -> Outcome:
+def explain(obs: Observations, run: PrefixRun) -> Outcome:
     """The Outcome of the findings, built once (unproven as a whole where nothing could be served)."""
+    findings, store_starts = run.findings, run.store_starts
     served = [s for log in obs.logs for s in log.served]
     if not served:
         evidence = _evidence(obs, []).dump()
@@ -333,14 +327,11 @@ def explain(obs: Observations, findings: Findings, store_starts: int) -> Outcome
 def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     """After a weight or adapter update, or a restart on another checkpoint, no stale entry is used."""
     try:
-        candidate = prefix_candidate(ctx)
+        run = prefix_run(ctx)
     except NotPrefixCaching as err:
         # a session cache holds nothing past its request: there is no entry to invalidate (a required
         # deny check that cannot run is unproven, never a pass; a policy may make that a warning)
         return Outcome("skip", f"{ctx.candidate.name} keeps no entries across requests: nothing to invalidate ({err})")
-    pool = store_pool(ctx, candidate)
-    starts = len(pool.starts)
-    findings = Findings(pool=pool)
-    obs = measure(ctx, params, candidate, pool, findings)
-    findings.problems.extend(judge(obs))
-    return explain(obs, findings, len(pool.starts) - starts)
+    obs = measure(ctx, params, run)
+    run.findings.problems.extend(judge(obs))
+    return explain(obs, run)

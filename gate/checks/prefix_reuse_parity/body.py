@@ -7,19 +7,17 @@ from typing import Any
 
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_support import (
-    Findings,
     Oracle,
+    PrefixRun,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     broken_rules,
     describe_excess,
-    prefix_candidate,
+    prefix_run,
     reference_oracle,
     seeded_ids,
     stop_rule,
-    store_pool,
     until_first_failure,
 )
 from gate.checks.prefix_reuse_parity import PrefixReuseParityParams
@@ -125,18 +123,12 @@ class Observations:
 
 
 def measure_budget(
-    ctx: CheckContext,
-    candidate: PrefixServing,
-    worker: PrefixServing,
-    pool: StorePool,
-    log: RequestLog,
-    findings: Findings,
-    blocks: int,
-    length: int,
+    ctx: CheckContext, run: PrefixRun, worker: PrefixServing, log: RequestLog, blocks: int, length: int
 ) -> BudgetRun | None:
     """A store whose budget holds `blocks` blocks serves 2 x `blocks` distinct blocks and more, its
     bytes held read after every request, then its latest prompt again (None: no byte budget)."""
-    budgeted: PrefixBudget | None = findings.needs(candidate, PrefixBudget, "bytes held within the declared budget")
+    findings = run.findings
+    budgeted: PrefixBudget | None = findings.needs(run.candidate, PrefixBudget, "bytes held within the declared budget")
     if budgeted is None:
         return None
     state = worker.cache_state()
@@ -148,7 +140,7 @@ def measure_budget(
         )
         return None
     budget = blocks * per_block
-    store = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+    store = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
     oracle = reference_oracle(ctx)
     bs, vocab = store.block_size, ctx.candidate.vocab_size
     prompt_blocks = max(1, min(blocks, (length - 1) // bs))
@@ -183,23 +175,21 @@ def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: Prefix
     return Workload(worker, log, reference_oracle(ctx), new_tokens, base_len)
 
 
-def measure(
-    ctx: CheckContext, params: PrefixReuseParityParams, candidate: PrefixServing, pool: StorePool, findings: Findings
-) -> Observations:
+def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) -> Observations:
     """Every base sequence's family of requests (on a budgeted worker where `byte_budget` is set and
     the store offers one), then the budget contract."""
-    worker: PrefixServing = pool.shared(("base",), candidate.fresh)
+    worker: PrefixServing = run.pool.shared(("base",), run.candidate.fresh)
     if params.byte_budget is not None:
-        budgeted: PrefixBudget | None = findings.needs(
-            candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
+        budgeted: PrefixBudget | None = run.findings.needs(
+            run.candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
         )
         if budgeted is not None:
             budget = params.byte_budget
-            worker = pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+            worker = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
     work = _workload(ctx, params, worker)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)
-    budget_run = measure_budget(ctx, candidate, worker, pool, work.log, findings, params.budget_blocks, work.base_len)
+    budget_run = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
     return Observations(worker, work.log, work.shared, work.new_tokens, budget_run)
 
 
@@ -293,13 +283,11 @@ def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, An
     }
 
 
-def explain(
-    params: PrefixReuseParityParams, obs: Observations, j: Judgement, findings: Findings, store_starts: int
-) -> Outcome:
+def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
     """The Outcome of the judgement and the findings, built once: a pass with requests over the logit
     tolerance (compare: greedy) is a warning."""
     log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
-    metrics = _metrics(obs, j, store_starts)
+    metrics = _metrics(obs, j, run.store_starts)
     evidence = PrefixReuseEvidence(
         requests=[ServedRequest(**row) for row in log.table()],
         tolerance=ToleranceRecord(**log.tol.as_dict()),
@@ -323,7 +311,7 @@ def explain(
             else ""
         )
     )
-    return findings.outcome(
+    return run.findings.outcome(
         passed,
         metrics=metrics,
         evidence=evidence,
@@ -339,11 +327,8 @@ def explain(
 @until_first_failure
 def prefix_reuse_parity(ctx: CheckContext, params: PrefixReuseParityParams) -> Outcome:
     """Requests reusing cached prefixes of many lengths match a full recompute, with proof of hits."""
-    candidate = prefix_candidate(ctx)
-    pool = store_pool(ctx, candidate)
-    starts = len(pool.starts)
-    findings = Findings(pool=pool)
-    obs = measure(ctx, params, candidate, pool, findings)
+    run = prefix_run(ctx)
+    obs = measure(ctx, params, run)
     j = judge(params, obs)
-    findings.problems.extend(j.problems)
-    return explain(params, obs, j, findings, len(pool.starts) - starts)
+    run.findings.problems.extend(j.problems)
+    return explain(params, obs, j, run)
