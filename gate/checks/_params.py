@@ -15,6 +15,7 @@ from pydantic import Field
 
 from gate.checks import (
     batch_invariance,
+    cache_identity,
     engine_batch_invariance,
     engine_concurrent_conversations,
     engine_invalidation,
@@ -22,7 +23,9 @@ from gate.checks import (
     engine_prefix_parity,
     engine_repeat_consistency,
     hash_collision,
+    invalidation,
     phase_performance,
+    prefix_reuse_parity,
     quality_slices,
     reset_isolation,
     schedule_fuzz,
@@ -33,8 +36,11 @@ from gate.checks import (
 )
 from gate.checks._sweep import SEED_LENGTHS
 from gate.checks.batch_invariance import BatchInvarianceParams as BatchInvarianceParams
+from gate.checks.cache_identity import CacheIdentityParams as CacheIdentityParams
 from gate.checks.hash_collision import HashCollisionParams as HashCollisionParams
+from gate.checks.invalidation import InvalidationParams as InvalidationParams
 from gate.checks.phase_performance import PhasePerformanceParams as PhasePerformanceParams
+from gate.checks.prefix_reuse_parity import PrefixReuseParityParams as PrefixReuseParityParams
 from gate.checks.quality_slices import QualitySlicesParams as QualitySlicesParams
 from gate.checks.reset_isolation import ResetIsolationParams as ResetIsolationParams
 from gate.checks.schedule_fuzz import ScheduleFuzzParams as ScheduleFuzzParams
@@ -43,21 +49,6 @@ from gate.checks.spec_distribution import SpecDistributionParams as SpecDistribu
 from gate.checks.spec_greedy import SpecGreedyParams as SpecGreedyParams
 from gate.checks.tenant_isolation import TenantIsolationParams as TenantIsolationParams
 from gate.core.check import Lengths, Params, PrefixLengths
-from gate.core.manifest import IdentityField
-
-
-class CacheIdentityParams(Params):
-    """Which fields to vary and how long the probe is."""
-
-    fields: list[IdentityField] | None = None
-    """Identity fields to probe; default: every field the manifest declares."""
-    prompt_blocks: int = Field(default=3, ge=2, le=64)
-    """Full blocks in the probe prompt (its length is prompt_blocks * block_size + 2)."""
-    seed_example_block_size: int = Field(default=1, ge=1, le=2)
-    """Block size of the worker that replays the cache-identity example (1 or 2 keeps it meaningful)."""
-    unverifiable: Literal["unproven", "fail", "warn"] = "unproven"
-    """What a declared field the candidate cannot vary (no siblings, no adapters) does: unproven names
-    it and the policy rule's `missing_capability` decides; fail or warn override that."""
 
 
 class GreedyParityParams(Params):
@@ -78,15 +69,6 @@ class GreedyParityParams(Params):
     scheduling changes)."""
 
 
-class InvalidationParams(Params):
-    """Update seeds and probe sizes."""
-
-    update_seed: int = Field(default=1, ge=0)
-    """Seed of the weight and adapter updates."""
-    prompt_blocks: int = Field(default=3, ge=1, le=64)
-    """Full blocks per prompt (its length is prompt_blocks * block_size + 1)."""
-
-
 class MaskOracleParams(Params):
     rtol: float | None = Field(default=None, gt=0)
     """Relative tolerance on the oracle's outputs (they are exact rationals, so only the probe's own
@@ -100,33 +82,6 @@ class MaskOracleParams(Params):
     """Head dimension of the nonzero-score variant."""
     poison_tail: bool = True
     """Repeat every case with NaN written into the allocated-but-unused cache slots."""
-
-
-class PrefixReuseParityParams(Params):
-    """Workload of the parity check."""
-
-    compare: Literal["logits", "greedy"] = "logits"
-    """logits: every row within tolerance with the same argmax. greedy: the same argmax on every
-    row (greedy continuations token for token); |Δlogit| over tolerance is only reported."""
-    sequences: int = Field(default=2, ge=1, le=16)
-    """Base sequences, each with its own family of requests."""
-    base_blocks: int = Field(default=4, ge=2, le=64)
-    """Full blocks in each base sequence (its length is base_blocks * block_size + 1)."""
-    lengths: PrefixLengths | None = None
-    """Shared-prefix lengths; default 0, 1 and every block boundary ±1 up to the base length."""
-    suffix_len: int = Field(default=3, ge=1)
-    """Fresh tokens after the shared prefix."""
-    new_tokens: int | None = Field(default=None, ge=1)
-    """Greedy continuation per request; default 4, or the longest of a greedy-tokens claim."""
-    byte_budget: int | None = Field(default=None, ge=1)
-    """Run on a worker with this cache budget (exercises eviction); default: the candidate's."""
-    budget_blocks: int = Field(default=3, ge=1, le=64)
-    """Budget contract (stores with a byte budget): a store whose budget holds this many blocks
-    serves twice as many distinct blocks; it must stay within the budget by evicting."""
-    atol: float | None = Field(default=None, ge=0)
-    """Absolute logit tolerance; default: the claim's, else the dtype default."""
-    rtol: float | None = Field(default=None, ge=0)
-    """Relative logit tolerance; default: the claim's, else the dtype default."""
 
 
 class PrefixSweepParams(Params):
@@ -171,6 +126,9 @@ class PrefixSweepParams(Params):
 
 
 PACKAGES = (
+    cache_identity,
+    invalidation,
+    prefix_reuse_parity,
     batch_invariance,
     schedule_fuzz,
     reset_isolation,
@@ -191,11 +149,8 @@ PACKAGES = (
 """The checks in the package shape (gate.checks._shape): each states its own params model."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {
-    "cache-identity": CacheIdentityParams,
     "greedy-parity": GreedyParityParams,
-    "invalidation": InvalidationParams,
     "mask-oracle": MaskOracleParams,
-    "prefix-reuse-parity": PrefixReuseParityParams,
     "prefix-sweep": PrefixSweepParams,
     **{package.CARD: package.PARAMS for package in PACKAGES},
 }

@@ -15,7 +15,7 @@ per variant, its cache reset between scenarios, and every start (a new process o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,6 +29,9 @@ from gate.prefix.cache import PrefixReply
 from gate.protocols import PREFIX_CAPABILITIES, PrefixServing, offered
 
 C = TypeVar("C")
+
+Status = Literal["pass", "fail", "warn", "skip", "unproven"]
+"""An Outcome's status."""
 
 # docs/background.md, cache identity (keys are chained): after A, B may reuse positions 0-1, never the later equal ids
 IDENTITY_EXAMPLE_A = [11, 24, 31, 42, 57]
@@ -191,11 +194,11 @@ class Findings:
     pool: StorePool | None = None
     """The run's stores, whose starts go into the evidence."""
 
-    def needs(self, store: object, protocol: type, assertion: str) -> Any:
-        """`store` (annotate it as `protocol | None` at the call: mypy takes no protocol class as
-        `type[C]`), or None with `assertion` recorded as unproven for lack of `protocol`."""
-        if isinstance(store, protocol):
-            return store
+    def needs(self, store: object, protocol: type[C], assertion: str) -> C | None:
+        """`store` typed as `protocol` where it offers that capability (gate.protocols.offered), or
+        None with `assertion` recorded as unproven for lack of `protocol`."""
+        if (typed := offered(store, protocol)) is not None:
+            return typed
         name = capability_name(protocol)
         self.lacking[assertion] = f"the store offers no {name} (gate.protocols.{protocol.__name__})"
         return None
@@ -220,24 +223,48 @@ class Findings:
         return {**evidence, **starts, "unproven_assertions": dict(self.lacking)}
 
     def outcome(
-        self, passed: str, *, evidence: dict[str, Any], diagnosis: dict[str, Any] | None = None, **seen: Any
+        self,
+        passed: str,
+        *,
+        evidence: dict[str, Any],
+        diagnosis: dict[str, Any] | None = None,
+        relabel: Mapping[str, Status] | None = None,
+        **seen: Any,
     ) -> Outcome:
         """The Outcome of a prefix check, built once from its findings (`passed`: its message when
-        nothing failed; `seen`: its metrics, exercise and observation)."""
+        nothing failed; `relabel`: the status the check reports for a verdict's status, where its
+        params or its tolerance say otherwise, message and diagnosis kept; `seen`: its metrics,
+        exercise, observation and detected_at)."""
         status, message = self.verdict(passed)
         if status == "fail":
             diagnosis = {**(diagnosis or {}), "problems": self.problems}
         evidence = self.recorded(evidence)
-        return Outcome(status, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
+        reported = (relabel or {}).get(status, status)
+        return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
 
-    def settle(self, outcome: Outcome, passed: str) -> Outcome:
-        """`outcome` given the verdict of `outcome()` in place (for the checks not yet in the package
-        shape, which build an Outcome first)."""
-        built = self.outcome(passed, evidence=outcome.evidence, diagnosis=outcome.diagnosis)
-        outcome.status, outcome.message, outcome.lacking = built.status, built.message, built.lacking
-        outcome.evidence.update(built.evidence)
-        outcome.diagnosis = built.diagnosis
-        return outcome
+
+@dataclass(frozen=True)
+class PrefixRun:
+    """What one prefix check runs with: the candidate as a store, the run's pool, the check's
+    findings, and the pool's starts before the check (so it counts its own)."""
+
+    candidate: PrefixServing
+    pool: StorePool
+    findings: Findings
+    starts_before: int
+
+    @property
+    def store_starts(self) -> int:
+        """The stores this check started so far."""
+        return len(self.pool.starts) - self.starts_before
+
+
+def prefix_run(ctx: CheckContext) -> PrefixRun:
+    """The candidate as a prefix store (NotPrefixCaching where it is none), the run's pool for it,
+    and empty findings."""
+    candidate = prefix_candidate(ctx)
+    pool = store_pool(ctx, candidate)
+    return PrefixRun(candidate, pool, Findings(pool=pool), len(pool.starts))
 
 
 def seeded_ids(vocab: int, length: int, seed: int, avoid: Sequence[int] = ()) -> list[int]:
