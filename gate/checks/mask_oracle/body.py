@@ -1,16 +1,5 @@
-"""`mask-oracle`: the mask-oracle fixture (background), run through the candidate's cache, mask and attention.
-
-One head, scalar values [2, 4, 8, 16, 32] at positions 0..4, zero scores: each query returns the
-mean of the values it may see. With three positions cached, the chunk of queries at absolute
-positions 3 and 4 must return 7.5 and 12.4; a mask restarted at the chunk's origin returns 2 and 3.
-The answers are derived independently (exact rationals), not from a model.
-
-The matrix (background: mask oracle, "Do this before moving on"): empty cache, one-token cache, multistep append,
-reset between two independent requests; then nonzero scores over several KV heads (expected values
-from a float64 softmax written here), and each case again with the unused cache tail poisoned by NaN,
-which a correct read never touches. Batch row 1 carries a second request with other values, so a
-handle that reads another row's cache is visible too.
-"""
+"""mask-oracle's body: the fixture and its oracle (exact rationals; a float64 softmax for the
+grouped-query case), measure (every case through the candidate's AttentionProbe), judge, explain."""
 
 from __future__ import annotations
 
@@ -20,10 +9,10 @@ from typing import Any
 
 import torch
 
-from gate.checks._params import MaskOracleParams
 from gate.checks._probe import probe_order as shared_probe_order
+from gate.checks.mask_oracle import MaskOracleParams
 from gate.core.check import CheckContext, Outcome, check
-from gate.protocols import AttentionProbe
+from gate.protocols import AttentionProbe, DecodePath, offered
 
 SEED_VALUES = (2, 4, 8, 16, 32)
 OTHER_VALUES = (3, 5, 7, 11, 13)
@@ -146,103 +135,159 @@ def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
     ]
 
 
-@check("mask-oracle", params=MaskOracleParams)
-def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
-    """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
-    candidate = ctx.candidate
-    if not isinstance(candidate, AttentionProbe):
-        return Outcome(
-            status="skip",
-            message=f"{candidate.name} offers no AttentionProbe (attention_probe)",
-            covered_by=dict(MODEL_LEVEL_STAND_INS),
-        )
-    rtol = oracle_rtol(params, str(getattr(candidate, "dtype", ctx.dtype)).removeprefix("torch."))
-    rows: list[dict[str, Any]] = []
-    row_observed: dict[int, torch.Tensor] = {}  # by the positive run's index
-    failures: list[str] = []
-    probed: list[Case] = []  # one entry per probe call
+@dataclass(frozen=True)
+class Probe:
+    """One probe call: a case (its index in the positive run's order of cases), poisoned or not, and
+    what the candidate returned per request and chunk."""
+
+    case: Case
+    position: int
+    poisoned: bool
+    outputs: list[list[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Every probe call in the order it ran (a control stops after the first wrong case), the
+    variants per case and the proof of exercise."""
+
+    probes: list[Probe]
+    variants: int
+    exercise: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Each probe's row (as the evidence states it), the wrong cases' labels and the diagnosis."""
+
+    rows: list[dict[str, Any]]
+    failures: list[str]
+    diagnosis: dict[str, Any] | None
+
+    @property
+    def seed_row(self) -> dict[str, Any] | None:
+        """The seed fixture's row, unpoisoned (index 0), if it ran."""
+        return next((r for r in self.rows if r["index"] == 0), None)
+
+
+def measure(ctx: CheckContext, params: MaskOracleParams, probe: AttentionProbe, rtol: float) -> Observations:
+    """Every case (poisoned too, with poison_tail) through the candidate's attention path, in probe
+    order; a control stops after its first wrong case (one wrong case proves power)."""
     # the fixture depends on the params and seed alone: built once a run, shared with the controls;
     # each probe gets its own copy, so a subject that writes into its inputs cannot change the fixture
     key = ("mask-oracle-cases", params.model_dump_json(), ctx.seed)
     cases = ctx.cache.get(key, lambda: oracle_cases(params, ctx.seed))
     variants = (False, True) if params.poison_tail else (False,)
-    order = probe_order([case.name for case in cases], ctx.control)
-    for position in order:
+    probes: list[Probe] = []
+    for position in probe_order([case.name for case in cases], ctx.control):
         case = cases[position]
         for poison in variants:
-            probed.append(case)
-            label = case.name + (" +poisoned-tail" if poison else "")
             requests = [[(q.clone(), k.clone(), v.clone()) for q, k, v in chunks] for chunks in case.requests]
-            outputs = candidate.attention_probe(requests, poison_tail=poison)
-            row = _judge(case, outputs, rtol)
-            row["case"], row["poisoned_tail"] = case.name, poison
-            row["index"] = position * len(variants) + poison  # in the positive run's order
-            rows.append(row)
-            row_observed[row["index"]] = torch.cat(
-                [o.detach().double().cpu().flatten() for req in outputs for o in req]
-            )
-            if not row["ok"]:
-                failures.append(label)
-                if ctx.stop_at_first_failure:  # a control: one wrong case proves power
-                    break
-        if failures and ctx.stop_at_first_failure:
-            break
-    seed_row = next((r for r in rows if r["index"] == 0), None)  # seed-fixture, unpoisoned
-    metrics = {
-        "cases": len(rows),
-        "failed_cases": len(failures),
-        "seed_fixture": seed_row["got"] if seed_row else None,
-        "max_abs_error": max(r["max_abs_error"] for r in rows),
-        "rtol": rtol,
+            probes.append(Probe(case, position, poison, probe.attention_probe(requests, poison_tail=poison)))
+            if ctx.stop_at_first_failure and not _score(case, probes[-1].outputs, rtol)["ok"]:
+                return Observations(probes, len(variants), _exercise(ctx, probes))
+    return Observations(probes, len(variants), _exercise(ctx, probes))
+
+
+def _exercise(ctx: CheckContext, probes: list[Probe]) -> dict[str, Any]:
+    return {
+        "probe_calls": len(probes),
+        "path": ctx.candidate.name,
+        "uses_cache": ctx.candidate.uses_cache,
+        "chunks_through_cache": sum(len(chunks) for p in probes for chunks in p.case.requests),
     }
-    evidence = {
-        "fixture": {
-            "values": list(SEED_VALUES),
-            "cached": 3,
-            "queries_at": [3, 4],
-            "expected": [7.5, 12.4],
-            "wrong_origin": [2.0, 3.0],
-            "got": seed_row["got"] if seed_row else None,
-        },
-        "cases": rows,
-    }
-    exercise = {
-        "probe_calls": len(rows),
-        "path": candidate.name,
-        "uses_cache": candidate.uses_cache,
-        "chunks_through_cache": sum(len(chunks) for case in probed for chunks in case.requests),
-    }
+
+
+def judge(obs: Observations, rtol: float) -> Judgement:
+    """Every probe against the oracle, the predicted wrong answer it matches, and the bug class of
+    the wrong ones (pure)."""
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for p in obs.probes:
+        row = _score(p.case, p.outputs, rtol)
+        row["case"], row["poisoned_tail"] = p.case.name, p.poisoned
+        row["index"] = p.position * obs.variants + p.poisoned  # in the positive run's order
+        rows.append(row)
+        if not row["ok"]:
+            failures.append(p.case.name + (" +poisoned-tail" if p.poisoned else ""))
+    return Judgement(rows, failures, _diagnose(rows) if failures else None)
+
+
+def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: the wrong cases and their bug class, or a pass."""
+    rows, seed_row = j.rows, j.seed_row
+    got = seed_row["got"] if seed_row else None
     # laid out in the positive run's order whatever order the cases ran in; a stopped control's is a
     # prefix of it only when it ran the first cases
-    observation = torch.cat([row_observed[i] for i in sorted(row_observed)])
-    prefix = sorted(row_observed) == list(range(len(row_observed)))
-    if failures:
-        diagnosis = _diagnose(rows)
+    observed = {row["index"]: _flat(p.outputs) for row, p in zip(rows, obs.probes, strict=True)}
+    seen: dict[str, Any] = {
+        "metrics": {
+            "cases": len(rows),
+            "failed_cases": len(j.failures),
+            "seed_fixture": got,
+            "max_abs_error": max(r["max_abs_error"] for r in rows),
+            "rtol": rtol,
+        },
+        "evidence": {
+            "fixture": {
+                "values": list(SEED_VALUES),
+                "cached": 3,
+                "queries_at": [3, 4],
+                "expected": [7.5, 12.4],
+                "wrong_origin": [2.0, 3.0],
+                "got": got,
+            },
+            "cases": rows,
+        },
+        "exercise": obs.exercise,
+        "observation": torch.cat([observed[i] for i in sorted(observed)]),
+    }
+    if j.diagnosis is not None:
+        failures = j.failures
         return Outcome(
             status="fail",
             message=f"{len(failures)} of {len(rows)} oracle cases wrong: "
-            f"{', '.join(failures[:4])}{' ...' if len(failures) > 4 else ''} ({diagnosis['bug_class']})",
-            metrics=metrics,
-            evidence=evidence,
-            exercise=exercise,
-            diagnosis=diagnosis,
+            f"{', '.join(failures[:4])}{' ...' if len(failures) > 4 else ''} ({j.diagnosis['bug_class']})",
+            diagnosis=j.diagnosis,
             detected_at=_case_index(rows),
-            observation=observation,
-            observation_in_run_order=prefix,
+            observation_in_run_order=sorted(observed) == list(range(len(observed))),
+            **seen,
         )
-    got = seed_row["got"] if seed_row else [float("nan")] * 2
+    values = got if got is not None else [float("nan")] * 2
     return Outcome(
         status="pass",
-        message=f"all {len(rows)} oracle cases exact: cached chunk at positions 3, 4 -> {got[0]:g}, {got[1]:g}",
-        metrics=metrics,
-        evidence=evidence,
-        exercise=exercise,
-        observation=observation,
+        message=f"all {len(rows)} oracle cases exact: cached chunk at positions 3, 4 -> {values[0]:g}, {values[1]:g}",
         observation_in_run_order=True,
+        **seen,
     )
 
 
-def _judge(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[str, Any]:
+def _flat(outputs: list[list[torch.Tensor]]) -> torch.Tensor:
+    return torch.cat([o.detach().double().cpu().flatten() for req in outputs for o in req])
+
+
+def _no_probe(candidate: DecodePath) -> Outcome:
+    """A candidate without an AttentionProbe: skipped, naming what observes the rule instead."""
+    return Outcome(
+        status="skip",
+        message=f"{candidate.name} offers no AttentionProbe (attention_probe)",
+        covered_by=dict(MODEL_LEVEL_STAND_INS),
+    )
+
+
+@check("mask-oracle", params=MaskOracleParams)
+def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
+    """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
+    candidate = ctx.candidate
+    probe = offered(candidate, AttentionProbe)
+    if probe is None:
+        return _no_probe(candidate)
+    rtol = oracle_rtol(params, str(getattr(candidate, "dtype", ctx.dtype)).removeprefix("torch."))
+    obs = measure(ctx, params, probe, rtol)
+    return explain(rtol, obs, judge(obs, rtol))
+
+
+def _score(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[str, Any]:
     """Compare every chunk's output with the oracle; name the predicted wrong answer the cached
     chunks returned instead, if any."""
     err, ok = 0.0, True

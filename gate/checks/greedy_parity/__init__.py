@@ -1,0 +1,56 @@
+"""`greedy-parity`: N-token greedy continuations identical on the reference and the candidate.
+
+Each path continues the same prompts by greedy decoding on its own (prefill, then one append per
+token). Tokens are compared at aligned absolute positions (prompt length + step); the first
+diverging step keeps both paths' logit rows (top-k) as evidence (background: mask oracle; preserve the first
+diverging logit row). A divergence where the reference's top-2 margin is within tolerance and
+the candidate picked the runner-up is a tie: a warning, not a failure.
+
+For a scheduling change the candidate's prompt goes in under the candidate's own schedule: a
+prefill up to its first layout boundary (chunk edge), then multi-token appends cut at every
+following boundary and once more inside a chunk, so the continuation depends on chunks that start
+mid-cache and cross chunk edges (a single-token loop would never exercise a chunk's mask origin).
+
+Torch-free (gate.checks._shape): the body is `gate.checks.greedy_parity.body`, loaded on first use;
+`greedy` and `prompt_cuts` (used by batch-invariance and the tests) resolve through it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._shape import lazy_body
+from gate.core.check import Lengths, Params
+from gate.core.evidence import GreedyEvidence
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.greedy_parity.body import greedy, greedy_parity, prompt_cuts
+
+
+class GreedyParityParams(Params):
+    tokens: Lengths | None = None
+    """Continuation lengths that must match (default: the claim's `tokens` for greedy-tokens, else [8, 64])."""
+    prompt_lengths: Lengths = Field(default_factory=lambda: [7, 100])
+    """Prompt lengths; each is a separate batch of random prompts."""
+    batch: int = Field(default=2, ge=1, le=64)
+    """Prompts per batch."""
+    top_k: int = Field(default=5, ge=1, le=50)
+    """Logits kept per row at the first diverging step."""
+    atol: float | None = Field(default=None, ge=0)
+    """Tie band: absolute part (default: the claim's, else dtype-aware)."""
+    rtol: float | None = Field(default=None, ge=0)
+    """Tie band: relative part (default: the claim's, else dtype-aware)."""
+    chunked_prompt: bool | None = None
+    """Feed the candidate's prompt as multi-token chunks cut at its layout boundaries (default: for
+    scheduling changes)."""
+
+
+CARD, PARAMS, EVIDENCE = "greedy-parity", GreedyParityParams, GreedyEvidence
+NEEDS = frozenset({Capability.DECODE_PATH})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "GreedyParityParams", "greedy", "greedy_parity", "prompt_cuts"]
