@@ -279,3 +279,14 @@ def test_a_schedules_sessions_are_freed_inside_a_subject_region() -> None:
     assert (("enter", [True, True, True]), ("leave", [False, True, True])) in regions_seen
     # the release region at the end: the other two freed inside it
     assert regions_seen[-1] == (("enter", [False, True, True]), ("leave", [False, False, False]))
+
+
+def test_a_control_draws_its_first_looks_however_short_the_time_budget() -> None:
+    """A control's power does not depend on the machine's load: the time budget ends its search only
+    after each search's first looks, so a fault they reach is detected even with no time at all."""
+    fault = "stale-slot-on-join"  # reached only by the continuous search, in its first look
+    rushed = ScheduleFuzzParams(max_seconds=1e-9)
+    out = schedule_fuzz(context(path("static").with_fault(fault), fault=fault, control=True), rushed)
+    assert out.status == "fail", out.message
+    positive = schedule_fuzz(context(path("static")), rushed)
+    assert positive.status == "pass" and positive.metrics["budget_spent"] and positive.metrics["schedules"] == 0
