@@ -51,7 +51,7 @@ class GeneratePath(HFPath):
         if self.kind == "generate-paged":
             return PAGED_FAULTS
         if self.kind == "generate-cache":  # a request's cache is generate's, built anew: no counter to keep
-            return "stale-weights", "cross-request-handle", "stale-generate-cache"
+            return "stale-weights", "cross-request-handle", "stale-generate-cache", "missing-start-pos"
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
     def first_call(self) -> tuple[Any, dict[str, Any]]:
@@ -402,7 +402,16 @@ class GenerateSession(HistorySession):
         def hook(_module: Any, _args: Any, output: Any) -> None:
             captured.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
 
-        handle = self.model.base_model.register_forward_hook(hook)
+        def sent(_module: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+            # the positions generate sends with the call's tokens, as the session's tamper would send them
+            if kwargs.get("position_ids") is not None:
+                kwargs["position_ids"] = self.tamper.positions(phase, kwargs["position_ids"])
+            return args, kwargs
+
+        base = self.model.base_model
+        handles = [base.register_forward_hook(hook)]
+        if self.path.kind == "generate-cache":
+            handles.append(base.register_forward_pre_hook(sent, with_kwargs=True))
         try:
             with (
                 torch.no_grad(),
@@ -413,7 +422,8 @@ class GenerateSession(HistorySession):
                     self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
                 )
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
         self.cache = compat.output_cache(out)
         self.generate_calls += 1
         self.forward_calls += len(captured)

@@ -214,3 +214,16 @@ def test_generate_keywords_hand_every_request_one_cache_config_dict() -> None:
     fresh = HFAdapter().build(options, device="cpu", dtype="float32", seed=0)
     second = _steps(session, (toks * 3 + 1) % 256)
     assert torch.equal(second, _steps(fresh.new_session(2), (toks * 3 + 1) % 256))
+
+
+def test_generate_cache_sends_appended_positions_through_its_tamper() -> None:
+    """generate-cache's own `missing-start-pos`: the position_ids generate sends with an append's
+    tokens restart at 0; the prefill is untouched and every append's rows move."""
+    options = Options(model="llama", path="generate-cache", cache_implementation="dynamic", config_via="keywords")
+    candidate = HFAdapter().build(options, device="cpu", dtype="float32", seed=0)
+    assert "missing-start-pos" in candidate.faults()
+    toks = tokens(length=60)
+    clean = _steps(candidate.new_session(2), toks)  # type: ignore[attr-defined]
+    faulted = _steps(candidate.with_fault("missing-start-pos").new_session(2), toks)
+    assert torch.equal(faulted[:, :20], clean[:, :20])
+    assert (faulted[:, 20:] - clean[:, 20:]).abs().amax(dim=(0, 2)).min().item() > 1e-2
