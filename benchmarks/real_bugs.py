@@ -45,7 +45,15 @@ BUGS = (
     Bug("prompt-lookup-no-eos", "hf-prompt-lookup", "spec-greedy", "crash", buggy="5.12", fixed="5.13"),
     Bug("assisted-sliding-window", "hf-assisted-sliding-window", "spec-greedy", "crash", buggy="5.12", fixed="5.14"),
     Bug("draft-over-crop", "hf-assisted", "spec-greedy", "crash", buggy="5.15", fixed="5.17"),
-    Bug("quantized-beam", "hf-beam-quantized", "greedy-parity", "crash", buggy="5.18", fixed="5.23"),
+    Bug("quantized-beam", "hf-beam-quantized", "reset-isolation", "crash", buggy="5.18", fixed="5.23"),
+    Bug(
+        "quantized-cache-config",
+        "hf-generate-cache-quantized-hqq",
+        "reset-isolation",
+        "crash",
+        buggy="5.18",
+        fixed="5.23",
+    ),
     Bug("paged-attention-left", "hf-reuse-after-paged", "prefix-sweep", "mask-window", buggy="5.8", fixed="5.9"),
 )
 """The bugs this script replays (docs/real-bugs.md lists them with their upstream history)."""

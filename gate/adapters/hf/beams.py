@@ -15,8 +15,10 @@ beam path runs each request as one hypothesis among `beams` such rows:
 
 A correct cache therefore answers what one full pass over the request's tokens answers, which is
 what beam search without a cache (`use_cache=False`) computes for that hypothesis: the reference is
-the `full` path (for a quantized cache, the same quantized cache with one beam: quantization is
-lossy, and what the beams change is only the reorders). The fault `beams-not-reordered` skips the
+the `full` path (for a quantized cache compared exactly, the same quantized cache with one beam:
+quantization is lossy, and what the beams change is only the reorders; as a release claim, beams
+over a quantized cache are the quantisation's bounded degradation against `full`,
+examples/hf-beam-quantized.yaml). The fault `beams-not-reordered` skips the
 reorder while the session moves its hypothesis, as a cache that keeps the pre-reorder rows would.
 """
 

@@ -43,32 +43,58 @@ class GeneratePath(HFPath):
 
     shared: Any = None
     """generate-cache: the one GenerationConfig every request's first generate call is handed."""
+    keywords: dict[str, Any] | None = None
+    """generate-cache with `config_via: keywords`: the cache keywords every request's first call is
+    handed, `cache_config` the same dict object each time."""
 
     def faults(self) -> tuple[str, ...]:
         if self.kind == "generate-paged":
             return PAGED_FAULTS
         if self.kind == "generate-cache":  # a request's cache is generate's, built anew: no counter to keep
-            return "stale-weights", "cross-request-handle", "stale-generate-cache"
+            return "stale-weights", "cross-request-handle", "stale-generate-cache", "missing-start-pos"
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
-    def shared_config(self) -> Any:
-        """generate-cache: ONE GenerationConfig naming `cache_implementation` (and `cache_config`),
-        built once and handed to every request's first generate call, as an application keeps one
-        config object for all its calls; what a call changes in it, the next call inherits."""
+    def first_call(self) -> tuple[Any, dict[str, Any]]:
+        """generate-cache: the GenerationConfig and the keywords of a request's first generate call,
+        the one that builds the request's cache. `config_via: generation-config`: ONE GenerationConfig
+        naming the cache, built once and handed to every first call, as an application keeps one
+        config object for all its calls (generate deep-copies it). `keywords`: a fresh config of the
+        greedy settings, and the cache named in keywords built once, `cache_config` ONE dict handed to
+        every first call (generate takes it by reference). What a call changes in what it is handed,
+        the next call inherits."""
+        greedy = {"return_dict_in_generate": True, "output_logits": True}
+        if self.options.config_via == "keywords":
+            if self.keywords is None:
+                self.keywords = self._cache_settings()
+            return _greedy_config(1, **greedy), self.keywords
         if self.shared is None:
-            settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
-            if self.options.cache_config is not None:
-                settings["cache_config"] = dict(self.options.cache_config)
-            if self.options.cache_implementation == "static":
-                if not compat.cache_api(self.model).generate_max_cache_len:
-                    raise AdapterUnavailable(
-                        f"transformers {compat.cache_api(self.model).version}'s generate sizes the static cache "
-                        "it builds to one call (no max_cache_len before 5.15), so a request's later calls "
-                        "cannot carry it: use generate-static, whose adapter-built StaticCache is handed in"
-                    )
-                settings["max_cache_len"] = self.options.max_cache_len or self.max_len
-            self.shared = _greedy_config(1, return_dict_in_generate=True, output_logits=True, **settings)
-        return self.shared
+            self.shared = _greedy_config(1, **greedy, **self._cache_settings())
+        return self.shared, {}
+
+    def _cache_settings(self) -> dict[str, Any]:
+        """What names the cache generate builds: `cache_implementation`, `cache_config` (a new dict
+        of the option's) and, for static, `max_cache_len` (AdapterUnavailable before 5.15)."""
+        settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
+        if self.options.cache_config is not None:
+            settings["cache_config"] = dict(self.options.cache_config)
+        if self.options.cache_implementation == "static":
+            if not compat.cache_api(self.model).generate_max_cache_len:
+                raise AdapterUnavailable(
+                    f"transformers {compat.cache_api(self.model).version}'s generate sizes the static cache "
+                    "it builds to one call (no max_cache_len before 5.15), so a request's later calls "
+                    "cannot carry it: use generate-static, whose adapter-built StaticCache is handed in"
+                )
+            settings["max_cache_len"] = self.options.max_cache_len or self.max_len
+        return settings
+
+    def cache_config_now(self) -> list[str] | None:
+        """generate-cache: the keys of the `cache_config` the path hands generate, as generate left
+        them (None before the first call, or without a cache_config)."""
+        if self.keywords is not None:
+            config = self.keywords.get("cache_config")
+        else:
+            config = getattr(self.shared, "cache_config", None)
+        return sorted(config) if isinstance(config, dict) else None
 
     def libraries(self) -> tuple[str, ...]:
         backend = str((self.options.cache_config or {}).get("backend", "quanto"))
@@ -246,6 +272,10 @@ def _attribute(
     return assignment
 
 
+CONFIG_VIA = {"generation-config": "GenerationConfig", "keywords": "cache_config dict, passed as keywords"}
+"""What a generate-cache request's first call builds its cache from, by `config_via`."""
+
+
 PAGED_FAULTS = ("off-by-one-pos", "missing-start-pos", "reset-keeps-position")
 """What a paged session can plant from outside: the positions it sends, what its reset forgets."""
 
@@ -344,13 +374,13 @@ class GenerateSession(HistorySession):
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)
         size = self.path.options.max_cache_len or self.path.max_len
-        shared: Any = None
+        first: tuple[Any, dict[str, Any]] | None = None
         if self.path.kind == "generate-cache":
             if self.cache is None:
                 assert isinstance(self.path, GeneratePath)
-                shared = self.path.shared_config()  # the request's first call: generate builds the cache
+                first = self.path.first_call()  # the request's first call: generate builds the cache
                 self.cache = self.tamper.generate_cache(self)
-                self.cache_built_by = "generate, from the path's one GenerationConfig"
+                self.cache_built_by = f"generate, from the path's one {CONFIG_VIA[self.path.options.config_via]}"
                 self.configs_shared += 1
         elif self.cache is None or (compat.seq_length(self.cache) == 0 and self.cache_built_by == ""):
             if api.generate_max_cache_len:
@@ -361,14 +391,27 @@ class GenerateSession(HistorySession):
                 self.cache_built_by = "adapter (generate before 5.15 sizes its static cache to one call)"
         if self.cache is not None and "cache_implementation" not in settings:
             kwargs[api.cache_kwarg] = self.cache
-        config = shared if shared is not None and self.cache is None else _greedy_config(1, **settings)
+        if first is not None and self.cache is None:
+            config, cache_keywords = first
+            kwargs.update(cache_keywords)
+        else:
+            config = _greedy_config(1, **settings)
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         captured: list[torch.Tensor] = []
 
         def hook(_module: Any, _args: Any, output: Any) -> None:
             captured.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
 
-        handle = self.model.base_model.register_forward_hook(hook)
+        def sent(_module: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+            # the positions generate sends with the call's tokens, as the session's tamper would send them
+            if kwargs.get("position_ids") is not None:
+                kwargs["position_ids"] = self.tamper.positions(phase, kwargs["position_ids"])
+            return args, kwargs
+
+        base = self.model.base_model
+        handles = [base.register_forward_hook(hook)]
+        if self.path.kind == "generate-cache":
+            handles.append(base.register_forward_pre_hook(sent, with_kwargs=True))
         try:
             with (
                 torch.no_grad(),
@@ -379,7 +422,8 @@ class GenerateSession(HistorySession):
                     self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
                 )
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
         self.cache = compat.output_cache(out)
         self.generate_calls += 1
         self.forward_calls += len(captured)
@@ -414,5 +458,7 @@ class GenerateSession(HistorySession):
         record = super().exercise()
         record.update({"generate_calls": self.generate_calls, "cache_built_by": self.cache_built_by})
         if self.path.kind == "generate-cache":
+            assert isinstance(self.path, GeneratePath)
             record["shared_config_builds"] = self.configs_shared
+            record["cache_config_keys"] = self.path.cache_config_now()
         return record

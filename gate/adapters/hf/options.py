@@ -71,6 +71,7 @@ _ONLY_FOR: dict[str, tuple[str, ...]] = {
     "beams": ("dynamic", "static", "quantized"),
     "cache_implementation": ("generate-cache",),
     "cache_config": ("generate-cache",),
+    "config_via": ("generate-cache",),
     "reuse_after": ("full", "dynamic"),
     "eos_token": ("prompt-lookup",),
 }
@@ -167,6 +168,11 @@ class Options(BaseModel):
     cache_config: dict[str, int | str] | None = None
     """generate-cache: the GenerationConfig's `cache_config` (e.g. {backend: quanto, nbits: 4} for the
     quantized cache), in the same shared object."""
+    config_via: Literal["generation-config", "keywords"] = "generation-config"
+    """generate-cache: how a request's first call names its cache. `generation-config`: in the ONE
+    GenerationConfig object above. `keywords`: as generate's own keywords,
+    `generate(..., cache_implementation=..., cache_config=C)`, with the same dict C on every call, as
+    applications pass them; what generate does to C, the next call inherits."""
     beams: int | None = Field(default=None, ge=2, le=8)
     """dynamic/static/quantized: run every request as one hypothesis among `beams` beams of one cache
     (beam search's cache traffic, gate/adapters/hf/beams.py): the prompt's K/V expanded to `beams` rows,

@@ -30,6 +30,7 @@ def test_defaults_are_a_full_pass_on_a_preset() -> None:
         ({"model": "/nowhere", "init_std": 0.1}, "applies only to a preset"),
         ({"model": "llama", "path": "teleport"}, "Input should be"),
         ({"model": "llama", "path": "quantized", "nbits": 3}, "Input should be 2, 4 or 8"),
+        ({"model": "llama", "path": "dynamic", "config_via": "keywords"}, "'config_via' applies only to path generate"),
     ],
 )
 def test_invalid_options_are_rejected_with_a_reason(data: dict[str, object], message: str) -> None:

@@ -150,8 +150,10 @@ def _requests(candidate: object, toks: torch.Tensor) -> tuple[torch.Tensor, torc
         {"cache_implementation": "dynamic"},
         {"cache_implementation": "static", "max_cache_len": 96},
         {"cache_implementation": "quantized", "cache_config": {"backend": "quanto", **QUANTO}},
+        {"cache_implementation": "static", "max_cache_len": 96, "config_via": "keywords"},
+        {"cache_implementation": "quantized", "cache_config": QUANTO, "config_via": "keywords"},
     ],
-    ids=["dynamic", "static", "quantized"],
+    ids=["dynamic", "static", "quantized", "static-keywords", "quantized-keywords"],
 )
 def test_generate_builds_each_request_cache_from_one_shared_config(options: dict[str, object]) -> None:
     if options["cache_implementation"] == "quantized" and not _has_quanto():
@@ -177,3 +179,51 @@ def test_generate_builds_each_request_cache_from_one_shared_config(options: dict
     except SubjectCrash:
         return  # generate raised on the stale cache: a control sees the crash
     assert not torch.equal(stale.nan_to_num(), second)
+
+
+HQQ_8 = {"backend": "hqq", "nbits": 8, "q_group_size": 16, "residual_length": 16}
+
+
+def test_generate_keywords_hand_every_request_one_cache_config_dict() -> None:
+    """`config_via: keywords` hands generate the same `cache_config` dict on every request's first
+    call, as applications do, and leaves what generate does to it: a release that keeps the dict's
+    keys (5.19+) builds every request's hqq cache alike, so a reused path's second request equals a
+    fresh path's; a release that pops `backend` (5.2-5.18) builds the second request's cache with
+    quanto, which refuses 8 bits: a crash of the subject."""
+    if importlib.util.find_spec("hqq") is None:
+        pytest.skip("needs hqq")
+    options = Options(
+        model="llama",
+        path="generate-cache",
+        cache_implementation="quantized",
+        cache_config=HQQ_8,
+        config_via="keywords",
+    )
+    candidate = HFAdapter().build(options, device="cpu", dtype="float32", seed=0)
+    toks = tokens(length=60)
+    session = candidate.new_session(2)  # type: ignore[attr-defined]
+    _steps(session, toks)
+    handed = candidate.keywords["cache_config"]  # type: ignore[attr-defined]
+    assert candidate.first_call()[1]["cache_config"] is handed  # type: ignore[attr-defined]
+    session.reset()
+    if "backend" not in handed:  # the release consumed the dict
+        with pytest.raises(SubjectCrash):
+            _steps(session, (toks * 3 + 1) % 256)
+        return
+    assert session.exercise()["cache_config_keys"] == sorted(HQQ_8)
+    fresh = HFAdapter().build(options, device="cpu", dtype="float32", seed=0)
+    second = _steps(session, (toks * 3 + 1) % 256)
+    assert torch.equal(second, _steps(fresh.new_session(2), (toks * 3 + 1) % 256))
+
+
+def test_generate_cache_sends_appended_positions_through_its_tamper() -> None:
+    """generate-cache's own `missing-start-pos`: the position_ids generate sends with an append's
+    tokens restart at 0; the prefill is untouched and every append's rows move."""
+    options = Options(model="llama", path="generate-cache", cache_implementation="dynamic", config_via="keywords")
+    candidate = HFAdapter().build(options, device="cpu", dtype="float32", seed=0)
+    assert "missing-start-pos" in candidate.faults()
+    toks = tokens(length=60)
+    clean = _steps(candidate.new_session(2), toks)  # type: ignore[attr-defined]
+    faulted = _steps(candidate.with_fault("missing-start-pos").new_session(2), toks)
+    assert torch.equal(faulted[:, :20], clean[:, :20])
+    assert (faulted[:, 20:] - clean[:, 20:]).abs().amax(dim=(0, 2)).min().item() > 1e-2
