@@ -74,7 +74,7 @@ class CacheAPI:
     generate_max_cache_len: bool
     """generate() sizes a static cache from `max_cache_len` (5.15+)."""
     ensemble_verification: bool
-    """GenerationConfig has `assistant_ensemble_weight` (static ensemble verification; in 5.24, not in 5.2)."""
+    """GenerationConfig has `assistant_ensemble_weight` (static ensemble verification; from 5.14; not in 5.2-5.13)."""
 
 
 @cache

@@ -72,7 +72,7 @@ class HFSpeculativePath(HFPath):
             if options.ensemble_weight is not None and not compat.cache_api(self.model).ensemble_verification:
                 raise AdapterUnavailable(
                     f"transformers {compat.cache_api(self.model).version} has no static ensemble verification "
-                    "(GenerationConfig.assistant_ensemble_weight: in 5.24, not in 5.2)"
+                    "(GenerationConfig.assistant_ensemble_weight: from 5.14; not in 5.2-5.13)"
                 )
         else:
             self.num_draft_tokens = options.prompt_lookup_num_tokens
