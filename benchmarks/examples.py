@@ -118,6 +118,15 @@ def main() -> int:
     ]
     mismatched = []
     records: list[dict[str, object]] = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{args.set}_examples_{args.device.split(':')[0]}"
+
+    def write(rows: list[str], records: list[dict[str, object]]) -> None:
+        stem.with_suffix(".md").write_text("\n".join(rows) + "\n")
+        if args.json:  # the rows as data (benchmarks/releases.py reads them)
+            payload = {"transformers": transformers.__version__, "torch": torch.__version__, "rows": records}
+            stem.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     gate = Path(sys.executable).parent / "gate"  # the console script of this environment
     for manifest in sorted((ROOT / "examples").glob(f"{args.set}-*.yaml")):
@@ -158,12 +167,8 @@ def main() -> int:
         )
         rows.append(f"| {name} | {documented} | {run.returncode} | {verdict} | {seconds:.1f} |")
         print(rows[-1], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{args.set}_examples_{args.device.split(':')[0]}"
-    stem.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    if args.json:  # the rows as data (benchmarks/releases.py reads them)
-        payload = {"transformers": transformers.__version__, "torch": torch.__version__, "rows": records}
-        stem.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
+        write(rows, records)  # after every row: a run stopped part-way keeps the rows it measured
+    write(rows, records)
     for line in mismatched:
         print(f"examples: {line}", file=sys.stderr)
     return 1 if mismatched else 0
