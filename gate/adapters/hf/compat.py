@@ -20,7 +20,8 @@ of every minor release 5.2-5.24:
   Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
   5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
   quantized layers for it. The refusal is AdapterUnavailable in the library's words.
-- `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len` (5.15).
+- `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len`
+  (5.13; until 5.15 it keeps one StaticCache on the model and hands that same object to every call).
 - continuous batching: no `ContinuousBatchingConfig` before 5.4; its page size is `block_size` up to
   5.17 and `page_size` from 5.18 (one knob, two names: `page_field()`); `generate_batch` takes
   `warmup` from 5.10 (`generate_batch_options()`).
@@ -72,7 +73,7 @@ class CacheAPI:
     fp8_backend: bool
     """QuantizedCache accepts backend="fp8"."""
     generate_max_cache_len: bool
-    """generate() sizes a static cache from `max_cache_len` (5.15+)."""
+    """generate() sizes a static cache from `max_cache_len` (5.13+)."""
     ensemble_verification: bool
     """GenerationConfig has `assistant_ensemble_weight` (static ensemble verification; from 5.14; not in 5.2-5.13)."""
 

@@ -2,7 +2,7 @@
 
 generate-static: each prefill or append is one `generate(max_new_tokens=1)` call over the whole
 history that carries the cache from call to call (generate builds the StaticCache itself on the
-first call, sized by `max_cache_len` where generate knows it, 5.15+; before, the adapter builds the
+first call, sized by `max_cache_len` where generate knows it, 5.13+; before, the adapter builds the
 same StaticCache and hands it in). generate returns logits only for the token it picks, so the
 rows for every processed token are read from the decoder's output through a read-only forward
 hook and projected by the model's own output head; the last row is checked against generate's.
@@ -73,7 +73,7 @@ class GeneratePath(HFPath):
 
     def _cache_settings(self) -> dict[str, Any]:
         """What names the cache generate builds: `cache_implementation`, `cache_config` (a new dict
-        of the option's) and, for static, `max_cache_len` (AdapterUnavailable before 5.15)."""
+        of the option's) and, for static, `max_cache_len` (AdapterUnavailable before 5.13)."""
         settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
         if self.options.cache_config is not None:
             settings["cache_config"] = dict(self.options.cache_config)
@@ -81,7 +81,7 @@ class GeneratePath(HFPath):
             if not compat.cache_api(self.model).generate_max_cache_len:
                 raise AdapterUnavailable(
                     f"transformers {compat.cache_api(self.model).version}'s generate sizes the static cache "
-                    "it builds to one call (no max_cache_len before 5.15), so a request's later calls "
+                    "it builds to one call (no max_cache_len before 5.13), so a request's later calls "
                     "cannot carry it: use generate-static, whose adapter-built StaticCache is handed in"
                 )
             settings["max_cache_len"] = self.options.max_cache_len or self.max_len
@@ -388,7 +388,7 @@ class GenerateSession(HistorySession):
                 self.cache_built_by = "generate"
             else:
                 self.cache = compat.static_cache(self.model.config, size)
-                self.cache_built_by = "adapter (generate before 5.15 sizes its static cache to one call)"
+                self.cache_built_by = "adapter (generate before 5.13 sizes its static cache to one call)"
         if self.cache is not None and "cache_implementation" not in settings:
             kwargs[api.cache_kwarg] = self.cache
         if first is not None and self.cache is None:

@@ -167,7 +167,7 @@ def test_generate_builds_each_request_cache_from_one_shared_config(options: dict
         )
         toks = tokens(length=60)
         first, second = _requests(candidate, toks)
-    except AdapterUnavailable as err:  # static before 5.15: generate sizes its cache to one call
+    except AdapterUnavailable as err:  # static before 5.13: generate sizes its cache to one call
         assert "max_cache_len" in str(err)
         return
     assert torch.equal(second, _steps(fresh.new_session(2), (toks * 3 + 1) % 256))
