@@ -348,6 +348,10 @@ class Judgement(_Record):
     """True only when n >= n_required and the bound satisfies the threshold."""
     reason: str
     """Why it passed or failed, in words."""
+    planned: int | None = None
+    """Set when scoring stopped at n of these planned samples because the envelope failed however
+    the rest turned out (a rate's deterministic curtailment); `bound` is over the n scored, and
+    `reason` gives the best case over `planned`. None: every planned sample was scored."""
 
 
 class JudgedEnvelope(Judgement):

@@ -148,6 +148,22 @@ def holds(bound: float, comparator: str, threshold: str) -> bool:
     raise ValueError(f"unknown comparator {comparator!r}")
 
 
+def settled_rate(successes: int, scored: int, planned: int, confidence: float, comparator: str, threshold: str) -> bool:
+    """True when a rate envelope over `planned` samples fails however the `planned - scored` samples
+    not yet scored turn out (deterministic curtailment).
+
+    Wilson's bound is monotone in the successes at a fixed n, so the best case is every remaining
+    sample a success for a `>=` envelope (the lower bound at its highest) and every one a failure
+    for a `<=` envelope (the upper bound at its lowest): when even that bound violates the
+    threshold, no later sample can change the verdict, and scoring them only costs time."""
+    remaining = planned - scored
+    if remaining < 0 or not 0 <= successes <= scored:
+        raise ValueError(f"{successes} successes of {scored} scored, {planned} planned")
+    side: Side = "lower" if comparator == ">=" else "upper"
+    best = successes + remaining if side == "lower" else successes
+    return not holds(wilson_bound(best, planned, confidence, side), comparator, threshold)
+
+
 def judge(
     scores: Sequence[float],
     *,
@@ -162,6 +178,7 @@ def judge(
     sigma: float | None = None,
     floor: int = MIN_SAMPLES,
     resamples: int = 2000,
+    planned: int | None = None,
 ) -> Judgement:
     """Judge an envelope on per-sample `scores`.
 
@@ -170,12 +187,19 @@ def judge(
     `sigma`: the standard deviation for the sample-size rule. None means 0.5 for a rate (the
     worst case of a 0/1 score) and the observed standard deviation for a mean (a plug-in, as in
     Stein's two-stage design); pass 0.5 for a mean of scores known to lie in [0, 1].
+    `planned`: the samples the slice was sized for, when scoring stopped at len(scores) because the
+    rate envelope was settled (`settled_rate`): it fails, and the reason gives the best case over
+    `planned` beside the bound over the samples scored (which violates the threshold too: a bound
+    over fewer samples is never closer to it than the best case).
     """
     import numpy as np
 
     side: Side = "lower" if comparator == ">=" else "upper"
     n = len(scores)
     groups = 2 if reference is not None else 1
+    curtailed = planned is not None and planned > n
+    if curtailed and kind != "rate":
+        raise ValueError("only a rate envelope is curtailed (a bootstrap bound is not monotone in one sample)")
     if kind == "rate":
         successes = round(float(np.sum(np.asarray(scores, dtype=np.float64))))
         point = successes / n if n else math.nan
@@ -197,10 +221,28 @@ def judge(
         f"{confidence:.0%} {word} bound {significant(bound)} {verdict} {comparator} {threshold} "
         f"(point {significant(point)}, n={n})"
     )
-    if n < n_required:
+    if curtailed:
+        assert planned is not None
+        case, best = ("succeeded", successes + planned - n) if side == "lower" else ("failed", successes)
+        reason = (
+            f"settled after {n} of {planned} samples: {reason}, and had the other {planned - n} all {case} "
+            f"the bound over {planned} would be {significant(wilson_bound(best, planned, confidence, side))}, "
+            "still a violation"
+        )
+        ok = False
+    elif n < n_required:
         reason = (
             f"too few samples: {n} < {n_required} needed to detect {min_detectable_effect} "
             f"at {confidence:.0%} confidence with {power:.0%} power; {reason}"
         )
         ok = False
-    return Judgement(point=point, bound=bound, n=n, n_required=n_required, sigma=used_sigma, passed=ok, reason=reason)
+    return Judgement(
+        point=point,
+        bound=bound,
+        n=n,
+        n_required=n_required,
+        sigma=used_sigma,
+        passed=ok,
+        reason=reason,
+        planned=planned if curtailed else None,
+    )

@@ -278,7 +278,7 @@ def read_slices(evidence: SlicesEvidence, views: EvidenceViews) -> None:
                 bound=display(env.bound),
                 comparator=env.comparator,
                 threshold=env.threshold,
-                n=f"{env.n} (needs {env.n_required})",
+                n=f"{env.n} of {env.planned} (settled)" if env.planned else f"{env.n} (needs {env.n_required})",
                 passed=env.passed,
                 held="yes" if env.passed else "NO",
                 tone="good" if env.passed else "bad",

@@ -89,6 +89,44 @@ def test_faulty_candidate_fails_and_says_where() -> None:
     assert worst["greedy_match"] is False and worst["first_divergence"] is not None
 
 
+GREEDY = [ENVELOPES[0]]
+
+
+def test_a_lost_rate_envelope_stops_scoring_with_the_verdict_it_would_have_had() -> None:
+    """Deterministic curtailment: once no unscored sample could lift the bound over the threshold,
+    the slice stops; the verdict is the whole slice's, and the evidence says where it stopped."""
+    reference, faulty = path(path="full", **RANDOM), path(path="dynamic", fault="off-by-one-pos", **RANDOM)
+    cut = quality_slices(context(reference, faulty, GREEDY), QualitySlicesParams(samples=64))
+    whole = quality_slices(context(reference, faulty, GREEDY), QualitySlicesParams(samples=64, curtail=False))
+    assert cut.status == whole.status == "fail"
+    short, full = cut.evidence["envelopes"][0], whole.evidence["envelopes"][0]
+    assert short["planned"] == 64 and short["n"] < 64 and full.get("planned") is None and full["n"] == 64
+    assert short["bound"] < float(short["threshold"]) and "settled after" in short["reason"]
+    assert cut.exercise["samples_scored"] == short["n"] == cut.evidence["slices"]["long-range-retrieval"]["n"]
+    assert cut.diagnosis is not None and cut.diagnosis["bug_class"] != "underpowered"
+    # the rows kept are the ones scored: every kept sample's worst-case entry names a scored prompt
+    assert len(cut.evidence["samples"]["long-range-retrieval"]) == short["n"]
+
+
+def test_a_held_or_mean_envelope_is_scored_whole() -> None:
+    exact = quality_slices(
+        context(path(path="full", **RANDOM), path(path="chunked", chunk_size=32, **RANDOM), GREEDY),
+        QualitySlicesParams(samples=32),
+    )
+    assert exact.status == "pass" and exact.evidence["envelopes"][0]["n"] == 32
+    assert exact.evidence["envelopes"][0].get("planned") is None
+    faulty = path(path="dynamic", fault="off-by-one-pos", **RANDOM)
+    top1 = {**ENVELOPES[0], "metric": "top1-agreement", "threshold": "0.5"}  # a mean beside the rate
+    mixed = quality_slices(
+        context(path(path="full", **RANDOM), faulty, [ENVELOPES[0], top1]), QualitySlicesParams(samples=32)
+    )
+    assert mixed.status == "fail" and [e["n"] for e in mixed.evidence["envelopes"]] == [32, 32]
+    small = [{**ENVELOPES[0], "min-detectable-effect": 0.1}]  # 155 needed: 32 fail as underpowered, whole
+    under = quality_slices(context(path(path="full", **RANDOM), faulty, small), QualitySlicesParams(samples=32))
+    assert under.evidence["envelopes"][0]["n"] == 32 and under.diagnosis is not None
+    assert under.diagnosis["bug_class"] == "underpowered"
+
+
 def test_too_few_samples_cannot_pass() -> None:
     envelopes = [{**ENVELOPES[0], "min-detectable-effect": 0.05}]
     ctx = context(path(path="full", **RANDOM), path(path="dynamic", **RANDOM), envelopes)

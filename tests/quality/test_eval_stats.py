@@ -13,6 +13,7 @@ from gate.quality.stats import (
     holds,
     judge,
     min_sample_size,
+    settled_rate,
     wilson_bound,
     z_one_sided,
 )
@@ -144,3 +145,37 @@ def test_kl_sample_size_uses_the_observed_spread() -> None:
         seed=0,
     )
     assert not noisy.passed and noisy.n_required > 20
+
+
+@pytest.mark.parametrize("comparator,threshold", [(">=", "0.85"), ("<=", "0.1"), (">=", "0.5"), ("<=", "0.45")])
+def test_a_settled_rate_fails_however_the_rest_turns_out(comparator: str, threshold: str) -> None:
+    """Curtailment is exact: settled means every completion of the unscored samples fails, and
+    unsettled means some completion passes (brute force over the completions of a 40-sample slice)."""
+    planned, args = 40, dict(kind="rate", comparator=comparator, threshold=threshold)
+    common = dict(confidence=0.95, min_detectable_effect=0.9, power=0.8, seed=0, floor=2)
+    for scored in range(planned + 1):
+        for successes in range(scored + 1):
+            outcomes = {
+                judge([1.0] * (successes + extra) + [0.0] * (planned - successes - extra), **args, **common).passed
+                for extra in range(planned - scored + 1)
+            }
+            settled = settled_rate(successes, scored, planned, 0.95, comparator, threshold)
+            assert settled == (outcomes == {False}), (scored, successes, outcomes)
+            if settled and scored:  # the bound over the samples scored violates the threshold too
+                assert not judge([1.0] * successes + [0.0] * (scored - successes), **args, **common).passed
+
+
+def test_a_curtailed_judgement_reports_the_best_case_and_fails() -> None:
+    common = dict(kind="rate", comparator=">=", threshold="0.85", confidence=0.95, min_detectable_effect=0.05)
+    cut = judge([0.0] * 80 + [1.0] * 20, power=0.8, seed=0, planned=619, **common)  # type: ignore[arg-type]
+    assert not cut.passed and cut.planned == 619 and cut.n == 100 and cut.point == 0.2
+    assert cut.bound == wilson_bound(20, 100, 0.95, "lower")
+    best = wilson_bound(20 + 519, 619, 0.95, "lower")
+    assert cut.bound < best < 0.85 and f"would be {best:.4g}" in cut.reason
+    assert "settled after 100 of 619 samples" in cut.reason and "too few" not in cut.reason
+    whole = judge([0.0] * 80 + [1.0] * 539, power=0.8, seed=0, **common)  # type: ignore[arg-type]
+    assert whole.bound == best and whole.planned is None and not whole.passed
+    with pytest.raises(ValueError, match="only a rate"):
+        judge([0.5] * 10, **{**common, "kind": "mean"}, power=0.8, seed=0, planned=20)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        settled_rate(5, 4, 10, 0.95, ">=", "0.5")

@@ -50,6 +50,10 @@ class QualitySlicesParams(Params):
     """Slices scored and reported without an envelope (context for the dossier)."""
     min_samples: int = Field(default=MIN_SAMPLES, ge=2)
     """No envelope is judged on fewer samples than this."""
+    curtail: bool = True
+    """Stop scoring a slice once every envelope on it is a rate that fails however its remaining
+    samples turn out (Wilson's bound is monotone in the successes). The verdict is the one the
+    whole slice would give; a slice that holds, or has a mean envelope, is always scored whole."""
     bootstrap_resamples: int = Field(default=2000, ge=200)
     """Resamples of the paired bootstrap."""
     evals_dir: str | None = None

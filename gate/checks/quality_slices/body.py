@@ -3,6 +3,7 @@ bound, explain."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from gate.quality.datasets_io import BuiltSlice, build_slice
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import SUMMED, Clock, SampleScores, SessionPool, score_batch
 from gate.quality.spec import SliceSpec, load_slice
-from gate.quality.stats import holds, min_sample_size
+from gate.quality.stats import holds, min_sample_size, settled_rate
 from gate.quality.stats import judge as judge_bound
 from gate.quality.text import TextSpace
 from gate.quality.vocab import TokenSpace, render
@@ -70,13 +71,25 @@ class _SliceRun:
         self.scores = SampleScores()
         self.built: BuiltSlice | None = None
         self.exercise: dict[str, Any] = {}
+        self.planned: int | None = None
+        """Set when scoring stopped early: the samples the slice was built for (`_settled`)."""
 
     @property
     def n(self) -> int:
         return len(self.scores.kl)
 
-    def extend_to(self, n: int, ctx: CheckContext, params: QualitySlicesParams, clock: Clock) -> None:
-        """Build the first n rows (saved, fingerprinted) and score those not yet scored."""
+    def extend_to(
+        self,
+        n: int,
+        ctx: CheckContext,
+        params: QualitySlicesParams,
+        clock: Clock,
+        envelopes: Sequence[Envelope] = (),
+    ) -> None:
+        """Build the first n rows (saved, fingerprinted) and score those not yet scored, in batches
+        of equal prompt length, shortest first. With `params.curtail`, scoring stops after the first
+        batch that settles every one of `envelopes` (`_settled`); the slice then keeps the rows it
+        scored, in dataset order, and `planned` says how many it was built for."""
         self.built = build_slice(self.spec, self.space, self.seed, n, root=self.root)
         rows = self.built.dataset
         todo = list(range(self.n, n))
@@ -103,8 +116,22 @@ class _SliceRun:
                             getattr(one, name).append(column[j])
                     results[i] = (one, length)
                 ctx.progress(f"{self.spec.name}: samples scored", len(results), len(todo))
+                more = len(results) < len(todo)
+                if more and params.curtail and _settled(envelopes, self, results, n, params.min_samples):
+                    self._curtail(n, results, ctx)
+                    return
         for i in todo:  # keep dataset order
             self.scores.extend(results[i][0])
+
+    def _curtail(self, n: int, results: dict[int, tuple[SampleScores, int]], ctx: CheckContext) -> None:
+        """Keep the rows scored so far (the earlier stages' and these), in dataset order."""
+        assert self.built is not None
+        kept = list(range(self.n)) + sorted(results)
+        for i in sorted(results):
+            self.scores.extend(results[i][0])
+        self.built = dataclasses.replace(self.built, dataset=self.built.dataset.select(kept))
+        self.planned = n
+        ctx.log(f"  {self.spec.name}: settled after {len(kept)} of {n} samples (no later sample could rescue it)")
 
     def _merge_exercise(self, ex: dict[str, Any]) -> None:
         for key, value in ex.items():
@@ -114,6 +141,32 @@ class _SliceRun:
                 self.exercise[key] = self.exercise.get(key, 0) + value
             else:
                 self.exercise[key] = max(self.exercise.get(key, value), value)
+
+
+def _settled(
+    envelopes: Sequence[Envelope],
+    run: _SliceRun,
+    results: dict[int, tuple[SampleScores, int]],
+    planned: int,
+    floor: int,
+) -> bool:
+    """True when every envelope on the slice is a rate that fails over `planned` samples however
+    the unscored ones turn out (gate.quality.stats.settled_rate). A slice with a mean envelope,
+    or with none, is never cut short: a bootstrap bound is not monotone in one sample."""
+    if not envelopes or any(METRICS[e.metric].kind != "rate" for e in envelopes):
+        return False
+    scored = run.n + len(results)
+    for env in envelopes:
+        metric = METRICS[env.metric]
+        assert metric.sigma is not None  # a rate's worst case
+        if planned < min_sample_size(env.min_detectable_effect, env.confidence, env.power, metric.sigma, 1, floor):
+            return False  # a whole slice this small fails as underpowered: scored whole, so it says so
+        column = metric.column
+        new = sum(float(getattr(one, column)[0]) for one, _ in results.values())
+        successes = round(sum(run.scores.column(column)) + new)
+        if not settled_rate(successes, scored, planned, env.confidence, env.comparator.value, env.threshold):
+            return False
+    return True
 
 
 def _judge(env: Envelope, run: _SliceRun, params: QualitySlicesParams, seed: int) -> Judgement:
@@ -133,6 +186,7 @@ def _judge(env: Envelope, run: _SliceRun, params: QualitySlicesParams, seed: int
         sigma=metric.sigma,
         floor=params.min_samples,
         resamples=params.bootstrap_resamples,
+        planned=run.planned,
     )
 
 
@@ -150,6 +204,8 @@ def _second_stage(
     the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
     must not buy a 2000-sample evaluation by being noisy)."""
     for _ in range(3):
+        if run.planned is not None:
+            return  # settled: its verdict cannot change
         need = 0
         for env in envelopes:
             verdict = _judge(env, run, params, seed)
@@ -158,7 +214,7 @@ def _second_stage(
         if need <= run.n or run.n >= cap:
             return
         ctx.log(f"  {run.spec.name}: second stage, {min(cap, need)} samples")
-        run.extend_to(min(cap, need), ctx, params, clock)
+        run.extend_to(min(cap, need), ctx, params, clock, envelopes)
 
 
 def _validate(envelopes: Sequence[Envelope], specs: dict[str, SliceSpec]) -> None:
@@ -222,7 +278,7 @@ def measure(ctx: CheckContext, params: QualitySlicesParams, envelopes: list[Enve
         run = runs[name] = _SliceRun(spec, space, seed, None, pool)
         n = params.samples or min(cap, _prior_samples(spec, mine, params.min_samples))
         ctx.log(f"  slice {name}: {n} samples, k={spec.continuation}")
-        run.extend_to(n, ctx, params, clock)
+        run.extend_to(n, ctx, params, clock, mine)
         if params.samples is None:
             _second_stage(run, mine, cap, ctx, params, clock, seed)
         if ctx.stop_at_first_failure and any(not _judge(e, run, params, seed).passed for e in mine):
@@ -364,7 +420,9 @@ def quality_slices(ctx: CheckContext, params: QualitySlicesParams) -> Outcome:
 def _diagnose(table: list[dict[str, Any]], slices: dict[str, Any]) -> dict[str, Any]:
     """Which envelopes broke, and whether failures grow with the distance to the evidence."""
     failed = [e for e in table if not e["passed"]]
-    underpowered = [f"{e['slice']}/{e['metric']}" for e in failed if e["n"] < e["n_required"]]
+    underpowered = [
+        f"{e['slice']}/{e['metric']}" for e in failed if e["n"] < e["n_required"] and e.get("planned") is None
+    ]
     long_failed = {e["slice"] for e in failed if slices.get(e["slice"], {}).get("dependency") == "long-range"}
     local_held = [e["slice"] for e in table if e["passed"] and slices.get(e["slice"], {}).get("dependency") == "local"]
     out: dict[str, Any] = {
