@@ -88,6 +88,8 @@ def wilson_bound(successes: int, n: int, confidence: float, side: Side) -> float
         return 0.0 if side == "lower" else 1.0
     if not 0 <= successes <= n:
         raise ValueError(f"successes {successes} outside [0, {n}]")
+    if (successes == 0 and side == "lower") or (successes == n and side == "upper"):
+        return 0.0 if side == "lower" else 1.0  # exact: centre and half-width cancel (no rounding residue)
     z = z_one_sided(confidence)
     p = successes / n
     denom = 1.0 + z * z / n

@@ -42,6 +42,7 @@ def test_wilson_closed_form_at_zero_and_one() -> None:
     assert wilson_bound(0, 10, 0.95, "upper") == pytest.approx(z * z / (10 + z * z))
     assert wilson_bound(10, 10, 0.95, "lower") == pytest.approx(10 / (10 + z * z))
     assert wilson_bound(0, 10, 0.95, "lower") == 0.0
+    assert wilson_bound(0, 56, 0.95, "lower") == 0.0 and wilson_bound(56, 56, 0.95, "upper") == 1.0
     assert wilson_bound(0, 0, 0.95, "lower") == 0.0 and wilson_bound(0, 0, 0.95, "upper") == 1.0
 
 

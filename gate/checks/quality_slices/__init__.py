@@ -53,7 +53,8 @@ class QualitySlicesParams(Params):
     curtail: bool = True
     """Stop scoring a slice once every envelope on it is a rate that fails however its remaining
     samples turn out (Wilson's bound is monotone in the successes). The verdict is the one the
-    whole slice would give; a slice that holds, or has a mean envelope, is always scored whole."""
+    whole slice would give; a slice that holds, or has a mean envelope, is always scored whole.
+    False: a broken slice is scored whole too, for its complete breakdowns (by distance, by kind)."""
     bootstrap_resamples: int = Field(default=2000, ge=200)
     """Resamples of the paired bootstrap."""
     evals_dir: str | None = None
