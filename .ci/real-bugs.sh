@@ -3,7 +3,7 @@
 # ships the bug must FAIL its check with the bug's class, and on the release with the fix PASS
 # (benchmarks/real_bugs.py; single-check runs, about 2.5 min, plus about 25 s of CPU each for
 # paged-attention-left and 3-4 min wall each, at load about 17, for quantized-beam and
-# quantized-cache-config). Venvs from benchmarks/releases.py
+# quantized-cache-config; 20 s each side for static-cache-shared). Venvs from benchmarks/releases.py
 # (hard-linked copies of one base venv, torch never reinstalled).
 # Usage: bash .ci/real-bugs.sh [--prepare]  (--prepare: set the venvs up only)
 set -euo pipefail

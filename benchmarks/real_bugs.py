@@ -55,6 +55,7 @@ BUGS = (
         fixed="5.23",
     ),
     Bug("paged-attention-left", "hf-reuse-after-paged", "prefix-sweep", "mask-window", buggy="5.8", fixed="5.9"),
+    Bug("static-cache-shared", "hf-generate-static", "schedule-fuzz", "foreign-state", buggy="5.13", fixed="5.15"),
 )
 """The bugs this script replays (docs/real-bugs.md lists them with their upstream history)."""
 

@@ -478,6 +478,44 @@ def nan_only_on_cached_reads(candidate: DecodePath, tokens: torch.Tensor) -> boo
     return bool(cached.isnan().any()) and bool(full.isfinite().all())
 
 
+SHARED_PREFIX = 7
+"""Tokens of request A before its continuation, and of request B prefilled in between (`shared_sessions`)."""
+
+
+def shared_sessions(reference: DecodePath, candidate: DecodePath, tol: Tolerance, seed: int) -> dict[str, Any] | None:
+    """Whether two live sessions of the candidate share one cache: request A is prefilled, a second
+    session prefills request B, and A's next token is compared with A's full pass; so is A's next
+    token when no other session is opened. Wrong beside B and right alone is A reading B's state
+    (foreign-state: a cache object kept on the model and handed to every request); anything else
+    says nothing here (None)."""
+    import torch
+
+    from gate.checks._compare import compare_rows
+
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    a, b = _seeded(vocab, SHARED_PREFIX + 1, seed), _seeded(vocab, SHARED_PREFIX, seed + 1)
+    with torch.no_grad():
+        full = reference.full_logits(a)[:, -1].float().cpu()
+        alone = _rows(candidate, [a[:, :-1], a[:, -1:]])[:, -1]
+        first = candidate.new_session(1)
+        first.prefill(a[:, :-1])
+        candidate.new_session(1).prefill(b)
+        beside = first.append(a[:, -1:]).float().cpu()[:, -1]
+    off = {}
+    for name, rows in (("alone", alone), ("beside", beside)):
+        cmp = compare_rows(full[None], rows[None], tol)
+        off[name] = (bool((cmp.failed | cmp.over_tolerance).any()), float(cmp.max_abs_delta.max()))
+    if off["alone"][0] or not off["beside"][0]:
+        return None
+    return {
+        "bug_class": "foreign-state",
+        "evidence": f"request A's next token after a second session prefilled {SHARED_PREFIX} other tokens "
+        f"differs from A's full pass (max |Δ| {off['beside'][1]:.3g}), and A continued with no other session "
+        f"agrees (max |Δ| {off['alone'][1]:.3g}): the two sessions share one cache, so A read B's state",
+        "sessions": {"alone_max_delta": off["alone"][1], "beside_max_delta": off["beside"][1]},
+    }
+
+
 def _uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
     return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": why}
 
@@ -546,8 +584,10 @@ def diagnose_reproducer(
     tol: Tolerance,
     seed: int,
 ) -> dict[str, Any]:
-    """The bug class of schedule-fuzz's failing schedule (prefill, append and reset steps of one
-    request; anything else stays uncertain) from what its failing step is: where both paths offer a
+    """The bug class of schedule-fuzz's failing schedule from what its failing step is. A schedule
+    with a fork or a switch before it asks whether two live sessions share one cache
+    (`shared_sessions`); one of prefill, append and reset steps of one request (anything else stays
+    uncertain) is replayed: where both paths offer a
     layer trace, the step replayed under it (`traced_step`: a KV-head map judged at read time, a
     chunk's mask); else, or where the replay shows nothing, model-level
     experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
@@ -555,6 +595,12 @@ def diagnose_reproducer(
     empty cache is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
     out: dict[str, Any] = {"bug_class": "uncertain"}
     index = int(failure["step"]) - 1
+    if 0 <= index < len(steps) and any(step[0] in ("fork", "switch") for step in steps[: index + 1]):
+        try:  # two sessions were live: does one read the other's state?
+            shared = shared_sessions(reference, candidate, tol, seed)
+        except Exception as err:  # diagnosis must never turn a failure into an error
+            return {**out, "tracing_error": f"{err.__class__.__name__}: {err}"}
+        return {**shared, "step": steps[index][0]} if shared else out
     if not 0 <= index < len(steps) or any(step[0] not in ("prefill", "append", "reset") for step in steps[: index + 1]):
         return out
     cached = 0

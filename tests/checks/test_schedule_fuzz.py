@@ -290,3 +290,37 @@ def test_a_control_draws_its_first_looks_however_short_the_time_budget() -> None
     assert out.status == "fail", out.message
     positive = schedule_fuzz(context(path("static")), rushed)
     assert positive.status == "pass" and positive.metrics["budget_spent"] and positive.metrics["schedules"] == 0
+
+
+class OneCacheForEveryRequest:
+    """A path whose every new session is the same session, reset: the cache kept on the model that
+    generate(cache_implementation="static") resets and hands to every call on transformers 5.13-5.14
+    (docs/real-bugs.md). The sessions are the reference decoder's own; only their sharing is the bug."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.shared = inner, None
+
+    def new_session(self, batch: int) -> Any:
+        if self.shared is None or self.shared_batch != batch:
+            self.shared, self.shared_batch = self.inner.new_session(batch), batch
+        self.shared.reset()
+        return self.shared
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_two_requests_sharing_one_cache_are_named_foreign_state() -> None:
+    from gate.checks._compare import Tolerance
+    from gate.checks._diagnosis import shared_sessions
+
+    tol = Tolerance(1e-4, 1e-4, "params")
+    shared = OneCacheForEveryRequest(path("static"))
+    found = shared_sessions(path("full"), shared, tol, 0)  # type: ignore[arg-type]
+    assert found is not None and found["bug_class"] == "foreign-state", found
+    assert found["sessions"]["alone_max_delta"] < 1e-4 < found["sessions"]["beside_max_delta"]
+    assert shared_sessions(path("full"), path("static"), tol, 0) is None  # its own cache per session
+    out = schedule_fuzz(context(shared), PARAMS)
+    assert out.status == "fail" and out.diagnosis is not None, out.message
+    assert out.diagnosis["bug_class"] == "foreign-state", out.diagnosis
+    assert "fork" in out.evidence["reproducer"]["text"] or "switch" in out.evidence["reproducer"]["text"]
