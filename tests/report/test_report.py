@@ -182,6 +182,12 @@ def test_tie_records_and_failure_records_stay_visible() -> None:
     assert slices.slices[0].n == "600 (needs 400)" and "95% one-sided bound" in slices.slices[0].detail
     assert "Worst samples: long-range-retrieval / top1-agreement" in [t.title for t in slices.tables]
     assert "Other evidence: slices" in [t.title for t in slices.tables]  # per-slice facts, not envelopes
+    run = fx.slice_run()  # a slice that stopped once its verdict could not change says so
+    quality = run.checks[0]
+    settled = {**quality.evidence["envelopes"][1], "n": 88, "planned": 619, "passed": False}
+    evidence = {**quality.evidence, "envelopes": [quality.evidence["envelopes"][0], settled]}
+    run = run.model_copy(update={"checks": [quality.model_copy(update={"evidence": evidence}), *run.checks[1:]]})
+    assert [row.n for row in build_report(run).sections[0].slices] == ["600 (needs 400)", "88 of 619 (settled)"]
 
 
 # Rendering --------------------------------------------------------------------------------------
