@@ -100,9 +100,44 @@ def release_venv(release: str) -> Path:
                 script.chmod(0o755)
     (partial / ".gate-base").unlink(missing_ok=True)
     partial.rename(venv)
-    _pip(venv, f"transformers=={release}")
+    try:
+        _pip(venv, f"transformers=={release}")
+    except subprocess.CalledProcessError:
+        lacking = install_what_resolves(venv, release)
+        (venv / LACKING).write_text("".join(f"{req}\n" for req in lacking))
     stamp.write_text("")
     return venv
+
+
+LACKING = ".requirements-not-installed"
+"""Lists, in a release's venv, the requirements of its transformers that the index could not satisfy."""
+
+
+def install_what_resolves(venv: Path, release: str) -> list[str]:
+    """When the index cannot resolve a release's requirements (5.25.0 requires kernels>=0.19.1, and the
+    index's newest kernels is 0.17.2): that transformers without its dependencies, then each of its
+    unconditional requirements on its own; returns the ones pip could not install. The table names them
+    against the release, so the cells say what they were measured without."""
+    _pip(venv, "--no-deps", f"transformers=={release}")
+    listing = [
+        str(venv / "bin" / "python"),
+        "-c",
+        "import importlib.metadata as m; print(*(r for r in m.requires('transformers') or [] if ';' not in r))",
+    ]
+    missing = []
+    for req in subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split():
+        try:
+            _pip(venv, req)
+        except subprocess.CalledProcessError:
+            missing.append(req)
+    print(f"releases: transformers {release} installed without {', '.join(missing) or 'nothing'}", flush=True)
+    return missing
+
+
+def lacking(where: Path) -> list[str]:
+    """The requirements a release's venv (or the run in a per-release work folder) was installed without."""
+    path = where / LACKING
+    return path.read_text().split() if path.exists() else []
 
 
 def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, dict[str, object]]:
@@ -110,6 +145,10 @@ def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, di
     venv = release_venv(release)
     target = out / release
     earlier = work_rows(target)  # rows of an earlier run with other examples are kept
+    target.mkdir(parents=True, exist_ok=True)
+    (target / LACKING).unlink(missing_ok=True)
+    if without := lacking(venv):
+        (target / LACKING).write_text("".join(f"{req}\n" for req in without))
     examples = str(ROOT / "benchmarks" / "examples.py")
     command = [str(venv / "bin" / "python"), examples, "--json", "--out", str(target), "--work", str(target / "runs")]
     if only:
@@ -155,9 +194,11 @@ def _cell(row: dict[str, object] | None) -> str:
     return text if row["as_documented"] else f"**{text} ≠ {row['documented']}**"
 
 
-def table(results: dict[str, dict[str, dict[str, object]]], listed: list[str]) -> str:
+def table(
+    results: dict[str, dict[str, dict[str, object]]], listed: list[str], without: dict[str, list[str]] | None = None
+) -> str:
     """Release x example: one row per release (oldest first), one column per example, `–` where the
-    example did not run on that release."""
+    example did not run on that release; `without` names what a release's venv lacked."""
     releases = sorted(results, key=lambda v: tuple(int(x) for x in v.split(".")))
     examples = sorted({name for rows in results.values() for name in rows})
     wrong = sum(1 for rows in results.values() for row in rows.values() if not row["as_documented"])
@@ -169,6 +210,12 @@ def table(results: dict[str, dict[str, dict[str, object]]], listed: list[str]) -
         f"Run here: {', '.join(releases)}; CPU, float32, one torch thread. Each cell: the verdict and the",
         "wall seconds of `gate run`; a bold cell is not the verdict the example documents for that release",
         f"(its `# gate-expect (transformers X.Y-X.Z)` lines). Cells: {cells}; not as documented: {wrong}.",
+        *(
+            f"{release} was installed without {', '.join(reqs)}: the index could not satisfy "
+            + ("it." if len(reqs) == 1 else "them.")
+            for release in releases
+            if (reqs := (without or {}).get(release))
+        ),
         "",
         "| release | " + " | ".join(examples) + " |",
         "| --- |" + " --- |" * len(examples),
@@ -213,7 +260,7 @@ def main() -> int:
     else:
         results = {release: run_release(release, args.only, args.work) for release in chosen}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(table(results, listed))
+    args.out.write_text(table(results, listed, {release: lacking(args.work / release) for release in results}))
     print(args.out.read_text())
     wrong = [(r, n) for r, rows in results.items() for n, row in rows.items() if not row["as_documented"]]
     for release, name in wrong:
