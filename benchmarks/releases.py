@@ -9,7 +9,9 @@ For each minor release (the newest patch of each `5.N` that `pip index versions 
 inside gate's declared range, `gate.adapters.hf.compat.SUPPORTED`) the script makes `.venv-tf-5.N`:
 a hard-linked copy of one base venv (`.venv-tf-base`: torch==2.13.0 installed once, then gate with its
 hf and hqq extras), with that release of transformers installed into it. torch is never reinstalled,
-and pip's cache makes each release's wheels a local copy. In each venv `benchmarks/examples.py --json`
+and pip's cache makes each release's wheels a local copy (a release whose requirements the index
+cannot resolve goes in without them, then each requirement on its own, and the table names what it
+lacked). In each venv `benchmarks/examples.py --json`
 runs the examples against the verdict each documents for that release (its `# gate-expect
 (transformers X.Y-X.Z): VERDICT` lines, else its first line), one release at a time. The table
 release x example -> verdict and seconds goes to benchmarks/releases.md (`--out`); a cell that is
