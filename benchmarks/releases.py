@@ -149,8 +149,8 @@ def run_release(release: str, only: list[str] | None, out: Path) -> dict[str, di
     earlier = work_rows(target)  # rows of an earlier run with other examples are kept
     target.mkdir(parents=True, exist_ok=True)
     (target / LACKING).unlink(missing_ok=True)
-    if without := lacking(venv):
-        (target / LACKING).write_text("".join(f"{req}\n" for req in without))
+    if (venv / LACKING).exists():  # the table is built from the work folder, perhaps in another checkout
+        shutil.copyfile(venv / LACKING, target / LACKING)
     examples = str(ROOT / "benchmarks" / "examples.py")
     command = [str(venv / "bin" / "python"), examples, "--json", "--out", str(target), "--work", str(target / "runs")]
     if only:
