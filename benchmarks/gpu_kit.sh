@@ -13,11 +13,9 @@ grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exc
 rm -rf .whl && mkdir -p .whl
 "$PY" -m build --wheel --outdir .whl . >/dev/null
 # the versions this checkout's .venv runs (one version of each: two would stop the install there)
-pins=()
-for name in pydantic pydantic_core annotated_types typing_inspection typing_extensions cryptography cffi \
-  pycparser datasets dill multiprocess; do
-  pins+=("$name==$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")")
-done
+mapfile -t pins < <("$PY" -c 'import importlib.metadata as m, sys; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]), sep="\n")' \
+  pydantic pydantic_core annotated_types typing_inspection typing_extensions cryptography cffi pycparser datasets \
+  dill multiprocess)
 # KIT_PYTHON_VERSION=3.11 packs for this machine's python instead (a dry run of gpu_check.sh here)
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "${KIT_PYTHON_VERSION:-3.12}" --implementation cp \
   --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

@@ -105,8 +105,7 @@ def release_venv(release: str) -> Path:
     try:
         _pip(venv, f"transformers=={release}")
     except subprocess.CalledProcessError:
-        lacking = install_what_resolves(venv, release)
-        (venv / LACKING).write_text("".join(f"{req}\n" for req in lacking))
+        install_what_resolves(venv, release)
     stamp.write_text("")
     return venv
 
@@ -115,11 +114,12 @@ LACKING = ".requirements-not-installed"
 """Lists, in a release's venv, the requirements of its transformers that the index could not satisfy."""
 
 
-def install_what_resolves(venv: Path, release: str) -> list[str]:
+def install_what_resolves(venv: Path, release: str) -> None:
     """When the index cannot resolve a release's requirements (5.25.0 requires kernels>=0.19.1, and the
     index's newest kernels is 0.17.2): that transformers without its dependencies, then each of its
-    unconditional requirements on its own; returns the ones pip could not install. The table names them
-    against the release, so the cells say what they were measured without."""
+    unconditional requirements on its own; the ones pip could not install are listed in the venv's
+    LACKING file, and the table names them against the release, so the cells say what they were
+    measured without."""
     _pip(venv, "--no-deps", f"transformers=={release}")
     listing = [
         str(venv / "bin" / "python"),
@@ -132,8 +132,8 @@ def install_what_resolves(venv: Path, release: str) -> list[str]:
             _pip(venv, req)
         except subprocess.CalledProcessError:
             missing.append(req)
+    (venv / LACKING).write_text("".join(f"{req}\n" for req in missing))
     print(f"releases: transformers {release} installed without {', '.join(missing) or 'nothing'}", flush=True)
-    return missing
 
 
 def lacking(where: Path) -> list[str]:
