@@ -254,13 +254,17 @@ class EvictingStore:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
 
-def evict_cache(cache: KVCache, *, window: int, sink: int = 0) -> EvictingStore:
-    """Make `cache` keep only the first `sink` and the last `window` tokens. Returns the store."""
+def evict_cache(cache: KVCache, *, window: int, sink: int = 0, refuse_up_to: int = 0) -> EvictingStore:
+    """Make `cache` keep only the first `sink` and the last `window` tokens. Returns the store.
+    `refuse_up_to`: a first write (a prompt) of at most this many tokens raises AssertionError, as
+    kvpress's StreamingLLMPress refuses a prompt not longer than its sinks (0: none refused)."""
     if window < 1 or sink < 0:
         raise ValueError("window must be >= 1 and sink >= 0")
     store = EvictingStore(window, sink, len(cache.k))
 
     def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if start_pos == 0 and int(k.shape[2]) <= refuse_up_to:
+            raise AssertionError(f"Input should contain more tokens than n_sink={refuse_up_to}")
         return store.update(layer, k, v)
 
     def kv(layer: int) -> tuple[torch.Tensor, torch.Tensor]:

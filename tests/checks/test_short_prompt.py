@@ -55,3 +55,22 @@ def test_an_evicting_reference_path_keeps_short_contexts_and_a_mispositioned_app
     caught = short_prompt(faulty, ShortPromptParams())
     assert caught.status == "fail" and caught.detected_at == 1, caught.message
     assert caught.diagnosis is not None and caught.diagnosis["bug_class"] == "uncertain"
+
+
+def test_a_crash_on_one_prompt_is_a_finding_about_it_and_the_other_prompts_still_run() -> None:
+    """The evicting path refuses prompts of up to 2 tokens inside its cache (as kvpress StreamingLLM
+    refuses a prompt not longer than its sinks): lengths 1 and 2 crash, 3, 4 and 6 still run and hold."""
+    full = ref.path("full")
+    evict = {"window": 16, "sink": 4, "refuse_prompts_up_to": 2}
+    options = Options.model_validate({"max_len": ref.MAX_LEN, "path": "evicting", "evict": evict})
+    refusing = ReferenceAdapter().build(options, device="cpu", dtype="float32", seed=0)
+    outcome = short_prompt(ref.ctx(full, refusing, claim=CLAIM), ShortPromptParams())
+    assert outcome.status == "fail" and outcome.detected_at == 1, outcome.message
+    assert outcome.metrics["crashed"] == [1, 2] and outcome.metrics["lengths"] == [3, 4, 6]
+    assert "n_sink=2" in outcome.message and "prompts of 3, 4, 6 tokens ran and held" in outcome.message
+    assert outcome.diagnosis is not None and outcome.diagnosis["bug_class"] == "crash"
+    assert outcome.diagnosis["failing_lengths"] == {"1": "crash", "2": "crash"}
+    assert outcome.diagnosis["exception_type"] == "AssertionError"
+    prompts = outcome.evidence["prompts"]
+    assert list(prompts) == ["1", "2", "3", "4", "6"] and "AssertionError" in prompts["2"]["crashed"]
+    assert prompts["3"]["rows_over_tolerance"] == 0 and prompts["6"]["max_abs_delta"] < 1e-4  # window holds all

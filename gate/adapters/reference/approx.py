@@ -59,7 +59,7 @@ def build_evicting(model: Transformer, options: Options, *, device: str, dtype: 
     assert isinstance(e, EvictOptions)
 
     def hook(cache: KVCache) -> None:
-        evict_cache(cache, window=e.window, sink=e.sink)
+        evict_cache(cache, window=e.window, sink=e.sink, refuse_up_to=e.refuse_prompts_up_to)
 
     name = f"reference:evicting[sink{e.sink}+window{e.window},chunk{e.chunk_size}]"
     return ReferencePath(

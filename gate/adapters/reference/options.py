@@ -107,6 +107,10 @@ class EvictOptions(BaseModel):
     chunk_size: int = Field(default=16, ge=1)
     """Tokens per model step while prefilling: eviction happens between chunks, so a query sees
     the kept tokens plus at most `chunk_size` of its own chunk (streaming prefill)."""
+    refuse_prompts_up_to: int = Field(default=0, ge=0)
+    """A prompt of at most this many tokens raises inside the cache (AssertionError), as kvpress's
+    StreamingLLMPress refuses a prompt not longer than its sinks: a crash of the subject on short
+    prompts only (0: every prompt accepted)."""
 
 
 class Options(BaseModel):

@@ -10,8 +10,11 @@ each prompt kept after its prefill, and an empty cache after a non-empty prefill
 the logits say. A press that rounds `k_len * (1 - ratio)` down to 0 pairs (kvpress 0.5.4, PR #264)
 empties the cache with no error: the next decode step attends over itself alone.
 
-A negative control (stop at first failure) walks the prompts shortest first and returns at the
-first failing one.
+A crash of the subject on one prompt (kvpress's StreamingLLMPress refuses a prompt not longer than
+its sinks) is a finding about that prompt, class `crash`, with the exception, call and traceback's
+tail in its evidence; the other prompts still run and are judged, so one refusal does not hide
+whether the rest are right. A negative control (stop at first failure) walks the prompts shortest
+first and returns at the first failing one (a crash there is the engine's to count: detected).
 
 Torch-free (gate.checks._shape): the body is `gate.checks.short_prompt.body`, loaded on first use.
 """

@@ -11,6 +11,7 @@ from gate.checks._compare import Tolerance, compare_rows, random_tokens, toleran
 from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks.short_prompt import ShortPromptParams
 from gate.core.check import CheckContext, Outcome, check
+from gate.errors import SubjectCrash
 from gate.protocols import CacheCropping, Session, offered
 
 
@@ -62,16 +63,40 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """A prompt on which the subject raised: a finding about that prompt; the others still run."""
+
+    length: int
+    diagnosis: dict[str, Any]
+    """gate.engine.runner.crash_diagnosis of the crash (class `crash`, exception, call, traceback)."""
+
+    def record(self) -> dict[str, Any]:
+        """The crash as the per-prompt evidence keeps it: the exception and call, the traceback's last line."""
+        d = self.diagnosis
+        return {
+            "length": self.length,
+            "crashed": d["exception"],
+            "call": d["call"],
+            "traceback_tail": d["traceback"].strip().splitlines()[-3:],
+        }
+
+
+@dataclass(frozen=True)
 class Observations:
     runs: list[PromptRun]
     stopped: bool
     """A control returned at its first failing prompt."""
+    crashes: list[Crash]
+    """Prompts on which the subject crashed (each in its own fresh session; the rest ran on)."""
 
 
 @dataclass(frozen=True)
 class Judgement:
     verdicts: list[Verdict]
-    first_bad: Verdict | None
+    first_bad: Verdict | Crash | None
+    """The shortest failing prompt, crashed or judged bad."""
+    bad: list[Verdict | Crash]
+    """Every failing prompt, shortest first."""
 
 
 def _cache_length(session: Session) -> int | None:
@@ -102,26 +127,44 @@ def verdict(run: PromptRun, steps: int, tol: Tolerance) -> Verdict:
 
 def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Observations:
     """Each prompt length, shortest first, in its own fresh session (a control: up to its first failing prompt)."""
+    from gate.engine.runner import crash_diagnosis
+
     runs: list[PromptRun] = []
-    for length in params.lengths:
-        runs.append(_run_prompt(ctx, params, length))
-        if ctx.stop_at_first_failure and verdict(runs[-1], params.steps, tol).bad:
-            return Observations(runs, stopped=len(runs) < len(params.lengths))
-    return Observations(runs, stopped=False)
+    crashes: list[Crash] = []
+    for done, length in enumerate(params.lengths, 1):
+        try:
+            runs.append(_run_prompt(ctx, params, length))
+            bad = verdict(runs[-1], params.steps, tol).bad
+        except SubjectCrash as crash:  # a finding about this prompt: the other prompts still run
+            if ctx.stop_at_first_failure:
+                raise  # a control stops at its first failure: the engine counts the crash (detected)
+            crashes.append(Crash(length, crash_diagnosis(crash)))
+            ctx.log(f"  short-prompt: the subject crashed on a {length}-token prompt ({crash}); the others run on")
+            bad = True
+        if ctx.stop_at_first_failure and bad:
+            return Observations(runs, stopped=done < len(params.lengths), crashes=crashes)
+    return Observations(runs, stopped=False, crashes=crashes)
 
 
 def judge(obs: Observations, params: ShortPromptParams, tol: Tolerance) -> Judgement:
-    """Every prompt's verdict and the first failing one (pure)."""
+    """Every prompt's verdict, the crashed prompts, and the failing ones shortest first (pure)."""
     verdicts = [verdict(run, params.steps, tol) for run in obs.runs]
-    return Judgement(verdicts, next((v for v in verdicts if v.bad), None))
+    bad: list[Verdict | Crash] = sorted([*(v for v in verdicts if v.bad), *obs.crashes], key=lambda b: b.length)
+    return Judgement(verdicts, bad[0] if bad else None, bad)
 
 
 def _kept(v: Verdict) -> str:
     return f"keeps {v.kept} of {v.length} K/V pairs" if v.kept is not None else "(cache length not exposed)"
 
 
-def _failure(v: Verdict, tol: Tolerance) -> tuple[str, str, str]:
-    """(message, bug class, explanation) of the first failing prompt."""
+def _failure(v: Verdict | Crash, tol: Tolerance) -> tuple[str, str, str]:
+    """(message, bug class, explanation) of a failing prompt."""
+    if isinstance(v, Crash):
+        return (
+            f"the subject crashed on a {v.length}-token prompt in {v.diagnosis['call']}: {v.diagnosis['exception']}",
+            "crash",
+            v.diagnosis["explanation"],
+        )
     if v.non_finite:
         return (
             f"{v.non_finite} non-finite logits after a {v.length}-token prompt",
@@ -147,33 +190,54 @@ def _failure(v: Verdict, tol: Tolerance) -> tuple[str, str, str]:
 
 def explain(params: ShortPromptParams, tol: Tolerance, obs: Observations, j: Judgement) -> Outcome:
     """The Outcome of the judgement, built once: the first failing prompt, or a pass."""
-    by_length = {str(v.length): v.record() for v in j.verdicts}
-    one = j.verdicts[0]
+    by_length = {str(v.length): v.record() for v in j.verdicts} | {str(c.length): c.record() for c in obs.crashes}
+    one = next((v for v in j.verdicts if v.length == 1), None)
     seen: dict[str, Any] = {
         "metrics": {
             "lengths": [v.length for v in j.verdicts],
             "kept_pairs": {str(v.length): v.kept for v in j.verdicts},
-            "one_token_kept": one.kept,
-            "one_token_max_abs_delta": one.max_abs_delta,
+            "one_token_kept": None if one is None else one.kept,
+            "one_token_max_abs_delta": None if one is None else one.max_abs_delta,
             "dropped_whole": [v.length for v in j.verdicts if v.dropped_whole],
+            "crashed": [c.length for c in obs.crashes],
         },
-        "evidence": {"prompts": by_length, "steps": params.steps, "tolerance": tol.as_dict()},
+        "evidence": {
+            "prompts": dict(sorted(by_length.items(), key=lambda kv: int(kv[0]))),
+            "steps": params.steps,
+            "tolerance": tol.as_dict(),
+        },
         "exercise": {
             "prompts": {str(run.length): run.exercise for run in obs.runs},
             **({"stopped_at_first_failure": {"length": obs.runs[-1].length}} if obs.stopped else {}),
         },
-        "observation": torch.cat([(run.got - run.want).transpose(0, 1).flatten() for run in obs.runs]),
+        "observation": torch.cat([(run.got - run.want).transpose(0, 1).flatten() for run in obs.runs])
+        if obs.runs
+        else torch.zeros(0),
         "observation_in_run_order": True,
     }
     if j.first_bad is not None:
         message, bug_class, explanation = _failure(j.first_bad, tol)
+        others = [f"{b.length}: {_failure(b, tol)[1]}" for b in j.bad[1:]]
+        if others:
+            message += f"; also failing, by prompt length: {', '.join(others)}"
+        ran_on = [v.length for v in j.verdicts if not v.bad]
+        if obs.crashes and ran_on:
+            message += f"; prompts of {', '.join(map(str, ran_on))} tokens ran and held"
+        crash = j.first_bad.diagnosis if isinstance(j.first_bad, Crash) else {}
         return Outcome(
             status="fail",
             message=message,
-            diagnosis={"bug_class": bug_class, "explanation": explanation, "length": j.first_bad.length},
+            diagnosis={
+                **crash,
+                "bug_class": bug_class,
+                "explanation": explanation,
+                "length": j.first_bad.length,
+                "failing_lengths": {str(b.length): _failure(b, tol)[1] for b in j.bad},
+            },
             detected_at=j.first_bad.length,
             **seen,
         )
+    assert one is not None  # a pass ran every prompt, 1 among them (ShortPromptParams)
     judged = [v.length for v in j.verdicts if v.must_match]
     return Outcome(
         status="pass",
