@@ -60,6 +60,11 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         if planned.controls:
             faults = ", ".join(c.fault + ("" if c.expect == "detect" else " (must pass)") for c in planned.controls)
             echo(f"   controls: {faults}")
+    if plan.known_bugs:
+        echo("\nknown bugs (declared by the manifest: a failure of that check and class reads as expected)")
+        for bug in plan.known_bugs:
+            echo(f"  {bug.id}: {bug.disposition}: {bug.note}")
+            echo(f"    {bug.link}; expires {bug.expires}; reason: {bug.reason}")
     echo("\npolicies")
     for digest in plan.policies:
         echo(f"  {digest.sha256[:16]}  {digest.path}")

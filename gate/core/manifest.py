@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from datetime import date
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from pathlib import Path
@@ -311,6 +312,45 @@ class Budget(Record):
         return self
 
 
+class KnownBug(Record):
+    """A known bug of the subject (an upstream library's, not the change's), declared as an expected
+    failure: a failure of `check` whose diagnosed class is `class`, on an installed version that
+    `affects` names, reads "known bug, expected (LINK)" and does not colour the verdict. A waiver-like
+    relaxation the pull request itself writes: every declaration is printed on the dossier's first
+    screen and bound into the evidence digest an approver signs (docs/cli.md: known bugs)."""
+
+    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Short name of the bug, e.g. transformers-dynamic-reset."""
+    link: str = Field(min_length=1, max_length=500)
+    """Where the bug is described: an upstream issue or pull request, or a doc of this repository."""
+    affects: str = Field(min_length=1, max_length=200)
+    """The affected releases as a requirement of one package, e.g. "transformers>=5.2,<5.18"; the
+    declaration applies only where that package is installed at a version inside."""
+    check: str = Field(min_length=1)
+    """The check the bug fails (a check of this manifest's plan)."""
+    bug_class: str = Field(alias="class", min_length=1)
+    """The bug class that check's diagnosis names for it (e.g. reset-leak, crash)."""
+    expires: date
+    """Last day (UTC) the declaration applies; after it the failure counts again, with a warning."""
+    reason: str = Field(min_length=1, max_length=1000)
+    """Why the failure is accepted as the library's, not the change's."""
+
+    @field_validator("affects")
+    @classmethod
+    def _one_package_range(cls, value: str) -> str:
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            req = Requirement(value)
+        except InvalidRequirement as err:
+            raise ValueError(f"affects {value!r} is not a package requirement such as 'transformers>=5.2,<5.18': {err}")
+        if not req.specifier or req.marker is not None or req.extras or req.url:
+            raise ValueError(
+                f"affects {value!r} must be one package and a version range, e.g. 'transformers>=5.2,<5.18'"
+            )
+        return value
+
+
 class Manifest(Record):
     """A release-gate manifest (`apiVersion: gate/v1`)."""
 
@@ -335,6 +375,19 @@ class Manifest(Record):
     performance: dict[ClockName, Budget] = Field(default_factory=dict)
     """Performance budgets per clock (release-gate step 6), judged by `phase-performance` on confidence
     intervals; the policy decides how severe a broken budget is for this intervention."""
+    known_bugs: list[KnownBug] = Field(default_factory=list, max_length=50)
+    """Known bugs of the subject declared as expected failures (see KnownBug): recorded in the plan,
+    results.json, the dossier's first screen and the evidence digest an approver signs."""
+
+    @field_validator("known_bugs")
+    @classmethod
+    def _unique_known_bugs(cls, value: list[KnownBug]) -> list[KnownBug]:
+        ids = [bug.id for bug in value]
+        if len(set(ids)) != len(ids):
+            raise ValueError(
+                f"known bug ids must not repeat: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}"
+            )
+        return value
 
     @field_validator("identity")
     @classmethod

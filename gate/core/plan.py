@@ -14,7 +14,7 @@ from gate._util.yamlio import LoadedYaml
 from gate.core.manifest import ClaimLevel, Intervention, Manifest, Record
 from gate.core.policy import ControlSpec, PolicySet
 from gate.core.registry import check_names
-from gate.core.result import Digest
+from gate.core.result import Digest, KnownBugRecord
 from gate.errors import InputError
 from gate.protocols import PathCapabilities
 
@@ -106,6 +106,9 @@ class Plan(Record):
     """How a --policy-dir replaced or extended the built-in rule, and what it dropped."""
     paths: dict[str, PathCapabilities] = Field(default_factory=dict)
     """Per role, what the adapter states the path will offer, from the options alone (`gate plan`)."""
+    known_bugs: list[KnownBugRecord] = Field(default_factory=list)
+    """The manifest's known bugs, each planned on this installation today: applies, not-affected
+    (the installed version is outside `affects`) or expired (ignored, with a warning)."""
 
 
 def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan:
@@ -180,6 +183,20 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
                 col=col,
                 field=f"checks.{name}",
             )
+    for index, bug in enumerate(manifest.known_bugs):
+        if bug.check not in planned_names:
+            line, col = doc.locate(("known_bugs", index, "check"))
+            raise InputError(
+                doc.path,
+                f"known bug {bug.id!r} names check {bug.check!r}, which is not in the plan for this claim "
+                f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
+                line=line,
+                col=col,
+                field=f"known_bugs[{index}].check",
+            )
+    from gate._util.clock import today_utc
+    from gate.core.known_bugs import plan_known_bugs
+
     return Plan(
         manifest_name=manifest.name,
         intervention=intervention,
@@ -194,4 +211,5 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
         checks=planned,
         policies=policies.digests(),
         site_policy=claim.site_changes,
+        known_bugs=plan_known_bugs(manifest.known_bugs, today_utc()),
     )

@@ -169,6 +169,29 @@ class Waiver(Record):
     expired: bool = False
 
 
+KnownBugDisposition = Literal["applies", "not-affected", "expired", "expected", "not-showing", "not-run"]
+
+
+class KnownBugRecord(Record):
+    """One known bug the manifest declares (gate.core.known_bugs) and what became of it."""
+
+    id: str
+    link: str
+    affects: str
+    check: str
+    bug_class: str = Field(alias="class")
+    expires: str
+    reason: str
+    installed: str | None
+    """The installed version of the package `affects` names (None: not installed)."""
+    disposition: KnownBugDisposition
+    """Planned: applies, not-affected (the installed version is outside `affects`) or expired
+    (ignored, with a warning). After the run an applying one is expected (its check failed with
+    the declared class), not-showing (fixed upstream? remove the declaration) or not-run."""
+    note: str
+    """The disposition in words, as the dossier prints it."""
+
+
 class CheckResult(Record):
     """One check's outcome."""
 
@@ -209,6 +232,9 @@ class CheckResult(Record):
     """The exception, when status is error."""
     waiver: Waiver | None = None
     """The waiver that applied, when status is waived (or one that expired)."""
+    known_bug: str | None = None
+    """The manifest's known bug (its id) this failure is: the check failed with the declared class
+    on an affected version, so it reads "known bug, expected" as a warning (see `known_bugs`)."""
     duration_s: float = 0.0
     """Wall time of the check including its controls."""
     positive_s: float = 0.0
@@ -269,6 +295,9 @@ class GateResult(Record):
     """UTC ISO-8601 start time."""
     finished_at: str
     """UTC ISO-8601 end time."""
+    known_bugs: list[KnownBugRecord] = Field(default_factory=list)
+    """Every known bug the manifest declares and what became of it (expected, not showing, not
+    affected, expired): a relaxation the change's own manifest asks for, shown to the approver."""
     trust_policy: Digest | None = None
     """Path and sha256 of the trust policy (trust.yaml) waivers were judged under; None: none found."""
 

@@ -24,7 +24,7 @@ from gate.core.load import LoadedManifest, load_manifest, validate_options
 from gate.core.manifest import CheckOverride, ClaimLevel
 from gate.core.plan import Plan, PlannedCheck, build_plan
 from gate.core.policy import load_policies
-from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, Status, Verdict
+from gate.core.result import CheckResult, Digest, ErrorInfo, GateResult, KnownBugRecord, Status, Verdict
 from gate.engine.events import CheckFinished, CheckStarted, ControlFinished, ControlStarted, Events, as_log
 from gate.engine.options import RunOptions
 from gate.engine.profile import ForwardClock, Stopwatch
@@ -258,9 +258,16 @@ def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
     return settled
 
 
-def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | None = None) -> tuple[Verdict, int, str]:
+def decide(
+    checks: list[CheckResult],
+    claim: ClaimLevel,
+    not_run: list[str] | None = None,
+    known_bugs: list[KnownBugRecord] | None = None,
+) -> tuple[Verdict, int, str]:
     """Verdict, exit code and summary from the check results. `not_run`: planned checks a partial
-    run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict."""
+    run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict.
+    `known_bugs`: the manifest's declarations as settled (gate.core.known_bugs): a check that failed
+    as one declares is a warning (it does not colour the verdict), named in the summary."""
     errors = [c.check for c in checks if c.status == Status.error]
     denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
     partial = f" (partial run: {len(not_run)} planned checks not run)" if not_run else ""
@@ -304,6 +311,9 @@ def decide(checks: list[CheckResult], claim: ClaimLevel, not_run: list[str] | No
     not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
     note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
     note += f"; unproven-not-applicable (a warning, not a pass): {', '.join(not_applicable)}" if not_applicable else ""
+    for bug in known_bugs or []:
+        if bug.disposition in ("expected", "not-showing", "expired"):
+            note += f"; {bug.note}"
     if claim == ClaimLevel.bounded_degradation:
         from gate.core.evidence import ENVELOPE_CHECKS
 
@@ -590,12 +600,15 @@ def run_manifest(
             _release_controls(paths["candidate"], plan.checks[index + 1 :], not_run, log)
 
     checks = settle_covered(checks)
+    from gate.core.known_bugs import apply_known_bugs
+
+    checks, known_bugs = apply_known_bugs(checks, plan.known_bugs)
     baseline = _baseline_record(paths["reference"], log)
     if waivers is not None:
         from gate.trust.waivers import apply_waivers
 
         checks = apply_waivers(loaded, checks, waivers)
-    verdict, exit_code, summary = decide(checks, plan.claim, not_run)
+    verdict, exit_code, summary = decide(checks, plan.claim, not_run, known_bugs)
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.engine.environment import describe
 
@@ -617,6 +630,7 @@ def run_manifest(
         started_at=started_at,
         finished_at=now_utc(),
         trust_policy=Digest(path=trust.path, sha256=trust.sha256) if trust is not None else None,
+        known_bugs=known_bugs,
     )
     write_bytes_atomic(out_dir / "results.json", (result.model_dump_json(indent=2) + "\n").encode())
     return result

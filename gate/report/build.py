@@ -312,6 +312,8 @@ def _provenance(result: GateResult) -> list[ProvenanceGroup]:
 def _banner_notes(result: GateResult) -> list[str]:
     """What qualifies the verdict, for the first screen."""
     notes = list(result.site_policy)
+    for bug in result.known_bugs:  # the change's own manifest relaxes its verdict: first screen, always
+        notes.append(f"{bug.note} [declared by the manifest: {bug.reason}; expires {bug.expires}]")
     for check in result.checks:
         waiver = check.waiver
         if check.status == Status.waived and waiver is not None:

@@ -21,7 +21,10 @@ the signed results.json and the signed sample files:
   of every envelope and how many envelopes held over how many samples (not its throughput);
 * `samples`: the sha256 of each `samples/<slice>.jsonl` the dossier carries (the per-sample
   outcomes behind each quality bound);
-* `verdict`: the run's own verdict.
+* `verdict`: the run's own verdict;
+* `known_bugs` (only when the manifest declares any): every declared known bug with its
+  disposition (expected, not showing, not affected, expired), and on each check that held only as
+  one, `known_bug` (its id): a relaxation the change's own manifest asked for, signed by the approver.
 
 So an identical re-run of an approved change (same commit, manifest, policies, models, data and
 measured quality) has the same evidence digest, and `gate run` finds the approval in the ledger
@@ -67,17 +70,24 @@ def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) ->
             "step": step,
             "outcome": "held" if status in HELD else status,
         }
+        if check.get("known_bug"):
+            row["known_bug"] = check["known_bug"]  # held only as the manifest's declared known bug
         if step != UNBOUND_METRICS_STEP:
             row["controls"] = {c.get("fault"): c.get("outcome") for c in check.get("controls") or []}
         if check.get("check") in ENVELOPE_CHECKS:
             metrics = check.get("metrics") or {}
             row["bounds"] = {k: v for k, v in metrics.items() if k.endswith(BOUND_SUFFIX) or k in ENVELOPE_COUNTS}
         checks.append(row)
+    plan = dict(results.get("plan") or {})
+    if not plan.get("known_bugs"):
+        plan.pop("known_bugs", None)  # a run declaring none binds what runs before known bugs bound
+    known = list(results.get("known_bugs") or [])
     return {
+        **({"known_bugs": known} if known else {}),
         "format": EVIDENCE_FORMAT,
         "manifest": {"name": manifest.get("name"), "sha256": (results.get("manifest_digest") or {}).get("sha256")},
         "commit": change.get("commit"),
-        "plan": _without_paths(results.get("plan") or {}, results),
+        "plan": _without_paths(plan, results),
         "policies": sorted(str(d.get("sha256")) for d in results.get("policies") or []),
         "site_policy": _without_paths(list(results.get("site_policy") or []), results),
         "subjects": results.get("subjects") or {},
