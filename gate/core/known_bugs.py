@@ -53,7 +53,10 @@ def plan_known_bugs(bugs: list[KnownBug], today: date) -> list[KnownBugRecord]:
             note = f"known bug {bug.id} does not apply: {here}, outside {bug.affects}"
         else:
             state = "applies"
-            note = f"known bug {bug.id} applies to {name} {installed} ({bug.affects}): {bug.check} may fail with class {bug.bug_class}"
+            note = (
+                f"known bug {bug.id} applies to {name} {installed} ({bug.affects}): "
+                f"{bug.check} may fail with class {bug.bug_class}"
+            )
         out.append(KnownBugRecord(**base, installed=installed, disposition=state, note=note))
     return out
 
@@ -93,7 +96,10 @@ def apply_known_bugs(
         seen = f"is {ran.status.value}"
         got = (ran.diagnosis or {}).get("bug_class") if ran is not None else None
         seen += f" (class {got})" if got else ""
-        note = f"known bug {k.id} not showing: {k.check} {seen}, not a failure of class {k.bug_class}: fixed upstream? remove the declaration"
+        note = (
+            f"known bug {k.id} not showing: {k.check} {seen}, not a failure of class {k.bug_class}: "
+            "fixed upstream? remove the declaration"
+        )
         settled.append(k.model_copy(update={"disposition": "not-showing", "note": note}))
     order = {k.id: i for i, k in enumerate(planned)}
     return out, sorted(settled, key=lambda k: order[k.id])

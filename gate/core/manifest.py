@@ -343,7 +343,9 @@ class KnownBug(Record):
         try:
             req = Requirement(value)
         except InvalidRequirement as err:
-            raise ValueError(f"affects {value!r} is not a package requirement such as 'transformers>=5.2,<5.18': {err}")
+            raise ValueError(
+                f"affects {value!r} is not a package requirement such as 'transformers>=5.2,<5.18': {err}"
+            ) from None
         if not req.specifier or req.marker is not None or req.extras or req.url:
             raise ValueError(
                 f"affects {value!r} must be one package and a version range, e.g. 'transformers>=5.2,<5.18'"
