@@ -273,6 +273,16 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
     if results is None:
         add(Finding(False, "results.json: not readable as gate's result record, so its waivers cannot be judged"))
     out.waived = [c.check for c in waived_checks(results)]
+    for bug in results.known_bugs if results is not None else []:
+        if bug.disposition == "expected":  # the change's own manifest relaxed a check: no key judged it
+            add(
+                Finding(
+                    None,
+                    f"known bug {bug.id} declared by the manifest held {bug.check} (class {bug.bug_class}, "
+                    f"{bug.affects}, expires {bug.expires}; {bug.link}): a relaxation the change wrote itself, "
+                    "bound into the evidence digest, not judged by the trust policy",
+                )
+            )
     used = results.trust_policy if results is not None else None
     if trust.names_bound and used is not None and used.sha256 and used.sha256 != trust.sha256:
         out.other_policy = f"{used.path} (sha256 {used.sha256[:16]})"

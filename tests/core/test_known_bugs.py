@@ -11,13 +11,16 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from gate.cli.main import cli
 from gate.errors import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_PARTIAL, EXIT_PASS
 from gate.trust.evidence import evidence_document
+from gate.trust.keys import generate_keypair
 from tests.support.repo import REPO
+from tests.trust.trusted import write_trust
 
 EXAMPLE = REPO / "examples" / "reference-fault-reset-keeps-position.yaml"
 LINK = "https://example.org/upstream/issues/1"
@@ -41,10 +44,11 @@ def _manifest(tmp_path: Path, bugs: list[dict[str, Any]], fault: bool = True) ->
     return path
 
 
-def _run(tmp_path: Path, manifest: Path, *only: str) -> tuple[int, dict[str, Any], str]:
+def _run(tmp_path: Path, manifest: Path, *only: str, sign: Path | None = None) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "out"
+    signing = ["--sign-key", str(sign)] if sign else []
     result = CliRunner().invoke(
-        cli, ["run", str(manifest), "--out", str(out), *(a for name in only for a in ("--check", name))]
+        cli, ["run", str(manifest), "--out", str(out), *signing, *(a for name in only for a in ("--check", name))]
     )
     assert result.exit_code != EXIT_BAD_INPUT, result.output
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -55,16 +59,25 @@ def _check(results: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in results["checks"] if c["check"] == name)
 
 
-def test_declared_and_matching_failures_read_as_known_bugs_and_the_verdict_passes(tmp_path: Path) -> None:
+def test_declared_and_matching_failures_read_as_known_bugs_and_the_verdict_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every failure of the planted reset bug declared (mask-oracle's and reset-isolation's reset-leak,
     schedule-fuzz's uncertain): PASS, each reads "known bug, expected (LINK)", shown on the dossier's
-    first screen, in the plan and in the evidence digest an approver signs."""
+    first screen, in the plan, in the evidence digest an approver signs and by `gate verify`."""
+    monkeypatch.delenv("GATE_TRUST", raising=False)
+    monkeypatch.delenv("GATE_LEDGER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    keys = {}
+    for name in ("ci", "alice", "bob"):
+        keys[f"{name}.key"], keys[f"{name}.pub"], _ = generate_keypair(tmp_path / "keys" / name)
+    trust = write_trust(tmp_path / "policy" / "trust.yaml", keys, approvers=("alice",))
     bugs = [_bug(), _bug("mask-oracle"), _bug("schedule-fuzz", "uncertain")]
     manifest = _manifest(tmp_path, bugs)
     plan = CliRunner().invoke(cli, ["plan", str(manifest)])
     assert plan.exit_code == 0 and "known bugs (declared by the manifest" in plan.output, plan.output
     assert "reset-isolation-reset-leak: applies" in plan.output
-    code, results, dossier = _run(tmp_path, manifest)
+    code, results, dossier = _run(tmp_path, manifest, sign=keys["ci.key"])
     assert code == EXIT_PASS and results["verdict"] == "pass", results["summary"]
     isolation = _check(results, "reset-isolation")
     assert isolation["status"] == "warn" and isolation["known_bug"] == "reset-isolation-reset-leak"
@@ -77,6 +90,10 @@ def test_declared_and_matching_failures_read_as_known_bugs_and_the_verdict_passe
     assert [b["id"] for b in evidence["known_bugs"]] == [b["id"] for b in bugs]
     rows = {row["check"]: row for row in evidence["checks"]}
     assert rows["reset-isolation"]["known_bug"] == "reset-isolation-reset-leak"
+    verified = CliRunner().invoke(cli, ["verify", str(tmp_path / "out"), "--trust", str(trust)])
+    assert "known bug reset-isolation-reset-leak declared by the manifest held reset-isolation" in verified.output, (
+        verified.output
+    )
 
 
 def test_an_undeclared_failure_still_fails(tmp_path: Path) -> None:
