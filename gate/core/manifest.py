@@ -317,7 +317,7 @@ class KnownBug(Record):
     failure: a failure of `check` whose diagnosed class is `class`, on an installed version that
     `affects` names, reads "known bug, expected (LINK)" and does not colour the verdict. A waiver-like
     relaxation the pull request itself writes: every declaration is printed on the dossier's first
-    screen and bound into the evidence digest an approver signs (docs/cli.md: known bugs)."""
+    screen and bound into the evidence digest an approver signs (docs/audit.md: known bugs)."""
 
     id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Short name of the bug, e.g. transformers-dynamic-reset."""
