@@ -86,6 +86,7 @@ def test_declared_and_matching_failures_read_as_known_bugs_and_the_verdict_passe
     assert [b["disposition"] for b in results["known_bugs"]] == ["expected"] * 3
     assert f"known bug, expected ({LINK})" in results["summary"]
     assert f"> known bug, expected ({LINK}): reset-isolation failed with class reset-leak" in dossier
+    assert f"known bug, expected ({LINK})" in (tmp_path / "out" / "dossier.html").read_text(encoding="utf-8")
     evidence = evidence_document(results, {})
     assert [b["id"] for b in evidence["known_bugs"]] == [b["id"] for b in bugs]
     rows = {row["check"]: row for row in evidence["checks"]}
