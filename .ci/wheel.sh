@@ -2,30 +2,22 @@
 # The wheel as a user installs it: build it, install it in a fresh venv, then from the installed copy
 # validate every reference example (or see it rejected as documented), run one and verify its signed
 # dossier: adapters, checks, templates, examples and signing all from site-packages, not this tree.
-# torch is the one dependency not installed again: the fresh venv reaches .venv's CPU build (Makefile)
-# through a .pth naming a folder OUTSIDE the venv that holds links to torch alone, so pip counts it as
-# installed (and never uninstalls it: it lies outside the environment) and installs everything else the
-# wheel requires, torch's own requirements included, from the index. About 50 s less than installing
-# torch again (measured 2026-12-06: a venv plus torch==2.13.0 from the local wheel, 52 s).
+# torch is the one dependency not installed again: .ci/torch-links.sh gives the fresh venv .venv's CPU
+# build, and pip installs everything else the wheel requires from the index (about 50 s less:
+# measured 2026-12-06, a venv plus torch==2.13.0 from the local wheel took 52 s).
 # Usage: bash .ci/wheel.sh [WORK] (from the repository root, after make install; WORK: /tmp by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-/tmp}
 VENV=$WORK/gate-wheel-venv
-TORCH_LINKS=$WORK/gate-wheel-torch
+TORCH_LINKS=$VENV.torch  # .ci/torch-links.sh
 RUN=$WORK/gate-wheel-run
 KEY=$WORK/gate-wheel-key
 rm -rf dist "$VENV" "$TORCH_LINKS" "$RUN" "$KEY.key" "$KEY.pub"
 .venv/bin/python -m build --wheel --outdir dist . >/dev/null
 python3 -m venv "$VENV"
-torch_site=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-mkdir -p "$TORCH_LINKS"
-for entry in "$torch_site"/torch "$torch_site"/torchgen "$torch_site"/functorch "$torch_site"/torch-[0-9]*.dist-info; do
-  [ -e "$entry" ] && ln -s "$entry" "$TORCH_LINKS/"
-done
-ls "$TORCH_LINKS"/torch-*.dist-info >/dev/null  # the metadata pip reads to count torch as installed
+bash .ci/torch-links.sh "$VENV"
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$TORCH_LINKS" >"$site/gate-wheel-torch.pth"
 "$VENV/bin/pip" install --quiet dist/decode_gate-*.whl
 (
   cd "$WORK"
