@@ -16,7 +16,7 @@ rm -rf "$WORK/checkout" && mkdir -p "$WORK/checkout"
 git -C "$REPO" archive HEAD | tar -x -C "$WORK/checkout"
 test -x "$WORK/venv/bin/python" || python3 -m venv "$WORK/venv"
 B=$WORK/venv
-"$B/bin/pip" install -q torch==2.13.0
+bash "$REPO/.ci/torch-links.sh" "$B"  # .venv's torch, not installed again
 "$B/bin/pip" install -q "$WORK/checkout"
 "$B/bin/pip" install -q --no-deps --force-reinstall "$WORK/checkout/tests/plugins/gate-plugin-tinylm"
 M=$REPO/tests/engine/tinylm/kv-cache.yaml

@@ -39,7 +39,9 @@ test -x .venv/bin/python || { echo "run make install first"; exit 1; }
 export GATE_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p out/ci-vllm
 # the examples launch `python -m vllm.entrypoints.openai.api_server`: the vLLM environment's python
-PATH="$PWD/$VENV/bin:$PATH" nice .venv/bin/python benchmarks/engine_vllm.py \
+# not niced: in .ci/run it shares the cores with the tests and the releases lane, and a niced vLLM
+# server would start at a tenth of a core (its ready_timeout_s is 600)
+PATH="$PWD/$VENV/bin:$PATH" .venv/bin/python benchmarks/engine_vllm.py \
   --out out/ci-vllm/engine_vllm.md --install-seconds "$(cat "$STAMP")" --venv "$VENV"
 .venv/bin/python -m pytest -q -m vllm tests/adapters/openai/test_vllm.py
 if pgrep -f vllm.entrypoints.openai.api_server >/dev/null; then
