@@ -313,7 +313,8 @@ def _check_mains(
     for digest, path in signed.items():
         if digest not in mains:
             refuse(
-                f"policy {path} (sha256 {digest}): the run's plan was built from a policy file main's are not ({named})"
+                f"policy {path} (sha256 {digest}): the run's plan was built from it, "
+                f"not one of main's policy files ({named})"
             )
     for digest, path in mains.items():
         if digest not in signed:
