@@ -115,11 +115,15 @@ def _with_ledger(
     from gate.trust.approve import find_run_entry
     from gate.trust.deployable import judge_waivers
     from gate.trust.ledger import Ledger
+    from gate.trust.ledger_verify import verify_chain
     from gate.trust.revocation import read_revocations
     from gate.trust.run_record import statement_digest
-    from gate.trust.verify_run import check_run
+    from gate.trust.verify_run import Finding, check_run
 
     with Ledger.open(ledger_path, writable=False, create=False) as ledger:
+        # the revocations and waivers it holds count only from a ledger that verifies, pin included
+        # (a ledger cut back below its pin would hide a revocation)
+        chain = verify_chain(ledger, pinned_keyids=trust.ledger_keyids() or None, every_checkpoint=False)
         revocations = read_revocations(ledger, trust)
         digest = statement_digest(directory / "attestation.dsse.json")
         entry = find_run_entry(ledger, digest) if digest else None
@@ -134,4 +138,5 @@ def _with_ledger(
             policy_dirs=policy_dirs,
         )
         judge_waivers(checked, ledger, trust, run_time)
+        checked.findings += [Finding(False, f"ledger {ledger.location}: {p.message}") for p in chain.problems]
         return checked

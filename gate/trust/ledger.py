@@ -377,8 +377,8 @@ class Ledger:
         if origin != expected:
             raise LedgerError(f"{self.location}: this is ledger {origin}, but {said}: another ledger")
         if pinned is None and self._store.size() == 0:
-            # the origin was read from one of its checkpoints, so this ledger held entries: its
-            # entries and checkpoints were deleted, and gate_meta alone survived
+            # an origin is pinned from a ledger's checkpoints (`gate audit checkpoint`), so this one
+            # held entries: they and their checkpoints were deleted, and gate_meta alone survived
             raise LedgerError(
                 f"{self.location}: ledger {origin} holds no entries, but {said}: its entries were deleted "
                 "(an origin is only known from a ledger that held some); refusing to start it again from entry 1"
