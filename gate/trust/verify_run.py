@@ -188,8 +188,9 @@ def check_run(
     """Verify DIR's attestation, commit, manifest and approvals by role (see the module docstring).
 
     `policy_dirs`: main's site policies (`--policy-dir`, as the verifier names them; none: the
-    built-in policies alone are main's). The policy files and the baseline the run used are
-    re-judged as main's (`_check_mains`): any other makes the run not deployable.
+    built-in policies and the trust policy's `site-policies` digests are main's). The policy files
+    and the baseline the run used are re-judged as main's (`_check_mains`): any other makes the run
+    not deployable.
 
     `run_time`: when the run was signed (its ledger entry's time), for revocations; None: unknown,
     so a signature by a revoked key never counts. `approvals`: the records to judge (the ledger's,
@@ -308,8 +309,12 @@ def _check_mains(
     pred = out.predicate or RunPredicate()
     refuse = out.not_mains.append
     mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
-    signed = {str(p.get("sha256")): str(p.get("path")) for p in pred.policies}
     named = "the built-in policies" + "".join(f" + {d}" for d in policy_dirs)
+    listed = trust.policy.site_policies if not policy_dirs else []
+    if listed:
+        mains.update({digest: f"(site-policies of {trust.path})" for digest in listed})
+        named += f" + the site-policies of {trust.path}"
+    signed = {str(p.get("sha256")): str(p.get("path")) for p in pred.policies}
     for digest, path in signed.items():
         if digest not in mains:
             refuse(

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from gate.cli.main import cli
 from gate.trust.baseline import seal_baseline
 from gate.trust.keys import keyid, load_private_key
-from tests.trust.runs import quant_manifest, signed_run
+from tests.trust.runs import exact_manifest, quant_manifest, signed_run
 from tests.trust.trusted import make_keys, write_trust
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,3 +171,32 @@ def test_verify_a_run_that_left_out_mains_site_policy_is_not_deployable(
         gate("verify", out, "--trust", main_trust, "--policy-dir", site),
         f"policy {strict} (sha256 {sha(strict)}): main's policy file took no part in the run's plan",
     )
+
+
+def test_verify_mains_site_policies_named_by_digest_in_the_trust_policy(
+    tmp_path: Path, keys: dict[str, Path], main_trust: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --policy-dir, main's trust.yaml may name its site policy files by sha256 (`site-policies`)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    policy = site / "ours.yaml"
+    policy.write_text(
+        "apiVersion: gate/policy/v1\nname: site-ours\nversion: '1'\ndescription: main's own\ninterventions: {}\n"
+    )
+    listing = tmp_path / "listing" / "trust.yaml"
+    listing.parent.mkdir()
+    listing.write_text(main_trust.read_text() + f"site-policies: [sha256:{sha(policy)}]\n")
+    monkeypatch.setenv("GATE_TRUST", str(listing))
+    manifest = exact_manifest(tmp_path / "m.yaml", PR_SHA)
+    with_site, _ = signed_run(tmp_path / "with", manifest, keys["ci.key"], policy_dirs=[site])
+    without, _ = signed_run(tmp_path / "without", manifest, keys["ci.key"])
+    ok = gate("verify", with_site, "--trust", listing)
+    assert ok.exit_code == 0 and "verdict PASS" in ok.output, ok.output
+    not_deployable(gate("verify", with_site, "--trust", main_trust), f"policy {policy} (sha256 {sha(policy)})")
+    not_deployable(
+        gate("verify", without, "--trust", listing),
+        f"(site-policies of {listing}) (sha256 {sha(policy)}): main's policy file took no part",
+    )
+    listing.write_text(main_trust.read_text() + "site-policies: [not-a-digest]\n")
+    bad = gate("verify", with_site, "--trust", listing)
+    assert bad.exit_code == 2 and "site-policies" in bad.output and "not a sha256" in bad.output, bad.output
