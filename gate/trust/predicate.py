@@ -90,8 +90,9 @@ class RunPredicate(BaseModel):
     trust_policy: dict[str, Any] | None = Field(default=None, alias="trustPolicy")
     """The trust policy the run was made under (path, sha256): the verifier re-judges under its own."""
     baseline: dict[str, Any] | None = None
-    """The recorded reference a replay answered from (path, sha256, signedBy key id, commit, manifest,
-    recordedAdapter): the verifier re-judges its signer under its own trust policy."""
+    """The recorded reference a replay answered from, as results.json's subject names it (path,
+    sha256, signed_by key id, signed_for_commit, signed_for_manifest, recorded_adapter): the verifier
+    re-judges its signer under its own trust policy."""
     evidence_sha256: str | None = Field(default=None, alias="evidenceSha256")
     """The run's evidence digest (gate.trust.evidence), that an approval binds to; absent in
     statements signed before approvals bound to evidence."""

@@ -350,12 +350,13 @@ def _check_baseline(
         problem = f"signed by {_label(trust, signer)}, not a run signer of {trust.path}"
     elif gone is not None:
         problem = f"signed by {_label(trust, signer)}, whose key was {gone.says()}"
-    elif baseline.get("manifest") != out.manifest.name:
-        problem = f"signed for manifest {baseline.get('manifest')!r}, not {out.manifest.name!r}"
+    elif baseline.get("signed_for_manifest") != out.manifest.name:
+        problem = f"signed for manifest {baseline.get('signed_for_manifest')!r}, not {out.manifest.name!r}"
     else:
         out.findings.append(
             Finding(
-                True, f"{where}: signed by {_label(trust, signer)}, a run signer, for commit {baseline.get('commit')}"
+                True,
+                f"{where}: signed by {_label(trust, signer)}, a run signer, for commit {baseline.get('signed_for_commit')}",
             )
         )
         return

@@ -202,8 +202,8 @@ class StoredPath:
             "gate_commit": header.get("gate_commit"),
             "gate_version": header.get("gate_version"),
             "recorded_adapter": header.get("adapter"),
-            "manifest": header.get("manifest"),
-            "commit": header.get("commit"),
+            "signed_for_manifest": header.get("manifest"),
+            "signed_for_commit": header.get("commit"),
             "signed_by": signature.get("keyid") if isinstance(signature := header.get("signature"), dict) else None,
         }
         return {**header.get("identity", {}), "baseline": baseline}
