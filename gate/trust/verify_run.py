@@ -356,7 +356,8 @@ def _check_baseline(
         out.findings.append(
             Finding(
                 True,
-                f"{where}: signed by {_label(trust, signer)}, a run signer, for commit {baseline.get('signed_for_commit')}",
+                f"{where}: signed by {_label(trust, signer)}, a run signer, "
+                f"for commit {baseline.get('signed_for_commit')}",
             )
         )
         return
