@@ -326,11 +326,20 @@ def _check_mains(
             refuse(f"policy {path} (sha256 {digest}): main's policy file took no part in the run's plan")
     if not out.not_mains:
         out.findings.append(Finding(True, f"the plan was built from main's policy files ({named}), by sha256"))
+    results = read_results(out.directory)
+    stored = (results.baseline or {}) if results is not None else {}
+    if stored.get("kind") == "reference cache" and stored.get("answers_read"):
+        out.findings.append(
+            Finding(
+                None,
+                f"the reference read {stored.get('answers_read')} answers from reference cache {stored.get('path')}, "
+                "which no run signer signed (only a recorded baseline's signer is judged here)",
+            )
+        )
     baseline = pred.baseline
     if baseline is None:
         from gate.trust.predicate import replayed_baseline
 
-        results = read_results(out.directory)
         baseline = replayed_baseline(results.subjects) if results is not None else None
     if baseline is not None:
         _check_baseline(out, trust, revoked, run_time, baseline)

@@ -200,3 +200,18 @@ def test_verify_mains_site_policies_named_by_digest_in_the_trust_policy(
     listing.write_text(main_trust.read_text() + "site-policies: [not-a-digest]\n")
     bad = gate("verify", with_site, "--trust", listing)
     assert bad.exit_code == 2 and "site-policies" in bad.output and "not a sha256" in bad.output, bad.output
+
+
+def test_verify_names_answers_read_from_an_unsigned_reference_cache(
+    tmp_path: Path, keys: dict[str, Path], main_trust: Path
+) -> None:
+    """A reference cache is not signed by anyone: verify says how many answers came from it."""
+    site = weakened(tmp_path / "site", keep="greedy-parity").parent  # one check that asks the reference: quick
+    cache = tmp_path / "cache"
+    run = ("run", STATIC, "-q", "--policy-dir", site, "--reference-cache", cache, "--trust", main_trust)
+    assert gate(*run, "--out", tmp_path / "first").exit_code == 0  # computes and stores the answers
+    assert gate(*run, "--out", tmp_path / "second", "--sign-key", keys["ci.key"]).exit_code == 0  # reads them
+    verified = gate("verify", tmp_path / "second", "--trust", main_trust, "--policy-dir", site)
+    assert verified.exit_code == 0, verified.output
+    assert f"answers from reference cache {cache}/" in verified.output
+    assert "which no run signer signed" in verified.output
