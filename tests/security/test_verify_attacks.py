@@ -101,6 +101,35 @@ def test_verify_a_baseline_signed_under_the_prs_trust_policy_is_not_deployable_u
     assert gate("verify", out, "--trust", pr_trust).exit_code == 0
 
 
+def test_verify_a_baseline_signed_by_a_revoked_run_signer_key_is_not_deployable(
+    tmp_path: Path, keys: dict[str, Path], recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main's own run signer recorded the baseline with a key revoked since before the run."""
+    from gate.trust.keys import generate_keypair
+
+    old_key, old_pub, _ = generate_keypair(tmp_path / "ci-2025")
+    trust = write_trust(tmp_path / "trust.yaml", keys, extra_ci_keys=(old_pub,))
+    baseline = tmp_path / "baseline"
+    shutil.copytree(recorded, baseline)
+    seal_baseline(baseline, old_key, MAIN_SHA)
+    monkeypatch.setenv("GATE_COMMIT", PR_SHA)
+    ledger, out = tmp_path / "audit.sqlite", tmp_path / "out"
+    ran = gate(
+        "run", replay_manifest(tmp_path / "replay.yaml", baseline), "--out", out, "-q", "--sign-key", keys["ci.key"],
+        "--trust", trust, "--baseline-commit", MAIN_SHA, "--ledger", ledger,
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    assert gate("verify", out, "--trust", trust, "--ledger", ledger).exit_code == 0  # not revoked yet
+    revoked = gate(
+        "revoke", "--key-id", old_pub, "--from", "2020-01-01T00:00:00+00:00", "--reason", "leaked",
+        "--key", keys["alice.key"], "--trust", trust, "--ledger", ledger,
+    )  # fmt: skip
+    assert revoked.exit_code == 0, revoked.output
+    words = (f"baseline {baseline}/baseline.json (sha256 {sha(baseline / 'baseline.json')})", "whose key was revoked")
+    not_deployable(gate("verify", out, "--trust", trust, "--ledger", ledger), *words)
+    not_deployable(gate("audit", "trace", PR_SHA, "--trust", trust, "--ledger", ledger), *words)
+
+
 # 2. a baseline main signed for another manifest -------------------------------------------------
 
 
