@@ -13,6 +13,7 @@ import click
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.roles import any_verdict_option, load_roles, trust_options
+from gate.cli.verify import mains_policy_option
 
 
 def _open(ledger_path: Path | None) -> Any:
@@ -147,6 +148,7 @@ def _echo(ok: bool | None, text: str) -> None:
 )
 @trust_options
 @ledger_option
+@mains_policy_option
 @any_verdict_option
 def trace_(
     ref: str,
@@ -155,6 +157,7 @@ def trace_(
     run_keys: tuple[Path, ...],
     approver_keys: tuple[Path, ...],
     ledger_path: Path | None,
+    policy_dirs: tuple[Path, ...],
     any_verdict: bool,
 ) -> None:
     """From a commit (or any digest the ledger recorded) to its dossier, approvals and waivers, verified.
@@ -170,7 +173,7 @@ def trace_(
 
     with user_errors(), _open(ledger_path) as ledger:
         trust = load_roles(trust_path, run_keys, approver_keys)
-        report, traces = trace(ledger, ref, trust=trust, dossier=dossier)
+        report, traces = trace(ledger, ref, trust=trust, dossier=dossier, policy_dirs=list(policy_dirs))
     if not traces:
         echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {MIN_REF}+ characters)", err=True)
         sys.exit(2)
@@ -203,7 +206,11 @@ def trace_(
     else:
         _echo(False, f"ledger: {bad.message}")
     echo("VERIFIED" if ok else "NOT VERIFIED")
-    sys.exit(deploy_exit(all(item.deployable for item in standing_runs(traces)), any_verdict) if ok else 1)
+    standing = standing_runs(traces)
+    not_mains = [line for item in standing if item.check is not None for line in item.check.not_mains]
+    for line in not_mains[1:]:
+        echo(f"  not main's: {line}")
+    sys.exit(deploy_exit(all(item.deployable for item in standing), any_verdict, not_mains) if ok else 1)
 
 
 @command.command("verify")

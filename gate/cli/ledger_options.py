@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
+
+FC = TypeVar("FC", bound=Callable[..., object])
 
 
 def _location(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Path | None:
@@ -13,14 +17,14 @@ def _location(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return None if value is None else ledger_location(value)
 
 
-ledger_option = click.option(
-    "--ledger",
-    "ledger_path",
-    type=str,
-    default=None,
-    callback=_location,
-    help="Audit ledger: an SQLite file, or postgresql://USER@HOST/DB for a ledger shared by a CI fleet "
-    "(see docs/reliability.md). Default: $GATE_LEDGER, else ./.gate/ledger.sqlite.",
+def ledger_option_of(help_text: str) -> Callable[[FC], FC]:
+    """--ledger PATH|URL with its own help (a file, or postgresql://... for a fleet's ledger)."""
+    return click.option("--ledger", "ledger_path", type=str, default=None, callback=_location, help=help_text)
+
+
+ledger_option = ledger_option_of(
+    "Audit ledger: an SQLite file, or postgresql://USER@HOST/DB for a ledger shared by a CI fleet "
+    "(see docs/reliability.md). Default: $GATE_LEDGER, else ./.gate/ledger.sqlite."
 )
 ledger_key_option = click.option(
     "--ledger-key",

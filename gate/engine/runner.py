@@ -538,7 +538,7 @@ def run_manifest(
         if spec.adapter == "recorded" and isinstance(spec.options.get("baseline"), str):
             from gate.trust.baseline import require_trusted_baseline
 
-            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit)
+            require_trusted_baseline(Path(spec.options["baseline"]), trust, options.baseline_commit, manifest.name)
     specs = {p.check: load_check(p.check) for p in plan.checks}
     waivers = None
     ledger = options.ledger_path

@@ -302,8 +302,11 @@ def _check_recorded_files(trace: RunTrace) -> bool:
     return True
 
 
-def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None) -> tuple[AuditReport, list[RunTrace]]:
-    """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by role."""
+def trace(
+    ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None, policy_dirs: list[Path] | None = None
+) -> tuple[AuditReport, list[RunTrace]]:
+    """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by
+    role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies)."""
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
@@ -328,7 +331,15 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
         if _check_recorded_files(item):
             inputs = [ApprovalInput.of_entry(a) for a in item.approvals]
             asked = ref if ref_matches(recorded_commit, ref) else None
-            item.check = check_run(out, trust, commit=asked, revocations=revoked, run_time=run.time, approvals=inputs)
+            item.check = check_run(
+                out,
+                trust,
+                commit=asked,
+                revocations=revoked,
+                run_time=run.time,
+                approvals=inputs,
+                policy_dirs=policy_dirs,
+            )
             judge_waivers(item.check, ledger, trust, run.time)
             signed = item.check.commit
             if recorded_commit and signed != recorded_commit:

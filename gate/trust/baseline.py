@@ -13,7 +13,13 @@ not a JSON object of the baseline format; whose key is not the one recomputed fr
 adapter, options and gate version it states; that is unsigned, whose signature does not verify, or
 whose key is not a run signer of the verifier's trust policy; or that is bound to another commit
 than the one the CI says is main (`main_commit`: `gate run --baseline-commit SHA`, else
-`$GATE_BASELINE_COMMIT`, else the base commit of a GitHub pull_request event).
+`$GATE_BASELINE_COMMIT`, else the base commit of a GitHub pull_request event); or that was signed
+for another manifest than the one replaying it (the header's `manifest`, signed with its reference:
+adapter, model identity and options), naming both.
+
+The run then signs what it replayed (the reference's identity in results.json, `baseline`: its
+sha256, signer key id, commit and manifest), so `gate verify` re-judges the signer under the
+verifier's trust policy (gate.trust.verify_run).
 """
 
 from __future__ import annotations
@@ -133,8 +139,11 @@ def _same_commit(a: str, b: str) -> bool:
     return ref_matches(a, b) or ref_matches(b, a)
 
 
-def require_trusted_baseline(directory: Path, trust: Trust | None, commit: str | None) -> dict[str, Any]:
-    """The baseline's header, when a replay may use it (see the module docstring); else InputError."""
+def require_trusted_baseline(
+    directory: Path, trust: Trust | None, commit: str | None, manifest_name: str | None = None
+) -> dict[str, Any]:
+    """The baseline's header, when a replay may use it (see the module docstring); else InputError.
+    `manifest_name`: the replaying manifest's name, which must be the one the baseline was signed for."""
     from gate.adapters.recorded.header import HEADER
     from gate.trust.signing import verify_statement
 
@@ -164,7 +173,21 @@ def require_trusted_baseline(directory: Path, trust: Trust | None, commit: str |
         )
     if not _same_commit(str(doc.get("commit") or ""), want):
         raise InputError(path, f"recorded for commit {doc.get('commit')}, not main's {want}", field="commit")
+    if manifest_name is not None and doc.get("manifest") != manifest_name:
+        raise InputError(
+            path,
+            f"signed for manifest {doc.get('manifest')!r} (reference {reference_of(doc)}), not for {manifest_name!r}, "
+            "the manifest replaying it: record a baseline for this manifest",
+            field="manifest",
+        )
     return doc
+
+
+def reference_of(doc: Mapping[str, Any]) -> str:
+    """The reference a baseline header was recorded from, in words: adapter, model and key."""
+    identity = doc.get("identity")
+    model = (identity.get("model") or identity.get("name")) if isinstance(identity, Mapping) else None
+    return f"{doc.get('adapter')} {model or '?'}, key {str(doc.get('key'))[:16]}"
 
 
 __all__ = ["main_commit", "read_header", "recording_commit", "require_trusted_baseline", "seal_baseline"]

@@ -25,7 +25,10 @@ A PostgreSQL ledger has no file beside it, so its operator keeps the pin: `$GATE
 a pin file (the same checkpoint, advanced after every append; each CI machine may keep its own,
 each a lower bound), and/or `$GATE_LEDGER_ORIGIN` names the ledger's origin (the uuid in any of its
 checkpoints, `gate audit checkpoint`). With either set, a database that holds no gate ledger (emptied,
-dropped, a mistyped URL) is refused instead of created, and so is one with another origin.
+dropped, a mistyped URL) is refused instead of created, and so is one with another origin; with the
+origin pinned, a ledger that holds no entries is refused too (its entries and checkpoints deleted while
+gate_meta survived would otherwise restart from entry 1). Only a pin file catches a ledger cut back
+to fewer entries than it held (docs/reliability.md, "What each pin catches").
 """
 
 from __future__ import annotations
@@ -373,6 +376,13 @@ class Ledger:
         expected = pinned.origin if pinned is not None else wanted
         if origin != expected:
             raise LedgerError(f"{self.location}: this is ledger {origin}, but {said}: another ledger")
+        if pinned is None and self._store.size() == 0:
+            # an origin is pinned from a ledger's checkpoints (`gate audit checkpoint`), so this one
+            # held entries: they and their checkpoints were deleted, and gate_meta alone survived
+            raise LedgerError(
+                f"{self.location}: ledger {origin} holds no entries, but {said}: its entries were deleted "
+                "(an origin is only known from a ledger that held some); refusing to start it again from entry 1"
+            )
 
     def pinned(self) -> Checkpoint | None:
         """The checkpoint pinned beside this ledger (`verify_chain` holds the ledger to it)."""

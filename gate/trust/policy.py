@@ -13,6 +13,7 @@
     revokers: [alice]            # who may revoke keys and waivers (default: every person)
     required-approvals: 2        # distinct approvers an approximate change needs
     required-waiver-approvals: 1 # distinct signers a waiver of a deny check needs
+    site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
 
 `load_trust` validates the file (one located error line, exit 2) and resolves every key to its key
 id (sha256 of the raw Ed25519 key). Its sha256 (`Trust.digest`) goes into every result and ledger
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gate.core.manifest import Record
 from gate.errors import InputError
@@ -87,6 +88,18 @@ class TrustPolicy(Record):
     """Distinct approvers an approximate change needs before it is APPROVED."""
     required_waiver_approvals: int = Field(default=1, alias="required-waiver-approvals", ge=1, le=20)
     """Distinct signers a waiver of a deny check needs before it applies."""
+    site_policies: list[str] = Field(default_factory=list, alias="site-policies")
+    """sha256 of each site policy file main plans with (`gate verify` / `gate audit trace` without
+    --policy-dir: a run's plan must have been built from the built-in policies and exactly these)."""
+
+    @field_validator("site_policies")
+    @classmethod
+    def _digests(cls, value: list[str]) -> list[str]:
+        out = [v.lower().removeprefix("sha256:") for v in value]
+        bad = [v for v in out if len(v) != 64 or any(c not in "0123456789abcdef" for c in v)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a sha256 (64 hex characters)")
+        return out
 
     @model_validator(mode="after")
     def _names_exist(self) -> TrustPolicy:

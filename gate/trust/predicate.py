@@ -87,6 +87,12 @@ class RunPredicate(BaseModel):
     """When the run started (UTC)."""
     finished_at: str | None = Field(default=None, alias="finishedAt")
     """When it finished (UTC)."""
+    trust_policy: dict[str, Any] | None = Field(default=None, alias="trustPolicy")
+    """The trust policy the run was made under (path, sha256): the verifier re-judges under its own."""
+    baseline: dict[str, Any] | None = None
+    """The recorded reference a replay answered from, as results.json's subject names it (path,
+    sha256, signed_by key id, signed_for_commit, signed_for_manifest, recorded_adapter): the verifier
+    re-judges its signer under its own trust policy."""
     evidence_sha256: str | None = Field(default=None, alias="evidenceSha256")
     """The run's evidence digest (gate.trust.evidence), that an approval binds to; absent in
     statements signed before approvals bound to evidence."""
@@ -131,6 +137,8 @@ class RunPredicate(BaseModel):
                 for c in result.checks
             ],
             counts=counts,
+            trust_policy=result.trust_policy.model_dump(mode="json") if result.trust_policy is not None else None,
+            baseline=replayed_baseline(result.subjects),
             gate_version=result.gate_version,
             started_at=result.started_at,
             finished_at=result.finished_at,
@@ -147,10 +155,19 @@ class RunPredicate(BaseModel):
             raise ValueError(f"predicate is not a gate run predicate ({where}: {first['msg']})") from None
 
     def dump(self) -> dict[str, Any]:
-        """The predicate as signed (camelCase keys; no evidenceSha256 when there is none)."""
-        return self.model_dump(
-            mode="json", by_alias=True, exclude={"evidence_sha256"} if self.evidence_sha256 is None else set()
-        )
+        """The predicate as signed (camelCase keys; no evidenceSha256, trustPolicy or baseline when
+        there is none, so a statement reads as before where they do not apply)."""
+        absent = {"evidence_sha256", "trust_policy", "baseline"}
+        return self.model_dump(mode="json", by_alias=True, exclude={k for k in absent if getattr(self, k) is None})
+
+
+def replayed_baseline(subjects: dict[str, Any]) -> dict[str, Any] | None:
+    """The signed baseline a path answered from (the reference's, as the recorded adapter names it)."""
+    for role in ("reference", "candidate"):
+        found = (subjects.get(role) or {}).get("baseline") if isinstance(subjects.get(role), dict) else None
+        if isinstance(found, dict):
+            return {"role": role, **found}
+    return None
 
 
 __all__ = ["PredicateCheck", "PredicateManifest", "RunPredicate"]

@@ -95,6 +95,9 @@ class RunCheck:
     """Every waived check's waiver counts under the verifier's policy (None: not judged, no ledger)."""
     other_policy: str | None = None
     """The run's own trust policy, when it is not the verifier's (it decides nothing here)."""
+    not_mains: list[str] = field(default_factory=list)
+    """Each input that shaped the verdict and is not main's (a policy file, the baseline), one line
+    naming the file and its digest: the run is then not deployable, whatever it verified as."""
 
     @property
     def ok(self) -> bool:
@@ -127,6 +130,8 @@ class RunCheck:
         that did not verify."""
         if not self.ok:
             return f"NOT VERIFIED (the dossier claims {self.verdict})"
+        if self.not_mains:
+            return f"{self.verdict.upper()} under inputs that are not main's (NOT DEPLOYABLE)"
         if self.verdict != AWAITING:
             return self.verdict.upper() + (self._waiver_note() if self.verdict == PASS_WITH_WAIVERS else "")
         if self.approved:
@@ -146,7 +151,7 @@ class RunCheck:
     def deployable(self) -> bool:
         """Verified, and a verdict a deploy may ship: pass, approved, or pass-with-waivers whose
         waivers all count under the verifier's policy (waivers inside an approved change too)."""
-        if not self.ok:
+        if not self.ok or self.not_mains:
             return False
         waivers_hold = not self.waived or self.waivers_count is True
         if self.verdict == AWAITING:
@@ -178,8 +183,14 @@ def check_run(
     revocations: Revocations | None = None,
     run_time: str | None = None,
     approvals: list[ApprovalInput] | None = None,
+    policy_dirs: list[Path] | None = None,
 ) -> RunCheck:
     """Verify DIR's attestation, commit, manifest and approvals by role (see the module docstring).
+
+    `policy_dirs`: main's site policies (`--policy-dir`, as the verifier names them; none: the
+    built-in policies and the trust policy's `site-policies` digests are main's). The policy files
+    and the baseline the run used are re-judged as main's (`_check_mains`): any other makes the run
+    not deployable.
 
     `run_time`: when the run was signed (its ledger entry's time), for revocations; None: unknown,
     so a signature by a revoked key never counts. `approvals`: the records to judge (the ledger's,
@@ -224,6 +235,7 @@ def check_run(
     _check_results(out, trust)
     for line in out.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
         add(Finding(None, f"the run's plan was changed by a {line}" if out.site_policy else line))
+    _check_mains(out, trust, revoked, run_time, policy_dirs or [])
     _check_binding(out, commit, manifest_sha256)
     run_signers = {s.keyid: signers[s.keyid].public_key for s in counted if s.keyid in signers}
     _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by], run_signers)
@@ -293,6 +305,82 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
                 f"{trust.path} (sha256 {trust.sha256[:16]}): every signature here is judged under the verifier's",
             )
         )
+
+
+def _check_mains(
+    out: RunCheck, trust: Trust, revoked: Revocations, run_time: str | None, policy_dirs: list[Path]
+) -> None:
+    """Every file that shaped the verdict, judged as main's: the policy files the plan was built from
+    must be main's (the built-in ones and `policy_dirs`, by sha256, none missing, none added), and a
+    replayed baseline must be signed by a run signer of the verifier's trust policy, not revoked, for
+    this manifest. Each one that is not adds a line to `out.not_mains` (not deployable)."""
+    from gate.core.policy import load_policies
+
+    pred = out.predicate or RunPredicate()
+    refuse = out.not_mains.append
+    mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
+    named = "the built-in policies" + "".join(f" + {d}" for d in policy_dirs)
+    listed = trust.policy.site_policies if not policy_dirs else []
+    if listed:
+        mains.update({digest: f"(site-policies of {trust.path})" for digest in listed})
+        named += f" + the site-policies of {trust.path}"
+    signed = {str(p.get("sha256")): str(p.get("path")) for p in pred.policies}
+    for digest, path in signed.items():
+        if digest not in mains:
+            refuse(
+                f"policy {path} (sha256 {digest}): the run's plan was built from it, "
+                f"not one of main's policy files ({named})"
+            )
+    for digest, path in mains.items():
+        if digest not in signed:
+            refuse(f"policy {path} (sha256 {digest}): main's policy file took no part in the run's plan")
+    if not out.not_mains:
+        out.findings.append(Finding(True, f"the plan was built from main's policy files ({named}), by sha256"))
+    results = read_results(out.directory)
+    stored = (results.baseline or {}) if results is not None else {}
+    if stored.get("kind") == "reference cache" and stored.get("answers_read"):
+        out.findings.append(
+            Finding(
+                None,
+                f"the reference read {stored.get('answers_read')} answers from reference cache {stored.get('path')}, "
+                "which no run signer signed (only a recorded baseline's signer is judged here)",
+            )
+        )
+    baseline = pred.baseline
+    if baseline is None:
+        from gate.trust.predicate import replayed_baseline
+
+        baseline = replayed_baseline(results.subjects) if results is not None else None
+    if baseline is not None:
+        _check_baseline(out, trust, revoked, run_time, baseline)
+
+
+def _check_baseline(
+    out: RunCheck, trust: Trust, revoked: Revocations, run_time: str | None, baseline: dict[str, object]
+) -> None:
+    """The replayed baseline's signer is a run signer of the verifier's trust policy, not revoked,
+    and it was signed for the run's manifest (the run's own trust policy decided it there)."""
+    where = f"baseline {baseline.get('path')}/baseline.json (sha256 {baseline.get('sha256')})"
+    signer = str(baseline.get("signed_by") or "")
+    gone = revoked.key(signer, run_time) if signer else None
+    if not signer:
+        problem = "it names no signer"
+    elif trust.run_signer_problem(signer) is not None:
+        problem = f"signed by {_label(trust, signer)}, not a run signer of {trust.path}"
+    elif gone is not None:
+        problem = f"signed by {_label(trust, signer)}, whose key was {gone.says()}"
+    elif baseline.get("signed_for_manifest") != out.manifest.name:
+        problem = f"signed for manifest {baseline.get('signed_for_manifest')!r}, not {out.manifest.name!r}"
+    else:
+        out.findings.append(
+            Finding(
+                True,
+                f"{where}: signed by {_label(trust, signer)}, a run signer, "
+                f"for commit {baseline.get('signed_for_commit')}",
+            )
+        )
+        return
+    out.not_mains.append(f"{where}: {problem}")
 
 
 def read_results(directory: Path) -> GateResult | None:

@@ -240,9 +240,12 @@ def test_an_approval_names_the_site_policy_that_dropped_the_envelope_checks(
     assert "checks dropped: quality-slices, reset-isolation, invalidation" in approved.output
     assert "every envelope held" not in (out / "dossier.approved.md").read_text()
     assert "no check judged the claim's envelopes" in (out / "dossier.approved.md").read_text()
-    traced = gate("audit", "trace", COMMIT, "--ledger", ledger, "--trust", trust)
+    # the site policy is main's here: the verifier names it, so the trace judges the plan as main's
+    traced = gate("audit", "trace", COMMIT, "--ledger", ledger, "--trust", trust, "--policy-dir", site)
     assert traced.exit_code == 0, traced.output
     assert "site policy site-lax@1" in traced.output and "checks dropped: quality-slices" in traced.output
+    # without it, main's policies are the built-in ones, which this plan was not built from
+    assert gate("audit", "trace", COMMIT, "--ledger", ledger, "--trust", trust).exit_code == 7
     entry = json.loads(gate("audit", "list", "--json", "--kind", "approval", "--ledger", ledger).output)
     assert "site-lax@1" in entry["site_policy"][0]
 

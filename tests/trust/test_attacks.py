@@ -490,7 +490,7 @@ def _baseline(root: Path, key: Path | None, commit: str = MAIN_SHA, entries: dic
     header = {
         "format": FORMAT, "key": reference_key(identity, "reference", {}), "identity": identity,
         "adapter": "reference", "options": {}, "gate_version": gate_pkg.__version__, "gate_commit": None,
-        "manifest": "main", "entries": entries or {"q" * 64: {"sha256": "0" * 64, "shape": [1, 2], "question": "x"}},
+        "manifest": "replay", "entries": entries or {"q" * 64: {"sha256": "0" * 64, "shape": [1, 2], "question": "x"}},
         "shape": {"name": "reference", "vocab_size": 256, "max_len": 512, "uses_cache": True, "dtype": "float32"},
     }  # fmt: skip
     root.mkdir(parents=True)

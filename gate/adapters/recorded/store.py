@@ -202,6 +202,9 @@ class StoredPath:
             "gate_commit": header.get("gate_commit"),
             "gate_version": header.get("gate_version"),
             "recorded_adapter": header.get("adapter"),
+            "signed_for_manifest": header.get("manifest"),
+            "signed_for_commit": header.get("commit"),
+            "signed_by": signature.get("keyid") if isinstance(signature := header.get("signature"), dict) else None,
         }
         return {**header.get("identity", {}), "baseline": baseline}
 
