@@ -291,6 +291,7 @@ def carry_over(
     An approval counts as it does in `gate verify`: signed by its key, for the same evidence, by an
     approver of this intervention and claim under the name given, not the run's key, not revoked.
     """
+    from gate.trust.landing import approval_landing
     from gate.trust.policy import find_trust
     from gate.trust.waivers import require_verified
 
@@ -309,10 +310,14 @@ def carry_over(
         require_verified(ledger, "no approval in it can be trusted")
         revoked = read_revocations(ledger, trust)
         for entry in ledger.entries(APPROVAL_KIND):
-            if entry.body.get("evidence_sha256") != run.evidence:
-                continue
             found = ApprovalRecord.of_entry(entry.body)
-            check = verify_approval(found, expected_statement=run.sha256, expected_evidence=run.evidence)
+            evidence, landed = run.evidence, None
+            if entry.body.get("evidence_sha256") != run.evidence:
+                landed = approval_landing(found, directory, run.commit)  # of the commit this one lands
+                if landed is None or landed.evidence != entry.body.get("evidence_sha256"):
+                    continue
+                evidence = landed.evidence
+            check = verify_approval(found, expected_statement=run.sha256, expected_evidence=evidence)
             problems = approval_problems(check, trust, revoked, entry.time, [run_key])
             if problems:
                 notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
@@ -324,6 +329,8 @@ def carry_over(
             assert found is not None  # it verified
             found.ledger = receipt(ledger, entry, checkpoint)
             records[check.keyid] = found
+            if landed is not None:
+                notes.append(f"{landed.says(f'approval #{entry.seq}')}: it counts for this run")
             names[check.keyid] = trust.name_of(check.keyid) or check.approver
             seqs[check.keyid] = entry.seq
     carried = Carried(sorted(set(names.values())), trust.policy.required_approvals, sorted(seqs.values()), notes, [])

@@ -306,7 +306,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
     """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by role.
 
     A commit no run names may land runs' commits (merge, squash, rebase: gate.trust.landing)."""
-    from gate.trust.landing import landed_runs
+    from gate.trust.landing import landed_approvals, landed_runs, run_commit
 
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
@@ -329,6 +329,7 @@ def trace(ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None
                 continue
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
         item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
+        item.approvals += landed_approvals(ledger.entries(APPROVAL_KIND), item.approvals, out, run_commit(run))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
         if run.seq in landed:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gate.trust.approvals import ApprovalRecord
     from gate.trust.ledger import Entry
 
 GIT_TIMEOUT_S = 30
@@ -136,6 +137,12 @@ def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -
     return AskedCommit(None, other=f"the signed statement is for commit {signed}, not {asked}: {why}")
 
 
+def run_commit(run: Entry) -> str | None:
+    """The commit a run entry records."""
+    commit = (run.body.get("change") or {}).get("commit")
+    return str(commit) if commit else None
+
+
 def landed_runs(runs: Iterable[Entry], ref: str, repo: Path | None = None) -> dict[int, Landing]:
     """The run entries (by number) whose signed-for commit `ref` lands, when `ref` is a commit git
     knows here (`gate audit trace MERGE_SHA`: the runs of the pull request's head)."""
@@ -144,15 +151,94 @@ def landed_runs(runs: Iterable[Entry], ref: str, repo: Path | None = None) -> di
     seen: dict[str, Landing | None] = {}
     found: dict[int, Landing] = {}
     for run in runs:
-        commit = (run.body.get("change") or {}).get("commit")
+        commit = run_commit(run)
         if not commit:
             continue
         if commit not in seen:
-            seen[commit] = landing(str(commit), ref, repo)[0]
+            seen[commit] = landing(commit, ref, repo)[0]
         hit = seen[commit]
         if hit is not None:
             found[run.seq] = hit
     return found
 
 
-__all__ = ["AskedCommit", "Landing", "asked_commit", "landed_runs", "landing", "resolve"]
+@dataclass(frozen=True)
+class LandedApproval:
+    """An approval of the commit a run's commit lands: the run's evidence with its commit put back
+    to the approved one (`evidence`, what the approval must name), and how it landed."""
+
+    evidence: str
+    landing: Landing
+
+    def says(self, label: str) -> str:
+        return f"{label} of {self.landing.judged}, landed by {self.landing.how}"
+
+
+def approval_landing(record: ApprovalRecord | None, directory: Path, commit: str | None) -> LandedApproval | None:
+    """When the approval `record` approved another commit (same manifest) that `commit`, the commit of
+    the run in DIR, lands (git, here): DIR's evidence digest recomputed with the approved commit in
+    place of its own. The approval counts only if it names exactly that digest (`verify_approval`
+    checks it with its signature): everything but the commit must be what the approver signed."""
+    from gate.trust.approvals import ApprovalPredicate, ApprovalRefused, read_run_statement
+    from gate.trust.attest import parse_statement
+
+    if record is None or not commit or not record.evidence_sha256:
+        return None
+    try:
+        pred = ApprovalPredicate.model_validate(parse_statement(record.envelope.payload_bytes()).predicate)
+        run = read_run_statement(directory)
+    except (ValueError, ApprovalRefused):  # ValidationError is a ValueError
+        return None
+    if not pred.commit or pred.commit == commit or pred.manifest.sha256 != run.predicate.manifest.sha256:
+        return None
+    found, _why = landing(pred.commit, commit)
+    if found is None:
+        return None
+    evidence = evidence_as_of(directory, run.statement.files(), pred.commit)
+    return LandedApproval(evidence, found) if evidence else None
+
+
+def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
+    """The approval entries, beyond `have`, of a commit that `commit` (the run in DIR) lands with
+    the same evidence but the commit (`gate audit trace` of a run re-gated at the landed commit)."""
+    from gate.trust.approvals import ApprovalRecord
+
+    known = {e.seq for e in have}
+    found = []
+    for entry in approvals:
+        if entry.seq in known:
+            continue
+        landed = approval_landing(ApprovalRecord.of_entry(entry.body), directory, commit)
+        if landed is not None and landed.evidence == entry.body.get("evidence_sha256"):
+            found.append(entry)
+    return found
+
+
+def evidence_as_of(directory: Path, files: dict[str, str], commit: str) -> str | None:
+    """The evidence digest of DIR's signed results and sample files with the change's commit set to
+    `commit` (None: no readable results.json)."""
+    import json
+
+    from gate.trust.evidence import evidence_digest
+
+    try:
+        results = json.loads((directory / "results.json").read_bytes())
+        results["manifest"]["change"]["commit"] = commit
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return evidence_digest(results, files)
+
+
+__all__ = [
+    "AskedCommit",
+    "LandedApproval",
+    "Landing",
+    "approval_landing",
+    "asked_commit",
+    "evidence_as_of",
+    "landed_approvals",
+    "landed_runs",
+    "landing",
+    "resolve",
+    "run_commit",
+]

@@ -5,7 +5,9 @@ throwaway repository; main moves on. Then each way GitHub lands it makes a new c
 deploy job of docs/audit.md (its `run:` lines, in a full clone, GITHUB_SHA the landed commit) runs
 on the head's dossier: (a) a merge commit, (b) a squash, (c) a rebase deploy without a second
 approval; (d) a commit pushed after the approval, merged, and (e) a sibling branch do not (exit 8,
-both commits named). One run's dossier serves every case.
+both commits named). One run's dossier serves every case. Then the merge commit is gated again:
+the head's approval counts for it (APPROVED, exit 0; its verify and trace too), and a run of the
+later push still awaits one.
 """
 
 from __future__ import annotations
@@ -115,6 +117,24 @@ def test_an_approval_follows_the_change_it_approved_and_nothing_else(stack: Stac
         assert (shipped, codes) == (False, [8]), f"{name}: {codes}\n{said}"
         assert f"OTHER COMMIT: dossier: the signed statement is for commit {head}, not {commit}" in said, said
         assert "APPROVED" not in said, said
+
+    # re-gated at the landed commit: the approval of the head counts (same evidence but the commit);
+    # re-gated after a later push: it does not
+    run = f"--sign-key {ci} --ledger {ledger} --trust trust.yaml"
+    s.git("checkout", "-q", "land-merge")
+    s.env["GITHUB_SHA"] = merged
+    out = s.gate(f"gate run ci/kv-int8.yaml --out out/merged {run}", expect=0)
+    assert "verdict: APPROVED by alice" in out, out
+    assert f"of {head}, landed by merge {merged[:12]} of {head[:12]}" in out, out
+    out = s.gate(f"gate verify out/merged --trust trust.yaml --commit {merged} --ledger {ledger}", expect=0)
+    assert f"landed by merge {merged[:12]}" in out and "APPROVED by alice" in out, out
+    out = s.gate(f"gate audit trace {merged} --trust trust.yaml --ledger {ledger}", expect=0)
+    assert out.rstrip().endswith("VERIFIED") and "status    APPROVED by alice" in out, out
+    s.git("checkout", "-q", "land-after")
+    s.env["GITHUB_SHA"] = after
+    out = s.gate(f"gate run ci/kv-int8.yaml --out out/after {run}", expect=4)
+    assert "verdict: AWAITING APPROVAL" in out and "landed by" not in out, out
+
     # a commit no clone knows is said so, and is no landing either
     shipped, codes, said = deploy(s, "head", dossier, ledger, head)
     assert (shipped, codes) == (True, [0, 0, 0]), said
