@@ -38,3 +38,34 @@ def test_action_yml_verdicts_output_names_every_verdict_the_run_step_reports() -
     assert reported <= named, sorted(reported - named)
     run_sh = (ACTION.parent / "action" / "run.sh").read_text()
     assert "verdict=approved" in run_sh and "verdict=bad-input" in run_sh
+
+
+README = ACTION.parent / "README.md"
+
+
+def readme_lines(*verbs: str) -> list[tuple[str, int]]:
+    """README's `gate VERB ...` command lines (comment stripped) with the exit code they say (`# exit N`)."""
+    found = []
+    for line in README.read_text().splitlines():
+        command, _, comment = line.partition("  #")
+        said = re.match(r"\s*exit (\d+)", comment)
+        if any(command.startswith(f"gate {verb} ") for verb in verbs):
+            found.append((command.strip(), int(said.group(1)) if said else 0))
+    return found
+
+
+def test_readme_validate_and_keygen_lines_run_as_printed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    lines = readme_lines("validate", "keygen")
+    assert [c for c, _ in lines if c.startswith("gate keygen --out key")], lines
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for command, expect in lines:
+        where = tmp_path if command.startswith("gate keygen") else ACTION.parent  # keys land in tmp
+        done = subprocess.run(["bash", "-c", command], cwd=where, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == expect, f"{command}: exit {done.returncode}\n{done.stdout}{done.stderr}"
+    assert (tmp_path / "key.key").is_file() and (tmp_path / "key.pub").is_file()
+    rejected = [p for p in (ACTION.parent / "examples").glob("*.yaml") if "gate-expect: rejected" in p.read_text()]
+    assert len(rejected) == 3 and all(p.read_text().startswith("# gate-expect: rejected") for p in rejected)
