@@ -377,7 +377,7 @@ def _check_approvals(
             counted[check.keyid] = identity.public_key
         carried = (
             f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "
-            f"sha256:{evidence[:16]}, so it carries over)"
+            f"sha256:{check.evidence_sha256[:16]}{', its commit put back' if landed else ''}, so it carries over)"
             if check.carried
             else ""
         )
