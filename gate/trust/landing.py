@@ -89,11 +89,13 @@ def landing(judged: str, landed: str, repo: Path | None = None) -> tuple[Landing
     if len(parents) > 1:
         if old in parents[1:]:
             return Landing(old, new, f"merge {new[:12]} of {old[:12]} into {parents[0][:12]}"), ""
-        return None, f"merge {new[:12]} merges {', '.join(p[:12] for p in parents[1:])}, not {old[:12]}"
+        later = [p[:12] for p in parents[1:] if _git(where, "merge-base", "--is-ancestor", old, p) is not None]
+        since = f" ({', '.join(later)} has commits after it: changed since it was verified)" if later else ""
+        return None, f"merge {new[:12]} merges {', '.join(p[:12] for p in parents[1:])}, not {old[:12]}{since}"
     if not parents:
         return None, f"commit {new[:12]} has no parent, so it lands no change"
     if _git(where, "rev-parse", f"{old}^{{tree}}") == _git(where, "rev-parse", f"{new}^{{tree}}"):
-        return Landing(old, new, f"{new[:12]} has the same tree as {old[:12]}"), ""
+        return Landing(old, new, f"same tree: {new[:12]} holds exactly the files of {old[:12]}"), ""
     base = _git(where, "merge-base", old, new)
     if base is None or base == old:
         return None, f"{new[:12]} does not hold the change of {old[:12]} as it was verified"

@@ -117,6 +117,7 @@ def test_an_approval_follows_the_change_it_approved_and_nothing_else(stack: Stac
         assert (shipped, codes) == (False, [8]), f"{name}: {codes}\n{said}"
         assert f"OTHER COMMIT: dossier: the signed statement is for commit {head}, not {commit}" in said, said
         assert "APPROVED" not in said, said
+        assert ("changed since it was verified" in said) == (name == "after"), said
 
     # re-gated at the landed commit: the approval of the head counts (same evidence but the commit);
     # re-gated after a later push: it does not
