@@ -323,7 +323,7 @@ def carry_over(
             found = ApprovalRecord.of_entry(entry.body)
             evidence, landed = run.evidence, None
             if entry.body.get("evidence_sha256") != run.evidence:
-                landed = approval_landing(found, directory, run.commit)  # of the commit this one lands
+                landed = approval_landing(found, directory, run.commit, run)  # of the commit this one lands
                 if landed is None or landed.evidence != entry.body.get("evidence_sha256"):
                     continue
                 evidence = landed.evidence

@@ -20,6 +20,7 @@ runs in (`git -C CWD`), never a network; a commit it does not know is said so.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gate.trust.approvals import ApprovalRecord
+    from gate.trust.approvals import ApprovalRecord, RunStatement
     from gate.trust.ledger import Entry
 
 GIT_TIMEOUT_S = 30
@@ -83,6 +84,12 @@ def landing(judged: str, landed: str, repo: Path | None = None) -> tuple[Landing
         return None, f"git does not know commit {landed} in {where} (a deploy job needs a full clone)"
     if old is None:
         return None, f"git does not know the verified commit {judged} in {where} (fetch it: a full clone)"
+    return _relation(old, new, where)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relation(old: str, new: str, where: Path) -> tuple[Landing | None, str]:
+    """`landing` between two full shas (what git says about them never changes: cached)."""
     if old == new:
         return Landing(old, new, "the same commit"), ""
     parents = (_git(where, "rev-list", "--parents", "-n", "1", new) or "").split()[1:]
@@ -176,7 +183,9 @@ class LandedApproval:
         return f"{label} of {self.landing.judged}, landed by {self.landing.how}"
 
 
-def approval_landing(record: ApprovalRecord | None, directory: Path, commit: str | None) -> LandedApproval | None:
+def approval_landing(
+    record: ApprovalRecord | None, directory: Path, commit: str | None, run: RunStatement | None = None
+) -> LandedApproval | None:
     """When the approval `record` approved another commit (same manifest) that `commit`, the commit of
     the run in DIR, lands (git, here): DIR's evidence digest recomputed with the approved commit in
     place of its own. The approval counts only if it names exactly that digest (`verify_approval`
@@ -188,7 +197,7 @@ def approval_landing(record: ApprovalRecord | None, directory: Path, commit: str
         return None
     try:
         pred = ApprovalPredicate.model_validate(parse_statement(record.envelope.payload_bytes()).predicate)
-        run = read_run_statement(directory)
+        run = run or read_run_statement(directory)
     except (ValueError, ApprovalRefused):  # ValidationError is a ValueError
         return None
     if not pred.commit or pred.commit == commit or pred.manifest.sha256 != run.predicate.manifest.sha256:
@@ -203,14 +212,18 @@ def approval_landing(record: ApprovalRecord | None, directory: Path, commit: str
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
     """The approval entries, beyond `have`, of a commit that `commit` (the run in DIR) lands with
     the same evidence but the commit (`gate audit trace` of a run re-gated at the landed commit)."""
-    from gate.trust.approvals import ApprovalRecord
+    from gate.trust.approvals import ApprovalRecord, ApprovalRefused, read_run_statement
 
+    try:
+        run = read_run_statement(directory)
+    except ApprovalRefused:
+        return []
     known = {e.seq for e in have}
     found = []
     for entry in approvals:
         if entry.seq in known:
             continue
-        landed = approval_landing(ApprovalRecord.of_entry(entry.body), directory, commit)
+        landed = approval_landing(ApprovalRecord.of_entry(entry.body), directory, commit, run)
         if landed is not None and landed.evidence == entry.body.get("evidence_sha256"):
             found.append(entry)
     return found
