@@ -218,6 +218,8 @@ def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: P
         run = read_run_statement(directory)
     except ApprovalRefused:
         return []
+    if run.predicate.verdict != "awaiting-approval":
+        return []  # only an approximate change's run counts approvals
     known = {e.seq for e in have}
     found = []
     for entry in approvals:
