@@ -16,6 +16,9 @@ could run or show anything, a required deny check could not run, wanted lengths 
 red job by default (`unproven: deny`)."""
 EXIT_NOT_DEPLOYABLE = 7
 """`gate verify` / `gate audit trace`: authentic, but not a verdict a deploy may ship (`--any-verdict`: 0)."""
+EXIT_OTHER_COMMIT = 8
+"""`gate verify --commit X`: an authentic dossier of another commit, which X does not land unchanged
+(gate.trust.landing): not a forgery (exit 1), not this commit's evidence either."""
 # an engine behind HTTP (gate.adapters.openai): each way it can fail has its own code
 EXIT_ENGINE_NOT_READY = 10
 EXIT_ENGINE_PORT_IN_USE = 11

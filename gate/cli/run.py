@@ -196,6 +196,11 @@ def command(
     if not batch and (executor != "local" or address is not None or retries is not None):
         raise click.UsageError("--executor, --address and --retries apply to a batch (several manifests or --matrix)")
     ledger, why = run_ledger_choice(ledger_path)
+    if sign_key is not None:  # a key the trust policy or the ledger refuses: exit 2 before running
+        from gate.trust.key_refusal import check_sign_key
+
+        with user_errors():
+            check_sign_key(sign_key, trust_path, ledger)
     if batch and ledger is not None:
         echo(f"ledger: every run of the batch records into {ledger} ({why})", err=True)
     options = RunOptions(

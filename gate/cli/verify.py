@@ -11,6 +11,7 @@ import click
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option_of
 from gate.cli.roles import any_verdict_option, load_roles, trust_options
+from gate.errors import EXIT_OTHER_COMMIT
 
 mains_policy_option = click.option(
     "--policy-dir",
@@ -55,15 +56,21 @@ def command(
     APPROVED, or PASS WITH WAIVERS whose waivers count under this trust policy: needs --ledger),
     7 when valid but not deployable (0 with --any-verdict), or when a file that shaped the verdict is
     not main's (a policy file not among main's --policy-dir, a baseline not signed by a run signer
-    of --trust): one line naming it and its digest; 1 when not valid (each problem named), 2 for
-    usage errors.
+    of --trust): one line naming it and its digest; 8 when valid but the dossier of another commit
+    than --commit; 1 when not valid (each problem named), 2 for usage errors.
+
+    --commit may name the commit that landed the dossier's commit (merge commit, squash or rebase
+    of the same change, read from the git repository gate runs in): it is verified as landed.
     """
     from gate._util.digest import sha256_file
-    from gate.trust.verify_run import check_run
+    from gate.trust.landing import asked_commit
+    from gate.trust.verify_run import Finding, check_run
 
     with user_errors():
         trust = load_roles(trust_path, run_keys, approver_keys)
         mains = list(policy_dirs)
+        asked = asked_commit(directory, commit)
+        commit = asked.bind
         if ledger_path is None:
             checked = check_run(
                 directory,
@@ -74,15 +81,22 @@ def command(
             )
         else:
             checked = _with_ledger(ledger_path, directory, trust, commit, manifest_path, mains)
+    if asked.landed is not None:
+        checked.findings.insert(0, Finding(True, asked.landed.text))
     for finding in checked.findings:
         mark = {True: "ok  ", False: "FAIL", None: "note"}[finding.ok]
         echo(f"{mark} {finding.text}", err=finding.ok is False)
+    if checked.ok and asked.other is not None:
+        echo(f"OTHER COMMIT: {directory}: {asked.other}", err=True)
+        sys.exit(EXIT_OTHER_COMMIT)
     for line in checked.not_mains[1:]:
         echo(f"not main's: {line}")
     if checked.ok:
         echo(f"verified: {directory}: {checked.summary()}")
         sys.exit(deploy_exit(checked.deployable, any_verdict, checked.not_mains))
-    bad = sum(1 for f in checked.findings if f.ok is False)
+    if asked.other is not None:
+        echo(f"FAIL {asked.other}", err=True)
+    bad = sum(1 for f in checked.findings if f.ok is False) + (asked.other is not None)
     echo(f"INVALID: {directory}: {bad} problem(s)", err=True)
     sys.exit(1)
 

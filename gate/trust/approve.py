@@ -117,6 +117,11 @@ def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
     return found
 
 
+def _signer(keyid: str, name: str | None) -> str:
+    """A run signer's label, one per key (a person may hold several: a rotated CI key)."""
+    return f"{name} (key {keyid[:16]})" if name else keyid
+
+
 def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> list[str]:
     """Verify the dossier against the run signers' keys and require an awaiting-approval verdict.
 
@@ -150,23 +155,28 @@ def approve(
     """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify.
 
     `trust`: the trust policy (None: $GATE_TRUST, else ./trust.yaml; none found is an InputError)."""
+    from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
+
     if trust is None:
         from gate.trust.policy import require_trust
 
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
+    unknown = unknown_key(trust, mine)  # before the name: a stranger's key has none to default to
+    if unknown:
+        raise ApprovalRefused(f"{key_path}: {unknown}: approve with an approver's key")
     approver = approver if approver is not None else trust.name_of(mine)
     if not approver or not approver.strip() or not reason.strip():
         raise ApprovalRefused("an approval needs an approver name and a reason (non-blank)")
     with dossier_lock(directory):
         run = read_run_statement(directory)
-        bad = trust.approver_problem(mine, approver, run.predicate.intervention, run.predicate.claim_level)
+        bad = approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level)
         if bad:
-            raise ApprovalRefused(f"{bad} (trust policy {trust.path})")
+            raise ApprovalRefused(f"{key_path}: {bad}")
         if not (is_url(ledger_path) or ledger_path.is_file()):
             # no ledger yet, so no revocation: refuse what can be refused before creating one
-            check_approvable(directory, {i.name or k: i.public_key for k, i in trust.run_signer_keys().items()})
+            check_approvable(directory, {_signer(k, i.name): i.public_key for k, i in trust.run_signer_keys().items()})
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
             chain = verify_chain(ledger)
             first = chain.first_bad()
@@ -175,7 +185,7 @@ def approve(
             revoked = read_revocations(ledger, trust)
             run_entry = find_run_entry(ledger, run.sha256)
             run_keys = {
-                i.name or k: i.public_key
+                _signer(k, i.name): i.public_key
                 for k, i in trust.run_signer_keys().items()
                 if revoked.key(k, run_entry.time if run_entry else None) is None
             }
@@ -186,7 +196,7 @@ def approve(
                 )
             gone = revoked.key(mine, now_utc())
             if gone is not None:
-                raise ApprovalRefused(f"key {mine[:16]} was {gone.says()}")
+                raise ApprovalRefused(f"{key_path}: {revoked_refusal(trust, mine, gone, revoked)}")
             entry, reused, record = _append_or_reuse(
                 ledger, run, run_entry, directory, key, approver, reason, signers, trust
             )
@@ -291,6 +301,7 @@ def carry_over(
     An approval counts as it does in `gate verify`: signed by its key, for the same evidence, by an
     approver of this intervention and claim under the name given, not the run's key, not revoked.
     """
+    from gate.trust.landing import approval_landing
     from gate.trust.policy import find_trust
     from gate.trust.waivers import require_verified
 
@@ -309,10 +320,14 @@ def carry_over(
         require_verified(ledger, "no approval in it can be trusted")
         revoked = read_revocations(ledger, trust)
         for entry in ledger.entries(APPROVAL_KIND):
-            if entry.body.get("evidence_sha256") != run.evidence:
-                continue
             found = ApprovalRecord.of_entry(entry.body)
-            check = verify_approval(found, expected_statement=run.sha256, expected_evidence=run.evidence)
+            evidence, landed = run.evidence, None
+            if entry.body.get("evidence_sha256") != run.evidence:
+                landed = approval_landing(found, directory, run.commit, run)  # of the commit this one lands
+                if landed is None or landed.evidence != entry.body.get("evidence_sha256"):
+                    continue
+                evidence = landed.evidence
+            check = verify_approval(found, expected_statement=run.sha256, expected_evidence=evidence)
             problems = approval_problems(check, trust, revoked, entry.time, [run_key])
             if problems:
                 notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
@@ -324,6 +339,8 @@ def carry_over(
             assert found is not None  # it verified
             found.ledger = receipt(ledger, entry, checkpoint)
             records[check.keyid] = found
+            if landed is not None:
+                notes.append(f"{landed.says(f'approval #{entry.seq}')}: it counts for this run")
             names[check.keyid] = trust.name_of(check.keyid) or check.approver
             seqs[check.keyid] = entry.seq
     carried = Carried(sorted(set(names.values())), trust.policy.required_approvals, sorted(seqs.values()), notes, [])

@@ -306,12 +306,18 @@ def trace(
     ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None, policy_dirs: list[Path] | None = None
 ) -> tuple[AuditReport, list[RunTrace]]:
     """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by
-    role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies)."""
+    role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies).
+
+    A commit no run names may land runs' commits (merge, squash, rebase: gate.trust.landing)."""
+    from gate.trust.landing import landed_approvals, landed_runs, run_commit
+
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
     held: list[Checkpoint] = []
     runs = find_runs(ledger, ref)
+    landed = {} if runs else landed_runs(ledger.entries(RUN_KIND), ref)  # a merge/squash/rebase of them
+    runs = runs or [e for e in ledger.entries(RUN_KIND) if e.seq in landed]
     for run in runs:
         out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
         item = RunTrace(run=run, dossier=out)
@@ -326,8 +332,11 @@ def trace(
                 continue
         statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
         item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
+        item.approvals += landed_approvals(ledger.entries(APPROVAL_KIND), item.approvals, out, run_commit(run))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
+        if run.seq in landed:
+            item.findings.append(Finding(True, landed[run.seq].text))
         if _check_recorded_files(item):
             inputs = [ApprovalInput.of_entry(a) for a in item.approvals]
             asked = ref if ref_matches(recorded_commit, ref) else None

@@ -39,6 +39,7 @@ from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.revocation import Revocations
 
 if TYPE_CHECKING:
+    from gate.trust.landing import LandedApproval
     from gate.trust.ledger import Entry
 
 _E = TypeVar("_E", bound=Enum)
@@ -453,14 +454,16 @@ def _check_approvals(
         ]
     counted: dict[str, Ed25519PublicKey] = {}
     for item in approvals:
+        landed = _landed(item.record, out)  # an approval of the commit this run's commit lands
         check = verify_approval(
             item.record,
             expected_statement=out.statement_sha256,
-            expected_evidence=evidence or None,
+            expected_evidence=(landed.evidence if landed else evidence) or None,
             directory=out.directory,
         )
         problems = approval_problems(check, trust, revoked, item.at, run_keyids)
-        who = f"{item.label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
+        label = landed.says(item.label) if landed else item.label
+        who = f"{label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
         if problems:
             add(Finding(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}"))
             continue
@@ -472,7 +475,7 @@ def _check_approvals(
             counted[check.keyid] = identity.public_key
         carried = (
             f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "
-            f"sha256:{evidence[:16]}, so it carries over)"
+            f"sha256:{check.evidence_sha256[:16]}{', its commit put back' if landed else ''}, so it carries over)"
             if check.carried
             else ""
         )
@@ -484,6 +487,16 @@ def _check_approvals(
         add(Finding(True, f"{name}: sha256 matches the signed approved-dossier statement"))
     for problem in problems:
         add(Finding(False, problem))
+
+
+def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | None:
+    """gate.trust.landing.approval_landing, for an approval that names other evidence than this run's."""
+    from gate.trust.landing import approval_landing
+
+    evidence = out.predicate.evidence_sha256 if out.predicate is not None else None
+    if record is None or record.evidence_sha256 in (None, evidence):
+        return None
+    return approval_landing(record, out.directory, out.commit)
 
 
 def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:

@@ -19,6 +19,7 @@ from gate._util.clock import now_utc
 from gate.cli.main import cli
 from gate.core.result import GateResult, Verdict
 from gate.engine.pipeline import write_outputs
+from gate.errors import EXIT_OTHER_COMMIT
 from gate.trust.approvals import (
     APPROVAL_FILE,
     APPROVAL_KIND,
@@ -79,9 +80,9 @@ def test_replay_an_old_signed_dossier_as_another_commit(
     traced = gate("audit", "trace", NEW, "--ledger", ledger, "--trust", trust)
     assert traced.exit_code == 1, traced.output
     assert f"signed commit {OLD}" in traced.output and "NOT VERIFIED" in traced.output
-    verify = gate("verify", out, "--trust", trust, "--commit", NEW)
-    assert verify.exit_code == 1, verify.output
-    assert f"the signed statement is for commit {OLD}, not {NEW}" in verify.output
+    verify = gate("verify", out, "--trust", trust, "--commit", NEW)  # authentic, another commit's: exit 8
+    assert verify.exit_code == EXIT_OTHER_COMMIT, verify.output
+    assert f"OTHER COMMIT: {out}: the signed statement is for commit {OLD}, not {NEW}" in verify.output
     ok = gate("verify", out, "--trust", trust, "--commit", OLD[:12])
     assert ok.exit_code == 0, ok.output
     assert f"commit {OLD}" in ok.output and "manifest kv-int8" in ok.output and "APPROVED by alice" in ok.output
