@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from gate._util.text import one_line
 from gate.adapters.openai import transport, validate
-from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout
+from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout, InputError
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -75,9 +75,13 @@ class Streamed:
 
 def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """Header values from their `${VAR}` templates; the values never enter a record."""
+    from gate.adapters.openai import header_env_problem
+
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for name, template in templates.items():
+        if (problem := header_env_problem(name, template, env)) is not None:
+            raise InputError("headers", problem)  # Options refuse it first; this holds for any caller
         missing = [v for v in _ENV_REF.findall(template) if v not in env]
         if missing:
             raise EngineBadReply(f"header {name} needs environment variable {missing[0]}, which is not set")
