@@ -113,8 +113,8 @@ def cli() -> None:
     every planned check ran), 6 unproven (nothing failed, but gate could not prove a required
     check here), 7 authentic but not deployable (`gate verify`, `gate audit trace`), an engine
     behind HTTP: 10 not ready, 11 port in use, 12 crashed, 13 timed out, 14 bad reply, 15
-    vocabulary mismatch, 16 prefix cache never hit; 130 interrupted (Ctrl-C), 143 terminated
-    (SIGTERM).
+    vocabulary mismatch, 16 prefix cache never hit, 17 serves another model than the manifest
+    names; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 
     Shell completion (bash, zsh, fish): see docs/cli.md, e.g. for bash
     eval "$(_GATE_COMPLETE=bash_source gate)".
