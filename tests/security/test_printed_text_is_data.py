@@ -94,3 +94,21 @@ def test_a_hostile_reason_in_the_ledger_never_starts_a_workflow_command(site: di
         assert forged == [], forged
         assert "\x1b" not in text and "\r" not in text
     assert "known flake\\n::notice ::PASS" in log  # shown, escaped, on its line
+
+
+def test_revoke_refuses_a_reason_with_control_characters(site: dict[str, Path]) -> None:
+    done = _gate(
+        "revoke", "--waiver", "1", "--reason", FORGED, "--key", site["alice.key"],
+        "--trust", site["trust"], "--ledger", site["ledger"],
+    )  # fmt: skip
+    assert done.returncode == 2 and "--reason" in done.stderr, done.stdout + done.stderr
+
+
+def test_gate_audit_list_prints_a_hostile_entry_on_one_line(site: dict[str, Path]) -> None:
+    """A revocation whose reason holds a newline, appended by any writer: listed, escaped, on its line."""
+    with Ledger.open(site["ledger"]) as ledger:
+        ledger.append("revocation", {"target": {"waiver": 1}, "reason": FORGED, "by": "bob\n::warning ::ok"})
+    done = _gate("audit", "list", "--ledger", site["ledger"])
+    assert "REVOKED" in done.stdout, done.stdout + done.stderr
+    assert [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("::")] == []
+    assert "known flake\\n::notice ::PASS" in done.stdout
