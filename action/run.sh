@@ -29,7 +29,33 @@ case "$on_awaiting" in neutral|failure|success) ;; *)
   echo "::error title=gate action::on-awaiting-approval must be neutral, failure or success, not '$on_awaiting'"; exit 2;;
 esac
 
+# Each run writes $out_root/<name>/ (and gate keeps its previous run in <name>.previous/, this step its
+# log in <name>.action/): two manifests whose names meet there (gate/a/m.yaml and gate/b/m.yaml; m.yaml
+# and m.previous.yaml) would write one folder, and one run's verdict would stand for both. Refused up
+# front, naming both, before anything runs.
+declare -A owner=()
+for manifest in $manifests; do
+  name=$(basename "$manifest"); name=${name%.*}
+  for slot in "$name" "$name.previous" "$name.action"; do
+    if [ -n "${owner[$slot]:-}" ]; then
+      echo "::error file=$manifest,title=gate action::$manifest and ${owner[$slot]} would share $out_root/$slot/ (each run writes $out_root/<file name>/): rename one of them"
+      exit 2
+    fi
+  done
+  owner[$name]=$manifest
+  for slot in "$name.previous" "$name.action"; do owner[$slot]=$manifest; done
+done
+
 mkdir -p "$out_root"
+# Before any run starts, every older output of these manifests moves aside (gate's own <name>.previous/):
+# a step cancelled while an earlier manifest runs must not leave a later one's old verdict in <name>/.
+for manifest in $manifests; do
+  name=$(basename "$manifest"); name=${name%.*}
+  if [ -f "$out_root/$name/results.json" ]; then
+    rm -rf "$out_root/$name.previous" && mv "$out_root/$name" "$out_root/$name.previous"
+  fi
+  rm -rf "$out_root/$name.action"
+done
 base=${GATE_BASE_REF:-${GITHUB_BASE_REF:-}}
 if [ -n "$base" ] && git rev-parse --verify -q "origin/$base" >/dev/null 2>&1; then
   git diff --name-only "origin/$base...HEAD" > "$out_root/changed-files.txt" 2>/dev/null || : > "$out_root/changed-files.txt"
@@ -63,7 +89,6 @@ names=()
 for manifest in $manifests; do
   name=$(basename "$manifest"); name=${name%.*}
   names+=("$name"); out="$out_root/$name"
-  rm -rf "$out.action"
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
   run_one "$manifest" "$out" &
 done

@@ -27,6 +27,8 @@ EXIT_ENGINE_TIMEOUT = 13
 EXIT_ENGINE_BAD_REPLY = 14
 EXIT_ENGINE_VOCAB_MISMATCH = 15
 EXIT_ENGINE_NEVER_HIT = 16
+EXIT_ENGINE_WRONG_MODEL = 17
+"""The server serves another model than the manifest names (/v1/models, or a reply's `model` field)."""
 EXIT_INTERRUPTED = 130
 """Stopped by SIGINT (Ctrl-C): 128 + 2, the shell's convention, so a cancelled job never reads as a failed gate."""
 EXIT_TERMINATED = 143
@@ -128,6 +130,12 @@ class EngineVocabMismatch(EngineError):
     """The reference and candidate servers serve different vocabularies: token ids mean different things."""
 
     exit_code = EXIT_ENGINE_VOCAB_MISMATCH
+
+
+class EngineWrongModel(EngineError):
+    """The server does not serve the model the manifest names: an identity failure, not a bad reply."""
+
+    exit_code = EXIT_ENGINE_WRONG_MODEL
 
 
 class EngineCacheNeverHit(EngineError):

@@ -42,4 +42,14 @@ def has_unsafe(text: str) -> bool:
     return _UNSAFE.search(text) is not None
 
 
-__all__ = ["has_unsafe", "one_line", "printable"]
+def single_line_problem(text: str) -> str | None:
+    """Why `text` cannot be stored as one line of someone's words (a reason, a name), or None: a
+    newline, tab or other control character, or a bidi override. Refused where it is written, so a
+    reason can never begin a line of a log (`::notice ::PASS`) wherever it is printed later."""
+    found = _UNSAFE.search(text) or re.search("[\n\t]", text)
+    if found is None:
+        return None
+    return f"holds the control character {one_line(found.group())!r} at {found.start()}; give one line of plain text"
+
+
+__all__ = ["has_unsafe", "one_line", "printable", "single_line_problem"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.roles import any_verdict_option, load_roles, trust_options
@@ -44,6 +45,11 @@ def _since(text: str | None) -> str | None:
 
 
 def _summary(body: dict[str, Any]) -> str:
+    """One ledger entry on one line (names and reasons someone typed, with control characters escaped)."""
+    return one_line(_describe(body))
+
+
+def _describe(body: dict[str, Any]) -> str:
     kind = body.get("kind")
     if kind == "run":
         change = body.get("change") or {}

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gate._util.text import printable
+from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
 from gate.cli.progress import ColorMode, Reporter
 from gate.engine.executors import TaskRecord
@@ -75,9 +75,9 @@ def run_batch_command(
     if verbosity:
         for record in outputs.records:
             line = f"  {_label(record):<18} {record.name}" + (f": {record.error}" if record.error else "")
-            click.echo(click.style(printable(line), fg=_COLOURS.get(record.verdict)), color=styled)
+            click.echo(click.style(one_line(line), fg=_COLOURS.get(record.verdict)), color=styled)
     verdict = outputs.verdict.value
-    text = printable(f"verdict: {verdict.upper()} ({outputs.summary})")
+    text = one_line(f"verdict: {verdict.upper()} ({outputs.summary})")
     click.echo(click.style(text, fg=_COLOURS.get(verdict), bold=True), color=styled)
     if verbosity:
         for path in outputs.files:

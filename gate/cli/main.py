@@ -111,7 +111,11 @@ def cli() -> None:
     3 a check errored or an adapter could not run, 4 passed but awaiting approval
     (bounded-degradation claims), 5 partial run (`gate run --check`: nothing failed, but not
     every planned check ran), 6 unproven (nothing failed, but gate could not prove a required
-    check here), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+    check here), 7 authentic but not deployable (`gate verify`, `gate audit trace`), 8 authentic
+    but another commit's, one the commit asked for does not land (`gate verify --commit`), an engine
+    behind HTTP: 10 not ready, 11 port in use, 12 crashed, 13 timed out, 14 bad reply, 15
+    vocabulary mismatch, 16 prefix cache never hit, 17 serves another model than the manifest
+    names; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 
     Shell completion (bash, zsh, fish): see docs/cli.md, e.g. for bash
     eval "$(_GATE_COMPLETE=bash_source gate)".

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Literal
 
-from gate._util.text import printable
+from gate._util.text import one_line
 from gate.engine.events import RunEvent
 
 ColorMode = Literal["auto", "always", "never"]
@@ -99,9 +99,9 @@ class Reporter:
     def _print(self, message: str, style: str | None) -> None:
         self._finish_bars()
         if self.plain and self.color != "always":
-            print(f"[gate] {printable(message)}", file=sys.stderr, flush=True)
+            print(f"[gate] {one_line(message)}", file=sys.stderr, flush=True)
             return
-        self.console().print(printable(message), style=style, highlight=False, markup=False)
+        self.console().print(one_line(message), style=style, highlight=False, markup=False)
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.verbosity <= 0 or total <= 0:

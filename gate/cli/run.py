@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from gate._util.text import printable
+from gate._util.text import one_line
 from gate.cli.common import color_option, echo, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.progress import ColorMode, Reporter
@@ -255,7 +255,7 @@ def command(
         for check in result.checks:
             if check.status.value == "unproven":
                 click.echo(
-                    click.style(printable(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
+                    click.style(one_line(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
                 )
     label, tone = verdict_label(result.verdict.value, sum(1 for c in result.checks if c.status.value == "unproven"))
     summary, carried = result.summary, outputs.carried
@@ -269,10 +269,10 @@ def command(
         waits = "an approximate change waits for a signed approval"
         summary = summary.replace(waits, approvals) if waits in summary else f"{summary}; {approvals}"
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(printable(f"verdict: {label} ({summary})"), fg=colour, bold=True), color=styled)
+    click.echo(click.style(one_line(f"verdict: {label} ({summary})"), fg=colour, bold=True), color=styled)
     if not quiet:
         for note in [*build_report(result).banner.notes, *(carried.notes if carried else [])]:
-            click.echo(click.style(printable(f"  {note}"), fg=colour), color=styled)
+            click.echo(click.style(one_line(f"  {note}"), fg=colour), color=styled)
         for path in outputs.files:
-            echo(f"  {path}")
+            echo(one_line(f"  {path}"))
     sys.exit(outputs.exit_code)

@@ -28,7 +28,12 @@ plant a known, real difference (extra arguments, or another model file for the c
 The policy names them; `with_fault(name)` is the candidate launched that way.
 
 Secrets never enter a manifest: `headers` values are templates over environment variables,
-`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent. A launched server
+`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent. Which variables a
+header may name is the site's choice, made outside the manifest: `$GATE_HEADER_ENV`, a comma-separated
+list (`GATE_HEADER_ENV=ENGINE_TOKEN`); unset, no header may name any (a pull request's manifest cannot
+send the job's other secrets to a server it names). Redirects to another origin are not followed, so
+a header goes only to the server the manifest names; the dossier records that origin and the header
+names, never their values. A launched server
 gets none of gate's environment beyond a short list of safe variables and `launch.env`
 (gate.adapters.openai.environment); every reply is checked as data before a check sees it
 (gate.adapters.openai.validate), each request under one total deadline (gate.adapters.openai.transport).
@@ -38,7 +43,9 @@ This module imports nothing heavy, so `gate validate` and `gate plan` stay insta
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -180,6 +187,8 @@ class Options(_Options):
                     f"header {name!r} must take its value from an environment variable (e.g. 'Bearer ${{TOKEN}}'): "
                     "a manifest is recorded in the dossier and must hold no secret"
                 )
+            if (problem := header_env_problem(name, template)) is not None:
+                raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -199,6 +208,26 @@ class Options(_Options):
         from gate.adapters.openai.geometry import guess_flavor
 
         return guess_flavor(self.launch.command if self.launch else [], self.flavor) == "vllm"
+
+
+HEADER_ENV = "GATE_HEADER_ENV"
+"""The site's list (comma-separated) of environment variables a manifest's `headers` may name."""
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def header_env_problem(name: str, template: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why header `name` may not take its value from the variables `template` names, or None: each must
+    be on the site's $GATE_HEADER_ENV, which a manifest cannot set (unset: none is allowed)."""
+    source = os.environ if environ is None else environ
+    allowed = {v.strip() for v in source.get(HEADER_ENV, "").split(",") if v.strip()}
+    for var in ENV_REF.findall(template):
+        if var not in allowed:
+            listed = ", ".join(sorted(allowed)) or "none"
+            return (
+                f"header {name!r} names environment variable {var}, which the site does not allow in headers "
+                f"(${HEADER_ENV}, set outside the manifest, lists those a header may name; now: {listed})"
+            )
+    return None
 
 
 class OpenAIAdapter:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from gate._util.text import one_line
 from gate.adapters.openai import transport, validate
-from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout
+from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout, EngineWrongModel, InputError
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -75,9 +75,13 @@ class Streamed:
 
 def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """Header values from their `${VAR}` templates; the values never enter a record."""
+    from gate.adapters.openai import header_env_problem
+
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for name, template in templates.items():
+        if (problem := header_env_problem(name, template, env)) is not None:
+            raise InputError("headers", problem)  # Options refuse it first; this holds for any caller
         missing = [v for v in _ENV_REF.findall(template) if v not in env]
         if missing:
             raise EngineBadReply(f"header {name} needs environment variable {missing[0]}, which is not set")
@@ -197,6 +201,14 @@ class EngineClient:
         entry = models["data"][0]
         if not isinstance(entry, dict):
             raise EngineBadReply(f"{where}: data[0] is {one_line(entry, 100)}, not an object")
+        if self.model is not None:  # the manifest names it: the server must say it serves that model
+            served = [str(e.get("id")) for e in models["data"] if isinstance(e, dict)]
+            if self.model not in served:
+                raise EngineWrongModel(
+                    f"{where} lists {one_line(', '.join(served), 200)}, not the manifest's model "
+                    f"{one_line(self.model, 100)}: this server serves another model"
+                )
+            entry = models["data"][served.index(self.model)]
         self.model = self.model or str(entry.get("id"))
         meta = entry.get("meta") or {}
         if not isinstance(meta, dict):
@@ -290,7 +302,19 @@ class EngineClient:
         seconds = time.perf_counter() - started
         with malformed(f"{self.label}: the completion reply"):
             completion = parse_completion(reply, self.label, seconds)
+        self._same_model(reply.get("model") if isinstance(reply, dict) else None, f"{self.label}: the completion reply")
         return self._checked(completion, prompt, max_tokens, sent, f"{self.label}: choices[0].logprobs")
+
+    def _same_model(self, named: Any, where: str) -> None:
+        """EngineWrongModel when a reply names another model than the one asked for (a reply without
+        the field says nothing; a dated snapshot of the name asked, `NAME-2024-08-06`, is the same)."""
+        asked = self.model
+        if asked is None or not isinstance(named, str) or named == asked or named.startswith(asked + "-"):
+            return
+        raise EngineWrongModel(
+            f"{where} says model {one_line(named, 100)}, not {one_line(asked, 100)} as asked: "
+            "the server answered with another model"
+        )
 
     def _checked(
         self, completion: Completion, prompt: list[int], max_tokens: int, sent: int | None, where: str
@@ -344,6 +368,7 @@ class EngineClient:
                     raise EngineBadReply(f"{where}: a streamed event is not JSON: {data[:120]!r}") from None
                 now = time.perf_counter() - started
                 with malformed(f"{where}: a streamed event"):
+                    self._same_model(chunk.get("model"), f"{where}: a streamed event")
                     usage = chunk.get("usage") or usage
                     timings = chunk.get("timings") or timings
                     choices = chunk.get("choices") or []

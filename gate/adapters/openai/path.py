@@ -326,6 +326,12 @@ class EnginePath:
             elif launch.model_file:
                 out["model_file"] = launch.model_file
                 out["model_sha256"] = model_digest(launch.model_file)
+        else:
+            from gate.adapters.openai.transport import origin
+
+            out["request_origin"] = origin(str(self.options.base_url))  # where requests (and headers) go
+        if self.options.headers:
+            out["header_names"] = sorted(self.options.headers)  # never their values
         out.update(engine_identity(self.cache_geometry))
         if self.control:
             out["control"] = self.control

@@ -16,6 +16,7 @@ import http.client
 import socket
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -128,6 +129,31 @@ def lines(reply: Any, where: str) -> Iterator[bytes]:
         yield line
 
 
+def origin(url: str) -> str:
+    """scheme://host:port of `url` (the port spelled out), what a redirect must keep."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+class _SameOrigin(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only within the origin asked: urllib would carry the request's headers (a
+    bearer token) to whatever host a redirect names."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        if origin(newurl) != origin(req.full_url):
+            raise EngineBadReply(
+                f"{self.where}: HTTP {code} redirect to another origin ({origin(newurl)}), not followed: "
+                f"requests and their headers go only to {origin(req.full_url)}"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Callable[[Any], Any] | None = None) -> Any:
     """Send `req` and read its reply (`read(reply)`, default the body's bytes), all within `timeout_s`.
 
@@ -141,7 +167,7 @@ def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Calla
         urllib.request.UnknownHandler(),
         _Handler(deadline),
         urllib.request.HTTPDefaultErrorHandler(),
-        urllib.request.HTTPRedirectHandler(),
+        _SameOrigin(where),
         urllib.request.HTTPErrorProcessor(),
     ):
         opener.add_handler(handler)
@@ -165,4 +191,4 @@ def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Calla
     return out
 
 
-__all__ = ["MAX_BODY", "MAX_LINE", "Deadline", "HTTPStatus", "fetch", "lines", "read_body"]
+__all__ = ["MAX_BODY", "MAX_LINE", "Deadline", "HTTPStatus", "fetch", "lines", "origin", "read_body"]

@@ -31,6 +31,7 @@ from gate.errors import (
     EngineNotReady,
     EnginePortInUse,
     EngineTimeout,
+    InputError,
     SubjectCrash,
 )
 from tests.support.manifests import write_subject_manifest
@@ -179,9 +180,14 @@ def test_the_whole_process_group_stops_even_on_an_exception() -> None:
 def test_headers_come_from_the_environment_only() -> None:
     with pytest.raises(ValueError, match="environment variable"):
         Options.model_validate({"base_url": "http://127.0.0.1:1", "headers": {"Authorization": "Bearer sk-secret"}})
-    assert resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {"TOKEN": "t0"}) == {"Authorization": "Bearer t0"}
+    site = {"GATE_HEADER_ENV": "TOKEN"}  # the variables a header may name: the site's list, not the manifest's
+    assert resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {"TOKEN": "t0", **site}) == {
+        "Authorization": "Bearer t0"
+    }
     with pytest.raises(EngineBadReply, match="TOKEN"):
-        resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {})
+        resolve_headers({"Authorization": "Bearer ${TOKEN}"}, site)
+    with pytest.raises(InputError, match="GATE_HEADER_ENV"):  # not on the list: never resolved
+        resolve_headers({"Authorization": "Bearer ${TOKEN}"}, {"TOKEN": "t0"})
 
 
 def test_a_start_up_failure_quotes_the_first_error_above_the_logs_tail() -> None:

@@ -40,12 +40,17 @@ def test_the_documented_gpu_manifest_validates_and_plans(engine: str, tmp_path: 
         assert result.exit_code == 0, result.output
 
 
-def test_the_documented_hosted_manifest_validates_and_plans(tmp_path: Path) -> None:
+def test_the_documented_hosted_manifest_validates_and_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = (REPO / "docs/engines.md").read_text()
     block = re.search(r"```yaml\n(# gate-expect: pass\n[^`]*?intervention: hosted-cache.*?)```", doc, re.S)
     assert block is not None
     manifest = tmp_path / "hosted.yaml"
     manifest.write_text(block.group(1))
+    monkeypatch.delenv("GATE_HEADER_ENV", raising=False)
+    refused = CliRunner().invoke(cli, ["validate", str(manifest)])  # its header names a variable no site allowed
+    assert refused.exit_code == 2 and "GATE_HEADER_ENV" in refused.output, refused.output
+    assert "GATE_HEADER_ENV=HOSTED_API_TOKEN" in doc  # the docs say how a site allows it
+    monkeypatch.setenv("GATE_HEADER_ENV", "HOSTED_API_TOKEN")
     for command in ("validate", "plan"):
         result = CliRunner().invoke(cli, [command, str(manifest)])
         assert result.exit_code == 0, result.output
