@@ -14,6 +14,7 @@
     required-approvals: 2        # distinct approvers an approximate change needs
     required-waiver-approvals: 1 # distinct signers a waiver of a deny check needs
     site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
+    known-bugs: [ID, ...]        # manifests' known-bug declarations main accepts (optional; others: not deployable)
 
 `load_trust` validates the file (one located error line, exit 2) and resolves every key to its key
 id (sha256 of the raw Ed25519 key). Its sha256 (`Trust.digest`) goes into every result and ledger
@@ -91,6 +92,10 @@ class TrustPolicy(Record):
     site_policies: list[str] = Field(default_factory=list, alias="site-policies")
     """sha256 of each site policy file main plans with (`gate verify` / `gate audit trace` without
     --policy-dir: a run's plan must have been built from the built-in policies and exactly these)."""
+
+    known_bugs: list[str] = Field(default_factory=list, alias="known-bugs")
+    """Ids of the manifests' known-bug declarations main accepts: a run whose failure a declaration
+    relaxed is deployable only when its id is listed here (the declaration is the change's own word)."""
 
     @field_validator("site_policies")
     @classmethod

@@ -237,6 +237,7 @@ def check_run(
     for line in out.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
         add(Finding(None, f"the run's plan was changed by a {line}" if out.site_policy else line))
     _check_mains(out, trust, revoked, run_time, policy_dirs or [])
+    _check_known_bugs(out, trust)
     _check_binding(out, commit, manifest_sha256)
     run_signers = {s.keyid: signers[s.keyid].public_key for s in counted if s.keyid in signers}
     _check_approvals(out, trust, revoked, approvals, [s.keyid for s in report.signed_by], run_signers)
@@ -286,16 +287,6 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
     if results is None:
         add(Finding(False, "results.json: not readable as gate's result record, so its waivers cannot be judged"))
     out.waived = [c.check for c in waived_checks(results)]
-    for bug in results.known_bugs if results is not None else []:
-        if bug.disposition == "expected":  # the change's own manifest relaxed a check: no key judged it
-            add(
-                Finding(
-                    None,
-                    f"known bug {bug.id} declared by the manifest held {bug.check} (class {bug.bug_class}, "
-                    f"{bug.affects}, expires {bug.expires}; {bug.link}): a relaxation the change wrote itself, "
-                    "bound into the evidence digest, not judged by the trust policy",
-                )
-            )
     used = results.trust_policy if results is not None else None
     if trust.names_bound and used is not None and used.sha256 and used.sha256 != trust.sha256:
         out.other_policy = f"{used.path} (sha256 {used.sha256[:16]})"
@@ -306,6 +297,21 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
                 f"{trust.path} (sha256 {trust.sha256[:16]}): every signature here is judged under the verifier's",
             )
         )
+
+
+def _check_known_bugs(out: RunCheck, trust: Trust) -> None:
+    """A failure the manifest's own known-bug declaration relaxed is the change's word: deployable
+    only when the verifier's trust policy names that declaration's id (`known-bugs`)."""
+    results = read_results(out.directory)
+    accepted = set(trust.policy.known_bugs)
+    for bug in results.known_bugs if results is not None else []:
+        if bug.disposition != "expected":
+            continue
+        held = f"known bug {bug.id} declared by the manifest held {bug.check} (class {bug.bug_class}, {bug.affects})"
+        if bug.id in accepted:  # main's trust policy names it: the relaxation is main's, not only the change's
+            out.findings.append(Finding(True, f"{held}: accepted by {trust.path} (known-bugs)"))
+        else:  # the change relaxed its own failure: the PR job may show it, the deploy never ships it
+            out.not_mains.append(f"{held}: a relaxation the change wrote itself, not among {trust.path}'s known-bugs")
 
 
 def _check_mains(

@@ -91,10 +91,16 @@ def test_declared_and_matching_failures_read_as_known_bugs_and_the_verdict_passe
     assert [b["id"] for b in evidence["known_bugs"]] == [b["id"] for b in bugs]
     rows = {row["check"]: row for row in evidence["checks"]}
     assert rows["reset-isolation"]["known_bug"] == "reset-isolation-reset-leak"
+    # the declaration is the change's own word: the deploy ships it only when main's trust policy names it
     verified = CliRunner().invoke(cli, ["verify", str(tmp_path / "out"), "--trust", str(trust)])
-    assert "known bug reset-isolation-reset-leak declared by the manifest held reset-isolation" in verified.output, (
-        verified.output
-    )
+    held = "known bug reset-isolation-reset-leak declared by the manifest held reset-isolation"
+    assert verified.exit_code == 7 and held in verified.output, verified.output
+    assert "a relaxation the change wrote itself, not among" in verified.output, verified.output
+    ids = ", ".join(b["id"] for b in bugs)
+    trust.write_text(trust.read_text(encoding="utf-8") + f"known-bugs: [{ids}]\n", encoding="utf-8")
+    accepted = CliRunner().invoke(cli, ["verify", str(tmp_path / "out"), "--trust", str(trust)])
+    assert accepted.exit_code == 0 and f"{held} (class reset-leak" in accepted.output, accepted.output
+    assert "(known-bugs)" in accepted.output, accepted.output
 
 
 def test_an_undeclared_failure_still_fails(tmp_path: Path) -> None:
