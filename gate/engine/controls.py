@@ -290,9 +290,7 @@ def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
     settings = observable_with(controls)
     return (
         f"unproven: none of the {len(controls)} negative controls of {check} could show anything on this path, "
-        f"their stand-ins included"
-        + (f"; to make them observable: {settings}" if settings else "")
-        + f" ({reasons})"
+        f"their stand-ins included" + (f"; to make them observable: {settings}" if settings else "") + f" ({reasons})"
     )
 
 

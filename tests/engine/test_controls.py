@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from gate.core.check import CheckContext, Outcome, Params, check
 from gate.core.manifest import ClaimLevel
@@ -58,7 +59,7 @@ class ToyParams(Params):
     skip: bool = False
     spread: float | None = None
     """The clean run's rounding spread (Outcome.rounding_spread)."""
-    underpowered: dict[str, str] = {}
+    underpowered: dict[str, str] = Field(default_factory=dict)
     """Faults below the check's power at these settings (Outcome.underpowered)."""
 
 

@@ -399,7 +399,9 @@ def underpowered(p: SpecDistributionParams, obs: Observations, j: Judgement) -> 
     more often than this run's (the bonus token and the residual are reached more often)."""
     design, acceptance = obs.design, obs.stats.acceptance_rate
     draft = f"a draft accepted more often than this run's {acceptance:.3f}"
-    out = {f: f"no sample size can show it with this draft ({why}); use {draft}" for f, why in design.unobservable.items()}
+    out = {
+        f: f"no sample size can show it with this draft ({why}); use {draft}" for f, why in design.unobservable.items()
+    }
     for f, reached in j.weak.items():
         n = required_samples(
             design.p0, design.alts[f], obs.looks.alpha, obs.target_power, FAR_BUDGET * p.max_samples, p.max_samples
