@@ -3,17 +3,22 @@ tests/plugins/gate-plugin-tinylm) judged by mask-oracle with and without an atte
 one the check is not applicable (a warning while the sweep and the fuzzer hold, exit 0); with one
 it runs and passes, but none of its five controls (the engine plants no mask faults, and nothing
 generic stands in at the attention level) can run: it is judged as without the probe, the probe's
-result kept as evidence, never "unproven, exit 6"."""
+result kept as evidence, never "unproven, exit 6". (tinylm's `probe` option is new: run with
+tests/plugins/gate-plugin-tinylm on PYTHONPATH until the test plugins are reinstalled.)"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from gate_plugin_tinylm import Options, TinyLMAdapter
 
 from gate.checks._params import MaskOracleParams
 from gate.checks.mask_oracle import mask_oracle
+from gate.cli.main import cli
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import PlannedCheck
 from gate.core.policy import ControlSpec
@@ -81,3 +86,28 @@ def test_a_probe_that_lets_mask_oracle_run_without_controls_never_makes_it_worse
         short = settle_covered([oracle, covering("prefix-sweep", Status.failed), covering("schedule-fuzz")])
         assert short[0].unproven == "deny" and "prefix-sweep is fail" in short[0].message
         assert decide(short[:1], ClaimLevel.tolerance)[1] == EXIT_UNPROVEN
+
+
+def test_a_correct_engine_offering_the_probe_passes_the_run_exactly_as_without_it(tmp_path: Path) -> None:
+    """The whole run through the CLI: tinylm with `probe: true` (its own attention function behind
+    gate's AttentionProbe) stays green, exit 0, with mask-oracle a warning as without the probe, and
+    the probe's exact answers in its evidence; never "unproven, exit 6"."""
+    manifests = Path(__file__).parent / "tinylm"
+    text = (manifests / "kv-cache.yaml").read_text()
+    probed = tmp_path / "probed.yaml"
+    probed.write_text(text.replace("options: {engine: kv-cache}", "options: {engine: kv-cache, probe: true}"))
+    assert probed.read_text() != text
+    runs = {}
+    for name, manifest in (("bare", manifests / "kv-cache.yaml"), ("probed", probed)):
+        out = tmp_path / name
+        result = CliRunner().invoke(cli, ["run", str(manifest), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        record = json.loads((out / "results.json").read_text())
+        runs[name] = next(c for c in record["checks"] if c["check"] == "mask-oracle")
+        assert record["verdict"] == "pass", record["summary"]
+    for oracle in runs.values():
+        assert oracle["status"] == "unproven" and oracle["unproven"] == "warn", oracle["message"]
+        assert "unproven-not-applicable" in oracle["message"]
+    assert runs["probed"]["evidence"]["without_its_controls"]["status"] == "pass"
+    assert runs["probed"]["evidence"]["fixture"]["got"] == pytest.approx([7.5, 12.4])
+    assert "without_its_controls" not in runs["bare"]["evidence"]
