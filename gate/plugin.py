@@ -17,7 +17,7 @@ Every name in `__all__` is part of the contract: the protocols a path offers, th
 sampler or a prefix store returns (`SpecStats`, `SpeculativeSample`, `warp`; `CacheIdentity`,
 `PrefixReply`, `RequestStats`, `RestoreReport`), the errors, and the control bookkeeping (the
 optional capabilities that buy generic controls, `FaultVisibility`, the control records). A name
-that moves keeps a warning shim at its old import path for at least one minor release
+that moves keeps a warning shim at its old import path until gate 0.2.0 (gate._util.deprecation.REMOVED_IN)
 (`gate.paths`, `gate.checks.api`, `gate.prefix_cache`, `gate.speculative`'s old names).
 
 Importing this module imports no torch: the sampler's and the store's data types (whose modules

@@ -1,12 +1,12 @@
 """Deprecated: the prefix cache moved to `gate.prefix.cache` (its data types are exported from `gate.plugin`).
 
-Kept for at least one minor release so plugins written against `gate.prefix_cache` keep importing; it warns.
+Kept until gate 0.2.0 (gate._util.deprecation.REMOVED_IN) so plugins written against `gate.prefix_cache` keep
+importing; it warns once, at import.
 """
 
 from __future__ import annotations
 
-import warnings
-
+from gate._util.deprecation import warn_moved
 from gate.prefix.cache import (
     SAVE_FORMAT,
     WORKER_ATTRS,
@@ -28,11 +28,7 @@ from gate.prefix.cache import (
 Block = CachedBlock
 """The old name of gate.prefix.cache.CachedBlock."""
 
-warnings.warn(
-    "gate.prefix_cache is deprecated: import from gate.plugin (data types) or gate.prefix.cache instead",
-    DeprecationWarning,
-    stacklevel=2,
-)
+warn_moved("gate.prefix_cache", "from gate.plugin (data types) or gate.prefix.cache")
 
 __all__ = [
     "SAVE_FORMAT",

@@ -312,7 +312,7 @@ def validation_errors(
             if close:
                 meant.add((parent, close[0]))
             else:
-                allowed = allowed_keys(model, (*loc_prefix, *parent)) - {key}
+                allowed = allowed_keys(model, parent) - {key}  # the model validated what sits at loc_prefix
                 close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
             message = f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
         elif e["type"] == "missing":

@@ -3,7 +3,8 @@
     gate/checks/<module>/__init__.py   torch-free: CARD (its name and card), PARAMS (its params
                                        model), EVIDENCE (its record in gate.core.evidence, or None:
                                        shown generically), NEEDS (a frozenset of the
-                                       gate.protocols.Capability the candidate must offer), and
+                                       gate.protocols.Capability the candidate must offer),
+                                       optionally OPTIONAL (capability -> what offering it adds), and
                                        `__getattr__ = lazy_body(__name__)`
     gate/checks/<module>/body.py       measure (drive the subject -> observations), judge
                                        (observations -> judgement, pure), explain (judgement ->

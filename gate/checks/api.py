@@ -1,18 +1,14 @@
 """Deprecated: the check API moved to `gate.core.check`; plugin authors import from `gate.plugin`.
 
-Kept for one release so checks written against `gate.checks.api` keep importing; it warns once.
+Kept until gate 0.2.0 (gate._util.deprecation.REMOVED_IN) so checks written against `gate.checks.api` keep
+importing; it warns once, at import.
 """
 
 from __future__ import annotations
 
-import warnings
-
+from gate._util.deprecation import warn_moved
 from gate.core.check import CheckContext, CheckSpec, Outcome, Params, check
 
-warnings.warn(
-    "gate.checks.api is deprecated: import from gate.plugin instead",
-    DeprecationWarning,
-    stacklevel=2,
-)
+warn_moved("gate.checks.api", "from gate.plugin")
 
 __all__ = ["CheckContext", "CheckSpec", "Outcome", "Params", "check"]

@@ -1,11 +1,13 @@
 """What the rest of gate needs of the built-in checks without running one.
 
 `validate`, `plan` and the runner read each built-in check's params model from here, and `gate
-plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach (both torch-free, imported
-at once). The controls read how the prefix checks serve a store and which identity assertions they
-make (`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch). This is
-the public face of the checks' private helpers for the rest of gate: no module outside gate.checks
-imports a `gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
+plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach and what each check needs
+of the candidate (`DECLARED`: its package's NEEDS, NEEDS_INSTEAD and OPTIONAL; all torch-free,
+imported at once). The controls read how the prefix checks serve a store and which identity
+assertions they make (`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they
+need torch). This is the public face of the checks' private helpers for the rest of gate: no module
+outside gate.checks imports a `gate.checks._*` module (an import-linter contract in pyproject.toml
+holds it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._coverage import planned_coverage
+from gate.checks._needs import DECLARED, Declared, capability_table, offered_capabilities
 from gate.checks._params import BUILTIN_PARAMS
 
 if TYPE_CHECKING:
@@ -30,4 +33,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BUILTIN_PARAMS", "IDENTITY_WHY", "LEGACY_METHODS", "LegacyStore", "planned_coverage"]
+__all__ = [
+    "BUILTIN_PARAMS",
+    "DECLARED",
+    "IDENTITY_WHY",
+    "LEGACY_METHODS",
+    "Declared",
+    "LegacyStore",
+    "capability_table",
+    "offered_capabilities",
+    "planned_coverage",
+]

@@ -9,8 +9,20 @@ from gate.cli.common import echo, user_errors
 
 @click.command("checks")
 @click.option("--verbose", "-v", is_flag=True, help="Also print what each check proves and is blind to.")
-def command(verbose: bool) -> None:
+@click.option(
+    "--capabilities",
+    "table",
+    is_flag=True,
+    help="Print the capability table instead: each capability -> the built-in checks it lets run and what it "
+    "adds to others (markdown, as docs/plugins.md carries it).",
+)
+def command(verbose: bool, table: bool) -> None:
     """List registered checks (built-in and plugins) with their catalogue cards."""
+    if table:
+        from gate.checks.planning import capability_table
+
+        click.echo(capability_table(), nl=False)
+        return
     from gate.core.catalogue import cards
     from gate.core.registry import CHECK_GROUP, check_names, entry_point_of
 

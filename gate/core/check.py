@@ -122,7 +122,15 @@ class Outcome:
     """For a check that cannot run on this candidate (status `skip`): the checks of the same plan
     that observe its rule at model level -> what each observes. The runner holds it
     unproven-not-applicable (a warning, never a pass) while every one of them passed with its power
-    shown, and unproven as the policy says otherwise."""
+    shown, and unproven as the policy says otherwise. A check that ran through an optional capability
+    (an attention probe) names them too: when none of its own controls can run, the runner judges
+    it as without that capability (the same not-applicable rule), what it showed kept as evidence."""
+    underpowered: dict[str, str] = field(default_factory=dict)
+    """Faults (control names) whose effect at this run's settings is below the check's power -> the
+    settings that would make it observable ("raise max_samples to 5200"). A control of such a fault
+    that the check passes is *unobservable*, never *missed*: a check cannot be asked to see an effect
+    smaller than its declared power lets it, and one whose every control is unobservable is unproven
+    with these settings, never a failure of the subject."""
     rounding_spread: float | None = None
     """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
     band of the logits): a faulted run that moves it no further than this failed through noise, and

@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from gate._util.yamlio import LoadedYaml, parse_model, read_yaml
 from gate.core.manifest import Manifest
 from gate.errors import InputError
@@ -49,7 +51,17 @@ def validate_options(loaded: LoadedManifest) -> None:
                 field=f"subject.{role}.adapter",
             )
         adapter = load_adapter(spec.adapter)
+        model = strict(adapter.Options)
         try:
-            adapter.Options.model_validate(spec.options)
+            model.model_validate(spec.options)
         except ValidationError as err:
-            raise validation_error(loaded.doc, err, ("subject", role, "options"), model=adapter.Options) from None
+            raise validation_error(loaded.doc, err, ("subject", role, "options"), model=model) from None
+
+
+def strict(model: type[BaseModel]) -> type[BaseModel]:
+    """An adapter's Options model as gate validates a manifest by it: a key the model does not declare
+    is an error (a typo must never be dropped silently), unless the model says `extra="allow"`."""
+    if model.model_config.get("extra") in ("forbid", "allow"):
+        return model
+    config = ConfigDict(**{**model.model_config, "extra": "forbid"})
+    return type(model.__name__, (model,), {"model_config": config, "__module__": model.__module__})

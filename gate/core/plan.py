@@ -57,6 +57,24 @@ class LengthCoverage(Record):
         return self.model_dump(mode="json", exclude={"effect", "limited_by", "planned_on", "not_reusable"})
 
 
+class CheckCapabilities(Record):
+    """A check's declared needs against what the candidate's adapter states it offers, before a run."""
+
+    needs: list[str] | None = None
+    """Capabilities the check must have to run (its package's NEEDS); None: not declared (a plugin check)."""
+    optional: dict[str, str] = Field(default_factory=dict)
+    """Capabilities it uses when offered -> what each adds (its package's OPTIONAL)."""
+    offered: list[str] | None = None
+    """Capabilities the candidate states it offers; None: its adapter states nothing before a run."""
+    runs: Literal["own-controls", "stand-ins", "not-applicable", "at-run-time"]
+    """own-controls: it runs, and no generic fault stands in for any control the policy names (only the
+    adapter's own faults show its power); stand-ins: it runs, and generic stand-ins cover some or all of
+    the controls where the adapter plants none of its own; not-applicable: a needed capability is
+    missing; at-run-time: the needs or the offer are known only when the paths run."""
+    meaning: str
+    """The same in words, with the capability that would make it run."""
+
+
 class PlannedCheck(Record):
     """One check the plan will run."""
 
@@ -84,6 +102,8 @@ class PlannedCheck(Record):
     """Whether a registered implementation exists."""
     coverage: LengthCoverage | None = None
     """A sweep check's wanted and reachable lengths, from the adapters' capability lists (`gate plan`)."""
+    capabilities: CheckCapabilities | None = None
+    """What the check needs of the candidate, what the candidate offers, and what that means (`gate plan`)."""
 
 
 class Plan(Record):

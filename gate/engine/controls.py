@@ -158,7 +158,19 @@ def _run_planted(
         "metrics": metrics,
         "detected_at": faulty.detected_at,
     }
-    return _judged(control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change)
+    return _judged(
+        control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change, below_power(clean, faulty)
+    )
+
+
+BELOW_POWER = "the fault's effect at these settings is below the check's power"
+"""How a control whose fault the check declared underpowered (`Outcome.underpowered`) and passed is reported."""
+
+
+def below_power(clean: Outcome, faulty: Outcome) -> dict[str, str]:
+    """Faults whose effect is below the check's power at this run's settings -> what would make
+    them observable, as the positive run or the control's own run declared them."""
+    return {**clean.underpowered, **faulty.underpowered}
 
 
 def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, str]:
@@ -185,6 +197,7 @@ def _judged(
     spread: float | None,
     difference: float | None,
     tolerated: float | None = None,
+    underpowered: dict[str, str] | None = None,
 ) -> ControlResult:
     failed = faulty.status == "fail"
     if failed and control.expect != "pass" and spread is not None and difference is not None and difference <= spread:
@@ -216,6 +229,15 @@ def _judged(
             message=f"{UNASSERTED} ("
             + "; ".join(f"{a}: {why}" for a, why in unasserted.items())
             + "): the control cannot show anything here",
+        )
+    hint = (underpowered or {}).get(control.fault)
+    if hint is not None and difference != 0.0:
+        # one rule for every control, the subject's own fault or a stand-in: an effect the check's
+        # power cannot reach at these settings is unobservable, never missed
+        return ControlResult(
+            **{**base, "metrics": {**base["metrics"], "observable_with": hint}},
+            outcome=ControlOutcome.unobservable,
+            message=f"{BELOW_POWER} ({hint}): passing it is no lack of power",
         )
     if difference == 0.0:
         return ControlResult(
@@ -265,10 +287,17 @@ def unproven_verdict(check: str, controls: list[ControlResult]) -> str | None:
     reasons = "; ".join(f"{c.fault}: {c.outcome.value}: {c.message}" for c in controls)
     if not any(control_ran(c) for c in controls):
         return f"unproven: none of the {len(controls)} negative controls of {check} could run ({reasons})"
+    settings = observable_with(controls)
     return (
         f"unproven: none of the {len(controls)} negative controls of {check} could show anything on this path, "
-        f"their stand-ins included ({reasons})"
+        f"their stand-ins included" + (f"; to make them observable: {settings}" if settings else "") + f" ({reasons})"
     )
+
+
+def observable_with(controls: list[ControlResult]) -> str:
+    """The settings that would make the controls whose effect was below the check's power observable."""
+    hints = {c.fault: c.metrics["observable_with"] for c in controls if "observable_with" in c.metrics}
+    return "; ".join(f"{fault}: {hint}" for fault, hint in hints.items())
 
 
 def power_verdict(check: str, controls: list[ControlResult]) -> str | None:

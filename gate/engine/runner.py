@@ -134,7 +134,7 @@ def run_check(
     """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
     failure; never raises. With a `clock`, forward time is recorded too; each control's start and
     result go to `events` (None: `ctx.log`)."""
-    from gate.engine.controls import power_verdict, run_control, unproven_verdict
+    from gate.engine.controls import control_ran, power_verdict, run_control, unproven_verdict
 
     whole = Stopwatch(clock).start()  # the check and its controls
 
@@ -170,6 +170,7 @@ def run_check(
     if status == Status.passed and not outcome.exercise:
         status, message = Status.error, "pass without proof of exercise: the candidate path reported no evidence"
     controls = []
+    evidence = outcome.evidence
     emit = events or as_log(ctx.log)
     # a check that could assert nothing for lack of capabilities exercised nothing a control could change
     asserted_nothing = outcome.status == "unproven" and bool(outcome.lacking) and not outcome.exercise
@@ -194,7 +195,19 @@ def run_check(
             ctx.progress("controls done", done + 1, len(planned.controls))
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
-        if unproven:
+        if outcome.covered_by and status in (Status.passed, Status.warn) and not any(map(control_ran, controls)):
+            # an optional capability (an attention probe) let the check run, but none of its own controls
+            # can: a capability the subject adds never makes a check worse, so it is judged as without it
+            # (not applicable, its rule observed at model level), what it showed kept as evidence
+            base["covered_by"] = dict(outcome.covered_by)
+            evidence = {**evidence, "without_its_controls": {"status": status.value, "message": message}}
+            message = (
+                f"not applicable here: none of the {len(controls)} negative controls of {planned.check} could run "
+                f"on {ctx.candidate.name}, so it is judged as without the capability that let it run; what it "
+                f"showed is kept as evidence ({status.value}: {message})"
+            )
+            status = Status.unproven
+        elif unproven:
             also = f"; {message}" if status == Status.unproven else ""
             status, message = Status.unproven, unproven + also
         elif problem:
@@ -207,7 +220,7 @@ def run_check(
         **base,
         status=status,
         message=message,
-        evidence=outcome.evidence,
+        evidence=evidence,
         metrics={
             **outcome.metrics,
             **({"detected_at": outcome.detected_at} if outcome.detected_at is not None else {}),

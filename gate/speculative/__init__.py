@@ -1,15 +1,17 @@
 """Speculative (proposal-and-verify) sampling: the sampler, exact output laws, the path, the goodness-of-fit test.
 
 Before the package layout, `gate.speculative` was one module: its names (`SpecStats`,
-`SpeculativeSample`, `warp`, ...) still resolve here, with a DeprecationWarning, for at least one
-minor release. Import them from `gate.plugin` (or `gate.speculative.sampler`).
+`SpeculativeSample`, `warp`, ...) still resolve here, with a DeprecationWarning once per
+name, until gate 0.2.0 (gate._util.deprecation.REMOVED_IN). Import them from `gate.plugin` (or
+`gate.speculative.sampler`).
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
+
+from gate._util.deprecation import warn_moved
 
 MOVED = (
     "CORRECT",
@@ -30,9 +32,7 @@ MOVED = (
 def __getattr__(name: str) -> Any:
     if name not in MOVED:
         raise AttributeError(f"module 'gate.speculative' has no attribute {name!r}")
-    warnings.warn(
-        f"gate.speculative.{name} is deprecated: import it from gate.plugin (or gate.speculative.sampler)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module("gate.speculative.sampler"), name)
+    warn_moved(f"gate.speculative.{name}", "it from gate.plugin (or gate.speculative.sampler)")
+    value = getattr(importlib.import_module("gate.speculative.sampler"), name)
+    globals()[name] = value  # once per name: `from gate.speculative import warp` looks it up twice
+    return value

@@ -15,7 +15,7 @@ from gate.checks.spec_distribution import SpecDistributionParams, spec_distribut
 from gate.core.check import CheckContext
 from gate.core.policy import ControlSpec
 from gate.core.result import ControlOutcome
-from gate.engine.controls import _run_planted, run_control
+from gate.engine.controls import _run_planted, power_verdict, run_control, unproven_verdict
 from gate.engine.generic_faults import plant
 from gate.engine.run_cache import RunCache
 from gate.speculative.gof import power, required_samples
@@ -137,3 +137,22 @@ def test_a_pilot_is_taken_only_where_the_planned_looks_keep_the_declared_power()
     assert n == MIN_PILOT and level == 0.005
     assert _pilot(design(["visible"]), "faint", 0.01, 0.9) is None  # as large as the planned look: no saving
     assert _pilot(design(["visible"]), "unknown", 0.01, 0.9) is None
+
+
+def test_a_correct_sampler_with_a_weak_draft_is_unproven_not_failed_for_lack_of_power() -> None:
+    """A draft of k=4 accepted 14 % of the time reaches the bonus token so seldom that 200 samples
+    have power 0.61 < 0.9 against bonus-from-draft: the run is unproven, naming the samples that
+    would show it, and the control (own fault, then the generic stand-in) is unobservable, never
+    "no power against fault bonus-from-draft" (the sampler and seed where it passes unseen)."""
+    weak = SpecDistributionParams(min_samples=100, max_samples=200, power_against=["bonus-from-draft"])
+    ctx = with_cache(context(seed=2, draft={"k": 4, "draft": "layer-skip", "draft_layers": 1}), RunCache())
+    clean = spec_distribution(ctx, weak)
+    assert clean.status == "unproven" and clean.evidence["power"]["bonus-from-draft"] < 0.9
+    hint = clean.underpowered["bonus-from-draft"]
+    assert "raise max_samples to about" in hint and "a draft accepted more often than this run's 0.1" in hint
+    result = run_control(spec_distribution, ctx, weak, clean, ControlSpec(fault="bonus-from-draft"))
+    assert result.outcome == ControlOutcome.unobservable, result.message
+    assert "below the check's power" in result.message and result.metrics["observable_with"]
+    assert power_verdict("spec-distribution", [result]) is None
+    verdict = unproven_verdict("spec-distribution", [result])
+    assert verdict and "to make them observable: bonus-from-draft: power 0.606 < 0.9" in verdict

@@ -67,6 +67,9 @@ def test_every_check_package_states_its_card_params_evidence_and_needs() -> None
         # cards name the prefix checks' need by the union protocol; what they need of it is serving
         stated = {Capability.PREFIX_SERVING if need == "PrefixCaching" else Capability(need) for need in required}
         assert stated == package.NEEDS, module
+        # what adds to it when offered is on the card too, marked as such
+        marked = {need.split(" (")[0] for need in card.needs if "(" in need}
+        assert {c.value for c in vars(package).get("OPTIONAL", {})} <= marked, module
 
 
 def test_every_check_package_imports_no_torch_and_reaches_its_check_lazily() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from gate.core.check import CheckContext, Outcome, Params, check
 from gate.core.manifest import ClaimLevel
@@ -58,6 +59,8 @@ class ToyParams(Params):
     skip: bool = False
     spread: float | None = None
     """The clean run's rounding spread (Outcome.rounding_spread)."""
+    underpowered: dict[str, str] = Field(default_factory=dict)
+    """Faults below the check's power at these settings (Outcome.underpowered)."""
 
 
 @check("toy", params=ToyParams)
@@ -81,6 +84,7 @@ def toy(ctx: CheckContext, params: ToyParams) -> Outcome:
         observation=observed,
         detected_at=3 if delta > params.threshold else None,
         rounding_spread=params.spread,
+        underpowered=params.underpowered,
     )
 
 
@@ -196,6 +200,26 @@ def test_no_control_that_could_show_anything_is_unproven_not_a_failure() -> None
     assert "could show anything on this path" in result.message
     assert result.controls[0].outcome == ControlOutcome.unobservable
     assert result.controls[1].outcome == ControlOutcome.unsupported
+
+
+def test_a_control_below_the_checks_power_is_unobservable_never_missed() -> None:
+    """One rule for every control: a fault the check declares below its power at these settings
+    (Outcome.underpowered) that it passes is unobservable, with the settings that would show it."""
+    result = _run([ControlSpec(fault="big"), ControlSpec(fault="small")], underpowered={"small": "lower threshold"})
+    assert result.status == Status.passed, result.message
+    small = result.controls[1]
+    assert small.outcome == ControlOutcome.unobservable and small.metrics["observable_with"] == "lower threshold"
+    assert "below the check's power (lower threshold)" in small.message
+    # a fault declared underpowered that the check catches all the same is detected
+    caught = _run([ControlSpec(fault="big")], underpowered={"big": "lower threshold"})
+    assert caught.status == Status.passed and caught.controls[0].outcome == ControlOutcome.detected
+
+
+def test_a_check_whose_every_control_is_below_its_power_is_unproven_naming_the_settings() -> None:
+    result = _run([ControlSpec(fault="small")], underpowered={"small": "threshold below 1e-6"})
+    assert result.status == Status.unproven
+    assert "to make them observable: small: threshold below 1e-6" in result.message
+    assert "no power" not in result.message
 
 
 def test_harmless_fault_must_pass() -> None:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
+from gate.errors import EXIT_PARTIAL
 
 HERE = Path(__file__).parent / "blockstore"
 STORE = Path(__file__).parents[1] / "plugins" / "gate-plugin-blockstore" / "gate_plugin_blockstore"
@@ -79,3 +80,20 @@ def test_the_store_with_a_planted_bug_fails_naming_it(tmp_path: Path, bug: str, 
     code, record, checks = run(f"{bug}.yaml", tmp_path / "out", "--check", check)  # the rest: as when correct
     assert code == 1 and record["verdict"] == "fail", record["summary"]
     assert checks[check]["status"] == "fail" and words in checks[check]["message"], checks[check]["message"]
+
+
+def test_a_long_hash_leaves_verify_ignores_identity_below_the_checks_power_never_missed(tmp_path: Path) -> None:
+    """Under an 8-bit hash, 108 pairs of the same tokens under different identities share a bucket
+    with chance 0.34: the store's own verify-ignores-identity, passed, is below the check's power
+    (unobservable, naming the settings that would show it), never "no power against" it; the generic
+    stand-in then shows power. At the default 2 bits the same fault is detected (above)."""
+    code, _, checks = run(
+        "correct.yaml", tmp_path / "out", "--check", "hash-collision", "--param", "hash-collision.bits=8"
+    )
+    assert code == EXIT_PARTIAL  # a run of one check that did not fail: no verdict on the manifest
+    collision = checks["hash-collision"]
+    assert collision["status"] != "fail" and "no power" not in collision["message"], collision["message"]
+    control = next(c for c in collision["controls"] if c["fault"] == "verify-ignores-identity")
+    assert control["stand_in"] and "below the check's power" in control["stand_in"], control
+    assert "chance 0.34 < 0.9: lower bits to 5 or raise prompts to 33" in control["stand_in"]
+    assert control["kind"] == "generic" and control["outcome"] == "detected", control["message"]

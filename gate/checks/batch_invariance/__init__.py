@@ -60,8 +60,21 @@ class BatchInvarianceParams(Params):
 
 
 CARD, PARAMS, EVIDENCE = "batch-invariance", BatchInvarianceParams, None
-NEEDS = frozenset({Capability.DECODE_PATH, Capability.BATCHED_SESSIONS, Capability.CONTINUOUS_BATCHING})
+NEEDS = frozenset({Capability.DECODE_PATH})
+OPTIONAL = {
+    Capability.BATCHED_SESSIONS: "padded batches of unequal lengths are judged (padding_sides)",
+    Capability.CONTINUOUS_BATCHING: "requests join and leave a running batch",
+}
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "BatchInvarianceParams", "batch_invariance", "probe_order"]
+__all__ = [
+    "CARD",
+    "EVIDENCE",
+    "NEEDS",
+    "OPTIONAL",
+    "PARAMS",
+    "BatchInvarianceParams",
+    "batch_invariance",
+    "probe_order",
+]

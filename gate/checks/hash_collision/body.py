@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,8 +149,43 @@ def explain(params: HashCollisionParams, obs: Observations, findings: Findings, 
     evidence = HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump()
     exercise: dict[str, Any] = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
     return findings.outcome(
-        passed, metrics=metrics, evidence=evidence, exercise=exercise, observation=log.observation()
+        passed,
+        metrics=metrics,
+        evidence=evidence,
+        exercise=exercise,
+        observation=log.observation(),
+        underpowered=identity_power(params, obs),
     )
+
+
+POWER = 0.9
+"""The chance of a same-token meeting across identities below which verify-ignores-identity is below
+the check's power (the declared power of a distribution claim by default)."""
+
+
+def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, str]:
+    """verify-ignores-identity shows only where one block's tokens, stored under one identity, share a
+    bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. With
+    too few pairs for that (a long hash, few prompts) its effect is below the check's power, and the
+    settings that would show it are named (`Outcome.underpowered`)."""
+    identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
+    per_prompt = params.prompt_blocks * identities * (identities - 1) // 2
+    pairs = params.prompts * per_prompt
+    expected = pairs / 2**params.bits
+    chance = 1 - math.exp(-expected)
+    if chance >= POWER:
+        return {}
+    wanted = math.log(1 / (1 - POWER))  # expected meetings that give the chance POWER
+    bits = math.floor(math.log2(pairs / wanted)) if pairs > wanted else 0
+    prompts = math.ceil(wanted * 2**params.bits / per_prompt) if per_prompt else None
+    ways = [f"lower bits to {bits}"] if bits >= 1 else []
+    if prompts is not None and prompts <= HashCollisionParams.model_fields["prompts"].metadata[-1].le:
+        ways.append(f"raise prompts to {prompts}")
+    return {
+        "verify-ignores-identity": f"{pairs} block pairs of the same tokens under different identities share a "
+        f"bucket of the {params.bits}-bit hash with chance {chance:.2f} < {POWER}: "
+        + (" or ".join(ways) or "more identities or blocks per prompt")
+    }
 
 
 @check("hash-collision", params=HashCollisionParams)

@@ -241,6 +241,9 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
         },
         "exercise": obs.exercise,
         "observation": torch.cat([observed[i] for i in sorted(observed)]),
+        # what observes the rule without the probe: the runner judges the check by it when none of
+        # its own controls can run on this candidate (a probe never makes the check worse)
+        "covered_by": dict(MODEL_LEVEL_STAND_INS),
     }
     if j.diagnosis is not None:
         failures = j.failures

@@ -81,7 +81,18 @@ class PhasePerformanceParams(Params):
 
 CARD, PARAMS, EVIDENCE = "phase-performance", PhasePerformanceParams, ServingEvidence
 NEEDS = frozenset({Capability.DECODE_PATH})
+NEEDS_INSTEAD = (frozenset({Capability.ENGINE_SERVING}),)
+"""An engine runs it through its streaming API instead of sessions."""
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "WATCHED", "PhasePerformanceParams", "phase_performance"]
+__all__ = [
+    "CARD",
+    "EVIDENCE",
+    "NEEDS",
+    "NEEDS_INSTEAD",
+    "PARAMS",
+    "WATCHED",
+    "PhasePerformanceParams",
+    "phase_performance",
+]

@@ -84,7 +84,11 @@ class PrefixSweepParams(Params):
 
 CARD, PARAMS, EVIDENCE = "prefix-sweep", PrefixSweepParams, SweepEvidence
 NEEDS = frozenset({Capability.DECODE_PATH})
+OPTIONAL = {
+    Capability.LAYOUT_BOUNDARIES: "the sweep visits the layout's block edges ±1",
+    Capability.LAYER_TRACING: "a failure is named at the layer and read where it starts (the diagnosis)",
+}
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "SEED_LENGTHS", "PrefixSweepParams", "prefix_sweep"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "OPTIONAL", "PARAMS", "SEED_LENGTHS", "PrefixSweepParams", "prefix_sweep"]

@@ -20,7 +20,7 @@ from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
-from gate.speculative.gof import GTest, g_test, power
+from gate.speculative.gof import GTest, g_test, power, required_samples
 from gate.speculative.law import Seq
 from gate.speculative.sampler import SpecStats
 
@@ -385,7 +385,30 @@ def explain(ctx: CheckContext, p: SpecDistributionParams, obs: Observations, j: 
         exercise,
         detected_at=j.detected_at,
         observation=torch.tensor([*obs.observed, obs.other], dtype=torch.float64),
+        underpowered=underpowered(p, obs, j),
     )
+
+
+FAR_BUDGET = 1000
+"""How many times the budget `underpowered` searches for the samples a fault needs."""
+
+
+def underpowered(p: SpecDistributionParams, obs: Observations, j: Judgement) -> dict[str, str]:
+    """The faults of power_against this draft and budget cannot show with the declared power -> the
+    settings that would: more samples (how many, when within a thousand budgets) or a draft accepted
+    more often than this run's (the bonus token and the residual are reached more often)."""
+    design, acceptance = obs.design, obs.stats.acceptance_rate
+    draft = f"a draft accepted more often than this run's {acceptance:.3f}"
+    out = {
+        f: f"no sample size can show it with this draft ({why}); use {draft}" for f, why in design.unobservable.items()
+    }
+    for f, reached in j.weak.items():
+        n = required_samples(
+            design.p0, design.alts[f], obs.looks.alpha, obs.target_power, FAR_BUDGET * p.max_samples, p.max_samples
+        )
+        samples = f"raise max_samples to about {n}" if n else f"raise max_samples beyond {FAR_BUDGET * p.max_samples}"
+        out[f] = f"power {reached:.3f} < {obs.target_power} at {obs.n} samples: {samples}, or use {draft}"
+    return out
 
 
 @check("spec-distribution", params=SpecDistributionParams)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gate.core.check import CheckContext, Outcome, Params, check
+from gate.plugin import CheckContext, Outcome, Params, check
 
 
 class FiniteParams(Params):

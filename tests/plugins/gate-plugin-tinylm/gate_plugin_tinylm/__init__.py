@@ -38,6 +38,10 @@ class Options(BaseModel):
     """Offer LayerTracing (gate.protocols): per layer the K/V attention read, the last query's
     per-head query and attention output and the block output, recorded by forward hooks on
     tinylm's modules (the model code is unchanged); the prefix can be replayed in a check's cuts."""
+    probe: bool = False
+    """Offer AttentionProbe (gate.protocols): given q, k, v run through tinylm's own cache concatenation,
+    causal mask offset and attention call (the model's `attention` function); tinylm plants no mask
+    faults, so none of mask-oracle's controls can run on it."""
 
 
 class TinyLMAdapter:
@@ -56,6 +60,8 @@ class TinyLMAdapter:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = TinyLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+        if opts.probe:
+            return (TinyLMTracingProbePath if opts.trace else TinyLMProbePath)(model, opts, device)
         return (TinyLMTracingPath if opts.trace else TinyLMPath)(model, opts, device)
 
 
@@ -150,6 +156,35 @@ class TinyLMTracingPath(TinyLMPath):
         with torch.no_grad(), _trace(self.model) as states:
             self.model(tokens[:, : prefix_len + 1].to(self.device))
         return states
+
+
+class TinyLMProbePath(TinyLMPath):
+    """A TinyLMPath that is also a gate.protocols.AttentionProbe (option `probe: true`)."""
+
+    def attention_probe(self, requests: Sequence[Sequence[tuple[Any, Any, Any]]], *, poison_tail: bool = False) -> Any:
+        """Each request's chunks through tinylm's attention over a cache that grows by concatenation
+        (it allocates no tail, so there is nothing to poison); grouped KV heads are shared by their
+        query heads. A fresh cache per request is tinylm's reset."""
+        import torch
+
+        from gate_plugin_tinylm.tinylm import attention
+
+        outputs = []
+        for chunks in requests:
+            past = None
+            answers = []
+            for q, k, v in chunks:
+                groups = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+                with torch.no_grad():
+                    y, past = attention(q, k, v, past)
+                answers.append(y)
+            outputs.append(answers)
+        return outputs
+
+
+class TinyLMTracingProbePath(TinyLMTracingPath, TinyLMProbePath):
+    """Both options: `trace: true` and `probe: true`."""
 
 
 @contextmanager

@@ -33,13 +33,22 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         b, t, _ = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each [B, H, T, D]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        offset = k.shape[2] - t
-        # query i (absolute offset + i) sees keys 0..offset + i
-        mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=offset)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.out(y.transpose(1, 2).reshape(b, t, -1)), (k, v)
+        y, kv = attention(q, k, v, past)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1)), kv
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The cache and the mask: new keys and values appended to `past`, each query attending to every
+    cached position and to the new ones up to its own. q [B, H, T, D], k and v [B, H, T, D]."""
+    t = q.shape[2]
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    offset = k.shape[2] - t
+    # query i (absolute offset + i) sees keys 0..offset + i
+    mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=q.device).tril(diagonal=offset)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), (k, v)
 
 
 class Block(nn.Module):
