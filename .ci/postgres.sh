@@ -5,11 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-    || echo "PostgreSQL could not be installed: its tests will skip, saying so"
-fi
-.venv/bin/python -c 'import psycopg' 2>/dev/null || .venv/bin/python -m pip install --quiet 'psycopg[binary]>=3.1'
+bash .ci/ensure-postgres.sh
 
 figures=$(mktemp)
 rm -f "$figures"
