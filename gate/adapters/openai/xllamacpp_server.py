@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import importlib
 import os
 import re
 import signal
@@ -245,7 +246,7 @@ def _mappings() -> list[tuple[int, int, str, str]]:
 
 def _library_data(library: Path, mappings: list[tuple[int, int, str, str]]) -> list[tuple[int, int]]:
     """The library's writable mappings, with the anonymous ones right after them (its .bss)."""
-    real, regions = str(library.resolve()), []
+    real, regions = str(library.resolve()), list[tuple[int, int]]()
     for start, end, perms, path in mappings:
         if perms.startswith("rw") and (path == real or (not path and regions and regions[-1][1] == start)):
             regions.append((start, end))
@@ -337,7 +338,7 @@ def serve(build_dir: Path, argv: list[str]) -> int:
         return 0
     settings = parse(argv)
     sys.path.insert(0, str(build_dir))
-    import xllamacpp
+    xllamacpp = importlib.import_module("xllamacpp")
 
     identity = set_build_identity(Path(xllamacpp.xllamacpp.__file__), build)
     params = configure(xllamacpp, settings, version)
