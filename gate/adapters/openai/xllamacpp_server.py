@@ -146,14 +146,15 @@ _BY_NAME = {name: spec for names, spec in VALUES.items() for name in names}
 
 
 def parse(argv: list[str]) -> dict[str, Any]:
-    """llama-server's command line as {field: value}, the last of a repeated flag winning (as in
-    llama-server, so a control's extra args override the launch's). `--flag=value` is accepted."""
+    """llama-server's command line as {field: value}, read as llama-server reads it (common/arg.cpp): the
+    last of a repeated flag wins (so a control's extra args override the launch's), `_` in a `--` flag
+    reads as `-`, and a value is always the next argument (`--port=8080` is no flag to llama-server)."""
     settings: dict[str, Any] = {}
     i = 0
     while i < len(argv):
         part = argv[i]
-        name, inline = part.split("=", 1) if part.startswith("--") and "=" in part else (part, None)
-        if name in SWITCHES and inline is None:
+        name = part.replace("_", "-") if part.startswith("--") else part
+        if name in SWITCHES:
             field, value = SWITCHES[name]
             settings[field] = value
             i += 1
@@ -164,16 +165,14 @@ def parse(argv: list[str]) -> dict[str, Any]:
                 f"unsupported {kind} {part!r}: this launcher maps only the flags in "
                 "gate/adapters/openai/xllamacpp_server.py (VALUES, SWITCHES), and never drops one"
             )
-        if inline is None:
-            if i + 1 >= len(argv):
-                raise UsageError(f"llama-server flag {name} needs a value")
-            inline, i = argv[i + 1], i + 1
+        if i + 1 >= len(argv):
+            raise UsageError(f"llama-server flag {name} needs a value")
         field, convert = _BY_NAME[name]
         try:
-            settings[field] = convert(inline)
+            settings[field] = convert(argv[i + 1])
         except ValueError as err:
             raise UsageError(f"llama-server flag {name}: {err}") from None
-        i += 1
+        i += 2
     if "model.path" not in settings:
         raise UsageError("no model: give -m/--model PATH (this launcher serves one local GGUF file)")
     return settings
@@ -311,11 +310,12 @@ _COMMIT: Any = None
 # -- serving ------------------------------------------------------------------------------------------
 
 
-def write_wrapper(build_dir: Path, python: str | None = None) -> Path:
-    """Write `build_dir/bin/llama-server`: a script running this launcher on the build in `build_dir`,
-    with an absolute interpreter (a launched engine gets no PYTHONPATH, gate.adapters.openai.environment)."""
+def write_wrapper(build_dir: Path, bin_dir: Path | None = None, python: str | None = None) -> Path:
+    """Write `llama-server` into `bin_dir` (default `build_dir/bin`): a script running this launcher on the
+    build in `build_dir` with an absolute interpreter (a launched engine gets no PYTHONPATH,
+    gate.adapters.openai.environment). Written whole or not at all."""
     version = installed_version(build_dir)
-    wrapper = build_dir / "bin" / "llama-server"
+    wrapper = (bin_dir or build_dir / "bin") / "llama-server"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
     text = (
         "#!/bin/sh\n"
