@@ -10,7 +10,8 @@ gate/adapters/openai/xllamacpp_server.py on it. Each example then runs through `
 folder first on PATH, one run at a time, and its exit code is checked against the example's documented
 verdict (`# gate-expect:`). The table keeps the rows of builds and examples not run this time, so
 subsets add up; it gives, per build and example: the documented verdict, the exit code, the verdict
-line, the first failing check, the build info the servers reported, and the seconds.
+line, the first failing check, the build info the servers reported, and the seconds. Notes under the
+table (from its first `## ` heading on) are kept when the table is rewritten.
 Exit 1 when a verdict differs from the documented one; exit 2 on an unknown build or example.
 """
 
@@ -152,6 +153,9 @@ def old_rows(path: Path) -> dict[tuple[str, str], str]:
 
 
 def write_table(path: Path, rows: dict[tuple[str, str], str]) -> None:
+    """The table, then whatever the file held from its first `## ` heading on (the notes on its rows)."""
+    old = path.read_text() if path.exists() else ""
+    notes = old[old.index("\n## ") :] if "\n## " in old else ""
     order = {(b, e): (BUILDS.index(b), EXAMPLES.index(e) if e in EXAMPLES else 99) for b, e in rows}
     lines = [
         "# gate's llama.cpp examples against llama.cpp builds (xllamacpp CPU wheels)",
@@ -165,7 +169,7 @@ def write_table(path: Path, rows: dict[tuple[str, str], str]) -> None:
         *(rows[key] for key in sorted(rows, key=order.__getitem__)),
     ]
     partial = path.with_name(path.name + ".partial")
-    partial.write_text("\n".join(lines) + "\n")
+    partial.write_text("\n".join(lines) + "\n" + notes)
     partial.replace(path)
 
 
