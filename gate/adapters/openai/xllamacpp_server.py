@@ -124,6 +124,8 @@ SWITCHES: dict[str, tuple[str, bool]] = {
     "--no-clear-idle": ("clear_idle", False),
     "--webui": ("ui|webui", True),
     "--no-webui": ("ui|webui", False),
+    "--ui": ("ui", True),
+    "--no-ui": ("ui", False),
     "--slots": ("endpoint_slots", True),
     "--no-slots": ("endpoint_slots", False),
     "--metrics": ("endpoint_metrics", True),
