@@ -332,6 +332,13 @@ def write_wrapper(build_dir: Path, bin_dir: Path | None = None, python: str | No
     return wrapper
 
 
+def _name_process(name: str) -> None:
+    """Call this process `name` (/proc/PID/comm, what `pgrep -x` and `ps -o comm` read), as the
+    compiled server is called: a check for servers left behind finds this one too (Linux only)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+
+
 def serve(build_dir: Path, argv: list[str]) -> int:
     version = installed_version(build_dir)
     build = build_number(version)
@@ -339,6 +346,7 @@ def serve(build_dir: Path, argv: list[str]) -> int:
         print(f"version: {build} (xllamacpp {version})")
         return 0
     settings = parse(argv)
+    _name_process("llama-server")
     sys.path.insert(0, str(build_dir))
     xllamacpp = importlib.import_module("xllamacpp")
 

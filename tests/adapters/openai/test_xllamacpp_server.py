@@ -123,8 +123,11 @@ def test_a_build_serves_as_llama_server_and_says_which_build_it_is(wrapper: Path
         server = served.server
     assert len(first.tokens) == 8 and all(lp <= 0 for lp in first.logprobs)
     assert first.cached_tokens == 0 and again.cached_tokens == len(prompt) - 1 and again.tokens == first.tokens
+    assert server is not None and server.proc is not None
+    # named as the compiled server is, so `pgrep -x llama-server` (.ci/engine.sh) finds it
+    assert Path(f"/proc/{server.proc.pid}/comm").read_text().strip() == "llama-server"
     stop_all()
-    assert server is not None and server.exit_status() == 0  # SIGTERM ends it cleanly
+    assert server.exit_status() == 0  # SIGTERM ends it cleanly
 
 
 @pytest.mark.engine
