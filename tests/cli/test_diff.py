@@ -1,0 +1,92 @@
+"""`gate diff`: real dossiers from a real ledger (tests/cli/ledger_history.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.cli.ledger_history import FAIL_SHA, PASS_SHA, Built, built, gate
+
+__all__ = ["built"]
+
+
+def test_the_diff_shows_the_verdict_change_and_the_first_failing_check_and_length(built: Built) -> None:
+    code, text = gate("diff", str(built.passed), str(built.failed))
+    assert code == 0, text
+    assert "verdict: PASS -> FAIL" in text
+    lines = text.splitlines()
+    status = next(line for line in lines if "prefix-reuse-parity" in line and "status" in line)
+    assert status.split()[-3:] == ["pass", "->", "fail"]
+    first = next(line for line in lines if "prefix-reuse-parity" in line and "first failing" in line)
+    assert first.split()[-4:] == ["—", "->", "index", "4"], first
+    assert any("identity" in line and "commit" in line and PASS_SHA in line and FAIL_SHA in line for line in lines)
+    assert any(line.strip().startswith("unchanged check: 1: invalidation") for line in lines)
+    assert not any("invalidation" in line for line in lines if not line.strip().startswith("unchanged"))
+
+
+def test_with_a_ledger_the_base_is_the_newest_run_of_the_manifest_on_another_commit(built: Built) -> None:
+    code, text = gate("diff", str(built.failed), "--ledger", str(built.ledger), "--format", "json")
+    assert code == 0, text
+    diff = json.loads(text)
+    assert (diff["verdict_a"], diff["verdict_b"]) == ("pass", "fail")
+    assert diff["a"] == str(built.passed.resolve()) and f"commit {PASS_SHA}" in diff["a_label"]
+    changed = {(c["item"], c["field"]): (c["a"], c["b"]) for c in diff["changes"]}
+    assert changed[("prefix-reuse-parity", "status")] == ("pass", "fail")
+    assert changed[("prefix-reuse-parity", "first failing")] == ("—", "index 4")
+    assert changed[("commit", "")] == (PASS_SHA, FAIL_SHA)
+    assert "invalidation" in diff["unchanged"]["check"]
+
+
+def test_markdown_is_a_pr_comment_with_a_table_of_changes(built: Built) -> None:
+    code, text = gate("diff", str(built.passed), str(built.failed), "--format", "md")
+    assert code == 0, text
+    assert "- verdict: **PASS** → **FAIL**" in text
+    assert "| check | `prefix-reuse-parity` | status | `pass` | `fail` |" in text
+    assert "| check | `prefix-reuse-parity` | first failing | `—` | `index 4` |" in text
+    assert "<details><summary>unchanged</summary>" in text and "invalidation" in text.split("<details>")[1]
+
+
+def test_a_plan_change_names_the_checks_added_and_removed_and_the_claim(built: Built) -> None:
+    code, text = gate("diff", str(built.approved), str(built.passed), "--format", "json")
+    assert code == 0, text
+    changes = json.loads(text)["changes"]
+    plan = {c["item"]: (c["a"], c["b"]) for c in changes if c["section"] == "plan"}
+    assert plan["check quality-slices"] == ("planned", None)
+    assert plan["check prefix-reuse-parity"] == (None, "planned")
+    assert plan["claim"][0] == "bounded-degradation" and plan["claim"][1] != plan["claim"][0]
+    added = next(c for c in changes if c["section"] == "check" and c["item"] == "prefix-reuse-parity")
+    assert (added["a"], added["b"]) == (None, "pass")
+
+
+def test_a_changed_parameter_and_policy_digest_are_plan_lines(built: Built, tmp_path: Path) -> None:
+    """B: A's record as a run under an edited policy would have it (prefix-reuse.yaml's digest and
+    the sweep's parameter changed)."""
+    edited = tmp_path / "edited"
+    shutil.copytree(built.passed, edited)
+    document = json.loads((edited / "results.json").read_text())
+    policy = next(p for p in document["policies"] if p["path"].endswith("prefix-reuse.yaml"))
+    before, policy["sha256"] = policy["sha256"], "f" * 64
+    document["plan"]["checks"][0]["params"] = {"requests": 12}
+    (edited / "results.json").write_text(json.dumps(document))
+    code, text = gate("diff", str(built.passed), str(edited))
+    assert code == 0 and "verdict: PASS (unchanged)" in text, text
+    lines = [line.split() for line in text.splitlines() if line.startswith("  plan")]
+    assert ["plan", "policy", "prefix-reuse.yaml", before[:12], "->", "f" * 12] in lines
+    assert ["plan", "check", "prefix-reuse-parity.params", "{}", "->", '{"requests":', "12}"] in lines
+
+
+def test_bad_input_is_one_located_line_and_exit_2(built: Built, tmp_path: Path) -> None:
+    code, text = gate("diff", str(tmp_path), str(built.failed))
+    assert code == 2 and text.strip().splitlines() == [
+        f"gate: {tmp_path / 'results.json'}: no results.json here (give a dossier directory from `gate run --out`)"
+    ]
+    broken = tmp_path / "broken"
+    shutil.copytree(built.passed, broken)
+    document = json.loads((broken / "results.json").read_text())
+    document["verdict"] = "maybe"
+    (broken / "results.json").write_text(json.dumps(document))
+    code, text = gate("diff", str(broken), str(built.failed))
+    assert code == 2 and len(text.strip().splitlines()) == 1 and "verdict" in text, text
+    code, text = gate("diff", str(built.failed))
+    assert code == 2 and "give two dossiers A B, or one dossier A and --ledger L" in text

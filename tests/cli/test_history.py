@@ -1,0 +1,69 @@
+"""`gate history`: a real ledger's runs (tests/cli/ledger_history.py), in the terminal and as HTML."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.cli.ledger_history import APPROVED_SHA, BOUND, BROKEN_SHA, FAIL_SHA, LOST_SHA, PASS_SHA, Built, built, gate
+
+__all__ = ["built"]
+
+
+def test_a_manifest_history_names_the_first_failing_commit(built: Built) -> None:
+    code, text = gate("history", "reference-prefix-basic", "--ledger", str(built.ledger))
+    assert code == 0, text
+    assert f"first failing commit: {FAIL_SHA} (run #2): prefix-reuse-parity at index 4" in text
+    rows = [line for line in text.splitlines() if line.strip().startswith("#")]
+    assert [row.split()[1] for row in rows] == [PASS_SHA[:12], FAIL_SHA[:12]]
+    assert rows[0].split()[3] == "pass" and rows[1].split()[3] == "fail"
+
+
+def test_a_manifest_file_and_a_check_name_select_too(built: Built, tmp_path: Path) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("name: kv-int8\n")
+    code, text = gate("history", str(manifest), "--ledger", str(built.ledger))
+    assert code == 0 and f"first failing commit: {BROKEN_SHA} (run #" in text, text
+    code, text = gate("history", "prefix-reuse-parity", "--ledger", str(built.ledger))
+    assert (
+        code == 0
+        and text.startswith("gate history: check prefix-reuse-parity")
+        and f"first failing commit: {FAIL_SHA}" in text
+    )
+
+
+def test_a_lost_dossier_is_said_and_its_ledger_status_kept(built: Built) -> None:
+    code, text = gate("history", "kv-int8", "--ledger", str(built.ledger))
+    assert code == 0, text
+    lost = next(line for line in text.splitlines() if line.strip().startswith("#") and LOST_SHA[:12] in line)
+    assert lost.split()[-1] == "pass"  # the ledger's status, no measure
+    assert re.search(r"run #\d+: dossier not found \(.*quant-c3/out\)", text)
+    assert "0.962" in next(line for line in text.splitlines() if APPROVED_SHA[:12] in line)
+    assert re.search(r"approved by alice \(#\d+\)", text)
+
+
+def test_the_html_has_one_plot_per_measure_and_marks_the_approval(built: Built, tmp_path: Path) -> None:
+    page = tmp_path / "history.html"
+    code, text = gate("history", "kv-int8", "--ledger", str(built.ledger), "--html", str(page))
+    assert code == 0 and str(page) in text
+    html = page.read_text()
+    assert html.count("<svg") == 1 and f'data-measure="quality-slices {BOUND}"' in html
+    assert html.count('class="approval"') == 1 and ">approved</text>" in html
+    assert f'first failing commit: <span class="mono">{BROKEN_SHA}</span>' in html
+    assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    code, _ = gate("history", "reference-prefix-basic", "--ledger", str(built.ledger), "--html", str(page))
+    html = page.read_text()
+    measures = re.findall(r'data-measure="([^"]+)"', html)
+    assert code == 0 and len(measures) == len(set(measures)) == html.count("<svg") >= 4
+    assert "prefix-reuse-parity max_abs_delta" in measures and not any("phase-performance" in m for m in measures)
+
+
+def test_an_unknown_name_or_ledger_is_one_line_and_exit_2(built: Built, tmp_path: Path) -> None:
+    code, text = gate("history", "no-such-thing", "--ledger", str(built.ledger))
+    assert (
+        code == 2
+        and text.strip()
+        == f"gate: {built.ledger}: no run of a manifest or check named 'no-such-thing' is recorded in this ledger"
+    )
+    code, text = gate("history", "kv-int8", "--ledger", str(tmp_path / "none.sqlite"))
+    assert code == 2 and len(text.strip().splitlines()) == 1 and "no ledger here" in text
