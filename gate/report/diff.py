@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from gate.core.result import WALL_CLOCK_KEYS, CheckResult, GateResult
+from gate.core.result import WALL_CLOCK_CHECKS, WALL_CLOCK_KEYS, CheckResult, GateResult
 from gate.errors import InputError
 from gate.report.fmt import display
 
@@ -67,12 +67,17 @@ def load_result(directory: Path) -> GateResult:
         raise InputError(str(path), f"unreadable results.json ({err.__class__.__name__})") from None
 
 
+def wall_clock(key: str) -> bool:
+    """A key whose value is a time or a rate: WALL_CLOCK_KEYS, and any `*_s`, `*seconds` or `*_per_s`."""
+    return key in WALL_CLOCK_KEYS or key.endswith(("_s", "seconds"))
+
+
 def _flatten(value: Any, prefix: str = "", depth: int = 3) -> dict[str, str]:
     """Nested mappings as dotted keys -> displayed values (wall-clock keys left out)."""
     if isinstance(value, Mapping) and depth > 0:
         out: dict[str, str] = {}
         for key, inner in value.items():
-            if key in WALL_CLOCK_KEYS:
+            if wall_clock(str(key)):
                 continue
             out.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key), depth - 1))
         return out
@@ -94,8 +99,11 @@ def first_failing(check: CheckResult) -> str | None:
 
 def measures(check: CheckResult) -> dict[str, str]:
     """The check's measures by name: bounds (`slice.metric.bound`), intervals (`X_ratio` with its
-    `X_low`/`X_high` as "r [low, high]") and every other metric, wall-clock values left out."""
-    metrics = {k: v for k, v in check.metrics.items() if k not in WALL_CLOCK_KEYS}
+    `X_low`/`X_high` as "r [low, high]") and every other metric, wall-clock values left out (all of
+    them for a check whose observation is wall-clock: WALL_CLOCK_CHECKS)."""
+    if check.check in WALL_CLOCK_CHECKS:
+        return {}
+    metrics = {k: v for k, v in check.metrics.items() if not wall_clock(k)}
     out: dict[str, str] = {}
     used: set[str] = set()
     for key in metrics:
@@ -196,6 +204,8 @@ def diff_results(
             if fa.get(key) == fb.get(key):
                 unchanged[section].append(key)
         _compare(section, "", fa, fb, changes)  # type: ignore[arg-type]
+    whole = {c.item for c in changes if c.section == "plan" and c.item.startswith("check ") and "." not in c.item}
+    changes = [c for c in changes if not (c.section == "plan" and c.item.split(".")[0] in whole and "." in c.item)]
     return ResultDiff(
         a=a_name,
         b=b_name,
@@ -215,6 +225,21 @@ def _value(text: str | None) -> str:
     return "(absent)" if text is None else text
 
 
+def _terse(a: str | None, b: str | None, limit: int = 48) -> tuple[str, str]:
+    """Two values as the terminal shows them: long comma lists as what B added and removed, other
+    long values cut (--format md and json keep them whole)."""
+    if a is not None and b is not None and ", " in a + b and max(len(a), len(b)) > limit:
+        old, new = set(a.split(", ")), set(b.split(", "))
+        moved = [f"+{x}" for x in sorted(new - old)] + [f"-{x}" for x in sorted(old - new)]
+        return f"{len(old)} items", f"{len(new)} items: {' '.join(moved)}"
+
+    def cut(text: str | None) -> str:
+        text = _value(text)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    return cut(a), cut(b)
+
+
 def _folded(names: list[str], limit: int = 6) -> str:
     shown = ", ".join(names[:limit])
     return f"{len(names)}: {shown}{', …' if len(names) > limit else ''}"
@@ -229,7 +254,7 @@ def render_text(diff: ResultDiff) -> str:
         else diff.verdict_a.upper() + " (unchanged)"
     )
     lines.append(f"verdict: {verdict}")
-    rows = [(c.section, c.item, c.field, _value(c.a), _value(c.b)) for c in diff.changes if c.section != "verdict"]
+    rows = [(c.section, c.item, c.field, *_terse(c.a, c.b)) for c in diff.changes if c.section != "verdict"]
     if rows:
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         width_a = min(max(len(r[3]) for r in rows), 24)
@@ -239,9 +264,9 @@ def render_text(diff: ResultDiff) -> str:
             )
     else:
         lines.append("  no differences beyond wall-clock times")
-    for section, names in diff.unchanged.items():
-        if section != "verdict":
-            lines.append(f"  unchanged {section}: {_folded(names)}")
+    for name, names in diff.unchanged.items():
+        if name != "verdict":
+            lines.append(f"  unchanged {name}: {_folded(names)}")
     return "\n".join(lines) + "\n"
 
 

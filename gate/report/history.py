@@ -13,13 +13,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.core.result import WALL_CLOCK_CHECKS, WALL_CLOCK_KEYS, GateResult
+from gate.core.result import WALL_CLOCK_CHECKS, GateResult
 from gate.errors import GateError, InputError
+from gate.report.diff import wall_clock
 from gate.report.fmt import as_float, display, number
 from gate.trust.ledger import RUN_KIND, Entry
 
 FAILING = frozenset({"fail", "error"})
-PREFERRED_MEASURES = ("max_abs_delta", "p_value", "kl", "argmax_agreement", "violations", "leaks", "problems")
+PREFERRED_MEASURES = (
+    "max_abs_delta",
+    "p_value",
+    "kl",
+    "argmax_agreement",
+    "violations",
+    "leaks",
+    "problems",
+    "wrong_outputs",
+    "served_beyond_entitlement",
+    "mismatches",
+)
 """A check's key measure when it records no bound: the first of these in its metrics, else its first
 numeric metric."""
 
@@ -29,9 +41,7 @@ def key_measures(check: str, metrics: Mapping[str, Any]) -> dict[str, float]:
     key measure (PREFERRED_MEASURES, else the first numeric metric); none for wall-clock checks."""
     if check in WALL_CLOCK_CHECKS:
         return {}
-    numeric = {
-        k: v for k, v in ((k, as_float(v)) for k, v in metrics.items() if k not in WALL_CLOCK_KEYS) if v is not None
-    }
+    numeric = {k: v for k, v in ((k, as_float(v)) for k, v in metrics.items() if not wall_clock(k)) if v is not None}
     bounds = {k: v for k, v in numeric.items() if k.endswith(".bound")}
     if bounds:
         return bounds
@@ -46,6 +56,8 @@ class CheckPoint:
     status: str
     measures: dict[str, float] = field(default_factory=dict)
     first_failing: str | None = None
+    thresholds: dict[str, float] = field(default_factory=dict)
+    """Per bound measure, the threshold its envelope declared (quality-slices evidence)."""
 
 
 @dataclass
@@ -81,6 +93,17 @@ def read_dossier(directory: str) -> GateResult | None:
         return None
 
 
+def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
+    """`slice.metric.bound` -> threshold, from quality-slices evidence's envelopes."""
+    found = {}
+    for envelope in evidence.get("envelopes") or []:
+        if isinstance(envelope, Mapping):
+            value = as_float(envelope.get("threshold"))
+            if value is not None:
+                found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
+    return found
+
+
 def run_row(entry: Entry) -> RunRow:
     from gate.report.diff import first_failing
 
@@ -96,6 +119,7 @@ def run_row(entry: Entry) -> RunRow:
         for check in result.checks:
             point = checks.setdefault(check.check, CheckPoint(status=check.status.value))
             point.measures = key_measures(check.check, check.metrics)
+            point.thresholds = _thresholds(check.evidence)
             point.first_failing = first_failing(check)
     return RunRow(
         seq=entry.seq,
@@ -140,25 +164,27 @@ class History:
     def first_failing(self) -> RunRow | None:
         return next((r for r in self.runs if self.failing(r)), None)
 
-    def series(self) -> list[tuple[str, str, list[tuple[RunRow, float]]]]:
-        """(check, measure, [(run, value)]) for each measure any run recorded, in first-seen order."""
-        names: dict[tuple[str, str], None] = {}
-        for run in self.runs:
+    def series(self) -> list[Series]:
+        """Each measure any run recorded, in first-seen order, with its values by run position."""
+        found: dict[tuple[str, str], Series] = {}
+        for index, run in enumerate(self.runs):
             for check in self.checks:
-                for measure in (run.checks.get(check) or CheckPoint("")).measures:
-                    names[(check, measure)] = None
-        return [
-            (
-                check,
-                measure,
-                [
-                    (r, r.checks[check].measures[measure])
-                    for r in self.runs
-                    if measure in (r.checks.get(check) or CheckPoint("")).measures
-                ],
-            )
-            for check, measure in names
-        ]
+                point = run.checks.get(check)
+                for measure, value in (point.measures if point else {}).items():
+                    series = found.setdefault((check, measure), Series(check, measure, []))
+                    series.values.append((index, run, value))
+                    series.threshold = point.thresholds.get(measure, series.threshold) if point else None
+        return list(found.values())
+
+
+@dataclass
+class Series:
+    check: str
+    measure: str
+    values: list[tuple[int, RunRow, float]]
+    """(position among the history's runs, the run, the value)."""
+    threshold: float | None = None
+    """The latest threshold declared for this measure (a bound's envelope), if any."""
 
 
 def _manifest_name(selector: str) -> str | None:
@@ -173,8 +199,8 @@ def _manifest_name(selector: str) -> str | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise InputError(str(path), f"not a readable manifest ({err.__class__.__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
-        raise InputError(str(path), "name: a manifest names itself (`name:`); none found")
-    return doc["name"]
+        raise InputError(str(path), "a manifest names itself (`name:`); none found", field="name")
+    return str(doc["name"])
 
 
 def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
@@ -219,7 +245,8 @@ def _mark_approvals(history: History, entries: list[Entry]) -> None:
         if entry.kind != APPROVAL_KIND:
             continue
         body = entry.body
-        run = by_seq.get(body.get("run_entry")) if isinstance(body.get("run_entry"), int) else None
+        seq = body.get("run_entry")
+        run = by_seq.get(seq) if isinstance(seq, int) else None
         run = run or statements.get(body.get("statement_sha256"))
         if run is not None:
             run.approvals.append(f"{body.get('approver') or '?'} (#{entry.seq})")
@@ -256,42 +283,51 @@ class HistoryPlot:
     points: list[HistoryPoint]
     y_ticks: list[tuple[float, str]]
     description: str
+    threshold_y: float | None = None
+    """y of the bound's threshold (dashed), when its envelope declared one."""
+    threshold_label: str = ""
+    first_failing_x: float | None = None
+    """x of the first failing run (a vertical line), if any."""
 
 
-def history_plot(check: str, measure: str, points: list[tuple[RunRow, float]]) -> HistoryPlot:
-    width, height, left, right, top, bottom = 420, 150, 56.0, 404.0, 18.0, 112.0
-    values = [v for _, v in points if math.isfinite(v)]
+def history_plot(series: Series, runs: int, first_failing: int | None = None) -> HistoryPlot:
+    """`series` over `runs` positions (a run without the measure leaves its place empty); a dashed
+    line at position `first_failing`, the first failing run."""
+    width, height, left, right, top, bottom = 420, 150, 56.0, 404.0, 22.0, 112.0
+    values = [v for _, _, v in series.values if math.isfinite(v)]
+    if series.threshold is not None:
+        values.append(series.threshold)
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    if high == low:
-        pad = abs(high) * 0.1 or 1.0
-        low, high = low - pad, high + pad
-    step = (right - left) / max(len(points) - 1, 1)
+    pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+    low, high = low - pad, high + pad
+    step = (right - left) / max(runs - 1, 1)
 
     def y_of(value: float) -> float:
         value = min(max(value, low), high) if math.isfinite(value) else high
         return round(bottom - (value - low) / (high - low) * (bottom - top), 1)
 
     drawn = []
-    for i, (run, value) in enumerate(points):
-        point = run.checks.get(check)
+    for index, run, value in series.values:
+        point = run.checks.get(series.check)
         status = point.status if point else "?"
         tone = "bad" if status in FAILING else "good" if status == "pass" else "warn"
         approved = f"; approved by {', '.join(run.approvals)}" if run.approvals else ""
         drawn.append(
             HistoryPoint(
-                x=round(left + i * step if len(points) > 1 else (left + right) / 2, 1),
+                x=round(left + index * step if runs > 1 else (left + right) / 2, 1),
                 y=y_of(value),
                 tone=tone,
-                title=f"run #{run.seq} {run.short}: {measure} {number(value)} ({status}){approved}",
+                title=f"run #{run.seq} {run.short}: {series.measure} {number(value)} ({status}){approved}",
                 label=run.short[:7],
                 approved=bool(run.approvals),
             )
         )
-    ticks = [(y_of(v), number(v)) for v in (low, (low + high) / 2, high)]
-    description = f"{check} {measure} over {len(points)} runs, from {number(points[0][1])} to {number(points[-1][1])}"
+    first, last = series.values[0][2], series.values[-1][2]
+    description = f"{series.check} {series.measure} over {len(drawn)} runs, from {number(first)} to {number(last)}"
+    threshold = series.threshold
     return HistoryPlot(
-        check=check,
-        measure=measure,
+        check=series.check,
+        measure=series.measure,
         width=width,
         height=height,
         left=left,
@@ -300,8 +336,11 @@ def history_plot(check: str, measure: str, points: list[tuple[RunRow, float]]) -
         bottom=bottom,
         line=" ".join(f"{p.x},{p.y}" for p in drawn),
         points=drawn,
-        y_ticks=ticks,
-        description=description,
+        y_ticks=[(y_of(v), number(v)) for v in (low + pad, high - pad)],
+        description=description + (f"; threshold {number(threshold)}" if threshold is not None else ""),
+        threshold_y=y_of(threshold) if threshold is not None else None,
+        threshold_label=f"threshold {number(threshold)}" if threshold is not None else "",
+        first_failing_x=round(left + first_failing * step, 1) if first_failing is not None and runs > 1 else None,
     )
 
 
@@ -326,6 +365,11 @@ def render_text(history: History) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for cells in [header, *rows]:
         lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)).rstrip())
+    named: dict[str, list[str]] = {}
+    for series in history.series():
+        named.setdefault(series.check, []).append(series.measure)
+    if named:
+        lines.append("  measures: " + "; ".join(f"{check}: {', '.join(m)}" for check, m in named.items()))
     for run in history.runs:
         notes = []
         if not run.dossier_found:
@@ -353,6 +397,8 @@ def render_text(history: History) -> str:
 def render_html(history: History) -> str:
     from gate.report.render import html_environment
 
-    plots = [history_plot(check, measure, points) for check, measure, points in history.series()]
+    failing = history.first_failing
+    at = history.runs.index(failing) if failing is not None else None
+    plots = [history_plot(series, len(history.runs), at) for series in history.series()]
     template = html_environment().get_template("history.html.j2")
     return template.render(history=history, plots=plots, first_failing=history.first_failing, display=display)

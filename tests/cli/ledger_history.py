@@ -54,6 +54,32 @@ def _quality(bound: float) -> list[CheckResult]:
             step=7,
             message=f"long-range-retrieval: top1-agreement lower bound {bound} vs 0.95",
             metrics={"envelopes": 1, "envelopes_held": int(bound >= 0.95), BOUND: bound},
+            evidence={
+                "envelopes": [
+                    {
+                        "slice": "long-range-retrieval",
+                        "metric": "top1-agreement",
+                        "comparator": ">=",
+                        "threshold": "0.95",
+                        "point": bound + 0.02,
+                        "bound": bound,
+                        "n": 400,
+                        "n_required": 300,
+                        "sigma": 0.5,
+                        "passed": bound >= 0.95,
+                        "reason": f"95% lower bound {bound} vs 0.95",
+                        "confidence": 0.95,
+                        "min_detectable_effect": 0.05,
+                        "power": 0.8,
+                        "worst": [],
+                    }
+                ],
+                "slices": {},
+                "space": "text",
+                "datasets": {},
+                "samples": {},
+                "timing": {},
+            },
         )
     ]
 

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.cli.ledger_history import FAIL_SHA, PASS_SHA, Built, built, gate
+from tests.cli.ledger_history import BROKEN_SHA, FAIL_SHA, PASS_SHA, Built, built, gate
 
 __all__ = ["built"]
 
@@ -90,3 +90,16 @@ def test_bad_input_is_one_located_line_and_exit_2(built: Built, tmp_path: Path) 
     assert code == 2 and len(text.strip().splitlines()) == 1 and "verdict" in text, text
     code, text = gate("diff", str(built.failed))
     assert code == 2 and "give two dossiers A B, or one dossier A and --ledger L" in text
+
+
+def test_a_ledger_base_whose_dossier_is_gone_is_one_line_and_exit_2(built: Built) -> None:
+    moved = built.broken.with_name("moved")
+    built.broken.rename(moved)
+    try:
+        code, text = gate("diff", str(built.approved), "--ledger", str(built.ledger))
+    finally:
+        moved.rename(built.broken)
+    assert code == 2 and len(text.strip().splitlines()) == 1, text
+    assert f"dossier not found at {built.broken.resolve()} (its results.json is gone)" in text
+    code, text = gate("diff", str(built.approved), "--ledger", str(built.ledger))
+    assert code == 0 and f"commit {BROKEN_SHA}" in text and "verdict: FAIL -> AWAITING-APPROVAL" in text

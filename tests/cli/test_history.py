@@ -17,6 +17,10 @@ def test_a_manifest_history_names_the_first_failing_commit(built: Built) -> None
     rows = [line for line in text.splitlines() if line.strip().startswith("#")]
     assert [row.split()[1] for row in rows] == [PASS_SHA[:12], FAIL_SHA[:12]]
     assert rows[0].split()[3] == "pass" and rows[1].split()[3] == "fail"
+    assert (
+        rows[1].split()[4] == "fail" and float(rows[1].split()[5]) > 1
+    )  # prefix-reuse-parity: max |Δ| on the faulty run
+    assert "  measures: prefix-reuse-parity: max_abs_delta; cache-identity: violations;" in text
 
 
 def test_a_manifest_file_and_a_check_name_select_too(built: Built, tmp_path: Path) -> None:
@@ -49,6 +53,7 @@ def test_the_html_has_one_plot_per_measure_and_marks_the_approval(built: Built, 
     html = page.read_text()
     assert html.count("<svg") == 1 and f'data-measure="quality-slices {BOUND}"' in html
     assert html.count('class="approval"') == 1 and ">approved</text>" in html
+    assert ">threshold 0.95</text>" in html and html.count('class="first-fail"') == 1
     assert f'first failing commit: <span class="mono">{BROKEN_SHA}</span>' in html
     assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     code, _ = gate("history", "reference-prefix-basic", "--ledger", str(built.ledger), "--html", str(page))
