@@ -271,12 +271,20 @@ def render_text(diff: ResultDiff) -> str:
 
 
 def _md(text: str | None) -> str:
-    value = _value(text).replace("|", "\\|").replace("\n", " ")
-    return f"`{value}`" if value and value != "(absent)" else value
+    """A value as an inert code span in a GitHub table cell: control characters shown as escapes,
+    backticks and line breaks removed, `|` escaped (a code span renders no link, HTML or mention)."""
+    from gate._util.text import printable
+
+    if text is None:
+        return "(absent)"
+    value = " ".join(printable(text).replace("`", "'").split()).replace("|", "\\|")
+    return f"`{value}`" if value else ""
 
 
 def render_markdown(diff: ResultDiff) -> str:
     """A PR comment: the verdict change, a table of changes, unchanged items folded in <details>."""
+    from gate.report.render import markdown_text
+
     verdict = (
         f"**{diff.verdict_a.upper()}** → **{diff.verdict_b.upper()}**"
         if diff.verdict_a != diff.verdict_b
@@ -286,13 +294,13 @@ def render_markdown(diff: ResultDiff) -> str:
     rows = [c for c in diff.changes if c.section != "verdict"]
     if rows:
         out += ["| section | item | field | A | B |", "|---|---|---|---|---|"]
-        out += [f"| {c.section} | {_md(c.item)} | {c.field} | {_md(c.a)} | {_md(c.b)} |" for c in rows]
+        out += [f"| {c.section} | {_md(c.item)} | {markdown_text(c.field)} | {_md(c.a)} | {_md(c.b)} |" for c in rows]
     else:
         out.append("No differences beyond wall-clock times.")
     folded = {s: n for s, n in diff.unchanged.items() if s != "verdict"}
     if folded:
         out += ["", "<details><summary>unchanged</summary>", ""]
-        out += [f"- {section}: {', '.join(names)}" for section, names in folded.items()]
+        out += [f"- {section}: {markdown_text(', '.join(names))}" for section, names in folded.items()]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
 

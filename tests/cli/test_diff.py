@@ -103,3 +103,17 @@ def test_a_ledger_base_whose_dossier_is_gone_is_one_line_and_exit_2(built: Built
     assert f"dossier not found at {built.broken.resolve()} (its results.json is gone)" in text
     code, text = gate("diff", str(built.approved), "--ledger", str(built.ledger))
     assert code == 0 and f"commit {BROKEN_SHA}" in text and "verdict: FAIL -> AWAITING-APPROVAL" in text
+
+
+def test_markdown_keeps_a_hostile_value_inert(built: Built, tmp_path: Path) -> None:
+    """A check message or subject field is text from a run: in the PR comment it stays a code span
+    on its row, whatever it holds (backticks, pipes, HTML, a mention, a line break)."""
+    hostile = tmp_path / "hostile"
+    shutil.copytree(built.passed, hostile)
+    document = json.loads((hostile / "results.json").read_text())
+    document["subjects"]["candidate"]["path"] = "x` | <img src=y> @admin\n| row"
+    (hostile / "results.json").write_text(json.dumps(document))
+    code, text = gate("diff", str(built.passed), str(hostile), "--format", "md")
+    row = next(line for line in text.splitlines() if "subjects.candidate.path" in line)
+    assert code == 0 and row.endswith("| `x' \\| <img src=y> @admin \\| row` |"), row
+    assert row.replace("\\|", "").count("|") == 6  # five cells, one row
