@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option_of
+
+if TYPE_CHECKING:
+    from gate.core.result import GateResult
 
 
 @click.command("diff")
@@ -46,19 +50,19 @@ def command(a: Path, b: Path | None, ledger_path: Path | None, fmt: str) -> None
         else:
             assert ledger_path is not None
             new = load_result(a)
-            base, label = _ledger_base(
+            old, base, label = _ledger_base(
                 ledger_path, new.manifest.get("name"), (new.manifest.get("change") or {}).get("commit")
             )
-            old = load_result(base)
             diff = diff_results(old, new, a_name=str(base), b_name=str(a), a_label=label)
         render = {"text": render_text, "md": render_markdown, "json": render_json}[fmt]
         echo(render(diff), nl=False)
 
 
-def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[Path, str]:
-    """The dossier directory of the newest run of manifest `name` on a commit other than `commit`."""
+def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[GateResult, Path, str]:
+    """The record, directory and label of the newest run of manifest `name` on a commit other than
+    `commit`, read from the dossier directory its ledger entry names (refused when gone or replaced)."""
     from gate.errors import InputError
-    from gate.report.history import latest_other_commit
+    from gate.report.history import latest_other_commit, recorded_dossier
     from gate.trust.ledger import Ledger, resolve_ledger_path
 
     path = resolve_ledger_path(ledger_path, must_exist=True)
@@ -69,11 +73,9 @@ def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[Path,
         raise InputError(
             str(location), f"no run of manifest {name!r} on a commit other than {commit or '(none)'} is recorded"
         )
-    body = entry.body
-    directory = Path(str((body.get("dossier") or {}).get("dir") or ""))
-    if not (directory / "results.json").is_file():
-        raise InputError(
-            str(location), f"entry #{entry.seq}: dossier not found at {directory} (its results.json is gone)"
-        )
-    sha = (body.get("change") or {}).get("commit") or "(no commit)"
-    return directory, f"{directory} (ledger run #{entry.seq}, commit {sha})"
+    result, note = recorded_dossier(entry.body)
+    if result is None:
+        raise InputError(str(location), f"entry #{entry.seq}: {note}")
+    sha = (entry.body.get("change") or {}).get("commit") or "(no commit)"
+    directory = Path(str(entry.body["dossier"]["dir"]))
+    return result, directory, f"{directory} (ledger run #{entry.seq}, commit {sha})"

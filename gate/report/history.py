@@ -69,8 +69,8 @@ class RunRow:
     commit: str
     manifest: str
     verdict: str
-    dossier: str
-    dossier_found: bool
+    note: str
+    """Why the measures are missing: the dossier is gone, replaced or unreadable ("" when read)."""
     checks: dict[str, CheckPoint]
     approvals: list[str] = field(default_factory=list)
     """Who approved this run (approval entries naming its entry or its dossier's statement)."""
@@ -80,17 +80,28 @@ class RunRow:
         return self.commit[:12] if self.commit else "—"
 
 
-def read_dossier(directory: str) -> GateResult | None:
-    """The results.json a run entry's dossier directory holds, or None (gone, unreadable)."""
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
+    """The results.json a run entry's dossier directory still holds, if it is the one the entry
+    recorded (same sha256), else None and why: the note `gate history` and `gate diff` print."""
+    from gate._util.digest import sha256_file
     from gate.report.diff import load_result
 
-    path = Path(directory) if directory else None
-    if path is None or not (path / "results.json").is_file():
-        return None
+    dossier = _dict(body.get("dossier"))
+    directory = str(dossier.get("dir") or "")
+    path = Path(directory) / "results.json"
+    if not directory or not path.is_file():
+        return None, f"dossier not found ({directory or 'no directory recorded'})"
+    recorded = _dict(dossier.get("files")).get("results.json")
+    if recorded and sha256_file(path) != recorded:
+        return None, f"dossier replaced: {path} is not the results.json this entry recorded (sha256 differs)"
     try:
-        return load_result(path)
-    except GateError:
-        return None
+        return load_result(path), ""
+    except GateError as err:
+        return None, f"dossier unreadable: {err}"
 
 
 def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
@@ -108,8 +119,7 @@ def run_row(entry: Entry) -> RunRow:
     from gate.report.diff import first_failing
 
     body = entry.body
-    dossier = str((body.get("dossier") or {}).get("dir") or "")
-    result = read_dossier(dossier)
+    result, note = recorded_dossier(body)
     checks = {
         str(c.get("check")): CheckPoint(status=str(c.get("status")))
         for c in body.get("checks") or []
@@ -124,23 +134,22 @@ def run_row(entry: Entry) -> RunRow:
     return RunRow(
         seq=entry.seq,
         time=entry.time,
-        commit=str((body.get("change") or {}).get("commit") or ""),
-        manifest=str((body.get("manifest") or {}).get("name") or ""),
+        commit=str(_dict(body.get("change")).get("commit") or ""),
+        manifest=str(_dict(body.get("manifest")).get("name") or ""),
         verdict=str(body.get("verdict") or ""),
-        dossier=dossier,
-        dossier_found=result is not None,
+        note=note,
         checks=checks,
     )
 
 
 def manifest_runs(entries: Iterable[Entry], name: str) -> list[Entry]:
     """The run entries of manifest `name`, in ledger order."""
-    return [e for e in entries if e.kind == RUN_KIND and (e.body.get("manifest") or {}).get("name") == name]
+    return [e for e in entries if e.kind == RUN_KIND and _dict(e.body.get("manifest")).get("name") == name]
 
 
 def latest_other_commit(entries: Iterable[Entry], name: str, commit: str | None) -> Entry | None:
     """The newest run of manifest `name` recorded on a commit other than `commit`."""
-    found = [e for e in manifest_runs(entries, name) if ((e.body.get("change") or {}).get("commit")) != commit]
+    found = [e for e in manifest_runs(entries, name) if _dict(e.body.get("change")).get("commit") != commit]
     return found[-1] if found else None
 
 
@@ -238,7 +247,7 @@ def _mark_approvals(history: History, entries: list[Entry]) -> None:
     statements = {}
     for entry in entries:
         if entry.kind == RUN_KIND and entry.seq in by_seq:
-            digest = (entry.body.get("dossier") or {}).get("statement_sha256")
+            digest = _dict(entry.body.get("dossier")).get("statement_sha256")
             if digest:
                 statements[digest] = by_seq[entry.seq]
     for entry in entries:
@@ -372,8 +381,8 @@ def render_text(history: History) -> str:
         lines.append("  measures: " + "; ".join(f"{check}: {', '.join(m)}" for check, m in named.items()))
     for run in history.runs:
         notes = []
-        if not run.dossier_found:
-            notes.append(f"dossier not found ({run.dossier or 'none recorded'}): statuses from the ledger only")
+        if run.note:
+            notes.append(f"{run.note}: statuses from the ledger only")
         if run.approvals:
             notes.append("approved by " + ", ".join(run.approvals))
         if notes:

@@ -100,7 +100,7 @@ def test_a_ledger_base_whose_dossier_is_gone_is_one_line_and_exit_2(built: Built
     finally:
         moved.rename(built.broken)
     assert code == 2 and len(text.strip().splitlines()) == 1, text
-    assert f"dossier not found at {built.broken.resolve()} (its results.json is gone)" in text
+    assert f"entry #6: dossier not found ({built.broken.resolve()})" in text
     code, text = gate("diff", str(built.approved), "--ledger", str(built.ledger))
     assert code == 0 and f"commit {BROKEN_SHA}" in text and "verdict: FAIL -> AWAITING-APPROVAL" in text
 

@@ -41,7 +41,7 @@ def test_a_lost_dossier_is_said_and_its_ledger_status_kept(built: Built) -> None
     assert code == 0, text
     lost = next(line for line in text.splitlines() if line.strip().startswith("#") and LOST_SHA[:12] in line)
     assert lost.split()[-1] == "pass"  # the ledger's status, no measure
-    assert re.search(r"run #\d+: dossier not found \(.*quant-c3/out\)", text)
+    assert re.search(r"run #\d+: dossier not found \(.*quant-c3/out\): statuses from the ledger only", text)
     assert "0.962" in next(line for line in text.splitlines() if APPROVED_SHA[:12] in line)
     assert re.search(r"approved by alice \(#\d+\)", text)
 
@@ -72,3 +72,21 @@ def test_an_unknown_name_or_ledger_is_one_line_and_exit_2(built: Built, tmp_path
     )
     code, text = gate("history", "kv-int8", "--ledger", str(tmp_path / "none.sqlite"))
     assert code == 2 and len(text.strip().splitlines()) == 1 and "no ledger here" in text
+
+
+def test_a_dossier_directory_reused_by_a_later_run_is_not_read_as_this_run(built: Built, tmp_path: Path) -> None:
+    """The ledger recorded results.json's sha256: another run's record in the same directory is
+    named as replaced, and its measures are not shown as this run's."""
+    saved = tmp_path / "saved.json"
+    record = built.passed / "results.json"
+    saved.write_bytes(record.read_bytes())
+    record.write_bytes((built.failed / "results.json").read_bytes())
+    try:
+        code, text = gate("history", "reference-prefix-basic", "--ledger", str(built.ledger))
+        diff_code, diff_text = gate("diff", str(built.failed), "--ledger", str(built.ledger))
+    finally:
+        record.write_bytes(saved.read_bytes())
+    assert code == 0 and f"run #1: dossier replaced: {record.resolve()} is not the results.json" in text, text
+    first = next(line for line in text.splitlines() if line.strip().startswith("#1 "))
+    assert first.split()[4:] == ["pass"] * 5  # the ledger's statuses, no measure from the other run
+    assert diff_code == 2 and "entry #1: dossier replaced" in diff_text
