@@ -244,21 +244,28 @@ def _mark_approvals(history: History, entries: list[Entry]) -> None:
     from gate.trust.approvals import APPROVAL_KIND
 
     by_seq = {r.seq: r for r in history.runs}
-    statements = {}
+    statements: dict[str, RunRow] = {}
+    evidence: dict[str, list[RunRow]] = {}
     for entry in entries:
         if entry.kind == RUN_KIND and entry.seq in by_seq:
-            digest = _dict(entry.body.get("dossier")).get("statement_sha256")
-            if digest:
-                statements[digest] = by_seq[entry.seq]
+            dossier = _dict(entry.body.get("dossier"))
+            if dossier.get("statement_sha256"):
+                statements[str(dossier["statement_sha256"])] = by_seq[entry.seq]
+            if dossier.get("evidence_sha256"):
+                evidence.setdefault(str(dossier["evidence_sha256"]), []).append(by_seq[entry.seq])
     for entry in entries:
         if entry.kind != APPROVAL_KIND:
             continue
         body = entry.body
         seq = body.get("run_entry")
         run = by_seq.get(seq) if isinstance(seq, int) else None
-        run = run or statements.get(body.get("statement_sha256"))
+        run = run or statements.get(str(body.get("statement_sha256")))
+        who = str(body.get("approver") or "?")
         if run is not None:
-            run.approvals.append(f"{body.get('approver') or '?'} (#{entry.seq})")
+            run.approvals.append(f"{who} (#{entry.seq})")
+        for other in evidence.get(str(body.get("evidence_sha256")), []) if body.get("evidence_sha256") else []:
+            if other is not run and other.seq > entry.seq:  # a later run of the same evidence carries it
+                other.approvals.append(f"{who} (#{entry.seq}, same evidence)")
 
 
 # --- plots ----------------------------------------------------------------------------------------
@@ -400,6 +407,10 @@ def render_text(history: History) -> str:
         if point is not None and point.first_failing:
             where += f" at {point.first_failing}"
         lines.append(f"first failing commit: {failing.commit or '(none recorded)'} (run #{failing.seq}){where}")
+        latest = history.runs[-1]
+        if latest is not failing:
+            state = "failing" if history.failing(latest) else "not failing"
+            lines.append(f"latest run: #{latest.seq} {latest.short} ({latest.verdict}), {state}")
     return "\n".join(lines) + "\n"
 
 

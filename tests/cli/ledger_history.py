@@ -4,7 +4,8 @@
   PASS_SHA (pass), then the same manifest name with the unordered-blocks fault on FAIL_SHA (fail);
 - kv-int8 (tests/trust/runs.py, no model): a run whose dossier is then deleted (LOST_SHA), an
   awaiting-approval run (APPROVED_SHA) that alice approves with `gate approve`, and a run whose
-  quality bound falls under its threshold (BROKEN_SHA).
+  quality bound falls under its threshold (BROKEN_SHA), then APPROVED_SHA's run again (the same
+  evidence, so alice's approval carries to it).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def build(root: Path) -> Built:
                     "--trust", str(trust), "--ledger", str(ledger),
                 )  # fmt: skip
                 assert code == 0, output
+        again = quant_manifest(root / "quant-again" / "kv-int8.yaml", APPROVED_SHA)  # the same evidence again
+        signed_run(root / "quant-again" / "out", again, keys["ci.key"], ledger=ledger, checks=_quality(0.962))
     shutil.rmtree(runs[LOST_SHA])
     return Built(ledger, runs[PASS_SHA], runs[FAIL_SHA], runs[APPROVED_SHA], runs[BROKEN_SHA], trust)
 

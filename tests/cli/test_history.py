@@ -27,7 +27,8 @@ def test_a_manifest_file_and_a_check_name_select_too(built: Built, tmp_path: Pat
     manifest = tmp_path / "m.yaml"
     manifest.write_text("name: kv-int8\n")
     code, text = gate("history", str(manifest), "--ledger", str(built.ledger))
-    assert code == 0 and f"first failing commit: {BROKEN_SHA} (run #" in text, text
+    assert code == 0 and f"first failing commit: {BROKEN_SHA} (run #6): quality-slices\n" in text, text
+    assert f"latest run: #7 {APPROVED_SHA[:12]} (awaiting-approval), not failing" in text
     code, text = gate("history", "prefix-reuse-parity", "--ledger", str(built.ledger))
     assert (
         code == 0
@@ -43,7 +44,8 @@ def test_a_lost_dossier_is_said_and_its_ledger_status_kept(built: Built) -> None
     assert lost.split()[-1] == "pass"  # the ledger's status, no measure
     assert re.search(r"run #\d+: dossier not found \(.*quant-c3/out\): statuses from the ledger only", text)
     assert "0.962" in next(line for line in text.splitlines() if APPROVED_SHA[:12] in line)
-    assert re.search(r"approved by alice \(#\d+\)", text)
+    assert re.search(r"run #4: approved by alice \(#5\)$", text, re.M)
+    assert re.search(r"run #7: approved by alice \(#5, same evidence\)$", text, re.M)
 
 
 def test_the_html_has_one_plot_per_measure_and_marks_the_approval(built: Built, tmp_path: Path) -> None:
@@ -52,7 +54,8 @@ def test_the_html_has_one_plot_per_measure_and_marks_the_approval(built: Built, 
     assert code == 0 and str(page) in text
     html = page.read_text()
     assert html.count("<svg") == 1 and f'data-measure="quality-slices {BOUND}"' in html
-    assert html.count('class="approval"') == 1 and ">approved</text>" in html
+    assert html.count('class="approval"') == 2 and html.count(">approved</text>") == 2  # run #4, and #7 carrying it
+    assert "approved by alice (#5, same evidence)" in html
     assert ">threshold 0.95</text>" in html and html.count('class="first-fail"') == 1
     assert f'first failing commit: <span class="mono">{BROKEN_SHA}</span>' in html
     assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
