@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from gate.core.result import WALL_CLOCK_CHECKS, WALL_CLOCK_KEYS, CheckResult, GateResult
 from gate.errors import InputError
-from gate.report.fmt import display
+from gate.report.fmt import as_float, display, number
 
 Section = Literal["verdict", "check", "identity", "version", "plan"]
 SECTIONS: tuple[Section, ...] = ("verdict", "check", "identity", "version", "plan")
@@ -97,25 +97,50 @@ def first_failing(check: CheckResult) -> str | None:
     return _detected_at(check, length)
 
 
+def intervals(metrics: Mapping[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """`X_ratio` -> (ratio, low, high) for each ratio recorded with its `X_low` and `X_high`."""
+    out = {}
+    for key in metrics:
+        stem = key.removesuffix("_ratio")
+        ratio, low, high = (as_float(metrics.get(k)) for k in (key, f"{stem}_low", f"{stem}_high"))
+        if key.endswith("_ratio") and ratio is not None and low is not None and high is not None:
+            out[key] = (ratio, low, high)
+    return out
+
+
+def _interval_text(value: tuple[float, float, float]) -> str:
+    return f"{number(value[0])} [{number(value[1])}, {number(value[2])}]"
+
+
 def measures(check: CheckResult) -> dict[str, str]:
     """The check's measures by name: bounds (`slice.metric.bound`), intervals (`X_ratio` with its
-    `X_low`/`X_high` as "r [low, high]") and every other metric, wall-clock values left out (all of
-    them for a check whose observation is wall-clock: WALL_CLOCK_CHECKS)."""
+    `X_low`/`X_high` as "r [low, high]") and every other metric, wall-clock values left out. A check
+    whose observation is wall-clock (WALL_CLOCK_CHECKS) has none here: see `_interval_changes`."""
     if check.check in WALL_CLOCK_CHECKS:
         return {}
     metrics = {k: v for k, v in check.metrics.items() if not wall_clock(k)}
     out: dict[str, str] = {}
     used: set[str] = set()
-    for key in metrics:
-        stem = key.removesuffix("_ratio")
-        low, high = f"{stem}_low", f"{stem}_high"
-        if key.endswith("_ratio") and low in metrics and high in metrics:
-            out[key] = f"{display(metrics[key])} [{display(metrics[low])}, {display(metrics[high])}]"
-            used |= {key, low, high}
+    for key, value in intervals(metrics).items():
+        out[key] = _interval_text(value)
+        used |= {key, f"{key.removesuffix('_ratio')}_low", f"{key.removesuffix('_ratio')}_high"}
     for key, value in metrics.items():
         if key not in used:
             out[key] = display(value, limit=120)
     return out
+
+
+def _interval_changes(a: CheckResult, b: CheckResult) -> list[Change]:
+    """A wall-clock check's intervals differ between any two runs: a change is one whose two
+    intervals do not overlap (B's ratio confidently moved)."""
+    if a.check not in WALL_CLOCK_CHECKS:
+        return []
+    old, new = intervals(a.metrics), intervals(b.metrics)
+    return [
+        Change(section="check", item=a.check, field=key, a=_interval_text(old[key]), b=_interval_text(new[key]))
+        for key in old
+        if key in new and (new[key][1] > old[key][2] or new[key][2] < old[key][1])
+    ]
 
 
 def check_facts(check: CheckResult) -> dict[str, str]:
@@ -196,8 +221,11 @@ def diff_results(
             side_a = checks_a[name].status.value if name in checks_a else None
             side_b = checks_b[name].status.value if name in checks_b else None
             changes.append(Change(section="check", item=name, field="status", a=side_a, b=side_b))
-        elif _compare("check", name, check_facts(checks_a[name]), check_facts(checks_b[name]), changes):
-            unchanged["check"].append(name)
+        else:
+            moved = _interval_changes(checks_a[name], checks_b[name])
+            if _compare("check", name, check_facts(checks_a[name]), check_facts(checks_b[name]), changes) and not moved:
+                unchanged["check"].append(name)
+            changes += moved
     for section, facts in (("identity", _identity), ("version", _versions), ("plan", _plan)):
         fa, fb = facts(a), facts(b)
         for key in [*fa, *(k for k in fb if k not in fa)]:

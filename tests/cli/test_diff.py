@@ -117,3 +117,28 @@ def test_markdown_keeps_a_hostile_value_inert(built: Built, tmp_path: Path) -> N
     row = next(line for line in text.splitlines() if "subjects.candidate.path" in line)
     assert code == 0 and row.endswith("| `x' \\| <img src=y> @admin \\| row` |"), row
     assert row.replace("\\|", "").count("|") == 6  # five cells, one row
+
+
+def _with_performance(source: Path, out: Path, low: float, high: float) -> Path:
+    """A copy of `source` whose record also holds a phase-performance result (a wall-clock check:
+    its clocks differ between any two runs) with a TPOT p95 ratio in [low, high]."""
+    shutil.copytree(source, out)
+    document = json.loads((out / "results.json").read_text())
+    ratio = (low + high) / 2
+    metrics = {"tpot_p95_ratio": ratio, "tpot_p95_low": low, "tpot_p95_high": high, "samples_per_s": 10 * ratio}
+    document["checks"].append(
+        {"check": "phase-performance", "status": "pass", "severity": "warn", "step": 6, "metrics": metrics}
+    )
+    (out / "results.json").write_text(json.dumps(document))
+    return out
+
+
+def test_a_wall_clock_interval_is_a_change_only_when_the_two_do_not_overlap(built: Built, tmp_path: Path) -> None:
+    base = _with_performance(built.passed, tmp_path / "base", 1.1, 1.3)
+    overlapping = _with_performance(built.passed, tmp_path / "overlapping", 1.2, 1.5)
+    slower = _with_performance(built.passed, tmp_path / "slower", 1.6, 2.4)
+    code, text = gate("diff", str(base), str(overlapping))
+    assert code == 0 and "phase-performance" in next(line for line in text.splitlines() if "unchanged check" in line)
+    code, text = gate("diff", str(base), str(slower))
+    row = next(line for line in text.splitlines() if "phase-performance" in line and "unchanged" not in line)
+    assert code == 0 and row.split()[2:] == ["tpot_p95_ratio", "1.2", "[1.1,", "1.3]", "->", "2", "[1.6,", "2.4]"], row
