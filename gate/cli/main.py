@@ -22,6 +22,8 @@ COMMANDS: dict[str, str] = {
     "waive": "gate.cli.waive",
     "revoke": "gate.cli.revoke",
     "audit": "gate.cli.audit",
+    "diff": "gate.cli.diff",
+    "history": "gate.cli.history",
     "keygen": "gate.cli.keygen",
     "policies": "gate.cli.policies",
     "checks": "gate.cli.checks",

@@ -1,0 +1,424 @@
+"""`gate history`: each check's status and key measure across a ledger's runs, with approvals.
+
+The ledger's run entries (gate.trust.run_record) carry each check's status; the measures come from
+the dossier directory each entry records (its results.json), when it is still there ("dossier not
+found" otherwise). Runs are in ledger order (entry number), each with its commit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.core.result import WALL_CLOCK_CHECKS, GateResult
+from gate.errors import GateError, InputError
+from gate.report.diff import wall_clock
+from gate.report.fmt import as_float, display, number
+from gate.trust.ledger import RUN_KIND, Entry
+
+FAILING = frozenset({"fail", "error"})
+PREFERRED_MEASURES = (
+    "max_abs_delta",
+    "p_value",
+    "kl",
+    "argmax_agreement",
+    "violations",
+    "leaks",
+    "problems",
+    "wrong_outputs",
+    "served_beyond_entitlement",
+    "mismatches",
+)
+"""A check's key measure when it records no bound: the first of these in its metrics, else its first
+numeric metric."""
+
+
+def key_measures(check: str, metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The measures `gate history` plots for a check: its bounds (`slice.metric.bound`), else one
+    key measure (PREFERRED_MEASURES, else the first numeric metric); none for wall-clock checks."""
+    if check in WALL_CLOCK_CHECKS:
+        return {}
+    numeric = {k: v for k, v in ((k, as_float(v)) for k, v in metrics.items() if not wall_clock(k)) if v is not None}
+    bounds = {k: v for k, v in numeric.items() if k.endswith(".bound")}
+    if bounds:
+        return bounds
+    for name in (*PREFERRED_MEASURES, *numeric):
+        if name in numeric:
+            return {name: numeric[name]}
+    return {}
+
+
+@dataclass
+class CheckPoint:
+    status: str
+    measures: dict[str, float] = field(default_factory=dict)
+    first_failing: str | None = None
+    thresholds: dict[str, float] = field(default_factory=dict)
+    """Per bound measure, the threshold its envelope declared (quality-slices evidence)."""
+
+
+@dataclass
+class RunRow:
+    """One run entry of the ledger."""
+
+    seq: int
+    time: str
+    commit: str
+    manifest: str
+    verdict: str
+    note: str
+    """Why the measures are missing: the dossier is gone, replaced or unreadable ("" when read)."""
+    checks: dict[str, CheckPoint]
+    approvals: list[str] = field(default_factory=list)
+    """Who approved this run (approval entries naming its entry or its dossier's statement)."""
+
+    @property
+    def short(self) -> str:
+        return self.commit[:12] if self.commit else "—"
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
+    """The results.json a run entry's dossier directory still holds, if it is the one the entry
+    recorded (same sha256), else None and why: the note `gate history` and `gate diff` print."""
+    from gate._util.digest import sha256_file
+    from gate.report.diff import load_result
+
+    dossier = _dict(body.get("dossier"))
+    directory = str(dossier.get("dir") or "")
+    path = Path(directory) / "results.json"
+    if not directory or not path.is_file():
+        return None, f"dossier not found ({directory or 'no directory recorded'})"
+    recorded = _dict(dossier.get("files")).get("results.json")
+    if recorded and sha256_file(path) != recorded:
+        return None, f"dossier replaced: {path} is not the results.json this entry recorded (sha256 differs)"
+    try:
+        return load_result(path), ""
+    except GateError as err:
+        return None, f"dossier unreadable: {err}"
+
+
+def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
+    """`slice.metric.bound` -> threshold, from quality-slices evidence's envelopes."""
+    found = {}
+    for envelope in evidence.get("envelopes") or []:
+        if isinstance(envelope, Mapping):
+            value = as_float(envelope.get("threshold"))
+            if value is not None:
+                found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
+    return found
+
+
+def run_row(entry: Entry) -> RunRow:
+    from gate.report.diff import first_failing
+
+    body = entry.body
+    result, note = recorded_dossier(body)
+    checks = {
+        str(c.get("check")): CheckPoint(status=str(c.get("status")))
+        for c in body.get("checks") or []
+        if isinstance(c, Mapping)
+    }
+    if result is not None:
+        for check in result.checks:
+            point = checks.setdefault(check.check, CheckPoint(status=check.status.value))
+            point.measures = key_measures(check.check, check.metrics)
+            point.thresholds = _thresholds(check.evidence)
+            point.first_failing = first_failing(check)
+    return RunRow(
+        seq=entry.seq,
+        time=entry.time,
+        commit=str(_dict(body.get("change")).get("commit") or ""),
+        manifest=str(_dict(body.get("manifest")).get("name") or ""),
+        verdict=str(body.get("verdict") or ""),
+        note=note,
+        checks=checks,
+    )
+
+
+def manifest_runs(entries: Iterable[Entry], name: str) -> list[Entry]:
+    """The run entries of manifest `name`, in ledger order."""
+    return [e for e in entries if e.kind == RUN_KIND and _dict(e.body.get("manifest")).get("name") == name]
+
+
+def latest_other_commit(entries: Iterable[Entry], name: str, commit: str | None) -> Entry | None:
+    """The newest run of manifest `name` recorded on a commit other than `commit`."""
+    found = [e for e in manifest_runs(entries, name) if _dict(e.body.get("change")).get("commit") != commit]
+    return found[-1] if found else None
+
+
+@dataclass
+class History:
+    selector: str
+    mode: str
+    """manifest or check."""
+    ledger: str
+    runs: list[RunRow]
+    checks: list[str]
+    """The checks shown (one, in check mode)."""
+
+    def failing(self, run: RunRow) -> bool:
+        if self.mode == "check":
+            point = run.checks.get(self.checks[0])
+            return point is not None and point.status in FAILING
+        return run.verdict in FAILING
+
+    @property
+    def first_failing(self) -> RunRow | None:
+        return next((r for r in self.runs if self.failing(r)), None)
+
+    def series(self) -> list[Series]:
+        """Each measure any run recorded, in first-seen order, with its values by run position."""
+        found: dict[tuple[str, str], Series] = {}
+        for index, run in enumerate(self.runs):
+            for check in self.checks:
+                point = run.checks.get(check)
+                for measure, value in (point.measures if point else {}).items():
+                    series = found.setdefault((check, measure), Series(check, measure, []))
+                    series.values.append((index, run, value))
+                    series.threshold = point.thresholds.get(measure, series.threshold) if point else None
+        return list(found.values())
+
+
+@dataclass
+class Series:
+    check: str
+    measure: str
+    values: list[tuple[int, RunRow, float]]
+    """(position among the history's runs, the run, the value)."""
+    threshold: float | None = None
+    """The latest threshold declared for this measure (a bound's envelope), if any."""
+
+
+def _manifest_name(selector: str) -> str | None:
+    """The `name` of the manifest file `selector` names, or None when it names no file."""
+    path = Path(selector)
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise InputError(str(path), f"not a readable manifest ({err.__class__.__name__})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
+        raise InputError(str(path), "a manifest names itself (`name:`); none found", field="name")
+    return str(doc["name"])
+
+
+def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
+    """The history of a manifest (its name or file) or of a check, across the ledger's runs."""
+    runs = [e for e in entries if e.kind == RUN_KIND]
+    name = _manifest_name(selector) or selector
+    mine = manifest_runs(runs, name)
+    if mine:
+        rows = [run_row(e) for e in mine]
+        checks: dict[str, None] = {}
+        for row in rows:
+            checks.update(dict.fromkeys(row.checks))
+        history = History(selector=name, mode="manifest", ledger=ledger, runs=rows, checks=list(checks))
+    else:
+        having = [
+            e
+            for e in runs
+            if any(isinstance(c, Mapping) and c.get("check") == selector for c in e.body.get("checks") or [])
+        ]
+        if not having:
+            raise InputError(
+                str(ledger), f"no run of a manifest or check named {selector!r} is recorded in this ledger"
+            )
+        history = History(
+            selector=selector, mode="check", ledger=ledger, runs=[run_row(e) for e in having], checks=[selector]
+        )
+    _mark_approvals(history, entries)
+    return history
+
+
+def _mark_approvals(history: History, entries: list[Entry]) -> None:
+    from gate.trust.approvals import APPROVAL_KIND
+
+    by_seq = {r.seq: r for r in history.runs}
+    statements: dict[str, RunRow] = {}
+    evidence: dict[str, list[RunRow]] = {}
+    for entry in entries:
+        if entry.kind == RUN_KIND and entry.seq in by_seq:
+            dossier = _dict(entry.body.get("dossier"))
+            if dossier.get("statement_sha256"):
+                statements[str(dossier["statement_sha256"])] = by_seq[entry.seq]
+            if dossier.get("evidence_sha256"):
+                evidence.setdefault(str(dossier["evidence_sha256"]), []).append(by_seq[entry.seq])
+    for entry in entries:
+        if entry.kind != APPROVAL_KIND:
+            continue
+        body = entry.body
+        seq = body.get("run_entry")
+        run = by_seq.get(seq) if isinstance(seq, int) else None
+        run = run or statements.get(str(body.get("statement_sha256")))
+        who = str(body.get("approver") or "?")
+        if run is not None:
+            run.approvals.append(f"{who} (#{entry.seq})")
+        for other in evidence.get(str(body.get("evidence_sha256")), []) if body.get("evidence_sha256") else []:
+            if other is not run and other.seq > entry.seq:  # a later run of the same evidence carries it
+                other.approvals.append(f"{who} (#{entry.seq}, same evidence)")
+
+
+# --- plots ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    x: float
+    y: float
+    tone: str
+    title: str
+    label: str
+    """The commit under the axis."""
+    approved: bool
+
+
+@dataclass(frozen=True)
+class HistoryPlot:
+    """One measure over the runs: a line through the values, a marker per run (red: the check
+    failed), a ring and "approved" over each approved run."""
+
+    check: str
+    measure: str
+    width: int
+    height: int
+    left: float
+    right: float
+    top: float
+    bottom: float
+    line: str
+    points: list[HistoryPoint]
+    y_ticks: list[tuple[float, str]]
+    description: str
+    threshold_y: float | None = None
+    """y of the bound's threshold (dashed), when its envelope declared one."""
+    threshold_label: str = ""
+    first_failing_x: float | None = None
+    """x of the first failing run (a vertical line), if any."""
+
+
+def history_plot(series: Series, runs: int, first_failing: int | None = None) -> HistoryPlot:
+    """`series` over `runs` positions (a run without the measure leaves its place empty); a dashed
+    line at position `first_failing`, the first failing run."""
+    width, height, left, right, top, bottom = 420, 150, 56.0, 404.0, 22.0, 112.0
+    values = [v for _, _, v in series.values if math.isfinite(v)]
+    if series.threshold is not None:
+        values.append(series.threshold)
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+    low, high = low - pad, high + pad
+    step = (right - left) / max(runs - 1, 1)
+
+    def y_of(value: float) -> float:
+        value = min(max(value, low), high) if math.isfinite(value) else high
+        return round(bottom - (value - low) / (high - low) * (bottom - top), 1)
+
+    drawn = []
+    for index, run, value in series.values:
+        point = run.checks.get(series.check)
+        status = point.status if point else "?"
+        tone = "bad" if status in FAILING else "good" if status == "pass" else "warn"
+        approved = f"; approved by {', '.join(run.approvals)}" if run.approvals else ""
+        drawn.append(
+            HistoryPoint(
+                x=round(left + index * step if runs > 1 else (left + right) / 2, 1),
+                y=y_of(value),
+                tone=tone,
+                title=f"run #{run.seq} {run.short}: {series.measure} {number(value)} ({status}){approved}",
+                label=run.short[:7],
+                approved=bool(run.approvals),
+            )
+        )
+    first, last = series.values[0][2], series.values[-1][2]
+    description = f"{series.check} {series.measure} over {len(drawn)} runs, from {number(first)} to {number(last)}"
+    threshold = series.threshold
+    return HistoryPlot(
+        check=series.check,
+        measure=series.measure,
+        width=width,
+        height=height,
+        left=left,
+        right=right,
+        top=top,
+        bottom=bottom,
+        line=" ".join(f"{p.x},{p.y}" for p in drawn),
+        points=drawn,
+        y_ticks=[(y_of(v), number(v)) for v in (low + pad, high - pad)],
+        description=description + (f"; threshold {number(threshold)}" if threshold is not None else ""),
+        threshold_y=y_of(threshold) if threshold is not None else None,
+        threshold_label=f"threshold {number(threshold)}" if threshold is not None else "",
+        first_failing_x=round(left + first_failing * step, 1) if first_failing is not None and runs > 1 else None,
+    )
+
+
+# --- terminal -------------------------------------------------------------------------------------
+
+
+def _cell(point: CheckPoint | None) -> str:
+    if point is None:
+        return "—"
+    shown = ", ".join(number(v) for v in point.measures.values())
+    return f"{point.status} {shown}".strip()
+
+
+def render_text(history: History) -> str:
+    lines = [f"gate history: {history.mode} {history.selector} in {history.ledger} ({len(history.runs)} runs)"]
+    header = ["run", "commit", "time", "verdict", *history.checks]
+    rows = []
+    for run in history.runs:
+        cells = [f"#{run.seq}", run.short, run.time[:19], run.verdict]
+        cells += [_cell(run.checks.get(c)) for c in history.checks]
+        rows.append(cells)
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for cells in [header, *rows]:
+        lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)).rstrip())
+    named: dict[str, list[str]] = {}
+    for series in history.series():
+        named.setdefault(series.check, []).append(series.measure)
+    if named:
+        lines.append("  measures: " + "; ".join(f"{check}: {', '.join(m)}" for check, m in named.items()))
+    for run in history.runs:
+        notes = []
+        if run.note:
+            notes.append(f"{run.note}: statuses from the ledger only")
+        if run.approvals:
+            notes.append("approved by " + ", ".join(run.approvals))
+        if notes:
+            lines.append(f"  run #{run.seq}: " + "; ".join(notes))
+    failing = history.first_failing
+    if failing is None:
+        lines.append("no failing run")
+    else:
+        where = ""
+        point = run_point = failing.checks.get(history.checks[0]) if history.mode == "check" else None
+        failed = [c for c, p in failing.checks.items() if p.status in FAILING]
+        if run_point is None and failed:
+            point = failing.checks[failed[0]]
+            where = f": {failed[0]}"
+        if point is not None and point.first_failing:
+            where += f" at {point.first_failing}"
+        lines.append(f"first failing commit: {failing.commit or '(none recorded)'} (run #{failing.seq}){where}")
+        latest = history.runs[-1]
+        if latest is not failing:
+            state = "failing" if history.failing(latest) else "not failing"
+            lines.append(f"latest run: #{latest.seq} {latest.short} ({latest.verdict}), {state}")
+    return "\n".join(lines) + "\n"
+
+
+def render_html(history: History) -> str:
+    from gate.report.render import html_environment
+
+    failing = history.first_failing
+    at = history.runs.index(failing) if failing is not None else None
+    plots = [history_plot(series, len(history.runs), at) for series in history.series()]
+    template = html_environment().get_template("history.html.j2")
+    return template.render(history=history, plots=plots, first_failing=history.first_failing, display=display)
