@@ -6,7 +6,9 @@ merge" new ones with the same change. A dossier of the head stands for the lande
 says the landed commit holds exactly what was judged:
 
 * **merge**: the landed commit is a merge one of whose parents (not the first, main's) is the
-  judged commit itself (a commit pushed after it is another parent, and does not count);
+  judged commit itself (a commit pushed after it is another parent, and does not count), and whose
+  tree is git's clean merge of its parents (`git merge-tree --write-tree`, git 2.38 or later): a
+  merge that resolved conflicts by hand or added changes of its own holds code nobody gated;
 * **squash** or **rebase**: the landed commit has the judged commit's tree, or the judged change as
   a patch: `git patch-id` of the judged commit against its merge base with the landed commit equals
   that of the landed commit against its first parent (squash: one commit) or against as many first
@@ -95,6 +97,14 @@ def _relation(old: str, new: str, where: Path) -> tuple[Landing | None, str]:
     parents = (_git(where, "rev-list", "--parents", "-n", "1", new) or "").split()[1:]
     if len(parents) > 1:
         if old in parents[1:]:
+            # the merge must hold what git's own merge of its parents makes: a merge that resolved
+            # conflicts by hand, or added changes of its own (an "evil merge"), holds code nobody gated
+            clean = (_git(where, "merge-tree", "--write-tree", *parents) or "").split("\n")[0]
+            if clean != _git(where, "rev-parse", f"{new}^{{tree}}"):
+                return None, (
+                    f"merge {new[:12]} of {old[:12]} holds other files than git's clean merge of its parents "
+                    "(conflicts resolved by hand, or changes of its own): re-gate the merge commit"
+                )
             return Landing(old, new, f"merge {new[:12]} of {old[:12]} into {parents[0][:12]}"), ""
         later = [p[:12] for p in parents[1:] if _git(where, "merge-base", "--is-ancestor", old, p) is not None]
         since = f" ({', '.join(later)} has commits after it: changed since it was verified)" if later else ""

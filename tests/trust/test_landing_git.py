@@ -65,6 +65,11 @@ def test_merge_squash_and_rebase_land_the_head_and_a_later_push_or_a_sibling_do_
     sibling = on("sib", base)
     sibling = repo.commit("sibling", kv="bits = 8\ngroup = 64\n")
     other_merge = on("om", moved, ("merge", "-q", "--no-ff", "-m", "merge sibling", sibling))
+    # an "evil merge": the approved head merged, with a change of the merge's own amended in
+    evil = on("e", moved, ("merge", "-q", "--no-ff", "-m", "merge", head))
+    (repo.root / "app").write_text("a = 2\n")
+    repo.git("commit", "-q", "-a", "--amend", "--no-edit")
+    evil = repo.git("rev-parse", "HEAD")
 
     landed = {
         "merged": merged,
@@ -75,11 +80,13 @@ def test_merge_squash_and_rebase_land_the_head_and_a_later_push_or_a_sibling_do_
         "later_squash": later_squash,
         "sibling": sibling,
         "other_merge": other_merge,
+        "evil": evil,
     }
     how = {name: landing(head, commit, repo.root) for name, commit in landed.items()}
     assert {n: (found.how.split()[0] if found else None) for n, (found, _) in how.items()} == WANTED, how
     assert how["merged"][0] is not None and how["merged"][0].text.startswith(f"commit {merged} lands the verified")
     assert "changed since it was verified" in how["after"][1], how["after"]
+    assert "other files than git's clean merge of its parents" in how["evil"][1], how["evil"]
     assert "another tree and another patch" in how["sibling"][1] and "not " + head[:12] in how["other_merge"][1]
     assert landing(head, head, repo.root)[0] is not None  # the head itself
     assert landing(head, base, repo.root)[0] is None  # main before the change holds none of it
@@ -99,6 +106,7 @@ WANTED = {
     "later_squash": None,
     "sibling": None,
     "other_merge": None,
+    "evil": None,
 }
 
 
