@@ -123,6 +123,10 @@ class Outcome:
     that observe its rule at model level -> what each observes. The runner holds it
     unproven-not-applicable (a warning, never a pass) while every one of them passed with its power
     shown, and unproven as the policy says otherwise."""
+    absent: str | None = None
+    """For a check that cannot run on this candidate (status `skip`): what the path lacks (e.g.
+    `cross-request-cache`). Where the policy rule's `not_applicable.without` names it, the check is
+    not-applicable (no warning); otherwise the skip is judged as before."""
     rounding_spread: float | None = None
     """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
     band of the logits): a faulted run that moves it no further than this failed through noise, and

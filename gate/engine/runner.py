@@ -160,7 +160,11 @@ def run_check(
         return _error_result(base, err, _times())
     status = Status(outcome.status)
     message = outcome.message
-    if status == Status.skip and outcome.covered_by:
+    rule_na = planned.not_applicable
+    if status == Status.skip and outcome.absent and rule_na is not None and rule_na.without == outcome.absent:
+        # the policy states the check has nothing to judge on such a path: not applicable, no warning
+        status, message = Status.not_applicable, f"not applicable, because {rule_na.because.strip()} ({message})"
+    elif status == Status.skip and outcome.covered_by:
         # not applicable here; what stands in is settled once the covering checks have run
         base["covered_by"] = dict(outcome.covered_by)
         status, message = Status.unproven, f"not applicable here: {message}"
@@ -307,6 +311,8 @@ def decide(
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    not_here = [c.check for c in checks if c.status == Status.not_applicable]
+    note += f" ({len(not_here)} not applicable: {', '.join(not_here)})" if not_here else ""
     by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
     not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
     note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
@@ -327,9 +333,9 @@ def decide(
             f"{held}; an approximate change waits for a signed approval" + note,
         )
     if waived:
-        ran = len(checks) - len(skipped) - len(waived)
+        ran = len(checks) - len(skipped) - len(waived) - len(not_here)
         return Verdict.passed_with_waivers, EXIT_PASS, f"{ran} checks passed, {len(waived)} failed and waived" + note
-    ran = len(checks) - len(skipped)
+    ran = len(checks) - len(skipped) - len(not_here)
     which = "checks that ran" if skipped else "required checks"
     if warned:
         held = f"{ran - len(warned)} of {ran} {which} passed"
