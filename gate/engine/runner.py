@@ -340,7 +340,7 @@ def decide(
     if waived:
         ran = len(checks) - len(skipped) - len(waived) - len(not_here)
         held = f"{ran} checks passed, {len(waived)} failed and waived"
-        return Verdict.passed_with_waivers, EXIT_PASS, (counted if lead else held) + note
+        return Verdict.passed_with_waivers, EXIT_PASS, lead + held + note
     ran = len(checks) - len(skipped) - len(not_here)
     which = "checks that ran" if skipped else "required checks"
     if warned:
@@ -379,8 +379,13 @@ def _gist(check: CheckResult) -> str:
     if check.status == Status.unproven:
         return f"{check.check} unproven"
     first = check.message.split(";")[0].rsplit(": ", 1)[-1]
-    first = re.sub(r"\s*\[[^\]]*\]", "", first).strip()
-    return f"{check.check} {first[:60].rstrip()}" if first else check.check
+    kept: list[str] = []
+    for part in re.sub(r"\s*\[[^\]]*\]", "", first).strip().split(", "):
+        if kept and len(", ".join([*kept, part])) > 60:
+            kept.append("…")
+            break
+        kept.append(part)
+    return " ".join([check.check, ", ".join(kept)]).replace(", …", " …").strip()
 
 
 def tally(checks: list[CheckResult]) -> str:

@@ -366,11 +366,12 @@ def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], re
             tone,
             f"approved so far by {', '.join(names)}; {required - len(names)} more approval(s) required",
         )
-    held = result.summary.split(";")[0]  # what decide() said held: every envelope, or no envelope check ran
+    # what decide() said held (its tally when a warning stood, then: every envelope, or no envelope check ran)
+    held = result.summary.split("; an approximate change waits")[0]
     return (
         "APPROVED",
         "good",
-        f"approved for release by {', '.join(names)}: {held} and {len(names)} signed "
+        f"approved for release by {', '.join(names)}: {held}; {len(names)} signed "
         f"approval{'s' if len(names) != 1 else ''} {'is' if len(names) == 1 else 'are'} attached below",
     )
 
