@@ -230,7 +230,9 @@ def _merge_claim(
     if rule.mode == "replace":
         if site:
             changes.append(site_change(earlier, rule.checks, source, "replaced"))
-        return ResolvedClaim(rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.shown}"], changes)
+        return ResolvedClaim(
+            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.shown}"], changes
+        )
     merged = list(earlier.checks)
     for check_rule, src in own:
         index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)

@@ -398,7 +398,11 @@ def tally(checks: list[CheckResult]) -> str:
     if warnings:
         noun = "warning" if len(warnings) == 1 else "warnings"
         parts.append(f"{len(warnings)} {noun} ({'; '.join(_gist(c) for c in warnings)})")
-    for status, words in ((Status.not_applicable, "not applicable"), (Status.waived, "waived"), (Status.skip, "skipped")):
+    for status, words in (
+        (Status.not_applicable, "not applicable"),
+        (Status.waived, "waived"),
+        (Status.skip, "skipped"),
+    ):
         names = [c.check for c in checks if c.status == status]
         if names:
             parts.append(f"{len(names)} {words} ({', '.join(names)})")

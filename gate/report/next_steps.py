@@ -117,7 +117,7 @@ def next_steps(
                 ),
                 note="needs an approver in the trust policy for this intervention (docs/audit.md); review the "
                 "slices and download the flipped samples first",
-            )
+            ),
         )
     for s in sections:
         if s.waiver is not None:

@@ -34,9 +34,7 @@ def _run_invalidation(drop_rule: bool = False):  # type: ignore[no-untyped-def]
     adapter = ReferenceAdapter()
     ref = adapter.build(Options(path="dynamic", max_len=128), device="cpu", dtype="float32", seed=0)
     cand = adapter.build(Options(path="quantized", max_len=128), device="cpu", dtype="float32", seed=0)
-    ctx = CheckContext(
-        manifest=loaded.manifest, reference=ref, candidate=cand, seed=0, device="cpu", dtype="float32"
-    )
+    ctx = CheckContext(manifest=loaded.manifest, reference=ref, candidate=cand, seed=0, device="cpu", dtype="float32")
     return run_check(planned, invalidation, invalidation.params(), ctx)
 
 
