@@ -22,8 +22,8 @@ from gate.core.result import GateResult
 if TYPE_CHECKING:
     from gate.engine.events import Events
     from gate.engine.options import RunOptions
-    from gate.report.next_steps import CommandContext
     from gate.report.model import ReportData
+    from gate.report.next_steps import CommandContext
     from gate.trust.approve import Carried
 
 CiPublish = Callable[["ReportData | None", "Path | None", "str | None"], None]
