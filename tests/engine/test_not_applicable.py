@@ -15,6 +15,7 @@ from gate.adapters.reference import Options, ReferenceAdapter
 from gate.checks.invalidation import invalidation
 from gate.cli.main import cli
 from gate.core.check import CheckContext
+from gate.core.manifest import ClaimLevel
 from gate.core.result import Status, Verdict
 from gate.engine.runner import decide, prepare, run_check
 from gate.report.build import build_report
@@ -54,7 +55,7 @@ def test_a_session_cache_makes_invalidation_not_applicable_and_the_verdict_carri
     assert result.status == Status.not_applicable, result.message
     assert result.message.startswith("not applicable, because the path keeps no entries across requests")
     assert result.controls == []  # nothing was judged, so no control can show anything
-    verdict, code, summary = decide([result], result_claim())
+    verdict, code, summary = decide([result], ClaimLevel.bounded_degradation)
     assert verdict == Verdict.awaiting_approval and code == 4
     assert "unproven" not in summary and "warning" not in summary
     assert "1 not applicable: invalidation" in summary
@@ -64,7 +65,10 @@ def test_without_the_policy_statement_it_is_unproven_as_before() -> None:
     result = _run_invalidation(drop_rule=True)
     assert result.status == Status.unproven and result.unproven == "warn"
     assert "required deny check could not run here" in result.message
-    assert "unproven (a warning by policy, not a pass): invalidation" in decide([result], result_claim())[2]
+    assert (
+        "unproven (a warning by policy, not a pass): invalidation"
+        in decide([result], ClaimLevel.bounded_degradation)[2]
+    )
 
 
 def test_reports_show_a_not_applicable_check_with_its_reason_and_no_warning() -> None:
@@ -77,9 +81,3 @@ def test_reports_show_a_not_applicable_check_with_its_reason_and_no_warning() ->
     markdown = render_markdown(data)
     assert "NOT APPLICABLE" in markdown and "UNPROVEN" not in markdown
     assert data.banner.tone != "unproven"
-
-
-def result_claim():  # type: ignore[no-untyped-def]
-    from gate.core.manifest import ClaimLevel
-
-    return ClaimLevel.bounded_degradation
