@@ -111,6 +111,10 @@ for manifest in $manifests; do
   verdict=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "$out/results.json" 2>/dev/null) \
     || verdict=""
   [ "$rc" -eq 2 ] && verdict=bad-input  # nothing ran: an older results.json must not speak
+  # a verdict that held with warnings says so, pytest style ("pass, 1 warning"): its summary leads with the tally
+  warned=$(python3 -c 'import json, re, sys; m = re.match(r"\d+ passed, (\d+ warnings?) \(", json.load(open(sys.argv[1]))["summary"]); print(m.group(1) if m else "")' "$out/results.json" 2>/dev/null) \
+    || warned=""
+  [ "$rc" -eq 2 ] && warned=""
   approval="n/a"
   failing=""
   case $rc in
@@ -162,7 +166,7 @@ for manifest in $manifests; do
     esac
   done < "$out.action/annotations.txt"
   cell=${failing:-none}
-  table="$table"$'\n'"| \`$manifest\` | $verdict | $approval | ${cell//|/\\|} |"
+  table="$table"$'\n'"| \`$manifest\` | $verdict${warned:+, $warned} | $approval | ${cell//|/\\|} |"
   verdicts="$verdicts $name=$verdict"
   echo "gate: $manifest -> $verdict (job outcome: $([ "$rc" -eq 0 ] && echo success || echo failure))"
   # the worst run by gate.core.result.VERDICT_PRECEDENCE, not by number: a failure (1) outranks

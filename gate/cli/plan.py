@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from gate.cli.common import echo, policy_dir_option, user_errors
-from gate.core.plan import LengthCoverage
+from gate.core.plan import LengthCoverage, Plan
+from gate.core.policy import NotApplicable
 
 
 @click.command("plan")
@@ -32,7 +33,7 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     echo(f"              {plan.intervention_summary.strip()}")
     echo(f"claim         {plan.claim.value}: {plan.claim_in_words}")
     echo(f"rule          {plan.claim_rule.strip()}")
-    echo(f"              ({plan.claim_source})")
+    echo(f"              from {plan.claim_source}")
     echo(
         f"identity      required: {', '.join(plan.identity_required) or 'none'}; "
         f"declared: {', '.join(plan.identity_declared) or 'none'}"
@@ -55,6 +56,8 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         if planned.params:
             rendered = ", ".join(f"{k}={v}" for k, v in planned.params.items())
             echo(f"   params:   {rendered}")
+        if planned.not_applicable is not None:
+            echo(f"   applies:  {_applies_line(planned.not_applicable, plan)}")
         if planned.coverage is not None:
             echo(f"   lengths:  {_coverage_line(planned.coverage)}")
         if planned.controls:
@@ -74,6 +77,19 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
     echo("\npolicies")
     for digest in plan.policies:
         echo(f"  {digest.sha256[:16]}  {digest.path}")
+
+
+_OFFERED_BY = {"cross-request-cache": ("PrefixCaching", "PrefixServing")}
+"""What a path's `offers` names when it has what a `not_applicable.without` names."""
+
+
+def _applies_line(rule: NotApplicable, plan: Plan) -> str:
+    """Whether the check has anything to judge on the candidate, as far as its options tell."""
+    lacked = rule.without.replace("-", " ")
+    caps = plan.paths.get("candidate")
+    if caps is not None and caps.offers and not set(_OFFERED_BY.get(rule.without, ())) & set(caps.offers):
+        return f"not applicable, because {rule.because.strip()} (the candidate offers no {lacked})"
+    return f"only with a {lacked}; without one it is not applicable, because {rule.because.strip()}"
 
 
 def _coverage_line(coverage: LengthCoverage) -> str:

@@ -35,6 +35,7 @@ STATUS_STYLES = {
     "unproven": "yellow",
     "waived": "cyan",
     "skip": "dim",
+    "not-applicable": "dim",
     # control outcomes
     "detected": "green",
     "tolerated": "green",

@@ -269,7 +269,7 @@ def command(
         waits = "an approximate change waits for a signed approval"
         summary = summary.replace(waits, approvals) if waits in summary else f"{summary}; {approvals}"
     colour = {"good": "green", "bad": "red", "unproven": "yellow", "waived": "cyan", "await": "magenta"}.get(tone)
-    click.echo(click.style(one_line(f"verdict: {label} ({summary})"), fg=colour, bold=True), color=styled)
+    click.echo(click.style(one_line(f"verdict: {label}: {summary}"), fg=colour, bold=True), color=styled)
     if not quiet:
         for note in [*build_report(result).banner.notes, *(carried.notes if carried else [])]:
             click.echo(click.style(one_line(f"  {note}"), fg=colour), color=styled)

@@ -131,6 +131,10 @@ class Outcome:
     that the check passes is *unobservable*, never *missed*: a check cannot be asked to see an effect
     smaller than its declared power lets it, and one whose every control is unobservable is unproven
     with these settings, never a failure of the subject."""
+    absent: str | None = None
+    """For a check that cannot run on this candidate (status `skip`): what the path lacks (e.g.
+    `cross-request-cache`). Where the policy rule's `not_applicable.without` names it, the check is
+    not-applicable (no warning); otherwise the skip is judged as before."""
     rounding_spread: float | None = None
     """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
     band of the logits): a faulted run that moves it no further than this failed through noise, and

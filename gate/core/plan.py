@@ -12,7 +12,7 @@ from pydantic import Field
 
 from gate._util.yamlio import LoadedYaml
 from gate.core.manifest import ClaimLevel, Intervention, Manifest, Record
-from gate.core.policy import ControlSpec, PolicySet
+from gate.core.policy import ControlSpec, NotApplicable, PolicySet
 from gate.core.registry import check_names
 from gate.core.result import Digest, KnownBugRecord
 from gate.errors import InputError
@@ -92,6 +92,8 @@ class PlannedCheck(Record):
     """Negative controls the check must pass."""
     unproven: Literal["deny", "warn"] = "deny"
     """What it means when none of the controls can run: deny fails the gate, warn reports."""
+    not_applicable: NotApplicable | None = None
+    """When the check has nothing to judge on a path, and why (the policy rule's `not_applicable`)."""
     missing_capability: Literal["deny", "warn"] = "deny"
     """What assertions left unproven by a capability the candidate lacks mean (the controls did run)."""
     source: str
@@ -185,8 +187,9 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
                 params=params,
                 controls=rule.controls,
                 unproven=rule.unproven or UNPROVEN_DEFAULT.get(level, "warn"),
+                not_applicable=rule.not_applicable,
                 missing_capability=rule.missing_capability,
-                source=f"{rule_source.path}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
+                source=f"{rule_source.shown}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
                 resolution=claim.history,
                 available=rule.check in registered,
             )
@@ -225,7 +228,7 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
         claim=level,
         claim_in_words=CLAIM_IN_WORDS[level],
         claim_rule=claim.rule.rule,
-        claim_source=str(claim.source.path),
+        claim_source=claim.source.shown,
         identity_required=[f.value for f in resolved.identity.required],
         identity_declared=sorted(declared),
         checks=planned,

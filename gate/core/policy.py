@@ -41,6 +41,15 @@ class ControlSpec(Record):
     (a harmless bug; shows the check does not over-reject)."""
 
 
+class NotApplicable(Record):
+    """When a check has nothing to judge on a path: the path lacks what the check judges."""
+
+    without: Literal["cross-request-cache"]
+    """What the candidate path lacks (the check reports it as `absent` when it cannot run)."""
+    because: str
+    """Why the check then has nothing to judge, shown in the plan and the dossier."""
+
+
 class CheckRule(Record):
     """One check a claim requires."""
 
@@ -60,6 +69,9 @@ class CheckRule(Record):
     """When none of the controls can run on the candidate (power unproven): deny fails the gate
     (verdict unproven, exit 1), warn only reports. Default: deny for exact and tolerance claims,
     warn otherwise."""
+    not_applicable: NotApplicable | None = None
+    """When the check has nothing to judge on a path (e.g. no cross-request cache: no invalidation):
+    it is then `not-applicable` with this reason, neither unproven nor a warning."""
     missing_capability: Literal["deny", "warn"] = "deny"
     """When the check's controls show power but some of its assertions need a capability the
     candidate lacks (those assertions are `unproven`, each with the capability named): deny fails the
@@ -126,12 +138,20 @@ class PolicyFile(Record):
 class LoadedPolicy:
     """A parsed policy file with its digest."""
 
-    def __init__(self, path: Path, policy: PolicyFile, sha256: str) -> None:
+    def __init__(self, path: Path, policy: PolicyFile, sha256: str, root: Path | None = None) -> None:
         self.path, self.policy, self.sha256 = path, policy, sha256
+        self.ref = f"{root.name}/{path.relative_to(root).as_posix()}" if root is not None else path.name
+        """The file by its path relative to its policy root, named by the root's folder
+        (`policies/quantisation.yaml`): what plans and dossiers show, never a machine-local path."""
+
+    @property
+    def shown(self) -> str:
+        """The file as plans and dossiers name it: its path under the policy root and its digest."""
+        return f"{self.ref} (sha256 {self.sha256[:12]})"
 
     @property
     def label(self) -> str:
-        return f"{self.policy.name}@{self.policy.version} ({self.path})"
+        return f"{self.policy.name}@{self.policy.version} ({self.shown})"
 
 
 class ResolvedClaim:
@@ -169,20 +189,20 @@ class PolicySet:
         self.interventions = interventions
 
     def digests(self) -> list[Digest]:
-        return [Digest(path=str(f.path), sha256=f.sha256) for f in self.files]
+        return [Digest(path=f.ref, sha256=f.sha256) for f in self.files]
 
 
-def load_policy_file(path: Path) -> LoadedPolicy:
-    """Parse one policy file; errors name the file, line and field."""
+def load_policy_file(path: Path, root: Path | None = None) -> LoadedPolicy:
+    """Parse one policy file (under its policy `root`); errors name the file, line and field."""
     doc = read_yaml(path)
     policy: PolicyFile = parse_model(doc, PolicyFile)
-    return LoadedPolicy(path, policy, hashlib.sha256(path.read_bytes()).hexdigest())
+    return LoadedPolicy(path, policy, hashlib.sha256(path.read_bytes()).hexdigest(), root)
 
 
 def _directory_files(directory: Path) -> list[LoadedPolicy]:
     if not directory.is_dir():
         raise InputError(str(directory), "policy directory does not exist")
-    return [load_policy_file(p) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
+    return [load_policy_file(p, directory) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
 
 
 def site_change(earlier: ResolvedClaim, later: list[CheckRule], source: LoadedPolicy, verb: str) -> str:
@@ -192,7 +212,7 @@ def site_change(earlier: ResolvedClaim, later: list[CheckRule], source: LoadedPo
     controls_dropped = sum(len({k.fault for k in c.controls} - after.get(c.check, set())) for c, _ in earlier.checks)
     added = [c for c in after if c not in {e.check for e, _ in earlier.checks}]
     line = (
-        f"site policy {source.policy.name}@{source.policy.version} ({source.path}) {verb} the rule of "
+        f"site policy {source.label} {verb} the rule of "
         f"{earlier.source.policy.name}: {len(checks_dropped)} checks and {controls_dropped} controls dropped"
     )
     if checks_dropped:
@@ -210,7 +230,9 @@ def _merge_claim(
     if rule.mode == "replace":
         if site:
             changes.append(site_change(earlier, rule.checks, source, "replaced"))
-        return ResolvedClaim(rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.path}"], changes)
+        return ResolvedClaim(
+            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.shown}"], changes
+        )
     merged = list(earlier.checks)
     for check_rule, src in own:
         index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
@@ -221,7 +243,7 @@ def _merge_claim(
     effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
     if site:
         changes.append(site_change(earlier, effective.checks, source, "extended"))
-    history = [*earlier.history, f"{where}: extends {earlier.source.path}"]
+    history = [*earlier.history, f"{where}: extends {earlier.source.shown}"]
     return ResolvedClaim(effective, source, merged, history, changes)
 
 
@@ -251,6 +273,6 @@ def load_policies(extra_dirs: list[Path] | None = None) -> PolicySet:
                             "--policy-dir to override it",
                         )
                     defined_here[key] = loaded
-                    where = f"{loaded.path}: interventions.{intervention.value}.claims.{level.value}"
+                    where = f"{loaded.shown}: interventions.{intervention.value}.claims.{level.value}"
                     target.claims[level] = _merge_claim(target.claims.get(level), crule, loaded, where, site=index > 0)
     return PolicySet(files, resolved)

@@ -28,6 +28,10 @@ class Status(str, Enum):
     unproven = "unproven"
     """The check passed but none of its negative controls could run (its power is not shown), or
     some of its assertions need a capability the candidate lacks (named in its evidence)."""
+    not_applicable = "not-applicable"
+    """The check has nothing to judge on this path, as its policy rule states (`not_applicable`: e.g.
+    no cross-request cache, so no entry to invalidate): reported with the reason, never a warning,
+    never colouring the verdict."""
 
 
 class Verdict(str, Enum):

@@ -22,8 +22,13 @@ from gate.core.result import GateResult
 if TYPE_CHECKING:
     from gate.engine.events import Events
     from gate.engine.options import RunOptions
+    from gate.report.model import ReportData
     from gate.report.next_steps import CommandContext
     from gate.trust.approve import Carried
+
+CiPublish = Callable[["ReportData | None", "Path | None", "str | None"], None]
+"""Publishes a run's CI annotations and job summary: with the approved rendering's report, dossier
+and Markdown when given (an approved re-run), else the run's own."""
 
 
 @dataclass
@@ -111,16 +116,35 @@ def run_pipeline(
             ledger=without_password(options.ledger) if options.ledger else None,  # as given, a URL's // kept
             trust=os.fspath(trust_path) if trust_path else (result.trust_policy.path if result.trust_policy else None),
         )
+        may_carry = ledger_path is not None and key_path is not None and result.verdict.value == "awaiting-approval"
+        deferred: list[CiPublish] = []
         written = [
             staging / "results.json",
-            *write_outputs(result, staging, manifest_path, key_path, environ, final_dir=out, commands=commands),
+            *write_outputs(
+                result,
+                staging,
+                manifest_path,
+                key_path,
+                environ,
+                final_dir=out,
+                commands=commands,
+                defer_ci=deferred.append if may_carry else None,
+            ),
         ]
         seq, carried = None, None
-        if ledger_path is not None and key_path is not None and result.verdict.value == "awaiting-approval":
+        if may_carry:
+            from gate.trust.approvals import APPROVED_HTML, APPROVED_MD
             from gate.trust.approve import carry_over
 
+            assert ledger_path is not None and key_path is not None
             carried = carry_over(staging, ledger_path, trust_path, key_path, final_dir=out)
             written += carried.written if carried is not None else []
+            approved = carried is not None and carried.approved and carried.report is not None
+            for ci in deferred:  # the approved re-run's notice and summary are the approved rendering's
+                if approved and carried is not None:
+                    ci(carried.report, out / APPROVED_HTML, (staging / APPROVED_MD).read_text(encoding="utf-8"))
+                else:
+                    ci(None, None, None)
         if ledger_path is not None:
             from gate.trust.ledger import record_run
 
@@ -149,6 +173,7 @@ def write_outputs(
     *,
     final_dir: Path | None = None,
     commands: CommandContext | None = None,
+    defer_ci: Callable[[CiPublish], None] | None = None,
 ) -> list[Path]:
     """Everything after results.json: the dossier, the signed attestation, the CI annotations.
 
@@ -177,14 +202,21 @@ def write_outputs(
         written.append(sign_directory(out_dir, report.signed_names, report.manifest_file, key))
     else:
         (out_dir / ENVELOPE_NAME).unlink(missing_ok=True)  # a stale envelope must not look like ours
-    publish(
-        report.data,
-        report.markdown,
-        (final_dir or out_dir) / "dossier.html",
-        os.environ if environ is None else environ,
-        manifest_file=result.manifest_digest.path,
-        paths=[str(p) for p in (result.manifest.get("change") or {}).get("paths") or []],
-    )
+
+    def ci(data: ReportData | None = None, dossier: Path | None = None, markdown: str | None = None) -> None:
+        publish(
+            data or report.data,
+            markdown or report.markdown,
+            dossier or (final_dir or out_dir) / "dossier.html",
+            os.environ if environ is None else environ,
+            manifest_file=result.manifest_digest.path,
+            paths=[str(p) for p in (result.manifest.get("change") or {}).get("paths") or []],
+        )
+
+    if defer_ci is None:
+        ci()
+    else:  # the caller publishes once it knows more (an approved re-run: its approved rendering)
+        defer_ci(ci)
     return written
 
 

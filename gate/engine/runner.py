@@ -6,6 +6,7 @@ Every check runs even when an earlier one fails; an exception inside a check bec
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -160,7 +161,11 @@ def run_check(
         return _error_result(base, err, _times())
     status = Status(outcome.status)
     message = outcome.message
-    if status == Status.skip and outcome.covered_by:
+    rule_na = planned.not_applicable
+    if status == Status.skip and outcome.absent and rule_na is not None and rule_na.without == outcome.absent:
+        # the policy states the check has nothing to judge on such a path: not applicable, no warning
+        status, message = Status.not_applicable, f"not applicable, because {rule_na.because.strip()} ({message})"
+    elif status == Status.skip and outcome.covered_by:
         # not applicable here; what stands in is settled once the covering checks have run
         base["covered_by"] = dict(outcome.covered_by)
         status, message = Status.unproven, f"not applicable here: {message}"
@@ -320,6 +325,12 @@ def decide(
     warned = [c.check for c in checks if c.status == Status.unproven]
     note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
     note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+    not_here = [c.check for c in checks if c.status == Status.not_applicable]
+    note += f" ({len(not_here)} not applicable: {', '.join(not_here)})" if not_here else ""
+    counted = tally(checks)
+    lead = ""
+    if any(_is_warning(c) for c in checks):  # the tally names what the counts above would
+        lead, note = f"{counted}; ", ""
     by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
     not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
     note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
@@ -337,12 +348,13 @@ def decide(
         return (
             Verdict.awaiting_approval,
             EXIT_AWAITING_APPROVAL,
-            f"{held}; an approximate change waits for a signed approval" + note,
+            f"{lead}{held}; an approximate change waits for a signed approval" + note,
         )
     if waived:
-        ran = len(checks) - len(skipped) - len(waived)
-        return Verdict.passed_with_waivers, EXIT_PASS, f"{ran} checks passed, {len(waived)} failed and waived" + note
-    ran = len(checks) - len(skipped)
+        ran = len(checks) - len(skipped) - len(waived) - len(not_here)
+        held = f"{ran} checks passed, {len(waived)} failed and waived"
+        return Verdict.passed_with_waivers, EXIT_PASS, lead + held + note
+    ran = len(checks) - len(skipped) - len(not_here)
     which = "checks that ran" if skipped else "required checks"
     if warned:
         held = f"{ran - len(warned)} of {ran} {which} passed"
@@ -350,7 +362,64 @@ def decide(
         held = "the one check that ran passed" if skipped else "the one required check passed"
     else:
         held = f"all {ran} {which} passed"
-    return Verdict.passed, EXIT_PASS, held + note
+    return Verdict.passed, EXIT_PASS, (counted if lead else held) + note
+
+
+def reference_origin(baseline: dict[str, Any] | None) -> str | None:
+    """Where the reference's answers came from when they were stored ones, in words for the verdict
+    line: a replayed recording (checked to be main's commit before the run) or the reference cache."""
+    if not baseline or not baseline.get("answers_read"):
+        return None
+    read = baseline["answers_read"]
+    if baseline.get("kind") == "recorded baseline":
+        commit = str(baseline.get("commit") or "")
+        return f"reference: main's recording at {commit[:12] or 'an unnamed commit'}, {read} answers"
+    if baseline.get("kind") == "reference cache":
+        return f"reference: the reference cache, {read} answers read, {baseline.get('answers_computed', 0)} computed"
+    return None
+
+
+def _is_warning(check: CheckResult) -> bool:
+    """A result that lets the verdict stand but is not a pass: a warn, an unproven the policy lets
+    through, or a failed warn-severity check."""
+    return check.status in (Status.warn, Status.unproven) or (
+        check.status == Status.failed and check.severity == "warn"
+    )
+
+
+def _gist(check: CheckResult) -> str:
+    """A warning in a few words, pytest style: the check and what it warns of (no intervals)."""
+    if check.status == Status.unproven:
+        return f"{check.check} unproven"
+    first = check.message.split(";")[0].rsplit(": ", 1)[-1]
+    kept: list[str] = []
+    for part in re.sub(r"\s*\[[^\]]*\]", "", first).strip().split(", "):
+        if kept and len(", ".join([*kept, part])) > 60:
+            kept.append("…")
+            break
+        kept.append(part)
+    return " ".join([check.check, ", ".join(kept)]).replace(", …", " …").strip()
+
+
+def tally(checks: list[CheckResult]) -> str:
+    """What the checks came to, pytest style: `7 passed, 1 warning (phase-performance throughput
+    x0.61), 1 not applicable (invalidation)`; the verdict line, results.json's summary and the
+    banner lead with it when a warning lets the verdict stand."""
+    warnings = [c for c in checks if _is_warning(c)]
+    passed = sum(1 for c in checks if c.status == Status.passed)
+    parts = [f"{passed} passed"]
+    if warnings:
+        noun = "warning" if len(warnings) == 1 else "warnings"
+        parts.append(f"{len(warnings)} {noun} ({'; '.join(_gist(c) for c in warnings)})")
+    for status, words in (
+        (Status.not_applicable, "not applicable"),
+        (Status.waived, "waived"),
+        (Status.skip, "skipped"),
+    ):
+        names = [c.check for c in checks if c.status == status]
+        if names:
+            parts.append(f"{len(names)} {words} ({', '.join(names)})")
+    return ", ".join(parts)
 
 
 def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOptions, log: Log) -> Any:
@@ -403,6 +472,7 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
         "sha256": store.digest() if (store.directory / "baseline.json").is_file() else None,
         "key": store.key,
         "gate_commit": store.header.get("gate_commit"),
+        "commit": store.header.get("commit"),
         "gate_version": store.header.get("gate_version"),
         "answers_read": store.hits,
         "answers_computed": store.misses,
@@ -622,6 +692,8 @@ def run_manifest(
 
         checks = apply_waivers(loaded, checks, waivers)
     verdict, exit_code, summary = decide(checks, plan.claim, not_run, known_bugs)
+    origin = reference_origin(baseline)
+    summary += f"; {origin}" if origin else ""
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
     from gate.engine.environment import describe
 

@@ -348,6 +348,11 @@ SECTION_ORDER = {"fail": 0, "error": 0, "unproven": 1, "warn": 1, "waived": 2}
 """Evidence order: failing and erroring checks first, then warnings and waivers, passing evidence after."""
 
 
+def _claim_level(result: GateResult) -> str:
+    """The claim level the run judged (from its plan, else its manifest)."""
+    return str((result.plan or {}).get("claim") or (result.manifest.get("claim") or {}).get("level") or "")
+
+
 def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], required: int) -> tuple[str, str, str]:
     """Label, tone and summary; an awaiting-approval run with enough signed approvals reads APPROVED."""
     verdict = result.verdict.value
@@ -361,11 +366,12 @@ def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], re
             tone,
             f"approved so far by {', '.join(names)}; {required - len(names)} more approval(s) required",
         )
-    held = result.summary.split(";")[0]  # what decide() said held: every envelope, or no envelope check ran
+    # what decide() said held (its tally when a warning stood, then: every envelope, or no envelope check ran)
+    held = result.summary.split("; an approximate change waits")[0]
     return (
         "APPROVED",
         "good",
-        f"approved for release by {', '.join(names)}: {held} and {len(names)} signed "
+        f"approved for release by {', '.join(names)}: {held}; {len(names)} signed "
         f"approval{'s' if len(names) != 1 else ''} {'is' if len(names) == 1 else 'are'} attached below",
     )
 
@@ -405,6 +411,11 @@ def build_report(
             KeyValue(k, str(v))
             for k, v in sorted(counts.items(), key=lambda kv: list(STATUSES).index(kv[0]) if kv[0] in STATUSES else 99)
         ],
+        exit_words=(
+            f"exit code 0 once approved; the signed run recorded {result.exit_code}, awaiting approval"
+            if label == "APPROVED"
+            else f"exit code {result.exit_code}"
+        ),
         notes=_banner_notes(result),
     )
     plan = [
@@ -433,6 +444,7 @@ def build_report(
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
         next_steps=next_steps(result, sections, out_dir, commands) if label != "APPROVED" else [],
         downloads=[d for s in sections for d in s.downloads],
+        envelopes=[row for s in sections for row in s.slices] if _claim_level(result) == "bounded-degradation" else [],
         controls=_controls(result),
         waivers=[s.waiver for s in sections if s.waiver is not None],
         approvals=[_kv(a) for a in approvals],

@@ -284,6 +284,7 @@ def read_slices(evidence: SlicesEvidence, views: EvidenceViews) -> None:
                 tone="good" if env.passed else "bad",
                 plot=plot,
                 detail=detail,
+                confidence=f"{env.confidence:.0%}",
             )
         )
         if env.worst:

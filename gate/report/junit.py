@@ -66,7 +66,7 @@ def _testcase(parent: ET.Element, s: CheckSection, seconds: float) -> str:
         error = ET.SubElement(case, "error", message=_clean(s.error or headline), type="error")
         error.text = _clean("\n".join(filter(None, [details, s.traceback])))
         return "error"
-    if s.status in ("waived", "skip"):
+    if s.status in ("waived", "skip", "not-applicable"):
         reason = (
             f"waived: {s.waiver.reason} (approved by {s.waiver.approver}, expires {s.waiver.expires})"
             if s.waiver

@@ -56,6 +56,8 @@ class Banner:
     """Manifest name of the change."""
     counts: list[KeyValue]
     """Check counts by status, e.g. pass: 4, fail: 1."""
+    exit_words: str = ""
+    """How the run exits, in words: `exit code N`; an approved run's says it gates as exit 0."""
     notes: list[str] = field(default_factory=list)
     """First-screen facts that qualify the verdict: site policies that replaced or weakened the
     built-in rule, waived checks with approver and expiry, checks whose power is unproven."""
@@ -183,6 +185,8 @@ class SliceRow:
     plot: SlicePlot | None
     detail: str = ""
     """Confidence of the bound and the check's reason, in words."""
+    confidence: str = ""
+    """The one-sided confidence of `bound` (e.g. 95%)."""
 
 
 @dataclass(frozen=True)
@@ -326,6 +330,8 @@ class ReportData:
     """The "What next" box: reproduce, widen, approve (empty on a plain pass)."""
     downloads: list[Download] = field(default_factory=list)
     """Every section's downloads, for the writer."""
+    envelopes: list[SliceRow] = field(default_factory=list)
+    """A bounded-degradation claim's decision: every envelope judged, right under the banner."""
 
     @property
     def held(self) -> bool:

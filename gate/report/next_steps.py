@@ -1,8 +1,9 @@
 """The "What next" box: the exact commands a reader runs after a verdict that is not a plain pass.
 
-- a failing or erroring check: reproduce it alone (`gate run … --check NAME`), then a wider sweep
+- a failing or erroring check (or an unproven one that ran; one that could not run here cannot
+  run alone either): reproduce it alone (`gate run … --check NAME`), then a wider sweep
   that pins down where the failure starts (every prefix length up to the first failing one);
-- awaiting approval: the `gate approve` command for this dossier's directory;
+- awaiting approval: the `gate approve` command for this dossier's directory, first;
 - a waived check: reproduce it before the waiver expires.
 
 Commands name the manifest as the run recorded it, the output directory the dossier was written
@@ -76,8 +77,10 @@ def next_steps(
     context = commands or CommandContext(trust=result.trust_policy.path if result.trust_policy else None)
     verdict = result.verdict.value
     steps: list[NextStep] = []
-    failing = [s for s in sections if s.status in FAILING and s.severity == "deny"]
-    failing += [s for s in sections if s.status in FAILING and s.severity != "deny"]
+    ran = {c.check for c in result.checks if c.exercise or c.status.value != "unproven"}
+    # an unproven check that exercised nothing could not run on this path: alone, it cannot either
+    failing = [s for s in sections if s.status in FAILING and s.check in ran and s.severity == "deny"]
+    failing += [s for s in sections if s.status in FAILING and s.check in ran and s.severity != "deny"]
     planned = {s.check for s in sections}
     for s in failing:
         steps.append(
@@ -104,16 +107,17 @@ def next_steps(
                 "finds the first failing length, and the log-spaced lengths reach the longest prefix",
             )
         )
-    if verdict == "awaiting-approval":
-        steps.append(
+    if verdict == "awaiting-approval":  # the decision asked of this reader comes first
+        steps.insert(
+            0,
             NextStep(
-                title="Approve it, if the envelope below is acceptable",
+                title="Approve it, if the envelope above is acceptable",
                 command=_quoted(
                     ["gate", "approve", out, "--key", "YOUR.key", "--reason", APPROVE_REASON, *context.options()]
                 ),
                 note="needs an approver in the trust policy for this intervention (docs/audit.md); review the "
                 "slices and download the flipped samples first",
-            )
+            ),
         )
     for s in sections:
         if s.waiver is not None:

@@ -41,6 +41,7 @@ STATUSES = {
     "warn": ("WARN", "warn"),
     "error": ("ERROR", "bad"),
     "skip": ("SKIPPED", "muted"),
+    "not-applicable": ("NOT APPLICABLE", "muted"),
     "waived": ("WAIVED", "waived"),
     "unproven": ("UNPROVEN", "unproven"),
 }

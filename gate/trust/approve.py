@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -50,6 +51,9 @@ from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import read_revocations
 from gate.trust.verify_run import approval_problems
+
+if TYPE_CHECKING:
+    from gate.report.model import ReportData
 
 LOCK_NAME = ".approve.lock"
 
@@ -283,6 +287,8 @@ class Carried:
     notes: list[str]
     """Approvals of the same evidence that do not count, and why."""
     written: list[Path]
+    report: ReportData | None = None
+    """The approved rendering's report (set when approvals were written): the CI notice's."""
 
     @property
     def approved(self) -> bool:
@@ -354,6 +360,7 @@ def carry_over(
     mine = list(records.values())
     carried.written.append(write_approvals(directory, mine))
     carried.written += render_approved(directory, mine, trust.policy.required_approvals, final_dir=final_dir)
+    carried.report = approved_report(directory, mine, trust.policy.required_approvals, final_dir=final_dir)
     statement = approved_statement(directory, run, [r.keyid for r in mine])
     key = load_private_key(sign_key)
     carried.written.append(write_envelope(directory / APPROVED_ENVELOPE, envelope_for(statement, key)))
@@ -370,9 +377,22 @@ def render_approved(
     An approval counts here when it names this run or its evidence digest. `final_dir`: where DIR
     will be once the run is complete (default DIR).
     """
+    from gate.report.render import render_html, render_markdown
+
+    data = approved_report(directory, records, required, final_dir=final_dir)
+    return [
+        write_bytes_atomic(directory / APPROVED_HTML, render_html(data).encode()),
+        write_bytes_atomic(directory / APPROVED_MD, render_markdown(data).encode()),
+    ]
+
+
+def approved_report(
+    directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
+) -> ReportData:
+    """The report of DIR's signed run with the approvals of it among `records` (what
+    `render_approved` renders, and what the approved re-run's CI notice says)."""
     from gate.core.result import GateResult
     from gate.report.build import Signing, build_report
-    from gate.report.render import render_html, render_markdown
 
     result = GateResult.model_validate_json((directory / "results.json").read_bytes())
     run = read_run_statement(directory)
@@ -381,14 +401,10 @@ def render_approved(
     mine = [
         r for r in records if r.statement_sha256 == run.sha256 or (run.evidence and r.evidence_sha256 == run.evidence)
     ]
-    data = build_report(
+    return build_report(
         result,
         Signing(signed=True, keyid=first),
         approvals=[display_rows(r) for r in mine],
         out_dir=str(final_dir or directory),
         required_approvals=required,
     )
-    return [
-        write_bytes_atomic(directory / APPROVED_HTML, render_html(data).encode()),
-        write_bytes_atomic(directory / APPROVED_MD, render_markdown(data).encode()),
-    ]

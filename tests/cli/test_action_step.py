@@ -24,6 +24,9 @@ case $name in
   wait) mkdir -p "$out"; echo '{"verdict": "awaiting-approval"}' > "$out/results.json"
         echo "## AWAITING $name" >> "$GITHUB_STEP_SUMMARY"; exit 4;;
   ok) mkdir -p "$out"; echo '{"verdict": "pass"}' > "$out/results.json"; echo "## PASS" >> "$GITHUB_STEP_SUMMARY";;
+  warned) mkdir -p "$out"
+          printf '{"verdict": "pass", "summary": "%s"}' "7 passed, 1 warning (phase-performance live_bytes x73)" \\
+            > "$out/results.json";;
 esac
 """
 
@@ -76,6 +79,13 @@ def test_the_summary_shows_the_approval_state(tmp_path: Path) -> None:
     rc, _out, summary = step(tmp_path, "g/wait.yaml g/ok.yaml")
     assert rc == 0  # neutral by default
     assert "| `g/wait.yaml` | awaiting-approval | awaiting: `gate approve" in summary
+    assert "| `g/ok.yaml` | pass | not needed | none |" in summary
+
+
+def test_the_summary_counts_the_warnings_of_a_verdict_that_held(tmp_path: Path) -> None:
+    rc, _out, summary = step(tmp_path, "g/warned.yaml g/ok.yaml")
+    assert rc == 0
+    assert "| `g/warned.yaml` | pass, 1 warning | not needed | none |" in summary
     assert "| `g/ok.yaml` | pass | not needed | none |" in summary
 
 

@@ -51,7 +51,27 @@ def test_replace_overrides_whole_rule(tmp_path: Path) -> None:
     rule = next(v for k, v in claim.items() if k.value == "tolerance")
     assert [c.check for c, _ in rule.checks] == ["prefix-reuse-parity"]
     assert "site.yaml" in rule.history[-1] and "replaces" in rule.history[-1]
-    assert rule.history[-1].endswith("policies/prefix-reuse.yaml")
+    assert "replaces policies/prefix-reuse.yaml (sha256 " in rule.history[-1]
+    assert rule.history[-1].startswith("site/site.yaml (sha256 ")
+
+
+def test_plans_name_policies_relative_to_their_root_with_the_digest(tmp_path: Path, write_manifest) -> None:  # type: ignore[no-untyped-def]
+    """Plans (and so dossiers, which render the plan and the result) never carry a machine-local
+    path of a policy file: the file under its policy root, and its digest."""
+    _policy(tmp_path / "site", "site", EXTEND)
+    result = CliRunner().invoke(
+        cli, ["plan", str(write_manifest()), "--policy-dir", str(tmp_path / "site"), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    digests = {d["path"]: d["sha256"] for d in plan["policies"]}
+    assert "policies/prefix-reuse.yaml" in digests and "site/site.yaml" in digests
+    sources = [plan["claim_source"], *(c["source"] for c in plan["checks"]), *plan["site_policy"]]
+    sources += [line for c in plan["checks"] for line in c["resolution"]]
+    assert not [s for s in sources if str(tmp_path) in s or str(Path(__file__).parents[2]) in s]
+    assert f"site/site.yaml (sha256 {digests['site/site.yaml'][:12]})" in plan["claim_source"]
+    text = CliRunner().invoke(cli, ["plan", str(write_manifest()), "--policy-dir", str(tmp_path / "site")])
+    assert text.exit_code == 0 and "/site/site.yaml" not in text.output and "site/site.yaml (sha256" in text.output
 
 
 def test_extend_merges_by_check_name_and_plan_shows_it(tmp_path: Path, write_manifest) -> None:  # type: ignore[no-untyped-def]

@@ -88,6 +88,9 @@ def test_record_then_replay_gives_the_live_verdict_and_names_what_is_missing(tmp
     baseline = b["baseline"]
     assert baseline["kind"] == "recorded baseline" and baseline["answers_computed"] == 0 and baseline["answers_read"]
     assert baseline["live_reference"].endswith("(built for clocks and layer traces)")
+    # the verdict line and the summary name where the reference's answers came from
+    origin = f"reference: main's recording at {MAIN[:12]}, {baseline['answers_read']} answers"
+    assert b["summary"].endswith(origin) and origin in replay.output and "recording" not in a["summary"]
     assert b["subjects"]["reference"]["baseline"]["sha256"] == baseline["sha256"] == header_digest(tmp_path)
     html = (tmp_path / "replay" / "dossier.html").read_text()
     assert baseline["sha256"] in html

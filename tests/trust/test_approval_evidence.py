@@ -120,6 +120,7 @@ def test_an_identical_rerun_stays_approved_and_other_evidence_needs_a_new_approv
     run = ("run", manifest, "--out", out, "--sign-key", keys["ci.key"], "--ledger", ledger, "--trust", trust)
     first = gate(*run)
     assert first.exit_code == 4, first.output
+    assert f"Dossier: {out}/dossier.html" in first.output  # awaiting: the notice names the signed dossier
     # 2. nothing printed or recorded names the staging folder the run was written in
     assert ".partial-" not in first.output and f"{out}/dossier.html" in first.output
     for name in ("dossier.md", "dossier.html", "ledger.json", "junit.xml"):
@@ -139,6 +140,15 @@ def test_an_identical_rerun_stays_approved_and_other_evidence_needs_a_new_approv
     again = gate(*run)
     assert again.exit_code == 0, again.output
     assert "verdict: APPROVED by alice" in again.output and "count for this run" in again.output
+    # its CI notice names the approved rendering, whose banner says how the run exits (0), not the signed 4
+    (notice,) = [line for line in again.output.splitlines() if line.startswith("::notice title=gate verdict::")]
+    assert notice.startswith("::notice title=gate verdict::APPROVED (SIGNED)") and notice.endswith(
+        f"Dossier: {out}/dossier.approved.html"
+    ), notice
+    banner = (out / "dossier.approved.md").read_text().split("\n\n")[1]
+    assert "(exit code 0 once approved; the signed run recorded 4, awaiting approval)" in banner, banner
+    assert "(exit code 4)" not in (out / "dossier.approved.html").read_text()
+    assert "(exit code 4)" in (out / "dossier.md").read_text()  # the signed rendering is the run's as it was
     verified = gate("verify", out, "--trust", trust, "--ledger", ledger)
     assert verified.exit_code == 0 and "verdict APPROVED by alice" in verified.output, verified.output
     assert "so it carries over" in verified.output

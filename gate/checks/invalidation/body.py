@@ -329,9 +329,14 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
     try:
         run = prefix_run(ctx)
     except NotPrefixCaching as err:
-        # a session cache holds nothing past its request: there is no entry to invalidate (a required
-        # deny check that cannot run is unproven, never a pass; a policy may make that a warning)
-        return Outcome("skip", f"{ctx.candidate.name} keeps no entries across requests: nothing to invalidate ({err})")
+        # a session cache holds nothing past its request: there is no entry to invalidate. A policy
+        # rule with `not_applicable: {without: cross-request-cache}` makes that not-applicable;
+        # without one, a required deny check that cannot run is unproven, never a pass
+        return Outcome(
+            "skip",
+            f"{ctx.candidate.name} keeps no entries across requests: nothing to invalidate ({err})",
+            absent="cross-request-cache",
+        )
     obs = measure(ctx, params, run)
     run.findings.problems.extend(judge(obs))
     return explain(obs, run)
