@@ -75,7 +75,7 @@ def expected_exit(manifest: Path) -> int | None:
     return None if verdict is None else EXIT_CODES[verdict]
 
 
-SAID = re.compile(r"^verdict: ([A-Z][-A-Z ]*?)(?: \(|,|$)")
+SAID = re.compile(r"^verdict: ([A-Z][-A-Z ]*?)(?::| \(|,|$)")
 
 
 def said_as_documented(line: str, documented: str | None) -> bool:

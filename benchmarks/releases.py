@@ -189,7 +189,7 @@ def _cell(row: dict[str, object] | None) -> str:
         return "–"
     said = str(row["verdict"])
     if said.startswith("verdict: "):
-        verdict = said.removeprefix("verdict: ").split(" (")[0].lower()
+        verdict = re.split(r":| \(", said.removeprefix("verdict: "))[0].lower()
     else:  # an error's or a rejection's message: the exit code names it
         verdict = {2: "rejected", 3: "error"}.get(int(str(row["exit"])), f"exit {row['exit']}")
     text = f"{verdict} {row['seconds']} s"

@@ -77,7 +77,7 @@ def run_batch_command(
             line = f"  {_label(record):<18} {record.name}" + (f": {record.error}" if record.error else "")
             click.echo(click.style(one_line(line), fg=_COLOURS.get(record.verdict)), color=styled)
     verdict = outputs.verdict.value
-    text = one_line(f"verdict: {verdict.upper()} ({outputs.summary})")
+    text = one_line(f"verdict: {verdict.upper()}: {outputs.summary}")
     click.echo(click.style(text, fg=_COLOURS.get(verdict), bold=True), color=styled)
     if verbosity:
         for path in outputs.files:
