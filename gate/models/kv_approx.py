@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 import torch
 
-from gate.models.reference import KVCache
 from gate.models.evict_faults import EVICT_FAULTS
+from gate.models.reference import KVCache
 from gate.protocols import EvictionStep
 
 KeyAxis = Literal["token", "channel"]
@@ -254,7 +254,7 @@ class EvictingStore:
     def press_score(self, keys: torch.Tensor) -> torch.Tensor:
         """The press's own score of each key [B, H, N] (higher is kept first)."""
         if self.score == "knorm":
-            s = -torch.linalg.vector_norm(keys.float(), dim=-1)
+            s: torch.Tensor = -torch.linalg.vector_norm(keys.float(), dim=-1)
         else:
             s = torch.zeros(keys.shape[:3], dtype=torch.float32, device=keys.device)
         return -s if self.fault == "evict-rank-sign" else s

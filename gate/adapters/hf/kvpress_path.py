@@ -90,7 +90,9 @@ def watch_press(path: PressPath) -> None:
         captured["scores"] = out.detach()
         return out
 
-    def compressed(module: Any, hidden_states: Any, keys: torch.Tensor, values: Any, attentions: Any, kwargs: Any) -> Any:
+    def compressed(
+        module: Any, hidden_states: Any, keys: torch.Tensor, values: Any, attentions: Any, kwargs: Any
+    ) -> Any:
         captured.clear()
         k_out, v_out = compress(module, hidden_states, keys, values, attentions, kwargs)
         log = getattr(press, "gate_watching", None)

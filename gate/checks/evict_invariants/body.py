@@ -67,7 +67,8 @@ def recompute(score: str, step: EvictionStep) -> torch.Tensor | None:
     if score == "position":
         return torch.zeros(tuple(step.pool.shape), dtype=torch.float32)
     if score == "knorm" and step.keys is not None:
-        return -torch.linalg.vector_norm(step.keys.detach().float().cpu(), dim=-1)
+        norms: torch.Tensor = torch.linalg.vector_norm(step.keys.detach().float().cpu(), dim=-1)
+        return -norms
     return None
 
 
@@ -90,8 +91,7 @@ def judge_step(policy: EvictionPolicy, s: Step, index: int, rtol: float, j: Judg
     window = policy.window if policy.window is not None else max(want - policy.sink, 0)
     gate_score = recompute(policy.score, st)
     press_score = None if st.scores is None else st.scores.detach().float().cpu()
-    if gate_score is not None and press_score is not None and press_score.shape == gate_score.shape:
-        j.score_mismatch = max(j.score_mismatch, float((press_score - gate_score).abs().amax()) if gate_score.numel() else 0.0)
+    compare = gate_score is not None and press_score is not None and press_score.shape == gate_score.shape
     j.recomputed = j.recomputed or gate_score is not None
     score = gate_score if gate_score is not None else press_score
     where = {"scenario": s.scenario, "phase": s.phase, "layer": st.layer, "seen": st.seen, "pool": n}
@@ -130,6 +130,10 @@ def judge_step(policy: EvictionPolicy, s: Step, index: int, rtol: float, j: Judg
             if score is None:
                 continue
             cand = ~protected
+            if compare and bool(cand.any()):  # the press's score beside gate's, where it ranks (not protected)
+                assert gate_score is not None and press_score is not None
+                gap = float((press_score[b, h][cand] - gate_score[b, h][cand]).abs().max())
+                j.score_mismatch = max(j.score_mismatch, gap)
             chosen = mask & cand
             m = int(chosen.sum())
             if m == 0 or m == int(cand.sum()):
@@ -220,8 +224,12 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
 def _observation(obs: Observations) -> torch.Tensor:
     """What was judged, in run order: per eviction the kept entries' written and carried positions."""
     parts = [
-        torch.cat([s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()).flatten(),
-                   s.step.positions.long().cpu().flatten()]).float()
+        torch.cat(
+            [
+                s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()).flatten(),
+                s.step.positions.long().cpu().flatten(),
+            ]
+        ).float()
         for s in obs.steps
     ]
     return torch.cat(parts) if parts else torch.zeros(0)
@@ -269,7 +277,9 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
         "observation": _observation(obs),
         "observation_in_run_order": True,
     }
-    ties = f"; {len(j.ties)} tie(s) across the keep boundary (largest {seen['metrics']['largest_tie']})" if j.ties else ""
+    ties = (
+        f"; {len(j.ties)} tie(s) across the keep boundary (largest {seen['metrics']['largest_tie']})" if j.ties else ""
+    )
     if j.findings:
         first = j.findings[0]
         w = first.where
