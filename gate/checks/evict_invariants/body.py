@@ -287,8 +287,8 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
         counts = ", ".join(f"{cls} x{n}" for cls, n in by_class.items())
         return Outcome(
             status="fail",
-            message=f"{first.cls}: {CLASSES[first.cls]} ({w['scenario']} {w['phase']}, layer {w['layer']}, "
-            f"{w['seen']} tokens seen, pool {w['pool']}: {detail}); broken: {counts}{ties}",
+            message=f"{first.cls}: {CLASSES[first.cls]} (scenario {w['scenario']}, a {w['phase']} write, "
+            f"layer {w['layer']}, {w['seen']} tokens seen, pool {w['pool']}: {detail}); broken: {counts}{ties}",
             diagnosis={
                 "bug_class": first.cls,
                 "explanation": CLASSES[first.cls],
