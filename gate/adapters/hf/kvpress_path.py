@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.faults import PRESS_FAULTS
+from gate.adapters.hf.faults import PRESS_FAULTS, Tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
@@ -118,6 +118,11 @@ def watch_press(path: PressPath) -> None:
     press.score, press.compress = scored, compressed
 
 
+RANK_SIGN = "evict-rank-sign"
+"""The press path's planted eviction fault (the reference evicting path's of the same name:
+gate/models/evict_faults.py): the press keeps the lowest of its own score."""
+
+
 class PressSession(CacheSession):
     """A session through a press: counts the forwards run under it, and counts the cache position
     from the compressed cache, as the model does when kvpress's pipeline passes none. (The true
@@ -194,10 +199,21 @@ class PressPath(HFPath):
         return PressSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
-        """The cache faults, and what only a press can get wrong (PRESS_FAULTS)."""
-        return (*super().faults(), *PRESS_FAULTS)
+        """The cache faults, what only a press can get wrong (PRESS_FAULTS), and a press that ranks
+        by its own score negated (`evict-rank-sign`, a control of evict-invariants)."""
+        return (*super().faults(), *PRESS_FAULTS, RANK_SIGN)
 
     def with_fault(self, fault: str) -> HFPath:
+        if fault == RANK_SIGN:  # a fresh press whose score is negated before the reader sees it
+            assert self.options.press is not None
+            faulty = copy.copy(self)
+            faulty.press = build_press(self.options.press, self.options.compression_ratio)
+            score = faulty.press.score
+            faulty.press.score = lambda *args, **kwargs: -score(*args, **kwargs)
+            watch_press(faulty)
+            faulty.fault, faulty.tamper, faulty.store = fault, Tamper(), PrefixStore()
+            faulty.name = f"{self.name}+{fault}"
+            return faulty
         if fault not in PRESS_FAULTS:
             return super().with_fault(fault)
         faulty = copy.copy(self)

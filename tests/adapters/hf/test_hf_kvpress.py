@@ -164,6 +164,10 @@ def test_evict_invariants_reads_what_a_press_kept_and_judges_it() -> None:
     out = evict_invariants(ref.ctx(path("llama"), candidate, claim=claim), EvictInvariantsParams(prompt=40))
     assert out.status == "pass", out.message
     assert out.metrics["score_recomputed_float32"] and out.metrics["max_score_mismatch"] < 1e-4
+    faulty = candidate.with_fault("evict-rank-sign")  # the press keeps the lowest of its own score
+    caught = evict_invariants(ref.ctx(path("llama"), faulty, claim=claim), EvictInvariantsParams(prompt=40))
+    assert caught.status == "fail" and caught.diagnosis is not None
+    assert caught.diagnosis["bug_class"] == "evict-ranking", caught.message
 
 
 def test_streaming_llm_keeps_three_of_its_four_sinks_and_drops_the_last_token_of_a_six_token_prompt() -> None:
