@@ -13,6 +13,7 @@ This module imports no torch at run time.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
@@ -618,6 +619,65 @@ class CacheCropping(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class EvictionPolicy:
+    """What an evicting cache promises to keep, stated by the path (gate.checks.evict_invariants
+    judges what it kept against it): the protected positions (`sink` first tokens, the `window`
+    most recent, the last token) plus the top of the press's own `score` up to the budget."""
+
+    press: str
+    """The press's name (`sink-window`, `knorm`, kvpress's class name, ...)."""
+    score: str
+    """The score the press ranks by: `position` (no score: protected positions only) and `knorm`
+    (minus the key's L2 norm) gate recomputes in float32 from the keys; any other name is judged
+    against the press's own reported scores."""
+    sink: int = 0
+    """First tokens always kept (attention sinks)."""
+    window: int | None = 0
+    """Most recent tokens always kept; None: the budget less the sinks (kvpress's StreamingLLM)."""
+    keeps_last: bool = False
+    """The newest token is always kept."""
+    budget: int | None = None
+    """Tokens kept per layer and head once more were seen; None: from `compression_ratio`."""
+    compression_ratio: float | None = None
+    """Budget max(1, int(n * (1 - ratio))) of the n tokens the press chose from."""
+    scope: str = "every-write"
+    """When the press evicts: after `every-write` (prefill chunks and decode steps) or the first `prefill` only."""
+
+
+@dataclass(frozen=True)
+class EvictionStep:
+    """One eviction on one layer: the pool the press chose from and what it kept, per (batch, KV head).
+    Tensors are torch tensors (typed Any: this module imports no torch)."""
+
+    layer: int
+    seen: int
+    """Tokens written to this layer so far (positions 0..seen-1)."""
+    pool: Any
+    """[B, H, N] long: the positions of the N tokens the press chose from (what it held plus the new ones)."""
+    kept_from: Any
+    """[B, H, K] long: which pool entries it kept (indices into the pool's last axis)."""
+    positions: Any
+    """[B, H, K] long: the position each kept entry carries in the cache after the eviction."""
+    scores: Any | None
+    """[B, H, N] float: the press's own scores over the pool (None: not exposed)."""
+    keys: Any | None
+    """[B, H, N, D]: the keys the press scored (for gate's recomputation; None: not exposed)."""
+
+
+@runtime_checkable
+class EvictionReport(Protocol):
+    """A session of an evicting cache that says what it promises and what it kept, step by step."""
+
+    def eviction_policy(self) -> EvictionPolicy:
+        """The promise: protected positions, score and budget."""
+        ...
+
+    def watch_evictions(self) -> list[EvictionStep]:
+        """A list the session appends every eviction to from now on (one EvictionStep per layer and write)."""
+        ...
+
+
 @runtime_checkable
 class ReleasesControls(Protocol):
     """Optional: a path that holds resources for its negative controls (an engine's control servers)."""
@@ -702,6 +762,7 @@ class Capability(StrEnum):
     CACHE_CROPPING = "CacheCropping"
     RELEASES_CONTROLS = "ReleasesControls"
     FAULT_VISIBILITY = "FaultVisibility"
+    EVICTION_REPORT = "EvictionReport"
 
 
 _TYPED: tuple[tuple[Capability, type], ...] = (
@@ -726,6 +787,7 @@ _TYPED: tuple[tuple[Capability, type], ...] = (
     (Capability.CACHE_CROPPING, CacheCropping),
     (Capability.RELEASES_CONTROLS, ReleasesControls),
     (Capability.FAULT_VISIBILITY, FaultVisibility),
+    (Capability.EVICTION_REPORT, EvictionReport),
 )
 """Capability -> the protocol a path (or store) must satisfy to offer it."""
 

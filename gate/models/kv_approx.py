@@ -10,8 +10,11 @@ that a cache can be approximate:
   Values are grouped per token along the head dimension; keys the same, or per channel over
   groups of `group_size` tokens (KIVI: key outliers live in channels), with the newest tokens of
   an unfilled group kept in full precision. int4 codes are packed two per byte.
-* `evict_cache(cache, window=w, sink=s)`: after every write keeps the first `s` tokens (attention
-  sinks, StreamingLLM) and the last `w`, and drops the rest. Positions are not re-assigned: RoPE
+* `evict_cache(cache, window=w, sink=s, budget=n, score="position"|"knorm")`: after every write
+  keeps the first `s` tokens (attention sinks, StreamingLLM), the last `w` and the newest, plus,
+  up to `n` per layer and KV head, the highest-scored others (knorm: minus the key's L2 norm), and
+  drops the rest; the store records what it kept and the position each kept entry carries
+  (`log`, gate.protocols.EvictionStep, for gate.checks.evict_invariants). Positions are not re-assigned: RoPE
   was applied before the write, so a kept key keeps its original position. With chunked prefill a
   query sees the kept tokens plus its own chunk, as in streaming.
 
@@ -26,7 +29,9 @@ from typing import Any, Literal
 
 import torch
 
+from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.reference import KVCache
+from gate.protocols import EvictionStep
 
 KeyAxis = Literal["token", "channel"]
 SCALE_DTYPE = torch.float16
@@ -214,37 +219,84 @@ def quantize_cache(
 
 @dataclass
 class EvictingStore:
-    """Kept K/V per layer ([B, H_kv, kept, D]) and how many tokens were dropped."""
+    """Kept K/V per layer ([B, H_kv, kept, D]), the position each kept entry carries ([B, H_kv, kept])
+    and how many tokens were written. Keeps the first `sink` tokens, the last `window` and, up to
+    `budget` per layer and KV head, the highest of `score` (`position`: none; `knorm`: minus the
+    key's L2 norm, in float32); `fault` plants one of EVICT_FAULTS."""
 
     window: int
     sink: int
     n_layers: int
+    budget: int | None = None
+    score: str = "position"
+    fault: str | None = None
     k: list[torch.Tensor | None] = field(default_factory=list)
     v: list[torch.Tensor | None] = field(default_factory=list)
+    pos: list[torch.Tensor | None] = field(default_factory=list)
     seen: int = 0
     """Tokens written to layer 0 since the last reset."""
+    log: list[Any] | None = None
+    """Where each eviction is recorded (gate.protocols.EvictionStep) once someone watches."""
 
     def __post_init__(self) -> None:
         self.clear()
 
+    @property
+    def capacity(self) -> int:
+        return self.budget if self.budget is not None else self.sink + self.window
+
     def clear(self) -> None:
         self.k = [None] * self.n_layers
         self.v = [None] * self.n_layers
+        self.pos = [None] * self.n_layers
         self.seen = 0
 
-    def _keep(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[2] <= self.sink + self.window:
-            return x
-        return torch.cat([x[:, :, : self.sink], x[:, :, x.shape[2] - self.window :]], dim=2).clone()
+    def press_score(self, keys: torch.Tensor) -> torch.Tensor:
+        """The press's own score of each key [B, H, N] (higher is kept first)."""
+        if self.score == "knorm":
+            s: torch.Tensor = -torch.linalg.vector_norm(keys.float(), dim=-1)
+        else:
+            s = torch.zeros(keys.shape[:3], dtype=torch.float32, device=keys.device)
+        return -s if self.fault == "evict-rank-sign" else s
+
+    def _select(self, k: torch.Tensor, pos: torch.Tensor, seen: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(kept pool indices [B, H, K], the press's scores [B, H, N])."""
+        scores = self.press_score(k)
+        n = k.shape[2]
+        if n <= self.capacity:
+            return torch.arange(n, device=k.device).expand(*k.shape[:2], n), scores
+        protected = (pos < self.sink) | (pos >= seen - self.window) | (pos == seen - 1)
+        rank = torch.where(protected, torch.inf, scores)
+        victim = {"evict-drop-sink": 0, "evict-window-off-by-one": seen - self.window}.get(self.fault or "")
+        if victim is not None:  # the press stops protecting it and ranks it last
+            rank = torch.where(pos == victim, -torch.inf, rank)
+        extra = int(self.fault == "evict-budget-off-by-one")
+        return rank.topk(min(self.capacity + extra, n), dim=-1).indices, scores
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        old_k, old_v = self.k[layer], self.v[layer]
+        old_k, old_v, old_pos = self.k[layer], self.v[layer], self.pos[layer]
+        b, h, t, _ = k.shape
+        seen = self.seen + t if layer == 0 else self.seen  # layer 0 is written first in every forward
+        new_pos = torch.arange(seen - t, seen, device=k.device).expand(b, h, t)
         k_all = k if old_k is None else torch.cat([old_k, k], dim=2)
         v_all = v if old_v is None else torch.cat([old_v, v], dim=2)
-        self.k[layer], self.v[layer] = self._keep(k_all), self._keep(v_all)
+        pos_all = new_pos if old_pos is None else torch.cat([old_pos, new_pos], dim=2)
+        self._keep(layer, k_all, v_all, pos_all, seen)
         if layer == 0:
-            self.seen += k.shape[2]
+            self.seen = seen
         return k_all, v_all  # this call's queries still see their own chunk
+
+    def _keep(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, seen: int) -> None:
+        keep, scores = self._select(k, pos, seen)
+        keep = keep.sort(dim=-1).values
+        idx = keep.unsqueeze(-1).expand(-1, -1, -1, k.shape[-1])
+        self.k[layer], self.v[layer] = k.gather(2, idx), v.gather(2, idx)
+        kept_pos = pos.gather(2, keep)
+        if self.fault == "evict-positions-renumbered" and keep.shape[2] < pos.shape[2]:
+            kept_pos = torch.arange(keep.shape[2], device=k.device).expand_as(kept_pos).clone()
+        self.pos[layer] = kept_pos
+        if self.log is not None:
+            self.log.append(EvictionStep(layer, seen, pos.clone(), keep, kept_pos.clone(), scores, k.float().clone()))
 
     def kept(self) -> int:
         k0 = self.k[0]
@@ -254,13 +306,27 @@ class EvictingStore:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
 
-def evict_cache(cache: KVCache, *, window: int, sink: int = 0, refuse_up_to: int = 0) -> EvictingStore:
-    """Make `cache` keep only the first `sink` and the last `window` tokens. Returns the store.
+def evict_cache(
+    cache: KVCache,
+    *,
+    window: int,
+    sink: int = 0,
+    refuse_up_to: int = 0,
+    budget: int | None = None,
+    score: str = "position",
+    fault: str | None = None,
+) -> EvictingStore:
+    """Make `cache` keep only the first `sink` and the last `window` tokens (and, with a `budget`,
+    the highest-scored others up to it). Returns the store.
     `refuse_up_to`: a first write (a prompt) of at most this many tokens raises AssertionError, as
     kvpress's StreamingLLMPress refuses a prompt not longer than its sinks (0: none refused)."""
     if window < 1 or sink < 0:
         raise ValueError("window must be >= 1 and sink >= 0")
-    store = EvictingStore(window, sink, len(cache.k))
+    if budget is not None and budget < sink + window:
+        raise ValueError(f"budget {budget} must be at least sink + window ({sink + window})")
+    if fault is not None and fault not in EVICT_FAULTS:
+        raise ValueError(f"unknown eviction fault {fault!r} (known: {', '.join(EVICT_FAULTS)})")
+    store = EvictingStore(window, sink, len(cache.k), budget=budget, score=score, fault=fault)
 
     def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if start_pos == 0 and int(k.shape[2]) <= refuse_up_to:

@@ -197,6 +197,18 @@ def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Fail
     ]
 
 
+def _invariants(result: GateResult) -> list[str]:
+    """Each invariant of a check that judges what an approximate cache kept (evidence `invariants`:
+    name -> held | broken), in words, for beside the envelopes."""
+    out = []
+    for c in result.checks:
+        held = c.evidence.get("invariants") if c.check == "evict-invariants" else None
+        if isinstance(held, dict) and held:
+            words = " · ".join(f"{display(k)} {display(v)}" for k, v in held.items())
+            out.append(f"{c.check} ({getattr(c.status, 'value', c.status)}): {words}")
+    return out
+
+
 def _claim(result: GateResult) -> ClaimView:
     manifest = result.manifest
     plan = result.plan
@@ -217,6 +229,7 @@ def _claim(result: GateResult) -> ClaimView:
             f"at {confidence:.0%} one-sided confidence"
         )
     return ClaimView(
+        invariants=_invariants(result),
         intervention=intervention,
         intervention_words=str(plan.get("intervention_summary") or INTERVENTION_WORDS.get(intervention, "")),
         approximate=approximate,

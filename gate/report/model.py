@@ -85,6 +85,9 @@ class ClaimView:
     identity_required: list[str]
     transfer: str
     """What the evidence does and does not transfer to (exact vs approximate)."""
+    invariants: list[str] = field(default_factory=list)
+    """Beside the envelopes: what an approximate cache promises and whether it held, per invariant
+    (evict-invariants' evidence), so a bounded loss is read next to what the cache kept."""
 
 
 @dataclass(frozen=True)

@@ -389,3 +389,20 @@ def test_ties_as_flags_and_as_records() -> None:
     assert views.sweep is not None and len(views.sweep.ties) == 2
     assert views.sweep.ties[1].x == views.sweep.markers[1].x
     assert views.sweep.tolerance_label.startswith("atol 0.001") and views.first_failing_length == 100
+
+
+def test_a_bounded_degradation_dossier_shows_the_eviction_invariants_beside_the_envelopes() -> None:
+    """evict-invariants' evidence `invariants` (held | broken per invariant) is listed under the
+    envelopes in both dossiers, so a bounded loss is read next to what the cache kept."""
+    run = fx.slice_run()
+    invariants = {"evict-protected": "broken", "evict-ranking": "held", "evict-budget": "held"}
+    check = run.checks[0].model_copy(
+        update={"check": "evict-invariants", "status": fx.Status.failed, "evidence": {"invariants": invariants}}
+    )
+    data = build_report(run.model_copy(update={"checks": [*run.checks, check]}))
+    assert data.claim.invariants == [
+        "evict-invariants (fail): evict-protected broken · evict-ranking held · evict-budget held"
+    ]
+    line = "beside the envelopes, what the cache kept: evict-invariants (fail): evict-protected broken"
+    assert line in render_markdown(data) and line in render_html(data)
+    assert build_report(fx.slice_run()).claim.invariants == []  # no such check: nothing shown

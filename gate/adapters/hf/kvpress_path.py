@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.faults import PRESS_FAULTS
+from gate.adapters.hf.faults import PRESS_FAULTS, Tamper
 from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession, PrefixStore
 from gate.errors import AdapterUnavailable
-from gate.protocols import Session, subject_call
+from gate.protocols import EvictionPolicy, EvictionStep, Session, subject_call
 
 
 def build_press(name: str, compression_ratio: float) -> Any:
@@ -58,6 +58,71 @@ def build_press(name: str, compression_ratio: float) -> Any:
     return presses[name]()
 
 
+def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
+    """What a kvpress 0.5.x press promises (read from its fields): StreamingLLM protects `n_sink`
+    sinks and the rest of the budget as the recent window (its score is 1 there, 0 elsewhere);
+    SnapKV its last `window_size` keys (scored max + 1); ExpectedAttention its `n_sink` sinks;
+    Knorm ranks by minus the key's norm and protects nothing. Each compresses the first prefill only."""
+    name = type(press).__name__
+    sink = int(getattr(press, "n_sink", 0) or 0)
+    if name == "StreamingLLMPress":
+        return EvictionPolicy(name, "position", sink, None, True, None, compression_ratio, "prefill")
+    if name == "SnapKVPress":
+        return EvictionPolicy(name, "snapkv", 0, int(press.window_size), True, None, compression_ratio, "prefill")
+    score = {"KnormPress": "knorm"}.get(name, name)
+    return EvictionPolicy(name, score, sink, 0, False, None, compression_ratio, "prefill")
+
+
+def watch_press(path: PressPath) -> None:
+    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` calls
+    `self.score`, then keeps `scores.topk(n_kept)` of the keys) so every compression is recorded
+    into the session being run under it (`press.gate_watching`, set around each pressed forward;
+    a faulty copy of the path shares the press): the pool is the prompt's positions
+    0..k_len-1, the kept entries are found by matching each kept key row to the pool's rows (the
+    press gathers them unchanged), the scores are the press's own. Kept keys keep the positions
+    they were written at (RoPE applied before the press; KeyRerotationPress is not offered)."""
+    press = path.press
+    score, compress = press.score, press.compress
+    captured: dict[str, torch.Tensor] = {}
+
+    def scored(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out: torch.Tensor = score(*args, **kwargs)
+        captured["scores"] = out.detach()
+        return out
+
+    def compressed(
+        module: Any, hidden_states: Any, keys: torch.Tensor, values: Any, attentions: Any, kwargs: Any
+    ) -> Any:
+        captured.clear()
+        k_out, v_out = compress(module, hidden_states, keys, values, attentions, kwargs)
+        log = getattr(press, "gate_watching", None)
+        if log is not None:
+            b, h, n, _ = keys.shape
+            pool = torch.arange(n, device="cpu").expand(b, h, n)
+            match = (k_out[:, :, :, None, :] == keys[:, :, None, :, :]).all(-1)  # [B, H, K, N]
+            kept_from = match.float().argmax(-1).cpu()
+            scores = captured.get("scores")
+            log.append(
+                EvictionStep(
+                    int(module.layer_idx),
+                    n,
+                    pool,
+                    kept_from,
+                    pool.gather(2, kept_from),
+                    None if scores is None else scores.float().cpu(),
+                    keys.detach().float().cpu(),
+                )
+            )
+        return k_out, v_out
+
+    press.score, press.compress = scored, compressed
+
+
+RANK_SIGN = "evict-rank-sign"
+"""The press path's planted eviction fault (the reference evicting path's of the same name:
+gate/models/evict_faults.py): the press keeps the lowest of its own score."""
+
+
 class PressSession(CacheSession):
     """A session through a press: counts the forwards run under it, and counts the cache position
     from the compressed cache, as the model does when kvpress's pipeline passes none. (The true
@@ -70,6 +135,20 @@ class PressSession(CacheSession):
         self.scope = path.options.press_scope
         self.pressed_forwards = 0
         """Forwards this session ran with the press's hooks on the model."""
+        self.evictions: list[EvictionStep] | None = None
+        """Where the press's compressions are recorded once watched (gate.protocols.EvictionReport)."""
+
+    # ---- gate.protocols.EvictionReport: what the press promises and what it kept -------------
+
+    def eviction_policy(self) -> EvictionPolicy:
+        path = self.path
+        assert isinstance(path, PressPath)
+        return press_policy(path.press, path.options.compression_ratio)
+
+    def watch_evictions(self) -> list[EvictionStep]:
+        if self.evictions is None:
+            self.evictions = []
+        return self.evictions
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         planted = self.tamper.cache_position(phase, positions)
@@ -99,6 +178,7 @@ class PressPath(HFPath):
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
         assert options.press is not None
         self.press = build_press(options.press, options.compression_ratio)
+        watch_press(self)
         if not compat.cache_api(self.model).takes_cache_position:
             raise AdapterUnavailable(
                 f"kvpress hooks read `cache_position`, which transformers {compat.cache_api(self.model).version} "
@@ -119,10 +199,21 @@ class PressPath(HFPath):
         return PressSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
-        """The cache faults, and what only a press can get wrong (PRESS_FAULTS)."""
-        return (*super().faults(), *PRESS_FAULTS)
+        """The cache faults, what only a press can get wrong (PRESS_FAULTS), and a press that ranks
+        by its own score negated (`evict-rank-sign`, a control of evict-invariants)."""
+        return (*super().faults(), *PRESS_FAULTS, RANK_SIGN)
 
     def with_fault(self, fault: str) -> HFPath:
+        if fault == RANK_SIGN:  # a fresh press whose score is negated before the reader sees it
+            assert self.options.press is not None
+            faulty = copy.copy(self)
+            faulty.press = build_press(self.options.press, self.options.compression_ratio)
+            score = faulty.press.score
+            faulty.press.score = lambda *args, **kwargs: -score(*args, **kwargs)
+            watch_press(faulty)
+            faulty.fault, faulty.tamper, faulty.store = fault, Tamper(), PrefixStore()
+            faulty.name = f"{self.name}+{fault}"
+            return faulty
         if fault not in PRESS_FAULTS:
             return super().with_fault(fault)
         faulty = copy.copy(self)
@@ -138,6 +229,7 @@ class PressPath(HFPath):
         if self.options.press_scope == "prefill" and not first_prefill:
             return nullcontext()
         pressed = ExitStack()
+        self.press.gate_watching = session.evictions if isinstance(session, PressSession) else None
         with subject_call(f"{type(self.press).__name__}.__call__", length=session.pos):
             pressed.enter_context(self.press(self.model))
         if isinstance(session, PressSession):

@@ -8,13 +8,16 @@ tokens quantised, tokens kept and evicted) to `exercise()`. Faults still apply o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gate.adapters.reference import Options
 from gate.adapters.reference.options import EvictOptions, QuantOptions
 from gate.adapters.reference.paths import ReferencePath
-from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
+from gate.models.evict_faults import EVICT_FAULTS
+from gate.models.kv_approx import EvictingStore, approx_stats, evict_cache, quantize_cache
 from gate.models.reference import KVCache, Transformer
+from gate.protocols import EvictionPolicy, EvictionStep
 
 
 class _ApproxSession:
@@ -52,17 +55,82 @@ def build_quantized(model: Transformer, options: Options, *, device: str, dtype:
     )
 
 
+class _EvictSession(_ApproxSession):
+    """A session of the evicting cache that says what it promises and what it kept
+    (gate.protocols.EvictionReport, for gate.checks.evict_invariants)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._store: EvictingStore = inner.cache.approx
+
+    def eviction_policy(self) -> EvictionPolicy:
+        s = self._store
+        return EvictionPolicy(
+            press="sink-window" if s.score == "position" else s.score,
+            score=s.score,
+            sink=s.sink,
+            window=s.window,
+            keeps_last=True,
+            budget=s.capacity,
+            scope="every-write",
+        )
+
+    def watch_evictions(self) -> list[EvictionStep]:
+        if self._store.log is None:
+            self._store.log = []
+        return self._store.log
+
+
+@dataclass(frozen=True)
+class _EvictHook:
+    """Wraps every new cache of the path in the evicting store (with its planted fault, if any)."""
+
+    options: EvictOptions
+
+    def __call__(self, cache: KVCache) -> None:
+        e = self.options
+        evict_cache(
+            cache,
+            window=e.window,
+            sink=e.sink,
+            refuse_up_to=e.refuse_prompts_up_to,
+            budget=e.budget,
+            score=e.score,
+            fault=e.fault,
+        )
+
+
+@dataclass
+class EvictingPath(ReferencePath):
+    """The evicting path: its own faults (EVICT_FAULTS) plant a bug in the press's choice of what to keep."""
+
+    evict: EvictOptions | None = None
+
+    def faults(self) -> tuple[str, ...]:
+        return (*super().faults(), *EVICT_FAULTS)
+
+    def with_fault(self, fault: str) -> ReferencePath:
+        if fault not in EVICT_FAULTS or self.evict is None:
+            return super().with_fault(fault)
+        evict = self.evict.model_copy(update={"fault": fault})
+        return replace(
+            self,
+            name=f"{self.name}+{fault}",
+            fault=fault if self.fault is None else f"{self.fault}+{fault}",
+            evict=evict,
+            cache_hooks=[_EvictHook(evict) if isinstance(h, _EvictHook) else h for h in self.cache_hooks],
+            session_hooks=list(self.session_hooks),
+        )
+
+
 def build_evicting(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
     e = getattr(options, "evict", None)
     if e is None:
         raise ValueError("path 'evicting' needs `evict: {window: N}`")
     assert isinstance(e, EvictOptions)
-
-    def hook(cache: KVCache) -> None:
-        evict_cache(cache, window=e.window, sink=e.sink, refuse_up_to=e.refuse_prompts_up_to)
-
-    name = f"reference:evicting[sink{e.sink}+window{e.window},chunk{e.chunk_size}]"
-    return ReferencePath(
+    kept = f"sink{e.sink}+window{e.window}" + (f",{e.score}{e.budget}" if e.budget else "")
+    name = f"reference:evicting[{kept},chunk{e.chunk_size}]" + (f"+{e.fault}" if e.fault else "")
+    return EvictingPath(
         name=name,
         model=model,
         dtype=dtype,
@@ -71,6 +139,8 @@ def build_evicting(model: Transformer, options: Options, *, device: str, dtype: 
         layout="dynamic",
         chunk_size=e.chunk_size,
         block_size=options.block_size,
-        cache_hooks=[hook],
-        session_hooks=[_ApproxSession],
+        fault=e.fault,
+        cache_hooks=[_EvictHook(e)],
+        session_hooks=[_EvictSession],
+        evict=e,
     )

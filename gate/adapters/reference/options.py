@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gate.models.config import PRESETS
+from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.faults import FAULT_NAMES
 from gate.prefix.options import PREFIX_FAULTS, PrefixOptions
 
@@ -111,6 +112,27 @@ class EvictOptions(BaseModel):
     """A prompt of at most this many tokens raises inside the cache (AssertionError), as kvpress's
     StreamingLLMPress refuses a prompt not longer than its sinks: a crash of the subject on short
     prompts only (0: every prompt accepted)."""
+    budget: int | None = Field(default=None, ge=1)
+    """Tokens kept per layer and KV head (default sink + window): the sinks, the window and the
+    newest token, then the highest-scored others by `score`."""
+    score: Literal["position", "knorm"] = "position"
+    """What ranks the tokens outside the sinks and the window: `position` (nothing: a plain
+    sink-plus-window press) or `knorm` (minus the key's L2 norm, KnormPress's score)."""
+    fault: str | None = None
+    """A planted bug of the press's choice of what to keep (gate.models.kv_approx.EVICT_FAULTS)."""
+
+    @field_validator("fault")
+    @classmethod
+    def _known_evict_fault(cls, value: str | None) -> str | None:
+        if value is not None and value not in EVICT_FAULTS:
+            raise ValueError(f"unknown eviction fault {value!r} (known: {', '.join(EVICT_FAULTS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _budget_holds_protected(self) -> EvictOptions:
+        if self.budget is not None and self.budget < self.sink + self.window:
+            raise ValueError(f"budget {self.budget} must be at least sink + window ({self.sink + self.window})")
+        return self
 
 
 class Options(BaseModel):

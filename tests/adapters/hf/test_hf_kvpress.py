@@ -140,3 +140,54 @@ def test_a_press_that_refuses_a_short_prompt_is_a_crash_of_the_subject() -> None
 
     with pytest.raises(SubjectCrash, match="n_sink=4"):
         _short_prompt(path("llama", path="kvpress", press="streaming-llm", compression_ratio=0.5))
+
+
+def test_evict_invariants_reads_what_a_press_kept_and_judges_it() -> None:
+    """The press session says what it promises and what it kept (gate.protocols.EvictionReport, read
+    by wrapping kvpress 0.5.5's ScorerPress.score and .compress): KnormPress(0.5) keeps the top half
+    of minus the key norm, which gate recomputes in float32 from the keys the press scored."""
+    from gate.checks.evict_invariants import EvictInvariantsParams, evict_invariants
+    from gate.protocols import EvictionReport
+    from tests.support import reference as ref
+
+    candidate = path("llama", path="kvpress", press="knorm", compression_ratio=0.5)
+    session = candidate.new_session(2)
+    report = offered(session, EvictionReport)
+    assert report is not None and report.eviction_policy().score == "knorm"
+    log = report.watch_evictions()
+    session.prefill(tokens()[:, :60])
+    assert log and all(step.kept_from.shape[-1] == 30 for step in log)
+    claim = {
+        "level": "bounded-degradation",
+        "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+    }
+    out = evict_invariants(ref.ctx(path("llama"), candidate, claim=claim), EvictInvariantsParams(prompt=40))
+    assert out.status == "pass", out.message
+    assert out.metrics["score_recomputed_float32"] and out.metrics["max_score_mismatch"] < 1e-4
+    faulty = candidate.with_fault("evict-rank-sign")  # the press keeps the lowest of its own score
+    caught = evict_invariants(ref.ctx(path("llama"), faulty, claim=claim), EvictInvariantsParams(prompt=40))
+    assert caught.status == "fail" and caught.diagnosis is not None
+    assert caught.diagnosis["bug_class"] == "evict-ranking", caught.message
+
+
+def test_streaming_llm_keeps_three_of_its_four_sinks_and_drops_the_last_token_of_a_six_token_prompt() -> None:
+    """kvpress 0.5.5's StreamingLLMPress(0.5, n_sink=4) on 6 tokens keeps int(6 * 0.5) = 3: its score
+    is 1 on the 4 sinks (and on no window: n_kept - n_sink < 0), so topk picks 3 of 4 tied sinks and
+    the last token goes. The reader (no model: the press's own compress on random keys) records it
+    and evict-invariants' judgement names it evict-protected."""
+    from types import SimpleNamespace
+
+    from gate.adapters.hf.kvpress_path import press_policy, watch_press
+    from gate.checks.evict_invariants.body import Judgement, Step, judge_step
+
+    press = kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4)
+    watch_press(SimpleNamespace(press=press))  # type: ignore[arg-type]
+    log: list = []
+    press.gate_watching = log
+    keys = torch.randn(1, 2, 6, 8)
+    press.compress(SimpleNamespace(head_dim=8, layer_idx=0), torch.zeros(1, 6, 16), keys, keys.clone(), None, {})
+    j = Judgement()
+    judge_step(press_policy(press, 0.5), Step("short-6", "prefill", False, log[0]), 0, 1e-5, j)
+    assert log[0].kept_from.shape[-1] == 3
+    assert {f.cls for f in j.findings} == {"evict-protected"}
+    assert all(5 in f.where["dropped"] for f in j.findings)  # the newest token
