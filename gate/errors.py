@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_PASS = 0
 EXIT_GATE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -156,3 +158,20 @@ class SubjectCrash(Exception):
         self.call, self.error, self.where = call, error, where
         at = ", ".join(f"{k} {v}" for k, v in where.items())
         super().__init__(f"{call}{f' ({at})' if at else ''}: {error.__class__.__name__}: {error}")
+
+    def diagnosis(self) -> dict[str, Any]:
+        """The failure record of this crash: class `crash`, the exception, the call and where the
+        request had got (length or step), with the subject's traceback."""
+        import traceback
+
+        error = self.error
+        return {
+            "bug_class": "crash",
+            "explanation": "the subject raised an exception inside its own code (a finding about the subject, "
+            "not an error in gate or the environment)",
+            "exception": f"{error.__class__.__name__}: {error}",
+            "exception_type": error.__class__.__name__,
+            "call": self.call,
+            **{str(k): v for k, v in self.where.items()},
+            "traceback": "".join(traceback.format_exception(error)),
+        }

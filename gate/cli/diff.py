@@ -62,7 +62,7 @@ def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[GateR
     """The record, directory and label of the newest run of manifest `name` on a commit other than
     `commit`, read from the dossier directory its ledger entry names (refused when gone or replaced)."""
     from gate.errors import InputError
-    from gate.report.history import latest_other_commit, recorded_dossier
+    from gate.trust.history import latest_other_commit, recorded_dossier
     from gate.trust.ledger import Ledger, resolve_ledger_path
 
     path = resolve_ledger_path(ledger_path, must_exist=True)

@@ -69,19 +69,8 @@ def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any
 
 
 def crash_diagnosis(crash: SubjectCrash) -> dict[str, Any]:
-    """The failure record of a crash inside the subject: class `crash`, the exception, the call and
-    where the request had got (length or step), with the subject's traceback."""
-    error = crash.error
-    return {
-        "bug_class": "crash",
-        "explanation": "the subject raised an exception inside its own code (a finding about the subject, "
-        "not an error in gate or the environment)",
-        "exception": f"{error.__class__.__name__}: {error}",
-        "exception_type": error.__class__.__name__,
-        "call": crash.call,
-        **{str(k): v for k, v in crash.where.items()},
-        "traceback": "".join(traceback.format_exception(error)),
-    }
+    """The failure record of a crash inside the subject (`SubjectCrash.diagnosis`)."""
+    return crash.diagnosis()
 
 
 def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:

@@ -1,7 +1,8 @@
 """Nothing a pull request controls decides its own verdict at verification: each attack is played
 through the real CLI (real runs of the reference decoder, real keys, a real SQLite ledger), and the
 deploy job's verifier, naming main's trust policy and main's policies, answers NOT DEPLOYABLE (exit 7)
-or refuses (exit 2) in one line naming the file and its digest. docs/security.md ("At verification and deploy") lists them.
+or refuses (exit 2) in one line naming the file and its digest. docs/security.md ("At verification and
+deploy") lists them.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class Crash:
 
     length: int
     diagnosis: dict[str, Any]
-    """gate.engine.runner.crash_diagnosis of the crash (class `crash`, exception, call, traceback)."""
+    """SubjectCrash.diagnosis of the crash (class `crash`, exception, call, traceback)."""
 
     def record(self) -> dict[str, Any]:
         """The crash as the per-prompt evidence keeps it: the exception and call, the traceback's last line."""
@@ -127,8 +127,6 @@ def verdict(run: PromptRun, steps: int, tol: Tolerance) -> Verdict:
 
 def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Observations:
     """Each prompt length, shortest first, in its own fresh session (a control: up to its first failing prompt)."""
-    from gate.engine.runner import crash_diagnosis
-
     runs: list[PromptRun] = []
     crashes: list[Crash] = []
     for done, length in enumerate(params.lengths, 1):
@@ -138,7 +136,7 @@ def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Obs
         except SubjectCrash as crash:  # a finding about this prompt: the other prompts still run
             if ctx.stop_at_first_failure:
                 raise  # a control stops at its first failure: the engine counts the crash (detected)
-            crashes.append(Crash(length, crash_diagnosis(crash)))
+            crashes.append(Crash(length, crash.diagnosis()))
             ctx.log(f"  short-prompt: the subject crashed on a {length}-token prompt ({crash}); the others run on")
             bad = True
         if ctx.stop_at_first_failure and bad:
