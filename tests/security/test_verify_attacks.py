@@ -46,6 +46,11 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def rel(policy: Path) -> str:
+    """A policy file as plans and verdicts name it: relative to its policy root (never machine-local)."""
+    return f"{policy.parent.name}/{policy.name}"
+
+
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_keys(tmp_path_factory.mktemp("keys"))
@@ -174,7 +179,7 @@ def test_verify_a_site_policy_from_the_prs_checkout_is_not_deployable(
         "--trust", main_trust, "--ledger", ledger,
     )  # fmt: skip
     assert ran.exit_code == 0, ran.output  # the known-broken example is PASS under the PR's policy (the attack)
-    words = (f"policy {lax} (sha256 {sha(lax)})", "not one of main's policy files")
+    words = (f"policy {rel(lax)} (sha256 {sha(lax)})", "not one of main's policy files")
     not_deployable(gate("verify", out, "--trust", main_trust, "--ledger", ledger), *words)
     not_deployable(gate("audit", "trace", PR_SHA, "--trust", main_trust, "--ledger", ledger), *words)
     # main's policies named: the built-in ones again, as a site directory (the deploy recipe's --policy-dir)
@@ -199,7 +204,7 @@ def test_verify_a_run_that_left_out_mains_site_policy_is_not_deployable(
     assert gate("verify", out, "--trust", main_trust, "--policy-dir", site, "--any-verdict").exit_code == 0
     not_deployable(
         gate("verify", out, "--trust", main_trust, "--policy-dir", site),
-        f"policy {strict} (sha256 {sha(strict)}): main's policy file took no part in the run's plan",
+        f"policy {rel(strict)} (sha256 {sha(strict)}): main's policy file took no part in the run's plan",
     )
 
 
@@ -222,7 +227,7 @@ def test_verify_mains_site_policies_named_by_digest_in_the_trust_policy(
     without, _ = signed_run(tmp_path / "without", manifest, keys["ci.key"])
     ok = gate("verify", with_site, "--trust", listing)
     assert ok.exit_code == 0 and "verdict PASS" in ok.output, ok.output
-    not_deployable(gate("verify", with_site, "--trust", main_trust), f"policy {policy} (sha256 {sha(policy)})")
+    not_deployable(gate("verify", with_site, "--trust", main_trust), f"policy {rel(policy)} (sha256 {sha(policy)})")
     not_deployable(
         gate("verify", without, "--trust", listing),
         f"(site-policies of {listing}) (sha256 {sha(policy)}): main's policy file took no part",
