@@ -1,0 +1,101 @@
+"""quant-invariants: a quantised cache keeps what it declares (residual, error bound, configuration),
+read back after every prefill, chunk and decode step; each planted bookkeeping bug breaks one invariant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gate.adapters.reference import Options, ReferenceAdapter
+from gate.checks.quant_invariants import QuantInvariantsParams, quant_invariants
+from gate.checks.quant_invariants.body import schedule
+from gate.core.check import CheckContext
+from gate.models.kv_approx import QUANT_FAULTS
+from gate.protocols import Capability, capabilities
+from tests.support import reference as ref
+
+CLAIM = {
+    "level": "bounded-degradation",
+    "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+}
+
+
+def _quantized(**quant: Any) -> Any:
+    options = Options.model_validate({"max_len": ref.MAX_LEN, "path": "quantized", "quant": quant})
+    return ReferenceAdapter().build(options, device="cpu", dtype="float32", seed=0)
+
+
+def _ctx(candidate: Any, *, control: str | None = None) -> CheckContext:
+    context = ref.ctx(ref.path("full"), candidate, claim=CLAIM)
+    if control is not None:
+        context.control, context.stop_at_first_failure = control, True
+    return context
+
+
+@pytest.mark.parametrize(
+    "quant",
+    [
+        {"bits": 8, "group_size": 32},
+        {"bits": 4, "group_size": 16, "residual": 4},
+        {"bits": 4, "group_size": 4, "key_axis": "channel", "residual": 3},
+    ],
+)
+def test_a_correct_quantised_cache_holds_every_invariant_on_every_step(quant: dict[str, Any]) -> None:
+    path = _quantized(**quant)
+    assert Capability.QUANTIZED_KV in capabilities(path)
+    outcome = quant_invariants(_ctx(path), QuantInvariantsParams())
+    assert outcome.status == "pass", outcome.message
+    steps = outcome.evidence["steps"]
+    assert len(steps) == len(schedule(QuantInvariantsParams()))
+    assert [s["phase"] for s in steps[:4]] == ["prefill", "chunk", "chunk", "chunk"]  # multi-token appends
+    assert outcome.metrics["max_full_precision_tokens"] <= outcome.metrics["declared_max_residual"]
+    assert 0 < outcome.metrics["max_error_over_bound"] <= 1
+    assert outcome.metrics["bytes"] == outcome.metrics["declared_scheme_bytes"]
+    if quant.get("residual"):  # the residual was really used and flushed across steps
+        assert {s["full_precision_tokens"] for s in steps} != {0}
+
+
+@pytest.mark.parametrize(
+    ("fault", "bug_class"),
+    [
+        ("quant-residual-overflow", "quant-residual-overflow"),
+        ("quant-scale-wrong", "quant-error-bound"),
+        ("quant-bits-lower", "quant-error-bound"),
+        ("quant-bits-ignored", "quant-config-mismatch"),
+    ],
+)
+@pytest.mark.parametrize(
+    "quant", [{"bits": 8, "group_size": 32}, {"bits": 8, "group_size": 16, "residual": 4}, {"bits": 4, "group_size": 32}]
+)
+def test_each_planted_bookkeeping_bug_breaks_exactly_its_own_invariant(
+    fault: str, bug_class: str, quant: dict[str, Any]
+) -> None:
+    path = _quantized(**quant)
+    assert fault in path.faults()
+    full = quant_invariants(_ctx(path.with_fault(fault)), QuantInvariantsParams())
+    assert full.status == "fail" and full.diagnosis is not None, full.message
+    assert set(full.metrics["broken"]) == {bug_class}, full.metrics["broken"]  # one invariant, no other
+    assert full.diagnosis["bug_class"] == bug_class and full.detected_at == 0
+    control = quant_invariants(_ctx(path.with_fault(fault), control=fault), QuantInvariantsParams())
+    assert control.status == "fail" and control.exercise["stopped_at_first_failure"] == {"step": 0}
+
+
+def test_the_residual_overflow_shows_on_decode_steps_after_a_flush() -> None:
+    """Flushed two tokens late: the cache keeps residual + 2 tokens unquantised after decode steps too."""
+    path = _quantized(bits=8, group_size=16, residual=4).with_fault("quant-residual-overflow")
+    outcome = quant_invariants(_ctx(path), QuantInvariantsParams())
+    decode = [s for s in outcome.evidence["steps"] if s["phase"] == "decode"]
+    assert all(s["full_precision_tokens"] == 6 for s in decode)
+    assert all("quant-residual-overflow" in s["broken"] for s in decode)
+
+
+def test_the_four_faults_are_the_quantised_paths_own() -> None:
+    assert set(QUANT_FAULTS) <= set(_quantized(bits=8).faults())
+    assert not set(QUANT_FAULTS) & set(ref.path("dynamic").faults())
+
+
+def test_a_path_whose_quantised_state_cannot_be_read_is_unproven_with_why() -> None:
+    outcome = quant_invariants(_ctx(ref.path("dynamic")), QuantInvariantsParams())
+    assert outcome.status == "unproven"
+    assert "QuantizedKV" in outcome.message and "cannot read back" in outcome.message
