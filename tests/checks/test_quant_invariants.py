@@ -66,7 +66,8 @@ def test_a_correct_quantised_cache_holds_every_invariant_on_every_step(quant: di
     ],
 )
 @pytest.mark.parametrize(
-    "quant", [{"bits": 8, "group_size": 32}, {"bits": 8, "group_size": 16, "residual": 4}, {"bits": 4, "group_size": 32}]
+    "quant",
+    [{"bits": 8, "group_size": 32}, {"bits": 8, "group_size": 16, "residual": 4}, {"bits": 4, "group_size": 32}],
 )
 def test_each_planted_bookkeeping_bug_breaks_exactly_its_own_invariant(
     fault: str, bug_class: str, quant: dict[str, Any]

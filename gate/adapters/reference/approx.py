@@ -73,7 +73,12 @@ class QuantizedPath(ReferencePath):
     def _hook(self, cache: KVCache) -> None:
         q = self.quant
         quantize_cache(
-            cache, bits=q.bits, group_size=q.group_size, key_axis=q.key_axis, residual=q.residual, fault=self.quant_fault
+            cache,
+            bits=q.bits,
+            group_size=q.group_size,
+            key_axis=q.key_axis,
+            residual=q.residual,
+            fault=self.quant_fault,
         )
 
     def quant_declared(self) -> QuantScheme:

@@ -107,7 +107,11 @@ def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rt
     """One step's judgement of the cache's state (pure)."""
     problems: dict[str, list[str]] = {}
     first = state.tensors[0]
-    tokens, quantized, residual = (int(first.written.shape[2]), int(first.dequantized.shape[2]), int(first.residual.shape[2]))
+    tokens, quantized, residual = (
+        int(first.written.shape[2]),
+        int(first.dequantized.shape[2]),
+        int(first.residual.shape[2]),
+    )
     for t in state.tensors:
         q, r, n = int(t.dequantized.shape[2]), int(t.residual.shape[2]), int(t.written.shape[2])
         if r > declared.max_residual:
