@@ -665,6 +665,10 @@ class QuantTensorState:
     """[B, H, Q, D]: the stored zero point of each element's group, as the value of code 0."""
     group: torch.Tensor
     """[B, H, Q, D] int64: which group each quantised element belongs to."""
+    quantized_from: torch.Tensor | None = None
+    """[B, H, Q, D]: what the last quantisation was handed, where a library re-quantises its own
+    dequantised history (transformers' QuantizedLayer flushes dequantised + residual + new tokens
+    as one tensor); None: the written tokens themselves."""
 
 
 @dataclass(frozen=True)

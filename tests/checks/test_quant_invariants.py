@@ -100,3 +100,59 @@ def test_a_path_whose_quantised_state_cannot_be_read_is_unproven_with_why() -> N
     outcome = quant_invariants(_ctx(ref.path("dynamic")), QuantInvariantsParams())
     assert outcome.status == "unproven"
     assert "QuantizedKV" in outcome.message and "cannot read back" in outcome.message
+
+
+HF_QUANT = [
+    pytest.param({"backend": "quanto", "nbits": 2, "residual_length": 16, "q_group_size": 16}, id="quanto-2bit"),
+    pytest.param({"backend": "hqq", "nbits": 8, "residual_length": 16, "q_group_size": 16}, id="hqq-8bit"),
+]
+
+
+def _hf(**options: Any) -> Any:
+    pytest.importorskip("transformers")
+    from gate.adapters.hf import HFAdapter
+    from gate.adapters.hf.options import Options as HFOptions
+
+    backend = options.get("backend")
+    pytest.importorskip({"quanto": "optimum.quanto", "hqq": "hqq"}.get(str(backend), "transformers"))
+    return HFAdapter().build(HFOptions(model="llama", **options), device="cpu", dtype="float32", seed=0)
+
+
+@pytest.mark.parametrize("options", HF_QUANT)
+def test_transformers_quantized_cache_is_read_back_and_each_planted_fault_breaks_its_invariant(
+    options: dict[str, Any],
+) -> None:
+    """QuantizedCache read after every call: a flush at residual_length keeps at most residual_length - 1
+    tokens unquantised; the faults are planted into its QuantizedLayer objects from outside."""
+    path = _hf(path="quantized", **options)
+    assert Capability.QUANTIZED_KV in capabilities(path)
+    clean = quant_invariants(_ctx(path), QuantInvariantsParams())
+    assert clean.status == "pass", clean.message
+    assert clean.metrics["max_full_precision_tokens"] == 15 == clean.metrics["declared_max_residual"]
+    assert clean.metrics["bytes"] == clean.metrics["declared_scheme_bytes"]
+    steps = clean.evidence["steps"]
+    assert {s["full_precision_tokens"] for s in steps} > {0, 15}  # the residual filled and was flushed
+    for fault, bug_class in [
+        ("quant-residual-overflow", "quant-residual-overflow"),
+        ("quant-scale-wrong", "quant-error-bound"),
+        ("quant-bits-ignored", "quant-config-mismatch"),
+    ]:
+        caught = quant_invariants(_ctx(path.with_fault(fault)), QuantInvariantsParams())
+        assert caught.status == "fail" and set(caught.metrics["broken"]) == {bug_class}, (fault, caught.message)
+
+
+def test_hqq_re_quantising_its_history_drifts_from_what_was_written_reported_not_judged() -> None:
+    """hqq groups along axis 0 of the whole flattened tensor, so each flush regroups the dequantised
+    history: the scheme's bound holds per flush, not against the tokens as written."""
+    path = _hf(path="quantized", backend="hqq", nbits=8, residual_length=16, q_group_size=16)
+    outcome = quant_invariants(_ctx(path), QuantInvariantsParams())
+    assert outcome.status == "pass" and outcome.metrics["max_error_over_bound"] <= 1
+    assert outcome.metrics["max_error_vs_written_over_bound"] > 1.5, outcome.metrics
+    assert "reported, not judged" in outcome.message
+
+
+def test_an_unreadable_transformers_cache_is_unproven() -> None:
+    """The fp8 backend or beams: no QuantizedKV, so the check names why it could not judge."""
+    path = _hf(path="dynamic")
+    assert Capability.QUANTIZED_KV not in capabilities(path)
+    assert quant_invariants(_ctx(path), QuantInvariantsParams()).status == "unproven"
