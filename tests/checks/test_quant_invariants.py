@@ -156,3 +156,27 @@ def test_an_unreadable_transformers_cache_is_unproven() -> None:
     path = _hf(path="dynamic")
     assert Capability.QUANTIZED_KV not in capabilities(path)
     assert quant_invariants(_ctx(path), QuantInvariantsParams()).status == "unproven"
+
+
+@pytest.mark.parametrize(
+    "name", ["reference-quant-int8", "reference-quant-int4", "hf-quantized-hqq", "hf-quantized-2bit"]
+)
+def test_quantised_examples_plan_quant_invariants_with_its_four_controls(name: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from gate.cli.main import cli
+    from tests.support.repo import EXAMPLES
+
+    out = CliRunner().invoke(cli, ["plan", str(EXAMPLES / f"{name}.yaml"), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    checks = {c["check"]: c for c in json.loads(out.output)["checks"]}
+    rule = checks["quant-invariants"]
+    assert [c["fault"] for c in rule["controls"]] == [
+        "quant-residual-overflow",
+        "quant-scale-wrong",
+        "quant-bits-lower",
+        "quant-bits-ignored",
+    ]
+    assert rule["severity"] == "deny" and rule["unproven"] == "warn"
