@@ -180,3 +180,35 @@ def test_quantised_examples_plan_quant_invariants_with_its_four_controls(name: s
         "quant-bits-ignored",
     ]
     assert rule["severity"] == "deny" and rule["unproven"] == "warn"
+
+
+def test_transformers_pre_5_20_flush_rule_replayed_overflows_on_multi_token_appends_only() -> None:
+    """transformers 4.46-5.19 flushed a QuantizedLayer's residual on `keys.shape[-2] + 1 >= residual_length`,
+    counting one token per append; 5.20 counts the whole append (`residual + n >= residual_length`). Raising
+    residual_length by n - 1 around each update of an n-token append replays the old rule on the installed
+    layer: a 17-token chunk leaves 25 tokens in full precision (declared at most 15), which decode steps of
+    one token alone never show (the release diff and the replay: docs/real-bugs.md)."""
+    path = _hf(path="quantized", backend="quanto", nbits=2, residual_length=16, q_group_size=16)
+    make = path.make_cache
+
+    def old_rule(batch_size: int) -> Any:
+        cache = make(batch_size)
+        for layer in cache.layers:
+
+            def update(k: Any, v: Any, *args: Any, _layer: Any = layer, _update: Any = layer.update, **kw: Any) -> Any:
+                extra = int(k.shape[-2]) - 1
+                _layer.residual_length += extra
+                try:
+                    return _update(k, v, *args, **kw)
+                finally:
+                    _layer.residual_length -= extra
+
+            layer.update = update
+        return cache
+
+    path.make_cache = old_rule
+    chunked = quant_invariants(_ctx(path), QuantInvariantsParams())
+    assert chunked.status == "fail" and set(chunked.metrics["broken"]) == {"quant-residual-overflow"}
+    assert chunked.detected_at == 3 and chunked.metrics["max_full_precision_tokens"] == 25, chunked.message
+    decode_only = quant_invariants(_ctx(path), QuantInvariantsParams(chunks=[], decode=40))
+    assert decode_only.status == "pass", decode_only.message
