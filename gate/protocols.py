@@ -63,6 +63,11 @@ __all__ = [
     "PrefixSiblings",
     "PrefixSnapshots",
     "PrefixWeightUpdates",
+    "QuantScheme",
+    "QuantSession",
+    "QuantState",
+    "QuantTensorState",
+    "QuantizedKV",
     "Session",
     "SpeculativePath",
     "WeightReloading",
@@ -678,6 +683,86 @@ class EvictionReport(Protocol):
         ...
 
 
+class QuantScheme(BaseModel):
+    """A quantised KV cache's scheme: as the manifest declares it (`QuantizedKV.quant_declared`) or as
+    the cache object states it of itself (`QuantState.stated`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    bits: int
+    """Bits per stored code."""
+    group_size: int
+    """Elements sharing one scale and zero point."""
+    key_axis: str
+    """What keys are grouped along (the library's own word or number: token, channel, 0, 1)."""
+    value_axis: str
+    """What values are grouped along."""
+    max_residual: int
+    """Most tokens the cache may hold in full precision after any update (the library's rule applied
+    to the declared residual length)."""
+    param_bytes: int = 2
+    """Bytes of one stored scale or zero point."""
+    param_eps: float = 2.0**-11
+    """Relative rounding of a stored scale or zero point (float16: 2^-11)."""
+
+
+@dataclass(frozen=True)
+class QuantTensorState:
+    """One layer's keys or values as a quantised cache holds them after an update, read by the adapter."""
+
+    name: str
+    """e.g. `layer 0 keys`."""
+    written: torch.Tensor
+    """[B, H, T, D]: every token written since the session began, as the model wrote it."""
+    dequantized: torch.Tensor
+    """[B, H, Q, D]: what a read sees of the tokens held quantised."""
+    residual: torch.Tensor
+    """[B, H, R, D]: the tokens held in full precision."""
+    scale: torch.Tensor
+    """[B, H, Q, D]: the stored scale of each quantised element's group."""
+    zero: torch.Tensor
+    """[B, H, Q, D]: the stored zero point of each element's group, as the value of code 0."""
+    group: torch.Tensor
+    """[B, H, Q, D] int64: which group each quantised element belongs to."""
+    quantized_from: torch.Tensor | None = None
+    """[B, H, Q, D]: what the last quantisation was handed, where a library re-quantises its own
+    dequantised history (transformers' QuantizedLayer flushes dequantised + residual + new tokens
+    as one tensor); None: the written tokens themselves."""
+
+
+@dataclass(frozen=True)
+class QuantState:
+    """What a quantised cache holds after one update: its stated scheme, its bytes, and every tensor."""
+
+    stated: QuantScheme
+    """What the cache object says of itself (bits, group size, axes, residual rule)."""
+    nbytes: int
+    """Bytes the cache holds (codes, scales, zero points, full-precision residual)."""
+    tensors: tuple[QuantTensorState, ...]
+
+
+@runtime_checkable
+class QuantSession(Session, Protocol):
+    """A session over a quantised cache whose state the adapter can read after every call."""
+
+    def quant_state(self) -> QuantState:
+        """The cache as it stands now (the adapter reads the cache object)."""
+        ...
+
+
+@runtime_checkable
+class QuantizedKV(Protocol):
+    """A path over a quantised KV cache whose stored state can be read (quant-invariants)."""
+
+    def quant_declared(self) -> QuantScheme:
+        """The scheme the manifest declares (the adapter's options), never read from the cache."""
+        ...
+
+    def new_quant_session(self, batch_size: int) -> QuantSession:
+        """A session that records what is written, so `quant_state` can compare stored and written."""
+        ...
+
+
 @runtime_checkable
 class ReleasesControls(Protocol):
     """Optional: a path that holds resources for its negative controls (an engine's control servers)."""
@@ -763,6 +848,7 @@ class Capability(StrEnum):
     RELEASES_CONTROLS = "ReleasesControls"
     FAULT_VISIBILITY = "FaultVisibility"
     EVICTION_REPORT = "EvictionReport"
+    QUANTIZED_KV = "QuantizedKV"
 
 
 _TYPED: tuple[tuple[Capability, type], ...] = (
@@ -788,6 +874,7 @@ _TYPED: tuple[tuple[Capability, type], ...] = (
     (Capability.RELEASES_CONTROLS, ReleasesControls),
     (Capability.FAULT_VISIBILITY, FaultVisibility),
     (Capability.EVICTION_REPORT, EvictionReport),
+    (Capability.QUANTIZED_KV, QuantizedKV),
 )
 """Capability -> the protocol a path (or store) must satisfy to offer it."""
 

@@ -64,6 +64,13 @@ BUG_CLASSES: dict[str, str] = {
     "continuous-batching": "a request computes differently in a running batch that requests join and leave "
     "than alone or padded: a slot or page reused without clearing the previous request's state, or positions "
     "and masks of a mixed prefill/decode forward taken from another row",
+    "quant-residual-overflow": "a quantised cache holds more tokens in full precision than its declared "
+    "residual, or not the newest ones, or loses or duplicates tokens between its quantised and full-precision "
+    "parts (a residual flushed late, a multi-token append miscounted)",
+    "quant-error-bound": "a quantised element reads back farther from what was written than its scheme allows "
+    "from the stored scale and zero point (a scale stored wrong, fewer levels than the stated bits)",
+    "quant-config-mismatch": "the quantised cache runs another scheme than the manifest declares (bits, group "
+    "size, axes, residual) or holds other bytes than that scheme needs",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

@@ -31,7 +31,7 @@ import torch
 
 from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.reference import KVCache
-from gate.protocols import EvictionStep
+from gate.protocols import EvictionStep, QuantScheme, QuantState, QuantTensorState
 
 KeyAxis = Literal["token", "channel"]
 SCALE_DTYPE = torch.float16
@@ -67,9 +67,10 @@ def _grouped(x: torch.Tensor, group: int, axis: KeyAxis) -> torch.Tensor:
     return x.reshape(b, h, t // group, group, d)
 
 
-def quantize(x: torch.Tensor, bits: int, group: int, axis: KeyAxis) -> Quantized:
-    """Asymmetric min-max quantisation of x [B, H, T, D] in groups along `axis`."""
-    levels = (1 << bits) - 1
+def quantize(x: torch.Tensor, bits: int, group: int, axis: KeyAxis, *, levels_bits: int | None = None) -> Quantized:
+    """Asymmetric min-max quantisation of x [B, H, T, D] in groups along `axis` (`levels_bits`: a
+    planted fault's fewer levels than the `bits` the codes are stored in)."""
+    levels = (1 << (levels_bits or bits)) - 1
     g = _grouped(x.float(), group, axis)
     reduce = -1 if axis == "token" else -2
     low = g.amin(dim=reduce, keepdim=True)
@@ -112,6 +113,8 @@ class _QuantLayer:
 
     stored: Quantized | None = None
     residual: torch.Tensor | None = None  # [B, H, r, D]
+    written: list[torch.Tensor] | None = None
+    """Every chunk written, as written, where the store records them (quant-invariants reads them)."""
 
     def length(self) -> int:
         n = 0 if self.stored is None else self.stored.codes.shape[2]
@@ -133,23 +136,41 @@ class QuantizedStore:
     n_layers: int
     keys: list[_QuantLayer] = field(default_factory=list)
     values: list[_QuantLayer] = field(default_factory=list)
+    fault: str | None = None
+    """A planted bookkeeping fault (QUANT_FAULTS), applied inside the store's own writes."""
+    record: bool = False
+    """Keep every chunk written (quant-invariants compares stored with written)."""
 
     def __post_init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
-        self.keys = [_QuantLayer() for _ in range(self.n_layers)]
-        self.values = [_QuantLayer() for _ in range(self.n_layers)]
+        self.keys = [_QuantLayer(written=[] if self.record else None) for _ in range(self.n_layers)]
+        self.values = [_QuantLayer(written=[] if self.record else None) for _ in range(self.n_layers)]
+
+    def group_for(self, axis: KeyAxis, head_dim: int) -> int:
+        return self.group_size if axis == "channel" else min(self.group_size, head_dim)
 
     def _write(self, slot: _QuantLayer, x: torch.Tensor, axis: KeyAxis) -> torch.Tensor:
-        group = self.group_size if axis == "channel" else min(self.group_size, x.shape[-1])
+        group = self.group_for(axis, x.shape[-1])
         if axis == "token" and x.shape[-1] % group:
             raise ValueError(f"group_size {group} must divide head_dim {x.shape[-1]}")
+        if slot.written is not None:
+            slot.written.append(x.detach().clone())
         pending = x if slot.residual is None else torch.cat([slot.residual, x], dim=2)
-        over = pending.shape[2] - self.residual
+        keep = self.residual + (2 if self.fault == "quant-residual-overflow" else 0)  # flushes two tokens late
+        over = pending.shape[2] - keep
         n_quant = max(0, over) if axis == "token" else max(0, over) // group * group
         if n_quant:
-            fresh = quantize(pending[:, :, :n_quant], self.bits, group, axis)
+            fresh = quantize(
+                pending[:, :, :n_quant],
+                self.bits,
+                group,
+                axis,
+                levels_bits=self.bits // 2 if self.fault == "quant-bits-lower" else None,
+            )
+            if self.fault == "quant-scale-wrong":  # codes computed against one scale, another one stored
+                fresh.scale = (fresh.scale.float() * 1.25).to(SCALE_DTYPE)
             slot.stored = fresh if slot.stored is None else _cat([slot.stored, fresh])
         slot.residual = pending[:, :, n_quant:].clone()
         parts = [] if slot.stored is None else [dequantize(slot.stored, x.dtype)]
@@ -164,6 +185,19 @@ class QuantizedStore:
     def quantized_tokens(self) -> int:
         s = self.keys[0].stored
         return 0 if s is None else int(s.codes.shape[2])
+
+
+QUANT_FAULTS: dict[str, str] = {
+    "quant-residual-overflow": "the full-precision residual is flushed two tokens late: the cache keeps "
+    "residual + 2 tokens unquantised while it states `residual` (quant-residual-overflow)",
+    "quant-scale-wrong": "each group's codes are computed against its scale, but 1.25 x that scale is stored "
+    "and read back (quant-error-bound)",
+    "quant-bits-lower": "codes use the levels of half the bits (16 for int8, 4 for int4) while the cache "
+    "stores and states the full bits (quant-error-bound)",
+    "quant-bits-ignored": "the cache is built with the other width (4 bits where 8 are declared, 8 where 4 "
+    "are), stating what it runs: an option dropped on the way to the cache (quant-config-mismatch)",
+}
+"""Planted bookkeeping bugs of the quantised cache (path: quantized only), each breaking one invariant."""
 
 
 def _install(cache: KVCache, store: Any, update: Any, kv: Any, no_rollback: str) -> None:
@@ -187,12 +221,23 @@ def _install(cache: KVCache, store: Any, update: Any, kv: Any, no_rollback: str)
 
 
 def quantize_cache(
-    cache: KVCache, *, bits: int, group_size: int = 32, key_axis: KeyAxis = "token", residual: int = 0
+    cache: KVCache,
+    *,
+    bits: int,
+    group_size: int = 32,
+    key_axis: KeyAxis = "token",
+    residual: int = 0,
+    fault: str | None = None,
+    record: bool = False,
 ) -> QuantizedStore:
-    """Make `cache` store K/V as `bits`-bit codes and dequantise on read. Returns the store."""
+    """Make `cache` store K/V as `bits`-bit codes and dequantise on read. Returns the store.
+    `fault`: one of QUANT_FAULTS; `record`: keep what is written (quant-invariants)."""
     if bits not in (4, 8):
         raise ValueError("bits must be 8 or 4")
-    store = QuantizedStore(bits, group_size, key_axis, residual, len(cache.k))
+    if fault is not None and fault not in QUANT_FAULTS:
+        raise ValueError(f"unknown quantisation fault {fault!r} (known: {', '.join(QUANT_FAULTS)})")
+    bits = (4 if bits == 8 else 8) if fault == "quant-bits-ignored" else bits
+    store = QuantizedStore(bits, group_size, key_axis, residual, len(cache.k), fault=fault, record=record)
 
     def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if start_pos != store.keys[layer].length():
@@ -212,6 +257,51 @@ def quantize_cache(
 
     _install(cache, store, update, kv, "a quantised cache cannot roll back (codes of a group are shared)")
     return store
+
+
+def scheme_of(bits: int, group_size: int, key_axis: KeyAxis, residual: int) -> QuantScheme:
+    """The scheme of `quantize_cache(bits, group_size, key_axis, residual)`: a channel-grouped key
+    keeps the newest tokens of an unfilled group in full precision beside the residual."""
+    extra = group_size - 1 if key_axis == "channel" else 0
+    return QuantScheme(
+        bits=bits, group_size=group_size, key_axis=key_axis, value_axis="token", max_residual=residual + extra
+    )
+
+
+def _per_element(q: Quantized, t: torch.Tensor) -> torch.Tensor:
+    """A per-group tensor ([B, H, T, D/g] or [B, H, T/g, D]) repeated onto its group's elements."""
+    return t.repeat_interleave(q.group, dim=-1 if q.axis == "token" else 2)
+
+
+def _tensor_state(name: str, slot: _QuantLayer, dtype: torch.dtype) -> QuantTensorState:
+    assert slot.written is not None, "the store records nothing: build it with record=True"
+    written = torch.cat(slot.written, dim=2) if slot.written else torch.zeros(0)
+    residual = slot.residual if slot.residual is not None else written[:, :, :0]
+    q = slot.stored
+    if q is None:
+        empty = written[:, :, :0]
+        return QuantTensorState(name, written, empty, residual, empty, empty, empty.long())
+    groups = torch.arange(q.scale.numel(), device=q.scale.device).reshape(q.scale.shape)
+    return QuantTensorState(
+        name,
+        written,
+        dequantize(q, dtype),
+        residual,
+        _per_element(q, q.scale.float()),
+        _per_element(q, q.low.float()),
+        _per_element(q, groups),
+    )
+
+
+def quant_state(store: QuantizedStore, dtype: torch.dtype) -> QuantState:
+    """What the store holds now, every layer's keys and values (it must record what is written)."""
+    tensors = [
+        _tensor_state(f"layer {i} {kind}", slot, dtype)
+        for i in range(store.n_layers)
+        for kind, slot in (("keys", store.keys[i]), ("values", store.values[i]))
+    ]
+    stated = scheme_of(store.bits, store.group_size, store.key_axis, store.residual)
+    return QuantState(stated=stated, nbytes=store.nbytes(), tensors=tuple(tensors))
 
 
 # -- eviction ----------------------------------------------------------------------------------

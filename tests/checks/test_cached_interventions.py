@@ -1,5 +1,5 @@
 """Every cached intervention runs reset-isolation and invalidation where the path offers them:
-quantisation and eviction included (policies quantisation@4 and eviction@4)."""
+quantisation and eviction included (policies quantisation@5 and eviction@4)."""
 
 from __future__ import annotations
 

@@ -48,6 +48,8 @@ class HFAdapter:
         offers = {"assisted": ["SpeculativePath"], "prompt-lookup": ["SpeculativePath"]}.get(options.path, ["sessions"])
         if options.path == "prefix-reuse":
             offers = ["PrefixCaching"]
+        if options.path == "quantized" and options.backend in ("quanto", "hqq") and not options.beams:
+            offers = [*offers, "QuantizedKV"]  # the QuantizedLayer read back (quant_state.py)
         name = f"hf:{options.path}:{options.model}" if options.path != "prefix-reuse" else f"hf:{options.model}"
         if options.is_preset:
             return PathCapabilities(

@@ -45,6 +45,10 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
         path = kind(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path == "full":
         path = HFPath(loaded, options, device=device, dtype=dtype, seed=seed)
+    elif options.path == "quantized" and options.backend in ("quanto", "hqq") and not options.beams:
+        from gate.adapters.hf.quant_state import QuantizedHFPath
+
+        path = QuantizedHFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     elif options.path in PROBE_KINDS and compat.probe_supported():
         path = ProbingHFPath(loaded, options, device=device, dtype=dtype, seed=seed)
     else:

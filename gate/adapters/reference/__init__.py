@@ -47,6 +47,7 @@ OFFERS: dict[str, list[str]] = {
     "full": ["sessions", "LayerTracing", "AttentionProbe", "LayoutEdges"],
     "prefix-cache": ["PrefixCaching"],
     "speculative": ["SpeculativePath"],
+    "quantized": ["sessions", "LayerTracing", "AttentionProbe", "LayoutEdges", "QuantizedKV"],
 }
 """Capabilities by path (a cached path offers what `full` does)."""
 

@@ -8,16 +8,27 @@ tokens quantised, tokens kept and evicted) to `exercise()`. Faults still apply o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.adapters.reference import Options
 from gate.adapters.reference.options import EvictOptions, QuantOptions
 from gate.adapters.reference.paths import ReferencePath
+from gate.errors import UnknownFault
 from gate.models.evict_faults import EVICT_FAULTS
-from gate.models.kv_approx import EvictingStore, approx_stats, evict_cache, quantize_cache
+from gate.models.kv_approx import (
+    QUANT_FAULTS,
+    EvictingStore,
+    QuantizedStore,
+    approx_stats,
+    evict_cache,
+    quant_state,
+    quantize_cache,
+    scheme_of,
+)
 from gate.models.reference import KVCache, Transformer
-from gate.protocols import EvictionPolicy, EvictionStep
+from gate.protocols import EvictionPolicy, EvictionStep, QuantScheme, QuantState
+from gate.tensors import DTYPES
 
 
 class _ApproxSession:
@@ -35,14 +46,74 @@ class _ApproxSession:
         return getattr(self._inner, name)
 
 
+class _QuantSession(_ApproxSession):
+    """A session whose quantised store records what is written, so its state can be read back
+    (gate.protocols.QuantSession)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._store().record = True
+        self._store().clear()
+
+    def _store(self) -> QuantizedStore:
+        store = getattr(self._inner.cache, "approx", None)
+        assert isinstance(store, QuantizedStore), "a quantised session's cache has no quantised store"
+        return store
+
+    def quant_state(self) -> QuantState:
+        return quant_state(self._store(), DTYPES[self._inner.path.dtype])
+
+
+@dataclass
+class QuantizedPath(ReferencePath):
+    """The quantised path: its declared scheme, a readable store (gate.protocols.QuantizedKV) and the
+    store's own bookkeeping faults (gate.models.kv_approx.QUANT_FAULTS) beside the reference's."""
+
+    quant: QuantOptions = field(default_factory=QuantOptions)
+    quant_fault: str | None = None
+
+    def _hook(self, cache: KVCache) -> None:
+        q = self.quant
+        quantize_cache(
+            cache,
+            bits=q.bits,
+            group_size=q.group_size,
+            key_axis=q.key_axis,
+            residual=q.residual,
+            fault=self.quant_fault,
+        )
+
+    def quant_declared(self) -> QuantScheme:
+        q = self.quant
+        return scheme_of(q.bits, q.group_size, q.key_axis, q.residual)
+
+    def new_quant_session(self, batch_size: int) -> Any:
+        return _QuantSession(self.new_session(batch_size))
+
+    def faults(self) -> tuple[str, ...]:
+        return (*super().faults(), *QUANT_FAULTS)
+
+    def with_fault(self, fault: str) -> ReferencePath:
+        if fault not in QUANT_FAULTS:
+            return super().with_fault(fault)
+        if self.quant_fault is not None:
+            raise UnknownFault(f"path {self.name} already carries the quantisation fault {self.quant_fault}")
+        path = replace(
+            self,
+            name=f"{self.name}+{fault}",
+            fault=fault if self.fault is None else f"{self.fault}+{fault}",
+            quant_fault=fault,
+            cache_hooks=[h for h in self.cache_hooks if getattr(h, "__func__", None) is not QuantizedPath._hook],
+            session_hooks=list(self.session_hooks),
+        )
+        path.cache_hooks.insert(0, path._hook)
+        return path
+
+
 def build_quantized(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
     q = getattr(options, "quant", None) or QuantOptions()
-
-    def hook(cache: KVCache) -> None:
-        quantize_cache(cache, bits=q.bits, group_size=q.group_size, key_axis=q.key_axis, residual=q.residual)
-
     name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
-    return ReferencePath(
+    path = QuantizedPath(
         name=name,
         model=model,
         dtype=dtype,
@@ -50,9 +121,11 @@ def build_quantized(model: Transformer, options: Options, *, device: str, dtype:
         seed=seed,
         layout="dynamic",
         block_size=options.block_size,
-        cache_hooks=[hook],
         session_hooks=[_ApproxSession],
+        quant=q,
     )
+    path.cache_hooks.append(path._hook)
+    return path
 
 
 class _EvictSession(_ApproxSession):
