@@ -29,6 +29,7 @@ import argparse
 import os
 import platform
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -155,9 +156,34 @@ def measure(sweep: str, longest: int, repeats: int, cache_root: Path, naive_repe
     }
 
 
-def with_repeated_heads(fn: Callable[[], Outcome]) -> Outcome:
+def with_repeated_heads(fn: Callable[[], Any]) -> Any:
     with repeated_heads():
         return fn()
+
+
+def step_costs(at: list[int], repeats: int) -> str:
+    """One single-token append to the candidate's cache of L tokens, after and before (heads repeated):
+    the per-length term of a dense sweep, min over `repeats` interleaved batches of 20 steps."""
+    candidate = ReferenceAdapter().build(Options(path="static"), device="cpu", dtype="float32", seed=0)
+    tokens = random_tokens(candidate.vocab_size, 2, max(at) + 1, 0)
+    lines = ["| L (cache) | decode step, after ms | before (heads repeated) ms | before / after |", "|---|---|---|---|"]
+    for length in at:
+        session: Any = candidate.new_session(2)
+        session.prefill(tokens[:, :length])
+
+        def steps(session: Any = session, length: int = length) -> None:
+            for _ in range(20):
+                session.cache.pos = length  # the same step again: token L onto the cache of L tokens
+                session.append(tokens[:, length : length + 1])
+
+        def repeated(steps: Callable[[], None] = steps) -> None:
+            with_repeated_heads(steps)
+
+        with torch.no_grad():
+            times, _ = best_of(repeats, {"after": steps, "before": repeated})
+        after, before = times["after"] / 20 * 1e3, times["before"] / 20 * 1e3
+        lines.append(f"| {length} | {after:.3f} | {before:.3f} | {before / after:.2f}x |")
+    return "\n".join(lines)
 
 
 def planned_lengths(candidate: Any, params: PrefixSweepParams) -> list[int]:
@@ -179,11 +205,12 @@ def planned_lengths(candidate: Any, params: PrefixSweepParams) -> list[int]:
 
 def render(label: str, rows: list[dict[str, Any]], repeats: int, note: str) -> str:
     load = os.getloadavg()
+    command = shlex.join(["python", "benchmarks/sweep_cost.py", *sys.argv[1:]])
     lines = [
         f"<!-- sweep-cost:{label}:start -->",
         f"### {label}",
         "",
-        f"`python benchmarks/sweep_cost.py --label {label}` on {platform.machine()}, {os.cpu_count()} CPUs "
+        f"`{command}` on {platform.machine()}, {os.cpu_count()} CPUs "
         f"(shared; load average {load[0]:.1f} at the end), torch {torch.__version__}, 1 thread, float32; "
         f"min of {repeats} interleaved repeats (the naive loop: once). {note}".rstrip(),
         "",
@@ -216,6 +243,15 @@ def render(label: str, rows: list[dict[str, Any]], repeats: int, note: str) -> s
     return "\n".join(lines)
 
 
+def render_steps(label: str, table: str, note: str) -> str:
+    command = shlex.join(["python", "benchmarks/sweep_cost.py", *sys.argv[1:]])
+    return (
+        f"<!-- sweep-cost:{label}:start -->\n### {label}\n\n`{command}`, candidate `reference:static`, batch 2, "
+        f"1 thread, load average {os.getloadavg()[0]:.1f}; min of interleaved batches of 20 steps. {note}".rstrip()
+        + f"\n\n{table}\n\n<!-- sweep-cost:{label}:end -->\n"
+    )
+
+
 def write_section(out: Path, label: str, section: str) -> None:
     text = out.read_text() if out.exists() else "# Speed\n"
     pattern = re.compile(rf"<!-- sweep-cost:{label}:start -->.*?<!-- sweep-cost:{label}:end -->\n?", re.DOTALL)
@@ -230,11 +266,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--naive-all", action="store_true", help="repeat the naive loop too (default: once)")
     parser.add_argument("--no-naive", action="store_true", help="leave the naive loop out (long dense sweeps)")
+    parser.add_argument("--steps", help="comma-separated cache lengths: time one decode step at each instead")
     parser.add_argument("--label", default="after", help="the section of --out this run replaces")
     parser.add_argument("--note", default="", help="a sentence for the section (what code was measured)")
     parser.add_argument("--out", type=Path, help="markdown file to update (its section for --label)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.steps:
+        table = step_costs([int(x) for x in args.steps.split(",")], max(args.repeats, 15))
+        section = render_steps(args.label, table, args.note)
+        print(section)
+        if args.out:
+            write_section(args.out, args.label, section)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for sweep in SWEEPS if args.sweep == "both" else [args.sweep]:
