@@ -69,6 +69,15 @@ __all__ = [
 
 MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
+GQA_IN_PLACE = torch.__version__ >= "2.5"
+"""scaled_dot_product_attention takes grouped KV heads (`enable_gqa`) from torch 2.5 on."""
+
+
+def _grouped(gqa: bool) -> dict[str, bool]:
+    """The keyword that makes attention read grouped KV heads in place (none where torch lacks it)."""
+    return {"enable_gqa": True} if gqa else {}
+
+
 QUERY_BLOCK = 512
 """Queries per attention block: bounds the score matrix to [B, H, 512, T_k]."""
 
@@ -121,7 +130,7 @@ class AttentionCore(nn.Module):
         # on CPU the attention kernel reads each KV head for its query heads in place (bit-identical
         # to repeating them); copying the whole cache per step made a decode step O(cache), and a
         # sweep of single-token appends quadratic in copies. Other devices repeat as before.
-        gqa = rep > 1 and q.device.type == "cpu"
+        gqa = rep > 1 and q.device.type == "cpu" and GQA_IN_PLACE
         if rep > 1 and not gqa:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         q_len, k_len = q.shape[2], k.shape[2]
@@ -140,7 +149,7 @@ class AttentionCore(nn.Module):
                     k[:, :, lo:hi],
                     v[:, :, lo:hi],
                     attn_mask=~rows[:, lo:hi],
-                    enable_gqa=gqa,
+                    **_grouped(gqa),
                 )
             )
         return torch.cat(out, dim=2)
@@ -162,7 +171,7 @@ class AttentionCore(nn.Module):
         rows = blocked[None] | (padding[:, None, :] & ~own[None])
         out = [
             F.scaled_dot_product_attention(
-                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK], enable_gqa=gqa
+                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK], **_grouped(gqa)
             )
             for i in range(0, q_len, QUERY_BLOCK)
         ]
