@@ -69,6 +69,15 @@ __all__ = [
 
 MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
+GQA_IN_PLACE = torch.__version__ >= "2.5"
+"""scaled_dot_product_attention takes grouped KV heads (`enable_gqa`) from torch 2.5 on."""
+
+
+def _grouped(gqa: bool) -> dict[str, bool]:
+    """The keyword that makes attention read grouped KV heads in place (none where torch lacks it)."""
+    return {"enable_gqa": True} if gqa else {}
+
+
 QUERY_BLOCK = 512
 """Queries per attention block: bounds the score matrix to [B, H, 512, T_k]."""
 
@@ -118,12 +127,16 @@ class AttentionCore(nn.Module):
         # q: [B, H, Tq, D]; k, v: [B, H_kv, Tk, D] -> [B, H, Tq, D]
         # padding: [B, Tk] True where a key slot holds a pad token (left-padded batches)
         rep = q.shape[1] // k.shape[1]
-        if rep > 1:
+        # on CPU the attention kernel reads each KV head for its query heads in place (bit-identical
+        # to repeating them); copying the whole cache per step made a decode step O(cache), and a
+        # sweep of single-token appends quadratic in copies. Other devices repeat as before.
+        gqa = rep > 1 and q.device.type == "cpu" and GQA_IN_PLACE
+        if rep > 1 and not gqa:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         q_len, k_len = q.shape[2], k.shape[2]
         blocked = self.mask_fn(q_len, k_len, self.window, q.device)
         if padding is not None:
-            return self._padded(q, k, v, blocked, padding)
+            return self._padded(q, k, v, blocked, padding, gqa)
         out = []
         for i in range(0, q_len, QUERY_BLOCK):
             rows = blocked[i : i + QUERY_BLOCK]
@@ -132,13 +145,23 @@ class AttentionCore(nn.Module):
             lo, hi = (int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, k_len)
             out.append(
                 F.scaled_dot_product_attention(
-                    q[:, :, i : i + QUERY_BLOCK], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=~rows[:, lo:hi]
+                    q[:, :, i : i + QUERY_BLOCK],
+                    k[:, :, lo:hi],
+                    v[:, :, lo:hi],
+                    attn_mask=~rows[:, lo:hi],
+                    **_grouped(gqa),
                 )
             )
         return torch.cat(out, dim=2)
 
     def _padded(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor, padding: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        blocked: torch.Tensor,
+        padding: torch.Tensor,
+        gqa: bool = False,
     ) -> torch.Tensor:
         """Attention with per-row pad keys blocked; a pad query still sees itself (no empty row)."""
         q_len, k_len = q.shape[2], k.shape[2]
@@ -148,7 +171,7 @@ class AttentionCore(nn.Module):
         rows = blocked[None] | (padding[:, None, :] & ~own[None])
         out = [
             F.scaled_dot_product_attention(
-                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK]
+                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK], **_grouped(gqa)
             )
             for i in range(0, q_len, QUERY_BLOCK)
         ]

@@ -155,3 +155,43 @@ def test_options_are_validated() -> None:
     ):
         with pytest.raises(ValidationError):
             Options.model_validate(bad)
+
+
+def _repeated_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Attention as the decoder computed it before grouped heads were read in place: K/V repeated."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+@pytest.mark.parametrize(("q_len", "k_len"), [(1, 300), (7, 300), (300, 300)])
+def test_grouped_heads_read_in_place_give_the_repeated_heads_bits(q_len: int, k_len: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, q_len, 16, generator=gen)
+    k, v = (torch.randn(2, 2, 512, 16, generator=gen)[:, :, :k_len] for _ in range(2))  # cache views
+    core = model_module.AttentionCore(window=None)
+    allowed = ~causal_mask(q_len, k_len, None, q.device)
+    assert torch.equal(core(q, k, v), _repeated_heads(q, k, v, allowed))
+    padding = torch.zeros(2, k_len, dtype=torch.bool)
+    padding[0, :3] = True  # a left-padded row
+    own = torch.eye(k_len, dtype=torch.bool)[k_len - q_len :]  # a pad query still sees itself
+    rows = allowed[None] & (~padding[:, None, :] | own[None])
+    assert torch.equal(core(q, k, v, padding), _repeated_heads(q, k, v, rows[:, None]))
+
+
+def test_a_decode_step_copies_no_cache_sized_kv() -> None:
+    """A single-token step reads the cache in place: no copy as long as the cache (a dense sweep of
+    single-token appends would otherwise copy O(n^2) K/V)."""
+    model = build_model(ModelConfig.from_preset("tiny", max_len=2048), seed=0)
+    cache = KVCache.for_model(model.config, 2)
+    tokens = random_tokens(model.config.vocab_size, 2, 1001, 0)
+    prefill(model, tokens[:, :1000], cache)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        model.step(tokens[:, 1000:], cache, start_pos=1000)
+    copied = [
+        (e.key, e.input_shapes)
+        for e in prof.key_averages(group_by_input_shape=True)
+        if any(1001 in shape or 2048 in shape for shape in e.input_shapes if isinstance(shape, list))
+        and e.key in ("aten::copy_", "aten::repeat_interleave", "aten::contiguous", "aten::clone")
+    ]
+    assert copied == []
