@@ -17,9 +17,9 @@ import re
 import subprocess
 import sys
 import time
-from functools import partial
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
