@@ -178,12 +178,9 @@ def test_binaries_with_the_same_verdict_stop_after_two_runs(tmp_path: Path) -> N
     """Two of a user's own folders (wrappers written here) on the hosted example: no change, 2 runs."""
     folders = [write_wrapper(ROOT / CACHE / v, tmp_path / v).parent for v in ("2026.7.10068", "2026.10.11549")]
     env = {"PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
-    result = CliRunner().invoke(
-        command,
-        [str(ROOT / "examples" / "engine-llamacpp-hosted.yaml"), "--out", str(tmp_path / "out"), "--binaries"]
-        + [",".join(map(str, folders))],
-        env=env,
-    )
+    manifest = ROOT / "examples" / "engine-llamacpp-hosted.yaml"
+    args = [str(manifest), "--out", str(tmp_path / "out"), "--binaries", ",".join(map(str, folders))]
+    result = CliRunner().invoke(command, args, env=env)
     assert result.exit_code == 0, result.output
     assert "no change between the ends" in result.output and "(2 runs" in result.output
     summary = json.loads((tmp_path / "out" / "bisect.json").read_text())
