@@ -4,7 +4,8 @@
     python benchmarks/engine_builds.py --builds b8672,b11549 --examples engine-llamacpp-hosted
 
 Each build is a CPU wheel of xllamacpp (PyPI, version YEAR.MONTH.BUILD: llama.cpp's server embedded,
-about 34 MB), installed once into .cache/engine-builds/<version>/ (`pip install --no-deps --target`;
+about 34 MB), installed once into .cache/engine-builds/<version>/ by gate/adapters/openai/builds.py
+(`pip install --no-deps --target`, shared with `gate bisect --llamacpp-builds`;
 a second call finds it and does nothing) with a `bin/llama-server` wrapper that runs
 gate/adapters/openai/xllamacpp_server.py on it. Each example then runs through `gate run` with that
 folder first on PATH, one run at a time, and its exit code is checked against the example's documented

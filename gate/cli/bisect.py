@@ -196,10 +196,10 @@ def side_by_side(left: Outcome, right: Outcome, names: tuple[str, str]) -> list[
     order = [name for name, _ in left.checks] + [n for n, _ in right.checks if n not in dict(left.checks)]
     a, b = dict(left.checks), dict(right.checks)
     width = max([len("check"), *(len(n) for n in order)])
-    rows = [f"    {'check':<{width}}  {names[0]:<10} {names[1]:<10}"]
+    rows = [f"    {'check':<{width}}  {names[0]:<10} {names[1]}"]
     for name in order:
         mark = "  *" if a.get(name) != b.get(name) else ""
-        rows.append(f"    {name:<{width}}  {a.get(name, '-'):<10} {b.get(name, '-'):<10}{mark}")
+        rows.append(f"    {name:<{width}}  {a.get(name, '-'):<10} {b.get(name, '-'):<10}{mark}".rstrip())
     if not order:
         rows.append(f"    (no checks ran: {left.error or left.verdict} / {right.error or right.verdict})")
     return rows
