@@ -110,17 +110,20 @@ def test_a_folder_without_llama_server_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no executable llama-server in that folder" in result.output
 
 
-def test_a_manifest_gate_run_refuses_stops_the_bisection_with_exit_2(tmp_path: Path) -> None:
-    """The first probe is a real `gate run`; its exit 2 (bad manifest) ends the bisection after one run."""
+@pytest.mark.parametrize("given", ["folders", "executables"])
+def test_a_manifest_gate_run_refuses_stops_the_bisection_with_exit_2(tmp_path: Path, given: str) -> None:
+    """The first probe is a real `gate run`; its exit 2 (bad manifest) ends the bisection after one run.
+    An executable given by path is linked as llama-server in the probe's own folder under --out."""
     manifest = tmp_path / "bad.yaml"
     manifest.write_text("apiVersion: gate/v1\nname: bad\n")
     folders = []
     for name in ("one", "two"):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "llama-server").write_text("#!/bin/sh\nexit 0\n")
-        (folder / "llama-server").chmod(0o755)
-        folders.append(str(folder))
+        exe = folder / ("llama-server" if given == "folders" else f"server-{name}")
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+        folders.append(str(folder if given == "folders" else exe))
     env = {"PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
     result = CliRunner().invoke(
         command, [str(manifest), "--out", str(tmp_path / "out"), "--binaries", ",".join(folders)], env=env
@@ -128,6 +131,11 @@ def test_a_manifest_gate_run_refuses_stops_the_bisection_with_exit_2(tmp_path: P
     assert result.exit_code == 2, result.output
     assert "run 1: " in result.output and "run 2: " not in result.output
     assert "gate run refused the input" in result.output
+    links = list((tmp_path / "out" / ".bin").glob("*/llama-server"))
+    if given == "executables":
+        assert [link.resolve() for link in links] == [Path(folders[0]).resolve()]
+    else:
+        assert links == []
 
 
 # -- for real, over xllamacpp builds -----------------------------------------------------------------
