@@ -1,5 +1,6 @@
-"""`gate bisect MANIFEST --out DIR --llamacpp-builds all | --binaries D1,D2,...`: the first build whose
-verdict differs from the first build's, by binary search (docs/cli.md, "gate bisect").
+"""`gate bisect MANIFEST --out DIR --llamacpp-builds all | --binaries D1,D2,... | --commits A..B --build-cmd
+CMD`: the first build whose verdict differs from the first build's, by binary search (docs/cli.md,
+"gate bisect").
 
 Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder
 first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
@@ -26,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import click
 
 from gate.cli.common import echo
-from gate.errors import EXIT_BAD_INPUT
+from gate.errors import EXIT_BAD_INPUT, EXIT_CHECK_ERROR
 
 K = TypeVar("K", bound=Hashable)
 
@@ -176,6 +177,60 @@ def from_binaries(items: str) -> list[Build]:
     return found
 
 
+class BuildFailed(Exception):
+    """A build could not be made (its command failed, or left no llama-server): exit 3."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise click.UsageError(f"--commits: git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout.strip()
+
+
+def _commit(repo: Path, name: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise click.UsageError(f"--commits: {name!r} is not a commit of {repo} ({proc.stderr.strip() or 'unknown'})")
+    return proc.stdout.strip()
+
+
+def from_commits(spec: str, build_cmd: str | None, repo: Path) -> list[Build]:
+    """A, then B's first-parent history after A (oldest first), each built from its own exported tree."""
+    start, dots, end = spec.partition("..")
+    if not dots or not start or not end or end.startswith("."):
+        raise click.UsageError(f"--commits: {spec!r} is not A..B (two commits, A an ancestor of B)")
+    if not build_cmd:
+        raise click.UsageError("--commits needs --build-cmd (the command building llama-server)")
+    first, last = (_commit(repo, name) for name in (start, end))
+    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode != 0:
+        raise click.UsageError(f"--commits: {start} is not an ancestor of {end}")
+    shas = [first, *_git(repo, "rev-list", "--reverse", "--first-parent", f"{first}..{last}").split()]
+    return [Build(sha[:12], sha[:12], partial(_built, repo.resolve(), sha, build_cmd)) for sha in shas]
+
+
+def _built(repo: Path, sha: str, build_cmd: str, own: Path) -> Path:
+    """Export the commit's tree into own/src, run the build command there; the folder of its llama-server."""
+    import shutil
+
+    source = own / "src"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    done = subprocess.run(build_cmd, shell=True, cwd=source, env={**os.environ, "GATE_COMMIT": sha})
+    if done.returncode != 0:
+        raise BuildFailed(f"--build-cmd exited {done.returncode} in {source}")
+    found = [p for p in source.rglob("llama-server") if p.is_file() and os.access(p, os.X_OK)]
+    if not found:
+        raise BuildFailed(f"--build-cmd left no executable llama-server under {source}")
+    return min(found, key=lambda p: (len(p.parts), str(p))).parent
+
+
 def _as_is(folder: Path, own: Path) -> Path:
     return folder
 
@@ -221,9 +276,24 @@ def side_by_side(left: Outcome, right: Outcome, names: tuple[str, str]) -> list[
     metavar="DIR1,DIR2,...",
     help="Your own builds in order: folders holding llama-server, or executables (run as llama-server).",
 )
-@click.option("--commits", metavar="A..B", help="Git commits to build and bisect (not supported yet: exit 2).")
 @click.option(
-    "--build-cmd", metavar="CMD", help="With --commits: the command building llama-server (not supported yet)."
+    "--commits",
+    metavar="A..B",
+    help="Git commits of --repo: A, then B's first-parent history after A, oldest first; each probed one is "
+    "exported under OUT/.bin/<commit>/src and built there with --build-cmd.",
+)
+@click.option(
+    "--build-cmd",
+    metavar="CMD",
+    help="With --commits: a shell command run in the commit's source folder, leaving an executable "
+    "llama-server in it (the one nearest its top is used); $GATE_COMMIT names the commit.",
+)
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="With --commits: the git repository.",
 )
 @click.option(
     "--builds-dir",
@@ -239,6 +309,7 @@ def command(
     binaries: str | None,
     commits: str | None,
     build_cmd: str | None,
+    repo: Path,
     builds_dir: Path,
 ) -> None:
     """The first build whose verdict on MANIFEST differs from the first build's, by binary search.
@@ -247,7 +318,8 @@ def command(
     outcome is the verdict plus the first failing check. Assumes one change point: runs the first and
     the last build (equal: no change, exit 0 after 2 runs), then halves the span between them. Prints the
     last build with the first outcome, the first with another, their dossiers and checks side by side.
-    Exit 0 when a change point was found or there is none; 2 on bad input.
+    Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
+    made (install, or --build-cmd failing).
     """
     kinds = [
         name
@@ -258,14 +330,12 @@ def command(
         raise click.UsageError("give exactly one of --llamacpp-builds, --binaries, --commits")
     if build_cmd and not commits:
         raise click.UsageError("--build-cmd goes with --commits")
-    if commits:
-        echo(
-            "gate bisect: --commits is not supported yet: build each commit into its own folder and pass "
-            "them in order with --binaries DIR1,DIR2,...",
-            err=True,
-        )
-        sys.exit(EXIT_BAD_INPUT)
-    builds = from_llamacpp_builds(llamacpp_builds, builds_dir) if llamacpp_builds else from_binaries(binaries or "")
+    if llamacpp_builds:
+        builds = from_llamacpp_builds(llamacpp_builds, builds_dir)
+    elif binaries:
+        builds = from_binaries(binaries)
+    else:
+        builds = from_commits(commits or "", build_cmd, repo)
     if len(builds) < 2:
         raise click.UsageError(f"{kinds[0]}: name at least 2 builds to bisect, got {len(builds)}")
     if len({b.slug for b in builds}) != len(builds):
@@ -282,9 +352,9 @@ def command(
         build = builds[index]
         try:
             outcome = run_probe(manifest, build, out_root)
-        except (subprocess.CalledProcessError, OSError) as err:
+        except (subprocess.CalledProcessError, OSError, BuildFailed) as err:
             echo(f"gate bisect: {build.name}: could not prepare the build: {err}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(EXIT_CHECK_ERROR)
         runs[index] = outcome
         echo(f"  run {len(runs)}: {build.name:<12} {outcome.describe()}  {outcome.seconds:.1f}s  {outcome.out}")
         if outcome.exit_code == EXIT_BAD_INPUT and not outcome.checks:

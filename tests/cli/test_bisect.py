@@ -90,11 +90,14 @@ def test_fewer_than_two_builds_is_refused() -> None:
         (["--llamacpp-builds", "b8672"], "at least 2 builds"),
         (["--llamacpp-builds", "b8672,b8929", "--build-cmd", "make"], "--build-cmd goes with --commits"),
         (["--binaries", "no-such-folder,other"], "no-such-folder: neither a folder"),
-        (["--commits", "v1..v2", "--build-cmd", "make"], "--commits is not supported yet"),
+        (["--commits", "v1", "--build-cmd", "make"], "is not A..B"),
+        (["--commits", "v1..v2"], "--commits needs --build-cmd"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     manifest = ROOT / "examples" / "engine-llamacpp-prefix.yaml"
+    if "--commits" in args:
+        args = [*args, "--repo", str(tmp_path)]
     result = CliRunner().invoke(command, [str(manifest), "--out", str(tmp_path / "out"), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -136,6 +139,60 @@ def test_a_manifest_gate_run_refuses_stops_the_bisection_with_exit_2(tmp_path: P
         assert [link.resolve() for link in links] == [Path(folders[0]).resolve()]
     else:
         assert links == []
+
+
+def git_repo(path: Path, commits: list[dict[str, str]]) -> list[str]:
+    """A real git repository at `path`, one commit per dict of files; their shas, oldest first."""
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shas = []
+    for i, files in enumerate(commits):
+        for name, text in files.items():
+            (path / name).write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"commit {i}"], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    return shas
+
+
+BUILD_SH = """#!/bin/sh
+mkdir -p build/bin
+printf '#!/bin/sh\\necho %s\\n' "$(cat VERSION)" > build/bin/llama-server
+chmod +x build/bin/llama-server
+"""
+
+
+def test_commits_not_a_commit_or_not_an_ancestor_is_exit_2(tmp_path: Path) -> None:
+    shas = git_repo(tmp_path / "repo", [{"VERSION": "1"}, {"VERSION": "2"}])
+    manifest = ROOT / "examples" / "engine-llamacpp-prefix.yaml"
+    for spec, message in ((f"{shas[0]}..nope", "'nope' is not a commit"), (f"{shas[1]}..{shas[0]}", "not an ancestor")):
+        args = [str(manifest), "--out", str(tmp_path / "out"), "--commits", spec, "--build-cmd", "true"]
+        result = CliRunner().invoke(command, [*args, "--repo", str(tmp_path / "repo")])
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("build", ["sh build.sh", "exit 7"])
+def test_commits_are_exported_and_built_one_by_one(tmp_path: Path, build: str) -> None:
+    """Three commits; the first probe exports the first commit's tree and runs --build-cmd in it. A build
+    that fails stops with exit 3 naming it; one that works leaves llama-server where the probe finds it
+    (the manifest here is refused by gate run, so the bisection stops after that one probe, exit 2)."""
+    shas = git_repo(tmp_path / "repo", [{"VERSION": str(i), "build.sh": BUILD_SH} for i in range(3)])
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text("apiVersion: gate/v1\nname: bad\n")
+    out = tmp_path / "out"
+    args = [str(manifest), "--out", str(out), "--commits", f"{shas[0][:8]}..{shas[2]}", "--build-cmd", build]
+    env = {"PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
+    result = CliRunner().invoke(command, [*args, "--repo", str(tmp_path / "repo")], env=env)
+    assert f"over 3 builds ({shas[0][:12]} .. {shas[2][:12]})" in result.output
+    built = out / ".bin" / shas[0][:12] / "src" / "build" / "bin" / "llama-server"
+    if build == "exit 7":
+        assert result.exit_code == 3 and "--build-cmd exited 7" in result.output, result.output
+        assert not built.exists()
+    else:
+        assert result.exit_code == 2 and "gate run refused the input" in result.output, result.output
+        said = subprocess.run([str(built)], capture_output=True, text=True).stdout
+        assert said == "0\n"
 
 
 # -- for real, over xllamacpp builds -----------------------------------------------------------------
@@ -193,3 +250,37 @@ def test_binaries_with_the_same_verdict_stop_after_two_runs(tmp_path: Path) -> N
     assert "no change between the ends" in result.output and "(2 runs" in result.output
     summary = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert summary["change"] is None and len(summary["runs"]) == 2
+
+
+@pytest.mark.engine
+@pytest.mark.xllamacpp
+@pytest.mark.skipif(
+    bool(missing),
+    reason=f"xllamacpp builds not installed ({', '.join(missing)}): "
+    "python benchmarks/engine_builds.py --builds b8672,b8929,b9093 --install-only",
+)
+def test_commits_built_into_llama_servers_find_the_ignore_eos_fix(tmp_path: Path) -> None:
+    """A git history whose commits 'build' b8672, b8929 and b9093 (the build command writes the
+    xllamacpp wrapper its VERSION file names): --commits finds the second commit, in 3 runs."""
+    build = (
+        f'"{sys.executable}" -c "import pathlib; from gate.adapters.openai.xllamacpp_server import write_wrapper; '
+        f"write_wrapper(pathlib.Path('{ROOT / CACHE}') / pathlib.Path('VERSION').read_text().strip(), "
+        "pathlib.Path('bin'))\""
+    )
+    shas = git_repo(tmp_path / "repo", [{"VERSION": v} for v in PREFIX_BUILDS])
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--commits", f"{shas[0]}..{shas[2]}", "--build-cmd", build]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gate", "bisect", "examples/engine-llamacpp-prefix.yaml", *args]
+        + ["--repo", str(tmp_path / "repo")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{shas[1][:12]} (after {shas[0][:12]}); 3 runs" in proc.stdout
+    summary = json.loads((out / "bisect.json").read_text())
+    assert summary["outcomes"][shas[0][:12]]["exit_code"] == 14
