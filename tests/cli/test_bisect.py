@@ -269,11 +269,10 @@ def test_commits_built_into_llama_servers_find_the_ignore_eos_fix(tmp_path: Path
     )
     shas = git_repo(tmp_path / "repo", [{"VERSION": v} for v in PREFIX_BUILDS])
     out = tmp_path / "out"
-    args = ["--out", str(out), "--commits", f"{shas[0]}..{shas[2]}", "--build-cmd", build]
+    args = ["--out", str(out), "--commits", f"{shas[0]}..{shas[2]}", "--build-cmd", build, "--repo"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
     proc = subprocess.run(
-        [sys.executable, "-m", "gate", "bisect", "examples/engine-llamacpp-prefix.yaml", *args]
-        + ["--repo", str(tmp_path / "repo")],
+        [sys.executable, "-m", "gate", "bisect", "examples/engine-llamacpp-prefix.yaml", *args, str(tmp_path / "repo")],
         cwd=ROOT,
         env=env,
         capture_output=True,
