@@ -127,13 +127,20 @@ def run_probe(manifest: Path, build: Build, out_root: Path) -> Outcome:
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = out_root / build.slug
     started = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "gate", "run", str(manifest), "--out", str(out), "-q"],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    return read_outcome(out, proc.returncode, time.perf_counter() - started, proc.stderr)
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:  # Ctrl-C or SIGTERM: the run stops its servers and removes its partial outputs
+        proc.terminate()
+        proc.wait()
+        raise
+    return read_outcome(out, proc.returncode, time.perf_counter() - started, stderr)
 
 
 # -- the kinds of list ------------------------------------------------------------------------------
