@@ -4,7 +4,8 @@
     python benchmarks/engine_builds.py --builds b8672,b11549 --examples engine-llamacpp-hosted
 
 Each build is a CPU wheel of xllamacpp (PyPI, version YEAR.MONTH.BUILD: llama.cpp's server embedded,
-about 34 MB), installed once into .cache/engine-builds/<version>/ (`pip install --no-deps --target`;
+about 34 MB), installed once into .cache/engine-builds/<version>/ by gate/adapters/openai/builds.py
+(`pip install --no-deps --target`, shared with `gate bisect --llamacpp-builds`;
 a second call finds it and does nothing) with a `bin/llama-server` wrapper that runs
 gate/adapters/openai/xllamacpp_server.py on it. Each example then runs through `gate run` with that
 folder first on PATH, one run at a time, and its exit code is checked against the example's documented
@@ -20,8 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,87 +32,29 @@ from engine_memory import run
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gate.adapters.openai.xllamacpp_server import (  # noqa: E402
-    UsageError,
-    build_number,
-    installed_version,
-    write_wrapper,
-)
+from gate.adapters.openai import builds  # noqa: E402
+from gate.adapters.openai.builds import BUILDS  # noqa: E402
+from gate.adapters.openai.xllamacpp_server import UsageError, build_number  # noqa: E402
 
-BUILDS = [
-    "2026.4.8672.1",
-    "2026.4.8929",
-    "2026.5.9093",
-    "2026.5.9294",
-    "2026.6.9538",
-    "2026.6.9713",
-    "2026.7.9873",
-    "2026.7.10068",
-    "2026.8.10229",
-    "2026.8.10566",
-    "2026.9.10809",
-    "2026.9.11063",
-    "2026.10.11549",
-]
-"""xllamacpp's releases, oldest first, one per llama.cpp build (2026.4.8672.1 republishes 2026.4.8672)."""
-CACHE = ROOT / ".cache" / "engine-builds"
+CACHE = ROOT / builds.CACHE
 TABLE_HEAD = [
     "| build | xllamacpp | example | documented | exit | verdict | first failing check | build info served | seconds |",
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 
 
-def pick(names: str | None, known: list[str], what: str, alias: dict[str, str] | None = None) -> list[str]:
-    """The named subset of `known` (comma-separated; `all` or none: every one), in `known`'s order."""
-    if not names or names == "all":
-        return list(known)
-    chosen = set()
-    for name in (n.strip() for n in names.split(",") if n.strip()):
-        name = (alias or {}).get(name, name)
-        if name not in known:
-            raise SystemExit(f"engine_builds: unknown {what} {name!r}; known: {', '.join(known)}")
-        chosen.add(name)
-    return [k for k in known if k in chosen]
+def install(version: str) -> Path:
+    """xllamacpp==version in .cache/engine-builds/<version>/ of this repository (gate.adapters.openai.builds)."""
+    return builds.install(version, CACHE)
 
 
-def installed(target: Path, version: str) -> bool:
+def pick(names: str | None, known: list[str], what: str, alias: object = None) -> list[str]:
+    """The named subset of `known` (comma-separated; `all` or none: every one; a build also as
+    `b<BUILD>`), in `known`'s order."""
     try:
-        return installed_version(target) == version
-    except UsageError:
-        return False
-
-
-def install(version: str, cache: Path = CACHE) -> Path:
-    """xllamacpp==version in cache/<version>/ with its bin/llama-server wrapper; installed once."""
-    target = cache / version
-    if not installed(target, version):
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=cache))
-        try:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--target",
-                    str(partial),
-                    f"xllamacpp=={version}",
-                ],
-                check=True,
-            )
-            if target.exists():
-                shutil.rmtree(target)
-            partial.rename(target)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-    wrapper = target / "bin" / "llama-server"
-    if not wrapper.exists() or f'"{sys.executable}"' not in wrapper.read_text():
-        write_wrapper(target)
-    return target
+        return builds.pick(names, known, what)
+    except UsageError as err:
+        raise SystemExit(f"engine_builds: {err}") from None
 
 
 def first_failing(record: dict[str, object] | None) -> str:
@@ -180,16 +121,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "engine-releases.md")
     parser.add_argument("--install-only", action="store_true", help="install the builds and stop")
     args = parser.parse_args()
-    builds = pick(args.builds, BUILDS, "build", {f"b{build_number(v)}": v for v in BUILDS})
+    versions = pick(args.builds, BUILDS, "build")
     examples = pick(args.examples, EXAMPLES, "example")
-    dirs = {version: install(version) for version in builds}
+    dirs = {version: install(version) for version in versions}
     for version, folder in dirs.items():
         print(f"xllamacpp {version}: {folder / 'bin' / 'llama-server'}", flush=True)
     if args.install_only:
         return 0
     rows, mismatched = old_rows(args.out), []
     work = Path(tempfile.mkdtemp(prefix="gate-engine-builds-"))
-    for version in builds:
+    for version in versions:
         env = {
             **os.environ,
             "PATH": f"{dirs[version] / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",

