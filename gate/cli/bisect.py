@@ -5,8 +5,9 @@ CMD`: the first build whose verdict differs from the first build's, by binary se
 Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder
 first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
 the verdict plus the first failing (or erroring) check, read from results.json. The search assumes one
-change point: it runs the first and the last build (equal: "no change between the ends", 2 runs), then
-halves the span between the last build known to agree with the first and the first known to differ.
+change point: it runs the first build, then halves the span between the last build known to agree
+with it and the first known to differ (past the last build, at first): 1 + ceil(log2(N)) runs for N
+builds, 5 for 13; when the last build agrees there is "no change between the ends".
 With several change points it finds one of them, not necessarily the earliest.
 """
 
@@ -35,7 +36,7 @@ K = TypeVar("K", bound=Hashable)
 @dataclass
 class Change(Generic[K]):
     """Where the outcome changes: `before` is the last index known to give the first index's outcome,
-    `after` the first known to give another (both None: the ends agree); `probed` in the order run."""
+    `after` the first known to give another (both None: the last build agrees with the first); `probed` in the order run."""
 
     before: int | None
     after: int | None
@@ -45,8 +46,9 @@ class Change(Generic[K]):
 
 def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
     """Binary search for the first index whose outcome differs from index 0's, assuming one change
-    point, with each index probed at most once: the two ends first (equal: no change, 2 probes), then
-    at most ceil(log2(count - 1)) more."""
+    point, each index probed at most once: index 0 first, then halving the span [0, count), the end
+    past the last build counting as "changed". 1 + ceil(log2(count)) probes whatever the answer (5 for
+    13 builds): the fewest that tell count possibilities apart (no change, or a change at 1..count-1)."""
     if count < 2:
         raise ValueError(f"need at least 2 items to bisect, got {count}")
     outcomes: dict[int, K] = {}
@@ -59,15 +61,15 @@ def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
         return outcomes[index]
 
     first = outcome(0)
-    if outcome(count - 1) == first:
-        return Change(None, None, probed, outcomes)
-    before, after = 0, count - 1
+    before, after = 0, count  # `after` == count: no build known to differ yet
     while after - before > 1:
         middle = (before + after) // 2
         if outcome(middle) == first:
             before = middle
         else:
             after = middle
+    if after == count:  # the last build gives the first's outcome: no change between the ends
+        return Change(None, None, probed, outcomes)
     return Change(before, after, probed, outcomes)
 
 
@@ -322,8 +324,8 @@ def command(
     """The first build whose verdict on MANIFEST differs from the first build's, by binary search.
 
     Each probe is one `gate run MANIFEST --out OUT/<build>` with the build's folder first on PATH; its
-    outcome is the verdict plus the first failing check. Assumes one change point: runs the first and
-    the last build (equal: no change, exit 0 after 2 runs), then halves the span between them. Prints the
+    outcome is the verdict plus the first failing check. Assumes one change point: runs the first
+    build, then halves the span (1 + ceil(log2(N)) runs for N builds; the last agreeing: no change). Prints the
     last build with the first outcome, the first with another, their dossiers and checks side by side.
     Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
     made (install, or --build-cmd failing).

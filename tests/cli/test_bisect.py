@@ -32,48 +32,47 @@ def counting(outcomes: list[str]) -> tuple[list[int], object]:
 
 @pytest.mark.parametrize("count", [2, 3, 5, 8, 9, 13, 17])
 def test_every_change_point_is_found_in_the_fewest_runs(count: int) -> None:
-    """One change at index c (1..count-1): found exactly, each index run at most once, the two ends first,
-    and at most 2 + ceil(log2(count - 1)) runs: 6 for 13 builds, 5 when 9 or fewer."""
-    bound = 2 + math.ceil(math.log2(count - 1))
-    for change_at in range(1, count):
+    """One change at index c (1..count-1), or none: found exactly, each index run at most once, the
+    first first, and at most 1 + ceil(log2(count)) runs (5 for 13 builds), the fewest that tell the
+    count possible answers apart."""
+    bound = 1 + math.ceil(math.log2(count))
+    for change_at in range(1, count + 1):  # count: no change
         outcomes = ["old"] * change_at + ["new"] * (count - change_at)
         calls, probe = counting(outcomes)
         found = find_change(count, probe)  # type: ignore[arg-type]
-        assert (found.before, found.after) == (change_at - 1, change_at)
+        wanted = (change_at - 1, change_at) if change_at < count else (None, None)
+        assert (found.before, found.after) == wanted
         assert calls == found.probed and len(set(calls)) == len(calls)
-        assert calls[:2] == [0, count - 1]
+        assert calls[0] == 0
         assert len(calls) <= bound, (change_at, calls)
-    if count <= 9:
-        assert bound <= 5
 
 
-def test_thirteen_builds_need_six_runs_at_worst_and_five_at_best_half() -> None:
-    """After the two ends differ, 12 places remain: 4 more runs for some (no search does better, 2**3 < 12)."""
+def test_thirteen_builds_take_at_most_five_runs() -> None:
+    """13 builds: 13 possible answers (no change, or a change at one of 12 builds), 4 halvings after the first."""
     runs = []
-    for change_at in range(1, 13):
+    for change_at in range(1, 14):
         calls, probe = counting(["old"] * change_at + ["new"] * (13 - change_at))
         find_change(13, probe)  # type: ignore[arg-type]
         runs.append(len(calls))
-    assert max(runs) == 6 and min(runs) == 5
-    assert runs.count(5) == 4
+    assert max(runs) == 5
 
 
-def test_the_sliding_window_builds_take_five_runs() -> None:
+def test_the_sliding_window_builds_take_four_runs() -> None:
     """The outcomes benchmarks/engine-releases.md records for engine-llamacpp-sliding-window on the 13
     builds: two change points (prefix-parity failing, then wrong replies, then pass). The search lands
-    on the first of them here, b9294 -> b9538, in 5 runs."""
+    on the first of them here, b9294 -> b9538, in 4 runs."""
     outcomes = [("fail", "engine-prefix-parity")] * 4 + [("fail", "engine-batch-invariance")] * 2
     outcomes += [("fail", "engine-concurrent-conversations")] + [("pass", None)] * 6
     calls, probe = counting(outcomes)  # type: ignore[arg-type]
     found = find_change(13, probe)  # type: ignore[arg-type]
     assert (label(BUILDS[found.before or 0]), label(BUILDS[found.after or 0])) == ("b9294", "b9538")
-    assert calls == [0, 12, 6, 3, 4]
+    assert calls == [0, 6, 3, 4]
 
 
-def test_equal_ends_stop_after_two_runs() -> None:
-    calls, probe = counting(["same", "other", "other", "same"])
+def test_no_change_probes_down_to_the_last_build() -> None:
+    calls, probe = counting(["same", "other", "same", "same"])  # not one change point: the search says so
     found = find_change(4, probe)  # type: ignore[arg-type]
-    assert (found.before, found.after, calls) == (None, None, [0, 3])
+    assert (found.before, found.after, calls) == (None, None, [0, 2, 3])
 
 
 def test_fewer_than_two_builds_is_refused() -> None:
@@ -209,7 +208,7 @@ missing = [v for v in PREFIX_BUILDS if not installed(ROOT / CACHE / v, v)]
     "python benchmarks/engine_builds.py --builds b8672,b8929,b9093 --install-only",
 )
 def test_bisect_finds_the_ignore_eos_fix(tmp_path: Path) -> None:
-    """b8672 ignores ignore_eos (engine-batch-invariance errors, exit 14), fixed from b8929: 3 runs."""
+    """b8672 ignores ignore_eos (engine-batch-invariance errors, exit 14), fixed from b8929: 2 runs (b9093 is never needed)."""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
     args = ["examples/engine-llamacpp-prefix.yaml", "--out", str(out), "--llamacpp-builds", "b8672,b8929,b9093"]
@@ -222,9 +221,9 @@ def test_bisect_finds_the_ignore_eos_fix(tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "b8929 (after b8672); 3 runs" in proc.stdout
+    assert "b8929 (after b8672); 2 runs" in proc.stdout
     summary = json.loads((out / "bisect.json").read_text())
-    assert summary["runs"] == ["b8672", "b9093", "b8929"]
+    assert summary["runs"] == ["b8672", "b8929"]
     assert summary["change"]["before"] == "b8672" and summary["change"]["after"] == "b8929"
     assert summary["outcomes"]["b8672"]["first_failing"] == "engine-batch-invariance"
     assert summary["outcomes"]["b8672"]["exit_code"] == 14
@@ -261,7 +260,7 @@ def test_binaries_with_the_same_verdict_stop_after_two_runs(tmp_path: Path) -> N
 )
 def test_commits_built_into_llama_servers_find_the_ignore_eos_fix(tmp_path: Path) -> None:
     """A git history whose commits 'build' b8672, b8929 and b9093 (the build command writes the
-    xllamacpp wrapper its VERSION file names): --commits finds the second commit, in 3 runs."""
+    xllamacpp wrapper its VERSION file names): --commits finds the second commit, in 2 runs."""
     build = (
         f'"{sys.executable}" -c "import pathlib; from gate.adapters.openai.xllamacpp_server import write_wrapper; '
         f"write_wrapper(pathlib.Path('{ROOT / CACHE}') / pathlib.Path('VERSION').read_text().strip(), "
@@ -280,6 +279,6 @@ def test_commits_built_into_llama_servers_find_the_ignore_eos_fix(tmp_path: Path
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{shas[1][:12]} (after {shas[0][:12]}); 3 runs" in proc.stdout
+    assert f"{shas[1][:12]} (after {shas[0][:12]}); 2 runs" in proc.stdout
     summary = json.loads((out / "bisect.json").read_text())
     assert summary["outcomes"][shas[0][:12]]["exit_code"] == 14
