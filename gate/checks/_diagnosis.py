@@ -64,6 +64,11 @@ BUG_CLASSES: dict[str, str] = {
     "continuous-batching": "a request computes differently in a running batch that requests join and leave "
     "than alone or padded: a slot or page reused without clearing the previous request's state, or positions "
     "and masks of a mixed prefill/decode forward taken from another row",
+    "missed-reuse": "the engine recomputed a prefix it holds where reuse applies (no cache hit): the cached "
+    "path is not exercised there, a speed loss rather than a wrong reply, and the claim unproven at that length",
+    "cached-reply": "a reply through the engine's cache differs from the same prompt without it; an engine's API "
+    "gives no K/V or layer trace, so the cause (lossy storage, a wrong mask or position, stale state) is not "
+    "narrowed further: see the lengths and the Δlogprob",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 
