@@ -48,7 +48,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # llama.cpp's server (llama-server) built from the llama-cpp-python sdist on PyPI, cached in
-# .cache/engine/ (ignored by git); the engine tests and .ci/engine.sh use it. Several minutes on two cores.
+# .cache/engine/ (ignored by git): the reference build of llama.cpp's own CMake; the engine tests take it
+# (or GATE_LLAMA_SERVER). CI runs a prebuilt llama.cpp instead (.ci/engine.sh). 30-40 minutes on two cores.
 engine:
 	bash .ci/build-llama-server.sh
 

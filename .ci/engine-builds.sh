@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# llama.cpp at two builds, prebuilt: install the oldest and the newest xllamacpp CPU wheel (llama.cpp's
+# llama.cpp at the builds its known bugs live on, prebuilt: install xllamacpp CPU wheels (llama.cpp's
 # server embedded; cached in .cache/engine-builds/, seconds to install, no compile), run the launcher's
-# tests against the newest installed, then gate the cheap example (engine-llamacpp-hosted) on both builds with its
-# documented verdict asserted (benchmarks/engine_builds.py exits 1 otherwise) and no server left behind.
+# tests against the newest, then run benchmarks/engine_builds.py on the bug subset: each known bug's
+# last buggy build and its first fixed one on the example that shows it (KNOWN_BUGS there: a buggy build
+# must show its bug, exit code, check and class; a fixed one the documented verdict), and the newest
+# build on every llama.cpp example. engine_builds.py exits 1 on any departure; no server may be left behind.
 # The table goes to out/ci-engine-builds/engine-releases.md (the committed one: benchmarks/engine-releases.md).
 # Usage: bash .ci/engine-builds.sh (from the repository root)
 set -euo pipefail
@@ -11,14 +13,16 @@ export GATE_THREADS=1 OMP_NUM_THREADS=1
 start=$(date +%s)
 test -x .venv/bin/python || { python3 -m venv .venv; .venv/bin/pip install -q torch==2.13.0; }
 .venv/bin/python -c "import gguf" 2>/dev/null || .venv/bin/pip install -q -e ".[engine]"
-BUILDS="${ENGINE_BUILDS:-b8672,b11549}"
-.venv/bin/python benchmarks/engine_builds.py --builds "$BUILDS" --install-only
+.venv/bin/python benchmarks/engine_builds.py --builds b8672,b8929,b9873,b10068,b11549 --install-only
 echo "engine builds install step: $(( $(date +%s) - start ))s"
 .venv/bin/python -m pytest -q -m engine tests/adapters/openai/test_xllamacpp_server.py
 mkdir -p out/ci-engine-builds
-rm -f out/ci-engine-builds/engine-releases.md
-.venv/bin/python benchmarks/engine_builds.py --builds "$BUILDS" --examples engine-llamacpp-hosted \
-  --out out/ci-engine-builds/engine-releases.md
+table=out/ci-engine-builds/engine-releases.md; rm -f "$table"
+# ignore_eos ignored (b8672; fixed in b8929: ggml-org/llama.cpp PR #21203)
+.venv/bin/python benchmarks/engine_builds.py --builds b8672,b8929 --examples engine-llamacpp-prefix --out "$table"
+# wrong replies when a sliding-window prefix is reused under load (b9538..b9873; clean from b10068)
+.venv/bin/python benchmarks/engine_builds.py --builds b9873,b10068 --examples engine-llamacpp-sliding-window --out "$table"
+.venv/bin/python benchmarks/engine_builds.py --builds b11549 --out "$table"  # the newest, every example
 if pgrep -f "xllamacpp_server.py --xllamacpp $PWD/.cache/engine-builds" >/dev/null; then
   echo "an xllamacpp server outlived gate run:"; pgrep -a -f "xllamacpp_server.py --xllamacpp $PWD"; exit 1
 fi

@@ -1,14 +1,17 @@
 """Gate llama.cpp's own server end to end and write the results table (benchmarks/engine_llamacpp.md).
 
     make engine && PATH=$PWD/.cache/engine:$PATH python benchmarks/engine_llamacpp.py
+    python benchmarks/engine_builds.py --builds b11549 --install-only &&
+      PATH=$PWD/.cache/engine-builds/2026.10.11549/bin:$PATH python benchmarks/engine_llamacpp.py   # prebuilt (CI)
 
 Runs the llama.cpp examples through `gate run` (each in its own process, one thread), checks each
-exit code against the example's documented verdict, and records: the llama-server build (version,
-compile time), each run's wall time, verdict, server starts, most servers alive at once and peak
-memory (benchmarks/engine_memory.py), each check's status, time and controls, and the
-prefix sweep per length (reused tokens, max |Δlogprob|, request times of the cached and the uncached
-server). `--flash-attention` also runs the prefix example with flash attention on in both servers,
-to record how far the CPU kernel moves logprobs between the cached and the uncached computation.
+exit code against the example's documented verdict, and records: the llama-server on PATH (`make
+engine`'s build: its version and compile time; an xllamacpp wrapper: its version), each run's wall
+time, verdict, server starts, most servers alive at once and peak memory (benchmarks/engine_memory.py),
+each check's status, time and controls, and the prefix sweep per length (reused tokens, max
+|Δlogprob|, request times of the cached and the uncached server). `--flash-attention` also runs the
+prefix example with flash attention on in both servers, to record how far the CPU kernel moves
+logprobs between the cached and the uncached computation.
 Exit 1 when a verdict differs from the documented one.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,6 +92,27 @@ def flash_attention_variant(manifest: Path, work: Path) -> Path:
     return target
 
 
+def describe_server(found: str | None) -> str:
+    """Which llama-server the table is of: `make engine`'s build (its sdist and compile time) or a
+    prebuilt xllamacpp wrapper (benchmarks/engine_builds.py; its version)."""
+    engine = ROOT / ".cache" / "engine"
+    if found is None:
+        return "llama-server: none on PATH."
+    server = Path(found)
+    if server.resolve() == (engine / "llama-server").resolve():
+        version_file, seconds_file = engine / "llama-server.version", engine / "llama-server.build-seconds"
+        version = version_file.read_text().split()[0] if version_file.exists() else "?"
+        build = seconds_file.read_text().split() if seconds_file.exists() else ["?", "?"]
+        return f"llama-server built from {version} (`make engine`): {build[0]} s with {build[1]} compile jobs here."
+    stamp = re.search(r"xllamacpp==(\S+) \(llama.cpp (b\d+)\)", server.read_text(errors="replace")[:400])
+    if stamp:
+        return (
+            f"llama-server: llama.cpp {stamp.group(2)} prebuilt (xllamacpp {stamp.group(1)} CPU wheel, "
+            "benchmarks/engine_builds.py; no compile)."
+        )
+    return f"llama-server: {server}."
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "engine_llamacpp.md")
@@ -96,19 +121,11 @@ def main() -> int:
     env = {**os.environ, "GATE_THREADS": "1", "OMP_NUM_THREADS": "1"}
     work = Path("/tmp/gate-engine-benchmark")
     work.mkdir(parents=True, exist_ok=True)
-    engine = ROOT / ".cache" / "engine"
-    version = (
-        (engine / "llama-server.version").read_text().split()[0] if (engine / "llama-server.version").exists() else "?"
-    )
-    build = (
-        (engine / "llama-server.build-seconds").read_text().split()
-        if (engine / "llama-server.build-seconds").exists()
-        else ["?", "?"]
-    )
+    server_line = describe_server(shutil.which("llama-server"))
     lines = [
         "# gate against llama.cpp's server (CPU)",
         "",
-        f"llama-server built from {version} (`make engine`): {build[0]} s with {build[1]} compile jobs here.",
+        server_line,
         "Model: gate's tiny seeded Llama (2 layers, 2 heads of 32 over 1 KV head, vocabulary 512, context 8192, "
         "float32 GGUF). One thread per server; both servers on 127.0.0.1. "
         f"Measured {time.strftime('%Y-%m-%d')} by `benchmarks/engine_llamacpp.py`.",

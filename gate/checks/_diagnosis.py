@@ -71,6 +71,11 @@ BUG_CLASSES: dict[str, str] = {
     "from the stored scale and zero point (a scale stored wrong, fewer levels than the stated bits)",
     "quant-config-mismatch": "the quantised cache runs another scheme than the manifest declares (bits, group "
     "size, axes, residual) or holds other bytes than that scheme needs",
+    "missed-reuse": "the engine recomputed a prefix it holds where reuse applies (no cache hit): the cached "
+    "path is not exercised there, a speed loss rather than a wrong reply, and the claim unproven at that length",
+    "cached-reply": "a reply through the engine's cache differs from the same prompt without it; an engine's API "
+    "gives no K/V or layer trace, so the cause (lossy storage, a wrong mask or position, stale state) is not "
+    "narrowed further: see the lengths and the Δlogprob",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
+from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._lengths import NEW_TOKENS as NEW_TOKENS
 from gate.checks._lengths import PREFIX_BLOCKS as PREFIX_BLOCKS
 from gate.checks._lengths import clip_lengths as clip_lengths
@@ -200,7 +201,13 @@ def failure_words(level: str, judged: Judged) -> str:
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"
 
 
-def problems_outcome(problems: list[str], detected_at: int | None, **seen: Any) -> Outcome:
+def problems_outcome(
+    problems: list[str], detected_at: int | None, bug_class: str | None = None, **seen: Any
+) -> Outcome:
     """The failed Outcome of an engine check that found `problems` (first detected at `detected_at`,
-    a prompt length), built once."""
-    return Outcome("fail", "; ".join(problems), **seen, detected_at=detected_at, diagnosis={"problems": problems})
+    a prompt length), built once; `bug_class` (a key of BUG_CLASSES) names the likely class, which a
+    manifest's `known_bugs` declaration matches on."""
+    diagnosis: dict[str, Any] = {"problems": problems}
+    if bug_class is not None:
+        diagnosis |= {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}
+    return Outcome("fail", "; ".join(problems), **seen, detected_at=detected_at, diagnosis=diagnosis)

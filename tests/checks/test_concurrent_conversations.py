@@ -218,7 +218,8 @@ def test_a_wrong_reply_fails_naming_its_request_and_a_suspect_and_a_control_stop
     assert failures and out.metrics["failed"] == len(failures) < out.metrics["requests"]
     assert out.message.startswith(f"{len(failures)} of 30 replies differ from the reference alone: request ")
     assert "it may carry the state of request" in failures[0]["message"]
-    assert out.diagnosis == {"problems": [f["message"] for f in failures]}
+    assert out.diagnosis is not None and out.diagnosis["problems"] == [f["message"] for f in failures]
+    assert out.diagnosis["bug_class"] == "continuous-batching"  # what a known_bugs declaration matches on
     first = min(r["prompt_tokens"] for r in out.evidence["requests"] if r["failed"])
     assert out.detected_at == first
     control = engine_concurrent_conversations(_engines(_Engine("candidate", wrong_every=7), stop=True), params)

@@ -32,6 +32,7 @@ import re
 import signal
 import struct
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -364,6 +365,10 @@ def serve(build_dir: Path, argv: list[str]) -> int:
     try:
         server = xllamacpp.Server(params)
     except RuntimeError as err:
+        # llama.cpp writes its log (the cause: "failed to open GGUF file ...") from a worker thread that
+        # exiting at once can cut short on a loaded machine (seen in .ci/engine.sh: the log held only
+        # these lines); a moment lets it drain, so gate's "its log ends" quotes the cause
+        time.sleep(0.5)
         print(f"xllamacpp_server: the server did not start: {err}", file=sys.stderr, flush=True)
         return 1
     # the server installs its own SIGTERM/SIGINT handlers while it starts; take them back, so a stop

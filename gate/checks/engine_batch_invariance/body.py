@@ -139,7 +139,7 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
     seen["observation"] = observation([obs.alone, obs.batched])
     if j.problems:
-        return problems_outcome(j.problems, length, **seen)
+        return problems_outcome(j.problems, length, _bug_class(j), **seen)
     if j.warned:
         return Outcome("warn", "greedy tokens agree; " + "; ".join(j.warned), **seen)
     message = (
@@ -158,3 +158,13 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
         return pair
     obs = measure(ctx, params, pair)
     return explain(ctx, obs, judge_replies(ctx, obs))
+
+
+def _bug_class(j: Judgement) -> str | None:
+    """continuous-batching when the candidate's batched reply differs from its reply alone (the server
+    batches requests that join and leave); cached-reply when only its reply alone differs from the
+    reference; none when batching never happened."""
+    batched_alone, _, want_alone = j.judged
+    if batched_alone.failed:
+        return "continuous-batching"
+    return "cached-reply" if want_alone.failed else None

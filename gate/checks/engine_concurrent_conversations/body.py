@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
     Judged,
@@ -387,7 +388,12 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
         message = f"{len(j.failures)} of {len(j.rows)} replies differ from the reference alone: {shown}{more}{tiers}"
         problems = [f.message for f in j.failures]
-        return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis={"problems": problems})
+        diagnosis = {
+            "problems": problems,
+            "bug_class": "continuous-batching",
+            "explanation": BUG_CLASSES["continuous-batching"],
+        }
+        return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis=diagnosis)
     if j.finding == "not-exercised":
         problems = [
             f"not exercised: {obs.overlapping_rounds} of {obs.rounds} rounds had requests in flight together and the "

@@ -125,7 +125,8 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
     seen["observation"] = observation([got for _, _, got in obs.replies])
     problems = _problems(j)
     if problems:
-        return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, **seen)
+        bug_class = "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
+        return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, bug_class, **seen)
     if j.warnings:
         message = f"greedy tokens agree at every length; logprobs over tolerance: {'; '.join(j.warnings)}"
         return Outcome("warn", message, **seen)

@@ -1,7 +1,8 @@
 """Engine tests need llama.cpp's server, built by `make engine` into .cache/engine/ (or $GATE_LLAMA_SERVER).
 
 Tests marked `engine` are skipped, with that reason, when it is not built, so `make test` stays fast
-on a fresh clone; .ci/engine.sh builds it and runs them. Those also marked `xllamacpp` run llama.cpp's
+on a fresh clone; .ci/engine.sh runs them with GATE_LLAMA_SERVER set to a prebuilt build's wrapper
+(benchmarks/engine_builds.py). Those also marked `xllamacpp` run llama.cpp's
 server from a prebuilt wheel instead (test_xllamacpp_server.py) and skip on their own condition.
 """
 
@@ -26,7 +27,10 @@ def llama_server() -> Path | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if llama_server() is not None:
         return
-    skip = pytest.mark.skip(reason="llama-server is not built: run `make engine` (or set GATE_LLAMA_SERVER)")
+    skip = pytest.mark.skip(
+        reason="llama-server is not built: run `make engine` (or set GATE_LLAMA_SERVER, e.g. to a prebuilt "
+        "build's wrapper: python benchmarks/engine_builds.py --builds b11549 --install-only)"
+    )
     for item in items:
         # the marker, not `"engine" in item.keywords`: keywords also hold folder names (tests/engine)
         if item.get_closest_marker("engine") is not None and item.get_closest_marker("xllamacpp") is None:
