@@ -36,7 +36,8 @@ K = TypeVar("K", bound=Hashable)
 @dataclass
 class Change(Generic[K]):
     """Where the outcome changes: `before` is the last index known to give the first index's outcome,
-    `after` the first known to give another (both None: the last build agrees with the first); `probed` in the order run."""
+    `after` the first known to give another (both None: the last build agrees with the first);
+    `probed` in the order run."""
 
     before: int | None
     after: int | None

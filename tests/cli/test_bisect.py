@@ -208,7 +208,8 @@ missing = [v for v in PREFIX_BUILDS if not installed(ROOT / CACHE / v, v)]
     "python benchmarks/engine_builds.py --builds b8672,b8929,b9093 --install-only",
 )
 def test_bisect_finds_the_ignore_eos_fix(tmp_path: Path) -> None:
-    """b8672 ignores ignore_eos (engine-batch-invariance errors, exit 14), fixed from b8929: 2 runs (b9093 is never needed)."""
+    """b8672 ignores ignore_eos (engine-batch-invariance errors, exit 14), fixed from b8929: 2 runs (b9093 is
+    never needed)."""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_LEDGER": str(tmp_path / "ledger.sqlite")}
     args = ["examples/engine-llamacpp-prefix.yaml", "--out", str(out), "--llamacpp-builds", "b8672,b8929,b9093"]
