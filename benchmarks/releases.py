@@ -85,6 +85,7 @@ def release_venv(release: str) -> Path:
     venv = ROOT / f".venv-tf-{'.'.join(release.split('.')[:2])}"
     stamp = venv / f".transformers-{release}"
     if stamp.exists():
+        drop_unrequired(venv, "kernels")
         return venv
     base = base_venv()
     if venv.exists():
@@ -106,8 +107,32 @@ def release_venv(release: str) -> Path:
         _pip(venv, f"transformers=={release}")
     except subprocess.CalledProcessError:
         install_what_resolves(venv, release)
+    drop_unrequired(venv, "kernels")
     stamp.write_text("")
     return venv
+
+
+def drop_unrequired(venv: Path, package: str) -> None:
+    """Uninstall `package` from a release's venv when its transformers does not require it. The base
+    venv carries what the newest release requires (5.25 requires kernels>=0.19.1); an older release
+    imports kernels only when it is installed, and kernels 0.19's API breaks their import
+    (5.9-5.23: `LayerRepository` "Either a revision or a version must be specified"), so each release
+    runs as its own requirements install it. Uninstalling a hard-linked copy leaves the base intact."""
+    probe = (
+        "import importlib.metadata as m, sys\n"
+        "from packaging.requirements import Requirement\n"
+        "names = {Requirement(r).name.lower() for r in m.requires('transformers') or [] if ';' not in r}\n"
+        "try:\n    m.version(sys.argv[1])\nexcept m.PackageNotFoundError:\n    print('absent')\n"
+        "else:\n    print('required' if sys.argv[1] in names else 'drop')\n"
+    )
+    said = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe, package], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if said == "drop":
+        env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        uninstall = [str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", package]
+        subprocess.run(uninstall, check=True, env=env)
+        print(f"releases: {venv.name}: {package} uninstalled (its transformers does not require it)", flush=True)
 
 
 LACKING = ".requirements-not-installed"
