@@ -198,15 +198,16 @@ def test_commits_are_exported_and_built_one_by_one(tmp_path: Path, build: str) -
 
 PREFIX_BUILDS = ["2026.4.8672.1", "2026.4.8929", "2026.5.9093"]
 missing = [v for v in PREFIX_BUILDS if not installed(ROOT / CACHE / v, v)]
-
-
-@pytest.mark.engine
-@pytest.mark.xllamacpp
-@pytest.mark.skipif(
+needs_prefix_builds = pytest.mark.skipif(
     bool(missing),
     reason=f"xllamacpp builds not installed ({', '.join(missing)}): "
     "python benchmarks/engine_builds.py --builds b8672,b8929,b9093 --install-only",
 )
+
+
+@pytest.mark.engine
+@pytest.mark.xllamacpp
+@needs_prefix_builds
 def test_bisect_finds_the_ignore_eos_fix(tmp_path: Path) -> None:
     """b8672 ignores ignore_eos (engine-batch-invariance errors, exit 14), fixed from b8929: 2 runs (b9093 is
     never needed)."""
@@ -254,11 +255,7 @@ def test_binaries_with_the_same_verdict_stop_after_two_runs(tmp_path: Path) -> N
 
 @pytest.mark.engine
 @pytest.mark.xllamacpp
-@pytest.mark.skipif(
-    bool(missing),
-    reason=f"xllamacpp builds not installed ({', '.join(missing)}): "
-    "python benchmarks/engine_builds.py --builds b8672,b8929,b9093 --install-only",
-)
+@needs_prefix_builds
 def test_commits_built_into_llama_servers_find_the_ignore_eos_fix(tmp_path: Path) -> None:
     """A git history whose commits 'build' b8672, b8929 and b9093 (the build command writes the
     xllamacpp wrapper its VERSION file names): --commits finds the second commit, in 2 runs."""
