@@ -8,7 +8,8 @@ a `TopKObservation` per request; the claim decides what must hold:
     exact          tokens, logprobs and top-k lists identical as reported
     tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
                    tie); |Δlogprob| over tolerance is a warning, beyond DENY_ALLOWANCE x tolerance a failure
-                   (the claim bounds the logprobs, gate.checks._compare)
+                   (the claim bounds the logprobs, gate.checks._compare); a check that serves replies under
+                   load raises the tolerance to the candidate's measured noise floor (gate.checks._noise)
     greedy-tokens  greedy tokens identical; logprob differences are reported only
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gate.checks._compare import DENY_ALLOWANCE, tolerance_for
+from gate.checks._compare import DENY_ALLOWANCE, Tolerance, tolerance_for
 from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._lengths import NEW_TOKENS as NEW_TOKENS
 from gate.checks._lengths import PREFIX_BLOCKS as PREFIX_BLOCKS
@@ -30,6 +31,7 @@ from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
 from gate.protocols import EngineServing, offered
 
 if TYPE_CHECKING:
+    from gate.checks._noise import NoiseFloor
     from gate.core.check import CheckContext
     from gate.protocols import EngineCompletion, EngineServer
 
@@ -156,10 +158,17 @@ class Judged:
         }
 
 
-def judge(ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion) -> Judged:
-    """Compare two completions of one prompt under the manifest's claim."""
+def judge(
+    ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion, noise: NoiseFloor | None = None
+) -> Judged:
+    """Compare two completions of one prompt under the manifest's claim. With the candidate's measured
+    `noise` (gate.checks._noise), a tolerance or greedy-tokens claim is judged against the larger of
+    the claim's tolerance and the noise floor: the engine's own batched arithmetic is not a finding.
+    An exact claim stays exact."""
     ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
     tol = tolerance_for(ctx)
+    if noise is not None and ctx.manifest.claim.level != "exact" and noise.floor > tol.atol:
+        tol = Tolerance(noise.floor, tol.rtol, f"the candidate's measured noise floor (over {tol.source})")
     comparison = compare_topk(ref, cand, tol)
     exact = exact_equal(ref, cand)
     level = ctx.manifest.claim.level

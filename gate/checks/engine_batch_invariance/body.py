@@ -20,6 +20,7 @@ from gate.checks._engine import (
     same_vocabulary,
     seeded_prompt,
 )
+from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._topk import worst
 from gate.checks.engine_batch_invariance import EngineBatchParams
 from gate.core.check import CheckContext, Outcome, check
@@ -47,6 +48,7 @@ class Observations:
     slots: Any
     overlapping: int
     servers: dict[str, Any]
+    noise: NoiseFloor | None
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,20 @@ def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> O
         want = ref.complete(target, params.new_tokens, top_k)
         alone = cand.complete(target, params.new_tokens, top_k)
         slots = cand.info.get("total_slots")
+        noise = measure_noise(
+            cand,
+            candidate.salt_field,
+            vocab=vocab,
+            lengths=[length, *others],
+            width=len(others) + 1,
+            new_tokens=params.new_tokens,
+            top_k=top_k,
+            seed=ctx.seed * 104729,
+            limit=limit,
+        )
         batched, overlapping = _batched(cand, params, target, prompts, top_k)
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
-    return Observations(length, others, want, alone, batched, slots, overlapping, servers)
+    return Observations(length, others, want, alone, batched, slots, overlapping, servers, noise)
 
 
 def _batched(
@@ -104,9 +117,15 @@ def _batched(
 
 
 def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
-    """The three comparisons under the claim, and whether batching happened at all (pure)."""
+    """The three comparisons under the claim (the two of the batched reply against the candidate's measured
+    noise floor), and whether batching happened at all (pure)."""
     level = ctx.manifest.claim.level
-    judged = (judge(ctx, obs.alone, obs.batched), judge(ctx, obs.want, obs.batched), judge(ctx, obs.want, obs.alone))
+    noise = obs.noise
+    judged = (
+        judge(ctx, obs.alone, obs.batched, noise),
+        judge(ctx, obs.want, obs.batched, noise),
+        judge(ctx, obs.want, obs.alone),
+    )
     problems = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.failed]
     if obs.overlapping == 0 or (obs.slots is not None and int(obs.slots) < 2):
         problems.append(
@@ -133,6 +152,7 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
         "comparisons": rows,
         "other_lengths": obs.others,
         "requests": {name: reply.summary() for name, reply in requests.items()},
+        "noise_floor": None if obs.noise is None else obs.noise.evidence(),
         "servers": obs.servers,
     }
     exercise = {"overlapping_requests": overlapping, "candidate_slots": slots, "concurrent": concurrent}
@@ -147,6 +167,7 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
         f"requests ({overlapping} overlapping, {'slots not stated' if slots is None else f'{slots} slots'}), "
         "and against the reference alone"
     )
+    message += f"; the batched reply against the {obs.noise.words()}" if obs.noise else ""
     return Outcome("pass", message, **seen)
 
 

@@ -26,6 +26,7 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks._engine import judge as judge_reply
+from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._topk import worst
 from gate.checks.engine_concurrent_conversations import EngineConversationsParams
 from gate.core.check import CheckContext, Outcome, check
@@ -89,6 +90,7 @@ class Observations:
     geometry: str
     untouched: list[str]
     servers: dict[str, Any]
+    noise: NoiseFloor | None
 
 
 Finding = Literal["failed", "not-exercised", "held"]
@@ -171,11 +173,34 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
-        sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k)
+        noise = measure_noise(
+            cand,
+            candidate.salt_field,
+            vocab=vocab,
+            lengths=_prompt_lengths(params, work, prefix),
+            width=width,
+            new_tokens=params.new_tokens,
+            top_k=pair.top_k,
+            seed=base,
+            limit=candidate.max_len - params.new_tokens - 1,
+        )
+        sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k, noise)
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     return Observations(
-        sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers
+        sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers, noise
     )
+
+
+def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: int) -> list[int]:
+    """The length of every prompt the workload will send (each conversation's turns, with its tenant's
+    system prefix or without one): what the noise floor is measured at."""
+    return [
+        (prefix if conv < work.conversations - work.private else 0)
+        + turn * (params.turn_tokens + params.new_tokens)
+        + params.turn_tokens
+        for conv in range(work.conversations)
+        for turn in range(params.turns)
+    ]
 
 
 def _serve_rounds(
@@ -185,6 +210,7 @@ def _serve_rounds(
     rounds: list[list[tuple[int, int]]],
     servers: tuple[EngineServer, EngineServer],
     top_k: int,
+    noise: NoiseFloor | None,
 ) -> tuple[list[_Request], int]:
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
     compared; the requests sent and how many rounds overlapped in time. A control stops after the
@@ -204,7 +230,7 @@ def _serve_rounds(
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             last_round[req.conversation] = number
             req.want = ref.complete(req.prompt, params.new_tokens, top_k)  # alone, on the reference
-            req.judged = judge_reply(ctx, req.want, req.reply)
+            req.judged = judge_reply(ctx, req.want, req.reply, noise)
         sent += requests
         if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
             break
@@ -345,6 +371,7 @@ def _evidence(params: EngineConversationsParams, level: str, obs: Observations, 
         requests=j.rows,
         failures=j.failures,
         cache_tiers_not_reset=obs.untouched,
+        noise_floor=None if obs.noise is None else obs.noise.evidence(),
         servers=obs.servers,
     )
 
@@ -383,6 +410,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
     untouched = obs.untouched
     tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(untouched)}"
     tiers = tiers if untouched else ""
+    tiers += f"; {obs.noise.words()}" if obs.noise is not None else ""
     if j.finding == "failed":
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""

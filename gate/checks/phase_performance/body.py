@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gate.checks._engine import PREFIX_BLOCKS, failure_words, reuse_block
+from gate.checks._engine import NEW_TOKENS, PREFIX_BLOCKS, failure_words, reuse_block
 from gate.checks._engine import judge as judge_reply
+from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._serving import replay, replay_engine
 from gate.checks._topk import worst as worst_of
 from gate.checks.phase_performance import PhasePerformanceParams
@@ -257,7 +258,18 @@ def _engine_traces(
                 cached[role] += int(done["cached_prompt_tokens"])
                 streamed += int(done["streamed_requests"]) if role == "candidate" else 0
             ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
-        correctness = _judge_replies(ctx, ref, replies, top_k)  # the last repeat, timed and judged
+        noise = measure_noise(
+            cand,
+            candidate.salt_field,
+            vocab=vocab,
+            lengths=[len(prompt) for _, _, prompt, _ in replies],
+            width=scenario.max_concurrent,
+            new_tokens=NEW_TOKENS,
+            top_k=top_k,
+            seed=ctx.seed * 7919,
+            limit=max_len - NEW_TOKENS - 1,
+        )
+        correctness = _judge_replies(ctx, ref, replies, top_k, noise)  # the last repeat, timed and judged
         servers_evidence = {role: server.evidence() for role, server in servers.items()}
     exercise = {
         "streamed_requests": streamed,
@@ -284,14 +296,16 @@ def _judge_replies(
     reference: EngineServer,
     replies: list[tuple[int, int, list[int], EngineCompletion]],
     top_k: int,
+    noise: NoiseFloor | None,
 ) -> dict[str, Any]:
     """Every reply the candidate streamed in the last repeat against the reference's answer to the same
-    prompt sent alone, under the claim (gate.checks._engine.judge): timing and correctness from one run."""
+    prompt sent alone, under the claim and the candidate's measured noise floor (gate.checks._engine.judge):
+    timing and correctness from one run."""
     failures: list[str] = []
     worst_delta = 0.0
     for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
         want = reference.complete(prompt, len(completion.tokens), top_k)
-        judged = judge_reply(ctx, want, completion)
+        judged = judge_reply(ctx, want, completion, noise)
         worst_delta = worst_of([worst_delta, judged.comparison.max_abs_delta])
         if judged.failed:
             failures.append(
@@ -303,7 +317,9 @@ def _judge_replies(
         "failed": len(failures),
         "failures": failures[:20],
         "max_abs_dlogprob": worst_delta,
-        "against": "the reference's answer to the same prompt sent alone, under the claim",
+        "against": "the reference's answer to the same prompt sent alone, under the claim"
+        + (f", against the {noise.words()}" if noise is not None else ""),
+        "noise_floor": None if noise is None else noise.evidence(),
     }
 
 

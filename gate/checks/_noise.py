@@ -1,0 +1,190 @@
+"""The candidate engine's own noise: how much its replies move when nothing but the batch around them
+changes, measured before an engine check judges replies served under load.
+
+An engine batches concurrent requests, and a batched kernel need not round like the single-request
+one: llama.cpp's float32 replies in a batch differ from the same request alone by about 1e-3 in
+logprob, vLLM's by what its scheduler's shapes do. That is the engine's arithmetic, not a cache
+carrying state, and a constant tolerance calibrated on single requests calls it a failure on one run
+and not on the next. So, with the candidate already running, gate sends up to NOISE_PROMPTS fresh seeded
+prompts of the check's own prompt lengths off the cache (each request opts out of it: llama.cpp's
+`cache_prompt: false`, a fresh cache salt where the engine has one; the reply's own cached-token
+count must say 0), first each alone, then in groups as wide as the check's own rounds, in two
+different groupings. The same prompt's replies are compared pairwise under
+the top-k rule; the worst |Δlogprob| among pairs with equal greedy tokens is the noise seen, and the
+floor is NOISE_MARGIN times it: by exchangeability the next correct reply exceeds the worst of `n`
+seen with probability at most 1/(n+1), and the margin covers the tail beyond it. A reply is then
+judged against the larger of the claim's tolerance and the floor (gate.checks._engine.judge): within
+it is noise (reported), beyond it with equal tokens a warning, beyond DENY_ALLOWANCE times it or a
+greedy flip outside that band a failure.
+
+Only the candidate's nondeterminism is measured, never its difference from the reference: a KV cache
+in another dtype is deterministic, so its difference from the reference stays a finding.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gate.checks._compare import Tolerance
+from gate.checks._topk import TopKObservation, compare_topk, worst
+
+if TYPE_CHECKING:
+    from gate.protocols import EngineCompletion, EngineServer
+
+NOISE_MARGIN = 2.0
+"""The floor is this many times the worst difference seen between replies to the same prompt."""
+
+NOISE_PROMPTS = 12
+"""Fresh prompts measured at most (each alone once and in two batch compositions: three pairs each)."""
+
+_ZERO = Tolerance(0.0, 0.0, "none: two replies of the same engine, only their difference is kept")
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """What the candidate's replies did when only their batch changed."""
+
+    pairs: int
+    """Same-prompt reply pairs compared (alone vs batched, batched vs batched), off the cache."""
+    worst: float
+    """Worst |Δlogprob| among the pairs with equal greedy tokens."""
+    median: float
+    flips: int
+    """Pairs whose greedy tokens differed: the engine flips tokens on its own under load."""
+    off_cache: str
+    """How the requests stayed off the cache (the request field), and whether the engine's count confirmed it."""
+    excluded: int = 0
+    """Pairs left out because a reply reported cached tokens (the opt-out did not hold for it)."""
+
+    @property
+    def floor(self) -> float:
+        return NOISE_MARGIN * self.worst
+
+    def words(self) -> str:
+        flips = f", {self.flips} with greedy tokens flipped" if self.flips else ""
+        excluded = f", {self.excluded} left out (served from the cache)" if self.excluded else ""
+        return (
+            f"noise floor {self.floor:.3g} ({NOISE_MARGIN:g} x the worst |Δlogprob| {self.worst:.3g} of {self.pairs} "
+            f"same-prompt pairs alone and in batches, median {self.median:.3g}{flips}{excluded}; {self.off_cache})"
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "worst_abs_dlogprob": self.worst,
+            "median_abs_dlogprob": self.median,
+            "greedy_flips": self.flips,
+            "margin": NOISE_MARGIN,
+            "floor": self.floor,
+            "off_cache": self.off_cache,
+            "excluded": self.excluded,
+        }
+
+
+def off_cache_fields(server: EngineServer, salt_field: str | None, nonce: str) -> dict[str, Any] | None:
+    """The request fields that keep one request off the engine's prefix cache, or None where the engine
+    has no such field (its noise cannot be measured apart from its cache)."""
+    if salt_field:
+        return {salt_field: f"gate-noise-{nonce}"}
+    if server.flavor == "llama.cpp":
+        return {"cache_prompt": False}
+    return None
+
+
+def _spread(lengths: list[int], limit: int) -> list[int]:
+    """At most NOISE_PROMPTS of the workload's prompt lengths, evenly over their sorted range."""
+    ordered = sorted(lengths)
+    if len(ordered) > NOISE_PROMPTS:
+        step = (len(ordered) - 1) / (NOISE_PROMPTS - 1)
+        ordered = [ordered[round(i * step)] for i in range(NOISE_PROMPTS)]
+    return [max(2, min(limit, n)) for n in ordered]
+
+
+def measure_noise(
+    server: EngineServer,
+    salt_field: str | None,
+    *,
+    vocab: int,
+    lengths: list[int],
+    width: int,
+    new_tokens: int,
+    top_k: int,
+    seed: int,
+    limit: int,
+) -> NoiseFloor | None:
+    """The candidate's noise floor under the check's own load (module docstring): fresh prompts of the
+    workload's `lengths` (at most `limit` tokens), each sent alone and in two groupings of `width`
+    requests at once; None where requests cannot opt out of the cache."""
+    from gate.checks._engine import seeded_prompt
+
+    if off_cache_fields(server, salt_field, "probe") is None or not lengths:
+        return None
+    prompts = [seeded_prompt(vocab, n, seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]
+    counter = iter(range(1_000_000))
+
+    def send(prompt: list[int]) -> EngineCompletion:
+        return server.complete(prompt, new_tokens, top_k, off_cache_fields(server, salt_field, str(next(counter))))
+
+    n, width = len(prompts), max(2, width)
+    groups = -(-n // width)
+    alone = [send(p) for p in prompts]
+    batches = [
+        _grouped(send, prompts, [i // width for i in range(n)]),
+        _grouped(send, prompts, [i % groups for i in range(n)]),
+    ]
+    if groups == 1:  # one group either way: the second batch in the reverse order
+        batches[1] = _grouped(send, prompts[::-1], [0] * n)[::-1]
+    deltas: list[float] = []
+    flips = excluded = 0
+    confirmed = all(r.cached_tokens is not None for r in (*alone, *batches[0], *batches[1]))
+    for i in range(n):
+        replies = [alone[i], batches[0][i], batches[1][i]]
+        for a, b in ((0, 1), (0, 2), (1, 2)):
+            if (replies[a].cached_tokens or 0) > 0 or (replies[b].cached_tokens or 0) > 0:
+                excluded += 1
+                continue
+            c = compare_topk(TopKObservation.of(replies[a]), TopKObservation.of(replies[b]), _ZERO)
+            if c.diverged:
+                flips += 1
+            else:
+                deltas.append(c.max_abs_delta)
+    field = ", ".join(f"{k}={v!r}" for k, v in (off_cache_fields(server, salt_field, "N") or {}).items())
+    how = f"off the cache by {field}, " + ("0 cached tokens reported" if confirmed else "cached tokens not reported")
+    ordered = sorted(deltas)
+    return NoiseFloor(
+        pairs=len(deltas) + flips,
+        worst=worst(ordered) if ordered else 0.0,
+        median=ordered[len(ordered) // 2] if ordered else 0.0,
+        flips=flips,
+        off_cache=how,
+        excluded=excluded,
+    )
+
+
+def _grouped(
+    send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]], group: list[int]
+) -> list[EngineCompletion]:
+    """Each group of prompts (`group[i]`: prompt i's group) sent at once, the groups one after another;
+    the replies in prompt order."""
+    replies: list[EngineCompletion | None] = [None] * len(prompts)
+    for g in sorted(set(group)):
+        members = [i for i in range(len(prompts)) if group[i] == g]
+        for i, reply in zip(members, _together(send, [prompts[i] for i in members]), strict=True):
+            replies[i] = reply
+    return [r for r in replies if r is not None]
+
+
+def _together(send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]]) -> list[EngineCompletion]:
+    """Every prompt sent at the same moment, one thread each; the replies in prompt order."""
+    barrier = threading.Barrier(len(prompts))
+
+    def one(prompt: list[int]) -> EngineCompletion:
+        barrier.wait()
+        return send(prompt)
+
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return list(pool.map(one, prompts))
