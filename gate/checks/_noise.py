@@ -17,6 +17,13 @@ judged against the larger of the claim's tolerance and the floor (gate.checks._e
 it is noise (reported), beyond it with equal tokens a warning, beyond DENY_ALLOWANCE times it or a
 greedy flip outside that band a failure.
 
+Not every difference between batches is noise. A pair whose greedy tokens flip outside a tie (under the
+claim's tolerance), or whose logprobs move beyond what the next coarser number format would round to
+(NOISE_CAP), shows the engine answering the same prompt differently because of its neighbours: a
+defect, reported by the check as a failure (class continuous-batching) and left out of the floor. On
+llama.cpp b11549 with a sliding-window model and several slots sharing a unified KV cache, long prompts
+batched together move by 0.15-0.4 and flip tokens; `--swa-full` makes them agree to 4e-6.
+
 Only the candidate's nondeterminism is measured, never its difference from the reference: a KV cache
 in another dtype is deterministic, so its difference from the reference stays a finding.
 """
@@ -26,13 +33,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gate.checks._compare import Tolerance
-from gate.checks._topk import TopKObservation, compare_topk, worst
+from gate.checks._compare import DEFAULT_TOLERANCE, computing_dtype, tolerance_for
+from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, worst
 
 if TYPE_CHECKING:
+    from gate.core.check import CheckContext
     from gate.protocols import EngineCompletion, EngineServer
 
 NOISE_MARGIN = 2.0
@@ -41,7 +49,13 @@ NOISE_MARGIN = 2.0
 NOISE_PROMPTS = 12
 """Fresh prompts measured at most (each alone once and in two batch compositions: three pairs each)."""
 
-_ZERO = Tolerance(0.0, 0.0, "none: two replies of the same engine, only their difference is kept")
+NOISE_CAP = {
+    "float32": DEFAULT_TOLERANCE["float16"][0],
+    "float16": DEFAULT_TOLERANCE["bfloat16"][0],
+    "bfloat16": 2 * DEFAULT_TOLERANCE["bfloat16"][0],
+}
+"""What batched arithmetic may move a logprob by, per computing dtype: at worst the rounding of the next
+coarser format gate knows. A same-prompt pair beyond it is a defect of the engine, not noise."""
 
 
 @dataclass(frozen=True)
@@ -59,13 +73,17 @@ class NoiseFloor:
     """How the requests stayed off the cache (the request field), and whether the engine's count confirmed it."""
     excluded: int = 0
     """Pairs left out because a reply reported cached tokens (the opt-out did not hold for it)."""
+    defects: list[str] = field(default_factory=list)
+    """Pairs that are not noise: the same prompt off the cache answered with other greedy tokens (a flip
+    outside a tie) or moved beyond NOISE_CAP; each a finding about the engine, left out of the floor."""
 
     @property
     def floor(self) -> float:
         return NOISE_MARGIN * self.worst
 
     def words(self) -> str:
-        flips = f", {self.flips} with greedy tokens flipped" if self.flips else ""
+        flips = f", {self.flips} with greedy tokens flipped within a tie" if self.flips else ""
+        flips += f", {len(self.defects)} that are not noise" if self.defects else ""
         excluded = f", {self.excluded} left out (served from the cache)" if self.excluded else ""
         return (
             f"noise floor {self.floor:.3g} ({NOISE_MARGIN:g} x the worst |Δlogprob| {self.worst:.3g} of {self.pairs} "
@@ -82,6 +100,7 @@ class NoiseFloor:
             "floor": self.floor,
             "off_cache": self.off_cache,
             "excluded": self.excluded,
+            "defects": self.defects,
         }
 
 
@@ -105,6 +124,7 @@ def _spread(lengths: list[int], limit: int) -> list[int]:
 
 
 def measure_noise(
+    ctx: CheckContext,
     server: EngineServer,
     salt_field: str | None,
     *,
@@ -113,7 +133,6 @@ def measure_noise(
     width: int,
     new_tokens: int,
     top_k: int,
-    seed: int,
     limit: int,
 ) -> NoiseFloor | None:
     """The candidate's noise floor under the check's own load (module docstring): fresh prompts of the
@@ -123,7 +142,7 @@ def measure_noise(
 
     if off_cache_fields(server, salt_field, "probe") is None or not lengths:
         return None
-    prompts = [seeded_prompt(vocab, n, seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]
+    prompts = [seeded_prompt(vocab, n, ctx.seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]
     counter = iter(range(1_000_000))
 
     def send(prompt: list[int]) -> EngineCompletion:
@@ -132,37 +151,49 @@ def measure_noise(
     n, width = len(prompts), max(2, width)
     groups = -(-n // width)
     alone = [send(p) for p in prompts]
-    batches = [
-        _grouped(send, prompts, [i // width for i in range(n)]),
-        _grouped(send, prompts, [i % groups for i in range(n)]),
-    ]
+    grouping = [[i // width for i in range(n)], [i % groups for i in range(n)]]
+    batches = [_grouped(send, prompts, grouping[0]), _grouped(send, prompts, grouping[1])]
     if groups == 1:  # one group either way: the second batch in the reverse order
         batches[1] = _grouped(send, prompts[::-1], [0] * n)[::-1]
+    tol, cap = tolerance_for(ctx), NOISE_CAP.get(computing_dtype(ctx), NOISE_CAP["float32"])
     deltas: list[float] = []
+    defects: list[str] = []
     flips = excluded = 0
     confirmed = all(r.cached_tokens is not None for r in (*alone, *batches[0], *batches[1]))
     for i in range(n):
         replies = [alone[i], batches[0][i], batches[1][i]]
+        company = [sum(1 for g in grouping[k] if g == grouping[k][i]) - 1 for k in (0, 1)]
+        names = ["alone", f"among {company[0]} others", f"among {company[1]} others in another order"]
         for a, b in ((0, 1), (0, 2), (1, 2)):
             if (replies[a].cached_tokens or 0) > 0 or (replies[b].cached_tokens or 0) > 0:
                 excluded += 1
                 continue
-            c = compare_topk(TopKObservation.of(replies[a]), TopKObservation.of(replies[b]), _ZERO)
-            if c.diverged:
+            c = compare_topk(TopKObservation.of(replies[a]), TopKObservation.of(replies[b]), tol)
+            where = f"a {len(prompts[i])}-token prompt off the cache, {names[a]} vs {names[b]}"
+            if c.failed:
+                defects.append(f"{where}: greedy tokens diverge at token {c.first_divergence} (gap {_gap(c)})")
+            elif c.max_abs_delta > cap:
+                defects.append(f"{where}: |Δlogprob| {c.max_abs_delta:.3g}, beyond {cap:g} (more than rounding)")
+            elif c.diverged:
                 flips += 1
             else:
                 deltas.append(c.max_abs_delta)
-    field = ", ".join(f"{k}={v!r}" for k, v in (off_cache_fields(server, salt_field, "N") or {}).items())
-    how = f"off the cache by {field}, " + ("0 cached tokens reported" if confirmed else "cached tokens not reported")
+    opt_out = ", ".join(f"{k}={v!r}" for k, v in (off_cache_fields(server, salt_field, "N") or {}).items())
+    how = f"off the cache by {opt_out}, " + ("0 cached tokens reported" if confirmed else "cached tokens not reported")
     ordered = sorted(deltas)
     return NoiseFloor(
-        pairs=len(deltas) + flips,
+        pairs=len(deltas) + flips + len(defects),
         worst=worst(ordered) if ordered else 0.0,
         median=ordered[len(ordered) // 2] if ordered else 0.0,
         flips=flips,
         off_cache=how,
         excluded=excluded,
+        defects=defects,
     )
+
+
+def _gap(c: TopKComparison) -> str:
+    return f"{c.gap:.3g}" if c.gap is not None else f"> {c.gap_lower_bound}, the token outside the top-k"
 
 
 def _grouped(

@@ -77,6 +77,7 @@ def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> O
         alone = cand.complete(target, params.new_tokens, top_k)
         slots = cand.info.get("total_slots")
         noise = measure_noise(
+            ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
@@ -84,7 +85,6 @@ def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> O
             width=len(others) + 1,
             new_tokens=params.new_tokens,
             top_k=top_k,
-            seed=ctx.seed * 104729,
             limit=limit,
         )
         batched, overlapping = _batched(cand, params, target, prompts, top_k)
@@ -127,6 +127,7 @@ def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
         judge(ctx, obs.want, obs.alone),
     )
     problems = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.failed]
+    problems += [f"not noise: {d}" for d in (noise.defects if noise is not None else [])]
     if obs.overlapping == 0 or (obs.slots is not None and int(obs.slots) < 2):
         problems.append(
             f"not exercised: {obs.overlapping} of {len(obs.others)} concurrent requests overlapped the target and "
@@ -183,9 +184,9 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Out
 
 def _bug_class(j: Judgement) -> str | None:
     """continuous-batching when the candidate's batched reply differs from its reply alone (the server
-    batches requests that join and leave); cached-reply when only its reply alone differs from the
-    reference; none when batching never happened."""
+    batches requests that join and leave) or its noise measurement found a batch that changes an answer;
+    cached-reply when only its reply alone differs from the reference; none when batching never happened."""
     batched_alone, _, want_alone = j.judged
-    if batched_alone.failed:
+    if batched_alone.failed or any(p.startswith("not noise: ") for p in j.problems):
         return "continuous-batching"
     return "cached-reply" if want_alone.failed else None

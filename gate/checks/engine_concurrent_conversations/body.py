@@ -174,6 +174,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
         noise = measure_noise(
+            ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
@@ -181,7 +182,6 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
-            seed=base,
             limit=candidate.max_len - params.new_tokens - 1,
         )
         sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k, noise)
@@ -340,7 +340,7 @@ def judge(obs: Observations, level: str) -> Judgement:
     failures = [_failure(req, obs.sent, level) for req in failed]
     resumed = [r for r in rows if r.kind == "resumed after others"]
     finding: Finding = "held"
-    if failures:
+    if failures or (obs.noise is not None and obs.noise.defects):
         finding = "failed"
     elif obs.overlapping_rounds == 0 or (obs.slots is not None and int(obs.slots) < 2):
         finding = "not-exercised"
@@ -414,8 +414,12 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
     if j.finding == "failed":
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
-        message = f"{len(j.failures)} of {len(j.rows)} replies differ from the reference alone: {shown}{more}{tiers}"
-        problems = [f.message for f in j.failures]
+        message = f"{len(j.failures)} of {len(j.rows)} replies differ from the reference alone: {shown}{more}"
+        defects = [f"not noise: {d}" for d in (obs.noise.defects if obs.noise is not None else [])]
+        if defects:
+            message = "; ".join([*defects[:3], message])
+        message += tiers
+        problems = [*defects, *(f.message for f in j.failures)]
         diagnosis = {
             "problems": problems,
             "bug_class": "continuous-batching",

@@ -259,6 +259,7 @@ def _engine_traces(
                 streamed += int(done["streamed_requests"]) if role == "candidate" else 0
             ctx.log(f"phase-performance: repeat {i + 1}/{params.repeats}")
         noise = measure_noise(
+            ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
@@ -266,7 +267,6 @@ def _engine_traces(
             width=scenario.max_concurrent,
             new_tokens=NEW_TOKENS,
             top_k=top_k,
-            seed=ctx.seed * 7919,
             limit=max_len - NEW_TOKENS - 1,
         )
         correctness = _judge_replies(ctx, ref, replies, top_k, noise)  # the last repeat, timed and judged
@@ -312,6 +312,7 @@ def _judge_replies(
                 f"conversation {conv} turn {turn} ({len(prompt)}-token prompt): "
                 + failure_words(ctx.manifest.claim.level, judged)
             )
+    failures = [f"not noise: {d}" for d in (noise.defects if noise is not None else [])] + failures
     return {
         "compared": len(replies),
         "failed": len(failures),
@@ -565,8 +566,8 @@ def explain(
         wrong = obs.served["correctness"]
         shown = "; ".join(wrong["failures"][:3])
         message = (
-            f"{wrong['failed']} of {wrong['compared']} replies of the last repeat differ from the reference's "
-            f"answer to the same prompt alone: {shown}; {message}"
+            f"{wrong['failed']} wrong answers (the last repeat's {wrong['compared']} replies against the reference's "
+            f"answer to the same prompt alone, the same prompts alone and batched off the cache): {shown}; {message}"
         )
         return Outcome("fail", message, metrics, evidence, exercise, diagnosis={"problems": wrong["failures"]})
     if j.finding == "no-saving":
