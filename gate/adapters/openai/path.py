@@ -50,6 +50,7 @@ from gate.adapters.openai.geometry import (
     served_geometry,
 )
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.adapters.openai.slots import LlamaSlotFiles, erase_slot, slot_files
 from gate.adapters.openai.tiny import tiny_model_file
 from gate.adapters.openai.validate import CacheHistory, chunk_reuse
 from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
@@ -108,7 +109,8 @@ def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
     slot N's KV and tokens only. The host-memory prompt cache (`--cache-ram`, 8192 MiB by default,
     fed by slots handed to another request and, with `--cache-idle-slots`, the default, by every
     idle slot) has no endpoint that clears it: only a restart or `--cache-ram 0` empties it. Slot
-    files under `--slot-save-path` are written only by `action=save`, which gate never sends.
+    files under `--slot-save-path` are no tier a request reaches: only `action=restore` loads one
+    (engine-slot-restore saves and restores its own, gate.adapters.openai.slots).
     """
     if flavor == "llama.cpp":
         if command is None:
@@ -245,6 +247,10 @@ class Served:
 
     def unreset_tiers(self) -> list[str]:
         return unreset_tiers(self.client.flavor, None if self.server is None else self.server.command)
+
+    def slot_store(self) -> LlamaSlotFiles | str:
+        """The server's slot files (gate.adapters.openai.slots), or why it offers none."""
+        return slot_files(self.client, self.server)
 
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
@@ -517,7 +523,7 @@ class EnginePath:
         if client.flavor == "llama.cpp":
             slots = client.info.get("total_slots") or 1
             for slot in range(int(slots)):
-                client.post(f"/slots/{slot}?action=erase", {})
+                erase_slot(client, slot)
             return f"POST /slots/{{0..{int(slots) - 1}}}?action=erase"
         if client.flavor == "vllm":
             client.post("/reset_prefix_cache", {})
