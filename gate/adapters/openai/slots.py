@@ -53,7 +53,10 @@ class LlamaSlotFiles:
         call = f"POST /slots/{slot}?action={action}"
         with died_serving(self.server, call, slot=slot, **body):  # the server dying on it is a finding
             # never retried: a file the server chokes on is sent once
-            return _reply(self.client.post(f"/slots/{slot}?action={action}", body, retry=False), call)
+            reply = _reply(self.client.post(f"/slots/{slot}?action={action}", body, retry=False), call)
+        if action == "restore" and self.client.history is not None:
+            self.client.history.restored = True  # the slot holds tokens this process was never sent
+        return reply
 
     def save(self, slot: int, filename: str) -> dict[str, Any]:
         return self._action(slot, "save", {"filename": filename})
