@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -83,6 +84,10 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
     return part
 
 
+EXIT_GRACE_S = 10.0
+"""How long a launched server whose connection broke may take to be seen exiting, before it is taken as alive."""
+
+
 @contextlib.contextmanager
 def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
     """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
@@ -96,6 +101,11 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
         yield
     except EngineCrashed as err:
         status = None if server is None else server.exit_status()
+        if status is None and server is not None and server.proc is not None:
+            # a process that aborts closes its connections before it is seen to exit (a C assertion's
+            # abort, then a debugger's backtrace): give it a moment before calling it alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                status = server.proc.wait(timeout=EXIT_GRACE_S)
         if status is None:
             raise
         raise SubjectCrash(call, err, {**where, "exit_status": status}) from err
