@@ -11,11 +11,13 @@ save|restore`; gate.adapters.openai.slots), on a server gate launched:
    gets the file in its slot directory, a slot is overwritten, the file restored into it and P plus
    the suffix continued: judged the same way, and the reply's own count of reused prompt tokens is
    the proof that the restored state was used (no reuse there: the path was not reached, unproven);
-3. malformed state (not in a control run: it does not depend on the fault): truncated copies of the
-   file (cut to half its size, and less `tail_cuts` bytes at its end) are restored into a slot. The
-   server must refuse each (an HTTP error) and then answer P plus the suffix as the reference does;
-   a server that dies on one fails the check (class `crash`), one that accepts a truncated file
-   fails it (class `malformed-state`).
+3. malformed state, on the restarted server: truncated copies of the file (cut to half its size, and
+   less `tail_cuts` bytes at its end) are restored into a slot. The server must refuse each (an HTTP
+   error) and then answer P plus the suffix as the reference does; a server that dies on one fails
+   the check (class `crash`), one that accepts a truncated file fails it (class `malformed-state`).
+
+A control run (the candidate launched with a fault) runs step 1 only: the fault must show in the
+continuations, and neither the restart nor the truncated files depend on it.
 
 A server without slot files (another engine, no `--slot-save-path`, a `base_url` server gate cannot
 reach the files of) skips the check with the reason, `absent: slot-files` (not applicable where the

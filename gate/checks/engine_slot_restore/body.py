@@ -166,6 +166,8 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
             restores.append(_restore(store, cand, p, b, f"slot {b} (another slot), same server", run))
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
         host_tiers = cand.unreset_tiers()
+    if ctx.control:  # a control needs the comparison to see its fault, not another start: no restart
+        return Measured(want, length, saved, len(data), restores, [], servers, host_tiers)
     with pair.candidate.serve(label="candidate, restarted", fresh=True) as fresh:
         store2 = slot_store(fresh)
         if isinstance(store2, str):
@@ -177,7 +179,7 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
         after_restart = _restore(store2, fresh, p, a, f"slot {a}, a restarted server", run)
         after_restart.attributable = True
         restores.append(after_restart)
-        malformed = [] if ctx.control or not params.malformed else _malformed(store2, fresh, p, data, run)
+        malformed = _malformed(store2, fresh, p, data, run) if params.malformed else []
         servers["candidate_restarted"] = fresh.evidence()
     return Measured(want, length, saved, len(data), restores, malformed, servers, host_tiers)
 
@@ -227,8 +229,10 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         diagnosis = {**crash.diagnosis(), "problems": problems}
     elif bad_files and diagnosis is None:
         diagnosis = _class("malformed-state", problems)
-    proof = next((r for r in m.restores if r.attributable and r.reply is not None), None)
-    reused = None if proof is None or proof.reply is None else proof.reply.cached_tokens
+    # the proof: the restarted server's reuse (nothing else there held the prompt); a control run has no
+    # restart, and its same-server reuse stands in (a control needs the fault seen, not the path proven)
+    proof = [r.reply for r in m.restores if r.reply is not None and (r.attributable or ctx.control)]
+    reused = max((r.cached_tokens or 0 for r in proof), default=None)
     evidence: dict[str, Any] = {
         "prompt_length": m.length,
         "saved": m.saved,
@@ -257,8 +261,9 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         )
     refused = [x for x in m.malformed if x.outcome == "refused"]
     words = [
-        f"{len(m.restores)} restores of a saved {m.length}-token slot (same slot, another slot, a restarted server) "
-        f"continue as the reference answers alone; the restarted server reused {reused} restored tokens"
+        f"{len(m.restores)} restores of a saved {m.length}-token slot ({', '.join(r.where for r in m.restores)}) "
+        f"continue as the reference answers alone; {'reused' if ctx.control else 'the restarted server reused'} "
+        f"{reused} restored tokens"
     ]
     if refused:
         words.append(f"{len(refused)} truncated copies refused, and the server answered correctly after each")
