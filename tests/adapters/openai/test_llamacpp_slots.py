@@ -24,8 +24,10 @@ pytestmark = pytest.mark.engine
 CHECK = "engine-slot-restore"
 
 
-def _manifest(tmp_path: Path, *, slot_dir: bool = True, params: dict[str, Any] | None = None) -> Path:
-    base = yaml.safe_load((REPO / "examples/engine-llamacpp-prefix.yaml").read_text())
+def _manifest(
+    tmp_path: Path, *, slot_dir: bool = True, params: dict[str, Any] | None = None, example: str = "prefix"
+) -> Path:
+    base = yaml.safe_load((REPO / f"examples/engine-llamacpp-{example}.yaml").read_text())
     cand = base["subject"]["candidate"]["options"]
     command = cand["launch"]["command"]
     if not slot_dir:
@@ -103,3 +105,26 @@ def test_a_server_without_a_slot_directory_is_not_applicable(engine_env: dict[st
     check, run, _ = _run(_manifest(tmp_path, slot_dir=False), tmp_path / "out", engine_env)
     assert check["status"] == "not-applicable", check["message"] + run
     assert "launched without --slot-save-path" in check["message"]
+
+
+def test_on_a_hybrid_sliding_window_model_a_truncated_file_the_engine_accepts_is_a_finding(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    # gemma2 with a 64-token window on layer 0: the slot file holds both KV caches
+    check, run, build = _run(_manifest(tmp_path, example="sliding-window"), tmp_path / "out", engine_env)
+    evidence = check["evidence"]
+    assert all(r["tokens_match"] and r["cached_tokens"] for r in evidence["restores"]), run
+    malformed = {m["cut"]: m for m in evidence["malformed"]}
+    outcomes = {m["outcome"] for m in malformed.values()}
+    if "crashed" in outcomes:
+        assert check["status"] == "fail" and check["diagnosis"]["bug_class"] == "crash"
+    elif "accepted" in outcomes:
+        assert check["status"] == "fail" and check["diagnosis"]["bug_class"] == "malformed-state"
+        accepted = [m for m in malformed.values() if m["outcome"] == "accepted"]
+        assert all(f"accepted the slot file {m['cut']}" in check["message"] for m in accepted)
+    else:
+        assert check["status"] == "pass", check["message"]
+    if build.startswith("b11549-"):  # measured: the 1-byte-short file restored "successfully", read short
+        one = malformed["less its last 1 byte"]
+        assert one["outcome"] == "accepted" and "'n_restored': 207" in one["engine"], one
+        assert one["after_cached_tokens"] == 0 and one["tokens_match"]  # then not served from it
