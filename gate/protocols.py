@@ -70,6 +70,7 @@ __all__ = [
     "QuantTensorState",
     "QuantizedKV",
     "Session",
+    "SlotFilesPath",
     "SlotStore",
     "SpeculativePath",
     "WeightReloading",
@@ -607,6 +608,15 @@ class EngineSlots(Protocol):
 
     def slot_store(self) -> SlotStore | str:
         """The server's slot files, or why it offers none (in words, for a check that declines)."""
+        ...
+
+
+@runtime_checkable
+class SlotFilesPath(Protocol):
+    """An engine path that can say, before its servers start, why they offer no slot files."""
+
+    def slot_files_absent(self) -> str | None:
+        """Why this path's servers offer no slot files gate can reach (in words); None when they may."""
         ...
 
 

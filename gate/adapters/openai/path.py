@@ -52,6 +52,7 @@ from gate.adapters.openai.geometry import (
 )
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
 from gate.adapters.openai.slots import LlamaSlotFiles, erase_slot, slot_files
+from gate.adapters.openai.slots import absent as slot_absent
 from gate.adapters.openai.tiny import tiny_model_file
 from gate.adapters.openai.validate import CacheHistory, chunk_reuse
 from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
@@ -387,6 +388,12 @@ class EnginePath:
         if launch is None or launch.tiny_model is None:
             return None
         return launch.tiny_model.model_copy(update={"perturb_seed": perturb_seed})
+
+    def slot_files_absent(self) -> str | None:
+        """Why this path's servers offer no slot files (gate.protocols.SlotFilesPath), from its flavor and
+        launch command, before any server starts; None when they may (the running server decides)."""
+        launch = self._launch()
+        return slot_absent(self.flavor, None if launch is None else launch.command)
 
     def control_spec(self) -> ControlLaunch | None:
         return self.options.controls.get(self.control) if self.control else None

@@ -71,13 +71,22 @@ class LlamaSlotFiles:
         return {"id_slot": slot}
 
 
-def slot_files(client: EngineClient, server: ServerProcess | None) -> LlamaSlotFiles | str:
-    """The server's slot files, or why it offers none."""
-    if client.flavor != "llama.cpp":
-        return f"gate knows no slot save/restore API of a {client.flavor} server (llama.cpp's /slots has one)"
-    if server is None:
+def absent(flavor: str, command: list[str] | None) -> str | None:
+    """Why a server of this flavor and launch command (None: a `base_url` server) offers no slot files
+    gate can reach; None when it does."""
+    if flavor != "llama.cpp":
+        return f"gate knows no slot save/restore API of a {flavor} server (llama.cpp's /slots has one)"
+    if command is None:
         return "the server runs at base_url: its slot files sit where gate cannot read or write them"
-    directory = _flag(server.command, "--slot-save-path")
-    if not directory:
+    if not _flag(command, "--slot-save-path"):
         return "the llama.cpp server was launched without --slot-save-path, so it saves and restores no slot"
-    return LlamaSlotFiles(client, server, Path(directory), int(client.info.get("total_slots") or 1))
+    return None
+
+
+def slot_files(client: EngineClient, server: ServerProcess | None) -> LlamaSlotFiles | str:
+    """The running server's slot files, or why it offers none."""
+    why = absent(client.flavor, None if server is None else server.command)
+    if why is not None or server is None:
+        return why or "no server process"
+    directory = _flag(server.command, "--slot-save-path")
+    return LlamaSlotFiles(client, server, Path(str(directory)), int(client.info.get("total_slots") or 1))

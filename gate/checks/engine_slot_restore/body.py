@@ -20,7 +20,7 @@ from gate.checks._engine import (
 from gate.checks.engine_slot_restore import EngineSlotRestoreParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.errors import EngineBadReply, SubjectCrash
-from gate.protocols import EngineSlots
+from gate.protocols import EngineSlots, SlotFilesPath
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer, SlotStore
@@ -279,7 +279,8 @@ def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams) -> O
     pair = engine_pair(ctx, "engine-slot-restore")
     if isinstance(pair, Outcome):
         return pair
-    measured = measure(ctx, params, pair)
+    declined = pair.candidate.slot_files_absent() if isinstance(pair.candidate, SlotFilesPath) else None
+    measured = measure(ctx, params, pair) if declined is None else declined  # no server starts to learn it
     if isinstance(measured, str):
         return Outcome("skip", f"no slot files to save and restore: {measured}", absent="slot-files")
     return explain(ctx, measured)

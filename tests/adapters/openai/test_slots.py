@@ -11,7 +11,7 @@ from gate.adapters.openai.client import Completion, EngineClient
 from gate.adapters.openai.process import ServerProcess
 from gate.adapters.openai.slots import LlamaSlotFiles, slot_files
 from gate.checks.engine_slot_restore.body import Malformed, Measured, Restore, explain, slot_store
-from gate.protocols import EngineSlots, SlotStore
+from gate.protocols import EngineSlots, SlotFilesPath, SlotStore
 from tests.support.reference import ctx, path
 
 
@@ -34,6 +34,22 @@ def test_only_a_launched_llamacpp_server_with_a_slot_directory_offers_slot_files
     store = slot_files(_client("llama.cpp", 5), _server("--slot-save-path", f"{tmp_path}/"))
     assert isinstance(store, LlamaSlotFiles) and isinstance(store, SlotStore)
     assert store.directory == tmp_path and store.slots == 5 and store.pinned(3) == {"id_slot": 3}
+
+
+def test_a_path_says_before_any_start_why_its_servers_have_no_slot_files() -> None:
+    from gate.adapters.openai import Options
+    from gate.adapters.openai.path import EnginePath
+
+    def engine(flavor: str, *flags: str, base_url: str | None = None) -> EnginePath:
+        where = {"base_url": base_url} if base_url else {"launch": {"command": ["llama-server", *flags]}}
+        options = Options.model_validate({"flavor": flavor, "vocab_size": 512, **where})
+        return EnginePath(options, "float32", 0, flavor=flavor)
+
+    assert isinstance(engine("llama.cpp"), SlotFilesPath)
+    assert engine("llama.cpp", "--slot-save-path", "{workdir}").slot_files_absent() is None
+    assert "without --slot-save-path" in str(engine("llama.cpp", "-np", "4").slot_files_absent())
+    assert "base_url" in str(engine("llama.cpp", base_url="http://127.0.0.1:9").slot_files_absent())
+    assert "vllm server" in str(engine("vllm", base_url="http://127.0.0.1:9").slot_files_absent())
 
 
 def test_a_served_engine_offers_the_slot_capability_and_another_server_declines() -> None:
