@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -184,6 +185,13 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
     return Measured(want, length, saved, len(data), restores, malformed, servers, host_tiers)
 
 
+def _death(crash: SubjectCrash) -> str:
+    """The exit status and, where the log names one, the assertion that aborted the engine."""
+    words = f"exit status {crash.where.get('exit_status')}"
+    found = re.search(r"GGML_ASSERT\(.*?\) failed|Assertion .*? failed", str(crash.error))
+    return words + (f", {found.group(0)}" if found else "")
+
+
 def _class(name: str, problems: list[str]) -> dict[str, Any]:
     return {"problems": problems, "bug_class": name, "explanation": BUG_CLASSES[name]}
 
@@ -219,10 +227,10 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
             if judged.failed:
                 bad_files.append(f"after a file {x.cut} the reply differs: {failure_words(level, judged)}")
         if x.outcome == "accepted":
-            bad_files.append(f"the engine accepted the slot file {x.cut} ({x.detail})")
-        elif x.outcome == "crashed":
+            bad_files.append(f"a slot file {x.cut} was accepted instead of refused")
+        elif x.outcome == "crashed" and x.crash is not None:
             crash = x.crash
-            bad_files.append(f"the engine died restoring the slot file {x.cut}: {x.detail}")
+            bad_files.append(f"restoring a slot file {x.cut} killed the engine ({_death(x.crash)})")
         rows.append(row)
     problems += bad_files
     if crash is not None:

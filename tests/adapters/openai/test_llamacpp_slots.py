@@ -84,7 +84,7 @@ def test_restored_slots_continue_as_the_reference_and_truncated_files_are_report
         assert one["cut"] == "less its last 1 byte"
         assert check["status"] == "fail" and check["severity"] == "warn", run
         assert check["diagnosis"]["bug_class"] == "crash" and check["diagnosis"]["exit_status"] == -6
-        assert "GGML_ASSERT(nread <= state_size) failed" in check["message"]
+        assert "killed the engine (exit status -6, GGML_ASSERT(nread <= state_size) failed)" in check["message"]
     else:
         assert check["status"] == "pass", check["message"]
     if build.startswith("b11549-"):  # CI's build, measured: GGML_ASSERT(nread <= state_size) on a 1-byte cut
@@ -121,7 +121,7 @@ def test_on_a_hybrid_sliding_window_model_a_truncated_file_the_engine_accepts_is
     elif "accepted" in outcomes:
         assert check["status"] == "fail" and check["diagnosis"]["bug_class"] == "malformed-state"
         accepted = [m for m in malformed.values() if m["outcome"] == "accepted"]
-        assert all(f"accepted the slot file {m['cut']}" in check["message"] for m in accepted)
+        assert all(f"a slot file {m['cut']} was accepted instead of refused" in check["message"] for m in accepted)
     else:
         assert check["status"] == "pass", check["message"]
     if build.startswith("b11549-"):  # measured: the 1-byte-short file restored "successfully", read short
