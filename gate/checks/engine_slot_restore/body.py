@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate._util.text import one_line
@@ -145,7 +147,19 @@ class Run:
 
 
 def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Measured | str:
-    """Steps 1-3 (the module's docstring); a string: why the candidate offers no slot files."""
+    """Steps 1-3 (the module's docstring); a string: why the candidate offers no slot files. The files
+    gate wrote are removed afterwards (a slot directory the manifest names may be the user's own)."""
+    dirs: list[Path] = []
+    try:
+        return _measure(ctx, params, pair, dirs)
+    finally:
+        for directory in dirs:
+            for written in [directory / FILE, *directory.glob("gate-slot-truncated-*.bin")]:
+                with contextlib.suppress(OSError):
+                    written.unlink()
+
+
+def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair, dirs: list[Path]) -> Measured | str:
     run = Run(params, params.new_tokens, pair.top_k)
     limit = min(pair.reference.max_len, pair.candidate.max_len)
     length = max(2, min(params.length, limit - params.suffix - params.new_tokens - 1))
@@ -153,6 +167,7 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
         store = slot_store(cand)
         if isinstance(store, str):
             return store
+        dirs.append(store.directory)
         vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
         p = prompts(vocab, length, params, ctx.seed)
         want = ref.complete(p.full, run.new_tokens, run.top_k)
@@ -173,6 +188,7 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
         store2 = slot_store(fresh)
         if isinstance(store2, str):
             return store2
+        dirs.append(store2.directory)
         target = store2.directory / FILE
         if target.resolve() != (store.directory / FILE).resolve():
             shutil.copyfile(store.directory / FILE, target)

@@ -89,6 +89,11 @@ def test_restored_slots_continue_as_the_reference_and_truncated_files_are_report
         assert check["status"] == "pass", check["message"]
     if build.startswith("b11549-"):  # CI's build, measured: GGML_ASSERT(nread <= state_size) on a 1-byte cut
         assert crashed, build
+    # the files gate wrote into the slot directories are gone (the candidate's, and the restarted one's)
+    for server in ("candidate", "candidate_restarted"):
+        command = evidence["servers"][server]["command"]
+        directory = Path(command[command.index("--slot-save-path") + 1])
+        assert directory.is_dir() and not list(directory.glob("gate-slot-*.bin")), server
 
 
 def test_perturbed_weights_are_detected_on_the_restore_path(engine_env: dict[str, str], tmp_path: Path) -> None:
