@@ -97,7 +97,16 @@ class Measured:
     host_tiers: list[str]
 
 
-def _restore(store: SlotStore, server: EngineServer, p: Prompts, slot: int, where: str, run: Any) -> Restore:
+@dataclass(frozen=True)
+class Run:
+    """What every request of the check asks for."""
+
+    params: EngineSlotRestoreParams
+    new_tokens: int
+    top_k: int
+
+
+def _restore(store: SlotStore, server: EngineServer, p: Prompts, slot: int, where: str, run: Run) -> Restore:
     out = Restore(where, slot)
     try:
         out.engine = store.restore(slot, FILE)
@@ -114,7 +123,7 @@ def _cuts(size: int, params: EngineSlotRestoreParams) -> list[tuple[str, int]]:
     return cuts
 
 
-def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, run: Any) -> list[Malformed]:
+def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, run: Run) -> list[Malformed]:
     """Each truncated copy restored into the last slot, then the full prompt sent there; stops at a crash."""
     slot = store.slots - 1
     out = []
@@ -137,13 +146,6 @@ def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, 
             seen.outcome, seen.detail, seen.crash = "crashed", f"{seen.outcome}, then {one_line(crash, 300)}", crash
             break
     return out
-
-
-@dataclass(frozen=True)
-class Run:
-    params: EngineSlotRestoreParams
-    new_tokens: int
-    top_k: int
 
 
 def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Measured | str:
