@@ -47,6 +47,7 @@ __all__ = [
     "EngineCompletion",
     "EngineServer",
     "EngineServing",
+    "EngineSlots",
     "EngineStream",
     "FaultVisibility",
     "KVGeometry",
@@ -69,6 +70,8 @@ __all__ = [
     "QuantTensorState",
     "QuantizedKV",
     "Session",
+    "SlotFilesPath",
+    "SlotStore",
     "SpeculativePath",
     "WeightReloading",
     "capabilities",
@@ -568,6 +571,53 @@ class CacheGeometry(BaseModel):
         if self.prefix_caching is not None:
             parts.append("prefix caching " + ("on" if self.prefix_caching else "off"))
         return ", ".join(parts) + f" ({self.source})"
+
+
+@runtime_checkable
+class SlotStore(Protocol):
+    """A server's saved slot states, where the engine offers them (llama.cpp's `--slot-save-path DIR`
+    and `POST /slots/N?action=save|restore|erase`) and gate can read the files (a server it launched).
+    Each call answers the engine's reply as an object; a refusal is `EngineBadReply` naming the HTTP
+    status, a server that dies on it `SubjectCrash`."""
+
+    directory: Path
+    """Where the server writes and reads its slot files (a file there is restored by its name)."""
+    slots: int
+    """Slots the server runs (ids 0 .. slots-1)."""
+
+    def save(self, slot: int, filename: str) -> dict[str, Any]:
+        """Write slot `slot`'s state to `filename` under `directory`."""
+        ...
+
+    def restore(self, slot: int, filename: str) -> dict[str, Any]:
+        """Load `filename` from `directory` into slot `slot`, replacing what it held."""
+        ...
+
+    def erase(self, slot: int) -> dict[str, Any]:
+        """Clear slot `slot`'s state."""
+        ...
+
+    def pinned(self, slot: int) -> dict[str, Any]:
+        """Request fields that send a completion to slot `slot` (llama.cpp: `id_slot`)."""
+        ...
+
+
+@runtime_checkable
+class EngineSlots(Protocol):
+    """An engine server that may offer slot files (gate.adapters.openai's launched llama.cpp servers)."""
+
+    def slot_store(self) -> SlotStore | str:
+        """The server's slot files, or why it offers none (in words, for a check that declines)."""
+        ...
+
+
+@runtime_checkable
+class SlotFilesPath(Protocol):
+    """An engine path that can say, before its servers start, why they offer no slot files."""
+
+    def slot_files_absent(self) -> str | None:
+        """Why this path's servers offer no slot files gate can reach (in words); None when they may."""
+        ...
 
 
 @runtime_checkable

@@ -76,6 +76,11 @@ BUG_CLASSES: dict[str, str] = {
     "cached-reply": "a reply through the engine's cache differs from the same prompt without it; an engine's API "
     "gives no K/V or layer trace, so the cause (lossy storage, a wrong mask or position, stale state) is not "
     "narrowed further: see the lengths and the Δlogprob",
+    "restored-state": "a continuation from a slot saved to a file and restored differs from the same prompt "
+    "computed alone: the save or the restore lost or changed state (positions, the KV type, another model's "
+    "state, the slot the file went to)",
+    "malformed-state": "the engine accepted a malformed or truncated saved state (a slot file) instead of "
+    "refusing it, or answered from it",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

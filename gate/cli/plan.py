@@ -80,16 +80,19 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
 
 
 _OFFERED_BY = {"cross-request-cache": ("PrefixCaching", "PrefixServing")}
-"""What a path's `offers` names when it has what a `not_applicable.without` names."""
+"""What a path's `offers` names when it has what a `not_applicable.without` names (a lack its options
+cannot show, e.g. slot files, which only the running server shows, is not listed)."""
+_LACKED = {"cross-request-cache": "a cross request cache", "slot-files": "slot files gate can reach"}
 
 
 def _applies_line(rule: NotApplicable, plan: Plan) -> str:
     """Whether the check has anything to judge on the candidate, as far as its options tell."""
     lacked = rule.without.replace("-", " ")
     caps = plan.paths.get("candidate")
-    if caps is not None and caps.offers and not set(_OFFERED_BY.get(rule.without, ())) & set(caps.offers):
+    offered_by = _OFFERED_BY.get(rule.without)
+    if caps is not None and caps.offers and offered_by is not None and not set(offered_by) & set(caps.offers):
         return f"not applicable, because {rule.because.strip()} (the candidate offers no {lacked})"
-    return f"only with a {lacked}; without one it is not applicable, because {rule.because.strip()}"
+    return f"only with {_LACKED.get(rule.without, lacked)}; otherwise not applicable, because {rule.because.strip()}"
 
 
 def _coverage_line(coverage: LengthCoverage) -> str:

@@ -44,8 +44,9 @@ class ControlSpec(Record):
 class NotApplicable(Record):
     """When a check has nothing to judge on a path: the path lacks what the check judges."""
 
-    without: Literal["cross-request-cache"]
-    """What the candidate path lacks (the check reports it as `absent` when it cannot run)."""
+    without: Literal["cross-request-cache", "slot-files"]
+    """What the candidate path lacks (the check reports it as `absent` when it cannot run): `slot-files`, an
+    engine server without saved slot states gate can reach (engine-slot-restore)."""
     because: str
     """Why the check then has nothing to judge, shown in the plan and the dossier."""
 

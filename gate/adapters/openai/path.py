@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +51,8 @@ from gate.adapters.openai.geometry import (
     served_geometry,
 )
 from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.adapters.openai.slots import LlamaSlotFiles, erase_slot, slot_files
+from gate.adapters.openai.slots import absent as slot_absent
 from gate.adapters.openai.tiny import tiny_model_file
 from gate.adapters.openai.validate import CacheHistory, chunk_reuse
 from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
@@ -82,6 +85,10 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
     return part
 
 
+EXIT_GRACE_S = 10.0
+"""How long a launched server whose connection broke may take to be seen exiting, before it is taken as alive."""
+
+
 @contextlib.contextmanager
 def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
     """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
@@ -95,6 +102,11 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
         yield
     except EngineCrashed as err:
         status = None if server is None else server.exit_status()
+        if status is None and server is not None and server.proc is not None:
+            # a process that aborts closes its connections before it is seen to exit (a C assertion's
+            # abort, then a debugger's backtrace): give it a moment before calling it alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                status = server.proc.wait(timeout=EXIT_GRACE_S)
         if status is None:
             raise
         raise SubjectCrash(call, err, {**where, "exit_status": status}) from err
@@ -108,7 +120,8 @@ def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
     slot N's KV and tokens only. The host-memory prompt cache (`--cache-ram`, 8192 MiB by default,
     fed by slots handed to another request and, with `--cache-idle-slots`, the default, by every
     idle slot) has no endpoint that clears it: only a restart or `--cache-ram 0` empties it. Slot
-    files under `--slot-save-path` are written only by `action=save`, which gate never sends.
+    files under `--slot-save-path` are no tier a request reaches: only `action=restore` loads one
+    (engine-slot-restore saves and restores its own, gate.adapters.openai.slots).
     """
     if flavor == "llama.cpp":
         if command is None:
@@ -246,6 +259,10 @@ class Served:
     def unreset_tiers(self) -> list[str]:
         return unreset_tiers(self.client.flavor, None if self.server is None else self.server.command)
 
+    def slot_store(self) -> LlamaSlotFiles | str:
+        """The server's slot files (gate.adapters.openai.slots), or why it offers none."""
+        return slot_files(self.client, self.server)
+
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base_url": self.client.base_url, "flavor": self.client.flavor}
         if self.server is not None:
@@ -371,6 +388,12 @@ class EnginePath:
         if launch is None or launch.tiny_model is None:
             return None
         return launch.tiny_model.model_copy(update={"perturb_seed": perturb_seed})
+
+    def slot_files_absent(self) -> str | None:
+        """Why this path's servers offer no slot files (gate.protocols.SlotFilesPath), from its flavor and
+        launch command, before any server starts; None when they may (the running server decides)."""
+        launch = self._launch()
+        return slot_absent(self.flavor, None if launch is None else launch.command)
 
     def control_spec(self) -> ControlLaunch | None:
         return self.options.controls.get(self.control) if self.control else None
@@ -517,7 +540,7 @@ class EnginePath:
         if client.flavor == "llama.cpp":
             slots = client.info.get("total_slots") or 1
             for slot in range(int(slots)):
-                client.post(f"/slots/{slot}?action=erase", {})
+                erase_slot(client, slot)
             return f"POST /slots/{{0..{int(slots) - 1}}}?action=erase"
         if client.flavor == "vllm":
             client.post("/reset_prefix_cache", {})

@@ -42,9 +42,13 @@ def tail(text: str, lines: int = 15) -> str:
     return " | ".join(kept) if kept else "(the server wrote nothing)"
 
 
-_EXCEPTION = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S")
+_EXCEPTION = re.compile(
+    r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S|\S*: GGML_ASSERT\(.*\) failed|\S*: Assertion .* failed"
+)
 """A Python exception's last line (`ValueError: why`), at the start of the line: a warning that only
-names one (vLLM: "fd limit errors like `OSError: ...`") is not an error."""
+names one (vLLM: "fd limit errors like `OSError: ...`") is not an error; or a C/C++ assertion that
+aborted the process (llama.cpp: `src/llama-context.cpp:3460: GGML_ASSERT(nread <= state_size) failed`,
+then a debugger's backtrace fills the tail)."""
 
 
 def first_error(text: str, lines: int = 15) -> str:
@@ -203,7 +207,7 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise EngineCrashed(
                 f"{self.label}: the server exited with status {self.proc.returncode} during the run; "
-                f"its log ends: {tail(self.log_text())}"
+                f"{first_error(self.log_text())}its log ends: {tail(self.log_text())}"
             )
 
     def stop(self) -> None:

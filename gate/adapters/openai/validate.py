@@ -134,6 +134,9 @@ class CacheHistory:
         self._tokens = 0
         self.overflowed = False
         """More than HISTORY_TOKENS were sent: the shared-prefix bound is no longer kept."""
+        self.restored = False
+        """A saved state was loaded into it (a slot file restored): its cache holds tokens gate did not send
+        to this process, so the bound is no longer kept."""
 
     def sent(self, prompt: Sequence[int]) -> int:
         """Record a prompt about to be sent; its index (for `served`)."""
@@ -160,7 +163,7 @@ class CacheHistory:
         if cached == 0:
             return
         with self._lock:
-            if self.overflowed:
+            if self.overflowed or self.restored:
                 return
             # everything sent before this reply came back (a concurrent request may have been served first)
             earlier = [seen for i, seen in enumerate(self._seen) if i != index]

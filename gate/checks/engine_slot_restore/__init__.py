@@ -1,0 +1,65 @@
+"""engine-slot-restore: a slot saved to a file and restored continues as the reference answers alone.
+
+Where the engine saves and restores slots (llama.cpp `--slot-save-path DIR`, `POST /slots/N?action=
+save|restore`; gate.adapters.openai.slots), on a server gate launched:
+
+1. same server: a seeded prompt P is sent to slot A, A is saved to a file, unrelated prompts overwrite
+   A and another slot B, the file is restored into A and into B, and P plus a suffix is continued on
+   each; every continuation (greedy tokens, top-k logprobs) must equal the reference server's answer
+   to the same full prompt alone, under the claim;
+2. after a restart: a new candidate process (it never saw P, and its host-memory cache is empty)
+   gets the file in its slot directory, a slot is overwritten, the file restored into it and P plus
+   the suffix continued: judged the same way, and the reply's own count of reused prompt tokens is
+   the proof that the restored state was used (no reuse there: the path was not reached, unproven);
+3. malformed state, on the restarted server: truncated copies of the file (cut to half its size, and
+   less `tail_cuts` bytes at its end) are restored into a slot. The server must refuse each (an HTTP
+   error) and then answer P plus the suffix as the reference does; a server that dies on one fails
+   the check (class `crash`), one that accepts a truncated file fails it (class `malformed-state`).
+
+A control run (the candidate launched with a fault) runs step 1 only: the fault must show in the
+continuations, and neither the restart nor the truncated files depend on it.
+
+A server without slot files (another engine, no `--slot-save-path`, a `base_url` server gate cannot
+reach the files of) skips the check with the reason, `absent: slot-files` (not applicable where the
+policy says so).
+
+Torch-free (gate.checks._shape): the body is `gate.checks.engine_slot_restore.body`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from gate.checks._lengths import NEW_TOKENS
+from gate.checks._shape import lazy_body
+from gate.core.check import Params
+from gate.protocols import Capability
+
+if TYPE_CHECKING:
+    from gate.checks.engine_slot_restore.body import engine_slot_restore
+
+
+class EngineSlotRestoreParams(Params):
+    """The saved prompt, its continuation and the malformed copies."""
+
+    length: int = Field(default=200, ge=2)
+    """Length of the prompt saved in the slot (clipped to the context)."""
+    suffix: int = Field(default=8, ge=1, le=256)
+    """Tokens appended to the saved prompt before the continuation."""
+    new_tokens: int = Field(default=NEW_TOKENS, ge=1, le=64)
+    """Greedy tokens compared."""
+    malformed: bool = True
+    """Restore truncated copies of the file (step 3)."""
+    tail_cuts: list[int] = Field(default_factory=lambda: [1], max_length=8)
+    """Bytes cut from the end of the file, one truncated copy each, after the copy cut to half its size
+    (llama.cpp b11549 aborts on a file 1 or 2 bytes short: GGML_ASSERT(nread <= state_size))."""
+
+
+CARD, PARAMS, EVIDENCE = "engine-slot-restore", EngineSlotRestoreParams, None
+NEEDS = frozenset({Capability.ENGINE_SERVING})
+__getattr__ = lazy_body(__name__)
+
+
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineSlotRestoreParams", "engine_slot_restore"]
