@@ -8,8 +8,8 @@ carrying state, and a constant tolerance calibrated on single requests calls it 
 and not on the next. So, with the candidate already running, gate sends up to NOISE_PROMPTS fresh seeded
 prompts of the check's own prompt lengths off the cache (each request opts out of it: llama.cpp's
 `cache_prompt: false`, a fresh cache salt where the engine has one; the reply's own cached-token
-count must say 0), first each alone, then in groups as wide as the check's own rounds, in two
-different groupings. The same prompt's replies are compared pairwise under
+count must say 0), first each alone, then in groups as wide as the check's own rounds, in
+BATCH_COMPOSITIONS different orders and groupings. The same prompt's replies are compared pairwise under
 the top-k rule; the worst |Δlogprob| among pairs with equal greedy tokens is the noise seen, and the
 floor is NOISE_MARGIN times it: by exchangeability the next correct reply exceeds the worst of `n`
 seen with probability at most 1/(n+1), and the margin covers the tail beyond it. A reply is then
@@ -30,6 +30,7 @@ in another dtype is deterministic, so its difference from the reference stays a 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +48,11 @@ NOISE_MARGIN = 2.0
 """The floor is this many times the worst difference seen between replies to the same prompt."""
 
 NOISE_PROMPTS = 12
-"""Fresh prompts measured at most (each alone once and in two batch compositions: three pairs each)."""
+"""Fresh prompts measured at most."""
+
+BATCH_COMPOSITIONS = 4
+"""Batches each prompt is sent in besides alone, each a rotation of the order cut into groups of the
+check's width: every pair of the five replies of a prompt is compared (ten pairs)."""
 
 NOISE_CAP = {
     "float32": DEFAULT_TOLERANCE["float16"][0],
@@ -63,7 +68,7 @@ class NoiseFloor:
     """What the candidate's replies did when only their batch changed."""
 
     pairs: int
-    """Same-prompt reply pairs compared (alone vs batched, batched vs batched), off the cache."""
+    """Same-prompt reply pairs compared (alone vs each batch, batch vs batch), off the cache."""
     worst: float
     """Worst |Δlogprob| among the pairs with equal greedy tokens."""
     median: float
@@ -136,7 +141,7 @@ def measure_noise(
     limit: int,
 ) -> NoiseFloor | None:
     """The candidate's noise floor under the check's own load (module docstring): fresh prompts of the
-    workload's `lengths` (at most `limit` tokens), each sent alone and in two groupings of `width`
+    workload's `lengths` (at most `limit` tokens), each sent alone and in BATCH_COMPOSITIONS groupings of `width`
     requests at once; None where requests cannot opt out of the cache."""
     from gate.checks._engine import seeded_prompt
 
@@ -149,22 +154,25 @@ def measure_noise(
         return server.complete(prompt, new_tokens, top_k, off_cache_fields(server, salt_field, str(next(counter))))
 
     n, width = len(prompts), max(2, width)
-    groups = -(-n // width)
     alone = [send(p) for p in prompts]
-    grouping = [[i // width for i in range(n)], [i % groups for i in range(n)]]
-    batches = [_grouped(send, prompts, grouping[0]), _grouped(send, prompts, grouping[1])]
-    if groups == 1:  # one group either way: the second batch in the reverse order
-        batches[1] = _grouped(send, prompts[::-1], [0] * n)[::-1]
+    batches, company = [], []
+    for k in range(BATCH_COMPOSITIONS):  # the order rotated, then cut into groups of `width`
+        order = [(i + k * -(-n // BATCH_COMPOSITIONS)) % n for i in range(n)]
+        group = [0] * n
+        for position, i in enumerate(order):
+            group[i] = position // width
+        replies = _grouped(send, prompts, group, order)
+        batches.append(replies)
+        company.append([sum(1 for g in group if g == group[i]) - 1 for i in range(n)])
     tol, cap = tolerance_for(ctx), NOISE_CAP.get(computing_dtype(ctx), NOISE_CAP["float32"])
     deltas: list[float] = []
     defects: list[str] = []
     flips = excluded = 0
-    confirmed = all(r.cached_tokens is not None for r in (*alone, *batches[0], *batches[1]))
+    confirmed = all(r.cached_tokens is not None for r in (*alone, *(r for b in batches for r in b)))
     for i in range(n):
-        replies = [alone[i], batches[0][i], batches[1][i]]
-        company = [sum(1 for g in grouping[k] if g == grouping[k][i]) - 1 for k in (0, 1)]
-        names = ["alone", f"among {company[0]} others", f"among {company[1]} others in another order"]
-        for a, b in ((0, 1), (0, 2), (1, 2)):
+        replies = [alone[i], *(b[i] for b in batches)]
+        names = ["alone", *(f"among {company[k][i]} others (batch {k + 1})" for k in range(len(batches)))]
+        for a, b in itertools.combinations(range(len(replies)), 2):
             if (replies[a].cached_tokens or 0) > 0 or (replies[b].cached_tokens or 0) > 0:
                 excluded += 1
                 continue
@@ -197,13 +205,13 @@ def _gap(c: TopKComparison) -> str:
 
 
 def _grouped(
-    send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]], group: list[int]
+    send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]], group: list[int], order: list[int]
 ) -> list[EngineCompletion]:
-    """Each group of prompts (`group[i]`: prompt i's group) sent at once, the groups one after another;
-    the replies in prompt order."""
+    """Each group of prompts (`group[i]`: prompt i's group) sent at once, its members in `order`, the
+    groups one after another; the replies in prompt order."""
     replies: list[EngineCompletion | None] = [None] * len(prompts)
     for g in sorted(set(group)):
-        members = [i for i in range(len(prompts)) if group[i] == g]
+        members = [i for i in order if group[i] == g]
         for i, reply in zip(members, _together(send, [prompts[i] for i in members]), strict=True):
             replies[i] = reply
     return [r for r in replies if r is not None]
