@@ -56,7 +56,9 @@ def script(blocks: list[Block], logs: Path) -> tuple[str, list[Command]]:
     ran: list[Command] = []
     for block in blocks:
         if block.writes:
-            lines.append(f"cat > {shlex.quote(block.writes)} <<'GATE_DOCS_EOF'\n" + "\n".join(block.body) + "\nGATE_DOCS_EOF")
+            lines.append(
+                f"cat > {shlex.quote(block.writes)} <<'GATE_DOCS_EOF'\n" + "\n".join(block.body) + "\nGATE_DOCS_EOF"
+            )
         if block.lang not in SHELL or block.skip is not None:
             continue
         for command in block.commands:
@@ -87,14 +89,17 @@ def test_every_command_runs_as_printed(document: str, tmp_path: Path) -> None:
     text, ran = script(blocks, logs)
     (tmp_path / "session.sh").write_text(text)
     start = time.monotonic()
-    subprocess.run(["bash", str(tmp_path / "session.sh")], cwd=root, env=environment(tmp_path), timeout=TIMEOUT_S * len(ran))
+    subprocess.run(
+        ["bash", str(tmp_path / "session.sh")], cwd=root, env=environment(tmp_path), timeout=TIMEOUT_S * len(ran)
+    )
     wrong, report = [], [f"{document}: {len(ran)} commands in {time.monotonic() - start:.0f} s"]
     for n, command in enumerate(ran):
         rc_file = logs / f"{n}.rc"
         rc = int(rc_file.read_text()) if rc_file.exists() else None
         clock = (logs / f"{n}.s").read_text().split() if (logs / f"{n}.s").exists() else ["0", "0"]
         seconds = float(clock[1]) - float(clock[0])
-        report.append(f"  {command.where}  exit {rc} (documented {command.expect})  {seconds:6.1f} s  {command.text.splitlines()[0][:90]}")
+        first = command.text.splitlines()[0][:90]
+        report.append(f"  {command.where}  exit {rc} (documented {command.expect})  {seconds:6.1f} s  {first}")
         if rc != command.expect:
             output = (logs / f"{n}.log").read_text() if (logs / f"{n}.log").exists() else ""
             said = "timed out" if rc == 124 else f"exit {rc}"
