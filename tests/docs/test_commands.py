@@ -102,3 +102,19 @@ def test_no_command_hides_in_an_untagged_block() -> None:
         if block.lang == "":
             starts = [line for line in block.body if re.match(r"\s*(gate|make|python|pip) ", line)]
             assert not starts, f"{block.where}: commands in an untagged block: tag it sh (or text for a synopsis)"
+
+
+def test_the_readme_names_the_commands_that_run_what_make_test_leaves_out() -> None:
+    """`make test` deselects the journey and the docs (pyproject addopts); README names `make journey`
+    and `make docs-test`, each the script .ci/run runs, and the Makefile's install line is install.md's."""
+    root = Path(__file__).resolve().parents[2]
+    addopts = re.search(r'^addopts = "(.*)"$', (root / "pyproject.toml").read_text(), re.M)
+    assert addopts and "not journey" in addopts.group(1) and "not docs" in addopts.group(1)
+    makefile, ci = (root / "Makefile").read_text(), (root / ".ci" / "run").read_text()
+    readme = (root / "README.md").read_text()
+    for target, script in (("journey", ".ci/journey.sh"), ("docs-test", ".ci/docs.sh")):
+        assert re.search(rf"^make {target} +# .*{re.escape(script)}", readme, re.M), target
+        assert re.search(rf"^{target}: .*\n\tbash {re.escape(script)}$", makefile, re.M), target
+        assert re.search(rf"^timed {re.escape(script)}\b", ci, re.M), script
+    extras = re.search(r'pip install --quiet -e "(\.\[[a-z,]+\])"', makefile)
+    assert extras and f'"{extras.group(1)}"' in (root / "docs" / "install.md").read_text().replace("\n", " ")
