@@ -29,7 +29,7 @@ LINKED += ["Makefile", "pyproject.toml", "action.yml", "action", ".venv"]
 """What the farm links from this checkout: read, never written, by the documented commands
 (`schemas/` and `out/` are not linked: `gate schema --out schemas` and every --out write there)."""
 TIMEOUT_S = 300
-"""Each command's limit (the longest, a batch of two runs, takes under a minute here)."""
+"""Each command's limit (the longest here, an int8 run beside other jobs, took about a minute)."""
 INLINE = {"export", ".", "source", "cd", "unset", "set"}
 """Commands that change the session itself: run in it, not in a child bash under `timeout`."""
 
@@ -44,6 +44,7 @@ def farm(root: Path) -> Path:
         if (REPO_ROOT / name).exists():
             (root / name).symlink_to(REPO_ROOT / name)
     git = ["git", "-c", "user.name=docs", "-c", "user.email=docs@example.invalid", "-c", "init.defaultBranch=main"]
+    git += ["-c", "commit.gpgsign=false"]
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
     subprocess.run([*git, "add", "-A"], cwd=root, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "a clone"], cwd=root, check=True)
@@ -52,7 +53,7 @@ def farm(root: Path) -> Path:
 
 def script(blocks: list[Block], logs: Path) -> tuple[str, list[Command]]:
     """One bash session: each command's output to logs/N.log, its exit code to logs/N.rc, its seconds to logs/N.s."""
-    lines = ["set +e"]
+    lines, at = ["set +e"], shlex.quote(str(logs))
     ran: list[Command] = []
     for block in blocks:
         if block.writes:
@@ -68,9 +69,9 @@ def script(blocks: list[Block], logs: Path) -> tuple[str, list[Command]]:
             body = command.text if first in INLINE else f"timeout -k 5 {TIMEOUT_S} bash -c {shlex.quote(command.text)}"
             lines += [
                 "__start=$EPOCHREALTIME",
-                f"{{ {body}\n}} >{logs}/{n}.log 2>&1 </dev/null",
-                f"echo $? >{logs}/{n}.rc",
-                f'echo "$__start $EPOCHREALTIME" >{logs}/{n}.s',
+                f"{{ {body}\n}} >{at}/{n}.log 2>&1 </dev/null",
+                f"echo $? >{at}/{n}.rc",
+                f'echo "$__start $EPOCHREALTIME" >{at}/{n}.s',
             ]
     return "\n".join(lines) + "\n", ran
 
