@@ -20,7 +20,7 @@ import gate.checks._serving
 from benchmarks.planted import SlowPath
 from gate.checks._engine import PREFIX_BLOCKS
 from gate.checks.phase_performance import PhasePerformanceParams, phase_performance
-from gate.checks.phase_performance.body import SECTIONS, _finding, _judge_clock, _verdict, shared_prefix_on
+from gate.checks.phase_performance.body import _verdict, shared_prefix_on
 from gate.core.clocks import METRICS, Interval, LiveBytes, RequestTiming, ServingTrace, compare, summary
 from gate.core.manifest import Budget, ClockName, Manifest
 from gate.core.scenario import conversations, load_scenario, shipped_scenarios
@@ -120,8 +120,7 @@ def test_every_clock_can_be_budgeted_in_a_manifest() -> None:
         (0.4, 0.6, Budget(min_ratio=0.95), False, "fail"),  # throughput confidently below its floor
         (2.0, 3.0, None, False, "regressed"),  # no budget: a confident 2.7x slowdown is never ok
         (0.9, 1.4, None, False, "ok"),
-        (1.0, 5.8, None, False, "gross"),  # x2.4, not better than the reference: still never a green pass
-        (0.6, 8.3, None, False, "too-noisy"),  # x2.2, reaching a faster candidate too: the machine's noise
+        (0.6, 8.3, None, False, "gross"),  # x2.4, unresolved at this noise: still never a green pass
         (1.06, 1.2, None, False, "ok"),  # confidently slower, but by less than min_effect
     ],
 )
@@ -129,30 +128,6 @@ def test_budget_verdicts(low: float, high: float, budget: Budget | None, show: b
     better = "higher" if budget is not None and budget.min_ratio is not None else "lower"
     interval = Interval(math.sqrt(low * high), low, high, 0.95, 4)
     assert _verdict(interval, budget, better, min_effect=0.10, show=show) == expected
-
-
-def test_a_gross_estimate_the_machines_noise_leaves_open_both_ways_is_reported_not_a_warning() -> None:
-    """reference-quant-int4 on this loaded machine: tpot_p95 x2.95 [0.962, 9.06] warned "a gross
-    slowdown ... (rerun with more repeats)", a warning no edit of the change could fix. Reaching a
-    faster candidate too, it is now reported as too noisy and the check passes; x2.4 [1.0, 5.8]
-    (not better than the reference) still warns, and so does a throughput of x0.386 [0.177, 0.844]."""
-    params, obs = PhasePerformanceParams(), type("Obs", (), {"served": {}})()
-    sums = {role: {name: 1.0 for name in METRICS} for role in ("reference", "candidate")}
-
-    def judged(clock: ClockName, point: float, low: float, high: float) -> dict[str, list[str]]:
-        sections: dict[str, list[str]] = {section: [] for section, _ in SECTIONS}
-        interval = Interval(point, low, high, 0.95, 6)
-        _, section, text = _judge_clock(params, clock, METRICS[clock], interval, None, sums, judged=True)
-        assert section is not None, (clock, point)
-        sections[section].append(text)
-        return sections
-
-    noisy = judged("tpot_p95", 2.95, 0.962, 9.06)
-    assert noisy["too-noisy"] == ["tpot_p95 x2.95 [0.962, 9.06]; no difference detectable at this noise"]
-    assert _finding(params, obs, noisy, saves=False) == "held"  # phase-performance passes
-    assert "too noisy to judge, not a warning" in dict(SECTIONS)["too-noisy"]
-    assert _finding(params, obs, judged("tpot_p95", 2.4, 1.0, 5.8), saves=False) == "doubtful"
-    assert _finding(params, obs, judged("throughput", 0.386, 0.177, 0.844), saves=False) == "doubtful"
 
 
 def test_identical_paths_report_all_four_clocks_with_intervals() -> None:

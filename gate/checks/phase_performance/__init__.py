@@ -70,10 +70,8 @@ class PhasePerformanceParams(Params):
     watch: list[ClockName] = Field(default_factory=lambda: list(WATCHED))
     """Clocks judged without a budget (a confident regression warns); the rest are reported only."""
     gross: float = Field(default=2.0, gt=1)
-    """Without a budget, also warn when a watched clock's point estimate is this many times worse and
-    its interval is not better than the reference's (low >= 1), though short of a confident regression:
-    a gross slowdown is never a green pass. Where the interval also reaches a better candidate, the
-    noise of the machine decides, not the change: reported as too noisy to judge, not a warning."""
+    """Without a budget, also warn when a watched clock's point estimate is this many times worse even
+    though the noise leaves its interval unresolved: a gross slowdown is never a green pass."""
     show_savings: bool = False
     """An approximation must show the saving it exists for: a budget below 1 (or a min_ratio above 1)
     passes only when the whole interval lies within it."""

@@ -38,7 +38,6 @@ SECTIONS = (
     ("not-shown", "saving not shown"),
     ("regressed", "confidently worse, no budget"),
     ("gross", "a gross slowdown the noise leaves unresolved (rerun with more repeats)"),
-    ("too-noisy", "too noisy to judge, not a warning (rerun with more repeats, or on a quieter machine)"),
     ("unproven", "unproven"),
     ("pass", "budgets held"),
     ("within-noise", "within noise of the budget"),
@@ -91,19 +90,13 @@ def _verdict(
     interval: Interval, budget: Budget | None, better: str, *, min_effect: float, show: bool, gross: float = 2.0
 ) -> str:
     """pass, within-noise, fail, not-shown; without a budget: regressed (confidently worse), gross
-    (a point estimate `gross` times worse, its interval not better than the reference's but short of
-    a confident regression), too-noisy (a gross point estimate whose interval reaches a better
-    candidate too: the machine's noise, not the change, which no edit of the change can silence;
-    reported, not a warning) or ok."""
+    (a point estimate `gross` times worse that the noise leaves unresolved) or ok."""
     if budget is None:
         worse = interval.low > 1 + min_effect if better == "lower" else interval.high < 1 / (1 + min_effect)
         if worse:
             return "regressed"
         point = interval.point if better == "lower" else 1 / max(interval.point, 1e-12)
-        if point < gross:
-            return "ok"
-        not_better = interval.low >= 1 if better == "lower" else interval.high <= 1
-        return "gross" if not_better else "too-noisy"
+        return "gross" if point >= gross else "ok"
     verdicts = []
     if budget.max_ratio is not None:
         m = budget.max_ratio
