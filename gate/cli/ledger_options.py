@@ -30,6 +30,6 @@ ledger_key_option = click.option(
     "--ledger-key",
     type=click.Path(path_type=Path),
     default=None,
-    help="Ed25519 key that signs the ledger's checkpoints. Default: $GATE_LEDGER_KEY, else LEDGER's "
-    "directory/ledger.key, generated (mode 0600) on first use.",
+    help="Ed25519 key that signs the ledger's checkpoints. Default: $GATE_LEDGER_KEY, else LEDGER with "
+    "the suffix .key (gate.sqlite: gate.key, its public half gate.pub), generated (mode 0600) on first use.",
 )

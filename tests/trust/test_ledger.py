@@ -29,6 +29,22 @@ def _ledger(tmp_path: Path, n: int = 5) -> Path:
     return path
 
 
+def test_the_default_checkpoint_key_is_the_ledgers_name_with_key_as_the_help_says(tmp_path: Path) -> None:
+    """docs/audit.md and --ledger-key's help said `ledger.key` in the ledger's directory; a ledger
+    named audit.sqlite makes audit.key and audit.pub (what `gate audit verify --ledger-pub` pins)."""
+    from click.testing import CliRunner
+
+    from gate.cli.main import cli
+
+    with Ledger.open(tmp_path / "audit.sqlite") as ledger:
+        ledger.append("test", {"i": 0})
+    assert sorted(p.name for p in tmp_path.glob("*.key")) == ["audit.key"]
+    assert (tmp_path / "audit.pub").is_file() and not (tmp_path / "ledger.pub").exists()
+    assert _verify(tmp_path / "audit.sqlite").ok
+    shown = " ".join(CliRunner().invoke(cli, ["waive", "--help"], terminal_width=200).output.split())
+    assert "else LEDGER with the suffix .key (gate.sqlite: gate.key, its public half gate.pub)" in shown
+
+
 def _raw(path: Path) -> sqlite3.Connection:
     """A plain connection with the append-only triggers dropped, as an attacker would."""
     conn = sqlite3.connect(str(path), isolation_level=None)
