@@ -59,6 +59,9 @@ class Judgement:
     evidence: dict[str, Any] = field(default_factory=dict)
     exercised: dict[str, Any] = field(default_factory=dict)
     observed: list[EngineCompletion] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    """Why the reset part proves nothing about some tier: the engine's reset cannot reach it (and what it
+    served after the reset, if anything)."""
 
 
 def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, length: int) -> Reset:
@@ -118,10 +121,14 @@ def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
         out.problems.append("reset: the repeat before the reset did not hit, so a miss after it proves nothing")
     else:
         out.exercised["hit_before_reset"] = warm.cached_tokens
-    if after.cached_tokens:
+    if after.cached_tokens and reset.tiers_not_reset:  # served by a tier the reset says it cannot reach
+        out.incomplete.append(f"after {reset.endpoint} the same prompt reused {after.cached_tokens} cached tokens")
+    elif after.cached_tokens:
         out.problems.append(
             f"reset: after {reset.endpoint} the same prompt still reused {after.cached_tokens} cached tokens"
         )
+    if reset.tiers_not_reset:
+        out.incomplete.append("the reset cannot reach " + "; ".join(reset.tiers_not_reset))
     if judged.failed:
         out.problems.append(
             f"reset: the output after the reset differs from the reference: {failure_words(level, judged)}"
@@ -176,18 +183,18 @@ def explain(j: Judgement, length: int) -> Outcome:
     if j.problems:
         return problems_outcome(j.problems, length, **seen)
     parts = []
-    if isinstance(evidence["reset"], dict):
+    if isinstance(evidence["reset"], dict) and not j.incomplete:
         hit = exercised.get("hit_before_reset")
         parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {hit})")
-        if evidence["reset"]["tiers_not_reset"]:
-            tiers = "; ".join(evidence["reset"]["tiers_not_reset"])
-            parts.append("the reset is not complete: it cannot reach " + tiers)
     if isinstance(evidence["restart"], dict):
         hit = exercised.get("hit_after_restart")
         parts.append(
             "after a restart on changed weights nothing stale was reused and the output equals the "
             f"no-cache server's (repeat hit: {hit})"
         )
+    if j.incomplete:  # a tier no reset reaches: whether a reset invalidates it is not shown, never a pass
+        where = "; ".join(parts) or "the restart part did not run"
+        return Outcome("unproven", f"the engine's reset is incomplete: {'; '.join(j.incomplete)}; {where}", **seen)
     return Outcome("pass", "; ".join(parts), **seen)
 
 

@@ -145,7 +145,7 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert [r["prefix_length"] for r in rows] == [1, 17, 200, 2048, 8179]
     assert all(r["cached_tokens"] == r["prefix_length"] and r["reference_cached_tokens"] == 0 for r in rows)
     for name in ("engine-prefix-parity", "engine-batch-invariance", "engine-invalidation"):
-        assert checks[name]["status"] == "pass", checks[name]["message"]
+        assert checks[name]["status"] == ("unproven" if name == "engine-invalidation" else "pass"), checks[name]
         assert checks[name]["controls"] and all(c["outcome"] == "detected" for c in checks[name]["controls"])
     assert {c["fault"] for c in parity["controls"]} == {"kv-quantised", "stale-weights"}
     # servers are shared across checks and controls (their cache reset between them); starts counted.
@@ -165,8 +165,11 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert [c["outcome"] for c in conversations["controls"]] == ["detected"]
     # the handed-over candidate's reset could not reach llama.cpp's host-memory prompt cache: named, not hidden
     assert any("host-memory prompt cache" in t for t in conversations["evidence"]["cache_tiers_not_reset"])
-    reset = checks["engine-invalidation"]["evidence"]["reset"]
-    assert reset["complete"] is False and "host-memory prompt cache" in checks["engine-invalidation"]["message"]
+    # a reset that cannot reach a tier proves nothing about it: unproven (amber by policy), never a pass;
+    # the restart on changed weights still judges every tier
+    reset, message = checks["engine-invalidation"]["evidence"]["reset"], checks["engine-invalidation"]["message"]
+    assert reset["complete"] is False and "the reset cannot reach llama.cpp's host-memory prompt cache" in message
+    assert "after a restart on changed weights nothing stale was reused" in message
     # no cache salt on llama.cpp: unproven, reported as a warning by the policy (never green)
     assert (
         checks["engine-isolation"]["status"] == "unproven" and "no cache salt" in checks["engine-isolation"]["message"]
