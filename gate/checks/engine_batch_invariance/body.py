@@ -58,6 +58,8 @@ class Judgement:
     judged: tuple[Judged, Judged, Judged]
     problems: list[str]
     warned: list[str]
+    unexercised: str | None = None
+    """Why nothing was batched (one slot, or no request overlapped the target): unproven, not a failure."""
 
 
 def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> Observations:
@@ -128,17 +130,22 @@ def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
     )
     problems = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.failed]
     problems += [f"not noise: {d}" for d in (noise.defects if noise is not None else [])]
-    if obs.overlapping == 0 or (obs.slots is not None and int(obs.slots) < 2):
-        problems.append(
-            f"not exercised: {obs.overlapping} of {len(obs.others)} concurrent requests overlapped the target and "
-            f"the candidate has {obs.slots} slot(s); batching never happened (launch it with more parallel slots)"
+    unexercised = None
+    if obs.slots is not None and int(obs.slots) < 2:
+        unexercised = (
+            f"the candidate states {obs.slots} slot: it serves one request at a time, so nothing was batched to "
+            "judge (launch it with more parallel slots to judge its batching)"
+        )
+    elif obs.overlapping == 0:
+        unexercised = (
+            f"none of the {len(obs.others)} concurrent requests overlapped the target: batching never happened"
         )
     warned = [f"{name}: {failure_words(level, j)}" for name, j in zip(COMPARISONS, judged, strict=True) if j.warn]
-    return Judgement(judged, problems, warned)
+    return Judgement(judged, problems, warned, unexercised)
 
 
 def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once: fail, warn or pass."""
+    """The Outcome of the judgement, built once: fail, unproven (nothing batched), warn or pass."""
     rows = [{"comparison": name, **judged.row()} for name, judged in zip(COMPARISONS, j.judged, strict=True)]
     length, slots, overlapping, concurrent = obs.length, obs.slots, obs.overlapping, len(obs.others)
     metrics = {
@@ -161,6 +168,8 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     seen["observation"] = observation([obs.alone, obs.batched])
     if j.problems:
         return problems_outcome(j.problems, length, _bug_class(j), **seen)
+    if j.unexercised:
+        return Outcome("unproven", f"not exercised: {j.unexercised}", **seen)
     if j.warned:
         return Outcome("warn", "greedy tokens agree; " + "; ".join(j.warned), **seen)
     message = (
