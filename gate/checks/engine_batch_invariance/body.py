@@ -19,6 +19,7 @@ from gate.checks._engine import (
     problems_outcome,
     same_vocabulary,
     seeded_prompt,
+    tolerated_change,
 )
 from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._topk import worst
@@ -166,6 +167,7 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     exercise = {"overlapping_requests": overlapping, "candidate_slots": slots, "concurrent": concurrent}
     seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
     seen["observation"] = observation([obs.alone, obs.batched])
+    seen["tolerated_change"] = tolerated_change(ctx, max(judged.comparison.tolerance for judged in j.judged))
     if j.problems:
         return problems_outcome(j.problems, length, _bug_class(j), **seen)
     if j.unexercised:

@@ -15,6 +15,7 @@ from gate.checks._engine import (
     problems_outcome,
     require_hits,
     seeded_prompt,
+    tolerated_change,
 )
 from gate.checks._topk import worst
 from gate.checks.engine_repeat_consistency import EngineRepeatParams
@@ -43,6 +44,8 @@ class Judgement:
     problems: list[str] = field(default_factory=list)
     warned: list[str] = field(default_factory=list)
     unjudged: list[str] = field(default_factory=list)
+    widest: float = 0.0
+    """The widest logprob tolerance a cache-read repeat was judged with."""
 
 
 def measure(ctx: CheckContext, params: EngineRepeatParams, candidate: EngineServing, top_k: int) -> Observations:
@@ -84,6 +87,7 @@ def judge_prompts(ctx: CheckContext, obs: Observations) -> Judgement:
         if row["cold_cached_tokens"] or row["uncached_disagree"]:
             continue  # no clean cold reply to judge this prompt's cached replies against
         for index, verdict in judged:
+            out.widest = max(out.widest, verdict.comparison.tolerance)
             if verdict.failed:
                 out.problems.append(f"{where}, repeat {index} (cache-read): {failure_words(level, verdict)}")
             elif verdict.warn:
@@ -103,6 +107,7 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
     exercise = {"cache_read_repeats": hits, "cache_read_tokens": sum(int(r.cached_tokens or 0) for r in j.hit_replies)}
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
     seen["observation"] = observation(j.hit_replies)
+    seen["tolerated_change"] = tolerated_change(ctx, j.widest)
     if j.problems:
         return problems_outcome(j.problems, length, **seen)
     if len(j.unjudged) == len(j.rows):

@@ -197,6 +197,22 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
         assert f"length {length}: not bit-identical" in parity["message"]
 
 
+def test_a_control_below_the_checks_power_is_unobservable(engine_env: dict[str, str], tmp_path: Path) -> None:
+    """On a sliding-window model llama.cpp's --cache-reuse moves the hosted check's replies by about 1e-4,
+    inside what the check accepts of a correct reply: a correct server is amber (no control could show
+    anything), never failed for a lack of power."""
+    manifest = (REPO / "examples/engine-llamacpp-hosted.yaml").read_text()
+    swa = "tiny_model: {seed: 0, sliding_window: 64, sliding_layers: [0]}"
+    path = tmp_path / "hosted-swa.yaml"
+    path.write_text(manifest.replace("tiny_model: {seed: 0}", swa))
+    run = gate_run(path, tmp_path / "out", engine_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    [check] = json.loads((tmp_path / "out/results.json").read_text())["checks"]
+    [control] = check["controls"]
+    assert check["status"] == "unproven" and control["outcome"] == "unobservable", control["message"]
+    assert "within what the check accepts of a correct path" in control["message"]
+
+
 def test_the_hosted_mode_detects_chunk_reuse_and_is_amber_without_a_control(
     engine_env: dict[str, str], tmp_path: Path
 ) -> None:
