@@ -15,14 +15,16 @@ KEY    := out/demo-signing
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
 # hqq is a source package whose setup also builds CUDA kernels unless DISABLE_CUDA=1.
+# constraints.txt pins every other package to the versions the suite was last run with (benchmarks/
+# releases.md names transformers'), so a new release on the index changes nothing until it is tested.
 # The test plugins are installed as wheels (not editable, as a user installs one), so the stamp
 # follows their sources too: an edited plugin is reinstalled by the next `make install`.
 PLUGIN_FILES := $(wildcard tests/plugins/*/pyproject.toml tests/plugins/*/*/*.py)
-$(STAMP): pyproject.toml $(PLUGIN_FILES)
+$(STAMP): pyproject.toml constraints.txt $(PLUGIN_FILES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	DISABLE_CUDA=1 $(BIN)/python -m pip install --quiet -e ".[dev,hf,hqq,engine]"
+	DISABLE_CUDA=1 $(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,hf,hqq,engine]"
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-finite
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-tinylm
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall ./tests/plugins/gate-plugin-blockstore
