@@ -116,5 +116,5 @@ def test_the_readme_names_the_commands_that_run_what_make_test_leaves_out() -> N
         assert re.search(rf"^make {target} +# .*{re.escape(script)}", readme, re.M), target
         assert re.search(rf"^{target}: .*\n\tbash {re.escape(script)}$", makefile, re.M), target
         assert re.search(rf"^timed {re.escape(script)}\b", ci, re.M), script
-    extras = re.search(r'pip install --quiet -e "(\.\[[a-z,]+\])"', makefile)
+    extras = re.search(r'pip install --quiet -c constraints.txt -e "(\.\[[a-z,]+\])"', makefile)
     assert extras and f'"{extras.group(1)}"' in (root / "docs" / "install.md").read_text().replace("\n", " ")
