@@ -66,7 +66,7 @@ class TaskRecord:
     """Where it ran: `pid 1234` or a Ray node id."""
     approved_by: list[str] = field(default_factory=list)
     """An awaiting-approval run that the ledger's approvals of the same evidence cover (exit 0): who
-    approved (gate.trust.approve.carry_over)."""
+    approved (gate.trust.carry.carry_over)."""
 
     @property
     def approved(self) -> bool:
