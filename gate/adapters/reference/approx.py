@@ -16,16 +16,9 @@ from gate.adapters.reference.options import EvictOptions, QuantOptions
 from gate.adapters.reference.paths import ReferencePath
 from gate.errors import UnknownFault
 from gate.models.evict_faults import EVICT_FAULTS
-from gate.models.kv_approx import (
-    QUANT_FAULTS,
-    EvictingStore,
-    QuantizedStore,
-    approx_stats,
-    evict_cache,
-    quant_state,
-    quantize_cache,
-    scheme_of,
-)
+from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
+from gate.models.kv_evict import EvictingStore
+from gate.models.kv_quant import QUANT_FAULTS, QuantizedStore, quant_state, scheme_of
 from gate.models.reference import KVCache, Transformer
 from gate.protocols import EvictionPolicy, EvictionStep, QuantScheme, QuantState
 from gate.tensors import DTYPES
