@@ -30,22 +30,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate.errors import EXIT_GATE_FAILED, GateError
-from gate.trust.attest import (
-    ENVELOPE_NAME,
+from gate.trust.attest import ENVELOPE_NAME, check_files, read_envelope, verifies
+from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
+from gate.trust.ledger import Receipt
+from gate.trust.predicate import RunPredicate
+from gate.trust.statement import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     STATEMENT_TYPE,
     Envelope,
     Statement,
     Subject,
-    check_files,
     parse_statement,
-    read_envelope,
-    verifies,
 )
-from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
-from gate.trust.ledger import Receipt
-from gate.trust.predicate import RunPredicate
 
 APPROVAL_KIND = "approval"
 APPROVAL_PREDICATE = "https://gate.dev/approval/v1"

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gate._util.digest import ref_matches
+
 if TYPE_CHECKING:
     from gate.trust.approvals import ApprovalRecord, RunStatement
     from gate.trust.ledger import Entry
@@ -140,7 +142,6 @@ def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -
     says so); else its signed commit when ASKED lands it (gate.trust.landing), else nothing, with
     the one line that names both commits."""
     from gate.trust.approvals import ApprovalRefused, read_run_statement
-    from gate.trust.verify_run import ref_matches
 
     if asked is None:
         return AskedCommit(None)
@@ -201,7 +202,7 @@ def approval_landing(
     place of its own. The approval counts only if it names exactly that digest (`verify_approval`
     checks it with its signature): everything but the commit must be what the approver signed."""
     from gate.trust.approvals import ApprovalPredicate, ApprovalRefused, read_run_statement
-    from gate.trust.attest import parse_statement
+    from gate.trust.statement import parse_statement
 
     if record is None or not commit or not record.evidence_sha256:
         return None

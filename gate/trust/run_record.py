@@ -16,9 +16,10 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate.errors import GateError
-from gate.trust.attest import parse_statement, read_envelope, safe_name
+from gate.trust.attest import read_envelope, safe_name
 from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
 from gate.trust.predicate import RunPredicate
+from gate.trust.statement import parse_statement
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
 ATTESTATION = "attestation.dsse.json"

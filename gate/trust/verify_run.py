@@ -30,13 +30,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gate._util.digest import ref_matches
 from gate.core.manifest import ClaimLevel, Intervention
 from gate.core.result import CheckResult, GateResult, Status
 from gate.trust.approvals import ApprovalCheck, ApprovalRecord, check_approved_files, load_approvals, verify_approval
-from gate.trust.attest import Statement, verify_envelope
+from gate.trust.attest import verify_envelope
 from gate.trust.policy import Trust
 from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.revocation import Revocations
+from gate.trust.statement import Statement
 
 if TYPE_CHECKING:
     from gate.trust.landing import LandedApproval
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
 
 _E = TypeVar("_E", bound=Enum)
 
-MIN_REF = 7
-"""Shortest commit or digest prefix accepted (git's short hash)."""
 AWAITING = "awaiting-approval"
 PASS = "pass"
 PASS_WITH_WAIVERS = "pass-with-waivers"
@@ -167,12 +167,6 @@ class RunCheck:
             f"commit {self.commit or '(none signed)'}, manifest {m.name} (sha256 {str(m.sha256)[:16]}), "
             f"verdict {self.standing}{other}"
         )
-
-
-def ref_matches(value: str | None, asked: str) -> bool:
-    """A commit or digest `asked` (7+ characters, any case, optional sha256: prefix) names `value`."""
-    ref = asked.strip().lower().removeprefix("sha256:")
-    return value is not None and len(ref) >= MIN_REF and value.lower().startswith(ref)
 
 
 def check_run(

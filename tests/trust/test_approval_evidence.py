@@ -85,7 +85,8 @@ def test_a_dossier_with_samples_is_approved_and_verified(tmp_path: Path, keys: d
 
 @pytest.mark.parametrize("name", ["../outside.jsonl", "samples/../../outside.jsonl", "/etc/passwd", "a\\b", "a//b"])
 def test_a_subject_outside_the_dossier_is_refused(tmp_path: Path, keys: dict[str, Path], name: str) -> None:
-    from gate.trust.attest import Subject, envelope_for, statement, write_envelope
+    from gate.trust.attest import envelope_for, statement, write_envelope
+    from gate.trust.statement import Subject
 
     out, _ = signed_run(tmp_path / "out", quant_manifest(tmp_path / "m.yaml", COMMIT), keys["ci.key"])
     (tmp_path / "outside.jsonl").write_text("x\n")

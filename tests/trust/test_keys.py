@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.attest import ENVELOPE_NAME, parse_statement, read_envelope, statement, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, read_envelope, statement, verify_envelope
 from gate.trust.keys import (
     generate_keypair,
     keyid,
@@ -27,6 +27,7 @@ from gate.trust.keys import (
 )
 from gate.trust.predicate import RunPredicate
 from gate.trust.signing import sign_statement, verify_statement
+from gate.trust.statement import parse_statement
 
 OLD = Path(__file__).parent / "fixtures" / "signed-before-keys"
 
