@@ -371,7 +371,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
 
 
 def _sampler_fault(rule: str) -> GenericFault:
-    from gate.engine.generic_stores import FaultySampler, sampler_needs
+    from gate.engine.generic_samplers import FaultySampler, sampler_needs
 
     def wrap(path: DecodePath) -> DecodePath:
         faulty: DecodePath = FaultySampler(path, rule)
