@@ -181,18 +181,17 @@ class ReferencePath:
     def with_fault(self, fault: str) -> ReferencePath:
         if fault not in self.faults():
             raise UnknownFault(f"path {self.name} cannot apply fault {fault!r} (known: {', '.join(self.faults())})")
-        path = replace(
-            self,
-            name=f"{self.name}+{fault}",
-            # a model fault patches the model, so it gets its own copy; a cache or session fault
-            # leaves the model alone and shares it (copying it cost more than a small check's run)
-            model=copy.deepcopy(self.model) if FAULTS[fault].target == "model" else self.model,
-            fault=fault if self.fault is None else f"{self.fault}+{fault}",
-            cache_hooks=list(self.cache_hooks),
-            session_hooks=list(self.session_hooks),
-        )
+        # a model fault patches the model, so it gets its own copy; a cache or session fault
+        # leaves the model alone and shares it (copying it cost more than a small check's run)
+        path = self._with(fault, model=copy.deepcopy(self.model) if FAULTS[fault].target == "model" else self.model)
         apply_fault(path, fault)
         return path
+
+    def _with(self, fault: str, **changes: Any) -> ReferencePath:
+        """A copy carrying `fault` too (in its name and `fault`), with hook lists of its own and `changes`."""
+        hooks = {"cache_hooks": list(self.cache_hooks), "session_hooks": list(self.session_hooks)}
+        faults = fault if self.fault is None else f"{self.fault}+{fault}"
+        return replace(self, **{"name": f"{self.name}+{fault}", "fault": faults, **hooks, **changes})
 
     # -- KVGeometry ------------------------------------------------------------------------
 
