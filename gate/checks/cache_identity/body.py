@@ -9,22 +9,19 @@ from typing import Any
 import torch
 
 from gate.checks._compare import Tolerance, compare_rows, tolerance_for
+from gate.checks._prefix_oracle import Oracle, memoized, recompute_oracle, reference_oracle
+from gate.checks._prefix_store import StorePool
 from gate.checks._prefix_support import (
     IDENTITY_EXAMPLE_A,
     IDENTITY_EXAMPLE_B,
     WHY,
     Findings,
-    Oracle,
     PrefixRun,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     describe_excess,
-    memoized,
     prefix_run,
-    recompute_oracle,
-    reference_oracle,
     seeded_ids,
     stop_rule,
     until_first_failure,
