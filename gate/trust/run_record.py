@@ -8,16 +8,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gate._util.digest import sha256_file
 from gate.errors import GateError
 from gate.trust.attest import read_envelope, safe_name
-from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
+from gate.trust.keys import keyid, load_private_key, public_key_b64
 from gate.trust.predicate import RunPredicate
 from gate.trust.statement import parse_statement
 
@@ -128,22 +125,3 @@ def run_payload(
         "started_at": result.started_at,
         "finished_at": result.finished_at,
     }
-
-
-@contextmanager
-def recorded_signer_key(seq: int, body: Mapping[str, Any]) -> Iterator[dict[str, Path]]:
-    """The run signer's public key a ledger run entry recorded, as a temporary PEM file that
-    attest.verify_envelope can read: {label: path}, or {} when the run was unsigned."""
-    from cryptography.hazmat.primitives import serialization
-
-    signer = body.get("signer") or {}
-    if not signer.get("public_key"):
-        yield {}
-        return
-    pem = public_key_from_b64(signer["public_key"]).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "run-signer.pub"
-        path.write_bytes(pem)
-        yield {f"the run signer recorded in ledger entry #{seq}": path}

@@ -29,7 +29,6 @@ ledger entry number is the waiver's id. With no ledger, or no trust policy, no w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -117,12 +116,6 @@ WAIVER_SIGNATURE_DOMAIN = "gate-waiver/v1"
 
 def _signed_part(grant: WaiverGrant) -> dict[str, Any]:
     return grant.model_dump(mode="json", exclude={"signature"})
-
-
-def waiver_signer(key_path: Path) -> Callable[[WaiverGrant], dict[str, str]]:
-    """Sign a grant with the approver's key (from `gate keygen`): `gate waive --key KEY`."""
-    key = load_private_key(key_path)
-    return lambda grant: sign_statement(key, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant))
 
 
 def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None = None) -> str | None:
