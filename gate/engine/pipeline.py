@@ -133,7 +133,7 @@ def run_pipeline(
         ]
         seq, carried = None, None
         if may_carry:
-            from gate.trust.approvals import APPROVED_HTML, APPROVED_MD
+            from gate.trust.approval_predicate import APPROVED_HTML, APPROVED_MD
             from gate.trust.carry import carry_over
 
             assert ledger_path is not None and key_path is not None

@@ -24,21 +24,23 @@ from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
 from gate._util.text import single_line_problem
 from gate.errors import InputError
-from gate.trust.approvals import (
+from gate.trust.approval_predicate import (
     APPROVAL_KIND,
     APPROVED_ENVELOPE,
     APPROVED_HTML,
     APPROVED_MD,
     ApprovalPredicate,
-    ApprovalRecord,
     ApprovalRefused,
     RunStatement,
+    read_run_statement,
+)
+from gate.trust.approvals import (
+    ApprovalRecord,
     approval_record,
     approval_statement,
     approved_statement,
     display_rows,
     load_approvals,
-    read_run_statement,
     verify_approval,
     write_approvals,
 )

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from gate._util.digest import MIN_REF, ref_matches
 from gate.errors import InputError
-from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, ApprovalRecord, verify_approval
+from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND
+from gate.trust.approvals import ApprovalRecord, verify_approval
 from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain

@@ -8,15 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.trust.approvals import (
-    APPROVAL_KIND,
-    APPROVED_ENVELOPE,
-    ApprovalRecord,
-    approved_statement,
-    read_run_statement,
-    verify_approval,
-    write_approvals,
-)
+from gate.trust.approval_predicate import APPROVAL_KIND, APPROVED_ENVELOPE, read_run_statement
+from gate.trust.approvals import ApprovalRecord, approved_statement, verify_approval, write_approvals
 from gate.trust.approve import approved_report, render_approved
 from gate.trust.attest import envelope_for, write_envelope
 from gate.trust.keys import keyid, load_private_key

@@ -240,7 +240,7 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
 
 
 def _mark_approvals(history: History, entries: list[Entry]) -> None:
-    from gate.trust.approvals import APPROVAL_KIND
+    from gate.trust.approval_predicate import APPROVAL_KIND
 
     by_seq = {r.seq: r for r in history.runs}
     statements: dict[str, RunRow] = {}

@@ -500,7 +500,7 @@ def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | No
 
 
 def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:
-    from gate.trust.approvals import ApprovalRefused
+    from gate.trust.approval_predicate import ApprovalRefused
 
     try:
         return load_approvals(directory)

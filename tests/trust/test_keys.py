@@ -99,7 +99,8 @@ def test_the_key_id_is_the_same_from_pem_and_from_base64(tmp_path: Path) -> None
 
 
 def test_the_approval_predicate_model_writes_the_keys_the_old_code_wrote() -> None:
-    from gate.trust.approvals import RunStatement, approval_statement
+    from gate.trust.approval_predicate import RunStatement
+    from gate.trust.approvals import approval_statement
 
     _envelope, signed = read_envelope(OLD / "run" / ENVELOPE_NAME)
     old = parse_statement(signed)
