@@ -53,7 +53,16 @@ from gate._util.clock import now_utc
 from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64, write_keypair
-from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
+from gate.trust.ledger_postgres import PostgresStore
+from gate.trust.ledger_store import (
+    BUSY_TIMEOUT_S,
+    LedgerError,
+    LedgerStore,
+    LedgerURL,
+    SqliteStore,
+    is_url,
+    ledger_location,
+)
 from gate.trust.signing import canonical_json
 
 if TYPE_CHECKING:
@@ -318,7 +327,11 @@ class Ledger:
             else:
                 key = load_private_key(resolved)
         # A read-only open cannot write even by accident (the audit commands only read).
-        store = open_store(path, writable=writable)
+        store: LedgerStore = (
+            PostgresStore(path.url, writable=writable)
+            if isinstance(path, LedgerURL)
+            else SqliteStore(path, writable=writable)
+        )
         ledger = cls(path, store, key)
         try:
             if is_url(path):
