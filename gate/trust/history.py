@@ -15,7 +15,7 @@ from typing import Any
 from gate.core.result import WALL_CLOCK_CHECKS, GateResult
 from gate.errors import GateError, InputError
 from gate.report.diff import wall_clock
-from gate.report.fmt import as_float
+from gate.report.fmt import as_float, as_mapping
 from gate.trust.ledger import RUN_KIND, Entry
 
 FAILING = frozenset({"fail", "error"})
@@ -79,22 +79,18 @@ class RunRow:
         return self.commit[:12] if self.commit else "—"
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
     """The results.json a run entry's dossier directory still holds, if it is the one the entry
     recorded (same sha256), else None and why: the note `gate history` and `gate diff` print."""
     from gate._util.digest import sha256_file
     from gate.report.diff import load_result
 
-    dossier = _dict(body.get("dossier"))
+    dossier = as_mapping(body.get("dossier"))
     directory = str(dossier.get("dir") or "")
     path = Path(directory) / "results.json"
     if not directory or not path.is_file():
         return None, f"dossier not found ({directory or 'no directory recorded'})"
-    recorded = _dict(dossier.get("files")).get("results.json")
+    recorded = as_mapping(dossier.get("files")).get("results.json")
     if recorded and sha256_file(path) != recorded:
         return None, f"dossier replaced: {path} is not the results.json this entry recorded (sha256 differs)"
     try:
@@ -133,8 +129,8 @@ def run_row(entry: Entry) -> RunRow:
     return RunRow(
         seq=entry.seq,
         time=entry.time,
-        commit=str(_dict(body.get("change")).get("commit") or ""),
-        manifest=str(_dict(body.get("manifest")).get("name") or ""),
+        commit=str(as_mapping(body.get("change")).get("commit") or ""),
+        manifest=str(as_mapping(body.get("manifest")).get("name") or ""),
         verdict=str(body.get("verdict") or ""),
         note=note,
         checks=checks,
@@ -143,12 +139,12 @@ def run_row(entry: Entry) -> RunRow:
 
 def manifest_runs(entries: Iterable[Entry], name: str) -> list[Entry]:
     """The run entries of manifest `name`, in ledger order."""
-    return [e for e in entries if e.kind == RUN_KIND and _dict(e.body.get("manifest")).get("name") == name]
+    return [e for e in entries if e.kind == RUN_KIND and as_mapping(e.body.get("manifest")).get("name") == name]
 
 
 def latest_other_commit(entries: Iterable[Entry], name: str, commit: str | None) -> Entry | None:
     """The newest run of manifest `name` recorded on a commit other than `commit`."""
-    found = [e for e in manifest_runs(entries, name) if _dict(e.body.get("change")).get("commit") != commit]
+    found = [e for e in manifest_runs(entries, name) if as_mapping(e.body.get("change")).get("commit") != commit]
     return found[-1] if found else None
 
 
@@ -247,7 +243,7 @@ def _mark_approvals(history: History, entries: list[Entry]) -> None:
     evidence: dict[str, list[RunRow]] = {}
     for entry in entries:
         if entry.kind == RUN_KIND and entry.seq in by_seq:
-            dossier = _dict(entry.body.get("dossier"))
+            dossier = as_mapping(entry.body.get("dossier"))
             if dossier.get("statement_sha256"):
                 statements[str(dossier["statement_sha256"])] = by_seq[entry.seq]
             if dossier.get("evidence_sha256"):
