@@ -146,7 +146,7 @@ def run_pipeline(
                 else:
                     ci(None, None, None)
         if ledger_path is not None:
-            from gate.trust.ledger import record_run
+            from gate.trust.run_record import record_run
 
             extra = {"approvals_carried": carried.entries} if carried is not None and carried.entries else None
             entry, receipt = record_run(result, staging, ledger_path, sign_key=key_path, dossier_dir=out, extra=extra)

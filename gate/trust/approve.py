@@ -89,7 +89,7 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
     """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
     the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
     else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    from gate.trust.ledger import DEFAULT_LEDGER, ENV_LEDGER, resolve_ledger_path
+    from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, resolve_ledger_path
     from gate.trust.ledger_store import ledger_location
 
     if explicit is not None:

@@ -16,7 +16,7 @@ from gate.core.policy import load_policies
 from gate.core.result import CheckResult, GateResult
 from gate.engine.pipeline import write_outputs
 from gate.engine.runner import decide
-from gate.trust.ledger import record_run
+from gate.trust.run_record import record_run
 from gate.trust.waivers import apply_waivers
 
 QUANT_MANIFEST = textwrap.dedent(

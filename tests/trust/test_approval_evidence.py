@@ -184,7 +184,8 @@ def test_a_refused_approval_writes_no_ledger(tmp_path: Path, keys: dict[str, Pat
 def test_gate_run_says_when_it_records_into_the_default_ledger(
     tmp_path: Path, keys: dict[str, Path], trust: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.trust.ledger import DEFAULT_LEDGER, Ledger
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import DEFAULT_LEDGER
 
     fake_gate_run(monkeypatch, keys["ci.key"])
     Ledger.open(DEFAULT_LEDGER).close()

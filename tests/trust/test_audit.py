@@ -226,7 +226,8 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
     assert listed.output.count("AWAITING-APPROVAL") == 2
 
     monkeypatch.delenv("GATE_LEDGER")
-    from gate.trust.ledger import DEFAULT_LEDGER, Ledger
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import DEFAULT_LEDGER
 
     Ledger.open(DEFAULT_LEDGER).close()  # an existing ./.gate/ledger.sqlite is used...
     assert gate("run", manifest, "--out", tmp_path / "o4").exit_code == 4
