@@ -151,3 +151,6 @@ def approx_stats(cache: KVCache) -> dict[str, Any]:
             "evicted_tokens": store.seen - store.kept(),
         }
     return {}
+
+
+__all__ = ["QUANT_FAULTS", "approx_stats", "evict_cache", "quantize_cache"]
