@@ -19,6 +19,7 @@ import torch
 
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
+from gate.adapters.hf.attention import ATTENTION_FUNCTIONS, attention_function, can_leave_paged
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
@@ -168,8 +169,6 @@ class HFPath:
     def reuse_faults(self) -> tuple[str, ...]:
         """reuse_after: the state a batch can leave on the model object, where the release lets gate
         plant it (a model whose attention implementation can be switched)."""
-        from gate.adapters.hf.reuse import can_leave_paged
-
         return REUSE_FAULTS if self.options.reuse_after and can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
@@ -424,8 +423,6 @@ def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]
     unchanged. `q` is scaled so that 1/sqrt(D) applies the model's own `scaling`. Models whose
     attention modules name no `layer_idx` record nothing (the head map is then not judged)."""
     import sys
-
-    from gate.adapters.hf.probe import ATTENTION_FUNCTIONS, attention_function
 
     seen: dict[int, dict[str, torch.Tensor]] = {}
     original = attention_function(model)

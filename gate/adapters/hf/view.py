@@ -1,0 +1,51 @@
+"""What a session of the Hugging Face adapter reads of its path (gate.adapters.hf.paths.HFPath, and the
+paths built on it): the sessions, beams, continuous batches and the reuse server are written against
+`SessionPath`, so they never import the paths that build them."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from gate.adapters.hf.faults import Tamper
+from gate.adapters.hf.options import Options
+
+
+class SessionPath(Protocol):
+    """The path as its sessions see it."""
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def tamper(self) -> Tamper: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def options(self) -> Options: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def max_len(self) -> int: ...
+
+    @property
+    def pad_token_id(self) -> int: ...
+
+    def make_cache(self, batch_size: int) -> Any: ...
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def around_forward(self, session: Any, phase: str) -> Any: ...
+
+    def extra_exercise(self, session: Any) -> dict[str, Any]: ...
