@@ -26,11 +26,8 @@ from gate.adapters.hf.options import Options
 class TamperPath(Protocol):
     """What a tamper reads of a session's path."""
 
-    @property
-    def max_len(self) -> int: ...
-
-    @property
-    def options(self) -> Options: ...
+    max_len: int
+    options: Options
 
 
 class TamperedSession(Protocol):
@@ -39,21 +36,13 @@ class TamperedSession(Protocol):
     cache: Any
     pos: int
     positions_from_cache: bool
+    model: Any
+    device: Any
+    batch_size: int
+    pending_positions: torch.Tensor
 
     @property
     def path(self) -> TamperPath: ...
-
-    @property
-    def model(self) -> Any: ...
-
-    @property
-    def device(self) -> Any: ...
-
-    @property
-    def batch_size(self) -> int: ...
-
-    @property
-    def pending_positions(self) -> torch.Tensor: ...
 
     def clear_cache(self) -> None: ...
 

@@ -15,29 +15,16 @@ from gate.adapters.hf.options import Options
 class SessionPath(Protocol):
     """The path as its sessions see it."""
 
-    @property
-    def model(self) -> Any: ...
-
-    @property
-    def device(self) -> str: ...
-
-    @property
-    def tamper(self) -> Tamper: ...
+    model: Any
+    device: str
+    tamper: Tamper
+    options: Options
+    seed: int
+    vocab_size: int
+    max_len: int
 
     @property
     def kind(self) -> str: ...
-
-    @property
-    def options(self) -> Options: ...
-
-    @property
-    def seed(self) -> int: ...
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def max_len(self) -> int: ...
 
     @property
     def pad_token_id(self) -> int: ...
