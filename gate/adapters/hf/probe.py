@@ -23,8 +23,8 @@ import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.attention import attention_function
-from gate.adapters.hf.paths import TracingHFPath
 from gate.adapters.hf.sessions import CacheSession
+from gate.adapters.hf.tracing import TracingHFPath
 
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
