@@ -12,6 +12,7 @@ holds it).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._coverage import planned_coverage
@@ -19,17 +20,20 @@ from gate.checks._needs import DECLARED, Declared, capability_table, offered_cap
 from gate.checks._params import BUILTIN_PARAMS
 
 if TYPE_CHECKING:
-    from gate.checks._prefix_support import LEGACY_METHODS, LegacyStore
+    from gate.checks._prefix_store import LEGACY_METHODS, LegacyStore
     from gate.checks._prefix_support import WHY as IDENTITY_WHY
 
-_LAZY = {"LegacyStore": "LegacyStore", "LEGACY_METHODS": "LEGACY_METHODS", "IDENTITY_WHY": "WHY"}
+_LAZY = {
+    "LegacyStore": ("_prefix_store", "LegacyStore"),
+    "LEGACY_METHODS": ("_prefix_store", "LEGACY_METHODS"),
+    "IDENTITY_WHY": ("_prefix_support", "WHY"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from gate.checks import _prefix_support
-
-        return getattr(_prefix_support, _LAZY[name])
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"gate.checks.{module}"), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

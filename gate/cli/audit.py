@@ -18,7 +18,8 @@ from gate.cli.verify import mains_policy_option
 
 
 def _open(ledger_path: Path | None) -> Any:
-    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
 
     return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
 

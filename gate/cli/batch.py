@@ -14,8 +14,8 @@ import click
 from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
 from gate.cli.progress import ColorMode, Reporter
-from gate.engine.executors import TaskRecord
 from gate.engine.options import RunOptions
+from gate.engine.tasks import TaskRecord
 
 _COLOURS = {
     "pass": "green",

@@ -63,7 +63,8 @@ def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[GateR
     `commit`, read from the dossier directory its ledger entry names (refused when gone or replaced)."""
     from gate.errors import InputError
     from gate.trust.history import latest_other_commit, recorded_dossier
-    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
 
     path = resolve_ledger_path(ledger_path, must_exist=True)
     with Ledger.open(path, create=False, writable=False) as ledger:

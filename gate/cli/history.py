@@ -28,8 +28,10 @@ def command(selector: str, ledger_path: Path | None, html_out: Path | None) -> N
     """
     from gate._util.atomic import write_bytes_atomic
     from gate.errors import OutputError
-    from gate.trust.history import build_history, render_html, render_text
-    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.history import build_history
+    from gate.trust.history_render import render_html, render_text
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
 
     with user_errors():
         path = resolve_ledger_path(ledger_path, must_exist=True)

@@ -49,7 +49,8 @@ def command(
     """
     from gate.errors import InputError
     from gate.trust.keys import keyid, load_private_key, load_public_key
-    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
     from gate.trust.policy import require_trust
     from gate.trust.revocation import append_revocation, revocation_body
     from gate.trust.waivers import require_verified

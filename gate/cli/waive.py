@@ -62,7 +62,8 @@ def command(
     voids the waiver; an expired or revoked waiver is ignored and reported; an `error` is never waived.
     """
     from gate.errors import InputError
-    from gate.trust.ledger import Ledger, resolve_ledger_path
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
     from gate.trust.policy import require_trust
     from gate.trust.waivers import grant_waiver
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from gate.core.matrix import RESERVED_NAMES, MatrixRun, expand_matrix, safe_name
 from gate.core.result import VERDICT_PRECEDENCE, Verdict, worst_verdict
-from gate.engine.executors import Executor, Task, TaskRecord
+from gate.engine.executors import Executor
 from gate.engine.options import RunOptions
+from gate.engine.tasks import Task, TaskRecord
 from gate.errors import InputError
 
 INPUTS = "_inputs"

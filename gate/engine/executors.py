@@ -3,10 +3,9 @@
     executor = LocalExecutor(jobs=2)                  # or RayExecutor(address="auto")
     records = executor.run(tasks, on_done=print)      # one TaskRecord per Task, in task order
 
-A `Task` names a manifest, its output directory and the pipeline's options: plain data, so it
-travels to a worker process or a Ray node as it is. Each worker calls `execute_task`, which is
-`gate.engine.pipeline.run_pipeline` (the single run, byte for byte) and returns a `TaskRecord`: the
-verdict, the exit code, each check's status and the files written. Models never leave the worker.
+A `Task` (gate.engine.tasks) names a manifest, its output directory and the pipeline's options: plain
+data, so it travels to a worker process or a Ray node as it is. Each worker calls `execute_task` (the
+single run, byte for byte) and returns a `TaskRecord`. Models never leave the worker.
 
 A worker that dies while it runs a task (SIGKILL, the out-of-memory killer, a lost Ray node) costs
 that task only: it is run again up to `task.retries` times, then recorded as verdict `error` with
@@ -22,105 +21,10 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gate.engine.options import RunOptions
-from gate.errors import EXIT_CHECK_ERROR, GateError, Terminated, UnavailableError
-
-
-@dataclass(frozen=True)
-class Task:
-    """One manifest to run into one output directory."""
-
-    name: str
-    manifest: str
-    out_dir: str
-    options: RunOptions = field(default_factory=RunOptions)
-    """How every run of the batch runs (`gate run`'s flags): plain data, it travels as it is."""
-    device: str = "cpu"
-    """The subject's device: what the task asks a Ray cluster for (a GPU for cuda)."""
-    retries: int = 1
-    """How many times the task runs again when its worker is lost."""
-
-
-@dataclass
-class TaskRecord:
-    """What a task produced, as plain data (never a model)."""
-
-    name: str
-    manifest: str
-    out_dir: str
-    verdict: str
-    exit_code: int
-    summary: str
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    """Each check: name, status, severity, message."""
-    files: list[str] = field(default_factory=list)
-    ledger_seq: int | None = None
-    error: str | None = None
-    """Why the task has no result of its own (bad input, a lost worker), else None."""
-    attempts: int = 1
-    duration_s: float = 0.0
-    worker: str = ""
-    """Where it ran: `pid 1234` or a Ray node id."""
-    approved_by: list[str] = field(default_factory=list)
-    """An awaiting-approval run that the ledger's approvals of the same evidence cover (exit 0): who
-    approved (gate.trust.approve.carry_over)."""
-
-    @property
-    def approved(self) -> bool:
-        return self.verdict == "awaiting-approval" and bool(self.approved_by) and self.exit_code == 0
-
-
-def execute_task(task: Task) -> TaskRecord:
-    """Run one task in this process: the single-run pipeline, its outputs into task.out_dir."""
-    from gate.engine.pipeline import run_pipeline
-
-    started = time.perf_counter()
-    opts = task.options
-    try:
-        import torch
-
-        torch.set_num_threads(opts.worker_threads)
-        outputs = run_pipeline(task.manifest, task.out_dir, opts)
-    except GateError as err:  # bad input found in the worker (a device it lacks), an unwritable --out
-        return failed_record(task, str(err), err.exit_code, time.perf_counter() - started)
-    except Exception as err:  # gate's own failure outside any check: the task's error
-        return failed_record(task, f"{err.__class__.__name__}: {err}", EXIT_CHECK_ERROR, time.perf_counter() - started)
-    result = outputs.result
-    return TaskRecord(
-        name=task.name,
-        manifest=task.manifest,
-        out_dir=task.out_dir,
-        verdict=result.verdict.value,
-        exit_code=outputs.exit_code,
-        summary=result.summary,
-        approved_by=list(outputs.carried.approved_by) if outputs.approved and outputs.carried else [],
-        checks=[
-            {"check": c.check, "status": c.status.value, "severity": c.severity, "message": c.message}
-            for c in result.checks
-        ],
-        files=[str(p) for p in outputs.files],
-        ledger_seq=outputs.ledger_seq,
-        duration_s=round(time.perf_counter() - started, 3),
-        worker=f"pid {os.getpid()}",
-    )
-
-
-def failed_record(task: Task, reason: str, exit_code: int = EXIT_CHECK_ERROR, seconds: float = 0.0) -> TaskRecord:
-    """A task that produced no result of its own: verdict error, with the reason."""
-    return TaskRecord(
-        name=task.name,
-        manifest=task.manifest,
-        out_dir=task.out_dir,
-        verdict="error",
-        exit_code=exit_code,
-        summary=f"error: {reason}",
-        error=reason,
-        duration_s=round(seconds, 3),
-    )
-
+from gate.engine.tasks import Task, TaskRecord, execute_task, failed_record
+from gate.errors import Terminated, UnavailableError
 
 OnDone = Callable[[TaskRecord], None]
 OnStart = Callable[[Task, int, str], None]

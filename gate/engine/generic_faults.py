@@ -22,7 +22,7 @@ a cache that keeps the wrong state, not that every such bug is covered.
 
 A generic fault applies only to a path that keeps a cache (`uses_cache`): on a path that
 recomputes every step it would break only gate's wrapper, which proves nothing about the path.
-This module imports no torch at import time.
+The wrappers themselves are gate.engine.generic_sessions. This module imports no torch at import time.
 """
 
 from __future__ import annotations
@@ -31,7 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gate.protocols import CacheCropping, WeightReloading, offered
+from gate.engine.generic_sessions import (
+    BlockTruncated,
+    CacheDropped,
+    HandleSwap,
+    ResetIgnored,
+    RowsCrossed,
+    TokenSkipped,
+    WeightsChanged,
+    needs_crop,
+    needs_reload,
+)
+from gate.protocols import CacheCropping, WeightReloading
 
 if TYPE_CHECKING:
     import torch
@@ -60,154 +71,6 @@ class GenericFault:
     wrap: Callable[[DecodePath], DecodePath] | None = None
     """Builds the faulty candidate from the clean path when the fault wraps a store or a sampler
     rather than sessions (gate.engine.generic_stores); such a fault needs no cache of sessions."""
-
-
-class _Wrapped:
-    """Common base: a session that forwards to `inner` and remembers whether it holds tokens."""
-
-    def __init__(self, path: DecodePath, batch: int) -> None:
-        self.path, self.batch = path, batch
-        self.inner: Session = path.new_session(batch)
-        self.fed = False
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.fed = self.fed or tokens.shape[1] > 0
-        return self.inner.prefill(tokens)
-
-    def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        if not self.fed:
-            return self.prefill(tokens)
-        return self.faulty_append(tokens)
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.inner.append(tokens)
-
-    def reset(self) -> None:
-        self.fed = False
-        self.inner.reset()
-
-    def exercise(self) -> dict[str, Any]:
-        return dict(self.inner.exercise())
-
-
-def _other_request(tokens: torch.Tensor) -> torch.Tensor:
-    """Another request of the same shape: the next row's tokens, or the row reversed when B = 1."""
-    return tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1)
-
-
-class HandleSwap(_Wrapped):
-    """Prefills go to the request's own session and, shifted by one row, to a foreign one; every
-    append then runs against the foreign session: the handle points at another request's cache."""
-
-    def __init__(self, path: DecodePath, batch: int) -> None:
-        super().__init__(path, batch)
-        self.foreign: Session = path.new_session(batch)
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.foreign.prefill(_other_request(tokens))
-        return super().prefill(tokens)
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.foreign.append(tokens)
-
-    def reset(self) -> None:
-        super().reset()
-        self.foreign.reset()
-
-
-class RowsCrossed(_Wrapped):
-    """Every answer of a session of B > 1 requests comes back one row over: each request receives
-    the next request's logits (a batch's rows crossed; alone, B = 1, nothing changes)."""
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        return _crossed(super().prefill(tokens))
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        return _crossed(self.inner.append(tokens))
-
-
-def _crossed(rows: torch.Tensor) -> torch.Tensor:
-    return rows.roll(1, dims=0) if rows.shape[0] > 1 else rows
-
-
-class ResetIgnored(_Wrapped):
-    """reset() forgets nothing."""
-
-    def reset(self) -> None:
-        return None
-
-
-class CacheDropped(_Wrapped):
-    """Every append runs against a new, empty session."""
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.inner = self.path.new_session(self.batch)
-        return self.inner.append(tokens)
-
-
-class TokenSkipped(_Wrapped):
-    """The first token of every multi-token prefill or append never enters the cache: every later
-    position is one short. Its row of logits is the next row repeated, so shapes stay the
-    protocol's. (Skipping rather than doubling keeps positions inside max_len on a sweep to the
-    longest prefix.)"""
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.shape[1] < 2:
-            return super().prefill(tokens)
-        return _repeat_first(super().prefill(tokens[:, 1:]))
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.shape[1] < 2:
-            return self.inner.append(tokens)
-        return _repeat_first(self.inner.append(tokens[:, 1:]))
-
-
-def _repeat_first(rows: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    return torch.cat([rows[:, :1], rows], dim=1)
-
-
-class WeightsChanged(_Wrapped):
-    """Appends run with changed weights against the cache the old weights wrote."""
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        reloading: Any = self.path
-        reloading.reload_weights(1)
-        try:
-            return self.inner.append(tokens)
-        finally:
-            reloading.reload_weights(0)
-
-
-def _block(path: DecodePath) -> int:
-    bounds = getattr(path, "layout_boundaries", None)
-    edges = bounds() if callable(bounds) else ()
-    return int(edges[0]) if edges else 16
-
-
-class BlockTruncated(_Wrapped):
-    """Before each append the cache is cropped to whole blocks: the partial last block is lost."""
-
-    def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
-        cropping: Any = self.inner
-        length, block = int(cropping.cache_length()), _block(self.path)
-        if length % block:
-            cropping.crop(length - length % block)
-        return self.inner.append(tokens)
-
-
-def _needs_reload(path: DecodePath) -> str | None:
-    if offered(path, WeightReloading) is not None:
-        return None
-    return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
-
-
-def _needs_crop(path: DecodePath) -> str | None:
-    session = path.new_session(1)
-    if offered(session, CacheCropping) is not None:
-        return None
-    return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"
 
 
 GENERIC_FAULTS: tuple[GenericFault, ...] = (
@@ -253,7 +116,7 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
         SESSION_CHECKS,
         "appends run after the weights changed while the cache written by the old weights is kept",
         WeightsChanged,
-        _needs_reload,
+        needs_reload,
     ),
     GenericFault(
         "block-truncated",
@@ -261,7 +124,7 @@ GENERIC_FAULTS: tuple[GenericFault, ...] = (
         SESSION_CHECKS,
         "the partial last block of the cache is cropped before each append",
         BlockTruncated,
-        _needs_crop,
+        needs_crop,
     ),
 )
 PREFIX_CHECKS = ("prefix-reuse-parity", "cache-identity", "tenant-isolation", "invalidation", "hash-collision")
@@ -371,7 +234,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
 
 
 def _sampler_fault(rule: str) -> GenericFault:
-    from gate.engine.generic_stores import FaultySampler, sampler_needs
+    from gate.engine.generic_samplers import FaultySampler, sampler_needs
 
     def wrap(path: DecodePath) -> DecodePath:
         faulty: DecodePath = FaultySampler(path, rule)

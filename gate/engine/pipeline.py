@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gate.engine.options import RunOptions
     from gate.report.model import ReportData
     from gate.report.next_steps import CommandContext
-    from gate.trust.approve import Carried
+    from gate.trust.carry import Carried
 
 CiPublish = Callable[["ReportData | None", "Path | None", "str | None"], None]
 """Publishes a run's CI annotations and job summary: with the approved rendering's report, dossier
@@ -43,7 +43,7 @@ class RunOutputs:
     """The ledger entry the verdict was appended as, when a ledger was given."""
     carried: Carried | None = None
     """Approvals of an identical earlier run (same evidence digest) found in the ledger, for an
-    awaiting-approval run (gate.trust.approve.carry_over); None: none looked for."""
+    awaiting-approval run (gate.trust.carry.carry_over); None: none looked for."""
 
     @property
     def approved(self) -> bool:
@@ -133,8 +133,8 @@ def run_pipeline(
         ]
         seq, carried = None, None
         if may_carry:
-            from gate.trust.approvals import APPROVED_HTML, APPROVED_MD
-            from gate.trust.approve import carry_over
+            from gate.trust.approval_predicate import APPROVED_HTML, APPROVED_MD
+            from gate.trust.carry import carry_over
 
             assert ledger_path is not None and key_path is not None
             carried = carry_over(staging, ledger_path, trust_path, key_path, final_dir=out)
@@ -146,7 +146,7 @@ def run_pipeline(
                 else:
                     ci(None, None, None)
         if ledger_path is not None:
-            from gate.trust.ledger import record_run
+            from gate.trust.run_record import record_run
 
             extra = {"approvals_carried": carried.entries} if carried is not None and carried.entries else None
             entry, receipt = record_run(result, staging, ledger_path, sign_key=key_path, dossier_dir=out, extra=extra)

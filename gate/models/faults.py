@@ -10,6 +10,8 @@ The reference decoder (gate.models.reference) has no fault flags. Each fault her
   `reset` or its `claim` (what a request joining a slot clears);
 * the session: a wrapper around the path's sessions (stale weights).
 
+The cache and session patches are gate.models.cache_faults.
+
 `apply_fault(target, name)` mutates a *copy* made by the path's `with_fault`; the target only
 needs `model`, `block_size`, `cache_hooks` and `session_hooks` (see gate.adapters.reference.paths).
 
@@ -18,15 +20,25 @@ This module imports torch only inside the functions that patch, so option valida
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+
+from gate.models.cache_faults import (
+    FaultTarget,
+    cross_request_handle,
+    pad_attended,
+    poisoned_tail_read,
+    reset_keeps_position,
+    stale_slot_on_join,
+    stale_weights,
+    truncated_last_block,
+)
 
 if TYPE_CHECKING:
     import torch
 
-    from gate.models.reference import KVCache, Transformer
+    from gate.models.reference import KVCache
 
 
 @dataclass(frozen=True)
@@ -147,15 +159,6 @@ CATALOGUE: tuple[Fault, ...] = (
 )
 FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
 FAULT_NAMES: tuple[str, ...] = tuple(FAULTS)
-
-
-class FaultTarget(Protocol):
-    """What a fault patches: a path's model and the hooks its new caches and sessions go through."""
-
-    model: Transformer
-    block_size: int
-    cache_hooks: list[Callable[[KVCache], None]]
-    session_hooks: list[Callable[[Any], Any]]
 
 
 def window_for(max_len: int) -> int:
@@ -295,154 +298,20 @@ def _padding_in_positions(target: FaultTarget) -> None:
     model.row_positions = row_positions  # type: ignore[method-assign]
 
 
-# -- cache patches ---------------------------------------------------------------------------
-
-Update = Callable[[int, int, "torch.Tensor", "torch.Tensor"], "tuple[torch.Tensor, torch.Tensor]"]
-
-
-def _patch_update(target: FaultTarget, wrap: Callable[[KVCache, Update], Update]) -> None:
-    def hook(cache: KVCache) -> None:
-        cache.update = wrap(cache, cache.update)  # type: ignore[method-assign,assignment]
-
-    target.cache_hooks.append(hook)
-
-
-def _truncated_last_block(target: FaultTarget) -> None:
-    import torch
-
-    block = target.block_size
-
-    def wrap(_cache: KVCache, inner: Update) -> Update:
-        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            k_all, v_all = inner(layer, start_pos, k, v)
-            kept = (start_pos // block) * block  # floor, where ceil was meant
-            return (
-                torch.cat([k_all[:, :, :kept], k_all[:, :, start_pos:]], dim=2),
-                torch.cat([v_all[:, :, :kept], v_all[:, :, start_pos:]], dim=2),
-            )
-
-        return update
-
-    _patch_update(target, wrap)
-
-
-def _cross_request_handle(target: FaultTarget) -> None:
-    import torch
-
-    def wrap(_cache: KVCache, inner: Update) -> Update:
-        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            k_all, v_all = inner(layer, start_pos, k, v)
-            # the cached prefix is read from the next request's slot (row b -> b + 1)
-            return (
-                torch.cat([k_all[:, :, :start_pos].roll(1, dims=0), k_all[:, :, start_pos:]], dim=2),
-                torch.cat([v_all[:, :, :start_pos].roll(1, dims=0), v_all[:, :, start_pos:]], dim=2),
-            )
-
-        return update
-
-    _patch_update(target, wrap)
-
-
-def _poisoned_tail_read(target: FaultTarget) -> None:
-    def wrap(cache: KVCache, inner: Update) -> Update:
-        def update(layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            inner(layer, start_pos, k, v)
-            # the unused tail holds garbage, as an uninitialised allocation would: NaN here
-            valid = start_pos + k.shape[2]
-            cache.k[layer][:, :, valid:] = float("nan")
-            cache.v[layer][:, :, valid:] = float("nan")
-            # the whole allocation: the mask offset (k_len - q_len) then admits the unused tail
-            return cache.k[layer], cache.v[layer]
-
-        return update
-
-    _patch_update(target, wrap)
-
-
-def _pad_attended(target: FaultTarget) -> None:
-    def hook(cache: KVCache) -> None:
-        cache.padding = lambda _k_len: None  # type: ignore[method-assign,assignment]
-
-    target.cache_hooks.append(hook)
-
-
-def _stale_slot_on_join(target: FaultTarget) -> None:
-    def hook(cache: KVCache) -> None:
-        # SlotCache.claim would empty the slot; here the joining request takes it as it was left
-        cache.claim = lambda _slot: None  # type: ignore[attr-defined]
-
-    target.cache_hooks.append(hook)
-
-
-def _reset_keeps_position(target: FaultTarget) -> None:
-    def hook(cache: KVCache) -> None:
-        def reset() -> None:
-            for bufs in (cache.k, cache.v):
-                for t in bufs:
-                    t.zero_()
-            # cache.pos is left where the previous request ended
-
-        cache.reset = reset  # type: ignore[method-assign]
-
-    target.cache_hooks.append(hook)
-
-
-# -- session patches -------------------------------------------------------------------------
-
-
-def stale_model(model: Transformer) -> Transformer:
-    """The 'previous weights': a copy with every matrix perturbed by half of its scale (a
-    revision far enough from the current one that its K/V change the argmax in bfloat16 too)."""
-    import torch
-
-    old = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(12345)
-    with torch.no_grad():
-        for p in old.parameters():
-            if p.ndim == 2:
-                noise = torch.randn(p.shape, generator=gen).to(device=p.device, dtype=p.dtype)
-                p.add_(0.5 * p.float().std().to(p.dtype) * noise)
-    return old
-
-
-class _StalePrefill:
-    """A session whose prefill runs on the previous weights: the prompt's K/V are stale."""
-
-    def __init__(self, inner: Any, stale: Transformer) -> None:
-        self._inner, self._stale = inner, stale
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        current = self._inner.model
-        self._inner.model = self._stale
-        try:
-            out: torch.Tensor = self._inner.prefill(tokens)
-        finally:
-            self._inner.model = current
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _stale_weights(target: FaultTarget) -> None:
-    stale = stale_model(target.model)
-    target.session_hooks.append(lambda session: _StalePrefill(session, stale))
-
-
 _APPLY: dict[str, Callable[[FaultTarget], None]] = {
     "mask-origin-reset": _mask_origin_reset,
     "missing-start-pos": _missing_start_pos,
     "off-by-one-pos": _off_by_one_pos,
     "rope-after-write": _rope_after_write,
-    "reset-keeps-position": _reset_keeps_position,
-    "truncated-last-block": _truncated_last_block,
-    "stale-weights": _stale_weights,
-    "cross-request-handle": _cross_request_handle,
-    "poisoned-tail-read": _poisoned_tail_read,
+    "reset-keeps-position": reset_keeps_position,
+    "truncated-last-block": truncated_last_block,
+    "stale-weights": stale_weights,
+    "cross-request-handle": cross_request_handle,
+    "poisoned-tail-read": poisoned_tail_read,
     "sliding-window-mask": _sliding_window_mask,
     "padding-in-positions": _padding_in_positions,
-    "pad-attended": _pad_attended,
-    "stale-slot-on-join": _stale_slot_on_join,
+    "pad-attended": pad_attended,
+    "stale-slot-on-join": stale_slot_on_join,
     "kv-head-map": _kv_head_map,
     "chunk-mask-origin": _chunk_mask_origin,
 }

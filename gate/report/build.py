@@ -14,11 +14,10 @@ from typing import Any
 from gate.core.evidence import EVIDENCE, SweepEvidence
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, time_buckets
 from gate.report.evidence import read_diagnosis, read_evidence
-from gate.report.fmt import as_float, display, duration, number
+from gate.report.fmt import as_float, as_mapping, duration, number
 from gate.report.model import (
     Banner,
     CheckSection,
-    ClaimView,
     ControlCell,
     ControlLine,
     ControlMatrix,
@@ -26,18 +25,15 @@ from gate.report.model import (
     Failure,
     KeyValue,
     PlanRow,
-    ProvenanceGroup,
     ReportData,
     WaiverView,
 )
 from gate.report.next_steps import CommandContext, next_steps
+from gate.report.provenance import claim_view, key_values, provenance
 from gate.report.words import (
-    CLAIM_WORDS,
     CONTROL_TONES,
-    INTERVENTION_WORDS,
     STATUSES,
     STEP_TITLES,
-    TRANSFER,
     verdict_label,
 )
 
@@ -55,14 +51,6 @@ def anchor(name: str) -> str:
     return "check-" + (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unnamed")
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _kv(values: Mapping[str, Any]) -> list[KeyValue]:
-    return [KeyValue(str(k).replace("_", " "), display(v)) for k, v in values.items()]
-
-
 def _status(check: CheckResult) -> tuple[str, str, str]:
     status = check.status.value
     label, tone = STATUSES.get(status, (status.upper(), "muted"))
@@ -75,7 +63,7 @@ def _detected_at(check: CheckResult, first_failing_length: float | None) -> str 
     """Where the check first failed: a recorded detected_at, else the sweep's first argmax flip, else
     the diagnosis's first deviating length (which also counts lengths merely over tolerance)."""
     unit = "prefix length" if EVIDENCE.get(check.check) is SweepEvidence else "index"
-    diagnosis = _dict(check.diagnosis)
+    diagnosis = as_mapping(check.diagnosis)
     value = as_float(check.metrics.get("detected_at"))  # the runner's copy of Outcome.detected_at
     if value is not None:
         return f"{unit} {number(value)}"
@@ -155,9 +143,9 @@ def _section(check: CheckResult) -> CheckSection:
         why=check.why,
         policy_rule=check.policy_rule,
         detected_at=_detected_at(check, views.first_failing_length),
-        metrics=_kv(check.metrics),
-        params=_kv(check.params),
-        exercise=_kv(check.exercise),
+        metrics=key_values(check.metrics),
+        params=key_values(check.params),
+        exercise=key_values(check.exercise),
         sweep=views.sweep,
         slices=views.slices,
         distribution=views.distribution,
@@ -197,55 +185,6 @@ def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Fail
     ]
 
 
-def _invariants(result: GateResult) -> list[str]:
-    """Each invariant of a check that judges what an approximate cache kept (evidence `invariants`:
-    name -> held | broken), in words, for beside the envelopes."""
-    out = []
-    for c in result.checks:
-        held = c.evidence.get("invariants") if c.check == "evict-invariants" else None
-        if isinstance(held, dict) and held:
-            words = " · ".join(f"{display(k)} {display(v)}" for k, v in held.items())
-            out.append(f"{c.check} ({getattr(c.status, 'value', c.status)}): {words}")
-    return out
-
-
-def _claim(result: GateResult) -> ClaimView:
-    manifest = result.manifest
-    plan = result.plan
-    claim = _dict(manifest.get("claim"))
-    level = str(claim.get("level", plan.get("claim", "unknown")))
-    intervention = str(manifest.get("intervention", plan.get("intervention", "unknown")))
-    approximate = bool(plan.get("approximate", level == "bounded-degradation"))
-    parameters = [
-        KeyValue(str(k), display(v)) for k, v in claim.items() if k not in ("level", "envelopes") and v is not None
-    ]
-    envelopes = []
-    for env in claim.get("envelopes", []) if isinstance(claim.get("envelopes"), list) else []:
-        env = _dict(env)
-        confidence = as_float(env.get("confidence", 0.95)) or 0.95
-        envelopes.append(
-            f"{display(env.get('slice'))}: {display(env.get('metric'))} "
-            f"{display(env.get('comparator'))} {display(env.get('threshold'))} "
-            f"at {confidence:.0%} one-sided confidence"
-        )
-    return ClaimView(
-        invariants=_invariants(result),
-        intervention=intervention,
-        intervention_words=str(plan.get("intervention_summary") or INTERVENTION_WORDS.get(intervention, "")),
-        approximate=approximate,
-        level=level,
-        claim_words=str(plan.get("claim_in_words") or CLAIM_WORDS.get(level, level)),
-        parameters=parameters,
-        envelopes=envelopes,
-        rule=str(plan.get("claim_rule", "")).strip(),
-        rule_source=str(plan.get("claim_source", "")),
-        description=str(manifest.get("description", "")),
-        identity_declared=[str(v) for v in manifest.get("identity", []) or []],
-        identity_required=[str(v) for v in plan.get("identity_required", []) or []],
-        transfer=TRANSFER.get(level, TRANSFER["bounded-degradation"] if approximate else ""),
-    )
-
-
 def _controls(result: GateResult) -> ControlMatrix:
     checks = [c for c in result.checks if c.controls]
     faults: list[str] = []
@@ -274,52 +213,6 @@ def _controls(result: GateResult) -> ControlMatrix:
             )
         rows.append(ControlRow(fault=fault, cells=cells))
     return ControlMatrix(checks=[c.check for c in checks], rows=rows)
-
-
-def _provenance(result: GateResult) -> list[ProvenanceGroup]:
-    manifest = result.manifest
-    change = _dict(manifest.get("change"))
-    subject = _dict(manifest.get("subject"))
-    groups = [
-        ProvenanceGroup(
-            "Change",
-            [
-                KeyValue("name", display(manifest.get("name"))),
-                KeyValue("repository", display(change.get("repository"))),
-                KeyValue("pull request", display(change.get("pull-request"))),
-                KeyValue("commit", display(change.get("commit"))),
-            ],
-        ),
-        ProvenanceGroup(
-            "Manifest",
-            [KeyValue("path", result.manifest_digest.path), KeyValue("sha256", result.manifest_digest.sha256)],
-        ),
-        ProvenanceGroup("Policies", [KeyValue(p.path, p.sha256) for p in result.policies]),
-    ]
-    for role, identity in result.subjects.items():
-        groups.append(ProvenanceGroup(f"Subject: {role}", _kv(_dict(identity))))
-    if result.datasets:
-        groups.append(ProvenanceGroup("Dataset fingerprints", [KeyValue(k, v) for k, v in result.datasets.items()]))
-    groups.append(
-        ProvenanceGroup(
-            "Run",
-            [
-                KeyValue("seed", display(subject.get("seed"))),
-                KeyValue("device", display(subject.get("device"))),
-                KeyValue("dtype", display(subject.get("dtype"))),
-                KeyValue("started", result.started_at),
-                KeyValue("finished", result.finished_at),
-                KeyValue("result version", str(result.result_version)),
-            ],
-        )
-    )
-    groups.append(
-        ProvenanceGroup(
-            "Environment",
-            [KeyValue("gate", result.gate_version)] + [kv for kv in _kv(result.environment) if kv.key != "gate"],
-        )
-    )
-    return groups
 
 
 def _banner_notes(result: GateResult) -> list[str]:
@@ -451,7 +344,7 @@ def build_report(
     ]
     return ReportData(
         banner=banner,
-        claim=_claim(result),
+        claim=claim_view(result),
         failures=_failures(result, sections),
         plan=plan,
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
@@ -460,8 +353,8 @@ def build_report(
         envelopes=[row for s in sections for row in s.slices] if _claim_level(result) == "bounded-degradation" else [],
         controls=_controls(result),
         waivers=[s.waiver for s in sections if s.waiver is not None],
-        approvals=[_kv(a) for a in approvals],
-        provenance=_provenance(result),
+        approvals=[key_values(a) for a in approvals],
+        provenance=provenance(result),
         started_at=result.started_at,
         finished_at=result.finished_at,
         gate_version=result.gate_version,

@@ -41,16 +41,8 @@ from gate.core.evidence import (
 from gate.report.divergence import TokenView, layer_plot, token_view
 from gate.report.fmt import display, number
 from gate.report.model import Diagnosis, Distribution, Download, KeyValue, Reproducer, SliceRow, Table
-from gate.report.plots import (
-    LatencyPlot,
-    LivePlot,
-    SweepPlot,
-    distribution_plot,
-    latency_plot,
-    live_plot,
-    slice_plot,
-    sweep_plot,
-)
+from gate.report.perf_plots import LatencyPlot, LivePlot, latency_plot, live_plot
+from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
 from gate.report.words import BITWISE_COMPARISON, SWEEP_COMPARISON
 
 SERVING_CLOCKS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from gate._util.numbers import significant
@@ -37,6 +38,11 @@ def as_float(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """A record value that should be a mapping, or an empty one (records written by other runners)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def number(value: float) -> str:

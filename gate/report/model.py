@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gate.report.divergence import LayerPlot, TokenView
-from gate.report.plots import DistributionPlot, LatencyPlot, LivePlot, SlicePlot, SweepPlot
+from gate.report.perf_plots import LatencyPlot, LivePlot
+from gate.report.plots import DistributionPlot, SlicePlot, SweepPlot
 
 Tone = str
 """One of "good", "bad", "warn", "muted", "await", "unproven" (amber: power not shown, never the

@@ -23,14 +23,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gate._util.digest import MIN_REF, ref_matches
 from gate.errors import InputError
-from gate.trust.approvals import APPROVAL_FILE, APPROVAL_KIND, ApprovalRecord, verify_approval
+from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND
+from gate.trust.approvals import ApprovalRecord, verify_approval
 from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import REVOCATION_KIND, Revocations, entry_problem, read_revocations
-from gate.trust.verify_run import MIN_REF, ApprovalInput, Finding, RunCheck, check_run, ref_matches
+from gate.trust.verify_run import ApprovalInput, Finding, RunCheck, check_run
 from gate.trust.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature, waiver_problem
 
 

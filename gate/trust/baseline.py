@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.policy import Trust
@@ -134,8 +135,6 @@ def main_commit(explicit: str | None = None, environ: Mapping[str, str] | None =
 
 def _same_commit(a: str, b: str) -> bool:
     """One commit names the other (the shorter a 7+ character prefix of the longer, any case)."""
-    from gate.trust.verify_run import ref_matches
-
     return ref_matches(a, b) or ref_matches(b, a)
 
 

@@ -28,7 +28,7 @@ the signed results.json and the signed sample files:
 
 So an identical re-run of an approved change (same commit, manifest, policies, models, data and
 measured quality) has the same evidence digest, and `gate run` finds the approval in the ledger
-(gate.trust.approve.carry_over); any change to any of it needs a new approval. Nothing here is
+(gate.trust.carry.carry_over); any change to any of it needs a new approval. Nothing here is
 taken on the run's word: a verifier recomputes the digest from the signed files.
 """
 

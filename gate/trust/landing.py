@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gate._util.digest import ref_matches
+
 if TYPE_CHECKING:
-    from gate.trust.approvals import ApprovalRecord, RunStatement
+    from gate.trust.approval_predicate import RunStatement
+    from gate.trust.approvals import ApprovalRecord
     from gate.trust.ledger import Entry
 
 GIT_TIMEOUT_S = 30
@@ -139,8 +142,7 @@ def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -
     """Bind ASKED as it is when the dossier names it (or names none, or cannot be read: `check_run`
     says so); else its signed commit when ASKED lands it (gate.trust.landing), else nothing, with
     the one line that names both commits."""
-    from gate.trust.approvals import ApprovalRefused, read_run_statement
-    from gate.trust.verify_run import ref_matches
+    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
 
     if asked is None:
         return AskedCommit(None)
@@ -200,8 +202,8 @@ def approval_landing(
     the run in DIR, lands (git, here): DIR's evidence digest recomputed with the approved commit in
     place of its own. The approval counts only if it names exactly that digest (`verify_approval`
     checks it with its signature): everything but the commit must be what the approver signed."""
-    from gate.trust.approvals import ApprovalPredicate, ApprovalRefused, read_run_statement
-    from gate.trust.attest import parse_statement
+    from gate.trust.approval_predicate import ApprovalPredicate, ApprovalRefused, read_run_statement
+    from gate.trust.statement import parse_statement
 
     if record is None or not commit or not record.evidence_sha256:
         return None
@@ -222,7 +224,8 @@ def approval_landing(
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
     """The approval entries, beyond `have`, of a commit that `commit` (the run in DIR) lands with
     the same evidence but the commit (`gate audit trace` of a run re-gated at the landed commit)."""
-    from gate.trust.approvals import ApprovalRecord, ApprovalRefused, read_run_statement
+    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
+    from gate.trust.approvals import ApprovalRecord
 
     try:
         run = read_run_statement(directory)

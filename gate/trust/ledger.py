@@ -34,241 +34,59 @@ to fewer entries than it held (docs/reliability.md, "What each pin catches").
 from __future__ import annotations
 
 import base64
-import fcntl
-import hashlib
 import json
 import os
-import struct
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict
 
 from gate._util.clock import now_utc
-from gate._util.limited import read_regular
-from gate.errors import InputError
-from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64, write_keypair
-from gate.trust.ledger_store import BUSY_TIMEOUT_S, LedgerError, LedgerStore, is_url, ledger_location, open_store
+from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
+from gate.trust.ledger_paths import (
+    DEFAULT_LEDGER,
+    ENV_LEDGER,
+    ENV_LEDGER_KEY,
+    ensure_ledger_key,
+    resolve_key_path,
+    resolve_ledger_path,
+    run_ledger_choice,
+    run_ledger_path,
+)
+from gate.trust.ledger_postgres import PostgresStore
+from gate.trust.ledger_records import (
+    ENV_LEDGER_ORIGIN,
+    PIN_SUFFIX,
+    RECEIPT,
+    Checkpoint,
+    Entry,
+    Receipt,
+    ReceiptEntry,
+    advance_pin,
+    entry_hash,
+    note_bytes,
+    parse_note,
+    pin_path,
+    pinned_origin,
+    read_pin,
+)
+from gate.trust.ledger_store import (
+    BUSY_TIMEOUT_S,
+    LedgerError,
+    LedgerStore,
+    LedgerURL,
+    SqliteStore,
+    is_url,
+)
 from gate.trust.signing import canonical_json
 
 if TYPE_CHECKING:
-    from gate.core.result import GateResult
+    pass
 
 LEDGER_VERSION = 1
-ENTRY_TAG = b"gate-ledger/v1/entry\x00"
-"""Domain separation: an entry hash can never be confused with any other sha256 gate computes."""
-CHECKPOINT_HEADER = "gate-ledger/v1"
 GENESIS = "00" * 32
-DEFAULT_LEDGER = Path(".gate") / "ledger.sqlite"
-ENV_LEDGER = "GATE_LEDGER"
-ENV_LEDGER_KEY = "GATE_LEDGER_KEY"
-
-PIN_SUFFIX = ".pin"
-"""`<ledger>.pin`: the latest signed checkpoint, kept beside an SQLite ledger (its origin pinned)."""
-ENV_LEDGER_PIN = "GATE_LEDGER_PIN"
-"""The pin file of a PostgreSQL ledger (the operator keeps it; there is no file beside a database)."""
-ENV_LEDGER_ORIGIN = "GATE_LEDGER_ORIGIN"
-"""The origin a PostgreSQL ledger must have (its uuid, as its checkpoints name it)."""
-
-
-def entry_hash(seq: int, prev: str, body: bytes) -> str:
-    """sha256(ENTRY_TAG || seq (u64 big-endian) || prev (32 bytes) || body), hex."""
-    return hashlib.sha256(ENTRY_TAG + struct.pack(">Q", seq) + bytes.fromhex(prev) + body).hexdigest()
-
-
-def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
-    """Load the ledger key at `path`, generating it (mode 0600, with a .pub beside it) on first use.
-
-    Several processes may race here: exactly one file wins and everyone loads it.
-    """
-    if not path.exists():
-        write_keypair(path, path.with_suffix(".pub"))
-    return load_private_key(path)
-
-
-# --- where the ledger lives ---------------------------------------------------------------------
-
-
-def resolve_ledger_path(explicit: Path | None, *, must_exist: bool = False) -> Path:
-    """--ledger PATH, else $GATE_LEDGER, else ./.gate/ledger.sqlite (`must_exist`: refuse a missing file)."""
-    if explicit is not None:
-        path = explicit
-    elif os.environ.get(ENV_LEDGER):
-        path = ledger_location(os.environ[ENV_LEDGER])
-    else:
-        path = DEFAULT_LEDGER
-    if must_exist and not is_url(path) and not path.is_file():
-        raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
-    return path
-
-
-def run_ledger_path(explicit: Path | None) -> Path | None:
-    """The ledger `gate run` records to: --ledger, $GATE_LEDGER, or ./.gate/ledger.sqlite if it exists.
-
-    `gate run` never creates the default ledger: with none of the three, it records nothing.
-    """
-    return run_ledger_choice(explicit)[0]
-
-
-def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
-    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
-    if explicit is not None:
-        return explicit, "--ledger"
-    if os.environ.get(ENV_LEDGER):
-        return resolve_ledger_path(None), f"${ENV_LEDGER}"
-    if DEFAULT_LEDGER.is_file():
-        return DEFAULT_LEDGER, f"the default ledger: {DEFAULT_LEDGER} exists in this directory; --ledger names another"
-    return None, ""
-
-
-def default_key_path(ledger_path: Path) -> Path:
-    """The checkpoint key used when neither --ledger-key nor $GATE_LEDGER_KEY is given (a database
-    ledger has no directory of its own: give --ledger-key or $GATE_LEDGER_KEY)."""
-    if is_url(ledger_path):
-        raise LedgerError(f"{ledger_path}: a database ledger needs --ledger-key or ${ENV_LEDGER_KEY}")
-    return ledger_path.with_suffix(".key")
-
-
-def resolve_key_path(ledger_path: Path, explicit: Path | None) -> Path:
-    if explicit is not None:
-        return explicit
-    if os.environ.get(ENV_LEDGER_KEY):
-        return Path(os.environ[ENV_LEDGER_KEY])
-    return default_key_path(ledger_path)
-
-
-# --- records --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One ledger entry as stored."""
-
-    seq: int
-    prev: str
-    hash: str
-    raw: str
-    """The canonical JSON body exactly as stored (the bytes the hash covers)."""
-    ledger: str = field(default="", compare=False)
-    """The ledger it was read from, for messages."""
-
-    @property
-    def body(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.raw)
-        except ValueError:
-            raise LedgerError(f"{self.ledger or 'ledger'}: entry {self.seq}: its body is not JSON (corrupt)") from None
-        if not isinstance(value, dict):
-            raise LedgerError(f"{self.ledger or 'ledger'}: entry {self.seq}: its body is not a JSON object (corrupt)")
-        return value
-
-    @property
-    def kind(self) -> str:
-        return str(self.body.get("kind", ""))
-
-    @property
-    def time(self) -> str:
-        return str(self.body.get("time", ""))
-
-
-class Checkpoint(BaseModel):
-    """A signed statement that the ledger `origin` held `size` entries ending in `head`.
-
-    The signed bytes are the note: "gate-ledger/v1 ORIGIN\\nSIZE\\nHEAD\\nTIME\\n" (after C2SP
-    signed notes), signed with Ed25519 by the ledger key.
-    """
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    origin: str
-    """The ledger's random id, fixed at creation."""
-    size: int
-    """Number of entries the checkpoint covers."""
-    head: str
-    """Hash of entry `size` (hex), or 64 zeros for an empty ledger."""
-    time: str
-    """UTC ISO-8601 time of signing."""
-    keyid: str
-    """sha256 of the raw public key (hex)."""
-    public_key: str
-    """The raw Ed25519 public key, base64."""
-    signature: str
-    """Ed25519 signature over `note()`, base64."""
-
-    def note(self) -> bytes:
-        return note_bytes(self.origin, self.size, self.head, self.time)
-
-    def verify_signature(self) -> str | None:
-        """None when the signature is valid under the embedded key and keyid; else why not."""
-        try:
-            key = public_key_from_b64(self.public_key)
-        except (ValueError, TypeError):
-            return "checkpoint public key is malformed"
-        if keyid(key) != self.keyid:
-            return "checkpoint keyid does not match its public key"
-        try:
-            key.verify(base64.b64decode(self.signature), self.note())
-        except (InvalidSignature, ValueError, TypeError):
-            return f"checkpoint for size {self.size}: signature does not verify"
-        return None
-
-
-def note_bytes(origin: str, size: int, head: str, time: str) -> bytes:
-    return f"{CHECKPOINT_HEADER} {origin}\n{size}\n{head}\n{time}\n".encode()
-
-
-def _parse_note(note: str) -> tuple[str, int, str, str]:
-    lines = note.split("\n")
-    if len(lines) != 5 or lines[4] != "" or not lines[0].startswith(CHECKPOINT_HEADER + " "):
-        raise ValueError("malformed checkpoint note")
-    return lines[0][len(CHECKPOINT_HEADER) + 1 :], int(lines[1]), lines[2], lines[3]
-
-
-def pin_path(ledger_path: Path) -> Path | None:
-    """`<ledger>.pin` beside an SQLite file; $GATE_LEDGER_PIN for a database (None when unset)."""
-    if is_url(ledger_path):
-        explicit = os.environ.get(ENV_LEDGER_PIN)
-        return Path(explicit) if explicit else None
-    return Path(f"{ledger_path}{PIN_SUFFIX}")
-
-
-def pinned_origin(ledger_path: Path) -> str | None:
-    """The origin $GATE_LEDGER_ORIGIN pins a database ledger to (None: unset, or an SQLite file)."""
-    return (os.environ.get(ENV_LEDGER_ORIGIN) or None) if is_url(ledger_path) else None
-
-
-def read_pin(ledger_path: Path) -> Checkpoint | None:
-    """The checkpoint pinned for this ledger (beside the file, or $GATE_LEDGER_PIN), or None."""
-    path = pin_path(ledger_path)
-    if path is None:
-        return None
-    if not path.exists() and not path.is_symlink():
-        return None
-    try:
-        return Checkpoint.model_validate_json(read_regular(path, 1024 * 1024, "ledger pin"))
-    except (InputError, ValueError) as err:
-        raise LedgerError(
-            f"{path}: unreadable ledger pin ({err.__class__.__name__}); restore it or move it away"
-        ) from None
-
-
-def _advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
-    """Write `checkpoint` as the pin unless the pin already covers more (appends race; the pin only grows)."""
-    from gate._util.atomic import write_bytes_atomic
-
-    path = pin_path(ledger_path)
-    if path is None:
-        return
-    with open(f"{path}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        current = read_pin(ledger_path)
-        if current is None or current.origin != checkpoint.origin or current.size < checkpoint.size:
-            write_bytes_atomic(path, (checkpoint.model_dump_json(indent=2) + "\n").encode())
 
 
 # --- the ledger -----------------------------------------------------------------------------------
@@ -318,7 +136,11 @@ class Ledger:
             else:
                 key = load_private_key(resolved)
         # A read-only open cannot write even by accident (the audit commands only read).
-        store = open_store(path, writable=writable)
+        store: LedgerStore = (
+            PostgresStore(path.url, writable=writable)
+            if isinstance(path, LedgerURL)
+            else SqliteStore(path, writable=writable)
+        )
         ledger = cls(path, store, key)
         try:
             if is_url(path):
@@ -396,7 +218,7 @@ class Ledger:
         pinned = read_pin(self.path)
         where = str(pin_path(self.path)) if is_url(self.path) else f"{self.path.name}{PIN_SUFFIX}"
         if pinned is None:  # a new ledger, or one from before pins: pin what it holds now
-            _advance_pin(self.path, self.checkpoint() or self._sign(0, GENESIS, now_utc()))
+            advance_pin(self.path, self.checkpoint() or self._sign(0, GENESIS, now_utc()))
             return
         if pinned.origin != self.origin:
             raise LedgerError(
@@ -461,7 +283,7 @@ class Ledger:
 
         self._store.append(build)
         entry, checkpoint = made[0]
-        _advance_pin(self.path, checkpoint)  # beside the file, or $GATE_LEDGER_PIN for a database
+        advance_pin(self.path, checkpoint)  # beside the file, or $GATE_LEDGER_PIN for a database
         return entry, checkpoint
 
     def _sign(self, size: int, head: str, time: str) -> Checkpoint:
@@ -500,7 +322,7 @@ class Ledger:
         pub, keyid = self.public_key_b64, self.keyid
         for note, signature in self._store.checkpoints():
             try:
-                origin, size, head, time = _parse_note(note)
+                origin, size, head, time = parse_note(note)
             except ValueError:
                 raise LedgerError(f"{self.location}: a stored checkpoint is malformed (corrupt ledger)") from None
             out.append(
@@ -524,39 +346,9 @@ class Ledger:
         return next((c for c in found if c.size == size), None)
 
 
-# --- recording a run ------------------------------------------------------------------------------
+# --- receipts ------------------------------------------------------------------------------
 
 RUN_KIND = "run"
-RECEIPT = "ledger.json"
-"""Written into a dossier directory after its run is recorded: the entry and a signed checkpoint."""
-
-
-class ReceiptEntry(BaseModel):
-    """The entry a receipt proves: its number, hash and kind."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    seq: int
-    hash: str
-    kind: str
-
-
-class Receipt(BaseModel):
-    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`):
-    used both to write and to read it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ledger: str
-    """Where the ledger is (a resolved path, or its URL)."""
-    origin: str
-    """The ledger's random id."""
-    entry: ReceiptEntry
-    checkpoint: Checkpoint
-    """A signed checkpoint whose head is the entry's hash."""
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
@@ -579,31 +371,6 @@ def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Check
     )
 
 
-def record_run(
-    result: GateResult,
-    out_dir: Path,
-    ledger_path: Path,
-    *,
-    sign_key: Path | None = None,
-    key_path: Path | None = None,
-    dossier_dir: Path | None = None,
-    extra: dict[str, Any] | None = None,
-) -> tuple[Entry, Path]:
-    """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
-
-    `result` is the run's GateResult; call this after every output (and the attestation) is
-    written, so their digests are the final ones. `dossier_dir`: where the dossier will be once
-    complete (what the entry records; default out_dir, where the files are read now). `extra`:
-    more fields for the entry's body.
-    """
-    from gate.trust.run_record import run_payload
-
-    payload = {**run_payload(result, out_dir, sign_key, dossier_dir=dossier_dir), **(extra or {})}
-    with Ledger.open(ledger_path, key_path=key_path) as ledger:
-        entry, checkpoint = ledger.append(RUN_KIND, payload)
-        return entry, write_receipt(out_dir, ledger, entry, checkpoint)
-
-
 __all__ = [
     "BUSY_TIMEOUT_S",
     "DEFAULT_LEDGER",
@@ -621,7 +388,6 @@ __all__ = [
     "now_utc",
     "read_pin",
     "receipt",
-    "record_run",
     "resolve_ledger_path",
     "run_ledger_choice",
     "run_ledger_path",

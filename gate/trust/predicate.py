@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gate.core.result import GateResult
 
 if TYPE_CHECKING:
-    from gate.trust.attest import Statement
+    from gate.trust.statement import Statement
 
 
 class PredicateManifest(BaseModel):

@@ -1,6 +1,6 @@
 """What the ledger records for a run: the verdict and the digest of every output (bytes, not objects).
 
-`gate.trust.ledger.record_run` appends this body after the dossier and its attestation are written.
+`record_run` appends this body after the dossier and its attestation are written.
 """
 
 from __future__ import annotations
@@ -8,17 +8,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gate._util.digest import sha256_file
+from gate.core.result import GateResult
 from gate.errors import GateError
-from gate.trust.attest import parse_statement, read_envelope, safe_name
-from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
+from gate.trust.attest import read_envelope, safe_name
+from gate.trust.keys import keyid, load_private_key, public_key_b64
+from gate.trust.ledger import RUN_KIND, Ledger, write_receipt
+from gate.trust.ledger_records import Entry
 from gate.trust.predicate import RunPredicate
+from gate.trust.statement import parse_statement
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
 ATTESTATION = "attestation.dsse.json"
@@ -129,20 +130,24 @@ def run_payload(
     }
 
 
-@contextmanager
-def recorded_signer_key(seq: int, body: Mapping[str, Any]) -> Iterator[dict[str, Path]]:
-    """The run signer's public key a ledger run entry recorded, as a temporary PEM file that
-    attest.verify_envelope can read: {label: path}, or {} when the run was unsigned."""
-    from cryptography.hazmat.primitives import serialization
+def record_run(
+    result: GateResult,
+    out_dir: Path,
+    ledger_path: Path,
+    *,
+    sign_key: Path | None = None,
+    key_path: Path | None = None,
+    dossier_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Entry, Path]:
+    """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
 
-    signer = body.get("signer") or {}
-    if not signer.get("public_key"):
-        yield {}
-        return
-    pem = public_key_from_b64(signer["public_key"]).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "run-signer.pub"
-        path.write_bytes(pem)
-        yield {f"the run signer recorded in ledger entry #{seq}": path}
+    `result` is the run's GateResult; call this after every output (and the attestation) is
+    written, so their digests are the final ones. `dossier_dir`: where the dossier will be once
+    complete (what the entry records; default out_dir, where the files are read now). `extra`:
+    more fields for the entry's body.
+    """
+    payload = {**run_payload(result, out_dir, sign_key, dossier_dir=dossier_dir), **(extra or {})}
+    with Ledger.open(ledger_path, key_path=key_path) as ledger:
+        entry, checkpoint = ledger.append(RUN_KIND, payload)
+        return entry, write_receipt(out_dir, ledger, entry, checkpoint)

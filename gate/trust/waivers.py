@@ -29,7 +29,6 @@ ledger entry number is the waiver's id. With no ledger, or no trust policy, no w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -117,12 +116,6 @@ WAIVER_SIGNATURE_DOMAIN = "gate-waiver/v1"
 
 def _signed_part(grant: WaiverGrant) -> dict[str, Any]:
     return grant.model_dump(mode="json", exclude={"signature"})
-
-
-def waiver_signer(key_path: Path) -> Callable[[WaiverGrant], dict[str, str]]:
-    """Sign a grant with the approver's key (from `gate keygen`): `gate waive --key KEY`."""
-    key = load_private_key(key_path)
-    return lambda grant: sign_statement(key, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant))
 
 
 def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None = None) -> str | None:
@@ -292,8 +285,10 @@ def _from_entry(entry: Entry) -> RecordedWaiver:
         return RecordedWaiver(entry.seq, entry.time, grant, problem=f"malformed ({str(err).splitlines()[0]})")
 
 
-def _note(result: CheckResult, text: str) -> str:
-    return f"{result.message} [{text}]" if result.message else text
+def _noted(result: CheckResult, text: str, **update: Any) -> CheckResult:
+    """`result` with `text` added to its message in brackets (and `update`'s other fields)."""
+    message = f"{result.message} [{text}]" if result.message else text
+    return result.model_copy(update={"message": message, **update})
 
 
 def waive_one(
@@ -312,10 +307,7 @@ def waive_one(
     expired = [w for w in trusted if not w.active_on(today)]
     if result.status == Status.error:
         if active:
-            w = active[-1]
-            return result.model_copy(
-                update={"message": _note(result, f"waiver #{w.id} not applied: a waiver never covers an error")}
-            )
+            return _noted(result, f"waiver #{active[-1].id} not applied: a waiver never covers an error")
         return result
     if result.status != Status.failed:
         return result
@@ -332,37 +324,26 @@ def waive_one(
             update={"status": Status.waived, "message": text, "waiver": w.as_result_waiver(expired=False)}
         )
     if active:
-        w = active[-1]
-        return result.model_copy(
-            update={
-                "message": _note(
-                    result,
-                    f"waiver #{w.id} not applied: a deny check needs {need} distinct signers, "
-                    f"{len(signers)} signed ({', '.join(signers)})",
-                )
-            }
+        return _noted(
+            result,
+            f"waiver #{active[-1].id} not applied: a deny check needs {need} distinct signers, "
+            f"{len(signers)} signed ({', '.join(signers)})",
         )
     if expired:
         w = expired[-1]
-        return result.model_copy(
-            update={
-                "message": _note(result, f"waiver #{w.id} expired on {w.grant.expires.isoformat()}; not applied"),
-                "waiver": w.as_result_waiver(expired=True),
-            }
+        return _noted(
+            result,
+            f"waiver #{w.id} expired on {w.grant.expires.isoformat()}; not applied",
+            waiver=w.as_result_waiver(expired=True),
         )
     if untrusted:
-        w = untrusted[-1]
-        return result.model_copy(update={"message": _note(result, f"waiver #{w.id} not applied: {w.problem}")})
+        return _noted(result, f"waiver #{untrusted[-1].id} not applied: {untrusted[-1].problem}")
     if other_digest:
         w = other_digest[-1]
-        return result.model_copy(
-            update={
-                "message": _note(
-                    result,
-                    f"waiver #{w.id} was granted for another version of this manifest "
-                    f"(sha256 {w.grant.manifest_sha256[:12]}); not applied",
-                )
-            }
+        return _noted(
+            result,
+            f"waiver #{w.id} was granted for another version of this manifest "
+            f"(sha256 {w.grant.manifest_sha256[:12]}); not applied",
         )
     return result
 

@@ -320,7 +320,7 @@ class OldProtocolPath:
 
 
 def test_an_old_protocol_store_keeps_its_injected_hash_and_budget_across_resets_and_restarts() -> None:
-    from gate.checks._prefix_support import LegacyStore
+    from gate.checks._prefix_store import LegacyStore
     from gate.prefix.cache import weak_hash
 
     _, cand = paths()

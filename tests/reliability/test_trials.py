@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from gate.trust.keys import write_keypair
 from gate.trust.ledger import Ledger, LedgerError
 from gate.trust.ledger_store import ledger_location
 from gate.trust.ledger_verify import verify_chain
-from tests.support.postgres import new_database, server_or_skip
+from tests.support.postgres import new_database
 from tests.support.repo import EXAMPLES, REPO
 
 pytestmark = pytest.mark.reliability
@@ -258,11 +257,6 @@ def _key(tmp_path: Path) -> Path:
 
 def test_concurrent_writers_on_sqlite(tmp_path: Path) -> None:
     _concurrent_writers(str(tmp_path / "ledger.sqlite"), _key(tmp_path), "SQLite")
-
-
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[str]:
-    yield from server_or_skip()
 
 
 def test_concurrent_writers_on_postgresql(tmp_path: Path, pg_server: str) -> None:

@@ -19,7 +19,6 @@ from gate.trust.keys import write_keypair
 from gate.trust.ledger import Ledger, LedgerError
 from gate.trust.ledger_store import ledger_location
 from gate.trust.ledger_verify import verify_chain
-from tests.support.postgres import new_database, server_or_skip
 from tests.trust.runs import exact_manifest, signed_run
 from tests.trust.trusted import make_keys, write_trust
 
@@ -50,17 +49,6 @@ def test_verify_every_command_that_takes_ledger_takes_a_postgresql_url() -> None
         option = next(p for p in command.params if p.name == "ledger_path")
         assert isinstance(option.type, click.types.StringParamType), name
         assert option.callback is not None and option.callback.__code__ is expected.__code__, name
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    yield from server_or_skip()
-
-
-@pytest.fixture
-def url(server: str, request: pytest.FixtureRequest) -> str:
-    name = "sv_" + "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:50]
-    return new_database(server, name)
 
 
 @pytest.fixture
@@ -99,72 +87,75 @@ def _refused(result: Result, *words: str) -> None:
     assert all(w in lines[0] for w in words), result.output
 
 
-def test_verify_and_trace_read_a_postgresql_ledger(tmp_path: Path, keys: dict[str, Path], url: str) -> None:
-    out = _passing_run(tmp_path, keys, url)
+def test_verify_and_trace_read_a_postgresql_ledger(tmp_path: Path, keys: dict[str, Path], pg_url: str) -> None:
+    out = _passing_run(tmp_path, keys, pg_url)
     trust = tmp_path / "trust.yaml"
-    verified = gate("verify", out, "--trust", trust, "--commit", COMMIT, "--ledger", url)
+    verified = gate("verify", out, "--trust", trust, "--commit", COMMIT, "--ledger", pg_url)
     assert verified.exit_code == 0, verified.output
     assert "verdict PASS" in verified.output and "File does not exist" not in verified.output
-    traced = gate("audit", "trace", COMMIT, "--trust", trust, "--ledger", url)
+    traced = gate("audit", "trace", COMMIT, "--trust", trust, "--ledger", pg_url)
     assert traced.exit_code == 0 and "VERIFIED" in traced.output, traced.output
 
 
-def test_unpinned_database_restarts_unnoticed(tmp_path: Path, keys: dict[str, Path], url: str) -> None:
+def test_unpinned_database_restarts_unnoticed(tmp_path: Path, keys: dict[str, Path], pg_url: str) -> None:
     """The "none" row: without a pin, a ledger emptied under its gate_meta starts again from entry 1."""
-    _passing_run(tmp_path, keys, url)
-    _passing_run(tmp_path, keys, url, "again")
-    _delete_everything_but_meta(url)
-    with Ledger.open(ledger_location(url)) as ledger:
+    _passing_run(tmp_path, keys, pg_url)
+    _passing_run(tmp_path, keys, pg_url, "again")
+    _delete_everything_but_meta(pg_url)
+    with Ledger.open(ledger_location(pg_url)) as ledger:
         entry, _ = ledger.append("test", {"i": 0})
         assert entry.seq == 1  # history gone, and nothing says so
-    with Ledger.open(ledger_location(url), writable=False) as ledger:
+    with Ledger.open(ledger_location(pg_url), writable=False) as ledger:
         assert verify_chain(ledger).ok
 
 
 def test_origin_pin_refuses_a_ledger_emptied_under_its_meta(
-    tmp_path: Path, keys: dict[str, Path], url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, keys: dict[str, Path], pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out = _passing_run(tmp_path, keys, url)
-    with Ledger.open(ledger_location(url), writable=False) as ledger:
+    out = _passing_run(tmp_path, keys, pg_url)
+    with Ledger.open(ledger_location(pg_url), writable=False) as ledger:
         origin = ledger.origin
     monkeypatch.setenv("GATE_LEDGER_ORIGIN", origin)
     trust = tmp_path / "trust.yaml"
-    assert gate("verify", out, "--trust", trust, "--ledger", url).exit_code == 0  # the pinned ledger, as it is
-    _delete_everything_but_meta(url)
-    words = (url, f"ledger {origin} holds no entries, but GATE_LEDGER_ORIGIN pins ledger {origin}")
-    _refused(gate("verify", out, "--trust", trust, "--ledger", url), *words)
-    _refused(gate("audit", "trace", COMMIT, "--trust", trust, "--ledger", url), *words)
-    _refused(gate("audit", "verify", "--ledger", url), *words)
+    assert gate("verify", out, "--trust", trust, "--ledger", pg_url).exit_code == 0  # the pinned ledger, as it is
+    _delete_everything_but_meta(pg_url)
+    words = (pg_url, f"ledger {origin} holds no entries, but GATE_LEDGER_ORIGIN pins ledger {origin}")
+    _refused(gate("verify", out, "--trust", trust, "--ledger", pg_url), *words)
+    _refused(gate("audit", "trace", COMMIT, "--trust", trust, "--ledger", pg_url), *words)
+    _refused(gate("audit", "verify", "--ledger", pg_url), *words)
     with pytest.raises(LedgerError, match="refusing to start it again from entry 1"):
-        Ledger.open(ledger_location(url))  # a run's append: never re-created
+        Ledger.open(ledger_location(pg_url))  # a run's append: never re-created
     with pytest.raises(LedgerError, match="holds no entries"):
         signed_run(
-            tmp_path / "next", exact_manifest(tmp_path / "m.yaml", COMMIT), keys["ci.key"], ledger=ledger_location(url)
+            tmp_path / "next",
+            exact_manifest(tmp_path / "m.yaml", COMMIT),
+            keys["ci.key"],
+            ledger=ledger_location(pg_url),
         )
 
 
 def test_pin_file_refuses_a_ledger_cut_back(
-    tmp_path: Path, keys: dict[str, Path], url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, keys: dict[str, Path], pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the origin cannot see: a ledger cut back to fewer entries that still holds some."""
     import psycopg
 
     monkeypatch.setenv("GATE_LEDGER_PIN", str(tmp_path / "fleet.pin"))
-    _passing_run(tmp_path, keys, url)
-    out = _passing_run(tmp_path, keys, url, "again")
-    with Ledger.open(ledger_location(url), writable=False) as ledger:
+    _passing_run(tmp_path, keys, pg_url)
+    out = _passing_run(tmp_path, keys, pg_url, "again")
+    with Ledger.open(ledger_location(pg_url), writable=False) as ledger:
         origin, size = ledger.origin, ledger.size()
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
         _drop_triggers(conn)
         conn.execute("DELETE FROM gate_entries WHERE seq > 1")
     monkeypatch.setenv("GATE_LEDGER_ORIGIN", origin)  # the origin alone lets it through
     monkeypatch.delenv("GATE_LEDGER_PIN")
-    with Ledger.open(ledger_location(url), writable=False) as ledger:
+    with Ledger.open(ledger_location(pg_url), writable=False) as ledger:
         assert ledger.size() == 1
     monkeypatch.setenv("GATE_LEDGER_PIN", str(tmp_path / "fleet.pin"))
     with pytest.raises(LedgerError, match=f"holds 1 entries, but .*fleet.pin acknowledged {size}"):
-        Ledger.open(ledger_location(url))
-    verified = gate("verify", out, "--trust", tmp_path / "trust.yaml", "--ledger", url)
+        Ledger.open(ledger_location(pg_url))
+    verified = gate("verify", out, "--trust", tmp_path / "trust.yaml", "--ledger", pg_url)
     # a cut-back ledger could hide a revocation: verify reads revocations only from a ledger that verifies
     assert (
         verified.exit_code == 1

@@ -16,7 +16,7 @@ from gate.core.policy import load_policies
 from gate.core.result import CheckResult, GateResult
 from gate.engine.pipeline import write_outputs
 from gate.engine.runner import decide
-from gate.trust.ledger import record_run
+from gate.trust.run_record import record_run
 from gate.trust.waivers import apply_waivers
 
 QUANT_MANIFEST = textwrap.dedent(
@@ -149,8 +149,9 @@ def signed_run(
     (out / "results.json").write_text(result.model_dump_json(indent=2) + "\n")
     write_outputs(result, out, manifest, gate_key, environ={})
     if samples:
-        from gate.trust.attest import ENVELOPE_NAME, parse_statement, read_envelope, sign_directory
+        from gate.trust.attest import ENVELOPE_NAME, read_envelope, sign_directory
         from gate.trust.keys import load_private_key
+        from gate.trust.statement import parse_statement
 
         (out / SAMPLES).parent.mkdir(exist_ok=True)
         (out / SAMPLES).write_text('{"id": 1, "agree": true}\n{"id": 2, "agree": false}\n')

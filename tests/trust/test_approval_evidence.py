@@ -85,7 +85,8 @@ def test_a_dossier_with_samples_is_approved_and_verified(tmp_path: Path, keys: d
 
 @pytest.mark.parametrize("name", ["../outside.jsonl", "samples/../../outside.jsonl", "/etc/passwd", "a\\b", "a//b"])
 def test_a_subject_outside_the_dossier_is_refused(tmp_path: Path, keys: dict[str, Path], name: str) -> None:
-    from gate.trust.attest import Subject, envelope_for, statement, write_envelope
+    from gate.trust.attest import envelope_for, statement, write_envelope
+    from gate.trust.statement import Subject
 
     out, _ = signed_run(tmp_path / "out", quant_manifest(tmp_path / "m.yaml", COMMIT), keys["ci.key"])
     (tmp_path / "outside.jsonl").write_text("x\n")
@@ -183,7 +184,8 @@ def test_a_refused_approval_writes_no_ledger(tmp_path: Path, keys: dict[str, Pat
 def test_gate_run_says_when_it_records_into_the_default_ledger(
     tmp_path: Path, keys: dict[str, Path], trust: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.trust.ledger import DEFAULT_LEDGER, Ledger
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import DEFAULT_LEDGER
 
     fake_gate_run(monkeypatch, keys["ci.key"])
     Ledger.open(DEFAULT_LEDGER).close()

@@ -10,16 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli.main import cli
+from gate.trust.approval_predicate import APPROVAL_FILE, ApprovalRefused, read_run_statement
 from gate.trust.approvals import (
-    APPROVAL_FILE,
     RECORD_FIELDS,
     ApprovalFile,
     ApprovalRecord,
-    ApprovalRefused,
     approval_record,
     approval_statement,
     load_approvals,
-    read_run_statement,
     verify_approval,
 )
 from gate.trust.approve import APPROVED_HTML, approve

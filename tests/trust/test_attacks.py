@@ -20,16 +20,12 @@ from gate.cli.main import cli
 from gate.core.result import GateResult, Verdict
 from gate.engine.pipeline import write_outputs
 from gate.errors import EXIT_OTHER_COMMIT
-from gate.trust.approvals import (
-    APPROVAL_FILE,
-    APPROVAL_KIND,
-    approval_record,
-    approval_statement,
-    read_run_statement,
-)
+from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND, read_run_statement
+from gate.trust.approvals import approval_record, approval_statement
 from gate.trust.attest import ENVELOPE_NAME, envelope_for
 from gate.trust.keys import load_private_key
-from gate.trust.ledger import Ledger, record_run
+from gate.trust.ledger import Ledger
+from gate.trust.run_record import record_run
 from gate.trust.waivers import WAIVER_KIND
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import in_days, make_keys, write_trust

@@ -19,16 +19,9 @@ from gate.cli.verify import command as verify
 from gate.core.result import GateResult
 from gate.engine.pipeline import write_outputs
 from gate.errors import InputError
-from gate.trust.attest import (
-    ENVELOPE_NAME,
-    PAYLOAD_TYPE,
-    PREDICATE_TYPE,
-    STATEMENT_TYPE,
-    add_signature,
-    pae,
-    verify_envelope,
-)
+from gate.trust.attest import ENVELOPE_NAME, add_signature, pae, verify_envelope
 from gate.trust.keys import generate_keypair, keyid, load_private_key
+from gate.trust.statement import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 
 SIGNED_FILES = ("manifest.yaml", "results.json", "dossier.html", "dossier.md", "junit.xml")
 

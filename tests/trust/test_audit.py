@@ -226,7 +226,8 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
     assert listed.output.count("AWAITING-APPROVAL") == 2
 
     monkeypatch.delenv("GATE_LEDGER")
-    from gate.trust.ledger import DEFAULT_LEDGER, Ledger
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import DEFAULT_LEDGER
 
     Ledger.open(DEFAULT_LEDGER).close()  # an existing ./.gate/ledger.sqlite is used...
     assert gate("run", manifest, "--out", tmp_path / "o4").exit_code == 4
@@ -234,7 +235,8 @@ def test_gate_run_records_to_the_ledger_only_when_asked(tmp_path: Path, monkeypa
 
 
 def test_trace_flags_an_approval_made_with_the_run_key(world: dict[str, Path]) -> None:
-    from gate.trust.approvals import approval_record, approval_statement, read_run_statement
+    from gate.trust.approval_predicate import read_run_statement
+    from gate.trust.approvals import approval_record, approval_statement
     from gate.trust.attest import envelope_for
     from gate.trust.keys import load_private_key
     from gate.trust.ledger import Ledger

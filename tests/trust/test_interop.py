@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.attest import ENVELOPE_NAME, PAYLOAD_TYPE, STATEMENT_TYPE
+from gate.trust.attest import ENVELOPE_NAME
 from gate.trust.keys import keyid, load_public_key, raw_public
+from gate.trust.statement import PAYLOAD_TYPE, STATEMENT_TYPE
 from tests.trust.runs import quant_manifest, signed_run
 from tests.trust.trusted import make_keys
 

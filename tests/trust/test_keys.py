@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.attest import ENVELOPE_NAME, parse_statement, read_envelope, statement, verify_envelope
+from gate.trust.attest import ENVELOPE_NAME, read_envelope, statement, verify_envelope
 from gate.trust.keys import (
     generate_keypair,
     keyid,
@@ -27,6 +27,7 @@ from gate.trust.keys import (
 )
 from gate.trust.predicate import RunPredicate
 from gate.trust.signing import sign_statement, verify_statement
+from gate.trust.statement import parse_statement
 
 OLD = Path(__file__).parent / "fixtures" / "signed-before-keys"
 
@@ -98,7 +99,8 @@ def test_the_key_id_is_the_same_from_pem_and_from_base64(tmp_path: Path) -> None
 
 
 def test_the_approval_predicate_model_writes_the_keys_the_old_code_wrote() -> None:
-    from gate.trust.approvals import RunStatement, approval_statement
+    from gate.trust.approval_predicate import RunStatement
+    from gate.trust.approvals import approval_statement
 
     _envelope, signed = read_envelope(OLD / "run" / ENVELOPE_NAME)
     old = parse_statement(signed)

@@ -6,8 +6,9 @@ import torch
 
 from gate.adapters.hf import compat, presets
 from gate.adapters.hf.options import Options
-from gate.adapters.hf.paths import HFPath, TracingHFPath
+from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.probe import PROBE_KINDS, ProbingHFPath
+from gate.adapters.hf.tracing import TracingHFPath
 from gate.errors import AdapterUnavailable
 
 

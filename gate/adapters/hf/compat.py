@@ -510,3 +510,32 @@ def generate_batch_options(model: Any) -> dict[str, Any]:
     a warm-up pass before the requests would add forwards the schedule does not count)."""
     params = inspect.signature(model.generate_batch).parameters
     return {"warmup": False} if "warmup" in params else {}
+
+
+def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
+    """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
+    at most one `page` of tokens scheduled per forward (paged_config), no EOS: its outputs by
+    request id."""
+    return model.generate_batch(
+        requests,
+        generation_config=greedy_config(new_tokens, eos_token_id=-1),
+        continuous_batching_config=paged_config(page, len(requests), max_len),
+        progress_bar=False,
+        **generate_batch_options(model),
+    )
+
+
+def failed_request(out: Any, context: dict[str, Any]) -> None:
+    """SubjectCrash when continuous batching reports a request it failed (it keeps running the rest)."""
+    failed = [result.error for result in out.values() if getattr(result, "error", None)]
+    if failed:
+        raise SubjectCrash(
+            "generate_batch", RuntimeError(f"continuous batching failed a request: {failed[0]}"), context
+        )
+
+
+def greedy_config(n_tokens: int, **settings: Any) -> Any:
+    """Greedy decoding of `n_tokens`, no EOS handling of its own, `settings` on top."""
+    return generation_config(
+        **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
+    )

@@ -66,9 +66,9 @@ class GeneratePath(HFPath):
         if self.options.config_via == "keywords":
             if self.keywords is None:
                 self.keywords = self._cache_settings()
-            return _greedy_config(1, **greedy), self.keywords
+            return compat.greedy_config(1, **greedy), self.keywords
         if self.shared is None:
-            self.shared = _greedy_config(1, **greedy, **self._cache_settings())
+            self.shared = compat.greedy_config(1, **greedy, **self._cache_settings())
         return self.shared, {}
 
     def _cache_settings(self) -> dict[str, Any]:
@@ -167,7 +167,7 @@ class GeneratePath(HFPath):
         handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
         try:
             with torch.no_grad(), subject_call("generate_batch", length=length, requests=batch):
-                out = generate_batch(self.model, history.tolist(), page, self.max_len, 1)
+                out = compat.generate_batch(self.model, history.tolist(), page, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None
@@ -177,7 +177,7 @@ class GeneratePath(HFPath):
                 handle.remove()
         if errors:
             raise errors[0]
-        failed_request(out, {"length": length})
+        compat.failed_request(out, {"length": length})
         if hidden is None or bool(hidden.isnan().any()) or expected != [length] * batch:
             raise RuntimeError(f"continuous batching computed {expected} of {length} tokens per request")
         schedule["chosen"] = [list(result.generated_tokens) for result in out.values()]
@@ -190,7 +190,7 @@ class GeneratePath(HFPath):
         settings: dict[str, Any] = {"cache_implementation": implementation}
         if implementation == "static" and compat.cache_api(self.model).generate_max_cache_len:
             settings["max_cache_len"] = prompts.shape[1] + n_tokens
-        config = _greedy_config(n_tokens, **settings)
+        config = compat.greedy_config(n_tokens, **settings)
         started = time.perf_counter()
         with (
             torch.no_grad(),
@@ -213,34 +213,6 @@ class GeneratePath(HFPath):
             "seconds": round(time.perf_counter() - started, 3),
         }
         return sequences[:, prompts.shape[1] :].to(prompts.device), exercise
-
-
-def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
-    """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
-    at most one `page` of tokens scheduled per forward (compat.paged_config), no EOS: its outputs by
-    request id."""
-    return model.generate_batch(
-        requests,
-        generation_config=_greedy_config(new_tokens, eos_token_id=-1),
-        continuous_batching_config=compat.paged_config(page, len(requests), max_len),
-        progress_bar=False,
-        **compat.generate_batch_options(model),
-    )
-
-
-def failed_request(out: Any, context: dict[str, Any]) -> None:
-    """SubjectCrash when continuous batching reports a request it failed (it keeps running the rest)."""
-    failed = [result.error for result in out.values() if getattr(result, "error", None)]
-    if failed:
-        raise SubjectCrash(
-            "generate_batch", RuntimeError(f"continuous batching failed a request: {failed[0]}"), context
-        )
-
-
-def _greedy_config(n_tokens: int, **settings: Any) -> Any:
-    return compat.generation_config(
-        **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
-    )
 
 
 def _attribute(
@@ -395,7 +367,7 @@ class GenerateSession(HistorySession):
             config, cache_keywords = first
             kwargs.update(cache_keywords)
         else:
-            config = _greedy_config(1, **settings)
+            config = compat.greedy_config(1, **settings)
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         captured: list[torch.Tensor] = []
 

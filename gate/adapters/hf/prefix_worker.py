@@ -31,13 +31,15 @@ import torch
 import transformers
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.paths import HFPath, TracingHFPath
+from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
+from gate.adapters.hf.tracing import TracingHFPath
 from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
+from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import ModelFamily, PrefixWorker, WorkerSpec
+from gate.prefix.worker import PrefixWorker
 from gate.tensors import DTYPES
 
 ROPE_SCALE = 4.0

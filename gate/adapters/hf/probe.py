@@ -16,18 +16,16 @@ a static tail the mask lets through, and the path's reset between requests.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ATTENTION_FUNCTIONS
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.paths import TracingHFPath
+from gate.adapters.hf.attention import attention_function
 from gate.adapters.hf.sessions import CacheSession
+from gate.adapters.hf.tracing import TracingHFPath
 
-ATTENTION_FUNCTIONS: Any = _ATTENTION_FUNCTIONS
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 PROBE_KINDS = ("dynamic", "static", "sliding-window", "offloaded", "prefix-reuse")
@@ -112,13 +110,6 @@ class ProbeSession(CacheSession):
             cache=self.cache,
             positions=self.pending_positions,
         )
-
-
-def attention_function(model: Any) -> Any:
-    """The attention function the model's layers call: the registered one for the configured
-    implementation, else the eager one of the model's modeling module."""
-    eager = sys.modules[type(model).__module__].eager_attention_forward
-    return ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager)
 
 
 TAIL_POISON = 1.0e4

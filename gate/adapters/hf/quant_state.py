@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from gate.adapters.hf.paths import HFPath, TracingHFPath
+from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.sessions import CacheSession
+from gate.adapters.hf.tracing import TracingHFPath
 from gate.protocols import QuantScheme, QuantState, QuantTensorState
 
 HF_DEFAULTS = {"nbits": 4, "q_group_size": 64, "residual_length": 128, "axis": 0}

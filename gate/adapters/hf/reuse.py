@@ -15,16 +15,13 @@ manager runs an eager model on, `paged|eager`, and leaves it there, as those rel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.generation import failed_request, generate_batch
+from gate.adapters.hf.view import SessionPath
 from gate.protocols import subject_call
-
-if TYPE_CHECKING:
-    from gate.adapters.hf.paths import HFPath
 
 PAGED_KERNEL = "paged|eager"
 """The attention implementation continuous batching switches an eager model to (what the fault leaves)."""
@@ -45,12 +42,7 @@ def attn_implementation(model: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def can_leave_paged(model: Any) -> bool:
-    """The release lets a caller switch a built model's attention implementation (what the fault does)."""
-    return callable(getattr(model, "set_attn_implementation", None))
-
-
-def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
+def serve_batch(path: SessionPath, *, leave_paged: bool) -> dict[str, Any]:
     """Run a seeded batch through the release's continuous batching on `path.model` (a crash is the
     subject's); with `leave_paged`, leave the model on the paged kernel afterwards (the fault). What
     ran, for the exercise record: requests, tokens, the attention implementation before and after."""
@@ -67,10 +59,10 @@ def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
     handle = model.register_forward_hook(count)
     try:
         with torch.no_grad(), subject_call("generate_batch (before reuse)", requests=len(requests)):
-            out = generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
+            out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
     finally:
         handle.remove()
-    failed_request(out, {"requests": len(requests)})
+    compat.failed_request(out, {"requests": len(requests)})
     if leave_paged:
         model.set_attn_implementation(PAGED_KERNEL)
     return {

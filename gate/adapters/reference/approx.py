@@ -8,7 +8,7 @@ tokens quantised, tokens kept and evicted) to `exercise()`. Faults still apply o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gate.adapters.reference import Options
@@ -16,16 +16,9 @@ from gate.adapters.reference.options import EvictOptions, QuantOptions
 from gate.adapters.reference.paths import ReferencePath
 from gate.errors import UnknownFault
 from gate.models.evict_faults import EVICT_FAULTS
-from gate.models.kv_approx import (
-    QUANT_FAULTS,
-    EvictingStore,
-    QuantizedStore,
-    approx_stats,
-    evict_cache,
-    quant_state,
-    quantize_cache,
-    scheme_of,
-)
+from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
+from gate.models.kv_evict import EvictingStore
+from gate.models.kv_quant import QUANT_FAULTS, QuantizedStore, quant_state, scheme_of
 from gate.models.reference import KVCache, Transformer
 from gate.protocols import EvictionPolicy, EvictionStep, QuantScheme, QuantState
 from gate.tensors import DTYPES
@@ -64,6 +57,20 @@ class _QuantSession(_ApproxSession):
         return quant_state(self._store(), DTYPES[self._inner.path.dtype])
 
 
+@dataclass(frozen=True)
+class _QuantHook:
+    """Wraps every new cache of the path in the quantised store (with its planted fault, if any)."""
+
+    options: QuantOptions
+    fault: str | None = None
+
+    def __call__(self, cache: KVCache) -> None:
+        q = self.options
+        quantize_cache(
+            cache, bits=q.bits, group_size=q.group_size, key_axis=q.key_axis, residual=q.residual, fault=self.fault
+        )
+
+
 @dataclass
 class QuantizedPath(ReferencePath):
     """The quantised path: its declared scheme, a readable store (gate.protocols.QuantizedKV) and the
@@ -71,17 +78,6 @@ class QuantizedPath(ReferencePath):
 
     quant: QuantOptions = field(default_factory=QuantOptions)
     quant_fault: str | None = None
-
-    def _hook(self, cache: KVCache) -> None:
-        q = self.quant
-        quantize_cache(
-            cache,
-            bits=q.bits,
-            group_size=q.group_size,
-            key_axis=q.key_axis,
-            residual=q.residual,
-            fault=self.quant_fault,
-        )
 
     def quant_declared(self) -> QuantScheme:
         q = self.quant
@@ -98,22 +94,14 @@ class QuantizedPath(ReferencePath):
             return super().with_fault(fault)
         if self.quant_fault is not None:
             raise UnknownFault(f"path {self.name} already carries the quantisation fault {self.quant_fault}")
-        path = replace(
-            self,
-            name=f"{self.name}+{fault}",
-            fault=fault if self.fault is None else f"{self.fault}+{fault}",
-            quant_fault=fault,
-            cache_hooks=[h for h in self.cache_hooks if getattr(h, "__func__", None) is not QuantizedPath._hook],
-            session_hooks=list(self.session_hooks),
-        )
-        path.cache_hooks.insert(0, path._hook)
-        return path
+        hooks = [_QuantHook(self.quant, fault) if isinstance(h, _QuantHook) else h for h in self.cache_hooks]
+        return self._with(fault, quant_fault=fault, cache_hooks=hooks)
 
 
 def build_quantized(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
     q = getattr(options, "quant", None) or QuantOptions()
     name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
-    path = QuantizedPath(
+    return QuantizedPath(
         name=name,
         model=model,
         dtype=dtype,
@@ -121,11 +109,10 @@ def build_quantized(model: Transformer, options: Options, *, device: str, dtype:
         seed=seed,
         layout="dynamic",
         block_size=options.block_size,
+        cache_hooks=[_QuantHook(q)],
         session_hooks=[_ApproxSession],
         quant=q,
     )
-    path.cache_hooks.append(path._hook)
-    return path
 
 
 class _EvictSession(_ApproxSession):
@@ -186,14 +173,8 @@ class EvictingPath(ReferencePath):
         if fault not in EVICT_FAULTS or self.evict is None:
             return super().with_fault(fault)
         evict = self.evict.model_copy(update={"fault": fault})
-        return replace(
-            self,
-            name=f"{self.name}+{fault}",
-            fault=fault if self.fault is None else f"{self.fault}+{fault}",
-            evict=evict,
-            cache_hooks=[_EvictHook(evict) if isinstance(h, _EvictHook) else h for h in self.cache_hooks],
-            session_hooks=list(self.session_hooks),
-        )
+        hooks = [_EvictHook(evict) if isinstance(h, _EvictHook) else h for h in self.cache_hooks]
+        return self._with(fault, evict=evict, cache_hooks=hooks)
 
 
 def build_evicting(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:

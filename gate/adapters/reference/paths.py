@@ -11,7 +11,7 @@ import copy
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from gate.adapters.reference.options import Options
-from gate.adapters.slots import SlotTable
+from gate.adapters.reference.sessions import CachedSession, FullSession, PaddedSession, SlotSession
 from gate.errors import UnknownFault
 from gate.models.faults import FAULT_NAMES, FAULTS, apply_fault
-from gate.models.reference import KVCache, Layout, ModelConfig, SlotCache, Transformer, build_model, prefill
+from gate.models.reference import KVCache, Layout, ModelConfig, SlotCache, Transformer, build_model
 from gate.protocols import Session, subject_call
 from gate.tensors import DTYPES
 
@@ -181,18 +181,17 @@ class ReferencePath:
     def with_fault(self, fault: str) -> ReferencePath:
         if fault not in self.faults():
             raise UnknownFault(f"path {self.name} cannot apply fault {fault!r} (known: {', '.join(self.faults())})")
-        path = replace(
-            self,
-            name=f"{self.name}+{fault}",
-            # a model fault patches the model, so it gets its own copy; a cache or session fault
-            # leaves the model alone and shares it (copying it cost more than a small check's run)
-            model=copy.deepcopy(self.model) if FAULTS[fault].target == "model" else self.model,
-            fault=fault if self.fault is None else f"{self.fault}+{fault}",
-            cache_hooks=list(self.cache_hooks),
-            session_hooks=list(self.session_hooks),
-        )
+        # a model fault patches the model, so it gets its own copy; a cache or session fault
+        # leaves the model alone and shares it (copying it cost more than a small check's run)
+        path = self._with(fault, model=copy.deepcopy(self.model) if FAULTS[fault].target == "model" else self.model)
         apply_fault(path, fault)
         return path
+
+    def _with(self, fault: str, **changes: Any) -> ReferencePath:
+        """A copy carrying `fault` too (in its name and `fault`), with hook lists of its own and `changes`."""
+        hooks = {"cache_hooks": list(self.cache_hooks), "session_hooks": list(self.session_hooks)}
+        faults = fault if self.fault is None else f"{self.fault}+{fault}"
+        return replace(self, **{"name": f"{self.name}+{fault}", "fault": faults, **hooks, **changes})
 
     # -- KVGeometry ------------------------------------------------------------------------
 
@@ -307,158 +306,6 @@ def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
     finally:
         for handle in handles:
             handle.remove()
-
-
-class FullSession:
-    """No cache: every call recomputes one full pass over the request so far."""
-
-    def __init__(self, path: ReferencePath, batch: int) -> None:
-        self.path, self.batch = path, batch
-        self.tokens = torch.zeros(batch, 0, dtype=torch.long, device=path.device)
-        self.passes = 0
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.append(tokens)
-
-    def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.tokens = torch.cat([self.tokens, tokens.to(self.path.device)], dim=1)
-        self.passes += 1
-        return (
-            self.path.full_logits(self.tokens)[:, -tokens.shape[1] :]
-            if tokens.shape[1]
-            else torch.zeros(self.batch, 0, self.path.vocab_size, device=self.path.device)
-        )
-
-    def reset(self) -> None:
-        self.tokens = self.tokens[:, :0]
-
-    def exercise(self) -> dict[str, Any]:
-        return {
-            "cache_len": 0,
-            "cached_steps": 0,
-            "cache_bytes": 0,
-            "full_passes": self.passes,
-            "tokens": int(self.tokens.shape[1]),
-        }
-
-
-class CachedSession:
-    """Prefill and append against one KV cache; `model` and `cache` are public (faults wrap them)."""
-
-    def __init__(self, path: ReferencePath, batch: int) -> None:
-        self.path, self.model = path, path.model
-        self.cache = path.make_cache(batch)
-        self.cached_steps = 0
-        self.model_steps = 0
-        self.tokens_processed = 0
-
-    @torch.no_grad()
-    def _run(self, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = tokens.to(self.path.device)
-        start, n = self.cache.pos, tokens.shape[1]
-        chunk = self.path.chunk_size or max(n, 1)
-        self.model_steps += len(range(0, n, chunk))
-        self.cached_steps += sum(1 for i in range(0, n, chunk) if start + i > 0)
-        self.tokens_processed += n
-        # the decoder and its cache are the subject: a crash inside is a finding (class crash), not gate's error
-        with subject_call(f"{type(self.model).__name__}.step", length=start, tokens=n):
-            logits = prefill(self.model, tokens, self.cache, start_pos=start, chunk_size=self.path.chunk_size)
-        return logits.float()
-
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._run(tokens)
-
-    def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._run(tokens)
-
-    def reset(self) -> None:
-        with subject_call(f"{type(self.cache).__name__}.reset", length=self.cache.pos):
-            self.cache.reset()
-
-    def exercise(self) -> dict[str, Any]:
-        return {
-            "cache_len": self.cache.pos,
-            "cached_steps": self.cached_steps,
-            "cache_bytes": self.cache.nbytes(),
-            "model_steps": self.model_steps,
-            "tokens_processed": self.tokens_processed,
-            "layout": self.path.layout,
-            "capacity": self.cache.capacity,
-        }
-
-
-PAD_TOKEN = 0
-"""The token id padded slots hold (any id: a correct read never sees it)."""
-
-
-class PaddedSession(CachedSession):
-    """Requests of different lengths in one batch over one KV cache: left padding sets each row's
-    origin in the cache (positions count from it, the pad slots before it are masked) and decodes
-    on; right padding needs neither (the pads come after every real token) and is prefill-only."""
-
-    def __init__(self, path: ReferencePath, batch: int, padding: str) -> None:
-        super().__init__(path, batch)
-        self.batch, self.padding = batch, padding
-        self.pad_tokens = 0
-
-    def prefill(self, prompts: Sequence[torch.Tensor]) -> list[torch.Tensor]:  # type: ignore[override]
-        if len(prompts) != self.batch:
-            raise ValueError(f"session has batch {self.batch}, got {len(prompts)} prompts")
-        lengths = [int(p.shape[0]) for p in prompts]
-        width = max(lengths)
-        rows = torch.full((self.batch, width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
-        starts = [width - n if self.padding == "left" else 0 for n in lengths]
-        for row, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
-            rows[row, start : start + prompt.shape[0]] = prompt.to(self.path.device)
-        if self.padding == "left":
-            self.cache.origin = torch.tensor(starts, device=self.path.device)
-        self.pad_tokens += sum(width - n for n in lengths)
-        logits = self._run(rows)
-        return [logits[row, start : start + n] for row, (start, n) in enumerate(zip(starts, lengths, strict=True))]
-
-    def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.padding != "left":
-            raise ValueError("a right-padded batch is prefill-only: its requests end at different slots")
-        return self._run(tokens)
-
-    def exercise(self) -> dict[str, Any]:
-        return {**super().exercise(), "padding": self.padding, "pad_tokens": self.pad_tokens, "rows": self.batch}
-
-
-class SlotSession:
-    """Continuous batching over one `SlotCache`: requests join a running batch (taking the lowest
-    free slot, so a slot a request left is reused first), each `step` is one forward of the rows it
-    feeds (prefill chunks and decode tokens of different requests together, right-padded to the
-    longest, each row at its own offset), and a request that leaves frees its slot."""
-
-    def __init__(self, path: ReferencePath, cache: SlotCache) -> None:
-        self.path, self.model, self.cache = path, path.model, cache
-        self.table = SlotTable(len(cache.lengths))
-
-    def join(self) -> int:
-        handle, slot = self.table.join()
-        with subject_call(f"{type(self.cache).__name__}.claim", slot=slot):
-            self.cache.claim(slot)
-        return handle
-
-    def leave(self, request: int) -> None:
-        self.table.leave(request)
-
-    @torch.no_grad()
-    def step(self, feeds: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        fed = {h: int(t.shape[0]) for h, t in feeds.items()}
-        slots = self.table.plan(fed)
-        width = max(fed.values())
-        tokens = torch.full((len(fed), width), PAD_TOKEN, dtype=torch.long, device=self.path.device)
-        for row, (h, n) in enumerate(fed.items()):
-            tokens[row, :n] = feeds[h].to(self.path.device)
-        self.cache.bind(slots, list(fed.values()))
-        with subject_call(f"{type(self.model).__name__}.step_rows", rows=len(fed), tokens=width):
-            logits = self.model.step_rows(tokens, self.cache).float()
-        return {h: logits[row, :n] for row, (h, n) in enumerate(fed.items())}
-
-    def exercise(self) -> dict[str, Any]:
-        return {**self.table.exercise(), "cache_len": max(self.cache.lengths), "cache_bytes": self.cache.nbytes()}
 
 
 def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:

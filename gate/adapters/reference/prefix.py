@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from gate.models.reference import KVCache, ModelConfig, Transformer, build_model
+from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import ModelFamily, PrefixWorker, WorkerSpec
+from gate.prefix.worker import PrefixWorker
 from gate.protocols import subject_call
 from gate.tensors import DTYPES
 

@@ -39,7 +39,8 @@ from gate.core.check import Lengths, Params
 from gate.protocols import Capability
 
 if TYPE_CHECKING:
-    from gate.checks.batch_invariance.body import batch_invariance, probe_order
+    from gate.checks.batch_invariance.body import batch_invariance
+    from gate.checks.batch_invariance.settings import probe_order
 
 
 class BatchInvarianceParams(Params):

@@ -7,20 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.checks._compare import tolerance_for
+from gate.checks._prefix_oracle import Oracle, recompute_oracle, reference_oracle
+from gate.checks._prefix_store import prefix_candidate, store_pool
 from gate.checks._prefix_support import (
     Findings,
-    Oracle,
     RequestLog,
     ReuseTally,
     Served,
     broken_rules,
     describe_excess,
-    prefix_candidate,
-    recompute_oracle,
-    reference_oracle,
     seeded_ids,
     stop_rule,
-    store_pool,
     until_first_failure,
 )
 from gate.checks.hash_collision import HashCollisionParams

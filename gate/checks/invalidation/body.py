@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from gate.checks._compare import Tolerance, tolerance_for
+from gate.checks._prefix_oracle import recompute_oracle
+from gate.checks._prefix_store import NotPrefixCaching, StorePool
 from gate.checks._prefix_support import (
-    NotPrefixCaching,
     PrefixRun,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     describe_excess,
     prefix_run,
-    recompute_oracle,
     seeded_ids,
     stop_rule,
     until_first_failure,

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.checks._compare import tolerance_for
+from gate.checks._prefix_oracle import Oracle, reference_oracle
 from gate.checks._prefix_support import (
-    Oracle,
     PrefixRun,
     RequestLog,
     ReuseTally,
@@ -15,7 +15,6 @@ from gate.checks._prefix_support import (
     broken_rules,
     describe_excess,
     prefix_run,
-    reference_oracle,
     seeded_ids,
     stop_rule,
     until_first_failure,

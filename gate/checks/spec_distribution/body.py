@@ -3,9 +3,6 @@ the G-test and the design's power, explain."""
 
 from __future__ import annotations
 
-import math
-import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -13,18 +10,18 @@ import numpy as np
 import torch
 
 from gate._util.numbers import significant
-from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
+from gate.checks._spec import efficiency_note, seeded_prompts, speculative_candidate
 from gate.checks._spec_design import Design, LookPlan, control_looks, shared_design
 from gate.checks.spec_distribution import SpecDistributionParams
+from gate.checks.spec_distribution.cells import Sampler, bounded_table, by_depth, finite, walk
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
-from gate.speculative.gof import GTest, g_test, power, required_samples
+from gate.speculative.gof import GTest, power, required_samples
 from gate.speculative.law import Seq
 from gate.speculative.sampler import SpecStats
 
-MAX_EVIDENCE_CELLS = 300
 NEAR_TIE = 1e-4
 """A k-th/(k+1)-th logit gap (after temperature) below this makes top-k membership numerically fragile."""
 Status = Literal["pass", "fail", "unproven"]
@@ -80,107 +77,6 @@ class Judgement:
     """The first depth that departs at alpha, where the check fails."""
 
 
-class _Sampler:
-    """Seeded continuations through the candidate, drawn in increments (one generator throughout)."""
-
-    def __init__(
-        self, spec: SpeculativePath, prompt: torch.Tensor, horizon: int, p: SpecDistributionParams, ctx: CheckContext
-    ) -> None:
-        self.spec, self.prompt, self.horizon, self.p, self.ctx = spec, prompt, horizon, p, ctx
-        self.gen = sampling_generator(ctx.seed, ctx.device)
-        self.parts: list[torch.Tensor] = []
-        self.stats = SpecStats(k=spec.num_draft_tokens)
-        self.n, self.seconds = 0, 0.0
-
-    def draw_to(self, n: int, budget: int) -> torch.Tensor:
-        """Draw until `n` continuations exist; all of them, [n, horizon]."""
-        started = time.perf_counter()
-        while self.n < n:
-            b = min(self.p.batch_size, n - self.n)
-            out = self.spec.sample(
-                self.prompt.expand(b, -1),
-                self.horizon,
-                temperature=self.p.temperature,
-                top_k=self.p.top_k,
-                generator=self.gen,
-            )
-            self.parts.append(out.tokens.cpu())
-            self.stats = self.stats.add(out.stats)
-            self.n += b
-            self.ctx.progress("samples drawn", self.n, budget)
-        self.seconds += time.perf_counter() - started
-        return torch.cat(self.parts)
-
-
-def _walk(
-    sampler: _Sampler, sizes: list[int], level: float, index: dict[Seq, int], p0: np.ndarray, history: list[Look]
-) -> tuple[np.ndarray, int, list[Seq], GTest]:
-    """Look at each cumulative size in turn until one rejects at `level`: the last look's counts and test."""
-    for n_look in sizes:
-        tokens = sampler.draw_to(n_look, sizes[-1])
-        observed, other, strays = _count(tokens, index)
-        test = g_test([*observed, other], [*p0, 0.0])
-        history.append(Look(n=n_look, statistic=test.statistic, dof=test.dof, p_value=test.p_value))
-        if test.p_value < level:
-            break  # rejected: the sequence stops at its first rejection (a control at its first detection)
-    return observed, other, strays, test
-
-
-def _count(tokens: torch.Tensor, index: dict[Seq, int]) -> tuple[np.ndarray, int, list[Seq]]:
-    """Counts per cell, the count outside every enumerated cell, and a few of those sequences."""
-    observed = np.zeros(len(index))
-    other, strays = 0, []
-    seqs, counts = torch.unique(tokens, dim=0, return_counts=True)
-    for seq, c in zip(map(tuple, seqs.tolist()), counts.tolist(), strict=True):
-        if seq in index:
-            observed[index[seq]] += c
-        else:
-            other += c
-            strays.append(seq)
-    return observed, other, strays[:5]
-
-
-def _by_depth(cells: list[Seq], observed: np.ndarray, other: int, p0: np.ndarray, horizon: int) -> list[dict[str, Any]]:
-    """The same test on the first t tokens, t = 1..horizon: where the distribution first departs."""
-    rows = []
-    for t in range(1, horizon + 1):
-        o: dict[Seq, float] = defaultdict(float)
-        e: dict[Seq, float] = defaultdict(float)
-        for cell, oc, pc in zip(cells, observed, p0, strict=True):
-            o[cell[:t]] += oc
-            e[cell[:t]] += pc
-        keys = sorted(set(o) | set(e))
-        test = g_test([*(o[c] for c in keys), other], [*(e[c] for c in keys), 0.0])
-        rows.append({"tokens": t, "statistic": _finite(test.statistic), "dof": test.dof, "p_value": test.p_value})
-    return rows
-
-
-def _label(seq: Seq) -> str:
-    return " ".join(map(str, seq))
-
-
-def _bounded_table(cells: list[Seq], observed: np.ndarray, expected: np.ndarray, other: int) -> dict[str, list[Any]]:
-    """Observed and expected counts for the dossier, at most MAX_EVIDENCE_CELLS rows."""
-    order = list(range(len(cells)))
-    rest_o = rest_e = 0.0
-    if len(order) > MAX_EVIDENCE_CELLS - 2:
-        order.sort(key=lambda i: -(expected[i] + observed[i]))
-        kept, dropped = order[: MAX_EVIDENCE_CELLS - 2], order[MAX_EVIDENCE_CELLS - 2 :]
-        rest_o, rest_e = float(observed[dropped].sum()), float(expected[dropped].sum())
-        order = sorted(kept)
-    table: dict[str, list[Any]] = {
-        "categories": [_label(cells[i]) for i in order],
-        "observed": [int(observed[i]) for i in order],
-        "expected": [round(float(expected[i]), 3) for i in order],
-    }
-    for name, o, e in (("(rest)", rest_o, rest_e), ("(outside enumeration)", float(other), 0.0)):
-        if o or e:
-            table["categories"].append(name)
-            table["observed"].append(int(o))
-            table["expected"].append(round(e, 3))
-    return table
-
-
 def _claimed(ctx: CheckContext) -> tuple[float, float]:
     """The claim's alpha and power (a claim other than a distribution claim: 0.01 and 0.9)."""
     claim = ctx.manifest.claim
@@ -215,8 +111,8 @@ def measure(ctx: CheckContext, p: SpecDistributionParams, spec: SpeculativePath)
     # a control's pilot draws its own samples; the planned looks then draw afresh from the run's
     # seed, exactly what a positive run draws (so an unchanged sampler gives the same observation)
     for sizes in ([looks.pilot], looks.sizes) if looks.pilot else (looks.sizes,):
-        sampler = _Sampler(spec, prompt, horizon, p, ctx)
-        observed, other, strays, test = _walk(sampler, sizes, looks.alpha, design.index, design.p0, history)
+        sampler = Sampler(spec, prompt, horizon, p, ctx)
+        observed, other, strays, test = walk(sampler, sizes, looks.alpha, design.index, design.p0, history)
         if test.p_value < looks.alpha:
             break
     return Observations(
@@ -250,7 +146,7 @@ def judge(p: SpecDistributionParams, obs: Observations) -> Judgement:
     """The departures found and the power reached (pure)."""
     design, test, stats = obs.design, obs.test, obs.stats
     powers = {f: round(power(design.p0, a, obs.n, obs.looks.alpha), 6) for f, a in design.alts.items()}
-    depth = _by_depth(design.cells, obs.observed, obs.other, design.p0, obs.horizon)
+    depth = by_depth(design.cells, obs.observed, obs.other, design.p0, obs.horizon)
     problems = []
     if obs.rejected:
         detail = (
@@ -319,7 +215,7 @@ def _efficiency(obs: Observations) -> dict[str, Any]:
 def _metrics(obs: Observations, j: Judgement) -> dict[str, Any]:
     test = obs.test
     return {
-        "statistic": _finite(test.statistic),
+        "statistic": finite(test.statistic),
         "p_value": test.p_value,
         "dof": test.dof,
         "alpha": obs.alpha,
@@ -337,7 +233,7 @@ def _metrics(obs: Observations, j: Judgement) -> dict[str, Any]:
 def _evidence(p: SpecDistributionParams, obs: Observations, j: Judgement) -> dict[str, Any]:
     design, looks, test, n = obs.design, obs.looks, obs.test, obs.n
     return DistributionEvidence(
-        **_bounded_table(design.cells, obs.observed, n * design.p0, obs.other),
+        **bounded_table(design.cells, obs.observed, n * design.p0, obs.other),
         statistic=test.statistic,
         p_value=test.p_value,
         dof=test.dof,
@@ -417,7 +313,3 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     spec = speculative_candidate(ctx)
     obs = measure(ctx, p, spec)
     return explain(ctx, p, obs, judge(p, obs))
-
-
-def _finite(x: float) -> float | str:
-    return x if math.isfinite(x) else "inf"

@@ -6,18 +6,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.checks._compare import tolerance_for
+from gate.checks._prefix_oracle import recompute_oracle
+from gate.checks._prefix_store import StorePool, prefix_candidate, store_pool
 from gate.checks._prefix_support import (
     Findings,
     RequestLog,
     ReuseTally,
     Served,
-    StorePool,
     describe_excess,
-    prefix_candidate,
-    recompute_oracle,
     seeded_ids,
     stop_rule,
-    store_pool,
     until_first_failure,
 )
 from gate.checks.tenant_isolation import TenantIsolationParams

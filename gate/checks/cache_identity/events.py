@@ -1,0 +1,134 @@
+"""cache-identity's events: what a run observed, event by event (a repeat that must hit, the candidate's
+own uncached pass, a probe per identity field), and what each shows wrong (`event_problems`, pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate.checks._prefix_support import WHY, Served, describe_excess
+from gate.prefix.cache import IDENTITY_ATTRS, CacheIdentity
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """P served again under the base identity: it must hit, or no miss proves anything."""
+
+    served: Served
+
+
+@dataclass(frozen=True)
+class OwnPass:
+    """The candidate's uncached pass over P against the reference path (checked once)."""
+
+    differs: bool
+
+
+@dataclass(frozen=True)
+class FieldProbe:
+    """P (or P changed in `name`: token-ids, positions) served differing from the base in field `name` alone."""
+
+    name: str
+    first: Served
+    row: dict[str, Any]
+    """The field's row of the evidence."""
+    repeat: Served | None = None
+    """A variant's repeat (every field but token-ids and positions): it must hit."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """A variant's request options."""
+    identities: tuple[CacheIdentity, CacheIdentity] | None = None
+    """(base, variant) identity the stores report, where both report one (PrefixIdentityReport)."""
+
+
+Event = Repeated | OwnPass | FieldProbe
+
+
+def _short(identity: CacheIdentity) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in identity.as_dict().items() if v is not None)
+
+
+def _report_contract(probe: FieldProbe) -> str | None:
+    """The reported identity against the keying observed when the field was perturbed, or None."""
+    if probe.identities is None or probe.repeat is None:
+        return None
+    base_id, other_id = probe.identities
+    changed = sorted(k for k, v in other_id.as_dict().items() if getattr(base_id, k) != v)
+    attr = IDENTITY_ATTRS.get(probe.name)
+    kept_apart = probe.first.reused == 0 and probe.repeat.reused > 0
+    if changed and changed != [attr]:
+        return (
+            f"{probe.name}: the store reports {changed} changed for a request that differs only in {probe.name} "
+            f"(its report must name exactly {attr})"
+        )
+    if not changed and kept_apart:
+        return (
+            f"{probe.name}: the store reports the same identity for both requests ({_short(base_id)}) but keys "
+            "them apart: its identity report does not say what it keys on"
+        )
+    return None
+
+
+def _variant_problems(probe: FieldProbe) -> list[str]:
+    """A variant (another adapter, tenant or sibling) that reused the base's entries, or missed when
+    repeated, or whose reported identity disagrees with its keying."""
+    name, first, repeat = probe.name, probe.first, probe.repeat
+    assert repeat is not None
+    problems = []
+    if first.reused:
+        if probe.identities is not None:
+            base_id, other_id = probe.identities
+            values = ", ".join(
+                f"{k}={v!r} vs {getattr(base_id, k)!r}"
+                for k, v in other_id.as_dict().items()
+                if getattr(base_id, k) != v
+            )
+        else:
+            values = ", ".join(f"{k}={v!r}" for k, v in probe.options.items())
+        problems.append(
+            f"{name}: a request that differs only in {name} ({values}) reused "
+            f"{first.reused} tokens {first.reply.stats.reused_spans} cached under the other value; "
+            f"the cache key must include {name} ({WHY.get(name, '')})"
+        )
+    elif repeat.reused == 0 and repeat.entitled:
+        problems.append(f"{name}: the variant request did not hit when repeated, so its miss proves nothing")
+    if mismatch := _report_contract(probe):
+        problems.append(mismatch)
+    return problems
+
+
+def _probe_problems(probe: FieldProbe, bs: int) -> list[str]:
+    """What a field's probe shows wrong (pure)."""
+    served = probe.first
+    if probe.name == "token-ids":
+        if served.reused != served.entitled or served.reply.stats.reused_spans not in ([(0, bs)], []):
+            return [
+                f"token-ids: with one token changed at position {bs + bs // 2}, {describe_excess(served)} "
+                f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
+            ]
+        return []
+    if probe.name == "positions":
+        if served.excess:
+            return [
+                f"positions: with P's later blocks moved to offset 0, {describe_excess(served)} ({WHY['positions']})"
+            ]
+        return []
+    return _variant_problems(probe)
+
+
+def event_problems(event: Event, bs: int) -> list[str]:
+    """What one observed event shows wrong (pure)."""
+    if isinstance(event, Repeated):
+        again = event.served
+        if again.reused == 0:
+            return [
+                f"an identical request reused 0 of {again.entitled} reusable tokens: the cache is off "
+                "or its keys are unstable, so no miss below proves anything"
+            ]
+        return []
+    if isinstance(event, OwnPass):
+        return (
+            ["the candidate's uncached pass differs from the reference path: no oracle to judge by"]
+            if event.differs
+            else []
+        )
+    return _probe_problems(event, bs)

@@ -1,0 +1,113 @@
+"""The dossier's account of what was claimed and what it ran on: the claim view (the manifest's claim and
+envelopes, the plan's rule, the invariants an approximate cache was held to) and the provenance groups
+(change, manifest, policies, subjects, datasets, run, environment). Built once by gate.report.build."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gate.core.result import GateResult
+from gate.report.fmt import as_float, as_mapping, display
+from gate.report.model import ClaimView, KeyValue, ProvenanceGroup
+from gate.report.words import CLAIM_WORDS, INTERVENTION_WORDS, TRANSFER
+
+
+def key_values(values: Mapping[str, Any]) -> list[KeyValue]:
+    return [KeyValue(str(k).replace("_", " "), display(v)) for k, v in values.items()]
+
+
+def _invariants(result: GateResult) -> list[str]:
+    """Each invariant of a check that judges what an approximate cache kept (evidence `invariants`:
+    name -> held | broken), in words, for beside the envelopes."""
+    out = []
+    for c in result.checks:
+        held = c.evidence.get("invariants") if c.check == "evict-invariants" else None
+        if isinstance(held, dict) and held:
+            words = " · ".join(f"{display(k)} {display(v)}" for k, v in held.items())
+            out.append(f"{c.check} ({getattr(c.status, 'value', c.status)}): {words}")
+    return out
+
+
+def claim_view(result: GateResult) -> ClaimView:
+    """What the change claims, in words: the manifest's claim and envelopes, the plan's rule."""
+    manifest = result.manifest
+    plan = result.plan
+    claim = as_mapping(manifest.get("claim"))
+    level = str(claim.get("level", plan.get("claim", "unknown")))
+    intervention = str(manifest.get("intervention", plan.get("intervention", "unknown")))
+    approximate = bool(plan.get("approximate", level == "bounded-degradation"))
+    parameters = [
+        KeyValue(str(k), display(v)) for k, v in claim.items() if k not in ("level", "envelopes") and v is not None
+    ]
+    envelopes = []
+    for env in claim.get("envelopes", []) if isinstance(claim.get("envelopes"), list) else []:
+        env = as_mapping(env)
+        confidence = as_float(env.get("confidence", 0.95)) or 0.95
+        envelopes.append(
+            f"{display(env.get('slice'))}: {display(env.get('metric'))} "
+            f"{display(env.get('comparator'))} {display(env.get('threshold'))} "
+            f"at {confidence:.0%} one-sided confidence"
+        )
+    return ClaimView(
+        invariants=_invariants(result),
+        intervention=intervention,
+        intervention_words=str(plan.get("intervention_summary") or INTERVENTION_WORDS.get(intervention, "")),
+        approximate=approximate,
+        level=level,
+        claim_words=str(plan.get("claim_in_words") or CLAIM_WORDS.get(level, level)),
+        parameters=parameters,
+        envelopes=envelopes,
+        rule=str(plan.get("claim_rule", "")).strip(),
+        rule_source=str(plan.get("claim_source", "")),
+        description=str(manifest.get("description", "")),
+        identity_declared=[str(v) for v in manifest.get("identity", []) or []],
+        identity_required=[str(v) for v in plan.get("identity_required", []) or []],
+        transfer=TRANSFER.get(level, TRANSFER["bounded-degradation"] if approximate else ""),
+    )
+
+
+def provenance(result: GateResult) -> list[ProvenanceGroup]:
+    manifest = result.manifest
+    change = as_mapping(manifest.get("change"))
+    subject = as_mapping(manifest.get("subject"))
+    groups = [
+        ProvenanceGroup(
+            "Change",
+            [
+                KeyValue("name", display(manifest.get("name"))),
+                KeyValue("repository", display(change.get("repository"))),
+                KeyValue("pull request", display(change.get("pull-request"))),
+                KeyValue("commit", display(change.get("commit"))),
+            ],
+        ),
+        ProvenanceGroup(
+            "Manifest",
+            [KeyValue("path", result.manifest_digest.path), KeyValue("sha256", result.manifest_digest.sha256)],
+        ),
+        ProvenanceGroup("Policies", [KeyValue(p.path, p.sha256) for p in result.policies]),
+    ]
+    for role, identity in result.subjects.items():
+        groups.append(ProvenanceGroup(f"Subject: {role}", key_values(as_mapping(identity))))
+    if result.datasets:
+        groups.append(ProvenanceGroup("Dataset fingerprints", [KeyValue(k, v) for k, v in result.datasets.items()]))
+    groups.append(
+        ProvenanceGroup(
+            "Run",
+            [
+                KeyValue("seed", display(subject.get("seed"))),
+                KeyValue("device", display(subject.get("device"))),
+                KeyValue("dtype", display(subject.get("dtype"))),
+                KeyValue("started", result.started_at),
+                KeyValue("finished", result.finished_at),
+                KeyValue("result version", str(result.result_version)),
+            ],
+        )
+    )
+    groups.append(
+        ProvenanceGroup(
+            "Environment",
+            [KeyValue("gate", result.gate_version)] + [kv for kv in key_values(result.environment) if kv.key != "gate"],
+        )
+    )
+    return groups

@@ -1,0 +1,75 @@
+"""Where a ledger lives and where its checkpoint key is: --ledger, else $GATE_LEDGER, else
+./.gate/ledger.sqlite (`gate run` records to the default only where it exists); the key --ledger-key,
+else $GATE_LEDGER_KEY, else `<ledger>.key` beside an SQLite file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from gate.trust.keys import load_private_key, write_keypair
+from gate.trust.ledger_store import LedgerError, is_url, ledger_location
+
+DEFAULT_LEDGER = Path(".gate") / "ledger.sqlite"
+ENV_LEDGER = "GATE_LEDGER"
+ENV_LEDGER_KEY = "GATE_LEDGER_KEY"
+
+
+def resolve_ledger_path(explicit: Path | None, *, must_exist: bool = False) -> Path:
+    """--ledger PATH, else $GATE_LEDGER, else ./.gate/ledger.sqlite (`must_exist`: refuse a missing file)."""
+    if explicit is not None:
+        path = explicit
+    elif os.environ.get(ENV_LEDGER):
+        path = ledger_location(os.environ[ENV_LEDGER])
+    else:
+        path = DEFAULT_LEDGER
+    if must_exist and not is_url(path) and not path.is_file():
+        raise LedgerError(f"{path}: no ledger here (give --ledger PATH or set {ENV_LEDGER})")
+    return path
+
+
+def run_ledger_path(explicit: Path | None) -> Path | None:
+    """The ledger `gate run` records to: --ledger, $GATE_LEDGER, or ./.gate/ledger.sqlite if it exists.
+
+    `gate run` never creates the default ledger: with none of the three, it records nothing.
+    """
+    return run_ledger_choice(explicit)[0]
+
+
+def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
+    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
+    if explicit is not None:
+        return explicit, "--ledger"
+    if os.environ.get(ENV_LEDGER):
+        return resolve_ledger_path(None), f"${ENV_LEDGER}"
+    if DEFAULT_LEDGER.is_file():
+        return DEFAULT_LEDGER, f"the default ledger: {DEFAULT_LEDGER} exists in this directory; --ledger names another"
+    return None, ""
+
+
+def default_key_path(ledger_path: Path) -> Path:
+    """The checkpoint key used when neither --ledger-key nor $GATE_LEDGER_KEY is given (a database
+    ledger has no directory of its own: give --ledger-key or $GATE_LEDGER_KEY)."""
+    if is_url(ledger_path):
+        raise LedgerError(f"{ledger_path}: a database ledger needs --ledger-key or ${ENV_LEDGER_KEY}")
+    return ledger_path.with_suffix(".key")
+
+
+def resolve_key_path(ledger_path: Path, explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    if os.environ.get(ENV_LEDGER_KEY):
+        return Path(os.environ[ENV_LEDGER_KEY])
+    return default_key_path(ledger_path)
+
+
+def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
+    """Load the ledger key at `path`, generating it (mode 0600, with a .pub beside it) on first use.
+
+    Several processes may race here: exactly one file wins and everyone loads it.
+    """
+    if not path.exists():
+        write_keypair(path, path.with_suffix(".pub"))
+    return load_private_key(path)

@@ -1,0 +1,117 @@
+"""The ledger's rows in a PostgreSQL database (`postgresql://...`, psycopg 3), shared by a CI fleet: see
+gate.trust.ledger_store for the store's contract. Appends take a transaction-scoped advisory lock
+(writers queue in the database; readers never wait), commits are synchronous; triggers refuse UPDATE,
+DELETE and TRUNCATE, and a team grants its CI role INSERT and SELECT only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from gate.trust.ledger_store import Build, LedgerError, Row, redacted
+
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gate_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gate_entries (
+    seq BIGINT PRIMARY KEY, prev TEXT NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gate_checkpoints (size BIGINT PRIMARY KEY, note TEXT NOT NULL, signature TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION gate_append_only() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN RAISE EXCEPTION 'the ledger is append-only'; END $$;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'gate_entries_append_only') THEN
+        CREATE TRIGGER gate_entries_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON gate_entries
+            FOR EACH STATEMENT EXECUTE FUNCTION gate_append_only();
+        CREATE TRIGGER gate_checkpoints_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON gate_checkpoints
+            FOR EACH STATEMENT EXECUTE FUNCTION gate_append_only();
+    END IF;
+END $$;
+"""
+_SCHEMA_LOCK = 0x6761_7465  # "gate": one session creates the schema at a time
+_APPEND_LOCK = 0x6761_7466  # one session appends at a time
+
+
+class PostgresStore:
+    """The ledger in a PostgreSQL database (tables gate_meta, gate_entries, gate_checkpoints)."""
+
+    def __init__(self, url: str, *, writable: bool) -> None:
+        self.url = url
+        self.location = redacted(url)
+        self.writable = writable
+        try:
+            import psycopg
+        except ImportError as err:
+            raise LedgerError(
+                f"{self.location}: a PostgreSQL ledger needs psycopg: pip install 'gate[postgres]'"
+            ) from err
+        self._psycopg = psycopg
+        with self._errors():
+            self._conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
+            self._conn.read_only = not writable
+            self._conn.execute("SET synchronous_commit = on")  # acknowledged means on the server's disk
+            self._conn.commit()
+
+    def _errors(self) -> AbstractContextManager[None]:
+        return _pg_errors(self)
+
+    def initialise(self, meta: dict[str, str]) -> None:
+        with self._errors(), self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            row = self._conn.execute("SELECT to_regclass('gate_checkpoints') IS NOT NULL").fetchone()
+            if not (row and row[0]):  # the owner creates the schema once; a CI role (INSERT, SELECT) never can
+                self._conn.execute(_PG_SCHEMA)
+            for key, value in meta.items():
+                self._conn.execute("INSERT INTO gate_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+
+    def meta(self, key: str) -> str | None:
+        with self._errors(), self._conn.transaction():
+            row = self._conn.execute("SELECT value FROM gate_meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def append(self, build: Build) -> None:
+        with self._errors(), self._conn.transaction():
+            # one appender at a time, queued by the server; needs no privilege beyond INSERT and SELECT
+            # (LOCK TABLE in a mode that excludes writers would need UPDATE or DELETE). The primary key
+            # on seq still refuses a duplicate from a writer that skipped the lock.
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+            row = self._conn.execute("SELECT seq, hash FROM gate_entries ORDER BY seq DESC LIMIT 1").fetchone()
+            entry, checkpoint = build(int(row[0]) if row else 0, str(row[1]) if row else None)
+            self._conn.execute("INSERT INTO gate_entries (seq, prev, hash, body) VALUES (%s, %s, %s, %s)", entry)
+            self._conn.execute("INSERT INTO gate_checkpoints (size, note, signature) VALUES (%s, %s, %s)", checkpoint)
+
+    def entries(self) -> Iterator[Row]:
+        with self._errors(), self._conn.transaction():
+            rows = self._conn.execute("SELECT seq, prev, hash, body FROM gate_entries ORDER BY seq").fetchall()
+        for seq, prev, digest, body in rows:
+            yield int(seq), str(prev), str(digest), str(body)
+
+    def get(self, seq: int) -> Row | None:
+        with self._errors(), self._conn.transaction():
+            row = self._conn.execute("SELECT seq, prev, hash, body FROM gate_entries WHERE seq = %s", (seq,)).fetchone()
+        return (int(row[0]), str(row[1]), str(row[2]), str(row[3])) if row else None
+
+    def size(self) -> int:
+        with self._errors(), self._conn.transaction():
+            row = self._conn.execute("SELECT COUNT(*) FROM gate_entries").fetchone()
+        return int(row[0]) if row else 0
+
+    def checkpoints(self) -> list[tuple[str, str]]:
+        with self._errors(), self._conn.transaction():
+            rows = self._conn.execute("SELECT note, signature FROM gate_checkpoints ORDER BY size").fetchall()
+        return [(str(n), str(s)) for n, s in rows]
+
+    def close(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+
+
+@contextmanager
+def _pg_errors(store: PostgresStore) -> Iterator[None]:
+    """Any psycopg error as one LedgerError line naming the (redacted) URL."""
+    try:
+        yield
+    except store._psycopg.Error as err:
+        first = " ".join(str(err).split())
+        if "gate_meta" in first and "does not exist" in first:
+            first = f"not a gate ledger ({first})"
+        raise LedgerError(f"{store.location}: {redacted(first)}") from None

@@ -1,0 +1,102 @@
+"""The wire formats of a signed run, used both to write and to verify: a DSSE v1 envelope around an
+in-toto Statement v1 whose subjects are file digests, the change's commit and the baseline. Signing and
+verifying them is gate.trust.attest; the predicate of a run is gate.trust.predicate, which imports this
+module (never gate.trust.attest)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://gate.dev/release-gate/v1"
+BASELINE_SUBJECT = "baseline:"
+"""Subject name prefix of the baseline (gate record) a run's reference answers came from."""
+
+
+class DsseSignature(BaseModel):
+    """One DSSE signature: the signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    keyid: str = ""
+    sig: str
+
+
+class Envelope(BaseModel):
+    """A DSSE v1 envelope (https://github.com/secure-systems-lab/dsse)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payloadType: str
+    payload: str
+    """base64 of the statement bytes."""
+    signatures: list[DsseSignature]
+
+    def payload_bytes(self) -> bytes:
+        """The decoded payload; ValueError when it is not base64."""
+        try:
+            return base64.b64decode(self.payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("payload is not valid base64") from None
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class Subject(BaseModel):
+    """An in-toto ResourceDescriptor as gate uses it: a name and its digests."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = ""
+    digest: dict[str, str] = Field(default_factory=dict)
+
+
+class Statement(BaseModel):
+    """An in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: str = Field(default=STATEMENT_TYPE, alias="_type")
+    subject: list[Subject] = Field(min_length=1)
+    predicateType: str
+    predicate: dict[str, Any] = Field(default_factory=dict)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def canonical(self) -> bytes:
+        """The payload bytes: sorted keys, no whitespace."""
+        return json.dumps(self.dump(), sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def commit(self) -> str | None:
+        """The gitCommit subject, if the statement names one."""
+        for subject in self.subject:
+            if subject.digest.get("gitCommit"):
+                return subject.digest["gitCommit"]
+        return None
+
+    def files(self) -> dict[str, str]:
+        """name -> sha256 of every file subject (the baseline subject names no file here)."""
+        return {
+            s.name: s.digest["sha256"]
+            for s in self.subject
+            if "sha256" in s.digest and not s.name.startswith(BASELINE_SUBJECT)
+        }
+
+
+def parse_statement(payload: bytes) -> Statement:
+    """The statement in a payload; ValueError saying what is wrong."""
+    try:
+        return Statement.model_validate_json(payload)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(statement)"
+        raise ValueError(f"payload is not an in-toto statement ({where}: {first['msg']})") from None
