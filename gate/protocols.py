@@ -620,6 +620,16 @@ class SlotFilesPath(Protocol):
         ...
 
 
+def slot_store_of(server: object) -> SlotStore | str | None:
+    """The server's slot files, or why it offers none, where it is an EngineSlots server; None where not."""
+    return server.slot_store() if isinstance(server, EngineSlots) else None
+
+
+def slot_files_absent(path: object) -> str | None:
+    """Why a path's servers offer no slot files, known before they start (SlotFilesPath); None: they may."""
+    return path.slot_files_absent() if isinstance(path, SlotFilesPath) else None
+
+
 @runtime_checkable
 class EngineServing(Protocol):
     """An engine gate did not write, behind an OpenAI-compatible HTTP API (gate.adapters.openai),

@@ -183,12 +183,12 @@ def judge(
     )
 
 
-def tolerated_change(ctx: CheckContext, widest: float) -> float | None:
+def tolerated_change(level: str, widest: float) -> float | None:
     """What an engine check accepts of a correct reply's logprobs under a tolerance claim: DENY_ALLOWANCE
     times the widest tolerance it judged with (the noise floor included). A control whose fault moves the
     observed replies no further is below the check's power: unobservable, never missed (the control
     engine's `tolerated_change`). None under exact (any change fails) and greedy claims."""
-    return DENY_ALLOWANCE * widest if ctx.manifest.claim.level == "tolerance" and widest > 0 else None
+    return DENY_ALLOWANCE * widest if level == "tolerance" and widest > 0 else None
 
 
 def observation(completions: list[EngineCompletion]) -> Any:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ def test_the_schedule_sends_every_turn_in_order_once_and_resumes_conversations_a
 @dataclass
 class _Reply:
     tokens: list[int]
+    cached_tokens: int | None = None
 
 
 def _request(id: int, conversation: int, round: int, prompt: list[int], reply: list[int], want: list[int]) -> _Request:
@@ -62,14 +64,18 @@ def test_a_reply_equal_to_another_requests_answer_is_named_with_it() -> None:
     assert other is a and "equals the reference's answer" in how
 
 
-def test_otherwise_the_other_conversations_prompt_sharing_the_most_is_named() -> None:
+def test_otherwise_no_request_is_named_on_a_guess_and_the_re_ask_says_what_it_showed() -> None:
+    """A prompt sharing the most tokens is no evidence: only a reply showing another request's content
+    names it; the failing prompt asked again alone off the cache says whether state or configuration did it."""
     a = _request(0, 0, 0, [1, 2, 3, 4], [9, 9], [9, 9])
-    c = _request(1, 1, 0, [1, 2, 3, 5], [4, 4], [8, 8])
-    d = _request(2, 2, 0, [1, 6, 6, 6], [3, 3], [3, 3])
     failing = _request(3, 3, 1, [1, 2, 3, 4, 7], [0, 0], [1, 1])
-    later = _request(4, 4, 2, [1, 2, 3, 4, 7], [0, 0], [2, 2])  # sent after it: never a suspect
-    other, how = _suspect(failing, [a, c, d, failing, later])
-    assert other is a and "4 tokens" in how
+    other, how = _suspect(failing, [a, failing])
+    assert other is None and "not re-asked" in how
+    failing.reask = SimpleNamespace(failed=False)  # type: ignore[assignment]
+    other, how = _suspect(failing, [a, failing])
+    assert other is None and "alone off the cache it matches the reference: the state it was served with" in how
+    failing.reask = SimpleNamespace(failed=True)  # type: ignore[assignment]
+    assert "still differs from the reference: this configuration computes" in _suspect(failing, [a, failing])[1]
 
 
 def test_with_no_other_conversation_sent_before_none_is_named() -> None:
@@ -217,7 +223,7 @@ def test_a_wrong_reply_fails_naming_its_request_and_a_suspect_and_a_control_stop
     failures = out.evidence["failures"]
     assert failures and out.metrics["failed"] == len(failures) < out.metrics["requests"]
     assert out.message.startswith(f"{len(failures)} of 30 replies differ from the reference alone: request ")
-    assert "it may carry the state of request" in failures[0]["message"]
+    assert "not re-asked (the engine offers no request off its cache)" in failures[0]["message"]
     assert out.diagnosis is not None and out.diagnosis["problems"] == [f["message"] for f in failures]
     assert out.diagnosis["bug_class"] == "continuous-batching"  # what a known_bugs declaration matches on
     first = min(r["prompt_tokens"] for r in out.evidence["requests"] if r["failed"])
@@ -228,7 +234,7 @@ def test_a_wrong_reply_fails_naming_its_request_and_a_suspect_and_a_control_stop
     assert max(rounds) == min(r["round"] for r in out.evidence["requests"] if r["failed"])
 
 
-def test_a_single_slot_candidate_is_not_exercised_and_fails() -> None:
+def test_a_single_slot_candidate_is_not_exercised_and_unproven_not_failed() -> None:
     out = engine_concurrent_conversations(_engines(_Engine("candidate", slots=1)), EngineConversationsParams())
-    assert out.status == "fail" and out.message.startswith("not exercised: ")
-    assert "the candidate has 1 slot(s)" in out.message and out.diagnosis is not None
+    assert out.status == "unproven" and out.message.startswith("not exercised: ")
+    assert "the candidate states 1 slot: it serves one request at a time" in out.message

@@ -167,7 +167,9 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     exercise = {"overlapping_requests": overlapping, "candidate_slots": slots, "concurrent": concurrent}
     seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
     seen["observation"] = observation([obs.alone, obs.batched])
-    seen["tolerated_change"] = tolerated_change(ctx, max(judged.comparison.tolerance for judged in j.judged))
+    seen["tolerated_change"] = tolerated_change(
+        ctx.manifest.claim.level, max(judged.comparison.tolerance for judged in j.judged)
+    )
     if j.problems:
         return problems_outcome(j.problems, length, _bug_class(j), **seen)
     if j.unexercised:

@@ -16,7 +16,6 @@ from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
     Judged,
-    common_prefix,
     engine_pair,
     failure_words,
     observation,
@@ -24,9 +23,10 @@ from gate.checks._engine import (
     reuse_block,
     same_vocabulary,
     seeded_prompt,
+    tolerated_change,
 )
 from gate.checks._engine import judge as judge_reply
-from gate.checks._noise import NoiseFloor, measure_noise
+from gate.checks._noise import NoiseFloor, measure_noise, off_cache_fields
 from gate.checks._topk import worst
 from gate.checks.engine_concurrent_conversations import EngineConversationsParams
 from gate.core.check import CheckContext, Outcome, check
@@ -52,6 +52,8 @@ class _Request:
     reply: EngineCompletion | None = None
     want: EngineCompletion | None = None
     judged: Judged | None = None
+    reask: Judged | None = None
+    """A failing reply's prompt asked again alone, off the candidate's cache, against the reference."""
 
     def name(self) -> str:
         tenant = f"tenant {self.tenant}" if self.tenant >= 0 else "no system prefix"
@@ -184,7 +186,9 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
             top_k=pair.top_k,
             limit=candidate.max_len - params.new_tokens - 1,
         )
-        sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k, noise)
+        sent, overlapping = _serve_rounds(
+            ctx, params, work, rounds, (ref, cand), pair.top_k, noise, candidate.salt_field
+        )
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     return Observations(
         sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers, noise
@@ -211,6 +215,7 @@ def _serve_rounds(
     servers: tuple[EngineServer, EngineServer],
     top_k: int,
     noise: NoiseFloor | None,
+    salt: str | None,
 ) -> tuple[list[_Request], int]:
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
     compared; the requests sent and how many rounds overlapped in time. A control stops after the
@@ -231,6 +236,10 @@ def _serve_rounds(
             last_round[req.conversation] = number
             req.want = ref.complete(req.prompt, params.new_tokens, top_k)  # alone, on the reference
             req.judged = judge_reply(ctx, req.want, req.reply, noise)
+            fields = off_cache_fields(cand, salt, f"reask-{req.id}") if req.judged.failed else None
+            if fields is not None:  # blame from evidence: the same prompt alone, nothing cached, nothing beside it
+                again = cand.complete(req.prompt, params.new_tokens, top_k, fields)
+                req.reask = judge_reply(ctx, req.want, again, noise)
         sent += requests
         if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
             break
@@ -282,19 +291,27 @@ def _overlapped(requests: list[_Request]) -> bool:
 
 
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
-    """The other request whose state a failing reply most likely carries, and how it was found."""
+    """The other request whose content a failing reply shows (its reply equals the reference's answer to
+    that request), and what the evidence says of the cause; no other request is named on a guess."""
     assert failed.reply is not None
     others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
     for other in others:
         same = other.want is not None and list(other.want.tokens) == list(failed.reply.tokens)
         if same and other.conversation != failed.conversation:
             return other, "its reply equals the reference's answer to that request"
-    foreign = [r for r in others if r.conversation != failed.conversation]
-    if not foreign:
-        return None, "no other conversation's request was sent before it"
-    best = max(foreign, key=lambda r: (common_prefix(r.prompt, failed.prompt), r.round == failed.round, -r.id))
-    shared = common_prefix(best.prompt, failed.prompt)
-    return best, f"the other conversation's prompt sharing the most with it ({shared} tokens)"
+    if failed.reask is None:
+        return None, "not re-asked (the engine offers no request off its cache): the cause is not shown"
+    company = sum(1 for r in sent if r.round == failed.round and r.id != failed.id)
+    served = f"it was served with {failed.reply.cached_tokens or 0} cached tokens, {company} requests beside it"
+    if failed.reask.failed:
+        return None, (
+            "asked again alone off the cache it still differs from the reference: this configuration computes "
+            "the prompt differently, no state carried from another request"
+        )
+    return (
+        None,
+        f"asked again alone off the cache it matches the reference: the state it was served with did it ({served})",
+    )
 
 
 def _row(req: _Request) -> ConversationRequest:
@@ -324,9 +341,11 @@ def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFai
     message = f"{req.name()}, {req.kind}: {failure_words(level, req.outcome()[1])}"
     if other is not None:
         company = [r.id for r in sent if r.round == req.round and r.id != req.id]
-        message += f"; it may carry the state of {other.name()}: {how}"
+        message += f"; it carries the content of {other.name()}: {how}"
         if company:
             message += f" (in flight with requests {', '.join(map(str, company))})"
+    else:
+        message += f"; {how}"
     return ConversationFailure(
         request=req.id, other_request=None if other is None else other.id, how=how, message=message
     )
@@ -400,6 +419,9 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         "evidence": _evidence(params, level, obs, j).dump(),
         "exercise": exercise,
         "observation": observation([r.reply for r in obs.sent if r.reply is not None]),
+        "tolerated_change": tolerated_change(
+            level, max((r.judged.comparison.tolerance for r in obs.sent if r.judged), default=0.0)
+        ),
         "observation_in_run_order": True,
     }
 
@@ -426,13 +448,16 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
             "explanation": BUG_CLASSES["continuous-batching"],
         }
         return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis=diagnosis)
-    if j.finding == "not-exercised":
-        problems = [
-            f"not exercised: {obs.overlapping_rounds} of {obs.rounds} rounds had requests in flight together and the "
-            f"candidate has {obs.slots} slot(s); no two conversations were ever served at once (launch it with more "
-            "parallel slots)"
-        ]
-        return Outcome("fail", "; ".join(problems) + tiers, **seen, diagnosis={"problems": problems})
+    if j.finding == "not-exercised":  # nothing served at once: nothing to judge, never a failure of the subject
+        why = (
+            f"the candidate states {obs.slots} slot: it serves one request at a time"
+            if obs.slots is not None and int(obs.slots) < 2
+            else f"{obs.overlapping_rounds} of {obs.rounds} rounds had requests in flight together"
+        )
+        message = (
+            f"not exercised: {why}, so no two conversations were served at once (launch it with more parallel slots)"
+        )
+        return Outcome("unproven", message + tiers, **seen)
     return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + tiers, **seen)
 
 

@@ -107,7 +107,7 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
     exercise = {"cache_read_repeats": hits, "cache_read_tokens": sum(int(r.cached_tokens or 0) for r in j.hit_replies)}
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
     seen["observation"] = observation(j.hit_replies)
-    seen["tolerated_change"] = tolerated_change(ctx, j.widest)
+    seen["tolerated_change"] = tolerated_change(ctx.manifest.claim.level, j.widest)
     if j.problems:
         return problems_outcome(j.problems, length, **seen)
     if len(j.unjudged) == len(j.rows):

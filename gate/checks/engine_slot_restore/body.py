@@ -23,7 +23,7 @@ from gate.checks._engine import (
 from gate.checks.engine_slot_restore import EngineSlotRestoreParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.errors import EngineBadReply, SubjectCrash
-from gate.protocols import EngineSlots, SlotFilesPath
+from gate.protocols import slot_files_absent, slot_store_of
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer, SlotStore
@@ -33,9 +33,8 @@ FILE = "gate-slot-restore.bin"
 
 def slot_store(server: EngineServer) -> SlotStore | str:
     """The server's slot files, or why it has none."""
-    if not isinstance(server, EngineSlots):
-        return f"the {server.flavor} server offers no slot files gate can reach"
-    return server.slot_store()
+    store = slot_store_of(server)
+    return f"the {server.flavor} server offers no slot files gate can reach" if store is None else store
 
 
 @dataclass(frozen=True)
@@ -305,7 +304,7 @@ def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams) -> O
     pair = engine_pair(ctx, "engine-slot-restore")
     if isinstance(pair, Outcome):
         return pair
-    declined = pair.candidate.slot_files_absent() if isinstance(pair.candidate, SlotFilesPath) else None
+    declined = slot_files_absent(pair.candidate)
     measured = measure(ctx, params, pair) if declined is None else declined  # no server starts to learn it
     if isinstance(measured, str):
         return Outcome("skip", f"no slot files to save and restore: {measured}", absent="slot-files")
