@@ -96,6 +96,8 @@ from gate.protocols import (
     WeightReloading,
     capabilities,
     offered,
+    slot_files_absent,
+    slot_store_of,
     subject_call,
 )
 
@@ -184,6 +186,8 @@ __all__ += [
     "SpeculativePath",
     "capabilities",
     "offered",
+    "slot_files_absent",
+    "slot_store_of",
 ]
 
 # prefix store types (gate.prefix.cache, loaded on first use)
