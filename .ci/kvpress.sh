@@ -51,6 +51,15 @@ if ! grep -Eq "^4 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "Assertio
   exit 1
 fi
 echo "kvpress 0.5.4: one-token prompts empty the cache, caught by 4 failing tests"
+# KnormPress scored by a bfloat16 key norm (fixed in 0.5.5): evict-invariants, recomputing the score in
+# float32, must break evict-ranking on 0.5.4 (the test passed on 0.5.5 in the run above)
+buggy=$("$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k bfloat16_knorm 2>&1 || true)
+if ! grep -Eq "^1 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "AssertionError: evict-ranking" <<<"$buggy"; then
+  echo "kvpress 0.5.4: the bfloat16 KnormPress ranking went unseen:" >&2
+  tail -5 <<<"$buggy" >&2
+  exit 1
+fi
+echo "kvpress 0.5.4: KnormPress's bfloat16 key norm evicts off the float32 ranking, caught as evict-ranking"
 # kvpress-short-prompt: the same bug caught by a `gate run` (check short-prompt of the eviction
 # policy): on 0.5.4 it must fail with class kv-truncation, on 0.5.5 pass (a run of one check is a
 # partial run, exit 5 on a pass and 1 on a failure: the check's own status is what is asserted)

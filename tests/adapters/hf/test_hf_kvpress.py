@@ -194,3 +194,29 @@ def test_streaming_llm_keeps_three_of_its_four_sinks_and_drops_the_last_token_of
     assert log[0].kept_from.shape[-1] == 3
     assert {f.cls for f in j.findings} == {"evict-protected"}
     assert all(5 in f.where["dropped"] for f in j.findings)  # the newest token
+
+
+def test_a_bfloat16_knorm_press_keeps_the_top_of_the_float32_key_norm() -> None:
+    """kvpress 0.5.4 and earlier score KnormPress by a bfloat16 key norm, so on a bfloat16 cache rounding,
+    not the norm, picks what is evicted (0.5.5 takes the norm in float32). evict-invariants recomputes
+    the score in float32 from the keys the press scored: on 0.5.4 evict-ranking breaks (scores off by
+    0.031; .ci/kvpress.sh asserts this test fails there on it), on 0.5.5 it holds."""
+    from gate.adapters.hf import HFAdapter, Options
+    from gate.checks.evict_invariants import EvictInvariantsParams, evict_invariants
+    from tests.support import reference as ref
+
+    def bf16(**options: object) -> HFPath:
+        built = HFAdapter().build(Options(model="llama", **options), device="cpu", dtype="bfloat16", seed=0)
+        assert isinstance(built, HFPath)
+        return built
+
+    claim = {
+        "level": "bounded-degradation",
+        "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+    }
+    candidate = bf16(path="kvpress", press="knorm", compression_ratio=0.5)
+    context = ref.ctx(bf16(), candidate, claim=claim, dtype="bfloat16")
+    out = evict_invariants(context, EvictInvariantsParams(prompt=200))
+    assert "evict-ranking" not in out.metrics["broken"], out.message
+    assert out.metrics["score_recomputed_float32"] and out.metrics["max_score_mismatch"] < 1e-2
+    assert out.status == "pass", out.message
