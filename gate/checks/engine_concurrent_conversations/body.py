@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gate.checks._diagnosis import BUG_CLASSES
@@ -26,10 +26,11 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks._engine import judge as judge_reply
+from gate.checks._mechanisms import MechanismPlan, Step, log_counters, plan_mechanisms, reach
 from gate.checks._topk import worst
 from gate.checks.engine_concurrent_conversations import EngineConversationsParams
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence
+from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence, MechanismReach
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer
@@ -48,6 +49,8 @@ class _Request:
     kind: str
     prompt: list[int]
     window: tuple[float, float] = (0.0, 0.0)
+    aim: str | None = None
+    aimed_at: int | None = None
     reply: EngineCompletion | None = None
     want: EngineCompletion | None = None
     judged: Judged | None = None
@@ -55,6 +58,11 @@ class _Request:
     def name(self) -> str:
         tenant = f"tenant {self.tenant}" if self.tenant >= 0 else "no system prefix"
         return f"request {self.id} (conversation {self.conversation} turn {self.turn}, {tenant})"
+
+    @property
+    def cached(self) -> int | None:
+        """Prompt tokens the candidate says it reused for this request (None: not reported, or not sent)."""
+        return None if self.reply is None else self.reply.cached_tokens
 
     def outcome(self) -> tuple[EngineCompletion, Judged]:
         """The candidate's reply and its comparison with the reference's answer alone (both measured)."""
@@ -89,6 +97,8 @@ class Observations:
     geometry: str
     untouched: list[str]
     servers: dict[str, Any]
+    mechanisms: list[MechanismReach] = field(default_factory=list)
+    counters: dict[str, int] | None = None
 
 
 Finding = Literal["failed", "not-exercised", "held"]
@@ -171,11 +181,126 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
-        sent, overlapping = _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k)
+        process = getattr(cand, "server", None)
+        log_start = len(process.log_text()) if process is not None else 0
+        aimed: list[_Request] = []
+        plan = None
+        if params.aim:
+            room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
+            plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
+            aimed = _serve_aimed(ctx, params, plan, (vocab, base), (ref, cand), pair.top_k)
+        stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
+        sent, overlapping = ([], 0) if stopped else _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k)
+        for req in sent:  # numbered after the aimed requests, which went first
+            req.id += len(aimed)
+        counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
+    reached = [] if plan is None else reach(plan, aimed, counters)
+    overlapping += sum(1 for batch in _by_round(aimed) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers
+        [*aimed, *sent],
+        len(rounds) + (0 if plan is None else len(plan.rounds)),
+        overlapping,
+        slots,
+        prefix,
+        width,
+        n_conv,
+        geometry.words(),
+        untouched,
+        servers,
+        reached,
+        counters,
     )
+
+
+def _by_round(requests: list[_Request]) -> list[list[_Request]]:
+    rounds: dict[int, list[_Request]] = {}
+    for req in requests:
+        rounds.setdefault(req.round, []).append(req)
+    return list(rounds.values())
+
+
+def _serve_aimed(
+    ctx: CheckContext,
+    params: EngineConversationsParams,
+    plan: MechanismPlan,
+    seeds: tuple[int, int],
+    servers: tuple[EngineServer, EngineServer],
+    top_k: int,
+) -> list[_Request]:
+    """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
+    the candidate, each prompt then alone to the reference and compared. A control stops after the
+    first round with a failing reply. Rounds are numbered from -len(plan.rounds) so the seeded rounds
+    keep theirs."""
+    vocab, base = seeds
+    ref, cand = servers
+    prompts: dict[int, list[int]] = {}
+    history: dict[int, list[int]] = {}
+    served: list[int] = []
+    sent: list[_Request] = []
+    first_round = -len(plan.rounds)
+    for number, batch in enumerate(plan.rounds, start=first_round):
+        requests: list[_Request] = []
+        for step in batch:
+            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), prompts, history)
+            words = step.words
+            if step.how == "resume":
+                words += f" ({_others_since(served, step.conversation)} other conversations served since)"
+            turn = int(step.how in ("resume", "edit"))
+            req = _Request(
+                len(sent) + len(requests),
+                step.conversation,
+                -1,
+                turn,
+                number,
+                f"{words} [{step.mechanism}]",
+                prompt,
+                aim=step.mechanism,
+                aimed_at=_aimed_at(step, prompts),
+            )
+            requests.append(req)
+        _send_together(cand, requests, params.new_tokens, top_k)
+        for req in requests:
+            assert req.reply is not None
+            prompts[req.conversation] = req.prompt
+            history[req.conversation] = [*req.prompt, *req.reply.tokens]
+            served.append(req.conversation)
+            req.want = ref.complete(req.prompt, params.new_tokens, top_k)
+            req.judged = judge_reply(ctx, req.want, req.reply)
+        sent += requests
+        if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
+            break
+    return sent
+
+
+def _others_since(served: list[int], conversation: int) -> int:
+    """Other conversations served since `conversation` was last (in the order `served` lists them)."""
+    last = max((i for i, c in enumerate(served) if c == conversation), default=-1)
+    return len(set(served[last + 1 :]) - {conversation})
+
+
+def _aimed_at(step: Step, prompts: dict[int, list[int]]) -> int:
+    """The length a step aims at: its shared prefix, its prompt, or the cut of its edited turn."""
+    if step.how == "edit":
+        return len(prompts[step.conversation]) - step.length
+    if step.how == "resume":
+        return len(prompts[step.conversation])
+    return step.length
+
+
+def _aimed_prompt(
+    step: Step, vocab: int, seed: int, prompts: dict[int, list[int]], history: dict[int, list[int]]
+) -> list[int]:
+    """A step's prompt, from the conversations sent before it (gate.checks._mechanisms.Step)."""
+    if step.how == "fresh":
+        return seeded_prompt(vocab, step.length, seed)
+    if step.how == "share":
+        assert step.source is not None
+        return [*prompts[step.source][: step.length], *seeded_prompt(vocab, 8, seed)]
+    if step.how == "resume":
+        return [*history[step.conversation], *seeded_prompt(vocab, step.length, seed)]
+    kept = prompts[step.conversation][: len(prompts[step.conversation]) - step.length]
+    return [*kept, *seeded_prompt(vocab, step.length, seed)]
 
 
 def _serve_rounds(
@@ -289,13 +414,17 @@ def _row(req: _Request) -> ConversationRequest:
         tie=c.tie,
         failed=judged.failed,
         warned=judged.warn,
+        aim=req.aim,
+        aimed_at=req.aimed_at,
     )
 
 
 def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFailure:
     """A failing reply, named with the request whose state it may carry and those in flight beside it."""
     other, how = _suspect(req, sent)
-    message = f"{req.name()}, {req.kind}: {failure_words(level, req.outcome()[1])}"
+    cached = req.outcome()[0].cached_tokens
+    served = "" if req.aim is None else f", {len(req.prompt)}-token prompt, {cached} tokens served from the cache"
+    message = f"{req.name()}, {req.kind}{served}: {failure_words(level, req.outcome()[1])}"
     if other is not None:
         company = [r.id for r in sent if r.round == req.round and r.id != req.id]
         message += f"; it may carry the state of {other.name()}: {how}"
@@ -346,6 +475,8 @@ def _evidence(params: EngineConversationsParams, level: str, obs: Observations, 
         failures=j.failures,
         cache_tiers_not_reset=obs.untouched,
         servers=obs.servers,
+        mechanisms=obs.mechanisms,
+        engine_log_counters=obs.counters,
     )
 
 
@@ -361,6 +492,8 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         "resumed_after_others": j.resumed,
         "resumed_restored_past_prefix": j.resumed_hits,
         "max_abs_dlogprob": worst(r.max_abs_dlogprob for r in j.rows),
+        "mechanisms_aimed": sum(1 for m in obs.mechanisms if m.aimed),
+        "mechanisms_reached": sum(1 for m in obs.mechanisms if m.reached),
     }
     exercise = {
         "compared_replies": len(j.rows),
@@ -387,6 +520,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
         message = f"{len(j.failures)} of {len(j.rows)} replies differ from the reference alone: {shown}{more}{tiers}"
+        message += mechanism_words(obs.mechanisms)
         problems = [f.message for f in j.failures]
         diagnosis = {
             "problems": problems,
@@ -413,7 +547,20 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
         f"to the same prompt alone; {j.fresh_hits} fresh conversations reused a shared prefix, {j.resumed_hits} of "
         f"{j.resumed} resumed after others were served from the cache past their system prefix"
         + (f"; {j.warned} within the claim but over the logprob tolerance" if j.warned else "")
+        + mechanism_words(obs.mechanisms)
     )
+
+
+def mechanism_words(mechanisms: list[MechanismReach]) -> str:
+    """The mechanisms the aimed requests reached, and those they did not or could not (with why)."""
+    if not mechanisms:
+        return ""
+    reached = [m.mechanism for m in mechanisms if m.reached]
+    missed = [f"{m.mechanism} ({m.evidence})" for m in mechanisms if m.aimed and not m.reached]
+    unaimed = [f"{m.mechanism} ({m.evidence})" for m in mechanisms if not m.aimed]
+    words = f"; mechanisms reached: {', '.join(reached) or 'none'}"
+    words += f"; aimed at but not reached: {'; '.join(missed)}" if missed else ""
+    return words + (f"; not reachable: {'; '.join(unaimed)}" if unaimed else "")
 
 
 def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outcome:
