@@ -88,7 +88,12 @@ class MechanismPlan:
 
     def words(self) -> str:
         """One line for `gate plan`: each mechanism aimed at (with its lengths) or left out (with why)."""
-        parts = [f"{name} at {', '.join(map(str, lengths))}" for name, lengths in self.aimed.items()]
+        parts = [
+            f"edited-turn cutting {lengths[0]} tokens off cached prompts"
+            if name == "edited-turn"
+            else f"{name} at {', '.join(map(str, lengths))}"
+            for name, lengths in self.aimed.items()
+        ]
         parts += [f"{name} not reachable: {why}" for name, why in self.not_aimed.items()]
         return "; ".join(parts) if parts else "no reuse mechanism stated"
 
@@ -107,6 +112,10 @@ def plan_mechanisms(geometry: CacheGeometry, room: int, width: int, turn_tokens:
     out = MechanismPlan()
     if geometry.prefix_caching is False:
         out.not_aimed = {name: "the candidate's prefix cache is off" for name in MECHANISMS}
+        return out
+    if geometry.sliding_window is None and geometry.host_cache_mib is None and geometry.checkpoints is None:
+        why = "the candidate states none of its reuse mechanisms (gate reads llama.cpp's and the model's)"
+        out.not_aimed = {name: why for name in MECHANISMS}
         return out
     window, ubatch = geometry.sliding_window, geometry.ubatch
     slots = geometry.slots or width

@@ -557,7 +557,11 @@ def mechanism_words(mechanisms: list[MechanismReach]) -> str:
         return ""
     reached = [m.mechanism for m in mechanisms if m.reached]
     missed = [f"{m.mechanism} ({m.evidence})" for m in mechanisms if m.aimed and not m.reached]
-    unaimed = [f"{m.mechanism} ({m.evidence})" for m in mechanisms if not m.aimed]
+    reasons: dict[str, list[str]] = {}
+    for m in mechanisms:
+        if not m.aimed:
+            reasons.setdefault(m.evidence, []).append(m.mechanism)
+    unaimed = [f"{', '.join(names)} ({why})" for why, names in reasons.items()]
     words = f"; mechanisms reached: {', '.join(reached) or 'none'}"
     words += f"; aimed at but not reached: {'; '.join(missed)}" if missed else ""
     return words + (f"; not reachable: {'; '.join(unaimed)}" if unaimed else "")
