@@ -13,6 +13,11 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
   swa-reuse-batched on the sliding-window model, 8 prompts sharing a 256-token prefix sent in groups of 3
                     to 5 at once beside unrelated ones, 3 rounds: replies that differ from a no-cache server's
                     (greedy tokens, or a logprob by more than 0.005)
+  swa-long-batched-unified / -split
+                    on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
+                    4 slots over one unified KV / one KV per slot: 16 fresh prompts of 600 to 921 tokens
+                    (past the sliding-window cache's room per slot, 64 + 512), 4 at once: replies that
+                    differ from the reference's
 """
 
 from __future__ import annotations
@@ -130,11 +135,39 @@ def swa_reuse_batched(start: Callable[..., Server]) -> str:
     )
 
 
+NO_CACHE = ["--no-cache-prompt", "--cache-ram", "0"]
+
+
+def swa_long_batched(start: Callable[..., Server], kv: str) -> str:
+    """Prompts past the sliding-window cache's room per slot (64 + 512 tokens), 4 at once, on 4 slots
+    with every prompt cache off (`kv`: --kv-unified or --no-kv-unified), against the reference."""
+    candidate, reference = start("swa", ["-np", "4", kv, *NO_CACHE]), start("swa", REFERENCE)
+    rng, wrong, total, worst = random.Random(3), 0, 0, 0.0
+    try:
+        for length in (600, 700, 800, 900):
+            group = [tokens(rng, length + 7 * i) for i in range(4)]
+            with ThreadPoolExecutor(len(group)) as pool:
+                got = list(pool.map(lambda p: candidate.complete(p, 16), group))
+            for prompt, (ids, lps, _) in zip(group, got, strict=True):
+                want_ids, want_lps, _ = reference.complete(prompt, 16)
+                gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
+                worst, total = max(worst, gap), total + 1
+                wrong += ids != want_ids or gap > 0.005
+    finally:
+        candidate.stop()
+        reference.stop()
+    return f"{wrong} of {total} replies differ from the no-cache server's (max abs dlogprob {worst:.3g})" + (
+        " (BUG: wrong replies)" if wrong else ""
+    )
+
+
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "ignore-eos": ignore_eos,
     "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
     "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
     "swa-reuse-batched": swa_reuse_batched,
+    "swa-long-batched-unified": lambda start: swa_long_batched(start, "--kv-unified"),
+    "swa-long-batched-split": lambda start: swa_long_batched(start, "--no-kv-unified"),
 }
 
 
