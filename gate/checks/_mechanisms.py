@@ -98,6 +98,9 @@ class MechanismPlan:
         return "; ".join(parts) if parts else "no reuse mechanism stated"
 
 
+WRAP_ROUNDS = 5
+"""Rounds of long prompts aimed at the sliding-window cache's room per slot (each `width` at once)."""
+
 POOL_BASE = 1000
 """Conversation numbers of the aimed workload start here (the seeded rounds number theirs from 0)."""
 
@@ -185,7 +188,11 @@ def _aim_wrap(out: MechanismPlan, window: int, ubatch: int | None, room: int, wi
             "the engine states no micro-batch, so the sliding-window cache's room is unknown"
         )
         return
-    wanted = [window + ubatch + k * window for k in (1, 2, 3, 4)]
+    room_per_slot = window + ubatch
+    # just past a slot's room, then two and three times it: the longer, the more of the cache wraps under
+    # the others (on llama.cpp b11549, 4 slots over a unified KV: 2 of 20 replies wrong at 640 tokens,
+    # 5 of 20 at 1152, 8 of 20 at 1664)
+    wanted = [room_per_slot + window, 2 * room_per_slot, 3 * room_per_slot]
     lengths = [x for x in wanted if x <= room]
     if not lengths or width < 2:
         why = f"the context leaves {room} tokens for a prompt" if not lengths else "one request in flight at a time"
@@ -202,7 +209,7 @@ def _aim_wrap(out: MechanismPlan, window: int, ubatch: int | None, room: int, wi
             lengths[i % len(lengths)] + (i // len(lengths)),
             words=f"a long prompt past window + micro-batch ({window + ubatch})",
         )
-        for i in range(3 * width)
+        for i in range(WRAP_ROUNDS * width)
     ]
     out.rounds += _rounds(steps, width)
 

@@ -67,7 +67,7 @@ def test_the_start_up_log_states_slots_host_cache_checkpoints_and_the_swa_cache(
 def test_a_sliding_window_model_at_llamacpps_defaults_is_aimed_at_the_window_edge_wrap_host_cache_and_edits() -> None:
     plan = plan_mechanisms(_geometry(), room=8183, width=6, turn_tokens=24)
     assert plan.aimed["window-edge"] == [64, 65, 66, 68]  # at the window and just past it
-    assert plan.aimed["swa-cache-wrap"] == [640, 704, 768, 832]  # past window + micro-batch (576)
+    assert plan.aimed["swa-cache-wrap"] == [640, 1152, 1728]  # past window + micro-batch (576)
     assert "host-cache-restore" in plan.aimed and plan.aimed["edited-turn"] == [12]
     # the default spacing (8192) is past what the context leaves for a prompt: listed, not aimed at
     assert set(plan.not_aimed) == {"checkpoint-interval"} and "8192" in plan.not_aimed["checkpoint-interval"]
@@ -88,7 +88,7 @@ def test_a_sliding_window_model_at_llamacpps_defaults_is_aimed_at_the_window_edg
     resumed = {s.conversation for s in steps if s.how == "resume"}
     assert resumed == {s.conversation for s in pool} and all(c >= POOL_BASE for c in resumed)
     wraps = [s for s in steps if s.mechanism == "swa-cache-wrap"]
-    assert len(wraps) == 3 * 6 and min(s.length for s in wraps) > 64 + 512
+    assert len(wraps) == 5 * 6 and min(s.length for s in wraps) > 64 + 512
 
 
 def test_checkpoint_intervals_within_the_context_are_aimed_at_each_interval() -> None:
@@ -120,7 +120,7 @@ def test_gate_plan_lists_the_aimed_lengths_and_the_unreachable_mechanisms() -> N
         "engine-concurrent-conversations", {}, {"candidate": (8192, "launch flag -c 8192")}, _geometry()
     )
     assert coverage is not None and coverage.reachable_longest == 8192 - 1 - 8
-    assert {64, 65, 66, 68, 640, 832} <= set(coverage.wanted)
+    assert {64, 65, 66, 68, 640, 1152, 1728} <= set(coverage.wanted)
     assert coverage.planned_on is not None
     assert "window-edge at 64, 65, 66, 68" in coverage.planned_on
     assert "checkpoint-interval not reachable: checkpoints are at least 8192 tokens apart" in coverage.planned_on
