@@ -15,7 +15,7 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     (greedy tokens, or a logprob by more than 0.005)
   swa-long-batched-unified / -split
                     on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
-                    4 slots over one unified KV / one KV per slot: 16 fresh prompts of 600 to 921 tokens
+                    4 slots over one unified KV / one KV per slot: 20 fresh prompts of 640 to 1749 tokens
                     (past the sliding-window cache's room per slot, 64 + 512), 4 at once: replies that
                     differ from the reference's
 """
@@ -144,7 +144,7 @@ def swa_long_batched(start: Callable[..., Server], kv: str) -> str:
     candidate, reference = start("swa", ["-np", "4", kv, *NO_CACHE]), start("swa", REFERENCE)
     rng, wrong, total, worst = random.Random(3), 0, 0, 0.0
     try:
-        for length in (600, 700, 800, 900):
+        for length in (640, 1152, 1728, 1152, 1728):
             group = [tokens(rng, length + 7 * i) for i in range(4)]
             with ThreadPoolExecutor(len(group)) as pool:
                 got = list(pool.map(lambda p: candidate.complete(p, 16), group))
