@@ -13,15 +13,16 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
   swa-reuse-batched on the sliding-window model, 8 prompts sharing a 256-token prefix sent in groups of 3
                     to 5 at once beside unrelated ones, 3 rounds: replies that differ from a no-cache server's
                     (greedy tokens, or a logprob by more than 0.005)
-  swa-long-batched  on the sliding-window model, prompts of 37 to 2500 tokens off the cache (cache_prompt
-                    false), each alone then all five at once, twice: flips and the worst logprob move, on
-                    the default SWA cache and with --swa-full
+  swa-long-batched-unified / -split
+                    on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
+                    4 slots over one unified KV / one KV per slot: 20 fresh prompts of 640 to 1749 tokens
+                    (past the sliding-window cache's room per slot, 64 + 512), 4 at once: replies that
+                    differ from the reference's
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import subprocess
@@ -66,9 +67,8 @@ class Server:
         self.stop()
         raise SystemExit(f"engine_build_bugs: {program} did not start; see {log}")
 
-    def complete(self, prompt: list[int], n: int, cache: bool = True) -> tuple[list[int], list[float], int]:
+    def complete(self, prompt: list[int], n: int) -> tuple[list[int], list[float], int]:
         body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "n_probs": 2, "ignore_eos": True}
-        body |= {} if cache else {"cache_prompt": False}
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/v1/completions",
             data=json.dumps(body).encode(),
@@ -135,27 +135,31 @@ def swa_reuse_batched(start: Callable[..., Server]) -> str:
     )
 
 
-def swa_long_batched(start: Callable[..., Server]) -> str:
-    """Long prompts off the cache, each alone then all five at once, on the default SWA cache and on
-    `--swa-full`: the same prompt must get the same answer in a batch (up to float32 rounding, 1e-2)."""
-    found, moved = [], []
-    for flags in ([], ["--swa-full"]):
-        server, rng, flipped, worst = start("swa", [*CANDIDATE, *flags]), random.Random(3), 0, 0.0
-        send = functools.partial(server.complete, n=8, cache=False)
-        try:
-            prompts = [tokens(rng, n) for n in (1000, 37, 300, 1000, 2500)]
-            alone = [send(p) for p in prompts]
-            for _ in range(2):
-                with ThreadPoolExecutor(len(prompts)) as pool:
-                    got = list(pool.map(send, prompts))
-                for (ids, lps, _), (want_ids, want_lps, _) in zip(got, alone, strict=True):
-                    flipped += ids != want_ids
-                    worst = max(worst, *(abs(a - b) for a, b in zip(lps, want_lps, strict=False)))
-        finally:
-            server.stop()
-        moved.append(flipped > 0 or worst > 1e-2)
-        found.append(f"{' '.join(flags) or 'default SWA cache'}: {flipped} of 10 flipped, max abs dlogprob {worst:.3g}")
-    return "; ".join(found) + (" (BUG: a batch changes the answer)" if moved[0] and not moved[1] else "")
+NO_CACHE = ["--no-cache-prompt", "--cache-ram", "0"]
+
+
+def swa_long_batched(start: Callable[..., Server], *kv: str) -> str:
+    """Prompts past the sliding-window cache's room per slot (64 + 512 tokens), 4 at once, on 4 slots
+    with every prompt cache off (`kv`: --kv-unified or --no-kv-unified, and --swa-full for a full-size
+    sliding-window cache), against the reference."""
+    candidate, reference = start("swa", ["-np", "4", *kv, *NO_CACHE]), start("swa", REFERENCE)
+    rng, wrong, total, worst = random.Random(3), 0, 0, 0.0
+    try:
+        for length in (640, 1152, 1728, 1152, 1728):
+            group = [tokens(rng, length + 7 * i) for i in range(4)]
+            with ThreadPoolExecutor(len(group)) as pool:
+                got = list(pool.map(lambda p: candidate.complete(p, 16), group))
+            for prompt, (ids, lps, _) in zip(group, got, strict=True):
+                want_ids, want_lps, _ = reference.complete(prompt, 16)
+                gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
+                worst, total = max(worst, gap), total + 1
+                wrong += ids != want_ids or gap > 0.005
+    finally:
+        candidate.stop()
+        reference.stop()
+    return f"{wrong} of {total} replies differ from the no-cache server's (max abs dlogprob {worst:.3g})" + (
+        " (BUG: wrong replies)" if wrong else ""
+    )
 
 
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
@@ -163,7 +167,9 @@ PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
     "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
     "swa-reuse-batched": swa_reuse_batched,
-    "swa-long-batched": swa_long_batched,
+    "swa-long-batched-unified": lambda start: swa_long_batched(start, "--kv-unified"),
+    "swa-long-batched-split": lambda start: swa_long_batched(start, "--no-kv-unified"),
+    "swa-long-batched-swa-full": lambda start: swa_long_batched(start, "--kv-unified", "--swa-full"),
 }
 
 

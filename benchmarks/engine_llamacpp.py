@@ -36,7 +36,7 @@ EXAMPLES = [
     "engine-llamacpp-quantised-kv",
     "engine-llamacpp-hosted",
     "engine-llamacpp-sliding-window",
-    "engine-llamacpp-swa-batched",
+    "engine-llamacpp-sliding-window-defaults",
 ]
 EXIT = {"pass": 0, "fail": 1}
 

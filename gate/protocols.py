@@ -562,6 +562,25 @@ class CacheGeometry(BaseModel):
     """Whether the engine reuses a prefix across requests at all (None: not stated)."""
     source: str = "not stated"
     """Where the values come from (an endpoint, a launch flag, a probe, an engine default)."""
+    sliding_window: int | None = None
+    """Tokens a local (sliding-window) layer attends to (None: full attention, or not stated)."""
+    sliding_layers: list[int] | None = None
+    """Which layers are local when `sliding_window` is set (None: all of them, or not stated)."""
+    slots: int | None = None
+    """Requests the engine serves at once (llama.cpp `-np`, `/props` `total_slots`)."""
+    kv_unified: bool | None = None
+    """One KV buffer shared by every slot (llama.cpp `--kv-unified`, its default with `-np` auto)."""
+    ubatch: int | None = None
+    """Tokens of one compute micro-batch (llama.cpp `-ub`, 512 by default): its sliding-window cache
+    keeps `sliding_window` cells per slot plus one micro-batch."""
+    host_cache_mib: int | None = None
+    """The host-memory prompt cache's size in MiB (llama.cpp `--cache-ram`; 0: off; None: not stated)."""
+    checkpoints: int | None = None
+    """Context checkpoints kept per slot (llama.cpp `--ctx-checkpoints`; 0: none; None: not stated)."""
+    checkpoint_spacing: int | None = None
+    """Fewest tokens between two context checkpoints (llama.cpp `--checkpoint-min-step`; None: not stated)."""
+    mechanisms_from: str | None = None
+    """Where the attention layout and the reuse mechanisms above come from (flags, `/props`, the model, the log)."""
 
     def words(self) -> str:
         """One line for `gate plan` and a check's message."""

@@ -66,9 +66,35 @@ def _engine_prefix_parity(
     )
 
 
+def _engine_concurrent_conversations(
+    params: Mapping[str, Any], max_len: int | None, geometry: CacheGeometry | None
+) -> LengthCoverage:
+    """The lengths the aimed workload sends at each reuse mechanism the candidate's launch states
+    (gate.checks._mechanisms), and the mechanisms it cannot reach, with why."""
+    from gate.checks._mechanisms import plan_mechanisms
+    from gate.checks.engine_concurrent_conversations import EngineConversationsParams
+
+    p = EngineConversationsParams.model_validate(dict(params))
+    room = None if max_len is None else max_len - 1 - p.new_tokens
+    if not p.aim or geometry is None:
+        why = "aim: false" if not p.aim else "the candidate's launch states no cache geometry"
+        return LengthCoverage(wanted=[], reachable_longest=room, effect="-", planned_on=f"no aimed workload ({why})")
+    slots = geometry.slots or 3
+    width = p.max_concurrent or min(8, slots + 1)
+    plan = plan_mechanisms(geometry, room if room is not None else 8192, width, p.turn_tokens)
+    wanted = sorted({x for name, lengths in plan.aimed.items() if name != "edited-turn" for x in lengths})
+    return LengthCoverage(
+        wanted=wanted,
+        reachable_longest=room,
+        effect="not aimed at: a mechanism the context cannot hold is listed, never aimed at in silence",
+        planned_on=f"the candidate's reuse mechanisms ({geometry.mechanisms_from or geometry.source}): {plan.words()}",
+    )
+
+
 SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None, CacheGeometry | None], LengthCoverage]] = {
     "prefix-sweep": _prefix_sweep,
     "engine-prefix-parity": _engine_prefix_parity,
+    "engine-concurrent-conversations": _engine_concurrent_conversations,
 }
 """Checks that sweep lengths, and how each turns its params and the paths' max_len into coverage."""
 

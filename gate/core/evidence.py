@@ -694,6 +694,28 @@ class ConversationRequest(_Record):
     """The reply breaks the claim."""
     warned: bool
     """Within the claim, but over the logprob tolerance (or a tie)."""
+    aim: str | None = None
+    """The reuse mechanism the request was aimed at (gate.checks._mechanisms; None: a seeded round's)."""
+    aimed_at: int | None = None
+    """The length it aimed at: the shared prefix, the long prompt, the edited turn's cut."""
+
+
+class MechanismReach(_Record):
+    """One reuse mechanism of the candidate: whether the workload aimed at it and reached it, by the
+    engine's own counters, or why it could not."""
+
+    mechanism: str
+    """window-edge, checkpoint-interval, swa-cache-wrap, host-cache-restore or edited-turn."""
+    aimed: bool
+    """The workload sent requests aimed at it."""
+    lengths: list[int]
+    """The lengths aimed at."""
+    requests: int
+    """Requests aimed at it."""
+    reached: bool
+    """The engine's counters show it ran (reused tokens, requests in flight together, its log)."""
+    evidence: str
+    """What was counted, in words (or why it could not be aimed at)."""
 
 
 class ConversationFailure(_Record):
@@ -743,6 +765,10 @@ class ConversationsEvidence(EvidenceRecord):
     cache, their worst |Δlogprob| and the floor the replies were judged against; None: not measurable."""
     servers: dict[str, Any]
     """Each server's command, port, start-up time and log tail."""
+    mechanisms: list[MechanismReach] = Field(default_factory=list)
+    """The candidate's reuse mechanisms: aimed at and reached, or why not (gate.checks._mechanisms)."""
+    engine_log_counters: dict[str, int] | None = None
+    """What the candidate's log says its cache did during the check (None: its log does not say)."""
 
 
 EVIDENCE: dict[str, type[EvidenceRecord]] = {

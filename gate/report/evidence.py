@@ -581,6 +581,30 @@ def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) ->
                 rows=[[str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures],
             )
         )
+    if evidence.mechanisms:
+        views.tables.append(
+            Table(
+                title="The candidate's reuse mechanisms: aimed at and reached, by the engine's own counters",
+                columns=["mechanism", "aimed at", "lengths", "requests", "reached", "counted / why not"],
+                rows=[
+                    [
+                        m.mechanism,
+                        str(m.aimed),
+                        ", ".join(map(str, m.lengths)),
+                        str(m.requests),
+                        str(m.reached),
+                        m.evidence,
+                    ]
+                    for m in evidence.mechanisms
+                ],
+                note="gate/checks/_mechanisms.py; the server log's counters: "
+                + (
+                    ", ".join(f"{k} {v}" for k, v in evidence.engine_log_counters.items())
+                    if evidence.engine_log_counters
+                    else "not stated by its log"
+                ),
+            )
+        )
     views.tables.append(
         Table(
             title=(
@@ -615,7 +639,7 @@ def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) ->
             note="each reply against the reference's answer to the same prompt sent alone",
         )
     )
-    views.consumed.update({"requests", "failures"})
+    views.consumed.update({"requests", "failures", "mechanisms", "engine_log_counters"})
 
 
 READERS: dict[type[EvidenceRecord], Callable[[Any, EvidenceViews], None]] = {

@@ -238,3 +238,27 @@ def test_a_single_slot_candidate_is_not_exercised_and_unproven_not_failed() -> N
     out = engine_concurrent_conversations(_engines(_Engine("candidate", slots=1)), EngineConversationsParams())
     assert out.status == "unproven" and out.message.startswith("not exercised: ")
     assert "the candidate states 1 slot: it serves one request at a time" in out.message
+
+
+def test_the_dossier_lists_each_mechanism_aimed_at_and_reached_with_the_logs_counters() -> None:
+    from gate.core.evidence import ConversationsEvidence, MechanismReach
+    from gate.report.evidence import read_evidence
+
+    reached = MechanismReach(
+        mechanism="window-edge", aimed=True, lengths=[64, 65], requests=2, reached=True, evidence="2 of 2 reused"
+    )
+    out = MechanismReach(
+        mechanism="checkpoint-interval", aimed=False, lengths=[], requests=0, reached=False, evidence="spacing 8192"
+    )
+    evidence = ConversationsEvidence(
+        claim="tolerance", cache_geometry="block 1", system_prefix=256, tenants=3, conversations=8, turns=3,
+        max_concurrent=4, candidate_slots=3, rounds=6, rounds_overlapping=6, requests=[], failures=[],
+        cache_tiers_not_reset=[], servers={}, mechanisms=[reached, out],
+        engine_log_counters={"checkpoint_restores": 3, "restores_short_of_window": 1},
+    )  # fmt: skip
+    views = read_evidence("engine-concurrent-conversations", evidence.dump())
+    assert not views.notes
+    [table] = [t for t in views.tables if t.title.startswith("The candidate's reuse mechanisms")]
+    assert table.rows[0] == ["window-edge", "True", "64, 65", "2", "True", "2 of 2 reused"]
+    assert table.rows[1][0] == "checkpoint-interval" and table.rows[1][-1] == "spacing 8192"
+    assert "checkpoint_restores 3, restores_short_of_window 1" in table.note

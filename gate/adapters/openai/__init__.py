@@ -252,7 +252,9 @@ class OpenAIAdapter:
 
         name = f"openai:{options.flavor}"
         found = _launch_context(options.launch.command) if options.launch else None
-        geometry = launch_geometry(options.launch.command, options.flavor) if options.launch else None
+        geometry = None
+        if options.launch:
+            geometry = launch_geometry(options.launch.command, options.flavor, launched_model_meta(options))
         limits: list[tuple[int, str]] = [found] if found is not None else []
         if options.context_length is not None:
             limits.append((options.context_length, "option context_length"))
@@ -294,7 +296,14 @@ def launched_model_meta(options: Options) -> ModelMeta:
         return ModelMeta()
     if launch.tiny_model is not None:
         tiny = launch.tiny_model
-        return ModelMeta(vocab_size=tiny.vocab_size, context_length=tiny.context_length, source="tiny_model")
+        layers = None if tiny.sliding_layers is None else tuple(sorted(tiny.sliding_layers))
+        return ModelMeta(
+            vocab_size=tiny.vocab_size,
+            context_length=tiny.context_length,
+            sliding_window=tiny.sliding_window,
+            sliding_layers=layers if tiny.sliding_window else None,
+            source="tiny_model",
+        )
     assert launch.model_file is not None
     return read_model_meta(launch.model_file)
 

@@ -13,6 +13,24 @@ Read from the engine wherever it states it, else from its launch flags, else mea
 
 A sweep planned on it (gate.checks._engine.geometry_lengths) visits each block edge, so a length
 below the first reusable block is known to miss by design, never a failure.
+
+Beside the block, the geometry names the model's attention layout and the engine's reuse mechanisms
+that engine-concurrent-conversations aims its workload at (gate.checks._mechanisms):
+
+    sliding window and its layers   the model: a tiny model's spec, a GGUF header
+                                    (`<arch>.attention.sliding_window[_pattern]`), config.json
+    slots, unified KV               llama.cpp: -np / --kv-unified (-np auto: 4 slots over a unified
+                                    KV), then `/props` total_slots and the log's
+                                    "n_slots = 4, ..., kv_unified = 'true'" when it runs
+    micro-batch                     llama.cpp -ub (512 by default): its sliding-window cache holds
+                                    the window per slot plus one micro-batch ("creating SWA KV cache,
+                                    size = N cells" in its log)
+    host-memory prompt cache        llama.cpp --cache-ram MiB (8192 by default, 0: off; off with
+                                    --no-cache-prompt), "prompt cache is enabled, size limit" in its log
+    context checkpoints             llama.cpp --ctx-checkpoints (32 by default) and
+                                    --checkpoint-min-step (8192 by default), "context checkpoints
+                                    enabled, max = 32, min spacing = 8192" in its log (at -lv 4 on
+                                    the xllamacpp builds)
 """
 
 from __future__ import annotations
@@ -24,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.adapters.openai import _flag
+from gate.adapters.openai.model_meta import ModelMeta
 from gate.protocols import CacheGeometry
 
 if TYPE_CHECKING:
@@ -47,8 +66,66 @@ def guess_flavor(command: list[str], flavor: str) -> str:
     return "generic"
 
 
-def launch_geometry(command: list[str], flavor: str) -> CacheGeometry | None:
-    """The geometry a launch command states (None where it names nothing gate knows of)."""
+LLAMACPP_DEFAULTS = {"slots": 4, "ubatch": 512, "host_cache_mib": 8192, "checkpoints": 32, "checkpoint_spacing": 8192}
+"""llama-server's defaults where its flags say nothing (tools/server, common/arg.cpp, b10068 to b11549:
+`-np` auto is 4 slots over a unified KV; read from each build's start-up log at -lv 4)."""
+
+
+def _int_flag(command: list[str], *names: str) -> int | None:
+    value = _flag(command, *names)
+    return int(value) if value is not None and value.strip().lstrip("-").isdigit() else None
+
+
+def llamacpp_mechanisms(command: list[str]) -> dict[str, Any]:
+    """llama.cpp's reuse mechanisms as its launch flags state them, its defaults where they are silent."""
+    slots = _int_flag(command, "-np", "--parallel")
+    auto = slots is None or slots < 0
+    if "--no-kv-unified" in command or "-no-kvu" in command:
+        unified = False
+    else:
+        unified = auto or "--kv-unified" in command or "-kvu" in command
+    cache_ram = _int_flag(command, "--cache-ram", "-cram")
+    host = 0 if "--no-cache-prompt" in command else cache_ram
+    checkpoints = _int_flag(command, "--ctx-checkpoints", "-ctxcp", "--swa-checkpoints")
+    stated = [
+        f
+        for f in (
+            "-np",
+            "--parallel",
+            "-ub",
+            "--ubatch-size",
+            "--cache-ram",
+            "-cram",
+            "--ctx-checkpoints",
+            "--checkpoint-min-step",
+            "--kv-unified",
+            "--no-kv-unified",
+        )
+        if f in command
+    ]
+    return {
+        "slots": LLAMACPP_DEFAULTS["slots"] if auto else slots,
+        "kv_unified": unified,
+        "ubatch": _int_flag(command, "-ub", "--ubatch-size") or LLAMACPP_DEFAULTS["ubatch"],
+        "host_cache_mib": LLAMACPP_DEFAULTS["host_cache_mib"] if host is None or host < 0 else host,
+        "checkpoints": LLAMACPP_DEFAULTS["checkpoints"] if checkpoints is None or checkpoints < 0 else checkpoints,
+        "checkpoint_spacing": _int_flag(command, "--checkpoint-min-step") or LLAMACPP_DEFAULTS["checkpoint_spacing"],
+        "mechanisms_from": "launch flags " + " ".join(stated) + ", llama.cpp's defaults otherwise"
+        if stated
+        else "llama.cpp's defaults (no flag states them)",
+    }
+
+
+def _layout(meta: ModelMeta | None) -> dict[str, Any]:
+    if meta is None or not meta.sliding_window:
+        return {}
+    layers = None if meta.sliding_layers is None else list(meta.sliding_layers)
+    return {"sliding_window": meta.sliding_window, "sliding_layers": layers}
+
+
+def launch_geometry(command: list[str], flavor: str, meta: ModelMeta | None = None) -> CacheGeometry | None:
+    """The geometry a launch command (and the model it serves, `meta`) states (None where it names
+    nothing gate knows of)."""
     flavor = guess_flavor(command, flavor)
     if flavor == "vllm":
         block = _flag(command, "--block-size")
@@ -66,13 +143,47 @@ def launch_geometry(command: list[str], flavor: str) -> CacheGeometry | None:
             + ("" if block else "; block size from GET /metrics when it runs (vLLM: 16 on GPUs, 128 on CPU)"),
         )
     if flavor == "llama.cpp":
+        layout = _layout(meta)
+        mechanisms = llamacpp_mechanisms(command)
+        if layout:
+            mechanisms["mechanisms_from"] += f"; sliding window from the model ({meta.source if meta else ''})"
         return CacheGeometry(
             block_size=1,
             cache_dtype=_flag(command, "--cache-type-k") or _flag(command, "-ctk") or "f16",
             prefix_caching="--no-cache-prompt" not in command,
             source="llama.cpp reuses any common prefix; launch flags",
+            **layout,
+            **mechanisms,
         )
     return None
+
+
+_LOG_SLOTS = re.compile(r"n_slots = (\d+),.*kv_unified = '(true|false)'")
+_LOG_HOST = re.compile(r"prompt cache is enabled, size limit: (\d+) MiB")
+_LOG_CHECKPOINTS = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
+_LOG_NO_CHECKPOINTS = re.compile(r"context checkpoints disabled")
+_LOG_SWA_CELLS = re.compile(r"creating\s+SWA KV cache, size = (\d+) cells")
+
+
+def logged_mechanisms(log: str) -> dict[str, Any]:
+    """What llama.cpp's start-up log states about its reuse mechanisms (the fields of CacheGeometry it
+    names; empty where the log names none, e.g. below -lv 4 on the xllamacpp builds)."""
+    out: dict[str, Any] = {}
+    if found := _LOG_SLOTS.search(log):
+        out["slots"], out["kv_unified"] = int(found.group(1)), found.group(2) == "true"
+    if found := _LOG_HOST.search(log):
+        out["host_cache_mib"] = int(found.group(1))
+    if found := _LOG_CHECKPOINTS.search(log):
+        out["checkpoints"], out["checkpoint_spacing"] = int(found.group(1)), int(found.group(2))
+    elif _LOG_NO_CHECKPOINTS.search(log):
+        out["checkpoints"] = 0
+    return out
+
+
+def swa_cache_cells(log: str) -> int | None:
+    """Cells of llama.cpp's sliding-window KV cache, as its start-up log states them (None: not stated)."""
+    found = _LOG_SWA_CELLS.search(log)
+    return int(found.group(1)) if found else None
 
 
 def vllm_cache_config(metrics: str) -> dict[str, str] | None:
@@ -89,11 +200,15 @@ def _bool(value: str | None) -> bool | None:
     return value.strip().lower() in ("true", "1", "yes")
 
 
-def served_geometry(client: EngineClient, command: list[str] | None) -> CacheGeometry:
+def served_geometry(
+    client: EngineClient, command: list[str] | None, meta: ModelMeta | None = None, log: str = ""
+) -> CacheGeometry:
     """The geometry of a running server: what it states, else what its launch flags state (a block
     size neither states is measured by engine-prefix-parity's probe, gate.checks._engine.probe_block,
-    inside the check, so that an engine dying under it is a finding about the engine)."""
-    stated = launch_geometry(command or [], client.flavor)
+    inside the check, so that an engine dying under it is a finding about the engine). llama.cpp's
+    slots come from `/props` `total_slots`, its other mechanisms from its start-up `log` where it
+    names them."""
+    stated = launch_geometry(command or [], client.flavor, meta)
     if client.flavor == "vllm":
         try:
             text = client._request("GET", "/metrics", retry=False, read=lambda reply: reply.read().decode())
@@ -109,7 +224,16 @@ def served_geometry(client: EngineClient, command: list[str] | None) -> CacheGeo
                 source="GET /metrics vllm:cache_config_info",
             )
     if client.flavor == "llama.cpp" and stated is not None:
-        return stated.model_copy(update={"source": "llama.cpp reuses any common prefix (GET /props); launch flags"})
+        update: dict[str, Any] = {"source": "llama.cpp reuses any common prefix (GET /props); launch flags"}
+        logged = logged_mechanisms(log)
+        slots = client.info.get("total_slots")
+        if isinstance(slots, int) and slots > 0:
+            logged["slots"] = slots
+        if logged:
+            said = ", ".join(sorted(logged))
+            from_server = f"{stated.mechanisms_from}; the server states {said} (/props, its log)"
+            update |= logged | {"mechanisms_from": from_server}
+        return stated.model_copy(update=update)
     if stated is not None:
         return stated
     return CacheGeometry(source="not stated by the engine or its launch flags (engine-prefix-parity probes it)")

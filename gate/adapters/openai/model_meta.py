@@ -1,7 +1,9 @@
 """What a model file states about itself, read without loading it: the vocabulary size and the trained
-context length, from the `config.json` of a Hugging Face model directory (`vocab_size`,
-`max_position_embeddings`, under `text_config` for a multimodal one) or from a GGUF file's metadata
-(`<arch>.vocab_size`, else the length of `tokenizer.ggml.tokens`; `<arch>.context_length`).
+context length, and the attention layout (a sliding window and which layers use it), from the
+`config.json` of a Hugging Face model directory (`vocab_size`, `max_position_embeddings`,
+`sliding_window`, under `text_config` for a multimodal one) or from a GGUF file's metadata
+(`<arch>.vocab_size`, else the length of `tokenizer.ggml.tokens`; `<arch>.context_length`;
+`<arch>.attention.sliding_window` and `<arch>.attention.sliding_window_pattern`).
 
 gate uses them where the engine does not state its own (vLLM states no vocabulary size), so that
 `gate validate` can tell before a run whether a manifest leaves one unknown. Only the GGUF header
@@ -28,6 +30,10 @@ class ModelMeta:
     """Tokens in the vocabulary."""
     context_length: int | None = None
     """Trained context length."""
+    sliding_window: int | None = None
+    """Tokens a local layer attends to (None: full attention, or not stated)."""
+    sliding_layers: tuple[int, ...] | None = None
+    """The local layers where the model states them per layer (None: all, or not stated)."""
     source: str = ""
     """Where it was read (the file)."""
 
@@ -60,7 +66,8 @@ def _config_meta(config: Path) -> ModelMeta:
     text: dict[str, object] = nested if isinstance(nested, dict) else {}
     vocab = _whole(doc.get("vocab_size")) or _whole(text.get("vocab_size"))
     context = _whole(doc.get("max_position_embeddings")) or _whole(text.get("max_position_embeddings"))
-    return ModelMeta(vocab_size=vocab, context_length=context, source=str(config))
+    window = _whole(doc.get("sliding_window")) or _whole(text.get("sliding_window"))
+    return ModelMeta(vocab_size=vocab, context_length=context, sliding_window=window, source=str(config))
 
 
 def _read(f: BinaryIO, fmt: str) -> int | float | bool:
@@ -94,23 +101,35 @@ def _gguf_meta(f: BinaryIO, path: Path) -> ModelMeta:
         raise ValueError(f"GGUF version {version}")
     _read(f, "<Q")  # tensors
     found: dict[str, int] = {}
+    pattern: list[bool] | None = None
     arch = ""
+    wanted = ("vocab_size", "context_length", "attention.sliding_window")
     for _ in range(int(_read(f, "<Q"))):
         key, kind = _string(f), int(_read(f, "<I"))
         if kind == _ARRAY:
             elem, count = int(_read(f, "<I")), int(_read(f, "<Q"))
             if key == "tokenizer.ggml.tokens":
                 found["tokens"] = count
-            if elem in _SCALARS:
+            if key == f"{arch}.attention.sliding_window_pattern" and elem in (1, 7) and count <= 4096:
+                pattern = [bool(_read(f, _SCALARS[elem])) for _ in range(count)]
+            elif elem in _SCALARS:
                 f.seek(struct.calcsize(_SCALARS[elem]) * count, 1)
             else:
                 for _ in range(count):
                     _skip(f, elem)
         elif key == "general.architecture" and kind == _STRING:
             arch = _string(f)
-        elif kind in _SCALARS and kind not in (6, 7, 12) and key in (f"{arch}.vocab_size", f"{arch}.context_length"):
-            found[key.rsplit(".", 1)[1]] = int(_read(f, _SCALARS[kind]))
+        elif kind in _SCALARS and kind not in (6, 7, 12) and key in tuple(f"{arch}.{k}" for k in wanted):
+            found[key[len(arch) + 1 :]] = int(_read(f, _SCALARS[kind]))
         else:
             _skip(f, kind)
     vocab = _whole(found.get("vocab_size")) or _whole(found.get("tokens"))
-    return ModelMeta(vocab_size=vocab, context_length=_whole(found.get("context_length")), source=str(path))
+    window = _whole(found.get("attention.sliding_window"))
+    layers = tuple(i for i, local in enumerate(pattern) if local) if window and pattern is not None else None
+    return ModelMeta(
+        vocab_size=vocab,
+        context_length=_whole(found.get("context_length")),
+        sliding_window=window,
+        sliding_layers=layers,
+        source=str(path),
+    )

@@ -38,6 +38,7 @@ from gate.adapters.openai import (
     Options,
     TinyModel,
     _flag,
+    launched_model_meta,
     model_context_length,
     model_vocab_size,
 )
@@ -301,7 +302,9 @@ class EnginePath:
         with path.serve(label="probe") as served:
             info = served.client.info
             launch = path._launch()
-            path.cache_geometry = served_geometry(served.client, None if launch is None else launch.command)
+            log = served.server.log_text() if served.server is not None else ""
+            command = None if launch is None else launch.command
+            path.cache_geometry = served_geometry(served.client, command, launched_model_meta(options), log)
             info = {**info, **engine_version(served.client)}
             if served.server is not None:
                 info["resolved_command"] = shlex.join(resolved(served.server.command))

@@ -94,6 +94,7 @@ VALUES: dict[tuple[str, ...], tuple[str, Callable[[str], Any]]] = {
     ("-cram", "--cache-ram"): ("cache_ram_mib", _int),
     ("--cache-reuse",): ("n_cache_reuse", _int),
     ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"): ("n_ctx_checkpoints", _int),
+    ("--checkpoint-min-step",): ("checkpoint_min_step", _int),
     ("--slot-save-path",): ("slot_save_path", _directory),
     ("-fa", "--flash-attn"): ("flash_attn_type", _on_off),
     ("-t", "--threads"): ("cpuparams.n_threads", _int),

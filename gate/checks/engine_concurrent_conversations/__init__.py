@@ -73,6 +73,10 @@ class EngineConversationsParams(Params):
     engine states no slots; at most 8)."""
     new_tokens: int = Field(default=NEW_TOKENS, ge=1, le=64)
     """Greedy tokens each reply decodes (and each one compared)."""
+    aim: bool = True
+    """Before the seeded rounds, aim requests at each reuse mechanism the candidate's cache geometry
+    names (gate.checks._mechanisms: the sliding window's edge, context checkpoints, the sliding-window
+    cache's room per slot, the host-memory prompt cache, edited turns)."""
 
 
 CARD, PARAMS, EVIDENCE = "engine-concurrent-conversations", EngineConversationsParams, ConversationsEvidence

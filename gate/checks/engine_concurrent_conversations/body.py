@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gate.checks._diagnosis import BUG_CLASSES
@@ -26,11 +26,12 @@ from gate.checks._engine import (
     tolerated_change,
 )
 from gate.checks._engine import judge as judge_reply
+from gate.checks._mechanisms import MechanismPlan, Step, log_counters, plan_mechanisms, reach
 from gate.checks._noise import NoiseFloor, measure_noise, off_cache_fields
 from gate.checks._topk import worst
 from gate.checks.engine_concurrent_conversations import EngineConversationsParams
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence
+from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence, MechanismReach
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer
@@ -49,6 +50,8 @@ class _Request:
     kind: str
     prompt: list[int]
     window: tuple[float, float] = (0.0, 0.0)
+    aim: str | None = None
+    aimed_at: int | None = None
     reply: EngineCompletion | None = None
     want: EngineCompletion | None = None
     judged: Judged | None = None
@@ -58,6 +61,11 @@ class _Request:
     def name(self) -> str:
         tenant = f"tenant {self.tenant}" if self.tenant >= 0 else "no system prefix"
         return f"request {self.id} (conversation {self.conversation} turn {self.turn}, {tenant})"
+
+    @property
+    def cached(self) -> int | None:
+        """Prompt tokens the candidate says it reused for this request (None: not reported, or not sent)."""
+        return None if self.reply is None else self.reply.cached_tokens
 
     def outcome(self) -> tuple[EngineCompletion, Judged]:
         """The candidate's reply and its comparison with the reference's answer alone (both measured)."""
@@ -92,7 +100,9 @@ class Observations:
     geometry: str
     untouched: list[str]
     servers: dict[str, Any]
-    noise: NoiseFloor | None
+    mechanisms: list[MechanismReach] = field(default_factory=list)
+    counters: dict[str, int] | None = None
+    noise: NoiseFloor | None = None
 
 
 Finding = Literal["failed", "not-exercised", "held"]
@@ -186,13 +196,132 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
             top_k=pair.top_k,
             limit=candidate.max_len - params.new_tokens - 1,
         )
-        sent, overlapping = _serve_rounds(
-            ctx, params, work, rounds, (ref, cand), pair.top_k, noise, candidate.salt_field
+        process = getattr(cand, "server", None)
+        log_start = len(process.log_text()) if process is not None else 0
+        aimed: list[_Request] = []
+        plan = None
+        if params.aim:
+            room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
+            plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
+            aimed = _serve_aimed(ctx, params, plan, (vocab, base), (ref, cand), pair.top_k, noise, candidate.salt_field)
+        stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
+        sent, overlapping = (
+            ([], 0)
+            if stopped
+            else _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k, noise, candidate.salt_field)
         )
+        for req in sent:  # numbered after the aimed requests, which went first
+            req.id += len(aimed)
+        counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
+    reached = [] if plan is None else reach(plan, aimed, counters)
+    overlapping += sum(1 for batch in _by_round(aimed) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        sent, len(rounds), overlapping, slots, prefix, width, n_conv, geometry.words(), untouched, servers, noise
+        [*aimed, *sent],
+        len(rounds) + (0 if plan is None else len(plan.rounds)),
+        overlapping,
+        slots,
+        prefix,
+        width,
+        n_conv,
+        geometry.words(),
+        untouched,
+        servers,
+        reached,
+        counters,
+        noise,
     )
+
+
+def _by_round(requests: list[_Request]) -> list[list[_Request]]:
+    rounds: dict[int, list[_Request]] = {}
+    for req in requests:
+        rounds.setdefault(req.round, []).append(req)
+    return list(rounds.values())
+
+
+def _serve_aimed(
+    ctx: CheckContext,
+    params: EngineConversationsParams,
+    plan: MechanismPlan,
+    seeds: tuple[int, int],
+    servers: tuple[EngineServer, EngineServer],
+    top_k: int,
+    noise: NoiseFloor | None,
+    salt: str | None,
+) -> list[_Request]:
+    """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
+    the candidate, each prompt then alone to the reference and compared. A control stops after the
+    first round with a failing reply. Rounds are numbered from -len(plan.rounds) so the seeded rounds
+    keep theirs."""
+    vocab, base = seeds
+    cand = servers[1]
+    prompts: dict[int, list[int]] = {}
+    history: dict[int, list[int]] = {}
+    served: list[int] = []
+    sent: list[_Request] = []
+    first_round = -len(plan.rounds)
+    for number, batch in enumerate(plan.rounds, start=first_round):
+        requests: list[_Request] = []
+        for step in batch:
+            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), prompts, history)
+            words = step.words
+            if step.how == "resume":
+                words += f" ({_others_since(served, step.conversation)} other conversations served since)"
+            turn = int(step.how in ("resume", "edit"))
+            req = _Request(
+                len(sent) + len(requests),
+                step.conversation,
+                -1,
+                turn,
+                number,
+                f"{words} [{step.mechanism}]",
+                prompt,
+                aim=step.mechanism,
+                aimed_at=_aimed_at(step, prompts),
+            )
+            requests.append(req)
+        _send_together(cand, requests, params.new_tokens, top_k)
+        for req in requests:
+            assert req.reply is not None
+            prompts[req.conversation] = req.prompt
+            history[req.conversation] = [*req.prompt, *req.reply.tokens]
+            served.append(req.conversation)
+            _judge(ctx, req, servers, (params.new_tokens, top_k), noise, salt)
+        sent += requests
+        if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
+            break
+    return sent
+
+
+def _others_since(served: list[int], conversation: int) -> int:
+    """Other conversations served since `conversation` was last (in the order `served` lists them)."""
+    last = max((i for i, c in enumerate(served) if c == conversation), default=-1)
+    return len(set(served[last + 1 :]) - {conversation})
+
+
+def _aimed_at(step: Step, prompts: dict[int, list[int]]) -> int:
+    """The length a step aims at: its shared prefix, its prompt, or the cut of its edited turn."""
+    if step.how == "edit":
+        return len(prompts[step.conversation]) - step.length
+    if step.how == "resume":
+        return len(prompts[step.conversation])
+    return step.length
+
+
+def _aimed_prompt(
+    step: Step, vocab: int, seed: int, prompts: dict[int, list[int]], history: dict[int, list[int]]
+) -> list[int]:
+    """A step's prompt, from the conversations sent before it (gate.checks._mechanisms.Step)."""
+    if step.how == "fresh":
+        return seeded_prompt(vocab, step.length, seed)
+    if step.how == "share":
+        assert step.source is not None
+        return [*prompts[step.source][: step.length], *seeded_prompt(vocab, 8, seed)]
+    if step.how == "resume":
+        return [*history[step.conversation], *seeded_prompt(vocab, step.length, seed)]
+    kept = prompts[step.conversation][: len(prompts[step.conversation]) - step.length]
+    return [*kept, *seeded_prompt(vocab, step.length, seed)]
 
 
 def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: int) -> list[int]:
@@ -220,7 +349,7 @@ def _serve_rounds(
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
     compared; the requests sent and how many rounds overlapped in time. A control stops after the
     first round with a failing reply."""
-    ref, cand = servers
+    cand = servers[1]
     sent: list[_Request] = []
     history: dict[int, list[int]] = {}
     last_round: dict[int, int] = {}
@@ -234,16 +363,31 @@ def _serve_rounds(
             assert req.reply is not None
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             last_round[req.conversation] = number
-            req.want = ref.complete(req.prompt, params.new_tokens, top_k)  # alone, on the reference
-            req.judged = judge_reply(ctx, req.want, req.reply, noise)
-            fields = off_cache_fields(cand, salt, f"reask-{req.id}") if req.judged.failed else None
-            if fields is not None:  # blame from evidence: the same prompt alone, nothing cached, nothing beside it
-                again = cand.complete(req.prompt, params.new_tokens, top_k, fields)
-                req.reask = judge_reply(ctx, req.want, again, noise)
+            _judge(ctx, req, servers, (params.new_tokens, top_k), noise, salt)
         sent += requests
         if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
             break
     return sent, overlapping
+
+
+def _judge(
+    ctx: CheckContext,
+    req: _Request,
+    servers: tuple[EngineServer, EngineServer],
+    sizes: tuple[int, int],
+    noise: NoiseFloor | None,
+    salt: str | None,
+) -> None:
+    """A reply against the reference's answer to the same prompt alone, under the claim and the noise
+    floor; a failing one asked again alone off the candidate's cache (blame from evidence)."""
+    ref, cand = servers
+    new_tokens, top_k = sizes
+    assert req.reply is not None
+    req.want = ref.complete(req.prompt, new_tokens, top_k)
+    req.judged = judge_reply(ctx, req.want, req.reply, noise)
+    fields = off_cache_fields(cand, salt, f"reask-{req.id}") if req.judged.failed else None
+    if fields is not None:  # the same prompt alone: nothing cached, nothing batched beside it
+        req.reask = judge_reply(ctx, req.want, cand.complete(req.prompt, new_tokens, top_k, fields), noise)
 
 
 def _round_requests(
@@ -332,13 +476,17 @@ def _row(req: _Request) -> ConversationRequest:
         tie=c.tie,
         failed=judged.failed,
         warned=judged.warn,
+        aim=req.aim,
+        aimed_at=req.aimed_at,
     )
 
 
 def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFailure:
     """A failing reply, named with the request whose state it may carry and those in flight beside it."""
     other, how = _suspect(req, sent)
-    message = f"{req.name()}, {req.kind}: {failure_words(level, req.outcome()[1])}"
+    cached = req.outcome()[0].cached_tokens
+    served = "" if req.aim is None else f", {len(req.prompt)}-token prompt, {cached} tokens served from the cache"
+    message = f"{req.name()}, {req.kind}{served}: {failure_words(level, req.outcome()[1])}"
     if other is not None:
         company = [r.id for r in sent if r.round == req.round and r.id != req.id]
         message += f"; it carries the content of {other.name()}: {how}"
@@ -392,6 +540,8 @@ def _evidence(params: EngineConversationsParams, level: str, obs: Observations, 
         cache_tiers_not_reset=obs.untouched,
         noise_floor=None if obs.noise is None else obs.noise.evidence(),
         servers=obs.servers,
+        mechanisms=obs.mechanisms,
+        engine_log_counters=obs.counters,
     )
 
 
@@ -407,6 +557,8 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         "resumed_after_others": j.resumed,
         "resumed_restored_past_prefix": j.resumed_hits,
         "max_abs_dlogprob": worst(r.max_abs_dlogprob for r in j.rows),
+        "mechanisms_aimed": sum(1 for m in obs.mechanisms if m.aimed),
+        "mechanisms_reached": sum(1 for m in obs.mechanisms if m.reached),
     }
     exercise = {
         "compared_replies": len(j.rows),
@@ -440,7 +592,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
         defects = [f"not noise: {d}" for d in (obs.noise.defects if obs.noise is not None else [])]
         if defects:
             message = "; ".join([*defects[:3], message])
-        message += tiers
+        message += tiers + mechanism_words(obs.mechanisms)
         problems = [*defects, *(f.message for f in j.failures)]
         diagnosis = {
             "problems": problems,
@@ -470,7 +622,24 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
         f"to the same prompt alone; {j.fresh_hits} fresh conversations reused a shared prefix, {j.resumed_hits} of "
         f"{j.resumed} resumed after others were served from the cache past their system prefix"
         + (f"; {j.warned} within the claim but over the logprob tolerance" if j.warned else "")
+        + mechanism_words(obs.mechanisms)
     )
+
+
+def mechanism_words(mechanisms: list[MechanismReach]) -> str:
+    """The mechanisms the aimed requests reached, and those they did not or could not (with why)."""
+    if not mechanisms:
+        return ""
+    reached = [m.mechanism for m in mechanisms if m.reached]
+    missed = [f"{m.mechanism} ({m.evidence})" for m in mechanisms if m.aimed and not m.reached]
+    reasons: dict[str, list[str]] = {}
+    for m in mechanisms:
+        if not m.aimed:
+            reasons.setdefault(m.evidence, []).append(m.mechanism)
+    unaimed = [f"{', '.join(names)} ({why})" for why, names in reasons.items()]
+    words = f"; mechanisms reached: {', '.join(reached) or 'none'}"
+    words += f"; aimed at but not reached: {'; '.join(missed)}" if missed else ""
+    return words + (f"; not reachable: {'; '.join(unaimed)}" if unaimed else "")
 
 
 def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outcome:

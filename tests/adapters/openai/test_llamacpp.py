@@ -297,7 +297,15 @@ def test_without_declared_controls_the_checks_are_unproven_never_green(
     engine_env: dict[str, str], tmp_path: Path
 ) -> None:
     tiny = {"tiny_model": {"seed": 0, "context_length": 2048}}
-    run = gate_run(_manifest(tmp_path, tiny, ("-np", "4", "--slot-save-path", "{workdir}")), tmp_path / "o", engine_env)
+    path = _manifest(tmp_path, tiny, ("-np", "4", "--slot-save-path", "{workdir}"))
+    # this test is about controls: the aimed workload stays out of it. On this full-attention model over 4
+    # unified slots its pooled conversation restored from the host cache (55 of 68 tokens) moves logprobs by
+    # 2e-3 with equal tokens (llama.cpp's f16 KV written under other batch shapes), past twice the float32
+    # tolerance until judge() takes the measured noise floor (issue 45); test_llamacpp_tiers.py aims at it
+    manifest = yaml.safe_load(path.read_text())
+    manifest["checks"]["engine-concurrent-conversations"] = {"params": {"aim": False}}
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    run = gate_run(path, tmp_path / "o", engine_env)
     record = json.loads((tmp_path / "o/results.json").read_text())
     assert run.returncode == 6 and record["verdict"] == "unproven", run.stdout
     checks = {c["check"]: c for c in record["checks"]}

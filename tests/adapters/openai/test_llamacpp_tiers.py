@@ -79,6 +79,11 @@ def _default_config_manifest(tmp_path: Path, candidate_extra: list[str], control
         *candidate_extra,
     ]
     cand["controls"] = controls
+    # llama.cpp's reuse numerics: a pooled conversation restored from a cache tier (55 of 68 tokens reused)
+    # differs from the reference's single pass by about 2e-3 with equal greedy tokens under load (1.8e-4
+    # with nothing else in flight), past twice the float32 default; bounded as the sliding-window example
+    # bounds it until judge() takes the measured noise floor (issue 45)
+    base["claim"] = {"level": "tolerance", "atol": 0.005}
     path = tmp_path / "manifest.yaml"
     path.write_text(yaml.safe_dump(base, sort_keys=False))
     return path
@@ -96,8 +101,13 @@ def test_every_concurrent_reply_matches_the_reference_and_perturbed_weights_are_
     assert check["status"] in ("pass", "warn"), check["message"] + run
     evidence = check["evidence"]
     assert evidence["candidate_slots"] and evidence["candidate_slots"] > 1
-    assert len(evidence["requests"]) == evidence["conversations"] * evidence["turns"]
     assert not evidence["failures"] and all(not r["failed"] for r in evidence["requests"])
+    seeded = [r for r in evidence["requests"] if r.get("aim") is None]
+    assert len(seeded) == evidence["conversations"] * evidence["turns"]
+    # before them, requests aimed at llama.cpp's reuse mechanisms: on this full-attention model the pooled
+    # conversations come back from a cache tier and edited turns reuse the prefix they keep
+    reached = {m["mechanism"] for m in evidence["mechanisms"] if m["reached"]}
+    assert {"host-cache-restore", "edited-turn"} <= reached, evidence["mechanisms"]
     assert evidence["rounds_overlapping"] > 0
     kinds = {r["kind"] for r in evidence["requests"]}
     assert {"fresh", "resumed after others"} <= kinds

@@ -23,6 +23,9 @@ def test_the_last_of_a_repeated_flag_wins_and_values_convert() -> None:
     settings = parse(["-m", "m.gguf", "-np", "5", "--cache-prompt", "-c", "1", "--ctx_size", "4096", "-np", "1"])
     assert settings == {"model.path": "m.gguf", "n_parallel": 1, "cache_prompt": True, "n_ctx": 4096}
     assert parse(["-m", "m.gguf", "--cache-prompt", "--no-cache-prompt", "-fa", "off"])["cache_prompt"] is False
+    # the context checkpoints' count and spacing (the aimed workload's checkpoint-interval, gate/checks/_mechanisms.py)
+    spaced = parse(["-m", "m.gguf", "--ctx-checkpoints", "8", "--checkpoint-min-step", "256"])
+    assert (spaced["n_ctx_checkpoints"], spaced["checkpoint_min_step"]) == (8, 256)
 
 
 @pytest.mark.parametrize(
