@@ -185,12 +185,16 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
+        plan = None
+        if params.aim:
+            room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
+            plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
         noise = measure_noise(
             ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
-            lengths=_prompt_lengths(params, work, prefix),
+            lengths=_prompt_lengths(params, work, prefix) + _aimed_lengths(plan),
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
@@ -199,10 +203,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         process = getattr(cand, "server", None)
         log_start = len(process.log_text()) if process is not None else 0
         aimed: list[_Request] = []
-        plan = None
-        if params.aim:
-            room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
-            plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
+        if plan is not None:
             aimed = _serve_aimed(ctx, params, plan, (vocab, base), (ref, cand), pair.top_k, noise, candidate.salt_field)
         stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
         sent, overlapping = (
@@ -231,6 +232,12 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         counters,
         noise,
     )
+
+
+def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
+    """The lengths of the aimed workload's fresh prompts (the long ones sent together among them): the
+    noise floor is measured at these too."""
+    return [] if plan is None else [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
 
 
 def _by_round(requests: list[_Request]) -> list[list[_Request]]:
