@@ -42,6 +42,8 @@ class _Server:
     offset: float = 0.0
     flavor: str = "llama.cpp"
     ignores_opt_out: bool = False
+    flip_gap: float | None = None
+    """Each greedy token's runner-up this far below it, and a batched reply takes the runner-up at token 0."""
     in_flight: int = 0
     seen: list[list[int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,7 +60,10 @@ class _Server:
         time.sleep(0.03)
         with self.lock:
             self.in_flight -= 1
-        reply = _reply(self.offset - self.per_neighbour * neighbours, tuple(range(10, 10 + max_tokens)))
+        tokens = tuple(range(10, 10 + max_tokens))
+        reply = _reply(self.offset - self.per_neighbour * neighbours, tokens, gap=self.flip_gap or 2.0)
+        if self.flip_gap is not None and neighbours:
+            reply.tokens[0] += 1  # the runner-up, flip_gap below the greedy token
         reply.cached_tokens = cached
         return reply
 
@@ -95,6 +100,15 @@ def test_a_batch_that_moves_an_answer_beyond_rounding_is_a_defect_not_noise() ->
     first = "a 20-token prompt off the cache, alone vs among 2 others (batch 1): |Δlogprob| 0.1, beyond 0.01"
     assert first in noise.defects[0]
     assert "24 that are not noise" in noise.words()
+
+
+def test_a_batch_that_flips_a_near_tie_is_noise_and_one_that_flips_a_clear_winner_is_a_defect() -> None:
+    """Rounding the size of NOISE_CAP can flip tokens that far apart, not further."""
+    near = _measure(_Server(per_neighbour=0.0, flip_gap=5e-3))  # under float32's cap (1e-2)
+    assert near is not None and near.flips == 24 and not near.defects
+    clear = _measure(_Server(per_neighbour=0.0, flip_gap=0.1))
+    assert clear is not None and len(clear.defects) == 24 and clear.flips == 0
+    assert "greedy tokens diverge at token 0 (gap 0.1)" in clear.defects[0]
 
 
 def test_replies_the_cache_served_despite_the_opt_out_are_left_out() -> None:
