@@ -22,7 +22,8 @@ def test_each_known_bug_names_wheels_that_exist_and_a_fixed_build_outside_its_ra
     for bug in KNOWN_BUGS:
         assert {bug.first, bug.last, bug.fixed} <= set(NUMBERS), bug.name
         assert bug.first <= bug.last < bug.fixed and not bug.covers(bug.fixed, bug.example), bug.name
-        assert bug.example in EXAMPLES and (REPO / "gate" / "checks" / bug.check.replace("-", "_")).is_dir()
+        assert bug.example in EXAMPLES
+        assert all((REPO / "gate" / "checks" / name.replace("-", "_")).is_dir() for name in bug.checks())
         assert bug.bug_class is None or bug.bug_class in BUG_CLASSES
         assert (bug.status == "error") == (bug.exit == 14) and bug.upstream
 
@@ -47,6 +48,11 @@ def test_a_buggy_build_must_show_its_bug_with_its_class() -> None:
     # the bug did not show: exit 0 on a buggy build is a departure, as is exit 1 on the fixed one
     assert "expected 1 (swa-reuse-under-load-wrong)" in judge_run(9873, example, "pass", 0, {"checks": []})[0]
     assert "exit 1, expected 0 (pass)" in judge_run(10068, example, "pass", 1, caught)[0]
+    # the batch it lands in decides which of its two checks shows it: either counts, neither does not
+    batched = record("engine-batch-invariance", "fail", "continuous-batching")
+    assert judge_run(9873, example, "pass", 1, batched) == []
+    missed = judge_run(9873, example, "pass", 1, record("engine-prefix-parity", "fail", "cached-reply"))
+    assert "not shown: engine-concurrent-conversations is None, engine-batch-invariance is None" in missed[0]
 
 
 def test_ignore_eos_is_an_error_on_both_examples_of_b8672_only() -> None:
