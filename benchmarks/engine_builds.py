@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_llamacpp import EXAMPLES, EXIT
+from engine_llamacpp import EXAMPLES, EXIT, documented_verdict
 from engine_memory import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -260,7 +259,7 @@ def main() -> int:
         }
         for name in examples:
             manifest = ROOT / "examples" / f"{name}.yaml"
-            documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+            documented = documented_verdict(manifest)
             started = time.perf_counter()
             code, _, record, verdict, _ = run(manifest, work / version / name, env)
             seconds = time.perf_counter() - started

@@ -41,6 +41,11 @@ EXAMPLES = [
 EXIT = {"pass": 0, "fail": 1}
 
 
+def documented_verdict(manifest: Path) -> str:
+    """An example's documented verdict: its first line, `# gate-expect: VERDICT`."""
+    return re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+
+
 def check_rows(record: dict[str, object]) -> list[str]:
     rows = ["| check | status | seconds | controls | message |", "| --- | --- | --- | --- | --- |"]
     for c in record["checks"]:  # type: ignore[attr-defined]
@@ -144,7 +149,7 @@ def main() -> int:
     mismatched = []
     for name in EXAMPLES:
         manifest = ROOT / "examples" / f"{name}.yaml"
-        documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+        documented = documented_verdict(manifest)
         code, seconds, record, verdict, memory = run(manifest, work / name, env)
         if code != EXIT.get(documented):
             mismatched.append(f"{name}: exit {code}, documented {documented}")

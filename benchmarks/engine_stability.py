@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_llamacpp import EXAMPLES, EXIT, server_starts
+from engine_llamacpp import EXAMPLES, EXIT, documented_verdict, server_starts
 from engine_memory import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +61,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gate-stability-") as work:
         for name in names:
             manifest = ROOT / "examples" / f"{name}.yaml"
-            documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+            documented = documented_verdict(manifest)
             for number in range(1, args.runs + 1):
                 code, seconds, record, verdict, memory = run(manifest, Path(work) / f"{name}-{number}", env)
                 if code != EXIT.get(documented):

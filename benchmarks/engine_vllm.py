@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_llamacpp import EXIT, check_rows, length_rows, server_starts
+from engine_llamacpp import EXIT, check_rows, documented_verdict, length_rows, server_starts
 from engine_memory import peak_alive, run
 
 from gate.errors import EXIT_ENGINE_NOT_READY
@@ -156,7 +156,7 @@ def main() -> int:
     notes: list[str] = []
     for name in args.only or EXAMPLES:
         manifest = ROOT / "examples" / f"{name}.yaml"
-        documented = re.match(r"# gate-expect: (\w+)", manifest.read_text()).group(1)  # type: ignore[union-attr]
+        documented = documented_verdict(manifest)
         if name == HOSTED:
             with hosted_server(work, env, work / "hosted-vllm.log") as (pid, ready_s):
                 code, seconds, record, verdict, memory = run(manifest, work / name, env, pid)
