@@ -43,23 +43,22 @@ kvpress_is "$BUGGY" 0.5.4
 "$VENV/bin/python" -c "import kvpress, transformers; print('kvpress ok; transformers', transformers.__version__)"
 export HF_HUB_OFFLINE=1
 "$VENV/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q
+fails_on_0_5_4() {  # -k EXPR, "N failed", the assertion's text, what it shows: the tests must fail there on it
+  local buggy
+  buggy=$("$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k "$1" 2>&1 || true)
+  if ! grep -Eq "^$2[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "$3" <<<"$buggy"; then
+    echo "kvpress 0.5.4: -k $1 did not give '$2' on '$3' ($4 went unseen):" >&2
+    tail -5 <<<"$buggy" >&2
+    exit 1
+  fi
+  echo "kvpress 0.5.4: $4, caught ($2)"
+}
 # the one-token tests hold kvpress PR #264: they must fail on 0.5.4, every one on its assertion
-buggy=$("$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k one_token 2>&1 || true)
-if ! grep -Eq "^4 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "AssertionError" <<<"$buggy"; then
-  echo "kvpress 0.5.4: the one-token tests did not fail on their assertions (the emptied cache went unseen):" >&2
-  tail -5 <<<"$buggy" >&2
-  exit 1
-fi
-echo "kvpress 0.5.4: one-token prompts empty the cache, caught by 4 failing tests"
+fails_on_0_5_4 one_token "4 failed" "AssertionError" "one-token prompts empty the cache"
 # KnormPress scored by a bfloat16 key norm (fixed in 0.5.5): evict-invariants, recomputing the score in
 # float32, must break evict-ranking on 0.5.4 (the test passed on 0.5.5 in the run above)
-buggy=$("$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k bfloat16_knorm 2>&1 || true)
-if ! grep -Eq "^1 failed[ ,]" <<<"$(tail -1 <<<"$buggy")" || ! grep -q "AssertionError: evict-ranking" <<<"$buggy"; then
-  echo "kvpress 0.5.4: the bfloat16 KnormPress ranking went unseen:" >&2
-  tail -5 <<<"$buggy" >&2
-  exit 1
-fi
-echo "kvpress 0.5.4: KnormPress's bfloat16 key norm evicts off the float32 ranking, caught as evict-ranking"
+fails_on_0_5_4 bfloat16_knorm "1 failed" "AssertionError: evict-ranking" \
+  "KnormPress's bfloat16 key norm evicts off the float32 ranking (evict-ranking)"
 # kvpress-short-prompt: the same bug caught by a `gate run` (check short-prompt of the eviction
 # policy): on 0.5.4 it must fail with class kv-truncation, on 0.5.5 pass (a run of one check is a
 # partial run, exit 5 on a pass and 1 on a failure: the check's own status is what is asserted)

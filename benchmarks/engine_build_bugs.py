@@ -32,6 +32,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,28 +112,43 @@ def reuse(start: Callable[..., Server], model: str, lengths: tuple[int, ...]) ->
     return f"length:reused {words}" + (f" (no reuse at {', '.join(map(str, missed))})" if missed else "")
 
 
+@dataclass
+class Tally:
+    """Replies of a group sent at once to the candidate, each against the no-cache server's answer alone:
+    wrong when the greedy tokens or a logprob (by more than 0.005) differ."""
+
+    wrong: int = 0
+    total: int = 0
+    worst: float = 0.0
+
+    def add(self, candidate: Server, reference: Server, group: list[list[int]], n: int) -> None:
+        with ThreadPoolExecutor(len(group)) as pool:
+            got = list(pool.map(lambda p: candidate.complete(p, n), group))
+        for prompt, (ids, lps, _) in zip(group, got, strict=True):
+            want_ids, want_lps, _ = reference.complete(prompt, n)
+            gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
+            self.worst, self.total = max(self.worst, gap), self.total + 1
+            self.wrong += ids != want_ids or gap > 0.005
+
+    def words(self) -> str:
+        found = f"{self.wrong} of {self.total} replies differ from the no-cache server's"
+        return f"{found} (max abs dlogprob {self.worst:.3g})" + (" (BUG: wrong replies)" if self.wrong else "")
+
+
 def swa_reuse_batched(start: Callable[..., Server]) -> str:
     candidate, reference = start("swa", CANDIDATE), start("swa", REFERENCE)
-    rng, wrong, total, worst = random.Random(2), 0, 0, 0.0
+    rng, tally = random.Random(2), Tally()
     try:
         for _ in range(3):
             shared = tokens(rng, 256)
             mine = [shared + tokens(rng, 24) for _ in range(8)]
             others = [tokens(rng, 280) for _ in range(4)]
             for group in (mine[:3] + others[:2], mine[3:6] + others[2:], mine[6:]):
-                with ThreadPoolExecutor(len(group)) as pool:
-                    got = list(pool.map(lambda p: candidate.complete(p, 8), group))
-                for prompt, (ids, lps, _) in zip(group, got, strict=True):
-                    want_ids, want_lps, _ = reference.complete(prompt, 8)
-                    gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
-                    worst, total = max(worst, gap), total + 1
-                    wrong += ids != want_ids or gap > 0.005
+                tally.add(candidate, reference, group, 8)
     finally:
         candidate.stop()
         reference.stop()
-    return f"{wrong} of {total} replies differ from the no-cache server's (max abs dlogprob {worst:.3g})" + (
-        " (BUG: wrong replies)" if wrong else ""
-    )
+    return tally.words()
 
 
 NO_CACHE = ["--no-cache-prompt", "--cache-ram", "0"]
@@ -143,23 +159,15 @@ def swa_long_batched(start: Callable[..., Server], *kv: str) -> str:
     with every prompt cache off (`kv`: --kv-unified or --no-kv-unified, and --swa-full for a full-size
     sliding-window cache), against the reference."""
     candidate, reference = start("swa", ["-np", "4", *kv, *NO_CACHE]), start("swa", REFERENCE)
-    rng, wrong, total, worst = random.Random(3), 0, 0, 0.0
+    rng, tally = random.Random(3), Tally()
     try:
         for length in (640, 1152, 1728, 1152, 1728):
             group = [tokens(rng, length + 7 * i) for i in range(4)]
-            with ThreadPoolExecutor(len(group)) as pool:
-                got = list(pool.map(lambda p: candidate.complete(p, 16), group))
-            for prompt, (ids, lps, _) in zip(group, got, strict=True):
-                want_ids, want_lps, _ = reference.complete(prompt, 16)
-                gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
-                worst, total = max(worst, gap), total + 1
-                wrong += ids != want_ids or gap > 0.005
+            tally.add(candidate, reference, group, 16)
     finally:
         candidate.stop()
         reference.stop()
-    return f"{wrong} of {total} replies differ from the no-cache server's (max abs dlogprob {worst:.3g})" + (
-        " (BUG: wrong replies)" if wrong else ""
-    )
+    return tally.words()
 
 
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
