@@ -110,7 +110,11 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
                 status = server.proc.wait(timeout=EXIT_GRACE_S)
         if status is None:
             raise
-        raise SubjectCrash(call, err, {**where, "exit_status": status}) from err
+        assert server is not None
+        # a broken connection says nothing of why: the crash carries the server's own last words
+        # (an aborting assertion), read now that it has exited, whichever of the two was seen first
+        seen = err if "its log ends:" in str(err) else EngineCrashed(f"{err}; {server.death_note()}")
+        raise SubjectCrash(call, seen, {**where, "exit_status": status}) from err
 
 
 def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:

@@ -202,13 +202,17 @@ class ServerProcess:
         """The process's exit status once it has exited (a signal as its negative number); None while it runs."""
         return None if self.proc is None else self.proc.poll()
 
+    def death_note(self) -> str:
+        """How an exited server ended: its status, the log's first error and the log's tail."""
+        status = None if self.proc is None else self.proc.returncode
+        log = self.log_text()
+        ended = f"{first_error(log)}its log ends: {tail(log)}"
+        return f"{self.label}: the server exited with status {status} during the run; {ended}"
+
     def check_alive(self) -> None:
         """Raise EngineCrashed (with the log tail) if the process has exited."""
         if self.proc is not None and self.proc.poll() is not None:
-            raise EngineCrashed(
-                f"{self.label}: the server exited with status {self.proc.returncode} during the run; "
-                f"{first_error(self.log_text())}its log ends: {tail(self.log_text())}"
-            )
+            raise EngineCrashed(self.death_note())
 
     def stop(self) -> None:
         """SIGTERM to the whole process group, SIGKILL after `stop_timeout_s`; idempotent."""

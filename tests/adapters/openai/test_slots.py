@@ -115,3 +115,26 @@ def test_no_reuse_after_the_restart_is_unproven_never_a_pass() -> None:
         assert outcome.status == "unproven" and "the restore path was not reached" in outcome.message
     passed = explain(_ctx(), _measured(_restores(200), []))  # type: ignore[arg-type]
     assert passed.status == "pass" and "the restarted server reused 200 restored tokens" in passed.message
+
+
+def test_a_server_that_aborts_after_dropping_the_connection_is_a_crash_with_its_own_last_words() -> None:
+    # measured on llama.cpp b11549: the request's connection breaks before the aborting process is seen
+    # to exit, so the first error gate sees names no cause; the crash must still carry the assertion
+    import subprocess
+    import sys
+
+    import pytest
+
+    from gate.adapters.openai.path import died_serving
+    from gate.errors import EngineCrashed, SubjectCrash
+
+    server = ServerProcess([], port=9, probe="/health", ready_timeout_s=1, label="candidate")
+    said = "print('x.cpp:1: GGML_ASSERT(n <= m) failed', file=sys.stderr, flush=True)"
+    script = f"import os, sys, time; time.sleep(0.3); {said}; os.abort()"
+    with server.log_path.open("wb") as log:
+        server.proc = subprocess.Popen([sys.executable, "-c", script], stdout=log, stderr=subprocess.STDOUT)
+    with pytest.raises(SubjectCrash) as raised, died_serving(server, "restore", slot=3):
+        raise EngineCrashed("candidate: the connection was reset by the server")
+    crash = raised.value
+    assert crash.where == {"slot": 3, "exit_status": -6}
+    assert "connection was reset" in str(crash.error) and "GGML_ASSERT(n <= m) failed" in str(crash.error)
