@@ -1,5 +1,6 @@
 """Servers as a budget: a cap on servers alive at once (controls' servers make room first), control
-servers stopped after their last use, and a server launched with its cache off handed over unreset."""
+servers stopped after their last use, a server launched with its cache off handed over unreset, and one
+whose cache gate cannot reset handed over as a new process."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def path_for(max_servers: int) -> EnginePath:
             "max_servers": max_servers,
         }
     )
-    return EnginePath(options=options, dtype="float32", seed=0)
+    path = EnginePath(options=options, dtype="float32", seed=0)
+    path.cache_geometry = CacheGeometry(prefix_caching=False, source="test")  # handed over as it is
+    return path
 
 
 def test_the_cap_stops_an_idle_control_server_first_and_the_last_use_stops_the_rest() -> None:
@@ -54,9 +57,15 @@ def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -
         assert again.reused
     assert resets == []
     path.cache_geometry = CacheGeometry(prefix_caching=True, source="test")
-    with path.serve():
+    with path.serve() as first:
         pass
-    assert resets == ["reset"]
+    with path.serve() as restarted:  # gate knows no reset for a generic server: the hand-over is a restart
+        assert not restarted.reused and restarted.server is not first.server
+        assert restarted.restarted_for == [
+            "the prefix cache, if any: gate knows no reset endpoint for a generic server"
+        ]
+        assert "restarted_at_hand_over_for" in restarted.evidence()
+    assert resets == []
 
 
 def test_identity_names_the_model_digest_the_geometry_and_the_resolved_command(tmp_path: Path) -> None:
