@@ -241,19 +241,19 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         if x.after is not None:
             judged = judge(ctx, m.want, x.after)
             row |= {"after_cached_tokens": x.after.cached_tokens, **judged.row()}
-            if judged.failed:
-                bad_files.append(f"after a file {x.cut} the reply differs: {failure_words(level, judged)}")
+            if judged.failed:  # served from corrupt state: wrong output, as a wrong restore is
+                problems.append(f"after a file {x.cut} the reply differs: {failure_words(level, judged)}")
         if x.outcome == "accepted":
             bad_files.append(f"a slot file {x.cut} was accepted instead of refused")
         elif x.outcome == "crashed" and x.crash is not None:
             crash = x.crash
             bad_files.append(f"restoring a slot file {x.cut} killed the engine ({_death(x.crash)})")
         rows.append(row)
-    problems += bad_files
+    findings = problems + bad_files
     if crash is not None:
-        diagnosis = {**crash.diagnosis(), "problems": problems}
-    elif bad_files and diagnosis is None:
-        diagnosis = _class("malformed-state", problems)
+        diagnosis = {**crash.diagnosis(), "problems": findings}
+    elif findings and diagnosis is None:
+        diagnosis = _class("malformed-state", findings)
     # the proof: the restarted server's reuse (nothing else there held the prompt); a control run has no
     # restart, and its same-server reuse stands in (a control needs the fault seen, not the path proven)
     proof = [r.reply for r in m.restores if r.reply is not None and (r.attributable or ctx.control)]
@@ -268,14 +268,17 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         "servers": m.servers,
     }
     seen: dict[str, Any] = {
-        "metrics": {"prompt_length": m.length, "problems": len(problems), "restored_reuse": reused},
+        "metrics": {"prompt_length": m.length, "problems": len(findings), "restored_reuse": reused},
         "evidence": evidence,
         "exercise": {"restored_tokens_reused_after_restart": reused},
         "observation": observation(observed),
     }
-    if problems:
+    if problems:  # wrong output: a restore that does not continue as the reference, or corrupt state served
         assert diagnosis is not None
-        return Outcome("fail", "; ".join(problems), **seen, detected_at=m.length, diagnosis=diagnosis)
+        return Outcome("fail", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
+    if bad_files:  # no wrong output, but a truncated file was not refused: a finding about the build, amber
+        assert diagnosis is not None
+        return Outcome("warn", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
     if not reused:
         return Outcome(
             "unproven",

@@ -188,11 +188,11 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     clocks = {row["clock"]: row for row in performance["evidence"]["clocks"]}
     assert {"ratio", "low", "high"} <= set(clocks["ttft_p95"]) and clocks["live_bytes"]["verdict"] == "not reported"
     assert performance["evidence"]["timer"] == "wall"
-    # slot save/restore (a warning by policy): the restores match; b11549 aborts on a file 1 byte short
+    # slot save/restore: the restores match; b11549 aborts on a file 1 byte short (a finding: amber)
     slots = checks["engine-slot-restore"]
     assert all(r["tokens_match"] for r in slots["evidence"]["restores"]), slots["message"]
     if record["subjects"]["candidate"].get("build_info", "").startswith("b11549-"):
-        assert slots["status"] == "fail" and slots["diagnosis"]["bug_class"] == "crash", slots["message"]
+        assert slots["status"] == "warn" and slots["diagnosis"]["bug_class"] == "crash", slots["message"]
 
     failed = gate_run(REPO / "examples/engine-llamacpp-quantised-kv.yaml", tmp_path / "q8", engine_env)
     assert failed.returncode == 1, failed.stdout + failed.stderr

@@ -83,14 +83,21 @@ def _ctx() -> object:
     return ctx(path(), path(), claim={"level": "tolerance"})
 
 
-def test_an_accepted_truncated_file_fails_as_malformed_state_even_when_the_reply_is_right() -> None:
+def test_an_accepted_truncated_file_warns_as_malformed_state_and_fails_once_it_serves_wrong_output() -> None:
     accepted = Malformed("less its last 1 byte", 999, 4, "accepted", "{'n_restored': 207}", _reply([5, 6, 7], 0))
     refused = Malformed("cut to half (500 of 1000 bytes)", 500, 4, "refused", "HTTP 400", _reply([5, 6, 7], 0))
     outcome = explain(_ctx(), _measured(_restores(200), [refused, accepted]))  # type: ignore[arg-type]
-    assert outcome.status == "fail" and outcome.diagnosis is not None
+    # not refused, but no wrong output: a finding about the build, amber (a deny rule cannot make it green)
+    assert outcome.status == "warn" and outcome.diagnosis is not None
     assert outcome.diagnosis["bug_class"] == "malformed-state"
     assert outcome.message == "a slot file less its last 1 byte was accepted instead of refused"
     assert [m["outcome"] for m in outcome.evidence["malformed"]] == ["refused", "accepted"]
+    # the same file answered from its corrupt state: wrong output, a failure
+    accepted.after = _reply([5, 9, 7], 0)
+    outcome = explain(_ctx(), _measured(_restores(200), [refused, accepted]))  # type: ignore[arg-type]
+    assert outcome.status == "fail" and outcome.diagnosis is not None
+    assert outcome.diagnosis["bug_class"] == "malformed-state"
+    assert outcome.message.startswith("after a file less its last 1 byte the reply differs")
 
 
 def test_a_wrong_continuation_after_a_restore_fails_as_restored_state() -> None:
