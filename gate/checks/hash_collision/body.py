@@ -14,6 +14,7 @@ from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
     Served,
+    beyond_any_identity,
     broken_rules,
     describe_excess,
     seeded_ids,
@@ -23,6 +24,7 @@ from gate.checks._prefix_support import (
 from gate.checks.hash_collision import HashCollisionParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
+from gate.core.hazards import HazardFinding, HazardName
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -185,6 +187,29 @@ def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, 
     }
 
 
+def _clean(served: Served) -> bool:
+    return not (served.excess or served.argmax_flips or served.over_tolerance)
+
+
+def hazard(params: HashCollisionParams, obs: Observations, own_hash: RequestLog) -> HazardFinding | None:
+    """The design hazard colliding blocks served under the weak hash show, where the same requests under
+    the store's own hash (`own_hash`, the workload replayed) were all served exactly: the store trusts
+    its hash to keep identities apart (`weak-hash-across-tenants`: every block served wrongly held the
+    same tokens under another identity) or to stand for the whole key (`weak-hash-across-contexts`)
+    (pure)."""
+    bad = [s for s in obs.log.served if not _clean(s)]
+    if not any(s.excess for s in bad) or not own_hash.served or not all(_clean(s) for s in own_hash.served):
+        return None
+    other_context = beyond_any_identity(obs.log.served, obs.worker.block_size)
+    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
+    shown = (
+        f"under a {params.bits}-bit hash {len(bad)} requests were served colliding blocks ("
+        + (f"{len(other_context)} of them blocks of other tokens" if other_context else "each another identity's")
+        + f"); the same {len(own_hash.served)} requests under the store's own hash were all served exactly"
+    )
+    return HazardFinding.of(name, "hash-collision", shown)
+
+
 @check("hash-collision", params=HashCollisionParams)
 @until_first_failure
 def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
@@ -199,4 +224,7 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
     obs = measure(ctx, params, worker, findings)
     findings.problems.extend(judge(params, obs, findings.problems))
+    if findings.problems and not all(_clean(s) for s in obs.log.served):  # hash or key? the same workload, own hash
+        own_hash = measure(ctx, params, pool.shared(("base",), candidate.fresh), Findings())
+        findings.hazard = hazard(params, obs, own_hash.log)
     return explain(params, obs, findings, len(pool.starts) - starts)
