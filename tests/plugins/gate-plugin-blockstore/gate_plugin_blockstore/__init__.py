@@ -307,9 +307,10 @@ class BlockStorePath:
 
 class SingleProtocolPath:
     """The same store as a plugin written against the single PrefixCaching protocol of earlier
-    releases serves it: `fresh` takes the block size, byte budget and hash; there is no
-    `reset_cache`, `with_hash`, `with_budget` or `restarted` (gate serves such a path through its
-    own wrapper of that API)."""
+    releases serves it: `fresh` takes the block size and hash, and, like many stores written then,
+    keeps the byte budget it was configured with (`capacity_bytes`, declared in `cache_state`)
+    rather than the `byte_budget` asked; there is no `reset_cache`, `with_hash`, `with_budget` or
+    `restarted` (gate serves such a path through its own wrapper of that API)."""
 
     uses_cache = True
 
@@ -356,10 +357,7 @@ class SingleProtocolPath:
         byte_budget: int | None = None,
         hash_fn: Callable[[bytes], bytes] | None = None,
     ) -> SingleProtocolPath:
-        options: dict[str, Any] = {"block_size": block_size or self.block_size}
-        if byte_budget is not None:
-            options["capacity_bytes"] = byte_budget
-        changes: dict[str, Any] = {"options": options}
+        changes: dict[str, Any] = {"options": {"block_size": block_size or self.block_size}}
         if hash_fn is not None:
             changes["hash_fn"] = hash_fn
         return SingleProtocolPath(self.inner._spawn(**changes))
