@@ -163,27 +163,33 @@ the check's power (the declared power of a distribution claim by default)."""
 
 
 def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, str]:
-    """verify-ignores-identity shows only where one block's tokens, stored under one identity, share a
-    bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. With
-    too few pairs for that (a long hash, few prompts) its effect is below the check's power, and the
-    settings that would show it are named (`Outcome.underpowered`)."""
+    """verify-ignores-identity shows only where a prompt's first block, stored under one identity, shares
+    a bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. Deeper
+    blocks are keyed below their parent, so they meet only once a first block was already served across
+    identities: the first blocks are the chances, and every second prompt shares its first block with
+    the one before. With too few of them (a long hash, few prompts) the fault's effect is below the
+    check's power, and the settings that would show it are named (`Outcome.underpowered`)."""
     identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
-    per_prompt = params.prompt_blocks * identities * (identities - 1) // 2
-    pairs = params.prompts * per_prompt
+    per_block = identities * (identities - 1) // 2
+    shares = params.prompt_blocks >= 2  # _prompts: odd prompts share block 0 with the one before
+    first_blocks = params.prompts - (params.prompts // 2 if shares else 0)
+    pairs = first_blocks * per_block
     expected = pairs / 2**params.bits
     chance = 1 - math.exp(-expected)
     if chance >= POWER:
         return {}
     wanted = math.log(1 / (1 - POWER))  # expected meetings that give the chance POWER
     bits = math.floor(math.log2(pairs / wanted)) if pairs > wanted else 0
-    prompts = math.ceil(wanted * 2**params.bits / per_prompt) if per_prompt else None
     ways = [f"lower bits to {bits}"] if bits >= 1 else []
-    if prompts is not None and prompts <= HashCollisionParams.model_fields["prompts"].metadata[-1].le:
-        ways.append(f"raise prompts to {prompts}")
+    if per_block:
+        needed = math.ceil(wanted * 2**params.bits / per_block)
+        prompts = 2 * needed if shares else needed
+        if prompts <= HashCollisionParams.model_fields["prompts"].metadata[-1].le:
+            ways.append(f"raise prompts to {prompts}")
     return {
-        "verify-ignores-identity": f"{pairs} block pairs of the same tokens under different identities share a "
-        f"bucket of the {params.bits}-bit hash with chance {chance:.2f} < {POWER}: "
-        + (" or ".join(ways) or "more identities or blocks per prompt")
+        "verify-ignores-identity": f"{pairs} pairs of first blocks of the same tokens under different identities "
+        f"share a bucket of the {params.bits}-bit hash with chance {chance:.2f} < {POWER}: "
+        + (" or ".join(ways) or "more identities or prompts")
     }
 
 
