@@ -8,6 +8,7 @@ store gets the verdict it gets through the split capabilities, its declared budg
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from gate.cli.main import cli
 from gate.core.hazards import HAZARDS
 
 BASE = Path(__file__).parent / "blockstore" / "correct.yaml"
+ADAPTER = Path(__file__).parents[1] / "plugins" / "gate-plugin-blockstore" / "gate_plugin_blockstore" / "__init__.py"
 SAFE = {"verify": "key", "restore_by": "fingerprint"}
 """Every hazard configured away (the plugin's defaults, stated)."""
 
@@ -52,6 +54,14 @@ def named(record: dict[str, Any]) -> dict[str, str]:
     return {
         c["check"]: c["diagnosis"]["hazard"]["hazard"] for c in record["checks"] if (c["diagnosis"] or {}).get("hazard")
     }
+
+
+def test_the_plugin_uses_gates_public_surface_alone() -> None:
+    """Written against docs/plugins.md: every gate name it imports comes from gate.plugin."""
+    tree = ast.parse(ADAPTER.read_text())
+    modules = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in modules if m == "gate" or m.startswith("gate.")} == {"gate.plugin"}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
