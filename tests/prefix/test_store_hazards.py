@@ -2,7 +2,7 @@
 a store written against docs/plugins.md alone. Its two design choices are options: with every hazard
 configured away it passes (exit 0) in float32 and bfloat16; with one hazard on it fails naming that
 hazard alone, the configuration that avoids it and the checks that show it, in results.json, on the
-verdict line and in the dossier. A planted bug that only looks alike (a key that ignores the tenant)
+verdict line, in the dossier and in JUnit. A planted bug that only looks alike (a key that ignores the tenant)
 names no hazard. Served through the single PrefixCaching protocol of earlier releases, the same
 store gets the verdict it gets through the split capabilities, its declared budget judged alike."""
 
@@ -94,6 +94,7 @@ def test_each_hazard_fails_naming_it_alone_with_what_avoids_it(tmp_path: Path, d
     assert f"design hazard: **{hazard}**" in md and f"- Avoid it: {avoid}" in md
     assert f"design hazard: <strong>{hazard}</strong>" in html and "<dt>Avoid it</dt>" in html
     assert not any(other in md or other in html for other in others)
+    assert f"design hazard: {hazard}; avoid it: {avoid}" in (tmp_path / "out" / "junit.xml").read_text()
 
 
 def test_a_planted_bug_that_looks_alike_names_no_hazard(tmp_path: Path) -> None:
