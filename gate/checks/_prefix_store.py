@@ -49,6 +49,12 @@ LEGACY_METHODS = (
 """The single PrefixCaching protocol before the capabilities were split (policy prefix-reuse v2)."""
 
 
+class BudgetNotTaken(ValueError):
+    """A store written against the single protocol did not take the byte budget asked through its
+    `fresh(byte_budget=)`: it offers no budget gate can set (the budget contract is unproven, named),
+    as a store of the split protocol without `with_budget` offers none."""
+
+
 class LegacyStore:
     """A store written against the earlier single protocol (`fresh(block_size=, byte_budget=,
     hash_fn=)`, no `reset_cache`, `with_hash`, `with_budget` or `restarted`), offering every capability
@@ -96,7 +102,16 @@ class LegacyStore:
         return LegacyStore(self.inner.fresh(hash_fn=hash_fn), hash_fn=hash_fn)
 
     def with_budget(self, byte_budget: int) -> LegacyStore:
-        return LegacyStore(self.inner.fresh(byte_budget=byte_budget), byte_budget=byte_budget)
+        """A store holding at most `byte_budget` bytes, as `PrefixBudget.with_budget` promises: where the
+        old store's `fresh(byte_budget=)` does not declare that budget (`cache_state`), BudgetNotTaken."""
+        store = LegacyStore(self.inner.fresh(byte_budget=byte_budget), byte_budget=byte_budget)
+        declared = store.cache_state().get("byte_budget")
+        if declared != byte_budget:
+            raise BudgetNotTaken(
+                f"the store (single PrefixCaching protocol) did not take the byte budget asked through "
+                f"fresh(byte_budget={byte_budget}): it declares {declared}"
+            )
+        return store
 
     def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
         self.inner.update_weights(target, seed=seed)

@@ -28,6 +28,7 @@ from gate.checks._engine import common_prefix
 from gate.checks._prefix_oracle import Oracle
 from gate.checks._prefix_store import StorePool, capability_name, prefix_candidate, store_pool
 from gate.core.check import CheckContext, Outcome, Params
+from gate.core.hazards import HazardFinding
 from gate.prefix.cache import PrefixReply
 from gate.protocols import PrefixServing, offered
 
@@ -64,6 +65,9 @@ class Findings:
     """assertion -> why it could not be made (the capability the store lacks)."""
     pool: StorePool | None = None
     """The run's stores, whose starts go into the evidence."""
+    hazard: HazardFinding | None = None
+    """The design hazard the problems show (gate.core.hazards), where they show one: named first in
+    the message of a failure and kept in its diagnosis."""
 
     def needs(self, store: object, protocol: type[C], assertion: str) -> C | None:
         """`store` typed as `protocol` where it offers that capability (gate.protocols.offered), or
@@ -80,7 +84,7 @@ class Findings:
     def verdict(self, passed: str) -> tuple[Literal["fail", "unproven", "pass"], str]:
         """Fail with every problem; else unproven naming what could not be asserted; else pass (pure)."""
         if self.problems:
-            return "fail", "; ".join(self.problems)
+            return "fail", (self.hazard.lead() + ": " if self.hazard else "") + "; ".join(self.problems)
         if self.lacking:
             return "unproven", f"{passed}; unproven (the store lacks what they need): " + "; ".join(
                 f"{a}: {why}" for a, why in self.lacking.items()
@@ -109,6 +113,8 @@ class Findings:
         status, message = self.verdict(passed)
         if status == "fail":
             diagnosis = {**(diagnosis or {}), "problems": self.problems}
+            if self.hazard is not None:
+                diagnosis["hazard"] = self.hazard.dump()
         evidence = self.recorded(evidence)
         reported = (relabel or {}).get(status, status)
         return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
@@ -373,6 +379,17 @@ def broken_rules(served: Served) -> list[str]:
             "entitlement: state was reused beyond the prefix shared with an earlier request of the same identity"
         )
     return rules
+
+
+def beyond_any_identity(served: Sequence[Served], block_size: int) -> list[Served]:
+    """The requests (in the order served) that reused more than they share with any earlier one of
+    them under any identity: another context's state, not only another identity's (pure)."""
+    tally, beyond = ReuseTally(block_size), []
+    for s in served:
+        if s.reused > tally.entitled(s.tokens, None):
+            beyond.append(s)
+        tally.record(s.tokens, None)
+    return beyond
 
 
 def describe_excess(served: Served) -> str:

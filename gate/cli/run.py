@@ -224,6 +224,7 @@ def command(
         )
         return
     manifest = manifests[0]
+    from gate.core.hazards import hazard_summary
     from gate.engine.pipeline import run_pipeline
     from gate.report.build import build_report
     from gate.report.words import verdict_label
@@ -258,7 +259,7 @@ def command(
                     click.style(one_line(f"  UNPROVEN {check.check}: {check.message}"), fg="yellow"), color=styled
                 )
     label, tone = verdict_label(result.verdict.value, sum(1 for c in result.checks if c.status.value == "unproven"))
-    summary, carried = result.summary, outputs.carried
+    summary, carried = result.summary + hazard_summary(result.checks), outputs.carried
     if carried is not None and carried.approved_by:
         entries = ", ".join(f"#{n}" for n in carried.entries)
         if outputs.approved:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.core.evidence import EVIDENCE, SweepEvidence
+from gate.core.hazards import hazard_summary
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, time_buckets
 from gate.report.evidence import read_diagnosis, read_evidence
 from gate.report.fmt import as_float, as_mapping, duration, number
@@ -180,6 +181,7 @@ def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Fail
             first_diverging_layer=s.diagnosis.first_diverging_layer if s.diagnosis else None,
             explanation=s.diagnosis.explanation if s.diagnosis else None,
             anchor=s.anchor,
+            hazard=s.diagnosis.hazard if s.diagnosis and s.status == "fail" else None,
         )
         for s in failing
     ]
@@ -264,7 +266,7 @@ def _banner_words(result: GateResult, approvals: Sequence[Mapping[str, Any]], re
     verdict = result.verdict.value
     label, tone = verdict_label(verdict, sum(1 for c in result.checks if c.status.value == "unproven"))
     if verdict != "awaiting-approval" or not approvals:
-        return label, tone, result.summary
+        return label, tone, result.summary + hazard_summary(result.checks)
     names = sorted({str(a.get("approver", "")) for a in approvals if a.get("approver")})
     if len(names) < required:
         return (

@@ -38,15 +38,16 @@ from gate.core.evidence import (
     TenantIsolationEvidence,
     ToleranceRecord,
 )
+from gate.core.hazards import HAZARDS, read_hazard
 from gate.report.divergence import TokenView, layer_plot, token_view
 from gate.report.fmt import display, number
-from gate.report.model import Diagnosis, Distribution, Download, KeyValue, Reproducer, SliceRow, Table
+from gate.report.model import Diagnosis, Distribution, Download, HazardView, KeyValue, Reproducer, SliceRow, Table
 from gate.report.perf_plots import LatencyPlot, LivePlot, latency_plot, live_plot
 from gate.report.plots import SweepPlot, distribution_plot, slice_plot, sweep_plot
 from gate.report.words import BITWISE_COMPARISON, SWEEP_COMPARISON
 
 SERVING_CLOCKS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"))
-DIAGNOSIS_KEYS = ("profile", "bug_class", "first_diverging_layer", "explanation")
+DIAGNOSIS_KEYS = ("profile", "bug_class", "first_diverging_layer", "explanation", "hazard")
 """Diagnosis keys the box shows (gate.checks._diagnosis writes them); any other key is listed below it."""
 MAX_CATEGORIES = 40
 MAX_TABLE_ROWS = 50
@@ -484,7 +485,13 @@ def read_diagnosis(diagnosis: Mapping[str, Any] | None) -> tuple[Diagnosis | Non
         else:
             other.append(KeyValue(key.replace("_", " "), display(value, limit=600)))
     layers = diagnosis.get("layers")
+    finding = read_hazard(diagnosis)
+    hazard = None
+    if finding is not None:
+        design = HAZARDS[finding.hazard].design
+        hazard = HazardView(finding.hazard, finding.check, design, finding.shown, finding.avoid)
     box = Diagnosis(
+        hazard=hazard,
         layers=layer_plot(layers, diagnosis.get("traced_prefix_len")) if isinstance(layers, list) else None,
         profile=text("profile"),
         likely_bug_class=text("bug_class"),

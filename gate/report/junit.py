@@ -37,6 +37,10 @@ def _details(s: CheckSection) -> str:
             ("profile", s.diagnosis.profile),
             ("first diverging layer", s.diagnosis.first_diverging_layer),
             ("explanation", s.diagnosis.explanation),
+            (
+                "design hazard",
+                s.diagnosis.hazard and f"{s.diagnosis.hazard.name}; avoid it: {s.diagnosis.hazard.avoid}",
+            ),
         ):
             if value:
                 lines.append(f"{label}: {value}")

@@ -92,6 +92,18 @@ class ClaimView:
 
 
 @dataclass(frozen=True)
+class HazardView:
+    """A design hazard a failed check showed (gate.core.hazards): its name, the check, what it showed
+    and the configuration that avoids it."""
+
+    name: str
+    check: str
+    design: str
+    shown: str
+    avoid: str
+
+
+@dataclass(frozen=True)
 class Failure:
     """One headline problem, shown right under the banner."""
 
@@ -107,6 +119,8 @@ class Failure:
     """The diagnosis's explanation of the bug class, in words."""
     anchor: str
     """Fragment id of the check's section."""
+    hazard: HazardView | None = None
+    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,8 @@ class Diagnosis:
     other: list[KeyValue]
     layers: LayerPlot | None = None
     """Per-layer divergence from the reference's full pass, when the check traced layers."""
+    hazard: HazardView | None = None
+    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)

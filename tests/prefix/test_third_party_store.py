@@ -83,10 +83,11 @@ def test_the_store_with_a_planted_bug_fails_naming_it(tmp_path: Path, bug: str, 
 
 
 def test_a_long_hash_leaves_verify_ignores_identity_below_the_checks_power_never_missed(tmp_path: Path) -> None:
-    """Under an 8-bit hash, 108 pairs of the same tokens under different identities share a bucket
-    with chance 0.34: the store's own verify-ignores-identity, passed, is below the check's power
-    (unobservable, naming the settings that would show it), never "no power against" it; the generic
-    stand-in then shows power. At the default 2 bits the same fault is detected (above)."""
+    """Under an 8-bit hash, the 18 pairs of first blocks of the same tokens under different identities
+    (deeper blocks are keyed below their parent) share a bucket with chance 0.07: the store's own
+    verify-ignores-identity, passed, is below the check's power (unobservable, naming the settings
+    that would show it), never "no power against" it; the generic stand-in then shows power. At the
+    default 2 bits the same fault is detected (above)."""
     code, _, checks = run(
         "correct.yaml", tmp_path / "out", "--check", "hash-collision", "--param", "hash-collision.bits=8"
     )
@@ -95,5 +96,6 @@ def test_a_long_hash_leaves_verify_ignores_identity_below_the_checks_power_never
     assert collision["status"] != "fail" and "no power" not in collision["message"], collision["message"]
     control = next(c for c in collision["controls"] if c["fault"] == "verify-ignores-identity")
     assert control["stand_in"] and "below the check's power" in control["stand_in"], control
-    assert "chance 0.34 < 0.9: lower bits to 5 or raise prompts to 33" in control["stand_in"]
+    assert "18 pairs of first blocks" in control["stand_in"]
+    assert "chance 0.07 < 0.9: lower bits to 2" in control["stand_in"]
     assert control["kind"] == "generic" and control["outcome"] == "detected", control["message"]

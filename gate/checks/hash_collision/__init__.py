@@ -8,7 +8,11 @@ so a store that compares the tokens on a hash hit but trusts the hash to separat
 another tenant's or the base model's blocks. A correct cache compares the stored key material
 (tokens, parent, position, identity) before serving: every request reuses exactly what it is
 entitled to and matches its uncached computation. The run must show collisions happened, within one
-identity and across identities, or it proves nothing.
+identity and across identities, or it proves nothing. Where colliding blocks were served, the same
+workload is replayed under the store's own hash: served exactly there, the failure is a design hazard
+of the hash and named so (gate.core.hazards: `weak-hash-across-tenants` where every block served
+wrongly held the same tokens under another identity, else `weak-hash-across-contexts`), with the
+configuration that avoids it.
 
 A store whose hash cannot be replaced (`PrefixHashing`) leaves the check `unproven`, naming that.
 

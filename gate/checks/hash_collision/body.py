@@ -14,6 +14,7 @@ from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
     Served,
+    beyond_any_identity,
     broken_rules,
     describe_excess,
     seeded_ids,
@@ -23,6 +24,7 @@ from gate.checks._prefix_support import (
 from gate.checks.hash_collision import HashCollisionParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
+from gate.core.hazards import HazardFinding, HazardName
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -161,28 +163,57 @@ the check's power (the declared power of a distribution claim by default)."""
 
 
 def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, str]:
-    """verify-ignores-identity shows only where one block's tokens, stored under one identity, share a
-    bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. With
-    too few pairs for that (a long hash, few prompts) its effect is below the check's power, and the
-    settings that would show it are named (`Outcome.underpowered`)."""
+    """verify-ignores-identity shows only where a prompt's first block, stored under one identity, shares
+    a bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. Deeper
+    blocks are keyed below their parent, so they meet only once a first block was already served across
+    identities: the first blocks are the chances, and every second prompt shares its first block with
+    the one before. With too few of them (a long hash, few prompts) the fault's effect is below the
+    check's power, and the settings that would show it are named (`Outcome.underpowered`)."""
     identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
-    per_prompt = params.prompt_blocks * identities * (identities - 1) // 2
-    pairs = params.prompts * per_prompt
+    per_block = identities * (identities - 1) // 2
+    shares = params.prompt_blocks >= 2  # _prompts: odd prompts share block 0 with the one before
+    first_blocks = params.prompts - (params.prompts // 2 if shares else 0)
+    pairs = first_blocks * per_block
     expected = pairs / 2**params.bits
     chance = 1 - math.exp(-expected)
     if chance >= POWER:
         return {}
     wanted = math.log(1 / (1 - POWER))  # expected meetings that give the chance POWER
     bits = math.floor(math.log2(pairs / wanted)) if pairs > wanted else 0
-    prompts = math.ceil(wanted * 2**params.bits / per_prompt) if per_prompt else None
     ways = [f"lower bits to {bits}"] if bits >= 1 else []
-    if prompts is not None and prompts <= HashCollisionParams.model_fields["prompts"].metadata[-1].le:
-        ways.append(f"raise prompts to {prompts}")
+    if per_block:
+        needed = math.ceil(wanted * 2**params.bits / per_block)
+        prompts = 2 * needed if shares else needed
+        if prompts <= HashCollisionParams.model_fields["prompts"].metadata[-1].le:
+            ways.append(f"raise prompts to {prompts}")
     return {
-        "verify-ignores-identity": f"{pairs} block pairs of the same tokens under different identities share a "
-        f"bucket of the {params.bits}-bit hash with chance {chance:.2f} < {POWER}: "
-        + (" or ".join(ways) or "more identities or blocks per prompt")
+        "verify-ignores-identity": f"{pairs} pairs of first blocks of the same tokens under different identities "
+        f"share a bucket of the {params.bits}-bit hash with chance {chance:.2f} < {POWER}: "
+        + (" or ".join(ways) or "more identities or prompts")
     }
+
+
+def _clean(served: Served) -> bool:
+    return not (served.excess or served.argmax_flips or served.over_tolerance)
+
+
+def hazard(params: HashCollisionParams, obs: Observations, own_hash: RequestLog) -> HazardFinding | None:
+    """The design hazard colliding blocks served under the weak hash show, where the same requests under
+    the store's own hash (`own_hash`, the workload replayed) were all served exactly: the store trusts
+    its hash to keep identities apart (`weak-hash-across-tenants`: every block served wrongly held the
+    same tokens under another identity) or to stand for the whole key (`weak-hash-across-contexts`)
+    (pure)."""
+    bad = [s for s in obs.log.served if not _clean(s)]
+    if not any(s.excess for s in bad) or not own_hash.served or not all(_clean(s) for s in own_hash.served):
+        return None
+    other_context = beyond_any_identity(obs.log.served, obs.worker.block_size)
+    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
+    shown = (
+        f"under a {params.bits}-bit hash {len(bad)} requests were served colliding blocks ("
+        + (f"{len(other_context)} of them blocks of other tokens" if other_context else "each another identity's")
+        + f"); the same {len(own_hash.served)} requests under the store's own hash were all served exactly"
+    )
+    return HazardFinding.of(name, "hash-collision", shown)
 
 
 @check("hash-collision", params=HashCollisionParams)
@@ -199,4 +230,7 @@ def hash_collision(ctx: CheckContext, params: HashCollisionParams) -> Outcome:
     worker = pool.shared(("hash", params.bits), lambda: hashing.with_hash(weak_hash(params.bits)))
     obs = measure(ctx, params, worker, findings)
     findings.problems.extend(judge(params, obs, findings.problems))
+    if findings.problems and not all(_clean(s) for s in obs.log.served):  # hash or key? the same workload, own hash
+        own_hash = measure(ctx, params, pool.shared(("base",), candidate.fresh), Findings())
+        findings.hazard = hazard(params, obs, own_hash.log)
     return explain(params, obs, findings, len(pool.starts) - starts)

@@ -10,6 +10,8 @@ request is compared with the store's own uncached computation at that moment:
 3. restart (`PrefixSnapshots`): a store's cache is saved; the store restarted on another checkpoint
    under an unchanged revision label restores it, and must admit none of it and serve none of it;
    restarted on the same checkpoint it must admit every block it wrote and reuse them, exactly.
+   Admitting saved blocks onto other weights under the same label is the design hazard
+   `restart-admits-same-revision` (gate.core.hazards), named so with the configuration that avoids it.
 
 A part whose capability the store lacks is `unproven`, named; a store with neither is unproven as a whole.
 

@@ -24,6 +24,7 @@ from gate.checks._prefix_support import (
 from gate.checks.invalidation import InvalidationParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import InvalidationEvidence, RestartProbe, RestoredStore, ServedRequest, UpdateProbe
+from gate.core.hazards import HazardFinding
 from gate.prefix.cache import RestoreReport
 from gate.protocols import PrefixServing, PrefixSnapshots, PrefixWeightUpdates, offered
 
@@ -259,6 +260,20 @@ def judge(obs: Observations) -> list[str]:
     return problems
 
 
+def hazard(obs: Observations) -> HazardFinding | None:
+    """`restart-admits-same-revision` where a store restarted on other weights under the same revision
+    label admitted saved blocks (pure)."""
+    r = obs.restart
+    if r is None or not r.foreign.restored:
+        return None
+    consumed = sum(s.reused for s in r.consumed)
+    shown = (
+        f"a store restarted on another checkpoint under the same revision label admitted {r.foreign.restored} "
+        f"of {r.written} saved blocks and served {consumed} tokens of them"
+    )
+    return HazardFinding.of("restart-admits-same-revision", "invalidation", shown)
+
+
 def _evidence(obs: Observations, requests: list[dict[str, Any]]) -> InvalidationEvidence:
     updates = {
         u.target: UpdateProbe(
@@ -338,4 +353,5 @@ def invalidation(ctx: CheckContext, params: InvalidationParams) -> Outcome:
         )
     obs = measure(ctx, params, run)
     run.findings.problems.extend(judge(obs))
+    run.findings.hazard = hazard(obs)
     return explain(obs, run)

@@ -13,7 +13,10 @@ entitled to reuse. A run in which nothing was reused fails: parity would prove n
 Budget contract (`PrefixBudget`): a store whose declared budget holds `budget_blocks` blocks serves
 twice as many distinct blocks; after every request the bytes it holds must be within the budget it
 declares, it must show evictions, its latest prompt must still hit, and every output stays exact. A
-store without a byte budget leaves this `unproven`, named.
+store without a byte budget leaves this `unproven`, named (a store of the single protocol of earlier
+releases offers one only where its `fresh(byte_budget=)` declares the budget asked). Whatever its
+API, a store that declares a budget (`cache_state`: `byte_budget`) must hold no more after every
+request of the workload.
 
 Torch-free (gate.checks._shape): the body is `gate.checks.prefix_reuse_parity.body`, loaded on first use.
 """

@@ -7,6 +7,7 @@ from typing import Any
 
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_oracle import Oracle, reference_oracle
+from gate.checks._prefix_store import BudgetNotTaken
 from gate.checks._prefix_support import (
     PrefixRun,
     RequestLog,
@@ -44,11 +45,16 @@ class Workload:
     base_len: int
     shared: dict[int, int] = field(default_factory=dict)
     """Index in log.served -> shared-prefix length (for detected_at)."""
+    held: list[tuple[str, int, int]] = field(default_factory=list)
+    """After each request, where the store declares a byte budget: (request, bytes held, budget declared)."""
 
     def serve(self, label: str, tokens: list[int], share: int) -> Served:
         self.log.at = share  # before serving: a control may stop inside `issue`, and reports where
         served = self.log.issue(self.worker, label, tokens, "base", self.oracle, new_tokens=self.new_tokens)
         self.shared[len(self.log.served) - 1] = share
+        state = self.worker.cache_state()
+        if state.get("byte_budget") is not None and state.get("bytes_held") is not None:
+            self.held.append((label, int(state["bytes_held"]), int(state["byte_budget"])))
         return served
 
     def moved(self, seq: int, base: list[int]) -> None:
@@ -119,6 +125,8 @@ class Observations:
     shared: dict[int, int]
     new_tokens: int
     budget: BudgetRun | None
+    held: list[tuple[str, int, int]] = field(default_factory=list)
+    """The workload's bytes held against the budget the store declares (Workload.held)."""
 
 
 def measure_budget(
@@ -139,7 +147,11 @@ def measure_budget(
         )
         return None
     budget = blocks * per_block
-    store = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+    try:
+        store = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+    except BudgetNotTaken as err:
+        findings.lacks("bytes held within the declared budget", str(err))
+        return None
     oracle = reference_oracle(ctx)
     bs, vocab = store.block_size, ctx.candidate.vocab_size
     prompt_blocks = max(1, min(blocks, (length - 1) // bs))
@@ -184,12 +196,15 @@ def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) 
         )
         if budgeted is not None:
             budget = params.byte_budget
-            worker = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+            try:
+                worker = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+            except BudgetNotTaken as err:
+                run.findings.lacks(f"parity within a budget of {budget} bytes", str(err))
     work = _workload(ctx, params, worker)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)
     budget_run = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
-    return Observations(worker, work.log, work.shared, work.new_tokens, budget_run)
+    return Observations(worker, work.log, work.shared, work.new_tokens, budget_run, work.held)
 
 
 @dataclass(frozen=True)
@@ -237,6 +252,12 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
     bad = {id(s) for s in [*wrong, *excess]}
     failed_at = [obs.shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in obs.shared]
     problems = [] if obs.budget is None else _budget_problems(obs.budget)
+    if beyond := [(label, held, budget) for label, held, budget in obs.held if held > budget]:
+        label, held, budget = beyond[0]
+        problems.append(
+            f"budget: the store declares a budget of {budget} bytes and held {held} after {label} "
+            f"({len(beyond)} of {len(obs.held)} requests over it)"
+        )
     rules: list[str] = []
     detected_at = None
     if judged or excess:
@@ -279,6 +300,11 @@ def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, An
         "new_tokens": obs.new_tokens,
         "block_size": obs.worker.block_size,
         "store_starts": store_starts,
+        **(
+            {"max_bytes_held": max(h for _, h, _ in obs.held), "declared_byte_budget": obs.held[-1][2]}
+            if obs.held
+            else {}
+        ),
     }
 
 

@@ -10,7 +10,9 @@ cross-tenant request must also match its own uncached computation.
 A second round runs under a weak hash (`weak_hash_bits`) where the store's hash can be replaced
 (`PrefixHashing`): the tenants' blocks then share buckets, so a store that relies on the hash to keep
 tenants apart (comparing tokens on a hit, not the tenant) leaks. Without a pluggable hash that round
-is `unproven`, named.
+is `unproven`, named. Leaks under the weak hash alone, the store's own hash clean, are a design hazard
+and named so (gate.core.hazards): `weak-hash-across-tenants`, or `weak-hash-across-contexts` where
+blocks of other tokens were served too, with the configuration that avoids it.
 
 Torch-free (gate.checks._shape): the body is `gate.checks.tenant_isolation.body`, loaded on first use.
 """

@@ -13,6 +13,7 @@ from gate.checks._prefix_support import (
     RequestLog,
     ReuseTally,
     Served,
+    beyond_any_identity,
     describe_excess,
     seeded_ids,
     stop_rule,
@@ -21,6 +22,7 @@ from gate.checks._prefix_support import (
 from gate.checks.tenant_isolation import TenantIsolationParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import TenantIsolationEvidence
+from gate.core.hazards import HazardFinding, HazardName
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -36,6 +38,10 @@ class Observations:
     weak_cross: list[Served]
     weak_round: bool
     """The store's hash could be replaced, so the weak-hash round ran."""
+    weak_served: list[Served]
+    """Every request of the weak-hash round."""
+    bits: int
+    """Bits of the weak hash."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class Judgement:
     wrong: list[Served]
     weak_collisions: int
     problems: list[str]
+    hazard: HazardFinding | None = None
+    """The design hazard the leaks show: they happened under the weak hash alone."""
 
 
 def _tenants(
@@ -105,6 +113,7 @@ def measure(
     if not weak_first:
         same, cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
     weak_cross: list[Served] = []
+    weak_served: list[Served] = []
     if hashing is not None:
         bits = params.weak_hash_bits
         weak = pool.shared(("hash", bits), lambda: hashing.with_hash(weak_hash(bits)))
@@ -113,11 +122,36 @@ def measure(
             weak, weak_log, *workload(params.weak_hash_prompts, ctx.seed * 1000 + 500), f"{bits}-bit hash "
         )
         same, cross = same + weak_same, cross + weak_cross
+        weak_served = weak_log.served
         log.served.extend(weak_log.served)
     if weak_first:
         first_same, first_cross = _tenants(worker, log, *workload(params.prompts, ctx.seed * 1000), "")
         same, cross = first_same + same, first_cross + cross
-    return Observations(worker, log, same, cross, weak_cross, hashing is not None)
+    return Observations(worker, log, same, cross, weak_cross, hashing is not None, weak_served, params.weak_hash_bits)
+
+
+def _among(served: Served, requests: list[Served]) -> bool:
+    return any(served is r for r in requests)
+
+
+def hazard(obs: Observations, leaks: list[Served]) -> HazardFinding | None:
+    """The design hazard the leaks show, where every one of them (and every wrong output) came under the
+    weak hash and the round under the store's own hash was clean: the store trusts its hash to keep
+    tenants apart (`weak-hash-across-tenants`), or, where requests were also served the blocks of other
+    tokens, to stand for the whole key (`weak-hash-across-contexts`) (pure)."""
+    own = [s for s in obs.log.served if not _among(s, obs.weak_served)]
+    if not leaks or not own or any(s.excess or s.argmax_flips or s.over_tolerance for s in own):
+        return None
+    if not all(_among(s, obs.weak_served) for s in leaks):
+        return None
+    other_context = beyond_any_identity(obs.weak_served, obs.worker.block_size)
+    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
+    shown = (
+        f"under a {obs.bits}-bit hash {len(leaks)} requests were served another tenant's or salt's entries"
+        + (f", {len(other_context)} requests the entries of other tokens" if other_context else "")
+        + f"; under the store's own hash none of {len(own)} requests was"
+    )
+    return HazardFinding.of(name, "tenant-isolation", shown)
 
 
 def judge(obs: Observations) -> Judgement:
@@ -148,7 +182,7 @@ def judge(obs: Observations) -> Judgement:
         )
     if wrong:
         problems.append("outputs differ from the uncached computation in: " + ", ".join(s.label for s in wrong))
-    return Judgement(leaks, no_reuse, wrong, weak_collisions, problems)
+    return Judgement(leaks, no_reuse, wrong, weak_collisions, problems, hazard(obs, leaks))
 
 
 def explain(obs: Observations, j: Judgement, findings: Findings, store_starts: int) -> Outcome:
@@ -165,6 +199,7 @@ def explain(obs: Observations, j: Judgement, findings: Findings, store_starts: i
         "store_starts": store_starts,
     }
     findings.problems.extend(j.problems)
+    findings.hazard = j.hazard
     diagnosis: dict[str, Any] | None = None
     if findings.problems:
         diagnosis = {"leaks": [s.row() for s in j.leaks[:8]], "no_reuse": [s.label for s in j.no_reuse]}

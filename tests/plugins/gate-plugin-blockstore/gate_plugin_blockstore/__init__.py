@@ -6,6 +6,15 @@ serve and recompute, an identity report, a pluggable hash, weight updates, save 
 budget. It has no sibling workers (one model, one configuration) and serves no adapters, so the
 assertions that need those are `unproven` in its dossier. Its planted bugs (store.Bugs) are offered
 as faults under the names gate's prefix-reuse policy uses for the same mistakes, and as `bug:`.
+
+Its two design choices are options, each with a safe setting (the default) and a hazardous one that
+gate names (docs/plugins.md, design hazards): `verify: tokens` (`weak-hash-across-tenants`),
+`verify: nothing` (`weak-hash-across-contexts`) and `restore_by: revision`
+(`restart-admits-same-revision`). `api: single-protocol` serves the same store through the single
+`PrefixCaching` protocol of earlier releases (`fresh(block_size=, byte_budget=, hash_fn=)`, no
+`reset_cache`, `with_hash`, `with_budget` or `restarted`), as a plugin written then still does.
+
+Written against docs/plugins.md alone: every gate name it uses is imported from `gate.plugin`.
 """
 
 from __future__ import annotations
@@ -42,6 +51,16 @@ class Options(BaseModel):
     """Byte budget of the block cache."""
     revision: str = "main"
     """The revision label the operator gives the deployed weights."""
+    verify: Literal["key", "tokens", "nothing"] = "key"
+    """What a hash hit is compared with before it is served: `key` (parent, tokens, tenant and
+    weights), `tokens` (parent and tokens: the digest is trusted to keep tenants and weights apart),
+    `nothing` (the digest is trusted entirely)."""
+    restore_by: Literal["fingerprint", "revision"] = "fingerprint"
+    """Which saved entries a restore admits: those of the same weights fingerprint, or every entry
+    of a snapshot saved under the same revision label."""
+    api: Literal["capabilities", "single-protocol"] = "capabilities"
+    """The gate store API the path is written against: the split prefix capabilities, or the single
+    PrefixCaching protocol of earlier releases."""
     bug: Literal[
         "none",
         "verify-ignores-identity",
@@ -75,7 +94,8 @@ class BlockStoreAdapter:
             model = TinyLM(Config(n_layers=opts.layers, max_len=opts.max_len)).to(
                 device=device, dtype=getattr(torch, dtype)
             )
-        return BlockStorePath(model.eval(), opts, bugs=() if opts.bug == "none" else (opts.bug,))
+        path = BlockStorePath(model.eval(), opts, bugs=() if opts.bug == "none" else (opts.bug,))
+        return path if opts.api == "capabilities" else SingleProtocolPath(path)
 
 
 class BlockStorePath:
@@ -105,6 +125,8 @@ class BlockStorePath:
             capacity_bytes=options.capacity_bytes,
             revision=options.revision,
             hash_fn=hash_fn or blake2b,
+            verify=options.verify,
+            restore_by=options.restore_by,
             bugs=Bugs(**{FAULTS[b]: True for b in bugs}),
         )
         self.name = "blockstore" + "".join(f"+{b}" for b in bugs)
@@ -153,7 +175,7 @@ class BlockStorePath:
         return tuple(FAULTS)
 
     def with_fault(self, fault: str) -> BlockStorePath:
-        from gate.errors import UnknownFault
+        from gate.plugin import UnknownFault
 
         if fault not in FAULTS:
             raise UnknownFault(f"blockstore cannot plant {fault!r} (its faults: {', '.join(FAULTS)})")
@@ -166,7 +188,7 @@ class BlockStorePath:
     def request(
         self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
     ) -> Any:
-        from gate.prefix.cache import PrefixReply, RequestStats
+        from gate.plugin import PrefixReply, RequestStats
 
         if adapter is not None:
             raise ValueError("blockstore serves no adapters")
@@ -194,7 +216,7 @@ class BlockStorePath:
         return PrefixReply(logits, list(range(reused, len(prompt))), continuation, rows, stats)
 
     def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> Any:
-        from gate.prefix.cache import PrefixReply, RequestStats
+        from gate.plugin import PrefixReply, RequestStats
 
         if adapter is not None:
             raise ValueError("blockstore serves no adapters")
@@ -244,7 +266,7 @@ class BlockStorePath:
 
     # -- identity report -----------------------------------------------------------------------------
     def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> Any:
-        from gate.prefix.cache import CacheIdentity
+        from gate.plugin import CacheIdentity
 
         return CacheIdentity(
             model_revision=self.store.fingerprint,
@@ -274,13 +296,83 @@ class BlockStorePath:
         return self.store.save(file)
 
     def restore_cache(self, file: Path) -> Any:
-        from gate.prefix.cache import RestoreReport
+        from gate.plugin import RestoreReport
 
         admitted, refused = self.store.restore(file)
         return RestoreReport(restored=admitted, dropped=refused)
 
     def restarted(self, *, checkpoint_seed: int | None = None) -> BlockStorePath:
         return self._spawn(checkpoint_seed=checkpoint_seed)
+
+
+class SingleProtocolPath:
+    """The same store as a plugin written against the single PrefixCaching protocol of earlier
+    releases serves it: `fresh` takes the block size and hash, and, like many stores written then,
+    keeps the byte budget it was configured with (`capacity_bytes`, declared in `cache_state`)
+    rather than the `byte_budget` asked; there is no `reset_cache`, `with_hash`, `with_budget` or
+    `restarted` (gate serves such a path through its own wrapper of that API)."""
+
+    uses_cache = True
+
+    def __init__(self, inner: BlockStorePath) -> None:
+        self.inner = inner
+        self.name = inner.name + "+single-protocol"
+        self.block_size, self.dtype = inner.block_size, inner.dtype
+        self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.inner.identity(), "api": "single-protocol"}
+
+    def full_logits(self, tokens: Any) -> Any:
+        return self.inner.full_logits(tokens)
+
+    def new_session(self, batch_size: int) -> Any:
+        return self.inner.new_session(batch_size)
+
+    def faults(self) -> tuple[str, ...]:
+        return self.inner.faults()
+
+    def with_fault(self, fault: str) -> SingleProtocolPath:
+        return SingleProtocolPath(self.inner.with_fault(fault))
+
+    def request(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.request(tokens, **options)
+
+    def recompute(self, tokens: Sequence[int], **options: Any) -> Any:
+        return self.inner.recompute(tokens, **options)
+
+    def identity_for(self, **options: Any) -> Any:
+        return self.inner.identity_for(**options)
+
+    def adapters(self) -> tuple[str, ...]:
+        return ()
+
+    def sibling(self, field: str) -> None:
+        return None
+
+    def fresh(
+        self,
+        *,
+        block_size: int | None = None,
+        byte_budget: int | None = None,
+        hash_fn: Callable[[bytes], bytes] | None = None,
+    ) -> SingleProtocolPath:
+        changes: dict[str, Any] = {"options": {"block_size": block_size or self.block_size}}
+        if hash_fn is not None:
+            changes["hash_fn"] = hash_fn
+        return SingleProtocolPath(self.inner._spawn(**changes))
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        self.inner.update_weights(target, seed=seed)
+
+    def save_cache(self, file: Path) -> int:
+        return self.inner.save_cache(file)
+
+    def restore_cache(self, file: Path) -> Any:
+        return self.inner.restore_cache(file)
+
+    def cache_state(self) -> dict[str, Any]:
+        return self.inner.cache_state()
 
 
 def _perturbed(state: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -7,6 +7,12 @@ with the request's. The cache keeps a byte budget by evicting the least recently
 A snapshot file (torch.save) carries every entry with its namespace; a store restores only entries
 whose fingerprint is its own. Loading new weights drops every entry of the old fingerprint.
 
+Two design choices trade safety for speed, and are configured, not bugs: what a hash hit is compared
+with before it is served (`verify`: the whole key; the parent and tokens only, trusting the digest to
+keep tenants and weights apart; or nothing, trusting the digest entirely), and which saved entries a
+restore admits (`restore_by`: the weights' fingerprint, or the revision label the operator gave them,
+so a restart skips fingerprinting old entries).
+
 `Bugs` plants the mistakes a store like this can make, for its own tests (and gate's controls).
 """
 
@@ -17,12 +23,21 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from gate_plugin_tinylm.tinylm import TinyLM
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer (k, v), each [1, H, T, D]."""
+
+Verify = Literal["key", "tokens", "nothing"]
+"""What a hash hit is compared with before it is served: `key` (parent, tokens and namespace),
+`tokens` (parent and tokens: the digest keeps tenants and weights apart), `nothing` (the digest alone)."""
+
+RestoreBy = Literal["fingerprint", "revision"]
+"""Which saved entries a restore admits: those of this store's weights fingerprint, or every entry
+of a snapshot saved under this store's revision label (re-keyed under its fingerprint)."""
 
 
 def blake2b(data: bytes) -> bytes:
@@ -103,10 +118,13 @@ class BlockStore:
         capacity_bytes: int,
         revision: str,
         hash_fn: Callable[[bytes], bytes] = blake2b,
+        verify: Verify = "key",
+        restore_by: RestoreBy = "fingerprint",
         bugs: Bugs = Bugs(),
     ) -> None:
         self.model, self.block_size, self.capacity_bytes = model, block_size, capacity_bytes
         self.revision, self.hash_fn, self.bugs = revision, hash_fn, bugs
+        self.verify, self.restore_by = verify, restore_by
         self.fingerprint = fingerprint(model)
         self.buckets: dict[bytes, list[Entry]] = {}
         self.entries: dict[int, Entry] = {}
@@ -125,10 +143,11 @@ class BlockStore:
         return self.hash_fn(head + body + "\0".join(namespace).encode())
 
     def _matches(self, entry: Entry, parent: int, tokens: tuple[int, ...], namespace: tuple[str, str]) -> bool:
-        if self.bugs.nothing_verified:
+        if self.bugs.nothing_verified or self.verify == "nothing":
             return True
         same_place = self.bugs.parent_unkeyed or entry.parent == parent
-        same_namespace = self.bugs.namespace_unverified or entry.namespace == namespace
+        trusted = self.bugs.namespace_unverified or self.verify == "tokens"
+        same_namespace = trusted or entry.namespace == namespace
         return same_place and entry.tokens == tokens and same_namespace
 
     def _find(self, parent: int, tokens: tuple[int, ...], namespace: tuple[str, str]) -> tuple[Entry | None, bool]:
@@ -276,7 +295,8 @@ class BlockStore:
         if snapshot["block_size"] != self.block_size:
             refuse("block size")
             return 0, refused
-        trusted = self.bugs.restore_trusts_label and snapshot["revision"] == self.revision
+        by_label = self.bugs.restore_trusts_label or self.restore_by == "revision"
+        trusted = by_label and snapshot["revision"] == self.revision
         for item in snapshot["entries"]:
             weights, tenant = item["namespace"]
             if weights != self.fingerprint and not trusted:
