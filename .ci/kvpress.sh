@@ -74,10 +74,14 @@ fails_on_0_5_4 bfloat16_knorm "1 failed" "AssertionError: evict-ranking" \
 # SnapKV, ExpectedAttention and TOVA scored what they protect with scores.max() up to 0.5.3 (PR #227,
 # fixed in 0.5.4): where the budget is just the protected positions, a window position, a sink or the
 # last token is evicted. evict-invariants must break evict-protected on 0.5.3 for all three presses and
-# hold on 0.5.4 (here) and 0.5.5 (the run above). About 10 s each.
+# hold on 0.5.4 (here) and 0.5.5 (the run above); the whole check on the same presses (which refuse its
+# 1-token scenario on every release, class crash) must name evict-protected on 0.5.3 and only crash on
+# 0.5.4 and 0.5.5. About 11 s each.
 fails_on "$OLDER" just_holds "3 failed" "AssertionError: evict-protected" \
   "SnapKV, ExpectedAttention and TOVA evict a position they protect (evict-protected)"
-"$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k just_holds
+fails_on "$OLDER" refuses_short "3 failed" "AssertionError: evict-protected" \
+  "evict-invariants names evict-protected beside the presses' short-prompt crashes"
+"$BUGGY/bin/python" -m pytest tests/adapters/hf/test_hf_kvpress.py -q -p no:cacheprovider -k "just_holds or refuses_short"
 # kvpress-short-prompt: the one-token bug caught by a `gate run` (check short-prompt of the eviction
 # policy): on 0.5.4 it must fail with class kv-truncation, on 0.5.5 pass (a run of one check is a
 # partial run, exit 5 on a pass and 1 on a failure: the check's own status is what is asserted)

@@ -252,3 +252,31 @@ def test_a_press_keeps_what_it_protects_when_the_budget_just_holds_it(press: str
     out = explain(params, obs, judge(obs, params))
     assert len(steps) == 2 and out.metrics["evictions_judged"] == 2  # both layers evicted
     assert out.status == "pass", out.message
+
+
+@pytest.mark.parametrize(
+    ("press", "prompt", "ratio"),
+    [("snapkv", 40, 0.6), ("expected-attention", 8, 0.5), ("tova", 3, 0.5)],
+)
+def test_evict_invariants_judges_the_rest_when_a_press_refuses_short_prompts(
+    press: str, prompt: int, ratio: float
+) -> None:
+    """The whole check on the presses of the test above: each refuses its 1-token scenario (and SnapKV
+    its 15-token one) on every release, a finding of class crash, and the check judges the prompt
+    whole and in chunks all the same. On 0.5.4 and 0.5.5 those hold, so crash is the only class; on
+    0.5.3 the prefill breaks evict-protected and names the diagnosis (.ci/kvpress.sh asserts all 3
+    fail there on it)."""
+    from gate.checks.evict_invariants import EvictInvariantsParams, evict_invariants
+    from tests.support import reference as ref
+
+    claim = {
+        "level": "bounded-degradation",
+        "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+    }
+    candidate = path("llama", path="kvpress", press=press, compression_ratio=ratio)
+    params = EvictInvariantsParams(prompt=prompt, chunk=prompt, batch=1)
+    out = evict_invariants(ref.ctx(path("llama"), candidate, claim=claim), params)
+    assert out.status == "fail" and out.diagnosis is not None
+    assert out.diagnosis["bug_class"] == "crash", out.message
+    assert out.diagnosis["classes"] == ["crash"] and out.diagnosis["scenario"] == "short-1"
+    assert {"prefill", "chunked"} <= set(out.exercise["scenarios"]) and out.metrics["evictions_judged"] == 4
