@@ -10,8 +10,9 @@ import torch
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.checks.evict_invariants import EvictInvariantsParams, evict_invariants
 from gate.checks.evict_invariants.body import Judgement, Step, judge_step
+from gate.errors import SubjectCrash
 from gate.models.evict_faults import EVICT_FAULTS
-from gate.protocols import EvictionPolicy, EvictionStep
+from gate.protocols import EvictionPolicy, EvictionStep, subject_call
 from tests.support import reference as ref
 
 CLAIM = {
@@ -106,3 +107,42 @@ def test_a_short_prompt_that_lost_a_token_is_evict_short() -> None:
     j = Judgement()
     judge_step(policy, Step("short-3", "prefill", True, st), 0, 1e-5, j)
     assert "evict-short" in [f.cls for f in j.findings]
+
+
+class _RefusesOneToken:
+    """A real evicting path whose prefill refuses a 1-token prompt inside the subject, as kvpress's
+    SnapKV, StreamingLLM, ExpectedAttention and TOVA refuse prompts up to their window or sinks."""
+
+    def __init__(self, path: Any) -> None:
+        self._path = path
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._path, name)
+
+    def new_session(self, batch: int) -> Any:
+        session = self._path.new_session(batch)
+        prefill = session.prefill
+
+        def refusing(tokens: torch.Tensor) -> Any:
+            with subject_call("press.compress", length=0):
+                assert tokens.shape[1] > 1, "Query length 1 should be greater than the window size"
+            return prefill(tokens)
+
+        session.prefill = refusing
+        return session
+
+
+def test_a_crash_in_one_scenario_is_a_finding_and_the_others_are_still_judged() -> None:
+    out = _run(_RefusesOneToken(_evicting(SINK_WINDOW)))
+    assert out.status == "fail" and out.diagnosis is not None, out.message
+    assert out.diagnosis["bug_class"] == "crash" and out.diagnosis["scenario"] == "short-1", out.message
+    assert "Query length 1" in out.diagnosis["exception"] and out.metrics["broken"] == {"crash": 1}
+    assert set(out.exercise["scenarios"]) == {"prefill", "chunked", "short-7"}  # the others ran
+    assert "scenarios prefill, chunked, short-7 ran and held every invariant" in out.message, out.message
+    # an invariant broken elsewhere names the diagnosis, the crash beside it
+    broken = _run(_RefusesOneToken(_evicting(SINK_WINDOW).with_fault("evict-drop-sink")))
+    assert broken.diagnosis is not None and broken.diagnosis["bug_class"] == "evict-protected", broken.message
+    assert broken.diagnosis["classes"] == ["crash", "evict-protected"]
+    assert "crashed in scenario short-1" in broken.message and "short-1" in broken.evidence["crashed"]
+    with pytest.raises(SubjectCrash):  # a control stops at its first failure: the engine counts the crash
+        _run(_RefusesOneToken(_evicting(SINK_WINDOW)), stop=True)

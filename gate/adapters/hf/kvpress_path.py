@@ -62,7 +62,8 @@ def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
     """What a kvpress 0.5.x press promises (read from its fields): StreamingLLM protects `n_sink`
     sinks and the rest of the budget as the recent window (its score is 1 there, 0 elsewhere);
     SnapKV its last `window_size` keys (scored max + 1); ExpectedAttention its `n_sink` sinks;
-    Knorm ranks by minus the key's norm and protects nothing. Each compresses the first prefill only."""
+    TOVA the last token (scored max + 1: "Add back the last token"); Knorm ranks by minus the
+    key's norm and protects nothing. Each compresses the first prefill only."""
     name = type(press).__name__
     sink = int(getattr(press, "n_sink", 0) or 0)
     if name == "StreamingLLMPress":
@@ -70,7 +71,7 @@ def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
     if name == "SnapKVPress":
         return EvictionPolicy(name, "snapkv", 0, int(press.window_size), True, None, compression_ratio, "prefill")
     score = {"KnormPress": "knorm"}.get(name, name)
-    return EvictionPolicy(name, score, sink, 0, False, None, compression_ratio, "prefill")
+    return EvictionPolicy(name, score, sink, 0, name == "TOVAPress", None, compression_ratio, "prefill")
 
 
 def watch_press(path: PressPath) -> None:

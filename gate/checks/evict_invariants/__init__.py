@@ -14,7 +14,11 @@ short prompts (1 token, and one shorter than the window) with a few steps. On ev
 * `evict-position`: a kept entry carries the position it was written at;
 * `evict-short`: a prompt no longer than the budget and the window keeps every token.
 
-A path whose sessions do not expose this state is `unproven` for the check, with why. Quality
+A scenario in which the subject raises (a press that refuses a prompt shorter than its window) is a
+finding of class `crash` about that scenario; the other scenarios still run and are judged, so a
+broken invariant elsewhere names the diagnosis with the crash beside it (a control stops at its
+first failure, crash or not). A path whose sessions do not expose this state is `unproven` for the
+check, with why. Quality
 slices judge what eviction costs; this check judges whether it did what it says, which a quiet
 bug (a dropped sink on a small random-weight model) moves less than the slices' noise.
 

@@ -10,6 +10,7 @@ import torch
 from gate.checks._compare import random_tokens
 from gate.checks.evict_invariants import EvictInvariantsParams
 from gate.core.check import CheckContext, Outcome, check
+from gate.errors import SubjectCrash
 from gate.protocols import EvictionPolicy, EvictionReport, EvictionStep, offered
 
 CLASSES: dict[str, str] = {
@@ -20,6 +21,8 @@ CLASSES: dict[str, str] = {
     "evict-short": "a prompt no longer than the budget and the window lost tokens it had room for",
 }
 """The invariants and what breaking each means (each is a failure's bug class)."""
+CRASH = "crash"
+"""The class of a scenario in which the subject raised (SubjectCrash): a finding about that scenario."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class Observations:
     steps: list[Step]
     exercise: dict[str, Any]
     stopped: bool
+    crashes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Scenarios in which the subject raised, with SubjectCrash.diagnosis (the other scenarios still ran)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +214,16 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
     tokens = random_tokens(ctx.candidate.vocab_size, params.batch, longest, ctx.seed * 7919 + 11)
     steps: list[Step] = []
     exercise: dict[str, Any] = {}
+    crashes: dict[str, dict[str, Any]] = {}
     for done, (name, calls) in enumerate(plan.items(), 1):
-        got, exercise[name] = _drive(ctx, params, name, tokens, calls)
+        try:
+            got, exercise[name] = _drive(ctx, params, name, tokens, calls)
+        except SubjectCrash as crash:  # a finding about this scenario: the other scenarios still run
+            if ctx.stop_at_first_failure:
+                raise  # a control stops at its first failure: the engine counts the crash (detected)
+            crashes[name] = crash.diagnosis()
+            ctx.log(f"  evict-invariants: the subject crashed in scenario {name} ({crash}); the others run on")
+            continue
         steps += got
         if ctx.stop_at_first_failure:
             j = Judgement()
@@ -218,7 +231,7 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
                 judge_step(policy, s, 0, params.rtol, j)
             if j.findings:
                 return Observations(policy, steps, exercise, stopped=done < len(plan))
-    return Observations(policy, steps, exercise, stopped=False)
+    return Observations(policy, steps, exercise, stopped=False, crashes=crashes)
 
 
 def _observation(obs: Observations) -> torch.Tensor:
@@ -241,6 +254,9 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
     by_class: dict[str, int] = {}
     for f in j.findings:
         by_class[f.cls] = by_class.get(f.cls, 0) + 1
+    if obs.crashes:
+        by_class[CRASH] = len(obs.crashes)
+    crashed = {name: {"crashed": d["exception"], "call": d["call"]} for name, d in obs.crashes.items()}
     phases = sorted({s.phase for s in obs.steps})
     promise = {
         "press": p.press,
@@ -268,6 +284,7 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
             "phases": phases,
             "findings": [{"class": f.cls, **f.where} for f in j.findings[:20]],
             "ties": j.ties[:20],
+            **({"crashed": crashed} if crashed else {}),
         },
         "exercise": {
             "scenarios": obs.exercise,
@@ -280,6 +297,18 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
     ties = (
         f"; {len(j.ties)} tie(s) across the keep boundary (largest {seen['metrics']['largest_tie']})" if j.ties else ""
     )
+    crash_notes = [f"crashed in scenario {n}, {c['call']}: {c['crashed']}" for n, c in crashed.items()]
+    if not j.findings and obs.crashes:
+        name, d = next(iter(obs.crashes.items()))
+        ran = [n for n in obs.exercise if n not in obs.crashes]
+        held = f"; scenarios {', '.join(ran)} ran and held every invariant" if ran else ""
+        also = "".join(f"; also {note}" for note in crash_notes[1:])
+        return Outcome(
+            status="fail",
+            message=f"the subject crashed in scenario {name} in {d['call']}: {d['exception']}{also}{held}{ties}",
+            diagnosis={**d, "scenario": name, "classes": [CRASH]},
+            **seen,
+        )
     if j.findings:
         first = j.findings[0]
         w = first.where
@@ -288,7 +317,8 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
         return Outcome(
             status="fail",
             message=f"{first.cls}: {CLASSES[first.cls]} (scenario {w['scenario']}, a {w['phase']} write, "
-            f"layer {w['layer']}, {w['seen']} tokens seen, pool {w['pool']}: {detail}); broken: {counts}{ties}",
+            f"layer {w['layer']}, {w['seen']} tokens seen, pool {w['pool']}: {detail}); broken: {counts}{ties}"
+            + "".join(f"; {note}" for note in crash_notes),
             diagnosis={
                 "bug_class": first.cls,
                 "explanation": CLASSES[first.cls],

@@ -220,3 +220,63 @@ def test_a_bfloat16_knorm_press_keeps_the_top_of_the_float32_key_norm() -> None:
     assert "evict-ranking" not in out.metrics["broken"], out.message
     assert out.metrics["score_recomputed_float32"] and out.metrics["max_score_mismatch"] < 1e-2
     assert out.status == "pass", out.message
+
+
+@pytest.mark.parametrize(
+    ("press", "prompt", "ratio"),
+    [("snapkv", 40, 0.6), ("expected-attention", 8, 0.5), ("tova", 3, 0.5)],
+)
+def test_a_press_keeps_what_it_protects_when_the_budget_just_holds_it(press: str, prompt: int, ratio: float) -> None:
+    """Up to kvpress 0.5.3, SnapKV, ExpectedAttention and TOVA scored the positions they protect (the
+    16-token window, the 4 sinks, the last token) with `scores.max()`, so one protected position tied
+    the best unprotected one; where the budget is just the protected positions (16 of 40 at 0.6, 4 of 8
+    at 0.5, 1 of 3 at 0.5) top-k keeps that one and evicts a protected position (0.5.4 scores them
+    max + 1, kvpress PR #227). evict-invariants' judgement of every layer's eviction in a prefill of
+    the tiny Llama: on 0.5.3 evict-protected breaks (.ci/kvpress.sh asserts all 3 fail there on it),
+    on 0.5.4 and 0.5.5 it holds."""
+    from gate.checks.evict_invariants import EvictInvariantsParams
+    from gate.checks.evict_invariants.body import Observations, Step, explain, judge
+    from gate.protocols import EvictionReport
+
+    candidate = path("llama", path="kvpress", press=press, compression_ratio=ratio)
+    session = candidate.new_session(1)
+    report = offered(session, EvictionReport)
+    assert report is not None
+    log = report.watch_evictions()
+    session.prefill(tokens(batch=1)[:, :prompt])
+    policy = report.eviction_policy()
+    assert policy.sink + (policy.window or 0) + policy.keeps_last * (not policy.window) == int(prompt * (1 - ratio))
+    steps = [Step("prefill", "prefill", False, st) for st in log]
+    obs = Observations(policy, steps, dict(session.exercise()), stopped=False)
+    params = EvictInvariantsParams()
+    out = explain(params, obs, judge(obs, params))
+    assert len(steps) == 2 and out.metrics["evictions_judged"] == 2  # both layers evicted
+    assert out.status == "pass", out.message
+
+
+@pytest.mark.parametrize(
+    ("press", "prompt", "ratio"),
+    [("snapkv", 40, 0.6), ("expected-attention", 8, 0.5), ("tova", 3, 0.5)],
+)
+def test_evict_invariants_judges_the_rest_when_a_press_refuses_short_prompts(
+    press: str, prompt: int, ratio: float
+) -> None:
+    """The whole check on the presses of the test above: each refuses its 1-token scenario (and SnapKV
+    its 15-token one) on every release, a finding of class crash, and the check judges the prompt
+    whole and in chunks all the same. On 0.5.4 and 0.5.5 those hold, so crash is the only class; on
+    0.5.3 the prefill breaks evict-protected and names the diagnosis (.ci/kvpress.sh asserts all 3
+    fail there on it)."""
+    from gate.checks.evict_invariants import EvictInvariantsParams, evict_invariants
+    from tests.support import reference as ref
+
+    claim = {
+        "level": "bounded-degradation",
+        "envelopes": [{"slice": "local-control", "metric": "greedy-match", "comparator": ">=", "threshold": "0.90"}],
+    }
+    candidate = path("llama", path="kvpress", press=press, compression_ratio=ratio)
+    params = EvictInvariantsParams(prompt=prompt, chunk=prompt, batch=1)
+    out = evict_invariants(ref.ctx(path("llama"), candidate, claim=claim), params)
+    assert out.status == "fail" and out.diagnosis is not None
+    assert out.diagnosis["bug_class"] == "crash", out.message
+    assert out.diagnosis["classes"] == ["crash"] and out.diagnosis["scenario"] == "short-1"
+    assert {"prefill", "chunked"} <= set(out.exercise["scenarios"]) and out.metrics["evictions_judged"] == 4
