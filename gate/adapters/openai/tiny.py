@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.adapters.openai import TinyModel
+from gate.adapters.openai.options import TinyModel
 
 if TYPE_CHECKING:
     from gate.models.tiny_gguf import TinyLlamaSpec
