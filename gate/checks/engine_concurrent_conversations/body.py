@@ -468,13 +468,9 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
 def _row(req: _Request) -> ConversationRequest:
     reply, judged = req.outcome()
     c = judged.comparison
+    named = {field: getattr(req, field) for field in ("id", "conversation", "tenant", "turn", "round", "kind")}
     return ConversationRequest(
-        id=req.id,
-        conversation=req.conversation,
-        tenant=req.tenant,
-        turn=req.turn,
-        round=req.round,
-        kind=req.kind,
+        **named,
         prompt_tokens=len(req.prompt),
         cached_tokens=reply.cached_tokens,
         tokens_match=not c.diverged,
