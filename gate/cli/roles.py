@@ -27,14 +27,18 @@ def trust_options(f: Callable[..., Any]) -> Callable[..., Any]:
         type=_pub,
         help="Public key of a run signer (CI; instead of --trust); repeat. Counts only for run signatures.",
     )(f)
-    f = click.option(
+    return trust_option(" (trust.yaml: names, keys, roles)")(f)
+
+
+def trust_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--trust FILE, its help saying `what` the policy decides for this command (the default is one)."""
+    return click.option(
         "--trust",
         "trust_path",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Trust policy (trust.yaml: names, keys, roles). Default: $GATE_TRUST, else ./trust.yaml.",
-    )(f)
-    return f
+        help=f"Trust policy{what}. Default: $GATE_TRUST, else ./trust.yaml.",
+    )
 
 
 def load_roles(trust_path: Path | None, run_keys: tuple[Path, ...], approver_keys: tuple[Path, ...]) -> Any:
