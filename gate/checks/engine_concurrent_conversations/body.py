@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 @dataclass
 class _Request:
     """One request of the workload: filled in as its round is sent (its reply and time window), then
-    answered alone by the reference (`want`) and compared under the claim (`judged`)."""
+    answered alone by the reference (`want`) and compared under the claim (`judged`). Its first six
+    fields are the evidence row's (ConversationRequest, copied by `_row`): the row is the torch-free
+    record the report reads, this the mutable request the check drives."""
 
     id: int
     conversation: int
