@@ -42,8 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.adapters.openai.model_meta import ModelMeta
-from gate.adapters.openai.options import flag
-from gate.adapters.openai.options import guess_flavor as guess_flavor
+from gate.adapters.openai.options import flag, guess_flavor
 from gate.protocols import CacheGeometry
 
 if TYPE_CHECKING:
