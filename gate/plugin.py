@@ -146,6 +146,8 @@ __all__ += [
 
 # capabilities: what a path offers (ask `offered` or `capabilities`, never isinstance), the protocols
 # that type each one, and the records they return
+# (spelled out, not derived from gate.protocols.__all__: this list is the contract a plugin may rely
+# on, and a name added to gate.protocols joins it only when it is added here)
 __all__ += [
     "PREFIX_CAPABILITIES",
     "AttentionProbe",

@@ -25,13 +25,14 @@ from gate.checks._lengths import NEW_TOKENS as NEW_TOKENS
 from gate.checks._lengths import PREFIX_BLOCKS as PREFIX_BLOCKS
 from gate.checks._lengths import clip_lengths as clip_lengths
 from gate.checks._lengths import geometry_lengths as geometry_lengths
+from gate.checks._noise import NoiseFloor
+from gate.checks._noise import seeded_prompt as seeded_prompt
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
 from gate.core.check import Outcome
 from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
 from gate.protocols import EngineServing, offered
 
 if TYPE_CHECKING:
-    from gate.checks._noise import NoiseFloor
     from gate.core.check import CheckContext
     from gate.protocols import EngineCompletion, EngineServer
 
@@ -78,14 +79,6 @@ def require_hits(reported: list[int | None], where: str) -> None:
             f"the cache never hit: the candidate reported no reused prompt token {where}, so its cached path "
             "was not exercised"
         )
-
-
-def seeded_prompt(vocab: int, length: int, seed: int, low: int = 3) -> list[int]:
-    """`length` token ids drawn uniformly from [low, vocab) (control tokens left out), reproducibly."""
-    import random
-
-    rng = random.Random(seed)
-    return [rng.randrange(low, vocab) for _ in range(length)]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

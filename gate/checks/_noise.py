@@ -31,6 +31,7 @@ in another dtype is deterministic, so its difference from the reference stays a 
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,12 @@ NOISE_CAP = {
 }
 """What batched arithmetic may move a logprob by, per computing dtype: at worst the rounding of the next
 coarser format gate knows. A same-prompt pair beyond it is a defect of the engine, not noise."""
+
+
+def seeded_prompt(vocab: int, length: int, seed: int, low: int = 3) -> list[int]:
+    """`length` token ids drawn uniformly from [low, vocab) (control tokens left out), reproducibly."""
+    rng = random.Random(seed)
+    return [rng.randrange(low, vocab) for _ in range(length)]
 
 
 @dataclass(frozen=True)
@@ -144,8 +151,6 @@ def measure_noise(
     """The candidate's noise floor under the check's own load (module docstring): fresh prompts of the
     workload's `lengths` (at most `limit` tokens), each sent alone and in BATCH_COMPOSITIONS groupings of `width`
     requests at once; None where requests cannot opt out of the cache."""
-    from gate.checks._engine import seeded_prompt
-
     if off_cache_fields(server, salt_field, "probe") is None or not lengths:
         return None
     prompts = [seeded_prompt(vocab, n, ctx.seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]

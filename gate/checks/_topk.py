@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -87,16 +87,7 @@ class TopKComparison:
         return not self.max_abs_delta <= self.tolerance  # a NaN difference is over any tolerance
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "compared": self.compared,
-            "first_divergence": self.first_divergence,
-            "tie": self.tie,
-            "close": self.close,
-            "gap": self.gap,
-            "gap_lower_bound": self.gap_lower_bound,
-            "max_abs_delta": self.max_abs_delta,
-            "tolerance": self.tolerance,
-        }
+        return asdict(self)
 
 
 def worst(values: Iterable[float]) -> float:

@@ -8,6 +8,7 @@ import click
 
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
+from gate.cli.roles import trust_option
 
 
 @click.command("approve")
@@ -25,13 +26,7 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
     help="The approver's Ed25519 private key (from `gate keygen`); not the key that signed the run.",
 )
 @click.option("--reason", required=True, help="Why this approximation may ship.")
-@click.option(
-    "--trust",
-    "trust_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Trust policy naming approvers and run signers. Default: $GATE_TRUST, else ./trust.yaml.",
-)
+@trust_option(" naming approvers and run signers")
 @ledger_option
 @ledger_key_option
 def command(

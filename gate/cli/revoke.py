@@ -8,6 +8,7 @@ import click
 
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
+from gate.cli.roles import trust_option
 
 
 @click.command("revoke")
@@ -23,13 +24,7 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The revoker's Ed25519 private key; the trust policy must list its owner under `revokers`.",
 )
-@click.option(
-    "--trust",
-    "trust_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Trust policy. Default: $GATE_TRUST, else ./trust.yaml.",
-)
+@trust_option("")
 @ledger_option
 @ledger_key_option
 def command(

@@ -13,28 +13,23 @@ _pub = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 def trust_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--trust FILE, --run-key PUB..., --approver-key PUB... on a command."""
-    f = click.option(
-        "--approver-key",
-        "approver_keys",
-        multiple=True,
-        type=_pub,
-        help="Public key of an approver (instead of --trust); repeat. Counts only for approvals.",
-    )(f)
-    f = click.option(
-        "--run-key",
-        "run_keys",
-        multiple=True,
-        type=_pub,
-        help="Public key of a run signer (CI; instead of --trust); repeat. Counts only for run signatures.",
-    )(f)
-    f = click.option(
+    for flag, name, help_text in (
+        ("--approver-key", "approver_keys", "an approver (instead of --trust); repeat. Counts only for approvals."),
+        ("--run-key", "run_keys", "a run signer (CI; instead of --trust); repeat. Counts only for run signatures."),
+    ):
+        f = click.option(flag, name, multiple=True, type=_pub, help=f"Public key of {help_text}")(f)
+    return trust_option(" (trust.yaml: names, keys, roles)")(f)
+
+
+def trust_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--trust FILE, its help saying `what` the policy decides for this command (the default is one)."""
+    return click.option(
         "--trust",
         "trust_path",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Trust policy (trust.yaml: names, keys, roles). Default: $GATE_TRUST, else ./trust.yaml.",
-    )(f)
-    return f
+        help=f"Trust policy{what}. Default: $GATE_TRUST, else ./trust.yaml.",
+    )
 
 
 def load_roles(trust_path: Path | None, run_keys: tuple[Path, ...], approver_keys: tuple[Path, ...]) -> Any:

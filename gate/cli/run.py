@@ -20,6 +20,7 @@ from gate._util.text import one_line
 from gate.cli.common import color_option, echo, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.progress import ColorMode, Reporter
+from gate.cli.roles import trust_option
 
 
 def parse_params(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -107,13 +108,7 @@ def summary_json(outputs: Any) -> dict[str, Any]:
 )
 @policy_dir_option
 @ledger_option
-@click.option(
-    "--trust",
-    "trust_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Trust policy saying whose waivers apply. Default: $GATE_TRUST, else ./trust.yaml.",
-)
+@trust_option(" saying whose waivers apply")
 @click.option(
     "--baseline-commit",
     metavar="SHA",

@@ -8,6 +8,7 @@ import click
 
 from gate.cli.common import echo, policy_dir_option, user_errors
 from gate.cli.ledger_options import ledger_key_option, ledger_option
+from gate.cli.roles import trust_option
 
 
 @click.command("waive")
@@ -33,13 +34,7 @@ from gate.cli.ledger_options import ledger_key_option, ledger_option
     default=None,
     help="Required: the approver's Ed25519 private key (from `gate keygen`); it signs the waiver.",
 )
-@click.option(
-    "--trust",
-    "trust_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Trust policy saying who may waive which check, for how long. Default: $GATE_TRUST, else ./trust.yaml.",
-)
+@trust_option(" saying who may waive which check, for how long")
 @ledger_option
 @ledger_key_option
 @policy_dir_option

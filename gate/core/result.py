@@ -7,13 +7,27 @@ results.json with no model present. The shape may not change without bumping `RE
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from gate.core.manifest import Record
 
 RESULT_VERSION = 1
+
+# Where a control's or a check's wall time (its `duration_s`) went: one definition for both records
+# (fields of their own, so results.json keeps its shape and order).
+ForwardSeconds = Annotated[
+    float | None, Field(description="Of duration_s, seconds inside model forward passes (None: not measured).")
+]
+SubjectSeconds = Annotated[
+    float | None,
+    Field(
+        description="Of duration_s, seconds inside the subject's own call regions (gate.protocols.subject_call)\n"
+        "outside model forwards: its prefix store, hashing, sampler, cache copies (None: not measured).\n"
+        "The rest (duration_s - forward_s - subject_s) is gate's own work."
+    ),
+]
 
 
 class Status(str, Enum):
@@ -146,12 +160,8 @@ class ControlResult(Record):
     """The faulty run's headline metrics."""
     duration_s: float = 0.0
     """Wall time of this control (it stops at the first failure it finds)."""
-    forward_s: float | None = None
-    """Of duration_s, seconds inside model forward passes (None: not measured)."""
-    subject_s: float | None = None
-    """Of duration_s, seconds inside the subject's own call regions (gate.protocols.subject_call)
-    outside model forwards: its prefix store, hashing, sampler, cache copies (None: not measured).
-    The rest (duration_s - forward_s - subject_s) is gate's own work."""
+    forward_s: ForwardSeconds = None
+    subject_s: SubjectSeconds = None
 
 
 class ErrorInfo(Record):
@@ -243,12 +253,8 @@ class CheckResult(Record):
     """Wall time of the check including its controls."""
     positive_s: float = 0.0
     """Wall time of the check's own run on the candidate, without its controls."""
-    forward_s: float | None = None
-    """Of duration_s, seconds inside model forward passes (None: not measured)."""
-    subject_s: float | None = None
-    """Of duration_s, seconds inside the subject's own call regions (gate.protocols.subject_call)
-    outside model forwards: its prefix store, hashing, sampler, cache copies (None: not measured).
-    The rest (duration_s - forward_s - subject_s) is gate's own work."""
+    forward_s: ForwardSeconds = None
+    subject_s: SubjectSeconds = None
 
 
 class Digest(Record):

@@ -178,7 +178,7 @@ def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, st
     (key-ignores-revision: model-revision)."""
     if not lacking:
         return {}
-    from gate.checks.cache_identity import points_at
+    from gate.checks.cache_identity.body import points_at
     from gate.checks.planning import IDENTITY_WHY
 
     return {a: why for a, why in lacking.items() if a in IDENTITY_WHY and points_at(fault, a)}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 
@@ -42,6 +42,15 @@ from gate.prefix.family import ADAPTER_NAMES, REVISION_SIBLING_SEED, WorkerSpec,
 from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
 from gate.protocols import subject_call
 from gate.tensors import DTYPES
+
+
+class Fresh(TypedDict, total=False):
+    """What a fresh worker may change (`PrefixWorker.fresh`; unset or None: as this one): its block
+    size, its cache's byte budget, its block hash."""
+
+    block_size: int | None
+    byte_budget: int | None
+    hash_fn: Callable[[bytes], bytes] | None
 
 
 class PlainSession:
@@ -312,19 +321,14 @@ class PrefixWorker:
             return None if config is None else self._derived(replace(spec, config=config))
         return None
 
-    def fresh(
-        self,
-        *,
-        block_size: int | None = None,
-        byte_budget: int | None = None,
-        hash_fn: Callable[[bytes], bytes] | None = None,
-    ) -> PrefixWorker:
+    def fresh(self, **changes: Unpack[Fresh]) -> PrefixWorker:
+        block_size, byte_budget = changes.get("block_size"), changes.get("byte_budget")
         return type(self).create(
             self.spec,
             block_size=block_size or self.block_size,
             byte_budget=byte_budget or self.cache.byte_budget,
             faults=self._faults,
-            hash_fn=hash_fn,
+            hash_fn=changes.get("hash_fn"),
         )
 
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:

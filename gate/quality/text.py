@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gate.quality.builders import cell, row_rng
+from gate.quality.builders import Row, cell, row_rng
 from gate.quality.spec import SliceSpec
 
 Encode = Callable[[str], list[int]]
@@ -105,13 +105,9 @@ class TextSpace:
 
 
 @dataclass(frozen=True)
-class TextRow:
-    prompt: list[int]
-    answer: list[int]
-    kind: str
-    context_len: int
-    depth: float
-    evidence_at: int
+class TextRow(Row):
+    """A sample in token space and the text it was tokenized from."""
+
     prompt_text: str
     answer_text: str
 

@@ -115,14 +115,8 @@ def _waiver(check: CheckResult) -> WaiverView | None:
     waiver = check.waiver
     if waiver is None:
         return None
-    return WaiverView(
-        check=waiver.check,
-        reason=waiver.reason,
-        approver=waiver.approver,
-        expires=waiver.expires,
-        expired=waiver.expired,
-        ledger_id=str(waiver.ledger_id) if waiver.ledger_id is not None else None,
-    )
+    ledger_id = str(waiver.ledger_id) if waiver.ledger_id is not None else None
+    return WaiverView(**waiver.model_dump(exclude={"ledger_id"}), ledger_id=ledger_id)
 
 
 def _section(check: CheckResult) -> CheckSection:

@@ -32,6 +32,7 @@ from typing import Any
 
 from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
+from gate.core.baseline_format import FORMAT, HEADER, git_commit, read_json, reference_key
 from gate.errors import InputError
 from gate.trust.policy import Trust
 
@@ -41,8 +42,6 @@ ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
 
 def read_header(directory: Path) -> dict[str, Any]:
     """DIR/baseline.json as a dict, or an InputError naming the file (never a traceback)."""
-    from gate.adapters.recorded.header import FORMAT, HEADER, read_json
-
     path = directory / HEADER
     if not path.exists():
         raise InputError(str(path), "no baseline here (baseline.json missing); run `gate record` first")
@@ -73,15 +72,12 @@ def _signed_part(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def recomputed_key(doc: Mapping[str, Any]) -> str:
     """The reference key of what the header says was recorded (identity, adapter, options, version)."""
-    from gate.adapters.recorded.header import reference_key
-
     return reference_key(doc["identity"], doc["adapter"], doc["options"], version=str(doc.get("gate_version")))
 
 
 def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
     """The commit a recording is made from: the manifest's change.commit, else the CI's (as `gate run`
     reads it), else `git rev-parse HEAD` here; InputError when there is none."""
-    from gate.adapters.recorded.header import git_commit
     from gate.core.load import load_manifest
 
     change = load_manifest(manifest).manifest.change.with_ci_commit()
@@ -101,7 +97,6 @@ def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
     import hashlib
 
     from gate._util.atomic import write_bytes_atomic
-    from gate.adapters.recorded.header import HEADER
     from gate.trust.keys import load_private_key
     from gate.trust.signing import sign_statement
 
@@ -143,7 +138,6 @@ def require_trusted_baseline(
 ) -> dict[str, Any]:
     """The baseline's header, when a replay may use it (see the module docstring); else InputError.
     `manifest_name`: the replaying manifest's name, which must be the one the baseline was signed for."""
-    from gate.adapters.recorded.header import HEADER
     from gate.trust.signing import verify_statement
 
     path = str(directory / HEADER)

@@ -25,7 +25,7 @@ import copy
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 import transformers
@@ -39,7 +39,7 @@ from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
 from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import PrefixWorker
+from gate.prefix.worker import Fresh, PrefixWorker
 from gate.tensors import DTYPES
 
 ROPE_SCALE = 4.0
@@ -299,14 +299,8 @@ class PrefixCachingPart(HFPath):
     def sibling(self, field: str) -> PrefixWorker | None:
         return self.worker.sibling(field)
 
-    def fresh(
-        self,
-        *,
-        block_size: int | None = None,
-        byte_budget: int | None = None,
-        hash_fn: Callable[[bytes], bytes] | None = None,
-    ) -> PrefixWorker:
-        return self.worker.fresh(block_size=block_size, byte_budget=byte_budget, hash_fn=hash_fn)
+    def fresh(self, **changes: Unpack[Fresh]) -> PrefixWorker:
+        return self.worker.fresh(**changes)
 
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:
         return self.worker.with_hash(hash_fn)

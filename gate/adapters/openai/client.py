@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from gate._util.text import one_line
 from gate.adapters.openai import transport, validate
+from gate.adapters.openai.options import header_env_problem
 from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout, EngineWrongModel, InputError
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
@@ -75,8 +76,6 @@ class Streamed:
 
 def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """Header values from their `${VAR}` templates; the values never enter a record."""
-    from gate.adapters.openai import header_env_problem
-
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for name, template in templates.items():

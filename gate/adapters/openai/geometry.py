@@ -41,8 +41,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.adapters.openai import _flag
 from gate.adapters.openai.model_meta import ModelMeta
+from gate.adapters.openai.options import flag, guess_flavor
 from gate.protocols import CacheGeometry
 
 if TYPE_CHECKING:
@@ -52,27 +52,13 @@ _METRIC = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILI
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def guess_flavor(command: list[str], flavor: str) -> str:
-    """The flavor a launch command names (before a run, for `gate plan`): the option's unless auto."""
-    if flavor != "auto":
-        return flavor
-    words = " ".join(command)
-    if "llama-server" in words:
-        return "llama.cpp"
-    if "vllm" in words:
-        return "vllm"
-    if "sglang" in words:
-        return "sglang"
-    return "generic"
-
-
 LLAMACPP_DEFAULTS = {"slots": 4, "ubatch": 512, "host_cache_mib": 8192, "checkpoints": 32, "checkpoint_spacing": 8192}
 """llama-server's defaults where its flags say nothing (tools/server, common/arg.cpp, b10068 to b11549:
 `-np` auto is 4 slots over a unified KV; read from each build's start-up log at -lv 4)."""
 
 
 def _int_flag(command: list[str], *names: str) -> int | None:
-    value = _flag(command, *names)
+    value = flag(command, *names)
     return int(value) if value is not None and value.strip().lstrip("-").isdigit() else None
 
 
@@ -128,7 +114,7 @@ def launch_geometry(command: list[str], flavor: str, meta: ModelMeta | None = No
     nothing gate knows of)."""
     flavor = guess_flavor(command, flavor)
     if flavor == "vllm":
-        block = _flag(command, "--block-size")
+        block = flag(command, "--block-size")
         caching = False if "--no-enable-prefix-caching" in command else None
         if "--enable-prefix-caching" in command:
             caching = True
@@ -137,7 +123,7 @@ def launch_geometry(command: list[str], flavor: str, meta: ModelMeta | None = No
             stated.append("--enable-prefix-caching" if caching else "--no-enable-prefix-caching")
         return CacheGeometry(
             block_size=int(block) if block and block.isdigit() else None,
-            cache_dtype=_flag(command, "--kv-cache-dtype"),
+            cache_dtype=flag(command, "--kv-cache-dtype"),
             prefix_caching=caching,
             source=("launch flags " + " ".join(stated) if stated else "vLLM states it when it runs")
             + ("" if block else "; block size from GET /metrics when it runs (vLLM: 16 on GPUs, 128 on CPU)"),
@@ -149,7 +135,7 @@ def launch_geometry(command: list[str], flavor: str, meta: ModelMeta | None = No
             mechanisms["mechanisms_from"] += f"; sliding window from the model ({meta.source if meta else ''})"
         return CacheGeometry(
             block_size=1,
-            cache_dtype=_flag(command, "--cache-type-k") or _flag(command, "-ctk") or "f16",
+            cache_dtype=flag(command, "--cache-type-k") or flag(command, "-ctk") or "f16",
             prefix_caching="--no-cache-prompt" not in command,
             source="llama.cpp reuses any common prefix; launch flags",
             **layout,

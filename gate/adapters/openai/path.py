@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,16 +32,6 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
-from gate.adapters.openai import (
-    ControlLaunch,
-    Launch,
-    Options,
-    TinyModel,
-    _flag,
-    launched_model_meta,
-    model_context_length,
-    model_vocab_size,
-)
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.geometry import (
     engine_identity,
@@ -52,12 +41,22 @@ from gate.adapters.openai.geometry import (
     resolved,
     served_geometry,
 )
-from gate.adapters.openai.process import ServerProcess, free_port, sigterm_stops_servers
+from gate.adapters.openai.options import (
+    ControlLaunch,
+    Launch,
+    Options,
+    TinyModel,
+    flag,
+    launched_model_meta,
+    model_context_length,
+    model_vocab_size,
+)
+from gate.adapters.openai.process import ServerProcess, died_serving, free_port, sigterm_stops_servers
 from gate.adapters.openai.slots import LlamaSlotFiles, erase_slot, slot_files
 from gate.adapters.openai.slots import absent as slot_absent
 from gate.adapters.openai.tiny import tiny_model_file
 from gate.adapters.openai.validate import CacheHistory, chunk_reuse
-from gate.errors import EngineBadReply, EngineCrashed, SubjectCrash, UnknownFault
+from gate.errors import EngineBadReply, UnknownFault
 from gate.protocols import CacheGeometry
 
 SALT_FIELDS = {"vllm": "cache_salt"}
@@ -87,37 +86,6 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
     return part
 
 
-EXIT_GRACE_S = 10.0
-"""How long a launched server whose connection broke may take to be seen exiting, before it is taken as alive."""
-
-
-@contextlib.contextmanager
-def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
-    """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
-    finding about the subject (`SubjectCrash`, a failed check of class `crash`), not gate's error.
-
-    Only a launched process seen to exit counts. A server that could not start or never became ready
-    (EngineNotReady, EnginePortInUse) stays an environment error, and so does a `base_url` server
-    that stops answering, where gate cannot tell the engine from the network (EngineCrashed, exit 12).
-    """
-    try:
-        yield
-    except EngineCrashed as err:
-        status = None if server is None else server.exit_status()
-        if status is None and server is not None and server.proc is not None:
-            # a process that aborts closes its connections before it is seen to exit (a C assertion's
-            # abort, then a debugger's backtrace): give it a moment before calling it alive
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                status = server.proc.wait(timeout=EXIT_GRACE_S)
-        if status is None:
-            raise
-        assert server is not None
-        # a broken connection says nothing of why: the crash carries the server's own last words
-        # (an aborting assertion), read now that it has exited, whichever of the two was seen first
-        seen = err if "its log ends:" in str(err) else EngineCrashed(f"{err}; {server.death_note()}")
-        raise SubjectCrash(call, seen, {**where, "exit_status": status}) from err
-
-
 def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
     """The cache tiers a server's reset (`EnginePath.reset_cache`) cannot reach, from its flavor and
     launch command (None: a server gate did not launch, whose flags it cannot see).
@@ -137,7 +105,7 @@ def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
             ]
         if "--no-cache-prompt" in command:
             return []
-        size = _flag(command, "--cache-ram", "-cram")
+        size = flag(command, "--cache-ram", "-cram")
         if size is not None and size.strip() == "0":
             return []
         return [

@@ -29,7 +29,7 @@ from typing import Any
 from gate._util.text import one_line
 from gate.adapters.openai import transport
 from gate.adapters.openai.environment import engine_environment
-from gate.errors import EngineBadReply, EngineCrashed, EngineNotReady, EnginePortInUse
+from gate.errors import EngineBadReply, EngineCrashed, EngineNotReady, EnginePortInUse, SubjectCrash
 
 _LIVE: set[ServerProcess] = set()
 """Servers started and not yet stopped (stopped at interpreter exit and on SIGTERM as a last resort)."""
@@ -275,6 +275,37 @@ def sigterm_stops_servers() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+EXIT_GRACE_S = 10.0
+"""How long a launched server whose connection broke may take to be seen exiting, before it is taken as alive."""
+
+
+@contextlib.contextmanager
+def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
+    """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
+    finding about the subject (`SubjectCrash`, a failed check of class `crash`), not gate's error.
+
+    Only a launched process seen to exit counts. A server that could not start or never became ready
+    (EngineNotReady, EnginePortInUse) stays an environment error, and so does a `base_url` server
+    that stops answering, where gate cannot tell the engine from the network (EngineCrashed, exit 12).
+    """
+    try:
+        yield
+    except EngineCrashed as err:
+        status = None if server is None else server.exit_status()
+        if status is None and server is not None and server.proc is not None:
+            # a process that aborts closes its connections before it is seen to exit (a C assertion's
+            # abort, then a debugger's backtrace): give it a moment before calling it alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                status = server.proc.wait(timeout=EXIT_GRACE_S)
+        if status is None:
+            raise
+        assert server is not None
+        # a broken connection says nothing of why: the crash carries the server's own last words
+        # (an aborting assertion), read now that it has exited, whichever of the two was seen first
+        seen = err if "its log ends:" in str(err) else EngineCrashed(f"{err}; {server.death_note()}")
+        raise SubjectCrash(call, seen, {**where, "exit_status": status}) from err
 
 
 import atexit  # noqa: E402

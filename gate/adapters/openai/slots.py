@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.adapters.openai import _flag
+from gate.adapters.openai.options import flag
+from gate.adapters.openai.process import died_serving
 from gate.errors import EngineBadReply
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ class LlamaSlotFiles:
     slots: int
 
     def _action(self, slot: int, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        from gate.adapters.openai.path import died_serving
-
         call = f"POST /slots/{slot}?action={action}"
         with died_serving(self.server, call, slot=slot, **body):  # the server dying on it is a finding
             # never retried: a file the server chokes on is sent once
@@ -78,7 +77,7 @@ def absent(flavor: str, command: list[str] | None) -> str | None:
         return f"gate knows no slot save/restore API of a {flavor} server (llama.cpp's /slots has one)"
     if command is None:
         return "the server runs at base_url: its slot files sit where gate cannot read or write them"
-    if not _flag(command, "--slot-save-path"):
+    if not flag(command, "--slot-save-path"):
         return "the llama.cpp server was launched without --slot-save-path, so it saves and restores no slot"
     return None
 
@@ -88,5 +87,5 @@ def slot_files(client: EngineClient, server: ServerProcess | None) -> LlamaSlotF
     why = absent(client.flavor, None if server is None else server.command)
     if why is not None or server is None:
         return why or "no server process"
-    directory = _flag(server.command, "--slot-save-path")
+    directory = flag(server.command, "--slot-save-path")
     return LlamaSlotFiles(client, server, Path(str(directory)), int(client.info.get("total_slots") or 1))

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.adapters.openai import TinyModel
+from gate.adapters.openai.options import TinyModel
 
 if TYPE_CHECKING:
     from gate.models.tiny_gguf import TinyLlamaSpec
@@ -27,16 +27,8 @@ def tiny_spec(spec: TinyModel) -> TinyLlamaSpec:
     """The writer's spec (gate.models.tiny_gguf.TinyLlamaSpec) of a `tiny_model` option."""
     from gate.models.tiny_gguf import TinyLlamaSpec
 
-    return TinyLlamaSpec(
-        seed=spec.seed,
-        perturb_seed=spec.perturb_seed,
-        context_length=spec.context_length,
-        vocab_size=spec.vocab_size,
-        n_head=spec.n_head,
-        n_head_kv=spec.n_head_kv,
-        sliding_window=spec.sliding_window,
-        sliding_layers=None if spec.sliding_layers is None else tuple(spec.sliding_layers),
-    )
+    layers = None if spec.sliding_layers is None else tuple(spec.sliding_layers)
+    return TinyLlamaSpec(**spec.model_dump(exclude={"format", "sliding_layers"}), sliding_layers=layers)
 
 
 def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:

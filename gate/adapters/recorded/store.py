@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import gate
 from gate._util.atomic import write_bytes_atomic
 from gate._util.limited import read_regular
-from gate.adapters.recorded.header import FORMAT, HEADER, OBJECT_BYTES, git_commit, read_json, reference_key
+from gate.core.baseline_format import FORMAT, HEADER, OBJECT_BYTES, git_commit, read_json, reference_key
 from gate.errors import AdapterUnavailable, InputError
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ tokens quantised, tokens kept and evicted) to `exercise()`. Faults still apply o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from gate.adapters.reference import Options
 from gate.adapters.reference.options import EvictOptions, QuantOptions
-from gate.adapters.reference.paths import ReferencePath
+from gate.adapters.reference.paths import ReferencePath, Run, reference_path
 from gate.errors import UnknownFault
 from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
@@ -98,20 +98,12 @@ class QuantizedPath(ReferencePath):
         return self._with(fault, quant_fault=fault, cache_hooks=hooks)
 
 
-def build_quantized(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
+def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
     q = getattr(options, "quant", None) or QuantOptions()
     name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
-    return QuantizedPath(
-        name=name,
-        model=model,
-        dtype=dtype,
-        device=device,
-        seed=seed,
-        layout="dynamic",
-        block_size=options.block_size,
-        cache_hooks=[_QuantHook(q)],
-        session_hooks=[_ApproxSession],
-        quant=q,
+    own = {"layout": "dynamic", "quant": q}
+    return reference_path(
+        QuantizedPath, name, model, options, run, cache_hooks=[_QuantHook(q)], session_hooks=[_ApproxSession], **own
     )
 
 
@@ -177,24 +169,14 @@ class EvictingPath(ReferencePath):
         return self._with(fault, evict=evict, cache_hooks=hooks)
 
 
-def build_evicting(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
+def build_evicting(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
     e = getattr(options, "evict", None)
     if e is None:
         raise ValueError("path 'evicting' needs `evict: {window: N}`")
     assert isinstance(e, EvictOptions)
     kept = f"sink{e.sink}+window{e.window}" + (f",{e.score}{e.budget}" if e.budget else "")
     name = f"reference:evicting[{kept},chunk{e.chunk_size}]" + (f"+{e.fault}" if e.fault else "")
-    return EvictingPath(
-        name=name,
-        model=model,
-        dtype=dtype,
-        device=device,
-        seed=seed,
-        layout="dynamic",
-        chunk_size=e.chunk_size,
-        block_size=options.block_size,
-        fault=e.fault,
-        cache_hooks=[_EvictHook(e)],
-        session_hooks=[_EvictSession],
-        evict=e,
+    own = {"layout": "dynamic", "chunk_size": e.chunk_size, "fault": e.fault, "evict": e}
+    return reference_path(
+        EvictingPath, name, model, options, run, cache_hooks=[_EvictHook(e)], session_hooks=[_EvictSession], **own
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gate.models.config import PRESETS
 from gate.models.evict_faults import EVICT_FAULTS
@@ -182,18 +182,12 @@ class Options(BaseModel):
     weights: str | None = None
     """Trained weights: a shipped name (copy-model) or a .safetensors path; replaces preset and overrides."""
 
-    @field_validator("preset")
+    @field_validator("preset", "path")
     @classmethod
-    def _known_preset(cls, value: str) -> str:
-        if value not in PRESET_NAMES:
-            raise ValueError(f"unknown preset {value!r} (known: {', '.join(PRESET_NAMES)})")
-        return value
-
-    @field_validator("path")
-    @classmethod
-    def _known_path(cls, value: str) -> str:
-        if value not in PATHS:
-            raise ValueError(f"unknown path {value!r} (known: {', '.join(PATHS)})")
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        known = PRESET_NAMES if info.field_name == "preset" else tuple(PATHS)
+        if value not in known:
+            raise ValueError(f"unknown {info.field_name} {value!r} (known: {', '.join(known)})")
         return value
 
     @field_validator("fault")

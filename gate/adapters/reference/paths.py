@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import torch
 
@@ -27,6 +27,17 @@ from gate.protocols import Session, subject_call
 from gate.tensors import DTYPES
 
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class Run(TypedDict):
+    """What every path builder is called with: `fn(model, options, device=, dtype=, seed=)`."""
+
+    device: str
+    dtype: str
+    seed: int
+
+
+P = TypeVar("P", bound="ReferencePath")
 
 
 def build_model_for(options: Options, *, device: str, dtype: str, seed: int) -> Transformer:
@@ -308,23 +319,19 @@ def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
             handle.remove()
 
 
-def build_full(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
-    return ReferencePath(
-        name="reference:full", model=model, dtype=dtype, device=device, seed=seed, block_size=options.block_size
-    )
+def reference_path(kind: type[P], name: str, model: Transformer, options: Options, run: Run, **own: Any) -> P:
+    """The one builder of a reference path: `kind` (ReferencePath or its quantised or evicting
+    subclass) named `name`, on `model`, with the run's device, dtype and seed and the options' block
+    size; `own` the kind's fields (layout, chunk size, cache and session hooks)."""
+    return kind(name=name, model=model, block_size=options.block_size, **run, **own)
 
 
-def build_cached(model: Transformer, options: Options, *, device: str, dtype: str, seed: int) -> ReferencePath:
-    layout: Layout = "dynamic" if options.path == "dynamic" else "static"
+def build_full(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
+    return reference_path(ReferencePath, "reference:full", model, options, run)
+
+
+def build_cached(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
     chunk = options.chunk_size if options.path == "chunked" else None
     name = f"reference:{options.path}" + (f"[{chunk}]" if chunk else "")
-    return ReferencePath(
-        name=name,
-        model=model,
-        dtype=dtype,
-        device=device,
-        seed=seed,
-        layout=layout,
-        chunk_size=chunk,
-        block_size=options.block_size,
-    )
+    layout: Layout = "dynamic" if options.path == "dynamic" else "static"
+    return reference_path(ReferencePath, name, model, options, run, layout=layout, chunk_size=chunk)

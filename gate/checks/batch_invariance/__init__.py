@@ -30,17 +30,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.batch_invariance.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Lengths, Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.batch_invariance.body import batch_invariance
-    from gate.checks.batch_invariance.settings import probe_order
 
 
 class BatchInvarianceParams(Params):
@@ -69,13 +63,4 @@ OPTIONAL = {
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = [
-    "CARD",
-    "EVIDENCE",
-    "NEEDS",
-    "OPTIONAL",
-    "PARAMS",
-    "BatchInvarianceParams",
-    "batch_invariance",
-    "probe_order",
-]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "OPTIONAL", "PARAMS", "BatchInvarianceParams"]

@@ -15,7 +15,7 @@ import torch
 from gate.checks._compare import random_tokens
 from gate.checks._probe import probe_order as shared_probe_order
 from gate.checks.batch_invariance import BatchInvarianceParams
-from gate.checks.greedy_parity import greedy
+from gate.checks.greedy_parity.body import greedy
 from gate.core.check import CheckContext
 from gate.protocols import BatchedSessions, ContinuousBatching, DecodePath, offered
 

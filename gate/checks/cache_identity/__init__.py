@@ -25,7 +25,7 @@ Torch-free (gate.checks._shape): the body is `gate.checks.cache_identity.body`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -34,9 +34,6 @@ from gate.core.check import Params
 from gate.core.evidence import CacheIdentityEvidence
 from gate.core.manifest import IdentityField
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.cache_identity.body import cache_identity, points_at, probe_order
 
 
 class CacheIdentityParams(Params):
@@ -58,4 +55,4 @@ NEEDS = frozenset({Capability.PREFIX_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "CacheIdentityParams", "cache_identity", "points_at", "probe_order"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "CacheIdentityParams"]

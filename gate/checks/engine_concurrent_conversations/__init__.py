@@ -34,8 +34,6 @@ loaded on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._lengths import NEW_TOKENS, PREFIX_BLOCKS
@@ -43,9 +41,6 @@ from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import ConversationsEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_concurrent_conversations.body import engine_concurrent_conversations
 
 
 class EngineConversationsParams(Params):
@@ -84,4 +79,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineConversationsParams", "engine_concurrent_conversations"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineConversationsParams"]

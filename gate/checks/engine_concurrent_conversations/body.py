@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 @dataclass
 class _Request:
     """One request of the workload: filled in as its round is sent (its reply and time window), then
-    answered alone by the reference (`want`) and compared under the claim (`judged`)."""
+    answered alone by the reference (`want`) and compared under the claim (`judged`). Its first six
+    fields are the evidence row's (ConversationRequest, copied by `_row`): the row is the torch-free
+    record the report reads, this the mutable request the check drives."""
 
     id: int
     conversation: int
@@ -465,13 +467,9 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
 def _row(req: _Request) -> ConversationRequest:
     reply, judged = req.outcome()
     c = judged.comparison
+    named = {field: getattr(req, field) for field in ("id", "conversation", "tenant", "turn", "round", "kind")}
     return ConversationRequest(
-        id=req.id,
-        conversation=req.conversation,
-        tenant=req.tenant,
-        turn=req.turn,
-        round=req.round,
-        kind=req.kind,
+        **named,
         prompt_tokens=len(req.prompt),
         cached_tokens=reply.cached_tokens,
         tokens_match=not c.diverged,

@@ -18,17 +18,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_invalidation.bo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._lengths import NEW_TOKENS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_invalidation.body import engine_invalidation
 
 
 class EngineInvalidationParams(Params):
@@ -49,4 +44,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineInvalidationParams", "engine_invalidation"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineInvalidationParams"]

@@ -12,16 +12,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_isolation.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_isolation.body import engine_isolation
 
 
 class EngineIsolationParams(Params):
@@ -36,4 +31,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineIsolationParams", "engine_isolation"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineIsolationParams"]

@@ -25,7 +25,6 @@ lengths (`planned_lengths`) live here, so `gate plan` states them without torch 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -33,10 +32,6 @@ from gate.checks._lengths import NEW_TOKENS, clip_lengths, geometry_lengths
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_prefix_parity.body import engine_prefix_parity
-
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
 SUFFIX = 4
@@ -72,14 +67,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = [
-    "CARD",
-    "DEFAULT_LENGTHS",
-    "EVIDENCE",
-    "NEEDS",
-    "PARAMS",
-    "SUFFIX",
-    "EnginePrefixParams",
-    "engine_prefix_parity",
-    "planned_lengths",
-]
+__all__ = ["CARD", "DEFAULT_LENGTHS", "EVIDENCE", "NEEDS", "PARAMS", "SUFFIX", "EnginePrefixParams", "planned_lengths"]

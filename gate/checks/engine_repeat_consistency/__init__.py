@@ -23,17 +23,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_repeat_consiste
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._lengths import NEW_TOKENS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_repeat_consistency.body import engine_repeat_consistency
 
 
 class EngineRepeatParams(Params):
@@ -60,4 +55,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineRepeatParams", "engine_repeat_consistency"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineRepeatParams"]

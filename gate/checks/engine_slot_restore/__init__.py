@@ -28,17 +28,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.engine_slot_restore.bo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._lengths import NEW_TOKENS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.engine_slot_restore.body import engine_slot_restore
 
 
 class EngineSlotRestoreParams(Params):
@@ -62,4 +57,4 @@ NEEDS = frozenset({Capability.ENGINE_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineSlotRestoreParams", "engine_slot_restore"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EngineSlotRestoreParams"]

@@ -27,16 +27,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.evict_invariants.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.evict_invariants.body import evict_invariants
 
 
 class EvictInvariantsParams(Params):
@@ -57,4 +52,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EvictInvariantsParams", "evict_invariants"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "EvictInvariantsParams"]

@@ -17,17 +17,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.greedy_parity.body`, l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Lengths, Params
 from gate.core.evidence import GreedyEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.greedy_parity.body import greedy, greedy_parity, prompt_cuts
 
 
 class GreedyParityParams(Params):
@@ -53,4 +48,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "GreedyParityParams", "greedy", "greedy_parity", "prompt_cuts"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "GreedyParityParams"]

@@ -21,17 +21,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.hash_collision.body`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import HashCollisionEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.hash_collision.body import hash_collision
 
 
 class HashCollisionParams(Params):
@@ -50,4 +45,4 @@ NEEDS = frozenset({Capability.PREFIX_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "HashCollisionParams", "hash_collision"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "HashCollisionParams"]

@@ -20,17 +20,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.invalidation.body`, lo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import InvalidationEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.invalidation.body import invalidation
 
 
 class InvalidationParams(Params):
@@ -47,4 +42,4 @@ NEEDS = frozenset({Capability.PREFIX_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "InvalidationParams", "invalidation"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "InvalidationParams"]

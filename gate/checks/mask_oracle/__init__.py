@@ -18,23 +18,11 @@ resolve through it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.mask_oracle.body import (
-        ORACLE_RTOL,
-        mask_oracle,
-        oracle_cases,
-        oracle_rtol,
-        probe_order,
-        visible_means,
-    )
 
 
 class MaskOracleParams(Params):
@@ -57,16 +45,4 @@ NEEDS = frozenset({Capability.ATTENTION_PROBE})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = [
-    "CARD",
-    "EVIDENCE",
-    "NEEDS",
-    "ORACLE_RTOL",
-    "PARAMS",
-    "MaskOracleParams",
-    "mask_oracle",
-    "oracle_cases",
-    "oracle_rtol",
-    "probe_order",
-    "visible_means",
-]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "MaskOracleParams"]

@@ -31,8 +31,6 @@ Torch-free (gate.checks._shape): the body is `gate.checks.phase_performance.body
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
@@ -40,9 +38,6 @@ from gate.core.check import Params
 from gate.core.evidence import ServingEvidence
 from gate.core.manifest import Budget, ClockName
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.phase_performance.body import phase_performance
 
 WATCHED: tuple[ClockName, ...] = ("ttft_p95", "tpot_p95", "itl_p95", "throughput", "live_bytes")
 """Unbudgeted clocks phase-performance judges by default: one per clock family."""
@@ -86,13 +81,4 @@ NEEDS_INSTEAD = (frozenset({Capability.ENGINE_SERVING}),)
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = [
-    "CARD",
-    "EVIDENCE",
-    "NEEDS",
-    "NEEDS_INSTEAD",
-    "PARAMS",
-    "WATCHED",
-    "PhasePerformanceParams",
-    "phase_performance",
-]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "NEEDS_INSTEAD", "PARAMS", "WATCHED", "PhasePerformanceParams"]

@@ -23,7 +23,7 @@ Torch-free (gate.checks._shape): the body is `gate.checks.prefix_reuse_parity.bo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -31,9 +31,6 @@ from gate.checks._shape import lazy_body
 from gate.core.check import Params, PrefixLengths
 from gate.core.evidence import PrefixReuseEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.prefix_reuse_parity.body import prefix_reuse_parity
 
 
 class PrefixReuseParityParams(Params):
@@ -68,4 +65,4 @@ NEEDS = frozenset({Capability.PREFIX_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "PrefixReuseParityParams", "prefix_reuse_parity"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "PrefixReuseParityParams"]

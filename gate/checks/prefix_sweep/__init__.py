@@ -25,7 +25,7 @@ the standard lengths (`SEED_LENGTHS`, the params' default) live here, so plannin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -33,9 +33,6 @@ from gate.checks._shape import lazy_body
 from gate.core.check import Params, PrefixLengths
 from gate.core.evidence import SweepEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.prefix_sweep.body import prefix_sweep
 
 SEED_LENGTHS = (0, 1, 2, 16, 64, 200, 2000, 8000)
 """the standard prefix lengths (background: parity); gate.checks._sweep plans from them."""
@@ -91,4 +88,4 @@ OPTIONAL = {
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "OPTIONAL", "PARAMS", "SEED_LENGTHS", "PrefixSweepParams", "prefix_sweep"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "OPTIONAL", "PARAMS", "SEED_LENGTHS", "PrefixSweepParams"]

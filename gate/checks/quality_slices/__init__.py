@@ -13,7 +13,7 @@ Torch-free (gate.checks._shape): the body is `gate.checks.quality_slices.body`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -22,9 +22,6 @@ from gate.core.check import Params
 from gate.core.evidence import SlicesEvidence
 from gate.protocols import Capability
 from gate.quality.stats import MIN_SAMPLES
-
-if TYPE_CHECKING:
-    from gate.checks.quality_slices.body import quality_slices
 
 
 class QualitySlicesParams(Params):
@@ -66,4 +63,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "QualitySlicesParams", "quality_slices"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "QualitySlicesParams"]

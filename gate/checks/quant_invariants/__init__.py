@@ -27,16 +27,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.quant_invariants.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.quant_invariants.body import quant_invariants
 
 
 class QuantInvariantsParams(Params):
@@ -57,4 +52,4 @@ NEEDS = frozenset({Capability.QUANTIZED_KV})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "QuantInvariantsParams", "quant_invariants"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "QuantInvariantsParams"]

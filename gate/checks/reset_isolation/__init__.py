@@ -14,16 +14,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.reset_isolation.body`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.reset_isolation.body import reset_isolation
 
 
 class ResetIsolationParams(Params):
@@ -44,4 +39,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ResetIsolationParams", "reset_isolation"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ResetIsolationParams"]

@@ -21,17 +21,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.schedule_fuzz.body`, l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import ScheduleFuzzEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.schedule_fuzz.body import replay, schedule_fuzz
 
 
 class ScheduleFuzzParams(Params):
@@ -67,4 +62,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ScheduleFuzzParams", "replay", "schedule_fuzz"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ScheduleFuzzParams"]

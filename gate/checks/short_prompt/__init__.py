@@ -21,16 +21,11 @@ Torch-free (gate.checks._shape): the body is `gate.checks.short_prompt.body`, lo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field, field_validator
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.short_prompt.body import short_prompt
 
 
 class ShortPromptParams(Params):
@@ -54,4 +49,4 @@ NEEDS = frozenset({Capability.DECODE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ShortPromptParams", "short_prompt"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "ShortPromptParams"]

@@ -27,17 +27,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.spec_distribution.body
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field, field_validator
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import DistributionEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.spec_distribution.body import spec_distribution
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]
 """Faults of a speculative sampler the distribution test must have power against."""
@@ -83,13 +78,4 @@ NEEDS = frozenset({Capability.SPECULATIVE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = [
-    "CARD",
-    "DISTRIBUTION_FAULTS",
-    "EVIDENCE",
-    "NEEDS",
-    "PARAMS",
-    "SAMPLER_FAULTS",
-    "SpecDistributionParams",
-    "spec_distribution",
-]
+__all__ = ["CARD", "DISTRIBUTION_FAULTS", "EVIDENCE", "NEEDS", "PARAMS", "SAMPLER_FAULTS", "SpecDistributionParams"]

@@ -11,17 +11,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.spec_greedy.body`, loa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import SpecGreedyEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.spec_greedy.body import probe_tokens, spec_greedy
 
 
 class SpecGreedyParams(Params):
@@ -40,4 +35,4 @@ NEEDS = frozenset({Capability.SPECULATIVE_PATH})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "SpecGreedyParams", "probe_tokens", "spec_greedy"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "SpecGreedyParams"]

@@ -19,17 +19,12 @@ Torch-free (gate.checks._shape): the body is `gate.checks.tenant_isolation.body`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
 from gate.core.evidence import TenantIsolationEvidence
 from gate.protocols import Capability
-
-if TYPE_CHECKING:
-    from gate.checks.tenant_isolation.body import tenant_isolation
 
 
 class TenantIsolationParams(Params):
@@ -51,4 +46,4 @@ NEEDS = frozenset({Capability.PREFIX_SERVING})
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "TenantIsolationParams", "tenant_isolation"]
+__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "TenantIsolationParams"]

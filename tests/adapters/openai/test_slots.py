@@ -132,7 +132,7 @@ def test_a_server_that_aborts_after_dropping_the_connection_is_a_crash_with_its_
 
     import pytest
 
-    from gate.adapters.openai.path import died_serving
+    from gate.adapters.openai.process import died_serving
     from gate.errors import EngineCrashed, SubjectCrash
 
     server = ServerProcess([], port=9, probe="/health", ready_timeout_s=1, label="candidate")

@@ -1,4 +1,5 @@
-"""baseline.json's format, its key and its safe reading: torch-free, for gate.trust.baseline too."""
+"""baseline.json's format, its key and its safe reading: torch-free, the one record the recorded adapter
+(gate.adapters.recorded.store) writes and reads and gate.trust.baseline seals and checks."""
 
 from __future__ import annotations
 
