@@ -172,6 +172,19 @@ def swa_cache_cells(log: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+_LOG_VLLM_DTYPE = re.compile(r"Initializing an? (?:V1 )?LLM engine .*?with config: .*?\bdtype=torch\.(\w+)")
+
+
+def served_dtype(flavor: str, log: str) -> str | None:
+    """The dtype the server computes in, where its start-up log states it (None: not stated). vLLM
+    resolves `--dtype auto` itself: a float32 model runs in bfloat16 on a CPU (vLLM 0.32's config line
+    `Initializing a V1 LLM engine (v0.32.0) with config: ... dtype=torch.bfloat16`), and the checks must
+    judge that rounding, not the model file's."""
+    if flavor == "vllm" and (found := _LOG_VLLM_DTYPE.search(log)):
+        return found.group(1)
+    return None
+
+
 def vllm_cache_config(metrics: str) -> dict[str, str] | None:
     """The labels of vLLM's `vllm:cache_config_info` gauge in a Prometheus text page, or None."""
     found = _METRIC.search(metrics)

@@ -39,6 +39,7 @@ from gate.adapters.openai.geometry import (
     launch_geometry,
     model_digest,
     resolved,
+    served_dtype,
     served_geometry,
 )
 from gate.adapters.openai.options import (
@@ -282,6 +283,8 @@ class EnginePath:
             command = None if launch is None else launch.command
             path.cache_geometry = served_geometry(served.client, command, launched_model_meta(options), log)
             info = {**info, **engine_version(served.client)}
+            if computes := served_dtype(served.client.flavor, log):  # judged in the rounding it computes in
+                info["compute_dtype"] = path.dtype = computes
             if served.server is not None:
                 info["resolved_command"] = shlex.join(resolved(served.server.command))
         path.discovered = info

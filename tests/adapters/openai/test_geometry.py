@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gate.adapters.openai.geometry import launch_geometry, vllm_cache_config
+from gate.adapters.openai.geometry import launch_geometry, served_dtype, vllm_cache_config
 from gate.checks._engine import expected_hit, geometry_lengths, not_reusable
 from gate.cli.main import cli
 from tests.support.repo import REPO
@@ -97,3 +97,17 @@ def test_the_probe_measures_the_block_from_the_reported_hits() -> None:
         measured, words = probe_block(_Blocks(block), 512, 1000)  # type: ignore[arg-type]
         assert measured == block, words
     assert probe_block(_Blocks(1024), 512, 1000)[0] is None
+
+
+def test_the_dtype_a_vllm_server_computes_in_is_read_from_its_engine_config_line() -> None:
+    # vLLM 0.32.0 on a CPU, --dtype left at auto for a float32 model: the args line says auto, the engine
+    # config line says what it resolved to, and that rounding is what the checks must allow
+    log = (
+        "(APIServer pid=8100) INFO [utils.py:233] non-default args: {'model': '/tmp/m', 'dtype': 'auto'}\n"
+        "(EngineCore pid=8245) INFO 12-07 03:32:51 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='/tmp/m', speculative_config=None, tokenizer='/tmp/m', dtype=torch.bfloat16, max_seq_len=8192\n"
+    )
+    assert served_dtype("vllm", log) == "bfloat16"
+    assert served_dtype("vllm", log.replace("bfloat16", "float32")) == "float32"
+    assert served_dtype("vllm", log.splitlines()[0]) is None  # only the requested dtype: not stated
+    assert served_dtype("llama.cpp", log) is None  # another engine's log says nothing of its own
