@@ -82,6 +82,13 @@ class CheckCapabilities(Record):
     meaning: str
     """The same in words, with the capability that would make it run."""
 
+    def in_words(self) -> tuple[str, str]:
+        """What `gate plan`, the run's log and the dossier say of it: what the check needs and what
+        the candidate offers; what that means."""
+        needs = ", ".join(self.needs) if self.needs is not None else "not declared"
+        offered = ", ".join(self.offered) if self.offered is not None else "not stated before a run"
+        return f"{needs}; the candidate offers: {offered}", f"{self.runs}: {self.meaning}"
+
 
 class PlannedCheck(Record):
     """One check the plan will run."""

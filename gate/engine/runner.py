@@ -678,8 +678,10 @@ def run_manifest(
                 checks.append(_not_run(planned, list(options.only)))
                 continue
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
-            if planned.capabilities is not None:
-                log(f"  capabilities: {planned.capabilities.runs}: {planned.capabilities.meaning}")
+            if planned.capabilities is not None:  # the same words as `gate plan` and the dossier
+                needs, means = planned.capabilities.in_words()
+                log(f"  needs:    {needs}")
+                log(f"  means:    {means}")
             ctx = CheckContext(
                 manifest=manifest,
                 reference=paths["reference"],
