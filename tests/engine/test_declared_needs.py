@@ -177,3 +177,14 @@ def test_the_plan_decides_as_the_run_does_where_the_adapter_states_what_it_offer
         assert before.capabilities is not None and during.capabilities is not None
         assert before.capabilities.read_from == "options" and during.capabilities.read_from == "path"
         assert before.capabilities.runs == during.capabilities.runs, (before.check, before.capabilities.meaning)
+
+
+def test_what_covers_a_check_without_its_needs_is_declared_in_its_face_and_names_declared_checks() -> None:
+    """mask-oracle's COVERED_BY (read torch-free with its NEEDS) is what its body names when it runs
+    through a probe and what the runner uses when it never starts: one declaration, two readers."""
+    from gate.checks.mask_oracle.body import MODEL_LEVEL_STAND_INS
+
+    covered = DECLARED["mask-oracle"].covered_by
+    assert covered == MODEL_LEVEL_STAND_INS and set(covered) == {"prefix-sweep", "schedule-fuzz"}
+    for name, declared in DECLARED.items():
+        assert set(declared.covered_by) <= set(DECLARED) - {name}, name
