@@ -1,10 +1,13 @@
 """What each built-in check needs of the candidate, as its package declares it (torch-free).
 
 Every check package states `NEEDS` (the gate.protocols.Capability the candidate must offer for the
-check to run at all) and may state `NEEDS_INSTEAD` (other sets that let it run just as well) and
-`OPTIONAL` (capability -> what offering it adds). `gate plan`
-reads them against what the candidate's adapter states it offers (`PathCapabilities.offers`), and
-`gate checks --capabilities` prints the table docs/plugins.md carries (a test keeps them equal).
+check to run at all) and may state `NEEDS_INSTEAD` (other sets that let it run just as well),
+`OPTIONAL` (capability -> what offering it adds) and `COVERED_BY` (the checks of the same plan that
+observe its rule when its needs are not offered). `gate plan` reads them against what the
+candidate's adapter states it offers (`PathCapabilities.offers`); `gate run` reads them against
+what the built candidate offers (`path_offers`) and never starts a check whose needs it lacks
+(gate.engine.capabilities); `gate checks --capabilities` prints the table docs/plugins.md carries
+(a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gate.checks._params import PACKAGES
-from gate.protocols import Capability
+from gate.protocols import Capability, capabilities
 
 
 class Declared(NamedTuple):
@@ -24,6 +27,9 @@ class Declared(NamedTuple):
     """What the check uses when offered -> what it adds."""
     instead: tuple[frozenset[Capability], ...] = ()
     """Other sets of capabilities that let it run just as well (an engine's API instead of sessions)."""
+    covered_by: dict[str, str] = {}  # noqa: RUF012 - read only, never mutated
+    """For a candidate that lacks its needs: the checks of the same plan that observe its rule at model
+    level -> what each observes (the runner then holds it unproven-not-applicable while they hold)."""
 
     def missing(self, offers: frozenset[Capability]) -> frozenset[Capability]:
         """What the candidate lacks to run the check: nothing when `needs` or one set `instead` is offered."""
@@ -35,7 +41,10 @@ class Declared(NamedTuple):
 
 DECLARED: dict[str, Declared] = {
     package.CARD: Declared(
-        frozenset(package.NEEDS), dict(vars(package).get("OPTIONAL", {})), tuple(vars(package).get("NEEDS_INSTEAD", ()))
+        frozenset(package.NEEDS),
+        dict(vars(package).get("OPTIONAL", {})),
+        tuple(vars(package).get("NEEDS_INSTEAD", ())),
+        dict(vars(package).get("COVERED_BY", {})),
     )
     for package in PACKAGES
 }
@@ -57,6 +66,23 @@ def offered_capabilities(offers: list[str]) -> frozenset[Capability]:
     return frozenset(found)
 
 
+ABSENT: dict[Capability, str] = {Capability.PREFIX_SERVING: "cross-request-cache"}
+"""A missing capability as a policy rule's `not_applicable.without` names it: a candidate without it
+has nothing for the check to judge, and a rule that says so makes the check not-applicable."""
+
+
+def path_offers(path: object) -> frozenset[Capability]:
+    """What a built path offers the checks: `gate.protocols.capabilities(path)`, and `PrefixServing`
+    for a store written against the single `PrefixCaching` protocol of earlier releases (the prefix
+    checks serve it through `LegacyStore`)."""
+    from gate.checks._prefix_store import LEGACY_METHODS  # torch-free; only a run reads a built path
+
+    offers = capabilities(path)
+    if Capability.PREFIX_SERVING not in offers and all(callable(getattr(path, m, None)) for m in LEGACY_METHODS):
+        offers |= {Capability.PREFIX_SERVING}
+    return offers
+
+
 def capability_table() -> str:
     """docs/plugins.md's table: each capability a built-in check declares -> the checks it lets run,
     and what it adds to the checks that use it when offered."""
@@ -73,4 +99,12 @@ def capability_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-__all__ = ["DECLARED", "OFFER_NAMES", "Declared", "capability_table", "offered_capabilities"]
+__all__ = [
+    "ABSENT",
+    "DECLARED",
+    "OFFER_NAMES",
+    "Declared",
+    "capability_table",
+    "offered_capabilities",
+    "path_offers",
+]

@@ -4,7 +4,8 @@
                                        model), EVIDENCE (its record in gate.core.evidence, or None:
                                        shown generically), NEEDS (a frozenset of the
                                        gate.protocols.Capability the candidate must offer),
-                                       optionally OPTIONAL (capability -> what offering it adds), and
+                                       optionally OPTIONAL (capability -> what offering it adds),
+                                       NEEDS_INSTEAD and COVERED_BY (gate.checks._needs), and
                                        `__getattr__ = lazy_body(__name__)`
     gate/checks/<module>/body.py       measure (drive the subject -> observations), judge
                                        (observations -> judgement, pure), explain (judgement ->

@@ -2,12 +2,12 @@
 
 `validate`, `plan` and the runner read each built-in check's params model from here, and `gate
 plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach and what each check needs
-of the candidate (`DECLARED`: its package's NEEDS, NEEDS_INSTEAD and OPTIONAL; all torch-free,
-imported at once). The controls read how the prefix checks serve a store and which identity
-assertions they make (`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they
-need torch). This is the public face of the checks' private helpers for the rest of gate: no module
-outside gate.checks imports a `gate.checks._*` module (an import-linter contract in pyproject.toml
-holds it).
+of the candidate (`DECLARED`: its package's NEEDS, NEEDS_INSTEAD, OPTIONAL and COVERED_BY; all
+torch-free, imported at once); the runner also what a built candidate offers them (`path_offers`).
+The controls read how the prefix checks serve a store and which identity assertions they make
+(`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch). This is the
+public face of the checks' private helpers for the rest of gate: no module outside gate.checks
+imports a `gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._coverage import planned_coverage
-from gate.checks._needs import DECLARED, Declared, capability_table, offered_capabilities
+from gate.checks._needs import ABSENT, DECLARED, Declared, capability_table, offered_capabilities, path_offers
 from gate.checks._params import BUILTIN_PARAMS
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ABSENT",
     "BUILTIN_PARAMS",
     "DECLARED",
     "IDENTITY_WHY",
@@ -46,5 +47,6 @@ __all__ = [
     "LegacyStore",
     "capability_table",
     "offered_capabilities",
+    "path_offers",
     "planned_coverage",
 ]

@@ -64,11 +64,9 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
             faults = ", ".join(c.fault + ("" if c.expect == "detect" else " (must pass)") for c in planned.controls)
             echo(f"   controls: {faults}")
         if planned.capabilities is not None:
-            check_caps = planned.capabilities
-            needs = ", ".join(check_caps.needs) if check_caps.needs is not None else "not declared"
-            offered = ", ".join(check_caps.offered) if check_caps.offered is not None else "not stated before a run"
-            echo(f"   needs:    {needs}; the candidate offers: {offered}")
-            echo(f"   means:    {check_caps.runs}: {check_caps.meaning}")
+            needs, means = planned.capabilities.in_words()
+            echo(f"   needs:    {needs}")
+            echo(f"   means:    {means}")
     if plan.known_bugs:
         echo("\nknown bugs (declared by the manifest: a failure of that check and class reads as expected)")
         for bug in plan.known_bugs:

@@ -58,21 +58,36 @@ class LengthCoverage(Record):
 
 
 class CheckCapabilities(Record):
-    """A check's declared needs against what the candidate's adapter states it offers, before a run."""
+    """A check's declared needs against what the candidate offers, and what that means: before a run
+    from what its adapter states (`gate plan`), in a run from what the built path offers (`gate run`,
+    which never starts a check it finds not applicable)."""
 
     needs: list[str] | None = None
     """Capabilities the check must have to run (its package's NEEDS); None: not declared (a plugin check)."""
     optional: dict[str, str] = Field(default_factory=dict)
     """Capabilities it uses when offered -> what each adds (its package's OPTIONAL)."""
     offered: list[str] | None = None
-    """Capabilities the candidate states it offers; None: its adapter states nothing before a run."""
+    """Capabilities the candidate offers; None: its adapter states nothing before a run."""
+    read_from: Literal["options", "path"] = "options"
+    """options: `offered` is what the adapter states from the options alone, before a run (`gate
+    plan`); path: what the built candidate offers (`gate run`): this decision is the one the run keeps."""
     runs: Literal["own-controls", "stand-ins", "not-applicable", "at-run-time"]
     """own-controls: it runs, and no generic fault stands in for any control the policy names (only the
     adapter's own faults show its power); stand-ins: it runs, and generic stand-ins cover some or all of
     the controls where the adapter plants none of its own; not-applicable: a needed capability is
-    missing; at-run-time: the needs or the offer are known only when the paths run."""
+    missing, so a run never starts the check; at-run-time: the needs or the offer are known only when
+    the paths run."""
+    would_run_with: list[str] = Field(default_factory=list)
+    """not-applicable: the capabilities whose offer would make the check run."""
     meaning: str
     """The same in words, with the capability that would make it run."""
+
+    def in_words(self) -> tuple[str, str]:
+        """What `gate plan`, the run's log and the dossier say of it: what the check needs and what
+        the candidate offers; what that means."""
+        needs = ", ".join(self.needs) if self.needs is not None else "not declared"
+        offered = ", ".join(self.offered) if self.offered is not None else "not stated before a run"
+        return f"{needs}; the candidate offers: {offered}", f"{self.runs}: {self.meaning}"
 
 
 class PlannedCheck(Record):

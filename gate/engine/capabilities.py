@@ -4,16 +4,27 @@
 built or run, no torch imported by the built-in adapters) what its path will offer and how long a
 sequence it accepts (`Adapter.capabilities`, gate.protocols). From that, every sweep check of the
 plan gets its coverage: the lengths the policy wants and the ones both paths can reach
-(gate.checks.planning, the same rule the check applies when it runs).
+(gate.checks.planning, the same rule the check applies when it runs), and every check its
+capabilities (`check_capabilities`): what it needs, what the candidate offers, what that means.
+
+`gate run` makes the same decision on the built candidate (`path_check_capabilities`, from
+`gate.protocols.capabilities(path)`), records it in the run's plan and never starts a check it finds
+not applicable (`not_applicable_outcome` stands for what the check would have returned).
 """
 
 from __future__ import annotations
 
-from gate.checks.planning import DECLARED, offered_capabilities, planned_coverage
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+from gate.checks.planning import ABSENT, DECLARED, offered_capabilities, path_offers, planned_coverage
 from gate.core.manifest import Manifest
 from gate.core.plan import CheckCapabilities, Plan, PlannedCheck
 from gate.core.registry import load_adapter
-from gate.protocols import PathCapabilities
+from gate.protocols import Capability, PathCapabilities
+
+if TYPE_CHECKING:
+    from gate.core.check import Outcome
 
 
 def path_capabilities(manifest: Manifest) -> dict[str, PathCapabilities]:
@@ -60,16 +71,46 @@ def stand_ins(check: str, fault: str) -> list[str]:
 
 
 def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> CheckCapabilities:
-    """What the check needs (its package's declaration), what the candidate states it offers, and
-    what that means: runs with its own controls, runs with stand-ins, or not applicable (and what
-    would make it run). Before a run, from the options alone."""
-    declared = DECLARED.get(planned.check)
+    """Before a run, from the options alone: what the check needs (its package's declaration), what
+    the candidate's adapter states it offers, and what that means (`decide_needs`)."""
     stated = candidate.max_len_from != "the adapter states nothing before a run"
     offers = offered_capabilities(candidate.offers) if stated else None
+    return decide_needs(
+        planned,
+        offers,
+        read_from="options",
+        lacks=lambda lacking: (
+            f"the candidate's adapter does not state {lacking} (one that depends on the installed "
+            "library is stated only when the path runs)"
+        ),
+    )
+
+
+def path_check_capabilities(planned: PlannedCheck, candidate: object) -> CheckCapabilities:
+    """In a run, from the built candidate path (`path_offers`): the decision the run keeps. A check
+    found not applicable here is never started (gate.engine.runner.run_check)."""
+    name = getattr(candidate, "name", "the candidate")
+    return decide_needs(
+        planned, path_offers(candidate), read_from="path", lacks=lambda lacking: f"{name} offers no {lacking}"
+    )
+
+
+def decide_needs(
+    planned: PlannedCheck,
+    offers: frozenset[Capability] | None,
+    *,
+    read_from: Literal["options", "path"],
+    lacks: Callable[[str], str],
+) -> CheckCapabilities:
+    """What the check needs, what the candidate offers (None: not known before a run), and what that
+    means: runs with its own controls, runs with stand-ins, or not applicable (and what would make it
+    run); `lacks(capabilities)` says in words that the candidate lacks them."""
+    declared = DECLARED.get(planned.check)
     base = {
         "needs": sorted(declared.needs) if declared else None,
         "optional": {c.value: why for c, why in declared.optional.items()} if declared else {},
         "offered": sorted(offers) if offers is not None else None,
+        "read_from": read_from,
     }
     if declared is None:
         return CheckCapabilities(**base, runs="at-run-time", meaning="a plugin check: it declares no needs")
@@ -86,8 +127,8 @@ def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> Ch
         return CheckCapabilities(
             **base,
             runs="not-applicable",
-            meaning=f"not applicable: the candidate's adapter does not state {lacking} (one that depends on the "
-            f"installed library is stated only when the path runs); offering {lacking} would make the check run",
+            would_run_with=missing,
+            meaning=f"not applicable: {lacks(lacking)}; offering {lacking} would make the check run",
         )
     extras = [f"{c.value} would add: {why}" for c, why in declared.optional.items() if c not in offers]
     more = f"; {'; '.join(extras)}" if extras else ""
@@ -111,4 +152,22 @@ def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> Ch
             else "runs (the policy names no control to detect)"
         )
         + more,
+    )
+
+
+def not_applicable_outcome(planned: PlannedCheck, decision: CheckCapabilities) -> Outcome:
+    """The outcome of a check the run found not applicable before starting it: a skip naming the
+    capability that would make it run, with what the policy rule and the package declare for such a
+    candidate (`absent`: the rule's `not_applicable.without`; `covered_by`: the checks observing its
+    rule at model level), judged by the runner as a skip the check itself returned."""
+    from gate.core.check import Outcome
+
+    declared = DECLARED[planned.check]
+    lacking = [Capability(c) for c in decision.would_run_with]
+    absent = next((ABSENT[c] for c in lacking if c in ABSENT), None)
+    return Outcome(
+        "skip",
+        decision.meaning.removeprefix("not applicable: "),
+        covered_by=dict(declared.covered_by),
+        absent=absent,
     )

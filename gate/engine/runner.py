@@ -123,8 +123,18 @@ def run_check(
 ) -> CheckResult:
     """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
     failure; never raises. With a `clock`, forward time is recorded too; each control's start and
-    result go to `events` (None: `ctx.log`)."""
+    result go to `events` (None: `ctx.log`).
+
+    Before anything runs, the check's declared needs are read against what the candidate offers
+    (`planned.capabilities` as the run decided it, else decided here on `ctx.candidate`): a check
+    that lacks a capability it needs is never started, and is judged as the skip it would have
+    returned (the policy rule's `not_applicable`, the checks that cover it, or unproven)."""
+    from gate.engine.capabilities import not_applicable_outcome, path_check_capabilities
     from gate.engine.controls import control_ran, power_verdict, run_control, unproven_verdict
+
+    decision = planned.capabilities
+    if decision is None or decision.read_from != "path":
+        decision = path_check_capabilities(planned, ctx.candidate)
 
     whole = Stopwatch(clock).start()  # the check and its controls
 
@@ -143,7 +153,11 @@ def run_check(
     }
     try:
         with Stopwatch(clock) as positive:
-            outcome = spec(ctx, params)
+            outcome = (
+                not_applicable_outcome(planned, decision)  # never started: it lacks what it needs
+                if decision.runs == "not-applicable"
+                else spec(ctx, params)
+            )
     except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
         return _crash_result(base, crash, _times(positive_s=positive.wall_s))
     except Exception as err:
@@ -560,6 +574,18 @@ def _settled_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
+def decide_capabilities(plan: Plan, candidate: Any, log: Log = _quiet) -> Plan:
+    """The plan with each check's capabilities decided on the built candidate (what it needs, what
+    the candidate offers, what that means: gate.engine.capabilities), before any check runs: the
+    decision the run records in its plan and keeps (a check found not applicable is never started)."""
+    from gate.checks.planning import path_offers
+    from gate.engine.capabilities import path_check_capabilities
+
+    log(f"the candidate offers {', '.join(sorted(path_offers(candidate))) or 'none of the capabilities'}")
+    checks = [p.model_copy(update={"capabilities": path_check_capabilities(p, candidate)}) for p in plan.checks]
+    return plan.model_copy(update={"checks": checks})
+
+
 def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[str], log: Log) -> None:
     """After a check, free what the controls no later check names hold (an engine's control servers)."""
     if (releasing := offered(candidate, ReleasesControls)) is not None:
@@ -642,6 +668,7 @@ def run_manifest(
         subjects[role] = {"adapter": spec.adapter, "path": paths[role].name, **paths[role].identity()}
     paths["reference"] = _stored_reference(paths["reference"], subject.reference, manifest.name, options, log)
     _threads_of_recording(paths["reference"], log)
+    plan = decide_capabilities(plan, paths["candidate"], log)
 
     cache = RunCache()  # shared by every check of this run and their controls, dropped with the run
     clock = ForwardClock() if options.profile else None
@@ -651,6 +678,10 @@ def run_manifest(
                 checks.append(_not_run(planned, list(options.only)))
                 continue
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
+            if planned.capabilities is not None:  # the same words as `gate plan` and the dossier
+                needs, means = planned.capabilities.in_words()
+                log(f"  needs:    {needs}")
+                log(f"  means:    {means}")
             ctx = CheckContext(
                 manifest=manifest,
                 reference=paths["reference"],
@@ -710,4 +741,4 @@ def run_manifest(
     return result
 
 
-__all__ = ["EXIT_BAD_INPUT", "RunOptions", "decide", "prepare", "run_manifest"]
+__all__ = ["EXIT_BAD_INPUT", "RunOptions", "decide", "decide_capabilities", "prepare", "run_manifest"]

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from gate.core.evidence import EVIDENCE, SweepEvidence
 from gate.core.hazards import hazard_summary
+from gate.core.plan import CheckCapabilities
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, time_buckets
 from gate.report.evidence import read_diagnosis, read_evidence
 from gate.report.fmt import as_float, as_mapping, duration, number
@@ -119,7 +122,21 @@ def _waiver(check: CheckResult) -> WaiverView | None:
     return WaiverView(**waiver.model_dump(exclude={"ledger_id"}), ledger_id=ledger_id)
 
 
-def _section(check: CheckResult) -> CheckSection:
+def _decided(result: GateResult) -> dict[str, tuple[str, str]]:
+    """Per check, what it needs and what the candidate offers, and what that meant, as the run's plan
+    records it (`CheckCapabilities.in_words`, the words of `gate plan`); empty for an older run."""
+    decided = {}
+    for planned in (result.plan or {}).get("checks") or []:
+        recorded = planned.get("capabilities") if isinstance(planned, dict) else None
+        if isinstance(recorded, dict):
+            try:
+                decided[str(planned.get("check"))] = CheckCapabilities.model_validate(recorded).in_words()
+            except ValidationError:
+                continue  # a record this gate cannot read: the section shows the rest
+    return decided
+
+
+def _section(check: CheckResult, decided: tuple[str, str] | None = None) -> CheckSection:
     status, label, tone = _status(check)
     views = read_evidence(check.check, check.evidence)
     diagnosis, diagnosis_tables = read_diagnosis(check.diagnosis)
@@ -158,6 +175,8 @@ def _section(check: CheckResult) -> CheckSection:
         tokens=views.tokens,
         downloads=views.downloads,
         reproducer=views.reproducer,
+        needs=decided[0] if decided else None,
+        means=decided[1] if decided else None,
     )
 
 
@@ -294,7 +313,8 @@ def build_report(
     commands in the What-next box; `commands`: the ledger and trust policy those commands name.
     """
     signing = signing or Signing()
-    sections = [_section(check) for check in result.checks]
+    decided = _decided(result)
+    sections = [_section(check, decided.get(check.check)) for check in result.checks]
     counts: dict[str, int] = {}
     for check in result.checks:
         counts[check.status.value] = counts.get(check.status.value, 0) + 1

@@ -313,6 +313,11 @@ class CheckSection:
     downloads: list[Download] = field(default_factory=list)
     reproducer: Reproducer | None = None
     """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
+    needs: str | None = None
+    """What the check needs and what the candidate offers, as the run decided it before the check
+    ran (the words of `gate plan`); None: a run that recorded no decision."""
+    means: str | None = None
+    """What that meant: runs with its own controls, with stand-ins, or not applicable (never started)."""
 
 
 @dataclass(frozen=True)

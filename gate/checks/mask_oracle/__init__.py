@@ -42,7 +42,19 @@ class MaskOracleParams(Params):
 
 CARD, PARAMS, EVIDENCE = "mask-oracle", MaskOracleParams, None
 NEEDS = frozenset({Capability.ATTENTION_PROBE})
+COVERED_BY = {
+    "prefix-sweep": "the whole model's cached logits against a full pass at every swept prefix length: a mask "
+    "from the chunk origin, a window where full attention is declared and a read into the unused tail "
+    "(non-finite or shifted logits) change them",
+    "schedule-fuzz": "random schedules of prefills and appends of random sizes, resets and forks, every step "
+    "against a full pass: a multi-token chunk over a cache (the mask origin of chunked prefill), a reset "
+    "that keeps state and reads past the valid length change them",
+}
+"""What observes mask-oracle's rule when the candidate offers no AttentionProbe (the check's card
+says so): model-level, through projections and positions, so weaker than the oracle's exact
+answers. The runner finds the check not applicable before it starts and keeps it
+unproven-not-applicable (a warning) while both pass with power (gate.checks._needs)."""
 __getattr__ = lazy_body(__name__)
 
 
-__all__ = ["CARD", "EVIDENCE", "NEEDS", "PARAMS", "MaskOracleParams"]
+__all__ = ["CARD", "COVERED_BY", "EVIDENCE", "NEEDS", "PARAMS", "MaskOracleParams"]

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from gate.checks._probe import probe_order as shared_probe_order
-from gate.checks.mask_oracle import MaskOracleParams
+from gate.checks.mask_oracle import COVERED_BY, MaskOracleParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import AttentionProbe, DecodePath, offered
 
@@ -33,17 +33,8 @@ def oracle_rtol(params: MaskOracleParams, dtype: str) -> float:
     return params.rtol if params.rtol is not None else ORACLE_RTOL.get(dtype, ORACLE_RTOL["float32"])
 
 
-MODEL_LEVEL_STAND_INS = {
-    "prefix-sweep": "the whole model's cached logits against a full pass at every swept prefix length: a mask "
-    "from the chunk origin, a window where full attention is declared and a read into the unused tail "
-    "(non-finite or shifted logits) change them",
-    "schedule-fuzz": "random schedules of prefills and appends of random sizes, resets and forks, every step "
-    "against a full pass: a multi-token chunk over a cache (the mask origin of chunked prefill), a reset "
-    "that keeps state and reads past the valid length change them",
-}
-"""What observes mask-oracle's rule when the candidate offers no AttentionProbe (the check's card
-says so): model-level, through projections and positions, so weaker than the oracle's exact
-answers; the runner keeps mask-oracle unproven-not-applicable (a warning) while both pass with power."""
+MODEL_LEVEL_STAND_INS = COVERED_BY
+"""What observes mask-oracle's rule without an AttentionProbe: declared in the package's face (`COVERED_BY`)."""
 
 
 @dataclass
