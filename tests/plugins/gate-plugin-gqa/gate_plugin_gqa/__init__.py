@@ -28,12 +28,23 @@ class Options(BaseModel):
     engine: Literal["static-cache", "recompute"] = "static-cache"
     """static-cache: sessions write K/V into a preallocated, NaN-poisoned buffer and read its valid
     prefix. recompute: every call runs the whole sequence again."""
-    bug: Literal["none", "chunk-mask-origin", "kv-head-map", "reset-position", "read-past-end"] = "none"
+    bug: Literal[
+        "none",
+        "chunk-mask-origin",
+        "kv-head-map",
+        "kv-head-map-decode",
+        "sliding-window",
+        "reset-position",
+        "read-past-end",
+    ] = "none"
     """A mistake planted in gqa's own session code (see gate_plugin_gqa.gqa.BUGS)."""
     layers: int = Field(default=2, ge=1, le=8)
     """Decoder layers."""
     max_len: int = Field(default=8256, ge=16, le=16384)
     """Static cache capacity (positions)."""
+    prefill_chunk: int = Field(default=0, ge=0)
+    """Run each call longer than this as consecutive chunks of at most this many tokens (chunked
+    prefill); 0: each call in one piece."""
     trace: bool = False
     """Offer LayerTracing (gate.protocols): per-layer K/V read, per-head query and attention output and
     block output, recorded by forward hooks on gqa's modules (the model code is unchanged)."""
@@ -93,7 +104,7 @@ class GQAPath:
         from gate_plugin_gqa.gqa import RecomputeSession, StaticSession
 
         if self.uses_cache:
-            return StaticSession(self.model, batch_size, self.options.bug)
+            return StaticSession(self.model, batch_size, self.options.bug, self.options.prefill_chunk)
         return RecomputeSession(self.model)
 
     def faults(self) -> tuple[str, ...]:

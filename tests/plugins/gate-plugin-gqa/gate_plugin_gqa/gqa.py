@@ -15,9 +15,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-BUGS = ("none", "chunk-mask-origin", "kv-head-map", "reset-position", "read-past-end")
+BUGS = (
+    "none",
+    "chunk-mask-origin",
+    "kv-head-map",
+    "kv-head-map-decode",
+    "sliding-window",
+    "reset-position",
+    "read-past-end",
+)
 """chunk-mask-origin: a chunk's causal mask starts at the chunk, not at the cache offset.
 kv-head-map: query head h reads KV head h % n_kv (interleaved) instead of h // group at read time.
+kv-head-map-decode: the same interleave, only in the one-token step over a non-empty cache (a
+decode kernel of its own; prefill and the first token are right).
+sliding-window: every query sees only the WINDOW keys up to its own (full attention is declared).
 reset-position: reset() leaves the position counter at 1 while the slots restart at 0.
 read-past-end: every read takes one slot past the valid length (the NaN tail)."""
 
@@ -145,12 +156,18 @@ class GQALM(nn.Module):
         return self.head(self.norm(x))
 
 
+WINDOW = 48
+"""Keys a query sees under the planted sliding-window bug (itself included)."""
+
+
 class StaticSession:
     """A preallocated K/V buffer per layer, [B, Hkv, max_len, D], unused slots NaN."""
 
-    def __init__(self, model: GQALM, batch: int, bug: str = "none") -> None:
+    def __init__(self, model: GQALM, batch: int, bug: str = "none", prefill_chunk: int = 0) -> None:
         c = model.config
-        self.model, self.bug = model, bug
+        self.model, self.bug, self.prefill_chunk = model, bug, prefill_chunk
+        """prefill_chunk: calls longer than this run as consecutive chunks of at most this many
+        tokens (chunked prefill, as serving engines schedule it); 0: each call in one piece."""
         param = next(model.parameters())
         shape = (c.n_layers, 2, batch, c.n_kv_heads, c.max_len, c.head_dim)
         self.buffer = torch.full(shape, float("nan"), dtype=param.dtype, device=param.device)
@@ -162,6 +179,11 @@ class StaticSession:
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        size = self.prefill_chunk or tokens.shape[1]
+        pieces = [self._step(tokens[:, i : i + size]) for i in range(0, tokens.shape[1], size)]
+        return torch.cat(pieces, dim=1)
+
+    def _step(self, tokens: torch.Tensor) -> torch.Tensor:
         c = self.model.config
         t = tokens.shape[1]
         start, end = self.length, self.length + t
@@ -174,13 +196,16 @@ class StaticSession:
             mask = keys[None, :] <= torch.arange(t, device=tokens.device)[:, None]  # origin at the chunk
         else:
             mask = keys[None, :] <= torch.arange(start, end, device=tokens.device)[:, None]
+        if self.bug == "sliding-window":
+            mask = mask & (keys[None, :] > torch.arange(start, end, device=tokens.device)[:, None] - WINDOW)
+        bug = "kv-head-map" if self.bug == "kv-head-map-decode" and start > 0 and t == 1 else self.bug
         x = self.model.embed(tokens)
         for i, block in enumerate(self.model.blocks):
             q, k, v = block.attn.project(block.n1(x))
             self.buffer[i, 0, :, :, start:end] = k
             self.buffer[i, 1, :, :, start:end] = v
             ks, vs = self.buffer[i, 0, :, :, :read], self.buffer[i, 1, :, :, :read]
-            x = x + block.attn.attend(q, ks, vs, q_pos, mask, self.bug)
+            x = x + block.attn.attend(q, ks, vs, q_pos, mask, bug)
             x = x + block.mlp(block.n2(x))
         self.length, self.position = end, self.position + t
         self.steps += 1
