@@ -106,7 +106,8 @@ DIAGNOSIS_TABLE: dict[str, Decided] = {
         "-",
     ),
     "kv-head-mapping": Decided(
-        "one token repeated (where the full pass is position-free): wrong with the same answer at every length",
+        "a one-token step wrong on one token repeated, where the full pass is position-free (no mask or position "
+        "can matter there), not shrinking as the cache grows",
         "a permutation of the cached KV heads, or each query head returning another KV head's output",
         "mask-oracle: the read map of the grouped-query case",
     ),
@@ -514,7 +515,8 @@ def visibility(
     """Model-level mask experiment: a prefill of VISIBILITY_OFFSET tokens, then a step of `width`
     tokens; the token just before the step is changed. Every query of the step sees that token
     under a causal mask, so the reference's first row moves; a candidate whose first row does not
-    move at all (within its tolerance) did not see it: its mask ignores the cache offset."""
+    move at all (within its tolerance, and by a tenth of the reference's move where the reference
+    moves by only a few bands) did not see it: its mask ignores the cache offset."""
     import torch
 
     from gate.checks._compare import random_tokens
@@ -534,7 +536,9 @@ def visibility(
         "step_tokens": width,
         "reference_moves": ref_move,
         "candidate_moves": cand_move,
-        "blind": ref_move > 10 * band and cand_move <= band,
+        # in float32 the reference moves by many bands; in bfloat16 the band is wide, and a candidate
+        # blind to the token moves by nothing at all next to the reference's several bands
+        "blind": cand_move <= band and (ref_move > 10 * band or (ref_move > 2 * band and cand_move <= 0.1 * ref_move)),
     }
 
 

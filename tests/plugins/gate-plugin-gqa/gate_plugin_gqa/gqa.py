@@ -156,7 +156,7 @@ class GQALM(nn.Module):
         return self.head(self.norm(x))
 
 
-WINDOW = 48
+WINDOW = 16
 """Keys a query sees under the planted sliding-window bug (itself included)."""
 
 
