@@ -45,6 +45,9 @@ class Options(BaseModel):
     prefill_chunk: int = Field(default=0, ge=0)
     """Run each call longer than this as consecutive chunks of at most this many tokens (chunked
     prefill); 0: each call in one piece."""
+    probe: bool = False
+    """Offer AttentionProbe (gate.protocols): given q, k, v run through the session's own cache, masks,
+    chunking and attention core (gate_plugin_gqa.gqa.probe), its bug included."""
     trace: bool = False
     """Offer LayerTracing (gate.protocols): per-layer K/V read, per-head query and attention output and
     block output, recorded by forward hooks on gqa's modules (the model code is unchanged)."""
@@ -66,6 +69,8 @@ class GQAAdapter:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = GQALM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+        if opts.probe:
+            return (GQATracingProbePath if opts.trace else GQAProbePath)(model, opts, device)
         return (GQATracingPath if opts.trace else GQAPath)(model, opts, device)
 
 
@@ -144,6 +149,29 @@ class GQATracingPath(GQAPath):
         with _trace(self.model) as states:
             self.model(tokens[:, : prefix_len + 1].to(self.device))
         return states
+
+
+class GQAProbePath(GQAPath):
+    """A GQAPath that is also a gate.protocols.AttentionProbe (option `probe: true`)."""
+
+    def attention_probe(self, requests: Sequence[Sequence[tuple[Any, Any, Any]]], *, poison_tail: bool = False) -> Any:
+        """Each request's chunks through gqa's session code (gate_plugin_gqa.gqa.probe); its cache
+        tail always holds NaN, so `poison_tail` changes nothing."""
+        from gate_plugin_gqa.gqa import probe
+
+        return [
+            probe(
+                self.model,
+                [tuple(t.to(self.device) for t in c) for c in chunks],
+                self.options.bug,
+                self.options.prefill_chunk,
+            )
+            for chunks in requests
+        ]
+
+
+class GQATracingProbePath(GQATracingPath, GQAProbePath):
+    """Both options: `trace: true` and `probe: true`."""
 
 
 @contextmanager
