@@ -96,12 +96,14 @@ class Decided(NamedTuple):
 
 DIAGNOSIS_TABLE: dict[str, Decided] = {
     "mask-offset": Decided(
-        "a step over a cache blind to the token before it (visibility), also where the onset looks like a window",
+        "a step over a cache blind to the token before it (visibility), also where the onset looks like a "
+        "window; failures from the shortest prefixes without such a step: the profile's guess, named unconfirmed",
         "K/V agree, the attention output differs",
         "mask-oracle: cached chunks return exactly the wrong-origin answer",
     ),
     "mask-window": Decided(
-        "an onset at a length, every step seeing the token before it, wrong with the prefix fed one token per step",
+        "an onset at a length with every step seeing the token before it (wrong or right with the prefix fed one "
+        "token per step: a distance, or a multi-token step's own window, named unconfirmed)",
         "K/V agree, the attention output differs from a length on",
         "-",
     ),
@@ -112,7 +114,7 @@ DIAGNOSIS_TABLE: dict[str, Decided] = {
         "mask-oracle: the read map of the grouped-query case",
     ),
     "positional-index": Decided(
-        "deviation growing with length; candidates with a KV-head map and per-layer ordering otherwise",
+        "deviation growing with length",
         "only the appended token's K (RoPE) or K and V differ",
         "-",
     ),
@@ -708,7 +710,10 @@ def window_or_chunk(
     window from a chunk's mask origin: a window depends on distance, so a step of several tokens
     over a cache still sees the token before it and the prefix fed one token per step is wrong at
     `at` too; a chunk whose mask starts at the chunk is blind to that token, and the onset is where
-    the subject first ran a chunk over a cache (its own chunked prefill), which one-token steps avoid."""
+    the subject first ran a chunk over a cache (its own chunked prefill), which one-token steps avoid.
+    Only blindness names the chunk's origin: a step of several tokens that sees the token before it
+    and still hides keys (what transformers 5.4-5.8's paged kernel does to the ordinary forwards
+    after continuous batching) stays a window, right one token per step or not."""
     vocab = min(reference.vocab_size, candidate.vocab_size)
     seen = visibility(reference, candidate, vocab, tol, seed, width=2)
     stepwise = stepwise_deviates(reference, candidate, tokens, at, tol)
@@ -731,12 +736,13 @@ def window_or_chunk(
             + "the mask depends on distance, not on how the prefix was cut",
             **found,
         }
+    decide = "offer LayerTracing to see which keys the failing step's attention reads"
     return {
-        **_uncertain(
-            ("mask-offset", "mask-window"),
-            f"the failures start at prefix {at} and vanish when the prefix is fed one token per step (so they "
-            "depend on how it was cut into chunks), yet a chunk over a cache sees the token before it",
-        ),
+        "bug_class": "mask-window",
+        "evidence": f"the failures start at prefix {at} and vanish when the prefix is fed one token per step: "
+        "what the mask hides changes with the length of a step of several tokens, and no such step is blind to "
+        f"the token before it (not a chunk's mask origin); {decide}",
+        "decide": decide,
         **found,
     }
 
@@ -751,7 +757,9 @@ def offset_or_map(
     """Failures from the shortest prefixes on (what a mask offset predicts, the first token on an
     empty cache right) put to the experiments that separate a mask offset from a KV-head map: a
     mask offset hides the token before the step (visibility), a KV-head map does not and stays
-    wrong on one token repeated, where no mask or position can matter (head_map)."""
+    wrong on one token repeated, where no mask or position can matter (head_map). Where neither
+    shows, the profile's class stands, named as unconfirmed, with the capability that would decide
+    (a beam cache never reordered, examples/hf-beam-fault-not-reordered.yaml, is such a case)."""
     seen = {width: visibility(reference, candidate, vocab, tol, seed, width=width) for width in (1, 2)}
     blind = [width for width, v in seen.items() if v["blind"]]
     found = {"visibility": seen[blind[0] if blind else 1]}
@@ -769,12 +777,13 @@ def offset_or_map(
             + mapped["evidence"]
         )
         return {**mapped, **found}
+    decide = "offer LayerTracing to decide between mask-offset, kv-head-mapping, positional-index and foreign-state"
     return {
-        **_uncertain(
-            ("kv-head-mapping", "positional-index", "per-layer-ordering"),
-            f"wrong from prefix {at} on while the first token on an empty cache is right, and every step sees the "
-            "token before it (not a mask offset); one token repeated cannot tell a KV-head map from a position",
-        ),
+        "bug_class": "mask-offset",
+        "evidence": f"the length profile's class (wrong from prefix {at} on, the first token on an empty cache "
+        "right), which the experiments do not confirm: every step sees the token before it, and one token "
+        f"repeated is right; {decide}",
+        "decide": decide,
         **found,
     }
 

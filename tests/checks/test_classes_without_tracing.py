@@ -1,7 +1,8 @@
 """Bug classes named without the optional capabilities (issue 49): a decoder that offers sessions
 alone, no LayerTracing and no AttentionProbe, still gets its class from model-level experiments
 (gate.checks._diagnosis: window_or_chunk, offset_or_map, head_map), and the same class with the
-layer trace; docs/plugins.md's diagnosis table is the one generated from DIAGNOSIS_TABLE.
+layer trace, the attention probe or both; docs/plugins.md's diagnosis table is the one generated
+from DIAGNOSIS_TABLE.
 
 The decoders are tests/plugins/gate-plugin-gqa's (grouped-query attention, 4 query heads over 2 KV
 heads, RoPE, a static cache), each wrong in one way in its own session code, never a gate fault:
@@ -36,10 +37,14 @@ WRONG = [
 """gqa candidate options -> the class its failure must carry."""
 
 
-def run(tmp: Path, options: str, *, dtype: str, trace: bool, checks: tuple[str, ...]) -> tuple[int, dict[str, Any]]:
+def run(
+    tmp: Path, options: str, *, dtype: str, trace: bool, checks: tuple[str, ...], probe: bool = False
+) -> tuple[int, dict[str, Any]]:
     """`gate run` of the gqa manifest (its sweep to 300) with these candidate options (`layers` for both
     paths), these checks only."""
     extra = ", trace: true" if trace else ""
+    if probe:
+        options += ", probe: true"
     if "layers: " in options:
         extra += ", layers: " + options.split("layers: ")[1].split(",")[0]
         options = ", ".join(o for o in options.split(", ") if not o.startswith("layers"))
@@ -77,6 +82,22 @@ def test_a_wrong_decoder_fails_with_its_class_with_or_without_the_trace(
             assert not seen["visibility"]["blind"] and seen["stepwise_deviates"] is True, seen
         if bug_class == "kv-head-mapping":
             assert seen["uniform_prompt"]["position_free"], seen
+
+
+@pytest.mark.parametrize("trace", [False, True], ids=["probe", "probe+trace"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("options", "bug_class"), WRONG, ids=["chunked", "window", "map-decode", "map"])
+def test_the_probe_names_no_other_class(tmp_path: Path, options: str, bug_class: str, dtype: str, trace: bool) -> None:
+    """With the attention probe (gqa's session code fed mask-oracle's q, k, v) the sweep keeps its class,
+    and mask-oracle, where its cases show the bug, names the same one (a window longer than its 10
+    positions it cannot see)."""
+    _, checks = run(tmp_path, options, dtype=dtype, trace=trace, checks=("prefix-sweep", "mask-oracle"), probe=True)
+    sweep, oracle = checks["prefix-sweep"], checks["mask-oracle"]
+    assert sweep["status"] == "fail" and sweep["diagnosis"]["bug_class"] == bug_class, sweep["diagnosis"]
+    if bug_class == "mask-window":
+        assert oracle["status"] != "fail", oracle["message"]
+    else:
+        assert oracle["status"] == "fail" and oracle["diagnosis"]["bug_class"] == bug_class, oracle["message"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
