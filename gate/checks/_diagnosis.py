@@ -154,6 +154,17 @@ def diagnosis_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def explanation(diagnosis: dict[str, Any]) -> str:
+    """The class's explanation in words, with the candidates of an undecided one and the capability
+    that would decide (what the dossier's headline shows)."""
+    text = BUG_CLASSES[diagnosis["bug_class"]]
+    if diagnosis.get("candidates"):
+        text += f"; candidates: {', '.join(diagnosis['candidates'])}"
+    if diagnosis.get("decide"):
+        text += f"; {diagnosis['decide']}"
+    return text
+
+
 SMALL_RELATIVE_ERROR = 0.1
 """Largest relative K/V or hidden-state error (of the reference's max |value|) read as an
 approximation or a precision change rather than a wrong index, mask or state (those move values
@@ -645,9 +656,10 @@ def uniform_prompt(
     row the same logits (positions enter only through relative scores, as with RoPE), every key
     attention reads holds the same value, so no mask, window, position or truncated read can move
     the answer (any weighting of equal values is that value). The candidate's last row after a
-    prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which lengths deviate, and
-    whether its deviating answers are one and the same (a query head reading another KV head's
-    value returns that value at every length; garbage read past the end moves with the length)."""
+    prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which lengths deviate, by
+    how much (`large`: beyond what an approximation moves), and whether the deviation holds as the
+    cache grows (a query head reading another KV head's values stays as wrong; one key of garbage
+    read past the end weighs less the more keys there are)."""
     import torch
 
     from gate.checks._compare import random_tokens
@@ -1124,10 +1136,11 @@ def diagnose(
         out["layers"] = layers["layers"]
     if error:
         out["tracing_error"] = error
+    if seen_level is not None and seen_level.get("decide"):
+        out["decide"] = seen_level["decide"]  # the capability that would decide (or confirm) the class
     if bug_class == "uncertain" and seen_level is not None:
         out["candidates"] = seen_level["candidates"]
         out["evidence"] = seen_level["evidence"]
-        out["decide"] = seen_level.get("decide")
     elif bug_class == "uncertain":
         out["evidence"] = (
             f"length profile {profile.get('profile')!r} (first deviating length "
@@ -1138,4 +1151,5 @@ def diagnose(
                 else "no layer trace (a path without LayerTracing, or the trace failed)"
             )
         )
+    out["explanation"] = explanation(out)
     return out

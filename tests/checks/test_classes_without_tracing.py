@@ -139,3 +139,57 @@ def test_the_doc_table_is_the_generated_one() -> None:
     assert set(DIAGNOSIS_TABLE) <= set(BUG_CLASSES)
     rows = {line.split("|")[1].strip(" `"): line for line in committed.splitlines()[2:]}
     assert "cannot" in rows["per-layer-ordering"].split("|")[2]  # what sessions alone cannot tell says so
+
+
+TINYLM = REPO / "tests" / "engine" / "tinylm" / "kv-cache.yaml"
+
+
+def run_tinylm(tmp: Path, extra: str, *, dtype: str) -> tuple[int, dict[str, Any], str]:
+    """tinylm with `bug: head-roll` and `extra` candidate options (`trace: true` on both paths):
+    prefix-sweep, schedule-fuzz and mask-oracle; the checks by name and the dossier's text."""
+    text = TINYLM.read_text().replace("dtype: float32", f"dtype: {dtype}")
+    traced = ", trace: true" if "trace" in extra else ""
+    text = text.replace("options: {engine: recompute}", f"options: {{engine: recompute{traced}}}")
+    text = text.replace("options: {engine: kv-cache}", f"options: {{engine: kv-cache, bug: head-roll{extra}}}")
+    manifest = tmp / "tinylm.yaml"
+    manifest.write_text(text)
+    out = tmp / "out"
+    checks = ("prefix-sweep", "schedule-fuzz", "mask-oracle")
+    result = CliRunner().invoke(
+        cli, ["run", str(manifest), "--out", str(out), *(a for c in checks for a in ("--check", c))]
+    )
+    record = json.loads((out / "results.json").read_text())
+    return result.exit_code, {c["check"]: c for c in record["checks"]}, (out / "dossier.md").read_text()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_where_sessions_cannot_decide_the_dossier_names_the_candidates_and_the_capability(
+    tmp_path: Path, dtype: str
+) -> None:
+    """tinylm (learned positions, 4 heads, no grouping) reading head h + 1's K/V in its cached steps is
+    wrong from one token on an empty cache; with absolute positions even one token repeated moves the
+    full pass, so no model-level experiment tells a head map from the cached path's weights or a
+    position: uncertain, the candidates listed, and the dossier says which capability would decide."""
+    code, checks, dossier = run_tinylm(tmp_path, "", dtype=dtype)
+    assert code == 1
+    for name in ("prefix-sweep", "schedule-fuzz"):
+        diagnosis = checks[name]["diagnosis"]
+        assert checks[name]["status"] == "fail" and diagnosis["bug_class"] == "uncertain", diagnosis
+        assert diagnosis["candidates"] == ["kv-head-mapping", "stale-state", "positional-index"], diagnosis
+        assert (
+            diagnosis["decide"] == "offer LayerTracing to decide between kv-head-mapping, stale-state, positional-index"
+        )
+    assert "offer LayerTracing to decide between kv-head-mapping, stale-state, positional-index" in dossier
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("extra", [", trace: true", ", probe: true"], ids=["trace", "probe"])
+def test_the_capability_named_decides(tmp_path: Path, extra: str, dtype: str) -> None:
+    """The layer trace names the head map in the sweep and the fuzz (each query head's output is another
+    head's); the probe (tinylm's attention fed mask-oracle's q, k, v) names it in mask-oracle."""
+    code, checks, _ = run_tinylm(tmp_path, extra, dtype=dtype)
+    assert code == 1
+    named = ("prefix-sweep", "schedule-fuzz") if "trace" in extra else ("mask-oracle",)
+    for name in named:
+        assert checks[name]["status"] == "fail", checks[name]["message"]
+        assert checks[name]["diagnosis"]["bug_class"] == "kv-head-mapping", checks[name]["diagnosis"]
