@@ -109,7 +109,7 @@ DIAGNOSIS_TABLE: dict[str, Decided] = {
     ),
     "kv-head-mapping": Decided(
         "a one-token step wrong on one token repeated, where the full pass is position-free (no mask or position "
-        "can matter there), not shrinking as the cache grows",
+        "can matter there): over a cache only, or from the first token on with one answer at every length",
         "a permutation of the cached KV heads, or each query head returning another KV head's output",
         "mask-oracle: the read map of the grouped-query case",
     ),
@@ -657,9 +657,11 @@ def uniform_prompt(
     attention reads holds the same value, so no mask, window, position or truncated read can move
     the answer (any weighting of equal values is that value). The candidate's last row after a
     prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which lengths deviate, by
-    how much (`large`: beyond what an approximation moves), and whether the deviation holds as the
+    how much (`large`: beyond what an approximation moves), whether the deviation holds as the
     cache grows (a query head reading another KV head's values stays as wrong; one key of garbage
-    read past the end weighs less the more keys there are)."""
+    read past the end weighs less the more keys there are), and whether the candidate gives one and
+    the same answer at every length (`same_answer`: a path wrong in every step the same way is a
+    model of its own, position-free like the reference)."""
     import torch
 
     from gate.checks._compare import random_tokens
@@ -685,6 +687,8 @@ def uniform_prompt(
         "max_delta": {str(n): round(d, 6) for n, d in delta.items()},
         "large": all(delta[n] > SMALL_RELATIVE_ERROR * spread for n in deviating),
         "holds": delta[longest] >= 0.5 * delta[UNIFORM_LENGTHS[-2]],
+        "same_answer": bool(deviating)
+        and all(float((rows[n] - rows[deviating[0]]).abs().max()) <= band for n in deviating),
     }
 
 
@@ -692,16 +696,20 @@ def head_map(
     reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, *, cached: bool
 ) -> dict[str, Any] | None:
     """kv-head-mapping where the uniform-prompt experiment supports it: the reference is
-    position-free on one repeated token, the candidate's one-token step is wrong there (over a
-    non-empty cache where `cached`, else on the empty one), by more than an approximation would move
-    it, and not shrinking as the cache grows (one key of garbage read past the valid length weighs
-    less the more keys there are). None otherwise (the experiment is silent)."""
+    position-free on one repeated token, the candidate's one-token step is wrong there (`cached`:
+    only over a non-empty cache; else from the empty one on, the same answer at every length), by
+    more than an approximation would move it, and not shrinking as the cache grows. None otherwise
+    (the experiment is silent)."""
     seen = uniform_prompt(reference, candidate, vocab, tol, seed)
-    wanted = [n for n in UNIFORM_LENGTHS if (n > 1) == cached]
     finite = all(math.isfinite(d) for d in seen["max_delta"].values())
     if not (seen["position_free"] and seen["large"] and seen["holds"] and finite):
         return None
-    if not set(wanted) <= set(seen["deviating_lengths"]):
+    # over a cache: only the steps over one (the first token right, a decode kernel's own map); on an
+    # empty cache: every step, one and the same answer at every length (a cache written by one set of
+    # weights and read with another, the reference's stale-weights fault, moves with the length)
+    if seen["deviating_lengths"] != (list(UNIFORM_LENGTHS[1:]) if cached else list(UNIFORM_LENGTHS)):
+        return None
+    if not cached and not seen["same_answer"]:
         return None
     where = "over a cache of copies" if cached else "on an empty cache"
     return {
