@@ -23,7 +23,7 @@ import inspect
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gate.errors import AdapterUnavailable
 from gate.protocols import LayerTracing, LayoutEdges, LiveCounterpart, offered
@@ -83,6 +83,87 @@ BUG_CLASSES: dict[str, str] = {
     "refusing it, or answered from it",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
+
+
+class Decided(NamedTuple):
+    """How a class is told apart from the others: with sessions alone (no optional capability),
+    with the layer trace, with the attention probe ("-": that capability adds nothing to it)."""
+
+    sessions: str
+    trace: str
+    probe: str
+
+
+DIAGNOSIS_TABLE: dict[str, Decided] = {
+    "mask-offset": Decided(
+        "a step over a cache blind to the token before it (visibility), also where the onset looks like a "
+        "window; failures from the shortest prefixes without such a step: the profile's guess, named unconfirmed",
+        "K/V agree, the attention output differs",
+        "mask-oracle: cached chunks return exactly the wrong-origin answer",
+    ),
+    "mask-window": Decided(
+        "an onset at a length with every step seeing the token before it (wrong or right with the prefix fed one "
+        "token per step: a distance, or a multi-token step's own window, named unconfirmed)",
+        "K/V agree, the attention output differs from a length on",
+        "-",
+    ),
+    "kv-head-mapping": Decided(
+        "a one-token step wrong on one token repeated, where the full pass is position-free (no mask or position "
+        "can matter there): over a cache only, or from the first token on with one answer at every length",
+        "a permutation of the cached KV heads, or each query head returning another KV head's output",
+        "mask-oracle: the read map of the grouped-query case",
+    ),
+    "positional-index": Decided(
+        "deviation growing with length",
+        "only the appended token's K (RoPE) or K and V differ",
+        "-",
+    ),
+    "per-layer-ordering": Decided(
+        "cannot: looks like positional-index", "layer 0 agrees, a later layer's K drifts", "-"
+    ),
+    "kv-truncation": Decided("passes only at multiples of a block", "fewer keys read than the prefix holds", "-"),
+    "read-past-valid-length": Decided(
+        "NaN only through the cache, the candidate's own full pass finite", "more keys read than the prefix holds", "-"
+    ),
+    "stale-state": Decided(
+        "cannot: a candidate with the KV-head map on one token", "prefix K/V differ from row 0", "-"
+    ),
+    "foreign-state": Decided(
+        "a request wrong beside a second live session and right alone", "prefix K/V are another request's", "-"
+    ),
+    "approximation": Decided(
+        "cannot: looks like numeric-precision", "every cached K/V row off by a small relative error", "-"
+    ),
+    "numeric-precision": Decided(
+        "small differences at (nearly) every length, no argmax flip", "K/V agree at every traced length", "-"
+    ),
+}
+"""Per bug class of the cache-parity diagnosis, which evidence names it with what the subject
+offers: the model-level experiments sessions allow, LayerTracing, AttentionProbe. docs/plugins.md
+carries it as a table (`gate checks --diagnoses`, diagnosis_table)."""
+
+
+def diagnosis_table() -> str:
+    """DIAGNOSIS_TABLE as the markdown table docs/plugins.md carries."""
+    lines = [
+        "| bug class | with sessions alone | `LayerTracing` adds | `AttentionProbe` adds |",
+        "|---|---|---|---|",
+    ]
+    for name, row in DIAGNOSIS_TABLE.items():
+        lines.append(f"| `{name}` | {row.sessions} | {row.trace} | {row.probe} |")
+    return "\n".join(lines) + "\n"
+
+
+def explanation(diagnosis: dict[str, Any]) -> str:
+    """The class's explanation in words, with the candidates of an undecided one and the capability
+    that would decide (what the dossier's headline shows)."""
+    text = BUG_CLASSES[diagnosis["bug_class"]]
+    if diagnosis.get("candidates"):
+        text += f"; candidates: {', '.join(diagnosis['candidates'])}"
+    if diagnosis.get("decide"):
+        text += f"; {diagnosis['decide']}"
+    return text
+
 
 SMALL_RELATIVE_ERROR = 0.1
 """Largest relative K/V or hidden-state error (of the reference's max |value|) read as an
@@ -447,7 +528,8 @@ def visibility(
     """Model-level mask experiment: a prefill of VISIBILITY_OFFSET tokens, then a step of `width`
     tokens; the token just before the step is changed. Every query of the step sees that token
     under a causal mask, so the reference's first row moves; a candidate whose first row does not
-    move at all (within its tolerance) did not see it: its mask ignores the cache offset."""
+    move at all (within its tolerance, and by a tenth of the reference's move where the reference
+    moves by only a few bands) did not see it: its mask ignores the cache offset."""
     import torch
 
     from gate.checks._compare import random_tokens
@@ -467,7 +549,9 @@ def visibility(
         "step_tokens": width,
         "reference_moves": ref_move,
         "candidate_moves": cand_move,
-        "blind": ref_move > 10 * band and cand_move <= band,
+        # in float32 the reference moves by many bands; in bfloat16 the band is wide, and a candidate
+        # blind to the token moves by nothing at all next to the reference's several bands
+        "blind": cand_move <= band and (ref_move > 10 * band or (ref_move > 2 * band and cand_move <= 0.1 * ref_move)),
     }
 
 
@@ -533,8 +617,209 @@ def shared_sessions(reference: DecodePath, candidate: DecodePath, tol: Tolerance
     }
 
 
+STEPWISE_LONGEST = 512
+"""Longest prefix the stepwise experiment feeds one token per step (a step per token)."""
+
+UNIFORM_LENGTHS = (1, 9, 17)
+"""Prompt lengths of the uniform-prompt experiment: the first token on an empty cache, then one
+token over 8 and over 16 cached copies of it."""
+
+
+def _off(reference_row: torch.Tensor, candidate_row: torch.Tensor, tol: Tolerance) -> bool:
+    """One row of logits [B, V] outside its tolerance (NaN counts) or with another argmax."""
+    from gate.checks._compare import compare_rows
+
+    cmp = compare_rows(reference_row[None], candidate_row[None], tol)
+    return bool((cmp.failed | cmp.over_tolerance).any())
+
+
+def stepwise_deviates(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance
+) -> bool | None:
+    """The token at `at` after the prefix was fed one token per step (no step of several tokens
+    anywhere), against the full pass; None past STEPWISE_LONGEST. A mask that depends on distance (a
+    window) is wrong here too; one that depends on how the prefix was cut into chunks is not."""
+    import torch
+
+    if at > STEPWISE_LONGEST or at < 1:
+        return None
+    with torch.no_grad():
+        full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
+        got = _rows(candidate, [tokens[:, i : i + 1] for i in range(at + 1)])[:, -1]
+    return _off(full, got, tol)
+
+
+def uniform_prompt(
+    reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int
+) -> dict[str, Any]:
+    """Model-level experiment on one token repeated: where the reference's full pass gives every
+    row the same logits (positions enter only through relative scores, as with RoPE), every key
+    attention reads holds the same value, so no mask, window, position or truncated read can move
+    the answer (any weighting of equal values is that value). The candidate's last row after a
+    prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which lengths deviate, by
+    how much (`large`: beyond what an approximation moves), whether the deviation holds as the
+    cache grows (a query head reading another KV head's values stays as wrong; one key of garbage
+    read past the end weighs less the more keys there are), and whether the candidate gives one and
+    the same answer at every length (`same_answer`: a path wrong in every step the same way is a
+    model of its own, position-free like the reference)."""
+    import torch
+
+    from gate.checks._compare import random_tokens
+
+    token = int(random_tokens(vocab, 1, 1, seed * 7919 + 3)[0, 0])
+    longest = UNIFORM_LENGTHS[-1]
+    prompt = torch.full((1, longest), token, dtype=torch.long)
+    with torch.no_grad():
+        ref = reference.full_logits(prompt)[0].float().cpu()  # [longest, V]
+        rows = {
+            n: _rows(candidate, [prompt[:, :n]] if n == 1 else [prompt[:, : n - 1], prompt[:, n - 1 : n]])[0, -1]
+            for n in UNIFORM_LENGTHS
+        }
+    band = float(tol.row(ref[0]).max())
+    position_free = float((ref - ref[0]).abs().max()) <= band
+    deviating = [n for n in UNIFORM_LENGTHS if _off(ref[n - 1][None], rows[n][None], tol)]
+    spread = float(ref[0].max() - ref[0].min())
+    delta = {n: float((rows[n] - ref[n - 1]).abs().nan_to_num(float("inf")).max()) for n in UNIFORM_LENGTHS}
+    return {
+        "token": token,
+        "position_free": position_free,
+        "deviating_lengths": deviating,
+        "max_delta": {str(n): round(d, 6) for n, d in delta.items()},
+        "large": all(delta[n] > SMALL_RELATIVE_ERROR * spread for n in deviating),
+        "holds": delta[longest] >= 0.5 * delta[UNIFORM_LENGTHS[-2]],
+        "same_answer": bool(deviating)
+        and all(float((rows[n] - rows[deviating[0]]).abs().max()) <= band for n in deviating),
+    }
+
+
+def head_map(
+    reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, *, cached: bool
+) -> dict[str, Any] | None:
+    """kv-head-mapping where the uniform-prompt experiment supports it: the reference is
+    position-free on one repeated token, the candidate's one-token step is wrong there (`cached`:
+    only over a non-empty cache; else from the empty one on, the same answer at every length), by
+    more than an approximation would move it, and not shrinking as the cache grows. None otherwise
+    (the experiment is silent)."""
+    seen = uniform_prompt(reference, candidate, vocab, tol, seed)
+    finite = all(math.isfinite(d) for d in seen["max_delta"].values())
+    if not (seen["position_free"] and seen["large"] and seen["holds"] and finite):
+        return None
+    # over a cache: only the steps over one (the first token right, a decode kernel's own map); on an
+    # empty cache: every step, one and the same answer at every length (a cache written by one set of
+    # weights and read with another, the reference's stale-weights fault, moves with the length)
+    if seen["deviating_lengths"] != (list(UNIFORM_LENGTHS[1:]) if cached else list(UNIFORM_LENGTHS)):
+        return None
+    if not cached and not seen["same_answer"]:
+        return None
+    where = "over a cache of copies" if cached else "on an empty cache"
+    return {
+        "bug_class": "kv-head-mapping",
+        "evidence": f"one token repeated: the full pass gives every row the same logits, so every key holds the "
+        "same value and no mask, window, position or truncated read can move the answer; the candidate's "
+        f"one-token step {where} is wrong there (lengths {seen['deviating_lengths']}, max |Δ| by length "
+        f"{seen['max_delta']}), not shrinking as the cache grows: a query head reads another KV head's values "
+        "(a cached path computing with other weights would look the same: LayerTracing would show the read map)",
+        "uniform_prompt": seen,
+    }
+
+
+def window_or_chunk(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance, seed: int
+) -> dict[str, Any]:
+    """An onset at length `at` (what a window predicts) put to the two experiments that separate a
+    window from a chunk's mask origin: a window depends on distance, so a step of several tokens
+    over a cache still sees the token before it and the prefix fed one token per step is wrong at
+    `at` too; a chunk whose mask starts at the chunk is blind to that token, and the onset is where
+    the subject first ran a chunk over a cache (its own chunked prefill), which one-token steps avoid.
+    Only blindness names the chunk's origin: a step of several tokens that sees the token before it
+    and still hides keys (what transformers 5.4-5.8's paged kernel does to the ordinary forwards
+    after continuous batching) stays a window, right one token per step or not."""
+    vocab = min(reference.vocab_size, candidate.vocab_size)
+    seen = visibility(reference, candidate, vocab, tol, seed, width=2)
+    stepwise = stepwise_deviates(reference, candidate, tokens, at, tol)
+    found = {"visibility": seen, "stepwise_deviates": stepwise}
+    if seen["blind"]:
+        return {
+            "bug_class": "mask-offset",
+            "evidence": f"the failures start at prefix {at}, as a window's would, but a step of 2 over "
+            f"{VISIBILITY_OFFSET} cached tokens does not see the token before it"
+            + ("" if stepwise is None else f", and the prefix fed one token per step is {_right(stepwise)} at {at}")
+            + ": a chunk's causal mask starts at the chunk, not at the cache offset (the onset is where a chunk "
+            "first runs over a cache: chunked prefill)",
+            **found,
+        }
+    if stepwise is not False:
+        return {
+            "bug_class": "mask-window",
+            "evidence": f"the failures start at prefix {at}; every step sees the token before it, and "
+            + ("" if stepwise is None else f"the prefix fed one token per step is wrong at {at} too: ")
+            + "the mask depends on distance, not on how the prefix was cut",
+            **found,
+        }
+    decide = "offer LayerTracing to see which keys the failing step's attention reads"
+    return {
+        "bug_class": "mask-window",
+        "evidence": f"the failures start at prefix {at} and vanish when the prefix is fed one token per step: "
+        "what the mask hides changes with the length of a step of several tokens, and no such step is blind to "
+        f"the token before it (not a chunk's mask origin); {decide}",
+        "decide": decide,
+        **found,
+    }
+
+
+def _right(deviates: bool) -> str:
+    return "wrong" if deviates else "right"
+
+
+def offset_or_map(
+    reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, at: int
+) -> dict[str, Any]:
+    """Failures from the shortest prefixes on (what a mask offset predicts, the first token on an
+    empty cache right) put to the experiments that separate a mask offset from a KV-head map: a
+    mask offset hides the token before the step (visibility), a KV-head map does not and stays
+    wrong on one token repeated, where no mask or position can matter (head_map). Where neither
+    shows, the profile's class stands, named as unconfirmed, with the capability that would decide
+    (a beam cache never reordered, examples/hf-beam-fault-not-reordered.yaml, is such a case)."""
+    seen = {width: visibility(reference, candidate, vocab, tol, seed, width=width) for width in (1, 2)}
+    blind = [width for width, v in seen.items() if v["blind"]]
+    found = {"visibility": seen[blind[0] if blind else 1]}
+    if blind:
+        return {
+            "bug_class": "mask-offset",
+            "evidence": f"wrong from prefix {at} on; a step of {blind[0]} over {VISIBILITY_OFFSET} cached tokens "
+            "does not see the token before it: its causal mask starts at the step, not at the cache offset",
+            **found,
+        }
+    mapped = head_map(reference, candidate, vocab, tol, seed, cached=True)
+    if mapped is not None:
+        mapped["evidence"] = (
+            f"wrong from prefix {at} on, yet every step sees the token before it (not a mask offset); "
+            + mapped["evidence"]
+        )
+        return {**mapped, **found}
+    decide = "offer LayerTracing to decide between mask-offset, kv-head-mapping, positional-index and foreign-state"
+    return {
+        "bug_class": "mask-offset",
+        "evidence": f"the length profile's class (wrong from prefix {at} on, the first token on an empty cache "
+        "right), which the experiments do not confirm: every step sees the token before it, and one token "
+        f"repeated is right; {decide}",
+        "decide": decide,
+        **found,
+    }
+
+
 def _uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
-    return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": why}
+    """Uncertain among `candidates`, with the capability that would decide between them."""
+    capability = deciding_capability(candidates)
+    decide = f"offer {capability} to decide between {', '.join(candidates)}"
+    return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": f"{why}; {decide}", "decide": decide}
+
+
+def deciding_capability(candidates: Sequence[str]) -> str:
+    """The optional capability (gate.protocols) whose evidence tells `candidates` apart: the
+    attention probe where they are all mask classes it judges, else the layer trace."""
+    probed = {name for name, row in DIAGNOSIS_TABLE.items() if row.probe != "-"}
+    return "AttentionProbe or LayerTracing" if set(candidates) <= probed else "LayerTracing"
 
 
 def model_level(
@@ -548,11 +833,17 @@ def model_level(
     first_length: int | None,
     non_finite: bool,
     chunks: Sequence[tuple[int, int]],
+    profile: str | None = None,
 ) -> dict[str, Any] | None:
     """What sessions alone tell about a failure at prefix `at` (the first deviating length;
-    `first_length` the first deviating one overall, 0 for an empty cache) on a path with no layer
-    trace: the class where an experiment supports one, else uncertain with the candidates; None
-    when these experiments say nothing (the length profile stands)."""
+    `first_length` the first deviating one overall, 0 for an empty cache; `profile` the length
+    profile's kind) on a path with no layer trace: the class where an experiment supports one, else
+    uncertain with the candidates and the capability that would decide; None when these experiments
+    say nothing (the length profile stands). A profile that names a mask class is put to the
+    experiments that class predicts: an onset at a length (a window) against a chunk over a cache
+    blind to the token before it (chunked prefill's mask origin, window_or_chunk); failures from the
+    shortest prefixes (a mask offset) against a step that sees that token and is wrong where no mask
+    or position can matter (a KV-head map, offset_or_map)."""
     vocab = min(reference.vocab_size, candidate.vocab_size)
     if non_finite:
         if nan_only_on_cached_reads(candidate, tokens[:, :1]):
@@ -584,12 +875,16 @@ def model_level(
             **step,
         }
     if first_length == 0:
-        return _uncertain(
+        return head_map(reference, candidate, vocab, tol, seed, cached=False) or _uncertain(
             EMPTY_CACHE_CANDIDATES,
             "wrong from one token on an empty cache (one key, no cache offset, no prefix state): not a mask "
             "offset or a window; without a layer trace or a probe the KV-head map, the weights the cached "
             "path uses and an absolute position cannot be told apart",
         )
+    if profile == "onset-at-length" and candidate.max_len >= VISIBILITY_OFFSET + 2:
+        return window_or_chunk(reference, candidate, tokens, at, tol, seed)
+    if profile == "short-prefix" and candidate.max_len >= UNIFORM_LENGTHS[-1] + 1:
+        return offset_or_map(reference, candidate, vocab, tol, seed, at)
     return None
 
 
@@ -608,8 +903,9 @@ def diagnose_reproducer(
     layer trace, the step replayed under it (`traced_step`: a KV-head map judged at read time, a
     chunk's mask); else, or where the replay shows nothing, model-level
     experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
-    on an empty cache only through the cache is a read past the valid length; one token wrong on an
-    empty cache is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
+    on an empty cache only through the cache is a read past the valid length; a one-token step
+    wrong on one token repeated (head_map) is a KV-head map; else one token wrong on an empty cache
+    is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
     out: dict[str, Any] = {"bug_class": "uncertain"}
     index = int(failure["step"]) - 1
     if 0 <= index < len(steps) and any(step[0] in ("fork", "switch") for step in steps[: index + 1]):
@@ -638,8 +934,9 @@ def diagnose_reproducer(
                     "candidate's own full pass over them is finite: only the cache read differs",
                 }
             if width == 1:
+                mapped = head_map(reference, candidate, vocab, tol, seed, cached=False)
                 return {
-                    **_uncertain(EMPTY_CACHE_CANDIDATES, "the first token on an empty cache is wrong"),
+                    **(mapped or _uncertain(EMPTY_CACHE_CANDIDATES, "the first token on an empty cache is wrong")),
                     "step": kind,
                 }
             return out
@@ -659,6 +956,9 @@ def diagnose_reproducer(
                 **_uncertain(CHUNK_CANDIDATES, f"a chunk of {width} over {cached} cached tokens is wrong"),
                 "visibility": seen,
             }
+        mapped = head_map(reference, candidate, vocab, tol, seed, cached=True)
+        if mapped is not None:
+            return {**mapped, "step": kind, "visibility": seen}
     except Exception as err:  # diagnosis must never turn a failure into an error
         out["tracing_error"] = f"{err.__class__.__name__}: {err}"
     return out
@@ -818,6 +1118,7 @@ def diagnose(
                 first_length=profile.get("first_deviating_length"),
                 non_finite=bool(profile.get("non_finite")),
                 chunks=chunk_steps(candidate, int(at), cuts),
+                profile=profile.get("profile"),
             )
         except Exception as err:
             error = f"{err.__class__.__name__}: {err}"
@@ -843,6 +1144,8 @@ def diagnose(
         out["layers"] = layers["layers"]
     if error:
         out["tracing_error"] = error
+    if seen_level is not None and seen_level.get("decide"):
+        out["decide"] = seen_level["decide"]  # the capability that would decide (or confirm) the class
     if bug_class == "uncertain" and seen_level is not None:
         out["candidates"] = seen_level["candidates"]
         out["evidence"] = seen_level["evidence"]
@@ -856,4 +1159,5 @@ def diagnose(
                 else "no layer trace (a path without LayerTracing, or the trace failed)"
             )
         )
+    out["explanation"] = explanation(out)
     return out

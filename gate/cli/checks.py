@@ -16,8 +16,19 @@ from gate.cli.common import echo, user_errors
     help="Print the capability table instead: each capability -> the built-in checks it lets run and what it "
     "adds to others (markdown, as docs/plugins.md carries it).",
 )
-def command(verbose: bool, table: bool) -> None:
+@click.option(
+    "--diagnoses",
+    is_flag=True,
+    help="Print the diagnosis table instead: per bug class, what names it with sessions alone and what the "
+    "optional LayerTracing and AttentionProbe add (markdown, as docs/plugins.md carries it).",
+)
+def command(verbose: bool, table: bool, diagnoses: bool) -> None:
     """List registered checks (built-in and plugins) with their catalogue cards."""
+    if diagnoses:
+        from gate.checks._diagnosis import diagnosis_table
+
+        click.echo(diagnosis_table(), nl=False)
+        return
     if table:
         from gate.checks.planning import capability_table
 

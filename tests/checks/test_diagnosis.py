@@ -131,8 +131,9 @@ class _Untraced:
         ("chunk-mask-origin", [("prefill", 1), ("append", 2)], "mask-offset", "mask-offset"),
         ("mask-origin-reset", [("prefill", 3), ("append", 1)], "mask-offset", "mask-offset"),
         ("poisoned-tail-read", [("prefill", 1)], "read-past-valid-length", "read-past-valid-length"),
-        # logits alone cannot tell which KV head a query head read; the trace's read map can
-        ("kv-head-map", [("prefill", 1)], "uncertain", "kv-head-mapping"),
+        # one token repeated, where no mask or position can move the answer, is still wrong: a KV-head
+        # map (gate.checks._diagnosis.head_map); the trace's read map says the same
+        ("kv-head-map", [("prefill", 1)], "kv-head-mapping", "kv-head-mapping"),
         # a positional fault sees the token before it: no mask named, and a single token over a cache
         # has no candidates list to offer; the trace sees the appended token's K move
         ("off-by-one-pos", [("prefill", 3), ("append", 1)], "uncertain", "positional-index"),
@@ -154,7 +155,8 @@ def test_a_shrunk_reproducer_is_named_only_as_far_as_the_evidence_supports(
     found = diagnose_reproducer(reference, candidate, steps, failure, Tolerance(1e-4, 1e-4, "test"), 0)
     assert found["bug_class"] == (traced_class if traced else bug_class), found
     if fault == "kv-head-map" and not traced:
-        assert found["candidates"] == ["kv-head-mapping", "stale-state", "positional-index"]
+        uniform = found["uniform_prompt"]
+        assert uniform["position_free"] and uniform["deviating_lengths"] == [1, 9, 17], uniform
     if traced and fault == "kv-head-map":
         assert found["layers"][0]["read_map"] == [0, 1, 0, 1], found
 

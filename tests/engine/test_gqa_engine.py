@@ -8,7 +8,8 @@ and greedy-tokens claims) in float32 and bfloat16 (amber with exit 0: mask-oracl
 unproven-not-applicable without a probe, and a bfloat16 sweep may warn; under greedy-tokens in
 bfloat16 handle-swap cannot flip a token and rows-crossed stands in after it), and each bug planted in its
 own session code fails the check built to see it with the class the evidence supports; with the
-plugin's optional layer trace (`trace: true`, not a probe) a wrong KV-head map is named."""
+plugin's optional layer trace (`trace: true`, not a probe) a wrong KV-head map is named at read time.
+tests/checks/test_classes_without_tracing.py runs the variants that look like another class."""
 
 from __future__ import annotations
 
@@ -150,11 +151,11 @@ def test_the_correct_engine_passes_the_built_in_policies_with_stand_ins(
         # the sweep's first failing length is right after a one-shot prefill (so not a window, which depends
         # on the length alone) and wrong after its chunks, and the same visibility experiment says why
         ("chunk-mask-origin", "prefix-sweep", "mask-offset", None),
-        # wrong from one token on an empty cache: no offset, no window, no prefix state. Which KV head a query
-        # head reads cannot be told from logits alone (the weights and an absolute position would look the
-        # same), so the diagnosis lists the candidates rather than naming one
-        ("kv-head-map", "prefix-sweep", "uncertain", ["kv-head-mapping", "stale-state", "positional-index"]),
-        ("kv-head-map", "schedule-fuzz", "uncertain", ["kv-head-mapping", "stale-state", "positional-index"]),
+        # wrong from one token on an empty cache: no offset, no window, no prefix state; and wrong on one token
+        # repeated, where the full pass is position-free and no mask or position can move the answer: a query
+        # head reads another KV head's values (gate.checks._diagnosis.head_map)
+        ("kv-head-map", "prefix-sweep", "kv-head-mapping", None),
+        ("kv-head-map", "schedule-fuzz", "kv-head-mapping", None),
         ("reset-position", "reset-isolation", "reset-leak", None),
         # NaN through the cache while the candidate's own full pass over the same tokens is finite
         ("read-past-end", "prefix-sweep", "read-past-valid-length", None),
@@ -164,12 +165,9 @@ def test_the_correct_engine_passes_the_built_in_policies_with_stand_ins(
 def test_a_bug_in_the_engines_own_code_fails_its_check_with_the_class_the_evidence_supports(
     tmp_path: Path, bug: str, check: str, bug_class: str, candidates: list[str] | None, policy: str
 ) -> None:
-    """Under layout without a trace; under scheduling with the plugin's layer trace, where every bug but
-    the head map (named at read time with the trace, uncertain without) keeps the class it gets from
-    logits alone."""
+    """Under layout without a trace; under scheduling with the plugin's layer trace, where every bug keeps
+    the class it gets from logits alone (the head map named at read time with the trace)."""
     traced = policy == "scheduling+trace"
-    if traced and bug == "kv-head-map":
-        bug_class, candidates = "kv-head-mapping", None
     code, record = run(tmp_path, bug=bug, only=(check,), trace=traced, policy=(policy.split("+")[0], "tolerance"))
     assert code == 1, record["summary"]
     assert record["verdict"] == "fail"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from gate.checks._compare import DENY_ALLOWANCE, Tolerance, bounds_logits, tolerance_for
-from gate.checks._diagnosis import BUG_CLASSES, diagnose_reproducer
+from gate.checks._diagnosis import diagnose_reproducer, explanation
 from gate.checks._schedule import Op, ScheduleResult, ScheduleRunner, describe, failure_words
 from gate.checks._sweep import layout_edges
 from gate.checks.schedule_fuzz import ScheduleFuzzParams
@@ -277,7 +277,7 @@ def _failed(control: bool, failure: Failure, reproducer: ScheduleReproducer, **s
     shrunk = "not shrunk: a control stops at its first failure" if control else f"shrunk to {steps} step(s)"
     diagnosis = {
         **failure.diagnosed,
-        "explanation": BUG_CLASSES[failure.diagnosed["bug_class"]],
+        "explanation": explanation(failure.diagnosed),
         "reproducer": text,
     }
     return Outcome(

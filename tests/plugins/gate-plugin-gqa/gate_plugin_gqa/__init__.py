@@ -28,12 +28,26 @@ class Options(BaseModel):
     engine: Literal["static-cache", "recompute"] = "static-cache"
     """static-cache: sessions write K/V into a preallocated, NaN-poisoned buffer and read its valid
     prefix. recompute: every call runs the whole sequence again."""
-    bug: Literal["none", "chunk-mask-origin", "kv-head-map", "reset-position", "read-past-end"] = "none"
+    bug: Literal[
+        "none",
+        "chunk-mask-origin",
+        "kv-head-map",
+        "kv-head-map-decode",
+        "sliding-window",
+        "reset-position",
+        "read-past-end",
+    ] = "none"
     """A mistake planted in gqa's own session code (see gate_plugin_gqa.gqa.BUGS)."""
     layers: int = Field(default=2, ge=1, le=8)
     """Decoder layers."""
     max_len: int = Field(default=8256, ge=16, le=16384)
     """Static cache capacity (positions)."""
+    prefill_chunk: int = Field(default=0, ge=0)
+    """Run each call longer than this as consecutive chunks of at most this many tokens (chunked
+    prefill); 0: each call in one piece."""
+    probe: bool = False
+    """Offer AttentionProbe (gate.protocols): given q, k, v run through the session's own cache, masks,
+    chunking and attention core (gate_plugin_gqa.gqa.probe), its bug included."""
     trace: bool = False
     """Offer LayerTracing (gate.protocols): per-layer K/V read, per-head query and attention output and
     block output, recorded by forward hooks on gqa's modules (the model code is unchanged)."""
@@ -55,6 +69,8 @@ class GQAAdapter:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = GQALM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+        if opts.probe:
+            return (GQATracingProbePath if opts.trace else GQAProbePath)(model, opts, device)
         return (GQATracingPath if opts.trace else GQAPath)(model, opts, device)
 
 
@@ -93,7 +109,7 @@ class GQAPath:
         from gate_plugin_gqa.gqa import RecomputeSession, StaticSession
 
         if self.uses_cache:
-            return StaticSession(self.model, batch_size, self.options.bug)
+            return StaticSession(self.model, batch_size, self.options.bug, self.options.prefill_chunk)
         return RecomputeSession(self.model)
 
     def faults(self) -> tuple[str, ...]:
@@ -133,6 +149,29 @@ class GQATracingPath(GQAPath):
         with _trace(self.model) as states:
             self.model(tokens[:, : prefix_len + 1].to(self.device))
         return states
+
+
+class GQAProbePath(GQAPath):
+    """A GQAPath that is also a gate.protocols.AttentionProbe (option `probe: true`)."""
+
+    def attention_probe(self, requests: Sequence[Sequence[tuple[Any, Any, Any]]], *, poison_tail: bool = False) -> Any:
+        """Each request's chunks through gqa's session code (gate_plugin_gqa.gqa.probe); its cache
+        tail always holds NaN, so `poison_tail` changes nothing."""
+        from gate_plugin_gqa.gqa import probe
+
+        return [
+            probe(
+                self.model,
+                [tuple(t.to(self.device) for t in c) for c in chunks],
+                self.options.bug,
+                self.options.prefill_chunk,
+            )
+            for chunks in requests
+        ]
+
+
+class GQATracingProbePath(GQATracingPath, GQAProbePath):
+    """Both options: `trace: true` and `probe: true`."""
 
 
 @contextmanager

@@ -15,9 +15,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-BUGS = ("none", "chunk-mask-origin", "kv-head-map", "reset-position", "read-past-end")
+BUGS = (
+    "none",
+    "chunk-mask-origin",
+    "kv-head-map",
+    "kv-head-map-decode",
+    "sliding-window",
+    "reset-position",
+    "read-past-end",
+)
 """chunk-mask-origin: a chunk's causal mask starts at the chunk, not at the cache offset.
 kv-head-map: query head h reads KV head h % n_kv (interleaved) instead of h // group at read time.
+kv-head-map-decode: the same interleave, only in the one-token step over a non-empty cache (a
+decode kernel of its own; prefill and the first token are right).
+sliding-window: every query sees only the WINDOW keys up to its own (full attention is declared).
 reset-position: reset() leaves the position counter at 1 while the slots restart at 0.
 read-past-end: every read takes one slot past the valid length (the NaN tail)."""
 
@@ -95,7 +106,6 @@ class Core(nn.Module):
 
     def __init__(self, c: Config) -> None:
         super().__init__()
-        self.scale = c.head_dim**0.5
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, group: int
@@ -104,7 +114,7 @@ class Core(nn.Module):
             k, v = k.repeat(1, -group, 1, 1), v.repeat(1, -group, 1, 1)
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = (q.float() @ k.float().transpose(-1, -2)) / self.scale
+        scores = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5  # head_dim, also for a probe's own q
         weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         return (weights @ v.float()).to(q.dtype)
 
@@ -145,12 +155,69 @@ class GQALM(nn.Module):
         return self.head(self.norm(x))
 
 
+WINDOW = 16
+"""Keys a query sees under the planted sliding-window bug (itself included)."""
+
+
+def step_mask(start: int, t: int, bug: str, device: torch.device) -> tuple[int, torch.Tensor, str]:
+    """For a step of `t` tokens over `start` cached: how many slots it reads, its mask [t, read] and
+    the bug its attention call runs with (the decode kernel's own head map)."""
+    end = start + t
+    read = end + 1 if bug == "read-past-end" else end
+    keys = torch.arange(read, device=device)
+    if bug == "chunk-mask-origin" and start > 0 and t > 1:
+        mask = keys[None, :] <= torch.arange(t, device=device)[:, None]  # origin at the chunk
+    else:
+        mask = keys[None, :] <= torch.arange(start, end, device=device)[:, None]
+    if bug == "sliding-window":
+        mask = mask & (keys[None, :] > torch.arange(start, end, device=device)[:, None] - WINDOW)
+    return read, mask, "kv-head-map" if bug == "kv-head-map-decode" and start > 0 and t == 1 else bug
+
+
+@torch.no_grad()
+def probe(
+    model: GQALM, chunks: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bug: str, prefill_chunk: int = 0
+) -> list[torch.Tensor]:
+    """One request's chunks (q [B, H, n, D], k and v [B, Hkv, n, D], no position encoding) through the
+    session's cache, masks and attention core (StaticSession's, chunking included) from position 0:
+    the attention output per chunk. A fresh NaN-filled cache is the request's reset."""
+    q0, k0, _ = chunks[0]
+    total = sum(q.shape[2] for q, _, _ in chunks)
+    cache = torch.full((2, k0.shape[0], k0.shape[1], total + 1, k0.shape[3]), float("nan"), dtype=k0.dtype)
+    group = q0.shape[1] // k0.shape[1]
+    core, length, answers = model.blocks[0].attn.core, 0, []
+    for q, k, v in chunks:
+        size = prefill_chunk or q.shape[2]
+        pieces = []
+        for i in range(0, q.shape[2], size):
+            t = min(size, q.shape[2] - i)
+            cache[0, :, :, length : length + t], cache[1, :, :, length : length + t] = (
+                k[:, :, i : i + t],
+                v[:, :, i : i + t],
+            )
+            read, mask, step_bug = step_mask(length, t, bug, q.device)
+            pieces.append(
+                core(
+                    q[:, :, i : i + t],
+                    cache[0, :, :, :read],
+                    cache[1, :, :, :read],
+                    mask,
+                    -group if step_bug == "kv-head-map" else group,
+                )
+            )
+            length += t
+        answers.append(torch.cat(pieces, dim=2))
+    return answers
+
+
 class StaticSession:
     """A preallocated K/V buffer per layer, [B, Hkv, max_len, D], unused slots NaN."""
 
-    def __init__(self, model: GQALM, batch: int, bug: str = "none") -> None:
+    def __init__(self, model: GQALM, batch: int, bug: str = "none", prefill_chunk: int = 0) -> None:
         c = model.config
-        self.model, self.bug = model, bug
+        self.model, self.bug, self.prefill_chunk = model, bug, prefill_chunk
+        """prefill_chunk: calls longer than this run as consecutive chunks of at most this many
+        tokens (chunked prefill, as serving engines schedule it); 0: each call in one piece."""
         param = next(model.parameters())
         shape = (c.n_layers, 2, batch, c.n_kv_heads, c.max_len, c.head_dim)
         self.buffer = torch.full(shape, float("nan"), dtype=param.dtype, device=param.device)
@@ -162,25 +229,25 @@ class StaticSession:
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        size = self.prefill_chunk or tokens.shape[1]
+        pieces = [self._step(tokens[:, i : i + size]) for i in range(0, tokens.shape[1], size)]
+        return torch.cat(pieces, dim=1)
+
+    def _step(self, tokens: torch.Tensor) -> torch.Tensor:
         c = self.model.config
         t = tokens.shape[1]
         start, end = self.length, self.length + t
         if end > c.max_len:
             raise ValueError(f"static cache holds {c.max_len} tokens; {end} requested")
         q_pos = torch.arange(self.position, self.position + t, device=tokens.device)
-        read = end + 1 if self.bug == "read-past-end" else end
-        keys = torch.arange(read, device=tokens.device)
-        if self.bug == "chunk-mask-origin" and start > 0 and t > 1:
-            mask = keys[None, :] <= torch.arange(t, device=tokens.device)[:, None]  # origin at the chunk
-        else:
-            mask = keys[None, :] <= torch.arange(start, end, device=tokens.device)[:, None]
+        read, mask, bug = step_mask(start, t, self.bug, tokens.device)
         x = self.model.embed(tokens)
         for i, block in enumerate(self.model.blocks):
             q, k, v = block.attn.project(block.n1(x))
             self.buffer[i, 0, :, :, start:end] = k
             self.buffer[i, 1, :, :, start:end] = v
             ks, vs = self.buffer[i, 0, :, :, :read], self.buffer[i, 1, :, :, :read]
-            x = x + block.attn.attend(q, ks, vs, q_pos, mask, self.bug)
+            x = x + block.attn.attend(q, ks, vs, q_pos, mask, bug)
             x = x + block.mlp(block.n2(x))
         self.length, self.position = end, self.position + t
         self.steps += 1

@@ -27,9 +27,9 @@ class Options(BaseModel):
     engine: Literal["kv-cache", "recompute"] = "kv-cache"
     """kv-cache: sessions keep K/V and append against it. recompute: every call runs the whole
     sequence again (no cache: gate's generic controls have nothing to act on)."""
-    bug: Literal["none", "positions-restart"] = "none"
+    bug: Literal["none", "positions-restart", "head-roll"] = "none"
     """A planted bug in tinylm's own cache code (positions-restart: appended tokens are encoded
-    from position 0)."""
+    from position 0; head-roll: in cached steps query head h reads head h + 1's keys and values)."""
     layers: int = Field(default=2, ge=1, le=8)
     """Decoder layers."""
     max_len: int = Field(default=192, ge=8, le=4096)
@@ -40,8 +40,8 @@ class Options(BaseModel):
     tinylm's modules (the model code is unchanged); the prefix can be replayed in a check's cuts."""
     probe: bool = False
     """Offer AttentionProbe (gate.protocols): given q, k, v run through tinylm's own cache concatenation,
-    causal mask offset and attention call (the model's `attention` function); tinylm plants no mask
-    faults, so none of mask-oracle's controls can run on it."""
+    causal mask offset and attention call (the model's `attention` function, its head-roll bug
+    included); tinylm plants no mask faults, so none of mask-oracle's controls can run on it."""
 
 
 class TinyLMAdapter:
@@ -103,7 +103,8 @@ class TinyLMPath:
         from gate_plugin_tinylm.tinylm import CachedSession, RecomputeSession
 
         if self.uses_cache:
-            return CachedSession(self.model, restart_positions=self.options.bug == "positions-restart")
+            bug = self.options.bug
+            return CachedSession(self.model, restart_positions=bug == "positions-restart", head_roll=bug == "head-roll")
         return RecomputeSession(self.model)
 
     def faults(self) -> tuple[str, ...]:
@@ -177,7 +178,7 @@ class TinyLMProbePath(TinyLMPath):
                 groups = q.shape[1] // k.shape[1]
                 k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
                 with torch.no_grad():
-                    y, past = attention(q, k, v, past)
+                    y, past = attention(q, k, v, past, self.options.bug == "head-roll")
                 answers.append(y)
             outputs.append(answers)
         return outputs

@@ -29,26 +29,33 @@ class Attention(nn.Module):
         self.out = nn.Linear(c.d_model, c.d_model)
 
     def forward(
-        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, roll: bool = False
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         b, t, _ = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each [B, H, T, D]
-        y, kv = attention(q, k, v, past)
+        y, kv = attention(q, k, v, past, roll)
         return self.out(y.transpose(1, 2).reshape(b, t, -1)), kv
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    past: tuple[torch.Tensor, torch.Tensor] | None,
+    roll: bool = False,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """The cache and the mask: new keys and values appended to `past`, each query attending to every
-    cached position and to the new ones up to its own. q [B, H, T, D], k and v [B, H, T, D]."""
+    cached position and to the new ones up to its own. q [B, H, T, D], k and v [B, H, T, D]. `roll`
+    (the planted head-roll bug): query head h reads head h + 1's keys and values (the cache keeps
+    them right)."""
     t = q.shape[2]
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
     offset = k.shape[2] - t
     # query i (absolute offset + i) sees keys 0..offset + i
     mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=q.device).tril(diagonal=offset)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), (k, v)
+    read_k, read_v = (k.roll(-1, dims=1), v.roll(-1, dims=1)) if roll else (k, v)
+    return F.scaled_dot_product_attention(q, read_k, read_v, attn_mask=mask), (k, v)
 
 
 class Block(nn.Module):
@@ -59,9 +66,9 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(c.d_model, 4 * c.d_model), nn.GELU(), nn.Linear(4 * c.d_model, c.d_model))
 
     def forward(
-        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, roll: bool = False
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        h, kv = self.attn(self.ln1(x), past)
+        h, kv = self.attn(self.ln1(x), past, roll)
         x = x + h
         return x + self.mlp(self.ln2(x)), kv
 
@@ -77,14 +84,18 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
 
     def step(
-        self, tokens: torch.Tensor, start: int, past: list[tuple[torch.Tensor, torch.Tensor]] | None
+        self,
+        tokens: torch.Tensor,
+        start: int,
+        past: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        roll: bool = False,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """tokens [B, T] at absolute positions start..start+T-1 -> logits [B, T, V], new cache."""
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
         x = self.tok(tokens) + self.pos(positions)
         cache = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, past[i] if past else None)
+            x, kv = block(x, past[i] if past else None, roll)
             cache.append(kv)
         return self.head(self.ln(x)), cache
 
@@ -93,10 +104,11 @@ class TinyLM(nn.Module):
 
 
 class CachedSession:
-    """Prefill and append against a per-layer K/V list; `restart_positions` is the planted bug."""
+    """Prefill and append against a per-layer K/V list; `restart_positions` and `head_roll` are the
+    planted bugs."""
 
-    def __init__(self, model: TinyLM, *, restart_positions: bool = False) -> None:
-        self.model, self.restart_positions = model, restart_positions
+    def __init__(self, model: TinyLM, *, restart_positions: bool = False, head_roll: bool = False) -> None:
+        self.model, self.restart_positions, self.head_roll = model, restart_positions, head_roll
         self.cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.steps = 0
 
@@ -108,7 +120,7 @@ class CachedSession:
         start = self.cache_length()
         if self.restart_positions:
             start = 0  # the bug: appended tokens forget the cache offset
-        logits, self.cache = self.model.step(tokens, start, self.cache)
+        logits, self.cache = self.model.step(tokens, start, self.cache, self.head_roll)
         self.steps += 1
         return logits.float()
 
