@@ -758,6 +758,8 @@ class ConversationsEvidence(EvidenceRecord):
     """Every request sent, in order."""
     failures: list[ConversationFailure]
     """The replies that broke the claim."""
+    cache_tiers_not_reset: list[str]
+    """Cache tiers of the handed-over candidate that its reset before this check could not reach."""
     noise_floor: dict[str, Any] | None = None
     """The candidate's measured noise (gate.checks._noise): same-prompt pairs alone and in batches, off the
     cache, their worst |Δlogprob| and the floor the replies were judged against; None: not measurable."""

@@ -95,7 +95,7 @@ def test_the_dossier_reads_the_evidence_into_its_tables() -> None:
     evidence = ConversationsEvidence(
         claim="tolerance", cache_geometry="block 1", system_prefix=256, tenants=3, conversations=8, turns=3,
         max_concurrent=4, candidate_slots=3, rounds=6, rounds_overlapping=6, requests=[row], failures=[failure],
-        servers={},
+        cache_tiers_not_reset=["llama.cpp's host-memory prompt cache"], servers={},
     )  # fmt: skip
     views = read_evidence("engine-concurrent-conversations", evidence.dump())
     assert not views.notes
@@ -253,7 +253,7 @@ def test_the_dossier_lists_each_mechanism_aimed_at_and_reached_with_the_logs_cou
     evidence = ConversationsEvidence(
         claim="tolerance", cache_geometry="block 1", system_prefix=256, tenants=3, conversations=8, turns=3,
         max_concurrent=4, candidate_slots=3, rounds=6, rounds_overlapping=6, requests=[], failures=[],
-        servers={}, mechanisms=[reached, out],
+        cache_tiers_not_reset=[], servers={}, mechanisms=[reached, out],
         engine_log_counters={"checkpoint_restores": 3, "restores_short_of_window": 1},
     )  # fmt: skip
     views = read_evidence("engine-concurrent-conversations", evidence.dump())

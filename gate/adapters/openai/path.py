@@ -8,9 +8,8 @@ ends, on an exception and on Ctrl-C alike.
 
 A server gate launches in a path's own configuration is started once per run and handed to every
 later check and control that asks for the same launch, its prefix cache reset through the engine's
-own endpoint first (`reset_cache`; a server that refuses the reset, or holds a cache tier no endpoint
-clears, such as llama.cpp's host-memory prompt cache, is replaced by a new one; one launched with its
-prefix cache off holds nothing to reset and is handed over as it is): on a real
+own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
+launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
 engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
 for `fresh=True`, and that server stops with its block. At most `max_servers` run at once (an idle
 one stops to make room: a control's first, then one on a changed model, then the least recently
@@ -208,9 +207,6 @@ class Served:
     path: EnginePath
     reused: bool = False
     """Handed over from an earlier check of this run (its cache reset), not started for this one."""
-    restarted_for: list[str] = field(default_factory=list)
-    """The cache tiers that made the hand-over a restart: the server an earlier check used held them
-    and no endpoint clears them (`unreset_tiers`), so a new process took its place."""
 
     @property
     def flavor(self) -> str:
@@ -246,8 +242,8 @@ class Served:
         if self.server is not None:
             out.update(self.server.describe())
             out["reused_from_earlier_check"] = self.reused
-            if self.restarted_for:
-                out["restarted_at_hand_over_for"] = self.restarted_for
+            if self.reused:
+                out["cache_tiers_not_reset"] = self.unreset_tiers()
             controls = sum("[control " in label for label in _STARTS)
             out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls}
             out["engine_servers_alive_peak"] = peak_servers()
@@ -418,11 +414,11 @@ class EnginePath:
         # per path (the reference and the candidate are separate processes even on one launch), per launch
         key = f"{id(opts)}:{launch.model_dump_json()}{sorted(headers.items())!r}"
         held = None if fresh else _pooled(key)
-        reused, unreachable = held is not None, []
+        reused = held is not None
         if held is not None and self._caches(launch):
-            # a tier no endpoint clears (llama.cpp's host-memory prompt cache) makes the hand-over a restart
-            unreachable = unreset_tiers(held.client.flavor, held.server.command)
-            if unreachable or not self._reset_accepted(held.client):
+            try:
+                self.reset_cache(held.client)  # nothing an earlier check cached is left
+            except EngineBadReply:  # no reset this server accepts (llama.cpp without --slot-save-path)
                 held.stopper.stop()
                 held, reused = None, False
         if held is None and not fresh:
@@ -439,7 +435,7 @@ class EnginePath:
             _USES[0] += 1
             held.in_use, held.last_used = held.in_use + 1, _USES[0]
             try:
-                yield Served(held.client, held.server, self, reused=reused, restarted_for=unreachable)
+                yield Served(held.client, held.server, self, reused=reused)
             except BaseException:  # an interrupted or failed check leaves no server in an unknown state
                 held.stopper.stop()
                 raise
@@ -452,15 +448,6 @@ class EnginePath:
                 yield Served(started[1], started[0], self)
             finally:
                 started[0].stop()
-
-    def _reset_accepted(self, client: EngineClient) -> bool:
-        """Reset a handed-over server's cache, so nothing an earlier check cached is left; False when
-        the server refuses (llama.cpp without --slot-save-path)."""
-        try:
-            self.reset_cache(client)
-        except EngineBadReply:
-            return False
-        return True
 
     def _caches(self, launch: Launch) -> bool:
         """Whether a server of this launch may hold a prefix across requests (False: launched with its

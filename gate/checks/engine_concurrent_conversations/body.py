@@ -100,6 +100,7 @@ class Observations:
     width: int
     conversations: int
     geometry: str
+    untouched: list[str]
     servers: dict[str, Any]
     mechanisms: list[MechanismReach] = field(default_factory=list)
     counters: dict[str, int] | None = None
@@ -185,6 +186,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         # at least one conversation opens with a system prefix
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
+        untouched = cand.unreset_tiers() if cand.reused else []
         plan = None
         if params.aim:
             room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
@@ -226,6 +228,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         width,
         n_conv,
         geometry.words(),
+        untouched,
         servers,
         reached,
         counters,
@@ -539,6 +542,7 @@ def _evidence(params: EngineConversationsParams, level: str, obs: Observations, 
         rounds_overlapping=obs.overlapping_rounds,
         requests=j.rows,
         failures=j.failures,
+        cache_tiers_not_reset=obs.untouched,
         noise_floor=None if obs.noise is None else obs.noise.evidence(),
         servers=obs.servers,
         mechanisms=obs.mechanisms,
@@ -582,7 +586,10 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
 def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
     """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
     seen = _seen(params, level, obs, j)
-    noise = f"; {obs.noise.words()}" if obs.noise is not None else ""
+    untouched = obs.untouched
+    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(untouched)}"
+    tiers = tiers if untouched else ""
+    tiers += f"; {obs.noise.words()}" if obs.noise is not None else ""
     if j.finding == "failed":
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
@@ -590,7 +597,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
         defects = [f"not noise: {d}" for d in (obs.noise.defects if obs.noise is not None else [])]
         if defects:
             message = "; ".join([*defects[:3], message])
-        message += noise + mechanism_words(obs.mechanisms)
+        message += tiers + mechanism_words(obs.mechanisms)
         problems = [*defects, *(f.message for f in j.failures)]
         diagnosis = {
             "problems": problems,
@@ -607,8 +614,8 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
         message = (
             f"not exercised: {why}, so no two conversations were served at once (launch it with more parallel slots)"
         )
-        return Outcome("unproven", message + noise, **seen)
-    return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + noise, **seen)
+        return Outcome("unproven", message + tiers, **seen)
+    return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + tiers, **seen)
 
 
 def _held_words(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> str:

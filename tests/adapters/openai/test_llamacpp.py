@@ -7,7 +7,6 @@ Skipped, with the reason, when llama-server is not built (tests/adapters/openai/
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -152,12 +151,10 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     # servers are shared across checks and controls (their cache reset between them); starts counted.
     # At most 3 alive at once (max_servers): engine-invalidation's restart on changed weights makes
     # room by stopping an idle server, which a later check starts again; engine-slot-restore restarts the
-    # candidate once (a process that never saw the prompt restores the file: the reuse is the file's);
-    # the candidate's host-memory prompt cache has no reset, so each of its hand-overs is a restart
-    # (measured: 8 + 4 starts with resets that left that tier, 13 + 6 with the restarts)
+    # candidate once (a process that never saw the prompt restores the file: the reuse is the file's)
     starts = list(_starts_seen(record))
-    assert starts and max(s["checks"] for s in starts) <= 14, starts
-    assert max(s["checks"] + s["controls"] for s in starts) <= 20, starts
+    assert starts and max(s["checks"] for s in starts) <= 8, starts
+    assert max(s["checks"] + s["controls"] for s in starts) <= 12, starts
     assert max(server.get("engine_servers_alive_peak", 0) for server in _servers(record)) <= 3
     assert any(server.get("reused_from_earlier_check") for server in _servers(record))
     # every reply of the concurrent multi-tenant workload against the reference alone; llama.cpp's batched
@@ -166,11 +163,8 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert conversations["status"] in ("pass", "warn"), conversations["message"]
     assert not conversations["evidence"]["failures"] and conversations["evidence"]["rounds_overlapping"] > 0
     assert [c["outcome"] for c in conversations["controls"]] == ["detected"]
-    # no endpoint clears llama.cpp's host-memory prompt cache: a candidate handed to a later check is a new
-    # process (named in its evidence), so no check inherits an earlier check's conversations
-    restarted = [s for s in _servers(record) if s.get("restarted_at_hand_over_for")]
-    assert restarted and all(not s["reused_from_earlier_check"] for s in restarted), restarted
-    assert all("host-memory prompt cache" in t for s in restarted for t in s["restarted_at_hand_over_for"])
+    # the handed-over candidate's reset could not reach llama.cpp's host-memory prompt cache: named, not hidden
+    assert any("host-memory prompt cache" in t for t in conversations["evidence"]["cache_tiers_not_reset"])
     # a reset that cannot reach a tier proves nothing about it: unproven (amber by policy), never a pass;
     # the restart on changed weights still judges every tier
     reset, message = checks["engine-invalidation"]["evidence"]["reset"], checks["engine-invalidation"]["message"]
@@ -399,9 +393,8 @@ def test_a_llama_server_killed_mid_check_fails_the_check_with_class_crash(
             cached = [p for p in servers if b"--cache-prompt" in Path(f"/proc/{p}/cmdline").read_bytes()]
             if cached and all(_ready(_port(p)) for p in servers):
                 time.sleep(1.0)  # gate's own readiness poll (every 0.1 s) has seen it too: the requests began
-                with contextlib.suppress(ProcessLookupError):  # a hand-over restart stopped it first: try the next
-                    os.kill(cached[0], signal.SIGKILL)
-                    killed = cached[0]
+                os.kill(cached[0], signal.SIGKILL)
+                killed = cached[0]
         time.sleep(0.05)
     _, stderr = gate.communicate(timeout=120)
     assert killed is not None, f"the check never had both servers up: {stderr}"

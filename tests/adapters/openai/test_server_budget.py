@@ -1,6 +1,5 @@
 """Servers as a budget: a cap on servers alive at once (controls' servers make room first), control
-servers stopped after their last use, a server launched with its cache off handed over unreset, and one
-whose cache gate cannot reset handed over as a new process."""
+servers stopped after their last use, and a server launched with its cache off handed over unreset."""
 
 from __future__ import annotations
 
@@ -24,9 +23,7 @@ def path_for(max_servers: int) -> EnginePath:
             "max_servers": max_servers,
         }
     )
-    path = EnginePath(options=options, dtype="float32", seed=0)
-    path.cache_geometry = CacheGeometry(prefix_caching=False, source="test")  # handed over as it is
-    return path
+    return EnginePath(options=options, dtype="float32", seed=0)
 
 
 def test_the_cap_stops_an_idle_control_server_first_and_the_last_use_stops_the_rest() -> None:
@@ -57,15 +54,9 @@ def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -
         assert again.reused
     assert resets == []
     path.cache_geometry = CacheGeometry(prefix_caching=True, source="test")
-    with path.serve() as first:
+    with path.serve():
         pass
-    with path.serve() as restarted:  # gate knows no reset for a generic server: the hand-over is a restart
-        assert not restarted.reused and restarted.server is not first.server
-        assert restarted.restarted_for == [
-            "the prefix cache, if any: gate knows no reset endpoint for a generic server"
-        ]
-        assert "restarted_at_hand_over_for" in restarted.evidence()
-    assert resets == []
+    assert resets == ["reset"]
 
 
 def test_identity_names_the_model_digest_the_geometry_and_the_resolved_command(tmp_path: Path) -> None:
