@@ -109,6 +109,7 @@ VALUES: dict[tuple[str, ...], tuple[str, Callable[[str], Any]]] = {
     ("-a", "--alias"): ("model_alias", str),
     ("-to", "--timeout"): ("timeout", _int),
     ("-lv", "--verbosity", "--log-verbosity"): ("verbosity", _int),
+    ("--spec-type",): ("speculative.type", str),
 }
 """llama-server flags that take a value: (the CommonParams field, the conversion)."""
 
@@ -222,6 +223,7 @@ def configure(xllamacpp: Any, settings: dict[str, Any], version: str) -> Any:
         names = {"on": "ENABLED", "off": "DISABLED", "auto": "AUTO"}
         value = names[settings.pop("flash_attn_type")]
         settings["flash_attn_type"] = xllamacpp.llama_flash_attn_type.__members__[f"LLAMA_FLASH_ATTN_TYPE_{value}"]
+    speculative = settings.pop("speculative.type", None)
     for field, flag in (("cache_type_k", "--cache-type-k"), ("cache_type_v", "--cache-type-v")):
         if field in settings:
             settings[field] = _enum(xllamacpp.ggml_type, "GGML_TYPE_", settings[field], flag)
@@ -231,7 +233,26 @@ def configure(xllamacpp: Any, settings: dict[str, Any], version: str) -> Any:
     for field, value in values.items():
         _assign(params, field, value, version)
     _assign(params, "hostnames|hostname", [host] if hasattr(params, "hostnames") else host, version)
+    if speculative is not None:
+        _speculative(xllamacpp, params, speculative)
     return params
+
+
+def _speculative(xllamacpp: Any, params: Any, name: str) -> None:
+    """`--spec-type NAME` (ngram-mod, ngram-simple, ...: speculative decoding without a draft model): older
+    builds hold one `speculative.type`, newer ones a list `speculative.types`."""
+    members = xllamacpp.common_speculative_type.__members__
+    key = "COMMON_SPECULATIVE_TYPE_" + name.upper().replace("-", "_")
+    if key not in members or key.endswith("_COUNT"):
+        known = ", ".join(m[24:].lower().replace("_", "-") for m in members if not m.endswith("_COUNT"))
+        raise UsageError(f"llama-server flag --spec-type: {name!r} is not one of {known}")
+    value = members[key]
+    spec = params.speculative
+    if hasattr(spec, "types"):
+        spec.types = [value]
+    else:
+        spec.type = value
+    params.speculative = spec
 
 
 # -- identity ----------------------------------------------------------------------------------------
