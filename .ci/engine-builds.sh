@@ -4,7 +4,8 @@
 # tests against the newest, then run benchmarks/engine_builds.py on the bug subset: each known bug's
 # last buggy build and its first fixed one on the example that shows it (KNOWN_BUGS there: a buggy build
 # must show its bug, exit code, check and class; a fixed one the documented verdict), and the newest
-# build on every llama.cpp example. engine_builds.py exits 1 on any departure; no server may be left behind.
+# build on every example (the llama.cpp ones and the builds-only speculative one). engine_builds.py exits 1
+# on any departure; no server may be left behind.
 # The table goes to out/ci-engine-builds/engine-releases.md (the committed one: benchmarks/engine-releases.md).
 # Usage: bash .ci/engine-builds.sh (from the repository root)
 set -euo pipefail
@@ -20,7 +21,10 @@ mkdir -p out/ci-engine-builds
 table=out/ci-engine-builds/engine-releases.md; rm -f "$table"
 # ignore_eos ignored (b8672; fixed in b8929: ggml-org/llama.cpp PR #21203)
 .venv/bin/python benchmarks/engine_builds.py --builds b8672,b8929 --examples engine-llamacpp-prefix --out "$table"
-# wrong replies when a sliding-window prefix is reused under load (b9538..b9873; clean from b10068)
+# speculative decoding leaves out every token's logprobs after the first (b8672; clean from b8929)
+.venv/bin/python benchmarks/engine_builds.py --builds b8672,b8929 --examples engine-llamacpp-speculative --out "$table"
+# wrong replies when a sliding-window prefix is reused under load, and a sliding-window slot restored from
+# a file continuing on another prompt's context checkpoint (both b9538..b9873; clean from b10068)
 .venv/bin/python benchmarks/engine_builds.py --builds b9873,b10068 --examples engine-llamacpp-sliding-window --out "$table"
 .venv/bin/python benchmarks/engine_builds.py --builds b11549 --out "$table"  # the newest, every example
 if pgrep -f "xllamacpp_server.py --xllamacpp $PWD/.cache/engine-builds" >/dev/null; then
