@@ -24,6 +24,13 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     prompts nothing is drafted), 3 greedy requests of 8 tokens with top_logprobs 2 against
                     the reference: token lists that differ, positions reported with no top_logprobs, and
                     the largest |dlogprob|
+  speculative-draft-length
+                    with that draft model, 20 greedy requests of 32 tokens with ignore_eos: replies shorter
+                    than asked (b8672 and b8929 stop one token early on some: 31 tokens)
+  speculative-draft-logprobs
+                    the same with a draft model, the target itself (-md, up to 4 drafted tokens, every
+                    draft accepted): a live bug, every drafted token reported with logprob 0 and no
+                    top_logprobs (ggml-org/llama.cpp issue #27972, open)
   swa-long-batched-unified / -split
                     on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
                     4 slots over one unified KV / one KV per slot: 20 fresh prompts of 640 to 1749 tokens
@@ -65,7 +72,8 @@ class Server:
         self.port = free_port()
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [str(program), "-m", str(model), "--port", str(self.port), *SERVE, *flags],
+                [str(program), "-m", str(model), "--port", str(self.port), *SERVE]
+                + [str(model) if flag == "{model}" else flag for flag in flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -214,9 +222,10 @@ def swa_slot_restore(start: Callable[..., Server]) -> str:
     return f"{tally.words()}; tokens reused after the restore: {', '.join(map(str, reused))}"
 
 
-def speculative_logprobs(start: Callable[..., Server]) -> str:
+def speculative_logprobs(start: Callable[..., Server], *spec: str) -> str:
+    """`spec`: the candidate's speculative flags (n-gram drafts, or a draft model)."""
     candidate, reference = (
-        start("llama", ["-np", "1", "--cache-prompt", "--spec-type", "ngram-mod"]),
+        start("llama", ["-np", "1", "--cache-prompt", *spec]),
         start("llama", REFERENCE),
     )
     rng, differ, bare, total, worst = random.Random(3), 0, 0, 0, 0.0
@@ -228,13 +237,30 @@ def speculative_logprobs(start: Callable[..., Server]) -> str:
             want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
             differ += [t["id"] for t in got] != [t["id"] for t in want]
             bare, total = bare + sum(not t["top_logprobs"] for t in got), total + len(got)
-            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=True)))
+            # zip: b8672 may stop early (ignore_eos ignored), a shorter list that `differ` counts
+            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
     finally:
         candidate.stop()
         reference.stop()
-    words = f"token lists differ in {differ} of 3; {bare} of {total} tokens without top_logprobs"
+    words = (
+        f"token lists differ in {differ} of 3 (a shorter list counts); {bare} of {total} tokens without top_logprobs"
+    )
     words += f"; max abs dlogprob {worst:.3g}"
     return words + (" (BUG: logprobs left out)" if bare or worst > 0.005 else "")
+
+
+def speculative_draft_length(start: Callable[..., Server]) -> str:
+    """20 greedy requests of 32 tokens (ignore_eos) with a draft model, the target itself: how many replies
+    come back shorter than asked."""
+    candidate = start("llama", ["-np", "1", "--cache-prompt", "-md", "{model}", "--draft-max", "4"])
+    rng, lengths = random.Random(0), []
+    try:
+        lengths = [len(candidate.complete(tokens(rng, 50), 32)[0]) for _ in range(20)]
+    finally:
+        candidate.stop()
+    short = [n for n in lengths if n < 32]
+    found = f"{len(short)} of 20 replies shorter than 32 tokens"
+    return found + (f" ({', '.join(map(str, short))} tokens; BUG: max_tokens not honoured)" if short else "")
 
 
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
@@ -243,7 +269,9 @@ PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
     "swa-reuse-batched": swa_reuse_batched,
     "swa-slot-restore": swa_slot_restore,
-    "speculative-logprobs": speculative_logprobs,
+    "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
+    "speculative-draft-length": speculative_draft_length,
+    "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
     "swa-long-batched-unified": lambda start: swa_long_batched(start, "--kv-unified"),
     "swa-long-batched-split": lambda start: swa_long_batched(start, "--no-kv-unified"),
     "swa-long-batched-swa-full": lambda start: swa_long_batched(start, "--kv-unified", "--swa-full"),

@@ -68,7 +68,7 @@ class KnownBug:
         return self.example == example and self.first <= build <= self.last
 
 
-BUILD_EXAMPLES = [*EXAMPLES, "engine-llamacpp-speculative"]
+BUILD_EXAMPLES = [*EXAMPLES, "engine-llamacpp-speculative", "engine-llamacpp-speculative-draft"]
 """The examples run against the builds: the llama.cpp examples, and those whose flags only the builds'
 launcher is known to map (--spec-type: the compiled reference build is not run on them)."""
 

@@ -35,7 +35,7 @@ def test_the_last_of_a_repeated_flag_wins_and_values_convert() -> None:
     assert (spaced["n_ctx_checkpoints"], spaced["checkpoint_min_step"]) == (8, 256)
 
 
-def test_spec_type_is_mapped_per_build() -> None:
+def test_speculative_flags_are_mapped_per_build() -> None:
     # speculative decoding without a draft model (examples/engine-llamacpp-speculative.yaml): b8672 to
     # b9093 hold one `speculative.type`, later builds a list `speculative.types`
     assert parse(["-m", "m.gguf", "--spec-type", "ngram-mod"])["speculative.type"] == "ngram-mod"
@@ -55,6 +55,14 @@ def test_spec_type_is_mapped_per_build() -> None:
         with pytest.raises(UsageError, match=r"--spec-type: 'ngram-nope' is not one of .*ngram-mod") as caught:
             configure(xllamacpp, parse(["-m", "m.gguf", "--spec-type", "ngram-nope"]), version)
         assert "count" not in str(caught.value)
+        # a draft model alone: llama-server drafts with it (draft, or draft-simple on newer builds)
+        argv = ["-m", "m.gguf", "-md", "d.gguf", "--draft-max", "4", "--draft-min", "0"]
+        spec = configure(xllamacpp, parse(argv), version).speculative
+        draft = spec.draft if hasattr(spec, "draft") else spec
+        model = draft.mparams if hasattr(draft, "mparams") else draft.mparams_dft
+        assert (model.path, draft.n_max, draft.n_min) == ("d.gguf", 4, 0)
+        chosen = list(spec.types) if hasattr(spec, "types") else [spec.type]
+        assert [t.name for t in chosen] in (["COMMON_SPECULATIVE_TYPE_DRAFT"], ["COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE"])
     finally:
         sys.path.remove(str(BUILD))
 
