@@ -31,6 +31,10 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     the same with a draft model, the target itself (-md, up to 4 drafted tokens, every
                     draft accepted): a live bug, every drafted token reported with logprob 0 and no
                     top_logprobs (ggml-org/llama.cpp issue #27972, open)
+  swa-draft-tokens  on the sliding-window model with a draft model (the target itself, -md, up to 4 drafted
+                    tokens), one slot, 8 fresh 120-token prompts one at a time: greedy token lists of 24
+                    tokens that differ from the reference's, a shorter one named as short (logprobs not
+                    compared: drafted ones are 0); b8672 to b9093 return 21 to 23 tokens on 3 of 8
   swa-long-batched-unified / -split
                     on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
                     4 slots over one unified KV / one KV per slot: 20 fresh prompts of 640 to 1749 tokens
@@ -263,6 +267,26 @@ def speculative_draft_length(start: Callable[..., Server]) -> str:
     return found + (f" ({', '.join(map(str, short))} tokens; BUG: max_tokens not honoured)" if short else "")
 
 
+def swa_draft_tokens(start: Callable[..., Server]) -> str:
+    """On the sliding-window model with a draft model (the target itself), one slot, 8 fresh 120-token
+    prompts one at a time: greedy token lists (24 tokens) that differ from the reference's."""
+    candidate = start("swa", ["-np", "1", "--cache-prompt", "-md", "{model}", "--draft-max", "4"])
+    reference, rng, wrong, first = start("swa", REFERENCE), random.Random(5), 0, []
+    try:
+        for _ in range(8):
+            prompt = tokens(rng, 120)
+            got, want = candidate.complete(prompt, 24)[0], reference.complete(prompt, 24)[0]
+            if got != want:
+                wrong += 1
+                at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+                first.append(f"token {at}" if at is not None else f"{len(got)} tokens, short")
+    finally:
+        candidate.stop()
+        reference.stop()
+    where = f" (first difference: {', '.join(first)}; BUG)" if wrong else ""
+    return f"{wrong} of 8 greedy token lists differ from the reference's" + where
+
+
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "ignore-eos": ignore_eos,
     "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
@@ -272,6 +296,7 @@ PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
     "speculative-draft-length": speculative_draft_length,
     "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
+    "swa-draft-tokens": swa_draft_tokens,
     "swa-long-batched-unified": lambda start: swa_long_batched(start, "--kv-unified"),
     "swa-long-batched-split": lambda start: swa_long_batched(start, "--no-kv-unified"),
     "swa-long-batched-swa-full": lambda start: swa_long_batched(start, "--kv-unified", "--swa-full"),
