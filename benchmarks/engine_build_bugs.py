@@ -13,6 +13,28 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
   swa-reuse-batched on the sliding-window model, 8 prompts sharing a 256-token prefix sent in groups of 3
                     to 5 at once beside unrelated ones, 3 rounds: replies that differ from a no-cache server's
                     (greedy tokens, or a logprob by more than 0.005)
+  swa-slot-restore  on the sliding-window model, one slot, every host-memory cache off (--cache-ram 0): a
+                    120-token prompt P is sent, the slot saved to a file (POST /slots/0?action=save), a
+                    50-token unrelated prompt served in the slot, the file restored, then P plus 5 tokens
+                    asked, 3 rounds: replies that differ from the reference's, and the tokens the reply
+                    says it reused (a build that restores the unrelated prompt's context checkpoint
+                    reuses 45: its state, not P's)
+  speculative-logprobs
+                    n-gram speculative decoding on (--spec-type ngram-mod, no draft model; on these random
+                    prompts nothing is drafted), 3 greedy requests of 8 tokens with top_logprobs 2 against
+                    the reference: token lists that differ, positions reported with no top_logprobs, and
+                    the largest |dlogprob|
+  speculative-draft-length
+                    with that draft model, 20 greedy requests of 32 tokens with ignore_eos: replies shorter
+                    than asked (b8672 and b8929 stop one token early on some: 31 tokens)
+  speculative-draft-logprobs
+                    the same with a draft model, the target itself (-md, up to 4 drafted tokens, every
+                    draft accepted): a live bug, every drafted token reported with logprob 0 and no
+                    top_logprobs (ggml-org/llama.cpp issue #27972, open)
+  swa-draft-tokens  on the sliding-window model with a draft model (the target itself, -md, up to 4 drafted
+                    tokens), one slot, 8 fresh 120-token prompts one at a time: greedy token lists of 24
+                    tokens that differ from the reference's, a shorter one named as short (logprobs not
+                    compared: drafted ones are 0); b8672 to b9093 return 21 to 23 tokens on 3 of 8
   swa-long-batched-unified / -split
                     on the sliding-window model with every prompt cache off (--no-cache-prompt --cache-ram 0),
                     4 slots over one unified KV / one KV per slot: 20 fresh prompts of 640 to 1749 tokens
@@ -54,7 +76,8 @@ class Server:
         self.port = free_port()
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [str(program), "-m", str(model), "--port", str(self.port), *SERVE, *flags],
+                [str(program), "-m", str(model), "--port", str(self.port), *SERVE]
+                + [str(model) if flag == "{model}" else flag for flag in flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -79,6 +102,14 @@ class Server:
         content = reply["choices"][0]["logprobs"]["content"]
         cached = (reply.get("usage", {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
         return [t["id"] for t in content], [t["logprob"] for t in content], int(cached)
+
+    def post(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        return json.load(urllib.request.urlopen(request, timeout=120))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -170,11 +201,102 @@ def swa_long_batched(start: Callable[..., Server], *kv: str) -> str:
     return tally.words()
 
 
+def swa_slot_restore(start: Callable[..., Server]) -> str:
+    """A slot saved, overwritten by an unrelated prompt and restored, then its prompt continued."""
+    files = tempfile.mkdtemp(prefix="gate-slot-files-")
+    candidate = start("swa", ["-np", "1", "--cache-prompt", "--cache-ram", "0", "--slot-save-path", files])
+    reference, rng, tally, reused = start("swa", REFERENCE), random.Random(4), Tally(), []
+    try:
+        for i in range(3):
+            saved = tokens(rng, 120)
+            candidate.complete(saved, 1)
+            candidate.post("/slots/0?action=save", {"filename": f"p{i}.bin"})
+            candidate.complete(tokens(rng, 50), 1)
+            candidate.post("/slots/0?action=restore", {"filename": f"p{i}.bin"})
+            full = saved + tokens(rng, 5)
+            ids, lps, cached = candidate.complete(full, 8)
+            want_ids, want_lps, _ = reference.complete(full, 8)
+            gap = max(abs(a - b) for a, b in zip(lps, want_lps, strict=True))
+            tally.worst, tally.total = max(tally.worst, gap), tally.total + 1
+            tally.wrong += ids != want_ids or gap > 0.005
+            reused.append(cached)
+    finally:
+        candidate.stop()
+        reference.stop()
+    return f"{tally.words()}; tokens reused after the restore: {', '.join(map(str, reused))}"
+
+
+def speculative_logprobs(start: Callable[..., Server], *spec: str) -> str:
+    """`spec`: the candidate's speculative flags (n-gram drafts, or a draft model)."""
+    candidate, reference = (
+        start("llama", ["-np", "1", "--cache-prompt", *spec]),
+        start("llama", REFERENCE),
+    )
+    rng, differ, bare, total, worst = random.Random(3), 0, 0, 0, 0.0
+    try:
+        for _ in range(3):
+            prompt = tokens(rng, 60)
+            body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 2, "ignore_eos": True}
+            got = candidate.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+            want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+            differ += [t["id"] for t in got] != [t["id"] for t in want]
+            bare, total = bare + sum(not t["top_logprobs"] for t in got), total + len(got)
+            # zip: b8672 may stop early (ignore_eos ignored), a shorter list that `differ` counts
+            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
+    finally:
+        candidate.stop()
+        reference.stop()
+    words = (
+        f"token lists differ in {differ} of 3 (a shorter list counts); {bare} of {total} tokens without top_logprobs"
+    )
+    words += f"; max abs dlogprob {worst:.3g}"
+    return words + (" (BUG: logprobs left out)" if bare or worst > 0.005 else "")
+
+
+def speculative_draft_length(start: Callable[..., Server]) -> str:
+    """20 greedy requests of 32 tokens (ignore_eos) with a draft model, the target itself: how many replies
+    come back shorter than asked."""
+    candidate = start("llama", ["-np", "1", "--cache-prompt", "-md", "{model}", "--draft-max", "4"])
+    rng, lengths = random.Random(0), []
+    try:
+        lengths = [len(candidate.complete(tokens(rng, 50), 32)[0]) for _ in range(20)]
+    finally:
+        candidate.stop()
+    short = [n for n in lengths if n < 32]
+    found = f"{len(short)} of 20 replies shorter than 32 tokens"
+    return found + (f" ({', '.join(map(str, short))} tokens; BUG: max_tokens not honoured)" if short else "")
+
+
+def swa_draft_tokens(start: Callable[..., Server]) -> str:
+    """On the sliding-window model with a draft model (the target itself), one slot, 8 fresh 120-token
+    prompts one at a time: greedy token lists (24 tokens) that differ from the reference's."""
+    candidate = start("swa", ["-np", "1", "--cache-prompt", "-md", "{model}", "--draft-max", "4"])
+    reference, rng, wrong, first = start("swa", REFERENCE), random.Random(5), 0, []
+    try:
+        for _ in range(8):
+            prompt = tokens(rng, 120)
+            got, want = candidate.complete(prompt, 24)[0], reference.complete(prompt, 24)[0]
+            if got != want:
+                wrong += 1
+                at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+                first.append(f"token {at}" if at is not None else f"{len(got)} tokens, short")
+    finally:
+        candidate.stop()
+        reference.stop()
+    where = f" (first difference: {', '.join(first)}; BUG)" if wrong else ""
+    return f"{wrong} of 8 greedy token lists differ from the reference's" + where
+
+
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "ignore-eos": ignore_eos,
     "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
     "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
     "swa-reuse-batched": swa_reuse_batched,
+    "swa-slot-restore": swa_slot_restore,
+    "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
+    "speculative-draft-length": speculative_draft_length,
+    "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
+    "swa-draft-tokens": swa_draft_tokens,
     "swa-long-batched-unified": lambda start: swa_long_batched(start, "--kv-unified"),
     "swa-long-batched-split": lambda start: swa_long_batched(start, "--no-kv-unified"),
     "swa-long-batched-swa-full": lambda start: swa_long_batched(start, "--kv-unified", "--swa-full"),

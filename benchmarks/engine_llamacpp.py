@@ -38,7 +38,7 @@ EXAMPLES = [
     "engine-llamacpp-sliding-window",
     "engine-llamacpp-sliding-window-defaults",
 ]
-EXIT = {"pass": 0, "fail": 1}
+EXIT = {"pass": 0, "fail": 1, "error": 14}
 
 
 def documented_verdict(manifest: Path) -> str:

@@ -81,6 +81,10 @@ BUG_CLASSES: dict[str, str] = {
     "state, the slot the file went to)",
     "malformed-state": "the engine accepted a malformed or truncated saved state (a slot file) instead of "
     "refusing it, or answered from it",
+    "unreported-logprobs": "the engine's reply leaves out the probabilities it was asked for: positions with no "
+    "top-k and a logprob of 0 (probability 1) where the reference computes less, with the same greedy tokens "
+    "(llama.cpp b8672 with speculative decoding on: every token after the first); the tokens may be right, "
+    "the reported distribution is not the model's",
     "uncertain": "the evidence fits no class: see the length profile and the per-layer comparison",
 }
 

@@ -176,6 +176,15 @@ def judge(
     )
 
 
+def unreported_logprobs(reference: EngineCompletion, candidate: EngineCompletion) -> list[int]:
+    """Positions where the candidate, with the reference's greedy token, reports no top-k though the
+    reference's reply has one there (the engine left out the probabilities it was asked for); empty where
+    the greedy tokens differ, since then the replies are wrong, not only their reported probabilities."""
+    if candidate.tokens != reference.tokens:
+        return []
+    return [i for i, (got, want) in enumerate(zip(candidate.top, reference.top, strict=False)) if want and not got]
+
+
 def tolerated_change(level: str, widest: float) -> float | None:
     """What an engine check accepts of a correct reply's logprobs under a tolerance claim: DENY_ALLOWANCE
     times the widest tolerance it judged with (the noise floor included). A control whose fault moves the

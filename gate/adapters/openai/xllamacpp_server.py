@@ -109,6 +109,10 @@ VALUES: dict[tuple[str, ...], tuple[str, Callable[[str], Any]]] = {
     ("-a", "--alias"): ("model_alias", str),
     ("-to", "--timeout"): ("timeout", _int),
     ("-lv", "--verbosity", "--log-verbosity"): ("verbosity", _int),
+    ("--spec-type",): ("speculative.type", str),
+    ("-md", "--model-draft"): ("speculative.model", str),
+    ("--draft-max", "--draft", "--draft-n"): ("speculative.n_max", _int),
+    ("--draft-min", "--draft-n-min"): ("speculative.n_min", _int),
 }
 """llama-server flags that take a value: (the CommonParams field, the conversion)."""
 
@@ -222,6 +226,7 @@ def configure(xllamacpp: Any, settings: dict[str, Any], version: str) -> Any:
         names = {"on": "ENABLED", "off": "DISABLED", "auto": "AUTO"}
         value = names[settings.pop("flash_attn_type")]
         settings["flash_attn_type"] = xllamacpp.llama_flash_attn_type.__members__[f"LLAMA_FLASH_ATTN_TYPE_{value}"]
+    speculative = {key: settings.pop(key) for key in list(settings) if key.startswith("speculative.")}
     for field, flag in (("cache_type_k", "--cache-type-k"), ("cache_type_v", "--cache-type-v")):
         if field in settings:
             settings[field] = _enum(xllamacpp.ggml_type, "GGML_TYPE_", settings[field], flag)
@@ -231,7 +236,41 @@ def configure(xllamacpp: Any, settings: dict[str, Any], version: str) -> Any:
     for field, value in values.items():
         _assign(params, field, value, version)
     _assign(params, "hostnames|hostname", [host] if hasattr(params, "hostnames") else host, version)
+    if speculative:
+        _speculative(xllamacpp, params, speculative)
     return params
+
+
+def _speculative(xllamacpp: Any, params: Any, settings: dict[str, Any]) -> None:
+    """Speculative decoding: `--spec-type NAME` (ngram-mod, ngram-simple, ...: drafts without a draft model)
+    and `-md FILE` (a draft model; its type, draft or draft-simple by build, unless --spec-type names one),
+    `--draft-max`/`--draft-min`. Older builds hold one `speculative.type` and the draft's fields on
+    `speculative` itself (`mparams_dft`), newer ones a list `speculative.types` and a `speculative.draft`."""
+    members = xllamacpp.common_speculative_type.__members__
+    spec = params.speculative
+    name = settings.get("speculative.type")
+    if name is None:  # -md alone: llama-server drafts with the model it names
+        name = "draft-simple" if "COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE" in members else "draft"
+    key = "COMMON_SPECULATIVE_TYPE_" + name.upper().replace("-", "_")
+    if key not in members or key.endswith("_COUNT"):
+        known = ", ".join(m[24:].lower().replace("_", "-") for m in members if not m.endswith("_COUNT"))
+        raise UsageError(f"llama-server flag --spec-type: {name!r} is not one of {known}")
+    if hasattr(spec, "types"):
+        spec.types = [members[key]]
+    else:
+        spec.type = members[key]
+    draft = spec.draft if hasattr(spec, "draft") else spec  # newer builds: a view, changed in place
+    if "speculative.model" in settings:
+        model = draft.mparams if hasattr(draft, "mparams") else draft.mparams_dft
+        model.path = settings["speculative.model"]
+        if hasattr(draft, "mparams"):
+            draft.mparams = model
+        else:
+            draft.mparams_dft = model
+    for field in ("n_max", "n_min"):
+        if f"speculative.{field}" in settings:
+            setattr(draft, field, settings[f"speculative.{field}"])
+    params.speculative = spec
 
 
 # -- identity ----------------------------------------------------------------------------------------

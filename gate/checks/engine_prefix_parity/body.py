@@ -18,6 +18,7 @@ from gate.checks._engine import (
     require_hits,
     same_vocabulary,
     seeded_prompt,
+    unreported_logprobs,
 )
 from gate.checks._topk import worst
 from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams, planned_lengths
@@ -125,8 +126,7 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
     seen["observation"] = observation([got for _, _, got in obs.replies])
     problems = _problems(j)
     if problems:
-        bug_class = "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
-        return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, bug_class, **seen)
+        return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, failure_class(obs, j), **seen)
     if j.warnings:
         message = f"greedy tokens agree at every length; logprobs over tolerance: {'; '.join(j.warnings)}"
         return Outcome("warn", message, **seen)
@@ -144,6 +144,17 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
         f"max |Δlogprob| {metrics['max_abs_dlogprob']:.3g}"
     )
     return Outcome("pass", message, **seen)
+
+
+def failure_class(obs: Observations, j: Judgement) -> str | None:
+    """cached-reply for a reply that differs, unreported-logprobs when every failing reply has the
+    reference's tokens and leaves out top-k the reference reports (the engine left out the probabilities,
+    e.g. llama.cpp b8672 with speculative decoding on), missed-reuse when nothing failed but a length
+    went without a hit."""
+    failing = [(want, got) for length, want, got in obs.replies if length in j.failed_at]
+    if failing and all(unreported_logprobs(want, got) for want, got in failing):
+        return "unreported-logprobs"
+    return "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
 
 
 def _problems(j: Judgement) -> list[str]:

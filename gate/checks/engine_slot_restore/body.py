@@ -250,7 +250,12 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
             bad_files.append(f"restoring a slot file {x.cut} killed the engine ({_death(x.crash)})")
         rows.append(row)
     findings = problems + bad_files
-    if crash is not None:
+    if crash is not None and diagnosis is not None:
+        # a wrong continuation from a good file is the finding about restored state (llama.cpp b9538 to
+        # b9873 restore another prompt's context checkpoint); an abort on a truncated copy, on the same
+        # build, is another finding, kept beside it rather than renaming it
+        diagnosis = {**diagnosis, "problems": findings, "crash": crash.diagnosis()}
+    elif crash is not None:
         diagnosis = {**crash.diagnosis(), "problems": findings}
     elif findings and diagnosis is None:
         diagnosis = _class("malformed-state", findings)

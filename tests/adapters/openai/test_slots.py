@@ -109,6 +109,27 @@ def test_a_wrong_continuation_after_a_restore_fails_as_restored_state() -> None:
     assert outcome.message.startswith("slot 0, same server: the continuation after the restore differs")
 
 
+def test_a_wrong_continuation_stays_restored_state_when_a_truncated_copy_then_crashes_the_engine() -> None:
+    # llama.cpp b9873 on the sliding-window example: the restored slot continues on another prompt's context
+    # checkpoint (step 1), and the 1-byte-short copy aborts the restarted server (step 3); the class names
+    # the wrong reply, and the crash stays beside it
+    from gate.errors import EngineCrashed, SubjectCrash
+
+    restores = _restores(200)
+    restores[0].reply = _reply([5, 9, 7], 45)
+    crash = SubjectCrash("restore", EngineCrashed("GGML_ASSERT(nread <= state_size) failed"), {"exit_status": -6})
+    crashed = Malformed("less its last 1 byte", 999, 4, "crashed", "", None, crash)
+    outcome = explain(_ctx(), _measured(restores, [crashed]))  # type: ignore[arg-type]
+    assert outcome.status == "fail" and outcome.diagnosis is not None
+    assert outcome.diagnosis["bug_class"] == "restored-state"
+    assert outcome.diagnosis["crash"]["bug_class"] == "crash"
+    assert outcome.diagnosis["crash"]["exit_status"] == -6
+    assert outcome.message.startswith("slot 0, same server: the continuation after the restore differs")
+    assert "killed the engine (exit status -6, GGML_ASSERT(nread <= state_size) failed)" in outcome.message
+    alone = explain(_ctx(), _measured(_restores(200), [crashed]))  # type: ignore[arg-type]
+    assert alone.diagnosis is not None and alone.diagnosis["bug_class"] == "crash"  # the crash alone: crash
+
+
 def test_a_good_file_the_engine_refuses_to_restore_fails() -> None:
     restores = _restores(200)
     restores[0] = Restore("slot 0, same server", 0, None, {}, "HTTP 400: Unable to restore slot")

@@ -14,7 +14,14 @@ import pytest
 from gate._util.stopping import stop_all
 from gate.adapters.openai import Options
 from gate.adapters.openai.path import EnginePath
-from gate.adapters.openai.xllamacpp_server import UsageError, build_number, installed_version, parse, write_wrapper
+from gate.adapters.openai.xllamacpp_server import (
+    UsageError,
+    build_number,
+    configure,
+    installed_version,
+    parse,
+    write_wrapper,
+)
 from tests.support.repo import REPO
 
 
@@ -26,6 +33,38 @@ def test_the_last_of_a_repeated_flag_wins_and_values_convert() -> None:
     # the context checkpoints' count and spacing (the aimed workload's checkpoint-interval, gate/checks/_mechanisms.py)
     spaced = parse(["-m", "m.gguf", "--ctx-checkpoints", "8", "--checkpoint-min-step", "256"])
     assert (spaced["n_ctx_checkpoints"], spaced["checkpoint_min_step"]) == (8, 256)
+
+
+def test_speculative_flags_are_mapped_per_build() -> None:
+    # speculative decoding without a draft model (examples/engine-llamacpp-speculative.yaml): b8672 to
+    # b9093 hold one `speculative.type`, later builds a list `speculative.types`
+    assert parse(["-m", "m.gguf", "--spec-type", "ngram-mod"])["speculative.type"] == "ngram-mod"
+    if BUILD is None:
+        pytest.skip("no xllamacpp build installed: python benchmarks/engine_builds.py --builds b11549 --install-only")
+    import importlib
+    import sys
+
+    version = installed_version(BUILD)
+    sys.path.insert(0, str(BUILD))
+    try:
+        xllamacpp = importlib.import_module("xllamacpp")
+        params = configure(xllamacpp, parse(["-m", "m.gguf", "--spec-type", "ngram-mod"]), version)
+        spec = params.speculative
+        chosen = list(spec.types) if hasattr(spec, "types") else [spec.type]
+        assert [t.name for t in chosen] == ["COMMON_SPECULATIVE_TYPE_NGRAM_MOD"]
+        with pytest.raises(UsageError, match=r"--spec-type: 'ngram-nope' is not one of .*ngram-mod") as caught:
+            configure(xllamacpp, parse(["-m", "m.gguf", "--spec-type", "ngram-nope"]), version)
+        assert "count" not in str(caught.value)
+        # a draft model alone: llama-server drafts with it (draft, or draft-simple on newer builds)
+        argv = ["-m", "m.gguf", "-md", "d.gguf", "--draft-max", "4", "--draft-min", "0"]
+        spec = configure(xllamacpp, parse(argv), version).speculative
+        draft = spec.draft if hasattr(spec, "draft") else spec
+        model = draft.mparams if hasattr(draft, "mparams") else draft.mparams_dft
+        assert (model.path, draft.n_max, draft.n_min) == ("d.gguf", 4, 0)
+        chosen = list(spec.types) if hasattr(spec, "types") else [spec.type]
+        assert [t.name for t in chosen] in (["COMMON_SPECULATIVE_TYPE_DRAFT"], ["COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE"])
+    finally:
+        sys.path.remove(str(BUILD))
 
 
 @pytest.mark.parametrize(
