@@ -130,7 +130,7 @@ KNOWN_BUGS = [
         9873,
         10068,
         "engine-llamacpp-sliding-window",
-        0,  # engine-slot-restore is a warning by policy (engine-serving.yaml): amber, exit 0 by itself
+        1,  # wrong output on the restore path: a failure (engine-serving 5 denies on engine-slot-restore)
         "engine-slot-restore",
         "fail",
         "restored-state",
