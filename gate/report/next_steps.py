@@ -108,12 +108,16 @@ def expected_run(result: GateResult, only: Sequence[str]) -> tuple[int, str]:
     return EXIT_PARTIAL, _label("partial")
 
 
-def expected_verify(result: GateResult, ledger: bool) -> tuple[int, str]:
-    """Exit code of `gate verify` on this signed dossier as it stands: 0 for a verdict a deploy may
-    ship (a pass; a pass with waivers when `--ledger` shows its waivers, judged under the same trust
-    policy as the run), else 7, not deployable (an awaiting-approval one until approved)."""
-    if result.verdict.value == "pass" or (result.verdict.value == "pass-with-waivers" and ledger):
+def expected_verify(result: GateResult, ledger: bool, trust: bool) -> tuple[int, str]:
+    """Exit code of `gate verify` on this signed dossier once the steps before it ran: 0 for a verdict
+    a deploy may ship (a pass; a pass with waivers when `--ledger` shows its waivers, judged under
+    the same trust policy as the run; an awaiting-approval one once the approval step above signed
+    it under the trust policy `--trust` names), else 7, not deployable."""
+    verdict = result.verdict.value
+    if verdict == "pass" or (verdict == "pass-with-waivers" and ledger):
         return EXIT_PASS, "deployable"
+    if verdict == "awaiting-approval" and trust:
+        return EXIT_PASS, "deployable once approved"
     return EXIT_NOT_DEPLOYABLE, "NOT DEPLOYABLE"
 
 
@@ -218,9 +222,9 @@ def next_steps(
                 "checks the signature, the digests and the verdict by role"
                 + ("" if context.trust else " (CI.pub: the run signer's public key)")
                 + (", and the ledger's revocations" if local_ledger else "")
-                + " (docs/audit.md)"
-                + (" (before the approval above)" if verdict == "awaiting-approval" else ""),
-                expected_verify(result, local_ledger is not None),
+                + ("; run it after the approval above" if verdict == "awaiting-approval" and context.trust else "")
+                + " (docs/audit.md)",
+                expected_verify(result, local_ledger is not None, context.trust is not None),
             )
         )
     return steps
