@@ -1,8 +1,10 @@
 # gate: two commands do all the set-up on a fresh machine.
 #   make demo   - create .venv, install, run the embedded default example end to end, sign and verify it
 #   make test   - create .venv if needed and run the test suite (the fast part: pyproject's addopts
-#                 leave out the engine, ray, vllm, journey and docs markers, each run by its .ci/ script)
+#                 leave out the engine, ray, vllm, journey, docs and next_steps markers, each run by its
+#                 .ci/ script)
 #   make journey, make docs-test - the CI journey end to end, every docs command as printed (as .ci/run)
+#   make next-steps-test - every example's "What next" commands as printed, each to the exit it predicts
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,7 +12,7 @@ STAMP  := $(VENV)/.gate-installed
 DEMO   := out/demo
 KEY    := out/demo-signing
 
-.PHONY: demo test journey docs-test lint install clean engine
+.PHONY: demo test journey docs-test next-steps-test lint install clean engine
 
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
@@ -51,6 +53,9 @@ journey: $(STAMP)
 
 docs-test: $(STAMP)
 	bash .ci/docs.sh
+
+next-steps-test: $(STAMP)
+	bash .ci/next-steps.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check gate tests benchmarks

@@ -364,7 +364,9 @@ def build_report(
         failures=_failures(result, sections),
         plan=plan,
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
-        next_steps=next_steps(result, sections, out_dir, commands) if label != "APPROVED" else [],
+        next_steps=next_steps(result, sections, out_dir, commands, signed=signing.signed)
+        if label != "APPROVED"
+        else [],
         downloads=[d for s in sections for d in s.downloads],
         envelopes=[row for s in sections for row in s.slices] if _claim_level(result) == "bounded-degradation" else [],
         controls=_controls(result),

@@ -327,6 +327,18 @@ class NextStep:
     title: str
     command: str
     note: str = ""
+    expect_exit: int | None = None
+    """The exit code this command ends with, derived from this dossier's own results
+    (gate.report.next_steps.expected_run); None: not predicted."""
+    expect: str = ""
+    """That exit code in words: `FAIL`, `PARTIAL`, `NOT DEPLOYABLE`, ..."""
+
+    @property
+    def expectation(self) -> str:
+        """`expect exit 1 (FAIL)`, as the dossier shows it; empty when not predicted."""
+        if self.expect_exit is None:
+            return ""
+        return f"expect exit {self.expect_exit}" + (f" ({self.expect})" if self.expect else "")
 
 
 @dataclass(frozen=True)

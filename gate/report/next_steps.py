@@ -1,10 +1,17 @@
 """The "What next" box: the exact commands a reader runs after a verdict that is not a plain pass.
 
 - a failing or erroring check (or an unproven one that ran; one that could not run here cannot
-  run alone either): reproduce it alone (`gate run … --check NAME`), then a wider sweep
-  that pins down where the failure starts (every prefix length up to the first failing one);
+  run alone either): reproduce it (`gate run … --check NAME`) with the checks that stand in for it
+  (`covered_by`: without them it would be judged unproven, not as the dossier shows it), then a
+  wider sweep that pins down where prefix-sweep's failure starts (every prefix length up to it);
 - awaiting approval: the `gate approve` command for this dossier's directory, first;
-- a waived check: reproduce it before the waiver expires.
+- a waived check: reproduce it before the waiver expires;
+- a signed dossier whose verdict is not a plain pass: `gate verify` it.
+
+Each step carries the exit code it ends with (`NextStep.expect_exit`), derived from this dossier's
+own results: a `gate run --check` judged by `expected_run` (the checks it names as recorded here,
+every other one not run), `gate approve` 0, `gate verify` as deployable or not (`expected_verify`).
+tests/report/test_next_steps_run.py runs every printed step of every shipped example and compares.
 
 Commands name the manifest as the run recorded it, the output directory the dossier was written
 to (`DIR` when unknown, e.g. a dossier re-rendered from results.json alone), and the ledger and
@@ -18,9 +25,18 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gate.core.result import GateResult
+from gate.core.result import GateResult, Status
+from gate.errors import (
+    EXIT_CHECK_ERROR,
+    EXIT_GATE_FAILED,
+    EXIT_NOT_DEPLOYABLE,
+    EXIT_PARTIAL,
+    EXIT_PASS,
+    EXIT_UNPROVEN,
+)
 from gate.report.fmt import as_float
 from gate.report.model import CheckSection, NextStep
+from gate.report.words import VERDICTS
 
 SWEEP_CHECK = "prefix-sweep"
 FAILING = ("fail", "error", "unproven")
@@ -52,11 +68,61 @@ def _quoted(words: Sequence[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _run(manifest: str, out: str, check: str, *params: str) -> str:
-    words = ["gate", "run", manifest, "--out", out, "--check", check]
+def _run(manifest: str, out: str, checks: Sequence[str], *params: str, options: Sequence[str] = ()) -> str:
+    words = ["gate", "run", manifest, "--out", out]
+    for check in checks:
+        words += ["--check", check]
     for param in params:
         words += ["--param", param]
-    return _quoted(words)
+    return _quoted([*words, *options])
+
+
+def with_stand_ins(result: GateResult, check: str) -> list[str]:
+    """`check` and the planned checks that stand in for it (its `covered_by`), in plan order: what a
+    run of it needs to be judged as this dossier judged it (alone, a check whose rule is observed at
+    model level by others finds them not run, and stays unproven)."""
+    covered = next((set(c.covered_by) for c in result.checks if c.check == check), set())
+    return [c.check for c in result.checks if c.check == check or c.check in covered]
+
+
+def _label(verdict: str) -> str:
+    return VERDICTS[verdict][0]
+
+
+def expected_run(result: GateResult, only: Sequence[str]) -> tuple[int, str]:
+    """Exit code and verdict label of `gate run MANIFEST --check A --check B ...` from this dossier's
+    own results: the checks named judged as recorded here, every other planned check not run; the
+    order gate.engine.runner.decide applies (an error's own code, a failed deny check, a deny
+    unproven, then a partial run; naming every check, the dossier's own verdict)."""
+    chosen = [c for c in result.checks if c.check in only]
+    if len(chosen) == len(result.checks):
+        return result.exit_code, _label(result.verdict.value)
+    errors = [c for c in chosen if c.status == Status.error]
+    if errors:
+        code = errors[0].metrics.get("exit_code")
+        return code if isinstance(code, int) else EXIT_CHECK_ERROR, _label("error")
+    if any(c.status == Status.failed and c.severity == "deny" for c in chosen):
+        return EXIT_GATE_FAILED, _label("fail")
+    if any(c.status == Status.unproven and c.unproven == "deny" for c in chosen):
+        return EXIT_UNPROVEN, _label("unproven")
+    return EXIT_PARTIAL, _label("partial")
+
+
+def expected_verify(result: GateResult, ledger: bool, trust: bool) -> tuple[int, str]:
+    """Exit code of `gate verify` on this signed dossier once the steps before it ran: 0 for a verdict
+    a deploy may ship (a pass; a pass with waivers when `--ledger` shows its waivers, judged under
+    the same trust policy as the run; an awaiting-approval one once the approval step above signed
+    it under the trust policy `--trust` names), else 7, not deployable."""
+    verdict = result.verdict.value
+    if verdict == "pass" or (verdict == "pass-with-waivers" and ledger):
+        return EXIT_PASS, "deployable"
+    if verdict == "awaiting-approval" and trust:
+        return EXIT_PASS, "deployable once approved"
+    return EXIT_NOT_DEPLOYABLE, "NOT DEPLOYABLE"
+
+
+def _step(title: str, command: str, note: str, expected: tuple[int, str]) -> NextStep:
+    return NextStep(title=title, command=command, note=note, expect_exit=expected[0], expect=expected[1])
 
 
 def _first_length(section: CheckSection) -> int | None:
@@ -69,9 +135,15 @@ def _first_length(section: CheckSection) -> int | None:
 
 
 def next_steps(
-    result: GateResult, sections: Sequence[CheckSection], out_dir: str | None, commands: CommandContext | None = None
+    result: GateResult,
+    sections: Sequence[CheckSection],
+    out_dir: str | None,
+    commands: CommandContext | None = None,
+    *,
+    signed: bool = True,
 ) -> list[NextStep]:
-    """What to do next, most useful first; empty for a plain pass."""
+    """What to do next, most useful first; empty for a plain pass. `signed`: whether the dossier is
+    signed (an unsigned one gets no `gate verify` step: it could only fail)."""
     manifest = result.manifest_digest.path or "MANIFEST"
     out = out_dir or "DIR"
     context = commands or CommandContext(trust=result.trust_policy.path if result.trust_policy else None)
@@ -83,64 +155,76 @@ def next_steps(
     failing += [s for s in sections if s.status in FAILING and s.check in ran and s.severity != "deny"]
     planned = {s.check for s in sections}
     for s in failing:
+        checks = with_stand_ins(result, s.check)
+        others = [c for c in checks if c != s.check]
         steps.append(
-            NextStep(
-                title=f"Reproduce {s.check} alone",
-                command=_run(manifest, f"{out}-{s.check}", s.check) + " -v",
-                note="runs only this check of the plan (the result says the rest were not run; never a PASS)",
+            _step(
+                f"Reproduce {s.check} alone" if not others else f"Reproduce {s.check} with {', '.join(others)}",
+                _run(manifest, f"{out}-{s.check}", checks) + " -v",
+                "runs only this check of the plan (the result says the rest were not run; never a PASS)"
+                if not others
+                else f"runs only these checks of the plan: {', '.join(others)} stand in for {s.check} at model "
+                "level, so it is judged as here (the result says the rest were not run; never a PASS)",
+                expected_run(result, checks),
             )
         )
-    sweep_lengths = [(s, n) for s in failing if (n := _first_length(s)) is not None]
-    if sweep_lengths and SWEEP_CHECK in planned:
-        section, length = min(sweep_lengths, key=lambda item: item[1])
+    sweep = next((s for s in failing if s.check == SWEEP_CHECK), None)
+    length = _first_length(sweep) if sweep is not None else None
+    if sweep is not None and length is not None and SWEEP_CHECK in planned:
+        # up to prefix-sweep's own first failing length: the dense sweep runs that length again, so
+        # it ends as the dossier's prefix-sweep did
         steps.append(
-            NextStep(
-                title=f"Find where it starts: every prefix length up to {length}",
-                command=_run(
+            _step(
+                f"Find where it starts: every prefix length up to {length}",
+                _run(
                     manifest,
                     f"{out}-wide",
-                    SWEEP_CHECK,
+                    [SWEEP_CHECK],
                     f"{SWEEP_CHECK}.every_length_up_to={max(length, 1)}",
                     f"{SWEEP_CHECK}.log_spaced={WIDE_LOG_SPACED}",
                 ),
-                note=f"{section.check} first failed at {section.detected_at or length}; a dense sweep below it "
-                "finds the first failing length, and the log-spaced lengths reach the longest prefix",
+                f"{SWEEP_CHECK} first failed at {sweep.detected_at or length}; a dense sweep below it finds the "
+                "first failing length, and the log-spaced lengths reach the longest prefix",
+                expected_run(result, [SWEEP_CHECK]),
             )
         )
     if verdict == "awaiting-approval":  # the decision asked of this reader comes first
         steps.insert(
             0,
-            NextStep(
-                title="Approve it, if the envelope above is acceptable",
-                command=_quoted(
-                    ["gate", "approve", out, "--key", "YOUR.key", "--reason", APPROVE_REASON, *context.options()]
-                ),
-                note="needs an approver in the trust policy for this intervention (docs/audit.md); review the "
+            _step(
+                "Approve it, if the envelope above is acceptable",
+                _quoted(["gate", "approve", out, "--key", "YOUR.key", "--reason", APPROVE_REASON, *context.options()]),
+                "needs an approver in the trust policy for this intervention (docs/audit.md); review the "
                 "slices and download the flipped samples first",
+                (EXIT_PASS, "approval recorded"),
             ),
         )
     for s in sections:
         if s.waiver is not None:
             steps.append(
-                NextStep(
-                    title=f"Fix {s.check} before its waiver "
+                _step(
+                    f"Fix {s.check} before its waiver "
                     + ("expired" if s.waiver.expired else f"expires on {s.waiver.expires}"),
-                    command=_run(manifest, f"{out}-{s.check}", s.check),
-                    note=f"waived by {s.waiver.approver}: {s.waiver.reason}",
+                    _run(manifest, f"{out}-{s.check}", [s.check], options=context.options()),
+                    f"waived by {s.waiver.approver}: {s.waiver.reason}",
+                    expected_run(result, [s.check]),
                 )
             )
-    if steps and verdict != "pass":
+    if steps and verdict != "pass" and signed:
+        local_ledger = context.ledger if context.ledger and "://" not in context.ledger else None
         steps.append(
-            NextStep(
-                title="Verify this dossier offline",
-                command=_quoted(
+            _step(
+                "Verify this dossier offline",
+                _quoted(
                     ["gate", "verify", out, *(["--trust", context.trust] if context.trust else ["--run-key", "CI.pub"])]
-                    + (["--ledger", context.ledger] if context.ledger and "://" not in context.ledger else [])
+                    + (["--ledger", local_ledger] if local_ledger else [])
                 ),
-                note="checks the signature, the digests and the verdict by role"
+                "checks the signature, the digests and the verdict by role"
                 + ("" if context.trust else " (CI.pub: the run signer's public key)")
-                + (", and the ledger's revocations" if context.ledger and "://" not in context.ledger else "")
+                + (", and the ledger's revocations" if local_ledger else "")
+                + ("; run it after the approval above" if verdict == "awaiting-approval" and context.trust else "")
                 + " (docs/audit.md)",
+                expected_verify(result, local_ledger is not None, context.trust is not None),
             )
         )
     return steps
