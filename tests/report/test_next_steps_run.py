@@ -184,6 +184,10 @@ LANE = sorted(
     and not p.stem.startswith("hf-kvpress-")
     and _documented(p) != "rejected"
 )
+if chosen := os.environ.get("GATE_NEXT_STEPS_EXAMPLES"):  # a named subset (.ci/next-steps.sh ci)
+    unknown = set(chosen.split(",")) - set(LANE)
+    assert not unknown, f"GATE_NEXT_STEPS_EXAMPLES names no example of the lane: {sorted(unknown)}"
+    LANE = [name for name in LANE if name in chosen.split(",")]
 
 
 @pytest.fixture(scope="module")
