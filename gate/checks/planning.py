@@ -5,7 +5,8 @@ plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach and w
 of the candidate (`DECLARED`: its package's NEEDS, NEEDS_INSTEAD, OPTIONAL and COVERED_BY; all
 torch-free, imported at once); the runner also what a built candidate offers them (`path_offers`).
 The controls read how the prefix checks serve a store and which identity assertions they make
-(`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch). This is the
+(`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch), and `gate
+checks --diagnoses` the table of what names each bug class (`diagnosis_table`, loaded on first use). This is the
 public face of the checks' private helpers for the rest of gate: no module outside gate.checks
 imports a `gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
 """
@@ -20,6 +21,7 @@ from gate.checks._needs import ABSENT, DECLARED, Declared, capability_table, off
 from gate.checks._params import BUILTIN_PARAMS
 
 if TYPE_CHECKING:
+    from gate.checks._diagnosis import diagnosis_table
     from gate.checks._prefix_store import LEGACY_METHODS, LegacyStore
     from gate.checks._prefix_support import WHY as IDENTITY_WHY
 
@@ -27,6 +29,7 @@ _LAZY = {
     "LegacyStore": ("_prefix_store", "LegacyStore"),
     "LEGACY_METHODS": ("_prefix_store", "LEGACY_METHODS"),
     "IDENTITY_WHY": ("_prefix_support", "WHY"),
+    "diagnosis_table": ("_diagnosis", "diagnosis_table"),
 }
 
 
@@ -46,6 +49,7 @@ __all__ = [
     "Declared",
     "LegacyStore",
     "capability_table",
+    "diagnosis_table",
     "offered_capabilities",
     "path_offers",
     "planned_coverage",

@@ -25,7 +25,7 @@ from gate.cli.common import echo, user_errors
 def command(verbose: bool, table: bool, diagnoses: bool) -> None:
     """List registered checks (built-in and plugins) with their catalogue cards."""
     if diagnoses:
-        from gate.checks._diagnosis import diagnosis_table
+        from gate.checks.planning import diagnosis_table
 
         click.echo(diagnosis_table(), nl=False)
         return
