@@ -49,7 +49,13 @@ def cpu_has_fp8_kv() -> bool:
     return bool(re.search(r"\b(avx512f|amx_tile)\b", info.read_text())) if info.exists() else False
 
 
-EXAMPLES = ["engine-vllm-prefix", "engine-vllm-fp8-kv", "engine-vllm-sliding-window", "engine-vllm-hosted"]
+EXAMPLES = [
+    "engine-vllm-prefix",
+    "engine-vllm-fp8-kv",
+    "engine-vllm-sliding-window",
+    "engine-vllm-hosted",
+    "engine-vllm-defaults",
+]
 HOSTED = "engine-vllm-hosted"
 HOSTED_URL = "http://127.0.0.1:8000"
 HOSTED_ENV = {
