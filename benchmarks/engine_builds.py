@@ -100,17 +100,20 @@ KNOWN_BUGS = [
         "missed-reuse",
         "none found: the SWA cache keeps n_swa + n_ubatch cells (ggml-org/llama.cpp PR #13194, #13833)",
     ),
-    KnownBug(
-        "one-token-prefix-not-reused",
-        9294,
-        9294,
-        9538,
-        "engine-llamacpp-prefix",
-        1,
-        "engine-prefix-parity",
-        "fail",
-        "missed-reuse",
-        "not found upstream",
+    *(
+        KnownBug(
+            "one-token-prefix-not-reused",
+            9294,
+            9294,
+            9538,
+            example,  # the speculative example's candidate is the prefix example's plus --spec-type
+            1,
+            "engine-prefix-parity",
+            "fail",
+            "missed-reuse",
+            "not found upstream",
+        )
+        for example in ("engine-llamacpp-prefix", "engine-llamacpp-speculative")
     ),
     KnownBug(
         "swa-reuse-under-load-wrong",

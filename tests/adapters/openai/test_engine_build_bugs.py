@@ -95,3 +95,15 @@ def test_ignore_eos_is_an_error_on_both_examples_of_b8672_only() -> None:
         assert judge_run(8672, example, "pass", 14, record("engine-batch-invariance", "error", None)) == []
     assert expected(8929, "engine-llamacpp-prefix", "pass") == (0, [])
     assert expected(8672, "engine-llamacpp-hosted", "pass") == (0, [])
+
+
+def test_a_one_token_prefix_missed_on_b9294_shows_on_the_speculative_example_too() -> None:
+    # `gate bisect` over the speculative example ran b9294: engine-prefix-parity failed, "no cache hit at
+    # length(s) 1", class missed-reuse (benchmarks/engine-bisect.md), as on the prefix example
+    example = "engine-llamacpp-speculative"
+    assert [b.name for b in expected(9294, example, "pass")[1]] == ["one-token-prefix-not-reused"]
+    missed = {
+        "checks": [{"check": "engine-prefix-parity", "status": "fail", "diagnosis": {"bug_class": "missed-reuse"}}]
+    }
+    assert judge_run(9294, example, "pass", 1, missed) == []
+    assert expected(9093, example, "pass") == (0, []) and expected(9538, example, "pass") == (0, [])
