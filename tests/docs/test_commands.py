@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,36 @@ def test_the_readme_names_the_commands_that_run_what_make_test_leaves_out() -> N
         assert re.search(rf"^timed {re.escape(script)}\b", ci, re.M), script
     extras = re.search(r'pip install --quiet -c constraints.txt -e "(\.\[[a-z,]+\])"', makefile)
     assert extras and f'"{extras.group(1)}"' in (root / "docs" / "install.md").read_text().replace("\n", " ")
+
+
+@pytest.mark.parametrize(
+    ("variables", "engine", "vllm"),
+    [
+        ([], "--builds all --examples all --out benchmarks/engine-releases.md", "--out benchmarks/vllm-releases.md"),
+        (
+            ["BUILDS=b11549", "EXAMPLES=engine-llamacpp-hosted", "VLLM=0.32.0,0.31.0", "ENGINE_OUT=out/er"],
+            "--builds b11549 --examples engine-llamacpp-hosted --out out/er/engine-releases.md",
+            "--out out/er/vllm-releases.md --only 0.32.0 --only 0.31.0",
+        ),
+        (["BUILDS=b9538,b10068", "VLLM=none"], "--builds b9538,b10068 --examples all", None),
+    ],
+)
+def test_make_engine_releases_runs_the_engine_matrix_then_the_vllm_releases(
+    variables: list[str], engine: str, vllm: str | None
+) -> None:
+    """`make engine-releases` (README, docs/engines.md): engine_builds.py over the builds and examples
+    asked (all by default), then vllm_releases.py over every release, those named (--only each), or
+    none. `make -n` on the real Makefile, the install stamp taken as made (-o)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["make", "-n", "-o", ".venv/.gate-installed", "engine-releases", *variables],
+        cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    script = " ".join(done.stdout.replace("\\\n", " ").split())
+    assert f"benchmarks/engine_builds.py {engine}" in script
+    if vllm is None:
+        assert '[ "none" != none ]' in script  # the vllm line is skipped when the shell runs it
+    else:
+        assert f"benchmarks/vllm_releases.py {vllm} || status=1" in script
+    assert script.endswith("exit $status")
+    assert re.search(r"^make engine-releases +# .*docs/engines\.md", (root / "README.md").read_text(), re.M)

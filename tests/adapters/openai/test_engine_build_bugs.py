@@ -85,7 +85,22 @@ def test_speculative_logprobs_left_out_on_b8672_beside_ignore_eos() -> None:
     assert judge_run(8672, example, "pass", 14, both) == []
     as_cache = record("engine-batch-invariance", "error", None, ("engine-prefix-parity", "fail", "cached-reply"))
     assert "with class cached-reply, not unreported-logprobs" in judge_run(8672, example, "pass", 14, as_cache)[0]
-    assert expected(8929, example, "pass") == (0, [])
+    assert expected(9093, example, "pass") == (0, [])
+
+
+def test_n_gram_drafted_logprobs_on_b8929_fail_the_conversations_check_whatever_its_class() -> None:
+    # the speculative example on b8929: engine-concurrent-conversations fails (3 of 3 full runs), an
+    # accepted n-gram draft reported with logprob 0; the class gate gives it is not pinned (None)
+    example = "engine-llamacpp-speculative"
+    code, bugs = expected(8929, example, "pass")
+    assert code == 1 and [b.name for b in bugs] == ["ngram-drafted-logprobs-unreported"]
+    shown = record("engine-concurrent-conversations", "fail", "continuous-batching")
+    assert judge_run(8929, example, "pass", 1, shown) == []
+    assert (
+        "not shown: engine-concurrent-conversations is pass"
+        in judge_run(8929, example, "pass", 0, record("engine-concurrent-conversations", "pass", None))[1]
+    )
+    assert expected(8929, "engine-llamacpp-prefix", "pass") == (0, [])
 
 
 def test_ignore_eos_is_an_error_on_both_examples_of_b8672_only() -> None:
@@ -95,3 +110,15 @@ def test_ignore_eos_is_an_error_on_both_examples_of_b8672_only() -> None:
         assert judge_run(8672, example, "pass", 14, record("engine-batch-invariance", "error", None)) == []
     assert expected(8929, "engine-llamacpp-prefix", "pass") == (0, [])
     assert expected(8672, "engine-llamacpp-hosted", "pass") == (0, [])
+
+
+def test_a_one_token_prefix_missed_on_b9294_shows_on_the_speculative_example_too() -> None:
+    # `gate bisect` over the speculative example ran b9294: engine-prefix-parity failed, "no cache hit at
+    # length(s) 1", class missed-reuse (benchmarks/engine-bisect.md), as on the prefix example
+    example = "engine-llamacpp-speculative"
+    assert [b.name for b in expected(9294, example, "pass")[1]] == ["one-token-prefix-not-reused"]
+    missed = {
+        "checks": [{"check": "engine-prefix-parity", "status": "fail", "diagnosis": {"bug_class": "missed-reuse"}}]
+    }
+    assert judge_run(9294, example, "pass", 1, missed) == []
+    assert expected(9093, example, "pass") == (0, []) and expected(9538, example, "pass") == (0, [])
