@@ -17,6 +17,9 @@ test -x .venv/bin/python || { python3 -m venv .venv; .venv/bin/pip install -q to
 .venv/bin/python benchmarks/engine_builds.py --builds b8672,b8929,b9873,b10068,b11549 --install-only
 echo "engine builds install step: $(( $(date +%s) - start ))s"
 .venv/bin/python -m pytest -q -m engine tests/adapters/openai/test_xllamacpp_server.py
+# gate bisect over builds, a user's binaries and git commits built into servers (each finds the ignore_eos fix
+# or stops after two runs; the pair's dossiers and gate diff)
+.venv/bin/python -m pytest -q -m engine tests/cli/test_bisect.py
 mkdir -p out/ci-engine-builds
 table=out/ci-engine-builds/engine-releases.md; rm -f "$table"
 # ignore_eos ignored (b8672; fixed in b8929: ggml-org/llama.cpp PR #21203)

@@ -291,6 +291,8 @@ def command(
                 "after_dossier": str(after.dossier()),
             }
         )
+        if (before.out / "results.json").exists() and (after.out / "results.json").exists():
+            summary["change"]["diff"] = str(_diff(before.out, after.out, a, b, out_root))
     summary["outcomes"] = {
         builds[i].name: {"verdict": o.verdict, "first_failing": o.first_failing, "exit_code": o.exit_code}
         for i, o in runs.items()
@@ -298,3 +300,17 @@ def command(
     out_root.mkdir(parents=True, exist_ok=True)
     (out_root / "bisect.json").write_text(json.dumps(summary, indent=2) + "\n")
     echo(f"  summary: {out_root / 'bisect.json'}")
+
+
+def _diff(before: Path, after: Path, a: str, b: str, out_root: Path) -> Path:
+    """`gate diff` of the pair, printed and written as Markdown for a PR comment (out_root/diff.md)."""
+    from gate.report.diff import diff_results, load_result, render_markdown, render_text
+
+    diff = diff_results(load_result(before), load_result(after), a_name=a, b_name=b)
+    echo(f"  gate diff {before} {after}:")
+    echo(render_text(diff), nl=False)
+    out_root.mkdir(parents=True, exist_ok=True)
+    written = out_root / "diff.md"
+    written.write_text(render_markdown(diff))
+    echo(f"  diff: {written}")
+    return written

@@ -232,6 +232,9 @@ def test_bisect_finds_the_ignore_eos_fix(tmp_path: Path) -> None:
     assert summary["outcomes"]["b8929"]["first_failing"] is None
     assert (out / "b8672" / "dossier.html").exists() and (out / "b8929" / "dossier.html").exists()
     assert "engine-batch-invariance" in proc.stdout and "*" in proc.stdout  # the side-by-side marks it
+    # and the pair's `gate diff`, printed and kept for a PR comment
+    assert f"gate diff {out / 'b8672'} {out / 'b8929'}:" in proc.stdout
+    assert summary["change"]["diff"] == str(out / "diff.md") and "b8929" in (out / "diff.md").read_text()
 
 
 @pytest.mark.engine
