@@ -33,7 +33,7 @@ from gate.report.model import (
     WaiverView,
 )
 from gate.report.next_steps import CommandContext, next_steps
-from gate.report.provenance import claim_view, key_values, provenance
+from gate.report.provenance import claim_view, invariant_rows, key_values, provenance
 from gate.report.words import (
     CONTROL_TONES,
     STATUSES,
@@ -369,6 +369,7 @@ def build_report(
         else [],
         downloads=[d for s in sections for d in s.downloads],
         envelopes=[row for s in sections for row in s.slices] if _claim_level(result) == "bounded-degradation" else [],
+        invariants=invariant_rows(result) if _claim_level(result) == "bounded-degradation" else [],
         controls=_controls(result),
         waivers=[s.waiver for s in sections if s.waiver is not None],
         approvals=[key_values(a) for a in approvals],

@@ -86,9 +86,22 @@ class ClaimView:
     identity_required: list[str]
     transfer: str
     """What the evidence does and does not transfer to (exact vs approximate)."""
-    invariants: list[str] = field(default_factory=list)
-    """Beside the envelopes: what an approximate cache promises and whether it held, per invariant
-    (evict-invariants' evidence), so a bounded loss is read next to what the cache kept."""
+
+
+@dataclass(frozen=True)
+class InvariantRow:
+    """One promise of an approximate cache (quant-invariants, evict-invariants) and whether the cache
+    kept it after every step: shown beside the envelopes, so a bounded loss is read next to whether
+    the cache does what it claims."""
+
+    check: str
+    invariant: str
+    """The invariant (its failure's bug class), or "every invariant" where the check judged none."""
+    held: str
+    """held, BROKEN, or the check's status where it judged none (UNPROVEN, ERROR, NOT RUN ...)."""
+    tone: Tone
+    detail: str = ""
+    """Where the check judged none: its message (why the cache's state could not be read)."""
 
 
 @dataclass(frozen=True)
@@ -369,6 +382,8 @@ class ReportData:
     """Every section's downloads, for the writer."""
     envelopes: list[SliceRow] = field(default_factory=list)
     """A bounded-degradation claim's decision: every envelope judged, right under the banner."""
+    invariants: list[InvariantRow] = field(default_factory=list)
+    """Beside the envelopes: each invariant an approximate cache was held to, held or broken."""
 
     @property
     def held(self) -> bool:

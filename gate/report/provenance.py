@@ -1,6 +1,7 @@
 """The dossier's account of what was claimed and what it ran on: the claim view (the manifest's claim and
-envelopes, the plan's rule, the invariants an approximate cache was held to) and the provenance groups
-(change, manifest, policies, subjects, datasets, run, environment). Built once by gate.report.build."""
+envelopes, the plan's rule), the invariants an approximate cache was held to (shown beside the envelopes)
+and the provenance groups (change, manifest, policies, subjects, datasets, run, environment). Built once
+by gate.report.build."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from gate.core.result import GateResult
 from gate.report.fmt import as_float, as_mapping, display
-from gate.report.model import ClaimView, KeyValue, ProvenanceGroup
+from gate.report.model import ClaimView, InvariantRow, KeyValue, ProvenanceGroup
 from gate.report.words import CLAIM_WORDS, INTERVENTION_WORDS, TRANSFER
 
 
@@ -17,16 +18,28 @@ def key_values(values: Mapping[str, Any]) -> list[KeyValue]:
     return [KeyValue(str(k).replace("_", " "), display(v)) for k, v in values.items()]
 
 
-def _invariants(result: GateResult) -> list[str]:
-    """Each invariant of a check that judges what an approximate cache kept (evidence `invariants`:
-    name -> held | broken), in words, for beside the envelopes."""
-    out = []
+INVARIANT_CHECKS = ("quant-invariants", "evict-invariants")
+"""The checks that judge what an approximate cache kept against what it promises; their evidence
+`invariants` maps each invariant (its failure's bug class) to held | broken."""
+
+
+def invariant_rows(result: GateResult) -> list[InvariantRow]:
+    """Each invariant an approximate cache was held to, held or broken, for beside the envelopes; a
+    check that judged none (unproven: the state cannot be read; error; not run) is one row saying so."""
+    rows = []
     for c in result.checks:
-        held = c.evidence.get("invariants") if c.check == "evict-invariants" else None
+        if c.check not in INVARIANT_CHECKS:
+            continue
+        held = c.evidence.get("invariants")
         if isinstance(held, dict) and held:
-            words = " · ".join(f"{display(k)} {display(v)}" for k, v in held.items())
-            out.append(f"{c.check} ({getattr(c.status, 'value', c.status)}): {words}")
-    return out
+            for name, word in held.items():
+                ok = str(word) == "held"
+                rows.append(InvariantRow(c.check, display(name), "held" if ok else "BROKEN", "good" if ok else "bad"))
+            continue
+        status = str(getattr(c.status, "value", c.status))
+        tone = "unproven" if status == "unproven" else "bad" if status in ("fail", "error") else "muted"
+        rows.append(InvariantRow(c.check, "every invariant", status.upper(), tone, display(c.message)))
+    return rows
 
 
 def claim_view(result: GateResult) -> ClaimView:
@@ -50,7 +63,6 @@ def claim_view(result: GateResult) -> ClaimView:
             f"at {confidence:.0%} one-sided confidence"
         )
     return ClaimView(
-        invariants=_invariants(result),
         intervention=intervention,
         intervention_words=str(plan.get("intervention_summary") or INTERVENTION_WORDS.get(intervention, "")),
         approximate=approximate,

@@ -391,18 +391,26 @@ def test_ties_as_flags_and_as_records() -> None:
     assert views.sweep.tolerance_label.startswith("atol 0.001") and views.first_failing_length == 100
 
 
-def test_a_bounded_degradation_dossier_shows_the_eviction_invariants_beside_the_envelopes() -> None:
-    """evict-invariants' evidence `invariants` (held | broken per invariant) is listed under the
-    envelopes in both dossiers, so a bounded loss is read next to what the cache kept."""
+def test_a_bounded_degradation_dossier_shows_the_invariants_beside_the_envelopes() -> None:
+    """quant-invariants' and evict-invariants' evidence `invariants` (held | broken per invariant) is
+    a table right under the envelopes in both dossiers; a check that judged none says why there."""
     run = fx.slice_run()
-    invariants = {"evict-protected": "broken", "evict-ranking": "held", "evict-budget": "held"}
-    check = run.checks[0].model_copy(
+    invariants = {"evict-protected": "broken", "evict-ranking": "held"}
+    evict = run.checks[0].model_copy(
         update={"check": "evict-invariants", "status": fx.Status.failed, "evidence": {"invariants": invariants}}
     )
-    data = build_report(run.model_copy(update={"checks": [*run.checks, check]}))
-    assert data.claim.invariants == [
-        "evict-invariants (fail): evict-protected broken · evict-ranking held · evict-budget held"
+    quant = run.checks[0].model_copy(
+        update={"check": "quant-invariants", "status": fx.Status.unproven, "evidence": {}, "message": "no state"}
+    )
+    data = build_report(run.model_copy(update={"checks": [*run.checks, evict, quant]}))
+    assert [(i.check, i.invariant, i.held, i.tone) for i in data.invariants] == [
+        ("evict-invariants", "evict-protected", "BROKEN", "bad"),
+        ("evict-invariants", "evict-ranking", "held", "good"),
+        ("quant-invariants", "every invariant", "UNPROVEN", "unproven"),
     ]
-    line = "beside the envelopes, what the cache kept: evict-invariants (fail): evict-protected broken"
-    assert line in render_markdown(data) and line in render_html(data)
-    assert build_report(fx.slice_run()).claim.invariants == []  # no such check: nothing shown
+    markdown = render_markdown(data)
+    assert "| evict-invariants | evict-protected | ❌ BROKEN |" in markdown
+    assert "| quant-invariants | every invariant | 🟠 UNPROVEN: no state |" in markdown
+    html = render_html(data)
+    assert '<td class="mono">evict-protected</td><td><span class="pill tone-bad">BROKEN</span>' in html
+    assert build_report(fx.slice_run()).invariants == []  # no such check: nothing shown

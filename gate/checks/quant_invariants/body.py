@@ -13,6 +13,8 @@ from gate.checks.quant_invariants import QuantInvariantsParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.protocols import QuantizedKV, QuantScheme, QuantState, QuantTensorState, offered
 
+CLASSES = ("quant-residual-overflow", "quant-error-bound", "quant-config-mismatch")
+"""The invariants judged after every step, each a failure's bug class (gate.checks._diagnosis)."""
 CONFIG_FIELDS = ("bits", "group_size", "key_axis", "value_axis", "max_residual")
 """What the cache states of itself that must equal the declaration."""
 
@@ -232,6 +234,7 @@ def explain(obs: Observations, j: Judgement) -> Outcome:
         "evidence": {
             "declared": obs.declared.model_dump(),
             "stated": None if obs.stated is None else obs.stated.model_dump(),
+            "invariants": {name: ("broken" if name in j.broken else "held") for name in CLASSES},
             "steps": [s.record() for s in obs.steps],
         },
         "exercise": {**obs.exercise, **({"stopped_at_first_failure": {"step": last.index}} if obs.stopped else {})},
