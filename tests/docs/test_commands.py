@@ -141,7 +141,8 @@ def test_make_engine_releases_runs_the_engine_matrix_then_the_vllm_releases(
     none. `make -n` on the real Makefile, the install stamp taken as made (-o)."""
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        ["make", "-n", "-o", ".venv/.gate-installed", "engine-releases", *variables],
+        # under `make test` this make is nested: without --no-print-directory it ends "make[1]: Leaving ..."
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.gate-installed", "engine-releases", *variables],
         cwd=root, capture_output=True, text=True, check=True,
     )  # fmt: skip
     script = " ".join(done.stdout.replace("\\\n", " ").split())
