@@ -151,10 +151,11 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     # servers are shared across checks and controls (their cache reset between them); starts counted.
     # At most 3 alive at once (max_servers): engine-invalidation's restart on changed weights makes
     # room by stopping an idle server, which a later check starts again; engine-slot-restore restarts the
-    # candidate once (a process that never saw the prompt restores the file: the reuse is the file's)
+    # candidate once (a process that never saw the prompt restores the file: the reuse is the file's);
+    # engine-slot-restore's b11549 crash finding warns, so its stale-weights control runs too (8 + 5)
     starts = list(_starts_seen(record))
     assert starts and max(s["checks"] for s in starts) <= 8, starts
-    assert max(s["checks"] + s["controls"] for s in starts) <= 12, starts
+    assert max(s["checks"] + s["controls"] for s in starts) <= 13, starts
     assert max(server.get("engine_servers_alive_peak", 0) for server in _servers(record)) <= 3
     assert any(server.get("reused_from_earlier_check") for server in _servers(record))
     # every reply of the concurrent multi-tenant workload against the reference alone; llama.cpp's batched
