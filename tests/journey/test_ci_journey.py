@@ -12,7 +12,9 @@ subprocess in the repository, GitHub Actions' environment set (annotations, job 
 4. an approximate change: AWAITING APPROVAL, exit 4; `gate approve` exactly as the dossier prints
    it; `gate verify` as it prints it; the identical re-run: APPROVED, exit 0, no new signature;
    `gate audit trace <commit>` VERIFIED without --dossier;
-5. a waiver, its revocation, `gate audit verify` still VERIFIED.
+5. a waiver, its revocation, `gate audit verify` still VERIFIED;
+6. `gate diff` of the pull request's two dossiers (and of its latest against the ledger's previous
+   run), `gate history` of its manifest (the first failing commit) and of the approved one (HTML).
 
 Nothing is written where no one asked (no ./.gate/ledger.sqlite, no staging folder named). Slow
 (a few real runs, about a minute of CPU): marked `journey`, run by .ci/journey.sh from .ci/run.
@@ -250,6 +252,19 @@ def test_the_ci_journey(stack: Stack) -> None:
            "--trust trust.yaml", expect=0)  # fmt: skip
     out = s.gate(f"gate audit verify --ledger {ledger} --trust trust.yaml --checkpoint out/int8", expect=0)
     assert out.rstrip().endswith("VERIFIED") and "was revoked by bob" in out, out
+
+    # 6. the reviewer and the release manager read the journey's ledger (docs/cli.md): what changed
+    # between the pull request's two dossiers, and where its check first failed
+    broken_sha = s.git("rev-parse", "pr")
+    out = s.gate(f"gate diff out/broken --ledger {ledger}", expect=0)
+    assert "out/pr" in out and "prefix-sweep" in out and "fail" in out, out
+    out = s.gate("gate diff out/pr out/broken --format md", expect=0)
+    assert "prefix-sweep" in out and "|" in out, out
+    out = s.gate(f"gate history ci/serving-vs-main.yaml --ledger {ledger}", expect=0)
+    assert f"first failing commit: {broken_sha[:12]}" in out or f"first failing commit: {broken_sha}" in out, out
+    out = s.gate(f"gate history reference-quant-int8 --ledger {ledger} --html out/history.html", expect=0)
+    assert "approved by alice" in out, out
+    assert "approved" in (s.repo / "out/history.html").read_text()
 
     # nothing written where no one asked, and no path names the staging folder
     assert not (s.repo / ".gate").exists() and not (s.repo.parent / ".gate").exists()
