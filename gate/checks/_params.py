@@ -35,10 +35,11 @@ from gate.core.check import Params
 PACKAGES: tuple[ModuleType, ...] = tuple(
     importlib.import_module(f"gate.checks.{module.name}")
     for module in pkgutil.iter_modules(gate.checks.__path__)
-    if module.ispkg
+    if module.ispkg and not module.name.startswith("_")
 )
 """Every built-in check, one package each under gate/checks/ (gate.checks._shape), found by listing the
-folder: each states its own params model in its torch-free face, which this imports (never a body)."""
+folder (a private package, such as _diagnosis, is a helper): each states its own params model in its
+torch-free face, which this imports (never a body)."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {package.CARD: package.PARAMS for package in PACKAGES}
 """Check name -> its params model, for the built-in checks."""

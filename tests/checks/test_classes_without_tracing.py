@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gate.checks._diagnosis import BUG_CLASSES, DIAGNOSIS_TABLE, _uncertain, diagnosis_table
+from gate.checks._diagnosis import BUG_CLASSES, DIAGNOSIS_TABLE, diagnosis_table
+from gate.checks._diagnosis.classes import uncertain
 from gate.cli.main import cli
 from tests.support.repo import REPO
 
@@ -122,9 +123,9 @@ def test_a_correct_decoder_with_its_own_chunked_prefill_passes(tmp_path: Path, d
 
 
 def test_undecided_classes_name_the_capability_that_decides() -> None:
-    mask = _uncertain(("mask-offset", "kv-head-mapping"), "why")
+    mask = uncertain(("mask-offset", "kv-head-mapping"), "why")
     assert mask["decide"] == "offer AttentionProbe or LayerTracing to decide between mask-offset, kv-head-mapping"
-    other = _uncertain(("kv-head-mapping", "positional-index", "per-layer-ordering"), "why")
+    other = uncertain(("kv-head-mapping", "positional-index", "per-layer-ordering"), "why")
     assert other["decide"].startswith("offer LayerTracing to decide between") and other["decide"] in other["evidence"]
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gate.adapters.reference.paths import ReferencePath
-from gate.checks._diagnosis import chunk_steps, progressive_cuts
+from gate.checks._diagnosis.layers import chunk_steps, progressive_cuts
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
 from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
@@ -163,7 +163,7 @@ def test_a_shrunk_reproducer_is_named_only_as_far_as_the_evidence_supports(
 
 def test_a_correct_path_is_never_blind_to_the_token_before_a_step() -> None:
     from gate.checks._compare import Tolerance
-    from gate.checks._diagnosis import visibility
+    from gate.checks._diagnosis.experiments import visibility
 
     for width in (1, 2):
         seen = visibility(path("full"), path("static"), 256, Tolerance(1e-4, 1e-4, "test"), 0, width)
@@ -180,7 +180,7 @@ def test_tinylms_optional_trace_judges_the_read_time_head_map_and_replays_cuts()
     """tinylm (a plugin: learned positions, multi-head attention) with `trace: true`: per-head query
     and attention output are recorded, so the read-time head map is judged on it (each head reads
     its own KV head), and the prefix goes in as the cuts say (chunk replay)."""
-    from gate.checks._diagnosis import layer_divergence, read_map
+    from gate.checks._diagnosis.layers import layer_divergence, read_map
     from gate.protocols import LayerTracing
 
     full, cached = _tinylm(engine="recompute"), _tinylm()
@@ -215,7 +215,8 @@ def test_the_hf_trace_judges_the_read_time_head_map_and_replays_a_chunk(attentio
     cuts: on Llama's grouped-query attention the read map is the one GQA assigns, and a chunk of 8
     appended after cuts is traced as that chunk (a chunk mask from its own origin is named a mask
     offset, its last query seeing too few keys for any head map to explain it)."""
-    from gate.checks._diagnosis import classify, layer_divergence, read_map
+    from gate.checks._diagnosis import classify
+    from gate.checks._diagnosis.layers import layer_divergence, read_map
     from tests.adapters.hf.subjects import path as hf_path
     from tests.adapters.hf.subjects import tokens
 

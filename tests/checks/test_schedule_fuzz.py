@@ -312,7 +312,7 @@ class OneCacheForEveryRequest:
 
 def test_two_requests_sharing_one_cache_are_named_foreign_state() -> None:
     from gate.checks._compare import Tolerance
-    from gate.checks._diagnosis import shared_sessions
+    from gate.checks._diagnosis.experiments import shared_sessions
 
     tol = Tolerance(1e-4, 1e-4, "params")
     shared = OneCacheForEveryRequest(path("static"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gate.adapters.reference import Options, ReferenceAdapter
-from gate.checks._diagnosis import length_profile
+from gate.checks._diagnosis.profile import length_profile
 from gate.checks._sweep import cached_sweep
 from gate.checks.batch_invariance import BatchInvarianceParams, batch_invariance
 from gate.checks.greedy_parity import GreedyParityParams, greedy_parity
