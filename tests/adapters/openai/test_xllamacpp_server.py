@@ -14,14 +14,8 @@ import pytest
 from gate._util.stopping import stop_all
 from gate.adapters.openai import Options
 from gate.adapters.openai.path import EnginePath
-from gate.adapters.openai.xllamacpp_server import (
-    UsageError,
-    build_number,
-    configure,
-    installed_version,
-    parse,
-    write_wrapper,
-)
+from gate.adapters.openai.xllamacpp_params import UsageError, configure, parse
+from gate.adapters.openai.xllamacpp_server import build_number, installed_version, write_wrapper
 from tests.support.repo import REPO
 
 
