@@ -95,6 +95,18 @@ class HazardFinding(Record):
         return self.model_dump(mode="json")
 
 
+def weak_hash_hazard(
+    check: str, *, bits: int, served: str, other_context: str, own: str, same_context: str = ""
+) -> HazardFinding:
+    """The design hazard `check` showed where blocks were served wrongly under a weak `bits`-bit hash
+    (`served`, in words) and never under the store's own (`own`): the store trusts its hash to keep
+    identities apart (`weak-hash-across-tenants`, worded `same_context`), or, where requests were also
+    served the blocks of other tokens (`other_context`, their words; "" where none were), to stand for
+    the whole key (`weak-hash-across-contexts`)."""
+    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
+    return HazardFinding.of(name, check, f"under a {bits}-bit hash {served}{other_context or same_context}; {own}")
+
+
 def read_hazard(diagnosis: Mapping[str, Any] | None) -> HazardFinding | None:
     """The hazard a check's diagnosis names (None: none, or a record that does not validate)."""
     raw = (diagnosis or {}).get("hazard")

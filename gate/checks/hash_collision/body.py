@@ -24,7 +24,7 @@ from gate.checks._prefix_support import (
 from gate.checks.hash_collision import HashCollisionParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import HashCollisionEvidence
-from gate.core.hazards import HazardFinding, HazardName
+from gate.core.hazards import HazardFinding, weak_hash_hazard
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -207,13 +207,14 @@ def hazard(params: HashCollisionParams, obs: Observations, own_hash: RequestLog)
     if not any(s.excess for s in bad) or not own_hash.served or not all(_clean(s) for s in own_hash.served):
         return None
     other_context = beyond_any_identity(obs.log.served, obs.worker.block_size)
-    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
-    shown = (
-        f"under a {params.bits}-bit hash {len(bad)} requests were served colliding blocks ("
-        + (f"{len(other_context)} of them blocks of other tokens" if other_context else "each another identity's")
-        + f"); the same {len(own_hash.served)} requests under the store's own hash were all served exactly"
+    return weak_hash_hazard(
+        "hash-collision",
+        bits=params.bits,
+        served=f"{len(bad)} requests were served colliding blocks",
+        other_context=f" ({len(other_context)} of them blocks of other tokens)" if other_context else "",
+        same_context=" (each another identity's)",
+        own=f"the same {len(own_hash.served)} requests under the store's own hash were all served exactly",
     )
-    return HazardFinding.of(name, "hash-collision", shown)
 
 
 @check("hash-collision", params=HashCollisionParams)

@@ -22,7 +22,7 @@ from gate.checks._prefix_support import (
 from gate.checks.tenant_isolation import TenantIsolationParams
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.evidence import TenantIsolationEvidence
-from gate.core.hazards import HazardFinding, HazardName
+from gate.core.hazards import HazardFinding, weak_hash_hazard
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing
 
@@ -145,13 +145,13 @@ def hazard(obs: Observations, leaks: list[Served]) -> HazardFinding | None:
     if not all(_among(s, obs.weak_served) for s in leaks):
         return None
     other_context = beyond_any_identity(obs.weak_served, obs.worker.block_size)
-    name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
-    shown = (
-        f"under a {obs.bits}-bit hash {len(leaks)} requests were served another tenant's or salt's entries"
-        + (f", {len(other_context)} requests the entries of other tokens" if other_context else "")
-        + f"; under the store's own hash none of {len(own)} requests was"
+    return weak_hash_hazard(
+        "tenant-isolation",
+        bits=obs.bits,
+        served=f"{len(leaks)} requests were served another tenant's or salt's entries",
+        other_context=f", {len(other_context)} requests the entries of other tokens" if other_context else "",
+        own=f"under the store's own hash none of {len(own)} requests was",
     )
-    return HazardFinding.of(name, "tenant-isolation", shown)
 
 
 def judge(obs: Observations) -> Judgement:
