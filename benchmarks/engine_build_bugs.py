@@ -59,10 +59,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_builds import BUILDS, install, pick
@@ -233,58 +234,83 @@ def swa_slot_restore(start: Callable[..., Server]) -> str:
     return f"{tally.words()}; tokens reused after the restore: {', '.join(map(str, reused))}"
 
 
-def speculative_logprobs(start: Callable[..., Server], *spec: str) -> str:
-    """`spec`: the candidate's speculative flags (n-gram drafts, or a draft model)."""
+@dataclass
+class LogprobTally:
+    """Greedy completions with logprobs from a speculative candidate, each against the reference's for the
+    same body: token lists that differ, tokens reported bare (`bare_when`), the worst logprob move."""
+
+    bare_when: Callable[[dict[str, Any]], bool]
+    differ: int = 0
+    bare: int = 0
+    total: int = 0
+    worst: float = 0.0
+
+    def add(self, candidate: Server, reference: Server, body: dict[str, object]) -> None:
+        got = candidate.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+        want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+        self.differ += [t["id"] for t in got] != [t["id"] for t in want]
+        self.bare, self.total = self.bare + sum(self.bare_when(t) for t in got), self.total + len(got)
+        # zip: b8672 may stop early (ignore_eos ignored), a shorter list that `differ` counts
+        self.worst = max(self.worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
+
+    def words(self, counted: str, bare: str) -> str:
+        """The tally in words: `counted` after the lists that differ, `bare` what a bare token is."""
+        found = f"token lists differ in {self.differ} of 3{counted}; {self.bare} of {self.total} tokens {bare}"
+        return f"{found}; max abs dlogprob {self.worst:.3g}"
+
+
+def speculative_tally(
+    start: Callable[..., Server],
+    spec: tuple[str, ...],
+    bare_when: Callable[[dict[str, Any]], bool],
+    bodies: Callable[[Server], Iterator[dict[str, object]]],
+) -> LogprobTally:
+    """A candidate with the speculative flags `spec` and the reference, each body `bodies` yields (given the
+    candidate, to prime it) sent to both and tallied."""
     candidate, reference = (
         start("llama", ["-np", "1", "--cache-prompt", *spec]),
         start("llama", REFERENCE),
     )
-    rng, differ, bare, total, worst = random.Random(3), 0, 0, 0, 0.0
+    tally = LogprobTally(bare_when)
     try:
-        for _ in range(3):
-            prompt = tokens(rng, 60)
-            body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 2, "ignore_eos": True}
-            got = candidate.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
-            want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
-            differ += [t["id"] for t in got] != [t["id"] for t in want]
-            bare, total = bare + sum(not t["top_logprobs"] for t in got), total + len(got)
-            # zip: b8672 may stop early (ignore_eos ignored), a shorter list that `differ` counts
-            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
+        for body in bodies(candidate):
+            tally.add(candidate, reference, body)
     finally:
         candidate.stop()
         reference.stop()
-    words = (
-        f"token lists differ in {differ} of 3 (a shorter list counts); {bare} of {total} tokens without top_logprobs"
-    )
-    words += f"; max abs dlogprob {worst:.3g}"
-    return words + (" (BUG: logprobs left out)" if bare or worst > 0.005 else "")
+    return tally
+
+
+def speculative_logprobs(start: Callable[..., Server], *spec: str) -> str:
+    """`spec`: the candidate's speculative flags (n-gram drafts, or a draft model)."""
+    rng = random.Random(3)
+
+    def bodies(candidate: Server) -> Iterator[dict[str, object]]:
+        for _ in range(3):
+            yield {"prompt": tokens(rng, 60), "max_tokens": 8, "temperature": 0, "logprobs": 2, "ignore_eos": True}
+
+    tally = speculative_tally(start, spec, lambda t: not t["top_logprobs"], bodies)
+    words = tally.words(" (a shorter list counts)", "without top_logprobs")
+    return words + (" (BUG: logprobs left out)" if tally.bare or tally.worst > 0.005 else "")
 
 
 def ngram_drafted_logprobs(start: Callable[..., Server]) -> str:
     """A prompt P served, then fresh tokens followed by P: does ngram-mod draft from what the earlier request
     left, and are the drafted tokens' logprobs reported (against the reference, same tokens)?"""
-    candidate, reference = (
-        start("llama", ["-np", "1", "--cache-prompt", "--spec-type", "ngram-mod"]),
-        start("llama", REFERENCE),
-    )
-    rng, differ, bare, total, worst = random.Random(5), 0, 0, 0, 0.0
-    try:
+    rng = random.Random(5)
+
+    def bodies(candidate: Server) -> Iterator[dict[str, object]]:
         for _ in range(3):
             seen = tokens(rng, 60)
             body = {"prompt": seen, "max_tokens": 24, "temperature": 0, "logprobs": 2, "ignore_eos": True}
             candidate.post("/v1/completions", body)
-            body["prompt"] = tokens(rng, 30) + seen
-            got = candidate.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
-            want = reference.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
-            differ += [t["id"] for t in got] != [t["id"] for t in want]
-            bare += sum(t["logprob"] == 0 and not t["top_logprobs"] for t in got)
-            total += len(got)
-            worst = max(worst, *(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, want, strict=False)))
-    finally:
-        candidate.stop()
-        reference.stop()
-    words = f"token lists differ in {differ} of 3; {bare} of {total} tokens with logprob 0 and no top_logprobs"
-    return words + f"; max abs dlogprob {worst:.3g}" + (" (BUG: drafted logprobs left out)" if bare else "")
+            yield {**body, "prompt": tokens(rng, 30) + seen}
+
+    tally = speculative_tally(
+        start, ("--spec-type", "ngram-mod"), lambda t: t["logprob"] == 0 and not t["top_logprobs"], bodies
+    )
+    words = tally.words("", "with logprob 0 and no top_logprobs")
+    return words + (" (BUG: drafted logprobs left out)" if tally.bare else "")
 
 
 def speculative_draft_length(start: Callable[..., Server]) -> str:
