@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gate_plugin_gqa.bugs import Bug
+
 
 class Options(BaseModel):
     """How to build one gqa path."""
@@ -28,16 +30,8 @@ class Options(BaseModel):
     engine: Literal["static-cache", "recompute"] = "static-cache"
     """static-cache: sessions write K/V into a preallocated, NaN-poisoned buffer and read its valid
     prefix. recompute: every call runs the whole sequence again."""
-    bug: Literal[
-        "none",
-        "chunk-mask-origin",
-        "kv-head-map",
-        "kv-head-map-decode",
-        "sliding-window",
-        "reset-position",
-        "read-past-end",
-    ] = "none"
-    """A mistake planted in gqa's own session code (see gate_plugin_gqa.gqa.BUGS)."""
+    bug: Bug = "none"
+    """A mistake planted in gqa's own session code (see gate_plugin_gqa.bugs.BUGS)."""
     layers: int = Field(default=2, ge=1, le=8)
     """Decoder layers."""
     max_len: int = Field(default=8256, ge=16, le=16384)

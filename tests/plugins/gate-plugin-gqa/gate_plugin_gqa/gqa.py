@@ -4,7 +4,7 @@ and a preallocated (static) KV cache whose unused tail holds NaN.
 Written independently of gate (no import from it): the shape of model code a third party brings.
 The cache stores keys unrotated; every read rotates the valid prefix by its slot index and the
 queries by the session's position counter, so the counter and the slots must agree. `bug` plants
-one of four mistakes in this code (for the tests): none by default.
+one of the mistakes gate_plugin_gqa.bugs lists in this code (for the tests): none by default.
 """
 
 from __future__ import annotations
@@ -14,23 +14,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-BUGS = (
-    "none",
-    "chunk-mask-origin",
-    "kv-head-map",
-    "kv-head-map-decode",
-    "sliding-window",
-    "reset-position",
-    "read-past-end",
-)
-"""chunk-mask-origin: a chunk's causal mask starts at the chunk, not at the cache offset.
-kv-head-map: query head h reads KV head h % n_kv (interleaved) instead of h // group at read time.
-kv-head-map-decode: the same interleave, only in the one-token step over a non-empty cache (a
-decode kernel of its own; prefill and the first token are right).
-sliding-window: every query sees only the WINDOW keys up to its own (full attention is declared).
-reset-position: reset() leaves the position counter at 1 while the slots restart at 0.
-read-past-end: every read takes one slot past the valid length (the NaN tail)."""
 
 
 @dataclass
