@@ -135,7 +135,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
             kind = "argument" if not part.startswith("-") else "llama-server flag"
             raise UsageError(
                 f"unsupported {kind} {part!r}: this launcher maps only the flags in "
-                "gate/adapters/openai/xllamacpp_server.py (VALUES, SWITCHES), and never drops one"
+                "gate/adapters/openai/xllamacpp_params.py (VALUES, SWITCHES), and never drops one"
             )
         if i + 1 >= len(argv):
             raise UsageError(f"llama-server flag {name} needs a value")
