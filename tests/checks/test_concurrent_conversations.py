@@ -153,6 +153,9 @@ class _Server:
     def unreset_tiers(self) -> list[str]:
         return []
 
+    def restart(self) -> bool:
+        return False
+
     @property
     def reused(self) -> bool:
         return self.cache
