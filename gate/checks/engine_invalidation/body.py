@@ -245,14 +245,14 @@ def _reset_words(reset: dict[str, Any], hit: int | None) -> str:
     served = reset.get("served_from_tiers_not_reset")
     tiers = "; ".join(reset["tiers_not_reset"])
     first = (
-        f"{reset['endpoint']} left {tiers}"
+        f"{reset['endpoint']} cannot reach {tiers}"
         + (f" (the same prompt then reused {served} tokens from it)" if served else "")
         if reset["endpoint"]
         else f"no reset endpoint reaches {tiers}"
     )
     return (
-        f"{first}, so gate restarted the server, which empties it: after the restart nothing was reused and the "
-        f"output equals the reference's (hit before: {hit})"
+        f"{first}; so gate restarted the server: after the restart nothing was reused and the output equals "
+        f"the reference's (hit before: {hit})"
     )
 
 
