@@ -11,7 +11,9 @@ later check and control that asks for the same launch, its prefix cache reset th
 own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
 launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
 engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
-for `fresh=True`, and that server stops with its block. At most `max_servers` run at once (an idle
+for `fresh=True`, and that server stops with its block; one whose reset cannot reach a cache tier
+restarts the server it holds (`Served.restart`), and the new process takes the old one's place in the
+pool for later checks. At most `max_servers` run at once (an idle
 one stops to make room: a control's first, then one on a changed model, then the least recently
 used), and a control's server stops after the last check that names it (`release_controls`).
 Every start is counted (`engine_starts`), and with the most alive at once shown in each server's
