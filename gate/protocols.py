@@ -538,6 +538,12 @@ class EngineServer(Protocol):
         that can hold anything. A reset is complete only when this is empty."""
         ...
 
+    def restart(self) -> bool:
+        """Stop the server and start a new process on the same launch in its place, every cache tier
+        empty (handed over to later checks in the old one's place); False where gate did not launch it.
+        A check whose reset leaves `unreset_tiers` empties them this way."""
+        ...
+
     @property
     def reused(self) -> bool:
         """Handed over from an earlier check of this run (its cache reset), not started for this one."""

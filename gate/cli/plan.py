@@ -80,7 +80,11 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
 _OFFERED_BY = {"cross-request-cache": ("PrefixCaching", "PrefixServing")}
 """What a path's `offers` names when it has what a `not_applicable.without` names (a lack its options
 cannot show, e.g. slot files, which only the running server shows, is not listed)."""
-_LACKED = {"cross-request-cache": "a cross request cache", "slot-files": "slot files gate can reach"}
+_LACKED = {
+    "cross-request-cache": "a cross request cache",
+    "slot-files": "slot files gate can reach",
+    "cache-salt": "a cache salt or tenant key",
+}
 
 
 def _applies_line(rule: NotApplicable, plan: Plan) -> str:

@@ -44,9 +44,10 @@ class ControlSpec(Record):
 class NotApplicable(Record):
     """When a check has nothing to judge on a path: the path lacks what the check judges."""
 
-    without: Literal["cross-request-cache", "slot-files"]
+    without: Literal["cross-request-cache", "slot-files", "cache-salt"]
     """What the candidate path lacks (the check reports it as `absent` when it cannot run): `slot-files`, an
-    engine server without saved slot states gate can reach (engine-slot-restore)."""
+    engine server without saved slot states gate can reach (engine-slot-restore); `cache-salt`, an engine
+    with no cache salt or tenant key, so no per-tenant cache (engine-isolation)."""
     because: str
     """Why the check then has nothing to judge, shown in the plan and the dossier."""
 

@@ -153,6 +153,9 @@ class _Server:
     def unreset_tiers(self) -> list[str]:
         return []
 
+    def restart(self) -> bool:
+        return False
+
     @property
     def reused(self) -> bool:
         return self.cache
@@ -262,3 +265,30 @@ def test_the_dossier_lists_each_mechanism_aimed_at_and_reached_with_the_logs_cou
     assert table.rows[0] == ["window-edge", "True", "64, 65", "2", "True", "2 of 2 reused"]
     assert table.rows[1][0] == "checkpoint-interval" and table.rows[1][-1] == "spacing 8192"
     assert "checkpoint_restores 3, restores_short_of_window 1" in table.note
+
+
+def test_a_warned_reply_is_set_against_the_noise_floor_measured_off_the_cache() -> None:
+    """The b11549 sliding-window run's warning: an edited turn 86 of 112 tokens reused, |Δlogprob| 6.5e-3
+    against a floor of 9.02e-4 (7.2 x: beyond it, a tolerance finding); a near-tie within it is said so."""
+    from gate.checks._noise import NoiseFloor
+    from gate.checks.engine_concurrent_conversations.body import Judgement, _worst_warned
+    from gate.core.evidence import ConversationRequest
+
+    def row(ident: int, delta: float, warned: bool) -> ConversationRequest:
+        return ConversationRequest(
+            id=ident, conversation=1006, tenant=-1, turn=1, round=-6, kind="its last turn edited [edited-turn]",
+            prompt_tokens=112, cached_tokens=86, tokens_match=True, first_divergence=None, max_abs_dlogprob=delta,
+            tie=False, failed=False, warned=warned,
+        )  # fmt: skip
+
+    noise = NoiseFloor(pairs=120, worst=0.000451, median=1.7e-6, flips=0, off_cache="cache_prompt=False")
+    rows = [row(23, 0.0022, False), row(24, 0.00651, True), row(25, 0.005, True)]
+    j = Judgement("held", rows, [], None, 0, 0, 0, warned=2)
+    words = _worst_warned(SimpleNamespace(noise=noise), j)  # type: ignore[arg-type]
+    assert words.startswith(" (the furthest: request 24, its last turn edited [edited-turn], 86 of 112 prompt")
+    assert "max |Δlogprob| 0.00651, 7.2 x the noise floor 0.000902 measured off the cache: beyond it" in words
+    tie = Judgement("held", [row(7, 0.0004, True)], [], None, 0, 0, 0, warned=1)
+    assert "0.4 x the noise floor 0.000902 measured off the cache: within it" in _worst_warned(
+        SimpleNamespace(noise=noise),
+        tie,  # type: ignore[arg-type]
+    )

@@ -11,7 +11,9 @@ later check and control that asks for the same launch, its prefix cache reset th
 own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
 launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
 engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
-for `fresh=True`, and that server stops with its block. At most `max_servers` run at once (an idle
+for `fresh=True`, and that server stops with its block; one whose reset cannot reach a cache tier
+restarts the server it holds (`Served.restart`), and the new process takes the old one's place in the
+pool for later checks. At most `max_servers` run at once (an idle
 one stops to make room: a control's first, then one on a changed model, then the least recently
 used), and a control's server stops after the last check that names it (`release_controls`).
 Every start is counted (`engine_starts`), and with the most alive at once shown in each server's
@@ -24,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -207,6 +209,10 @@ class Served:
     path: EnginePath
     reused: bool = False
     """Handed over from an earlier check of this run (its cache reset), not started for this one."""
+    restarter: Callable[[], tuple[ServerProcess, EngineClient]] | None = None
+    """Stops this server and starts a new process on its launch in its place (None: gate did not launch it)."""
+    restarts: int = 0
+    """How often `restart` replaced the process while the check held it."""
 
     @property
     def flavor(self) -> str:
@@ -233,6 +239,16 @@ class Served:
     def unreset_tiers(self) -> list[str]:
         return unreset_tiers(self.client.flavor, None if self.server is None else self.server.command)
 
+    def restart(self) -> bool:
+        """Stop the server and start a new process on the same launch in its place, every cache tier
+        empty; a pooled server's new process is handed over to later checks as the old one would have
+        been (one more start, counted). False for a server gate did not launch (base_url)."""
+        if self.restarter is None:
+            return False
+        self.server, self.client = self.restarter()
+        self.reused, self.restarts = False, self.restarts + 1
+        return True
+
     def slot_store(self) -> LlamaSlotFiles | str:
         """The server's slot files (gate.adapters.openai.slots), or why it offers none."""
         return slot_files(self.client, self.server)
@@ -242,6 +258,8 @@ class Served:
         if self.server is not None:
             out.update(self.server.describe())
             out["reused_from_earlier_check"] = self.reused
+            if self.restarts:
+                out["restarted_in_check"] = self.restarts
             if self.reused:
                 out["cache_tiers_not_reset"] = self.unreset_tiers()
             controls = sum("[control " in label for label in _STARTS)
@@ -422,32 +440,52 @@ class EnginePath:
                 held.stopper.stop()
                 held, reused = None, False
         if held is None and not fresh:
-            server, client = self._start(launch, headers, full_label)
-
-            def stop(key: str = key, server: ServerProcess = server) -> None:
-                _POOL.pop(key, None)
-                server.stop()
-
-            held = _POOL[key] = Pooled(
-                server, client, on_stop(f"engine server {full_label}", stop), self.control, model is not None
-            )
+            held = self._pool(key, launch, headers, full_label, model is not None)
         if held is not None:
             _USES[0] += 1
             held.in_use, held.last_used = held.in_use + 1, _USES[0]
+            pooled = held
+
+            def restart_pooled() -> tuple[ServerProcess, EngineClient]:
+                nonlocal pooled
+                in_use, last_used = pooled.in_use, pooled.last_used
+                pooled.stopper.stop()  # the old process, out of the pool
+                pooled = self._pool(key, launch, headers, f"{full_label}, restarted", model is not None)
+                pooled.in_use, pooled.last_used = in_use, last_used
+                return pooled.server, pooled.client
+
             try:
-                yield Served(held.client, held.server, self, reused=reused)
+                yield Served(held.client, held.server, self, reused=reused, restarter=restart_pooled)
             except BaseException:  # an interrupted or failed check leaves no server in an unknown state
-                held.stopper.stop()
+                pooled.stopper.stop()
                 raise
             finally:
-                held.in_use -= 1
+                pooled.in_use -= 1
             return
         with sigterm_stops_servers():
-            started = self._start(launch, headers, full_label)
+            started = [self._start(launch, headers, full_label)]
+
+            def restart_fresh() -> tuple[ServerProcess, EngineClient]:
+                started[0][0].stop()
+                started[0] = self._start(launch, headers, f"{full_label}, restarted")
+                return started[0]
+
             try:
-                yield Served(started[1], started[0], self)
+                yield Served(started[0][1], started[0][0], self, restarter=restart_fresh)
             finally:
-                started[0].stop()
+                started[0][0].stop()
+
+    def _pool(self, key: str, launch: Launch, headers: dict[str, str], full_label: str, changed: bool) -> Pooled:
+        """Start a server on `launch` and keep it for the rest of the run under `key`."""
+        server, client = self._start(launch, headers, full_label)
+
+        def stop(key: str = key, server: ServerProcess = server) -> None:
+            if _POOL.get(key) is not None and _POOL[key].server is server:
+                _POOL.pop(key)
+            server.stop()
+
+        held = _POOL[key] = Pooled(server, client, on_stop(f"engine server {full_label}", stop), self.control, changed)
+        return held
 
     def _caches(self, launch: Launch) -> bool:
         """Whether a server of this launch may hold a prefix across requests (False: launched with its

@@ -626,9 +626,24 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
         f"{obs.width} at once, {obs.overlapping_rounds} overlapping; {slots}), each against the reference's answer "
         f"to the same prompt alone; {j.fresh_hits} fresh conversations reused a shared prefix, {j.resumed_hits} of "
         f"{j.resumed} resumed after others were served from the cache past their system prefix"
-        + (f"; {j.warned} within the claim but over the logprob tolerance" if j.warned else "")
+        + (f"; {j.warned} within the claim but over the logprob tolerance{_worst_warned(obs, j)}" if j.warned else "")
         + mechanism_words(obs.mechanisms)
     )
+
+
+def _worst_warned(obs: Observations, j: Judgement) -> str:
+    """The warned reply that moved furthest, against the noise floor measured off the cache: a reply
+    over the tolerance is beyond that floor (the tolerance is at least the floor), so it is a
+    tolerance finding on the path that served it, never the engine's batching noise; one warned for a
+    near-tie alone may be within it."""
+    worst = max((r for r in j.rows if r.warned), key=lambda r: r.max_abs_dlogprob)
+    served = f"{worst.cached_tokens or 0} of {worst.prompt_tokens} prompt tokens served from the cache"
+    words = f" (the furthest: request {worst.id}, {worst.kind}, {served}: max |Δlogprob| {worst.max_abs_dlogprob:.3g}"
+    if obs.noise is not None and obs.noise.floor > 0:
+        ratio = worst.max_abs_dlogprob / obs.noise.floor
+        where = "beyond it, not noise" if ratio > 1 else "within it (a near-tie flipped)"
+        words += f", {ratio:.1f} x the noise floor {obs.noise.floor:.3g} measured off the cache: {where}"
+    return words + ")"
 
 
 def mechanism_words(mechanisms: list[MechanismReach]) -> str:

@@ -28,7 +28,8 @@ class NothingExercised(Exception):
 
 @dataclass(frozen=True)
 class Reset:
-    """Part 1: the reference's reply, the candidate's warm repeat, its reset and the reply after it."""
+    """Part 1: the reference's reply, the candidate's warm repeat, its reset and the reply after it; where
+    the reset cannot reach a tier, the server restarted and the reply after the restart."""
 
     prompt: list[int]
     want: EngineCompletion
@@ -38,6 +39,14 @@ class Reset:
     after: EngineCompletion | None
     tiers_not_reset: list[str]
     servers: dict[str, Any]
+    restarted: EngineCompletion | None = None
+    """The reply after the server was restarted to empty `tiers_not_reset` (None: no tier needed it, or
+    gate cannot restart this server)."""
+
+    @property
+    def last(self) -> EngineCompletion | None:
+        """The reply the reset is judged on: after the restart where one ran, else after the endpoint."""
+        return self.restarted or self.after
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,8 @@ class Judgement:
 
 
 def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, length: int) -> Reset:
-    """Serve a prompt twice, reset the candidate's cache, serve it again."""
+    """Serve a prompt twice, reset the candidate's cache, serve it again; where the reset cannot reach a
+    tier (or the engine has no reset), restart the server, which empties every tier, and serve it again."""
     top_k = pair.top_k
     with pair.reference.serve(label="reference") as ref, pair.candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
@@ -75,9 +85,11 @@ def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: Eng
         warm = cand.complete(prompt, params.new_tokens, top_k)
         endpoint = cand.reset_cache()
         after = None if endpoint is None else cand.complete(prompt, params.new_tokens, top_k)
-        tiers = [] if endpoint is None else list(cand.unreset_tiers())
+        tiers = list(cand.unreset_tiers())
+        # no endpoint empties these tiers: a restart does (a new process, handed over to later checks)
+        restarted = cand.complete(prompt, params.new_tokens, top_k) if tiers and cand.restart() else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
-    return Reset(prompt, want, warm, cand.flavor, endpoint, after, tiers, servers)
+    return Reset(prompt, want, warm, cand.flavor, endpoint, after, tiers, servers, restarted)
 
 
 def measure_restart(params: EngineInvalidationParams, pair: EnginePair, prompt: list[int]) -> Restart | None:
@@ -100,40 +112,69 @@ def measure_restart(params: EngineInvalidationParams, pair: EnginePair, prompt: 
 
 
 def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
-    """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset, the output held."""
+    """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset (after the restart
+    where the reset cannot reach a tier), the output held after each."""
     level = ctx.manifest.claim.level
-    if reset.endpoint is None or reset.after is None:
-        out.evidence["reset"] = f"not exercised: the {reset.flavor} server has no cache-reset endpoint gate knows"
+    last, after, warm, tiers = reset.last, reset.after, reset.warm, reset.tiers_not_reset
+    if last is None:
+        out.evidence["reset"] = (
+            f"not exercised: the {reset.flavor} server has no cache-reset endpoint gate knows, and gate did not "
+            "launch it, so it cannot restart it"
+        )
         out.evidence["servers"] = reset.servers
         return
-    after, warm = reset.after, reset.warm
-    out.observed.append(after)
-    judged = judge(ctx, reset.want, after)
+    out.observed += [r for r in (after, reset.restarted) if r is not None]
+    judged = judge(ctx, reset.want, last)
     out.evidence["reset"] = {
         "endpoint": reset.endpoint,
         "hit_before_reset": warm.cached_tokens,
-        "reused_after_reset": after.cached_tokens,
-        "tiers_not_reset": reset.tiers_not_reset,
-        "complete": not reset.tiers_not_reset,
+        "reused_after_reset": None if after is None else after.cached_tokens,
+        "tiers_not_reset": tiers,
+        "restarted": reset.restarted is not None,
+        "reused_after_restart": None if reset.restarted is None else reset.restarted.cached_tokens,
+        "complete": not tiers or reset.restarted is not None,
         **judged.row(),
     }
     if not warm.cached_tokens:
         out.problems.append("reset: the repeat before the reset did not hit, so a miss after it proves nothing")
     else:
         out.exercised["hit_before_reset"] = warm.cached_tokens
-    if after.cached_tokens and reset.tiers_not_reset:  # served by a tier the reset says it cannot reach
-        out.incomplete.append(f"after {reset.endpoint} the same prompt reused {after.cached_tokens} cached tokens")
+    if after is not None:
+        _judge_after_endpoint(ctx, reset, after, out)
+    if reset.restarted is not None and reset.restarted.cached_tokens:
+        out.problems.append(
+            f"reset: after a restart of the server the same prompt reused {reset.restarted.cached_tokens} cached "
+            "tokens: a tier outlives the process"
+        )
+    if tiers and reset.restarted is None:  # neither the reset nor a restart empties them
+        out.incomplete.append("the reset cannot reach " + "; ".join(tiers) + ", and gate cannot restart the server")
+    if judged.failed:
+        when = "the restart" if reset.restarted is not None else "the reset"
+        out.problems.append(
+            f"reset: the output after {when} differs from the reference: {failure_words(level, judged)}"
+        )
+    out.evidence["servers"] = reset.servers
+
+
+def _judge_after_endpoint(ctx: CheckContext, reset: Reset, after: EngineCompletion, out: Judgement) -> None:
+    """The reply right after the reset endpoint: reuse from a tier it says it cannot reach is named, never a
+    failure (the restart then judges that tier); any other reuse, or wrong output, fails."""
+    if after.cached_tokens and reset.tiers_not_reset:
+        out.evidence["reset"]["served_from_tiers_not_reset"] = after.cached_tokens
+        if reset.restarted is None:
+            out.incomplete.append(f"after {reset.endpoint} the same prompt reused {after.cached_tokens} cached tokens")
     elif after.cached_tokens:
         out.problems.append(
             f"reset: after {reset.endpoint} the same prompt still reused {after.cached_tokens} cached tokens"
         )
-    if reset.tiers_not_reset:
-        out.incomplete.append("the reset cannot reach " + "; ".join(reset.tiers_not_reset))
-    if judged.failed:
-        out.problems.append(
-            f"reset: the output after the reset differs from the reference: {failure_words(level, judged)}"
-        )
-    out.evidence["servers"] = reset.servers
+    if reset.restarted is not None:  # the last reply is the restart's: the endpoint's is judged here
+        judged = judge(ctx, reset.want, after)
+        out.evidence["reset"]["after_endpoint"] = judged.row()
+        if judged.failed:
+            out.problems.append(
+                f"reset: the output after {reset.endpoint} differs from the reference: "
+                + failure_words(ctx.manifest.claim.level, judged)
+            )
 
 
 def judge_restart(ctx: CheckContext, reset: Reset, restart: Restart | None, out: Judgement) -> None:
@@ -184,8 +225,7 @@ def explain(j: Judgement, length: int) -> Outcome:
         return problems_outcome(j.problems, length, **seen)
     parts = []
     if isinstance(evidence["reset"], dict) and not j.incomplete:
-        hit = exercised.get("hit_before_reset")
-        parts.append(f"after {evidence['reset']['endpoint']} nothing was reused (hit before: {hit})")
+        parts.append(_reset_words(evidence["reset"], exercised.get("hit_before_reset")))
     if isinstance(evidence["restart"], dict):
         hit = exercised.get("hit_after_restart")
         parts.append(
@@ -196,6 +236,24 @@ def explain(j: Judgement, length: int) -> Outcome:
         where = "; ".join(parts) or "the restart part did not run"
         return Outcome("unproven", f"the engine's reset is incomplete: {'; '.join(j.incomplete)}; {where}", **seen)
     return Outcome("pass", "; ".join(parts), **seen)
+
+
+def _reset_words(reset: dict[str, Any], hit: int | None) -> str:
+    """What the passing reset part showed: the endpoint's reset, and the restart where it could not reach a tier."""
+    if not reset["restarted"]:
+        return f"after {reset['endpoint']} nothing was reused (hit before: {hit})"
+    served = reset.get("served_from_tiers_not_reset")
+    tiers = "; ".join(reset["tiers_not_reset"])
+    first = (
+        f"{reset['endpoint']} cannot reach {tiers}"
+        + (f" (the same prompt then reused {served} tokens from it)" if served else "")
+        if reset["endpoint"]
+        else f"no reset endpoint reaches {tiers}"
+    )
+    return (
+        f"{first}; so gate restarted the server: after the restart nothing was reused and the output equals "
+        f"the reference's (hit before: {hit})"
+    )
 
 
 @check("engine-invalidation", params=EngineInvalidationParams)

@@ -82,11 +82,14 @@ def explain(finding: Finding, obs: Observations) -> Outcome:
 
 
 def _no_salt(candidate: EngineServing) -> Outcome:
+    """No salt, no per-tenant cache to judge: `absent: cache-salt` (not applicable where the policy rule
+    says so, unproven otherwise)."""
     return Outcome(
         "skip",
-        f"unproven: the {candidate.flavor} server offers no cache salt or tenant key, so isolation "
+        f"the {candidate.flavor} server offers no cache salt or tenant key, so isolation "
         "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
         evidence={"flavor": candidate.flavor, "salt_field": None},
+        absent="cache-salt",
     )
 
 

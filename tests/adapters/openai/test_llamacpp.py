@@ -145,17 +145,19 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert [r["prefix_length"] for r in rows] == [1, 17, 200, 2048, 8179]
     assert all(r["cached_tokens"] == r["prefix_length"] and r["reference_cached_tokens"] == 0 for r in rows)
     for name in ("engine-prefix-parity", "engine-batch-invariance", "engine-invalidation"):
-        assert checks[name]["status"] == ("unproven" if name == "engine-invalidation" else "pass"), checks[name]
+        assert checks[name]["status"] == "pass", checks[name]
         assert checks[name]["controls"] and all(c["outcome"] == "detected" for c in checks[name]["controls"])
     assert {c["fault"] for c in parity["controls"]} == {"kv-quantised", "stale-weights"}
     # servers are shared across checks and controls (their cache reset between them); starts counted.
     # At most 3 alive at once (max_servers): engine-invalidation's restart on changed weights makes
     # room by stopping an idle server, which a later check starts again; engine-slot-restore restarts the
     # candidate once (a process that never saw the prompt restores the file: the reuse is the file's);
-    # engine-slot-restore's b11549 crash finding warns, so its stale-weights control runs too (8 + 5)
+    # engine-slot-restore's b11549 crash finding warns, so its stale-weights control runs too (8 + 5);
+    # engine-invalidation restarts the candidate once for its reset (the host-memory prompt cache no
+    # endpoint clears), and its stale-weights control's server once: 9 + 6 on b11549
     starts = list(_starts_seen(record))
-    assert starts and max(s["checks"] for s in starts) <= 8, starts
-    assert max(s["checks"] + s["controls"] for s in starts) <= 13, starts
+    assert starts and max(s["checks"] for s in starts) <= 9, starts
+    assert max(s["checks"] + s["controls"] for s in starts) <= 15, starts
     assert max(server.get("engine_servers_alive_peak", 0) for server in _servers(record)) <= 3
     assert any(server.get("reused_from_earlier_check") for server in _servers(record))
     # every reply of the concurrent multi-tenant workload against the reference alone; llama.cpp's batched
@@ -166,15 +168,18 @@ def test_examples_give_their_documented_verdicts(engine_env: dict[str, str], tmp
     assert [c["outcome"] for c in conversations["controls"]] == ["detected"]
     # the handed-over candidate's reset could not reach llama.cpp's host-memory prompt cache: named, not hidden
     assert any("host-memory prompt cache" in t for t in conversations["evidence"]["cache_tiers_not_reset"])
-    # a reset that cannot reach a tier proves nothing about it: unproven (amber by policy), never a pass;
-    # the restart on changed weights still judges every tier
+    # the erase cannot reach the host-memory prompt cache, so the check restarts the candidate (handed over
+    # to later checks) and judges: nothing reused after the restart, the output the reference's
     reset, message = checks["engine-invalidation"]["evidence"]["reset"], checks["engine-invalidation"]["message"]
-    assert reset["complete"] is False and "the reset cannot reach llama.cpp's host-memory prompt cache" in message
+    assert reset["restarted"] is True and reset["complete"] is True and reset["reused_after_restart"] == 0
+    assert any("host-memory prompt cache" in t for t in reset["tiers_not_reset"])
+    assert "cannot reach llama.cpp's host-memory prompt cache" in message and "gate restarted the server" in message
     assert "after a restart on changed weights nothing stale was reused" in message
-    # no cache salt on llama.cpp: unproven, reported as a warning by the policy (never green)
-    assert (
-        checks["engine-isolation"]["status"] == "unproven" and "no cache salt" in checks["engine-isolation"]["message"]
-    )
+    assert any(server.get("restarted_in_check") == 1 for server in _servers(checks["engine-invalidation"]))
+    # no cache salt on llama.cpp: no per-tenant cache to judge, not applicable (no warning)
+    isolation = checks["engine-isolation"]
+    assert isolation["status"] == "not-applicable" and "no cache salt" in isolation["message"], isolation
+    assert "1 not applicable (engine-isolation)" in record["summary"] and "unproven" not in record["summary"]
     # serving clocks streamed from both servers: the candidate reused prompt tokens, the reference none
     performance = checks["phase-performance"]
     assert performance["status"] in ("pass", "warn"), performance["message"]

@@ -152,3 +152,25 @@ def test_phase_performance_judges_the_replies_it_timed(engine_env: dict[str, str
     assert check["status"] == "fail" and correctness["compared"] > 0 and correctness["failed"] > 0
     assert "wrong answers (the last repeat's" in check["message"]
     assert check["exercise"]["replies_judged"] == correctness["compared"]
+
+
+def test_invalidation_restarts_the_server_only_where_the_erase_leaves_a_tier(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """engine-invalidation on llama.cpp's default serving (host-memory prompt cache on): the erase cannot
+    reach that tier, so the check restarts the candidate and judges; with `--cache-ram 0` the erase
+    reaches every tier and no restart runs."""
+    controls = {"stale-weights": {"tiny_model": {"seed": 0, "perturb_seed": 1}}}
+    for name, extra, restarted in (("default", [], True), ("ram-off", ["--cache-ram", "0"], False)):
+        (tmp_path / name).mkdir()
+        manifest = _default_config_manifest(tmp_path / name, extra, controls)
+        done = subprocess_run(manifest, tmp_path / name / "out", engine_env, check="engine-invalidation")
+        record = json.loads((tmp_path / name / "out/results.json").read_text())
+        [check] = [c for c in record["checks"] if c["check"] == "engine-invalidation"]
+        assert check["status"] == "pass", check["message"] + done.stdout + done.stderr
+        reset = check["evidence"]["reset"]
+        assert reset["restarted"] is restarted and reset["complete"] is True, reset
+        assert reset["hit_before_reset"], reset
+        assert reset["reused_after_restart" if restarted else "reused_after_reset"] == 0, reset
+        assert ("gate restarted the server" in check["message"]) is restarted, check["message"]
+        assert [c["outcome"] for c in check["controls"]] == ["detected"]

@@ -59,6 +59,25 @@ def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -
     assert resets == ["reset"]
 
 
+def test_a_restart_hands_the_new_process_over_in_the_old_ones_place_and_counts_one_start() -> None:
+    path = path_for(max_servers=3)
+    with path.serve(label="candidate") as held:
+        old = held.server
+        assert old is not None and old.proc is not None and held.restart()
+        assert held.server is not old and old.proc.poll() is not None  # the old process is gone
+        assert held.server is not None and held.client.base_url == held.server.base_url
+        assert held.evidence()["restarted_in_check"] == 1
+    with path.serve(label="candidate") as again:
+        assert again.reused and again.server is held.server  # the next check gets the new process
+    assert engine_starts() == [f"candidate ({path.label})", f"candidate ({path.label}), restarted"]
+    assert live_servers() == 1
+    with path.serve(label="restart", fresh=True) as fresh:
+        first = fresh.server
+        assert fresh.restart() and fresh.server is not first
+    assert live_servers() == 1  # the fresh block's restarted process stopped with its block
+    assert len(engine_starts()) == 4
+
+
 def test_identity_names_the_model_digest_the_geometry_and_the_resolved_command(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
