@@ -68,17 +68,12 @@ def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any
     )
 
 
-def crash_diagnosis(crash: SubjectCrash) -> dict[str, Any]:
-    """The failure record of a crash inside the subject (`SubjectCrash.diagnosis`)."""
-    return crash.diagnosis()
-
-
 def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:
     return CheckResult(
         **base,
         status=Status.failed,
         message=f"the subject crashed in {crash}",
-        diagnosis=crash_diagnosis(crash),
+        diagnosis=crash.diagnosis(),
         **times,
     )
 
@@ -99,14 +94,21 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type
         ) from None
 
 
+def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
+    """The fields a check's record takes from its line in the plan."""
+    return {
+        "check": planned.check,
+        "severity": planned.severity,
+        "step": planned.step,
+        "why": planned.why,
+        "policy_rule": planned.source,
+    }
+
+
 def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
     """The record of a planned check a partial run left out: skipped, and saying why."""
     return CheckResult(
-        check=planned.check,
-        severity=planned.severity,
-        step=planned.step,
-        why=planned.why,
-        policy_rule=planned.source,
+        **_from_plan(planned),
         status=Status.skip,
         message=f"not run: this run was limited to --check {', '.join(only)}; the manifest has no verdict from it",
     )
@@ -142,15 +144,7 @@ def run_check(
         whole.stop()
         return {"duration_s": whole.wall_s, "forward_s": whole.forward_s, "subject_s": whole.subject_s, **more}
 
-    base = {
-        "check": planned.check,
-        "severity": planned.severity,
-        "unproven": planned.unproven,
-        "step": planned.step,
-        "why": planned.why,
-        "policy_rule": planned.source,
-        "params": params.model_dump(mode="json"),
-    }
+    base = {**_from_plan(planned), "unproven": planned.unproven, "params": params.model_dump(mode="json")}
     try:
         with Stopwatch(clock) as positive:
             outcome = (
