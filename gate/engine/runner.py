@@ -96,13 +96,7 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type
 
 def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
     """The fields a check's record takes from its line in the plan."""
-    return {
-        "check": planned.check,
-        "severity": planned.severity,
-        "step": planned.step,
-        "why": planned.why,
-        "policy_rule": planned.source,
-    }
+    return planned.model_dump(include={"check", "severity", "step", "why"}) | {"policy_rule": planned.source}
 
 
 def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
