@@ -85,10 +85,8 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type
         first = err.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
         if planned.check in loaded.manifest.checks:
-            line, col = loaded.doc.locate(("checks", planned.check, "params", *first["loc"]))
-            raise InputError(
-                loaded.doc.path, first["msg"], line=line, col=col, field=f"checks.{planned.check}.params.{loc}"
-            ) from None
+            where = ("checks", planned.check, "params", *first["loc"])
+            raise loaded.doc.error_at(where, first["msg"], f"checks.{planned.check}.params.{loc}") from None
         raise InputError(
             planned.source.split(":")[0], f"{first['msg']} ({planned.source})", field=f"params.{loc}"
         ) from None
@@ -538,13 +536,10 @@ def check_device(loaded: LoadedManifest) -> None:
     elif kind == "mps":
         count = 1 if torch.backends.mps.is_available() else 0
     if index >= count:
-        line, col = loaded.doc.locate(("subject", "device"))
-        raise InputError(
-            loaded.doc.path,
+        raise loaded.doc.error_at(
+            ("subject", "device"),
             f"device {device!r} does not exist on this machine ({count} {kind} device(s))",
-            line=line,
-            col=col,
-            field="subject.device",
+            "subject.device",
         )
 
 
