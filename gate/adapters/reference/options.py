@@ -34,6 +34,8 @@ PATHS: dict[str, str] = {
     "evicting": "gate.adapters.reference.approx:build_evicting",
 }
 """Path name -> "module:function" builder, called as `fn(model, options, device=, dtype=, seed=)`."""
+ONE_PATH_OPTIONS = {"prefix": "prefix-cache", "speculative": "speculative", "quant": "quantized", "evict": "evicting"}
+"""Options that apply to one path only -> that path."""
 
 
 V = TypeVar("V", bound=str | None)
@@ -208,14 +210,9 @@ class Options(BaseModel):
                 f"fault {self.fault!r} does not apply to path {self.path!r} "
                 "(gate.prefix.faults apply to path 'prefix-cache' only)"
             )
-        if self.prefix is not None and self.path != "prefix-cache":
-            raise ValueError("option 'prefix' applies only to path 'prefix-cache'")
-        if self.speculative is not None and self.path != "speculative":
-            raise ValueError("option 'speculative' applies only to path 'speculative'")
-        if self.quant is not None and self.path != "quantized":
-            raise ValueError("option 'quant' applies only to path 'quantized'")
-        if self.evict is not None and self.path != "evicting":
-            raise ValueError("option 'evict' applies only to path 'evicting'")
+        for option, path in ONE_PATH_OPTIONS.items():
+            if getattr(self, option) is not None and self.path != path:
+                raise ValueError(f"option {option!r} applies only to path {path!r}")
         if self.path == "evicting" and self.evict is None:
             raise ValueError("path 'evicting' needs `evict: {window: N}`")
         return self
