@@ -207,6 +207,11 @@ class LoadedYaml:
         """Line and column (1-based) of the deepest node on `loc` that exists."""
         return self.resolve(loc)[0]
 
+    def error_at(self, loc: Sequence[int | str], message: str, field: str | None) -> InputError:
+        """The error `message` about `field`, placed at the deepest node on `loc` that exists."""
+        line, col = self.locate(loc)
+        return InputError(self.path, message, line=line, col=col, field=field)
+
     def resolve(self, loc: Sequence[int | str]) -> tuple[tuple[int, int], list[int | str]]:
         """(line, col) of the deepest node on `loc` that exists, and `loc` without the parts that
         are not keys of the document (pydantic's union tags such as `tolerance` in

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,19 +70,16 @@ def command(
 
     with user_errors():
         trust = load_roles(trust_path, run_keys, approver_keys)
-        mains = list(policy_dirs)
         asked = asked_commit(directory, commit)
-        commit = asked.bind
-        if ledger_path is None:
-            checked = check_run(
-                directory,
-                trust,
-                commit=commit,
-                manifest_sha256=sha256_file(manifest_path) if manifest_path else None,
-                policy_dirs=mains,
-            )
-        else:
-            checked = _with_ledger(ledger_path, directory, trust, commit, manifest_path, mains)
+        run = partial(
+            check_run,
+            directory,
+            trust,
+            commit=asked.bind,
+            manifest_sha256=sha256_file(manifest_path) if manifest_path else None,
+            policy_dirs=list(policy_dirs),
+        )
+        checked = run() if ledger_path is None else _with_ledger(ledger_path, directory, trust, run)
     if asked.landed is not None:
         checked.findings.insert(0, Finding(True, asked.landed.text))
     for finding in checked.findings:
@@ -120,19 +119,16 @@ def deploy_exit(deployable: bool, any_verdict: bool, not_mains: list[str] | None
     return EXIT_NOT_DEPLOYABLE
 
 
-def _with_ledger(
-    ledger_path: Path, directory: Path, trust: Any, commit: str | None, manifest: Path | None, policy_dirs: list[Path]
-) -> Any:
-    """check_run with the ledger's trusted revocations, the run's ledger time (None: never recorded),
-    and the waivers re-judged under `trust`."""
-    from gate._util.digest import sha256_file
+def _with_ledger(ledger_path: Path, directory: Path, trust: Any, run: Callable[..., Any]) -> Any:
+    """`run` (check_run of the command's run) with the ledger's trusted revocations, the run's ledger
+    time (None: never recorded), and the waivers re-judged under `trust`."""
     from gate.trust.approve import find_run_entry
     from gate.trust.deployable import judge_waivers
     from gate.trust.ledger import Ledger
     from gate.trust.ledger_verify import verify_chain
     from gate.trust.revocation import read_revocations
     from gate.trust.run_record import statement_digest
-    from gate.trust.verify_run import Finding, check_run
+    from gate.trust.verify_run import Finding
 
     with Ledger.open(ledger_path, writable=False, create=False) as ledger:
         # the revocations and waivers it holds count only from a ledger that verifies, pin included
@@ -142,15 +138,7 @@ def _with_ledger(
         digest = statement_digest(directory / "attestation.dsse.json")
         entry = find_run_entry(ledger, digest) if digest else None
         run_time = entry.time if entry else None
-        checked = check_run(
-            directory,
-            trust,
-            commit=commit,
-            manifest_sha256=sha256_file(manifest) if manifest else None,
-            revocations=revocations,
-            run_time=run_time,
-            policy_dirs=policy_dirs,
-        )
+        checked = run(revocations=revocations, run_time=run_time)
         judge_waivers(checked, ledger, trust, run_time)
         checked.findings += [Finding(False, f"ledger {ledger.location}: {p.message}") for p in chain.problems]
         return checked

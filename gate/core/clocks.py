@@ -113,8 +113,6 @@ def _clock_metrics() -> dict[str, Metric]:
 
 METRICS: dict[str, Metric] = _clock_metrics()
 """Every clock gate reports and a manifest may budget, by name."""
-TIME_METRICS = tuple(m for m in METRICS if not m.startswith(("live_bytes", "peak_memory")))
-"""The clocks that measure time (noisy); the rest measure bytes (deterministic on most paths)."""
 
 
 def ttfts(trace: ServingTrace) -> np.ndarray:

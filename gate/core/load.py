@@ -42,13 +42,10 @@ def validate_options(loaded: LoadedManifest) -> None:
     for role in ("reference", "candidate"):
         spec = getattr(loaded.manifest.subject, role)
         if spec.adapter not in adapter_names():
-            line, col = loaded.doc.locate(("subject", role, "adapter"))
-            raise InputError(
-                loaded.doc.path,
+            raise loaded.doc.error_at(
+                ("subject", role, "adapter"),
                 f"unknown adapter {spec.adapter!r} (registered: {', '.join(adapter_names())})",
-                line=line,
-                col=col,
-                field=f"subject.{role}.adapter",
+                f"subject.{role}.adapter",
             )
         adapter = load_adapter(spec.adapter)
         model = strict(adapter.Options)

@@ -86,13 +86,8 @@ def run_name(manifest_name: str, overrides: dict[str, Any]) -> str:
 def _check_devices(doc: LoadedYaml, devices: list[str] | None) -> None:
     for i, device in enumerate(devices or []):
         if not DEVICE_PATTERN.match(device):
-            line, col = doc.locate(("devices", i))
-            raise InputError(
-                doc.path,
-                f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)",
-                line=line,
-                col=col,
-                field=f"devices[{i}]",
+            raise doc.error_at(
+                ("devices", i), f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)", f"devices[{i}]"
             )
 
 
@@ -105,14 +100,9 @@ def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[P
         else:
             found = [Path(pattern)] if Path(pattern).is_file() else []
         if not found:
-            line, col = doc.locate(("manifests", i))
             what = "matches no file" if glob.has_magic(entry) else "no such manifest file"
-            raise InputError(
-                doc.path,
-                f"{entry!r}: {what} (paths are relative to the matrix file)",
-                line=line,
-                col=col,
-                field=f"manifests[{i}]",
+            raise doc.error_at(
+                ("manifests", i), f"{entry!r}: {what} (paths are relative to the matrix file)", f"manifests[{i}]"
             )
         files.extend((path, i) for path in found)
     return files
@@ -149,13 +139,12 @@ def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]
             overrides = {key: value for (key, _values), value in zip(axes, combo, strict=True)}
             name = run_name(base, overrides)
             if name in seen or name in RESERVED_NAMES:
-                line, col = doc.locate(("manifests", index))
                 why = (
                     "is reserved in the output directory"
                     if name in RESERVED_NAMES
                     else f"is also the run of {seen[name]}; give the manifests distinct names"
                 )
-                raise InputError(doc.path, f"run name {name!r} {why}", line=line, col=col, field=f"manifests[{index}]")
+                raise doc.error_at(("manifests", index), f"run name {name!r} {why}", f"manifests[{index}]")
             seen[name] = manifest
             runs.append(MatrixRun(name=name, manifest=manifest, overrides=overrides))
     return runs, matrix.retries

@@ -154,22 +154,16 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
     level = ClaimLevel(manifest.claim.level)
     resolved = policies.interventions.get(intervention)
     if resolved is None:
-        line, col = doc.locate(("intervention",))
-        raise InputError(
-            doc.path, f"no policy covers intervention {intervention.value!r}", line=line, col=col, field="intervention"
-        )
+        raise doc.error_at(("intervention",), f"no policy covers intervention {intervention.value!r}", "intervention")
     claim = resolved.claims.get(level)
     if claim is None or not claim.rule.admissible:
         admissible = sorted(c.value for c, r in resolved.claims.items() if r.rule.admissible)
-        line, col = doc.locate(("claim", "level"))
         quoted = f' policy {claim.source.path} says: "{claim.rule.rule.strip()}"' if claim else ""
-        raise InputError(
-            doc.path,
+        raise doc.error_at(
+            ("claim", "level"),
             f"intervention {intervention.value!r} cannot claim {level.value!r}.{quoted} "
             f"Admissible claims: {', '.join(admissible) or 'none'}",
-            line=line,
-            col=col,
-            field="claim.level",
+            "claim.level",
         )
     declared = {f.value for f in manifest.identity}
     missing = [field for field in resolved.identity.required if field.value not in declared]
@@ -212,25 +206,19 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
     planned_names = {p.check for p in planned}
     for name in manifest.checks:
         if name not in planned_names:
-            line, col = doc.locate(("checks", name))
-            raise InputError(
-                doc.path,
+            raise doc.error_at(
+                ("checks", name),
                 f"check {name!r} is not in the plan for this claim "
                 f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
-                line=line,
-                col=col,
-                field=f"checks.{name}",
+                f"checks.{name}",
             )
     for index, bug in enumerate(manifest.known_bugs):
         if bug.check not in planned_names:
-            line, col = doc.locate(("known_bugs", index, "check"))
-            raise InputError(
-                doc.path,
+            raise doc.error_at(
+                ("known_bugs", index, "check"),
                 f"known bug {bug.id!r} names check {bug.check!r}, which is not in the plan for this claim "
                 f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
-                line=line,
-                col=col,
-                field=f"known_bugs[{index}].check",
+                f"known_bugs[{index}].check",
             )
     from gate._util.clock import today_utc
     from gate.core.known_bugs import plan_known_bugs

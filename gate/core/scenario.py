@@ -25,8 +25,6 @@ from gate._util.yamlio import parse_model, read_yaml
 from gate.core.manifest import Record
 from gate.errors import InputError
 
-SCENARIO_API_VERSION = "gate/scenario/v1"
-
 
 class Lengths(Record):
     """A distribution of token counts (or, for think time, milliseconds), clipped to [min, max]."""

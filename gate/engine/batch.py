@@ -87,11 +87,9 @@ def _relocated(err: InputError, run: MatrixRun) -> InputError:
     from gate._util.yamlio import read_yaml
 
     parts = tuple(int(p) if p.isdigit() else p for p in (err.field or "").replace("[", ".").replace("]", "").split("."))
-    line, col = read_yaml(run.manifest).locate([p for p in parts if p != ""])
     values = ", ".join(f"{key}={value}" for key, value in run.overrides.items())
-    return InputError(
-        f"{run.manifest}", f"{err.message} (run {run.name}: {values})", line=line, col=col, field=err.field
-    )
+    where = [p for p in parts if p != ""]
+    return read_yaml(run.manifest).error_at(where, f"{err.message} (run {run.name}: {values})", err.field)
 
 
 def plan_batch(
@@ -118,13 +116,8 @@ def plan_batch(
             from gate._util.yamlio import read_yaml
 
             why = "is reserved" if name in RESERVED_NAMES else f"is also the name of {seen[name]}"
-            line, col = read_yaml(path).locate(("name",))
-            raise InputError(
-                str(path),
-                f"manifest name {name!r} {why}; each run of a batch needs its own DIR/<name>",
-                line=line,
-                col=col,
-                field="name",
+            raise read_yaml(path).error_at(
+                ("name",), f"manifest name {name!r} {why}; each run of a batch needs its own DIR/<name>", "name"
             )
         seen[name] = path
         runs.append(MatrixRun(name=name, manifest=path))

@@ -267,7 +267,6 @@ imports no torch)."""
 
 
 GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
-GENERIC_BY_NAME = {g.name: g for g in GENERIC_FAULTS}
 
 
 class FaultedPath:

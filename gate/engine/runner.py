@@ -68,17 +68,12 @@ def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any
     )
 
 
-def crash_diagnosis(crash: SubjectCrash) -> dict[str, Any]:
-    """The failure record of a crash inside the subject (`SubjectCrash.diagnosis`)."""
-    return crash.diagnosis()
-
-
 def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:
     return CheckResult(
         **base,
         status=Status.failed,
         message=f"the subject crashed in {crash}",
-        diagnosis=crash_diagnosis(crash),
+        diagnosis=crash.diagnosis(),
         **times,
     )
 
@@ -90,23 +85,22 @@ def _validated_params(loaded: LoadedManifest, planned: PlannedCheck, model: type
         first = err.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
         if planned.check in loaded.manifest.checks:
-            line, col = loaded.doc.locate(("checks", planned.check, "params", *first["loc"]))
-            raise InputError(
-                loaded.doc.path, first["msg"], line=line, col=col, field=f"checks.{planned.check}.params.{loc}"
-            ) from None
+            where = ("checks", planned.check, "params", *first["loc"])
+            raise loaded.doc.error_at(where, first["msg"], f"checks.{planned.check}.params.{loc}") from None
         raise InputError(
             planned.source.split(":")[0], f"{first['msg']} ({planned.source})", field=f"params.{loc}"
         ) from None
 
 
+def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
+    """The fields a check's record takes from its line in the plan."""
+    return planned.model_dump(include={"check", "severity", "step", "why"}) | {"policy_rule": planned.source}
+
+
 def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
     """The record of a planned check a partial run left out: skipped, and saying why."""
     return CheckResult(
-        check=planned.check,
-        severity=planned.severity,
-        step=planned.step,
-        why=planned.why,
-        policy_rule=planned.source,
+        **_from_plan(planned),
         status=Status.skip,
         message=f"not run: this run was limited to --check {', '.join(only)}; the manifest has no verdict from it",
     )
@@ -142,15 +136,7 @@ def run_check(
         whole.stop()
         return {"duration_s": whole.wall_s, "forward_s": whole.forward_s, "subject_s": whole.subject_s, **more}
 
-    base = {
-        "check": planned.check,
-        "severity": planned.severity,
-        "unproven": planned.unproven,
-        "step": planned.step,
-        "why": planned.why,
-        "policy_rule": planned.source,
-        "params": params.model_dump(mode="json"),
-    }
+    base = {**_from_plan(planned), "unproven": planned.unproven, "params": params.model_dump(mode="json")}
     try:
         with Stopwatch(clock) as positive:
             outcome = (
@@ -550,13 +536,10 @@ def check_device(loaded: LoadedManifest) -> None:
     elif kind == "mps":
         count = 1 if torch.backends.mps.is_available() else 0
     if index >= count:
-        line, col = loaded.doc.locate(("subject", "device"))
-        raise InputError(
-            loaded.doc.path,
+        raise loaded.doc.error_at(
+            ("subject", "device"),
             f"device {device!r} does not exist on this machine ({count} {kind} device(s))",
-            line=line,
-            col=col,
-            field="subject.device",
+            "subject.device",
         )
 
 

@@ -8,7 +8,7 @@ slots. Slots at and past `pos` are allocated but invalid; a correct read never t
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 import torch
 
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from gate.models.config import ModelConfig
 
 Layout = Literal["dynamic", "static"]
+
+
+class CacheLayout(TypedDict, total=False):
+    """`KVCache.empty`'s layout keywords, which `for_model` passes on."""
+
+    layout: Layout
+    block_size: int
+    dtype: torch.dtype
+    device: str | torch.device
 
 
 class KVCache:
@@ -57,27 +66,9 @@ class KVCache:
         return cls(k, v, 0, max_len=max_len, layout=layout, block_size=block_size)
 
     @classmethod
-    def for_model(
-        cls,
-        config: ModelConfig,
-        batch: int,
-        *,
-        layout: Layout = "static",
-        block_size: int = 16,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> KVCache:
-        return cls.empty(
-            config.n_layers,
-            batch,
-            config.n_kv_heads,
-            config.head_dim,
-            max_len=config.max_len,
-            layout=layout,
-            block_size=block_size,
-            dtype=dtype,
-            device=device,
-        )
+    def for_model(cls, config: ModelConfig, batch: int, **where: Unpack[CacheLayout]) -> KVCache:
+        """`empty` in `config`'s shape (layers, KV heads, head_dim, max_len)."""
+        return cls.empty(config.n_layers, batch, config.n_kv_heads, config.head_dim, max_len=config.max_len, **where)
 
     @classmethod
     def from_kv(

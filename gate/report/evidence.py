@@ -75,6 +75,10 @@ class EvidenceViews:
     consumed: set[str] = field(default_factory=set)
     """Evidence keys a dedicated view showed; the rest become generic tables."""
 
+    def table(self, title: str, columns: list[str], rows: list[list[str]], note: str = "") -> None:
+        """Show `rows` as a table of their own."""
+        self.tables.append(Table(title=title, columns=columns, rows=rows, note=note))
+
 
 def _tolerance_words(tolerance: ToleranceRecord) -> str:
     words = f"atol {number(tolerance.atol)}"
@@ -303,23 +307,21 @@ def _requests_table(requests: list[ServedRequest], views: EvidenceViews) -> None
             ]
         )
     if rows:
-        views.tables.append(
-            Table(
-                title="Requests: reuse against entitlement, outputs against a full recompute",
-                columns=[
-                    "request",
-                    "prompt",
-                    "entitled",
-                    "reused",
-                    "",
-                    "hit blocks",
-                    "computed",
-                    "max |Δlogit|",
-                    "flips",
-                ],
-                rows=rows,
-                note=f"first {MAX_TABLE_ROWS} of {len(requests)} rows" if len(requests) > MAX_TABLE_ROWS else "",
-            )
+        views.table(
+            title="Requests: reuse against entitlement, outputs against a full recompute",
+            columns=[
+                "request",
+                "prompt",
+                "entitled",
+                "reused",
+                "",
+                "hit blocks",
+                "computed",
+                "max |Δlogit|",
+                "flips",
+            ],
+            rows=rows,
+            note=f"first {MAX_TABLE_ROWS} of {len(requests)} rows" if len(requests) > MAX_TABLE_ROWS else "",
         )
     views.consumed.add("requests")
 
@@ -328,20 +330,16 @@ def _store_findings(evidence: StoreEvidence, views: EvidenceViews) -> None:
     """What every prefix-store check records beside its requests: what it could not assert, and the
     stores the run started."""
     if evidence.unproven_assertions:
-        views.tables.append(
-            Table(
-                title="Not asserted: the store lacks what they need",
-                columns=["assertion", "why"],
-                rows=[[a, why] for a, why in evidence.unproven_assertions.items()],
-            )
+        views.table(
+            title="Not asserted: the store lacks what they need",
+            columns=["assertion", "why"],
+            rows=[[a, why] for a, why in evidence.unproven_assertions.items()],
         )
     if evidence.store_starts_in_run:
-        views.tables.append(
-            Table(
-                title="Stores started in this run",
-                columns=["#", "store"],
-                rows=[[str(n), name] for n, name in enumerate(evidence.store_starts_in_run, 1)],
-            )
+        views.table(
+            title="Stores started in this run",
+            columns=["#", "store"],
+            rows=[[str(n), name] for n, name in enumerate(evidence.store_starts_in_run, 1)],
         )
     views.consumed.update(("unproven_assertions", "store_starts_in_run"))
 
@@ -384,26 +382,22 @@ def read_cache_identity(evidence: CacheIdentityEvidence, views: EvidenceViews) -
                 display(example.max_abs_delta),
             ]
         )
-    views.tables.append(
-        Table(
-            title="Identity fields: a request that differs in one field only",
-            columns=[
-                "field",
-                "prompt",
-                "entitled",
-                "reused",
-                "",
-                "repeat reused",
-                "computation differs by",
-                "max |Δlogit|",
-            ],
-            rows=rows,
-            note="a field's variant may reuse only what it is entitled to; its repeat must hit (the cache is on); "
-            "'computation differs by' shows the field changes the output"
-            + (
-                "; the identity the store reports was compared with its key" if evidence.identity_report_checked else ""
-            ),
-        )
+    views.table(
+        title="Identity fields: a request that differs in one field only",
+        columns=[
+            "field",
+            "prompt",
+            "entitled",
+            "reused",
+            "",
+            "repeat reused",
+            "computation differs by",
+            "max |Δlogit|",
+        ],
+        rows=rows,
+        note="a field's variant may reuse only what it is entitled to; its repeat must hit (the cache is on); "
+        "'computation differs by' shows the field changes the output"
+        + ("; the identity the store reports was compared with its key" if evidence.identity_report_checked else ""),
     )
     views.consumed.update(("fields", "unverified", "identity_report_checked", "identity_example"))
     _requests_table(evidence.requests, views)
@@ -423,44 +417,40 @@ def _reasons(dropped: Mapping[str, int]) -> str:
 def read_invalidation(evidence: InvalidationEvidence, views: EvidenceViews) -> None:
     """Updates and the restart as their own tables, then the requests."""
     if evidence.updates:
-        views.tables.append(
-            Table(
-                title="Updates: reuse before, right after and after again",
-                columns=["update", "computation changed by", "hit before", "reused right after", "hit after"],
-                rows=[
-                    [
-                        f"{name} weights",
-                        display(u.computation_changed_by),
-                        str(u.hit_before),
-                        str(u.reused_after),
-                        str(u.hit_after),
-                    ]
-                    for name, u in evidence.updates.items()
-                ],
-                note="right after an update nothing may be reused (entries of the old weights)",
-            )
+        views.table(
+            title="Updates: reuse before, right after and after again",
+            columns=["update", "computation changed by", "hit before", "reused right after", "hit after"],
+            rows=[
+                [
+                    f"{name} weights",
+                    display(u.computation_changed_by),
+                    str(u.hit_before),
+                    str(u.reused_after),
+                    str(u.hit_after),
+                ]
+                for name, u in evidence.updates.items()
+            ],
+            note="right after an update nothing may be reused (entries of the old weights)",
         )
     if evidence.restart is not None:
         restart = evidence.restart
-        views.tables.append(
-            Table(
-                title=f"Restart from a saved cache ({restart.blocks_saved} blocks saved)",
-                columns=["restarted on", "admitted", "refused", "served"],
-                rows=[
-                    [
-                        "another checkpoint (must admit and serve nothing)",
-                        str(restart.other_checkpoint.admitted),
-                        _reasons(restart.other_checkpoint.dropped),
-                        display(restart.other_checkpoint.consumed),
-                    ],
-                    [
-                        "the same checkpoint (must admit and reuse)",
-                        str(restart.same_checkpoint.admitted),
-                        _reasons(restart.same_checkpoint.dropped),
-                        display(restart.same_checkpoint.reused_tokens),
-                    ],
+        views.table(
+            title=f"Restart from a saved cache ({restart.blocks_saved} blocks saved)",
+            columns=["restarted on", "admitted", "refused", "served"],
+            rows=[
+                [
+                    "another checkpoint (must admit and serve nothing)",
+                    str(restart.other_checkpoint.admitted),
+                    _reasons(restart.other_checkpoint.dropped),
+                    display(restart.other_checkpoint.consumed),
                 ],
-            )
+                [
+                    "the same checkpoint (must admit and reuse)",
+                    str(restart.same_checkpoint.admitted),
+                    _reasons(restart.same_checkpoint.dropped),
+                    display(restart.same_checkpoint.reused_tokens),
+                ],
+            ],
         )
     views.consumed.update(("updates", "restart"))
     _requests_table(evidence.requests, views)
@@ -581,70 +571,64 @@ def read_serving(evidence: ServingEvidence, views: EvidenceViews) -> None:
 def read_conversations(evidence: ConversationsEvidence, views: EvidenceViews) -> None:
     """The failing replies with the request each is named with, then every request of the workload."""
     if evidence.failures:
-        views.tables.append(
-            Table(
-                title="Replies that differ from the reference alone",
-                columns=["request", "named with", "why", "failure"],
-                rows=[[str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures],
-            )
+        views.table(
+            title="Replies that differ from the reference alone",
+            columns=["request", "named with", "why", "failure"],
+            rows=[[str(f.request), display(f.other_request), f.how, f.message] for f in evidence.failures],
         )
     if evidence.mechanisms:
-        views.tables.append(
-            Table(
-                title="The candidate's reuse mechanisms: aimed at and reached, by the engine's own counters",
-                columns=["mechanism", "aimed at", "lengths", "requests", "reached", "counted / why not"],
-                rows=[
-                    [
-                        m.mechanism,
-                        str(m.aimed),
-                        ", ".join(map(str, m.lengths)),
-                        str(m.requests),
-                        str(m.reached),
-                        m.evidence,
-                    ]
-                    for m in evidence.mechanisms
-                ],
-                note="gate/checks/_mechanisms.py; the server log's counters: "
-                + (
-                    ", ".join(f"{k} {v}" for k, v in evidence.engine_log_counters.items())
-                    if evidence.engine_log_counters
-                    else "not stated by its log"
-                ),
-            )
-        )
-    views.tables.append(
-        Table(
-            title=(
-                f"{len(evidence.requests)} requests: {evidence.conversations} conversations over {evidence.tenants} "
-                f"tenants' {evidence.system_prefix}-token system prefixes, up to {evidence.max_concurrent} at once"
-            ),
-            columns=[
-                "request",
-                "conversation",
-                "turn",
-                "round",
-                "kind",
-                "prompt",
-                "cached",
-                "tokens match",
-                "max |Δlogprob|",
-            ],
+        views.table(
+            title="The candidate's reuse mechanisms: aimed at and reached, by the engine's own counters",
+            columns=["mechanism", "aimed at", "lengths", "requests", "reached", "counted / why not"],
             rows=[
                 [
-                    str(r.id),
-                    str(r.conversation),
-                    str(r.turn),
-                    str(r.round),
-                    r.kind,
-                    str(r.prompt_tokens),
-                    display(r.cached_tokens),
-                    str(r.tokens_match),
-                    number(r.max_abs_dlogprob),
+                    m.mechanism,
+                    str(m.aimed),
+                    ", ".join(map(str, m.lengths)),
+                    str(m.requests),
+                    str(m.reached),
+                    m.evidence,
                 ]
-                for r in evidence.requests
+                for m in evidence.mechanisms
             ],
-            note="each reply against the reference's answer to the same prompt sent alone",
+            note="gate/checks/_mechanisms.py; the server log's counters: "
+            + (
+                ", ".join(f"{k} {v}" for k, v in evidence.engine_log_counters.items())
+                if evidence.engine_log_counters
+                else "not stated by its log"
+            ),
         )
+    views.table(
+        title=(
+            f"{len(evidence.requests)} requests: {evidence.conversations} conversations over {evidence.tenants} "
+            f"tenants' {evidence.system_prefix}-token system prefixes, up to {evidence.max_concurrent} at once"
+        ),
+        columns=[
+            "request",
+            "conversation",
+            "turn",
+            "round",
+            "kind",
+            "prompt",
+            "cached",
+            "tokens match",
+            "max |Δlogprob|",
+        ],
+        rows=[
+            [
+                str(r.id),
+                str(r.conversation),
+                str(r.turn),
+                str(r.round),
+                r.kind,
+                str(r.prompt_tokens),
+                display(r.cached_tokens),
+                str(r.tokens_match),
+                number(r.max_abs_dlogprob),
+            ]
+            for r in evidence.requests
+        ],
+        note="each reply against the reference's answer to the same prompt sent alone",
     )
     views.consumed.update({"requests", "failures", "mechanisms", "engine_log_counters"})
 

@@ -56,11 +56,6 @@ CONTROL_TONES = {
     "unsupported": "muted",
 }
 
-CONTROL_KINDS = {
-    "adapter": "the adapter's own fault",
-    "generic": "a protocol-level fault applied by gate around the adapter's sessions",
-}
-
 INTERVENTION_WORDS = {
     "layout": "Exact tensors stored in a different layout (paged or blocked KV, another kernel).",
     "scheduling": "The same computations in another order or batching (chunked prefill, continuous batching).",

@@ -112,7 +112,7 @@ def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
     """The latest run entry whose dossier statement has this digest."""
     found = None
     for entry in ledger.entries(RUN_KIND):
-        if (entry.body.get("dossier") or {}).get("statement_sha256") == statement_sha256:
+        if entry.dossier.get("statement_sha256") == statement_sha256:
             found = entry
     return found
 

@@ -207,6 +207,11 @@ class VerifyReport:
     def valid(self) -> bool:
         return not self.failures and not self.missing and bool(self.signed_by)
 
+    def expect(self, what: str, got: str, want: str) -> None:
+        """A failure naming `what` when it is not `want`."""
+        if got != want:
+            self.failures.append(f"{what} is {got!r}, expected {want!r}")
+
 
 def safe_name(name: Any) -> bool:
     """A subject name that names a file inside the dossier directory: a relative POSIX path
@@ -314,8 +319,7 @@ def verify_envelope(
         report.failures.append(str(err))
         return report
     report.payload = payload
-    if envelope.payloadType != PAYLOAD_TYPE:
-        report.failures.append(f"payloadType is {envelope.payloadType!r}, expected {PAYLOAD_TYPE!r}")
+    report.expect("payloadType", envelope.payloadType, PAYLOAD_TYPE)
     matched: set[int] = set()
     for label, key in keys.items():
         hits = [i for i, sig in enumerate(envelope.signatures) if verifies(key, payload, sig.sig, envelope.payloadType)]
@@ -332,10 +336,8 @@ def verify_envelope(
         report.failures.append(str(err))
         return report
     report.statement = stmt
-    if stmt.type != STATEMENT_TYPE:
-        report.failures.append(f"statement _type is {stmt.type!r}, expected {STATEMENT_TYPE!r}")
-    if stmt.predicateType != PREDICATE_TYPE:
-        report.failures.append(f"predicateType is {stmt.predicateType!r}, expected {PREDICATE_TYPE!r}")
+    report.expect("statement _type", stmt.type, STATEMENT_TYPE)
+    report.expect("predicateType", stmt.predicateType, PREDICATE_TYPE)
     try:
         report.predicate = RunPredicate.read(stmt)
     except ValueError as err:

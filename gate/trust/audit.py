@@ -140,7 +140,7 @@ def verify_ledger(
         if entry.seq > chain.verified:
             break
         if entry.kind == RUN_KIND:
-            statements[entry.seq] = str((entry.body.get("dossier") or {}).get("statement_sha256"))
+            statements[entry.seq] = str(entry.dossier.get("statement_sha256"))
         report.kinds[entry.seq] = entry.kind
         problems = entry_problems(entry, statements, trust, revoked)
         if problems:
@@ -206,7 +206,7 @@ def _holds(directory: Path, run: Entry) -> bool:
     from gate.trust.attest import ENVELOPE_NAME
     from gate.trust.run_record import statement_digest
 
-    recorded = (run.body.get("dossier") or {}).get("statement_sha256")
+    recorded = run.dossier.get("statement_sha256")
     return bool(recorded) and statement_digest(directory / ENVELOPE_NAME) == recorded
 
 
@@ -214,10 +214,8 @@ def _superseded_by(ledger: Ledger, run: Entry, directory: Path) -> int | None:
     """The latest later run recorded into the same directory, when DIR no longer holds `run`'s dossier."""
     if _holds(directory, run):
         return None
-    where = (run.body.get("dossier") or {}).get("dir")
-    later = [
-        e.seq for e in ledger.entries(RUN_KIND) if e.seq > run.seq and (e.body.get("dossier") or {}).get("dir") == where
-    ]
+    where = run.dossier.get("dir")
+    later = [e.seq for e in ledger.entries(RUN_KIND) if e.seq > run.seq and e.dossier.get("dir") == where]
     return later[-1] if later else None
 
 
@@ -268,7 +266,7 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
     no longer stands for the directory)."""
     latest: dict[str, RunTrace] = {}
     for item in traces:
-        where = str((item.run.body.get("dossier") or {}).get("dir", item.dossier))
+        where = str(item.run.dossier.get("dir", item.dossier))
         if where not in latest or item.run.seq > latest[where].run.seq:
             latest[where] = item
     return list(latest.values())
@@ -281,7 +279,7 @@ def _check_recorded_files(trace: RunTrace) -> bool:
     from gate.trust.run_record import statement_digest
 
     run, out = trace.run, trace.dossier
-    dossier = run.body.get("dossier") or {}
+    dossier = run.dossier
     add = trace.findings.append
     if not out.is_dir():
         add(Finding(False, f"dossier {out} not found (copy it here or pass --dossier DIR)"))
@@ -321,7 +319,7 @@ def trace(
     landed = {} if runs else landed_runs(ledger.entries(RUN_KIND), ref)  # a merge/squash/rebase of them
     runs = runs or [e for e in ledger.entries(RUN_KIND) if e.seq in landed]
     for run in runs:
-        out = dossier or Path(str((run.body.get("dossier") or {}).get("dir", "")))
+        out = dossier or Path(str(run.dossier.get("dir", "")))
         item = RunTrace(run=run, dossier=out)
         later = _superseded_by(ledger, run, out)
         if later is not None:
@@ -332,8 +330,8 @@ def trace(
                 item.superseded_by = later
                 traces.append(item)
                 continue
-        statement = str((run.body.get("dossier") or {}).get("statement_sha256"))
-        item.approvals = approvals_for(ledger, statement, (run.body.get("dossier") or {}).get("evidence_sha256"))
+        statement = str(run.dossier.get("statement_sha256"))
+        item.approvals = approvals_for(ledger, statement, run.dossier.get("evidence_sha256"))
         item.approvals += landed_approvals(ledger.entries(APPROVAL_KIND), item.approvals, out, run_commit(run))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")

@@ -64,6 +64,11 @@ class Entry:
     def time(self) -> str:
         return str(self.body.get("time", ""))
 
+    @property
+    def dossier(self) -> dict[str, Any]:
+        """A run entry's dossier record: its directory, files and statement digest ({}: none)."""
+        return self.body.get("dossier") or {}
+
 
 class Checkpoint(BaseModel):
     """A signed statement that the ledger `origin` held `size` entries ending in `head`.

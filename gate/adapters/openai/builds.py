@@ -10,7 +10,6 @@ wrapper that runs gate/adapters/openai/xllamacpp_server.py on it, so a manifest'
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -112,9 +111,3 @@ def install(version: str, cache: Path = CACHE, wrapper: bool = True) -> Path:
     if wrapper and (not script.exists() or f'"{sys.executable}"' not in script.read_text()):
         write_wrapper(target)
     return target
-
-
-def path_first(folder: Path, env: dict[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) with `folder` first on PATH."""
-    base = dict(os.environ if env is None else env)
-    return {**base, "PATH": f"{folder}{os.pathsep}{base.get('PATH', '')}"}

@@ -10,7 +10,8 @@ candidate: {adapter: reference, options: {path: speculative, speculative: {k: 2}
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Collection
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -33,6 +34,18 @@ PATHS: dict[str, str] = {
     "evicting": "gate.adapters.reference.approx:build_evicting",
 }
 """Path name -> "module:function" builder, called as `fn(model, options, device=, dtype=, seed=)`."""
+ONE_PATH_OPTIONS = {"prefix": "prefix-cache", "speculative": "speculative", "quant": "quantized", "evict": "evicting"}
+"""Options that apply to one path only -> that path."""
+
+
+V = TypeVar("V", bound=str | None)
+
+
+def known(value: V, names: Collection[str], what: str) -> V:
+    """A validator's answer: `value` when it is None or one of `names`, else the error naming them."""
+    if value is not None and value not in names:
+        raise ValueError(f"unknown {what} {value!r} (known: {', '.join(names)})")
+    return value
 
 
 SAMPLER_FAULTS = (
@@ -74,9 +87,7 @@ class SpeculativeOptions(BaseModel):
     @field_validator("fault")
     @classmethod
     def _known_fault(cls, value: str | None) -> str | None:
-        if value is not None and value not in SAMPLER_FAULTS:
-            raise ValueError(f"unknown sampler fault {value!r} (known: {', '.join(SAMPLER_FAULTS)})")
-        return value
+        return known(value, SAMPLER_FAULTS, "sampler fault")
 
 
 class QuantOptions(BaseModel):
@@ -124,9 +135,7 @@ class EvictOptions(BaseModel):
     @field_validator("fault")
     @classmethod
     def _known_evict_fault(cls, value: str | None) -> str | None:
-        if value is not None and value not in EVICT_FAULTS:
-            raise ValueError(f"unknown eviction fault {value!r} (known: {', '.join(EVICT_FAULTS)})")
-        return value
+        return known(value, EVICT_FAULTS, "eviction fault")
 
     @model_validator(mode="after")
     def _budget_holds_protected(self) -> EvictOptions:
@@ -185,17 +194,12 @@ class Options(BaseModel):
     @field_validator("preset", "path")
     @classmethod
     def _known(cls, value: str, info: ValidationInfo) -> str:
-        known = PRESET_NAMES if info.field_name == "preset" else tuple(PATHS)
-        if value not in known:
-            raise ValueError(f"unknown {info.field_name} {value!r} (known: {', '.join(known)})")
-        return value
+        return known(value, PRESET_NAMES if info.field_name == "preset" else tuple(PATHS), str(info.field_name))
 
     @field_validator("fault")
     @classmethod
     def _known_fault(cls, value: str | None) -> str | None:
-        if value is not None and value not in FAULT_NAMES and value not in PREFIX_FAULTS:
-            raise ValueError(f"unknown fault {value!r} (known: {', '.join(FAULT_NAMES + PREFIX_FAULTS)})")
-        return value
+        return known(value, FAULT_NAMES + PREFIX_FAULTS, "fault")
 
     @model_validator(mode="after")
     def _consistent_shape(self) -> Options:
@@ -206,14 +210,9 @@ class Options(BaseModel):
                 f"fault {self.fault!r} does not apply to path {self.path!r} "
                 "(gate.prefix.faults apply to path 'prefix-cache' only)"
             )
-        if self.prefix is not None and self.path != "prefix-cache":
-            raise ValueError("option 'prefix' applies only to path 'prefix-cache'")
-        if self.speculative is not None and self.path != "speculative":
-            raise ValueError("option 'speculative' applies only to path 'speculative'")
-        if self.quant is not None and self.path != "quantized":
-            raise ValueError("option 'quant' applies only to path 'quantized'")
-        if self.evict is not None and self.path != "evicting":
-            raise ValueError("option 'evict' applies only to path 'evicting'")
+        for option, path in ONE_PATH_OPTIONS.items():
+            if getattr(self, option) is not None and self.path != path:
+                raise ValueError(f"option {option!r} applies only to path {path!r}")
         if self.path == "evicting" and self.evict is None:
             raise ValueError("path 'evicting' needs `evict: {window: N}`")
         return self
