@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from gate.checks._eos import EOS_BUDGET, EOS_CANDIDATES
 from gate.checks._lengths import NEW_TOKENS, PREFIX_BLOCKS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
@@ -72,6 +73,12 @@ class EngineConversationsParams(Params):
     """Before the seeded rounds, aim requests at each reuse mechanism the candidate's cache geometry
     names (gate.checks._mechanisms: the sliding window's edge, context checkpoints, the sliding-window
     cache's room per slot, the host-memory prompt cache, edited turns)."""
+    eos_candidates: int = Field(default=EOS_CANDIDATES, ge=0, le=1024)
+    """Seeded conversation openings the reference is asked to continue with its stop on (no ignore_eos);
+    those it ends at end-of-sequence within `eos_budget` tokens (up to 4) are sent to the candidate, judged
+    at the stop, then continued (gate.checks._eos). 0: none."""
+    eos_budget: int = Field(default=EOS_BUDGET, ge=2, le=256)
+    """Tokens each of those requests may decode."""
 
 
 CARD, PARAMS, EVIDENCE = "engine-concurrent-conversations", EngineConversationsParams, ConversationsEvidence
