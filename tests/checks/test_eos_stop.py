@@ -109,7 +109,7 @@ def test_a_candidate_that_stops_where_the_reference_does_passes_with_the_mechani
     rows = _eos_rows(out)
     opened = [r for r in rows if r.get("eos")]
     assert len(opened) == 4 and len(rows) == 8  # four openings that end, each continued after its end
-    assert all(r["aimed_at"] < 32 for r in opened) and not any(r["failed"] for r in rows)
+    assert all(r["aimed_at"] < 64 for r in opened) and not any(r["failed"] for r in rows)
     continued = [r for r in rows if not r.get("eos")]  # each sent with ignore_eos as usual, its history ending at 2
     assert {r["conversation"] for r in continued} == {r["conversation"] for r in opened}
     first = {r["conversation"]: r for r in opened}
@@ -118,7 +118,7 @@ def test_a_candidate_that_stops_where_the_reference_does_passes_with_the_mechani
         assert r["turn"] == 1 and r["prompt_tokens"] == opening["prompt_tokens"] + opening["aimed_at"] + 24
     reach = {m["mechanism"]: m for m in out.evidence["mechanisms"]}["eos-stop"]
     assert reach["aimed"] and reach["reached"] and reach["requests"] == 8
-    assert "within 32 tokens on the reference; 4 sent without ignore_eos" in reach["evidence"]
+    assert "within 64 tokens on the reference; 4 sent without ignore_eos" in reach["evidence"]
     assert "mechanisms reached: eos-stop" in out.message
     assert out.metrics["requests"] == 30 + 8
 
@@ -144,7 +144,7 @@ def test_no_prompt_that_ends_is_said_so_not_reached() -> None:
     assert out.status == "pass" and not _eos_rows(out)
     reach = {m["mechanism"]: m for m in out.evidence["mechanisms"]}["eos-stop"]
     assert reach["aimed"] and not reach["reached"] and reach["requests"] == 0
-    assert reach["evidence"].startswith("no prompt of 10 stopped at end-of-sequence within 32 tokens")
+    assert reach["evidence"].startswith("no prompt of 10 stopped at end-of-sequence within 64 tokens")
     assert "aimed at but not reached: eos-stop (no prompt of 10 stopped" in out.message
 
 

@@ -23,6 +23,14 @@ another request whose reference answer it equals, else the other conversation's 
 prompt shares the most tokens with it (the cached prefix it would have been served from), with
 the requests in flight beside it.
 
+Replies that end where the engine stops (gate.checks._eos): every other request asks for an exact
+length (`ignore_eos`), so last, `eos_candidates` seeded conversation openings are sent to the reference
+alone with the engine's stop on; those it ends at end-of-sequence within `eos_budget` tokens (up to 4)
+go to the candidate together, stop on, and must stop where the reference stops (same tokens up to and
+including the stop, same finish reason); each is then continued after its end (its history holds the
+end-of-sequence token). The mechanism `eos-stop` is listed as reached only when some opening stopped
+on the reference; where none did, the evidence says so.
+
 Proof of exercise: some round overlapped in time, the candidate has more than one slot (where it
 states its slots), and the candidate reported reused prompt tokens (the shared system prefixes
 and the restored conversations). The cache tiers the handed-over server's reset could not reach

@@ -223,17 +223,9 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         log_start = len(process.log_text()) if process is not None else 0
         aimed: list[_Request] = []
         if plan is not None:
-            seeds = (vocab, base, -len(plan.rounds) - (EOS_ROUNDS if params.eos_candidates else 0))
+            seeds = (vocab, base, -len(plan.rounds))
             aimed = _serve_aimed(ctx, params, plan, seeds, (ref, cand), pair.top_k, noise, candidate.salt_field)
         stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
-        selection = None
-        if params.eos_candidates and not stopped:
-            limit = candidate.max_len - params.new_tokens - 1
-            at = (len(aimed), -EOS_ROUNDS)
-            sizes = (pair.top_k, width, limit)
-            selection, ended = _serve_eos(ctx, params, work, (ref, cand), sizes, (noise, candidate.salt_field), at)
-            aimed += ended
-            stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in ended)
         sent, overlapping = (
             ([], 0)
             if stopped
@@ -241,15 +233,22 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         )
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
+        stopped = stopped or (ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in sent))
+        selection: EosSelection | None = None
+        ended: list[_Request] = []
+        if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
+            at = (len(aimed) + len(sent), len(rounds))
+            sizes = (pair.top_k, width, candidate.max_len - params.new_tokens - 1)
+            selection, ended = _serve_eos(ctx, params, work, (ref, cand), sizes, (noise, candidate.salt_field), at)
         counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     reached = [] if plan is None else reach(plan, aimed, counters)
     if selection is not None:
-        reached.append(eos_reach(selection, aimed))
-    overlapping += sum(1 for batch in _by_round(aimed) if len(batch) > 1 and _overlapped(batch))
+        reached.append(eos_reach(selection, ended))
+    overlapping += sum(1 for batch in _by_round([*aimed, *ended]) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        [*aimed, *sent],
-        len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in aimed if r.aim == MECHANISM}),
+        [*aimed, *sent, *ended],
+        len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
         overlapping,
         slots,
         prefix,
@@ -272,8 +271,6 @@ def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
 
 EOS_BASE = 2000
 """Conversation numbers of the end-of-sequence requests start here (gate.checks._eos)."""
-EOS_ROUNDS = 2
-"""Their rounds: the openings that end at end-of-sequence, then each continued."""
 
 
 def _by_round(requests: list[_Request]) -> list[list[_Request]]:
@@ -295,8 +292,8 @@ def _serve_aimed(
 ) -> list[_Request]:
     """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
     the candidate, each prompt then alone to the reference and compared. A control stops after the
-    first round with a failing reply. Rounds are numbered from `seeds`' third (negative) so the
-    end-of-sequence rounds and the seeded rounds keep theirs."""
+    first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
+    the seeded rounds keep theirs."""
     vocab, base, first_round = seeds
     cand = servers[1]
     prompts: dict[int, list[int]] = {}
