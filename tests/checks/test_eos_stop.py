@@ -157,3 +157,39 @@ def test_the_reach_of_an_empty_selection_sent_nowhere() -> None:
         _engines(_Engine("candidate", eos_every=3)), EngineConversationsParams(eos_candidates=0)
     )
     assert not _eos_rows(off) and "eos-stop" not in {m["mechanism"] for m in off.evidence.get("mechanisms", [])}
+
+
+@dataclass
+class _Completion:
+    tokens: list[int]
+    finish_reason: str | None
+    cached_tokens: int | None = 0
+    seconds: float = 0.0
+
+    @property
+    def logprobs(self) -> list[float]:
+        return [-0.5] * len(self.tokens)
+
+    @property
+    def top(self) -> list[dict[int, float]]:
+        return [{t: -0.5, t + 1: -3.0} for t in self.tokens]
+
+
+def test_prefix_parity_judges_each_eos_prompt_at_its_stop_first_and_again_from_the_cache() -> None:
+    from gate.checks.engine_prefix_parity.body import Observations, judge_lengths
+    from tests.support.reference import ctx, path
+
+    want = _Completion([5, 6, 7, 2], "stop")
+    same = _Completion([5, 6, 7, 2], "stop", cached_tokens=0)
+    past = _Completion([5, 6, 7, 2, 8, 9], "length", cached_tokens=63)  # asked again: runs past from the cache
+    length = (17, _Completion([4] * 8, "length"), _Completion([4] * 8, "length", 17))
+    obs = Observations(8192, None, None, [17], [], [length], {}, None, [(want, same, past)])  # type: ignore[arg-type]
+    context = ctx(path("dynamic"), path("dynamic"))
+    judged = judge_lengths(context, obs)
+    assert [r["request"] for r in judged.eos_rows] == ["first", "again"]
+    assert [r["failed"] for r in judged.eos_rows] == [False, True]
+    assert judged.failures == [
+        "end-of-sequence prompt 0 (asked again, 63 cached tokens): runs past the reference's end-of-sequence at "
+        "token 4: 6 tokens (finish_reason length) where the reference's reply ended after 4"
+    ]
+    assert judged.eos_rows[1]["stop"] and judged.eos_rows[0]["stop"] is None

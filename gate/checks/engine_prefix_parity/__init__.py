@@ -28,6 +28,7 @@ import math
 
 from pydantic import Field
 
+from gate.checks._eos import EOS_BUDGET, EOS_CANDIDATES
 from gate.checks._lengths import NEW_TOKENS, clip_lengths, geometry_lengths
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
@@ -35,6 +36,8 @@ from gate.protocols import Capability
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
 SUFFIX = 4
+EOS_PROMPT = 64
+"""Length of the seeded prompts tried for an end at end-of-sequence."""
 
 
 class EnginePrefixParams(Params):
@@ -48,6 +51,13 @@ class EnginePrefixParams(Params):
     """Greedy tokens compared after each prompt."""
     geometry: bool = True
     """Plan the lengths on the candidate's reuse block (its edges ±1 and multiples); false: `lengths` as given."""
+    eos_candidates: int = Field(default=EOS_CANDIDATES, ge=0, le=1024)
+    """Seeded 64-token prompts the reference is asked to continue with its stop on (no ignore_eos); those it
+    ends at end-of-sequence within `eos_budget` tokens (up to 4) go to the candidate twice, the second
+    served from the cache its first reply left, and must stop where the reference stops (gate.checks._eos).
+    0: none."""
+    eos_budget: int = Field(default=EOS_BUDGET, ge=2, le=256)
+    """Tokens each of those requests may decode."""
 
 
 def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -> list[int]:
