@@ -13,6 +13,12 @@ with the prefix and another suffix forces the candidate to cache the prefix; the
 itself (prefix + suffix) goes to both servers and the first 8 greedy tokens with their top-k
 logprobs are compared under the claim (gate.checks._engine).
 
+Every request above asks for an exact length (`ignore_eos`); then `eos_candidates` seeded 64-token
+prompts go to the reference with the engine's stop on, and those it ends at end-of-sequence within
+`eos_budget` tokens (up to 4; gate.checks._eos) go to the candidate twice, stop on, the second served
+from the cache its first reply (through its end) left: each must stop where the reference stops. The
+evidence's `eos_stop` lists them; where no prompt ended it says so.
+
 Proof of exercise is the candidate's own report of reused prompt tokens at each length. A run in
 which the candidate never reports a reused token is an error ("the cache never hit"), never a pass;
 a reusable length without a hit is reported as not exercised and fails the check. No request asks
