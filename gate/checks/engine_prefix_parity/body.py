@@ -56,6 +56,8 @@ class Judgement:
     no_hit: list[int] = field(default_factory=list)
     failed_at: list[int] = field(default_factory=list)
     eos_rows: list[dict[str, Any]] = field(default_factory=list)
+    eos_failed: list[tuple[EngineCompletion, EngineCompletion]] = field(default_factory=list)
+    """The failing end-of-sequence replies, each with the reference's."""
 
 
 def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Observations:
@@ -166,6 +168,7 @@ def _judge_eos(
     name = f"end-of-sequence prompt {at[0]} ({'its first reply' if at[1] == 'first' else 'asked again'}, "
     name += f"{got.cached_tokens} cached tokens)"
     if failed:
+        out.eos_failed.append((want, got))
         out.failed_at.append(EOS_PROMPT)
         out.failures.append(f"{name}: {words}")
     elif judged.warn:
@@ -228,6 +231,7 @@ def failure_class(obs: Observations, j: Judgement) -> str | None:
     e.g. llama.cpp b8672 with speculative decoding on), missed-reuse when nothing failed but a length
     went without a hit."""
     failing = [(want, got) for length, want, got in obs.replies if length in j.failed_at]
+    failing += j.eos_failed
     if failing and all(unreported_logprobs(want, got) for want, got in failing):
         return "unreported-logprobs"
     return "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.adapters.openai.test_llamacpp_tiers import subprocess_run
+from tests.adapters.openai.test_llamacpp_tiers import GATE, subprocess_run
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.engine
@@ -53,6 +54,49 @@ def test_replies_that_end_at_eos_end_there_on_the_candidate_and_are_continued(
     past = [r for r in continued if r["cached_tokens"] > by_conversation[r["conversation"]]["prompt_tokens"]]
     assert past and not any(r["failed"] for r in continued), continued  # the history through the stop, reused
     assert "eos-stop" in check["message"].split("mechanisms reached: ")[1].split(";")[0]
+
+
+def _prefix_parity(tmp_path: Path, env: dict[str, str], manifest: Path) -> tuple[dict[str, Any], str]:
+    """`gate run --check engine-prefix-parity` with its end-of-sequence requests on (off by default)."""
+    out = tmp_path / "out"
+    command = [GATE, "run", str(manifest), "--out", str(out), "--check", "engine-prefix-parity"]
+    command += ["--param", "engine-prefix-parity.eos_candidates=64"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600, check=False)
+    record = json.loads((out / "results.json").read_text())
+    check = next(c for c in record["checks"] if c["check"] == "engine-prefix-parity")
+    return check, done.stdout + done.stderr
+
+
+def test_prefix_parity_sends_prompts_that_end_at_eos_twice_and_the_cached_one_stops_alike(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    check, run = _prefix_parity(tmp_path, engine_env, PREFIX)
+    assert check["status"] == "pass", check["message"] + run
+    eos = check["evidence"]["eos_stop"]
+    assert eos["reached"] and "seeded prompts stopped at end-of-sequence within 64 tokens" in eos["words"]
+    again = [r for r in eos["requests"] if r["request"] == "again"]
+    assert again and all(r["cached_tokens"] == 63 for r in again), again  # the whole prompt but one, from the cache
+    stopped = [r["candidate_tokens"] == r["reference_tokens"] < 64 for r in eos["requests"]]
+    assert all(stopped) and all(r["finish_reason"] == "stop" for r in eos["requests"])
+    assert not any(r["failed"] or r["stop"] for r in eos["requests"])
+    assert "asked twice (then cached)" in check["message"]
+
+
+def test_with_ngram_drafts_the_repeated_prompt_is_drafted_and_its_logprobs_left_out(
+    engine_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A live bug the repeat reaches (docs/real-bugs.md): with --spec-type ngram-mod the prompt asked again
+    is drafted from the earlier reply, and the drafted tokens come back with logprob 0 and no top-k; the
+    tokens and the stop are the reference's."""
+    check, run = _prefix_parity(tmp_path, engine_env, REPO / "examples/engine-llamacpp-speculative.yaml")
+    assert check["status"] == "fail", check["message"] + run
+    assert check["diagnosis"]["bug_class"] == "unreported-logprobs"
+    rows = check["evidence"]["eos_stop"]["requests"]
+    failed = [r for r in rows if r["failed"]]
+    assert failed and all(r["request"] == "again" and r["tokens_match"] and not r["stop"] for r in failed), rows
+    assert not any(r["failed"] for r in rows if r["request"] == "first")
+    assert not [p for p in check["diagnosis"]["problems"] if p.startswith("length ")]  # the prefix lengths hold
+    assert "end-of-sequence prompt" in check["message"] and "(asked again, 63 cached tokens)" in check["message"]
 
 
 def _on_build(version: str, env: dict[str, str]) -> dict[str, str]:
