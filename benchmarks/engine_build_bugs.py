@@ -36,6 +36,11 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     logprob 0 and no top_logprobs (tokens right); why engine-llamacpp-speculative fails
                     engine-concurrent-conversations on b8929 (benchmarks/engine-bisect.md). b9093 and later
                     draft nothing here (ngram_mod's log: no drafting call), so they show nothing
+  ngram-repeat-logprobs
+                    n-gram speculative decoding on (--spec-type ngram-mod), the prefix example's candidate: 8
+                    seeded 64-token prompts (engine-prefix-parity's end-of-sequence prompts), each sent twice
+                    (greedy, 64 tokens, stop on): replies with tokens reported with logprob 0 or no
+                    top_logprobs, first and asked again (the repeat is drafted from the earlier reply)
   speculative-draft-length
                     with that draft model, 20 greedy requests of 32 tokens with ignore_eos: replies shorter
                     than asked (b8672 and b8929 stop one token early on some: 31 tokens)
@@ -324,6 +329,24 @@ def ngram_drafted_logprobs(start: Callable[..., Server]) -> str:
     return words + f"; max abs dlogprob {worst:.3g}" + (" (BUG: drafted logprobs left out)" if bare else "")
 
 
+def ngram_repeat_logprobs(start: Callable[..., Server]) -> str:
+    """The same prompt twice with ngram-mod on: is the repeat drafted from the first reply, and are the
+    drafted tokens' logprobs reported?"""
+    server, rng = start("llama", [*CANDIDATE, "--spec-type", "ngram-mod"]), random.Random(3)
+    counts = [0, 0]
+    try:
+        for _ in range(8):
+            body = {"prompt": tokens(rng, 64), "max_tokens": 64, "temperature": 0, "n_probs": 2, "ignore_eos": False}
+            for i in range(2):
+                content = server.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+                counts[i] += sum(t["logprob"] == 0.0 or not t.get("top_logprobs") for t in content) > 1
+    finally:
+        server.stop()
+    found = f"replies with drafted tokens bare (logprob 0, no top_logprobs): first {counts[0]} of 8"
+    found += f", asked again {counts[1]} of 8"
+    return found + (" (BUG: drafted logprobs unreported)" if any(counts) else "")
+
+
 def speculative_draft_length(start: Callable[..., Server]) -> str:
     """20 greedy requests of 32 tokens (ignore_eos) with a draft model, the target itself: how many replies
     come back shorter than asked."""
@@ -367,6 +390,7 @@ PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "swa-slot-restore": swa_slot_restore,
     "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
     "ngram-drafted-logprobs": ngram_drafted_logprobs,
+    "ngram-repeat-logprobs": ngram_repeat_logprobs,
     "speculative-draft-length": speculative_draft_length,
     "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
     "swa-draft-tokens": swa_draft_tokens,
