@@ -8,6 +8,11 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
 
   ignore-eos        40 greedy requests of 64 tokens with `ignore_eos: true` (/v1/completions): how many
                     stop early at the end-of-sequence token anyway (gate: a reply shorter than asked, exit 14)
+  eos-stop          what engine-concurrent-conversations' end-of-sequence requests meet (gate.checks._eos):
+                    64 seeded prompts of 280 tokens sent to the no-cache server with `ignore_eos: false`
+                    (64 tokens): those it ends at end-of-sequence, then sent together to the candidate the
+                    same way (stopping at the same token?), and to the no-cache server with `ignore_eos:
+                    true` (still stopping: the ignore-eos bug)
   one-token-prefix  a 1-token prefix cached by one request and shared by the next: tokens reused
   swa-short-prefix  on the sliding-window model, prefixes of 1, 17 and 40 tokens (inside the window): reused
   swa-reuse-batched on the sliding-window model, 8 prompts sharing a 256-token prefix sent in groups of 3
@@ -31,6 +36,11 @@ sliding window, as in examples/engine-llamacpp-sliding-window.yaml); one line pe
                     logprob 0 and no top_logprobs (tokens right); why engine-llamacpp-speculative fails
                     engine-concurrent-conversations on b8929 (benchmarks/engine-bisect.md). b9093 and later
                     draft nothing here (ngram_mod's log: no drafting call), so they show nothing
+  ngram-repeat-logprobs
+                    n-gram speculative decoding on (--spec-type ngram-mod), the prefix example's candidate: 8
+                    seeded 64-token prompts (engine-prefix-parity's end-of-sequence prompts), each sent twice
+                    (greedy, 64 tokens, stop on): replies with tokens reported with logprob 0 or no
+                    top_logprobs, first and asked again (the repeat is drafted from the earlier reply)
   speculative-draft-length
                     with that draft model, 20 greedy requests of 32 tokens with ignore_eos: replies shorter
                     than asked (b8672 and b8929 stop one token early on some: 31 tokens)
@@ -135,6 +145,38 @@ def ignore_eos(start: Callable[..., Server]) -> str:
     finally:
         server.stop()
     return f"{short} of 40 replies stopped before 64 tokens" + (" (BUG: ignore_eos ignored)" if short else "")
+
+
+def _stop(server: Server, prompt: list[int], n: int, ignore: bool) -> tuple[list[int], str]:
+    """A greedy reply's token ids and finish_reason, with `ignore_eos` as given."""
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "n_probs": 2, "ignore_eos": ignore}
+    choice = server.post("/v1/completions", body)["choices"][0]  # type: ignore[index]
+    return [t["id"] for t in choice["logprobs"]["content"]], str(choice["finish_reason"])
+
+
+def eos_stop(start: Callable[..., Server]) -> str:
+    reference, candidate, rng = start("llama", REFERENCE), start("llama", CANDIDATE), random.Random(2)
+    try:
+        prompts = [tokens(rng, 280) for _ in range(64)]
+        ended = {}
+        for i, prompt in enumerate(prompts):
+            ids, finish = _stop(reference, prompt, 64, False)
+            if finish == "stop" and len(ids) < 64:
+                ended[i] = ids
+        with ThreadPoolExecutor(max(1, len(ended))) as pool:
+            got = dict(zip(ended, pool.map(lambda i: _stop(candidate, prompts[i], 64, False), ended), strict=True))
+        same = sum(got[i] == (ids, "stop") for i, ids in ended.items())
+        still = sum(len(_stop(reference, prompts[i], 64, True)[0]) < 64 for i in ended)
+    finally:
+        reference.stop()
+        candidate.stop()
+    lengths = ", ".join(str(len(ids)) for ids in ended.values())
+    return (
+        f"{len(ended)} of 64 prompts end at end-of-sequence on the no-cache server ({lengths} tokens); the candidate "
+        f"stops at the same token on {same} of {len(ended)}; with ignore_eos true {still} of {len(ended)} still stop"
+        + (" (BUG: ignore_eos ignored)" if still else "")
+        + (" (BUG: the candidate stops elsewhere)" if same < len(ended) else "")
+    )
 
 
 def reuse(start: Callable[..., Server], model: str, lengths: tuple[int, ...]) -> str:
@@ -313,6 +355,24 @@ def ngram_drafted_logprobs(start: Callable[..., Server]) -> str:
     return words + (" (BUG: drafted logprobs left out)" if tally.bare else "")
 
 
+def ngram_repeat_logprobs(start: Callable[..., Server]) -> str:
+    """The same prompt twice with ngram-mod on: is the repeat drafted from the first reply, and are the
+    drafted tokens' logprobs reported?"""
+    server, rng = start("llama", [*CANDIDATE, "--spec-type", "ngram-mod"]), random.Random(3)
+    counts = [0, 0]
+    try:
+        for _ in range(8):
+            body = {"prompt": tokens(rng, 64), "max_tokens": 64, "temperature": 0, "n_probs": 2, "ignore_eos": False}
+            for i in range(2):
+                content = server.post("/v1/completions", body)["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+                counts[i] += sum(t["logprob"] == 0.0 or not t.get("top_logprobs") for t in content) > 1
+    finally:
+        server.stop()
+    found = f"replies with drafted tokens bare (logprob 0, no top_logprobs): first {counts[0]} of 8"
+    found += f", asked again {counts[1]} of 8"
+    return found + (" (BUG: drafted logprobs unreported)" if any(counts) else "")
+
+
 def speculative_draft_length(start: Callable[..., Server]) -> str:
     """20 greedy requests of 32 tokens (ignore_eos) with a draft model, the target itself: how many replies
     come back shorter than asked."""
@@ -349,12 +409,14 @@ def swa_draft_tokens(start: Callable[..., Server]) -> str:
 
 PROBES: dict[str, Callable[[Callable[..., Server]], str]] = {
     "ignore-eos": ignore_eos,
+    "eos-stop": eos_stop,
     "one-token-prefix": lambda start: reuse(start, "llama", (1, 1, 1, 2)),
     "swa-short-prefix": lambda start: reuse(start, "swa", (1, 17, 40, 65)),
     "swa-reuse-batched": swa_reuse_batched,
     "swa-slot-restore": swa_slot_restore,
     "speculative-logprobs": lambda start: speculative_logprobs(start, "--spec-type", "ngram-mod"),
     "ngram-drafted-logprobs": ngram_drafted_logprobs,
+    "ngram-repeat-logprobs": ngram_repeat_logprobs,
     "speculative-draft-length": speculative_draft_length,
     "speculative-draft-logprobs": lambda start: speculative_logprobs(start, "-md", "{model}", "--draft-max", "4"),
     "swa-draft-tokens": swa_draft_tokens,

@@ -494,6 +494,9 @@ class EngineCompletion(Protocol):
     """Prompt tokens the server says it reused from its cache (None: it reports nothing)."""
     seconds: float
     """Wall time of the request."""
+    finish_reason: str | None
+    """Why generation ended, as the server says: `stop` (an end-of-sequence token), `length` (max_tokens);
+    None where the reply does not say."""
 
     def summary(self) -> dict[str, Any]:
         """Tokens, cached tokens and time, for the evidence."""

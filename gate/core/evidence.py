@@ -697,7 +697,12 @@ class ConversationRequest(_Record):
     aim: str | None = None
     """The reuse mechanism the request was aimed at (gate.checks._mechanisms; None: a seeded round's)."""
     aimed_at: int | None = None
-    """The length it aimed at: the shared prefix, the long prompt, the edited turn's cut."""
+    """The length it aimed at: the shared prefix, the long prompt, the edited turn's cut; for an
+    end-of-sequence request (aim `eos-stop`), the tokens the reference decoded up to and including its stop."""
+    eos: bool = False
+    """Sent without ignore_eos: the engine ended the reply where it stops (gate.checks._eos)."""
+    stop: str | None = None
+    """Where the candidate stopped otherwise than the reference, in words (an end-of-sequence request)."""
 
 
 class MechanismReach(_Record):
@@ -705,7 +710,8 @@ class MechanismReach(_Record):
     engine's own counters, or why it could not."""
 
     mechanism: str
-    """window-edge, checkpoint-interval, swa-cache-wrap, host-cache-restore or edited-turn."""
+    """window-edge, checkpoint-interval, swa-cache-wrap, host-cache-restore, edited-turn or eos-stop (replies
+    that end at end-of-sequence on the reference, gate.checks._eos)."""
     aimed: bool
     """The workload sent requests aimed at it."""
     lengths: list[int]

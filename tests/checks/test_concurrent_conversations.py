@@ -114,6 +114,7 @@ class _Completion:
     top: list[dict[int, float]]
     cached_tokens: int | None
     seconds: float = 0.0
+    finish_reason: str | None = "length"
 
     def summary(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "cached_tokens": self.cached_tokens}
@@ -123,11 +124,15 @@ class _Completion:
 class _Server:
     """Greedy tokens a function of the prompt; a prefix cache of what it was sent (the longest prefix
     shared with an earlier prompt); a planted wrong token on every prompt whose token sum is a
-    multiple of `wrong_every`."""
+    multiple of `wrong_every`. With its stop on (`extra` given: gate.checks._eos), a reply to a prompt
+    whose token sum is a multiple of `eos_every` ends at end-of-sequence (id 2) partway, moved by
+    `stop_shift` tokens (a candidate that stops elsewhere; past the budget: it never stops)."""
 
     slots: int | None
     cache: bool
     wrong_every: int | None
+    eos_every: int | None = None
+    stop_shift: int = 0
     flavor: str = "generic"
     seen: list[list[int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -144,8 +149,14 @@ class _Server:
         tokens = [3 + (sum(prompt) * 31 + 7 * i) % (VOCAB - 3) for i in range(max_tokens)]
         if self.wrong_every is not None and sum(prompt) % self.wrong_every == 0 and max_tokens > 1:
             tokens[1] = 3 + (tokens[1] + 100) % (VOCAB - 3)
+        finish = "length"
+        if extra is not None and self.eos_every and sum(prompt) % self.eos_every == 0:
+            end = 1 + sum(prompt) % max(1, max_tokens - 2) + self.stop_shift  # the end-of-sequence token's index
+            if end < max_tokens:
+                tokens, finish = [*tokens[:end], 2], "stop"
         top = [{t: -0.125, 3 + (t + 1) % (VOCAB - 3): -3.0} for t in tokens]
-        return _Completion(tokens, [-0.125] * len(tokens), top, min(shared, len(prompt) - 1) if self.cache else 0)
+        cached = min(shared, len(prompt) - 1) if self.cache else 0
+        return _Completion(tokens, [-0.125] * len(tokens), top, cached, finish_reason=finish)
 
     def reset_cache(self) -> str | None:
         return None
@@ -172,6 +183,8 @@ class _Engine:
     slots: int | None = 4
     cache: bool = True
     wrong_every: int | None = None
+    eos_every: int | None = None
+    stop_shift: int = 0
     flavor: str = "generic"
     vocab_size: int = VOCAB
     max_len: int = 512
@@ -181,7 +194,7 @@ class _Engine:
 
     @contextmanager
     def serve(self, label: str = "") -> Iterator[_Server]:
-        yield _Server(self.slots, self.cache, self.wrong_every)
+        yield _Server(self.slots, self.cache, self.wrong_every, self.eos_every, self.stop_shift)
 
     def changed_model(self, perturb_seed: int) -> Any:
         return None
@@ -204,7 +217,8 @@ class _Engine:
 
 def _engines(candidate: _Engine, *, stop: bool = False) -> CheckContext:
     context = ctx(path("dynamic"), path("dynamic"))
-    context.reference, context.candidate = _Engine("reference", cache=False), candidate
+    context.reference = _Engine("reference", cache=False, eos_every=candidate.eos_every)
+    context.candidate = candidate
     context.stop_at_first_failure = stop
     assert Capability.ENGINE_SERVING in capabilities(candidate)
     return context

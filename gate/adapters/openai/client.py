@@ -55,6 +55,9 @@ class Completion:
     timings: dict[str, Any] = field(default_factory=dict)
     cached_field: str | None = None
     """The reply field `cached_tokens` was read from (e.g. usage.prompt_tokens_details.cached_tokens)."""
+    finish_reason: str | None = None
+    """Why generation ended, as the server says (choices[0].finish_reason): `stop` at an end-of-sequence
+    token (gate sends no stop strings), `length` at max_tokens; None where the reply does not say."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -302,7 +305,8 @@ class EngineClient:
         with malformed(f"{self.label}: the completion reply"):
             completion = parse_completion(reply, self.label, seconds)
         self._same_model(reply.get("model") if isinstance(reply, dict) else None, f"{self.label}: the completion reply")
-        return self._checked(completion, prompt, max_tokens, sent, f"{self.label}: choices[0].logprobs")
+        where = f"{self.label}: choices[0].logprobs"
+        return self._checked(completion, prompt, max_tokens, sent, where, exact=body.get("ignore_eos") is True)
 
     def _same_model(self, named: Any, where: str) -> None:
         """EngineWrongModel when a reply names another model than the one asked for (a reply without
@@ -316,16 +320,17 @@ class EngineClient:
         )
 
     def _checked(
-        self, completion: Completion, prompt: list[int], max_tokens: int, sent: int | None, where: str
+        self, completion: Completion, prompt: list[int], max_tokens: int, sent: int | None, where: str, *, exact: bool
     ) -> Completion:
-        """The completion, once every number in it is possible (gate.adapters.openai.validate)."""
+        """The completion, once every number in it is possible (gate.adapters.openai.validate); `exact`:
+        the request set ignore_eos, so the reply must hold exactly max_tokens tokens."""
         validate.check_tokens(
             completion.tokens,
             completion.logprobs,
             completion.top,
             where=where,
             max_tokens=max_tokens,
-            exact_length=self.flavor in ("llama.cpp", "vllm"),  # the request set ignore_eos
+            exact_length=exact,
             vocab=self.info.get("vocab_size"),
         )
         if completion.prompt_tokens is not None:
@@ -354,6 +359,7 @@ class EngineClient:
             token_s: list[float] = []
             usage: dict[str, Any] = {}
             timings: dict[str, Any] = {}
+            finish: Any = None
             for raw in transport.lines(reply, where):
                 line = raw.decode(errors="replace").strip()
                 if not line.startswith("data:"):
@@ -371,6 +377,7 @@ class EngineClient:
                     usage = chunk.get("usage") or usage
                     timings = chunk.get("timings") or timings
                     choices = chunk.get("choices") or []
+                    finish = (choices[0].get("finish_reason") if choices else None) or finish
                     logprobs = choices[0].get("logprobs") if choices else None
                     if not logprobs:
                         continue
@@ -383,11 +390,11 @@ class EngineClient:
                 raise EngineBadReply(f"{where}: the stream carried no tokens with logprobs (does it support them?)")
             seconds = time.perf_counter() - started
             with malformed(f"{where}: the stream's usage"):
-                done = _completion(tokens, lps, top, usage, timings, where, seconds)
+                done = _completion(tokens, lps, top, usage, timings, where, seconds, finish)
             return Streamed(done, token_s)
 
         result: Streamed = self._request("POST", "/v1/completions", body, read=read)
-        self._checked(result.completion, prompt, max_tokens, sent, where)
+        self._checked(result.completion, prompt, max_tokens, sent, where, exact=body.get("ignore_eos") is True)
         return result
 
 
@@ -453,8 +460,11 @@ def _completion(
     timings: dict[str, Any],
     where: str,
     seconds: float,
+    finish: Any = None,
 ) -> Completion:
     validate.objects(usage, timings, where)
+    if finish is not None and not isinstance(finish, str):
+        raise EngineBadReply(f"{where}: finish_reason is not a string: {one_line(finish, 80)}")
     generated = usage.get("completion_tokens")
     if isinstance(generated, int) and generated != len(tokens):
         raise EngineBadReply(
@@ -471,6 +481,7 @@ def _completion(
         seconds,
         dict(timings),
         None if found is None else found[0],
+        finish,
     )
 
 
@@ -489,4 +500,5 @@ def parse_completion(reply: Any, label: str, seconds: float) -> Completion:
     tokens, lps, top = parse_logprobs(logprobs, where)
     if not isinstance(reply, dict):
         raise EngineBadReply(f"{label}: the completion reply is not an object")
-    return _completion(tokens, lps, top, reply.get("usage") or {}, reply.get("timings") or {}, where, seconds)
+    usage, timings = reply.get("usage") or {}, reply.get("timings") or {}
+    return _completion(tokens, lps, top, usage, timings, where, seconds, choice.get("finish_reason"))

@@ -23,6 +23,14 @@ another request whose reference answer it equals, else the other conversation's 
 prompt shares the most tokens with it (the cached prefix it would have been served from), with
 the requests in flight beside it.
 
+Replies that end where the engine stops (gate.checks._eos): every other request asks for an exact
+length (`ignore_eos`), so last, `eos_candidates` seeded conversation openings are sent to the reference
+alone with the engine's stop on; those it ends at end-of-sequence within `eos_budget` tokens (up to 4)
+go to the candidate together, stop on, and must stop where the reference stops (same tokens up to and
+including the stop, same finish reason); each is then continued after its end (its history holds the
+end-of-sequence token). The mechanism `eos-stop` is listed as reached only when some opening stopped
+on the reference; where none did, the evidence says so.
+
 Proof of exercise: some round overlapped in time, the candidate has more than one slot (where it
 states its slots), and the candidate reported reused prompt tokens (the shared system prefixes
 and the restored conversations). The cache tiers the handed-over server's reset could not reach
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from gate.checks._eos import EOS_BUDGET, EOS_CANDIDATES
 from gate.checks._lengths import NEW_TOKENS, PREFIX_BLOCKS
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
@@ -72,6 +81,12 @@ class EngineConversationsParams(Params):
     """Before the seeded rounds, aim requests at each reuse mechanism the candidate's cache geometry
     names (gate.checks._mechanisms: the sliding window's edge, context checkpoints, the sliding-window
     cache's room per slot, the host-memory prompt cache, edited turns)."""
+    eos_candidates: int = Field(default=EOS_CANDIDATES, ge=0, le=1024)
+    """Seeded conversation openings the reference is asked to continue with its stop on (no ignore_eos);
+    those it ends at end-of-sequence within `eos_budget` tokens (up to 4) are sent to the candidate, judged
+    at the stop, then continued (gate.checks._eos). 0: none."""
+    eos_budget: int = Field(default=EOS_BUDGET, ge=2, le=256)
+    """Tokens each of those requests may decode."""
 
 
 CARD, PARAMS, EVIDENCE = "engine-concurrent-conversations", EngineConversationsParams, ConversationsEvidence

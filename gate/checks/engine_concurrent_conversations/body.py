@@ -26,6 +26,15 @@ from gate.checks._engine import (
     tolerated_change,
 )
 from gate.checks._engine import judge as judge_reply
+from gate.checks._eos import (
+    EOS_REQUESTS,
+    MECHANISM,
+    EosSelection,
+    eos_fields,
+    eos_reach,
+    select_eos_prompts,
+    stop_problem,
+)
 from gate.checks._mechanisms import MechanismPlan, Step, log_counters, plan_mechanisms, reach
 from gate.checks._noise import NoiseFloor, measure_noise, off_cache_fields
 from gate.checks._topk import worst
@@ -59,6 +68,14 @@ class _Request:
     judged: Judged | None = None
     reask: Judged | None = None
     """A failing reply's prompt asked again alone, off the candidate's cache, against the reference."""
+    budget: int | None = None
+    """Tokens asked for, where not the workload's `new_tokens` (an end-of-sequence request's budget)."""
+    extra: dict[str, Any] | None = None
+    """Request fields: `ignore_eos: false` on a request that ends where the engine stops (gate.checks._eos)."""
+    stop: str | None = None
+    """Where the candidate stopped otherwise than the reference, in words (end-of-sequence requests)."""
+    stop_alone: bool = False
+    """The stop's words say it all: the replies agree up to where one ends (gate.checks._eos.StopProblem)."""
 
     def name(self) -> str:
         tenant = f"tenant {self.tenant}" if self.tenant >= 0 else "no system prefix"
@@ -206,7 +223,8 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         log_start = len(process.log_text()) if process is not None else 0
         aimed: list[_Request] = []
         if plan is not None:
-            aimed = _serve_aimed(ctx, params, plan, (vocab, base), (ref, cand), pair.top_k, noise, candidate.salt_field)
+            seeds = (vocab, base, -len(plan.rounds))
+            aimed = _serve_aimed(ctx, params, plan, seeds, (ref, cand), pair.top_k, noise, candidate.salt_field)
         stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
         sent, overlapping = (
             ([], 0)
@@ -215,13 +233,22 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         )
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
+        stopped = stopped or (ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in sent))
+        selection: EosSelection | None = None
+        ended: list[_Request] = []
+        if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
+            at = (len(aimed) + len(sent), len(rounds))
+            sizes = (pair.top_k, width, candidate.max_len - params.new_tokens - 1)
+            selection, ended = _serve_eos(ctx, params, work, (ref, cand), sizes, (noise, candidate.salt_field), at)
         counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     reached = [] if plan is None else reach(plan, aimed, counters)
-    overlapping += sum(1 for batch in _by_round(aimed) if len(batch) > 1 and _overlapped(batch))
+    if selection is not None:
+        reached.append(eos_reach(selection, ended))
+    overlapping += sum(1 for batch in _by_round([*aimed, *ended]) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        [*aimed, *sent],
-        len(rounds) + (0 if plan is None else len(plan.rounds)),
+        [*aimed, *sent, *ended],
+        len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
         overlapping,
         slots,
         prefix,
@@ -242,6 +269,10 @@ def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
     return [] if plan is None else [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
 
 
+EOS_BASE = 2000
+"""Conversation numbers of the end-of-sequence requests start here (gate.checks._eos)."""
+
+
 def _by_round(requests: list[_Request]) -> list[list[_Request]]:
     rounds: dict[int, list[_Request]] = {}
     for req in requests:
@@ -253,7 +284,7 @@ def _serve_aimed(
     ctx: CheckContext,
     params: EngineConversationsParams,
     plan: MechanismPlan,
-    seeds: tuple[int, int],
+    seeds: tuple[int, int, int],
     servers: tuple[EngineServer, EngineServer],
     top_k: int,
     noise: NoiseFloor | None,
@@ -261,15 +292,14 @@ def _serve_aimed(
 ) -> list[_Request]:
     """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
     the candidate, each prompt then alone to the reference and compared. A control stops after the
-    first round with a failing reply. Rounds are numbered from -len(plan.rounds) so the seeded rounds
-    keep theirs."""
-    vocab, base = seeds
+    first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
+    the seeded rounds keep theirs."""
+    vocab, base, first_round = seeds
     cand = servers[1]
     prompts: dict[int, list[int]] = {}
     history: dict[int, list[int]] = {}
     served: list[int] = []
     sent: list[_Request] = []
-    first_round = -len(plan.rounds)
     for number, batch in enumerate(plan.rounds, start=first_round):
         requests: list[_Request] = []
         for step in batch:
@@ -379,6 +409,79 @@ def _serve_rounds(
     return sent, overlapping
 
 
+def _serve_eos(
+    ctx: CheckContext,
+    params: EngineConversationsParams,
+    work: _Workload,
+    servers: tuple[EngineServer, EngineServer],
+    sizes: tuple[int, int, int],
+    judging: tuple[NoiseFloor | None, str | None],
+    at: tuple[int, int],
+) -> tuple[EosSelection, list[_Request]]:
+    """Conversations whose first reply ends at end-of-sequence (gate.checks._eos): seeded openings
+    (a tenant's system prefix, fresh tokens) the reference alone ends within the budget, sent together
+    to the candidate with its stop on and judged at the stop; then each continued (its history, the
+    end-of-sequence token included, and a fresh turn), together, as every other turn is sent. `sizes`:
+    top-k, requests at once, the longest prompt the context holds; `judging`: the noise floor and the
+    candidate's salt field; `at`: the first id and round."""
+    ref, cand = servers
+    top_k, width, limit = sizes
+    fields = eos_fields(cand.flavor)
+    tenants = [i % len(work.systems) for i in range(params.eos_candidates)]
+    seed = work.base + 7_000_000
+    prompts = [
+        [*work.systems[t], *seeded_prompt(work.vocab, params.turn_tokens, seed + i)] for i, t in enumerate(tenants)
+    ]
+    selection = select_eos_prompts(
+        lambda prompt, budget, extra: ref.complete(prompt, budget, top_k, extra),
+        prompts,
+        fields,
+        budget=params.eos_budget,
+        keep=min(EOS_REQUESTS, width),
+    )
+    first_id, first_round = at
+    opened: list[_Request] = []
+    for i, (prompt, want) in enumerate(selection.chosen):
+        tenant = tenants[prompts.index(prompt)]
+        kind = f"fresh, ends at end-of-sequence on the reference [{MECHANISM}]"
+        req = _Request(first_id + i, EOS_BASE + i, tenant, 0, first_round, kind, prompt, aim=MECHANISM)
+        req.aimed_at, req.budget, req.extra, req.want = len(want.tokens), params.eos_budget, fields, want
+        opened.append(req)
+    if not opened:
+        return selection, []
+    sent = _send_and_judge(ctx, opened, servers, (params.new_tokens, top_k), judging)
+    if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in opened):
+        return selection, sent
+    continued: list[_Request] = []
+    for req in opened:
+        assert req.reply is not None
+        own = seeded_prompt(work.vocab, params.turn_tokens, seed + 100_000 + req.conversation)
+        prompt = [*req.prompt, *req.reply.tokens, *own]
+        if len(prompt) <= limit:
+            number = first_id + len(opened) + len(continued)
+            kind = f"continued after its end-of-sequence [{MECHANISM}]"
+            continued.append(
+                _Request(number, req.conversation, req.tenant, 1, first_round + 1, kind, prompt, aim=MECHANISM)
+            )
+    if continued:
+        sent += _send_and_judge(ctx, continued, servers, (params.new_tokens, top_k), judging)
+    return selection, sent
+
+
+def _send_and_judge(
+    ctx: CheckContext,
+    requests: list[_Request],
+    servers: tuple[EngineServer, EngineServer],
+    sizes: tuple[int, int],
+    judging: tuple[NoiseFloor | None, str | None],
+) -> list[_Request]:
+    """One round: sent together to the candidate, each judged against the reference alone."""
+    _send_together(servers[1], requests, *sizes)
+    for req in requests:
+        _judge(ctx, req, servers, sizes, *judging)
+    return requests
+
+
 def _judge(
     ctx: CheckContext,
     req: _Request,
@@ -390,13 +493,22 @@ def _judge(
     """A reply against the reference's answer to the same prompt alone, under the claim and the noise
     floor; a failing one asked again alone off the candidate's cache (blame from evidence)."""
     ref, cand = servers
-    new_tokens, top_k = sizes
+    top_k = sizes[1]
+    new_tokens = req.budget or sizes[0]
     assert req.reply is not None
-    req.want = ref.complete(req.prompt, new_tokens, top_k)
+    if req.want is None:  # an end-of-sequence request's answer alone came with its choice
+        req.want = ref.complete(req.prompt, new_tokens, top_k, req.extra)
     req.judged = judge_reply(ctx, req.want, req.reply, noise)
+    if req.extra is not None:  # the engine's own stop: the candidate must end where the reference ends
+        stop = stop_problem(req.want, req.reply)
+        req.stop = None if stop is None else stop.words
+        req.stop_alone = stop is not None and stop.certain
+        if req.stop_alone:
+            req.judged = Judged(req.judged.comparison, req.judged.exact, failed=True, warn=False)
     fields = off_cache_fields(cand, salt, f"reask-{req.id}") if req.judged.failed else None
     if fields is not None:  # the same prompt alone: nothing cached, nothing batched beside it
-        req.reask = judge_reply(ctx, req.want, cand.complete(req.prompt, new_tokens, top_k, fields), noise)
+        again = cand.complete(req.prompt, new_tokens, top_k, {**(req.extra or {}), **fields})
+        req.reask = judge_reply(ctx, req.want, again, noise)
 
 
 def _round_requests(
@@ -430,7 +542,7 @@ def _send_together(server: EngineServer, requests: list[_Request], new_tokens: i
     def send(req: _Request) -> None:
         barrier.wait()
         start = time.perf_counter()
-        req.reply = server.complete(req.prompt, new_tokens, top_k)
+        req.reply = server.complete(req.prompt, req.budget or new_tokens, top_k, req.extra)
         req.window = (start, time.perf_counter())
 
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
@@ -483,6 +595,8 @@ def _row(req: _Request) -> ConversationRequest:
         warned=judged.warn,
         aim=req.aim,
         aimed_at=req.aimed_at,
+        eos=req.extra is not None,
+        stop=req.stop,
     )
 
 
@@ -491,7 +605,10 @@ def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFai
     other, how = _suspect(req, sent)
     cached = req.outcome()[0].cached_tokens
     served = "" if req.aim is None else f", {len(req.prompt)}-token prompt, {cached} tokens served from the cache"
-    message = f"{req.name()}, {req.kind}{served}: {failure_words(level, req.outcome()[1])}"
+    words = failure_words(level, req.outcome()[1])
+    if req.stop is not None:
+        words = req.stop if req.stop_alone else f"{req.stop}; {words}"
+    message = f"{req.name()}, {req.kind}{served}: {words}"
     if other is not None:
         company = [r.id for r in sent if r.round == req.round and r.id != req.id]
         message += f"; it carries the content of {other.name()}: {how}"

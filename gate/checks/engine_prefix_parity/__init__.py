@@ -13,6 +13,13 @@ with the prefix and another suffix forces the candidate to cache the prefix; the
 itself (prefix + suffix) goes to both servers and the first 8 greedy tokens with their top-k
 logprobs are compared under the claim (gate.checks._engine).
 
+Every request above asks for an exact length (`ignore_eos`). With `eos_candidates` set (off by
+default) that many seeded 64-token prompts then go to the reference with the engine's stop on, and
+those it ends at end-of-sequence within `eos_budget` tokens (up to 4; gate.checks._eos) go to the
+candidate twice, stop on, the second served from the cache its first reply (through its end) left:
+each must stop where the reference stops. The evidence's `eos_stop` lists them; where no prompt ended
+it says so.
+
 Proof of exercise is the candidate's own report of reused prompt tokens at each length. A run in
 which the candidate never reports a reused token is an error ("the cache never hit"), never a pass;
 a reusable length without a hit is reported as not exercised and fails the check. No request asks
@@ -28,6 +35,7 @@ import math
 
 from pydantic import Field
 
+from gate.checks._eos import EOS_BUDGET
 from gate.checks._lengths import NEW_TOKENS, clip_lengths, geometry_lengths
 from gate.checks._shape import lazy_body
 from gate.core.check import Params
@@ -35,6 +43,8 @@ from gate.protocols import Capability
 
 DEFAULT_LENGTHS = [1, 17, 200, 2048, 8192]
 SUFFIX = 4
+EOS_PROMPT = 64
+"""Length of the seeded prompts tried for an end at end-of-sequence."""
 
 
 class EnginePrefixParams(Params):
@@ -48,6 +58,16 @@ class EnginePrefixParams(Params):
     """Greedy tokens compared after each prompt."""
     geometry: bool = True
     """Plan the lengths on the candidate's reuse block (its edges ±1 and multiples); false: `lengths` as given."""
+    eos_candidates: int = Field(default=0, ge=0, le=1024)
+    """Seeded 64-token prompts the reference is asked to continue with its stop on (no ignore_eos); those it
+    ends at end-of-sequence within `eos_budget` tokens (up to 4) go to the candidate twice, the second
+    served from the cache its first reply left, and must stop where the reference stops (gate.checks._eos).
+    0 (the default): none. Off by default: the repeated prompt is the first gate sends an engine twice, and on
+    llama.cpp with n-gram speculative decoding it makes the drafter draft the earlier reply, whose drafted
+    tokens come back with logprob 0 (a live bug, docs/real-bugs.md): `64` turns it on
+    (`--param engine-prefix-parity.eos_candidates=64`) once the examples' expectations say so."""
+    eos_budget: int = Field(default=EOS_BUDGET, ge=2, le=256)
+    """Tokens each of those requests may decode."""
 
 
 def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -> list[int]:

@@ -20,12 +20,13 @@ from gate.checks._engine import (
     seeded_prompt,
     unreported_logprobs,
 )
+from gate.checks._eos import EosSelection, eos_fields, select_eos_prompts, stop_problem
 from gate.checks._topk import worst
-from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams, planned_lengths
+from gate.checks.engine_prefix_parity import EOS_PROMPT, SUFFIX, EnginePrefixParams, planned_lengths
 from gate.core.check import CheckContext, Outcome, check
 
 if TYPE_CHECKING:
-    from gate.protocols import CacheGeometry, EngineCompletion
+    from gate.protocols import CacheGeometry, EngineCompletion, EngineServer
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class Observations:
     by_design: list[int]
     replies: list[tuple[int, EngineCompletion, EngineCompletion]]
     servers: dict[str, Any]
+    eos: EosSelection | None = None
+    """The prompts tried for an end at end-of-sequence on the reference (None: not tried)."""
+    eos_replies: list[tuple[EngineCompletion, EngineCompletion, EngineCompletion]] = field(default_factory=list)
+    """Per prompt that ended there: the reference's reply, the candidate's first, and its second (cached)."""
 
 
 @dataclass
@@ -50,6 +55,9 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
     no_hit: list[int] = field(default_factory=list)
     failed_at: list[int] = field(default_factory=list)
+    eos_rows: list[dict[str, Any]] = field(default_factory=list)
+    eos_failed: list[tuple[EngineCompletion, EngineCompletion]] = field(default_factory=list)
+    """The failing end-of-sequence replies, each with the reference's."""
 
 
 def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Observations:
@@ -75,8 +83,32 @@ def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> 
             cand.complete(prefix + other, 1, top_k)  # warm-up: the prefix is now cached
             got = cand.complete(prefix + suffix, params.new_tokens, top_k)
             replies.append((length, ref.complete(prefix + suffix, params.new_tokens, top_k), got))
+        eos, eos_replies = _measure_eos(ctx, params, (ref, cand), vocab, top_k)
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
-    return Observations(limit, geometry, block, lengths, not_reusable(block, lengths), replies, servers)
+    by_design = not_reusable(block, lengths)
+    return Observations(limit, geometry, block, lengths, by_design, replies, servers, eos, eos_replies)
+
+
+def _measure_eos(
+    ctx: CheckContext, params: EnginePrefixParams, servers: tuple[EngineServer, EngineServer], vocab: int, top_k: int
+) -> tuple[EosSelection | None, list[tuple[EngineCompletion, EngineCompletion, EngineCompletion]]]:
+    """Seeded prompts the reference ends at end-of-sequence (gate.checks._eos), each sent to the candidate
+    twice with its stop on: the second is served from the cache the first reply (through its end) left."""
+    if not params.eos_candidates:
+        return None, []
+    ref, cand = servers
+    fields = eos_fields(cand.flavor)
+    prompts = [seeded_prompt(vocab, EOS_PROMPT, ctx.seed * 7919 + 5_000_003 + i) for i in range(params.eos_candidates)]
+
+    def ask(prompt: list[int], budget: int, extra: dict[str, Any]) -> EngineCompletion:
+        return ref.complete(prompt, budget, top_k, extra)
+
+    selection = select_eos_prompts(ask, prompts, fields, budget=params.eos_budget)
+    replies = []
+    for prompt, want in selection.chosen:
+        first = cand.complete(prompt, params.eos_budget, top_k, fields)
+        replies.append((want, first, cand.complete(prompt, params.eos_budget, top_k, fields)))
+    return selection, replies
 
 
 def judge_lengths(ctx: CheckContext, obs: Observations) -> Judgement:
@@ -104,7 +136,43 @@ def judge_lengths(ctx: CheckContext, obs: Observations) -> Judgement:
             out.failures.append(f"length {length}: {failure_words(level, judged)}")
         elif judged.warn:
             out.warnings.append(f"length {length}: {failure_words(level, judged)}")
+    for i, (want, *pair) in enumerate(obs.eos_replies):
+        for request, got in zip(("first", "again"), pair, strict=True):
+            _judge_eos(ctx, out, (i, request), want, got)
     return out
+
+
+def _judge_eos(
+    ctx: CheckContext, out: Judgement, at: tuple[int, str], want: EngineCompletion, got: EngineCompletion
+) -> None:
+    """One reply to a prompt the reference ends at end-of-sequence: it must stop where the reference does."""
+    judged, stop = judge(ctx, want, got), stop_problem(want, got)
+    failed = judged.failed or (stop is not None and stop.certain)
+    out.eos_rows.append(
+        {
+            "eos_prompt": at[0],
+            "request": at[1],
+            "prompt_length": EOS_PROMPT,
+            "cached_tokens": got.cached_tokens,
+            "reference_tokens": len(want.tokens),
+            "candidate_tokens": len(got.tokens),
+            "finish_reason": got.finish_reason,
+            "stop": None if stop is None else stop.words,
+            "failed": failed,
+            **judged.row(),
+        }
+    )
+    words = failure_words(ctx.manifest.claim.level, judged)
+    if stop is not None:
+        words = stop.words if stop.certain else f"{stop.words}; {words}"
+    name = f"end-of-sequence prompt {at[0]} ({'its first reply' if at[1] == 'first' else 'asked again'}, "
+    name += f"{got.cached_tokens} cached tokens)"
+    if failed:
+        out.eos_failed.append((want, got))
+        out.failed_at.append(EOS_PROMPT)
+        out.failures.append(f"{name}: {words}")
+    elif judged.warn:
+        out.warnings.append(f"{name}: {words}")
 
 
 def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: Judgement) -> Outcome:
@@ -117,10 +185,11 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
         "diverging_lengths": [r["prefix_length"] for r in rows if not r["tokens_match"]],
         "max_abs_dlogprob": worst(r["max_abs_dlogprob"] for r in rows),
         "max_cached_tokens": max(int(r["cached_tokens"] or 0) for r in rows),
+        "eos_stop_requests": len(j.eos_rows),
     }
     exercise = {
         "cached_tokens_by_length": {str(r["prefix_length"]): r["cached_tokens"] for r in rows},
-        "requests": 3 * len(rows),
+        "requests": 3 * len(rows) + len(j.eos_rows) + (obs.eos.tried if obs.eos else 0),
     }
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, pair, obs, j), "exercise": exercise}
     seen["observation"] = observation([got for _, _, got in obs.replies])
@@ -129,6 +198,7 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
         return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, failure_class(obs, j), **seen)
     if j.warnings:
         message = f"greedy tokens agree at every length; logprobs over tolerance: {'; '.join(j.warnings)}"
+        message += _eos_words(obs)
         return Outcome("warn", message, **seen)
     hit_words = ", ".join(f"{r['prefix_length']}:{r['cached_tokens']}" for r in rows if r["reusable"])
     design = (
@@ -141,9 +211,18 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
     message = (
         f"{pair.level} holds at {len(rows)} prefix lengths{planned}, {params.new_tokens} greedy tokens each, with a "
         f"cache hit at every reusable length (length:cached tokens {hit_words}){design}; "
-        f"max |Δlogprob| {metrics['max_abs_dlogprob']:.3g}"
+        f"max |Δlogprob| {metrics['max_abs_dlogprob']:.3g}" + _eos_words(obs)
     )
     return Outcome("pass", message, **seen)
+
+
+def _eos_words(obs: Observations) -> str:
+    """The end-of-sequence requests in words (gate.checks._eos), for a message."""
+    if obs.eos is None:
+        return ""
+    if not obs.eos_replies:
+        return f"; {obs.eos.words()}"
+    return f"; {obs.eos.words()}: each ended by the candidate where the reference ends it, asked twice (then cached)"
 
 
 def failure_class(obs: Observations, j: Judgement) -> str | None:
@@ -152,6 +231,7 @@ def failure_class(obs: Observations, j: Judgement) -> str | None:
     e.g. llama.cpp b8672 with speculative decoding on), missed-reuse when nothing failed but a length
     went without a hit."""
     failing = [(want, got) for length, want, got in obs.replies if length in j.failed_at]
+    failing += j.eos_failed
     if failing and all(unreported_logprobs(want, got) for want, got in failing):
         return "unreported-logprobs"
     return "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
@@ -177,7 +257,10 @@ def _evidence(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j
         "not_reusable_by_design": obs.by_design,
         "limit": obs.limit,
     }
-    return {"lengths": j.rows, "coverage": coverage, "servers": obs.servers, "claim": pair.level, "top_k": pair.top_k}
+    out = {"lengths": j.rows, "coverage": coverage, "servers": obs.servers, "claim": pair.level, "top_k": pair.top_k}
+    if obs.eos is not None:
+        out["eos_stop"] = {"reached": bool(obs.eos_replies), "words": obs.eos.words(), "requests": j.eos_rows}
+    return out
 
 
 @check("engine-prefix-parity", params=EnginePrefixParams)

@@ -142,6 +142,16 @@ def test_impossible_or_malformed_replies_are_bad_replies(mode: str, words: str) 
         served.complete(PROMPT, 2, 3)
 
 
+def test_a_short_reply_is_a_bad_reply_only_where_ignore_eos_asked_for_every_token() -> None:
+    """With the engine's stop left on (gate.checks._eos sends ignore_eos false) a reply may end before
+    max_tokens, and says why in finish_reason; with gate's default ignore_eos it must hold every token."""
+    with engine("short", flavor="llama.cpp").serve() as served:
+        reply = served.complete(PROMPT, 2, 3, {"ignore_eos": False})
+        assert len(reply.tokens) == 1 and reply.finish_reason == "length"
+        with pytest.raises(EngineBadReply, match=r"1 tokens generated where 2 were asked for \(end-of-sequence"):
+            served.complete(PROMPT, 2, 3)
+
+
 def test_more_cached_tokens_than_the_shared_prefix_are_refused() -> None:
     with engine("cached-beyond").serve() as served:
         served.complete(PROMPT, 2, 3)  # the first request: an honest 0
