@@ -577,11 +577,19 @@ def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[s
             log(f"  stopped {freed}: no later check uses it")
 
 
+_NOT_APPLICABLE = "not-applicable"
+
+
 def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str]) -> None:
     """Before a check, tell an engine which checks and controls are still to run, so the cap on its
     servers stops one no later check needs rather than one a later check would start again."""
     if isinstance(candidate, PlansServers) and offered(candidate, ReleasesControls) is not None:
-        candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in ahead if p.check not in not_run])
+        runs = [
+            p
+            for p in ahead
+            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == _NOT_APPLICABLE)
+        ]
+        candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in runs])
 
 
 def run_manifest(
