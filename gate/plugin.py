@@ -75,6 +75,7 @@ from gate.protocols import (
     LayoutEdges,
     LiveCounterpart,
     PathCapabilities,
+    PlansServers,
     PrefixBudget,
     PrefixCaching,
     PrefixHashing,
@@ -232,6 +233,7 @@ __all__ += [
     "ControlOutcome",
     "ControlResult",
     "FaultVisibility",
+    "PlansServers",
     "ReleasesControls",
     "WeightReloading",
 ]

@@ -862,6 +862,17 @@ class ReleasesControls(Protocol):
 
 
 @runtime_checkable
+class PlansServers(Protocol):
+    """Optional, beside ReleasesControls: a path whose servers are capped (an engine's) and that keeps
+    the ones the checks still to run need in preference to the ones they do not."""
+
+    def plan_servers(self, ahead: list[list[str | None]]) -> None:
+        """The checks still to run, the current one first, each as its phases in order: None (the check
+        itself), then the names of its controls."""
+        ...
+
+
+@runtime_checkable
 class FaultVisibility(Protocol):
     """Optional: faults a path offers that cannot change its outputs on this architecture."""
 

@@ -43,7 +43,7 @@ from gate.errors import (
     SubjectCrash,
     UnavailableError,
 )
-from gate.protocols import ReleasesControls, offered
+from gate.protocols import PlansServers, ReleasesControls, offered
 
 Log = Callable[[str], None]
 
@@ -577,6 +577,21 @@ def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[s
             log(f"  stopped {freed}: no later check uses it")
 
 
+_NOT_APPLICABLE = "not-applicable"
+
+
+def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str]) -> None:
+    """Before a check, tell an engine which checks and controls are still to run, so the cap on its
+    servers stops one no later check needs rather than one a later check would start again."""
+    if isinstance(candidate, PlansServers) and offered(candidate, ReleasesControls) is not None:
+        runs = [
+            p
+            for p in ahead
+            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == _NOT_APPLICABLE)
+        ]
+        candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in runs])
+
+
 def run_manifest(
     manifest_path: Path,
     out_dir: Path,
@@ -660,6 +675,7 @@ def run_manifest(
             if planned.check in not_run:
                 checks.append(_not_run(planned, list(options.only)))
                 continue
+            _plan_servers(paths["candidate"], plan.checks[index:], not_run)
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
             if planned.capabilities is not None:  # the same words as `gate plan` and the dossier
                 needs, means = planned.capabilities.in_words()

@@ -13,11 +13,14 @@ launched with its prefix cache off holds nothing to reset and is handed over as 
 engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
 for `fresh=True`, and that server stops with its block; one whose reset cannot reach a cache tier
 restarts the server it holds (`Served.restart`), and the new process takes the old one's place in the
-pool for later checks. At most `max_servers` run at once (an idle
-one stops to make room: a control's first, then one on a changed model, then the least recently
-used), and a control's server stops after the last check that names it (`release_controls`).
-Every start is counted (`engine_starts`), and with the most alive at once shown in each server's
-evidence. The geometry of the server's cache (gate.adapters.openai.geometry) is read when the path
+pool for later checks. At most `max_servers` run at once: an idle one stops to make room, the one
+the plan needs last (`plan_servers`: the runner names the checks and controls still to run, so a
+server a later check needs outlives one it does not; without a plan, a control's first, then one on a
+changed model, then the least recently used), and a control's server stops after the last check that
+names it (`release_controls`). Every start is counted with why it happened (`engine_starts`,
+`start_reasons`: a launch configuration's first start, a restart for a reset the engine cannot do, a
+new process a check asks for, a start again after the cap stopped it), shown with the most alive at
+once in each server's evidence. The geometry of the server's cache (gate.adapters.openai.geometry) is read when the path
 is probed.
 """
 
@@ -135,12 +138,66 @@ class Pooled:
     """Blocks serving from it right now (never stopped to make room while above 0)."""
     last_used: int = 0
     """When it last served a block (a counter): the least recently used makes room first."""
+    owner: int = 0
+    """id() of the options of the path that started it (the candidate's, its controls' alike)."""
+    used_in: tuple[int, int] = (-1, -1)
+    """(plan, phase) of `_PLAN` in which it last served a block: a server idle after serving the phase
+    now running is next needed in a later one."""
+
+
+@dataclass
+class Start:
+    """One server start of the run: its label, launch configuration and why it started."""
+
+    label: str
+    key: str
+    why: str
+
+
+FIRST = "first start of a launch configuration"
+RESTART = "restart: a reset the engine cannot do"
+FRESH = "a new process the check asks for"
+REFUSED = "restart: the server refused the reset"
+EVICTED = "started again after the cap (max_servers) stopped it"
+DIED = "started again after it stopped (it died, or its last planned use was over)"
+
+
+@dataclass
+class Plan:
+    """The checks still to run, from the current one on, as the runner states them (`plan_servers`):
+    for each, its phases in order (None: the check itself, then each control's name)."""
+
+    owner: int
+    """id() of the candidate's options: servers it started serve the phases of their control."""
+    phases: list[tuple[int, str | None]]
+    """(check, control) in run order; check 0 is the one running now."""
+    serial: int = 0
+    """Which plan this is (one per check the runner starts)."""
+    at: int = 0
+    """The phase running now (advanced when a server of the candidate's side is asked for)."""
+
+    def next_use(self, held: Pooled) -> float:
+        """The phase in which `held` (idle) is next needed; inf when no phase still to run needs it."""
+        current = held.used_in == (self.serial, self.at)
+        if held.changed_model:  # started within one check (a restart on changed weights): its phases only
+            if held.used_in[0] != self.serial:
+                return float("inf")
+            later = [i for i, (check, _) in enumerate(self.phases) if check == 0 and i >= self.at + current]
+            return later[0] if later else float("inf")
+        for i in range(self.at + current, len(self.phases)):
+            if held.owner != self.owner or self.phases[i][1] == held.control:  # the reference serves every phase
+                return i
+        return float("inf")
 
 
 _POOL: dict[str, Pooled] = {}
 """Launch (as JSON) -> the server running it, until the run ends (gate._util.stopping)."""
-_STARTS: list[str] = []
-"""Labels of the servers started in this run (cleared when the run ends, gate._util.stopping)."""
+_STARTS: list[Start] = []
+"""The servers started in this run (cleared when the run ends, gate._util.stopping)."""
+_STOPPED: set[str] = set()
+"""Keys of the pooled servers the cap stopped in this run (a later start of one is an eviction's cost)."""
+_PLAN: list[Plan] = []
+"""The plan the runner stated last (`plan_servers`), if any."""
 _USES = [0]
 """A counter of blocks served, for least-recently-used order."""
 _PEAK = [0]
@@ -160,16 +217,51 @@ def peak_servers() -> int:
 
 
 def _make_room(cap: int) -> None:
-    """Stop idle pooled servers until one more start keeps `cap` alive at once: controls' servers
-    first, then those on a changed model, then the reference's and the candidate's; the least
-    recently used first."""
+    """Stop idle pooled servers until one more start keeps `cap` alive at once: the one the plan
+    (`plan_servers`) needs last first (one it no longer needs before all), then controls' servers
+    before those on a changed model before the reference's and the candidate's, the least recently
+    used first."""
+    plan = _PLAN[0] if _PLAN else None
     while live_servers() >= cap:
         idle = sorted(
-            (p.control is None, not p.changed_model, p.last_used, key) for key, p in _POOL.items() if p.in_use == 0
+            (
+                -(plan.next_use(p) if plan is not None else 0),
+                p.control is None,
+                not p.changed_model,
+                p.last_used,
+                key,
+            )
+            for key, p in _POOL.items()
+            if p.in_use == 0
         )
         if not idle:
             return  # every live server is serving a block: the new one goes over the cap
-        _POOL[idle[0][3]].stopper.stop()
+        _STOPPED.add(idle[0][4])
+        _POOL[idle[0][4]].stopper.stop()
+
+
+def plan_servers(owner: int, ahead: list[list[str | None]]) -> None:
+    """State the checks still to run, the current one first, each as its phases (None, then its
+    controls' names), for the candidate whose options have id `owner`."""
+    if not _PLAN:
+        on_stop("engine server plan", _PLAN.clear)
+    serial = _PLAN[0].serial + 1 if _PLAN else 1
+    phases = [(check, phase) for check, phases in enumerate(ahead) for phase in phases]
+    _PLAN[:] = [Plan(owner, phases, serial)]
+
+
+def _enter_phase(owner: int, control: str | None) -> None:
+    """A server of the candidate's side is asked for: the phase running is the current check's next
+    one of its control (the reference's requests say nothing: it serves every phase)."""
+    plan = _PLAN[0] if _PLAN else None
+    if plan is None or plan.owner != owner:
+        return
+    for i in range(plan.at, len(plan.phases)):
+        if plan.phases[i][0] != 0:
+            return
+        if plan.phases[i][1] == control:
+            plan.at = i
+            return
 
 
 def release_controls(keep: set[str]) -> list[str]:
@@ -183,12 +275,33 @@ def release_controls(keep: set[str]) -> list[str]:
 
 def engine_starts() -> list[str]:
     """The servers gate started in this run, in order (a pooled server counts once)."""
-    return list(_STARTS)
+    return [s.label for s in _STARTS]
+
+
+def start_reasons() -> dict[str, Any]:
+    """Why each start of this run happened: the launch configurations started, the count by reason,
+    and each start as `label: reason`, for the evidence."""
+    why: dict[str, int] = {}
+    for start in _STARTS:
+        why[start.why] = why.get(start.why, 0) + 1
+    return {
+        "configurations": len({s.key for s in _STARTS}),
+        "why": why,
+        "starts": [f"{s.label}: {s.why}" for s in _STARTS],
+    }
 
 
 def _reset_counts() -> None:
     _STARTS.clear()
+    _STOPPED.clear()
     _PEAK[0] = 0
+
+
+def _why_start(key: str) -> str:
+    """Why a server on `key` would start now (unless a check asks for a restart or a new process)."""
+    if not any(s.key == key for s in _STARTS):
+        return FIRST
+    return EVICTED if key in _STOPPED else DIED
 
 
 def _pooled(key: str) -> Pooled | None:
@@ -262,8 +375,8 @@ class Served:
                 out["restarted_in_check"] = self.restarts
             if self.reused:
                 out["cache_tiers_not_reset"] = self.unreset_tiers()
-            controls = sum("[control " in label for label in _STARTS)
-            out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls}
+            controls = sum("[control " in s.label for s in _STARTS)
+            out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls, **start_reasons()}
             out["engine_servers_alive_peak"] = peak_servers()
         return out
 
@@ -363,6 +476,12 @@ class EnginePath:
         """Stop the servers of the controls no later check names (gate.protocols.ReleasesControls)."""
         return release_controls(keep)
 
+    def plan_servers(self, ahead: list[list[str | None]]) -> None:
+        """The checks still to run, the current one first, each as its phases: None (the check on the
+        candidate), then its controls' names (gate.protocols.PlansServers). The cap then stops the
+        server the plan needs last."""
+        plan_servers(id(self.options), ahead)
+
     def with_fault(self, fault: str) -> EnginePath:
         if fault not in self.options.controls:
             raise UnknownFault(f"{self.name} declares no control {fault!r} (declared: {', '.join(self.faults())})")
@@ -431,27 +550,30 @@ class EnginePath:
             return
         # per path (the reference and the candidate are separate processes even on one launch), per launch
         key = f"{id(opts)}:{launch.model_dump_json()}{sorted(headers.items())!r}"
+        _enter_phase(id(opts), self.control)
         held = None if fresh else _pooled(key)
-        reused = held is not None
+        reused, why = held is not None, _why_start(key)
         if held is not None and self._caches(launch):
             try:
                 self.reset_cache(held.client)  # nothing an earlier check cached is left
             except EngineBadReply:  # no reset this server accepts (llama.cpp without --slot-save-path)
                 held.stopper.stop()
-                held, reused = None, False
+                held, reused, why = None, False, REFUSED
         if held is None and not fresh:
-            held = self._pool(key, launch, headers, full_label, model is not None)
+            held = self._pool(key, launch, headers, full_label, model is not None, why)
         if held is not None:
             _USES[0] += 1
             held.in_use, held.last_used = held.in_use + 1, _USES[0]
+            if _PLAN:
+                held.used_in = (_PLAN[0].serial, _PLAN[0].at)
             pooled = held
 
             def restart_pooled() -> tuple[ServerProcess, EngineClient]:
                 nonlocal pooled
-                in_use, last_used = pooled.in_use, pooled.last_used
+                in_use, last_used, used_in = pooled.in_use, pooled.last_used, pooled.used_in
                 pooled.stopper.stop()  # the old process, out of the pool
-                pooled = self._pool(key, launch, headers, f"{full_label}, restarted", model is not None)
-                pooled.in_use, pooled.last_used = in_use, last_used
+                pooled = self._pool(key, launch, headers, f"{full_label}, restarted", model is not None, RESTART)
+                pooled.in_use, pooled.last_used, pooled.used_in = in_use, last_used, used_in
                 return pooled.server, pooled.client
 
             try:
@@ -463,11 +585,11 @@ class EnginePath:
                 pooled.in_use -= 1
             return
         with sigterm_stops_servers():
-            started = [self._start(launch, headers, full_label)]
+            started = [self._start(launch, headers, full_label, key, FIRST if why == FIRST else FRESH)]
 
             def restart_fresh() -> tuple[ServerProcess, EngineClient]:
                 started[0][0].stop()
-                started[0] = self._start(launch, headers, f"{full_label}, restarted")
+                started[0] = self._start(launch, headers, f"{full_label}, restarted", key, RESTART)
                 return started[0]
 
             try:
@@ -475,16 +597,19 @@ class EnginePath:
             finally:
                 started[0][0].stop()
 
-    def _pool(self, key: str, launch: Launch, headers: dict[str, str], full_label: str, changed: bool) -> Pooled:
+    def _pool(
+        self, key: str, launch: Launch, headers: dict[str, str], full_label: str, changed: bool, why: str
+    ) -> Pooled:
         """Start a server on `launch` and keep it for the rest of the run under `key`."""
-        server, client = self._start(launch, headers, full_label)
+        server, client = self._start(launch, headers, full_label, key, why)
 
         def stop(key: str = key, server: ServerProcess = server) -> None:
             if _POOL.get(key) is not None and _POOL[key].server is server:
                 _POOL.pop(key)
             server.stop()
 
-        held = _POOL[key] = Pooled(server, client, on_stop(f"engine server {full_label}", stop), self.control, changed)
+        stopper = on_stop(f"engine server {full_label}", stop)
+        held = _POOL[key] = Pooled(server, client, stopper, self.control, changed, owner=id(self.options))
         return held
 
     def _caches(self, launch: Launch) -> bool:
@@ -496,8 +621,10 @@ class EnginePath:
             return stated.prefix_caching
         return not (self.cache_geometry.prefix_caching is False and self.control is None)
 
-    def _start(self, launch: Launch, headers: dict[str, str], full_label: str) -> tuple[ServerProcess, EngineClient]:
-        """Start a server on `launch` and wait until it answers; counted in `engine_starts`."""
+    def _start(
+        self, launch: Launch, headers: dict[str, str], full_label: str, key: str, why: str
+    ) -> tuple[ServerProcess, EngineClient]:
+        """Start a server on `launch` and wait until it answers; counted in `engine_starts` with `why`."""
         port = launch.port or free_port()
         model_path = launch.model_file
         if launch.tiny_model is not None:
@@ -516,7 +643,8 @@ class EnginePath:
         if not _STARTS:  # the first start of a run: the count ends with the run
             on_stop("engine start count", _reset_counts)
         _make_room(self.options.max_servers)
-        _STARTS.append(full_label)
+        _STARTS.append(Start(full_label, key, why))
+        _STOPPED.discard(key)
         try:
             server.start()
             _PEAK[0] = max(_PEAK[0], live_servers())

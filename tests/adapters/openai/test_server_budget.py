@@ -1,5 +1,6 @@
-"""Servers as a budget: a cap on servers alive at once (controls' servers make room first), control
-servers stopped after their last use, and a server launched with its cache off handed over unreset."""
+"""Servers as a budget: a cap on servers alive at once (the server the plan needs last makes room; without
+a plan, controls' servers first), control servers stopped after their last use, every start with why it
+happened, and a server launched with its cache off handed over unreset."""
 
 from __future__ import annotations
 
@@ -8,18 +9,27 @@ import sys
 from pathlib import Path
 
 from gate.adapters.openai import Options
-from gate.adapters.openai.path import EnginePath, engine_starts, live_servers, peak_servers
+from gate.adapters.openai.path import (
+    EVICTED,
+    FIRST,
+    RESTART,
+    EnginePath,
+    engine_starts,
+    live_servers,
+    peak_servers,
+    start_reasons,
+)
 from gate.protocols import CacheGeometry
 
 SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
 
 
-def path_for(max_servers: int) -> EnginePath:
+def path_for(max_servers: int, controls: str = "ab") -> EnginePath:
     options = Options.model_validate(
         {
             "flavor": "generic",
             "launch": {"command": [sys.executable, SERVER, "{port}", "serves"], "ready_timeout_s": 20},
-            "controls": {"a": {"args": ["a"]}, "b": {"args": ["b"]}},
+            "controls": {name: {"args": [name]} for name in controls},
             "max_servers": max_servers,
         }
     )
@@ -41,6 +51,41 @@ def test_the_cap_stops_an_idle_control_server_first_and_the_last_use_stops_the_r
     assert live_servers() == 1
     with path.with_fault("b").serve(label="control b") as restarted:
         assert not restarted.reused  # its last use was over: a later use starts it again
+
+
+def test_with_a_plan_the_cap_stops_the_server_no_later_check_needs_not_the_least_recently_used() -> None:
+    path = path_for(max_servers=3, controls="abc")
+    path.plan_servers([[None, "a", "b", "c"], [None, "a"]])  # what the runner states before the first check
+    with path.serve(label="candidate") as first:
+        pass
+    with path.with_fault("a").serve(label="control a") as control_a:
+        pass
+    with path.with_fault("b").serve(label="control b"):
+        pass
+    with path.with_fault("c").serve(label="control c"):
+        assert live_servers() == 3  # b made room (no later check names it), not a (least recently used)
+    path.plan_servers([[None, "a"]])  # the second check
+    with path.serve(label="candidate") as again:
+        assert again.reused and again.server is first.server
+    with path.with_fault("a").serve(label="control a") as again_a:
+        assert again_a.reused and again_a.server is control_a.server  # kept for the check that needs it
+    why = start_reasons()
+    assert why["why"] == {FIRST: 4} and why["configurations"] == 4, why
+    assert again_a.evidence()["engine_starts_in_run"]["starts"][-1] == f"control c ({path.label} [control c]): {FIRST}"
+
+
+def test_without_a_plan_the_least_recently_used_control_makes_room_and_its_next_start_says_so() -> None:
+    path = path_for(max_servers=3, controls="abc")
+    with path.serve(label="candidate"):
+        pass
+    for name in "abc":
+        with path.with_fault(name).serve(label=f"control {name}"):
+            pass
+    with path.with_fault("a").serve(label="control a") as again_a:
+        assert not again_a.reused  # no plan said a later check needs it: the least recently used went
+        assert again_a.server is not None and again_a.restart()
+    assert start_reasons()["why"] == {FIRST: 4, EVICTED: 1, RESTART: 1}, start_reasons()
+    assert len(engine_starts()) == 6
 
 
 def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -> None:
