@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
-from gate.trust.ledger_store import Build, LedgerError, Row, redacted
+from gate.trust.ledger_store import Build, LedgerError, SqlTables, redacted
 
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS gate_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,13 +31,14 @@ _SCHEMA_LOCK = 0x6761_7465  # "gate": one session creates the schema at a time
 _APPEND_LOCK = 0x6761_7466  # one session appends at a time
 
 
-class PostgresStore:
+class PostgresStore(SqlTables):
     """The ledger in a PostgreSQL database (tables gate_meta, gate_entries, gate_checkpoints)."""
 
     def __init__(self, url: str, *, writable: bool) -> None:
         self.url = url
         self.location = redacted(url)
         self.writable = writable
+        self._tables, self._marker = "gate_", "%s"
         try:
             import psycopg
         except ImportError as err:
@@ -62,10 +64,10 @@ class PostgresStore:
             for key, value in meta.items():
                 self._conn.execute("INSERT INTO gate_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
 
-    def meta(self, key: str) -> str | None:
+    def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
         with self._errors(), self._conn.transaction():
-            row = self._conn.execute("SELECT value FROM gate_meta WHERE key = %s", (key,)).fetchone()
-        return None if row is None else str(row[0])
+            rows: list[tuple[Any, ...]] = self._conn.execute(sql, params or None).fetchall()
+        return rows
 
     def append(self, build: Build) -> None:
         with self._errors(), self._conn.transaction():
@@ -73,31 +75,7 @@ class PostgresStore:
             # (LOCK TABLE in a mode that excludes writers would need UPDATE or DELETE). The primary key
             # on seq still refuses a duplicate from a writer that skipped the lock.
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
-            row = self._conn.execute("SELECT seq, hash FROM gate_entries ORDER BY seq DESC LIMIT 1").fetchone()
-            entry, checkpoint = build(int(row[0]) if row else 0, str(row[1]) if row else None)
-            self._conn.execute("INSERT INTO gate_entries (seq, prev, hash, body) VALUES (%s, %s, %s, %s)", entry)
-            self._conn.execute("INSERT INTO gate_checkpoints (size, note, signature) VALUES (%s, %s, %s)", checkpoint)
-
-    def entries(self) -> Iterator[Row]:
-        with self._errors(), self._conn.transaction():
-            rows = self._conn.execute("SELECT seq, prev, hash, body FROM gate_entries ORDER BY seq").fetchall()
-        for seq, prev, digest, body in rows:
-            yield int(seq), str(prev), str(digest), str(body)
-
-    def get(self, seq: int) -> Row | None:
-        with self._errors(), self._conn.transaction():
-            row = self._conn.execute("SELECT seq, prev, hash, body FROM gate_entries WHERE seq = %s", (seq,)).fetchone()
-        return (int(row[0]), str(row[1]), str(row[2]), str(row[3])) if row else None
-
-    def size(self) -> int:
-        with self._errors(), self._conn.transaction():
-            row = self._conn.execute("SELECT COUNT(*) FROM gate_entries").fetchone()
-        return int(row[0]) if row else 0
-
-    def checkpoints(self) -> list[tuple[str, str]]:
-        with self._errors(), self._conn.transaction():
-            rows = self._conn.execute("SELECT note, signature FROM gate_checkpoints ORDER BY size").fetchall()
-        return [(str(n), str(s)) for n, s in rows]
+            self._insert_next(build)
 
     def close(self) -> None:
         conn = getattr(self, "_conn", None)

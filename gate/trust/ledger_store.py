@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path, PosixPath
 from time import monotonic, sleep
-from typing import Protocol
+from typing import Any, Protocol
 
 from gate.errors import EXIT_BAD_INPUT, GateError
 
@@ -93,6 +93,52 @@ class LedgerStore(Protocol):
     def size(self) -> int: ...
     def checkpoints(self) -> list[tuple[str, str]]: ...
     def close(self) -> None: ...
+
+
+class SqlTables:
+    """What both stores read and write the same way: the three tables (named with `_tables` before
+    them) through `_fetch` (one read transaction, the store's errors as LedgerError) and `_conn`,
+    parameters written `_marker` (SQLite `?`, psycopg `%s`)."""
+
+    _conn: Any
+    _tables: str
+    _marker: str
+
+    def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _insert_next(self, build: Build) -> None:
+        """Inside the caller's write transaction: the next entry and its checkpoint, as `build` makes them."""
+        t, m = self._tables, self._marker
+        row = self._conn.execute(f"SELECT seq, hash FROM {t}entries ORDER BY seq DESC LIMIT 1").fetchone()
+        entry, checkpoint = build(int(row[0]) if row else 0, str(row[1]) if row else None)
+        self._conn.execute(f"INSERT INTO {t}entries (seq, prev, hash, body) VALUES ({m}, {m}, {m}, {m})", entry)
+        self._conn.execute(f"INSERT INTO {t}checkpoints (size, note, signature) VALUES ({m}, {m}, {m})", checkpoint)
+
+    def meta(self, key: str) -> str | None:
+        rows = self._fetch(f"SELECT value FROM {self._tables}meta WHERE key = {self._marker}", key)
+        return str(rows[0][0]) if rows else None
+
+    def entries(self) -> Iterator[Row]:
+        for row in self._fetch(f"SELECT seq, prev, hash, body FROM {self._tables}entries ORDER BY seq"):
+            yield _row(row)
+
+    def get(self, seq: int) -> Row | None:
+        rows = self._fetch(f"SELECT seq, prev, hash, body FROM {self._tables}entries WHERE seq = {self._marker}", seq)
+        return _row(rows[0]) if rows else None
+
+    def size(self) -> int:
+        rows = self._fetch(f"SELECT COUNT(*) FROM {self._tables}entries")
+        return int(rows[0][0]) if rows else 0
+
+    def checkpoints(self) -> list[tuple[str, str]]:
+        rows = self._fetch(f"SELECT note, signature FROM {self._tables}checkpoints ORDER BY size")
+        return [(str(n), str(s)) for n, s in rows]
+
+
+def _row(raw: tuple[Any, ...]) -> Row:
+    seq, prev, digest, body = raw
+    return int(seq), str(prev), str(digest), str(body)
 
 
 # --- SQLite ---------------------------------------------------------------------------------------
@@ -175,12 +221,13 @@ def _malformed_page(path: Path) -> str:
     return ""
 
 
-class SqliteStore:
+class SqliteStore(SqlTables):
     """The ledger in one SQLite file (local file system: WAL does not work over NFS)."""
 
     def __init__(self, path: Path, *, writable: bool) -> None:
         self.path = path
         self.location = str(path)
+        self._tables, self._marker = "", "?"
         self._wal_ino: int | None = None
         with self._errors():
             why = foreign_wal(path)
@@ -237,21 +284,13 @@ class SqliteStore:
                 raise
             self._checkpoint()
 
-    def meta(self, key: str) -> str | None:
-        with self._errors():
-            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
     def append(self, build: Build) -> None:
         with self._errors():
             self._wal_still_ours()
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-                entry, checkpoint = build(int(row[0]) if row else 0, str(row[1]) if row else None)
-                conn.execute("INSERT INTO entries (seq, prev, hash, body) VALUES (?, ?, ?, ?)", entry)
-                conn.execute("INSERT INTO checkpoints (size, note, signature) VALUES (?, ?, ?)", checkpoint)
+                self._insert_next(build)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -273,25 +312,10 @@ class SqliteStore:
             sleep(0.01)
         self._remember_wal()
 
-    def entries(self) -> Iterator[Row]:
+    def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
         with self._errors():
-            rows = self._conn.execute("SELECT seq, prev, hash, body FROM entries ORDER BY seq").fetchall()
-        for seq, prev, digest, body in rows:
-            yield int(seq), str(prev), str(digest), str(body)
-
-    def get(self, seq: int) -> Row | None:
-        with self._errors():
-            row = self._conn.execute("SELECT seq, prev, hash, body FROM entries WHERE seq = ?", (seq,)).fetchone()
-        return (int(row[0]), str(row[1]), str(row[2]), str(row[3])) if row else None
-
-    def size(self) -> int:
-        with self._errors():
-            return int(self._conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
-
-    def checkpoints(self) -> list[tuple[str, str]]:
-        with self._errors():
-            rows = self._conn.execute("SELECT note, signature FROM checkpoints ORDER BY size").fetchall()
-        return [(str(n), str(s)) for n, s in rows]
+            rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
+        return rows
 
     def close(self) -> None:
         conn = getattr(self, "_conn", None)
@@ -320,6 +344,7 @@ __all__ = [
     "LedgerError",
     "LedgerStore",
     "LedgerURL",
+    "SqlTables",
     "SqliteStore",
     "foreign_wal",
     "is_url",
