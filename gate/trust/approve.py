@@ -11,7 +11,6 @@ transaction, so parallel `gate approve`s lose no signature or record and one key
 from __future__ import annotations
 
 import fcntl
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,13 +88,12 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
     """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
     the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
     else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, resolve_ledger_path
+    from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
     from gate.trust.ledger_store import ledger_location
 
-    if explicit is not None:
-        return explicit, "--ledger"
-    if os.environ.get(ENV_LEDGER):
-        return resolve_ledger_path(None), f"${ENV_LEDGER}"
+    named = named_ledger(explicit)
+    if named is not None:
+        return named
     try:
         recorded = Receipt.model_validate_json((directory / RECEIPT).read_bytes()).ledger
     except (OSError, ValueError):  # ValidationError is a ValueError

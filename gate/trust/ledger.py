@@ -38,6 +38,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,15 +291,12 @@ class Ledger:
         assert self._key is not None
         origin = self.origin
         signature = self._key.sign(note_bytes(origin, size, head, time))
-        return Checkpoint(
-            origin=origin,
-            size=size,
-            head=head,
-            time=time,
-            keyid=self.keyid,
-            public_key=self.public_key_b64,
-            signature=base64.b64encode(signature).decode(),
-        )
+        signed = self._under_key()
+        return signed(origin=origin, size=size, head=head, time=time, signature=base64.b64encode(signature).decode())
+
+    def _under_key(self) -> partial[Checkpoint]:
+        """Checkpoints of this ledger: key id and public key filled in (read once)."""
+        return partial(Checkpoint, keyid=self.keyid, public_key=self.public_key_b64)
 
     # -- reading
 
@@ -319,23 +317,13 @@ class Ledger:
     def checkpoints(self) -> list[Checkpoint]:
         """Every stored checkpoint, oldest first (each re-assembled with the ledger's public key)."""
         out = []
-        pub, keyid = self.public_key_b64, self.keyid
+        signed = self._under_key()
         for note, signature in self._store.checkpoints():
             try:
                 origin, size, head, time = parse_note(note)
             except ValueError:
                 raise LedgerError(f"{self.location}: a stored checkpoint is malformed (corrupt ledger)") from None
-            out.append(
-                Checkpoint(
-                    origin=origin,
-                    size=size,
-                    head=head,
-                    time=time,
-                    keyid=keyid,
-                    public_key=pub,
-                    signature=signature,
-                )
-            )
+            out.append(signed(origin=origin, size=size, head=head, time=time, signature=signature))
         return out
 
     def checkpoint(self, size: int | None = None) -> Checkpoint | None:

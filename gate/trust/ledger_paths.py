@@ -38,12 +38,20 @@ def run_ledger_path(explicit: Path | None) -> Path | None:
     return run_ledger_choice(explicit)[0]
 
 
-def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
-    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
+def named_ledger(explicit: Path | None) -> tuple[Path, str] | None:
+    """The ledger a command was named (--ledger, else $GATE_LEDGER) and which named it; None: neither."""
     if explicit is not None:
         return explicit, "--ledger"
     if os.environ.get(ENV_LEDGER):
         return resolve_ledger_path(None), f"${ENV_LEDGER}"
+    return None
+
+
+def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
+    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
+    named = named_ledger(explicit)
+    if named is not None:
+        return named
     if DEFAULT_LEDGER.is_file():
         return DEFAULT_LEDGER, f"the default ledger: {DEFAULT_LEDGER} exists in this directory; --ledger names another"
     return None, ""

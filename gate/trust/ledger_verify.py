@@ -132,15 +132,15 @@ def verify_chain(
             else:
                 heads.append(entry.hash)
 
-    checked = 0
-    late = [cp for cp in ledger.checkpoints() if cp.size <= size]  # newer ones are for entries appended since
-    stored = late + [cp for cp in early if cp.size > size]  # read before the entries: truly past them
-    for cp in stored if every_checkpoint else stored[-1:]:
-        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"stored checkpoint {cp.size}")
+    def holds(cp: Checkpoint, what: str) -> bool:
+        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"{what} {cp.size}")
         if problem:
             problems.append(problem)
-        else:
-            checked += 1
+        return problem is None
+
+    late = [cp for cp in ledger.checkpoints() if cp.size <= size]  # newer ones are for entries appended since
+    stored = late + [cp for cp in early if cp.size > size]  # read before the entries: truly past them
+    checked = sum(holds(cp, "stored checkpoint") for cp in (stored if every_checkpoint else stored[-1:]))
     covered = {cp.size for cp in stored}
     latest = max(covered, default=0)
     if latest < size:
@@ -152,14 +152,7 @@ def verify_chain(
     missing = sorted(set(range(1, min(latest, size) + 1)) - covered)
     if missing:
         problems.append(Problem(missing[0], f"the checkpoint for size {missing[0]} was removed"))
-    for cp in trusted or []:
-        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"held checkpoint {cp.size}")
-        if problem:
-            problems.append(problem)
-        else:
-            checked += 1
-    if pinned is not None:
-        problem = _check_checkpoint(pinned, heads, size, origin, keyid, f"the pinned checkpoint {pinned.size}")
-        if problem:  # (not counted when it holds: it repeats a stored checkpoint)
-            problems.append(problem)
+    checked += sum(holds(cp, "held checkpoint") for cp in trusted or [])
+    if pinned is not None:  # (not counted when it holds: it repeats a stored checkpoint)
+        holds(pinned, "the pinned checkpoint")
     return ChainReport(size=size, verified=len(heads) - 1, head=heads[-1], checkpoints=checked, problems=problems)
