@@ -13,7 +13,7 @@ import click
 from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
-from gate.cli.roles import any_verdict_option, load_roles, trust_options
+from gate.cli.roles import Roles, any_verdict_option, trust_options
 from gate.cli.verify import mains_policy_option
 
 
@@ -160,9 +160,7 @@ def _echo(ok: bool | None, text: str) -> None:
 def trace_(
     ref: str,
     dossier: Path | None,
-    trust_path: Path | None,
-    run_keys: tuple[Path, ...],
-    approver_keys: tuple[Path, ...],
+    roles: Roles,
     ledger_path: Path | None,
     policy_dirs: tuple[Path, ...],
     any_verdict: bool,
@@ -179,7 +177,7 @@ def trace_(
     from gate.trust.audit import MIN_REF, standing_runs, trace
 
     with user_errors(), _open(ledger_path) as ledger:
-        trust = load_roles(trust_path, run_keys, approver_keys)
+        trust = roles.load()
         report, traces = trace(ledger, ref, trust=trust, dossier=dossier, policy_dirs=list(policy_dirs))
     if not traces:
         echo(f"gate: no run in the ledger matches {ref!r} (a commit or digest, {MIN_REF}+ characters)", err=True)
@@ -241,9 +239,7 @@ def trace_(
 def verify_(
     held: tuple[Path, ...],
     pinned: tuple[Path, ...],
-    trust_path: Path | None,
-    run_keys: tuple[Path, ...],
-    approver_keys: tuple[Path, ...],
+    roles: Roles,
     ledger_path: Path | None,
 ) -> None:
     """Verify the chain, every checkpoint, and every entry by role; name the first bad entry (exit 1).
@@ -256,11 +252,7 @@ def verify_(
     from gate.trust.policy import find_trust
 
     with user_errors(), _open(ledger_path) as ledger:
-        trust = (
-            load_roles(trust_path, run_keys, approver_keys)
-            if (trust_path or run_keys or approver_keys)
-            else find_trust(None)
-        )
+        trust = roles.load() if roles.given else find_trust(None)
         trusted = [cp for path in held for cp in held_checkpoints(path)]
         report = verify_ledger(ledger, trusted=trusted, pinned_keyids=_keyids(pinned), trust=trust)
         keyid = ledger.keyid

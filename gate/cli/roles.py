@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +13,39 @@ import click
 _pub = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
+@dataclass(frozen=True)
+class Roles:
+    """What --trust, --run-key and --approver-key gave (`trust_options` passes them as one `roles`)."""
+
+    trust_path: Path | None
+    run_keys: tuple[Path, ...]
+    approver_keys: tuple[Path, ...]
+
+    @property
+    def given(self) -> bool:
+        return bool(self.trust_path or self.run_keys or self.approver_keys)
+
+    def load(self) -> Any:
+        """`load_roles` of these."""
+        return load_roles(self.trust_path, self.run_keys, self.approver_keys)
+
+
 def trust_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--trust FILE, --run-key PUB..., --approver-key PUB... on a command."""
+    """--trust FILE, --run-key PUB..., --approver-key PUB... on a command, which takes them as `roles: Roles`."""
+
+    @wraps(f)
+    def with_roles(
+        *args: Any, trust_path: Path | None, run_keys: tuple[Path, ...], approver_keys: tuple[Path, ...], **kwargs: Any
+    ) -> Any:
+        return f(*args, roles=Roles(trust_path, run_keys, approver_keys), **kwargs)
+
+    command: Callable[..., Any] = with_roles
     for flag, name, help_text in (
         ("--approver-key", "approver_keys", "an approver (instead of --trust); repeat. Counts only for approvals."),
         ("--run-key", "run_keys", "a run signer (CI; instead of --trust); repeat. Counts only for run signatures."),
     ):
-        f = click.option(flag, name, multiple=True, type=_pub, help=f"Public key of {help_text}")(f)
-    return trust_option(" (trust.yaml: names, keys, roles)")(f)
+        command = click.option(flag, name, multiple=True, type=_pub, help=f"Public key of {help_text}")(command)
+    return trust_option(" (trust.yaml: names, keys, roles)")(command)
 
 
 def trust_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -12,7 +12,7 @@ import click
 
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option_of
-from gate.cli.roles import any_verdict_option, load_roles, trust_options
+from gate.cli.roles import Roles, any_verdict_option, trust_options
 from gate.errors import EXIT_OTHER_COMMIT
 
 mains_policy_option = click.option(
@@ -43,9 +43,7 @@ mains_policy_option = click.option(
 @any_verdict_option
 def command(
     directory: Path,
-    trust_path: Path | None,
-    run_keys: tuple[Path, ...],
-    approver_keys: tuple[Path, ...],
+    roles: Roles,
     commit: str | None,
     manifest_path: Path | None,
     ledger_path: Path | None,
@@ -69,7 +67,7 @@ def command(
     from gate.trust.verify_run import Finding, check_run
 
     with user_errors():
-        trust = load_roles(trust_path, run_keys, approver_keys)
+        trust = roles.load()
         asked = asked_commit(directory, commit)
         run = partial(
             check_run,
