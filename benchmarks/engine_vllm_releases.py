@@ -7,10 +7,11 @@
 Gating a release is `VLLM_VERSION=X bash .ci/vllm.sh --only EXAMPLE ...` (its own .venv-vllm-X; the
 pinned release .venv-vllm), which writes out/ci-vllm-X/engine_vllm.md (benchmarks/engine_vllm.py; the
 pinned release out/ci-vllm/). The releases: those named with --only, else every row of
-benchmarks/vllm-releases.md (`--table`) that resolves beside torch 2.13.0; a named release whose row
-there does not resolve is skipped. The output of each .ci/vllm.sh run goes to stdout and to
-vllm.sh.log beside its table. An environment this script installed is removed after its release's run
-(about 3.5 GB each) unless --keep-venvs; one that was there before is kept.
+benchmarks/vllm-releases.md (`--table`) that resolves beside torch 2.13.0. A named release whose row
+there does not resolve is skipped; one without a row there is refused (exit 2) before anything runs.
+The output of each .ci/vllm.sh run goes to stdout and to vllm.sh.log beside its table. An environment
+this script installed is removed after its release's run (about 3.5 GB each) unless --keep-venvs;
+one that was there before is kept.
 
 `--from FILE` (repeatable) collates engine_vllm.md files instead, each release read from its header.
 Either way the table gives per release and example: the documented verdict, the exit code, whether
@@ -255,8 +256,12 @@ def main() -> int:
             write_table(args.out, rows)
         else:
             table = resolving(args.table)
+            missing = [release for release in args.only if release not in table]
+            if missing:
+                rows_of = "benchmarks/vllm_releases.py writes the rows of the releases it is given"
+                raise BadInput(f"{args.table}: no row for {', '.join(missing)} ({rows_of})")
             for release in args.only or [v for v, ok in table.items() if ok]:
-                if not table.get(release, True):
+                if not table[release]:
                     print(f"vLLM releases: {release} skipped: it does not resolve here ({args.table})", flush=True)
                     continue
                 code, written = gate_release(release, examples, args.keep_venvs)

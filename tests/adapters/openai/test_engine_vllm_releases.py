@@ -155,7 +155,7 @@ def test_releases_to_gate_come_from_the_resolve_table_and_one_that_does_not_reso
     tmp_path: Path,
 ) -> None:
     """What `make engine-releases VLLM=...` gates: the releases vllm-releases.md says resolve, or those named
-    that do not fail to (a named one that does not resolve is skipped before anything is installed)."""
+    (a named one that does not resolve is skipped, one the table lacks refused, before anything is installed)."""
     shipped = resolving(REPO / "benchmarks" / "vllm-releases.md")
     assert pinned() in shipped and shipped[pinned()] and shipped["0.8.5"] is False
     assert ci_paths(pinned()) == (REPO / ".venv-vllm", REPO / "out" / "ci-vllm" / "engine_vllm.md")
@@ -167,6 +167,10 @@ def test_releases_to_gate_come_from_the_resolve_table_and_one_that_does_not_reso
     assert done.returncode == 0, done.stderr
     assert "0.8.5 skipped: it does not resolve here" in done.stdout and ".ci/vllm.sh" not in done.stdout
     assert not out.exists()
+    done = subprocess.run([sys.executable, str(SCRIPT), "--only", "0.30.0", "--only", "0.99.0", "--out", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == EXIT_BAD_INPUT and "vllm-releases.md: no row for 0.99.0 (" in done.stderr
+    assert "VLLM_VERSION" not in done.stdout and not out.exists()  # refused before 0.30.0 ran
     empty = tmp_path / "vllm-releases.md"
     empty.write_text("# nothing\n")
     done = subprocess.run([sys.executable, str(SCRIPT), "--table", str(empty), "--out", str(out)],
