@@ -279,7 +279,8 @@ def main() -> int:
         return EXIT_BAD_INPUT
     for line in problems:
         print(f"vLLM releases: {line}", file=sys.stderr)
-    print(f"vLLM releases: {args.out}", flush=True)
+    if args.out.exists():
+        print(f"vLLM releases: {args.out}", flush=True)
     return 1 if problems else 0
 
 
