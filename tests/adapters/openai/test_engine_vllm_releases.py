@@ -14,7 +14,7 @@ from tests.support.repo import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from engine_vllm import NO_FP8_CPU
-from engine_vllm_releases import ci_paths, pinned, resolving
+from engine_vllm_releases import TABLE_HEAD, ci_paths, not_run_rows, old_rows, pinned, resolving, write_table
 
 SCRIPT = REPO / "benchmarks" / "engine_vllm_releases.py"
 
@@ -89,7 +89,7 @@ def test_a_pass_a_fail_and_a_departure_in_one_table(tmp_path: Path) -> None:
                           ("0.29.0", "engine-vllm-prefix")]  # fmt: skip
     passed, failed, departed = rows.values()
     assert passed[2:5] == ["pass", "0", "yes"] and passed[6] == "-"
-    assert passed[7:] == ["7 + 4", "6.20", "211.7", "150"]
+    assert passed[7:] == ["7 + 4", "6.20", "211.7", "150", "2026-12-07"]
     assert failed[2:5] == ["fail", "1", "yes"]
     assert failed[6] == "engine-prefix-parity (fail): length 128: greedy tokens diverge at token 0 (gap 0.13)"
     assert failed[5] == "verdict: FAIL: failed: engine-prefix-parity"
@@ -177,3 +177,17 @@ def test_releases_to_gate_come_from_the_resolve_table_and_one_that_does_not_reso
     done = subprocess.run([sys.executable, str(SCRIPT), "--table", str(empty), "--out", str(out)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == EXIT_BAD_INPUT and f"{empty}: no release rows" in done.stderr
+
+
+def test_a_release_whose_run_wrote_no_table_is_a_departing_row_per_example(tmp_path: Path) -> None:
+    """.ci/vllm.sh stopped before its table (an install that failed): each example asked is a row saying so,
+    in the table's columns, read back as the table's rows."""
+    log = REPO / "out" / "ci-vllm-0.28.0" / "vllm.sh.log"
+    rows = not_run_rows("0.28.0", ["engine-vllm-prefix", "engine-vllm-fp8-kv"], 1, log)
+    out = tmp_path / "engine-releases-vllm.md"
+    write_table(out, rows)
+    assert old_rows(out) == rows
+    cells = rows_of(out)[("0.28.0", "engine-vllm-fp8-kv")]
+    assert len(cells) == TABLE_HEAD[0].count("|") - 1
+    assert cells[4] == "**DEPARTS**: not run"
+    assert cells[5] == ".ci/vllm.sh exited 1 before writing its table (out/ci-vllm-0.28.0/vllm.sh.log)"
