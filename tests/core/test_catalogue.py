@@ -89,3 +89,14 @@ def test_every_check_package_imports_no_torch_and_reaches_its_check_lazily() -> 
     for module in PACKAGES:
         implementation = cards()[importlib.import_module(f"gate.checks.{module}").CARD].implementation
         assert getattr(importlib.import_module(f"gate.checks.{module}"), implementation.split(":")[1]).name
+
+
+def test_the_torch_free_face_contract_names_every_check_package() -> None:
+    """`make lint`'s contract "The face of every check package ... imports no torch" lists the check
+    packages by hand (import-linter takes no globs); its list is the packages under gate/checks/, and
+    adding a check fails here with the exact list to paste."""
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (face,) = [c for c in contracts if c["name"].startswith("The face of every check package")]
+    want = ["gate.checks", *(f"gate.checks.{name}" for name in PACKAGES)]
+    block = "source_modules = [\n" + "".join(f'  "{m}",\n' for m in want) + "]"
+    assert face["source_modules"] == want, f"pyproject.toml's face contract should read:\n{block}"
