@@ -4,7 +4,7 @@ A check never imports the reference decoder or transformers; it receives two `De
 (reference and candidate) built by adapters. Optional capabilities (speculative sampling, a
 cross-request prefix cache, per-layer traces) are separate protocols; a path's capabilities are
 read in one place, `capabilities(path)` (the set the runner holds each check's declared needs
-against before it runs: gate.engine.runner.decide_capabilities) and `offered(path, Protocol)` (the
+against before it runs: gate.engine.preflight.decide_capabilities) and `offered(path, Protocol)` (the
 path typed as that protocol where it offers it, else None), so one check can judge every engine
 that offers what it needs.
 
