@@ -31,7 +31,7 @@ class CheckCard(Record):
     catches: list[str] = Field(default_factory=list)
     """Bug classes the check is built to detect."""
     needs: list[str] = Field(default_factory=list)
-    """Path capabilities (gate/protocols.py protocols) the check uses."""
+    """Path capabilities (gate/protocols/ protocols) the check uses."""
     without: str = ""
     """What stands in, and what the check's result is, on a path that lacks what `needs` names
     (empty: the check is unproven there as its policy rule says)."""

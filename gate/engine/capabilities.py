@@ -88,7 +88,7 @@ def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> Ch
 
 def path_check_capabilities(planned: PlannedCheck, candidate: object) -> CheckCapabilities:
     """In a run, from the built candidate path (`path_offers`): the decision the run keeps. A check
-    found not applicable here is never started (gate.engine.runner.run_check)."""
+    found not applicable here is never started (gate.engine.checking.run_check)."""
     name = getattr(candidate, "name", "the candidate")
     return decide_needs(
         planned, path_offers(candidate), read_from="path", lacks=lambda lacking: f"{name} offers no {lacking}"

@@ -92,7 +92,7 @@ def _label(verdict: str) -> str:
 def expected_run(result: GateResult, only: Sequence[str]) -> tuple[int, str]:
     """Exit code and verdict label of `gate run MANIFEST --check A --check B ...` from this dossier's
     own results: the checks named judged as recorded here, every other planned check not run; the
-    order gate.engine.runner.decide applies (an error's own code, a failed deny check, a deny
+    order gate.engine.verdict.decide applies (an error's own code, a failed deny check, a deny
     unproven, then a partial run; naming every check, the dossier's own verdict)."""
     chosen = [c for c in result.checks if c.check in only]
     if len(chosen) == len(result.checks):

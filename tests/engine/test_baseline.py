@@ -138,7 +138,7 @@ def test_a_replay_computes_with_the_thread_count_the_answers_were_recorded_with(
     import torch
 
     from gate.adapters.recorded.store import BaselineStore, StoredPath
-    from gate.engine.runner import _threads_of_recording
+    from gate.engine.subject import _threads_of_recording
 
     SHAPE = {"name": "x", "vocab_size": 8, "max_len": 8, "uses_cache": True, "dtype": "float32"}
     before = torch.get_num_threads()
