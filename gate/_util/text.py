@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gate.errors import InputError
+
 _UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline), DEL, C1
     "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"  # bidi marks, embeddings, overrides, isolates
@@ -52,4 +54,11 @@ def single_line_problem(text: str) -> str | None:
     return f"holds the control character {one_line(found.group())!r} at {found.start()}; give one line of plain text"
 
 
-__all__ = ["has_unsafe", "one_line", "printable", "single_line_problem"]
+def require_single_lines(*fields: tuple[str, str]) -> None:
+    """Refuse (InputError, exit 2) the first `(option, text)` whose text is not one line (single_line_problem)."""
+    for option, text in fields:
+        if (problem := single_line_problem(text)) is not None:
+            raise InputError(option, problem)
+
+
+__all__ = ["has_unsafe", "one_line", "printable", "require_single_lines", "single_line_problem"]

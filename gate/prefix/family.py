@@ -50,9 +50,14 @@ class ModelFamily(ABC):
     def vocab_tables(self, model: torch.nn.Module) -> list[torch.Tensor]:
         """Input embedding and output tables, each once (a tokenizer revision permutes their rows)."""
 
-    @abstractmethod
+    kv_names: tuple[str, ...]
+    """How the K and V projection modules' names end (`kv_projections`)."""
+
     def kv_projections(self, model: torch.nn.Module) -> list[torch.nn.Linear]:
         """The K and V projections an adapter adds its low-rank delta to, in module order."""
+        return [
+            m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name.endswith(self.kv_names)
+        ]
 
     @abstractmethod
     def rope(self, config: Hashable) -> str:

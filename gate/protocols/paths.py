@@ -68,6 +68,10 @@ class Session(Protocol):
         ...
 
 
+NO_CACHE: Mapping[str, int] = {"cache_len": 0, "cached_steps": 0, "cache_bytes": 0}
+"""What `Session.exercise` reports first for a session that keeps no cache (a full recompute per call)."""
+
+
 @runtime_checkable
 class DecodePath(Protocol):
     """An execution path through one model."""

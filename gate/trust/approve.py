@@ -21,8 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
-from gate._util.text import single_line_problem
-from gate.errors import InputError
+from gate._util.text import require_single_lines
 from gate.trust.approval_predicate import (
     APPROVAL_KIND,
     APPROVED_ENVELOPE,
@@ -167,9 +166,7 @@ def approve(
     approver = approver if approver is not None else trust.name_of(mine)
     if not approver or not approver.strip() or not reason.strip():
         raise ApprovalRefused("an approval needs an approver name and a reason (non-blank)")
-    for option, text in (("--reason", reason), ("--approver", approver)):
-        if (problem := single_line_problem(text)) is not None:
-            raise InputError(option, problem)  # exit 2: refused before anything is read or written
+    require_single_lines(("--reason", reason), ("--approver", approver))  # exit 2: before anything is read or written
     with dossier_lock(directory):
         run = read_run_statement(directory)
         bad = approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level)

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gate._util.clock import now_utc
-from gate._util.text import single_line_problem
+from gate._util.text import require_single_lines
 from gate.errors import InputError
 from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
@@ -50,9 +50,7 @@ def revocation_body(
         raise InputError("gate revoke", "revoke exactly one thing: --key-id or --waiver")
     if not reason.strip():
         raise InputError("--reason", "a revocation needs a reason")
-    for option, text in (("--reason", reason), ("--by", by)):
-        if (problem := single_line_problem(text)) is not None:
-            raise InputError(option, problem)
+    require_single_lines(("--reason", reason), ("--by", by))
     target: dict[str, Any] = {"key": keyid, "from": (parse_time(start) if start else parse_time(now_utc())).isoformat()}
     if waiver is not None:
         target = {"waiver": waiver}

@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 
 from gate._util.clock import today_utc
 from gate._util.digest import sha256_file
-from gate._util.text import single_line_problem
+from gate._util.text import require_single_lines
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
@@ -198,9 +198,7 @@ def grant_waiver(
         raise InputError("--approver", "a waiver needs the approver's name (non-blank)")
     if not reason.strip():
         raise InputError("--reason", "a waiver needs a reason (non-blank)")
-    for option, text in (("--reason", reason), ("--approver", name)):
-        if (problem := single_line_problem(text)) is not None:
-            raise InputError(option, problem)
+    require_single_lines(("--reason", reason), ("--approver", name))
     days, bad = trust.waiver_days(mine, name, check)
     if bad:
         raise InputError("--key", f"{bad} (trust policy {trust.path})")

@@ -108,6 +108,8 @@ def _hf(config: Hashable) -> HFVariant:
 class HFFamily(ModelFamily):
     """One transformers causal LM (a loaded preset or directory) as a prefix worker drives it."""
 
+    kv_names = ("k_proj", "v_proj")
+
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded, self.base = loaded, loaded.model
         self.name = f"hf:{loaded.name}"
@@ -150,13 +152,6 @@ class HFFamily(ModelFamily):
             if all(weight.data_ptr() != t.data_ptr() for t in tables):  # tied tables are permuted once
                 tables.append(weight)
         return tables
-
-    def kv_projections(self, model: torch.nn.Module) -> list[torch.nn.Linear]:
-        return [
-            module
-            for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and name.endswith(("k_proj", "v_proj"))
-        ]
 
     def rope(self, config: Hashable) -> str:
         rope = _hf(config).rope

@@ -17,6 +17,7 @@ import torch
 from gate.adapters.hf import compat
 from gate.adapters.hf.faults import Tamper
 from gate.adapters.hf.view import SessionPath
+from gate.protocols.paths import NO_CACHE
 
 
 class CacheSession:
@@ -240,9 +241,7 @@ class RecomputeSession(HistorySession):
 
     def exercise(self) -> dict[str, Any]:
         return {
-            "cache_len": 0,
-            "cached_steps": 0,
-            "cache_bytes": 0,
+            **NO_CACHE,
             "tokens_seen": self.pos,
             "recomputed_tokens": int(self.history.shape[1]),
             "forward_calls": self.forward_calls,

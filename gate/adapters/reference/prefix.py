@@ -43,6 +43,8 @@ def _config(config: Hashable) -> ModelConfig:
 class ReferenceFamily(ModelFamily):
     """The reference decoder (gate.models.reference) as a prefix worker drives it."""
 
+    kv_names = ("attention.wk", "attention.wv")
+
     def __init__(self, base: Transformer, block_size: int) -> None:
         self.base, self.block_size = base, block_size
         self.name = "reference"
@@ -63,13 +65,6 @@ class ReferenceFamily(ModelFamily):
     def vocab_tables(self, model: torch.nn.Module) -> list[torch.Tensor]:
         assert isinstance(model, Transformer)
         return [model.tok_embeddings.weight, model.output.weight]
-
-    def kv_projections(self, model: torch.nn.Module) -> list[torch.nn.Linear]:
-        return [
-            module
-            for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and name.endswith(("attention.wk", "attention.wv"))
-        ]
 
     def rope(self, config: Hashable) -> str:
         cfg = _config(config)

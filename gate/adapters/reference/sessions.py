@@ -12,6 +12,7 @@ import torch
 from gate.adapters.slots import SlotTable
 from gate.models.reference import KVCache, Layout, SlotCache, Transformer, prefill
 from gate.protocols import subject_call
+from gate.protocols.paths import NO_CACHE
 
 
 class SessionPath(Protocol):
@@ -55,9 +56,7 @@ class FullSession:
 
     def exercise(self) -> dict[str, Any]:
         return {
-            "cache_len": 0,
-            "cached_steps": 0,
-            "cache_bytes": 0,
+            **NO_CACHE,
             "full_passes": self.passes,
             "tokens": int(self.tokens.shape[1]),
         }
