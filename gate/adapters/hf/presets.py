@@ -104,16 +104,16 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
     make = config_class(name)
-    llama_like: dict[str, Any] = dict(
+    tiny: dict[str, Any] = dict(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=2,
         initializer_range=init_std,
         tie_word_embeddings=False,
         **TINY,
     )
+    llama_like = {**tiny, "num_key_value_heads": 2}
     if name == "llama":
         return make(**llama_like)
     if name == "qwen2":
@@ -144,17 +144,7 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
             **special_ids,
         )
     if name == "gpt-neox-partial-rotary":
-        return make(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            rotary_pct=0.25,
-            initializer_range=init_std,
-            tie_word_embeddings=False,
-            **TINY,
-            **special_ids,
-        )
+        return make(**tiny, rotary_pct=0.25, **special_ids)
     return make(  # gpt2
         vocab_size=TINY["vocab_size"],
         n_positions=TINY["max_position_embeddings"],
