@@ -777,29 +777,7 @@ class ConversationsEvidence(EvidenceRecord):
     """What the candidate's log says its cache did during the check (None: its log does not say)."""
 
 
-EVIDENCE: dict[str, type[EvidenceRecord]] = {
-    "prefix-sweep": SweepEvidence,
-    "greedy-parity": GreedyEvidence,
-    "spec-greedy": SpecGreedyEvidence,
-    "spec-distribution": DistributionEvidence,
-    "quality-slices": SlicesEvidence,
-    "prefix-reuse-parity": PrefixReuseEvidence,
-    "cache-identity": CacheIdentityEvidence,
-    "tenant-isolation": TenantIsolationEvidence,
-    "hash-collision": HashCollisionEvidence,
-    "invalidation": InvalidationEvidence,
-    "phase-performance": ServingEvidence,
-    "schedule-fuzz": ScheduleFuzzEvidence,
-    "engine-concurrent-conversations": ConversationsEvidence,
-}
-"""The record each built-in check's evidence validates into; other checks' evidence is shown generically."""
-
-ENVELOPE_CHECKS = frozenset(name for name, record in EVIDENCE.items() if record is SlicesEvidence)
-"""The checks that judge a bounded-degradation claim's envelopes (its slices and bounds): only when
-one of them held may a verdict say that every envelope held."""
-
 __all__ = [
-    "EVIDENCE",
     "CacheIdentityEvidence",
     "ConversationFailure",
     "ConversationRequest",
