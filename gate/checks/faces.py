@@ -13,7 +13,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from gate.checks._params import PACKAGES
-from gate.core.evidence import EvidenceRecord, SlicesEvidence
+from gate.checks.quality_slices.evidence import SlicesEvidence
+from gate.core.evidence import EvidenceRecord
 
 FACES: tuple[ModuleType, ...] = PACKAGES
 """Every built-in check's face (its package, never its body), found by listing gate/checks/."""

@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import CacheIdentityEvidence
+from gate.checks.cache_identity.evidence import CacheIdentityEvidence
 from gate.report.evidence import EvidenceViews, requests_table, store_findings
 from gate.report.fmt import display
 

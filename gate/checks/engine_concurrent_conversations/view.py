@@ -6,7 +6,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import ConversationsEvidence
+from gate.checks.engine_concurrent_conversations.evidence import ConversationsEvidence
 from gate.report.evidence import EvidenceViews
 from gate.report.fmt import display, number
 

@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import GreedyEvidence
+from gate.checks.greedy_parity.evidence import GreedyEvidence
 from gate.report.divergence import token_view
 from gate.report.evidence import EvidenceViews
 

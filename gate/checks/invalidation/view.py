@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gate.core.evidence import InvalidationEvidence
+from gate.checks.invalidation.evidence import InvalidationEvidence
 from gate.report.evidence import EvidenceViews, requests_table, store_findings
 from gate.report.fmt import display
 

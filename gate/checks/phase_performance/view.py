@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import ServingEvidence
+from gate.checks.phase_performance.evidence import ServingEvidence
 from gate.report.evidence import MAX_TABLE_ROWS, EvidenceViews
 from gate.report.fmt import display, number
 from gate.report.model import Table

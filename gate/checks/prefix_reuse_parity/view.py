@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import PrefixReuseEvidence
+from gate.checks.prefix_reuse_parity.evidence import PrefixReuseEvidence
 from gate.report.evidence import EvidenceViews, requests_table, store_findings
 
 

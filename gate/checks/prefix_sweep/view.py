@@ -5,7 +5,8 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import Bitwise, SweepEvidence, ToleranceRecord
+from gate.checks.prefix_sweep.evidence import Bitwise, SweepEvidence
+from gate.core.evidence import ToleranceRecord
 from gate.report.evidence import EvidenceViews, fold_rows
 from gate.report.fmt import display, number
 from gate.report.model import KeyValue, Table

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gate.core.evidence import SlicesEvidence
+from gate.checks.quality_slices.evidence import SlicesEvidence
 from gate.report.evidence import EvidenceViews, generic_tables
 from gate.report.fmt import display
 from gate.report.model import Download, SliceRow

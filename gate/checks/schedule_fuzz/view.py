@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import ScheduleFuzzEvidence
+from gate.checks.schedule_fuzz.evidence import ScheduleFuzzEvidence
 from gate.report.evidence import EvidenceViews
 from gate.report.model import Reproducer
 

@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import DistributionEvidence
+from gate.checks.spec_distribution.evidence import DistributionEvidence
 from gate.report.evidence import EvidenceViews
 from gate.report.fmt import display, number
 from gate.report.model import Distribution, KeyValue

@@ -5,7 +5,7 @@ Imported by the report on first use (gate.report.evidence.readers); torch-free.
 
 from __future__ import annotations
 
-from gate.core.evidence import SpecGreedyEvidence
+from gate.checks.spec_greedy.evidence import SpecGreedyEvidence
 from gate.report.divergence import token_view
 from gate.report.evidence import EvidenceViews
 
