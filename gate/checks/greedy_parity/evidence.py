@@ -1,9 +1,4 @@
-"""The evidence record of `greedy-parity`: what its body writes into `Outcome.evidence`
-(`record.dump()`) and what the dossier reads back (its view, gate.checks.greedy_parity.view).
-
-Torch-free and pydantic-only: the face states the record (`EVIDENCE`), and `gate schema` writes
-`schemas/evidence-greedy-parity.schema.json` from it. A shape may not change without its view,
-docs/report-evidence.md and the committed schema."""
+"""The evidence record of greedy-parity (its face's EVIDENCE; body.py writes it, view.py reads it)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The evidence record of `prefix-sweep`: what its body writes into `Outcome.evidence`
-(`record.dump()`) and what the dossier reads back (its view, gate.checks.prefix_sweep.view).
-
-Torch-free and pydantic-only: the face states the record (`EVIDENCE`), and `gate schema` writes
-`schemas/evidence-prefix-sweep.schema.json` from it. A shape may not change without its view,
-docs/report-evidence.md and the committed schema."""
+"""The evidence record of prefix-sweep (its face's EVIDENCE; body.py writes it, view.py reads it)."""
 
 from __future__ import annotations
 

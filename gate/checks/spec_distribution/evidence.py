@@ -1,9 +1,4 @@
-"""The evidence record of `spec-distribution`: what its body writes into `Outcome.evidence`
-(`record.dump()`) and what the dossier reads back (its view, gate.checks.spec_distribution.view).
-
-Torch-free and pydantic-only: the face states the record (`EVIDENCE`), and `gate schema` writes
-`schemas/evidence-spec-distribution.schema.json` from it. A shape may not change without its view,
-docs/report-evidence.md and the committed schema."""
+"""The evidence record of spec-distribution (its face's EVIDENCE; body.py writes it, view.py reads it)."""
 
 from __future__ import annotations
 
