@@ -15,9 +15,10 @@ from gate.cli.common import echo
 def command(out_dir: Path | None, record: str | None) -> None:
     """JSON Schema generated from the records (for editors validating manifests)."""
     from gate._util.atomic import write_bytes_atomic
+    from gate.checks.faces import EVIDENCE
     from gate.core.schemas import render_schemas
 
-    schemas = render_schemas()
+    schemas = render_schemas(EVIDENCE)
     if out_dir is not None:
         for name, text in schemas.items():
             write_bytes_atomic(out_dir / name, text.encode())

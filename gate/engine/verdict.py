@@ -93,7 +93,7 @@ def decide(
         if bug.disposition in ("expected", "not-showing", "expired"):
             note += f"; {bug.note}"
     if claim == ClaimLevel.bounded_degradation:
-        from gate.core.evidence import ENVELOPE_CHECKS
+        from gate.checks.faces import ENVELOPE_CHECKS
 
         if not any(c.check in ENVELOPE_CHECKS and c.status != Status.skip for c in checks):
             held = "no check judged the claim's envelopes (the plan runs none), and every check that ran held"

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gate.core.evidence import EVIDENCE, SweepEvidence
+from gate.checks.faces import EVIDENCE
+from gate.checks.prefix_sweep.evidence import SweepEvidence
 from gate.core.hazards import hazard_summary
 from gate.core.plan import CheckCapabilities
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, time_buckets

@@ -39,8 +39,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gate.core.evidence import ENVELOPE_CHECKS
-
 EVIDENCE_FORMAT = "gate-evidence/v1"
 SAMPLES_PREFIX = "samples/"
 """Subject names of the quality slices' sample files inside a dossier."""
@@ -58,6 +56,8 @@ def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) ->
     """The document whose digest an approval binds to (see the module docstring).
 
     `results`: the parsed results.json; `samples`: sample file name -> sha256."""
+    from gate.checks.faces import ENVELOPE_CHECKS  # the check faces, read when a document is built
+
     manifest = results.get("manifest") or {}
     change = manifest.get("change") or {}
     checks = []

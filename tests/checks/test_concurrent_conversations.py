@@ -84,7 +84,11 @@ def test_with_no_other_conversation_sent_before_none_is_named() -> None:
 
 
 def test_the_dossier_reads_the_evidence_into_its_tables() -> None:
-    from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence
+    from gate.checks.engine_concurrent_conversations.evidence import (
+        ConversationFailure,
+        ConversationRequest,
+        ConversationsEvidence,
+    )
     from gate.report.evidence import read_evidence
 
     row = ConversationRequest(
@@ -258,7 +262,8 @@ def test_a_single_slot_candidate_is_not_exercised_and_unproven_not_failed() -> N
 
 
 def test_the_dossier_lists_each_mechanism_aimed_at_and_reached_with_the_logs_counters() -> None:
-    from gate.core.evidence import ConversationsEvidence, MechanismReach
+    from gate.checks.engine_concurrent_conversations.evidence import ConversationsEvidence
+    from gate.core.evidence import MechanismReach
     from gate.report.evidence import read_evidence
 
     reached = MechanismReach(
@@ -286,7 +291,7 @@ def test_a_warned_reply_is_set_against_the_noise_floor_measured_off_the_cache() 
     against a floor of 9.02e-4 (7.2 x: beyond it, a tolerance finding); a near-tie within it is said so."""
     from gate.checks._noise import NoiseFloor
     from gate.checks.engine_concurrent_conversations.body import Judgement, _worst_warned
-    from gate.core.evidence import ConversationRequest
+    from gate.checks.engine_concurrent_conversations.evidence import ConversationRequest
 
     def row(ident: int, delta: float, warned: bool) -> ConversationRequest:
         return ConversationRequest(

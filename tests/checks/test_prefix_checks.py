@@ -15,13 +15,13 @@ from pydantic import ValidationError
 
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.checks.cache_identity import cache_identity
+from gate.checks.faces import EVIDENCE
 from gate.checks.hash_collision import hash_collision
 from gate.checks.invalidation import invalidation
 from gate.checks.prefix_reuse_parity import prefix_reuse_parity
 from gate.checks.tenant_isolation import tenant_isolation
 from gate.cli.main import cli
 from gate.core.check import CheckContext, CheckSpec, Outcome
-from gate.core.evidence import EVIDENCE
 from gate.core.manifest import ClaimLevel, Intervention, Manifest
 from gate.core.plan import PlannedCheck
 from gate.core.policy import load_policies

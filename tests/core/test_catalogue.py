@@ -33,6 +33,7 @@ def test_the_checks_package_holds_exactly_the_carded_checks() -> None:
     modules |= set(PACKAGES)
     modules.discard("api")  # the deprecated import path kept for one release (test_deprecated_imports)
     modules.discard("planning")  # the public face of the private helpers (params models, planned coverage)
+    modules.discard("faces")  # the faces of every check for the layers above: evidence records, where they are read
     implemented = {card.implementation.split(":")[0].rsplit(".", 1)[1] for card in cards().values()}
     assert modules == implemented
 
@@ -54,9 +55,11 @@ def test_gate_checks_lists_cards_and_plugins() -> None:
 
 def test_every_check_package_states_its_card_params_evidence_and_needs() -> None:
     from gate.checks._params import BUILTIN_PARAMS
-    from gate.core.evidence import EVIDENCE
+    from gate.checks.faces import EVIDENCE
     from gate.protocols import Capability
+    from gate.report.evidence import readers
 
+    assert set(readers()) == set(EVIDENCE)
     catalogue = cards()
     assert PACKAGES
     for module in PACKAGES:
@@ -65,6 +68,8 @@ def test_every_check_package_states_its_card_params_evidence_and_needs() -> None
         assert card.implementation.split(":")[0] == f"gate.checks.{module}", module
         assert BUILTIN_PARAMS.get(package.CARD, package.PARAMS) is package.PARAMS, module
         assert EVIDENCE.get(package.CARD) is package.EVIDENCE, module
+        if package.EVIDENCE is not None:  # its record is read into the dossier by the view beside it
+            assert readers()[package.CARD] is importlib.import_module(f"gate.checks.{module}.view").read, module
         required = {need for need in card.needs if "(" not in need}
         # cards name the prefix checks' need by the union protocol; what they need of it is serving
         stated = {Capability.PREFIX_SERVING if need == "PrefixCaching" else Capability(need) for need in required}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from gate.core.evidence import PrefixReuseEvidence
+from gate.checks.prefix_reuse_parity.evidence import PrefixReuseEvidence
 from gate.core.result import GateResult
 from gate.engine.pipeline import run_pipeline
 from gate.trust.attest import ENVELOPE_NAME, verify_envelope

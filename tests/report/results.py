@@ -19,23 +19,12 @@ from typing import Any
 
 import pytest
 
-from gate.core.evidence import (
-    Boundaries,
-    ClockRow,
-    DistributionEvidence,
-    GreedyEvidence,
-    GreedyRun,
-    JudgedEnvelope,
-    LatencySamples,
-    LiveBytes,
-    ServingEvidence,
-    SlicesEvidence,
-    SweepCoverage,
-    SweepEvidence,
-    SweepRow,
-    SweepSeries,
-    ToleranceRecord,
-)
+from gate.checks.greedy_parity.evidence import GreedyEvidence, GreedyRun
+from gate.checks.phase_performance.evidence import ClockRow, LatencySamples, LiveBytes, ServingEvidence
+from gate.checks.prefix_sweep.evidence import Boundaries, SweepCoverage, SweepEvidence, SweepRow, SweepSeries
+from gate.checks.quality_slices.evidence import JudgedEnvelope, SlicesEvidence
+from gate.checks.spec_distribution.evidence import DistributionEvidence
+from gate.core.evidence import ToleranceRecord
 from gate.core.manifest import Manifest
 from gate.core.result import CheckResult, ControlResult, GateResult, Status, Verdict
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tests.report.results as fx
-from gate.core.evidence import EVIDENCE
+from gate.checks.faces import EVIDENCE
 from gate.core.result import GateResult, Status, Verdict
 from gate.engine.pipeline import write_outputs
 from gate.errors import InputError
@@ -366,7 +366,7 @@ def test_publish_only_under_github_actions(tmp_path: Path) -> None:
 
 
 def test_report_evidence_doc_names_every_record() -> None:
-    from gate.core.evidence import EVIDENCE
+    from gate.checks.faces import EVIDENCE
 
     doc = (Path(__file__).parents[2] / "docs" / "report-evidence.md").read_text()
     for check, record in EVIDENCE.items():

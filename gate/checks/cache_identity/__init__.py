@@ -30,8 +30,8 @@ from typing import Literal
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.cache_identity.evidence import CacheIdentityEvidence
 from gate.core.check import Params
-from gate.core.evidence import CacheIdentityEvidence
 from gate.core.manifest import IdentityField
 from gate.protocols import Capability
 

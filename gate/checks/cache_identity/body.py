@@ -30,8 +30,8 @@ from gate.checks._prefix_support import (
 from gate.checks._probe import probe_order as shared_probe_order
 from gate.checks.cache_identity import CacheIdentityParams
 from gate.checks.cache_identity.events import Event, FieldProbe, OwnPass, Repeated, event_problems
+from gate.checks.cache_identity.evidence import CacheIdentityEvidence
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import CacheIdentityEvidence
 from gate.prefix.cache import CacheIdentity
 from gate.protocols import PrefixIdentityReport, PrefixServing, PrefixSiblings, offered
 

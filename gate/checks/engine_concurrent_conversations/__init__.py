@@ -47,8 +47,8 @@ from pydantic import Field
 from gate.checks._eos import EOS_BUDGET, EOS_CANDIDATES
 from gate.checks._lengths import NEW_TOKENS, PREFIX_BLOCKS
 from gate.checks._shape import lazy_body
+from gate.checks.engine_concurrent_conversations.evidence import ConversationsEvidence
 from gate.core.check import Params
-from gate.core.evidence import ConversationsEvidence
 from gate.protocols import Capability
 
 

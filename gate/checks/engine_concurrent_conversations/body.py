@@ -39,8 +39,13 @@ from gate.checks._mechanisms import MechanismPlan, Step, log_counters, plan_mech
 from gate.checks._noise import NoiseFloor, measure_noise, off_cache_fields
 from gate.checks._topk import worst
 from gate.checks.engine_concurrent_conversations import EngineConversationsParams
+from gate.checks.engine_concurrent_conversations.evidence import (
+    ConversationFailure,
+    ConversationRequest,
+    ConversationsEvidence,
+)
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import ConversationFailure, ConversationRequest, ConversationsEvidence, MechanismReach
+from gate.core.evidence import MechanismReach
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer

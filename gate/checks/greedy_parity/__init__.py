@@ -20,8 +20,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.greedy_parity.evidence import GreedyEvidence
 from gate.core.check import Lengths, Params
-from gate.core.evidence import GreedyEvidence
 from gate.protocols import Capability
 
 

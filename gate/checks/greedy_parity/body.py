@@ -13,8 +13,9 @@ import torch
 from gate.checks._compare import DENY_ALLOWANCE, Tolerance, random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, traced_divergence, traced_reference
 from gate.checks.greedy_parity import GreedyParityParams
+from gate.checks.greedy_parity.evidence import GreedyEvidence, GreedyRun
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import GreedyEvidence, GreedyRun, ToleranceRecord
+from gate.core.evidence import ToleranceRecord
 from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import DecodePath, LayoutBoundaries, offered
 

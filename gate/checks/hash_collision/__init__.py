@@ -24,8 +24,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.hash_collision.evidence import HashCollisionEvidence
 from gate.core.check import Params
-from gate.core.evidence import HashCollisionEvidence
 from gate.protocols import Capability
 
 

@@ -22,8 +22,8 @@ from gate.checks._prefix_support import (
     until_first_failure,
 )
 from gate.checks.hash_collision import HashCollisionParams
+from gate.checks.hash_collision.evidence import HashCollisionEvidence
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import HashCollisionEvidence
 from gate.core.hazards import HazardFinding, weak_hash_hazard
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing

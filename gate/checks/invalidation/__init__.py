@@ -23,8 +23,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.invalidation.evidence import InvalidationEvidence
 from gate.core.check import Params
-from gate.core.evidence import InvalidationEvidence
 from gate.protocols import Capability
 
 

@@ -22,8 +22,9 @@ from gate.checks._prefix_support import (
     until_first_failure,
 )
 from gate.checks.invalidation import InvalidationParams
+from gate.checks.invalidation.evidence import InvalidationEvidence, RestartProbe, RestoredStore, UpdateProbe
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import InvalidationEvidence, RestartProbe, RestoredStore, ServedRequest, UpdateProbe
+from gate.core.evidence import ServedRequest
 from gate.core.hazards import HazardFinding
 from gate.prefix.cache import RestoreReport
 from gate.protocols import PrefixServing, PrefixSnapshots, PrefixWeightUpdates, offered

@@ -34,8 +34,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.phase_performance.evidence import ServingEvidence
 from gate.core.check import Params
-from gate.core.evidence import ServingEvidence
 from gate.core.manifest import Budget, ClockName
 from gate.protocols import Capability
 

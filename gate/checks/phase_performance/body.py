@@ -12,9 +12,9 @@ from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._serving import replay, replay_engine
 from gate.checks._topk import worst as worst_of
 from gate.checks.phase_performance import PhasePerformanceParams
+from gate.checks.phase_performance.evidence import ClockRow, ServingEvidence
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.clocks import METRICS, Interval, Metric, ServingTrace, compare, gaps, summary, theory_bytes, tpots, ttfts
-from gate.core.evidence import ClockRow, ServingEvidence
 from gate.core.manifest import Budget
 from gate.core.scenario import Conversation, Scenario, conversations, load_scenario
 from gate.errors import AdapterUnavailable, EngineBadReply

@@ -28,8 +28,8 @@ from typing import Literal
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.prefix_reuse_parity.evidence import PrefixReuseEvidence
 from gate.core.check import Params, PrefixLengths
-from gate.core.evidence import PrefixReuseEvidence
 from gate.protocols import Capability
 
 

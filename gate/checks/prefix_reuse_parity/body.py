@@ -21,8 +21,9 @@ from gate.checks._prefix_support import (
     until_first_failure,
 )
 from gate.checks.prefix_reuse_parity import PrefixReuseParityParams
+from gate.checks.prefix_reuse_parity.evidence import PrefixReuseEvidence
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import PrefixReuseEvidence, ServedRequest, ToleranceRecord
+from gate.core.evidence import ServedRequest, ToleranceRecord
 from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import PrefixBudget, PrefixServing
 

@@ -30,8 +30,8 @@ from typing import Literal
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.prefix_sweep.evidence import SweepEvidence
 from gate.core.check import Params, PrefixLengths
-from gate.core.evidence import SweepEvidence
 from gate.protocols import Capability
 
 SEED_LENGTHS = (0, 1, 2, 16, 64, 200, 2000, 8000)

@@ -23,16 +23,9 @@ from gate.checks._coverage import prefix_sweep_coverage
 from gate.checks._diagnosis import diagnose
 from gate.checks._sweep import SweepPlan, cached_sweep, layout_edges, plan_sweep
 from gate.checks.prefix_sweep import PrefixSweepParams
+from gate.checks.prefix_sweep.evidence import Bitwise, Boundaries, SweepCoverage, SweepEvidence, SweepRow, SweepSeries
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import (
-    Bitwise,
-    Boundaries,
-    SweepCoverage,
-    SweepEvidence,
-    SweepRow,
-    SweepSeries,
-    ToleranceRecord,
-)
+from gate.core.evidence import ToleranceRecord
 from gate.protocols import DecodePath
 
 Status = Literal["pass", "fail", "warn", "unproven"]

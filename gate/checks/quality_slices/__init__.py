@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.quality_slices.evidence import SlicesEvidence
 from gate.core.check import Params
-from gate.core.evidence import SlicesEvidence
 from gate.protocols import Capability
 from gate.quality.stats import MIN_SAMPLES
 

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from gate.checks.quality_slices import QualitySlicesParams
+from gate.checks.quality_slices.evidence import JudgedEnvelope, SlicesEvidence
 from gate.checks.quality_slices.slice_run import SliceRun, judge_envelope, prior_samples, second_stage
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import JudgedEnvelope, SlicesEvidence
 from gate.core.manifest import BoundedDegradationClaim, Envelope
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import Clock, SessionPool

@@ -24,8 +24,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.schedule_fuzz.evidence import ScheduleFuzzEvidence
 from gate.core.check import Params
-from gate.core.evidence import ScheduleFuzzEvidence
 from gate.protocols import Capability
 
 

@@ -16,9 +16,10 @@ from gate.checks._diagnosis import diagnose_reproducer, explanation
 from gate.checks._schedule import Op, ScheduleResult, ScheduleRunner, describe, failure_words
 from gate.checks._sweep import layout_edges
 from gate.checks.schedule_fuzz import ScheduleFuzzParams
+from gate.checks.schedule_fuzz.evidence import ScheduleFuzzEvidence, ScheduleReproducer
 from gate.checks.schedule_fuzz.search import Search, alphabets
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import ScheduleFuzzEvidence, ScheduleReproducer, ToleranceRecord
+from gate.core.evidence import ToleranceRecord
 from gate.protocols import DecodePath
 
 PROBE: tuple[Op, ...] = (

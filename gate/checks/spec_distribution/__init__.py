@@ -30,8 +30,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from gate.checks._shape import lazy_body
+from gate.checks.spec_distribution.evidence import DistributionEvidence
 from gate.core.check import Params
-from gate.core.evidence import DistributionEvidence
 from gate.protocols import Capability
 
 DISTRIBUTION_FAULTS = ["accept-all", "inverted-ratio", "residual-from-target", "residual-abs", "bonus-from-draft"]

@@ -14,8 +14,8 @@ from gate.checks._spec import efficiency_note, seeded_prompts, speculative_candi
 from gate.checks._spec_design import Design, LookPlan, control_looks, shared_design
 from gate.checks.spec_distribution import SpecDistributionParams
 from gate.checks.spec_distribution.cells import Sampler, bounded_table, by_depth, finite, walk
+from gate.checks.spec_distribution.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import GTest, power, required_samples

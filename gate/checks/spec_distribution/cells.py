@@ -13,8 +13,8 @@ import torch
 
 from gate.checks._spec import sampling_generator
 from gate.checks.spec_distribution import SpecDistributionParams
+from gate.checks.spec_distribution.evidence import Look
 from gate.core.check import CheckContext
-from gate.core.evidence import Look
 from gate.protocols import SpeculativePath
 from gate.speculative.gof import GTest, g_test
 from gate.speculative.law import Seq

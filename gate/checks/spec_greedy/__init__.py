@@ -14,8 +14,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.spec_greedy.evidence import SpecGreedyEvidence
 from gate.core.check import Params
-from gate.core.evidence import SpecGreedyEvidence
 from gate.protocols import Capability
 
 

@@ -9,8 +9,8 @@ import torch
 
 from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.checks.spec_greedy import SpecGreedyParams
+from gate.checks.spec_greedy.evidence import SpecGreedyEvidence, TokenPair
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import SpecGreedyEvidence, TokenPair
 from gate.core.manifest import GreedyTokensClaim
 from gate.protocols import DecodePath, SpeculativePath
 from gate.speculative.sampler import SpecStats

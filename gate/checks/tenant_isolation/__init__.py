@@ -22,8 +22,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from gate.checks._shape import lazy_body
+from gate.checks.tenant_isolation.evidence import TenantIsolationEvidence
 from gate.core.check import Params
-from gate.core.evidence import TenantIsolationEvidence
 from gate.protocols import Capability
 
 

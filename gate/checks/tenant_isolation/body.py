@@ -20,8 +20,8 @@ from gate.checks._prefix_support import (
     until_first_failure,
 )
 from gate.checks.tenant_isolation import TenantIsolationParams
+from gate.checks.tenant_isolation.evidence import TenantIsolationEvidence
 from gate.core.check import CheckContext, Outcome, check
-from gate.core.evidence import TenantIsolationEvidence
 from gate.core.hazards import HazardFinding, weak_hash_hazard
 from gate.prefix.cache import weak_hash
 from gate.protocols import PrefixHashing, PrefixServing

@@ -1,0 +1,59 @@
+"""The dossier's view of invalidation's evidence: each update, the restart, then the reuse ledger.
+
+Imported by the report on first use (gate.report.evidence.readers); torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gate.checks.invalidation.evidence import InvalidationEvidence
+from gate.report.evidence import EvidenceViews, requests_table, store_findings
+from gate.report.fmt import display
+
+
+def read(evidence: InvalidationEvidence, views: EvidenceViews) -> None:
+    """Updates and the restart as their own tables, then the requests."""
+    if evidence.updates:
+        views.table(
+            title="Updates: reuse before, right after and after again",
+            columns=["update", "computation changed by", "hit before", "reused right after", "hit after"],
+            rows=[
+                [
+                    f"{name} weights",
+                    display(u.computation_changed_by),
+                    str(u.hit_before),
+                    str(u.reused_after),
+                    str(u.hit_after),
+                ]
+                for name, u in evidence.updates.items()
+            ],
+            note="right after an update nothing may be reused (entries of the old weights)",
+        )
+    if evidence.restart is not None:
+        restart = evidence.restart
+        views.table(
+            title=f"Restart from a saved cache ({restart.blocks_saved} blocks saved)",
+            columns=["restarted on", "admitted", "refused", "served"],
+            rows=[
+                [
+                    "another checkpoint (must admit and serve nothing)",
+                    str(restart.other_checkpoint.admitted),
+                    _reasons(restart.other_checkpoint.dropped),
+                    display(restart.other_checkpoint.consumed),
+                ],
+                [
+                    "the same checkpoint (must admit and reuse)",
+                    str(restart.same_checkpoint.admitted),
+                    _reasons(restart.same_checkpoint.dropped),
+                    display(restart.same_checkpoint.reused_tokens),
+                ],
+            ],
+        )
+    views.consumed.update(("updates", "restart"))
+    requests_table(evidence.requests, views)
+    store_findings(evidence, views)
+
+
+def _reasons(dropped: Mapping[str, int]) -> str:
+    return "; ".join(f"{count} blocks: {reason}" for reason, count in dropped.items()) or "none"
