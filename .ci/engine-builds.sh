@@ -4,8 +4,8 @@
 # tests against the newest, then run benchmarks/engine_builds.py on the bug subset: each known bug's
 # last buggy build and its first fixed one on the example that shows it (KNOWN_BUGS there: a buggy build
 # must show its bug, exit code, check and class; a fixed one the documented verdict), and the newest
-# build on every example but the draft-model one (the llama.cpp ones and the builds-only n-gram speculative
-# one). engine_builds.py exits 1 on any departure; no server may be left behind.
+# build on the builds-only n-gram speculative example (.ci/engine.sh runs every other llama.cpp example on
+# the same newest build, once). engine_builds.py exits 1 on any departure; no server may be left behind.
 # The table goes to out/ci-engine-builds/engine-releases.md (the committed one: benchmarks/engine-releases.md).
 # Usage: bash .ci/engine-builds.sh (from the repository root)
 set -euo pipefail
@@ -30,9 +30,9 @@ table=out/ci-engine-builds/engine-releases.md; rm -f "$table"
 # wrong replies when a sliding-window prefix is reused under load, and a sliding-window slot restored from
 # a file continuing on another prompt's context checkpoint (both b9538..b9873; clean from b10068)
 .venv/bin/python benchmarks/engine_builds.py --builds b9873,b10068 --examples engine-llamacpp-sliding-window --out "$table"
-# the newest, every example but the draft-model one (a live bug on every build, exit 14: the full matrix runs it)
-.venv/bin/python benchmarks/engine_builds.py --builds b11549 --out "$table" --examples \
-  engine-llamacpp-prefix,engine-llamacpp-quantised-kv,engine-llamacpp-hosted,engine-llamacpp-sliding-window,engine-llamacpp-sliding-window-defaults,engine-llamacpp-speculative
+# the newest: the n-gram speculative example (.ci/engine.sh runs the other llama.cpp examples on this build;
+# the draft-model one is a live bug on every build, exit 14: the full matrix runs it)
+.venv/bin/python benchmarks/engine_builds.py --builds b11549 --out "$table" --examples engine-llamacpp-speculative
 if pgrep -f "xllamacpp_server.py --xllamacpp $PWD/.cache/engine-builds" >/dev/null; then
   echo "an xllamacpp server outlived gate run:"; pgrep -a -f "xllamacpp_server.py --xllamacpp $PWD"; exit 1
 fi
