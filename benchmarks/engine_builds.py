@@ -86,7 +86,12 @@ KNOWN_BUGS = [
             None,
             "ggml-org/llama.cpp PR #21203",
         )
-        for example in ("engine-llamacpp-prefix", "engine-llamacpp-quantised-kv", "engine-llamacpp-speculative")
+        for example in (
+            "engine-llamacpp-prefix",
+            "engine-llamacpp-defaults",
+            "engine-llamacpp-quantised-kv",
+            "engine-llamacpp-speculative",
+        )
     ),
     KnownBug(
         "swa-prefix-not-reused",
@@ -113,7 +118,7 @@ KNOWN_BUGS = [
             "missed-reuse",
             "not found upstream",
         )
-        for example in ("engine-llamacpp-prefix", "engine-llamacpp-speculative")
+        for example in ("engine-llamacpp-prefix", "engine-llamacpp-defaults", "engine-llamacpp-speculative")
     ),
     KnownBug(
         "swa-reuse-under-load-wrong",

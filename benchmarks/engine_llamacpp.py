@@ -33,6 +33,7 @@ from engine_memory import peak_alive, run
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [
     "engine-llamacpp-prefix",
+    "engine-llamacpp-defaults",
     "engine-llamacpp-quantised-kv",
     "engine-llamacpp-hosted",
     "engine-llamacpp-sliding-window",
