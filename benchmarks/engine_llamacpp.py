@@ -58,7 +58,10 @@ def check_rows(record: dict[str, object]) -> list[str]:
 
 
 def server_starts(node: object) -> tuple[int, int]:
-    """The most servers any server's evidence says the run had started: (for checks, for controls)."""
+    """The servers the run started, (for checks, for controls): the run's own record (`servers`, written
+    once every check and control is done), else the most any server's evidence says it had started."""
+    if isinstance(node, dict) and isinstance(node.get("servers"), dict):
+        return int(node["servers"]["checks"]), int(node["servers"]["controls"])
     found = [(0, 0)]
     if isinstance(node, dict):
         count = node.get("engine_starts_in_run")

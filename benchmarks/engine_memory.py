@@ -62,7 +62,10 @@ class MemorySampler(threading.Thread):
 
 
 def peak_alive(node: object) -> int:
-    """The most servers alive at once any server's evidence reports (`engine_servers_alive_peak`)."""
+    """The most servers alive at once: the run's own record (`servers`), else the most any server's evidence
+    reports (`engine_servers_alive_peak`)."""
+    if isinstance(node, dict) and isinstance(node.get("servers"), dict):
+        return int(node["servers"]["alive_peak"])
     found = [0]
     if isinstance(node, dict):
         value = node.get("engine_servers_alive_peak")

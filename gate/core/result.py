@@ -297,6 +297,10 @@ class GateResult(Record):
     """Each planned check's result, in plan order."""
     subjects: dict[str, Any] = Field(default_factory=dict)
     """Identity of each path: model config hash, weights sha256, library versions."""
+    servers: dict[str, Any] | None = None
+    """The server processes the run started (an engine adapter's, gate.protocols.CountsServers): starts
+    for the checks and for their controls, why each happened, launch configurations, the most alive at
+    once. None: the subjects start no servers."""
     datasets: dict[str, str] = Field(default_factory=dict)
     """Dataset fingerprints used by quality slices."""
     environment: dict[str, Any] = Field(default_factory=dict)

@@ -17,7 +17,7 @@ from gate.engine.preflight import Log
 from gate.engine.profile import ForwardClock, Stopwatch
 from gate.engine.run_cache import RunCache
 from gate.errors import GateError, SubjectCrash
-from gate.protocols import PlansServers, ReleasesControls, offered
+from gate.protocols import CountsServers, PlansServers, ReleasesControls, offered
 
 if TYPE_CHECKING:
     from gate.core.check import CheckContext, CheckSpec, Params
@@ -258,6 +258,11 @@ def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str])
             if p.check not in not_run and not (p.capabilities and p.capabilities.runs == _NOT_APPLICABLE)
         ]
         candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in runs])
+
+
+def servers_started(candidate: Any) -> dict[str, Any] | None:
+    """What the run's server processes cost, once every check and control is done (an engine's)."""
+    return candidate.servers_started() if isinstance(candidate, CountsServers) else None
 
 
 def run_checks(

@@ -18,7 +18,7 @@ from gate.core.load import LoadedManifest
 from gate.core.plan import Plan
 from gate.core.result import GateResult
 from gate.engine.checking import run_check as run_check
-from gate.engine.checking import run_checks
+from gate.engine.checking import run_checks, servers_started
 from gate.engine.checking import settle_covered as settle_covered
 from gate.engine.events import Events
 from gate.engine.options import RunOptions
@@ -83,6 +83,7 @@ def run_manifest(
     checks = run_checks(
         plan, specs, params, paths, manifest, not_run, options, log=log, progress=progress, events=events
     )
+    servers = servers_started(paths["candidate"])
     baseline = _baseline_record(paths["reference"], log)
     return seal(
         out_dir,
@@ -93,6 +94,7 @@ def run_manifest(
         waivers=waivers,
         baseline=baseline,
         subjects=subjects,
+        servers=servers,
         trust=trust,
         started_at=started_at,
     )

@@ -187,6 +187,7 @@ def seal(
     baseline: dict[str, Any] | None,
     subjects: dict[str, Any],
     trust: Trust | None,
+    servers: dict[str, Any] | None = None,
     started_at: str,
 ) -> GateResult:
     """The run's record: the covered checks settled, known bugs and waivers applied, the verdict
@@ -219,6 +220,7 @@ def seal(
         plan=plan.model_dump(mode="json"),
         checks=checks,
         subjects=subjects,
+        servers=servers,
         datasets=datasets,
         environment=describe(manifest.subject.device),
         started_at=started_at,

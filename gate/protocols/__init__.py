@@ -36,6 +36,9 @@ from gate.protocols.controls import (
     WeightReloading,
 )
 from gate.protocols.controls import (
+    CountsServers as CountsServers,
+)
+from gate.protocols.controls import (
     PlansServers as PlansServers,
 )
 from gate.protocols.controls import (

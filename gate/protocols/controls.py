@@ -6,7 +6,7 @@ This module imports no torch at run time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     pass
@@ -54,6 +54,16 @@ class PlansServers(Protocol):
     def plan_servers(self, ahead: list[list[str | None]]) -> None:
         """The checks still to run, the current one first, each as its phases in order: None (the check
         itself), then the names of its controls."""
+        ...
+
+
+@runtime_checkable
+class CountsServers(Protocol):
+    """Optional: a path that starts server processes says, once the run's checks and controls are done,
+    what they cost (the dossier's record of the run, where a check's evidence sees only its own part)."""
+
+    def servers_started(self) -> dict[str, Any] | None:
+        """Starts for the checks and for the controls, why each happened, the most alive at once; None: none."""
         ...
 
 

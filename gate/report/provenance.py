@@ -14,6 +14,15 @@ from gate.report.model import ClaimView, InvariantRow, KeyValue, ProvenanceGroup
 from gate.report.words import CLAIM_WORDS, INTERVENTION_WORDS, TRANSFER
 
 
+def servers_words(servers: dict[str, Any]) -> str:
+    """The run's server starts in a line: how many, why, the launch configurations, the most alive at once."""
+    why = "; ".join(f"{reason}: {n}" for reason, n in servers.get("why", {}).items())
+    return (
+        f"{servers.get('checks')} for the checks + {servers.get('controls')} for their controls ({why}), "
+        f"{servers.get('configurations')} launch configurations, at most {servers.get('alive_peak')} alive at once"
+    )
+
+
 def key_values(values: Mapping[str, Any]) -> list[KeyValue]:
     return [KeyValue(str(k).replace("_", " "), display(v)) for k, v in values.items()]
 
@@ -113,6 +122,7 @@ def provenance(result: GateResult) -> list[ProvenanceGroup]:
                 KeyValue("started", result.started_at),
                 KeyValue("finished", result.finished_at),
                 KeyValue("result version", str(result.result_version)),
+                *([KeyValue("server starts", servers_words(result.servers))] if result.servers else []),
             ],
         )
     )

@@ -291,6 +291,12 @@ def start_reasons() -> dict[str, Any]:
     }
 
 
+def starts_in_run() -> dict[str, Any]:
+    """The servers started so far in this run: for the checks and for their controls, and why each."""
+    controls = sum("[control " in s.label for s in _STARTS)
+    return {"checks": len(_STARTS) - controls, "controls": controls, **start_reasons()}
+
+
 def _reset_counts() -> None:
     _STARTS.clear()
     _STOPPED.clear()
@@ -375,8 +381,7 @@ class Served:
                 out["restarted_in_check"] = self.restarts
             if self.reused:
                 out["cache_tiers_not_reset"] = self.unreset_tiers()
-            controls = sum("[control " in s.label for s in _STARTS)
-            out["engine_starts_in_run"] = {"checks": len(_STARTS) - controls, "controls": controls, **start_reasons()}
+            out["engine_starts_in_run"] = starts_in_run()
             out["engine_servers_alive_peak"] = peak_servers()
         return out
 
@@ -481,6 +486,11 @@ class EnginePath:
         candidate), then its controls' names (gate.protocols.PlansServers). The cap then stops the
         server the plan needs last."""
         plan_servers(id(self.options), ahead)
+
+    def servers_started(self) -> dict[str, Any] | None:
+        """What the run's servers cost once its checks are done (gate.protocols.CountsServers): every
+        start and why, the most alive at once; None when gate started none."""
+        return {**starts_in_run(), "alive_peak": peak_servers()} if _STARTS else None
 
     def with_fault(self, fault: str) -> EnginePath:
         if fault not in self.options.controls:

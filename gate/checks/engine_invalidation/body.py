@@ -92,22 +92,31 @@ def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: Eng
     return Reset(prompt, want, warm, cand.flavor, endpoint, after, tiers, servers, restarted)
 
 
-def measure_restart(params: EngineInvalidationParams, pair: EnginePair, prompt: list[int]) -> Restart | None:
-    """Restart both servers on the same changed weights and serve the prompt (None: gate cannot)."""
+def measure_restart(
+    ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, prompt: list[int]
+) -> Restart | None:
+    """Serve the prompt on the same changed weights from the reference and from a restarted candidate
+    (None: gate cannot). The reference's reply does not depend on the candidate: it is asked once a run,
+    from a process stopped when it has answered (the controls read it), and the candidate restarts
+    after it, so no more than one new server is alive at a time."""
     reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
     changed: Any = params.changed_model_file
     if changed is None and reference.changed_model(params.perturb_seed) is not None:
         changed = candidate.changed_model(params.perturb_seed)  # both restart on the same new weights
     if changed is None:
         return None
-    with (
-        reference.serve(label="reference, changed weights", model=changed) as ref2,
-        candidate.serve(label="candidate, restarted on changed weights", model=changed, fresh=True) as cand2,
-    ):
-        want2 = ref2.complete(prompt, params.new_tokens, top_k)
+
+    def reference_reply() -> tuple[EngineCompletion, dict[str, Any]]:
+        with reference.serve(label="reference, changed weights", model=changed, fresh=True) as ref2:
+            return ref2.complete(prompt, params.new_tokens, top_k), ref2.evidence()
+
+    weights = changed if isinstance(changed, str) else changed.model_dump_json()
+    key = ("engine-invalidation: reference on changed weights", reference, weights, prompt, params.new_tokens, top_k)
+    want2, reference_servers = ctx.cache.get(key, reference_reply)
+    with candidate.serve(label="candidate, restarted on changed weights", model=changed, fresh=True) as cand2:
         first = cand2.complete(prompt, params.new_tokens, top_k)
         repeat = cand2.complete(prompt, params.new_tokens, top_k)
-        servers = {"reference": ref2.evidence(), "candidate": cand2.evidence()}
+        servers = {"reference": reference_servers, "candidate": cand2.evidence()}
     return Restart(changed, want2, first, repeat, servers)
 
 
@@ -264,7 +273,7 @@ def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> 
         return pair
     length = max(2, min(params.length, pair.reference.max_len, pair.candidate.max_len) - params.new_tokens - 1)
     reset = measure_reset(ctx, params, pair, length)
-    restart = measure_restart(params, pair, reset.prompt)
+    restart = measure_restart(ctx, params, pair, reset.prompt)
     judgement = Judgement()
     judge_reset(ctx, reset, judgement)
     judge_restart(ctx, reset, restart, judgement)
