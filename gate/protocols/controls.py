@@ -6,10 +6,7 @@ This module imports no torch at run time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    pass
+from typing import Protocol, runtime_checkable
 
 
 @runtime_checkable
