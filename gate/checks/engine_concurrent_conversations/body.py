@@ -230,7 +230,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         if plan is not None:
             seeds = (vocab, base, -len(plan.rounds))
             aimed = _serve_aimed(ctx, params, plan, seeds, (ref, cand), pair.top_k, noise, candidate.salt_field)
-        stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
+        stopped = _stops(ctx, aimed)
         sent, overlapping = (
             ([], 0)
             if stopped
@@ -238,7 +238,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         )
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
-        stopped = stopped or (ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in sent))
+        stopped = stopped or _stops(ctx, sent)
         selection: EosSelection | None = None
         ended: list[_Request] = []
         if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
