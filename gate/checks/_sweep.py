@@ -45,10 +45,6 @@ def around(boundaries: Iterable[int], longest: int) -> list[int]:
     return sorted(x for x in out if 0 <= x <= longest)
 
 
-EDGE_KINDS = ("block", "chunk", "window", "page")
-"""The usual kinds of layout edge; a path may name others (residual, cache-end, layout)."""
-
-
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
     """The path's layout edges by kind: `LayoutEdges` when it offers it, else its flat
     `LayoutBoundaries` as one kind `layout`, else none."""

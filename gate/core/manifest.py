@@ -1,7 +1,7 @@
 """The manifest: what changed, what equivalence it claims, and which paths to compare.
 
 This module imports no torch: `gate validate` and `gate plan` must stay instant.
-The shape of `Manifest` may not change without bumping `API_VERSION`.
+The shape of `Manifest` may not change without bumping its `apiVersion` (gate/v1).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-API_VERSION = "gate/v1"
 INT64_MAX = 2**63 - 1
 MAX_CLAIMED_TOKENS = 100_000
 """Most greedy tokens one claim may ask for, summed over its lengths (claimed work is bounded)."""

@@ -8,7 +8,7 @@ This module imports no torch at run time.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TypeVar, cast
 
 from gate.protocols.controls import CacheCropping, FaultVisibility, ReleasesControls, WeightReloading
 from gate.protocols.engine import EngineServing, EngineSlots, SlotFilesPath, SlotStore
@@ -34,9 +34,6 @@ from gate.protocols.prefix import (
     PrefixSnapshots,
     PrefixWeightUpdates,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class Capability(StrEnum):

@@ -1,15 +1,12 @@
 """Optional capabilities that buy gate's generic negative controls or shape them: weights reloaded
-in place, a cache cropped, controls' resources released, servers planned, faults known invisible.
+in place, a cache cropped, controls' resources released, servers planned and counted, faults known invisible.
 
 This module imports no torch at run time.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    pass
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """Slice definitions: evals/<name>.yaml validated into `SliceSpec` (no torch, no datasets).
 
-The shape of `SliceSpec` may not change without bumping `EVALS_API_VERSION`.
+The shape of `SliceSpec` may not change without bumping its `apiVersion` (gate/evals/v1).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gate.core.manifest import Record
-
-EVALS_API_VERSION = "gate/evals/v1"
 
 Builder = Literal["retrieval", "copy", "numbers", "closure", "local"]
 

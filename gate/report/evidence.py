@@ -157,7 +157,7 @@ def store_findings(evidence: StoreEvidence, views: EvidenceViews) -> None:
 
 
 def read_store_requests(evidence: StoreEvidence, views: EvidenceViews) -> None:
-    """tenant-isolation and hash-collision: the requests and what could not be asserted."""
+    """A prefix-store check's requests and what could not be asserted (all tenant-isolation and hash-collision show)."""
     requests_table(evidence.requests, views)
     store_findings(evidence, views)
 

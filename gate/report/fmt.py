@@ -45,9 +45,8 @@ def as_mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def number(value: float) -> str:
-    """A compact, stable rendering as the value's size needs: 0, 12, 0.031, 4.12e-06, ∞."""
-    return significant(value)
+number = significant
+"""A compact, stable rendering as the value's size needs: 0, 12, 0.031, 4.12e-06, ∞."""
 
 
 def display(value: Any, limit: int = 300) -> str:

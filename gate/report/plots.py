@@ -109,8 +109,6 @@ class SlicePlot:
     bound_x: float | None
     interval: tuple[float, float] | None
     tone: str
-    low_label: str
-    high_label: str
     threshold_label: str = ""
     """"threshold 0.9" under the threshold tick."""
     bound_label: str = ""
@@ -354,8 +352,6 @@ def slice_plot(
         bound_x=x_of(bound) if bound is not None else None,
         interval=(x_of(span[0]), x_of(span[1])) if span is not None else None,
         tone={True: "good", False: "bad", None: "muted"}[passed],
-        low_label=number(lo),
-        high_label=number(hi),
         threshold_label=f"threshold {number(threshold)}",
         bound_label=f"bound {number(bound)}" if bound is not None else "",
         point_label=f"point {number(point)}",

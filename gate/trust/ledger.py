@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -82,9 +82,6 @@ from gate.trust.ledger_store import (
     is_url,
 )
 from gate.trust.signing import canonical_json
-
-if TYPE_CHECKING:
-    pass
 
 LEDGER_VERSION = 1
 GENESIS = "00" * 32

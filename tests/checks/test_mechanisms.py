@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gate.adapters.openai.geometry import launch_geometry, logged_mechanisms, swa_cache_cells
+from gate.adapters.openai.geometry import launch_geometry, logged_mechanisms
 from gate.adapters.openai.model_meta import ModelMeta
 from gate.checks._coverage import planned_coverage
 from gate.checks._mechanisms import (
@@ -45,7 +45,7 @@ def test_llamacpp_flags_and_the_model_state_the_mechanisms_with_defaults_where_t
     assert nocache is not None and nocache.host_cache_mib == 0 and nocache.prefix_caching is False
 
 
-def test_the_start_up_log_states_slots_host_cache_checkpoints_and_the_swa_cache() -> None:
+def test_the_start_up_log_states_slots_host_cache_and_checkpoints() -> None:
     log = (
         "I llama_kv_cache_iswa: creating     SWA KV cache, size = 768 cells\n"
         "I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'\n"
@@ -59,9 +59,8 @@ def test_the_start_up_log_states_slots_host_cache_checkpoints_and_the_swa_cache(
         "checkpoints": 32,
         "checkpoint_spacing": 8192,
     }
-    assert swa_cache_cells(log) == 768
     assert logged_mechanisms("I srv load_model: context checkpoints disabled\n") == {"checkpoints": 0}
-    assert logged_mechanisms("") == {} and swa_cache_cells("") is None
+    assert logged_mechanisms("") == {}
 
 
 def test_a_sliding_window_model_at_llamacpps_defaults_is_aimed_at_the_window_edge_wrap_host_cache_and_edits() -> None:

@@ -16,16 +16,12 @@ the first page attends to pages an earlier forward wrote. The rows for every tok
 the decoder's output by a hook (segments attributed to requests by position and token ids) and
 projected by the model's head; the last row is checked against the token continuous batching chose.
 The positions the engine sends are the session's (a pre-hook maps each request's indices to them),
-so position faults act as on the other cache paths. Decode steps proper (one token per forward)
-run in `greedy_continuation`, which returns tokens.
+so position faults act as on the other cache paths.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -183,37 +179,6 @@ class GeneratePath(HFPath):
         schedule["chosen"] = [list(result.generated_tokens) for result in out.values()]
         return hidden, schedule
 
-    def greedy_continuation(self, prompts: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Greedy continuation of each prompt [B, T0] by `n_tokens` through `generate` with this
-        path's cache_implementation: tokens [B, n_tokens] and proof of exercise."""
-        implementation = "paged" if self.kind == "generate-paged" else "static"
-        settings: dict[str, Any] = {"cache_implementation": implementation}
-        if implementation == "static" and compat.cache_api(self.model).generate_max_cache_len:
-            settings["max_cache_len"] = prompts.shape[1] + n_tokens
-        config = compat.greedy_config(n_tokens, **settings)
-        started = time.perf_counter()
-        with (
-            torch.no_grad(),
-            _count_forwards(self.model) as calls,
-            subject_call("generate", length=int(prompts.shape[1]), new_tokens=n_tokens),
-        ):
-            if implementation == "paged":  # generate reads this one from its kwargs to switch modes
-                out = self.model.generate(
-                    prompts.to(self.device), generation_config=config, cache_implementation="paged"
-                )
-            else:
-                out = self.model.generate(prompts.to(self.device), generation_config=config)
-        sequences = out if isinstance(out, torch.Tensor) else out.sequences
-        if sequences.dim() == 3:  # continuous batching returns [1, B, T0 + n]
-            sequences = sequences[0]
-        exercise = {
-            "cache_implementation": implementation,
-            "forward_calls": calls[0],
-            "generated_tokens": int(sequences.shape[1] - prompts.shape[1]) * int(sequences.shape[0]),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-        return sequences[:, prompts.shape[1] :].to(prompts.device), exercise
-
 
 def _attribute(
     ids: torch.Tensor, sent: torch.Tensor, history: torch.Tensor, expected: list[int]
@@ -310,20 +275,6 @@ class PagedSession(HistorySession):
             "last_call_tokens_per_forward": self.schedule.get("tokens_per_forward", [])[:32],
             "max_requests_in_a_forward": self.schedule.get("max_requests_in_a_forward", 0),
         }
-
-
-@contextmanager
-def _count_forwards(model: Any) -> Iterator[list[int]]:
-    calls = [0]
-
-    def hook(*_args: Any) -> None:
-        calls[0] += 1
-
-    handle = model.register_forward_hook(hook)
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 class GenerateSession(HistorySession):

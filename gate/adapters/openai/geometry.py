@@ -148,7 +148,6 @@ _LOG_SLOTS = re.compile(r"n_slots = (\d+),.*kv_unified = '(true|false)'")
 _LOG_HOST = re.compile(r"prompt cache is enabled, size limit: (\d+) MiB")
 _LOG_CHECKPOINTS = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
 _LOG_NO_CHECKPOINTS = re.compile(r"context checkpoints disabled")
-_LOG_SWA_CELLS = re.compile(r"creating\s+SWA KV cache, size = (\d+) cells")
 
 
 def logged_mechanisms(log: str) -> dict[str, Any]:
@@ -164,12 +163,6 @@ def logged_mechanisms(log: str) -> dict[str, Any]:
     elif _LOG_NO_CHECKPOINTS.search(log):
         out["checkpoints"] = 0
     return out
-
-
-def swa_cache_cells(log: str) -> int | None:
-    """Cells of llama.cpp's sliding-window KV cache, as its start-up log states them (None: not stated)."""
-    found = _LOG_SWA_CELLS.search(log)
-    return int(found.group(1)) if found else None
 
 
 _LOG_VLLM_DTYPE = re.compile(r"Initializing an? (?:V1 )?LLM engine .*?with config: .*?\bdtype=torch\.(\w+)")

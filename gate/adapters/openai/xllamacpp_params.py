@@ -28,14 +28,6 @@ class UsageError(Exception):
 # -- the command line ----------------------------------------------------------------------------
 
 
-def _int(value: str) -> int:
-    return int(value)
-
-
-def _float(value: str) -> float:
-    return float(value)
-
-
 def _directory(value: str) -> str:
     # llama-server: the directory must exist, and a path separator is appended (common/arg.cpp)
     if not Path(value).is_dir():
@@ -52,31 +44,31 @@ def _on_off(value: str) -> str:
 VALUES: dict[tuple[str, ...], tuple[str, Callable[[str], Any]]] = {
     ("-m", "--model"): ("model.path", str),
     ("--host",): ("host", str),
-    ("--port",): ("port", _int),
-    ("-c", "--ctx-size"): ("n_ctx", _int),
-    ("-np", "--parallel"): ("n_parallel", _int),
-    ("-cram", "--cache-ram"): ("cache_ram_mib", _int),
-    ("--cache-reuse",): ("n_cache_reuse", _int),
-    ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"): ("n_ctx_checkpoints", _int),
-    ("--checkpoint-min-step",): ("checkpoint_min_step", _int),
+    ("--port",): ("port", int),
+    ("-c", "--ctx-size"): ("n_ctx", int),
+    ("-np", "--parallel"): ("n_parallel", int),
+    ("-cram", "--cache-ram"): ("cache_ram_mib", int),
+    ("--cache-reuse",): ("n_cache_reuse", int),
+    ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"): ("n_ctx_checkpoints", int),
+    ("--checkpoint-min-step",): ("checkpoint_min_step", int),
     ("--slot-save-path",): ("slot_save_path", _directory),
     ("-fa", "--flash-attn"): ("flash_attn_type", _on_off),
-    ("-t", "--threads"): ("cpuparams.n_threads", _int),
-    ("-tb", "--threads-batch"): ("cpuparams_batch.n_threads", _int),
+    ("-t", "--threads"): ("cpuparams.n_threads", int),
+    ("-tb", "--threads-batch"): ("cpuparams_batch.n_threads", int),
     ("-ctk", "--cache-type-k"): ("cache_type_k", str),
     ("-ctv", "--cache-type-v"): ("cache_type_v", str),
-    ("-b", "--batch-size"): ("n_batch", _int),
-    ("-ub", "--ubatch-size"): ("n_ubatch", _int),
-    ("-n", "--n-predict", "--predict"): ("n_predict", _int),
-    ("-s", "--seed"): ("sampling.seed", _int),
-    ("-sps", "--slot-prompt-similarity"): ("slot_prompt_similarity", _float),
+    ("-b", "--batch-size"): ("n_batch", int),
+    ("-ub", "--ubatch-size"): ("n_ubatch", int),
+    ("-n", "--n-predict", "--predict"): ("n_predict", int),
+    ("-s", "--seed"): ("sampling.seed", int),
+    ("-sps", "--slot-prompt-similarity"): ("slot_prompt_similarity", float),
     ("-a", "--alias"): ("model_alias", str),
-    ("-to", "--timeout"): ("timeout", _int),
-    ("-lv", "--verbosity", "--log-verbosity"): ("verbosity", _int),
+    ("-to", "--timeout"): ("timeout", int),
+    ("-lv", "--verbosity", "--log-verbosity"): ("verbosity", int),
     ("--spec-type",): ("speculative.type", str),
     ("-md", "--model-draft"): ("speculative.model", str),
-    ("--draft-max", "--draft", "--draft-n"): ("speculative.n_max", _int),
-    ("--draft-min", "--draft-n-min"): ("speculative.n_min", _int),
+    ("--draft-max", "--draft", "--draft-n"): ("speculative.n_max", int),
+    ("--draft-min", "--draft-n-min"): ("speculative.n_min", int),
 }
 """llama-server flags that take a value: (the CommonParams field, the conversion)."""
 

@@ -24,8 +24,6 @@ other shapes round differently).
 
 A path that does not pad (no BatchedSessions) is judged on the equal-length batch only, and the
 result says so; so does a path that does not batch continuously.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.batch_invariance.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@ Where the store reports the identity it keys on (`PrefixIdentityReport`), the re
 the keying observed: a perturbed field the report says nothing about must not separate entries,
 and one it names must (and a sibling must report exactly the field it varies). A field the store
 cannot vary (no siblings, no adapters) is `unproven`, with the capability named.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.cache_identity.body`, loaded on first use.
 """
 
 from __future__ import annotations

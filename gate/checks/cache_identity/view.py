@@ -1,7 +1,4 @@
-"""The dossier's view of cache-identity's evidence: one row per identity field, then the reuse ledger.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of cache-identity's evidence: one row per identity field, then the reuse ledger."""
 
 from __future__ import annotations
 

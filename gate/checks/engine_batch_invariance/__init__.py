@@ -9,8 +9,6 @@ within tolerance are warnings.
 
 Proof of exercise: the in-flight requests overlapped the target in time, and the candidate has more
 than one slot (a server that serves one request at a time never batches: not exercised, a failure).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_batch_invariance.body`.
 """
 
 from __future__ import annotations

@@ -35,9 +35,6 @@ Proof of exercise: some round overlapped in time, the candidate has more than on
 states its slots), and the candidate reported reused prompt tokens (the shared system prefixes
 and the restored conversations). The cache tiers the handed-over server's reset could not reach
 are named in the evidence and the message.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_concurrent_conversations.body`,
-loaded on first use.
 """
 
 from __future__ import annotations

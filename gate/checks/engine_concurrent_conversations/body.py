@@ -230,7 +230,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         if plan is not None:
             seeds = (vocab, base, -len(plan.rounds))
             aimed = _serve_aimed(ctx, params, plan, seeds, (ref, cand), pair.top_k, noise, candidate.salt_field)
-        stopped = ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in aimed)
+        stopped = _stops(ctx, aimed)
         sent, overlapping = (
             ([], 0)
             if stopped
@@ -238,7 +238,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         )
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
-        stopped = stopped or (ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in sent))
+        stopped = stopped or _stops(ctx, sent)
         selection: EosSelection | None = None
         ended: list[_Request] = []
         if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
@@ -300,7 +300,6 @@ def _serve_aimed(
     first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
     the seeded rounds keep theirs."""
     vocab, base, first_round = seeds
-    cand = servers[1]
     prompts: dict[int, list[int]] = {}
     history: dict[int, list[int]] = {}
     served: list[int] = []
@@ -325,15 +324,13 @@ def _serve_aimed(
                 aimed_at=_aimed_at(step, prompts),
             )
             requests.append(req)
-        _send_together(cand, requests, params.new_tokens, top_k)
+        sent += _send_and_judge(ctx, requests, servers, (params.new_tokens, top_k), (noise, salt))
         for req in requests:
             assert req.reply is not None
             prompts[req.conversation] = req.prompt
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             served.append(req.conversation)
-            _judge(ctx, req, servers, (params.new_tokens, top_k), noise, salt)
-        sent += requests
-        if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
+        if _stops(ctx, requests):
             break
     return sent
 
@@ -393,23 +390,20 @@ def _serve_rounds(
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
     compared; the requests sent and how many rounds overlapped in time. A control stops after the
     first round with a failing reply."""
-    cand = servers[1]
     sent: list[_Request] = []
     history: dict[int, list[int]] = {}
     last_round: dict[int, int] = {}
     overlapping = 0
     for number, batch in enumerate(rounds):
         requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
-        _send_together(cand, requests, params.new_tokens, top_k)
+        sent += _send_and_judge(ctx, requests, servers, (params.new_tokens, top_k), (noise, salt))
         if len(requests) > 1 and _overlapped(requests):
             overlapping += 1
         for req in requests:
             assert req.reply is not None
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             last_round[req.conversation] = number
-            _judge(ctx, req, servers, (params.new_tokens, top_k), noise, salt)
-        sent += requests
-        if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests):
+        if _stops(ctx, requests):
             break
     return sent, overlapping
 
@@ -455,7 +449,7 @@ def _serve_eos(
     if not opened:
         return selection, []
     sent = _send_and_judge(ctx, opened, servers, (params.new_tokens, top_k), judging)
-    if ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in opened):
+    if _stops(ctx, opened):
         return selection, sent
     continued: list[_Request] = []
     for req in opened:
@@ -485,6 +479,11 @@ def _send_and_judge(
     for req in requests:
         _judge(ctx, req, servers, sizes, *judging)
     return requests
+
+
+def _stops(ctx: CheckContext, requests: list[_Request]) -> bool:
+    """A control stops after the first round with a failing reply."""
+    return ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests)
 
 
 def _judge(

@@ -1,8 +1,5 @@
 """The dossier's view of engine-concurrent-conversations' evidence: the failing replies, the reuse
-mechanisms, then every request of the workload.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+mechanisms, then every request of the workload."""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ Where the engine offers no salt (llama.cpp, TGI, SGLang today; `cache_salt_field
 flavor does not) it keeps no per-tenant cache, so the check has nothing to judge: it skips with the
 reason, `absent: cache-salt`, which the engine-serving policy makes not applicable (a policy rule
 without that `not_applicable` leaves it unproven). It never passes there.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_isolation.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -17,8 +17,6 @@ temperature 0 cannot be judged at all (disagreement among uncached replies makes
 unproven, never a failure blamed on the cache). Proof of exercise is the engine's own report of
 cache-read tokens on the repeats; an engine that never reports a hit is an error ("the cache never
 hit"). Only the candidate is sent requests; the reference is not used.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_repeat_consistency.body`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ continuations, and neither the restart nor the truncated files depend on it.
 A server without slot files (another engine, no `--slot-save-path`, a `base_url` server gate cannot
 reach the files of) skips the check with the reason, `absent: slot-files` (not applicable where the
 policy says so).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_slot_restore.body`.
 """
 
 from __future__ import annotations

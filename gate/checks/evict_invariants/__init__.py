@@ -21,8 +21,6 @@ first failure, crash or not). A path whose sessions do not expose this state is 
 check, with why. Quality
 slices judge what eviction costs; this check judges whether it did what it says, which a quiet
 bug (a dropped sink on a small random-weight model) moves less than the slices' noise.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.evict_invariants.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The dossier's view of greedy-parity's evidence: each diverging run's continuations, token by token.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of greedy-parity's evidence: each diverging run's continuations, token by token."""
 
 from __future__ import annotations
 

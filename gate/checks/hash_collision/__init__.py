@@ -15,8 +15,6 @@ wrongly held the same tokens under another identity, else `weak-hash-across-cont
 configuration that avoids it.
 
 A store whose hash cannot be replaced (`PrefixHashing`) leaves the check `unproven`, naming that.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.hash_collision.body`, loaded on first use.
 """
 
 from __future__ import annotations

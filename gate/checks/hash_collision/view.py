@@ -1,8 +1,5 @@
 """The dossier's view of hash-collision's evidence: the reuse ledger and what could not be asserted, as
-every prefix-store check without a view of its own shows it (gate.report.evidence.read_store_requests).
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+every prefix-store check without a view of its own shows it (gate.report.evidence.read_store_requests)."""
 
 from __future__ import annotations
 

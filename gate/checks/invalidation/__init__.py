@@ -14,8 +14,6 @@ request is compared with the store's own uncached computation at that moment:
    `restart-admits-same-revision` (gate.core.hazards), named so with the configuration that avoids it.
 
 A part whose capability the store lacks is `unproven`, named; a store with neither is unproven as a whole.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.invalidation.body`, loaded on first use.
 """
 
 from __future__ import annotations

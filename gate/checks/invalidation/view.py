@@ -1,7 +1,4 @@
-"""The dossier's view of invalidation's evidence: each update, the restart, then the reuse ledger.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of invalidation's evidence: each update, the restart, then the reuse ledger."""
 
 from __future__ import annotations
 

@@ -25,8 +25,6 @@ On engines behind HTTP the replies are judged too: every reply the candidate str
 repeat is compared with the reference's answer to the same prompt sent alone, under the claim
 (gate.checks._engine.judge, as engine-concurrent-conversations does), and a wrong reply fails the
 check: timing and correctness come from one run.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.phase_performance.body`, loaded on first use.
 """
 
 from __future__ import annotations

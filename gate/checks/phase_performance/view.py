@@ -1,7 +1,4 @@
-"""The dossier's view of phase-performance's evidence: latency distributions, live bytes over time, the four clocks.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of phase-performance's evidence: latency distributions, live bytes over time, the four clocks."""
 
 from __future__ import annotations
 

@@ -17,8 +17,6 @@ store without a byte budget leaves this `unproven`, named (a store of the single
 releases offers one only where its `fresh(byte_budget=)` declares the budget asked). Whatever its
 API, a store that declares a budget (`cache_state`: `byte_budget`) must hold no more after every
 request of the workload.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.prefix_reuse_parity.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The dossier's view of prefix-sweep's evidence: the |Δlogit| plot against prefix length and its table.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of prefix-sweep's evidence: the |Δlogit| plot against prefix length and its table."""
 
 from __future__ import annotations
 

@@ -7,8 +7,6 @@ sample (gate.quality.scoring), and judges the envelope on the one-sided bound at
 confidence, never on the point estimate. A slice is sized by the declared minimum detectable
 effect and power (gate.quality.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
 The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.quality_slices.body`, loaded on first use.
 """
 
 from __future__ import annotations

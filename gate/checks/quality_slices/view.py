@@ -1,7 +1,4 @@
-"""The dossier's view of quality-slices' evidence: one strip per envelope, its worst samples, the samples as JSONL.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of quality-slices' evidence: one strip per envelope, its worst samples, the samples as JSONL."""
 
 from __future__ import annotations
 

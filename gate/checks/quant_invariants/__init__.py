@@ -21,8 +21,6 @@ The adapter reads the cache object (gate.protocols.QuantizedKV: the declared sch
 whose `quant_state()` returns the stored tensors, scales, zero points and what was written). A
 path whose state cannot be read is unproven here, with why. A negative control returns at its
 first failing step.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.quant_invariants.body`, loaded on first use.
 """
 
 from __future__ import annotations

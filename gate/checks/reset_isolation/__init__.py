@@ -8,8 +8,6 @@ either restores the initial state or it does not (background: mask oracle; reset
 A negative control (stop at first failure) compares request B first, token by token beside a fresh
 session, and stops at the first difference: a reset fault shows there, so a control costs request A
 once plus B up to its first wrong token, not the four runs of a positive run.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.reset_isolation.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -15,8 +15,6 @@ such as "prefill 1, append 1 → argmax differs at step 2 (row 1, position 1: ..
 snippet that replays it through the adapters (`replay`). The coverage (schedules, operations by
 kind, layout edges touched) is evidence too. The observation the control engine compares is a
 fixed probe schedule's logits, so a fault that changes nothing there reads as unobservable.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.schedule_fuzz.body`, loaded on first use.
 """
 
 from __future__ import annotations

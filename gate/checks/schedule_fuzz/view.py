@@ -1,7 +1,4 @@
-"""The dossier's view of schedule-fuzz's evidence: the minimal failing schedule and the Python that replays it.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of schedule-fuzz's evidence: the minimal failing schedule and the Python that replays it."""
 
 from __future__ import annotations
 

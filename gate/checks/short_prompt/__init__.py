@@ -15,8 +15,6 @@ its sinks) is a finding about that prompt, class `crash`, with the exception, ca
 tail in its evidence; the other prompts still run and are judged, so one refusal does not hide
 whether the rest are right. A negative control (stop at first failure) walks the prompts shortest
 first and returns at the first failing one (a crash there is the engine's to count: detected).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.short_prompt.body`, loaded on first use.
 """
 
 from __future__ import annotations

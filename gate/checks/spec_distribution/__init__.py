@@ -21,8 +21,6 @@ unobservable here and named up front; one the budget cannot reach with the decla
 the check `unproven`, saying which and why, never a failure of a correct sampler. A configuration
 in which the draft is never rejected (a draft identical to the target) exercises nothing: it
 fails, whatever the test says.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.spec_distribution.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The dossier's view of spec-distribution's evidence: observed against expected shares and the test's numbers.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of spec-distribution's evidence: observed against expected shares and the test's numbers."""
 
 from __future__ import annotations
 

@@ -5,8 +5,6 @@ when it is the target's argmax, and a rejection is replaced by the target's argm
 equal the target's greedy continuation token for token. The check also demands proof that the
 speculative machinery ran: drafts proposed, and some rejected (a draft that always agrees with the
 target, or is never consulted, exercises nothing). Equality here says nothing about sampling.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.spec_greedy.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The dossier's view of spec-greedy's evidence: the target's and the speculative path's greedy tokens.
-
-Imported by the report on first use (gate.report.evidence.readers); torch-free.
-"""
+"""The dossier's view of spec-greedy's evidence: the target's and the speculative path's greedy tokens."""
 
 from __future__ import annotations
 

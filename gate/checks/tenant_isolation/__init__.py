@@ -13,8 +13,6 @@ tenants apart (comparing tokens on a hit, not the tenant) leaks. Without a plugg
 is `unproven`, named. Leaks under the weak hash alone, the store's own hash clean, are a design hazard
 and named so (gate.core.hazards): `weak-hash-across-tenants`, or `weak-hash-across-contexts` where
 blocks of other tokens were served too, with the configuration that avoids it.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.tenant_isolation.body`, loaded on first use.
 """
 
 from __future__ import annotations

@@ -220,16 +220,6 @@ def test_paged_position_faults_change_the_computation(fault: str) -> None:
     assert (run(faulty, toks, PREFIX) - clean).abs().max().item() > 1.0
 
 
-def test_generate_static_greedy_continuation_is_the_full_pass_greedy() -> None:
-    reference, candidate = path("llama"), path("llama", path="generate-static")
-    prompts = tokens(length=8)
-    got, exercise = candidate.greedy_continuation(prompts, 12)
-    expected = prompts
-    for _ in range(12):
-        expected = torch.cat([expected, reference.full_logits(expected)[:, -1].argmax(-1, keepdim=True)], 1)
-    assert torch.equal(got, expected[:, 8:]) and exercise["forward_calls"] == 12
-
-
 @pytest.mark.gpu
 def test_offloaded_cache_matches_on_cuda() -> None:
     if not torch.cuda.is_available():
