@@ -162,8 +162,8 @@ def main() -> int:
         f"Measured {time.strftime('%Y-%m-%d')} by "
         "`benchmarks/engine_vllm.py`.",
         "",
-        "Server starts: the most any server's evidence reports (`engine_starts_in_run`), for the checks and for their",
-        "controls; peak alive: `engine_servers_alive_peak` (the cap is `max_servers`, 3 by default). Memory: the",
+        "Server starts: the run's record (`servers` in results.json, every start once the last control is done), for",
+        "the checks and for their controls; peak alive: the most alive at once (the cap is `max_servers`, 3 by default). Memory: the",
         "peak PSS summed over gate and its servers, and the peak drop in MemAvailable (other work on the machine",
         "moves the second).",
         "",
