@@ -163,9 +163,9 @@ def main() -> int:
         "`benchmarks/engine_vllm.py`.",
         "",
         "Server starts: the run's record (`servers` in results.json, every start once the last control is done), for",
-        "the checks and for their controls; peak alive: the most alive at once (the cap is `max_servers`, 3 by default). Memory: the",
-        "peak PSS summed over gate and its servers, and the peak drop in MemAvailable (other work on the machine",
-        "moves the second).",
+        "the checks and for their controls; peak alive: the most alive at once (the cap is `max_servers`, 3 by",
+        "default). Memory: the peak PSS summed over gate and its servers, and the peak drop in MemAvailable (other",
+        "work on the machine moves the second).",
         "",
         "| example | documented | exit | verdict | seconds | server starts (checks + controls) | peak alive | "
         "peak PSS GB | peak MemAvailable drop GB |",
