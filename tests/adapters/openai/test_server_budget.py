@@ -20,6 +20,7 @@ from gate.adapters.openai.path import (
     start_reasons,
 )
 from gate.protocols import CacheGeometry
+from gate.report.provenance import servers_words
 
 SERVER = str(Path(__file__).with_name("misbehaving_server.py"))
 
@@ -86,6 +87,13 @@ def test_without_a_plan_the_least_recently_used_control_makes_room_and_its_next_
         assert again_a.server is not None and again_a.restart()
     assert start_reasons()["why"] == {FIRST: 4, EVICTED: 1, RESTART: 1}, start_reasons()
     assert len(engine_starts()) == 6
+    # the run's record (results.json `servers`, the dossier's Run line) counts every start, controls' apart
+    servers = path.servers_started()
+    assert servers is not None and (servers["checks"], servers["controls"], servers["alive_peak"]) == (1, 5, 3)
+    assert servers_words(servers) == (
+        f"1 for the checks + 5 for their controls ({FIRST}: 4; {EVICTED}: 1; {RESTART}: 1), "
+        "4 launch configurations, at most 3 alive at once"
+    )
 
 
 def test_a_server_launched_with_its_cache_off_is_handed_over_without_a_reset() -> None:
