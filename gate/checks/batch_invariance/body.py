@@ -192,21 +192,18 @@ def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dic
     if not bool(bad.any()):
         return None, over, ties
     row = int(bad.nonzero()[0])
-    return (
-        {
-            "position": row,
-            "reference_token": int(cmp.ref_top[row]),
-            "candidate_token": int(cmp.cand_top[row]),
-            "argmax_flip": not bool(cmp.agree[row]),
-            "reference_margin": float(cmp.margin[row]),
-            "tie_band": float(cmp.tolerance[row]),
-            "max_abs_delta": float(cmp.max_abs_delta[row]),
-            "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
-            "candidate_top_k": top_k_rows(cand[row][None], bar.top_k)[0],
-        },
-        over,
-        ties,
-    )
+    found = {
+        "position": row,
+        "reference_token": int(cmp.ref_top[row]),
+        "candidate_token": int(cmp.cand_top[row]),
+        "argmax_flip": not bool(cmp.agree[row]),
+        "reference_margin": float(cmp.margin[row]),
+        "tie_band": float(cmp.tolerance[row]),
+        "max_abs_delta": float(cmp.max_abs_delta[row]),
+        "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
+        "candidate_top_k": top_k_rows(cand[row][None], bar.top_k)[0],
+    }
+    return found, over, ties
 
 
 def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -371,14 +368,11 @@ def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
     )
 
 
+BUG_BY_SETTING = (("alone", "uncertain"), ("equal-length", "batch-crosstalk"), ("continuous", "continuous-batching"))
+
+
 def _bug_class(setting: str) -> str:
-    if setting.startswith("alone"):
-        return "uncertain"
-    if setting.startswith("equal-length"):
-        return "batch-crosstalk"
-    if setting.startswith("continuous"):
-        return "continuous-batching"
-    return "padding"
+    return next((bug for prefix, bug in BUG_BY_SETTING if setting.startswith(prefix)), "padding")
 
 
 @check("batch-invariance", params=BatchInvarianceParams)

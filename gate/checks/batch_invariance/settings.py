@@ -17,7 +17,7 @@ from gate.checks._probe import probe_order as shared_probe_order
 from gate.checks.batch_invariance import BatchInvarianceParams
 from gate.checks.greedy_parity.body import greedy
 from gate.core.check import CheckContext
-from gate.protocols import BatchedSessions, ContinuousBatching, DecodePath, offered
+from gate.protocols import BatchedSession, BatchedSessions, ContinuousBatching, DecodePath, Session, offered
 
 
 @dataclass(frozen=True)
@@ -61,21 +61,35 @@ def alone(
     return torch.cat(rows), dict(session.exercise())
 
 
+def _lockstep(
+    session: Session | BatchedSession,
+    requests: list[Request],
+    first: list[torch.Tensor],
+    stop: Stop | None,
+    decode: bool,
+) -> list[torch.Tensor]:
+    """Each request's rows: its prefill rows `first`, then (with `decode`) the continuations fed in lockstep."""
+    rows = [[r] for r in first]
+    done = stop is not None and stop(dict(enumerate(first)))
+    for step in range(requests[0].continuation.shape[0] - 1 if decode else 0):
+        if done:
+            break
+        tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
+        out = session.append(tokens).float().cpu()
+        for i, row in enumerate(rows):
+            row.append(out[i])
+        done = stop is not None and stop(dict(enumerate(out)))
+    return [torch.cat(r) for r in rows]
+
+
 def equal_batch(
     candidate: DecodePath, requests: list[Request], stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
     """Requests of one length in one session: each one's rows, and the session's exercise."""
     session = candidate.new_session(len(requests))
-    rows = [session.prefill(torch.stack([r.prompt for r in requests])).float().cpu()]
-    done = stop is not None and stop(dict(enumerate(rows[0])))
-    for step in range(requests[0].continuation.shape[0] - 1):
-        if done:
-            break
-        tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
-        rows.append(session.append(tokens).float().cpu())
-        done = stop is not None and stop(dict(enumerate(rows[-1])))
-    out = torch.cat(rows, dim=1)
-    return [out[i] for i in range(len(requests))], {**session.exercise(), "rows": len(requests)}
+    first = list(session.prefill(torch.stack([r.prompt for r in requests])).float().cpu())
+    rows = _lockstep(session, requests, first, stop, decode=True)
+    return rows, {**session.exercise(), "rows": len(requests)}
 
 
 def padded_batch(
@@ -85,18 +99,7 @@ def padded_batch(
     batch decodes the continuation; a right-padded one is prefill-only), and the exercise."""
     session = candidate.new_batched_session(len(requests), side)
     first = [r.float().cpu() for r in session.prefill([r.prompt for r in requests])]
-    rows = [[r] for r in first]
-    done = stop is not None and stop(dict(enumerate(first)))
-    if side == "left":
-        for step in range(requests[0].continuation.shape[0] - 1):
-            if done:
-                break
-            tokens = torch.stack([r.continuation[step] for r in requests])[:, None]
-            out = session.append(tokens).float().cpu()
-            for i, row in enumerate(rows):
-                row.append(out[i])
-            done = stop is not None and stop(dict(enumerate(out)))
-    return [torch.cat(r) for r in rows], dict(session.exercise())
+    return _lockstep(session, requests, first, stop, decode=side == "left"), dict(session.exercise())
 
 
 def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:

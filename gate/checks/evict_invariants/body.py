@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,7 +230,7 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
             j = Judgement()
             for s in got:
                 judge_step(policy, s, 0, params.rtol, j)
-            if j.findings:
+            if j.findings:  # a control stops at its first failing scenario
                 return Observations(policy, steps, exercise, stopped=done < len(plan))
     return Observations(policy, steps, exercise, stopped=False, crashes=crashes)
 
@@ -249,25 +250,14 @@ def _observation(obs: Observations) -> torch.Tensor:
 
 
 def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once."""
     p = obs.policy
-    by_class: dict[str, int] = {}
-    for f in j.findings:
-        by_class[f.cls] = by_class.get(f.cls, 0) + 1
+    by_class = dict(Counter(f.cls for f in j.findings))
     if obs.crashes:
         by_class[CRASH] = len(obs.crashes)
     crashed = {name: {"crashed": d["exception"], "call": d["call"]} for name, d in obs.crashes.items()}
     phases = sorted({s.phase for s in obs.steps})
-    promise = {
-        "press": p.press,
-        "score": p.score,
-        "sink": p.sink,
-        "window": p.window,
-        "keeps_last": p.keeps_last,
-        "budget": p.budget,
-        "compression_ratio": p.compression_ratio,
-        "scope": p.scope,
-    }
+    promised = ("press", "score", "sink", "window", "keeps_last", "budget", "compression_ratio", "scope")
+    promise = {name: getattr(p, name) for name in promised}
     invariants = {cls: ("broken" if cls in by_class else "held") for cls in CLASSES}
     seen: dict[str, Any] = {
         "metrics": {

@@ -73,7 +73,6 @@ class Run:
     cand_tok: torch.Tensor
     cand_logits: torch.Tensor
     session: dict[str, Any]
-    """The candidate session's proof of exercise."""
 
     @property
     def steps(self) -> int:

@@ -125,7 +125,6 @@ def judge(params: HashCollisionParams, obs: Observations, earlier: list[str]) ->
 
 
 def explain(params: HashCollisionParams, obs: Observations, findings: Findings, store_starts: int) -> Outcome:
-    """The Outcome of the findings, built once."""
     log, worker = obs.log, obs.worker
     collisions = sum(s.reply.stats.collisions_detected for s in log.served)
     cross_collisions = sum(s.reply.stats.collisions_detected for s in obs.cross)

@@ -12,7 +12,7 @@ import torch
 from gate.checks._probe import probe_order as shared_probe_order
 from gate.checks.mask_oracle import COVERED_BY, MaskOracleParams
 from gate.core.check import CheckContext, Outcome, check
-from gate.protocols import AttentionProbe, DecodePath, offered
+from gate.protocols import AttentionProbe, offered
 
 SEED_VALUES = (2, 4, 8, 16, 32)
 OTHER_VALUES = (3, 5, 7, 11, 13)
@@ -243,7 +243,7 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
             message=f"{len(failures)} of {len(rows)} oracle cases wrong: "
             f"{', '.join(failures[:4])}{' ...' if len(failures) > 4 else ''} ({j.diagnosis['bug_class']})",
             diagnosis=j.diagnosis,
-            detected_at=_case_index(rows),
+            detected_at=int(next(r["index"] for r in rows if not r["ok"])),
             observation_in_run_order=sorted(observed) == list(range(len(observed))),
             **seen,
         )
@@ -260,22 +260,14 @@ def _flat(outputs: list[list[torch.Tensor]]) -> torch.Tensor:
     return torch.cat([o.detach().double().cpu().flatten() for req in outputs for o in req])
 
 
-def _no_probe(candidate: DecodePath) -> Outcome:
-    """A candidate without an AttentionProbe: skipped, naming what observes the rule instead."""
-    return Outcome(
-        status="skip",
-        message=f"{candidate.name} offers no AttentionProbe (attention_probe)",
-        covered_by=dict(MODEL_LEVEL_STAND_INS),
-    )
-
-
 @check("mask-oracle", params=MaskOracleParams)
 def mask_oracle(ctx: CheckContext, params: MaskOracleParams) -> Outcome:
     """The mask oracle of the background (7.5 and 12.4, not 2 and 3) through the candidate's attention path."""
     candidate = ctx.candidate
     probe = offered(candidate, AttentionProbe)
-    if probe is None:
-        return _no_probe(candidate)
+    if probe is None:  # skipped, naming what observes the rule instead
+        message = f"{candidate.name} offers no AttentionProbe (attention_probe)"
+        return Outcome("skip", message, covered_by=dict(MODEL_LEVEL_STAND_INS))
     rtol = oracle_rtol(params, str(getattr(candidate, "dtype", ctx.dtype)).removeprefix("torch."))
     obs = measure(ctx, params, probe, rtol)
     return explain(rtol, obs, judge(obs, rtol))
@@ -297,8 +289,7 @@ def _score(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
             ok &= e <= rtol * max(float(exp.abs().max()), 1.0)
             if c > 0:  # only chunks with something cached before them tell the bugs apart
                 for key, predicted in case.wrong.items():
-                    bad = predicted[r][c]
-                    matches[key].append(float((got64 - bad).abs().max()) <= rtol * max(float(bad.abs().max()), 1.0))
+                    matches[key].append(_close(got64, predicted[r][c], rtol))
     last = outputs[0][-1].detach().double().cpu()
     got_values = [round(float(x), 6) for x in last[0, 0, :, 0]] if last.shape[-1] == 1 else []
     matched = [key for key, hits in matches.items() if hits and all(hits)] if not ok else []
@@ -325,14 +316,7 @@ def _read_map(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> lis
     for h in range(heads):
         found = []
         for g in range(kv_heads):
-            hit = True
-            for chunks in wrong:
-                for each, got in chunks:
-                    got64, want = got.detach().double().cpu()[:, h], each[:, h, g]
-                    hit &= got64.shape == want.shape and float((got64 - want).abs().max()) <= rtol * max(
-                        float(want.abs().max()), 1.0
-                    )
-            if hit:
+            if all(_close(got[:, h], each[:, h, g], rtol) for chunks in wrong for each, got in chunks):
                 found.append(g)
         mapping.append(found[0] if len(found) == 1 else None)
     return mapping
@@ -343,10 +327,6 @@ def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float) -> bool:
     return got64.shape == expected.shape and float((got64 - expected).abs().max()) <= rtol * max(
         float(expected.abs().max()), 1.0
     )
-
-
-def _case_index(rows: list[dict[str, Any]]) -> int:
-    return int(next(r["index"] for r in rows if not r["ok"]))
 
 
 def probe_order(names: list[str], control: str | None) -> list[int]:

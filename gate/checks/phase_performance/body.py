@@ -64,6 +64,7 @@ class Observations:
         return (self.scenario.slo.ttft_s, self.scenario.slo.tpot_s)
 
 
+Status = Literal["pass", "warn", "fail"]
 Finding = Literal["wrong-replies", "over-budget", "doubtful", "no-saving", "held"]
 
 
@@ -98,23 +99,18 @@ def _verdict(
             return "regressed"
         point = interval.point if better == "lower" else 1 / max(interval.point, 1e-12)
         return "gross" if point >= gross else "ok"
-    verdicts = []
-    if budget.max_ratio is not None:
-        m = budget.max_ratio
-        if interval.low > m:
-            verdicts.append("fail")
-        elif interval.high <= m:
-            verdicts.append("pass")
+    verdicts = set()
+    # a min_ratio bound is a max_ratio bound on the negated interval (negation is exact)
+    for sign, m in ((1, budget.max_ratio), (-1, budget.min_ratio)):
+        if m is None:
+            continue
+        low, high = (interval.low, interval.high) if sign > 0 else (-interval.high, -interval.low)
+        if low > sign * m:
+            verdicts.add("fail")
+        elif high <= sign * m:
+            verdicts.add("pass")
         else:
-            verdicts.append("not-shown" if show and m < 1 else "within-noise")
-    if budget.min_ratio is not None:
-        m = budget.min_ratio
-        if interval.high < m:
-            verdicts.append("fail")
-        elif interval.low >= m:
-            verdicts.append("pass")
-        else:
-            verdicts.append("not-shown" if show and m > 1 else "within-noise")
+            verdicts.add("not-shown" if show and sign * m < sign else "within-noise")
     for worst in ("fail", "not-shown", "within-noise"):
         if worst in verdicts:
             return worst
@@ -124,10 +120,8 @@ def _verdict(
 def _budget_words(budget: Budget | None) -> str:
     if budget is None:
         return "none"
-    parts = ([f"<= {budget.max_ratio}"] if budget.max_ratio is not None else []) + (
-        [f">= {budget.min_ratio}"] if budget.min_ratio is not None else []
-    )
-    return " and ".join(parts)
+    bounds = (("<=", budget.max_ratio), (">=", budget.min_ratio))
+    return " and ".join(f"{op} {m}" for op, m in bounds if m is not None)
 
 
 def _ci(interval: Interval) -> str:
@@ -327,17 +321,11 @@ def _judge_replies(
 # --- judge ----------------------------------------------------------------------------------------
 
 
-def budgets_of(ctx: CheckContext, params: PhasePerformanceParams) -> dict[str, Budget]:
-    """The policy's budgets, replaced clock by clock by the manifest's `performance` section."""
-    budgets: dict[str, Budget] = {str(k): v for k, v in params.budgets.items()}
-    budgets.update({str(k): v for k, v in ctx.manifest.performance.items()})
-    return budgets
-
-
 def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) -> Judgement:
     """Every clock's candidate/reference ratio with its interval, judged against its budget (pure:
     the intervals are seeded bootstraps over the measured traces)."""
-    budgets = budgets_of(ctx, params)
+    # the policy's budgets, replaced clock by clock by the manifest's `performance` section
+    budgets: dict[str, Budget] = {str(k): v for k, v in (params.budgets | ctx.manifest.performance).items()}
     sums = {role: summary(runs, obs.slo) for role, runs in obs.traces.items()}
     rows: list[dict[str, Any]] = []
     sections: dict[str, list[str]] = {section: [] for section, _ in SECTIONS}
@@ -424,12 +412,11 @@ def _finding(
 
 def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:
     """Some clock is confidently better than the reference's."""
-    for row in rows.values():
-        if "ratio" not in row:
-            continue
-        if (row["better"] == "lower" and row["high"] < 1) or (row["better"] == "higher" and row["low"] > 1):
-            return True
-    return False
+    return any(
+        (row["high"] < 1 if row["better"] == "lower" else row["better"] == "higher" and row["low"] > 1)
+        for row in rows.values()
+        if "ratio" in row
+    )
 
 
 def _kv_theory(paths: dict[str, DecodePath], traces: dict[str, list[ServingTrace]]) -> dict[str, Any] | None:
@@ -473,9 +460,8 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
     memory: dict[str, Any] = {}
     for role, runs in traces.items():
         latency[role] = {
-            "ttft_s": [round(float(x), 6) for run in runs for x in ttfts(run)][:MAX_SAMPLES],
-            "tpot_s": [round(float(x), 6) for run in runs for x in tpots(run)][:MAX_SAMPLES],
-            "itl_s": [round(float(x), 6) for run in runs for x in gaps(run)][:MAX_SAMPLES],
+            key: [round(float(x), 6) for run in runs for x in samples(run)][:MAX_SAMPLES]
+            for key, samples in (("ttft_s", ttfts), ("tpot_s", tpots), ("itl_s", gaps))
         }
         points = runs[-1].memory
         every = max(1, len(points) // MAX_MEMORY_POINTS)
@@ -571,12 +557,11 @@ def explain(
         )
         return Outcome("fail", message, metrics, evidence, exercise, diagnosis={"problems": wrong["failures"]})
     if j.finding == "no-saving":
-        return Outcome(
-            "warn", f"the candidate shows no saving in memory or time; {message}", metrics, evidence, exercise
-        )
-    if j.finding == "over-budget":
-        return Outcome("fail", message, metrics, evidence, exercise)
-    return Outcome("warn" if j.finding == "doubtful" else "pass", message, metrics, evidence, exercise)
+        message = f"the candidate shows no saving in memory or time; {message}"
+    worst: Status = (
+        "fail" if j.finding == "over-budget" else "warn" if j.finding in ("no-saving", "doubtful") else "pass"
+    )
+    return Outcome(worst, message, metrics, evidence, exercise)
 
 
 @check("phase-performance", params=PhasePerformanceParams)

@@ -29,10 +29,8 @@ from gate.protocols import PrefixBudget, PrefixServing
 
 
 def _boundary_lengths(block_size: int, limit: int) -> list[int]:
-    wanted = {0, 1, limit}
-    for edge in range(block_size, limit + 1, block_size):
-        wanted |= {edge - 1, edge, edge + 1}
-    return sorted(n for n in wanted if 0 <= n <= limit)
+    edges = {e + d for e in range(block_size, limit + 1, block_size) for d in (-1, 0, 1)}
+    return sorted(n for n in {0, 1, limit} | edges if 0 <= n <= limit)
 
 
 @dataclass
@@ -148,10 +146,8 @@ def measure_budget(
         )
         return None
     budget = blocks * per_block
-    try:
-        store = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
-    except BudgetNotTaken as err:
-        findings.lacks("bytes held within the declared budget", str(err))
+    store = _budgeted(run, budgeted, budget, "bytes held within the declared budget")
+    if store is None:
         return None
     oracle = reference_oracle(ctx)
     bs, vocab = store.block_size, ctx.candidate.vocab_size
@@ -171,6 +167,15 @@ def measure_budget(
     last = log.issue(store, "budget latest again", prompts[-1], ("budget", len(prompts) - 1), oracle)
     stored = len(prompts) * prompt_blocks * per_block
     return BudgetRun(budget, per_block, stored, declared, held, evicted, last)
+
+
+def _budgeted(run: PrefixRun, budgeted: PrefixBudget, budget: int, assertion: str) -> PrefixServing | None:
+    """The shared store under `budget` bytes (None, recorded as lacking: the store refused it)."""
+    try:
+        return run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
+    except BudgetNotTaken as err:
+        run.findings.lacks(assertion, str(err))
+        return None
 
 
 def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: PrefixServing) -> Workload:
@@ -196,11 +201,9 @@ def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) 
             run.candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
         )
         if budgeted is not None:
-            budget = params.byte_budget
-            try:
-                worker = run.pool.shared(("budget", budget), lambda: budgeted.with_budget(budget))
-            except BudgetNotTaken as err:
-                run.findings.lacks(f"parity within a budget of {budget} bytes", str(err))
+            assertion = f"parity within a budget of {params.byte_budget} bytes"
+            store = _budgeted(run, budgeted, params.byte_budget, assertion)
+            worker = worker if store is None else store
     work = _workload(ctx, params, worker)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)

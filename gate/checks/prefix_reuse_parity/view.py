@@ -1,10 +1,8 @@
-"""The dossier's view of prefix-reuse-parity's evidence: the reuse ledger and what could not be asserted."""
+"""The dossier's view of prefix-reuse-parity's evidence: the reuse ledger and what could not be asserted, as
+every prefix-store check without a view of its own shows it (gate.report.evidence.read_store_requests)."""
 
 from __future__ import annotations
 
-from gate.checks.prefix_reuse_parity.evidence import PrefixReuseEvidence
-from gate.report.evidence import EvidenceViews, read_store_requests
+from gate.report.evidence import read_store_requests as read
 
-
-def read(evidence: PrefixReuseEvidence, views: EvidenceViews) -> None:
-    read_store_requests(evidence, views)
+__all__ = ["read"]

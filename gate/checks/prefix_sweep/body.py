@@ -85,15 +85,6 @@ class Judgement:
         return lengths[int(failed.nonzero()[0])] if bool(failed.any()) else None
 
 
-def _refuse_cached_against_full(params: PrefixSweepParams, reference: DecodePath) -> None:
-    if params.compare == "cached" and not reference.uses_cache:
-        raise ValueError(
-            f"compare: cached needs a cached reference path running the same shapes; {reference.name} is a "
-            "full pass, and bit identity against a full pass is not an honest claim (background: parity): claim "
-            "`tolerance` against it, or make the reference the old cached path"
-        )
-
-
 def _plan(ctx: CheckContext, params: PrefixSweepParams, longest: int) -> tuple[SweepPlan, list[int]]:
     """The lengths to sweep (gate.checks._sweep.plan_sweep) and every layout edge the candidate reports."""
     edges = layout_edges(ctx.candidate) if params.boundaries else {}
@@ -150,18 +141,9 @@ def measure(ctx: CheckContext, params: PrefixSweepParams, tol: Tolerance, bounde
     until = fails if ctx.stop_at_first_failure else None
     got, exercise = cached_sweep(candidate, tokens, planned, ctx.progress, until=until)
     n = got.shape[0]
+    cached = ref_cached[:n] if ref_cached is not None else None
     return Observations(
-        plan=plan,
-        coverage=coverage,
-        bounds=bounds,
-        reachable=reachable,
-        longest=longest,
-        tokens=tokens,
-        reference_name=reference.name,
-        full=full[:n],
-        ref_cached=ref_cached[:n] if ref_cached is not None else None,
-        got=got,
-        exercise=exercise,
+        plan, coverage, bounds, reachable, longest, tokens, reference.name, full[:n], cached, got, exercise
     )
 
 
@@ -182,16 +164,8 @@ def judge(obs: Observations, tol: Tolerance, bounded: bool) -> Judgement:
         )
     argmax_failed = cmp.failed.any(dim=1)
     beyond = cmp.beyond_allowance.any(dim=1) if bounded else torch.zeros_like(argmax_failed)
-    return Judgement(
-        cmp=cmp,
-        bitwise=bitwise,
-        bit_fail=bit_fail,
-        argmax_failed=argmax_failed,
-        beyond=beyond,
-        tie=cmp.tie.any(dim=1),
-        over=cmp.over_tolerance.any(dim=1),
-        delta=cmp.max_abs_delta.amax(dim=1),
-    )
+    tie, over = cmp.tie.any(dim=1), cmp.over_tolerance.any(dim=1)
+    return Judgement(cmp, bitwise, bit_fail, argmax_failed, beyond, tie, over, cmp.max_abs_delta.amax(dim=1))
 
 
 def _diagnose(ctx: CheckContext, obs: Observations, j: Judgement, tol: Tolerance) -> dict[str, Any]:
@@ -334,27 +308,27 @@ def explain(
         observation=obs.got,
         # against a full pass, a correct path may move by its dtype's band (x the deny allowance under a
         # claim that bounds the logits); against the old cached layout every bit counts
-        tolerated_change=_tolerated(j.cmp.tolerance, bounded) if obs.ref_cached is None else None,
+        tolerated_change=float(j.cmp.tolerance.max()) * (DENY_ALLOWANCE if bounded else 1.0)
+        if obs.ref_cached is None and j.cmp.tolerance.numel()
+        else None,
     )
 
 
 @check("prefix-sweep", params=PrefixSweepParams)
 def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
     """Cached-versus-full logits of the appended token over many prefix lengths."""
-    _refuse_cached_against_full(params, ctx.reference)
+    if params.compare == "cached" and not ctx.reference.uses_cache:
+        raise ValueError(
+            f"compare: cached needs a cached reference path running the same shapes; {ctx.reference.name} is a "
+            "full pass, and bit identity against a full pass is not an honest claim (background: parity): claim "
+            "`tolerance` against it, or make the reference the old cached path"
+        )
     tol = tolerance_for(ctx, params.atol, params.rtol)
     bounded = bounds_logits(ctx)
     obs = measure(ctx, params, tol, bounded)
     j = judge(obs, tol, bounded)
     diagnosis = _diagnose(ctx, obs, j, tol) if j.detected_at(obs.lengths) is not None else None
     return explain(params, tol, bounded, obs, j, diagnosis)
-
-
-def _tolerated(row_tol: torch.Tensor, bounded: bool) -> float | None:
-    """The largest change of a row the check passes: its tolerance, x the deny allowance when bounded."""
-    if not row_tol.numel():
-        return None
-    return float(row_tol.max()) * (DENY_ALLOWANCE if bounded else 1.0)
 
 
 def _full_rows(reference: DecodePath, tokens: torch.Tensor, lengths: list[int]) -> torch.Tensor:

@@ -61,7 +61,6 @@ class Observations:
     """The envelopes to judge: the claim's, or a control's on the slices it scored."""
     runs: dict[str, SliceRun]
     show: Any
-    """Renders token ids for the evidence."""
     clock: Clock
     started: float
     """perf_counter() when scoring began."""
@@ -102,7 +101,7 @@ def measure(ctx: CheckContext, params: QualitySlicesParams, envelopes: list[Enve
     for name, spec in specs.items():
         mine = [e for e in envelopes if e.slice == name]
         cap = params.max_samples or spec.max_samples
-        run = runs[name] = SliceRun(spec, space, seed, None, pool)
+        run = runs[name] = SliceRun(spec, space, seed, pool)
         n = params.samples or min(cap, prior_samples(spec, mine, params.min_samples))
         ctx.log(f"  slice {name}: {n} samples, k={spec.continuation}")
         run.extend_to(n, ctx, params, clock, mine)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,24 +27,21 @@ from gate.quality.vocab import TokenSpace
 def prior_samples(spec: SliceSpec, envelopes: Sequence[Envelope], floor: int) -> int:
     """Samples a slice needs before it runs: the largest requirement of its envelopes whose
     metric has a known worst-case sigma (a plug-in sigma is only known afterwards)."""
-    need = spec.samples
-    for env in envelopes:
-        metric = METRICS[env.metric]
-        if metric.sigma is not None:
-            groups = 2 if metric.reference_column else 1
-            need = max(
-                need, min_sample_size(env.min_detectable_effect, env.confidence, env.power, metric.sigma, groups, floor)
-            )
-    return need
+    needs = [
+        min_sample_size(
+            env.min_detectable_effect, env.confidence, env.power, m.sigma, 2 if m.reference_column else 1, floor
+        )
+        for env in envelopes
+        if (m := METRICS[env.metric]).sigma is not None
+    ]
+    return max([spec.samples, *needs])
 
 
 class SliceRun:
     """One slice being scored: its rows, per-sample scores, and the candidate's exercise."""
 
-    def __init__(
-        self, spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, root: Path | None, pool: SessionPool
-    ) -> None:
-        self.spec, self.space, self.seed, self.root, self.pool = spec, space, seed, root, pool
+    def __init__(self, spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, pool: SessionPool) -> None:
+        self.spec, self.space, self.seed, self.pool = spec, space, seed, pool
         self.scores = SampleScores()
         self.built: BuiltSlice | None = None
         self.exercise: dict[str, Any] = {}
@@ -68,7 +64,7 @@ class SliceRun:
         of equal prompt length, shortest first. With `params.curtail`, scoring stops after the first
         batch that settles every one of `envelopes` (`_settled`); the slice then keeps the rows it
         scored, in dataset order, and `planned` says how many it was built for."""
-        self.built = build_slice(self.spec, self.space, self.seed, n, root=self.root)
+        self.built = build_slice(self.spec, self.space, self.seed, n)
         rows = self.built.dataset
         todo = list(range(self.n, n))
         # two column reads of the saved rows (a row read at a time costs datasets' formatting per row)
@@ -89,8 +85,7 @@ class SliceRun:
                 for j, i in enumerate(chunk):
                     one = SampleScores()
                     for name in SampleScores.__dataclass_fields__:
-                        column = getattr(scores, name)
-                        if column:
+                        if column := getattr(scores, name):
                             getattr(one, name).append(column[j])
                     results[i] = (one, length)
                 ctx.progress(f"{self.spec.name}: samples scored", len(results), len(todo))

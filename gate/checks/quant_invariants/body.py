@@ -113,9 +113,6 @@ def _error_ratios(t: QuantTensorState, scheme: QuantScheme) -> tuple[float, floa
 def _drift(t: QuantTensorState, scheme: QuantScheme) -> float:
     """Largest error of the quantised elements against the tokens as written, over the same bound: above
     1 where a library re-quantises its dequantised history (each flush adds its own rounding)."""
-    q = t.dequantized.shape[2]
-    if q == 0 or t.quantized_from is None:
-        return 0.0 if q == 0 else _error_ratios(t, scheme)[0]
     return _error_ratios(replace(t, quantized_from=None), scheme)[0]
 
 
@@ -123,11 +120,7 @@ def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rt
     """One step's judgement of the cache's state (pure)."""
     problems: dict[str, list[str]] = {}
     first = state.tensors[0]
-    tokens, quantized, residual = (
-        int(first.written.shape[2]),
-        int(first.dequantized.shape[2]),
-        int(first.residual.shape[2]),
-    )
+    tokens, quantized, residual = (int(x.shape[2]) for x in (first.written, first.dequantized, first.residual))
     for t in state.tensors:
         q, r, n = int(t.dequantized.shape[2]), int(t.residual.shape[2]), int(t.written.shape[2])
         if r > declared.max_residual:
@@ -195,8 +188,8 @@ def measure(ctx: CheckContext, params: QuantInvariantsParams, path: QuantizedKV)
         stated = state.stated
         steps.append(inspect(index, phase, state, declared, params.memory_rtol))
         if ctx.stop_at_first_failure and steps[-1].problems:
-            return Observations(declared, stated, steps, dict(session.exercise()), stopped=index + 1 < len(calls))
-    return Observations(declared, stated, steps, dict(session.exercise()), stopped=False)
+            break
+    return Observations(declared, stated, steps, dict(session.exercise()), stopped=len(steps) < len(calls))
 
 
 @dataclass(frozen=True)
@@ -216,7 +209,6 @@ def judge(obs: Observations) -> Judgement:
 
 
 def explain(obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once."""
     last = obs.steps[-1]
     seen: dict[str, Any] = {
         "metrics": {
@@ -253,7 +245,7 @@ def explain(obs: Observations, j: Judgement) -> Outcome:
                 "bug_class": bug_class,
                 "explanation": BUG_CLASSES[bug_class],
                 "step": step.index,
-                "broken": {name: found for name, found in step.problems.items()},
+                "broken": dict(step.problems),
             },
             detected_at=step.index,
             **seen,

@@ -68,11 +68,6 @@ def _lockstep(
     return torch.cat(got, dim=1), torch.cat(want, dim=1)
 
 
-def _run_order(delta: torch.Tensor) -> torch.Tensor:
-    """[B, T, V] -> flat, token-major: a request stopped after t tokens observed a prefix of it."""
-    return delta.transpose(0, 1).flatten()
-
-
 def measure(ctx: CheckContext, params: ResetIsolationParams, same: Same) -> Observations:
     """Request A, a reset, request B on one session; each request again on a fresh session (a control:
     B first, beside a fresh session, stopping at its first difference)."""
@@ -129,7 +124,8 @@ def judge(obs: Observations, same: Same, tol: Tolerance) -> Judgement:
 
 def explain(params: ResetIsolationParams, tol: Tolerance, obs: Observations, j: Judgement) -> Outcome:
     """The Outcome of the judgement, built once: non-finite, a reset leak, or a pass."""
-    observation = torch.cat([_run_order(got - want) for _, got, want in obs.compared])
+    # flat, token-major: a request stopped after t tokens observed a prefix of it
+    observation = torch.cat([(got - want).transpose(0, 1).flatten() for _, got, want in obs.compared])
     seen: dict[str, Any] = {"exercise": obs.exercise, "observation": observation, "observation_in_run_order": True}
     if j.non_finite:  # NaN equal to NaN proves nothing about a reset
         return Outcome(

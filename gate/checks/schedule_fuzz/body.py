@@ -162,19 +162,8 @@ def measure(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance) -> Ob
         reproduces = search.control or runner.run(found.steps).failure is not None
         diagnosed = diagnose_reproducer(reference, candidate, found.steps, found.failure, tol, ctx.seed)
         failure = Failure(found, reproduces, diagnosed)
-    return Observations(
-        probe=probe,
-        stats=search.stats,
-        kinds=search.kinds,
-        touched=search.touched,
-        edges=edges,
-        within_reach=runner.edges,
-        searches=len(searches),
-        seconds=seconds,
-        failure=failure,
-        bounded=runner.bounded,
-        max_tokens=max_tokens,
-    )
+    drawn = (search.stats, search.kinds, search.touched, edges, runner.edges, len(searches), seconds)
+    return Observations(probe, *drawn, failure, runner.bounded, max_tokens)
 
 
 @dataclass(frozen=True)
@@ -230,12 +219,8 @@ def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: 
         seed=ctx.seed,
         reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
     )
-    seen: dict[str, Any] = {
-        "metrics": j.metrics,
-        "evidence": record.dump(),
-        "exercise": exercise,
-        "observation": observation,
-    }
+    seen: dict[str, Any] = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise}
+    seen["observation"] = observation
     if record.reproducer is not None and obs.failure is not None:
         return _failed(ctx.stop_at_first_failure, obs.failure, record.reproducer, **seen)
     spent = " (the time budget ran out first)" if obs.stats.get("out_of_time") else ""
@@ -276,11 +261,7 @@ def _failed(control: bool, failure: Failure, reproducer: ScheduleReproducer, **s
     assert failure.result.failure is not None
     text, steps = reproducer.text, reproducer.steps
     shrunk = "not shrunk: a control stops at its first failure" if control else f"shrunk to {steps} step(s)"
-    diagnosis = {
-        **failure.diagnosed,
-        "explanation": explanation(failure.diagnosed),
-        "reproducer": text,
-    }
+    diagnosis = {**failure.diagnosed, "explanation": explanation(failure.diagnosed), "reproducer": text}
     return Outcome(
         status="fail",
         message=f"{'failing' if control else 'minimal'} schedule: {text} (found after "

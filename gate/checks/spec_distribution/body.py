@@ -37,7 +37,6 @@ class Observations:
     alpha: float
     """The claim's alpha (the whole sequence of looks holds it)."""
     target_power: float
-    """The declared power."""
     design: Design
     looks: LookPlan
     history: list[Look]
@@ -49,12 +48,10 @@ class Observations:
     strays: list[Seq]
     """A few of those."""
     test: GTest
-    """The last look's G-test."""
     n: int
-    """Samples behind the last look."""
     stats: SpecStats
     seconds: float
-    """Seconds spent sampling for the last look's samples."""
+    """test, samples and seconds spent sampling: the last look's."""
 
     @property
     def rejected(self) -> bool:
@@ -115,23 +112,8 @@ def measure(ctx: CheckContext, p: SpecDistributionParams, spec: SpeculativePath)
         observed, other, strays, test = walk(sampler, sizes, looks.alpha, design.index, design.p0, history)
         if test.p_value < looks.alpha:
             break
-    return Observations(
-        prompt=prompt,
-        k=k,
-        horizon=horizon,
-        alpha=alpha,
-        target_power=target_power,
-        design=design,
-        looks=looks,
-        history=history,
-        observed=observed,
-        other=other,
-        strays=strays,
-        test=test,
-        n=sampler.n,
-        stats=sampler.stats,
-        seconds=sampler.seconds,
-    )
+    fixed = (prompt, k, horizon, alpha, target_power, design, looks, history)
+    return Observations(*fixed, observed, other, strays, test, sampler.n, sampler.stats, sampler.seconds)
 
 
 def _where(obs: Observations) -> str:
@@ -171,9 +153,7 @@ def judge(p: SpecDistributionParams, obs: Observations) -> Judgement:
     return Judgement(powers, depth, problems, weak, first)
 
 
-def _verdict(
-    p: SpecDistributionParams, obs: Observations, j: Judgement
-) -> tuple[Literal["pass", "fail", "unproven"], str]:
+def _verdict(p: SpecDistributionParams, obs: Observations, j: Judgement) -> tuple[Status, str]:
     """The status and its message: the problems, the power the budget cannot show, or the match."""
     if j.problems:
         return "fail", "; ".join(j.problems)

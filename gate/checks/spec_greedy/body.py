@@ -21,7 +21,6 @@ class Observations:
     """One speculative run of n = expected.shape[1] tokens beside the target's own continuation."""
 
     k: int
-    """The candidate's draft length."""
     expected: torch.Tensor
     """[B, n] the target's own greedy continuation (CPU)."""
     got: torch.Tensor

@@ -41,7 +41,6 @@ class Observations:
     weak_served: list[Served]
     """Every request of the weak-hash round."""
     bits: int
-    """Bits of the weak hash."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +185,6 @@ def judge(obs: Observations) -> Judgement:
 
 
 def explain(obs: Observations, j: Judgement, findings: Findings, store_starts: int) -> Outcome:
-    """The Outcome of the judgement and the findings, built once."""
     same, cross = obs.same, obs.cross
     metrics = {
         "cross_tenant_requests": len(cross),
