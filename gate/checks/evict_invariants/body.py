@@ -216,7 +216,7 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
     steps: list[Step] = []
     exercise: dict[str, Any] = {}
     crashes: dict[str, dict[str, Any]] = {}
-    for done, (name, calls) in enumerate(plan.items(), 1):
+    for name, calls in plan.items():
         try:
             got, exercise[name] = _drive(ctx, params, name, tokens, calls)
         except SubjectCrash as crash:  # a finding about this scenario: the other scenarios still run
@@ -231,8 +231,8 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
             for s in got:
                 judge_step(policy, s, 0, params.rtol, j)
             if j.findings:  # a control stops at its first failing scenario
-                return Observations(policy, steps, exercise, stopped=done < len(plan))
-    return Observations(policy, steps, exercise, stopped=False, crashes=crashes)
+                break
+    return Observations(policy, steps, exercise, len(exercise) + len(crashes) < len(plan), crashes)
 
 
 def _observation(obs: Observations) -> torch.Tensor:

@@ -138,6 +138,11 @@ def measure(ctx: CheckContext, params: GreedyParityParams, lengths: list[int], t
     return Observations(lengths, runs)
 
 
+def _margin(ref_row: torch.Tensor, token: int) -> float:
+    """The reference's preference for its own token over `token`."""
+    return float(ref_row.max() - ref_row[token])
+
+
 def _divergences(run: Run, tol: Tolerance, top_k: int) -> list[dict[str, Any]]:
     """Each row's first diverging step (pure): both tokens, the reference's margin and tie band,
     both logit rows' top-k and both continuations around it."""
@@ -148,9 +153,7 @@ def _divergences(run: Run, tol: Tolerance, top_k: int) -> list[dict[str, Any]]:
             continue
         step = int(differ[row].nonzero()[0])
         ref_row, cand_row = run.ref_logits[row, step], run.cand_logits[row, step]
-        # the reference's preference for its own token over the candidate's
-        margin = float(ref_row.max() - ref_row[int(run.cand_tok[row, step])])
-        band = float(tol.row(ref_row))
+        margin, band = _margin(ref_row, int(run.cand_tok[row, step])), float(tol.row(ref_row))
         lo = max(0, step - 16)
         out.append(
             {
@@ -292,13 +295,9 @@ def _first_real_divergence(
 
     def until(step: int, token: torch.Tensor, _logits: torch.Tensor) -> bool:
         new = (token != ref_tok[:, step]) & ~diverged
-        real = False
-        for row in new.nonzero().flatten().tolist():
-            ref_row = ref_logits[row, step]
-            margin = float(ref_row.max() - ref_row[int(token[row])])
-            real = real or margin > float(tol.row(ref_row))
         diverged.logical_or_(new)
-        return real
+        rows = [ref_logits[row, step] for row in new.nonzero().flatten().tolist()]
+        return any(_margin(r, int(t)) > float(tol.row(r)) for r, t in zip(rows, token[new], strict=True))
 
     return until
 

@@ -339,6 +339,29 @@ def _shares_a_word(fault: str, name: str) -> bool:
     return bool(set(fault.split("-")) & set(name.split("-")))
 
 
+EXPLANATIONS = {
+    "read-past-valid-length": "NaN from the unused cache tail (written there by the fixture, or left there "
+    "uninitialised) reached the output: attention reads past the valid length, even where the "
+    "nominal length looks right (background: mask oracle)",
+    "mask-offset": "cached chunks returned exactly the wrong-origin answer (2 and 3): the mask restarts "
+    "at the chunk's origin (background: parity, mask oracle)",
+    "kv-truncation": "cached chunks returned attention over the chunk alone: the cached keys are missing from the read",
+    "foreign-state": "cached chunks returned attention over the other request's cached values: the "
+    "cache handle belongs to another request",
+    "kv-head-mapping": "each query head of the grouped-query case returned exactly what another KV head's "
+    "keys and values give it: the query-to-KV-head map is wrong at read time (the cache holds every head)",
+    "uncertain": "stopped at the first wrong case (a negative control), before the cases "
+    "that tell a reset leak, a cached read and the attention kernel apart were run",
+    "reset-leak": "only the request after a reset is wrong: reset "
+    "left position state or K/V behind (background: mask oracle)",
+    "cached-read": "an empty cache is right and cached prefixes are "
+    "wrong: the read of cached keys (length, rows or blocks) is wrong",
+    "attention": "wrong even with an empty cache: the mask or kernel itself",
+}
+"""Bug class -> what the cases run show; the four from mask-offset on are matched to predicted wrong answers."""
+MATCHED = ("mask-offset", "kv-truncation", "foreign-state", "kv-head-mapping")
+
+
 def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Name the bug class from the cases run: all of them on a positive run, those up to the first
     wrong one on a control (which stops there); a class that needs cases not run is not named."""
@@ -346,43 +369,15 @@ def _diagnose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     poison_reached = any(r["nan"] and not by[(r["case"], False)]["nan"] for r in rows if r["poisoned_tail"])
     # every fixture input is finite: a NaN in an unpoisoned case came from slots never written
     garbage_read = any(r["nan"] for r in rows if not r["poisoned_tail"])
+    matched = next((key for key in MATCHED if any(key in r["matches"] for r in rows)), None)
     if poison_reached or garbage_read:
-        return {
-            "bug_class": "read-past-valid-length",
-            "explanation": "NaN from the unused cache tail (written there by the fixture, or left there "
-            "uninitialised) reached the output: attention reads past the valid length, even where the "
-            "nominal length looks right (background: mask oracle)",
-        }
-    explanations = {
-        "mask-offset": "cached chunks returned exactly the wrong-origin answer (2 and 3): the mask restarts "
-        "at the chunk's origin (background: parity, mask oracle)",
-        "kv-truncation": "cached chunks returned attention over the chunk alone: the cached keys are "
-        "missing from the read",
-        "foreign-state": "cached chunks returned attention over the other request's cached values: the "
-        "cache handle belongs to another request",
-        "kv-head-mapping": "each query head of the grouped-query case returned exactly what another KV head's "
-        "keys and values give it: the query-to-KV-head map is wrong at read time (the cache holds every head)",
-    }
-    for key, text in explanations.items():
-        if any(key in r["matches"] for r in rows):
-            return {"bug_class": key, "explanation": text}
-    if ("gqa-nonzero-scores", True) not in by and ("gqa-nonzero-scores", False) not in by:
-        return {
-            "bug_class": "uncertain",
-            "explanation": "stopped at the first wrong case (a negative control), before the cases "
-            "that tell a reset leak, a cached read and the attention kernel apart were run",
-        }
-    single = [k for k, r in by.items() if not r["ok"] and not k[1]]
-    if single == [("reset-between-requests", False)]:
-        return {
-            "bug_class": "reset-leak",
-            "explanation": "only the request after a reset is wrong: reset "
-            "left position state or K/V behind (background: mask oracle)",
-        }
-    if by[("empty-cache", False)]["ok"]:
-        return {
-            "bug_class": "cached-read",
-            "explanation": "an empty cache is right and cached prefixes are "
-            "wrong: the read of cached keys (length, rows or blocks) is wrong",
-        }
-    return {"bug_class": "attention", "explanation": "wrong even with an empty cache: the mask or kernel itself"}
+        bug = "read-past-valid-length"
+    elif matched is not None:
+        bug = matched
+    elif ("gqa-nonzero-scores", True) not in by and ("gqa-nonzero-scores", False) not in by:
+        bug = "uncertain"
+    elif [k for k, r in by.items() if not r["ok"] and not k[1]] == [("reset-between-requests", False)]:
+        bug = "reset-leak"  # only the single-request case after a reset
+    else:
+        bug = "cached-read" if by[("empty-cache", False)]["ok"] else "attention"
+    return {"bug_class": bug, "explanation": EXPLANATIONS[bug]}

@@ -109,8 +109,8 @@ def measure(ctx: CheckContext, params: QualitySlicesParams, envelopes: list[Enve
             second_stage(run, mine, cap, ctx, params, clock, seed)
         if ctx.stop_at_first_failure and any(not judge_envelope(e, run, params, seed).passed for e in mine):
             # a control: one violated envelope proves power; the slices after it are not scored
-            judged = [e for e in envelopes if e.slice in runs]
-            return Observations(judged, runs, show, clock, started, seed, pool)
+            envelopes = [e for e in envelopes if e.slice in runs]
+            break
     return Observations(envelopes, runs, show, clock, started, seed, pool)
 
 

@@ -129,7 +129,7 @@ def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Obs
     """Each prompt length, shortest first, in its own fresh session (a control: up to its first failing prompt)."""
     runs: list[PromptRun] = []
     crashes: list[Crash] = []
-    for done, length in enumerate(params.lengths, 1):
+    for length in params.lengths:
         try:
             runs.append(_run_prompt(ctx, params, length))
             bad = verdict(runs[-1], params.steps, tol).bad
@@ -140,8 +140,8 @@ def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Obs
             ctx.log(f"  short-prompt: the subject crashed on a {length}-token prompt ({crash}); the others run on")
             bad = True
         if ctx.stop_at_first_failure and bad:
-            return Observations(runs, stopped=done < len(params.lengths), crashes=crashes)
-    return Observations(runs, stopped=False, crashes=crashes)
+            break
+    return Observations(runs, stopped=len(runs) + len(crashes) < len(params.lengths), crashes=crashes)
 
 
 def judge(obs: Observations, params: ShortPromptParams, tol: Tolerance) -> Judgement:
