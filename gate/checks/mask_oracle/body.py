@@ -314,10 +314,9 @@ def _read_map(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> lis
     ]
     mapping: list[int | None] = []
     for h in range(heads):
-        found = []
-        for g in range(kv_heads):
-            if all(_close(got[:, h], each[:, h, g], rtol) for chunks in wrong for each, got in chunks):
-                found.append(g)
+        found = [
+            g for g in range(kv_heads) if all(_close(got[:, h], each[:, h, g], rtol) for c in wrong for each, got in c)
+        ]
         mapping.append(found[0] if len(found) == 1 else None)
     return mapping
 
