@@ -14,7 +14,7 @@ from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
 from gate.cli.ledger_options import ledger_option
 from gate.cli.roles import Roles, any_verdict_option, trust_options
-from gate.cli.verify import mains_policy_option
+from gate.cli.verify import mains_policy_option, say
 
 
 def _open(ledger_path: Path | None) -> Any:
@@ -141,11 +141,6 @@ def show(entry_id: int, ledger_path: Path | None) -> None:
     echo(json.dumps(entry.body, indent=2, sort_keys=True, ensure_ascii=False))
 
 
-def _echo(ok: bool | None, text: str) -> None:
-    mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
-    echo(f"{mark} {text}", err=ok is False)
-
-
 @command.command("trace")
 @click.argument("ref", metavar="COMMIT|DIGEST")
 @click.option(
@@ -191,25 +186,25 @@ def trace_(
         echo(f"  dossier   {item.dossier}")
         echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
         for finding in [*item.findings, *(item.check.findings if item.check else [])]:
-            _echo(finding.ok, finding.text)
+            say(finding.ok, finding.text)
         echo(f"  status    {item.status}")
         for waiver in item.waivers:
             applied = waiver.seq in (body.get("waivers") or [])
             why = report.untrusted.get(waiver.seq)
             trusted = f" (untrusted: {'; '.join(why)})" if why else ""
             trusted += f" ({'; '.join(report.history[waiver.seq])})" if waiver.seq in report.history else ""
-            _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
+            say(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
         if item.ok and item.check is not None:
             echo(f"  verified: {item.check.summary()}")
         ok = ok and item.ok
     for seq, why in sorted(report.untrusted.items()):
         if seq not in related:
-            _echo(None, f"entry #{seq} ({report.kinds.get(seq)}) is untrusted and ignored: {'; '.join(why)}")
+            say(None, f"entry #{seq} ({report.kinds.get(seq)}) is untrusted and ignored: {'; '.join(why)}")
     bad = report.first_bad()
     if bad is None:
-        _echo(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
+        say(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
     else:
-        _echo(False, f"ledger: {bad.message}")
+        say(False, f"ledger: {bad.message}")
     echo("VERIFIED" if ok else "NOT VERIFIED")
     standing = standing_runs(traces)
     not_mains = [line for item in standing if item.check is not None for line in item.check.not_mains]
@@ -261,9 +256,9 @@ def verify_(
     for seq, why in sorted(report.untrusted.items()):
         echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
     for seq, what in sorted(report.history.items()):
-        _echo(None, f"entry #{seq} ({report.kinds.get(seq)}): {'; '.join(what)}")
+        say(None, f"entry #{seq} ({report.kinds.get(seq)}): {'; '.join(what)}")
     if trust is None:
-        _echo(None, "no trust policy or keys by role: entries checked for their own signatures only")
+        say(None, "no trust policy or keys by role: entries checked for their own signatures only")
     if bad is None and not report.untrusted:
         echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
         echo(
@@ -271,7 +266,7 @@ def verify_(
             f"ledger key {keyid[:16]}"
         )
         if not pinned and not (trust and trust.ledger_keyids()):
-            _echo(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
+            say(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
         echo("VERIFIED")
         sys.exit(0)
     if bad is not None:

@@ -8,6 +8,7 @@ input found on the worker, a lost worker) becomes a suite with one `<error>` car
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,7 @@ def batch_markdown(document: dict[str, Any]) -> str:
         "|---|---|---:|---|---:|---|",
     ]
     for run in document["runs"]:
-        statuses: dict[str, int] = {}
-        for check in run["checks"]:
-            statuses[check["status"]] = statuses.get(check["status"], 0) + 1
+        statuses = Counter(check["status"] for check in run["checks"])
         checks = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "-"
         retried = f" (attempt {run['attempts']})" if run["attempts"] > 1 else ""
         lines.append(

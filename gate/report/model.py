@@ -137,43 +137,9 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class PlanRow:
-    """One planned check: why it was required and how it came out."""
-
-    check: str
-    anchor: str
-    step: int
-    step_title: str
-    severity: str
-    status: str
-    status_label: str
-    tone: Tone
-    why: str
-    policy_rule: str
-    message: str
-    duration: str
-    timing: str
-    """Where the time went: the check's own run, its controls, and the shares of model forwards, the
-    subject's other work and gate's own work."""
-
-
-@dataclass(frozen=True)
-class ControlCell:
-    """One cell of the negative-control matrix."""
-
-    outcome: str
-    tone: Tone
-    detected_at: str | None
-    title: str
-    """Hover text: the control's message and output difference."""
-    duration: str
-    """Wall time of the control."""
-
-
-@dataclass(frozen=True)
 class ControlRow:
     fault: str
-    cells: list[ControlCell | None]
+    cells: list[ControlLine | None]
     """One per matrix column; None where the check did not run this fault."""
 
 
@@ -269,6 +235,12 @@ class ControlLine:
     duration: str
     """Wall time of this control (it stops at its first failure)."""
 
+    @property
+    def title(self) -> str:
+        """Hover text in the control matrix: the message and output difference."""
+        difference = f" (output difference {self.output_difference})" if self.output_difference is not None else ""
+        return self.message + difference
+
 
 @dataclass(frozen=True)
 class WaiverView:
@@ -331,6 +303,10 @@ class CheckSection:
     ran (the words of `gate plan`); None: a run that recorded no decision."""
     means: str | None = None
     """What that meant: runs with its own controls, with stand-ins, or not applicable (never started)."""
+    duration: str = ""
+    timing: str = ""
+    """Where the time went: the check's own run, its controls, and the shares of model forwards, the
+    subject's other work and gate's own work."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +343,8 @@ class ReportData:
     banner: Banner
     claim: ClaimView
     failures: list[Failure]
-    plan: list[PlanRow]
+    plan: list[CheckSection]
+    """Every check in plan order (`sections` shows failures first)."""
     sections: list[CheckSection]
     controls: ControlMatrix
     waivers: list[WaiverView]
