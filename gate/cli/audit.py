@@ -12,22 +12,9 @@ import click
 
 from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
-from gate.cli.ledger_options import ledger_option
+from gate.cli.ledger_options import ledger_option, open_read_only
 from gate.cli.roles import Roles, any_verdict_option, trust_options
 from gate.cli.verify import mains_policy_option, say
-
-
-def _open(ledger_path: Path | None) -> Any:
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_paths import resolve_ledger_path
-
-    return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
-
-
-def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
-    from gate.trust.keys import keyid, load_public_key
-
-    return [keyid(load_public_key(k)) for k in keys] or None
 
 
 def _since(text: str | None) -> str | None:
@@ -79,6 +66,12 @@ def _describe(body: dict[str, Any]) -> str:
     return str(kind)
 
 
+def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
+    from gate.trust.keys import keyid, load_public_key
+
+    return [keyid(load_public_key(k)) for k in keys] or None
+
+
 @click.group("audit")
 def command() -> None:
     """Read and verify the audit ledger (runs, approvals, waivers), offline."""
@@ -96,7 +89,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
     """List ledger entries, oldest first."""
     with user_errors():  # a corrupt body is one line too
         after = _since(since)
-        with _open(ledger_path) as ledger:
+        with open_read_only(ledger_path) as ledger:
             entries = list(ledger.entries())
             approx_names = {
                 (e.body.get("manifest") or {}).get("name")
@@ -124,7 +117,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
 @ledger_option
 def show(entry_id: int, ledger_path: Path | None) -> None:
     """Show entry ID: its body, hash, link and the signed checkpoint that covers it."""
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         entry = ledger.get(entry_id)
         checkpoint = ledger.checkpoint(entry_id)
     if entry is None:
@@ -171,7 +164,7 @@ def trace_(
     from gate.cli.verify import deploy_exit
     from gate.trust.audit import MIN_REF, standing_runs, trace
 
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         trust = roles.load()
         report, traces = trace(ledger, ref, trust=trust, dossier=dossier, policy_dirs=list(policy_dirs))
     if not traces:
@@ -246,7 +239,7 @@ def verify_(
     from gate.trust.audit import held_checkpoints, verify_ledger
     from gate.trust.policy import find_trust
 
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         trust = roles.load() if roles.given else find_trust(None)
         trusted = [cp for path in held for cp in held_checkpoints(path)]
         report = verify_ledger(ledger, trusted=trusted, pinned_keyids=_keyids(pinned), trust=trust)
@@ -293,7 +286,7 @@ def verify_(
 @ledger_option
 def checkpoint_(out_path: Path | None, ledger_path: Path | None) -> None:
     """Export the latest signed checkpoint, to keep somewhere the ledger's writers cannot reach."""
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         checkpoint = ledger.checkpoint()
     if checkpoint is None:
         echo("gate: the ledger is empty", err=True)

@@ -210,11 +210,8 @@ def command(
     Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
     made (install, or --build-cmd failing).
     """
-    kinds = [
-        name
-        for name, given in (("--llamacpp-builds", llamacpp_builds), ("--binaries", binaries), ("--commits", commits))
-        if given
-    ]
+    given = {"--llamacpp-builds": llamacpp_builds, "--binaries": binaries, "--commits": commits}
+    kinds = [name for name, value in given.items() if value]
     if len(kinds) != 1:
         raise click.UsageError("give exactly one of --llamacpp-builds, --binaries, --commits")
     if build_cmd and not commits:

@@ -37,11 +37,9 @@ def batch_markdown(document: dict[str, Any]) -> str:
         statuses = Counter(check["status"] for check in run["checks"])
         checks = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "-"
         retried = f" (attempt {run['attempts']})" if run["attempts"] > 1 else ""
+        name = f"[{_cell(run['name'])}]({_cell(run['out_dir'])}/dossier.md)" if run["files"] else _cell(run["name"])
         lines.append(
-            f"| [{_cell(run['name'])}]({_cell(run['out_dir'])}/dossier.md) | {_cell(run['verdict'])} | "
-            f"{run['exit_code']} | {_cell(checks)} | {run['duration_s']:.1f} | {_cell(run['summary'])}{retried} |"
-            if run["files"]
-            else f"| {_cell(run['name'])} | {_cell(run['verdict'])} | {run['exit_code']} | - | "
+            f"| {name} | {_cell(run['verdict'])} | {run['exit_code']} | {_cell(checks) if run['files'] else '-'} | "
             f"{run['duration_s']:.1f} | {_cell(run['summary'])}{retried} |"
         )
     return "\n".join(lines) + "\n"

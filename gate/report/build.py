@@ -30,6 +30,7 @@ from gate.report.model import (
     Failure,
     KeyValue,
     ReportData,
+    Views,
     WaiverView,
 )
 from gate.report.next_steps import CommandContext, next_steps
@@ -131,16 +132,12 @@ def _decided(result: GateResult) -> dict[str, tuple[str, str]]:
     return decided
 
 
-_NOT_SHOWN = ("first_failing_length", "consumed", "tables")
-"""EvidenceViews fields a CheckSection does not take as they are (every other one it shows as it is)."""
-
-
 def _section(check: CheckResult, decided: tuple[str, str] | None = None) -> CheckSection:
     status, label, tone = _status(check)
     views = read_evidence(check.check, check.evidence)
     diagnosis, diagnosis_tables = read_diagnosis(check.diagnosis)
     error = check.error
-    shown = {f.name: getattr(views, f.name) for f in fields(views) if f.name not in _NOT_SHOWN}
+    shown = {f.name: getattr(views, f.name) for f in fields(Views) if f.name != "tables"}
     return CheckSection(
         check=check.check,
         anchor=anchor(check.check),

@@ -252,9 +252,34 @@ class WaiverView:
     ledger_id: str | None
 
 
-@dataclass(frozen=True)
-class CheckSection:
-    """Everything the dossier shows for one check."""
+@dataclass(kw_only=True)
+class Views:
+    """What a check's evidence shows, as its reader made it (gate.report.evidence.EvidenceViews)."""
+
+    sweep: SweepPlot | None = None
+    latency: LatencyPlot | None = None
+    """Latency distributions of both paths (phase-performance)."""
+    live: LivePlot | None = None
+    """Live KV bytes over time of both paths (phase-performance)."""
+    slices: list[SliceRow] = field(default_factory=list)
+    distribution: Distribution | None = None
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the renderer could not show (a missing or malformed evidence key)."""
+    sweep_facts: list[KeyValue] = field(default_factory=list)
+    """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
+    sweep_table: Table | None = None
+    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
+    tokens: list[TokenView] = field(default_factory=list)
+    """Greedy continuations that diverge, token by token."""
+    downloads: list[Download] = field(default_factory=list)
+    reproducer: Reproducer | None = None
+    """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
+
+
+@dataclass(kw_only=True)
+class CheckSection(Views):
+    """Everything the dossier shows for one check: its evidence's views, and what the run recorded."""
 
     check: str
     anchor: str
@@ -273,31 +298,12 @@ class CheckSection:
     metrics: list[KeyValue]
     params: list[KeyValue]
     exercise: list[KeyValue]
-    sweep: SweepPlot | None
-    slices: list[SliceRow]
-    distribution: Distribution | None
     diagnosis: Diagnosis | None
     controls: list[ControlLine]
-    tables: list[Table]
     error: str | None
     """Exception type and message, when the check errored."""
     traceback: str | None
     waiver: WaiverView | None
-    notes: list[str] = field(default_factory=list)
-    """What the renderer could not show (a missing or malformed evidence key)."""
-    latency: LatencyPlot | None = None
-    """Latency distributions of both paths (phase-performance)."""
-    live: LivePlot | None = None
-    """Live KV bytes over time of both paths (phase-performance)."""
-    sweep_facts: list[KeyValue] = field(default_factory=list)
-    """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
-    sweep_table: Table | None = None
-    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
-    tokens: list[TokenView] = field(default_factory=list)
-    """Greedy continuations that diverge, token by token."""
-    downloads: list[Download] = field(default_factory=list)
-    reproducer: Reproducer | None = None
-    """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
     needs: str | None = None
     """What the check needs and what the candidate offers, as the run decided it before the check
     ran (the words of `gate plan`); None: a run that recorded no decision."""
