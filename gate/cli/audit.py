@@ -98,9 +98,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
             }
             for entry in entries:
                 body = entry.body
-                if kind and entry.kind != kind:
-                    continue
-                if after and entry.time < after:
+                if (kind and entry.kind != kind) or (after and entry.time < after):
                     continue
                 if approximate:
                     name = (body.get("manifest") or {}).get("name") or body.get("manifest_name")
