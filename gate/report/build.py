@@ -169,7 +169,7 @@ def _section(check: CheckResult, decided: tuple[str, str] | None = None) -> Chec
     )
 
 
-def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Failure]:
+def _failures(sections: Sequence[CheckSection]) -> list[Failure]:
     failing = [s for s in sections if s.status in ("fail", "error", "unproven")]
     failing.sort(key=lambda s: (s.severity != "deny", s.status == "unproven", s.status != "fail"))
     return [
@@ -307,7 +307,7 @@ def build_report(
     return ReportData(
         banner=banner,
         claim=claim_view(result),
-        failures=_failures(result, sections),
+        failures=_failures(sections),
         plan=sections,
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
         next_steps=next_steps(result, sections, out_dir, commands, signed=signing.signed)
