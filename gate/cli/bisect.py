@@ -263,7 +263,7 @@ def command(
             f"({len(change.probed)} runs, {seconds:.0f}s)"
         )
         echo(f"  dossiers: {first.dossier()}  {last.dossier()}")
-        summary.update(change=None)
+        summary["change"] = None
     else:
         before, after = runs[change.before], runs[change.after]
         a, b = builds[change.before].name, builds[change.after].name
@@ -275,14 +275,8 @@ def command(
         echo(f"  first with another:          {b:<12} {after.describe()}  dossier: {after.dossier()}")
         for line in side_by_side(before, after, (a, b)):
             echo(line)
-        summary.update(
-            change={
-                "before": a,
-                "after": b,
-                "before_dossier": str(before.dossier()),
-                "after_dossier": str(after.dossier()),
-            }
-        )
+        dossiers = {"before_dossier": str(before.dossier()), "after_dossier": str(after.dossier())}
+        summary["change"] = {"before": a, "after": b, **dossiers}
         if (before.out / "results.json").exists() and (after.out / "results.json").exists():
             summary["change"]["diff"] = str(_diff(before.out, after.out, a, b, out_root))
     summary["outcomes"] = {
