@@ -12,22 +12,9 @@ import click
 
 from gate._util.text import one_line
 from gate.cli.common import echo, user_errors
-from gate.cli.ledger_options import ledger_option
+from gate.cli.ledger_options import ledger_option, open_read_only
 from gate.cli.roles import Roles, any_verdict_option, trust_options
-from gate.cli.verify import mains_policy_option
-
-
-def _open(ledger_path: Path | None) -> Any:
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_paths import resolve_ledger_path
-
-    return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
-
-
-def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
-    from gate.trust.keys import keyid, load_public_key
-
-    return [keyid(load_public_key(k)) for k in keys] or None
+from gate.cli.verify import mains_policy_option, say
 
 
 def _since(text: str | None) -> str | None:
@@ -79,6 +66,12 @@ def _describe(body: dict[str, Any]) -> str:
     return str(kind)
 
 
+def _keyids(keys: tuple[Path, ...]) -> list[str] | None:
+    from gate.trust.keys import keyid, load_public_key
+
+    return [keyid(load_public_key(k)) for k in keys] or None
+
+
 @click.group("audit")
 def command() -> None:
     """Read and verify the audit ledger (runs, approvals, waivers), offline."""
@@ -96,7 +89,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
     """List ledger entries, oldest first."""
     with user_errors():  # a corrupt body is one line too
         after = _since(since)
-        with _open(ledger_path) as ledger:
+        with open_read_only(ledger_path) as ledger:
             entries = list(ledger.entries())
             approx_names = {
                 (e.body.get("manifest") or {}).get("name")
@@ -105,9 +98,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
             }
             for entry in entries:
                 body = entry.body
-                if kind and entry.kind != kind:
-                    continue
-                if after and entry.time < after:
+                if (kind and entry.kind != kind) or (after and entry.time < after):
                     continue
                 if approximate:
                     name = (body.get("manifest") or {}).get("name") or body.get("manifest_name")
@@ -124,7 +115,7 @@ def list_(approximate: bool, since: str | None, kind: str | None, as_json: bool,
 @ledger_option
 def show(entry_id: int, ledger_path: Path | None) -> None:
     """Show entry ID: its body, hash, link and the signed checkpoint that covers it."""
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         entry = ledger.get(entry_id)
         checkpoint = ledger.checkpoint(entry_id)
     if entry is None:
@@ -139,11 +130,6 @@ def show(entry_id: int, ledger_path: Path | None) -> None:
             f"signed {checkpoint.time}"
         )
     echo(json.dumps(entry.body, indent=2, sort_keys=True, ensure_ascii=False))
-
-
-def _echo(ok: bool | None, text: str) -> None:
-    mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
-    echo(f"{mark} {text}", err=ok is False)
 
 
 @command.command("trace")
@@ -176,7 +162,7 @@ def trace_(
     from gate.cli.verify import deploy_exit
     from gate.trust.audit import MIN_REF, standing_runs, trace
 
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         trust = roles.load()
         report, traces = trace(ledger, ref, trust=trust, dossier=dossier, policy_dirs=list(policy_dirs))
     if not traces:
@@ -191,25 +177,25 @@ def trace_(
         echo(f"  dossier   {item.dossier}")
         echo(f"  digest    sha256:{(body.get('dossier') or {}).get('statement_sha256')}")
         for finding in [*item.findings, *(item.check.findings if item.check else [])]:
-            _echo(finding.ok, finding.text)
+            say(finding.ok, finding.text)
         echo(f"  status    {item.status}")
         for waiver in item.waivers:
             applied = waiver.seq in (body.get("waivers") or [])
             why = report.untrusted.get(waiver.seq)
             trusted = f" (untrusted: {'; '.join(why)})" if why else ""
             trusted += f" ({'; '.join(report.history[waiver.seq])})" if waiver.seq in report.history else ""
-            _echo(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
+            say(None, f"waiver #{waiver.seq}: {_summary(waiver.body)}{' (applied)' if applied else ''}{trusted}")
         if item.ok and item.check is not None:
             echo(f"  verified: {item.check.summary()}")
         ok = ok and item.ok
     for seq, why in sorted(report.untrusted.items()):
         if seq not in related:
-            _echo(None, f"entry #{seq} ({report.kinds.get(seq)}) is untrusted and ignored: {'; '.join(why)}")
+            say(None, f"entry #{seq} ({report.kinds.get(seq)}) is untrusted and ignored: {'; '.join(why)}")
     bad = report.first_bad()
     if bad is None:
-        _echo(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
+        say(True, f"ledger: {report.chain.size} entries, chain and {report.chain.checkpoints} checkpoints verify")
     else:
-        _echo(False, f"ledger: {bad.message}")
+        say(False, f"ledger: {bad.message}")
     echo("VERIFIED" if ok else "NOT VERIFIED")
     standing = standing_runs(traces)
     not_mains = [line for item in standing if item.check is not None for line in item.check.not_mains]
@@ -251,7 +237,7 @@ def verify_(
     from gate.trust.audit import held_checkpoints, verify_ledger
     from gate.trust.policy import find_trust
 
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         trust = roles.load() if roles.given else find_trust(None)
         trusted = [cp for path in held for cp in held_checkpoints(path)]
         report = verify_ledger(ledger, trusted=trusted, pinned_keyids=_keyids(pinned), trust=trust)
@@ -261,9 +247,9 @@ def verify_(
     for seq, why in sorted(report.untrusted.items()):
         echo(f"FAIL entry #{seq} ({report.kinds.get(seq)}) is untrusted: {'; '.join(why)}", err=True)
     for seq, what in sorted(report.history.items()):
-        _echo(None, f"entry #{seq} ({report.kinds.get(seq)}): {'; '.join(what)}")
+        say(None, f"entry #{seq} ({report.kinds.get(seq)}): {'; '.join(what)}")
     if trust is None:
-        _echo(None, "no trust policy or keys by role: entries checked for their own signatures only")
+        say(None, "no trust policy or keys by role: entries checked for their own signatures only")
     if bad is None and not report.untrusted:
         echo(f"ok   {chain.size} entries; chain verifies to head {chain.head[:16]}")
         echo(
@@ -271,7 +257,7 @@ def verify_(
             f"ledger key {keyid[:16]}"
         )
         if not pinned and not (trust and trust.ledger_keyids()):
-            _echo(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
+            say(None, "no --ledger-pub (or ledger-signers in the trust policy): the ledger's key is not pinned")
         echo("VERIFIED")
         sys.exit(0)
     if bad is not None:
@@ -298,7 +284,7 @@ def verify_(
 @ledger_option
 def checkpoint_(out_path: Path | None, ledger_path: Path | None) -> None:
     """Export the latest signed checkpoint, to keep somewhere the ledger's writers cannot reach."""
-    with user_errors(), _open(ledger_path) as ledger:
+    with user_errors(), open_read_only(ledger_path) as ledger:
         checkpoint = ledger.checkpoint()
     if checkpoint is None:
         echo("gate: the ledger is empty", err=True)

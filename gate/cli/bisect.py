@@ -20,9 +20,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import click
 
@@ -30,11 +30,9 @@ from gate.cli.bisect_builds import Build, BuildFailed, from_binaries, from_commi
 from gate.cli.common import echo
 from gate.errors import EXIT_BAD_INPUT, EXIT_CHECK_ERROR
 
-K = TypeVar("K", bound=Hashable)
-
 
 @dataclass
-class Change(Generic[K]):
+class Change:
     """Where the outcome changes: `before` is the last index known to give the first index's outcome,
     `after` the first known to give another (both None: the last build agrees with the first);
     `probed` in the order run."""
@@ -42,21 +40,18 @@ class Change(Generic[K]):
     before: int | None
     after: int | None
     probed: list[int]
-    outcomes: dict[int, K] = field(default_factory=dict)
 
 
-def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
-    """Binary search for the first index whose outcome differs from index 0's, assuming one change
-    point, each index probed at most once: index 0 first, then halving the span [0, count), the end
-    past the last build counting as "changed". At most 1 + ceil(log2(count)) probes whatever the answer
-    (5 for 13 builds; one fewer where the halving meets the change early): the fewest that tell count
-    possibilities apart (no change, or a change at 1..count-1)."""
+def find_change(count: int, probe: Callable[[int], Hashable]) -> Change:
+    """Binary search for the first index whose outcome differs from index 0's, as the module says, each
+    index probed at most once; at most 1 + ceil(log2(count)) probes whatever the answer: the fewest that
+    tell count possibilities apart (no change, or a change at 1..count-1)."""
     if count < 2:
         raise ValueError(f"need at least 2 items to bisect, got {count}")
-    outcomes: dict[int, K] = {}
+    outcomes: dict[int, Hashable] = {}
     probed: list[int] = []
 
-    def outcome(index: int) -> K:
+    def outcome(index: int) -> Hashable:
         if index not in outcomes:
             outcomes[index] = probe(index)
             probed.append(index)
@@ -71,8 +66,8 @@ def find_change(count: int, probe: Callable[[int], K]) -> Change[K]:
         else:
             after = middle
     if after == count:  # the last build gives the first's outcome: no change between the ends
-        return Change(None, None, probed, outcomes)
-    return Change(before, after, probed, outcomes)
+        return Change(None, None, probed)
+    return Change(before, after, probed)
 
 
 # -- what a probe runs (the builds it runs: gate.cli.bisect_builds) -------------------------------------
@@ -215,11 +210,8 @@ def command(
     Exit 0 when a change point was found or there is none; 2 on bad input; 3 when a build could not be
     made (install, or --build-cmd failing).
     """
-    kinds = [
-        name
-        for name, given in (("--llamacpp-builds", llamacpp_builds), ("--binaries", binaries), ("--commits", commits))
-        if given
-    ]
+    given = {"--llamacpp-builds": llamacpp_builds, "--binaries": binaries, "--commits": commits}
+    kinds = [name for name, value in given.items() if value]
     if len(kinds) != 1:
         raise click.UsageError("give exactly one of --llamacpp-builds, --binaries, --commits")
     if build_cmd and not commits:
@@ -271,7 +263,7 @@ def command(
             f"({len(change.probed)} runs, {seconds:.0f}s)"
         )
         echo(f"  dossiers: {first.dossier()}  {last.dossier()}")
-        summary.update(change=None)
+        summary["change"] = None
     else:
         before, after = runs[change.before], runs[change.after]
         a, b = builds[change.before].name, builds[change.after].name
@@ -283,14 +275,8 @@ def command(
         echo(f"  first with another:          {b:<12} {after.describe()}  dossier: {after.dossier()}")
         for line in side_by_side(before, after, (a, b)):
             echo(line)
-        summary.update(
-            change={
-                "before": a,
-                "after": b,
-                "before_dossier": str(before.dossier()),
-                "after_dossier": str(after.dossier()),
-            }
-        )
+        dossiers = {"before_dossier": str(before.dossier()), "after_dossier": str(after.dossier())}
+        summary["change"] = {"before": a, "after": b, **dossiers}
         if (before.out / "results.json").exists() and (after.out / "results.json").exists():
             summary["change"]["diff"] = str(_diff(before.out, after.out, a, b, out_root))
     summary["outcomes"] = {

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gate.cli.common import echo, user_errors
-from gate.cli.ledger_options import ledger_option_of
+from gate.cli.ledger_options import ledger_option_of, open_read_only
 
 if TYPE_CHECKING:
     from gate.core.result import GateResult
@@ -63,11 +63,8 @@ def _ledger_base(ledger_path: Path, name: object, commit: object) -> tuple[GateR
     `commit`, read from the dossier directory its ledger entry names (refused when gone or replaced)."""
     from gate.errors import InputError
     from gate.trust.history import latest_other_commit, recorded_dossier
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_paths import resolve_ledger_path
 
-    path = resolve_ledger_path(ledger_path, must_exist=True)
-    with Ledger.open(path, create=False, writable=False) as ledger:
+    with open_read_only(ledger_path) as ledger:
         entry = latest_other_commit(list(ledger.entries()), str(name), commit if isinstance(commit, str) else None)
         location = ledger.location
     if entry is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gate.cli.common import echo, user_errors
-from gate.cli.ledger_options import ledger_option
+from gate.cli.ledger_options import ledger_option, open_read_only
 
 
 @click.command("history")
@@ -30,12 +30,9 @@ def command(selector: str, ledger_path: Path | None, html_out: Path | None) -> N
     from gate.errors import OutputError
     from gate.trust.history import build_history
     from gate.trust.history_render import render_html, render_text
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_paths import resolve_ledger_path
 
     with user_errors():
-        path = resolve_ledger_path(ledger_path, must_exist=True)
-        with Ledger.open(path, create=False, writable=False) as ledger:
+        with open_read_only(ledger_path) as ledger:
             history = build_history(list(ledger.entries()), selector, ledger.location)
         echo(render_text(history), nl=False)
         if html_out is not None:

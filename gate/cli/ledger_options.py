@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -15,6 +15,14 @@ def _location(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     from gate.trust.ledger_store import ledger_location
 
     return None if value is None else ledger_location(value)
+
+
+def open_read_only(ledger_path: Path | None) -> Any:
+    """The ledger --ledger names (else the default one), read-only; InputError when there is none."""
+    from gate.trust.ledger import Ledger
+    from gate.trust.ledger_paths import resolve_ledger_path
+
+    return Ledger.open(resolve_ledger_path(ledger_path, must_exist=True), writable=False, create=False)
 
 
 def ledger_option_of(help_text: str) -> Callable[[FC], FC]:

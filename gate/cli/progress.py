@@ -47,18 +47,9 @@ STATUS_STYLES = {
 """Terminal colour per check status and control outcome."""
 
 
-def is_ci() -> bool:
-    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
-
-
 def style_of(event: RunEvent) -> str | None:
     """The terminal style of an event: by the status or control outcome it reports."""
     return STATUS_STYLES.get(event.outcome) if event.outcome is not None else None
-
-
-def is_detail(line: str) -> bool:
-    """A check's own detail line (shown with -v only): an indented log line."""
-    return line.startswith("  ")
 
 
 class Reporter:
@@ -66,7 +57,7 @@ class Reporter:
 
     def __init__(self, verbosity: int = 1, color: ColorMode = "auto", plain: bool | None = None) -> None:
         self.verbosity = verbosity
-        self.plain = is_ci() if plain is None else plain
+        self.plain = (bool(os.environ.get("CI")) or not sys.stderr.isatty()) if plain is None else plain
         self.color = color
         self._console: Any = None
         self._bars: Any = None
@@ -93,7 +84,7 @@ class Reporter:
         self._print(event.line(), style_of(event))
 
     def log(self, message: str) -> None:
-        if self.verbosity <= 0 or (self.verbosity < 2 and is_detail(message)):
+        if self.verbosity <= 0 or (self.verbosity < 2 and message.startswith("  ")):  # a detail line: -v only
             return
         self._print(message, None)
 

@@ -26,7 +26,6 @@ class Roles:
         return bool(self.trust_path or self.run_keys or self.approver_keys)
 
     def load(self) -> Any:
-        """`load_roles` of these."""
         return load_roles(self.trust_path, self.run_keys, self.approver_keys)
 
 

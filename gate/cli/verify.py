@@ -81,8 +81,7 @@ def command(
     if asked.landed is not None:
         checked.findings.insert(0, Finding(True, asked.landed.text))
     for finding in checked.findings:
-        mark = {True: "ok  ", False: "FAIL", None: "note"}[finding.ok]
-        echo(f"{mark} {finding.text}", err=finding.ok is False)
+        say(finding.ok, finding.text)
     if checked.ok and asked.other is not None:
         echo(f"OTHER COMMIT: {directory}: {asked.other}", err=True)
         sys.exit(EXIT_OTHER_COMMIT)
@@ -96,6 +95,14 @@ def command(
     bad = sum(1 for f in checked.findings if f.ok is False) + (asked.other is not None)
     echo(f"INVALID: {directory}: {bad} problem(s)", err=True)
     sys.exit(1)
+
+
+MARKS = {True: "ok  ", False: "FAIL", None: "note"}
+
+
+def say(ok: bool | None, text: str) -> None:
+    """One finding: ok, FAIL (on stderr) or note."""
+    echo(f"{MARKS[ok]} {text}", err=ok is False)
 
 
 def deploy_exit(deployable: bool, any_verdict: bool, not_mains: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ input found on the worker, a lost worker) becomes a suite with one `<error>` car
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,12 @@ def batch_markdown(document: dict[str, Any]) -> str:
         "|---|---|---:|---|---:|---|",
     ]
     for run in document["runs"]:
-        statuses: dict[str, int] = {}
-        for check in run["checks"]:
-            statuses[check["status"]] = statuses.get(check["status"], 0) + 1
+        statuses = Counter(check["status"] for check in run["checks"])
         checks = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "-"
         retried = f" (attempt {run['attempts']})" if run["attempts"] > 1 else ""
+        name = f"[{_cell(run['name'])}]({_cell(run['out_dir'])}/dossier.md)" if run["files"] else _cell(run["name"])
         lines.append(
-            f"| [{_cell(run['name'])}]({_cell(run['out_dir'])}/dossier.md) | {_cell(run['verdict'])} | "
-            f"{run['exit_code']} | {_cell(checks)} | {run['duration_s']:.1f} | {_cell(run['summary'])}{retried} |"
-            if run["files"]
-            else f"| {_cell(run['name'])} | {_cell(run['verdict'])} | {run['exit_code']} | - | "
+            f"| {name} | {_cell(run['verdict'])} | {run['exit_code']} | {_cell(checks) if run['files'] else '-'} | "
             f"{run['duration_s']:.1f} | {_cell(run['summary'])}{retried} |"
         )
     return "\n".join(lines) + "\n"

@@ -7,8 +7,9 @@ runners (plan and manifest are read as plain dicts, unknown statuses are shown a
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,24 +24,18 @@ from gate.report.fmt import as_float, as_mapping, duration, number
 from gate.report.model import (
     Banner,
     CheckSection,
-    ControlCell,
     ControlLine,
     ControlMatrix,
     ControlRow,
     Failure,
     KeyValue,
-    PlanRow,
     ReportData,
+    Views,
     WaiverView,
 )
 from gate.report.next_steps import CommandContext, next_steps
 from gate.report.provenance import claim_view, invariant_rows, key_values, provenance
-from gate.report.words import (
-    CONTROL_TONES,
-    STATUSES,
-    STEP_TITLES,
-    verdict_label,
-)
+from gate.report.words import CONTROL_TONES, STATUSES, STEP_TITLES, verdict_label
 
 
 @dataclass(frozen=True)
@@ -142,6 +137,7 @@ def _section(check: CheckResult, decided: tuple[str, str] | None = None) -> Chec
     views = read_evidence(check.check, check.evidence)
     diagnosis, diagnosis_tables = read_diagnosis(check.diagnosis)
     error = check.error
+    shown = {f.name: getattr(views, f.name) for f in fields(Views) if f.name != "tables"}
     return CheckSection(
         check=check.check,
         anchor=anchor(check.check),
@@ -159,29 +155,21 @@ def _section(check: CheckResult, decided: tuple[str, str] | None = None) -> Chec
         metrics=key_values(check.metrics),
         params=key_values(check.params),
         exercise=key_values(check.exercise),
-        sweep=views.sweep,
-        slices=views.slices,
-        distribution=views.distribution,
         diagnosis=diagnosis,
         controls=[_control_line(c) for c in check.controls],
         tables=[*views.tables, *diagnosis_tables],
         error=f"{error.type}: {error.message}" if error else None,
         traceback=error.traceback if error else None,
         waiver=_waiver(check),
-        notes=views.notes,
-        latency=views.latency,
-        live=views.live,
-        sweep_facts=views.sweep_facts,
-        sweep_table=views.sweep_table,
-        tokens=views.tokens,
-        downloads=views.downloads,
-        reproducer=views.reproducer,
         needs=decided[0] if decided else None,
         means=decided[1] if decided else None,
+        duration=duration(check.duration_s),
+        timing=timing(check),
+        **shown,
     )
 
 
-def _failures(result: GateResult, sections: Sequence[CheckSection]) -> list[Failure]:
+def _failures(sections: Sequence[CheckSection]) -> list[Failure]:
     failing = [s for s in sections if s.status in ("fail", "error", "unproven")]
     failing.sort(key=lambda s: (s.severity != "deny", s.status == "unproven", s.status != "fail"))
     return [
@@ -208,25 +196,10 @@ def _controls(result: GateResult) -> ControlMatrix:
         faults.extend(c.fault for c in check.controls if c.fault not in faults)
     rows = []
     for fault in faults:
-        cells: list[ControlCell | None] = []
+        cells: list[ControlLine | None] = []
         for check in checks:
             found = next((c for c in check.controls if c.fault == fault), None)
-            if found is None:
-                cells.append(None)
-                continue
-            line = _control_line(found)
-            title = found.message + (
-                f" (output difference {line.output_difference})" if line.output_difference is not None else ""
-            )
-            cells.append(
-                ControlCell(
-                    outcome=line.outcome,
-                    tone=line.tone,
-                    detected_at=line.detected_at,
-                    title=title,
-                    duration=line.duration,
-                )
-            )
+            cells.append(None if found is None else _control_line(found))
         rows.append(ControlRow(fault=fault, cells=cells))
     return ControlMatrix(checks=[c.check for c in checks], rows=rows)
 
@@ -246,23 +219,15 @@ def _banner_notes(result: GateResult) -> list[str]:
             denies = "denies" if check.unproven == "deny" else "warns only"
             lacking = check.evidence.get("unproven_assertions") if check.evidence else None
             if lacking and isinstance(lacking, dict):
-                notes.append(
-                    f"unproven ({denies}): {check.check}: {len(lacking)} of its assertions need what the candidate "
-                    f"lacks ({', '.join(lacking)})"
-                )
+                why = f"{len(lacking)} of its assertions need what the candidate lacks ({', '.join(lacking)})"
             elif check.covered_by:
-                notes.append(
-                    f"unproven ({denies}): {check.check}: not applicable on this candidate; its rule is observed at "
-                    f"model level by {', '.join(check.covered_by)}"
-                )
+                by = ", ".join(check.covered_by)
+                why = f"not applicable on this candidate; its rule is observed at model level by {by}"
             elif check.controls and not any(c.outcome.value == "detected" for c in check.controls):
-                notes.append(
-                    f"unproven ({denies}): {check.check}: none of its negative controls could run or show anything"
-                )
+                why = "none of its negative controls could run or show anything"
             else:
-                notes.append(
-                    f"unproven ({denies}): {check.check}: could not cover what the policy requires (see the check)"
-                )
+                why = "could not cover what the policy requires (see the check)"
+            notes.append(f"unproven ({denies}): {check.check}: {why}")
     return notes
 
 
@@ -316,9 +281,7 @@ def build_report(
     signing = signing or Signing()
     decided = _decided(result)
     sections = [_section(check, decided.get(check.check)) for check in result.checks]
-    counts: dict[str, int] = {}
-    for check in result.checks:
-        counts[check.status.value] = counts.get(check.status.value, 0) + 1
+    counts = Counter(check.status.value for check in result.checks)
     label, tone, summary = _banner_words(result, approvals, required_approvals)
     banner = Banner(
         verdict=result.verdict.value,
@@ -341,29 +304,11 @@ def build_report(
         ),
         notes=_banner_notes(result),
     )
-    plan = [
-        PlanRow(
-            check=s.check,
-            anchor=s.anchor,
-            step=s.step,
-            step_title=s.step_title,
-            severity=s.severity,
-            status=s.status,
-            status_label=s.status_label,
-            tone=s.tone,
-            why=s.why,
-            policy_rule=s.policy_rule,
-            message=s.message,
-            duration=duration(c.duration_s),
-            timing=timing(c),
-        )
-        for s, c in zip(sections, result.checks, strict=True)
-    ]
     return ReportData(
         banner=banner,
         claim=claim_view(result),
-        failures=_failures(result, sections),
-        plan=plan,
+        failures=_failures(sections),
+        plan=sections,
         sections=sorted(sections, key=lambda s: SECTION_ORDER.get(s.status, 3)),
         next_steps=next_steps(result, sections, out_dir, commands, signed=signing.signed)
         if label != "APPROVED"

@@ -249,10 +249,6 @@ def diff_results(
 # --- rendering ------------------------------------------------------------------------------------
 
 
-def _value(text: str | None) -> str:
-    return "(absent)" if text is None else text
-
-
 def _terse(a: str | None, b: str | None, limit: int = 48) -> tuple[str, str]:
     """Two values as the terminal shows them: long comma lists as what B added and removed, other
     long values cut (--format md and json keep them whole)."""
@@ -261,8 +257,8 @@ def _terse(a: str | None, b: str | None, limit: int = 48) -> tuple[str, str]:
         moved = [f"+{x}" for x in sorted(new - old)] + [f"-{x}" for x in sorted(old - new)]
         return f"{len(old)} items", f"{len(new)} items: {' '.join(moved)}"
 
-    def cut(text: str | None) -> str:
-        text = _value(text)
+    def cut(value: str | None) -> str:
+        text = "(absent)" if value is None else value
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
     return cut(a), cut(b)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.report.fmt import as_float, number
-from gate.report.plots import Frame, Marker, Tick
+from gate.report.plots import Frame, Marker, Tick, log_axis
 
 SERIES = (("hidden_delta", "hidden state", "hidden"), ("k_delta", "new K", "k"), ("v_delta", "new V", "v"))
 """Per-layer magnitudes a layer record may carry, and their legend names."""
@@ -86,15 +86,7 @@ def layer_plot(layers: Sequence[Mapping[str, Any]], prefix_len: Any = None) -> L
     cells: list[LayerCell] = []
     y_ticks: list[Tick] = []
     if values:
-        lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
-        hi = hi + 1 if hi == lo else hi
-        lo = max(lo, hi - 12)
-
-        def y_of(v: float) -> float:
-            clamped = min(max(math.log10(v), lo), hi) if v > 0 else lo
-            return round(frame.bottom - frame.plot_height * (clamped - lo) / (hi - lo), 1)
-
-        y_ticks = [Tick(pos=y_of(10.0**k), label=f"1e{k}") for k in range(lo, hi + 1)]
+        y_of, y_ticks = log_axis(values, frame)
         for key, name, kind in SERIES:
             points, markers = [], []
             for i, r in enumerate(records):

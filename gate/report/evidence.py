@@ -24,11 +24,9 @@ from pydantic import ValidationError
 from gate.checks.faces import EVIDENCE, FACES
 from gate.core.evidence import EvidenceRecord, ServedRequest, StoreEvidence
 from gate.core.hazards import HAZARDS, read_hazard
-from gate.report.divergence import TokenView, layer_plot
+from gate.report.divergence import layer_plot
 from gate.report.fmt import display
-from gate.report.model import Diagnosis, Distribution, Download, HazardView, KeyValue, Reproducer, SliceRow, Table
-from gate.report.perf_plots import LatencyPlot, LivePlot
-from gate.report.plots import SweepPlot
+from gate.report.model import Diagnosis, HazardView, KeyValue, Table, Views
 
 DIAGNOSIS_KEYS = ("profile", "bug_class", "first_diverging_layer", "explanation", "hazard")
 """Diagnosis keys the box shows (gate.checks._diagnosis writes them); any other key is listed below it."""
@@ -38,21 +36,9 @@ FOLD_ABOVE = 40
 
 
 @dataclass
-class EvidenceViews:
+class EvidenceViews(Views):
     """What the evidence of one check turned into."""
 
-    sweep: SweepPlot | None = None
-    latency: LatencyPlot | None = None
-    live: LivePlot | None = None
-    slices: list[SliceRow] = field(default_factory=list)
-    distribution: Distribution | None = None
-    tables: list[Table] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    sweep_facts: list[KeyValue] = field(default_factory=list)
-    sweep_table: Table | None = None
-    tokens: list[TokenView] = field(default_factory=list)
-    downloads: list[Download] = field(default_factory=list)
-    reproducer: Reproducer | None = None
     first_failing_length: float | None = None
     consumed: set[str] = field(default_factory=set)
     """Evidence keys a dedicated view showed; the rest become generic tables."""
@@ -66,15 +52,13 @@ Reader = Callable[[Any, EvidenceViews], None]
 """A check's view (`read` in gate.checks.<module>.view): its typed record into `EvidenceViews`."""
 
 
-def fold_rows(
-    rows: list[list[str]], failing: list[bool], pinned: list[bool] | None = None, keep: int = FOLD_ABOVE
-) -> tuple[list[list[str]], int]:
+def fold_rows(rows: list[list[str]], failing: list[bool], pinned: list[bool]) -> tuple[list[list[str]], int]:
     """Rows with long passing runs folded into one marker row: the first and last row, every
     failing row, the rows either side of each pass/fail change and every `pinned` row (layout
     boundaries) stay. Returns (rows, how many were folded)."""
-    if len(rows) <= keep:
+    if len(rows) <= FOLD_ABOVE:
         return rows, 0
-    kept = {0, len(rows) - 1} | {i for i, pin in enumerate(pinned or []) if pin}
+    kept = {0, len(rows) - 1} | {i for i, pin in enumerate(pinned) if pin}
     for i, bad in enumerate(failing):
         if bad:
             kept.update((i - 1, i, i + 1))
@@ -107,31 +91,12 @@ def requests_table(requests: list[ServedRequest], views: EvidenceViews) -> None:
     for r in requests[:MAX_TABLE_ROWS]:
         reuse = "BEYOND entitlement" if r.reused > r.entitled else ("below" if r.reused < r.entitled else "")
         counts = map(str, (r.prompt_tokens, r.entitled, r.reused))
-        rows.append(
-            [
-                r.request,
-                *counts,
-                reuse,
-                str(r.hit_blocks),
-                str(r.computed),
-                display(r.max_abs_delta),
-                str(r.argmax_flips),
-            ]
-        )
+        outputs = [str(r.hit_blocks), str(r.computed), display(r.max_abs_delta), str(r.argmax_flips)]
+        rows.append([r.request, *counts, reuse, *outputs])
     if rows:
         views.table(
             title="Requests: reuse against entitlement, outputs against a full recompute",
-            columns=[
-                "request",
-                "prompt",
-                "entitled",
-                "reused",
-                "",
-                "hit blocks",
-                "computed",
-                "max |Δlogit|",
-                "flips",
-            ],
+            columns=["request", "prompt", "entitled", "reused", "", "hit blocks", "computed", "max |Δlogit|", "flips"],
             rows=rows,
             note=f"first {MAX_TABLE_ROWS} of {len(requests)} rows" if len(requests) > MAX_TABLE_ROWS else "",
         )

@@ -93,10 +93,8 @@ def change_files(paths: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     listed = environ.get("GATE_CHANGED_FILES")
     if listed is None:
         return named
-    changed = set()
-    for line in Path(listed).read_text(encoding="utf-8").splitlines() if Path(listed).is_file() else listed.split():
-        if line.strip():
-            changed.add(Path(line.strip()).as_posix())
+    lines = Path(listed).read_text(encoding="utf-8").splitlines() if Path(listed).is_file() else listed.split()
+    changed = {Path(line.strip()).as_posix() for line in lines if line.strip()}
     return [p for p in named if p in changed]
 
 

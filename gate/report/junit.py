@@ -58,13 +58,10 @@ def _testcase(parent: ET.Element, s: CheckSection, seconds: float) -> str:
     case = ET.SubElement(parent, "testcase", classname=f"gate.step{s.step}", name=s.check, time=f"{seconds:.3f}")
     details = _clean(_details(s))
     headline = _clean(s.message or s.status_label)
-    if s.status == "fail" and s.severity == "deny":
-        failure = ET.SubElement(case, "failure", message=headline, type="deny")
-        failure.text = details
-        return "failure"
-    if s.status == "unproven" and s.unproven == "deny":
-        failure = ET.SubElement(case, "failure", message=headline, type="unproven")
-        failure.text = details
+    if (s.status, "deny") in (("fail", s.severity), ("unproven", s.unproven)):
+        ET.SubElement(
+            case, "failure", message=headline, type="deny" if s.status == "fail" else "unproven"
+        ).text = details
         return "failure"
     if s.status == "error":
         error = ET.SubElement(case, "error", message=_clean(s.error or headline), type="error")

@@ -137,43 +137,9 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class PlanRow:
-    """One planned check: why it was required and how it came out."""
-
-    check: str
-    anchor: str
-    step: int
-    step_title: str
-    severity: str
-    status: str
-    status_label: str
-    tone: Tone
-    why: str
-    policy_rule: str
-    message: str
-    duration: str
-    timing: str
-    """Where the time went: the check's own run, its controls, and the shares of model forwards, the
-    subject's other work and gate's own work."""
-
-
-@dataclass(frozen=True)
-class ControlCell:
-    """One cell of the negative-control matrix."""
-
-    outcome: str
-    tone: Tone
-    detected_at: str | None
-    title: str
-    """Hover text: the control's message and output difference."""
-    duration: str
-    """Wall time of the control."""
-
-
-@dataclass(frozen=True)
 class ControlRow:
     fault: str
-    cells: list[ControlCell | None]
+    cells: list[ControlLine | None]
     """One per matrix column; None where the check did not run this fault."""
 
 
@@ -269,6 +235,12 @@ class ControlLine:
     duration: str
     """Wall time of this control (it stops at its first failure)."""
 
+    @property
+    def title(self) -> str:
+        """Hover text in the control matrix: the message and output difference."""
+        difference = f" (output difference {self.output_difference})" if self.output_difference is not None else ""
+        return self.message + difference
+
 
 @dataclass(frozen=True)
 class WaiverView:
@@ -280,9 +252,34 @@ class WaiverView:
     ledger_id: str | None
 
 
-@dataclass(frozen=True)
-class CheckSection:
-    """Everything the dossier shows for one check."""
+@dataclass(kw_only=True)
+class Views:
+    """What a check's evidence shows, as its reader made it (gate.report.evidence.EvidenceViews)."""
+
+    sweep: SweepPlot | None = None
+    latency: LatencyPlot | None = None
+    """Latency distributions of both paths (phase-performance)."""
+    live: LivePlot | None = None
+    """Live KV bytes over time of both paths (phase-performance)."""
+    slices: list[SliceRow] = field(default_factory=list)
+    distribution: Distribution | None = None
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the renderer could not show (a missing or malformed evidence key)."""
+    sweep_facts: list[KeyValue] = field(default_factory=list)
+    """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
+    sweep_table: Table | None = None
+    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
+    tokens: list[TokenView] = field(default_factory=list)
+    """Greedy continuations that diverge, token by token."""
+    downloads: list[Download] = field(default_factory=list)
+    reproducer: Reproducer | None = None
+    """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
+
+
+@dataclass(kw_only=True)
+class CheckSection(Views):
+    """Everything the dossier shows for one check: its evidence's views, and what the run recorded."""
 
     check: str
     anchor: str
@@ -301,36 +298,21 @@ class CheckSection:
     metrics: list[KeyValue]
     params: list[KeyValue]
     exercise: list[KeyValue]
-    sweep: SweepPlot | None
-    slices: list[SliceRow]
-    distribution: Distribution | None
     diagnosis: Diagnosis | None
     controls: list[ControlLine]
-    tables: list[Table]
     error: str | None
     """Exception type and message, when the check errored."""
     traceback: str | None
     waiver: WaiverView | None
-    notes: list[str] = field(default_factory=list)
-    """What the renderer could not show (a missing or malformed evidence key)."""
-    latency: LatencyPlot | None = None
-    """Latency distributions of both paths (phase-performance)."""
-    live: LivePlot | None = None
-    """Live KV bytes over time of both paths (phase-performance)."""
-    sweep_facts: list[KeyValue] = field(default_factory=list)
-    """Which comparison each |Δ| of the sweep is against (full pass, same cached schedule)."""
-    sweep_table: Table | None = None
-    """The sweep's lengths, long passing runs folded (failing and boundary rows always shown)."""
-    tokens: list[TokenView] = field(default_factory=list)
-    """Greedy continuations that diverge, token by token."""
-    downloads: list[Download] = field(default_factory=list)
-    reproducer: Reproducer | None = None
-    """The minimal failing schedule and the code that replays it (schedule-fuzz)."""
     needs: str | None = None
     """What the check needs and what the candidate offers, as the run decided it before the check
     ran (the words of `gate plan`); None: a run that recorded no decision."""
     means: str | None = None
     """What that meant: runs with its own controls, with stand-ins, or not applicable (never started)."""
+    duration: str = ""
+    timing: str = ""
+    """Where the time went: the check's own run, its controls, and the shares of model forwards, the
+    subject's other work and gate's own work."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +349,8 @@ class ReportData:
     banner: Banner
     claim: ClaimView
     failures: list[Failure]
-    plan: list[PlanRow]
+    plan: list[CheckSection]
+    """Every check in plan order (`sections` shows failures first)."""
     sections: list[CheckSection]
     controls: ControlMatrix
     waivers: list[WaiverView]

@@ -26,14 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gate.core.result import GateResult, Status
-from gate.errors import (
-    EXIT_CHECK_ERROR,
-    EXIT_GATE_FAILED,
-    EXIT_NOT_DEPLOYABLE,
-    EXIT_PARTIAL,
-    EXIT_PASS,
-    EXIT_UNPROVEN,
-)
+from gate.errors import EXIT_CHECK_ERROR, EXIT_GATE_FAILED, EXIT_NOT_DEPLOYABLE, EXIT_PARTIAL, EXIT_PASS, EXIT_UNPROVEN
 from gate.report.fmt import as_float
 from gate.report.model import CheckSection, NextStep
 from gate.report.words import VERDICTS
@@ -69,12 +62,8 @@ def _quoted(words: Sequence[str]) -> str:
 
 
 def _run(manifest: str, out: str, checks: Sequence[str], *params: str, options: Sequence[str] = ()) -> str:
-    words = ["gate", "run", manifest, "--out", out]
-    for check in checks:
-        words += ["--check", check]
-    for param in params:
-        words += ["--param", param]
-    return _quoted([*words, *options])
+    flags = [w for check in checks for w in ("--check", check)] + [w for p in params for w in ("--param", p)]
+    return _quoted(["gate", "run", manifest, "--out", out, *flags, *options])
 
 
 def with_stand_ins(result: GateResult, check: str) -> list[str]:

@@ -77,8 +77,8 @@ def latency_plot(series: Sequence[tuple[str, str, Sequence[float]]]) -> LatencyP
     if not usable:
         return None
     row_h = 22.0
-    frame = Frame(width=640, height=int(40 + row_h * len(usable)), left=150.0, top=8.0, right=620.0, bottom=0.0)
-    frame = Frame(frame.width, frame.height, frame.left, frame.top, frame.right, frame.top + row_h * len(usable))
+    height = row_h * len(usable)
+    frame = Frame(width=640, height=int(40 + height), left=150.0, top=8.0, right=620.0, bottom=8.0 + height)
     everything = [v for _, _, values in usable for v in values]
     lo = math.floor(math.log10(min(everything)))
     hi = math.ceil(math.log10(max(everything)))

@@ -7,7 +7,7 @@ templates/partials/*.svg.j2 draw them. Coordinates are rounded to 0.1 px so gold
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gate.report.fmt import number
@@ -120,6 +120,23 @@ def _r(value: float) -> float:
     return round(value, 1)
 
 
+def log_axis(values: Sequence[float], frame: Frame) -> tuple[Callable[[float], float], list[Tick]]:
+    """A log y axis over the decades `values` (positive, finite) span, at most 12 (1e-8..1: none):
+    the y of a value (clamped to the axis; 0 at its foot) and a tick per decade."""
+    if values:
+        lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+        hi = hi + 1 if hi == lo else hi
+        lo = max(lo, hi - 12)
+    else:
+        lo, hi = -8, 0
+
+    def y_of(value: float) -> float:
+        clamped = min(max(math.log10(value), lo), hi) if value > 0 else lo
+        return _r(frame.bottom - frame.plot_height * (clamped - lo) / (hi - lo))
+
+    return y_of, [Tick(pos=y_of(10.0**k), label=f"1e{k}") for k in range(lo, hi + 1)]
+
+
 def _log_lengths(lengths: Sequence[float]) -> list[float]:
     # log10(L + 1): the sweep starts at prefix length 0, which a plain log axis cannot place.
     return [math.log10(max(length, 0.0) + 1.0) for length in lengths]
@@ -152,20 +169,7 @@ def sweep_plot(
         return _r(frame.left + frame.plot_width * math.log10(max(length, 0.0) + 1.0) / x_max)
 
     finite = [d for d in deltas if d is not None and math.isfinite(d) and d > 0]
-    scale = [*finite, *([tolerance] if tolerance and tolerance > 0 else [])]
-    if scale:
-        lo = math.floor(math.log10(min(scale)))
-        hi = math.ceil(math.log10(max(scale)))
-        if hi == lo:
-            hi += 1
-        lo = max(lo, hi - 12)
-    else:
-        lo, hi = -8, 0
-
-    def y_of(delta: float) -> float:
-        clamped = min(max(math.log10(delta), lo), hi) if delta > 0 else lo
-        return _r(frame.bottom - frame.plot_height * (clamped - lo) / (hi - lo))
-
+    y_of, y_ticks = log_axis([*finite, *([tolerance] if tolerance and tolerance > 0 else [])], frame)
     markers: list[Marker] = []
     points: list[str] = []
     first_flip: float | None = None  # first argmax disagreement that is not a tie: the failure
@@ -224,7 +228,6 @@ def sweep_plot(
         for t in sorted(tie_lengths)
     ]
     x_ticks = [Tick(pos=x_of(t), label=number(t)) for t in _length_ticks(lengths)]
-    y_ticks = [Tick(pos=y_of(10.0**k), label=f"1e{k}") for k in range(lo, hi + 1)]
     tol_y = y_of(tolerance) if tolerance is not None and tolerance > 0 else None
     fail_x = x_of(first_failure) if first_failure is not None else None
     worst = max(finite) if finite else 0.0

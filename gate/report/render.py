@@ -49,27 +49,23 @@ def markdown_code_block(value: Any) -> Markup:
 
 @cache
 def html_environment() -> Environment:
-    return Environment(
-        loader=FileSystemLoader(str(data_dir("templates"))),
+    return _environment(
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2", "svg.j2", "xml"), default=True),
-        undefined=StrictUndefined,
         finalize=printable,  # control characters and bidi overrides shown as \uXXXX, then escaped
-        keep_trailing_newline=True,
     )
 
 
 @cache
 def markdown_environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(str(data_dir("templates"))),
-        autoescape=False,
-        undefined=StrictUndefined,
-        finalize=markdown_text,
-        keep_trailing_newline=True,
-    )
+    env = _environment(autoescape=False, finalize=markdown_text)
     env.filters["safe_command"] = markdown_code
     env.filters["code_block"] = markdown_code_block
     return env
+
+
+def _environment(**options: Any) -> Environment:
+    loader = FileSystemLoader(str(data_dir("templates")))
+    return Environment(loader=loader, undefined=StrictUndefined, keep_trailing_newline=True, **options)
 
 
 def render_html(data: ReportData) -> str:
