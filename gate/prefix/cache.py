@@ -168,11 +168,11 @@ class CacheCounters:
 
     lookups: int = 0
     hits: int = 0
-    collisions_detected: int = 0
-    """Lookups whose bucket held blocks with other material (refused by verification)."""
     stored: int = 0
     evicted: int = 0
     invalidated: int = 0
+    collisions_detected: int = 0
+    """Lookups whose bucket held blocks with other material (refused by verification)."""
     not_stored: int = 0
     """Blocks that could not be stored within the byte budget."""
 

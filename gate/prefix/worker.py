@@ -22,6 +22,7 @@ hook; the cache and the model know nothing of them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -383,18 +384,12 @@ class PrefixWorker:
         return self.cache.restore(file, self._admissible, device=self.spec.device)
 
     def cache_state(self) -> dict[str, Any]:
-        c = self.cache.counters
+        cache = self.cache
         return {
-            "blocks": len(self.cache),
-            "bytes_held": self.cache.bytes_held,
-            "byte_budget": self.cache.byte_budget,
+            "blocks": len(cache),
+            "bytes_held": cache.bytes_held,
+            "byte_budget": cache.byte_budget,
             "block_size": self.block_size,
-            "hash": self.cache.rules.hash_name,
-            "lookups": c.lookups,
-            "hits": c.hits,
-            "stored": c.stored,
-            "evicted": c.evicted,
-            "invalidated": c.invalidated,
-            "collisions_detected": c.collisions_detected,
-            "not_stored": c.not_stored,
+            "hash": cache.rules.hash_name,
+            **dataclasses.asdict(cache.counters),
         }

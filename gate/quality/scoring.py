@@ -75,10 +75,6 @@ SUMMED = ("cached_steps", "model_steps", "tokens_processed", "full_passes")
 """Exercise counters that add up over requests (the others are a state: the largest is kept)."""
 
 
-def _session(path: DecodePath, batch: int) -> Session:
-    return path.new_session(batch)
-
-
 @dataclass
 class SessionPool:
     """The candidate's sessions, one per batch size, reused across requests: reset, never rebuilt."""
@@ -103,7 +99,7 @@ class SessionPool:
 
 def _decode_greedy(path: DecodePath, prompts: torch.Tensor, k: int, clock: Clock) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decode k tokens -> (tokens [B, k], logits [B, k, V] predicting each of them)."""
-    session = _session(path, prompts.shape[0])
+    session = path.new_session(prompts.shape[0])
     logits = clock.run(session.prefill, prompts)[:, -1]
     steps, tokens = [logits], [logits.argmax(-1)]
     for _ in range(k - 1):
@@ -120,7 +116,7 @@ def _forced(
     decode phase as served), and the session's exercise record for this request (a pool's session
     is reset and reused; its counters count this request only)."""
     batch = prompts.shape[0]
-    session = path.take(batch) if isinstance(path, SessionPool) else _session(path, batch)
+    session = path.take(batch) if isinstance(path, SessionPool) else path.new_session(batch)
     before = dict(session.exercise())
     logits = clock.run(session.prefill, prompts)[:, -1]
     steps = [logits]
