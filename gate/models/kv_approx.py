@@ -31,7 +31,7 @@ import torch
 
 from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.kv_evict import EvictingStore
-from gate.models.kv_quant import QUANT_FAULTS, KeyAxis, QuantizedStore, dequantize
+from gate.models.kv_quant import QUANT_FAULTS, KeyAxis, QuantizedStore
 from gate.models.reference import KVCache
 
 
@@ -83,12 +83,7 @@ def quantize_cache(
 
     def kv(layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = cache.k[layer].dtype
-        k_slot, v_slot = store.keys[layer], store.values[layer]
-        read = [[dequantize(s.stored, dtype)] if s.stored is not None else [] for s in (k_slot, v_slot)]
-        return (
-            torch.cat([*read[0], *([] if k_slot.residual is None else [k_slot.residual])], dim=2),
-            torch.cat([*read[1], *([] if v_slot.residual is None else [v_slot.residual])], dim=2),
-        )
+        return store.keys[layer].read(dtype), store.values[layer].read(dtype)
 
     _install(cache, store, update, kv, "a quantised cache cannot roll back (codes of a group are shared)")
     return store
