@@ -263,13 +263,10 @@ def read_yaml(path: Path) -> LoadedYaml:
 
 
 def _field_path(loc: Sequence[int | str]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        else:
-            parts.append(("." if parts else "") + str(part))
-    return "".join(parts) or "(document)"
+    """`claims[0].tolerance`: keys joined by dots, list indices in brackets."""
+    return (
+        "".join(f"[{p}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(loc)) or "(document)"
+    )
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -299,11 +296,13 @@ def allowed_keys(model: type[BaseModel] | None, loc: Sequence[int | str]) -> set
     return {info.alias or name for m in models for name, info in m.model_fields.items()}
 
 
-def validation_errors(
+def validation_error(
     doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
-) -> list[InputError]:
-    """Every pydantic error as a located one-line InputError. A misspelled key is named with a
-    did-you-mean, and the "missing" error of the field it was meant to be is dropped."""
+) -> InputError:
+    """All pydantic errors as one InputError: its first line is the first error, and every error
+    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more).
+    A misspelled key is named with a did-you-mean, and the "missing" error of the field it was
+    meant to be is dropped."""
     errors = err.errors(include_url=False)
     missing = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]}
     meant: set[tuple[tuple[Any, ...], str]] = set()
@@ -323,21 +322,12 @@ def validation_errors(
         elif e["type"] == "missing":
             message = "required field is missing"
         out.append((e, message))
-    located = []
+    found = []
     for e, message in out:
         if e["type"] == "missing" and (tuple(e["loc"][:-1]), str(e["loc"][-1])) in meant:
             continue
         (line, col), loc = doc.resolve((*loc_prefix, *e["loc"]))
-        located.append(InputError(doc.path, message, line=line, col=col, field=_field_path(loc)))
-    return located
-
-
-def validation_error(
-    doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
-) -> InputError:
-    """All pydantic errors as one InputError: its first line is the first error, and every error
-    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more)."""
-    found = validation_errors(doc, err, loc_prefix, model)
+        found.append(InputError(doc.path, message, line=line, col=col, field=_field_path(loc)))
     found.sort(key=lambda e: (e.line or 0, e.col or 0))
     first = found[0]
     first.more = found[1:]

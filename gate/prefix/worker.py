@@ -1,23 +1,15 @@
 """A serving worker with a cross-request block prefix cache, over any model code.
 
-`PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between the
-reference decoder and a transformers model is a `ModelFamily` (gate.prefix.family): how to rebuild the model under
-another rope or window, which tables a tokenizer revision remaps, which projections an adapter
-touches, and how to run a step against a per-request cache and move K/V blocks in and out of it.
+`PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between
+model codes is a `ModelFamily` (gate.prefix.family). A request is token ids plus its adapter and
+its tenant or cache salt; the worker fixes the rest of the identity (model revision, tokenizer,
+rope, window, KV dtype; K/V stored in a narrower dtype are rounded on write). Siblings built by
+`sibling(field)` share the cache store, like workers behind one shared KV tier, so a key that drops
+a field lets one worker consume another's state.
 
-A request is token ids plus its adapter (a seeded low-rank delta on the K and V projections) and
-its tenant or cache salt; the worker fixes the rest of the identity: model revision (a digest of its
-weights), tokenizer revision (tok-v2 remaps ids), rope, attention window and KV dtype (K/V stored in
-a narrower dtype are rounded on write). Siblings built by `sibling(field)` share the cache store,
-like workers behind one shared KV tier, so a key that drops a field lets one worker consume
-another's state.
-
-Requests through `new_session` (the DecodePath protocol) run a plain per-request cache: a prefill
-must return logits for every prompt position, and a position served from the prefix cache has none.
-Cross-request reuse is reached through `request` (the PrefixCaching protocol).
-
-Faults (gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update
-hook; the cache and the model know nothing of them.
+Sessions (`new_session`, DecodePath) run a plain per-request cache: a prefill must return logits
+for every prompt position, and a position served from the prefix cache has none. Faults
+(gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update hook.
 """
 
 from __future__ import annotations
