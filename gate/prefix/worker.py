@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -89,31 +89,22 @@ def _skip_invalidation(worker: PrefixWorker, attr: str, old: str | None, new: st
 UpdateHook = Callable[["PrefixWorker", str, "str | None", "str | None"], "str | None"]
 
 
-@dataclass
-class WorkerState:
-    """What a worker keys on now (normally derived from its weights; see `UpdateHook`)."""
-
-    revision: str
-    adapter_labels: dict[str, str] = field(default_factory=dict)
-
-
 class PrefixWorker:
     """One serving worker with a cross-request prefix cache (DecodePath and PrefixCaching)."""
 
     uses_cache = True
 
-    def __init__(
-        self, spec: WorkerSpec, cache: PrefixCache, faults: tuple[str, ...] = (), state: WorkerState | None = None
-    ) -> None:
+    def __init__(self, spec: WorkerSpec, cache: PrefixCache, faults: tuple[str, ...] = ()) -> None:
         family = spec.family
         self.spec, self.cache, self._faults = spec, cache, faults
         self.block_size = cache.block_size
         self.vocab_size, self.max_len, self.dtype = family.vocab_size, family.max_len, spec.dtype
         self.name = f"{family.name}:prefix-cache" + "".join(f"+{f}" for f in faults)
         self._on_update: UpdateHook = _skip_invalidation if "skip-invalidation" in faults else _correct_update
-        model, revision = built(spec, None)
+        # what the worker keys on now (derived from its weights unless `_on_update` keeps an old label)
+        model, self.revision = built(spec, None)
         self._adapters = ADAPTER_NAMES if family.kv_projections(model) else ()
-        self.state = state or WorkerState(revision=revision, adapter_labels={n: f"{n}@r0" for n in self._adapters})
+        self.adapter_labels = {n: f"{n}@r0" for n in self._adapters}
 
     @classmethod
     def create(
@@ -144,7 +135,7 @@ class PrefixWorker:
         return {
             **self.spec.family.describe(self.spec.config),
             "seed": self.spec.seed,
-            "model_revision": self.state.revision,
+            "model_revision": self.revision,
             "tokenizer": self.spec.tokenizer,
             "kv_dtype": self.spec.kv_dtype,
             "block_size": self.block_size,
@@ -178,13 +169,13 @@ class PrefixWorker:
         if adapter is not None and adapter not in self._adapters:
             raise ValueError(f"unknown adapter {adapter!r} (served: {', '.join(self._adapters) or 'none'})")
         return CacheIdentity(
-            model_revision=self.state.revision,
+            model_revision=self.revision,
             tokenizer=self.spec.tokenizer,
             rope=family.rope(config),
             attention_window=family.window(config),
             attention_mask="causal",
             kv_dtype=self.spec.kv_dtype,
-            adapter=self.state.adapter_labels[adapter] if adapter else None,
+            adapter=self.adapter_labels[adapter] if adapter else None,
             tenant=tenant,
         )
 
@@ -347,13 +338,13 @@ class PrefixWorker:
         if target == "model":
             self.spec = replace(self.spec, weight_updates=(*self.spec.weight_updates, seed))
             new = built(self.spec, None)[1]
-            self.state.revision = self._on_update(self, "model_revision", self.state.revision, new) or new
+            self.revision = self._on_update(self, "model_revision", self.revision, new) or new
             return
         if target not in self._adapters:
             raise ValueError(f"unknown adapter {target!r}")
         self.spec = replace(self.spec, adapter_updates=(*self.spec.adapter_updates, (target, seed)))
-        old, new = self.state.adapter_labels[target], f"{target}@r{len(self.spec.adapter_seeds(target))}"
-        self.state.adapter_labels[target] = self._on_update(self, "adapter", old, new) or new
+        old, new = self.adapter_labels[target], f"{target}@r{len(self.spec.adapter_seeds(target))}"
+        self.adapter_labels[target] = self._on_update(self, "adapter", old, new) or new
 
     def save_cache(self, file: Path) -> int:
         return self.cache.save(file)
@@ -364,7 +355,7 @@ class PrefixWorker:
         for name, value in identity.worker_part():
             if getattr(mine, name) != value:
                 return f"{name} {value} is not this worker's {getattr(mine, name)}"
-        if identity.adapter is not None and identity.adapter not in self.state.adapter_labels.values():
+        if identity.adapter is not None and identity.adapter not in self.adapter_labels.values():
             return f"adapter {identity.adapter} is not served here"
         layers, kv_heads, head_dim = self.spec.family.kv_layout(self.spec.config)
         shape = (kv_heads, self.block_size, head_dim)

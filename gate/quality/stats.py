@@ -222,10 +222,9 @@ def judge(
         used_sigma = observed if sigma is None else sigma
     n_required = min_sample_size(min_detectable_effect, confidence, power, used_sigma, groups, floor)
     ok = holds(bound, comparator, threshold)
-    word = "lower" if side == "lower" else "upper"
     verdict = "holds" if ok else "violates"
     reason = (
-        f"{confidence:.0%} {word} bound {significant(bound)} {verdict} {comparator} {threshold} "
+        f"{confidence:.0%} {side} bound {significant(bound)} {verdict} {comparator} {threshold} "
         f"(point {significant(point)}, n={n})"
     )
     if curtailed:
