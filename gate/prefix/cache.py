@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -117,12 +118,7 @@ Probe = tuple[int, "CachedBlock | None"]
 
 def longest_prefix(probes: Iterator[Probe]) -> list[Probe]:
     """The correct matcher: stop at the first miss, since later blocks depend on it (background: cache identity)."""
-    taken: list[Probe] = []
-    for start, block in probes:
-        if block is None:
-            break
-        taken.append((start, block))
-    return taken
+    return list(itertools.takewhile(lambda probe: probe[1] is not None, probes))
 
 
 Matcher = Callable[[Iterator[Probe]], list[Probe]]

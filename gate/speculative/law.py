@@ -9,6 +9,7 @@ Both need the sampling distribution to have small support (top-k), so the tree s
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,10 +45,8 @@ class NextTokenTable:
     def __call__(self, conts: list[Seq]) -> torch.Tensor:
         """[len(conts), V] float64."""
         missing = sorted({c for c in conts if c not in self._cache}, key=len)
-        by_len: dict[int, list[Seq]] = defaultdict(list)
-        for c in missing:
-            by_len[len(c)].append(c)
-        for group in by_len.values():
+        for _, same_length in itertools.groupby(missing, key=len):
+            group = list(same_length)
             for start in range(0, len(group), self.chunk):
                 part = group[start : start + self.chunk]
                 tail = torch.tensor(part, dtype=torch.long, device=self.prompt.device).reshape(len(part), -1)
