@@ -18,9 +18,9 @@ Public API (small on purpose; other paths build on it):
     logits = prefill(model, prompt, cache, chunk_size=64)     # chunked prefill
     logits = model.step(tokens, cache, start_pos=cache.pos)   # append n tokens: [B, n] -> [B, n, V]
 
-`KVCache` (gate.models.kv_cache) holds per-layer K/V plus the position `pos`; `KVCache.from_kv`
-restores a prefix, `cache.origin` marks left-padded rows, `SlotCache` + `step_rows` run continuous
-batching, and `cache.crop(n)` rolls a speculative draft back.
+`KVCache` (gate.models.kv_cache) holds per-layer K/V plus the position `pos`; `cache.origin` marks
+left-padded rows, `SlotCache` + `step_rows` run continuous batching, and `cache.crop(n)` rolls a
+speculative draft back.
 """
 
 from __future__ import annotations

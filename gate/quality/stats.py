@@ -71,15 +71,6 @@ def min_sample_size(
     return max(floor, math.ceil(n - 1e-9))
 
 
-def detectable_effect(
-    n: int, confidence: float, power: float, sigma: float = BERNOULLI_SIGMA, groups: int = 1
-) -> float:
-    """TensorRT-LLM's `compute_theta`: the smallest effect `n` samples detect with `power`."""
-    if n <= 0:
-        return math.inf
-    return (z_one_sided(confidence) + z_one_sided(power)) * math.sqrt(groups * sigma**2 / n)
-
-
 def wilson_bound(successes: int, n: int, confidence: float, side: Side) -> float:
     """One-sided Wilson score bound on a binomial rate (lower for `>=` envelopes, upper for `<=`).
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gate.speculative.sampler import VerifyRules, warp
+from gate.speculative.sampler import VerifyRules
 
 Seq = tuple[int, ...]
 Law = dict[Seq, float]
@@ -69,13 +69,6 @@ def answers_again(probs_fn: NextProbsFn, asked: list[tuple[torch.Tensor, torch.T
     gets its law enumerated afresh."""
     with torch.no_grad():
         return all(torch.equal(probs_fn(contexts).double().cpu(), probs) for contexts, probs in asked)
-
-
-def next_probs_from_logits(
-    logits_fn: Callable[[torch.Tensor], torch.Tensor], temperature: float, top_k: int | None
-) -> NextProbsFn:
-    """A NextProbsFn from a full-logits function: warp the last position's logits in float64."""
-    return lambda ctx: warp(logits_fn(ctx)[:, -1].double(), temperature, top_k)
 
 
 def _support(row: torch.Tensor) -> list[tuple[int, float]]:
@@ -158,11 +151,3 @@ def sampler_law(target: NextTokenTable, draft: NextTokenTable, rules: VerifyRule
             nodes = children
         pending = dict(arrived)
     return dict(final)
-
-
-def marginal(law: Law, length: int) -> Law:
-    """The law of the first `length` tokens."""
-    out: Law = defaultdict(float)
-    for seq, p in law.items():
-        out[seq[:length]] += p
-    return dict(out)
