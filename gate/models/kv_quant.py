@@ -70,7 +70,6 @@ def dequantize(q: Quantized, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _cat(a: Quantized, b: Quantized) -> Quantized:
-    """`a` then `b` along the tokens."""
     codes, scale, low = (torch.cat([x, y], dim=2) for x, y in ((a.codes, b.codes), (a.scale, b.scale), (a.low, b.low)))
     return Quantized(codes, scale, low, a.bits, a.group, a.axis)
 

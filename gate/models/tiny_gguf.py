@@ -64,7 +64,6 @@ class TinyLlamaSpec:
         return "llama" if self.sliding_window is None else "gemma2"
 
     def local_layers(self) -> tuple[int, ...]:
-        """The local (sliding-window) layers."""
         if self.sliding_window is None:
             return ()
         return tuple(range(self.n_layer)) if self.sliding_layers is None else tuple(sorted(self.sliding_layers))

@@ -69,7 +69,6 @@ def layer_types(spec: TinyLlamaSpec) -> list[str]:
 
 
 def hf_config(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """config.json of the model."""
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
