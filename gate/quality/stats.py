@@ -57,11 +57,8 @@ def min_sample_size(
     groups: int = 1,
     floor: int = MIN_SAMPLES,
 ) -> int:
-    """Samples needed to detect `min_detectable_effect` at one-sided `confidence` with `power`.
-
-    TensorRT-LLM's relation n = groups * sigma^2 * (z_{1-alpha} + z_{1-beta})^2 / theta^2, with
-    alpha = 1 - confidence and beta = 1 - power; never below `floor`.
-    """
+    """Samples needed to detect `min_detectable_effect` at one-sided `confidence` with `power` (the
+    module's n, alpha = 1 - confidence, beta = 1 - power); never below `floor`."""
     if min_detectable_effect <= 0:
         raise ValueError("min_detectable_effect must be positive")
     if sigma < 0 or groups not in (1, 2):
