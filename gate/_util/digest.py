@@ -8,7 +8,6 @@ from pathlib import Path
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of the file's bytes."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -14,5 +14,4 @@ def installed_version(package: str) -> str | None:
 
 
 def installed_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
-    """`installed_version` of each package, in the given order."""
     return {package: installed_version(package) for package in packages}

@@ -58,31 +58,29 @@ _DIGITS = re.compile(r"[0-9a-fA-F]")
 _constructor = yaml.SafeLoader("")
 
 
+def _refused(path: str, message: str, mark: Any, field: str | None = None) -> InputError:
+    """`message` about the document at `path`, placed at a parser mark (line 1, column 1 without one)."""
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    return InputError(path, message, line=line, col=col, field=field)
+
+
 def _too_deep(path: str, text: str, loader: type[Any]) -> None:
     """Refuse nesting past MAX_DEPTH, and more than MAX_NODES nodes, from the parser's events (the
     parser keeps an explicit stack; the composer and constructor recurse, so depth must be known
     before they run, and a document too large is refused before any tree is built)."""
     depth = nodes = 0
-
-    def refuse(event: Any, message: str) -> InputError:
-        mark = event.start_mark
-        return InputError(
-            path,
-            f"{message} (limit of gate documents)",
-            line=mark.line + 1 if mark else 1,
-            col=mark.column + 1 if mark else 1,
-        )
-
     try:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent, yaml.AliasEvent)):
                 nodes += 1
                 if nodes > MAX_NODES:
-                    raise refuse(event, f"more than {MAX_NODES} nodes")
+                    raise _refused(path, f"more than {MAX_NODES} nodes (limit of gate documents)", event.start_mark)
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise refuse(event, f"nested deeper than {MAX_DEPTH} levels")
+                    raise _refused(
+                        path, f"nested deeper than {MAX_DEPTH} levels (limit of gate documents)", event.start_mark
+                    )
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError:
@@ -128,19 +126,13 @@ def _refuse_expansion(root: yaml.Node, path: str) -> None:
             sizes[nid] = min(1 + sum(children), MAX_NODES + 1)
             visiting.discard(nid)
             if sizes[nid] > MAX_NODES and all(size <= MAX_NODES for size in children):
-                mark = node.start_mark
-                raise InputError(
-                    path,
-                    f"more than {MAX_NODES} nodes once aliases are expanded (limit of gate documents)",
-                    line=mark.line + 1,
-                    col=mark.column + 1,
-                )
+                message = f"more than {MAX_NODES} nodes once aliases are expanded (limit of gate documents)"
+                raise _refused(path, message, node.start_mark)
             continue
         if nid in sizes:
             continue
         if nid in visiting:  # reached again from inside itself
-            mark = node.start_mark
-            raise InputError(path, "recursive alias", line=mark.line + 1, col=mark.column + 1)
+            raise _refused(path, "recursive alias", node.start_mark)
         visiting.add(nid)
         stack.append((node, True))
         stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
@@ -152,12 +144,11 @@ def _check_scalars(path: str, root: yaml.Node) -> None:
         if not isinstance(node, yaml.ScalarNode) or node.tag not in (_INT_TAG, _FLOAT_TAG):
             continue
         field = _field_path(where)
-        line, col = node.start_mark.line + 1, node.start_mark.column + 1
         if node.tag == _INT_TAG:
             if len(_DIGITS.findall(node.value)) > 19 or abs(_constructor.construct_yaml_int(node)) > INT64_MAX:
-                raise InputError(path, f"integer {node.value[:24]} is outside int64", line=line, col=col, field=field)
+                raise _refused(path, f"integer {node.value[:24]} is outside int64", node.start_mark, field)
         elif not math.isfinite(_constructor.construct_yaml_float(node)):
-            raise InputError(path, f"{node.value[:24]} is not a finite number", line=line, col=col, field=field)
+            raise _refused(path, f"{node.value[:24]} is not a finite number", node.start_mark, field)
 
 
 def _parse(path: str, text: str, loader: type[Any]) -> tuple[yaml.Node | None, Any]:
@@ -263,13 +254,10 @@ def read_yaml(path: Path) -> LoadedYaml:
 
 
 def _field_path(loc: Sequence[int | str]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        else:
-            parts.append(("." if parts else "") + str(part))
-    return "".join(parts) or "(document)"
+    """`claims[0].tolerance`: keys joined by dots, list indices in brackets."""
+    return (
+        "".join(f"[{p}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(loc)) or "(document)"
+    )
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -299,11 +287,13 @@ def allowed_keys(model: type[BaseModel] | None, loc: Sequence[int | str]) -> set
     return {info.alias or name for m in models for name, info in m.model_fields.items()}
 
 
-def validation_errors(
+def validation_error(
     doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
-) -> list[InputError]:
-    """Every pydantic error as a located one-line InputError. A misspelled key is named with a
-    did-you-mean, and the "missing" error of the field it was meant to be is dropped."""
+) -> InputError:
+    """All pydantic errors as one InputError: its first line is the first error, and every error
+    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more).
+    A misspelled key is named with a did-you-mean, and the "missing" error of the field it was
+    meant to be is dropped."""
     errors = err.errors(include_url=False)
     missing = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]}
     meant: set[tuple[tuple[Any, ...], str]] = set()
@@ -323,21 +313,12 @@ def validation_errors(
         elif e["type"] == "missing":
             message = "required field is missing"
         out.append((e, message))
-    located = []
+    found = []
     for e, message in out:
         if e["type"] == "missing" and (tuple(e["loc"][:-1]), str(e["loc"][-1])) in meant:
             continue
         (line, col), loc = doc.resolve((*loc_prefix, *e["loc"]))
-        located.append(InputError(doc.path, message, line=line, col=col, field=_field_path(loc)))
-    return located
-
-
-def validation_error(
-    doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
-) -> InputError:
-    """All pydantic errors as one InputError: its first line is the first error, and every error
-    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more)."""
-    found = validation_errors(doc, err, loc_prefix, model)
+        found.append(InputError(doc.path, message, line=line, col=col, field=_field_path(loc)))
     found.sort(key=lambda e: (e.line or 0, e.col or 0))
     first = found[0]
     first.more = found[1:]

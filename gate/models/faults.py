@@ -1,19 +1,10 @@
 """Planted KV-cache bugs (negative controls, release-gate step 5), applied from outside the model.
 
-The reference decoder (gate.models.reference) has no fault flags. Each fault here patches a
-*built* object, the way gpt-fast's `apply_tp(model)` does:
-
-* the model: a module's `mask_fn`, the model's `positions` or `row_positions`, one attention
-  layer's `forward`, each attention core's `forward` (which KV head a query head reads);
-* the cache: each new `KVCache` (or continuous batching's `SlotCache`) of the path passes through a
-  hook that replaces its `update` (what attention reads), its `padding` (which slots are pads), its
-  `reset` or its `claim` (what a request joining a slot clears);
-* the session: a wrapper around the path's sessions (stale weights).
-
-The cache and session patches are gate.models.cache_faults.
-
-`apply_fault(target, name)` mutates a *copy* made by the path's `with_fault`; the target only
-needs `model`, `block_size`, `cache_hooks` and `session_hooks` (see gate.adapters.reference.paths).
+The reference decoder (gate.models.reference) has no fault flags. Each fault patches a *built*
+object, the way gpt-fast's `apply_tp(model)` does: the model's masks, positions, one attention
+layer or each attention core here; each new cache or session through a hook in
+gate.models.cache_faults. `apply_fault(target, name)` mutates a *copy* made by the path's
+`with_fault` (`FaultTarget`; see gate.adapters.reference.paths).
 
 This module imports torch only inside the functions that patch, so option validation stays light.
 """
@@ -161,11 +152,6 @@ FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
 FAULT_NAMES: tuple[str, ...] = tuple(FAULTS)
 
 
-def window_for(max_len: int) -> int:
-    """The window the sliding-window fault applies."""
-    return max(2, max_len // 4)
-
-
 def apply_fault(target: FaultTarget, name: str) -> None:
     """Plant fault `name` into `target` (a copy of the path; its model a copy too where the fault
     patches the model, shared otherwise). Raises KeyError for an unknown name."""
@@ -223,7 +209,7 @@ def _kv_head_map(target: FaultTarget) -> None:
 def _sliding_window_mask(target: FaultTarget) -> None:
     from gate.models.reference import causal_mask
 
-    window = window_for(target.model.config.max_len)
+    window = max(2, target.model.config.max_len // 4)
 
     def mask(q_len: int, k_len: int, _window: int | None, device: torch.device) -> torch.Tensor:
         return causal_mask(q_len, k_len, window, device)
@@ -247,14 +233,6 @@ def _shift_positions(target: FaultTarget, shift: Callable[[int], int]) -> None:
         return torch.arange(first, first + n, device=device).clamp(max=last)
 
     model.positions = positions  # type: ignore[method-assign]
-
-
-def _missing_start_pos(target: FaultTarget) -> None:
-    _shift_positions(target, lambda _start: 0)
-
-
-def _off_by_one_pos(target: FaultTarget) -> None:
-    _shift_positions(target, lambda start: start + 1)
 
 
 def _rope_after_write(target: FaultTarget) -> None:
@@ -300,8 +278,8 @@ def _padding_in_positions(target: FaultTarget) -> None:
 
 _APPLY: dict[str, Callable[[FaultTarget], None]] = {
     "mask-origin-reset": _mask_origin_reset,
-    "missing-start-pos": _missing_start_pos,
-    "off-by-one-pos": _off_by_one_pos,
+    "missing-start-pos": lambda target: _shift_positions(target, lambda _start: 0),
+    "off-by-one-pos": lambda target: _shift_positions(target, lambda start: start + 1),
     "rope-after-write": _rope_after_write,
     "reset-keeps-position": reset_keeps_position,
     "truncated-last-block": truncated_last_block,

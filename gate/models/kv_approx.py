@@ -3,24 +3,13 @@
 The reference decoder reads K/V only through `cache.update(layer, start_pos, k, v)`, which returns
 what attention sees. These wrappers replace that method (and `kv`, `reset`, `crop`, `nbytes`) on
 one cache instance, the way gate.models.faults patches caches, so `gate.models.reference` never learns
-that a cache can be approximate:
-
-* `quantize_cache(cache, bits=8|4, group_size=32, key_axis="token"|"channel", residual=0)`:
-  stores integer codes plus a float16 scale and minimum per group and dequantises on every read.
-  Values are grouped per token along the head dimension; keys the same, or per channel over
-  groups of `group_size` tokens (KIVI: key outliers live in channels), with the newest tokens of
-  an unfilled group kept in full precision. int4 codes are packed two per byte.
-* `evict_cache(cache, window=w, sink=s, budget=n, score="position"|"knorm")`: after every write
-  keeps the first `s` tokens (attention sinks, StreamingLLM), the last `w` and the newest, plus,
-  up to `n` per layer and KV head, the highest-scored others (knorm: minus the key's L2 norm), and
-  drops the rest; the store records what it kept and the position each kept entry carries
-  (`log`, gate.protocols.EvictionStep, for gate.checks.evict_invariants). Positions are not re-assigned: RoPE
-  was applied before the write, so a kept key keeps its original position. With chunked prefill a
-  query sees the kept tokens plus its own chunk, as in streaming.
+that a cache can be approximate: `quantize_cache` stores integer codes (gate.models.kv_quant; keys
+grouped per token or per channel as in KIVI, int4 packed two per byte), `evict_cache` keeps sinks,
+a window and a scored budget (gate.models.kv_evict; StreamingLLM). Positions are not re-assigned
+after an eviction: RoPE was applied before the write, so a kept key keeps its original position.
 
 Use an empty cache of the dynamic layout: the wrappers keep their own storage and never touch the
-base buffers, so `nbytes()` counts only what the approximation really holds. The stores themselves
-are gate.models.kv_quant (codes, faults, quant_state) and gate.models.kv_evict.
+base buffers, so `nbytes()` counts only what the approximation really holds.
 """
 
 from __future__ import annotations
@@ -31,7 +20,7 @@ import torch
 
 from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.kv_evict import EvictingStore
-from gate.models.kv_quant import QUANT_FAULTS, KeyAxis, QuantizedStore, dequantize
+from gate.models.kv_quant import QUANT_FAULTS, KeyAxis, QuantizedStore
 from gate.models.reference import KVCache
 
 
@@ -83,12 +72,7 @@ def quantize_cache(
 
     def kv(layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = cache.k[layer].dtype
-        k_slot, v_slot = store.keys[layer], store.values[layer]
-        read = [[dequantize(s.stored, dtype)] if s.stored is not None else [] for s in (k_slot, v_slot)]
-        return (
-            torch.cat([*read[0], *([] if k_slot.residual is None else [k_slot.residual])], dim=2),
-            torch.cat([*read[1], *([] if v_slot.residual is None else [v_slot.residual])], dim=2),
-        )
+        return store.keys[layer].read(dtype), store.values[layer].read(dtype)
 
     _install(cache, store, update, kv, "a quantised cache cannot roll back (codes of a group are shared)")
     return store

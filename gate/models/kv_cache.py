@@ -70,34 +70,6 @@ class KVCache:
         """`empty` in `config`'s shape (layers, KV heads, head_dim, max_len)."""
         return cls.empty(config.n_layers, batch, config.n_kv_heads, config.head_dim, max_len=config.max_len, **where)
 
-    @classmethod
-    def from_kv(
-        cls,
-        ks: list[torch.Tensor],
-        vs: list[torch.Tensor],
-        *,
-        max_len: int,
-        layout: Layout = "dynamic",
-        block_size: int = 16,
-    ) -> KVCache:
-        """A cache holding given per-layer K/V ([B, H_kv, n, D] each) as positions 0..n-1."""
-        b, h, n, d = ks[0].shape
-        cache = cls.empty(
-            len(ks),
-            b,
-            h,
-            d,
-            max_len=max_len,
-            layout=layout,
-            block_size=block_size,
-            dtype=ks[0].dtype,
-            device=ks[0].device,
-        )
-        for layer, (k, v) in enumerate(zip(ks, vs, strict=True)):
-            cache.update(layer, 0, k, v)
-        cache.pos = n
-        return cache
-
     @property
     def capacity(self) -> int:
         return self.k[0].shape[2]

@@ -69,17 +69,9 @@ def dequantize(q: Quantized, dtype: torch.dtype) -> torch.Tensor:
     return x.reshape(codes.shape).to(dtype)
 
 
-def _cat(parts: list[Quantized]) -> Quantized:
-    first = parts[0]
-    dim = 2  # tokens
-    return Quantized(
-        torch.cat([p.codes for p in parts], dim=dim),
-        torch.cat([p.scale for p in parts], dim=dim),
-        torch.cat([p.low for p in parts], dim=dim),
-        first.bits,
-        first.group,
-        first.axis,
-    )
+def _cat(a: Quantized, b: Quantized) -> Quantized:
+    codes, scale, low = (torch.cat([x, y], dim=2) for x, y in ((a.codes, b.codes), (a.scale, b.scale), (a.low, b.low)))
+    return Quantized(codes, scale, low, a.bits, a.group, a.axis)
 
 
 @dataclass
@@ -98,6 +90,11 @@ class _QuantLayer:
     def nbytes(self) -> int:
         res = 0 if self.residual is None else self.residual.numel() * self.residual.element_size()
         return res + (0 if self.stored is None else self.stored.nbytes())
+
+    def read(self, dtype: torch.dtype) -> torch.Tensor:
+        """What attention reads: the dequantised history, then the full-precision residual."""
+        parts = [] if self.stored is None else [dequantize(self.stored, dtype)]
+        return torch.cat([*parts, *([] if self.residual is None else [self.residual])], dim=2)
 
 
 @dataclass
@@ -146,10 +143,9 @@ class QuantizedStore:
             )
             if self.fault == "quant-scale-wrong":  # codes computed against one scale, another one stored
                 fresh.scale = (fresh.scale.float() * 1.25).to(SCALE_DTYPE)
-            slot.stored = fresh if slot.stored is None else _cat([slot.stored, fresh])
+            slot.stored = fresh if slot.stored is None else _cat(slot.stored, fresh)
         slot.residual = pending[:, :, n_quant:].clone()
-        parts = [] if slot.stored is None else [dequantize(slot.stored, x.dtype)]
-        return torch.cat([*parts, slot.residual], dim=2)
+        return slot.read(x.dtype)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return (self._write(self.keys[layer], k, self.key_axis), self._write(self.values[layer], v, "token"))

@@ -18,29 +18,9 @@ Public API (small on purpose; other paths build on it):
     logits = prefill(model, prompt, cache, chunk_size=64)     # chunked prefill
     logits = model.step(tokens, cache, start_pos=cache.pos)   # append n tokens: [B, n] -> [B, n, V]
 
-`KVCache` is two per-layer buffers plus explicit position state `pos` (the absolute position of
-the next token, equal to the number of valid entries). Layouts: "static" preallocates `max_len`
-slots (gpt-fast); "dynamic" grows in blocks of `block_size` slots. Slots at and past `pos` are
-allocated but invalid; a correct read never touches them (`fill_unused(nan)` proves it).
-
-* Prefix cache (restored K/V of the first n tokens, then the suffix):
-      cache = KVCache.from_kv(ks, vs, max_len=cfg.max_len)   # ks[l], vs[l]: [B, H_kv, n, D]
-      logits = model.step(suffix, cache, start_pos=n)
-  `cache.kv(layer)` gives the valid [B, H_kv, pos, D] views to store per block.
-* Left-padded batches (requests of different lengths in one batch): `cache.origin` holds each
-  row's first real slot; positions count from it and the pad slots before it are masked:
-      cache.origin = torch.tensor([3, 0])                          # row 0 has 3 pad tokens
-      logits = model.step(padded, cache, start_pos=0)               # positions 0.. from each origin
-* Continuous batching (requests join and leave one running batch; each forward mixes prefill
-  chunks and decode steps of different requests, each at its own offset):
-      cache = SlotCache(cfg.n_layers, 4, cfg.n_kv_heads, cfg.head_dim, max_len=cfg.max_len)
-      cache.claim(0); cache.claim(1)
-      cache.bind([0, 1], [5, 1])                                    # slot 0: 5 tokens, slot 1: 1 (+4 pads)
-      logits = model.step_rows(tokens, cache)                       # [2, 5, V]
-* Speculative decoding (batched next-token logits from a target and a draft, then roll back):
-      draft = build_model(ModelConfig.from_preset("tiny-draft"), seed=1)
-      logits = target.step(proposed, cache, start_pos=cache.pos)   # [B, k, V], one pass
-      cache.crop(n_accepted)                                        # forget rejected tokens
+`KVCache` (gate.models.kv_cache) holds per-layer K/V plus the position `pos`; `cache.origin` marks
+left-padded rows, `SlotCache` + `step_rows` run continuous batching, and `cache.crop(n)` rolls a
+speculative draft back.
 """
 
 from __future__ import annotations
@@ -71,11 +51,6 @@ MaskFn = Callable[[int, int, "int | None", torch.device], torch.Tensor]
 
 GQA_IN_PLACE = torch.__version__ >= "2.5"
 """scaled_dot_product_attention takes grouped KV heads (`enable_gqa`) from torch 2.5 on."""
-
-
-def _grouped(gqa: bool) -> dict[str, bool]:
-    """The keyword that makes attention read grouped KV heads in place (none where torch lacks it)."""
-    return {"enable_gqa": True} if gqa else {}
 
 
 QUERY_BLOCK = 512
@@ -131,12 +106,13 @@ class AttentionCore(nn.Module):
         # to repeating them); copying the whole cache per step made a decode step O(cache), and a
         # sweep of single-token appends quadratic in copies. Other devices repeat as before.
         gqa = rep > 1 and q.device.type == "cpu" and GQA_IN_PLACE
+        grouped = {"enable_gqa": True} if gqa else {}
         if rep > 1 and not gqa:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         q_len, k_len = q.shape[2], k.shape[2]
         blocked = self.mask_fn(q_len, k_len, self.window, q.device)
         if padding is not None:
-            return self._padded(q, k, v, blocked, padding, gqa)
+            return self._padded(q, k, v, blocked, padding, grouped)
         out = []
         for i in range(0, q_len, QUERY_BLOCK):
             rows = blocked[i : i + QUERY_BLOCK]
@@ -149,7 +125,7 @@ class AttentionCore(nn.Module):
                     k[:, :, lo:hi],
                     v[:, :, lo:hi],
                     attn_mask=~rows[:, lo:hi],
-                    **_grouped(gqa),
+                    **grouped,
                 )
             )
         return torch.cat(out, dim=2)
@@ -161,7 +137,7 @@ class AttentionCore(nn.Module):
         v: torch.Tensor,
         blocked: torch.Tensor,
         padding: torch.Tensor,
-        gqa: bool = False,
+        grouped: dict[str, bool],
     ) -> torch.Tensor:
         """Attention with per-row pad keys blocked; a pad query still sees itself (no empty row)."""
         q_len, k_len = q.shape[2], k.shape[2]
@@ -171,7 +147,7 @@ class AttentionCore(nn.Module):
         rows = blocked[None] | (padding[:, None, :] & ~own[None])
         out = [
             F.scaled_dot_product_attention(
-                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK], **_grouped(gqa)
+                q[:, :, i : i + QUERY_BLOCK], k, v, attn_mask=~rows[:, None, i : i + QUERY_BLOCK], **grouped
             )
             for i in range(0, q_len, QUERY_BLOCK)
         ]
@@ -286,15 +262,9 @@ class Transformer(nn.Module):
         positions = self.positions(start_pos, n)
         if cache is not None and cache.origin is not None:
             positions = self.row_positions(positions, cache.origin.to(positions.device))
-        x = self.tok_embeddings(tokens)
-        if self.pos_embeddings is not None:
-            x = x + self.pos_embeddings(positions)
-        rot = self.rotary(positions) if self.config.rope else None
-        for block in self.blocks:
-            x = block(x, rot, cache, start_pos)
+        logits = self._run(tokens, positions, cache, start_pos)
         if cache is not None:
             cache.pos = start_pos + n
-        logits: torch.Tensor = self.output(self.norm(x))
         return logits
 
     def step_rows(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
@@ -305,14 +275,18 @@ class Transformer(nn.Module):
         n = tokens.shape[1]
         last = self.config.max_len - 1
         positions = torch.stack([self.positions(start, n) for start in cache.starts]).clamp(max=last)
+        # the read's columns before this forward's tokens: the longest history among the rows
+        logits = self._run(tokens, positions, cache, max(cache.starts))
+        cache.advance()
+        return logits
+
+    def _run(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, start: int) -> torch.Tensor:
         x = self.tok_embeddings(tokens)
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(positions)
         rot = self.rotary(positions) if self.config.rope else None
-        width = max(cache.starts)  # the read's columns before this forward's tokens
         for block in self.blocks:
-            x = block(x, rot, cache, width)
-        cache.advance()
+            x = block(x, rot, cache, start)
         logits: torch.Tensor = self.output(self.norm(x))
         return logits
 
@@ -343,6 +317,11 @@ def build_model(
     """A seeded model in evaluation mode on `device` in `dtype` (rope tables stay float32)."""
     model = Transformer(config)
     init_weights(model, seed)
+    return placed(model, device, dtype)
+
+
+def placed(model: Transformer, device: str | torch.device, dtype: torch.dtype) -> Transformer:
+    """`model` on `device` with its parameters in `dtype` (buffers untouched), in evaluation mode."""
     model = model.to(device=device)
     for p in model.parameters():
         p.data = p.data.to(dtype)

@@ -13,15 +13,10 @@ are common): a model whose logits are nearly uniform would make every comparison
 
 `sliding_window` (with `sliding_layers` for a hybrid local/global model) makes the file a `gemma2`
 one: llama.cpp's `llama` architecture has no local layers, and gemma2 is the llama.cpp architecture
-users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`). llama.cpp reads
-`gemma2.attention.sliding_window` (the window) and
-`gemma2.attention.sliding_window_pattern` (here a per-layer array, true for a local layer). The
-weights are the same seeded draws with gemma2's extras: post-attention and post-feed-forward norms,
-the output tied to the token embedding (scaled so that the logits keep the same spread after gemma2
-multiplies the embedding by sqrt(n_embd)) and post norms that weigh each layer's output above the
-embedding (with a tied output a random model otherwise repeats its last input token), GELU
-feed-forward, and logit soft-capping at gemma2's defaults. Grouped-query heads come from `n_head` /
-`n_head_kv` in both architectures.
+users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`; the window and a per-layer
+`sliding_window_pattern`). The weights are the same seeded draws plus gemma2's post norms, the
+output tied to the token embedding (see GEMMA2_EMBEDDING_SCALE and GEMMA2_POST_NORM), GELU
+feed-forward and logit soft-capping at gemma2's defaults.
 """
 
 from __future__ import annotations
@@ -69,7 +64,6 @@ class TinyLlamaSpec:
         return "llama" if self.sliding_window is None else "gemma2"
 
     def local_layers(self) -> tuple[int, ...]:
-        """The local (sliding-window) layers."""
         if self.sliding_window is None:
             return ()
         return tuple(range(self.n_layer)) if self.sliding_layers is None else tuple(sorted(self.sliding_layers))

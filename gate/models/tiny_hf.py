@@ -2,21 +2,12 @@
 format (vLLM, SGLang, TGI), with no hub.
 
 `write_tiny_hf(directory, TinyLlamaSpec(seed=0))` writes `config.json` (a `LlamaForCausalLM`),
-`model.safetensors` (float32; the same seeded weights as the tiny GGUF of the same spec,
-gate.models.tiny_gguf, with the query and key rows in Hugging Face's rotary order; for a spec with
-local layers that GGUF is a gemma2 one, another architecture), a
-`tokenizer.json` built locally with the `tokenizers` library (a word-level vocabulary of the same
-pieces as the GGUF's: three control tokens, the 128 ASCII byte tokens, plain pieces), and its
-`tokenizer_config.json` and `generation_config.json`. gate sends token ids, never text, so the
-tokenizer only has to load and decode.
-
-Grouped-query heads come from `n_head` / `n_head_kv`. `sliding_window` with `sliding_layers` makes
-those layers local (`layer_types`: "sliding_attention" for them, "full_attention" for the others,
-which vLLM's Llama reads per layer): every layer local is a sliding-window model, some of them a
-hybrid local/global one.
-
-The directory's digest (`directory_sha256`) is a sha256 over its files' names and contents, in
-name order: the identity of a model directory in a record.
+`model.safetensors` (float32; the same seeded weights as the llama GGUF of the same spec,
+gate.models.tiny_gguf, with the query and key rows in Hugging Face's rotary order), a
+`tokenizer.json` built locally with `tokenizers` (a word-level vocabulary of the GGUF's pieces;
+gate sends token ids, never text, so it only has to load and decode), `tokenizer_config.json` and
+`generation_config.json`. `sliding_window` with `sliding_layers` makes those layers local
+(`layer_types`, which vLLM's Llama reads per layer).
 """
 
 from __future__ import annotations
@@ -78,7 +69,6 @@ def layer_types(spec: TinyLlamaSpec) -> list[str]:
 
 
 def hf_config(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """config.json of the model."""
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",

@@ -128,20 +128,13 @@ def _causal_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def train(
-    seed: int = 0,
-    sched: Schedule | None = None,
-    threads: int = 1,
-    log_every: int = 50,
-    config: ModelConfig = CONFIG,
-) -> tuple[Transformer, dict[str, Any]]:
+def train(seed: int, sched: Schedule, threads: int) -> tuple[Transformer, dict[str, Any]]:
     """Train the copy model; returns the model (eval mode, reference kernels) and a training log."""
-    sched = sched or Schedule()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
-    space = V.TokenSpace(config.vocab_size, config.max_len)
-    model = Transformer(config)
+    space = V.TokenSpace(CONFIG.vocab_size, CONFIG.max_len)
+    model = Transformer(CONFIG)
     init_weights(model, seed)
     # the reference init scales q/k by 2 for peaked random logits; a trainee starts gentler
     with torch.no_grad():
@@ -177,7 +170,7 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         window.append(float(loss.detach()))
-        if (step + 1) % log_every == 0 or step + 1 == sched.steps:
+        if (step + 1) % 50 == 0 or step + 1 == sched.steps:
             entry = {
                 "step": step + 1,
                 "loss": round(sum(window) / len(window), 4),
@@ -208,28 +201,26 @@ def train(
 
 
 @torch.no_grad()
-def slice_accuracy(
-    model: Transformer, names: list[str] | None = None, n: int = 48, seed: int = 0, batch: int = 8
-) -> dict[str, dict[str, Any]]:
-    """Greedy accuracy of `model` with its full cache on each evals/ slice (n rows, run seed
-    `seed`): the share of samples whose k greedy tokens start with the ground-truth answer, overall
-    and per kind and context length."""
+def slice_accuracy(model: Transformer, n: int) -> dict[str, dict[str, Any]]:
+    """Greedy accuracy of `model` with its full cache on each evals/ slice (n rows, run seed 0): the
+    share of samples whose k greedy tokens start with the ground-truth answer, overall and per kind
+    and context length."""
     from gate.models.reference import KVCache, prefill
     from gate.quality.builders import build_rows
     from gate.quality.spec import load_slice, slice_names
 
     space = V.TokenSpace(model.config.vocab_size, model.config.max_len)
     out: dict[str, dict[str, Any]] = {}
-    for name in names or slice_names():
+    for name in slice_names():
         spec = load_slice(name)
-        rows = build_rows(spec, space, seed, n)
+        rows = build_rows(spec, space, 0, n)
         hits: dict[str, list[bool]] = {}
         by_len: dict[int, list[Row]] = {}
         for row in rows:
             by_len.setdefault(len(row.prompt), []).append(row)
         for length, group in sorted(by_len.items()):
-            for i in range(0, len(group), batch):
-                chunk = group[i : i + batch]
+            for i in range(0, len(group), 8):
+                chunk = group[i : i + 8]
                 cache = KVCache.for_model(model.config, len(chunk), layout="dynamic")
                 logits = prefill(model, torch.tensor([r.prompt for r in chunk]), cache)[:, -1]
                 tokens = [logits.argmax(-1)]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gate.models.reference import ModelConfig, Transformer, build_model
+from gate.models.reference import ModelConfig, Transformer, build_model, placed
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -63,10 +63,7 @@ def load_trained(
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if not m.endswith("inv_freq")]:
         raise ValueError(f"{path}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
-    model = model.to(device=device)
-    for p in model.parameters():
-        p.data = p.data.to(dtype)
-    return model.eval().requires_grad_(False)
+    return placed(model, device, dtype)
 
 
 def save_trained(model: Transformer, path: Path, metadata: dict[str, Any] | None = None) -> None:

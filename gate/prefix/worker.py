@@ -1,29 +1,22 @@
 """A serving worker with a cross-request block prefix cache, over any model code.
 
-`PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between the
-reference decoder and a transformers model is a `ModelFamily` (gate.prefix.family): how to rebuild the model under
-another rope or window, which tables a tokenizer revision remaps, which projections an adapter
-touches, and how to run a step against a per-request cache and move K/V blocks in and out of it.
+`PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between
+model codes is a `ModelFamily` (gate.prefix.family). A request is token ids plus its adapter and
+its tenant or cache salt; the worker fixes the rest of the identity (model revision, tokenizer,
+rope, window, KV dtype; K/V stored in a narrower dtype are rounded on write). Siblings built by
+`sibling(field)` share the cache store, like workers behind one shared KV tier, so a key that drops
+a field lets one worker consume another's state.
 
-A request is token ids plus its adapter (a seeded low-rank delta on the K and V projections) and
-its tenant or cache salt; the worker fixes the rest of the identity: model revision (a digest of its
-weights), tokenizer revision (tok-v2 remaps ids), rope, attention window and KV dtype (K/V stored in
-a narrower dtype are rounded on write). Siblings built by `sibling(field)` share the cache store,
-like workers behind one shared KV tier, so a key that drops a field lets one worker consume
-another's state.
-
-Requests through `new_session` (the DecodePath protocol) run a plain per-request cache: a prefill
-must return logits for every prompt position, and a position served from the prefix cache has none.
-Cross-request reuse is reached through `request` (the PrefixCaching protocol).
-
-Faults (gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update
-hook; the cache and the model know nothing of them.
+Sessions (`new_session`, DecodePath) run a plain per-request cache: a prefill must return logits
+for every prompt position, and a position served from the prefix cache has none. Faults
+(gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update hook.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -96,31 +89,22 @@ def _skip_invalidation(worker: PrefixWorker, attr: str, old: str | None, new: st
 UpdateHook = Callable[["PrefixWorker", str, "str | None", "str | None"], "str | None"]
 
 
-@dataclass
-class WorkerState:
-    """What a worker keys on now (normally derived from its weights; see `UpdateHook`)."""
-
-    revision: str
-    adapter_labels: dict[str, str] = field(default_factory=dict)
-
-
 class PrefixWorker:
     """One serving worker with a cross-request prefix cache (DecodePath and PrefixCaching)."""
 
     uses_cache = True
 
-    def __init__(
-        self, spec: WorkerSpec, cache: PrefixCache, faults: tuple[str, ...] = (), state: WorkerState | None = None
-    ) -> None:
+    def __init__(self, spec: WorkerSpec, cache: PrefixCache, faults: tuple[str, ...] = ()) -> None:
         family = spec.family
         self.spec, self.cache, self._faults = spec, cache, faults
         self.block_size = cache.block_size
         self.vocab_size, self.max_len, self.dtype = family.vocab_size, family.max_len, spec.dtype
         self.name = f"{family.name}:prefix-cache" + "".join(f"+{f}" for f in faults)
         self._on_update: UpdateHook = _skip_invalidation if "skip-invalidation" in faults else _correct_update
-        model, revision = built(spec, None)
+        # what the worker keys on now (derived from its weights unless `_on_update` keeps an old label)
+        model, self.revision = built(spec, None)
         self._adapters = ADAPTER_NAMES if family.kv_projections(model) else ()
-        self.state = state or WorkerState(revision=revision, adapter_labels={n: f"{n}@r0" for n in self._adapters})
+        self.adapter_labels = {n: f"{n}@r0" for n in self._adapters}
 
     @classmethod
     def create(
@@ -151,7 +135,7 @@ class PrefixWorker:
         return {
             **self.spec.family.describe(self.spec.config),
             "seed": self.spec.seed,
-            "model_revision": self.state.revision,
+            "model_revision": self.revision,
             "tokenizer": self.spec.tokenizer,
             "kv_dtype": self.spec.kv_dtype,
             "block_size": self.block_size,
@@ -185,13 +169,13 @@ class PrefixWorker:
         if adapter is not None and adapter not in self._adapters:
             raise ValueError(f"unknown adapter {adapter!r} (served: {', '.join(self._adapters) or 'none'})")
         return CacheIdentity(
-            model_revision=self.state.revision,
+            model_revision=self.revision,
             tokenizer=self.spec.tokenizer,
             rope=family.rope(config),
             attention_window=family.window(config),
             attention_mask="causal",
             kv_dtype=self.spec.kv_dtype,
-            adapter=self.state.adapter_labels[adapter] if adapter else None,
+            adapter=self.adapter_labels[adapter] if adapter else None,
             tenant=tenant,
         )
 
@@ -354,13 +338,13 @@ class PrefixWorker:
         if target == "model":
             self.spec = replace(self.spec, weight_updates=(*self.spec.weight_updates, seed))
             new = built(self.spec, None)[1]
-            self.state.revision = self._on_update(self, "model_revision", self.state.revision, new) or new
+            self.revision = self._on_update(self, "model_revision", self.revision, new) or new
             return
         if target not in self._adapters:
             raise ValueError(f"unknown adapter {target!r}")
         self.spec = replace(self.spec, adapter_updates=(*self.spec.adapter_updates, (target, seed)))
-        old, new = self.state.adapter_labels[target], f"{target}@r{len(self.spec.adapter_seeds(target))}"
-        self.state.adapter_labels[target] = self._on_update(self, "adapter", old, new) or new
+        old, new = self.adapter_labels[target], f"{target}@r{len(self.spec.adapter_seeds(target))}"
+        self.adapter_labels[target] = self._on_update(self, "adapter", old, new) or new
 
     def save_cache(self, file: Path) -> int:
         return self.cache.save(file)
@@ -371,7 +355,7 @@ class PrefixWorker:
         for name, value in identity.worker_part():
             if getattr(mine, name) != value:
                 return f"{name} {value} is not this worker's {getattr(mine, name)}"
-        if identity.adapter is not None and identity.adapter not in self.state.adapter_labels.values():
+        if identity.adapter is not None and identity.adapter not in self.adapter_labels.values():
             return f"adapter {identity.adapter} is not served here"
         layers, kv_heads, head_dim = self.spec.family.kv_layout(self.spec.config)
         shape = (kv_heads, self.block_size, head_dim)
@@ -383,18 +367,12 @@ class PrefixWorker:
         return self.cache.restore(file, self._admissible, device=self.spec.device)
 
     def cache_state(self) -> dict[str, Any]:
-        c = self.cache.counters
+        cache = self.cache
         return {
-            "blocks": len(self.cache),
-            "bytes_held": self.cache.bytes_held,
-            "byte_budget": self.cache.byte_budget,
+            "blocks": len(cache),
+            "bytes_held": cache.bytes_held,
+            "byte_budget": cache.byte_budget,
             "block_size": self.block_size,
-            "hash": self.cache.rules.hash_name,
-            "lookups": c.lookups,
-            "hits": c.hits,
-            "stored": c.stored,
-            "evicted": c.evicted,
-            "invalidated": c.invalidated,
-            "collisions_detected": c.collisions_detected,
-            "not_stored": c.not_stored,
+            "hash": cache.rules.hash_name,
+            **dataclasses.asdict(cache.counters),
         }

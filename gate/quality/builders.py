@@ -44,7 +44,6 @@ def cell(spec: SliceSpec, max_len: int, index: int) -> tuple[int, float]:
 
 
 def distinct_words(rng: np.random.Generator, space: V.TokenSpace, n: int) -> list[int]:
-    """n different word ids."""
     if n > space.n_words:
         raise ValueError(f"vocab too small: need {n} distinct words, have {space.n_words}")
     return [V.FIRST_WORD + int(w) for w in rng.choice(space.n_words, size=n, replace=False)]
@@ -177,5 +176,4 @@ def build_row(spec: SliceSpec, space: V.TokenSpace, seed: int, index: int) -> Ro
 
 
 def build_rows(spec: SliceSpec, space: V.TokenSpace, seed: int, n: int) -> list[Row]:
-    """The first n rows of `spec` under `seed`."""
     return [build_row(spec, space, seed, i) for i in range(n)]

@@ -30,7 +30,6 @@ BUILD_VERSION = 2
 
 
 def cache_root() -> Path:
-    """Where built slices are kept."""
     base = os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate"
     return Path(base) / "evals"
 

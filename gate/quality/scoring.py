@@ -75,10 +75,6 @@ SUMMED = ("cached_steps", "model_steps", "tokens_processed", "full_passes")
 """Exercise counters that add up over requests (the others are a state: the largest is kept)."""
 
 
-def _session(path: DecodePath, batch: int) -> Session:
-    return path.new_session(batch)
-
-
 @dataclass
 class SessionPool:
     """The candidate's sessions, one per batch size, reused across requests: reset, never rebuilt."""
@@ -103,7 +99,7 @@ class SessionPool:
 
 def _decode_greedy(path: DecodePath, prompts: torch.Tensor, k: int, clock: Clock) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decode k tokens -> (tokens [B, k], logits [B, k, V] predicting each of them)."""
-    session = _session(path, prompts.shape[0])
+    session = path.new_session(prompts.shape[0])
     logits = clock.run(session.prefill, prompts)[:, -1]
     steps, tokens = [logits], [logits.argmax(-1)]
     for _ in range(k - 1):
@@ -120,7 +116,7 @@ def _forced(
     decode phase as served), and the session's exercise record for this request (a pool's session
     is reset and reused; its counters count this request only)."""
     batch = prompts.shape[0]
-    session = path.take(batch) if isinstance(path, SessionPool) else _session(path, batch)
+    session = path.take(batch) if isinstance(path, SessionPool) else path.new_session(batch)
     before = dict(session.exercise())
     logits = clock.run(session.prefill, prompts)[:, -1]
     steps = [logits]
@@ -173,25 +169,18 @@ def score_batch(
         row[: (f + 1 if f < k else k)] for row, f in zip(cand_greedy.tolist(), first.tolist(), strict=True)
     ]
     if answers is not None:
-        ref_ok, cand_ok = [], []
-        retry: list[int] = []
-        for i, answer in enumerate(answers):
-            a = list(answer)[:k]
-            r = bool(a) and out.ref_tokens[i][: len(a)] == a
-            ref_ok.append(float(r))
-            cand_ok.append(float(r and int(first[i]) >= len(a)))
-            if not r and a:
-                retry.append(i)
+        wanted = [list(answer)[:k] for answer in answers]
+        right = [bool(a) and out.ref_tokens[i][: len(a)] == a for i, a in enumerate(wanted)]
+        cand_ok = [float(r and int(first[i]) >= len(a)) for i, (r, a) in enumerate(zip(right, wanted, strict=True))]
+        retry = [i for i, (r, a) in enumerate(zip(right, wanted, strict=True)) if a and not r]
         if retry:
             # forced along the answer (padded to k with the reference's tokens; padding unjudged)
             forced = ref_tokens[retry].clone()
             for row, i in enumerate(retry):
-                a = list(answers[i])[:k]
-                forced[row, : len(a)] = torch.tensor(a, device=forced.device)
+                forced[row, : len(wanted[i])] = torch.tensor(wanted[i], device=forced.device)
             logits, _ = _forced(candidate, prompts[retry], forced, clock)
             hits = logits.argmax(-1) == forced
             for row, i in enumerate(retry):
-                n = len(list(answers[i])[:k])
-                cand_ok[i] = float(bool(hits[row, :n].all()))
-        out.ref_correct, out.cand_correct = ref_ok, cand_ok
+                cand_ok[i] = float(bool(hits[row, : len(wanted[i])].all()))
+        out.ref_correct, out.cand_correct = [float(r) for r in right], cand_ok
     return out, exercise

@@ -88,5 +88,4 @@ def _load(name: str, directory: str) -> SliceSpec:
 
 
 def slice_names(directory: Path | None = None) -> list[str]:
-    """Names of every slice file."""
     return sorted(p.stem for p in (directory or evals_dir()).glob("*.yaml"))

@@ -57,11 +57,8 @@ def min_sample_size(
     groups: int = 1,
     floor: int = MIN_SAMPLES,
 ) -> int:
-    """Samples needed to detect `min_detectable_effect` at one-sided `confidence` with `power`.
-
-    TensorRT-LLM's relation n = groups * sigma^2 * (z_{1-alpha} + z_{1-beta})^2 / theta^2, with
-    alpha = 1 - confidence and beta = 1 - power; never below `floor`.
-    """
+    """Samples needed to detect `min_detectable_effect` at one-sided `confidence` with `power` (the
+    module's n, alpha = 1 - confidence, beta = 1 - power); never below `floor`."""
     if min_detectable_effect <= 0:
         raise ValueError("min_detectable_effect must be positive")
     if sigma < 0 or groups not in (1, 2):
@@ -69,15 +66,6 @@ def min_sample_size(
     z = z_one_sided(confidence) + z_one_sided(power)
     n = groups * sigma**2 * z**2 / min_detectable_effect**2
     return max(floor, math.ceil(n - 1e-9))
-
-
-def detectable_effect(
-    n: int, confidence: float, power: float, sigma: float = BERNOULLI_SIGMA, groups: int = 1
-) -> float:
-    """TensorRT-LLM's `compute_theta`: the smallest effect `n` samples detect with `power`."""
-    if n <= 0:
-        return math.inf
-    return (z_one_sided(confidence) + z_one_sided(power)) * math.sqrt(groups * sigma**2 / n)
 
 
 def wilson_bound(successes: int, n: int, confidence: float, side: Side) -> float:
@@ -222,10 +210,9 @@ def judge(
         used_sigma = observed if sigma is None else sigma
     n_required = min_sample_size(min_detectable_effect, confidence, power, used_sigma, groups, floor)
     ok = holds(bound, comparator, threshold)
-    word = "lower" if side == "lower" else "upper"
     verdict = "holds" if ok else "violates"
     reason = (
-        f"{confidence:.0%} {word} bound {significant(bound)} {verdict} {comparator} {threshold} "
+        f"{confidence:.0%} {side} bound {significant(bound)} {verdict} {comparator} {threshold} "
         f"(point {significant(point)}, n={n})"
     )
     if curtailed:

@@ -156,7 +156,6 @@ def _split(rng: np.random.Generator, space: TextSpace, budget: int, depth: float
 
 
 def build_text_row(spec: SliceSpec, space: TextSpace, seed: int, index: int) -> TextRow:
-    """Row `index` of `spec` in text space."""
     length, depth = cell(spec, space.max_len, index)
     rng = row_rng(seed, spec.name, index)
     t: dict[str, Any] = spec.text
@@ -228,5 +227,4 @@ def build_text_row(spec: SliceSpec, space: TextSpace, seed: int, index: int) -> 
 
 
 def build_text_rows(spec: SliceSpec, space: TextSpace, seed: int, n: int) -> list[TextRow]:
-    """The first n text rows of `spec` under `seed`."""
     return [build_text_row(spec, space, seed, i) for i in range(n)]

@@ -24,8 +24,8 @@ from scipy.special import chdtrc, chdtri, chndtr  # χ² tails (scipy.stats cost
 MIN_EXPECTED = 5.0
 
 
-def pool_cells(expected: npt.ArrayLike, min_expected: float = MIN_EXPECTED) -> list[list[int]]:
-    """Groups of cell indices such that each group's expected count is >= `min_expected`.
+def pool_cells(expected: npt.ArrayLike) -> list[list[int]]:
+    """Groups of cell indices such that each group's expected count is >= MIN_EXPECTED.
 
     Cells at or above the threshold stay alone; smaller ones are merged smallest-first, and a
     remainder still under the threshold joins the smallest group. Cells with E = 0 are dropped."""
@@ -35,12 +35,12 @@ def pool_cells(expected: npt.ArrayLike, min_expected: float = MIN_EXPECTED) -> l
     current: list[int] = []
     total = 0.0
     for i in order:
-        if e[i] >= min_expected and not current:
+        if e[i] >= MIN_EXPECTED and not current:
             groups.append([i])
             continue
         current.append(i)
         total += e[i]
-        if total >= min_expected:
+        if total >= MIN_EXPECTED:
             groups.append(current)
             current, total = [], 0.0
     if current:
@@ -67,14 +67,14 @@ class GTest:
     """Samples in cells where π0 is zero."""
 
 
-def g_test(observed: npt.ArrayLike, probs: npt.ArrayLike, min_expected: float = MIN_EXPECTED) -> GTest:
+def g_test(observed: npt.ArrayLike, probs: npt.ArrayLike) -> GTest:
     """G-test of counts against exact cell probabilities (which must sum to 1 over the support)."""
     o = np.asarray(observed, dtype=float)
     p = np.asarray(probs, dtype=float)
     n = float(o.sum())
     expected = n * p
     impossible = int(o[p <= 0].sum())
-    groups = pool_cells(expected, min_expected)
+    groups = pool_cells(expected)
     og = np.array([o[g].sum() for g in groups])
     eg = np.array([expected[g].sum() for g in groups])
     dof = max(len(groups) - 1, 1)
@@ -85,16 +85,14 @@ def g_test(observed: npt.ArrayLike, probs: npt.ArrayLike, min_expected: float = 
     return GTest(statistic, dof, float(chdtrc(dof, statistic)), len(groups), 0)
 
 
-def power(
-    null: npt.ArrayLike, alternative: npt.ArrayLike, n: int, alpha: float, min_expected: float = MIN_EXPECTED
-) -> float:
+def power(null: npt.ArrayLike, alternative: npt.ArrayLike, n: int, alpha: float) -> float:
     """Probability that the G-test at level `alpha` rejects π0 with n samples drawn from π1.
 
     `null` and `alternative` are aligned over the same cells (π0 may be zero where π1 is not)."""
     p0 = np.asarray(null, dtype=float)
     p1 = np.asarray(alternative, dtype=float)
     off_support = float(p1[p0 <= 0].sum())
-    groups = pool_cells(n * p0, min_expected)
+    groups = pool_cells(n * p0)
     g0 = np.array([p0[g].sum() for g in groups])
     g1 = np.array([p1[g].sum() for g in groups])
     g1 = g1 / g1.sum() if g1.sum() > 0 else g0
@@ -108,23 +106,17 @@ def power(
 
 
 def required_samples(
-    null: npt.ArrayLike,
-    alternative: npt.ArrayLike,
-    alpha: float,
-    target_power: float,
-    n_max: int,
-    n_min: int = 1,
-    min_expected: float = MIN_EXPECTED,
+    null: npt.ArrayLike, alternative: npt.ArrayLike, alpha: float, target_power: float, n_max: int, n_min: int = 1
 ) -> int | None:
     """Smallest n in [n_min, n_max] whose power reaches `target_power`; None if n_max does not."""
-    if power(null, alternative, n_max, alpha, min_expected) < target_power:
+    if power(null, alternative, n_max, alpha) < target_power:
         return None
     lo, hi = n_min, n_max
-    if power(null, alternative, lo, alpha, min_expected) >= target_power:
+    if power(null, alternative, lo, alpha) >= target_power:
         return lo
     while hi - lo > max(1, lo // 100):  # 1 % resolution is plenty
         mid = (lo + hi) // 2
-        if power(null, alternative, mid, alpha, min_expected) >= target_power:
+        if power(null, alternative, mid, alpha) >= target_power:
             hi = mid
         else:
             lo = mid

@@ -9,13 +9,14 @@ Both need the sampling distribution to have small support (top-k), so the tree s
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from gate.speculative.sampler import VerifyRules, warp
+from gate.speculative.sampler import VerifyRules
 
 Seq = tuple[int, ...]
 Law = dict[Seq, float]
@@ -44,10 +45,8 @@ class NextTokenTable:
     def __call__(self, conts: list[Seq]) -> torch.Tensor:
         """[len(conts), V] float64."""
         missing = sorted({c for c in conts if c not in self._cache}, key=len)
-        by_len: dict[int, list[Seq]] = defaultdict(list)
-        for c in missing:
-            by_len[len(c)].append(c)
-        for group in by_len.values():
+        for _, same_length in itertools.groupby(missing, key=len):
+            group = list(same_length)
             for start in range(0, len(group), self.chunk):
                 part = group[start : start + self.chunk]
                 tail = torch.tensor(part, dtype=torch.long, device=self.prompt.device).reshape(len(part), -1)
@@ -70,13 +69,6 @@ def answers_again(probs_fn: NextProbsFn, asked: list[tuple[torch.Tensor, torch.T
     gets its law enumerated afresh."""
     with torch.no_grad():
         return all(torch.equal(probs_fn(contexts).double().cpu(), probs) for contexts, probs in asked)
-
-
-def next_probs_from_logits(
-    logits_fn: Callable[[torch.Tensor], torch.Tensor], temperature: float, top_k: int | None
-) -> NextProbsFn:
-    """A NextProbsFn from a full-logits function: warp the last position's logits in float64."""
-    return lambda ctx: warp(logits_fn(ctx)[:, -1].double(), temperature, top_k)
 
 
 def _support(row: torch.Tensor) -> list[tuple[int, float]]:
@@ -159,11 +151,3 @@ def sampler_law(target: NextTokenTable, draft: NextTokenTable, rules: VerifyRule
             nodes = children
         pending = dict(arrived)
     return dict(final)
-
-
-def marginal(law: Law, length: int) -> Law:
-    """The law of the first `length` tokens."""
-    out: Law = defaultdict(float)
-    for seq, p in law.items():
-        out[seq[:length]] += p
-    return dict(out)

@@ -83,32 +83,13 @@ class VerifyRules:
 CORRECT = VerifyRules("correct")
 
 
-def _accept_all(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-    return torch.ones_like(p_x)
-
-
-def _accept_inverted(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-    return (q_x / p_x).clamp(max=1.0)  # p(x) = 0 gives inf, clamped: always accepted
-
-
-def _residual_target(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return p
-
-
-def _residual_abs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return _renormalise((p - q).abs(), p)
-
-
-def _bonus_from_draft(p_next: torch.Tensor, draft_next: Callable[[], torch.Tensor]) -> torch.Tensor:
-    return draft_next()
-
-
 FAULTS: dict[str, Callable[[VerifyRules], VerifyRules]] = {
-    "accept-all": lambda r: replace(r, accept=_accept_all),
-    "inverted-ratio": lambda r: replace(r, accept=_accept_inverted),
-    "residual-from-target": lambda r: replace(r, residual=_residual_target),
-    "residual-abs": lambda r: replace(r, residual=_residual_abs),
-    "bonus-from-draft": lambda r: replace(r, bonus=_bonus_from_draft),
+    "accept-all": lambda r: replace(r, accept=lambda p_x, q_x: torch.ones_like(p_x)),
+    # p(x) = 0 gives inf, clamped: always accepted
+    "inverted-ratio": lambda r: replace(r, accept=lambda p_x, q_x: (q_x / p_x).clamp(max=1.0)),
+    "residual-from-target": lambda r: replace(r, residual=lambda p, q: p),
+    "residual-abs": lambda r: replace(r, residual=lambda p, q: _renormalise((p - q).abs(), p)),
+    "bonus-from-draft": lambda r: replace(r, bonus=lambda p_next, draft_next: draft_next()),
     "drop-bonus": lambda r: replace(r, emit_bonus=False),
 }
 """Sampler faults, each replacing one part of the rule. drop-bonus keeps the distribution (the next

@@ -88,18 +88,15 @@ def test_dynamic_cache_grows_in_blocks_and_tail_is_ignorable() -> None:
     assert torch.equal(model.step(tokens[:, 20:], cache, 20), clean)
 
 
-def test_cache_from_kv_and_crop_support_prefix_restore_and_rollback() -> None:
+def test_crop_supports_rollback() -> None:
     model = build_model(CFG, seed=4)
     tokens = random_tokens(CFG.vocab_size, 2, 30, seed=4)
-    donor = KVCache.for_model(CFG, 2)
-    prefill(model, tokens[:, :12], donor)
-    ks, vs = zip(*(donor.kv(layer) for layer in range(CFG.n_layers)), strict=True)
-    restored = KVCache.from_kv([k.clone() for k in ks], [v.clone() for v in vs], max_len=CFG.max_len)
-    assert restored.pos == 12
-    suffix = model.step(tokens[:, 12:], restored, start_pos=12)
+    cache = KVCache.for_model(CFG, 2)
+    prefill(model, tokens[:, :12], cache)
+    suffix = model.step(tokens[:, 12:], cache, start_pos=12)
     assert torch.allclose(suffix, model(tokens)[:, 12:], atol=1e-4)
-    restored.crop(20)  # speculative rollback: forget positions >= 20
-    again = model.step(tokens[:, 20:], restored, start_pos=20)
+    cache.crop(20)  # speculative rollback: forget positions >= 20
+    again = model.step(tokens[:, 20:], cache, start_pos=20)
     assert torch.equal(again, suffix[:, 8:])
 
 

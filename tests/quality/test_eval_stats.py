@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gate.quality.stats import (
+    BERNOULLI_SIGMA,
     bootstrap_bound,
-    detectable_effect,
     holds,
     judge,
     min_sample_size,
@@ -17,6 +17,14 @@ from gate.quality.stats import (
     wilson_bound,
     z_one_sided,
 )
+
+
+def detectable_effect(
+    n: int, confidence: float, power: float, sigma: float = BERNOULLI_SIGMA, groups: int = 1
+) -> float:
+    """TensorRT-LLM's `compute_theta`: the smallest effect `n` samples detect with `power` (the
+    relation `min_sample_size` solves for n)."""
+    return (z_one_sided(confidence) + z_one_sided(power)) * math.sqrt(groups * sigma**2 / n)
 
 
 def test_detectable_effect_matches_tensorrt_llm_table() -> None:

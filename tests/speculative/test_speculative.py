@@ -5,7 +5,8 @@ transformer and run in seconds."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,18 +14,26 @@ import torch
 
 from gate.errors import UnknownFault
 from gate.speculative.gof import g_test, pool_cells, power, required_samples
-from gate.speculative.law import (
-    NextTokenTable,
-    answers_again,
-    marginal,
-    next_probs_from_logits,
-    sampler_law,
-    target_law,
-)
+from gate.speculative.law import Law, NextProbsFn, NextTokenTable, answers_again, sampler_law, target_law
 from gate.speculative.sampler import CORRECT, FAULTS, SpeculativeSampler, apply_fault, target_only_sample, warp
 
 V, K, H, TOP_K = 12, 2, 3, 4
 PROMPT = torch.tensor([3, 5, 7])
+
+
+def next_probs_from_logits(
+    logits_fn: Callable[[torch.Tensor], torch.Tensor], temperature: float, top_k: int | None
+) -> NextProbsFn:
+    """A NextProbsFn from a full-logits function: warp the last position's logits in float64."""
+    return lambda ctx: warp(logits_fn(ctx)[:, -1].double(), temperature, top_k)
+
+
+def marginal(law: Law, length: int) -> Law:
+    """The law of the first `length` tokens."""
+    out: Law = defaultdict(float)
+    for seq, p in law.items():
+        out[seq[:length]] += p
+    return dict(out)
 
 
 class TableModel:
