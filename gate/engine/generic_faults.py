@@ -3,16 +3,8 @@
 An adapter's own faults (`path.faults()`, `path.with_fault(name)`) plant bugs inside its code.
 A third-party adapter rarely has them, and power must not depend on faults only gate's own
 adapters can plant. The faults here wrap a `DecodePath` and its `Session`s from the outside and
-break what any KV cache must get right, seen through the protocol alone:
-
-    handle-swap       appends run against another request's session (cross-request handle)
-    reset-ignored     reset() does nothing: the next request starts on the previous one's cache
-    cache-dropped     each append runs against an empty session: the cached prefix is gone
-    token-skipped     the first token of a multi-token call never enters the cache (positions off by one)
-    weights-changed   appends run after the model's weights changed, the cache kept (needs
-                      WeightReloading on the path)
-    block-truncated   the partial last block of the cache is cropped before each append (needs
-                      CacheCropping on the sessions)
+break what any KV cache must get right, seen through the protocol alone (each one's `summary`
+below says what it breaks).
 
 Each stands in for the named faults of gate's catalogue it imitates (`stands_for`) and says which
 checks it can prove power for (`proves`): a wrapper cannot reach inside a kernel, so it proves
@@ -34,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gate.engine.generic_sessions import (
     BlockTruncated,
     CacheDropped,
+    GenericCarrier,
     HandleSwap,
     ResetIgnored,
     RowsCrossed,
@@ -42,7 +35,6 @@ from gate.engine.generic_sessions import (
     needs_crop,
     needs_reload,
 )
-from gate.protocols import CacheCropping, WeightReloading
 
 if TYPE_CHECKING:
     import torch
@@ -150,23 +142,18 @@ def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[Decode
     return needs
 
 
-def _wrapped(kind: Callable[..., Any], fault: str) -> Callable[[DecodePath], DecodePath]:
-    def wrap(path: DecodePath) -> DecodePath:
-        from gate.engine.generic_stores import as_store
-
-        wrapped: DecodePath = kind(as_store(path), path, fault)
-        return wrapped
-
-    return wrap
-
-
 def _store_fault(
     name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, kind: str, *needs: str, **more: bool
 ) -> GenericFault:
     import gate.engine.generic_stores as stores
 
-    cls = getattr(stores, kind) if not kind.startswith("sibling:") else stores.sibling_shared(kind.split(":", 1)[1])
-    return GenericFault(name, stands_for, proves, summary, None, _store_needs(*needs, **more), _wrapped(cls, name))
+    cls: Any = stores.sibling_shared(kind[8:]) if kind.startswith("sibling:") else getattr(stores, kind)
+
+    def wrap(path: DecodePath) -> DecodePath:
+        wrapped: DecodePath = cls(stores.as_store(path), path, name)
+        return wrapped
+
+    return GenericFault(name, stands_for, proves, summary, None, _store_needs(*needs, **more), wrap)
 
 
 SIBLING_FIELDS = {
@@ -236,10 +223,6 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
 def _sampler_fault(rule: str) -> GenericFault:
     from gate.engine.generic_samplers import FaultySampler, sampler_needs
 
-    def wrap(path: DecodePath) -> DecodePath:
-        faulty: DecodePath = FaultySampler(path, rule)
-        return faulty
-
     return GenericFault(
         f"sampler:{rule}",
         (rule,),
@@ -247,7 +230,7 @@ def _sampler_fault(rule: str) -> GenericFault:
         f"gate's reference speculative sampler with {rule} over the candidate's own target and draft distributions",
         None,
         sampler_needs,
-        wrap,
+        lambda path: FaultySampler(path, rule),
     )
 
 
@@ -269,7 +252,7 @@ imports no torch)."""
 GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
 
 
-class FaultedPath:
+class FaultedPath(GenericCarrier):
     """A clean path whose sessions come from a generic fault; everything else is the path's own.
 
     Capabilities the fault cannot reach (an attention probe, per-layer traces) are not offered,
@@ -278,18 +261,18 @@ class FaultedPath:
     _PASS_THROUGH = ("layout_boundaries", "block_size", "reload_weights")
 
     def __init__(self, inner: DecodePath, fault: GenericFault) -> None:
-        self.inner, self.fault = inner, fault
+        self.inner, self.fault, self.carried = inner, fault, fault.name
         self.name = f"{inner.name}+generic:{fault.name}"
         self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
         self.uses_cache, self.dtype = inner.uses_cache, inner.dtype
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.inner.identity(), "generic_fault": self.carried}
 
     def __getattr__(self, attr: str) -> Any:
         if attr in FaultedPath._PASS_THROUGH:
             return getattr(self.inner, attr)
         raise AttributeError(attr)
-
-    def identity(self) -> dict[str, Any]:
-        return {**self.inner.identity(), "generic_fault": self.fault.name}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.inner.full_logits(tokens)
@@ -298,14 +281,6 @@ class FaultedPath:
         assert self.fault.session is not None, self.fault.name
         session: Session = self.fault.session(self.inner, batch_size)
         return session
-
-    def faults(self) -> tuple[str, ...]:
-        return ()
-
-    def with_fault(self, fault: str) -> DecodePath:
-        from gate.errors import UnknownFault
-
-        raise UnknownFault(f"path {self.name} already carries generic fault {self.fault.name}")
 
 
 @dataclass(frozen=True)
@@ -348,21 +323,6 @@ def plant(path: DecodePath, check: str, fault: str, *, own: bool = True, after: 
         faulty = generic.wrap(path) if generic.wrap is not None else FaultedPath(path, generic)
         return Planted(faulty, "generic", generic.name)
     return f"path {path.name} cannot apply fault {fault!r}; " + "; ".join(reasons)
-
-
-__all__ = [
-    "GENERIC_FAULTS",
-    "PREFIX_CHECKS",
-    "SAMPLER_FAULTS",
-    "SPEC_CHECKS",
-    "STORE_FAULTS",
-    "CacheCropping",
-    "FaultedPath",
-    "GenericFault",
-    "Planted",
-    "WeightReloading",
-    "plant",
-]
 
 
 def stand_in_table() -> str:

@@ -14,6 +14,21 @@ if TYPE_CHECKING:
     from gate.protocols import DecodePath, Session
 
 
+class GenericCarrier:
+    """A candidate that carries one generic fault (`carried`): it plants none of its own."""
+
+    name: str
+    carried: str
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> Any:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"path {self.name} already carries generic fault {self.carried}")
+
+
 class _Wrapped:
     """Common base: a session that forwards to `inner` and remembers whether it holds tokens."""
 
