@@ -148,6 +148,3 @@ def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]
             seen[name] = manifest
             runs.append(MatrixRun(name=name, manifest=manifest, overrides=overrides))
     return runs, matrix.retries
-
-
-__all__ = ["RESERVED_NAMES", "Matrix", "MatrixRun", "expand_matrix", "load_matrix", "run_name", "safe_name"]

@@ -285,6 +285,3 @@ def write_summary(
     return BatchOutputs(
         out_dir=out, records=records, verdict=verdict, exit_code=code, summary=line, files=files, document=document
     )
-
-
-__all__ = ["INPUTS", "Batch", "BatchOutputs", "batch_verdict", "plan_batch", "run_batch", "write_summary"]

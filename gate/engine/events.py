@@ -117,6 +117,3 @@ Events = Callable[[RunEvent], None]
 def as_log(log: Callable[[str], None]) -> Events:
     """A sink that writes each event as its log line."""
     return lambda event: log(event.line())
-
-
-__all__ = ["CheckFinished", "CheckStarted", "ControlFinished", "ControlStarted", "Events", "RunEvent", "as_log"]

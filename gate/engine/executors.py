@@ -261,51 +261,39 @@ class RayExecutor:
 
         records: dict[int, TaskRecord] = {}
         try:
-            self._collect(ray, tasks, refs, records, submit, lost_errors, on_done)
+            for i in range(len(tasks)):
+                submit(i, 1)
+            while refs:
+                done, _rest = ray.wait(list(refs), num_returns=1)
+                for ref in done:
+                    i, attempt, started = refs.pop(ref)
+                    task = tasks[i]
+                    try:
+                        record: TaskRecord = ray.get(ref)
+                    except lost_errors as err:
+                        if attempt <= task.retries:
+                            submit(i, attempt + 1)
+                            continue
+                        reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
+                        record = failed_record(
+                            task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
+                        )
+                    except ray.exceptions.RayError as err:
+                        first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+                        record = failed_record(
+                            task,
+                            f"Ray task failed: {err.__class__.__name__}: {first}",
+                            seconds=time.perf_counter() - started,
+                        )
+                    record.attempts = attempt
+                    records[i] = record
+                    if on_done is not None:
+                        on_done(record)
         finally:
             for ref in refs:  # interrupted: what is still queued or running on the cluster stops too
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
         return [records[i] for i in range(len(tasks))]
-
-    def _collect(
-        self,
-        ray: Any,
-        tasks: Sequence[Task],
-        refs: dict[Any, tuple[int, int, float]],
-        records: dict[int, TaskRecord],
-        submit: Callable[[int, int], None],
-        lost_errors: tuple[type[BaseException], ...],
-        on_done: OnDone | None,
-    ) -> None:
-        for i in range(len(tasks)):
-            submit(i, 1)
-        while refs:
-            done, _rest = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                i, attempt, started = refs.pop(ref)
-                task = tasks[i]
-                try:
-                    record: TaskRecord = ray.get(ref)
-                except lost_errors as err:
-                    if attempt <= task.retries:
-                        submit(i, attempt + 1)
-                        continue
-                    reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
-                    record = failed_record(
-                        task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
-                    )
-                except ray.exceptions.RayError as err:
-                    first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-                    record = failed_record(
-                        task,
-                        f"Ray task failed: {err.__class__.__name__}: {first}",
-                        seconds=time.perf_counter() - started,
-                    )
-                record.attempts = attempt
-                records[i] = record
-                if on_done is not None:
-                    on_done(record)
 
 
 def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | None = None) -> Executor:
@@ -313,16 +301,3 @@ def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | 
     if kind == "ray":
         return RayExecutor(address=address)
     return LocalExecutor(jobs=jobs, threads=threads)
-
-
-__all__ = [
-    "Executor",
-    "LocalExecutor",
-    "RayExecutor",
-    "Task",
-    "TaskRecord",
-    "execute_task",
-    "failed_record",
-    "make_executor",
-    "ray_resources",
-]

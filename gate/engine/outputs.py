@@ -200,6 +200,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-__all__ = ["MIN_FILE_SIZE_LIMIT", "MIN_FREE_BYTES", "WRITE_ERRNOS", "StagedOutput", "write_failure"]
