@@ -28,28 +28,6 @@ def _no_progress(_task: str, _done: int, _total: int) -> None:
     """No progress."""
 
 
-def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any]) -> CheckResult:
-    return CheckResult(
-        **base,
-        status=Status.error,
-        message=f"{err.__class__.__name__}: {err}",
-        error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
-        # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
-        metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
-        **times,
-    )
-
-
-def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:
-    return CheckResult(
-        **base,
-        status=Status.failed,
-        message=f"the subject crashed in {crash}",
-        diagnosis=crash.diagnosis(),
-        **times,
-    )
-
-
 def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
     """The fields a check's record takes from its line in the plan."""
     return planned.model_dump(include={"check", "severity", "step", "why"}) | {"policy_rule": planned.source}
@@ -103,9 +81,20 @@ def run_check(
                 else spec(ctx, params)
             )
     except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
-        return _crash_result(base, crash, _times(positive_s=positive.wall_s))
+        message, diagnosis = f"the subject crashed in {crash}", crash.diagnosis()
+        return CheckResult(
+            **base, status=Status.failed, message=message, diagnosis=diagnosis, **_times(positive_s=positive.wall_s)
+        )
     except Exception as err:
-        return _error_result(base, err, _times())
+        return CheckResult(
+            **base,
+            status=Status.error,
+            message=f"{err.__class__.__name__}: {err}",
+            error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
+            # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
+            metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
+            **_times(),
+        )
     status = Status(outcome.status)
     message = outcome.message
     rule_na = planned.not_applicable
@@ -245,9 +234,6 @@ def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[s
             log(f"  stopped {freed}: no later check uses it")
 
 
-_NOT_APPLICABLE = "not-applicable"
-
-
 def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str]) -> None:
     """Before a check, tell an engine which checks and controls are still to run, so the cap on its
     servers stops one no later check needs rather than one a later check would start again."""
@@ -255,7 +241,7 @@ def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str])
         runs = [
             p
             for p in ahead
-            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == _NOT_APPLICABLE)
+            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == "not-applicable")
         ]
         candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in runs])
 
