@@ -23,25 +23,19 @@ from __future__ import annotations
 
 from datetime import date
 
-from packaging.specifiers import SpecifierSet
+from packaging.requirements import Requirement
 
 from gate._util.versions import installed_version
 from gate.core.manifest import KnownBug
 from gate.core.result import CheckResult, KnownBugDisposition, KnownBugRecord, Status
 
 
-def _package(affects: str) -> tuple[str, SpecifierSet]:
-    from packaging.requirements import Requirement
-
-    req = Requirement(affects)
-    return req.name, req.specifier
-
-
 def plan_known_bugs(bugs: list[KnownBug], today: date) -> list[KnownBugRecord]:
     """Each declaration's planned disposition on this installation, on `today` (UTC)."""
     out = []
     for bug in bugs:
-        name, specifier = _package(bug.affects)
+        requirement = Requirement(bug.affects)
+        name, specifier = requirement.name, requirement.specifier
         installed = installed_version(name)
         base = bug.model_dump(mode="json")
         if bug.expires < today:

@@ -176,18 +176,6 @@ class Comparator(str, Enum):
     le = "<="
 
 
-def _decimal_string(value: str) -> str:
-    try:
-        number = Decimal(value)
-    except InvalidOperation:
-        raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
-    if not number.is_finite():
-        raise ValueError(f"threshold {value!r} is not a finite number: a claim against it cannot fail")
-    if abs(number) > MAX_THRESHOLD_MAGNITUDE:
-        raise ValueError(f"threshold {value!r} is absurd (beyond +/-{MAX_THRESHOLD_MAGNITUDE:,})")
-    return value
-
-
 class Envelope(Record):
     """One slice's bound on degradation, judged on a one-sided confidence bound."""
 
@@ -209,7 +197,15 @@ class Envelope(Record):
     @field_validator("threshold")
     @classmethod
     def _threshold_is_decimal(cls, value: str) -> str:
-        return _decimal_string(value)
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
+        if not number.is_finite():
+            raise ValueError(f"threshold {value!r} is not a finite number: a claim against it cannot fail")
+        if abs(number) > MAX_THRESHOLD_MAGNITUDE:
+            raise ValueError(f"threshold {value!r} is absurd (beyond +/-{MAX_THRESHOLD_MAGNITUDE:,})")
+        return value
 
     @model_validator(mode="after")
     def _threshold_can_decide(self) -> Envelope:

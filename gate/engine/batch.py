@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,7 +139,8 @@ def plan_batch(
             manifest = run.manifest
             if run.overrides:
                 if staged is None:
-                    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=_existing(out.parent)))
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=out.parent))
                 temporary = staged / f"{run.name}.yaml"
                 temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
                 try:
@@ -165,11 +167,6 @@ def plan_batch(
             shutil.rmtree(staged, ignore_errors=True)
         raise
     return Batch(out=out, tasks=tasks, runs=runs, staged_inputs=staged, matrix=str(matrix) if matrix else None)
-
-
-def _existing(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _begin(batch: Batch) -> None:
@@ -229,9 +226,7 @@ def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
     standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
     verdict = worst_verdict(standing)
     code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    counts = Counter(r.verdict for r in records)
     parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
     approved = sum(1 for r in records if r.approved)
     parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []

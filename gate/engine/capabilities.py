@@ -63,13 +63,6 @@ def plan_with_capabilities(manifest: Manifest, plan: Plan) -> Plan:
     return plan.model_copy(update={"paths": paths, "checks": checks})
 
 
-def stand_ins(check: str, fault: str) -> list[str]:
-    """The generic faults that can stand in for `fault` under `check` (in the order a run tries them)."""
-    from gate.engine.generic_faults import GENERIC_FAULTS
-
-    return [g.name for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
-
-
 def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> CheckCapabilities:
     """Before a run, from the options alone: what the check needs (its package's declaration), what
     the candidate's adapter states it offers, and what that means (`decide_needs`)."""
@@ -132,7 +125,11 @@ def decide_needs(
         )
     extras = [f"{c.value} would add: {why}" for c, why in declared.optional.items() if c not in offers]
     more = f"; {'; '.join(extras)}" if extras else ""
-    covered = {c.fault: stand_ins(planned.check, c.fault) for c in planned.controls if c.expect == "detect"}
+    from gate.engine.generic_faults import stand_ins
+
+    covered = {
+        c.fault: [g.name for g in stand_ins(planned.check, c.fault)] for c in planned.controls if c.expect == "detect"
+    }
     backed = [f"{fault} ({', '.join(names)})" for fault, names in covered.items() if names]
     alone = [fault for fault, names in covered.items() if not names]
     if backed:

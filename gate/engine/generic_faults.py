@@ -325,6 +325,11 @@ def plant(path: DecodePath, check: str, fault: str, *, own: bool = True, after: 
     return f"path {path.name} cannot apply fault {fault!r}; " + "; ".join(reasons)
 
 
+def stand_ins(check: str, fault: str) -> list[GenericFault]:
+    """The generic faults that can stand in for `fault` under `check`, in the order a run tries them."""
+    return [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
+
+
 def stand_in_table() -> str:
     """docs/faults.md's table of stand-ins: for every check and control fault the built-in policies
     name, the generic faults that stand in for it (in the order `plant` tries them) and what each needs."""
@@ -341,7 +346,7 @@ def stand_in_table() -> str:
         "|---|---|---|---|",
     ]
     for check, fault in sorted(named):
-        generics = [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
+        generics = stand_ins(check, fault)
         if generics:
             names = ", ".join(f"`{g.name}`" for g in generics)
             rows.append(f"| {check} | {fault} | {names} | {'; '.join(g.summary for g in generics)} |")

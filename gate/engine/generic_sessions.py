@@ -165,13 +165,12 @@ class BlockTruncated(_Wrapped):
 
 
 def needs_reload(path: DecodePath) -> str | None:
-    if offered(path, WeightReloading) is not None:
-        return None
-    return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
+    if offered(path, WeightReloading) is None:
+        return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
+    return None
 
 
 def needs_crop(path: DecodePath) -> str | None:
-    session = path.new_session(1)
-    if offered(session, CacheCropping) is not None:
+    if offered(path.new_session(1), CacheCropping) is not None:
         return None
     return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"
