@@ -161,11 +161,8 @@ class LocalExecutor:
                     task, i = worker.task, index_of[slot]
                     assert task is not None
                     record: TaskRecord | None = None
-                    try:
-                        if worker.conn.poll():
-                            record = worker.conn.recv()
-                    except (EOFError, OSError):
-                        record = None
+                    with contextlib.suppress(EOFError, OSError):
+                        record = worker.conn.recv() if worker.conn.poll() else None
                     if record is not None:
                         record.attempts = worker.attempt
                         worker.task = None
@@ -220,9 +217,8 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, on_start: OnStart | None = None) -> None:
+    def __init__(self, address: str | None = None) -> None:
         self.address = address
-        self.on_start = on_start
 
     def _connect(self) -> Any:
         try:
@@ -256,8 +252,6 @@ class RayExecutor:
             task = tasks[i]
             ref = remote.options(name=f"gate:{task.name}", **ray_resources(task)).remote(task)
             refs[ref] = (i, attempt, time.perf_counter())
-            if self.on_start is not None:
-                self.on_start(task, attempt, "ray")
 
         records: dict[int, TaskRecord] = {}
         try:
