@@ -83,14 +83,6 @@ def run_name(manifest_name: str, overrides: dict[str, Any]) -> str:
     return safe_name("-".join(parts))
 
 
-def _check_devices(doc: LoadedYaml, devices: list[str] | None) -> None:
-    for i, device in enumerate(devices or []):
-        if not DEVICE_PATTERN.match(device):
-            raise doc.error_at(
-                ("devices", i), f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)", f"devices[{i}]"
-            )
-
-
 def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[Path, int]]:
     files: list[tuple[Path, int]] = []
     for i, entry in enumerate(matrix.manifests):
@@ -108,16 +100,6 @@ def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[P
     return files
 
 
-def load_matrix(path: Path) -> tuple[Matrix, LoadedYaml]:
-    """Parse and validate a matrix file (`FILE:LINE:COL: field: message`, exit 2)."""
-    if not path.is_file():
-        raise InputError(str(path), "no such matrix file")
-    doc = read_yaml(path)
-    matrix: Matrix = parse_model(doc, Matrix)
-    _check_devices(doc, matrix.devices)
-    return matrix, doc
-
-
 def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]:
     """Every run of the matrix at PATH, in file order, and its `retries`.
 
@@ -125,7 +107,15 @@ def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]
     bad manifest fails here with its own `FILE:LINE:COL`). Two runs with one name are refused at
     the line of the second's manifest entry.
     """
-    matrix, doc = load_matrix(path)
+    if not path.is_file():
+        raise InputError(str(path), "no such matrix file")
+    doc = read_yaml(path)
+    matrix: Matrix = parse_model(doc, Matrix)
+    for i, device in enumerate(matrix.devices or []):
+        if not DEVICE_PATTERN.match(device):
+            raise doc.error_at(
+                ("devices", i), f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)", f"devices[{i}]"
+            )
     axes: list[tuple[str, list[Any]]] = [
         (key, values)
         for key, values in (("seed", matrix.seeds), ("dtype", matrix.dtypes), ("device", matrix.devices))

@@ -210,40 +210,8 @@ def run_batch(
 
     for task in batch.tasks:  # what a lost worker was writing when it died
         StagedOutput(Path(task.out_dir)).remove_orphans()
-    return write_summary(
-        batch,
-        records,
-        executor_info or {"kind": executor.name},
-        started_at=started_at,
-        finished_at=now_utc(),
-        seconds=time.perf_counter() - started,
-    )
-
-
-def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
-    """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
-    code of its first run with that verdict, and a one-line count."""
-    standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
-    verdict = worst_verdict(standing)
-    code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
-    counts = Counter(r.verdict for r in records)
-    parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
-    approved = sum(1 for r in records if r.approved)
-    parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []
-    noun = "run" if len(records) == 1 else "runs"
-    return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)
-
-
-def write_summary(
-    batch: Batch,
-    records: list[TaskRecord],
-    executor_info: dict[str, Any],
-    *,
-    started_at: str,
-    finished_at: str,
-    seconds: float,
-) -> BatchOutputs:
-    """summary.json, summary.md and junit.xml (a suite per run) into batch.out, each written atomically."""
+    finished_at, seconds = now_utc(), time.perf_counter() - started
+    # summary.json, summary.md and junit.xml (a suite per run) into batch.out, each written atomically
     import gate
     from gate._util.atomic import write_bytes_atomic
     from gate.report.batch import batch_junit, batch_markdown
@@ -257,7 +225,7 @@ def write_summary(
         "exit_code": code,
         "summary": line,
         "matrix": batch.matrix,
-        "executor": executor_info,
+        "executor": executor_info or {"kind": executor.name},
         "started_at": started_at,
         "finished_at": finished_at,
         "duration_s": round(seconds, 3),
@@ -280,3 +248,17 @@ def write_summary(
     return BatchOutputs(
         out_dir=out, records=records, verdict=verdict, exit_code=code, summary=line, files=files, document=document
     )
+
+
+def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
+    """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
+    code of its first run with that verdict, and a one-line count."""
+    standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
+    verdict = worst_verdict(standing)
+    code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
+    counts = Counter(r.verdict for r in records)
+    parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
+    approved = sum(1 for r in records if r.approved)
+    parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []
+    noun = "run" if len(records) == 1 else "runs"
+    return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)
