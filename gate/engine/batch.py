@@ -169,22 +169,6 @@ def plan_batch(
     return Batch(out=out, tasks=tasks, runs=runs, staged_inputs=staged, matrix=str(matrix) if matrix else None)
 
 
-def _begin(batch: Batch) -> None:
-    """Move the previous batch aside (`<DIR>.previous`), create DIR, put the derived manifests in place."""
-    from gate.engine.outputs import PREVIOUS_SUFFIX
-
-    out = batch.out
-    previous = Path(f"{out}{PREVIOUS_SUFFIX}")
-    if out.is_dir() and any(out.iterdir()):
-        if previous.exists():
-            shutil.rmtree(previous)
-        os.replace(out, previous)
-    out.mkdir(parents=True, exist_ok=True)
-    if batch.staged_inputs is not None:
-        os.replace(batch.staged_inputs, out / INPUTS)
-        batch.staged_inputs = None
-
-
 def run_batch(
     batch: Batch,
     executor: Executor,
@@ -194,20 +178,25 @@ def run_batch(
 ) -> BatchOutputs:
     """Run every task of `batch` on `executor`, then write the batch summary into batch.out."""
     from gate._util.clock import now_utc
+    from gate.engine.outputs import PREVIOUS_SUFFIX, StagedOutput, write_failure
 
     started_at, started = now_utc(), time.perf_counter()
-    try:
-        _begin(batch)
+    out, previous = batch.out, Path(f"{batch.out}{PREVIOUS_SUFFIX}")
+    try:  # the previous batch aside (`<DIR>.previous`), DIR created, the derived manifests put in place
+        if out.is_dir() and any(out.iterdir()):
+            if previous.exists():
+                shutil.rmtree(previous)
+            os.replace(out, previous)
+        out.mkdir(parents=True, exist_ok=True)
+        if batch.staged_inputs is not None:
+            os.replace(batch.staged_inputs, out / INPUTS)
+            batch.staged_inputs = None
     except OSError as err:
-        from gate.engine.outputs import write_failure
-
-        raise write_failure(batch.out, err) from None
+        raise write_failure(out, err) from None
     finally:
         if batch.staged_inputs is not None:
             shutil.rmtree(batch.staged_inputs, ignore_errors=True)
     records = executor.run(batch.tasks, on_done=on_done)
-    from gate.engine.outputs import StagedOutput
-
     for task in batch.tasks:  # what a lost worker was writing when it died
         StagedOutput(Path(task.out_dir)).remove_orphans()
     finished_at, seconds = now_utc(), time.perf_counter() - started
@@ -239,7 +228,6 @@ def run_batch(
             for record in records
         ],
     }
-    out = batch.out
     files = [
         write_bytes_atomic(out / "summary.json", (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()),
         write_bytes_atomic(out / "summary.md", batch_markdown(document).encode()),

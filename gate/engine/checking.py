@@ -24,22 +24,9 @@ if TYPE_CHECKING:
     from gate.core.manifest import Manifest
 
 
-def _no_progress(_task: str, _done: int, _total: int) -> None:
-    """No progress."""
-
-
 def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
     """The fields a check's record takes from its line in the plan."""
     return planned.model_dump(include={"check", "severity", "step", "why"}) | {"policy_rule": planned.source}
-
-
-def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
-    """The record of a planned check a partial run left out: skipped, and saying why."""
-    return CheckResult(
-        **_from_plan(planned),
-        status=Status.skip,
-        message=f"not run: this run was limited to --check {', '.join(only)}; the manifest has no verdict from it",
-    )
 
 
 def run_check(
@@ -276,7 +263,9 @@ def run_checks(
     with clock or nullcontext(), _settled_heap():
         for index, planned in enumerate(plan.checks):
             if planned.check in not_run:
-                checks.append(_not_run(planned, list(options.only)))
+                only = ", ".join(options.only)
+                message = f"not run: this run was limited to --check {only}; the manifest has no verdict from it"
+                checks.append(CheckResult(**_from_plan(planned), status=Status.skip, message=message))
                 continue
             _plan_servers(paths["candidate"], plan.checks[index:], not_run)
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
@@ -292,7 +281,7 @@ def run_checks(
                 device=subject.device,
                 dtype=subject.dtype,
                 log=log,
-                progress=progress or _no_progress,
+                progress=progress or (lambda _task, _done, _total: None),
                 cache=cache,
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own

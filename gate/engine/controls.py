@@ -72,7 +72,9 @@ def run_control(
 def _classified_control(
     spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
 ) -> ControlResult:
-    invisible = invisible_reason(ctx.candidate, control.fault)
+    # why the fault cannot change this path's outputs on its architecture, when the path declares it
+    declared = offered(ctx.candidate, FaultVisibility)
+    invisible = None if declared is None else declared.invisible_faults().get(control.fault)
     planted = plant(ctx.candidate, spec.name, control.fault, own=invisible is None)
     if isinstance(planted, str):
         if invisible is not None:  # declared before running: nothing planted, no power claimed either way
@@ -174,12 +176,6 @@ def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, st
     from gate.checks.planning import IDENTITY_WHY
 
     return {a: why for a, why in lacking.items() if a in IDENTITY_WHY and points_at(fault, a)}
-
-
-def invisible_reason(path: Any, fault: str) -> str | None:
-    """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
-    declared = offered(path, FaultVisibility)
-    return None if declared is None else declared.invisible_faults().get(fault)
 
 
 def _judged(

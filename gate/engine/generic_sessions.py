@@ -57,11 +57,6 @@ class _Wrapped:
         return dict(self.inner.exercise())
 
 
-def _other_request(tokens: torch.Tensor) -> torch.Tensor:
-    """Another request of the same shape: the next row's tokens, or the row reversed when B = 1."""
-    return tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1)
-
-
 class HandleSwap(_Wrapped):
     """Prefills go to the request's own session and, shifted by one row, to a foreign one; every
     append then runs against the foreign session: the handle points at another request's cache."""
@@ -71,7 +66,8 @@ class HandleSwap(_Wrapped):
         self.foreign: Session = path.new_session(batch)
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.foreign.prefill(_other_request(tokens))
+        # another request of the same shape: the next row's tokens, or the row reversed when B = 1
+        self.foreign.prefill(tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1))
         return super().prefill(tokens)
 
     def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -147,18 +143,14 @@ class WeightsChanged(_Wrapped):
             reloading.reload_weights(0)
 
 
-def _block(path: DecodePath) -> int:
-    bounds = getattr(path, "layout_boundaries", None)
-    edges = bounds() if callable(bounds) else ()
-    return int(edges[0]) if edges else 16
-
-
 class BlockTruncated(_Wrapped):
     """Before each append the cache is cropped to whole blocks: the partial last block is lost."""
 
     def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
         cropping: Any = self.inner
-        length, block = int(cropping.cache_length()), _block(self.path)
+        bounds = getattr(self.path, "layout_boundaries", None)
+        edges = bounds() if callable(bounds) else ()
+        length, block = int(cropping.cache_length()), int(edges[0]) if edges else 16
         if length % block:
             cropping.crop(length - length % block)
         return self.inner.append(tokens)
