@@ -87,9 +87,8 @@ def apply_known_bugs(
         if ran is None or ran.status == Status.skip:
             settled.append(k.model_copy(update={"disposition": "not-run", "note": f"{k.note}; it did not run here"}))
             continue
-        seen = f"is {ran.status.value}"
-        got = (ran.diagnosis or {}).get("bug_class") if ran is not None else None
-        seen += f" (class {got})" if got else ""
+        got = (ran.diagnosis or {}).get("bug_class")
+        seen = f"is {ran.status.value}" + (f" (class {got})" if got else "")
         note = (
             f"known bug {k.id} not showing: {k.check} {seen}, not a failure of class {k.bug_class}: "
             "fixed upstream? remove the declaration"

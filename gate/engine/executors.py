@@ -134,7 +134,8 @@ class LocalExecutor:
         workers = [_Worker(context, self.threads) for _ in range(min(self.jobs, len(tasks)))]
         index_of: dict[int, int] = {}
 
-        def finish(i: int, record: TaskRecord) -> None:
+        def finish(i: int, record: TaskRecord, attempts: int) -> None:
+            record.attempts = attempts
             records[i] = record
             if on_done is not None:
                 on_done(record)
@@ -164,9 +165,8 @@ class LocalExecutor:
                     with contextlib.suppress(EOFError, OSError):
                         record = worker.conn.recv() if worker.conn.poll() else None
                     if record is not None:
-                        record.attempts = worker.attempt
                         worker.task = None
-                        finish(i, record)
+                        finish(i, record, worker.attempt)
                         continue
                     worker.process.join(timeout=5)
                     reason = f"worker process {_died(worker.process.exitcode)} while running {task.manifest}"
@@ -176,9 +176,8 @@ class LocalExecutor:
                         pending.appendleft((i, worker.attempt + 1))
                         continue
                     tries = f" (after {worker.attempt} attempts)" if worker.attempt > 1 else ""
-                    record = failed_record(task, reason + tries, seconds=time.perf_counter() - worker.started)
-                    record.attempts = worker.attempt
-                    finish(i, record)
+                    seconds = time.perf_counter() - worker.started
+                    finish(i, failed_record(task, reason + tries, seconds=seconds), worker.attempt)
         finally:
             for worker in workers:
                 worker.stop()

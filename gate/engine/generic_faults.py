@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gate.engine import generic_stores as stores
 from gate.engine.generic_sessions import (
     BlockTruncated,
     CacheDropped,
@@ -127,9 +128,7 @@ SPEC_CHECKS = ("spec-greedy", "spec-distribution")
 
 def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[DecodePath], str | None]:
     def needs(path: DecodePath) -> str | None:
-        from gate.engine.generic_stores import as_store
-
-        store = as_store(path)
+        store = stores.as_store(path)
         if store is None:
             return f"path {path.name} is no prefix store (gate.plugin.PrefixServing)"
         missing = [c for c in capabilities if not callable(getattr(store, c, None))]
@@ -143,12 +142,8 @@ def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[Decode
 
 
 def _store_fault(
-    name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, kind: str, *needs: str, **more: bool
+    name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, cls: Any, *needs: str, **more: bool
 ) -> GenericFault:
-    import gate.engine.generic_stores as stores
-
-    cls: Any = stores.sibling_shared(kind[8:]) if kind.startswith("sibling:") else getattr(stores, kind)
-
     def wrap(path: DecodePath) -> DecodePath:
         wrapped: DecodePath = cls(stores.as_store(path), path, name)
         return wrapped
@@ -171,14 +166,14 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("key-ignores-tenant", "verify-ignores-identity"),
         ("cache-identity", "tenant-isolation", "hash-collision"),
         "every request is served unsalted: the tenant never reaches the store's key",
-        "TenantShared",
+        stores.TenantShared,
     ),
     _store_fault(
         "adapter-shared",
         ("key-ignores-adapter", "verify-ignores-identity"),
         ("cache-identity", "hash-collision"),
         "a request naming an adapter is served as a base-model request: the adapter never reaches the key",
-        "AdapterShared",
+        stores.AdapterShared,
         adapters=True,
     ),
     *(
@@ -187,7 +182,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
             (catalogue,),
             ("cache-identity",),
             f"the sibling that differs in {field} alone is served from the base store's cache",
-            f"sibling:{field}",
+            type(f"SiblingShared[{field}]", (stores.SiblingShared,), {"field": field}),
             "sibling",
         )
         for short, (field, catalogue) in SIBLING_FIELDS.items()
@@ -197,7 +192,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("unordered-blocks", "key-ignores-position"),
         ("prefix-reuse-parity", "cache-identity"),
         "a block seen at the same position after other tokens is served after that earlier context",
-        "ParentBlind",
+        stores.ParentBlind,
     ),
     _store_fault(
         "hash-trusted",
@@ -205,7 +200,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("hash-collision", "tenant-isolation"),
         "under a replaced (weak) hash, a block whose bucket holds another context's block is served that "
         "context's state, identity included",
-        "HashTrusted",
+        stores.HashTrusted,
         "with_hash",
     ),
     _store_fault(
@@ -213,7 +208,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("skip-invalidation",),
         ("invalidation",),
         "a weight or adapter update never reaches the cache: requests are served as before the update",
-        "InvalidationSkipped",
+        stores.InvalidationSkipped,
         "update_weights",
     ),
 )

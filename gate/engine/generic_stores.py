@@ -159,10 +159,6 @@ class SiblingShared(WrappedStore):
         return super().__getattr__(attr)
 
 
-def sibling_shared(field: str) -> type[SiblingShared]:
-    return type(f"SiblingShared[{field}]", (SiblingShared,), {"field": field})
-
-
 class ParentBlind(WrappedStore):
     """A block is matched by its position and tokens alone: where an earlier request of the same
     identity held the same block at the same position after other tokens, the request is served
