@@ -34,13 +34,12 @@ def run_check(
     spec: CheckSpec[Params],
     params: Params,
     ctx: CheckContext,
-    run_controls: bool = True,
     clock: ForwardClock | None = None,
     events: Events | None = None,
 ) -> CheckResult:
-    """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
-    failure; never raises. With a `clock`, forward time is recorded too; each control's start and
-    result go to `events` (None: `ctx.log`).
+    """Run one check and its controls, each stopping at its first failure; never raises. With a
+    `clock`, forward time is recorded too; each control's start and result go to `events` (None:
+    `ctx.log`).
 
     Before anything runs, the check's declared needs are read against what the candidate offers
     (`planned.capabilities` as the run decided it, else decided here on `ctx.candidate`): a check
@@ -102,11 +101,7 @@ def run_check(
     emit = events or as_log(ctx.log)
     # a check that could assert nothing for lack of capabilities exercised nothing a control could change
     asserted_nothing = outcome.status == "unproven" and bool(outcome.lacking) and not outcome.exercise
-    if (
-        run_controls
-        and not asserted_nothing
-        and (status in (Status.passed, Status.warn) or outcome.status == "unproven")
-    ):
+    if not asserted_nothing and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
         for done, control in enumerate(planned.controls):
             emit(ControlStarted(check=planned.check, fault=control.fault, expect=control.expect))
             result = run_control(spec, ctx, params, outcome, control, clock)
