@@ -69,18 +69,13 @@ class MatrixRun:
 
 def safe_name(name: str) -> str:
     """A manifest name as one directory name (letters, digits, `.`, `_`, `-`)."""
-    cleaned = _UNSAFE.sub("-", name).strip("-.") or "manifest"
-    return cleaned[:200]
+    return (_UNSAFE.sub("-", name).strip("-.") or "manifest")[:200]
 
 
 def run_name(manifest_name: str, overrides: dict[str, Any]) -> str:
-    parts = [manifest_name]
-    if "seed" in overrides:
-        parts.append(f"seed{overrides['seed']}")
-    for key in ("dtype", "device"):
-        if key in overrides:
-            parts.append(str(overrides[key]))
-    return safe_name("-".join(parts))
+    seed = [f"seed{overrides['seed']}"] if "seed" in overrides else []
+    axes = [str(overrides[key]) for key in ("dtype", "device") if key in overrides]
+    return safe_name("-".join([manifest_name, *seed, *axes]))
 
 
 def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[Path, int]]:

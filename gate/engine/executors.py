@@ -187,12 +187,10 @@ class LocalExecutor:
 def _ray_task(task: Task) -> TaskRecord:
     """The Ray remote function: one manifest on a Ray worker, its record back to the driver."""
     record = execute_task(task)
-    try:
+    with contextlib.suppress(Exception):  # where it ran is a courtesy
         import ray
 
         record.worker = f"ray node {ray.get_runtime_context().get_node_id()[:12]} pid {os.getpid()}"
-    except Exception:  # where it ran is a courtesy
-        pass
     return record
 
 
