@@ -229,24 +229,20 @@ def _merge_claim(
     own = [(c, source) for c in rule.checks]
     if earlier is None:
         return ResolvedClaim(rule, source, own, [f"{where}: defined"])
+    effective, merged, verb = rule, own, "replace"
+    if rule.mode == "extend":
+        merged, verb = list(earlier.checks), "extend"
+        for check_rule, src in own:
+            index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
+            if index is None:
+                merged.append((check_rule, src))
+            else:
+                merged[index] = (check_rule, src)
+        effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
     changes = list(earlier.site_changes)
-    if rule.mode == "replace":
-        if site:
-            changes.append(site_change(earlier, rule.checks, source, "replaced"))
-        return ResolvedClaim(
-            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.shown}"], changes
-        )
-    merged = list(earlier.checks)
-    for check_rule, src in own:
-        index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
-        if index is None:
-            merged.append((check_rule, src))
-        else:
-            merged[index] = (check_rule, src)
-    effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
     if site:
-        changes.append(site_change(earlier, effective.checks, source, "extended"))
-    history = [*earlier.history, f"{where}: extends {earlier.source.shown}"]
+        changes.append(site_change(earlier, effective.checks, source, f"{verb}d"))
+    history = [*earlier.history, f"{where}: {verb}s {earlier.source.shown}"]
     return ResolvedClaim(effective, source, merged, history, changes)
 
 
