@@ -50,6 +50,3 @@ def read_json(path: Path) -> dict[str, Any]:
     if isinstance(doc, dict):
         return doc
     raise InputError(str(path), f"not a JSON object (a {type(doc).__name__})")
-
-
-__all__ = ["FORMAT", "HEADER", "HEADER_BYTES", "OBJECT_BYTES", "git_commit", "read_json", "reference_key"]

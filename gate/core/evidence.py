@@ -135,13 +135,3 @@ class MechanismReach(_Record):
     """The engine's counters show it ran (reused tokens, requests in flight together, its log)."""
     evidence: str
     """What was counted, in words (or why it could not be aimed at)."""
-
-
-__all__ = [
-    "EvidenceRecord",
-    "Judgement",
-    "MechanismReach",
-    "ServedRequest",
-    "StoreEvidence",
-    "ToleranceRecord",
-]

@@ -118,19 +118,15 @@ def read_hazard(diagnosis: Mapping[str, Any] | None) -> HazardFinding | None:
         return None
 
 
-def hazards_shown(checks: Iterable[Any]) -> dict[HazardName, list[str]]:
-    """Hazard -> the failed checks that showed it, in plan order (`checks`: CheckResults)."""
+def hazard_summary(checks: Iterable[Any]) -> str:
+    """What the verdict line adds for the hazards the failed checks (CheckResults) showed, each with
+    the checks that showed it in plan order ("" when none)."""
     shown: dict[HazardName, list[str]] = {}
     for check in checks:
         finding = read_hazard(check.diagnosis) if check.status.value == "fail" else None
         if finding is not None:
             shown.setdefault(finding.hazard, []).append(check.check)
-    return shown
-
-
-def hazard_summary(checks: Iterable[Any]) -> str:
-    """What the verdict line adds for the hazards the failed checks showed ("" when none)."""
     return "".join(
         f"; design hazard {name} (shown by {', '.join(by)}): avoid it: {HAZARDS[name].avoid}"
-        for name, by in hazards_shown(checks).items()
+        for name, by in shown.items()
     )

@@ -23,25 +23,19 @@ from __future__ import annotations
 
 from datetime import date
 
-from packaging.specifiers import SpecifierSet
+from packaging.requirements import Requirement
 
 from gate._util.versions import installed_version
 from gate.core.manifest import KnownBug
 from gate.core.result import CheckResult, KnownBugDisposition, KnownBugRecord, Status
 
 
-def _package(affects: str) -> tuple[str, SpecifierSet]:
-    from packaging.requirements import Requirement
-
-    req = Requirement(affects)
-    return req.name, req.specifier
-
-
 def plan_known_bugs(bugs: list[KnownBug], today: date) -> list[KnownBugRecord]:
     """Each declaration's planned disposition on this installation, on `today` (UTC)."""
     out = []
     for bug in bugs:
-        name, specifier = _package(bug.affects)
+        requirement = Requirement(bug.affects)
+        name, specifier = requirement.name, requirement.specifier
         installed = installed_version(name)
         base = bug.model_dump(mode="json")
         if bug.expires < today:
@@ -93,9 +87,8 @@ def apply_known_bugs(
         if ran is None or ran.status == Status.skip:
             settled.append(k.model_copy(update={"disposition": "not-run", "note": f"{k.note}; it did not run here"}))
             continue
-        seen = f"is {ran.status.value}"
-        got = (ran.diagnosis or {}).get("bug_class") if ran is not None else None
-        seen += f" (class {got})" if got else ""
+        got = (ran.diagnosis or {}).get("bug_class")
+        seen = f"is {ran.status.value}" + (f" (class {got})" if got else "")
         note = (
             f"known bug {k.id} not showing: {k.check} {seen}, not a failure of class {k.bug_class}: "
             "fixed upstream? remove the declaration"

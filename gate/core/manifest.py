@@ -6,9 +6,9 @@ The shape of `Manifest` may not change without bumping its `apiVersion` (gate/v1
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Mapping
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from enum import Enum
@@ -81,21 +81,6 @@ class IdentityField(str, Enum):
     tenant = "tenant"
 
 
-def pull_request_head(env: Mapping[str, str]) -> tuple[int | None, str] | None:
-    """(PR number, head commit) from $GITHUB_EVENT_PATH on a pull_request event, else None."""
-    import json
-
-    if not env.get("GITHUB_EVENT_NAME", "").startswith("pull_request") or not env.get("GITHUB_EVENT_PATH"):
-        return None
-    try:
-        event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text(encoding="utf-8"))
-        pr = event["pull_request"]
-        number = pr.get("number")
-        return (number if isinstance(number, int) else None), str(pr["head"]["sha"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 class Change(Record):
     """Where the change under test lives. All fields optional."""
 
@@ -118,10 +103,16 @@ class Change(Record):
             return self
         if env.get("GATE_COMMIT"):
             return self.model_copy(update={"commit": env["GATE_COMMIT"]})
-        head = pull_request_head(env)
-        if head is not None:  # GITHUB_SHA is the temporary merge commit on pull_request events
-            number, sha = head
-            return self.model_copy(update={"commit": sha, "pull_request": self.pull_request or number})
+        if env.get("GITHUB_EVENT_NAME", "").startswith("pull_request") and env.get("GITHUB_EVENT_PATH"):
+            # GITHUB_SHA is the temporary merge commit on pull_request events
+            try:
+                pr = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text(encoding="utf-8"))["pull_request"]
+                number = pr.get("number") if isinstance(pr.get("number"), int) else None
+                update = {"commit": str(pr["head"]["sha"]), "pull_request": self.pull_request or number}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                update = {}
+            if update:
+                return self.model_copy(update=update)
         for var in ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):
             if env.get(var):
                 return self.model_copy(update={"commit": env[var]})
@@ -176,18 +167,6 @@ class Comparator(str, Enum):
     le = "<="
 
 
-def _decimal_string(value: str) -> str:
-    try:
-        number = Decimal(value)
-    except InvalidOperation:
-        raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
-    if not number.is_finite():
-        raise ValueError(f"threshold {value!r} is not a finite number: a claim against it cannot fail")
-    if abs(number) > MAX_THRESHOLD_MAGNITUDE:
-        raise ValueError(f"threshold {value!r} is absurd (beyond +/-{MAX_THRESHOLD_MAGNITUDE:,})")
-    return value
-
-
 class Envelope(Record):
     """One slice's bound on degradation, judged on a one-sided confidence bound."""
 
@@ -209,7 +188,15 @@ class Envelope(Record):
     @field_validator("threshold")
     @classmethod
     def _threshold_is_decimal(cls, value: str) -> str:
-        return _decimal_string(value)
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"threshold {value!r} is not a decimal number written as a string") from None
+        if not number.is_finite():
+            raise ValueError(f"threshold {value!r} is not a finite number: a claim against it cannot fail")
+        if abs(number) > MAX_THRESHOLD_MAGNITUDE:
+            raise ValueError(f"threshold {value!r} is absurd (beyond +/-{MAX_THRESHOLD_MAGNITUDE:,})")
+        return value
 
     @model_validator(mode="after")
     def _threshold_can_decide(self) -> Envelope:

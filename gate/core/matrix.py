@@ -69,26 +69,13 @@ class MatrixRun:
 
 def safe_name(name: str) -> str:
     """A manifest name as one directory name (letters, digits, `.`, `_`, `-`)."""
-    cleaned = _UNSAFE.sub("-", name).strip("-.") or "manifest"
-    return cleaned[:200]
+    return (_UNSAFE.sub("-", name).strip("-.") or "manifest")[:200]
 
 
 def run_name(manifest_name: str, overrides: dict[str, Any]) -> str:
-    parts = [manifest_name]
-    if "seed" in overrides:
-        parts.append(f"seed{overrides['seed']}")
-    for key in ("dtype", "device"):
-        if key in overrides:
-            parts.append(str(overrides[key]))
-    return safe_name("-".join(parts))
-
-
-def _check_devices(doc: LoadedYaml, devices: list[str] | None) -> None:
-    for i, device in enumerate(devices or []):
-        if not DEVICE_PATTERN.match(device):
-            raise doc.error_at(
-                ("devices", i), f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)", f"devices[{i}]"
-            )
+    seed = [f"seed{overrides['seed']}"] if "seed" in overrides else []
+    axes = [str(overrides[key]) for key in ("dtype", "device") if key in overrides]
+    return safe_name("-".join([manifest_name, *seed, *axes]))
 
 
 def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[Path, int]]:
@@ -108,16 +95,6 @@ def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[P
     return files
 
 
-def load_matrix(path: Path) -> tuple[Matrix, LoadedYaml]:
-    """Parse and validate a matrix file (`FILE:LINE:COL: field: message`, exit 2)."""
-    if not path.is_file():
-        raise InputError(str(path), "no such matrix file")
-    doc = read_yaml(path)
-    matrix: Matrix = parse_model(doc, Matrix)
-    _check_devices(doc, matrix.devices)
-    return matrix, doc
-
-
 def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]:
     """Every run of the matrix at PATH, in file order, and its `retries`.
 
@@ -125,7 +102,15 @@ def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]
     bad manifest fails here with its own `FILE:LINE:COL`). Two runs with one name are refused at
     the line of the second's manifest entry.
     """
-    matrix, doc = load_matrix(path)
+    if not path.is_file():
+        raise InputError(str(path), "no such matrix file")
+    doc = read_yaml(path)
+    matrix: Matrix = parse_model(doc, Matrix)
+    for i, device in enumerate(matrix.devices or []):
+        if not DEVICE_PATTERN.match(device):
+            raise doc.error_at(
+                ("devices", i), f"{device!r} is not a torch device (cpu, cuda, cuda:1, mps, xpu)", f"devices[{i}]"
+            )
     axes: list[tuple[str, list[Any]]] = [
         (key, values)
         for key, values in (("seed", matrix.seeds), ("dtype", matrix.dtypes), ("device", matrix.devices))
@@ -148,6 +133,3 @@ def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]
             seen[name] = manifest
             runs.append(MatrixRun(name=name, manifest=manifest, overrides=overrides))
     return runs, matrix.retries
-
-
-__all__ = ["RESERVED_NAMES", "Matrix", "MatrixRun", "expand_matrix", "load_matrix", "run_name", "safe_name"]

@@ -183,10 +183,8 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
     registered = set(check_names())
     planned: list[PlannedCheck] = []
     for index, (rule, rule_source) in enumerate(claim.checks):
-        params = {**rule.params}
         override = manifest.checks.get(rule.check)
-        if override is not None:
-            params.update(override.params)
+        params = {**rule.params, **(override.params if override is not None else {})}
         planned.append(
             PlannedCheck(
                 check=rule.check,
@@ -204,20 +202,15 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
             )
         )
     planned_names = {p.check for p in planned}
+    not_planned = f"not in the plan for this claim (planned: {', '.join(sorted(planned_names)) or 'none'})"
     for name in manifest.checks:
         if name not in planned_names:
-            raise doc.error_at(
-                ("checks", name),
-                f"check {name!r} is not in the plan for this claim "
-                f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
-                f"checks.{name}",
-            )
+            raise doc.error_at(("checks", name), f"check {name!r} is {not_planned}", f"checks.{name}")
     for index, bug in enumerate(manifest.known_bugs):
         if bug.check not in planned_names:
             raise doc.error_at(
                 ("known_bugs", index, "check"),
-                f"known bug {bug.id!r} names check {bug.check!r}, which is not in the plan for this claim "
-                f"(planned: {', '.join(sorted(planned_names)) or 'none'})",
+                f"known bug {bug.id!r} names check {bug.check!r}, which is {not_planned}",
                 f"known_bugs[{index}].check",
             )
     from gate._util.clock import today_utc

@@ -19,6 +19,7 @@ This module imports no torch.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,14 +138,16 @@ class PolicyFile(Record):
     """Rules per intervention."""
 
 
+@dataclass
 class LoadedPolicy:
     """A parsed policy file with its digest."""
 
-    def __init__(self, path: Path, policy: PolicyFile, sha256: str, root: Path | None = None) -> None:
-        self.path, self.policy, self.sha256 = path, policy, sha256
-        self.ref = f"{root.name}/{path.relative_to(root).as_posix()}" if root is not None else path.name
-        """The file by its path relative to its policy root, named by the root's folder
-        (`policies/quantisation.yaml`): what plans and dossiers show, never a machine-local path."""
+    path: Path
+    policy: PolicyFile
+    sha256: str
+    ref: str
+    """The file by its path relative to its policy root, named by the root's folder
+    (`policies/quantisation.yaml`): what plans and dossiers show, never a machine-local path."""
 
     @property
     def shown(self) -> str:
@@ -156,55 +159,53 @@ class LoadedPolicy:
         return f"{self.policy.name}@{self.policy.version} ({self.shown})"
 
 
+@dataclass
 class ResolvedClaim:
     """The effective rule for one (intervention, claim), with where it came from."""
 
-    def __init__(
-        self,
-        rule: ClaimRule,
-        source: LoadedPolicy,
-        checks: list[tuple[CheckRule, LoadedPolicy]],
-        history: list[str],
-        weakened: list[str] | None = None,
-    ) -> None:
-        self.rule, self.source, self.checks, self.history = rule, source, checks, history
-        self.site_changes = weakened or []
-        """Lines saying how a --policy-dir replaced or extended the rule, and what it dropped."""
+    rule: ClaimRule
+    source: LoadedPolicy
+    checks: list[tuple[CheckRule, LoadedPolicy]]
+    history: list[str]
+    site_changes: list[str] = field(default_factory=list)
+    """Lines saying how a --policy-dir replaced or extended the rule, and what it dropped."""
 
 
+@dataclass
 class ResolvedIntervention:
     """The effective rules for one intervention."""
 
-    def __init__(self) -> None:
-        self.summary = ""
-        self.approximate = False
-        self.identity = IdentityRule()
-        self.identity_source: LoadedPolicy | None = None
-        self.claims: dict[ClaimLevel, ResolvedClaim] = {}
+    summary: str = ""
+    approximate: bool = False
+    identity: IdentityRule = field(default_factory=IdentityRule)
+    identity_source: LoadedPolicy | None = None
+    claims: dict[ClaimLevel, ResolvedClaim] = field(default_factory=dict)
 
 
+@dataclass
 class PolicySet:
     """All policy files taking part, resolved per intervention and claim."""
 
-    def __init__(self, files: list[LoadedPolicy], interventions: dict[Intervention, ResolvedIntervention]) -> None:
-        self.files = files
-        self.interventions = interventions
+    files: list[LoadedPolicy]
+    interventions: dict[Intervention, ResolvedIntervention]
 
     def digests(self) -> list[Digest]:
         return [Digest(path=f.ref, sha256=f.sha256) for f in self.files]
 
 
-def load_policy_file(path: Path, root: Path | None = None) -> LoadedPolicy:
-    """Parse one policy file (under its policy `root`); errors name the file, line and field."""
-    doc = read_yaml(path)
-    policy: PolicyFile = parse_model(doc, PolicyFile)
-    return LoadedPolicy(path, policy, hashlib.sha256(path.read_bytes()).hexdigest(), root)
-
-
 def _directory_files(directory: Path) -> list[LoadedPolicy]:
+    """Each policy file of `directory`, parsed (errors name the file, line and field), with its digest."""
     if not directory.is_dir():
         raise InputError(str(directory), "policy directory does not exist")
-    return [load_policy_file(p, directory) for p in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))]
+    return [
+        LoadedPolicy(
+            path,
+            parse_model(read_yaml(path), PolicyFile),
+            hashlib.sha256(path.read_bytes()).hexdigest(),
+            f"{directory.name}/{path.relative_to(directory).as_posix()}",
+        )
+        for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))
+    ]
 
 
 def site_change(earlier: ResolvedClaim, later: list[CheckRule], source: LoadedPolicy, verb: str) -> str:
@@ -228,24 +229,20 @@ def _merge_claim(
     own = [(c, source) for c in rule.checks]
     if earlier is None:
         return ResolvedClaim(rule, source, own, [f"{where}: defined"])
+    effective, merged, verb = rule, own, "replace"
+    if rule.mode == "extend":
+        merged, verb = list(earlier.checks), "extend"
+        for check_rule, src in own:
+            index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
+            if index is None:
+                merged.append((check_rule, src))
+            else:
+                merged[index] = (check_rule, src)
+        effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
     changes = list(earlier.site_changes)
-    if rule.mode == "replace":
-        if site:
-            changes.append(site_change(earlier, rule.checks, source, "replaced"))
-        return ResolvedClaim(
-            rule, source, own, [*earlier.history, f"{where}: replaces {earlier.source.shown}"], changes
-        )
-    merged = list(earlier.checks)
-    for check_rule, src in own:
-        index = next((i for i, (c, _) in enumerate(merged) if c.check == check_rule.check), None)
-        if index is None:
-            merged.append((check_rule, src))
-        else:
-            merged[index] = (check_rule, src)
-    effective = rule.model_copy(update={"checks": [c for c, _ in merged]})
     if site:
-        changes.append(site_change(earlier, effective.checks, source, "extended"))
-    history = [*earlier.history, f"{where}: extends {earlier.source.shown}"]
+        changes.append(site_change(earlier, effective.checks, source, f"{verb}d"))
+    history = [*earlier.history, f"{where}: {verb}s {earlier.source.shown}"]
     return ResolvedClaim(effective, source, merged, history, changes)
 
 

@@ -160,14 +160,6 @@ def conversations(scenario: Scenario, *, seed: int, vocab: int, max_len: int) ->
     return out
 
 
-def scenario_file(name_or_path: str) -> Path:
-    """A shipped scenario by name (`chat-shared-prefix`) or a path to a scenario file."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    return data_dir("scenarios") / f"{name_or_path}.yaml"
-
-
 def shipped_scenarios() -> list[str]:
     """Names of the scenarios shipped with gate."""
     folder = data_dir("scenarios")
@@ -175,8 +167,11 @@ def shipped_scenarios() -> list[str]:
 
 
 def load_scenario(name_or_path: str) -> Scenario:
-    """Read and validate a scenario; a bad file raises an InputError naming file, line and field."""
-    path = scenario_file(name_or_path)
+    """Read and validate a shipped scenario by name (`chat-shared-prefix`) or a scenario file by path;
+    a bad file raises an InputError naming file, line and field."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml") and not path.exists():
+        path = data_dir("scenarios") / f"{name_or_path}.yaml"
     if not path.is_file():
         known = ", ".join(shipped_scenarios()) or "none"
         raise InputError(str(path), f"no scenario {name_or_path!r} (shipped: {known})")

@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,7 +139,8 @@ def plan_batch(
             manifest = run.manifest
             if run.overrides:
                 if staged is None:
-                    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=_existing(out.parent)))
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=out.parent))
                 temporary = staged / f"{run.name}.yaml"
                 temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
                 try:
@@ -167,27 +169,6 @@ def plan_batch(
     return Batch(out=out, tasks=tasks, runs=runs, staged_inputs=staged, matrix=str(matrix) if matrix else None)
 
 
-def _existing(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _begin(batch: Batch) -> None:
-    """Move the previous batch aside (`<DIR>.previous`), create DIR, put the derived manifests in place."""
-    from gate.engine.outputs import PREVIOUS_SUFFIX
-
-    out = batch.out
-    previous = Path(f"{out}{PREVIOUS_SUFFIX}")
-    if out.is_dir() and any(out.iterdir()):
-        if previous.exists():
-            shutil.rmtree(previous)
-        os.replace(out, previous)
-    out.mkdir(parents=True, exist_ok=True)
-    if batch.staged_inputs is not None:
-        os.replace(batch.staged_inputs, out / INPUTS)
-        batch.staged_inputs = None
-
-
 def run_batch(
     batch: Batch,
     executor: Executor,
@@ -197,58 +178,29 @@ def run_batch(
 ) -> BatchOutputs:
     """Run every task of `batch` on `executor`, then write the batch summary into batch.out."""
     from gate._util.clock import now_utc
+    from gate.engine.outputs import PREVIOUS_SUFFIX, StagedOutput, write_failure
 
     started_at, started = now_utc(), time.perf_counter()
-    try:
-        _begin(batch)
+    out, previous = batch.out, Path(f"{batch.out}{PREVIOUS_SUFFIX}")
+    try:  # the previous batch aside (`<DIR>.previous`), DIR created, the derived manifests put in place
+        if out.is_dir() and any(out.iterdir()):
+            if previous.exists():
+                shutil.rmtree(previous)
+            os.replace(out, previous)
+        out.mkdir(parents=True, exist_ok=True)
+        if batch.staged_inputs is not None:
+            os.replace(batch.staged_inputs, out / INPUTS)
+            batch.staged_inputs = None
     except OSError as err:
-        from gate.engine.outputs import write_failure
-
-        raise write_failure(batch.out, err) from None
+        raise write_failure(out, err) from None
     finally:
         if batch.staged_inputs is not None:
             shutil.rmtree(batch.staged_inputs, ignore_errors=True)
     records = executor.run(batch.tasks, on_done=on_done)
-    from gate.engine.outputs import StagedOutput
-
     for task in batch.tasks:  # what a lost worker was writing when it died
         StagedOutput(Path(task.out_dir)).remove_orphans()
-    return write_summary(
-        batch,
-        records,
-        executor_info or {"kind": executor.name},
-        started_at=started_at,
-        finished_at=now_utc(),
-        seconds=time.perf_counter() - started,
-    )
-
-
-def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
-    """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
-    code of its first run with that verdict, and a one-line count."""
-    standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
-    verdict = worst_verdict(standing)
-    code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
-    approved = sum(1 for r in records if r.approved)
-    parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []
-    noun = "run" if len(records) == 1 else "runs"
-    return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)
-
-
-def write_summary(
-    batch: Batch,
-    records: list[TaskRecord],
-    executor_info: dict[str, Any],
-    *,
-    started_at: str,
-    finished_at: str,
-    seconds: float,
-) -> BatchOutputs:
-    """summary.json, summary.md and junit.xml (a suite per run) into batch.out, each written atomically."""
+    finished_at, seconds = now_utc(), time.perf_counter() - started
+    # summary.json, summary.md and junit.xml (a suite per run) into batch.out, each written atomically
     import gate
     from gate._util.atomic import write_bytes_atomic
     from gate.report.batch import batch_junit, batch_markdown
@@ -262,7 +214,7 @@ def write_summary(
         "exit_code": code,
         "summary": line,
         "matrix": batch.matrix,
-        "executor": executor_info,
+        "executor": executor_info or {"kind": executor.name},
         "started_at": started_at,
         "finished_at": finished_at,
         "duration_s": round(seconds, 3),
@@ -276,7 +228,6 @@ def write_summary(
             for record in records
         ],
     }
-    out = batch.out
     files = [
         write_bytes_atomic(out / "summary.json", (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()),
         write_bytes_atomic(out / "summary.md", batch_markdown(document).encode()),
@@ -287,4 +238,15 @@ def write_summary(
     )
 
 
-__all__ = ["INPUTS", "Batch", "BatchOutputs", "batch_verdict", "plan_batch", "run_batch", "write_summary"]
+def batch_verdict(records: list[TaskRecord]) -> tuple[Verdict, int, str]:
+    """The batch's verdict (the first in gate.core.result.VERDICT_PRECEDENCE among its runs), the exit
+    code of its first run with that verdict, and a one-line count."""
+    standing = [Verdict.passed if r.approved else Verdict(r.verdict) for r in records]  # approved: exit 0
+    verdict = worst_verdict(standing)
+    code = next((r.exit_code for r, v in zip(records, standing, strict=True) if v == verdict), 0)
+    counts = Counter(r.verdict for r in records)
+    parts = [f"{counts[v.value]} {v.value}" for v in VERDICT_PRECEDENCE if v.value in counts]
+    approved = sum(1 for r in records if r.approved)
+    parts += [f"{approved} of them approved (the ledger's approvals of the same evidence)"] if approved else []
+    noun = "run" if len(records) == 1 else "runs"
+    return verdict, code, f"{len(records)} {noun}: " + ", ".join(parts)

@@ -5,7 +5,7 @@ built or run, no torch imported by the built-in adapters) what its path will off
 sequence it accepts (`Adapter.capabilities`, gate.protocols). From that, every sweep check of the
 plan gets its coverage: the lengths the policy wants and the ones both paths can reach
 (gate.checks.planning, the same rule the check applies when it runs), and every check its
-capabilities (`check_capabilities`): what it needs, what the candidate offers, what that means.
+capabilities (`decide_needs`): what it needs, what the candidate offers, what that means.
 
 `gate run` makes the same decision on the built candidate (`path_check_capabilities`, from
 `gate.protocols.capabilities(path)`), records it in the run's plan and never starts a check it finds
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from gate.core.check import Outcome
 
 
+NOTHING_STATED = "the adapter states nothing before a run"
+
+
 def path_capabilities(manifest: Manifest) -> dict[str, PathCapabilities]:
     """Per role, what its adapter states about the path; an adapter that states nothing before a run
     (a third-party one without `capabilities`) is recorded as such."""
@@ -36,7 +39,7 @@ def path_capabilities(manifest: Manifest) -> dict[str, PathCapabilities]:
         adapter = load_adapter(spec.adapter)()
         describe = getattr(adapter, "capabilities", None)
         if describe is None:
-            out[role] = PathCapabilities(path=spec.adapter, max_len_from="the adapter states nothing before a run")
+            out[role] = PathCapabilities(path=spec.adapter, max_len_from=NOTHING_STATED)
             continue
         try:
             caps = describe(adapter.Options.model_validate(spec.options))
@@ -47,43 +50,31 @@ def path_capabilities(manifest: Manifest) -> dict[str, PathCapabilities]:
 
 
 def plan_with_capabilities(manifest: Manifest, plan: Plan) -> Plan:
-    """The plan with each role's capabilities and each sweep check's length coverage."""
+    """The plan with each role's capabilities, each sweep check's length coverage, and each check's
+    capabilities before a run, from the options alone: what it needs (its package's declaration), what
+    the candidate's adapter states it offers, and what that means (`decide_needs`)."""
     paths = path_capabilities(manifest)
     reach = {role: (caps.max_len, caps.max_len_from) for role, caps in paths.items()}
-    geometry = paths["candidate"].cache_geometry
+    candidate = paths["candidate"]
+    stated = candidate.max_len_from != NOTHING_STATED
+    offers = offered_capabilities(candidate.offers) if stated else None
+
+    def lacks(lacking: str) -> str:
+        return (
+            f"the candidate's adapter does not state {lacking} (one that depends on the installed "
+            "library is stated only when the path runs)"
+        )
+
     checks = [
         p.model_copy(
             update={
-                "coverage": planned_coverage(p.check, p.params, reach, geometry),
-                "capabilities": check_capabilities(p, paths["candidate"]),
+                "coverage": planned_coverage(p.check, p.params, reach, candidate.cache_geometry),
+                "capabilities": decide_needs(p, offers, read_from="options", lacks=lacks),
             }
         )
         for p in plan.checks
     ]
     return plan.model_copy(update={"paths": paths, "checks": checks})
-
-
-def stand_ins(check: str, fault: str) -> list[str]:
-    """The generic faults that can stand in for `fault` under `check` (in the order a run tries them)."""
-    from gate.engine.generic_faults import GENERIC_FAULTS
-
-    return [g.name for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
-
-
-def check_capabilities(planned: PlannedCheck, candidate: PathCapabilities) -> CheckCapabilities:
-    """Before a run, from the options alone: what the check needs (its package's declaration), what
-    the candidate's adapter states it offers, and what that means (`decide_needs`)."""
-    stated = candidate.max_len_from != "the adapter states nothing before a run"
-    offers = offered_capabilities(candidate.offers) if stated else None
-    return decide_needs(
-        planned,
-        offers,
-        read_from="options",
-        lacks=lambda lacking: (
-            f"the candidate's adapter does not state {lacking} (one that depends on the installed "
-            "library is stated only when the path runs)"
-        ),
-    )
 
 
 def path_check_capabilities(planned: PlannedCheck, candidate: object) -> CheckCapabilities:
@@ -132,7 +123,11 @@ def decide_needs(
         )
     extras = [f"{c.value} would add: {why}" for c, why in declared.optional.items() if c not in offers]
     more = f"; {'; '.join(extras)}" if extras else ""
-    covered = {c.fault: stand_ins(planned.check, c.fault) for c in planned.controls if c.expect == "detect"}
+    from gate.engine.generic_faults import stand_ins
+
+    covered = {
+        c.fault: [g.name for g in stand_ins(planned.check, c.fault)] for c in planned.controls if c.expect == "detect"
+    }
     backed = [f"{fault} ({', '.join(names)})" for fault, names in covered.items() if names]
     alone = [fault for fault, names in covered.items() if not names]
     if backed:

@@ -24,44 +24,9 @@ if TYPE_CHECKING:
     from gate.core.manifest import Manifest
 
 
-def _no_progress(_task: str, _done: int, _total: int) -> None:
-    """No progress."""
-
-
-def _error_result(base: dict[str, Any], err: BaseException, times: dict[str, Any]) -> CheckResult:
-    return CheckResult(
-        **base,
-        status=Status.error,
-        message=f"{err.__class__.__name__}: {err}",
-        error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
-        # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
-        metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
-        **times,
-    )
-
-
-def _crash_result(base: dict[str, Any], crash: SubjectCrash, times: dict[str, Any]) -> CheckResult:
-    return CheckResult(
-        **base,
-        status=Status.failed,
-        message=f"the subject crashed in {crash}",
-        diagnosis=crash.diagnosis(),
-        **times,
-    )
-
-
 def _from_plan(planned: PlannedCheck) -> dict[str, Any]:
     """The fields a check's record takes from its line in the plan."""
     return planned.model_dump(include={"check", "severity", "step", "why"}) | {"policy_rule": planned.source}
-
-
-def _not_run(planned: PlannedCheck, only: list[str]) -> CheckResult:
-    """The record of a planned check a partial run left out: skipped, and saying why."""
-    return CheckResult(
-        **_from_plan(planned),
-        status=Status.skip,
-        message=f"not run: this run was limited to --check {', '.join(only)}; the manifest has no verdict from it",
-    )
 
 
 def run_check(
@@ -69,13 +34,12 @@ def run_check(
     spec: CheckSpec[Params],
     params: Params,
     ctx: CheckContext,
-    run_controls: bool = True,
     clock: ForwardClock | None = None,
     events: Events | None = None,
 ) -> CheckResult:
-    """Run one check and (unless `run_controls` is false) its controls, each stopping at its first
-    failure; never raises. With a `clock`, forward time is recorded too; each control's start and
-    result go to `events` (None: `ctx.log`).
+    """Run one check and its controls, each stopping at its first failure; never raises. With a
+    `clock`, forward time is recorded too; each control's start and result go to `events` (None:
+    `ctx.log`).
 
     Before anything runs, the check's declared needs are read against what the candidate offers
     (`planned.capabilities` as the run decided it, else decided here on `ctx.candidate`): a check
@@ -103,9 +67,20 @@ def run_check(
                 else spec(ctx, params)
             )
     except SubjectCrash as crash:  # the library under test raised: a finding, not gate's error
-        return _crash_result(base, crash, _times(positive_s=positive.wall_s))
+        message, diagnosis = f"the subject crashed in {crash}", crash.diagnosis()
+        return CheckResult(
+            **base, status=Status.failed, message=message, diagnosis=diagnosis, **_times(positive_s=positive.wall_s)
+        )
     except Exception as err:
-        return _error_result(base, err, _times())
+        return CheckResult(
+            **base,
+            status=Status.error,
+            message=f"{err.__class__.__name__}: {err}",
+            error=ErrorInfo(type=err.__class__.__name__, message=str(err), traceback=traceback.format_exc()),
+            # a GateError's own exit code (an engine that never became ready, timed out, ...) names the run's
+            metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
+            **_times(),
+        )
     status = Status(outcome.status)
     message = outcome.message
     rule_na = planned.not_applicable
@@ -126,11 +101,7 @@ def run_check(
     emit = events or as_log(ctx.log)
     # a check that could assert nothing for lack of capabilities exercised nothing a control could change
     asserted_nothing = outcome.status == "unproven" and bool(outcome.lacking) and not outcome.exercise
-    if (
-        run_controls
-        and not asserted_nothing
-        and (status in (Status.passed, Status.warn) or outcome.status == "unproven")
-    ):
+    if not asserted_nothing and (status in (Status.passed, Status.warn) or outcome.status == "unproven"):
         for done, control in enumerate(planned.controls):
             emit(ControlStarted(check=planned.check, fault=control.fault, expect=control.expect))
             result = run_control(spec, ctx, params, outcome, control, clock)
@@ -245,9 +216,6 @@ def _release_controls(candidate: Any, later: list[PlannedCheck], not_run: list[s
             log(f"  stopped {freed}: no later check uses it")
 
 
-_NOT_APPLICABLE = "not-applicable"
-
-
 def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str]) -> None:
     """Before a check, tell an engine which checks and controls are still to run, so the cap on its
     servers stops one no later check needs rather than one a later check would start again."""
@@ -255,7 +223,7 @@ def _plan_servers(candidate: Any, ahead: list[PlannedCheck], not_run: list[str])
         runs = [
             p
             for p in ahead
-            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == _NOT_APPLICABLE)
+            if p.check not in not_run and not (p.capabilities and p.capabilities.runs == "not-applicable")
         ]
         candidate.plan_servers([[None, *(c.fault for c in p.controls)] for p in runs])
 
@@ -290,7 +258,9 @@ def run_checks(
     with clock or nullcontext(), _settled_heap():
         for index, planned in enumerate(plan.checks):
             if planned.check in not_run:
-                checks.append(_not_run(planned, list(options.only)))
+                only = ", ".join(options.only)
+                message = f"not run: this run was limited to --check {only}; the manifest has no verdict from it"
+                checks.append(CheckResult(**_from_plan(planned), status=Status.skip, message=message))
                 continue
             _plan_servers(paths["candidate"], plan.checks[index:], not_run)
             emit(CheckStarted(check=planned.check, step=planned.step, severity=planned.severity))
@@ -306,7 +276,7 @@ def run_checks(
                 device=subject.device,
                 dtype=subject.dtype,
                 log=log,
-                progress=progress or _no_progress,
+                progress=progress or (lambda _task, _done, _total: None),
                 cache=cache,
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own

@@ -72,7 +72,9 @@ def run_control(
 def _classified_control(
     spec: CheckSpec[Any], ctx: CheckContext, params: Any, clean: Outcome, control: ControlSpec
 ) -> ControlResult:
-    invisible = invisible_reason(ctx.candidate, control.fault)
+    # why the fault cannot change this path's outputs on its architecture, when the path declares it
+    declared = offered(ctx.candidate, FaultVisibility)
+    invisible = None if declared is None else declared.invisible_faults().get(control.fault)
     planted = plant(ctx.candidate, spec.name, control.fault, own=invisible is None)
     if isinstance(planted, str):
         if invisible is not None:  # declared before running: nothing planted, no power claimed either way
@@ -158,19 +160,11 @@ def _run_planted(
         "metrics": metrics,
         "detected_at": faulty.detected_at,
     }
-    return _judged(
-        control, base, faulty, clean.rounding_spread, difference, clean.tolerated_change, below_power(clean, faulty)
-    )
+    return _judged(control, base, clean, faulty, difference)
 
 
 BELOW_POWER = "the fault's effect at these settings is below the check's power"
 """How a control whose fault the check declared underpowered (`Outcome.underpowered`) and passed is reported."""
-
-
-def below_power(clean: Outcome, faulty: Outcome) -> dict[str, str]:
-    """Faults whose effect is below the check's power at this run's settings -> what would make
-    them observable, as the positive run or the control's own run declared them."""
-    return {**clean.underpowered, **faulty.underpowered}
 
 
 def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, str]:
@@ -184,83 +178,59 @@ def targeted_but_unasserted(fault: str, lacking: dict[str, str]) -> dict[str, st
     return {a: why for a, why in lacking.items() if a in IDENTITY_WHY and points_at(fault, a)}
 
 
-def invisible_reason(path: Any, fault: str) -> str | None:
-    """Why `fault` cannot change this path's outputs on its architecture, when the path declares it."""
-    declared = offered(path, FaultVisibility)
-    return None if declared is None else declared.invisible_faults().get(fault)
-
-
 def _judged(
-    control: ControlSpec,
-    base: dict[str, Any],
-    faulty: Outcome,
-    spread: float | None,
-    difference: float | None,
-    tolerated: float | None = None,
-    underpowered: dict[str, str] | None = None,
+    control: ControlSpec, base: dict[str, Any], clean: Outcome, faulty: Outcome, difference: float | None
 ) -> ControlResult:
-    failed = faulty.status == "fail"
+    failed, spread = faulty.status == "fail", clean.rounding_spread
+
+    def judged(outcome: ControlOutcome, message: str, **more: Any) -> ControlResult:
+        return ControlResult(**{**base, **more}, outcome=outcome, message=message)
+
     if failed and control.expect != "pass" and spread is not None and difference is not None and difference <= spread:
-        return ControlResult(
-            **base,
-            outcome=ControlOutcome.unobservable,
-            message=f"the fault moved the observed outputs by only {difference:.3g}, within the correct path's own "
+        return judged(
+            ControlOutcome.unobservable,
+            f"the fault moved the observed outputs by only {difference:.3g}, within the correct path's own "
             f"rounding spread {spread:.3g}: a failure through noise is not power ({faulty.message})",
         )
+    if control.expect == "pass" and failed:
+        return judged(ControlOutcome.over_rejected, f"harmless fault {control.fault!r} was rejected: {faulty.message}")
     if control.expect == "pass":
-        if failed:
-            return ControlResult(
-                **base,
-                outcome=ControlOutcome.over_rejected,
-                message=f"harmless fault {control.fault!r} was rejected: {faulty.message}",
-            )
-        return ControlResult(
-            **base, outcome=ControlOutcome.tolerated, message=f"harmless fault tolerated as expected: {faulty.message}"
-        )
+        return judged(ControlOutcome.tolerated, f"harmless fault tolerated as expected: {faulty.message}")
     if failed:
-        return ControlResult(**base, outcome=ControlOutcome.detected, message=faulty.message)
+        return judged(ControlOutcome.detected, faulty.message)
     unasserted = targeted_but_unasserted(control.fault, faulty.lacking)
     if unasserted:
         # the check could not make the assertion this fault breaks (a store without siblings cannot vary
         # its revision): whatever else moved, the control could not show anything, so it is no lack of power
-        return ControlResult(
-            **base,
-            outcome=ControlOutcome.unobservable,
-            message=f"{UNASSERTED} ("
-            + "; ".join(f"{a}: {why}" for a, why in unasserted.items())
-            + "): the control cannot show anything here",
-        )
-    hint = (underpowered or {}).get(control.fault)
+        lacking = "; ".join(f"{a}: {why}" for a, why in unasserted.items())
+        return judged(ControlOutcome.unobservable, f"{UNASSERTED} ({lacking}): the control cannot show anything here")
+    # faults whose effect is below the check's power at this run's settings, as the positive run or the
+    # control's own run declared them -> what would make them observable
+    hint = {**clean.underpowered, **faulty.underpowered}.get(control.fault)
     if hint is not None and difference != 0.0:
         # one rule for every control, the subject's own fault or a stand-in: an effect the check's
         # power cannot reach at these settings is unobservable, never missed
-        return ControlResult(
-            **{**base, "metrics": {**base["metrics"], "observable_with": hint}},
-            outcome=ControlOutcome.unobservable,
-            message=f"{BELOW_POWER} ({hint}): passing it is no lack of power",
+        return judged(
+            ControlOutcome.unobservable,
+            f"{BELOW_POWER} ({hint}): passing it is no lack of power",
+            metrics={**base["metrics"], "observable_with": hint},
         )
     if difference == 0.0:
-        return ControlResult(
-            **base,
-            outcome=ControlOutcome.unobservable,
-            message="the fault did not change the observed outputs at these settings (max |Δ| = 0)",
+        return judged(
+            ControlOutcome.unobservable,
+            "the fault did not change the observed outputs at these settings (max |Δ| = 0)",
         )
-    allowed = max((b for b in (spread, tolerated) if b is not None), default=None)
+    allowed = max((b for b in (spread, clean.tolerated_change) if b is not None), default=None)
     if allowed is not None and difference is not None and difference <= allowed:
         # a change no larger than a correct path may show (its rounding, or the dtype's tolerance band the
         # check accepts): passing it proves no lack of power (a rotary model under a uniform position
         # shift, a bfloat16 path)
-        return ControlResult(
-            **base,
-            outcome=ControlOutcome.unobservable,
-            message=f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "
+        return judged(
+            ControlOutcome.unobservable,
+            f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "
             f"a correct path at this dtype ({allowed:.3g}): the check cannot be asked to see it",
         )
-    return ControlResult(
-        **base,
-        outcome=ControlOutcome.missed,
-        message=f"the fault changed the outputs (max |Δ| = {difference}) but the check passed",
-    )
+    return judged(ControlOutcome.missed, f"the fault changed the outputs (max |Δ| = {difference}) but the check passed")
 
 
 def control_ran(control: ControlResult) -> bool:

@@ -39,7 +39,6 @@ class CheckStarted(_Event):
     """A planned check is about to run."""
 
     kind: Literal["check-started"] = "check-started"
-    """Which event this is."""
     step: int
     """Its step on the ladder."""
     severity: str
@@ -58,7 +57,6 @@ class ControlStarted(_ControlEvent):
     """One of a check's negative controls is about to run."""
 
     kind: Literal["control-started"] = "control-started"
-    """Which event this is."""
     detail: bool = True
     """Shown with `-v` only: its result follows."""
     expect: str
@@ -72,13 +70,11 @@ class ControlFinished(_ControlEvent):
     """A negative control's result."""
 
     kind: Literal["control-finished"] = "control-finished"
-    """Which event this is."""
     result: ControlOutcome
     """detected, missed, unobservable, ..."""
     detected_at: int | None = None
     """Where the check caught it (the smallest failing length), when it did."""
     message: str = ""
-    """The control's message."""
 
     @property
     def outcome(self) -> str | None:
@@ -93,11 +89,8 @@ class CheckFinished(_Event):
     """A check's result, its controls judged."""
 
     kind: Literal["check-finished"] = "check-finished"
-    """Which event this is."""
     status: Status
-    """Its status."""
     message: str = ""
-    """Its message."""
 
     @property
     def outcome(self) -> str | None:
@@ -117,6 +110,3 @@ Events = Callable[[RunEvent], None]
 def as_log(log: Callable[[str], None]) -> Events:
     """A sink that writes each event as its log line."""
     return lambda event: log(event.line())
-
-
-__all__ = ["CheckFinished", "CheckStarted", "ControlFinished", "ControlStarted", "Events", "RunEvent", "as_log"]

@@ -134,7 +134,8 @@ class LocalExecutor:
         workers = [_Worker(context, self.threads) for _ in range(min(self.jobs, len(tasks)))]
         index_of: dict[int, int] = {}
 
-        def finish(i: int, record: TaskRecord) -> None:
+        def finish(i: int, record: TaskRecord, attempts: int) -> None:
+            record.attempts = attempts
             records[i] = record
             if on_done is not None:
                 on_done(record)
@@ -161,15 +162,11 @@ class LocalExecutor:
                     task, i = worker.task, index_of[slot]
                     assert task is not None
                     record: TaskRecord | None = None
-                    try:
-                        if worker.conn.poll():
-                            record = worker.conn.recv()
-                    except (EOFError, OSError):
-                        record = None
+                    with contextlib.suppress(EOFError, OSError):
+                        record = worker.conn.recv() if worker.conn.poll() else None
                     if record is not None:
-                        record.attempts = worker.attempt
                         worker.task = None
-                        finish(i, record)
+                        finish(i, record, worker.attempt)
                         continue
                     worker.process.join(timeout=5)
                     reason = f"worker process {_died(worker.process.exitcode)} while running {task.manifest}"
@@ -179,9 +176,8 @@ class LocalExecutor:
                         pending.appendleft((i, worker.attempt + 1))
                         continue
                     tries = f" (after {worker.attempt} attempts)" if worker.attempt > 1 else ""
-                    record = failed_record(task, reason + tries, seconds=time.perf_counter() - worker.started)
-                    record.attempts = worker.attempt
-                    finish(i, record)
+                    seconds = time.perf_counter() - worker.started
+                    finish(i, failed_record(task, reason + tries, seconds=seconds), worker.attempt)
         finally:
             for worker in workers:
                 worker.stop()
@@ -191,12 +187,10 @@ class LocalExecutor:
 def _ray_task(task: Task) -> TaskRecord:
     """The Ray remote function: one manifest on a Ray worker, its record back to the driver."""
     record = execute_task(task)
-    try:
+    with contextlib.suppress(Exception):  # where it ran is a courtesy
         import ray
 
         record.worker = f"ray node {ray.get_runtime_context().get_node_id()[:12]} pid {os.getpid()}"
-    except Exception:  # where it ran is a courtesy
-        pass
     return record
 
 
@@ -220,9 +214,8 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, on_start: OnStart | None = None) -> None:
+    def __init__(self, address: str | None = None) -> None:
         self.address = address
-        self.on_start = on_start
 
     def _connect(self) -> Any:
         try:
@@ -256,56 +249,42 @@ class RayExecutor:
             task = tasks[i]
             ref = remote.options(name=f"gate:{task.name}", **ray_resources(task)).remote(task)
             refs[ref] = (i, attempt, time.perf_counter())
-            if self.on_start is not None:
-                self.on_start(task, attempt, "ray")
 
         records: dict[int, TaskRecord] = {}
         try:
-            self._collect(ray, tasks, refs, records, submit, lost_errors, on_done)
+            for i in range(len(tasks)):
+                submit(i, 1)
+            while refs:
+                done, _rest = ray.wait(list(refs), num_returns=1)
+                for ref in done:
+                    i, attempt, started = refs.pop(ref)
+                    task = tasks[i]
+                    try:
+                        record: TaskRecord = ray.get(ref)
+                    except lost_errors as err:
+                        if attempt <= task.retries:
+                            submit(i, attempt + 1)
+                            continue
+                        reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
+                        record = failed_record(
+                            task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
+                        )
+                    except ray.exceptions.RayError as err:
+                        first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+                        record = failed_record(
+                            task,
+                            f"Ray task failed: {err.__class__.__name__}: {first}",
+                            seconds=time.perf_counter() - started,
+                        )
+                    record.attempts = attempt
+                    records[i] = record
+                    if on_done is not None:
+                        on_done(record)
         finally:
             for ref in refs:  # interrupted: what is still queued or running on the cluster stops too
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
         return [records[i] for i in range(len(tasks))]
-
-    def _collect(
-        self,
-        ray: Any,
-        tasks: Sequence[Task],
-        refs: dict[Any, tuple[int, int, float]],
-        records: dict[int, TaskRecord],
-        submit: Callable[[int, int], None],
-        lost_errors: tuple[type[BaseException], ...],
-        on_done: OnDone | None,
-    ) -> None:
-        for i in range(len(tasks)):
-            submit(i, 1)
-        while refs:
-            done, _rest = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                i, attempt, started = refs.pop(ref)
-                task = tasks[i]
-                try:
-                    record: TaskRecord = ray.get(ref)
-                except lost_errors as err:
-                    if attempt <= task.retries:
-                        submit(i, attempt + 1)
-                        continue
-                    reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
-                    record = failed_record(
-                        task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
-                    )
-                except ray.exceptions.RayError as err:
-                    first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-                    record = failed_record(
-                        task,
-                        f"Ray task failed: {err.__class__.__name__}: {first}",
-                        seconds=time.perf_counter() - started,
-                    )
-                record.attempts = attempt
-                records[i] = record
-                if on_done is not None:
-                    on_done(record)
 
 
 def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | None = None) -> Executor:
@@ -313,16 +292,3 @@ def make_executor(kind: str, *, jobs: int = 1, threads: int = 1, address: str | 
     if kind == "ray":
         return RayExecutor(address=address)
     return LocalExecutor(jobs=jobs, threads=threads)
-
-
-__all__ = [
-    "Executor",
-    "LocalExecutor",
-    "RayExecutor",
-    "Task",
-    "TaskRecord",
-    "execute_task",
-    "failed_record",
-    "make_executor",
-    "ray_resources",
-]

@@ -3,16 +3,8 @@
 An adapter's own faults (`path.faults()`, `path.with_fault(name)`) plant bugs inside its code.
 A third-party adapter rarely has them, and power must not depend on faults only gate's own
 adapters can plant. The faults here wrap a `DecodePath` and its `Session`s from the outside and
-break what any KV cache must get right, seen through the protocol alone:
-
-    handle-swap       appends run against another request's session (cross-request handle)
-    reset-ignored     reset() does nothing: the next request starts on the previous one's cache
-    cache-dropped     each append runs against an empty session: the cached prefix is gone
-    token-skipped     the first token of a multi-token call never enters the cache (positions off by one)
-    weights-changed   appends run after the model's weights changed, the cache kept (needs
-                      WeightReloading on the path)
-    block-truncated   the partial last block of the cache is cropped before each append (needs
-                      CacheCropping on the sessions)
+break what any KV cache must get right, seen through the protocol alone (each one's `summary`
+below says what it breaks).
 
 Each stands in for the named faults of gate's catalogue it imitates (`stands_for`) and says which
 checks it can prove power for (`proves`): a wrapper cannot reach inside a kernel, so it proves
@@ -31,9 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gate.engine import generic_stores as stores
 from gate.engine.generic_sessions import (
     BlockTruncated,
     CacheDropped,
+    GenericCarrier,
     HandleSwap,
     ResetIgnored,
     RowsCrossed,
@@ -42,7 +36,6 @@ from gate.engine.generic_sessions import (
     needs_crop,
     needs_reload,
 )
-from gate.protocols import CacheCropping, WeightReloading
 
 if TYPE_CHECKING:
     import torch
@@ -135,9 +128,7 @@ SPEC_CHECKS = ("spec-greedy", "spec-distribution")
 
 def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[DecodePath], str | None]:
     def needs(path: DecodePath) -> str | None:
-        from gate.engine.generic_stores import as_store
-
-        store = as_store(path)
+        store = stores.as_store(path)
         if store is None:
             return f"path {path.name} is no prefix store (gate.plugin.PrefixServing)"
         missing = [c for c in capabilities if not callable(getattr(store, c, None))]
@@ -150,23 +141,14 @@ def _store_needs(*capabilities: str, adapters: bool = False) -> Callable[[Decode
     return needs
 
 
-def _wrapped(kind: Callable[..., Any], fault: str) -> Callable[[DecodePath], DecodePath]:
+def _store_fault(
+    name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, cls: Any, *needs: str, **more: bool
+) -> GenericFault:
     def wrap(path: DecodePath) -> DecodePath:
-        from gate.engine.generic_stores import as_store
-
-        wrapped: DecodePath = kind(as_store(path), path, fault)
+        wrapped: DecodePath = cls(stores.as_store(path), path, name)
         return wrapped
 
-    return wrap
-
-
-def _store_fault(
-    name: str, stands_for: tuple[str, ...], proves: tuple[str, ...], summary: str, kind: str, *needs: str, **more: bool
-) -> GenericFault:
-    import gate.engine.generic_stores as stores
-
-    cls = getattr(stores, kind) if not kind.startswith("sibling:") else stores.sibling_shared(kind.split(":", 1)[1])
-    return GenericFault(name, stands_for, proves, summary, None, _store_needs(*needs, **more), _wrapped(cls, name))
+    return GenericFault(name, stands_for, proves, summary, None, _store_needs(*needs, **more), wrap)
 
 
 SIBLING_FIELDS = {
@@ -184,14 +166,14 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("key-ignores-tenant", "verify-ignores-identity"),
         ("cache-identity", "tenant-isolation", "hash-collision"),
         "every request is served unsalted: the tenant never reaches the store's key",
-        "TenantShared",
+        stores.TenantShared,
     ),
     _store_fault(
         "adapter-shared",
         ("key-ignores-adapter", "verify-ignores-identity"),
         ("cache-identity", "hash-collision"),
         "a request naming an adapter is served as a base-model request: the adapter never reaches the key",
-        "AdapterShared",
+        stores.AdapterShared,
         adapters=True,
     ),
     *(
@@ -200,7 +182,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
             (catalogue,),
             ("cache-identity",),
             f"the sibling that differs in {field} alone is served from the base store's cache",
-            f"sibling:{field}",
+            type(f"SiblingShared[{field}]", (stores.SiblingShared,), {"field": field}),
             "sibling",
         )
         for short, (field, catalogue) in SIBLING_FIELDS.items()
@@ -210,7 +192,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("unordered-blocks", "key-ignores-position"),
         ("prefix-reuse-parity", "cache-identity"),
         "a block seen at the same position after other tokens is served after that earlier context",
-        "ParentBlind",
+        stores.ParentBlind,
     ),
     _store_fault(
         "hash-trusted",
@@ -218,7 +200,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("hash-collision", "tenant-isolation"),
         "under a replaced (weak) hash, a block whose bucket holds another context's block is served that "
         "context's state, identity included",
-        "HashTrusted",
+        stores.HashTrusted,
         "with_hash",
     ),
     _store_fault(
@@ -226,7 +208,7 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
         ("skip-invalidation",),
         ("invalidation",),
         "a weight or adapter update never reaches the cache: requests are served as before the update",
-        "InvalidationSkipped",
+        stores.InvalidationSkipped,
         "update_weights",
     ),
 )
@@ -236,10 +218,6 @@ STORE_FAULTS: tuple[GenericFault, ...] = (
 def _sampler_fault(rule: str) -> GenericFault:
     from gate.engine.generic_samplers import FaultySampler, sampler_needs
 
-    def wrap(path: DecodePath) -> DecodePath:
-        faulty: DecodePath = FaultySampler(path, rule)
-        return faulty
-
     return GenericFault(
         f"sampler:{rule}",
         (rule,),
@@ -247,7 +225,7 @@ def _sampler_fault(rule: str) -> GenericFault:
         f"gate's reference speculative sampler with {rule} over the candidate's own target and draft distributions",
         None,
         sampler_needs,
-        wrap,
+        lambda path: FaultySampler(path, rule),
     )
 
 
@@ -269,7 +247,7 @@ imports no torch)."""
 GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
 
 
-class FaultedPath:
+class FaultedPath(GenericCarrier):
     """A clean path whose sessions come from a generic fault; everything else is the path's own.
 
     Capabilities the fault cannot reach (an attention probe, per-layer traces) are not offered,
@@ -278,18 +256,18 @@ class FaultedPath:
     _PASS_THROUGH = ("layout_boundaries", "block_size", "reload_weights")
 
     def __init__(self, inner: DecodePath, fault: GenericFault) -> None:
-        self.inner, self.fault = inner, fault
+        self.inner, self.fault, self.carried = inner, fault, fault.name
         self.name = f"{inner.name}+generic:{fault.name}"
         self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
         self.uses_cache, self.dtype = inner.uses_cache, inner.dtype
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.inner.identity(), "generic_fault": self.carried}
 
     def __getattr__(self, attr: str) -> Any:
         if attr in FaultedPath._PASS_THROUGH:
             return getattr(self.inner, attr)
         raise AttributeError(attr)
-
-    def identity(self) -> dict[str, Any]:
-        return {**self.inner.identity(), "generic_fault": self.fault.name}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.inner.full_logits(tokens)
@@ -298,14 +276,6 @@ class FaultedPath:
         assert self.fault.session is not None, self.fault.name
         session: Session = self.fault.session(self.inner, batch_size)
         return session
-
-    def faults(self) -> tuple[str, ...]:
-        return ()
-
-    def with_fault(self, fault: str) -> DecodePath:
-        from gate.errors import UnknownFault
-
-        raise UnknownFault(f"path {self.name} already carries generic fault {self.fault.name}")
 
 
 @dataclass(frozen=True)
@@ -350,19 +320,9 @@ def plant(path: DecodePath, check: str, fault: str, *, own: bool = True, after: 
     return f"path {path.name} cannot apply fault {fault!r}; " + "; ".join(reasons)
 
 
-__all__ = [
-    "GENERIC_FAULTS",
-    "PREFIX_CHECKS",
-    "SAMPLER_FAULTS",
-    "SPEC_CHECKS",
-    "STORE_FAULTS",
-    "CacheCropping",
-    "FaultedPath",
-    "GenericFault",
-    "Planted",
-    "WeightReloading",
-    "plant",
-]
+def stand_ins(check: str, fault: str) -> list[GenericFault]:
+    """The generic faults that can stand in for `fault` under `check`, in the order a run tries them."""
+    return [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
 
 
 def stand_in_table() -> str:
@@ -381,7 +341,7 @@ def stand_in_table() -> str:
         "|---|---|---|---|",
     ]
     for check, fault in sorted(named):
-        generics = [g for g in GENERIC_FAULTS if (fault == g.name or fault in g.stands_for) and check in g.proves]
+        generics = stand_ins(check, fault)
         if generics:
             names = ", ".join(f"`{g.name}`" for g in generics)
             rows.append(f"| {check} | {fault} | {names} | {'; '.join(g.summary for g in generics)} |")

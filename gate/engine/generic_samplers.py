@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gate.engine.generic_sessions import GenericCarrier
+
 if TYPE_CHECKING:
     import torch
 
@@ -50,14 +52,14 @@ class _ProbsAsLogits:
         return out
 
 
-class FaultySampler:
+class FaultySampler(GenericCarrier):
     """The candidate as a DecodePath and a SpeculativePath whose `sample` is gate's reference
     speculative sampler with one verification rule broken (gate.speculative.sampler.FAULTS), run over
     the candidate's own target and draft distributions (`target_next_token_probs`,
     `draft_next_token_probs`); its probabilities are the candidate's own."""
 
     def __init__(self, inner: Any, rule: str) -> None:
-        self.inner, self.rule = inner, rule
+        self.inner, self.rule, self.carried = inner, rule, f"sampler:{rule}"
         self.name = f"{inner.name}+generic:sampler:{rule}"
         self.num_draft_tokens = int(inner.num_draft_tokens)
         self.vocab_size, self.max_len = inner.vocab_size, inner.max_len
@@ -65,7 +67,7 @@ class FaultySampler:
         self.models: dict[tuple[Any, ...], tuple[_ProbsAsLogits, _ProbsAsLogits]] = {}
 
     def identity(self) -> dict[str, Any]:
-        return {**self.inner.identity(), "generic_fault": f"sampler:{self.rule}"}
+        return {**self.inner.identity(), "generic_fault": self.carried}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.inner.full_logits(tokens)
@@ -73,14 +75,6 @@ class FaultySampler:
 
     def new_session(self, batch_size: int) -> Any:
         return self.inner.new_session(batch_size)
-
-    def faults(self) -> tuple[str, ...]:
-        return ()
-
-    def with_fault(self, fault: str) -> Any:
-        from gate.errors import UnknownFault
-
-        raise UnknownFault(f"path {self.name} already carries generic fault sampler:{self.rule}")
 
     def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> Any:
         return self.inner.target_next_token_probs(contexts, temperature=temperature, top_k=top_k)

@@ -14,6 +14,21 @@ if TYPE_CHECKING:
     from gate.protocols import DecodePath, Session
 
 
+class GenericCarrier:
+    """A candidate that carries one generic fault (`carried`): it plants none of its own."""
+
+    name: str
+    carried: str
+
+    def faults(self) -> tuple[str, ...]:
+        return ()
+
+    def with_fault(self, fault: str) -> Any:
+        from gate.errors import UnknownFault
+
+        raise UnknownFault(f"path {self.name} already carries generic fault {self.carried}")
+
+
 class _Wrapped:
     """Common base: a session that forwards to `inner` and remembers whether it holds tokens."""
 
@@ -42,11 +57,6 @@ class _Wrapped:
         return dict(self.inner.exercise())
 
 
-def _other_request(tokens: torch.Tensor) -> torch.Tensor:
-    """Another request of the same shape: the next row's tokens, or the row reversed when B = 1."""
-    return tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1)
-
-
 class HandleSwap(_Wrapped):
     """Prefills go to the request's own session and, shifted by one row, to a foreign one; every
     append then runs against the foreign session: the handle points at another request's cache."""
@@ -56,7 +66,8 @@ class HandleSwap(_Wrapped):
         self.foreign: Session = path.new_session(batch)
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.foreign.prefill(_other_request(tokens))
+        # another request of the same shape: the next row's tokens, or the row reversed when B = 1
+        self.foreign.prefill(tokens.roll(1, dims=0) if tokens.shape[0] > 1 else tokens.flip(1))
         return super().prefill(tokens)
 
     def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -132,31 +143,26 @@ class WeightsChanged(_Wrapped):
             reloading.reload_weights(0)
 
 
-def _block(path: DecodePath) -> int:
-    bounds = getattr(path, "layout_boundaries", None)
-    edges = bounds() if callable(bounds) else ()
-    return int(edges[0]) if edges else 16
-
-
 class BlockTruncated(_Wrapped):
     """Before each append the cache is cropped to whole blocks: the partial last block is lost."""
 
     def faulty_append(self, tokens: torch.Tensor) -> torch.Tensor:
         cropping: Any = self.inner
-        length, block = int(cropping.cache_length()), _block(self.path)
+        bounds = getattr(self.path, "layout_boundaries", None)
+        edges = bounds() if callable(bounds) else ()
+        length, block = int(cropping.cache_length()), int(edges[0]) if edges else 16
         if length % block:
             cropping.crop(length - length % block)
         return self.inner.append(tokens)
 
 
 def needs_reload(path: DecodePath) -> str | None:
-    if offered(path, WeightReloading) is not None:
-        return None
-    return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
+    if offered(path, WeightReloading) is None:
+        return f"path {path.name} cannot reload weights (no reload_weights: gate.plugin.WeightReloading)"
+    return None
 
 
 def needs_crop(path: DecodePath) -> str | None:
-    session = path.new_session(1)
-    if offered(session, CacheCropping) is not None:
+    if offered(path.new_session(1), CacheCropping) is not None:
         return None
     return f"sessions of {path.name} do not expose their cache length (no cache_length/crop: gate.plugin.CacheCropping)"

@@ -5,20 +5,8 @@ gate.engine.generic_faults wraps sessions; the checks of the prefix-reuse and pr
 policies do not judge sessions but a store (`PrefixServing` and its capabilities) or a sampler
 (`SpeculativePath`). The wrappers here break, from outside and through the protocol alone, the rule
 each check judges, so a store or sampler that plants no faults of its own (or whose own fault cannot
-show) still gets a control that shows the check can fail:
-
-    tenant-shared      the tenant never reaches the store: every request is served unsalted
-    adapter-shared     a request naming an adapter is served as a base-model request
-    <field>-shared     the sibling that differs in one worker-level field (revision, tokenizer, rope,
-                       window, KV dtype) is served from the base store's cache
-    parent-blind       a block is served after another parent: the request's prefix before a block
-                       seen at the same position after other tokens is replaced by that earlier context
-    hash-trusted       under a replaced (weak) hash, a block whose bucket holds another context's block
-                       is served that context's state, identity included
-    invalidation-skipped  a weight or adapter update never reaches the cache: requests keep being served
-                       by the store as it was, while its uncached computation moves on
-    sampler:<rule>     gate's reference speculative sampler with one verification rule broken, over the
-                       candidate's own target and draft distributions (gate.engine.generic_samplers)
+show) still gets a control that shows the check can fail (each class says what it breaks; the
+`summary` of each in gate.engine.generic_faults.STORE_FAULTS and SAMPLER_FAULTS says it in words).
 
 A wrapper cannot reach inside a store's key or a sampler's kernel: it changes what the store is asked
 or what state a request is served from, so it proves the check sees a store that serves the wrong
@@ -31,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gate.engine.generic_sessions import GenericCarrier
 from gate.protocols import PrefixServing, offered
 
 STORE_ATTRS = (
@@ -61,16 +50,16 @@ def as_store(path: Any) -> PrefixServing | None:
     return None
 
 
-class WrappedStore:
+class WrappedStore(GenericCarrier):
     """A prefix store forwarding to `inner`; subclasses change what the store is asked. As the
     top-level candidate it is a DecodePath too (`path`: the subject's own path)."""
 
     def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
-        self.inner, self.path, self.fault = inner, path, fault
+        self.inner, self.path, self.fault, self.carried = inner, path, fault, fault
         self.name = f"{getattr(path or inner, 'name', 'store')}+generic:{fault}"
 
     def __getattr__(self, attr: str) -> Any:
-        if attr in ("inner", "path", "fault"):
+        if attr in ("inner", "path", "fault", "carried"):
             raise AttributeError(attr)
         if attr == "block_size":
             return self.inner.block_size
@@ -91,14 +80,6 @@ class WrappedStore:
     def identity(self) -> dict[str, Any]:
         own = self.path.identity() if self.path is not None else {}
         return {**own, "generic_fault": self.fault}
-
-    def faults(self) -> tuple[str, ...]:
-        return ()
-
-    def with_fault(self, fault: str) -> Any:
-        from gate.errors import UnknownFault
-
-        raise UnknownFault(f"path {self.name} already carries generic fault {self.fault}")
 
     def fresh(self, *, block_size: int | None = None) -> WrappedStore:
         return self.derived(self.inner.fresh(block_size=block_size))
@@ -176,10 +157,6 @@ class SiblingShared(WrappedStore):
 
             return sibling
         return super().__getattr__(attr)
-
-
-def sibling_shared(field: str) -> type[SiblingShared]:
-    return type(f"SiblingShared[{field}]", (SiblingShared,), {"field": field})
 
 
 class ParentBlind(WrappedStore):

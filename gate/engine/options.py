@@ -85,6 +85,3 @@ class RunOptions(BaseModel):
         local = [ledger] if ledger is not None and not is_url(ledger) else []
         named = [p for p in (self.sign_key, self.trust, self.reference_cache) if p is not None]
         return [*local, *named, *self.policy_dirs]
-
-
-__all__ = ["RunOptions"]

@@ -133,7 +133,7 @@ class StagedOutput:
                     os.replace(out, self.previous)
                 else:
                     out.rmdir()
-                _fsync_dir(out.parent)
+                _fsync(out.parent)
             self.remove_orphans()
             self.staging = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
             probe = self.staging / ".probe"
@@ -150,12 +150,12 @@ class StagedOutput:
         try:
             for child in self.staging.iterdir():
                 if child.is_file():
-                    _fsync_file(child)
-            _fsync_dir(self.staging)
+                    _fsync(child)
+            _fsync(self.staging)
             if self.out.is_dir() and not any(self.out.iterdir()):
                 self.out.rmdir()  # something created an empty --out meanwhile
             os.replace(self.staging, self.out)
-            _fsync_dir(self.out.parent)
+            _fsync(self.out.parent)
         except OSError as err:
             self.abort()
             raise write_failure(self.out, err) from None
@@ -186,20 +186,9 @@ def _foreign(folder: Path) -> bool:
     return not (folder / MARKER).is_file() and any(folder.iterdir())
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-__all__ = ["MIN_FILE_SIZE_LIMIT", "MIN_FREE_BYTES", "WRITE_ERRNOS", "StagedOutput", "write_failure"]

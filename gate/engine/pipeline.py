@@ -218,6 +218,3 @@ def write_outputs(
     else:  # the caller publishes once it knows more (an approved re-run: its approved rendering)
         defer_ci(ci)
     return written
-
-
-__all__ = ["RunOutputs", "run_pipeline", "write_outputs"]

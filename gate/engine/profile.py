@@ -202,23 +202,18 @@ def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
         if check.controls and check.positive_s > 0:
             lines.append(f"{'':4}controls / run: {spent / check.positive_s:.2f}")
     total = run_buckets(result)
+    wall = sum(check.duration_s for check in result.checks)
     if total is None:
-        wall = sum(check.duration_s for check in result.checks)
         lines.append(_row("all checks", wall, None, None, "forwards not timed"))
-        return lines + _outside(result, run_s)
-    wall, forward, subject, own = total
-    share = f"{100 * own / wall:.1f}% gate's own work" if wall else ""
-    lines.append(_row("all checks", wall, forward, subject, share))
-    return lines + _outside(result, run_s)
-
-
-def _outside(result: GateResult, run_s: float | None) -> list[str]:
-    """The run's time outside its checks: loading policies and check modules (with the libraries
-    they import), building both paths, writing and signing the outputs."""
-    if run_s is None:
-        return []
-    outside = max(run_s - sum(check.duration_s for check in result.checks), 0.0)
-    return [_row("outside the checks", outside, None, None, f"set-up and outputs, of {run_s:.2f}s in all")]
+    else:
+        wall, forward, subject, own = total
+        lines.append(
+            _row("all checks", wall, forward, subject, f"{100 * own / wall:.1f}% gate's own work" if wall else "")
+        )
+    if run_s is not None:  # loading policies and check modules (with their libraries), building both paths, outputs
+        outside = max(run_s - sum(check.duration_s for check in result.checks), 0.0)
+        lines.append(_row("outside the checks", outside, None, None, f"set-up and outputs, of {run_s:.2f}s in all"))
+    return lines
 
 
 def _row(name: str, wall: float, forward: float | None, subject: float | None, note: str) -> str:

@@ -74,13 +74,12 @@ def decide(
             f"{len(not_run)} other planned checks were not run ({', '.join(not_run)}), so this is no verdict "
             "on the manifest",
         )
-    waived = [c.check for c in checks if c.status == Status.waived]
-    skipped = [c.check for c in checks if c.status == Status.skip]
-    warned = [c.check for c in checks if c.status == Status.unproven]
-    note = f" ({len(waived)} waived: {', '.join(waived)})" if waived else ""
-    note += f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
-    not_here = [c.check for c in checks if c.status == Status.not_applicable]
-    note += f" ({len(not_here)} not applicable: {', '.join(not_here)})" if not_here else ""
+    waived, skipped, warned, not_here = (
+        [c.check for c in checks if c.status == status]
+        for status in (Status.waived, Status.skip, Status.unproven, Status.not_applicable)
+    )
+    listed = ((waived, "waived"), (skipped, "skipped"), (not_here, "not applicable"))
+    note = "".join(f" ({len(names)} {words}: {', '.join(names)})" for names, words in listed if names)
     counted = tally(checks)
     lead = ""
     if any(_is_warning(c) for c in checks):  # the tally names what the counts above would

@@ -13,9 +13,10 @@ import pytest
 
 from gate.core.result import without_wall_clock
 from gate.engine.batch import plan_batch, run_batch
-from gate.engine.executors import LocalExecutor, Task, ray_resources
+from gate.engine.executors import LocalExecutor, ray_resources
 from gate.engine.options import RunOptions
 from gate.engine.pipeline import run_pipeline
+from gate.engine.tasks import Task
 from gate.errors import InputError
 from tests.support.repo import EXAMPLES
 

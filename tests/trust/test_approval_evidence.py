@@ -316,7 +316,7 @@ def test_the_evidence_digest_changes_with_every_bound_field() -> None:
 
 def test_a_batch_counts_an_approved_rerun_as_its_exit_code_says() -> None:
     from gate.engine.batch import batch_verdict
-    from gate.engine.executors import TaskRecord
+    from gate.engine.tasks import TaskRecord
 
     def record(name: str, verdict: str, code: int, approved_by: list[str]) -> TaskRecord:
         return TaskRecord(name, f"{name}.yaml", name, verdict, code, "", approved_by=approved_by)
