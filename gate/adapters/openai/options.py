@@ -141,7 +141,7 @@ class Options(_Options):
     @classmethod
     def _headers_from_env(cls, value: dict[str, str]) -> dict[str, str]:
         for name, template in value.items():
-            if not re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", template):
+            if not ENV_REF.search(template):
                 raise ValueError(
                     f"header {name!r} must take its value from an environment variable (e.g. 'Bearer ${{TOKEN}}'): "
                     "a manifest is recorded in the dossier and must hold no secret"
