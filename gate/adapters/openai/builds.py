@@ -87,21 +87,8 @@ def install(version: str, cache: Path = CACHE, wrapper: bool = True) -> Path:
         cache.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=cache))
         try:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--target",
-                    str(partial),
-                    f"xllamacpp=={version}",
-                ],
-                check=True,
-            )
+            pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            subprocess.run([*pip, "--target", str(partial), f"xllamacpp=={version}"], check=True)
             if target.exists():
                 shutil.rmtree(target)
             partial.rename(target)
