@@ -21,9 +21,7 @@ import contextlib
 import http.client
 import json
 import os
-import socket
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -149,15 +147,9 @@ class EngineClient:
                     last = f"HTTP {err.code}: {text}"
                     continue
                 raise EngineBadReply(f"{self.label}: {method} {path} answered HTTP {err.code}: {text}") from None
-            except TimeoutError:  # the deadline passed, or a socket wait timed out
-                last = "timeout"
-                continue
-            except (urllib.error.URLError, ConnectionError, OSError) as err:
+            except OSError as err:  # a timeout (the deadline, a socket wait), urllib's URLError, a refused connection
                 reason = getattr(err, "reason", err)
-                if isinstance(reason, (TimeoutError, socket.timeout)):
-                    last = "timeout"
-                else:
-                    last = f"connection failed: {one_line(reason, 300)}"
+                last = "timeout" if isinstance(reason, TimeoutError) else f"connection failed: {one_line(reason, 300)}"
                 continue
             except http.client.IncompleteRead:  # the connection closed inside the body
                 last = "connection failed: the reply ended before its body did"

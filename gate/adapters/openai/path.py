@@ -163,16 +163,12 @@ class Plan:
 
     def next_use(self, held: Pooled) -> float:
         """The phase in which `held` (idle) is next needed; inf when no phase still to run needs it."""
-        current = held.used_in == (self.serial, self.at)
+        ahead = list(enumerate(self.phases))[self.at + (held.used_in == (self.serial, self.at)) :]
         if held.changed_model:  # started within one check (a restart on changed weights): its phases only
-            if held.used_in[0] != self.serial:
-                return float("inf")
-            later = [i for i, (check, _) in enumerate(self.phases) if check == 0 and i >= self.at + current]
-            return later[0] if later else float("inf")
-        for i in range(self.at + current, len(self.phases)):
-            if held.owner != self.owner or self.phases[i][1] == held.control:  # the reference serves every phase
-                return i
-        return float("inf")
+            later = [i for i, (check, _) in ahead if check == 0 and held.used_in[0] == self.serial]
+        else:  # the reference serves every phase
+            later = [i for i, (_, control) in ahead if held.owner != self.owner or control == held.control]
+        return later[0] if later else float("inf")
 
 
 _POOL: dict[str, Pooled] = {}
@@ -621,15 +617,8 @@ class EnginePath:
         model_path = launch.model_file
         if launch.tiny_model is not None:
             model_path = str(tiny_model_file(launch.tiny_model)[0])
-        server = ServerProcess(
-            [],
-            port=port,
-            probe=launch.probe,
-            ready_timeout_s=launch.ready_timeout_s,
-            stop_timeout_s=launch.stop_timeout_s,
-            env=launch.env,
-            label=full_label,
-        )
+        timing = {"ready_timeout_s": launch.ready_timeout_s, "stop_timeout_s": launch.stop_timeout_s}
+        server = ServerProcess([], port=port, probe=launch.probe, env=launch.env, label=full_label, **timing)
         subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}
         server.command = [_substitute(part, subs) for part in launch.command]
         if not _STARTS:  # the first start of a run: the count ends with the run
@@ -650,12 +639,7 @@ class EnginePath:
         return server, client
 
     def _client(
-        self,
-        base_url: str,
-        headers: dict[str, str],
-        label: str,
-        alive: Any = None,
-        history: CacheHistory | None = None,
+        self, base_url: str, headers: dict[str, str], label: str, alive: Any = None, history: CacheHistory | None = None
     ) -> EngineClient:
         opts = self.options
         return EngineClient(
