@@ -23,6 +23,7 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
+from gate.adapters.openai import process
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.geometry import (
     engine_identity,
@@ -187,8 +188,6 @@ _PEAK = [0]
 
 def live_servers() -> int:
     """Servers gate launched that are running now (pooled, fresh and probing alike)."""
-    from gate.adapters.openai import process
-
     return len(process._LIVE)
 
 

@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:
-    from gate.adapters.openai.xllamacpp_params import SWITCHES, VALUES, UsageError, configure, parse
+    from gate.adapters.openai.xllamacpp_params import UsageError, configure, parse
 else:  # run as a script (the wrapper): the sibling file, without importing gate's adapters
-    from xllamacpp_params import SWITCHES, VALUES, UsageError, configure, parse
+    from xllamacpp_params import UsageError, configure, parse
 
-__all__ = [  # the launcher's own, and what it serves from xllamacpp_params under their old path
+__all__ = [  # the launcher's own, and UsageError from xllamacpp_params under its old path
     "EXIT_BAD_ARGS",
-    "SWITCHES",
-    "VALUES",
     "UsageError",
     "build_number",
     "installed_version",

@@ -209,6 +209,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
+        limit = candidate.max_len - params.new_tokens - 1
         plan = None
         if params.aim:
             room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
@@ -222,7 +223,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
-            limit=candidate.max_len - params.new_tokens - 1,
+            limit=limit,
         )
         process = getattr(cand, "server", None)
         log_start = len(process.log_text()) if process is not None else 0
@@ -237,7 +238,6 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         ended: list[_Request] = []
         if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
             at = (len(aimed) + len(sent), len(rounds))
-            limit = candidate.max_len - params.new_tokens - 1
             selection, ended = _serve_eos(send, params, work, (width, limit), at)
         counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
