@@ -230,7 +230,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         send = _Sender(ctx, ref, cand, params.new_tokens, pair.top_k, noise, candidate.salt_field)
         aimed = [] if plan is None else _serve_aimed(send, plan, (vocab, base, -len(plan.rounds)))
         stopped = send.stops(aimed)
-        sent, overlapping = ([], 0) if stopped else _serve_rounds(send, params, work, rounds)
+        sent = [] if stopped else _serve_rounds(send, params, work, rounds)
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
         stopped = stopped or send.stops(sent)
@@ -244,9 +244,10 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
     reached = [] if plan is None else reach(plan, aimed, counters)
     if selection is not None:
         reached.append(eos_reach(selection, ended))
-    overlapping += sum(1 for batch in _by_round([*aimed, *ended]) if len(batch) > 1 and _overlapped(batch))
+    everything = [*aimed, *sent, *ended]  # every round's number is its own: aimed < 0 <= seeded < end-of-sequence
+    overlapping = sum(1 for batch in _by_round(everything) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        [*aimed, *sent, *ended],
+        everything,
         len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
         overlapping,
         slots,
@@ -296,19 +297,11 @@ def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]
             words = step.words
             if step.how == "resume":
                 words += f" ({_others_since(served, step.conversation)} other conversations served since)"
-            turn = int(step.how in ("resume", "edit"))
-            req = _Request(
-                len(sent) + len(requests),
-                step.conversation,
-                -1,
-                turn,
-                number,
-                f"{words} [{step.mechanism}]",
-                prompt,
-                aim=step.mechanism,
-                aimed_at=_aimed_at(step, prompts),
+            turn, kind = int(step.how in ("resume", "edit")), f"{words} [{step.mechanism}]"
+            ident, at = len(sent) + len(requests), _aimed_at(step, prompts)
+            requests.append(
+                _Request(ident, step.conversation, -1, turn, number, kind, prompt, aim=step.mechanism, aimed_at=at)
             )
-            requests.append(req)
         sent += send(requests)
         for req in requests:
             assert req.reply is not None
@@ -364,26 +357,22 @@ def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: 
 
 def _serve_rounds(
     send: _Sender, params: EngineConversationsParams, work: _Workload, rounds: list[list[tuple[int, int]]]
-) -> tuple[list[_Request], int]:
+) -> list[_Request]:
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
-    compared; the requests sent and how many rounds overlapped in time. A control stops after the
-    first round with a failing reply."""
+    compared. A control stops after the first round with a failing reply."""
     sent: list[_Request] = []
     history: dict[int, list[int]] = {}
     last_round: dict[int, int] = {}
-    overlapping = 0
     for number, batch in enumerate(rounds):
         requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
         sent += send(requests)
-        if len(requests) > 1 and _overlapped(requests):
-            overlapping += 1
         for req in requests:
             assert req.reply is not None
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             last_round[req.conversation] = number
         if send.stops(requests):
             break
-    return sent, overlapping
+    return sent
 
 
 def _serve_eos(
