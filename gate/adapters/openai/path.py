@@ -509,10 +509,8 @@ class EnginePath:
         update: dict[str, Any] = {}
         if spec is not None:
             update["command"] = [*launch.command, *spec.args]
-            if spec.tiny_model is not None:
-                update.update(tiny_model=spec.tiny_model, model_file=None)
-            elif spec.model_file is not None:
-                update.update(model_file=spec.model_file, tiny_model=None)
+            if model is None:  # `model` given replaces the control's
+                model = spec.tiny_model if spec.tiny_model is not None else spec.model_file
         if isinstance(model, TinyModel):
             update.update(tiny_model=model, model_file=None)
         elif isinstance(model, str):
