@@ -58,26 +58,21 @@ class OpenAIAdapter:
             options = Options.model_validate(options.model_dump())
         from gate.adapters.openai.geometry import launch_geometry
 
-        name = f"openai:{options.flavor}"
-        found = launch_context(options.launch.command) if options.launch else None
-        geometry = None
-        if options.launch:
-            geometry = launch_geometry(options.launch.command, options.flavor, launched_model_meta(options))
+        launch = options.launch
+        found = launch_context(launch.command) if launch else None
+        geometry = launch_geometry(launch.command, options.flavor, launched_model_meta(options)) if launch else None
         limits: list[tuple[int, str]] = [found] if found is not None else []
         if options.context_length is not None:
             limits.append((options.context_length, "option context_length"))
-        if not limits:
-            return PathCapabilities(
-                path=name,
-                max_len_from="stated by the server when it runs",
-                cache_geometry=geometry,
-                offers=["EngineServing"],
-            )
-        max_len, source = min(limits)
-        if found is None:
+        max_len, source = min(limits) if limits else (None, "stated by the server when it runs")
+        if limits and found is None:
             source += " (the server's own context may be shorter)"
         return PathCapabilities(
-            path=name, max_len=max_len, max_len_from=source, cache_geometry=geometry, offers=["EngineServing"]
+            path=f"openai:{options.flavor}",
+            max_len=max_len,
+            max_len_from=source,
+            cache_geometry=geometry,
+            offers=["EngineServing"],
         )
 
 
