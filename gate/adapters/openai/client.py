@@ -425,13 +425,6 @@ def parse_logprobs(logprobs: Any, where: str) -> tuple[list[int], list[float], l
     return tokens, lps, top
 
 
-def cached_prompt_tokens(usage: dict[str, Any], timings: dict[str, Any], where: str = "reply") -> int | None:
-    """Prompt tokens the server says it served from its cache, from whichever field it reports (a count
-    that is not a whole number, or negative, is a bad reply naming the field)."""
-    found = validate.reported_cached(usage, timings)
-    return None if found is None else validate.whole(found[1], found[0], where)
-
-
 def _completion(
     tokens: list[int],
     lps: list[float],
@@ -450,13 +443,14 @@ def _completion(
         raise EngineBadReply(
             f"{where}: logprobs for {len(tokens)} tokens but {generated} were generated; positions cannot be aligned"
         )
+    found = validate.reported_cached(usage, timings)  # whichever field reports cached prompt tokens
+    cached = None if found is None else validate.whole(found[1], found[0], where)
     prompt_tokens = usage.get("prompt_tokens")
-    found = validate.reported_cached(usage, timings)
     return Completion(
         tokens,
         lps,
         top,
-        cached_prompt_tokens(usage, timings, where),
+        cached,
         None if prompt_tokens is None else validate.whole(prompt_tokens, "usage.prompt_tokens", where),
         seconds,
         dict(timings),
