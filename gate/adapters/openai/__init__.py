@@ -1,42 +1,19 @@
-"""The `openai` adapter: an engine gate did not write, behind an OpenAI-compatible HTTP API.
-
-    subject:
-      reference:
-        adapter: openai
-        options:
-          launch:
-            command: [llama-server, -m, "{model}", --port, "{port}", --no-cache-prompt]
-            tiny_model: {seed: 0}
-      candidate:
-        adapter: openai
-        options:
-          launch:
-            command: [llama-server, -m, "{model}", --port, "{port}"]
-            tiny_model: {seed: 0}
-          controls:
-            kv-quantised: {args: [--cache-type-k, q4_0]}
-            stale-weights: {tiny_model: {seed: 0, perturb_seed: 1}}
+"""The `openai` adapter: an engine gate did not write, behind an OpenAI-compatible HTTP API
+(docs/engines.md has example manifests).
 
 Either `base_url` (a server someone else runs) or `launch` (gate starts the command, `{port}` and
-`{model}` substituted, waits for the readiness probe, captures its output and always stops its
-whole process group). Checks that need a server start it for themselves and stop it when they end,
-so no server outlives a check, whatever happens. Prompts are token ids; the vocabulary size and the
-context length come from the server (or `vocab_size` / `context_length`) and bound every check.
+`{model}` substituted, waits for the readiness probe and always stops its whole process group).
+Prompts are token ids; the vocabulary size and the context length come from the server (or
+`vocab_size` / `context_length`). `controls` are the engine's negative controls: other launch
+configurations that plant a known, real difference; `with_fault(name)` is the candidate launched so.
 
-`controls` are the engine's negative controls: other launch configurations of the same engine that
-plant a known, real difference (extra arguments, or another model file for the candidate server).
-The policy names them; `with_fault(name)` is the candidate launched that way.
-
-Secrets never enter a manifest: `headers` values are templates over environment variables,
-`{"Authorization": "Bearer ${ENGINE_TOKEN}"}`, resolved when a request is sent. Which variables a
-header may name is the site's choice, made outside the manifest: `$GATE_HEADER_ENV`, a comma-separated
-list (`GATE_HEADER_ENV=ENGINE_TOKEN`); unset, no header may name any (a pull request's manifest cannot
-send the job's other secrets to a server it names). Redirects to another origin are not followed, so
-a header goes only to the server the manifest names; the dossier records that origin and the header
-names, never their values. A launched server
-gets none of gate's environment beyond a short list of safe variables and `launch.env`
-(gate.adapters.openai.environment); every reply is checked as data before a check sees it
-(gate.adapters.openai.validate), each request under one total deadline (gate.adapters.openai.transport).
+Secrets never enter a manifest: `headers` values are templates over environment variables
+(`Bearer ${ENGINE_TOKEN}`) resolved when a request is sent, and only variables the site lists in
+`$GATE_HEADER_ENV`, outside the manifest, may be named (a pull request's manifest cannot send the
+job's other secrets to a server it names). Redirects to another origin are not followed. A launched
+server gets none of gate's environment beyond a short list of safe variables and `launch.env`
+(gate.adapters.openai.environment); every reply is checked as data (gate.adapters.openai.validate),
+each request under one total deadline (gate.adapters.openai.transport).
 
 This module imports nothing heavy, so `gate validate` and `gate plan` stay instant.
 """
@@ -81,26 +58,21 @@ class OpenAIAdapter:
             options = Options.model_validate(options.model_dump())
         from gate.adapters.openai.geometry import launch_geometry
 
-        name = f"openai:{options.flavor}"
-        found = launch_context(options.launch.command) if options.launch else None
-        geometry = None
-        if options.launch:
-            geometry = launch_geometry(options.launch.command, options.flavor, launched_model_meta(options))
+        launch = options.launch
+        found = launch_context(launch.command) if launch else None
+        geometry = launch_geometry(launch.command, options.flavor, launched_model_meta(options)) if launch else None
         limits: list[tuple[int, str]] = [found] if found is not None else []
         if options.context_length is not None:
             limits.append((options.context_length, "option context_length"))
-        if not limits:
-            return PathCapabilities(
-                path=name,
-                max_len_from="stated by the server when it runs",
-                cache_geometry=geometry,
-                offers=["EngineServing"],
-            )
-        max_len, source = min(limits)
-        if found is None:
+        max_len, source = min(limits) if limits else (None, "stated by the server when it runs")
+        if limits and found is None:
             source += " (the server's own context may be shorter)"
         return PathCapabilities(
-            path=name, max_len=max_len, max_len_from=source, cache_geometry=geometry, offers=["EngineServing"]
+            path=f"openai:{options.flavor}",
+            max_len=max_len,
+            max_len_from=source,
+            cache_geometry=geometry,
+            offers=["EngineServing"],
         )
 
 

@@ -1,11 +1,6 @@
-"""llama.cpp's prebuilt builds from xllamacpp CPU wheels, installed on demand (docs/engines.md,
-"Engine builds via xllamacpp"): used by `gate bisect --llamacpp-builds` and
-benchmarks/engine_builds.py.
-
-Each build is `pip install --no-deps --target CACHE/<version> xllamacpp==<version>` (into a temporary
-folder renamed when complete; a second call finds it and does nothing) with a `bin/llama-server`
-wrapper that runs gate/adapters/openai/xllamacpp_server.py on it, so a manifest's
-`launch.command: [llama-server, ...]` runs unchanged with that `bin/` first on PATH.
+"""llama.cpp's prebuilt builds from xllamacpp CPU wheels, installed on demand for `gate bisect
+--llamacpp-builds` and benchmarks/engine_builds.py (docs/engines.md, "Engine builds via xllamacpp"):
+each in CACHE/<version> (a temporary folder renamed when complete) with a `bin/llama-server` wrapper.
 """
 
 from __future__ import annotations
@@ -87,21 +82,8 @@ def install(version: str, cache: Path = CACHE, wrapper: bool = True) -> Path:
         cache.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=cache))
         try:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--target",
-                    str(partial),
-                    f"xllamacpp=={version}",
-                ],
-                check=True,
-            )
+            pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            subprocess.run([*pip, "--target", str(partial), f"xllamacpp=={version}"], check=True)
             if target.exists():
                 shutil.rmtree(target)
             partial.rename(target)

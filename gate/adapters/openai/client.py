@@ -21,10 +21,7 @@ import contextlib
 import http.client
 import json
 import os
-import re
-import socket
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,11 +29,10 @@ from typing import Any, Literal
 
 from gate._util.text import one_line
 from gate.adapters.openai import transport, validate
-from gate.adapters.openai.options import header_env_problem
+from gate.adapters.openai.options import ENV_REF, header_env_problem
 from gate.errors import EngineBadReply, EngineCrashed, EngineTimeout, EngineWrongModel, InputError
 
 Flavor = Literal["vllm", "sglang", "llama.cpp", "tgi", "generic"]
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass
@@ -84,10 +80,10 @@ def resolve_headers(templates: dict[str, str], environ: dict[str, str] | None = 
     for name, template in templates.items():
         if (problem := header_env_problem(name, template, env)) is not None:
             raise InputError("headers", problem)  # Options refuse it first; this holds for any caller
-        missing = [v for v in _ENV_REF.findall(template) if v not in env]
+        missing = [v for v in ENV_REF.findall(template) if v not in env]
         if missing:
             raise EngineBadReply(f"header {name} needs environment variable {missing[0]}, which is not set")
-        out[name] = _ENV_REF.sub(lambda m: env[m.group(1)], template)
+        out[name] = ENV_REF.sub(lambda m: env[m.group(1)], template)
     return out
 
 
@@ -151,15 +147,9 @@ class EngineClient:
                     last = f"HTTP {err.code}: {text}"
                     continue
                 raise EngineBadReply(f"{self.label}: {method} {path} answered HTTP {err.code}: {text}") from None
-            except TimeoutError:  # the deadline passed, or a socket wait timed out
-                last = "timeout"
-                continue
-            except (urllib.error.URLError, ConnectionError, OSError) as err:
+            except OSError as err:  # a timeout (the deadline, a socket wait), urllib's URLError, a refused connection
                 reason = getattr(err, "reason", err)
-                if isinstance(reason, (TimeoutError, socket.timeout)):
-                    last = "timeout"
-                else:
-                    last = f"connection failed: {one_line(reason, 300)}"
+                last = "timeout" if isinstance(reason, TimeoutError) else f"connection failed: {one_line(reason, 300)}"
                 continue
             except http.client.IncompleteRead:  # the connection closed inside the body
                 last = "connection failed: the reply ended before its body did"
@@ -223,41 +213,31 @@ class EngineClient:
                 meta["n_vocab"], "data[0].meta.n_vocab", where, low=2, high=validate.MAX_VOCAB
             )
         for key in ("n_ctx", "max_model_len"):
-            value = meta.get(key, entry.get(key))
-            if value:
+            if value := meta.get(key, entry.get(key)):
                 info["context_length"] = validate.whole(
                     value, f"data[0] {key}", where, low=1, high=validate.MAX_CONTEXT
                 )
                 break
         if self.flavor == "llama.cpp":
-            props = self._try_get("/props") or {}
+            props = self._try_get("/props")
             props = props if isinstance(props, dict) else {}
+            at = f"{self.label}: /props"
             info["build_info"] = props.get("build_info")
             settings = props.get("default_generation_settings") or {}
             if isinstance(settings, dict) and "n_ctx" in settings:
-                info["context_length"] = validate.whole(
-                    settings["n_ctx"],
-                    "default_generation_settings.n_ctx",
-                    f"{self.label}: /props",
-                    low=1,
-                    high=validate.MAX_CONTEXT,
-                )
+                n_ctx, named = settings["n_ctx"], "default_generation_settings.n_ctx"
+                info["context_length"] = validate.whole(n_ctx, named, at, low=1, high=validate.MAX_CONTEXT)
             slots = props.get("total_slots")
-            info["total_slots"] = (
-                None
-                if slots is None
-                else validate.whole(slots, "total_slots", f"{self.label}: /props", low=1, high=validate.MAX_SLOTS)
-            )
+            if slots is not None:
+                slots = validate.whole(slots, "total_slots", at, low=1, high=validate.MAX_SLOTS)
+            info["total_slots"] = slots
         self.info = info
         return info
 
     def _detect(self, entry: dict[str, Any]) -> Flavor:
-        if entry.get("owned_by") == "llamacpp":
-            return "llama.cpp"
-        if entry.get("owned_by") == "vllm":
-            return "vllm"
-        if entry.get("owned_by") == "sglang":
-            return "sglang"
+        owned: dict[Any, Flavor] = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
+        if entry.get("owned_by") in owned:
+            return owned[entry["owned_by"]]
         props = self._try_get("/props")
         if isinstance(props, dict) and "default_generation_settings" in props:
             return "llama.cpp"
@@ -445,13 +425,6 @@ def parse_logprobs(logprobs: Any, where: str) -> tuple[list[int], list[float], l
     return tokens, lps, top
 
 
-def cached_prompt_tokens(usage: dict[str, Any], timings: dict[str, Any], where: str = "reply") -> int | None:
-    """Prompt tokens the server says it served from its cache, from whichever field it reports (a count
-    that is not a whole number, or negative, is a bad reply naming the field)."""
-    found = validate.reported_cached(usage, timings)
-    return None if found is None else validate.whole(found[1], found[0], where)
-
-
 def _completion(
     tokens: list[int],
     lps: list[float],
@@ -470,13 +443,14 @@ def _completion(
         raise EngineBadReply(
             f"{where}: logprobs for {len(tokens)} tokens but {generated} were generated; positions cannot be aligned"
         )
+    found = validate.reported_cached(usage, timings)  # whichever field reports cached prompt tokens
+    cached = None if found is None else validate.whole(found[1], found[0], where)
     prompt_tokens = usage.get("prompt_tokens")
-    found = validate.reported_cached(usage, timings)
     return Completion(
         tokens,
         lps,
         top,
-        cached_prompt_tokens(usage, timings, where),
+        cached,
         None if prompt_tokens is None else validate.whole(prompt_tokens, "usage.prompt_tokens", where),
         seconds,
         dict(timings),

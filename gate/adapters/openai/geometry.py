@@ -1,36 +1,17 @@
 """An engine's cache geometry: how it reuses cached state across requests (gate.protocols.CacheGeometry).
 
-Read from the engine wherever it states it, else from its launch flags, else measured:
+Read from the engine wherever it states it (vLLM: the `vllm:cache_config_info` gauge of GET /metrics;
+llama.cpp reuses any common prefix, block 1), else from its launch flags, else measured inside
+engine-prefix-parity (gate.checks._engine.probe_block: the greatest common divisor of the hits on a
+prefix sent twice). A sweep planned on it visits each block edge, so a length below the first
+reusable block is known to miss by design, never a failure.
 
-    vLLM        GET /metrics, the `vllm:cache_config_info` gauge's labels (block_size, cache_dtype,
-                enable_prefix_caching); before a run: --block-size, --kv-cache-dtype,
-                --[no-]enable-prefix-caching
-    llama.cpp   any common prefix is reused (token granularity: block 1); GET /props answers for the
-                server; before a run: --cache-type-k, --no-cache-prompt
-    others      a short probe inside engine-prefix-parity (gate.checks._engine.probe_block): a
-                prefix sent twice under other suffixes at a few lengths; the granularity is the
-                greatest common divisor of the reported hits
-
-A sweep planned on it (gate.checks._engine.geometry_lengths) visits each block edge, so a length
-below the first reusable block is known to miss by design, never a failure.
-
-Beside the block, the geometry names the model's attention layout and the engine's reuse mechanisms
-that engine-concurrent-conversations aims its workload at (gate.checks._mechanisms):
-
-    sliding window and its layers   the model: a tiny model's spec, a GGUF header
-                                    (`<arch>.attention.sliding_window[_pattern]`), config.json
-    slots, unified KV               llama.cpp: -np / --kv-unified (-np auto: 4 slots over a unified
-                                    KV), then `/props` total_slots and the log's
-                                    "n_slots = 4, ..., kv_unified = 'true'" when it runs
-    micro-batch                     llama.cpp -ub (512 by default): its sliding-window cache holds
-                                    the window per slot plus one micro-batch ("creating SWA KV cache,
-                                    size = N cells" in its log)
-    host-memory prompt cache        llama.cpp --cache-ram MiB (8192 by default, 0: off; off with
-                                    --no-cache-prompt), "prompt cache is enabled, size limit" in its log
-    context checkpoints             llama.cpp --ctx-checkpoints (32 by default) and
-                                    --checkpoint-min-step (8192 by default), "context checkpoints
-                                    enabled, max = 32, min spacing = 8192" in its log (at -lv 4 on
-                                    the xllamacpp builds)
+Beside the block, the geometry names the model's attention layout (sliding window and its layers,
+from a tiny model's spec, a GGUF header or config.json) and llama.cpp's reuse mechanisms that
+engine-concurrent-conversations aims at (gate.checks._mechanisms): slots and a unified KV (-np,
+--kv-unified), the micro-batch (-ub), the host-memory prompt cache (--cache-ram) and context
+checkpoints (--ctx-checkpoints, --checkpoint-min-step), from the flags, llama.cpp's defaults where
+they are silent, then `/props` and the start-up log (at -lv 4 on the xllamacpp builds) when it runs.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""What a model file states about itself, read without loading it: the vocabulary size and the trained
-context length, and the attention layout (a sliding window and which layers use it), from the
-`config.json` of a Hugging Face model directory (`vocab_size`, `max_position_embeddings`,
-`sliding_window`, under `text_config` for a multimodal one) or from a GGUF file's metadata
-(`<arch>.vocab_size`, else the length of `tokenizer.ggml.tokens`; `<arch>.context_length`;
-`<arch>.attention.sliding_window` and `<arch>.attention.sliding_window_pattern`).
-
-gate uses them where the engine does not state its own (vLLM states no vocabulary size), so that
-`gate validate` can tell before a run whether a manifest leaves one unknown. Only the GGUF header
-is read (stdlib, no numpy): `gate validate` stays instant.
+"""What a model file states about itself, read without loading it: the vocabulary size, the trained
+context length and the attention layout (a sliding window and its layers), from a Hugging Face
+directory's `config.json` (or its `text_config`) or a GGUF file's metadata. gate uses them where the
+engine states none (vLLM states no vocabulary size). Only the GGUF header is read (stdlib): `gate
+validate` stays instant.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class Options(_Options):
     @classmethod
     def _headers_from_env(cls, value: dict[str, str]) -> dict[str, str]:
         for name, template in value.items():
-            if not re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", template):
+            if not ENV_REF.search(template):
                 raise ValueError(
                     f"header {name!r} must take its value from an environment variable (e.g. 'Bearer ${{TOKEN}}'): "
                     "a manifest is recorded in the dossier and must hold no secret"
@@ -156,15 +156,13 @@ class Options(_Options):
             raise ValueError("give exactly one of base_url (a running server) or launch (a command gate starts)")
         if self.controls and self.launch is None:
             raise ValueError("controls are launch configurations: they need `launch`")
-        if self.vocab_size is None and model_vocab_size(self) is None and self._states_no_vocabulary():
+        vllm = guess_flavor(self.launch.command if self.launch else [], self.flavor) == "vllm"
+        if self.vocab_size is None and model_vocab_size(self) is None and vllm:
             raise ValueError(
                 "vocab_size: vLLM does not state its vocabulary size; set `vocab_size`, or launch a "
                 "`tiny_model`, a `model_file` directory whose config.json gives it, or a GGUF `model_file`"
             )
         return self
-
-    def _states_no_vocabulary(self) -> bool:
-        return guess_flavor(self.launch.command if self.launch else [], self.flavor) == "vllm"
 
 
 HEADER_ENV = "GATE_HEADER_ENV"
@@ -192,13 +190,8 @@ def guess_flavor(command: list[str], flavor: str) -> str:
     if flavor != "auto":
         return flavor
     words = " ".join(command)
-    if "llama-server" in words:
-        return "llama.cpp"
-    if "vllm" in words:
-        return "vllm"
-    if "sglang" in words:
-        return "sglang"
-    return "generic"
+    named = {"llama-server": "llama.cpp", "vllm": "vllm", "sglang": "sglang"}
+    return next((name for program, name in named.items() if program in words), "generic")
 
 
 def model_vocab_size(options: Options) -> int | None:

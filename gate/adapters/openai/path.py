@@ -1,34 +1,21 @@
 """EnginePath: one OpenAI-compatible server as a gate path (the `EngineServing` capability).
 
-An HTTP engine exposes no logits and no session, only completions; `full_logits` and
-`new_session` say so, and the in-process checks skip such a path. The engine checks
-(gate.checks.engine_*) use `serve()`: a context manager that starts the server (or connects to
-`base_url`), yields an `EngineClient`, and stops the server's whole process group when the run
-ends, on an exception and on Ctrl-C alike.
-
-A server gate launches in a path's own configuration is started once per run and handed to every
-later check and control that asks for the same launch, its prefix cache reset through the engine's
-own endpoint first (`reset_cache`; a server that refuses the reset is replaced by a new one; one
-launched with its prefix cache off holds nothing to reset and is handed over as it is): on a real
-engine each start costs model loading. A check that needs a genuinely new process (a restart) asks
-for `fresh=True`, and that server stops with its block; one whose reset cannot reach a cache tier
-restarts the server it holds (`Served.restart`), and the new process takes the old one's place in the
-pool for later checks. At most `max_servers` run at once: an idle one stops to make room, the one
-the plan needs last (`plan_servers`: the runner names the checks and controls still to run, so a
-server a later check needs outlives one it does not; without a plan, a control's first, then one on a
-changed model, then the least recently used), and a control's server stops after the last check that
-names it (`release_controls`). Every start is counted with why it happened (`engine_starts`,
-`start_reasons`: a launch configuration's first start, a restart for a reset the engine cannot do, a
-new process a check asks for, a start again after the cap stopped it), shown with the most alive at
-once in each server's evidence. The geometry of the server's cache (gate.adapters.openai.geometry) is read when the path
-is probed.
+An HTTP engine exposes no logits and no session, only completions. The engine checks use `serve()`,
+which yields a running server and stops its whole process group when the run ends, on an exception
+and on Ctrl-C alike. A launched server is started once per run (each start costs model loading) and
+handed to every later check that asks for the same launch, its prefix cache reset first (one that
+refuses the reset is replaced); `fresh=True` asks for a new process, `Served.restart` replaces a held
+one. At most `max_servers` run at once: an idle one stops to make room, the one the runner's plan
+(`plan_servers`) needs last first. Every start is counted with why it happened (`start_reasons`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import shlex
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +23,7 @@ from typing import Any
 
 from gate._util.digest import sha256_file
 from gate._util.stopping import Stopper, on_stop
+from gate.adapters.openai import process
 from gate.adapters.openai.client import Completion, EngineClient, Streamed, resolve_headers
 from gate.adapters.openai.geometry import (
     engine_identity,
@@ -68,21 +56,19 @@ SALT_FIELDS = {"vllm": "cache_salt"}
 """Request field that salts the prefix cache, by flavor (SGLang, TGI and llama.cpp have none)."""
 
 
-_EXECUTABLES: dict[tuple[str, int, int], str] = {}
-
-
 def executable_sha256(program: str) -> str | None:
     """sha256 of the program a launch command runs (found on PATH or as a path, links followed), so
     the identity says which build served; None when there is no such file."""
-    found = shutil.which(program) or program
-    target = Path(found).resolve()
+    target = Path(shutil.which(program) or program).resolve()
     if not target.is_file():
         return None
-    stat = target.stat()
-    key = (str(target), stat.st_size, stat.st_mtime_ns)
-    if key not in _EXECUTABLES:
-        _EXECUTABLES[key] = sha256_file(target)
-    return _EXECUTABLES[key]
+    return _sha256(str(target), target.stat().st_size, target.stat().st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """Cached by the file's size and modification time: a rebuilt program is hashed again."""
+    return sha256_file(Path(path))
 
 
 def _substitute(part: str, subs: dict[str, str]) -> str:
@@ -178,16 +164,12 @@ class Plan:
 
     def next_use(self, held: Pooled) -> float:
         """The phase in which `held` (idle) is next needed; inf when no phase still to run needs it."""
-        current = held.used_in == (self.serial, self.at)
+        ahead = list(enumerate(self.phases))[self.at + (held.used_in == (self.serial, self.at)) :]
         if held.changed_model:  # started within one check (a restart on changed weights): its phases only
-            if held.used_in[0] != self.serial:
-                return float("inf")
-            later = [i for i, (check, _) in enumerate(self.phases) if check == 0 and i >= self.at + current]
-            return later[0] if later else float("inf")
-        for i in range(self.at + current, len(self.phases)):
-            if held.owner != self.owner or self.phases[i][1] == held.control:  # the reference serves every phase
-                return i
-        return float("inf")
+            later = [i for i, (check, _) in ahead if check == 0 and held.used_in[0] == self.serial]
+        else:  # the reference serves every phase
+            later = [i for i, (_, control) in ahead if held.owner != self.owner or control == held.control]
+        return later[0] if later else float("inf")
 
 
 _POOL: dict[str, Pooled] = {}
@@ -206,8 +188,6 @@ _PEAK = [0]
 
 def live_servers() -> int:
     """Servers gate launched that are running now (pooled, fresh and probing alike)."""
-    from gate.adapters.openai import process
-
     return len(process._LIVE)
 
 
@@ -281,12 +261,9 @@ def engine_starts() -> list[str]:
 def start_reasons() -> dict[str, Any]:
     """Why each start of this run happened: the launch configurations started, the count by reason,
     and each start as `label: reason`, for the evidence."""
-    why: dict[str, int] = {}
-    for start in _STARTS:
-        why[start.why] = why.get(start.why, 0) + 1
     return {
         "configurations": len({s.key for s in _STARTS}),
-        "why": why,
+        "why": dict(Counter(s.why for s in _STARTS)),
         "starts": [f"{s.label}: {s.why}" for s in _STARTS],
     }
 
@@ -532,10 +509,8 @@ class EnginePath:
         update: dict[str, Any] = {}
         if spec is not None:
             update["command"] = [*launch.command, *spec.args]
-            if spec.tiny_model is not None:
-                update.update(tiny_model=spec.tiny_model, model_file=None)
-            elif spec.model_file is not None:
-                update.update(model_file=spec.model_file, tiny_model=None)
+            if model is None:  # `model` given replaces the control's
+                model = spec.tiny_model if spec.tiny_model is not None else spec.model_file
         if isinstance(model, TinyModel):
             update.update(tiny_model=model, model_file=None)
         elif isinstance(model, str):
@@ -639,15 +614,8 @@ class EnginePath:
         model_path = launch.model_file
         if launch.tiny_model is not None:
             model_path = str(tiny_model_file(launch.tiny_model)[0])
-        server = ServerProcess(
-            [],
-            port=port,
-            probe=launch.probe,
-            ready_timeout_s=launch.ready_timeout_s,
-            stop_timeout_s=launch.stop_timeout_s,
-            env=launch.env,
-            label=full_label,
-        )
+        timing = {"ready_timeout_s": launch.ready_timeout_s, "stop_timeout_s": launch.stop_timeout_s}
+        server = ServerProcess([], port=port, probe=launch.probe, env=launch.env, label=full_label, **timing)
         subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}
         server.command = [_substitute(part, subs) for part in launch.command]
         if not _STARTS:  # the first start of a run: the count ends with the run
@@ -668,12 +636,7 @@ class EnginePath:
         return server, client
 
     def _client(
-        self,
-        base_url: str,
-        headers: dict[str, str],
-        label: str,
-        alive: Any = None,
-        history: CacheHistory | None = None,
+        self, base_url: str, headers: dict[str, str], label: str, alive: Any = None, history: CacheHistory | None = None
     ) -> EngineClient:
         opts = self.options
         return EngineClient(
@@ -696,10 +659,7 @@ class EnginePath:
             for slot in range(int(slots)):
                 erase_slot(client, slot)
             return f"POST /slots/{{0..{int(slots) - 1}}}?action=erase"
-        if client.flavor == "vllm":
-            client.post("/reset_prefix_cache", {})
-            return "POST /reset_prefix_cache"
-        if client.flavor == "sglang":
-            client.post("/flush_cache", {})
-            return "POST /flush_cache"
-        return None
+        endpoint = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}.get(client.flavor)
+        if endpoint is not None:
+            client.post(endpoint, {})
+        return None if endpoint is None else f"POST {endpoint}"

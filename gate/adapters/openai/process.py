@@ -124,7 +124,7 @@ class ServerProcess:
             "command": self.command,
             "port": self.port,
             "ready_after_s": None if self.ready_after_s is None else round(self.ready_after_s, 3),
-            "exit_status": None if self.proc is None else self.proc.poll(),
+            "exit_status": self.exit_status(),
             "log_tail": self.log_text().splitlines()[-20:],
         }
 

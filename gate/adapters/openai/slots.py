@@ -1,16 +1,10 @@
 """A launched llama.cpp server's slot files: save, restore and erase a slot through the engine's own API.
 
-llama.cpp's server (tools/server, `handle_slots_save` / `_restore` / `_erase`) answers
-`POST /slots/N?action=save` and `?action=restore` with `{"filename": NAME}` (a bare name, read and
-written under `--slot-save-path DIR`) and `?action=erase` with an empty body; without the flag it
-refuses every action as not supported. Save answers `{id_slot, filename, n_saved, n_written,
-timings.save_ms}`, restore `{id_slot, filename, n_restored, n_read, timings.restore_ms}`, erase
-`{id_slot, n_erased}`; a file it cannot load is refused with HTTP 400 ("Unable to restore slot ...").
-A completion goes to slot N with the request field `id_slot`.
-
-gate offers the files only for a server it launched with `--slot-save-path` (it then knows the
-directory and can copy or cut a file there); a `base_url` server's files sit on a machine gate
-cannot see. This module adapts the interface only: what a restore must do is the checks' business.
+llama.cpp's server answers `POST /slots/N?action=save` and `?action=restore` with `{"filename": NAME}`
+(a bare name under `--slot-save-path DIR`; without the flag every action is refused) and `?action=erase`
+with an empty body; a file it cannot load is refused with HTTP 400. A completion goes to slot N with
+the request field `id_slot`. gate offers the files only for a server it launched with
+`--slot-save-path` (a `base_url` server's files sit on a machine gate cannot see).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ llama.cpp or a Hugging Face directory for vLLM and the other engines that load t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tempfile
 from pathlib import Path
@@ -13,14 +14,10 @@ from gate.adapters.openai.options import TinyModel
 if TYPE_CHECKING:
     from gate.models.tiny_gguf import TinyLlamaSpec
 
-_MODEL_DIR: Path | None = None
 
-
+@functools.cache
 def _model_dir() -> Path:
-    global _MODEL_DIR
-    if _MODEL_DIR is None:
-        _MODEL_DIR = Path(tempfile.mkdtemp(prefix="gate-tiny-model-"))
-    return _MODEL_DIR
+    return Path(tempfile.mkdtemp(prefix="gate-tiny-model-"))
 
 
 def tiny_spec(spec: TinyModel) -> TinyLlamaSpec:
@@ -38,10 +35,7 @@ def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
 
     full = tiny_spec(spec)
     key = hashlib.sha256(repr((spec.format, full.describe())).encode()).hexdigest()[:16]
-    if spec.format == "hf":
-        path = _model_dir() / f"tiny-llama-{key}"
-    else:
-        path = _model_dir() / f"tiny-llama-{key}.gguf"
+    path = _model_dir() / (f"tiny-llama-{key}" if spec.format == "hf" else f"tiny-llama-{key}.gguf")
     digest_file = path.with_name(path.name + ".sha256")
     if not path.exists() or not digest_file.exists():
         if spec.format == "hf":

@@ -1,20 +1,13 @@
 """An engine's reply is data to check, never a statement to take on trust.
 
-Every number gate reads from an engine is checked before a check sees it, and a violation is a bad
-reply (`EngineBadReply`, exit 14) naming the field:
-
-* logprobs (of each generated token and of each top-k alternative) are finite numbers no larger
-  than 0 (a little float rounding allowed); token ids lie in the vocabulary; the reply carries one
-  logprob and one top-k list per generated token, at least one and no more than were asked for, and
-  exactly as many when gate asked the engine to ignore end-of-sequence;
-* counts (cached prompt tokens, prompt tokens, the vocabulary, the context, the slots) are whole
-  numbers in their range; cached tokens lie between 0 and the prompt's length;
-* on a server gate launched, a cache can only hold what was sent to it since it started
-  (`CacheHistory`): a hit reported on its very first request, or more cached tokens than the
-  prompt shares with anything sent to it before (the shared prefix), is impossible and refused. An
-  engine that reuses cached chunks after a mismatch (llama.cpp `--cache-reuse`) is bounded by the
-  prompt's length only, and so is a server someone else runs (`base_url`), whose cache holds what
-  other clients sent.
+Every number gate reads from an engine is checked before a check sees it; a violation is a bad reply
+(`EngineBadReply`, exit 14) naming the field: logprobs are finite and at most 0, token ids lie in the
+vocabulary, one logprob and one top-k list per generated token (exactly max_tokens when end-of-sequence
+is ignored), counts are whole numbers in their range. On a server gate launched, a cache can only hold
+what was sent to it since it started (`CacheHistory`): a hit on its very first request, or more cached
+tokens than the prompt shares with anything sent before, is refused. An engine that reuses chunks
+after a mismatch (llama.cpp `--cache-reuse`), and a `base_url` server (whose cache holds what other
+clients sent), are bounded by the prompt's length only.
 """
 
 from __future__ import annotations

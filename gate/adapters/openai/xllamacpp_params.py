@@ -1,16 +1,9 @@
-"""llama-server's command line mapped onto xllamacpp's `CommonParams` (gate/adapters/openai/xllamacpp_server.py
-launches the server with them).
+"""llama-server's command line mapped onto xllamacpp's `CommonParams` (xllamacpp_server.py launches with them).
 
-xllamacpp embeds llama.cpp's server with no command line of its own: it is configured through
-`CommonParams`. `parse` reads the llama-server flags gate's manifests and tests use (VALUES, SWITCHES)
-as llama-server reads them; `configure` sets them on a build's `CommonParams`.
-
-- A flag the tables do not map, or that this build's `CommonParams` lacks, is a one-line error
-  (UsageError, exit 2 in the launcher): never dropped. llama-server's own defaults are kept where they
-  differ from `CommonParams`'s: port 8080, `-np` auto (4 slots over a unified KV cache), threads from
-  the CPUs this process may use with `-tb` following `-t`.
-
-Standard library only: the launcher imports this module as a sibling file when run as a script.
+`parse` reads the flags in VALUES and SWITCHES as llama-server reads them; `configure` sets them on a
+build's `CommonParams`, keeping llama-server's own defaults where they differ. A flag the tables do not
+map, or that the build lacks, is a UsageError (exit 2), never dropped. Standard library only: the
+launcher imports this module as a sibling file when run as a script.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """llama.cpp's own server, from a prebuilt xllamacpp wheel, started the way gate starts `llama-server`.
 
-xllamacpp (PyPI, versions `YEAR.MONTH.BUILD`) embeds llama.cpp's server (tools/server: the same HTTP
-routes, slots, host-memory prompt cache and context checkpoints) in a CPU wheel, with no command line of
-its own: it is configured through `CommonParams`. This launcher maps the llama-server flags gate's
-manifests and tests use onto `CommonParams`, starts `xllamacpp.Server` and serves until SIGTERM or
-SIGINT, so a manifest's `launch.command: [llama-server, ...]` runs unchanged against any installed
-build (benchmarks/engine_builds.py, docs/engines.md "Engine builds via xllamacpp"):
+xllamacpp (PyPI, versions `YEAR.MONTH.BUILD`) embeds llama.cpp's server (the same HTTP routes, slots and
+caches) in a CPU wheel configured through `CommonParams` (gate/adapters/openai/xllamacpp_params.py maps
+the llama-server flags onto them), so a manifest's `launch.command: [llama-server, ...]` runs unchanged
+against any installed build (benchmarks/engine_builds.py, docs/engines.md "Engine builds via xllamacpp"):
 
     python gate/adapters/openai/xllamacpp_server.py --xllamacpp DIR -m model.gguf --port 8080 ...
-    python -m gate.adapters.openai.xllamacpp_server --xllamacpp DIR ...     (the same, slower to start)
 
-DIR is a `pip install --no-deps --target DIR xllamacpp==VERSION`. `write_wrapper(DIR)` writes
-DIR/bin/llama-server, a script that runs this launcher on that build, for PATH.
-
-- The command line is mapped onto `CommonParams` by gate/adapters/openai/xllamacpp_params.py (VALUES,
-  SWITCHES, `parse`, `configure`): a flag it does not map, or that this build lacks, is a one-line
-  error and exit 2, never dropped; llama-server's own defaults are kept where they differ.
-- Identity: the wheels are built without llama.cpp's build number (`/props` says `b0-unknown`), so
-  the launcher sets it from the package version before the server starts: `/props` `build_info`
-  (where gate reads an engine's identity) says `b<BUILD>-xllamacpp`, and `--version` prints it.
+DIR is a `pip install --no-deps --target DIR xllamacpp==VERSION`; `write_wrapper(DIR)` writes
+DIR/bin/llama-server, a script that runs this launcher on that build. The wheels are built without
+llama.cpp's build number (`/props` says `b0-unknown`), so the launcher sets it from the package version
+before the server starts: `build_info` (where gate reads an engine's identity) says `b<BUILD>-xllamacpp`.
 """
 
 from __future__ import annotations
@@ -35,14 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:
-    from gate.adapters.openai.xllamacpp_params import SWITCHES, VALUES, UsageError, configure, parse
+    from gate.adapters.openai.xllamacpp_params import UsageError, configure, parse
 else:  # run as a script (the wrapper): the sibling file, without importing gate's adapters
-    from xllamacpp_params import SWITCHES, VALUES, UsageError, configure, parse
+    from xllamacpp_params import UsageError, configure, parse
 
-__all__ = [  # the launcher's own, and what it serves from xllamacpp_params under their old path
+__all__ = [  # the launcher's own, and UsageError from xllamacpp_params under its old path
     "EXIT_BAD_ARGS",
-    "SWITCHES",
-    "VALUES",
     "UsageError",
     "build_number",
     "installed_version",

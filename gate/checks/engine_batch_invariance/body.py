@@ -175,12 +175,13 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
         "servers": obs.servers,
     }
     exercise = {"overlapping_requests": overlapping, "candidate_slots": slots, "concurrent": concurrent}
-    exercise["batch_sends"] = obs.sends
-    seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
-    seen["observation"] = observation([obs.alone, obs.batched])
-    seen["tolerated_change"] = tolerated_change(
-        ctx.manifest.claim.level, max(judged.comparison.tolerance for judged in j.judged)
-    )
+    seen: dict[str, Any] = {
+        "metrics": metrics,
+        "evidence": evidence,
+        "exercise": {**exercise, "batch_sends": obs.sends},
+        "observation": observation([obs.alone, obs.batched]),
+        "tolerated_change": tolerated_change(ctx.manifest.claim.level, max(x.comparison.tolerance for x in j.judged)),
+    }
     if j.problems:
         return problems_outcome(j.problems, length, _bug_class(j), **seen)
     if j.unexercised:

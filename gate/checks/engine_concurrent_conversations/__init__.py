@@ -1,40 +1,23 @@
 """engine-concurrent-conversations: every reply of a concurrent multi-tenant chat workload equals the
 same prompt answered alone by the reference.
 
-A serving engine holds many conversations at once: several tenants, each with its own system
-prefix, their conversations interleaved, more of them than it has slots, so a slot is handed from
+A serving engine holds many conversations at once, more than it has slots, so a slot is handed from
 one conversation to another and a conversation that comes back is restored from a cache tier (or
-recomputed). State that crosses between requests there (a slot or a cached prefix of one
-conversation served to another) is the leak this check looks for.
+recomputed). State that crosses between requests there is the leak this check looks for.
 
-The workload is seeded: `tenants` system prefixes several cache blocks long (the length derived
-from the candidate's cache geometry, gate.adapters.openai.geometry: `prefix_blocks` whole blocks,
-at least `min_prefix` tokens for an engine that reuses any prefix), `conversations` conversations
-of `turns` turns each (fresh private tokens per turn; each later turn's prompt is the whole history:
-the previous prompt, the candidate's reply, the new turn). The requests go out in rounds of up to
-`max_concurrent` at once (sent at the same moment from as many threads); each round mixes fresh
-conversations with ones resumed after other conversations took their turns, and a conversation is
-never sent in two rounds in a row while another one waits. Every reply of the candidate is then
-compared with the reference's answer to exactly the same prompt, sent alone, under the claim
-(the top-k rule and its tie awareness, gate.checks._topk).
-
-A reply that fails names its request and the other request whose state it most likely carries:
-another request whose reference answer it equals, else the other conversation's request whose
-prompt shares the most tokens with it (the cached prefix it would have been served from), with
-the requests in flight beside it.
-
-Replies that end where the engine stops (gate.checks._eos): every other request asks for an exact
-length (`ignore_eos`), so last, `eos_candidates` seeded conversation openings are sent to the reference
-alone with the engine's stop on; those it ends at end-of-sequence within `eos_budget` tokens (up to 4)
-go to the candidate together, stop on, and must stop where the reference stops (same tokens up to and
-including the stop, same finish reason); each is then continued after its end (its history holds the
-end-of-sequence token). The mechanism `eos-stop` is listed as reached only when some opening stopped
-on the reference; where none did, the evidence says so.
+The workload is seeded: `tenants` system prefixes `prefix_blocks` of the candidate's reuse blocks
+long (at least `min_prefix` tokens), `conversations` conversations of `turns` turns (each later turn's
+prompt is the whole history), sent in rounds of up to `max_concurrent` at once from as many threads;
+each round mixes fresh conversations with ones resumed after others took their turns. Before them,
+requests aimed at each reuse mechanism the cache geometry names (`aim`, gate.checks._mechanisms);
+after them, `eos_candidates` openings the reference ends at end-of-sequence (gate.checks._eos) must
+stop where it stops, then be continued. Every reply is compared with the reference's answer to the
+same prompt alone, under the claim; a failing one names the other request whose state it carries,
+where the evidence shows it, and is asked again alone off the cache.
 
 Proof of exercise: some round overlapped in time, the candidate has more than one slot (where it
-states its slots), and the candidate reported reused prompt tokens (the shared system prefixes
-and the restored conversations). The cache tiers the handed-over server's reset could not reach
-are named in the evidence and the message.
+states its slots), and it reported reused prompt tokens. The cache tiers the handed-over server's
+reset could not reach are named in the evidence and the message.
 """
 
 from __future__ import annotations

@@ -209,6 +209,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         work = _Workload(vocab, base, systems, n_conv, min(params.private, n_conv - 1))
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
+        limit = candidate.max_len - params.new_tokens - 1
         plan = None
         if params.aim:
             room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
@@ -222,37 +223,31 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
-            limit=candidate.max_len - params.new_tokens - 1,
+            limit=limit,
         )
         process = getattr(cand, "server", None)
         log_start = len(process.log_text()) if process is not None else 0
-        aimed: list[_Request] = []
-        if plan is not None:
-            seeds = (vocab, base, -len(plan.rounds))
-            aimed = _serve_aimed(ctx, params, plan, seeds, (ref, cand), pair.top_k, noise, candidate.salt_field)
-        stopped = _stops(ctx, aimed)
-        sent, overlapping = (
-            ([], 0)
-            if stopped
-            else _serve_rounds(ctx, params, work, rounds, (ref, cand), pair.top_k, noise, candidate.salt_field)
-        )
+        send = _Sender(ctx, ref, cand, params.new_tokens, pair.top_k, noise, candidate.salt_field)
+        aimed = [] if plan is None else _serve_aimed(send, plan, (vocab, base, -len(plan.rounds)))
+        stopped = send.stops(aimed)
+        sent = [] if stopped else _serve_rounds(send, params, work, rounds)
         for req in sent:  # numbered after the aimed requests, which went first
             req.id += len(aimed)
-        stopped = stopped or _stops(ctx, sent)
+        stopped = stopped or send.stops(sent)
         selection: EosSelection | None = None
         ended: list[_Request] = []
         if params.eos_candidates and not stopped:  # last: the tenants' system prefixes are cached by now
             at = (len(aimed) + len(sent), len(rounds))
-            sizes = (pair.top_k, width, candidate.max_len - params.new_tokens - 1)
-            selection, ended = _serve_eos(ctx, params, work, (ref, cand), sizes, (noise, candidate.salt_field), at)
+            selection, ended = _serve_eos(send, params, work, (width, limit), at)
         counters = log_counters(process.log_text()[log_start:], geometry.sliding_window) if process else None
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
     reached = [] if plan is None else reach(plan, aimed, counters)
     if selection is not None:
         reached.append(eos_reach(selection, ended))
-    overlapping += sum(1 for batch in _by_round([*aimed, *ended]) if len(batch) > 1 and _overlapped(batch))
+    everything = [*aimed, *sent, *ended]  # every round's number is its own: aimed < 0 <= seeded < end-of-sequence
+    overlapping = sum(1 for batch in _by_round(everything) if len(batch) > 1 and _overlapped(batch))
     return Observations(
-        [*aimed, *sent, *ended],
+        everything,
         len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
         overlapping,
         slots,
@@ -285,16 +280,7 @@ def _by_round(requests: list[_Request]) -> list[list[_Request]]:
     return list(rounds.values())
 
 
-def _serve_aimed(
-    ctx: CheckContext,
-    params: EngineConversationsParams,
-    plan: MechanismPlan,
-    seeds: tuple[int, int, int],
-    servers: tuple[EngineServer, EngineServer],
-    top_k: int,
-    noise: NoiseFloor | None,
-    salt: str | None,
-) -> list[_Request]:
+def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]) -> list[_Request]:
     """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
     the candidate, each prompt then alone to the reference and compared. A control stops after the
     first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
@@ -311,26 +297,18 @@ def _serve_aimed(
             words = step.words
             if step.how == "resume":
                 words += f" ({_others_since(served, step.conversation)} other conversations served since)"
-            turn = int(step.how in ("resume", "edit"))
-            req = _Request(
-                len(sent) + len(requests),
-                step.conversation,
-                -1,
-                turn,
-                number,
-                f"{words} [{step.mechanism}]",
-                prompt,
-                aim=step.mechanism,
-                aimed_at=_aimed_at(step, prompts),
+            turn, kind = int(step.how in ("resume", "edit")), f"{words} [{step.mechanism}]"
+            ident, at = len(sent) + len(requests), _aimed_at(step, prompts)
+            requests.append(
+                _Request(ident, step.conversation, -1, turn, number, kind, prompt, aim=step.mechanism, aimed_at=at)
             )
-            requests.append(req)
-        sent += _send_and_judge(ctx, requests, servers, (params.new_tokens, top_k), (noise, salt))
+        sent += send(requests)
         for req in requests:
             assert req.reply is not None
             prompts[req.conversation] = req.prompt
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             served.append(req.conversation)
-        if _stops(ctx, requests):
+        if send.stops(requests):
             break
     return sent
 
@@ -378,61 +356,42 @@ def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: 
 
 
 def _serve_rounds(
-    ctx: CheckContext,
-    params: EngineConversationsParams,
-    work: _Workload,
-    rounds: list[list[tuple[int, int]]],
-    servers: tuple[EngineServer, EngineServer],
-    top_k: int,
-    noise: NoiseFloor | None,
-    salt: str | None,
-) -> tuple[list[_Request], int]:
+    send: _Sender, params: EngineConversationsParams, work: _Workload, rounds: list[list[tuple[int, int]]]
+) -> list[_Request]:
     """Every round sent together to the candidate, then each of its prompts alone to the reference and
-    compared; the requests sent and how many rounds overlapped in time. A control stops after the
-    first round with a failing reply."""
+    compared. A control stops after the first round with a failing reply."""
     sent: list[_Request] = []
     history: dict[int, list[int]] = {}
     last_round: dict[int, int] = {}
-    overlapping = 0
     for number, batch in enumerate(rounds):
         requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
-        sent += _send_and_judge(ctx, requests, servers, (params.new_tokens, top_k), (noise, salt))
-        if len(requests) > 1 and _overlapped(requests):
-            overlapping += 1
+        sent += send(requests)
         for req in requests:
             assert req.reply is not None
             history[req.conversation] = [*req.prompt, *req.reply.tokens]
             last_round[req.conversation] = number
-        if _stops(ctx, requests):
+        if send.stops(requests):
             break
-    return sent, overlapping
+    return sent
 
 
 def _serve_eos(
-    ctx: CheckContext,
-    params: EngineConversationsParams,
-    work: _Workload,
-    servers: tuple[EngineServer, EngineServer],
-    sizes: tuple[int, int, int],
-    judging: tuple[NoiseFloor | None, str | None],
-    at: tuple[int, int],
+    send: _Sender, params: EngineConversationsParams, work: _Workload, sizes: tuple[int, int], at: tuple[int, int]
 ) -> tuple[EosSelection, list[_Request]]:
     """Conversations whose first reply ends at end-of-sequence (gate.checks._eos): seeded openings
     (a tenant's system prefix, fresh tokens) the reference alone ends within the budget, sent together
     to the candidate with its stop on and judged at the stop; then each continued (its history, the
     end-of-sequence token included, and a fresh turn), together, as every other turn is sent. `sizes`:
-    top-k, requests at once, the longest prompt the context holds; `judging`: the noise floor and the
-    candidate's salt field; `at`: the first id and round."""
-    ref, cand = servers
-    top_k, width, limit = sizes
-    fields = eos_fields(cand.flavor)
+    requests at once, the longest prompt the context holds; `at`: the first id and round."""
+    width, limit = sizes
+    fields = eos_fields(send.cand.flavor)
     tenants = [i % len(work.systems) for i in range(params.eos_candidates)]
     seed = work.base + 7_000_000
     prompts = [
         [*work.systems[t], *seeded_prompt(work.vocab, params.turn_tokens, seed + i)] for i, t in enumerate(tenants)
     ]
     selection = select_eos_prompts(
-        lambda prompt, budget, extra: ref.complete(prompt, budget, top_k, extra),
+        lambda prompt, budget, extra: send.ref.complete(prompt, budget, send.top_k, extra),
         prompts,
         fields,
         budget=params.eos_budget,
@@ -448,8 +407,8 @@ def _serve_eos(
         opened.append(req)
     if not opened:
         return selection, []
-    sent = _send_and_judge(ctx, opened, servers, (params.new_tokens, top_k), judging)
-    if _stops(ctx, opened):
+    sent = send(opened)
+    if send.stops(opened):
         return selection, sent
     continued: list[_Request] = []
     for req in opened:
@@ -463,56 +422,50 @@ def _serve_eos(
                 _Request(number, req.conversation, req.tenant, 1, first_round + 1, kind, prompt, aim=MECHANISM)
             )
     if continued:
-        sent += _send_and_judge(ctx, continued, servers, (params.new_tokens, top_k), judging)
+        sent += send(continued)
     return selection, sent
 
 
-def _send_and_judge(
-    ctx: CheckContext,
-    requests: list[_Request],
-    servers: tuple[EngineServer, EngineServer],
-    sizes: tuple[int, int],
-    judging: tuple[NoiseFloor | None, str | None],
-) -> list[_Request]:
-    """One round: sent together to the candidate, each judged against the reference alone."""
-    _send_together(servers[1], requests, *sizes)
-    for req in requests:
-        _judge(ctx, req, servers, sizes, *judging)
-    return requests
+@dataclass(frozen=True)
+class _Sender:
+    """Sends a round: together to the candidate, each reply then judged against the reference's answer
+    alone, under the claim and the candidate's noise floor (`salt`: its cache-salt field)."""
 
+    ctx: CheckContext
+    ref: EngineServer
+    cand: EngineServer
+    new_tokens: int
+    top_k: int
+    noise: NoiseFloor | None
+    salt: str | None
 
-def _stops(ctx: CheckContext, requests: list[_Request]) -> bool:
-    """A control stops after the first round with a failing reply."""
-    return ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests)
+    def __call__(self, requests: list[_Request]) -> list[_Request]:
+        _send_together(self.cand, requests, self.new_tokens, self.top_k)
+        for req in requests:
+            self._judge(req)
+        return requests
 
+    def stops(self, requests: list[_Request]) -> bool:
+        """A control stops after the first round with a failing reply."""
+        return self.ctx.stop_at_first_failure and any(r.outcome()[1].failed for r in requests)
 
-def _judge(
-    ctx: CheckContext,
-    req: _Request,
-    servers: tuple[EngineServer, EngineServer],
-    sizes: tuple[int, int],
-    noise: NoiseFloor | None,
-    salt: str | None,
-) -> None:
-    """A reply against the reference's answer to the same prompt alone, under the claim and the noise
-    floor; a failing one asked again alone off the candidate's cache (blame from evidence)."""
-    ref, cand = servers
-    top_k = sizes[1]
-    new_tokens = req.budget or sizes[0]
-    assert req.reply is not None
-    if req.want is None:  # an end-of-sequence request's answer alone came with its choice
-        req.want = ref.complete(req.prompt, new_tokens, top_k, req.extra)
-    req.judged = judge_reply(ctx, req.want, req.reply, noise)
-    if req.extra is not None:  # the engine's own stop: the candidate must end where the reference ends
-        stop = stop_problem(req.want, req.reply)
-        req.stop = None if stop is None else stop.words
-        req.stop_alone = stop is not None and stop.certain
-        if req.stop_alone:
-            req.judged = Judged(req.judged.comparison, req.judged.exact, failed=True, warn=False)
-    fields = off_cache_fields(cand, salt, f"reask-{req.id}") if req.judged.failed else None
-    if fields is not None:  # the same prompt alone: nothing cached, nothing batched beside it
-        again = cand.complete(req.prompt, new_tokens, top_k, {**(req.extra or {}), **fields})
-        req.reask = judge_reply(ctx, req.want, again, noise)
+    def _judge(self, req: _Request) -> None:
+        """A failing reply is asked again alone off the candidate's cache (blame from evidence)."""
+        ctx, noise, new_tokens = self.ctx, self.noise, req.budget or self.new_tokens
+        assert req.reply is not None
+        if req.want is None:  # an end-of-sequence request's answer alone came with its choice
+            req.want = self.ref.complete(req.prompt, new_tokens, self.top_k, req.extra)
+        req.judged = judge_reply(ctx, req.want, req.reply, noise)
+        if req.extra is not None:  # the engine's own stop: the candidate must end where the reference ends
+            stop = stop_problem(req.want, req.reply)
+            req.stop = None if stop is None else stop.words
+            req.stop_alone = stop is not None and stop.certain
+            if req.stop_alone:
+                req.judged = Judged(req.judged.comparison, req.judged.exact, failed=True, warn=False)
+        fields = off_cache_fields(self.cand, self.salt, f"reask-{req.id}") if req.judged.failed else None
+        if fields is not None:  # the same prompt alone: nothing cached, nothing batched beside it
+            again = self.cand.complete(req.prompt, new_tokens, self.top_k, {**(req.extra or {}), **fields})
+            req.reask = judge_reply(ctx, req.want, again, noise)
 
 
 def _round_requests(

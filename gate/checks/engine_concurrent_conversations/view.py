@@ -21,14 +21,7 @@ def read(evidence: ConversationsEvidence, views: EvidenceViews) -> None:
             title="The candidate's reuse mechanisms: aimed at and reached, by the engine's own counters",
             columns=["mechanism", "aimed at", "lengths", "requests", "reached", "counted / why not"],
             rows=[
-                [
-                    m.mechanism,
-                    str(m.aimed),
-                    ", ".join(map(str, m.lengths)),
-                    str(m.requests),
-                    str(m.reached),
-                    m.evidence,
-                ]
+                [m.mechanism, str(m.aimed), ", ".join(map(str, m.lengths)), str(m.requests), str(m.reached), m.evidence]
                 for m in evidence.mechanisms
             ],
             note="gate/checks/_mechanisms.py; the server log's counters: "

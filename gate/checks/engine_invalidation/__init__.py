@@ -3,23 +3,17 @@
 1. reset: a prompt is served twice by the candidate (the repeat must hit, or the reset proves
    nothing), the engine's own reset runs (llama.cpp: erase every slot; vLLM: /reset_prefix_cache;
    SGLang: /flush_cache), and the same prompt must then reuse nothing and equal the reference's.
-   Where the reset cannot reach a tier (llama.cpp's host-memory prompt cache, `--cache-ram`: no
-   endpoint clears it) or the engine has none, the reply after the reset must still equal the
-   reference's (reuse from that tier is named, not judged), and then gate restarts the candidate's
-   server (a new process on the same launch, handed over to later checks in the old one's place: one
-   more start, seconds for llama.cpp): after the restart the same prompt must reuse nothing and equal
-   the reference's. Only a tier that neither a reset nor a restart can empty (a `base_url` server gate
-   did not launch) leaves the reset unproven, named in the evidence and the message;
+   Where the reset cannot reach a tier (llama.cpp's host-memory prompt cache) or the engine has none,
+   reuse from that tier is named, not judged, and gate restarts the candidate's server (a new process
+   handed over to later checks): the same prompt must then reuse nothing and equal the reference's.
+   A tier that neither can empty (a `base_url` server) leaves the reset unproven;
 2. restart with changed weights (when gate launches the servers): both servers restart on other
-   weights (a perturbed tiny model, or `changed_model_file`); the first request must reuse nothing,
-   must equal the no-cache server's output under the new weights, and the weights must really have
-   changed the output (or the step tests nothing). A repeat must hit again: the cache still works.
+   weights (a perturbed tiny model, or `changed_model_file`); the first request must reuse nothing
+   and equal the no-cache server's output, the weights must really have changed the output (or the
+   step tests nothing), and a repeat must hit again.
 
-A part the engine cannot run (no reset endpoint on a server gate does not launch, no changed weights)
-is reported as not exercised; a run where no part could run is an error, never a pass. The restart
-empties the host cache once, inside this check: checks before it keep the state earlier checks left.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_invalidation.body`.
+A part the engine cannot run is reported as not exercised; a run where no part could run is an error,
+never a pass.
 """
 
 from __future__ import annotations

@@ -2,31 +2,23 @@
 
 Two server processes (never two request flags on one process, which may share allocator state and
 hide the bug): the candidate with its prefix cache or new scheduling on, the reference with it off.
-The lengths are planned on the candidate's cache geometry (gate.protocols.CacheGeometry: what the
-engine states, vLLM's `cache_config_info`, else its launch flags, else a probe): on an engine that
-reuses whole blocks of B tokens, B-1, B, B+1, 2B-1, 2B, 2B+1, then 4B, 8B, ... up to the context,
-then the given lengths beyond 2B+1; on one that reuses any prefix (llama.cpp) the given lengths
-(1, 17, 200, 2048, 8192 by default, clipped to the context; `dense` adds log-spaced lengths). A
-length below the first block cannot hit by design: it is compared all the same and reported as
-"not reusable by design" in the coverage, never a failure and never skipped. A warm-up request
-with the prefix and another suffix forces the candidate to cache the prefix; then the request
-itself (prefix + suffix) goes to both servers and the first 8 greedy tokens with their top-k
-logprobs are compared under the claim (gate.checks._engine).
+The lengths are planned on the candidate's cache geometry (gate.protocols.CacheGeometry): on an
+engine that reuses whole blocks of B tokens, B-1, B, B+1, 2B-1, 2B, 2B+1, then 4B, 8B, ... up to the
+context, then the given lengths beyond; on one that reuses any prefix (llama.cpp) the given lengths
+(`dense` adds log-spaced ones). A length below the first block cannot hit by design: it is compared
+all the same and reported as "not reusable by design", never a failure. Per length a warm-up with
+the prefix and another suffix makes the candidate cache the prefix; then prefix + suffix goes to both
+servers and the greedy tokens with their top-k logprobs are compared under the claim (gate.checks._engine).
 
-Every request above asks for an exact length (`ignore_eos`). With `eos_candidates` set (off by
-default) that many seeded 64-token prompts then go to the reference with the engine's stop on, and
-those it ends at end-of-sequence within `eos_budget` tokens (up to 4; gate.checks._eos) go to the
-candidate twice, stop on, the second served from the cache its first reply (through its end) left:
-each must stop where the reference stops. The evidence's `eos_stop` lists them; where no prompt ended
-it says so.
+Every request above asks for an exact length (`ignore_eos`). With `eos_candidates` set, seeded prompts
+the reference ends at end-of-sequence within `eos_budget` tokens (gate.checks._eos) go to the
+candidate twice, stop on, the second served from the cache the first left: each must stop where the
+reference stops (the evidence's `eos_stop`).
 
-Proof of exercise is the candidate's own report of reused prompt tokens at each length. A run in
-which the candidate never reports a reused token is an error ("the cache never hit"), never a pass;
-a reusable length without a hit is reported as not exercised and fails the check. No request asks
-for prompt logprobs (vLLM skips its prefix cache for such a request).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.engine_prefix_parity.body`; the planned
-lengths (`planned_lengths`) live here, so `gate plan` states them without torch (gate.checks._coverage).
+Proof of exercise is the candidate's own report of reused prompt tokens at each length: never a hit
+is an error ("the cache never hit"), a reusable length without one fails. No request asks for prompt
+logprobs (vLLM skips its prefix cache for such a request). The planned lengths (`planned_lengths`)
+live here, torch-free, so `gate plan` states them (gate.checks._coverage).
 """
 
 from __future__ import annotations

@@ -99,11 +99,12 @@ def _measure_eos(
     ref, cand = servers
     fields = eos_fields(cand.flavor)
     prompts = [seeded_prompt(vocab, EOS_PROMPT, ctx.seed * 7919 + 5_000_003 + i) for i in range(params.eos_candidates)]
-
-    def ask(prompt: list[int], budget: int, extra: dict[str, Any]) -> EngineCompletion:
-        return ref.complete(prompt, budget, top_k, extra)
-
-    selection = select_eos_prompts(ask, prompts, fields, budget=params.eos_budget)
+    selection = select_eos_prompts(
+        lambda prompt, budget, extra: ref.complete(prompt, budget, top_k, extra),
+        prompts,
+        fields,
+        budget=params.eos_budget,
+    )
     replies = []
     for prompt, want in selection.chosen:
         first = cand.complete(prompt, params.eos_budget, top_k, fields)

@@ -1,27 +1,19 @@
 """engine-slot-restore: a slot saved to a file and restored continues as the reference answers alone.
 
-Where the engine saves and restores slots (llama.cpp `--slot-save-path DIR`, `POST /slots/N?action=
-save|restore`; gate.adapters.openai.slots), on a server gate launched:
+Where the engine saves and restores slots (llama.cpp `--slot-save-path DIR`; gate.adapters.openai.slots),
+on a server gate launched:
 
-1. same server: a seeded prompt P is sent to slot A, A is saved to a file, unrelated prompts overwrite
-   A and another slot B, the file is restored into A and into B, and P plus a suffix is continued on
-   each; every continuation (greedy tokens, top-k logprobs) must equal the reference server's answer
-   to the same full prompt alone, under the claim;
-2. after a restart: a new candidate process (it never saw P, and its host-memory cache is empty)
-   gets the file in its slot directory, a slot is overwritten, the file restored into it and P plus
-   the suffix continued: judged the same way, and the reply's own count of reused prompt tokens is
-   the proof that the restored state was used (no reuse there: the path was not reached, unproven);
-3. malformed state, on the restarted server: truncated copies of the file (cut to half its size, and
-   less `tail_cuts` bytes at its end) are restored into a slot. The server must refuse each (an HTTP
-   error) and then answer P plus the suffix as the reference does; a server that dies on one fails
-   the check (class `crash`), one that accepts a truncated file fails it (class `malformed-state`).
+1. same server: prompt P is sent to slot A, A is saved, unrelated prompts overwrite A and another slot
+   B, the file is restored into A and into B, and P plus a suffix is continued on each; every
+   continuation must equal the reference server's answer to the same full prompt alone, under the claim;
+2. after a restart: a new candidate process (it never saw P) gets the file, a slot is overwritten, the
+   file restored into it and P plus the suffix continued: judged the same way, and the reply's count
+   of reused prompt tokens proves the restored state was used (none: unproven);
+3. malformed state, on the restarted server: truncated copies of the file (half its size, and less
+   `tail_cuts` bytes) must each be refused, then P plus the suffix answered as the reference does; a
+   server that dies on one fails (class `crash`), one that accepts it warns (`malformed-state`).
 
-A control run (the candidate launched with a fault) runs step 1 only: the fault must show in the
-continuations, and neither the restart nor the truncated files depend on it.
-
-A server without slot files (another engine, no `--slot-save-path`, a `base_url` server gate cannot
-reach the files of) skips the check with the reason, `absent: slot-files` (not applicable where the
-policy says so).
+A control run does step 1 only. A server without slot files skips the check, `absent: slot-files`.
 """
 
 from __future__ import annotations
