@@ -109,10 +109,9 @@ def check_version() -> None:
 
 
 def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.Tensor | None:
-    """The `cache_position` of a batch whose rows count positions from their own first token (padded
-    or continuously batched rows): before 5.4 the mask and the cache write follow it, and `forward`
-    would take it from the first row's positions, so it is the batch's cache columns
-    `start .. start + n - 1`; None from 5.4, where forward no longer takes it."""
+    """The `cache_position` of a batch whose rows count positions from their own first token: the
+    cache columns `start .. start + n - 1` (not the first row's positions, which `forward` would
+    send) before 5.4; None from 5.4."""
     if not cache_api(model).takes_cache_position:
         return None
     return torch.arange(start, start + n, device=device)
@@ -163,11 +162,8 @@ def _seen(cache: Any | None) -> int:
 
 
 def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
-    """The forward arguments through which `forward()` hands a session's own position count to the
-    model: `position_ids` always, and `cache_position` where this release's forward takes it (5.2-5.3;
-    there the causal mask and a static cache's write index follow it). From 5.4 the model derives
-    both from the cache's own length, so the count reaches it as `position_ids` alone. Read from the
-    installed forward's signature, the same fact `forward()` acts on."""
+    """The forward arguments through which `forward()` hands a session's position count to the model:
+    `position_ids`, plus `cache_position` where the installed forward takes it (5.2-5.3)."""
     if cache_api(model).takes_cache_position:
         return ("position_ids", "cache_position")
     return ("position_ids",)
@@ -175,20 +171,17 @@ def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
 
 def probe_supported() -> bool:
     """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
-    is validated on the installed transformers: the 5.24 masking API, which counts query positions
-    from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
-    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why).
-    This decides only whether the probe is offered, never whether a fault can show on a path
-    (`position_inputs`, HFPath.invisible_faults)."""
+    is validated here: the 5.24 masking API, which counts query positions from the cache. Earlier
+    versions build the mask from `cache_position` with other conventions, where the probe would give
+    wrong answers, so it is not offered (mask-oracle then skips, saying why)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
 
 
 def causal_mask(
     make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
 ) -> Any:
-    """Call a masking_utils mask builder (create_causal_mask, create_sliding_window_causal_mask) for
-    queries at `positions` [B, n] against `cache`: 5.24 names the cache `cache` and counts positions
-    from it; before, it is `past_key_values` and the query positions go in as `cache_position`."""
+    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`: 5.24 names
+    it `cache` and counts positions from it; before, `past_key_values`, positions as `cache_position`."""
     params = inspect.signature(make).parameters
     kwargs: dict[str, Any] = {
         "config": config,
@@ -227,9 +220,8 @@ def reset(cache: Any) -> None:
 
 
 def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
-    """Reorder the cache's batch rows for beam search through the library's own
-    `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as generate's beam search does
-    between steps; whatever it computes or raises is the library's."""
+    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as
+    generate's beam search calls it between steps."""
     with subject_call(f"{type(cache).__name__}.reorder_cache", length=_seen(cache), rows=int(beam_idx.numel())):
         cache.reorder_cache(beam_idx)
 
@@ -428,11 +420,6 @@ def evicted_tokens(cache: Any, seen: int) -> int:
     return sum(max(seen - kept, 0) for kept in kept_tokens(cache))
 
 
-def generation_config(**settings: Any) -> Any:
-    """A GenerationConfig (kept here: its accepted fields move between releases)."""
-    return transformers.GenerationConfig(**settings)
-
-
 def output_cache(output: Any) -> Any:
     """The cache a generate()/forward output carries (`cache` from 5.24, `past_key_values` before)."""
     found = getattr(output, "cache", None)
@@ -477,10 +464,8 @@ def page_field() -> str | None:
 
 
 def require_continuous_batching() -> None:
-    """AdapterUnavailable unless transformers offers the paged-scheduling API the generate-paged
-    sessions drive: `ContinuousBatchingConfig` with a page size (`page_size`, or `block_size` before
-    5.18) and `max_batch_tokens` (5.4+; 5.2-5.3 have no such config and their continuous batching
-    cannot schedule on a CPU)."""
+    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+ (`page_field`,
+    `max_batch_tokens`); 5.2-5.3 have no such config and their continuous batching cannot schedule on a CPU."""
     if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
         _continuous_config_fields()
     ):
@@ -506,16 +491,15 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
 
 
 def generate_batch_options(model: Any) -> dict[str, Any]:
-    """generate_batch's optional arguments this release takes: `warmup=False` where it has one (5.10+;
-    a warm-up pass before the requests would add forwards the schedule does not count)."""
+    """`warmup=False` where generate_batch takes it (5.10+: a warm-up pass would add forwards the
+    schedule does not count)."""
     params = inspect.signature(model.generate_batch).parameters
     return {"warmup": False} if "warmup" in params else {}
 
 
 def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
     """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
-    at most one `page` of tokens scheduled per forward (paged_config), no EOS: its outputs by
-    request id."""
+    no EOS (paged_config): its outputs by request id."""
     return model.generate_batch(
         requests,
         generation_config=greedy_config(new_tokens, eos_token_id=-1),
@@ -536,6 +520,6 @@ def failed_request(out: Any, context: dict[str, Any]) -> None:
 
 def greedy_config(n_tokens: int, **settings: Any) -> Any:
     """Greedy decoding of `n_tokens`, no EOS handling of its own, `settings` on top."""
-    return generation_config(
+    return transformers.GenerationConfig(
         **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
     )

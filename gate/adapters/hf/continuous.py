@@ -20,19 +20,21 @@ request states rewritten: the adapter would change the engine's behaviour, not a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.view import SessionPath
 from gate.adapters.slots import SlotTable
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
 
 
 class ContinuousHFSession:
     """One running batch through the model's forward; slots hold per-layer K/V [H_kv, T, D]."""
 
-    def __init__(self, path: SessionPath, slots: int) -> None:
+    def __init__(self, path: HFPath, slots: int) -> None:
         self.path, self.model, self.device = path, path.model, path.device
         self.tamper = path.tamper
         self.table = SlotTable(slots)

@@ -205,21 +205,18 @@ class PressPath(HFPath):
         return (*super().faults(), *PRESS_FAULTS, RANK_SIGN)
 
     def with_fault(self, fault: str) -> HFPath:
+        if fault != RANK_SIGN and fault not in PRESS_FAULTS:
+            return super().with_fault(fault)
+        faulty = copy.copy(self)
+        faulty.fault, faulty.store = fault, PrefixStore()
+        faulty.tamper = Tamper() if fault == RANK_SIGN else PRESS_FAULTS[fault]()
+        faulty.name = f"{self.name}+{fault}"
         if fault == RANK_SIGN:  # a fresh press whose score is negated before the reader sees it
             assert self.options.press is not None
-            faulty = copy.copy(self)
             faulty.press = build_press(self.options.press, self.options.compression_ratio)
             score = faulty.press.score
             faulty.press.score = lambda *args, **kwargs: -score(*args, **kwargs)
             watch_press(faulty)
-            faulty.fault, faulty.tamper, faulty.store = fault, Tamper(), PrefixStore()
-            faulty.name = f"{self.name}+{fault}"
-            return faulty
-        if fault not in PRESS_FAULTS:
-            return super().with_fault(fault)
-        faulty = copy.copy(self)
-        faulty.fault, faulty.tamper, faulty.store = fault, PRESS_FAULTS[fault](), PrefixStore()
-        faulty.name = f"{self.name}+{fault}"
         return faulty
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
@@ -243,9 +240,7 @@ class PressPath(HFPath):
             return {}
         kept = compat.kept_tokens(cache)
         return {
-            "press": self.options.press,
-            "compression_ratio": self.options.compression_ratio,
-            "press_scope": self.options.press_scope,
+            **self.extra_identity(),
             "pressed_forwards": session.pressed_forwards if isinstance(session, PressSession) else 0,
             "kept_tokens": kept,
             "evicted_tokens": sum(max(session.pos - k, 0) for k in kept),

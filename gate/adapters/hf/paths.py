@@ -107,7 +107,8 @@ class HFPath:
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
-        record.update(self.beam_identity())
+        if self.options.beams:
+            record["beams"] = self.options.beams
         if self.options.reuse_after:
             record["reuse_after"] = self.options.reuse_after
         return record
@@ -130,10 +131,6 @@ class HFPath:
         if self.kind == "sliding-window":
             return {"attention_window": self.window}
         return {}
-
-    def beam_identity(self) -> dict[str, Any]:
-        """The beam count of a beam path (none otherwise)."""
-        return {"beams": self.options.beams} if self.options.beams else {}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat, presets
-from gate.adapters.hf.options import Options
+from gate.adapters.hf.options import PRESET_NAMES, Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
@@ -56,7 +56,7 @@ class HFSpeculativePath(HFPath):
                     dtype=dtype,
                     seed=seed,
                     attn_implementation=options.attn_implementation,
-                    is_preset=options.draft in presets_names(),
+                    is_preset=options.draft in PRESET_NAMES,
                 )
                 self.draft, draft_identity = draft_loaded.model, draft_loaded.identity
             if options.draft_layers is not None:
@@ -182,7 +182,7 @@ class HFSpeculativePath(HFPath):
         """One generate call continuing `prompt` [1, T] by at most n_tokens (fewer where it emits `eos`):
         the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
-        config = compat.generation_config(
+        config = compat.transformers.GenerationConfig(
             do_sample=sampling,
             temperature=temperature if sampling else None,
             top_k=top_k if sampling else None,
@@ -221,12 +221,6 @@ class HFSpeculativePath(HFPath):
         stats = rounds(calls, prompt.shape[1], int(sequences.shape[1]), self.num_draft_tokens)
         stats.draft_passes = stats.draft_calls = draft_passes[0]
         return sequences, stats
-
-
-def presets_names() -> tuple[str, ...]:
-    from gate.adapters.hf.options import PRESET_NAMES
-
-    return PRESET_NAMES
 
 
 @dataclass

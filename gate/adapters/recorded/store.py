@@ -139,12 +139,11 @@ class StoredPath:
         self.mode = mode or ("recorded baseline" if live is None else "reference cache")
         """recorded baseline (replay only), reference cache (read, compute what is missing) or recording."""
         shape = store.header.get("shape", {})
-        source = live if live is not None else None
         self.name = name or (live.name if live is not None else str(shape.get("name", "recorded")))
-        self.vocab_size = int(source.vocab_size if source else shape["vocab_size"])
-        self.max_len = int(source.max_len if source else shape["max_len"])
-        self.uses_cache = bool(source.uses_cache if source else shape["uses_cache"])
-        self.dtype = str(source.dtype if source else shape["dtype"])
+        self.vocab_size = int(live.vocab_size if live else shape["vocab_size"])
+        self.max_len = int(live.max_len if live else shape["max_len"])
+        self.uses_cache = bool(live.uses_cache if live else shape["uses_cache"])
+        self.dtype = str(live.dtype if live else shape["dtype"])
 
     def question(self, description: str) -> str:
         return _sha(f"{self.store.key}\n{description}".encode())

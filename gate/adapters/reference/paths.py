@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, Unpack
 
 import torch
 
@@ -35,9 +35,6 @@ class Run(TypedDict):
     device: str
     dtype: str
     seed: int
-
-
-P = TypeVar("P", bound="ReferencePath")
 
 
 def build_model_for(options: Options, *, device: str, dtype: str, seed: int) -> Transformer:
@@ -140,11 +137,15 @@ class ReferencePath:
             hook(cache)
         return cache
 
-    def new_session(self, batch_size: int) -> Session:
-        session: Any = CachedSession(self, batch_size) if self.uses_cache else FullSession(self, batch_size)
+    def _hooked(self, session: Any) -> Any:
+        """`session` wrapped by every session hook (faults and approximate caches)."""
         for hook in self.session_hooks:
             session = hook(session)
-        return session  # type: ignore[no-any-return]
+        return session
+
+    def new_session(self, batch_size: int) -> Session:
+        session = CachedSession(self, batch_size) if self.uses_cache else FullSession(self, batch_size)
+        return self._hooked(session)  # type: ignore[no-any-return]
 
     def faults(self) -> tuple[str, ...]:
         return FAULT_NAMES if self.uses_cache else ("sliding-window-mask",)
@@ -159,10 +160,7 @@ class ReferencePath:
     def new_batched_session(self, batch_size: int, padding: str) -> PaddedSession:
         if padding not in self.padding_sides:
             raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
-        session: Any = PaddedSession(self, batch_size, padding)
-        for hook in self.session_hooks:
-            session = hook(session)
-        return session  # type: ignore[no-any-return]
+        return self._hooked(PaddedSession(self, batch_size, padding))  # type: ignore[no-any-return]
 
     # -- ContinuousBatching ----------------------------------------------------------------
 
@@ -319,19 +317,12 @@ def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
             handle.remove()
 
 
-def reference_path(kind: type[P], name: str, model: Transformer, options: Options, run: Run, **own: Any) -> P:
-    """The one builder of a reference path: `kind` (ReferencePath or its quantised or evicting
-    subclass) named `name`, on `model`, with the run's device, dtype and seed and the options' block
-    size; `own` the kind's fields (layout, chunk size, cache and session hooks)."""
-    return kind(name=name, model=model, block_size=options.block_size, **run, **own)
-
-
 def build_full(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    return reference_path(ReferencePath, "reference:full", model, options, run)
+    return ReferencePath(name="reference:full", model=model, block_size=options.block_size, **run)
 
 
 def build_cached(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
     chunk = options.chunk_size if options.path == "chunked" else None
     name = f"reference:{options.path}" + (f"[{chunk}]" if chunk else "")
     layout: Layout = "dynamic" if options.path == "dynamic" else "static"
-    return reference_path(ReferencePath, name, model, options, run, layout=layout, chunk_size=chunk)
+    return ReferencePath(name=name, model=model, block_size=options.block_size, layout=layout, chunk_size=chunk, **run)
