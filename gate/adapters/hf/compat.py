@@ -227,9 +227,9 @@ def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
 
 
 def keep_counter(cache: Any, length: int) -> bool:
-    """Set a static cache's position counter back to `length` after a reset zeroed its K/V (the
-    reset-state bug (background: mask oracle), planted in the library's own object). False where the length
-    is not a counter (before 5.15 a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
+    """Set a cache's position counter back to `length` after a reset zeroed its K/V (the reset-state
+    bug, planted in the library's own object). False where the length is not a counter (before 5.15
+    a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
     changed = False
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)

@@ -1,14 +1,12 @@
 """Negative controls for hf paths, applied from outside the model.
 
-A fault never edits transformers code or adds flags to it: it is a `Tamper` the session consults at
-the few points where a serving engine makes its own decisions — which positions to send, which
-cache handle to pass, which weights were live when the cache was filled, what reset clears. The
-names are shared with the reference adapter so one policy serves both.
+A fault never edits transformers code: it is a `Tamper` the session consults where a serving engine
+makes its own decisions (which positions to send, which cache handle to pass, which weights were live
+when the cache was filled, what reset clears). The names are shared with the reference adapter.
 
-Some controls are inert on some versions: from transformers 5.4 a `cache_position` passed to forward
-is swallowed by `**kwargs`, so `wrong-cache-position` changes nothing there. The session still passes
-it; the control engine sees identical observations and reports the control as unobservable instead
-of counting a detection (see gate/engine/controls.py).
+Some controls are inert on some versions (from 5.4 a `cache_position` passed to forward is swallowed
+by `**kwargs`): the control engine then sees identical observations and reports the control as
+unobservable instead of counting a detection (gate/engine/controls.py).
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """kvpress presses as eviction candidates (optional extra `gate[kvpress]`, its own environment).
 
-A press (NVIDIA kvpress) hooks every attention layer while a prefill runs and, once the layer has
-written the prompt's K/V, keeps only the entries its score ranks highest (StreamingLLM keeps sinks
-and the most recent tokens; SnapKV, TOVA, expected attention score by attention; Knorm by key norm).
-Appends then read the compressed cache at their true positions: the session's position state is
-explicit, so the shorter cache does not shift them; the cache position (the mask's and the press
-hook's index, 5.2) is counted from the compressed cache, as the model counts it for kvpress's
-pipeline. kvpress pins transformers<5.3, so this path runs
-where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that reason.
+A press (NVIDIA kvpress) hooks every attention layer during a prefill and, once the layer has written
+the prompt's K/V, keeps only the entries its score ranks highest. Appends then read the compressed
+cache at their true positions (the session's position state is explicit), with the cache position
+(the mask's and the press hook's index, 5.2) counted from the compressed cache, as the model counts
+it for kvpress's pipeline. kvpress pins transformers<5.3: the path runs where `bash .ci/kvpress.sh`
+installed it and is unavailable elsewhere, saying why.
 
-`press_scope` says how long the press is held. `prefill` (the default) enters it around a request's
-first prefill only. `request` drives the model as kvpress's own `KVPressTextGenerationPipeline`
-and its README (`with press(model): model.generate(...)`) do: the press is held around every
-forward of the request, prefill and each decode step (entered and left around each forward, so
-sessions sharing the model never see each other's hooks), and the press's hook decides by itself,
-on every step, whether it is prefilling (`cache_position[-1] + 1 == q_len` on 0.5.5), as it does
-for its users.
+`press_scope: prefill` (the default) holds the press around a request's first prefill only;
+`request` holds it around every forward of the request, as kvpress's own pipeline and README
+(`with press(model): model.generate(...)`) do, entered and left around each forward so sessions
+sharing the model never see each other's hooks; the press decides by itself whether it is prefilling.
 """
 
 from __future__ import annotations

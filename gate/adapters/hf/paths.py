@@ -189,20 +189,13 @@ class HFPath:
         return tuple(f for f in CACHE_FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
-        """What carries a session's own position count into the model on this path: the forward
-        arguments `compat.forward` sends it through (`position_ids`, and `cache_position` where the
-        release's forward takes it). Where the count reaches the model as `position_ids` alone, the
-        causal mask and the cache's write index follow the cache's own length instead."""
+        """What carries a session's own position count into the model on this path (compat.position_inputs)."""
         return compat.position_inputs(self.model)
 
     def invisible_faults(self) -> dict[str, str]:
         """Faults that cannot change this path's outputs, from what the path feeds the model
-        (gate.protocols.FaultVisibility): `reset-keeps-position` keeps the session's count across a
-        reset, which shifts every position the next request sends by the same amount. Where that count
-        reaches the model as `position_ids` alone (the mask and the write index follow the emptied
-        cache) and the model has rotary embeddings and no absolute ones, attention sees relative
-        positions only and the outputs change by rounding; where the path also sends it as
-        `cache_position` (5.2-5.3), or keeps it in the cache's own counter (generate), it is live."""
+        (gate.protocols.FaultVisibility), each with the reason; where the count also goes in as
+        `cache_position` (5.2-5.3), or is the cache's own counter (generate), the fault is live."""
         feeds = self.position_feeds()
         if "reset-keeps-position" not in self.faults() or feeds != ("position_ids",) or not pure_rotary(self.model):
             return {}

@@ -2,21 +2,15 @@
 
     candidate: {adapter: hf, options: {model: mistral-sliding-window, path: prefix-reuse, block_size: 4}}
 
-The path's sessions keep the whole-prompt reuse of `PrefixReuseSession` (a stored DynamicCache
-deep-copied or extended in place, cropped back); its `request` goes through the block cache of
-`gate.prefix.worker.PrefixWorker`, which the five prefix-reuse checks drive. This module is the
-transformers `ModelFamily` that worker runs on:
-
-- a request's cache is a transformers `DynamicCache` (full layers: a sliding-window model masks
-  through `config.sliding_window`, so every block stays readable); a hit writes the stored block's
-  K/V into it with `Cache.update`, layer by layer, then the model's own forward extends it at
-  explicit `position_ids`;
-- an adapter is a seeded rank-4 delta on every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`,
-  which then serves no adapters);
-- the rope-scaling sibling is the same weights under linear rope scaling ×4 (`rope_parameters`), the
-  attention-window sibling the same weights with the window dropped, where the model has one (on a
-  hybrid model, whose sliding layers must have one, widened to every position);
-- a tokenizer revision permutes the rows of the input and output embeddings.
+The path's sessions keep the whole-prompt reuse of `PrefixReuseSession`; its PrefixCaching calls go to
+the block cache of `gate.prefix.worker.PrefixWorker`, which the prefix-reuse checks drive. This module
+is the transformers `ModelFamily` that worker runs on: a request's cache is a `DynamicCache` of full
+layers (a sliding-window model masks through `config.sliding_window`, so every block stays readable)
+into which a hit writes the stored blocks with `Cache.update`; an adapter is a seeded rank-4 delta on
+every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`); the rope-scaling sibling is the same
+weights under linear rope scaling ×4, the attention-window sibling the same weights with the window
+dropped (widened to every position on a hybrid model); a tokenizer revision permutes the rows of the
+input and output embeddings.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """`attention_probe` (gate.protocols.AttentionProbe) for hf cache paths: the mask oracle's q, k, v go
 through transformers' own code, not a copy of it.
 
-Per chunk, as a decoder layer of the model does it: the causal mask is built by transformers'
-masking utils from the path's Cache object *before* the write (create_causal_mask, or
-create_sliding_window_causal_mask where the model's first layer is a sliding one), the chunk's K/V
-are written with `cache.update(k, v, 0)`, and the attention function the model's config names
-(`ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`, else the modeling module's
-`eager_attention_forward`) reads what the cache returned under that mask. There are no projections
-and no position encoding: the oracle's inputs are already q, k and v.
-
-The path's faults act through the same `Tamper` hooks a session consults: a 4D mask instead of the
-causal one, a write that loses its last block, a handle resolved to another request's cache, NaN in
-a static tail the mask lets through, and the path's reset between requests.
+Per chunk, as a decoder layer does it: transformers' masking utils build the mask from the path's
+Cache *before* the write, `cache.update(k, v, 0)` writes the chunk, and the attention function the
+config names reads what the cache returned under that mask (no projections, no position encoding:
+the oracle's inputs are already q, k and v). The path's faults act through the same `Tamper` hooks
+a session consults.
 """
 
 from __future__ import annotations

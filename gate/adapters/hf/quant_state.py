@@ -1,13 +1,10 @@
 """Reading transformers' QuantizedCache back (gate.protocols.QuantizedKV, for quant-invariants).
 
-transformers offers no hook to see what a QuantizedLayer holds, so the session reads the layer
-object after every call: `_quantized_keys`/`_quantized_values` (a quanto WeightQBitsTensor with
-`_scale`/`_shift`, or hqq's `(W_q, meta)` with `meta["scale"]`/`meta["zero"]`), the full-precision
-residual in `keys`/`values`, and `nbits`, `q_group_size`, `residual_length`, `axis_key`,
-`axis_value`. It also wraps each layer's `update` (to keep what the model wrote) and `_quantize`
-(to keep what each flush quantised: the layer re-quantises its dequantised history together with
-the residual and the new tokens). The fp8 backend (per-tensor scale, no residual) is not read:
-such a path offers no QuantizedKV and the check is unproven there.
+transformers offers no hook to see what a QuantizedLayer holds, so the session reads the layer object
+after every call (the quantised payloads of quanto or hqq, the residual, the stated scheme) and wraps
+each layer's `update` and `_quantize` to keep what the model wrote and what each flush quantised (a
+flush re-quantises the dequantised history with the residual and the new tokens). The fp8 backend
+(per-tensor scale, no residual) is not read: such a path offers no QuantizedKV.
 """
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ class TracingHFPath(HFPath):
     def layer_states(
         self, tokens: torch.Tensor, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
     ) -> list[dict[str, torch.Tensor]]:
-        """Prefill `prefix_len` tokens through this path (up to the first of `cuts`, then one append
-        per following cut: a check's schedule replayed), append `width`; per layer k, v of the cache
-        [B, H_kv, kept, D], the appended step's last hidden output [B, d_model] and, where the
-        attention function was seen, its last query `q` and per-head output `attn` [B, H, 1, D]."""
+        """gate.protocols.LayerTracing through this path's sessions: k, v of the cache [B, H_kv, kept, D],
+        and `q`, `attn` [B, H, 1, D] only where the attention function was seen (_capture_attention)."""
         session = self.new_session(tokens.shape[0])
         assert isinstance(session, CacheSession)
         edges = [*sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]

@@ -322,13 +322,3 @@ def cached_reference(
         store.header = header
         store.dirty = True
     return StoredPath(store, live)
-
-
-__all__ = [
-    "BaselineStore",
-    "MissingRecording",
-    "StoredPath",
-    "cached_reference",
-    "new_header",
-    "reference_key",
-]

@@ -230,11 +230,8 @@ class ReferencePath:
     def layer_states(
         self, tokens: torch.Tensor, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
     ) -> list[dict[str, torch.Tensor]]:
-        """Per layer, the K and V attention actually READ during the appended step (a faulty read
-        can be shorter or longer than prefix_len + width), the block output of its last token and
-        that token's per-head query and attention output. The prefix goes in as a prefill up to
-        the first of `cuts` and one append per following cut (a check's schedule replayed); the
-        traced step appends `width` tokens."""
+        """gate.protocols.LayerTracing: k and v are what attention actually READ during the appended
+        step (a faulty read can be shorter or longer than prefix_len + width)."""
         tokens = tokens.to(self.device)
         session = self.new_session(tokens.shape[0])
         edges = [0, *sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]

@@ -133,10 +133,8 @@ class PaddedSession(CachedSession):
 
 
 class SlotSession:
-    """Continuous batching over one `SlotCache`: requests join a running batch (taking the lowest
-    free slot, so a slot a request left is reused first), each `step` is one forward of the rows it
-    feeds (prefill chunks and decode tokens of different requests together, right-padded to the
-    longest, each row at its own offset), and a request that leaves frees its slot."""
+    """Continuous batching over one `SlotCache` (slots as gate.adapters.slots.SlotTable hands them out):
+    each `step` is one forward of the rows it feeds, right-padded to the longest, each at its own offset."""
 
     def __init__(self, path: ReferencePath, cache: SlotCache) -> None:
         self.path, self.model, self.cache = path, path.model, cache
