@@ -1,33 +1,13 @@
 """The one place that knows how transformers 5.x moved its cache API (supported: >=5.2,<6).
 
 Everything else in the adapter calls these functions and never branches on a version. Each
-difference is detected from the installed code (a signature, a class), not from a version string,
-so a backport or a pre-release behaves as its code does. Read from the sources of the newest patch
-of every minor release 5.2-5.24:
-
-- forward's cache argument: `past_key_values` up to 5.23; 5.24 renamed it `cache` (the old name
-  still works through `deprecate_kwarg` and warns). `cache_kwarg()`.
-- `cache_position`: a forward argument up to 5.3, used for the causal mask and as the write index
-  of StaticLayer. 5.4 removed it; from then the cache's own length decides both, and a
-  `cache_position` passed anyway falls into `**kwargs` and is silently ignored. `forward()`.
-- `crop`: up to 5.14, `crop(max_length)` keeps a target length (negative: drop that many; 0 on 5.14
-  means "drop 0", on 5.2 "keep 0"); 5.15 made the argument a count to remove, negative, positive
-  values warn then raise (5.24). A negative count means "drop n" on every version: `drop_last()`.
-  StaticLayer has no `crop` before 5.15; its length there is "slots holding a nonzero value".
-- quantised caches: there is no QuantoQuantizedCache/HQQQuantizedCache/OffloadedCache/SinkCache
-  class anywhere in 5.x (the release notes' removal happened by 5.2); `QuantizedCache(backend=...)`
-  takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (5.21 on; absent on 5.17, present on 5.21).
-  Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
-  5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
-  quantized layers for it. The refusal is AdapterUnavailable in the library's words.
-- `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len`
-  (5.13; until 5.15 it keeps one StaticCache on the model and hands that same object to every call).
-- continuous batching: no `ContinuousBatchingConfig` before 5.4; its page size is `block_size` up to
-  5.17 and `page_size` from 5.18 (one knob, two names: `page_field()`); `generate_batch` takes
-  `warmup` from 5.10 (`generate_batch_options()`).
-- what carries a session's position count into the model: `position_ids`, plus `cache_position`
-  where forward takes it (`position_inputs()`); the paths decide which planted faults can show from
-  that (HFPath.invisible_faults), never from a version.
+difference is detected from the installed code (a signature, a class, a field), not from a version
+string, so a backport or a pre-release behaves as its code does. The differences, read from the
+sources of every minor release, are tabled in docs/hf-adapter.md ("transformers versions"): forward's
+cache argument (`cache_kwarg`), `cache_position` (gone from 5.4: `forward`, `position_inputs`),
+`crop`'s argument (a count to remove from 5.15: `drop_last`), the quantised and offloaded caches,
+`generate(max_cache_len=...)` (5.13), continuous batching's config (`page_field`,
+`generate_batch_options`) and the masking API (`probe_supported`).
 
 Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
 that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
@@ -245,7 +225,8 @@ def seq_length(cache: Any) -> int:
 
 
 def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
-    """Remove the last `n` tokens from every layer of `cache`.
+    """Remove the last `n` tokens from every layer of `cache`: `crop(-n)`, which means "drop n" on
+    every version (up to 5.14 `crop` takes a length to keep, from 5.15 a count to remove).
 
     A sliding layer that has already evicted cannot give back the tokens a crop would need; with
     `lossy` (a fault) it is cut anyway and keeps fewer than its window, else the error propagates.

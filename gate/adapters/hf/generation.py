@@ -18,6 +18,7 @@ positions, so position faults act as on the other cache paths.
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -152,17 +153,18 @@ class GeneratePath(HFPath):
                 hidden[row, start : start + last - first] = rows[0, first:last]
 
         base = self.model.base_model
-        handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
         try:
-            with torch.no_grad(), subject_call("generate_batch", length=length, requests=batch):
+            with (
+                base.register_forward_pre_hook(before, with_kwargs=True),
+                base.register_forward_hook(after),
+                torch.no_grad(),
+                subject_call("generate_batch", length=length, requests=batch),
+            ):
                 out = compat.generate_batch(self.model, history.tolist(), page, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None
             raise
-        finally:
-            for handle in handles:
-                handle.remove()
         if errors:
             raise errors[0]
         compat.failed_request(out, {"length": length})
@@ -324,21 +326,17 @@ class GenerateSession(HistorySession):
             return args, kwargs
 
         base = self.model.base_model
-        handles = [base.register_forward_hook(hook)]
-        if self.path.kind == "generate-cache":
-            handles.append(base.register_forward_pre_hook(sent, with_kwargs=True))
-        try:
-            with (
-                torch.no_grad(),
-                self.tamper.weights("prefill" if phase == "prefill" else "append", self.model),
-                subject_call("generate", length=int(self.history.shape[1])),
-            ):
-                out = self.model.generate(
-                    self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
-                )
-        finally:
-            for handle in handles:
-                handle.remove()
+        generated_cache = self.path.kind == "generate-cache"
+        with (
+            base.register_forward_hook(hook),
+            base.register_forward_pre_hook(sent, with_kwargs=True) if generated_cache else nullcontext(),
+            torch.no_grad(),
+            self.tamper.weights("prefill" if phase == "prefill" else "append", self.model),
+            subject_call("generate", length=int(self.history.shape[1])),
+        ):
+            out = self.model.generate(
+                self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
+            )
         self.cache = compat.output_cache(out)
         self.generate_calls += 1
         self.forward_calls += len(captured)

@@ -54,12 +54,12 @@ def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
     def count(*_args: Any) -> None:
         forwards[0] += 1
 
-    handle = model.register_forward_hook(count)
-    try:
-        with torch.no_grad(), subject_call("generate_batch (before reuse)", requests=len(requests)):
-            out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
-    finally:
-        handle.remove()
+    with (
+        model.register_forward_hook(count),
+        torch.no_grad(),
+        subject_call("generate_batch (before reuse)", requests=len(requests)),
+    ):
+        out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
     compat.failed_request(out, {"requests": len(requests)})
     if leave_paged:
         model.set_attn_implementation(PAGED_KERNEL)

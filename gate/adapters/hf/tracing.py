@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -122,9 +122,7 @@ def _capture_layer_outputs(model: Any) -> Iterator[list[torch.Tensor]]:
     def hook(_module: Any, _args: Any, output: Any) -> None:
         captured.append((output[0] if isinstance(output, tuple) else output).detach())
 
-    handles = [layer.register_forward_hook(hook) for layer in decoder_layers(model)]
-    try:
+    with ExitStack() as hooks:
+        for layer in decoder_layers(model):
+            hooks.enter_context(layer.register_forward_hook(hook))
         yield captured
-    finally:
-        for handle in handles:
-            handle.remove()

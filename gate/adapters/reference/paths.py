@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, Unpack
 
@@ -294,24 +294,20 @@ def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
     attention output per head ([B, H, 1, D]) and its block output ([B, d_model]) during the calls
     inside the block (the last call wins)."""
     states: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
-    handles = []
-    for i, layer in enumerate(model.blocks):
+    with ExitStack() as hooks:
+        for i, layer in enumerate(model.blocks):
 
-        def read(_mod: Any, args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
-            states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
-            # the last query's per-head query and attention output: which KV head each head read
-            states[i]["q"], states[i]["attn"] = args[0][:, :, -1:].float().clone(), out[:, :, -1:].float().clone()
+            def read(_mod: Any, args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
+                states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
+                # the last query's per-head query and attention output: which KV head each head read
+                states[i]["q"], states[i]["attn"] = args[0][:, :, -1:].float().clone(), out[:, :, -1:].float().clone()
 
-        def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
-            states[i]["hidden"] = out[:, -1].float().clone()
+            def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
+                states[i]["hidden"] = out[:, -1].float().clone()
 
-        handles.append(layer.attention.core.register_forward_hook(read))
-        handles.append(layer.register_forward_hook(hidden))
-    try:
+            hooks.enter_context(layer.attention.core.register_forward_hook(read))
+            hooks.enter_context(layer.register_forward_hook(hidden))
         yield states
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def build_full(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
