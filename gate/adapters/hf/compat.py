@@ -16,6 +16,7 @@ that keeps the request's length), the adapter calls it as shipped and gate repor
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 import transformers as _transformers
 from transformers import cache_utils as _cache_utils
 from transformers import masking_utils as _masking_utils
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ATTENTION_FUNCTIONS
 
 from gate.errors import AdapterUnavailable, SubjectCrash
 from gate.protocols import subject_call
@@ -32,6 +34,7 @@ from gate.protocols import subject_call
 transformers: Any = _transformers
 cache_utils: Any = _cache_utils
 masking_utils: Any = _masking_utils
+ATTENTION_FUNCTIONS: Any = _ATTENTION_FUNCTIONS
 
 SUPPORTED = ">=5.2,<6"
 """The transformers range this module is written and tested for."""
@@ -155,6 +158,18 @@ def probe_supported() -> bool:
     versions build the mask from `cache_position` with other conventions, where the probe would give
     wrong answers, so it is not offered (mask-oracle then skips, saying why)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
+
+
+def attention_function(model: Any) -> Any:
+    """The attention function the model's layers call: the registered one for the configured
+    implementation, else the eager one of the model's modeling module."""
+    eager = sys.modules[type(model).__module__].eager_attention_forward
+    return ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager)
+
+
+def can_leave_paged(model: Any) -> bool:
+    """The release lets a caller switch a built model's attention implementation (what the fault does)."""
+    return callable(getattr(model, "set_attn_implementation", None))
 
 
 def causal_mask(

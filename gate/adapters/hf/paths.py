@@ -17,7 +17,6 @@ import torch
 
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import can_leave_paged
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
@@ -164,7 +163,7 @@ class HFPath:
     def reuse_faults(self) -> tuple[str, ...]:
         """reuse_after: the state a batch can leave on the model object, where the release lets gate
         plant it (a model whose attention implementation can be switched)."""
-        return REUSE_FAULTS if self.options.reuse_after and can_leave_paged(self.model) else ()
+        return REUSE_FAULTS if self.options.reuse_after and compat.can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
         """The session faults this kind's cache sessions support."""

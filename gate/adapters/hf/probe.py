@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import attention_function
 from gate.adapters.hf.sessions import CacheSession
 from gate.adapters.hf.tracing import TracingHFPath
 
@@ -76,7 +75,9 @@ class ProbeSession(CacheSession):
         cache: Any = self.cache
         keys, values = cache.update(k, v, 0)  # what the layer reads: all of it, a static buffer included
         module = ProbeAttention(self.model.config, q.shape[1], k.shape[1])
-        out, _weights = attention_function(self.model)(module, q, keys, values, mask, scaling=q.shape[-1] ** -0.5)
+        out, _weights = compat.attention_function(self.model)(
+            module, q, keys, values, mask, scaling=q.shape[-1] ** -0.5
+        )
         self.pos += n
         tamper.after_write(phase, self, n)
         result: torch.Tensor = out.transpose(1, 2)  # the functions return [B, n, H, D]

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import ATTENTION_FUNCTIONS, attention_function
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import decoder_layers
 from gate.adapters.hf.sessions import (
@@ -74,7 +73,7 @@ def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]
     import sys
 
     seen: dict[int, dict[str, torch.Tensor]] = {}
-    original = attention_function(model)
+    original = compat.attention_function(model)
 
     def traced(
         module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
@@ -91,8 +90,8 @@ def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]
         return result
 
     impl = model.config._attn_implementation
-    if impl != "eager" and impl in ATTENTION_FUNCTIONS:
-        local = ATTENTION_FUNCTIONS._local_mapping
+    if impl != "eager" and impl in compat.ATTENTION_FUNCTIONS:
+        local = compat.ATTENTION_FUNCTIONS._local_mapping
         before = local.get(impl)
         local[impl] = traced
         try:
