@@ -76,13 +76,11 @@ def _api_for(model_class: Any) -> CacheAPI:
 
 
 def cache_api(model: torch.nn.Module) -> CacheAPI:
-    """The cache API the installed transformers offers this model."""
     model_class: Any = type(model)
     return _api_for(model_class)
 
 
 def check_version() -> None:
-    """Refuse a transformers outside the supported range, naming it."""
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     if major != 5 or minor < 2:
         raise AdapterUnavailable(
@@ -289,7 +287,6 @@ def dynamic_cache(config: Any, *, offloading: bool = False) -> Any:
 
 
 def static_cache(config: Any, max_cache_len: int, *, offloading: bool = False) -> Any:
-    """A preallocated StaticCache of `max_cache_len` slots per layer."""
     return cache_utils.StaticCache(config=config, max_cache_len=max_cache_len, offloading=offloading)
 
 

@@ -128,7 +128,6 @@ class PressSession(CacheSession):
 
     def __init__(self, path: PressPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
-        self.scope = path.options.press_scope
         self.pressed_forwards = 0
         """Forwards this session ran with the press's hooks on the model."""
         self.evictions: list[EvictionStep] | None = None

@@ -120,7 +120,6 @@ class HFPath:
         return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
     def kv_geometry(self) -> tuple[int, int, int]:
-        """(layers, KV heads, head dim) of the model's K/V (gate.protocols.KVGeometry)."""
         return kv_shape(self.model)
 
     def extra_identity(self) -> dict[str, Any]:
@@ -166,7 +165,6 @@ class HFPath:
         return REUSE_FAULTS if self.options.reuse_after and compat.can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
-        """The session faults this kind's cache sessions support."""
         if self.kind not in CACHE_KINDS:
             return ()
         unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
@@ -279,13 +277,11 @@ class HFPath:
         return {kind: v for kind, v in edges.items() if v}
 
     def layout_boundaries(self) -> tuple[int, ...]:
-        """Every edge of `layout_edges`, of any kind (gate.protocols.LayoutBoundaries)."""
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # ---- what sessions ask of their path --------------------------------------------------------
 
     def make_cache(self, batch_size: int) -> Any:
-        """A fresh cache object of this path's kind."""
         config = self.model.config
         options = self.options
         if self.kind in ("dynamic", "prefix-reuse", "kvpress"):
@@ -318,7 +314,6 @@ class HFPath:
         return {**(self.reused or {}), **self.kind_exercise(session)}
 
     def kind_exercise(self, session: CacheSession) -> dict[str, Any]:
-        """The exercise record of this path's kind of cache."""
         cache = session.cache
         if cache is None:
             return {}

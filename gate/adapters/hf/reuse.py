@@ -35,7 +35,6 @@ BATCH_NEW_TOKENS = 4
 
 
 def attn_implementation(model: Any) -> str | None:
-    """The attention implementation the model's config names now."""
     value = getattr(model.config, "_attn_implementation", None)
     return None if value is None else str(value)
 

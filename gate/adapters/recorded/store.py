@@ -288,7 +288,6 @@ class StoredSession:
 
 
 def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest: str) -> dict[str, Any]:
-    """The header of a baseline recorded from `live`."""
     import torch
 
     identity = live.identity()

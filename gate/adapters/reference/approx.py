@@ -99,7 +99,7 @@ class QuantizedPath(ReferencePath):
 
 
 def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    q = getattr(options, "quant", None) or QuantOptions()
+    q = options.quant or QuantOptions()
     name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
     return QuantizedPath(
         name=name,
@@ -176,10 +176,9 @@ class EvictingPath(ReferencePath):
 
 
 def build_evicting(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    e = getattr(options, "evict", None)
+    e = options.evict
     if e is None:
         raise ValueError("path 'evicting' needs `evict: {window: N}`")
-    assert isinstance(e, EvictOptions)
     kept = f"sink{e.sink}+window{e.window}" + (f",{e.score}{e.budget}" if e.budget else "")
     name = f"reference:evicting[{kept},chunk{e.chunk_size}]" + (f"+{e.fault}" if e.fault else "")
     return EvictingPath(

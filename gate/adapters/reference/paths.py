@@ -221,7 +221,6 @@ class ReferencePath:
         return edges
 
     def layout_boundaries(self) -> tuple[int, ...]:
-        """Every edge of `layout_edges`, of any kind."""
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # -- LayerTracing ----------------------------------------------------------------------
