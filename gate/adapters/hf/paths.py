@@ -42,9 +42,6 @@ from gate.protocols import Session
 CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", "prefix-reuse", "kvpress")
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
 
-CACHE_FAULTS = tuple(FAULTS)
-"""Faults a cache kind may support (padding faults only where it pads a batch)."""
-
 PADDED_KINDS = ("dynamic", "static", "offloaded")
 """Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
 attention mask and per-row position ids through the model's own mask builder."""
@@ -183,7 +180,7 @@ class HFPath:
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
-        return tuple(f for f in CACHE_FAULTS if f not in unsupported)
+        return tuple(f for f in FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
         """What carries a session's own position count into the model on this path (compat.position_inputs)."""

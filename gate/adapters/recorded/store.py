@@ -1,17 +1,11 @@
 """Baselines: the reference side's answers, stored so another build can be gated against them.
 
-A baseline directory holds every observation the plan's checks asked of the reference path:
-
-    BASELINE/baseline.json     header (format, key, model identity, adapter, options, gate version
-                               and commit, shape) and the index: question key -> sha256 + shape
-    BASELINE/objects/SHA.npy   one float32 array per answer, named by the sha256 of its bytes
-
-A question is the call a check made through the protocol: `full_logits(tokens)`, or a session's
-`prefill`/`append` with everything that session was fed before (the chain of calls, so a chunked
-schedule and a one-shot one are different questions, as their bits may differ). Its key is the
-sha256 of the reference key and that chain; the reference key is the sha256 of the model identity,
-the adapter and its options, and gate's version. `StoredPath` answers from the store and, when it
-has a live path behind it, computes and stores what is missing (the reference cache); without one
+A baseline directory (laid out as docs/baselines.md shows: baseline.json, objects/SHA.npy) holds
+every observation the plan's checks asked of the reference path. A question is the call a check
+made: `full_logits(tokens)`, or a session's `prefill`/`append` with everything that session was fed
+before (a chunked schedule and a one-shot one are different questions, as their bits may differ),
+keyed by the sha256 of the reference key and that chain. `StoredPath` answers from the store and,
+with a live path behind it, computes and stores what is missing (the reference cache); without one
 (the `recorded` adapter) a missing answer is `MissingRecording`, naming the question.
 """
 
