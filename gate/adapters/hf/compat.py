@@ -201,13 +201,9 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
 
 
 def reset(cache: Any) -> None:
-    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else.
-
-    Some 5.x releases' `DynamicLayer.reset()` zeroes K/V in place and keeps their length, so the next
-    request attends over that many all-zero keys (the reset-state bug class of background: mask oracle,
-    fixed upstream). The adapter does not repair that: gate judges the library as shipped, and
-    reset-isolation reports the bug where it bites (docs/hf-adapter.md, "transformers versions").
-    """
+    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else:
+    where a release's reset keeps the length of the K/V it zeroes (5.2-5.17), gate judges it as shipped
+    and reset-isolation reports the bug (docs/hf-adapter.md, "transformers versions")."""
     with subject_call(f"{type(cache).__name__}.reset", length=_seen(cache)):
         cache.reset()
 

@@ -70,13 +70,11 @@ def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
 
 
 def watch_press(path: PressPath) -> None:
-    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` calls
-    `self.score`, then keeps `scores.topk(n_kept)` of the keys) so every compression is recorded
-    into the session being run under it (`press.gate_watching`, set around each pressed forward;
-    a faulty copy of the path shares the press): the pool is the prompt's positions
-    0..k_len-1, the kept entries are found by matching each kept key row to the pool's rows (the
-    press gathers them unchanged), the scores are the press's own. Kept keys keep the positions
-    they were written at (RoPE applied before the press; KeyRerotationPress is not offered)."""
+    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` keeps
+    `self.score(...).topk(n_kept)` of the keys) so every compression is recorded into the session run
+    under it (`press.gate_watching`): the pool is the prompt's positions, the kept entries are found
+    by matching each kept key row to the pool's (the press gathers them unchanged, and RoPE was
+    applied before it), the scores are the press's own."""
     press = path.press
     score, compress = press.score, press.compress
     captured: dict[str, torch.Tensor] = {}

@@ -65,11 +65,10 @@ class TracingHFPath(HFPath):
 @contextmanager
 def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]]]:
     """Per layer index, the last query `q` and per-head attention output `attn` ([B, H, 1, D]) the
-    model's attention function was given and returned during the next forward (the last call
-    wins): the function the layers look up (the registered one for the configured implementation,
-    else the modeling module's eager one) is wrapped for the duration, its answers passed through
-    unchanged. `q` is scaled so that 1/sqrt(D) applies the model's own `scaling`. Models whose
-    attention modules name no `layer_idx` record nothing (the head map is then not judged)."""
+    model's attention function (compat.attention_function, wrapped for the duration, its answers
+    unchanged) was given and returned during the next forward (the last call wins). `q` is scaled so
+    that 1/sqrt(D) applies the model's own `scaling`. Models whose attention modules name no
+    `layer_idx` record nothing (the head map is then not judged)."""
     import sys
 
     seen: dict[int, dict[str, torch.Tensor]] = {}
