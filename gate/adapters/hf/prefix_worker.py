@@ -209,22 +209,6 @@ class HFFamily(ModelFamily):
         return logits
 
 
-def build_worker(
-    loaded: LoadedModel, *, block_size: int, settings: PrefixOptions, device: str, dtype: str, seed: int
-) -> PrefixWorker:
-    """A prefix worker over the loaded model (its own copy of the weights)."""
-    family = HFFamily(loaded)
-    spec = WorkerSpec(
-        family=family,
-        config=family.base_config,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        kv_dtype=settings.kv_dtype or dtype,
-    )
-    return PrefixWorker.create(spec, block_size=block_size, byte_budget=settings.cache_bytes)
-
-
 class PrefixCachingPart(HFPath):
     """The PrefixCaching half of an hf `prefix-reuse` path: a block worker beside the path's
     sessions, and every PrefixCaching call goes to it. Mixed in before the path class (tracing, or
@@ -232,14 +216,13 @@ class PrefixCachingPart(HFPath):
 
     def __init__(self, loaded: LoadedModel, options: Any, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
-        self.worker = build_worker(
-            loaded,
-            block_size=options.block_size,
-            settings=options.prefix or PrefixOptions(),
-            device=device,
-            dtype=dtype,
-            seed=seed,
+        family = HFFamily(loaded)  # the worker's own copy of the weights
+        settings = options.prefix or PrefixOptions()
+        kv_dtype = settings.kv_dtype or dtype
+        spec = WorkerSpec(
+            family=family, config=family.base_config, seed=seed, device=device, dtype=dtype, kv_dtype=kv_dtype
         )
+        self.worker = PrefixWorker.create(spec, block_size=options.block_size, byte_budget=settings.cache_bytes)
 
     @property
     def block_size(self) -> int:
