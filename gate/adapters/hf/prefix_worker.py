@@ -82,11 +82,6 @@ def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, d
     return {kind: params for kind, params in nested.items() if params is not None}
 
 
-def _rope_config(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
-    """The config's `rope_parameters` for a variant's rope (flat, or one dict per layer type)."""
-    return _flat_rope(rope) or _rope_by_layer_type(rope)
-
-
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:
     """The same rope under linear scaling, its factor multiplied by ROPE_SCALE."""
     return {**params, "rope_type": "linear", "factor": float(params.get("factor", 1.0)) * ROPE_SCALE}
@@ -123,7 +118,7 @@ class HFFamily(ModelFamily):
         variant = _hf(config)
         changed = copy.deepcopy(self.base.config)
         if variant.rope != _hf(self.base_config).rope:
-            changed.rope_parameters = _rope_config(variant.rope)
+            changed.rope_parameters = _flat_rope(variant.rope) or _rope_by_layer_type(variant.rope)
         changed.sliding_window = variant.window
         # same weights under another rope or window: the rotary tables are rebuilt from the config
         with torch.random.fork_rng(devices=[]):

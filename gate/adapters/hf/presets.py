@@ -73,18 +73,6 @@ LONGROPE = {
 whole forward with the long factors once it spans more than `LONGROPE_ORIGINAL` positions."""
 
 
-def config_class(name: str) -> Any:
-    """The transformers config class of preset `name`, or AdapterUnavailable naming it."""
-    class_name = ARCHITECTURES[name]
-    found = getattr(transformers, class_name, None)
-    if found is None:
-        raise AdapterUnavailable(
-            f"preset {name!r} is built from transformers.{class_name}, which transformers "
-            f"{transformers.__version__} does not have"
-        )
-    return found
-
-
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     """The config of a tiny preset (every one a real transformers architecture, 2 layers of width 64):
 
@@ -103,7 +91,12 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     """
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
-    make = config_class(name)
+    make = getattr(transformers, ARCHITECTURES[name], None)
+    if make is None:
+        raise AdapterUnavailable(
+            f"preset {name!r} is built from transformers.{ARCHITECTURES[name]}, which transformers "
+            f"{transformers.__version__} does not have"
+        )
     tiny: dict[str, Any] = dict(
         hidden_size=64,
         intermediate_size=128,
