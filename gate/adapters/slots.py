@@ -73,5 +73,4 @@ class SlotTable:
         return [self.slot_of[h] for h in feeds]
 
     def exercise(self) -> dict[str, Any]:
-        """The counts, the slots and the requests still running."""
         return {**self.counts, "slots": self.slots, "live_requests": len(self.slot_of)}

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HFAdapter", "Options"]
 
+OFFERS = {"assisted": ["SpeculativePath"], "prompt-lookup": ["SpeculativePath"], "prefix-reuse": ["PrefixCaching"]}
+"""Capabilities by path, where they are not sessions'."""
+
 
 class HFAdapter:
     """Builds paths through any `AutoModelForCausalLM`: a tiny preset or a local directory."""
@@ -45,9 +48,7 @@ class HFAdapter:
         imported, no weights read); capabilities that depend on the installed release are left out."""
         if not isinstance(options, Options):
             options = Options.model_validate(options.model_dump())
-        offers = {"assisted": ["SpeculativePath"], "prompt-lookup": ["SpeculativePath"]}.get(options.path, ["sessions"])
-        if options.path == "prefix-reuse":
-            offers = ["PrefixCaching"]
+        offers = OFFERS.get(options.path, ["sessions"])
         if options.path == "quantized" and options.backend in ("quanto", "hqq") and not options.beams:
             offers = [*offers, "QuantizedKV"]  # the QuantizedLayer read back (quant_state.py)
         name = f"hf:{options.path}:{options.model}" if options.path != "prefix-reuse" else f"hf:{options.model}"

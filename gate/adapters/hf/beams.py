@@ -1,36 +1,31 @@
 """Beam search's cache traffic on the dynamic, static and quantized paths (option `beams`).
 
-Beam search keeps `beams` hypotheses per request in one cache, one batch row each: the prompt is
-expanded to every beam (generate's `_expand_inputs_for_generation`), and after every step the beams
-are reselected, a parent kept twice and another dropped, and the cache follows with
-`Cache.reorder_cache(beam_idx)` (generate's `_beam_search` calls it between steps). A session of a
-beam path runs each request as one hypothesis among `beams` such rows:
+Beam search keeps `beams` hypotheses per request in one cache, one batch row each: generate expands
+the prompt to every beam and, after every step, reselects the beams (a parent kept twice, another
+dropped) and calls `Cache.reorder_cache(beam_idx)`. A session of a beam path runs each request as one
+hypothesis among `beams` such rows: a prefill writes the prompt into all of them; before every append
+the cache is reordered through the library's own `reorder_cache` (the hypothesis moves to the next row,
+its parent is duplicated into another, one other beam is dropped); the hypothesis' row is fed the
+request's tokens, every other row tokens of its own, so a reorder that lands wrong is read; the
+logits returned are the hypothesis' row.
 
-- a prefill writes the prompt into all `beams` rows of the request;
-- before every append the cache is reordered through the library's own `reorder_cache`: the
-  request's hypothesis moves to the next row, its parent is duplicated into another row, and one
-  other beam is dropped; the hypothesis' row is fed the request's tokens, every other row tokens
-  of its own, so the rows hold different histories and a reorder that lands wrong is read;
-- the logits returned are the hypothesis' row.
-
-A correct cache therefore answers what one full pass over the request's tokens answers, which is
-what beam search without a cache (`use_cache=False`) computes for that hypothesis: the reference is
-the `full` path (for a quantized cache compared exactly, the same quantized cache with one beam:
-quantization is lossy, and what the beams change is only the reorders; as a release claim, beams
-over a quantized cache are the quantisation's bounded degradation against `full`,
-examples/hf-beam-quantized.yaml). The fault `beams-not-reordered` skips the
-reorder while the session moves its hypothesis, as a cache that keeps the pre-reorder rows would.
+A correct cache therefore answers what one full pass over the request's tokens answers (beam search
+with `use_cache=False`): the reference is the `full` path (for a quantized cache compared exactly,
+the same quantized cache with one beam, examples/hf-beam-quantized.yaml). The fault
+`beams-not-reordered` skips the reorder while the session moves its hypothesis.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.sessions import CacheSession
-from gate.adapters.hf.view import SessionPath
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
 
 
 def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
@@ -49,7 +44,7 @@ def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
 class BeamSession(CacheSession):
     """A request as one hypothesis among `beams` rows of one cache (the module docstring)."""
 
-    def __init__(self, path: SessionPath, batch_size: int) -> None:
+    def __init__(self, path: HFPath, batch_size: int) -> None:
         self.beams = int(path.options.beams or 1)
         self.requests = batch_size
         super().__init__(path, batch_size * self.beams)

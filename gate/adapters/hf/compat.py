@@ -1,33 +1,13 @@
 """The one place that knows how transformers 5.x moved its cache API (supported: >=5.2,<6).
 
 Everything else in the adapter calls these functions and never branches on a version. Each
-difference is detected from the installed code (a signature, a class), not from a version string,
-so a backport or a pre-release behaves as its code does. Read from the sources of the newest patch
-of every minor release 5.2-5.24:
-
-- forward's cache argument: `past_key_values` up to 5.23; 5.24 renamed it `cache` (the old name
-  still works through `deprecate_kwarg` and warns). `cache_kwarg()`.
-- `cache_position`: a forward argument up to 5.3, used for the causal mask and as the write index
-  of StaticLayer. 5.4 removed it; from then the cache's own length decides both, and a
-  `cache_position` passed anyway falls into `**kwargs` and is silently ignored. `forward()`.
-- `crop`: up to 5.14, `crop(max_length)` keeps a target length (negative: drop that many; 0 on 5.14
-  means "drop 0", on 5.2 "keep 0"); 5.15 made the argument a count to remove, negative, positive
-  values warn then raise (5.24). A negative count means "drop n" on every version: `drop_last()`.
-  StaticLayer has no `crop` before 5.15; its length there is "slots holding a nonzero value".
-- quantised caches: there is no QuantoQuantizedCache/HQQQuantizedCache/OffloadedCache/SinkCache
-  class anywhere in 5.x (the release notes' removal happened by 5.2); `QuantizedCache(backend=...)`
-  takes "quanto"/"hqq" throughout, "fp8" only once Fp8QuantizedLayer exists (5.21 on; absent on 5.17, present on 5.21).
-  Offloading is `DynamicCache(offloading=True)` / `StaticCache(offloading=True)` throughout.
-  5.24's QuantizedCache refuses a config with sliding layers (a ValueError); 5.2 builds full
-  quantized layers for it. The refusal is AdapterUnavailable in the library's words.
-- `get_max_cache_shape` became `get_max_length`; `generate` learnt `max_cache_len`
-  (5.13; until 5.15 it keeps one StaticCache on the model and hands that same object to every call).
-- continuous batching: no `ContinuousBatchingConfig` before 5.4; its page size is `block_size` up to
-  5.17 and `page_size` from 5.18 (one knob, two names: `page_field()`); `generate_batch` takes
-  `warmup` from 5.10 (`generate_batch_options()`).
-- what carries a session's position count into the model: `position_ids`, plus `cache_position`
-  where forward takes it (`position_inputs()`); the paths decide which planted faults can show from
-  that (HFPath.invisible_faults), never from a version.
+difference is detected from the installed code (a signature, a class, a field), not from a version
+string, so a backport or a pre-release behaves as its code does. The differences, read from the
+sources of every minor release, are tabled in docs/hf-adapter.md ("transformers versions"): forward's
+cache argument (`cache_kwarg`), `cache_position` (gone from 5.4: `forward`, `position_inputs`),
+`crop`'s argument (a count to remove from 5.15: `drop_last`), the quantised and offloaded caches,
+`generate(max_cache_len=...)` (5.13), continuous batching's config (`page_field`,
+`generate_batch_options`) and the masking API (`probe_supported`).
 
 Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
 that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
@@ -36,6 +16,7 @@ that keeps the request's length), the adapter calls it as shipped and gate repor
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -44,6 +25,7 @@ import torch
 import transformers as _transformers
 from transformers import cache_utils as _cache_utils
 from transformers import masking_utils as _masking_utils
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ATTENTION_FUNCTIONS
 
 from gate.errors import AdapterUnavailable, SubjectCrash
 from gate.protocols import subject_call
@@ -52,6 +34,7 @@ from gate.protocols import subject_call
 transformers: Any = _transformers
 cache_utils: Any = _cache_utils
 masking_utils: Any = _masking_utils
+ATTENTION_FUNCTIONS: Any = _ATTENTION_FUNCTIONS
 
 SUPPORTED = ">=5.2,<6"
 """The transformers range this module is written and tested for."""
@@ -93,13 +76,11 @@ def _api_for(model_class: Any) -> CacheAPI:
 
 
 def cache_api(model: torch.nn.Module) -> CacheAPI:
-    """The cache API the installed transformers offers this model."""
     model_class: Any = type(model)
     return _api_for(model_class)
 
 
 def check_version() -> None:
-    """Refuse a transformers outside the supported range, naming it."""
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     if major != 5 or minor < 2:
         raise AdapterUnavailable(
@@ -109,10 +90,9 @@ def check_version() -> None:
 
 
 def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.Tensor | None:
-    """The `cache_position` of a batch whose rows count positions from their own first token (padded
-    or continuously batched rows): before 5.4 the mask and the cache write follow it, and `forward`
-    would take it from the first row's positions, so it is the batch's cache columns
-    `start .. start + n - 1`; None from 5.4, where forward no longer takes it."""
+    """The `cache_position` of a batch whose rows count positions from their own first token: the
+    cache columns `start .. start + n - 1` (not the first row's positions, which `forward` would
+    send) before 5.4; None from 5.4."""
     if not cache_api(model).takes_cache_position:
         return None
     return torch.arange(start, start + n, device=device)
@@ -163,11 +143,8 @@ def _seen(cache: Any | None) -> int:
 
 
 def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
-    """The forward arguments through which `forward()` hands a session's own position count to the
-    model: `position_ids` always, and `cache_position` where this release's forward takes it (5.2-5.3;
-    there the causal mask and a static cache's write index follow it). From 5.4 the model derives
-    both from the cache's own length, so the count reaches it as `position_ids` alone. Read from the
-    installed forward's signature, the same fact `forward()` acts on."""
+    """The forward arguments through which `forward()` hands a session's position count to the model:
+    `position_ids`, plus `cache_position` where the installed forward takes it (5.2-5.3)."""
     if cache_api(model).takes_cache_position:
         return ("position_ids", "cache_position")
     return ("position_ids",)
@@ -175,20 +152,29 @@ def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
 
 def probe_supported() -> bool:
     """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
-    is validated on the installed transformers: the 5.24 masking API, which counts query positions
-    from the cache. Earlier versions build the mask from `cache_position` with other conventions, and
-    the probe gives wrong answers there, so it is not offered (mask-oracle then skips, saying why).
-    This decides only whether the probe is offered, never whether a fault can show on a path
-    (`position_inputs`, HFPath.invisible_faults)."""
+    is validated here: the 5.24 masking API, which counts query positions from the cache. Earlier
+    versions build the mask from `cache_position` with other conventions, where the probe would give
+    wrong answers, so it is not offered (mask-oracle then skips, saying why)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
+
+
+def attention_function(model: Any) -> Any:
+    """The attention function the model's layers call: the registered one for the configured
+    implementation, else the eager one of the model's modeling module."""
+    eager = sys.modules[type(model).__module__].eager_attention_forward
+    return ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager)
+
+
+def can_leave_paged(model: Any) -> bool:
+    """The release lets a caller switch a built model's attention implementation (what the fault does)."""
+    return callable(getattr(model, "set_attn_implementation", None))
 
 
 def causal_mask(
     make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
 ) -> Any:
-    """Call a masking_utils mask builder (create_causal_mask, create_sliding_window_causal_mask) for
-    queries at `positions` [B, n] against `cache`: 5.24 names the cache `cache` and counts positions
-    from it; before, it is `past_key_values` and the query positions go in as `cache_position`."""
+    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`: 5.24 names
+    it `cache` and counts positions from it; before, `past_key_values`, positions as `cache_position`."""
     params = inspect.signature(make).parameters
     kwargs: dict[str, Any] = {
         "config": config,
@@ -215,29 +201,24 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
 
 
 def reset(cache: Any) -> None:
-    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else.
-
-    Some 5.x releases' `DynamicLayer.reset()` zeroes K/V in place and keeps their length, so the next
-    request attends over that many all-zero keys (the reset-state bug class of background: mask oracle,
-    fixed upstream). The adapter does not repair that: gate judges the library as shipped, and
-    reset-isolation reports the bug where it bites (docs/hf-adapter.md, "transformers versions").
-    """
+    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else:
+    where a release's reset keeps the length of the K/V it zeroes (5.2-5.17), gate judges it as shipped
+    and reset-isolation reports the bug (docs/hf-adapter.md, "transformers versions")."""
     with subject_call(f"{type(cache).__name__}.reset", length=_seen(cache)):
         cache.reset()
 
 
 def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
-    """Reorder the cache's batch rows for beam search through the library's own
-    `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as generate's beam search does
-    between steps; whatever it computes or raises is the library's."""
+    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as
+    generate's beam search calls it between steps."""
     with subject_call(f"{type(cache).__name__}.reorder_cache", length=_seen(cache), rows=int(beam_idx.numel())):
         cache.reorder_cache(beam_idx)
 
 
 def keep_counter(cache: Any, length: int) -> bool:
-    """Set a static cache's position counter back to `length` after a reset zeroed its K/V (the
-    reset-state bug (background: mask oracle), planted in the library's own object). False where the length
-    is not a counter (before 5.15 a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
+    """Set a cache's position counter back to `length` after a reset zeroed its K/V (the reset-state
+    bug, planted in the library's own object). False where the length is not a counter (before 5.15
+    a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
     changed = False
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)
@@ -253,7 +234,8 @@ def seq_length(cache: Any) -> int:
 
 
 def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
-    """Remove the last `n` tokens from every layer of `cache`.
+    """Remove the last `n` tokens from every layer of `cache`: `crop(-n)`, which means "drop n" on
+    every version (up to 5.14 `crop` takes a length to keep, from 5.15 a count to remove).
 
     A sliding layer that has already evicted cannot give back the tokens a crop would need; with
     `lossy` (a fault) it is cut anyway and keeps fewer than its window, else the error propagates.
@@ -301,7 +283,6 @@ def dynamic_cache(config: Any, *, offloading: bool = False) -> Any:
 
 
 def static_cache(config: Any, max_cache_len: int, *, offloading: bool = False) -> Any:
-    """A preallocated StaticCache of `max_cache_len` slots per layer."""
     return cache_utils.StaticCache(config=config, max_cache_len=max_cache_len, offloading=offloading)
 
 
@@ -428,11 +409,6 @@ def evicted_tokens(cache: Any, seen: int) -> int:
     return sum(max(seen - kept, 0) for kept in kept_tokens(cache))
 
 
-def generation_config(**settings: Any) -> Any:
-    """A GenerationConfig (kept here: its accepted fields move between releases)."""
-    return transformers.GenerationConfig(**settings)
-
-
 def output_cache(output: Any) -> Any:
     """The cache a generate()/forward output carries (`cache` from 5.24, `past_key_values` before)."""
     found = getattr(output, "cache", None)
@@ -477,10 +453,8 @@ def page_field() -> str | None:
 
 
 def require_continuous_batching() -> None:
-    """AdapterUnavailable unless transformers offers the paged-scheduling API the generate-paged
-    sessions drive: `ContinuousBatchingConfig` with a page size (`page_size`, or `block_size` before
-    5.18) and `max_batch_tokens` (5.4+; 5.2-5.3 have no such config and their continuous batching
-    cannot schedule on a CPU)."""
+    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+ (`page_field`,
+    `max_batch_tokens`); 5.2-5.3 have no such config and their continuous batching cannot schedule on a CPU."""
     if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
         _continuous_config_fields()
     ):
@@ -506,16 +480,15 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
 
 
 def generate_batch_options(model: Any) -> dict[str, Any]:
-    """generate_batch's optional arguments this release takes: `warmup=False` where it has one (5.10+;
-    a warm-up pass before the requests would add forwards the schedule does not count)."""
+    """`warmup=False` where generate_batch takes it (5.10+: a warm-up pass would add forwards the
+    schedule does not count)."""
     params = inspect.signature(model.generate_batch).parameters
     return {"warmup": False} if "warmup" in params else {}
 
 
 def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
     """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
-    at most one `page` of tokens scheduled per forward (paged_config), no EOS: its outputs by
-    request id."""
+    no EOS (paged_config): its outputs by request id."""
     return model.generate_batch(
         requests,
         generation_config=greedy_config(new_tokens, eos_token_id=-1),
@@ -536,6 +509,6 @@ def failed_request(out: Any, context: dict[str, Any]) -> None:
 
 def greedy_config(n_tokens: int, **settings: Any) -> Any:
     """Greedy decoding of `n_tokens`, no EOS handling of its own, `settings` on top."""
-    return generation_config(
+    return transformers.GenerationConfig(
         **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
     )

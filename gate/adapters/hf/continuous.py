@@ -1,38 +1,36 @@
 """Continuous batching on the hf `dynamic` path (gate.protocols.ContinuousSession): requests join
-and leave one running batch, and each step is ONE forward of the model over every request it feeds,
-a prompt (or prompt chunk) beside other requests' decode tokens.
+and leave one running batch, and each step is ONE forward of the model over every request it feeds.
 
-Each slot keeps its request's K/V as the model wrote them. A step lays the fed requests' K/V into
-one DynamicCache as a left-padded batch (every row's history right-aligned, zeros before it), sends
-this step's tokens right-padded to the longest, a 2D `attention_mask` (0 on the pads on both sides)
-and `position_ids` counted from each request's own length, so the model's own mask builder, rotary
-or learned positions and attention do the rest; afterwards each row's new K/V go back to its slot.
-That is how a paged engine reads its block tables, with the gather done here, in one place.
+Each slot keeps its request's K/V as the model wrote them. A step lays the fed requests' K/V into one
+DynamicCache as a left-padded batch, sends this step's tokens right-padded to the longest, a 2D
+`attention_mask` (0 on the pads) and `position_ids` counted from each request's own length, so the
+model's own mask builder, positions and attention do the rest; each row's new K/V go back to its
+slot. That is how a paged engine reads its block tables, with the gather done here, in one place.
 
-Why not transformers' own continuous batching (`generate_batch`, `ContinuousBatchingManager`, the
-paged cache and its scheduler; the `generate-paged` path): its scheduler decides which requests and
-how many of each one's tokens go into a forward, and feeds each request the token it sampled. A
-step of the protocol (these requests, these tokens, one forward) would need its scheduler and
-request states rewritten: the adapter would change the engine's behaviour, not adapt its interface.
-`generate-paged` is judged as a session path (requests packed into its forwards by its scheduler).
+Not transformers' own continuous batching (`generate_batch`; the `generate-paged` path): its scheduler
+decides which requests and how many of their tokens go into a forward, and feeds each request the
+token it sampled; driving a protocol step through it would change the engine's behaviour, not adapt
+its interface.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.view import SessionPath
 from gate.adapters.slots import SlotTable
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
 
 
 class ContinuousHFSession:
     """One running batch through the model's forward; slots hold per-layer K/V [H_kv, T, D]."""
 
-    def __init__(self, path: SessionPath, slots: int) -> None:
+    def __init__(self, path: HFPath, slots: int) -> None:
         self.path, self.model, self.device = path, path.model, path.device
         self.tamper = path.tamper
         self.table = SlotTable(slots)

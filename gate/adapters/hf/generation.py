@@ -1,27 +1,24 @@
 """Paths through `generate` itself: cache_implementation="static" and "paged".
 
-generate-static: each prefill or append is one `generate(max_new_tokens=1)` call over the whole
-history that carries the cache from call to call (generate builds the StaticCache itself on the
-first call, sized by `max_cache_len` where generate knows it, 5.13+; before, the adapter builds the
-same StaticCache and hands it in). generate returns logits only for the token it picks, so the
-rows for every processed token are read from the decoder's output through a read-only forward
-hook and projected by the model's own output head; the last row is checked against generate's.
+generate-static: each prefill or append is one `generate(max_new_tokens=1)` over the whole history,
+carrying the cache from call to call (generate builds the StaticCache on the first call where it
+knows `max_cache_len`, 5.13+; before, the adapter builds it and hands it in). generate returns logits
+only for the token it picks, so every processed token's row is read from the decoder's output by a
+forward hook and projected by the model's own head; the last row is checked against generate's.
 
-generate-paged: transformers' continuous batching (`generate_batch`, the paged cache and its
-scheduler), which keeps its paged cache inside one call and returns tokens, not logits. A session
-call replays the request's whole history through one `generate_batch(max_new_tokens=1)` (every batch
-row a request, submitted together), with at most `page_size` tokens scheduled per forward: the
-scheduler splits each prompt into chunked prefill, writes K/V page by page, and every token after
-the first page attends to pages an earlier forward wrote. The rows for every token are read from
-the decoder's output by a hook (segments attributed to requests by position and token ids) and
-projected by the model's head; the last row is checked against the token continuous batching chose.
-The positions the engine sends are the session's (a pre-hook maps each request's indices to them),
-so position faults act as on the other cache paths.
+generate-paged: transformers' continuous batching (`generate_batch`, its paged cache and scheduler)
+keeps its cache inside one call and returns tokens, not logits. A session call replays the request's
+whole history through one `generate_batch(max_new_tokens=1)`, every batch row a request, with at most
+`page_size` tokens per forward, so prompts are prefilled chunk by chunk, each reading the pages an
+earlier forward wrote. Rows are read as above (segments attributed to requests by position and
+token ids) and the last is checked against the token chosen; a pre-hook sends the session's
+positions, so position faults act as on the other cache paths.
 """
 
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -51,13 +48,9 @@ class GeneratePath(HFPath):
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
     def first_call(self) -> tuple[Any, dict[str, Any]]:
-        """generate-cache: the GenerationConfig and the keywords of a request's first generate call,
-        the one that builds the request's cache. `config_via: generation-config`: ONE GenerationConfig
-        naming the cache, built once and handed to every first call, as an application keeps one
-        config object for all its calls (generate deep-copies it). `keywords`: a fresh config of the
-        greedy settings, and the cache named in keywords built once, `cache_config` ONE dict handed to
-        every first call (generate takes it by reference). What a call changes in what it is handed,
-        the next call inherits."""
+        """generate-cache: the GenerationConfig and the keywords of a request's first generate call
+        (the one that builds its cache), as option `config_via` says: what is named once is handed to
+        every first call as the same object, so what a call changes in it, the next call inherits."""
         greedy = {"return_dict_in_generate": True, "output_logits": True}
         if self.options.config_via == "keywords":
             if self.keywords is None:
@@ -160,17 +153,18 @@ class GeneratePath(HFPath):
                 hidden[row, start : start + last - first] = rows[0, first:last]
 
         base = self.model.base_model
-        handles = [base.register_forward_pre_hook(before, with_kwargs=True), base.register_forward_hook(after)]
         try:
-            with torch.no_grad(), subject_call("generate_batch", length=length, requests=batch):
+            with (
+                base.register_forward_pre_hook(before, with_kwargs=True),
+                base.register_forward_hook(after),
+                torch.no_grad(),
+                subject_call("generate_batch", length=length, requests=batch),
+            ):
                 out = compat.generate_batch(self.model, history.tolist(), page, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None
             raise
-        finally:
-            for handle in handles:
-                handle.remove()
         if errors:
             raise errors[0]
         compat.failed_request(out, {"length": length})
@@ -332,21 +326,17 @@ class GenerateSession(HistorySession):
             return args, kwargs
 
         base = self.model.base_model
-        handles = [base.register_forward_hook(hook)]
-        if self.path.kind == "generate-cache":
-            handles.append(base.register_forward_pre_hook(sent, with_kwargs=True))
-        try:
-            with (
-                torch.no_grad(),
-                self.tamper.weights("prefill" if phase == "prefill" else "append", self.model),
-                subject_call("generate", length=int(self.history.shape[1])),
-            ):
-                out = self.model.generate(
-                    self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
-                )
-        finally:
-            for handle in handles:
-                handle.remove()
+        generated_cache = self.path.kind == "generate-cache"
+        with (
+            base.register_forward_hook(hook),
+            base.register_forward_pre_hook(sent, with_kwargs=True) if generated_cache else nullcontext(),
+            torch.no_grad(),
+            self.tamper.weights("prefill" if phase == "prefill" else "append", self.model),
+            subject_call("generate", length=int(self.history.shape[1])),
+        ):
+            out = self.model.generate(
+                self.history, attention_mask=torch.ones_like(self.history), generation_config=config, **kwargs
+            )
         self.cache = compat.output_cache(out)
         self.generate_calls += 1
         self.forward_calls += len(captured)

@@ -1,21 +1,16 @@
 """kvpress presses as eviction candidates (optional extra `gate[kvpress]`, its own environment).
 
-A press (NVIDIA kvpress) hooks every attention layer while a prefill runs and, once the layer has
-written the prompt's K/V, keeps only the entries its score ranks highest (StreamingLLM keeps sinks
-and the most recent tokens; SnapKV, TOVA, expected attention score by attention; Knorm by key norm).
-Appends then read the compressed cache at their true positions: the session's position state is
-explicit, so the shorter cache does not shift them; the cache position (the mask's and the press
-hook's index, 5.2) is counted from the compressed cache, as the model counts it for kvpress's
-pipeline. kvpress pins transformers<5.3, so this path runs
-where `bash .ci/kvpress.sh` installed it; elsewhere it is unavailable, with that reason.
+A press (NVIDIA kvpress) hooks every attention layer during a prefill and, once the layer has written
+the prompt's K/V, keeps only the entries its score ranks highest. Appends then read the compressed
+cache at their true positions (the session's position state is explicit), with the cache position
+(the mask's and the press hook's index, 5.2) counted from the compressed cache, as the model counts
+it for kvpress's pipeline. kvpress pins transformers<5.3: the path runs where `bash .ci/kvpress.sh`
+installed it and is unavailable elsewhere, saying why.
 
-`press_scope` says how long the press is held. `prefill` (the default) enters it around a request's
-first prefill only. `request` drives the model as kvpress's own `KVPressTextGenerationPipeline`
-and its README (`with press(model): model.generate(...)`) do: the press is held around every
-forward of the request, prefill and each decode step (entered and left around each forward, so
-sessions sharing the model never see each other's hooks), and the press's hook decides by itself,
-on every step, whether it is prefilling (`cache_position[-1] + 1 == q_len` on 0.5.5), as it does
-for its users.
+`press_scope: prefill` (the default) holds the press around a request's first prefill only;
+`request` holds it around every forward of the request, as kvpress's own pipeline and README
+(`with press(model): model.generate(...)`) do, entered and left around each forward so sessions
+sharing the model never see each other's hooks; the press decides by itself whether it is prefilling.
 """
 
 from __future__ import annotations
@@ -75,13 +70,11 @@ def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
 
 
 def watch_press(path: PressPath) -> None:
-    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` calls
-    `self.score`, then keeps `scores.topk(n_kept)` of the keys) so every compression is recorded
-    into the session being run under it (`press.gate_watching`, set around each pressed forward;
-    a faulty copy of the path shares the press): the pool is the prompt's positions
-    0..k_len-1, the kept entries are found by matching each kept key row to the pool's rows (the
-    press gathers them unchanged), the scores are the press's own. Kept keys keep the positions
-    they were written at (RoPE applied before the press; KeyRerotationPress is not offered)."""
+    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` keeps
+    `self.score(...).topk(n_kept)` of the keys) so every compression is recorded into the session run
+    under it (`press.gate_watching`): the pool is the prompt's positions, the kept entries are found
+    by matching each kept key row to the pool's (the press gathers them unchanged, and RoPE was
+    applied before it), the scores are the press's own."""
     press = path.press
     score, compress = press.score, press.compress
     captured: dict[str, torch.Tensor] = {}
@@ -133,7 +126,6 @@ class PressSession(CacheSession):
 
     def __init__(self, path: PressPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
-        self.scope = path.options.press_scope
         self.pressed_forwards = 0
         """Forwards this session ran with the press's hooks on the model."""
         self.evictions: list[EvictionStep] | None = None
@@ -205,21 +197,18 @@ class PressPath(HFPath):
         return (*super().faults(), *PRESS_FAULTS, RANK_SIGN)
 
     def with_fault(self, fault: str) -> HFPath:
+        if fault != RANK_SIGN and fault not in PRESS_FAULTS:
+            return super().with_fault(fault)
+        faulty = copy.copy(self)
+        faulty.fault, faulty.store = fault, PrefixStore()
+        faulty.tamper = Tamper() if fault == RANK_SIGN else PRESS_FAULTS[fault]()
+        faulty.name = f"{self.name}+{fault}"
         if fault == RANK_SIGN:  # a fresh press whose score is negated before the reader sees it
             assert self.options.press is not None
-            faulty = copy.copy(self)
             faulty.press = build_press(self.options.press, self.options.compression_ratio)
             score = faulty.press.score
             faulty.press.score = lambda *args, **kwargs: -score(*args, **kwargs)
             watch_press(faulty)
-            faulty.fault, faulty.tamper, faulty.store = fault, Tamper(), PrefixStore()
-            faulty.name = f"{self.name}+{fault}"
-            return faulty
-        if fault not in PRESS_FAULTS:
-            return super().with_fault(fault)
-        faulty = copy.copy(self)
-        faulty.fault, faulty.tamper, faulty.store = fault, PRESS_FAULTS[fault](), PrefixStore()
-        faulty.name = f"{self.name}+{fault}"
         return faulty
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
@@ -243,9 +232,7 @@ class PressPath(HFPath):
             return {}
         kept = compat.kept_tokens(cache)
         return {
-            "press": self.options.press,
-            "compression_ratio": self.options.compression_ratio,
-            "press_scope": self.options.press_scope,
+            **self.extra_identity(),
             "pressed_forwards": session.pressed_forwards if isinstance(session, PressSession) else 0,
             "kept_tokens": kept,
             "evicted_tokens": sum(max(session.pos - k, 0) for k in kept),

@@ -17,7 +17,6 @@ import torch
 
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import can_leave_paged
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
@@ -42,9 +41,6 @@ from gate.protocols import Session
 
 CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", "prefix-reuse", "kvpress")
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
-
-CACHE_FAULTS = tuple(FAULTS)
-"""Faults a cache kind may support (padding faults only where it pads a batch)."""
 
 PADDED_KINDS = ("dynamic", "static", "offloaded")
 """Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
@@ -107,7 +103,8 @@ class HFPath:
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
-        record.update(self.beam_identity())
+        if self.options.beams:
+            record["beams"] = self.options.beams
         if self.options.reuse_after:
             record["reuse_after"] = self.options.reuse_after
         return record
@@ -120,7 +117,6 @@ class HFPath:
         return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
     def kv_geometry(self) -> tuple[int, int, int]:
-        """(layers, KV heads, head dim) of the model's K/V (gate.protocols.KVGeometry)."""
         return kv_shape(self.model)
 
     def extra_identity(self) -> dict[str, Any]:
@@ -130,10 +126,6 @@ class HFPath:
         if self.kind == "sliding-window":
             return {"attention_window": self.window}
         return {}
-
-    def beam_identity(self) -> dict[str, Any]:
-        """The beam count of a beam path (none otherwise)."""
-        return {"beams": self.options.beams} if self.options.beams else {}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
@@ -167,10 +159,9 @@ class HFPath:
     def reuse_faults(self) -> tuple[str, ...]:
         """reuse_after: the state a batch can leave on the model object, where the release lets gate
         plant it (a model whose attention implementation can be switched)."""
-        return REUSE_FAULTS if self.options.reuse_after and can_leave_paged(self.model) else ()
+        return REUSE_FAULTS if self.options.reuse_after and compat.can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
-        """The session faults this kind's cache sessions support."""
         if self.kind not in CACHE_KINDS:
             return ()
         unsupported = set() if self.padding_sides else set(PADDING_FAULTS)
@@ -189,23 +180,16 @@ class HFPath:
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
-        return tuple(f for f in CACHE_FAULTS if f not in unsupported)
+        return tuple(f for f in FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
-        """What carries a session's own position count into the model on this path: the forward
-        arguments `compat.forward` sends it through (`position_ids`, and `cache_position` where the
-        release's forward takes it). Where the count reaches the model as `position_ids` alone, the
-        causal mask and the cache's write index follow the cache's own length instead."""
+        """What carries a session's own position count into the model on this path (compat.position_inputs)."""
         return compat.position_inputs(self.model)
 
     def invisible_faults(self) -> dict[str, str]:
         """Faults that cannot change this path's outputs, from what the path feeds the model
-        (gate.protocols.FaultVisibility): `reset-keeps-position` keeps the session's count across a
-        reset, which shifts every position the next request sends by the same amount. Where that count
-        reaches the model as `position_ids` alone (the mask and the write index follow the emptied
-        cache) and the model has rotary embeddings and no absolute ones, attention sees relative
-        positions only and the outputs change by rounding; where the path also sends it as
-        `cache_position` (5.2-5.3), or keeps it in the cache's own counter (generate), it is live."""
+        (gate.protocols.FaultVisibility), each with the reason; where the count also goes in as
+        `cache_position` (5.2-5.3), or is the cache's own counter (generate), the fault is live."""
         feeds = self.position_feeds()
         if "reset-keeps-position" not in self.faults() or feeds != ("position_ids",) or not pure_rotary(self.model):
             return {}
@@ -290,13 +274,11 @@ class HFPath:
         return {kind: v for kind, v in edges.items() if v}
 
     def layout_boundaries(self) -> tuple[int, ...]:
-        """Every edge of `layout_edges`, of any kind (gate.protocols.LayoutBoundaries)."""
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # ---- what sessions ask of their path --------------------------------------------------------
 
     def make_cache(self, batch_size: int) -> Any:
-        """A fresh cache object of this path's kind."""
         config = self.model.config
         options = self.options
         if self.kind in ("dynamic", "prefix-reuse", "kvpress"):
@@ -329,7 +311,6 @@ class HFPath:
         return {**(self.reused or {}), **self.kind_exercise(session)}
 
     def kind_exercise(self, session: CacheSession) -> dict[str, Any]:
-        """The exercise record of this path's kind of cache."""
         cache = session.cache
         if cache is None:
             return {}

@@ -2,30 +2,23 @@
 
     candidate: {adapter: hf, options: {model: mistral-sliding-window, path: prefix-reuse, block_size: 4}}
 
-The path's sessions keep the whole-prompt reuse of `PrefixReuseSession` (a stored DynamicCache
-deep-copied or extended in place, cropped back); its `request` goes through the block cache of
-`gate.prefix.worker.PrefixWorker`, which the five prefix-reuse checks drive. This module is the
-transformers `ModelFamily` that worker runs on:
-
-- a request's cache is a transformers `DynamicCache` (full layers: a sliding-window model masks
-  through `config.sliding_window`, so every block stays readable); a hit writes the stored block's
-  K/V into it with `Cache.update`, layer by layer, then the model's own forward extends it at
-  explicit `position_ids`;
-- an adapter is a seeded rank-4 delta on every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`,
-  which then serves no adapters);
-- the rope-scaling sibling is the same weights under linear rope scaling ×4 (`rope_parameters`), the
-  attention-window sibling the same weights with the window dropped, where the model has one (on a
-  hybrid model, whose sliding layers must have one, widened to every position);
-- a tokenizer revision permutes the rows of the input and output embeddings.
+The path's sessions keep the whole-prompt reuse of `PrefixReuseSession`; its PrefixCaching calls go to
+the block cache of `gate.prefix.worker.PrefixWorker`, which the prefix-reuse checks drive. This module
+is the transformers `ModelFamily` that worker runs on: a request's cache is a `DynamicCache` of full
+layers (a sliding-window model masks through `config.sliding_window`, so every block stays readable)
+into which a hit writes the stored blocks with `Cache.update`; an adapter is a seeded rank-4 delta on
+every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`); the rope-scaling sibling is the same
+weights under linear rope scaling ×4, the attention-window sibling the same weights with the window
+dropped (widened to every position on a hybrid model); a tokenizer revision permutes the rows of the
+input and output embeddings.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Unpack
+from typing import Any
 
 import torch
 import transformers
@@ -35,11 +28,10 @@ from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
 from gate.adapters.hf.tracing import TracingHFPath
-from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
 from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import Fresh, PrefixWorker
+from gate.prefix.worker import PrefixWorker
 from gate.tensors import DTYPES
 
 ROPE_SCALE = 4.0
@@ -90,11 +82,6 @@ def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, d
     return {kind: params for kind, params in nested.items() if params is not None}
 
 
-def _rope_config(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
-    """The config's `rope_parameters` for a variant's rope (flat, or one dict per layer type)."""
-    return _flat_rope(rope) or _rope_by_layer_type(rope)
-
-
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:
     """The same rope under linear scaling, its factor multiplied by ROPE_SCALE."""
     return {**params, "rope_type": "linear", "factor": float(params.get("factor", 1.0)) * ROPE_SCALE}
@@ -131,7 +118,7 @@ class HFFamily(ModelFamily):
         variant = _hf(config)
         changed = copy.deepcopy(self.base.config)
         if variant.rope != _hf(self.base_config).rope:
-            changed.rope_parameters = _rope_config(variant.rope)
+            changed.rope_parameters = _flat_rope(variant.rope) or _rope_by_layer_type(variant.rope)
         changed.sliding_window = variant.window
         # same weights under another rope or window: the rotary tables are rebuilt from the config
         with torch.random.fork_rng(devices=[]):
@@ -217,22 +204,6 @@ class HFFamily(ModelFamily):
         return logits
 
 
-def build_worker(
-    loaded: LoadedModel, *, block_size: int, settings: PrefixOptions, device: str, dtype: str, seed: int
-) -> PrefixWorker:
-    """A prefix worker over the loaded model (its own copy of the weights)."""
-    family = HFFamily(loaded)
-    spec = WorkerSpec(
-        family=family,
-        config=family.base_config,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        kv_dtype=settings.kv_dtype or dtype,
-    )
-    return PrefixWorker.create(spec, block_size=block_size, byte_budget=settings.cache_bytes)
-
-
 class PrefixCachingPart(HFPath):
     """The PrefixCaching half of an hf `prefix-reuse` path: a block worker beside the path's
     sessions, and every PrefixCaching call goes to it. Mixed in before the path class (tracing, or
@@ -240,14 +211,13 @@ class PrefixCachingPart(HFPath):
 
     def __init__(self, loaded: LoadedModel, options: Any, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
-        self.worker = build_worker(
-            loaded,
-            block_size=options.block_size,
-            settings=options.prefix or PrefixOptions(),
-            device=device,
-            dtype=dtype,
-            seed=seed,
+        family = HFFamily(loaded)  # the worker's own copy of the weights
+        settings = options.prefix or PrefixOptions()
+        kv_dtype = settings.kv_dtype or dtype
+        spec = WorkerSpec(
+            family=family, config=family.base_config, seed=seed, device=device, dtype=dtype, kv_dtype=kv_dtype
         )
+        self.worker = PrefixWorker.create(spec, block_size=options.block_size, byte_budget=settings.cache_bytes)
 
     @property
     def block_size(self) -> int:
@@ -275,51 +245,36 @@ class PrefixCachingPart(HFPath):
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
-    # ---- PrefixCaching ----------------------------------------------------------------------------
 
-    def request(
-        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
-    ) -> PrefixReply:
-        return self.worker.request(tokens, adapter=adapter, tenant=tenant, new_tokens=new_tokens)
+WORKER_CALLS = (
+    "request",
+    "recompute",
+    "identity_for",
+    "adapters",
+    "sibling",
+    "fresh",
+    "with_hash",
+    "with_budget",
+    "reset_cache",
+    "restarted",
+    "update_weights",
+    "save_cache",
+    "restore_cache",
+    "cache_state",
+)
+"""The PrefixCaching methods (gate.protocols.prefix) a prefix-reuse path hands to its block worker as they are."""
 
-    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
-        return self.worker.recompute(tokens, adapter=adapter, new_tokens=new_tokens)
 
-    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
-        return self.worker.identity_for(adapter=adapter, tenant=tenant)
+def _to_worker(name: str) -> Any:
+    def call(self: PrefixCachingPart, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.worker, name)(*args, **kwargs)
 
-    def adapters(self) -> tuple[str, ...]:
-        return self.worker.adapters()
+    call.__name__ = call.__qualname__ = name
+    return call
 
-    def sibling(self, field: str) -> PrefixWorker | None:
-        return self.worker.sibling(field)
 
-    def fresh(self, **changes: Unpack[Fresh]) -> PrefixWorker:
-        return self.worker.fresh(**changes)
-
-    def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:
-        return self.worker.with_hash(hash_fn)
-
-    def with_budget(self, byte_budget: int) -> PrefixWorker:
-        return self.worker.with_budget(byte_budget)
-
-    def reset_cache(self) -> int:
-        return self.worker.reset_cache()
-
-    def restarted(self, *, checkpoint_seed: int | None = None) -> PrefixWorker:
-        return self.worker.restarted(checkpoint_seed=checkpoint_seed)
-
-    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
-        self.worker.update_weights(target, seed=seed)
-
-    def save_cache(self, file: Path) -> int:
-        return self.worker.save_cache(file)
-
-    def restore_cache(self, file: Path) -> RestoreReport:
-        return self.worker.restore_cache(file)
-
-    def cache_state(self) -> dict[str, Any]:
-        return self.worker.cache_state()
+for _name in WORKER_CALLS:
+    setattr(PrefixCachingPart, _name, _to_worker(_name))
 
 
 class PrefixReuseTracingPath(PrefixCachingPart, TracingHFPath):

@@ -73,18 +73,6 @@ LONGROPE = {
 whole forward with the long factors once it spans more than `LONGROPE_ORIGINAL` positions."""
 
 
-def config_class(name: str) -> Any:
-    """The transformers config class of preset `name`, or AdapterUnavailable naming it."""
-    class_name = ARCHITECTURES[name]
-    found = getattr(transformers, class_name, None)
-    if found is None:
-        raise AdapterUnavailable(
-            f"preset {name!r} is built from transformers.{class_name}, which transformers "
-            f"{transformers.__version__} does not have"
-        )
-    return found
-
-
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     """The config of a tiny preset (every one a real transformers architecture, 2 layers of width 64):
 
@@ -103,7 +91,12 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
     """
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
-    make = config_class(name)
+    make = getattr(transformers, ARCHITECTURES[name], None)
+    if make is None:
+        raise AdapterUnavailable(
+            f"preset {name!r} is built from transformers.{ARCHITECTURES[name]}, which transformers "
+            f"{transformers.__version__} does not have"
+        )
     tiny: dict[str, Any] = dict(
         hidden_size=64,
         intermediate_size=128,
@@ -114,35 +107,30 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
         **TINY,
     )
     llama_like = {**tiny, "num_key_value_heads": 2}
-    if name == "llama":
-        return make(**llama_like)
-    if name == "qwen2":
-        return make(**llama_like, use_sliding_window=False)
-    if name == "mistral-sliding-window":
-        return make(**llama_like, sliding_window=HYBRID_WINDOW)
-    if name == "llama-mqa":
-        return make(**{**llama_like, "num_key_value_heads": 1})
-    if name == "llama3-rope-scaling":
-        return make(**llama_like, rope_parameters=dict(LLAMA3_ROPE))
     special_ids = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
-    if name == "phi3-longrope":
-        return make(
-            **llama_like,
-            rope_parameters=dict(LONGROPE),
-            original_max_position_embeddings=LONGROPE_ORIGINAL,
+    llama_variants: dict[str, dict[str, Any]] = {
+        "llama": {},
+        "qwen2": {"use_sliding_window": False},
+        "mistral-sliding-window": {"sliding_window": HYBRID_WINDOW},
+        "llama-mqa": {"num_key_value_heads": 1},
+        "llama3-rope-scaling": {"rope_parameters": dict(LLAMA3_ROPE)},
+        "phi3-longrope": {
+            "rope_parameters": dict(LONGROPE),
+            "original_max_position_embeddings": LONGROPE_ORIGINAL,
             **special_ids,
-        )
-    if name == "gemma3-hybrid":
-        return make(
-            **llama_like,
-            head_dim=16,
-            query_pre_attn_scalar=16,
-            sliding_window=HYBRID_WINDOW,
-            layer_types=["sliding_attention", "full_attention"],
-            final_logit_softcapping=None,
-            attn_logit_softcapping=None,
+        },
+        "gemma3-hybrid": {
+            "head_dim": 16,
+            "query_pre_attn_scalar": 16,
+            "sliding_window": HYBRID_WINDOW,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "final_logit_softcapping": None,
+            "attn_logit_softcapping": None,
             **special_ids,
-        )
+        },
+    }
+    if name in llama_variants:
+        return make(**{**llama_like, **llama_variants[name]})
     if name == "gpt-neox-partial-rotary":
         return make(**tiny, rotary_pct=0.25, **special_ids)
     return make(  # gpt2

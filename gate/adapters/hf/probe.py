@@ -1,17 +1,11 @@
 """`attention_probe` (gate.protocols.AttentionProbe) for hf cache paths: the mask oracle's q, k, v go
 through transformers' own code, not a copy of it.
 
-Per chunk, as a decoder layer of the model does it: the causal mask is built by transformers'
-masking utils from the path's Cache object *before* the write (create_causal_mask, or
-create_sliding_window_causal_mask where the model's first layer is a sliding one), the chunk's K/V
-are written with `cache.update(k, v, 0)`, and the attention function the model's config names
-(`ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`, else the modeling module's
-`eager_attention_forward`) reads what the cache returned under that mask. There are no projections
-and no position encoding: the oracle's inputs are already q, k and v.
-
-The path's faults act through the same `Tamper` hooks a session consults: a 4D mask instead of the
-causal one, a write that loses its last block, a handle resolved to another request's cache, NaN in
-a static tail the mask lets through, and the path's reset between requests.
+Per chunk, as a decoder layer does it: transformers' masking utils build the mask from the path's
+Cache *before* the write, `cache.update(k, v, 0)` writes the chunk, and the attention function the
+config names reads what the cache returned under that mask (no projections, no position encoding:
+the oracle's inputs are already q, k and v). The path's faults act through the same `Tamper` hooks
+a session consults.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import attention_function
 from gate.adapters.hf.sessions import CacheSession
 from gate.adapters.hf.tracing import TracingHFPath
 
@@ -82,7 +75,9 @@ class ProbeSession(CacheSession):
         cache: Any = self.cache
         keys, values = cache.update(k, v, 0)  # what the layer reads: all of it, a static buffer included
         module = ProbeAttention(self.model.config, q.shape[1], k.shape[1])
-        out, _weights = attention_function(self.model)(module, q, keys, values, mask, scaling=q.shape[-1] ** -0.5)
+        out, _weights = compat.attention_function(self.model)(
+            module, q, keys, values, mask, scaling=q.shape[-1] ** -0.5
+        )
         self.pos += n
         tamper.after_write(phase, self, n)
         result: torch.Tensor = out.transpose(1, 2)  # the functions return [B, n, H, D]

@@ -1,13 +1,10 @@
 """Reading transformers' QuantizedCache back (gate.protocols.QuantizedKV, for quant-invariants).
 
-transformers offers no hook to see what a QuantizedLayer holds, so the session reads the layer
-object after every call: `_quantized_keys`/`_quantized_values` (a quanto WeightQBitsTensor with
-`_scale`/`_shift`, or hqq's `(W_q, meta)` with `meta["scale"]`/`meta["zero"]`), the full-precision
-residual in `keys`/`values`, and `nbits`, `q_group_size`, `residual_length`, `axis_key`,
-`axis_value`. It also wraps each layer's `update` (to keep what the model wrote) and `_quantize`
-(to keep what each flush quantised: the layer re-quantises its dequantised history together with
-the residual and the new tokens). The fp8 backend (per-tensor scale, no residual) is not read:
-such a path offers no QuantizedKV and the check is unproven there.
+transformers offers no hook to see what a QuantizedLayer holds, so the session reads the layer object
+after every call (the quantised payloads of quanto or hqq, the residual, the stated scheme) and wraps
+each layer's `update` and `_quantize` to keep what the model wrote and what each flush quantised (a
+flush re-quantises the dequantised history with the residual and the new tokens). The fp8 backend
+(per-tensor scale, no residual) is not read: such a path offers no QuantizedKV.
 """
 
 from __future__ import annotations
@@ -30,12 +27,20 @@ def declared_scheme(options: Any, dtype: torch.dtype) -> QuantScheme:
     """The scheme the manifest's options declare, under transformers' rule: the residual is flushed
     once it would reach `residual_length`, so at most `residual_length - 1` tokens stay unquantised."""
     residual = options.residual_length if options.residual_length is not None else HF_DEFAULTS["residual_length"]
+    axis = HF_DEFAULTS["axis"]
+    bits, group_size = options.nbits or HF_DEFAULTS["nbits"], options.q_group_size or HF_DEFAULTS["q_group_size"]
+    return _scheme(bits, group_size, axis, axis, residual, dtype)
+
+
+def _scheme(
+    bits: int, group_size: int, key_axis: Any, value_axis: Any, residual: int, dtype: torch.dtype
+) -> QuantScheme:
     return QuantScheme(
-        bits=options.nbits or HF_DEFAULTS["nbits"],
-        group_size=options.q_group_size or HF_DEFAULTS["q_group_size"],
-        key_axis=str(HF_DEFAULTS["axis"]),
-        value_axis=str(HF_DEFAULTS["axis"]),
-        max_residual=max(residual - 1, 0),
+        bits=int(bits),
+        group_size=int(group_size),
+        key_axis=str(key_axis),
+        value_axis=str(value_axis),
+        max_residual=max(int(residual) - 1, 0),
         param_bytes=dtype.itemsize,
         param_eps=torch.finfo(dtype).eps / 2,
     )
@@ -136,18 +141,10 @@ class QuantHFSession(CacheSession):
                 )
         from gate.adapters.hf import compat
 
-        total = compat.cache_bytes(cache)
-        stored_dtype = self.model.dtype
-        stated = QuantScheme(
-            bits=int(first.nbits),
-            group_size=int(first.q_group_size),
-            key_axis=str(first.axis_key),
-            value_axis=str(first.axis_value),
-            max_residual=max(int(first.residual_length) - 1, 0),
-            param_bytes=stored_dtype.itemsize,
-            param_eps=torch.finfo(stored_dtype).eps / 2,
+        stated = _scheme(
+            first.nbits, first.q_group_size, first.axis_key, first.axis_value, first.residual_length, self.model.dtype
         )
-        return QuantState(stated=stated, nbytes=total, tensors=tuple(tensors))
+        return QuantState(stated=stated, nbytes=compat.cache_bytes(cache), tensors=tuple(tensors))
 
 
 HF_QUANT_FAULTS = ("quant-residual-overflow", "quant-scale-wrong", "quant-bits-ignored")

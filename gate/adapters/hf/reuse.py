@@ -1,27 +1,25 @@
 """`reuse_after: paged`: the candidate's model object serves a batch through continuous batching
-first, and every forward the path runs afterwards goes through that same object.
+first, and every forward the path runs afterwards goes through that same object, as an application
+that batches with `generate_batch` and later calls the model directly does. Whatever the batch leaves
+on the object (attention implementation, hooks, config) reaches the ordinary forward; the reference
+never batched, so a difference shows in the checks. transformers 5.4-5.8 leave the model on the paged
+attention implementation after `generate_batch` (docs/real-bugs.md).
 
-An application that batches requests with `generate_batch` and later calls the model directly (a
-forward for scoring, a `generate`, a cache session) reuses one model object across both. Whatever
-the batch leaves on the object (its attention implementation, hooks, config) then reaches the
-ordinary forward; the reference is a model of its own that never batched, so any difference shows in
-the checks. transformers 5.4-5.8 leave the model on the paged attention implementation after
-`generate_batch` (docs/real-bugs.md).
-
-Fault `attention-left-paged` plants the same class on every release: after the batch it switches the
-model (a copy of it, so the clean path is untouched) to the paged kernel the continuous batching
-manager runs an eager model on, `paged|eager`, and leaves it there, as those releases do.
+Fault `attention-left-paged` plants that on every release: after the batch it switches the model (a
+copy, so the clean path is untouched) to `paged|eager` and leaves it there.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.view import SessionPath
 from gate.protocols import subject_call
+
+if TYPE_CHECKING:
+    from gate.adapters.hf.paths import HFPath
 
 PAGED_KERNEL = "paged|eager"
 """The attention implementation continuous batching switches an eager model to (what the fault leaves)."""
@@ -37,12 +35,11 @@ BATCH_NEW_TOKENS = 4
 
 
 def attn_implementation(model: Any) -> str | None:
-    """The attention implementation the model's config names now."""
     value = getattr(model.config, "_attn_implementation", None)
     return None if value is None else str(value)
 
 
-def serve_batch(path: SessionPath, *, leave_paged: bool) -> dict[str, Any]:
+def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
     """Run a seeded batch through the release's continuous batching on `path.model` (a crash is the
     subject's); with `leave_paged`, leave the model on the paged kernel afterwards (the fault). What
     ran, for the exercise record: requests, tokens, the attention implementation before and after."""
@@ -56,12 +53,12 @@ def serve_batch(path: SessionPath, *, leave_paged: bool) -> dict[str, Any]:
     def count(*_args: Any) -> None:
         forwards[0] += 1
 
-    handle = model.register_forward_hook(count)
-    try:
-        with torch.no_grad(), subject_call("generate_batch (before reuse)", requests=len(requests)):
-            out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
-    finally:
-        handle.remove()
+    with (
+        model.register_forward_hook(count),
+        torch.no_grad(),
+        subject_call("generate_batch (before reuse)", requests=len(requests)),
+    ):
+        out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
     compat.failed_request(out, {"requests": len(requests)})
     if leave_paged:
         model.set_attn_implementation(PAGED_KERNEL)

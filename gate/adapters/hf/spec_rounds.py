@@ -67,15 +67,8 @@ def verify_log(model: Any, calls: list[tuple[int, int]], accept_all: bool, promp
         return output
 
     kwargs_seen: list[torch.Tensor] = []
-    handles = [
-        model.register_forward_pre_hook(pre, with_kwargs=True),
-        model.register_forward_hook(post, with_kwargs=True),
-    ]
-    try:
+    with model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post, with_kwargs=True):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
@@ -87,8 +80,5 @@ def count_passes(model: Any | None, counter: list[int]) -> Iterator[None]:
     def hook(*_args: Any) -> None:
         counter[0] += 1
 
-    handle = model.register_forward_hook(hook)
-    try:
+    with model.register_forward_hook(hook):
         yield
-    finally:
-        handle.remove()

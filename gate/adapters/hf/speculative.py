@@ -1,20 +1,14 @@
 """Proposal-and-verify paths: assisted generation with a draft model, and prompt-lookup decoding.
 
-Two faces, both through transformers:
+* `sample()` (gate.protocols.SpeculativePath) runs transformers' own assisted generation, one prompt
+  at a time (it takes batch 1); its rounds are read from outside (gate.adapters.hf.spec_rounds).
+* sessions verify teacher-forced: after each call's tokens the proposer drafts k tokens and the
+  target scores tokens and drafts in one forward; drafts the next given tokens confirm are served
+  from that pass, the rest are cropped from the cache. The logits a check sees come from multi-token
+  verify passes and crops, the machinery the change under test relies on.
 
-* `sample()` (gate.protocols.SpeculativePath) runs transformers' own assisted generation —
-  `generate(assistant_model=draft)` or `generate(prompt_lookup_num_tokens=k)` — one prompt at a
-  time (transformers' assisted decoding takes batch 1). Its rounds are read from outside: a
-  pre-hook on the target records the cache length and input length of each verify pass, from
-  which proposals, acceptances, rejections and bonus tokens follow exactly (see gate.adapters.hf.spec_rounds.rounds).
-* sessions (gate.protocols.Session) verify teacher-forced: after each call's tokens the proposer
-  drafts k tokens and the target scores the tokens and the drafts in one forward; drafts that the
-  next given tokens confirm are served from that pass (accepted), the rest are cropped from the
-  cache (rolled back). The logits a check sees come from multi-token verify passes and crops, the machinery the
-  change under test relies on.
-
-Fault `accept-all` removes verification from outside the model: a hook on the target's output makes
-every drafted token its top choice, so every draft is accepted.
+Fault `accept-all` removes verification from outside the model: the target's output is made to
+rank every drafted token first, so every draft is accepted.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat, presets
-from gate.adapters.hf.options import Options
+from gate.adapters.hf.options import PRESET_NAMES, Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
@@ -56,7 +50,7 @@ class HFSpeculativePath(HFPath):
                     dtype=dtype,
                     seed=seed,
                     attn_implementation=options.attn_implementation,
-                    is_preset=options.draft in presets_names(),
+                    is_preset=options.draft in PRESET_NAMES,
                 )
                 self.draft, draft_identity = draft_loaded.model, draft_loaded.identity
             if options.draft_layers is not None:
@@ -182,7 +176,7 @@ class HFSpeculativePath(HFPath):
         """One generate call continuing `prompt` [1, T] by at most n_tokens (fewer where it emits `eos`):
         the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
-        config = compat.generation_config(
+        config = compat.transformers.GenerationConfig(
             do_sample=sampling,
             temperature=temperature if sampling else None,
             top_k=top_k if sampling else None,
@@ -223,12 +217,6 @@ class HFSpeculativePath(HFPath):
         return sequences, stats
 
 
-def presets_names() -> tuple[str, ...]:
-    from gate.adapters.hf.options import PRESET_NAMES
-
-    return PRESET_NAMES
-
-
 @dataclass
 class Pending:
     """Drafts already in the target's cache after a verify pass, with the rows that scored them."""
@@ -240,10 +228,7 @@ class Pending:
 
 
 class VerifySession(CacheSession):
-    """Teacher-forced proposal and verification against a DynamicCache (see module docstring).
-
-    Each call first serves the pending drafts its tokens confirm, rolls back the rest, then runs one
-    target pass over its remaining tokens plus k new drafts proposed after them."""
+    """Teacher-forced proposal and verification against a DynamicCache (see the module docstring)."""
 
     def __init__(self, path: HFSpeculativePath, batch_size: int) -> None:
         super().__init__(path, batch_size)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
-from gate.adapters.hf.attention import ATTENTION_FUNCTIONS, attention_function
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import decoder_layers
 from gate.adapters.hf.sessions import (
@@ -26,10 +25,8 @@ class TracingHFPath(HFPath):
     def layer_states(
         self, tokens: torch.Tensor, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
     ) -> list[dict[str, torch.Tensor]]:
-        """Prefill `prefix_len` tokens through this path (up to the first of `cuts`, then one append
-        per following cut: a check's schedule replayed), append `width`; per layer k, v of the cache
-        [B, H_kv, kept, D], the appended step's last hidden output [B, d_model] and, where the
-        attention function was seen, its last query `q` and per-head output `attn` [B, H, 1, D]."""
+        """gate.protocols.LayerTracing through this path's sessions: k, v of the cache [B, H_kv, kept, D],
+        and `q`, `attn` [B, H, 1, D] only where the attention function was seen (_capture_attention)."""
         session = self.new_session(tokens.shape[0])
         assert isinstance(session, CacheSession)
         edges = [*sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]
@@ -68,15 +65,14 @@ class TracingHFPath(HFPath):
 @contextmanager
 def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]]]:
     """Per layer index, the last query `q` and per-head attention output `attn` ([B, H, 1, D]) the
-    model's attention function was given and returned during the next forward (the last call
-    wins): the function the layers look up (the registered one for the configured implementation,
-    else the modeling module's eager one) is wrapped for the duration, its answers passed through
-    unchanged. `q` is scaled so that 1/sqrt(D) applies the model's own `scaling`. Models whose
-    attention modules name no `layer_idx` record nothing (the head map is then not judged)."""
+    model's attention function (compat.attention_function, wrapped for the duration, its answers
+    unchanged) was given and returned during the next forward (the last call wins). `q` is scaled so
+    that 1/sqrt(D) applies the model's own `scaling`. Models whose attention modules name no
+    `layer_idx` record nothing (the head map is then not judged)."""
     import sys
 
     seen: dict[int, dict[str, torch.Tensor]] = {}
-    original = attention_function(model)
+    original = compat.attention_function(model)
 
     def traced(
         module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kwargs: Any
@@ -93,8 +89,8 @@ def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]
         return result
 
     impl = model.config._attn_implementation
-    if impl != "eager" and impl in ATTENTION_FUNCTIONS:
-        local = ATTENTION_FUNCTIONS._local_mapping
+    if impl != "eager" and impl in compat.ATTENTION_FUNCTIONS:
+        local = compat.ATTENTION_FUNCTIONS._local_mapping
         before = local.get(impl)
         local[impl] = traced
         try:
@@ -124,9 +120,7 @@ def _capture_layer_outputs(model: Any) -> Iterator[list[torch.Tensor]]:
     def hook(_module: Any, _args: Any, output: Any) -> None:
         captured.append((output[0] if isinstance(output, tuple) else output).detach())
 
-    handles = [layer.register_forward_hook(hook) for layer in decoder_layers(model)]
-    try:
+    with ExitStack() as hooks:
+        for layer in decoder_layers(model):
+            hooks.enter_context(layer.register_forward_hook(hook))
         yield captured
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -4,14 +4,10 @@
       reference: {adapter: recorded, options: {baseline: baselines/main}}
       candidate: {adapter: hf, options: {...}}      # this build
 
-Every answer comes from the baseline; a question it was not recorded for is an error naming the
-question (gate.adapters.recorded.store.MissingRecording), never a silent recompute. The path offers the
-DecodePath protocol (full_logits and sessions): checks that need more of the reference (speculative
-sampling, prefix caching) cannot use a recording. What a store cannot answer at all, a clock and a
-per-layer trace, comes from the live reference the baseline names (`live_reference`, on by default:
-its adapter and options from baseline.json, built in this job on first use and checked against the
-recorded model identity); it never answers a question a verdict's logits come from.
-This module imports no torch.
+Every answer comes from the baseline; a question it was not recorded for is an error naming it
+(MissingRecording), never a silent recompute. The path offers DecodePath only. Clocks and per-layer
+traces, which a store cannot give, come from the live reference the baseline names (`live_reference`);
+it never answers a question a verdict's logits come from. This module imports no torch.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Baselines: the reference side's answers, stored so another build can be gated against them.
 
-A baseline directory holds every observation the plan's checks asked of the reference path:
-
-    BASELINE/baseline.json     header (format, key, model identity, adapter, options, gate version
-                               and commit, shape) and the index: question key -> sha256 + shape
-    BASELINE/objects/SHA.npy   one float32 array per answer, named by the sha256 of its bytes
-
-A question is the call a check made through the protocol: `full_logits(tokens)`, or a session's
-`prefill`/`append` with everything that session was fed before (the chain of calls, so a chunked
-schedule and a one-shot one are different questions, as their bits may differ). Its key is the
-sha256 of the reference key and that chain; the reference key is the sha256 of the model identity,
-the adapter and its options, and gate's version. `StoredPath` answers from the store and, when it
-has a live path behind it, computes and stores what is missing (the reference cache); without one
+A baseline directory (laid out as docs/baselines.md shows: baseline.json, objects/SHA.npy) holds
+every observation the plan's checks asked of the reference path. A question is the call a check
+made: `full_logits(tokens)`, or a session's `prefill`/`append` with everything that session was fed
+before (a chunked schedule and a one-shot one are different questions, as their bits may differ),
+keyed by the sha256 of the reference key and that chain. `StoredPath` answers from the store and,
+with a live path behind it, computes and stores what is missing (the reference cache); without one
 (the `recorded` adapter) a missing answer is `MissingRecording`, naming the question.
 """
 
@@ -139,12 +133,11 @@ class StoredPath:
         self.mode = mode or ("recorded baseline" if live is None else "reference cache")
         """recorded baseline (replay only), reference cache (read, compute what is missing) or recording."""
         shape = store.header.get("shape", {})
-        source = live if live is not None else None
         self.name = name or (live.name if live is not None else str(shape.get("name", "recorded")))
-        self.vocab_size = int(source.vocab_size if source else shape["vocab_size"])
-        self.max_len = int(source.max_len if source else shape["max_len"])
-        self.uses_cache = bool(source.uses_cache if source else shape["uses_cache"])
-        self.dtype = str(source.dtype if source else shape["dtype"])
+        self.vocab_size = int(live.vocab_size if live else shape["vocab_size"])
+        self.max_len = int(live.max_len if live else shape["max_len"])
+        self.uses_cache = bool(live.uses_cache if live else shape["uses_cache"])
+        self.dtype = str(live.dtype if live else shape["dtype"])
 
     def question(self, description: str) -> str:
         return _sha(f"{self.store.key}\n{description}".encode())
@@ -289,7 +282,6 @@ class StoredSession:
 
 
 def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest: str) -> dict[str, Any]:
-    """The header of a baseline recorded from `live`."""
     import torch
 
     identity = live.identity()
@@ -323,13 +315,3 @@ def cached_reference(
         store.header = header
         store.dirty = True
     return StoredPath(store, live)
-
-
-__all__ = [
-    "BaselineStore",
-    "MissingRecording",
-    "StoredPath",
-    "cached_reference",
-    "new_header",
-    "reference_key",
-]

@@ -4,23 +4,11 @@
       reference: {adapter: reference, options: {path: full}}
       candidate: {adapter: reference, options: {path: chunked, chunk_size: 64}}
 
-Paths (`path:`) are a small table from name to a builder, imported only when a run needs it:
-
-    full      one full causal pass per call, no cache (the usual reference)
-    dynamic   KV cache that grows in blocks of `block_size` slots, one-shot prefill
-    static    preallocated KV cache of `max_len` slots (gpt-fast), one-shot prefill
-    chunked   static cache, prompts and appends processed in chunks of `chunk_size` tokens
-    prefix-cache  cross-request block prefix cache, settings in `prefix:` (prefix.py)
-    speculative  draft-then-verify sampling, draft and k in `speculative:` (speculative.py)
-    quantized    int8/int4 KV codes, dequantised on read, settings in `quant:` (approx.py)
-    evicting     sink-plus-window KV eviction (StreamingLLM), settings in `evict:` (approx.py)
-
-`weights:` loads trained weights (a shipped name such as `copy-model`, or a .safetensors path,
-gate.models.trained) instead of seeded random ones; the file's config replaces the preset.
-
-A new path is one line in `PATHS` plus its own module exposing `build(model, options, ...)`
-(see `gate.adapters.reference.paths.build_cached` for the shape). `fault:` builds the path and
-applies one fault from gate.models.faults with `with_fault`, so a manifest can name a faulty candidate.
+Paths (`path:`) are a table from name to a builder (options.PATHS), imported only when a run needs
+it: full (no cache), dynamic, static and chunked (paths.py), prefix-cache (prefix.py), speculative
+(speculative.py), quantized and evicting (approx.py). A new path is one line in `PATHS` plus a
+builder `fn(model, options, device=, dtype=, seed=)`. `weights:` loads trained weights
+(gate.models.trained) instead of seeded random ones; `fault:` applies one fault with `with_fault`.
 
 This module imports no torch, so `gate validate` and `gate plan` stay instant.
 """

@@ -13,7 +13,7 @@ from typing import Any, Unpack
 
 from gate.adapters.reference import Options
 from gate.adapters.reference.options import EvictOptions, QuantOptions
-from gate.adapters.reference.paths import ReferencePath, Run, reference_path
+from gate.adapters.reference.paths import ReferencePath, Run
 from gate.errors import UnknownFault
 from gate.models.evict_faults import EVICT_FAULTS
 from gate.models.kv_approx import approx_stats, evict_cache, quantize_cache
@@ -99,11 +99,17 @@ class QuantizedPath(ReferencePath):
 
 
 def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    q = getattr(options, "quant", None) or QuantOptions()
+    q = options.quant or QuantOptions()
     name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
-    own = {"layout": "dynamic", "quant": q}
-    return reference_path(
-        QuantizedPath, name, model, options, run, cache_hooks=[_QuantHook(q)], session_hooks=[_ApproxSession], **own
+    return QuantizedPath(
+        name=name,
+        model=model,
+        block_size=options.block_size,
+        layout="dynamic",
+        quant=q,
+        cache_hooks=[_QuantHook(q)],
+        session_hooks=[_ApproxSession],
+        **run,
     )
 
 
@@ -170,13 +176,20 @@ class EvictingPath(ReferencePath):
 
 
 def build_evicting(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    e = getattr(options, "evict", None)
+    e = options.evict
     if e is None:
         raise ValueError("path 'evicting' needs `evict: {window: N}`")
-    assert isinstance(e, EvictOptions)
     kept = f"sink{e.sink}+window{e.window}" + (f",{e.score}{e.budget}" if e.budget else "")
     name = f"reference:evicting[{kept},chunk{e.chunk_size}]" + (f"+{e.fault}" if e.fault else "")
-    own = {"layout": "dynamic", "chunk_size": e.chunk_size, "fault": e.fault, "evict": e}
-    return reference_path(
-        EvictingPath, name, model, options, run, cache_hooks=[_EvictHook(e)], session_hooks=[_EvictSession], **own
+    return EvictingPath(
+        name=name,
+        model=model,
+        block_size=options.block_size,
+        layout="dynamic",
+        chunk_size=e.chunk_size,
+        fault=e.fault,
+        evict=e,
+        cache_hooks=[_EvictHook(e)],
+        session_hooks=[_EvictSession],
+        **run,
     )

@@ -12,9 +12,9 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, Unpack
 
 import torch
 
@@ -35,9 +35,6 @@ class Run(TypedDict):
     device: str
     dtype: str
     seed: int
-
-
-P = TypeVar("P", bound="ReferencePath")
 
 
 def build_model_for(options: Options, *, device: str, dtype: str, seed: int) -> Transformer:
@@ -140,11 +137,15 @@ class ReferencePath:
             hook(cache)
         return cache
 
-    def new_session(self, batch_size: int) -> Session:
-        session: Any = CachedSession(self, batch_size) if self.uses_cache else FullSession(self, batch_size)
+    def _hooked(self, session: Any) -> Any:
+        """`session` wrapped by every session hook (faults and approximate caches)."""
         for hook in self.session_hooks:
             session = hook(session)
-        return session  # type: ignore[no-any-return]
+        return session
+
+    def new_session(self, batch_size: int) -> Session:
+        session = CachedSession(self, batch_size) if self.uses_cache else FullSession(self, batch_size)
+        return self._hooked(session)  # type: ignore[no-any-return]
 
     def faults(self) -> tuple[str, ...]:
         return FAULT_NAMES if self.uses_cache else ("sliding-window-mask",)
@@ -159,10 +160,7 @@ class ReferencePath:
     def new_batched_session(self, batch_size: int, padding: str) -> PaddedSession:
         if padding not in self.padding_sides:
             raise ValueError(f"path {self.name} pads on {self.padding_sides or 'no side'}, not {padding!r}")
-        session: Any = PaddedSession(self, batch_size, padding)
-        for hook in self.session_hooks:
-            session = hook(session)
-        return session  # type: ignore[no-any-return]
+        return self._hooked(PaddedSession(self, batch_size, padding))  # type: ignore[no-any-return]
 
     # -- ContinuousBatching ----------------------------------------------------------------
 
@@ -223,7 +221,6 @@ class ReferencePath:
         return edges
 
     def layout_boundaries(self) -> tuple[int, ...]:
-        """Every edge of `layout_edges`, of any kind."""
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
 
     # -- LayerTracing ----------------------------------------------------------------------
@@ -232,11 +229,8 @@ class ReferencePath:
     def layer_states(
         self, tokens: torch.Tensor, prefix_len: int, *, cuts: Sequence[int] = (), width: int = 1
     ) -> list[dict[str, torch.Tensor]]:
-        """Per layer, the K and V attention actually READ during the appended step (a faulty read
-        can be shorter or longer than prefix_len + width), the block output of its last token and
-        that token's per-head query and attention output. The prefix goes in as a prefill up to
-        the first of `cuts` and one append per following cut (a check's schedule replayed); the
-        traced step appends `width` tokens."""
+        """gate.protocols.LayerTracing: k and v are what attention actually READ during the appended
+        step (a faulty read can be shorter or longer than prefix_len + width)."""
         tokens = tokens.to(self.device)
         session = self.new_session(tokens.shape[0])
         edges = [0, *sorted({c for c in cuts if 0 < c < prefix_len}), prefix_len]
@@ -299,39 +293,28 @@ def _trace(model: Transformer) -> Iterator[list[dict[str, torch.Tensor]]]:
     attention output per head ([B, H, 1, D]) and its block output ([B, d_model]) during the calls
     inside the block (the last call wins)."""
     states: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
-    handles = []
-    for i, layer in enumerate(model.blocks):
+    with ExitStack() as hooks:
+        for i, layer in enumerate(model.blocks):
 
-        def read(_mod: Any, args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
-            states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
-            # the last query's per-head query and attention output: which KV head each head read
-            states[i]["q"], states[i]["attn"] = args[0][:, :, -1:].float().clone(), out[:, :, -1:].float().clone()
+            def read(_mod: Any, args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
+                states[i]["k"], states[i]["v"] = args[1].float().clone(), args[2].float().clone()
+                # the last query's per-head query and attention output: which KV head each head read
+                states[i]["q"], states[i]["attn"] = args[0][:, :, -1:].float().clone(), out[:, :, -1:].float().clone()
 
-        def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
-            states[i]["hidden"] = out[:, -1].float().clone()
+            def hidden(_mod: Any, _args: tuple[Any, ...], out: torch.Tensor, i: int = i) -> None:
+                states[i]["hidden"] = out[:, -1].float().clone()
 
-        handles.append(layer.attention.core.register_forward_hook(read))
-        handles.append(layer.register_forward_hook(hidden))
-    try:
+            hooks.enter_context(layer.attention.core.register_forward_hook(read))
+            hooks.enter_context(layer.register_forward_hook(hidden))
         yield states
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def reference_path(kind: type[P], name: str, model: Transformer, options: Options, run: Run, **own: Any) -> P:
-    """The one builder of a reference path: `kind` (ReferencePath or its quantised or evicting
-    subclass) named `name`, on `model`, with the run's device, dtype and seed and the options' block
-    size; `own` the kind's fields (layout, chunk size, cache and session hooks)."""
-    return kind(name=name, model=model, block_size=options.block_size, **run, **own)
 
 
 def build_full(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    return reference_path(ReferencePath, "reference:full", model, options, run)
+    return ReferencePath(name="reference:full", model=model, block_size=options.block_size, **run)
 
 
 def build_cached(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
     chunk = options.chunk_size if options.path == "chunked" else None
     name = f"reference:{options.path}" + (f"[{chunk}]" if chunk else "")
     layout: Layout = "dynamic" if options.path == "dynamic" else "static"
-    return reference_path(ReferencePath, name, model, options, run, layout=layout, chunk_size=chunk)
+    return ReferencePath(name=name, model=model, block_size=options.block_size, layout=layout, chunk_size=chunk, **run)

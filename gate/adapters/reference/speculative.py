@@ -1,17 +1,9 @@
 """`path: speculative` for the reference adapter: the reference decoder as target, a smaller draft.
 
-    candidate:
-      adapter: reference
-      options:
-        path: speculative
-        speculative: {k: 2, draft: layer-skip, draft_layers: 1}
+    candidate: {adapter: reference, options: {path: speculative, speculative: {k: 2, draft: layer-skip}}}
 
-The draft is either `layer-skip` (the target's first layers with its embeddings, final norm and
-head: a smaller decoder correlated with the target, as in self-speculative decoding) or a preset
-(an independent seeded decoder, e.g. tiny-draft, which rarely agrees with a random target).
-`speculative.fault` names a sampler fault from gate.speculative.sampler, applied from outside the sampler.
-
-The options model imports no torch (the adapter's Options embeds it); `build_speculative` does.
+The draft and the sampler fault are as `SpeculativeOptions` (options.py, torch-free) says; building
+them imports torch.
 """
 
 from __future__ import annotations
