@@ -16,9 +16,10 @@ input and output embeddings.
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Unpack
 
 import torch
 import transformers
@@ -28,10 +29,11 @@ from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
 from gate.adapters.hf.probe import ProbingHFPath
 from gate.adapters.hf.tracing import TracingHFPath
+from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
 from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS
 from gate.prefix.options import PrefixOptions
-from gate.prefix.worker import PrefixWorker
+from gate.prefix.worker import Fresh, PrefixWorker
 from gate.tensors import DTYPES
 
 ROPE_SCALE = 4.0
@@ -245,36 +247,51 @@ class PrefixCachingPart(HFPath):
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
+    # ---- PrefixCaching: handed to the block worker as they are ----------------------------------
 
-WORKER_CALLS = (
-    "request",
-    "recompute",
-    "identity_for",
-    "adapters",
-    "sibling",
-    "fresh",
-    "with_hash",
-    "with_budget",
-    "reset_cache",
-    "restarted",
-    "update_weights",
-    "save_cache",
-    "restore_cache",
-    "cache_state",
-)
-"""The PrefixCaching methods (gate.protocols.prefix) a prefix-reuse path hands to its block worker as they are."""
+    def request(
+        self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
+    ) -> PrefixReply:
+        return self.worker.request(tokens, adapter=adapter, tenant=tenant, new_tokens=new_tokens)
 
+    def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
+        return self.worker.recompute(tokens, adapter=adapter, new_tokens=new_tokens)
 
-def _to_worker(name: str) -> Any:
-    def call(self: PrefixCachingPart, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.worker, name)(*args, **kwargs)
+    def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
+        return self.worker.identity_for(adapter=adapter, tenant=tenant)
 
-    call.__name__ = call.__qualname__ = name
-    return call
+    def adapters(self) -> tuple[str, ...]:
+        return self.worker.adapters()
 
+    def sibling(self, field: str) -> PrefixWorker | None:
+        return self.worker.sibling(field)
 
-for _name in WORKER_CALLS:
-    setattr(PrefixCachingPart, _name, _to_worker(_name))
+    def fresh(self, **changes: Unpack[Fresh]) -> PrefixWorker:
+        return self.worker.fresh(**changes)
+
+    def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixWorker:
+        return self.worker.with_hash(hash_fn)
+
+    def with_budget(self, byte_budget: int) -> PrefixWorker:
+        return self.worker.with_budget(byte_budget)
+
+    def reset_cache(self) -> int:
+        return self.worker.reset_cache()
+
+    def restarted(self, *, checkpoint_seed: int | None = None) -> PrefixWorker:
+        return self.worker.restarted(checkpoint_seed=checkpoint_seed)
+
+    def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
+        self.worker.update_weights(target, seed=seed)
+
+    def save_cache(self, file: Path) -> int:
+        return self.worker.save_cache(file)
+
+    def restore_cache(self, file: Path) -> RestoreReport:
+        return self.worker.restore_cache(file)
+
+    def cache_state(self) -> dict[str, Any]:
+        return self.worker.cache_state()
 
 
 class PrefixReuseTracingPath(PrefixCachingPart, TracingHFPath):
