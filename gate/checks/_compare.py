@@ -35,16 +35,12 @@ for float16 and the tinylm and gqa plugins) puts the worst correct path at 0.39x
 in bfloat16, 0.49x in float16 and 0.02x in float32, so the allowance leaves at least 3x headroom
 above rounding."""
 
-CLAIMS_BOUNDING_LOGITS = ("exact", "tolerance")
-"""Claim levels that promise the logits themselves stay within tolerance (not only the tokens)."""
-
 
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
     source: str
-    """claim, params or dtype default."""
 
     def row(self, reference: torch.Tensor) -> torch.Tensor:
         """Per-row tolerance for reference logits [..., V] -> [...]."""
@@ -58,9 +54,9 @@ def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | No
     """Params win, then the manifest's tolerance claim, then the default of the dtype the subject
     computes in (`computing_dtype`)."""
     dtype = computing_dtype(ctx)
-    default_atol, default_rtol = DEFAULT_TOLERANCE[dtype]
     claim = ctx.manifest.claim
     claim_atol, claim_rtol = (claim.atol, claim.rtol) if isinstance(claim, ToleranceClaim) else (None, None)
+    default_atol, default_rtol = DEFAULT_TOLERANCE[dtype]
     if atol is not None or rtol is not None:
         source = "params"
     elif claim_atol is not None or claim_rtol is not None:
@@ -84,7 +80,7 @@ def computing_dtype(ctx: CheckContext) -> str:
 
 def bounds_logits(ctx: CheckContext) -> bool:
     """Whether the manifest's claim promises the logits stay within tolerance (exact, tolerance)."""
-    return ctx.manifest.claim.level in CLAIMS_BOUNDING_LOGITS
+    return ctx.manifest.claim.level in ("exact", "tolerance")
 
 
 def random_tokens(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
@@ -102,8 +98,7 @@ class RowComparison:
     max_abs_delta: torch.Tensor
     agree: torch.Tensor
     tie: torch.Tensor
-    """Argmax flipped to a token the reference scores within tolerance of its top (a top-2 margin
-    within tolerance)."""
+    """Argmax flipped to a token the reference scores within tolerance of its top."""
     margin: torch.Tensor
     """Where the argmax agrees: reference top-1 minus top-2. Where it flipped: reference top-1
     minus the reference's logit of the candidate's token."""
@@ -113,7 +108,6 @@ class RowComparison:
 
     @property
     def failed(self) -> torch.Tensor:
-        """Argmax flips that are not ties: the load-bearing failures."""
         return ~self.agree & ~self.tie
 
     @property
@@ -152,8 +146,7 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     if a.shape != b.shape:
         raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
-    ia = a.contiguous().view(torch.int32) if a.dtype == torch.float32 else a.float().contiguous().view(torch.int32)
-    ib = b.contiguous().view(torch.int32) if b.dtype == torch.float32 else b.float().contiguous().view(torch.int32)
+    ia, ib = (x.float().contiguous().view(torch.int32) for x in (a, b))
     return (ia == ib).all(dim=-1)
 
 

@@ -44,39 +44,35 @@ Op = tuple[Any, ...]
 
 @dataclass
 class Live:
-    """A live session, its request's token stream and how much of it the session holds."""
+    """A live session, its request's token stream [B, max_tokens] (fed from the front), the stream's
+    memo key for the reference's rows, and how much of it the session holds."""
 
     session: Session
     stream: torch.Tensor
-    """[B, max_tokens] the request's tokens (fed from the front)."""
     key: tuple[Any, ...]
-    """Where the stream comes from (memo key for the reference's rows)."""
     length: int = 0
 
 
 @dataclass
 class Joined:
-    """A request of the running batch: its handle there, its token stream and how much it holds."""
+    """A request of the running batch (a Live with a handle there and a stream [1, max_tokens]);
+    `order`: how many requests joined before it (the reproducer's `request N`)."""
 
     handle: int
     stream: torch.Tensor
-    """[1, max_tokens] the request's tokens (fed from the front)."""
     key: tuple[Any, ...]
     order: int
-    """How many requests joined the running batch before this one (the reproducer's `request N`)."""
     length: int = 0
 
 
 @dataclass(frozen=True)
 class Oracle:
-    """The reference's rows over a request's first tokens and what a step's quick judgement reads."""
+    """The reference's rows [B, end, V] over a request's first tokens, each row's top token and
+    DENY_ALLOWANCE x its tolerance [B, end]: what a step's quick judgement reads."""
 
     rows: torch.Tensor
-    """[B, end, V] float32."""
     top: torch.Tensor
-    """[B, end] each row's top token."""
     limit: torch.Tensor
-    """[B, end] DENY_ALLOWANCE x each row's tolerance."""
 
 
 @dataclass
@@ -88,8 +84,7 @@ class ScheduleResult:
     failure: dict[str, Any] | None = None
     """The first failing step (1-based `step`, `row`, `position`, tokens, |Δ|), None if all held."""
     kinds: Counter[str] = field(default_factory=Counter)
-    """Operations run, by kind (prefill, decode, chunk, reset, fork, switch, join, step, leave, and
-    for the running batch `mixed forward` and `slot reuse`)."""
+    """Operations run, by kind (prefill, decode and chunk for feeds; `mixed forward`, `slot reuse`)."""
     edges: dict[str, set[int]] = field(default_factory=dict)
     """Per layout-edge kind, the edges a step ended at (±1) or crossed."""
     longest: int = 0
@@ -118,17 +113,15 @@ class ScheduleRunner:
     ) -> None:
         self.reference, self.candidate = reference, candidate
         self.slots = slots
-        self.continuous = offered(candidate, ContinuousBatching)
-        """The candidate as a continuous batcher, or None where it offers none (joins and leaves are skipped)."""
+        self.continuous = offered(candidate, ContinuousBatching)  # None: joins and leaves are skipped
         self.vocab, self.batch, self.max_tokens, self.seed = vocab, batch, max_tokens, seed
         self.tol, self.bounded = tol, bounded
         self.edges = {k: tuple(e for e in v if e <= max_tokens + 1) for k, v in (edges or {}).items()}
         self._rows: dict[tuple[Any, ...], Oracle] = {}
         self._streams: dict[int, torch.Tensor] = {}
         self.memo = memo
-        """The run's cache (ctx.cache): the reference's rows for a stream are the same for every
-        runner of the run with the same seed and shape (a control's fault is in the candidate only),
-        so the positive run's and every control's runners compute each of them once."""
+        """The run's cache: a control's fault is in the candidate only, so every runner of the run with
+        the same seed and shape computes each of the reference's rows once."""
 
     def _stream(self, request: int) -> torch.Tensor:
         if request not in self._streams:
@@ -136,8 +129,6 @@ class ScheduleRunner:
         return self._streams[request]
 
     def _reference_rows(self, live: Live | Joined, end: int) -> Oracle:
-        """The reference's rows over the request's first `end` tokens, with what the quick judgement
-        of a step reads from them (each row's top token and its deny limit)."""
         key = (live.key, end)
         if key not in self._rows:
             tokens = live.stream[:, :end]
@@ -157,6 +148,11 @@ class ScheduleRunner:
 
     def run(self, ops: Sequence[Op], *, keep_logits: bool = False) -> ScheduleResult:
         result = ScheduleResult()
+
+        def did(*step: Any) -> None:
+            result.steps.append(step)
+            result.kinds[step[0]] += 1
+
         requests = 0
         lives = [Live(self.candidate.new_session(self.batch), self._stream(0), ("r", 0))]
         active = 0
@@ -175,8 +171,7 @@ class ScheduleRunner:
                         continue
                     gone = joined.pop(int(op[1]) % len(joined))
                     running.leave(gone.handle)
-                    result.steps.append(("leave", int(op[1]) % (len(joined) + 1)))
-                    result.kinds["leave"] += 1
+                    did("leave", int(op[1]) % (len(joined) + 1))
                     continue
                 before = len(joined)
                 failure = self._continuous(result, running, joined, op, requests + 1, keep_logits)
@@ -201,8 +196,7 @@ class ScheduleRunner:
                 live.session.reset()
                 requests += 1
                 lives[active] = Live(live.session, self._stream(requests), ("r", requests))
-                result.steps.append(("reset",))
-                result.kinds["reset"] += 1
+                did("reset")
                 continue
             elif kind == "fork":
                 requests += 1
@@ -218,8 +212,7 @@ class ScheduleRunner:
                     with subject_call(f"{type(self.candidate).__name__} session released", sessions=1):
                         del dropped
                 active = 1
-                result.steps.append(("fork",))
-                result.kinds["fork"] += 1
+                did("fork")
                 if live.length == 0:
                     continue
                 live, start, n = child, 0, prefix.shape[1]
@@ -230,8 +223,7 @@ class ScheduleRunner:
                     requests += 1
                     lives.append(Live(self.candidate.new_session(self.batch), self._stream(requests), ("r", requests)))
                 active = 1 - active
-                result.steps.append(("switch",))
-                result.kinds["switch"] += 1
+                did("switch")
                 continue
             else:
                 raise ValueError(f"unknown schedule operation {op!r}")
@@ -300,10 +292,9 @@ class ScheduleRunner:
     def _judge(self, oracle: Oracle, out: torch.Tensor, start: int) -> dict[str, Any] | None:
         """The first failing row of a step `out` [B, n, V] (positions start..start+n-1), or None.
 
-        The common case first: every row picks the reference's token, and under a claim that bounds
-        logits every |Δ| is within the deny allowance (a NaN anywhere fails that test), or without one
-        nothing is NaN; then no row can fail. The full comparison (topk, tie band, margins) runs only
-        where one might, so the verdict on every step is the full comparison's."""
+        The common case first: every row picks the reference's token and (under a claim that bounds
+        logits) every |Δ| is within the deny allowance, or (without one) nothing is NaN; then no row
+        can fail. The full comparison runs only where one might, so the verdict is always its."""
         end = start + out.shape[1]
         ref, top = oracle.rows[:, start:end], oracle.top[:, start:end]
         agree = top == out.argmax(-1)
@@ -316,7 +307,7 @@ class ScheduleRunner:
         return self._first_bad(ref, out, start)
 
     def _first_bad(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:
-        """The first failing row of a step by the full comparison (tie-aware argmax, deny allowance)."""
+        """The first failing row of a step by the full comparison."""
         cmp = compare_rows(ref, out, self.tol)  # [B, n]
         bad = cmp.failed | (cmp.beyond_allowance if self.bounded else torch.zeros_like(cmp.failed))
         if not bool(bad.any()):

@@ -2,26 +2,17 @@
 
 The design is the target's exact joint law (the null), the exact law each sampler fault would give
 with the candidate's target and draft (the alternatives), the cells, and the schedule of looks with
-the declared power against every observable fault. None of it depends on the candidate's sampler,
-only on its target's and draft's next-token probabilities, so one run computes it once
-(`shared_design`): the positive run enumerates it, and a control reads it after its candidate has
-answered every probability query the enumeration asked with the same bits (`answers_again`). A
-planted fault that changes the target's or the draft's probabilities anywhere the enumeration
-looked (a fault in the model rather than in the sampler's rule) gets its own design.
+the declared power against every observable fault. It depends only on the target's and draft's
+next-token probabilities, never on the sampler, so one run computes it once (`shared_design`): a
+control reuses it after its candidate answered every probability query the enumeration asked with
+the same bits; a fault in the model rather than in the sampler's rule gets its own design.
 
-A control proves power with one rejection. Where its own fault's exact law is known, it first
-looks at a pilot sample sized to reject that law (`control_looks`), then, if the pilot does not
-reject, walks the planned looks exactly as a positive run draws them. Bonferroni covers the pilot
-too: every look of the control, the pilot included, is at alpha / (planned looks + 1), a level no
-looser than the positive run's, and the pilot is taken only if the planned looks keep the declared
-power at that level.
-
-What no pilot can shorten: a fault whose exact law is the target's (drop-bonus, harmless) has no
-law to size a pilot for and must walk the planned looks to be judged `tolerated`, and a fault that
-turns out not to change the sampler (bonus-from-draft on a sampler that already drops the bonus
-token) walks them after its pilot to be judged `unobservable`. Each costs about one positive run
-(drop-bonus 0.61 s against the run's 0.64 s on reference-spec-correct, benchmarks/spec_controls.md),
-so the controls of a policy that lists drop-bonus cost at least that much, never half the run.
+A control proves power with one rejection. Where its own fault's exact law is known, it first looks
+at a pilot sample sized to reject that law, then, if the pilot does not reject, walks the planned
+looks. Bonferroni covers the pilot too: every look of the control is at alpha / (planned looks + 1),
+and the pilot is taken only if the planned looks keep the declared power at that level. A fault whose
+exact law is the target's (drop-bonus) has no law to size a pilot for and walks the planned looks
+(about one positive run, benchmarks/spec_controls.md).
 """
 
 from __future__ import annotations
@@ -59,7 +50,7 @@ class LookPlan:
     sizes: list[int]
     """Cumulative sample size at each look."""
     alpha: float
-    """Level of each look (the claim's alpha over the number of looks)."""
+    """Level of each look."""
     reaches_power: bool
     """Whether the last look has the declared power against every observable fault."""
     needed: dict[str, int | None]
@@ -69,7 +60,6 @@ class LookPlan:
 
     @property
     def count(self) -> int:
-        """Looks planned, the pilot included."""
         return len(self.sizes) + (self.pilot is not None)
 
 
@@ -86,9 +76,8 @@ class Design:
     cells: list[Seq]
     index: dict[Seq, int]
     p0: np.ndarray
-    """The null over `cells`."""
     alts: dict[str, np.ndarray]
-    """Each sampler fault's exact law over `cells`."""
+    """The null and each sampler fault's exact law over `cells`."""
     unobservable: dict[str, str]
     required: list[str]
     """Faults the looks must have the declared power against (observable ones of power_against)."""
@@ -187,14 +176,9 @@ def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, des
 
 def _unobservable(p0: np.ndarray, alts: dict[str, np.ndarray], faults: list[str]) -> dict[str, str]:
     """Faults whose exact law with this target and draft is the target's own, and why."""
-    out = {}
-    for f in faults:
-        if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW:
-            out[f] = (
-                "its exact law with this target and draft equals the target's (total variation < "
-                f"{SAME_LAW:g}): no sample size can show it"
-            )
-    return out
+    why = f"its exact law with this target and draft equals the target's (total variation < {SAME_LAW:g}): "
+    why += "no sample size can show it"
+    return {f: why for f in faults if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW}
 
 
 def _look_sizes(p: SpecDistributionParams) -> list[int]:
@@ -246,9 +230,7 @@ def _needed(
 def control_looks(
     ctx: CheckContext, design: Design, p: SpecDistributionParams, alpha: float, target_power: float
 ) -> LookPlan:
-    """The looks of this run: a positive run's are the planned ones; a control's start with a pilot
-    sized for its own fault when that is cheaper and every look, at alpha / (planned looks + 1),
-    keeps the declared power (module docstring)."""
+    """The looks of this run: the planned ones, after a control's pilot where one pays (module docstring)."""
     fault = ctx.control
     if not ctx.stop_at_first_failure or fault is None:
         return design.looks

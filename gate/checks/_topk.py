@@ -59,9 +59,7 @@ class TopKComparison:
     compared: int
     """Positions compared (up to and including the first divergence)."""
     first_divergence: int | None
-    """Index of the first position whose greedy tokens differ."""
     tie: bool
-    """The divergence is a tie (candidate's token inside the reference's top-k within tolerance)."""
     close: bool
     """vLLM's condition at the divergence: each side's token inside the other's top-k."""
     gap: float | None
@@ -69,7 +67,6 @@ class TopKComparison:
     gap_lower_bound: float | None
     """When the candidate's token is outside the reference's top-k: the reference's top-1 minus its k-th."""
     max_abs_delta: float
-    """max |Δlogprob| over aligned tokens and tokens both top-k lists hold."""
     tolerance: float
     """The largest per-position logprob tolerance used."""
 
@@ -79,7 +76,6 @@ class TopKComparison:
 
     @property
     def failed(self) -> bool:
-        """A greedy flip that is not a tie: the load-bearing failure."""
         return self.diverged and not self.tie
 
     @property
@@ -119,14 +115,11 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
         if ref_tok != cand_tok:
             close = cand_tok in ref_top and ref_tok in cand_top
             gap = reference.logprobs[i] - ref_top[cand_tok] if cand_tok in ref_top else None
-            lower = None
-            if gap is None and ref_top:
-                lower = reference.logprobs[i] - min(ref_top.values())
+            lower = reference.logprobs[i] - min(ref_top.values()) if gap is None and ref_top else None
             tie = gap is not None and gap <= row_tol
             return TopKComparison(i + 1, i, tie, close, gap, lower, max_delta, max_tol)
-    if len(reference.tokens) != len(candidate.tokens):
-        return TopKComparison(n, n, False, False, None, None, max_delta, max_tol)
-    return TopKComparison(n, None, False, False, None, None, max_delta, max_tol)
+    diverged = n if len(reference.tokens) != len(candidate.tokens) else None
+    return TopKComparison(n, diverged, False, False, None, None, max_delta, max_tol)
 
 
 def exact_equal(reference: TopKObservation, candidate: TopKObservation) -> bool:
