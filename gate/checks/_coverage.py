@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gate.checks._params import PrefixSweepParams
+from gate.checks.prefix_sweep import PrefixSweepParams
 from gate.core.plan import LengthCoverage
 from gate.protocols import CacheGeometry
 

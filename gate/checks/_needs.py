@@ -57,13 +57,8 @@ OFFER_NAMES: dict[str, Capability] = {"sessions": Capability.DECODE_PATH, "Prefi
 
 def offered_capabilities(offers: list[str]) -> frozenset[Capability]:
     """The capabilities a list of `PathCapabilities.offers` names (unknown words are left out)."""
-    found = set()
-    for word in offers:
-        if word in OFFER_NAMES:
-            found.add(OFFER_NAMES[word])
-        elif word in Capability.__members__.values():
-            found.add(Capability(word))
-    return frozenset(found)
+    known = [w for w in offers if w in OFFER_NAMES or w in Capability.__members__.values()]
+    return frozenset(OFFER_NAMES[w] if w in OFFER_NAMES else Capability(w) for w in known)
 
 
 ABSENT: dict[Capability, str] = {Capability.PREFIX_SERVING: "cross-request-cache"}
@@ -97,14 +92,3 @@ def capability_table() -> str:
         if enables or adds:
             rows.append(f"| `{capability.value}` | {', '.join(enables) or '-'} | {'; '.join(adds) or '-'} |")
     return "\n".join(rows) + "\n"
-
-
-__all__ = [
-    "ABSENT",
-    "DECLARED",
-    "OFFER_NAMES",
-    "Declared",
-    "capability_table",
-    "offered_capabilities",
-    "path_offers",
-]

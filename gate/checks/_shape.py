@@ -15,30 +15,25 @@
                                        (observations -> judgement, pure), explain (judgement ->
                                        the Outcome, built once) and the registered check
 
-The package reaches its body lazily (`body_attribute` from its module `__getattr__`), so the entry
+The package reaches its body lazily (its module `__getattr__`), so the entry
 point `gate.checks.<module>:<function>` stays valid and importing the package never imports torch.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
 
 
-def body_attribute(package: str, name: str) -> Any:
-    """`name` of the package's body module, imported on first use (the module `__getattr__` of a
-    check package); AttributeError for a name the body does not have."""
-    if name.startswith("__"):
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    body = importlib.import_module(f"{package}.body")
-    try:
-        return getattr(body, name)
-    except AttributeError:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-
-
 def lazy_body(package: str) -> Callable[[str], Any]:
-    """The module `__getattr__` of a check package: `__getattr__ = lazy_body(__name__)`."""
-    return functools.partial(body_attribute, package)
+    """The module `__getattr__` of a check package (`__getattr__ = lazy_body(__name__)`): a name of
+    the package's body module, imported on first use; AttributeError for a name the body lacks."""
+
+    def attribute(name: str) -> Any:
+        body = None if name.startswith("__") else importlib.import_module(f"{package}.body")
+        if body is not None and hasattr(body, name):
+            return getattr(body, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return attribute

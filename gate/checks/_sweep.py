@@ -46,8 +46,7 @@ def around(boundaries: Iterable[int], longest: int) -> list[int]:
 
 
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
-    """The path's layout edges by kind: `LayoutEdges` when it offers it, else its flat
-    `LayoutBoundaries` as one kind `layout`, else none."""
+    """The path's layout edges by kind (`LayoutBoundaries` as one kind `layout`), else none."""
     from gate.protocols import LayoutBoundaries, LayoutEdges, offered
 
     if (layout := offered(path, LayoutEdges)) is not None:
@@ -74,7 +73,6 @@ class SweepPlan:
     """Longest prefix the path admits; edges are counted up to it, visited or not."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The plan's settings (its coverage per kind is `coverage`, `boundary_coverage` in the evidence)."""
         return {
             "lengths": len(self.lengths),
             "longest": self.lengths[-1] if self.lengths else 0,
@@ -177,8 +175,7 @@ def sweep_lengths(
     boundaries: Iterable[int] = (),
     every_up_to: int | None = None,
 ) -> list[int]:
-    """Every length of an exhaustive sweep: standard lengths clipped to `longest`, log-spaced
-    lengths, every layout boundary ±1, and optionally every length 1..every_up_to."""
+    """Every length of an exhaustive sweep over one kind of layout boundaries."""
     return plan_sweep(
         longest,
         edges={"layout": list(boundaries)},
@@ -198,9 +195,8 @@ def cached_sweep(
     until: Callable[[int, torch.Tensor], bool] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Logits of token L appended to a cache of tokens[:, :L], for each L in sorted `lengths`:
-    [n, B, V] float32, plus the session's proof of exercise. `progress(task, done, total)` hears
-    about each length swept. `until(i, row)` is asked after each row; when it answers True the
-    sweep stops there (n = i + 1), in increasing length order."""
+    [n, B, V] float32, plus the session's proof of exercise. `until(i, row)` is asked after each
+    row; when it answers True the sweep stops there (n = i + 1)."""
     task = f"{path.name}: lengths swept"
     import torch
 

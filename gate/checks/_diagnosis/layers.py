@@ -286,6 +286,16 @@ def traced_divergence(
     return layers
 
 
+def layer_fields(layers: dict[str, Any]) -> dict[str, Any]:
+    """What a diagnosis reports of a layer divergence."""
+    return {
+        "first_diverging_layer": layers["first_diverging_layer"],
+        "component": layers["component"],
+        "traced_prefix_len": layers["prefix_len"],
+        "layers": layers["layers"],
+    }
+
+
 def small_clean(layers: dict[str, Any] | None) -> bool:
     """The traced step first diverges in the attention output (its K/V agree there, no KV head read
     in another's place), and at every layer the keys read are the right number and every K/V,
