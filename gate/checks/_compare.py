@@ -69,10 +69,8 @@ def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | No
 
 
 def computing_dtype(ctx: CheckContext) -> str:
-    """The dtype whose rounding the comparison must allow: the least precise of the manifest's dtype
-    and the dtypes the reference and candidate paths say they compute in (a plugin that computes in
-    bfloat16 under a float32 manifest is judged with bfloat16's band). A dtype gate has no calibrated
-    default for counts as float32."""
+    """The dtype whose rounding the comparison must allow: the least precise of the manifest's dtype and
+    those the paths say they compute in (a dtype gate has no calibrated default for counts as float32)."""
     named = [ctx.dtype, *(str(getattr(p, "dtype", "")).removeprefix("torch.") for p in (ctx.reference, ctx.candidate))]
     known = [d for d in named if d in DEFAULT_TOLERANCE] or ["float32"]
     return max(known, key=lambda d: DEFAULT_TOLERANCE[d])
@@ -100,8 +98,7 @@ class RowComparison:
     tie: torch.Tensor
     """Argmax flipped to a token the reference scores within tolerance of its top."""
     margin: torch.Tensor
-    """Where the argmax agrees: reference top-1 minus top-2. Where it flipped: reference top-1
-    minus the reference's logit of the candidate's token."""
+    """Reference top-1 minus top-2 where the argmax agrees, else minus its logit of the candidate's token."""
     tolerance: torch.Tensor
     ref_top: torch.Tensor
     cand_top: torch.Tensor

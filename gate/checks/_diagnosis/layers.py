@@ -1,11 +1,6 @@
 """The first diverging layer (LayerTracing): per layer, compare what attention read (K and V over
 the prefix and the appended token) and the block's hidden state between the candidate's cached step
-and the reference's full pass. Layer 0 agreeing and a later layer drifting is per-layer ordering; a
-K/V read of the wrong length is truncation or a read past the valid length; prefix K/V that differ
-from row 0 on are stale or foreign state; only the appended token's K (RoPE) or K and V (learned
-positions) differing is its position; K/V equal and the hidden state differing is the mask.
-
-This module imports torch only inside the functions that compare tensors.
+and the reference's full pass (gate.checks._diagnosis.classifier reads the class from it).
 """
 
 from __future__ import annotations
@@ -29,20 +24,18 @@ STATE_TOLERANCE = {"float32": 1e-4, "bfloat16": 4e-2, "float16": 1e-2}
 """Relative tolerance for K, V and hidden-state comparisons (of the reference's max |value|)."""
 
 
+def _bad(a: torch.Tensor, b: torch.Tensor, rel: float) -> torch.Tensor:
+    """Where `a` differs from `b` by more than `rel` of b's max |value| (NaN counts)."""
+    return ((a - b).abs() > rel * max(float(b.abs().max()), 1e-6)) | a.isnan()
+
+
 def _differs(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
-    if not b.numel():
-        return False
-    scale = float(b.abs().max())
-    return bool(((a - b).abs() > rel * max(scale, 1e-6)).any()) or bool(a.isnan().any())
+    return bool(b.numel()) and bool(_bad(a, b, rel).any())
 
 
 def _rows_differing(a: torch.Tensor, b: torch.Tensor, rel: float) -> list[int]:
-    # a, b: [B, H_kv, T, D] -> positions t where any batch row, head or dim differs
-    if not b.numel():
-        return []
-    scale = max(float(b.abs().max()), 1e-6)
-    bad = ((a - b).abs() > rel * scale) | a.isnan()
-    return [int(t) for t in bad.any(dim=(0, 1, 3)).nonzero().flatten()]
+    """Positions t of [B, H_kv, T, D] where any batch row, head or dim differs."""
+    return [int(t) for t in _bad(a, b, rel).any(dim=(0, 1, 3)).nonzero().flatten()] if b.numel() else []
 
 
 def _foreign_rows(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
@@ -61,8 +54,7 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
-    """Whether the candidate's KV heads [B, H_kv, T, D] are the reference's under a non-identity
-    mapping (each candidate head equals some other reference head)."""
+    """Whether the candidate's KV heads [B, H_kv, T, D] are the reference's under a non-identity mapping."""
     heads = ref_k.shape[1]
     if heads < 2 or cand_k.shape != ref_k.shape:
         return False
@@ -83,10 +75,8 @@ def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 
 def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | None]:
-    """The path whose full pass a layer trace reads, and what the diagnosis says about it. A stored
-    reference (a recorded baseline) holds no layer states: its live counterpart, the model the
-    baseline names built in this job, is traced instead (the verdict's logits stay the stored
-    ones), or, where there is none, the diagnosis says it saw no layer trace and why."""
+    """The path whose full pass a layer trace reads, and what the diagnosis says about it: a stored
+    reference holds no layer states, so its live counterpart is traced instead, where there is one."""
     counterpart = offered(reference, LiveCounterpart)
     if counterpart is None:
         return reference, None
@@ -146,9 +136,8 @@ def layer_divergence(
     cuts: Sequence[int] = (),
     width: int = 1,
 ) -> dict[str, Any] | None:
-    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, after the
-    prefix went in as `cuts` say, where the path can replay a schedule) with the reference's full
-    pass, layer by layer. None when either path offers no LayerTracing."""
+    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, the prefix fed as
+    `cuts` say) with the reference's full pass, layer by layer; None without LayerTracing on both."""
     ref_trace, cand_trace = offered(reference, LayerTracing), offered(candidate, LayerTracing)
     if ref_trace is None or cand_trace is None:
         return None
@@ -172,36 +161,28 @@ def layer_divergence(
         if read != expected:
             info["component"] = "kv-read-length"
         else:
-            past_k = _rows_differing(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
-            past_v = _rows_differing(cand_v[:, :, :prefix_len], ref_v[:, :, :prefix_len], rel)
-            new_k = _differs(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:], rel)
-            new_v = _differs(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:], rel)
-            hidden = _differs(cand["hidden"].cpu(), ref["hidden"].cpu(), rel)
+            pck, prk, pcv, prv = (x[:, :, :prefix_len] for x in (cand_k, ref_k, cand_v, ref_v))
+            nck, nrk, ncv, nrv = (x[:, :, prefix_len:] for x in (cand_k, ref_k, cand_v, ref_v))
+            cand_h, ref_h = cand["hidden"].cpu(), ref["hidden"].cpu()
+            past_k, past_v = _rows_differing(pck, prk, rel), _rows_differing(pcv, prv, rel)
+            new_k, new_v, hidden = _differs(nck, nrk, rel), _differs(ncv, nrv, rel), _differs(cand_h, ref_h, rel)
             info.update(past_k_rows=len(past_k), past_v_rows=len(past_v), new_k=new_k, new_v=new_v, hidden=hidden)
-            info["past_kv_relative_error"] = round(
-                max(
-                    _relative_error(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len]),
-                    _relative_error(cand_v[:, :, :prefix_len], ref_v[:, :, :prefix_len]),
-                ),
-                6,
-            )
-            info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
+            info["past_kv_relative_error"] = round(max(_relative_error(pck, prk), _relative_error(pcv, prv)), 6)
+            info["hidden_relative_error"] = round(_relative_error(cand_h, ref_h), 6)
             if "attn" in cand and "attn" in ref and cand["attn"].shape == ref["attn"].shape:
                 # the attention output itself, without the residual stream that dilutes the block's
                 info["attention_relative_error"] = round(_relative_error(cand["attn"].cpu(), ref["attn"].cpu()), 6)
             # magnitudes for the dossier's per-layer plot: the appended step's K, V and hidden state
             info.update(
-                k_delta=_max_delta(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:]),
-                v_delta=_max_delta(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:]),
-                hidden_delta=_max_delta(cand["hidden"].cpu(), ref["hidden"].cpu()),
+                k_delta=_max_delta(nck, nrk), v_delta=_max_delta(ncv, nrv), hidden_delta=_max_delta(cand_h, ref_h)
             )
             if past_k or past_v:
                 info["component"] = "past-kv"
                 info["first_past_row"] = min(past_k + past_v)
                 info["past_rows_differing"] = len(set(past_k + past_v))
                 info["v_agrees"] = not past_v
-                info["foreign"] = _foreign_rows(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
-                info["heads_permuted"] = _heads_permuted(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
+                info["foreign"] = _foreign_rows(pck, prk, rel)
+                info["heads_permuted"] = _heads_permuted(pck, prk, rel)
             elif new_k or new_v:
                 info["component"] = "new-kv"
                 info["v_agrees"] = not new_v
@@ -233,9 +214,7 @@ REPLAYED_CHUNKS = 8
 
 
 def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
-    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at
-    prefix `at`: a prefill to the first positive length, then per length a chunk up to it and
-    the token at it."""
+    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at `at`."""
     grow = [n for n in lengths if n > 0]
     if not grow or at not in grow:
         return []
@@ -251,8 +230,8 @@ def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
 
 
 def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
-    """The steps of several tokens over a non-empty cache that reached `prefix_len`: between the
-    check's cuts and the candidate's own chunk edges (LayoutEdges)."""
+    """The steps of several tokens over a non-empty cache that reached `prefix_len` (the check's cuts
+    and the candidate's own chunk edges)."""
     edges = {c for c in cuts if 0 < c <= prefix_len}
     if (layout := offered(candidate, LayoutEdges)) is not None:
         edges |= {e for e in layout.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
