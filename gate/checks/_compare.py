@@ -51,8 +51,7 @@ class Tolerance:
 
 
 def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | None = None) -> Tolerance:
-    """Params win, then the manifest's tolerance claim, then the default of the dtype the subject
-    computes in (`computing_dtype`)."""
+    """Params win, then the manifest's tolerance claim, then the `computing_dtype` default."""
     dtype = computing_dtype(ctx)
     claim = ctx.manifest.claim
     claim_atol, claim_rtol = (claim.atol, claim.rtol) if isinstance(claim, ToleranceClaim) else (None, None)

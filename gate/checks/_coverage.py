@@ -100,8 +100,7 @@ def planned_coverage(
     max_lens: Mapping[str, tuple[int | None, str]],
     geometry: CacheGeometry | None = None,
 ) -> LengthCoverage | None:
-    """Coverage of one planned check from each role's (max_len, its source) and the candidate's cache
-    geometry; None for a check that sweeps no lengths. An unknown max_len leaves reach unknown."""
+    """Coverage of one planned check from each role's (max_len, its source); None where it sweeps none."""
     rule = SWEEP_CHECKS.get(check)
     if rule is None:
         return None

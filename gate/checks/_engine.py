@@ -1,16 +1,7 @@
-"""Shared by the engine checks: the two engine paths, seeded token-id prompts, the claim's comparison.
-
-An engine check runs against an HTTP server gate did not write (an `EngineServing` path, built by
-gate.adapters.openai). It starts its servers itself (two processes: the candidate, and the
-reference with its cache or new scheduling off) and stops them when it ends. What it observes is
-a `TopKObservation` per request; the claim decides what must hold:
-
-    exact          tokens, logprobs and top-k lists identical as reported
-    tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
-                   tie); |Δlogprob| over tolerance is a warning, beyond DENY_ALLOWANCE x tolerance a failure
-                   (the claim bounds the logprobs, gate.checks._compare); a check that serves replies under
-                   load raises the tolerance to the candidate's measured noise floor (gate.checks._noise)
-    greedy-tokens  greedy tokens identical; logprob differences are reported only
+"""Shared by the engine checks: the two engine paths (HTTP servers, the reference with its cache or new
+scheduling off), seeded prompts, and the claim's comparison of a `TopKObservation` per request: exact
+(identical as reported), tolerance (greedy tokens identical up to ties; |Δlogprob| over tolerance a
+warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs reported only).
 """
 
 from __future__ import annotations
@@ -66,8 +57,7 @@ def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:
 
 
 def require_hits(reported: list[int | None], where: str) -> None:
-    """Proof of exercise: EngineCacheNeverHit unless some request's cached-token count (None: not
-    reported) is positive; `where` names the requests."""
+    """Proof of exercise: EngineCacheNeverHit unless some request's cached-token count is positive."""
     if all(count is None for count in reported):
         raise EngineCacheNeverHit(
             "the cache never hit, as far as anyone can tell: the candidate reports no cached-token count "
@@ -87,8 +77,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def reuse_block(path: EngineServing) -> int | None:
-    """The engine's reuse block when it reuses whole blocks only (its cache geometry's block size,
-    above 1), else None (it reuses any prefix, or states no block)."""
+    """The engine's reuse block when it reuses whole blocks only (a block size above 1), else None."""
     block = path.cache_geometry.block_size
     return block if block is not None and block > 1 else None
 
@@ -169,9 +158,8 @@ def judge(
 
 
 def unreported_logprobs(reference: EngineCompletion, candidate: EngineCompletion) -> list[int]:
-    """Positions where the candidate, with the reference's greedy token, reports no top-k though the
-    reference's reply has one there (the engine left out the probabilities it was asked for); empty where
-    the greedy tokens differ, since then the replies are wrong, not only their reported probabilities."""
+    """Positions where the candidate, with the reference's greedy tokens, reports no top-k though the
+    reference's reply has one there (empty where the greedy tokens differ: then the replies are wrong)."""
     if candidate.tokens != reference.tokens:
         return []
     return [i for i, (got, want) in enumerate(zip(candidate.top, reference.top, strict=False)) if want and not got]
@@ -213,8 +201,7 @@ def failure_words(level: str, judged: Judged) -> str:
 def problems_outcome(
     problems: list[str], detected_at: int | None, bug_class: str | None = None, **seen: Any
 ) -> Outcome:
-    """The failed Outcome of an engine check that found `problems`; `bug_class` (a key of BUG_CLASSES)
-    names the likely class, which a manifest's `known_bugs` declaration matches on."""
+    """The failed Outcome of an engine check; `bug_class` is what a manifest's `known_bugs` matches on."""
     diagnosis: dict[str, Any] = {"problems": problems}
     if bug_class is not None:
         diagnosis |= {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}

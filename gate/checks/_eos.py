@@ -38,8 +38,7 @@ def eos_fields(flavor: str) -> dict[str, Any]:
 
 
 def stopped_at_eos(reply: EngineCompletion, budget: int) -> bool:
-    """The reply ended at an end-of-sequence token within the budget (finish_reason `stop`, fewer
-    tokens than asked): gate sends no stop strings, so `stop` is the model's own end."""
+    """The reply ended at end-of-sequence within the budget (gate sends no stop strings)."""
     return reply.finish_reason == "stop" and len(reply.tokens) < budget
 
 
@@ -91,13 +90,11 @@ class StopProblem(NamedTuple):
 
     words: str
     certain: bool
-    """The replies agree up to where one of them ends: a failure whatever the claim's tolerance (else the
-    claim's top-k rule decides)."""
+    """The replies agree up to where one ends: a failure whatever the tolerance (else the top-k rule decides)."""
 
 
 def stop_problem(reference: EngineCompletion, candidate: EngineCompletion) -> StopProblem | None:
-    """Where the candidate stops otherwise than the reference (None: the same stop, or a divergence
-    before either reply's end)."""
+    """Where the candidate stops otherwise than the reference (None: the same stop, or an earlier divergence)."""
     want, got = list(reference.tokens), list(candidate.tokens)
     shared = min(len(want), len(got))
     diverged = next((i for i in range(shared) if want[i] != got[i]), None)

@@ -237,8 +237,7 @@ def _together(requests: Sequence[AimedRequest]) -> int:
 
 
 def reach(plan: MechanismPlan, sent: Sequence[AimedRequest], counters: dict[str, int] | None) -> list[MechanismReach]:
-    """Per mechanism: aimed at or not (with why), and reached or not by the engine's counters (each
-    reply's reused prompt tokens; requests in flight together; the log's host-cache loads)."""
+    """Per mechanism: aimed at or not (with why), and reached or not by the engine's counters."""
     from gate.core.evidence import MechanismReach
 
     out = []

@@ -58,8 +58,7 @@ has nothing for the check to judge, and a rule that says so makes the check not-
 
 
 def path_offers(path: object) -> frozenset[Capability]:
-    """What a built path offers the checks (`PrefixServing` too for a store written against the single
-    `PrefixCaching` protocol of earlier releases, which the prefix checks serve through `LegacyStore`)."""
+    """What a built path offers the checks (`PrefixServing` too for a store of the old single protocol)."""
     from gate.checks._prefix_store import LEGACY_METHODS  # torch-free; only a run reads a built path
 
     offers = capabilities(path)

@@ -138,8 +138,7 @@ def measure_noise(
     top_k: int,
     limit: int,
 ) -> NoiseFloor | None:
-    """The candidate's noise floor under the check's own load (module docstring); None where requests
-    cannot opt out of the cache."""
+    """The candidate's noise floor under the check's own load; None where requests cannot opt out of the cache."""
     if off_cache_fields(server, salt_field, "probe") is None or not lengths:
         return None
     prompts = [seeded_prompt(vocab, n, ctx.seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]
@@ -153,11 +152,8 @@ def measure_noise(
     batches, company = [], []
     for k in range(BATCH_COMPOSITIONS):  # the order rotated, then cut into groups of `width`
         order = [(i + k * -(-n // BATCH_COMPOSITIONS)) % n for i in range(n)]
-        group = [0] * n
-        for position, i in enumerate(order):
-            group[i] = position // width
-        replies = _grouped(send, prompts, group, order)
-        batches.append(replies)
+        group = [order.index(i) // width for i in range(n)]
+        batches.append(_grouped(send, prompts, group, order))
         company.append([sum(1 for g in group if g == group[i]) - 1 for i in range(n)])
     tol, cap = tolerance_for(ctx), NOISE_CAP.get(computing_dtype(ctx), NOISE_CAP["float32"])  # tol: ties, reported
     deltas: list[float] = []
@@ -202,8 +198,7 @@ def _gap(c: TopKComparison) -> str:
 def _grouped(
     send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]], group: list[int], order: list[int]
 ) -> list[EngineCompletion]:
-    """Each group of prompts (`group[i]`: prompt i's group) sent at once, its members in `order`; the
-    replies in prompt order."""
+    """Each group of prompts (`group[i]`) sent at once, its members in `order`; replies in prompt order."""
     replies: list[EngineCompletion | None] = [None] * len(prompts)
     for g in sorted(set(group)):
         members = [i for i in order if group[i] == g]

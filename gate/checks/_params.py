@@ -20,9 +20,8 @@ PACKAGES: tuple[ModuleType, ...] = tuple(
     for module in pkgutil.iter_modules(gate.checks.__path__)
     if module.ispkg and not module.name.startswith("_")
 )
-"""Every built-in check, one package each under gate/checks/ (gate.checks._shape), found by listing the
-folder (a private package, such as _diagnosis, is a helper): each states its own params model in its
-torch-free face, which this imports (never a body)."""
+"""Every built-in check's torch-free face (never a body), found by listing gate/checks/ (a private
+package, such as _diagnosis, is a helper)."""
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {package.CARD: package.PARAMS for package in PACKAGES}
 """Check name -> its params model, for the built-in checks."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gate.core.check import CheckContext
 from gate.prefix.cache import PrefixReply
@@ -49,8 +49,7 @@ LEGACY_METHODS = (
 
 
 class BudgetNotTaken(ValueError):
-    """A store written against the single protocol did not take the byte budget asked through its
-    `fresh(byte_budget=)`: it offers no budget gate can set (the budget contract is unproven)."""
+    """A store of the single protocol did not take the byte budget asked through `fresh(byte_budget=)`."""
 
 
 class LegacyStore:
@@ -65,12 +64,10 @@ class LegacyStore:
         self.made_with = made_with
 
     def request(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
-        reply: PrefixReply = self.inner.request(tokens, **options)
-        return reply
+        return cast(PrefixReply, self.inner.request(tokens, **options))
 
     def recompute(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
-        reply: PrefixReply = self.inner.recompute(tokens, **options)
-        return reply
+        return cast(PrefixReply, self.inner.recompute(tokens, **options))
 
     def adapters(self) -> tuple[str, ...]:
         return tuple(self.inner.adapters())
@@ -91,8 +88,7 @@ class LegacyStore:
         return blocks
 
     def cache_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = self.inner.cache_state()
-        return state
+        return cast(dict[str, Any], self.inner.cache_state())
 
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> LegacyStore:
         return LegacyStore(self.inner.fresh(hash_fn=hash_fn), hash_fn=hash_fn)
@@ -129,8 +125,7 @@ def capability_name(protocol: type) -> str:
 
 
 class StorePool:
-    """The stores one run's prefix checks use, per candidate path: one per variant (base, a hash,
-    a budget), reset between scenarios instead of restarted, every start counted."""
+    """The stores one run's prefix checks use, per candidate path (module docstring)."""
 
     def __init__(self) -> None:
         self.stores: dict[tuple[Any, ...], PrefixServing] = {}

@@ -327,8 +327,7 @@ class RequestLog:
         return rows if len(rows) <= keep else rows[: keep // 2] + rows[-keep // 2 :]
 
     def observation(self) -> torch.Tensor:
-        """Reused tokens per request, then every computed logit row: what a fault would change
-        (float32, lossless for both; the control engine takes differences in float64)."""
+        """Reused tokens per request, then every computed logit row: what a fault would change."""
         reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float32)
         rows = [s.reply.logits.float().flatten().cpu() for s in self.served]
         return torch.cat([reuse, *rows])
@@ -353,8 +352,7 @@ def broken_rules(served: Served) -> list[str]:
 
 
 def beyond_any_identity(served: Sequence[Served], block_size: int) -> list[Served]:
-    """The requests (in the order served) that reused more than they share with any earlier one of
-    them under any identity: another context's state, not only another identity's (pure)."""
+    """The requests that reused more than they share with any earlier one under any identity."""
     tally, beyond = ReuseTally(block_size), []
     for s in served:
         if s.reused > tally.entitled(s.tokens, None):

@@ -18,12 +18,9 @@ A schedule is a list of operations on live sessions of one path:
     ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves; its slot is
                     free for the next join
 
-Every request's tokens come from a seeded stream (a fork continues its parent's prefix with a
-stream of its own; a request of the running batch is one row), and every step's logits [B, n, V]
-(per request of the running batch, [n, V]) are compared with one full pass of the reference over
-the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a claim
-that bounds logits). Running a schedule returns the steps it resolved ("prefill 15", "append 2",
-...), the first failing step, and what it covered (operation kinds, layout edges touched).
+Every request's tokens come from a seeded stream, and every step's logits are compared with one full
+pass of the reference over the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a
+claim that bounds logits).
 """
 
 from __future__ import annotations
@@ -93,8 +90,7 @@ class ScheduleResult:
 
 
 class ScheduleRunner:
-    """Runs schedules on `candidate` against `reference` full passes; memoises the reference rows
-    across schedules (the streams are seeded, so they repeat)."""
+    """Runs schedules on `candidate` against `reference` full passes, memoising the reference rows."""
 
     def __init__(
         self,
@@ -256,8 +252,7 @@ class ScheduleRunner:
         request: int,
         keep_logits: bool,
     ) -> dict[str, Any] | None:
-        """One forward of the running batch (`join n` or `step`), every fed request judged; the
-        failure, if any. A join that finds no free slot, or a step with nothing to feed, is a no-op."""
+        """One forward of the running batch (`join n` or `step`), every fed request judged; the failure, if any."""
         feeds: dict[int, tuple[Joined, int]] = {}
         if op[0] == "join":
             if len(joined) >= self.slots:

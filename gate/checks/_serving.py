@@ -80,8 +80,7 @@ def replay(
 ) -> tuple[ServingTrace, dict[str, Any]]:
     """Serve every conversation through `path`; the trace and the last finished session's exercise."""
     timer = Timer(device)
-    cuda = timer.cuda
-    if cuda:
+    if cuda := timer.cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         resting = torch.cuda.memory_allocated()

@@ -1,22 +1,7 @@
-"""The shape of a built-in check: one package per check (docs/architecture.md, "The shape of a check").
-
-    gate/checks/<module>/__init__.py   torch-free: CARD (its name and card), PARAMS (its params
-                                       model), EVIDENCE (its record, from evidence.py, or None:
-                                       shown generically), NEEDS (a frozenset of the
-                                       gate.protocols.Capability the candidate must offer),
-                                       optionally OPTIONAL (capability -> what offering it adds),
-                                       NEEDS_INSTEAD and COVERED_BY (gate.checks._needs), and
-                                       `__getattr__ = lazy_body(__name__)`
-    gate/checks/<module>/evidence.py   torch-free, pydantic only: its evidence record (when it
-                                       has one), on gate.core.evidence's shared records
-    gate/checks/<module>/view.py       torch-free: `read(record, views)`, the record into the
-                                       dossier (found by gate.report.evidence.readers)
-    gate/checks/<module>/body.py       measure (drive the subject -> observations), judge
-                                       (observations -> judgement, pure), explain (judgement ->
-                                       the Outcome, built once) and the registered check
-
-The package reaches its body lazily (its module `__getattr__`), so the entry
-point `gate.checks.<module>:<function>` stays valid and importing the package never imports torch.
+"""The shape of a built-in check: one package per check (docs/architecture.md, "The shape of a check"):
+a torch-free face (`__init__.py`: CARD, PARAMS, EVIDENCE, NEEDS, ...), its evidence record and view,
+and its body. The package reaches its body lazily (its module `__getattr__`), so the entry point
+`gate.checks.<module>:<function>` stays valid and importing the package never imports torch.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ MAX_LOOKS = 8
 SAME_LAW = 1e-9
 """Total variation below which a fault's exact law is the target's: no sample size can show it."""
 PILOT_POWER = 0.99
-"""A control's pilot rejects its own fault's exact law with at least this chance, so it seldom
-needs the planned looks after it."""
+"""A control's pilot rejects its own fault's exact law with at least this chance."""
 MIN_PILOT = 50
 """The smallest pilot (the floor of min_samples)."""
 

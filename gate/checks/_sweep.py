@@ -1,11 +1,8 @@
 """Prefix lengths and the cached sweep schedule behind `prefix-sweep`.
 
-For every length L the candidate must produce the logits of token L appended to a cache that
-holds tokens 0..L-1. Doing that from scratch per length costs sum(L^2). The schedule here grows
-one session instead: prefill the first length, then for each next length append the tokens in
-between as one chunk and append token L alone, reading its row. Total work is about one causal
-pass over the longest prefix plus one single-token append per length, and it uses only the
-Session protocol (prefill, append), so it runs on any engine.
+For every length L the candidate must produce the logits of token L appended to a cache that holds
+tokens 0..L-1. Rather than sum(L^2) from scratch, one session grows: prefill the first length, then
+per next length append the tokens in between as one chunk and token L alone, reading its row.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def log_spaced(count: int, longest: int) -> list[int]:
-    """At least `count` distinct integer lengths, log-spaced from 1 to `longest` (fewer only if
-    there are fewer integers in range)."""
+    """At least `count` distinct integer lengths (if there are), log-spaced from 1 to `longest`."""
     if longest < 1:
         return []
     target = min(count, longest)
@@ -111,12 +107,8 @@ def plan_sweep(
     bugs live there) and the last edge ±1 of every kind, and every length up to `every_up_to`. Then,
     within `cap` lengths in all: up to `log_count` log-spaced lengths (thinned evenly if the cap
     binds), then up to `sampled_edges` further edges ±1 drawn with `seed` from every kind's rest.
-    `exhaustive` visits every edge ±1 and ignores the cap (nightly jobs).
-
-    `reach` bounds a non-exhaustive sweep's longest prefix (each visited length costs a causal
-    pass up to it): lengths stop there, except that the seed lengths, the first edge ±1 of every
-    kind and every length up to `every_up_to` are visited wherever they lie. Edges are still counted up to
-    `longest`, so the coverage says what was left."""
+    `exhaustive` visits every edge ±1 and ignores the cap. `reach` bounds a non-exhaustive sweep's
+    longest prefix, except for the lengths always visited; edges are still counted up to `longest`."""
     kinds = {k: sorted({int(b) for b in v if 0 <= int(b) <= longest}) for k, v in (edges or {}).items()}
     kinds = {k: v for k, v in kinds.items() if v}
     context = longest

@@ -1,21 +1,11 @@
 """The top-k observation: what an engine behind HTTP shows, and the established rule to compare it.
 
-An in-process check sees every logit; an HTTP engine shows, per generated position, the greedy
-token, its logprob and the top-k (token, logprob) pairs. `TopKObservation` holds that, and
-`compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as gate's dense
-comparison (gate.checks._compare) is:
-
-* positions are compared while both greedy sequences agree; at the first position where they
-  differ the sequences stop being comparable (each continues from another context);
-* there the argmax is load-bearing: the flip is a *tie* when the candidate's token is inside the
-  reference's top-k with a gap (reference logprob of its token minus that of the candidate's) within
-  tolerance, as the dense rule treats a flip inside the top-2 margin; otherwise it is a failure. The
-  vLLM condition (each side's token inside the other's top-k) is reported as `close`, with the gap;
-* |Δlogprob| of the aligned tokens (and of every token both top-k lists hold) is measured; over the
-  tolerance it is a warning, and for an `exact` claim any non-zero difference is a failure.
-
-What it cannot show, compared with dense logits: a change confined to tokens outside both top-k
-lists, and the size of a gap to a token outside the reference's top-k (reported as a lower bound).
+An HTTP engine shows, per generated position, the greedy token, its logprob and the top-k (token,
+logprob) pairs. `compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as
+gate's dense comparison is: positions are compared while both greedy sequences agree; at the first
+that differs the flip is a *tie* when the candidate's token is inside the reference's top-k with a
+gap within tolerance, else a failure; |Δlogprob| of the aligned tokens and of every token both top-k
+lists hold is measured. It cannot show a change confined to tokens outside both top-k lists.
 """
 
 from __future__ import annotations
@@ -123,8 +113,7 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
 
 
 def exact_equal(reference: TopKObservation, candidate: TopKObservation) -> bool:
-    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims); a NaN
-    equals nothing, not even the same NaN object in both."""
+    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims); NaN equals nothing."""
     values = [
         *reference.logprobs,
         *candidate.logprobs,

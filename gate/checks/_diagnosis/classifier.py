@@ -1,5 +1,4 @@
-"""The bug class read from the evidence: a length profile (gate.checks._diagnosis.profile) and,
-where the paths offer one, a layer divergence (gate.checks._diagnosis.layers)."""
+"""The bug class read from a length profile and, where the paths offer one, a layer divergence."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Model-level experiments: what sessions alone can show, for a path with no layer trace and no
-probe. Each feeds both paths a few seeded or chosen tokens and says what moved.
-"""
+"""Model-level experiments: what sessions alone can show, for a path with no layer trace and no probe."""
 
 from __future__ import annotations
 
@@ -126,8 +124,7 @@ STEPWISE_LONGEST = 512
 """Longest prefix the stepwise experiment feeds one token per step (a step per token)."""
 
 UNIFORM_LENGTHS = (1, 9, 17)
-"""Prompt lengths of the uniform-prompt experiment: the first token on an empty cache, then one
-token over 8 and over 16 cached copies of it."""
+"""Prompt lengths of the uniform-prompt experiment (one token over 0, 8 and 16 cached copies)."""
 
 
 def _off(reference_row: torch.Tensor, candidate_row: torch.Tensor, tol: Tolerance) -> bool:

@@ -230,8 +230,7 @@ def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
 
 
 def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
-    """The steps of several tokens over a non-empty cache that reached `prefix_len` (the check's cuts
-    and the candidate's own chunk edges)."""
+    """The steps of several tokens over a non-empty cache that reached `prefix_len`."""
     edges = {c for c in cuts if 0 < c <= prefix_len}
     if (layout := offered(candidate, LayoutEdges)) is not None:
         edges |= {e for e in layout.layout_edges().get("chunk", ()) if 0 < e < prefix_len}

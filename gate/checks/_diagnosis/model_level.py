@@ -30,8 +30,7 @@ or projections the cached path computes with, or a position encoding that is abs
 mask offset (there is none) or a window."""
 
 CHUNK_CANDIDATES = ("mask-offset", "positional-index")
-"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill
-are right: the chunk's mask origin or the chunk's positions."""
+"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill are right."""
 
 
 def window_or_chunk(

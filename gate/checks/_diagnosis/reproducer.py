@@ -1,5 +1,4 @@
-"""The diagnosis of schedule-fuzz's failing schedule: its failing step replayed under a layer trace
-where both paths offer one, else the model-level experiments its kind of step allows."""
+"""The diagnosis of schedule-fuzz's failing schedule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The diagnosis of a failed sweep over prefix lengths: the length profile, the first diverging
-layer where the paths offer a layer trace (with the sweep's chunks replayed), else the model-level
-experiments, read into one bug class, JSON-ready."""
+"""The diagnosis of a failed sweep over prefix lengths, read into one bug class, JSON-ready."""
 
 from __future__ import annotations
 
@@ -52,11 +50,9 @@ def diagnose(
     profile = length_profile(lengths, deviates, delta, flips)
     if any(x and not math.isfinite(d) for x, d in zip(deviates, delta, strict=True)):
         profile["non_finite"] = True  # NaN or inf in the candidate's logits at a deviating length
-    at = (
-        trace_at
-        if trace_at is not None
-        else next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
-    )
+    at = trace_at
+    if at is None:
+        at = next((n for n, x in zip(lengths, deviates, strict=True) if x and n > 0), None)
     layers: dict[str, Any] | None = None
     error = None
     precision_at: list[int] = []
