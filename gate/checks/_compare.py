@@ -28,12 +28,9 @@ on correct paths of the reference decoder (benchmarks/RESULTS.md); a claim's ato
 
 DENY_ALLOWANCE = 2.0
 """Under a tolerance (or exact) claim, a row whose |Δlogit| exceeds DENY_ALLOWANCE x its tolerance
-denies: the claim says the logits stay within tolerance, so a path beyond it has broken the claim
-whatever its argmax does (a cache that quantises keys flips only near-ties, yet moves every row).
-Between 1x and the allowance the row is a warning. Calibration (benchmarks/RESULTS.md; benchmarks/calibrate_tolerance.md
-for float16 and the tinylm and gqa plugins) puts the worst correct path at 0.39x-0.59x its tolerance
-in bfloat16, 0.49x in float16 and 0.02x in float32, so the allowance leaves at least 3x headroom
-above rounding."""
+denies whatever its argmax does (a cache that quantises keys flips only near-ties, yet moves every
+row); between 1x and the allowance it is a warning. The worst correct path sits at 0.02x-0.59x its
+tolerance (benchmarks/RESULTS.md, benchmarks/calibrate_tolerance.md): at least 3x headroom."""
 
 
 @dataclass(frozen=True)

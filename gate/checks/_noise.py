@@ -12,15 +12,10 @@ NOISE_MARGIN times it: by exchangeability the next correct reply exceeds the wor
 probability at most 1/(n+1), and the margin covers the tail beyond it. A reply is then judged against
 the larger of the claim's tolerance and the floor (gate.checks._engine.judge).
 
-Not every difference between batches is noise. A pair whose logprobs move beyond what the next coarser
-number format would round to (NOISE_CAP), or whose greedy tokens flip where the two tokens were further
-apart than that, shows the engine answering the same prompt differently because of its neighbours: a
-defect, reported by the check as a failure (class continuous-batching) and left out of the floor. On
-llama.cpp b11549 with a sliding-window model and several slots sharing a unified KV cache, long prompts
-batched together move by 0.15-0.4 and flip tokens; `--swa-full` makes them agree to 4e-6.
-
-Only the candidate's nondeterminism is measured, never its difference from the reference: a KV cache
-in another dtype is deterministic, so its difference from the reference stays a finding.
+A pair that moves beyond NOISE_CAP, or flips tokens further apart than that, is not noise but the
+engine answering the same prompt differently because of its neighbours (llama.cpp b11549, slots
+sharing a unified sliding-window KV cache: 0.15-0.4 and flipped tokens): a defect, left out of the
+floor. Only the candidate's nondeterminism is measured, never its difference from the reference.
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ class Findings:
             diagnosis = {**(diagnosis or {}), "problems": self.problems}
             if self.hazard is not None:
                 diagnosis["hazard"] = self.hazard.dump()
-        evidence = self.recorded(evidence)
         reported = (relabel or {}).get(status, status)
+        evidence = self.recorded(evidence)
         return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
 
 
@@ -278,9 +278,8 @@ class RequestLog:
         oracle: Oracle | None = None,
         **request: Any,
     ) -> Served:
-        """Serve `tokens` and record it for entitlement. `oracle(tokens)` gives uncached logits
-        [len(tokens), V] under the same identity; it is called on the prompt followed by the
-        reply's continuation, and the computed prompt rows and continuation rows are compared."""
+        """Serve `tokens` and record it for entitlement; with an `oracle`, its uncached logits over the
+        prompt and the reply's continuation are compared with the computed rows."""
         entitled = self.ledger.entitled(tokens, key)
         reply = worker.request(tokens, **request)
         served = Served(label, list(tokens), entitled, reply)
@@ -296,8 +295,7 @@ class RequestLog:
         self.ledger.record(tokens, key)
         self.served.append(served)
         self.last_store = worker
-        problem = self.stop(served) if self.stop is not None else None
-        if problem is not None:
+        if self.stop is not None and (problem := self.stop(served)) is not None:
             raise FirstFailure(self, worker, problem)
         return served
 

@@ -51,7 +51,6 @@ class LookPlan:
     alpha: float
     """Level of each look."""
     reaches_power: bool
-    """Whether the last look has the declared power against every observable fault."""
     needed: dict[str, int | None]
     """Per fault, the smallest n with the declared power at the per-look level (None: beyond the budget)."""
     pilot: int | None = None
@@ -71,7 +70,6 @@ class Design:
     gaps: list[float]
     """Smallest top-k boundary gaps seen while enumerating the null."""
     enumerated: bool
-    """Whether the candidate gave draft probabilities, so the alternatives exist."""
     cells: list[Seq]
     index: dict[Seq, int]
     p0: np.ndarray
@@ -85,8 +83,9 @@ class Design:
     """The candidate's target and draft answers the alternatives were enumerated from."""
 
 
-def _table(fn: Any, prompt: torch.Tensor, temperature: float, top_k: int) -> NextTokenTable:
-    return NextTokenTable(lambda c: fn(c, temperature=temperature, top_k=top_k), prompt)
+def _at(fn: Any, p: SpecDistributionParams) -> Any:
+    """`fn` at the params' temperature and top-k."""
+    return lambda c: fn(c, temperature=p.temperature, top_k=p.top_k)
 
 
 def _reference_probs(ctx: CheckContext, temperature: float, top_k: int, gaps: list[float]) -> Any:
@@ -122,8 +121,8 @@ def shared_design(
         # the reference side is the same for every candidate: enumerated once per run
         key = ("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon)
         law0, gaps = ctx.cache.get(key, null_law)
-        target = _table(spec.target_next_token_probs, prompt, p.temperature, p.top_k)
-        draft = _table(spec.draft_next_token_probs, prompt, p.temperature, p.top_k)
+        target = NextTokenTable(_at(spec.target_next_token_probs, p), prompt)
+        draft = NextTokenTable(_at(spec.draft_next_token_probs, p), prompt)
         k = spec.num_draft_tokens
         try:
             alt_laws = {f: sampler_law(target, draft, apply_fault(CORRECT, f), k, horizon) for f in FAULTS}
@@ -166,9 +165,9 @@ def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, des
         return False
     target, draft = design.asked
     try:
-        return answers_again(
-            lambda c: spec.target_next_token_probs(c, temperature=p.temperature, top_k=p.top_k), target
-        ) and answers_again(lambda c: spec.draft_next_token_probs(c, temperature=p.temperature, top_k=p.top_k), draft)
+        return answers_again(_at(spec.target_next_token_probs, p), target) and answers_again(
+            _at(spec.draft_next_token_probs, p), draft
+        )
     except NotImplementedError:
         return False
 

@@ -42,7 +42,7 @@ def around(boundaries: Iterable[int], longest: int) -> list[int]:
 
 
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
-    """The path's layout edges by kind (`LayoutBoundaries` as one kind `layout`), else none."""
+    """The path's layout edges by kind (`LayoutBoundaries` as one kind `layout`)."""
     from gate.protocols import LayoutBoundaries, LayoutEdges, offered
 
     if (layout := offered(path, LayoutEdges)) is not None:
@@ -151,10 +151,7 @@ def plan_sweep(
 
 def _coverage(kinds: Mapping[str, list[int]], chosen: set[int], longest: int) -> dict[str, dict[str, int]]:
     return {
-        kind: {
-            "edges": len(v),
-            "visited": sum(all(x in chosen for x in around([b], longest)) for b in v),
-        }
+        kind: {"edges": len(v), "visited": sum(all(x in chosen for x in around([b], longest)) for b in v)}
         for kind, v in kinds.items()
     }
 
@@ -162,20 +159,13 @@ def _coverage(kinds: Mapping[str, list[int]], chosen: set[int], longest: int) ->
 def sweep_lengths(
     longest: int,
     *,
-    seed_lengths: Iterable[int] = SEED_LENGTHS,
     log_count: int = 64,
     boundaries: Iterable[int] = (),
     every_up_to: int | None = None,
 ) -> list[int]:
     """Every length of an exhaustive sweep over one kind of layout boundaries."""
-    return plan_sweep(
-        longest,
-        edges={"layout": list(boundaries)},
-        seed_lengths=seed_lengths,
-        log_count=log_count,
-        exhaustive=True,
-        every_up_to=every_up_to,
-    ).lengths
+    edges = {"layout": list(boundaries)}
+    return plan_sweep(longest, edges=edges, log_count=log_count, exhaustive=True, every_up_to=every_up_to).lengths
 
 
 def cached_sweep(

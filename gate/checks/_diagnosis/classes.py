@@ -146,6 +146,5 @@ def uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
 
 
 SMALL_RELATIVE_ERROR = 0.1
-"""Largest relative K/V or hidden-state error (of the reference's max |value|) read as an
-approximation or a precision change rather than a wrong index, mask or state (those move values
-by their own scale)."""
+"""Largest relative K/V or hidden-state error read as an approximation or a precision change rather
+than a wrong index, mask or state (those move values by their own scale)."""
