@@ -101,11 +101,9 @@ def accepts(method: Any, name: str) -> bool:
 
 
 def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
-    """Which KV head each query head read at the traced step's last query, judged from what the
-    path's attention was given and returned: per query head, the KV heads whose expected output
-    (a float64 softmax over every key read, the last query seeing all of them) its output equals.
-    None when the layer records no per-head query and output; an entry is None when no KV head (or
-    more than one) explains that head."""
+    """Which KV head each query head read at the traced step's last query: the one whose expected output
+    (a float64 softmax over every key read) its output equals (None: no KV head, or several, explain
+    it). None when the layer records no per-head query and output."""
     import torch
 
     if "q" not in state or "attn" not in state:
@@ -241,10 +239,9 @@ def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> 
 def traced_divergence(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, dtype: str, cuts: Sequence[int] = ()
 ) -> dict[str, Any] | None:
-    """The layer divergence of the step at `at` (the prefix as one prefill), then, where that
-    step shows nothing or only prefix K/V gone wrong in a later layer (state an earlier step wrote),
-    the multi-token steps over a cache that reached it replayed one by one (chunk replay): the first
-    that diverges at a lower layer stands instead, marked `replayed_chunk`."""
+    """The layer divergence of the step at `at`, then, where it shows nothing or only prefix K/V gone wrong
+    in a later layer (state an earlier step wrote), the multi-token steps that reached it replayed one by
+    one: the first that diverges at a lower layer stands instead, marked `replayed_chunk`."""
     layers = layer_divergence(reference, candidate, tokens, at, dtype)
     if layers is None:
         return None

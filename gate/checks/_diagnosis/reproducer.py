@@ -32,14 +32,10 @@ def diagnose_reproducer(
     tol: Tolerance,
     seed: int,
 ) -> dict[str, Any]:
-    """The bug class of schedule-fuzz's failing schedule from what its failing step is. A schedule
-    with a fork or a switch before it asks whether two live sessions share one cache; one of prefill,
-    append and reset steps of one request (anything else stays uncertain) is replayed under a layer
-    trace where both paths offer one, else (or where the replay shows nothing) put to model-level
-    experiments: a step over a cache blind to the token before it is a mask offset; NaN on an empty
-    cache only through the cache is a read past the valid length; a one-token step wrong on one token
-    repeated is a KV-head map; else one token wrong on an empty cache is uncertain among
-    EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
+    """The bug class of schedule-fuzz's failing schedule from what its failing step is: after a fork or
+    a switch, whether two live sessions share one cache; a step of prefill, append and reset steps of
+    one request (anything else stays uncertain) replayed under a layer trace where both paths offer
+    one, else (or where the replay shows nothing) put to the model-level experiments."""
     out: dict[str, Any] = {"bug_class": "uncertain"}
     index = int(failure["step"]) - 1
     if 0 <= index < len(steps) and any(step[0] in ("fork", "switch") for step in steps[: index + 1]):
