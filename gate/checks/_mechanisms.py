@@ -1,13 +1,10 @@
 """The mechanisms an engine reuses cached state through, a workload aimed at each, and what reached them.
 
-engine-concurrent-conversations plans this (MECHANISMS) from the candidate's cache geometry
-(gate.protocols.CacheGeometry) before its seeded rounds. The reuse of a prefix just past the sliding
-window restores a sliding-window state (a context checkpoint) that must hold the whole window; prompts
-past the window cache's room per slot, as many in flight as there are slots, wrap the cache while the
-other slots still need theirs. A mechanism the geometry rules out is listed with why, never aimed at
-in silence. What reached each is counted from the engine's own counters: each reply's reused prompt
-tokens, and where the server's log states them (llama.cpp at -lv 4) its checkpoint restores,
-host-cache loads and full recomputations. Torch-free: `gate plan` lists the plan before a run.
+engine-concurrent-conversations plans this from the candidate's cache geometry before its seeded
+rounds (the reuse of a prefix just past the sliding window restores a checkpoint that must hold the
+whole window). A mechanism the geometry rules out is listed with why, never aimed at in silence. What
+reached each is counted from the engine's own counters (each reply's reused prompt tokens, and the
+server's log at llama.cpp -lv 4). Torch-free: `gate plan` lists the plan before a run.
 """
 
 from __future__ import annotations

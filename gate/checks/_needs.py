@@ -53,8 +53,7 @@ def offered_capabilities(offers: list[str]) -> frozenset[Capability]:
 
 
 ABSENT: dict[Capability, str] = {Capability.PREFIX_SERVING: "cross-request-cache"}
-"""A missing capability as a policy rule's `not_applicable.without` names it: a candidate without it
-has nothing for the check to judge, and a rule that says so makes the check not-applicable."""
+"""A missing capability as a policy rule's `not_applicable.without` names it."""
 
 
 def path_offers(path: object) -> frozenset[Capability]:

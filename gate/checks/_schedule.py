@@ -6,17 +6,12 @@ A schedule is a list of operations on live sessions of one path:
     ("append", n)   n more tokens against the active session's cache (n = 1: a decode step)
     ("feed", n)     prefill when the active session is empty, else append (what the search draws)
     ("reset",)      the active session forgets its request; the next tokens start a new one
-    ("fork",)       a second live session prefilled with the active request's tokens so far (a
-                    shared prefix), which becomes active; at most two sessions live at once
-    ("switch",)     the other live session becomes active (a new, empty request when only one is
-                    live: two unrelated requests interleaved)
-    ("join", n)     where the path batches continuously (gate.protocols.ContinuousBatching): a new
-                    request joins the one running batch with its first n tokens, in ONE forward with
-                    a decode token of every request already running (mixed prefill and decode); a
-                    no-op while every slot is taken
+    ("fork",)       a second live session prefilled with the active request's tokens so far becomes active
+    ("switch",)     the other live session (a new, empty request when only one is live) becomes active
+    ("join", n)     a new request joins the running batch (ContinuousBatching) with its first n tokens,
+                    in ONE forward with a decode token of every request already running
     ("step",)       one forward of the running batch: a decode token for every request in it
-    ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves; its slot is
-                    free for the next join
+    ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves, freeing its slot
 
 Every request's tokens come from a seeded stream, and every step's logits are compared with one full
 pass of the reference over the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a
