@@ -79,12 +79,8 @@ class TopKComparison:
 def worst(values: Iterable[float]) -> float:
     """The largest of `values` (0.0 for none), NaN when any is NaN: `max()` skips a NaN that is not first,
     so a NaN logprob would read as no difference at all."""
-    out = 0.0
-    for value in values:
-        if math.isnan(value):
-            return math.nan
-        out = max(out, value)
-    return out
+    seen = [0.0, *values]
+    return math.nan if any(math.isnan(v) for v in seen) else max(seen)
 
 
 def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: Tolerance) -> TopKComparison:

@@ -58,13 +58,10 @@ def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bo
     heads = ref_k.shape[1]
     if heads < 2 or cand_k.shape != ref_k.shape:
         return False
-    mapping = []
-    for h in range(heads):
-        match = [o for o in range(heads) if not _differs(cand_k[:, h], ref_k[:, o], rel)]
-        if not match:
-            return False
-        mapping.append(match[0])
-    return mapping != list(range(heads))
+    mapping = [
+        next((o for o in range(heads) if not _differs(cand_k[:, h], ref_k[:, o], rel)), None) for h in range(heads)
+    ]
+    return None not in mapping and mapping != list(range(heads))
 
 
 def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
