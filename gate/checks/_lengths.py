@@ -11,12 +11,7 @@ PREFIX_BLOCKS = 4
 
 def clip_lengths(lengths: list[int], limit: int) -> list[int]:
     """Lengths clipped to `limit`, in order, without repeats."""
-    out: list[int] = []
-    for length in lengths:
-        clipped = max(1, min(length, limit))
-        if clipped not in out:
-            out.append(clipped)
-    return out
+    return list(dict.fromkeys(max(1, min(length, limit)) for length in lengths))
 
 
 def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[int]:

@@ -146,11 +146,8 @@ class ReuseTally:
         self.seen: list[tuple[tuple[int, ...], Hashable]] = []
 
     def entitled(self, tokens: Sequence[int], key: Hashable) -> int:
-        best = 0
-        for prev, prev_key in self.seen:
-            if prev_key == key:
-                shared = common_prefix(prev, tokens)
-                best = max(best, shared - shared % self.block_size)
+        shared = [common_prefix(prev, tokens) for prev, prev_key in self.seen if prev_key == key]
+        best = max((n - n % self.block_size for n in shared), default=0)
         return min(best, max(len(tokens) - 1, 0))
 
     def record(self, tokens: Sequence[int], key: Hashable) -> None:
