@@ -109,16 +109,12 @@ def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads < 2 or heads % kv_heads or out.shape != q.shape or not bool(k.isfinite().all()):
         return None
-    mapping: list[int | None] = []
-    for h in range(heads):
-        found = []
-        for g in range(kv_heads):
-            scores = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, 1, T]
-            expected = torch.softmax(scores, dim=-1) @ v[:, g]  # [B, 1, D]
-            if not _differs(out[:, h], expected, rel):
-                found.append(g)
-        mapping.append(found[0] if len(found) == 1 else None)
-    return mapping
+
+    def expected(h: int, g: int) -> Any:  # [B, 1, D]: query head h over KV head g
+        return torch.softmax(q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v[:, g]
+
+    found = [[g for g in range(kv_heads) if not _differs(out[:, h], expected(h, g), rel)] for h in range(heads)]
+    return [f[0] if len(f) == 1 else None for f in found]
 
 
 def layer_divergence(
