@@ -1,9 +1,8 @@
 """Shared by the parity checks: inputs, dtype-aware tolerance, tie-aware logit comparison.
 
-The load-bearing assertion is argmax agreement (background: parity); max |Δlogit| against a tolerance is a
-warning. An argmax flip where the reference's top-2 margin is within tolerance is a *tie*:
-reported with its margin, neither a failure nor a silent pass. `exact` compares bit patterns,
-which is honest only between paths that run the same shapes.
+The load-bearing assertion is argmax agreement (background: parity); max |Δlogit| over tolerance is a
+warning. An argmax flip within tolerance of the reference's top is a *tie*: reported with its margin,
+neither a failure nor a silent pass.
 """
 
 from __future__ import annotations
@@ -28,15 +27,9 @@ on correct paths of the reference decoder (benchmarks/RESULTS.md); a claim's ato
 
 DENY_ALLOWANCE = 2.0
 """Under a tolerance (or exact) claim, a row whose |Δlogit| exceeds DENY_ALLOWANCE x its tolerance
-denies: the claim says the logits stay within tolerance, so a path beyond it has broken the claim
-whatever its argmax does (a cache that quantises keys flips only near-ties, yet moves every row).
-Between 1x and the allowance the row is a warning. Calibration (benchmarks/RESULTS.md; benchmarks/calibrate_tolerance.md
-for float16 and the tinylm and gqa plugins) puts the worst correct path at 0.39x-0.59x its tolerance
-in bfloat16, 0.49x in float16 and 0.02x in float32, so the allowance leaves at least 3x headroom
-above rounding."""
-
-CLAIMS_BOUNDING_LOGITS = ("exact", "tolerance")
-"""Claim levels that promise the logits themselves stay within tolerance (not only the tokens)."""
+denies whatever its argmax does (a cache that quantises keys flips only near-ties, yet moves every
+row); between 1x and the allowance it is a warning. The worst correct path sits at 0.02x-0.59x its
+tolerance (benchmarks/RESULTS.md, benchmarks/calibrate_tolerance.md): at least 3x headroom."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +37,6 @@ class Tolerance:
     atol: float
     rtol: float
     source: str
-    """claim, params or dtype default."""
 
     def row(self, reference: torch.Tensor) -> torch.Tensor:
         """Per-row tolerance for reference logits [..., V] -> [...]."""
@@ -55,12 +47,11 @@ class Tolerance:
 
 
 def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | None = None) -> Tolerance:
-    """Params win, then the manifest's tolerance claim, then the default of the dtype the subject
-    computes in (`computing_dtype`)."""
+    """Params win, then the manifest's tolerance claim, then the `computing_dtype` default."""
     dtype = computing_dtype(ctx)
-    default_atol, default_rtol = DEFAULT_TOLERANCE[dtype]
     claim = ctx.manifest.claim
     claim_atol, claim_rtol = (claim.atol, claim.rtol) if isinstance(claim, ToleranceClaim) else (None, None)
+    default_atol, default_rtol = DEFAULT_TOLERANCE[dtype]
     if atol is not None or rtol is not None:
         source = "params"
     elif claim_atol is not None or claim_rtol is not None:
@@ -73,10 +64,8 @@ def tolerance_for(ctx: CheckContext, atol: float | None = None, rtol: float | No
 
 
 def computing_dtype(ctx: CheckContext) -> str:
-    """The dtype whose rounding the comparison must allow: the least precise of the manifest's dtype
-    and the dtypes the reference and candidate paths say they compute in (a plugin that computes in
-    bfloat16 under a float32 manifest is judged with bfloat16's band). A dtype gate has no calibrated
-    default for counts as float32."""
+    """The dtype whose rounding the comparison must allow: the least precise of the manifest's dtype and
+    those the paths say they compute in (a dtype gate has no calibrated default for counts as float32)."""
     named = [ctx.dtype, *(str(getattr(p, "dtype", "")).removeprefix("torch.") for p in (ctx.reference, ctx.candidate))]
     known = [d for d in named if d in DEFAULT_TOLERANCE] or ["float32"]
     return max(known, key=lambda d: DEFAULT_TOLERANCE[d])
@@ -84,7 +73,7 @@ def computing_dtype(ctx: CheckContext) -> str:
 
 def bounds_logits(ctx: CheckContext) -> bool:
     """Whether the manifest's claim promises the logits stay within tolerance (exact, tolerance)."""
-    return ctx.manifest.claim.level in CLAIMS_BOUNDING_LOGITS
+    return ctx.manifest.claim.level in ("exact", "tolerance")
 
 
 def random_tokens(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
@@ -102,18 +91,15 @@ class RowComparison:
     max_abs_delta: torch.Tensor
     agree: torch.Tensor
     tie: torch.Tensor
-    """Argmax flipped to a token the reference scores within tolerance of its top (a top-2 margin
-    within tolerance)."""
+    """Argmax flipped to a token the reference scores within tolerance of its top."""
     margin: torch.Tensor
-    """Where the argmax agrees: reference top-1 minus top-2. Where it flipped: reference top-1
-    minus the reference's logit of the candidate's token."""
+    """Reference top-1 minus top-2 where the argmax agrees, else minus its logit of the candidate's token."""
     tolerance: torch.Tensor
     ref_top: torch.Tensor
     cand_top: torch.Tensor
 
     @property
     def failed(self) -> torch.Tensor:
-        """Argmax flips that are not ties: the load-bearing failures."""
         return ~self.agree & ~self.tie
 
     @property
@@ -152,8 +138,7 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     if a.shape != b.shape:
         raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
-    ia = a.contiguous().view(torch.int32) if a.dtype == torch.float32 else a.float().contiguous().view(torch.int32)
-    ib = b.contiguous().view(torch.int32) if b.dtype == torch.float32 else b.float().contiguous().view(torch.int32)
+    ia, ib = (x.float().contiguous().view(torch.int32) for x in (a, b))
     return (ia == ib).all(dim=-1)
 
 

@@ -1,9 +1,7 @@
 """Length coverage of the sweep checks: the lengths a policy wants against the ones the paths reach.
 
-Torch-free, so `gate plan` can state it before a run from the adapters' capability lists
-(`PathCapabilities`, built from the options alone), and the checks compute the same thing at run
-time from the built paths. A wanted length the paths cannot reach leaves the check `unproven`
-(prefix-sweep), never a silent clip.
+Torch-free, so `gate plan` can state it before a run from the adapters' capability lists, and the
+checks compute the same thing at run time from the built paths.
 """
 
 from __future__ import annotations
@@ -11,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gate.checks._params import PrefixSweepParams
+from gate.checks.prefix_sweep import PrefixSweepParams
 from gate.core.plan import LengthCoverage
 from gate.protocols import CacheGeometry
 
 
 def prefix_sweep_coverage(wanted: list[int], scoped: int | None, reachable: int | None) -> LengthCoverage:
-    """prefix-sweep: the standard lengths (within an explicit `longest`, which scopes the claim) that
-    the paths' max_len cannot reach leave the sweep unproven."""
+    """prefix-sweep: a wanted length (within an explicit `longest`) the paths cannot reach leaves it unproven."""
     in_scope = sorted(x for x in wanted if scoped is None or x <= scoped)
     return LengthCoverage(
         wanted=in_scope,
@@ -37,8 +34,7 @@ def _prefix_sweep(params: Mapping[str, Any], max_len: int | None, geometry: Cach
 def _engine_prefix_parity(
     params: Mapping[str, Any], max_len: int | None, geometry: CacheGeometry | None
 ) -> LengthCoverage:
-    """The lengths planned on the candidate's cache geometry as its launch flags state it; where the
-    block is stated only when the server runs, the lengths as given (the run plans them again)."""
+    """The lengths planned on the candidate's cache geometry as its launch flags state it (else as given)."""
     from gate.checks._engine import not_reusable
     from gate.checks.engine_prefix_parity import SUFFIX, EnginePrefixParams, planned_lengths  # torch-free
 
@@ -69,8 +65,7 @@ def _engine_prefix_parity(
 def _engine_concurrent_conversations(
     params: Mapping[str, Any], max_len: int | None, geometry: CacheGeometry | None
 ) -> LengthCoverage:
-    """The lengths the aimed workload sends at each reuse mechanism the candidate's launch states
-    (gate.checks._mechanisms), and the mechanisms it cannot reach, with why."""
+    """The lengths the aimed workload sends at each reuse mechanism (gate.checks._mechanisms)."""
     from gate.checks._mechanisms import plan_mechanisms
     from gate.checks.engine_concurrent_conversations import EngineConversationsParams
 
@@ -96,7 +91,7 @@ SWEEP_CHECKS: dict[str, Callable[[Mapping[str, Any], int | None, CacheGeometry |
     "engine-prefix-parity": _engine_prefix_parity,
     "engine-concurrent-conversations": _engine_concurrent_conversations,
 }
-"""Checks that sweep lengths, and how each turns its params and the paths' max_len into coverage."""
+"""How each check that sweeps lengths turns its params and the paths' max_len into coverage."""
 
 
 def planned_coverage(
@@ -105,9 +100,7 @@ def planned_coverage(
     max_lens: Mapping[str, tuple[int | None, str]],
     geometry: CacheGeometry | None = None,
 ) -> LengthCoverage | None:
-    """Coverage of one planned check from each role's (max_len, where it comes from) and the
-    candidate engine's cache geometry; None for a check that sweeps no lengths. A role whose max_len
-    is unknown leaves reach unknown."""
+    """Coverage of one planned check from each role's (max_len, its source); None where it sweeps none."""
     rule = SWEEP_CHECKS.get(check)
     if rule is None:
         return None

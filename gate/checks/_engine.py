@@ -1,16 +1,7 @@
-"""Shared by the engine checks: the two engine paths, seeded token-id prompts, the claim's comparison.
-
-An engine check runs against an HTTP server gate did not write (an `EngineServing` path, built by
-gate.adapters.openai). It starts its servers itself (two processes: the candidate, and the
-reference with its cache or new scheduling off) and stops them when it ends. What it observes is
-a `TopKObservation` per request; the claim decides what must hold:
-
-    exact          tokens, logprobs and top-k lists identical as reported
-    tolerance      greedy tokens identical (a flip inside the reference's top-k within tolerance is a
-                   tie); |Δlogprob| over tolerance is a warning, beyond DENY_ALLOWANCE x tolerance a failure
-                   (the claim bounds the logprobs, gate.checks._compare); a check that serves replies under
-                   load raises the tolerance to the candidate's measured noise floor (gate.checks._noise)
-    greedy-tokens  greedy tokens identical; logprob differences are reported only
+"""Shared by the engine checks: the two engine paths (HTTP servers, the reference with its cache or new
+scheduling off), seeded prompts, and the claim's comparison of a `TopKObservation` per request: exact
+(identical as reported), tolerance (greedy tokens identical up to ties; |Δlogprob| over tolerance a
+warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs reported only).
 """
 
 from __future__ import annotations
@@ -66,8 +57,7 @@ def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:
 
 
 def require_hits(reported: list[int | None], where: str) -> None:
-    """Proof of exercise: EngineCacheNeverHit unless some request reported reused prompt tokens.
-    `reported` is each request's cached-token count (None: not reported); `where` names the requests."""
+    """Proof of exercise: EngineCacheNeverHit unless some request's cached-token count is positive."""
     if all(count is None for count in reported):
         raise EngineCacheNeverHit(
             "the cache never hit, as far as anyone can tell: the candidate reports no cached-token count "
@@ -83,17 +73,11 @@ def require_hits(reported: list[int | None], where: str) -> None:
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def reuse_block(path: EngineServing) -> int | None:
-    """The engine's reuse block when it reuses whole blocks only (its cache geometry's block size,
-    above 1), else None (it reuses any prefix, or states no block)."""
+    """The engine's reuse block when it reuses whole blocks only (a block size above 1), else None."""
     block = path.cache_geometry.block_size
     return block if block is not None and block > 1 else None
 
@@ -103,9 +87,8 @@ PROBE_LENGTHS = (37, 113, 301, 400)
 
 
 def probe_block(server: EngineServer, vocab: int, limit: int) -> tuple[int | None, str]:
-    """Measure the granularity of an engine's reported hits: at each probe length a prefix under
-    two suffixes, the second request's reported cached tokens; the gcd of the positive hits is the
-    block (None: no hit, or no count reported). Returns it with the measurements in words."""
+    """The granularity of an engine's reported hits, with the measurements in words: at each probe length
+    a prefix under two suffixes; the gcd of the second requests' positive hits (None: no hit reported)."""
     import math
 
     hits: dict[int, int | None] = {}
@@ -154,10 +137,8 @@ class Judged:
 def judge(
     ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion, noise: NoiseFloor | None = None
 ) -> Judged:
-    """Compare two completions of one prompt under the manifest's claim. With the candidate's measured
-    `noise` (gate.checks._noise), a tolerance or greedy-tokens claim is judged against the larger of
-    the claim's tolerance and the noise floor: the engine's own batched arithmetic is not a finding.
-    An exact claim stays exact."""
+    """Compare two completions of one prompt under the manifest's claim; under a claim other than exact,
+    against the larger of its tolerance and the candidate's measured `noise` floor (gate.checks._noise)."""
     ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
     tol = tolerance_for(ctx)
     if noise is not None and ctx.manifest.claim.level != "exact" and noise.floor > tol.atol:
@@ -177,19 +158,16 @@ def judge(
 
 
 def unreported_logprobs(reference: EngineCompletion, candidate: EngineCompletion) -> list[int]:
-    """Positions where the candidate, with the reference's greedy token, reports no top-k though the
-    reference's reply has one there (the engine left out the probabilities it was asked for); empty where
-    the greedy tokens differ, since then the replies are wrong, not only their reported probabilities."""
+    """Positions where the candidate, with the reference's greedy tokens, reports no top-k though the
+    reference's reply has one there (empty where the greedy tokens differ: then the replies are wrong)."""
     if candidate.tokens != reference.tokens:
         return []
     return [i for i, (got, want) in enumerate(zip(candidate.top, reference.top, strict=False)) if want and not got]
 
 
 def tolerated_change(level: str, widest: float) -> float | None:
-    """What an engine check accepts of a correct reply's logprobs under a tolerance claim: DENY_ALLOWANCE
-    times the widest tolerance it judged with (the noise floor included). A control whose fault moves the
-    observed replies no further is below the check's power: unobservable, never missed (the control
-    engine's `tolerated_change`). None under exact (any change fails) and greedy claims."""
+    """What an engine check accepts of a correct reply's logprobs under a tolerance claim (None under other
+    claims): a control whose fault moves the replies no further is unobservable, never missed."""
     return DENY_ALLOWANCE * widest if level == "tolerance" and widest > 0 else None
 
 
@@ -223,9 +201,7 @@ def failure_words(level: str, judged: Judged) -> str:
 def problems_outcome(
     problems: list[str], detected_at: int | None, bug_class: str | None = None, **seen: Any
 ) -> Outcome:
-    """The failed Outcome of an engine check that found `problems` (first detected at `detected_at`,
-    a prompt length), built once; `bug_class` (a key of BUG_CLASSES) names the likely class, which a
-    manifest's `known_bugs` declaration matches on."""
+    """The failed Outcome of an engine check; `bug_class` is what a manifest's `known_bugs` matches on."""
     diagnosis: dict[str, Any] = {"problems": problems}
     if bug_class is not None:
         diagnosis |= {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}

@@ -1,22 +1,15 @@
 """Requests that end at the end-of-sequence token: chosen by the reference, judged at the stop.
 
-Every other engine request gate sends asks for an exact length (`ignore_eos`, gate.adapters.openai),
-so the tokens after a reply's end are decoded as if the model had not ended it, and a candidate that
+Every other engine request gate sends asks for an exact length (`ignore_eos`), so a candidate that
 stops somewhere else than the reference is never seen. These requests leave the engine's own stop on
-(`ignore_eos: false`, or nothing where the engine takes no such field) and change nothing else: no
-logit bias, no stop string. The tiny seeded models rarely end a reply by chance, so the prompts are
-chosen honestly: `EOS_CANDIDATES` seeded prompts are sent to the REFERENCE alone with a budget of
-`EOS_BUDGET` tokens, and those whose reply stops at end-of-sequence (finish_reason `stop`, fewer
-tokens than asked) are kept, with the reference's reply as the answer to judge against. Where none
-stops, the evidence says so ("no prompt of N stopped at end-of-sequence within T tokens").
+and change nothing else (no logit bias, no stop string). The tiny seeded models rarely end a reply by
+chance, so the prompts are chosen honestly: seeded prompts are sent to the REFERENCE alone, and those
+whose reply stops at end-of-sequence are kept, with its reply as the answer to judge against.
 
-The judgement (`stop_problem`): the candidate must stop where the reference stops, with the same
-tokens up to and including the stop and the same finish reason. A candidate that runs past the
-reference's stop, or stops before it, is a failure naming the token index: where one reply has a token
-and the other has none (a failure whatever the tolerance), or where the candidate put another token in
-place of the reference's end, or ended in place of the reference's token (the claim's top-k rule decides,
-as at any greedy divergence: a near-tie there may move the stop). A divergence before either reply's
-end is the top-k rule's alone.
+The candidate must stop where the reference stops, with the same tokens up to and including the stop
+and the same finish reason (`stop_problem`). Where one reply has a token and the other none, that is a
+failure whatever the tolerance; where the candidate put another token in place of the reference's end,
+or ended in place of its token, the claim's top-k rule decides (a near-tie there may move the stop).
 """
 
 from __future__ import annotations
@@ -37,30 +30,26 @@ replies within 64 tokens on llama.cpp b11549 (and 1 of 64 of engine-llamacpp-pre
 EOS_REQUESTS = 4
 """At most this many stopping prompts are sent to the candidate (together, then each continued)."""
 MECHANISM = "eos-stop"
-"""The mechanism name the concurrent workload lists (gate.checks._mechanisms)."""
 
 
 def eos_fields(flavor: str) -> dict[str, Any]:
-    """The request fields that leave the engine's stop on: `ignore_eos: false` where gate's adapter
-    otherwise sets it (llama.cpp, vLLM); nothing for engines that stop by default."""
+    """The request fields that leave the engine's stop on (gate's adapter sets `ignore_eos` on llama.cpp, vLLM)."""
     return {"ignore_eos": False} if flavor in ("llama.cpp", "vllm") else {}
 
 
 def stopped_at_eos(reply: EngineCompletion, budget: int) -> bool:
-    """The reply ended at an end-of-sequence token within the budget (finish_reason `stop`, fewer
-    tokens than asked): gate sends no stop strings, so `stop` is the model's own end."""
+    """The reply ended at end-of-sequence within the budget (gate sends no stop strings)."""
     return reply.finish_reason == "stop" and len(reply.tokens) < budget
 
 
 @dataclass
 class EosSelection:
-    """The seeded prompts tried on the reference and those it ended at end-of-sequence."""
+    """The seeded prompts tried on the reference, how many stopped, and those kept with their replies."""
 
     tried: int
     budget: int
     chosen: list[tuple[list[int], EngineCompletion]] = field(default_factory=list)
     stopped: int = 0
-    """Prompts of the tried that stopped (more than chosen when over `EOS_REQUESTS`)."""
 
     def words(self) -> str:
         if not self.chosen:
@@ -83,8 +72,7 @@ def select_eos_prompts(
     budget: int = EOS_BUDGET,
     keep: int = EOS_REQUESTS,
 ) -> EosSelection:
-    """Ask the reference (`ask(prompt, budget, fields)`, one at a time) to continue each prompt with its
-    stop on; keep the first `keep` that end at end-of-sequence, in order, with its reply."""
+    """The first `keep` prompts the reference (`ask(prompt, budget, fields)`) ends at end-of-sequence."""
     out = EosSelection(tried=0, budget=budget)
     for prompt in prompts:
         reply = ask(list(prompt), budget, fields)
@@ -102,14 +90,11 @@ class StopProblem(NamedTuple):
 
     words: str
     certain: bool
-    """The replies agree up to where one of them ends: a failure whatever the claim's tolerance. Otherwise
-    the greedy tokens diverge at the reference's stop or the candidate's, and the claim's top-k rule
-    decides (a near-tie there may move the stop); the words name the stop."""
+    """The replies agree up to where one ends: a failure whatever the tolerance (else the top-k rule decides)."""
 
 
 def stop_problem(reference: EngineCompletion, candidate: EngineCompletion) -> StopProblem | None:
-    """Where the candidate stops otherwise than the reference (None: the same stop, or a divergence of
-    the greedy tokens before either reply's end, the top-k rule's to judge)."""
+    """Where the candidate stops otherwise than the reference (None: the same stop, or an earlier divergence)."""
     want, got = list(reference.tokens), list(candidate.tokens)
     shared = min(len(want), len(got))
     diverged = next((i for i in range(shared) if want[i] != got[i]), None)
@@ -127,36 +112,29 @@ def stop_problem(reference: EngineCompletion, candidate: EngineCompletion) -> St
                 certain=False,
             )
         return None
-    words = _length_words(want, got, reference, candidate)
-    return None if words is None else StopProblem(words, certain=True)
-
-
-def _length_words(
-    want: list[int], got: list[int], reference: EngineCompletion, candidate: EngineCompletion
-) -> str | None:
-    """Replies equal up to the shorter one's end: where their ends differ, in words."""
     if len(got) > len(want):
-        return (
+        words = (
             f"runs past the reference's end-of-sequence at token {len(want)}: {len(got)} tokens "
             f"(finish_reason {candidate.finish_reason}) where the reference's reply ended after {len(want)}"
         )
-    if len(got) < len(want):
-        return (
+    elif len(got) < len(want):
+        words = (
             f"stops early at token {len(got)}: {len(got)} tokens (finish_reason {candidate.finish_reason}) "
             f"where the reference's reply ended at end-of-sequence after {len(want)}"
         )
-    if candidate.finish_reason != reference.finish_reason:
-        return (
+    elif candidate.finish_reason != reference.finish_reason:
+        words = (
             f"the same {len(got)} tokens, but finish_reason {candidate.finish_reason} where the reference "
             f"says {reference.finish_reason} (its end-of-sequence at token {len(want) - 1})"
         )
-    return None
+    else:
+        return None
+    return StopProblem(words, certain=True)
 
 
 def eos_reach(selection: EosSelection, sent: Sequence[Any]) -> MechanismReach:
-    """The end-of-sequence mechanism for the workload's list (gate.checks._mechanisms.reach): aimed at
-    whenever prompts were tried, reached only when the reference ended some within the budget and
-    they were sent to the candidate (requests carry `aim`; those sent with `extra` left the stop on)."""
+    """The end-of-sequence mechanism for the workload's list: aimed at whenever prompts were tried,
+    reached only when some the reference ended were sent to the candidate (with `extra`: the stop on)."""
     from gate.core.evidence import MechanismReach
 
     mine = [r for r in sent if getattr(r, "aim", None) == MECHANISM]

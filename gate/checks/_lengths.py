@@ -1,5 +1,4 @@
-"""The lengths an engine check plans, torch-free: a check package's face (its params' defaults) reads
-them without importing the body's helpers (gate.checks._engine, which reaches torch)."""
+"""The lengths an engine check plans, torch-free: a check package's face reads them."""
 
 from __future__ import annotations
 
@@ -12,19 +11,12 @@ PREFIX_BLOCKS = 4
 
 def clip_lengths(lengths: list[int], limit: int) -> list[int]:
     """Lengths clipped to `limit`, in order, without repeats."""
-    out: list[int] = []
-    for length in lengths:
-        clipped = max(1, min(length, limit))
-        if clipped not in out:
-            out.append(clipped)
-    return out
+    return list(dict.fromkeys(max(1, min(length, limit)) for length in lengths))
 
 
 def geometry_lengths(block: int | None, limit: int, lengths: list[int]) -> list[int]:
-    """Prefix lengths planned on an engine's reuse block: the edges of the first two blocks ±1, the
-    block's doublings up to the context, then the given lengths beyond the second block (the usual
-    long ones), all clipped to `limit`. With no block (or block 1: any prefix is reused) the given
-    lengths as they are."""
+    """Prefix lengths planned on an engine's reuse block (none or 1: the given lengths): the edges of the
+    first two blocks ±1, its doublings, then the given lengths beyond the second block, clipped."""
     if block is None or block <= 1:
         return sorted(clip_lengths(lengths, limit))
     planned = [block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]

@@ -1,29 +1,10 @@
 """The mechanisms an engine reuses cached state through, a workload aimed at each, and what reached them.
 
-engine-concurrent-conversations plans this from the candidate's cache geometry (gate.protocols.CacheGeometry:
-the model's sliding window, the engine's slots, micro-batch, host-memory prompt cache and context
-checkpoints, gate.adapters.openai.geometry) before its seeded rounds:
-
-    window-edge          new conversations sharing exactly `window`, `window + 1`, `window + 2` and
-                         `window + 4` tokens with a finished one: the reuse of a prefix just past the
-                         window restores a sliding-window state (a context checkpoint) that must hold
-                         the whole window
-    checkpoint-interval  the same at each context-checkpoint interval (`spacing`, `spacing + 1`, twice
-                         that) where the context holds it
-    swa-cache-wrap       prompts longer than the sliding-window cache keeps per slot (window + one
-                         micro-batch), as many in flight at once as there are slots, so the slots'
-                         windows wrap the cache while the others still need theirs
-    host-cache-restore   the pool of finished conversations (more than the slots) resumed after the
-                         others: each is restored from the host-memory prompt cache
-    edited-turn          a resumed turn edited: its prompt keeps only part of the cached prompt, so the
-                         common prefix ends inside it
-
-A mechanism the geometry rules out (no sliding window, the host cache off, checkpoints spaced past the
-context) is listed with why, never aimed at in silence. What reached each is counted from the engine's
-own counters: each reply's reused prompt tokens, and where the server's log states them (llama.cpp at
--lv 4) its checkpoint restores, host-cache loads and full recomputations.
-
-Torch-free: `gate plan` lists the plan before a run (gate.checks._coverage).
+engine-concurrent-conversations plans this from the candidate's cache geometry before its seeded
+rounds (the reuse of a prefix just past the sliding window restores a checkpoint that must hold the
+whole window). A mechanism the geometry rules out is listed with why, never aimed at in silence. What
+reached each is counted from the engine's own counters (each reply's reused prompt tokens, and the
+server's log at llama.cpp -lv 4). Torch-free: `gate plan` lists the plan before a run.
 """
 
 from __future__ import annotations
@@ -45,7 +26,6 @@ MECHANISMS: dict[str, str] = {
     "host-cache-restore": "finished conversations resumed after more others than slots: restored from the host cache",
     "edited-turn": "edited turns whose common prefix with a cached prompt ends inside it",
 }
-"""Each mechanism the workload can aim at, in words."""
 
 EDGE_OFFSETS = (0, 1, 2, 4)
 """Shared-prefix lengths at the window: `window + k` for each k."""
@@ -56,13 +36,9 @@ CHECKPOINT_LEAD = 4
 
 @dataclass(frozen=True)
 class Step:
-    """One aimed request: which conversation, how its prompt is built, and the length it aims at.
-
-    fresh    a new prompt of `length` tokens
-    share    a new conversation whose prompt is `length` tokens of `source`'s last prompt, then fresh tokens
-    resume   the conversation's whole history (its last prompt and reply), then fresh tokens
-    edit     the conversation's last prompt cut to `length` tokens, then fresh tokens
-    """
+    """One aimed request. Its prompt (`how`): fresh, `length` new tokens; share, `length` tokens of
+    `source`'s last prompt; resume, the conversation's whole history; edit, its last prompt cut to
+    `length` tokens; each but fresh followed by fresh tokens."""
 
     mechanism: str
     """A key of MECHANISMS, or `pool`: a finished conversation the aimed requests start from."""
@@ -75,13 +51,11 @@ class Step:
 
 @dataclass
 class MechanismPlan:
-    """The aimed rounds (each sent at once) and the mechanisms left out, with why."""
+    """The aimed rounds (each sent at once), each mechanism's lengths, and those left out with why."""
 
     rounds: list[list[Step]] = field(default_factory=list)
     aimed: dict[str, list[int]] = field(default_factory=dict)
-    """Mechanism -> the lengths aimed at."""
     not_aimed: dict[str, str] = field(default_factory=dict)
-    """Mechanism -> why the workload cannot reach it."""
 
     def requests(self) -> int:
         return sum(len(r) for r in self.rounds)
@@ -110,8 +84,7 @@ def _rounds(steps: list[Step], width: int) -> list[list[Step]]:
 
 
 def plan_mechanisms(geometry: CacheGeometry, room: int, width: int, turn_tokens: int) -> MechanismPlan:
-    """The aimed workload for a candidate of this geometry whose context leaves `room` tokens for a
-    prompt, sending up to `width` requests at once, with turns of `turn_tokens` fresh tokens."""
+    """The aimed workload: `room` tokens for a prompt, `width` requests at once, turns of `turn_tokens`."""
     out = MechanismPlan()
     if geometry.prefix_caching is False:
         out.not_aimed = {name: "the candidate's prefix cache is off" for name in MECHANISMS}
@@ -235,12 +208,8 @@ def log_counters(log: str, window: int | None) -> dict[str, int] | None:
     if "cached n_tokens" not in log:  # llama.cpp states each prompt's reuse only at -lv 4 (xllamacpp builds)
         return None
     counts = {name: len(pattern.findall(log)) for name, pattern in _COUNTED.items()}
-    short = 0
-    if window:
-        for pos_min, _pos_max, _n_tokens, n_past in _RESTORED.findall(log):
-            if int(pos_min) > 0 and int(pos_min) > int(n_past) - window + 1:
-                short += 1
-    counts["restores_short_of_window"] = short
+    restored = _RESTORED.findall(log) if window else []
+    counts["restores_short_of_window"] = sum(0 < int(lo) > int(past) - (window or 0) + 1 for lo, _, _, past in restored)
     return counts
 
 
@@ -261,16 +230,11 @@ def _together(requests: Sequence[AimedRequest]) -> int:
     rounds: dict[int, list[tuple[float, float]]] = {}
     for req in requests:
         rounds.setdefault(req.round, []).append(req.window)
-    count = 0
-    for windows in rounds.values():
-        ordered = sorted(windows)
-        count += any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
-    return count
+    return sum(any(b[0] < a[1] for a, b in itertools.pairwise(sorted(w))) for w in rounds.values())
 
 
 def reach(plan: MechanismPlan, sent: Sequence[AimedRequest], counters: dict[str, int] | None) -> list[MechanismReach]:
-    """Per mechanism: aimed at or not (with why), and reached or not by the engine's counters (each
-    reply's reused prompt tokens; requests in flight together; the log's host-cache loads)."""
+    """Per mechanism: aimed at or not (with why), and reached or not by the engine's counters."""
     from gate.core.evidence import MechanismReach
 
     out = []
@@ -280,18 +244,11 @@ def reach(plan: MechanismPlan, sent: Sequence[AimedRequest], counters: dict[str,
             why = plan.not_aimed.get(name, "not planned")
             out.append(MechanismReach(mechanism=name, aimed=False, lengths=[], requests=0, reached=False, evidence=why))
             continue
-        reported = [r for r in mine if r.cached is not None]
-        reached, words = _reached(name, mine, reported, counters)
-        out.append(
-            MechanismReach(
-                mechanism=name,
-                aimed=True,
-                lengths=plan.aimed[name],
-                requests=len(mine),
-                reached=reached,
-                evidence=words,
-            )
+        reached, words = _reached(name, mine, [r for r in mine if r.cached is not None], counters)
+        reach = MechanismReach(
+            mechanism=name, aimed=True, lengths=plan.aimed[name], requests=len(mine), reached=reached, evidence=words
         )
+        out.append(reach)
     return out
 
 

@@ -1,13 +1,8 @@
 """What each built-in check needs of the candidate, as its package declares it (torch-free).
 
-Every check package states `NEEDS` (the gate.protocols.Capability the candidate must offer for the
-check to run at all) and may state `NEEDS_INSTEAD` (other sets that let it run just as well),
-`OPTIONAL` (capability -> what offering it adds) and `COVERED_BY` (the checks of the same plan that
-observe its rule when its needs are not offered). `gate plan` reads them against what the
-candidate's adapter states it offers (`PathCapabilities.offers`); `gate run` reads them against
-what the built candidate offers (`path_offers`) and never starts a check whose needs it lacks
-(gate.engine.capabilities); `gate checks --capabilities` prints the table docs/plugins.md carries
-(a test keeps them equal).
+`gate plan` reads them against what the candidate's adapter states it offers; `gate run` against
+what the built candidate offers (`path_offers`), never starting a check whose needs it lacks
+(gate.engine.capabilities); `gate checks --capabilities` prints the table docs/plugins.md carries.
 """
 
 from __future__ import annotations
@@ -33,10 +28,7 @@ class Declared(NamedTuple):
 
     def missing(self, offers: frozenset[Capability]) -> frozenset[Capability]:
         """What the candidate lacks to run the check: nothing when `needs` or one set `instead` is offered."""
-        for needs in (self.needs, *self.instead):
-            if needs <= offers:
-                return frozenset()
-        return self.needs - offers
+        return frozenset() if any(n <= offers for n in (self.needs, *self.instead)) else self.needs - offers
 
 
 DECLARED: dict[str, Declared] = {
@@ -48,8 +40,7 @@ DECLARED: dict[str, Declared] = {
     )
     for package in PACKAGES
 }
-"""Check name -> its declared needs, for every built-in check (read from the package's own names:
-`getattr` would reach for its body, which imports torch)."""
+"""Check name -> its declared needs (read from the package's own names: `getattr` would import its body)."""
 
 OFFER_NAMES: dict[str, Capability] = {"sessions": Capability.DECODE_PATH, "PrefixCaching": Capability.PREFIX_SERVING}
 """The words adapters' `PathCapabilities.offers` use for a capability other than its protocol's name."""
@@ -57,24 +48,16 @@ OFFER_NAMES: dict[str, Capability] = {"sessions": Capability.DECODE_PATH, "Prefi
 
 def offered_capabilities(offers: list[str]) -> frozenset[Capability]:
     """The capabilities a list of `PathCapabilities.offers` names (unknown words are left out)."""
-    found = set()
-    for word in offers:
-        if word in OFFER_NAMES:
-            found.add(OFFER_NAMES[word])
-        elif word in Capability.__members__.values():
-            found.add(Capability(word))
-    return frozenset(found)
+    known = [w for w in offers if w in OFFER_NAMES or w in Capability.__members__.values()]
+    return frozenset(OFFER_NAMES[w] if w in OFFER_NAMES else Capability(w) for w in known)
 
 
 ABSENT: dict[Capability, str] = {Capability.PREFIX_SERVING: "cross-request-cache"}
-"""A missing capability as a policy rule's `not_applicable.without` names it: a candidate without it
-has nothing for the check to judge, and a rule that says so makes the check not-applicable."""
+"""A missing capability as a policy rule's `not_applicable.without` names it."""
 
 
 def path_offers(path: object) -> frozenset[Capability]:
-    """What a built path offers the checks: `gate.protocols.capabilities(path)`, and `PrefixServing`
-    for a store written against the single `PrefixCaching` protocol of earlier releases (the prefix
-    checks serve it through `LegacyStore`)."""
+    """What a built path offers the checks (`PrefixServing` too for a store of the old single protocol)."""
     from gate.checks._prefix_store import LEGACY_METHODS  # torch-free; only a run reads a built path
 
     offers = capabilities(path)
@@ -84,8 +67,7 @@ def path_offers(path: object) -> frozenset[Capability]:
 
 
 def capability_table() -> str:
-    """docs/plugins.md's table: each capability a built-in check declares -> the checks it lets run,
-    and what it adds to the checks that use it when offered."""
+    """docs/plugins.md's table: each capability -> the checks it lets run, and what it adds to others."""
     rows = ["| capability | lets these checks run | adds, when offered |", "|---|---|---|"]
     for capability in Capability:
         enables = sorted(
@@ -97,14 +79,3 @@ def capability_table() -> str:
         if enables or adds:
             rows.append(f"| `{capability.value}` | {', '.join(enables) or '-'} | {'; '.join(adds) or '-'} |")
     return "\n".join(rows) + "\n"
-
-
-__all__ = [
-    "ABSENT",
-    "DECLARED",
-    "OFFER_NAMES",
-    "Declared",
-    "capability_table",
-    "offered_capabilities",
-    "path_offers",
-]

@@ -2,30 +2,20 @@
 changes, measured before an engine check judges replies served under load.
 
 An engine batches concurrent requests, and a batched kernel need not round like the single-request
-one: llama.cpp's float32 replies in a batch differ from the same request alone by about 1e-3 in
-logprob, vLLM's by what its scheduler's shapes do. That is the engine's arithmetic, not a cache
-carrying state, and a constant tolerance calibrated on single requests calls it a failure on one run
-and not on the next. So, with the candidate already running, gate sends up to NOISE_PROMPTS fresh seeded
-prompts of the check's own prompt lengths off the cache (each request opts out of it: llama.cpp's
-`cache_prompt: false`, a fresh cache salt where the engine has one; the reply's own cached-token
-count must say 0), first each alone, then in groups as wide as the check's own rounds, in
-BATCH_COMPOSITIONS different orders and groupings. The same prompt's replies are compared pairwise under
-the top-k rule; the worst |Δlogprob| among pairs with equal greedy tokens is the noise seen, and the
-floor is NOISE_MARGIN times it: by exchangeability the next correct reply exceeds the worst of `n`
-seen with probability at most 1/(n+1), and the margin covers the tail beyond it. A reply is then
-judged against the larger of the claim's tolerance and the floor (gate.checks._engine.judge): within
-it is noise (reported), beyond it with equal tokens a warning, beyond DENY_ALLOWANCE times it or a
-greedy flip outside that band a failure.
+one (llama.cpp's float32 replies in a batch differ from the same request alone by about 1e-3 in
+logprob): the engine's arithmetic, not a cache carrying state, which a constant tolerance calibrated
+on single requests calls a failure on one run and not on the next. So gate sends fresh seeded prompts
+of the check's own lengths off the cache (each request opts out of it; the reply's cached-token count
+must say 0), each alone, then in groups as wide as the check's rounds, in several orders. The worst
+|Δlogprob| among same-prompt pairs with equal greedy tokens is the noise seen, and the floor is
+NOISE_MARGIN times it: by exchangeability the next correct reply exceeds the worst of `n` seen with
+probability at most 1/(n+1), and the margin covers the tail beyond it. A reply is then judged against
+the larger of the claim's tolerance and the floor (gate.checks._engine.judge).
 
-Not every difference between batches is noise. A pair whose logprobs move beyond what the next coarser
-number format would round to (NOISE_CAP), or whose greedy tokens flip where the two tokens were further
-apart than that, shows the engine answering the same prompt differently because of its neighbours: a
-defect, reported by the check as a failure (class continuous-batching) and left out of the floor. On
-llama.cpp b11549 with a sliding-window model and several slots sharing a unified KV cache, long prompts
-batched together move by 0.15-0.4 and flip tokens; `--swa-full` makes them agree to 4e-6.
-
-Only the candidate's nondeterminism is measured, never its difference from the reference: a KV cache
-in another dtype is deterministic, so its difference from the reference stays a finding.
+A pair that moves beyond NOISE_CAP, or flips tokens further apart than that, is not noise but the
+engine answering the same prompt differently because of its neighbours (llama.cpp b11549, slots
+sharing a unified sliding-window KV cache: 0.15-0.4 and flipped tokens): a defect, left out of the
+floor. Only the candidate's nondeterminism is measured, never its difference from the reference.
 """
 
 from __future__ import annotations
@@ -75,20 +65,16 @@ class NoiseFloor:
     """What the candidate's replies did when only their batch changed."""
 
     pairs: int
-    """Same-prompt reply pairs compared (alone vs each batch, batch vs batch), off the cache."""
     worst: float
     """Worst |Δlogprob| among the pairs with equal greedy tokens."""
     median: float
     flips: int
-    """Pairs whose greedy tokens differed between tokens within NOISE_CAP of each other: near-ties the
-    engine's own rounding flips under load."""
+    """Pairs whose greedy tokens flipped between tokens within NOISE_CAP of each other (near-ties)."""
     off_cache: str
-    """How the requests stayed off the cache (the request field), and whether the engine's count confirmed it."""
     excluded: int = 0
     """Pairs left out because a reply reported cached tokens (the opt-out did not hold for it)."""
     defects: list[str] = field(default_factory=list)
-    """Pairs that are not noise: the same prompt off the cache answered with other greedy tokens (a flip
-    outside a tie) or moved beyond NOISE_CAP; each a finding about the engine, left out of the floor."""
+    """Pairs that are not noise (a flip outside a tie, or beyond NOISE_CAP): findings, left out of the floor."""
 
     @property
     def floor(self) -> float:
@@ -118,8 +104,7 @@ class NoiseFloor:
 
 
 def off_cache_fields(server: EngineServer, salt_field: str | None, nonce: str) -> dict[str, Any] | None:
-    """The request fields that keep one request off the engine's prefix cache, or None where the engine
-    has no such field (its noise cannot be measured apart from its cache)."""
+    """The request fields that keep one request off the engine's prefix cache, or None where it has none."""
     if salt_field:
         return {salt_field: f"gate-noise-{nonce}"}
     if server.flavor == "llama.cpp":
@@ -148,9 +133,7 @@ def measure_noise(
     top_k: int,
     limit: int,
 ) -> NoiseFloor | None:
-    """The candidate's noise floor under the check's own load (module docstring): fresh prompts of the
-    workload's `lengths` (at most `limit` tokens), each sent alone and in BATCH_COMPOSITIONS groupings of `width`
-    requests at once; None where requests cannot opt out of the cache."""
+    """The candidate's noise floor under the check's own load; None where requests cannot opt out of the cache."""
     if off_cache_fields(server, salt_field, "probe") is None or not lengths:
         return None
     prompts = [seeded_prompt(vocab, n, ctx.seed * 7919 + 31 * i + 3) for i, n in enumerate(_spread(lengths, limit))]
@@ -164,11 +147,8 @@ def measure_noise(
     batches, company = [], []
     for k in range(BATCH_COMPOSITIONS):  # the order rotated, then cut into groups of `width`
         order = [(i + k * -(-n // BATCH_COMPOSITIONS)) % n for i in range(n)]
-        group = [0] * n
-        for position, i in enumerate(order):
-            group[i] = position // width
-        replies = _grouped(send, prompts, group, order)
-        batches.append(replies)
+        group = [order.index(i) // width for i in range(n)]
+        batches.append(_grouped(send, prompts, group, order))
         company.append([sum(1 for g in group if g == group[i]) - 1 for i in range(n)])
     tol, cap = tolerance_for(ctx), NOISE_CAP.get(computing_dtype(ctx), NOISE_CAP["float32"])  # tol: ties, reported
     deltas: list[float] = []
@@ -213,8 +193,7 @@ def _gap(c: TopKComparison) -> str:
 def _grouped(
     send: Callable[[list[int]], EngineCompletion], prompts: list[list[int]], group: list[int], order: list[int]
 ) -> list[EngineCompletion]:
-    """Each group of prompts (`group[i]`: prompt i's group) sent at once, its members in `order`, the
-    groups one after another; the replies in prompt order."""
+    """Each group of prompts (`group[i]`) sent at once, its members in `order`; replies in prompt order."""
     replies: list[EngineCompletion | None] = [None] * len(prompts)
     for g in sorted(set(group)):
         members = [i for i in order if group[i] == g]

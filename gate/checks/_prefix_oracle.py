@@ -1,6 +1,4 @@
-"""The uncached computations a prefix-reuse check compares each served request with (`Oracle`): the
-reference path's full pass, or the store's own recompute under an identity the reference cannot
-express, optionally memoised."""
+"""The uncached computations a prefix-reuse check compares each served request with (`Oracle`)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ def reference_oracle(ctx: CheckContext) -> Oracle:
 
 
 def recompute_oracle(worker: PrefixServing, adapter: str | None = None) -> Oracle:
-    """The worker's own uncached pass under an identity the reference path cannot express
-    (an adapter, another tokenizer, rope, window or KV dtype)."""
+    """The worker's own uncached pass under an identity the reference path cannot express (an adapter)."""
 
     def oracle(tokens: Sequence[int]) -> torch.Tensor:
         return worker.recompute(tokens, adapter=adapter).logits
@@ -39,8 +36,7 @@ def recompute_oracle(worker: PrefixServing, adapter: str | None = None) -> Oracl
 
 
 def memoized(oracle: Oracle) -> Oracle:
-    """`oracle` computed once per token sequence: only where the worker's model and identity do not
-    change between the calls (a prompt served again and again), never across an update."""
+    """`oracle` computed once per token sequence: never across a change of model or identity."""
     seen: dict[tuple[int, ...], torch.Tensor] = {}
 
     def once(tokens: Sequence[int]) -> torch.Tensor:

@@ -1,12 +1,11 @@
-"""The candidate of a prefix-reuse check as a store: `prefix_candidate` (a path written against the single
-`PrefixCaching` protocol of earlier releases served through `LegacyStore`), and the `StorePool` one
-run's prefix checks share (one store per variant, reset between scenarios, every start counted)."""
+"""The candidate of a prefix-reuse check as a store, and the `StorePool` one run's prefix checks share
+(one store per variant, reset between scenarios, every start counted: on an engine a new process)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gate.core.check import CheckContext
 from gate.prefix.cache import PrefixReply
@@ -20,8 +19,8 @@ class NotPrefixCaching(TypeError):
 
 
 def prefix_candidate(ctx: CheckContext) -> PrefixServing:
-    """The candidate as a prefix store, or a clear error naming the capability it lacks. A path written
-    against the single `PrefixCaching` protocol of earlier releases is served through `LegacyStore`."""
+    """The candidate as a prefix store (through `LegacyStore` for a path written against the single
+    `PrefixCaching` protocol of earlier releases), or a clear error naming the capability it lacks."""
     if (store := offered(ctx.candidate, PrefixServing)) is not None:
         return store
     if all(callable(getattr(ctx.candidate, name, None)) for name in LEGACY_METHODS):
@@ -50,31 +49,25 @@ LEGACY_METHODS = (
 
 
 class BudgetNotTaken(ValueError):
-    """A store written against the single protocol did not take the byte budget asked through its
-    `fresh(byte_budget=)`: it offers no budget gate can set (the budget contract is unproven, named),
-    as a store of the split protocol without `with_budget` offers none."""
+    """A store of the single protocol did not take the byte budget asked through `fresh(byte_budget=)`."""
 
 
 class LegacyStore:
-    """A store written against the earlier single protocol (`fresh(block_size=, byte_budget=,
-    hash_fn=)`, no `reset_cache`, `with_hash`, `with_budget` or `restarted`), offering every capability
-    through its old methods: a reset and a restart are a fresh store made as this one was (the hash or
-    budget it was given stays), a restart on another checkpoint is such a store with updated weights
-    (so its revision label changes with them)."""
+    """A store written against the earlier single protocol (`fresh(block_size=, byte_budget=, hash_fn=)`),
+    offering every capability through its old methods: a reset and a restart are a fresh store made as
+    this one was (`made_with`: the hash or budget it was given stays), a restart on another checkpoint
+    is such a store with updated weights."""
 
     def __init__(self, inner: Any, **made_with: Any) -> None:
         self.inner = inner
         self.block_size: int = inner.block_size
         self.made_with = made_with
-        """The old `fresh` keywords this store was made with (hash_fn, byte_budget): a reset keeps them."""
 
     def request(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
-        reply: PrefixReply = self.inner.request(tokens, **options)
-        return reply
+        return cast(PrefixReply, self.inner.request(tokens, **options))
 
     def recompute(self, tokens: Sequence[int], **options: Any) -> PrefixReply:
-        reply: PrefixReply = self.inner.recompute(tokens, **options)
-        return reply
+        return cast(PrefixReply, self.inner.recompute(tokens, **options))
 
     def adapters(self) -> tuple[str, ...]:
         return tuple(self.inner.adapters())
@@ -95,15 +88,13 @@ class LegacyStore:
         return blocks
 
     def cache_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = self.inner.cache_state()
-        return state
+        return cast(dict[str, Any], self.inner.cache_state())
 
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> LegacyStore:
         return LegacyStore(self.inner.fresh(hash_fn=hash_fn), hash_fn=hash_fn)
 
     def with_budget(self, byte_budget: int) -> LegacyStore:
-        """A store holding at most `byte_budget` bytes, as `PrefixBudget.with_budget` promises: where the
-        old store's `fresh(byte_budget=)` does not declare that budget (`cache_state`), BudgetNotTaken."""
+        """A store holding at most `byte_budget` bytes; BudgetNotTaken where its `cache_state` declares another."""
         store = LegacyStore(self.inner.fresh(byte_budget=byte_budget), byte_budget=byte_budget)
         declared = store.cache_state().get("byte_budget")
         if declared != byte_budget:
@@ -134,9 +125,7 @@ def capability_name(protocol: type) -> str:
 
 
 class StorePool:
-    """The stores one run's prefix checks use, per candidate path: one per variant (base, a hash,
-    a budget), reset between scenarios instead of restarted. Every start is counted: on an engine a
-    start is a new server process."""
+    """The stores one run's prefix checks use, per candidate path (module docstring)."""
 
     def __init__(self) -> None:
         self.stores: dict[tuple[Any, ...], PrefixServing] = {}

@@ -1,17 +1,11 @@
-"""Shared by the prefix-reuse checks: capabilities, the entitlement oracle, request records (the stores are
-gate.checks._prefix_store, the uncached computations compared with gate.checks._prefix_oracle).
+"""Shared by the prefix-reuse checks: capabilities, the entitlement oracle, request records.
 
 The oracle is the check's own model of a correct cache, kept apart from the cache under test: a
 request may reuse at most the full blocks it shares, position by position from position 0, with an
-earlier request of the same identity (background: cache identity), and never its last prompt token (its logits are
-the answer). Reuse beyond that is state the request was not entitled to, however the logits look.
-
-Every check needs `PrefixServing` (serve and recompute); each assertion that needs more (identity
-report, siblings, pluggable hash, weight update, save and restore, byte budget) asks `Findings.needs`
-for it, and an assertion the store cannot support is `unproven` with the capability named, never
-failed and never passed. Stores come from a `StorePool` shared by the checks of one run: one store
-per variant, its cache reset between scenarios, and every start (a new process on an engine) counted
-(gate.checks._prefix_store).
+earlier request of the same identity (background: cache identity), and never its last prompt token
+(its logits are the answer). Reuse beyond that is state the request was not entitled to, however the
+logits look. An assertion that needs more than `PrefixServing` asks `Findings.needs` for it; one the
+store cannot support is `unproven` with the capability named, never failed and never passed.
 """
 
 from __future__ import annotations
@@ -35,7 +29,6 @@ from gate.protocols import PrefixServing, offered
 C = TypeVar("C")
 
 Status = Literal["pass", "fail", "warn", "skip", "unproven"]
-"""An Outcome's status."""
 
 # docs/background.md, cache identity (keys are chained): after A, B may reuse positions 0-1, never the later equal ids
 IDENTITY_EXAMPLE_A = [11, 24, 31, 42, 57]
@@ -64,19 +57,15 @@ class Findings:
     lacking: dict[str, str] = field(default_factory=dict)
     """assertion -> why it could not be made (the capability the store lacks)."""
     pool: StorePool | None = None
-    """The run's stores, whose starts go into the evidence."""
     hazard: HazardFinding | None = None
-    """The design hazard the problems show (gate.core.hazards), where they show one: named first in
-    the message of a failure and kept in its diagnosis."""
+    """The design hazard the problems show (gate.core.hazards): named first in a failure's message."""
 
     def needs(self, store: object, protocol: type[C], assertion: str) -> C | None:
-        """`store` typed as `protocol` where it offers that capability (gate.protocols.offered), or
-        None with `assertion` recorded as unproven for lack of `protocol`."""
-        if (typed := offered(store, protocol)) is not None:
-            return typed
-        name = capability_name(protocol)
-        self.lacking[assertion] = f"the store offers no {name} (gate.protocols.{protocol.__name__})"
-        return None
+        """`store` typed as `protocol`, or None with `assertion` recorded as unproven for lack of it."""
+        if (typed := offered(store, protocol)) is None:
+            name = capability_name(protocol)
+            self.lacking[assertion] = f"the store offers no {name} (gate.protocols.{protocol.__name__})"
+        return typed
 
     def lacks(self, assertion: str, why: str) -> None:
         self.lacking[assertion] = why
@@ -92,8 +81,7 @@ class Findings:
         return "pass", passed
 
     def recorded(self, evidence: dict[str, Any]) -> dict[str, Any]:
-        """`evidence` with every store started so far in this run (this check's included) and the
-        assertions left unproven."""
+        """`evidence` with every store started so far in this run and the assertions left unproven."""
         starts = {} if self.pool is None else {"store_starts_in_run": list(self.pool.starts)}
         return {**evidence, **starts, "unproven_assertions": dict(self.lacking)}
 
@@ -106,24 +94,21 @@ class Findings:
         relabel: Mapping[str, Status] | None = None,
         **seen: Any,
     ) -> Outcome:
-        """The Outcome of a prefix check, built once from its findings (`passed`: its message when
-        nothing failed; `relabel`: the status the check reports for a verdict's status, where its
-        params or its tolerance say otherwise, message and diagnosis kept; `seen`: its metrics,
-        exercise, observation and detected_at)."""
+        """The Outcome of a prefix check (`passed`: its message when nothing failed; `relabel`: the status
+        reported for a verdict's status where its params say otherwise; `seen`: the Outcome's other fields)."""
         status, message = self.verdict(passed)
         if status == "fail":
             diagnosis = {**(diagnosis or {}), "problems": self.problems}
             if self.hazard is not None:
                 diagnosis["hazard"] = self.hazard.dump()
-        evidence = self.recorded(evidence)
         reported = (relabel or {}).get(status, status)
+        evidence = self.recorded(evidence)
         return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
 
 
 @dataclass(frozen=True)
 class PrefixRun:
-    """What one prefix check runs with: the candidate as a store, the run's pool, the check's
-    findings, and the pool's starts before the check (so it counts its own)."""
+    """What one prefix check runs with; `starts_before` lets it count its own store starts."""
 
     candidate: PrefixServing
     pool: StorePool
@@ -132,13 +117,11 @@ class PrefixRun:
 
     @property
     def store_starts(self) -> int:
-        """The stores this check started so far."""
         return len(self.pool.starts) - self.starts_before
 
 
 def prefix_run(ctx: CheckContext) -> PrefixRun:
-    """The candidate as a prefix store (NotPrefixCaching where it is none), the run's pool for it,
-    and empty findings."""
+    """The candidate as a prefix store (NotPrefixCaching where it is none), its pool, empty findings."""
     candidate = prefix_candidate(ctx)
     pool = store_pool(ctx, candidate)
     return PrefixRun(candidate, pool, Findings(pool=pool), len(pool.starts))
@@ -163,18 +146,14 @@ class ReuseTally:
         self.seen: list[tuple[tuple[int, ...], Hashable]] = []
 
     def entitled(self, tokens: Sequence[int], key: Hashable) -> int:
-        best = 0
-        for prev, prev_key in self.seen:
-            if prev_key == key:
-                shared = common_prefix(prev, tokens)
-                best = max(best, shared - shared % self.block_size)
+        shared = [common_prefix(prev, tokens) for prev, prev_key in self.seen if prev_key == key]
+        best = max((n - n % self.block_size for n in shared), default=0)
         return min(best, max(len(tokens) - 1, 0))
 
     def record(self, tokens: Sequence[int], key: Hashable) -> None:
         self.seen.append((tuple(tokens), key))
 
     def forget(self, key: Hashable) -> None:
-        """Entries of `key` are gone (an invalidation the check performed)."""
         self.seen = [(t, k) for t, k in self.seen if k != key]
 
 
@@ -196,7 +175,7 @@ class Served:
 
     @property
     def excess(self) -> int:
-        """Reused tokens beyond entitlement (served state the request had no right to)."""
+        """Reused tokens beyond entitlement."""
         return max(self.reused - self.entitled, 0)
 
     def row(self) -> dict[str, Any]:
@@ -219,13 +198,11 @@ class Served:
 
 
 StopRule = Callable[[Served], "str | None"]
-"""Control mode: what makes one served request a failure of the check by itself (a problem in
-words), or None. Only what the check always fails on may stop it (see `stop_rule`)."""
+"""Control mode: the problem that makes one served request a failure of the check by itself, or None."""
 
 
 class FirstFailure(Exception):
-    """Raised by `RequestLog.issue` in control mode at the first request that fails the check: a
-    control needs one failure, the rest of the workload is not served (`first_failure_outcome`)."""
+    """Raised in control mode at the first request that fails the check: a control needs one failure."""
 
     def __init__(self, log: RequestLog, worker: PrefixServing, problem: str) -> None:
         super().__init__(problem)
@@ -255,32 +232,25 @@ P = TypeVar("P", bound=Params)
 
 def until_first_failure(fn: Callable[[CheckContext, P], Outcome]) -> Callable[[CheckContext, P], Outcome]:
     """A prefix check that, as a control, returns the failing outcome of its first failing request
-    (the FirstFailure its RequestLog raised) instead of serving the rest of its workload."""
+    instead of serving the rest of its workload; `detected_at` is RequestLog.at, else the request's index."""
 
     @functools.wraps(fn)
     def run(ctx: CheckContext, params: P) -> Outcome:
         try:
             return fn(ctx, params)
         except FirstFailure as stop:
-            return first_failure_outcome(stop)
+            log, index = stop.log, len(stop.log.served) - 1
+            return Outcome(
+                "fail",
+                f"{stop.problem} (request {index + 1}; the control stopped at its first failure)",
+                metrics={"requests": len(log.served), "stopped_at_request": index},
+                evidence={"requests": log.table()},
+                exercise=log.exercise(stop.worker),
+                observation=log.observation(),
+                detected_at=index if log.at is None else log.at,
+            )
 
     return run
-
-
-def first_failure_outcome(stop: FirstFailure) -> Outcome:
-    """The failing outcome of a control stopped at its first failing request; `detected_at` is the
-    check's own measure of where (RequestLog.at), else the request's index."""
-    log, index = stop.log, len(stop.log.served) - 1
-    detected_at = log.at
-    return Outcome(
-        "fail",
-        f"{stop.problem} (request {index + 1}; the control stopped at its first failure)",
-        metrics={"requests": len(log.served), "stopped_at_request": index},
-        evidence={"requests": log.table()},
-        exercise=log.exercise(stop.worker),
-        observation=log.observation(),
-        detected_at=index if detected_at is None else detected_at,
-    )
 
 
 @dataclass
@@ -293,10 +263,8 @@ class RequestLog:
     stop: StopRule | None = None
     """Control mode (`stop_rule`): raise FirstFailure at the first request the rule fails."""
     last_store: PrefixServing | None = None
-    """The store that served the latest request."""
     at: int | None = None
-    """Where the next request probes, in the check's own measure (e.g. its shared-prefix length):
-    a control stopped there reports it as `detected_at`."""
+    """Where the next request probes, in the check's own measure: a control stopped there reports it."""
 
     def issue(
         self,
@@ -307,9 +275,8 @@ class RequestLog:
         oracle: Oracle | None = None,
         **request: Any,
     ) -> Served:
-        """Serve `tokens` and record it for entitlement. `oracle(tokens)` gives uncached logits
-        [len(tokens), V] under the same identity; it is called on the prompt followed by the
-        reply's continuation, and the computed prompt rows and continuation rows are compared."""
+        """Serve `tokens` and record it for entitlement; with an `oracle`, its uncached logits over the
+        prompt and the reply's continuation are compared with the computed rows."""
         entitled = self.ledger.entitled(tokens, key)
         reply = worker.request(tokens, **request)
         served = Served(label, list(tokens), entitled, reply)
@@ -325,8 +292,7 @@ class RequestLog:
         self.ledger.record(tokens, key)
         self.served.append(served)
         self.last_store = worker
-        problem = self.stop(served) if self.stop is not None else None
-        if problem is not None:
+        if self.stop is not None and (problem := self.stop(served)) is not None:
             raise FirstFailure(self, worker, problem)
         return served
 
@@ -356,8 +322,7 @@ class RequestLog:
         return rows if len(rows) <= keep else rows[: keep // 2] + rows[-keep // 2 :]
 
     def observation(self) -> torch.Tensor:
-        """Reused tokens per request, then every computed logit row: what a fault would change
-        (float32, lossless for both; the control engine takes differences in float64)."""
+        """Reused tokens per request, then every computed logit row: what a fault would change."""
         reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float32)
         rows = [s.reply.logits.float().flatten().cpu() for s in self.served]
         return torch.cat([reuse, *rows])
@@ -382,8 +347,7 @@ def broken_rules(served: Served) -> list[str]:
 
 
 def beyond_any_identity(served: Sequence[Served], block_size: int) -> list[Served]:
-    """The requests (in the order served) that reused more than they share with any earlier one of
-    them under any identity: another context's state, not only another identity's (pure)."""
+    """The requests that reused more than they share with any earlier one under any identity."""
     tally, beyond = ReuseTally(block_size), []
     for s in served:
         if s.reused > tally.entitled(s.tokens, None):

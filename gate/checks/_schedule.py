@@ -6,24 +6,16 @@ A schedule is a list of operations on live sessions of one path:
     ("append", n)   n more tokens against the active session's cache (n = 1: a decode step)
     ("feed", n)     prefill when the active session is empty, else append (what the search draws)
     ("reset",)      the active session forgets its request; the next tokens start a new one
-    ("fork",)       a second live session prefilled with the active request's tokens so far (a
-                    shared prefix), which becomes active; at most two sessions live at once
-    ("switch",)     the other live session becomes active (a new, empty request when only one is
-                    live: two unrelated requests interleaved)
-    ("join", n)     where the path batches continuously (gate.protocols.ContinuousBatching): a new
-                    request joins the one running batch with its first n tokens, in ONE forward with
-                    a decode token of every request already running (mixed prefill and decode); a
-                    no-op while every slot is taken
+    ("fork",)       a second live session prefilled with the active request's tokens so far becomes active
+    ("switch",)     the other live session (a new, empty request when only one is live) becomes active
+    ("join", n)     a new request joins the running batch (ContinuousBatching) with its first n tokens,
+                    in ONE forward with a decode token of every request already running
     ("step",)       one forward of the running batch: a decode token for every request in it
-    ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves; its slot is
-                    free for the next join
+    ("leave", k)    the k-th request of the running batch (k modulo how many run) leaves, freeing its slot
 
-Every request's tokens come from a seeded stream (a fork continues its parent's prefix with a
-stream of its own; a request of the running batch is one row), and every step's logits [B, n, V]
-(per request of the running batch, [n, V]) are compared with one full pass of the reference over
-the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a claim
-that bounds logits). Running a schedule returns the steps it resolved ("prefill 15", "append 2",
-...), the first failing step, and what it covered (operation kinds, layout edges touched).
+Every request's tokens come from a seeded stream, and every step's logits are compared with one full
+pass of the reference over the same tokens (tie-aware argmax; a |Δ| beyond the deny allowance under a
+claim that bounds logits).
 """
 
 from __future__ import annotations
@@ -44,39 +36,35 @@ Op = tuple[Any, ...]
 
 @dataclass
 class Live:
-    """A live session, its request's token stream and how much of it the session holds."""
+    """A live session, its request's token stream [B, max_tokens] (fed from the front), the stream's
+    memo key for the reference's rows, and how much of it the session holds."""
 
     session: Session
     stream: torch.Tensor
-    """[B, max_tokens] the request's tokens (fed from the front)."""
     key: tuple[Any, ...]
-    """Where the stream comes from (memo key for the reference's rows)."""
     length: int = 0
 
 
 @dataclass
 class Joined:
-    """A request of the running batch: its handle there, its token stream and how much it holds."""
+    """A request of the running batch (a Live with a handle there and a stream [1, max_tokens]);
+    `order`: how many requests joined before it (the reproducer's `request N`)."""
 
     handle: int
     stream: torch.Tensor
-    """[1, max_tokens] the request's tokens (fed from the front)."""
     key: tuple[Any, ...]
     order: int
-    """How many requests joined the running batch before this one (the reproducer's `request N`)."""
     length: int = 0
 
 
 @dataclass(frozen=True)
 class Oracle:
-    """The reference's rows over a request's first tokens and what a step's quick judgement reads."""
+    """The reference's rows [B, end, V] over a request's first tokens, each row's top token and
+    DENY_ALLOWANCE x its tolerance [B, end]: what a step's quick judgement reads."""
 
     rows: torch.Tensor
-    """[B, end, V] float32."""
     top: torch.Tensor
-    """[B, end] each row's top token."""
     limit: torch.Tensor
-    """[B, end] DENY_ALLOWANCE x each row's tolerance."""
 
 
 @dataclass
@@ -88,8 +76,7 @@ class ScheduleResult:
     failure: dict[str, Any] | None = None
     """The first failing step (1-based `step`, `row`, `position`, tokens, |Δ|), None if all held."""
     kinds: Counter[str] = field(default_factory=Counter)
-    """Operations run, by kind (prefill, decode, chunk, reset, fork, switch, join, step, leave, and
-    for the running batch `mixed forward` and `slot reuse`)."""
+    """Operations run, by kind (prefill, decode and chunk for feeds; `mixed forward`, `slot reuse`)."""
     edges: dict[str, set[int]] = field(default_factory=dict)
     """Per layout-edge kind, the edges a step ended at (±1) or crossed."""
     longest: int = 0
@@ -98,8 +85,7 @@ class ScheduleResult:
 
 
 class ScheduleRunner:
-    """Runs schedules on `candidate` against `reference` full passes; memoises the reference rows
-    across schedules (the streams are seeded, so they repeat)."""
+    """Runs schedules on `candidate` against `reference` full passes, memoising the reference rows."""
 
     def __init__(
         self,
@@ -118,17 +104,15 @@ class ScheduleRunner:
     ) -> None:
         self.reference, self.candidate = reference, candidate
         self.slots = slots
-        self.continuous = offered(candidate, ContinuousBatching)
-        """The candidate as a continuous batcher, or None where it offers none (joins and leaves are skipped)."""
+        self.continuous = offered(candidate, ContinuousBatching)  # None: joins and leaves are skipped
         self.vocab, self.batch, self.max_tokens, self.seed = vocab, batch, max_tokens, seed
         self.tol, self.bounded = tol, bounded
         self.edges = {k: tuple(e for e in v if e <= max_tokens + 1) for k, v in (edges or {}).items()}
         self._rows: dict[tuple[Any, ...], Oracle] = {}
         self._streams: dict[int, torch.Tensor] = {}
         self.memo = memo
-        """The run's cache (ctx.cache): the reference's rows for a stream are the same for every
-        runner of the run with the same seed and shape (a control's fault is in the candidate only),
-        so the positive run's and every control's runners compute each of them once."""
+        """The run's cache: a control's fault is in the candidate only, so every runner of the run with
+        the same seed and shape computes each of the reference's rows once."""
 
     def _stream(self, request: int) -> torch.Tensor:
         if request not in self._streams:
@@ -136,8 +120,6 @@ class ScheduleRunner:
         return self._streams[request]
 
     def _reference_rows(self, live: Live | Joined, end: int) -> Oracle:
-        """The reference's rows over the request's first `end` tokens, with what the quick judgement
-        of a step reads from them (each row's top token and its deny limit)."""
         key = (live.key, end)
         if key not in self._rows:
             tokens = live.stream[:, :end]
@@ -157,6 +139,11 @@ class ScheduleRunner:
 
     def run(self, ops: Sequence[Op], *, keep_logits: bool = False) -> ScheduleResult:
         result = ScheduleResult()
+
+        def did(*step: Any) -> None:
+            result.steps.append(step)
+            result.kinds[step[0]] += 1
+
         requests = 0
         lives = [Live(self.candidate.new_session(self.batch), self._stream(0), ("r", 0))]
         active = 0
@@ -175,8 +162,7 @@ class ScheduleRunner:
                         continue
                     gone = joined.pop(int(op[1]) % len(joined))
                     running.leave(gone.handle)
-                    result.steps.append(("leave", int(op[1]) % (len(joined) + 1)))
-                    result.kinds["leave"] += 1
+                    did("leave", int(op[1]) % (len(joined) + 1))
                     continue
                 before = len(joined)
                 failure = self._continuous(result, running, joined, op, requests + 1, keep_logits)
@@ -201,8 +187,7 @@ class ScheduleRunner:
                 live.session.reset()
                 requests += 1
                 lives[active] = Live(live.session, self._stream(requests), ("r", requests))
-                result.steps.append(("reset",))
-                result.kinds["reset"] += 1
+                did("reset")
                 continue
             elif kind == "fork":
                 requests += 1
@@ -218,8 +203,7 @@ class ScheduleRunner:
                     with subject_call(f"{type(self.candidate).__name__} session released", sessions=1):
                         del dropped
                 active = 1
-                result.steps.append(("fork",))
-                result.kinds["fork"] += 1
+                did("fork")
                 if live.length == 0:
                     continue
                 live, start, n = child, 0, prefix.shape[1]
@@ -230,8 +214,7 @@ class ScheduleRunner:
                     requests += 1
                     lives.append(Live(self.candidate.new_session(self.batch), self._stream(requests), ("r", requests)))
                 active = 1 - active
-                result.steps.append(("switch",))
-                result.kinds["switch"] += 1
+                did("switch")
                 continue
             else:
                 raise ValueError(f"unknown schedule operation {op!r}")
@@ -264,8 +247,7 @@ class ScheduleRunner:
         request: int,
         keep_logits: bool,
     ) -> dict[str, Any] | None:
-        """One forward of the running batch (`join n` or `step`), every fed request judged; the
-        failure, if any. A join that finds no free slot, or a step with nothing to feed, is a no-op."""
+        """One forward of the running batch (`join n` or `step`), every fed request judged; the failure, if any."""
         feeds: dict[int, tuple[Joined, int]] = {}
         if op[0] == "join":
             if len(joined) >= self.slots:
@@ -300,10 +282,9 @@ class ScheduleRunner:
     def _judge(self, oracle: Oracle, out: torch.Tensor, start: int) -> dict[str, Any] | None:
         """The first failing row of a step `out` [B, n, V] (positions start..start+n-1), or None.
 
-        The common case first: every row picks the reference's token, and under a claim that bounds
-        logits every |Δ| is within the deny allowance (a NaN anywhere fails that test), or without one
-        nothing is NaN; then no row can fail. The full comparison (topk, tie band, margins) runs only
-        where one might, so the verdict on every step is the full comparison's."""
+        The common case first: every row picks the reference's token and (under a claim that bounds
+        logits) every |Δ| is within the deny allowance, or (without one) nothing is NaN; then no row
+        can fail. The full comparison runs only where one might, so the verdict is always its."""
         end = start + out.shape[1]
         ref, top = oracle.rows[:, start:end], oracle.top[:, start:end]
         agree = top == out.argmax(-1)
@@ -316,7 +297,7 @@ class ScheduleRunner:
         return self._first_bad(ref, out, start)
 
     def _first_bad(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:
-        """The first failing row of a step by the full comparison (tie-aware argmax, deny allowance)."""
+        """The first failing row of a step by the full comparison."""
         cmp = compare_rows(ref, out, self.tol)  # [B, n]
         bad = cmp.failed | (cmp.beyond_allowance if self.bounded else torch.zeros_like(cmp.failed))
         if not bool(bad.any()):

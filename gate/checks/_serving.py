@@ -2,17 +2,14 @@
 or through an engine's streaming HTTP API on the wall clock (`replay_engine`).
 
 The server is an iteration-level scheduler over the `Session` protocol: it admits conversations as
-they arrive (at most `max_concurrent` at once; later ones queue), and each iteration runs, for
-every request that is ready, either its turn's prefill (the shared system prefix plus the first
-private turn, or the next private turn appended to the conversation's cache) or one decode step.
-Each conversation keeps one session, so its K/V stays live between turns, as a chat server's does.
+they arrive (at most `max_concurrent` at once; later ones queue), and each iteration runs, for every
+ready request, its turn's prefill or one decode step. Each conversation keeps one session, so its K/V
+stays live between turns, as a chat server's does.
 
-Time is a virtual clock advanced by measured work: every prefill or decode step is timed
-(`perf_counter` on a CPU; CUDA events, synchronised, on a GPU) and the clock moves by exactly that;
-when nothing is ready the clock jumps to the next arrival instead of sleeping. Queueing behind
-other requests is therefore real (it is the measured work of the requests ahead), idle gaps cost
-no wall time, and two paths replayed back to back see the same arrivals. After every iteration the
-live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes over time.
+Time is a virtual clock advanced by measured work (every step timed); when nothing is ready the clock
+jumps to the next arrival instead of sleeping. Queueing behind other requests is therefore real, idle
+gaps cost no wall time, and two paths replayed back to back see the same arrivals. After every
+iteration the live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes over time.
 """
 
 from __future__ import annotations
@@ -83,8 +80,7 @@ def replay(
 ) -> tuple[ServingTrace, dict[str, Any]]:
     """Serve every conversation through `path`; the trace and the last finished session's exercise."""
     timer = Timer(device)
-    cuda = timer.cuda
-    if cuda:
+    if cuda := timer.cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         resting = torch.cuda.memory_allocated()
@@ -184,13 +180,10 @@ def replay_engine(
     """Serve every conversation through an engine's streaming HTTP API, on the wall clock.
 
     An engine is not ours to step, so time is real: `max_concurrent` client threads take the
-    conversations in arrival order (later ones queue on the client side, as behind a gateway); a
-    thread waits for its conversation's arrival, holds it to its end and streams each turn with the
-    whole history as the prompt (the engine's prefix cache, if any, decides what it recomputes). Each token is
-    stamped when its server-sent event arrives. The engine reports no live KV bytes, so the memory
-    clocks stay unreported; the prompt tokens it says it served from its cache are summed instead.
-    With `replies`, every turn's (conversation, turn, prompt, completion) is appended to it, so the
-    same run's replies can be judged against the reference (phase-performance on engines).
+    conversations in arrival order (later ones queue on the client side, as behind a gateway), each
+    streaming every turn with the whole history as the prompt. Each token is stamped when its event
+    arrives. The engine reports no live KV bytes; the prompt tokens it served from its cache are summed
+    instead. With `replies`, every turn's (conversation, turn, prompt, completion) is appended to it.
     """
     start = time.perf_counter()
 

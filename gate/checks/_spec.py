@@ -1,9 +1,10 @@
-"""Shared by the speculative-decoding checks: the capability test and seeded prompts."""
+"""Shared by the speculative-decoding checks."""
 
 from __future__ import annotations
 
 import torch
 
+from gate.checks._compare import random_tokens
 from gate.core.check import CheckContext
 from gate.protocols import SpeculativePath, offered
 from gate.speculative.sampler import SpecStats
@@ -25,13 +26,11 @@ def speculative_candidate(ctx: CheckContext) -> SpeculativePath:
 
 
 def seeded_prompts(vocab: int, batch: int, length: int, seed: int, device: str) -> torch.Tensor:
-    """[batch, length] int64 prompts drawn from a generator seeded with `seed` (on CPU, then moved)."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, length), generator=gen).to(device)
+    """[batch, length] int64 seeded prompts (drawn on CPU, then moved)."""
+    return random_tokens(vocab, batch, length, seed).to(device)
 
 
 def sampling_generator(seed: int, device: str) -> torch.Generator:
-    """The generator every sampling call of a check draws from."""
     return torch.Generator(device=torch.device(device)).manual_seed(seed)
 
 

@@ -2,26 +2,17 @@
 
 The design is the target's exact joint law (the null), the exact law each sampler fault would give
 with the candidate's target and draft (the alternatives), the cells, and the schedule of looks with
-the declared power against every observable fault. None of it depends on the candidate's sampler,
-only on its target's and draft's next-token probabilities, so one run computes it once
-(`shared_design`): the positive run enumerates it, and a control reads it after its candidate has
-answered every probability query the enumeration asked with the same bits (`answers_again`). A
-planted fault that changes the target's or the draft's probabilities anywhere the enumeration
-looked (a fault in the model rather than in the sampler's rule) gets its own design.
+the declared power against every observable fault. It depends only on the target's and draft's
+next-token probabilities, never on the sampler, so one run computes it once (`shared_design`): a
+control reuses it after its candidate answered every probability query the enumeration asked with
+the same bits; a fault in the model rather than in the sampler's rule gets its own design.
 
-A control proves power with one rejection. Where its own fault's exact law is known, it first
-looks at a pilot sample sized to reject that law (`control_looks`), then, if the pilot does not
-reject, walks the planned looks exactly as a positive run draws them. Bonferroni covers the pilot
-too: every look of the control, the pilot included, is at alpha / (planned looks + 1), a level no
-looser than the positive run's, and the pilot is taken only if the planned looks keep the declared
-power at that level.
-
-What no pilot can shorten: a fault whose exact law is the target's (drop-bonus, harmless) has no
-law to size a pilot for and must walk the planned looks to be judged `tolerated`, and a fault that
-turns out not to change the sampler (bonus-from-draft on a sampler that already drops the bonus
-token) walks them after its pilot to be judged `unobservable`. Each costs about one positive run
-(drop-bonus 0.61 s against the run's 0.64 s on reference-spec-correct, benchmarks/spec_controls.md),
-so the controls of a policy that lists drop-bonus cost at least that much, never half the run.
+A control proves power with one rejection. Where its own fault's exact law is known, it first looks
+at a pilot sample sized to reject that law, then, if the pilot does not reject, walks the planned
+looks. Bonferroni covers the pilot too: every look of the control is at alpha / (planned looks + 1),
+and the pilot is taken only if the planned looks keep the declared power at that level. A fault whose
+exact law is the target's (drop-bonus) has no law to size a pilot for and walks the planned looks
+(about one positive run, benchmarks/spec_controls.md).
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ MAX_LOOKS = 8
 SAME_LAW = 1e-9
 """Total variation below which a fault's exact law is the target's: no sample size can show it."""
 PILOT_POWER = 0.99
-"""A control's pilot rejects its own fault's exact law with at least this chance, so it seldom
-needs the planned looks after it."""
+"""A control's pilot rejects its own fault's exact law with at least this chance."""
 MIN_PILOT = 50
 """The smallest pilot (the floor of min_samples)."""
 
@@ -59,9 +49,8 @@ class LookPlan:
     sizes: list[int]
     """Cumulative sample size at each look."""
     alpha: float
-    """Level of each look (the claim's alpha over the number of looks)."""
+    """Level of each look."""
     reaches_power: bool
-    """Whether the last look has the declared power against every observable fault."""
     needed: dict[str, int | None]
     """Per fault, the smallest n with the declared power at the per-look level (None: beyond the budget)."""
     pilot: int | None = None
@@ -69,7 +58,6 @@ class LookPlan:
 
     @property
     def count(self) -> int:
-        """Looks planned, the pilot included."""
         return len(self.sizes) + (self.pilot is not None)
 
 
@@ -82,13 +70,11 @@ class Design:
     gaps: list[float]
     """Smallest top-k boundary gaps seen while enumerating the null."""
     enumerated: bool
-    """Whether the candidate gave draft probabilities, so the alternatives exist."""
     cells: list[Seq]
     index: dict[Seq, int]
     p0: np.ndarray
-    """The null over `cells`."""
     alts: dict[str, np.ndarray]
-    """Each sampler fault's exact law over `cells`."""
+    """The null and each sampler fault's exact law over `cells`."""
     unobservable: dict[str, str]
     required: list[str]
     """Faults the looks must have the declared power against (observable ones of power_against)."""
@@ -97,8 +83,9 @@ class Design:
     """The candidate's target and draft answers the alternatives were enumerated from."""
 
 
-def _table(fn: Any, prompt: torch.Tensor, temperature: float, top_k: int) -> NextTokenTable:
-    return NextTokenTable(lambda c: fn(c, temperature=temperature, top_k=top_k), prompt)
+def _at(fn: Any, p: SpecDistributionParams) -> Any:
+    """`fn` at the params' temperature and top-k."""
+    return lambda c: fn(c, temperature=p.temperature, top_k=p.top_k)
 
 
 def _reference_probs(ctx: CheckContext, temperature: float, top_k: int, gaps: list[float]) -> Any:
@@ -134,8 +121,8 @@ def shared_design(
         # the reference side is the same for every candidate: enumerated once per run
         key = ("spec-null-law", ctx.reference, prompt, p.temperature, p.top_k, horizon)
         law0, gaps = ctx.cache.get(key, null_law)
-        target = _table(spec.target_next_token_probs, prompt, p.temperature, p.top_k)
-        draft = _table(spec.draft_next_token_probs, prompt, p.temperature, p.top_k)
+        target = NextTokenTable(_at(spec.target_next_token_probs, p), prompt)
+        draft = NextTokenTable(_at(spec.draft_next_token_probs, p), prompt)
         k = spec.num_draft_tokens
         try:
             alt_laws = {f: sampler_law(target, draft, apply_fault(CORRECT, f), k, horizon) for f in FAULTS}
@@ -178,23 +165,18 @@ def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, des
         return False
     target, draft = design.asked
     try:
-        return answers_again(
-            lambda c: spec.target_next_token_probs(c, temperature=p.temperature, top_k=p.top_k), target
-        ) and answers_again(lambda c: spec.draft_next_token_probs(c, temperature=p.temperature, top_k=p.top_k), draft)
+        return answers_again(_at(spec.target_next_token_probs, p), target) and answers_again(
+            _at(spec.draft_next_token_probs, p), draft
+        )
     except NotImplementedError:
         return False
 
 
 def _unobservable(p0: np.ndarray, alts: dict[str, np.ndarray], faults: list[str]) -> dict[str, str]:
     """Faults whose exact law with this target and draft is the target's own, and why."""
-    out = {}
-    for f in faults:
-        if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW:
-            out[f] = (
-                "its exact law with this target and draft equals the target's (total variation < "
-                f"{SAME_LAW:g}): no sample size can show it"
-            )
-    return out
+    why = f"its exact law with this target and draft equals the target's (total variation < {SAME_LAW:g}): "
+    why += "no sample size can show it"
+    return {f: why for f in faults if f in alts and float(np.abs(alts[f] - p0).sum()) < SAME_LAW}
 
 
 def _look_sizes(p: SpecDistributionParams) -> list[int]:
@@ -246,9 +228,7 @@ def _needed(
 def control_looks(
     ctx: CheckContext, design: Design, p: SpecDistributionParams, alpha: float, target_power: float
 ) -> LookPlan:
-    """The looks of this run: a positive run's are the planned ones; a control's start with a pilot
-    sized for its own fault when that is cheaper and every look, at alpha / (planned looks + 1),
-    keeps the declared power (module docstring)."""
+    """The looks of this run: the planned ones, after a control's pilot where one pays (module docstring)."""
     fault = ctx.control
     if not ctx.stop_at_first_failure or fault is None:
         return design.looks

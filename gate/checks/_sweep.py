@@ -1,11 +1,8 @@
 """Prefix lengths and the cached sweep schedule behind `prefix-sweep`.
 
-For every length L the candidate must produce the logits of token L appended to a cache that
-holds tokens 0..L-1. Doing that from scratch per length costs sum(L^2). The schedule here grows
-one session instead: prefill the first length, then for each next length append the tokens in
-between as one chunk and append token L alone, reading its row. Total work is about one causal
-pass over the longest prefix plus one single-token append per length, and it uses only the
-Session protocol (prefill, append), so it runs on any engine.
+For every length L the candidate must produce the logits of token L appended to a cache that holds
+tokens 0..L-1. Rather than sum(L^2) from scratch, one session grows: prefill the first length, then
+per next length append the tokens in between as one chunk and token L alone, reading its row.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def log_spaced(count: int, longest: int) -> list[int]:
-    """At least `count` distinct integer lengths, log-spaced from 1 to `longest` (fewer only if
-    there are fewer integers in range)."""
+    """At least `count` distinct integer lengths (if there are), log-spaced from 1 to `longest`."""
     if longest < 1:
         return []
     target = min(count, longest)
@@ -46,8 +42,7 @@ def around(boundaries: Iterable[int], longest: int) -> list[int]:
 
 
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
-    """The path's layout edges by kind: `LayoutEdges` when it offers it, else its flat
-    `LayoutBoundaries` as one kind `layout`, else none."""
+    """The path's layout edges by kind (`LayoutBoundaries` as one kind `layout`)."""
     from gate.protocols import LayoutBoundaries, LayoutEdges, offered
 
     if (layout := offered(path, LayoutEdges)) is not None:
@@ -74,7 +69,6 @@ class SweepPlan:
     """Longest prefix the path admits; edges are counted up to it, visited or not."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The plan's settings (its coverage per kind is `coverage`, `boundary_coverage` in the evidence)."""
         return {
             "lengths": len(self.lengths),
             "longest": self.lengths[-1] if self.lengths else 0,
@@ -113,12 +107,8 @@ def plan_sweep(
     bugs live there) and the last edge ±1 of every kind, and every length up to `every_up_to`. Then,
     within `cap` lengths in all: up to `log_count` log-spaced lengths (thinned evenly if the cap
     binds), then up to `sampled_edges` further edges ±1 drawn with `seed` from every kind's rest.
-    `exhaustive` visits every edge ±1 and ignores the cap (nightly jobs).
-
-    `reach` bounds a non-exhaustive sweep's longest prefix (each visited length costs a causal
-    pass up to it): lengths stop there, except that the seed lengths, the first edge ±1 of every
-    kind and every length up to `every_up_to` are visited wherever they lie. Edges are still counted up to
-    `longest`, so the coverage says what was left."""
+    `exhaustive` visits every edge ±1 and ignores the cap. `reach` bounds a non-exhaustive sweep's
+    longest prefix, except for the lengths always visited; edges are still counted up to `longest`."""
     kinds = {k: sorted({int(b) for b in v if 0 <= int(b) <= longest}) for k, v in (edges or {}).items()}
     kinds = {k: v for k, v in kinds.items() if v}
     context = longest
@@ -161,10 +151,7 @@ def plan_sweep(
 
 def _coverage(kinds: Mapping[str, list[int]], chosen: set[int], longest: int) -> dict[str, dict[str, int]]:
     return {
-        kind: {
-            "edges": len(v),
-            "visited": sum(all(x in chosen for x in around([b], longest)) for b in v),
-        }
+        kind: {"edges": len(v), "visited": sum(all(x in chosen for x in around([b], longest)) for b in v)}
         for kind, v in kinds.items()
     }
 
@@ -172,21 +159,13 @@ def _coverage(kinds: Mapping[str, list[int]], chosen: set[int], longest: int) ->
 def sweep_lengths(
     longest: int,
     *,
-    seed_lengths: Iterable[int] = SEED_LENGTHS,
     log_count: int = 64,
     boundaries: Iterable[int] = (),
     every_up_to: int | None = None,
 ) -> list[int]:
-    """Every length of an exhaustive sweep: standard lengths clipped to `longest`, log-spaced
-    lengths, every layout boundary ±1, and optionally every length 1..every_up_to."""
-    return plan_sweep(
-        longest,
-        edges={"layout": list(boundaries)},
-        seed_lengths=seed_lengths,
-        log_count=log_count,
-        exhaustive=True,
-        every_up_to=every_up_to,
-    ).lengths
+    """Every length of an exhaustive sweep over one kind of layout boundaries."""
+    edges = {"layout": list(boundaries)}
+    return plan_sweep(longest, edges=edges, log_count=log_count, exhaustive=True, every_up_to=every_up_to).lengths
 
 
 def cached_sweep(
@@ -198,9 +177,8 @@ def cached_sweep(
     until: Callable[[int, torch.Tensor], bool] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Logits of token L appended to a cache of tokens[:, :L], for each L in sorted `lengths`:
-    [n, B, V] float32, plus the session's proof of exercise. `progress(task, done, total)` hears
-    about each length swept. `until(i, row)` is asked after each row; when it answers True the
-    sweep stops there (n = i + 1), in increasing length order."""
+    [n, B, V] float32, plus the session's proof of exercise. `until(i, row)` is asked after each
+    row; when it answers True the sweep stops there (n = i + 1)."""
     task = f"{path.name}: lengths swept"
     import torch
 

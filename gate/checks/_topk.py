@@ -1,21 +1,11 @@
 """The top-k observation: what an engine behind HTTP shows, and the established rule to compare it.
 
-An in-process check sees every logit; an HTTP engine shows, per generated position, the greedy
-token, its logprob and the top-k (token, logprob) pairs. `TopKObservation` holds that, and
-`compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as gate's dense
-comparison (gate.checks._compare) is:
-
-* positions are compared while both greedy sequences agree; at the first position where they
-  differ the sequences stop being comparable (each continues from another context);
-* there the argmax is load-bearing: the flip is a *tie* when the candidate's token is inside the
-  reference's top-k with a gap (reference logprob of its token minus that of the candidate's) within
-  tolerance, as the dense rule treats a flip inside the top-2 margin; otherwise it is a failure. The
-  vLLM condition (each side's token inside the other's top-k) is reported as `close`, with the gap;
-* |Δlogprob| of the aligned tokens (and of every token both top-k lists hold) is measured; over the
-  tolerance it is a warning, and for an `exact` claim any non-zero difference is a failure.
-
-What it cannot show, compared with dense logits: a change confined to tokens outside both top-k
-lists, and the size of a gap to a token outside the reference's top-k (reported as a lower bound).
+An HTTP engine shows, per generated position, the greedy token, its logprob and the top-k (token,
+logprob) pairs. `compare_topk` applies the rule of vLLM's `check_logprobs_close` made tie-aware as
+gate's dense comparison is: positions are compared while both greedy sequences agree; at the first
+that differs the flip is a *tie* when the candidate's token is inside the reference's top-k with a
+gap within tolerance, else a failure; |Δlogprob| of the aligned tokens and of every token both top-k
+lists hold is measured. It cannot show a change confined to tokens outside both top-k lists.
 """
 
 from __future__ import annotations
@@ -59,9 +49,7 @@ class TopKComparison:
     compared: int
     """Positions compared (up to and including the first divergence)."""
     first_divergence: int | None
-    """Index of the first position whose greedy tokens differ."""
     tie: bool
-    """The divergence is a tie (candidate's token inside the reference's top-k within tolerance)."""
     close: bool
     """vLLM's condition at the divergence: each side's token inside the other's top-k."""
     gap: float | None
@@ -69,7 +57,6 @@ class TopKComparison:
     gap_lower_bound: float | None
     """When the candidate's token is outside the reference's top-k: the reference's top-1 minus its k-th."""
     max_abs_delta: float
-    """max |Δlogprob| over aligned tokens and tokens both top-k lists hold."""
     tolerance: float
     """The largest per-position logprob tolerance used."""
 
@@ -79,7 +66,6 @@ class TopKComparison:
 
     @property
     def failed(self) -> bool:
-        """A greedy flip that is not a tie: the load-bearing failure."""
         return self.diverged and not self.tie
 
     @property
@@ -93,12 +79,8 @@ class TopKComparison:
 def worst(values: Iterable[float]) -> float:
     """The largest of `values` (0.0 for none), NaN when any is NaN: `max()` skips a NaN that is not first,
     so a NaN logprob would read as no difference at all."""
-    out = 0.0
-    for value in values:
-        if math.isnan(value):
-            return math.nan
-        out = max(out, value)
-    return out
+    seen = [0.0, *values]
+    return math.nan if any(math.isnan(v) for v in seen) else max(seen)
 
 
 def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: Tolerance) -> TopKComparison:
@@ -119,19 +101,15 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
         if ref_tok != cand_tok:
             close = cand_tok in ref_top and ref_tok in cand_top
             gap = reference.logprobs[i] - ref_top[cand_tok] if cand_tok in ref_top else None
-            lower = None
-            if gap is None and ref_top:
-                lower = reference.logprobs[i] - min(ref_top.values())
+            lower = reference.logprobs[i] - min(ref_top.values()) if gap is None and ref_top else None
             tie = gap is not None and gap <= row_tol
             return TopKComparison(i + 1, i, tie, close, gap, lower, max_delta, max_tol)
-    if len(reference.tokens) != len(candidate.tokens):
-        return TopKComparison(n, n, False, False, None, None, max_delta, max_tol)
-    return TopKComparison(n, None, False, False, None, None, max_delta, max_tol)
+    diverged = n if len(reference.tokens) != len(candidate.tokens) else None
+    return TopKComparison(n, diverged, False, False, None, None, max_delta, max_tol)
 
 
 def exact_equal(reference: TopKObservation, candidate: TopKObservation) -> bool:
-    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims); a NaN
-    equals nothing, not even the same NaN object in both."""
+    """Tokens, their logprobs and every top-k pair identical as reported (what `exact` claims); NaN equals nothing."""
     values = [
         *reference.logprobs,
         *candidate.logprobs,

@@ -1,14 +1,7 @@
-"""What the rest of gate needs of the built-in checks without running one.
-
-`validate`, `plan` and the runner read each built-in check's params model from here, and `gate
-plan`'s coverage (gate.engine.capabilities) the lengths a sweep will reach and what each check needs
-of the candidate (`DECLARED`: its package's NEEDS, NEEDS_INSTEAD, OPTIONAL and COVERED_BY; all
-torch-free, imported at once); the runner also what a built candidate offers them (`path_offers`).
-The controls read how the prefix checks serve a store and which identity assertions they make
-(`LegacyStore`, `LEGACY_METHODS`, `IDENTITY_WHY`: loaded on first use, they need torch), and `gate
-checks --diagnoses` the table of what names each bug class (`diagnosis_table`, loaded on first use). This is the
-public face of the checks' private helpers for the rest of gate: no module outside gate.checks
-imports a `gate.checks._*` module (an import-linter contract in pyproject.toml holds it).
+"""What the rest of gate needs of the built-in checks without running one: the public face of the
+checks' private helpers (no module outside gate.checks imports a `gate.checks._*` module, an
+import-linter contract in pyproject.toml holds it). The params models, length coverage and declared
+needs are torch-free and imported at once; the names in `_LAZY` need torch and load on first use.
 """
 
 from __future__ import annotations

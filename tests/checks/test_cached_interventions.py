@@ -10,9 +10,8 @@ from click.testing import CliRunner
 
 from gate.adapters.reference import Options, ReferenceAdapter
 from gate.adapters.reference.paths import ReferencePath
-from gate.checks._params import InvalidationParams, ResetIsolationParams
-from gate.checks.invalidation import invalidation
-from gate.checks.reset_isolation import reset_isolation
+from gate.checks.invalidation import InvalidationParams, invalidation
+from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
 from gate.cli.main import cli
 from tests.support import reference as ref
 from tests.support.repo import EXAMPLES

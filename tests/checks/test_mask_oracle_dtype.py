@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from gate.checks._params import MaskOracleParams
-from gate.checks.mask_oracle import ORACLE_RTOL, mask_oracle, oracle_rtol
+from gate.checks.mask_oracle import ORACLE_RTOL, MaskOracleParams, mask_oracle, oracle_rtol
 from tests.support import reference
 
 

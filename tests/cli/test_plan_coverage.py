@@ -10,8 +10,7 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from gate.checks._params import PrefixSweepParams
-from gate.checks.prefix_sweep import prefix_sweep
+from gate.checks.prefix_sweep import PrefixSweepParams, prefix_sweep
 from gate.cli.main import cli
 from tests.support import reference as ref
 from tests.support.manifests import write_subject_manifest

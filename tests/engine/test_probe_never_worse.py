@@ -16,8 +16,7 @@ import pytest
 from click.testing import CliRunner
 from gate_plugin_tinylm import Options, TinyLMAdapter
 
-from gate.checks._params import MaskOracleParams
-from gate.checks.mask_oracle import mask_oracle
+from gate.checks.mask_oracle import MaskOracleParams, mask_oracle
 from gate.cli.main import cli
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import PlannedCheck

@@ -1,10 +1,5 @@
-"""The bug classes a failed cache-parity check is named by, and which evidence names each.
-
-`BUG_CLASSES` explains each class in words; `DIAGNOSIS_TABLE` says, per class of the cache-parity
-diagnosis, what tells it apart with sessions alone, with a layer trace and with the attention probe
-(`gate checks --diagnoses` prints it, `diagnosis_table`); `explanation` is what a dossier's headline
-shows; `uncertain` names an undecided class's candidates and the capability that would decide.
-"""
+"""The bug classes a failed cache-parity check is named by (`BUG_CLASSES`), and which evidence names
+each with sessions alone, a layer trace or the attention probe (`DIAGNOSIS_TABLE`)."""
 
 from __future__ import annotations
 
@@ -67,8 +62,7 @@ BUG_CLASSES: dict[str, str] = {
 
 
 class Decided(NamedTuple):
-    """How a class is told apart from the others: with sessions alone (no optional capability),
-    with the layer trace, with the attention probe ("-": that capability adds nothing to it)."""
+    """How a class is told apart with sessions alone, the layer trace, the probe ("-": adds nothing)."""
 
     sessions: str
     trace: str
@@ -119,9 +113,7 @@ DIAGNOSIS_TABLE: dict[str, Decided] = {
         "small differences at (nearly) every length, no argmax flip", "K/V agree at every traced length", "-"
     ),
 }
-"""Per bug class of the cache-parity diagnosis, which evidence names it with what the subject
-offers: the model-level experiments sessions allow, LayerTracing, AttentionProbe. docs/plugins.md
-carries it as a table (`gate checks --diagnoses`, diagnosis_table)."""
+"""docs/plugins.md carries it as a table (`gate checks --diagnoses`, diagnosis_table)."""
 
 
 def diagnosis_table() -> str:
@@ -136,8 +128,7 @@ def diagnosis_table() -> str:
 
 
 def explanation(diagnosis: dict[str, Any]) -> str:
-    """The class's explanation in words, with the candidates of an undecided one and the capability
-    that would decide (what the dossier's headline shows)."""
+    """The class's explanation, with an undecided one's candidates and what would decide (the dossier's headline)."""
     text = BUG_CLASSES[diagnosis["bug_class"]]
     if diagnosis.get("candidates"):
         text += f"; candidates: {', '.join(diagnosis['candidates'])}"
@@ -148,19 +139,12 @@ def explanation(diagnosis: dict[str, Any]) -> str:
 
 def uncertain(candidates: Sequence[str], why: str) -> dict[str, Any]:
     """Uncertain among `candidates`, with the capability that would decide between them."""
-    capability = deciding_capability(candidates)
+    probed = {name for name, row in DIAGNOSIS_TABLE.items() if row.probe != "-"}  # classes the probe judges
+    capability = "AttentionProbe or LayerTracing" if set(candidates) <= probed else "LayerTracing"
     decide = f"offer {capability} to decide between {', '.join(candidates)}"
     return {"bug_class": "uncertain", "candidates": list(candidates), "evidence": f"{why}; {decide}", "decide": decide}
 
 
-def deciding_capability(candidates: Sequence[str]) -> str:
-    """The optional capability (gate.protocols) whose evidence tells `candidates` apart: the
-    attention probe where they are all mask classes it judges, else the layer trace."""
-    probed = {name for name, row in DIAGNOSIS_TABLE.items() if row.probe != "-"}
-    return "AttentionProbe or LayerTracing" if set(candidates) <= probed else "LayerTracing"
-
-
 SMALL_RELATIVE_ERROR = 0.1
-"""Largest relative K/V or hidden-state error (of the reference's max |value|) read as an
-approximation or a precision change rather than a wrong index, mask or state (those move values
-by their own scale)."""
+"""Largest relative K/V or hidden-state error read as an approximation or a precision change rather
+than a wrong index, mask or state (those move values by their own scale)."""

@@ -1,5 +1,4 @@
-"""The bug class read from the evidence: a length profile (gate.checks._diagnosis.profile) and,
-where the paths offer one, a layer divergence (gate.checks._diagnosis.layers)."""
+"""The bug class read from a length profile and, where the paths offer one, a layer divergence."""
 
 from __future__ import annotations
 
@@ -41,14 +40,14 @@ def classify(profile: dict[str, Any], layers: dict[str, Any] | None) -> str:
             return "mask-window" if kind == "onset-at-length" else "mask-offset"
     if first is None and profile.get("non_finite"):
         return "non-finite-output"  # no layer trace to say where the NaN came from: name what is seen
-    if kind == "periodic":
-        return "kv-truncation"
-    if kind == "onset-at-length":
-        return "mask-window"
-    if kind == "grows-with-length":
-        return "positional-index"
-    if kind == "short-prefix":
-        return "mask-offset"
-    if kind == "everywhere-small":
-        return "numeric-precision"
-    return "uncertain"
+    return PROFILE_CLASSES.get(kind or "", "uncertain")
+
+
+PROFILE_CLASSES = {
+    "periodic": "kv-truncation",
+    "onset-at-length": "mask-window",
+    "grows-with-length": "positional-index",
+    "short-prefix": "mask-offset",
+    "everywhere-small": "numeric-precision",
+}
+"""The class a length profile alone names, where no layer names one."""

@@ -1,11 +1,4 @@
-"""Model-level experiments: what sessions alone can show, for a path with no layer trace and no
-probe. Each feeds both paths a few seeded or chosen tokens and says what moved: whether a step over
-a cache sees the token before it (visibility), whether NaN comes only through the cache, whether two
-live sessions share one cache, whether the prefix fed one token per step is wrong too, and whether
-one token repeated (where no mask or position can matter) is wrong (head_map).
-
-This module imports torch only inside the functions that run an experiment.
-"""
+"""Model-level experiments: what sessions alone can show, for a path with no layer trace and no probe."""
 
 from __future__ import annotations
 
@@ -22,8 +15,7 @@ if TYPE_CHECKING:
     from gate.protocols import DecodePath
 
 VISIBILITY_OFFSET = 8
-"""The cache length of the visibility experiment: long enough that a mask from the chunk's origin
-hides the last cached token from the chunk's first query."""
+"""The cache length of the visibility experiment: a mask from the chunk's origin hides its last token."""
 
 
 def _rows(path: DecodePath, calls: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -72,15 +64,19 @@ def one_shot_deviates(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance
 ) -> bool:
     """The token at `at` appended after a one-shot prefill of the prefix, against the full pass."""
+    return _fed_deviates(reference, candidate, tokens, at, tol, [tokens[:, :at], tokens[:, at : at + 1]])
+
+
+def _fed_deviates(
+    reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance, calls: list[Any]
+) -> bool:
     full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
-    got = _rows(candidate, [tokens[:, :at], tokens[:, at : at + 1]])[:, -1]
-    return _off(full, got, tol)
+    return _off(full, _rows(candidate, calls)[:, -1], tol)
 
 
 def nan_only_on_cached_reads(candidate: DecodePath, tokens: torch.Tensor) -> bool:
     """The candidate's cached session returns NaN for `tokens` on an empty cache while its own full
-    pass over the same tokens is finite: same weights, same arithmetic, only the cache read differs,
-    so the read touched slots past the valid length (an overflow would show in both)."""
+    pass is finite: only the cache read differs, so it touched slots past the valid length."""
     import torch
 
     with torch.no_grad():
@@ -94,11 +90,8 @@ SHARED_PREFIX = 7
 
 
 def shared_sessions(reference: DecodePath, candidate: DecodePath, tol: Tolerance, seed: int) -> dict[str, Any] | None:
-    """Whether two live sessions of the candidate share one cache: request A is prefilled, a second
-    session prefills request B, and A's next token is compared with A's full pass; so is A's next
-    token when no other session is opened. Wrong beside B and right alone is A reading B's state
-    (foreign-state: a cache object kept on the model and handed to every request); anything else
-    says nothing here (None)."""
+    """Whether two live sessions of the candidate share one cache: A's next token wrong after a second
+    session prefilled B and right alone is A reading B's state (foreign-state); else None."""
     import torch
 
     from gate.checks._compare import compare_rows
@@ -131,8 +124,7 @@ STEPWISE_LONGEST = 512
 """Longest prefix the stepwise experiment feeds one token per step (a step per token)."""
 
 UNIFORM_LENGTHS = (1, 9, 17)
-"""Prompt lengths of the uniform-prompt experiment: the first token on an empty cache, then one
-token over 8 and over 16 cached copies of it."""
+"""Prompt lengths of the uniform-prompt experiment (one token over 0, 8 and 16 cached copies)."""
 
 
 def _off(reference_row: torch.Tensor, candidate_row: torch.Tensor, tol: Tolerance) -> bool:
@@ -154,24 +146,19 @@ def stepwise_deviates(
     if at > STEPWISE_LONGEST or at < 1:
         return None
     with torch.no_grad():
-        full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
-        got = _rows(candidate, [tokens[:, i : i + 1] for i in range(at + 1)])[:, -1]
-    return _off(full, got, tol)
+        return _fed_deviates(reference, candidate, tokens, at, tol, [tokens[:, i : i + 1] for i in range(at + 1)])
 
 
 def uniform_prompt(
     reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int
 ) -> dict[str, Any]:
-    """Model-level experiment on one token repeated: where the reference's full pass gives every
-    row the same logits (positions enter only through relative scores, as with RoPE), every key
-    attention reads holds the same value, so no mask, window, position or truncated read can move
-    the answer (any weighting of equal values is that value). The candidate's last row after a
-    prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which lengths deviate, by
-    how much (`large`: beyond what an approximation moves), whether the deviation holds as the
-    cache grows (a query head reading another KV head's values stays as wrong; one key of garbage
-    read past the end weighs less the more keys there are), and whether the candidate gives one and
-    the same answer at every length (`same_answer`: a path wrong in every step the same way is a
-    model of its own, position-free like the reference)."""
+    """Model-level experiment on one token repeated: where the reference's full pass gives every row
+    the same logits (positions enter only through relative scores, as with RoPE), every key holds the
+    same value, so no mask, window, position or truncated read can move the answer. The candidate's
+    last row after a prefill of n - 1 copies and a step of one, for n in UNIFORM_LENGTHS: which
+    lengths deviate, by how much (`large`: beyond an approximation), whether the deviation holds as
+    the cache grows (one key of garbage read past the end weighs less the more keys there are), and
+    whether every length gives the same answer."""
     import torch
 
     from gate.checks._compare import random_tokens
@@ -205,11 +192,8 @@ def uniform_prompt(
 def head_map(
     reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, *, cached: bool
 ) -> dict[str, Any] | None:
-    """kv-head-mapping where the uniform-prompt experiment supports it: the reference is
-    position-free on one repeated token, the candidate's one-token step is wrong there (`cached`:
-    only over a non-empty cache; else from the empty one on, the same answer at every length), by
-    more than an approximation would move it, and not shrinking as the cache grows. None otherwise
-    (the experiment is silent)."""
+    """kv-head-mapping where the uniform-prompt experiment supports it (`cached`: wrong only over a
+    non-empty cache; else from the empty one on, the same answer at every length); else None."""
     seen = uniform_prompt(reference, candidate, vocab, tol, seed)
     finite = all(math.isfinite(d) for d in seen["max_delta"].values())
     if not (seen["position_free"] and seen["large"] and seen["holds"] and finite):

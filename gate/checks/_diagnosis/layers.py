@@ -1,11 +1,6 @@
 """The first diverging layer (LayerTracing): per layer, compare what attention read (K and V over
 the prefix and the appended token) and the block's hidden state between the candidate's cached step
-and the reference's full pass. Layer 0 agreeing and a later layer drifting is per-layer ordering; a
-K/V read of the wrong length is truncation or a read past the valid length; prefix K/V that differ
-from row 0 on are stale or foreign state; only the appended token's K (RoPE) or K and V (learned
-positions) differing is its position; K/V equal and the hidden state differing is the mask.
-
-This module imports torch only inside the functions that compare tensors.
+and the reference's full pass (gate.checks._diagnosis.classifier reads the class from it).
 """
 
 from __future__ import annotations
@@ -29,20 +24,18 @@ STATE_TOLERANCE = {"float32": 1e-4, "bfloat16": 4e-2, "float16": 1e-2}
 """Relative tolerance for K, V and hidden-state comparisons (of the reference's max |value|)."""
 
 
+def _bad(a: torch.Tensor, b: torch.Tensor, rel: float) -> torch.Tensor:
+    """Where `a` differs from `b` by more than `rel` of b's max |value| (NaN counts)."""
+    return ((a - b).abs() > rel * max(float(b.abs().max()), 1e-6)) | a.isnan()
+
+
 def _differs(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
-    if not b.numel():
-        return False
-    scale = float(b.abs().max())
-    return bool(((a - b).abs() > rel * max(scale, 1e-6)).any()) or bool(a.isnan().any())
+    return bool(b.numel()) and bool(_bad(a, b, rel).any())
 
 
 def _rows_differing(a: torch.Tensor, b: torch.Tensor, rel: float) -> list[int]:
-    # a, b: [B, H_kv, T, D] -> positions t where any batch row, head or dim differs
-    if not b.numel():
-        return []
-    scale = max(float(b.abs().max()), 1e-6)
-    bad = ((a - b).abs() > rel * scale) | a.isnan()
-    return [int(t) for t in bad.any(dim=(0, 1, 3)).nonzero().flatten()]
+    """Positions t of [B, H_kv, T, D] where any batch row, head or dim differs."""
+    return [int(t) for t in _bad(a, b, rel).any(dim=(0, 1, 3)).nonzero().flatten()] if b.numel() else []
 
 
 def _foreign_rows(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
@@ -61,18 +54,14 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
-    """Whether the candidate's KV heads [B, H_kv, T, D] are the reference's under a non-identity
-    mapping (each candidate head equals some other reference head)."""
+    """Whether the candidate's KV heads [B, H_kv, T, D] are the reference's under a non-identity mapping."""
     heads = ref_k.shape[1]
     if heads < 2 or cand_k.shape != ref_k.shape:
         return False
-    mapping = []
-    for h in range(heads):
-        match = [o for o in range(heads) if not _differs(cand_k[:, h], ref_k[:, o], rel)]
-        if not match:
-            return False
-        mapping.append(match[0])
-    return mapping != list(range(heads))
+    mapping = [
+        next((o for o in range(heads) if not _differs(cand_k[:, h], ref_k[:, o], rel)), None) for h in range(heads)
+    ]
+    return None not in mapping and mapping != list(range(heads))
 
 
 def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -83,10 +72,8 @@ def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 
 def traced_reference(reference: DecodePath) -> tuple[DecodePath | None, str | None]:
-    """The path whose full pass a layer trace reads, and what the diagnosis says about it. A stored
-    reference (a recorded baseline) holds no layer states: its live counterpart, the model the
-    baseline names built in this job, is traced instead (the verdict's logits stay the stored
-    ones), or, where there is none, the diagnosis says it saw no layer trace and why."""
+    """The path whose full pass a layer trace reads, and what the diagnosis says about it: a stored
+    reference holds no layer states, so its live counterpart is traced instead, where there is one."""
     counterpart = offered(reference, LiveCounterpart)
     if counterpart is None:
         return reference, None
@@ -111,11 +98,9 @@ def accepts(method: Any, name: str) -> bool:
 
 
 def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
-    """Which KV head each query head read at the traced step's last query, judged from what the
-    path's attention was given and returned: per query head, the KV heads whose expected output
-    (a float64 softmax over every key read, the last query seeing all of them) its output equals.
-    None when the layer records no per-head query and output; an entry is None when no KV head (or
-    more than one) explains that head."""
+    """Which KV head each query head read at the traced step's last query: the one whose expected output
+    (a float64 softmax over every key read) its output equals (None: no KV head, or several, explain
+    it). None when the layer records no per-head query and output."""
     import torch
 
     if "q" not in state or "attn" not in state:
@@ -124,16 +109,12 @@ def read_map(state: dict[str, Any], rel: float) -> list[int | None] | None:
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads < 2 or heads % kv_heads or out.shape != q.shape or not bool(k.isfinite().all()):
         return None
-    mapping: list[int | None] = []
-    for h in range(heads):
-        found = []
-        for g in range(kv_heads):
-            scores = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, 1, T]
-            expected = torch.softmax(scores, dim=-1) @ v[:, g]  # [B, 1, D]
-            if not _differs(out[:, h], expected, rel):
-                found.append(g)
-        mapping.append(found[0] if len(found) == 1 else None)
-    return mapping
+
+    def expected(h: int, g: int) -> Any:  # [B, 1, D]: query head h over KV head g
+        return torch.softmax(q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v[:, g]
+
+    found = [[g for g in range(kv_heads) if not _differs(out[:, h], expected(h, g), rel)] for h in range(heads)]
+    return [f[0] if len(f) == 1 else None for f in found]
 
 
 def layer_divergence(
@@ -146,9 +127,8 @@ def layer_divergence(
     cuts: Sequence[int] = (),
     width: int = 1,
 ) -> dict[str, Any] | None:
-    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, after the
-    prefix went in as `cuts` say, where the path can replay a schedule) with the reference's full
-    pass, layer by layer. None when either path offers no LayerTracing."""
+    """Compare the candidate's cached step at `prefix_len` (`width` tokens appended, the prefix fed as
+    `cuts` say) with the reference's full pass, layer by layer; None without LayerTracing on both."""
     ref_trace, cand_trace = offered(reference, LayerTracing), offered(candidate, LayerTracing)
     if ref_trace is None or cand_trace is None:
         return None
@@ -172,36 +152,28 @@ def layer_divergence(
         if read != expected:
             info["component"] = "kv-read-length"
         else:
-            past_k = _rows_differing(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
-            past_v = _rows_differing(cand_v[:, :, :prefix_len], ref_v[:, :, :prefix_len], rel)
-            new_k = _differs(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:], rel)
-            new_v = _differs(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:], rel)
-            hidden = _differs(cand["hidden"].cpu(), ref["hidden"].cpu(), rel)
+            pck, prk, pcv, prv = (x[:, :, :prefix_len] for x in (cand_k, ref_k, cand_v, ref_v))
+            nck, nrk, ncv, nrv = (x[:, :, prefix_len:] for x in (cand_k, ref_k, cand_v, ref_v))
+            cand_h, ref_h = cand["hidden"].cpu(), ref["hidden"].cpu()
+            past_k, past_v = _rows_differing(pck, prk, rel), _rows_differing(pcv, prv, rel)
+            new_k, new_v, hidden = _differs(nck, nrk, rel), _differs(ncv, nrv, rel), _differs(cand_h, ref_h, rel)
             info.update(past_k_rows=len(past_k), past_v_rows=len(past_v), new_k=new_k, new_v=new_v, hidden=hidden)
-            info["past_kv_relative_error"] = round(
-                max(
-                    _relative_error(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len]),
-                    _relative_error(cand_v[:, :, :prefix_len], ref_v[:, :, :prefix_len]),
-                ),
-                6,
-            )
-            info["hidden_relative_error"] = round(_relative_error(cand["hidden"].cpu(), ref["hidden"].cpu()), 6)
+            info["past_kv_relative_error"] = round(max(_relative_error(pck, prk), _relative_error(pcv, prv)), 6)
+            info["hidden_relative_error"] = round(_relative_error(cand_h, ref_h), 6)
             if "attn" in cand and "attn" in ref and cand["attn"].shape == ref["attn"].shape:
                 # the attention output itself, without the residual stream that dilutes the block's
                 info["attention_relative_error"] = round(_relative_error(cand["attn"].cpu(), ref["attn"].cpu()), 6)
             # magnitudes for the dossier's per-layer plot: the appended step's K, V and hidden state
             info.update(
-                k_delta=_max_delta(cand_k[:, :, prefix_len:], ref_k[:, :, prefix_len:]),
-                v_delta=_max_delta(cand_v[:, :, prefix_len:], ref_v[:, :, prefix_len:]),
-                hidden_delta=_max_delta(cand["hidden"].cpu(), ref["hidden"].cpu()),
+                k_delta=_max_delta(nck, nrk), v_delta=_max_delta(ncv, nrv), hidden_delta=_max_delta(cand_h, ref_h)
             )
             if past_k or past_v:
                 info["component"] = "past-kv"
                 info["first_past_row"] = min(past_k + past_v)
                 info["past_rows_differing"] = len(set(past_k + past_v))
                 info["v_agrees"] = not past_v
-                info["foreign"] = _foreign_rows(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
-                info["heads_permuted"] = _heads_permuted(cand_k[:, :, :prefix_len], ref_k[:, :, :prefix_len], rel)
+                info["foreign"] = _foreign_rows(pck, prk, rel)
+                info["heads_permuted"] = _heads_permuted(pck, prk, rel)
             elif new_k or new_v:
                 info["component"] = "new-kv"
                 info["v_agrees"] = not new_v
@@ -233,9 +205,7 @@ REPLAYED_CHUNKS = 8
 
 
 def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
-    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at
-    prefix `at`: a prefill to the first positive length, then per length a chunk up to it and
-    the token at it."""
+    """The call edges of gate.checks._sweep.cached_sweep's one growing session up to its step at `at`."""
     grow = [n for n in lengths if n > 0]
     if not grow or at not in grow:
         return []
@@ -251,8 +221,7 @@ def progressive_cuts(lengths: Sequence[int], at: int) -> list[int]:
 
 
 def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
-    """The steps of several tokens over a non-empty cache that reached `prefix_len`: between the
-    check's cuts and the candidate's own chunk edges (LayoutEdges)."""
+    """The steps of several tokens over a non-empty cache that reached `prefix_len`."""
     edges = {c for c in cuts if 0 < c <= prefix_len}
     if (layout := offered(candidate, LayoutEdges)) is not None:
         edges |= {e for e in layout.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
@@ -263,10 +232,9 @@ def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> 
 def traced_divergence(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, dtype: str, cuts: Sequence[int] = ()
 ) -> dict[str, Any] | None:
-    """The layer divergence of the step at `at` (the prefix as one prefill), then, where that
-    step shows nothing or only prefix K/V gone wrong in a later layer (state an earlier step wrote),
-    the multi-token steps over a cache that reached it replayed one by one (chunk replay): the first
-    that diverges at a lower layer stands instead, marked `replayed_chunk`."""
+    """The layer divergence of the step at `at`, then, where it shows nothing or only prefix K/V gone wrong
+    in a later layer (state an earlier step wrote), the multi-token steps that reached it replayed one by
+    one: the first that diverges at a lower layer stands instead, marked `replayed_chunk`."""
     layers = layer_divergence(reference, candidate, tokens, at, dtype)
     if layers is None:
         return None
@@ -284,6 +252,16 @@ def traced_divergence(
                 return step
             break
     return layers
+
+
+def layer_fields(layers: dict[str, Any]) -> dict[str, Any]:
+    """What a diagnosis reports of a layer divergence."""
+    return {
+        "first_diverging_layer": layers["first_diverging_layer"],
+        "component": layers["component"],
+        "traced_prefix_len": layers["prefix_len"],
+        "layers": layers["layers"],
+    }
 
 
 def small_clean(layers: dict[str, Any] | None) -> bool:

@@ -1,7 +1,5 @@
-"""Bug classes named without tracing: the model-level experiments (gate.checks._diagnosis.experiments)
-put to the classes a failure's length profile predicts, for a path with no layer trace and no probe:
-the class where an experiment supports one, else uncertain with the candidates and the capability
-that would decide."""
+"""Bug classes named without tracing: the model-level experiments put to the classes a failure's
+length profile predicts, for a path with no layer trace and no probe."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ or projections the cached path computes with, or a position encoding that is abs
 mask offset (there is none) or a window."""
 
 CHUNK_CANDIDATES = ("mask-offset", "positional-index")
-"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill
-are right: the chunk's mask origin or the chunk's positions."""
+"""What makes a multi-token step over a cache wrong where one-token steps and a one-shot prefill are right."""
 
 
 def window_or_chunk(
@@ -42,11 +39,8 @@ def window_or_chunk(
     """An onset at length `at` (what a window predicts) put to the two experiments that separate a
     window from a chunk's mask origin: a window depends on distance, so a step of several tokens
     over a cache still sees the token before it and the prefix fed one token per step is wrong at
-    `at` too; a chunk whose mask starts at the chunk is blind to that token, and the onset is where
-    the subject first ran a chunk over a cache (its own chunked prefill), which one-token steps avoid.
-    Only blindness names the chunk's origin: a step of several tokens that sees the token before it
-    and still hides keys (what transformers 5.4-5.8's paged kernel does to the ordinary forwards
-    after continuous batching) stays a window, right one token per step or not."""
+    `at` too; a chunk whose mask starts at the chunk is blind to that token. Only blindness names the
+    chunk's origin (transformers 5.4-5.8's paged kernel hides keys yet sees that token: a window)."""
     vocab = min(reference.vocab_size, candidate.vocab_size)
     seen = visibility(reference, candidate, vocab, tol, seed, width=2)
     stepwise = stepwise_deviates(reference, candidate, tokens, at, tol)
@@ -87,12 +81,10 @@ def _right(deviates: bool) -> str:
 def offset_or_map(
     reference: DecodePath, candidate: DecodePath, vocab: int, tol: Tolerance, seed: int, at: int
 ) -> dict[str, Any]:
-    """Failures from the shortest prefixes on (what a mask offset predicts, the first token on an
-    empty cache right) put to the experiments that separate a mask offset from a KV-head map: a
-    mask offset hides the token before the step (visibility), a KV-head map does not and stays
-    wrong on one token repeated, where no mask or position can matter (head_map). Where neither
-    shows, the profile's class stands, named as unconfirmed, with the capability that would decide
-    (a beam cache never reordered, examples/hf-beam-fault-not-reordered.yaml, is such a case)."""
+    """Failures from the shortest prefixes on (what a mask offset predicts) put to the experiments that
+    separate a mask offset (blind to the token before the step) from a KV-head map (wrong on one token
+    repeated). Where neither shows, the profile's class stands, named as unconfirmed (a beam cache
+    never reordered, examples/hf-beam-fault-not-reordered.yaml, is such a case)."""
     seen = {width: visibility(reference, candidate, vocab, tol, seed, width=width) for width in (1, 2)}
     blind = [width for width, v in seen.items() if v["blind"]]
     found = {"visibility": seen[blind[0] if blind else 1]}
@@ -134,15 +126,10 @@ def model_level(
     chunks: Sequence[tuple[int, int]],
     profile: str | None = None,
 ) -> dict[str, Any] | None:
-    """What sessions alone tell about a failure at prefix `at` (the first deviating length;
-    `first_length` the first deviating one overall, 0 for an empty cache; `profile` the length
-    profile's kind) on a path with no layer trace: the class where an experiment supports one, else
-    uncertain with the candidates and the capability that would decide; None when these experiments
-    say nothing (the length profile stands). A profile that names a mask class is put to the
-    experiments that class predicts: an onset at a length (a window) against a chunk over a cache
-    blind to the token before it (chunked prefill's mask origin, window_or_chunk); failures from the
-    shortest prefixes (a mask offset) against a step that sees that token and is wrong where no mask
-    or position can matter (a KV-head map, offset_or_map)."""
+    """What sessions alone tell about a failure at prefix `at` (`first_length`: the first deviating
+    length overall, 0 for an empty cache) on a path with no layer trace: the class where an experiment
+    supports one, else uncertain with the candidates and the capability that would decide; None when
+    these experiments say nothing (the length profile stands)."""
     vocab = min(reference.vocab_size, candidate.vocab_size)
     if non_finite:
         if nan_only_on_cached_reads(candidate, tokens[:, :1]):

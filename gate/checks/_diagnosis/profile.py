@@ -13,8 +13,7 @@ from typing import Any
 def length_profile(
     lengths: Sequence[int], deviates: Sequence[bool], delta: Sequence[float], flips: Sequence[bool] | None = None
 ) -> dict[str, Any]:
-    """Classify where the deviations sit over prefix lengths. `flips`: lengths with an argmax flip
-    that is not a near-tie (None: unknown)."""
+    """Classify where the deviations sit over prefix lengths (`flips`: lengths with a non-tie argmax flip)."""
     bad = [(n, d) for n, x, d in zip(lengths, deviates, delta, strict=True) if x]
     if not bad:
         return {"profile": "none"}

@@ -1,5 +1,4 @@
-"""The diagnosis of schedule-fuzz's failing schedule: its failing step replayed under a layer trace
-where both paths offer one, else the model-level experiments its kind of step allows."""
+"""The diagnosis of schedule-fuzz's failing schedule."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from gate.checks._diagnosis.experiments import (
     shared_sessions,
     visibility,
 )
-from gate.checks._diagnosis.layers import accepts, layer_divergence, traced_reference
+from gate.checks._diagnosis.layers import accepts, layer_divergence, layer_fields, traced_reference
 from gate.checks._diagnosis.model_level import CHUNK_CANDIDATES, EMPTY_CACHE_CANDIDATES
 from gate.protocols import LayerTracing, offered
 
@@ -33,16 +32,10 @@ def diagnose_reproducer(
     tol: Tolerance,
     seed: int,
 ) -> dict[str, Any]:
-    """The bug class of schedule-fuzz's failing schedule from what its failing step is. A schedule
-    with a fork or a switch before it asks whether two live sessions share one cache
-    (`shared_sessions`); one of prefill, append and reset steps of one request (anything else stays
-    uncertain) is replayed: where both paths offer a
-    layer trace, the step replayed under it (`traced_step`: a KV-head map judged at read time, a
-    chunk's mask); else, or where the replay shows nothing, model-level
-    experiments: a step over a non-empty cache blind to the token before it is a mask offset; NaN
-    on an empty cache only through the cache is a read past the valid length; a one-token step
-    wrong on one token repeated (head_map) is a KV-head map; else one token wrong on an empty cache
-    is uncertain among EMPTY_CACHE_CANDIDATES, a chunk among CHUNK_CANDIDATES."""
+    """The bug class of schedule-fuzz's failing schedule from what its failing step is: after a fork or
+    a switch, whether two live sessions share one cache; a step of prefill, append and reset steps of
+    one request (anything else stays uncertain) replayed under a layer trace where both paths offer
+    one, else (or where the replay shows nothing) put to the model-level experiments."""
     out: dict[str, Any] = {"bug_class": "uncertain"}
     index = int(failure["step"]) - 1
     if 0 <= index < len(steps) and any(step[0] in ("fork", "switch") for step in steps[: index + 1]):
@@ -104,11 +97,10 @@ def diagnose_reproducer(
 def traced_step(
     reference: DecodePath, candidate: DecodePath, before: Sequence[tuple[Any, ...]], cached: int, width: int, seed: int
 ) -> dict[str, Any] | None:
-    """The failing step of a schedule replayed under a layer trace, where both paths offer one: the
-    steps since the last reset as cuts, then the step itself (`width` tokens over `cached`), on
-    seeded tokens. The class `classify` names from the first diverging layer, or None when the
-    paths trace nothing, the replay diverges nowhere (state from before a reset, which a fresh
-    session cannot replay) or the trace names no class: the model-level experiments stand then."""
+    """The failing step of a schedule (`width` tokens over `cached`, the steps since the last reset as
+    cuts) replayed on seeded tokens under a layer trace: the class the first diverging layer names, or
+    None where the paths trace nothing, the replay diverges nowhere (state from before a reset) or
+    the trace names no class."""
     traced, _ = traced_reference(reference)
     tracing = offered(candidate, LayerTracing)
     if traced is None or tracing is None or (width != 1 and not accepts(tracing.layer_states, "width")):
@@ -132,8 +124,5 @@ def traced_step(
         "bug_class": bug_class,
         "evidence": f"the failing step ({width} token(s) over {cached} cached) replayed under a layer trace: "
         f"first diverging layer {layers['first_diverging_layer']} ({layers['component']})",
-        "first_diverging_layer": layers["first_diverging_layer"],
-        "component": layers["component"],
-        "traced_prefix_len": layers["prefix_len"],
-        "layers": layers["layers"],
+        **layer_fields(layers),
     }

@@ -1,6 +1,4 @@
-"""The diagnosis of a failed sweep over prefix lengths: the length profile, the first diverging
-layer where the paths offer a layer trace (with the sweep's chunks replayed), else the model-level
-experiments, read into one bug class, JSON-ready."""
+"""The diagnosis of a failed sweep over prefix lengths, read into one bug class, JSON-ready."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from gate.checks._diagnosis.classifier import classify
 from gate.checks._diagnosis.layers import (
     chunk_steps,
     layer_divergence,
+    layer_fields,
     progressive_cuts,
     small_clean,
     traced_divergence,
@@ -44,11 +43,10 @@ def diagnose(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Profile + first diverging layer + bug class, JSON-ready. The layers are traced at the first
-    deviating length that has a prefix (length 0 has no cached K/V to compare); `progressive`: the
-    candidate grew one session through `lengths` (gate.checks._sweep.cached_sweep), whose chunks
-    the tracer replays where the traced step alone shows nothing. A small attention-output
-    difference with clean K/V there is traced at the shortest swept length too: the same at both
-    is numeric-precision, whatever lengths were swept and whichever of them flipped an argmax."""
+    deviating length that has a prefix; `progressive`: the candidate grew one session through
+    `lengths` (gate.checks._sweep.cached_sweep), whose chunks the tracer replays where the traced
+    step alone shows nothing. A small attention-output difference with clean K/V there is traced at
+    the shortest swept length too: the same at both is numeric-precision."""
     profile = length_profile(lengths, deviates, delta, flips)
     if any(x and not math.isfinite(d) for x, d in zip(deviates, delta, strict=True)):
         profile["non_finite"] = True  # NaN or inf in the candidate's logits at a deviating length
@@ -60,9 +58,9 @@ def diagnose(
     precision_at: list[int] = []
     shortest: int | None = None
     traced, seen = traced_reference(reference)
+    cuts = progressive_cuts(lengths, int(at)) if progressive and at is not None else []
     if at is not None and traced is not None:
         try:
-            cuts = progressive_cuts(lengths, int(at)) if progressive else []
             layers = traced_divergence(traced, candidate, tokens, int(at), dtype, cuts)
             shortest = min((n for n in lengths if n > 0), default=None)
             if small_clean(layers) and shortest is not None:
@@ -81,7 +79,6 @@ def diagnose(
         and profile.get("profile") != "everywhere-small"
     ):
         try:  # no layer trace: what experiments with sessions alone can tell
-            cuts = progressive_cuts(lengths, int(at)) if progressive else []
             seen_level = model_level(
                 traced,
                 candidate,
@@ -112,10 +109,7 @@ def diagnose(
     if seen:
         out["layer_trace"] = seen
     if layers is not None:
-        out["first_diverging_layer"] = layers["first_diverging_layer"]
-        out["component"] = layers["component"]
-        out["traced_prefix_len"] = layers["prefix_len"]
-        out["layers"] = layers["layers"]
+        out.update(layer_fields(layers))
     if error:
         out["tracing_error"] = error
     if seen_level is not None and seen_level.get("decide"):

@@ -188,8 +188,7 @@ def test_a_uniform_position_shift_under_rope_is_declared_invisible_and_a_generic
     changes the logits by rounding only. The path says so up front; the control engine plants the
     generic reset-ignored instead, which reset-isolation detects far beyond rounding. GPT-2's
     absolute positions make the adapter's own fault visible, so it runs there."""
-    from gate.checks._params import ResetIsolationParams
-    from gate.checks.reset_isolation import reset_isolation
+    from gate.checks.reset_isolation import ResetIsolationParams, reset_isolation
 
     llama = path("llama", path="dynamic")
     assert "relative positions" in llama.invisible_faults()["reset-keeps-position"]
