@@ -17,15 +17,13 @@ the same quantized cache with one beam, examples/hf-beam-quantized.yaml). The fa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.sessions import CacheSession
-
-if TYPE_CHECKING:
-    from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.view import SessionPath
 
 
 def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
@@ -44,7 +42,7 @@ def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
 class BeamSession(CacheSession):
     """A request as one hypothesis among `beams` rows of one cache (the module docstring)."""
 
-    def __init__(self, path: HFPath, batch_size: int) -> None:
+    def __init__(self, path: SessionPath, batch_size: int) -> None:
         self.beams = int(path.options.beams or 1)
         self.requests = batch_size
         super().__init__(path, batch_size * self.beams)

@@ -16,21 +16,19 @@ its interface.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
+from gate.adapters.hf.view import SessionPath
 from gate.adapters.slots import SlotTable
-
-if TYPE_CHECKING:
-    from gate.adapters.hf.paths import HFPath
 
 
 class ContinuousHFSession:
     """One running batch through the model's forward; slots hold per-layer K/V [H_kv, T, D]."""
 
-    def __init__(self, path: HFPath, slots: int) -> None:
+    def __init__(self, path: SessionPath, slots: int) -> None:
         self.path, self.model, self.device = path, path.model, path.device
         self.tamper = path.tamper
         self.table = SlotTable(slots)

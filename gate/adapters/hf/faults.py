@@ -13,15 +13,44 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from gate.adapters.hf import compat
+from gate.adapters.hf.options import Options
 
-if TYPE_CHECKING:
-    from gate.adapters.hf.continuous import ContinuousHFSession
-    from gate.adapters.hf.sessions import CacheSession
+
+class TamperPath(Protocol):
+    """What a tamper reads of a session's path."""
+
+    max_len: int
+    options: Options
+
+
+class TamperedSession(Protocol):
+    """What a tamper reads and changes of a cache session (gate.adapters.hf.sessions.CacheSession)."""
+
+    cache: Any
+    pos: int
+    positions_from_cache: bool
+    model: Any
+    device: Any
+    batch_size: int
+    pending_positions: torch.Tensor
+
+    @property
+    def path(self) -> TamperPath: ...
+
+    def clear_cache(self) -> None: ...
+
+    def other_request_cache(self) -> Any: ...
+
+
+class SlotSession(Protocol):
+    """What a tamper changes of a continuous batch (gate.adapters.hf.continuous.ContinuousHFSession)."""
+
+    def clear_slot(self, slot: int) -> None: ...
 
 
 BLOCK = 16
@@ -41,7 +70,7 @@ class Tamper:
         """An explicit `cache_position` for forward, or None to derive it from `positions`."""
         return None
 
-    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+    def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         """A 4D mask to pass instead of the model's own causal mask, or None."""
         return None
 
@@ -54,10 +83,10 @@ class Tamper:
         """The 2D attention mask [B, kv] of a padded batch (1: a real token, 0: a pad)."""
         return mask
 
-    def before_forward(self, phase: str, session: CacheSession, n: int) -> None:
+    def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
         """Called before a call runs `n` tokens against the session's cache."""
 
-    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+    def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         """Called after a call wrote `n` tokens into the session's cache."""
 
     @contextmanager
@@ -65,21 +94,21 @@ class Tamper:
         """The weights live while a call runs."""
         yield
 
-    def reset(self, session: CacheSession) -> None:
+    def reset(self, session: TamperedSession) -> None:
         """A reset between two requests: K/V and position state."""
         session.clear_cache()
         session.pos = 0
 
-    def join_slot(self, session: ContinuousHFSession, slot: int) -> None:
+    def join_slot(self, session: SlotSession, slot: int) -> None:
         """A request joins a running batch into `slot`: the previous occupant's K/V are dropped."""
         session.clear_slot(slot)
 
-    def generate_cache(self, session: CacheSession) -> Any:
+    def generate_cache(self, session: TamperedSession) -> Any:
         """What a request's first generate call is handed as its cache: None, so generate builds one
         from the shared GenerationConfig (the session keeps the cache generate returns)."""
         return None
 
-    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+    def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
         """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
         compat.reorder_cache(session.cache, beam_idx)
 
@@ -118,7 +147,7 @@ class TruncatedLastBlock(Tamper):
 
     name = "truncated-last-block"
 
-    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+    def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if session.cache is not None and (phase == "prefill" or n > 1):
             compat.drop_last(session.cache, min(BLOCK, n), lossy=True)
 
@@ -129,7 +158,7 @@ class CrossRequestHandle(Tamper):
 
     name = "cross-request-handle"
 
-    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+    def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if phase != "prefill" or n == 0:
             return
         session.cache = session.other_request_cache()
@@ -166,7 +195,7 @@ class MaskOriginReset(Tamper):
 
     name = "mask-origin-reset"
 
-    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+    def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if phase != "append" or session.cache is None:
             return None
         _rows, cols, _ = _grid(session, n)
@@ -174,7 +203,7 @@ class MaskOriginReset(Tamper):
         return _additive(cols <= local_rows, session)
 
 
-def _additive(allowed: torch.Tensor, session: CacheSession) -> torch.Tensor:
+def _additive(allowed: torch.Tensor, session: TamperedSession) -> torch.Tensor:
     """[n, kv] bool -> [B, 1, n, kv] additive mask in the model's dtype (0 where allowed)."""
     dtype = session.model.dtype
     blocked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=session.device)
@@ -182,7 +211,7 @@ def _additive(allowed: torch.Tensor, session: CacheSession) -> torch.Tensor:
     return mask.expand(session.batch_size, 1, *allowed.shape)
 
 
-def _grid(session: CacheSession, n: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _grid(session: TamperedSession, n: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Absolute query positions [n, 1], absolute key slots [1, kv] the model's mask will span, kv."""
     kv, offset = compat.mask_sizes(session.cache, n, session.pending_positions)
     rows = torch.arange(session.pos, session.pos + n, device=session.device)[:, None]
@@ -196,7 +225,7 @@ class SlidingWindowMask(Tamper):
 
     name = "sliding-window-mask"
 
-    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+    def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
             return None
         window = max(session.path.max_len // 4, 1)
@@ -210,13 +239,13 @@ class PoisonedTailRead(Tamper):
 
     name = "poisoned-tail-read"
 
-    def before_forward(self, phase: str, session: CacheSession, n: int) -> None:
+    def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
         for layer in session.cache.layers if session.cache is not None else ():
             if getattr(layer, "is_initialized", False):
                 layer.keys[:, :, session.pos + n :] = float("nan")
                 layer.values[:, :, session.pos + n :] = float("nan")
 
-    def attention_mask(self, phase: str, session: CacheSession, n: int) -> torch.Tensor | None:
+    def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
             return None
         rows, cols, _ = _grid(session, n)
@@ -228,7 +257,7 @@ class ResetKeepsPosition(Tamper):
 
     name = "reset-keeps-position"
 
-    def reset(self, session: CacheSession) -> None:
+    def reset(self, session: TamperedSession) -> None:
         seen = compat.seq_length(session.cache) if session.cache is not None else 0
         session.clear_cache()
         if session.positions_from_cache and session.cache is not None:
@@ -261,7 +290,7 @@ class StaleSlotOnJoin(Tamper):
 
     name = "stale-slot-on-join"
 
-    def join_slot(self, session: ContinuousHFSession, slot: int) -> None:
+    def join_slot(self, session: SlotSession, slot: int) -> None:
         return None
 
 
@@ -271,12 +300,12 @@ class StaleGenerateCache(Tamper):
 
     name = "stale-generate-cache"
 
-    def reset(self, session: CacheSession) -> None:
+    def reset(self, session: TamperedSession) -> None:
         session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
         session.clear_cache()  # the history goes; the kept cache is never reset
         session.pos = 0
 
-    def generate_cache(self, session: CacheSession) -> Any:
+    def generate_cache(self, session: TamperedSession) -> Any:
         return getattr(session, "stale", None)
 
 
@@ -286,7 +315,7 @@ class BeamsNotReordered(Tamper):
 
     name = "beams-not-reordered"
 
-    def reorder(self, session: CacheSession, beam_idx: torch.Tensor) -> None:
+    def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
         return None
 
 
@@ -321,7 +350,7 @@ class ShortContextEmptied(Tamper):
 
     name = "short-context-emptied"
 
-    def after_write(self, phase: str, session: CacheSession, n: int) -> None:
+    def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         kept = int(n * (1 - session.path.options.compression_ratio))
         if phase == "prefill" and session.cache is not None and kept == 0:
             compat.drop_last(session.cache, compat.seq_length(session.cache), lossy=True)

@@ -11,15 +11,13 @@ copy, so the clean path is untouched) to `paged|eager` and leaves it there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
+from gate.adapters.hf.view import SessionPath
 from gate.protocols import subject_call
-
-if TYPE_CHECKING:
-    from gate.adapters.hf.paths import HFPath
 
 PAGED_KERNEL = "paged|eager"
 """The attention implementation continuous batching switches an eager model to (what the fault leaves)."""
@@ -39,7 +37,7 @@ def attn_implementation(model: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
+def serve_batch(path: SessionPath, *, leave_paged: bool) -> dict[str, Any]:
     """Run a seeded batch through the release's continuous batching on `path.model` (a crash is the
     subject's); with `leave_paged`, leave the model on the paged kernel afterwards (the fault). What
     ran, for the exercise record: requests, tokens, the attention implementation before and after."""

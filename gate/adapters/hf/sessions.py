@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.faults import Tamper
+from gate.adapters.hf.view import SessionPath
 from gate.protocols.paths import NO_CACHE
-
-if TYPE_CHECKING:
-    from gate.adapters.hf.paths import HFPath
 
 
 class CacheSession:
     """Prefill then append against a cache built by the path (dynamic, static, quantized, ...)."""
 
-    def __init__(self, path: HFPath, batch_size: int) -> None:
+    def __init__(self, path: SessionPath, batch_size: int) -> None:
         self.path = path
         self.model = path.model
         self.batch_size = batch_size
@@ -154,7 +152,7 @@ class PaddedSession(CacheSession):
     position ids counted from each row's first real token (`cumsum(mask) - 1`). Left-padded batches
     decode on; right-padded ones are prefill-only (their requests end at different slots)."""
 
-    def __init__(self, path: HFPath, batch_size: int, padding: str) -> None:
+    def __init__(self, path: SessionPath, batch_size: int, padding: str) -> None:
         super().__init__(path, batch_size)
         self.padding = padding
         self.mask = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
@@ -210,7 +208,7 @@ class HistorySession(CacheSession):
     """A session that keeps the request's token history and hands all of it to the engine on every
     call (a full recompute, generate(), continuous batching)."""
 
-    def __init__(self, path: HFPath, batch_size: int) -> None:
+    def __init__(self, path: SessionPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
 
@@ -291,7 +289,7 @@ class PrefixReuseSession(CacheSession):
     (a deep copy, or the stored object itself then cropped back on reset) and extends it with the
     rest of the prompt; a prefill that found nothing stores its own cache as a new base."""
 
-    def __init__(self, path: HFPath, batch_size: int, store: PrefixStore, mode: str) -> None:
+    def __init__(self, path: SessionPath, batch_size: int, store: PrefixStore, mode: str) -> None:
         super().__init__(path, batch_size)
         self.store = store
         self.mode = mode

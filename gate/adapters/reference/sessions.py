@@ -1,27 +1,40 @@
 """The sessions of a reference path (gate.adapters.reference.paths): a full recompute per call, prefill
-and append against one KV cache, a padded batch, and continuous batching over one `SlotCache`. `model` and
-`cache` are public (faults wrap them)."""
+and append against one KV cache, a padded batch, and continuous batching over one `SlotCache`. A session
+reads its path only through `SessionPath`; `model` and `cache` are public (faults wrap them)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from gate.adapters.slots import SlotTable
-from gate.models.reference import SlotCache, prefill
+from gate.models.reference import KVCache, Layout, SlotCache, Transformer, prefill
 from gate.protocols import subject_call
 from gate.protocols.paths import NO_CACHE
 
-if TYPE_CHECKING:
-    from gate.adapters.reference.paths import ReferencePath
+
+class SessionPath(Protocol):
+    """What a session reads from its path (a gate.adapters.reference.paths.ReferencePath)."""
+
+    model: Transformer
+    device: str
+    layout: Layout | None
+    chunk_size: int | None
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def full_logits(self, tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def make_cache(self, batch: int) -> KVCache: ...
 
 
 class FullSession:
     """No cache: every call recomputes one full pass over the request so far."""
 
-    def __init__(self, path: ReferencePath, batch: int) -> None:
+    def __init__(self, path: SessionPath, batch: int) -> None:
         self.path, self.batch = path, batch
         self.tokens = torch.zeros(batch, 0, dtype=torch.long, device=path.device)
         self.passes = 0
@@ -52,7 +65,7 @@ class FullSession:
 class CachedSession:
     """Prefill and append against one KV cache; `model` and `cache` are public (faults wrap them)."""
 
-    def __init__(self, path: ReferencePath, batch: int) -> None:
+    def __init__(self, path: SessionPath, batch: int) -> None:
         self.path, self.model = path, path.model
         self.cache = path.make_cache(batch)
         self.cached_steps = 0
@@ -103,7 +116,7 @@ class PaddedSession(CachedSession):
     origin in the cache (positions count from it, the pad slots before it are masked) and decodes
     on; right padding needs neither (the pads come after every real token) and is prefill-only."""
 
-    def __init__(self, path: ReferencePath, batch: int, padding: str) -> None:
+    def __init__(self, path: SessionPath, batch: int, padding: str) -> None:
         super().__init__(path, batch)
         self.batch, self.padding = batch, padding
         self.pad_tokens = 0
@@ -136,7 +149,7 @@ class SlotSession:
     """Continuous batching over one `SlotCache` (slots as gate.adapters.slots.SlotTable hands them out):
     each `step` is one forward of the rows it feeds, right-padded to the longest, each at its own offset."""
 
-    def __init__(self, path: ReferencePath, cache: SlotCache) -> None:
+    def __init__(self, path: SessionPath, cache: SlotCache) -> None:
         self.path, self.model, self.cache = path, path.model, cache
         self.table = SlotTable(len(cache.lengths))
 
