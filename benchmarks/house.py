@@ -1,6 +1,9 @@
 """The size and shape of gate/: lines, modules over 400 lines, duplicate pairs, import circles.
 
-* lines: every line of every `.py` file under gate/ (as `wc -l` counts them);
+* lines: every line of every `.py` file under gate/ (as `wc -l` counts them), and what they are:
+  blank, comment, docstring (a module's, class's or function's), field docstring (a string right
+  after a class attribute: with `use_attribute_docstrings` a pydantic field's description, which the
+  JSON schemas in schemas/ carry) and the rest, code;
 * modules over 400 lines: their paths and sizes, largest first;
 * duplicate pairs: the `duplicates` command (on PATH) over gate/ (its default: runs of 6 or more
   identical or same-shape lines), the count from its first line, boilerplate pairs included;
@@ -15,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shutil
 import subprocess
@@ -34,6 +38,35 @@ def line_counts(package: Path) -> dict[str, int]:
         for path in sorted(package.rglob("*.py"))
         if "__pycache__" not in path.parts
     }
+
+
+def composition(package: Path) -> dict[str, int]:
+    """Lines under `package` by kind: blank, comment, docstring, field docstring, code (the rest)."""
+    kinds = dict.fromkeys(("blank", "comment", "docstring", "field docstring", "code"), 0)
+    for path in sorted(package.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        text = path.read_text()
+        lines = text.splitlines()
+        kinds["blank"] += sum(1 for line in lines if not line.strip())
+        kinds["comment"] += sum(1 for line in lines if line.strip().startswith("#"))
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not body:
+                continue
+            for i, stmt in enumerate(body):
+                if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+                    continue
+                if not isinstance(stmt.value.value, str):
+                    continue
+                n = (stmt.end_lineno or stmt.lineno) - stmt.lineno + 1
+                if i == 0:
+                    kinds["docstring"] += n
+                elif isinstance(node, ast.ClassDef) and isinstance(body[i - 1], (ast.AnnAssign, ast.Assign)):
+                    kinds["field docstring"] += n
+        kinds["code"] += len(lines)
+    kinds["code"] -= sum(v for k, v in kinds.items() if k != "code")
+    return kinds
 
 
 def duplicate_pairs(package: Path) -> tuple[int, list[str]]:
@@ -104,6 +137,7 @@ def report() -> str:
     package = ROOT / "gate"
     sizes = line_counts(package)
     large = sorted(((n, p) for p, n in sizes.items() if n > LIMIT), reverse=True)
+    kinds = composition(package)
     pairs, rows = duplicate_pairs(package)
     all_circles = circles("gate", type_only=True)
     runtime = circles("gate", type_only=False)
@@ -120,6 +154,12 @@ def report() -> str:
         f"| duplicate pairs in gate/ (`duplicates`, 6+ lines) | {pairs} |",
         f"| import circles, type-only imports included | {len(all_circles)} |",
         f"| import circles, type-only imports left out | {len(runtime)} |",
+        "",
+        "## What the lines are",
+        "",
+        "| kind | lines |",
+        "| --- | --- |",
+        *(f"| {kind} | {n} |" for kind, n in kinds.items()),
         "",
         f"## Modules over {LIMIT} lines",
         "",
