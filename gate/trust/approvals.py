@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gate.trust.approval_predicate import (
     APPROVAL_FILE,
-    APPROVAL_KIND,
     APPROVAL_PREDICATE,
     APPROVED_ENVELOPE,
     APPROVED_FILES,
@@ -48,7 +47,6 @@ from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
 from gate.trust.ledger import Receipt
 from gate.trust.statement import (
     PAYLOAD_TYPE,
-    PREDICATE_TYPE,
     STATEMENT_TYPE,
     Envelope,
     Statement,
@@ -62,7 +60,6 @@ from gate.trust.statement import (
 def approval_statement(
     run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str], trust: str = ""
 ) -> Statement:
-    """An in-toto statement: `approver` approves the run statement with digest `run.sha256`."""
     pred = run.predicate
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject]
     return Statement(
@@ -156,15 +153,12 @@ class ApprovalCheck:
     statement_sha256: str = ""
     """The run statement the approval names."""
     evidence_sha256: str = ""
-    """The evidence digest of the run it approved (gate.trust.evidence); empty for an older approval."""
+    """The approved run's evidence digest; empty for an older approval."""
     carried: bool = False
     """True when it counts for another run with the same evidence (not the run it was given)."""
     site_policy: list[str] = field(default_factory=list)
-    """How a site policy changed the rule of the run it approved (the approver saw this)."""
     intervention: str | None = None
-    """The approved run's intervention."""
     claim: str | None = None
-    """The approved run's claim level."""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -277,18 +271,12 @@ class ApprovalRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approver: str
-    """Who approves, as the record names them."""
     reason: str
-    """Why."""
     approved_at: str
-    """When (UTC)."""
     statement_sha256: str | None
-    """sha256 of the run statement approved."""
     evidence_sha256: str | None = None
-    """The approved run's evidence digest (gate.trust.evidence); None: the run binds none, or the
-    record is older than evidence binding."""
+    """None: the run binds none, or the record is older than evidence binding."""
     keyid: str
-    """Key id of the approver's key."""
     public_key: str
     """The approver's raw public key, base64."""
     envelope: Envelope
@@ -306,7 +294,6 @@ class ApprovalRecord(BaseModel):
             return None
 
     def dump(self) -> dict[str, Any]:
-        """The record as JSON, with the keys it was written or read with."""
         return self.model_dump(mode="json", exclude_unset=True)
 
 
@@ -334,19 +321,16 @@ class ApprovalFile(BaseModel):
     approvals: list[ApprovalRecord]
 
     def dump(self) -> bytes:
-        """The file's bytes."""
         return (json.dumps({"approvals": [r.dump() for r in self.approvals]}, indent=2) + "\n").encode()
 
 
 def write_approvals(directory: Path, records: list[ApprovalRecord]) -> Path:
-    """Write DIR/approval.json holding `records` (atomically)."""
     from gate._util.atomic import write_bytes_atomic
 
     return write_bytes_atomic(directory / APPROVAL_FILE, ApprovalFile(approvals=records).dump())
 
 
 def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: Statement) -> ApprovalRecord:
-    """The record of an approval signed with `key`: the statement's approver, reason and digests."""
     pred = ApprovalPredicate.model_validate(statement.predicate)
     return ApprovalRecord(
         approver=pred.approver,
@@ -361,7 +345,7 @@ def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: State
 
 
 def display_rows(record: ApprovalRecord) -> dict[str, str]:
-    """One approval as the dossier's 'Waivers and approvals' section shows it (build_report approvals)."""
+    """One approval as the dossier's 'Waivers and approvals' section shows it."""
     entry = record.ledger.entry if record.ledger is not None else None
     return {
         "approver": record.approver,
@@ -373,28 +357,3 @@ def display_rows(record: ApprovalRecord) -> dict[str, str]:
         "ledger entry": f"#{entry.seq} ({entry.hash[:16]})" if entry is not None else "not recorded",
         "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
-
-
-__all__ = [
-    "APPROVAL_FILE",
-    "APPROVAL_KIND",
-    "APPROVAL_PREDICATE",
-    "APPROVED_ENVELOPE",
-    "APPROVED_FILES",
-    "PREDICATE_TYPE",
-    "RECORD_FIELDS",
-    "ApprovalCheck",
-    "ApprovalFile",
-    "ApprovalRecord",
-    "ApprovalRefused",
-    "RunStatement",
-    "approval_record",
-    "approval_statement",
-    "approved_statement",
-    "check_approved_files",
-    "display_rows",
-    "load_approvals",
-    "read_run_statement",
-    "verify_approval",
-    "write_approvals",
-]

@@ -1,11 +1,8 @@
-"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval.
-
-See gate.trust.approvals for what an approval is and how it binds to the dossier. The trust policy
-decides whose approval is accepted: the key must belong to an approver for the change's
-intervention and claim, under the name given, and not be revoked; the run must be signed by a run
-signer. Approvals of one dossier are serialised by an exclusive lock on DIR/.approve.lock (held
-from reading the dossier to writing approval.dsse.json), and each ledger append is its own
-transaction, so parallel `gate approve`s lose no signature or record and one key appends once.
+"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval
+(gate.trust.approvals). The key must belong to an approver of the change's intervention and claim,
+under the name given, and not be revoked; the run must be signed by a run signer. Approvals of one
+dossier are serialised by a lock on DIR/.approve.lock (from reading the dossier to writing
+approval.dsse.json), so parallel `gate approve`s lose no signature or record and one key appends once.
 """
 
 from __future__ import annotations
@@ -58,7 +55,6 @@ LOCK_NAME = ".approve.lock"
 
 @contextmanager
 def dossier_lock(directory: Path) -> Iterator[None]:
-    """An exclusive lock on the dossier directory (flock on DIR/.approve.lock), released on exit."""
     with (directory / LOCK_NAME).open("a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
@@ -72,15 +68,12 @@ class Approved:
     """What `approve` did."""
 
     record: ApprovalRecord
-    """The approval record written to approval.json (envelope, public key, ledger receipt)."""
     entry: Entry
     written: list[Path]
     reused: bool
     """True when this key had already approved this dossier (nothing new was appended)."""
     summary: str = ""
-    """The run's signed summary: what held (every envelope, or no envelope check ran)."""
     site_policy: list[str] = field(default_factory=list)
-    """How a site policy changed the rule the run was planned by (signed in the run statement)."""
 
 
 def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
@@ -106,7 +99,6 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
 
 
 def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
-    """The latest run entry whose dossier statement has this digest."""
     found = None
     for entry in ledger.entries(RUN_KIND):
         if entry.dossier.get("statement_sha256") == statement_sha256:
@@ -120,10 +112,7 @@ def _signer(keyid: str, name: str | None) -> str:
 
 
 def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> list[str]:
-    """Verify the dossier against the run signers' keys and require an awaiting-approval verdict.
-
-    Returns the key ids that verified; raises ApprovalRefused naming every problem.
-    """
+    """The run signers' key ids that verified the awaiting-approval dossier; else ApprovalRefused."""
     if not run_keys:
         raise ApprovalRefused(f"{directory}: the trust policy names no run signer key to verify the run with")
     report = verify_envelope(directory, run_keys, require_all=False)
@@ -149,9 +138,8 @@ def approve(
     trust: Trust | None = None,
     ledger_key: Path | None = None,
 ) -> Approved:
-    """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify.
-
-    `trust`: the trust policy (None: $GATE_TRUST, else ./trust.yaml; none found is an InputError)."""
+    """Approve the dossier in `directory`; refuses anything that does not verify.
+    `trust`: None reads $GATE_TRUST, else ./trust.yaml (none found is an InputError)."""
     from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
 
     if trust is None:
@@ -234,7 +222,6 @@ def _append_or_reuse(
     signers: list[str],
     trust: Trust,
 ) -> tuple[Entry, bool, ApprovalRecord]:
-    """Append the approval, unless this key already approved this dossier (then reuse that entry)."""
     mine = keyid(key.public_key())
     for entry in ledger.entries(APPROVAL_KIND):
         if entry.body.get("statement_sha256") == run.sha256 and entry.body.get("keyid") == mine:
@@ -266,13 +253,9 @@ def _append_or_reuse(
 def render_approved(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> list[Path]:
-    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals.
-
-    The signed dossier.html cannot change (its digest is in the attestation); these copies are
-    derived from the signed results.json and the signed approvals, so anyone can regenerate them.
-    An approval counts here when it names this run or its evidence digest. `final_dir`: where DIR
-    will be once the run is complete (default DIR).
-    """
+    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals
+    (whose digests are in the attestation), from the signed results.json and approvals, so anyone can
+    regenerate them. `final_dir`: where DIR will be once the run is complete (default DIR)."""
     from gate.report.render import render_html, render_markdown
 
     data = approved_report(directory, records, required, final_dir=final_dir)
@@ -285,8 +268,7 @@ def render_approved(
 def approved_report(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> ReportData:
-    """The report of DIR's signed run with the approvals of it among `records` (what
-    `render_approved` renders, and what the approved re-run's CI notice says)."""
+    """The report of DIR's signed run with its approvals among `records` (by statement or evidence)."""
     from gate.core.result import GateResult
     from gate.report.build import Signing, build_report
 

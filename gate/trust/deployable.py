@@ -15,16 +15,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from gate.core.result import CheckResult
-from gate.errors import EXIT_NOT_DEPLOYABLE
 from gate.trust.ledger import Ledger
 from gate.trust.ledger_store import LedgerError
 from gate.trust.policy import Trust
-from gate.trust.verify_run import Finding, RunCheck, read_results, waived_checks
+from gate.trust.run_check import Finding, RunCheck
+from gate.trust.verify_run import read_results, waived_checks
 from gate.trust.waivers import RecordedWaiver, verified_waivers
 
 
 def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | None) -> None:
-    """Set `out.waivers_count` from the ledger's waivers judged under `trust` (see the module docstring)."""
     if not out.waived or out.statement is None:
         out.waivers_count = True if not out.waived else out.waivers_count
         return
@@ -63,7 +62,6 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
 
 
 def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day: str, when: str) -> tuple[bool, str]:
-    """Whether these waivers of one check cover it at the run's time, and why (or why not)."""
     from datetime import date
 
     on = date.fromisoformat(day)
@@ -87,6 +85,3 @@ def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day
     else:
         why = "; ".join(f"ledger #{w.id}: {w.problem or 'granted after the run or expired'}" for w in waivers)
     return False, f"does NOT count: {why}"
-
-
-__all__ = ["EXIT_NOT_DEPLOYABLE", "judge_waivers"]

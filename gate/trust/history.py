@@ -31,8 +31,6 @@ PREFERRED_MEASURES = (
     "served_beyond_entitlement",
     "mismatches",
 )
-"""A check's key measure when it records no bound: the first of these in its metrics, else its first
-numeric metric."""
 
 
 def key_measures(check: str, metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -56,7 +54,6 @@ class CheckPoint:
     measures: dict[str, float] = field(default_factory=dict)
     first_failing: str | None = None
     thresholds: dict[str, float] = field(default_factory=dict)
-    """Per bound measure, the threshold its envelope declared (quality-slices evidence)."""
 
 
 @dataclass
@@ -72,7 +69,6 @@ class RunRow:
     """Why the measures are missing: the dossier is gone, replaced or unreadable ("" when read)."""
     checks: dict[str, CheckPoint]
     approvals: list[str] = field(default_factory=list)
-    """Who approved this run (approval entries naming its entry or its dossier's statement)."""
 
     @property
     def short(self) -> str:
@@ -100,7 +96,6 @@ def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
 
 
 def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
-    """`slice.metric.bound` -> threshold, from quality-slices evidence's envelopes."""
     found = {}
     for envelope in evidence.get("envelopes") or []:
         if isinstance(envelope, Mapping):
@@ -138,12 +133,10 @@ def run_row(entry: Entry) -> RunRow:
 
 
 def manifest_runs(entries: Iterable[Entry], name: str) -> list[Entry]:
-    """The run entries of manifest `name`, in ledger order."""
     return [e for e in entries if e.kind == RUN_KIND and as_mapping(e.body.get("manifest")).get("name") == name]
 
 
 def latest_other_commit(entries: Iterable[Entry], name: str, commit: str | None) -> Entry | None:
-    """The newest run of manifest `name` recorded on a commit other than `commit`."""
     found = [e for e in manifest_runs(entries, name) if as_mapping(e.body.get("change")).get("commit") != commit]
     return found[-1] if found else None
 
@@ -156,7 +149,6 @@ class History:
     ledger: str
     runs: list[RunRow]
     checks: list[str]
-    """The checks shown (one, in check mode)."""
 
     def failing(self, run: RunRow) -> bool:
         if self.mode == "check":
@@ -188,11 +180,9 @@ class Series:
     values: list[tuple[int, RunRow, float]]
     """(position among the history's runs, the run, the value)."""
     threshold: float | None = None
-    """The latest threshold declared for this measure (a bound's envelope), if any."""
 
 
 def _manifest_name(selector: str) -> str | None:
-    """The `name` of the manifest file `selector` names, or None when it names no file."""
     path = Path(selector)
     if not path.is_file():
         return None

@@ -71,9 +71,8 @@ class PostgresStore(SqlTables):
 
     def append(self, build: Build) -> None:
         with self._errors(), self._conn.transaction():
-            # one appender at a time, queued by the server; needs no privilege beyond INSERT and SELECT
-            # (LOCK TABLE in a mode that excludes writers would need UPDATE or DELETE). The primary key
-            # on seq still refuses a duplicate from a writer that skipped the lock.
+            # one appender at a time; needs no privilege beyond INSERT and SELECT (a LOCK TABLE that
+            # excludes writers would need UPDATE or DELETE); the primary key refuses a duplicate anyway
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
             self._insert_next(build)
 
@@ -85,7 +84,6 @@ class PostgresStore(SqlTables):
 
 @contextmanager
 def _pg_errors(store: PostgresStore) -> Iterator[None]:
-    """Any psycopg error as one LedgerError line naming the (redacted) URL."""
     try:
         yield
     except store._psycopg.Error as err:

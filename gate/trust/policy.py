@@ -57,9 +57,7 @@ class ApproverRule(Record):
 
     people: list[str] = Field(min_length=1)
     interventions: list[str] = Field(default_factory=lambda: [ANY])
-    """Interventions (manifest `intervention`) they may approve; "*" for any."""
     claims: list[str] = Field(default_factory=lambda: [ANY])
-    """Claim levels they may approve; "*" for any."""
 
 
 class WaiverRule(Record):
@@ -67,7 +65,6 @@ class WaiverRule(Record):
 
     people: list[str] = Field(min_length=1)
     checks: list[str] = Field(default_factory=lambda: [ANY])
-    """Check names they may waive; "*" for any."""
     max_days: int = Field(alias="max-days", gt=0, le=366)
     """Longest waiver they may grant, in days from the day it is granted."""
 
@@ -78,24 +75,19 @@ class TrustPolicy(Record):
     api_version: Literal["gate/trust/v1"] = Field(alias="apiVersion")
     people: dict[str, Person] = Field(min_length=1)
     run_signers: list[str] = Field(alias="run-signers", min_length=1)
-    """People whose keys sign gate runs (the CI)."""
     ledger_signers: list[str] = Field(default_factory=list, alias="ledger-signers")
-    """People whose keys may sign the ledger's checkpoints; empty: the ledger key is not pinned."""
+    """Empty: the ledger key is not pinned."""
     approvers: list[ApproverRule] = Field(default_factory=list)
     waivers: list[WaiverRule] = Field(default_factory=list)
     revokers: list[str] | None = None
-    """People who may revoke keys and waivers; None: every person."""
+    """None: every person."""
     required_approvals: int = Field(default=1, alias="required-approvals", ge=1, le=20)
-    """Distinct approvers an approximate change needs before it is APPROVED."""
     required_waiver_approvals: int = Field(default=1, alias="required-waiver-approvals", ge=1, le=20)
-    """Distinct signers a waiver of a deny check needs before it applies."""
     site_policies: list[str] = Field(default_factory=list, alias="site-policies")
-    """sha256 of each site policy file main plans with (`gate verify` / `gate audit trace` without
-    --policy-dir: a run's plan must have been built from the built-in policies and exactly these)."""
-
+    """Without --policy-dir, a run's plan must have been built from the built-in policies and exactly these."""
     known_bugs: list[str] = Field(default_factory=list, alias="known-bugs")
-    """Ids of the manifests' known-bug declarations main accepts: a run whose failure a declaration
-    relaxed is deployable only when its id is listed here (the declaration is the change's own word)."""
+    """A run whose failure a known-bug declaration relaxed is deployable only when its id is listed here
+    (the declaration is the change's own word)."""
 
     @field_validator("site_policies")
     @classmethod
@@ -126,14 +118,14 @@ _EMPTY = TrustPolicy.model_construct(api_version="gate/trust/v1", people={}, run
 
 @dataclass(frozen=True)
 class Identity:
-    """A public key and the person it is bound to (None: a key given by role on the command line)."""
+    """A public key and its person (None: a key given by role on the command line)."""
 
     keyid: str
     public_key: Ed25519PublicKey
     name: str | None
 
 
-def _matches(allowed: Sequence[str], value: Any) -> bool:
+def allows(allowed: Sequence[str], value: Any) -> bool:
     return ANY in allowed or (value is not None and str(value) in allowed)
 
 
@@ -150,14 +142,11 @@ class Trust:
 
     @property
     def digest(self) -> dict[str, str]:
-        """What results and ledger entries record about the policy in force."""
         return {"path": self.path, "sha256": self.sha256, "api": TRUST_API}
 
     @property
     def names_bound(self) -> bool:
         return bool(self.sha256)
-
-    # -- building
 
     @classmethod
     def from_keys(
@@ -194,10 +183,7 @@ class Trust:
         )
         return trust
 
-    # -- lookups
-
     def _people_of(self, keyid: str) -> set[str]:
-        """Every role-holder name whose keys include `keyid` (one person, in a real policy)."""
         return {name for name, kids in self.members.items() if keyid in kids}
 
     def name_of(self, keyid: str) -> str | None:
@@ -219,7 +205,6 @@ class Trust:
         return f"key {keyid[:16]}" + (f" ({name})" if name else "")
 
     def _identity_problem(self, keyid: str, claimed: str | None) -> str | None:
-        """The key must be known; under a policy, the name given must be the key's owner."""
         if keyid not in self.identities:
             return f"key {keyid[:16]} is not in the trust policy"
         owner = self.name_of(keyid)
@@ -238,17 +223,16 @@ class Trust:
             return bad
         mine = self._people_of(keyid)
         for rule in self.policy.approvers:
-            if mine & set(rule.people) and _matches(rule.interventions, intervention) and _matches(rule.claims, claim):
+            if mine & set(rule.people) and allows(rule.interventions, intervention) and allows(rule.claims, claim):
                 return None
         return f"{self._who(keyid)} may not approve {intervention}/{claim} changes"
 
     def waiver_days(self, keyid: str, name: str | None, check: str) -> tuple[int | None, str | None]:
-        """The longest waiver this key may grant for `check`, or (None, why not)."""
         bad = self._identity_problem(keyid, name)
         if bad:
             return None, bad
         mine = self._people_of(keyid)
-        days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and _matches(r.checks, check)]
+        days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and allows(r.checks, check)]
         if not days:
             return None, f"{self._who(keyid)} may not waive {check}"
         return max(days), None
@@ -277,7 +261,6 @@ def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
 
 
 def load_trust(path: Path) -> Trust:
-    """Read and validate trust.yaml; resolve every key. InputError (exit 2) on anything wrong."""
     from gate._util.yamlio import parse_model, read_yaml
 
     doc = read_yaml(path)
@@ -302,7 +285,6 @@ def load_trust(path: Path) -> Trust:
 
 
 def resolve_trust_path(explicit: Path | None) -> Path | None:
-    """--trust FILE, else $GATE_TRUST, else ./trust.yaml when it exists, else None."""
     if explicit is not None:
         return explicit
     if os.environ.get(ENV_TRUST):
@@ -324,17 +306,3 @@ def require_trust(explicit: Path | None, what: str) -> Trust:
             "or add ./trust.yaml (see docs/audit.md)",
         )
     return trust
-
-
-__all__ = [
-    "ApproverRule",
-    "Identity",
-    "Person",
-    "Trust",
-    "TrustPolicy",
-    "WaiverRule",
-    "find_trust",
-    "load_trust",
-    "require_trust",
-    "resolve_trust_path",
-]

@@ -32,7 +32,6 @@ def _signed_part(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_time(text: str) -> datetime:
-    """An ISO-8601 time (a date means its midnight UTC); InputError otherwise."""
     try:
         value = datetime.fromisoformat(text if "T" in text else f"{text}T00:00:00+00:00")
     except ValueError:
@@ -45,7 +44,6 @@ def parse_time(text: str) -> datetime:
 def revocation_body(
     *, keyid: str | None, waiver: int | None, start: str | None, reason: str, by: str, trust: Trust
 ) -> dict[str, Any]:
-    """What a revocation entry records (before its signature)."""
     if (keyid is None) == (waiver is None):
         raise InputError("gate revoke", "revoke exactly one thing: --key-id or --waiver")
     if not reason.strip():
@@ -58,7 +56,6 @@ def revocation_body(
 
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
-    """Sign `body` with the revoker's key and append it, after checking the revoker's role."""
     from gate.trust.keys import keyid
 
     bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
@@ -71,8 +68,6 @@ def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Tru
 
 @dataclass(frozen=True)
 class Revoked:
-    """One trusted revocation."""
-
     seq: int
     start: datetime | None
     reason: str
@@ -109,7 +104,6 @@ class Revocations:
 
 
 def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
-    """None when a revocation entry is well formed and signed by a revoker; else why not."""
     body = entry.body
     sig = body.get("signature")
     if not isinstance(sig, dict):
@@ -123,7 +117,6 @@ def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
 
 
 def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = None) -> Revocations:
-    """Every revocation in the (verified prefix of the) ledger; untrusted ones are kept aside."""
     out = Revocations()
     for entry in ledger.entries(REVOCATION_KIND):
         if upto is not None and entry.seq > upto:
@@ -139,14 +132,3 @@ def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = Non
             start = datetime.fromisoformat(str(target["from"])) if target.get("from") else None
             out.keys[str(target["key"])] = Revoked(entry.seq, start, str(body.get("reason")), str(body.get("by")))
     return out
-
-
-__all__ = [
-    "REVOCATION_KIND",
-    "Revocations",
-    "Revoked",
-    "append_revocation",
-    "entry_problem",
-    "read_revocations",
-    "revocation_body",
-]

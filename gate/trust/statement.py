@@ -16,11 +16,11 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://gate.dev/release-gate/v1"
 BASELINE_SUBJECT = "baseline:"
-"""Subject name prefix of the baseline (gate record) a run's reference answers came from."""
+"""Subject name prefix of the recorded baseline a run's reference answers came from."""
 
 
 class DsseSignature(BaseModel):
-    """One DSSE signature: the signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
+    """The signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -35,11 +35,9 @@ class Envelope(BaseModel):
 
     payloadType: str
     payload: str
-    """base64 of the statement bytes."""
     signatures: list[DsseSignature]
 
     def payload_bytes(self) -> bytes:
-        """The decoded payload; ValueError when it is not base64."""
         try:
             return base64.b64decode(self.payload, validate=True)
         except (binascii.Error, ValueError):
@@ -72,12 +70,10 @@ class Statement(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
     def canonical(self) -> bytes:
-        """The payload bytes: sorted keys, no whitespace."""
         return json.dumps(self.dump(), sort_keys=True, separators=(",", ":")).encode()
 
     @property
     def commit(self) -> str | None:
-        """The gitCommit subject, if the statement names one."""
         for subject in self.subject:
             if subject.digest.get("gitCommit"):
                 return subject.digest["gitCommit"]
@@ -93,7 +89,6 @@ class Statement(BaseModel):
 
 
 def parse_statement(payload: bytes) -> Statement:
-    """The statement in a payload; ValueError saying what is wrong."""
     try:
         return Statement.model_validate_json(payload)
     except ValidationError as err:
