@@ -1,6 +1,5 @@
-"""What an approval names and is read with: its constants, `ApprovalRefused`, the approval and
-approved-dossier predicates, and the run's signed statement as read from the dossier
-(`read_run_statement`). gate.trust.approvals signs and verifies approvals with them."""
+"""What an approval names and is read with: its constants, predicates and the run's signed statement
+(`read_run_statement`); gate.trust.approvals signs and verifies approvals with them."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ class ApprovedManifest(BaseModel):
 
 
 class ApprovalPredicate(BaseModel):
-    """The predicate of an approval statement (APPROVAL_PREDICATE), used both to write and to read it."""
+    """The predicate of an approval statement (APPROVAL_PREDICATE)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -54,8 +54,6 @@ from gate.trust.statement import (
     parse_statement,
 )
 
-# --- the approval statement, signed ---------------------------------------------------------------
-
 
 def approval_statement(
     run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str], trust: str = ""
@@ -104,11 +102,8 @@ def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) ->
 def check_approved_files(
     directory: Path, run_sha256: str, counted: Mapping[str, Ed25519PublicKey]
 ) -> tuple[list[str], list[str]]:
-    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems).
-
-    It must be signed by a key whose approval counted, name this run statement, and every
-    approved file must have its signed sha256. No approved file and no envelope: nothing to check.
-    """
+    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems). It must be
+    signed by a counted approver's key, name this run statement, and bind every approved file."""
     present = [n for n in (*APPROVED_FILES, APPROVED_ENVELOPE) if (directory / n).exists()]
     if not present:
         return [], []
@@ -177,12 +172,10 @@ def verify_approval(
 ) -> ApprovalCheck:
     """Verify one approval record offline (None: an entry that holds no well-formed record).
 
-    The envelope must be signed by the record's public key (and that key trusted, if a list is
-    given), be an approval statement, and name `expected_statement` (the dossier it is shown with),
-    or else, with `expected_evidence` (that dossier's verified evidence digest), name the same
-    evidence: an approval of an identical earlier run carries over (`carried`). With `directory`,
-    the run's attestation there must also carry the approver's second signature (not for a
-    carried approval: it signed the earlier run's attestation).
+    It must be signed by the record's key (trusted, if a list is given), and name `expected_statement`
+    or else the same `expected_evidence`: an approval of an identical earlier run carries over
+    (`carried`). With `directory`, the run's attestation there must also carry the approver's
+    signature (not for a carried approval: it signed the earlier run's attestation).
     """
     out = ApprovalCheck()
     if record is None:
@@ -256,17 +249,10 @@ def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: Approva
         out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
 
 
-# --- approval.json in the dossier -----------------------------------------------------------------
-
-
 class ApprovalRecord(BaseModel):
-    """One approval as approval.json holds it, and as its ledger entry carries it (with more keys about
-    the run): used both to write and to read it. What counts is the signed envelope; the plain fields
-    repeat it for a reader (`verify_approval` checks the approver and reason against it).
-
-    A record is written with the keys it was read with (`dump`), so approval.json keeps its bytes when
-    `gate approve` adds another approval (a record from before approvals bound evidence has no
-    evidence_sha256)."""
+    """One approval as approval.json holds it and its ledger entry carries it. What counts is the signed
+    envelope; the plain fields repeat it for a reader. A record is written with the keys it was read
+    with (`dump`), so approval.json keeps its bytes when `gate approve` adds another approval."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -286,8 +272,7 @@ class ApprovalRecord(BaseModel):
 
     @classmethod
     def of_entry(cls, body: Mapping[str, Any]) -> ApprovalRecord | None:
-        """The record an approval entry's body carries (its other keys describe the run); None when
-        it carries no well-formed record."""
+        """The record an approval entry's body carries (None: no well-formed one)."""
         try:
             return cls.model_validate({k: body[k] for k in RECORD_FIELDS if k in body})
         except ValidationError:
@@ -302,8 +287,7 @@ RECORD_FIELDS = tuple(name for name in ApprovalRecord.model_fields if name != "l
 
 
 def load_approvals(directory: Path) -> list[ApprovalRecord]:
-    """The approval records in DIR/approval.json (empty when there is none); ApprovalRefused when
-    the file or a record in it is not readable."""
+    """The records in DIR/approval.json (none without one); ApprovalRefused when unreadable."""
     path = directory / APPROVAL_FILE
     if not path.is_file():
         return []

@@ -233,18 +233,13 @@ def _append_or_reuse(
     )
     record = approval_record(envelope_for(statement, key), key, statement)
     pred = ApprovalPredicate.model_validate(statement.predicate)
+    about_run = {"manifest", "intervention", "claim", "commit", "verdict", "policies", "site_policy"}
     payload = {
         **record.dump(),
         "trust_policy": trust.digest,
         "run_entry": run_entry.seq if run_entry else None,
         "dossier_dir": str(directory.resolve()),
-        "manifest": pred.manifest.model_dump(mode="json"),
-        "intervention": pred.intervention,
-        "claim": pred.claim,
-        "commit": pred.commit,
-        "verdict": pred.verdict,
-        "policies": pred.policies,
-        "site_policy": pred.site_policy,
+        **pred.model_dump(mode="json", include=about_run),
     }
     entry, _checkpoint = ledger.append(APPROVAL_KIND, payload)
     return entry, False, record

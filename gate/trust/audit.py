@@ -52,8 +52,7 @@ HELD_BYTES = 16 * 1024 * 1024
 
 
 def held_checkpoints(path: Path) -> list[Checkpoint]:
-    """Checkpoints kept outside the ledger: a checkpoint file, a receipt (ledger.json), an approval.json,
-    or a dossier directory holding those."""
+    """Checkpoints in a checkpoint file, a receipt, an approval.json, or a dossier directory of those."""
     if path.is_dir():
         return [
             cp for name in (RECEIPT, APPROVAL_FILE) if (path / name).is_file() for cp in held_checkpoints(path / name)
@@ -81,7 +80,7 @@ def _revoked(revoked: Revocations, keyid: Any, at: str) -> list[str]:
 
 
 def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None, revoked: Revocations) -> list[str]:
-    """Why one entry is not trusted on its own (empty: trusted). Without `trust`, only signatures."""
+    """Why one entry is not trusted on its own (empty: trusted); without `trust`, only signatures."""
     body = entry.body
     if entry.kind == APPROVAL_KIND:
         check = verify_approval(ApprovalRecord.of_entry(body), expected_statement=str(body.get("statement_sha256")))
@@ -146,7 +145,6 @@ def verify_ledger(
 
 
 def run_digests(body: dict[str, Any]) -> list[str]:
-    """Every digest a run entry can be found by: commit, dossier statement, files, manifest."""
     dossier = body.get("dossier") or {}
     found = [
         (body.get("change") or {}).get("commit"),
@@ -163,7 +161,6 @@ def find_runs(ledger: Ledger, ref: str) -> list[Entry]:
 
 
 def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | None = None) -> list[Entry]:
-    """Approvals of this dossier, or (`evidence_sha256`) of any run with the same evidence."""
     return [
         e
         for e in ledger.entries(APPROVAL_KIND)
@@ -173,7 +170,6 @@ def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | 
 
 
 def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
-    """The waivers the run applied, and any other waiver granted for its exact manifest."""
     manifest = run.body.get("manifest") or {}
     applied = set(run.body.get("waivers") or [])
     return [
@@ -200,7 +196,6 @@ def _holds(directory: Path, run: Entry) -> bool:
 
 
 def _superseded_by(ledger: Ledger, run: Entry, directory: Path) -> int | None:
-    """The latest later run recorded into the same directory, when DIR no longer holds `run`'s dossier."""
     if _holds(directory, run):
         return None
     where = run.dossier.get("dir")
@@ -248,9 +243,7 @@ class RunTrace:
 
 
 def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
-    """The runs a deploy decision rests on: the latest run recorded into each dossier directory (a
-    re-run replaces its directory's dossier, and the run it replaced is listed, kept in the ledger, but
-    no longer stands for the directory)."""
+    """The runs a deploy decision rests on: the latest run recorded into each dossier directory."""
     latest: dict[str, RunTrace] = {}
     for item in traces:
         where = str(item.run.dossier.get("dir", item.dossier))
@@ -260,7 +253,6 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
 
 
 def _check_recorded_files(trace: RunTrace) -> bool:
-    """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
     from gate._util.digest import sha256_file
     from gate.trust.attest import ENVELOPE_NAME
     from gate.trust.run_record import statement_digest

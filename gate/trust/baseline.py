@@ -28,6 +28,7 @@ from gate.trust.policy import Trust
 
 BASELINE_DOMAIN = "gate-baseline/v1"
 ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
+_HEADER_TYPES = {"key": str, "identity": dict, "adapter": str, "options": dict, "entries": dict, "shape": dict}
 
 
 def read_header(directory: Path) -> dict[str, Any]:
@@ -39,14 +40,7 @@ def read_header(directory: Path) -> dict[str, Any]:
         raise InputError(
             str(path), f"not a gate baseline (format {doc.get('format')!r}, want {FORMAT})", field="format"
         )
-    for name, kind in (
-        ("key", str),
-        ("identity", dict),
-        ("adapter", str),
-        ("options", dict),
-        ("entries", dict),
-        ("shape", dict),
-    ):
+    for name, kind in _HEADER_TYPES.items():
         if not isinstance(doc.get(name), kind):
             raise InputError(str(path), f"missing or not a {kind.__name__}", field=name)
     for question, entry in doc["entries"].items():

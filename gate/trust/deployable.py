@@ -1,13 +1,10 @@
 """Whether a verified run may be deployed: its waivers re-judged under the verifier's trust policy.
 
-A run applies the waivers its own trust policy allowed (the one in the checkout it ran from: a pull
-request's, if it edited trust.yaml). `gate verify --ledger` and `gate audit trace` take the policy
-of record instead (main's) and judge every waived check again from the ledger: each must be covered
-by waivers that are signed, allowed under the verifier's policy (key, name, check, days), not
-revoked (revocations judged under the verifier's policy too), scoped to the run's exact manifest,
-granted before the run and active on its day, with `required-waiver-approvals` distinct signers for
-a deny check. A waiver that does not count leaves the run authentic but not deployable
-(`RunCheck.deployable`, exit 7 unless `--any-verdict`).
+A run applies the waivers its own trust policy allowed (a pull request's, if it edited trust.yaml).
+`gate verify --ledger` and `gate audit trace` judge every waived check again from the ledger under
+main's policy: signed, allowed, not revoked, scoped to the exact manifest, granted before the run
+and active on its day, with enough distinct signers for a deny check. A waiver that does not count
+leaves the run authentic but not deployable (exit 7 unless `--any-verdict`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """`gate history`: each check's status and key measure across a ledger's runs, with approvals.
 
-The ledger's run entries (gate.trust.run_record) carry each check's status; the measures come from
-the dossier directory each entry records (its results.json), when it is still there ("dossier not
-found" otherwise). Runs are in ledger order (entry number), each with its commit.
+Run entries carry each check's status; the measures come from the results.json of the dossier
+directory each entry records, when it is still there. Runs are in ledger order.
 """
 
 from __future__ import annotations
@@ -76,8 +75,7 @@ class RunRow:
 
 
 def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
-    """The results.json a run entry's dossier directory still holds, if it is the one the entry
-    recorded (same sha256), else None and why: the note `gate history` and `gate diff` print."""
+    """The results.json a run entry recorded, if its dossier directory still holds it, else None and why."""
     from gate._util.digest import sha256_file
     from gate.report.diff import load_result
 
@@ -161,7 +159,6 @@ class History:
         return next((r for r in self.runs if self.failing(r)), None)
 
     def series(self) -> list[Series]:
-        """Each measure any run recorded, in first-seen order, with its values by run position."""
         found: dict[tuple[str, str], Series] = {}
         for index, run in enumerate(self.runs):
             for check in self.checks:

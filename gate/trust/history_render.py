@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from gate.report.fmt import display, number
 from gate.trust.history import FAILING, CheckPoint, History, Series
 
-# --- plots ----------------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class HistoryPoint:
@@ -19,7 +17,6 @@ class HistoryPoint:
     tone: str
     title: str
     label: str
-    """The commit under the axis."""
     approved: bool
 
 
@@ -41,10 +38,8 @@ class HistoryPlot:
     y_ticks: list[tuple[float, str]]
     description: str
     threshold_y: float | None = None
-    """y of the bound's threshold (dashed), when its envelope declared one."""
     threshold_label: str = ""
     first_failing_x: float | None = None
-    """x of the first failing run (a vertical line), if any."""
 
 
 def history_plot(series: Series, runs: int, first_failing: int | None = None) -> HistoryPlot:
@@ -99,9 +94,6 @@ def history_plot(series: Series, runs: int, first_failing: int | None = None) ->
         threshold_label=f"threshold {number(threshold)}" if threshold is not None else "",
         first_failing_x=round(left + first_failing * step, 1) if first_failing is not None and runs > 1 else None,
     )
-
-
-# --- terminal -------------------------------------------------------------------------------------
 
 
 def _cell(point: CheckPoint | None) -> str:

@@ -1,10 +1,7 @@
-"""Why a key may not sign what it is asked to sign, in one line, before anything is written.
-
-`gate approve --key K` and `gate run --sign-key K` refuse a key the trust policy does not know, a
-key whose owner does not hold the role (approver of this change, run signer), and a key the
-ledger's trusted revocations revoked (a rotated CI key, a key revoked from a time: gate's key
-expiry). Each line names the key id, the trust policy file, the people it knows (or holds the role)
-and, for a revoked key, who revoked it when and which of the owner's keys still signs.
+"""Why a key may not sign what it is asked to sign (`gate approve --key`, `gate run --sign-key`), in
+one line before anything is written: unknown to the trust policy, its owner without the role, or
+revoked. Each line names the key id, the policy file, who holds the role and, for a revoked key, who
+revoked it when and which of the owner's keys still signs.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Ed25519 keys: making a pair, reading the PEM files, and the one key id every signature names.
-
-A key pair is two PEM files: the private key as PKCS#8 (mode 0600) and the public key as
-SubjectPublicKeyInfo (mode 0644), as `gate keygen` writes them. A key id is the sha256 (hex) of
-the raw 32-byte public key, the same for a run's DSSE signatures (gate.trust.attest), the ledger's
-checkpoints and the detached signatures of waivers, approvals and revocations (gate.trust.signing).
-Ledger records and trust policies carry public keys as base64 of those 32 bytes.
+"""Ed25519 keys: a pair is two PEM files (PKCS#8 private key, mode 0600; SubjectPublicKeyInfo public
+key). A key id is the sha256 (hex) of the raw 32-byte public key, the same for every signature gate
+makes; ledger records and trust policies carry public keys as base64 of those 32 bytes.
 """
 
 from __future__ import annotations

@@ -74,7 +74,6 @@ class Ledger:
     def __init__(self, path: Path, store: LedgerStore, key: Ed25519PrivateKey | None) -> None:
         self.path = path
         self.location = store.location
-        """The ledger as shown in messages and receipts: the file, or the URL without its password."""
         self._store = store
         self._key = key
 
@@ -138,7 +137,6 @@ class Ledger:
         self._store.close()
 
     def _initialise(self) -> None:
-        """Create the tables and fix the ledger's origin and public key (idempotent, race-safe)."""
         assert self._key is not None
         pub = public_key_b64(self._key.public_key())
         self._store.initialise({"version": str(LEDGER_VERSION), "origin": str(uuid.uuid4()), "public_key": pub})
@@ -266,7 +264,7 @@ class Ledger:
         return partial(Checkpoint, keyid=self.keyid, public_key=self.public_key_b64)
 
     def entries(self, kind: str | None = None) -> Iterator[Entry]:
-        """Entries in sequence order (unverified: call `verify_chain` to trust them)."""
+        """Entries in sequence order (unverified: see `verify_chain`)."""
         for row in self._store.entries():
             entry = Entry(*row, ledger=self.location)
             if kind is None or entry.kind == kind:
@@ -301,8 +299,7 @@ RUN_KIND = "run"
 
 
 def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
-    """Proof of inclusion to keep outside the ledger: the entry's number and hash, and the signed
-    checkpoint whose head is that hash (`gate audit verify --checkpoint FILE` checks it later)."""
+    """Proof of inclusion to keep outside the ledger (`gate audit verify --checkpoint FILE`)."""
     return Receipt(
         ledger=ledger.location if is_url(ledger.path) else str(ledger.path.resolve()),
         origin=ledger.origin,

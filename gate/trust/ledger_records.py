@@ -1,7 +1,5 @@
-"""What a ledger (gate.trust.ledger) stores and pins: its entries (`Entry`, `entry_hash`), the signed
-checkpoints (`Checkpoint`, a C2SP-style signed note), the receipts kept outside it (`Receipt`), and the
-pin file holding its latest checkpoint (beside an SQLite file, or $GATE_LEDGER_PIN for a database;
-$GATE_LEDGER_ORIGIN pins a database's origin)."""
+"""What a ledger (gate.trust.ledger) stores and pins: its entries, the signed checkpoints (C2SP-style
+signed notes), the receipts kept outside it, and the pin file holding its latest checkpoint."""
 
 from __future__ import annotations
 
@@ -144,7 +142,7 @@ def read_pin(ledger_path: Path) -> Checkpoint | None:
 
 
 def advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
-    """Write `checkpoint` as the pin unless the pin already covers more (appends race; the pin only grows)."""
+    """Write `checkpoint` as the pin unless it already covers more (appends race; the pin only grows)."""
     from gate._util.atomic import write_bytes_atomic
 
     path = pin_path(ledger_path)
@@ -174,8 +172,7 @@ class ReceiptEntry(BaseModel):
 
 
 class Receipt(BaseModel):
-    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`):
-    used both to write and to read it."""
+    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`)."""
 
     model_config = ConfigDict(extra="forbid")
 

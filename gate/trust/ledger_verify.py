@@ -1,10 +1,9 @@
 """Verifying the audit ledger: the hash chain, every stored checkpoint, and checkpoints held elsewhere.
 
-`verify_chain` walks the entries in order and stops trusting them at the first one that does not
-hash or link; it then checks each signed checkpoint against the verified heads. A checkpoint held
-outside the ledger (from a dossier's `ledger.json`, an `approval.json`, or `gate audit checkpoint`)
-catches what the ledger cannot show about itself: truncation together with its checkpoints, or a
-wholesale rewrite re-signed under a new key.
+`verify_chain` stops trusting the entries at the first one that does not hash or link, then checks
+each signed checkpoint against the verified heads. A checkpoint held outside the ledger catches what
+the ledger cannot show about itself: truncation together with its checkpoints, or a wholesale
+rewrite re-signed under a new key.
 """
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ from gate.trust.signing import canonical_json
 
 @dataclass(frozen=True)
 class Problem:
-    """Something that does not verify; `seq` is the first entry it concerns (None: the ledger as a whole)."""
+    """Something that does not verify; `seq`: the first entry it concerns (None: the whole ledger)."""
 
     seq: int | None
     message: str
 
 
 class Findings:
-    """A list of problems, read as a verdict: ok when empty; the first bad one at the lowest entry."""
+    """A list of problems, read as a verdict: ok when empty."""
 
     problems: list[Problem]
 

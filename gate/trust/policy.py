@@ -16,12 +16,10 @@
     site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
     known-bugs: [ID, ...]        # manifests' known-bug declarations main accepts (optional; others: not deployable)
 
-`load_trust` validates the file (one located error line, exit 2) and resolves every key to its key
-id (sha256 of the raw Ed25519 key). Its sha256 (`Trust.digest`) goes into every result and ledger
-entry, so an audit can say which policy a record was written under. A key belongs to one person
-and counts only for the roles that person holds. `Trust.from_keys` builds the same object from
-keys given on the command line by role (no names: approvals by those keys are counted, their
-names are shown as not bound).
+A key belongs to one person and counts only for the roles that person holds. The policy's sha256
+(`Trust.digest`) goes into every result and ledger entry, so an audit can say which policy a record
+was written under. `Trust.from_keys` builds the same from keys given by role on the command line
+(no names: their approvals count, their names are shown as not bound).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The gate predicate of a run's in-toto statement: one model that `gate run` writes it with and that
-verify, approve and the ledger read it back with (gate.trust.attest signs and verifies the statement).
-
-Its keys are camelCase as signed; statements signed before this model existed validate into it
-unchanged (tests/trust/test_keys.py holds one).
+"""The gate predicate of a run's in-toto statement, written by `gate run` and read back by verify,
+approve and the ledger. Its keys are camelCase as signed; statements signed before this model existed
+validate into it unchanged (tests/trust/test_keys.py holds one).
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ class PredicateCheck(BaseModel):
 
 
 class RunPredicate(BaseModel):
-    """The gate predicate of a run's statement (PREDICATE_TYPE): what `gate run` signs about the
-    run, read back from the signed results.json bytes. Used both to write and to read it."""
+    """The gate predicate of a run's statement (PREDICATE_TYPE), from the signed results.json bytes."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -124,14 +121,13 @@ class RunPredicate(BaseModel):
             raise ValueError(f"predicate is not a gate run predicate ({where}: {first['msg']})") from None
 
     def dump(self) -> dict[str, Any]:
-        """The predicate as signed (camelCase keys; no evidenceSha256, trustPolicy or baseline when
-        there is none, so a statement reads as before where they do not apply)."""
+        """The predicate as signed (no evidenceSha256, trustPolicy or baseline when there is none, so a
+        statement reads as before where they do not apply)."""
         absent = {"evidence_sha256", "trust_policy", "baseline"}
         return self.model_dump(mode="json", by_alias=True, exclude={k for k in absent if getattr(self, k) is None})
 
 
 def replayed_baseline(subjects: dict[str, Any]) -> dict[str, Any] | None:
-    """The signed baseline a path answered from (the reference's, as the recorded adapter names it)."""
     for role in ("reference", "candidate"):
         found = (subjects.get(role) or {}).get("baseline") if isinstance(subjects.get(role), dict) else None
         if isinstance(found, dict):

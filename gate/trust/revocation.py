@@ -3,11 +3,9 @@
     gate revoke --key-id KEYID [--from 2026-11-30T12:00:00+00:00] --reason TEXT --by alice --key alice.key
     gate revoke --waiver 12 --reason TEXT --by bob --key bob.key
 
-An entry of kind "revocation" holds the target, the reason, who revoked and their detached signature
-(domain "gate-revocation/v1"). It counts only when signed by a key the trust policy lets revoke
-(`revokers`). From then on verification treats the key's signatures made at or after `from` (the
-ledger time of the entry that holds them, or the signed run time for a dossier the ledger never saw)
-as invalid, and the waiver as not applicable, and says which revocation did it.
+It counts only when signed (domain "gate-revocation/v1") by a key the trust policy lets revoke.
+From then on the key's signatures made at or after `from` (the ledger time of the entry holding
+them) are invalid, and the waiver does not apply; verification says which revocation did it.
 """
 
 from __future__ import annotations

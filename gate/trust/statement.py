@@ -1,7 +1,5 @@
-"""The wire formats of a signed run, used both to write and to verify: a DSSE v1 envelope around an
-in-toto Statement v1 whose subjects are file digests, the change's commit and the baseline. Signing and
-verifying them is gate.trust.attest; the predicate of a run is gate.trust.predicate, which imports this
-module (never gate.trust.attest)."""
+"""The wire formats of a signed run: a DSSE v1 envelope around an in-toto Statement v1 whose subjects
+are file digests, the change's commit and the baseline (signed and verified in gate.trust.attest)."""
 
 from __future__ import annotations
 
