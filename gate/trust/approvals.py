@@ -4,17 +4,14 @@ An approval is bound to the dossier's digest: the sha256 of the run's signed in-
 DSSE payload of attestation.dsse.json), which names every dossier file and the commit by digest and
 does not change when signatures are added. `gate approve` records it three ways:
 
-1. a second DSSE signature on attestation.dsse.json by the approver's key (so `gate verify DIR
-   --key gate.pub --key reviewer.pub` shows both signers);
-2. its own in-toto statement (predicateType APPROVAL_PREDICATE: approver, reason, time, the run's
-   verdict, manifest and commit; subject: the run statement's digest and files), in a DSSE envelope
-   signed by the same key: this is what carries who and why;
+1. a second DSSE signature on attestation.dsse.json by the approver's key;
+2. its own in-toto statement (APPROVAL_PREDICATE: who, why, when, the run's verdict, manifest and
+   commit; subject: the run statement's digest and files) in a DSSE envelope signed by that key;
 3. a ledger entry of kind "approval" holding that envelope and the approver's public key, whose
-   receipt (entry and signed checkpoint) goes into DIR/approval.json with the envelope.
+   receipt goes into DIR/approval.json with the envelope.
 
-An approval is refused unless the run's attestation verifies against a trusted run key (--run-key,
-or the signer the ledger recorded for this exact dossier when the run was recorded) and its signed
-verdict is awaiting-approval. Nothing here sees live objects: bytes, digests and signatures only.
+An approval is refused unless the run's attestation verifies against a trusted run key and its
+signed verdict is awaiting-approval.
 """
 
 from __future__ import annotations
@@ -227,26 +224,25 @@ def verify_approval(
                 f"{out.evidence_sha256[:16] or 'not bound'}, this one is {(expected_evidence or 'not bound')[:16]})"
             )
     if directory is not None and not out.carried:
-        found = ApprovalCheck(statement_sha256=out.statement_sha256)
-        _check_second_signature(directory, pub, found)
-        if found.problems and expected_evidence and out.evidence_sha256 == expected_evidence:
+        found = _second_signature_problems(directory, pub, out.statement_sha256)
+        if found and expected_evidence and out.evidence_sha256 == expected_evidence:
             out.carried = True  # a byte-identical re-run: its attestation is new, the evidence the same
         else:
-            out.problems += found.problems
+            out.problems += found
     return out
 
 
-def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: ApprovalCheck) -> None:
+def _second_signature_problems(directory: Path, pub: Ed25519PublicKey, statement_sha256: str) -> list[str]:
     try:
         run = read_run_statement(directory)
         envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
     except (ApprovalRefused, ValueError):
-        out.problems.append(f"{directory}: no readable run attestation")
-        return
-    if run.sha256 != out.statement_sha256:
-        out.problems.append(f"{directory}: its run statement is not the one approved")
-    elif not any(verifies(pub, run.payload, s.sig) for s in envelope.signatures):
-        out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
+        return [f"{directory}: no readable run attestation"]
+    if run.sha256 != statement_sha256:
+        return [f"{directory}: its run statement is not the one approved"]
+    if not any(verifies(pub, run.payload, s.sig) for s in envelope.signatures):
+        return [f"{ENVELOPE_NAME} carries no signature by the approver's key"]
+    return []
 
 
 class ApprovalRecord(BaseModel):

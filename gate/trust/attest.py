@@ -156,7 +156,6 @@ class VerifyReport:
 
     envelope: Path
     signed_by: list[Signer] = field(default_factory=list)
-    unsigned_keys: list[Signer] = field(default_factory=list)
     other_signatures: list[str] = field(default_factory=list)
     """Key ids of signatures that no trusted key verified (e.g. another reviewer's)."""
     matched: list[str] = field(default_factory=list)
@@ -167,10 +166,6 @@ class VerifyReport:
     statement: Statement | None = None
     predicate: RunPredicate | None = None
     payload: bytes = b""
-
-    @property
-    def subjects(self) -> list[str]:
-        return [f"{name}: sha256 matches" for name in self.matched]
 
     @property
     def problems(self) -> list[str]:
@@ -288,15 +283,16 @@ def verify_envelope(
     report.payload = payload
     report.expect("payloadType", envelope.payloadType, PAYLOAD_TYPE)
     matched: set[int] = set()
+    unsigned: list[Signer] = []
     for label, key in keys.items():
         hits = [i for i, sig in enumerate(envelope.signatures) if verifies(key, payload, sig.sig, envelope.payloadType)]
         signer = Signer(label=label, keyid=keyid(key), index=hits[0] if hits else -1)
-        (report.signed_by if hits else report.unsigned_keys).append(signer)
+        (report.signed_by if hits else unsigned).append(signer)
         matched.update(hits)
     report.other_signatures = [sig.keyid or "?" for i, sig in enumerate(envelope.signatures) if i not in matched]
     if not envelope.signatures:
         report.failures.append("the envelope carries no signatures")
-    report.missing = list(report.unsigned_keys) if require_all or not report.signed_by else []
+    report.missing = unsigned if require_all or not report.signed_by else []
     try:
         stmt = parse_statement(payload)
     except ValueError as err:

@@ -20,16 +20,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from gate._util.digest import MIN_REF as MIN_REF
-from gate._util.digest import ref_matches
+from gate._util.digest import ref_matches, sha256_file
+from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND
 from gate.trust.approvals import ApprovalRecord, verify_approval
+from gate.trust.attest import ENVELOPE_NAME
 from gate.trust.deployable import judge_waivers
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import REVOCATION_KIND, Revocations, entry_problem, read_revocations
 from gate.trust.run_check import ApprovalInput, Finding, RunCheck
+from gate.trust.run_record import statement_digest
 from gate.trust.verify_run import check_run
 from gate.trust.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature, waiver_problem
 
@@ -57,8 +60,6 @@ def held_checkpoints(path: Path) -> list[Checkpoint]:
         return [
             cp for name in (RECEIPT, APPROVAL_FILE) if (path / name).is_file() for cp in held_checkpoints(path / name)
         ]
-    from gate._util.limited import read_regular
-
     try:
         data = json.loads(read_regular(path, HELD_BYTES, "checkpoint file"))
         if isinstance(data, dict) and "approvals" in data:
@@ -139,7 +140,7 @@ def verify_ledger(
         problems = entry_problems(entry, statements, trust, revoked)
         if problems:
             report.untrusted[entry.seq] = problems
-        if entry.kind == WAIVER_KIND and revoked.waiver(entry.seq) is not None:
+        if entry.kind == WAIVER_KIND and entry.seq in revoked.waivers:
             report.history[entry.seq] = [f"it was {revoked.waivers[entry.seq].says()}: it no longer applies"]
     return report
 
@@ -188,9 +189,6 @@ PREVIOUS_SUFFIX = ".previous"
 
 
 def _holds(directory: Path, run: Entry) -> bool:
-    from gate.trust.attest import ENVELOPE_NAME
-    from gate.trust.run_record import statement_digest
-
     recorded = run.dossier.get("statement_sha256")
     return bool(recorded) and statement_digest(directory / ENVELOPE_NAME) == recorded
 
@@ -253,10 +251,6 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
 
 
 def _check_recorded_files(trace: RunTrace) -> bool:
-    from gate._util.digest import sha256_file
-    from gate.trust.attest import ENVELOPE_NAME
-    from gate.trust.run_record import statement_digest
-
     run, out = trace.run, trace.dossier
     dossier = run.dossier
     add = trace.findings.append

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gate._util.clock import now_utc
 from gate.errors import InputError
-from gate.trust.policy import Trust, allows
-from gate.trust.revocation import Revocations, Revoked
+from gate.trust.keys import keyid, load_private_key
+from gate.trust.ledger import Ledger
+from gate.trust.ledger_store import is_url
+from gate.trust.policy import Trust, allows, find_trust
+from gate.trust.revocation import Revocations, Revoked, read_revocations
 
 
 def _people(trust: Trust, names: list[str] | None = None) -> str:
@@ -66,13 +70,6 @@ def revoked_refusal(trust: Trust | None, keyid: str, gone: Revoked, revoked: Rev
 def check_sign_key(sign_key: Path, trust_path: Path | None, ledger: Path | None) -> None:
     """`gate run --sign-key K`, before running: K must be a run signer of the trust policy in force
     (if any) and not revoked in the ledger (if any); else InputError."""
-    from gate._util.clock import now_utc
-    from gate.trust.keys import keyid, load_private_key
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_store import is_url
-    from gate.trust.policy import find_trust
-    from gate.trust.revocation import read_revocations
-
     trust = find_trust(trust_path)
     mine = keyid(load_private_key(sign_key).public_key())
     if trust is not None:

@@ -19,18 +19,18 @@ the repository gate runs in, never a network.
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gate._util.digest import ref_matches
-
-if TYPE_CHECKING:
-    from gate.trust.approval_predicate import RunStatement
-    from gate.trust.approvals import ApprovalRecord
-    from gate.trust.ledger import Entry
+from gate.trust.approval_predicate import ApprovalPredicate, ApprovalRefused, RunStatement, read_run_statement
+from gate.trust.approvals import ApprovalRecord
+from gate.trust.evidence import evidence_digest
+from gate.trust.ledger import Entry
+from gate.trust.statement import parse_statement
 
 GIT_TIMEOUT_S = 30
 
@@ -132,8 +132,6 @@ class AskedCommit:
 def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -> AskedCommit:
     """Bind ASKED when the dossier names it (or none, or is unreadable: `check_run` says so); else
     the signed commit when ASKED lands it; else nothing, with the line naming both commits."""
-    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
-
     if asked is None:
         return AskedCommit(None)
     try:
@@ -189,9 +187,6 @@ def approval_landing(
     """When `record` approved another commit (same manifest) that `commit`, DIR's run's, lands: DIR's
     evidence digest with the approved commit in place of its own. The approval counts only if it
     names exactly that digest: everything but the commit must be what the approver signed."""
-    from gate.trust.approval_predicate import ApprovalPredicate, ApprovalRefused, read_run_statement
-    from gate.trust.statement import parse_statement
-
     if record is None or not commit or not record.evidence_sha256:
         return None
     try:
@@ -211,9 +206,6 @@ def approval_landing(
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
     """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands, with the
     same evidence but the commit."""
-    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
-    from gate.trust.approvals import ApprovalRecord
-
     try:
         run = read_run_statement(directory)
     except ApprovalRefused:
@@ -233,10 +225,6 @@ def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: P
 
 def evidence_as_of(directory: Path, files: dict[str, str], commit: str) -> str | None:
     """DIR's evidence digest with the change's commit set to `commit` (None: no readable results)."""
-    import json
-
-    from gate.trust.evidence import evidence_digest
-
     try:
         results = json.loads((directory / "results.json").read_bytes())
         results["manifest"]["change"]["commit"] = commit

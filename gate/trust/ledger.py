@@ -1,12 +1,8 @@
-"""The audit ledger: an append-only hash chain in SQLite, with a signed checkpoint after every append.
+"""The audit ledger: an append-only hash chain, with a signed checkpoint after every append.
 
-Entry `n` (1, 2, ...) stores its canonical JSON body and
-
-    hash_n = sha256(ENTRY_TAG || n as 8 bytes big-endian || hash_{n-1} (32 bytes) || body)
-
-with hash_0 = 32 zero bytes. The tag, the sequence number and the previous hash have fixed widths,
-so the body is whatever follows and no two (n, prev, body) triples hash the same input. Editing,
-deleting, reordering or inserting an entry breaks the chain at that entry.
+Entry `n` stores its canonical JSON body and hash_n = sha256(ENTRY_TAG || n (u64 big-endian) ||
+hash_{n-1} || body), hash_0 = 32 zero bytes: fixed widths, so no two (n, prev, body) triples hash the
+same input, and editing, deleting, reordering or inserting an entry breaks the chain there.
 
 Every append also signs a checkpoint (origin, size, head hash, time) with the ledger's Ed25519 key,
 in the same transaction. Anyone holding an earlier checkpoint (`gate audit checkpoint`, a dossier's

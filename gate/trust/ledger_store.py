@@ -18,7 +18,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path, PosixPath
 from time import monotonic, sleep
 from typing import Any, Protocol
@@ -216,7 +216,7 @@ class SqliteStore(SqlTables):
         self.location = str(path)
         self._tables, self._marker = "", "?"
         self._wal_ino: int | None = None
-        with self._errors():
+        with _sqlite_errors(self.path):
             why = foreign_wal(path)
             if why:
                 raise LedgerError(
@@ -230,26 +230,23 @@ class SqliteStore(SqlTables):
                 self._conn.execute("PRAGMA synchronous = FULL")
                 self._remember_wal()
 
-    def _errors(self) -> AbstractContextManager[None]:
-        return _sqlite_errors(self.path)
+    def _current_wal(self) -> int | None:
+        try:
+            return os.stat(f"{self.path}-wal").st_ino
+        except FileNotFoundError:
+            return None
 
     def _remember_wal(self) -> None:
-        if self._wal_ino is not None:
-            return
-        try:
-            self._wal_ino = os.stat(f"{self.path}-wal").st_ino
-        except FileNotFoundError:
-            self._wal_ino = None
+        """Note the WAL file this connection writes (once: a WAL that vanishes later stays noticed)."""
+        if self._wal_ino is None:
+            self._wal_ino = self._current_wal()
 
     def _wal_still_ours(self) -> None:
         """Refuse to write when the WAL this connection uses was removed or replaced under it: SQLite
         would go on writing into a file no other process can see."""
         if self._wal_ino is None:
             return
-        try:
-            ino = os.stat(f"{self.path}-wal").st_ino
-        except FileNotFoundError:
-            ino = None
+        ino = self._current_wal()
         if ino != self._wal_ino:
             state = "was removed" if ino is None else "was replaced by another file"
             raise LedgerError(
@@ -258,7 +255,7 @@ class SqliteStore(SqlTables):
             )
 
     def initialise(self, meta: dict[str, str]) -> None:
-        with self._errors():
+        with _sqlite_errors(self.path):
             # schema and meta in one transaction: a creation cut short leaves no half-made ledger
             self._conn.executescript("BEGIN IMMEDIATE;\n" + _SQLITE_SCHEMA)
             try:
@@ -271,7 +268,7 @@ class SqliteStore(SqlTables):
             self._checkpoint()
 
     def append(self, build: Build) -> None:
-        with self._errors():
+        with _sqlite_errors(self.path):
             self._wal_still_ours()
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -297,7 +294,7 @@ class SqliteStore(SqlTables):
         self._remember_wal()
 
     def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        with self._errors():
+        with _sqlite_errors(self.path):
             rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
         return rows
 

@@ -111,9 +111,6 @@ class TrustPolicy(Record):
         return self
 
 
-_EMPTY = TrustPolicy.model_construct(api_version="gate/trust/v1", people={}, run_signers=[])
-
-
 @dataclass(frozen=True)
 class Identity:
     """A public key and its person (None: a key given by role on the command line)."""
@@ -159,27 +156,25 @@ class Trust:
         from gate.trust.keys import keyid, load_public_key
 
         roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
-        trust = cls(policy=_EMPTY, path="(keys given by role)", sha256="")
+        identities: dict[str, Identity] = {}
+        members: dict[str, set[str]] = {}
         for role, paths in (("run", run), ("approve", approvers), ("waive", waivers), ("ledger", ledger)):
             for path in paths:
                 pub = load_public_key(path)
                 kid = keyid(pub)
                 label = f"{role}-key {path}"
-                trust.identities.setdefault(kid, Identity(kid, pub, None))
-                trust.members.setdefault(label, set()).add(kid)
+                identities.setdefault(kid, Identity(kid, pub, None))
+                members.setdefault(label, set()).add(kid)
                 roles[role].append(label)
-        trust.policy = TrustPolicy.model_construct(
+        policy = TrustPolicy.model_construct(
             api_version="gate/trust/v1",
             people={},
             run_signers=roles["run"],
             ledger_signers=roles["ledger"],
             approvers=[ApproverRule(people=roles["approve"])] if roles["approve"] else [],
             waivers=[WaiverRule(people=roles["waive"], max_days=366)] if roles["waive"] else [],
-            revokers=None,
-            required_approvals=1,
-            required_waiver_approvals=1,
         )
-        return trust
+        return cls(policy, "(keys given by role)", "", identities, members)
 
     def _people_of(self, keyid: str) -> set[str]:
         return {name for name, kids in self.members.items() if keyid in kids}

@@ -6,14 +6,12 @@ validate into it unchanged (tests/trust/test_keys.py holds one).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gate.core.result import GateResult
-
-if TYPE_CHECKING:
-    from gate.trust.statement import Statement
+from gate.trust.statement import Statement, first_error
 
 
 class PredicateManifest(BaseModel):
@@ -116,9 +114,7 @@ class RunPredicate(BaseModel):
         try:
             return cls.model_validate(statement.predicate)
         except ValidationError as err:
-            first = err.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(predicate)"
-            raise ValueError(f"predicate is not a gate run predicate ({where}: {first['msg']})") from None
+            raise ValueError(f"predicate is not a gate run predicate ({first_error(err, '(predicate)')})") from None
 
     def dump(self) -> dict[str, Any]:
         """The predicate as signed (no evidenceSha256, trustPolicy or baseline when there is none, so a

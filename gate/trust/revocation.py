@@ -97,9 +97,6 @@ class Revocations:
             return found
         return found if when.tzinfo is None or when >= found.start else None
 
-    def waiver(self, seq: int) -> Revoked | None:
-        return self.waivers.get(seq)
-
 
 def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
     body = entry.body

@@ -90,6 +90,10 @@ def parse_statement(payload: bytes) -> Statement:
     try:
         return Statement.model_validate_json(payload)
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(statement)"
-        raise ValueError(f"payload is not an in-toto statement ({where}: {first['msg']})") from None
+        raise ValueError(f"payload is not an in-toto statement ({first_error(err, '(statement)')})") from None
+
+
+def first_error(err: ValidationError, whole: str) -> str:
+    """`where: what` of a validation error's first problem (`whole`: where the value itself is wrong)."""
+    first = err.errors(include_url=False)[0]
+    return f"{'.'.join(str(p) for p in first['loc']) or whole}: {first['msg']}"

@@ -115,12 +115,8 @@ def is_approximate(intervention: Intervention | None, claim: ClaimLevel | None) 
     return bool(rule.approximate) if rule is not None else False
 
 
-def signed_change(pred: RunPredicate) -> tuple[Intervention | None, ClaimLevel | None]:
-    """The signed intervention and claim level as gate's types (None: absent, or unknown to gate)."""
-    return _known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level)
-
-
 def _known(kind: type[_E], value: str | None) -> _E | None:
+    """`value` as gate's type (None: absent, or unknown to gate, so no built-in policy calls it approximate)."""
     try:
         return kind(value) if value is not None else None
     except ValueError:
@@ -131,7 +127,7 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
     assert out.statement is not None
     pred = out.predicate or RunPredicate()
     add = out.findings.append
-    out.approximate = is_approximate(*signed_change(pred))
+    out.approximate = is_approximate(_known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level))
     if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
         add(
             Finding(

@@ -226,7 +226,7 @@ def verified_waivers(ledger: Ledger, trust: Trust | None = None) -> list[Recorde
         key_revoked = revoked.key(str(sig.get("keyid")), waiver.granted_at) if sig else None
         if problem is None and key_revoked is not None:
             problem = f"its key was {key_revoked.says()}"
-        if problem is None and revoked.waiver(waiver.id) is not None:
+        if problem is None and waiver.id in revoked.waivers:
             problem = f"it was {revoked.waivers[waiver.id].says()}"
         signer = (trust.name_of(str(sig.get("keyid"))) if trust else None) or str(sig.get("keyid", ""))[:16]
         required = trust.policy.required_waiver_approvals if trust is not None else 1
