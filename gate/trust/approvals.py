@@ -25,6 +25,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gate._util.atomic import write_bytes_atomic
+from gate._util.digest import sha256_file
 from gate.trust.approval_predicate import (
     APPROVAL_FILE,
     APPROVAL_PREDICATE,
@@ -83,8 +85,6 @@ def approval_statement(
 
 def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) -> Statement:
     """The approved-dossier statement: the files a reviewer reads after approval, by sha256."""
-    from gate._util.digest import sha256_file
-
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256})]
     subjects += [Subject(name=n, digest={"sha256": sha256_file(directory / n)}) for n in APPROVED_FILES]
     return Statement(
@@ -305,8 +305,6 @@ class ApprovalFile(BaseModel):
 
 
 def write_approvals(directory: Path, records: list[ApprovalRecord]) -> Path:
-    from gate._util.atomic import write_bytes_atomic
-
     return write_bytes_atomic(directory / APPROVAL_FILE, ApprovalFile(approvals=records).dump())
 
 

@@ -40,11 +40,13 @@ from gate.trust.approvals import (
     write_approvals,
 )
 from gate.trust.attest import ENVELOPE_NAME, add_signature, envelope_for, read_envelope, verify_envelope, write_envelope
+from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
 from gate.trust.keys import keyid, load_private_key
 from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, Receipt, receipt
-from gate.trust.ledger_store import is_url
+from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
+from gate.trust.ledger_store import is_url, ledger_location
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.policy import Trust
+from gate.trust.policy import Trust, require_trust
 from gate.trust.revocation import read_revocations
 
 if TYPE_CHECKING:
@@ -80,9 +82,6 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
     """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
     the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
     else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
-    from gate.trust.ledger_store import ledger_location
-
     named = named_ledger(explicit)
     if named is not None:
         return named
@@ -140,11 +139,7 @@ def approve(
 ) -> Approved:
     """Approve the dossier in `directory`; refuses anything that does not verify.
     `trust`: None reads $GATE_TRUST, else ./trust.yaml (none found is an InputError)."""
-    from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
-
     if trust is None:
-        from gate.trust.policy import require_trust
-
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())

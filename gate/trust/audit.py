@@ -27,6 +27,7 @@ from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND
 from gate.trust.approvals import ApprovalRecord, verify_approval
 from gate.trust.attest import ENVELOPE_NAME
 from gate.trust.deployable import judge_waivers
+from gate.trust.landing import landed_approvals, landed_runs, run_commit
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
@@ -282,8 +283,6 @@ def trace(
     role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies).
 
     A commit no run names may land runs' commits (merge, squash, rebase: gate.trust.landing)."""
-    from gate.trust.landing import landed_approvals, landed_runs, run_commit
-
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []

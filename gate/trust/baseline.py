@@ -14,17 +14,21 @@ then signs what it replayed, so `gate verify` re-judges the signer (gate.trust.v
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
 from gate.core.baseline_format import FORMAT, HEADER, git_commit, read_json, reference_key
 from gate.errors import InputError
+from gate.trust.keys import load_private_key
 from gate.trust.policy import Trust
+from gate.trust.signing import sign_statement, verify_statement
 
 BASELINE_DOMAIN = "gate-baseline/v1"
 ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
@@ -75,12 +79,6 @@ def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
 
 def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
     """Bind DIR/baseline.json to `commit` and sign it with the run key; return its new sha256."""
-    import hashlib
-
-    from gate._util.atomic import write_bytes_atomic
-    from gate.trust.keys import load_private_key
-    from gate.trust.signing import sign_statement
-
     key = load_private_key(key_path)
     doc = read_header(directory)
     if recomputed_key(doc) != doc["key"]:
@@ -117,8 +115,6 @@ def require_trusted_baseline(
     directory: Path, trust: Trust | None, commit: str | None, manifest_name: str | None = None
 ) -> dict[str, Any]:
     """The baseline's header, when a replay of `manifest_name` may use it; else InputError."""
-    from gate.trust.signing import verify_statement
-
     path = str(directory / HEADER)
     doc = read_header(directory)
     if recomputed_key(doc) != doc["key"]:

@@ -13,10 +13,13 @@ from gate.trust.approvals import ApprovalRecord, approved_statement, verify_appr
 from gate.trust.approve import approved_report, render_approved
 from gate.trust.attest import envelope_for, write_envelope
 from gate.trust.keys import keyid, load_private_key
+from gate.trust.landing import approval_landing
 from gate.trust.ledger import Ledger, receipt
 from gate.trust.ledger_store import is_url
+from gate.trust.policy import find_trust
 from gate.trust.revocation import read_revocations
 from gate.trust.verify_run import approval_problems
+from gate.trust.waivers import require_verified
 
 if TYPE_CHECKING:
     from gate.report.model import ReportData
@@ -53,10 +56,6 @@ def carry_over(
     same evidence that count (as in `gate verify`) into DIR as `gate approve` would, approval.dsse.json
     signed by the run's key. None when there is nothing to look at (another verdict, no evidence
     digest, no ledger file, no trust policy)."""
-    from gate.trust.landing import approval_landing
-    from gate.trust.policy import find_trust
-    from gate.trust.waivers import require_verified
-
     run = read_run_statement(directory)
     trust = find_trust(trust_path)
     if run.predicate.verdict != "awaiting-approval" or run.evidence is None or trust is None:

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import sha256_file
 from gate.core.result import WALL_CLOCK_CHECKS, GateResult
 from gate.errors import GateError, InputError
-from gate.report.diff import wall_clock
+from gate.report.diff import first_failing, load_result, wall_clock
 from gate.report.fmt import as_float, as_mapping
+from gate.trust.approval_predicate import APPROVAL_KIND
 from gate.trust.ledger import RUN_KIND, Entry
 
 FAILING = frozenset({"fail", "error"})
@@ -76,9 +78,6 @@ class RunRow:
 
 def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
     """The results.json a run entry recorded, if its dossier directory still holds it, else None and why."""
-    from gate._util.digest import sha256_file
-    from gate.report.diff import load_result
-
     dossier = as_mapping(body.get("dossier"))
     directory = str(dossier.get("dir") or "")
     path = Path(directory) / "results.json"
@@ -104,8 +103,6 @@ def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
 
 
 def run_row(entry: Entry) -> RunRow:
-    from gate.report.diff import first_failing
-
     body = entry.body
     result, note = recorded_dossier(body)
     checks = {
@@ -223,8 +220,6 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
 
 
 def _mark_approvals(history: History, entries: list[Entry]) -> None:
-    from gate.trust.approval_predicate import APPROVAL_KIND
-
     by_seq = {r.seq: r for r in history.runs}
     statements: dict[str, RunRow] = {}
     evidence: dict[str, list[RunRow]] = {}

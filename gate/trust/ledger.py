@@ -34,6 +34,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
 from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
 from gate.trust.ledger_paths import ENV_LEDGER, ENV_LEDGER_KEY, resolve_key_path
@@ -305,8 +306,6 @@ def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
 
 
 def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
-    from gate._util.atomic import write_bytes_atomic
-
     return write_bytes_atomic(
         out_dir / name, (json.dumps(receipt(ledger, entry, checkpoint).dump(), indent=2) + "\n").encode()
     )

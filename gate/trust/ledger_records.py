@@ -16,6 +16,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from pydantic import BaseModel, ConfigDict
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.keys import keyid, public_key_from_b64
@@ -143,8 +144,6 @@ def read_pin(ledger_path: Path) -> Checkpoint | None:
 
 def advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
     """Write `checkpoint` as the pin unless it already covers more (appends race; the pin only grows)."""
-    from gate._util.atomic import write_bytes_atomic
-
     path = pin_path(ledger_path)
     if path is None:
         return

@@ -34,8 +34,10 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import Field, field_validator, model_validator
 
+from gate._util.yamlio import parse_model, read_yaml
 from gate.core.manifest import Record
 from gate.errors import InputError
+from gate.trust.keys import keyid, load_public_key, public_key_from_b64
 
 TRUST_API = "gate/trust/v1"
 DEFAULT_TRUST = Path("trust.yaml")
@@ -153,8 +155,6 @@ class Trust:
         ledger: Iterable[Path] = (),
     ) -> Trust:
         """Roles from keys given on the command line: each key holds only the role it was given for."""
-        from gate.trust.keys import keyid, load_public_key
-
         roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
         identities: dict[str, Identity] = {}
         members: dict[str, set[str]] = {}
@@ -241,8 +241,6 @@ class Trust:
 
 
 def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
-    from gate.trust.keys import keyid, load_public_key, public_key_from_b64
-
     if ref.startswith("ed25519:"):
         try:
             pub = public_key_from_b64(ref.split(":", 1)[1])
@@ -254,8 +252,6 @@ def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
 
 
 def load_trust(path: Path) -> Trust:
-    from gate._util.yamlio import parse_model, read_yaml
-
     doc = read_yaml(path)
     policy: TrustPolicy = parse_model(doc, TrustPolicy)
     trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(doc.text.encode()).hexdigest())

@@ -17,6 +17,7 @@ from typing import Any
 from gate._util.clock import now_utc
 from gate._util.text import require_single_lines
 from gate.errors import InputError
+from gate.trust.keys import keyid
 from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
 from gate.trust.signing import sign_statement, verify_statement
@@ -54,8 +55,6 @@ def revocation_body(
 
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
-    from gate.trust.keys import keyid
-
     bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
     if bad:
         raise InputError("--key", bad)

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gate.trust.approvals import ApprovalRecord
+from gate.trust.ledger import Entry
 from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.statement import Statement
-
-if TYPE_CHECKING:
-    from gate.trust.ledger import Entry
 
 AWAITING = "awaiting-approval"
 PASS = "pass"

@@ -19,23 +19,24 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gate._util.digest import ref_matches
 from gate.core.manifest import ClaimLevel, Intervention
+from gate.core.policy import load_policies
 from gate.core.result import CheckResult, GateResult, Status
+from gate.trust.approval_predicate import ApprovalRefused
 from gate.trust.approvals import ApprovalCheck, ApprovalRecord, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import verify_envelope
+from gate.trust.landing import LandedApproval, approval_landing
 from gate.trust.policy import Trust
-from gate.trust.predicate import RunPredicate
+from gate.trust.predicate import RunPredicate, replayed_baseline
 from gate.trust.revocation import Revocations
 from gate.trust.run_check import PASS, PASS_WITH_WAIVERS, ApprovalInput, RunCheck
 from gate.trust.run_check import Finding as Finding
-
-if TYPE_CHECKING:
-    from gate.trust.landing import LandedApproval
+from gate.trust.run_record import statement_digest
 
 _E = TypeVar("_E", bound=Enum)
 
@@ -57,8 +58,6 @@ def check_run(
     `site-policies`). `run_time`: when the run was signed, for revocations (None: unknown, so a
     revoked key never counts). `approvals`: the records to judge; None reads DIR/approval.json.
     """
-    from gate.trust.run_record import statement_digest
-
     revoked = revocations or Revocations()
     out = RunCheck(directory=directory, required=trust.policy.required_approvals)
     add = out.findings.append
@@ -107,8 +106,6 @@ def check_run(
 def is_approximate(intervention: Intervention | None, claim: ClaimLevel | None) -> bool:
     """A bounded-degradation claim, or an intervention the built-in policies call approximate (a
     run's own --policy-dir cannot say otherwise)."""
-    from gate.core.policy import load_policies
-
     if claim is ClaimLevel.bounded_degradation:
         return True
     rule = load_policies([]).interventions.get(intervention) if intervention is not None else None
@@ -174,8 +171,6 @@ def _check_mains(
     must be main's (the built-in ones and `policy_dirs`, by sha256, none missing, none added), and a
     replayed baseline must be signed by a run signer of the verifier's trust policy, not revoked, for
     this manifest. Each one that is not adds a line to `out.not_mains` (not deployable)."""
-    from gate.core.policy import load_policies
-
     pred = out.predicate or RunPredicate()
     refuse = out.not_mains.append
     mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
@@ -208,8 +203,6 @@ def _check_mains(
         )
     baseline = pred.baseline
     if baseline is None:
-        from gate.trust.predicate import replayed_baseline
-
         baseline = replayed_baseline(results.subjects) if results is not None else None
     if baseline is not None:
         _check_baseline(out, trust, revoked, run_time, baseline)
@@ -344,8 +337,6 @@ def _check_approvals(
 
 
 def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | None:
-    from gate.trust.landing import approval_landing
-
     evidence = out.predicate.evidence_sha256 if out.predicate is not None else None
     if record is None or record.evidence_sha256 in (None, evidence):
         return None
@@ -353,8 +344,6 @@ def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | No
 
 
 def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:
-    from gate.trust.approval_predicate import ApprovalRefused
-
     try:
         return load_approvals(directory)
     except ApprovalRefused as err:

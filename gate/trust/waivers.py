@@ -27,10 +27,11 @@ from gate._util.text import require_single_lines
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
-from gate.trust.keys import load_private_key
+from gate.trust.keys import keyid, load_private_key
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, find_trust
+from gate.trust.revocation import read_revocations
 from gate.trust.signing import sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
@@ -160,8 +161,6 @@ def grant_waiver(
 ) -> RecordedWaiver:
     """Record a signed waiver for CHECK of the manifest, which must plan it; refused (InputError,
     nothing written) when the trust policy does not allow it or the ledger does not verify."""
-    from gate.trust.keys import keyid
-
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
     name = approver if approver is not None else trust.name_of(mine)
@@ -215,8 +214,6 @@ def recorded_waivers(ledger: Ledger) -> list[RecordedWaiver]:
 def verified_waivers(ledger: Ledger, trust: Trust | None = None) -> list[RecordedWaiver]:
     """The ledger's waivers, each judged against the trust policy and the revocations; a ledger
     that does not verify applies none: LedgerError with the first bad entry."""
-    from gate.trust.revocation import read_revocations
-
     require_verified(ledger, "no waiver can be trusted")
     revoked = read_revocations(ledger, trust)
     out = []
