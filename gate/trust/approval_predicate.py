@@ -63,7 +63,6 @@ class ApprovalPredicate(BaseModel):
     """The approved run's claim level."""
     commit: str | None = None
     run_signers: list[str] = Field(default_factory=list, alias="runSigners")
-    """Key ids that signed the run."""
     trust_policy_sha256: str = Field(default="", alias="trustPolicySha256")
     evidence_sha256: str | None = Field(default=None, alias="evidenceSha256")
     """The approved run's evidence digest (gate.trust.evidence); None for a run that binds none."""

@@ -98,11 +98,8 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
 
 
 def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
-    found = None
-    for entry in ledger.entries(RUN_KIND):
-        if entry.dossier.get("statement_sha256") == statement_sha256:
-            found = entry
-    return found
+    found = [e for e in ledger.entries(RUN_KIND) if e.dossier.get("statement_sha256") == statement_sha256]
+    return found[-1] if found else None
 
 
 def _signer(keyid: str, name: str | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,9 @@ def run_payload(
     files = {name: sha256_file(out_dir / name) for name in names if (out_dir / name).is_file()}
     signer = None
     if sign_key is not None and sign_key.is_file():
-        try:
+        with suppress(GateError):
             pub = load_private_key(sign_key).public_key()
             signer = {"keyid": keyid(pub), "public_key": public_key_b64(pub)}
-        except GateError:
-            signer = None
     return {
         "manifest": {
             "name": manifest.get("name"),

@@ -72,10 +72,7 @@ class Statement(BaseModel):
 
     @property
     def commit(self) -> str | None:
-        for subject in self.subject:
-            if subject.digest.get("gitCommit"):
-                return subject.digest["gitCommit"]
-        return None
+        return next((s.digest["gitCommit"] for s in self.subject if s.digest.get("gitCommit")), None)
 
     def files(self) -> dict[str, str]:
         """name -> sha256 of every file subject (the baseline subject names no file here)."""
