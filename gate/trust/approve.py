@@ -47,7 +47,7 @@ from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
 from gate.trust.ledger_store import is_url, ledger_location
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, require_trust
-from gate.trust.revocation import read_revocations
+from gate.trust.revocation import Revocations, read_revocations
 
 if TYPE_CHECKING:
     from gate.report.model import ReportData
@@ -102,9 +102,11 @@ def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
     return found[-1] if found else None
 
 
-def _signer(keyid: str, name: str | None) -> str:
-    """A run signer's label, one per key (a person may hold several: a rotated CI key)."""
-    return f"{name} (key {keyid[:16]})" if name else keyid
+def _run_keys(trust: Trust, revoked: Revocations | None = None, at: str | None = None) -> dict[str, Ed25519PublicKey]:
+    """The run signers' keys not revoked at `at`, labelled one per key (a person may hold several)."""
+    gone = revoked or Revocations()
+    keys = trust.run_signer_keys().items()
+    return {f"{i.name} (key {k[:16]})" if i.name else k: i.public_key for k, i in keys if gone.key(k, at) is None}
 
 
 def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> list[str]:
@@ -154,7 +156,7 @@ def approve(
             raise ApprovalRefused(f"{key_path}: {bad}")
         if not (is_url(ledger_path) or ledger_path.is_file()):
             # no ledger yet, so no revocation: refuse what can be refused before creating one
-            check_approvable(directory, {_signer(k, i.name): i.public_key for k, i in trust.run_signer_keys().items()})
+            check_approvable(directory, _run_keys(trust))
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
             chain = verify_chain(ledger)
             first = chain.first_bad()
@@ -162,12 +164,7 @@ def approve(
                 raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {first.message}")
             revoked = read_revocations(ledger, trust)
             run_entry = find_run_entry(ledger, run.sha256)
-            run_keys = {
-                _signer(k, i.name): i.public_key
-                for k, i in trust.run_signer_keys().items()
-                if revoked.key(k, run_entry.time if run_entry else None) is None
-            }
-            signers = check_approvable(directory, run_keys)
+            signers = check_approvable(directory, _run_keys(trust, revoked, run_entry.time if run_entry else None))
             if mine in signers:
                 raise ApprovalRefused(
                     "the approver's key is the key that signed the run: an approval needs a second, independent key"
