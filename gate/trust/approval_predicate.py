@@ -1,6 +1,5 @@
-"""What an approval names and is read with: its constants, `ApprovalRefused`, the approval and
-approved-dossier predicates, and the run's signed statement as read from the dossier
-(`read_run_statement`). gate.trust.approvals signs and verifies approvals with them."""
+"""What an approval names and is read with: its constants, predicates and the run's signed statement
+(`read_run_statement`); gate.trust.approvals signs and verifies approvals with them."""
 
 from __future__ import annotations
 
@@ -41,51 +40,37 @@ class ApprovedManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = None
-    """The manifest's `name`."""
     sha256: str | None = None
-    """sha256 of the manifest the run read."""
 
 
 class ApprovalPredicate(BaseModel):
-    """The predicate of an approval statement (APPROVAL_PREDICATE), used both to write and to read it."""
+    """The predicate of an approval statement (APPROVAL_PREDICATE)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     decision: str = ""
     """Always `approved`."""
     approver: str = ""
-    """Who approves (a person of the trust policy)."""
     reason: str = ""
-    """Why."""
     approved_at: str = Field(default="", alias="approvedAt")
-    """When (UTC)."""
     run_statement_sha256: str | None = Field(default=None, alias="runStatementSha256")
-    """sha256 of the run statement approved (its payload bytes)."""
+    """sha256 of the approved run statement's payload bytes."""
     run_predicate_type: str | None = Field(default=None, alias="runPredicateType")
-    """The approved statement's predicate type."""
     verdict: str | None = None
-    """The approved run's signed verdict."""
     manifest: ApprovedManifest = Field(default_factory=ApprovedManifest)
-    """The approved run's manifest."""
     intervention: str | None = None
-    """The approved run's intervention."""
     claim: str | None = None
     """The approved run's claim level."""
     commit: str | None = None
-    """The change's commit, when the run statement names one."""
     run_signers: list[str] = Field(default_factory=list, alias="runSigners")
-    """Key ids that signed the run."""
     trust_policy_sha256: str = Field(default="", alias="trustPolicySha256")
-    """sha256 of the trust policy the approval was given under."""
     evidence_sha256: str | None = Field(default=None, alias="evidenceSha256")
     """The approved run's evidence digest (gate.trust.evidence); None for a run that binds none."""
     policies: list[dict[str, Any]] = Field(default_factory=list)
-    """The approved run's policy files."""
     site_policy: list[str] = Field(default_factory=list, alias="sitePolicy")
     """How a site policy changed the approved run's rule (the approver saw this)."""
 
     def dump(self) -> dict[str, Any]:
-        """The predicate as signed."""
         return self.model_dump(mode="json", by_alias=True)
 
 
@@ -95,11 +80,9 @@ class ApprovedDossierPredicate(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     run_statement_sha256: str | None = Field(default=None, alias="runStatementSha256")
-    """The run statement whose approvals the files show."""
     approval_keyids: list[str] = Field(default_factory=list, alias="approvalKeyids")
     """Key ids of the approvals shown, sorted."""
     commit: str | None = None
-    """The change's commit, when the run statement names one."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +93,6 @@ class RunStatement:
     sha256: str
     statement: Statement
     predicate: RunPredicate
-    """The statement's run predicate."""
 
     @property
     def commit(self) -> str | None:

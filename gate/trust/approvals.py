@@ -4,17 +4,14 @@ An approval is bound to the dossier's digest: the sha256 of the run's signed in-
 DSSE payload of attestation.dsse.json), which names every dossier file and the commit by digest and
 does not change when signatures are added. `gate approve` records it three ways:
 
-1. a second DSSE signature on attestation.dsse.json by the approver's key (so `gate verify DIR
-   --key gate.pub --key reviewer.pub` shows both signers);
-2. its own in-toto statement (predicateType APPROVAL_PREDICATE: approver, reason, time, the run's
-   verdict, manifest and commit; subject: the run statement's digest and files), in a DSSE envelope
-   signed by the same key: this is what carries who and why;
+1. a second DSSE signature on attestation.dsse.json by the approver's key;
+2. its own in-toto statement (APPROVAL_PREDICATE: who, why, when, the run's verdict, manifest and
+   commit; subject: the run statement's digest and files) in a DSSE envelope signed by that key;
 3. a ledger entry of kind "approval" holding that envelope and the approver's public key, whose
-   receipt (entry and signed checkpoint) goes into DIR/approval.json with the envelope.
+   receipt goes into DIR/approval.json with the envelope.
 
-An approval is refused unless the run's attestation verifies against a trusted run key (--run-key,
-or the signer the ledger recorded for this exact dossier when the run was recorded) and its signed
-verdict is awaiting-approval. Nothing here sees live objects: bytes, digests and signatures only.
+An approval is refused unless the run's attestation verifies against a trusted run key and its
+signed verdict is awaiting-approval.
 """
 
 from __future__ import annotations
@@ -28,9 +25,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gate._util.atomic import write_bytes_atomic
+from gate._util.digest import sha256_file
 from gate.trust.approval_predicate import (
     APPROVAL_FILE,
-    APPROVAL_KIND,
     APPROVAL_PREDICATE,
     APPROVED_ENVELOPE,
     APPROVED_FILES,
@@ -48,7 +46,6 @@ from gate.trust.keys import keyid, public_key_b64, public_key_from_b64
 from gate.trust.ledger import Receipt
 from gate.trust.statement import (
     PAYLOAD_TYPE,
-    PREDICATE_TYPE,
     STATEMENT_TYPE,
     Envelope,
     Statement,
@@ -56,13 +53,10 @@ from gate.trust.statement import (
     parse_statement,
 )
 
-# --- the approval statement, signed ---------------------------------------------------------------
-
 
 def approval_statement(
     run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str], trust: str = ""
 ) -> Statement:
-    """An in-toto statement: `approver` approves the run statement with digest `run.sha256`."""
     pred = run.predicate
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject]
     return Statement(
@@ -91,8 +85,6 @@ def approval_statement(
 
 def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) -> Statement:
     """The approved-dossier statement: the files a reviewer reads after approval, by sha256."""
-    from gate._util.digest import sha256_file
-
     subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256})]
     subjects += [Subject(name=n, digest={"sha256": sha256_file(directory / n)}) for n in APPROVED_FILES]
     return Statement(
@@ -107,11 +99,8 @@ def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) ->
 def check_approved_files(
     directory: Path, run_sha256: str, counted: Mapping[str, Ed25519PublicKey]
 ) -> tuple[list[str], list[str]]:
-    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems).
-
-    It must be signed by a key whose approval counted, name this run statement, and every
-    approved file must have its signed sha256. No approved file and no envelope: nothing to check.
-    """
+    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems). It must be
+    signed by a counted approver's key, name this run statement, and bind every approved file."""
     present = [n for n in (*APPROVED_FILES, APPROVED_ENVELOPE) if (directory / n).exists()]
     if not present:
         return [], []
@@ -156,15 +145,12 @@ class ApprovalCheck:
     statement_sha256: str = ""
     """The run statement the approval names."""
     evidence_sha256: str = ""
-    """The evidence digest of the run it approved (gate.trust.evidence); empty for an older approval."""
+    """The approved run's evidence digest; empty for an older approval."""
     carried: bool = False
     """True when it counts for another run with the same evidence (not the run it was given)."""
     site_policy: list[str] = field(default_factory=list)
-    """How a site policy changed the rule of the run it approved (the approver saw this)."""
     intervention: str | None = None
-    """The approved run's intervention."""
     claim: str | None = None
-    """The approved run's claim level."""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -183,12 +169,10 @@ def verify_approval(
 ) -> ApprovalCheck:
     """Verify one approval record offline (None: an entry that holds no well-formed record).
 
-    The envelope must be signed by the record's public key (and that key trusted, if a list is
-    given), be an approval statement, and name `expected_statement` (the dossier it is shown with),
-    or else, with `expected_evidence` (that dossier's verified evidence digest), name the same
-    evidence: an approval of an identical earlier run carries over (`carried`). With `directory`,
-    the run's attestation there must also carry the approver's second signature (not for a
-    carried approval: it signed the earlier run's attestation).
+    It must be signed by the record's key (trusted, if a list is given), and name `expected_statement`
+    or else the same `expected_evidence`: an approval of an identical earlier run carries over
+    (`carried`). With `directory`, the run's attestation there must also carry the approver's
+    signature (not for a carried approval: it signed the earlier run's attestation).
     """
     out = ApprovalCheck()
     if record is None:
@@ -240,55 +224,41 @@ def verify_approval(
                 f"{out.evidence_sha256[:16] or 'not bound'}, this one is {(expected_evidence or 'not bound')[:16]})"
             )
     if directory is not None and not out.carried:
-        found = ApprovalCheck(statement_sha256=out.statement_sha256)
-        _check_second_signature(directory, pub, found)
-        if found.problems and expected_evidence and out.evidence_sha256 == expected_evidence:
+        found = _second_signature_problems(directory, pub, out.statement_sha256)
+        if found and expected_evidence and out.evidence_sha256 == expected_evidence:
             out.carried = True  # a byte-identical re-run: its attestation is new, the evidence the same
         else:
-            out.problems += found.problems
+            out.problems += found
     return out
 
 
-def _check_second_signature(directory: Path, pub: Ed25519PublicKey, out: ApprovalCheck) -> None:
+def _second_signature_problems(directory: Path, pub: Ed25519PublicKey, statement_sha256: str) -> list[str]:
     try:
         run = read_run_statement(directory)
         envelope, _payload = read_envelope(directory / ENVELOPE_NAME)
     except (ApprovalRefused, ValueError):
-        out.problems.append(f"{directory}: no readable run attestation")
-        return
-    if run.sha256 != out.statement_sha256:
-        out.problems.append(f"{directory}: its run statement is not the one approved")
-    elif not any(verifies(pub, run.payload, s.sig) for s in envelope.signatures):
-        out.problems.append(f"{ENVELOPE_NAME} carries no signature by the approver's key")
-
-
-# --- approval.json in the dossier -----------------------------------------------------------------
+        return [f"{directory}: no readable run attestation"]
+    if run.sha256 != statement_sha256:
+        return [f"{directory}: its run statement is not the one approved"]
+    if not any(verifies(pub, run.payload, s.sig) for s in envelope.signatures):
+        return [f"{ENVELOPE_NAME} carries no signature by the approver's key"]
+    return []
 
 
 class ApprovalRecord(BaseModel):
-    """One approval as approval.json holds it, and as its ledger entry carries it (with more keys about
-    the run): used both to write and to read it. What counts is the signed envelope; the plain fields
-    repeat it for a reader (`verify_approval` checks the approver and reason against it).
-
-    A record is written with the keys it was read with (`dump`), so approval.json keeps its bytes when
-    `gate approve` adds another approval (a record from before approvals bound evidence has no
-    evidence_sha256)."""
+    """One approval as approval.json holds it and its ledger entry carries it. What counts is the signed
+    envelope; the plain fields repeat it for a reader. A record is written with the keys it was read
+    with (`dump`), so approval.json keeps its bytes when `gate approve` adds another approval."""
 
     model_config = ConfigDict(extra="forbid")
 
     approver: str
-    """Who approves, as the record names them."""
     reason: str
-    """Why."""
     approved_at: str
-    """When (UTC)."""
     statement_sha256: str | None
-    """sha256 of the run statement approved."""
     evidence_sha256: str | None = None
-    """The approved run's evidence digest (gate.trust.evidence); None: the run binds none, or the
-    record is older than evidence binding."""
+    """None: the run binds none, or the record is older than evidence binding."""
     keyid: str
-    """Key id of the approver's key."""
     public_key: str
     """The approver's raw public key, base64."""
     envelope: Envelope
@@ -298,15 +268,13 @@ class ApprovalRecord(BaseModel):
 
     @classmethod
     def of_entry(cls, body: Mapping[str, Any]) -> ApprovalRecord | None:
-        """The record an approval entry's body carries (its other keys describe the run); None when
-        it carries no well-formed record."""
+        """The record an approval entry's body carries (None: no well-formed one)."""
         try:
             return cls.model_validate({k: body[k] for k in RECORD_FIELDS if k in body})
         except ValidationError:
             return None
 
     def dump(self) -> dict[str, Any]:
-        """The record as JSON, with the keys it was written or read with."""
         return self.model_dump(mode="json", exclude_unset=True)
 
 
@@ -315,8 +283,7 @@ RECORD_FIELDS = tuple(name for name in ApprovalRecord.model_fields if name != "l
 
 
 def load_approvals(directory: Path) -> list[ApprovalRecord]:
-    """The approval records in DIR/approval.json (empty when there is none); ApprovalRefused when
-    the file or a record in it is not readable."""
+    """The records in DIR/approval.json (none without one); ApprovalRefused when unreadable."""
     path = directory / APPROVAL_FILE
     if not path.is_file():
         return []
@@ -334,19 +301,14 @@ class ApprovalFile(BaseModel):
     approvals: list[ApprovalRecord]
 
     def dump(self) -> bytes:
-        """The file's bytes."""
         return (json.dumps({"approvals": [r.dump() for r in self.approvals]}, indent=2) + "\n").encode()
 
 
 def write_approvals(directory: Path, records: list[ApprovalRecord]) -> Path:
-    """Write DIR/approval.json holding `records` (atomically)."""
-    from gate._util.atomic import write_bytes_atomic
-
     return write_bytes_atomic(directory / APPROVAL_FILE, ApprovalFile(approvals=records).dump())
 
 
 def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: Statement) -> ApprovalRecord:
-    """The record of an approval signed with `key`: the statement's approver, reason and digests."""
     pred = ApprovalPredicate.model_validate(statement.predicate)
     return ApprovalRecord(
         approver=pred.approver,
@@ -361,7 +323,7 @@ def approval_record(envelope: Envelope, key: Ed25519PrivateKey, statement: State
 
 
 def display_rows(record: ApprovalRecord) -> dict[str, str]:
-    """One approval as the dossier's 'Waivers and approvals' section shows it (build_report approvals)."""
+    """One approval as the dossier's 'Waivers and approvals' section shows it."""
     entry = record.ledger.entry if record.ledger is not None else None
     return {
         "approver": record.approver,
@@ -373,28 +335,3 @@ def display_rows(record: ApprovalRecord) -> dict[str, str]:
         "ledger entry": f"#{entry.seq} ({entry.hash[:16]})" if entry is not None else "not recorded",
         "verify": "gate audit trace DIGEST --trust trust.yaml, or gate verify DIR --trust trust.yaml",
     }
-
-
-__all__ = [
-    "APPROVAL_FILE",
-    "APPROVAL_KIND",
-    "APPROVAL_PREDICATE",
-    "APPROVED_ENVELOPE",
-    "APPROVED_FILES",
-    "PREDICATE_TYPE",
-    "RECORD_FIELDS",
-    "ApprovalCheck",
-    "ApprovalFile",
-    "ApprovalRecord",
-    "ApprovalRefused",
-    "RunStatement",
-    "approval_record",
-    "approval_statement",
-    "approved_statement",
-    "check_approved_files",
-    "display_rows",
-    "load_approvals",
-    "read_run_statement",
-    "verify_approval",
-    "write_approvals",
-]

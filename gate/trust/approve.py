@@ -1,11 +1,8 @@
-"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval.
-
-See gate.trust.approvals for what an approval is and how it binds to the dossier. The trust policy
-decides whose approval is accepted: the key must belong to an approver for the change's
-intervention and claim, under the name given, and not be revoked; the run must be signed by a run
-signer. Approvals of one dossier are serialised by an exclusive lock on DIR/.approve.lock (held
-from reading the dossier to writing approval.dsse.json), and each ledger append is its own
-transaction, so parallel `gate approve`s lose no signature or record and one key appends once.
+"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval
+(gate.trust.approvals). The key must belong to an approver of the change's intervention and claim,
+under the name given, and not be revoked; the run must be signed by a run signer. Approvals of one
+dossier are serialised by a lock on DIR/.approve.lock (from reading the dossier to writing
+approval.dsse.json), so parallel `gate approve`s lose no signature or record and one key appends once.
 """
 
 from __future__ import annotations
@@ -43,12 +40,14 @@ from gate.trust.approvals import (
     write_approvals,
 )
 from gate.trust.attest import ENVELOPE_NAME, add_signature, envelope_for, read_envelope, verify_envelope, write_envelope
+from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
 from gate.trust.keys import keyid, load_private_key
 from gate.trust.ledger import RECEIPT, RUN_KIND, Entry, Ledger, Receipt, receipt
-from gate.trust.ledger_store import is_url
+from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
+from gate.trust.ledger_store import is_url, ledger_location
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.policy import Trust
-from gate.trust.revocation import read_revocations
+from gate.trust.policy import Trust, require_trust
+from gate.trust.revocation import Revocations, read_revocations
 
 if TYPE_CHECKING:
     from gate.report.model import ReportData
@@ -58,7 +57,6 @@ LOCK_NAME = ".approve.lock"
 
 @contextmanager
 def dossier_lock(directory: Path) -> Iterator[None]:
-    """An exclusive lock on the dossier directory (flock on DIR/.approve.lock), released on exit."""
     with (directory / LOCK_NAME).open("a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
@@ -72,24 +70,18 @@ class Approved:
     """What `approve` did."""
 
     record: ApprovalRecord
-    """The approval record written to approval.json (envelope, public key, ledger receipt)."""
     entry: Entry
     written: list[Path]
     reused: bool
     """True when this key had already approved this dossier (nothing new was appended)."""
     summary: str = ""
-    """The run's signed summary: what held (every envelope, or no envelope check ran)."""
     site_policy: list[str] = field(default_factory=list)
-    """How a site policy changed the rule the run was planned by (signed in the run statement)."""
 
 
 def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
     """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
     the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
     else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    from gate.trust.ledger_paths import DEFAULT_LEDGER, ENV_LEDGER, named_ledger
-    from gate.trust.ledger_store import ledger_location
-
     named = named_ledger(explicit)
     if named is not None:
         return named
@@ -106,24 +98,19 @@ def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
 
 
 def find_run_entry(ledger: Ledger, statement_sha256: str) -> Entry | None:
-    """The latest run entry whose dossier statement has this digest."""
-    found = None
-    for entry in ledger.entries(RUN_KIND):
-        if entry.dossier.get("statement_sha256") == statement_sha256:
-            found = entry
-    return found
+    found = [e for e in ledger.entries(RUN_KIND) if e.dossier.get("statement_sha256") == statement_sha256]
+    return found[-1] if found else None
 
 
-def _signer(keyid: str, name: str | None) -> str:
-    """A run signer's label, one per key (a person may hold several: a rotated CI key)."""
-    return f"{name} (key {keyid[:16]})" if name else keyid
+def _run_keys(trust: Trust, revoked: Revocations | None = None, at: str | None = None) -> dict[str, Ed25519PublicKey]:
+    """The run signers' keys not revoked at `at`, labelled one per key (a person may hold several)."""
+    gone = revoked or Revocations()
+    keys = trust.run_signer_keys().items()
+    return {f"{i.name} (key {k[:16]})" if i.name else k: i.public_key for k, i in keys if gone.key(k, at) is None}
 
 
 def check_approvable(directory: Path, run_keys: dict[str, Ed25519PublicKey]) -> list[str]:
-    """Verify the dossier against the run signers' keys and require an awaiting-approval verdict.
-
-    Returns the key ids that verified; raises ApprovalRefused naming every problem.
-    """
+    """The run signers' key ids that verified the awaiting-approval dossier; else ApprovalRefused."""
     if not run_keys:
         raise ApprovalRefused(f"{directory}: the trust policy names no run signer key to verify the run with")
     report = verify_envelope(directory, run_keys, require_all=False)
@@ -149,14 +136,9 @@ def approve(
     trust: Trust | None = None,
     ledger_key: Path | None = None,
 ) -> Approved:
-    """Approve the dossier in `directory` (see gate.trust.approvals); refuses anything that does not verify.
-
-    `trust`: the trust policy (None: $GATE_TRUST, else ./trust.yaml; none found is an InputError)."""
-    from gate.trust.key_refusal import approver_refusal, revoked_refusal, unknown_key
-
+    """Approve the dossier in `directory`; refuses anything that does not verify.
+    `trust`: None reads $GATE_TRUST, else ./trust.yaml (none found is an InputError)."""
     if trust is None:
-        from gate.trust.policy import require_trust
-
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
@@ -174,7 +156,7 @@ def approve(
             raise ApprovalRefused(f"{key_path}: {bad}")
         if not (is_url(ledger_path) or ledger_path.is_file()):
             # no ledger yet, so no revocation: refuse what can be refused before creating one
-            check_approvable(directory, {_signer(k, i.name): i.public_key for k, i in trust.run_signer_keys().items()})
+            check_approvable(directory, _run_keys(trust))
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
             chain = verify_chain(ledger)
             first = chain.first_bad()
@@ -182,12 +164,7 @@ def approve(
                 raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {first.message}")
             revoked = read_revocations(ledger, trust)
             run_entry = find_run_entry(ledger, run.sha256)
-            run_keys = {
-                _signer(k, i.name): i.public_key
-                for k, i in trust.run_signer_keys().items()
-                if revoked.key(k, run_entry.time if run_entry else None) is None
-            }
-            signers = check_approvable(directory, run_keys)
+            signers = check_approvable(directory, _run_keys(trust, revoked, run_entry.time if run_entry else None))
             if mine in signers:
                 raise ApprovalRefused(
                     "the approver's key is the key that signed the run: an approval needs a second, independent key"
@@ -234,7 +211,6 @@ def _append_or_reuse(
     signers: list[str],
     trust: Trust,
 ) -> tuple[Entry, bool, ApprovalRecord]:
-    """Append the approval, unless this key already approved this dossier (then reuse that entry)."""
     mine = keyid(key.public_key())
     for entry in ledger.entries(APPROVAL_KIND):
         if entry.body.get("statement_sha256") == run.sha256 and entry.body.get("keyid") == mine:
@@ -246,18 +222,13 @@ def _append_or_reuse(
     )
     record = approval_record(envelope_for(statement, key), key, statement)
     pred = ApprovalPredicate.model_validate(statement.predicate)
+    about_run = {"manifest", "intervention", "claim", "commit", "verdict", "policies", "site_policy"}
     payload = {
         **record.dump(),
         "trust_policy": trust.digest,
         "run_entry": run_entry.seq if run_entry else None,
         "dossier_dir": str(directory.resolve()),
-        "manifest": pred.manifest.model_dump(mode="json"),
-        "intervention": pred.intervention,
-        "claim": pred.claim,
-        "commit": pred.commit,
-        "verdict": pred.verdict,
-        "policies": pred.policies,
-        "site_policy": pred.site_policy,
+        **pred.model_dump(mode="json", include=about_run),
     }
     entry, _checkpoint = ledger.append(APPROVAL_KIND, payload)
     return entry, False, record
@@ -266,13 +237,9 @@ def _append_or_reuse(
 def render_approved(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> list[Path]:
-    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals.
-
-    The signed dossier.html cannot change (its digest is in the attestation); these copies are
-    derived from the signed results.json and the signed approvals, so anyone can regenerate them.
-    An approval counts here when it names this run or its evidence digest. `final_dir`: where DIR
-    will be once the run is complete (default DIR).
-    """
+    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals
+    (whose digests are in the attestation), from the signed results.json and approvals, so anyone can
+    regenerate them. `final_dir`: where DIR will be once the run is complete (default DIR)."""
     from gate.report.render import render_html, render_markdown
 
     data = approved_report(directory, records, required, final_dir=final_dir)
@@ -285,8 +252,7 @@ def render_approved(
 def approved_report(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> ReportData:
-    """The report of DIR's signed run with the approvals of it among `records` (what
-    `render_approved` renders, and what the approved re-run's CI notice says)."""
+    """The report of DIR's signed run with its approvals among `records` (by statement or evidence)."""
     from gate.core.result import GateResult
     from gate.report.build import Signing, build_report
 

@@ -1,15 +1,10 @@
-"""Signing a run: an in-toto Statement v1 in a DSSE envelope, Ed25519 through `cryptography`.
+"""Signing a run: an in-toto Statement v1 in a DSSE envelope (DIR/attestation.dsse.json), Ed25519.
 
-    DIR/attestation.dsse.json = {"payloadType": "application/vnd.in-toto+json",
-                                 "payload": base64(Statement), "signatures": [{"keyid", "sig"}, ...]}
-
-Every signature covers PAE(payloadType, payload) (the DSSE v1 pre-authentication encoding), so
-more signatures can be appended later without touching the payload: a reviewer's approval is a
-second signature by another key (`add_signature`). The Statement's subjects are the sha256 of the
-files in DIR (manifest copy, results.json, dossier.html, dossier.md, junit.xml) and the change's
-commit as a gitCommit digest; the predicate (gate.trust.predicate.RunPredicate) carries verdict,
-claim, intervention, policy digests and a check summary, read back from the signed results.json
-bytes. Keys and key ids come from gate.trust.keys. Nothing here sees live objects.
+Every signature covers PAE(payloadType, payload) (DSSE v1), so more signatures can be appended
+later without touching the payload: a reviewer's approval is a second signature by another key
+(`add_signature`). The subjects are the sha256 of the dossier files and the change's commit as a
+gitCommit digest; the predicate is gate.trust.predicate.RunPredicate, read back from the signed
+results.json bytes.
 """
 
 from __future__ import annotations
@@ -52,16 +47,12 @@ REQUIRED_SUBJECTS = ("results.json", "dossier.html", "dossier.md")
 
 
 def envelope_for(statement: Statement, key: Ed25519PrivateKey) -> Envelope:
-    """A DSSE envelope over the canonical statement, signed once with `key`."""
     body = statement.canonical()
     return Envelope(
         payloadType=PAYLOAD_TYPE,
         payload=base64.b64encode(body).decode(),
         signatures=[DsseSignature.model_validate(_signature(key, body))],
     )
-
-
-# DSSE -------------------------------------------------------------------------------------------
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -75,8 +66,7 @@ def _signature(key: Ed25519PrivateKey, payload: bytes) -> dict[str, str]:
 
 
 def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statement:
-    """The in-toto Statement binding `files` (names inside out_dir), the baseline the reference
-    answered from (when there is one) and the change's commit."""
+    """The statement binding `files` (names inside out_dir), the replayed baseline and the commit."""
     raw = (out_dir / "results.json").read_bytes()
     results = json.loads(raw)
     subjects = [Subject(name=name, digest={"sha256": sha256_file(out_dir / name)}) for name in files]
@@ -96,7 +86,6 @@ def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statem
 
 
 def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
-    """Write DIR/attestation.dsse.json: the statement over `files`, signed once with `key`."""
     path = out_dir / ENVELOPE_NAME
     write_envelope(path, envelope_for(statement(out_dir, files, manifest_file), key))
     return path
@@ -125,7 +114,6 @@ def read_envelope(path: Path) -> tuple[Envelope, bytes]:
 
 
 def verifies(public_key: Ed25519PublicKey, payload: bytes, sig: Any, payload_type: str = PAYLOAD_TYPE) -> bool:
-    """Whether `sig` (base64) is `public_key`'s signature over PAE(payload_type, payload)."""
     if not isinstance(sig, str):
         return False
     try:
@@ -136,10 +124,7 @@ def verifies(public_key: Ed25519PublicKey, payload: bytes, sig: Any, payload_typ
 
 
 def add_signature(envelope_path: Path, key_path: Path) -> str:
-    """Append a signature by `key_path` over the same payload (e.g. a reviewer's approval).
-
-    Idempotent: a key that already signed is not added twice. Returns the key id.
-    """
+    """Append a signature by `key_path` over the same payload (idempotent); return the key id."""
     key = load_private_key(key_path)
     try:
         envelope, payload = read_envelope(envelope_path)
@@ -155,19 +140,14 @@ def add_signature(envelope_path: Path, key_path: Path) -> str:
     return keyid(public)
 
 
-# Verification -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Signer:
     """A trusted key that produced a valid signature."""
 
     label: str
-    """The name the caller gave the key (its file path by default)."""
     keyid: str
     index: int = 0
-    """Position of the first signature it made in the envelope (0: the run's own, made by `gate run`;
-    approvals add theirs after it)."""
+    """Position of its first signature in the envelope (0: the run's own; approvals add theirs after)."""
 
 
 @dataclass
@@ -176,31 +156,19 @@ class VerifyReport:
 
     envelope: Path
     signed_by: list[Signer] = field(default_factory=list)
-    """Trusted keys with a valid signature over the payload."""
-    unsigned_keys: list[Signer] = field(default_factory=list)
-    """Trusted keys with no valid signature."""
     other_signatures: list[str] = field(default_factory=list)
     """Key ids of signatures that no trusted key verified (e.g. another reviewer's)."""
     matched: list[str] = field(default_factory=list)
     """Names of the signed files whose sha256 matched."""
     failures: list[str] = field(default_factory=list)
-    """One line per problem with the envelope, statement or files; empty when valid."""
     missing: list[Signer] = field(default_factory=list)
     """Keys that had to sign and did not (all keys with `require_all`, else all when none signed)."""
     statement: Statement | None = None
-    """The signed statement, when the payload parsed."""
     predicate: RunPredicate | None = None
-    """Its run predicate, when the statement carries a well-formed one."""
     payload: bytes = b""
 
     @property
-    def subjects(self) -> list[str]:
-        """One line per subject that matched (for display)."""
-        return [f"{name}: sha256 matches" for name in self.matched]
-
-    @property
     def problems(self) -> list[str]:
-        """Every problem, missing signatures first."""
         return [f"no valid signature by {s.label} (keyid {s.keyid[:16]}…)" for s in self.missing] + self.failures
 
     @property
@@ -208,7 +176,6 @@ class VerifyReport:
         return not self.failures and not self.missing and bool(self.signed_by)
 
     def expect(self, what: str, got: str, want: str) -> None:
-        """A failure naming `what` when it is not `want`."""
         if got != want:
             self.failures.append(f"{what} is {got!r}, expected {want!r}")
 
@@ -222,8 +189,7 @@ def safe_name(name: Any) -> bool:
 
 
 def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], failures: list[str]) -> None:
-    """Each signed name must be a file inside `directory` (see `safe_name`; no link out of it)
-    with the signed sha256."""
+    """Each signed name must be a file inside `directory` (no link out of it) with the signed sha256."""
     for name, digest in signed.items():
         if not safe_name(name):
             failures.append(f"subject {name!r}: not a file name inside the dossier")
@@ -301,12 +267,8 @@ def verify_envelope(
     public_keys: Sequence[Path] | Mapping[str, Path | Ed25519PublicKey],
     require_all: bool = True,
 ) -> VerifyReport:
-    """Verify DIR/attestation.dsse.json offline against trusted public keys.
-
-    Checks the payload type, the statement and predicate types, every signature (each trusted key
-    must have signed when `require_all`, else at least one) and every subject digest against the
-    files in DIR. Never raises for a bad envelope: every problem is a line in `failures`.
-    """
+    """Verify DIR/attestation.dsse.json offline against trusted public keys (each must have signed
+    when `require_all`, else at least one). Never raises for a bad envelope: see `failures`."""
     named = dict(public_keys) if isinstance(public_keys, Mapping) else {str(p): p for p in public_keys}
     keys = {label: k if isinstance(k, Ed25519PublicKey) else load_public_key(k) for label, k in named.items()}
     report = VerifyReport(envelope=directory / ENVELOPE_NAME)
@@ -321,15 +283,16 @@ def verify_envelope(
     report.payload = payload
     report.expect("payloadType", envelope.payloadType, PAYLOAD_TYPE)
     matched: set[int] = set()
+    unsigned: list[Signer] = []
     for label, key in keys.items():
         hits = [i for i, sig in enumerate(envelope.signatures) if verifies(key, payload, sig.sig, envelope.payloadType)]
         signer = Signer(label=label, keyid=keyid(key), index=hits[0] if hits else -1)
-        (report.signed_by if hits else report.unsigned_keys).append(signer)
+        (report.signed_by if hits else unsigned).append(signer)
         matched.update(hits)
     report.other_signatures = [sig.keyid or "?" for i, sig in enumerate(envelope.signatures) if i not in matched]
     if not envelope.signatures:
         report.failures.append("the envelope carries no signatures")
-    report.missing = list(report.unsigned_keys) if require_all or not report.signed_by else []
+    report.missing = unsigned if require_all or not report.signed_by else []
     try:
         stmt = parse_statement(payload)
     except ValueError as err:

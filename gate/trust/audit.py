@@ -1,17 +1,13 @@
 """Auditing the ledger offline: verify every record, and trace a deployed change to its evidence.
 
-`verify_ledger` checks the hash chain and checkpoints (gate.trust.ledger_verify), then judges each
-entry on its own: a run must be signed by a run signer, an approval by an approver of that change
-under the name it gives, a waiver by a key allowed to waive that check for that long, a revocation
-by a revoker, none by a key revoked at that time (gate.trust.policy, gate.trust.revocation). A
-broken chain fails the audit; an entry that is not trusted is reported as untrusted and counts for
-nothing, but does not stop the audit of unrelated runs.
+`verify_ledger` checks the hash chain and checkpoints, then judges each entry on its own by role
+(a run by a run signer, an approval by an approver of that change, a waiver by a key allowed to
+waive that check for that long, a revocation by a revoker, none by a revoked key). A broken chain
+fails the audit; an untrusted entry counts for nothing but does not stop the audit of other runs.
 
-`trace` starts from a commit or a digest and finds the run(s), their dossiers, approvals and
-waivers, verifying each by role (gate.trust.verify_run): the dossier's files against the digests
-the ledger recorded, the signed statement's commit against the ledger's and the one asked for, the
-approvals and waivers against the trust policy given (the verifier's, never the run's), and the
-receipts the dossier holds (ledger.json, approval.json) as checkpoints the ledger must still match.
+`trace` goes from a commit or digest to the runs, their dossiers, approvals and waivers, verifying
+each by role under the verifier's trust policy (never the run's), and holds the ledger to the
+receipts the dossier keeps (ledger.json, approval.json).
 """
 
 from __future__ import annotations
@@ -23,16 +19,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gate._util.digest import MIN_REF, ref_matches
+from gate._util.digest import MIN_REF as MIN_REF
+from gate._util.digest import ref_matches, sha256_file
+from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.approval_predicate import APPROVAL_FILE, APPROVAL_KIND
 from gate.trust.approvals import ApprovalRecord, verify_approval
+from gate.trust.attest import ENVELOPE_NAME
 from gate.trust.deployable import judge_waivers
+from gate.trust.landing import landed_approvals, landed_runs, run_commit
 from gate.trust.ledger import RECEIPT, RUN_KIND, Checkpoint, Entry, Ledger
 from gate.trust.ledger_verify import ChainReport, Findings, Problem, verify_chain
 from gate.trust.policy import Trust
 from gate.trust.revocation import REVOCATION_KIND, Revocations, entry_problem, read_revocations
-from gate.trust.verify_run import ApprovalInput, Finding, RunCheck, check_run
+from gate.trust.run_check import ApprovalInput, Finding, RunCheck
+from gate.trust.run_record import statement_digest
+from gate.trust.verify_run import check_run
 from gate.trust.waivers import WAIVER_KIND, WaiverGrant, check_waiver_signature, waiver_problem
 
 
@@ -46,24 +48,19 @@ class AuditReport(Findings):
     untrusted: dict[int, list[str]] = field(default_factory=dict)
     """Entries that verify in the chain but are not trusted on their own, with why."""
     kinds: dict[int, str] = field(default_factory=dict)
-    """Each verified entry's kind."""
     history: dict[int, list[str]] = field(default_factory=dict)
     """What later trusted entries did to an entry (a waiver revoked): information, not a problem."""
 
 
 HELD_BYTES = 16 * 1024 * 1024
-"""Largest checkpoint file, receipt or approval.json read."""
 
 
 def held_checkpoints(path: Path) -> list[Checkpoint]:
-    """Checkpoints kept outside the ledger: a checkpoint file, a receipt (ledger.json), an approval.json,
-    or a dossier directory holding those."""
+    """Checkpoints in a checkpoint file, a receipt, an approval.json, or a dossier directory of those."""
     if path.is_dir():
         return [
             cp for name in (RECEIPT, APPROVAL_FILE) if (path / name).is_file() for cp in held_checkpoints(path / name)
         ]
-    from gate._util.limited import read_regular
-
     try:
         data = json.loads(read_regular(path, HELD_BYTES, "checkpoint file"))
         if isinstance(data, dict) and "approvals" in data:
@@ -85,7 +82,7 @@ def _revoked(revoked: Revocations, keyid: Any, at: str) -> list[str]:
 
 
 def entry_problems(entry: Entry, statements: dict[int, str], trust: Trust | None, revoked: Revocations) -> list[str]:
-    """Why one entry is not trusted on its own (empty: trusted). Without `trust`, only signatures."""
+    """Why one entry is not trusted on its own (empty: trusted); without `trust`, only signatures."""
     body = entry.body
     if entry.kind == APPROVAL_KIND:
         check = verify_approval(ApprovalRecord.of_entry(body), expected_statement=str(body.get("statement_sha256")))
@@ -130,7 +127,6 @@ def verify_ledger(
     pinned_keyids: list[str] | None = None,
     trust: Trust | None = None,
 ) -> AuditReport:
-    """Chain, checkpoints (stored and held), then every entry's own trust (see the module docstring)."""
     pinned = pinned_keyids or (trust.ledger_keyids() if trust is not None else None) or None
     chain = verify_chain(ledger, trusted=trusted, pinned_keyids=pinned)
     report = AuditReport(chain=chain, problems=list(chain.problems))
@@ -145,16 +141,12 @@ def verify_ledger(
         problems = entry_problems(entry, statements, trust, revoked)
         if problems:
             report.untrusted[entry.seq] = problems
-        if entry.kind == WAIVER_KIND and revoked.waiver(entry.seq) is not None:
+        if entry.kind == WAIVER_KIND and entry.seq in revoked.waivers:
             report.history[entry.seq] = [f"it was {revoked.waivers[entry.seq].says()}: it no longer applies"]
     return report
 
 
-# --- finding ------------------------------------------------------------------------------------
-
-
 def run_digests(body: dict[str, Any]) -> list[str]:
-    """Every digest a run entry can be found by: commit, dossier statement, files, manifest."""
     dossier = body.get("dossier") or {}
     found = [
         (body.get("change") or {}).get("commit"),
@@ -171,7 +163,6 @@ def find_runs(ledger: Ledger, ref: str) -> list[Entry]:
 
 
 def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | None = None) -> list[Entry]:
-    """Approvals of this dossier, or (`evidence_sha256`) of any run with the same evidence."""
     return [
         e
         for e in ledger.entries(APPROVAL_KIND)
@@ -181,7 +172,6 @@ def approvals_for(ledger: Ledger, statement_sha256: str, evidence_sha256: str | 
 
 
 def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
-    """The waivers the run applied, and any other waiver granted for its exact manifest."""
     manifest = run.body.get("manifest") or {}
     applied = set(run.body.get("waivers") or [])
     return [
@@ -195,23 +185,16 @@ def waivers_for(ledger: Ledger, run: Entry) -> list[Entry]:
     ]
 
 
-# --- tracing --------------------------------------------------------------------------------------
-
 PREVIOUS_SUFFIX = ".previous"
 """Where a re-run into the same --out keeps the run before it (gate.engine.outputs)."""
 
 
 def _holds(directory: Path, run: Entry) -> bool:
-    """Whether `directory` holds the dossier whose signed statement `run` recorded."""
-    from gate.trust.attest import ENVELOPE_NAME
-    from gate.trust.run_record import statement_digest
-
     recorded = run.dossier.get("statement_sha256")
     return bool(recorded) and statement_digest(directory / ENVELOPE_NAME) == recorded
 
 
 def _superseded_by(ledger: Ledger, run: Entry, directory: Path) -> int | None:
-    """The latest later run recorded into the same directory, when DIR no longer holds `run`'s dossier."""
     if _holds(directory, run):
         return None
     where = run.dossier.get("dir")
@@ -229,12 +212,11 @@ class RunTrace:
     approvals: list[Entry] = field(default_factory=list)
     waivers: list[Entry] = field(default_factory=list)
     superseded_by: int | None = None
-    """A later run recorded into the same directory, whose dossier replaced this one's (a re-run);
-    this run is then listed, not judged, and the later run stands for that directory."""
+    """A later run whose dossier replaced this one's in the same directory: this run is then listed,
+    not judged."""
 
     @property
     def related(self) -> set[int]:
-        """Entries this trace judged itself (the run and its approvals)."""
         return {self.run.seq, *(a.seq for a in self.approvals)}
 
     @property
@@ -256,14 +238,11 @@ class RunTrace:
 
     @property
     def deployable(self) -> bool:
-        """Verified, and a verdict a deploy may ship (RunCheck.deployable)."""
         return self.ok and self.check is not None and self.check.deployable
 
 
 def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
-    """The runs a deploy decision rests on: the latest run recorded into each dossier directory (a
-    re-run replaces its directory's dossier, and the run it replaced is listed, kept in the ledger, but
-    no longer stands for the directory)."""
+    """The runs a deploy decision rests on: the latest run recorded into each dossier directory."""
     latest: dict[str, RunTrace] = {}
     for item in traces:
         where = str(item.run.dossier.get("dir", item.dossier))
@@ -273,11 +252,6 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
 
 
 def _check_recorded_files(trace: RunTrace) -> bool:
-    """The dossier's files against the sha256 the ledger recorded; False when there is no dossier."""
-    from gate._util.digest import sha256_file
-    from gate.trust.attest import ENVELOPE_NAME
-    from gate.trust.run_record import statement_digest
-
     run, out = trace.run, trace.dossier
     dossier = run.dossier
     add = trace.findings.append
@@ -309,8 +283,6 @@ def trace(
     role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies).
 
     A commit no run names may land runs' commits (merge, squash, rebase: gate.trust.landing)."""
-    from gate.trust.landing import landed_approvals, landed_runs, run_commit
-
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
@@ -367,6 +339,3 @@ def trace(
         report.problems, report.chain, report.untrusted = full.problems, full.chain, full.untrusted
         report.history = full.history
     return report, traces
-
-
-__all__ = ["MIN_REF", "AuditReport", "RunTrace", "entry_problems", "find_runs", "trace", "verify_ledger"]

@@ -1,47 +1,41 @@
 """Signed, bound baselines: who recorded main's reference answers, for which commit.
 
-`gate record` seals the baseline it wrote (`seal_baseline`): baseline.json gains `commit` (the
-commit the recording was made from: the manifest's `change.commit`, else the CI's, as `gate run`
-reads it, else `git rev-parse HEAD` of the working directory) and `signature`, a detached
-Ed25519 signature by the run key (domain `gate-baseline/v1`) over everything else in baseline.json:
-the header (model identity, adapter, options, gate version, key) and the index naming every
-stored answer by sha256 (each object is checked against its sha256 when read).
+`gate record` seals baseline.json (`seal_baseline`): it gains `commit` (the manifest's
+`change.commit`, else the CI's, else `git rev-parse HEAD`) and `signature`, a detached Ed25519
+signature by the run key (domain `gate-baseline/v1`) over everything else: the header and the index
+naming every stored answer by sha256.
 
 A replay (`adapter: recorded`) first calls `require_trusted_baseline`, which refuses (InputError,
-exit 2, one line, nothing run) a baseline.json that is not a regular file under its size limit or
-not a JSON object of the baseline format; whose key is not the one recomputed from the identity,
-adapter, options and gate version it states; that is unsigned, whose signature does not verify, or
-whose key is not a run signer of the verifier's trust policy; or that is bound to another commit
-than the one the CI says is main (`main_commit`: `gate run --baseline-commit SHA`, else
-`$GATE_BASELINE_COMMIT`, else the base commit of a GitHub pull_request event); or that was signed
-for another manifest than the one replaying it (the header's `manifest`, signed with its reference:
-adapter, model identity and options), naming both.
-
-The run then signs what it replayed (the reference's identity in results.json, `baseline`: its
-sha256, signer key id, commit and manifest), so `gate verify` re-judges the signer under the
-verifier's trust policy (gate.trust.verify_run).
+exit 2, nothing run) a header that is malformed, whose key is not the one recomputed from what it
+states, that is unsigned or not signed by a run signer of the verifier's trust policy, that is bound
+to another commit than main's (`main_commit`), or that was signed for another manifest. The run
+then signs what it replayed, so `gate verify` re-judges the signer (gate.trust.verify_run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
 from gate.core.baseline_format import FORMAT, HEADER, git_commit, read_json, reference_key
 from gate.errors import InputError
+from gate.trust.keys import load_private_key
 from gate.trust.policy import Trust
+from gate.trust.signing import sign_statement, verify_statement
 
 BASELINE_DOMAIN = "gate-baseline/v1"
 ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
+_HEADER_TYPES = {"key": str, "identity": dict, "adapter": str, "options": dict, "entries": dict, "shape": dict}
 
 
 def read_header(directory: Path) -> dict[str, Any]:
-    """DIR/baseline.json as a dict, or an InputError naming the file (never a traceback)."""
     path = directory / HEADER
     if not path.exists():
         raise InputError(str(path), "no baseline here (baseline.json missing); run `gate record` first")
@@ -50,14 +44,7 @@ def read_header(directory: Path) -> dict[str, Any]:
         raise InputError(
             str(path), f"not a gate baseline (format {doc.get('format')!r}, want {FORMAT})", field="format"
         )
-    for name, kind in (
-        ("key", str),
-        ("identity", dict),
-        ("adapter", str),
-        ("options", dict),
-        ("entries", dict),
-        ("shape", dict),
-    ):
+    for name, kind in _HEADER_TYPES.items():
         if not isinstance(doc.get(name), kind):
             raise InputError(str(path), f"missing or not a {kind.__name__}", field=name)
     for question, entry in doc["entries"].items():
@@ -71,13 +58,11 @@ def _signed_part(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def recomputed_key(doc: Mapping[str, Any]) -> str:
-    """The reference key of what the header says was recorded (identity, adapter, options, version)."""
     return reference_key(doc["identity"], doc["adapter"], doc["options"], version=str(doc.get("gate_version")))
 
 
 def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
-    """The commit a recording is made from: the manifest's change.commit, else the CI's (as `gate run`
-    reads it), else `git rev-parse HEAD` here; InputError when there is none."""
+    """The commit a recording is made from (see the module docstring); InputError when none is known."""
     from gate.core.load import load_manifest
 
     change = load_manifest(manifest).manifest.change.with_ci_commit()
@@ -94,12 +79,6 @@ def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
 
 def seal_baseline(directory: Path, key_path: Path, commit: str) -> str:
     """Bind DIR/baseline.json to `commit` and sign it with the run key; return its new sha256."""
-    import hashlib
-
-    from gate._util.atomic import write_bytes_atomic
-    from gate.trust.keys import load_private_key
-    from gate.trust.signing import sign_statement
-
     key = load_private_key(key_path)
     doc = read_header(directory)
     if recomputed_key(doc) != doc["key"]:
@@ -129,17 +108,13 @@ def main_commit(explicit: str | None = None, environ: Mapping[str, str] | None =
 
 
 def _same_commit(a: str, b: str) -> bool:
-    """One commit names the other (the shorter a 7+ character prefix of the longer, any case)."""
     return ref_matches(a, b) or ref_matches(b, a)
 
 
 def require_trusted_baseline(
     directory: Path, trust: Trust | None, commit: str | None, manifest_name: str | None = None
 ) -> dict[str, Any]:
-    """The baseline's header, when a replay may use it (see the module docstring); else InputError.
-    `manifest_name`: the replaying manifest's name, which must be the one the baseline was signed for."""
-    from gate.trust.signing import verify_statement
-
+    """The baseline's header, when a replay of `manifest_name` may use it; else InputError."""
     path = str(directory / HEADER)
     doc = read_header(directory)
     if recomputed_key(doc) != doc["key"]:
@@ -177,10 +152,6 @@ def require_trusted_baseline(
 
 
 def reference_of(doc: Mapping[str, Any]) -> str:
-    """The reference a baseline header was recorded from, in words: adapter, model and key."""
     identity = doc.get("identity")
     model = (identity.get("model") or identity.get("name")) if isinstance(identity, Mapping) else None
     return f"{doc.get('adapter')} {model or '?'}, key {str(doc.get('key'))[:16]}"
-
-
-__all__ = ["main_commit", "read_header", "recording_commit", "require_trusted_baseline", "seal_baseline"]

@@ -13,10 +13,13 @@ from gate.trust.approvals import ApprovalRecord, approved_statement, verify_appr
 from gate.trust.approve import approved_report, render_approved
 from gate.trust.attest import envelope_for, write_envelope
 from gate.trust.keys import keyid, load_private_key
+from gate.trust.landing import approval_landing
 from gate.trust.ledger import Ledger, receipt
 from gate.trust.ledger_store import is_url
+from gate.trust.policy import find_trust
 from gate.trust.revocation import read_revocations
 from gate.trust.verify_run import approval_problems
+from gate.trust.waivers import require_verified
 
 if TYPE_CHECKING:
     from gate.report.model import ReportData
@@ -27,16 +30,14 @@ class Carried:
     """Approvals of an identical earlier run (same evidence digest) that count for this one."""
 
     approved_by: list[str]
-    """Distinct approvers whose approval counts, by the trust policy's names."""
     required: int
-    """The trust policy's required-approvals."""
     entries: list[int]
     """The ledger entries of the approvals that count."""
     notes: list[str]
     """Approvals of the same evidence that do not count, and why."""
     written: list[Path]
     report: ReportData | None = None
-    """The approved rendering's report (set when approvals were written): the CI notice's."""
+    """The approved rendering's report (set when approvals were written)."""
 
     @property
     def approved(self) -> bool:
@@ -51,19 +52,10 @@ def carry_over(
     *,
     final_dir: Path | None = None,
 ) -> Carried | None:
-    """After a signed awaiting-approval run is written into DIR: find the ledger's approvals of the
-    same evidence (gate.trust.evidence) that count under the trust policy and write them into DIR
-    as `gate approve` would (approval.json, the approved dossier copies, approval.dsse.json, this
-    one signed by the run's key: no approver signs again). None when there is nothing to look at
-    (another verdict, no evidence digest, no ledger file, no trust policy).
-
-    An approval counts as it does in `gate verify`: signed by its key, for the same evidence, by an
-    approver of this intervention and claim under the name given, not the run's key, not revoked.
-    """
-    from gate.trust.landing import approval_landing
-    from gate.trust.policy import find_trust
-    from gate.trust.waivers import require_verified
-
+    """After a signed awaiting-approval run is written into DIR: write the ledger's approvals of the
+    same evidence that count (as in `gate verify`) into DIR as `gate approve` would, approval.dsse.json
+    signed by the run's key. None when there is nothing to look at (another verdict, no evidence
+    digest, no ledger file, no trust policy)."""
     run = read_run_statement(directory)
     trust = find_trust(trust_path)
     if run.predicate.verdict != "awaiting-approval" or run.evidence is None or trust is None:

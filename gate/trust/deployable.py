@@ -1,13 +1,10 @@
 """Whether a verified run may be deployed: its waivers re-judged under the verifier's trust policy.
 
-A run applies the waivers its own trust policy allowed (the one in the checkout it ran from: a pull
-request's, if it edited trust.yaml). `gate verify --ledger` and `gate audit trace` take the policy
-of record instead (main's) and judge every waived check again from the ledger: each must be covered
-by waivers that are signed, allowed under the verifier's policy (key, name, check, days), not
-revoked (revocations judged under the verifier's policy too), scoped to the run's exact manifest,
-granted before the run and active on its day, with `required-waiver-approvals` distinct signers for
-a deny check. A waiver that does not count leaves the run authentic but not deployable
-(`RunCheck.deployable`, exit 7 unless `--any-verdict`).
+A run applies the waivers its own trust policy allowed (a pull request's, if it edited trust.yaml).
+`gate verify --ledger` and `gate audit trace` judge every waived check again from the ledger under
+main's policy: signed, allowed, not revoked, scoped to the exact manifest, granted before the run
+and active on its day, with enough distinct signers for a deny check. A waiver that does not count
+leaves the run authentic but not deployable (exit 7 unless `--any-verdict`).
 """
 
 from __future__ import annotations
@@ -15,16 +12,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from gate.core.result import CheckResult
-from gate.errors import EXIT_NOT_DEPLOYABLE
 from gate.trust.ledger import Ledger
 from gate.trust.ledger_store import LedgerError
 from gate.trust.policy import Trust
-from gate.trust.verify_run import Finding, RunCheck, read_results, waived_checks
+from gate.trust.run_check import Finding, RunCheck
+from gate.trust.verify_run import read_results, waived_checks
 from gate.trust.waivers import RecordedWaiver, verified_waivers
 
 
 def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | None) -> None:
-    """Set `out.waivers_count` from the ledger's waivers judged under `trust` (see the module docstring)."""
     if not out.waived or out.statement is None:
         out.waivers_count = True if not out.waived else out.waivers_count
         return
@@ -63,7 +59,6 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
 
 
 def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day: str, when: str) -> tuple[bool, str]:
-    """Whether these waivers of one check cover it at the run's time, and why (or why not)."""
     from datetime import date
 
     on = date.fromisoformat(day)
@@ -87,6 +82,3 @@ def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day
     else:
         why = "; ".join(f"ledger #{w.id}: {w.problem or 'granted after the run or expired'}" for w in waivers)
     return False, f"does NOT count: {why}"
-
-
-__all__ = ["EXIT_NOT_DEPLOYABLE", "judge_waivers"]

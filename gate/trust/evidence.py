@@ -1,35 +1,20 @@
 """The evidence digest: what an approval of an approximate change binds to, beyond one dossier.
 
-A dossier's digest (the sha256 of its signed statement) changes on every run: it names
-results.json, whose times and clocks differ each time. An approval binds to the run statement it
-was given AND to the run's **evidence digest**, the sha256 of a canonical JSON document built from
-the signed results.json and the signed sample files:
+A dossier's digest (the sha256 of its signed statement) changes on every run: results.json's times
+and clocks differ each time. An approval binds to the run statement it was given AND to the run's
+**evidence digest**: the sha256 of a canonical document (`evidence_document`) of what the verdict
+rests on, built from the signed results.json and sample files: the manifest's name and sha256, the
+commit (a new commit needs a new approval), the plan with each policy file's path written as
+`policy:SHA256` (bound by content, not install location), the policy digests and site-policy
+changes, each path's identity and the data set fingerprints, the replayed baseline, each check's
+outcome (`pass` and `warn` both read `held`, as the verdict reads them) with its negative controls'
+outcomes (not for step 6, whose clocks differ on every run) and, for the envelope checks, each
+measured bound and the held/sample counts; the sample files' sha256, the verdict, and the declared
+known bugs with their dispositions (only when the manifest declares any).
 
-* `manifest`: the manifest's name and the sha256 of its file (claim, envelopes, subject options);
-* `commit`: the change's commit (a new commit is a new change, and needs a new approval);
-* `plan`: the plan as run (checks, parameters, severities, required controls, claim), with each
-  policy file's path in it written as `policy:SHA256` (bound by content, not install location);
-* `policies`: the sha256 of every policy file that took part, and `site_policy`: how a
-  `--policy-dir` replaced or extended the built-in rule and what it dropped;
-* `subjects` and `datasets`: each path's identity (model config and weights digests, adapter
-  options, library versions) and the fingerprints of the quality slices' data sets;
-* `baseline`: the sha256 of the recorded reference answers, when the reference replayed them;
-* `checks`, the verdict's inputs: each check's name, severity, step and outcome (`pass` and
-  `warn` both read `held`, as the verdict reads them) and its negative controls' outcomes (not for
-  step 6, phase-performance, whose clocks and their controls differ on every run: there only the
-  outcome is bound); for the checks that judge the envelopes (quality-slices), the measured bound
-  of every envelope and how many envelopes held over how many samples (not its throughput);
-* `samples`: the sha256 of each `samples/<slice>.jsonl` the dossier carries (the per-sample
-  outcomes behind each quality bound);
-* `verdict`: the run's own verdict;
-* `known_bugs` (only when the manifest declares any): every declared known bug with its
-  disposition (expected, not showing, not affected, expired), and on each check that held only as
-  one, `known_bug` (its id): a relaxation the change's own manifest asked for, signed by the approver.
-
-So an identical re-run of an approved change (same commit, manifest, policies, models, data and
-measured quality) has the same evidence digest, and `gate run` finds the approval in the ledger
-(gate.trust.carry.carry_over); any change to any of it needs a new approval. Nothing here is
-taken on the run's word: a verifier recomputes the digest from the signed files.
+So an identical re-run of an approved change has the same evidence digest, and `gate run` finds the
+approval in the ledger (gate.trust.carry); any change to any of it needs a new approval. A verifier
+recomputes the digest from the signed files.
 """
 
 from __future__ import annotations
@@ -41,21 +26,16 @@ from typing import Any
 
 EVIDENCE_FORMAT = "gate-evidence/v1"
 SAMPLES_PREFIX = "samples/"
-"""Subject names of the quality slices' sample files inside a dossier."""
 UNBOUND_METRICS_STEP = 6
 """The release-gate step whose controls (timed) are not bound, only its outcome."""
 BOUND_SUFFIX = ".bound"
-"""An envelope check's metric `SLICE.METRIC.bound`: the measured one-sided bound of one envelope."""
 ENVELOPE_COUNTS = ("envelopes", "envelopes_held", "samples")
-"""An envelope check's counts that are bound with its bounds."""
 HELD = ("pass", "warn")
 """Check statuses the verdict reads alike (a warning never fails the gate)."""
 
 
 def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) -> dict[str, Any]:
-    """The document whose digest an approval binds to (see the module docstring).
-
-    `results`: the parsed results.json; `samples`: sample file name -> sha256."""
+    """The document whose digest an approval binds to; `samples`: sample file name -> sha256."""
     from gate.checks.faces import ENVELOPE_CHECKS  # the check faces, read when a document is built
 
     manifest = results.get("manifest") or {}
@@ -100,9 +80,7 @@ def evidence_document(results: Mapping[str, Any], samples: Mapping[str, str]) ->
 
 
 def _without_paths(value: Any, results: Mapping[str, Any]) -> Any:
-    """`value` (the plan, the site policy lines), each policy file's path in it (rules name where they
-    came from) replaced by `policy:SHA256`: a policy is bound by its bytes, not by where gate or the
-    site installed it."""
+    """`value` with each policy file's path in it replaced by `policy:SHA256`."""
     text = json.dumps(value, sort_keys=True)
     policies = sorted(results.get("policies") or [], key=lambda d: -len(str(d.get("path") or "")))
     for policy in policies:  # longest first, so no path is a prefix of one replaced later
@@ -113,11 +91,7 @@ def _without_paths(value: Any, results: Mapping[str, Any]) -> Any:
 
 
 def evidence_digest(results: Mapping[str, Any], files: Mapping[str, str]) -> str:
-    """sha256 (hex) of the canonical evidence document; `files`: the signed subjects, name -> sha256
-    (only the sample files among them count)."""
+    """sha256 of the evidence document; `files`: the signed subjects, name -> sha256."""
     samples = {name: digest for name, digest in files.items() if name.startswith(SAMPLES_PREFIX)}
     body = json.dumps(evidence_document(results, samples), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
-
-
-__all__ = ["EVIDENCE_FORMAT", "evidence_digest", "evidence_document"]

@@ -1,8 +1,7 @@
 """`gate history`: each check's status and key measure across a ledger's runs, with approvals.
 
-The ledger's run entries (gate.trust.run_record) carry each check's status; the measures come from
-the dossier directory each entry records (its results.json), when it is still there ("dossier not
-found" otherwise). Runs are in ledger order (entry number), each with its commit.
+Run entries carry each check's status; the measures come from the results.json of the dossier
+directory each entry records, when it is still there. Runs are in ledger order.
 """
 
 from __future__ import annotations
@@ -12,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate._util.digest import sha256_file
 from gate.core.result import WALL_CLOCK_CHECKS, GateResult
 from gate.errors import GateError, InputError
-from gate.report.diff import wall_clock
+from gate.report.diff import first_failing, load_result, wall_clock
 from gate.report.fmt import as_float, as_mapping
+from gate.trust.approval_predicate import APPROVAL_KIND
 from gate.trust.ledger import RUN_KIND, Entry
 
 FAILING = frozenset({"fail", "error"})
@@ -31,8 +32,6 @@ PREFERRED_MEASURES = (
     "served_beyond_entitlement",
     "mismatches",
 )
-"""A check's key measure when it records no bound: the first of these in its metrics, else its first
-numeric metric."""
 
 
 def key_measures(check: str, metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -56,7 +55,6 @@ class CheckPoint:
     measures: dict[str, float] = field(default_factory=dict)
     first_failing: str | None = None
     thresholds: dict[str, float] = field(default_factory=dict)
-    """Per bound measure, the threshold its envelope declared (quality-slices evidence)."""
 
 
 @dataclass
@@ -72,7 +70,6 @@ class RunRow:
     """Why the measures are missing: the dossier is gone, replaced or unreadable ("" when read)."""
     checks: dict[str, CheckPoint]
     approvals: list[str] = field(default_factory=list)
-    """Who approved this run (approval entries naming its entry or its dossier's statement)."""
 
     @property
     def short(self) -> str:
@@ -80,11 +77,7 @@ class RunRow:
 
 
 def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
-    """The results.json a run entry's dossier directory still holds, if it is the one the entry
-    recorded (same sha256), else None and why: the note `gate history` and `gate diff` print."""
-    from gate._util.digest import sha256_file
-    from gate.report.diff import load_result
-
+    """The results.json a run entry recorded, if its dossier directory still holds it, else None and why."""
     dossier = as_mapping(body.get("dossier"))
     directory = str(dossier.get("dir") or "")
     path = Path(directory) / "results.json"
@@ -100,7 +93,6 @@ def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
 
 
 def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
-    """`slice.metric.bound` -> threshold, from quality-slices evidence's envelopes."""
     found = {}
     for envelope in evidence.get("envelopes") or []:
         if isinstance(envelope, Mapping):
@@ -111,8 +103,6 @@ def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
 
 
 def run_row(entry: Entry) -> RunRow:
-    from gate.report.diff import first_failing
-
     body = entry.body
     result, note = recorded_dossier(body)
     checks = {
@@ -138,12 +128,10 @@ def run_row(entry: Entry) -> RunRow:
 
 
 def manifest_runs(entries: Iterable[Entry], name: str) -> list[Entry]:
-    """The run entries of manifest `name`, in ledger order."""
     return [e for e in entries if e.kind == RUN_KIND and as_mapping(e.body.get("manifest")).get("name") == name]
 
 
 def latest_other_commit(entries: Iterable[Entry], name: str, commit: str | None) -> Entry | None:
-    """The newest run of manifest `name` recorded on a commit other than `commit`."""
     found = [e for e in manifest_runs(entries, name) if as_mapping(e.body.get("change")).get("commit") != commit]
     return found[-1] if found else None
 
@@ -156,7 +144,6 @@ class History:
     ledger: str
     runs: list[RunRow]
     checks: list[str]
-    """The checks shown (one, in check mode)."""
 
     def failing(self, run: RunRow) -> bool:
         if self.mode == "check":
@@ -169,7 +156,6 @@ class History:
         return next((r for r in self.runs if self.failing(r)), None)
 
     def series(self) -> list[Series]:
-        """Each measure any run recorded, in first-seen order, with its values by run position."""
         found: dict[tuple[str, str], Series] = {}
         for index, run in enumerate(self.runs):
             for check in self.checks:
@@ -188,11 +174,9 @@ class Series:
     values: list[tuple[int, RunRow, float]]
     """(position among the history's runs, the run, the value)."""
     threshold: float | None = None
-    """The latest threshold declared for this measure (a bound's envelope), if any."""
 
 
 def _manifest_name(selector: str) -> str | None:
-    """The `name` of the manifest file `selector` names, or None when it names no file."""
     path = Path(selector)
     if not path.is_file():
         return None
@@ -236,8 +220,6 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
 
 
 def _mark_approvals(history: History, entries: list[Entry]) -> None:
-    from gate.trust.approval_predicate import APPROVAL_KIND
-
     by_seq = {r.seq: r for r in history.runs}
     statements: dict[str, RunRow] = {}
     evidence: dict[str, list[RunRow]] = {}

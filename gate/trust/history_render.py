@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gate.report.fmt import display, number
 from gate.trust.history import FAILING, CheckPoint, History, Series
-
-# --- plots ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -19,7 +18,6 @@ class HistoryPoint:
     tone: str
     title: str
     label: str
-    """The commit under the axis."""
     approved: bool
 
 
@@ -30,27 +28,25 @@ class HistoryPlot:
 
     check: str
     measure: str
-    width: int
-    height: int
-    left: float
-    right: float
-    top: float
-    bottom: float
     line: str
     points: list[HistoryPoint]
     y_ticks: list[tuple[float, str]]
     description: str
     threshold_y: float | None = None
-    """y of the bound's threshold (dashed), when its envelope declared one."""
     threshold_label: str = ""
     first_failing_x: float | None = None
-    """x of the first failing run (a vertical line), if any."""
+    width: ClassVar[int] = 420
+    height: ClassVar[int] = 150
+    left: ClassVar[float] = 56.0
+    right: ClassVar[float] = 404.0
+    top: ClassVar[float] = 22.0
+    bottom: ClassVar[float] = 112.0
 
 
 def history_plot(series: Series, runs: int, first_failing: int | None = None) -> HistoryPlot:
     """`series` over `runs` positions (a run without the measure leaves its place empty); a dashed
     line at position `first_failing`, the first failing run."""
-    width, height, left, right, top, bottom = 420, 150, 56.0, 404.0, 22.0, 112.0
+    left, right, top, bottom = HistoryPlot.left, HistoryPlot.right, HistoryPlot.top, HistoryPlot.bottom
     values = [v for _, _, v in series.values if math.isfinite(v)]
     if series.threshold is not None:
         values.append(series.threshold)
@@ -85,12 +81,6 @@ def history_plot(series: Series, runs: int, first_failing: int | None = None) ->
     return HistoryPlot(
         check=series.check,
         measure=series.measure,
-        width=width,
-        height=height,
-        left=left,
-        right=right,
-        top=top,
-        bottom=bottom,
         line=" ".join(f"{p.x},{p.y}" for p in drawn),
         points=drawn,
         y_ticks=[(y_of(v), number(v)) for v in (low + pad, high - pad)],
@@ -99,9 +89,6 @@ def history_plot(series: Series, runs: int, first_failing: int | None = None) ->
         threshold_label=f"threshold {number(threshold)}" if threshold is not None else "",
         first_failing_x=round(left + first_failing * step, 1) if first_failing is not None and runs > 1 else None,
     )
-
-
-# --- terminal -------------------------------------------------------------------------------------
 
 
 def _cell(point: CheckPoint | None) -> str:

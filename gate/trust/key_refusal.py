@@ -1,23 +1,24 @@
-"""Why a key may not sign what it is asked to sign, in one line, before anything is written.
-
-`gate approve --key K` and `gate run --sign-key K` refuse a key the trust policy does not know, a
-key whose owner does not hold the role (approver of this change, run signer), and a key the
-ledger's trusted revocations revoked (a rotated CI key, a key revoked from a time: gate's key
-expiry). Each line names the key id, the trust policy file, the people it knows (or holds the role)
-and, for a revoked key, who revoked it when and which of the owner's keys still signs.
+"""Why a key may not sign what it is asked to sign (`gate approve --key`, `gate run --sign-key`), in
+one line before anything is written: unknown to the trust policy, its owner without the role, or
+revoked. Each line names the key id, the policy file, who holds the role and, for a revoked key, who
+revoked it when and which of the owner's keys still signs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from gate._util.clock import now_utc
 from gate.errors import InputError
-from gate.trust.policy import ANY, Trust
-from gate.trust.revocation import Revocations, Revoked
+from gate.trust.keys import keyid, load_private_key
+from gate.trust.ledger import Ledger
+from gate.trust.ledger_store import is_url
+from gate.trust.policy import Trust, allows, find_trust
+from gate.trust.revocation import Revocations, Revoked, read_revocations
 
 
 def _people(trust: Trust, names: list[str] | None = None) -> str:
-    """`alice (key 1a2b3c4d5e6f7a8b), bob (key ...)`: the policy's people (or `names` of them) and their keys."""
+    """`alice (key 1a2b3c4d5e6f7a8b), bob (key ...)`: the policy's people (or `names`) and their keys."""
     wanted = sorted(trust.policy.people) if names is None else sorted(set(names))
     shown = []
     for name in wanted:
@@ -26,12 +27,7 @@ def _people(trust: Trust, names: list[str] | None = None) -> str:
     return ", ".join(shown) or "nobody"
 
 
-def _allows(allowed: list[str], value: str | None) -> bool:
-    return ANY in allowed or (value is not None and value in allowed)
-
-
 def unknown_key(trust: Trust, keyid: str) -> str | None:
-    """The line for a key the trust policy does not know (None: it knows it)."""
     if keyid in trust.identities:
         return None
     return f"key {keyid[:16]} is not in the trust policy {trust.path}, which knows {_people(trust)}"
@@ -40,7 +36,6 @@ def unknown_key(trust: Trust, keyid: str) -> str | None:
 def approver_refusal(
     trust: Trust, keyid: str, name: str | None, intervention: str | None, claim: str | None
 ) -> str | None:
-    """Why `keyid` (claiming to be `name`) may not approve an `intervention`/`claim` change (None: it may)."""
     unknown = unknown_key(trust, keyid)
     if unknown:
         return f"{unknown}: approve with an approver's key"
@@ -51,7 +46,7 @@ def approver_refusal(
     may = [
         p
         for r in trust.policy.approvers
-        if _allows(r.interventions, intervention) and _allows(r.claims, claim)
+        if allows(r.interventions, intervention) and allows(r.claims, claim)
         for p in r.people
     ]
     if name is not None and owner is not None and name != owner:
@@ -63,7 +58,6 @@ def approver_refusal(
 
 
 def revoked_refusal(trust: Trust | None, keyid: str, gone: Revoked, revoked: Revocations) -> str:
-    """The line for a key the ledger revoked: who, when, why, and the owner's keys that still sign."""
     owner = trust.name_of(keyid) if trust is not None else None
     line = f"key {keyid[:16]}{f' ({owner})' if owner else ''} was {gone.says()}: it signs nothing after that"
     if trust is None or owner is None:
@@ -75,14 +69,7 @@ def revoked_refusal(trust: Trust | None, keyid: str, gone: Revoked, revoked: Rev
 
 def check_sign_key(sign_key: Path, trust_path: Path | None, ledger: Path | None) -> None:
     """`gate run --sign-key K`, before running: K must be a run signer of the trust policy in force
-    (if one is) and not revoked by the ledger's trusted revocations (if a ledger exists): InputError (exit 2)."""
-    from gate._util.clock import now_utc
-    from gate.trust.keys import keyid, load_private_key
-    from gate.trust.ledger import Ledger
-    from gate.trust.ledger_store import is_url
-    from gate.trust.policy import find_trust
-    from gate.trust.revocation import read_revocations
-
+    (if any) and not revoked in the ledger (if any); else InputError."""
     trust = find_trust(trust_path)
     mine = keyid(load_private_key(sign_key).public_key())
     if trust is not None:
@@ -101,6 +88,3 @@ def check_sign_key(sign_key: Path, trust_path: Path | None, ledger: Path | None)
     gone = revoked.key(mine, now_utc())
     if gone is not None:
         raise InputError("--sign-key", f"{sign_key}: {revoked_refusal(trust, mine, gone, revoked)} (ledger {ledger})")
-
-
-__all__ = ["approver_refusal", "check_sign_key", "revoked_refusal", "unknown_key"]

@@ -1,10 +1,6 @@
-"""Ed25519 keys: making a pair, reading the PEM files, and the one key id every signature names.
-
-A key pair is two PEM files: the private key as PKCS#8 (mode 0600) and the public key as
-SubjectPublicKeyInfo (mode 0644), as `gate keygen` writes them. A key id is the sha256 (hex) of
-the raw 32-byte public key, the same for a run's DSSE signatures (gate.trust.attest), the ledger's
-checkpoints and the detached signatures of waivers, approvals and revocations (gate.trust.signing).
-Ledger records and trust policies carry public keys as base64 of those 32 bytes.
+"""Ed25519 keys: a pair is two PEM files (PKCS#8 private key, mode 0600; SubjectPublicKeyInfo public
+key). A key id is the sha256 (hex) of the raw 32-byte public key, the same for every signature gate
+makes; ledger records and trust policies carry public keys as base64 of those 32 bytes.
 """
 
 from __future__ import annotations
@@ -23,30 +19,24 @@ from gate.errors import InputError
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:
-    """The raw 32 bytes of a public key."""
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def keyid(public_key: Ed25519PublicKey) -> str:
-    """sha256 (hex) of the raw 32-byte public key."""
     return hashlib.sha256(raw_public(public_key)).hexdigest()
 
 
 def public_key_b64(key: Ed25519PublicKey) -> str:
-    """The raw public key in base64 (as ledger records and trust policies carry it)."""
     return base64.b64encode(raw_public(key)).decode()
 
 
 def public_key_from_b64(text: str) -> Ed25519PublicKey:
-    """A public key from base64 of its raw 32 bytes; ValueError when it is not one."""
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(text, validate=True))
 
 
 def write_keypair(private: Path, public: Path, *, replace: bool = False) -> str | None:
-    """Write a new Ed25519 pair to `private` and `public`; return its key id.
-
-    With `replace` false the private key is only created, never overwritten (race-safe: two
-    processes making the same key cannot both win), and None says it already existed."""
+    """Write a new pair; return its key id. Without `replace` the private key is only created, never
+    overwritten (two processes making the same key cannot both win): None says it already existed."""
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -60,8 +50,7 @@ def write_keypair(private: Path, public: Path, *, replace: bool = False) -> str 
 
 
 def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str]:
-    """`gate keygen`: PREFIX.key and PREFIX.pub; return both paths and the key id. An existing
-    file is an InputError unless `force` replaces it."""
+    """`gate keygen`: PREFIX.key and PREFIX.pub, and the key id; an existing file needs `force`."""
     key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
     for path in (key_path, pub_path):
         if path.exists() and not force:
@@ -73,7 +62,6 @@ def generate_keypair(prefix: Path, force: bool = False) -> tuple[Path, Path, str
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """An Ed25519 private key from a PEM PKCS8 file, or an InputError naming the file."""
     try:
         key = serialization.load_pem_private_key(read_regular(path, KEY_BYTES, "signing key"), password=None)
     except (ValueError, TypeError) as err:
@@ -84,7 +72,6 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
-    """An Ed25519 public key from a PEM file, or an InputError naming the file."""
     try:
         key = serialization.load_pem_public_key(read_regular(path, KEY_BYTES, "public key"))
     except (ValueError, TypeError) as err:
@@ -92,15 +79,3 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     if not isinstance(key, Ed25519PublicKey):
         raise InputError(str(path), "public key is not an Ed25519 key")
     return key
-
-
-__all__ = [
-    "generate_keypair",
-    "keyid",
-    "load_private_key",
-    "load_public_key",
-    "public_key_b64",
-    "public_key_from_b64",
-    "raw_public",
-    "write_keypair",
-]

@@ -1,48 +1,42 @@
 """Whether a commit lands an approved (or verified) commit unchanged: merge, squash or rebase.
 
-A pull request is gated, and approved, at its head commit; what main deploys is the commit that
-lands it: GitHub's "Create a merge commit" makes a new commit, "Squash and merge" and "Rebase and
-merge" new ones with the same change. A dossier of the head stands for the landed commit when git
-says the landed commit holds exactly what was judged:
+A pull request is gated, and approved, at its head commit; main deploys the commit that lands it.
+A dossier of the head stands for the landed commit when git says it holds exactly what was judged:
 
-* **merge**: the landed commit is a merge one of whose parents (not the first, main's) is the
-  judged commit itself (a commit pushed after it is another parent, and does not count), and whose
-  tree is git's clean merge of its parents (`git merge-tree --write-tree`, git 2.38 or later): a
-  merge that resolved conflicts by hand or added changes of its own holds code nobody gated;
-* **squash** or **rebase**: the landed commit has the judged commit's tree, or the judged change as
-  a patch: `git patch-id` of the judged commit against its merge base with the landed commit equals
-  that of the landed commit against its first parent (squash: one commit) or against as many first
-  parents back as the change had commits (rebase).
+* **merge**: a merge one of whose non-first parents is the judged commit itself (a commit pushed
+  after it does not count), whose tree is git's clean merge of its parents (`git merge-tree
+  --write-tree`, git 2.38+): a merge that resolved conflicts by hand or added changes of its own
+  holds code nobody gated;
+* **squash** or **rebase**: the judged commit's tree, or the judged change as a patch: `git patch-id`
+  of the judged commit against its merge base equals that of the landed commit against its first
+  parent (squash) or as many first parents back as the change had commits (rebase).
 
-A sibling branch, or a change pushed after the judged commit, holds none of these. Nothing else is
-excused: the dossier (or, for a run of the landed commit, its evidence with the commit put back to
-the judged one) must still be what was verified or approved. Git is read from the repository gate
-runs in (`git -C CWD`), never a network; a commit it does not know is said so.
+Nothing else is excused: the dossier (or, for a run of the landed commit, its evidence with the
+commit put back to the judged one) must still be what was verified or approved. Git is read from
+the repository gate runs in, never a network.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gate._util.digest import ref_matches
-
-if TYPE_CHECKING:
-    from gate.trust.approval_predicate import RunStatement
-    from gate.trust.approvals import ApprovalRecord
-    from gate.trust.ledger import Entry
+from gate.trust.approval_predicate import ApprovalPredicate, ApprovalRefused, RunStatement, read_run_statement
+from gate.trust.approvals import ApprovalRecord
+from gate.trust.evidence import evidence_digest
+from gate.trust.ledger import Entry
+from gate.trust.statement import parse_statement
 
 GIT_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
 class Landing:
-    """How `landed` lands `judged`: `how` is merge, squash or rebase; `text` one line for the report."""
-
     judged: str
     landed: str
     how: str
@@ -53,7 +47,7 @@ class Landing:
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
-    """git's stdout (stripped), or None when git fails (not a repository, unknown commit, no git)."""
+    """git's stdout (stripped), or None when git fails."""
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), *args],
@@ -69,7 +63,6 @@ def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
 
 
 def resolve(commit: str, repo: Path | None = None) -> str | None:
-    """The full sha of `commit` in the repository (None: git does not know it here)."""
     return _git(repo or Path.cwd(), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
 
 
@@ -94,7 +87,6 @@ def landing(judged: str, landed: str, repo: Path | None = None) -> tuple[Landing
 
 @functools.lru_cache(maxsize=4096)
 def _relation(old: str, new: str, where: Path) -> tuple[Landing | None, str]:
-    """`landing` between two full shas (what git says about them never changes: cached)."""
     if old == new:
         return Landing(old, new, "the same commit"), ""
     parents = (_git(where, "rev-list", "--parents", "-n", "1", new) or "").split()[1:]
@@ -130,8 +122,7 @@ def _relation(old: str, new: str, where: Path) -> tuple[Landing | None, str]:
 
 @dataclass(frozen=True)
 class AskedCommit:
-    """What `gate verify DIR --commit ASKED` checks: the commit to bind (`bind`), how ASKED lands
-    the dossier's signed commit (`landed`), or why the dossier is another commit's (`other`)."""
+    """What `gate verify DIR --commit ASKED` binds, how ASKED lands the signed commit, or why not."""
 
     bind: str | None
     landed: Landing | None = None
@@ -139,11 +130,8 @@ class AskedCommit:
 
 
 def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -> AskedCommit:
-    """Bind ASKED as it is when the dossier names it (or names none, or cannot be read: `check_run`
-    says so); else its signed commit when ASKED lands it (gate.trust.landing), else nothing, with
-    the one line that names both commits."""
-    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
-
+    """Bind ASKED when the dossier names it (or none, or is unreadable: `check_run` says so); else
+    the signed commit when ASKED lands it; else nothing, with the line naming both commits."""
     if asked is None:
         return AskedCommit(None)
     try:
@@ -159,14 +147,12 @@ def asked_commit(directory: Path, asked: str | None, repo: Path | None = None) -
 
 
 def run_commit(run: Entry) -> str | None:
-    """The commit a run entry records."""
     commit = (run.body.get("change") or {}).get("commit")
     return str(commit) if commit else None
 
 
 def landed_runs(runs: Iterable[Entry], ref: str, repo: Path | None = None) -> dict[int, Landing]:
-    """The run entries (by number) whose signed-for commit `ref` lands, when `ref` is a commit git
-    knows here (`gate audit trace MERGE_SHA`: the runs of the pull request's head)."""
+    """The run entries (by number) whose signed-for commit `ref` lands (`gate audit trace MERGE_SHA`)."""
     if resolve(ref, repo) is None:
         return {}
     seen: dict[str, Landing | None] = {}
@@ -198,13 +184,9 @@ class LandedApproval:
 def approval_landing(
     record: ApprovalRecord | None, directory: Path, commit: str | None, run: RunStatement | None = None
 ) -> LandedApproval | None:
-    """When the approval `record` approved another commit (same manifest) that `commit`, the commit of
-    the run in DIR, lands (git, here): DIR's evidence digest recomputed with the approved commit in
-    place of its own. The approval counts only if it names exactly that digest (`verify_approval`
-    checks it with its signature): everything but the commit must be what the approver signed."""
-    from gate.trust.approval_predicate import ApprovalPredicate, ApprovalRefused, read_run_statement
-    from gate.trust.statement import parse_statement
-
+    """When `record` approved another commit (same manifest) that `commit`, DIR's run's, lands: DIR's
+    evidence digest with the approved commit in place of its own. The approval counts only if it
+    names exactly that digest: everything but the commit must be what the approver signed."""
     if record is None or not commit or not record.evidence_sha256:
         return None
     try:
@@ -222,11 +204,8 @@ def approval_landing(
 
 
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
-    """The approval entries, beyond `have`, of a commit that `commit` (the run in DIR) lands with
-    the same evidence but the commit (`gate audit trace` of a run re-gated at the landed commit)."""
-    from gate.trust.approval_predicate import ApprovalRefused, read_run_statement
-    from gate.trust.approvals import ApprovalRecord
-
+    """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands, with the
+    same evidence but the commit."""
     try:
         run = read_run_statement(directory)
     except ApprovalRefused:
@@ -245,30 +224,10 @@ def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: P
 
 
 def evidence_as_of(directory: Path, files: dict[str, str], commit: str) -> str | None:
-    """The evidence digest of DIR's signed results and sample files with the change's commit set to
-    `commit` (None: no readable results.json)."""
-    import json
-
-    from gate.trust.evidence import evidence_digest
-
+    """DIR's evidence digest with the change's commit set to `commit` (None: no readable results)."""
     try:
         results = json.loads((directory / "results.json").read_bytes())
         results["manifest"]["change"]["commit"] = commit
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return evidence_digest(results, files)
-
-
-__all__ = [
-    "AskedCommit",
-    "LandedApproval",
-    "Landing",
-    "approval_landing",
-    "asked_commit",
-    "evidence_as_of",
-    "landed_approvals",
-    "landed_runs",
-    "landing",
-    "resolve",
-    "run_commit",
-]

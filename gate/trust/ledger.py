@@ -1,34 +1,24 @@
-"""The audit ledger: an append-only hash chain in SQLite, with a signed checkpoint after every append.
+"""The audit ledger: an append-only hash chain, with a signed checkpoint after every append.
 
-Entry `n` (1, 2, ...) stores its canonical JSON body and
-
-    hash_n = sha256(ENTRY_TAG || n as 8 bytes big-endian || hash_{n-1} (32 bytes) || body)
-
-with hash_0 = 32 zero bytes. The tag, the sequence number and the previous hash have fixed widths,
-so the body is whatever follows and no two (n, prev, body) triples hash the same input. Editing,
-deleting, reordering or inserting an entry breaks the chain at that entry.
+Entry `n` stores its canonical JSON body and hash_n = sha256(ENTRY_TAG || n (u64 big-endian) ||
+hash_{n-1} || body), hash_0 = 32 zero bytes: fixed widths, so no two (n, prev, body) triples hash the
+same input, and editing, deleting, reordering or inserting an entry breaks the chain there.
 
 Every append also signs a checkpoint (origin, size, head hash, time) with the ledger's Ed25519 key,
-in the same transaction. Anyone holding an earlier checkpoint (exported with `gate audit checkpoint`,
-or embedded in a dossier's `ledger.json` or `approval.json`) can check that the ledger still holds
-that exact prefix: truncation, or a wholesale rewrite re-signed under a new key, is detected.
+in the same transaction. Anyone holding an earlier checkpoint (`gate audit checkpoint`, a dossier's
+`ledger.json` or `approval.json`) can check that the ledger still holds that exact prefix:
+truncation, or a wholesale rewrite re-signed under a new key, is detected. Storage is
+gate.trust.ledger_store (SQLite file or PostgreSQL database, one writer at a time).
 
-Storage is gate.trust.ledger_store: an SQLite file (default; WAL, `synchronous=FULL`, checkpointed
-after every append) or a PostgreSQL database (`postgresql://...`), one writer at a time either way.
-The ledger sees bytes and digests, never live objects.
-
-The origin is pinned: an SQLite ledger keeps its latest signed checkpoint in `<ledger>.pin` beside
-it (written when the ledger is created and after every append). Opening a ledger whose file is gone
-or empty, whose origin differs, or that holds fewer entries than the pin acknowledges, or another
-head, is refused with one line naming what was lost: never a silent new ledger where one existed.
-A PostgreSQL ledger has no file beside it, so its operator keeps the pin: `$GATE_LEDGER_PIN` names
-a pin file (the same checkpoint, advanced after every append; each CI machine may keep its own,
-each a lower bound), and/or `$GATE_LEDGER_ORIGIN` names the ledger's origin (the uuid in any of its
-checkpoints, `gate audit checkpoint`). With either set, a database that holds no gate ledger (emptied,
-dropped, a mistyped URL) is refused instead of created, and so is one with another origin; with the
-origin pinned, a ledger that holds no entries is refused too (its entries and checkpoints deleted while
-gate_meta survived would otherwise restart from entry 1). Only a pin file catches a ledger cut back
-to fewer entries than it held (docs/reliability.md, "What each pin catches").
+The origin is pinned: an SQLite ledger keeps its latest checkpoint in `<ledger>.pin` beside it.
+Opening a ledger whose file is gone or empty, whose origin differs, or that holds fewer entries than
+the pin acknowledges, or another head, is refused with one line naming what was lost: never a
+silent new ledger where one existed. For PostgreSQL the operator keeps the pin: `$GATE_LEDGER_PIN`
+names a pin file and/or `$GATE_LEDGER_ORIGIN` the ledger's origin. With either set, a database that
+holds no gate ledger (emptied, dropped, a mistyped URL) or another origin is refused instead of
+created; with the origin pinned, an empty ledger is refused too (entries deleted while gate_meta
+survived would restart from entry 1). Only a pin file catches a ledger cut back to fewer entries
+(docs/reliability.md, "What each pin catches").
 """
 
 from __future__ import annotations
@@ -44,50 +34,35 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
 from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
-from gate.trust.ledger_paths import (
-    DEFAULT_LEDGER,
-    ENV_LEDGER,
-    ENV_LEDGER_KEY,
-    ensure_ledger_key,
-    resolve_key_path,
-    resolve_ledger_path,
-    run_ledger_choice,
-    run_ledger_path,
-)
+from gate.trust.ledger_paths import ENV_LEDGER, ENV_LEDGER_KEY, resolve_key_path
+from gate.trust.ledger_paths import ensure_ledger_key as ensure_ledger_key
+from gate.trust.ledger_paths import run_ledger_choice as run_ledger_choice
 from gate.trust.ledger_postgres import PostgresStore
 from gate.trust.ledger_records import (
     ENV_LEDGER_ORIGIN,
     PIN_SUFFIX,
-    RECEIPT,
-    Checkpoint,
-    Entry,
-    Receipt,
     ReceiptEntry,
     advance_pin,
-    entry_hash,
     note_bytes,
     parse_note,
     pin_path,
     pinned_origin,
-    read_pin,
 )
-from gate.trust.ledger_store import (
-    BUSY_TIMEOUT_S,
-    LedgerError,
-    LedgerStore,
-    LedgerURL,
-    SqliteStore,
-    is_url,
-)
+from gate.trust.ledger_records import RECEIPT as RECEIPT
+from gate.trust.ledger_records import Checkpoint as Checkpoint
+from gate.trust.ledger_records import Entry as Entry
+from gate.trust.ledger_records import Receipt as Receipt
+from gate.trust.ledger_records import entry_hash as entry_hash
+from gate.trust.ledger_records import read_pin as read_pin
+from gate.trust.ledger_store import LedgerError as LedgerError
+from gate.trust.ledger_store import LedgerStore, LedgerURL, SqliteStore, is_url
 from gate.trust.signing import canonical_json
 
 LEDGER_VERSION = 1
 GENESIS = "00" * 32
-
-
-# --- the ledger -----------------------------------------------------------------------------------
 
 
 class Ledger:
@@ -96,7 +71,6 @@ class Ledger:
     def __init__(self, path: Path, store: LedgerStore, key: Ed25519PrivateKey | None) -> None:
         self.path = path
         self.location = store.location
-        """The ledger as shown in messages and receipts: the file, or the URL without its password."""
         self._store = store
         self._key = key
 
@@ -105,9 +79,7 @@ class Ledger:
         """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`).
 
         `writable` loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key`
-        generated on first use). A read-only open needs no key. Where a pin says a ledger existed,
-        a missing or emptied file is refused, never silently recreated.
-        """
+        generated on first use); a read-only open needs no key."""
         if not is_url(path):
             pinned = read_pin(path)
             missing = not path.is_file() or path.stat().st_size == 0
@@ -162,7 +134,6 @@ class Ledger:
         self._store.close()
 
     def _initialise(self) -> None:
-        """Create the tables and fix the ledger's origin and public key (idempotent, race-safe)."""
         assert self._key is not None
         pub = public_key_b64(self._key.public_key())
         self._store.initialise({"version": str(LEDGER_VERSION), "origin": str(uuid.uuid4()), "public_key": pub})
@@ -205,7 +176,6 @@ class Ledger:
             )
 
     def pinned(self) -> Checkpoint | None:
-        """The checkpoint pinned beside this ledger (`verify_chain` holds the ledger to it)."""
         return read_pin(self.path)
 
     def _check_pin(self, writable: bool) -> None:
@@ -237,8 +207,6 @@ class Ledger:
                     f"{self.location}: entry {pinned.size} is not the one {where} acknowledged: history was rewritten"
                 )
 
-    # -- metadata
-
     def _meta(self, key: str) -> str:
         value = self._store.meta(key)
         if value is None:
@@ -259,8 +227,6 @@ class Ledger:
             return keyid(public_key_from_b64(self.public_key_b64))
         except (ValueError, TypeError):
             raise LedgerError(f"{self.location}: its recorded public key is malformed (corrupt ledger)") from None
-
-    # -- writing
 
     def append(self, kind: str, payload: dict[str, Any]) -> tuple[Entry, Checkpoint]:
         """Append one entry and sign a checkpoint over the new head, atomically; durable on return."""
@@ -292,13 +258,10 @@ class Ledger:
         return signed(origin=origin, size=size, head=head, time=time, signature=base64.b64encode(signature).decode())
 
     def _under_key(self) -> partial[Checkpoint]:
-        """Checkpoints of this ledger: key id and public key filled in (read once)."""
         return partial(Checkpoint, keyid=self.keyid, public_key=self.public_key_b64)
 
-    # -- reading
-
     def entries(self, kind: str | None = None) -> Iterator[Entry]:
-        """Entries in sequence order (unverified: call `verify_chain` to trust them)."""
+        """Entries in sequence order (unverified: see `verify_chain`)."""
         for row in self._store.entries():
             entry = Entry(*row, ledger=self.location)
             if kind is None or entry.kind == kind:
@@ -312,7 +275,6 @@ class Ledger:
         return self._store.size()
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every stored checkpoint, oldest first (each re-assembled with the ledger's public key)."""
         out = []
         signed = self._under_key()
         for note, signature in self._store.checkpoints():
@@ -324,21 +286,17 @@ class Ledger:
         return out
 
     def checkpoint(self, size: int | None = None) -> Checkpoint | None:
-        """The checkpoint at `size`, or the latest."""
         found = self.checkpoints()
         if size is None:
             return found[-1] if found else None
         return next((c for c in found if c.size == size), None)
 
 
-# --- receipts ------------------------------------------------------------------------------
-
 RUN_KIND = "run"
 
 
 def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
-    """Proof of inclusion to keep outside the ledger: the entry's number and hash, and the signed
-    checkpoint whose head is that hash (`gate audit verify --checkpoint FILE` checks it later)."""
+    """Proof of inclusion to keep outside the ledger (`gate audit verify --checkpoint FILE`)."""
     return Receipt(
         ledger=ledger.location if is_url(ledger.path) else str(ledger.path.resolve()),
         origin=ledger.origin,
@@ -348,33 +306,6 @@ def receipt(ledger: Ledger, entry: Entry, checkpoint: Checkpoint) -> Receipt:
 
 
 def write_receipt(out_dir: Path, ledger: Ledger, entry: Entry, checkpoint: Checkpoint, name: str = RECEIPT) -> Path:
-    """Write the receipt of `entry` into the dossier directory (atomically)."""
-    from gate._util.atomic import write_bytes_atomic
-
     return write_bytes_atomic(
         out_dir / name, (json.dumps(receipt(ledger, entry, checkpoint).dump(), indent=2) + "\n").encode()
     )
-
-
-__all__ = [
-    "BUSY_TIMEOUT_S",
-    "DEFAULT_LEDGER",
-    "GENESIS",
-    "RECEIPT",
-    "RUN_KIND",
-    "Checkpoint",
-    "Entry",
-    "Ledger",
-    "LedgerError",
-    "Receipt",
-    "ReceiptEntry",
-    "ensure_ledger_key",
-    "entry_hash",
-    "now_utc",
-    "read_pin",
-    "receipt",
-    "resolve_ledger_path",
-    "run_ledger_choice",
-    "run_ledger_path",
-    "write_receipt",
-]

@@ -30,14 +30,6 @@ def resolve_ledger_path(explicit: Path | None, *, must_exist: bool = False) -> P
     return path
 
 
-def run_ledger_path(explicit: Path | None) -> Path | None:
-    """The ledger `gate run` records to: --ledger, $GATE_LEDGER, or ./.gate/ledger.sqlite if it exists.
-
-    `gate run` never creates the default ledger: with none of the three, it records nothing.
-    """
-    return run_ledger_choice(explicit)[0]
-
-
 def named_ledger(explicit: Path | None) -> tuple[Path, str] | None:
     """The ledger a command was named (--ledger, else $GATE_LEDGER) and which named it; None: neither."""
     if explicit is not None:
@@ -48,7 +40,8 @@ def named_ledger(explicit: Path | None) -> tuple[Path, str] | None:
 
 
 def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
-    """`run_ledger_path` and why that one, in words `gate run` prints beside what it recorded."""
+    """The ledger `gate run` records to (--ledger, $GATE_LEDGER, or ./.gate/ledger.sqlite if it exists:
+    never created by a run) and why that one, in words `gate run` prints; (None, "") for none."""
     named = named_ledger(explicit)
     if named is not None:
         return named
@@ -57,27 +50,19 @@ def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
     return None, ""
 
 
-def default_key_path(ledger_path: Path) -> Path:
-    """The checkpoint key used when neither --ledger-key nor $GATE_LEDGER_KEY is given (a database
-    ledger has no directory of its own: give --ledger-key or $GATE_LEDGER_KEY)."""
-    if is_url(ledger_path):
-        raise LedgerError(f"{ledger_path}: a database ledger needs --ledger-key or ${ENV_LEDGER_KEY}")
-    return ledger_path.with_suffix(".key")
-
-
 def resolve_key_path(ledger_path: Path, explicit: Path | None) -> Path:
     if explicit is not None:
         return explicit
     if os.environ.get(ENV_LEDGER_KEY):
         return Path(os.environ[ENV_LEDGER_KEY])
-    return default_key_path(ledger_path)
+    if is_url(ledger_path):  # a database ledger has no directory of its own
+        raise LedgerError(f"{ledger_path}: a database ledger needs --ledger-key or ${ENV_LEDGER_KEY}")
+    return ledger_path.with_suffix(".key")
 
 
 def ensure_ledger_key(path: Path) -> Ed25519PrivateKey:
-    """Load the ledger key at `path`, generating it (mode 0600, with a .pub beside it) on first use.
-
-    Several processes may race here: exactly one file wins and everyone loads it.
-    """
+    """Load the ledger key at `path`, generating it (with a .pub beside it) on first use; when several
+    processes race here, exactly one file wins and everyone loads it."""
     if not path.exists():
         write_keypair(path, path.with_suffix(".pub"))
     return load_private_key(path)

@@ -6,7 +6,7 @@ DELETE and TRUNCATE, and a team grants its CI role INSERT and SELECT only."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from gate.trust.ledger_store import Build, LedgerError, SqlTables, redacted
@@ -46,17 +46,14 @@ class PostgresStore(SqlTables):
                 f"{self.location}: a PostgreSQL ledger needs psycopg: pip install 'gate[postgres]'"
             ) from err
         self._psycopg = psycopg
-        with self._errors():
+        with _pg_errors(self):
             self._conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
             self._conn.read_only = not writable
             self._conn.execute("SET synchronous_commit = on")  # acknowledged means on the server's disk
             self._conn.commit()
 
-    def _errors(self) -> AbstractContextManager[None]:
-        return _pg_errors(self)
-
     def initialise(self, meta: dict[str, str]) -> None:
-        with self._errors(), self._conn.transaction():
+        with _pg_errors(self), self._conn.transaction():
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             row = self._conn.execute("SELECT to_regclass('gate_checkpoints') IS NOT NULL").fetchone()
             if not (row and row[0]):  # the owner creates the schema once; a CI role (INSERT, SELECT) never can
@@ -65,15 +62,14 @@ class PostgresStore(SqlTables):
                 self._conn.execute("INSERT INTO gate_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
 
     def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        with self._errors(), self._conn.transaction():
+        with _pg_errors(self), self._conn.transaction():
             rows: list[tuple[Any, ...]] = self._conn.execute(sql, params or None).fetchall()
         return rows
 
     def append(self, build: Build) -> None:
-        with self._errors(), self._conn.transaction():
-            # one appender at a time, queued by the server; needs no privilege beyond INSERT and SELECT
-            # (LOCK TABLE in a mode that excludes writers would need UPDATE or DELETE). The primary key
-            # on seq still refuses a duplicate from a writer that skipped the lock.
+        with _pg_errors(self), self._conn.transaction():
+            # one appender at a time; needs no privilege beyond INSERT and SELECT (a LOCK TABLE that
+            # excludes writers would need UPDATE or DELETE); the primary key refuses a duplicate anyway
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
             self._insert_next(build)
 
@@ -85,7 +81,6 @@ class PostgresStore(SqlTables):
 
 @contextmanager
 def _pg_errors(store: PostgresStore) -> Iterator[None]:
-    """Any psycopg error as one LedgerError line naming the (redacted) URL."""
     try:
         yield
     except store._psycopg.Error as err:

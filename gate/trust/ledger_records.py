@@ -1,7 +1,5 @@
-"""What a ledger (gate.trust.ledger) stores and pins: its entries (`Entry`, `entry_hash`), the signed
-checkpoints (`Checkpoint`, a C2SP-style signed note), the receipts kept outside it (`Receipt`), and the
-pin file holding its latest checkpoint (beside an SQLite file, or $GATE_LEDGER_PIN for a database;
-$GATE_LEDGER_ORIGIN pins a database's origin)."""
+"""What a ledger (gate.trust.ledger) stores and pins: its entries, the signed checkpoints (C2SP-style
+signed notes), the receipts kept outside it, and the pin file holding its latest checkpoint."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from pydantic import BaseModel, ConfigDict
 
+from gate._util.atomic import write_bytes_atomic
 from gate._util.limited import read_regular
 from gate.errors import InputError
 from gate.trust.keys import keyid, public_key_from_b64
@@ -27,11 +26,8 @@ CHECKPOINT_HEADER = "gate-ledger/v1"
 ENTRY_TAG = b"gate-ledger/v1/entry\x00"
 """Domain separation: an entry hash can never be confused with any other sha256 gate computes."""
 PIN_SUFFIX = ".pin"
-"""`<ledger>.pin`: the latest signed checkpoint, kept beside an SQLite ledger (its origin pinned)."""
 ENV_LEDGER_PIN = "GATE_LEDGER_PIN"
-"""The pin file of a PostgreSQL ledger (the operator keeps it; there is no file beside a database)."""
 ENV_LEDGER_ORIGIN = "GATE_LEDGER_ORIGIN"
-"""The origin a PostgreSQL ledger must have (its uuid, as its checkpoints name it)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,6 @@ class Entry:
     raw: str
     """The canonical JSON body exactly as stored (the bytes the hash covers)."""
     ledger: str = field(default="", compare=False)
-    """The ledger it was read from, for messages."""
 
     @property
     def body(self) -> dict[str, Any]:
@@ -66,7 +61,6 @@ class Entry:
 
     @property
     def dossier(self) -> dict[str, Any]:
-        """A run entry's dossier record: its directory, files and statement digest ({}: none)."""
         return self.body.get("dossier") or {}
 
 
@@ -124,7 +118,6 @@ def parse_note(note: str) -> tuple[str, int, str, str]:
 
 
 def pin_path(ledger_path: Path) -> Path | None:
-    """`<ledger>.pin` beside an SQLite file; $GATE_LEDGER_PIN for a database (None when unset)."""
     if is_url(ledger_path):
         explicit = os.environ.get(ENV_LEDGER_PIN)
         return Path(explicit) if explicit else None
@@ -132,12 +125,10 @@ def pin_path(ledger_path: Path) -> Path | None:
 
 
 def pinned_origin(ledger_path: Path) -> str | None:
-    """The origin $GATE_LEDGER_ORIGIN pins a database ledger to (None: unset, or an SQLite file)."""
     return (os.environ.get(ENV_LEDGER_ORIGIN) or None) if is_url(ledger_path) else None
 
 
 def read_pin(ledger_path: Path) -> Checkpoint | None:
-    """The checkpoint pinned for this ledger (beside the file, or $GATE_LEDGER_PIN), or None."""
     path = pin_path(ledger_path)
     if path is None:
         return None
@@ -152,9 +143,7 @@ def read_pin(ledger_path: Path) -> Checkpoint | None:
 
 
 def advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
-    """Write `checkpoint` as the pin unless the pin already covers more (appends race; the pin only grows)."""
-    from gate._util.atomic import write_bytes_atomic
-
+    """Write `checkpoint` as the pin unless it already covers more (appends race; the pin only grows)."""
     path = pin_path(ledger_path)
     if path is None:
         return
@@ -171,12 +160,9 @@ def entry_hash(seq: int, prev: str, body: bytes) -> str:
 
 
 RECEIPT = "ledger.json"
-"""Written into a dossier directory after its run is recorded: the entry and a signed checkpoint."""
 
 
 class ReceiptEntry(BaseModel):
-    """The entry a receipt proves: its number, hash and kind."""
-
     model_config = ConfigDict(extra="forbid")
 
     seq: int
@@ -185,15 +171,13 @@ class ReceiptEntry(BaseModel):
 
 
 class Receipt(BaseModel):
-    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`):
-    used both to write and to read it."""
+    """Proof of inclusion kept outside the ledger (DIR/ledger.json, an approval record's `ledger`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ledger: str
     """Where the ledger is (a resolved path, or its URL)."""
     origin: str
-    """The ledger's random id."""
     entry: ReceiptEntry
     checkpoint: Checkpoint
     """A signed checkpoint whose head is the entry's hash."""

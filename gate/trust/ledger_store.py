@@ -1,20 +1,14 @@
 """Where the ledger's rows live: SQLite (embedded default) or PostgreSQL (shared by a CI fleet).
 
 The Ledger (gate.trust.ledger) owns the hash chain and the signed checkpoints; a store only keeps
-three tables (meta, entries, checkpoints) and runs one append at a time:
+three tables (meta, entries, checkpoints) and runs one append at a time: `store.append(build)` calls
+build(last_seq, last_hash) inside one transaction under the writer lock and inserts both rows.
 
-    store.append(build)   # in one transaction, under the store's writer lock:
-                          #   build(last_seq, last_hash) -> (entry row, checkpoint row), both inserted
-
-SQLite durability (docs/reliability.md): WAL journal, `synchronous=FULL` (a commit is on disk
-before append returns), and a `wal_checkpoint(TRUNCATE)` after every append, so an acknowledged
-entry is in the main file, not only in `ledger.sqlite-wal`: losing the WAL loses nothing
-acknowledged. A WAL removed while the ledger is open is detected before the next write; a WAL whose
-header does not belong to the database is named before SQLite could replay it. Every SQLite error
-(a corrupt file, not a database, a malformed page) becomes one LedgerError line, exit 2.
-
-PostgreSQL (`postgresql://...`, psycopg 3) is gate.trust.ledger_postgres: an advisory lock per append,
-synchronous commits, triggers refusing UPDATE, DELETE and TRUNCATE.
+SQLite durability (docs/reliability.md): WAL, `synchronous=FULL`, and a `wal_checkpoint(TRUNCATE)`
+after every append, so losing the WAL loses nothing acknowledged. A WAL removed while the ledger is
+open is detected before the next write; a WAL whose header does not belong to the database is named
+before SQLite could replay it. Every SQLite error becomes one LedgerError line, exit 2.
+PostgreSQL is gate.trust.ledger_postgres.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path, PosixPath
 from time import monotonic, sleep
 from typing import Any, Protocol
@@ -66,7 +60,6 @@ def is_url(path: Path) -> bool:
 
 
 _PASSWORD = re.compile(r"(://[^:/@]+):[^@]*@")
-"""The `:password` after a URL's user name."""
 
 
 def without_password(url: str) -> str:
@@ -76,7 +69,6 @@ def without_password(url: str) -> str:
 
 
 def redacted(url: str) -> str:
-    """The URL without its password (safe to print and to write into receipts)."""
     return _PASSWORD.sub(r"\1:***@", url)
 
 
@@ -96,9 +88,8 @@ class LedgerStore(Protocol):
 
 
 class SqlTables:
-    """What both stores read and write the same way: the three tables (named with `_tables` before
-    them) through `_fetch` (one read transaction, the store's errors as LedgerError) and `_conn`,
-    parameters written `_marker` (SQLite `?`, psycopg `%s`)."""
+    """What both stores read and write the same way: tables prefixed `_tables`, parameters written
+    `_marker` (SQLite `?`, psycopg `%s`), reads through `_fetch` (one transaction)."""
 
     _conn: Any
     _tables: str
@@ -108,7 +99,6 @@ class SqlTables:
         raise NotImplementedError
 
     def _insert_next(self, build: Build) -> None:
-        """Inside the caller's write transaction: the next entry and its checkpoint, as `build` makes them."""
         t, m = self._tables, self._marker
         row = self._conn.execute(f"SELECT seq, hash FROM {t}entries ORDER BY seq DESC LIMIT 1").fetchone()
         entry, checkpoint = build(int(row[0]) if row else 0, str(row[1]) if row else None)
@@ -140,8 +130,6 @@ def _row(raw: tuple[Any, ...]) -> Row:
     seq, prev, digest, body = raw
     return int(seq), str(prev), str(digest), str(body)
 
-
-# --- SQLite ---------------------------------------------------------------------------------------
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -205,7 +193,6 @@ def foreign_wal(path: Path) -> str | None:
 
 
 def _malformed_page(path: Path) -> str:
-    """' at page N' from SQLite's own integrity check, when it names one."""
     try:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
         try:
@@ -229,7 +216,7 @@ class SqliteStore(SqlTables):
         self.location = str(path)
         self._tables, self._marker = "", "?"
         self._wal_ino: int | None = None
-        with self._errors():
+        with _sqlite_errors(self.path):
             why = foreign_wal(path)
             if why:
                 raise LedgerError(
@@ -243,27 +230,23 @@ class SqliteStore(SqlTables):
                 self._conn.execute("PRAGMA synchronous = FULL")
                 self._remember_wal()
 
-    def _errors(self) -> AbstractContextManager[None]:
-        return _sqlite_errors(self.path)
+    def _current_wal(self) -> int | None:
+        try:
+            return os.stat(f"{self.path}-wal").st_ino
+        except FileNotFoundError:
+            return None
 
     def _remember_wal(self) -> None:
         """Note the WAL file this connection writes (once: a WAL that vanishes later stays noticed)."""
-        if self._wal_ino is not None:
-            return
-        try:
-            self._wal_ino = os.stat(f"{self.path}-wal").st_ino
-        except FileNotFoundError:
-            self._wal_ino = None
+        if self._wal_ino is None:
+            self._wal_ino = self._current_wal()
 
     def _wal_still_ours(self) -> None:
         """Refuse to write when the WAL this connection uses was removed or replaced under it: SQLite
         would go on writing into a file no other process can see."""
         if self._wal_ino is None:
             return
-        try:
-            ino = os.stat(f"{self.path}-wal").st_ino
-        except FileNotFoundError:
-            ino = None
+        ino = self._current_wal()
         if ino != self._wal_ino:
             state = "was removed" if ino is None else "was replaced by another file"
             raise LedgerError(
@@ -272,7 +255,7 @@ class SqliteStore(SqlTables):
             )
 
     def initialise(self, meta: dict[str, str]) -> None:
-        with self._errors():
+        with _sqlite_errors(self.path):
             # schema and meta in one transaction: a creation cut short leaves no half-made ledger
             self._conn.executescript("BEGIN IMMEDIATE;\n" + _SQLITE_SCHEMA)
             try:
@@ -285,7 +268,7 @@ class SqliteStore(SqlTables):
             self._checkpoint()
 
     def append(self, build: Build) -> None:
-        with self._errors():
+        with _sqlite_errors(self.path):
             self._wal_still_ours()
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -305,15 +288,13 @@ class SqliteStore(SqlTables):
         deadline = monotonic() + 5.0
         while True:
             busy, log, done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy and log == done:
-                break
-            if monotonic() > deadline:
+            if (not busy and log == done) or monotonic() > deadline:
                 break
             sleep(0.01)
         self._remember_wal()
 
     def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        with self._errors():
+        with _sqlite_errors(self.path):
             rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
         return rows
 
@@ -326,7 +307,6 @@ class SqliteStore(SqlTables):
 
 @contextmanager
 def _sqlite_errors(path: Path) -> Iterator[None]:
-    """Any sqlite3 error (and an I/O error on the file) as one LedgerError line naming the file (and page)."""
     try:
         yield
     except sqlite3.Error as err:
@@ -338,16 +318,3 @@ def _sqlite_errors(path: Path) -> Iterator[None]:
         raise LedgerError(f"{path}: {message}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise LedgerError(f"{path}: {err.__class__.__name__}: {err}") from None
-
-
-__all__ = [
-    "LedgerError",
-    "LedgerStore",
-    "LedgerURL",
-    "SqlTables",
-    "SqliteStore",
-    "foreign_wal",
-    "is_url",
-    "ledger_location",
-    "redacted",
-]

@@ -1,10 +1,9 @@
 """Verifying the audit ledger: the hash chain, every stored checkpoint, and checkpoints held elsewhere.
 
-`verify_chain` walks the entries in order and stops trusting them at the first one that does not
-hash or link; it then checks each signed checkpoint against the verified heads. A checkpoint held
-outside the ledger (from a dossier's `ledger.json`, an `approval.json`, or `gate audit checkpoint`)
-catches what the ledger cannot show about itself: truncation together with its checkpoints, or a
-wholesale rewrite re-signed under a new key.
+`verify_chain` stops trusting the entries at the first one that does not hash or link, then checks
+each signed checkpoint against the verified heads. A checkpoint held outside the ledger catches what
+the ledger cannot show about itself: truncation together with its checkpoints, or a wholesale
+rewrite re-signed under a new key.
 """
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ from gate.trust.signing import canonical_json
 
 @dataclass(frozen=True)
 class Problem:
-    """Something that does not verify; `seq` is the first entry it concerns (None: the ledger as a whole)."""
+    """Something that does not verify; `seq`: the first entry it concerns (None: the whole ledger)."""
 
     seq: int | None
     message: str
 
 
 class Findings:
-    """A list of problems, read as a verdict: ok when empty; the first bad one at the lowest entry."""
+    """A list of problems, read as a verdict: ok when empty."""
 
     problems: list[Problem]
 
@@ -34,7 +33,6 @@ class Findings:
         return not self.problems
 
     def first_bad(self) -> Problem | None:
-        """The problem at the lowest entry (ledger-wide problems first)."""
         if not self.problems:
             return None
         return min(self.problems, key=lambda p: -1 if p.seq is None else p.seq)
@@ -45,7 +43,6 @@ class ChainReport(Findings):
     """What `verify_chain` found."""
 
     size: int
-    """Entries in the ledger."""
     verified: int
     """Length of the prefix whose chain verified."""
     head: str
@@ -104,15 +101,13 @@ def verify_chain(
 
     `pinned_keyids`: the ledger's key must be one of these (else a replaced ledger would verify
     against its own new key). `every_checkpoint=False` checks only the latest stored signature: a
-    verified chain under a valid signed head is already authentic (one Ed25519 verify instead of
-    one per entry; what `gate run` does before trusting a waiver). The audit checks them all, so
-    it can say where history diverged.
+    verified chain under a valid signed head is already authentic (what `gate run` does before
+    trusting a waiver); the audit checks them all, so it can say where history diverged.
 
-    Read in an order that stays consistent while other writers append: the pin first (it only
-    grows, and every entry it acknowledges was committed before it was written), then the stored
-    checkpoints (each committed with its entry), then the entries (the size is what was read), then
-    the checkpoints again for the coverage of what was read. So a pin or checkpoint newer than the
-    entries read never looks like a truncation, and an entry appended meanwhile never looks uncovered.
+    Read in an order that stays consistent while other writers append: the pin (it only grows), the
+    stored checkpoints, the entries, then the checkpoints again for the coverage of what was read. So
+    a pin or checkpoint newer than the entries read never looks like a truncation, and an entry
+    appended meanwhile never looks uncovered.
     """
     problems: list[Problem] = []
     pinned = ledger.pinned()  # the latest checkpoint acknowledged to a writer (beside the file, or kept)

@@ -16,12 +16,10 @@
     site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
     known-bugs: [ID, ...]        # manifests' known-bug declarations main accepts (optional; others: not deployable)
 
-`load_trust` validates the file (one located error line, exit 2) and resolves every key to its key
-id (sha256 of the raw Ed25519 key). Its sha256 (`Trust.digest`) goes into every result and ledger
-entry, so an audit can say which policy a record was written under. A key belongs to one person
-and counts only for the roles that person holds. `Trust.from_keys` builds the same object from
-keys given on the command line by role (no names: approvals by those keys are counted, their
-names are shown as not bound).
+A key belongs to one person and counts only for the roles that person holds. The policy's sha256
+(`Trust.digest`) goes into every result and ledger entry, so an audit can say which policy a record
+was written under. `Trust.from_keys` builds the same from keys given by role on the command line
+(no names: their approvals count, their names are shown as not bound).
 """
 
 from __future__ import annotations
@@ -36,8 +34,10 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import Field, field_validator, model_validator
 
+from gate._util.yamlio import parse_model, read_yaml
 from gate.core.manifest import Record
 from gate.errors import InputError
+from gate.trust.keys import keyid, load_public_key, public_key_from_b64
 
 TRUST_API = "gate/trust/v1"
 DEFAULT_TRUST = Path("trust.yaml")
@@ -57,9 +57,7 @@ class ApproverRule(Record):
 
     people: list[str] = Field(min_length=1)
     interventions: list[str] = Field(default_factory=lambda: [ANY])
-    """Interventions (manifest `intervention`) they may approve; "*" for any."""
     claims: list[str] = Field(default_factory=lambda: [ANY])
-    """Claim levels they may approve; "*" for any."""
 
 
 class WaiverRule(Record):
@@ -67,7 +65,6 @@ class WaiverRule(Record):
 
     people: list[str] = Field(min_length=1)
     checks: list[str] = Field(default_factory=lambda: [ANY])
-    """Check names they may waive; "*" for any."""
     max_days: int = Field(alias="max-days", gt=0, le=366)
     """Longest waiver they may grant, in days from the day it is granted."""
 
@@ -78,24 +75,19 @@ class TrustPolicy(Record):
     api_version: Literal["gate/trust/v1"] = Field(alias="apiVersion")
     people: dict[str, Person] = Field(min_length=1)
     run_signers: list[str] = Field(alias="run-signers", min_length=1)
-    """People whose keys sign gate runs (the CI)."""
     ledger_signers: list[str] = Field(default_factory=list, alias="ledger-signers")
-    """People whose keys may sign the ledger's checkpoints; empty: the ledger key is not pinned."""
+    """Empty: the ledger key is not pinned."""
     approvers: list[ApproverRule] = Field(default_factory=list)
     waivers: list[WaiverRule] = Field(default_factory=list)
     revokers: list[str] | None = None
-    """People who may revoke keys and waivers; None: every person."""
+    """None: every person."""
     required_approvals: int = Field(default=1, alias="required-approvals", ge=1, le=20)
-    """Distinct approvers an approximate change needs before it is APPROVED."""
     required_waiver_approvals: int = Field(default=1, alias="required-waiver-approvals", ge=1, le=20)
-    """Distinct signers a waiver of a deny check needs before it applies."""
     site_policies: list[str] = Field(default_factory=list, alias="site-policies")
-    """sha256 of each site policy file main plans with (`gate verify` / `gate audit trace` without
-    --policy-dir: a run's plan must have been built from the built-in policies and exactly these)."""
-
+    """Without --policy-dir, a run's plan must have been built from the built-in policies and exactly these."""
     known_bugs: list[str] = Field(default_factory=list, alias="known-bugs")
-    """Ids of the manifests' known-bug declarations main accepts: a run whose failure a declaration
-    relaxed is deployable only when its id is listed here (the declaration is the change's own word)."""
+    """A run whose failure a known-bug declaration relaxed is deployable only when its id is listed here
+    (the declaration is the change's own word)."""
 
     @field_validator("site_policies")
     @classmethod
@@ -121,19 +113,16 @@ class TrustPolicy(Record):
         return self
 
 
-_EMPTY = TrustPolicy.model_construct(api_version="gate/trust/v1", people={}, run_signers=[])
-
-
 @dataclass(frozen=True)
 class Identity:
-    """A public key and the person it is bound to (None: a key given by role on the command line)."""
+    """A public key and its person (None: a key given by role on the command line)."""
 
     keyid: str
     public_key: Ed25519PublicKey
     name: str | None
 
 
-def _matches(allowed: Sequence[str], value: Any) -> bool:
+def allows(allowed: Sequence[str], value: Any) -> bool:
     return ANY in allowed or (value is not None and str(value) in allowed)
 
 
@@ -150,14 +139,11 @@ class Trust:
 
     @property
     def digest(self) -> dict[str, str]:
-        """What results and ledger entries record about the policy in force."""
         return {"path": self.path, "sha256": self.sha256, "api": TRUST_API}
 
     @property
     def names_bound(self) -> bool:
         return bool(self.sha256)
-
-    # -- building
 
     @classmethod
     def from_keys(
@@ -169,35 +155,28 @@ class Trust:
         ledger: Iterable[Path] = (),
     ) -> Trust:
         """Roles from keys given on the command line: each key holds only the role it was given for."""
-        from gate.trust.keys import keyid, load_public_key
-
         roles: dict[str, list[str]] = {"run": [], "approve": [], "waive": [], "ledger": []}
-        trust = cls(policy=_EMPTY, path="(keys given by role)", sha256="")
+        identities: dict[str, Identity] = {}
+        members: dict[str, set[str]] = {}
         for role, paths in (("run", run), ("approve", approvers), ("waive", waivers), ("ledger", ledger)):
             for path in paths:
                 pub = load_public_key(path)
                 kid = keyid(pub)
                 label = f"{role}-key {path}"
-                trust.identities.setdefault(kid, Identity(kid, pub, None))
-                trust.members.setdefault(label, set()).add(kid)
+                identities.setdefault(kid, Identity(kid, pub, None))
+                members.setdefault(label, set()).add(kid)
                 roles[role].append(label)
-        trust.policy = TrustPolicy.model_construct(
+        policy = TrustPolicy.model_construct(
             api_version="gate/trust/v1",
             people={},
             run_signers=roles["run"],
             ledger_signers=roles["ledger"],
             approvers=[ApproverRule(people=roles["approve"])] if roles["approve"] else [],
             waivers=[WaiverRule(people=roles["waive"], max_days=366)] if roles["waive"] else [],
-            revokers=None,
-            required_approvals=1,
-            required_waiver_approvals=1,
         )
-        return trust
-
-    # -- lookups
+        return cls(policy, "(keys given by role)", "", identities, members)
 
     def _people_of(self, keyid: str) -> set[str]:
-        """Every role-holder name whose keys include `keyid` (one person, in a real policy)."""
         return {name for name, kids in self.members.items() if keyid in kids}
 
     def name_of(self, keyid: str) -> str | None:
@@ -219,7 +198,6 @@ class Trust:
         return f"key {keyid[:16]}" + (f" ({name})" if name else "")
 
     def _identity_problem(self, keyid: str, claimed: str | None) -> str | None:
-        """The key must be known; under a policy, the name given must be the key's owner."""
         if keyid not in self.identities:
             return f"key {keyid[:16]} is not in the trust policy"
         owner = self.name_of(keyid)
@@ -238,17 +216,16 @@ class Trust:
             return bad
         mine = self._people_of(keyid)
         for rule in self.policy.approvers:
-            if mine & set(rule.people) and _matches(rule.interventions, intervention) and _matches(rule.claims, claim):
+            if mine & set(rule.people) and allows(rule.interventions, intervention) and allows(rule.claims, claim):
                 return None
         return f"{self._who(keyid)} may not approve {intervention}/{claim} changes"
 
     def waiver_days(self, keyid: str, name: str | None, check: str) -> tuple[int | None, str | None]:
-        """The longest waiver this key may grant for `check`, or (None, why not)."""
         bad = self._identity_problem(keyid, name)
         if bad:
             return None, bad
         mine = self._people_of(keyid)
-        days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and _matches(r.checks, check)]
+        days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and allows(r.checks, check)]
         if not days:
             return None, f"{self._who(keyid)} may not waive {check}"
         return max(days), None
@@ -264,8 +241,6 @@ class Trust:
 
 
 def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
-    from gate.trust.keys import keyid, load_public_key, public_key_from_b64
-
     if ref.startswith("ed25519:"):
         try:
             pub = public_key_from_b64(ref.split(":", 1)[1])
@@ -277,9 +252,6 @@ def _key_from_ref(ref: str, base: Path) -> tuple[str, Ed25519PublicKey]:
 
 
 def load_trust(path: Path) -> Trust:
-    """Read and validate trust.yaml; resolve every key. InputError (exit 2) on anything wrong."""
-    from gate._util.yamlio import parse_model, read_yaml
-
     doc = read_yaml(path)
     policy: TrustPolicy = parse_model(doc, TrustPolicy)
     trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(doc.text.encode()).hexdigest())
@@ -302,7 +274,6 @@ def load_trust(path: Path) -> Trust:
 
 
 def resolve_trust_path(explicit: Path | None) -> Path | None:
-    """--trust FILE, else $GATE_TRUST, else ./trust.yaml when it exists, else None."""
     if explicit is not None:
         return explicit
     if os.environ.get(ENV_TRUST):
@@ -324,17 +295,3 @@ def require_trust(explicit: Path | None, what: str) -> Trust:
             "or add ./trust.yaml (see docs/audit.md)",
         )
     return trust
-
-
-__all__ = [
-    "ApproverRule",
-    "Identity",
-    "Person",
-    "Trust",
-    "TrustPolicy",
-    "WaiverRule",
-    "find_trust",
-    "load_trust",
-    "require_trust",
-    "resolve_trust_path",
-]

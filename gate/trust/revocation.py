@@ -3,11 +3,9 @@
     gate revoke --key-id KEYID [--from 2026-11-30T12:00:00+00:00] --reason TEXT --by alice --key alice.key
     gate revoke --waiver 12 --reason TEXT --by bob --key bob.key
 
-An entry of kind "revocation" holds the target, the reason, who revoked and their detached signature
-(domain "gate-revocation/v1"). It counts only when signed by a key the trust policy lets revoke
-(`revokers`). From then on verification treats the key's signatures made at or after `from` (the
-ledger time of the entry that holds them, or the signed run time for a dossier the ledger never saw)
-as invalid, and the waiver as not applicable, and says which revocation did it.
+It counts only when signed (domain "gate-revocation/v1") by a key the trust policy lets revoke.
+From then on the key's signatures made at or after `from` (the ledger time of the entry holding
+them) are invalid, and the waiver does not apply; verification says which revocation did it.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from typing import Any
 from gate._util.clock import now_utc
 from gate._util.text import require_single_lines
 from gate.errors import InputError
+from gate.trust.keys import keyid
 from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
 from gate.trust.signing import sign_statement, verify_statement
@@ -32,7 +31,6 @@ def _signed_part(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_time(text: str) -> datetime:
-    """An ISO-8601 time (a date means its midnight UTC); InputError otherwise."""
     try:
         value = datetime.fromisoformat(text if "T" in text else f"{text}T00:00:00+00:00")
     except ValueError:
@@ -45,7 +43,6 @@ def parse_time(text: str) -> datetime:
 def revocation_body(
     *, keyid: str | None, waiver: int | None, start: str | None, reason: str, by: str, trust: Trust
 ) -> dict[str, Any]:
-    """What a revocation entry records (before its signature)."""
     if (keyid is None) == (waiver is None):
         raise InputError("gate revoke", "revoke exactly one thing: --key-id or --waiver")
     if not reason.strip():
@@ -58,9 +55,6 @@ def revocation_body(
 
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
-    """Sign `body` with the revoker's key and append it, after checking the revoker's role."""
-    from gate.trust.keys import keyid
-
     bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
     if bad:
         raise InputError("--key", bad)
@@ -71,8 +65,6 @@ def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Tru
 
 @dataclass(frozen=True)
 class Revoked:
-    """One trusted revocation."""
-
     seq: int
     start: datetime | None
     reason: str
@@ -104,12 +96,8 @@ class Revocations:
             return found
         return found if when.tzinfo is None or when >= found.start else None
 
-    def waiver(self, seq: int) -> Revoked | None:
-        return self.waivers.get(seq)
-
 
 def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
-    """None when a revocation entry is well formed and signed by a revoker; else why not."""
     body = entry.body
     sig = body.get("signature")
     if not isinstance(sig, dict):
@@ -123,7 +111,6 @@ def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
 
 
 def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = None) -> Revocations:
-    """Every revocation in the (verified prefix of the) ledger; untrusted ones are kept aside."""
     out = Revocations()
     for entry in ledger.entries(REVOCATION_KIND):
         if upto is not None and entry.seq > upto:
@@ -139,14 +126,3 @@ def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = Non
             start = datetime.fromisoformat(str(target["from"])) if target.get("from") else None
             out.keys[str(target["key"])] = Revoked(entry.seq, start, str(body.get("reason")), str(body.get("by")))
     return out
-
-
-__all__ = [
-    "REVOCATION_KIND",
-    "Revocations",
-    "Revoked",
-    "append_revocation",
-    "entry_problem",
-    "read_revocations",
-    "revocation_body",
-]

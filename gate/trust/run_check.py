@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gate.trust.approvals import ApprovalRecord
+from gate.trust.ledger import Entry
 from gate.trust.predicate import PredicateManifest, RunPredicate
 from gate.trust.statement import Statement
-
-if TYPE_CHECKING:
-    from gate.trust.ledger import Entry
 
 AWAITING = "awaiting-approval"
 PASS = "pass"
@@ -38,7 +35,6 @@ class ApprovalInput:
 
     @classmethod
     def of_entry(cls, entry: Entry) -> ApprovalInput:
-        """The approval a ledger entry holds, labelled by its number, at its time."""
         return cls(ApprovalRecord.of_entry(entry.body), f"approval #{entry.seq}", entry.time)
 
 
@@ -50,23 +46,20 @@ class RunCheck:
     findings: list[Finding] = field(default_factory=list)
     statement: Statement | None = None
     predicate: RunPredicate | None = None
-    """The signed statement's run predicate, when it is well formed."""
     statement_sha256: str = ""
     approved_by: list[str] = field(default_factory=list)
     """Distinct approvers whose approval counted."""
     required: int = 1
     approximate: bool = False
-    """The verifier's own decision: the signed claim is bounded-degradation, or the built-in policy
-    calls the signed intervention approximate."""
+    """The verifier's own decision (verify_run.is_approximate), not the run's."""
     waived: list[str] = field(default_factory=list)
-    """Checks the signed results say were waived."""
     waivers_count: bool | None = None
     """Every waived check's waiver counts under the verifier's policy (None: not judged, no ledger)."""
     other_policy: str | None = None
     """The run's own trust policy, when it is not the verifier's (it decides nothing here)."""
     not_mains: list[str] = field(default_factory=list)
-    """Each input that shaped the verdict and is not main's (a policy file, the baseline), one line
-    naming the file and its digest: the run is then not deployable, whatever it verified as."""
+    """Each input that shaped the verdict and is not main's (a policy file, the baseline): the run is
+    then not deployable, whatever it verified as."""
 
     @property
     def ok(self) -> bool:
@@ -86,7 +79,6 @@ class RunCheck:
 
     @property
     def site_policy(self) -> list[str]:
-        """How a site policy (--policy-dir) changed the rule the run was planned by (signed)."""
         return self.predicate.site_policy if self.predicate is not None else []
 
     @property
@@ -95,8 +87,7 @@ class RunCheck:
 
     @property
     def standing(self) -> str:
-        """The verdict, or APPROVED / AWAITING APPROVAL for an approximate change; never a verdict
-        that did not verify."""
+        """The verdict, or APPROVED / AWAITING APPROVAL; never a verdict that did not verify."""
         if not self.ok:
             return f"NOT VERIFIED (the dossier claims {self.verdict})"
         if self.not_mains:
@@ -128,7 +119,6 @@ class RunCheck:
         return self.verdict in (PASS, PASS_WITH_WAIVERS) and not self.approximate and waivers_hold
 
     def summary(self) -> str:
-        """The line both commands end with: commit, manifest and verdict, as verified."""
         m = self.manifest
         other = f" (the run used another trust policy: {self.other_policy})" if self.other_policy else ""
         return (

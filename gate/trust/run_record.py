@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,8 @@ ATTESTATION = "attestation.dsse.json"
 
 
 def statement_digest(envelope_path: Path) -> str | None:
-    """sha256 of a DSSE envelope's payload (the signed in-toto statement): the dossier's digest.
-
-    It names every signed file by digest and does not change when a signature is added, so an
-    approval binds to it rather than to the envelope file.
-    """
+    """sha256 of a DSSE envelope's payload: the dossier's digest (it does not change when a signature
+    is added, so an approval binds to it rather than to the envelope file)."""
     if not envelope_path.is_file():
         return None
     try:
@@ -41,7 +39,6 @@ def statement_digest(envelope_path: Path) -> str | None:
 
 
 def _evidence(envelope_path: Path) -> str | None:
-    """The evidence digest the signed statement carries (gate.trust.evidence), if any."""
     try:
         _envelope, payload = read_envelope(envelope_path)
         value = RunPredicate.read(parse_statement(payload)).evidence_sha256
@@ -64,10 +61,8 @@ def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
 def run_payload(
     result: Any, out_dir: Path, sign_key: Path | None = None, *, dossier_dir: Path | None = None
 ) -> dict[str, Any]:
-    """The ledger body of a run: what was judged, the verdict, and the digest of every output.
-
-    The files are read in `out_dir`; the entry records `dossier_dir` (default out_dir), where the
-    dossier is once the run is complete."""
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output (read in
+    `out_dir`; the entry records `dossier_dir`, where the dossier is once the run is complete)."""
     manifest = result.manifest
     change = manifest.get("change") or {}
     signed, keyids = _envelope_facts(out_dir / ATTESTATION)
@@ -75,11 +70,9 @@ def run_payload(
     files = {name: sha256_file(out_dir / name) for name in names if (out_dir / name).is_file()}
     signer = None
     if sign_key is not None and sign_key.is_file():
-        try:
+        with suppress(GateError):
             pub = load_private_key(sign_key).public_key()
             signer = {"keyid": keyid(pub), "public_key": public_key_b64(pub)}
-        except GateError:
-            signer = None
     return {
         "manifest": {
             "name": manifest.get("name"),
@@ -140,13 +133,8 @@ def record_run(
     dossier_dir: Path | None = None,
     extra: dict[str, Any] | None = None,
 ) -> tuple[Entry, Path]:
-    """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier.
-
-    `result` is the run's GateResult; call this after every output (and the attestation) is
-    written, so their digests are the final ones. `dossier_dir`: where the dossier will be once
-    complete (what the entry records; default out_dir, where the files are read now). `extra`:
-    more fields for the entry's body.
-    """
+    """Append a run's verdict to the ledger and write the receipt `ledger.json` into its dossier; call
+    it after every output (and the attestation) is written, so their digests are the final ones."""
     payload = {**run_payload(result, out_dir, sign_key, dossier_dir=dossier_dir), **(extra or {})}
     with Ledger.open(ledger_path, key_path=key_path) as ledger:
         entry, checkpoint = ledger.append(RUN_KIND, payload)

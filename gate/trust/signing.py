@@ -27,7 +27,6 @@ def _signed_bytes(domain: str, statement: Any) -> bytes:
 
 
 def sign_statement(key: Ed25519PrivateKey, domain: str, statement: Any) -> dict[str, str]:
-    """A detached signature {keyid, public_key, sig} over DOMAIN || 0x00 || canonical_json(statement)."""
     pub = key.public_key()
     sig = key.sign(_signed_bytes(domain, statement))
     return {"keyid": keyid(pub), "public_key": public_key_b64(pub), "sig": base64.b64encode(sig).decode()}
@@ -36,7 +35,6 @@ def sign_statement(key: Ed25519PrivateKey, domain: str, statement: Any) -> dict[
 def verify_statement(
     signature: dict[str, str], domain: str, statement: Any, trusted_keyids: list[str] | None = None
 ) -> str | None:
-    """None when `signature` verifies over the statement (and its key is trusted, if a list is given)."""
     try:
         pub = public_key_from_b64(signature["public_key"])
         if keyid(pub) != signature["keyid"]:
@@ -49,6 +47,3 @@ def verify_statement(
     except InvalidSignature:
         return "the signature does not verify"
     return None
-
-
-__all__ = ["canonical_json", "sign_statement", "verify_statement"]

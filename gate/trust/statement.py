@@ -1,7 +1,5 @@
-"""The wire formats of a signed run, used both to write and to verify: a DSSE v1 envelope around an
-in-toto Statement v1 whose subjects are file digests, the change's commit and the baseline. Signing and
-verifying them is gate.trust.attest; the predicate of a run is gate.trust.predicate, which imports this
-module (never gate.trust.attest)."""
+"""The wire formats of a signed run: a DSSE v1 envelope around an in-toto Statement v1 whose subjects
+are file digests, the change's commit and the baseline (signed and verified in gate.trust.attest)."""
 
 from __future__ import annotations
 
@@ -16,11 +14,11 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://gate.dev/release-gate/v1"
 BASELINE_SUBJECT = "baseline:"
-"""Subject name prefix of the baseline (gate record) a run's reference answers came from."""
+"""Subject name prefix of the recorded baseline a run's reference answers came from."""
 
 
 class DsseSignature(BaseModel):
-    """One DSSE signature: the signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
+    """The signer's key id and base64 Ed25519 signature over PAE(type, payload)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -35,11 +33,9 @@ class Envelope(BaseModel):
 
     payloadType: str
     payload: str
-    """base64 of the statement bytes."""
     signatures: list[DsseSignature]
 
     def payload_bytes(self) -> bytes:
-        """The decoded payload; ValueError when it is not base64."""
         try:
             return base64.b64decode(self.payload, validate=True)
         except (binascii.Error, ValueError):
@@ -72,16 +68,11 @@ class Statement(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
     def canonical(self) -> bytes:
-        """The payload bytes: sorted keys, no whitespace."""
         return json.dumps(self.dump(), sort_keys=True, separators=(",", ":")).encode()
 
     @property
     def commit(self) -> str | None:
-        """The gitCommit subject, if the statement names one."""
-        for subject in self.subject:
-            if subject.digest.get("gitCommit"):
-                return subject.digest["gitCommit"]
-        return None
+        return next((s.digest["gitCommit"] for s in self.subject if s.digest.get("gitCommit")), None)
 
     def files(self) -> dict[str, str]:
         """name -> sha256 of every file subject (the baseline subject names no file here)."""
@@ -93,10 +84,13 @@ class Statement(BaseModel):
 
 
 def parse_statement(payload: bytes) -> Statement:
-    """The statement in a payload; ValueError saying what is wrong."""
     try:
         return Statement.model_validate_json(payload)
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(statement)"
-        raise ValueError(f"payload is not an in-toto statement ({where}: {first['msg']})") from None
+        raise ValueError(f"payload is not an in-toto statement ({first_error(err, '(statement)')})") from None
+
+
+def first_error(err: ValidationError, whole: str) -> str:
+    """`where: what` of a validation error's first problem (`whole`: where the value itself is wrong)."""
+    first = err.errors(include_url=False)[0]
+    return f"{'.'.join(str(p) for p in first['loc']) or whole}: {first['msg']}"

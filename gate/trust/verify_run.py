@@ -1,46 +1,42 @@
 """Verifying one dossier by roles: who signed the run, which commit and manifest, who approved.
 
 `check_run` is what `gate verify DIR` and each run of `gate audit trace` report. Keys count only
-for the role the trust policy (or the command line) gives them: the run must carry a signature by a
-run signer (an approver's or a stranger's key does not make a run), an approval counts only when
-its key belongs to an approver of that intervention and claim under the name it gives, and neither
-counts once revoked (an approval that does not count is reported and ignored: anyone who can write
-the ledger could add one, and must not be able to block an audit with it). The signed statement's
-commit and manifest digest are checked against what the caller asks for. Only the envelope's first
-signature is the run's (`gate run` makes it; approvals add theirs after it), so an approver's added
-signature never passes as a run signature, whatever key the caller calls a run key.
+for the role the trust policy (or the command line) gives them, and never once revoked: the run must
+carry a signature by a run signer, and an approval counts only when its key belongs to an approver
+of that intervention and claim under the name it gives (an approval that does not count is reported
+and ignored: anyone who can write the ledger could add one, and must not block an audit with it).
+Only the envelope's first signature is the run's, so an approver's added signature never passes as
+a run signature, whatever key the caller calls a run key.
 
-Whether a change is approximate is decided here, from the signed manifest's intervention and claim
-and the built-in policies, never from a field of the run's results: an approximate change never
-stands as PASS: its verdict is awaiting-approval until `required-approvals` distinct approvers
-signed, then APPROVED. The approved dossier files and approval.json must match the approved-dossier
-statement (approval.dsse.json) signed by a counted approver.
-
-`RunCheck.deployable` says whether the verified verdict is one a deploy may ship: PASS, APPROVED,
-or PASS WITH WAIVERS whose every waiver counts under the verifier's trust policy
-(gate.trust.deployable re-judges them against the ledger).
+Whether a change is approximate is decided here, from the signed intervention and claim and the
+built-in policies, never from the run's results: an approximate change never stands as PASS, only
+awaiting-approval until `required-approvals` distinct approvers signed, then APPROVED. The approved
+dossier files must match approval.dsse.json, signed by a counted approver. `RunCheck.deployable`
+says whether a deploy may ship the verified verdict (gate.trust.deployable re-judges waivers).
 """
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gate._util.digest import ref_matches
 from gate.core.manifest import ClaimLevel, Intervention
+from gate.core.policy import load_policies
 from gate.core.result import CheckResult, GateResult, Status
+from gate.trust.approval_predicate import ApprovalRefused
 from gate.trust.approvals import ApprovalCheck, ApprovalRecord, check_approved_files, load_approvals, verify_approval
 from gate.trust.attest import verify_envelope
+from gate.trust.landing import LandedApproval, approval_landing
 from gate.trust.policy import Trust
-from gate.trust.predicate import RunPredicate
+from gate.trust.predicate import RunPredicate, replayed_baseline
 from gate.trust.revocation import Revocations
-from gate.trust.run_check import PASS, PASS_WITH_WAIVERS, ApprovalInput, Finding, RunCheck
-
-if TYPE_CHECKING:
-    from gate.trust.landing import LandedApproval
+from gate.trust.run_check import PASS, PASS_WITH_WAIVERS, ApprovalInput, RunCheck
+from gate.trust.run_check import Finding as Finding
+from gate.trust.run_record import statement_digest
 
 _E = TypeVar("_E", bound=Enum)
 
@@ -56,19 +52,12 @@ def check_run(
     approvals: list[ApprovalInput] | None = None,
     policy_dirs: list[Path] | None = None,
 ) -> RunCheck:
-    """Verify DIR's attestation, commit, manifest and approvals by role (see the module docstring).
+    """Verify DIR's attestation, commit, manifest and approvals by role.
 
-    `policy_dirs`: main's site policies (`--policy-dir`, as the verifier names them; none: the
-    built-in policies and the trust policy's `site-policies` digests are main's). The policy files
-    and the baseline the run used are re-judged as main's (`_check_mains`): any other makes the run
-    not deployable.
-
-    `run_time`: when the run was signed (its ledger entry's time), for revocations; None: unknown,
-    so a signature by a revoked key never counts. `approvals`: the records to judge (the ledger's,
-    in a trace); None reads DIR/approval.json.
+    `policy_dirs`: main's site policies (none: the built-in policies and the trust policy's
+    `site-policies`). `run_time`: when the run was signed, for revocations (None: unknown, so a
+    revoked key never counts). `approvals`: the records to judge; None reads DIR/approval.json.
     """
-    from gate.trust.run_record import statement_digest
-
     revoked = revocations or Revocations()
     out = RunCheck(directory=directory, required=trust.policy.required_approvals)
     add = out.findings.append
@@ -115,23 +104,16 @@ def check_run(
 
 
 def is_approximate(intervention: Intervention | None, claim: ClaimLevel | None) -> bool:
-    """The verifier's decision: a bounded-degradation claim, or an intervention the built-in
-    policies call approximate (a run's own --policy-dir cannot say otherwise)."""
-    from gate.core.policy import load_policies
-
+    """A bounded-degradation claim, or an intervention the built-in policies call approximate (a
+    run's own --policy-dir cannot say otherwise)."""
     if claim is ClaimLevel.bounded_degradation:
         return True
     rule = load_policies([]).interventions.get(intervention) if intervention is not None else None
     return bool(rule.approximate) if rule is not None else False
 
 
-def signed_change(pred: RunPredicate) -> tuple[Intervention | None, ClaimLevel | None]:
-    """The intervention and claim level a run predicate signs, as gate's types (None: absent, or a
-    value gate does not know, which no built-in policy calls approximate)."""
-    return _known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level)
-
-
 def _known(kind: type[_E], value: str | None) -> _E | None:
+    """`value` as gate's type (None: absent, or unknown to gate, so no built-in policy calls it approximate)."""
     try:
         return kind(value) if value is not None else None
     except ValueError:
@@ -139,12 +121,10 @@ def _known(kind: type[_E], value: str | None) -> _E | None:
 
 
 def _check_results(out: RunCheck, trust: Trust) -> None:
-    """What the signed statement and results.json claim, judged by the verifier: approximate or not,
-    the waived checks, and whether the run's trust policy is the verifier's."""
     assert out.statement is not None
     pred = out.predicate or RunPredicate()
     add = out.findings.append
-    out.approximate = is_approximate(*signed_change(pred))
+    out.approximate = is_approximate(_known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level))
     if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
         add(
             Finding(
@@ -191,8 +171,6 @@ def _check_mains(
     must be main's (the built-in ones and `policy_dirs`, by sha256, none missing, none added), and a
     replayed baseline must be signed by a run signer of the verifier's trust policy, not revoked, for
     this manifest. Each one that is not adds a line to `out.not_mains` (not deployable)."""
-    from gate.core.policy import load_policies
-
     pred = out.predicate or RunPredicate()
     refuse = out.not_mains.append
     mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
@@ -225,8 +203,6 @@ def _check_mains(
         )
     baseline = pred.baseline
     if baseline is None:
-        from gate.trust.predicate import replayed_baseline
-
         baseline = replayed_baseline(results.subjects) if results is not None else None
     if baseline is not None:
         _check_baseline(out, trust, revoked, run_time, baseline)
@@ -235,8 +211,6 @@ def _check_mains(
 def _check_baseline(
     out: RunCheck, trust: Trust, revoked: Revocations, run_time: str | None, baseline: dict[str, object]
 ) -> None:
-    """The replayed baseline's signer is a run signer of the verifier's trust policy, not revoked,
-    and it was signed for the run's manifest (the run's own trust policy decided it there)."""
     where = f"baseline {baseline.get('path')}/baseline.json (sha256 {baseline.get('sha256')})"
     signer = str(baseline.get("signed_by") or "")
     gone = revoked.key(signer, run_time) if signer else None
@@ -261,8 +235,7 @@ def _check_baseline(
 
 
 def read_results(directory: Path) -> GateResult | None:
-    """DIR/results.json, gate's result record (the attestation has checked its digest); None when
-    it is unreadable or not a result record."""
+    """DIR/results.json (None: unreadable, or not a result record)."""
     try:
         return GateResult.model_validate_json((directory / "results.json").read_bytes())
     except (OSError, ValueError, RecursionError):  # ValidationError is a ValueError
@@ -270,7 +243,6 @@ def read_results(directory: Path) -> GateResult | None:
 
 
 def waived_checks(results: GateResult | None) -> list[CheckResult]:
-    """The checks the results say were waived (none when there are no results)."""
     return [c for c in results.checks if c.status is Status.waived] if results is not None else []
 
 
@@ -299,8 +271,7 @@ def _check_binding(out: RunCheck, commit: str | None, manifest_sha256: str | Non
 def approval_problems(
     check: ApprovalCheck, trust: Trust, revoked: Revocations, at: str | None, run_keyids: list[str]
 ) -> list[str]:
-    """Why a verified approval does not count under the trust policy (empty: it counts): its own
-    problems, a key that may not approve this change under that name, the run's own key, a revoked key."""
+    """Why a verified approval does not count under the trust policy (empty: it counts)."""
     problems = list(check.problems)
     if check.keyid:
         bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
@@ -366,9 +337,6 @@ def _check_approvals(
 
 
 def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | None:
-    """gate.trust.landing.approval_landing, for an approval that names other evidence than this run's."""
-    from gate.trust.landing import approval_landing
-
     evidence = out.predicate.evidence_sha256 if out.predicate is not None else None
     if record is None or record.evidence_sha256 in (None, evidence):
         return None
@@ -376,24 +344,8 @@ def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | No
 
 
 def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:
-    from gate.trust.approval_predicate import ApprovalRefused
-
     try:
         return load_approvals(directory)
     except ApprovalRefused as err:
         out.findings.append(Finding(False, str(err)))
         return []
-
-
-__all__ = [
-    "ApprovalInput",
-    "Finding",
-    "RunCheck",
-    "approval_problems",
-    "check_run",
-    "is_approximate",
-    "read_results",
-    "ref_matches",
-    "signed_change",
-    "waived_checks",
-]

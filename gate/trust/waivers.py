@@ -1,30 +1,15 @@
-"""Waivers: a recorded, expiring exception for one failed check of one manifest.
+"""Waivers: a recorded, expiring exception for one failed check of one manifest (docs/audit.md).
 
-Scope. A waiver names one check and one manifest by its `name` AND the sha256 of the manifest file.
-Editing the manifest (its claim, tolerances, paths, anything) voids every waiver granted for it: a
-waiver was granted on the evidence of one exact manifest and does not carry over to another. The
-commit is not part of the scope: a waiver granted for a manifest applies to every run of that exact
-file until it expires (that is what a temporary exception is).
+Scope: one check and one manifest by its `name` AND the sha256 of its file, so any edit of the
+manifest voids the waiver; the commit is not part of the scope. `expires` (YYYY-MM-DD, UTC) is the
+last day it applies; after that the check reports the expiry. At run time (`apply_waivers`) a FAILED
+check with an active waiver becomes `waived`; an `error` is never waived (the check could not judge,
+so there is nothing to waive); other results are left alone.
 
-Expiry. `expires` is a date (YYYY-MM-DD, UTC) and the last day the waiver applies: on the next
-day it is ignored, and the run reports the expiry on the check (`waiver.expired = True`) and in
-its message.
-
-Effect at run time (`apply_waivers`, called by the runner before the verdict):
-- a FAILED check with an active waiver becomes `waived`, the waiver recorded on its CheckResult;
-- an `error` is never waived: it stays an error, and its message says a waiver exists but does not
-  cover errors (an error means the check could not judge, so there is nothing to waive);
-- pass, warn and skip results are left alone.
-
-Trust. A waiver applies only when it is signed by a key the trust policy (gate.trust.policy) lets
-waive that check, under the name bound to that key, with a non-blank reason, an expiry no later
-than the policy's `max-days` after it was granted, and not revoked (gate.trust.revocation). A deny
-check needs `required-waiver-approvals` distinct signers (each a `gate waive` of the same check and
-manifest). Anything else is never applied, and the check's message says why. `gate waive` refuses
-all of it at write time, and refuses a ledger whose chain does not verify.
-
-Waivers live in the ledger (entries of kind "waiver"), so granting one is itself audited; the
-ledger entry number is the waiver's id. With no ledger, or no trust policy, no waiver applies.
+Trust: a waiver applies only when signed by a key the trust policy lets waive that check, under the
+key's owner's name, with an expiry within the policy's `max-days`, and not revoked; a deny check
+needs `required-waiver-approvals` distinct signers. Waivers are ledger entries (kind "waiver"; the
+entry number is the waiver's id). With no ledger, or no trust policy, no waiver applies.
 """
 
 from __future__ import annotations
@@ -42,10 +27,11 @@ from gate._util.text import require_single_lines
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
-from gate.trust.keys import load_private_key
+from gate.trust.keys import keyid, load_private_key
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, find_trust
+from gate.trust.revocation import read_revocations
 from gate.trust.signing import sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
@@ -55,24 +41,18 @@ class WaiverGrant(Record):
     """The body of a waiver entry in the ledger (besides `kind` and `time`, set by the ledger)."""
 
     check: str
-    """The one check it waives."""
     manifest_name: str
-    """`name` of the manifest it is scoped to."""
     manifest_sha256: str
-    """sha256 of the manifest file it is scoped to: any edit voids the waiver."""
     manifest_path: str = ""
     """Where the manifest was when the waiver was granted (information only)."""
     reason: str = Field(min_length=1)
-    """Why the failure is accepted for now."""
     approver: str = Field(min_length=1)
-    """Who granted it."""
     expires: date
     """Last day (UTC) on which it applies."""
     signature: dict[str, str] | None = None
     """The approver's signature (keyid, public_key, sig) over the grant without this field; a grant
     without one is never applied."""
     trust_policy: dict[str, str] | None = None
-    """Path and sha256 of the trust policy it was granted under."""
 
     @field_validator("reason", "approver")
     @classmethod
@@ -92,9 +72,8 @@ class RecordedWaiver:
     problem: str | None = None
     """Why it is not trusted (unsigned, wrong key, revoked, …); None: it may apply."""
     signer: str = ""
-    """Who signed it (the person the trust policy binds the key to, else the key id)."""
     required: int = 1
-    """Distinct signers a waiver of a deny check needs (the trust policy's required-waiver-approvals)."""
+    """The trust policy's required-waiver-approvals."""
 
     def active_on(self, day: date) -> bool:
         return day <= self.grant.expires
@@ -119,14 +98,13 @@ def _signed_part(grant: WaiverGrant) -> dict[str, Any]:
 
 
 def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None = None) -> str | None:
-    """None when the grant is signed and its signature verifies; else what is wrong."""
     if grant.signature is None:
         return "it is not signed"
     return verify_statement(grant.signature, WAIVER_SIGNATURE_DOMAIN, _signed_part(grant), trusted_keyids)
 
 
 def waiver_problem(grant: WaiverGrant, granted_at: str, trust: Trust | None) -> str | None:
-    """None when the trust policy lets this signed grant apply; else why it must not (see module doc)."""
+    """None when the trust policy lets this signed grant apply; else why not."""
     bad = check_waiver_signature(grant)
     if bad:
         return bad
@@ -147,7 +125,6 @@ def waiver_problem(grant: WaiverGrant, granted_at: str, trust: Trust | None) -> 
 
 
 def parse_expiry(text: str, *, today: date | None = None, max_days: int | None = None) -> date:
-    """A YYYY-MM-DD expiry that is today or later (and at most `max_days` ahead)."""
     try:
         day = date.fromisoformat(text)
     except ValueError:
@@ -161,7 +138,6 @@ def parse_expiry(text: str, *, today: date | None = None, max_days: int | None =
 
 
 def planned_checks(manifest_path: Path, policy_dirs: list[Path]) -> tuple[str, list[str]]:
-    """The manifest's name and the checks its plan requires (no torch)."""
     from gate.core.load import load_manifest
     from gate.core.plan import build_plan
     from gate.core.policy import load_policies
@@ -183,14 +159,8 @@ def grant_waiver(
     trust: Trust,
     policy_dirs: list[Path] | None = None,
 ) -> RecordedWaiver:
-    """Record a signed waiver for CHECK of the manifest at `manifest_path`; the check must be in its plan.
-
-    Refused (InputError, exit 2, nothing written) when the key may not waive this check under the
-    trust policy, the name is not the key's owner, the reason is blank, the expiry is past or
-    beyond the policy's maximum, or the ledger does not verify.
-    """
-    from gate.trust.keys import keyid
-
+    """Record a signed waiver for CHECK of the manifest, which must plan it; refused (InputError,
+    nothing written) when the trust policy does not allow it or the ledger does not verify."""
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
     name = approver if approver is not None else trust.name_of(mine)
@@ -229,7 +199,6 @@ def grant_waiver(
 
 
 def require_verified(ledger: Ledger, consequence: str) -> None:
-    """LedgerError naming the first bad entry unless the chain and its latest checkpoint verify."""
     report = verify_chain(ledger, every_checkpoint=False)
     bad = report.first_bad()
     if bad is not None:
@@ -239,16 +208,12 @@ def require_verified(ledger: Ledger, consequence: str) -> None:
 
 
 def recorded_waivers(ledger: Ledger) -> list[RecordedWaiver]:
-    """Every waiver in the ledger, oldest first (not judged: see `verified_waivers`)."""
     return [_from_entry(e) for e in ledger.entries(WAIVER_KIND)]
 
 
 def verified_waivers(ledger: Ledger, trust: Trust | None = None) -> list[RecordedWaiver]:
-    """The ledger's waivers, each judged against the trust policy and the revocations, after its chain
-    and checkpoints verify; a ledger that does not verify applies no waiver: the run stops with the
-    first bad entry (see `gate audit verify`)."""
-    from gate.trust.revocation import read_revocations
-
+    """The ledger's waivers, each judged against the trust policy and the revocations; a ledger
+    that does not verify applies none: LedgerError with the first bad entry."""
     require_verified(ledger, "no waiver can be trusted")
     revoked = read_revocations(ledger, trust)
     out = []
@@ -258,7 +223,7 @@ def verified_waivers(ledger: Ledger, trust: Trust | None = None) -> list[Recorde
         key_revoked = revoked.key(str(sig.get("keyid")), waiver.granted_at) if sig else None
         if problem is None and key_revoked is not None:
             problem = f"its key was {key_revoked.says()}"
-        if problem is None and revoked.waiver(waiver.id) is not None:
+        if problem is None and waiver.id in revoked.waivers:
             problem = f"it was {revoked.waivers[waiver.id].says()}"
         signer = (trust.name_of(str(sig.get("keyid"))) if trust else None) or str(sig.get("keyid", ""))[:16]
         required = trust.policy.required_waiver_approvals if trust is not None else 1
@@ -284,7 +249,6 @@ def _from_entry(entry: Entry) -> RecordedWaiver:
 
 
 def _noted(result: CheckResult, text: str, **update: Any) -> CheckResult:
-    """`result` with `text` added to its message in brackets (and `update`'s other fields)."""
     message = f"{result.message} [{text}]" if result.message else text
     return result.model_copy(update={"message": message, **update})
 
@@ -296,9 +260,8 @@ def waive_one(
     today: date,
     required: int = 1,
 ) -> CheckResult:
-    """Apply the waivers that name this check (already scoped to the manifest) to one result.
-
-    Only trusted waivers (`problem` None) apply; a deny check needs `required` distinct signers."""
+    """Apply the trusted waivers of this check (scoped to the manifest) to one result; a deny check
+    needs `required` distinct signers."""
     trusted = [w for w in waivers if w.problem is None]
     untrusted = [w for w in waivers if w.problem is not None]
     active = [w for w in trusted if w.active_on(today)]
@@ -347,11 +310,9 @@ def waive_one(
 
 
 def ledger_waivers(ledger: Path | Ledger | None, trust: Trust | Path | None = None) -> list[RecordedWaiver]:
-    """Every waiver in the ledger, judged against the trust policy, after verifying its chain
-    (raises on a broken ledger). `trust`: a loaded policy, its path, or None for $GATE_TRUST or
-    ./trust.yaml (no policy found: no waiver applies).
-
-    The runner calls this before any check runs, so a broken ledger stops a run at once."""
+    """`verified_waivers` of a ledger path or open ledger. `trust`: a policy, its path, or None for
+    $GATE_TRUST or ./trust.yaml. The runner calls this before any check runs, so a broken ledger
+    stops a run at once."""
     if ledger is None:
         return []
     policy = trust if isinstance(trust, Trust) else find_trust(trust)
@@ -371,11 +332,8 @@ def apply_waivers(
     today: date | None = None,
     trust: Trust | Path | None = None,
 ) -> list[CheckResult]:
-    """The check results with the ledger's trusted waivers for `manifest` applied (see the module docstring).
-
-    `manifest`: a gate.core.load.LoadedManifest (its `manifest.name` and file `sha256` set the scope).
-    `ledger`: a ledger (path or open), or the waivers already read from one by `ledger_waivers`.
-    """
+    """The check results with the ledger's trusted waivers for `manifest` (a LoadedManifest) applied.
+    `ledger`: a ledger (path or open), or the waivers `ledger_waivers` already read."""
     found = ledger if isinstance(ledger, list) else ledger_waivers(ledger, trust)
     if not found:
         return checks
