@@ -49,6 +49,3 @@ def engine_environment(manifest_env: Mapping[str, str], environ: Mapping[str, st
     source = os.environ if environ is None else environ
     kept = {name: value for name, value in source.items() if name in SAFE_VARIABLES or name.startswith(SAFE_PREFIXES)}
     return {**kept, **manifest_env}
-
-
-__all__ = ["SAFE_PREFIXES", "SAFE_VARIABLES", "engine_environment"]

@@ -54,22 +54,8 @@ def llamacpp_mechanisms(command: list[str]) -> dict[str, Any]:
     cache_ram = _int_flag(command, "--cache-ram", "-cram")
     host = 0 if "--no-cache-prompt" in command else cache_ram
     checkpoints = _int_flag(command, "--ctx-checkpoints", "-ctxcp", "--swa-checkpoints")
-    stated = [
-        f
-        for f in (
-            "-np",
-            "--parallel",
-            "-ub",
-            "--ubatch-size",
-            "--cache-ram",
-            "-cram",
-            "--ctx-checkpoints",
-            "--checkpoint-min-step",
-            "--kv-unified",
-            "--no-kv-unified",
-        )
-        if f in command
-    ]
+    known = ("-np", "--parallel", "-ub", "--ubatch-size", "--cache-ram", "-cram", "--ctx-checkpoints")
+    stated = [f for f in (*known, "--checkpoint-min-step", "--kv-unified", "--no-kv-unified") if f in command]
     return {
         "slots": LLAMACPP_DEFAULTS["slots"] if auto else slots,
         "kv_unified": unified,
@@ -162,25 +148,15 @@ def served_dtype(flavor: str, log: str) -> str | None:
 def vllm_cache_config(metrics: str) -> dict[str, str] | None:
     """The labels of vLLM's `vllm:cache_config_info` gauge in a Prometheus text page, or None."""
     found = _METRIC.search(metrics)
-    if found is None:
-        return None
-    return {key: value for key, value in _LABEL.findall(found.group("labels"))}
-
-
-def _bool(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    return value.strip().lower() in ("true", "1", "yes")
+    return None if found is None else dict(_LABEL.findall(found.group("labels")))
 
 
 def served_geometry(
     client: EngineClient, command: list[str] | None, meta: ModelMeta | None = None, log: str = ""
 ) -> CacheGeometry:
-    """The geometry of a running server: what it states, else what its launch flags state (a block
-    size neither states is measured by engine-prefix-parity's probe, gate.checks._engine.probe_block,
-    inside the check, so that an engine dying under it is a finding about the engine). llama.cpp's
-    slots come from `/props` `total_slots`, its other mechanisms from its start-up `log` where it
-    names them."""
+    """The geometry of a running server: what it states, else what its launch flags state (a block size
+    neither states is measured inside engine-prefix-parity, so an engine dying under it is a finding).
+    llama.cpp's slots come from `/props`, its other mechanisms from its start-up `log`."""
     stated = launch_geometry(command or [], client.flavor, meta)
     if client.flavor == "vllm":
         try:
@@ -189,11 +165,11 @@ def served_geometry(
             text = ""
         labels = vllm_cache_config(text) if isinstance(text, str) else None
         if labels is not None:
-            block = labels.get("block_size")
+            block, caching = labels.get("block_size"), labels.get("enable_prefix_caching")
             return CacheGeometry(
                 block_size=int(block) if block and block.isdigit() else None,
                 cache_dtype=labels.get("cache_dtype"),
-                prefix_caching=_bool(labels.get("enable_prefix_caching")),
+                prefix_caching=None if caching is None else caching.strip().lower() in ("true", "1", "yes"),
                 source="GET /metrics vllm:cache_config_info",
             )
     if client.flavor == "llama.cpp" and stated is not None:
@@ -238,9 +214,7 @@ def engine_identity(geometry: CacheGeometry) -> dict[str, Any]:
 
 def resolved(command: list[str]) -> list[str]:
     """A launch command with its program resolved on PATH, as it was started."""
-    if not command:
-        return command
-    return [shutil.which(command[0]) or command[0], *command[1:]]
+    return [shutil.which(command[0]) or command[0], *command[1:]] if command else command
 
 
 @cache

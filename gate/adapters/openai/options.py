@@ -213,9 +213,7 @@ def launched_model_meta(options: Options) -> ModelMeta:
     from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
 
     launch = options.launch
-    if launch is None or (launch.tiny_model is None and launch.model_file is None):
-        return ModelMeta()
-    if launch.tiny_model is not None:
+    if launch is not None and launch.tiny_model is not None:
         tiny = launch.tiny_model
         layers = None if tiny.sliding_layers is None else tuple(sorted(tiny.sliding_layers))
         return ModelMeta(
@@ -225,8 +223,7 @@ def launched_model_meta(options: Options) -> ModelMeta:
             sliding_layers=layers if tiny.sliding_window else None,
             source="tiny_model",
         )
-    assert launch.model_file is not None
-    return read_model_meta(launch.model_file)
+    return ModelMeta() if launch is None or launch.model_file is None else read_model_meta(launch.model_file)
 
 
 def flag(command: list[str], *names: str) -> str | None:

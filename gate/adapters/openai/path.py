@@ -79,15 +79,9 @@ def _substitute(part: str, subs: dict[str, str]) -> str:
 
 def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
     """The cache tiers a server's reset (`EnginePath.reset_cache`) cannot reach, from its flavor and
-    launch command (None: a server gate did not launch, whose flags it cannot see).
-
-    llama.cpp (tools/server of the build `make engine` makes): `POST /slots/N?action=erase` clears
-    slot N's KV and tokens only. The host-memory prompt cache (`--cache-ram`, 8192 MiB by default,
-    fed by slots handed to another request and, with `--cache-idle-slots`, the default, by every
-    idle slot) has no endpoint that clears it: only a restart or `--cache-ram 0` empties it. Slot
-    files under `--slot-save-path` are no tier a request reaches: only `action=restore` loads one
-    (engine-slot-restore saves and restores its own, gate.adapters.openai.slots).
-    """
+    launch command (None: a server gate did not launch, whose flags it cannot see). llama.cpp's
+    host-memory prompt cache (fed by slots handed to another request and, by default, every idle
+    slot) has no endpoint that clears it; slot files are no tier a request reaches."""
     if flavor == "llama.cpp":
         if command is None:
             return [
@@ -197,10 +191,8 @@ def peak_servers() -> int:
 
 
 def _make_room(cap: int) -> None:
-    """Stop idle pooled servers until one more start keeps `cap` alive at once: the one the plan
-    (`plan_servers`) needs last first (one it no longer needs before all), then controls' servers
-    before those on a changed model before the reference's and the candidate's, the least recently
-    used first."""
+    """Stop idle pooled servers until one more start keeps `cap` alive at once: the one the plan needs
+    last first, then controls' before changed models' before the others, least recently used first."""
     plan = _PLAN[0] if _PLAN else None
     while live_servers() >= cap:
         idle = sorted(
@@ -232,7 +224,7 @@ def plan_servers(owner: int, ahead: list[list[str | None]]) -> None:
 
 def _enter_phase(owner: int, control: str | None) -> None:
     """A server of the candidate's side is asked for: the phase running is the current check's next
-    one of its control (the reference's requests say nothing: it serves every phase)."""
+    one of its control."""
     plan = _PLAN[0] if _PLAN else None
     if plan is None or plan.owner != owner:
         return
@@ -246,11 +238,10 @@ def _enter_phase(owner: int, control: str | None) -> None:
 
 def release_controls(keep: set[str]) -> list[str]:
     """Stop the pooled servers of every control not in `keep` (their last use is over); their labels."""
-    stopped = []
-    for held in [p for p in _POOL.values() if p.control is not None and p.control not in keep and p.in_use == 0]:
-        stopped.append(held.server.label)
+    done = [p for p in _POOL.values() if p.control is not None and p.control not in keep and p.in_use == 0]
+    for held in done:
         held.stopper.stop()
-    return stopped
+    return [held.server.label for held in done]
 
 
 def engine_starts() -> list[str]:
@@ -386,12 +377,11 @@ class EnginePath:
         """Start (or reach) the server once to learn its model, flavor, vocabulary and context."""
         path = cls(options=options, dtype=dtype, seed=seed)
         with path.serve(label="probe") as served:
-            info = served.client.info
             launch = path._launch()
             log = served.server.log_text() if served.server is not None else ""
             command = None if launch is None else launch.command
             path.cache_geometry = served_geometry(served.client, command, launched_model_meta(options), log)
-            info = {**info, **engine_version(served.client)}
+            info = {**served.client.info, **engine_version(served.client)}
             if computes := served_dtype(served.client.flavor, log):  # judged in the rounding it computes in
                 info["compute_dtype"] = path.dtype = computes
             if served.server is not None:
@@ -594,13 +584,12 @@ class EnginePath:
             server.stop()
 
         stopper = on_stop(f"engine server {full_label}", stop)
-        held = _POOL[key] = Pooled(server, client, stopper, self.control, changed, owner=id(self.options))
-        return held
+        _POOL[key] = Pooled(server, client, stopper, self.control, changed, owner=id(self.options))
+        return _POOL[key]
 
     def _caches(self, launch: Launch) -> bool:
-        """Whether a server of this launch may hold a prefix across requests (False: launched with its
-        prefix cache off, as its flags or, for the launch probed, the engine itself state it), so a
-        server handed over needs no reset."""
+        """Whether a server of this launch may hold a prefix across requests (False: its flags or, for
+        the launch probed, the engine state its prefix cache is off): one handed over needs a reset."""
         stated = launch_geometry(launch.command, self.flavor)
         if stated is not None and stated.prefix_caching is not None:
             return stated.prefix_caching
@@ -611,9 +600,7 @@ class EnginePath:
     ) -> tuple[ServerProcess, EngineClient]:
         """Start a server on `launch` and wait until it answers; counted in `engine_starts` with `why`."""
         port = launch.port or free_port()
-        model_path = launch.model_file
-        if launch.tiny_model is not None:
-            model_path = str(tiny_model_file(launch.tiny_model)[0])
+        model_path = launch.model_file if launch.tiny_model is None else str(tiny_model_file(launch.tiny_model)[0])
         timing = {"ready_timeout_s": launch.ready_timeout_s, "stop_timeout_s": launch.stop_timeout_s}
         server = ServerProcess([], port=port, probe=launch.probe, env=launch.env, label=full_label, **timing)
         subs = {"{port}": str(port), "{model}": model_path or "", "{workdir}": str(server.workdir)}

@@ -10,6 +10,7 @@ through `stop()` (SIGTERM to the group, then SIGKILL after a grace period).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -45,17 +47,14 @@ def tail(text: str, lines: int = 15) -> str:
 _EXCEPTION = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S|\S*: GGML_ASSERT\(.*\) failed|\S*: Assertion .* failed"
 )
-"""A Python exception's last line (`ValueError: why`), at the start of the line: a warning that only
-names one (vLLM: "fd limit errors like `OSError: ...`") is not an error; or a C/C++ assertion that
-aborted the process (llama.cpp: `src/llama-context.cpp:3460: GGML_ASSERT(nread <= state_size) failed`,
-then a debugger's backtrace fills the tail)."""
+"""A Python exception's last line (`ValueError: why`) at the start of a line (a warning that only names
+one is not an error), or a C/C++ assertion that aborted the process (llama.cpp's `GGML_ASSERT`)."""
 
 
 def first_error(text: str, lines: int = 15) -> str:
-    """The log's first exception line (a Python `SomeError: why`) when the tail of `lines` lines does not
-    hold it, as 'first error in its log: ...; ' for the message ahead of that tail, else ''. An engine
-    that dies at start-up often ends its log with a wrapper (vLLM: `RuntimeError: Engine core
-    initialization failed. See root cause above.`) while the cause is further up."""
+    """The log's first exception line when the tail of `lines` lines does not hold it, as 'first error
+    in its log: ...; ', else '': an engine dying at start-up often ends its log with a wrapper (vLLM:
+    `RuntimeError: Engine core initialization failed.`) while the cause is further up."""
     kept = [line for line in text.splitlines() if line.strip()]
     for line in kept[:-lines]:
         if match := _EXCEPTION.search(line):
@@ -259,8 +258,6 @@ def stop_all() -> None:
 @contextlib.contextmanager
 def sigterm_stops_servers() -> Iterator[None]:
     """While servers run, SIGTERM to gate stops them and ends gate as SIGTERM would (exit 143)."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -284,12 +281,8 @@ EXIT_GRACE_S = 10.0
 @contextlib.contextmanager
 def died_serving(server: ServerProcess | None, call: str, **where: int | str) -> Iterator[None]:
     """Mark a request into the engine: a server gate launched that exits while serving it crashed, a
-    finding about the subject (`SubjectCrash`, a failed check of class `crash`), not gate's error.
-
-    Only a launched process seen to exit counts. A server that could not start or never became ready
-    (EngineNotReady, EnginePortInUse) stays an environment error, and so does a `base_url` server
-    that stops answering, where gate cannot tell the engine from the network (EngineCrashed, exit 12).
-    """
+    finding about the subject (`SubjectCrash`), not gate's error. Only a launched process seen to exit
+    counts: a `base_url` server that stops answering stays an environment error (EngineCrashed)."""
     try:
         yield
     except EngineCrashed as err:
@@ -307,7 +300,5 @@ def died_serving(server: ServerProcess | None, call: str, **where: int | str) ->
         seen = err if "its log ends:" in str(err) else EngineCrashed(f"{err}; {server.death_note()}")
         raise SubjectCrash(call, seen, {**where, "exit_status": status}) from err
 
-
-import atexit  # noqa: E402
 
 atexit.register(stop_all)

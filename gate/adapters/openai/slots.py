@@ -27,12 +27,6 @@ def erase_slot(client: EngineClient, slot: int) -> Any:
     return client.post(f"/slots/{slot}?action=erase", {})
 
 
-def _reply(reply: Any, where: str) -> dict[str, Any]:
-    if not isinstance(reply, dict):
-        raise EngineBadReply(f"{where} answered {str(reply)[:120]!r}, not an object")
-    return reply
-
-
 @dataclass
 class LlamaSlotFiles:
     """The slot files of one launched llama.cpp server (gate.protocols.SlotStore)."""
@@ -46,7 +40,9 @@ class LlamaSlotFiles:
         call = f"POST /slots/{slot}?action={action}"
         with died_serving(self.server, call, slot=slot, **body):  # the server dying on it is a finding
             # never retried: a file the server chokes on is sent once
-            reply = _reply(self.client.post(f"/slots/{slot}?action={action}", body, retry=False), call)
+            reply = self.client.post(f"/slots/{slot}?action={action}", body, retry=False)
+        if not isinstance(reply, dict):
+            raise EngineBadReply(f"{call} answered {str(reply)[:120]!r}, not an object")
         if action == "restore" and self.client.history is not None:
             self.client.history.restored = True  # the slot holds tokens this process was never sent
         return reply

@@ -7,12 +7,8 @@ import functools
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gate.adapters.openai.options import TinyModel
-
-if TYPE_CHECKING:
-    from gate.models.tiny_gguf import TinyLlamaSpec
 
 
 @functools.cache
@@ -20,20 +16,13 @@ def _model_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="gate-tiny-model-"))
 
 
-def tiny_spec(spec: TinyModel) -> TinyLlamaSpec:
-    """The writer's spec (gate.models.tiny_gguf.TinyLlamaSpec) of a `tiny_model` option."""
-    from gate.models.tiny_gguf import TinyLlamaSpec
-
-    layers = None if spec.sliding_layers is None else tuple(spec.sliding_layers)
-    return TinyLlamaSpec(**spec.model_dump(exclude={"format", "sliding_layers"}), sliding_layers=layers)
-
-
 def tiny_model_file(spec: TinyModel) -> tuple[Path, str]:
     """Write (once per process) the tiny model a spec names; its path (a .gguf file or a Hugging Face
     directory) and sha256 (of the file, or gate.models.tiny_hf.directory_sha256 of the directory)."""
-    from gate.models.tiny_gguf import write_tiny_gguf
+    from gate.models.tiny_gguf import TinyLlamaSpec, write_tiny_gguf
 
-    full = tiny_spec(spec)
+    layers = None if spec.sliding_layers is None else tuple(spec.sliding_layers)
+    full = TinyLlamaSpec(**spec.model_dump(exclude={"format", "sliding_layers"}), sliding_layers=layers)
     key = hashlib.sha256(repr((spec.format, full.describe())).encode()).hexdigest()[:16]
     path = _model_dir() / (f"tiny-llama-{key}" if spec.format == "hf" else f"tiny-llama-{key}.gguf")
     digest_file = path.with_name(path.name + ".sha256")

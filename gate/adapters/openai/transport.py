@@ -189,6 +189,3 @@ def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Calla
     if deadline.expired:
         raise TimeoutError(f"no complete reply within {timeout_s:g}s")
     return out
-
-
-__all__ = ["MAX_BODY", "MAX_LINE", "Deadline", "HTTPStatus", "fetch", "lines", "origin", "read_body"]

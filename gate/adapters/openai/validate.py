@@ -189,16 +189,3 @@ def chunk_reuse(command: Sequence[str]) -> bool:
         if value is not None and value.strip() not in ("", "0"):
             return True
     return False
-
-
-__all__ = [
-    "LOGPROB_SLACK",
-    "CacheHistory",
-    "check_tokens",
-    "chunk_reuse",
-    "lcp",
-    "logprob",
-    "objects",
-    "reported_cached",
-    "whole",
-]

@@ -210,12 +210,10 @@ def _speculative(xllamacpp: Any, params: Any, settings: dict[str, Any]) -> None:
         spec.type = members[key]
     draft = spec.draft if hasattr(spec, "draft") else spec  # newer builds: a view, changed in place
     if "speculative.model" in settings:
-        model = draft.mparams if hasattr(draft, "mparams") else draft.mparams_dft
+        attr = "mparams" if hasattr(draft, "mparams") else "mparams_dft"
+        model = getattr(draft, attr)
         model.path = settings["speculative.model"]
-        if hasattr(draft, "mparams"):
-            draft.mparams = model
-        else:
-            draft.mparams_dft = model
+        setattr(draft, attr, model)
     for field in ("n_max", "n_min"):
         if f"speculative.{field}" in settings:
             setattr(draft, field, settings[f"speculative.{field}"])

@@ -26,21 +26,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING or __package__:
-    from gate.adapters.openai.xllamacpp_params import UsageError, configure, parse
+if TYPE_CHECKING or __package__:  # UsageError re-exported under its old path
+    from gate.adapters.openai.xllamacpp_params import UsageError as UsageError
+    from gate.adapters.openai.xllamacpp_params import configure, parse
 else:  # run as a script (the wrapper): the sibling file, without importing gate's adapters
     from xllamacpp_params import UsageError, configure, parse
-
-__all__ = [  # the launcher's own, and UsageError from xllamacpp_params under its old path
-    "EXIT_BAD_ARGS",
-    "UsageError",
-    "build_number",
-    "installed_version",
-    "main",
-    "serve",
-    "set_build_identity",
-    "write_wrapper",
-]
 
 EXIT_BAD_ARGS = 2
 _VERSION = re.compile(r"^\d{4}\.\d+\.(\d+)(?:\.\d+)?$")

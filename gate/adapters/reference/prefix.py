@@ -114,8 +114,7 @@ class ReferenceFamily(ModelFamily):
         kv.pos = start + n
 
     def kv_bytes(self, kv: Any) -> int:
-        nbytes: int = kv.nbytes()
-        return nbytes
+        return int(kv.nbytes())
 
 
 def build(model: Transformer, options: Any, *, device: str, dtype: str, seed: int) -> PrefixWorker:

@@ -85,11 +85,7 @@ class CachedSession:
             logits = prefill(self.model, tokens, self.cache, start_pos=start, chunk_size=self.path.chunk_size)
         return logits.float()
 
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._run(tokens)
-
-    def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._run(tokens)
+    prefill = append = _run
 
     def reset(self) -> None:
         with subject_call(f"{type(self.cache).__name__}.reset", length=self.cache.pos):
