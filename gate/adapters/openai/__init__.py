@@ -1,21 +1,12 @@
 """The `openai` adapter: an engine gate did not write, behind an OpenAI-compatible HTTP API
-(docs/engines.md has example manifests).
-
-Either `base_url` (a server someone else runs) or `launch` (gate starts the command, `{port}` and
-`{model}` substituted, waits for the readiness probe and always stops its whole process group).
-Prompts are token ids; the vocabulary size and the context length come from the server (or
-`vocab_size` / `context_length`). `controls` are the engine's negative controls: other launch
+(docs/engines.md has example manifests): a server at `base_url`, or a `launch` command gate starts
+and always stops. Prompts are token ids. `controls` are the engine's negative controls: other launch
 configurations that plant a known, real difference; `with_fault(name)` is the candidate launched so.
 
-Secrets never enter a manifest: `headers` values are templates over environment variables
-(`Bearer ${ENGINE_TOKEN}`) resolved when a request is sent, and only variables the site lists in
-`$GATE_HEADER_ENV`, outside the manifest, may be named (a pull request's manifest cannot send the
-job's other secrets to a server it names). Redirects to another origin are not followed. A launched
-server gets none of gate's environment beyond a short list of safe variables and `launch.env`
-(gate.adapters.openai.environment); every reply is checked as data (gate.adapters.openai.validate),
-each request under one total deadline (gate.adapters.openai.transport).
-
-This module imports nothing heavy, so `gate validate` and `gate plan` stay instant.
+Secrets never enter a manifest: `headers` are templates over the variables the site lists in
+`$GATE_HEADER_ENV`, redirects to another origin are not followed, and a launched server gets only a
+few safe variables (environment.py). Every reply is checked as data (validate.py), each request
+under one total deadline (transport.py). This module imports nothing heavy (`gate plan` stays instant).
 """
 
 from __future__ import annotations
@@ -24,17 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from gate.adapters.openai.options import (
-    FLAVORS,
-    ControlLaunch,
-    Launch,
-    Options,
-    TinyModel,
-    launch_context,
-    launched_model_meta,
-    model_context_length,
-    model_vocab_size,
-)
+from gate.adapters.openai.options import Options, launch_context, launched_model_meta
 from gate.protocols import PathCapabilities
 
 
@@ -76,13 +57,4 @@ class OpenAIAdapter:
         )
 
 
-__all__ = [
-    "FLAVORS",
-    "ControlLaunch",
-    "Launch",
-    "OpenAIAdapter",
-    "Options",
-    "TinyModel",
-    "model_context_length",
-    "model_vocab_size",
-]
+__all__ = ["OpenAIAdapter", "Options"]

@@ -73,10 +73,8 @@ def installed(target: Path, version: str) -> bool:
 
 
 def install(version: str, cache: Path = CACHE, wrapper: bool = True) -> Path:
-    """xllamacpp==version in cache/<version>/ with its bin/llama-server wrapper (rewritten when it runs
-    another Python; `wrapper=False`: left alone, for a caller writing its own elsewhere with
-    `write_wrapper(folder, bin_dir)`); installed once. A failed pip install raises
-    subprocess.CalledProcessError and leaves nothing behind."""
+    """xllamacpp==version in cache/<version>/, installed once, with its bin/llama-server wrapper (unless
+    `wrapper=False`); a failed pip install raises CalledProcessError and leaves nothing behind."""
     target = cache / version
     if not installed(target, version):
         cache.mkdir(parents=True, exist_ok=True)

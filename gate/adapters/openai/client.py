@@ -1,11 +1,7 @@
 """A small OpenAI-compatible completions client for token-id prompts, greedy decoding and top-k logprobs.
 
-Prompts are lists of token ids (every OpenAI-compatible server accepts them in `prompt`), so two
-servers read exactly the same tokens. Each reply becomes a `Completion`: the greedy token ids, the
-logprob of each, the top-k (token id, logprob) pairs at each position, and the number of prompt
-tokens the server says it served from its cache (the proof that a cached path ran).
-
-Field names by engine (read from their sources, see docs/engines.md):
+Prompts are token ids, so two servers read exactly the same tokens. Field names by engine (read from
+their sources, see docs/engines.md):
 
     top-k with ids   llama.cpp: choices[0].logprobs.content[i].{id, logprob, top_logprobs[].{id, logprob}}
                      (requested with n_probs); vLLM: the legacy completions logprobs with

@@ -1,11 +1,9 @@
 """The environment a launched engine gets: what the manifest names and a short list of safe variables.
 
-gate's own environment holds what an engine must never see: the path of the signing key, the ledger's
-URL with its password, CI tokens (GITHUB_TOKEN, ACTIONS_RUNTIME_TOKEN), cloud credentials. A
-manifest's `launch.command` comes with the change under review, so it runs with none of that: only
-the variables below, taken from gate's environment where they are set, and then the manifest's own
-`launch.env` (literal values, recorded in the dossier). A secret an engine genuinely needs has no way
-in; serve it from a server gate reaches at `base_url` instead (docs/engines.md).
+gate's own environment holds what an engine must never see (the signing key's path, the ledger's
+password, CI tokens, cloud credentials), and a manifest's `launch.command` comes with the change
+under review: it gets only the variables below, then the manifest's `launch.env`. A secret an engine
+needs has no way in; serve it from a server gate reaches at `base_url` instead (docs/engines.md).
 """
 
 from __future__ import annotations

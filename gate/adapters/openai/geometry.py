@@ -2,16 +2,10 @@
 
 Read from the engine wherever it states it (vLLM: the `vllm:cache_config_info` gauge of GET /metrics;
 llama.cpp reuses any common prefix, block 1), else from its launch flags, else measured inside
-engine-prefix-parity (gate.checks._engine.probe_block: the greatest common divisor of the hits on a
-prefix sent twice). A sweep planned on it visits each block edge, so a length below the first
-reusable block is known to miss by design, never a failure.
-
-Beside the block, the geometry names the model's attention layout (sliding window and its layers,
-from a tiny model's spec, a GGUF header or config.json) and llama.cpp's reuse mechanisms that
-engine-concurrent-conversations aims at (gate.checks._mechanisms): slots and a unified KV (-np,
---kv-unified), the micro-batch (-ub), the host-memory prompt cache (--cache-ram) and context
-checkpoints (--ctx-checkpoints, --checkpoint-min-step), from the flags, llama.cpp's defaults where
-they are silent, then `/props` and the start-up log (at -lv 4 on the xllamacpp builds) when it runs.
+engine-prefix-parity. Beside the block, it names the model's attention layout (sliding window and
+its layers) and llama.cpp's reuse mechanisms (slots, unified KV, micro-batch, host-memory prompt
+cache, context checkpoints): from the flags and llama.cpp's defaults, then `/props` and the start-up
+log (at -lv 4 on the xllamacpp builds) when it runs.
 """
 
 from __future__ import annotations
@@ -136,10 +130,8 @@ _LOG_VLLM_DTYPE = re.compile(r"Initializing an? (?:V1 )?LLM engine .*?with confi
 
 
 def served_dtype(flavor: str, log: str) -> str | None:
-    """The dtype the server computes in, where its start-up log states it (None: not stated). vLLM
-    resolves `--dtype auto` itself: a float32 model runs in bfloat16 on a CPU (vLLM 0.32's config line
-    `Initializing a V1 LLM engine (v0.32.0) with config: ... dtype=torch.bfloat16`), and the checks must
-    judge that rounding, not the model file's."""
+    """The dtype the server computes in, where its start-up log states it: vLLM resolves `--dtype auto`
+    itself (a float32 model runs in bfloat16 on a CPU), and the checks must judge that rounding."""
     if flavor == "vllm" and (found := _LOG_VLLM_DTYPE.search(log)):
         return found.group(1)
     return None

@@ -1,8 +1,6 @@
-"""What a model file states about itself, read without loading it: the vocabulary size, the trained
-context length and the attention layout (a sliding window and its layers), from a Hugging Face
-directory's `config.json` (or its `text_config`) or a GGUF file's metadata. gate uses them where the
-engine states none (vLLM states no vocabulary size). Only the GGUF header is read (stdlib): `gate
-validate` stays instant.
+"""What a model file states about its shape, read without loading it: from a Hugging Face directory's
+`config.json` (or its `text_config`) or a GGUF file's header (stdlib only: `gate validate` stays
+instant). gate uses it where the engine states nothing (vLLM states no vocabulary size).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The `openai` adapter's options (the manifest's `options:` block) and what they state before a
 server runs: the launched model's shape, the flavor and context a launch command names, which
-environment variables a header may name. Torch-free; the package's face re-exports the models."""
+environment variables a header may name. Torch-free."""
 
 from __future__ import annotations
 
@@ -101,9 +101,6 @@ class ControlLaunch(_Options):
     """What difference it plants, in words."""
 
 
-FLAVORS = ("auto", "vllm", "sglang", "llama.cpp", "tgi", "generic")
-
-
 class Options(_Options):
     """How to reach (or start) one OpenAI-compatible server."""
 
@@ -195,15 +192,12 @@ def guess_flavor(command: list[str], flavor: str) -> str:
 
 
 def model_vocab_size(options: Options) -> int | None:
-    """The vocabulary size the launched model states: a tiny model's, or the `config.json` of a
-    `model_file` directory or a GGUF `model_file`'s metadata on this machine (None: none of these)."""
+    """The vocabulary size the launched model states (None: it states none)."""
     return launched_model_meta(options).vocab_size
 
 
 def model_context_length(options: Options) -> int | None:
-    """The trained context length the launched model states (a tiny model's, `max_position_embeddings`
-    in a model directory's config.json, `<arch>.context_length` in a GGUF file): the context where
-    the server states none (None: none of these)."""
+    """The trained context length the launched model states: the context where the server states none."""
     return launched_model_meta(options).context_length
 
 

@@ -449,9 +449,7 @@ class EnginePath:
         return release_controls(keep)
 
     def plan_servers(self, ahead: list[list[str | None]]) -> None:
-        """The checks still to run, the current one first, each as its phases: None (the check on the
-        candidate), then its controls' names (gate.protocols.PlansServers). The cap then stops the
-        server the plan needs last."""
+        """The checks still to run (gate.protocols.PlansServers): the cap stops the server needed last."""
         plan_servers(id(self.options), ahead)
 
     def servers_started(self) -> dict[str, Any] | None:

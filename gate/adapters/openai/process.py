@@ -1,11 +1,9 @@
 """Start an engine's server as gate's child, wait until it is ready, and always stop it.
 
-The server runs in its own process group (so a server that forks workers, as vLLM and SGLang do,
-is stopped whole), with its stdout and stderr captured to a log file whose tail is quoted in every
-error. It runs with a clean environment (gate.adapters.openai.environment: never gate's keys or
-tokens). On Linux the child also asks the kernel to kill it if gate dies (PR_SET_PDEATHSIG), so not
-even a `kill -9` of gate leaves a server behind; a normal exit, an exception or Ctrl-C stops it
-through `stop()` (SIGTERM to the group, then SIGKILL after a grace period).
+The server runs in its own process group (a server that forks workers is stopped whole), with a
+clean environment (environment.py) and its output captured to a log whose tail is quoted in every
+error. On Linux the kernel kills it if gate dies (PR_SET_PDEATHSIG), even by `kill -9`; otherwise
+`stop()` sends SIGTERM to the group, then SIGKILL after a grace period.
 """
 
 from __future__ import annotations

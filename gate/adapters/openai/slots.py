@@ -1,10 +1,7 @@
-"""A launched llama.cpp server's slot files: save, restore and erase a slot through the engine's own API.
-
-llama.cpp's server answers `POST /slots/N?action=save` and `?action=restore` with `{"filename": NAME}`
-(a bare name under `--slot-save-path DIR`; without the flag every action is refused) and `?action=erase`
-with an empty body; a file it cannot load is refused with HTTP 400. A completion goes to slot N with
-the request field `id_slot`. gate offers the files only for a server it launched with
-`--slot-save-path` (a `base_url` server's files sit on a machine gate cannot see).
+"""A launched llama.cpp server's slot files: save, restore and erase a slot through the engine's own API
+(`POST /slots/N?action=save|restore|erase`, files under `--slot-save-path DIR`; a completion goes to
+slot N with `id_slot`). gate offers them only for a server it launched with `--slot-save-path` (a
+`base_url` server's files sit on a machine gate cannot see).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """One HTTP request under a total deadline and a size limit.
 
-A socket timeout bounds each wait for bytes, not the request: a server that sends one byte a
-second, or a server-sent-events stream that never ends, keeps every wait short and the request
-open for ever. `fetch` arms a timer for the whole request (connecting, the headers, the body or
-stream) that shuts the connection's socket down when it fires; whatever read was waiting returns,
-and the request ends as a timeout (`TimeoutError`), whatever the server was doing. A reply body is
-read up to `MAX_BODY` bytes and a streamed line up to `MAX_LINE`; more is refused as a bad reply.
+A socket timeout bounds each wait for bytes, not the request (a server dripping one byte a second
+keeps it open for ever): `fetch` arms a timer for the whole request that shuts the socket down when
+it fires, and the request ends as a `TimeoutError`. A reply body is read up to `MAX_BODY` bytes and a
+streamed line up to `MAX_LINE`; more is refused as a bad reply.
 """
 
 from __future__ import annotations
@@ -155,10 +153,9 @@ class _SameOrigin(urllib.request.HTTPRedirectHandler):
 
 
 def fetch(req: urllib.request.Request, timeout_s: float, where: str, read: Callable[[Any], Any] | None = None) -> Any:
-    """Send `req` and read its reply (`read(reply)`, default the body's bytes), all within `timeout_s`.
-
-    TimeoutError when the deadline passed (even if a read then returned something), HTTPStatus for
-    an error status, the usual URLError / OSError for a connection that failed."""
+    """Send `req` and read its reply (`read(reply)`, default the body's bytes), all within `timeout_s`:
+    TimeoutError when the deadline passed (even if a read then returned something), HTTPStatus for an
+    error status, the usual URLError / OSError for a connection that failed."""
     deadline = Deadline(timeout_s)
     body = b""
     opener = urllib.request.OpenerDirector()  # http and https only: never file:, ftp: or data: URLs

@@ -1,13 +1,10 @@
 """An engine's reply is data to check, never a statement to take on trust.
 
 Every number gate reads from an engine is checked before a check sees it; a violation is a bad reply
-(`EngineBadReply`, exit 14) naming the field: logprobs are finite and at most 0, token ids lie in the
-vocabulary, one logprob and one top-k list per generated token (exactly max_tokens when end-of-sequence
-is ignored), counts are whole numbers in their range. On a server gate launched, a cache can only hold
-what was sent to it since it started (`CacheHistory`): a hit on its very first request, or more cached
-tokens than the prompt shares with anything sent before, is refused. An engine that reuses chunks
-after a mismatch (llama.cpp `--cache-reuse`), and a `base_url` server (whose cache holds what other
-clients sent), are bounded by the prompt's length only.
+(`EngineBadReply`, exit 14) naming the field. On a server gate launched, a cache can only hold what
+was sent to it since it started (`CacheHistory`): a hit on its first request, or more cached tokens
+than the prompt shares with anything sent before, is refused. An engine that reuses chunks after a
+mismatch (llama.cpp `--cache-reuse`), and a `base_url` server, are bounded by the prompt's length only.
 """
 
 from __future__ import annotations

@@ -191,10 +191,8 @@ def configure(xllamacpp: Any, settings: dict[str, Any], version: str) -> Any:
 
 
 def _speculative(xllamacpp: Any, params: Any, settings: dict[str, Any]) -> None:
-    """Speculative decoding: `--spec-type NAME` (ngram-mod, ngram-simple, ...: drafts without a draft model)
-    and `-md FILE` (a draft model; its type, draft or draft-simple by build, unless --spec-type names one),
-    `--draft-max`/`--draft-min`. Older builds hold one `speculative.type` and the draft's fields on
-    `speculative` itself (`mparams_dft`), newer ones a list `speculative.types` and a `speculative.draft`."""
+    """`--spec-type NAME`, `-md FILE` (a draft model), `--draft-max`/`--draft-min`. Older builds hold one
+    `speculative.type` and the draft's fields on `speculative`, newer ones `types` and a `draft`."""
     members = xllamacpp.common_speculative_type.__members__
     spec = params.speculative
     name = settings.get("speculative.type")

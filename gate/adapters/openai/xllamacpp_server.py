@@ -1,16 +1,14 @@
 """llama.cpp's own server, from a prebuilt xllamacpp wheel, started the way gate starts `llama-server`.
 
-xllamacpp (PyPI, versions `YEAR.MONTH.BUILD`) embeds llama.cpp's server (the same HTTP routes, slots and
-caches) in a CPU wheel configured through `CommonParams` (gate/adapters/openai/xllamacpp_params.py maps
-the llama-server flags onto them), so a manifest's `launch.command: [llama-server, ...]` runs unchanged
-against any installed build (benchmarks/engine_builds.py, docs/engines.md "Engine builds via xllamacpp"):
+xllamacpp (PyPI, versions `YEAR.MONTH.BUILD`) embeds llama.cpp's server in a CPU wheel configured
+through `CommonParams` (xllamacpp_params.py maps the llama-server flags onto them), so a manifest's
+`launch.command: [llama-server, ...]` runs unchanged against any installed build:
 
     python gate/adapters/openai/xllamacpp_server.py --xllamacpp DIR -m model.gguf --port 8080 ...
 
 DIR is a `pip install --no-deps --target DIR xllamacpp==VERSION`; `write_wrapper(DIR)` writes
-DIR/bin/llama-server, a script that runs this launcher on that build. The wheels are built without
-llama.cpp's build number (`/props` says `b0-unknown`), so the launcher sets it from the package version
-before the server starts: `build_info` (where gate reads an engine's identity) says `b<BUILD>-xllamacpp`.
+DIR/bin/llama-server, which runs this launcher on that build. The wheels say `b0-unknown` as their
+build, so the launcher sets `build_info` from the package version: `b<BUILD>-xllamacpp`.
 """
 
 from __future__ import annotations
@@ -111,12 +109,9 @@ def _rewrite_static_strings(library: Path, new: bytes) -> int:
 
 
 def set_build_identity(library: Path, build: int) -> str:
-    """Make the loaded llama.cpp report its build number as build info (GET /props `build_info`).
-
-    Newer builds compute the string on first use (`llama_build_info()`) from the exported
-    LLAMA_BUILD_NUMBER and LLAMA_COMMIT, which are set here: `b<build>-xllamacpp`. Older ones made
-    static strings at load time (`b0-unknown`), which are rewritten in place to `b<build>` (the
-    longest text their storage surely holds). Returns the string now reported."""
+    """Make the loaded llama.cpp report its build number as build info (GET /props `build_info`), the
+    string returned: newer builds compute it from LLAMA_BUILD_NUMBER and LLAMA_COMMIT, set here; older
+    ones hold static `b0-unknown` strings, rewritten in place to `b<build>`."""
     global _COMMIT
     lib = ctypes.CDLL(str(library))
     _COMMIT = ctypes.create_string_buffer(b"xllamacpp")  # kept alive: LLAMA_COMMIT points at it

@@ -4,10 +4,9 @@
       reference: {adapter: recorded, options: {baseline: baselines/main}}
       candidate: {adapter: hf, options: {...}}      # this build
 
-Every answer comes from the baseline; a question it was not recorded for is an error naming it
-(MissingRecording), never a silent recompute. The path offers DecodePath only. Clocks and per-layer
-traces, which a store cannot give, come from the live reference the baseline names (`live_reference`);
-it never answers a question a verdict's logits come from. This module imports no torch.
+Every answer comes from the baseline; a question it was not recorded for is MissingRecording, never
+a silent recompute. Clocks and per-layer traces come from the live reference the baseline names
+(`live_reference`), never a verdict's logits. This module imports no torch.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Baselines: the reference side's answers, stored so another build can be gated against them.
 
-A baseline directory (laid out as docs/baselines.md shows: baseline.json, objects/SHA.npy) holds
-every observation the plan's checks asked of the reference path. A question is the call a check
-made: `full_logits(tokens)`, or a session's `prefill`/`append` with everything that session was fed
-before (a chunked schedule and a one-shot one are different questions, as their bits may differ),
-keyed by the sha256 of the reference key and that chain. `StoredPath` answers from the store and,
-with a live path behind it, computes and stores what is missing (the reference cache); without one
-(the `recorded` adapter) a missing answer is `MissingRecording`, naming the question.
+A baseline directory (docs/baselines.md) holds every observation the plan's checks asked of the
+reference path. A question is the call a check made, `full_logits(tokens)` or a session's call with
+everything that session was fed before, keyed by the sha256 of the reference key and that chain.
+`StoredPath` answers from the store and, with a live path behind it, computes and stores what is
+missing (the reference cache); without one, a missing answer is `MissingRecording`.
 """
 
 from __future__ import annotations
@@ -157,9 +155,8 @@ class StoredPath:
         return value
 
     def live_reference(self) -> DecodePath:
-        """The live path behind these answers, for clocks and layer traces only (LiveCounterpart):
-        the path that computes what is missing, or the one the baseline names, built once and
-        checked against the recorded model identity."""
+        """The live path behind these answers, for clocks and layer traces only (LiveCounterpart): the
+        one that computes what is missing, or the one the baseline names, checked against its identity."""
         if self.live is not None:
             return self.live
         if self._counterpart is None:

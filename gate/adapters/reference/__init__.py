@@ -69,16 +69,13 @@ class ReferenceAdapter:
 
         if not isinstance(options, Options):
             options = Options.model_validate(options.model_dump())
-        name = "reference:" + options.path
-        offers = OFFERS.get(options.path, OFFERS["full"])
         if options.weights is not None:
-            config = _weights_config(options.weights)
-            return PathCapabilities(
-                path=name, max_len=int(config["max_len"]), max_len_from=f"weights {options.weights}", offers=offers
-            )
-        config_max = ModelConfig.from_preset(options.preset, **options.overrides()).max_len
-        source = "option max_len" if options.max_len is not None else f"preset {options.preset}"
-        return PathCapabilities(path=name, max_len=config_max, max_len_from=source, offers=offers)
+            max_len, source = int(_weights_config(options.weights)["max_len"]), f"weights {options.weights}"
+        else:
+            max_len = ModelConfig.from_preset(options.preset, **options.overrides()).max_len
+            source = "option max_len" if options.max_len is not None else f"preset {options.preset}"
+        offers = OFFERS.get(options.path, OFFERS["full"])
+        return PathCapabilities(path="reference:" + options.path, max_len=max_len, max_len_from=source, offers=offers)
 
 
 def _weights_config(name_or_path: str) -> dict[str, Any]:

@@ -1,9 +1,6 @@
-"""Approximate-cache paths through the reference decoder: `quantized` and `evicting`.
-
-Registered in `gate.adapters.reference.PATHS`. Each is an ordinary cached `ReferencePath` over an
-empty dynamic-layout cache, plus a cache hook that wraps every new cache
-(gate.models.kv_approx) and a session hook that adds the approximation's own numbers (bits,
-tokens quantised, tokens kept and evicted) to `exercise()`. Faults still apply on top.
+"""Approximate-cache paths through the reference decoder: `quantized` and `evicting`: a cached
+`ReferencePath` over a dynamic-layout cache that a cache hook wraps (gate.models.kv_approx) and whose
+sessions add the approximation's own numbers to `exercise()`. Faults still apply on top.
 """
 
 from __future__ import annotations
@@ -31,9 +28,7 @@ class _ApproxSession:
         self._inner = inner
 
     def exercise(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self._inner.exercise())
-        out.update(approx_stats(self._inner.cache))
-        return out
+        return {**self._inner.exercise(), **approx_stats(self._inner.cache)}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -98,19 +93,24 @@ class QuantizedPath(ReferencePath):
         return self._with(fault, quant_fault=fault, cache_hooks=hooks)
 
 
-def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
-    q = options.quant or QuantOptions()
-    name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
-    return QuantizedPath(
-        name=name,
+def _approx_path(
+    cls: type[ReferencePath], model: Transformer, options: Options, hook: Any, session: Any, **fields: Any
+) -> ReferencePath:
+    """A `cls` path over a dynamic-layout cache that `hook` wraps, its sessions wrapped in `session`."""
+    return cls(
         model=model,
         block_size=options.block_size,
         layout="dynamic",
-        quant=q,
-        cache_hooks=[_QuantHook(q)],
-        session_hooks=[_ApproxSession],
-        **run,
+        cache_hooks=[hook],
+        session_hooks=[session],
+        **fields,
     )
+
+
+def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) -> ReferencePath:
+    q = options.quant or QuantOptions()
+    name = f"reference:quantized[int{q.bits},g{q.group_size},{q.key_axis}" + (f",r{q.residual}]" if q.residual else "]")
+    return _approx_path(QuantizedPath, model, options, _QuantHook(q), _ApproxSession, name=name, quant=q, **run)
 
 
 class _EvictSession(_ApproxSession):
@@ -181,15 +181,5 @@ def build_evicting(model: Transformer, options: Options, **run: Unpack[Run]) -> 
         raise ValueError("path 'evicting' needs `evict: {window: N}`")
     kept = f"sink{e.sink}+window{e.window}" + (f",{e.score}{e.budget}" if e.budget else "")
     name = f"reference:evicting[{kept},chunk{e.chunk_size}]" + (f"+{e.fault}" if e.fault else "")
-    return EvictingPath(
-        name=name,
-        model=model,
-        block_size=options.block_size,
-        layout="dynamic",
-        chunk_size=e.chunk_size,
-        fault=e.fault,
-        evict=e,
-        cache_hooks=[_EvictHook(e)],
-        session_hooks=[_EvictSession],
-        **run,
-    )
+    fields = {"name": name, "chunk_size": e.chunk_size, "fault": e.fault, "evict": e}
+    return _approx_path(EvictingPath, model, options, _EvictHook(e), _EvictSession, **fields, **run)

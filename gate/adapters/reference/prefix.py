@@ -1,12 +1,7 @@
-"""The `prefix-cache` path of the reference adapter: workers sharing a block prefix cache.
+"""The `prefix-cache` path of the reference adapter: workers (gate.prefix.worker.PrefixWorker) sharing
+a block prefix cache; this module is the reference decoder's `ModelFamily`.
 
     candidate: {adapter: reference, options: {path: prefix-cache, block_size: 4}}
-
-The worker itself (request, store, siblings, updates, save and restore) is
-`gate.prefix.worker.PrefixWorker`; this module is the reference decoder's `ModelFamily`: its adapter
-is a seeded low-rank delta on `attention.wk`/`attention.wv`, its rope variant a 4× rope base, its
-window variant a window of one block, and its per-request cache a dynamic `KVCache` (K/V stored in a
-narrower dtype are rounded on every write).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """`path: speculative` for the reference adapter: the reference decoder as target, a smaller draft.
 
-    candidate: {adapter: reference, options: {path: speculative, speculative: {k: 2, draft: layer-skip}}}
-
-The draft and the sampler fault are as `SpeculativeOptions` (options.py, torch-free) says; building
-them imports torch.
+candidate: {adapter: reference, options: {path: speculative, speculative: {k: 2, draft: layer-skip}}}
 """
 
 from __future__ import annotations
