@@ -62,8 +62,7 @@ class Completion:
 
 @dataclass
 class Streamed:
-    """A streamed completion: the completion, and when each of its tokens arrived (seconds after the
-    request was sent, retries included)."""
+    """A streamed completion, and when each of its tokens arrived (seconds after the request was sent)."""
 
     completion: Completion
     token_s: list[float]
@@ -298,8 +297,7 @@ class EngineClient:
     def _checked(
         self, completion: Completion, prompt: list[int], max_tokens: int, sent: int | None, where: str, *, exact: bool
     ) -> Completion:
-        """The completion, once every number in it is possible (gate.adapters.openai.validate); `exact`:
-        the request set ignore_eos, so the reply must hold exactly max_tokens tokens."""
+        """The completion, once every number in it is possible; `exact`: exactly max_tokens tokens (ignore_eos)."""
         validate.check_tokens(
             completion.tokens,
             completion.logprobs,
@@ -321,8 +319,7 @@ class EngineClient:
         return completion
 
     def stream(self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None) -> Streamed:
-        """The same greedy continuation, streamed (server-sent events): each token's arrival time is kept,
-        for time to first token and per-token latency as a client sees them."""
+        """The same greedy continuation, streamed: each token's arrival time is kept (time to first token)."""
         body = self._body(prompt, max_tokens, top_k, extra, stream=True)
         where = f"{self.label}: streamed choices[0].logprobs"
         sent = None if self.history is None else self.history.sent(prompt)

@@ -42,8 +42,7 @@ SAFE_PREFIXES = ("LC_",)
 
 
 def engine_environment(manifest_env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a launched engine: the safe variables of `environ` (gate's own by default),
-    then the manifest's `launch.env` over them."""
+    """The safe variables of `environ` (gate's own by default), then the manifest's `launch.env` over them."""
     source = os.environ if environ is None else environ
     kept = {name: value for name, value in source.items() if name in SAFE_VARIABLES or name.startswith(SAFE_PREFIXES)}
     return {**kept, **manifest_env}

@@ -71,8 +71,7 @@ def _layout(meta: ModelMeta | None) -> dict[str, Any]:
 
 
 def launch_geometry(command: list[str], flavor: str, meta: ModelMeta | None = None) -> CacheGeometry | None:
-    """The geometry a launch command (and the model it serves, `meta`) states (None where it names
-    nothing gate knows of)."""
+    """The geometry a launch command (and the model it serves) states; None where it names nothing known."""
     flavor = guess_flavor(command, flavor)
     if flavor == "vllm":
         block = flag(command, "--block-size")
@@ -211,8 +210,7 @@ def resolved(command: list[str]) -> list[str]:
 
 @cache
 def model_digest(path: str) -> str | None:
-    """sha256 of a model file, or of a model directory's files (gate.models.tiny_hf.directory_sha256);
-    None where the path is not on this machine (a name the engine resolves itself, e.g. a hub id)."""
+    """sha256 of a model file or directory; None where the path is not on this machine (e.g. a hub id)."""
     from gate.models.tiny_hf import directory_sha256
 
     return directory_sha256(Path(path)) if Path(path).exists() else None

@@ -20,7 +20,6 @@ class ModelMeta:
     """The model's own statement of its shape (None: it states nothing)."""
 
     vocab_size: int | None = None
-    """Tokens in the vocabulary."""
     context_length: int | None = None
     """Trained context length."""
     sliding_window: int | None = None
@@ -32,8 +31,7 @@ class ModelMeta:
 
 
 def read_model_meta(path: str | Path) -> ModelMeta:
-    """The vocabulary size and context length a model directory's config.json or a GGUF file states;
-    an empty ModelMeta where it is neither, or cannot be read."""
+    """What a model directory's config.json or a GGUF file states; empty where it is neither or unreadable."""
     where = Path(path)
     try:
         if where.is_dir():

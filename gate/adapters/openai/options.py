@@ -202,8 +202,7 @@ def model_context_length(options: Options) -> int | None:
 
 
 def launched_model_meta(options: Options) -> ModelMeta:
-    """What the launched model states about its shape (gate.adapters.openai.model_meta); nothing for a
-    `base_url` server, whose model gate cannot read."""
+    """What the launched model states about its shape; nothing for a `base_url` server."""
     from gate.adapters.openai.model_meta import ModelMeta, read_model_meta
 
     launch = options.launch

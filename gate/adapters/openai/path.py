@@ -35,7 +35,6 @@ from gate.adapters.openai.geometry import (
     served_geometry,
 )
 from gate.adapters.openai.options import (
-    ControlLaunch,
     Launch,
     Options,
     TinyModel,
@@ -57,8 +56,7 @@ SALT_FIELDS = {"vllm": "cache_salt"}
 
 
 def executable_sha256(program: str) -> str | None:
-    """sha256 of the program a launch command runs (found on PATH or as a path, links followed), so
-    the identity says which build served; None when there is no such file."""
+    """sha256 of the program a launch command runs (on PATH or a path, links followed); None if no such file."""
     target = Path(shutil.which(program) or program).resolve()
     if not target.is_file():
         return None
@@ -213,8 +211,7 @@ def _make_room(cap: int) -> None:
 
 
 def plan_servers(owner: int, ahead: list[list[str | None]]) -> None:
-    """State the checks still to run, the current one first, each as its phases (None, then its
-    controls' names), for the candidate whose options have id `owner`."""
+    """State the checks still to run (`Plan`) for the candidate whose options have id `owner`."""
     if not _PLAN:
         on_stop("engine server plan", _PLAN.clear)
     serial = _PLAN[0].serial + 1 if _PLAN else 1
@@ -223,8 +220,7 @@ def plan_servers(owner: int, ahead: list[list[str | None]]) -> None:
 
 
 def _enter_phase(owner: int, control: str | None) -> None:
-    """A server of the candidate's side is asked for: the phase running is the current check's next
-    one of its control."""
+    """A server of the candidate's side is asked for: advance to its control's next phase of this check."""
     plan = _PLAN[0] if _PLAN else None
     if plan is None or plan.owner != owner:
         return
@@ -250,8 +246,7 @@ def engine_starts() -> list[str]:
 
 
 def start_reasons() -> dict[str, Any]:
-    """Why each start of this run happened: the launch configurations started, the count by reason,
-    and each start as `label: reason`, for the evidence."""
+    """Why each start of this run happened, for the evidence: configurations, counts by reason, starts."""
     return {
         "configurations": len({s.key for s in _STARTS}),
         "why": dict(Counter(s.why for s in _STARTS)),
@@ -288,8 +283,7 @@ def _pooled(key: str) -> Pooled | None:
 
 @dataclass
 class Served:
-    """A running server as a check sees it (gate.protocols.EngineServer): the client, and its process
-    when gate launched it."""
+    """A running server as a check sees it (gate.protocols.EngineServer); `server`: None at base_url."""
 
     client: EngineClient
     server: ServerProcess | None
@@ -453,8 +447,7 @@ class EnginePath:
         plan_servers(id(self.options), ahead)
 
     def servers_started(self) -> dict[str, Any] | None:
-        """What the run's servers cost once its checks are done (gate.protocols.CountsServers): every
-        start and why, the most alive at once; None when gate started none."""
+        """Every start of the run and why, the most alive at once (CountsServers); None if gate started none."""
         return {**starts_in_run(), "alive_peak": peak_servers()} if _STARTS else None
 
     def with_fault(self, fault: str) -> EnginePath:
@@ -485,15 +478,12 @@ class EnginePath:
         launch = self._launch()
         return slot_absent(self.flavor, None if launch is None else launch.command)
 
-    def control_spec(self) -> ControlLaunch | None:
-        return self.options.controls.get(self.control) if self.control else None
-
     def _launch(self, model: TinyModel | str | None = None) -> Launch | None:
         """The launch this path runs: the control's arguments and model applied, or `model` given."""
         launch = self.options.launch
         if launch is None:
             return None
-        spec = self.control_spec()
+        spec = self.options.controls.get(self.control) if self.control else None
         update: dict[str, Any] = {}
         if spec is not None:
             update["command"] = [*launch.command, *spec.args]

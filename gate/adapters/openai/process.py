@@ -36,8 +36,7 @@ _LIVE: set[ServerProcess] = set()
 
 
 def tail(text: str, lines: int = 15) -> str:
-    """The last `lines` lines of a log, joined with ' | ' so they fit on the one error line (each made
-    printable: the engine's own text never starts a line of gate's log, gate._util.text.one_line)."""
+    """The last `lines` lines of a log on one line, joined with ' | ', each made printable (one_line)."""
     kept = [one_line(line, 500) for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(the server wrote nothing)"
 

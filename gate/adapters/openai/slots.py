@@ -58,8 +58,7 @@ class LlamaSlotFiles:
 
 
 def absent(flavor: str, command: list[str] | None) -> str | None:
-    """Why a server of this flavor and launch command (None: a `base_url` server) offers no slot files
-    gate can reach; None when it does."""
+    """Why a server of this flavor and launch command (None: at `base_url`) offers no slot files gate reaches."""
     if flavor != "llama.cpp":
         return f"gate knows no slot save/restore API of a {flavor} server (llama.cpp's /slots has one)"
     if command is None:

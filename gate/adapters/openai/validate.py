@@ -49,8 +49,7 @@ def _shown(value: Any) -> str:
 
 
 def reported_cached(usage: Any, timings: Any) -> tuple[str, Any] | None:
-    """The field that reports cached prompt tokens and its raw value, by the fields engines use
-    (gate.adapters.openai.client); None when the reply reports none."""
+    """The field that reports cached prompt tokens and its raw value; None when the reply reports none."""
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
         return "usage.prompt_tokens_details.cached_tokens", details["cached_tokens"]

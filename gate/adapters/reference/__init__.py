@@ -5,12 +5,9 @@
       candidate: {adapter: reference, options: {path: chunked, chunk_size: 64}}
 
 Paths (`path:`) are a table from name to a builder (options.PATHS), imported only when a run needs
-it: full (no cache), dynamic, static and chunked (paths.py), prefix-cache (prefix.py), speculative
-(speculative.py), quantized and evicting (approx.py). A new path is one line in `PATHS` plus a
-builder `fn(model, options, device=, dtype=, seed=)`. `weights:` loads trained weights
-(gate.models.trained) instead of seeded random ones; `fault:` applies one fault with `with_fault`.
-
-This module imports no torch, so `gate validate` and `gate plan` stay instant.
+it; a new path is one line there plus a builder `fn(model, options, device=, dtype=, seed=)`.
+`weights:` loads trained weights instead of seeded random ones; `fault:` applies one fault with
+`with_fault`. This module imports no torch, so `gate validate` and `gate plan` stay instant.
 """
 
 from __future__ import annotations

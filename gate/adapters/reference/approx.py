@@ -35,8 +35,7 @@ class _ApproxSession:
 
 
 class _QuantSession(_ApproxSession):
-    """A session whose quantised store records what is written, so its state can be read back
-    (gate.protocols.QuantSession)."""
+    """A session whose quantised store records what is written (gate.protocols.QuantSession)."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
@@ -114,8 +113,7 @@ def build_quantized(model: Transformer, options: Options, **run: Unpack[Run]) ->
 
 
 class _EvictSession(_ApproxSession):
-    """A session of the evicting cache that says what it promises and what it kept
-    (gate.protocols.EvictionReport, for gate.checks.evict_invariants)."""
+    """A session of the evicting cache that says what it promises and what it kept (EvictionReport)."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
