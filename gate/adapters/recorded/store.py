@@ -292,13 +292,7 @@ def new_header(live: DecodePath, adapter: str, options: dict[str, Any], manifest
         "gate_commit": git_commit(Path(gate.__file__).parent),
         "manifest": manifest,
         "torch_threads": torch.get_num_threads(),  # float32 bits depend on it: a replay uses the same
-        "shape": {
-            "name": live.name,
-            "vocab_size": live.vocab_size,
-            "max_len": live.max_len,
-            "uses_cache": live.uses_cache,
-            "dtype": live.dtype,
-        },
+        "shape": {key: getattr(live, key) for key in ("name", "vocab_size", "max_len", "uses_cache", "dtype")},
     }
 
 
