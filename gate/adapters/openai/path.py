@@ -86,10 +86,8 @@ def unreset_tiers(flavor: str, command: list[str] | None) -> list[str]:
                 "llama.cpp's host-memory prompt cache, unless the server was started with --cache-ram 0 (gate did "
                 "not launch it and cannot see its flags): no endpoint clears it"
             ]
-        if "--no-cache-prompt" in command:
-            return []
         size = flag(command, "--cache-ram", "-cram")
-        if size is not None and size.strip() == "0":
+        if "--no-cache-prompt" in command or (size is not None and size.strip() == "0"):
             return []
         return [
             f"llama.cpp's host-memory prompt cache (--cache-ram, {size or '8192'} MiB{'' if size else ' by default'}): "
