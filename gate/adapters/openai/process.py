@@ -219,15 +219,12 @@ class ServerProcess:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # children that outlived the leader (forked workers) go with the group; wait until they are gone
+        # what outlived SIGTERM, and children that outlived the leader (forked workers), go with the group
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         deadline = time.monotonic() + self.stop_timeout_s
         while _group_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
