@@ -15,7 +15,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from gate.adapters.openai.options import Options, launch_context, launched_model_meta
+from gate.adapters.openai.options import (
+    Options,
+    launch_context,
+    launched_model_meta,
+    model_context_length,
+    model_vocab_size,
+)
 from gate.protocols import PathCapabilities
 
 
@@ -57,4 +63,4 @@ class OpenAIAdapter:
         )
 
 
-__all__ = ["OpenAIAdapter", "Options"]
+__all__ = ["OpenAIAdapter", "Options", "model_context_length", "model_vocab_size"]
