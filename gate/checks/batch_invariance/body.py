@@ -53,10 +53,8 @@ class Bar:
 
 
 class _Watch:
-    """A control's early stop inside a setting: the rows each forward gives a request are judged
-    against the reference's rows at the same positions, and the setting stops at the first forward
-    in which one fails (one failure proves power). The request's rows so far are then judged as a
-    whole, as a positive run judges them all."""
+    """A control's early stop inside a setting: each forward's rows are judged against the
+    reference's, and the setting stops at the first forward in which one fails."""
 
     def __init__(self, requests: list[Request], bar: Bar) -> None:
         self.requests, self.bar = requests, bar
@@ -160,11 +158,9 @@ class _Walk:
 
 
 def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
-    """A positive run: every request alone, then every setting. A control needs one failure: the
-    batches first (where a batching fault shows), the settings its fault's name points at before
-    the rest, stopping at the first that fails; then the failing request alone up to the failing row
-    (wrong alone too? then every request alone, as a positive run reports the first that fails
-    alone), or, where no batch failed, every request alone."""
+    """A positive run: every request alone, then every setting. A control: the settings in
+    `probe_order` up to the first that fails, then that request alone up to the failing row (wrong
+    alone too, or no batch failed: every request alone, as a positive run reports it)."""
     control = ctx.stop_at_first_failure
     walk = _Walk(ctx.candidate, plan, bar, control)
     if not control:
@@ -183,9 +179,8 @@ def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
 
 
 def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dict[str, Any] | None, int, int]:
-    """The first row of `cand` [N, V] that fails against `ref` [N, V] (an argmax flip outside the tie
-    band, or under a bounded claim a |Δ| beyond the deny allowance; None when every row holds), the
-    rows over tolerance and the ties."""
+    """The first row of `cand` that fails against `ref` (None: every row holds), the rows over
+    tolerance and the ties."""
     cmp = compare_rows(ref, cand, bar.tol)
     bad = bar.bad(cmp)
     over, ties = int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
@@ -247,8 +242,7 @@ class Judgement:
 
 def judge(obs: Observations, bar: Bar, control: bool) -> Judgement:
     """Every run's rows against the reference's (pure). The failure reported is the first request
-    that fails alone (then the bug is not in batching), else the first batched failure (a control's
-    says how far the request held alone)."""
+    that fails alone (then the bug is not in batching), else the first batched failure."""
     plan, results = obs.plan, []
     alone_rows: dict[int, torch.Tensor] = {}
     alone_failures: dict[int, dict[str, Any]] = {}
@@ -341,15 +335,17 @@ def explain(ctx: CheckContext, params: BatchInvarianceParams, bar: Bar, obs: Obs
 
 
 def _tolerated_change(plan: Plan, bar: Bar) -> float | None:
-    """A correct path may move a row by its dtype's band (x the deny allowance under a claim that
-    bounds the logits): a control that moved the rows no further and passed is unobservable here.
-    Without a bound on the logits the check passes any move that keeps each greedy token: inf."""
+    """How far a correct path may move a row: its dtype's band x the deny allowance under a claim that
+    bounds the logits, else inf (any move that keeps each greedy token passes)."""
     widest = max((float(bar.tol.row(r.rows).max()) for r in plan.everyone if r.rows.numel()), default=None)
     return None if widest is None else (widest * DENY_ALLOWANCE if bar.bounded else float("inf"))
 
 
+BUG_BY_SETTING = (("alone", "uncertain"), ("equal-length", "batch-crosstalk"), ("continuous", "continuous-batching"))
+
+
 def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
-    bug = _bug_class(failure["setting"])
+    bug = next((bug for prefix, bug in BUG_BY_SETTING if failure["setting"].startswith(prefix)), "padding")
     what = (
         "argmax"
         if failure["argmax_flip"]
@@ -366,13 +362,6 @@ def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
         detected_at=failure["position"],
         **seen,
     )
-
-
-BUG_BY_SETTING = (("alone", "uncertain"), ("equal-length", "batch-crosstalk"), ("continuous", "continuous-batching"))
-
-
-def _bug_class(setting: str) -> str:
-    return next((bug for prefix, bug in BUG_BY_SETTING if setting.startswith(prefix)), "padding")
 
 
 @check("batch-invariance", params=BatchInvarianceParams)
