@@ -42,8 +42,7 @@ BASE_KEY: Hashable = ("base",)
 
 def probe_order(fields: list[str], control: str | None) -> list[str]:
     """The fields in the order a run probes them (gate.checks._probe): a control probes first the
-    field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
-    Every field is still probed until the first failure; a positive run probes them all."""
+    field its fault's name points at (key-ignores-tenant: tenant)."""
     return [fields[i] for i in shared_probe_order(fields, control, points_at)]
 
 
@@ -58,8 +57,7 @@ def points_at(fault: str, field: str) -> bool:
 
 @dataclass
 class Probing:
-    """The run of probes on the base worker: its requests, the events observed in order, and (for a
-    control, which stops at the first field with a violation) the problems they show so far."""
+    """The run of probes on the base worker: its requests, the events observed and the problems so far."""
 
     ctx: CheckContext
     worker: PrefixServing
@@ -84,8 +82,7 @@ class Probing:
             self.log.fail_now(self.problems[-1])
 
     def own(self) -> torch.Tensor:
-        """The candidate's uncached pass over P, checked once against the reference: the uncached
-        oracle must be the reference model, or its verdicts mean nothing."""
+        """The candidate's uncached pass over P, checked once against the reference (it is the oracle)."""
         if self.own_rows is None:
             self.own_rows = self.worker.recompute(self.prompt).logits
             compared = compare_rows(self.ref_rows, self.own_rows.to(self.ref_rows.device), self.tol)
@@ -104,8 +101,8 @@ class Probing:
 def _variant(
     worker: PrefixServing, name: str, findings: Findings, pool: StorePool
 ) -> tuple[PrefixServing, dict[str, Any], Hashable] | None:
-    """(store, request options, ledger key) for a request differing from the base only in `name`,
-    or None (recorded as unproven) where the store cannot express it."""
+    """(store, request options, ledger key) for a request differing from the base only in `name`, or
+    None (unproven)."""
     if name == "adapter":
         names = worker.adapters()
         if not names:
@@ -169,8 +166,7 @@ def _probe_variant(p: Probing, name: str, run: PrefixRun) -> FieldProbe | None:
 
 
 def _probe_fields(p: Probing, fields: list[str], run: PrefixRun) -> None:
-    """Probe every field in order, P served again before each; a control stops at the first field
-    with a violation."""
+    """Probe every field in order, P served again before each."""
     base_oracle = memoized(recompute_oracle(p.worker))  # P comes back before every field
     p.base("base", base_oracle)
     # a control probes its likeliest field at once: reuse beyond entitlement is a failure whether or
@@ -257,8 +253,7 @@ def measure(ctx: CheckContext, params: CacheIdentityParams, run: PrefixRun) -> O
 
 
 def judge(obs: Observations) -> list[str]:
-    """The violations, in the order they were observed, then the identity example's and the wrong
-    outputs' (pure)."""
+    """The violations in the order observed, then the identity example's and the wrong outputs' (pure)."""
     bs = obs.worker.block_size
     problems = [p for event in obs.events for p in event_problems(event, bs)]
     example_b = obs.example_b

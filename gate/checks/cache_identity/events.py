@@ -69,12 +69,12 @@ def _report_contract(probe: FieldProbe) -> str | None:
 
 
 def _variant_problems(probe: FieldProbe) -> list[str]:
-    """A variant (another adapter, tenant or sibling) that reused the base's entries, or missed when
-    repeated, or whose reported identity disagrees with its keying."""
+    """A variant that reused the base's entries, missed when repeated, or reports an identity unlike its keying."""
     name, first, repeat = probe.name, probe.first, probe.repeat
     assert repeat is not None
     problems = []
     if first.reused:
+        values = ", ".join(f"{k}={v!r}" for k, v in probe.options.items())
         if probe.identities is not None:
             base_id, other_id = probe.identities
             values = ", ".join(
@@ -82,8 +82,6 @@ def _variant_problems(probe: FieldProbe) -> list[str]:
                 for k, v in other_id.as_dict().items()
                 if getattr(base_id, k) != v
             )
-        else:
-            values = ", ".join(f"{k}={v!r}" for k, v in probe.options.items())
         problems.append(
             f"{name}: a request that differs only in {name} ({values}) reused "
             f"{first.reused} tokens {first.reply.stats.reused_spans} cached under the other value; "
@@ -118,17 +116,13 @@ def _probe_problems(probe: FieldProbe, bs: int) -> list[str]:
 def event_problems(event: Event, bs: int) -> list[str]:
     """What one observed event shows wrong (pure)."""
     if isinstance(event, Repeated):
-        again = event.served
-        if again.reused == 0:
-            return [
-                f"an identical request reused 0 of {again.entitled} reusable tokens: the cache is off "
-                "or its keys are unstable, so no miss below proves anything"
-            ]
-        return []
+        if event.served.reused:
+            return []
+        return [
+            f"an identical request reused 0 of {event.served.entitled} reusable tokens: the cache is off "
+            "or its keys are unstable, so no miss below proves anything"
+        ]
     if isinstance(event, OwnPass):
-        return (
-            ["the candidate's uncached pass differs from the reference path: no oracle to judge by"]
-            if event.differs
-            else []
-        )
+        differs = "the candidate's uncached pass differs from the reference path: no oracle to judge by"
+        return [differs] if event.differs else []
     return _probe_problems(event, bs)

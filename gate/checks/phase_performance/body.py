@@ -43,14 +43,14 @@ SECTIONS = (
     ("pass", "budgets held"),
     ("within-noise", "within noise of the budget"),
 )
-"""The message's sections, in order: a clock's verdict (or `unproven`: a budgeted clock no interval
-could judge) -> the words that head the clocks that earned it."""
+"""A clock's verdict (or `unproven`: a budgeted clock no interval could judge) -> the words heading
+its section of the message, in order."""
 
 
 @dataclass(frozen=True)
 class Observations:
-    """The scenario as run, its conversations (seeded), both paths and each one's trace per repeat;
-    the candidate's exercise and, on engines, what the servers reported and the replies' correctness."""
+    """The scenario as run, both paths' traces per repeat, the candidate's exercise and (engines) what
+    the servers reported and the replies' correctness."""
 
     scenario: Scenario
     convs: list[Conversation]
@@ -70,10 +70,8 @@ Finding = Literal["wrong-replies", "over-budget", "doubtful", "no-saving", "held
 
 @dataclass(frozen=True)
 class Judgement:
-    """Per clock its evidence row; per section (SECTIONS) the clocks in it, in words; how many clocks
-    each family of intervals was widened for; the KV bytes against theory; and the finding: a reply
-    was wrong, a budget failed or a saving was not shown, some clock is doubtful (a warning), an
-    approximation saves nothing, or everything held."""
+    """Per clock its evidence row, per section (SECTIONS) the clocks in it in words, how many clocks
+    each family of intervals was widened for, the KV bytes against theory, and the finding."""
 
     finding: Finding
     rows: list[dict[str, Any]]
@@ -131,8 +129,7 @@ def _ci(interval: Interval) -> str:
 
 def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Scenario:
     """The scenario for an engine that reuses whole blocks of `block` tokens only: a shared system
-    prefix below PREFIX_BLOCKS blocks barely reaches its prefix cache, so it is raised to that many
-    blocks (within a quarter of the context); unchanged where any prefix is reused or none stated."""
+    prefix below PREFIX_BLOCKS blocks is raised to that many (within a quarter of the context)."""
     if block is None or scenario.system_prefix >= PREFIX_BLOCKS * block:
         return scenario
     raised = max(scenario.system_prefix, min(PREFIX_BLOCKS * block, max_len // 4))
@@ -144,7 +141,7 @@ def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Sce
 
 def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
     """The reference to time, and how a stored one was made live (words for the message); the skip
-    Outcome where a stored reference has no live path: its answers have no clock."""
+    Outcome where a stored reference has no live path."""
     stored = offered(ctx.reference, LiveCounterpart)
     if stored is None:
         return ctx.reference, ""
@@ -217,10 +214,9 @@ def _engine_traces(
     vocab: int,
     max_len: int,
 ) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
-    """Engines behind HTTP: both servers up side by side, each repeat's conversations streamed through
-    one then the other (alternating who goes first). A server keeps its prefix cache between
-    repeats, so every repeat draws its own conversations (the same for both servers: paired) and the
-    caches are reset where the engine can."""
+    """Engines behind HTTP, both servers up side by side: a server keeps its prefix cache between
+    repeats, so each repeat draws its own (paired) conversations and the caches are reset where the
+    engine can."""
     reference, candidate = pair
     top_k = min(reference.top_k, candidate.top_k)
     traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
@@ -292,9 +288,8 @@ def _judge_replies(
     top_k: int,
     noise: NoiseFloor | None,
 ) -> dict[str, Any]:
-    """Every reply the candidate streamed in the last repeat against the reference's answer to the same
-    prompt sent alone, under the claim and the candidate's measured noise floor (gate.checks._engine.judge):
-    timing and correctness from one run."""
+    """The candidate's replies against the reference's answer to each prompt sent alone, under the claim
+    and the candidate's measured noise floor (gate.checks._engine.judge)."""
     failures: list[str] = []
     worst_delta = 0.0
     for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
@@ -350,8 +345,7 @@ def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) 
         rows.append(row)
         if section is not None:
             sections[section].append(text)
-    by_name = {row["clock"]: row for row in rows}
-    finding = _finding(params, obs, sections, saves=bool(budgets) or _saves_something(by_name))
+    finding = _finding(params, obs, sections, saves=bool(budgets) or _saves_something(rows))
     return Judgement(finding, rows, sections, sums, k_budgets, k_free, _kv_theory(obs.paths, obs.traces))
 
 
@@ -365,8 +359,7 @@ def _judge_clock(
     *,
     judged: bool,
 ) -> tuple[dict[str, Any], str | None, str]:
-    """One clock's evidence row, the message section it goes in (None: none) and its words there.
-    An unjudged clock (no budget, not watched) is reported only."""
+    """One clock's evidence row, the message section it goes in (None: none) and its words there."""
     row: dict[str, Any] = {
         "clock": name,
         "measures": metric.words,
@@ -398,7 +391,7 @@ def _finding(
     params: PhasePerformanceParams, obs: Observations, sections: dict[str, list[str]], *, saves: bool
 ) -> Finding:
     """What the clocks (and, on engines, the replies) amount to; `saves`: a budget was set, or some
-    clock is confidently better than the reference's."""
+    clock is confidently better."""
     if (obs.served.get("correctness") or {}).get("failed"):
         return "wrong-replies"
     if sections["fail"] or sections["not-shown"]:
@@ -410,11 +403,11 @@ def _finding(
     return "held"
 
 
-def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:
+def _saves_something(rows: list[dict[str, Any]]) -> bool:
     """Some clock is confidently better than the reference's."""
     return any(
         (row["high"] < 1 if row["better"] == "lower" else row["better"] == "higher" and row["low"] > 1)
-        for row in rows.values()
+        for row in rows
         if "ratio" in row
     )
 
@@ -538,8 +531,7 @@ def _summary_words(params: PhasePerformanceParams, obs: Observations, j: Judgeme
 def explain(
     ctx: CheckContext, params: PhasePerformanceParams, obs: Observations, j: Judgement, timed_live: str
 ) -> Outcome:
-    """The Outcome of the judgement, built once: fail (a wrong reply, a budget broken or a saving not
-    shown), warn (a doubtful clock, or an approximation that saves nothing) or pass."""
+    """The Outcome of the judgement, built once."""
     metrics, evidence = _metrics(params, obs, j), _evidence(ctx, params, obs, j)
     exercise = {
         **obs.exercise,
