@@ -1,6 +1,5 @@
-"""quality-slices' slice runs: the samples a slice needs before it runs, a slice being scored (`SliceRun`,
-cut short once every rate envelope is settled), each envelope judged on its one-sided bound, and Stein's
-second stage for metrics whose spread is only known after a first sample."""
+"""quality-slices' slice runs: a slice being scored (`SliceRun`, cut short once every rate envelope is
+settled), each envelope judged on its one-sided bound, and Stein's second stage."""
 
 from __future__ import annotations
 
@@ -60,10 +59,8 @@ class SliceRun:
         clock: Clock,
         envelopes: Sequence[Envelope] = (),
     ) -> None:
-        """Build the first n rows (saved, fingerprinted) and score those not yet scored, in batches
-        of equal prompt length, shortest first. With `params.curtail`, scoring stops after the first
-        batch that settles every one of `envelopes` (`_settled`); the slice then keeps the rows it
-        scored, in dataset order, and `planned` says how many it was built for."""
+        """Build the first n rows (saved, fingerprinted) and score those not yet scored, in batches of
+        equal prompt length, shortest first; with `params.curtail`, stop once `envelopes` are settled."""
         self.built = build_slice(self.spec, self.space, self.seed, n)
         rows = self.built.dataset
         todo = list(range(self.n, n))
@@ -123,9 +120,8 @@ def _settled(
     planned: int,
     floor: int,
 ) -> bool:
-    """True when every envelope on the slice is a rate that fails over `planned` samples however
-    the unscored ones turn out (gate.quality.stats.settled_rate). A slice with a mean envelope,
-    or with none, is never cut short: a bootstrap bound is not monotone in one sample."""
+    """True when every envelope on the slice is a rate that fails over `planned` samples however the
+    unscored ones turn out (a bootstrap bound of a mean is not monotone in one sample)."""
     if not envelopes or any(METRICS[e.metric].kind != "rate" for e in envelopes):
         return False
     scored = run.n + len(results)
@@ -172,10 +168,8 @@ def second_stage(
     clock: Clock,
     seed: int,
 ) -> None:
-    """Stein's second stage for metrics whose spread is only known after a first sample (KL):
-    top up to the plug-in sample size, but only for envelopes whose point estimate already meets
-    the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
-    must not buy a 2000-sample evaluation by being noisy)."""
+    """Stein's second stage for metrics whose spread is only known after a first sample (KL): top up
+    to the plug-in sample size, only for envelopes whose point estimate already meets the threshold."""
     for _ in range(3):
         if run.planned is not None:
             return  # settled: its verdict cannot change

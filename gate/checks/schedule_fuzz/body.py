@@ -101,8 +101,7 @@ def _snippet(
 
 @dataclass(frozen=True)
 class Failure:
-    """The minimal failing schedule's run, whether it failed again replayed alone, and the class
-    the model-level experiments support (gate.checks._diagnosis)."""
+    """The minimal failing schedule's run, whether it fails again alone, and its diagnosed class."""
 
     result: ScheduleResult
     reproduces: bool
@@ -130,8 +129,7 @@ class Observations:
 
 
 def measure(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance) -> Observations:
-    """The probe schedule, then the searches; a failure is replayed alone (a positive run's) and its
-    class put to model-level experiments."""
+    """The probe schedule, then the searches; a failure is replayed alone and diagnosed."""
     reference, candidate = ctx.reference, ctx.candidate
     edges = layout_edges(candidate)
     max_tokens = min(params.max_tokens, reference.max_len, candidate.max_len)
@@ -219,8 +217,7 @@ def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: 
         seed=ctx.seed,
         reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
     )
-    seen: dict[str, Any] = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise}
-    seen["observation"] = observation
+    seen = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise, "observation": observation}
     if record.reproducer is not None and obs.failure is not None:
         return _failed(ctx.stop_at_first_failure, obs.failure, record.reproducer, **seen)
     spent = " (the time budget ran out first)" if obs.stats.get("out_of_time") else ""

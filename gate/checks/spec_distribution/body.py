@@ -29,7 +29,7 @@ Status = Literal["pass", "fail", "unproven"]
 
 @dataclass(frozen=True)
 class Observations:
-    """The design fixed before sampling, the looks taken, the last look's counts and test, the work."""
+    """The design fixed before sampling, the looks taken, the last look's counts and test."""
 
     prompt: torch.Tensor
     k: int
@@ -61,7 +61,7 @@ class Observations:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The test's verdict, the power reached against each fault, and what is wrong or unproven."""
+    """The power reached against each fault, and what is wrong or unproven."""
 
     powers: dict[str, float]
     """Fault -> power of the test at the samples drawn and the per-look level."""
@@ -72,12 +72,6 @@ class Judgement:
     """Required faults whose power falls short of the declared one."""
     detected_at: int | None
     """The first depth that departs at alpha, where the check fails."""
-
-
-def _claimed(ctx: CheckContext) -> tuple[float, float]:
-    """The claim's alpha and power (a claim other than a distribution claim: 0.01 and 0.9)."""
-    claim = ctx.manifest.claim
-    return (claim.alpha, claim.power) if isinstance(claim, DistributionClaim) else (0.01, 0.9)
 
 
 def _horizon(p: SpecDistributionParams, k: int) -> int:
@@ -94,7 +88,8 @@ def measure(ctx: CheckContext, p: SpecDistributionParams, spec: SpeculativePath)
     """The design (once per run), then seeded samples at each look until one rejects or the looks end."""
     k = spec.num_draft_tokens
     horizon = _horizon(p, k)
-    alpha, target_power = _claimed(ctx)
+    claim = ctx.manifest.claim
+    alpha, target_power = (claim.alpha, claim.power) if isinstance(claim, DistributionClaim) else (0.01, 0.9)
     prompt = seeded_prompts(ctx.reference.vocab_size, 1, p.prompt_len, ctx.seed, ctx.device)[0]
 
     # the null (the reference target's exact joint law), each fault's exact law, the looks: once per run
@@ -271,8 +266,7 @@ FAR_BUDGET = 1000
 
 def underpowered(p: SpecDistributionParams, obs: Observations, j: Judgement) -> dict[str, str]:
     """The faults of power_against this draft and budget cannot show with the declared power -> the
-    settings that would: more samples (how many, when within a thousand budgets) or a draft accepted
-    more often than this run's (the bonus token and the residual are reached more often)."""
+    settings that would: more samples (how many, within FAR_BUDGET budgets) or a draft accepted more often."""
     design, acceptance = obs.design, obs.stats.acceptance_rate
     draft = f"a draft accepted more often than this run's {acceptance:.3f}"
     out = {

@@ -1,5 +1,5 @@
-"""spec-distribution's cells: seeded continuations drawn through the candidate in increments, counted per
-enumerated cell at each look, tested by depth, and tabled (bounded) for the dossier."""
+"""spec-distribution's cells: seeded continuations drawn in increments, counted per enumerated cell at
+each look, tested by depth, and tabled for the dossier."""
 
 from __future__ import annotations
 
@@ -98,10 +98,6 @@ def by_depth(cells: list[Seq], observed: np.ndarray, other: int, p0: np.ndarray,
     return rows
 
 
-def label(seq: Seq) -> str:
-    return " ".join(map(str, seq))
-
-
 def bounded_table(cells: list[Seq], observed: np.ndarray, expected: np.ndarray, other: int) -> dict[str, list[Any]]:
     """Observed and expected counts for the dossier, at most MAX_EVIDENCE_CELLS rows."""
     order = list(range(len(cells)))
@@ -112,7 +108,7 @@ def bounded_table(cells: list[Seq], observed: np.ndarray, expected: np.ndarray, 
         rest_o, rest_e = float(observed[dropped].sum()), float(expected[dropped].sum())
         order = sorted(kept)
     table: dict[str, list[Any]] = {
-        "categories": [label(cells[i]) for i in order],
+        "categories": [" ".join(map(str, cells[i])) for i in order],
         "observed": [int(observed[i]) for i in order],
         "expected": [round(float(expected[i]), 3) for i in order],
     }
