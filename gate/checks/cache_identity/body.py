@@ -76,11 +76,6 @@ class Probing:
         self.events.append(event)
         self.problems.extend(event_problems(event, self.worker.block_size))
 
-    def stop_if_failed(self) -> None:
-        """Control mode: stop at the latest problem once there is one (no-op in a positive run)."""
-        if self.problems:
-            self.log.fail_now(self.problems[-1])
-
     def own(self) -> torch.Tensor:
         """The candidate's uncached pass over P, checked once against the reference (it is the oracle)."""
         if self.own_rows is None:
@@ -132,21 +127,17 @@ def _identities(
     return base_id, other_report.identity_for(adapter=options.get("adapter"), tenant=options.get("tenant"))
 
 
-def _probe_changed_token(p: Probing) -> FieldProbe:
-    """P with one token changed in block 1: exactly block 0 may be reused."""
-    bs, vocab = p.worker.block_size, p.ctx.candidate.vocab_size
-    at = bs + bs // 2
-    changed = list(p.prompt)
-    changed[at] = seeded_ids(vocab, 1, p.ctx.seed + 11, avoid=[p.prompt[at]])[0]
-    served = p.log.issue(p.worker, "token-ids", changed, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
-    return FieldProbe("token-ids", served, served.row())
-
-
-def _probe_moved(p: Probing) -> FieldProbe:
-    """P's later blocks at offset 0: nothing may be reused."""
-    moved = p.prompt[p.worker.block_size :]
-    served = p.log.issue(p.worker, "positions", moved, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
-    return FieldProbe("positions", served, served.row())
+def _probe_tokens(p: Probing, name: str) -> FieldProbe:
+    """token-ids: P with one token changed in block 1 (exactly block 0 may be reused); positions: P's
+    later blocks at offset 0 (nothing may be reused)."""
+    bs = p.worker.block_size
+    tokens = p.prompt[bs:]
+    if name == "token-ids":
+        at = bs + bs // 2
+        tokens = list(p.prompt)
+        tokens[at] = seeded_ids(p.ctx.candidate.vocab_size, 1, p.ctx.seed + 11, avoid=[p.prompt[at]])[0]
+    served = p.log.issue(p.worker, name, tokens, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
+    return FieldProbe(name, served, served.row())
 
 
 def _probe_variant(p: Probing, name: str, run: PrefixRun) -> FieldProbe | None:
@@ -180,17 +171,13 @@ def _probe_fields(p: Probing, fields: list[str], run: PrefixRun) -> None:
             p.cache_on(base_oracle)
         elif p.again is not None:
             p.base(f"base before {name}", base_oracle)
-        if name == "token-ids":
-            probe: FieldProbe | None = _probe_changed_token(p)
-        elif name == "positions":
-            probe = _probe_moved(p)
-        else:
-            probe = _probe_variant(p, name, run)
+        probe = _probe_tokens(p, name) if name in ("token-ids", "positions") else _probe_variant(p, name, run)
         if probe is None:
             continue
         p.table[name] = probe.row
         p.record(probe)
-        p.stop_if_failed()
+        if p.problems:  # a control stops here (fail_now: a no-op in a positive run)
+            p.log.fail_now(p.problems[-1])
     if p.again is None:  # a control that probed a single field and found nothing
         p.cache_on(base_oracle)
     p.own()

@@ -109,10 +109,7 @@ def _verdict(
             verdicts.add("pass")
         else:
             verdicts.add("not-shown" if show and sign * m < sign else "within-noise")
-    for worst in ("fail", "not-shown", "within-noise"):
-        if worst in verdicts:
-            return worst
-    return "pass"
+    return next((worst for worst in ("fail", "not-shown", "within-noise") if worst in verdicts), "pass")
 
 
 def _budget_words(budget: Budget | None) -> str:
@@ -162,16 +159,12 @@ def measure(ctx: CheckContext, params: PhasePerformanceParams, reference: Decode
     """The scenario (params' overrides; on a block-reusing engine a shared prefix of whole blocks)
     replayed through both paths: their sessions on a measured clock, or engines' streaming APIs."""
     scenario = load_scenario(params.scenario)
-    updates = {
-        k: v
-        for k, v in (("conversations", params.conversations), ("max_concurrent", params.max_concurrent))
-        if v is not None
-    }
+    overrides = params.model_dump(include={"conversations", "max_concurrent"}, exclude_none=True)
     vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
     max_len = min(reference.max_len, ctx.candidate.max_len)
     engines = offered(reference, EngineServing), offered(ctx.candidate, EngineServing)
     block = reuse_block(engines[1]) if engines[1] is not None else None
-    scenario = shared_prefix_on(scenario.model_copy(update=updates), block, max_len)
+    scenario = shared_prefix_on(scenario.model_copy(update=overrides), block, max_len)
     convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
     paths: dict[str, DecodePath] = {"reference": reference, "candidate": ctx.candidate}
     if engines[0] is not None and engines[1] is not None:

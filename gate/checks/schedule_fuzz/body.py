@@ -217,7 +217,8 @@ def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: 
         seed=ctx.seed,
         reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
     )
-    seen = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise, "observation": observation}
+    seen: dict[str, Any] = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise}
+    seen["observation"] = observation
     if record.reproducer is not None and obs.failure is not None:
         return _failed(ctx.stop_at_first_failure, obs.failure, record.reproducer, **seen)
     spent = " (the time budget ran out first)" if obs.stats.get("out_of_time") else ""
