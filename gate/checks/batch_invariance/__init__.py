@@ -1,11 +1,9 @@
 """`batch-invariance`: a request computes inside a batch what it computes alone.
 
-Every setting is teacher-forced with the reference's greedy tokens, so rows stay aligned and a row
-whose argmax differs from the reference's (outside its tie band, gate.checks._compare) is where
-greedy decoding would diverge. A failure alone is reported as not a batching bug. The batched rows
-are also set against the candidate's own rows alone: that |Δ| is evidence, not a verdict (kernels
-of other shapes round differently). A path that does not pad (no BatchedSessions) or batch
-continuously is judged on the settings it has, and the result says so.
+Every setting is teacher-forced with the reference's greedy tokens, so a row whose argmax differs
+from the reference's (outside its tie band) is where greedy decoding would diverge. The batched
+rows are also set against the candidate's own rows alone: that |Δ| is evidence, not a verdict
+(kernels of other shapes round differently).
 """
 
 from __future__ import annotations

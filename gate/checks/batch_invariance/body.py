@@ -182,8 +182,7 @@ def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dic
     """The first row of `cand` that fails against `ref` (None: every row holds), the rows over
     tolerance and the ties."""
     cmp = compare_rows(ref, cand, bar.tol)
-    bad = bar.bad(cmp)
-    over, ties = int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
+    bad, over, ties = bar.bad(cmp), int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
     if not bool(bad.any()):
         return None, over, ties
     row = int(bad.nonzero()[0])

@@ -213,8 +213,7 @@ def prepare(ctx: CheckContext, params: BatchInvarianceParams) -> Plan:
     vocab = min(reference.vocab_size, candidate.vocab_size)
     limit = min(reference.max_len, candidate.max_len) - params.steps
     lengths = sorted({max(1, min(n, limit)) for n in params.lengths})
-    batched = offered(candidate, BatchedSessions)
-    continuous = offered(candidate, ContinuousBatching)
+    batched, continuous = offered(candidate, BatchedSessions), offered(candidate, ContinuousBatching)
     sides = tuple(batched.padding_sides) if batched is not None else ()
     equal = max(1, min(params.equal_length, limit))
 

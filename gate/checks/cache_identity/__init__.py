@@ -1,11 +1,9 @@
 """cache-identity: a request that differs from a cached one in any identity field must not reuse it.
 
-A base prompt P is served, then again (it must hit); then once per declared identity field,
-differing only in that field: token-ids changes one token in block 1 (exactly block 0 is reused),
-positions moves P's later blocks to offset 0, adapter and tenant vary on the same worker, and the
-other fields on a sibling worker sharing the cache store (`PrefixCaching.sibling`). Each variant
-must reuse nothing, match its own uncached computation, and hit when repeated. Where the store
-reports its identity (`PrefixIdentityReport`), the report is held against the keying observed.
+A base prompt P is served twice (the repeat must hit), then once per declared field, differing in
+that field alone: token-ids and positions change P's tokens, adapter and tenant vary on the same
+worker, the other fields on a sibling worker sharing the store (`PrefixCaching.sibling`). Where
+the store reports its identity (`PrefixIdentityReport`), the report is held against the keying.
 """
 
 from __future__ import annotations

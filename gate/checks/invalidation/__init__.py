@@ -1,10 +1,8 @@
 """invalidation: after an update or a restart, no entry of an incompatible computation is consumed.
 
-Every request is compared with the store's own uncached computation at that moment. Updates
-(`PrefixWeightUpdates`, and adapters where served): a prompt served twice, the weights changed,
-then served twice more. Restart (`PrefixSnapshots`): a saved cache restored into a store restarted
-on another checkpoint under the same revision label (which must admit none: else the hazard
-`restart-admits-same-revision`), then into one on the same checkpoint (which must admit and reuse it).
+Every request is compared with the store's own uncached computation at that moment: around a
+weight (and adapter) update (`PrefixWeightUpdates`), and after a saved cache is restored into
+stores restarted on another and on the same checkpoint (`PrefixSnapshots`).
 """
 
 from __future__ import annotations

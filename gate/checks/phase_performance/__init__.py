@@ -1,12 +1,10 @@
 """phase-performance: four clocks on a serving scenario, judged on confidence intervals (release-gate step 6).
 
-Both paths replay the scenario in one process, alternating which goes first on every repeat so a
-busy machine slows both alike. Each ratio's interval (gate.core.clocks.compare) is widened so that
-each family of judgements (the budgeted clocks; the watched unbudgeted ones) holds `confidence`
-jointly (Bonferroni); unbudgeted clocks outside `watch` are reported, not judged. A ratio
-confidently past its budget fails; an interval straddling it passes "within noise". On engines
-behind HTTP the candidate's replies in the last repeat are also judged against the reference's
-answer to each prompt sent alone (gate.checks._engine.judge): timing and correctness from one run.
+Both paths replay the scenario in one process, alternating which goes first on every repeat. Each
+ratio's interval (gate.core.clocks.compare) is widened so that each family (the budgeted clocks;
+the watched unbudgeted ones) holds `confidence` jointly (Bonferroni); other clocks are only
+reported. On engines behind HTTP the candidate's replies in the last repeat are also judged
+against the reference's answer to each prompt sent alone: timing and correctness from one run.
 """
 
 from __future__ import annotations

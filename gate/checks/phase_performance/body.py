@@ -212,6 +212,7 @@ def _engine_traces(
     engine can."""
     reference, candidate = pair
     top_k = min(reference.top_k, candidate.top_k)
+    paths = {"reference": reference, "candidate": candidate}
     traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
     cached = {"reference": 0, "candidate": 0}
     resets: dict[str, str] = {}
@@ -228,11 +229,10 @@ def _engine_traces(
             last = i == params.repeats - 1
             for role in order:
                 resets[role] = _reset_cache(servers[role])
-                path = reference if role == "reference" else candidate
                 trace, done = replay_engine(
                     servers[role],
                     convs,
-                    name=str(getattr(path, "name", role)),
+                    name=str(getattr(paths[role], "name", role)),
                     max_concurrent=scenario.max_concurrent,
                     top_k=top_k,
                     replies=replies if last and role == "candidate" else None,
@@ -374,8 +374,7 @@ def _judge_clock(
         verdict = _verdict(
             interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings, gross=params.gross
         )
-    row.update(interval.as_dict())
-    row["verdict"] = verdict
+    row.update(interval.as_dict(), verdict=verdict)
     text = f"{name} {_ci(interval)}" + (f" (budget {_budget_words(budget)})" if budget is not None else "")
     return row, verdict if verdict in dict(SECTIONS) else None, text
 
@@ -449,12 +448,11 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
             key: [round(float(x), 6) for run in runs for x in samples(run)][:MAX_SAMPLES]
             for key, samples in (("ttft_s", ttfts), ("tpot_s", tpots), ("itl_s", gaps))
         }
-        points = runs[-1].memory
-        every = max(1, len(points) // MAX_MEMORY_POINTS)
+        points = runs[-1].memory[:: max(1, len(runs[-1].memory) // MAX_MEMORY_POINTS)]
         memory[role] = {
-            "t_s": [round(m.t_s, 6) for m in points[::every]],
-            "live_bytes": [m.live_bytes for m in points[::every]],
-            "theory_bytes": [m.tokens * kv_per_token for m in points[::every]] if kv_per_token else None,
+            "t_s": [round(m.t_s, 6) for m in points],
+            "live_bytes": [m.live_bytes for m in points],
+            "theory_bytes": [m.tokens * kv_per_token for m in points] if kv_per_token else None,
         }
     return {"latency_samples": latency, "live_bytes_over_time": memory}
 
@@ -505,8 +503,7 @@ def _summary_words(params: PhasePerformanceParams, obs: Observations, j: Judgeme
         if "ratio" in (r := j.by_name[name])
     )
     saving = ""
-    kv = j.kv
-    if kv is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
+    if (kv := j.kv) is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
         saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
     where = (
         f"{len(obs.convs)} conversations of {obs.scenario.name}, {params.repeats} interleaved repeats, intervals "

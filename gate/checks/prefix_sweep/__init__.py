@@ -1,11 +1,9 @@
 """`prefix-sweep`: cached-versus-full logits for the appended token over many prefix lengths.
 
-Reference logits for every length come from ONE full pass over the longest sequence (causality
-makes row L the answer for prefix L), computed once per run (ctx.cache) and shared with every
-control; the candidate grows one session (gate.checks._sweep), so neither side redoes quadratic
-work. The lengths are planned by gate.checks._sweep.plan_sweep from `SEED_LENGTHS`, which live
-here so planning needs no torch. `compare: cached` also holds the candidate bit-identical to the
-reference path running the same cached schedule: exact against a full pass is never claimed.
+Reference logits for every length come from ONE full pass over the longest sequence (row L is the
+answer for prefix L), computed once per run (ctx.cache) and shared with every control; the
+candidate grows one session (gate.checks._sweep). `SEED_LENGTHS` live here so that planning the
+lengths (gate.checks._sweep.plan_sweep) needs no torch.
 """
 
 from __future__ import annotations

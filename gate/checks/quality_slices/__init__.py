@@ -1,8 +1,8 @@
 """quality-slices: judge a bounded-degradation claim slice by slice (release-gate step 7).
 
-Each envelope's slice (evals/<slice>.yaml) is built deterministically from the run's seed, sized by
-the declared effect and power (gate.quality.stats), and scored against the exact reference path
-(gate.quality.scoring); the envelope is judged on the one-sided bound, never the point estimate.
+Each envelope's slice (evals/<slice>.yaml) is built from the run's seed, sized by the declared
+effect and power (gate.quality.stats), scored against the exact reference path
+(gate.quality.scoring) and judged on the one-sided bound, never the point estimate.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`schedule-fuzz`: random cache schedules, each step against a full pass, shrunk to a reproducer.
 
-Schedules are drawn with `hypothesis.find` (seeded by the run's seed, no example database, bounded
-by `max_examples` and `max_seconds`), then, where the path batches continuously, a second search of
-the same budget over joins and leaves of one running batch (gate.checks._schedule). A failure is
-shrunk to a minimal schedule, which becomes the evidence with a snippet that replays it. The
-observation the control engine compares is a fixed probe schedule's logits.
+Schedules are drawn with `hypothesis.find` (seeded, no example database, within `max_examples` and
+`max_seconds`), then, where the path batches continuously, joins and leaves of one running batch
+(gate.checks._schedule). The observation the control engine compares is a fixed probe schedule's logits.
 """
 
 from __future__ import annotations

@@ -210,12 +210,11 @@ def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: 
     """The Outcome of the judgement, built once: the failing schedule as a reproducer, else a pass."""
     exercise = {**obs.probe.exercise, "schedules_run": obs.stats["schedules"], "probe_steps": len(obs.probe.steps)}
     observation = torch.cat(obs.probe.logits) if obs.probe.logits else None
-    failed = obs.failure is not None
     record = ScheduleFuzzEvidence(
         coverage=j.coverage,
         tolerance=ToleranceRecord(**tol.as_dict()),
         seed=ctx.seed,
-        reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
+        reproducer=_reproducer(ctx, params, tol, obs, j) if obs.failure is not None else None,
     )
     seen: dict[str, Any] = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise}
     seen["observation"] = observation

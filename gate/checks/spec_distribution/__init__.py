@@ -1,12 +1,10 @@
 """spec-distribution: speculative sampling keeps the target's output distribution.
 
-The target's exact joint distribution over the next `horizon` tokens of one seeded prompt is
-enumerated (temperature and top-k keep it to at most top_k^horizon cells) and n seeded
-continuations through the candidate's sampler are G-tested against it. The exact law of every
-fault in `power_against` is enumerated too, and the looks (sample sizes doubling from
-`min_samples` to `max_samples`, each at alpha / looks) are fixed before sampling so that each such
-fault is rejected with the declared power; laws and looks are shared with the controls
-(gate.checks._spec_design). A draft never rejected exercises nothing: it fails.
+The target's exact joint law over the next `horizon` tokens of one seeded prompt is enumerated
+(top-k keeps it to at most top_k^horizon cells) and the candidate's samples are G-tested against
+it, at looks fixed before sampling (sizes doubling from `min_samples`, each at alpha / looks) so
+that every fault in `power_against`, whose exact law is enumerated too, is rejected with the
+declared power (gate.checks._spec_design).
 """
 
 from __future__ import annotations
