@@ -94,25 +94,6 @@ def _variant_problems(probe: FieldProbe) -> list[str]:
     return problems
 
 
-def _probe_problems(probe: FieldProbe, bs: int) -> list[str]:
-    """What a field's probe shows wrong (pure)."""
-    served = probe.first
-    if probe.name == "token-ids":
-        if served.reused != served.entitled or served.reply.stats.reused_spans not in ([(0, bs)], []):
-            return [
-                f"token-ids: with one token changed at position {bs + bs // 2}, {describe_excess(served)} "
-                f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
-            ]
-        return []
-    if probe.name == "positions":
-        if served.excess:
-            return [
-                f"positions: with P's later blocks moved to offset 0, {describe_excess(served)} ({WHY['positions']})"
-            ]
-        return []
-    return _variant_problems(probe)
-
-
 def event_problems(event: Event, bs: int) -> list[str]:
     """What one observed event shows wrong (pure)."""
     if isinstance(event, Repeated):
@@ -125,4 +106,18 @@ def event_problems(event: Event, bs: int) -> list[str]:
     if isinstance(event, OwnPass):
         differs = "the candidate's uncached pass differs from the reference path: no oracle to judge by"
         return [differs] if event.differs else []
-    return _probe_problems(event, bs)
+    served = event.first
+    if event.name == "token-ids":
+        if served.reused != served.entitled or served.reply.stats.reused_spans not in ([(0, bs)], []):
+            return [
+                f"token-ids: with one token changed at position {bs + bs // 2}, {describe_excess(served)} "
+                f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
+            ]
+        return []
+    if event.name == "positions":
+        if served.excess:
+            return [
+                f"positions: with P's later blocks moved to offset 0, {describe_excess(served)} ({WHY['positions']})"
+            ]
+        return []
+    return _variant_problems(event)
