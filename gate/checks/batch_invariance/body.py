@@ -178,28 +178,6 @@ def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
     return Observations(plan, walk.runs, walk.exercise())
 
 
-def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dict[str, Any] | None, int, int]:
-    """The first row of `cand` that fails against `ref` (None: every row holds), the rows over
-    tolerance and the ties."""
-    cmp = compare_rows(ref, cand, bar.tol)
-    bad, over, ties = bar.bad(cmp), int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
-    if not bool(bad.any()):
-        return None, over, ties
-    row = int(bad.nonzero()[0])
-    found = {
-        "position": row,
-        "reference_token": int(cmp.ref_top[row]),
-        "candidate_token": int(cmp.cand_top[row]),
-        "argmax_flip": not bool(cmp.agree[row]),
-        "reference_margin": float(cmp.margin[row]),
-        "tie_band": float(cmp.tolerance[row]),
-        "max_abs_delta": float(cmp.max_abs_delta[row]),
-        "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
-        "candidate_top_k": top_k_rows(cand[row][None], bar.top_k)[0],
-    }
-    return found, over, ties
-
-
 def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) if a.numel() else 0.0
 
@@ -210,23 +188,38 @@ def _entry(
     """One request's rows in one setting against the reference's (and, given `own`, its rows alone):
     the result entry, and its first failure (None: every row holds)."""
     ref = req.rows[: rows.shape[0]]
-    found, over, ties = _first_failure(ref, rows, bar)
+    cmp = compare_rows(ref, rows, bar.tol)
+    bad = bar.bad(cmp)
     entry: dict[str, Any] = {
         "setting": setting,
         "request": index,
         "prompt_len": int(req.prompt.shape[0]),
         "rows": int(rows.shape[0]),
         "max_abs_delta_vs_reference": _max_delta(ref, rows),
-        "rows_over_tolerance": over,
-        "ties": ties,
-        "ok": found is None,
+        "rows_over_tolerance": int(cmp.over_tolerance.sum()),
+        "ties": int(cmp.tie.sum()),
+        "ok": not bool(bad.any()),
     }
     if own is not None:
         entry["max_abs_delta_vs_alone"] = _max_delta(own[: rows.shape[0]], rows)
         entry["argmax_same_as_alone"] = bool((own[: rows.shape[0]].argmax(-1) == rows.argmax(-1)).all())
-    if found is None:
+    if entry["ok"]:
         return entry, None
-    return entry, {"setting": setting, "request": index, "prompt_len": entry["prompt_len"], **found}
+    row = int(bad.nonzero()[0])
+    return entry, {
+        "setting": setting,
+        "request": index,
+        "prompt_len": entry["prompt_len"],
+        "position": row,
+        "reference_token": int(cmp.ref_top[row]),
+        "candidate_token": int(cmp.cand_top[row]),
+        "argmax_flip": not bool(cmp.agree[row]),
+        "reference_margin": float(cmp.margin[row]),
+        "tie_band": float(cmp.tolerance[row]),
+        "max_abs_delta": float(cmp.max_abs_delta[row]),
+        "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
+        "candidate_top_k": top_k_rows(rows[row][None], bar.top_k)[0],
+    }
 
 
 @dataclass(frozen=True)
