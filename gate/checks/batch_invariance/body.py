@@ -1,5 +1,4 @@
-"""batch-invariance's body: measure the requests alone and in each batched setting
-(gate.checks.batch_invariance.settings), judge every row, explain."""
+"""batch-invariance's body: measure the requests alone and in each batched setting, judge every row, explain."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ class AloneRun:
 
 @dataclass(frozen=True)
 class BatchRun:
-    """A batched setting run: its index in `Plan.settings` and each slot's rows (a control's stopped
-    setting may leave a slot empty)."""
+    """A batched setting run: its index in `Plan.settings` and each slot's rows (empty: not reached)."""
 
     setting: int
     rows: list[torch.Tensor]
@@ -97,8 +95,7 @@ class Observations:
 
 
 class _Walk:
-    """The runs of one check, in order: requests alone and batched settings, each recorded; where a
-    control walks, each stops at its first failing forward (`_Watch`)."""
+    """The runs of one check, in order; a control's stops at its first failing forward (`_Watch`)."""
 
     def __init__(self, candidate: DecodePath, plan: Plan, bar: Bar, control: bool) -> None:
         self.candidate, self.plan, self.bar, self.control = candidate, plan, bar, control
@@ -117,8 +114,7 @@ class _Walk:
         return self.alone_bad[index]
 
     def run_every_alone(self) -> None:
-        """Every request alone, in order, up to the first that fails (a control) or all (a positive
-        run); a request a control already ran alone and saw fail is not run again."""
+        """Every request alone, in order (a control: up to the first that fails, none run twice)."""
         for index in range(len(self.plan.everyone)):
             bad = self.alone_bad.get(index)
             if bad is None:
@@ -224,8 +220,7 @@ def _entry(
 
 @dataclass(frozen=True)
 class Judgement:
-    """Every request's entry per setting, in the order they ran; the failure reported (None: every
-    row held); the observation (laid out in the positive run's order)."""
+    """Every request's entry per setting, in the order they ran; the failure reported; the observation."""
 
     results: list[dict[str, Any]]
     failure: dict[str, Any] | None
@@ -300,8 +295,7 @@ def _evidence(candidate: DecodePath, plan: Plan, j: Judgement, bar: Bar) -> dict
 
 
 def explain(ctx: CheckContext, params: BatchInvarianceParams, bar: Bar, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once: the first failure, else a pass (a warning where rows
-    went beyond tolerance or tied)."""
+    """The Outcome of the judgement, built once."""
     metrics = _metrics(obs.plan, params, j.results)
     seen: dict[str, Any] = {
         "evidence": _evidence(ctx.candidate, obs.plan, j, bar),

@@ -93,8 +93,7 @@ def equal_batch(
 def padded_batch(
     candidate: BatchedSessions, requests: list[Request], side: str, stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
-    """Requests of different lengths padded on `side` into one batch: each one's rows (a left-padded
-    batch decodes the continuation; a right-padded one is prefill-only), and the exercise."""
+    """Requests of different lengths padded on `side` into one batch (only a left-padded one decodes)."""
     session = candidate.new_batched_session(len(requests), side)
     first = [r.float().cpu() for r in session.prefill([r.prompt for r in requests])]
     return _lockstep(session, requests, first, stop, decode=side == "left"), dict(session.exercise())
@@ -165,8 +164,8 @@ order its requests take their rows (or join) in."""
 
 @dataclass(frozen=True)
 class Plan:
-    """What the run sends: the requests (of mixed lengths for the padded and continuous batches, of
-    one length for the equal-length one), the batched settings, and what the candidate offers."""
+    """What the run sends: the requests (`mixed` lengths and the `same` one), the batched settings, and
+    what the candidate offers."""
 
     lengths: list[int]
     equal: int

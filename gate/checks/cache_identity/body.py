@@ -1,5 +1,4 @@
-"""cache-identity's body: measure a probe per identity field and the identity example (the events observed:
-gate.checks.cache_identity.events), judge, explain."""
+"""cache-identity's body: measure a probe per identity field and the identity example, judge, explain."""
 
 from __future__ import annotations
 
@@ -96,8 +95,7 @@ class Probing:
 def _variant(
     worker: PrefixServing, name: str, findings: Findings, pool: StorePool
 ) -> tuple[PrefixServing, dict[str, Any], Hashable] | None:
-    """(store, request options, ledger key) for a request differing from the base only in `name`, or
-    None (unproven)."""
+    """(store, request options, ledger key) of a request differing only in `name`, or None (unproven)."""
     if name == "adapter":
         names = worker.adapters()
         if not names:

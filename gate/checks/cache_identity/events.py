@@ -1,5 +1,4 @@
-"""cache-identity's events: what a run observed, event by event (a repeat that must hit, the candidate's
-own uncached pass, a probe per identity field), and what each shows wrong (`event_problems`, pure)."""
+"""cache-identity's events: what a run observed, event by event, and what each shows wrong (pure)."""
 
 from __future__ import annotations
 

@@ -102,8 +102,7 @@ def _update(
 def measure_updates(
     ctx: CheckContext, params: InvalidationParams, run: PrefixRun, tol: Tolerance
 ) -> tuple[PrefixServing | None, list[Update], list[RequestLog]]:
-    """The weight and (where served) adapter updates on a store of their own: that store, the updates,
-    one log per update."""
+    """The weight and (where served) adapter updates on a store of their own, with one log per update."""
     candidate, findings = run.candidate, run.findings
     assertion = "no stale entry after a weight update"
     if findings.needs(candidate, PrefixWeightUpdates, assertion) is None:
@@ -130,8 +129,7 @@ def measure_restart(
     snapshots: PrefixSnapshots,
     log: RequestLog,
 ) -> Restart:
-    """Save the source's cache, restore it into stores restarted on another and on the same
-    checkpoint, and serve the saved prompts on each."""
+    """Save the source's cache, restore it into stores restarted on another and the same checkpoint, serve it."""
     vocab, bs = ctx.candidate.vocab_size, source.block_size
     prompts = [seeded_ids(vocab, params.prompt_blocks * bs + 1, ctx.seed * 1000 + 53 + i) for i in range(2)]
     for i, prompt in enumerate(prompts):

@@ -1,5 +1,4 @@
-"""phase-performance's body: measure the scenario's replays through both paths (interleaved repeats),
-judge every clock's ratio on its interval against its budget, explain the judgement."""
+"""phase-performance's body: measure both paths' interleaved replays, judge every clock's interval, explain."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ its section of the message, in order."""
 
 @dataclass(frozen=True)
 class Observations:
-    """The scenario as run, both paths' traces per repeat, the candidate's exercise and (engines) what
-    the servers reported and the replies' correctness."""
+    """The scenario as run, both paths' traces per repeat, the candidate's exercise, (engines) `served`."""
 
     scenario: Scenario
     convs: list[Conversation]
@@ -137,8 +135,7 @@ def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Sce
 
 
 def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
-    """The reference to time, and how a stored one was made live (words for the message); the skip
-    Outcome where a stored reference has no live path."""
+    """The reference to time and how a stored one was made live, in words; else the skip Outcome."""
     stored = offered(ctx.reference, LiveCounterpart)
     if stored is None:
         return ctx.reference, ""
@@ -156,8 +153,7 @@ def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
 
 
 def measure(ctx: CheckContext, params: PhasePerformanceParams, reference: DecodePath) -> Observations:
-    """The scenario (params' overrides; on a block-reusing engine a shared prefix of whole blocks)
-    replayed through both paths: their sessions on a measured clock, or engines' streaming APIs."""
+    """The scenario replayed through both paths' sessions on a measured clock, or engines' streaming APIs."""
     scenario = load_scenario(params.scenario)
     overrides = params.model_dump(include={"conversations", "max_concurrent"}, exclude_none=True)
     vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
@@ -207,9 +203,8 @@ def _engine_traces(
     vocab: int,
     max_len: int,
 ) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
-    """Engines behind HTTP, both servers up side by side: a server keeps its prefix cache between
-    repeats, so each repeat draws its own (paired) conversations and the caches are reset where the
-    engine can."""
+    """Engines behind HTTP, side by side: a server keeps its prefix cache between repeats, so each repeat
+    draws its own (paired) conversations and the caches are reset where the engine can."""
     reference, candidate = pair
     top_k = min(reference.top_k, candidate.top_k)
     paths = {"reference": reference, "candidate": candidate}
@@ -310,8 +305,7 @@ def _judge_replies(
 
 
 def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) -> Judgement:
-    """Every clock's candidate/reference ratio with its interval, judged against its budget (pure:
-    the intervals are seeded bootstraps over the measured traces)."""
+    """Every clock's candidate/reference ratio with its interval, judged against its budget (pure)."""
     # the policy's budgets, replaced clock by clock by the manifest's `performance` section
     budgets: dict[str, Budget] = {str(k): v for k, v in (params.budgets | ctx.manifest.performance).items()}
     sums = {role: summary(runs, obs.slo) for role, runs in obs.traces.items()}
@@ -382,8 +376,7 @@ def _judge_clock(
 def _finding(
     params: PhasePerformanceParams, obs: Observations, sections: dict[str, list[str]], *, saves: bool
 ) -> Finding:
-    """What the clocks (and, on engines, the replies) amount to; `saves`: a budget was set, or some
-    clock is confidently better."""
+    """What the clocks (and the replies) amount to; `saves`: a budget was set, or a clock is confidently better."""
     if (obs.served.get("correctness") or {}).get("failed"):
         return "wrong-replies"
     if sections["fail"] or sections["not-shown"]:

@@ -1,5 +1,4 @@
-"""prefix-sweep's body: measure (plan the lengths, one full pass, the candidate's growing session),
-judge (each length against the full pass and, for `compare: cached`, the cached reference), explain."""
+"""prefix-sweep's body: measure the planned lengths on both sides, judge each length, explain."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""quality-slices' body: measure (score every slice's samples), judge each envelope on its one-sided
-bound, explain."""
+"""quality-slices' body: score every slice's samples, judge each envelope on its one-sided bound, explain."""
 
 from __future__ import annotations
 

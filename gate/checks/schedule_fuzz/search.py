@@ -71,8 +71,7 @@ def _budget(examples: int) -> Any:
 
 
 class Search:
-    """The searches' state: every schedule run until the first failure counts as drawn (its kinds and
-    layout edges are the coverage), every one after it as a shrink; each failing schedule is kept."""
+    """The searches' state: schedules run until the first failure are drawn (the coverage), later ones shrinks."""
 
     def __init__(self, runner: ScheduleRunner, params: ScheduleFuzzParams, control: bool) -> None:
         self.runner, self.params, self.control = runner, params, control
@@ -127,8 +126,7 @@ class Search:
         return [(alphabet, examples, seed) for alphabet in searches]
 
     def minimal(self, ctx: CheckContext, searches: list[tuple[str, ...]]) -> list[Op] | None:
-        """The first pass's failing schedule that a search finds, shrunk by hypothesis and `tighten` (a
-        control's: as found); None when every pass ran out of schedules or the time budget ran out."""
+        """The first failing schedule a pass finds, shrunk by hypothesis and `tighten` (a control's: as found)."""
         found: list[Op] | None = None
         p = self.params
         for alphabet, examples, seed in self.passes(searches, ctx.seed):
@@ -153,8 +151,7 @@ class Search:
 
 
 def alphabets(params: ScheduleFuzzParams, continuous: bool) -> list[tuple[str, ...]]:
-    """Two searches: the sessions' schedules, then (where the path batches continuously) the running
-    batch's; the two never share state, so interleaving them would only dilute each search."""
+    """The sessions' search, then (where the path batches continuously) the running batch's."""
     searches = [KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))]
     if continuous and params.joins:
         searches.append(CONTINUOUS_KINDS)
