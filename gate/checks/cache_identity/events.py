@@ -30,11 +30,9 @@ class FieldProbe:
     name: str
     first: Served
     row: dict[str, Any]
-    """The field's row of the evidence."""
     repeat: Served | None = None
     """A variant's repeat (every field but token-ids and positions): it must hit."""
     options: dict[str, Any] = field(default_factory=dict)
-    """A variant's request options."""
     identities: tuple[CacheIdentity, CacheIdentity] | None = None
     """(base, variant) identity the stores report, where both report one (PrefixIdentityReport)."""
 

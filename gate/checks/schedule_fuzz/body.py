@@ -117,9 +117,8 @@ class Observations:
     kinds: Counter[str]
     touched: dict[str, set[int]]
     edges: dict[str, Any]
-    """The candidate's layout edges (gate.checks._sweep.layout_edges)."""
     within_reach: dict[str, Any]
-    """The edges a schedule can reach, per kind (the runner's)."""
+    """The candidate's layout edges, and those a schedule can reach, per kind."""
     searches: int
     seconds: float
     failure: Failure | None

@@ -42,9 +42,9 @@ class Observations:
     design: Design
     looks: LookPlan
     history: list[Look]
-    """Every look taken, the pilot's included."""
+    """Every look taken, the pilot's included (the fields below: the last look's)."""
     observed: np.ndarray
-    """The last look's counts per enumerated cell (this and the rest: the last look's)."""
+    """Counts per enumerated cell."""
     other: int
     """Samples outside every enumerated cell, and a few of them (`strays`)."""
     strays: list[Seq]
