@@ -125,27 +125,25 @@ class _Walk:
     def run_setting(self, k: int) -> tuple[int, int] | None:
         """Setting k: the request (its index in `everyone`) and row of its first failure, or None."""
         group, offset = self.plan.group(k)
-        rows, ex = self._batch(k, group)
+        name, side, order = self.plan.settings[k]
+        watch = _Watch(group, self.bar) if self.control else None
+        if side == "none":
+            rows, ex = equal_batch(self.candidate, group, watch)
+        elif side == "continuous":
+            assert self.plan.continuous is not None
+            rows, ex = continuous_batch(self.plan.continuous, group, watch)
+        else:
+            assert self.plan.batched is not None
+            rows, ex = padded_batch(self.plan.batched, group, side, watch)
         self.runs.append(BatchRun(k, rows))
-        self.batches[self.plan.settings[k][0]] = ex
-        for slot, (i, got) in enumerate(zip(self.plan.settings[k][2], rows, strict=True)):
+        self.batches[name] = ex
+        for slot, (i, got) in enumerate(zip(order, rows, strict=True)):
             if self.control and not got.shape[0]:
                 continue  # the setting stopped before this request ran
             bad = self.bar.first_bad(group[slot], got)
             if bad is not None:
                 return offset + i, bad
         return None
-
-    def _batch(self, k: int, group: list[Request]) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        side = self.plan.settings[k][1]
-        watch = _Watch(group, self.bar) if self.control else None
-        if side == "none":
-            return equal_batch(self.candidate, group, watch)
-        if side == "continuous":
-            assert self.plan.continuous is not None
-            return continuous_batch(self.plan.continuous, group, watch)
-        assert self.plan.batched is not None
-        return padded_batch(self.plan.batched, group, side, watch)
 
     def exercise(self) -> dict[str, Any]:
         requests = len(self.plan.everyone)

@@ -154,8 +154,7 @@ def measure_restart(
     revived = 0
     for i, prompt in enumerate(prompts):
         log.ledger.record(prompt, "same")  # what the file holds for the same checkpoint
-        served = log.issue(same, f"restart: same checkpoint p{i}", prompt, "same", recompute_oracle(same))
-        revived += served.reused
+        revived += log.issue(same, f"restart: same checkpoint p{i}", prompt, "same", recompute_oracle(same)).reused
     return Restart(written, foreign, kept, consumed, revived)
 
 
