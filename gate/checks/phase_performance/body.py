@@ -281,8 +281,7 @@ def _judge_replies(
     failures: list[str] = []
     worst_delta = 0.0
     for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
-        want = reference.complete(prompt, len(completion.tokens), top_k)
-        judged = judge_reply(ctx, want, completion, noise)
+        judged = judge_reply(ctx, reference.complete(prompt, len(completion.tokens), top_k), completion, noise)
         worst_delta = worst_of([worst_delta, judged.comparison.max_abs_delta])
         if judged.failed:
             failures.append(
