@@ -1,29 +1,9 @@
 """`batch-invariance`: a request computes inside a batch what it computes alone.
 
-Each request (a seeded prompt) is judged against the reference's logits for it alone (one full
-pass over the prompt and the reference's greedy continuation) in up to five settings:
-
-* alone: the candidate's own session with batch 1 (a failure here is not a batching bug; it is
-  reported so, and greedy-parity/prefix-sweep localise it);
-* equal-length batch: requests of one length in one session (no padding; batch composition alone);
-* left-padded batch: requests of different lengths padded on the left by the path
-  (gate.protocols.BatchedSessions), prefilled together, then decoding the reference's continuation
-  one token per step in the same batch, in two row orders;
-* right-padded batch: the same requests padded on the right, prefill only;
-* continuous batching: the same requests join one running batch at different forwards
-  (gate.protocols.ContinuousBatching), each prompt's prefill (a long one in two chunks) in the same
-  forward as the others' decode steps; they leave at different steps, one early, and the last
-  joins a slot another request left.
-
-Teacher forcing keeps rows aligned: every setting appends the reference's greedy tokens, so a
-row whose argmax differs from the reference's (outside its tie band, gate.checks._compare) is
-where greedy decoding would diverge. Under a claim that bounds logits (exact, tolerance), a row
-beyond the deny allowance fails too. The candidate's batched rows are also set against its own
-rows alone (batch invariance in the strict sense; the |Δ| is evidence, not a verdict: kernels of
-other shapes round differently).
-
-A path that does not pad (no BatchedSessions) is judged on the equal-length batch only, and the
-result says so; so does a path that does not batch continuously.
+Every setting is teacher-forced with the reference's greedy tokens, so a row whose argmax differs
+from the reference's (outside its tie band) is where greedy decoding would diverge. The batched
+rows are also set against the candidate's own rows alone: that |Δ| is evidence, not a verdict
+(kernels of other shapes round differently).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""batch-invariance's body: measure the requests alone and in each batched setting
-(gate.checks.batch_invariance.settings), judge every row, explain."""
+"""batch-invariance's body: measure the requests alone and in each batched setting, judge every row, explain."""
 
 from __future__ import annotations
 
@@ -53,10 +52,8 @@ class Bar:
 
 
 class _Watch:
-    """A control's early stop inside a setting: the rows each forward gives a request are judged
-    against the reference's rows at the same positions, and the setting stops at the first forward
-    in which one fails (one failure proves power). The request's rows so far are then judged as a
-    whole, as a positive run judges them all."""
+    """A control's early stop inside a setting: each forward's rows are judged against the
+    reference's, and the setting stops at the first forward in which one fails."""
 
     def __init__(self, requests: list[Request], bar: Bar) -> None:
         self.requests, self.bar = requests, bar
@@ -82,8 +79,7 @@ class AloneRun:
 
 @dataclass(frozen=True)
 class BatchRun:
-    """A batched setting run: its index in `Plan.settings` and each slot's rows (a control's stopped
-    setting may leave a slot empty)."""
+    """A batched setting run: its index in `Plan.settings` and each slot's rows (empty: not reached)."""
 
     setting: int
     rows: list[torch.Tensor]
@@ -99,8 +95,7 @@ class Observations:
 
 
 class _Walk:
-    """The runs of one check, in order: requests alone and batched settings, each recorded; where a
-    control walks, each stops at its first failing forward (`_Watch`)."""
+    """The runs of one check, in order; a control's stops at its first failing forward (`_Watch`)."""
 
     def __init__(self, candidate: DecodePath, plan: Plan, bar: Bar, control: bool) -> None:
         self.candidate, self.plan, self.bar, self.control = candidate, plan, bar, control
@@ -119,8 +114,7 @@ class _Walk:
         return self.alone_bad[index]
 
     def run_every_alone(self) -> None:
-        """Every request alone, in order, up to the first that fails (a control) or all (a positive
-        run); a request a control already ran alone and saw fail is not run again."""
+        """Every request alone, in order (a control: up to the first that fails, none run twice)."""
         for index in range(len(self.plan.everyone)):
             bad = self.alone_bad.get(index)
             if bad is None:
@@ -131,27 +125,25 @@ class _Walk:
     def run_setting(self, k: int) -> tuple[int, int] | None:
         """Setting k: the request (its index in `everyone`) and row of its first failure, or None."""
         group, offset = self.plan.group(k)
-        rows, ex = self._batch(k, group)
+        name, side, order = self.plan.settings[k]
+        watch = _Watch(group, self.bar) if self.control else None
+        if side == "none":
+            rows, ex = equal_batch(self.candidate, group, watch)
+        elif side == "continuous":
+            assert self.plan.continuous is not None
+            rows, ex = continuous_batch(self.plan.continuous, group, watch)
+        else:
+            assert self.plan.batched is not None
+            rows, ex = padded_batch(self.plan.batched, group, side, watch)
         self.runs.append(BatchRun(k, rows))
-        self.batches[self.plan.settings[k][0]] = ex
-        for slot, (i, got) in enumerate(zip(self.plan.settings[k][2], rows, strict=True)):
+        self.batches[name] = ex
+        for slot, (i, got) in enumerate(zip(order, rows, strict=True)):
             if self.control and not got.shape[0]:
                 continue  # the setting stopped before this request ran
             bad = self.bar.first_bad(group[slot], got)
             if bad is not None:
                 return offset + i, bad
         return None
-
-    def _batch(self, k: int, group: list[Request]) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        side = self.plan.settings[k][1]
-        watch = _Watch(group, self.bar) if self.control else None
-        if side == "none":
-            return equal_batch(self.candidate, group, watch)
-        if side == "continuous":
-            assert self.plan.continuous is not None
-            return continuous_batch(self.plan.continuous, group, watch)
-        assert self.plan.batched is not None
-        return padded_batch(self.plan.batched, group, side, watch)
 
     def exercise(self) -> dict[str, Any]:
         requests = len(self.plan.everyone)
@@ -160,11 +152,9 @@ class _Walk:
 
 
 def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
-    """A positive run: every request alone, then every setting. A control needs one failure: the
-    batches first (where a batching fault shows), the settings its fault's name points at before
-    the rest, stopping at the first that fails; then the failing request alone up to the failing row
-    (wrong alone too? then every request alone, as a positive run reports the first that fails
-    alone), or, where no batch failed, every request alone."""
+    """A positive run: every request alone, then every setting. A control: the settings in
+    `probe_order` up to the first that fails, then that request alone up to the failing row (wrong
+    alone too, or no batch failed: every request alone, as a positive run reports it)."""
     control = ctx.stop_at_first_failure
     walk = _Walk(ctx.candidate, plan, bar, control)
     if not control:
@@ -182,30 +172,6 @@ def measure(ctx: CheckContext, plan: Plan, bar: Bar) -> Observations:
     return Observations(plan, walk.runs, walk.exercise())
 
 
-def _first_failure(ref: torch.Tensor, cand: torch.Tensor, bar: Bar) -> tuple[dict[str, Any] | None, int, int]:
-    """The first row of `cand` [N, V] that fails against `ref` [N, V] (an argmax flip outside the tie
-    band, or under a bounded claim a |Δ| beyond the deny allowance; None when every row holds), the
-    rows over tolerance and the ties."""
-    cmp = compare_rows(ref, cand, bar.tol)
-    bad = bar.bad(cmp)
-    over, ties = int(cmp.over_tolerance.sum()), int(cmp.tie.sum())
-    if not bool(bad.any()):
-        return None, over, ties
-    row = int(bad.nonzero()[0])
-    found = {
-        "position": row,
-        "reference_token": int(cmp.ref_top[row]),
-        "candidate_token": int(cmp.cand_top[row]),
-        "argmax_flip": not bool(cmp.agree[row]),
-        "reference_margin": float(cmp.margin[row]),
-        "tie_band": float(cmp.tolerance[row]),
-        "max_abs_delta": float(cmp.max_abs_delta[row]),
-        "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
-        "candidate_top_k": top_k_rows(cand[row][None], bar.top_k)[0],
-    }
-    return found, over, ties
-
-
 def _max_delta(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) if a.numel() else 0.0
 
@@ -216,29 +182,43 @@ def _entry(
     """One request's rows in one setting against the reference's (and, given `own`, its rows alone):
     the result entry, and its first failure (None: every row holds)."""
     ref = req.rows[: rows.shape[0]]
-    found, over, ties = _first_failure(ref, rows, bar)
+    cmp = compare_rows(ref, rows, bar.tol)
+    bad = bar.bad(cmp)
     entry: dict[str, Any] = {
         "setting": setting,
         "request": index,
         "prompt_len": int(req.prompt.shape[0]),
         "rows": int(rows.shape[0]),
         "max_abs_delta_vs_reference": _max_delta(ref, rows),
-        "rows_over_tolerance": over,
-        "ties": ties,
-        "ok": found is None,
+        "rows_over_tolerance": int(cmp.over_tolerance.sum()),
+        "ties": int(cmp.tie.sum()),
+        "ok": not bool(bad.any()),
     }
     if own is not None:
         entry["max_abs_delta_vs_alone"] = _max_delta(own[: rows.shape[0]], rows)
         entry["argmax_same_as_alone"] = bool((own[: rows.shape[0]].argmax(-1) == rows.argmax(-1)).all())
-    if found is None:
+    if entry["ok"]:
         return entry, None
-    return entry, {"setting": setting, "request": index, "prompt_len": entry["prompt_len"], **found}
+    row = int(bad.nonzero()[0])
+    return entry, {
+        "setting": setting,
+        "request": index,
+        "prompt_len": entry["prompt_len"],
+        "position": row,
+        "reference_token": int(cmp.ref_top[row]),
+        "candidate_token": int(cmp.cand_top[row]),
+        "argmax_flip": not bool(cmp.agree[row]),
+        "reference_margin": float(cmp.margin[row]),
+        "tie_band": float(cmp.tolerance[row]),
+        "max_abs_delta": float(cmp.max_abs_delta[row]),
+        "reference_top_k": top_k_rows(ref[row][None], bar.top_k)[0],
+        "candidate_top_k": top_k_rows(rows[row][None], bar.top_k)[0],
+    }
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """Every request's entry per setting, in the order they ran; the failure reported (None: every
-    row held); the observation (laid out in the positive run's order)."""
+    """Every request's entry per setting, in the order they ran; the failure reported; the observation."""
 
     results: list[dict[str, Any]]
     failure: dict[str, Any] | None
@@ -247,8 +227,7 @@ class Judgement:
 
 def judge(obs: Observations, bar: Bar, control: bool) -> Judgement:
     """Every run's rows against the reference's (pure). The failure reported is the first request
-    that fails alone (then the bug is not in batching), else the first batched failure (a control's
-    says how far the request held alone)."""
+    that fails alone (then the bug is not in batching), else the first batched failure."""
     plan, results = obs.plan, []
     alone_rows: dict[int, torch.Tensor] = {}
     alone_failures: dict[int, dict[str, Any]] = {}
@@ -314,8 +293,7 @@ def _evidence(candidate: DecodePath, plan: Plan, j: Judgement, bar: Bar) -> dict
 
 
 def explain(ctx: CheckContext, params: BatchInvarianceParams, bar: Bar, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once: the first failure, else a pass (a warning where rows
-    went beyond tolerance or tied)."""
+    """The Outcome of the judgement, built once."""
     metrics = _metrics(obs.plan, params, j.results)
     seen: dict[str, Any] = {
         "evidence": _evidence(ctx.candidate, obs.plan, j, bar),
@@ -341,15 +319,17 @@ def explain(ctx: CheckContext, params: BatchInvarianceParams, bar: Bar, obs: Obs
 
 
 def _tolerated_change(plan: Plan, bar: Bar) -> float | None:
-    """A correct path may move a row by its dtype's band (x the deny allowance under a claim that
-    bounds the logits): a control that moved the rows no further and passed is unobservable here.
-    Without a bound on the logits the check passes any move that keeps each greedy token: inf."""
+    """How far a correct path may move a row: its dtype's band x the deny allowance under a claim that
+    bounds the logits, else inf (any move that keeps each greedy token passes)."""
     widest = max((float(bar.tol.row(r.rows).max()) for r in plan.everyone if r.rows.numel()), default=None)
     return None if widest is None else (widest * DENY_ALLOWANCE if bar.bounded else float("inf"))
 
 
+BUG_BY_SETTING = (("alone", "uncertain"), ("equal-length", "batch-crosstalk"), ("continuous", "continuous-batching"))
+
+
 def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
-    bug = _bug_class(failure["setting"])
+    bug = next((bug for prefix, bug in BUG_BY_SETTING if failure["setting"].startswith(prefix)), "padding")
     what = (
         "argmax"
         if failure["argmax_flip"]
@@ -366,13 +346,6 @@ def _failed(failure: dict[str, Any], **seen: Any) -> Outcome:
         detected_at=failure["position"],
         **seen,
     )
-
-
-BUG_BY_SETTING = (("alone", "uncertain"), ("equal-length", "batch-crosstalk"), ("continuous", "continuous-batching"))
-
-
-def _bug_class(setting: str) -> str:
-    return next((bug for prefix, bug in BUG_BY_SETTING if setting.startswith(prefix)), "padding")
 
 
 @check("batch-invariance", params=BatchInvarianceParams)

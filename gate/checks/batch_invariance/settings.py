@@ -1,6 +1,5 @@
-"""batch-invariance's settings: one request's rows as the candidate computes them alone, in an equal-length
-batch, in a batch padded on either side, and joining a running (continuous) batch; which of them a
-candidate gets and the requests they send (`prepare`), and the order a run walks them in (`probe_order`)."""
+"""batch-invariance's settings: one request's rows computed alone, in an equal-length batch, padded on
+either side and joining a running batch; the requests and settings a candidate gets (`prepare`)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ stops the setting there (a control's early stop, `_Watch`)."""
 def alone(
     candidate: DecodePath, request: Request, stop: Stop | None = None, rows_wanted: int | None = None
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The candidate's rows for one request in a session of its own: [L + S - 1, V], exercise (with
-    `stop`, up to the first forward it stops at; with `rows_wanted`, no further than that many rows)."""
+    """The candidate's rows for one request in a session of its own ([L + S - 1, V]), and its exercise."""
     session = candidate.new_session(1)
     rows = [session.prefill(request.prompt[None])[0].float().cpu()]
     done = stop is not None and stop({0: rows[0]})
@@ -95,17 +93,15 @@ def equal_batch(
 def padded_batch(
     candidate: BatchedSessions, requests: list[Request], side: str, stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
-    """Requests of different lengths padded on `side` into one batch: each one's rows (a left-padded
-    batch decodes the continuation; a right-padded one is prefill-only), and the exercise."""
+    """Requests of different lengths padded on `side` into one batch (only a left-padded one decodes)."""
     session = candidate.new_batched_session(len(requests), side)
     first = [r.float().cpu() for r in session.prefill([r.prompt for r in requests])]
     return _lockstep(session, requests, first, stop, decode=side == "left"), dict(session.exercise())
 
 
 def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:
-    """What a request feeds a running batch, forward by forward: its prompt (a prompt longer than 8
-    tokens in two chunks), then the continuation one token at a time; `early`: it leaves after half
-    of its continuation."""
+    """What a request feeds a running batch, forward by forward: its prompt (in two chunks past 8
+    tokens), then its continuation token by token (`early`: only half of it)."""
     prompt, length = request.prompt, int(request.prompt.shape[0])
     cut = (length + 1) // 2 if length > 8 else length
     pieces = [prompt[:cut], prompt[cut:]] if cut < length else [prompt]
@@ -116,10 +112,8 @@ def _pieces(request: Request, early: bool, steps: int) -> list[torch.Tensor]:
 def continuous_batch(
     candidate: ContinuousBatching, requests: list[Request], stop: Stop | None = None
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
-    """Requests join one running batch one per forward, so each prompt's prefill shares a forward
-    with the earlier requests' decode steps; each leaves when its continuation is fed, the first one
-    early; with one slot fewer than requests, the last waits for a slot a request left and reuses it.
-    Each request's rows, and the session's exercise."""
+    """Requests join one running batch one per forward (each prefill beside the others' decode steps)
+    and leave when fed, the first early; with one slot fewer than requests, the last reuses a slot."""
     steps = int(requests[0].continuation.shape[0])
     slots = max(1, len(requests) - 1)
     session = candidate.new_continuous_session(slots)
@@ -153,11 +147,8 @@ SETTING_WORDS: dict[str, tuple[str, ...]] = {
 
 
 def probe_order(sides: list[str], control: str | None) -> list[int]:
-    """The order a run walks its batched settings in (indices into `sides`, each setting's kind;
-    gate.checks._probe): a control walks first the settings its fault's name points at
-    (pad-attended: the padded batches; stale-slot-on-join: the continuous one). A control walks
-    the batches before the requests alone either way (a batching fault shows only in a batch);
-    a positive run walks them all, alone first."""
+    """Indices into `sides` in the order a run walks them (gate.checks._probe): a control walks first
+    the settings its fault's name points at (pad-attended: the padded batches)."""
     return shared_probe_order(sides, control, _names_setting)
 
 
@@ -173,8 +164,8 @@ order its requests take their rows (or join) in."""
 
 @dataclass(frozen=True)
 class Plan:
-    """What the run sends: the requests (of mixed lengths for the padded and continuous batches, of
-    one length for the equal-length one), the batched settings, and what the candidate offers."""
+    """What the run sends: the requests (`mixed` lengths and the `same` one), the batched settings, and
+    what the candidate offers."""
 
     lengths: list[int]
     equal: int
@@ -221,8 +212,7 @@ def prepare(ctx: CheckContext, params: BatchInvarianceParams) -> Plan:
     vocab = min(reference.vocab_size, candidate.vocab_size)
     limit = min(reference.max_len, candidate.max_len) - params.steps
     lengths = sorted({max(1, min(n, limit)) for n in params.lengths})
-    batched = offered(candidate, BatchedSessions)
-    continuous = offered(candidate, ContinuousBatching)
+    batched, continuous = offered(candidate, BatchedSessions), offered(candidate, ContinuousBatching)
     sides = tuple(batched.padding_sides) if batched is not None else ()
     equal = max(1, min(params.equal_length, limit))
 

@@ -1,24 +1,9 @@
 """cache-identity: a request that differs from a cached one in any identity field must not reuse it.
 
-On a fresh worker a base prompt P is served, then served again: it must hit (else the cache is off
-and no miss below proves anything). Then, for every identity field the manifest declares (the
-policy makes it declare the required ones), P is served once more differing only in that field:
-
-* token-ids: one token changed in block 1: exactly block 0 is reused, nothing after it;
-* positions: P's later blocks at offset 0: nothing is reused;
-* adapter, tenant: the same worker, another adapter or tenant;
-* model-revision, tokenizer, rope-scaling, attention-window, attention-mask, kv-dtype: a sibling
-  worker sharing the cache store that differs in that field alone (`PrefixCaching.sibling`).
-
-Each such request must reuse nothing (or be refused), must still match its own uncached
-computation, and must hit when repeated (the variant is cacheable, so its miss was a decision).
-The cache-identity example (background) holds exactly on a block-size-1 worker: after [11, 24, 31, 42, 57], the request
-[11, 24, 99, 42, 57] reuses positions 0 and 1 and never the later equal ids.
-
-Where the store reports the identity it keys on (`PrefixIdentityReport`), the report is held against
-the keying observed: a perturbed field the report says nothing about must not separate entries,
-and one it names must (and a sibling must report exactly the field it varies). A field the store
-cannot vary (no siblings, no adapters) is `unproven`, with the capability named.
+A base prompt P is served twice (the repeat must hit), then once per declared field, differing in
+that field alone: token-ids and positions change P's tokens, adapter and tenant vary on the same
+worker, the other fields on a sibling worker sharing the store (`PrefixCaching.sibling`). Where
+the store reports its identity (`PrefixIdentityReport`), the report is held against the keying.
 """
 
 from __future__ import annotations

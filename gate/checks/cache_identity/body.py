@@ -1,5 +1,4 @@
-"""cache-identity's body: measure a probe per identity field and the identity example (the events observed:
-gate.checks.cache_identity.events), judge, explain."""
+"""cache-identity's body: measure a probe per identity field and the identity example, judge, explain."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ BASE_KEY: Hashable = ("base",)
 
 def probe_order(fields: list[str], control: str | None) -> list[str]:
     """The fields in the order a run probes them (gate.checks._probe): a control probes first the
-    field its fault's name points at (key-ignores-tenant: tenant), where its failure is likely.
-    Every field is still probed until the first failure; a positive run probes them all."""
+    field its fault's name points at (key-ignores-tenant: tenant)."""
     return [fields[i] for i in shared_probe_order(fields, control, points_at)]
 
 
@@ -58,8 +56,7 @@ def points_at(fault: str, field: str) -> bool:
 
 @dataclass
 class Probing:
-    """The run of probes on the base worker: its requests, the events observed in order, and (for a
-    control, which stops at the first field with a violation) the problems they show so far."""
+    """The run of probes on the base worker: its requests, the events observed and the problems so far."""
 
     ctx: CheckContext
     worker: PrefixServing
@@ -78,14 +75,8 @@ class Probing:
         self.events.append(event)
         self.problems.extend(event_problems(event, self.worker.block_size))
 
-    def stop_if_failed(self) -> None:
-        """Control mode: stop at the latest problem once there is one (no-op in a positive run)."""
-        if self.problems:
-            self.log.fail_now(self.problems[-1])
-
     def own(self) -> torch.Tensor:
-        """The candidate's uncached pass over P, checked once against the reference: the uncached
-        oracle must be the reference model, or its verdicts mean nothing."""
+        """The candidate's uncached pass over P, checked once against the reference (it is the oracle)."""
         if self.own_rows is None:
             self.own_rows = self.worker.recompute(self.prompt).logits
             compared = compare_rows(self.ref_rows, self.own_rows.to(self.ref_rows.device), self.tol)
@@ -104,8 +95,7 @@ class Probing:
 def _variant(
     worker: PrefixServing, name: str, findings: Findings, pool: StorePool
 ) -> tuple[PrefixServing, dict[str, Any], Hashable] | None:
-    """(store, request options, ledger key) for a request differing from the base only in `name`,
-    or None (recorded as unproven) where the store cannot express it."""
+    """(store, request options, ledger key) of a request differing only in `name`, or None (unproven)."""
     if name == "adapter":
         names = worker.adapters()
         if not names:
@@ -135,21 +125,17 @@ def _identities(
     return base_id, other_report.identity_for(adapter=options.get("adapter"), tenant=options.get("tenant"))
 
 
-def _probe_changed_token(p: Probing) -> FieldProbe:
-    """P with one token changed in block 1: exactly block 0 may be reused."""
-    bs, vocab = p.worker.block_size, p.ctx.candidate.vocab_size
-    at = bs + bs // 2
-    changed = list(p.prompt)
-    changed[at] = seeded_ids(vocab, 1, p.ctx.seed + 11, avoid=[p.prompt[at]])[0]
-    served = p.log.issue(p.worker, "token-ids", changed, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
-    return FieldProbe("token-ids", served, served.row())
-
-
-def _probe_moved(p: Probing) -> FieldProbe:
-    """P's later blocks at offset 0: nothing may be reused."""
-    moved = p.prompt[p.worker.block_size :]
-    served = p.log.issue(p.worker, "positions", moved, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
-    return FieldProbe("positions", served, served.row())
+def _probe_tokens(p: Probing, name: str) -> FieldProbe:
+    """token-ids: P with one token changed in block 1 (exactly block 0 may be reused); positions: P's
+    later blocks at offset 0 (nothing may be reused)."""
+    bs = p.worker.block_size
+    tokens = p.prompt[bs:]
+    if name == "token-ids":
+        at = bs + bs // 2
+        tokens = list(p.prompt)
+        tokens[at] = seeded_ids(p.ctx.candidate.vocab_size, 1, p.ctx.seed + 11, avoid=[p.prompt[at]])[0]
+    served = p.log.issue(p.worker, name, tokens, BASE_KEY, recompute_oracle(p.worker), tenant=TENANT)
+    return FieldProbe(name, served, served.row())
 
 
 def _probe_variant(p: Probing, name: str, run: PrefixRun) -> FieldProbe | None:
@@ -169,8 +155,7 @@ def _probe_variant(p: Probing, name: str, run: PrefixRun) -> FieldProbe | None:
 
 
 def _probe_fields(p: Probing, fields: list[str], run: PrefixRun) -> None:
-    """Probe every field in order, P served again before each; a control stops at the first field
-    with a violation."""
+    """Probe every field in order, P served again before each."""
     base_oracle = memoized(recompute_oracle(p.worker))  # P comes back before every field
     p.base("base", base_oracle)
     # a control probes its likeliest field at once: reuse beyond entitlement is a failure whether or
@@ -184,17 +169,13 @@ def _probe_fields(p: Probing, fields: list[str], run: PrefixRun) -> None:
             p.cache_on(base_oracle)
         elif p.again is not None:
             p.base(f"base before {name}", base_oracle)
-        if name == "token-ids":
-            probe: FieldProbe | None = _probe_changed_token(p)
-        elif name == "positions":
-            probe = _probe_moved(p)
-        else:
-            probe = _probe_variant(p, name, run)
+        probe = _probe_tokens(p, name) if name in ("token-ids", "positions") else _probe_variant(p, name, run)
         if probe is None:
             continue
         p.table[name] = probe.row
         p.record(probe)
-        p.stop_if_failed()
+        if p.problems:  # a control stops here (fail_now: a no-op in a positive run)
+            p.log.fail_now(p.problems[-1])
     if p.again is None:  # a control that probed a single field and found nothing
         p.cache_on(base_oracle)
     p.own()
@@ -257,8 +238,7 @@ def measure(ctx: CheckContext, params: CacheIdentityParams, run: PrefixRun) -> O
 
 
 def judge(obs: Observations) -> list[str]:
-    """The violations, in the order they were observed, then the identity example's and the wrong
-    outputs' (pure)."""
+    """The violations in the order observed, then the identity example's and the wrong outputs' (pure)."""
     bs = obs.worker.block_size
     problems = [p for event in obs.events for p in event_problems(event, bs)]
     example_b = obs.example_b

@@ -1,5 +1,4 @@
-"""cache-identity's events: what a run observed, event by event (a repeat that must hit, the candidate's
-own uncached pass, a probe per identity field), and what each shows wrong (`event_problems`, pure)."""
+"""cache-identity's events: what a run observed, event by event, and what each shows wrong (pure)."""
 
 from __future__ import annotations
 
@@ -31,11 +30,9 @@ class FieldProbe:
     name: str
     first: Served
     row: dict[str, Any]
-    """The field's row of the evidence."""
     repeat: Served | None = None
     """A variant's repeat (every field but token-ids and positions): it must hit."""
     options: dict[str, Any] = field(default_factory=dict)
-    """A variant's request options."""
     identities: tuple[CacheIdentity, CacheIdentity] | None = None
     """(base, variant) identity the stores report, where both report one (PrefixIdentityReport)."""
 
@@ -69,12 +66,12 @@ def _report_contract(probe: FieldProbe) -> str | None:
 
 
 def _variant_problems(probe: FieldProbe) -> list[str]:
-    """A variant (another adapter, tenant or sibling) that reused the base's entries, or missed when
-    repeated, or whose reported identity disagrees with its keying."""
+    """A variant that reused the base's entries, missed when repeated, or reports an identity unlike its keying."""
     name, first, repeat = probe.name, probe.first, probe.repeat
     assert repeat is not None
     problems = []
     if first.reused:
+        values = ", ".join(f"{k}={v!r}" for k, v in probe.options.items())
         if probe.identities is not None:
             base_id, other_id = probe.identities
             values = ", ".join(
@@ -82,8 +79,6 @@ def _variant_problems(probe: FieldProbe) -> list[str]:
                 for k, v in other_id.as_dict().items()
                 if getattr(base_id, k) != v
             )
-        else:
-            values = ", ".join(f"{k}={v!r}" for k, v in probe.options.items())
         problems.append(
             f"{name}: a request that differs only in {name} ({values}) reused "
             f"{first.reused} tokens {first.reply.stats.reused_spans} cached under the other value; "
@@ -96,39 +91,30 @@ def _variant_problems(probe: FieldProbe) -> list[str]:
     return problems
 
 
-def _probe_problems(probe: FieldProbe, bs: int) -> list[str]:
-    """What a field's probe shows wrong (pure)."""
-    served = probe.first
-    if probe.name == "token-ids":
+def event_problems(event: Event, bs: int) -> list[str]:
+    """What one observed event shows wrong (pure)."""
+    if isinstance(event, Repeated):
+        if event.served.reused:
+            return []
+        return [
+            f"an identical request reused 0 of {event.served.entitled} reusable tokens: the cache is off "
+            "or its keys are unstable, so no miss below proves anything"
+        ]
+    if isinstance(event, OwnPass):
+        differs = "the candidate's uncached pass differs from the reference path: no oracle to judge by"
+        return [differs] if event.differs else []
+    served = event.first
+    if event.name == "token-ids":
         if served.reused != served.entitled or served.reply.stats.reused_spans not in ([(0, bs)], []):
             return [
                 f"token-ids: with one token changed at position {bs + bs // 2}, {describe_excess(served)} "
                 f"(exactly the first {bs} positions may be reused; {WHY['token-ids']})"
             ]
         return []
-    if probe.name == "positions":
+    if event.name == "positions":
         if served.excess:
             return [
                 f"positions: with P's later blocks moved to offset 0, {describe_excess(served)} ({WHY['positions']})"
             ]
         return []
-    return _variant_problems(probe)
-
-
-def event_problems(event: Event, bs: int) -> list[str]:
-    """What one observed event shows wrong (pure)."""
-    if isinstance(event, Repeated):
-        again = event.served
-        if again.reused == 0:
-            return [
-                f"an identical request reused 0 of {again.entitled} reusable tokens: the cache is off "
-                "or its keys are unstable, so no miss below proves anything"
-            ]
-        return []
-    if isinstance(event, OwnPass):
-        return (
-            ["the candidate's uncached pass differs from the reference path: no oracle to judge by"]
-            if event.differs
-            else []
-        )
-    return _probe_problems(event, bs)
+    return _variant_problems(event)

@@ -9,36 +9,22 @@ from gate.report.fmt import display
 
 def read(evidence: CacheIdentityEvidence, views: EvidenceViews) -> None:
     """One row per identity field: the variant request's reuse, which must be none it is not entitled to."""
-    rows = []
-    for name, probe in evidence.fields.items():
-        reuse = "BEYOND entitlement" if probe.reused > probe.entitled else ""
-        rows.append(
-            [
-                name,
-                str(probe.prompt_tokens),
-                str(probe.entitled),
-                str(probe.reused),
-                reuse,
-                display(probe.repeat_reused),
-                display(probe.computation_differs_by),
-                display(probe.max_abs_delta),
-            ]
-        )
+    rows = [
+        [
+            name,
+            *(str(n) for n in (probe.prompt_tokens, probe.entitled, probe.reused)),
+            "BEYOND entitlement" if probe.reused > probe.entitled else "",
+            *map(display, (probe.repeat_reused, probe.computation_differs_by, probe.max_abs_delta)),
+        ]
+        for name, probe in evidence.fields.items()
+    ]
     rows += [[name, "", "", "", "not varied (unproven)", "", "", ""] for name in evidence.unverified]
     if evidence.identity_example is not None:  # the fixed example: B after A reuses exactly positions 0-1
         example = evidence.identity_example
         spans = ", ".join(f"{start}-{end - 1}" for start, end in example.spans) or "none"
+        counts = (str(n) for n in (example.prompt_tokens, example.entitled, example.reused))
         rows.append(
-            [
-                "identity example (B after A)",
-                str(example.prompt_tokens),
-                str(example.entitled),
-                str(example.reused),
-                f"positions {spans}",
-                "",
-                "",
-                display(example.max_abs_delta),
-            ]
+            ["identity example (B after A)", *counts, f"positions {spans}", "", "", display(example.max_abs_delta)]
         )
     views.table(
         title="Identity fields: a request that differs in one field only",

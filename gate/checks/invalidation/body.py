@@ -81,8 +81,7 @@ def _update(
     updates: PrefixWeightUpdates,
     target: tuple[str, str | None],
 ) -> Update:
-    """Serve a prompt twice, update the weights of `target` (its name, its adapter), serve it twice
-    more; a control stops at the first stale entry consumed."""
+    """Serve a prompt twice, update the weights of `target` (its name, its adapter), serve it twice more."""
     name, adapter = target
     prompt = seeded_ids(ctx.candidate.vocab_size, params.prompt_blocks * worker.block_size + 1, ctx.seed * 1000 + 41)
     oracle = recompute_oracle(worker, adapter)
@@ -103,8 +102,7 @@ def _update(
 def measure_updates(
     ctx: CheckContext, params: InvalidationParams, run: PrefixRun, tol: Tolerance
 ) -> tuple[PrefixServing | None, list[Update], list[RequestLog]]:
-    """The weight update and (stores that serve adapters) the adapter update, on a store of their
-    own: (that store, the updates, one log per update)."""
+    """The weight and (where served) adapter updates on a store of their own, with one log per update."""
     candidate, findings = run.candidate, run.findings
     assertion = "no stale entry after a weight update"
     if findings.needs(candidate, PrefixWeightUpdates, assertion) is None:
@@ -117,13 +115,10 @@ def measure_updates(
         targets.append(("adapter", worker.adapters()[0]))
     else:
         findings.lacks("no stale entry after an adapter update", "the store serves no adapters")
-    probes: list[Update] = []
-    logs: list[RequestLog] = []
-    if updates is not None:
-        for target in targets:
-            logs.append(_new_log(ctx, tol, worker.block_size))
-            probes.append(_update(ctx, params, logs[-1], worker, updates, target))
-    return worker, probes, logs
+    if updates is None:
+        return worker, [], []
+    logs = [_new_log(ctx, tol, worker.block_size) for _ in targets]
+    return worker, [_update(ctx, params, log, worker, updates, t) for log, t in zip(logs, targets, strict=True)], logs
 
 
 def measure_restart(
@@ -134,9 +129,7 @@ def measure_restart(
     snapshots: PrefixSnapshots,
     log: RequestLog,
 ) -> Restart:
-    """Save the source's cache; restore it into a store restarted on another checkpoint, then into one
-    restarted on the same checkpoint, and serve the saved prompts on each (a control stops at the
-    first foreign block admitted)."""
+    """Save the source's cache, restore it into stores restarted on another and the same checkpoint, serve it."""
     vocab, bs = ctx.candidate.vocab_size, source.block_size
     prompts = [seeded_ids(vocab, params.prompt_blocks * bs + 1, ctx.seed * 1000 + 53 + i) for i in range(2)]
     for i, prompt in enumerate(prompts):
@@ -161,8 +154,7 @@ def measure_restart(
     revived = 0
     for i, prompt in enumerate(prompts):
         log.ledger.record(prompt, "same")  # what the file holds for the same checkpoint
-        served = log.issue(same, f"restart: same checkpoint p{i}", prompt, "same", recompute_oracle(same))
-        revived += served.reused
+        revived += log.issue(same, f"restart: same checkpoint p{i}", prompt, "same", recompute_oracle(same)).reused
     return Restart(written, foreign, kept, consumed, revived)
 
 
@@ -249,9 +241,7 @@ def _restart_problems(r: Restart) -> list[str]:
 
 
 def judge(obs: Observations) -> list[str]:
-    """The problems: stale entries consumed after an update or a restart, probes that prove nothing
-    (no hit before an update, an update that changed nothing, a restore never reused), outputs unlike
-    their uncached computation (pure)."""
+    """Stale entries consumed, probes that prove nothing, outputs unlike their uncached computation (pure)."""
     problems = [p for probe in obs.updates for p in _update_problems(probe)]
     if obs.restart is not None:
         problems.extend(_restart_problems(obs.restart))
@@ -262,8 +252,7 @@ def judge(obs: Observations) -> list[str]:
 
 
 def hazard(obs: Observations) -> HazardFinding | None:
-    """`restart-admits-same-revision` where a store restarted on other weights under the same revision
-    label admitted saved blocks (pure)."""
+    """`restart-admits-same-revision` where a store restarted on other weights admitted saved blocks (pure)."""
     r = obs.restart
     if r is None or not r.foreign.restored:
         return None
@@ -285,9 +274,8 @@ def _evidence(obs: Observations, requests: list[dict[str, Any]]) -> Invalidation
         )
         for u in obs.updates
     }
-    r = obs.restart
     restart = None
-    if r is not None:
+    if (r := obs.restart) is not None:
         restart = RestartProbe(
             blocks_saved=r.written,
             other_checkpoint=RestoredStore(

@@ -19,32 +19,23 @@ def read(evidence: InvalidationEvidence, views: EvidenceViews) -> None:
                 [
                     f"{name} weights",
                     display(u.computation_changed_by),
-                    str(u.hit_before),
-                    str(u.reused_after),
-                    str(u.hit_after),
+                    *map(str, (u.hit_before, u.reused_after, u.hit_after)),
                 ]
                 for name, u in evidence.updates.items()
             ],
             note="right after an update nothing may be reused (entries of the old weights)",
         )
     if evidence.restart is not None:
-        restart = evidence.restart
+        other, same = evidence.restart.other_checkpoint, evidence.restart.same_checkpoint
         views.table(
-            title=f"Restart from a saved cache ({restart.blocks_saved} blocks saved)",
+            title=f"Restart from a saved cache ({evidence.restart.blocks_saved} blocks saved)",
             columns=["restarted on", "admitted", "refused", "served"],
             rows=[
-                [
-                    "another checkpoint (must admit and serve nothing)",
-                    str(restart.other_checkpoint.admitted),
-                    _reasons(restart.other_checkpoint.dropped),
-                    display(restart.other_checkpoint.consumed),
-                ],
-                [
-                    "the same checkpoint (must admit and reuse)",
-                    str(restart.same_checkpoint.admitted),
-                    _reasons(restart.same_checkpoint.dropped),
-                    display(restart.same_checkpoint.reused_tokens),
-                ],
+                [label, str(store.admitted), _reasons(store.dropped), display(served)]
+                for label, store, served in (
+                    ("another checkpoint (must admit and serve nothing)", other, other.consumed),
+                    ("the same checkpoint (must admit and reuse)", same, same.reused_tokens),
+                )
             ],
         )
     views.consumed.update(("updates", "restart"))

@@ -1,30 +1,10 @@
 """phase-performance: four clocks on a serving scenario, judged on confidence intervals (release-gate step 6).
 
-A cache change can improve one clock and worsen another, and fewer operations are a mechanism, not
-a wall-clock guarantee (background: four clocks). The check replays a serving scenario
-(`scenarios/*.yaml`: concurrent conversations over a shared system prefix, private turns,
-arrivals, length distributions, an SLO) through the reference and the candidate path in the same
-process, alternating which goes first on every repeat so a busy machine slows both alike, and
-measures per path: time to first token and time per output token (p50, p95, p99), inter-token
-latency, throughput, goodput under the SLO, live KV bytes over time against the theoretical
-2 x layers x KV heads x head dim x tokens x bytes per element, peak device memory (CUDA) and
-pressure actions (conversations queued, tokens evicted) where reported.
-
-Every candidate/reference ratio carries an interval from the paired repeats (gate.core.clocks.compare),
-widened so that each family of judgements (the budgeted clocks; the watched unbudgeted clocks) holds
-`confidence` jointly (Bonferroni): fourteen clocks at 95 % each would otherwise raise a false alarm on
-most runs. Unbudgeted clocks outside `watch` are reported, not judged.
-Budgets (the manifest's `performance` section over the policy's `budgets` parameter) are judged on
-that interval: a ratio confidently past its budget fails; an interval that straddles the budget
-passes "within noise", with the interval shown. With `show_savings` (the policy sets it for
-approximations), a budget below 1 must be shown: an interval reaching past it fails. A clock with no
-budget never fails, but a confident regression larger than `min_effect` is a warning: a candidate
-2.7x slower per token is never a green pass.
-
-On engines behind HTTP the replies are judged too: every reply the candidate streamed in the last
-repeat is compared with the reference's answer to the same prompt sent alone, under the claim
-(gate.checks._engine.judge, as engine-concurrent-conversations does), and a wrong reply fails the
-check: timing and correctness come from one run.
+Both paths replay the scenario in one process, alternating which goes first on every repeat. Each
+ratio's interval (gate.core.clocks.compare) is widened so that each family (the budgeted clocks;
+the watched unbudgeted ones) holds `confidence` jointly (Bonferroni); other clocks are only
+reported. On engines behind HTTP the candidate's replies in the last repeat are also judged
+against the reference's answer to each prompt sent alone: timing and correctness from one run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""phase-performance's body: measure the scenario's replays through both paths (interleaved repeats),
-judge every clock's ratio on its interval against its budget, explain the judgement."""
+"""phase-performance's body: measure both paths' interleaved replays, judge every clock's interval, explain."""
 
 from __future__ import annotations
 
@@ -43,14 +42,13 @@ SECTIONS = (
     ("pass", "budgets held"),
     ("within-noise", "within noise of the budget"),
 )
-"""The message's sections, in order: a clock's verdict (or `unproven`: a budgeted clock no interval
-could judge) -> the words that head the clocks that earned it."""
+"""A clock's verdict (or `unproven`: a budgeted clock no interval could judge) -> the words heading
+its section of the message, in order."""
 
 
 @dataclass(frozen=True)
 class Observations:
-    """The scenario as run, its conversations (seeded), both paths and each one's trace per repeat;
-    the candidate's exercise and, on engines, what the servers reported and the replies' correctness."""
+    """The scenario as run, both paths' traces per repeat, the candidate's exercise, (engines) `served`."""
 
     scenario: Scenario
     convs: list[Conversation]
@@ -70,10 +68,8 @@ Finding = Literal["wrong-replies", "over-budget", "doubtful", "no-saving", "held
 
 @dataclass(frozen=True)
 class Judgement:
-    """Per clock its evidence row; per section (SECTIONS) the clocks in it, in words; how many clocks
-    each family of intervals was widened for; the KV bytes against theory; and the finding: a reply
-    was wrong, a budget failed or a saving was not shown, some clock is doubtful (a warning), an
-    approximation saves nothing, or everything held."""
+    """Per clock its evidence row, per section (SECTIONS) the clocks in it in words, how many clocks
+    each family of intervals was widened for, the KV bytes against theory, and the finding."""
 
     finding: Finding
     rows: list[dict[str, Any]]
@@ -111,10 +107,7 @@ def _verdict(
             verdicts.add("pass")
         else:
             verdicts.add("not-shown" if show and sign * m < sign else "within-noise")
-    for worst in ("fail", "not-shown", "within-noise"):
-        if worst in verdicts:
-            return worst
-    return "pass"
+    return next((worst for worst in ("fail", "not-shown", "within-noise") if worst in verdicts), "pass")
 
 
 def _budget_words(budget: Budget | None) -> str:
@@ -131,8 +124,7 @@ def _ci(interval: Interval) -> str:
 
 def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Scenario:
     """The scenario for an engine that reuses whole blocks of `block` tokens only: a shared system
-    prefix below PREFIX_BLOCKS blocks barely reaches its prefix cache, so it is raised to that many
-    blocks (within a quarter of the context); unchanged where any prefix is reused or none stated."""
+    prefix below PREFIX_BLOCKS blocks is raised to that many (within a quarter of the context)."""
     if block is None or scenario.system_prefix >= PREFIX_BLOCKS * block:
         return scenario
     raised = max(scenario.system_prefix, min(PREFIX_BLOCKS * block, max_len // 4))
@@ -143,8 +135,7 @@ def shared_prefix_on(scenario: Scenario, block: int | None, max_len: int) -> Sce
 
 
 def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
-    """The reference to time, and how a stored one was made live (words for the message); the skip
-    Outcome where a stored reference has no live path: its answers have no clock."""
+    """The reference to time and how a stored one was made live, in words; else the skip Outcome."""
     stored = offered(ctx.reference, LiveCounterpart)
     if stored is None:
         return ctx.reference, ""
@@ -162,19 +153,14 @@ def live_reference(ctx: CheckContext) -> tuple[DecodePath, str] | Outcome:
 
 
 def measure(ctx: CheckContext, params: PhasePerformanceParams, reference: DecodePath) -> Observations:
-    """The scenario (params' overrides; on a block-reusing engine a shared prefix of whole blocks)
-    replayed through both paths: their sessions on a measured clock, or engines' streaming APIs."""
+    """The scenario replayed through both paths' sessions on a measured clock, or engines' streaming APIs."""
     scenario = load_scenario(params.scenario)
-    updates = {
-        k: v
-        for k, v in (("conversations", params.conversations), ("max_concurrent", params.max_concurrent))
-        if v is not None
-    }
+    overrides = params.model_dump(include={"conversations", "max_concurrent"}, exclude_none=True)
     vocab = min(reference.vocab_size, ctx.candidate.vocab_size)
     max_len = min(reference.max_len, ctx.candidate.max_len)
     engines = offered(reference, EngineServing), offered(ctx.candidate, EngineServing)
     block = reuse_block(engines[1]) if engines[1] is not None else None
-    scenario = shared_prefix_on(scenario.model_copy(update=updates), block, max_len)
+    scenario = shared_prefix_on(scenario.model_copy(update=overrides), block, max_len)
     convs = conversations(scenario, seed=ctx.seed, vocab=vocab, max_len=max_len)
     paths: dict[str, DecodePath] = {"reference": reference, "candidate": ctx.candidate}
     if engines[0] is not None and engines[1] is not None:
@@ -217,12 +203,11 @@ def _engine_traces(
     vocab: int,
     max_len: int,
 ) -> tuple[dict[str, list[ServingTrace]], dict[str, Any], dict[str, Any]]:
-    """Engines behind HTTP: both servers up side by side, each repeat's conversations streamed through
-    one then the other (alternating who goes first). A server keeps its prefix cache between
-    repeats, so every repeat draws its own conversations (the same for both servers: paired) and the
-    caches are reset where the engine can."""
+    """Engines behind HTTP, side by side: a server keeps its prefix cache between repeats, so each repeat
+    draws its own (paired) conversations and the caches are reset where the engine can."""
     reference, candidate = pair
     top_k = min(reference.top_k, candidate.top_k)
+    paths = {"reference": reference, "candidate": candidate}
     traces: dict[str, list[ServingTrace]] = {"reference": [], "candidate": []}
     cached = {"reference": 0, "candidate": 0}
     resets: dict[str, str] = {}
@@ -239,11 +224,10 @@ def _engine_traces(
             last = i == params.repeats - 1
             for role in order:
                 resets[role] = _reset_cache(servers[role])
-                path = reference if role == "reference" else candidate
                 trace, done = replay_engine(
                     servers[role],
                     convs,
-                    name=str(getattr(path, "name", role)),
+                    name=str(getattr(paths[role], "name", role)),
                     max_concurrent=scenario.max_concurrent,
                     top_k=top_k,
                     replies=replies if last and role == "candidate" else None,
@@ -292,14 +276,12 @@ def _judge_replies(
     top_k: int,
     noise: NoiseFloor | None,
 ) -> dict[str, Any]:
-    """Every reply the candidate streamed in the last repeat against the reference's answer to the same
-    prompt sent alone, under the claim and the candidate's measured noise floor (gate.checks._engine.judge):
-    timing and correctness from one run."""
+    """The candidate's replies against the reference's answer to each prompt sent alone, under the claim
+    and the candidate's measured noise floor (gate.checks._engine.judge)."""
     failures: list[str] = []
     worst_delta = 0.0
     for conv, turn, prompt, completion in sorted(replies, key=lambda r: (r[0], r[1])):
-        want = reference.complete(prompt, len(completion.tokens), top_k)
-        judged = judge_reply(ctx, want, completion, noise)
+        judged = judge_reply(ctx, reference.complete(prompt, len(completion.tokens), top_k), completion, noise)
         worst_delta = worst_of([worst_delta, judged.comparison.max_abs_delta])
         if judged.failed:
             failures.append(
@@ -322,8 +304,7 @@ def _judge_replies(
 
 
 def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) -> Judgement:
-    """Every clock's candidate/reference ratio with its interval, judged against its budget (pure:
-    the intervals are seeded bootstraps over the measured traces)."""
+    """Every clock's candidate/reference ratio with its interval, judged against its budget (pure)."""
     # the policy's budgets, replaced clock by clock by the manifest's `performance` section
     budgets: dict[str, Budget] = {str(k): v for k, v in (params.budgets | ctx.manifest.performance).items()}
     sums = {role: summary(runs, obs.slo) for role, runs in obs.traces.items()}
@@ -350,8 +331,7 @@ def judge(ctx: CheckContext, params: PhasePerformanceParams, obs: Observations) 
         rows.append(row)
         if section is not None:
             sections[section].append(text)
-    by_name = {row["clock"]: row for row in rows}
-    finding = _finding(params, obs, sections, saves=bool(budgets) or _saves_something(by_name))
+    finding = _finding(params, obs, sections, saves=bool(budgets) or _saves_something(rows))
     return Judgement(finding, rows, sections, sums, k_budgets, k_free, _kv_theory(obs.paths, obs.traces))
 
 
@@ -365,8 +345,7 @@ def _judge_clock(
     *,
     judged: bool,
 ) -> tuple[dict[str, Any], str | None, str]:
-    """One clock's evidence row, the message section it goes in (None: none) and its words there.
-    An unjudged clock (no budget, not watched) is reported only."""
+    """One clock's evidence row, the message section it goes in (None: none) and its words there."""
     row: dict[str, Any] = {
         "clock": name,
         "measures": metric.words,
@@ -388,8 +367,7 @@ def _judge_clock(
         verdict = _verdict(
             interval, budget, metric.better, min_effect=params.min_effect, show=params.show_savings, gross=params.gross
         )
-    row.update(interval.as_dict())
-    row["verdict"] = verdict
+    row.update(interval.as_dict(), verdict=verdict)
     text = f"{name} {_ci(interval)}" + (f" (budget {_budget_words(budget)})" if budget is not None else "")
     return row, verdict if verdict in dict(SECTIONS) else None, text
 
@@ -397,8 +375,7 @@ def _judge_clock(
 def _finding(
     params: PhasePerformanceParams, obs: Observations, sections: dict[str, list[str]], *, saves: bool
 ) -> Finding:
-    """What the clocks (and, on engines, the replies) amount to; `saves`: a budget was set, or some
-    clock is confidently better than the reference's."""
+    """What the clocks (and the replies) amount to; `saves`: a budget was set, or a clock is confidently better."""
     if (obs.served.get("correctness") or {}).get("failed"):
         return "wrong-replies"
     if sections["fail"] or sections["not-shown"]:
@@ -410,11 +387,11 @@ def _finding(
     return "held"
 
 
-def _saves_something(rows: dict[str, dict[str, Any]]) -> bool:
+def _saves_something(rows: list[dict[str, Any]]) -> bool:
     """Some clock is confidently better than the reference's."""
     return any(
         (row["high"] < 1 if row["better"] == "lower" else row["better"] == "higher" and row["low"] > 1)
-        for row in rows.values()
+        for row in rows
         if "ratio" in row
     )
 
@@ -463,12 +440,11 @@ def _plot_series(traces: dict[str, list[ServingTrace]], kv_per_token: int | None
             key: [round(float(x), 6) for run in runs for x in samples(run)][:MAX_SAMPLES]
             for key, samples in (("ttft_s", ttfts), ("tpot_s", tpots), ("itl_s", gaps))
         }
-        points = runs[-1].memory
-        every = max(1, len(points) // MAX_MEMORY_POINTS)
+        points = runs[-1].memory[:: max(1, len(runs[-1].memory) // MAX_MEMORY_POINTS)]
         memory[role] = {
-            "t_s": [round(m.t_s, 6) for m in points[::every]],
-            "live_bytes": [m.live_bytes for m in points[::every]],
-            "theory_bytes": [m.tokens * kv_per_token for m in points[::every]] if kv_per_token else None,
+            "t_s": [round(m.t_s, 6) for m in points],
+            "live_bytes": [m.live_bytes for m in points],
+            "theory_bytes": [m.tokens * kv_per_token for m in points] if kv_per_token else None,
         }
     return {"latency_samples": latency, "live_bytes_over_time": memory}
 
@@ -519,8 +495,7 @@ def _summary_words(params: PhasePerformanceParams, obs: Observations, j: Judgeme
         if "ratio" in (r := j.by_name[name])
     )
     saving = ""
-    kv = j.kv
-    if kv is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
+    if (kv := j.kv) is not None and "candidate" in kv and kv["candidate"]["live_over_theory"] is not None:
         saving = f"; candidate holds x{kv['candidate']['live_over_theory']} of theoretical KV bytes at its peak"
     where = (
         f"{len(obs.convs)} conversations of {obs.scenario.name}, {params.repeats} interleaved repeats, intervals "
@@ -538,8 +513,7 @@ def _summary_words(params: PhasePerformanceParams, obs: Observations, j: Judgeme
 def explain(
     ctx: CheckContext, params: PhasePerformanceParams, obs: Observations, j: Judgement, timed_live: str
 ) -> Outcome:
-    """The Outcome of the judgement, built once: fail (a wrong reply, a budget broken or a saving not
-    shown), warn (a doubtful clock, or an approximation that saves nothing) or pass."""
+    """The Outcome of the judgement, built once."""
     metrics, evidence = _metrics(params, obs, j), _evidence(ctx, params, obs, j)
     exercise = {
         **obs.exercise,

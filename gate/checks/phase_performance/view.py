@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gate.checks.phase_performance.evidence import ServingEvidence
+from gate.checks.phase_performance.evidence import ClockRow, ServingEvidence
 from gate.report.evidence import MAX_TABLE_ROWS, EvidenceViews
 from gate.report.fmt import display, number
 from gate.report.model import Table
@@ -29,17 +29,7 @@ def read(evidence: ServingEvidence, views: EvidenceViews) -> None:
     if views.live is None:
         views.notes.append("live_bytes_over_time: no usable series")
     rows = [
-        [
-            r.clock,
-            display(r.reference),
-            display(r.candidate),
-            "—"
-            if r.ratio is None
-            else f"x{number(r.ratio)}"
-            + (f" [{number(r.low)}, {number(r.high)}]" if r.low is not None and r.high is not None else ""),
-            r.budget,
-            r.verdict,
-        ]
+        [r.clock, display(r.reference), display(r.candidate), _ratio(r), r.budget, r.verdict]
         for r in evidence.clocks[:MAX_TABLE_ROWS]
     ]
     if rows:
@@ -52,3 +42,10 @@ def read(evidence: ServingEvidence, views: EvidenceViews) -> None:
             ),
         )
     views.consumed.update(("latency_samples", "live_bytes_over_time", "clocks"))
+
+
+def _ratio(r: ClockRow) -> str:
+    if r.ratio is None:
+        return "—"
+    interval = f" [{number(r.low)}, {number(r.high)}]" if r.low is not None and r.high is not None else ""
+    return f"x{number(r.ratio)}{interval}"

@@ -1,26 +1,9 @@
 """`prefix-sweep`: cached-versus-full logits for the appended token over many prefix lengths.
 
-Reference logits for every length come from ONE full pass over the longest sequence (causality
-makes row L the answer for prefix L), computed once per run (ctx.cache) and shared with every
-control. The candidate grows one session (gate.checks._sweep), so neither side redoes quadratic
-work. Lengths (gate.checks._sweep.plan_sweep): the eight standard lengths (clipped), the first
-edges ±1 and the last edge ±1 of every kind of layout boundary the candidate reports (block,
-chunk, window, page), log-spaced lengths and a seeded sample of further edges, within
-`max_lengths` in all; `exhaustive: true` visits every boundary ±1 (nightly). The evidence states
-the coverage: edges visited per kind out of how many exist (`boundary_coverage`), and the plan
-(`sweep_plan`). A control (ctx.stop_at_first_failure) stops at the first failing length.
-
-`compare: full`: argmax agreement is load-bearing, flips within the reference's top-2 margin are
-ties. Under a claim that bounds the logits (tolerance, exact) a length whose |Δlogit| exceeds the
-documented allowance times its tolerance (gate.checks._compare.DENY_ALLOWANCE) fails too: the claim
-said the logits stay within tolerance. Over tolerance but within the allowance, or under a
-greedy-tokens claim, it is a warning.
-`compare: cached` (exact claims): additionally the candidate's logits must be bit-identical to
-the reference path running the *same* cached schedule. Exact against a full pass is never
-claimed: a cached step and a full pass differ in the last bits on any correct engine (background: parity).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.prefix_sweep.body`, loaded on first use;
-the standard lengths (`SEED_LENGTHS`, the params' default) live here, so planning reads them without torch.
+Reference logits for every length come from ONE full pass over the longest sequence (row L is the
+answer for prefix L), computed once per run (ctx.cache) and shared with every control; the
+candidate grows one session (gate.checks._sweep). `SEED_LENGTHS` live here so that planning the
+lengths (gate.checks._sweep.plan_sweep) needs no torch.
 """
 
 from __future__ import annotations

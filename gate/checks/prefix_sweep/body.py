@@ -1,5 +1,4 @@
-"""prefix-sweep's body: measure (plan the lengths, one full pass, the candidate's growing session),
-judge (each length against the full pass and, for `compare: cached`, the cached reference), explain."""
+"""prefix-sweep's body: measure the planned lengths on both sides, judge each length, explain."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ Status = Literal["pass", "fail", "warn", "unproven"]
 
 @dataclass(frozen=True)
 class Observations:
-    """What the sweep planned and what each side computed at the lengths it reached (a control's
-    stop at its first failing length)."""
+    """What the sweep planned and what each side computed at the lengths it reached."""
 
     plan: SweepPlan
     coverage: SweepCoverage
@@ -85,9 +83,15 @@ class Judgement:
         return lengths[int(failed.nonzero()[0])] if bool(failed.any()) else None
 
 
-def _plan(ctx: CheckContext, params: PrefixSweepParams, longest: int) -> tuple[SweepPlan, list[int]]:
-    """The lengths to sweep (gate.checks._sweep.plan_sweep) and every layout edge the candidate reports."""
-    edges = layout_edges(ctx.candidate) if params.boundaries else {}
+def measure(ctx: CheckContext, params: PrefixSweepParams, tol: Tolerance, bounded: bool) -> Observations:
+    """The full pass's rows (once per run, shared with the controls), the cached reference's (compare:
+    cached) and the candidate's growing session over the planned lengths."""
+    reference, candidate = ctx.reference, ctx.candidate
+    reachable = min(reference.max_len - 1, candidate.max_len - 1)
+    longest = min(params.longest or 1 << 30, reachable)
+    # the same rule `gate plan` states before a run (gate.checks._coverage)
+    coverage = SweepCoverage.model_validate(prefix_sweep_coverage(params.lengths, params.longest, reachable).as_dict())
+    edges = layout_edges(candidate) if params.boundaries else {}
     plan = plan_sweep(
         longest,
         edges=edges,
@@ -101,19 +105,7 @@ def _plan(ctx: CheckContext, params: PrefixSweepParams, longest: int) -> tuple[S
         every_up_to=params.every_length_up_to,
         reach=params.reach,
     )
-    return plan, sorted({b for kind in edges.values() for b in kind})
-
-
-def measure(ctx: CheckContext, params: PrefixSweepParams, tol: Tolerance, bounded: bool) -> Observations:
-    """The full pass's rows (once per run, shared with the controls), the cached reference's (compare:
-    cached) and the candidate's growing session over the planned lengths; a control stops at the
-    first length that fails."""
-    reference, candidate = ctx.reference, ctx.candidate
-    reachable = min(reference.max_len - 1, candidate.max_len - 1)
-    longest = min(params.longest or 1 << 30, reachable)
-    # the same rule `gate plan` states before a run (gate.checks._coverage)
-    coverage = SweepCoverage.model_validate(prefix_sweep_coverage(params.lengths, params.longest, reachable).as_dict())
-    plan, bounds = _plan(ctx, params, longest)
+    bounds = sorted({b for kind in edges.values() for b in kind})
     planned = plan.lengths
     vocab = min(reference.vocab_size, candidate.vocab_size)
     tokens = ctx.cache.get(
@@ -148,8 +140,7 @@ def measure(ctx: CheckContext, params: PrefixSweepParams, tol: Tolerance, bounde
 
 
 def judge(obs: Observations, tol: Tolerance, bounded: bool) -> Judgement:
-    """Each length swept against the full pass (argmax, ties, tolerance, the deny allowance where
-    the claim bounds the logits) and against the cached reference's bits (pure)."""
+    """Each length swept against the full pass and against the cached reference's bits (pure)."""
     cmp = compare_rows(obs.full, obs.got, tol)
     bitwise: Bitwise | None = None
     bit_fail = torch.zeros(len(obs.lengths), dtype=torch.bool)
@@ -170,7 +161,7 @@ def judge(obs: Observations, tol: Tolerance, bounded: bool) -> Judgement:
 
 def _diagnose(ctx: CheckContext, obs: Observations, j: Judgement, tol: Tolerance) -> dict[str, Any]:
     """The bug class of a failing sweep: rounding only (bits differ, every length within tolerance),
-    else gate.checks._diagnosis.diagnose, which replays the candidate's chunks (drives both paths)."""
+    else gate.checks._diagnosis.diagnose's."""
     if j.bitwise is not None and not bool(j.argmax_failed.any()) and not bool(j.over.any()):
         return {
             "bug_class": "rounding-only",
@@ -289,8 +280,7 @@ def explain(
     j: Judgement,
     diagnosis: dict[str, Any] | None,
 ) -> Outcome:
-    """The Outcome of the judgement, built once: failing lengths, else a warning or a pass, unproven
-    where wanted lengths lie out of reach."""
+    """The Outcome of the judgement, built once."""
     detected_at = j.detected_at(obs.lengths)
     if detected_at is not None and diagnosis is not None:
         verdict: tuple[Status, str] = ("fail", _failure_message(obs, j, tol, detected_at, diagnosis["bug_class"]))
@@ -323,8 +313,7 @@ def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome:
             "full pass, and bit identity against a full pass is not an honest claim (background: parity): claim "
             "`tolerance` against it, or make the reference the old cached path"
         )
-    tol = tolerance_for(ctx, params.atol, params.rtol)
-    bounded = bounds_logits(ctx)
+    tol, bounded = tolerance_for(ctx, params.atol, params.rtol), bounds_logits(ctx)
     obs = measure(ctx, params, tol, bounded)
     j = judge(obs, tol, bounded)
     diagnosis = _diagnose(ctx, obs, j, tol) if j.detected_at(obs.lengths) is not None else None

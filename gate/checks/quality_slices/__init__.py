@@ -1,12 +1,8 @@
 """quality-slices: judge a bounded-degradation claim slice by slice (release-gate step 7).
 
-Every envelope of the manifest's claim names a slice (evals/<slice>.yaml), a metric, a comparator
-and a threshold. The check builds the slice deterministically from the run's seed (a saved,
-fingerprinted datasets.Dataset), scores the candidate against the exact reference path on every
-sample (gate.quality.scoring), and judges the envelope on the one-sided bound at the declared
-confidence, never on the point estimate. A slice is sized by the declared minimum detectable
-effect and power (gate.quality.stats, TensorRT-LLM's rule); one with too few samples cannot pass.
-The evidence keeps each envelope's worst samples, because averages hide sample-specific failures.
+Each envelope's slice (evals/<slice>.yaml) is built from the run's seed, sized by the declared
+effect and power (gate.quality.stats), scored against the exact reference path
+(gate.quality.scoring) and judged on the one-sided bound, never the point estimate.
 """
 
 from __future__ import annotations

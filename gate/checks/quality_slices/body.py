@@ -1,11 +1,9 @@
-"""quality-slices' body: measure (score every slice's samples), judge each envelope on its one-sided
-bound, explain."""
+"""quality-slices' body: score every slice's samples, judge each envelope on its one-sided bound, explain."""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from gate.core.check import CheckContext, Outcome, check
 from gate.core.manifest import BoundedDegradationClaim, Envelope
 from gate.quality.evidence import METRICS, Metric, breakdowns, slice_samples, worst_samples
 from gate.quality.scoring import Clock, SessionPool
-from gate.quality.spec import SliceSpec, load_slice
+from gate.quality.spec import load_slice
 from gate.quality.text import TextSpace
 from gate.quality.vocab import TokenSpace, render
 
@@ -44,18 +42,9 @@ def _space(ctx: CheckContext, params: QualitySlicesParams) -> tuple[TokenSpace |
     return TokenSpace(min(ref.vocab_size, ctx.candidate.vocab_size), max_len), render
 
 
-def _validate(envelopes: Sequence[Envelope], specs: dict[str, SliceSpec]) -> None:
-    for env in envelopes:
-        if env.metric not in METRICS:
-            raise ValueError(f"envelope on {env.slice}: unknown metric {env.metric!r} (known: {', '.join(METRICS)})")
-        if env.slice not in specs:
-            raise ValueError(f"envelope names unknown slice {env.slice!r}")
-
-
 @dataclass(frozen=True)
 class Observations:
-    """Every slice scored (a control stops after the first with a violated envelope), the envelopes
-    on them, and the work it took."""
+    """Every slice scored, the envelopes on them, and the work it took."""
 
     envelopes: list[Envelope]
     """The envelopes to judge: the claim's, or a control's on the slices it scored."""
@@ -92,7 +81,11 @@ def measure(ctx: CheckContext, params: QualitySlicesParams, envelopes: list[Enve
     root = Path(params.evals_dir) if params.evals_dir else None
     names = list(dict.fromkeys([e.slice for e in envelopes] + params.extra_slices))
     specs = {name: load_slice(name, root) for name in names}
-    _validate(envelopes, specs)
+    for env in envelopes:
+        if env.metric not in METRICS:
+            raise ValueError(f"envelope on {env.slice}: unknown metric {env.metric!r} (known: {', '.join(METRICS)})")
+        if env.slice not in specs:
+            raise ValueError(f"envelope names unknown slice {env.slice!r}")
     space, show = _space(ctx, params)
     seed = ctx.seed if params.dataset_seed is None else params.dataset_seed
     clock = Clock()
@@ -185,21 +178,16 @@ def _exercise(obs: Observations) -> dict[str, Any]:
 
 
 def _metrics(v: Verdict, timing: dict[str, Any]) -> dict[str, Any]:
-    metrics: dict[str, Any] = {
+    return {
         "envelopes": len(v.table),
         "envelopes_held": len(v.held),
-        "samples": timing["samples"],
-        "samples_per_s": timing["samples_per_s"],
-        "outside_forward_share": timing["outside_forward_share"],
+        **{key: timing[key] for key in ("samples", "samples_per_s", "outside_forward_share")},
+        **{f"{e['slice']}.{e['metric']}.bound": round(e["bound"], 6) for e in v.table},
     }
-    for e in v.table:
-        metrics[f"{e['slice']}.{e['metric']}.bound"] = round(e["bound"], 6)
-    return metrics
 
 
 def explain(params: QualitySlicesParams, obs: Observations, v: Verdict, wall: float) -> Outcome:
-    """The Outcome of the verdict, built once: every envelope held, or which broke and why.
-    `wall`: seconds from the start of scoring to the end of judging."""
+    """The Outcome of the verdict, built once; `wall`: seconds from the start of scoring to the end of judging."""
     runs, slices, timing = obs.runs, _slices(obs.runs), _timing(obs, wall)
     evidence = SlicesEvidence(
         envelopes=[JudgedEnvelope(**e) for e in v.table],

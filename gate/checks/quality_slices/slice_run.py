@@ -1,6 +1,5 @@
-"""quality-slices' slice runs: the samples a slice needs before it runs, a slice being scored (`SliceRun`,
-cut short once every rate envelope is settled), each envelope judged on its one-sided bound, and Stein's
-second stage for metrics whose spread is only known after a first sample."""
+"""quality-slices' slice runs: a slice being scored (`SliceRun`, cut short once every rate envelope is
+settled), each envelope judged on its one-sided bound, and Stein's second stage."""
 
 from __future__ import annotations
 
@@ -60,22 +59,18 @@ class SliceRun:
         clock: Clock,
         envelopes: Sequence[Envelope] = (),
     ) -> None:
-        """Build the first n rows (saved, fingerprinted) and score those not yet scored, in batches
-        of equal prompt length, shortest first. With `params.curtail`, scoring stops after the first
-        batch that settles every one of `envelopes` (`_settled`); the slice then keeps the rows it
-        scored, in dataset order, and `planned` says how many it was built for."""
+        """Build the first n rows (saved, fingerprinted) and score those not yet scored, in batches of
+        equal prompt length, shortest first; with `params.curtail`, stop once `envelopes` are settled."""
         self.built = build_slice(self.spec, self.space, self.seed, n)
-        rows = self.built.dataset
         todo = list(range(self.n, n))
         # two column reads of the saved rows (a row read at a time costs datasets' formatting per row)
-        prompt_col, answer_col = rows["prompt"], rows["answer"]
+        prompt_col, answer_col = self.built.dataset["prompt"], self.built.dataset["answer"]
         by_len: dict[int, list[int]] = {}
         for i in todo:
             by_len.setdefault(len(prompt_col[i]), []).append(i)
         k = self.spec.continuation
-        results: dict[int, tuple[SampleScores, int]] = {}
-        for length in sorted(by_len):
-            idx = by_len[length]
+        results: dict[int, SampleScores] = {}
+        for _, idx in sorted(by_len.items()):
             for start in range(0, len(idx), params.batch_size):
                 chunk = idx[start : start + params.batch_size]
                 prompts = torch.tensor([prompt_col[i] for i in chunk], dtype=torch.long)
@@ -83,25 +78,24 @@ class SliceRun:
                 scores, exercise = score_batch(ctx.reference, self.pool, prompts, k, answers, clock, ctx.device)
                 self._merge_exercise(exercise)
                 for j, i in enumerate(chunk):
-                    one = SampleScores()
+                    results[i] = one = SampleScores()
                     for name in SampleScores.__dataclass_fields__:
                         if column := getattr(scores, name):
                             getattr(one, name).append(column[j])
-                    results[i] = (one, length)
                 ctx.progress(f"{self.spec.name}: samples scored", len(results), len(todo))
                 more = len(results) < len(todo)
                 if more and params.curtail and _settled(envelopes, self, results, n, params.min_samples):
                     self._curtail(n, results, ctx)
                     return
         for i in todo:  # keep dataset order
-            self.scores.extend(results[i][0])
+            self.scores.extend(results[i])
 
-    def _curtail(self, n: int, results: dict[int, tuple[SampleScores, int]], ctx: CheckContext) -> None:
+    def _curtail(self, n: int, results: dict[int, SampleScores], ctx: CheckContext) -> None:
         """Keep the rows scored so far (the earlier stages' and these), in dataset order."""
         assert self.built is not None
         kept = list(range(self.n)) + sorted(results)
         for i in sorted(results):
-            self.scores.extend(results[i][0])
+            self.scores.extend(results[i])
         self.built = dataclasses.replace(self.built, dataset=self.built.dataset.select(kept))
         self.planned = n
         ctx.log(f"  {self.spec.name}: settled after {len(kept)} of {n} samples (no later sample could rescue it)")
@@ -119,13 +113,12 @@ class SliceRun:
 def _settled(
     envelopes: Sequence[Envelope],
     run: SliceRun,
-    results: dict[int, tuple[SampleScores, int]],
+    results: dict[int, SampleScores],
     planned: int,
     floor: int,
 ) -> bool:
-    """True when every envelope on the slice is a rate that fails over `planned` samples however
-    the unscored ones turn out (gate.quality.stats.settled_rate). A slice with a mean envelope,
-    or with none, is never cut short: a bootstrap bound is not monotone in one sample."""
+    """True when every envelope on the slice is a rate that fails over `planned` samples however the
+    unscored ones turn out (a bootstrap bound of a mean is not monotone in one sample)."""
     if not envelopes or any(METRICS[e.metric].kind != "rate" for e in envelopes):
         return False
     scored = run.n + len(results)
@@ -135,7 +128,7 @@ def _settled(
         if planned < min_sample_size(env.min_detectable_effect, env.confidence, env.power, metric.sigma, 1, floor):
             return False  # a whole slice this small fails as underpowered: scored whole, so it says so
         column = metric.column
-        new = sum(float(getattr(one, column)[0]) for one, _ in results.values())
+        new = sum(float(getattr(one, column)[0]) for one in results.values())
         successes = round(sum(run.scores.column(column)) + new)
         if not settled_rate(successes, scored, planned, env.confidence, env.comparator.value, env.threshold):
             return False
@@ -172,10 +165,8 @@ def second_stage(
     clock: Clock,
     seed: int,
 ) -> None:
-    """Stein's second stage for metrics whose spread is only known after a first sample (KL):
-    top up to the plug-in sample size, but only for envelopes whose point estimate already meets
-    the threshold (more samples cannot rescue a point on the wrong side, and a faulty candidate
-    must not buy a 2000-sample evaluation by being noisy)."""
+    """Stein's second stage for metrics whose spread is only known after a first sample (KL): top up
+    to the plug-in sample size, only for envelopes whose point estimate already meets the threshold."""
     for _ in range(3):
         if run.planned is not None:
             return  # settled: its verdict cannot change

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from gate.checks.quality_slices.evidence import SlicesEvidence
 from gate.report.evidence import EvidenceViews, generic_tables
@@ -43,12 +41,7 @@ def read(evidence: SlicesEvidence, views: EvidenceViews) -> None:
         )
         if env.worst:
             views.tables.append(generic_tables("Worst samples", {f"{env.slice} / {env.metric}": env.worst})[-1])
-    read_samples(evidence.samples, views)
-
-
-def read_samples(samples: Mapping[str, list[dict[str, Any]]], views: EvidenceViews) -> None:
-    """Per-slice sample records become JSONL downloads."""
-    for name, records in samples.items():
+    for name, records in evidence.samples.items():
         flipped = sum(1 for r in records if r.get("flipped"))
         views.downloads.append(
             Download(

@@ -1,20 +1,8 @@
 """`schedule-fuzz`: random cache schedules, each step against a full pass, shrunk to a reproducer.
 
-Every other session check follows one fixed schedule (prefill, then appends). Real cache bugs hide
-in particular interleavings: a chunk that ends one token before a block edge, a reset between two
-chunks, a second request forked from a shared prefix. This check draws schedules with hypothesis
-(`hypothesis.find`, seeded by the run's seed, no example database, bounded by `max_examples`
-and `max_seconds`): prefills and appends of random sizes (single-token decode steps among them),
-resets, forks and switches between two live sessions; then, where the path batches continuously,
-a second search of the same budget over requests joining (their prefill in one forward with the
-others' decode steps) and leaving one running batch, and its decode steps (gate.checks._schedule). Every step's logits
-are compared with the reference's full pass over the same tokens.
-
-On a failure hypothesis shrinks the schedule to a minimal one, which becomes the evidence: a line
-such as "prefill 1, append 1 → argmax differs at step 2 (row 1, position 1: ...)" and a Python
-snippet that replays it through the adapters (`replay`). The coverage (schedules, operations by
-kind, layout edges touched) is evidence too. The observation the control engine compares is a
-fixed probe schedule's logits, so a fault that changes nothing there reads as unobservable.
+Schedules are drawn with `hypothesis.find` (seeded, no example database, within `max_examples` and
+`max_seconds`), then, where the path batches continuously, joins and leaves of one running batch
+(gate.checks._schedule). The observation the control engine compares is a fixed probe schedule's logits.
 """
 
 from __future__ import annotations

@@ -101,8 +101,7 @@ def _snippet(
 
 @dataclass(frozen=True)
 class Failure:
-    """The minimal failing schedule's run, whether it failed again replayed alone, and the class
-    the model-level experiments support (gate.checks._diagnosis)."""
+    """The minimal failing schedule's run, whether it fails again alone, and its diagnosed class."""
 
     result: ScheduleResult
     reproduces: bool
@@ -118,9 +117,8 @@ class Observations:
     kinds: Counter[str]
     touched: dict[str, set[int]]
     edges: dict[str, Any]
-    """The candidate's layout edges (gate.checks._sweep.layout_edges)."""
     within_reach: dict[str, Any]
-    """The edges a schedule can reach, per kind (the runner's)."""
+    """The candidate's layout edges, and those a schedule can reach, per kind."""
     searches: int
     seconds: float
     failure: Failure | None
@@ -130,8 +128,7 @@ class Observations:
 
 
 def measure(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance) -> Observations:
-    """The probe schedule, then the searches; a failure is replayed alone (a positive run's) and its
-    class put to model-level experiments."""
+    """The probe schedule, then the searches; a failure is replayed alone and diagnosed."""
     reference, candidate = ctx.reference, ctx.candidate
     edges = layout_edges(candidate)
     max_tokens = min(params.max_tokens, reference.max_len, candidate.max_len)
@@ -212,12 +209,11 @@ def explain(ctx: CheckContext, params: ScheduleFuzzParams, tol: Tolerance, obs: 
     """The Outcome of the judgement, built once: the failing schedule as a reproducer, else a pass."""
     exercise = {**obs.probe.exercise, "schedules_run": obs.stats["schedules"], "probe_steps": len(obs.probe.steps)}
     observation = torch.cat(obs.probe.logits) if obs.probe.logits else None
-    failed = obs.failure is not None
     record = ScheduleFuzzEvidence(
         coverage=j.coverage,
         tolerance=ToleranceRecord(**tol.as_dict()),
         seed=ctx.seed,
-        reproducer=_reproducer(ctx, params, tol, obs, j) if failed else None,
+        reproducer=_reproducer(ctx, params, tol, obs, j) if obs.failure is not None else None,
     )
     seen: dict[str, Any] = {"metrics": j.metrics, "evidence": record.dump(), "exercise": exercise}
     seen["observation"] = observation

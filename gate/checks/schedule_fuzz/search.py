@@ -1,6 +1,5 @@
-"""schedule-fuzz's search: hypothesis draws schedules of operations (`KINDS`, then `CONTINUOUS_KINDS` where
-the path batches continuously) within a time budget; `Search` runs each, counts what it covered, keeps
-every failing schedule and shrinks the first (a control stops at its first failure)."""
+"""schedule-fuzz's search: hypothesis draws schedules of operations within a time budget; `Search` runs
+each, counts what it covered, keeps every failing schedule and shrinks the first."""
 
 from __future__ import annotations
 
@@ -25,13 +24,11 @@ shows its fault there does not depend on the machine's load."""
 
 
 class _BudgetSpent(BaseException):
-    """Raised out of the search when its time budget is spent before any failure (hypothesis lets a
-    BaseException through at once, without shrinking or drawing further examples)."""
+    """The time budget is spent before any failure (hypothesis lets a BaseException through at once)."""
 
 
 class _FirstFailure(BaseException):
-    """Raised out of a control's search at its first failing schedule: a control proves power with
-    one failure, so it neither shrinks nor lets hypothesis replay the example."""
+    """A control's first failing schedule: it neither shrinks nor lets hypothesis replay the example."""
 
     def __init__(self, ops: list[Op]) -> None:
         self.ops = ops
@@ -49,9 +46,7 @@ requests' decode steps) twice as often as leaves and decode steps of the whole b
 
 def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
     """The schedules one search draws: lists of operations, each a kind from `kinds` then its size.
-    Each kind's operation strategy is built once (the flatmap hands back the same object for the same
-    kind), so hypothesis neither validates nor analyses a fresh strategy at every draw; the choices it
-    makes, and so the schedules a seed draws, are the same as with a strategy built per draw."""
+    Each kind's strategy is built once, so hypothesis does not analyse a fresh one at every draw."""
 
     def build(kind: str) -> Any:
         if kind in ("feed", "join"):
@@ -62,14 +57,6 @@ def _strategy(params: ScheduleFuzzParams, kinds: tuple[str, ...]) -> Any:
 
     ops = {kind: build(kind) for kind in dict.fromkeys(kinds)}
     return st.lists(st.sampled_from(kinds).flatmap(ops.__getitem__), min_size=1, max_size=params.max_steps)
-
-
-def _cached_strategy(ctx: CheckContext, params: ScheduleFuzzParams, alphabet: tuple[str, ...]) -> Any:
-    """`_strategy`, built once per run cache for the params that shape it."""
-    return ctx.cache.get(
-        ("schedule-fuzz strategy", params.max_chunk, params.slots, params.max_steps, alphabet),
-        partial(_strategy, params, alphabet),
-    )
 
 
 def _budget(examples: int) -> Any:
@@ -84,8 +71,7 @@ def _budget(examples: int) -> Any:
 
 
 class Search:
-    """The searches' state: every schedule run until the first failure counts as drawn (its kinds and
-    layout edges are the coverage), every one after it as a shrink; each failing schedule is kept."""
+    """The searches' state: schedules run until the first failure are drawn (the coverage), later ones shrinks."""
 
     def __init__(self, runner: ScheduleRunner, params: ScheduleFuzzParams, control: bool) -> None:
         self.runner, self.params, self.control = runner, params, control
@@ -101,8 +87,7 @@ class Search:
         self.failing: dict[tuple[Op, ...], ScheduleResult] = {}
         self.started = time.perf_counter()
         self.floor = 0
-        """Schedules drawn before the time budget may end the search: a control's first looks (its
-        power must not depend on how loaded the machine is), none for a positive run."""
+        """Schedules drawn before the time budget may end the search (a control's first looks)."""
 
     def fails(self, ops: list[Op]) -> bool:
         """Whether schedule `ops` fails (a control's first failure, or a spent budget, ends the search)."""
@@ -131,9 +116,8 @@ class Search:
         return result.failure is not None
 
     def passes(self, searches: list[tuple[str, ...]], seed: int) -> list[tuple[tuple[str, ...], int, int]]:
-        """(alphabet, schedules, seed) per pass. A control, which needs one failure, first looks briefly
-        at each search (their first schedules, as the positive run draws them), then runs each in full:
-        a fault only the second search reaches is found without first drawing the whole of the first."""
+        """(alphabet, schedules, seed) per pass. A control first looks briefly at each search, then runs
+        each in full: a fault only the second search reaches is found without drawing all of the first."""
         examples = self.params.max_examples
         if self.control:
             self.floor = min(examples, CONTROL_FIRST_LOOK) * len(searches)
@@ -142,12 +126,14 @@ class Search:
         return [(alphabet, examples, seed) for alphabet in searches]
 
     def minimal(self, ctx: CheckContext, searches: list[tuple[str, ...]]) -> list[Op] | None:
-        """The first pass's failing schedule that a search finds, shrunk by hypothesis and `tighten` (a
-        control's: as found); None when every pass ran out of schedules or the time budget ran out."""
+        """The first failing schedule a pass finds, shrunk by hypothesis and `tighten` (a control's: as found)."""
         found: list[Op] | None = None
+        p = self.params
         for alphabet, examples, seed in self.passes(searches, ctx.seed):
+            # a strategy is built once per run cache for the params that shape it
+            key = ("schedule-fuzz strategy", p.max_chunk, p.slots, p.max_steps, alphabet)
+            strategy = ctx.cache.get(key, partial(_strategy, p, alphabet))
             try:
-                strategy = _cached_strategy(ctx, self.params, alphabet)
                 found = find(strategy, self.fails, settings=_budget(examples), random=random.Random(seed))
             except NoSuchExample:
                 continue
@@ -165,8 +151,7 @@ class Search:
 
 
 def alphabets(params: ScheduleFuzzParams, continuous: bool) -> list[tuple[str, ...]]:
-    """Two searches: the sessions' schedules, then (where the path batches continuously) the running
-    batch's; the two never share state, so interleaving them would only dilute each search."""
+    """The sessions' search, then (where the path batches continuously) the running batch's."""
     searches = [KINDS if params.forks else tuple(k for k in KINDS if k not in ("fork", "switch"))]
     if continuous and params.joins:
         searches.append(CONTINUOUS_KINDS)

@@ -1,26 +1,10 @@
 """spec-distribution: speculative sampling keeps the target's output distribution.
 
-Greedy equality is no evidence for sampling: a sampler with the wrong acceptance ratio or residual
-keeps greedy output and changes the distribution. So the check enumerates the target's exact joint
-distribution over the next `horizon` tokens of one seeded prompt (temperature and top-k keep it to
-at most top_k^horizon cells), draws n seeded continuations through the candidate's speculative
-sampler, and applies a G-test at the claim's alpha. The horizon must exceed the draft length k, or
-bugs in the bonus token (drawn at position k + 1) cannot show.
-
-Samples are drawn sequentially. For every fault in `power_against`, the exact distribution that
-fault would produce with this target and draft is enumerated too. Before any sample is drawn, a
-schedule of looks is fixed: sample sizes doubling from `min_samples` up to the budget
-`max_samples`, and the fewest looks after which the test (each look at alpha / looks, Bonferroni,
-so the whole sequence holds alpha) rejects every such fault with the declared power (non-central
-χ²). The check stops at the first look that rejects (a control stops at its first detection) or
-at the last planned look. A negative control first looks at a pilot sized for its own fault, with
-Bonferroni over the pilot and the planned looks; the laws and the looks are computed once per run
-and shared with the controls whose candidates answer every probability query alike
-(gate.checks._spec_design). A fault whose exact law equals the target's with this draft is
-unobservable here and named up front; one the budget cannot reach with the declared power leaves
-the check `unproven`, saying which and why, never a failure of a correct sampler. A configuration
-in which the draft is never rejected (a draft identical to the target) exercises nothing: it
-fails, whatever the test says.
+The target's exact joint law over the next `horizon` tokens of one seeded prompt is enumerated
+(top-k keeps it to at most top_k^horizon cells) and the candidate's samples are G-tested against
+it, at looks fixed before sampling (sizes doubling from `min_samples`, each at alpha / looks) so
+that every fault in `power_against`, whose exact law is enumerated too, is rejected with the
+declared power (gate.checks._spec_design).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""spec-distribution's body: measure seeded samples at the looks of a fixed design, judge them by
-the G-test and the design's power, explain."""
+"""spec-distribution's body: measure seeded samples at the looks of a fixed design (counted per enumerated
+cell), judge them by the G-test and the design's power, explain."""
 
 from __future__ import annotations
 
+import math
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -10,15 +13,14 @@ import numpy as np
 import torch
 
 from gate._util.numbers import significant
-from gate.checks._spec import efficiency_note, seeded_prompts, speculative_candidate
+from gate.checks._spec import efficiency_note, sampling_generator, seeded_prompts, speculative_candidate
 from gate.checks._spec_design import Design, LookPlan, control_looks, shared_design
 from gate.checks.spec_distribution import SpecDistributionParams
-from gate.checks.spec_distribution.cells import Sampler, bounded_table, by_depth, finite, walk
 from gate.checks.spec_distribution.evidence import DistributionEvidence, Look, SequentialDesign
 from gate.core.check import CheckContext, Outcome, check
 from gate.core.manifest import DistributionClaim
 from gate.protocols import SpeculativePath
-from gate.speculative.gof import GTest, power, required_samples
+from gate.speculative.gof import GTest, g_test, power, required_samples
 from gate.speculative.law import Seq
 from gate.speculative.sampler import SpecStats
 
@@ -29,7 +31,7 @@ Status = Literal["pass", "fail", "unproven"]
 
 @dataclass(frozen=True)
 class Observations:
-    """The design fixed before sampling, the looks taken, the last look's counts and test, the work."""
+    """The design fixed before sampling, the looks taken, the last look's counts and test."""
 
     prompt: torch.Tensor
     k: int
@@ -40,18 +42,16 @@ class Observations:
     design: Design
     looks: LookPlan
     history: list[Look]
-    """Every look taken, the pilot's included."""
+    """Every look taken, the pilot's included (the fields below: the last look's)."""
     observed: np.ndarray
-    """The last look's counts per enumerated cell."""
+    """Counts per enumerated cell."""
     other: int
-    """The last look's samples outside every enumerated cell."""
+    """Samples outside every enumerated cell, and a few of them (`strays`)."""
     strays: list[Seq]
-    """A few of those."""
     test: GTest
     n: int
     stats: SpecStats
     seconds: float
-    """test, samples and seconds spent sampling: the last look's."""
 
     @property
     def rejected(self) -> bool:
@@ -61,7 +61,7 @@ class Observations:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The test's verdict, the power reached against each fault, and what is wrong or unproven."""
+    """The power reached against each fault, and what is wrong or unproven."""
 
     powers: dict[str, float]
     """Fault -> power of the test at the samples drawn and the per-look level."""
@@ -72,12 +72,6 @@ class Judgement:
     """Required faults whose power falls short of the declared one."""
     detected_at: int | None
     """The first depth that departs at alpha, where the check fails."""
-
-
-def _claimed(ctx: CheckContext) -> tuple[float, float]:
-    """The claim's alpha and power (a claim other than a distribution claim: 0.01 and 0.9)."""
-    claim = ctx.manifest.claim
-    return (claim.alpha, claim.power) if isinstance(claim, DistributionClaim) else (0.01, 0.9)
 
 
 def _horizon(p: SpecDistributionParams, k: int) -> int:
@@ -94,7 +88,8 @@ def measure(ctx: CheckContext, p: SpecDistributionParams, spec: SpeculativePath)
     """The design (once per run), then seeded samples at each look until one rejects or the looks end."""
     k = spec.num_draft_tokens
     horizon = _horizon(p, k)
-    alpha, target_power = _claimed(ctx)
+    claim = ctx.manifest.claim
+    alpha, target_power = (claim.alpha, claim.power) if isinstance(claim, DistributionClaim) else (0.01, 0.9)
     prompt = seeded_prompts(ctx.reference.vocab_size, 1, p.prompt_len, ctx.seed, ctx.device)[0]
 
     # the null (the reference target's exact joint law), each fault's exact law, the looks: once per run
@@ -117,7 +112,6 @@ def measure(ctx: CheckContext, p: SpecDistributionParams, spec: SpeculativePath)
 
 
 def _where(obs: Observations) -> str:
-    """The setting of the last look, for the message."""
     looks = obs.looks
     return f"k={obs.k}, horizon={obs.horizon} tokens, n={obs.n}" + (
         f", look {len(obs.history)} of {looks.count} at alpha {looks.alpha:.3g}" if looks.count > 1 else ""
@@ -271,8 +265,7 @@ FAR_BUDGET = 1000
 
 def underpowered(p: SpecDistributionParams, obs: Observations, j: Judgement) -> dict[str, str]:
     """The faults of power_against this draft and budget cannot show with the declared power -> the
-    settings that would: more samples (how many, when within a thousand budgets) or a draft accepted
-    more often than this run's (the bonus token and the residual are reached more often)."""
+    settings that would: more samples (how many, within FAR_BUDGET budgets) or a draft accepted more often."""
     design, acceptance = obs.design, obs.stats.acceptance_rate
     draft = f"a draft accepted more often than this run's {acceptance:.3f}"
     out = {
@@ -293,3 +286,110 @@ def spec_distribution(ctx: CheckContext, p: SpecDistributionParams) -> Outcome:
     spec = speculative_candidate(ctx)
     obs = measure(ctx, p, spec)
     return explain(ctx, p, obs, judge(p, obs))
+
+
+# --- cells: continuations drawn in increments, counted per enumerated cell, tested by depth, tabled ---
+
+
+MAX_EVIDENCE_CELLS = 300
+
+
+class Sampler:
+    """Seeded continuations through the candidate, drawn in increments (one generator throughout)."""
+
+    def __init__(
+        self, spec: SpeculativePath, prompt: torch.Tensor, horizon: int, p: SpecDistributionParams, ctx: CheckContext
+    ) -> None:
+        self.spec, self.prompt, self.horizon, self.p, self.ctx = spec, prompt, horizon, p, ctx
+        self.gen = sampling_generator(ctx.seed, ctx.device)
+        self.parts: list[torch.Tensor] = []
+        self.stats = SpecStats(k=spec.num_draft_tokens)
+        self.n, self.seconds = 0, 0.0
+
+    def draw_to(self, n: int, budget: int) -> torch.Tensor:
+        """Draw until `n` continuations exist; all of them, [n, horizon]."""
+        started = time.perf_counter()
+        while self.n < n:
+            b = min(self.p.batch_size, n - self.n)
+            out = self.spec.sample(
+                self.prompt.expand(b, -1),
+                self.horizon,
+                temperature=self.p.temperature,
+                top_k=self.p.top_k,
+                generator=self.gen,
+            )
+            self.parts.append(out.tokens.cpu())
+            self.stats = self.stats.add(out.stats)
+            self.n += b
+            self.ctx.progress("samples drawn", self.n, budget)
+        self.seconds += time.perf_counter() - started
+        return torch.cat(self.parts)
+
+
+def walk(
+    sampler: Sampler, sizes: list[int], level: float, index: dict[Seq, int], p0: np.ndarray, history: list[Look]
+) -> tuple[np.ndarray, int, list[Seq], GTest]:
+    """Look at each cumulative size in turn until one rejects at `level`: the last look's counts and test."""
+    for n_look in sizes:
+        tokens = sampler.draw_to(n_look, sizes[-1])
+        observed, other, strays = count(tokens, index)
+        test = g_test([*observed, other], [*p0, 0.0])
+        history.append(Look(n=n_look, statistic=test.statistic, dof=test.dof, p_value=test.p_value))
+        if test.p_value < level:
+            break  # rejected: the sequence stops at its first rejection (a control at its first detection)
+    return observed, other, strays, test
+
+
+def count(tokens: torch.Tensor, index: dict[Seq, int]) -> tuple[np.ndarray, int, list[Seq]]:
+    """Counts per cell, the count outside every enumerated cell, and a few of those sequences."""
+    observed = np.zeros(len(index))
+    other, strays = 0, []
+    seqs, counts = torch.unique(tokens, dim=0, return_counts=True)
+    for seq, c in zip(map(tuple, seqs.tolist()), counts.tolist(), strict=True):
+        if seq in index:
+            observed[index[seq]] += c
+        else:
+            other += c
+            strays.append(seq)
+    return observed, other, strays[:5]
+
+
+def by_depth(cells: list[Seq], observed: np.ndarray, other: int, p0: np.ndarray, horizon: int) -> list[dict[str, Any]]:
+    """The same test on the first t tokens, t = 1..horizon: where the distribution first departs."""
+    rows = []
+    for t in range(1, horizon + 1):
+        o: dict[Seq, float] = defaultdict(float)
+        e: dict[Seq, float] = defaultdict(float)
+        for cell, oc, pc in zip(cells, observed, p0, strict=True):
+            o[cell[:t]] += oc
+            e[cell[:t]] += pc
+        keys = sorted(set(o) | set(e))
+        test = g_test([*(o[c] for c in keys), other], [*(e[c] for c in keys), 0.0])
+        rows.append({"tokens": t, "statistic": finite(test.statistic), "dof": test.dof, "p_value": test.p_value})
+    return rows
+
+
+def bounded_table(cells: list[Seq], observed: np.ndarray, expected: np.ndarray, other: int) -> dict[str, list[Any]]:
+    """Observed and expected counts for the dossier, at most MAX_EVIDENCE_CELLS rows."""
+    order = list(range(len(cells)))
+    rest_o = rest_e = 0.0
+    if len(order) > MAX_EVIDENCE_CELLS - 2:
+        order.sort(key=lambda i: -(expected[i] + observed[i]))
+        kept, dropped = order[: MAX_EVIDENCE_CELLS - 2], order[MAX_EVIDENCE_CELLS - 2 :]
+        rest_o, rest_e = float(observed[dropped].sum()), float(expected[dropped].sum())
+        order = sorted(kept)
+    table: dict[str, list[Any]] = {
+        "categories": [" ".join(map(str, cells[i])) for i in order],
+        "observed": [int(observed[i]) for i in order],
+        "expected": [round(float(expected[i]), 3) for i in order],
+    }
+    for name, o, e in (("(rest)", rest_o, rest_e), ("(outside enumeration)", float(other), 0.0)):
+        if o or e:
+            table["categories"].append(name)
+            table["observed"].append(int(o))
+            table["expected"].append(round(e, 3))
+    return table
+
+
+def finite(x: float) -> float | str:
+    return x if math.isfinite(x) else "inf"
