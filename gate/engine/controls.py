@@ -1,20 +1,9 @@
-"""The negative-control engine (release-gate step 5).
+"""The negative-control engine (release-gate step 5): each fault the policy names is planted (the
+adapter's own, else a generic stand-in from gate.engine.generic_faults) and the check runs again.
 
-A check has power only if it fails when a known bug is planted. For each fault the policy names,
-the same check runs again against `candidate.with_fault(fault)`. Before a control counts, the
-engine confirms the fault changed what the check observed; one that did not is reported as
-unobservable (with the measured difference), never as a detection or as a lack of power.
-
-The fault is the adapter's own when its path offers it, else a protocol-level fault from
-gate.engine.generic_faults that stands in for it; each result records which kind ran. A check
-none of whose controls could run at all has unproven power (`unproven_verdict`), never a pass.
-
-One failure proves power, so a control runs with `ctx.stop_at_first_failure` set: the check walks
-its schedule in probe order (where the fault's name says it is likely to show first, then the rest
-in the positive run's order) and returns at the first failing item (its `detected_at`). A
-control that finds no failure has walked the whole schedule, so "missed" and "unobservable" are
-judged on the same coverage as the positive run. Each control records its own wall time (and,
-with `gate run --profile`, the part of it spent inside model forward passes).
+A control counts only when the fault changed what the check observed; one that did not is
+unobservable, never a detection or a lack of power. One failure proves power, so a control runs
+with `ctx.stop_at_first_failure` set; one that finds no failure has walked the whole schedule.
 """
 
 from __future__ import annotations
@@ -47,8 +36,7 @@ def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
     if a.shape != b.shape:
         return float("inf")
     diff = (a.double() - b.double()).abs()
-    nan_mismatch = a.isnan() ^ b.isnan()
-    if bool(nan_mismatch.any()):
+    if bool((a.isnan() ^ b.isnan()).any()):
         return float("inf")
     return float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0
 
@@ -153,14 +141,8 @@ def _run_planted(
         )
     difference = observation_difference(clean, faulty)
     metrics = {k: v for k, v in faulty.metrics.items() if isinstance(v, (int, float, str, bool))}
-    base: dict[str, Any] = {
-        "fault": control.fault,
-        **kind,
-        "output_difference": difference,
-        "metrics": metrics,
-        "detected_at": faulty.detected_at,
-    }
-    return _judged(control, base, clean, faulty, difference)
+    base = {"fault": control.fault, **kind, "output_difference": difference, "detected_at": faulty.detected_at}
+    return _judged(control, base | {"metrics": metrics}, clean, faulty, difference)
 
 
 BELOW_POWER = "the fault's effect at these settings is below the check's power"

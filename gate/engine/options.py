@@ -3,10 +3,8 @@
     options = RunOptions(sign_key="ci.key", only=["greedy-parity"])
     run_pipeline("examples/reference-static-layout.yaml", "out/run", options)
 
-The CLI builds it once; `run_pipeline` (gate.engine.pipeline) and a batch (gate.engine.batch) take it,
-each task of a batch carries it to its worker process or Ray node (it is plain, picklable data: paths,
-strings and numbers, no callables), and the runner (gate.engine.runner) reads it. Where output goes
-(`log`, `progress`, `events`) and where a run writes are not options: they are arguments of the call.
+Plain, picklable data (a batch's task carries it to its worker); where output goes (`log`,
+`progress`, `events`) is an argument of the call, not an option.
 """
 
 from __future__ import annotations
@@ -77,8 +75,7 @@ class RunOptions(BaseModel):
         return self.threads or 1
 
     def inputs(self) -> list[Path]:
-        """The files and directories a run reads (a database ledger aside), which its --out must not
-        swallow (gate.engine.outputs.StagedOutput's `keep`)."""
+        """The files and directories a run reads (a database ledger aside), which its --out must not swallow."""
         from gate.trust.ledger_store import is_url
 
         ledger = self.ledger_path

@@ -71,17 +71,9 @@ def run_pipeline(
 
     `options` (gate.engine.options.RunOptions) says how; its fields may instead be given as keyword
     arguments (`sign_key="ci.key", ledger="gate.sqlite", only=["greedy-parity"]`), which build it.
-
-    OUT_DIR is checked first (gate.engine.outputs): the run writes into a fresh sibling directory
-    that replaces OUT_DIR only when everything, the ledger receipt included, is written; the
-    previous run is kept in `<OUT_DIR>.previous`. Servers registered with
-    `gate._util.stopping.on_stop` are stopped however the run ends.
-
-    `sign_key` is loaded before anything runs, so a bad key costs no check time. With `ledger`,
-    waivers recorded there apply and the verdict is appended. `environ` is where CI variables are
-    read from (GitHub annotations and summary). `log`, `progress(task, done, total)` and `events`:
-    where the run's lines, the progress inside long checks and each check's and control's start and
-    result go (gate.engine.runner.run_manifest). `threads` is set once the previous run is aside.
+    The run writes into a fresh sibling directory that replaces OUT_DIR only when everything, the
+    ledger receipt included, is written (the previous run is kept in `<OUT_DIR>.previous`).
+    `environ` is where CI variables are read from.
     """
     from gate._util.stopping import stop_all
     from gate.engine.options import RunOptions
@@ -175,12 +167,8 @@ def write_outputs(
     commands: CommandContext | None = None,
     defer_ci: Callable[[CiPublish], None] | None = None,
 ) -> list[Path]:
-    """Everything after results.json: the dossier, the signed attestation, the CI annotations.
-
-    Renders (gate.report), then signs attestation.dsse.json when `sign_key` is given (else removes
-    a stale envelope: the dossier says UNSIGNED), then, under GitHub Actions, prints annotations and
-    appends dossier.md to $GITHUB_STEP_SUMMARY. Returns the files written. `final_dir`: where
-    out_dir will be renamed to (every path the dossier and the annotations print names it);
+    """Everything after results.json: the dossier, the signed attestation (when `sign_key` is given),
+    the CI annotations. Returns the files written. `final_dir`: where out_dir will be renamed to;
     `commands`: the ledger and trust policy the printed commands must name.
     """
     from gate.report import write_report

@@ -1,8 +1,5 @@
-"""A batch's unit of work as plain data: a `Task` (a manifest, its output directory, the pipeline's
-options) travels to a worker process or a Ray node as it is; `execute_task` runs it there through
-`gate.engine.pipeline.run_pipeline` (the single run, byte for byte) and returns a `TaskRecord`: the
-verdict, the exit code, each check's status and the files written. Models never leave the worker.
-Where tasks run is gate.engine.executors."""
+"""A batch's unit of work as plain data: a `Task` travels to a worker process or a Ray node as it is;
+`execute_task` runs it there through `run_pipeline` and returns a `TaskRecord` (never a model)."""
 
 from __future__ import annotations
 

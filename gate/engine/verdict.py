@@ -80,17 +80,14 @@ def decide(
     )
     listed = ((waived, "waived"), (skipped, "skipped"), (not_here, "not applicable"))
     note = "".join(f" ({len(names)} {words}: {', '.join(names)})" for names, words in listed if names)
-    counted = tally(checks)
-    lead = ""
+    counted, lead = tally(checks), ""
     if any(_is_warning(c) for c in checks):  # the tally names what the counts above would
         lead, note = f"{counted}; ", ""
     by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
     not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
     note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
     note += f"; unproven-not-applicable (a warning, not a pass): {', '.join(not_applicable)}" if not_applicable else ""
-    for bug in known_bugs or []:
-        if bug.disposition in ("expected", "not-showing", "expired"):
-            note += f"; {bug.note}"
+    note += "".join(f"; {b.note}" for b in known_bugs or [] if b.disposition in ("expected", "not-showing", "expired"))
     if claim == ClaimLevel.bounded_degradation:
         from gate.checks.faces import ENVELOPE_CHECKS
 
@@ -170,8 +167,7 @@ def tally(checks: list[CheckResult]) -> str:
         (Status.skip, "skipped"),
     ):
         names = [c.check for c in checks if c.status == status]
-        if names:
-            parts.append(f"{len(names)} {words} ({', '.join(names)})")
+        parts += [f"{len(names)} {words} ({', '.join(names)})"] if names else []
     return ", ".join(parts)
 
 
