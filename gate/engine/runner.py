@@ -19,14 +19,7 @@ from gate.engine.checking import run_checks, servers_started
 from gate.engine.checking import settle_covered as settle_covered
 from gate.engine.events import Events
 from gate.engine.options import RunOptions
-from gate.engine.preflight import (
-    Log,
-    _quiet,
-    _validated_params,
-    decide_capabilities,
-    left_out,
-    prepare,
-)
+from gate.engine.preflight import Log, _quiet, _validated_params, decide_capabilities, left_out, prepare
 from gate.engine.preflight import check_device as check_device
 from gate.engine.preflight import load_params_model as load_params_model
 from gate.engine.subject import _baseline_record, build_paths

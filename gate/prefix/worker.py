@@ -23,14 +23,7 @@ from typing import Any, TypedDict, Unpack
 import torch
 
 from gate.errors import UnknownFault
-from gate.prefix.cache import (
-    CacheIdentity,
-    CacheRules,
-    PrefixCache,
-    PrefixReply,
-    RequestStats,
-    RestoreReport,
-)
+from gate.prefix.cache import CacheIdentity, CacheRules, PrefixCache, PrefixReply, RequestStats, RestoreReport
 from gate.prefix.family import ADAPTER_NAMES, REVISION_SIBLING_SEED, WorkerSpec, built
 from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
 from gate.protocols import subject_call

@@ -18,35 +18,14 @@ This package imports no torch at run time.
 
 from __future__ import annotations
 
-from gate.protocols.capability import (
-    PREFIX_CAPABILITIES,
-    Capability,
-    capabilities,
-    offered,
-)
-from gate.protocols.capability import (
-    slot_files_absent as slot_files_absent,
-)
-from gate.protocols.capability import (
-    slot_store_of as slot_store_of,
-)
-from gate.protocols.controls import (
-    CacheCropping,
-    FaultVisibility,
-    WeightReloading,
-)
-from gate.protocols.controls import (
-    CountsServers as CountsServers,
-)
-from gate.protocols.controls import (
-    PlansServers as PlansServers,
-)
-from gate.protocols.controls import (
-    ReleasesControls as ReleasesControls,
-)
-from gate.protocols.engine import (
-    CacheGeometry as CacheGeometry,
-)
+from gate.protocols.capability import PREFIX_CAPABILITIES, Capability, capabilities, offered
+from gate.protocols.capability import slot_files_absent as slot_files_absent
+from gate.protocols.capability import slot_store_of as slot_store_of
+from gate.protocols.controls import CacheCropping, FaultVisibility, WeightReloading
+from gate.protocols.controls import CountsServers as CountsServers
+from gate.protocols.controls import PlansServers as PlansServers
+from gate.protocols.controls import ReleasesControls as ReleasesControls
+from gate.protocols.engine import CacheGeometry as CacheGeometry
 from gate.protocols.engine import (
     EngineCompletion,
     EngineServer,
@@ -56,22 +35,10 @@ from gate.protocols.engine import (
     SlotFilesPath,
     SlotStore,
 )
-from gate.protocols.kv import (
-    EvictionPolicy as EvictionPolicy,
-)
-from gate.protocols.kv import (
-    EvictionReport as EvictionReport,
-)
-from gate.protocols.kv import (
-    EvictionStep as EvictionStep,
-)
-from gate.protocols.kv import (
-    QuantizedKV,
-    QuantScheme,
-    QuantSession,
-    QuantState,
-    QuantTensorState,
-)
+from gate.protocols.kv import EvictionPolicy as EvictionPolicy
+from gate.protocols.kv import EvictionReport as EvictionReport
+from gate.protocols.kv import EvictionStep as EvictionStep
+from gate.protocols.kv import QuantizedKV, QuantScheme, QuantSession, QuantState, QuantTensorState
 from gate.protocols.paths import (
     Adapter,
     AttentionProbe,
