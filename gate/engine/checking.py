@@ -39,12 +39,8 @@ def run_check(
 ) -> CheckResult:
     """Run one check and its controls, each stopping at its first failure; never raises. With a
     `clock`, forward time is recorded too; each control's start and result go to `events` (None:
-    `ctx.log`).
-
-    Before anything runs, the check's declared needs are read against what the candidate offers
-    (`planned.capabilities` as the run decided it, else decided here on `ctx.candidate`): a check
-    that lacks a capability it needs is never started, and is judged as the skip it would have
-    returned (the policy rule's `not_applicable`, the checks that cover it, or unproven)."""
+    `ctx.log`). A check that lacks a capability it needs is never started, and is judged as the skip
+    it would have returned."""
     from gate.engine.capabilities import not_applicable_outcome, path_check_capabilities
     from gate.engine.controls import control_ran, power_verdict, run_control, unproven_verdict
 
@@ -81,8 +77,7 @@ def run_check(
             metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
             **_times(),
         )
-    status = Status(outcome.status)
-    message = outcome.message
+    status, message = Status(outcome.status), outcome.message
     rule_na = planned.not_applicable
     if status == Status.skip and outcome.absent and rule_na is not None and rule_na.without == outcome.absent:
         # the policy states the check has nothing to judge on such a path: not applicable, no warning
@@ -196,9 +191,8 @@ def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
 
 @contextmanager
 def _settled_heap() -> Iterator[None]:
-    """Everything loaded so far (libraries, models, policies) outlives the checks: moved out of the
-    cyclic collector's sight while they run, so a full collection (one a library's first call can
-    set off) walks only what the checks made; handed back afterwards, so nothing outlives the run."""
+    """Everything loaded so far outlives the checks: frozen out of the cyclic collector's sight while
+    they run (a full collection walks only what the checks made), handed back afterwards."""
     import gc
 
     gc.freeze()

@@ -4,9 +4,7 @@
     outputs = run_pipeline("examples/reference-static-layout.yaml", "out/run", sign_key="ci.key")
     print(outputs.result.verdict, outputs.files)
 
-`gate run` is this function plus argument parsing and printing. Each station stays in its own
-package: the runner (engine) writes results.json, the report renders it (no keys, no ledger),
-trust signs the files and appends the verdict to the ledger.
+`gate run` is this function plus argument parsing and printing.
 """
 
 from __future__ import annotations

@@ -37,9 +37,7 @@ def decide(
     known_bugs: list[KnownBugRecord] | None = None,
 ) -> tuple[Verdict, int, str]:
     """Verdict, exit code and summary from the check results. `not_run`: planned checks a partial
-    run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict.
-    `known_bugs`: the manifest's declarations as settled (gate.core.known_bugs): a check that failed
-    as one declares is a warning (it does not colour the verdict), named in the summary."""
+    run (`gate run --check`) left out; `known_bugs`: the manifest's declarations as settled."""
     errors = [c.check for c in checks if c.status == Status.error]
     denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
     partial = f" (partial run: {len(not_run)} planned checks not run)" if not_run else ""

@@ -1,7 +1,6 @@
-"""The model a prefix worker (gate.prefix.worker) serves: a `ModelFamily` (one kind of model code over
-one checkpoint, rebuilt under another rope or window), the `WorkerSpec` that fixes its weights and
-worker-level identity, and `built`, which makes the model: weight updates, the tokenizer revision
-(tok-v2 remaps every id) and a seeded low-rank adapter on the K and V projections, memoised."""
+"""The model a prefix worker serves: a `ModelFamily` (one kind of model code over one checkpoint),
+the `WorkerSpec` that fixes its weights and worker-level identity, and `built`, which makes the model
+(weight updates, the tokenizer revision, a seeded low-rank adapter on K and V), memoised."""
 
 from __future__ import annotations
 

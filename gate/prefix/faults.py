@@ -1,9 +1,6 @@
-"""Planted prefix-cache bugs (negative controls), each a replacement of one cache rule.
-
-The cache code knows nothing of them: a fault is a function from the correct `CacheRules` to a
-broken one (a key that drops a field, a matcher that keeps going after a miss, a verifier that
-trusts the hash), applied by the path when it builds its cache. `skip-invalidation` is the one
-fault that lives on the worker rather than the cache: its weight update forgets to invalidate.
+"""Planted prefix-cache bugs (negative controls), each a replacement of one cache rule: a function
+from the correct `CacheRules` to a broken one, applied by the path when it builds its cache.
+`skip-invalidation` lives on the worker instead: its weight update forgets to invalidate.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Optional capabilities that buy gate's generic negative controls or shape them: weights reloaded
 in place, a cache cropped, controls' resources released, servers planned and counted, faults known invisible.
-
 This module imports no torch at run time.
 """
 

@@ -1,6 +1,5 @@
 """An engine gate did not write, behind an HTTP API: `EngineServing`, the servers it starts
 (`EngineServer`, their completions and streams), its `CacheGeometry` and its slot files.
-
 This module imports no torch at run time.
 """
 

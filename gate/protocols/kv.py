@@ -1,7 +1,5 @@
 """What a cache that evicts or quantises its KV states promises, and the states it reports:
-`EvictionReport` and `QuantizedKV` with their records.
-
-This module imports no torch at run time.
+`EvictionReport` and `QuantizedKV` with their records. This module imports no torch at run time.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """What checks see of a model: `DecodePath` and its `Session`, the optional capabilities a path may
-offer beside them (batched and continuous sessions, layer traces, attention probe, layouts, the
-speculative path), what an adapter builds (`Adapter`, `PathCapabilities`), and `subject_call`.
-
+offer beside them, what an adapter builds (`Adapter`, `PathCapabilities`), and `subject_call`.
 This module imports no torch at run time.
 """
 
@@ -26,12 +24,9 @@ if TYPE_CHECKING:
 
 @contextmanager
 def subject_call(call: str, **where: int | str) -> Iterator[None]:
-    """Mark a call into the subject: an exception raised inside becomes `SubjectCrash(call, err, where)`.
-
-    An adapter wraps exactly the library's own code (a forward, generate, a cache's crop or reset) so
-    that a crash there is reported as a failure of the subject, with the call and the length or
-    step, while an exception in the adapter's or gate's own code stays gate's error. `where`: e.g.
-    `length=` tokens seen before the call, `step=` a decode step.
+    """Mark a call into the subject: an exception raised inside becomes `SubjectCrash(call, err, where)`,
+    a failure of the subject rather than gate's error. An adapter wraps exactly the library's own code
+    (a forward, generate, a cache's crop or reset); `where`: e.g. `length=` tokens seen, `step=`.
     """
     observer = regions.SLOT.observer  # gate run --profile: books the time inside as the subject's
     if observer is not None:

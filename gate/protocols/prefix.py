@@ -1,6 +1,5 @@
 """The prefix-store family: a cross-request prefix cache as the prefix checks judge it, one small
 protocol per capability (`PrefixServing` ... `PrefixBudget`), and `PrefixCaching`, all of them at once.
-
 This module imports no torch at run time.
 """
 
