@@ -132,26 +132,23 @@ def plan_batch(
     tasks: list[Task] = []
     try:
         for run in runs:
-            manifest = run.manifest
+            source = run.manifest
             if run.overrides:
                 if staged is None:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=out.parent))
-                temporary = staged / f"{run.name}.yaml"
-                temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
-                try:
-                    loaded, _plan = prepare(
-                        temporary, list(options.policy_dirs), options.params, device_here=device_here
-                    )
-                except InputError as err:
-                    raise _relocated(err, run) from None
-                manifest = out / INPUTS / f"{run.name}.yaml"
-            else:
-                loaded, _plan = prepare(manifest, list(options.policy_dirs), options.params, device_here=device_here)
+                source = staged / f"{run.name}.yaml"
+                source.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
+            try:
+                loaded, _plan = prepare(source, list(options.policy_dirs), options.params, device_here=device_here)
+            except InputError as err:
+                if not run.overrides:
+                    raise
+                raise _relocated(err, run) from None
             tasks.append(
                 Task(
                     name=run.name,
-                    manifest=str(manifest),
+                    manifest=str(out / INPUTS / f"{run.name}.yaml" if run.overrides else run.manifest),
                     out_dir=str(out / run.name),
                     options=options,
                     device=loaded.manifest.subject.device,

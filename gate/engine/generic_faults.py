@@ -239,10 +239,8 @@ GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
 
 
 class FaultedPath(GenericCarrier):
-    """A clean path whose sessions come from a generic fault; everything else is the path's own.
-
-    Capabilities the fault cannot reach (an attention probe, per-layer traces) are not offered,
-    so a check cannot judge the clean path through them and call it a control."""
+    """A clean path whose sessions come from a generic fault; everything else is the path's own, save
+    the capabilities the fault cannot reach (an attention probe, per-layer traces): not offered."""
 
     _PASS_THROUGH = ("layout_boundaries", "block_size", "reload_weights")
 

@@ -93,8 +93,7 @@ def check_device(loaded: LoadedManifest) -> None:
         return
     import torch
 
-    kind, _, index_text = device.partition(":")
-    index = int(index_text or 0)
+    kind, _, index = device.partition(":")
     count = 0
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -103,7 +102,7 @@ def check_device(loaded: LoadedManifest) -> None:
         count = xpu.device_count() if xpu is not None and xpu.is_available() else 0
     elif kind == "mps":
         count = 1 if torch.backends.mps.is_available() else 0
-    if index >= count:
+    if int(index or 0) >= count:
         raise loaded.doc.error_at(
             ("subject", "device"),
             f"device {device!r} does not exist on this machine ({count} {kind} device(s))",

@@ -32,8 +32,7 @@ class ForwardClock:
         self.now = now
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._total = 0.0
-        self._subject = 0.0
+        self._total = self._subject = 0.0
         self._handles: list[Any] = []
         self._replaced: regions.RegionObserver | None = None
 

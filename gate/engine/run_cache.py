@@ -64,12 +64,9 @@ class RunCache:
             data = part.detach().cpu().contiguous()
             digest = hashlib.sha256(data.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
             return ("tensor", str(data.dtype), tuple(data.shape), digest)
-        return ("object", self._object_index(part))
-
-    def _object_index(self, obj: Any) -> int:
-        if not any(held is obj for held in self._objects):
-            self._objects.append(obj)
-        return next(index for index, held in enumerate(self._objects) if held is obj)
+        if not any(held is part for held in self._objects):
+            self._objects.append(part)
+        return ("object", next(index for index, held in enumerate(self._objects) if held is part))
 
 
 def _nbytes(value: Any) -> int:

@@ -171,10 +171,6 @@ class PrefixWorker:
         kv_dtype = DTYPES[self.spec.kv_dtype]
         return tuple(t.to(kv_dtype).clone() for t in self.spec.family.read_block(kv, start, start + self.block_size))
 
-    def _inject(self, kv: Any, payload: tuple[torch.Tensor, ...], start: int, n: int) -> None:
-        model_dtype = DTYPES[self.spec.dtype]
-        self.spec.family.write_block(kv, tuple(t.to(model_dtype) for t in payload), start, n)
-
     def _step(self, model: torch.nn.Module, tokens: Sequence[int], kv: Any, pos: int) -> torch.Tensor:
         """tokens of one request at positions pos.. -> logits [n, V] float32."""
         batch = torch.tensor([list(tokens)], device=self.spec.device)
@@ -205,7 +201,7 @@ class PrefixWorker:
             block = hits.get(pos)
             if block is not None and pos < len(prompt) - 1:  # the last prompt token is always computed
                 n = min(self.block_size, len(prompt) - 1 - pos)
-                self._inject(kv, block.payload, pos, n)
+                self.spec.family.write_block(kv, tuple(t.to(DTYPES[self.spec.dtype]) for t in block.payload), pos, n)
                 if spans and spans[-1][1] == pos:
                     spans[-1] = (spans[-1][0], pos + n)
                 else:
