@@ -1,16 +1,19 @@
 """Sealing a run: the verdict, exit code and summary from the check results (`decide`, `tally`), and
-the `GateResult` written atomically as `results.json` (`seal`).
+the `GateResult`, with the environment it ran in (`describe`), written atomically as `results.json`.
 """
 
 from __future__ import annotations
 
+import platform
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gate
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
+from gate._util.versions import installed_versions
 from gate.core.load import LoadedManifest
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import Plan
@@ -169,6 +172,28 @@ def tally(checks: list[CheckResult]) -> str:
     return ", ".join(parts)
 
 
+LIBRARIES = ("torch", "transformers", "datasets", "kvpress", "hqq", "optimum-quanto", "accelerate")
+"""Distributions behind a subject's path, recorded in every result (None where not installed): a
+cache or press bug lives in one of these, so two runs on releases with and without it differ here."""
+
+
+def describe(device: str) -> dict[str, Any]:
+    """Library versions, python, platform and the device the run used."""
+    env: dict[str, Any] = {
+        "gate": gate.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        **installed_versions(LIBRARIES),
+        "device": device,
+    }
+    if device.startswith("cuda") and "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return env
+
+
 def seal(
     out_dir: Path,
     loaded: LoadedManifest,
@@ -197,8 +222,6 @@ def seal(
     origin = reference_origin(baseline)
     summary += f"; {origin}" if origin else ""
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
-    from gate.engine.environment import describe
-
     manifest = loaded.manifest
     result = GateResult(
         gate_version=gate.__version__,
