@@ -114,9 +114,8 @@ def run_check(
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
         if outcome.covered_by and status in (Status.passed, Status.warn) and not any(map(control_ran, controls)):
-            # an optional capability (an attention probe) let the check run, but none of its own controls
-            # can: a capability the subject adds never makes a check worse, so it is judged as without it
-            # (not applicable, its rule observed at model level), what it showed kept as evidence
+            # an optional capability let the check run, but none of its own controls can: a capability
+            # never makes a check worse, so it is judged as without it, what it showed kept as evidence
             base["covered_by"] = dict(outcome.covered_by)
             evidence = {**evidence, "without_its_controls": {"status": status.value, "message": message}}
             message = (
@@ -131,8 +130,7 @@ def run_check(
         elif problem:
             status, message = Status.failed, problem
     if status == Status.unproven and outcome.lacking and not unproven_verdict(planned.check, controls):
-        # the controls showed power (or nothing could be asserted): what is left unproven is a
-        # capability the candidate lacks
+        # the controls showed power (or nothing could be asserted): a capability the candidate lacks
         base["unproven"] = planned.missing_capability
     return CheckResult(
         **base,
@@ -274,7 +272,6 @@ def run_checks(
                 cache=cache,
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own
-            # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
             check_result = run_check(
                 planned, specs[planned.check], params[planned.check], ctx, clock=clock, events=events
             )

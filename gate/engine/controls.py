@@ -84,8 +84,7 @@ def _classified_control(
         return result
     if UNASSERTED in result.message:  # the check cannot make that assertion here, whatever is planted
         return result.model_copy(update={"message": f"{result.message}; no stand-in can make it either"})
-    # the adapter's own fault ran but could not show here: the generic fault covering the same rule
-    # stands in, decided at run time (an architecture where the fault moves nothing beyond rounding)
+    # the adapter's own fault ran but could not show here: the generic fault covering the same rule stands in
     stand_in = plant(ctx.candidate, spec.name, control.fault, own=False)
     own = f"its own {control.fault} {result.outcome.value} at run time ({result.message})"
     if isinstance(stand_in, str):
@@ -182,16 +181,13 @@ def _judged(
         return judged(ControlOutcome.detected, faulty.message)
     unasserted = targeted_but_unasserted(control.fault, faulty.lacking)
     if unasserted:
-        # the check could not make the assertion this fault breaks (a store without siblings cannot vary
-        # its revision): whatever else moved, the control could not show anything, so it is no lack of power
+        # the check could not make the assertion this fault breaks: whatever moved, it is no lack of power
         lacking = "; ".join(f"{a}: {why}" for a, why in unasserted.items())
         return judged(ControlOutcome.unobservable, f"{UNASSERTED} ({lacking}): the control cannot show anything here")
-    # faults whose effect is below the check's power at this run's settings, as the positive run or the
-    # control's own run declared them -> what would make them observable
+    # an effect the check's power cannot reach at these settings (as either run declared it) is
+    # unobservable, never missed, for the subject's own fault and a stand-in alike
     hint = {**clean.underpowered, **faulty.underpowered}.get(control.fault)
     if hint is not None and difference != 0.0:
-        # one rule for every control, the subject's own fault or a stand-in: an effect the check's
-        # power cannot reach at these settings is unobservable, never missed
         return judged(
             ControlOutcome.unobservable,
             f"{BELOW_POWER} ({hint}): passing it is no lack of power",
@@ -204,9 +200,8 @@ def _judged(
         )
     allowed = max((b for b in (spread, clean.tolerated_change) if b is not None), default=None)
     if allowed is not None and difference is not None and difference <= allowed:
-        # a change no larger than a correct path may show (its rounding, or the dtype's tolerance band the
-        # check accepts): passing it proves no lack of power (a rotary model under a uniform position
-        # shift, a bfloat16 path)
+        # a change no larger than a correct path may show (its rounding, or the tolerance band the check
+        # accepts): passing it proves no lack of power
         return judged(
             ControlOutcome.unobservable,
             f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "

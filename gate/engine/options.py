@@ -26,8 +26,8 @@ class RunOptions(BaseModel):
     sign_key: Path | None = None
     """Ed25519 private key (`gate keygen`) that signs the dossier; loaded before anything runs."""
     ledger: str | None = None
-    """Audit ledger: an SQLite file or a `postgresql://` URL, as given (text, so a URL keeps its `//`
-    wherever the options travel). Its waivers apply and the verdict is appended; None: no ledger."""
+    """Audit ledger: an SQLite file or a `postgresql://` URL, as given. Its waivers apply and the verdict
+    is appended; None: no ledger."""
     trust: Path | None = None
     """Trust policy that says whose waivers apply and whose signature a recorded baseline needs
     (None: $GATE_TRUST, else ./trust.yaml, else none)."""
@@ -45,12 +45,10 @@ class RunOptions(BaseModel):
     params: dict[str, dict[str, Any]] = {}
     """Parameter overrides per check (`--param CHECK.KEY=VALUE`), merged over the manifest's."""
     profile: bool = False
-    """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
-    slow small forwards, so only on request); wall times per check and control are always kept."""
+    """Also time model forward passes (gate.engine.profile.ForwardClock, which slows small forwards)."""
     threads: int | None = None
-    """torch CPU threads (`--threads`), set once the previous run is aside (importing torch takes
-    seconds, and a run killed in them must not leave the previous dossier in `--out`). None: torch's
-    own choice for a single run, one per worker in a batch (`worker_threads`)."""
+    """torch CPU threads (`--threads`), set once the previous run is aside. None: torch's own choice
+    for a single run, one per worker in a batch (`worker_threads`)."""
 
     @field_validator("ledger", mode="before")
     @classmethod
