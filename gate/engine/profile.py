@@ -169,8 +169,7 @@ def run_buckets(result: GateResult) -> tuple[float, float, float, float] | None:
 
 
 def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
-    """`gate run --profile`: time per check and per control, in three buckets: model forwards,
-    the subject's other work (inside its call regions), gate's own work. With `run_s` (the whole
+    """`gate run --profile`: time per check and per control, in three buckets. With `run_s` (the whole
     run's wall time), also the time outside every check: set-up and the dossier."""
     lines = [f"{'':2}{'check / control':<34}{'wall':>9}{'forward':>9}{'subject':>9}{'gate':>9}  note"]
     for check in result.checks:
@@ -180,8 +179,7 @@ def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
         timed = check.forward_s is not None
         lines.append(_row("  run (positive)", check.positive_s, fwd if timed else None, subj if timed else None, ""))
         for control in check.controls:
-            at = f" @ {control.detected_at}" if control.detected_at is not None else ""
-            note = control.outcome.value + at
+            note = control.outcome.value + (f" @ {control.detected_at}" if control.detected_at is not None else "")
             lines.append(
                 _row(f"  control {control.fault}", control.duration_s, control.forward_s, control.subject_s, note)
             )

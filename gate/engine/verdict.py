@@ -154,8 +154,7 @@ def _gist(check: CheckResult) -> str:
 
 def tally(checks: list[CheckResult]) -> str:
     """What the checks came to, pytest style: `7 passed, 1 warning (phase-performance throughput
-    x0.61), 1 not applicable (invalidation)`; the verdict line, results.json's summary and the
-    banner lead with it when a warning lets the verdict stand."""
+    x0.61), 1 not applicable (invalidation)`."""
     warnings = [c for c in checks if _is_warning(c)]
     passed = sum(1 for c in checks if c.status == Status.passed)
     parts = [f"{passed} passed"]
