@@ -86,8 +86,7 @@ def decide_needs(
     lacks: Callable[[str], str],
 ) -> CheckCapabilities:
     """What the check needs, what the candidate offers (None: not known before a run), and what that
-    means: runs with its own controls, runs with stand-ins, or not applicable (and what would make it
-    run); `lacks(capabilities)` says in words that the candidate lacks them."""
+    means; `lacks(capabilities)` says in words that the candidate lacks them."""
     declared = DECLARED.get(planned.check)
     base = {
         "needs": sorted(declared.needs) if declared else None,

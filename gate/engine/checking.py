@@ -150,9 +150,8 @@ def run_check(
 
 def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
     """A check that could not run here and names the checks observing its rule at model level
-    (`covered_by`) is unproven-not-applicable, a warning, when every one of them ran in this run,
-    passed (or warned) and showed power (a control detected); otherwise it stays unproven as its
-    policy rule says, and its message names what did not hold."""
+    (`covered_by`) is unproven-not-applicable, a warning, when every one of them passed (or warned)
+    and showed power in this run; otherwise it stays unproven, its message naming what did not hold."""
     from gate.engine.controls import none_could_show
 
     by_name = {c.check: c for c in checks}

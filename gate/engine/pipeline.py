@@ -40,8 +40,7 @@ class RunOutputs:
     ledger_seq: int | None = None
     """The ledger entry the verdict was appended as, when a ledger was given."""
     carried: Carried | None = None
-    """Approvals of an identical earlier run (same evidence digest) found in the ledger, for an
-    awaiting-approval run (gate.trust.carry.carry_over); None: none looked for."""
+    """Approvals of an identical earlier run found in the ledger (gate.trust.carry); None: none looked for."""
 
     @property
     def approved(self) -> bool:

@@ -48,8 +48,7 @@ class TaskRecord:
     worker: str = ""
     """Where it ran: `pid 1234` or a Ray node id."""
     approved_by: list[str] = field(default_factory=list)
-    """An awaiting-approval run that the ledger's approvals of the same evidence cover (exit 0): who
-    approved (gate.trust.carry.carry_over)."""
+    """Who approved, where the ledger's approvals of the same evidence cover an awaiting-approval run."""
 
     @property
     def approved(self) -> bool:
