@@ -12,10 +12,8 @@ EXIT_AWAITING_APPROVAL = 4
 EXIT_PARTIAL = 5
 """`gate run --check NAME` ran only part of the plan and nothing failed: not a verdict on the manifest."""
 EXIT_UNPROVEN = 6
-"""Nothing failed, but a check the policy requires could not be proven (none of its negative controls
-could run or show anything, a required deny check could not run, wanted lengths were out of reach):
-"gate could not prove its checks here", told apart from exit 1, "the engine is broken". Still a
-red job by default (`unproven: deny`)."""
+"""Nothing failed, but a check the policy requires could not be proven (its controls could show nothing,
+a required deny check could not run): told apart from exit 1, "the engine is broken"."""
 EXIT_NOT_DEPLOYABLE = 7
 """`gate verify` / `gate audit trace`: authentic, but not a verdict a deploy may ship (`--any-verdict`: 0)."""
 EXIT_OTHER_COMMIT = 8
@@ -89,9 +87,8 @@ class AdapterUnavailable(RuntimeError):
 
 
 # -- an engine behind HTTP --------------------------------------------------------------------
-# A check that meets one of these ends in `error` (the run could not judge the engine) and the run
-# exits with the error's code, so CI can tell a server that never came up from a slow one or from
-# one that answered garbage. The server's own log tail is quoted where there is one.
+# A check that meets one of these ends in `error` and the run exits with the error's code, so CI can
+# tell a server that never came up from a slow one or from one that answered garbage.
 class EngineError(GateError):
     """An engine (HTTP server) failure; `str(err)` is the one line shown to the user."""
 
@@ -147,12 +144,8 @@ class EngineCacheNeverHit(EngineError):
 
 
 class SubjectCrash(Exception):
-    """An exception raised inside the subject (the library or engine under test), not in gate.
-
-    Adapters wrap each call into the subject with `gate.protocols.subject_call`; the runner turns
-    this into a failed check of class `crash` (a finding about the subject), never into gate's own
-    error. `where` says how far the request had got: the length (tokens already seen) or the step.
-    """
+    """An exception raised inside the subject (the library or engine under test), not in gate: the
+    runner turns it into a failed check of class `crash`. `where`: how far the request had got."""
 
     def __init__(self, call: str, error: BaseException, where: dict[str, int | str]) -> None:
         self.call, self.error, self.where = call, error, where
@@ -160,8 +153,7 @@ class SubjectCrash(Exception):
         super().__init__(f"{call}{f' ({at})' if at else ''}: {error.__class__.__name__}: {error}")
 
     def diagnosis(self) -> dict[str, Any]:
-        """The failure record of this crash: class `crash`, the exception, the call and where the
-        request had got (length or step), with the subject's traceback."""
+        """The failure record of this crash, with the subject's traceback."""
         import traceback
 
         error = self.error

@@ -13,15 +13,10 @@ class with a pydantic `Options` model and a `build(options, *, device, dtype, se
     def finite_logits(ctx: CheckContext, params: FiniteParams) -> Outcome:
         ...
 
-Every name in `__all__` is part of the contract: the protocols a path offers, the data types a
-sampler or a prefix store returns (`SpecStats`, `SpeculativeSample`, `warp`; `CacheIdentity`,
-`PrefixReply`, `RequestStats`, `RestoreReport`), the errors, and the control bookkeeping (the
-optional capabilities that buy generic controls, `FaultVisibility`, the control records). A name
-that moves keeps a warning shim at its old import path until gate 0.2.0 (gate._util.deprecation.REMOVED_IN)
-(`gate.paths`, `gate.checks.api`, `gate.prefix_cache`, `gate.speculative`'s old names).
-
-Importing this module imports no torch: the sampler's and the store's data types (whose modules
-use torch) load on first use of their name.
+Every name in `__all__` is part of the contract. A name that moves keeps a warning shim at its old
+import path until gate 0.2.0 (`gate.paths`, `gate.checks.api`, `gate.prefix_cache`, `gate.speculative`'s
+old names). Importing this module imports no torch: the sampler's and the store's data types load on
+first use of their name.
 """
 
 from __future__ import annotations

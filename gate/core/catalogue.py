@@ -40,8 +40,7 @@ class CheckCard(Record):
 @cache
 def cards() -> dict[str, CheckCard]:
     """Every card under checks/, by check name."""
-    found: dict[str, CheckCard] = {}
-    for path in sorted(data_dir("check-cards").glob("*.yaml")):
-        card: CheckCard = parse_model(read_yaml(path), CheckCard)
-        found[card.name] = card
-    return found
+    found: list[CheckCard] = [
+        parse_model(read_yaml(p), CheckCard) for p in sorted(data_dir("check-cards").glob("*.yaml"))
+    ]
+    return {card.name: card for card in found}

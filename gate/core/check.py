@@ -3,17 +3,11 @@
     @check("prefix-sweep", params=PrefixSweepParams)
     def prefix_sweep(ctx: CheckContext, params: PrefixSweepParams) -> Outcome: ...
 
-The decorator records the name and the params model so a run can be reproduced from the record.
-The runner turns the Outcome into a `CheckResult`, runs the negative controls the policy names
-(the same check against `candidate.with_fault(fault)`), and requires each to be detected.
-
-A control needs one failure to prove power, so a control run sets `ctx.stop_at_first_failure`:
-a check that walks a schedule (prefix lengths, greedy steps, sample batches) walks it in the
-positive run's order, except that a check which knows where the fault (`ctx.control`) is likely
-to show probes there first, and returns at the first failing item, with `detected_at` naming it.
-A positive run never sets it and covers the whole schedule in its declared order. `ctx.cache` is
-shared by every check of one run and by its controls: memoise what does not depend on the
-candidate (reference rows, seeded inputs) there.
+The runner turns the Outcome into a `CheckResult` and runs the negative controls the policy names.
+A control sets `ctx.stop_at_first_failure`: the check walks its schedule in the positive run's
+order (probing first where the fault `ctx.control` is likely to show) and returns at the first
+failing item, with `detected_at` naming it. `ctx.cache` is shared by every check of one run and its
+controls: memoise what does not depend on the candidate there.
 """
 
 from __future__ import annotations
@@ -105,41 +99,31 @@ class Outcome:
     observation: torch.Tensor | None = None
     observation_in_run_order: bool = False
     """`observation` is flat and laid out in the order a control walks the check's schedule, so a
-    control that stopped at its first failure observed a prefix of the positive run's: the control
-    engine then compares that prefix (and the noise guard of `rounding_spread` still holds) instead
-    of calling the shorter observation a change of shape."""
+    control that stopped early is compared on the prefix it observed."""
     lacking: dict[str, str] = field(default_factory=dict)
     """Assertions the check could not make on this candidate -> the capability it lacks, in words.
     With status `unproven` and nothing else wrong, the policy rule's `missing_capability` decides
     what they mean for the gate."""
     tolerated_change: float | None = None
     """How far the check lets the candidate's `observation` move from the reference's and still
-    pass (e.g. the dtype-aware tolerance band of the logits, x the deny allowance): a faulted run
-    that moved the observation no further than this and passed is unobservable at this dtype, not
-    a lack of power, and a generic stand-in is tried where the fault was the adapter's own. None:
-    any change the check passes counts as missed."""
+    pass (e.g. the dtype-aware tolerance band): a faulted run that moved it no further and passed is
+    unobservable, not a lack of power. None: any change the check passes counts as missed."""
     covered_by: dict[str, str] = field(default_factory=dict)
-    """For a check that cannot run on this candidate (status `skip`): the checks of the same plan
-    that observe its rule at model level -> what each observes. The runner holds it
-    unproven-not-applicable (a warning, never a pass) while every one of them passed with its power
-    shown, and unproven as the policy says otherwise. A check that ran through an optional capability
-    (an attention probe) names them too: when none of its own controls can run, the runner judges
-    it as without that capability (the same not-applicable rule), what it showed kept as evidence."""
+    """For a check that cannot run on this candidate (status `skip`), or one that ran only through an
+    optional capability: the checks of the same plan that observe its rule at model level -> what
+    each observes. The runner holds it unproven-not-applicable (a warning, never a pass) while every
+    one of them passed with its power shown, and unproven as the policy says otherwise."""
     underpowered: dict[str, str] = field(default_factory=dict)
     """Faults (control names) whose effect at this run's settings is below the check's power -> the
     settings that would make it observable ("raise max_samples to 5200"). A control of such a fault
-    that the check passes is *unobservable*, never *missed*: a check cannot be asked to see an effect
-    smaller than its declared power lets it, and one whose every control is unobservable is unproven
-    with these settings, never a failure of the subject."""
+    that the check passes is *unobservable*, never *missed*."""
     absent: str | None = None
     """For a check that cannot run on this candidate (status `skip`): what the path lacks (e.g.
     `cross-request-cache`). Where the policy rule's `not_applicable.without` names it, the check is
     not-applicable (no warning); otherwise the skip is judged as before."""
     rounding_spread: float | None = None
-    """How far a correct path's own rounding can move `observation` (e.g. the dtype-aware tolerance
-    band of the logits): a faulted run that moves it no further than this failed through noise, and
-    the control engine counts it as unobservable, never as power. None: the check's failures are
-    already judged beyond rounding."""
+    """How far a correct path's own rounding can move `observation`: a faulted run that moves it no
+    further failed through noise (unobservable, never power). None: failures are judged beyond rounding."""
 
 
 @dataclass(frozen=True)

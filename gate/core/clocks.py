@@ -1,21 +1,9 @@
 """The four clocks of a serving run, as small typed records, and their statistics.
 
-Whoever serves a scenario (the replay in `phase-performance`, an engine adapter reading a streaming
-HTTP response) fills a `ServingTrace`: per request, when it arrived and when each output token
-became available; live KV bytes over time; peak device memory and pressure actions where the
-path reports them. Everything else is computed here from those records (background: four clocks):
-
-* time to first token (TTFT) per request, queueing and prefill included;
-* time per output token (TPOT) per request and inter-token latency (ITL) per gap;
-* throughput (output tokens per second) and goodput (requests per second meeting the SLO);
-* live KV bytes (peak and time-weighted mean) against 2 x layers x KV heads x head dim x tokens x
-  bytes per element, and peak device memory.
-
-`compare` puts a confidence interval on each candidate/reference ratio from paired repeats
-(reference and candidate ran side by side, so each repeat's ratio shares one moment's machine
-load): a bootstrap over repeats, widened to the paired Student-t interval where that is wider.
-
-This module imports no torch.
+Whoever serves a scenario fills a `ServingTrace` (per request, its arrival and when each output token
+became available; live KV bytes over time; peak device memory); TTFT, TPOT, ITL, throughput, goodput
+and live bytes are computed here from it (background: four clocks). `compare` puts a confidence
+interval on each candidate/reference ratio from paired repeats. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -232,12 +220,9 @@ def compare(
     """Candidate/reference ratio of one clock with its confidence interval; None when either path
     did not report the clock, or the reference's value is zero.
 
-    Repeat r ran both paths back to back, so its ratio c_r / r_r is one paired observation of the
-    slowdown under that moment's machine load. The point estimate is the geometric mean of the
-    per-repeat ratios. The interval is a bootstrap over repeats (resampled in pairs) of the mean log
-    ratio; with few repeats a percentile bootstrap is too narrow (it cannot see variation it did not
-    sample), so the reported interval is the union of it and the paired Student-t interval on the
-    log ratios: wider, never narrower, than either."""
+    The point estimate is the geometric mean of the per-repeat (paired) ratios; the interval is the
+    union of a bootstrap over repeats of the mean log ratio and the paired Student-t interval on the
+    log ratios (a percentile bootstrap alone is too narrow with few repeats)."""
     repeats = min(len(reference), len(candidate))
     ref = [per_repeat(t, name, slo) for t in reference[:repeats]]
     cand = [per_repeat(t, name, slo) for t in candidate[:repeats]]
@@ -263,8 +248,7 @@ def compare(
 def _mean_ratio(r: np.ndarray, c: np.ndarray, confidence: float) -> Interval:
     """Ratio of means with a Student-t interval on the paired differences (for clocks that hit zero)."""
     tail = (1 - confidence) / 2
-    diff = c - r
-    spread = float(stdtrit(len(r) - 1, 1 - tail)) * float(diff.std(ddof=1)) / np.sqrt(len(r))
+    spread = float(stdtrit(len(r) - 1, 1 - tail)) * float((c - r).std(ddof=1)) / np.sqrt(len(r))
     base = float(r.mean())
     point = float(c.mean()) / base
     return Interval(point, max(point - spread / base, 0.0), point + spread / base, confidence, len(r))

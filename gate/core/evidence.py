@@ -1,17 +1,8 @@
-"""Typed evidence: what several built-in checks share of what they write and the dossier reads.
-
-Each built-in check's record lives with its check (`gate/checks/<module>/evidence.py`, stated by its
-face as `EVIDENCE`; gate.checks.faces.EVIDENCE maps check names to them). A check builds its record
-and returns `record.dump()` as `Outcome.evidence`, so results.json keeps a plain JSON object there
-(third-party checks write any object). The report validates a built-in check's evidence back into
-its record and reads typed fields only (its view, `gate/checks/<module>/view.py`); the evidence of
-any other check, or evidence that does not validate, is shown as generic tables. A field the
-dossier does not draw is typed loosely (`dict[str, Any]`): it is shown as a table.
-
-Here: the base records, and the parts several checks (or a check and another layer) share: the
-tolerance, an envelope's judgement (gate.quality.stats), the prefix stores' requests, and the reuse
-mechanisms the engine checks' helpers aim at. A shape may not change without its views,
-docs/report-evidence.md and the committed schemas (`schemas/evidence-<check>.schema.json`)."""
+"""Typed evidence: the base records, and what several built-in checks share of what they write and the
+dossier reads (the tolerance, an envelope's judgement, the prefix stores' requests, the engines'
+reuse mechanisms). Each built-in check's own record lives with its check and is returned as
+`record.dump()` in `Outcome.evidence`; the report validates it back and reads typed fields only. A
+shape may not change without its views, docs/report-evidence.md and the committed schemas."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Design hazards of a prefix store: choices that are safe only while an assumption holds, named.
 
-A store may trust its hash to keep tenants apart, or a revision label to name one set of weights.
-Each is a design choice, not a slip in the code, and each fails a check once the assumption is broken
-on purpose (a weak injected hash, a restart onto other weights under the same label). A check that
-shows one names it (`HazardFinding` in its diagnosis, first in its message) with the configuration
-that avoids it, so the author reads "design hazard X: configure Y", not a bare failure. The
-vocabulary is closed (`HAZARDS`); docs/plugins.md and docs/prefix-reuse.md list it.
-
-Torch-free: the report and the CLI read it.
+A check that breaks the assumption on purpose (a weak injected hash, a restart onto other weights under
+the same label) names the hazard (`HazardFinding` in its diagnosis) with the configuration that avoids
+it. The vocabulary is closed (`HAZARDS`). Torch-free: the report and the CLI read it.
 """
 
 from __future__ import annotations
@@ -98,11 +93,9 @@ class HazardFinding(Record):
 def weak_hash_hazard(
     check: str, *, bits: int, served: str, other_context: str, own: str, same_context: str = ""
 ) -> HazardFinding:
-    """The design hazard `check` showed where blocks were served wrongly under a weak `bits`-bit hash
-    (`served`, in words) and never under the store's own (`own`): the store trusts its hash to keep
-    identities apart (`weak-hash-across-tenants`, worded `same_context`), or, where requests were also
-    served the blocks of other tokens (`other_context`, their words; "" where none were), to stand for
-    the whole key (`weak-hash-across-contexts`)."""
+    """The design hazard `check` showed where blocks were served wrongly under a weak `bits`-bit hash and
+    never under the store's own: `weak-hash-across-contexts` where requests were also served the blocks
+    of other tokens (`other_context`), else `weak-hash-across-tenants`."""
     name: HazardName = "weak-hash-across-contexts" if other_context else "weak-hash-across-tenants"
     return HazardFinding.of(name, check, f"under a {bits}-bit hash {served}{other_context or same_context}; {own}")
 

@@ -1,22 +1,9 @@
 """Known bugs of the subject, declared in the manifest as expected failures (`known_bugs`).
 
-A declaration names one check, the bug class its diagnosis gives, the affected releases of one
-package (`affects`, e.g. "transformers>=5.2,<5.18") and an expiry date. Planned (no torch):
-
-* `applies`: the package is installed at an affected version and the declaration has not expired;
-* `not-affected`: the installed version (or its absence) is outside `affects`: it does not apply;
-* `expired`: past `expires` (UTC): ignored, with a warning; the failure counts again.
-
-After the run, an applying declaration is settled against its check:
-
-* `expected`: the check failed with the declared class: the check reads "known bug, expected
-  (LINK)", status `warn`, and does not colour the verdict (its failure stays in its record);
-* `not-showing`: the check did not fail with that class: "fixed upstream? remove the declaration"
-  (a note; a failure of another class still fails).
-
-Only a `fail` is relaxed: an error, an unproven check or a failure of another class stays what it
-is. A declaration is the pull request's own word, so each one, with its disposition, is printed on
-the dossier's first screen, listed in results.json (`known_bugs`) and bound into the evidence digest.
+Planned (no torch), a declaration `applies`, is `not-affected` (the installed version is outside
+`affects`) or `expired` (ignored, with a warning). After the run an applying one is `expected` (its
+check failed with the declared class: status `warn`, the verdict not coloured) or `not-showing` (a
+note). Only a `fail` is relaxed: an error, an unproven check or a failure of another class stays.
 """
 
 from __future__ import annotations
@@ -37,7 +24,6 @@ def plan_known_bugs(bugs: list[KnownBug], today: date) -> list[KnownBugRecord]:
         requirement = Requirement(bug.affects)
         name, specifier = requirement.name, requirement.specifier
         installed = installed_version(name)
-        base = bug.model_dump(mode="json")
         if bug.expires < today:
             state: KnownBugDisposition = "expired"
             note = f"known bug {bug.id} expired on {bug.expires.isoformat()}: ignored, a failure of {bug.check} counts"
@@ -51,7 +37,7 @@ def plan_known_bugs(bugs: list[KnownBug], today: date) -> list[KnownBugRecord]:
                 f"known bug {bug.id} applies to {name} {installed} ({bug.affects}): "
                 f"{bug.check} may fail with class {bug.bug_class}"
             )
-        out.append(KnownBugRecord(**base, installed=installed, disposition=state, note=note))
+        out.append(KnownBugRecord(**bug.model_dump(mode="json"), installed=installed, disposition=state, note=note))
     return out
 
 

@@ -6,6 +6,7 @@ The shape of `Manifest` may not change without bumping its `apiVersion` (gate/v1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -105,13 +106,10 @@ class Change(Record):
             return self.model_copy(update={"commit": env["GATE_COMMIT"]})
         if env.get("GITHUB_EVENT_NAME", "").startswith("pull_request") and env.get("GITHUB_EVENT_PATH"):
             # GITHUB_SHA is the temporary merge commit on pull_request events
-            try:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
                 pr = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text(encoding="utf-8"))["pull_request"]
                 number = pr.get("number") if isinstance(pr.get("number"), int) else None
                 update = {"commit": str(pr["head"]["sha"]), "pull_request": self.pull_request or number}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                update = {}
-            if update:
                 return self.model_copy(update=update)
         for var in ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):
             if env.get(var):

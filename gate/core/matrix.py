@@ -11,8 +11,7 @@
     retries: 1                       # how often a task whose worker was lost is run again
 
 `expand_matrix` turns it into runs: one per manifest and combination, named
-`<manifest name>[-seedS][-DTYPE][-DEVICE]` (an axis the matrix does not set adds nothing). Errors
-are `FILE:LINE:COL: field: message` lines (exit 2), raised before anything runs.
+`<manifest name>[-seedS][-DTYPE][-DEVICE]`.
 """
 
 from __future__ import annotations
@@ -96,12 +95,8 @@ def _manifest_files(doc: LoadedYaml, matrix: Matrix, base: Path) -> list[tuple[P
 
 
 def expand_matrix(path: Path, manifest_name: Any) -> tuple[list[MatrixRun], int]:
-    """Every run of the matrix at PATH, in file order, and its `retries`.
-
-    `manifest_name(path) -> str` loads a manifest's name (the caller's loader validates it, so a
-    bad manifest fails here with its own `FILE:LINE:COL`). Two runs with one name are refused at
-    the line of the second's manifest entry.
-    """
+    """Every run of the matrix at PATH, in file order, and its `retries`. `manifest_name(path) -> str`
+    loads (and validates) a manifest's name; two runs with one name are refused."""
     if not path.is_file():
         raise InputError(str(path), "no such matrix file")
     doc = read_yaml(path)

@@ -1,18 +1,10 @@
 """Versioned policies: which claims each intervention may make, and which checks each claim needs.
 
-Policy files are YAML under `policies/` (shipped in the wheel). Users add directories with
-`--policy-dir`; resolution is explicit and shown by `gate plan`:
-
-* Files are read directory by directory: the built-in directory first, then each `--policy-dir`
-  in the order given; inside a directory, in file-name order.
-* Inside one directory, two files may not define the same (intervention, claim) rule: that is an
-  ambiguity and an input error.
-* A later directory's rule for an (intervention, claim) *replaces* the earlier one, unless it says
-  `mode: extend`, in which case its checks are merged into the earlier rule's checks by check name
-  (a check of the same name replaces that one entry; new names are appended).
-* Intervention `summary`, `approximate` and `identity` take the value from the last file that sets
-  them.
-
+Policy files are YAML under `policies/`; users add directories with `--policy-dir`. Files are read
+directory by directory (built-in first, then each `--policy-dir` in order; inside one, by file name).
+Two files of one directory may not define the same (intervention, claim) rule. A later directory's
+rule *replaces* the earlier one, unless it says `mode: extend` (its checks merged in by check name).
+Intervention `summary`, `approximate` and `identity` come from the last file that sets them.
 This module imports no torch.
 """
 

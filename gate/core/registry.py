@@ -27,9 +27,8 @@ def _distribution(ep: EntryPoint) -> str:
 
 @cache
 def _group(group: str) -> dict[str, EntryPoint]:
-    """Every entry point of `group` by name. Two distributions registering one name under different
-    objects is an error naming both: the winner would depend on the order of sys.path. The same object
-    seen twice (an editable install's metadata found through two path entries) is one registration."""
+    """Every entry point of `group` by name; one name registered for two different objects is an error
+    (the winner would depend on sys.path), the same object seen twice one registration."""
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=group):
         seen = found.get(ep.name)

@@ -1,13 +1,7 @@
 """Serving scenarios: concurrent conversations as data (release-gate step 6; background: four clocks).
 
-A scenario file (`scenarios/*.yaml`, shipped in the wheel) describes a workload, not a model:
-N conversations that all open with the same system prefix and then exchange private turns, when
-each conversation starts (arrivals), how long prompts and replies are (length distributions), how
-long a user thinks between turns, how many conversations the server admits at once, and the
-latency targets goodput is counted against. `conversations()` turns it into concrete token ids,
-seeded, so every path replays exactly the same requests.
-
-This module imports no torch.
+A scenario file (`scenarios/*.yaml`) describes a workload, not a model; `conversations()` turns it
+into concrete token ids, seeded, so every path replays exactly the same requests. No torch.
 """
 
 from __future__ import annotations

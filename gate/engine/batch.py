@@ -8,12 +8,9 @@
     outputs = run_batch(batch, LocalExecutor(jobs=2))
     print(outputs.verdict, outputs.exit_code)   # the batch's verdict: the worst of its runs
 
-Everything is checked before anything runs (each manifest planned, bad input exit 2 with its
-`FILE:LINE:COL`, nothing written). Then the previous batch moves to `<DIR>.previous`, each run
-writes into `DIR/<name>/` exactly what `gate run MANIFEST --out DIR/<name>` writes (the executor
-calls `run_pipeline`), and last `DIR/summary.json`, `DIR/summary.md` and `DIR/junit.xml` (a suite
-per run) are written. A matrix's derived manifests (a seed, dtype or device replaced) are kept in
-`DIR/_inputs/` and are what each run's results.json and attestation name.
+Everything is checked before anything runs. Each run writes into `DIR/<name>/` exactly what
+`gate run MANIFEST --out DIR/<name>` writes; last come `DIR/summary.json`, `summary.md` and
+`junit.xml`. A matrix's derived manifests are kept in `DIR/_inputs/`.
 """
 
 from __future__ import annotations
@@ -103,7 +100,6 @@ def plan_batch(
     device_here: bool = True,
 ) -> Batch:
     """Expand and validate every run before anything runs; nothing is written on bad input.
-
     `device_here=False` (a Ray cluster) leaves each subject's device to be checked on the node."""
     from gate.engine.outputs import StagedOutput
     from gate.engine.runner import prepare
@@ -136,26 +132,23 @@ def plan_batch(
     tasks: list[Task] = []
     try:
         for run in runs:
-            manifest = run.manifest
+            source = run.manifest
             if run.overrides:
                 if staged is None:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.inputs-", dir=out.parent))
-                temporary = staged / f"{run.name}.yaml"
-                temporary.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
-                try:
-                    loaded, _plan = prepare(
-                        temporary, list(options.policy_dirs), options.params, device_here=device_here
-                    )
-                except InputError as err:
-                    raise _relocated(err, run) from None
-                manifest = out / INPUTS / f"{run.name}.yaml"
-            else:
-                loaded, _plan = prepare(manifest, list(options.policy_dirs), options.params, device_here=device_here)
+                source = staged / f"{run.name}.yaml"
+                source.write_text(_derived_text(run.manifest, run.overrides, matrix), encoding="utf-8")
+            try:
+                loaded, _plan = prepare(source, list(options.policy_dirs), options.params, device_here=device_here)
+            except InputError as err:
+                if not run.overrides:
+                    raise
+                raise _relocated(err, run) from None
             tasks.append(
                 Task(
                     name=run.name,
-                    manifest=str(manifest),
+                    manifest=str(out / INPUTS / f"{run.name}.yaml" if run.overrides else run.manifest),
                     out_dir=str(out / run.name),
                     options=options,
                     device=loaded.manifest.subject.device,

@@ -1,15 +1,8 @@
 """The adapters' capability lists for a manifest, and the sweep coverage they imply, before a run.
 
-`gate plan` calls `plan_with_capabilities`: each adapter states from its options alone (no model
-built or run, no torch imported by the built-in adapters) what its path will offer and how long a
-sequence it accepts (`Adapter.capabilities`, gate.protocols). From that, every sweep check of the
-plan gets its coverage: the lengths the policy wants and the ones both paths can reach
-(gate.checks.planning, the same rule the check applies when it runs), and every check its
-capabilities (`decide_needs`): what it needs, what the candidate offers, what that means.
-
-`gate run` makes the same decision on the built candidate (`path_check_capabilities`, from
-`gate.protocols.capabilities(path)`), records it in the run's plan and never starts a check it finds
-not applicable (`not_applicable_outcome` stands for what the check would have returned).
+`gate plan` decides each check's capabilities from the adapters' options alone
+(`plan_with_capabilities`); `gate run` makes the same decision on the built candidate
+(`path_check_capabilities`) and never starts a check it finds not applicable.
 """
 
 from __future__ import annotations
@@ -51,8 +44,7 @@ def path_capabilities(manifest: Manifest) -> dict[str, PathCapabilities]:
 
 def plan_with_capabilities(manifest: Manifest, plan: Plan) -> Plan:
     """The plan with each role's capabilities, each sweep check's length coverage, and each check's
-    capabilities before a run, from the options alone: what it needs (its package's declaration), what
-    the candidate's adapter states it offers, and what that means (`decide_needs`)."""
+    capabilities (`decide_needs`) before a run, from the options alone."""
     paths = path_capabilities(manifest)
     reach = {role: (caps.max_len, caps.max_len_from) for role, caps in paths.items()}
     candidate = paths["candidate"]
@@ -94,8 +86,7 @@ def decide_needs(
     lacks: Callable[[str], str],
 ) -> CheckCapabilities:
     """What the check needs, what the candidate offers (None: not known before a run), and what that
-    means: runs with its own controls, runs with stand-ins, or not applicable (and what would make it
-    run); `lacks(capabilities)` says in words that the candidate lacks them."""
+    means; `lacks(capabilities)` says in words that the candidate lacks them."""
     declared = DECLARED.get(planned.check)
     base = {
         "needs": sorted(declared.needs) if declared else None,
@@ -151,18 +142,14 @@ def decide_needs(
 
 
 def not_applicable_outcome(planned: PlannedCheck, decision: CheckCapabilities) -> Outcome:
-    """The outcome of a check the run found not applicable before starting it: a skip naming the
-    capability that would make it run, with what the policy rule and the package declare for such a
-    candidate (`absent`: the rule's `not_applicable.without`; `covered_by`: the checks observing its
-    rule at model level), judged by the runner as a skip the check itself returned."""
+    """The skip a check the run found not applicable would have returned: naming the capability that
+    would make it run, with the package's `covered_by` and the rule's `absent`."""
     from gate.core.check import Outcome
 
-    declared = DECLARED[planned.check]
     lacking = [Capability(c) for c in decision.would_run_with]
-    absent = next((ABSENT[c] for c in lacking if c in ABSENT), None)
     return Outcome(
         "skip",
         decision.meaning.removeprefix("not applicable: "),
-        covered_by=dict(declared.covered_by),
-        absent=absent,
+        covered_by=dict(DECLARED[planned.check].covered_by),
+        absent=next((ABSENT[c] for c in lacking if c in ABSENT), None),
     )

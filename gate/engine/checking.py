@@ -39,12 +39,8 @@ def run_check(
 ) -> CheckResult:
     """Run one check and its controls, each stopping at its first failure; never raises. With a
     `clock`, forward time is recorded too; each control's start and result go to `events` (None:
-    `ctx.log`).
-
-    Before anything runs, the check's declared needs are read against what the candidate offers
-    (`planned.capabilities` as the run decided it, else decided here on `ctx.candidate`): a check
-    that lacks a capability it needs is never started, and is judged as the skip it would have
-    returned (the policy rule's `not_applicable`, the checks that cover it, or unproven)."""
+    `ctx.log`). A check that lacks a capability it needs is never started, and is judged as the skip
+    it would have returned."""
     from gate.engine.capabilities import not_applicable_outcome, path_check_capabilities
     from gate.engine.controls import control_ran, power_verdict, run_control, unproven_verdict
 
@@ -81,8 +77,7 @@ def run_check(
             metrics={"exit_code": err.exit_code} if isinstance(err, GateError) else {},
             **_times(),
         )
-    status = Status(outcome.status)
-    message = outcome.message
+    status, message = Status(outcome.status), outcome.message
     rule_na = planned.not_applicable
     if status == Status.skip and outcome.absent and rule_na is not None and rule_na.without == outcome.absent:
         # the policy states the check has nothing to judge on such a path: not applicable, no warning
@@ -119,9 +114,8 @@ def run_check(
         unproven = unproven_verdict(planned.check, controls)
         problem = None if unproven else power_verdict(planned.check, controls)
         if outcome.covered_by and status in (Status.passed, Status.warn) and not any(map(control_ran, controls)):
-            # an optional capability (an attention probe) let the check run, but none of its own controls
-            # can: a capability the subject adds never makes a check worse, so it is judged as without it
-            # (not applicable, its rule observed at model level), what it showed kept as evidence
+            # an optional capability let the check run, but none of its own controls can: a capability
+            # never makes a check worse, so it is judged as without it, what it showed kept as evidence
             base["covered_by"] = dict(outcome.covered_by)
             evidence = {**evidence, "without_its_controls": {"status": status.value, "message": message}}
             message = (
@@ -136,8 +130,7 @@ def run_check(
         elif problem:
             status, message = Status.failed, problem
     if status == Status.unproven and outcome.lacking and not unproven_verdict(planned.check, controls):
-        # the controls showed power (or nothing could be asserted): what is left unproven is a
-        # capability the candidate lacks
+        # the controls showed power (or nothing could be asserted): a capability the candidate lacks
         base["unproven"] = planned.missing_capability
     return CheckResult(
         **base,
@@ -157,9 +150,8 @@ def run_check(
 
 def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
     """A check that could not run here and names the checks observing its rule at model level
-    (`covered_by`) is unproven-not-applicable, a warning, when every one of them ran in this run,
-    passed (or warned) and showed power (a control detected); otherwise it stays unproven as its
-    policy rule says, and its message names what did not hold."""
+    (`covered_by`) is unproven-not-applicable, a warning, when every one of them passed (or warned)
+    and showed power in this run; otherwise it stays unproven, its message naming what did not hold."""
     from gate.engine.controls import none_could_show
 
     by_name = {c.check: c for c in checks}
@@ -196,9 +188,8 @@ def settle_covered(checks: list[CheckResult]) -> list[CheckResult]:
 
 @contextmanager
 def _settled_heap() -> Iterator[None]:
-    """Everything loaded so far (libraries, models, policies) outlives the checks: moved out of the
-    cyclic collector's sight while they run, so a full collection (one a library's first call can
-    set off) walks only what the checks made; handed back afterwards, so nothing outlives the run."""
+    """Everything loaded so far outlives the checks: frozen out of the cyclic collector's sight while
+    they run (a full collection walks only what the checks made), handed back afterwards."""
     import gc
 
     gc.freeze()
@@ -280,7 +271,6 @@ def run_checks(
                 cache=cache,
             )
             # a recording runs the controls too: a planted fault leads a check to questions of its own
-            # (schedule-fuzz shrinks a failing schedule), which the replay's controls will ask again
             check_result = run_check(
                 planned, specs[planned.check], params[planned.check], ctx, clock=clock, events=events
             )

@@ -1,20 +1,9 @@
-"""The negative-control engine (release-gate step 5).
+"""The negative-control engine (release-gate step 5): each fault the policy names is planted (the
+adapter's own, else a generic stand-in from gate.engine.generic_faults) and the check runs again.
 
-A check has power only if it fails when a known bug is planted. For each fault the policy names,
-the same check runs again against `candidate.with_fault(fault)`. Before a control counts, the
-engine confirms the fault changed what the check observed; one that did not is reported as
-unobservable (with the measured difference), never as a detection or as a lack of power.
-
-The fault is the adapter's own when its path offers it, else a protocol-level fault from
-gate.engine.generic_faults that stands in for it; each result records which kind ran. A check
-none of whose controls could run at all has unproven power (`unproven_verdict`), never a pass.
-
-One failure proves power, so a control runs with `ctx.stop_at_first_failure` set: the check walks
-its schedule in probe order (where the fault's name says it is likely to show first, then the rest
-in the positive run's order) and returns at the first failing item (its `detected_at`). A
-control that finds no failure has walked the whole schedule, so "missed" and "unobservable" are
-judged on the same coverage as the positive run. Each control records its own wall time (and,
-with `gate run --profile`, the part of it spent inside model forward passes).
+A control counts only when the fault changed what the check observed; one that did not is
+unobservable, never a detection or a lack of power. One failure proves power, so a control runs
+with `ctx.stop_at_first_failure` set; one that finds no failure has walked the whole schedule.
 """
 
 from __future__ import annotations
@@ -47,8 +36,7 @@ def observation_difference(clean: Outcome, faulty: Outcome) -> float | None:
     if a.shape != b.shape:
         return float("inf")
     diff = (a.double() - b.double()).abs()
-    nan_mismatch = a.isnan() ^ b.isnan()
-    if bool(nan_mismatch.any()):
+    if bool((a.isnan() ^ b.isnan()).any()):
         return float("inf")
     return float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0
 
@@ -96,8 +84,7 @@ def _classified_control(
         return result
     if UNASSERTED in result.message:  # the check cannot make that assertion here, whatever is planted
         return result.model_copy(update={"message": f"{result.message}; no stand-in can make it either"})
-    # the adapter's own fault ran but could not show here: the generic fault covering the same rule
-    # stands in, decided at run time (an architecture where the fault moves nothing beyond rounding)
+    # the adapter's own fault ran but could not show here: the generic fault covering the same rule stands in
     stand_in = plant(ctx.candidate, spec.name, control.fault, own=False)
     own = f"its own {control.fault} {result.outcome.value} at run time ({result.message})"
     if isinstance(stand_in, str):
@@ -153,14 +140,8 @@ def _run_planted(
         )
     difference = observation_difference(clean, faulty)
     metrics = {k: v for k, v in faulty.metrics.items() if isinstance(v, (int, float, str, bool))}
-    base: dict[str, Any] = {
-        "fault": control.fault,
-        **kind,
-        "output_difference": difference,
-        "metrics": metrics,
-        "detected_at": faulty.detected_at,
-    }
-    return _judged(control, base, clean, faulty, difference)
+    base = {"fault": control.fault, **kind, "output_difference": difference, "detected_at": faulty.detected_at}
+    return _judged(control, base | {"metrics": metrics}, clean, faulty, difference)
 
 
 BELOW_POWER = "the fault's effect at these settings is below the check's power"
@@ -200,16 +181,13 @@ def _judged(
         return judged(ControlOutcome.detected, faulty.message)
     unasserted = targeted_but_unasserted(control.fault, faulty.lacking)
     if unasserted:
-        # the check could not make the assertion this fault breaks (a store without siblings cannot vary
-        # its revision): whatever else moved, the control could not show anything, so it is no lack of power
+        # the check could not make the assertion this fault breaks: whatever moved, it is no lack of power
         lacking = "; ".join(f"{a}: {why}" for a, why in unasserted.items())
         return judged(ControlOutcome.unobservable, f"{UNASSERTED} ({lacking}): the control cannot show anything here")
-    # faults whose effect is below the check's power at this run's settings, as the positive run or the
-    # control's own run declared them -> what would make them observable
+    # an effect the check's power cannot reach at these settings (as either run declared it) is
+    # unobservable, never missed, for the subject's own fault and a stand-in alike
     hint = {**clean.underpowered, **faulty.underpowered}.get(control.fault)
     if hint is not None and difference != 0.0:
-        # one rule for every control, the subject's own fault or a stand-in: an effect the check's
-        # power cannot reach at these settings is unobservable, never missed
         return judged(
             ControlOutcome.unobservable,
             f"{BELOW_POWER} ({hint}): passing it is no lack of power",
@@ -222,9 +200,8 @@ def _judged(
         )
     allowed = max((b for b in (spread, clean.tolerated_change) if b is not None), default=None)
     if allowed is not None and difference is not None and difference <= allowed:
-        # a change no larger than a correct path may show (its rounding, or the dtype's tolerance band the
-        # check accepts): passing it proves no lack of power (a rotary model under a uniform position
-        # shift, a bfloat16 path)
+        # a change no larger than a correct path may show (its rounding, or the tolerance band the check
+        # accepts): passing it proves no lack of power
         return judged(
             ControlOutcome.unobservable,
             f"the fault moved the observed outputs by only {difference:.3g}, within what the check accepts of "

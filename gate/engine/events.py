@@ -1,10 +1,6 @@
-"""What the runner tells its caller while it works, as typed events rather than log text.
-
-The runner emits one event when a check starts, when each of its negative controls starts and
-ends, and when the check has its result (`run_manifest(events=...)`); the CLI renders them
-(gate.cli.progress.Reporter.event: colour by status, the control's announcement with `-v` only).
-A caller that gives no event sink gets each event as its log line (`as_log`), so a plain log reads
-as it always has. Everything else a run says (building paths, a check's own detail) stays log text.
+"""What the runner tells its caller while it works, as typed events rather than log text: a check's
+start and result and each control's (`run_manifest(events=...)`). A caller that gives no event sink
+gets each event as its log line (`as_log`).
 """
 
 from __future__ import annotations

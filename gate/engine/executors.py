@@ -3,14 +3,8 @@
     executor = LocalExecutor(jobs=2)                  # or RayExecutor(address="auto")
     records = executor.run(tasks, on_done=print)      # one TaskRecord per Task, in task order
 
-A `Task` (gate.engine.tasks) names a manifest, its output directory and the pipeline's options: plain
-data, so it travels to a worker process or a Ray node as it is. Each worker calls `execute_task` (the
-single run, byte for byte) and returns a `TaskRecord`. Models never leave the worker.
-
-A worker that dies while it runs a task (SIGKILL, the out-of-memory killer, a lost Ray node) costs
-that task only: it is run again up to `task.retries` times, then recorded as verdict `error` with
-the reason; the other tasks complete. A run that returns (whatever its verdict, an `error` from a
-crash inside the subject included) is never repeated: it is the finding.
+A worker that dies while it runs a task costs that task only: it is run again up to `task.retries`
+times, then recorded as verdict `error`. A run that returns (whatever its verdict) is never repeated.
 """
 
 from __future__ import annotations
@@ -53,11 +47,8 @@ def _terminated(_signum: int, _frame: Any) -> None:
 
 
 def _worker_main(conn: Any, threads: int) -> None:
-    """A pool worker: one torch thread count, then tasks from the pipe until None.
-
-    SIGTERM (the batch is stopping) and SIGINT (Ctrl-C reaches the whole process group) arrive as
-    exceptions, so the run in progress removes its partial output and stops its servers, as a
-    single run does; then the worker exits quietly."""
+    """A pool worker: one torch thread count, then tasks from the pipe until None. SIGTERM and SIGINT
+    arrive as exceptions, so the run in progress cleans up as a single run does."""
     signal.signal(signal.SIGTERM, _terminated)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
@@ -81,8 +72,7 @@ class _Worker:
         self.process.start()
         child.close()
         self.task: Task | None = None
-        self.attempt = 0
-        self.started = 0.0
+        self.attempt, self.started = 0, 0.0
 
     def stop(self) -> None:
         """An idle worker is asked to exit; a busy one gets SIGTERM and cleans up its run; then SIGKILL."""
@@ -119,9 +109,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, jobs: int = 1, threads: int = 1, on_start: OnStart | None = None) -> None:
-        self.jobs = max(1, jobs)
-        self.threads = threads
-        self.on_start = on_start
+        self.jobs, self.threads, self.on_start = max(1, jobs), threads, on_start
 
     def run(self, tasks: Sequence[Task], on_done: OnDone | None = None) -> list[TaskRecord]:
         import multiprocessing
@@ -206,11 +194,8 @@ def ray_resources(task: Task) -> dict[str, float]:
 
 class RayExecutor:
     """Each task a Ray task on a cluster (`address`: auto, ray://HOST:PORT, or None for Ray's default).
-
-    Requires the `ray` extra and an --out every node can write (a shared file system): each task
-    writes its outputs where a single run would. A task lost to the cluster (worker or node died,
-    out of memory) is submitted again up to `task.retries` times.
-    """
+    Needs an --out every node can write; a task lost to the cluster is submitted again up to
+    `task.retries` times."""
 
     name = "ray"
 
@@ -266,16 +251,12 @@ class RayExecutor:
                             submit(i, attempt + 1)
                             continue
                         reason = f"Ray worker lost while running {task.manifest}: {err.__class__.__name__}"
-                        record = failed_record(
-                            task, f"{reason} (after {attempt} attempts)", seconds=time.perf_counter() - started
-                        )
+                        reason += f" (after {attempt} attempts)"
+                        record = failed_record(task, reason, seconds=time.perf_counter() - started)
                     except ray.exceptions.RayError as err:
                         first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-                        record = failed_record(
-                            task,
-                            f"Ray task failed: {err.__class__.__name__}: {first}",
-                            seconds=time.perf_counter() - started,
-                        )
+                        reason = f"Ray task failed: {err.__class__.__name__}: {first}"
+                        record = failed_record(task, reason, seconds=time.perf_counter() - started)
                     record.attempts = attempt
                     records[i] = record
                     if on_done is not None:

@@ -1,20 +1,11 @@
 """Protocol-level faults: negative controls every adapter that offers sessions gets for free.
 
-An adapter's own faults (`path.faults()`, `path.with_fault(name)`) plant bugs inside its code.
-A third-party adapter rarely has them, and power must not depend on faults only gate's own
-adapters can plant. The faults here wrap a `DecodePath` and its `Session`s from the outside and
-break what any KV cache must get right, seen through the protocol alone (each one's `summary`
-below says what it breaks).
-
-Each stands in for the named faults of gate's catalogue it imitates (`stands_for`) and says which
-checks it can prove power for (`proves`): a wrapper cannot reach inside a kernel, so it proves
-only checks that observe the candidate through sessions. A bug inside the engine's attention or
-position arithmetic is seen only through parity itself; these controls show the check would see
-a cache that keeps the wrong state, not that every such bug is covered.
-
-A generic fault applies only to a path that keeps a cache (`uses_cache`): on a path that
-recomputes every step it would break only gate's wrapper, which proves nothing about the path.
-The wrappers themselves are gate.engine.generic_sessions. This module imports no torch at import time.
+The faults here wrap a `DecodePath` and its `Session`s (or its store or sampler) from the outside,
+so power does not depend on faults only gate's own adapters can plant. Each stands in for the
+catalogue faults it imitates (`stands_for`) and proves only the checks that observe the candidate
+through what it wraps (`proves`). A session fault applies only to a path that keeps a cache
+(`uses_cache`). The wrappers are gate.engine.generic_sessions and generic_stores. This module
+imports no torch at import time.
 """
 
 from __future__ import annotations
@@ -248,10 +239,8 @@ GENERIC_FAULTS += STORE_FAULTS + SAMPLER_FAULTS
 
 
 class FaultedPath(GenericCarrier):
-    """A clean path whose sessions come from a generic fault; everything else is the path's own.
-
-    Capabilities the fault cannot reach (an attention probe, per-layer traces) are not offered,
-    so a check cannot judge the clean path through them and call it a control."""
+    """A clean path whose sessions come from a generic fault; everything else is the path's own, save
+    the capabilities the fault cannot reach (an attention probe, per-layer traces): not offered."""
 
     _PASS_THROUGH = ("layout_boundaries", "block_size", "reload_weights")
 

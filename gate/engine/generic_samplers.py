@@ -1,8 +1,6 @@
-"""The generic `sampler:<rule>` stand-in (gate.engine.generic_stores explains the stand-ins): gate's
-reference speculative sampler with one verification rule broken (accept-all, bonus-from-draft, ...),
-run over the candidate's own target and draft distributions. It cannot reach inside the candidate's
-kernel: it proves the check sees a sampler whose law is wrong with this target and draft. This module
-imports no torch at import time.
+"""The generic `sampler:<rule>` stand-in: gate's reference speculative sampler with one verification
+rule broken (accept-all, bonus-from-draft, ...), run over the candidate's own target and draft
+distributions. This module imports no torch at import time.
 """
 
 from __future__ import annotations
@@ -46,17 +44,14 @@ class _ProbsAsLogits:
                 for i, p in zip(missing, fresh.double().to(tokens.device), strict=True):
                     self.seen.setdefault(keys[i], p)
             columns.append(torch.stack([self.seen[key] for key in keys]))
-        out = torch.zeros(tokens.shape[0], tokens.shape[1], columns[0].shape[-1], dtype=torch.float64)
-        out = out.to(tokens.device)
+        out = torch.zeros(*tokens.shape[:2], columns[0].shape[-1], dtype=torch.float64, device=tokens.device)
         out[:, self.first :] = torch.stack(columns, 1).clamp_min(0.0).log()
         return out
 
 
 class FaultySampler(GenericCarrier):
-    """The candidate as a DecodePath and a SpeculativePath whose `sample` is gate's reference
-    speculative sampler with one verification rule broken (gate.speculative.sampler.FAULTS), run over
-    the candidate's own target and draft distributions (`target_next_token_probs`,
-    `draft_next_token_probs`); its probabilities are the candidate's own."""
+    """The candidate as a SpeculativePath whose `sample` is gate's reference sampler with one rule of
+    gate.speculative.sampler.FAULTS broken, over the candidate's own target and draft probabilities."""
 
     def __init__(self, inner: Any, rule: str) -> None:
         self.inner, self.rule, self.carried = inner, rule, f"sampler:{rule}"

@@ -110,9 +110,7 @@ class CacheDropped(_Wrapped):
 
 class TokenSkipped(_Wrapped):
     """The first token of every multi-token prefill or append never enters the cache: every later
-    position is one short. Its row of logits is the next row repeated, so shapes stay the
-    protocol's. (Skipping rather than doubling keeps positions inside max_len on a sweep to the
-    longest prefix.)"""
+    position is one short (its row of logits is the next row repeated, so shapes stay the protocol's)."""
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] < 2:

@@ -1,17 +1,8 @@
-"""Generic stand-ins for prefix stores (and, in gate.engine.generic_samplers, speculative samplers):
-wrappers around the subject.
-
-gate.engine.generic_faults wraps sessions; the checks of the prefix-reuse and proposal-and-verify
-policies do not judge sessions but a store (`PrefixServing` and its capabilities) or a sampler
-(`SpeculativePath`). The wrappers here break, from outside and through the protocol alone, the rule
-each check judges, so a store or sampler that plants no faults of its own (or whose own fault cannot
-show) still gets a control that shows the check can fail (each class says what it breaks; the
-`summary` of each in gate.engine.generic_faults.STORE_FAULTS and SAMPLER_FAULTS says it in words).
-
-A wrapper cannot reach inside a store's key or a sampler's kernel: it changes what the store is asked
-or what state a request is served from, so it proves the check sees a store that serves the wrong
-state (or a sampler whose law is wrong with this target and draft), not that every bug inside the
-subject is covered. This module imports no torch at import time.
+"""Generic stand-ins for prefix stores: wrappers that break, from outside and through the protocol
+alone, the rule a prefix-reuse check judges, so a store that plants no faults of its own still gets
+a control (gate.engine.generic_faults.STORE_FAULTS says what each breaks). A wrapper cannot reach
+inside a store's key: it changes what the store is asked or what state a request is served from.
+This module imports no torch at import time.
 """
 
 from __future__ import annotations
@@ -78,8 +69,7 @@ class WrappedStore(GenericCarrier):
         return type(self)(store, None, self.fault)
 
     def identity(self) -> dict[str, Any]:
-        own = self.path.identity() if self.path is not None else {}
-        return {**own, "generic_fault": self.fault}
+        return {**(self.path.identity() if self.path is not None else {}), "generic_fault": self.fault}
 
     def fresh(self, *, block_size: int | None = None) -> WrappedStore:
         return self.derived(self.inner.fresh(block_size=block_size))
@@ -160,10 +150,8 @@ class SiblingShared(WrappedStore):
 
 
 class ParentBlind(WrappedStore):
-    """A block is matched by its position and tokens alone: where an earlier request of the same
-    identity held the same block at the same position after other tokens, the request is served
-    after that earlier context (its prefix up to the block replaced), as an unordered block store
-    serves it."""
+    """A block is matched by its position and tokens alone: a request is served after an earlier
+    context of the same identity that held the same block at the same position."""
 
     def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
         super().__init__(inner, path, fault)
@@ -197,10 +185,8 @@ def _after_other_parent(
 
 
 class HashTrusted(WrappedStore):
-    """Under a replaced hash (`with_hash`), a block whose bucket (chained over the blocks before it,
-    identity included) already holds another context's block is served that context's state: the
-    request goes to the store with the earlier context's prefix and identity. Under the store's own
-    hash it forwards everything."""
+    """Under a replaced hash (`with_hash`), a block whose bucket already holds another context's block
+    is served that context's state (prefix and identity); under the store's own hash it forwards."""
 
     def __init__(
         self, inner: PrefixServing, path: Any = None, fault: str = "", hash_fn: Callable[[bytes], bytes] | None = None
@@ -243,9 +229,8 @@ class HashTrusted(WrappedStore):
 
 
 class InvalidationSkipped(WrappedStore):
-    """A weight or adapter update never reaches the cache: requests keep being served by the store as
-    it was (its entries and its weights), while its uncached computation is a store built as this one
-    was with every update applied."""
+    """A weight or adapter update never reaches the cache: requests are served by the store as it was,
+    its uncached computation by a store with every update applied."""
 
     def __init__(self, inner: PrefixServing, path: Any = None, fault: str = "") -> None:
         super().__init__(inner, path, fault)

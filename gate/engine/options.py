@@ -3,10 +3,8 @@
     options = RunOptions(sign_key="ci.key", only=["greedy-parity"])
     run_pipeline("examples/reference-static-layout.yaml", "out/run", options)
 
-The CLI builds it once; `run_pipeline` (gate.engine.pipeline) and a batch (gate.engine.batch) take it,
-each task of a batch carries it to its worker process or Ray node (it is plain, picklable data: paths,
-strings and numbers, no callables), and the runner (gate.engine.runner) reads it. Where output goes
-(`log`, `progress`, `events`) and where a run writes are not options: they are arguments of the call.
+Plain, picklable data (a batch's task carries it to its worker); where output goes (`log`,
+`progress`, `events`) is an argument of the call, not an option.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ class RunOptions(BaseModel):
     sign_key: Path | None = None
     """Ed25519 private key (`gate keygen`) that signs the dossier; loaded before anything runs."""
     ledger: str | None = None
-    """Audit ledger: an SQLite file or a `postgresql://` URL, as given (text, so a URL keeps its `//`
-    wherever the options travel). Its waivers apply and the verdict is appended; None: no ledger."""
+    """Audit ledger: an SQLite file or a `postgresql://` URL, as given. Its waivers apply and the verdict
+    is appended; None: no ledger."""
     trust: Path | None = None
     """Trust policy that says whose waivers apply and whose signature a recorded baseline needs
     (None: $GATE_TRUST, else ./trust.yaml, else none)."""
@@ -47,12 +45,10 @@ class RunOptions(BaseModel):
     params: dict[str, dict[str, Any]] = {}
     """Parameter overrides per check (`--param CHECK.KEY=VALUE`), merged over the manifest's."""
     profile: bool = False
-    """Also time model forward passes (gate.engine.profile.ForwardClock: global module hooks, which
-    slow small forwards, so only on request); wall times per check and control are always kept."""
+    """Also time model forward passes (gate.engine.profile.ForwardClock, which slows small forwards)."""
     threads: int | None = None
-    """torch CPU threads (`--threads`), set once the previous run is aside (importing torch takes
-    seconds, and a run killed in them must not leave the previous dossier in `--out`). None: torch's
-    own choice for a single run, one per worker in a batch (`worker_threads`)."""
+    """torch CPU threads (`--threads`), set once the previous run is aside. None: torch's own choice
+    for a single run, one per worker in a batch (`worker_threads`)."""
 
     @field_validator("ledger", mode="before")
     @classmethod
@@ -77,8 +73,7 @@ class RunOptions(BaseModel):
         return self.threads or 1
 
     def inputs(self) -> list[Path]:
-        """The files and directories a run reads (a database ledger aside), which its --out must not
-        swallow (gate.engine.outputs.StagedOutput's `keep`)."""
+        """The files and directories a run reads (a database ledger aside), which its --out must not swallow."""
         from gate.trust.ledger_store import is_url
 
         ledger = self.ledger_path

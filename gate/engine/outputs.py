@@ -3,18 +3,10 @@
     staged = StagedOutput(Path("out/run"), keep=[manifest, ledger, sign_key])
     staged.check()      # a file, a path under a file, read-only, too little space, a low file-size limit: exit 2
     staged.begin()      # out/run -> out/run.previous (kept aside), writes go to out/.run.partial-PID-XXXX
-    ...                 # run, render, sign, record into staged.staging
     staged.commit()     # out/.run.partial-PID-XXXX -> out/run (one rename)
 
-The previous run is moved aside *before* anything runs, so after any incomplete run (an error,
-SIGTERM, SIGKILL, Ctrl-C, a full disk) `--out` holds no dossier at all and `gate verify` cannot
-report the previous run as the current one; the previous run stays whole in `<out>.previous`.
-`abort()` removes the partial directory; one left behind by SIGKILL is removed by the next run
-once its process is gone.
-
-Only a gate output is ever moved aside or deleted: an `--out` that holds anything but a run's
-outputs (no results.json), or a `<out>.previous` that is not one, is refused before anything runs
-(exit 2), so a mistyped `--out` never takes a folder of the user's.
+The previous run is moved aside *before* anything runs, so after an incomplete run `--out` holds no
+dossier at all. Only a gate output (one holding results.json) is ever moved aside or deleted.
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@
     outputs = run_pipeline("examples/reference-static-layout.yaml", "out/run", sign_key="ci.key")
     print(outputs.result.verdict, outputs.files)
 
-`gate run` is this function plus argument parsing and printing. Each station stays in its own
-package: the runner (engine) writes results.json, the report renders it (no keys, no ledger),
-trust signs the files and appends the verdict to the ledger.
+`gate run` is this function plus argument parsing and printing.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class RunOutputs:
     ledger_seq: int | None = None
     """The ledger entry the verdict was appended as, when a ledger was given."""
     carried: Carried | None = None
-    """Approvals of an identical earlier run (same evidence digest) found in the ledger, for an
-    awaiting-approval run (gate.trust.carry.carry_over); None: none looked for."""
+    """Approvals of an identical earlier run found in the ledger (gate.trust.carry); None: none looked for."""
 
     @property
     def approved(self) -> bool:
@@ -71,17 +68,9 @@ def run_pipeline(
 
     `options` (gate.engine.options.RunOptions) says how; its fields may instead be given as keyword
     arguments (`sign_key="ci.key", ledger="gate.sqlite", only=["greedy-parity"]`), which build it.
-
-    OUT_DIR is checked first (gate.engine.outputs): the run writes into a fresh sibling directory
-    that replaces OUT_DIR only when everything, the ledger receipt included, is written; the
-    previous run is kept in `<OUT_DIR>.previous`. Servers registered with
-    `gate._util.stopping.on_stop` are stopped however the run ends.
-
-    `sign_key` is loaded before anything runs, so a bad key costs no check time. With `ledger`,
-    waivers recorded there apply and the verdict is appended. `environ` is where CI variables are
-    read from (GitHub annotations and summary). `log`, `progress(task, done, total)` and `events`:
-    where the run's lines, the progress inside long checks and each check's and control's start and
-    result go (gate.engine.runner.run_manifest). `threads` is set once the previous run is aside.
+    The run writes into a fresh sibling directory that replaces OUT_DIR only when everything, the
+    ledger receipt included, is written (the previous run is kept in `<OUT_DIR>.previous`).
+    `environ` is where CI variables are read from.
     """
     from gate._util.stopping import stop_all
     from gate.engine.options import RunOptions
@@ -175,12 +164,8 @@ def write_outputs(
     commands: CommandContext | None = None,
     defer_ci: Callable[[CiPublish], None] | None = None,
 ) -> list[Path]:
-    """Everything after results.json: the dossier, the signed attestation, the CI annotations.
-
-    Renders (gate.report), then signs attestation.dsse.json when `sign_key` is given (else removes
-    a stale envelope: the dossier says UNSIGNED), then, under GitHub Actions, prints annotations and
-    appends dossier.md to $GITHUB_STEP_SUMMARY. Returns the files written. `final_dir`: where
-    out_dir will be renamed to (every path the dossier and the annotations print names it);
+    """Everything after results.json: the dossier, the signed attestation (when `sign_key` is given),
+    the CI annotations. Returns the files written. `final_dir`: where out_dir will be renamed to;
     `commands`: the ledger and trust policy the printed commands must name.
     """
     from gate.report import write_report

@@ -49,14 +49,10 @@ def prepare(
     allow_unavailable: bool = False,
     device_here: bool = True,
 ) -> tuple[LoadedManifest, Plan]:
-    """Load, validate and plan; raises InputError / UnavailableError before anything runs.
-
-    Everything `gate run` checks is checked here, for `gate validate` and `gate plan` too: the
-    manifest (limits, types, finite numbers), the policies, adapter options, each check's params
-    against its Params model, and that the device exists. `allow_unavailable` (for `gate plan`)
-    lists a check that is not installed instead of refusing the manifest. `params`: per-check overrides
-    merged over the manifest's `checks.NAME.params` (`gate run --param`). `device_here=False` (a batch
-    sent to a Ray cluster) leaves the device to be checked where the run executes.
+    """Load, validate and plan; raises InputError / UnavailableError before anything runs (for
+    `gate validate` and `gate plan` too). `allow_unavailable` (`gate plan`) lists a check that is not
+    installed instead of refusing the manifest; `params`: per-check overrides (`gate run --param`);
+    `device_here=False` (a Ray cluster) leaves the device to be checked where the run executes.
     """
     loaded = load_manifest(manifest_path)
     if params:
@@ -97,8 +93,7 @@ def check_device(loaded: LoadedManifest) -> None:
         return
     import torch
 
-    kind, _, index_text = device.partition(":")
-    index = int(index_text or 0)
+    kind, _, index = device.partition(":")
     count = 0
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -107,7 +102,7 @@ def check_device(loaded: LoadedManifest) -> None:
         count = xpu.device_count() if xpu is not None and xpu.is_available() else 0
     elif kind == "mps":
         count = 1 if torch.backends.mps.is_available() else 0
-    if index >= count:
+    if int(index or 0) >= count:
         raise loaded.doc.error_at(
             ("subject", "device"),
             f"device {device!r} does not exist on this machine ({count} {kind} device(s))",
@@ -116,9 +111,7 @@ def check_device(loaded: LoadedManifest) -> None:
 
 
 def decide_capabilities(plan: Plan, candidate: Any, log: Log = _quiet) -> Plan:
-    """The plan with each check's capabilities decided on the built candidate (what it needs, what
-    the candidate offers, what that means: gate.engine.capabilities), before any check runs: the
-    decision the run records in its plan and keeps (a check found not applicable is never started)."""
+    """The plan with each check's capabilities decided on the built candidate, before any check runs."""
     from gate.checks.planning import path_offers
     from gate.engine.capabilities import path_check_capabilities
 

@@ -1,19 +1,10 @@
 """Where a run's time goes, in three buckets: model forwards, the subject's other work, gate's own.
 
-`ForwardClock` installs torch's global module hooks for the length of a run and adds up the time
-between entering and leaving an *outermost* `nn.Module.__call__` (nested modules are not counted
-twice): **model forwards**. It also observes `gate.protocols.subject_call`, the regions where an
-adapter calls into the library under test: time inside an outermost region that is not a model
-forward (the subject's prefix store, block hashing, sampler, cache copies, quantisation) is
-**the subject's other work**. The rest of the wall time (planning sweeps, oracle bookkeeping,
-comparing rows, diagnosis, evidence, an adapter's glue) is **gate's own work**. A forward of
-gate's own oracle outside any region is still a model forward. Reading `elapsed()` and
-`subject_elapsed()` around a check or a control gives its share (`Stopwatch`). The hooks put
-every module call on torch's slow path (about +10-25% on a tiny model's single-token steps), so
-the runner installs the clock only for `gate run --profile`; wall time per check and per control
-is always recorded.
-
-With no torch installed the clock times subject regions only.
+`ForwardClock` times outermost `nn.Module.__call__`s through torch's global module hooks (**model
+forwards**) and, outside them, the regions `gate.protocols.subject_call` marks (**the subject's
+other work**); the rest is **gate's own work**. The hooks slow every module call (about +10-25% on
+a tiny model), so the runner installs the clock only for `gate run --profile`. With no torch
+installed the clock times subject regions only.
 """
 
 from __future__ import annotations
@@ -41,13 +32,12 @@ class ForwardClock:
         self.now = now
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._total = 0.0
-        self._subject = 0.0
+        self._total = self._subject = 0.0
         self._handles: list[Any] = []
         self._replaced: regions.RegionObserver | None = None
 
     def elapsed(self) -> float:
-        """Total forward seconds so far (including the one running now, up to this moment)."""
+        """Total forward seconds so far, the one running now included."""
         with self._lock:
             total = self._total
         started = getattr(self._local, "started", None)
@@ -131,12 +121,9 @@ class Stopwatch:
 
     def __init__(self, clock: ForwardClock | None) -> None:
         self.clock = clock
-        self.wall_s = 0.0
+        self.wall_s = self._wall0 = self._fwd0 = self._subj0 = 0.0
         self.forward_s: float | None = None
         self.subject_s: float | None = None
-        self._wall0 = 0.0
-        self._fwd0 = 0.0
-        self._subj0 = 0.0
 
     def _now(self) -> float:
         return self.clock.now() if self.clock is not None else time.perf_counter()
@@ -182,8 +169,7 @@ def run_buckets(result: GateResult) -> tuple[float, float, float, float] | None:
 
 
 def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
-    """`gate run --profile`: time per check and per control, in three buckets: model forwards,
-    the subject's other work (inside its call regions), gate's own work. With `run_s` (the whole
+    """`gate run --profile`: time per check and per control, in three buckets. With `run_s` (the whole
     run's wall time), also the time outside every check: set-up and the dossier."""
     lines = [f"{'':2}{'check / control':<34}{'wall':>9}{'forward':>9}{'subject':>9}{'gate':>9}  note"]
     for check in result.checks:
@@ -193,8 +179,7 @@ def profile_lines(result: GateResult, run_s: float | None = None) -> list[str]:
         timed = check.forward_s is not None
         lines.append(_row("  run (positive)", check.positive_s, fwd if timed else None, subj if timed else None, ""))
         for control in check.controls:
-            at = f" @ {control.detected_at}" if control.detected_at is not None else ""
-            note = control.outcome.value + at
+            note = control.outcome.value + (f" @ {control.detected_at}" if control.detected_at is not None else "")
             lines.append(
                 _row(f"  control {control.fault}", control.duration_s, control.forward_s, control.subject_s, note)
             )

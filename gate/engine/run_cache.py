@@ -1,15 +1,11 @@
-"""A memo the runner scopes to one run, shared by every check and every negative control in it.
-
-A control re-runs a check with a fault planted in the candidate; the reference side, the seeded
-inputs and anything else that does not depend on the candidate come out the same, so the first
-run computes them and the rest read them here. Checks reach it as `ctx.cache`:
+"""A memo the runner scopes to one run, shared by every check and every negative control in it:
+what does not depend on the candidate (reference rows, seeded inputs) is computed once.
 
     rows = ctx.cache.get(("full-rows", ctx.reference, tokens, lengths), lambda: compute(...))
 
-Key parts may be paths (matched by identity: the cache holds the object for the whole run, so
-its place in the table is never reused by another object), tensors (matched by dtype, shape and
-content digest), lists, tuples and plain values. Entries are evicted least recently used beyond
-`max_bytes` of tensor storage. The cache dies with the run: nothing is global.
+Key parts may be paths (matched by identity, held for the run), tensors (by dtype, shape and content
+digest), lists, tuples and plain values. Entries beyond `max_bytes` of tensor storage are evicted
+least recently used.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ class RunCache:
         self.max_bytes = max_bytes
         self._objects: list[Any] = []
         self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
-        self._bytes = 0
-        self.hits = 0
-        self.misses = 0
+        self._bytes = self.hits = self.misses = 0
 
     def get(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
         """The value stored under `key`, computing and storing it on the first request."""
@@ -70,14 +64,9 @@ class RunCache:
             data = part.detach().cpu().contiguous()
             digest = hashlib.sha256(data.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
             return ("tensor", str(data.dtype), tuple(data.shape), digest)
-        return ("object", self._object_index(part))
-
-    def _object_index(self, obj: Any) -> int:
-        for index, held in enumerate(self._objects):
-            if held is obj:
-                return index
-        self._objects.append(obj)
-        return len(self._objects) - 1
+        if not any(held is part for held in self._objects):
+            self._objects.append(part)
+        return ("object", next(index for index, held in enumerate(self._objects) if held is part))
 
 
 def _nbytes(value: Any) -> int:

@@ -1,11 +1,8 @@
 """The runner: Plan -> checks (with their negative controls) -> GateResult, written atomically.
 
 Every check runs even when an earlier one fails; an exception inside a check becomes that check's
-`error` with its traceback, and the verdict says so. `run_manifest` reads as the run goes; each step
-lives by its job: `gate.engine.preflight` (load, validate, plan; capabilities decided on the built
-candidate), `gate.engine.subject` (the two paths and the stored reference), `gate.engine.checking`
-(each check with its controls) and `gate.engine.verdict` (the verdict, and results.json sealed).
-Their public names stay importable from here.
+`error`. The steps live in gate.engine.preflight, .subject, .checking and .verdict; their public
+names stay importable from here.
 """
 
 from __future__ import annotations
@@ -22,14 +19,7 @@ from gate.engine.checking import run_checks, servers_started
 from gate.engine.checking import settle_covered as settle_covered
 from gate.engine.events import Events
 from gate.engine.options import RunOptions
-from gate.engine.preflight import (
-    Log,
-    _quiet,
-    _validated_params,
-    decide_capabilities,
-    left_out,
-    prepare,
-)
+from gate.engine.preflight import Log, _quiet, _validated_params, decide_capabilities, left_out, prepare
 from gate.engine.preflight import check_device as check_device
 from gate.engine.preflight import load_params_model as load_params_model
 from gate.engine.subject import _baseline_record, build_paths
@@ -49,12 +39,8 @@ def run_manifest(
     events: Events | None = None,
     prepared: tuple[LoadedManifest, Plan] | None = None,
 ) -> GateResult:
-    """Run a manifest end to end and write `results.json` atomically into `out_dir`.
-
-    `log`: the run's lines; `progress(task, done, total)`: progress inside long checks; `events`:
-    each check's start and result and each control's (gate.engine.events; None: their lines go to
-    `log`); `prepared`: what `prepare` returned for this manifest, when the caller already checked it.
-    """
+    """Run a manifest end to end and write `results.json` atomically into `out_dir`. `prepared`: what
+    `prepare` returned for this manifest, when the caller already checked it."""
     from gate.core.registry import load_check
     from gate.trust.policy import find_trust
 
@@ -83,8 +69,6 @@ def run_manifest(
     checks = run_checks(
         plan, specs, params, paths, manifest, not_run, options, log=log, progress=progress, events=events
     )
-    servers = servers_started(paths["candidate"])
-    baseline = _baseline_record(paths["reference"], log)
     return seal(
         out_dir,
         loaded,
@@ -92,9 +76,9 @@ def run_manifest(
         checks,
         not_run=not_run,
         waivers=waivers,
-        baseline=baseline,
+        baseline=_baseline_record(paths["reference"], log),
         subjects=subjects,
-        servers=servers,
+        servers=servers_started(paths["candidate"]),
         trust=trust,
         started_at=started_at,
     )

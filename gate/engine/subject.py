@@ -30,9 +30,8 @@ def _stored_reference(path: Any, spec: Any, manifest_name: str, options: RunOpti
 
 
 def _threads_of_recording(path: Any, log: Log) -> None:
-    """A float32 matmul's bits depend on how many threads split it: stored answers are replayed
-    with the torch thread count they were recorded with, so the candidate computes as the recorded
-    reference did (an exact claim compares bits; docs/baselines.md)."""
+    """Replay stored answers with the torch thread count they were recorded with: a float32 matmul's
+    bits depend on how many threads split it (docs/baselines.md)."""
     import torch
 
     from gate.adapters.recorded.store import StoredPath
@@ -56,10 +55,9 @@ def _baseline_record(path: Any, log: Log) -> dict[str, Any] | None:
         return None
     store = path.store
     store.save()
-    kind = path.mode
-    log(f"{kind}: {store.hits} answers read, {store.misses} computed ({store.directory})")
+    log(f"{path.mode}: {store.hits} answers read, {store.misses} computed ({store.directory})")
     return {
-        "kind": kind,
+        "kind": path.mode,
         "path": str(store.directory),
         "sha256": store.digest() if (store.directory / "baseline.json").is_file() else None,
         "key": store.key,

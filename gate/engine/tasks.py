@@ -1,8 +1,5 @@
-"""A batch's unit of work as plain data: a `Task` (a manifest, its output directory, the pipeline's
-options) travels to a worker process or a Ray node as it is; `execute_task` runs it there through
-`gate.engine.pipeline.run_pipeline` (the single run, byte for byte) and returns a `TaskRecord`: the
-verdict, the exit code, each check's status and the files written. Models never leave the worker.
-Where tasks run is gate.engine.executors."""
+"""A batch's unit of work as plain data: a `Task` travels to a worker process or a Ray node as it is;
+`execute_task` runs it there through `run_pipeline` and returns a `TaskRecord` (never a model)."""
 
 from __future__ import annotations
 
@@ -51,8 +48,7 @@ class TaskRecord:
     worker: str = ""
     """Where it ran: `pid 1234` or a Ray node id."""
     approved_by: list[str] = field(default_factory=list)
-    """An awaiting-approval run that the ledger's approvals of the same evidence cover (exit 0): who
-    approved (gate.trust.carry.carry_over)."""
+    """Who approved, where the ledger's approvals of the same evidence cover an awaiting-approval run."""
 
     @property
     def approved(self) -> bool:

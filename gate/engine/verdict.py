@@ -1,16 +1,19 @@
 """Sealing a run: the verdict, exit code and summary from the check results (`decide`, `tally`), and
-the `GateResult` written atomically as `results.json` (`seal`).
+the `GateResult`, with the environment it ran in (`describe`), written atomically as `results.json`.
 """
 
 from __future__ import annotations
 
+import platform
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gate
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
+from gate._util.versions import installed_versions
 from gate.core.load import LoadedManifest
 from gate.core.manifest import ClaimLevel
 from gate.core.plan import Plan
@@ -37,9 +40,7 @@ def decide(
     known_bugs: list[KnownBugRecord] | None = None,
 ) -> tuple[Verdict, int, str]:
     """Verdict, exit code and summary from the check results. `not_run`: planned checks a partial
-    run (`gate run --check`) left out; then nothing short of a failure or an error is a verdict.
-    `known_bugs`: the manifest's declarations as settled (gate.core.known_bugs): a check that failed
-    as one declares is a warning (it does not colour the verdict), named in the summary."""
+    run (`gate run --check`) left out; `known_bugs`: the manifest's declarations as settled."""
     errors = [c.check for c in checks if c.status == Status.error]
     denied = [c.check for c in checks if c.status == Status.failed and c.severity == "deny"]
     partial = f" (partial run: {len(not_run)} planned checks not run)" if not_run else ""
@@ -80,17 +81,14 @@ def decide(
     )
     listed = ((waived, "waived"), (skipped, "skipped"), (not_here, "not applicable"))
     note = "".join(f" ({len(names)} {words}: {', '.join(names)})" for names, words in listed if names)
-    counted = tally(checks)
-    lead = ""
+    counted, lead = tally(checks), ""
     if any(_is_warning(c) for c in checks):  # the tally names what the counts above would
         lead, note = f"{counted}; ", ""
     by_policy = [c.check for c in checks if c.status == Status.unproven and not c.covered_by]
     not_applicable = [c.check for c in checks if c.status == Status.unproven and c.covered_by]
     note += f"; unproven (a warning by policy, not a pass): {', '.join(by_policy)}" if by_policy else ""
     note += f"; unproven-not-applicable (a warning, not a pass): {', '.join(not_applicable)}" if not_applicable else ""
-    for bug in known_bugs or []:
-        if bug.disposition in ("expected", "not-showing", "expired"):
-            note += f"; {bug.note}"
+    note += "".join(f"; {b.note}" for b in known_bugs or [] if b.disposition in ("expected", "not-showing", "expired"))
     if claim == ClaimLevel.bounded_degradation:
         from gate.checks.faces import ENVELOPE_CHECKS
 
@@ -156,8 +154,7 @@ def _gist(check: CheckResult) -> str:
 
 def tally(checks: list[CheckResult]) -> str:
     """What the checks came to, pytest style: `7 passed, 1 warning (phase-performance throughput
-    x0.61), 1 not applicable (invalidation)`; the verdict line, results.json's summary and the
-    banner lead with it when a warning lets the verdict stand."""
+    x0.61), 1 not applicable (invalidation)`."""
     warnings = [c for c in checks if _is_warning(c)]
     passed = sum(1 for c in checks if c.status == Status.passed)
     parts = [f"{passed} passed"]
@@ -170,9 +167,30 @@ def tally(checks: list[CheckResult]) -> str:
         (Status.skip, "skipped"),
     ):
         names = [c.check for c in checks if c.status == status]
-        if names:
-            parts.append(f"{len(names)} {words} ({', '.join(names)})")
+        parts += [f"{len(names)} {words} ({', '.join(names)})"] if names else []
     return ", ".join(parts)
+
+
+LIBRARIES = ("torch", "transformers", "datasets", "kvpress", "hqq", "optimum-quanto", "accelerate")
+"""Distributions behind a subject's path, recorded in every result (None where not installed): a
+cache or press bug lives in one of these, so two runs on releases with and without it differ here."""
+
+
+def describe(device: str) -> dict[str, Any]:
+    """Library versions, python, platform and the device the run used."""
+    env: dict[str, Any] = {
+        "gate": gate.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        **installed_versions(LIBRARIES),
+        "device": device,
+    }
+    if device.startswith("cuda") and "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return env
 
 
 def seal(
@@ -203,8 +221,6 @@ def seal(
     origin = reference_origin(baseline)
     summary += f"; {origin}" if origin else ""
     datasets = {name: str(fp) for c in checks for name, fp in (c.evidence.get("datasets") or {}).items()}
-    from gate.engine.environment import describe
-
     manifest = loaded.manifest
     result = GateResult(
         gate_version=gate.__version__,

@@ -1,7 +1,6 @@
 """What a prefix cache (gate.prefix.cache) keys, stores and reports: the identity of a block's
-computation (`CacheIdentity`), the injectable rules (key material, hash, verification, matcher:
-`CacheRules`, which a negative control swaps from outside), the stored block, and the per-request and
-lifetime records. Torch only in annotations."""
+computation, the injectable rules (`CacheRules`, which a negative control swaps from outside), the
+stored block, and the per-request and lifetime records. Torch only in annotations."""
 
 from __future__ import annotations
 

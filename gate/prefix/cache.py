@@ -2,17 +2,10 @@
 
 A prompt is cut into full blocks of `block_size` tokens. Block i is looked up only after blocks
 0..i-1 hit, and its key material names the parent block, its start position, its token ids and
-the identity of the computation that produced its K/V (model revision, adapter, tokenizer, rope,
-attention window and mask, KV dtype, tenant or salt). The hash of that material only picks a
-bucket: a hit is served only when the stored material equals the request's, so a weak hash costs
-speed, never correctness.
-
-The rules (key material, hash, verification, matcher) are injectable `CacheRules` (gate.prefix.blocks, with
-the identity and the records), so a negative control swaps one from outside (`gate.prefix.faults`)
-instead of a flag in the lookup.
-
-Payloads are opaque sequences of tensors (for the reference decoder: k, v per layer, each
-[H_kv, block_size, D]). This module imports torch only to save and restore.
+the identity of the computation that produced its K/V. The hash of that material only picks a
+bucket: a hit is served only when the stored material equals the request's. The rules are
+injectable `CacheRules` (gate.prefix.blocks), so a negative control swaps one from outside
+(`gate.prefix.faults`). This module imports torch only to save and restore.
 """
 
 from __future__ import annotations
@@ -63,9 +56,7 @@ class PrefixCache:
         self.counters = CacheCounters()
         self._buckets: dict[bytes, list[CachedBlock]] = {}
         self._blocks: dict[int, CachedBlock] = {}
-        self._next_uid = 0
-        self._clock = 0
-        self.bytes_held = 0
+        self._next_uid = self._clock = self.bytes_held = 0
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -170,11 +161,9 @@ class PrefixCache:
     def invalidate(self, doomed: Callable[[CachedBlock], bool]) -> int:
         """Drop every block `doomed` selects, and every block chained below one. Returns the count."""
         drop = {b.uid for b in self._blocks.values() if doomed(b)}
-        changed = True
-        while changed:  # descendants of a dropped block denote a state that no longer exists
-            more = {b.uid for b in self._blocks.values() if b.parent in drop and b.uid not in drop}
+        # descendants of a dropped block denote a state that no longer exists
+        while more := {b.uid for b in self._blocks.values() if b.parent in drop and b.uid not in drop}:
             drop |= more
-            changed = bool(more)
         for uid in sorted(drop, reverse=True):  # children (higher uids) before parents
             self._remove(self._blocks[uid])
         self.counters.invalidated += len(drop)

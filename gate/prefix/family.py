@@ -1,7 +1,6 @@
-"""The model a prefix worker (gate.prefix.worker) serves: a `ModelFamily` (one kind of model code over
-one checkpoint, rebuilt under another rope or window), the `WorkerSpec` that fixes its weights and
-worker-level identity, and `built`, which makes the model: weight updates, the tokenizer revision
-(tok-v2 remaps every id) and a seeded low-rank adapter on the K and V projections, memoised."""
+"""The model a prefix worker serves: a `ModelFamily` (one kind of model code over one checkpoint),
+the `WorkerSpec` that fixes its weights and worker-level identity, and `built`, which makes the model
+(weight updates, the tokenizer revision, a seeded low-rank adapter on K and V), memoised."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ import torch
 from gate.protocols import subject_call
 
 ADAPTER_NAMES = ("lora-a", "lora-b")
-# Tokenizers: "tok-v1" is the model's own id space; "tok-v2" is a revision that remaps every id (same text,
-# other ids).
 LORA_RANK = 4
 UPDATE_SCALE = 0.3
 """A weight update moves every matrix by this fraction of its own scale (a visible fine-tuning step)."""
@@ -123,6 +120,7 @@ class WorkerSpec:
     dtype: str
     kv_dtype: str
     tokenizer: str = "tok-v1"
+    """tok-v1: the model's own id space; tok-v2: a revision that remaps every id."""
     weight_updates: tuple[int, ...] = ()
     """Seeds of the weight updates loaded since the base checkpoint, in order."""
     adapter_updates: tuple[tuple[str, int], ...] = ()

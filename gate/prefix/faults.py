@@ -1,18 +1,15 @@
-"""Planted prefix-cache bugs (negative controls), each a replacement of one cache rule.
-
-The cache code knows nothing of them: a fault is a function from the correct `CacheRules` to a
-broken one (a key that drops a field, a matcher that keeps going after a miss, a verifier that
-trusts the hash), applied by the path when it builds its cache. `skip-invalidation` is the one
-fault that lives on the worker rather than the cache: its weight update forgets to invalidate.
+"""Planted prefix-cache bugs (negative controls), each a replacement of one cache rule: a function
+from the correct `CacheRules` to a broken one, applied by the path when it builds its cache.
+`skip-invalidation` lives on the worker instead: its weight update forgets to invalidate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gate.prefix.cache import CacheIdentity, CacheRules, Probe
+from gate.prefix.cache import CacheIdentity, CacheRules
 
 RuleFault = Callable[[CacheRules], CacheRules]
 
@@ -41,11 +38,6 @@ def _key_ignores_position(rules: CacheRules) -> CacheRules:
     return replace(rules, key=key)
 
 
-def _any_blocks(probes: Iterator[Probe]) -> list[Probe]:
-    """Take every block that is found, even after a miss."""
-    return [(start, block) for start, block in probes if block is not None]
-
-
 def _unordered_blocks(rules: CacheRules) -> CacheRules:
     """Treat blocks as an unordered collection: keyed by (start, tokens, identity) without the
     parent, and matched after an earlier miss (the cache-identity example's later equal ids)."""
@@ -53,7 +45,8 @@ def _unordered_blocks(rules: CacheRules) -> CacheRules:
     def key(parent: int | None, start: int, tokens: tuple[int, ...], identity: CacheIdentity) -> tuple[Any, ...]:
         return ("positional", start, tokens, identity.material())
 
-    return replace(rules, key=key, matcher=_any_blocks)
+    # matched: every block that is found, even after a miss
+    return replace(rules, key=key, matcher=lambda probes: [(s, b) for s, b in probes if b is not None])
 
 
 def _trust_hash(rules: CacheRules) -> CacheRules:

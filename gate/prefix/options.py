@@ -1,11 +1,8 @@
 """Options of the reference adapter's `prefix-cache` path (no torch: validation stays instant).
 
-    candidate: {adapter: reference, options: {path: prefix-cache, block_size: 4,
-                                              prefix: {cache_bytes: 65536, kv_dtype: bfloat16}}}
-    candidate: {adapter: reference, options: {path: prefix-cache, fault: key-ignores-tenant}}
-
-`block_size` (the adapter's own option) is the cache's block size; `fault:` names one of
-gate.prefix.faults.PREFIX_FAULTS.
+candidate: {adapter: reference, options: {path: prefix-cache, block_size: 4,
+                                          prefix: {cache_bytes: 65536, kv_dtype: bfloat16}}}
+candidate: {adapter: reference, options: {path: prefix-cache, fault: key-ignores-tenant}}
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """A serving worker with a cross-request block prefix cache, over any model code.
 
 `PrefixWorker` implements gate.protocols.PrefixCaching (and DecodePath) once; what differs between
-model codes is a `ModelFamily` (gate.prefix.family). A request is token ids plus its adapter and
-its tenant or cache salt; the worker fixes the rest of the identity (model revision, tokenizer,
-rope, window, KV dtype; K/V stored in a narrower dtype are rounded on write). Siblings built by
-`sibling(field)` share the cache store, like workers behind one shared KV tier, so a key that drops
-a field lets one worker consume another's state.
-
-Sessions (`new_session`, DecodePath) run a plain per-request cache: a prefill must return logits
-for every prompt position, and a position served from the prefix cache has none. Faults
-(gate.prefix.faults) replace one cache rule, or, for skip-invalidation, the worker's update hook.
+model codes is a `ModelFamily` (gate.prefix.family). Siblings built by `sibling(field)` share the
+cache store, like workers behind one shared KV tier. Sessions (`new_session`) run a plain
+per-request cache: a position served from the prefix cache has no logits. Faults (gate.prefix.faults)
+replace one cache rule, or, for skip-invalidation, the worker's update hook.
 """
 
 from __future__ import annotations
@@ -23,14 +18,7 @@ from typing import Any, TypedDict, Unpack
 import torch
 
 from gate.errors import UnknownFault
-from gate.prefix.cache import (
-    CacheIdentity,
-    CacheRules,
-    PrefixCache,
-    PrefixReply,
-    RequestStats,
-    RestoreReport,
-)
+from gate.prefix.cache import CacheIdentity, CacheRules, PrefixCache, PrefixReply, RequestStats, RestoreReport
 from gate.prefix.family import ADAPTER_NAMES, REVISION_SIBLING_SEED, WorkerSpec, built
 from gate.prefix.faults import PREFIX_FAULTS, apply_rule_faults
 from gate.protocols import subject_call
@@ -38,8 +26,7 @@ from gate.tensors import DTYPES
 
 
 class Fresh(TypedDict, total=False):
-    """What a fresh worker may change (`PrefixWorker.fresh`; unset or None: as this one): its block
-    size, its cache's byte budget, its block hash."""
+    """What a fresh worker may change (`PrefixWorker.fresh`; unset or None: as this one)."""
 
     block_size: int | None
     byte_budget: int | None
@@ -184,10 +171,6 @@ class PrefixWorker:
         kv_dtype = DTYPES[self.spec.kv_dtype]
         return tuple(t.to(kv_dtype).clone() for t in self.spec.family.read_block(kv, start, start + self.block_size))
 
-    def _inject(self, kv: Any, payload: tuple[torch.Tensor, ...], start: int, n: int) -> None:
-        model_dtype = DTYPES[self.spec.dtype]
-        self.spec.family.write_block(kv, tuple(t.to(model_dtype) for t in payload), start, n)
-
     def _step(self, model: torch.nn.Module, tokens: Sequence[int], kv: Any, pos: int) -> torch.Tensor:
         """tokens of one request at positions pos.. -> logits [n, V] float32."""
         batch = torch.tensor([list(tokens)], device=self.spec.device)
@@ -218,12 +201,11 @@ class PrefixWorker:
             block = hits.get(pos)
             if block is not None and pos < len(prompt) - 1:  # the last prompt token is always computed
                 n = min(self.block_size, len(prompt) - 1 - pos)
-                self._inject(kv, block.payload, pos, n)
-                spans = (
-                    [*spans[:-1], (spans[-1][0], pos + n)]
-                    if spans and spans[-1][1] == pos
-                    else [*spans, (pos, pos + n)]
-                )
+                self.spec.family.write_block(kv, tuple(t.to(DTYPES[self.spec.dtype]) for t in block.payload), pos, n)
+                if spans and spans[-1][1] == pos:
+                    spans[-1] = (spans[-1][0], pos + n)
+                else:
+                    spans.append((pos, pos + n))
                 served_at.append(pos)
                 served_from.append(block.start)
                 pos += n
@@ -306,11 +288,10 @@ class PrefixWorker:
         return None
 
     def fresh(self, **changes: Unpack[Fresh]) -> PrefixWorker:
-        block_size, byte_budget = changes.get("block_size"), changes.get("byte_budget")
         return type(self).create(
             self.spec,
-            block_size=block_size or self.block_size,
-            byte_budget=byte_budget or self.cache.byte_budget,
+            block_size=changes.get("block_size") or self.block_size,
+            byte_budget=changes.get("byte_budget") or self.cache.byte_budget,
             faults=self._faults,
             hash_fn=changes.get("hash_fn"),
         )

@@ -1,52 +1,22 @@
 """Adapter and path protocols: the only way checks talk to models.
 
-A check never imports the reference decoder or transformers; it receives two `DecodePath`s
-(reference and candidate) built by adapters. Optional capabilities (speculative sampling, a
-cross-request prefix cache, per-layer traces) are separate protocols; a path's capabilities are
-read in one place, `capabilities(path)` (the set the runner holds each check's declared needs
-against before it runs: gate.engine.preflight.decide_capabilities) and `offered(path, Protocol)` (the
-path typed as that protocol where it offers it, else None), so one check can judge every engine
-that offers what it needs.
-
-The contract is split by idea, every name importable from here as before: `gate.protocols.paths`
-(DecodePath, sessions, path capabilities, Adapter), `.prefix` (the prefix-store family), `.engine`
-(engine servers), `.kv` (eviction and quantisation), `.controls` (capabilities that buy generic
-controls) and `.capability` (the registry: `Capability`, `capabilities`, `offered`).
-
+A check receives two `DecodePath`s (reference and candidate) built by adapters. Optional capabilities
+are separate protocols, read in one place: `capabilities(path)` and `offered(path, Protocol)` (the
+path typed as that protocol where it offers it, else None). The contract is split by idea (`.paths`,
+`.prefix`, `.engine`, `.kv`, `.controls`, `.capability`), every name importable from here.
 This package imports no torch at run time.
 """
 
 from __future__ import annotations
 
-from gate.protocols.capability import (
-    PREFIX_CAPABILITIES,
-    Capability,
-    capabilities,
-    offered,
-)
-from gate.protocols.capability import (
-    slot_files_absent as slot_files_absent,
-)
-from gate.protocols.capability import (
-    slot_store_of as slot_store_of,
-)
-from gate.protocols.controls import (
-    CacheCropping,
-    FaultVisibility,
-    WeightReloading,
-)
-from gate.protocols.controls import (
-    CountsServers as CountsServers,
-)
-from gate.protocols.controls import (
-    PlansServers as PlansServers,
-)
-from gate.protocols.controls import (
-    ReleasesControls as ReleasesControls,
-)
-from gate.protocols.engine import (
-    CacheGeometry as CacheGeometry,
-)
+from gate.protocols.capability import PREFIX_CAPABILITIES, Capability, capabilities, offered
+from gate.protocols.capability import slot_files_absent as slot_files_absent
+from gate.protocols.capability import slot_store_of as slot_store_of
+from gate.protocols.controls import CacheCropping, FaultVisibility, WeightReloading
+from gate.protocols.controls import CountsServers as CountsServers
+from gate.protocols.controls import PlansServers as PlansServers
+from gate.protocols.controls import ReleasesControls as ReleasesControls
+from gate.protocols.engine import CacheGeometry as CacheGeometry
 from gate.protocols.engine import (
     EngineCompletion,
     EngineServer,
@@ -56,22 +26,10 @@ from gate.protocols.engine import (
     SlotFilesPath,
     SlotStore,
 )
-from gate.protocols.kv import (
-    EvictionPolicy as EvictionPolicy,
-)
-from gate.protocols.kv import (
-    EvictionReport as EvictionReport,
-)
-from gate.protocols.kv import (
-    EvictionStep as EvictionStep,
-)
-from gate.protocols.kv import (
-    QuantizedKV,
-    QuantScheme,
-    QuantSession,
-    QuantState,
-    QuantTensorState,
-)
+from gate.protocols.kv import EvictionPolicy as EvictionPolicy
+from gate.protocols.kv import EvictionReport as EvictionReport
+from gate.protocols.kv import EvictionStep as EvictionStep
+from gate.protocols.kv import QuantizedKV, QuantScheme, QuantSession, QuantState, QuantTensorState
 from gate.protocols.paths import (
     Adapter,
     AttentionProbe,

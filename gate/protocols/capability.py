@@ -1,8 +1,7 @@
 """What a path offers, asked in one place: the `Capability` members, the protocol that types each
 (`capabilities(path)`, `offered(path, Protocol)`), the prefix-capability table and the slot-file
-accessors. The only module of gate that tests a path with `isinstance` against a capability protocol.
-
-This module imports no torch at run time.
+accessors. The only module of gate that tests a path with `isinstance` against a capability
+protocol. This module imports no torch at run time.
 """
 
 from __future__ import annotations
@@ -116,9 +115,7 @@ _P = TypeVar("_P")
 
 def offered(path: object, protocol: type[_P]) -> _P | None:
     """`path` typed as `protocol` where it offers that capability, else None: the same test as
-    `capabilities(path)`, flags included (a ContinuousBatching path with `continuous_batching` off
-    offers nothing here). The one way a check, a control or the runner asks for a capability it is
-    about to call; TypeError for a protocol that is not a capability."""
+    `capabilities(path)`, flags included; TypeError for a protocol that is not a capability."""
     capability = _CAPABILITY_OF.get(protocol)
     if capability is None:
         raise TypeError(f"{protocol.__name__} is not a capability (gate.protocols.Capability)")

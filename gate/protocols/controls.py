@@ -1,6 +1,5 @@
 """Optional capabilities that buy gate's generic negative controls or shape them: weights reloaded
 in place, a cache cropped, controls' resources released, servers planned and counted, faults known invisible.
-
 This module imports no torch at run time.
 """
 
@@ -17,7 +16,6 @@ class WeightReloading(Protocol):
     def reload_weights(self, version: int) -> None:
         """0: the weights as built. Any other version: deterministically changed weights (as a
         model update would bring), loaded into the same model object."""
-        ...
 
 
 @runtime_checkable
@@ -27,11 +25,9 @@ class CacheCropping(Protocol):
 
     def cache_length(self) -> int:
         """Tokens held in the cache."""
-        ...
 
     def crop(self, length: int) -> None:
         """Keep only the first `length` cached tokens (and continue from position `length`)."""
-        ...
 
 
 @runtime_checkable
@@ -40,7 +36,6 @@ class ReleasesControls(Protocol):
 
     def release_controls(self, keep: set[str]) -> list[str]:
         """Free what the controls outside `keep` hold (no later check names them); what was freed."""
-        ...
 
 
 @runtime_checkable
@@ -51,7 +46,6 @@ class PlansServers(Protocol):
     def plan_servers(self, ahead: list[list[str | None]]) -> None:
         """The checks still to run, the current one first, each as its phases in order: None (the check
         itself), then the names of its controls."""
-        ...
 
 
 @runtime_checkable
@@ -61,7 +55,6 @@ class CountsServers(Protocol):
 
     def servers_started(self) -> dict[str, Any] | None:
         """Starts for the checks and for the controls, why each happened, the most alive at once; None: none."""
-        ...
 
 
 @runtime_checkable
@@ -72,4 +65,3 @@ class FaultVisibility(Protocol):
         """Fault name -> why it is mathematically invisible here (e.g. a uniform position shift under
         pure rotary embeddings). The control engine declares such a control unobservable up front and
         lets a generic fault that stands in for it show the check's power instead."""
-        ...

@@ -1,6 +1,5 @@
 """An engine gate did not write, behind an HTTP API: `EngineServing`, the servers it starts
 (`EngineServer`, their completions and streams), its `CacheGeometry` and its slot files.
-
 This module imports no torch at run time.
 """
 
@@ -35,7 +34,6 @@ class EngineCompletion(Protocol):
 
     def summary(self) -> dict[str, Any]:
         """Tokens, cached tokens and time, for the evidence."""
-        ...
 
 
 class EngineStream(Protocol):
@@ -58,38 +56,31 @@ class EngineServer(Protocol):
         self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
     ) -> EngineCompletion:
         """Greedy continuation of a token-id prompt with top-k logprobs at each position."""
-        ...
 
     def stream(
         self, prompt: list[int], max_tokens: int, top_k: int, extra: dict[str, Any] | None = None
     ) -> EngineStream:
         """The same continuation streamed: each token's arrival time as the client sees it."""
-        ...
 
     def reset_cache(self) -> str | None:
         """Drop the prefix cache through the engine's own endpoint; the endpoint, or None if it has none."""
-        ...
 
     def unreset_tiers(self) -> list[str]:
         """The cache tiers of this server that `reset_cache` cannot reach, in words (e.g. llama.cpp's
         host-memory prompt cache, which no endpoint clears); empty when the reset reaches every tier
         that can hold anything. A reset is complete only when this is empty."""
-        ...
 
     def restart(self) -> bool:
         """Stop the server and start a new process on the same launch in its place, every cache tier
         empty (handed over to later checks in the old one's place); False where gate did not launch it.
         A check whose reset leaves `unreset_tiers` empties them this way."""
-        ...
 
     @property
     def reused(self) -> bool:
         """Handed over from an earlier check of this run (its cache reset), not started for this one."""
-        ...
 
     def evidence(self) -> dict[str, Any]:
         """Command, port, start-up time and log tail, for the record."""
-        ...
 
 
 class CacheGeometry(BaseModel):
@@ -151,19 +142,15 @@ class SlotStore(Protocol):
 
     def save(self, slot: int, filename: str) -> dict[str, Any]:
         """Write slot `slot`'s state to `filename` under `directory`."""
-        ...
 
     def restore(self, slot: int, filename: str) -> dict[str, Any]:
         """Load `filename` from `directory` into slot `slot`, replacing what it held."""
-        ...
 
     def erase(self, slot: int) -> dict[str, Any]:
         """Clear slot `slot`'s state."""
-        ...
 
     def pinned(self, slot: int) -> dict[str, Any]:
         """Request fields that send a completion to slot `slot` (llama.cpp: `id_slot`)."""
-        ...
 
 
 @runtime_checkable
@@ -172,7 +159,6 @@ class EngineSlots(Protocol):
 
     def slot_store(self) -> SlotStore | str:
         """The server's slot files, or why it offers none (in words, for a check that declines)."""
-        ...
 
 
 @runtime_checkable
@@ -181,7 +167,6 @@ class SlotFilesPath(Protocol):
 
     def slot_files_absent(self) -> str | None:
         """Why this path's servers offer no slot files gate can reach (in words); None when they may."""
-        ...
 
 
 @runtime_checkable
@@ -206,8 +191,6 @@ class EngineServing(Protocol):
         cache reset, or a new one kept until the run ends (its whole process group stopped then, on an
         exception and on Ctrl-C alike). `fresh`: a new process, stopped when the block ends (a
         restart). `model`: another model to load (from `changed_model`)."""
-        ...
 
     def changed_model(self, perturb_seed: int) -> Any | None:
         """A model with other weights to restart on, or None where gate cannot restart the server on one."""
-        ...

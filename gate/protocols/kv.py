@@ -1,7 +1,5 @@
 """What a cache that evicts or quantises its KV states promises, and the states it reports:
-`EvictionReport` and `QuantizedKV` with their records.
-
-This module imports no torch at run time.
+`EvictionReport` and `QuantizedKV` with their records. This module imports no torch at run time.
 """
 
 from __future__ import annotations
@@ -69,11 +67,9 @@ class EvictionReport(Protocol):
 
     def eviction_policy(self) -> EvictionPolicy:
         """The promise: protected positions, score and budget."""
-        ...
 
     def watch_evictions(self) -> list[EvictionStep]:
         """A list the session appends every eviction to from now on (one EvictionStep per layer and write)."""
-        ...
 
 
 class QuantScheme(BaseModel):
@@ -140,7 +136,6 @@ class QuantSession(Session, Protocol):
 
     def quant_state(self) -> QuantState:
         """The cache as it stands now (the adapter reads the cache object)."""
-        ...
 
 
 @runtime_checkable
@@ -149,8 +144,6 @@ class QuantizedKV(Protocol):
 
     def quant_declared(self) -> QuantScheme:
         """The scheme the manifest declares (the adapter's options), never read from the cache."""
-        ...
 
     def new_quant_session(self, batch_size: int) -> QuantSession:
         """A session that records what is written, so `quant_state` can compare stored and written."""
-        ...

@@ -1,7 +1,5 @@
 """What checks see of a model: `DecodePath` and its `Session`, the optional capabilities a path may
-offer beside them (batched and continuous sessions, layer traces, attention probe, layouts, the
-speculative path), what an adapter builds (`Adapter`, `PathCapabilities`), and `subject_call`.
-
+offer beside them, what an adapter builds (`Adapter`, `PathCapabilities`), and `subject_call`.
 This module imports no torch at run time.
 """
 
@@ -26,12 +24,9 @@ if TYPE_CHECKING:
 
 @contextmanager
 def subject_call(call: str, **where: int | str) -> Iterator[None]:
-    """Mark a call into the subject: an exception raised inside becomes `SubjectCrash(call, err, where)`.
-
-    An adapter wraps exactly the library's own code (a forward, generate, a cache's crop or reset) so
-    that a crash there is reported as a failure of the subject, with the call and the length or
-    step, while an exception in the adapter's or gate's own code stays gate's error. `where`: e.g.
-    `length=` tokens seen before the call, `step=` a decode step.
+    """Mark a call into the subject: an exception raised inside becomes `SubjectCrash(call, err, where)`,
+    a failure of the subject rather than gate's error. An adapter wraps exactly the library's own code
+    (a forward, generate, a cache's crop or reset); `where`: e.g. `length=` tokens seen, `step=`.
     """
     observer = regions.SLOT.observer  # gate run --profile: books the time inside as the subject's
     if observer is not None:
@@ -53,19 +48,15 @@ class Session(Protocol):
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         """Process a prompt. tokens: [B, T] int64 -> logits [B, T, V] float32."""
-        ...
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
         """Process n new tokens against the cache. tokens: [B, n] -> logits [B, n, V] float32."""
-        ...
 
     def reset(self) -> None:
         """Forget the request: stored K/V *and* position state (background: mask oracle)."""
-        ...
 
     def exercise(self) -> dict[str, Any]:
         """Proof the cache path ran: at least `cache_len`, `cached_steps` and `cache_bytes`."""
-        ...
 
 
 NO_CACHE: Mapping[str, int] = {"cache_len": 0, "cached_steps": 0, "cache_bytes": 0}
@@ -89,23 +80,18 @@ class DecodePath(Protocol):
 
     def identity(self) -> dict[str, Any]:
         """Model identity for the record: config hash, weights sha256, library versions."""
-        ...
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache. tokens: [B, T] -> logits [B, T, V] float32."""
-        ...
 
     def new_session(self, batch_size: int) -> Session:
         """A fresh session whose cache layout is this path's."""
-        ...
 
     def faults(self) -> tuple[str, ...]:
         """Names of the faults `with_fault` can apply to this path."""
-        ...
 
     def with_fault(self, fault: str) -> DecodePath:
         """A copy of this path with a fault applied from outside the model."""
-        ...
 
 
 @runtime_checkable
@@ -117,16 +103,13 @@ class BatchedSession(Protocol):
     def prefill(self, prompts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """B prompts (1-D int64, lengths >= 1, may differ) in one padded forward -> per prompt its
         logits [T_b, V] float32 (the pad positions' rows are dropped)."""
-        ...
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
         """n more tokens per request [B, n] -> logits [B, n, V] float32 (left padding only: a
         right-padded batch's requests end at different slots, so it is prefill-only)."""
-        ...
 
     def exercise(self) -> dict[str, Any]:
         """Proof the padded batch ran: `padding`, `pad_tokens`, `rows`, `cache_len`, `cached_steps`."""
-        ...
 
 
 @runtime_checkable
@@ -139,7 +122,6 @@ class BatchedSessions(Protocol):
 
     def new_batched_session(self, batch_size: int, padding: str) -> BatchedSession:
         """A fresh padded session of this path's cache layout; `padding` is one of `padding_sides`."""
-        ...
 
 
 @runtime_checkable
@@ -154,22 +136,18 @@ class ContinuousSession(Protocol):
         """A new request enters the running batch and takes a free slot (one a request that left has
         freed, where there is one): its handle, unique within the session. Raises `ValueError` when
         every slot is taken."""
-        ...
 
     def step(self, feeds: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """One forward: per request handle its next tokens (1-D int64, length >= 1; requests left
         out wait) -> per handle the logits of those tokens [n, V] float32, each computed against
         that request's own tokens so far."""
-        ...
 
     def leave(self, request: int) -> None:
         """The request ends; its slot (its cache pages) is free for a later join."""
-        ...
 
     def exercise(self) -> dict[str, Any]:
         """Proof the running batch ran: `forwards`, `mixed_forwards` (prefill and decode in one),
         `joins`, `leaves`, `slots_reused`, `max_rows`, `cached_steps`."""
-        ...
 
 
 @runtime_checkable
@@ -181,7 +159,6 @@ class ContinuousBatching(Protocol):
 
     def new_continuous_session(self, slots: int) -> ContinuousSession:
         """A fresh running batch of this path's cache layout with room for `slots` requests at once."""
-        ...
 
 
 @runtime_checkable
@@ -196,11 +173,9 @@ class LayerTracing(Protocol):
         judges which KV head each query head read). Optional keywords a path may accept:
         `cuts` (the prefix fed as a prefill up to the first cut and one append per following
         cut, the schedule a check ran) and `width` (the traced step appends that many tokens)."""
-        ...
 
     def full_layer_states(self, tokens: torch.Tensor, prefix_len: int) -> list[dict[str, torch.Tensor]]:
         """The same quantities from a full pass over tokens[:, : prefix_len + 1]."""
-        ...
 
 
 @runtime_checkable
@@ -216,7 +191,6 @@ class LiveCounterpart(Protocol):
         """The live path: built on first use from the adapter and options the baseline names, its
         model identity checked against the recorded one. Raises `AdapterUnavailable` saying why
         when there is none (`timing: none`, the adapter cannot be built here, another model)."""
-        ...
 
 
 @runtime_checkable
@@ -226,7 +200,6 @@ class KVGeometry(Protocol):
 
     def kv_geometry(self) -> tuple[int, int, int]:
         """(layers, KV heads, head dim) of the model's K/V; bytes per element follow `dtype`."""
-        ...
 
 
 @runtime_checkable
@@ -244,7 +217,6 @@ class AttentionProbe(Protocol):
         k and v [B, H_kv, n, D]) fed one after another from position 0; the path's own reset runs
         between requests. poison_tail writes NaN into allocated-but-unused cache slots before each
         chunk. Returns, per request and chunk, the attention output [B, H, n, D]."""
-        ...
 
 
 @runtime_checkable
@@ -253,7 +225,6 @@ class LayoutBoundaries(Protocol):
 
     def layout_boundaries(self) -> tuple[int, ...]:
         """Block edges, chunk edges, window sizes (each < max_len)."""
-        ...
 
 
 @runtime_checkable
@@ -263,7 +234,6 @@ class LayoutEdges(Protocol):
     def layout_edges(self) -> dict[str, tuple[int, ...]]:
         """Kind -> token counts (each < max_len): `block`, `chunk`, `window`, `page`, or a kind
         of the path's own (e.g. `residual`, `cache-end`)."""
-        ...
 
 
 @runtime_checkable
@@ -281,15 +251,12 @@ class SpeculativePath(Protocol):
     ) -> SpeculativeSample:
         """Continue each prompt [B, T0] by n_tokens, seeded by `generator` alone; tokens
         [B, n_tokens] plus counts of draft/target passes and proposed/accepted tokens."""
-        ...
 
     def target_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
         """The target's sampling distribution after each context [N, T] -> [N, V]."""
-        ...
 
     def draft_next_token_probs(self, contexts: torch.Tensor, *, temperature: float, top_k: int | None) -> torch.Tensor:
         """The draft's sampling distribution after each context [N, T] -> [N, V] (for power)."""
-        ...
 
 
 class Adapter(Protocol):
@@ -305,7 +272,6 @@ class Adapter(Protocol):
 
     def build(self, options: BaseModel, *, device: str, dtype: str, seed: int) -> DecodePath:
         """Build the path the options describe. Heavy imports happen here, not at module import."""
-        ...
 
 
 class PathCapabilities(BaseModel):

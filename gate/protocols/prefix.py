@@ -1,6 +1,5 @@
 """The prefix-store family: a cross-request prefix cache as the prefix checks judge it, one small
 protocol per capability (`PrefixServing` ... `PrefixBudget`), and `PrefixCaching`, all of them at once.
-
 This module imports no torch at run time.
 """
 
@@ -31,29 +30,23 @@ class PrefixServing(Protocol):
         self, tokens: Sequence[int], *, adapter: str | None = None, tenant: str | None = None, new_tokens: int = 0
     ) -> PrefixReply:
         """Serve one request through the cache (consult, compute the rest, store its full blocks)."""
-        ...
 
     def recompute(self, tokens: Sequence[int], *, adapter: str | None = None, new_tokens: int = 0) -> PrefixReply:
         """The same store and identity with no cache at all: the uncached oracle."""
-        ...
 
     def adapters(self) -> tuple[str, ...]:
         """Adapter names this store serves (empty when it serves the base model only)."""
-        ...
 
     def fresh(self, *, block_size: int | None = None) -> PrefixServing:
         """A new store as this path was built (same faults), with an empty cache of its own: on an
         engine, a new process (checks count these starts)."""
-        ...
 
     def reset_cache(self) -> int:
         """Drop every entry (vLLM's /reset_prefix_cache, SGLang's /flush_cache); the entries dropped."""
-        ...
 
     def cache_state(self) -> dict[str, Any]:
         """What the store says it holds: at least `blocks`; `bytes_held`, `byte_budget`, `evicted` where
         it keeps a byte budget (PrefixBudget)."""
-        ...
 
 
 @runtime_checkable
@@ -63,7 +56,6 @@ class PrefixIdentityReport(Protocol):
 
     def identity_for(self, *, adapter: str | None = None, tenant: str | None = None) -> CacheIdentity:
         """The identity a request with these options is keyed on."""
-        ...
 
 
 @runtime_checkable
@@ -74,7 +66,6 @@ class PrefixSiblings(Protocol):
     def sibling(self, field: str) -> PrefixServing | None:
         """A store sharing this one's cache that differs from it in exactly the worker-level identity
         field `field` (an IdentityField value); None if none can be built."""
-        ...
 
 
 @runtime_checkable
@@ -84,7 +75,6 @@ class PrefixHashing(Protocol):
     def with_hash(self, hash_fn: Callable[[bytes], bytes]) -> PrefixServing:
         """A new store (empty cache, same faults) whose block hash is `hash_fn`; its requests report
         `collisions_detected`."""
-        ...
 
 
 @runtime_checkable
@@ -93,7 +83,6 @@ class PrefixWeightUpdates(Protocol):
 
     def update_weights(self, target: str = "model", *, seed: int = 1) -> None:
         """Load changed weights for the model (`model`) or one adapter (its name)."""
-        ...
 
 
 @runtime_checkable
@@ -102,16 +91,13 @@ class PrefixSnapshots(Protocol):
 
     def save_cache(self, file: Path) -> int:
         """Write the cache to a file (a worker going down); returns the blocks written."""
-        ...
 
     def restore_cache(self, file: Path) -> RestoreReport:
         """Load a saved cache into this store (a restart), reviving only compatible entries."""
-        ...
 
     def restarted(self, *, checkpoint_seed: int | None = None) -> PrefixServing:
         """This store restarted with an empty cache: on the same checkpoint (None), or on another
         checkpoint (other weights, seeded) under an unchanged revision label, as when a tag is re-pushed."""
-        ...
 
 
 @runtime_checkable
@@ -120,7 +106,6 @@ class PrefixBudget(Protocol):
 
     def with_budget(self, byte_budget: int) -> PrefixServing:
         """A new store (empty cache, same faults) that holds at most `byte_budget` bytes of K/V."""
-        ...
 
 
 @runtime_checkable

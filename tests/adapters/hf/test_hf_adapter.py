@@ -158,7 +158,7 @@ def test_identity_records_config_weights_and_versions() -> None:
 def test_identity_and_environment_name_every_library_behind_the_path() -> None:
     from importlib.metadata import version
 
-    from gate.engine.environment import describe
+    from gate.engine.verdict import describe
 
     libraries = path("llama", path="static").identity()["libraries"]
     assert libraries["transformers"] == version("transformers") and libraries["torch"] == version("torch")
