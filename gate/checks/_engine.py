@@ -6,7 +6,7 @@ warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,7 +19,7 @@ from gate.checks._lengths import geometry_lengths as geometry_lengths
 from gate.checks._noise import NoiseFloor
 from gate.checks._noise import seeded_prompt as seeded_prompt
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
-from gate.core.check import Outcome
+from gate.core.check import CheckSpec, Outcome, P, check
 from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
 from gate.protocols import EngineServing, offered
 
@@ -37,12 +37,22 @@ class EnginePair(NamedTuple):
     top_k: int
 
 
-def engine_pair(ctx: CheckContext, check: str) -> EnginePair | Outcome:
-    """Both engines, or the `skip` outcome a check returns for a subject that is not an engine."""
-    reference, candidate = offered(ctx.reference, EngineServing), offered(ctx.candidate, EngineServing)
-    if reference is None or candidate is None:
-        return Outcome("skip", f"{check} judges engines behind HTTP (adapter openai); this subject is not one")
-    return EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k)
+def engine_check(
+    name: str, *, params: type[P]
+) -> Callable[[Callable[[CheckContext, P, EnginePair], Outcome]], CheckSpec[P]]:
+    """`check` for an engine check: its function also gets both engines; a subject that is not an engine skips."""
+
+    def wrap(fn: Callable[[CheckContext, P, EnginePair], Outcome]) -> CheckSpec[P]:
+        def run(ctx: CheckContext, p: P) -> Outcome:
+            reference, candidate = offered(ctx.reference, EngineServing), offered(ctx.candidate, EngineServing)
+            if reference is None or candidate is None:
+                return Outcome("skip", f"{name} judges engines behind HTTP (adapter openai); this subject is not one")
+            return fn(ctx, p, EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k))
+
+        run.__doc__ = fn.__doc__
+        return check(name, params=params)(run)
+
+    return wrap
 
 
 def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:

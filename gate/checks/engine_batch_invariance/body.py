@@ -12,7 +12,7 @@ from gate.checks._engine import (
     EnginePair,
     Judged,
     clip_lengths,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -24,7 +24,7 @@ from gate.checks._engine import (
 from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._topk import worst
 from gate.checks.engine_batch_invariance import EngineBatchParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer
@@ -197,12 +197,9 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     return Outcome("pass", message, **seen)
 
 
-@check("engine-batch-invariance", params=EngineBatchParams)
-def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Outcome:
+@engine_check("engine-batch-invariance", params=EngineBatchParams)
+def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> Outcome:
     """A request batched with concurrent requests of other lengths gives the greedy tokens it gives alone."""
-    pair = engine_pair(ctx, "engine-batch-invariance")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair)
     return explain(ctx, obs, judge_replies(ctx, obs))
 

@@ -16,7 +16,7 @@ from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
     Judged,
-    engine_pair,
+    engine_check,
     failure_words,
     observation,
     require_hits,
@@ -44,7 +44,7 @@ from gate.checks.engine_concurrent_conversations.evidence import (
     ConversationRequest,
     ConversationsEvidence,
 )
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 from gate.core.evidence import MechanismReach
 
 if TYPE_CHECKING:
@@ -744,12 +744,9 @@ def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outco
     )
 
 
-@check("engine-concurrent-conversations", params=EngineConversationsParams)
-def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams) -> Outcome:
+@engine_check("engine-concurrent-conversations", params=EngineConversationsParams)
+def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePair) -> Outcome:
     """Every reply of a concurrent multi-tenant, multi-turn workload equals the reference's answer alone."""
-    pair = engine_pair(ctx, "engine-concurrent-conversations")
-    if isinstance(pair, Outcome):
-        return pair
     prefix, room = system_prefix(params, pair)
     if prefix + _growth(params) > room:
         return _no_room(params, prefix, room)

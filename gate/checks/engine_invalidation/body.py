@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -16,7 +16,7 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks.engine_invalidation import EngineInvalidationParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion
@@ -265,12 +265,9 @@ def _reset_words(reset: dict[str, Any], hit: int | None) -> str:
     )
 
 
-@check("engine-invalidation", params=EngineInvalidationParams)
-def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> Outcome:
+@engine_check("engine-invalidation", params=EngineInvalidationParams)
+def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair) -> Outcome:
     """After the engine's cache reset or a restart on changed weights, nothing stale is reused."""
-    pair = engine_pair(ctx, "engine-invalidation")
-    if isinstance(pair, Outcome):
-        return pair
     length = max(2, min(params.length, pair.reference.max_len, pair.candidate.max_len) - params.new_tokens - 1)
     reset = measure_reset(ctx, params, pair, length)
     restart = measure_restart(ctx, params, pair, reset.prompt)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gate.checks._engine import engine_pair, seeded_prompt
+from gate.checks._engine import EnginePair, engine_check, seeded_prompt
 from gate.checks.engine_isolation import EngineIsolationParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServing
@@ -93,12 +93,9 @@ def _no_salt(candidate: EngineServing) -> Outcome:
     )
 
 
-@check("engine-isolation", params=EngineIsolationParams)
-def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcome:
+@engine_check("engine-isolation", params=EngineIsolationParams)
+def engine_isolation(ctx: CheckContext, params: EngineIsolationParams, pair: EnginePair) -> Outcome:
     """Requests under different cache salts never share cached prefix state."""
-    pair = engine_pair(ctx, "engine-isolation")
-    if isinstance(pair, Outcome):
-        return pair
     field = pair.candidate.salt_field  # set exactly when the engine offers Capability.ENGINE_SALT
     if field is None:
         return _no_salt(pair.candidate)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    engine_check,
     expected_hit,
     failure_words,
     judge,
@@ -23,7 +23,7 @@ from gate.checks._engine import (
 from gate.checks._eos import EosSelection, eos_fields, select_eos_prompts, stop_problem
 from gate.checks._topk import worst
 from gate.checks.engine_prefix_parity import EOS_PROMPT, SUFFIX, EnginePrefixParams, planned_lengths
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import CacheGeometry, EngineCompletion, EngineServer
@@ -264,12 +264,9 @@ def _evidence(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j
     return out
 
 
-@check("engine-prefix-parity", params=EnginePrefixParams)
-def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outcome:
+@engine_check("engine-prefix-parity", params=EnginePrefixParams)
+def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Outcome:
     """A prefix hit in the engine gives the greedy tokens and logprobs of the same engine with no cache."""
-    pair = engine_pair(ctx, "engine-prefix-parity")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair)
     judgement = judge_lengths(ctx, obs)
     reusable = [r for r in judgement.rows if r["reusable"]]

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
+    EnginePair,
     Judged,
     clip_lengths,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -19,7 +20,7 @@ from gate.checks._engine import (
 )
 from gate.checks._topk import worst
 from gate.checks.engine_repeat_consistency import EngineRepeatParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServing
@@ -141,12 +142,9 @@ def _evidence(params: EngineRepeatParams, obs: Observations, j: Judgement) -> di
     }
 
 
-@check("engine-repeat-consistency", params=EngineRepeatParams)
-def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> Outcome:
+@engine_check("engine-repeat-consistency", params=EngineRepeatParams)
+def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams, pair: EnginePair) -> Outcome:
     """The same greedy request, cold and served from the engine's cache, gives the same reply."""
-    pair = engine_pair(ctx, "engine-repeat-consistency")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair.candidate, pair.top_k)
     judgement = judge_prompts(ctx, obs)
     require_hits(

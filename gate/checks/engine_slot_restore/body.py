@@ -13,7 +13,7 @@ from gate._util.text import one_line
 from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -21,7 +21,7 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks.engine_slot_restore import EngineSlotRestoreParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 from gate.errors import EngineBadReply, SubjectCrash
 from gate.protocols import slot_files_absent, slot_store_of
 
@@ -305,13 +305,10 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
     return Outcome("pass", "; ".join(words), **seen)
 
 
-@check("engine-slot-restore", params=EngineSlotRestoreParams)
-def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams) -> Outcome:
+@engine_check("engine-slot-restore", params=EngineSlotRestoreParams)
+def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Outcome:
     """A slot saved to a file and restored (same slot, another slot, after a restart) continues as the
     reference answers alone; a truncated file is refused, never served or crashed on."""
-    pair = engine_pair(ctx, "engine-slot-restore")
-    if isinstance(pair, Outcome):
-        return pair
     declined = slot_files_absent(pair.candidate)
     measured = measure(ctx, params, pair) if declined is None else declined  # no server starts to learn it
     if isinstance(measured, str):
