@@ -81,6 +81,28 @@ def require_hits(reported: list[int | None], where: str) -> None:
         )
 
 
+Ask = tuple[list[int], int, int, dict[str, Any] | None]
+"""One request's arguments to `EngineServer.complete`."""
+
+
+def send_together(server: EngineServer, requests: Sequence[Ask]) -> list[tuple[EngineCompletion, tuple[float, float]]]:
+    """Send requests at the same moment, one thread each: each reply and its time window."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    barrier = threading.Barrier(len(requests))
+
+    def send(request: Ask) -> tuple[EngineCompletion, tuple[float, float]]:
+        barrier.wait()
+        start = time.perf_counter()
+        reply = server.complete(*request)
+        return reply, (start, time.perf_counter())
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        return list(pool.map(send, requests))
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +16,7 @@ from gate.checks._engine import (
     problems_outcome,
     same_vocabulary,
     seeded_prompt,
+    send_together,
     tolerated_change,
 )
 from gate.checks._noise import NoiseFloor, measure_noise
@@ -109,23 +107,9 @@ def _batched(
 ) -> tuple[EngineCompletion, int]:
     """The target sent at the same moment as the others (one thread each): its reply, and how many
     of the others overlapped it in time."""
-    windows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(prompts) + 1)
-    barrier = threading.Barrier(len(prompts) + 1)
-
-    def send(i: int) -> Any:
-        barrier.wait()
-        start = time.perf_counter()
-        if i == 0:
-            reply = cand.complete(target, params.new_tokens, top_k)
-        else:
-            reply = cand.complete(prompts[i - 1], params.other_new_tokens, top_k)
-        windows[i] = (start, time.perf_counter())
-        return reply
-
-    with ThreadPoolExecutor(max_workers=len(prompts) + 1) as pool:
-        replies = list(pool.map(send, range(len(prompts) + 1)))
-    t0, t1 = windows[0]
-    return replies[0], sum(1 for s, e in windows[1:] if s < t1 and e > t0)
+    jobs = [(target, params.new_tokens, top_k, None), *((p, params.other_new_tokens, top_k, None) for p in prompts)]
+    (reply, (t0, t1)), *others = send_together(cand, jobs)
+    return reply, sum(1 for _, (s, e) in others if s < t1 and e > t0)
 
 
 def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:

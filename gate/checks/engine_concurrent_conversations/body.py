@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +20,7 @@ from gate.checks._engine import (
     reuse_block,
     same_vocabulary,
     seeded_prompt,
+    send_together,
     tolerated_change,
 )
 from gate.checks._engine import judge as judge_reply
@@ -440,8 +438,9 @@ class _Sender:
     salt: str | None
 
     def __call__(self, requests: list[_Request]) -> list[_Request]:
-        _send_together(self.cand, requests, self.new_tokens, self.top_k)
-        for req in requests:
+        jobs = [(r.prompt, r.budget or self.new_tokens, self.top_k, r.extra) for r in requests]
+        for req, (reply, window) in zip(requests, send_together(self.cand, jobs), strict=True):
+            req.reply, req.window = reply, window
             self._judge(req)
         return requests
 
@@ -490,20 +489,6 @@ def _round_requests(
             kind = "resumed after others" if last_round[conv] < number - 1 else "continued"
         requests.append(_Request(first_id + len(requests), conv, tenant, turn, number, kind, prompt))
     return requests
-
-
-def _send_together(server: EngineServer, requests: list[_Request], new_tokens: int, top_k: int) -> None:
-    """Send a round's requests at the same moment, one thread each; each reply and its time window kept."""
-    barrier = threading.Barrier(len(requests))
-
-    def send(req: _Request) -> None:
-        barrier.wait()
-        start = time.perf_counter()
-        req.reply = server.complete(req.prompt, req.budget or new_tokens, top_k, req.extra)
-        req.window = (start, time.perf_counter())
-
-    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
-        list(pool.map(send, requests))
 
 
 def _overlapped(requests: list[_Request]) -> bool:
