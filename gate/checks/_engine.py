@@ -230,11 +230,14 @@ def failure_words(level: str, judged: Judged) -> str:
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"
 
 
+def bug_diagnosis(bug_class: str, problems: list[str]) -> dict[str, Any]:
+    """An Outcome's diagnosis naming `bug_class`, what a manifest's `known_bugs` matches on."""
+    return {"problems": problems, "bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}
+
+
 def problems_outcome(
-    problems: list[str], detected_at: int | None, bug_class: str | None = None, **seen: Any
+    problems: list[str], detected_at: int | None, bug_class: str | None = None, message: str | None = None, **seen: Any
 ) -> Outcome:
-    """The failed Outcome of an engine check; `bug_class` is what a manifest's `known_bugs` matches on."""
-    diagnosis: dict[str, Any] = {"problems": problems}
-    if bug_class is not None:
-        diagnosis |= {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}
-    return Outcome("fail", "; ".join(problems), **seen, detected_at=detected_at, diagnosis=diagnosis)
+    """The failed Outcome of an engine check (its message: the problems, unless given)."""
+    diagnosis = {"problems": problems} if bug_class is None else bug_diagnosis(bug_class, problems)
+    return Outcome("fail", message or "; ".join(problems), **seen, detected_at=detected_at, diagnosis=diagnosis)

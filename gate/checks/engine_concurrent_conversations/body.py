@@ -1,6 +1,4 @@
-"""engine-concurrent-conversations' body: measure the seeded rounds (each round's requests sent to the
-candidate at once, each prompt then sent alone to the reference), judge every reply and name what a
-failing one carries, explain the judgement."""
+"""engine-concurrent-conversations' body: measure the rounds, judge every reply, explain the judgement."""
 
 from __future__ import annotations
 
@@ -9,13 +7,13 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
     Judged,
     engine_check,
     failure_words,
     observation,
+    problems_outcome,
     require_hits,
     reuse_block,
     same_vocabulary,
@@ -51,10 +49,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Request:
-    """One request of the workload: filled in as its round is sent (its reply and time window), then
-    answered alone by the reference (`want`) and compared under the claim (`judged`). Its first six
-    fields are the evidence row's (ConversationRequest, copied by `_row`): the row is the torch-free
-    record the report reads, this the mutable request the check drives."""
+    """One request of the workload, filled in as it is sent and judged; `_row` copies it to the evidence row."""
 
     id: int
     conversation: int
@@ -97,8 +92,7 @@ class _Request:
 
 @dataclass(frozen=True)
 class _Workload:
-    """What every round's prompts are drawn from: the seed, the tenants' system prefixes and which
-    conversations open without one (the last `private`)."""
+    """What every round's prompts are drawn from; the last `private` conversations open with no system prefix."""
 
     vocab: int
     base: int
@@ -109,8 +103,7 @@ class _Workload:
 
 @dataclass(frozen=True)
 class Observations:
-    """Every request sent (in order, with its reply, the reference's answer and their comparison) and
-    the shape of the workload that sent them."""
+    """Every request sent, in order, and the shape of the workload that sent them."""
 
     sent: list[_Request]
     rounds: int
@@ -132,9 +125,7 @@ Finding = Literal["failed", "not-exercised", "held"]
 
 @dataclass(frozen=True)
 class Judgement:
-    """Per request its evidence row; the failing replies, each with the request it may carry; what
-    the cache served; and the finding: a reply failed, no two conversations were served at once, or
-    the claim held for every reply."""
+    """Per request its evidence row, the failing replies, what the cache served, and the finding."""
 
     finding: Finding
     rows: list[ConversationRequest]
@@ -147,9 +138,8 @@ class Judgement:
 
 
 def _schedule(conversations: int, turns: int, width: int, rng: random.Random) -> list[list[tuple[int, int]]]:
-    """Rounds of (conversation, turn): each conversation's turns in order, at most once per round, up
-    to `width` per round; conversations not in the last round go first (resumed after others), then
-    fresh ones in order, then those of the last round."""
+    """Rounds of up to `width` (conversation, turn): conversations not in the last round first (resumed
+    after others), then fresh ones, then those of the last round."""
     next_turn = [0] * conversations
     started: list[int] = []
     fresh = list(range(conversations))
@@ -179,8 +169,7 @@ def _schedule(conversations: int, turns: int, width: int, rng: random.Random) ->
 
 
 def system_prefix(params: EngineConversationsParams, pair: EnginePair) -> tuple[int, int]:
-    """The tenants' system prefix length (`prefix_blocks` of the candidate's reuse blocks, at least
-    `min_prefix`, within what the turns leave of the context) and the context's room (its length - 1)."""
+    """The tenants' system prefix length and the context's room (its length - 1)."""
     block = reuse_block(pair.candidate)
     room = min(pair.reference.max_len, pair.candidate.max_len) - 1
     wanted = max(params.min_prefix, params.prefix_blocks * block) if block else params.min_prefix
@@ -243,7 +232,8 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
     if selection is not None:
         reached.append(eos_reach(selection, ended))
     everything = [*aimed, *sent, *ended]  # every round's number is its own: aimed < 0 <= seeded < end-of-sequence
-    overlapping = sum(1 for batch in _by_round(everything) if len(batch) > 1 and _overlapped(batch))
+    by_round = itertools.groupby(sorted(everything, key=lambda r: r.round), key=lambda r: r.round)
+    overlapping = sum(1 for _, batch in by_round if _overlapped(list(batch)))
     return Observations(
         everything,
         len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
@@ -262,8 +252,7 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
 
 
 def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
-    """The lengths of the aimed workload's fresh prompts (the long ones sent together among them): the
-    noise floor is measured at these too."""
+    """The lengths of the aimed workload's fresh prompts: the noise floor is measured at these too."""
     return [] if plan is None else [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
 
 
@@ -271,18 +260,9 @@ EOS_BASE = 2000
 """Conversation numbers of the end-of-sequence requests start here (gate.checks._eos)."""
 
 
-def _by_round(requests: list[_Request]) -> list[list[_Request]]:
-    rounds: dict[int, list[_Request]] = {}
-    for req in requests:
-        rounds.setdefault(req.round, []).append(req)
-    return list(rounds.values())
-
-
 def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]) -> list[_Request]:
-    """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
-    the candidate, each prompt then alone to the reference and compared. A control stops after the
-    first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
-    the seeded rounds keep theirs."""
+    """The aimed rounds (gate.checks._mechanisms), numbered from `seeds`' third, -len(plan.rounds), so the
+    seeded rounds keep theirs."""
     vocab, base, first_round = seeds
     prompts: dict[int, list[int]] = {}
     history: dict[int, list[int]] = {}
@@ -342,8 +322,7 @@ def _aimed_prompt(
 
 
 def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: int) -> list[int]:
-    """The length of every prompt the workload will send (each conversation's turns, with its tenant's
-    system prefix or without one): what the noise floor is measured at."""
+    """The length of every prompt the workload will send: what the noise floor is measured at."""
     return [
         (prefix if conv < work.conversations - work.private else 0)
         + turn * (params.turn_tokens + params.new_tokens)
@@ -356,8 +335,7 @@ def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: 
 def _serve_rounds(
     send: _Sender, params: EngineConversationsParams, work: _Workload, rounds: list[list[tuple[int, int]]]
 ) -> list[_Request]:
-    """Every round sent together to the candidate, then each of its prompts alone to the reference and
-    compared. A control stops after the first round with a failing reply."""
+    """Every seeded round sent and judged; a control stops after the first round with a failing reply."""
     sent: list[_Request] = []
     history: dict[int, list[int]] = {}
     last_round: dict[int, int] = {}
@@ -376,11 +354,8 @@ def _serve_rounds(
 def _serve_eos(
     send: _Sender, params: EngineConversationsParams, work: _Workload, sizes: tuple[int, int], at: tuple[int, int]
 ) -> tuple[EosSelection, list[_Request]]:
-    """Conversations whose first reply ends at end-of-sequence (gate.checks._eos): seeded openings
-    (a tenant's system prefix, fresh tokens) the reference alone ends within the budget, sent together
-    to the candidate with its stop on and judged at the stop; then each continued (its history, the
-    end-of-sequence token included, and a fresh turn), together, as every other turn is sent. `sizes`:
-    requests at once, the longest prompt the context holds; `at`: the first id and round."""
+    """Openings the reference ends at end-of-sequence (gate.checks._eos), sent together and judged at the
+    stop, then each continued. `sizes`: requests at once, the longest prompt; `at`: the first id and round."""
     width, limit = sizes
     fields = eos_fields(send.cand.flavor)
     tenants = [i % len(work.systems) for i in range(params.eos_candidates)]
@@ -426,8 +401,7 @@ def _serve_eos(
 
 @dataclass(frozen=True)
 class _Sender:
-    """Sends a round: together to the candidate, each reply then judged against the reference's answer
-    alone, under the claim and the candidate's noise floor (`salt`: its cache-salt field)."""
+    """Sends a round together to the candidate and judges each reply against the reference's answer alone."""
 
     ctx: CheckContext
     ref: EngineServer
@@ -475,8 +449,7 @@ def _round_requests(
     so_far: tuple[dict[int, list[int]], dict[int, int]],
     first_id: int,
 ) -> list[_Request]:
-    """The requests of round `number`: a fresh turn opens with its tenant's system prefix, a later one
-    carries the conversation's history (`so_far`: each conversation's history and last round)."""
+    """The requests of round `number` (`so_far`: each conversation's history and last round)."""
     history, last_round = so_far
     requests: list[_Request] = []
     for conv, turn in batch:
@@ -498,8 +471,7 @@ def _overlapped(requests: list[_Request]) -> bool:
 
 
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
-    """The other request whose content a failing reply shows (its reply equals the reference's answer to
-    that request), and what the evidence says of the cause; no other request is named on a guess."""
+    """The other request whose reference answer a failing reply equals (never a guess), and the cause in words."""
     assert failed.reply is not None
     others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
     for other in others:
@@ -564,8 +536,7 @@ def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFai
 
 
 def judge(obs: Observations, level: str) -> Judgement:
-    """Each reply's row and, for a failing one, what it may carry; whether the run exercised
-    concurrency (pure: the comparisons were made as the replies came)."""
+    """Each reply's row, what a failing one may carry, and whether the run exercised concurrency (pure)."""
     rows = [_row(req) for req in obs.sent]
     failed = [req for req in obs.sent if req.outcome()[1].failed]
     failures = [_failure(req, obs.sent, level) for req in failed]
@@ -645,10 +616,8 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
 def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
     """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
     seen = _seen(params, level, obs, j)
-    untouched = obs.untouched
-    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(untouched)}"
-    tiers = tiers if untouched else ""
-    tiers += f"; {obs.noise.words()}" if obs.noise is not None else ""
+    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(obs.untouched)}"
+    tiers = (tiers if obs.untouched else "") + (f"; {obs.noise.words()}" if obs.noise is not None else "")
     if j.finding == "failed":
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
@@ -658,12 +627,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
             message = "; ".join([*defects[:3], message])
         message += tiers + mechanism_words(obs.mechanisms)
         problems = [*defects, *(f.message for f in j.failures)]
-        diagnosis = {
-            "problems": problems,
-            "bug_class": "continuous-batching",
-            "explanation": BUG_CLASSES["continuous-batching"],
-        }
-        return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis=diagnosis)
+        return problems_outcome(problems, j.detected_at, "continuous-batching", message=message, **seen)
     if j.finding == "not-exercised":  # nothing served at once: nothing to judge, never a failure of the subject
         why = (
             f"the candidate states {obs.slots} slot: it serves one request at a time"
@@ -691,10 +655,7 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
 
 
 def _worst_warned(obs: Observations, j: Judgement) -> str:
-    """The warned reply that moved furthest, against the noise floor measured off the cache: a reply
-    over the tolerance is beyond that floor (the tolerance is at least the floor), so it is a
-    tolerance finding on the path that served it, never the engine's batching noise; one warned for a
-    near-tie alone may be within it."""
+    """The warned reply that moved furthest, against the noise floor measured off the cache."""
     worst = max((r for r in j.rows if r.warned), key=lambda r: r.max_abs_dlogprob)
     served = f"{worst.cached_tokens or 0} of {worst.prompt_tokens} prompt tokens served from the cache"
     words = f" (the furthest: request {worst.id}, {worst.kind}, {served}: max |Δlogprob| {worst.max_abs_dlogprob:.3g}"
@@ -721,20 +682,16 @@ def mechanism_words(mechanisms: list[MechanismReach]) -> str:
     return words + (f"; not reachable: {'; '.join(unaimed)}" if unaimed else "")
 
 
-def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outcome:
-    return Outcome(
-        "unproven",
-        f"the context ({room + 1} tokens) cannot hold a {prefix}-token system prefix and {params.turns} turns "
-        f"of {params.turn_tokens} + {params.new_tokens} tokens; lower turns or turn_tokens",
-    )
-
-
 @engine_check("engine-concurrent-conversations", params=EngineConversationsParams)
 def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePair) -> Outcome:
     """Every reply of a concurrent multi-tenant, multi-turn workload equals the reference's answer alone."""
     prefix, room = system_prefix(params, pair)
     if prefix + _growth(params) > room:
-        return _no_room(params, prefix, room)
+        return Outcome(
+            "unproven",
+            f"the context ({room + 1} tokens) cannot hold a {prefix}-token system prefix and {params.turns} turns "
+            f"of {params.turn_tokens} + {params.new_tokens} tokens; lower turns or turn_tokens",
+        )
     obs = measure(ctx, params, pair, prefix)
     judgement = judge(obs, pair.level)
     if judgement.finding == "held":

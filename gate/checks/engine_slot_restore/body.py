@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate._util.text import one_line
-from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
+    bug_diagnosis,
     engine_check,
     failure_words,
     judge,
@@ -209,10 +209,6 @@ def _death(crash: SubjectCrash) -> str:
     return words + (f", {found.group(0)}" if found else "")
 
 
-def _class(name: str, problems: list[str]) -> dict[str, Any]:
-    return {"problems": problems, "bug_class": name, "explanation": BUG_CLASSES[name]}
-
-
 def explain(ctx: CheckContext, m: Measured) -> Outcome:
     """The judgement of every restore and truncated copy, built once."""
     level = ctx.manifest.claim.level
@@ -233,7 +229,7 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         if judged.failed:
             problems.append(f"{r.where}: the continuation after the restore differs: {failure_words(level, judged)}")
     if problems:
-        diagnosis = _class("restored-state", list(problems))
+        diagnosis = bug_diagnosis("restored-state", list(problems))
     bad_files: list[str] = []
     crash = None
     for x in m.malformed:
@@ -258,7 +254,7 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
     elif crash is not None:
         diagnosis = {**crash.diagnosis(), "problems": findings}
     elif findings and diagnosis is None:
-        diagnosis = _class("malformed-state", findings)
+        diagnosis = bug_diagnosis("malformed-state", findings)
     # the proof: the restarted server's reuse (nothing else there held the prompt); a control run has no
     # restart, and its same-server reuse stands in (a control needs the fault seen, not the path proven)
     proof = [r.reply for r in m.restores if r.reply is not None and (r.attributable or ctx.control)]
