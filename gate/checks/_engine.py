@@ -1,5 +1,4 @@
-"""Shared by the engine checks: the two engine paths (HTTP servers, the reference with its cache or new
-scheduling off), seeded prompts, and the claim's comparison of a `TopKObservation` per request: exact
+"""Shared by the engine checks: both engines, seeded prompts, and the claim's comparison per request: exact
 (identical as reported), tolerance (greedy tokens identical up to ties; |Δlogprob| over tolerance a
 warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs reported only).
 """
@@ -119,8 +118,7 @@ PROBE_LENGTHS = (37, 113, 301, 400)
 
 
 def probe_block(server: EngineServer, vocab: int, limit: int) -> tuple[int | None, str]:
-    """The granularity of an engine's reported hits, with the measurements in words: at each probe length
-    a prefix under two suffixes; the gcd of the second requests' positive hits (None: no hit reported)."""
+    """The granularity of an engine's reported hits (the gcd of positive hits; None: none), and the probe in words."""
     import math
 
     hits: dict[int, int | None] = {}
@@ -169,8 +167,7 @@ class Judged:
 def judge(
     ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion, noise: NoiseFloor | None = None
 ) -> Judged:
-    """Compare two completions of one prompt under the manifest's claim; under a claim other than exact,
-    against the larger of its tolerance and the candidate's measured `noise` floor (gate.checks._noise)."""
+    """Compare two completions of one prompt under the claim (beyond exact, at least at the `noise` floor)."""
     ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
     tol = tolerance_for(ctx)
     if noise is not None and ctx.manifest.claim.level != "exact" and noise.floor > tol.atol:
@@ -190,16 +187,14 @@ def judge(
 
 
 def unreported_logprobs(reference: EngineCompletion, candidate: EngineCompletion) -> list[int]:
-    """Positions where the candidate, with the reference's greedy tokens, reports no top-k though the
-    reference's reply has one there (empty where the greedy tokens differ: then the replies are wrong)."""
+    """Positions where the candidate, with the reference's greedy tokens, reports no top-k and the reference does."""
     if candidate.tokens != reference.tokens:
         return []
     return [i for i, (got, want) in enumerate(zip(candidate.top, reference.top, strict=False)) if want and not got]
 
 
 def tolerated_change(level: str, widest: float) -> float | None:
-    """What an engine check accepts of a correct reply's logprobs under a tolerance claim (None under other
-    claims): a control whose fault moves the replies no further is unobservable, never missed."""
+    """What an engine check accepts of a correct reply's logprobs under a tolerance claim (else None)."""
     return DENY_ALLOWANCE * widest if level == "tolerance" and widest > 0 else None
 
 

@@ -105,16 +105,14 @@ def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> O
 def _batched(
     cand: EngineServer, params: EngineBatchParams, target: list[int], prompts: list[list[int]], top_k: int
 ) -> tuple[EngineCompletion, int]:
-    """The target sent at the same moment as the others (one thread each): its reply, and how many
-    of the others overlapped it in time."""
+    """The target sent at the same moment as the others: its reply, and how many others overlapped it."""
     jobs = [(target, params.new_tokens, top_k, None), *((p, params.other_new_tokens, top_k, None) for p in prompts)]
     (reply, (t0, t1)), *others = send_together(cand, jobs)
     return reply, sum(1 for _, (s, e) in others if s < t1 and e > t0)
 
 
 def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
-    """The three comparisons under the claim (the two of the batched reply against the candidate's measured
-    noise floor), and whether batching happened at all (pure)."""
+    """The three comparisons under the claim, and whether batching happened at all (pure)."""
     level = ctx.manifest.claim.level
     noise = obs.noise
     judged = (
@@ -189,9 +187,8 @@ def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams, pair: 
 
 
 def _bug_class(j: Judgement) -> str | None:
-    """continuous-batching when the candidate's batched reply differs from its reply alone (the server
-    batches requests that join and leave) or its noise measurement found a batch that changes an answer;
-    cached-reply when only its reply alone differs from the reference; none when batching never happened."""
+    """continuous-batching when the batched reply differs from the reply alone (or a noise batch changed an
+    answer); cached-reply when only the reply alone differs from the reference."""
     batched_alone, _, want_alone = j.judged
     if batched_alone.failed or any(p.startswith("not noise: ") for p in j.problems):
         return "continuous-batching"

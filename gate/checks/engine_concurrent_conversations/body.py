@@ -197,16 +197,17 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
         limit = candidate.max_len - params.new_tokens - 1
-        plan = None
+        plan, fresh = None, []  # the aimed workload's fresh prompts: the noise floor is measured at these too
         if params.aim:
             room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
             plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
+            fresh = [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
         noise = measure_noise(
             ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
-            lengths=_prompt_lengths(params, work, prefix) + _aimed_lengths(plan),
+            lengths=_prompt_lengths(params, work, prefix) + fresh,
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
@@ -233,7 +234,8 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         reached.append(eos_reach(selection, ended))
     everything = [*aimed, *sent, *ended]  # every round's number is its own: aimed < 0 <= seeded < end-of-sequence
     by_round = itertools.groupby(sorted(everything, key=lambda r: r.round), key=lambda r: r.round)
-    overlapping = sum(1 for _, batch in by_round if _overlapped(list(batch)))
+    windows = [sorted(r.window for r in batch) for _, batch in by_round]  # overlapping: two requests in flight at once
+    overlapping = sum(1 for w in windows if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(w)))
     return Observations(
         everything,
         len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
@@ -249,15 +251,6 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         counters,
         noise,
     )
-
-
-def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
-    """The lengths of the aimed workload's fresh prompts: the noise floor is measured at these too."""
-    return [] if plan is None else [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
-
-
-EOS_BASE = 2000
-"""Conversation numbers of the end-of-sequence requests start here (gate.checks._eos)."""
 
 
 def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]) -> list[_Request]:
@@ -375,7 +368,8 @@ def _serve_eos(
     for i, (prompt, want) in enumerate(selection.chosen):
         tenant = tenants[prompts.index(prompt)]
         kind = f"fresh, ends at end-of-sequence on the reference [{MECHANISM}]"
-        req = _Request(first_id + i, EOS_BASE + i, tenant, 0, first_round, kind, prompt, aim=MECHANISM)
+        # conversations numbered from 2000
+        req = _Request(first_id + i, 2000 + i, tenant, 0, first_round, kind, prompt, aim=MECHANISM)
         req.aimed_at, req.budget, req.extra, req.want = len(want.tokens), params.eos_budget, fields, want
         opened.append(req)
     if not opened:
@@ -462,12 +456,6 @@ def _round_requests(
             kind = "resumed after others" if last_round[conv] < number - 1 else "continued"
         requests.append(_Request(first_id + len(requests), conv, tenant, turn, number, kind, prompt))
     return requests
-
-
-def _overlapped(requests: list[_Request]) -> bool:
-    """Some two requests of the round were in flight at the same time."""
-    ordered = sorted(r.window for r in requests)
-    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
 
 
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
@@ -558,28 +546,6 @@ def judge(obs: Observations, level: str) -> Judgement:
     )
 
 
-def _evidence(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> ConversationsEvidence:
-    return ConversationsEvidence(
-        claim=level,
-        cache_geometry=obs.geometry,
-        system_prefix=obs.prefix,
-        tenants=params.tenants,
-        conversations=obs.conversations,
-        turns=params.turns,
-        max_concurrent=obs.width,
-        candidate_slots=None if obs.slots is None else int(obs.slots),
-        rounds=obs.rounds,
-        rounds_overlapping=obs.overlapping_rounds,
-        requests=j.rows,
-        failures=j.failures,
-        cache_tiers_not_reset=obs.untouched,
-        noise_floor=None if obs.noise is None else obs.noise.evidence(),
-        servers=obs.servers,
-        mechanisms=obs.mechanisms,
-        engine_log_counters=obs.counters,
-    )
-
-
 def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> dict[str, Any]:
     """What every Outcome of the check carries: metrics, evidence, exercise and the observation."""
     metrics = {
@@ -603,7 +569,25 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
     }
     return {
         "metrics": metrics,
-        "evidence": _evidence(params, level, obs, j).dump(),
+        "evidence": ConversationsEvidence(
+            claim=level,
+            cache_geometry=obs.geometry,
+            system_prefix=obs.prefix,
+            tenants=params.tenants,
+            conversations=obs.conversations,
+            turns=params.turns,
+            max_concurrent=obs.width,
+            candidate_slots=None if obs.slots is None else int(obs.slots),
+            rounds=obs.rounds,
+            rounds_overlapping=obs.overlapping_rounds,
+            requests=j.rows,
+            failures=j.failures,
+            cache_tiers_not_reset=obs.untouched,
+            noise_floor=None if obs.noise is None else obs.noise.evidence(),
+            servers=obs.servers,
+            mechanisms=obs.mechanisms,
+            engine_log_counters=obs.counters,
+        ).dump(),
         "exercise": exercise,
         "observation": observation([r.reply for r in obs.sent if r.reply is not None]),
         "tolerated_change": tolerated_change(

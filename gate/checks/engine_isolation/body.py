@@ -81,23 +81,18 @@ def explain(finding: Finding, obs: Observations) -> Outcome:
     return Outcome("pass", message, metrics, evidence, exercise={"same_salt_cached_tokens": again})
 
 
-def _no_salt(candidate: EngineServing) -> Outcome:
-    """No salt, no per-tenant cache to judge: `absent: cache-salt` (not applicable where the policy rule
-    says so, unproven otherwise)."""
-    return Outcome(
-        "skip",
-        f"the {candidate.flavor} server offers no cache salt or tenant key, so isolation "
-        "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
-        evidence={"flavor": candidate.flavor, "salt_field": None},
-        absent="cache-salt",
-    )
-
-
 @engine_check("engine-isolation", params=EngineIsolationParams)
 def engine_isolation(ctx: CheckContext, params: EngineIsolationParams, pair: EnginePair) -> Outcome:
     """Requests under different cache salts never share cached prefix state."""
     field = pair.candidate.salt_field  # set exactly when the engine offers Capability.ENGINE_SALT
-    if field is None:
-        return _no_salt(pair.candidate)
+    if field is None:  # no salt, no per-tenant cache to judge
+        flavor = pair.candidate.flavor
+        return Outcome(
+            "skip",
+            f"the {flavor} server offers no cache salt or tenant key, so isolation "
+            "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
+            evidence={"flavor": flavor, "salt_field": None},
+            absent="cache-salt",
+        )
     obs = measure(ctx, params, pair.candidate, field, pair.top_k)
     return explain(judge(obs), obs)

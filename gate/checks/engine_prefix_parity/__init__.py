@@ -51,8 +51,7 @@ class EnginePrefixParams(Params):
 
 
 def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -> list[int]:
-    """The lengths the check visits: `lengths` (and `dense`) planned on the reuse block, clipped to
-    `limit`; the same rule `gate plan` states (gate.checks._coverage)."""
+    """The lengths the check visits: `lengths` (and `dense`) planned on the reuse block, clipped to `limit`."""
     lengths = list(params.lengths)
     if params.dense:
         top = max(2, min(max(lengths), limit))

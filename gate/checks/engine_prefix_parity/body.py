@@ -61,8 +61,7 @@ class Judgement:
 
 
 def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Observations:
-    """Plan the lengths on the candidate's reuse block (probed when unstated), then per length warm the
-    candidate's cache with the prefix and send prefix + suffix to both servers."""
+    """Plan the lengths on the candidate's reuse block (probed when unstated), then per length warm up and compare."""
     reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
     replies: list[tuple[int, EngineCompletion, EngineCompletion]] = []
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
@@ -92,8 +91,7 @@ def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> 
 def _measure_eos(
     ctx: CheckContext, params: EnginePrefixParams, servers: tuple[EngineServer, EngineServer], vocab: int, top_k: int
 ) -> tuple[EosSelection | None, list[tuple[EngineCompletion, EngineCompletion, EngineCompletion]]]:
-    """Seeded prompts the reference ends at end-of-sequence (gate.checks._eos), each sent to the candidate
-    twice with its stop on: the second is served from the cache the first reply (through its end) left."""
+    """Seeded prompts the reference ends at end-of-sequence (gate.checks._eos), each sent to the candidate twice."""
     if not params.eos_candidates:
         return None, []
     ref, cand = servers
@@ -227,10 +225,9 @@ def _eos_words(obs: Observations) -> str:
 
 
 def failure_class(obs: Observations, j: Judgement) -> str | None:
-    """cached-reply for a reply that differs, unreported-logprobs when every failing reply has the
-    reference's tokens and leaves out top-k the reference reports (the engine left out the probabilities,
-    e.g. llama.cpp b8672 with speculative decoding on), missed-reuse when nothing failed but a length
-    went without a hit."""
+    """cached-reply for a reply that differs, unreported-logprobs when every failing one only leaves out
+    top-k the reference reports (llama.cpp b8672 with speculative decoding), missed-reuse for a length
+    without a hit."""
     failing = [(want, got) for length, want, got in obs.replies if length in j.failed_at]
     failing += j.eos_failed
     if failing and all(unreported_logprobs(want, got) for want, got in failing):

@@ -106,7 +106,21 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
         "max_abs_dlogprob": worst(float(row["max_abs_dlogprob"]) for row in j.rows),
     }
     exercise = {"cache_read_repeats": hits, "cache_read_tokens": sum(int(r.cached_tokens or 0) for r in j.hit_replies)}
-    seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
+    evidence = {
+        "weaker_test": (
+            "behavioural: cold and cached replies come from one deployment whose cache cannot be switched off; "
+            "a bug in the cold path is invisible and nondeterminism makes the check unproven"
+        ),
+        "schedule": {
+            "distractors": params.distractors,
+            "inserted": params.inserted,
+            "repeats": params.repeats,
+            "shared_prefix": obs.head,
+        },
+        "prompts": j.rows,
+        "server": obs.server,
+    }
+    seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
     seen["observation"] = observation(j.hit_replies)
     seen["tolerated_change"] = tolerated_change(ctx.manifest.claim.level, j.widest)
     if j.problems:
@@ -123,23 +137,6 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
         f"(a behavioural test: the cold reply comes from the same deployment){skipped}"
     )
     return Outcome("pass", message, **seen)
-
-
-def _evidence(params: EngineRepeatParams, obs: Observations, j: Judgement) -> dict[str, Any]:
-    return {
-        "weaker_test": (
-            "behavioural: cold and cached replies come from one deployment whose cache cannot be switched off; "
-            "a bug in the cold path is invisible and nondeterminism makes the check unproven"
-        ),
-        "schedule": {
-            "distractors": params.distractors,
-            "inserted": params.inserted,
-            "repeats": params.repeats,
-            "shared_prefix": obs.head,
-        },
-        "prompts": j.rows,
-        "server": obs.server,
-    }
 
 
 @engine_check("engine-repeat-consistency", params=EngineRepeatParams)

@@ -116,17 +116,15 @@ def _restore(store: SlotStore, server: EngineServer, p: Prompts, slot: int, wher
     return out
 
 
-def _cuts(size: int, params: EngineSlotRestoreParams) -> list[tuple[str, int]]:
-    cuts = [(f"cut to half ({size // 2} of {size} bytes)", size // 2)]
-    cuts += [(f"less its last {n} byte{'s' if n > 1 else ''}", size - n) for n in params.tail_cuts if 0 < n < size]
-    return cuts
-
-
 def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, run: Run) -> list[Malformed]:
     """Each truncated copy restored into the last slot, then the full prompt sent there; stops at a crash."""
-    slot = store.slots - 1
+    slot, whole = store.slots - 1, len(data)
+    cuts = [(f"cut to half ({whole // 2} of {whole} bytes)", whole // 2)]
+    cuts += [
+        (f"less its last {n} byte{'s' if n > 1 else ''}", whole - n) for n in run.params.tail_cuts if 0 < n < whole
+    ]
     out = []
-    for i, (cut, size) in enumerate(_cuts(len(data), run.params)):
+    for i, (cut, size) in enumerate(cuts):
         name = f"gate-slot-truncated-{i}.bin"
         (store.directory / name).write_bytes(data[:size])
         seen = Malformed(cut, size, slot)
@@ -148,8 +146,7 @@ def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, 
 
 
 def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Measured | str:
-    """Steps 1-3 (the module's docstring); a string: why the candidate offers no slot files. The files
-    gate wrote are removed afterwards (a slot directory the manifest names may be the user's own)."""
+    """Steps 1-3, or why the candidate offers no slot files; the files gate wrote are removed afterwards."""
     dirs: list[Path] = []
     try:
         return _measure(ctx, params, pair, dirs)
