@@ -89,6 +89,10 @@ class _Request:
         assert self.reply is not None and self.judged is not None
         return self.reply, self.judged
 
+    def history(self) -> list[int]:
+        """Its prompt and the candidate's reply: what the conversation's next turn starts with."""
+        return [*self.prompt, *self.outcome()[0].tokens]
+
 
 @dataclass(frozen=True)
 class _Workload:
@@ -257,61 +261,53 @@ def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]
     """The aimed rounds (gate.checks._mechanisms), numbered from `seeds`' third, -len(plan.rounds), so the
     seeded rounds keep theirs."""
     vocab, base, first_round = seeds
-    prompts: dict[int, list[int]] = {}
-    history: dict[int, list[int]] = {}
-    served: list[int] = []
     sent: list[_Request] = []
     for number, batch in enumerate(plan.rounds, start=first_round):
+        last = {r.conversation: r for r in sent}  # each conversation's latest request
         requests: list[_Request] = []
         for step in batch:
-            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), prompts, history)
+            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), last)
             words = step.words
             if step.how == "resume":
-                words += f" ({_others_since(served, step.conversation)} other conversations served since)"
+                words += f" ({_others_since(sent, step.conversation)} other conversations served since)"
             turn, kind = int(step.how in ("resume", "edit")), f"{words} [{step.mechanism}]"
-            ident, at = len(sent) + len(requests), _aimed_at(step, prompts)
+            ident, at = len(sent) + len(requests), _aimed_at(step, last)
             requests.append(
                 _Request(ident, step.conversation, -1, turn, number, kind, prompt, aim=step.mechanism, aimed_at=at)
             )
         sent += send(requests)
-        for req in requests:
-            assert req.reply is not None
-            prompts[req.conversation] = req.prompt
-            history[req.conversation] = [*req.prompt, *req.reply.tokens]
-            served.append(req.conversation)
         if send.stops(requests):
             break
     return sent
 
 
-def _others_since(served: list[int], conversation: int) -> int:
-    """Other conversations served since `conversation` was last (in the order `served` lists them)."""
+def _others_since(sent: list[_Request], conversation: int) -> int:
+    """Other conversations served since `conversation` was last."""
+    served = [r.conversation for r in sent]
     last = max((i for i, c in enumerate(served) if c == conversation), default=-1)
     return len(set(served[last + 1 :]) - {conversation})
 
 
-def _aimed_at(step: Step, prompts: dict[int, list[int]]) -> int:
+def _aimed_at(step: Step, last: dict[int, _Request]) -> int:
     """The length a step aims at: its shared prefix, its prompt, or the cut of its edited turn."""
     if step.how == "edit":
-        return len(prompts[step.conversation]) - step.length
+        return len(last[step.conversation].prompt) - step.length
     if step.how == "resume":
-        return len(prompts[step.conversation])
+        return len(last[step.conversation].prompt)
     return step.length
 
 
-def _aimed_prompt(
-    step: Step, vocab: int, seed: int, prompts: dict[int, list[int]], history: dict[int, list[int]]
-) -> list[int]:
+def _aimed_prompt(step: Step, vocab: int, seed: int, last: dict[int, _Request]) -> list[int]:
     """A step's prompt, from the conversations sent before it (gate.checks._mechanisms.Step)."""
     if step.how == "fresh":
         return seeded_prompt(vocab, step.length, seed)
     if step.how == "share":
         assert step.source is not None
-        return [*prompts[step.source][: step.length], *seeded_prompt(vocab, 8, seed)]
+        return [*last[step.source].prompt[: step.length], *seeded_prompt(vocab, 8, seed)]
     if step.how == "resume":
-        return [*history[step.conversation], *seeded_prompt(vocab, step.length, seed)]
-    kept = prompts[step.conversation][: len(prompts[step.conversation]) - step.length]
-    return [*kept, *seeded_prompt(vocab, step.length, seed)]
+        return [*last[step.conversation].history(), *seeded_prompt(vocab, step.length, seed)]
+    prompt = last[step.conversation].prompt
+    return [*prompt[: len(prompt) - step.length], *seeded_prompt(vocab, step.length, seed)]
 
 
 def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: int) -> list[int]:
@@ -330,15 +326,9 @@ def _serve_rounds(
 ) -> list[_Request]:
     """Every seeded round sent and judged; a control stops after the first round with a failing reply."""
     sent: list[_Request] = []
-    history: dict[int, list[int]] = {}
-    last_round: dict[int, int] = {}
     for number, batch in enumerate(rounds):
-        requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
+        requests = _round_requests(params, work, batch, number, sent)
         sent += send(requests)
-        for req in requests:
-            assert req.reply is not None
-            history[req.conversation] = [*req.prompt, *req.reply.tokens]
-            last_round[req.conversation] = number
         if send.stops(requests):
             break
     return sent
@@ -379,9 +369,8 @@ def _serve_eos(
         return selection, sent
     continued: list[_Request] = []
     for req in opened:
-        assert req.reply is not None
         own = seeded_prompt(work.vocab, params.turn_tokens, seed + 100_000 + req.conversation)
-        prompt = [*req.prompt, *req.reply.tokens, *own]
+        prompt = [*req.history(), *own]
         if len(prompt) <= limit:
             number = first_id + len(opened) + len(continued)
             kind = f"continued after its end-of-sequence [{MECHANISM}]"
@@ -440,11 +429,10 @@ def _round_requests(
     work: _Workload,
     batch: list[tuple[int, int]],
     number: int,
-    so_far: tuple[dict[int, list[int]], dict[int, int]],
-    first_id: int,
+    sent: list[_Request],
 ) -> list[_Request]:
-    """The requests of round `number` (`so_far`: each conversation's history and last round)."""
-    history, last_round = so_far
+    """The requests of round `number`, after the seeded requests `sent` before it."""
+    last = {r.conversation: r for r in sent}  # each conversation's latest request
     requests: list[_Request] = []
     for conv, turn in batch:
         own = seeded_prompt(work.vocab, params.turn_tokens, work.base + 1000 * (conv + 1) + turn)
@@ -452,9 +440,9 @@ def _round_requests(
         if turn == 0:
             prompt, kind = [*(work.systems[tenant] if tenant >= 0 else []), *own], "fresh"
         else:
-            prompt = [*history[conv], *own]
-            kind = "resumed after others" if last_round[conv] < number - 1 else "continued"
-        requests.append(_Request(first_id + len(requests), conv, tenant, turn, number, kind, prompt))
+            prompt = [*last[conv].history(), *own]
+            kind = "resumed after others" if last[conv].round < number - 1 else "continued"
+        requests.append(_Request(len(sent) + len(requests), conv, tenant, turn, number, kind, prompt))
     return requests
 
 
