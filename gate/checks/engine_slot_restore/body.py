@@ -38,15 +38,18 @@ def slot_store(server: EngineServer) -> SlotStore | str:
 
 
 @dataclass(frozen=True)
-class Prompts:
-    """The saved prompt, the full prompt continued after a restore, and the unrelated overwrites."""
+class Run:
+    """What every request of the check asks: the saved prompt, the full prompt continued after a restore,
+    the unrelated overwrites; the tokens and top-k."""
 
     saved: list[int]
     full: list[int]
     others: list[list[int]]
+    new_tokens: int
+    top_k: int
 
 
-def prompts(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int) -> Prompts:
+def _run(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int, top_k: int) -> Run:
     saved = seeded_prompt(vocab, length, seed * 32452843 + 11)
     full = saved + seeded_prompt(vocab, params.suffix, seed * 32452843 + 13)
     others = []
@@ -55,7 +58,7 @@ def prompts(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int)
         if other[0] == saved[0]:  # shares no first token: any reuse of `full` is the restored state's
             other[0] = 3 + (saved[0] - 2) % (vocab - 3)
         others.append(other)
-    return Prompts(saved, full, others)
+    return Run(saved, full, others, params.new_tokens, top_k)
 
 
 @dataclass
@@ -96,33 +99,22 @@ class Measured:
     host_tiers: list[str]
 
 
-@dataclass(frozen=True)
-class Run:
-    """What every request of the check asks for."""
-
-    params: EngineSlotRestoreParams
-    new_tokens: int
-    top_k: int
-
-
-def _restore(store: SlotStore, server: EngineServer, p: Prompts, slot: int, where: str, run: Run) -> Restore:
+def _restore(store: SlotStore, server: EngineServer, run: Run, slot: int, where: str) -> Restore:
     out = Restore(where, slot)
     try:
         out.engine = store.restore(slot, FILE)
     except EngineBadReply as err:
         out.refused = one_line(err, 300)
         return out
-    out.reply = server.complete(p.full, run.new_tokens, run.top_k, store.pinned(slot))
+    out.reply = server.complete(run.full, run.new_tokens, run.top_k, store.pinned(slot))
     return out
 
 
-def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, run: Run) -> list[Malformed]:
+def _malformed(store: SlotStore, server: EngineServer, run: Run, data: bytes, tail_cuts: list[int]) -> list[Malformed]:
     """Each truncated copy restored into the last slot, then the full prompt sent there; stops at a crash."""
     slot, whole = store.slots - 1, len(data)
     cuts = [(f"cut to half ({whole // 2} of {whole} bytes)", whole // 2)]
-    cuts += [
-        (f"less its last {n} byte{'s' if n > 1 else ''}", whole - n) for n in run.params.tail_cuts if 0 < n < whole
-    ]
+    cuts += [(f"less its last {n} byte{'s' if n > 1 else ''}", whole - n) for n in tail_cuts if 0 < n < whole]
     out = []
     for i, (cut, size) in enumerate(cuts):
         name = f"gate-slot-truncated-{i}.bin"
@@ -138,7 +130,7 @@ def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, 
             seen.outcome, seen.detail, seen.crash = "crashed", one_line(crash, 600), crash
             break
         try:
-            seen.after = server.complete(p.full, run.new_tokens, run.top_k, store.pinned(slot))
+            seen.after = server.complete(run.full, run.new_tokens, run.top_k, store.pinned(slot))
         except SubjectCrash as crash:
             seen.outcome, seen.detail, seen.crash = "crashed", f"{seen.outcome}, then {one_line(crash, 300)}", crash
             break
@@ -158,7 +150,6 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
 
 
 def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair, dirs: list[Path]) -> Measured | str:
-    run = Run(params, params.new_tokens, pair.top_k)
     limit = min(pair.reference.max_len, pair.candidate.max_len)
     length = max(2, min(params.length, limit - params.suffix - params.new_tokens - 1))
     with pair.reference.serve(label="reference") as ref, pair.candidate.serve(label="candidate") as cand:
@@ -167,17 +158,17 @@ def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePai
             return store
         dirs.append(store.directory)
         vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
-        p = prompts(vocab, length, params, ctx.seed)
-        want = ref.complete(p.full, run.new_tokens, run.top_k)
+        run = _run(vocab, length, params, ctx.seed, pair.top_k)
+        want = ref.complete(run.full, run.new_tokens, run.top_k)
         a, b = 0, store.slots - 1
-        cand.complete(p.saved, run.new_tokens, run.top_k, store.pinned(a))
+        cand.complete(run.saved, run.new_tokens, run.top_k, store.pinned(a))
         saved = store.save(a, FILE)
         data = (store.directory / FILE).read_bytes()
-        for slot, other in zip(sorted({a, b}), p.others, strict=False):
+        for slot, other in zip(sorted({a, b}), run.others, strict=False):
             cand.complete(other, run.new_tokens, run.top_k, store.pinned(slot))
-        restores = [_restore(store, cand, p, a, f"slot {a}, same server", run)]
+        restores = [_restore(store, cand, run, a, f"slot {a}, same server")]
         if b != a:
-            restores.append(_restore(store, cand, p, b, f"slot {b} (another slot), same server", run))
+            restores.append(_restore(store, cand, run, b, f"slot {b} (another slot), same server"))
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
         host_tiers = cand.unreset_tiers()
     if ctx.control:  # a control needs the comparison to see its fault, not another start: no restart
@@ -190,11 +181,11 @@ def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePai
         target = store2.directory / FILE
         if target.resolve() != (store.directory / FILE).resolve():
             shutil.copyfile(store.directory / FILE, target)
-        fresh.complete(p.others[-1], run.new_tokens, run.top_k, store2.pinned(a))
-        after_restart = _restore(store2, fresh, p, a, f"slot {a}, a restarted server", run)
+        fresh.complete(run.others[-1], run.new_tokens, run.top_k, store2.pinned(a))
+        after_restart = _restore(store2, fresh, run, a, f"slot {a}, a restarted server")
         after_restart.attributable = True
         restores.append(after_restart)
-        malformed = _malformed(store2, fresh, p, data, run) if params.malformed else []
+        malformed = _malformed(store2, fresh, run, data, params.tail_cuts) if params.malformed else []
         servers["candidate_restarted"] = fresh.evidence()
     return Measured(want, length, saved, len(data), restores, malformed, servers, host_tiers)
 
