@@ -103,7 +103,6 @@ def send_together(server: EngineServer, requests: Sequence[Ask]) -> list[tuple[E
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 

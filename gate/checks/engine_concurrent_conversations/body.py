@@ -472,9 +472,9 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
 def _row(req: _Request) -> ConversationRequest:
     reply, judged = req.outcome()
     c = judged.comparison
-    named = {field: getattr(req, field) for field in ("id", "conversation", "tenant", "turn", "round", "kind")}
+    named = ("id", "conversation", "tenant", "turn", "round", "kind", "aim", "aimed_at", "stop")
     return ConversationRequest(
-        **named,
+        **{field: getattr(req, field) for field in named},
         prompt_tokens=len(req.prompt),
         cached_tokens=reply.cached_tokens,
         tokens_match=not c.diverged,
@@ -483,10 +483,7 @@ def _row(req: _Request) -> ConversationRequest:
         tie=c.tie,
         failed=judged.failed,
         warned=judged.warn,
-        aim=req.aim,
-        aimed_at=req.aimed_at,
         eos=req.extra is not None,
-        stop=req.stop,
     )
 
 
@@ -535,7 +532,6 @@ def judge(obs: Observations, level: str) -> Judgement:
 
 
 def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> dict[str, Any]:
-    """What every Outcome of the check carries: metrics, evidence, exercise and the observation."""
     metrics = {
         "requests": len(j.rows),
         "failed": len(j.failures),

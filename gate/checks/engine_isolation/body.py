@@ -52,7 +52,6 @@ def judge(obs: Observations) -> Finding:
 
 
 def explain(finding: Finding, obs: Observations) -> Outcome:
-    """The Outcome of the judgement, with its message, metrics and evidence."""
     field, again, other = obs.field, obs.again.cached_tokens, obs.other.cached_tokens
     evidence = {
         "salt_field": field,

@@ -192,7 +192,15 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
     }
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, pair, obs, j), "exercise": exercise}
     seen["observation"] = observation([got for _, _, got in obs.replies])
-    problems = _problems(j)
+    problems = list(j.failures)
+    if j.no_hit:
+        problems.append(f"no cache hit at length(s) {', '.join(map(str, j.no_hit))}: not exercised there")
+    ref_hits = [r["prefix_length"] for r in j.rows if r["reference_cached_tokens"]]
+    if ref_hits:
+        problems.append(
+            f"the reference server reused cached tokens at length(s) {', '.join(map(str, ref_hits))}: "
+            "it must run with its cache off to be the oracle"
+        )
     if problems:
         return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, failure_class(obs, j), **seen)
     if j.warnings:
@@ -216,7 +224,6 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
 
 
 def _eos_words(obs: Observations) -> str:
-    """The end-of-sequence requests in words (gate.checks._eos), for a message."""
     if obs.eos is None:
         return ""
     if not obs.eos_replies:
@@ -233,19 +240,6 @@ def failure_class(obs: Observations, j: Judgement) -> str | None:
     if failing and all(unreported_logprobs(want, got) for want, got in failing):
         return "unreported-logprobs"
     return "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
-
-
-def _problems(j: Judgement) -> list[str]:
-    problems = list(j.failures)
-    if j.no_hit:
-        problems.append(f"no cache hit at length(s) {', '.join(map(str, j.no_hit))}: not exercised there")
-    ref_hits = [r["prefix_length"] for r in j.rows if r["reference_cached_tokens"]]
-    if ref_hits:
-        problems.append(
-            f"the reference server reused cached tokens at length(s) {', '.join(map(str, ref_hits))}: "
-            "it must run with its cache off to be the oracle"
-        )
-    return problems
 
 
 def _evidence(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: Judgement) -> dict[str, Any]:
