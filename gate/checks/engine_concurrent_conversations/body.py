@@ -531,7 +531,8 @@ def judge(obs: Observations, level: str) -> Judgement:
     )
 
 
-def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> dict[str, Any]:
+def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
     metrics = {
         "requests": len(j.rows),
         "failed": len(j.failures),
@@ -551,7 +552,7 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in j.rows),
         "resumed_after_others": j.resumed,
     }
-    return {
+    seen = {
         "metrics": metrics,
         "evidence": ConversationsEvidence(
             claim=level,
@@ -579,11 +580,6 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         ),
         "observation_in_run_order": True,
     }
-
-
-def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
-    seen = _seen(params, level, obs, j)
     tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(obs.untouched)}"
     tiers = (tiers if obs.untouched else "") + (f"; {obs.noise.words()}" if obs.noise is not None else "")
     if j.finding == "failed":
@@ -606,12 +602,8 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
             f"not exercised: {why}, so no two conversations were served at once (launch it with more parallel slots)"
         )
         return Outcome("unproven", message + tiers, **seen)
-    return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + tiers, **seen)
-
-
-def _held_words(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> str:
     slots = "slots not stated" if obs.slots is None else f"{obs.slots} slots"
-    return (
+    held = (
         f"{level} holds for every one of {len(j.rows)} replies ({obs.conversations} conversations of {params.turns} "
         f"turns over {params.tenants} tenants' {obs.prefix}-token system prefixes, {obs.rounds} rounds of up to "
         f"{obs.width} at once, {obs.overlapping_rounds} overlapping; {slots}), each against the reference's answer "
@@ -620,6 +612,7 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
         + (f"; {j.warned} within the claim but over the logprob tolerance{_worst_warned(obs, j)}" if j.warned else "")
         + mechanism_words(obs.mechanisms)
     )
+    return Outcome("warn" if j.warned else "pass", held + tiers, **seen)
 
 
 def _worst_warned(obs: Observations, j: Judgement) -> str:

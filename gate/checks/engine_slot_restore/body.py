@@ -262,12 +262,11 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         "exercise": {"restored_tokens_reused_after_restart": reused},
         "observation": observation(observed),
     }
-    if problems:  # wrong output: a restore that does not continue as the reference, or corrupt state served
-        assert diagnosis is not None
-        return Outcome("fail", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
-    if bad_files:  # no wrong output, but a truncated file was not refused: a finding about the build, amber
-        assert diagnosis is not None
-        return Outcome("warn", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
+    if findings:  # wrong output fails (a restore unlike the reference, corrupt state served); a truncated file
+        # not refused, with no wrong output, is a finding about the build: amber
+        return Outcome(
+            "fail" if problems else "warn", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis
+        )
     if not reused:
         return Outcome(
             "unproven",
