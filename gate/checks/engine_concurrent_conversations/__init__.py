@@ -6,7 +6,8 @@ long (at least `min_prefix` tokens), `conversations` conversations of `turns` tu
 prompt is the whole history), sent in rounds of up to `max_concurrent` at once from as many threads.
 Before them, requests aimed at each reuse mechanism (`aim`, gate.checks._mechanisms); after them,
 `eos_candidates` openings (gate.checks._eos). A failing reply names the other request whose state it
-carries, where the evidence shows it, and is asked again alone off the cache.
+carries, where the evidence shows it, and is asked again alone off the cache. Proof of exercise: some
+round overlapped in time, the candidate has more than one slot (where stated), and it reported a hit.
 """
 
 from __future__ import annotations

@@ -41,11 +41,6 @@ class Reset:
     restarted: EngineCompletion | None = None
     """The reply after a restart that emptied `tiers_not_reset` (None: none needed, or gate cannot restart it)."""
 
-    @property
-    def last(self) -> EngineCompletion | None:
-        """The reply the reset is judged on: after the restart where one ran, else after the endpoint."""
-        return self.restarted or self.after
-
 
 @dataclass(frozen=True)
 class Restart:
@@ -117,7 +112,8 @@ def measure_restart(
 def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
     """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset, the output held."""
     level = ctx.manifest.claim.level
-    last, after, warm, tiers = reset.last, reset.after, reset.warm, reset.tiers_not_reset
+    after, warm, tiers = reset.after, reset.warm, reset.tiers_not_reset
+    last = reset.restarted or after  # judged on: after the restart where one ran, else after the endpoint
     if last is None:
         out.evidence["reset"] = (
             f"not exercised: the {reset.flavor} server has no cache-reset endpoint gate knows, and gate did not "

@@ -5,7 +5,8 @@ cold) the check sends the prompt cold, then `distractors` requests that share it
 fresh tokens and continue with the rest (a cache that keys on too little, or reuses chunks found
 after a mismatch at new positions, serves their state), then the prompt `repeats` times. The replies
 are split by the cache-read tokens they report; disagreement among uncached ones makes the check
-unproven. Only the candidate is sent requests.
+unproven. Proof of exercise: the engine's reported cache-read tokens on the repeats (never any: an
+error). Only the candidate is sent requests.
 """
 
 from __future__ import annotations
