@@ -449,10 +449,9 @@ def _round_requests(
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
     """The other request whose reference answer a failing reply equals (never a guess), and the cause in words."""
     assert failed.reply is not None
-    others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
-    for other in others:
+    for other in sent:  # another conversation's request, sent before it or beside it
         same = other.want is not None and list(other.want.tokens) == list(failed.reply.tokens)
-        if same and other.conversation != failed.conversation:
+        if same and other.round <= failed.round and other.conversation != failed.conversation:
             return other, "its reply equals the reference's answer to that request"
     if failed.reask is None:
         return None, "not re-asked (the engine offers no request off its cache): the cause is not shown"
@@ -490,9 +489,10 @@ def _row(req: _Request) -> ConversationRequest:
 def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFailure:
     """A failing reply, named with the request whose state it may carry and those in flight beside it."""
     other, how = _suspect(req, sent)
-    cached = req.outcome()[0].cached_tokens
+    reply, judged = req.outcome()
+    cached = reply.cached_tokens
     served = "" if req.aim is None else f", {len(req.prompt)}-token prompt, {cached} tokens served from the cache"
-    words = failure_words(level, req.outcome()[1])
+    words = failure_words(level, judged)
     if req.stop is not None:
         words = req.stop if req.stop_alone else f"{req.stop}; {words}"
     message = f"{req.name()}, {req.kind}{served}: {words}"
