@@ -5,7 +5,10 @@ warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs r
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -86,10 +89,6 @@ Ask = tuple[list[int], int, int, dict[str, Any] | None]
 
 def send_together(server: EngineServer, requests: Sequence[Ask]) -> list[tuple[EngineCompletion, tuple[float, float]]]:
     """Send requests at the same moment, one thread each: each reply and its time window."""
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
     barrier = threading.Barrier(len(requests))
 
     def send(request: Ask) -> tuple[EngineCompletion, tuple[float, float]]:

@@ -34,8 +34,7 @@ COMPARISONS = (
 )
 """The three comparisons, in the order the evidence lists them."""
 SENDS = 3
-"""How often the target and the others are sent together before the check says batching never happened:
-whether they overlap is timing (a thread started late on a loaded machine), not the engine's choice."""
+"""Sends of the batch before batching counts as never happened: whether they overlap is timing, not the engine's."""
 
 
 @dataclass(frozen=True)
