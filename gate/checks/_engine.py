@@ -1,12 +1,14 @@
-"""Shared by the engine checks: the two engine paths (HTTP servers, the reference with its cache or new
-scheduling off), seeded prompts, and the claim's comparison of a `TopKObservation` per request: exact
+"""Shared by the engine checks: both engines, seeded prompts, and the claim's comparison per request: exact
 (identical as reported), tolerance (greedy tokens identical up to ties; |Δlogprob| over tolerance a
 warning, beyond DENY_ALLOWANCE x tolerance a failure), greedy-tokens (logprobs reported only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,7 +21,7 @@ from gate.checks._lengths import geometry_lengths as geometry_lengths
 from gate.checks._noise import NoiseFloor
 from gate.checks._noise import seeded_prompt as seeded_prompt
 from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, exact_equal
-from gate.core.check import Outcome
+from gate.core.check import CheckSpec, Outcome, P, check
 from gate.errors import EngineCacheNeverHit, EngineVocabMismatch
 from gate.protocols import EngineServing, offered
 
@@ -37,12 +39,22 @@ class EnginePair(NamedTuple):
     top_k: int
 
 
-def engine_pair(ctx: CheckContext, check: str) -> EnginePair | Outcome:
-    """Both engines, or the `skip` outcome a check returns for a subject that is not an engine."""
-    reference, candidate = offered(ctx.reference, EngineServing), offered(ctx.candidate, EngineServing)
-    if reference is None or candidate is None:
-        return Outcome("skip", f"{check} judges engines behind HTTP (adapter openai); this subject is not one")
-    return EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k)
+def engine_check(
+    name: str, *, params: type[P]
+) -> Callable[[Callable[[CheckContext, P, EnginePair], Outcome]], CheckSpec[P]]:
+    """`check` for an engine check: its function also gets both engines; a subject that is not an engine skips."""
+
+    def wrap(fn: Callable[[CheckContext, P, EnginePair], Outcome]) -> CheckSpec[P]:
+        def run(ctx: CheckContext, p: P) -> Outcome:
+            reference, candidate = offered(ctx.reference, EngineServing), offered(ctx.candidate, EngineServing)
+            if reference is None or candidate is None:
+                return Outcome("skip", f"{name} judges engines behind HTTP (adapter openai); this subject is not one")
+            return fn(ctx, p, EnginePair(reference, candidate, ctx.manifest.claim.level, candidate.top_k))
+
+        run.__doc__ = fn.__doc__
+        return check(name, params=params)(run)
+
+    return wrap
 
 
 def same_vocabulary(reference: EngineServer, candidate: EngineServer) -> int:
@@ -71,8 +83,25 @@ def require_hits(reported: list[int | None], where: str) -> None:
         )
 
 
+Ask = tuple[list[int], int, int, dict[str, Any] | None]
+"""One request's arguments to `EngineServer.complete`."""
+
+
+def send_together(server: EngineServer, requests: Sequence[Ask]) -> list[tuple[EngineCompletion, tuple[float, float]]]:
+    """Send requests at the same moment, one thread each: each reply and its time window."""
+    barrier = threading.Barrier(len(requests))
+
+    def send(request: Ask) -> tuple[EngineCompletion, tuple[float, float]]:
+        barrier.wait()
+        start = time.perf_counter()
+        reply = server.complete(*request)
+        return reply, (start, time.perf_counter())
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        return list(pool.map(send, requests))
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
@@ -87,8 +116,7 @@ PROBE_LENGTHS = (37, 113, 301, 400)
 
 
 def probe_block(server: EngineServer, vocab: int, limit: int) -> tuple[int | None, str]:
-    """The granularity of an engine's reported hits, with the measurements in words: at each probe length
-    a prefix under two suffixes; the gcd of the second requests' positive hits (None: no hit reported)."""
+    """The granularity of an engine's reported hits (the gcd of positive hits; None: none), and the probe in words."""
     import math
 
     hits: dict[int, int | None] = {}
@@ -137,8 +165,7 @@ class Judged:
 def judge(
     ctx: CheckContext, reference: EngineCompletion, candidate: EngineCompletion, noise: NoiseFloor | None = None
 ) -> Judged:
-    """Compare two completions of one prompt under the manifest's claim; under a claim other than exact,
-    against the larger of its tolerance and the candidate's measured `noise` floor (gate.checks._noise)."""
+    """Compare two completions of one prompt under the claim (beyond exact, at least at the `noise` floor)."""
     ref, cand = TopKObservation.of(reference), TopKObservation.of(candidate)
     tol = tolerance_for(ctx)
     if noise is not None and ctx.manifest.claim.level != "exact" and noise.floor > tol.atol:
@@ -158,16 +185,14 @@ def judge(
 
 
 def unreported_logprobs(reference: EngineCompletion, candidate: EngineCompletion) -> list[int]:
-    """Positions where the candidate, with the reference's greedy tokens, reports no top-k though the
-    reference's reply has one there (empty where the greedy tokens differ: then the replies are wrong)."""
+    """Positions where the candidate, with the reference's greedy tokens, reports no top-k and the reference does."""
     if candidate.tokens != reference.tokens:
         return []
     return [i for i, (got, want) in enumerate(zip(candidate.top, reference.top, strict=False)) if want and not got]
 
 
 def tolerated_change(level: str, widest: float) -> float | None:
-    """What an engine check accepts of a correct reply's logprobs under a tolerance claim (None under other
-    claims): a control whose fault moves the replies no further is unobservable, never missed."""
+    """What an engine check accepts of a correct reply's logprobs under a tolerance claim (else None)."""
     return DENY_ALLOWANCE * widest if level == "tolerance" and widest > 0 else None
 
 
@@ -198,11 +223,14 @@ def failure_words(level: str, judged: Judged) -> str:
     return f"max |Δlogprob| {c.max_abs_delta:.3g}"
 
 
+def bug_diagnosis(bug_class: str, problems: list[str]) -> dict[str, Any]:
+    """An Outcome's diagnosis naming `bug_class`, what a manifest's `known_bugs` matches on."""
+    return {"problems": problems, "bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}
+
+
 def problems_outcome(
-    problems: list[str], detected_at: int | None, bug_class: str | None = None, **seen: Any
+    problems: list[str], detected_at: int | None, bug_class: str | None = None, message: str | None = None, **seen: Any
 ) -> Outcome:
-    """The failed Outcome of an engine check; `bug_class` is what a manifest's `known_bugs` matches on."""
-    diagnosis: dict[str, Any] = {"problems": problems}
-    if bug_class is not None:
-        diagnosis |= {"bug_class": bug_class, "explanation": BUG_CLASSES[bug_class]}
-    return Outcome("fail", "; ".join(problems), **seen, detected_at=detected_at, diagnosis=diagnosis)
+    """The failed Outcome of an engine check (its message: the problems, unless given)."""
+    diagnosis = {"problems": problems} if bug_class is None else bug_diagnosis(bug_class, problems)
+    return Outcome("fail", message or "; ".join(problems), **seen, detected_at=detected_at, diagnosis=diagnosis)

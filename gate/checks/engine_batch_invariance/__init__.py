@@ -1,14 +1,8 @@
 """engine-batch-invariance: a request among concurrent requests gives what it gives alone.
 
-Continuous batching packs requests of other lengths into the same forward passes. The target
-request is sent to the reference server alone, to the candidate alone, and to the candidate again
-while `concurrent` other requests of other lengths are in flight (sent at the same moment from as
-many threads). Greedy tokens must match under the claim, both against the candidate alone (batch
-invariance within one process) and against the reference (no batching at all); logprob differences
-within tolerance are warnings.
-
-Proof of exercise: the in-flight requests overlapped the target in time, and the candidate has more
-than one slot (a server that serves one request at a time never batches: not exercised, a failure).
+The target goes to the reference alone, to the candidate alone, and to the candidate again while
+`concurrent` others of other lengths are in flight (sent at the same moment from as many threads).
+Proof of exercise: the others overlapped the target in time, and the candidate has more than one slot.
 """
 
 from __future__ import annotations

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,19 +9,20 @@ from gate.checks._engine import (
     EnginePair,
     Judged,
     clip_lengths,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
     problems_outcome,
     same_vocabulary,
     seeded_prompt,
+    send_together,
     tolerated_change,
 )
 from gate.checks._noise import NoiseFloor, measure_noise
 from gate.checks._topk import worst
 from gate.checks.engine_batch_invariance import EngineBatchParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServer
@@ -36,8 +34,7 @@ COMPARISONS = (
 )
 """The three comparisons, in the order the evidence lists them."""
 SENDS = 3
-"""How often the target and the others are sent together before the check says batching never happened:
-whether they overlap is timing (a thread started late on a loaded machine), not the engine's choice."""
+"""Sends of the batch before batching counts as never happened: whether they overlap is timing, not the engine's."""
 
 
 @dataclass(frozen=True)
@@ -107,30 +104,14 @@ def measure(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> O
 def _batched(
     cand: EngineServer, params: EngineBatchParams, target: list[int], prompts: list[list[int]], top_k: int
 ) -> tuple[EngineCompletion, int]:
-    """The target sent at the same moment as the others (one thread each): its reply, and how many
-    of the others overlapped it in time."""
-    windows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(prompts) + 1)
-    barrier = threading.Barrier(len(prompts) + 1)
-
-    def send(i: int) -> Any:
-        barrier.wait()
-        start = time.perf_counter()
-        if i == 0:
-            reply = cand.complete(target, params.new_tokens, top_k)
-        else:
-            reply = cand.complete(prompts[i - 1], params.other_new_tokens, top_k)
-        windows[i] = (start, time.perf_counter())
-        return reply
-
-    with ThreadPoolExecutor(max_workers=len(prompts) + 1) as pool:
-        replies = list(pool.map(send, range(len(prompts) + 1)))
-    t0, t1 = windows[0]
-    return replies[0], sum(1 for s, e in windows[1:] if s < t1 and e > t0)
+    """The target sent at the same moment as the others: its reply, and how many others overlapped it."""
+    jobs = [(target, params.new_tokens, top_k, None), *((p, params.other_new_tokens, top_k, None) for p in prompts)]
+    (reply, (t0, t1)), *others = send_together(cand, jobs)
+    return reply, sum(1 for _, (s, e) in others if s < t1 and e > t0)
 
 
 def judge_replies(ctx: CheckContext, obs: Observations) -> Judgement:
-    """The three comparisons under the claim (the two of the batched reply against the candidate's measured
-    noise floor), and whether batching happened at all (pure)."""
+    """The three comparisons under the claim, and whether batching happened at all (pure)."""
     level = ctx.manifest.claim.level
     noise = obs.noise
     judged = (
@@ -197,20 +178,16 @@ def explain(ctx: CheckContext, obs: Observations, j: Judgement) -> Outcome:
     return Outcome("pass", message, **seen)
 
 
-@check("engine-batch-invariance", params=EngineBatchParams)
-def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams) -> Outcome:
+@engine_check("engine-batch-invariance", params=EngineBatchParams)
+def engine_batch_invariance(ctx: CheckContext, params: EngineBatchParams, pair: EnginePair) -> Outcome:
     """A request batched with concurrent requests of other lengths gives the greedy tokens it gives alone."""
-    pair = engine_pair(ctx, "engine-batch-invariance")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair)
     return explain(ctx, obs, judge_replies(ctx, obs))
 
 
 def _bug_class(j: Judgement) -> str | None:
-    """continuous-batching when the candidate's batched reply differs from its reply alone (the server
-    batches requests that join and leave) or its noise measurement found a batch that changes an answer;
-    cached-reply when only its reply alone differs from the reference; none when batching never happened."""
+    """continuous-batching when the batched reply differs from the reply alone (or a noise batch changed an
+    answer); cached-reply when only the reply alone differs from the reference."""
     batched_alone, _, want_alone = j.judged
     if batched_alone.failed or any(p.startswith("not noise: ") for p in j.problems):
         return "continuous-batching"

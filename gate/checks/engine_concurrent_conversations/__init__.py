@@ -1,23 +1,13 @@
 """engine-concurrent-conversations: every reply of a concurrent multi-tenant chat workload equals the
 same prompt answered alone by the reference.
 
-A serving engine holds many conversations at once, more than it has slots, so a slot is handed from
-one conversation to another and a conversation that comes back is restored from a cache tier (or
-recomputed). State that crosses between requests there is the leak this check looks for.
-
 The workload is seeded: `tenants` system prefixes `prefix_blocks` of the candidate's reuse blocks
 long (at least `min_prefix` tokens), `conversations` conversations of `turns` turns (each later turn's
-prompt is the whole history), sent in rounds of up to `max_concurrent` at once from as many threads;
-each round mixes fresh conversations with ones resumed after others took their turns. Before them,
-requests aimed at each reuse mechanism the cache geometry names (`aim`, gate.checks._mechanisms);
-after them, `eos_candidates` openings the reference ends at end-of-sequence (gate.checks._eos) must
-stop where it stops, then be continued. Every reply is compared with the reference's answer to the
-same prompt alone, under the claim; a failing one names the other request whose state it carries,
-where the evidence shows it, and is asked again alone off the cache.
-
-Proof of exercise: some round overlapped in time, the candidate has more than one slot (where it
-states its slots), and it reported reused prompt tokens. The cache tiers the handed-over server's
-reset could not reach are named in the evidence and the message.
+prompt is the whole history), sent in rounds of up to `max_concurrent` at once from as many threads.
+Before them, requests aimed at each reuse mechanism (`aim`, gate.checks._mechanisms); after them,
+`eos_candidates` openings (gate.checks._eos). A failing reply names the other request whose state it
+carries, where the evidence shows it, and is asked again alone off the cache. Proof of exercise: some
+round overlapped in time, the candidate has more than one slot (where stated), and it reported a hit.
 """
 
 from __future__ import annotations

@@ -1,28 +1,24 @@
-"""engine-concurrent-conversations' body: measure the seeded rounds (each round's requests sent to the
-candidate at once, each prompt then sent alone to the reference), judge every reply and name what a
-failing one carries, explain the judgement."""
+"""engine-concurrent-conversations' body: measure the rounds, judge every reply, explain the judgement."""
 
 from __future__ import annotations
 
 import itertools
 import random
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
     Judged,
-    engine_pair,
+    engine_check,
     failure_words,
     observation,
+    problems_outcome,
     require_hits,
     reuse_block,
     same_vocabulary,
     seeded_prompt,
+    send_together,
     tolerated_change,
 )
 from gate.checks._engine import judge as judge_reply
@@ -44,7 +40,7 @@ from gate.checks.engine_concurrent_conversations.evidence import (
     ConversationRequest,
     ConversationsEvidence,
 )
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 from gate.core.evidence import MechanismReach
 
 if TYPE_CHECKING:
@@ -53,10 +49,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Request:
-    """One request of the workload: filled in as its round is sent (its reply and time window), then
-    answered alone by the reference (`want`) and compared under the claim (`judged`). Its first six
-    fields are the evidence row's (ConversationRequest, copied by `_row`): the row is the torch-free
-    record the report reads, this the mutable request the check drives."""
+    """One request of the workload, filled in as it is sent and judged; `_row` copies it to the evidence row."""
 
     id: int
     conversation: int
@@ -96,11 +89,14 @@ class _Request:
         assert self.reply is not None and self.judged is not None
         return self.reply, self.judged
 
+    def history(self) -> list[int]:
+        """Its prompt and the candidate's reply: what the conversation's next turn starts with."""
+        return [*self.prompt, *self.outcome()[0].tokens]
+
 
 @dataclass(frozen=True)
 class _Workload:
-    """What every round's prompts are drawn from: the seed, the tenants' system prefixes and which
-    conversations open without one (the last `private`)."""
+    """What every round's prompts are drawn from; the last `private` conversations open with no system prefix."""
 
     vocab: int
     base: int
@@ -111,8 +107,7 @@ class _Workload:
 
 @dataclass(frozen=True)
 class Observations:
-    """Every request sent (in order, with its reply, the reference's answer and their comparison) and
-    the shape of the workload that sent them."""
+    """Every request sent, in order, and the shape of the workload that sent them."""
 
     sent: list[_Request]
     rounds: int
@@ -134,9 +129,7 @@ Finding = Literal["failed", "not-exercised", "held"]
 
 @dataclass(frozen=True)
 class Judgement:
-    """Per request its evidence row; the failing replies, each with the request it may carry; what
-    the cache served; and the finding: a reply failed, no two conversations were served at once, or
-    the claim held for every reply."""
+    """Per request its evidence row, the failing replies, what the cache served, and the finding."""
 
     finding: Finding
     rows: list[ConversationRequest]
@@ -149,9 +142,8 @@ class Judgement:
 
 
 def _schedule(conversations: int, turns: int, width: int, rng: random.Random) -> list[list[tuple[int, int]]]:
-    """Rounds of (conversation, turn): each conversation's turns in order, at most once per round, up
-    to `width` per round; conversations not in the last round go first (resumed after others), then
-    fresh ones in order, then those of the last round."""
+    """Rounds of up to `width` (conversation, turn): conversations not in the last round first (resumed
+    after others), then fresh ones, then those of the last round."""
     next_turn = [0] * conversations
     started: list[int] = []
     fresh = list(range(conversations))
@@ -181,8 +173,7 @@ def _schedule(conversations: int, turns: int, width: int, rng: random.Random) ->
 
 
 def system_prefix(params: EngineConversationsParams, pair: EnginePair) -> tuple[int, int]:
-    """The tenants' system prefix length (`prefix_blocks` of the candidate's reuse blocks, at least
-    `min_prefix`, within what the turns leave of the context) and the context's room (its length - 1)."""
+    """The tenants' system prefix length and the context's room (its length - 1)."""
     block = reuse_block(pair.candidate)
     room = min(pair.reference.max_len, pair.candidate.max_len) - 1
     wanted = max(params.min_prefix, params.prefix_blocks * block) if block else params.min_prefix
@@ -210,16 +201,17 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
         rounds = _schedule(n_conv, params.turns, width, random.Random(base))
         untouched = cand.unreset_tiers() if cand.reused else []
         limit = candidate.max_len - params.new_tokens - 1
-        plan = None
+        plan, fresh = None, []  # the aimed workload's fresh prompts: the noise floor is measured at these too
         if params.aim:
             room = min(reference.max_len, candidate.max_len) - 1 - params.new_tokens
             plan = plan_mechanisms(geometry, room, width, params.turn_tokens)
+            fresh = [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
         noise = measure_noise(
             ctx,
             cand,
             candidate.salt_field,
             vocab=vocab,
-            lengths=_prompt_lengths(params, work, prefix) + _aimed_lengths(plan),
+            lengths=_prompt_lengths(params, work, prefix) + fresh,
             width=width,
             new_tokens=params.new_tokens,
             top_k=pair.top_k,
@@ -245,7 +237,9 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
     if selection is not None:
         reached.append(eos_reach(selection, ended))
     everything = [*aimed, *sent, *ended]  # every round's number is its own: aimed < 0 <= seeded < end-of-sequence
-    overlapping = sum(1 for batch in _by_round(everything) if len(batch) > 1 and _overlapped(batch))
+    by_round = itertools.groupby(sorted(everything, key=lambda r: r.round), key=lambda r: r.round)
+    windows = [sorted(r.window for r in batch) for _, batch in by_round]  # overlapping: two requests in flight at once
+    overlapping = sum(1 for w in windows if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(w)))
     return Observations(
         everything,
         len(rounds) + (0 if plan is None else len(plan.rounds)) + len({r.round for r in ended}),
@@ -263,89 +257,61 @@ def measure(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePa
     )
 
 
-def _aimed_lengths(plan: MechanismPlan | None) -> list[int]:
-    """The lengths of the aimed workload's fresh prompts (the long ones sent together among them): the
-    noise floor is measured at these too."""
-    return [] if plan is None else [step.length for batch in plan.rounds for step in batch if step.how == "fresh"]
-
-
-EOS_BASE = 2000
-"""Conversation numbers of the end-of-sequence requests start here (gate.checks._eos)."""
-
-
-def _by_round(requests: list[_Request]) -> list[list[_Request]]:
-    rounds: dict[int, list[_Request]] = {}
-    for req in requests:
-        rounds.setdefault(req.round, []).append(req)
-    return list(rounds.values())
-
-
 def _serve_aimed(send: _Sender, plan: MechanismPlan, seeds: tuple[int, int, int]) -> list[_Request]:
-    """The aimed rounds (gate.checks._mechanisms), before the seeded ones: each round sent together to
-    the candidate, each prompt then alone to the reference and compared. A control stops after the
-    first round with a failing reply. Rounds are numbered from `seeds`' third, -len(plan.rounds), so
-    the seeded rounds keep theirs."""
+    """The aimed rounds (gate.checks._mechanisms), numbered from `seeds`' third, -len(plan.rounds), so the
+    seeded rounds keep theirs."""
     vocab, base, first_round = seeds
-    prompts: dict[int, list[int]] = {}
-    history: dict[int, list[int]] = {}
-    served: list[int] = []
     sent: list[_Request] = []
     for number, batch in enumerate(plan.rounds, start=first_round):
+        last = {r.conversation: r for r in sent}  # each conversation's latest request
         requests: list[_Request] = []
         for step in batch:
-            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), prompts, history)
+            prompt = _aimed_prompt(step, vocab, base + 7919 * (step.conversation + 1) + len(sent), last)
             words = step.words
             if step.how == "resume":
-                words += f" ({_others_since(served, step.conversation)} other conversations served since)"
+                words += f" ({_others_since(sent, step.conversation)} other conversations served since)"
             turn, kind = int(step.how in ("resume", "edit")), f"{words} [{step.mechanism}]"
-            ident, at = len(sent) + len(requests), _aimed_at(step, prompts)
+            ident, at = len(sent) + len(requests), _aimed_at(step, last)
             requests.append(
                 _Request(ident, step.conversation, -1, turn, number, kind, prompt, aim=step.mechanism, aimed_at=at)
             )
         sent += send(requests)
-        for req in requests:
-            assert req.reply is not None
-            prompts[req.conversation] = req.prompt
-            history[req.conversation] = [*req.prompt, *req.reply.tokens]
-            served.append(req.conversation)
         if send.stops(requests):
             break
     return sent
 
 
-def _others_since(served: list[int], conversation: int) -> int:
-    """Other conversations served since `conversation` was last (in the order `served` lists them)."""
+def _others_since(sent: list[_Request], conversation: int) -> int:
+    """Other conversations served since `conversation` was last."""
+    served = [r.conversation for r in sent]
     last = max((i for i, c in enumerate(served) if c == conversation), default=-1)
     return len(set(served[last + 1 :]) - {conversation})
 
 
-def _aimed_at(step: Step, prompts: dict[int, list[int]]) -> int:
+def _aimed_at(step: Step, last: dict[int, _Request]) -> int:
     """The length a step aims at: its shared prefix, its prompt, or the cut of its edited turn."""
     if step.how == "edit":
-        return len(prompts[step.conversation]) - step.length
+        return len(last[step.conversation].prompt) - step.length
     if step.how == "resume":
-        return len(prompts[step.conversation])
+        return len(last[step.conversation].prompt)
     return step.length
 
 
-def _aimed_prompt(
-    step: Step, vocab: int, seed: int, prompts: dict[int, list[int]], history: dict[int, list[int]]
-) -> list[int]:
+def _aimed_prompt(step: Step, vocab: int, seed: int, last: dict[int, _Request]) -> list[int]:
     """A step's prompt, from the conversations sent before it (gate.checks._mechanisms.Step)."""
     if step.how == "fresh":
         return seeded_prompt(vocab, step.length, seed)
     if step.how == "share":
         assert step.source is not None
-        return [*prompts[step.source][: step.length], *seeded_prompt(vocab, 8, seed)]
+        return [*last[step.source].prompt[: step.length], *seeded_prompt(vocab, 8, seed)]
     if step.how == "resume":
-        return [*history[step.conversation], *seeded_prompt(vocab, step.length, seed)]
-    kept = prompts[step.conversation][: len(prompts[step.conversation]) - step.length]
-    return [*kept, *seeded_prompt(vocab, step.length, seed)]
+        return [*last[step.conversation].history(), *seeded_prompt(vocab, step.length, seed)]
+    prompt = last[step.conversation].prompt
+    return [*prompt[: len(prompt) - step.length], *seeded_prompt(vocab, step.length, seed)]
 
 
 def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: int) -> list[int]:
-    """The length of every prompt the workload will send (each conversation's turns, with its tenant's
-    system prefix or without one): what the noise floor is measured at."""
+    """The length of every prompt the workload will send: what the noise floor is measured at."""
     return [
         (prefix if conv < work.conversations - work.private else 0)
         + turn * (params.turn_tokens + params.new_tokens)
@@ -358,18 +324,11 @@ def _prompt_lengths(params: EngineConversationsParams, work: _Workload, prefix: 
 def _serve_rounds(
     send: _Sender, params: EngineConversationsParams, work: _Workload, rounds: list[list[tuple[int, int]]]
 ) -> list[_Request]:
-    """Every round sent together to the candidate, then each of its prompts alone to the reference and
-    compared. A control stops after the first round with a failing reply."""
+    """Every seeded round sent and judged; a control stops after the first round with a failing reply."""
     sent: list[_Request] = []
-    history: dict[int, list[int]] = {}
-    last_round: dict[int, int] = {}
     for number, batch in enumerate(rounds):
-        requests = _round_requests(params, work, batch, number, (history, last_round), len(sent))
+        requests = _round_requests(params, work, batch, number, sent)
         sent += send(requests)
-        for req in requests:
-            assert req.reply is not None
-            history[req.conversation] = [*req.prompt, *req.reply.tokens]
-            last_round[req.conversation] = number
         if send.stops(requests):
             break
     return sent
@@ -378,11 +337,8 @@ def _serve_rounds(
 def _serve_eos(
     send: _Sender, params: EngineConversationsParams, work: _Workload, sizes: tuple[int, int], at: tuple[int, int]
 ) -> tuple[EosSelection, list[_Request]]:
-    """Conversations whose first reply ends at end-of-sequence (gate.checks._eos): seeded openings
-    (a tenant's system prefix, fresh tokens) the reference alone ends within the budget, sent together
-    to the candidate with its stop on and judged at the stop; then each continued (its history, the
-    end-of-sequence token included, and a fresh turn), together, as every other turn is sent. `sizes`:
-    requests at once, the longest prompt the context holds; `at`: the first id and round."""
+    """Openings the reference ends at end-of-sequence (gate.checks._eos), sent together and judged at the
+    stop, then each continued. `sizes`: requests at once, the longest prompt; `at`: the first id and round."""
     width, limit = sizes
     fields = eos_fields(send.cand.flavor)
     tenants = [i % len(work.systems) for i in range(params.eos_candidates)]
@@ -402,7 +358,8 @@ def _serve_eos(
     for i, (prompt, want) in enumerate(selection.chosen):
         tenant = tenants[prompts.index(prompt)]
         kind = f"fresh, ends at end-of-sequence on the reference [{MECHANISM}]"
-        req = _Request(first_id + i, EOS_BASE + i, tenant, 0, first_round, kind, prompt, aim=MECHANISM)
+        # conversations numbered from 2000
+        req = _Request(first_id + i, 2000 + i, tenant, 0, first_round, kind, prompt, aim=MECHANISM)
         req.aimed_at, req.budget, req.extra, req.want = len(want.tokens), params.eos_budget, fields, want
         opened.append(req)
     if not opened:
@@ -412,9 +369,8 @@ def _serve_eos(
         return selection, sent
     continued: list[_Request] = []
     for req in opened:
-        assert req.reply is not None
         own = seeded_prompt(work.vocab, params.turn_tokens, seed + 100_000 + req.conversation)
-        prompt = [*req.prompt, *req.reply.tokens, *own]
+        prompt = [*req.history(), *own]
         if len(prompt) <= limit:
             number = first_id + len(opened) + len(continued)
             kind = f"continued after its end-of-sequence [{MECHANISM}]"
@@ -428,8 +384,7 @@ def _serve_eos(
 
 @dataclass(frozen=True)
 class _Sender:
-    """Sends a round: together to the candidate, each reply then judged against the reference's answer
-    alone, under the claim and the candidate's noise floor (`salt`: its cache-salt field)."""
+    """Sends a round together to the candidate and judges each reply against the reference's answer alone."""
 
     ctx: CheckContext
     ref: EngineServer
@@ -440,8 +395,9 @@ class _Sender:
     salt: str | None
 
     def __call__(self, requests: list[_Request]) -> list[_Request]:
-        _send_together(self.cand, requests, self.new_tokens, self.top_k)
-        for req in requests:
+        jobs = [(r.prompt, r.budget or self.new_tokens, self.top_k, r.extra) for r in requests]
+        for req, (reply, window) in zip(requests, send_together(self.cand, jobs), strict=True):
+            req.reply, req.window = reply, window
             self._judge(req)
         return requests
 
@@ -473,12 +429,10 @@ def _round_requests(
     work: _Workload,
     batch: list[tuple[int, int]],
     number: int,
-    so_far: tuple[dict[int, list[int]], dict[int, int]],
-    first_id: int,
+    sent: list[_Request],
 ) -> list[_Request]:
-    """The requests of round `number`: a fresh turn opens with its tenant's system prefix, a later one
-    carries the conversation's history (`so_far`: each conversation's history and last round)."""
-    history, last_round = so_far
+    """The requests of round `number`, after the seeded requests `sent` before it."""
+    last = {r.conversation: r for r in sent}  # each conversation's latest request
     requests: list[_Request] = []
     for conv, turn in batch:
         own = seeded_prompt(work.vocab, params.turn_tokens, work.base + 1000 * (conv + 1) + turn)
@@ -486,40 +440,18 @@ def _round_requests(
         if turn == 0:
             prompt, kind = [*(work.systems[tenant] if tenant >= 0 else []), *own], "fresh"
         else:
-            prompt = [*history[conv], *own]
-            kind = "resumed after others" if last_round[conv] < number - 1 else "continued"
-        requests.append(_Request(first_id + len(requests), conv, tenant, turn, number, kind, prompt))
+            prompt = [*last[conv].history(), *own]
+            kind = "resumed after others" if last[conv].round < number - 1 else "continued"
+        requests.append(_Request(len(sent) + len(requests), conv, tenant, turn, number, kind, prompt))
     return requests
 
 
-def _send_together(server: EngineServer, requests: list[_Request], new_tokens: int, top_k: int) -> None:
-    """Send a round's requests at the same moment, one thread each; each reply and its time window kept."""
-    barrier = threading.Barrier(len(requests))
-
-    def send(req: _Request) -> None:
-        barrier.wait()
-        start = time.perf_counter()
-        req.reply = server.complete(req.prompt, req.budget or new_tokens, top_k, req.extra)
-        req.window = (start, time.perf_counter())
-
-    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
-        list(pool.map(send, requests))
-
-
-def _overlapped(requests: list[_Request]) -> bool:
-    """Some two requests of the round were in flight at the same time."""
-    ordered = sorted(r.window for r in requests)
-    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
-
-
 def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, str]:
-    """The other request whose content a failing reply shows (its reply equals the reference's answer to
-    that request), and what the evidence says of the cause; no other request is named on a guess."""
+    """The other request whose reference answer a failing reply equals (never a guess), and the cause in words."""
     assert failed.reply is not None
-    others = [r for r in sent if r.id != failed.id and r.round <= failed.round]
-    for other in others:
+    for other in sent:  # another conversation's request, sent before it or beside it
         same = other.want is not None and list(other.want.tokens) == list(failed.reply.tokens)
-        if same and other.conversation != failed.conversation:
+        if same and other.round <= failed.round and other.conversation != failed.conversation:
             return other, "its reply equals the reference's answer to that request"
     if failed.reask is None:
         return None, "not re-asked (the engine offers no request off its cache): the cause is not shown"
@@ -539,9 +471,9 @@ def _suspect(failed: _Request, sent: list[_Request]) -> tuple[_Request | None, s
 def _row(req: _Request) -> ConversationRequest:
     reply, judged = req.outcome()
     c = judged.comparison
-    named = {field: getattr(req, field) for field in ("id", "conversation", "tenant", "turn", "round", "kind")}
+    named = ("id", "conversation", "tenant", "turn", "round", "kind", "aim", "aimed_at", "stop")
     return ConversationRequest(
-        **named,
+        **{field: getattr(req, field) for field in named},
         prompt_tokens=len(req.prompt),
         cached_tokens=reply.cached_tokens,
         tokens_match=not c.diverged,
@@ -550,19 +482,17 @@ def _row(req: _Request) -> ConversationRequest:
         tie=c.tie,
         failed=judged.failed,
         warned=judged.warn,
-        aim=req.aim,
-        aimed_at=req.aimed_at,
         eos=req.extra is not None,
-        stop=req.stop,
     )
 
 
 def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFailure:
     """A failing reply, named with the request whose state it may carry and those in flight beside it."""
     other, how = _suspect(req, sent)
-    cached = req.outcome()[0].cached_tokens
+    reply, judged = req.outcome()
+    cached = reply.cached_tokens
     served = "" if req.aim is None else f", {len(req.prompt)}-token prompt, {cached} tokens served from the cache"
-    words = failure_words(level, req.outcome()[1])
+    words = failure_words(level, judged)
     if req.stop is not None:
         words = req.stop if req.stop_alone else f"{req.stop}; {words}"
     message = f"{req.name()}, {req.kind}{served}: {words}"
@@ -579,8 +509,7 @@ def _failure(req: _Request, sent: list[_Request], level: str) -> ConversationFai
 
 
 def judge(obs: Observations, level: str) -> Judgement:
-    """Each reply's row and, for a failing one, what it may carry; whether the run exercised
-    concurrency (pure: the comparisons were made as the replies came)."""
+    """Each reply's row, what a failing one may carry, and whether the run exercised concurrency (pure)."""
     rows = [_row(req) for req in obs.sent]
     failed = [req for req in obs.sent if req.outcome()[1].failed]
     failures = [_failure(req, obs.sent, level) for req in failed]
@@ -602,30 +531,8 @@ def judge(obs: Observations, level: str) -> Judgement:
     )
 
 
-def _evidence(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> ConversationsEvidence:
-    return ConversationsEvidence(
-        claim=level,
-        cache_geometry=obs.geometry,
-        system_prefix=obs.prefix,
-        tenants=params.tenants,
-        conversations=obs.conversations,
-        turns=params.turns,
-        max_concurrent=obs.width,
-        candidate_slots=None if obs.slots is None else int(obs.slots),
-        rounds=obs.rounds,
-        rounds_overlapping=obs.overlapping_rounds,
-        requests=j.rows,
-        failures=j.failures,
-        cache_tiers_not_reset=obs.untouched,
-        noise_floor=None if obs.noise is None else obs.noise.evidence(),
-        servers=obs.servers,
-        mechanisms=obs.mechanisms,
-        engine_log_counters=obs.counters,
-    )
-
-
-def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> dict[str, Any]:
-    """What every Outcome of the check carries: metrics, evidence, exercise and the observation."""
+def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
+    """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
     metrics = {
         "requests": len(j.rows),
         "failed": len(j.failures),
@@ -645,9 +552,27 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in j.rows),
         "resumed_after_others": j.resumed,
     }
-    return {
+    seen = {
         "metrics": metrics,
-        "evidence": _evidence(params, level, obs, j).dump(),
+        "evidence": ConversationsEvidence(
+            claim=level,
+            cache_geometry=obs.geometry,
+            system_prefix=obs.prefix,
+            tenants=params.tenants,
+            conversations=obs.conversations,
+            turns=params.turns,
+            max_concurrent=obs.width,
+            candidate_slots=None if obs.slots is None else int(obs.slots),
+            rounds=obs.rounds,
+            rounds_overlapping=obs.overlapping_rounds,
+            requests=j.rows,
+            failures=j.failures,
+            cache_tiers_not_reset=obs.untouched,
+            noise_floor=None if obs.noise is None else obs.noise.evidence(),
+            servers=obs.servers,
+            mechanisms=obs.mechanisms,
+            engine_log_counters=obs.counters,
+        ).dump(),
         "exercise": exercise,
         "observation": observation([r.reply for r in obs.sent if r.reply is not None]),
         "tolerated_change": tolerated_change(
@@ -655,15 +580,8 @@ def _seen(params: EngineConversationsParams, level: str, obs: Observations, j: J
         ),
         "observation_in_run_order": True,
     }
-
-
-def explain(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> Outcome:
-    """The Outcome of the judgement, built once: fail (a reply differs, or nothing ran at once), warn or pass."""
-    seen = _seen(params, level, obs, j)
-    untouched = obs.untouched
-    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(untouched)}"
-    tiers = tiers if untouched else ""
-    tiers += f"; {obs.noise.words()}" if obs.noise is not None else ""
+    tiers = f"; not reset before this check (the engine's reset cannot reach them): {'; '.join(obs.untouched)}"
+    tiers = (tiers if obs.untouched else "") + (f"; {obs.noise.words()}" if obs.noise is not None else "")
     if j.finding == "failed":
         shown = "; ".join(f.message for f in j.failures[:3])
         more = f"; and {len(j.failures) - 3} more" if len(j.failures) > 3 else ""
@@ -673,12 +591,7 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
             message = "; ".join([*defects[:3], message])
         message += tiers + mechanism_words(obs.mechanisms)
         problems = [*defects, *(f.message for f in j.failures)]
-        diagnosis = {
-            "problems": problems,
-            "bug_class": "continuous-batching",
-            "explanation": BUG_CLASSES["continuous-batching"],
-        }
-        return Outcome("fail", message, **seen, detected_at=j.detected_at, diagnosis=diagnosis)
+        return problems_outcome(problems, j.detected_at, "continuous-batching", message=message, **seen)
     if j.finding == "not-exercised":  # nothing served at once: nothing to judge, never a failure of the subject
         why = (
             f"the candidate states {obs.slots} slot: it serves one request at a time"
@@ -689,12 +602,8 @@ def explain(params: EngineConversationsParams, level: str, obs: Observations, j:
             f"not exercised: {why}, so no two conversations were served at once (launch it with more parallel slots)"
         )
         return Outcome("unproven", message + tiers, **seen)
-    return Outcome("warn" if j.warned else "pass", _held_words(params, level, obs, j) + tiers, **seen)
-
-
-def _held_words(params: EngineConversationsParams, level: str, obs: Observations, j: Judgement) -> str:
     slots = "slots not stated" if obs.slots is None else f"{obs.slots} slots"
-    return (
+    held = (
         f"{level} holds for every one of {len(j.rows)} replies ({obs.conversations} conversations of {params.turns} "
         f"turns over {params.tenants} tenants' {obs.prefix}-token system prefixes, {obs.rounds} rounds of up to "
         f"{obs.width} at once, {obs.overlapping_rounds} overlapping; {slots}), each against the reference's answer "
@@ -703,13 +612,11 @@ def _held_words(params: EngineConversationsParams, level: str, obs: Observations
         + (f"; {j.warned} within the claim but over the logprob tolerance{_worst_warned(obs, j)}" if j.warned else "")
         + mechanism_words(obs.mechanisms)
     )
+    return Outcome("warn" if j.warned else "pass", held + tiers, **seen)
 
 
 def _worst_warned(obs: Observations, j: Judgement) -> str:
-    """The warned reply that moved furthest, against the noise floor measured off the cache: a reply
-    over the tolerance is beyond that floor (the tolerance is at least the floor), so it is a
-    tolerance finding on the path that served it, never the engine's batching noise; one warned for a
-    near-tie alone may be within it."""
+    """The warned reply that moved furthest, against the noise floor measured off the cache."""
     worst = max((r for r in j.rows if r.warned), key=lambda r: r.max_abs_dlogprob)
     served = f"{worst.cached_tokens or 0} of {worst.prompt_tokens} prompt tokens served from the cache"
     words = f" (the furthest: request {worst.id}, {worst.kind}, {served}: max |Δlogprob| {worst.max_abs_dlogprob:.3g}"
@@ -736,23 +643,16 @@ def mechanism_words(mechanisms: list[MechanismReach]) -> str:
     return words + (f"; not reachable: {'; '.join(unaimed)}" if unaimed else "")
 
 
-def _no_room(params: EngineConversationsParams, prefix: int, room: int) -> Outcome:
-    return Outcome(
-        "unproven",
-        f"the context ({room + 1} tokens) cannot hold a {prefix}-token system prefix and {params.turns} turns "
-        f"of {params.turn_tokens} + {params.new_tokens} tokens; lower turns or turn_tokens",
-    )
-
-
-@check("engine-concurrent-conversations", params=EngineConversationsParams)
-def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams) -> Outcome:
+@engine_check("engine-concurrent-conversations", params=EngineConversationsParams)
+def engine_concurrent_conversations(ctx: CheckContext, params: EngineConversationsParams, pair: EnginePair) -> Outcome:
     """Every reply of a concurrent multi-tenant, multi-turn workload equals the reference's answer alone."""
-    pair = engine_pair(ctx, "engine-concurrent-conversations")
-    if isinstance(pair, Outcome):
-        return pair
     prefix, room = system_prefix(params, pair)
     if prefix + _growth(params) > room:
-        return _no_room(params, prefix, room)
+        return Outcome(
+            "unproven",
+            f"the context ({room + 1} tokens) cannot hold a {prefix}-token system prefix and {params.turns} turns "
+            f"of {params.turn_tokens} + {params.new_tokens} tokens; lower turns or turn_tokens",
+        )
     obs = measure(ctx, params, pair, prefix)
     judgement = judge(obs, pair.level)
     if judgement.finding == "held":

@@ -1,19 +1,12 @@
 """engine-invalidation: after a cache reset, or a restart with changed weights, no stale hit is served.
 
-1. reset: a prompt is served twice by the candidate (the repeat must hit, or the reset proves
-   nothing), the engine's own reset runs (llama.cpp: erase every slot; vLLM: /reset_prefix_cache;
-   SGLang: /flush_cache), and the same prompt must then reuse nothing and equal the reference's.
-   Where the reset cannot reach a tier (llama.cpp's host-memory prompt cache) or the engine has none,
-   reuse from that tier is named, not judged, and gate restarts the candidate's server (a new process
-   handed over to later checks): the same prompt must then reuse nothing and equal the reference's.
-   A tier that neither can empty (a `base_url` server) leaves the reset unproven;
-2. restart with changed weights (when gate launches the servers): both servers restart on other
-   weights (a perturbed tiny model, or `changed_model_file`); the first request must reuse nothing
-   and equal the no-cache server's output, the weights must really have changed the output (or the
-   step tests nothing), and a repeat must hit again.
+1. reset: a prompt served twice (the repeat must hit), the engine's own reset, the prompt again.
+   Reuse from a tier the reset cannot reach is named, not judged, and gate restarts the candidate's
+   server (a new process handed over to later checks); a tier neither can empty leaves it unproven;
+2. restart with changed weights (when gate launches the servers): the weights must really have
+   changed the reference's output, or the step tests nothing.
 
-A part the engine cannot run is reported as not exercised; a run where no part could run is an error,
-never a pass.
+A part the engine cannot run is not exercised; a run where no part could run is an error.
 """
 
 from __future__ import annotations

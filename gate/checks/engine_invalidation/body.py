@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -16,7 +16,7 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks.engine_invalidation import EngineInvalidationParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion
@@ -28,8 +28,7 @@ class NothingExercised(Exception):
 
 @dataclass(frozen=True)
 class Reset:
-    """Part 1: the reference's reply, the candidate's warm repeat, its reset and the reply after it; where
-    the reset cannot reach a tier, the server restarted and the reply after the restart."""
+    """Part 1: the reference's reply, the candidate's warm repeat, and its replies after the reset and restart."""
 
     prompt: list[int]
     want: EngineCompletion
@@ -40,13 +39,7 @@ class Reset:
     tiers_not_reset: list[str]
     servers: dict[str, Any]
     restarted: EngineCompletion | None = None
-    """The reply after the server was restarted to empty `tiers_not_reset` (None: no tier needed it, or
-    gate cannot restart this server)."""
-
-    @property
-    def last(self) -> EngineCompletion | None:
-        """The reply the reset is judged on: after the restart where one ran, else after the endpoint."""
-        return self.restarted or self.after
+    """The reply after a restart that emptied `tiers_not_reset` (None: none needed, or gate cannot restart it)."""
 
 
 @dataclass(frozen=True)
@@ -69,13 +62,11 @@ class Judgement:
     exercised: dict[str, Any] = field(default_factory=dict)
     observed: list[EngineCompletion] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
-    """Why the reset part proves nothing about some tier: the engine's reset cannot reach it (and what it
-    served after the reset, if anything)."""
+    """Why the reset part proves nothing about some tier: the engine's reset cannot reach it."""
 
 
 def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, length: int) -> Reset:
-    """Serve a prompt twice, reset the candidate's cache, serve it again; where the reset cannot reach a
-    tier (or the engine has no reset), restart the server, which empties every tier, and serve it again."""
+    """Serve a prompt twice, reset the candidate's cache, serve it again; restart where the reset falls short."""
     top_k = pair.top_k
     with pair.reference.serve(label="reference") as ref, pair.candidate.serve(label="candidate") as cand:
         vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
@@ -95,10 +86,8 @@ def measure_reset(ctx: CheckContext, params: EngineInvalidationParams, pair: Eng
 def measure_restart(
     ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair, prompt: list[int]
 ) -> Restart | None:
-    """Serve the prompt on the same changed weights from the reference and from a restarted candidate
-    (None: gate cannot). The reference's reply does not depend on the candidate: it is asked once a run,
-    from a process stopped when it has answered (the controls read it), and the candidate restarts
-    after it, so no more than one new server is alive at a time."""
+    """The prompt on the same changed weights from the reference (asked once a run, cached for the controls)
+    and from a restarted candidate started after it (None: gate cannot)."""
     reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
     changed: Any = params.changed_model_file
     if changed is None and reference.changed_model(params.perturb_seed) is not None:
@@ -121,10 +110,10 @@ def measure_restart(
 
 
 def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
-    """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset (after the restart
-    where the reset cannot reach a tier), the output held after each."""
+    """Part 1 under the claim: the warm repeat hit, nothing was reused after the reset, the output held."""
     level = ctx.manifest.claim.level
-    last, after, warm, tiers = reset.last, reset.after, reset.warm, reset.tiers_not_reset
+    after, warm, tiers = reset.after, reset.warm, reset.tiers_not_reset
+    last = reset.restarted or after  # judged on: after the restart where one ran, else after the endpoint
     if last is None:
         out.evidence["reset"] = (
             f"not exercised: the {reset.flavor} server has no cache-reset endpoint gate knows, and gate did not "
@@ -166,8 +155,7 @@ def judge_reset(ctx: CheckContext, reset: Reset, out: Judgement) -> None:
 
 
 def _judge_after_endpoint(ctx: CheckContext, reset: Reset, after: EngineCompletion, out: Judgement) -> None:
-    """The reply right after the reset endpoint: reuse from a tier it says it cannot reach is named, never a
-    failure (the restart then judges that tier); any other reuse, or wrong output, fails."""
+    """The reply right after the reset endpoint: reuse from a tier it cannot reach is named, never failed."""
     if after.cached_tokens and reset.tiers_not_reset:
         out.evidence["reset"]["served_from_tiers_not_reset"] = after.cached_tokens
         if reset.restarted is None:
@@ -265,12 +253,9 @@ def _reset_words(reset: dict[str, Any], hit: int | None) -> str:
     )
 
 
-@check("engine-invalidation", params=EngineInvalidationParams)
-def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams) -> Outcome:
+@engine_check("engine-invalidation", params=EngineInvalidationParams)
+def engine_invalidation(ctx: CheckContext, params: EngineInvalidationParams, pair: EnginePair) -> Outcome:
     """After the engine's cache reset or a restart on changed weights, nothing stale is reused."""
-    pair = engine_pair(ctx, "engine-invalidation")
-    if isinstance(pair, Outcome):
-        return pair
     length = max(2, min(params.length, pair.reference.max_len, pair.candidate.max_len) - params.new_tokens - 1)
     reset = measure_reset(ctx, params, pair, length)
     restart = measure_restart(ctx, params, pair, reset.prompt)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gate.checks._engine import engine_pair, seeded_prompt
+from gate.checks._engine import EnginePair, engine_check, seeded_prompt
 from gate.checks.engine_isolation import EngineIsolationParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServing
@@ -52,7 +52,6 @@ def judge(obs: Observations) -> Finding:
 
 
 def explain(finding: Finding, obs: Observations) -> Outcome:
-    """The Outcome of the judgement, with its message, metrics and evidence."""
     field, again, other = obs.field, obs.again.cached_tokens, obs.other.cached_tokens
     evidence = {
         "salt_field": field,
@@ -81,26 +80,18 @@ def explain(finding: Finding, obs: Observations) -> Outcome:
     return Outcome("pass", message, metrics, evidence, exercise={"same_salt_cached_tokens": again})
 
 
-def _no_salt(candidate: EngineServing) -> Outcome:
-    """No salt, no per-tenant cache to judge: `absent: cache-salt` (not applicable where the policy rule
-    says so, unproven otherwise)."""
-    return Outcome(
-        "skip",
-        f"the {candidate.flavor} server offers no cache salt or tenant key, so isolation "
-        "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
-        evidence={"flavor": candidate.flavor, "salt_field": None},
-        absent="cache-salt",
-    )
-
-
-@check("engine-isolation", params=EngineIsolationParams)
-def engine_isolation(ctx: CheckContext, params: EngineIsolationParams) -> Outcome:
+@engine_check("engine-isolation", params=EngineIsolationParams)
+def engine_isolation(ctx: CheckContext, params: EngineIsolationParams, pair: EnginePair) -> Outcome:
     """Requests under different cache salts never share cached prefix state."""
-    pair = engine_pair(ctx, "engine-isolation")
-    if isinstance(pair, Outcome):
-        return pair
     field = pair.candidate.salt_field  # set exactly when the engine offers Capability.ENGINE_SALT
-    if field is None:
-        return _no_salt(pair.candidate)
+    if field is None:  # no salt, no per-tenant cache to judge
+        flavor = pair.candidate.flavor
+        return Outcome(
+            "skip",
+            f"the {flavor} server offers no cache salt or tenant key, so isolation "
+            "between tenants cannot be shown through its API (set cache_salt_field if it has one)",
+            evidence={"flavor": flavor, "salt_field": None},
+            absent="cache-salt",
+        )
     obs = measure(ctx, params, pair.candidate, field, pair.top_k)
     return explain(judge(obs), obs)

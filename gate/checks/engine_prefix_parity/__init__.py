@@ -1,24 +1,12 @@
 """engine-prefix-parity: an engine's prefix cache gives what the same engine gives with it off.
 
 Two server processes (never two request flags on one process, which may share allocator state and
-hide the bug): the candidate with its prefix cache or new scheduling on, the reference with it off.
-The lengths are planned on the candidate's cache geometry (gate.protocols.CacheGeometry): on an
-engine that reuses whole blocks of B tokens, B-1, B, B+1, 2B-1, 2B, 2B+1, then 4B, 8B, ... up to the
-context, then the given lengths beyond; on one that reuses any prefix (llama.cpp) the given lengths
-(`dense` adds log-spaced ones). A length below the first block cannot hit by design: it is compared
-all the same and reported as "not reusable by design", never a failure. Per length a warm-up with
-the prefix and another suffix makes the candidate cache the prefix; then prefix + suffix goes to both
-servers and the greedy tokens with their top-k logprobs are compared under the claim (gate.checks._engine).
-
-Every request above asks for an exact length (`ignore_eos`). With `eos_candidates` set, seeded prompts
-the reference ends at end-of-sequence within `eos_budget` tokens (gate.checks._eos) go to the
-candidate twice, stop on, the second served from the cache the first left: each must stop where the
-reference stops (the evidence's `eos_stop`).
-
-Proof of exercise is the candidate's own report of reused prompt tokens at each length: never a hit
-is an error ("the cache never hit"), a reusable length without one fails. No request asks for prompt
-logprobs (vLLM skips its prefix cache for such a request). The planned lengths (`planned_lengths`)
-live here, torch-free, so `gate plan` states them (gate.checks._coverage).
+hide the bug). Per planned length a warm-up with the prefix and another suffix makes the candidate
+cache the prefix; then prefix + suffix goes to both servers and is compared under the claim
+(gate.checks._engine). Every such request asks for an exact length (`ignore_eos`); `eos_candidates`
+adds prompts that end at end-of-sequence (gate.checks._eos). No request asks for prompt logprobs
+(vLLM skips its prefix cache for such a request). `planned_lengths` lives here, torch-free, so
+`gate plan` states the lengths (gate.checks._coverage).
 """
 
 from __future__ import annotations
@@ -63,8 +51,7 @@ class EnginePrefixParams(Params):
 
 
 def planned_lengths(params: EnginePrefixParams, limit: int, block: int | None) -> list[int]:
-    """The lengths the check visits: `lengths` (and `dense`) planned on the reuse block, clipped to
-    `limit`; the same rule `gate plan` states (gate.checks._coverage)."""
+    """The lengths the check visits: `lengths` (and `dense`) planned on the reuse block, clipped to `limit`."""
     lengths = list(params.lengths)
     if params.dense:
         top = max(2, min(max(lengths), limit))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    engine_check,
     expected_hit,
     failure_words,
     judge,
@@ -23,7 +23,7 @@ from gate.checks._engine import (
 from gate.checks._eos import EosSelection, eos_fields, select_eos_prompts, stop_problem
 from gate.checks._topk import worst
 from gate.checks.engine_prefix_parity import EOS_PROMPT, SUFFIX, EnginePrefixParams, planned_lengths
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import CacheGeometry, EngineCompletion, EngineServer
@@ -61,8 +61,7 @@ class Judgement:
 
 
 def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Observations:
-    """Plan the lengths on the candidate's reuse block (probed when unstated), then per length warm the
-    candidate's cache with the prefix and send prefix + suffix to both servers."""
+    """Plan the lengths on the candidate's reuse block (probed when unstated), then per length warm up and compare."""
     reference, candidate, top_k = pair.reference, pair.candidate, pair.top_k
     replies: list[tuple[int, EngineCompletion, EngineCompletion]] = []
     with reference.serve(label="reference") as ref, candidate.serve(label="candidate") as cand:
@@ -92,8 +91,7 @@ def measure(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> 
 def _measure_eos(
     ctx: CheckContext, params: EnginePrefixParams, servers: tuple[EngineServer, EngineServer], vocab: int, top_k: int
 ) -> tuple[EosSelection | None, list[tuple[EngineCompletion, EngineCompletion, EngineCompletion]]]:
-    """Seeded prompts the reference ends at end-of-sequence (gate.checks._eos), each sent to the candidate
-    twice with its stop on: the second is served from the cache the first reply (through its end) left."""
+    """Seeded prompts the reference ends at end-of-sequence (gate.checks._eos), each sent to the candidate twice."""
     if not params.eos_candidates:
         return None, []
     ref, cand = servers
@@ -194,7 +192,15 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
     }
     seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, pair, obs, j), "exercise": exercise}
     seen["observation"] = observation([got for _, _, got in obs.replies])
-    problems = _problems(j)
+    problems = list(j.failures)
+    if j.no_hit:
+        problems.append(f"no cache hit at length(s) {', '.join(map(str, j.no_hit))}: not exercised there")
+    ref_hits = [r["prefix_length"] for r in j.rows if r["reference_cached_tokens"]]
+    if ref_hits:
+        problems.append(
+            f"the reference server reused cached tokens at length(s) {', '.join(map(str, ref_hits))}: "
+            "it must run with its cache off to be the oracle"
+        )
     if problems:
         return problems_outcome(problems, j.failed_at[0] if j.failed_at else None, failure_class(obs, j), **seen)
     if j.warnings:
@@ -218,7 +224,6 @@ def explain(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: 
 
 
 def _eos_words(obs: Observations) -> str:
-    """The end-of-sequence requests in words (gate.checks._eos), for a message."""
     if obs.eos is None:
         return ""
     if not obs.eos_replies:
@@ -227,28 +232,14 @@ def _eos_words(obs: Observations) -> str:
 
 
 def failure_class(obs: Observations, j: Judgement) -> str | None:
-    """cached-reply for a reply that differs, unreported-logprobs when every failing reply has the
-    reference's tokens and leaves out top-k the reference reports (the engine left out the probabilities,
-    e.g. llama.cpp b8672 with speculative decoding on), missed-reuse when nothing failed but a length
-    went without a hit."""
+    """cached-reply for a reply that differs, unreported-logprobs when every failing one only leaves out
+    top-k the reference reports (llama.cpp b8672 with speculative decoding), missed-reuse for a length
+    without a hit."""
     failing = [(want, got) for length, want, got in obs.replies if length in j.failed_at]
     failing += j.eos_failed
     if failing and all(unreported_logprobs(want, got) for want, got in failing):
         return "unreported-logprobs"
     return "cached-reply" if j.failures else "missed-reuse" if j.no_hit else None
-
-
-def _problems(j: Judgement) -> list[str]:
-    problems = list(j.failures)
-    if j.no_hit:
-        problems.append(f"no cache hit at length(s) {', '.join(map(str, j.no_hit))}: not exercised there")
-    ref_hits = [r["prefix_length"] for r in j.rows if r["reference_cached_tokens"]]
-    if ref_hits:
-        problems.append(
-            f"the reference server reused cached tokens at length(s) {', '.join(map(str, ref_hits))}: "
-            "it must run with its cache off to be the oracle"
-        )
-    return problems
 
 
 def _evidence(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j: Judgement) -> dict[str, Any]:
@@ -264,12 +255,9 @@ def _evidence(params: EnginePrefixParams, pair: EnginePair, obs: Observations, j
     return out
 
 
-@check("engine-prefix-parity", params=EnginePrefixParams)
-def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams) -> Outcome:
+@engine_check("engine-prefix-parity", params=EnginePrefixParams)
+def engine_prefix_parity(ctx: CheckContext, params: EnginePrefixParams, pair: EnginePair) -> Outcome:
     """A prefix hit in the engine gives the greedy tokens and logprobs of the same engine with no cache."""
-    pair = engine_pair(ctx, "engine-prefix-parity")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair)
     judgement = judge_lengths(ctx, obs)
     reusable = [r for r in judgement.rows if r["reusable"]]

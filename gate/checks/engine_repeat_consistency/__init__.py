@@ -1,22 +1,12 @@
 """engine-repeat-consistency: a hosted API whose cache cannot be switched off, judged by behaviour.
 
-A hosted API keeps its prompt cache on and offers no second deployment without it, so there is no
-no-cache server to compare with. What is left is behavioural. For each of `prompts` fresh prompts
-(seeded token ids never sent before, so the first request must be cold; the reply's reported
-cache-read tokens must say 0), the check sends the prompt cold, then `distractors` requests that
-share its first part, insert fresh tokens and then continue with the rest of the prompt (they leave
-neighbouring state in the cache: a cache that keys on too little serves their state, and one that
-reuses chunks found after a mismatch, shifted to new positions, serves K/V computed in another
-context), then the prompt again `repeats` times. Every reply is compared with the cold one under the claim; the replies
-are split by the cache-read tokens they report, and a reply served from the cache that disagrees
-fails the check.
-
-It is weaker than engine-prefix-parity, and the dossier says so: the cold reply comes from the same
-deployment (a bug in the cold path is invisible), and an engine that is not deterministic at
-temperature 0 cannot be judged at all (disagreement among uncached replies makes the check
-unproven, never a failure blamed on the cache). Proof of exercise is the engine's own report of
-cache-read tokens on the repeats; an engine that never reports a hit is an error ("the cache never
-hit"). Only the candidate is sent requests; the reference is not used.
+For each of `prompts` fresh prompts (seeded token ids never sent before, so the first request is
+cold) the check sends the prompt cold, then `distractors` requests that share its first part, insert
+fresh tokens and continue with the rest (a cache that keys on too little, or reuses chunks found
+after a mismatch at new positions, serves their state), then the prompt `repeats` times. The replies
+are split by the cache-read tokens they report; disagreement among uncached ones makes the check
+unproven. Proof of exercise: the engine's reported cache-read tokens on the repeats (never any: an
+error). Only the candidate is sent requests.
 """
 
 from __future__ import annotations

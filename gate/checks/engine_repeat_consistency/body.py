@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._engine import (
-    Judged,
+    EnginePair,
     clip_lengths,
-    engine_pair,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -19,7 +19,7 @@ from gate.checks._engine import (
 )
 from gate.checks._topk import worst
 from gate.checks.engine_repeat_consistency import EngineRepeatParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 
 if TYPE_CHECKING:
     from gate.protocols import EngineCompletion, EngineServing
@@ -71,22 +71,39 @@ def judge_prompts(ctx: CheckContext, obs: Observations) -> Judgement:
     """Every prompt's cache-read repeats against its clean cold reply, under the claim (pure)."""
     level, out = ctx.manifest.claim.level, Judgement()
     for p, (cold, repeats) in enumerate(obs.replies):
-        row, judged = _judge_prompt(ctx, p, cold, repeats)
-        out.rows.append(row)
+        judged = [judge(ctx, cold, r) for r in repeats]
+        reported = [r.cached_tokens for r in repeats]
+        uncached = [j for j, r in zip(judged, repeats, strict=True) if not r.cached_tokens]
+        disagree = sum(1 for j in uncached if j.failed)
+        out.rows.append(
+            {
+                "prompt": p,
+                "cold_cached_tokens": cold.cached_tokens,
+                "repeat_cached_tokens": reported,
+                "hit_repeats": None if all(c is None for c in reported) else sum(1 for c in reported if c),
+                "uncached_repeats": len(uncached),
+                "uncached_disagree": disagree,
+                "max_abs_dlogprob": worst(j.comparison.max_abs_delta for j in judged),
+                "repeats": [
+                    {"repeat": i, "cached_tokens": r.cached_tokens, **j.row()}
+                    for i, (j, r) in enumerate(zip(judged, repeats, strict=True))
+                ],
+            }
+        )
         out.hit_replies += [r for r in repeats if r.cached_tokens]
         where = f"prompt {p}"
-        if row["cold_cached_tokens"]:
+        if cold.cached_tokens:
+            out.unjudged.append(f"{where}: its first request already read {cold.cached_tokens} tokens from a cache")
+        elif disagree:
             out.unjudged.append(
-                f"{where}: its first request already read {row['cold_cached_tokens']} tokens from a cache"
-            )
-        elif row["uncached_disagree"]:
-            out.unjudged.append(
-                f"{where}: {row['uncached_disagree']} of {row['uncached_repeats']} uncached repeats disagree with "
+                f"{where}: {disagree} of {len(uncached)} uncached repeats disagree with "
                 "the cold reply (the engine is not deterministic at temperature 0)"
             )
-        if row["cold_cached_tokens"] or row["uncached_disagree"]:
+        if cold.cached_tokens or disagree:
             continue  # no clean cold reply to judge this prompt's cached replies against
-        for index, verdict in judged:
+        for index, (verdict, r) in enumerate(zip(judged, repeats, strict=True)):
+            if not r.cached_tokens:
+                continue
             out.widest = max(out.widest, verdict.comparison.tolerance)
             if verdict.failed:
                 out.problems.append(f"{where}, repeat {index} (cache-read): {failure_words(level, verdict)}")
@@ -105,7 +122,21 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
         "max_abs_dlogprob": worst(float(row["max_abs_dlogprob"]) for row in j.rows),
     }
     exercise = {"cache_read_repeats": hits, "cache_read_tokens": sum(int(r.cached_tokens or 0) for r in j.hit_replies)}
-    seen: dict[str, Any] = {"metrics": metrics, "evidence": _evidence(params, obs, j), "exercise": exercise}
+    evidence = {
+        "weaker_test": (
+            "behavioural: cold and cached replies come from one deployment whose cache cannot be switched off; "
+            "a bug in the cold path is invisible and nondeterminism makes the check unproven"
+        ),
+        "schedule": {
+            "distractors": params.distractors,
+            "inserted": params.inserted,
+            "repeats": params.repeats,
+            "shared_prefix": obs.head,
+        },
+        "prompts": j.rows,
+        "server": obs.server,
+    }
+    seen: dict[str, Any] = {"metrics": metrics, "evidence": evidence, "exercise": exercise}
     seen["observation"] = observation(j.hit_replies)
     seen["tolerated_change"] = tolerated_change(ctx.manifest.claim.level, j.widest)
     if j.problems:
@@ -124,29 +155,9 @@ def explain(ctx: CheckContext, params: EngineRepeatParams, obs: Observations, j:
     return Outcome("pass", message, **seen)
 
 
-def _evidence(params: EngineRepeatParams, obs: Observations, j: Judgement) -> dict[str, Any]:
-    return {
-        "weaker_test": (
-            "behavioural: cold and cached replies come from one deployment whose cache cannot be switched off; "
-            "a bug in the cold path is invisible and nondeterminism makes the check unproven"
-        ),
-        "schedule": {
-            "distractors": params.distractors,
-            "inserted": params.inserted,
-            "repeats": params.repeats,
-            "shared_prefix": obs.head,
-        },
-        "prompts": j.rows,
-        "server": obs.server,
-    }
-
-
-@check("engine-repeat-consistency", params=EngineRepeatParams)
-def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> Outcome:
+@engine_check("engine-repeat-consistency", params=EngineRepeatParams)
+def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams, pair: EnginePair) -> Outcome:
     """The same greedy request, cold and served from the engine's cache, gives the same reply."""
-    pair = engine_pair(ctx, "engine-repeat-consistency")
-    if isinstance(pair, Outcome):
-        return pair
     obs = measure(ctx, params, pair.candidate, pair.top_k)
     judgement = judge_prompts(ctx, obs)
     require_hits(
@@ -154,27 +165,3 @@ def engine_repeat_consistency(ctx: CheckContext, params: EngineRepeatParams) -> 
         f"on any of the {params.prompts * params.repeats} repeats",
     )
     return explain(ctx, params, obs, judgement)
-
-
-def _judge_prompt(
-    ctx: CheckContext, index: int, cold: EngineCompletion, repeats: list[EngineCompletion]
-) -> tuple[dict[str, Any], list[tuple[int, Judged]]]:
-    """One prompt's repeats against its cold reply: the evidence row and each cache-read repeat's judgement."""
-    judged = [(i, judge(ctx, cold, r)) for i, r in enumerate(repeats)]
-    reported = [r.cached_tokens for r in repeats]
-    uncached = [j for (i, j), r in zip(judged, repeats, strict=True) if not r.cached_tokens]
-    row = {
-        "prompt": index,
-        "cold_cached_tokens": cold.cached_tokens,
-        "repeat_cached_tokens": reported,
-        "hit_repeats": None if all(c is None for c in reported) else sum(1 for c in reported if c),
-        "uncached_repeats": len(uncached),
-        "uncached_disagree": sum(1 for j in uncached if j.failed),
-        "max_abs_dlogprob": worst(j.comparison.max_abs_delta for _, j in judged),
-        "repeats": [
-            {"repeat": i, "cached_tokens": r.cached_tokens, **j.row()}
-            for (i, j), r in zip(judged, repeats, strict=True)
-        ],
-    }
-    hit = [(i, j) for (i, j), r in zip(judged, repeats, strict=True) if r.cached_tokens]
-    return row, hit

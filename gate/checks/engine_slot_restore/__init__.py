@@ -1,19 +1,14 @@
 """engine-slot-restore: a slot saved to a file and restored continues as the reference answers alone.
 
-Where the engine saves and restores slots (llama.cpp `--slot-save-path DIR`; gate.adapters.openai.slots),
-on a server gate launched:
+Where the engine saves and restores slots (gate.adapters.openai.slots), on a server gate launched:
 
-1. same server: prompt P is sent to slot A, A is saved, unrelated prompts overwrite A and another slot
-   B, the file is restored into A and into B, and P plus a suffix is continued on each; every
-   continuation must equal the reference server's answer to the same full prompt alone, under the claim;
-2. after a restart: a new candidate process (it never saw P) gets the file, a slot is overwritten, the
-   file restored into it and P plus the suffix continued: judged the same way, and the reply's count
-   of reused prompt tokens proves the restored state was used (none: unproven);
-3. malformed state, on the restarted server: truncated copies of the file (half its size, and less
-   `tail_cuts` bytes) must each be refused, then P plus the suffix answered as the reference does; a
-   server that dies on one fails (class `crash`), one that accepts it warns (`malformed-state`).
+1. same server: prompt P to slot A, A saved, A and another slot B overwritten, the file restored
+   into each and P plus a suffix continued;
+2. after a restart: a new candidate process (it never saw P) restores the file and continues; its
+   count of reused prompt tokens proves the restored state was used (none: unproven);
+3. truncated copies of the file (half its size, and less `tail_cuts` bytes) must each be refused.
 
-A control run does step 1 only. A server without slot files skips the check, `absent: slot-files`.
+A control run does step 1 only.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate._util.text import one_line
-from gate.checks._diagnosis import BUG_CLASSES
 from gate.checks._engine import (
     EnginePair,
-    engine_pair,
+    bug_diagnosis,
+    engine_check,
     failure_words,
     judge,
     observation,
@@ -21,7 +21,7 @@ from gate.checks._engine import (
     seeded_prompt,
 )
 from gate.checks.engine_slot_restore import EngineSlotRestoreParams
-from gate.core.check import CheckContext, Outcome, check
+from gate.core.check import CheckContext, Outcome
 from gate.errors import EngineBadReply, SubjectCrash
 from gate.protocols import slot_files_absent, slot_store_of
 
@@ -38,15 +38,18 @@ def slot_store(server: EngineServer) -> SlotStore | str:
 
 
 @dataclass(frozen=True)
-class Prompts:
-    """The saved prompt, the full prompt continued after a restore, and the unrelated overwrites."""
+class Run:
+    """What every request of the check asks: the saved prompt, the full prompt continued after a restore,
+    the unrelated overwrites; the tokens and top-k."""
 
     saved: list[int]
     full: list[int]
     others: list[list[int]]
+    new_tokens: int
+    top_k: int
 
 
-def prompts(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int) -> Prompts:
+def _run(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int, top_k: int) -> Run:
     saved = seeded_prompt(vocab, length, seed * 32452843 + 11)
     full = saved + seeded_prompt(vocab, params.suffix, seed * 32452843 + 13)
     others = []
@@ -55,7 +58,7 @@ def prompts(vocab: int, length: int, params: EngineSlotRestoreParams, seed: int)
         if other[0] == saved[0]:  # shares no first token: any reuse of `full` is the restored state's
             other[0] = 3 + (saved[0] - 2) % (vocab - 3)
         others.append(other)
-    return Prompts(saved, full, others)
+    return Run(saved, full, others, params.new_tokens, top_k)
 
 
 @dataclass
@@ -96,37 +99,24 @@ class Measured:
     host_tiers: list[str]
 
 
-@dataclass(frozen=True)
-class Run:
-    """What every request of the check asks for."""
-
-    params: EngineSlotRestoreParams
-    new_tokens: int
-    top_k: int
-
-
-def _restore(store: SlotStore, server: EngineServer, p: Prompts, slot: int, where: str, run: Run) -> Restore:
+def _restore(store: SlotStore, server: EngineServer, run: Run, slot: int, where: str) -> Restore:
     out = Restore(where, slot)
     try:
         out.engine = store.restore(slot, FILE)
     except EngineBadReply as err:
         out.refused = one_line(err, 300)
         return out
-    out.reply = server.complete(p.full, run.new_tokens, run.top_k, store.pinned(slot))
+    out.reply = server.complete(run.full, run.new_tokens, run.top_k, store.pinned(slot))
     return out
 
 
-def _cuts(size: int, params: EngineSlotRestoreParams) -> list[tuple[str, int]]:
-    cuts = [(f"cut to half ({size // 2} of {size} bytes)", size // 2)]
-    cuts += [(f"less its last {n} byte{'s' if n > 1 else ''}", size - n) for n in params.tail_cuts if 0 < n < size]
-    return cuts
-
-
-def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, run: Run) -> list[Malformed]:
+def _malformed(store: SlotStore, server: EngineServer, run: Run, data: bytes, tail_cuts: list[int]) -> list[Malformed]:
     """Each truncated copy restored into the last slot, then the full prompt sent there; stops at a crash."""
-    slot = store.slots - 1
+    slot, whole = store.slots - 1, len(data)
+    cuts = [(f"cut to half ({whole // 2} of {whole} bytes)", whole // 2)]
+    cuts += [(f"less its last {n} byte{'s' if n > 1 else ''}", whole - n) for n in tail_cuts if 0 < n < whole]
     out = []
-    for i, (cut, size) in enumerate(_cuts(len(data), run.params)):
+    for i, (cut, size) in enumerate(cuts):
         name = f"gate-slot-truncated-{i}.bin"
         (store.directory / name).write_bytes(data[:size])
         seen = Malformed(cut, size, slot)
@@ -140,7 +130,7 @@ def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, 
             seen.outcome, seen.detail, seen.crash = "crashed", one_line(crash, 600), crash
             break
         try:
-            seen.after = server.complete(p.full, run.new_tokens, run.top_k, store.pinned(slot))
+            seen.after = server.complete(run.full, run.new_tokens, run.top_k, store.pinned(slot))
         except SubjectCrash as crash:
             seen.outcome, seen.detail, seen.crash = "crashed", f"{seen.outcome}, then {one_line(crash, 300)}", crash
             break
@@ -148,8 +138,7 @@ def _malformed(store: SlotStore, server: EngineServer, p: Prompts, data: bytes, 
 
 
 def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Measured | str:
-    """Steps 1-3 (the module's docstring); a string: why the candidate offers no slot files. The files
-    gate wrote are removed afterwards (a slot directory the manifest names may be the user's own)."""
+    """Steps 1-3, or why the candidate offers no slot files; the files gate wrote are removed afterwards."""
     dirs: list[Path] = []
     try:
         return _measure(ctx, params, pair, dirs)
@@ -161,7 +150,6 @@ def measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair
 
 
 def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair, dirs: list[Path]) -> Measured | str:
-    run = Run(params, params.new_tokens, pair.top_k)
     limit = min(pair.reference.max_len, pair.candidate.max_len)
     length = max(2, min(params.length, limit - params.suffix - params.new_tokens - 1))
     with pair.reference.serve(label="reference") as ref, pair.candidate.serve(label="candidate") as cand:
@@ -170,17 +158,17 @@ def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePai
             return store
         dirs.append(store.directory)
         vocab = same_vocabulary(ref, cand) or pair.candidate.vocab_size
-        p = prompts(vocab, length, params, ctx.seed)
-        want = ref.complete(p.full, run.new_tokens, run.top_k)
+        run = _run(vocab, length, params, ctx.seed, pair.top_k)
+        want = ref.complete(run.full, run.new_tokens, run.top_k)
         a, b = 0, store.slots - 1
-        cand.complete(p.saved, run.new_tokens, run.top_k, store.pinned(a))
+        cand.complete(run.saved, run.new_tokens, run.top_k, store.pinned(a))
         saved = store.save(a, FILE)
         data = (store.directory / FILE).read_bytes()
-        for slot, other in zip(sorted({a, b}), p.others, strict=False):
+        for slot, other in zip(sorted({a, b}), run.others, strict=False):
             cand.complete(other, run.new_tokens, run.top_k, store.pinned(slot))
-        restores = [_restore(store, cand, p, a, f"slot {a}, same server", run)]
+        restores = [_restore(store, cand, run, a, f"slot {a}, same server")]
         if b != a:
-            restores.append(_restore(store, cand, p, b, f"slot {b} (another slot), same server", run))
+            restores.append(_restore(store, cand, run, b, f"slot {b} (another slot), same server"))
         servers = {"reference": ref.evidence(), "candidate": cand.evidence()}
         host_tiers = cand.unreset_tiers()
     if ctx.control:  # a control needs the comparison to see its fault, not another start: no restart
@@ -193,11 +181,11 @@ def _measure(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePai
         target = store2.directory / FILE
         if target.resolve() != (store.directory / FILE).resolve():
             shutil.copyfile(store.directory / FILE, target)
-        fresh.complete(p.others[-1], run.new_tokens, run.top_k, store2.pinned(a))
-        after_restart = _restore(store2, fresh, p, a, f"slot {a}, a restarted server", run)
+        fresh.complete(run.others[-1], run.new_tokens, run.top_k, store2.pinned(a))
+        after_restart = _restore(store2, fresh, run, a, f"slot {a}, a restarted server")
         after_restart.attributable = True
         restores.append(after_restart)
-        malformed = _malformed(store2, fresh, p, data, run) if params.malformed else []
+        malformed = _malformed(store2, fresh, run, data, params.tail_cuts) if params.malformed else []
         servers["candidate_restarted"] = fresh.evidence()
     return Measured(want, length, saved, len(data), restores, malformed, servers, host_tiers)
 
@@ -207,10 +195,6 @@ def _death(crash: SubjectCrash) -> str:
     words = f"exit status {crash.where.get('exit_status')}"
     found = re.search(r"GGML_ASSERT\(.*?\) failed|Assertion .*? failed", str(crash.error))
     return words + (f", {found.group(0)}" if found else "")
-
-
-def _class(name: str, problems: list[str]) -> dict[str, Any]:
-    return {"problems": problems, "bug_class": name, "explanation": BUG_CLASSES[name]}
 
 
 def explain(ctx: CheckContext, m: Measured) -> Outcome:
@@ -233,7 +217,7 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         if judged.failed:
             problems.append(f"{r.where}: the continuation after the restore differs: {failure_words(level, judged)}")
     if problems:
-        diagnosis = _class("restored-state", list(problems))
+        diagnosis = bug_diagnosis("restored-state", list(problems))
     bad_files: list[str] = []
     crash = None
     for x in m.malformed:
@@ -258,7 +242,7 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
     elif crash is not None:
         diagnosis = {**crash.diagnosis(), "problems": findings}
     elif findings and diagnosis is None:
-        diagnosis = _class("malformed-state", findings)
+        diagnosis = bug_diagnosis("malformed-state", findings)
     # the proof: the restarted server's reuse (nothing else there held the prompt); a control run has no
     # restart, and its same-server reuse stands in (a control needs the fault seen, not the path proven)
     proof = [r.reply for r in m.restores if r.reply is not None and (r.attributable or ctx.control)]
@@ -278,12 +262,11 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
         "exercise": {"restored_tokens_reused_after_restart": reused},
         "observation": observation(observed),
     }
-    if problems:  # wrong output: a restore that does not continue as the reference, or corrupt state served
-        assert diagnosis is not None
-        return Outcome("fail", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
-    if bad_files:  # no wrong output, but a truncated file was not refused: a finding about the build, amber
-        assert diagnosis is not None
-        return Outcome("warn", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis)
+    if findings:  # wrong output fails (a restore unlike the reference, corrupt state served); a truncated file
+        # not refused, with no wrong output, is a finding about the build: amber
+        return Outcome(
+            "fail" if problems else "warn", "; ".join(findings), **seen, detected_at=m.length, diagnosis=diagnosis
+        )
     if not reused:
         return Outcome(
             "unproven",
@@ -305,13 +288,10 @@ def explain(ctx: CheckContext, m: Measured) -> Outcome:
     return Outcome("pass", "; ".join(words), **seen)
 
 
-@check("engine-slot-restore", params=EngineSlotRestoreParams)
-def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams) -> Outcome:
+@engine_check("engine-slot-restore", params=EngineSlotRestoreParams)
+def engine_slot_restore(ctx: CheckContext, params: EngineSlotRestoreParams, pair: EnginePair) -> Outcome:
     """A slot saved to a file and restored (same slot, another slot, after a restart) continues as the
     reference answers alone; a truncated file is refused, never served or crashed on."""
-    pair = engine_pair(ctx, "engine-slot-restore")
-    if isinstance(pair, Outcome):
-        return pair
     declined = slot_files_absent(pair.candidate)
     measured = measure(ctx, params, pair) if declined is None else declined  # no server starts to learn it
     if isinstance(measured, str):
