@@ -93,9 +93,7 @@ def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.T
     """The `cache_position` of a batch whose rows count positions from their own first token: the
     cache columns `start .. start + n - 1` (not the first row's positions, which `forward` would
     send) before 5.4; None from 5.4."""
-    if not cache_api(model).takes_cache_position:
-        return None
-    return torch.arange(start, start + n, device=device)
+    return torch.arange(start, start + n, device=device) if cache_api(model).takes_cache_position else None
 
 
 def forward(
@@ -145,16 +143,12 @@ def _seen(cache: Any | None) -> int:
 def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
     """The forward arguments through which `forward()` hands a session's position count to the model:
     `position_ids`, plus `cache_position` where the installed forward takes it (5.2-5.3)."""
-    if cache_api(model).takes_cache_position:
-        return ("position_ids", "cache_position")
-    return ("position_ids",)
+    return ("position_ids", "cache_position") if cache_api(model).takes_cache_position else ("position_ids",)
 
 
 def probe_supported() -> bool:
-    """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
-    is validated here: the 5.24 masking API, which counts query positions from the cache. Earlier
-    versions build the mask from `cache_position` with other conventions, where the probe would give
-    wrong answers, so it is not offered (mask-oracle then skips, saying why)."""
+    """Whether the attention probe is validated here: the 5.24 masking API, which counts query positions
+    from the cache (earlier ones build the mask from `cache_position`, where the probe would be wrong)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
 
 
@@ -175,19 +169,12 @@ def causal_mask(
 ) -> Any:
     """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`: 5.24 names
     it `cache` and counts positions from it; before, `past_key_values`, positions as `cache_position`."""
-    params = inspect.signature(make).parameters
-    kwargs: dict[str, Any] = {
-        "config": config,
-        "inputs_embeds": inputs_embeds,
-        "attention_mask": attention_mask,
-        "position_ids": positions,
-    }
-    if "cache" in params:
-        kwargs["cache"] = cache
-    else:
-        kwargs["past_key_values"] = cache
-        kwargs["cache_position"] = positions[0]
-    return make(**kwargs)
+    kwargs: dict[str, Any] = {"cache": cache}
+    if "cache" not in inspect.signature(make).parameters:
+        kwargs = {"past_key_values": cache, "cache_position": positions[0]}
+    return make(
+        config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=positions, **kwargs
+    )
 
 
 def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[int, int]:
@@ -215,17 +202,14 @@ def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
         cache.reorder_cache(beam_idx)
 
 
-def keep_counter(cache: Any, length: int) -> bool:
+def keep_counter(cache: Any, length: int) -> None:
     """Set a cache's position counter back to `length` after a reset zeroed its K/V (the reset-state
-    bug, planted in the library's own object). False where the length is not a counter (before 5.15
-    a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
-    changed = False
+    bug, planted in the library's own object), where the length is a counter (not before 5.15 for a
+    StaticLayer, which counts nonzero slots, nor for a DynamicLayer, whose length is its tensors)."""
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)
         if isinstance(counter, torch.Tensor):
             counter.fill_(length)
-            changed = True
-    return changed
 
 
 def seq_length(cache: Any) -> int:
@@ -265,13 +249,12 @@ def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
 def can_drop(cache: Any, n: int) -> bool:
     """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago (a sliding layer
     past its window has evicted what that state held)."""
-    if n <= 0:
-        return True
-    for layer in cache.layers:
-        window = getattr(layer, "sliding_window", None)
-        if getattr(layer, "is_sliding", False) and window and int(layer.get_seq_length()) >= window:
-            return False
-    return True
+    return n <= 0 or not any(
+        getattr(layer, "is_sliding", False)
+        and (window := getattr(layer, "sliding_window", None))
+        and int(layer.get_seq_length()) >= window
+        for layer in cache.layers
+    )
 
 
 # ---- cache construction ---------------------------------------------------------------------------
@@ -308,9 +291,8 @@ def quantized_cache(
                 f"transformers {transformers.__version__} has no fp8 QuantizedCache backend "
                 "(Fp8QuantizedLayer arrived in 5.21)"
             )
-        return _refused_unavailable(lambda: cache_utils.QuantizedCache(backend="fp8", config=config))
-    package = {"quanto": "optimum-quanto", "hqq": "hqq"}[backend]
-    module = {"quanto": "optimum.quanto", "hqq": "hqq"}[backend]
+        return _new_quantized(backend="fp8", config=config)
+    package, module = {"quanto": ("optimum-quanto", "optimum.quanto"), "hqq": ("hqq", "hqq")}[backend]
     try:
         __import__(module)
     except ImportError as err:
@@ -318,19 +300,14 @@ def quantized_cache(
             f"QuantizedCache backend {backend!r} needs the {package} package (pip install {package}): {err}"
         ) from err
     kwargs = {"nbits": nbits, "residual_length": residual_length, "q_group_size": q_group_size}
-    return _refused_unavailable(
-        lambda: cache_utils.QuantizedCache(
-            backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None}
-        )
-    )
+    return _new_quantized(backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None})
 
 
-def _refused_unavailable(make: Any) -> Any:
-    """Build a quantized cache; where transformers refuses this model (5.24: "QuantizedCache is only
-    supported for models with only full attention layers", for a model with sliding layers), that is
+def _new_quantized(**kwargs: Any) -> Any:
+    """A QuantizedCache; where transformers refuses this model (5.24: a model with sliding layers),
     AdapterUnavailable in the library's words: this release offers no such cache for it."""
     try:
-        return make()
+        return cache_utils.QuantizedCache(**kwargs)
     except ValueError as err:
         raise AdapterUnavailable(
             f"transformers {transformers.__version__} has no QuantizedCache for this model: {err}"
@@ -358,19 +335,13 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 def cache_bytes(cache: Any) -> int:
     """Bytes the cache holds: allocated K/V (all slots for a static cache), quantized payloads,
     scales and zero points, and residual full-precision tokens."""
-    seen: set[int] = set()
-    total = 0
+    unique: dict[int, torch.Tensor] = {}  # by storage: a tensor held twice counts once
     for layer in cache.layers:
         for name, value in vars(layer).items():
-            if name in ("device", "_sliding_window_tensor", "cumulative_length"):
-                continue
-            for tensor in _tensors(value):
-                key = tensor.data_ptr() if tensor.numel() else id(tensor)
-                if key in seen:
-                    continue
-                seen.add(key)
-                total += tensor.numel() * tensor.element_size()
-    return total
+            if name not in ("device", "_sliding_window_tensor", "cumulative_length"):
+                for tensor in _tensors(value):
+                    unique.setdefault(tensor.data_ptr() if tensor.numel() else id(tensor), tensor)
+    return sum(tensor.numel() * tensor.element_size() for tensor in unique.values())
 
 
 def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -378,9 +349,7 @@ def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     layer = cache.layers[layer_idx]
     keys, values = layer.keys, layer.values
     if isinstance(layer, cache_utils.StaticLayer):
-        length = int(layer.get_seq_length())
-        window = getattr(layer, "sliding_window", None) or layer.max_cache_len
-        keep = min(length, window)
+        keep = min(int(layer.get_seq_length()), getattr(layer, "sliding_window", None) or layer.max_cache_len)
         return keys[:, :, :keep], values[:, :, :keep]
     quantized_keys = getattr(layer, "_quantized_keys", None)
     if quantized_keys is not None:

@@ -2,11 +2,8 @@
 
 A fault never edits transformers code: it is a `Tamper` the session consults where a serving engine
 makes its own decisions (which positions to send, which cache handle to pass, which weights were live
-when the cache was filled, what reset clears). The names are shared with the reference adapter.
-
-Some controls are inert on some versions (from 5.4 a `cache_position` passed to forward is swallowed
-by `**kwargs`): the control engine then sees identical observations and reports the control as
-unobservable instead of counting a detection (gate/engine/controls.py).
+when the cache was filled, what reset clears). The names are shared with the reference adapter. A
+control inert on some versions is reported unobservable there (gate/engine/controls.py).
 """
 
 from __future__ import annotations
@@ -84,10 +81,10 @@ class Tamper:
         return mask
 
     def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
-        """Called before a call runs `n` tokens against the session's cache."""
+        pass
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
-        """Called after a call wrote `n` tokens into the session's cache."""
+        pass
 
     @contextmanager
     def weights(self, phase: str, model: Any) -> Iterator[None]:
@@ -95,7 +92,6 @@ class Tamper:
         yield
 
     def reset(self, session: TamperedSession) -> None:
-        """A reset between two requests: K/V and position state."""
         session.clear_cache()
         session.pos = 0
 
@@ -104,12 +100,11 @@ class Tamper:
         session.clear_slot(slot)
 
     def generate_cache(self, session: TamperedSession) -> Any:
-        """What a request's first generate call is handed as its cache: None, so generate builds one
-        from the shared GenerationConfig (the session keeps the cache generate returns)."""
+        """What a request's first generate call is handed as its cache: None, so generate builds one."""
         return None
 
     def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
-        """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
+        """Beam search reselects its beams: the cache's rows follow `beam_idx`."""
         compat.reorder_cache(session.cache, beam_idx)
 
 
@@ -159,9 +154,8 @@ class CrossRequestHandle(Tamper):
     name = "cross-request-handle"
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
-        if phase != "prefill" or n == 0:
-            return
-        session.cache = session.other_request_cache()
+        if phase == "prefill" and n:
+            session.cache = session.other_request_cache()
 
 
 class StaleWeights(Tamper):
@@ -329,8 +323,7 @@ BEAM_FAULTS = ("beams-not-reordered",)
 """Faults that only a beam path (option `beams`) can show."""
 
 REUSE_FAULTS = ("attention-left-paged",)
-"""Faults that only a reused path (option `reuse_after`) can show: state the batch left on the model
-object (gate/adapters/hf/reuse.py plants them on a copy of the model; no session tamper)."""
+"""Faults that only a reused path (option `reuse_after`) can show (reuse.py plants them; no tamper)."""
 
 
 FAULTS: dict[str, type[Tamper]] = {str(cls.name): cls for cls in Tamper.__subclasses__()}
@@ -344,9 +337,8 @@ def tamper(name: str | None) -> Tamper:
 
 class ShortContextEmptied(Tamper):
     """A press's kept count rounds a short context down to nothing (kvpress 0.5.4, before PR #264:
-    `int(k_len * (1 - ratio))` pairs kept, 0 for a one-token prompt at ratio 0.5): after a prefill
-    whose count rounds to 0, every pair is dropped and the cache is left empty, with no error,
-    while the position counter goes on. A fault of the kvpress path only (PRESS_FAULTS)."""
+    `int(k_len * (1 - ratio))` pairs kept): the cache is left empty, with no error, while the position
+    counter goes on."""
 
     name = "short-context-emptied"
 
@@ -357,5 +349,4 @@ class ShortContextEmptied(Tamper):
 
 
 PRESS_FAULTS: dict[str, type[Tamper]] = {str(ShortContextEmptied.name): ShortContextEmptied}
-"""Faults that only a press path (option `press`, gate/adapters/hf/kvpress_path.py) applies: not in
-FAULTS, so no other hf path offers them."""
+"""Faults that only a press path applies: not in FAULTS, so no other hf path offers them."""

@@ -61,8 +61,7 @@ class GeneratePath(HFPath):
         return self.shared, {}
 
     def _cache_settings(self) -> dict[str, Any]:
-        """What names the cache generate builds: `cache_implementation`, `cache_config` (a new dict
-        of the option's) and, for static, `max_cache_len` (AdapterUnavailable before 5.13)."""
+        """What names the cache generate builds (`cache_config` a new dict of the option's)."""
         settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
         if self.options.cache_config is not None:
             settings["cache_config"] = dict(self.options.cache_config)
@@ -79,10 +78,9 @@ class GeneratePath(HFPath):
     def cache_config_now(self) -> list[str] | None:
         """generate-cache: the keys of the `cache_config` the path hands generate, as generate left
         them (None before the first call, or without a cache_config)."""
-        if self.keywords is not None:
-            config = self.keywords.get("cache_config")
-        else:
-            config = getattr(self.shared, "cache_config", None)
+        config = (
+            getattr(self.shared, "cache_config", None) if self.keywords is None else self.keywords.get("cache_config")
+        )
         return sorted(config) if isinstance(config, dict) else None
 
     def libraries(self) -> tuple[str, ...]:
@@ -111,8 +109,7 @@ class GeneratePath(HFPath):
     def layout_edges(self) -> dict[str, tuple[int, ...]]:
         if self.kind != "generate-paged":
             return super().layout_edges()
-        page = self.options.page_size
-        return {"page": tuple(range(page, self.max_len, page))}
+        return {"page": tuple(range(self.options.page_size, self.max_len, self.options.page_size))}
 
     def replay(self, history: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         """Run each row of `history` [B, L] as one request through continuous batching, one page of
@@ -248,19 +245,15 @@ class PagedSession(HistorySession):
         self.pos += n
         return logits
 
-    def kv_bytes(self) -> int:
-        """Bytes of K/V the request's pages hold (whole pages, every layer, the model's dtype)."""
+    def exercise(self) -> dict[str, Any]:
         layers, kv_heads, head_dim = kv_shape(self.model)
         page = self.paged.options.page_size
-        pages = -(-int(self.history.shape[1]) // page)
-        itemsize = int(self.model.dtype.itemsize)
-        return 2 * layers * pages * page * kv_heads * head_dim * itemsize * self.batch_size
-
-    def exercise(self) -> dict[str, Any]:
+        pages = -(-int(self.history.shape[1]) // page)  # whole pages, every layer, the model's dtype
+        kv_bytes = 2 * layers * pages * page * kv_heads * head_dim * int(self.model.dtype.itemsize) * self.batch_size
         return {
             "cache_len": int(self.history.shape[1]),
             "cached_steps": self.cached_steps,
-            "cache_bytes": self.kv_bytes(),
+            "cache_bytes": kv_bytes,
             "tokens_seen": self.pos,
             "forward_calls": self.forward_calls,
             "generate_batch_calls": self.calls,

@@ -1,10 +1,8 @@
 """DecodePath implementations over one transformers model.
 
-`HFPath` is the path a manifest names: its `kind` picks the cache (or the generation loop) a session
-runs through, and `with_fault` returns a copy whose sessions consult a fault's `Tamper`. The model is
-shared between a path and its faulty copies (a fault never edits weights for good: stale-weights
-restores them after each prefill); the reference and candidate of a run are built separately and
-never share a model.
+`HFPath.kind` picks the cache (or the generation loop) a session runs through; `with_fault` returns a
+copy whose sessions consult a fault's `Tamper` and share its model (a fault never edits weights for
+good); the reference and candidate of a run never share a model.
 """
 
 from __future__ import annotations
@@ -43,13 +41,10 @@ CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", 
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
 
 PADDED_KINDS = ("dynamic", "static", "offloaded")
-"""Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
-attention mask and per-row position ids through the model's own mask builder."""
-
+"""Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions)."""
 
 CONTINUOUS_KINDS = ("dynamic",)
-"""Kinds that batch continuously (gate.protocols.ContinuousBatching): requests join and leave one
-running batch whose every step is one forward of the model with a DynamicCache."""
+"""Kinds that batch continuously (gate.protocols.ContinuousBatching)."""
 
 
 def pure_rotary(model: Any) -> bool:
@@ -97,22 +92,17 @@ class HFPath:
     # ---- DecodePath -----------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        """Model identity (config hash, weights sha256, transformers version) plus this path's kind."""
         record = dict(self.loaded.identity)
         record["path"] = self.kind
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
-        if self.options.beams:
-            record["beams"] = self.options.beams
-        if self.options.reuse_after:
-            record["reuse_after"] = self.options.reuse_after
+        record.update({name: value for name in ("beams", "reuse_after") if (value := getattr(self.options, name))})
         return record
 
     def libraries(self) -> tuple[str, ...]:
-        """The distributions whose code this path runs (their versions go into the identity, so runs
-        on releases with and without a bug in one of them are told apart): transformers and torch,
-        accelerate (transformers' device placement), and the quantized cache's backend package."""
+        """The distributions whose code this path runs (their versions go into the identity): accelerate
+        is transformers' device placement."""
         backend = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(str(self.options.backend), ())
         return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
@@ -128,7 +118,7 @@ class HFPath:
         return {}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
+        """One full causal pass, no cache: logits [B, T, V] float32."""
         self.reuse()
         with torch.no_grad():
             logits: torch.Tensor = compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
@@ -157,8 +147,7 @@ class HFPath:
         return self.cache_faults() + self.reuse_faults()
 
     def reuse_faults(self) -> tuple[str, ...]:
-        """reuse_after: the state a batch can leave on the model object, where the release lets gate
-        plant it (a model whose attention implementation can be switched)."""
+        """reuse_after: the state a batch can leave on the model object, where the release lets gate plant it."""
         return REUSE_FAULTS if self.options.reuse_after and compat.can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
@@ -172,24 +161,19 @@ class HFPath:
         unsupported.add("stale-generate-cache")  # only generate-cache keeps a cache beside its config (generation.py)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
-        if (
-            self.kind == "quantized"
-            or self.kind == "sliding-window"
-            or getattr(self.model.config, "sliding_window", None)
-        ):
+        if self.kind in ("quantized", "sliding-window") or getattr(self.model.config, "sliding_window", None):
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
         return tuple(f for f in FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
-        """What carries a session's own position count into the model on this path (compat.position_inputs)."""
+        """What carries a session's own position count into the model on this path."""
         return compat.position_inputs(self.model)
 
     def invisible_faults(self) -> dict[str, str]:
-        """Faults that cannot change this path's outputs, from what the path feeds the model
-        (gate.protocols.FaultVisibility), each with the reason; where the count also goes in as
-        `cache_position` (5.2-5.3), or is the cache's own counter (generate), the fault is live."""
+        """Faults that cannot change this path's outputs, with the reason (gate.protocols.FaultVisibility);
+        where the count also goes in as `cache_position` or is the cache's own counter, the fault is live."""
         feeds = self.position_feeds()
         if "reset-keeps-position" not in self.faults() or feeds != ("position_ids",) or not pure_rotary(self.model):
             return {}
@@ -205,8 +189,7 @@ class HFPath:
 
     @property
     def padding_sides(self) -> tuple[str, ...]:
-        """Sides this path pads a batch on (none for generate-, prefix- and press-driven kinds, nor for
-        beams: a beam path's sessions are its beam search)."""
+        """Sides this path pads a batch on (none for beams: a beam path's sessions are its beam search)."""
         return ("left", "right") if self.kind in PADDED_KINDS and not self.options.beams else ()
 
     @property
@@ -230,8 +213,6 @@ class HFPath:
 
     @property
     def continuous_batching(self) -> bool:
-        """The dynamic path batches continuously: one forward of the model over the requests a step
-        feeds, their K/V laid out as a left-padded batch (gate.adapters.hf.continuous)."""
         return self.kind in CONTINUOUS_KINDS and not self.options.beams
 
     def new_continuous_session(self, slots: int) -> ContinuousHFSession:
@@ -256,9 +237,7 @@ class HFPath:
     def layout_edges(self) -> dict[str, tuple[int, ...]]:
         """Token counts where this path's cache changes shape, by kind (gate.protocols.LayoutEdges)."""
         found: dict[str, set[int]] = {}
-        window = getattr(self.model.config, "sliding_window", None)
-        if self.kind == "sliding-window":
-            window = self.window
+        window = self.window if self.kind == "sliding-window" else getattr(self.model.config, "sliding_window", None)
         if window:
             found["window"] = {int(window) - 1, int(window)}
         if self.kind in ("static", "generate-static") and self.options.max_cache_len:
@@ -295,10 +274,8 @@ class HFPath:
                 residual_length=options.residual_length,
                 q_group_size=options.q_group_size,
             )
-        if self.kind == "sliding-window":
-            if options.window is None:
-                return compat.dynamic_cache(config)  # the model's own sliding layers
-            return compat.sliding_cache(config, self.window)
+        if self.kind == "sliding-window":  # without `window`: the model's own sliding layers
+            return compat.dynamic_cache(config) if options.window is None else compat.sliding_cache(config, self.window)
         raise ValueError(f"path kind {self.kind!r} builds no cache of its own")
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
@@ -306,8 +283,6 @@ class HFPath:
         return nullcontext()
 
     def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
-        """Path-specific proof of exercise: bytes of a quantized cache, evictions of a window, hits,
-        and the batch a reused model object served first."""
         return {**(self.reused or {}), **self.kind_exercise(session)}
 
     def kind_exercise(self, session: CacheSession) -> dict[str, Any]:

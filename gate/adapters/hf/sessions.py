@@ -1,9 +1,8 @@
 """Sessions: one request's prefill and appends through a transformers cache.
 
-The position state is explicit, as in gpt-fast: the session counts the absolute position of the
-next token (`pos`) and sends it as `position_ids` (and as `cache_position` before 5.4), instead of
-letting the model infer it from the cache length. That is what makes presses and sliding windows
-(whose cache length is not the position) correct, and what a position fault tampers with.
+The position state is explicit, as in gpt-fast: the session counts the absolute position of the next
+token (`pos`) and sends it, instead of letting the model infer it from the cache length (which is not
+the position under presses and sliding windows).
 """
 
 from __future__ import annotations
@@ -44,19 +43,15 @@ class CacheSession:
     # ---- the Session protocol -------------------------------------------------------------------
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [B, T] -> logits [B, T, V] float32."""
         return self._step("prefill", tokens)
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [B, n] -> logits [B, n, V] float32, against everything seen so far."""
         return self._step("append", tokens)
 
     def reset(self) -> None:
-        """Forget the request: K/V and position state (unless a fault keeps one of them)."""
         self.tamper.reset(self)
 
     def exercise(self) -> dict[str, Any]:
-        """Proof the cache path ran: lengths, steps, bytes, and what kind of cache held them."""
         cache = self.cache
         record: dict[str, Any] = {
             "cache_len": compat.seq_length(cache) if cache is not None else 0,
@@ -88,7 +83,7 @@ class CacheSession:
         return decoy
 
     def _record_prefill(self, tokens: torch.Tensor) -> None:
-        """Remember the prompt and its positions (a cross-request fault replays another prompt)."""
+        """Remember the prompt and its positions (for other_request_cache)."""
         self.last_prefill = tokens
         self.prefill_positions = self._positions(tokens.shape[1])
 
@@ -114,8 +109,7 @@ class CacheSession:
 
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
-        true_positions = self._call_positions(phase, n)
-        positions = self.tamper.positions(phase, true_positions)
+        positions = self.tamper.positions(phase, self._call_positions(phase, n))
         self.pending_positions = positions
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         self.tamper.before_forward(phase, self, n)
@@ -134,7 +128,6 @@ class CacheSession:
         return logits
 
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
-        """Positions [B, n] of this call's tokens (a padded batch counts per row)."""
         return self._positions(n)
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
@@ -142,7 +135,6 @@ class CacheSession:
         return self.tamper.cache_position(phase, positions)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
-        """A fault's 4D mask, else None: the model builds its own causal mask."""
         return self.tamper.attention_mask(phase, self, n)
 
 
@@ -164,8 +156,7 @@ class PaddedSession(CacheSession):
             raise ValueError(f"session has batch {self.batch_size}, got {len(prompts)} prompts")
         lengths = [int(p.shape[0]) for p in prompts]
         width = max(lengths)
-        pad = self.path.pad_token_id
-        rows = torch.full((self.batch_size, width), pad, dtype=torch.long, device=self.device)
+        rows = torch.full((self.batch_size, width), self.path.pad_token_id, dtype=torch.long, device=self.device)
         self.mask = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
         starts = [width - n if self.padding == "left" else 0 for n in lengths]
         for row, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
@@ -183,8 +174,7 @@ class PaddedSession(CacheSession):
 
     def _positions(self, n: int) -> torch.Tensor:
         # the last n columns of the mask are this call's tokens; pads get position 0 (masked anyway)
-        seen = self.mask.cumsum(dim=1)[:, -n:] - 1
-        return seen.clamp(min=0)
+        return (self.mask.cumsum(dim=1)[:, -n:] - 1).clamp(min=0)
 
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
         slots = torch.arange(self.pos, self.pos + n, device=self.device).expand(self.batch_size, n)
@@ -192,9 +182,11 @@ class PaddedSession(CacheSession):
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         planted = self.tamper.cache_position(phase, positions)
-        if planted is not None:
-            return planted
-        return compat.batch_cache_position(self.model, self.pos, positions.shape[1], self.device)
+        return (
+            planted
+            if planted is not None
+            else compat.batch_cache_position(self.model, self.pos, positions.shape[1], self.device)
+        )
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
         planted = self.tamper.attention_mask(phase, self, n)
@@ -205,8 +197,7 @@ class PaddedSession(CacheSession):
 
 
 class HistorySession(CacheSession):
-    """A session that keeps the request's token history and hands all of it to the engine on every
-    call (a full recompute, generate(), continuous batching)."""
+    """A session that hands the request's whole token history to the engine on every call."""
 
     def __init__(self, path: SessionPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -217,7 +208,6 @@ class HistorySession(CacheSession):
         self.history = self.history[:, :0]
 
     def _extend(self, tokens: torch.Tensor) -> int:
-        """Append `tokens` [B, n] to the history; returns n (0: nothing to run)."""
         if tokens.shape[0] != self.batch_size:
             raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
         self.history = torch.cat([self.history, tokens.to(self.device)], dim=1)
@@ -250,7 +240,7 @@ class RecomputeSession(HistorySession):
 
 @dataclass
 class PrefixEntry:
-    """A stored request prefix: its tokens, its cache, and the logits its prefill computed."""
+    """A stored request prefix."""
 
     tokens: torch.Tensor
     """[B, T] token ids; an entry matches a request whose first T ids are equal, row by row."""
@@ -261,8 +251,7 @@ class PrefixEntry:
 
 @dataclass
 class PrefixStore:
-    """The cross-request store of one path: entries keyed by exact token ids (and the path's model,
-    since a store belongs to one path). Counters are the proof that reuse happened."""
+    """The cross-request store of one path: entries keyed by exact token ids; the counters prove reuse."""
 
     entries: list[PrefixEntry] = field(default_factory=list)
     hits: int = 0
@@ -339,8 +328,7 @@ class PrefixReuseSession(CacheSession):
 
     def clear_cache(self) -> None:
         if self.borrowed is not None:
-            _entry, stored = self.borrowed
-            compat.drop_last(self.cache, compat.seq_length(self.cache) - stored)
+            compat.drop_last(self.cache, compat.seq_length(self.cache) - self.borrowed[1])
             self.borrowed = None
             self.cache = None
             return

@@ -155,10 +155,8 @@ class HFSpeculativePath(HFPath):
         self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None
     ) -> tuple[torch.Tensor, SpecStats, int]:
         """Continue `prompt` [1, T0] by n_tokens: the tokens [1, n_tokens], the rounds, and how many
-        tokens generate produced. With an EOS token generate stops where it emits it: the row is
-        filled with that token after it and counts what came before, stop token included, as
-        produced (what a user receives). A continuation shorter than asked that does not end in the
-        EOS token is filled with -1, a token no model emits, so it differs from the reference."""
+        tokens generate produced (up to its EOS token, included; the row is filled with that token
+        after it). A continuation shorter than asked without the EOS is filled with -1, a token no model emits."""
         eos = self.eos_token_id()
         out, stats = self._generate_call(prompt, n_tokens, temperature, top_k, eos)
         got = out[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
@@ -173,8 +171,7 @@ class HFSpeculativePath(HFPath):
     def _generate_call(
         self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None, eos: int | None
     ) -> tuple[torch.Tensor, SpecStats]:
-        """One generate call continuing `prompt` [1, T] by at most n_tokens (fewer where it emits `eos`):
-        the sequences it returned [1, T + m] and the rounds it ran."""
+        """One generate call: the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
         config = compat.transformers.GenerationConfig(
             do_sample=sampling,
@@ -236,14 +233,8 @@ class VerifySession(CacheSession):
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.pending: Pending | None = None
         self.draft_cache: Any | None = None
-        self.counts = {
-            "draft_forward_passes": 0,
-            "verify_passes": 0,
-            "proposed_tokens": 0,
-            "accepted_tokens": 0,
-            "rolled_back_tokens": 0,
-            "rollbacks": 0,
-        }
+        names = ("draft_forward_passes", "verify_passes", "proposed_tokens", "accepted_tokens", "rolled_back_tokens")
+        self.counts = dict.fromkeys((*names, "rollbacks"), 0)
 
     def clear_cache(self) -> None:
         super().clear_cache()
@@ -277,7 +268,7 @@ class VerifySession(CacheSession):
         return torch.cat(rows, 1)
 
     def _roll_back(self) -> None:
-        """Drop unconfirmed drafts from the target's cache (transformers' crop)."""
+        """Drop unconfirmed drafts from the target's cache."""
         if self.pending is None:
             return
         dropped = self.pending.tokens.shape[1]
@@ -344,16 +335,13 @@ def _prompt_lookup(history: torch.Tensor, k: int, max_ngram: int) -> torch.Tenso
     occurrence of the longest matching trailing n-gram; rows agree on the shortest proposal."""
     found: list[list[int]] = []
     for row in history.tolist():
-        best: list[int] = []
-        for size in range(min(max_ngram, len(row) - 1), 0, -1):
-            tail = row[-size:]
-            for start in range(len(row) - size - 1, -1, -1):
-                if row[start : start + size] == tail:
-                    best = row[start + size : start + size + k]
-                    break
-            if best:
-                break
-        found.append(best)
+        matches = (  # longest n-gram first, latest occurrence first; what follows a match is never empty
+            row[start + size : start + size + k]
+            for size in range(min(max_ngram, len(row) - 1), 0, -1)
+            for start in range(len(row) - size - 1, -1, -1)
+            if row[start : start + size] == row[-size:]
+        )
+        found.append(next(matches, []))
     length = min(len(f) for f in found)
     return torch.tensor([f[:length] for f in found], dtype=torch.long, device=history.device).reshape(
         len(found), length

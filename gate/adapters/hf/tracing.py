@@ -5,6 +5,7 @@ one forward without changing its answers. The probe, quantized and prefix-reuse 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -14,9 +15,7 @@ import torch
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import decoder_layers
-from gate.adapters.hf.sessions import (
-    CacheSession,
-)
+from gate.adapters.hf.sessions import CacheSession
 
 
 class TracingHFPath(HFPath):
@@ -69,8 +68,6 @@ def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]
     unchanged) was given and returned during the next forward (the last call wins). `q` is scaled so
     that 1/sqrt(D) applies the model's own `scaling`. Models whose attention modules name no
     `layer_idx` record nothing (the head map is then not judged)."""
-    import sys
-
     seen: dict[int, dict[str, torch.Tensor]] = {}
     original = compat.attention_function(model)
 
