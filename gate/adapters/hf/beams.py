@@ -1,18 +1,9 @@
 """Beam search's cache traffic on the dynamic, static and quantized paths (option `beams`).
 
-Beam search keeps `beams` hypotheses per request in one cache, one batch row each: generate expands
-the prompt to every beam and, after every step, reselects the beams (a parent kept twice, another
-dropped) and calls `Cache.reorder_cache(beam_idx)`. A session of a beam path runs each request as one
-hypothesis among `beams` such rows: a prefill writes the prompt into all of them; before every append
-the cache is reordered through the library's own `reorder_cache` (the hypothesis moves to the next row,
-its parent is duplicated into another, one other beam is dropped); the hypothesis' row is fed the
-request's tokens, every other row tokens of its own, so a reorder that lands wrong is read; the
-logits returned are the hypothesis' row.
-
-A correct cache therefore answers what one full pass over the request's tokens answers (beam search
-with `use_cache=False`): the reference is the `full` path (for a quantized cache compared exactly,
-the same quantized cache with one beam, examples/hf-beam-quantized.yaml). The fault
-`beams-not-reordered` skips the reorder while the session moves its hypothesis.
+A session runs each request as one hypothesis among `beams` rows of one cache: a prefill writes the
+prompt into all of them; before every append the cache is reordered through the library's own
+`reorder_cache`; the hypothesis' row is fed the request's tokens, every other row tokens of its own,
+so a reorder that lands wrong is read (docs/hf-adapter.md, "Beam search").
 """
 
 from __future__ import annotations
@@ -31,12 +22,8 @@ def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
     and the hypothesis' new row. It moves to the next row; the first other new row takes a second
     copy of its parent, the rest take the other beams in order (the last of them is dropped)."""
     moved = (tracked + 1) % beams
-    others = [tracked, *(b for b in range(beams) if b != tracked)]
-    parents = [0] * beams
-    parents[moved] = tracked
-    for row in (r for r in range(beams) if r != moved):
-        parents[row] = others.pop(0)
-    return parents, moved
+    others = iter([tracked, *(b for b in range(beams) if b != tracked)])
+    return [tracked if row == moved else next(others) for row in range(beams)], moved
 
 
 class BeamSession(CacheSession):

@@ -1,16 +1,9 @@
 """The one place that knows how transformers 5.x moved its cache API (supported: >=5.2,<6).
 
 Everything else in the adapter calls these functions and never branches on a version. Each
-difference is detected from the installed code (a signature, a class, a field), not from a version
-string, so a backport or a pre-release behaves as its code does. The differences, read from the
-sources of every minor release, are tabled in docs/hf-adapter.md ("transformers versions"): forward's
-cache argument (`cache_kwarg`), `cache_position` (gone from 5.4: `forward`, `position_inputs`),
-`crop`'s argument (a count to remove from 5.15: `drop_last`), the quantised and offloaded caches,
-`generate(max_cache_len=...)` (5.13), continuous batching's config (`page_field`,
-`generate_batch_options`) and the masking API (`probe_supported`).
-
-Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
-that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
+difference is detected from the installed code, not from a version string; they are tabled in
+docs/hf-adapter.md ("transformers versions"). Only interfaces are adapted here, never behaviour:
+where a release computes something wrong, the adapter calls it as shipped and gate reports the bug.
 """
 
 from __future__ import annotations
@@ -91,8 +84,7 @@ def check_version() -> None:
 
 def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.Tensor | None:
     """The `cache_position` of a batch whose rows count positions from their own first token: the
-    cache columns `start .. start + n - 1` (not the first row's positions, which `forward` would
-    send) before 5.4; None from 5.4."""
+    cache columns `start .. start + n - 1` before 5.4; None from 5.4."""
     return torch.arange(start, start + n, device=device) if cache_api(model).takes_cache_position else None
 
 
@@ -108,11 +100,8 @@ def forward(
 ) -> Any:
     """One forward of `tokens` [B, n] against `cache` (None: no cache, a full causal pass).
 
-    positions: [B, n] absolute positions, or None to let the model count from the cache length.
-    Before 5.4 the same positions go in as `cache_position` (mask and static write index); from 5.4
-    the model ignores it. `cache_position` overrides that value, to plant a fault: on 5.4+ it is
-    passed anyway and is inert, which is what the control engine must notice. `attention_mask`: a 4D
-    additive mask [B, 1, n, kv] used as is instead of the model's causal mask (a fault).
+    positions: [B, n] absolute positions, or None to let the model count from the cache length;
+    before 5.4 they also go in as `cache_position`, unless `cache_position` (a fault) overrides it.
     """
     api = cache_api(model)
     kwargs: dict[str, Any] = {"use_cache": cache is not None}
@@ -141,8 +130,7 @@ def _seen(cache: Any | None) -> int:
 
 
 def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
-    """The forward arguments through which `forward()` hands a session's position count to the model:
-    `position_ids`, plus `cache_position` where the installed forward takes it (5.2-5.3)."""
+    """The forward arguments through which `forward()` hands a session's position count to the model."""
     return ("position_ids", "cache_position") if cache_api(model).takes_cache_position else ("position_ids",)
 
 
@@ -153,8 +141,7 @@ def probe_supported() -> bool:
 
 
 def attention_function(model: Any) -> Any:
-    """The attention function the model's layers call: the registered one for the configured
-    implementation, else the eager one of the model's modeling module."""
+    """The attention function the model's layers call (else the eager one of its modeling module)."""
     eager = sys.modules[type(model).__module__].eager_attention_forward
     return ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager)
 
@@ -167,8 +154,7 @@ def can_leave_paged(model: Any) -> bool:
 def causal_mask(
     make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
 ) -> Any:
-    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`: 5.24 names
-    it `cache` and counts positions from it; before, `past_key_values`, positions as `cache_position`."""
+    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`."""
     kwargs: dict[str, Any] = {"cache": cache}
     if "cache" not in inspect.signature(make).parameters:
         kwargs = {"past_key_values": cache, "cache_position": positions[0]}
@@ -178,8 +164,7 @@ def causal_mask(
 
 
 def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[int, int]:
-    """(kv_length, kv_offset) the model's mask will span for the next `query_length` tokens (a static
-    cache spans all its slots). 5.4 takes the query length, earlier versions the cache positions."""
+    """(kv_length, kv_offset) the model's mask will span for the next `query_length` tokens."""
     try:
         kv_length, kv_offset = cache.get_mask_sizes(query_length, 0)
     except (TypeError, AttributeError):
@@ -188,24 +173,20 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
 
 
 def reset(cache: Any) -> None:
-    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else:
-    where a release's reset keeps the length of the K/V it zeroes (5.2-5.17), gate judges it as shipped
-    and reset-isolation reports the bug (docs/hf-adapter.md, "transformers versions")."""
+    """The library's own `Cache.reset()`, and nothing else (5.2-5.17's bug is judged as shipped)."""
     with subject_call(f"{type(cache).__name__}.reset", length=_seen(cache)):
         cache.reset()
 
 
 def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
-    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as
-    generate's beam search calls it between steps."""
+    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i])."""
     with subject_call(f"{type(cache).__name__}.reorder_cache", length=_seen(cache), rows=int(beam_idx.numel())):
         cache.reorder_cache(beam_idx)
 
 
 def keep_counter(cache: Any, length: int) -> None:
     """Set a cache's position counter back to `length` after a reset zeroed its K/V (the reset-state
-    bug, planted in the library's own object), where the length is a counter (not before 5.15 for a
-    StaticLayer, which counts nonzero slots, nor for a DynamicLayer, whose length is its tensors)."""
+    bug, planted in the library's own object), where the length is a counter."""
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)
         if isinstance(counter, torch.Tensor):
@@ -218,12 +199,8 @@ def seq_length(cache: Any) -> int:
 
 
 def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
-    """Remove the last `n` tokens from every layer of `cache`: `crop(-n)`, which means "drop n" on
-    every version (up to 5.14 `crop` takes a length to keep, from 5.15 a count to remove).
-
-    A sliding layer that has already evicted cannot give back the tokens a crop would need; with
-    `lossy` (a fault) it is cut anyway and keeps fewer than its window, else the error propagates.
-    """
+    """Remove the last `n` tokens from every layer of `cache` (`crop(-n)` means "drop n" on every
+    version). With `lossy` (a fault), a sliding layer that has already evicted is cut anyway."""
     if n <= 0:
         return
     if isinstance(cache, cache_utils.StaticCache) and not _STATIC_CROP:
@@ -247,8 +224,7 @@ def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
 
 
 def can_drop(cache: Any, n: int) -> bool:
-    """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago (a sliding layer
-    past its window has evicted what that state held)."""
+    """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago."""
     return n <= 0 or not any(
         getattr(layer, "is_sliding", False)
         and (window := getattr(layer, "sliding_window", None))
@@ -261,7 +237,6 @@ def can_drop(cache: Any, n: int) -> bool:
 
 
 def dynamic_cache(config: Any, *, offloading: bool = False) -> Any:
-    """A DynamicCache laid out from the config (sliding layers where the config declares them)."""
     return cache_utils.DynamicCache(config=config, offloading=offloading)
 
 
@@ -270,8 +245,7 @@ def static_cache(config: Any, max_cache_len: int, *, offloading: bool = False) -
 
 
 def sliding_cache(config: Any, window: int) -> Any:
-    """A cache whose every layer keeps only the last `window - 1` tokens (evicting older ones), for a
-    model whose own attention may be full: the mask sizes follow the cache (get_mask_sizes)."""
+    """A cache whose every layer keeps only the last `window - 1` tokens (the model's own attention may be full)."""
     layers = [cache_utils.DynamicSlidingWindowLayer(sliding_window=window) for _ in range(config.num_hidden_layers)]
     return cache_utils.Cache(layers=layers)
 
@@ -284,7 +258,6 @@ def quantized_cache(
     residual_length: int | None,
     q_group_size: int | None,
 ) -> Any:
-    """QuantizedCache(backend=...), or AdapterUnavailable naming what is missing."""
     if backend == "fp8":
         if not hasattr(cache_utils, "Fp8QuantizedLayer"):
             raise AdapterUnavailable(
@@ -333,8 +306,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def cache_bytes(cache: Any) -> int:
-    """Bytes the cache holds: allocated K/V (all slots for a static cache), quantized payloads,
-    scales and zero points, and residual full-precision tokens."""
+    """Bytes the cache holds: allocated K/V, quantized payloads, scales and zero points, residual tokens."""
     unique: dict[int, torch.Tensor] = {}  # by storage: a tensor held twice counts once
     for layer in cache.layers:
         for name, value in vars(layer).items():
@@ -385,8 +357,7 @@ def output_cache(output: Any) -> Any:
 
 
 def full_dynamic_cache(kv_dtype: torch.dtype | None = None) -> Any:
-    """A DynamicCache of full layers, created as layers are written (a sliding-window model still
-    masks by its config, and every position stays readable). With `kv_dtype`, K/V are rounded to
+    """A DynamicCache of full layers, created as layers are written. With `kv_dtype`, K/V are rounded to
     that dtype on every write and kept in the model's dtype (a cache storing a narrower format)."""
     if kv_dtype is None:
         return cache_utils.DynamicCache()
@@ -415,15 +386,13 @@ def _continuous_config_fields() -> set[str]:
 
 
 def page_field() -> str | None:
-    """The ContinuousBatchingConfig field that sizes a page of the paged cache: `page_size` (5.18+),
-    `block_size` (5.4-5.17, the same knob under its earlier name), None without the config (5.2-5.3)."""
+    """The ContinuousBatchingConfig field that sizes a page of the paged cache (None before 5.4)."""
     fields = _continuous_config_fields()
     return next((name for name in ("page_size", "block_size") if name in fields), None)
 
 
 def require_continuous_batching() -> None:
-    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+ (`page_field`,
-    `max_batch_tokens`); 5.2-5.3 have no such config and their continuous batching cannot schedule on a CPU."""
+    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+."""
     if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
         _continuous_config_fields()
     ):
@@ -434,10 +403,9 @@ def require_continuous_batching() -> None:
 
 
 def paged_config(page_size: int, requests: int, max_len: int) -> Any:
-    """Continuous batching that schedules at most one page of tokens per forward (chunked prefill,
-    each chunk reading the pages before it), with room for every request's whole history. No CUDA
-    graphs (they pad the packed batch) and no block sharing (every token is computed, so every row
-    has a logit). The page size goes in under this release's name for it (`page_field`)."""
+    """Continuous batching that schedules at most one page of tokens per forward, with room for every
+    request's whole history. No CUDA graphs (they pad the packed batch) and no block sharing (every
+    token is computed, so every row has a logit)."""
     pages = -(-(max_len + 1) // page_size)
     return transformers.ContinuousBatchingConfig(
         **{str(page_field()): page_size},
@@ -449,15 +417,13 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
 
 
 def generate_batch_options(model: Any) -> dict[str, Any]:
-    """`warmup=False` where generate_batch takes it (5.10+: a warm-up pass would add forwards the
-    schedule does not count)."""
+    """`warmup=False` where generate_batch takes it (a warm-up pass would add uncounted forwards)."""
     params = inspect.signature(model.generate_batch).parameters
     return {"warmup": False} if "warmup" in params else {}
 
 
 def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
-    """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
-    no EOS (paged_config): its outputs by request id."""
+    """The release's continuous batching over `requests` (token id lists), greedy: outputs by request id."""
     return model.generate_batch(
         requests,
         generation_config=greedy_config(new_tokens, eos_token_id=-1),
@@ -477,7 +443,6 @@ def failed_request(out: Any, context: dict[str, Any]) -> None:
 
 
 def greedy_config(n_tokens: int, **settings: Any) -> Any:
-    """Greedy decoding of `n_tokens`, no EOS handling of its own, `settings` on top."""
     return transformers.GenerationConfig(
         **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
     )

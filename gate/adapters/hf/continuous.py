@@ -1,16 +1,10 @@
-"""Continuous batching on the hf `dynamic` path (gate.protocols.ContinuousSession): requests join
-and leave one running batch, and each step is ONE forward of the model over every request it feeds.
+"""Continuous batching on the hf `dynamic` path (gate.protocols.ContinuousSession): each step is ONE
+forward of the model over every request it feeds.
 
 Each slot keeps its request's K/V as the model wrote them. A step lays the fed requests' K/V into one
 DynamicCache as a left-padded batch, sends this step's tokens right-padded to the longest, a 2D
-`attention_mask` (0 on the pads) and `position_ids` counted from each request's own length, so the
-model's own mask builder, positions and attention do the rest; each row's new K/V go back to its
-slot. That is how a paged engine reads its block tables, with the gather done here, in one place.
-
-Not transformers' own continuous batching (`generate_batch`; the `generate-paged` path): its scheduler
-decides which requests and how many of their tokens go into a forward, and feeds each request the
-token it sampled; driving a protocol step through it would change the engine's behaviour, not adapt
-its interface.
+`attention_mask` (0 on the pads) and `position_ids` counted from each request's own length; each
+row's new K/V go back to its slot (docs/hf-adapter.md, "Paths").
 """
 
 from __future__ import annotations
@@ -85,11 +79,14 @@ class ContinuousHFSession:
         for layer in range(len(cache.layers)):
             k_all, v_all = compat.layer_kv(cache, layer)
             for row, (slot, start, m) in enumerate(zip(slots, starts, fed, strict=True)):
-                keep = (k_all[row, :, width - start : width + m], v_all[row, :, width - start : width + m])
+                keep = (
+                    k_all[row, :, width - start : width + m].clone(),
+                    v_all[row, :, width - start : width + m].clone(),
+                )
                 if layer < len(self.kv[slot]):
-                    self.kv[slot][layer] = (keep[0].clone(), keep[1].clone())
+                    self.kv[slot][layer] = keep
                 else:
-                    self.kv[slot].append((keep[0].clone(), keep[1].clone()))
+                    self.kv[slot].append(keep)
         for slot, m in zip(slots, fed, strict=True):
             self.lengths[slot] += m
         logits = out.logits.float()
@@ -107,11 +104,10 @@ class ContinuousHFSession:
         return k, v
 
     def exercise(self) -> dict[str, Any]:
-        held = sum(k.numel() * k.element_size() * 2 for slot in self.kv for k, _ in slot)
         return {
             **self.table.exercise(),
             "cache_len": max(self.lengths),
-            "cache_bytes": held,
+            "cache_bytes": sum(k.numel() * k.element_size() * 2 for slot in self.kv for k, _ in slot),
             "cache_class": "DynamicCache",
             "transformers": compat.cache_api(self.model).version,
         }

@@ -1,18 +1,10 @@
-"""Paths through `generate` itself: cache_implementation="static" and "paged".
+"""Paths through `generate` itself: generate-static, generate-cache and generate-paged.
 
-generate-static: each prefill or append is one `generate(max_new_tokens=1)` over the whole history,
-carrying the cache from call to call (generate builds the StaticCache on the first call where it
-knows `max_cache_len`, 5.13+; before, the adapter builds it and hands it in). generate returns logits
-only for the token it picks, so every processed token's row is read from the decoder's output by a
-forward hook and projected by the model's own head; the last row is checked against generate's.
-
-generate-paged: transformers' continuous batching (`generate_batch`, its paged cache and scheduler)
-keeps its cache inside one call and returns tokens, not logits. A session call replays the request's
-whole history through one `generate_batch(max_new_tokens=1)`, every batch row a request, with at most
-`page_size` tokens per forward, so prompts are prefilled chunk by chunk, each reading the pages an
-earlier forward wrote. Rows are read as above (segments attributed to requests by position and
-token ids) and the last is checked against the token chosen; a pre-hook sends the session's
-positions, so position faults act as on the other cache paths.
+generate returns logits only for the token it picks, so every processed token's row is read from the
+decoder's output by a forward hook and projected by the model's own head; the last row is checked
+against generate's. generate-paged replays the request's whole history through one
+`generate_batch(max_new_tokens=1)` per call, every batch row a request, at most `page_size` tokens per
+forward; a pre-hook sends the session's positions (docs/hf-adapter.md, "Paths").
 """
 
 from __future__ import annotations
@@ -37,8 +29,7 @@ class GeneratePath(HFPath):
     shared: Any = None
     """generate-cache: the one GenerationConfig every request's first generate call is handed."""
     keywords: dict[str, Any] | None = None
-    """generate-cache with `config_via: keywords`: the cache keywords every request's first call is
-    handed, `cache_config` the same dict object each time."""
+    """generate-cache with `config_via: keywords`: the cache keywords every request's first call is handed."""
 
     def faults(self) -> tuple[str, ...]:
         if self.kind == "generate-paged":
@@ -48,9 +39,8 @@ class GeneratePath(HFPath):
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
     def first_call(self) -> tuple[Any, dict[str, Any]]:
-        """generate-cache: the GenerationConfig and the keywords of a request's first generate call
-        (the one that builds its cache), as option `config_via` says: what is named once is handed to
-        every first call as the same object, so what a call changes in it, the next call inherits."""
+        """generate-cache: the GenerationConfig and the keywords of a request's first generate call, the
+        same objects every time (what a call changes in them, the next call inherits)."""
         greedy = {"return_dict_in_generate": True, "output_logits": True}
         if self.options.config_via == "keywords":
             if self.keywords is None:
@@ -76,8 +66,7 @@ class GeneratePath(HFPath):
         return settings
 
     def cache_config_now(self) -> list[str] | None:
-        """generate-cache: the keys of the `cache_config` the path hands generate, as generate left
-        them (None before the first call, or without a cache_config)."""
+        """generate-cache: the keys of the `cache_config` the path hands generate, as generate left them."""
         config = (
             getattr(self.shared, "cache_config", None) if self.keywords is None else self.keywords.get("cache_config")
         )
@@ -95,9 +84,8 @@ class GeneratePath(HFPath):
         return {"cache_implementation": self.options.cache_implementation, "cache_config": self.options.cache_config}
 
     def position_feeds(self) -> tuple[str, ...]:
-        """generate-paged sends the session's positions as `position_ids` (the pre-hook of `replay`);
-        the scheduler keeps its own write index and mask. generate-static lets generate count from the
-        cache, so a kept count is the cache's own counter, which drives the mask and the write index."""
+        """generate-paged sends the session's positions as `position_ids`; generate-static lets generate
+        count from the cache's own counter."""
         return ("position_ids",) if self.kind == "generate-paged" else ("cache counter",)
 
     def new_session(self, batch_size: int) -> Session:
@@ -112,9 +100,8 @@ class GeneratePath(HFPath):
         return {"page": tuple(range(self.options.page_size, self.max_len, self.options.page_size))}
 
     def replay(self, history: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Run each row of `history` [B, L] as one request through continuous batching, one page of
-        tokens per forward, sending `positions` [B, L]; the decoder's output rows [B, L, d] and the
-        schedule it ran (forwards, tokens per forward, requests packed together)."""
+        """Run each row of `history` [B, L] as one request through continuous batching, sending
+        `positions` [B, L]; the decoder's output rows [B, L, d] and the schedule it ran."""
         batch, length = history.shape
         page = self.options.page_size
         hidden: torch.Tensor | None = None
@@ -209,7 +196,7 @@ PAGED_FAULTS = ("off-by-one-pos", "missing-start-pos", "reset-keeps-position")
 
 
 class PagedSession(HistorySession):
-    """Each call replays the history through continuous batching (see the module docstring)."""
+    """Each call replays the history through continuous batching."""
 
     def __init__(self, path: GeneratePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -352,8 +339,7 @@ class GenerateSession(HistorySession):
         return logits
 
     def clear_cache(self) -> None:
-        """generate-cache: the next request's first call builds its own cache from the shared config,
-        as a second generate call does (the old one is dropped, not reset); else the library's reset."""
+        """generate-cache: the old cache is dropped, not reset (the next first call builds its own)."""
         if self.path.kind != "generate-cache":
             super().clear_cache()
             return

@@ -13,17 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gate.prefix.options import PrefixOptions
 
-PRESET_NAMES = (
-    "llama",
-    "qwen2",
-    "mistral-sliding-window",
-    "gpt2",
-    "gemma3-hybrid",
-    "llama-mqa",
-    "gpt-neox-partial-rotary",
-    "llama3-rope-scaling",
-    "phi3-longrope",
-)
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "mistral-sliding-window": "MistralConfig",
+    "gpt2": "GPT2Config",
+    "gemma3-hybrid": "Gemma3TextConfig",
+    "llama-mqa": "LlamaConfig",
+    "gpt-neox-partial-rotary": "GPTNeoXConfig",
+    "llama3-rope-scaling": "LlamaConfig",
+    "phi3-longrope": "Phi3Config",
+}
+"""The transformers config class each preset is built from (a preset whose class the installed
+transformers lacks is AdapterUnavailable, naming it)."""
+
+PRESET_NAMES = tuple(ARCHITECTURES)
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
 PRESET_MAX_POSITIONS = 512

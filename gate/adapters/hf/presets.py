@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import transformers
 
-from gate.adapters.hf.options import PRESET_MAX_POSITIONS
+from gate.adapters.hf.options import ARCHITECTURES, PRESET_MAX_POSITIONS
 from gate.errors import AdapterUnavailable
 from gate.tensors import DTYPES
 
@@ -28,21 +28,6 @@ DEFAULT_INIT_STD = 0.25
 
 TINY = {"vocab_size": 256, "max_position_embeddings": PRESET_MAX_POSITIONS}
 """Shared by every preset: vocabulary and longest sequence."""
-
-
-ARCHITECTURES: dict[str, str] = {
-    "llama": "LlamaConfig",
-    "qwen2": "Qwen2Config",
-    "mistral-sliding-window": "MistralConfig",
-    "gpt2": "GPT2Config",
-    "gemma3-hybrid": "Gemma3TextConfig",
-    "llama-mqa": "LlamaConfig",
-    "gpt-neox-partial-rotary": "GPTNeoXConfig",
-    "llama3-rope-scaling": "LlamaConfig",
-    "phi3-longrope": "Phi3Config",
-}
-"""The transformers config class each preset is built from (a preset whose class the installed
-transformers lacks is AdapterUnavailable, naming it)."""
 
 HYBRID_WINDOW = 32
 """Sliding window of gemma3-hybrid's local layer (and of mistral-sliding-window's every layer)."""

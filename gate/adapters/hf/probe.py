@@ -1,11 +1,7 @@
 """`attention_probe` (gate.protocols.AttentionProbe) for hf cache paths: the mask oracle's q, k, v go
-through transformers' own code, not a copy of it.
-
-Per chunk, as a decoder layer does it: transformers' masking utils build the mask from the path's
-Cache *before* the write, `cache.update(k, v, 0)` writes the chunk, and the attention function the
-config names reads what the cache returned under that mask (no projections, no position encoding:
-the oracle's inputs are already q, k and v). The path's faults act through the same `Tamper` hooks
-a session consults.
+through transformers' own code. Per chunk, as a decoder layer does it: the masking utils build the mask
+from the path's Cache *before* the write, `cache.update(k, v, 0)` writes the chunk, and the configured
+attention function reads what the cache returned under that mask. Faults act through the `Tamper` hooks.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ cache is approximate by design; a press and generate() choose their own K/V)."""
 
 
 class ProbeAttention(torch.nn.Module):
-    """What transformers' attention functions read from the module they are called with (the
-    model's own attention module has the model's head counts, not the oracle's)."""
+    """What transformers' attention functions read from their module, with the oracle's head counts."""
 
     def __init__(self, config: Any, heads: int, kv_heads: int) -> None:
         super().__init__()
@@ -40,21 +35,18 @@ class ProbeAttention(torch.nn.Module):
 
 
 class ProbeSession(CacheSession):
-    """One oracle request against the path's cache: the state a `Tamper` hook reads and edits
-    (cache, position counter, batch, model), as the session of a model forward offers it."""
+    """One oracle request against the path's cache, offering the state a `Tamper` hook reads and edits."""
 
     def __init__(self, path: ProbingHFPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self.cache = path.make_cache(batch_size)
         self.positions_from_cache = True
-        """No position encoding here: the cache's own counter is the only position state (the write
-        index of a static layer), so a reset that keeps a counter keeps it here."""
+        """No position encoding here: the cache's own counter is the only position state."""
         self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None
         """The K/V [B, H_kv, n, D] of the chunk being written (a cross-request fault replays it)."""
 
     def other_request_cache(self) -> Any:
-        """A cache the same path filled with another request of the same length and positions:
-        the chunk just written, each batch row taking the next row's K/V."""
+        """The chunk just written into a new cache, each batch row taking the next row's K/V."""
         assert self.chunk is not None
         k, v = self.chunk
         decoy = self.path.make_cache(self.batch_size)
@@ -84,8 +76,7 @@ class ProbeSession(CacheSession):
         return result
 
     def _mask(self, phase: str, q: torch.Tensor, n: int) -> Any:
-        """transformers' mask for the next n queries against this cache (a fault's 4D mask is
-        passed through create_causal_mask, which returns a 4D mask as is, as the model does)."""
+        """transformers' mask for the next n queries against this cache (a fault's 4D mask goes through as is)."""
         planted = self.path.tamper.attention_mask(phase, self, n)
         if planted is not None:
             planted = planted.to(q.dtype)
@@ -109,17 +100,12 @@ class ProbeSession(CacheSession):
 
 TAIL_POISON = 1.0e4
 """What `poison_tail` writes into a static cache's unused slots: finite, far outside the fixture's
-values. transformers' StaticLayer hands the attention function its whole buffer and masks the tail
-(by design: the buffer is allocated and reset as zeros), so a kernel multiplies the tail's values
-by an exactly-zero weight; NaN there would turn every output NaN (0 * NaN) whatever the mask says.
-A finite poison changes the answer only where the mask gives the tail weight, which is the bug
-the oracle's poisoned variant is after. (The `poisoned-tail-read` fault still writes NaN.)"""
+values. A StaticLayer hands the attention function its whole buffer and masks the tail, so NaN there
+would turn every output NaN (0 * NaN); a finite poison changes the answer only where the mask fails."""
 
 
 def poison_unused(cache: Any, k: torch.Tensor, v: torch.Tensor) -> None:
-    """TAIL_POISON into the allocated-but-unused slots of a static cache (allocating it first,
-    through transformers' own lazy initialisation, when this is the first write). Dynamic layers
-    hold no unused slots."""
+    """TAIL_POISON into the allocated-but-unused slots of a static cache (allocating it first)."""
     for layer in cache.layers:
         if not isinstance(layer, compat.cache_utils.StaticLayer):
             continue
@@ -137,8 +123,7 @@ class ProbingHFPath(TracingHFPath):
     def attention_probe(
         self, requests: Sequence[Sequence[Chunk]], *, poison_tail: bool = False
     ) -> list[list[torch.Tensor]]:
-        """Each request in order through one session of this path's cache, reset between requests
-        by the path's own reset; per request and chunk the attention output [B, H, n, D]."""
+        """Each request in order through one session, reset between requests by the path's own reset."""
         session = ProbeSession(self, requests[0][0][0].shape[0])
         outputs: list[list[torch.Tensor]] = []
         for index, chunks in enumerate(requests):

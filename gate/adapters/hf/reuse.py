@@ -1,12 +1,6 @@
 """`reuse_after: paged`: the candidate's model object serves a batch through continuous batching
-first, and every forward the path runs afterwards goes through that same object, as an application
-that batches with `generate_batch` and later calls the model directly does. Whatever the batch leaves
-on the object (attention implementation, hooks, config) reaches the ordinary forward; the reference
-never batched, so a difference shows in the checks. transformers 5.4-5.8 leave the model on the paged
-attention implementation after `generate_batch` (docs/real-bugs.md).
-
-Fault `attention-left-paged` plants that on every release: after the batch it switches the model (a
-copy, so the clean path is untouched) to `paged|eager` and leaves it there.
+first, and every forward the path runs afterwards goes through that same object, so whatever the batch
+leaves on it reaches the ordinary forward (docs/hf-adapter.md, "Reused models and stop tokens").
 """
 
 from __future__ import annotations
@@ -38,9 +32,8 @@ def attn_implementation(model: Any) -> str | None:
 
 
 def serve_batch(path: SessionPath, *, leave_paged: bool) -> dict[str, Any]:
-    """Run a seeded batch through the release's continuous batching on `path.model` (a crash is the
-    subject's); with `leave_paged`, leave the model on the paged kernel afterwards (the fault). What
-    ran, for the exercise record: requests, tokens, the attention implementation before and after."""
+    """Run a seeded batch through the release's continuous batching on `path.model`; with `leave_paged`,
+    leave the model on the paged kernel afterwards (the fault). What ran, for the exercise record."""
     compat.require_continuous_batching()
     model = path.model
     generator = torch.Generator().manual_seed(path.seed + 7)

@@ -1,14 +1,9 @@
 """Proposal-and-verify paths: assisted generation with a draft model, and prompt-lookup decoding.
 
-* `sample()` (gate.protocols.SpeculativePath) runs transformers' own assisted generation, one prompt
-  at a time (it takes batch 1); its rounds are read from outside (gate.adapters.hf.spec_rounds).
-* sessions verify teacher-forced: after each call's tokens the proposer drafts k tokens and the
-  target scores tokens and drafts in one forward; drafts the next given tokens confirm are served
-  from that pass, the rest are cropped from the cache. The logits a check sees come from multi-token
-  verify passes and crops, the machinery the change under test relies on.
-
-Fault `accept-all` removes verification from outside the model: the target's output is made to
-rank every drafted token first, so every draft is accepted.
+`sample()` runs transformers' own assisted generation, one prompt at a time. Sessions verify
+teacher-forced: after each call's tokens the proposer drafts k tokens and the target scores tokens and
+drafts in one forward; drafts the next given tokens confirm are served from that pass, the rest are
+cropped. Fault `accept-all` makes the target's output rank every drafted token first.
 """
 
 from __future__ import annotations
@@ -136,8 +131,7 @@ class HFSpeculativePath(HFPath):
     # ---- machinery ------------------------------------------------------------------------------
 
     def eos_token_id(self) -> int | None:
-        """prompt-lookup: the EOS token generate is handed (option `eos_token`): none, the model's
-        own (its config's `eos_token_id`, the first of a list), or the manifest's id."""
+        """prompt-lookup: the EOS token generate is handed (option `eos_token`)."""
         choice = self.options.eos_token
         if self.kind != "prompt-lookup" or choice == "none":
             return None
@@ -192,10 +186,7 @@ class HFSpeculativePath(HFPath):
                 config.assistant_ensemble_weight = self.options.ensemble_weight
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
-            # the EOS token the manifest names (option `eos_token`; none by default, as on every other
-            # path); 5.2-5.12's prompt-lookup generator calls isin(ids, eos_token_id) unguarded and
-            # crashes without one: the adapter calls it as shipped, and the crash is a finding about
-            # the release
+            # 5.2-5.12's prompt-lookup generator crashes without an EOS token: a finding about the release
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]
@@ -225,7 +216,7 @@ class Pending:
 
 
 class VerifySession(CacheSession):
-    """Teacher-forced proposal and verification against a DynamicCache (see the module docstring)."""
+    """Teacher-forced proposal and verification against a DynamicCache."""
 
     def __init__(self, path: HFSpeculativePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
