@@ -59,6 +59,9 @@ class Tamper:
 
     name: str | None = None
 
+    def __init_subclass__(cls, *, name: str) -> None:
+        cls.name = name
+
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         """Positions [B, n] sent with the tokens of a prefill or an append."""
         return positions
@@ -108,61 +111,49 @@ class Tamper:
         compat.reorder_cache(session.cache, beam_idx)
 
 
-class OffByOnePos(Tamper):
+class OffByOnePos(Tamper, name="off-by-one-pos"):
     """The appended tokens are rotated (or embedded) one position too far."""
-
-    name = "off-by-one-pos"
 
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         return positions + 1 if phase == "append" else positions
 
 
-class MissingStartPos(Tamper):
+class MissingStartPos(Tamper, name="missing-start-pos"):
     """The appended tokens are positioned as if the request started with them (from 0)."""
-
-    name = "missing-start-pos"
 
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         return positions - positions[:, :1] if phase == "append" else positions
 
 
-class WrongCachePosition(Tamper):
+class WrongCachePosition(Tamper, name="wrong-cache-position"):
     """`cache_position` of an append points one slot back. Live before 5.4 (mask and static write
     index), silently ignored from 5.4 on: a control that must be reported as unobservable there."""
-
-    name = "wrong-cache-position"
 
     def cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         return positions[0] - 1 if phase == "append" else None
 
 
-class TruncatedLastBlock(Tamper):
+class TruncatedLastBlock(Tamper, name="truncated-last-block"):
     """A write loses its last block: after a prefill (or a chunked append) the last min(16, n) tokens
     it wrote are dropped from the cache, while the position counter goes on."""
-
-    name = "truncated-last-block"
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if session.cache is not None and (phase == "prefill" or n > 1):
             compat.drop_last(session.cache, min(BLOCK, n), lossy=True)
 
 
-class CrossRequestHandle(Tamper):
+class CrossRequestHandle(Tamper, name="cross-request-handle"):
     """After a prefill, the session's handle resolves to another request's cache: a request of the
     same length and positions but other tokens, prefilled by the same path."""
-
-    name = "cross-request-handle"
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if phase == "prefill" and n:
             session.cache = session.other_request_cache()
 
 
-class StaleWeights(Tamper):
+class StaleWeights(Tamper, name="stale-weights"):
     """The cache was filled under other weights than those now serving: the prefill runs with every
     attention projection perturbed (noise of half the weight's std), appends with the true weights."""
-
-    name = "stale-weights"
 
     @contextmanager
     def weights(self, phase: str, model: Any) -> Iterator[None]:
@@ -183,11 +174,9 @@ class StaleWeights(Tamper):
                 param.data.copy_(original)
 
 
-class MaskOriginReset(Tamper):
+class MaskOriginReset(Tamper, name="mask-origin-reset"):
     """An appended chunk gets a local triangular mask that starts at 0: its row i sees cache slots
     0..i instead of 0..L+i (background: parity, mask oracle)."""
-
-    name = "mask-origin-reset"
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if phase != "append" or session.cache is None:
@@ -213,11 +202,9 @@ def _grid(session: TamperedSession, n: int) -> tuple[torch.Tensor, torch.Tensor,
     return rows, cols, kv
 
 
-class SlidingWindowMask(Tamper):
+class SlidingWindowMask(Tamper, name="sliding-window-mask"):
     """A sliding window (max_len // 4 tokens) where full attention is declared: every query sees
     only the last `window` keys, in prefill and append alike."""
-
-    name = "sliding-window-mask"
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
@@ -227,11 +214,9 @@ class SlidingWindowMask(Tamper):
         return _additive((cols <= rows) & (rows - cols < window), session)
 
 
-class PoisonedTailRead(Tamper):
+class PoisonedTailRead(Tamper, name="poisoned-tail-read"):
     """A preallocated cache read past its valid length: the unused slots hold NaN and the mask lets
     every query see them (a mask built from the buffer size, not from the request's length)."""
-
-    name = "poisoned-tail-read"
 
     def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
         for layer in session.cache.layers if session.cache is not None else ():
@@ -246,10 +231,8 @@ class PoisonedTailRead(Tamper):
         return _additive((cols <= rows) | (cols >= session.pos + n), session)
 
 
-class ResetKeepsPosition(Tamper):
+class ResetKeepsPosition(Tamper, name="reset-keeps-position"):
     """reset() clears K and V but leaves the position counter advanced (background: mask oracle)."""
-
-    name = "reset-keeps-position"
 
     def reset(self, session: TamperedSession) -> None:
         seen = compat.seq_length(session.cache) if session.cache is not None else 0
@@ -259,40 +242,32 @@ class ResetKeepsPosition(Tamper):
             compat.keep_counter(session.cache, seen)
 
 
-class PaddingInPositions(Tamper):
+class PaddingInPositions(Tamper, name="padding-in-positions"):
     """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)
     while the prefill took them from the mask: a row with p pads decodes p positions too far."""
-
-    name = "padding-in-positions"
 
     def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         return slots if phase == "append" and slots.shape[1] == 1 else positions
 
 
-class PadAttended(Tamper):
+class PadAttended(Tamper, name="pad-attended"):
     """A padded batch is sent with an all-ones attention mask: every real token attends to its row's pads."""
-
-    name = "pad-attended"
 
     def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(mask)
 
 
-class StaleSlotOnJoin(Tamper):
+class StaleSlotOnJoin(Tamper, name="stale-slot-on-join"):
     """A request joining a slot another request left inherits its K/V and length: its prompt is
     written after the previous occupant's K/V and attends to them (a slot table not cleared on reuse)."""
-
-    name = "stale-slot-on-join"
 
     def join_slot(self, session: SlotSession, slot: int) -> None:
         return None
 
 
-class StaleGenerateCache(Tamper):
+class StaleGenerateCache(Tamper, name="stale-generate-cache"):
     """A request's first generate call gets the cache the previous request left (kept beside the
     shared config and never reset), instead of one built fresh from that config."""
-
-    name = "stale-generate-cache"
 
     def reset(self, session: TamperedSession) -> None:
         session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
@@ -303,11 +278,9 @@ class StaleGenerateCache(Tamper):
         return getattr(session, "stale", None)
 
 
-class BeamsNotReordered(Tamper):
+class BeamsNotReordered(Tamper, name="beams-not-reordered"):
     """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
     K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
-
-    name = "beams-not-reordered"
 
     def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
         return None
@@ -335,12 +308,10 @@ def tamper(name: str | None) -> Tamper:
     return FAULTS[name]() if name else Tamper()
 
 
-class ShortContextEmptied(Tamper):
+class ShortContextEmptied(Tamper, name="short-context-emptied"):
     """A press's kept count rounds a short context down to nothing (kvpress 0.5.4, before PR #264:
     `int(k_len * (1 - ratio))` pairs kept): the cache is left empty, with no error, while the position
     counter goes on."""
-
-    name = "short-context-emptied"
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         kept = int(n * (1 - session.path.options.compression_ratio))

@@ -1,16 +1,10 @@
 """PrefixCaching for the hf `prefix-reuse` path: transformers models behind a block prefix cache.
 
-    candidate: {adapter: hf, options: {model: mistral-sliding-window, path: prefix-reuse, block_size: 4}}
-
-The path's sessions keep the whole-prompt reuse of `PrefixReuseSession`; its PrefixCaching calls go to
-the block cache of `gate.prefix.worker.PrefixWorker`, which the prefix-reuse checks drive. This module
+The path's PrefixCaching calls go to the block cache of `gate.prefix.worker.PrefixWorker`; this module
 is the transformers `ModelFamily` that worker runs on: a request's cache is a `DynamicCache` of full
-layers (a sliding-window model masks through `config.sliding_window`, so every block stays readable)
-into which a hit writes the stored blocks with `Cache.update`; an adapter is a seeded rank-4 delta on
-every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`); the rope-scaling sibling is the same
-weights under linear rope scaling ×4, the attention-window sibling the same weights with the window
-dropped (widened to every position on a hybrid model); a tokenizer revision permutes the rows of the
-input and output embeddings.
+layers into which a hit writes the stored blocks with `Cache.update`; the rope-scaling sibling is the
+same weights under linear rope scaling ×4, the attention-window sibling the same weights with the
+window dropped (widened to every position on a hybrid model).
 """
 
 from __future__ import annotations
@@ -67,16 +61,15 @@ def _freeze(value: Any) -> Any:
 
 def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
     """The rope parameters as one flat dict of scalars, or None where there are none or they carry
-    factor lists (longrope), which one scaling factor does not describe."""
+    factor lists (longrope)."""
     if rope is None or any(isinstance(v, tuple) for _, v in rope):
         return None
     return dict(rope)
 
 
 def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, dict[str, Any]] | None:
-    """Rope parameters given per layer type (Gemma 3: `{sliding_attention: {...}, full_attention:
-    {...}}`), each a flat dict; None where they are not nested that way."""
-    if rope is None or not rope or not all(isinstance(v, tuple) for _, v in rope):
+    """Rope parameters given per layer type (Gemma 3), each a flat dict; None where they are not nested that way."""
+    if not rope or not all(isinstance(v, tuple) for _, v in rope):
         return None
     nested = {kind: _flat_rope(params) for kind, params in rope}
     if any(params is None for params in nested.values()):
@@ -85,7 +78,6 @@ def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, d
 
 
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:
-    """The same rope under linear scaling, its factor multiplied by ROPE_SCALE."""
     return {**params, "rope_type": "linear", "factor": float(params.get("factor", 1.0)) * ROPE_SCALE}
 
 
@@ -106,12 +98,10 @@ class HFFamily(ModelFamily):
         self.base_config = _variant(self.text_config)
         self.vocab_size = int(self.text_config.vocab_size)
         self.max_len = max_positions(self.base)
-        self.unwindowed: int | None = None
+        hybrid = "sliding_attention" in (getattr(self.text_config, "layer_types", None) or ())
+        self.unwindowed = self.max_len if hybrid else None
         """The window of the attention-window sibling: none, or where the config declares sliding layer
-        types (Gemma 3's hybrid layers), which transformers refuses without a window, one spanning
-        every position (each layer then sees what full attention sees, its rotary base kept)."""
-        if "sliding_attention" in (getattr(self.text_config, "layer_types", None) or ()):
-            self.unwindowed = self.max_len
+        types, which transformers refuses without a window, one spanning every position."""
 
     def instantiate(self, config: Hashable, *, device: str, dtype: str) -> torch.nn.Module:
         if config == self.base_config:
@@ -207,17 +197,20 @@ class HFFamily(ModelFamily):
 
 
 class PrefixCachingPart(HFPath):
-    """The PrefixCaching half of an hf `prefix-reuse` path: a block worker beside the path's
-    sessions, and every PrefixCaching call goes to it. Mixed in before the path class (tracing, or
-    probing where the probe is supported), so `super()` is that class."""
+    """The PrefixCaching half of an hf `prefix-reuse` path: every PrefixCaching call goes to a block
+    worker beside the path's sessions. Mixed in before the path class, so `super()` is that class."""
 
     def __init__(self, loaded: LoadedModel, options: Any, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
         family = HFFamily(loaded)  # the worker's own copy of the weights
         settings = options.prefix or PrefixOptions()
-        kv_dtype = settings.kv_dtype or dtype
         spec = WorkerSpec(
-            family=family, config=family.base_config, seed=seed, device=device, dtype=dtype, kv_dtype=kv_dtype
+            family=family,
+            config=family.base_config,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            kv_dtype=settings.kv_dtype or dtype,
         )
         self.worker = PrefixWorker.create(spec, block_size=options.block_size, byte_budget=settings.cache_bytes)
 

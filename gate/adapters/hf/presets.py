@@ -1,10 +1,8 @@
 """Models for the hf adapter: tiny presets with seeded random weights, or a local directory.
 
-Presets are deliberately small (2 layers, width 64, vocabulary 256, 512 positions) so a sweep over
-every prefix length runs in seconds on a CPU, and they are initialised with a larger std than
-transformers' 0.02 so the logits are peaked and a wrong position, mask or cache entry moves the argmax
-(with 0.02 an off-by-one position changes logits by ~1e-3 and no argmax at all).
-No hub access: a directory is read with `local_files_only=True`.
+Presets are small (2 layers, width 64) so a sweep over every prefix length runs in seconds on a CPU,
+and initialised with a larger std than transformers' 0.02 so the logits are peaked and a wrong
+position, mask or cache entry moves the argmax. No hub access: `local_files_only=True`.
 """
 
 from __future__ import annotations
@@ -40,9 +38,8 @@ LLAMA3_ROPE = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 64,
 }
-"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (a frequency whose
-wavelength exceeds 64 / 1 positions divided by 8, one shorter than 64 / 4 kept, those between
-smoothed), its original context scaled down to 64 of 512 positions so every band is in use."""
+"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling, its original context
+scaled down to 64 of 512 positions so every band is in use."""
 
 
 LONGROPE_ORIGINAL = 128
@@ -54,8 +51,7 @@ LONGROPE = {
     "short_factor": [1.0] * 8,
     "long_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0],
 }
-"""Phi-3's LongRoPE (one factor per rotary frequency of the 16-channel heads): transformers rotates a
-whole forward with the long factors once it spans more than `LONGROPE_ORIGINAL` positions."""
+"""Phi-3's LongRoPE (one factor per rotary frequency of the 16-channel heads)."""
 
 
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
@@ -131,9 +127,8 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
 
 
 def layer_types(config: Any) -> list[str]:
-    """Attention kind of each decoder layer: the config's own `layer_types` where it declares them,
-    else every layer sliding (a `sliding_window` on a config without layer types windows them all,
-    as Mistral's does) or every layer full."""
+    """Attention kind of each decoder layer: the config's own `layer_types`, else all sliding where the
+    config has a `sliding_window` (as Mistral's does), else all full."""
     text = config.get_text_config(decoder=True)
     declared = getattr(text, "layer_types", None)
     layers = int(getattr(text, "num_hidden_layers", None) or text.n_layer)
@@ -245,9 +240,8 @@ def load(
 def max_positions(model: Any) -> int:
     config = model.config.get_text_config(decoder=True)
     for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
+        if getattr(config, name, None):
+            return int(getattr(config, name))
     raise ValueError(f"{type(model).__name__} declares no maximum length")
 
 
@@ -263,11 +257,9 @@ def kv_shape(model: Any) -> tuple[int, int, int]:
 
 def decoder_layers(model: Any) -> Any:
     """The ModuleList of decoder blocks (`model.layers` for Llama-likes, `transformer.h` for GPT-2)."""
-    base = model.base_model
     for name in ("layers", "h"):
-        found = getattr(base, name, None)
-        if found is not None:
-            return found
+        if getattr(model.base_model, name, None) is not None:
+            return getattr(model.base_model, name)
     raise AdapterUnavailable(f"cannot find the decoder layers of {type(model).__name__}")
 
 
@@ -280,7 +272,6 @@ def truncated_copy(model: Any, num_layers: int) -> Any:
     draft.config.num_hidden_layers = num_layers
     if hasattr(draft.config, "n_layer"):
         draft.config.n_layer = num_layers
-    layer_types = getattr(draft.config, "layer_types", None)
-    if layer_types:
-        draft.config.layer_types = layer_types[:num_layers]
+    if getattr(draft.config, "layer_types", None):
+        draft.config.layer_types = draft.config.layer_types[:num_layers]
     return draft
