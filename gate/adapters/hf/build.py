@@ -18,13 +18,7 @@ def build_path(options: Options, *, device: str, dtype: str, seed: int) -> HFPat
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise AdapterUnavailable(f"device {device!r} requested but torch sees no CUDA device here")
     loaded = presets.load(
-        options.model,
-        device=device,
-        dtype=dtype,
-        seed=seed,
-        attn_implementation=options.attn_implementation,
-        init_std=options.init_std,
-        is_preset=options.is_preset,
+        options.model, options.attn_implementation, device=device, dtype=dtype, seed=seed, init_std=options.init_std
     )
     path: HFPath
     if options.path in ("generate-static", "generate-paged", "generate-cache"):

@@ -176,17 +176,11 @@ def config_sha256(config: Any) -> str:
 
 
 def load(
-    model: str,
-    *,
-    device: str,
-    dtype: str,
-    seed: int,
-    attn_implementation: str,
-    init_std: float | None = None,
-    is_preset: bool,
+    model: str, attn_implementation: str, *, device: str, dtype: str, seed: int, init_std: float | None = None
 ) -> LoadedModel:
     """Build a preset with weights seeded by `seed`, or load a local directory; cast and place it."""
     torch_dtype = DTYPES[dtype]
+    is_preset = model in ARCHITECTURES
     if is_preset:
         config = preset_config(model, init_std or DEFAULT_INIT_STD)
         config._attn_implementation = attn_implementation

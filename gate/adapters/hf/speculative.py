@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from gate.adapters.hf import compat, presets
-from gate.adapters.hf.options import PRESET_NAMES, Options
+from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
@@ -40,12 +40,7 @@ class HFSpeculativePath(HFPath):
                 draft_identity = dict(loaded.identity)
             else:
                 draft_loaded = presets.load(
-                    options.draft,
-                    device=device,
-                    dtype=dtype,
-                    seed=seed,
-                    attn_implementation=options.attn_implementation,
-                    is_preset=options.draft in PRESET_NAMES,
+                    options.draft, options.attn_implementation, device=device, dtype=dtype, seed=seed
                 )
                 self.draft, draft_identity = draft_loaded.model, draft_loaded.identity
             if options.draft_layers is not None:
