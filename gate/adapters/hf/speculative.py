@@ -1,14 +1,17 @@
 """Proposal-and-verify paths: assisted generation with a draft model, and prompt-lookup decoding.
 
-`sample()` runs transformers' own assisted generation, one prompt at a time. Sessions verify
-teacher-forced: after each call's tokens the proposer drafts k tokens and the target scores tokens and
-drafts in one forward; drafts the next given tokens confirm are served from that pass, the rest are
-cropped. Fault `accept-all` makes the target's output rank every drafted token first.
+`sample()` runs transformers' own assisted generation, one prompt at a time, its rounds read from
+outside the model (`verify_log`, `rounds`). Sessions verify teacher-forced: after each call's tokens
+the proposer drafts k tokens and the target scores tokens and drafts in one forward; drafts the next
+given tokens confirm are served from that pass, the rest are cropped. Fault `accept-all` makes the
+target's output rank every drafted token first.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +22,64 @@ from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
-from gate.adapters.hf.spec_rounds import count_passes, rounds, verify_log
 from gate.errors import AdapterUnavailable, UnknownFault
 from gate.protocols import Session, subject_call
 from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
 
 SPEC_FAULTS = ("accept-all",)
+
+
+def rounds(calls: list[tuple[int, int]], prompt_len: int, final_len: int, k: int) -> SpecStats:
+    """Per-round accounting from the target's verify passes, `calls`: (cache length before the pass,
+    input length) per target forward. Round r scores the uncached tokens plus k_r drafts; after it the
+    sequence has grown by m_r + 1 (m_r accepted drafts and one token from the target: a correction, or
+    a bonus when all k_r were accepted), and the next pass starts at length L_{r+1} - 1."""
+    stats = SpecStats(k=k, sequences=1, full_accepts=0)
+    lengths = [prompt_len] + [start + 1 for start, _ in calls[1:]] + [final_len]  # L_r before each round
+    for r, (start, n_input) in enumerate(calls):
+        uncached = lengths[r] - start
+        drafted = max(n_input - uncached, 0)
+        grown = lengths[r + 1] - lengths[r]
+        accepted = min(max(grown - 1, 0), drafted)
+        stats.target_calls += 1
+        stats.target_passes += 1
+        stats.proposed += drafted
+        stats.accepted += accepted
+        stats.emitted += grown
+        if drafted and accepted == drafted:
+            # every round of transformers' loop ends with one target token: after k acceptances, a bonus
+            stats.full_accepts = (stats.full_accepts or 0) + 1
+            stats.bonus += 1
+        elif drafted:
+            stats.rejections += 1
+    return stats
+
+
+@contextmanager
+def verify_log(model: Any, calls: list[tuple[int, int]], accept_all: bool, prompt_len: int) -> Iterator[None]:
+    """Record (cache length, input length) of each target pass; with accept_all, make each drafted
+    token the target's top choice in that pass's output (verification removed from outside)."""
+    api = compat.cache_api(model)
+
+    def pre(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids: torch.Tensor = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        cache = kwargs.get(api.cache_kwarg)
+        calls.append((compat.seq_length(cache) if cache is not None else 0, int(ids.shape[1])))
+        kwargs_seen.append(ids)
+
+    def post(_module: Any, _args: Any, _kwargs: dict[str, Any], output: Any) -> Any:
+        ids = kwargs_seen.pop()
+        _start, n_input = calls[-1]
+        drafted = n_input - (prompt_len if len(calls) == 1 else 1)
+        if accept_all and drafted > 0:
+            # output rows are the last input rows; row -(drafted + 1) + j predicts ids[:, -drafted + j]
+            rows = output.logits[:, -(drafted + 1) : -1]
+            rows.scatter_(-1, ids[:, -drafted:, None], rows.amax(-1, keepdim=True) + 100.0)
+        return output
+
+    kwargs_seen: list[torch.Tensor] = []
+    with model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post, with_kwargs=True):
+        yield
 
 
 class HFSpeculativePath(HFPath):
@@ -185,10 +240,16 @@ class HFSpeculativePath(HFPath):
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]
+
+        def count(*_args: Any) -> None:
+            draft_passes[0] += 1
+
         with (
             torch.no_grad(),
             verify_log(self.model, calls, self.accept_all, prompt.shape[1]),
-            count_passes(self.draft if self.draft is not None and self.draft is not self.model else None, draft_passes),
+            self.draft.register_forward_hook(count)
+            if self.draft is not None and self.draft is not self.model
+            else nullcontext(),
             subject_call("generate(assistant)", length=int(prompt.shape[1]), new_tokens=n_tokens),
         ):
             out = self.model.generate(
