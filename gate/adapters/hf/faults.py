@@ -75,8 +75,7 @@ class Tamper:
         return None
 
     def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Positions [B, n] of a padded batch's tokens, counted from each row's first real token;
-        `slots` [B, n] are the cache slots they occupy (pads included)."""
+        """Positions [B, n] of a padded batch's tokens; `slots` [B, n] are the cache slots they occupy."""
         return positions
 
     def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
@@ -126,16 +125,14 @@ class MissingStartPos(Tamper, name="missing-start-pos"):
 
 
 class WrongCachePosition(Tamper, name="wrong-cache-position"):
-    """`cache_position` of an append points one slot back. Live before 5.4 (mask and static write
-    index), silently ignored from 5.4 on: a control that must be reported as unobservable there."""
+    """`cache_position` of an append points one slot back (live before 5.4, ignored from 5.4 on)."""
 
     def cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         return positions[0] - 1 if phase == "append" else None
 
 
 class TruncatedLastBlock(Tamper, name="truncated-last-block"):
-    """A write loses its last block: after a prefill (or a chunked append) the last min(16, n) tokens
-    it wrote are dropped from the cache, while the position counter goes on."""
+    """A prefill or chunked append loses its last min(16, n) tokens, while the position counter goes on."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if session.cache is not None and (phase == "prefill" or n > 1):
@@ -143,8 +140,7 @@ class TruncatedLastBlock(Tamper, name="truncated-last-block"):
 
 
 class CrossRequestHandle(Tamper, name="cross-request-handle"):
-    """After a prefill, the session's handle resolves to another request's cache: a request of the
-    same length and positions but other tokens, prefilled by the same path."""
+    """After a prefill, the session's handle resolves to another request's cache (other_request_cache)."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if phase == "prefill" and n:
@@ -152,8 +148,7 @@ class CrossRequestHandle(Tamper, name="cross-request-handle"):
 
 
 class StaleWeights(Tamper, name="stale-weights"):
-    """The cache was filled under other weights than those now serving: the prefill runs with every
-    attention projection perturbed (noise of half the weight's std), appends with the true weights."""
+    """The prefill runs with every attention projection perturbed (noise of half the weight's std)."""
 
     @contextmanager
     def weights(self, phase: str, model: Any) -> Iterator[None]:
@@ -175,8 +170,7 @@ class StaleWeights(Tamper, name="stale-weights"):
 
 
 class MaskOriginReset(Tamper, name="mask-origin-reset"):
-    """An appended chunk gets a local triangular mask that starts at 0: its row i sees cache slots
-    0..i instead of 0..L+i (background: parity, mask oracle)."""
+    """An appended chunk's row i sees cache slots 0..i instead of 0..L+i."""
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if phase != "append" or session.cache is None:
@@ -203,8 +197,7 @@ def _grid(session: TamperedSession, n: int) -> tuple[torch.Tensor, torch.Tensor,
 
 
 class SlidingWindowMask(Tamper, name="sliding-window-mask"):
-    """A sliding window (max_len // 4 tokens) where full attention is declared: every query sees
-    only the last `window` keys, in prefill and append alike."""
+    """Every query sees only the last max_len // 4 keys where full attention is declared."""
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
@@ -215,8 +208,7 @@ class SlidingWindowMask(Tamper, name="sliding-window-mask"):
 
 
 class PoisonedTailRead(Tamper, name="poisoned-tail-read"):
-    """A preallocated cache read past its valid length: the unused slots hold NaN and the mask lets
-    every query see them (a mask built from the buffer size, not from the request's length)."""
+    """A preallocated cache read past its valid length: unused slots hold NaN and the mask shows them."""
 
     def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
         for layer in session.cache.layers if session.cache is not None else ():
@@ -243,8 +235,7 @@ class ResetKeepsPosition(Tamper, name="reset-keeps-position"):
 
 
 class PaddingInPositions(Tamper, name="padding-in-positions"):
-    """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)
-    while the prefill took them from the mask: a row with p pads decodes p positions too far."""
+    """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)."""
 
     def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         return slots if phase == "append" and slots.shape[1] == 1 else positions
@@ -258,16 +249,14 @@ class PadAttended(Tamper, name="pad-attended"):
 
 
 class StaleSlotOnJoin(Tamper, name="stale-slot-on-join"):
-    """A request joining a slot another request left inherits its K/V and length: its prompt is
-    written after the previous occupant's K/V and attends to them (a slot table not cleared on reuse)."""
+    """A request joining a slot another request left inherits its K/V and length."""
 
     def join_slot(self, session: SlotSession, slot: int) -> None:
         return None
 
 
 class StaleGenerateCache(Tamper, name="stale-generate-cache"):
-    """A request's first generate call gets the cache the previous request left (kept beside the
-    shared config and never reset), instead of one built fresh from that config."""
+    """A request's first generate call gets the cache the previous request left, never reset."""
 
     def reset(self, session: TamperedSession) -> None:
         session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
@@ -279,8 +268,7 @@ class StaleGenerateCache(Tamper, name="stale-generate-cache"):
 
 
 class BeamsNotReordered(Tamper, name="beams-not-reordered"):
-    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
-    K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
+    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows."""
 
     def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
         return None

@@ -55,21 +55,8 @@ LONGROPE = {
 
 
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
-    """The config of a tiny preset (every one a real transformers architecture, 2 layers of width 64):
-
-    - `llama`, `qwen2`: RoPE, grouped-query KV (4 query heads over 2 KV heads), RMSNorm;
-    - `mistral-sliding-window`: the same with a 32-token sliding window on every layer;
-    - `gpt2`: learned absolute positions, so a shifted position is visible;
-    - `gemma3-hybrid`: Gemma 3 text, one sliding (32-token window, RoPE base 1e4) and one global layer
-      (RoPE base 1e6), QK-norm, scaled embeddings; `query_pre_attn_scalar` = head_dim as in Gemma 3
-      1B-12B (the config's default 256 would scale the tiny heads' scores by 1/16 instead of 1/4);
-    - `llama-mqa`: Llama with one KV head shared by all 4 query heads (multi-query attention);
-    - `gpt-neox-partial-rotary`: GPT-NeoX, rotary on the first quarter of each head's channels only
-      (`rotary_pct` 0.25), fused QKV, parallel residual;
-    - `llama3-rope-scaling`: Llama under Llama 3.1's rope scaling (`LLAMA3_ROPE`);
-    - `phi3-longrope`: Phi-3 (fused QKV and gate/up projections) under LongRoPE (`LONGROPE`), short
-      factors up to 128 positions, long ones beyond.
-    """
+    """The config of a tiny preset, every one a real transformers architecture with 2 layers of width
+    64 (the presets table of docs/hf-adapter.md says what each exercises)."""
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
     make = getattr(transformers, ARCHITECTURES[name], None)
@@ -102,7 +89,7 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
         },
         "gemma3-hybrid": {
             "head_dim": 16,
-            "query_pre_attn_scalar": 16,
+            "query_pre_attn_scalar": 16,  # = head_dim as in Gemma 3 1B-12B (the default 256 scales by 1/16)
             "sliding_window": HYBRID_WINDOW,
             "layer_types": ["sliding_attention", "full_attention"],
             "final_logit_softcapping": None,

@@ -53,7 +53,7 @@ class CacheSession:
 
     def exercise(self) -> dict[str, Any]:
         cache = self.cache
-        record: dict[str, Any] = {
+        return {
             "cache_len": compat.seq_length(cache) if cache is not None else 0,
             "cached_steps": self.cached_steps,
             "cache_bytes": compat.cache_bytes(cache) if cache is not None else 0,
@@ -62,9 +62,8 @@ class CacheSession:
             "cache_class": type(cache).__name__ if cache is not None else None,
             "layer_classes": sorted({type(layer).__name__ for layer in cache.layers}) if cache is not None else [],
             "transformers": compat.cache_api(self.model).version,
+            **self.path.extra_exercise(self),
         }
-        record.update(self.path.extra_exercise(self))
-        return record
 
     # ---- machinery ------------------------------------------------------------------------------
 
@@ -74,8 +73,7 @@ class CacheSession:
             compat.reset(self.cache)
 
     def other_request_cache(self) -> Any:
-        """A cache this path prefilled with another request of the same length and positions but
-        other tokens (what a handle resolved to the wrong request reads)."""
+        """A cache this path prefilled with another request of the same length and positions."""
         other = (self.last_prefill * 7 + 3) % self.path.vocab_size
         decoy = self.path.make_cache(other.shape[0])
         with torch.no_grad():
@@ -88,8 +86,7 @@ class CacheSession:
         self.prefill_positions = self._positions(tokens.shape[1])
 
     def _positions(self, n: int) -> torch.Tensor:
-        row = torch.arange(self.pos, self.pos + n, device=self.device)
-        return row.unsqueeze(0).expand(self.batch_size, n)
+        return torch.arange(self.pos, self.pos + n, device=self.device).unsqueeze(0).expand(self.batch_size, n)
 
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device)
@@ -140,9 +137,7 @@ class CacheSession:
 
 class PaddedSession(CacheSession):
     """Requests of different lengths in one batch through one cache, padded the way a serving stack
-    pads for `generate`: the pad token on the left (or right), a 2D `attention_mask` (0 on pads) and
-    position ids counted from each row's first real token (`cumsum(mask) - 1`). Left-padded batches
-    decode on; right-padded ones are prefill-only (their requests end at different slots)."""
+    pads for `generate` (docs/hf-adapter.md, "Paths"); right-padded batches are prefill-only."""
 
     def __init__(self, path: SessionPath, batch_size: int, padding: str) -> None:
         super().__init__(path, batch_size)
@@ -259,8 +254,7 @@ class PrefixStore:
     hit_tokens: int = 0
 
     def longest(self, tokens: torch.Tensor) -> tuple[PrefixEntry | None, int]:
-        """The entry sharing the longest prefix with `tokens` [B, T], and that length (< T, so the
-        request computes at least its last token itself); (None, 0) when nothing is shared."""
+        """The entry sharing the longest prefix (< T) with `tokens` [B, T], and that length."""
         best: tuple[PrefixEntry | None, int] = (None, 0)
         for entry in self.entries:
             if entry.tokens.shape[0] != tokens.shape[0]:
@@ -274,9 +268,8 @@ class PrefixStore:
 
 
 class PrefixReuseSession(CacheSession):
-    """Prefix reuse across requests: a prefill looks up the longest stored prefix, takes its cache
-    (a deep copy, or the stored object itself then cropped back on reset) and extends it with the
-    rest of the prompt; a prefill that found nothing stores its own cache as a new base."""
+    """Prefix reuse across requests: a prefill extends the cache of the longest stored prefix (a deep
+    copy, or the stored object then cropped back on reset); one that found nothing stores its own."""
 
     def __init__(self, path: SessionPath, batch_size: int, store: PrefixStore, mode: str) -> None:
         super().__init__(path, batch_size)
