@@ -66,27 +66,23 @@ class ContinuousHFSession:
             for layer in range(len(self.kv[slots[starts.index(width)]])):
                 k, v = self._gather(slots, starts, width, layer)
                 cache.update(k, v, layer)
-        slots_at = compat.batch_cache_position(self.model, width, n, self.device)
         with torch.no_grad():
             out = compat.forward(
                 self.model,
                 tokens,
                 cache,
                 positions,
-                cache_position=slots_at,
+                cache_position=compat.batch_cache_position(self.model, width, n, self.device),
                 attention_mask=self.tamper.padding_mask(phase, mask),
             )
         for layer in range(len(cache.layers)):
             k_all, v_all = compat.layer_kv(cache, layer)
             for row, (slot, start, m) in enumerate(zip(slots, starts, fed, strict=True)):
-                keep = (
-                    k_all[row, :, width - start : width + m].clone(),
-                    v_all[row, :, width - start : width + m].clone(),
-                )
+                keep = (k_all[row, :, width - start : width + m], v_all[row, :, width - start : width + m])
                 if layer < len(self.kv[slot]):
-                    self.kv[slot][layer] = keep
+                    self.kv[slot][layer] = (keep[0].clone(), keep[1].clone())
                 else:
-                    self.kv[slot].append(keep)
+                    self.kv[slot].append((keep[0].clone(), keep[1].clone()))
         for slot, m in zip(slots, fed, strict=True):
             self.lengths[slot] += m
         logits = out.logits.float()

@@ -35,17 +35,15 @@ def build_press(name: str, compression_ratio: float) -> Any:
             "kvpress is not installed here: it is an optional extra that pins transformers<5.3, so it runs in "
             f"its own environment (bash .ci/kvpress.sh, or pip install 'gate[kvpress]'): {err}"
         ) from err
-    presses = {
-        "streaming-llm": lambda: kvpress.StreamingLLMPress(compression_ratio=compression_ratio, n_sink=4),
-        "snapkv": lambda: kvpress.SnapKVPress(compression_ratio=compression_ratio, window_size=16),
-        "knorm": lambda: kvpress.KnormPress(compression_ratio=compression_ratio),
-        "expected-attention": lambda: kvpress.ExpectedAttentionPress(
-            compression_ratio=compression_ratio, n_future_positions=64, n_sink=4
-        ),
-        "tova": lambda: kvpress.TOVAPress(compression_ratio=compression_ratio),
-        "random": lambda: kvpress.RandomPress(compression_ratio=compression_ratio, seed=0),
-    }
-    return presses[name]()
+    kind, settings = {
+        "streaming-llm": ("StreamingLLMPress", {"n_sink": 4}),
+        "snapkv": ("SnapKVPress", {"window_size": 16}),
+        "knorm": ("KnormPress", {}),
+        "expected-attention": ("ExpectedAttentionPress", {"n_future_positions": 64, "n_sink": 4}),
+        "tova": ("TOVAPress", {}),
+        "random": ("RandomPress", {"seed": 0}),
+    }[name]
+    return getattr(kvpress, kind)(compression_ratio=compression_ratio, **settings)
 
 
 def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:

@@ -49,9 +49,8 @@ CONTINUOUS_KINDS = ("dynamic",)
 
 def pure_rotary(model: Any) -> bool:
     """Rotary position embeddings and no absolute ones (GPT-2's `wpe`, OPT's `embed_positions`)."""
-    names = [type(m).__name__ for m in model.modules()]
     absolute = any(n.endswith(("wpe", "embed_positions", "position_embeddings")) for n, _ in model.named_modules())
-    return any("Rotary" in n for n in names) and not absolute
+    return any("Rotary" in type(m).__name__ for m in model.modules()) and not absolute
 
 
 class HFPath:

@@ -65,8 +65,6 @@ class CacheSession:
             **self.path.extra_exercise(self),
         }
 
-    # ---- machinery ------------------------------------------------------------------------------
-
     def clear_cache(self) -> None:
         """Drop stored K/V, keeping the cache object when it has a reset (reuse of one allocation)."""
         if self.cache is not None:

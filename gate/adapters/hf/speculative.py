@@ -178,8 +178,6 @@ class HFSpeculativePath(HFPath):
             logits = compat.forward(self.draft, contexts.to(self.device), None, None).logits.float()
         return warp(logits[:, -1], temperature, top_k)
 
-    # ---- machinery ------------------------------------------------------------------------------
-
     def eos_token_id(self) -> int | None:
         """prompt-lookup: the EOS token generate is handed (option `eos_token`)."""
         choice = self.options.eos_token
