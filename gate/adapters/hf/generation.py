@@ -211,10 +211,7 @@ class PagedSession(HistorySession):
         super().clear_cache()
         self.sent = self.sent[:, :0]
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         self.sent = torch.cat([self.sent, self.tamper.positions(phase, self._positions(n))], dim=1)
         hidden, self.schedule = self.paged.replay(self.history, self.sent)
         with torch.no_grad():
@@ -263,10 +260,7 @@ class GenerateSession(HistorySession):
         self.cache_built_by = ""
         self.head = self.model.get_output_embeddings()
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         settings: dict[str, Any] = {"return_dict_in_generate": True, "output_logits": True}
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)

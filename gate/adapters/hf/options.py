@@ -199,7 +199,8 @@ class Options(BaseModel):
             raise ValueError("`eos_token` is a token id (>= 0), `model` or `none`")
         if self.init_std is not None and self.model not in PRESET_NAMES:
             raise ValueError("`init_std` applies only to a preset model, not to weights loaded from a directory")
-        if self.model not in PRESET_NAMES and not _looks_like_path(self.model):
+        # "org/name" is how hub ids look: accept it only when such a directory exists here
+        if not self.is_preset and not self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).is_dir():
             raise ValueError(
                 f"model {self.model!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a local directory "
                 "path (start it with /, ./ or ~/): gate never downloads from a hub"
@@ -209,8 +210,3 @@ class Options(BaseModel):
     @property
     def is_preset(self) -> bool:
         return self.model in PRESET_NAMES
-
-
-def _looks_like_path(value: str) -> bool:
-    # "org/name" is how hub ids look: accept it only when such a directory exists here.
-    return value.startswith(("/", "./", "../", "~")) or Path(value).is_dir()

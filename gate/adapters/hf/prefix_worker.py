@@ -62,9 +62,7 @@ def _freeze(value: Any) -> Any:
 def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
     """The rope parameters as one flat dict of scalars, or None where there are none or they carry
     factor lists (longrope)."""
-    if rope is None or any(isinstance(v, tuple) for _, v in rope):
-        return None
-    return dict(rope)
+    return None if rope is None or any(isinstance(v, tuple) for _, v in rope) else dict(rope)
 
 
 def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, dict[str, Any]] | None:
@@ -134,9 +132,9 @@ class HFFamily(ModelFamily):
 
     def rope(self, config: Hashable) -> str:
         rope = _hf(config).rope
-        if rope is None:
-            return "none"
-        return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in rope)
+        return (
+            "none" if rope is None else ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in rope)
+        )
 
     def window(self, config: Hashable) -> int | None:
         return _hf(config).window
@@ -204,13 +202,9 @@ class PrefixCachingPart(HFPath):
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
         family = HFFamily(loaded)  # the worker's own copy of the weights
         settings = options.prefix or PrefixOptions()
+        kv_dtype = settings.kv_dtype or dtype
         spec = WorkerSpec(
-            family=family,
-            config=family.base_config,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            kv_dtype=settings.kv_dtype or dtype,
+            family=family, config=family.base_config, seed=seed, device=device, dtype=dtype, kv_dtype=kv_dtype
         )
         self.worker = PrefixWorker.create(spec, block_size=options.block_size, byte_budget=settings.cache_bytes)
 

@@ -200,23 +200,22 @@ class HistorySession(CacheSession):
         super().clear_cache()
         self.history = self.history[:, :0]
 
-    def _extend(self, tokens: torch.Tensor) -> int:
+    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape[0] != self.batch_size:
             raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
         self.history = torch.cat([self.history, tokens.to(self.device)], dim=1)
-        return int(tokens.shape[1])
+        n = int(tokens.shape[1])
+        return self._run(phase, n) if n else torch.empty(self.batch_size, 0, self.path.vocab_size)
 
-    def _no_rows(self) -> torch.Tensor:
-        return torch.empty(self.batch_size, 0, self.path.vocab_size)
+    def _run(self, phase: str, n: int) -> torch.Tensor:
+        """Run the history, whose last `n` tokens are this call's: their logits [B, n, V]."""
+        raise NotImplementedError
 
 
 class RecomputeSession(HistorySession):
     """No cache at all: every call recomputes the whole history with one full causal pass."""
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         logits = self.path.full_logits(self.history)[:, -n:]
         self.pos += n
         self.forward_calls += 1
