@@ -1,12 +1,8 @@
 """The `hf` adapter: gate judges real Hugging Face transformers code.
 
-One small plugin, registered like any third-party one:
-
-    [project.entry-points."gate.adapters"]
-    hf = "gate.adapters.hf:HFAdapter"
-
-Importing this package imports no torch and no transformers (only the Options model), so a
-manifest can be validated without them; `build` imports the heavy modules.
+A plugin registered like any third-party one (`gate.adapters` entry point `hf`). Importing this
+package imports no torch and no transformers, so a manifest can be validated without them; `build`
+imports the heavy modules.
 """
 
 from __future__ import annotations

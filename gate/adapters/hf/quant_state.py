@@ -23,14 +23,6 @@ HF_DEFAULTS = {"nbits": 4, "q_group_size": 64, "residual_length": 128, "axis": 0
 """QuantizedCache's defaults where the manifest leaves an option out."""
 
 
-def declared_scheme(options: Any, dtype: torch.dtype) -> QuantScheme:
-    """The scheme the manifest's options declare, under transformers' rule: the residual is flushed
-    once it would reach `residual_length`, so at most `residual_length - 1` tokens stay unquantised."""
-    residual = options.residual_length if options.residual_length is not None else HF_DEFAULTS["residual_length"]
-    bits, group_size = options.nbits or HF_DEFAULTS["nbits"], options.q_group_size or HF_DEFAULTS["q_group_size"]
-    return _scheme(bits, group_size, HF_DEFAULTS["axis"], HF_DEFAULTS["axis"], residual, dtype)
-
-
 def _scheme(
     bits: int, group_size: int, key_axis: Any, value_axis: Any, residual: int, dtype: torch.dtype
 ) -> QuantScheme:
@@ -142,10 +134,6 @@ HF_QUANT_FAULTS = ("quant-residual-overflow", "quant-scale-wrong", "quant-bits-i
 backend's levels can be set apart from its stored bits)."""
 
 
-def _other_bits(backend: str, bits: int) -> int:
-    return {"quanto": {2: 4, 4: 2}, "hqq": {8: 4}}.get(backend, {}).get(bits, 8 if bits != 8 else 4)
-
-
 def plant(layer: Any, fault: str) -> None:
     """Plant `fault` into one QuantizedLayer from outside (its own attributes stay as stated)."""
     if fault == "quant-residual-overflow":  # the flush decided against residual_length + 2, restored after
@@ -180,7 +168,12 @@ class QuantizedHFPath(TracingHFPath):
     quant_fault: str | None = None
 
     def quant_declared(self) -> QuantScheme:
-        return declared_scheme(self.options, self.model.dtype)
+        """The scheme the manifest's options declare, under transformers' rule: the residual is flushed
+        once it would reach `residual_length`, so at most `residual_length - 1` tokens stay unquantised."""
+        options = self.options
+        residual = options.residual_length if options.residual_length is not None else HF_DEFAULTS["residual_length"]
+        bits, group_size = options.nbits or HF_DEFAULTS["nbits"], options.q_group_size or HF_DEFAULTS["q_group_size"]
+        return _scheme(bits, group_size, HF_DEFAULTS["axis"], HF_DEFAULTS["axis"], residual, self.model.dtype)
 
     def new_quant_session(self, batch_size: int) -> QuantHFSession:
         self.reuse()
@@ -200,7 +193,10 @@ class QuantizedHFPath(TracingHFPath):
     def make_cache(self, batch_size: int) -> Any:
         if self.quant_fault == "quant-bits-ignored":
             options = self.options
-            bits = _other_bits(str(options.backend), options.nbits or HF_DEFAULTS["nbits"])
+            stated = options.nbits or HF_DEFAULTS["nbits"]
+            bits = {"quanto": {2: 4, 4: 2}, "hqq": {8: 4}}.get(str(options.backend), {}).get(
+                stated, 8 if stated != 8 else 4
+            )
             cache = compat.quantized_cache(
                 self.model.config,
                 options.backend,

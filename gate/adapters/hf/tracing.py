@@ -63,11 +63,9 @@ class TracingHFPath(HFPath):
 
 @contextmanager
 def _capture_attention(model: Any) -> Iterator[dict[int, dict[str, torch.Tensor]]]:
-    """Per layer index, the last query `q` and per-head attention output `attn` ([B, H, 1, D]) the
-    model's attention function (compat.attention_function, wrapped for the duration, its answers
-    unchanged) was given and returned during the next forward (the last call wins). `q` is scaled so
-    that 1/sqrt(D) applies the model's own `scaling`. Models whose attention modules name no
-    `layer_idx` record nothing (the head map is then not judged)."""
+    """Per layer index, the last query `q` and per-head attention output `attn` ([B, H, 1, D]) the model's
+    attention function (wrapped for the duration) was given and returned during the next forward; `q` is
+    scaled so that 1/sqrt(D) applies the model's own `scaling`. Layers with no `layer_idx` record nothing."""
     seen: dict[int, dict[str, torch.Tensor]] = {}
     original = compat.attention_function(model)
 
