@@ -96,7 +96,6 @@ def forward(
     *,
     cache_position: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-    hidden: bool = False,
 ) -> Any:
     """One forward of `tokens` [B, n] against `cache` (None: no cache, a full causal pass).
 
@@ -115,8 +114,6 @@ def forward(
         kwargs["cache_position"] = cache_position
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
-    if hidden:
-        kwargs["output_hidden_states"] = True
     seen = int(positions[0, 0]) if positions is not None and positions.numel() else _seen(cache)
     with subject_call(f"{type(model).__name__}.forward", length=seen, tokens=int(tokens.shape[1])):
         return model(input_ids=tokens, **kwargs)
