@@ -39,8 +39,7 @@ class HFAdapter:
 
         from gate.adapters.hf import compat, presets
         from gate.adapters.hf.paths import HFPath
-        from gate.adapters.hf.probe import PROBE_KINDS, ProbingHFPath
-        from gate.adapters.hf.tracing import TracingHFPath
+        from gate.adapters.hf.probe import PROBE_KINDS, ProbingHFPath, TracingHFPath
 
         if not isinstance(options, Options):
             options = Options.model_validate(options.model_dump() if isinstance(options, BaseModel) else options)

@@ -21,8 +21,7 @@ import transformers
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
-from gate.adapters.hf.probe import ProbingHFPath
-from gate.adapters.hf.tracing import TracingHFPath
+from gate.adapters.hf.probe import ProbingHFPath, TracingHFPath
 from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
 from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS

@@ -15,8 +15,8 @@ import torch
 
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.probe import TracingHFPath
 from gate.adapters.hf.sessions import CacheSession
-from gate.adapters.hf.tracing import TracingHFPath
 from gate.protocols import QuantScheme, QuantState, QuantTensorState
 
 HF_DEFAULTS = {"nbits": 4, "q_group_size": 64, "residual_length": 128, "axis": 0}
