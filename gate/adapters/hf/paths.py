@@ -18,6 +18,7 @@ from gate.adapters.hf import compat
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
+    BLOCK,
     CONTINUOUS_FAULTS,
     FAULTS,
     PADDING_FAULTS,
@@ -243,8 +244,6 @@ class HFPath:
             residual = self.options.residual_length if self.options.residual_length is not None else 128
             found["residual"] = set(range(residual, self.max_len, max(residual, 1)))
         if self.fault == "truncated-last-block":
-            from gate.adapters.hf.faults import BLOCK
-
             found["block"] = set(range(BLOCK, self.max_len, BLOCK))
         edges = {kind: tuple(sorted(b for b in v if 0 < b < self.max_len)) for kind, v in found.items()}
         return {kind: v for kind, v in edges.items() if v}

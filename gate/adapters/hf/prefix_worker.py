@@ -131,9 +131,9 @@ class HFFamily(ModelFamily):
 
     def rope(self, config: Hashable) -> str:
         rope = _hf(config).rope
-        return (
-            "none" if rope is None else ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in rope)
-        )
+        if rope is None:
+            return "none"
+        return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in rope)
 
     def window(self, config: Hashable) -> int | None:
         return _hf(config).window
@@ -181,8 +181,7 @@ class HFFamily(ModelFamily):
         if compat.seq_length(kv) != start:
             raise RuntimeError(f"cache holds {compat.seq_length(kv)} tokens, a block was to go at {start}")
         for layer in range(len(payload) // 2):
-            k, v = payload[2 * layer], payload[2 * layer + 1]
-            kv.update(k[None, :, :n], v[None, :, :n], layer)
+            kv.update(payload[2 * layer][None, :, :n], payload[2 * layer + 1][None, :, :n], layer)
 
     def kv_bytes(self, kv: Any) -> int:
         return compat.cache_bytes(kv)

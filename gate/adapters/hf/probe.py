@@ -195,17 +195,12 @@ class ProbeSession(CacheSession):
         if planted is not None:
             planted = planted.to(q.dtype)
         config = self.model.config
-        layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-        make = (
-            compat.masking_utils.create_sliding_window_causal_mask
-            if layer_types[0] == "sliding_attention"
-            else compat.masking_utils.create_causal_mask
-        )
-        embeds = torch.empty(self.batch_size, n, 1, dtype=q.dtype, device=self.device)  # shape, dtype only
+        sliding = (getattr(config, "layer_types", None) or ["full_attention"])[0] == "sliding_attention"
+        masking = compat.masking_utils
         return compat.causal_mask(
-            make,
+            masking.create_sliding_window_causal_mask if sliding else masking.create_causal_mask,
             config=config,
-            inputs_embeds=embeds,
+            inputs_embeds=torch.empty(self.batch_size, n, 1, dtype=q.dtype, device=self.device),  # shape, dtype only
             attention_mask=planted,
             cache=self.cache,
             positions=self.pending_positions,

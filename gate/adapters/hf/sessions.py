@@ -175,11 +175,9 @@ class PaddedSession(CacheSession):
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         planted = self.tamper.cache_position(phase, positions)
-        return (
-            planted
-            if planted is not None
-            else compat.batch_cache_position(self.model, self.pos, positions.shape[1], self.device)
-        )
+        if planted is not None:
+            return planted
+        return compat.batch_cache_position(self.model, self.pos, positions.shape[1], self.device)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
         planted = self.tamper.attention_mask(phase, self, n)

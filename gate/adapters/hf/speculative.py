@@ -119,15 +119,14 @@ class HFSpeculativePath(HFPath):
     # ---- DecodePath -----------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        record = super().identity()
-        record["num_draft_tokens"] = self.num_draft_tokens
         if self.kind == "assisted":
-            record["draft"] = self.draft_identity
-            record["ensemble_weight"] = self.options.ensemble_weight
+            extra = {"draft": self.draft_identity, "ensemble_weight": self.options.ensemble_weight}
         else:
-            record["max_matching_ngram_size"] = self.options.max_matching_ngram_size
-            record["eos_token_id"] = self.eos_token_id()
-        return record
+            extra = {
+                "max_matching_ngram_size": self.options.max_matching_ngram_size,
+                "eos_token_id": self.eos_token_id(),
+            }
+        return {**super().identity(), "num_draft_tokens": self.num_draft_tokens, **extra}
 
     def new_session(self, batch_size: int) -> Session:
         return VerifySession(self, batch_size)
