@@ -8,6 +8,7 @@ imports the heavy modules.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -88,19 +89,16 @@ class HFAdapter:
         if options.path == "quantized" and options.backend in ("quanto", "hqq") and not options.beams:
             offers = [*offers, "QuantizedKV"]  # the QuantizedLayer read back (quant_state.py)
         name = f"hf:{options.path}:{options.model}" if options.path != "prefix-reuse" else f"hf:{options.model}"
+        stated = partial(PathCapabilities, path=name, offers=offers)
         if options.is_preset:
-            return PathCapabilities(
-                path=name, max_len=PRESET_MAX_POSITIONS, max_len_from=f"preset {options.model}", offers=offers
-            )
+            return stated(max_len=PRESET_MAX_POSITIONS, max_len_from=f"preset {options.model}")
         config_file = Path(options.model).expanduser() / "config.json"
         try:
             config: dict[str, Any] = json.loads(config_file.read_text())
         except (OSError, ValueError):
-            return PathCapabilities(path=name, max_len_from=f"{config_file} is not readable JSON", offers=offers)
+            return stated(max_len_from=f"{config_file} is not readable JSON")
         for doc in (config.get("text_config") or {}, config):
             for key in ("max_position_embeddings", "n_positions"):
                 if isinstance(doc.get(key), int):
-                    return PathCapabilities(
-                        path=name, max_len=doc[key], max_len_from=f"{config_file}: {key}", offers=offers
-                    )
-        return PathCapabilities(path=name, max_len_from=f"{config_file} declares no maximum length", offers=offers)
+                    return stated(max_len=doc[key], max_len_from=f"{config_file}: {key}")
+        return stated(max_len_from=f"{config_file} declares no maximum length")

@@ -176,8 +176,7 @@ class MaskOriginReset(Tamper, name="mask-origin-reset"):
         if phase != "append" or session.cache is None:
             return None
         _rows, cols, _ = _grid(session, n)
-        local_rows = torch.arange(n, device=session.device)[:, None]
-        return _additive(cols <= local_rows, session)
+        return _additive(cols <= torch.arange(n, device=session.device)[:, None], session)
 
 
 def _additive(allowed: torch.Tensor, session: TamperedSession) -> torch.Tensor:
@@ -202,9 +201,8 @@ class SlidingWindowMask(Tamper, name="sliding-window-mask"):
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
             return None
-        window = max(session.path.max_len // 4, 1)
         rows, cols, _ = _grid(session, n)
-        return _additive((cols <= rows) & (rows - cols < window), session)
+        return _additive((cols <= rows) & (rows - cols < max(session.path.max_len // 4, 1)), session)
 
 
 class PoisonedTailRead(Tamper, name="poisoned-tail-read"):

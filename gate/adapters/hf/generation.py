@@ -334,11 +334,9 @@ class GenerateSession(HistorySession):
 
     def clear_cache(self) -> None:
         """generate-cache: the old cache is dropped, not reset (the next first call builds its own)."""
-        if self.path.kind != "generate-cache":
-            super().clear_cache()
-            return
-        self.cache = None
-        self.history = self.history[:, :0]
+        if self.path.kind == "generate-cache":
+            self.cache = None
+        super().clear_cache()
 
     def exercise(self) -> dict[str, Any]:
         record = super().exercise()

@@ -165,11 +165,7 @@ class PressPath(HFPath):
         return (*super().libraries(), "kvpress")
 
     def extra_identity(self) -> dict[str, Any]:
-        return {
-            "press": self.options.press,
-            "compression_ratio": self.options.compression_ratio,
-            "press_scope": self.options.press_scope,
-        }
+        return {name: getattr(self.options, name) for name in ("press", "compression_ratio", "press_scope")}
 
     def new_session(self, batch_size: int) -> Session:
         return PressSession(self, batch_size)

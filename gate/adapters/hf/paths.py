@@ -89,8 +89,6 @@ class HFPath:
                 "prefetch it back on a side stream; on a CPU there is nothing to offload to"
             )
 
-    # ---- DecodePath -----------------------------------------------------------------------------
-
     def identity(self) -> dict[str, Any]:
         record = dict(self.loaded.identity)
         record["path"] = self.kind
@@ -250,8 +248,6 @@ class HFPath:
 
     def layout_boundaries(self) -> tuple[int, ...]:
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
-
-    # ---- what sessions ask of their path --------------------------------------------------------
 
     def make_cache(self, batch_size: int) -> Any:
         config = self.model.config

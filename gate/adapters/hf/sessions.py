@@ -40,8 +40,6 @@ class CacheSession:
         self.prefill_positions = self.last_prefill
         self.pending_positions = self.last_prefill
 
-    # ---- the Session protocol -------------------------------------------------------------------
-
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._step("prefill", tokens)
 

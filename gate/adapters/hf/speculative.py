@@ -116,8 +116,6 @@ class HFSpeculativePath(HFPath):
             self.num_draft_tokens = options.prompt_lookup_num_tokens
         self.accept_all = False
 
-    # ---- DecodePath -----------------------------------------------------------------------------
-
     def identity(self) -> dict[str, Any]:
         if self.kind == "assisted":
             extra = {"draft": self.draft_identity, "ensemble_weight": self.options.ensemble_weight}
