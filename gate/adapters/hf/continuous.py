@@ -67,14 +67,14 @@ class ContinuousHFSession:
                 k, v = self._gather(slots, starts, width, layer)
                 cache.update(k, v, layer)
         with torch.no_grad():
-            out = compat.forward(
+            logits = compat.forward(
                 self.model,
                 tokens,
                 cache,
                 positions,
                 cache_position=compat.batch_cache_position(self.model, width, n, self.device),
                 attention_mask=self.tamper.padding_mask(phase, mask),
-            )
+            ).logits.float()
         for layer in range(len(cache.layers)):
             k_all, v_all = compat.layer_kv(cache, layer)
             for row, (slot, start, m) in enumerate(zip(slots, starts, fed, strict=True)):
@@ -85,7 +85,6 @@ class ContinuousHFSession:
                     self.kv[slot].append((keep[0].clone(), keep[1].clone()))
         for slot, m in zip(slots, fed, strict=True):
             self.lengths[slot] += m
-        logits = out.logits.float()
         return {h: logits[row, :m] for row, (h, m) in enumerate(zip(feeds, fed, strict=True))}
 
     def _gather(self, slots: list[int], starts: list[int], width: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

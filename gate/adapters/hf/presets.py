@@ -176,7 +176,6 @@ def load(
             auto: Any = transformers.AutoModelForCausalLM
             built = auto.from_config(config, attn_implementation=attn_implementation)
         weights_sha = sha256_tensors(built.state_dict())  # float32 master weights, before the cast
-        source = "preset"
     else:
         directory = Path(model).expanduser()
         if not (directory / "config.json").is_file():
@@ -188,7 +187,6 @@ def load(
             str(directory), local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
         )
         weights_sha = _sha256_files(files)
-        source = "directory"
     built = built.to(device=device, dtype=torch_dtype).eval()
     built.requires_grad_(False)
     # gate compares fixed-length continuations token by token: generate must not stop at an EOS
@@ -199,7 +197,7 @@ def load(
     identity = {
         "adapter": "hf",
         "model": model,
-        "source": source,
+        "source": "preset" if is_preset else "directory",
         "seed": seed if is_preset else None,
         "architecture": type(built).__name__,
         "config_sha256": config_sha256(config),

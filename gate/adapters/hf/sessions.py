@@ -107,17 +107,16 @@ class CacheSession:
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         self.tamper.before_forward(phase, self, n)
         with torch.no_grad(), self.tamper.weights(phase, self.model), self.path.around_forward(self, phase):
-            out = compat.forward(
+            logits: torch.Tensor = compat.forward(
                 self.model,
                 tokens,
                 self.cache,
                 positions,
                 cache_position=self._cache_position(phase, positions),
                 attention_mask=self._attention_mask(phase, n),
-            )
+            ).logits.float()
         self.forward_calls += 1
         self.cached_steps += int(had_cache)
-        logits: torch.Tensor = out.logits.float()
         return logits
 
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:

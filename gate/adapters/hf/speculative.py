@@ -323,11 +323,9 @@ class VerifySession(CacheSession):
         """Score `tokens` [B, n] plus k drafts in one target pass; keep the drafts pending."""
         drafts = self._propose(torch.cat([self.history, tokens], 1)) if propose else tokens[:, :0]
         n, k = tokens.shape[1], drafts.shape[1]
-        block = torch.cat([tokens, drafts], 1)
         positions = torch.arange(self.pos, self.pos + n + k, device=self.device).expand(self.batch_size, -1)
         with torch.no_grad():
-            out = compat.forward(self.model, block, self.cache, positions)
-        logits = out.logits.float()
+            logits = compat.forward(self.model, torch.cat([tokens, drafts], 1), self.cache, positions).logits.float()
         if k and self.spec.accept_all:
             logits = logits.clone()
             logits[:, n - 1 : n - 1 + k].scatter_(-1, drafts[..., None], logits.amax(-1, keepdim=True) + 100.0)
