@@ -269,18 +269,13 @@ class PrefixReuseSession(CacheSession):
         self.mode = mode
         self.borrowed: tuple[PrefixEntry, int] | None = None
         self.prompt: torch.Tensor | None = None
-        self.reused_tokens = 0
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device)
         if self.cache is not None and compat.seq_length(self.cache) > 0:
             return super().prefill(tokens)  # a second prefill in one request extends it as usual
         entry, shared = self.store.longest(tokens)
-        if (
-            entry is not None
-            and shared < entry.tokens.shape[1]
-            and not compat.can_drop(entry.cache, entry.tokens.shape[1] - shared)
-        ):
+        if entry is not None and not compat.can_drop(entry.cache, entry.tokens.shape[1] - shared):
             entry = None  # a sliding window already evicted what the shorter prefix held
         if entry is None:
             self.store.misses += 1
@@ -290,7 +285,6 @@ class PrefixReuseSession(CacheSession):
             return logits
         self.store.hits += 1
         self.store.hit_tokens += shared
-        self.reused_tokens = shared
         stored = entry.tokens.shape[1]
         if self.mode == "crop" and shared == stored:
             # extend the stored base in place; reset() crops it back to `stored`
@@ -301,8 +295,7 @@ class PrefixReuseSession(CacheSession):
             compat.drop_last(self.cache, compat.seq_length(self.cache) - shared)
         self.pos = shared
         self.prompt = tokens
-        rest = self._step("prefill", tokens[:, shared:])
-        return torch.cat([entry.logits[:, :shared], rest], dim=1)
+        return torch.cat([entry.logits[:, :shared], self._step("prefill", tokens[:, shared:])], dim=1)
 
     def _record_prefill(self, tokens: torch.Tensor) -> None:
         # on a hit the request's prompt is the stored prefix plus `tokens`, from position 0
