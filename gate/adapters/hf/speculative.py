@@ -197,20 +197,6 @@ class HFSpeculativePath(HFPath):
         tokens generate produced (up to its EOS token, included; the row is filled with that token
         after it). A continuation shorter than asked without the EOS is filled with -1, a token no model emits."""
         eos = self.eos_token_id()
-        out, stats = self._generate_call(prompt, n_tokens, temperature, top_k, eos)
-        got = out[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
-        produced = int(got.shape[1])
-        if produced < n_tokens:
-            stopped = eos is not None and produced > 0 and int(got[0, -1]) == eos
-            fill = got.new_full((1, n_tokens - produced), eos if stopped and eos is not None else -1)
-            got = torch.cat([got, fill], 1)
-            produced = produced if stopped else n_tokens
-        return got, stats, produced
-
-    def _generate_call(
-        self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None, eos: int | None
-    ) -> tuple[torch.Tensor, SpecStats]:
-        """One generate call: the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
         config = compat.transformers.GenerationConfig(
             do_sample=sampling,
@@ -253,7 +239,14 @@ class HFSpeculativePath(HFPath):
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         stats = rounds(calls, prompt.shape[1], int(sequences.shape[1]), self.num_draft_tokens)
         stats.draft_passes = stats.draft_calls = draft_passes[0]
-        return sequences, stats
+        got = sequences[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
+        produced = int(got.shape[1])
+        if produced < n_tokens:
+            stopped = eos is not None and produced > 0 and int(got[0, -1]) == eos
+            fill = got.new_full((1, n_tokens - produced), eos if stopped and eos is not None else -1)
+            got = torch.cat([got, fill], 1)
+            produced = produced if stopped else n_tokens
+        return got, stats, produced
 
 
 @dataclass
