@@ -246,8 +246,7 @@ def truncated_copy(model: Any, num_layers: int) -> Any:
     """A copy of `model` that keeps its first `num_layers` blocks and shares nothing with it: a
     self-speculative (early-exit) draft, which agrees with the target often but not always."""
     draft = copy.deepcopy(model)
-    layers = decoder_layers(draft)
-    del layers[num_layers:]
+    del decoder_layers(draft)[num_layers:]
     draft.config.num_hidden_layers = num_layers
     if hasattr(draft.config, "n_layer"):
         draft.config.n_layer = num_layers

@@ -169,6 +169,7 @@ class ProbeSession(CacheSession):
 
     def step(self, phase: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, poison_tail: bool) -> torch.Tensor:
         """One chunk: q [B, H, n, D], k/v [B, H_kv, n, D] -> attention output [B, H, n, D]."""
+        q, k, v = (t.to(self.device) for t in (q, k, v))
         tamper = self.path.tamper
         n = q.shape[2]
         positions = torch.arange(self.pos, self.pos + n, device=self.device).expand(self.batch_size, n)
@@ -238,9 +239,7 @@ class ProbingHFPath(TracingHFPath):
         for index, chunks in enumerate(requests):
             if index:
                 self.tamper.reset(session)
-            results = []
-            for c, (q, k, v) in enumerate(chunks):
-                q, k, v = (t.to(self.device) for t in (q, k, v))
-                results.append(session.step("prefill" if c == 0 else "append", q, k, v, poison_tail))
-            outputs.append(results)
+            outputs.append(
+                [session.step("prefill" if c == 0 else "append", *qkv, poison_tail) for c, qkv in enumerate(chunks)]
+            )
         return outputs

@@ -69,7 +69,7 @@ class QuantHFSession(CacheSession):
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         if id(self.cache) not in self._watched:
             self._watched.add(id(self.cache))
-            for index, layer in enumerate(self.cache.layers):  # type: ignore[union-attr]
+            for index, layer in enumerate(getattr(self.cache, "layers", ())):
                 self._watch_layer(index, layer)
         return super()._forward(phase, tokens)
 

@@ -92,20 +92,17 @@ class HFSpeculativePath(HFPath):
             assert options.draft is not None
             if options.draft == options.model and options.is_preset:
                 self.draft = self.model  # the same weights; draft_layers may truncate a copy below
-                draft_identity = dict(loaded.identity)
+                self.draft_identity = dict(loaded.identity)
             else:
-                draft_loaded = presets.load(
-                    options.draft, options.attn_implementation, device=device, dtype=dtype, seed=seed
-                )
-                self.draft, draft_identity = draft_loaded.model, draft_loaded.identity
+                draft = presets.load(options.draft, options.attn_implementation, device=device, dtype=dtype, seed=seed)
+                self.draft, self.draft_identity = draft.model, draft.identity
             if options.draft_layers is not None:
                 self.draft = presets.truncated_copy(self.draft, options.draft_layers)
-                draft_identity = {
-                    **draft_identity,
+                self.draft_identity = {
+                    **self.draft_identity,
                     "draft_layers": options.draft_layers,
                     "weights_sha256": presets.sha256_tensors(self.draft.state_dict()),
                 }
-            self.draft_identity = draft_identity
             self.num_draft_tokens = options.num_assistant_tokens
             if options.ensemble_weight is not None and not compat.cache_api(self.model).ensemble_verification:
                 raise AdapterUnavailable(
