@@ -63,8 +63,7 @@ class BeamSession(CacheSession):
         rows = torch.empty(self.batch_size, tokens.shape[1], dtype=tokens.dtype, device=self.device)
         for beam in range(self.beams):
             # every other beam continues with tokens of its own (a distinct hypothesis per row)
-            own = tokens if beam == self.tracked else (tokens + 1 + beam) % self.path.vocab_size
-            rows[beam :: self.beams] = own
+            rows[beam :: self.beams] = tokens if beam == self.tracked else (tokens + 1 + beam) % self.path.vocab_size
         return self._step("append", rows)[self.tracked_rows]
 
     def clear_cache(self) -> None:

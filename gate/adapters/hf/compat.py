@@ -295,10 +295,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
             names, _ = flatten()
             return [t for name in names for t in _tensors(getattr(value, name))]
         return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
+    if isinstance(value, (tuple, list, dict)):
+        return [t for item in (value.values() if isinstance(value, dict) else value) for t in _tensors(item)]
     return []
 
 

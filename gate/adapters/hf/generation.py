@@ -103,7 +103,6 @@ class GeneratePath(HFPath):
         """Run each row of `history` [B, L] as one request through continuous batching, sending
         `positions` [B, L]; the decoder's output rows [B, L, d] and the schedule it ran."""
         batch, length = history.shape
-        page = self.options.page_size
         hidden: torch.Tensor | None = None
         expected = [0] * batch
         pending: list[list[tuple[int, int, int, int]]] = []
@@ -144,7 +143,7 @@ class GeneratePath(HFPath):
                 torch.no_grad(),
                 subject_call("generate_batch", length=length, requests=batch),
             ):
-                out = compat.generate_batch(self.model, history.tolist(), page, self.max_len, 1)
+                out = compat.generate_batch(self.model, history.tolist(), self.options.page_size, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None

@@ -82,8 +82,7 @@ def watch_press(path: PressPath) -> None:
         if log is not None:
             b, h, n, _ = keys.shape
             pool = torch.arange(n, device="cpu").expand(b, h, n)
-            match = (k_out[:, :, :, None, :] == keys[:, :, None, :, :]).all(-1)  # [B, H, K, N]
-            kept_from = match.float().argmax(-1).cpu()
+            kept_from = (k_out[:, :, :, None, :] == keys[:, :, None, :, :]).all(-1).float().argmax(-1).cpu()
             scores = captured.get("scores")
             log.append(
                 EvictionStep(
