@@ -45,8 +45,7 @@ class BeamSession(CacheSession):
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         self._check(tokens)
-        rows = tokens.to(self.device).repeat_interleave(self.beams, dim=0)
-        return self._step("prefill", rows)[self.tracked_rows]
+        return self._step("prefill", tokens.to(self.device).repeat_interleave(self.beams, dim=0))[self.tracked_rows]
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
         self._check(tokens)

@@ -413,8 +413,7 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
 
 def generate_batch_options(model: Any) -> dict[str, Any]:
     """`warmup=False` where generate_batch takes it (a warm-up pass would add uncounted forwards)."""
-    params = inspect.signature(model.generate_batch).parameters
-    return {"warmup": False} if "warmup" in params else {}
+    return {"warmup": False} if "warmup" in inspect.signature(model.generate_batch).parameters else {}
 
 
 def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:

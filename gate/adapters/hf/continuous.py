@@ -56,11 +56,9 @@ class ContinuousHFSession:
         positions = torch.tensor(starts, device=self.device)[:, None] + offsets
         # the pad columns after a shorter feed are masked and their outputs dropped: position 0 keeps
         # them inside the model's range; a real token keeps its own position, in range or not
-        real = offsets[None, :] < torch.tensor(fed, device=self.device)[:, None]
-        positions = positions.masked_fill(~real, 0)
-        columns = (width + torch.arange(n, device=self.device)).expand(rows, n)
+        positions = positions.masked_fill(offsets[None, :] >= torch.tensor(fed, device=self.device)[:, None], 0)
         phase = "append" if width else "prefill"
-        positions = self.tamper.batch_positions(phase, positions, columns)
+        positions = self.tamper.batch_positions(phase, positions, (width + offsets).expand(rows, n))
         cache = compat.full_dynamic_cache()
         if width:
             for layer in range(len(self.kv[slots[starts.index(width)]])):

@@ -181,8 +181,7 @@ class Options(BaseModel):
     def _options_fit_path(self) -> Options:
         defaults = type(self).model_fields
         for name, paths in _ONLY_FOR.items():
-            value = getattr(self, name)
-            if value != defaults[name].default and self.path not in paths:
+            if getattr(self, name) != defaults[name].default and self.path not in paths:
                 raise ValueError(f"option {name!r} applies only to path {' or '.join(paths)}, not {self.path!r}")
         if self.path == "assisted" and not self.draft:
             raise ValueError("path 'assisted' needs a draft model: set `draft` to a preset or a local directory")

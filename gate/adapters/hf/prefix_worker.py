@@ -211,12 +211,9 @@ class PrefixCachingPart(HFPath):
         return self.worker.block_size
 
     def identity(self) -> dict[str, Any]:
-        record = super().identity()
         worker = self.worker.identity()
-        record["prefix_cache"] = {
-            key: worker[key] for key in ("model_revision", "tokenizer", "kv_dtype", "block_size", "byte_budget", "hash")
-        }
-        return record
+        keys = ("model_revision", "tokenizer", "kv_dtype", "block_size", "byte_budget", "hash")
+        return {**super().identity(), "prefix_cache": {key: worker[key] for key in keys}}
 
     def faults(self) -> tuple[str, ...]:
         return (*super().faults(), *PREFIX_FAULTS)

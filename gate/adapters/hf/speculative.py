@@ -148,9 +148,8 @@ class HFSpeculativePath(HFPath):
         rows = []
         produced = []
         for row in prompts.to(self.device):
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             with torch.random.fork_rng(devices=[torch.device(self.device)] if "cuda" in str(self.device) else []):
-                torch.manual_seed(seed)
+                torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
                 tokens, round_stats, made = self._generate_one(row[None], n_tokens, temperature, top_k)
             rows.append(tokens)
             produced.append(made)
