@@ -44,11 +44,11 @@ class BeamSession(CacheSession):
         return torch.arange(self.requests, device=self.device) * self.beams + self.tracked
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self._check(tokens)
+        self._check_batch(tokens, self.requests)
         return self._step("prefill", tokens.to(self.device).repeat_interleave(self.beams, dim=0))[self.tracked_rows]
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        self._check(tokens)
+        self._check_batch(tokens, self.requests)
         tokens = tokens.to(self.device)
         if tokens.shape[1] == 0:
             return torch.empty(self.requests, 0, self.path.vocab_size)
@@ -68,10 +68,6 @@ class BeamSession(CacheSession):
     def clear_cache(self) -> None:
         super().clear_cache()
         self.tracked = 0
-
-    def _check(self, tokens: torch.Tensor) -> None:
-        if tokens.shape[0] != self.requests:
-            raise ValueError(f"session has batch {self.requests}, got tokens of shape {tuple(tokens.shape)}")
 
     def exercise(self) -> dict[str, Any]:
         return {

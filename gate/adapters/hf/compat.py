@@ -382,8 +382,7 @@ def _continuous_config_fields() -> set[str]:
 
 def page_field() -> str | None:
     """The ContinuousBatchingConfig field that sizes a page of the paged cache (None before 5.4)."""
-    fields = _continuous_config_fields()
-    return next((name for name in ("page_size", "block_size") if name in fields), None)
+    return next((name for name in ("page_size", "block_size") if name in _continuous_config_fields()), None)
 
 
 def require_continuous_batching() -> None:

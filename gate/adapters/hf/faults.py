@@ -182,8 +182,7 @@ class MaskOriginReset(Tamper, name="mask-origin-reset"):
 def _additive(allowed: torch.Tensor, session: TamperedSession) -> torch.Tensor:
     """[n, kv] bool -> [B, 1, n, kv] additive mask in the model's dtype (0 where allowed)."""
     dtype = session.model.dtype
-    blocked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=session.device)
-    mask = torch.where(allowed, torch.zeros((), dtype=dtype, device=session.device), blocked)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=session.device).masked_fill(~allowed, torch.finfo(dtype).min)
     return mask.expand(session.batch_size, 1, *allowed.shape)
 
 

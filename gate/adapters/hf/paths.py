@@ -164,7 +164,6 @@ class HFPath:
         return tuple(f for f in FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
-        """What carries a session's own position count into the model on this path."""
         return compat.position_inputs(self.model)
 
     def invisible_faults(self) -> dict[str, str]:
@@ -282,15 +281,14 @@ class HFPath:
         if cache is None:
             return {}
         if self.kind == "quantized":
-            per_layer_full = [  # a layer emptied by reset holds no tensor until its next write
-                0 if k is None else 2 * k.numel() * self.model.dtype.itemsize
-                for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
-            ]
             return {
                 "kv_backend": self.options.backend,
                 "kv_nbits": 8 if self.options.backend == "fp8" else (self.options.nbits or 4),
                 "quantized_bytes": compat.cache_bytes(cache),
-                "unquantized_equivalent_bytes": sum(per_layer_full),
+                "unquantized_equivalent_bytes": sum(  # a layer emptied by reset holds no tensor until its next write
+                    0 if k is None else 2 * k.numel() * self.model.dtype.itemsize
+                    for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
+                ),
                 "residual_tokens": [
                     int(layer.keys.shape[-2])
                     if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4

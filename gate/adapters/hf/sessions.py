@@ -87,8 +87,7 @@ class CacheSession:
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device)
         n = tokens.shape[1]
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        self._check_batch(tokens, self.batch_size)
         if n == 0:
             return torch.empty(self.batch_size, 0, self.path.vocab_size)
         if self.cache is None:
@@ -99,6 +98,10 @@ class CacheSession:
         self.pos += n
         self.tamper.after_write(phase, self, n)
         return logits
+
+    def _check_batch(self, tokens: torch.Tensor, rows: int) -> None:
+        if tokens.shape[0] != rows:
+            raise ValueError(f"session has batch {rows}, got tokens of shape {tuple(tokens.shape)}")
 
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
@@ -196,8 +199,7 @@ class HistorySession(CacheSession):
         self.history = self.history[:, :0]
 
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        self._check_batch(tokens, self.batch_size)
         self.history = torch.cat([self.history, tokens.to(self.device)], dim=1)
         n = int(tokens.shape[1])
         return self._run(phase, n) if n else torch.empty(self.batch_size, 0, self.path.vocab_size)

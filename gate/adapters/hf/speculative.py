@@ -299,7 +299,6 @@ class VerifySession(CacheSession):
         return torch.cat(rows, 1)
 
     def _roll_back(self) -> None:
-        """Drop unconfirmed drafts from the target's cache."""
         if self.pending is None:
             return
         dropped = self.pending.tokens.shape[1]
