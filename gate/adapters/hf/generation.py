@@ -250,8 +250,9 @@ class PagedSession(HistorySession):
 class GenerateSession(HistorySession):
     """Each call is one generate(max_new_tokens=1) over the history, carrying generate's cache."""
 
-    def __init__(self, path: HFPath, batch_size: int) -> None:
+    def __init__(self, path: GeneratePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
+        self.generating = path
         self.generate_calls = 0
         self.configs_shared = 0
         """generate-cache: requests whose cache generate built from the path's shared config."""
@@ -267,8 +268,7 @@ class GenerateSession(HistorySession):
         first: tuple[Any, dict[str, Any]] | None = None
         if self.path.kind == "generate-cache":
             if self.cache is None:
-                assert isinstance(self.path, GeneratePath)
-                first = self.path.first_call()  # the request's first call: generate builds the cache
+                first = self.generating.first_call()  # the request's first call: generate builds the cache
                 self.cache = self.tamper.generate_cache(self)
                 self.cache_built_by = f"generate, from the path's one {CONFIG_VIA[self.path.options.config_via]}"
                 self.configs_shared += 1
@@ -341,7 +341,6 @@ class GenerateSession(HistorySession):
         record = super().exercise()
         record.update({"generate_calls": self.generate_calls, "cache_built_by": self.cache_built_by})
         if self.path.kind == "generate-cache":
-            assert isinstance(self.path, GeneratePath)
             record["shared_config_builds"] = self.configs_shared
-            record["cache_config_keys"] = self.path.cache_config_now()
+            record["cache_config_keys"] = self.generating.cache_config_now()
         return record
