@@ -352,8 +352,7 @@ def output_cache(output: Any) -> Any:
 
 
 def full_dynamic_cache(kv_dtype: torch.dtype | None = None) -> Any:
-    """A DynamicCache of full layers, created as layers are written. With `kv_dtype`, K/V are rounded to
-    that dtype on every write and kept in the model's dtype (a cache storing a narrower format)."""
+    """A DynamicCache of full layers; with `kv_dtype`, K/V rounded to that dtype on every write."""
     if kv_dtype is None:
         return cache_utils.DynamicCache()
     return _RoundingDynamicCache(kv_dtype)
@@ -398,8 +397,7 @@ def require_continuous_batching() -> None:
 
 def paged_config(page_size: int, requests: int, max_len: int) -> Any:
     """Continuous batching that schedules at most one page of tokens per forward, with room for every
-    request's whole history. No CUDA graphs (they pad the packed batch) and no block sharing (every
-    token is computed, so every row has a logit)."""
+    request's whole history, without CUDA graphs or block sharing (every row computed, with a logit)."""
     pages = -(-(max_len + 1) // page_size)
     return transformers.ContinuousBatchingConfig(
         **{str(page_field()): page_size},

@@ -294,9 +294,8 @@ def tamper(name: str | None) -> Tamper:
 
 
 class ShortContextEmptied(Tamper, name="short-context-emptied"):
-    """A press's kept count rounds a short context down to nothing (kvpress 0.5.4, before PR #264:
-    `int(k_len * (1 - ratio))` pairs kept): the cache is left empty, with no error, while the position
-    counter goes on."""
+    """A press's kept count `int(k_len * (1 - ratio))` rounds a short context down to nothing (kvpress
+    0.5.4, before PR #264): the cache is left empty, with no error, while the position counter goes on."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         kept = int(n * (1 - session.path.options.compression_ratio))

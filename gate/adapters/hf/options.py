@@ -24,8 +24,7 @@ ARCHITECTURES: dict[str, str] = {
     "llama3-rope-scaling": "LlamaConfig",
     "phi3-longrope": "Phi3Config",
 }
-"""The transformers config class each preset is built from (a preset whose class the installed
-transformers lacks is AdapterUnavailable, naming it)."""
+"""The transformers config class each preset is built from."""
 
 PRESET_NAMES = tuple(ARCHITECTURES)
 """Tiny models built from a config with seeded random weights (see presets.py)."""

@@ -99,8 +99,7 @@ class HFPath:
         return record
 
     def libraries(self) -> tuple[str, ...]:
-        """The distributions whose code this path runs (their versions go into the identity): accelerate
-        is transformers' device placement."""
+        """The distributions whose code this path runs (their versions go into the identity)."""
         backend = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(str(self.options.backend), ())
         return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 

@@ -69,9 +69,7 @@ def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, d
     if not rope or not all(isinstance(v, tuple) for _, v in rope):
         return None
     nested = {kind: _flat_rope(params) for kind, params in rope}
-    if any(params is None for params in nested.values()):
-        return None
-    return {kind: params for kind, params in nested.items() if params is not None}
+    return None if None in nested.values() else {kind: params for kind, params in nested.items() if params is not None}
 
 
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:

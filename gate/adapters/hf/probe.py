@@ -132,8 +132,7 @@ def _capture_layer_outputs(model: Any) -> Iterator[list[torch.Tensor]]:
 Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 PROBE_KINDS = ("dynamic", "static", "sliding-window", "offloaded", "prefix-reuse")
-"""Kinds whose cache holds K/V exactly as written, so the oracle's exact answers apply (a quantized
-cache is approximate by design; a press and generate() choose their own K/V)."""
+"""Kinds whose cache holds K/V exactly as written, so the oracle's exact answers apply."""
 
 
 class ProbeAttention(torch.nn.Module):
@@ -209,9 +208,8 @@ class ProbeSession(CacheSession):
 
 
 TAIL_POISON = 1.0e4
-"""What `poison_tail` writes into a static cache's unused slots: finite, far outside the fixture's
-values. A StaticLayer hands the attention function its whole buffer and masks the tail, so NaN there
-would turn every output NaN (0 * NaN); a finite poison changes the answer only where the mask fails."""
+"""What `poison_tail` writes into a static cache's unused slots: finite (NaN under a zero attention
+weight would still turn every output NaN), far outside the fixture's values."""
 
 
 def poison_unused(cache: Any, k: torch.Tensor, v: torch.Tensor) -> None:
