@@ -281,7 +281,7 @@ BEAM_FAULTS = ("beams-not-reordered",)
 """Faults that only a beam path (option `beams`) can show."""
 
 REUSE_FAULTS = ("attention-left-paged",)
-"""Faults that only a reused path (option `reuse_after`) can show (paths.serve_batch plants them; no tamper)."""
+"""Faults that only a reused path (option `reuse_after`) can show (HFPath.reuse plants them; no tamper)."""
 
 
 FAULTS: dict[str, type[Tamper]] = {str(cls.name): cls for cls in Tamper.__subclasses__()}

@@ -122,9 +122,38 @@ class HFPath:
         return logits
 
     def reuse(self) -> None:
-        """reuse_after: serve the batch on this path's model object before its first forward (once)."""
-        if self.options.reuse_after and self.reused is None:
-            self.reused = serve_batch(self, leave_paged=self.fault in REUSE_FAULTS)
+        """reuse_after: serve a seeded batch through the release's continuous batching on this path's model
+        object before its first forward (once; under the fault, leave the model on the paged kernel)."""
+        if not self.options.reuse_after or self.reused is not None:
+            return
+        compat.require_continuous_batching()
+        model = self.model
+        generator = torch.Generator().manual_seed(self.seed + 7)
+        requests = [torch.randint(0, self.vocab_size, (n,), generator=generator).tolist() for n in BATCH_LENGTHS]
+        before = attn_implementation(model)
+        forwards = [0]
+
+        def count(*_args: Any) -> None:
+            forwards[0] += 1
+
+        with (
+            model.register_forward_hook(count),
+            torch.no_grad(),
+            subject_call("generate_batch (before reuse)", requests=len(requests)),
+        ):
+            out = compat.generate_batch(model, requests, BATCH_PAGE, self.max_len, BATCH_NEW_TOKENS)
+        compat.failed_request(out, {"requests": len(requests)})
+        if self.fault in REUSE_FAULTS:
+            model.set_attn_implementation(PAGED_KERNEL)
+        self.reused = {
+            "reused_after": "paged",
+            "batch_requests": len(requests),
+            "batch_prompt_tokens": list(BATCH_LENGTHS),
+            "batch_generated_tokens": sum(len(result.generated_tokens) for result in out.values()),
+            "batch_forwards": forwards[0],
+            "attn_implementation_before_batch": before,
+            "attn_implementation_after_batch": attn_implementation(model),
+        }
 
     def new_session(self, batch_size: int) -> Session:
         self.reuse()
@@ -333,36 +362,3 @@ BATCH_NEW_TOKENS = 4
 def attn_implementation(model: Any) -> str | None:
     value = getattr(model.config, "_attn_implementation", None)
     return None if value is None else str(value)
-
-
-def serve_batch(path: HFPath, *, leave_paged: bool) -> dict[str, Any]:
-    """Run a seeded batch through the release's continuous batching on `path.model`; with `leave_paged`,
-    leave the model on the paged kernel afterwards (the fault). What ran, for the exercise record."""
-    compat.require_continuous_batching()
-    model = path.model
-    generator = torch.Generator().manual_seed(path.seed + 7)
-    requests = [torch.randint(0, path.vocab_size, (n,), generator=generator).tolist() for n in BATCH_LENGTHS]
-    before = attn_implementation(model)
-    forwards = [0]
-
-    def count(*_args: Any) -> None:
-        forwards[0] += 1
-
-    with (
-        model.register_forward_hook(count),
-        torch.no_grad(),
-        subject_call("generate_batch (before reuse)", requests=len(requests)),
-    ):
-        out = compat.generate_batch(model, requests, BATCH_PAGE, path.max_len, BATCH_NEW_TOKENS)
-    compat.failed_request(out, {"requests": len(requests)})
-    if leave_paged:
-        model.set_attn_implementation(PAGED_KERNEL)
-    return {
-        "reused_after": "paged",
-        "batch_requests": len(requests),
-        "batch_prompt_tokens": list(BATCH_LENGTHS),
-        "batch_generated_tokens": sum(len(result.generated_tokens) for result in out.values()),
-        "batch_forwards": forwards[0],
-        "attn_implementation_before_batch": before,
-        "attn_implementation_after_batch": attn_implementation(model),
-    }
