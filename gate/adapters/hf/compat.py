@@ -353,9 +353,7 @@ def output_cache(output: Any) -> Any:
 
 def full_dynamic_cache(kv_dtype: torch.dtype | None = None) -> Any:
     """A DynamicCache of full layers; with `kv_dtype`, K/V rounded to that dtype on every write."""
-    if kv_dtype is None:
-        return cache_utils.DynamicCache()
-    return _RoundingDynamicCache(kv_dtype)
+    return cache_utils.DynamicCache() if kv_dtype is None else _RoundingDynamicCache(kv_dtype)
 
 
 class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
@@ -398,10 +396,9 @@ def require_continuous_batching() -> None:
 def paged_config(page_size: int, requests: int, max_len: int) -> Any:
     """Continuous batching that schedules at most one page of tokens per forward, with room for every
     request's whole history, without CUDA graphs or block sharing (every row computed, with a logit)."""
-    pages = -(-(max_len + 1) // page_size)
     return transformers.ContinuousBatchingConfig(
         **{str(page_field()): page_size},
-        num_blocks=requests * pages + 2,
+        num_blocks=requests * -(-(max_len + 1) // page_size) + 2,  # every request's whole history, in pages
         max_batch_tokens=page_size,
         use_cuda_graph=False,
         allow_block_sharing=False,

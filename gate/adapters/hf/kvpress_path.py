@@ -111,6 +111,7 @@ class PressSession(CacheSession):
 
     def __init__(self, path: PressPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
+        self.press = path.press
         self.pressed_forwards = 0
         self.evictions: list[EvictionStep] | None = None
         """Where the press's compressions are recorded once watched (gate.protocols.EvictionReport)."""
@@ -118,9 +119,7 @@ class PressSession(CacheSession):
     # ---- gate.protocols.EvictionReport: what the press promises and what it kept -------------
 
     def eviction_policy(self) -> EvictionPolicy:
-        path = self.path
-        assert isinstance(path, PressPath)
-        return press_policy(path.press, path.options.compression_ratio)
+        return press_policy(self.press, self.path.options.compression_ratio)
 
     def watch_evictions(self) -> list[EvictionStep]:
         if self.evictions is None:

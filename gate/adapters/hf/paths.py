@@ -110,9 +110,7 @@ class HFPath:
         options = self.options
         if self.kind == "quantized":
             return {"kv_backend": options.backend, "kv_nbits": 8 if options.backend == "fp8" else options.nbits}
-        if self.kind == "sliding-window":
-            return {"attention_window": self.window}
-        return {}
+        return {"attention_window": self.window} if self.kind == "sliding-window" else {}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """One full causal pass, no cache: logits [B, T, V] float32."""

@@ -53,9 +53,7 @@ def _freeze(value: Any) -> Any:
     """A hashable copy: dicts become sorted item tuples, lists tuples (per-layer rope, factor lists)."""
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
+    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
 
 
 def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:

@@ -229,8 +229,6 @@ class RecomputeSession(HistorySession):
 
 @dataclass
 class PrefixEntry:
-    """A stored request prefix."""
-
     tokens: torch.Tensor
     """[B, T] token ids; an entry matches a request whose first T ids are equal, row by row."""
     cache: Any

@@ -37,8 +37,7 @@ def rounds(calls: list[tuple[int, int]], prompt_len: int, final_len: int, k: int
     stats = SpecStats(k=k, sequences=1, full_accepts=0)
     lengths = [prompt_len] + [start + 1 for start, _ in calls[1:]] + [final_len]  # L_r before each round
     for r, (start, n_input) in enumerate(calls):
-        uncached = lengths[r] - start
-        drafted = max(n_input - uncached, 0)
+        drafted = max(n_input - (lengths[r] - start), 0)  # beyond the uncached tokens
         grown = lengths[r + 1] - lengths[r]
         accepted = min(max(grown - 1, 0), drafted)
         stats.target_calls += 1
@@ -69,8 +68,7 @@ def verify_log(model: Any, calls: list[tuple[int, int]], accept_all: bool, promp
 
     def post(_module: Any, _args: Any, _kwargs: dict[str, Any], output: Any) -> Any:
         ids = kwargs_seen.pop()
-        _start, n_input = calls[-1]
-        drafted = n_input - (prompt_len if len(calls) == 1 else 1)
+        drafted = calls[-1][1] - (prompt_len if len(calls) == 1 else 1)  # the pass's input beyond its new tokens
         if accept_all and drafted > 0:
             # output rows are the last input rows; row -(drafted + 1) + j predicts ids[:, -drafted + j]
             rows = output.logits[:, -(drafted + 1) : -1]
