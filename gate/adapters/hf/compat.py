@@ -384,9 +384,8 @@ def page_field() -> str | None:
 
 def require_continuous_batching() -> None:
     """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+."""
-    if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
-        _continuous_config_fields()
-    ):
+    needed = {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"}
+    if page_field() is None or not needed <= _continuous_config_fields():
         raise AdapterUnavailable(
             f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=... or "
             "block_size=...): the generate-paged sessions need the paged-scheduling API of 5.4+"

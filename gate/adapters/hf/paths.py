@@ -15,6 +15,7 @@ import torch
 
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
+from gate.adapters.hf.beams import BeamSession
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
@@ -160,8 +161,6 @@ class HFPath:
         if self.kind == "prefix-reuse":
             return PrefixReuseSession(self, batch_size, self.store, self.options.reuse)
         if self.options.beams:
-            from gate.adapters.hf.beams import BeamSession
-
             return BeamSession(self, batch_size)
         return CacheSession(self, batch_size)
 
