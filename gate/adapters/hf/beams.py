@@ -1,18 +1,9 @@
 """Beam search's cache traffic on the dynamic, static and quantized paths (option `beams`).
 
-Beam search keeps `beams` hypotheses per request in one cache, one batch row each: generate expands
-the prompt to every beam and, after every step, reselects the beams (a parent kept twice, another
-dropped) and calls `Cache.reorder_cache(beam_idx)`. A session of a beam path runs each request as one
-hypothesis among `beams` such rows: a prefill writes the prompt into all of them; before every append
-the cache is reordered through the library's own `reorder_cache` (the hypothesis moves to the next row,
-its parent is duplicated into another, one other beam is dropped); the hypothesis' row is fed the
-request's tokens, every other row tokens of its own, so a reorder that lands wrong is read; the
-logits returned are the hypothesis' row.
-
-A correct cache therefore answers what one full pass over the request's tokens answers (beam search
-with `use_cache=False`): the reference is the `full` path (for a quantized cache compared exactly,
-the same quantized cache with one beam, examples/hf-beam-quantized.yaml). The fault
-`beams-not-reordered` skips the reorder while the session moves its hypothesis.
+A session runs each request as one hypothesis among `beams` rows of one cache: a prefill writes the
+prompt into all of them; before every append the cache is reordered through the library's own
+`reorder_cache`; the hypothesis' row is fed the request's tokens, every other row tokens of its own,
+so a reorder that lands wrong is read (docs/hf-adapter.md, "Beam search").
 """
 
 from __future__ import annotations
@@ -31,12 +22,8 @@ def beam_parents(beams: int, tracked: int) -> tuple[list[int], int]:
     and the hypothesis' new row. It moves to the next row; the first other new row takes a second
     copy of its parent, the rest take the other beams in order (the last of them is dropped)."""
     moved = (tracked + 1) % beams
-    others = [tracked, *(b for b in range(beams) if b != tracked)]
-    parents = [0] * beams
-    parents[moved] = tracked
-    for row in (r for r in range(beams) if r != moved):
-        parents[row] = others.pop(0)
-    return parents, moved
+    others = iter([tracked, *(b for b in range(beams) if b != tracked)])
+    return [tracked if row == moved else next(others) for row in range(beams)], moved
 
 
 class BeamSession(CacheSession):
@@ -57,12 +44,11 @@ class BeamSession(CacheSession):
         return torch.arange(self.requests, device=self.device) * self.beams + self.tracked
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        self._check(tokens)
-        rows = tokens.to(self.device).repeat_interleave(self.beams, dim=0)
-        return self._step("prefill", rows)[self.tracked_rows]
+        self._check_batch(tokens, self.requests)
+        return self._step("prefill", tokens.to(self.device).repeat_interleave(self.beams, dim=0))[self.tracked_rows]
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        self._check(tokens)
+        self._check_batch(tokens, self.requests)
         tokens = tokens.to(self.device)
         if tokens.shape[1] == 0:
             return torch.empty(self.requests, 0, self.path.vocab_size)
@@ -76,17 +62,12 @@ class BeamSession(CacheSession):
         rows = torch.empty(self.batch_size, tokens.shape[1], dtype=tokens.dtype, device=self.device)
         for beam in range(self.beams):
             # every other beam continues with tokens of its own (a distinct hypothesis per row)
-            own = tokens if beam == self.tracked else (tokens + 1 + beam) % self.path.vocab_size
-            rows[beam :: self.beams] = own
+            rows[beam :: self.beams] = tokens if beam == self.tracked else (tokens + 1 + beam) % self.path.vocab_size
         return self._step("append", rows)[self.tracked_rows]
 
     def clear_cache(self) -> None:
         super().clear_cache()
         self.tracked = 0
-
-    def _check(self, tokens: torch.Tensor) -> None:
-        if tokens.shape[0] != self.requests:
-            raise ValueError(f"session has batch {self.requests}, got tokens of shape {tuple(tokens.shape)}")
 
     def exercise(self) -> dict[str, Any]:
         return {

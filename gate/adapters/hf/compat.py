@@ -1,16 +1,9 @@
 """The one place that knows how transformers 5.x moved its cache API (supported: >=5.2,<6).
 
 Everything else in the adapter calls these functions and never branches on a version. Each
-difference is detected from the installed code (a signature, a class, a field), not from a version
-string, so a backport or a pre-release behaves as its code does. The differences, read from the
-sources of every minor release, are tabled in docs/hf-adapter.md ("transformers versions"): forward's
-cache argument (`cache_kwarg`), `cache_position` (gone from 5.4: `forward`, `position_inputs`),
-`crop`'s argument (a count to remove from 5.15: `drop_last`), the quantised and offloaded caches,
-`generate(max_cache_len=...)` (5.13), continuous batching's config (`page_field`,
-`generate_batch_options`) and the masking API (`probe_supported`).
-
-Only interfaces are adapted here, never behaviour: where a release computes something wrong (a reset
-that keeps the request's length), the adapter calls it as shipped and gate reports the bug.
+difference is detected from the installed code, not from a version string; they are tabled in
+docs/hf-adapter.md ("transformers versions"). Only interfaces are adapted here, never behaviour:
+where a release computes something wrong, the adapter calls it as shipped and gate reports the bug.
 """
 
 from __future__ import annotations
@@ -91,11 +84,8 @@ def check_version() -> None:
 
 def batch_cache_position(model: Any, start: int, n: int, device: Any) -> torch.Tensor | None:
     """The `cache_position` of a batch whose rows count positions from their own first token: the
-    cache columns `start .. start + n - 1` (not the first row's positions, which `forward` would
-    send) before 5.4; None from 5.4."""
-    if not cache_api(model).takes_cache_position:
-        return None
-    return torch.arange(start, start + n, device=device)
+    cache columns `start .. start + n - 1` before 5.4; None from 5.4."""
+    return torch.arange(start, start + n, device=device) if cache_api(model).takes_cache_position else None
 
 
 def forward(
@@ -106,15 +96,11 @@ def forward(
     *,
     cache_position: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-    hidden: bool = False,
 ) -> Any:
     """One forward of `tokens` [B, n] against `cache` (None: no cache, a full causal pass).
 
-    positions: [B, n] absolute positions, or None to let the model count from the cache length.
-    Before 5.4 the same positions go in as `cache_position` (mask and static write index); from 5.4
-    the model ignores it. `cache_position` overrides that value, to plant a fault: on 5.4+ it is
-    passed anyway and is inert, which is what the control engine must notice. `attention_mask`: a 4D
-    additive mask [B, 1, n, kv] used as is instead of the model's causal mask (a fault).
+    positions: [B, n] absolute positions, or None to let the model count from the cache length;
+    before 5.4 they also go in as `cache_position`, unless `cache_position` (a fault) overrides it.
     """
     api = cache_api(model)
     kwargs: dict[str, Any] = {"use_cache": cache is not None}
@@ -128,8 +114,6 @@ def forward(
         kwargs["cache_position"] = cache_position
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
-    if hidden:
-        kwargs["output_hidden_states"] = True
     seen = int(positions[0, 0]) if positions is not None and positions.numel() else _seen(cache)
     with subject_call(f"{type(model).__name__}.forward", length=seen, tokens=int(tokens.shape[1])):
         return model(input_ids=tokens, **kwargs)
@@ -143,24 +127,18 @@ def _seen(cache: Any | None) -> int:
 
 
 def position_inputs(model: torch.nn.Module) -> tuple[str, ...]:
-    """The forward arguments through which `forward()` hands a session's position count to the model:
-    `position_ids`, plus `cache_position` where the installed forward takes it (5.2-5.3)."""
-    if cache_api(model).takes_cache_position:
-        return ("position_ids", "cache_position")
-    return ("position_ids",)
+    """The forward arguments through which `forward()` hands a session's position count to the model."""
+    return ("position_ids", "cache_position") if cache_api(model).takes_cache_position else ("position_ids",)
 
 
 def probe_supported() -> bool:
-    """Whether the attention probe (mask-oracle through transformers' own cache, mask and attention)
-    is validated here: the 5.24 masking API, which counts query positions from the cache. Earlier
-    versions build the mask from `cache_position` with other conventions, where the probe would give
-    wrong answers, so it is not offered (mask-oracle then skips, saying why)."""
+    """Whether the attention probe is validated here: the 5.24 masking API, which counts query positions
+    from the cache (earlier ones build the mask from `cache_position`, where the probe would be wrong)."""
     return "cache" in inspect.signature(masking_utils.create_causal_mask).parameters
 
 
 def attention_function(model: Any) -> Any:
-    """The attention function the model's layers call: the registered one for the configured
-    implementation, else the eager one of the model's modeling module."""
+    """The attention function the model's layers call (else the eager one of its modeling module)."""
     eager = sys.modules[type(model).__module__].eager_attention_forward
     return ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager)
 
@@ -173,26 +151,17 @@ def can_leave_paged(model: Any) -> bool:
 def causal_mask(
     make: Any, *, config: Any, inputs_embeds: torch.Tensor, attention_mask: Any, cache: Any, positions: torch.Tensor
 ) -> Any:
-    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`: 5.24 names
-    it `cache` and counts positions from it; before, `past_key_values`, positions as `cache_position`."""
-    params = inspect.signature(make).parameters
-    kwargs: dict[str, Any] = {
-        "config": config,
-        "inputs_embeds": inputs_embeds,
-        "attention_mask": attention_mask,
-        "position_ids": positions,
-    }
-    if "cache" in params:
-        kwargs["cache"] = cache
-    else:
-        kwargs["past_key_values"] = cache
-        kwargs["cache_position"] = positions[0]
-    return make(**kwargs)
+    """Call a masking_utils mask builder for queries at `positions` [B, n] against `cache`."""
+    kwargs: dict[str, Any] = {"cache": cache}
+    if "cache" not in inspect.signature(make).parameters:
+        kwargs = {"past_key_values": cache, "cache_position": positions[0]}
+    return make(
+        config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=positions, **kwargs
+    )
 
 
 def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[int, int]:
-    """(kv_length, kv_offset) the model's mask will span for the next `query_length` tokens (a static
-    cache spans all its slots). 5.4 takes the query length, earlier versions the cache positions."""
+    """(kv_length, kv_offset) the model's mask will span for the next `query_length` tokens."""
     try:
         kv_length, kv_offset = cache.get_mask_sizes(query_length, 0)
     except (TypeError, AttributeError):
@@ -201,31 +170,24 @@ def mask_sizes(cache: Any, query_length: int, positions: torch.Tensor) -> tuple[
 
 
 def reset(cache: Any) -> None:
-    """Empty `cache` for the next request through the library's own `Cache.reset()`, and nothing else:
-    where a release's reset keeps the length of the K/V it zeroes (5.2-5.17), gate judges it as shipped
-    and reset-isolation reports the bug (docs/hf-adapter.md, "transformers versions")."""
+    """The library's own `Cache.reset()`, and nothing else (5.2-5.17's bug is judged as shipped)."""
     with subject_call(f"{type(cache).__name__}.reset", length=_seen(cache)):
         cache.reset()
 
 
 def reorder_cache(cache: Any, beam_idx: torch.Tensor) -> None:
-    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i]), as
-    generate's beam search calls it between steps."""
+    """The library's own `Cache.reorder_cache(beam_idx)` (row i takes old row beam_idx[i])."""
     with subject_call(f"{type(cache).__name__}.reorder_cache", length=_seen(cache), rows=int(beam_idx.numel())):
         cache.reorder_cache(beam_idx)
 
 
-def keep_counter(cache: Any, length: int) -> bool:
+def keep_counter(cache: Any, length: int) -> None:
     """Set a cache's position counter back to `length` after a reset zeroed its K/V (the reset-state
-    bug, planted in the library's own object). False where the length is not a counter (before 5.15
-    a StaticLayer counts nonzero slots; a DynamicLayer's length is its tensors)."""
-    changed = False
+    bug, planted in the library's own object), where the length is a counter."""
     for layer in cache.layers:
         counter = getattr(layer, "cumulative_length", None)
         if isinstance(counter, torch.Tensor):
             counter.fill_(length)
-            changed = True
-    return changed
 
 
 def seq_length(cache: Any) -> int:
@@ -234,12 +196,8 @@ def seq_length(cache: Any) -> int:
 
 
 def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
-    """Remove the last `n` tokens from every layer of `cache`: `crop(-n)`, which means "drop n" on
-    every version (up to 5.14 `crop` takes a length to keep, from 5.15 a count to remove).
-
-    A sliding layer that has already evicted cannot give back the tokens a crop would need; with
-    `lossy` (a fault) it is cut anyway and keeps fewer than its window, else the error propagates.
-    """
+    """Remove the last `n` tokens from every layer of `cache` (`crop(-n)` means "drop n" on every
+    version). With `lossy` (a fault), a sliding layer that has already evicted is cut anyway."""
     if n <= 0:
         return
     if isinstance(cache, cache_utils.StaticCache) and not _STATIC_CROP:
@@ -263,22 +221,19 @@ def drop_last(cache: Any, n: int, *, lossy: bool = False) -> None:
 
 
 def can_drop(cache: Any, n: int) -> bool:
-    """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago (a sliding layer
-    past its window has evicted what that state held)."""
-    if n <= 0:
-        return True
-    for layer in cache.layers:
-        window = getattr(layer, "sliding_window", None)
-        if getattr(layer, "is_sliding", False) and window and int(layer.get_seq_length()) >= window:
-            return False
-    return True
+    """Whether `drop_last(cache, n)` restores exactly the state of n tokens ago."""
+    return n <= 0 or not any(
+        getattr(layer, "is_sliding", False)
+        and (window := getattr(layer, "sliding_window", None))
+        and int(layer.get_seq_length()) >= window
+        for layer in cache.layers
+    )
 
 
 # ---- cache construction ---------------------------------------------------------------------------
 
 
 def dynamic_cache(config: Any, *, offloading: bool = False) -> Any:
-    """A DynamicCache laid out from the config (sliding layers where the config declares them)."""
     return cache_utils.DynamicCache(config=config, offloading=offloading)
 
 
@@ -287,8 +242,7 @@ def static_cache(config: Any, max_cache_len: int, *, offloading: bool = False) -
 
 
 def sliding_cache(config: Any, window: int) -> Any:
-    """A cache whose every layer keeps only the last `window - 1` tokens (evicting older ones), for a
-    model whose own attention may be full: the mask sizes follow the cache (get_mask_sizes)."""
+    """A cache whose every layer keeps only the last `window - 1` tokens (the model's own attention may be full)."""
     layers = [cache_utils.DynamicSlidingWindowLayer(sliding_window=window) for _ in range(config.num_hidden_layers)]
     return cache_utils.Cache(layers=layers)
 
@@ -301,16 +255,14 @@ def quantized_cache(
     residual_length: int | None,
     q_group_size: int | None,
 ) -> Any:
-    """QuantizedCache(backend=...), or AdapterUnavailable naming what is missing."""
     if backend == "fp8":
         if not hasattr(cache_utils, "Fp8QuantizedLayer"):
             raise AdapterUnavailable(
                 f"transformers {transformers.__version__} has no fp8 QuantizedCache backend "
                 "(Fp8QuantizedLayer arrived in 5.21)"
             )
-        return _refused_unavailable(lambda: cache_utils.QuantizedCache(backend="fp8", config=config))
-    package = {"quanto": "optimum-quanto", "hqq": "hqq"}[backend]
-    module = {"quanto": "optimum.quanto", "hqq": "hqq"}[backend]
+        return _new_quantized(backend="fp8", config=config)
+    package, module = {"quanto": ("optimum-quanto", "optimum.quanto"), "hqq": ("hqq", "hqq")}[backend]
     try:
         __import__(module)
     except ImportError as err:
@@ -318,19 +270,14 @@ def quantized_cache(
             f"QuantizedCache backend {backend!r} needs the {package} package (pip install {package}): {err}"
         ) from err
     kwargs = {"nbits": nbits, "residual_length": residual_length, "q_group_size": q_group_size}
-    return _refused_unavailable(
-        lambda: cache_utils.QuantizedCache(
-            backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None}
-        )
-    )
+    return _new_quantized(backend=backend, config=config, **{k: v for k, v in kwargs.items() if v is not None})
 
 
-def _refused_unavailable(make: Any) -> Any:
-    """Build a quantized cache; where transformers refuses this model (5.24: "QuantizedCache is only
-    supported for models with only full attention layers", for a model with sliding layers), that is
+def _new_quantized(**kwargs: Any) -> Any:
+    """A QuantizedCache; where transformers refuses this model (5.24: a model with sliding layers),
     AdapterUnavailable in the library's words: this release offers no such cache for it."""
     try:
-        return make()
+        return cache_utils.QuantizedCache(**kwargs)
     except ValueError as err:
         raise AdapterUnavailable(
             f"transformers {transformers.__version__} has no QuantizedCache for this model: {err}"
@@ -348,29 +295,20 @@ def _tensors(value: Any) -> list[torch.Tensor]:
             names, _ = flatten()
             return [t for name in names for t in _tensors(getattr(value, name))]
         return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
+    if isinstance(value, (tuple, list, dict)):
+        return [t for item in (value.values() if isinstance(value, dict) else value) for t in _tensors(item)]
     return []
 
 
 def cache_bytes(cache: Any) -> int:
-    """Bytes the cache holds: allocated K/V (all slots for a static cache), quantized payloads,
-    scales and zero points, and residual full-precision tokens."""
-    seen: set[int] = set()
-    total = 0
+    """Bytes the cache holds: allocated K/V, quantized payloads, scales and zero points, residual tokens."""
+    unique: dict[int, torch.Tensor] = {}  # by storage: a tensor held twice counts once
     for layer in cache.layers:
         for name, value in vars(layer).items():
-            if name in ("device", "_sliding_window_tensor", "cumulative_length"):
-                continue
-            for tensor in _tensors(value):
-                key = tensor.data_ptr() if tensor.numel() else id(tensor)
-                if key in seen:
-                    continue
-                seen.add(key)
-                total += tensor.numel() * tensor.element_size()
-    return total
+            if name not in ("device", "_sliding_window_tensor", "cumulative_length"):
+                for tensor in _tensors(value):
+                    unique.setdefault(tensor.data_ptr() if tensor.numel() else id(tensor), tensor)
+    return sum(tensor.numel() * tensor.element_size() for tensor in unique.values())
 
 
 def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -378,9 +316,7 @@ def layer_kv(cache: Any, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     layer = cache.layers[layer_idx]
     keys, values = layer.keys, layer.values
     if isinstance(layer, cache_utils.StaticLayer):
-        length = int(layer.get_seq_length())
-        window = getattr(layer, "sliding_window", None) or layer.max_cache_len
-        keep = min(length, window)
+        keep = min(int(layer.get_seq_length()), getattr(layer, "sliding_window", None) or layer.max_cache_len)
         return keys[:, :, :keep], values[:, :, :keep]
     quantized_keys = getattr(layer, "_quantized_keys", None)
     if quantized_keys is not None:
@@ -416,12 +352,8 @@ def output_cache(output: Any) -> Any:
 
 
 def full_dynamic_cache(kv_dtype: torch.dtype | None = None) -> Any:
-    """A DynamicCache of full layers, created as layers are written (a sliding-window model still
-    masks by its config, and every position stays readable). With `kv_dtype`, K/V are rounded to
-    that dtype on every write and kept in the model's dtype (a cache storing a narrower format)."""
-    if kv_dtype is None:
-        return cache_utils.DynamicCache()
-    return _RoundingDynamicCache(kv_dtype)
+    """A DynamicCache of full layers; with `kv_dtype`, K/V rounded to that dtype on every write."""
+    return cache_utils.DynamicCache() if kv_dtype is None else _RoundingDynamicCache(kv_dtype)
 
 
 class _RoundingDynamicCache(cache_utils.DynamicCache):  # type: ignore[misc]
@@ -446,18 +378,14 @@ def _continuous_config_fields() -> set[str]:
 
 
 def page_field() -> str | None:
-    """The ContinuousBatchingConfig field that sizes a page of the paged cache: `page_size` (5.18+),
-    `block_size` (5.4-5.17, the same knob under its earlier name), None without the config (5.2-5.3)."""
-    fields = _continuous_config_fields()
-    return next((name for name in ("page_size", "block_size") if name in fields), None)
+    """The ContinuousBatchingConfig field that sizes a page of the paged cache (None before 5.4)."""
+    return next((name for name in ("page_size", "block_size") if name in _continuous_config_fields()), None)
 
 
 def require_continuous_batching() -> None:
-    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+ (`page_field`,
-    `max_batch_tokens`); 5.2-5.3 have no such config and their continuous batching cannot schedule on a CPU."""
-    if page_field() is None or not {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"} <= (
-        _continuous_config_fields()
-    ):
+    """AdapterUnavailable unless transformers has the paged-scheduling API of 5.4+."""
+    needed = {"max_batch_tokens", "use_cuda_graph", "allow_block_sharing"}
+    if page_field() is None or not needed <= _continuous_config_fields():
         raise AdapterUnavailable(
             f"transformers {transformers.__version__} has no ContinuousBatchingConfig(page_size=... or "
             "block_size=...): the generate-paged sessions need the paged-scheduling API of 5.4+"
@@ -465,14 +393,11 @@ def require_continuous_batching() -> None:
 
 
 def paged_config(page_size: int, requests: int, max_len: int) -> Any:
-    """Continuous batching that schedules at most one page of tokens per forward (chunked prefill,
-    each chunk reading the pages before it), with room for every request's whole history. No CUDA
-    graphs (they pad the packed batch) and no block sharing (every token is computed, so every row
-    has a logit). The page size goes in under this release's name for it (`page_field`)."""
-    pages = -(-(max_len + 1) // page_size)
+    """Continuous batching that schedules at most one page of tokens per forward, with room for every
+    request's whole history, without CUDA graphs or block sharing (every row computed, with a logit)."""
     return transformers.ContinuousBatchingConfig(
         **{str(page_field()): page_size},
-        num_blocks=requests * pages + 2,
+        num_blocks=requests * -(-(max_len + 1) // page_size) + 2,  # every request's whole history, in pages
         max_batch_tokens=page_size,
         use_cuda_graph=False,
         allow_block_sharing=False,
@@ -480,15 +405,12 @@ def paged_config(page_size: int, requests: int, max_len: int) -> Any:
 
 
 def generate_batch_options(model: Any) -> dict[str, Any]:
-    """`warmup=False` where generate_batch takes it (5.10+: a warm-up pass would add forwards the
-    schedule does not count)."""
-    params = inspect.signature(model.generate_batch).parameters
-    return {"warmup": False} if "warmup" in params else {}
+    """`warmup=False` where generate_batch takes it (a warm-up pass would add uncounted forwards)."""
+    return {"warmup": False} if "warmup" in inspect.signature(model.generate_batch).parameters else {}
 
 
 def generate_batch(model: Any, requests: list[list[int]], page: int, max_len: int, new_tokens: int) -> Any:
-    """The release's continuous batching over `requests` (token id lists), greedy, `new_tokens` each,
-    no EOS (paged_config): its outputs by request id."""
+    """The release's continuous batching over `requests` (token id lists), greedy: outputs by request id."""
     return model.generate_batch(
         requests,
         generation_config=greedy_config(new_tokens, eos_token_id=-1),
@@ -508,7 +430,6 @@ def failed_request(out: Any, context: dict[str, Any]) -> None:
 
 
 def greedy_config(n_tokens: int, **settings: Any) -> Any:
-    """Greedy decoding of `n_tokens`, no EOS handling of its own, `settings` on top."""
     return transformers.GenerationConfig(
         **{"do_sample": False, "max_new_tokens": n_tokens, "eos_token_id": None, "pad_token_id": 0, **settings}
     )

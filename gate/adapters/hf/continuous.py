@@ -1,16 +1,10 @@
-"""Continuous batching on the hf `dynamic` path (gate.protocols.ContinuousSession): requests join
-and leave one running batch, and each step is ONE forward of the model over every request it feeds.
+"""Continuous batching on the hf `dynamic` path (gate.protocols.ContinuousSession): each step is ONE
+forward of the model over every request it feeds.
 
 Each slot keeps its request's K/V as the model wrote them. A step lays the fed requests' K/V into one
 DynamicCache as a left-padded batch, sends this step's tokens right-padded to the longest, a 2D
-`attention_mask` (0 on the pads) and `position_ids` counted from each request's own length, so the
-model's own mask builder, positions and attention do the rest; each row's new K/V go back to its
-slot. That is how a paged engine reads its block tables, with the gather done here, in one place.
-
-Not transformers' own continuous batching (`generate_batch`; the `generate-paged` path): its scheduler
-decides which requests and how many of their tokens go into a forward, and feeds each request the
-token it sampled; driving a protocol step through it would change the engine's behaviour, not adapt
-its interface.
+`attention_mask` (0 on the pads) and `position_ids` counted from each request's own length; each
+row's new K/V go back to its slot (docs/hf-adapter.md, "Paths").
 """
 
 from __future__ import annotations
@@ -62,26 +56,23 @@ class ContinuousHFSession:
         positions = torch.tensor(starts, device=self.device)[:, None] + offsets
         # the pad columns after a shorter feed are masked and their outputs dropped: position 0 keeps
         # them inside the model's range; a real token keeps its own position, in range or not
-        real = offsets[None, :] < torch.tensor(fed, device=self.device)[:, None]
-        positions = positions.masked_fill(~real, 0)
-        columns = (width + torch.arange(n, device=self.device)).expand(rows, n)
+        positions = positions.masked_fill(offsets[None, :] >= torch.tensor(fed, device=self.device)[:, None], 0)
         phase = "append" if width else "prefill"
-        positions = self.tamper.batch_positions(phase, positions, columns)
+        positions = self.tamper.batch_positions(phase, positions, (width + offsets).expand(rows, n))
         cache = compat.full_dynamic_cache()
         if width:
             for layer in range(len(self.kv[slots[starts.index(width)]])):
                 k, v = self._gather(slots, starts, width, layer)
                 cache.update(k, v, layer)
-        slots_at = compat.batch_cache_position(self.model, width, n, self.device)
         with torch.no_grad():
-            out = compat.forward(
+            logits = compat.forward(
                 self.model,
                 tokens,
                 cache,
                 positions,
-                cache_position=slots_at,
+                cache_position=compat.batch_cache_position(self.model, width, n, self.device),
                 attention_mask=self.tamper.padding_mask(phase, mask),
-            )
+            ).logits.float()
         for layer in range(len(cache.layers)):
             k_all, v_all = compat.layer_kv(cache, layer)
             for row, (slot, start, m) in enumerate(zip(slots, starts, fed, strict=True)):
@@ -92,7 +83,6 @@ class ContinuousHFSession:
                     self.kv[slot].append((keep[0].clone(), keep[1].clone()))
         for slot, m in zip(slots, fed, strict=True):
             self.lengths[slot] += m
-        logits = out.logits.float()
         return {h: logits[row, :m] for row, (h, m) in enumerate(zip(feeds, fed, strict=True))}
 
     def _gather(self, slots: list[int], starts: list[int], width: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,11 +97,10 @@ class ContinuousHFSession:
         return k, v
 
     def exercise(self) -> dict[str, Any]:
-        held = sum(k.numel() * k.element_size() * 2 for slot in self.kv for k, _ in slot)
         return {
             **self.table.exercise(),
             "cache_len": max(self.lengths),
-            "cache_bytes": held,
+            "cache_bytes": sum(k.numel() * k.element_size() * 2 for slot in self.kv for k, _ in slot),
             "cache_class": "DynamicCache",
             "transformers": compat.cache_api(self.model).version,
         }

@@ -2,11 +2,8 @@
 
 A fault never edits transformers code: it is a `Tamper` the session consults where a serving engine
 makes its own decisions (which positions to send, which cache handle to pass, which weights were live
-when the cache was filled, what reset clears). The names are shared with the reference adapter.
-
-Some controls are inert on some versions (from 5.4 a `cache_position` passed to forward is swallowed
-by `**kwargs`): the control engine then sees identical observations and reports the control as
-unobservable instead of counting a detection (gate/engine/controls.py).
+when the cache was filled, what reset clears). The names are shared with the reference adapter. A
+control inert on some versions is reported unobservable there (gate/engine/controls.py).
 """
 
 from __future__ import annotations
@@ -62,6 +59,9 @@ class Tamper:
 
     name: str | None = None
 
+    def __init_subclass__(cls, *, name: str) -> None:
+        cls.name = name
+
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         """Positions [B, n] sent with the tokens of a prefill or an append."""
         return positions
@@ -75,8 +75,7 @@ class Tamper:
         return None
 
     def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Positions [B, n] of a padded batch's tokens, counted from each row's first real token;
-        `slots` [B, n] are the cache slots they occupy (pads included)."""
+        """Positions [B, n] of a padded batch's tokens; `slots` [B, n] are the cache slots they occupy."""
         return positions
 
     def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
@@ -84,10 +83,10 @@ class Tamper:
         return mask
 
     def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
-        """Called before a call runs `n` tokens against the session's cache."""
+        pass
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
-        """Called after a call wrote `n` tokens into the session's cache."""
+        pass
 
     @contextmanager
     def weights(self, phase: str, model: Any) -> Iterator[None]:
@@ -95,7 +94,6 @@ class Tamper:
         yield
 
     def reset(self, session: TamperedSession) -> None:
-        """A reset between two requests: K/V and position state."""
         session.clear_cache()
         session.pos = 0
 
@@ -104,71 +102,53 @@ class Tamper:
         session.clear_slot(slot)
 
     def generate_cache(self, session: TamperedSession) -> Any:
-        """What a request's first generate call is handed as its cache: None, so generate builds one
-        from the shared GenerationConfig (the session keeps the cache generate returns)."""
+        """What a request's first generate call is handed as its cache: None, so generate builds one."""
         return None
 
     def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
-        """Beam search reselects its beams: the cache's rows follow `beam_idx` (gate/adapters/hf/beams.py)."""
+        """Beam search reselects its beams: the cache's rows follow `beam_idx`."""
         compat.reorder_cache(session.cache, beam_idx)
 
 
-class OffByOnePos(Tamper):
+class OffByOnePos(Tamper, name="off-by-one-pos"):
     """The appended tokens are rotated (or embedded) one position too far."""
-
-    name = "off-by-one-pos"
 
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         return positions + 1 if phase == "append" else positions
 
 
-class MissingStartPos(Tamper):
+class MissingStartPos(Tamper, name="missing-start-pos"):
     """The appended tokens are positioned as if the request started with them (from 0)."""
-
-    name = "missing-start-pos"
 
     def positions(self, phase: str, positions: torch.Tensor) -> torch.Tensor:
         return positions - positions[:, :1] if phase == "append" else positions
 
 
-class WrongCachePosition(Tamper):
-    """`cache_position` of an append points one slot back. Live before 5.4 (mask and static write
-    index), silently ignored from 5.4 on: a control that must be reported as unobservable there."""
-
-    name = "wrong-cache-position"
+class WrongCachePosition(Tamper, name="wrong-cache-position"):
+    """`cache_position` of an append points one slot back (live before 5.4, ignored from 5.4 on)."""
 
     def cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
         return positions[0] - 1 if phase == "append" else None
 
 
-class TruncatedLastBlock(Tamper):
-    """A write loses its last block: after a prefill (or a chunked append) the last min(16, n) tokens
-    it wrote are dropped from the cache, while the position counter goes on."""
-
-    name = "truncated-last-block"
+class TruncatedLastBlock(Tamper, name="truncated-last-block"):
+    """A prefill or chunked append loses its last min(16, n) tokens, while the position counter goes on."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         if session.cache is not None and (phase == "prefill" or n > 1):
             compat.drop_last(session.cache, min(BLOCK, n), lossy=True)
 
 
-class CrossRequestHandle(Tamper):
-    """After a prefill, the session's handle resolves to another request's cache: a request of the
-    same length and positions but other tokens, prefilled by the same path."""
-
-    name = "cross-request-handle"
+class CrossRequestHandle(Tamper, name="cross-request-handle"):
+    """After a prefill, the session's handle resolves to another request's cache (other_request_cache)."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
-        if phase != "prefill" or n == 0:
-            return
-        session.cache = session.other_request_cache()
+        if phase == "prefill" and n:
+            session.cache = session.other_request_cache()
 
 
-class StaleWeights(Tamper):
-    """The cache was filled under other weights than those now serving: the prefill runs with every
-    attention projection perturbed (noise of half the weight's std), appends with the true weights."""
-
-    name = "stale-weights"
+class StaleWeights(Tamper, name="stale-weights"):
+    """The prefill runs with every attention projection perturbed (noise of half the weight's std)."""
 
     @contextmanager
     def weights(self, phase: str, model: Any) -> Iterator[None]:
@@ -189,25 +169,20 @@ class StaleWeights(Tamper):
                 param.data.copy_(original)
 
 
-class MaskOriginReset(Tamper):
-    """An appended chunk gets a local triangular mask that starts at 0: its row i sees cache slots
-    0..i instead of 0..L+i (background: parity, mask oracle)."""
-
-    name = "mask-origin-reset"
+class MaskOriginReset(Tamper, name="mask-origin-reset"):
+    """An appended chunk's row i sees cache slots 0..i instead of 0..L+i."""
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if phase != "append" or session.cache is None:
             return None
         _rows, cols, _ = _grid(session, n)
-        local_rows = torch.arange(n, device=session.device)[:, None]
-        return _additive(cols <= local_rows, session)
+        return _additive(cols <= torch.arange(n, device=session.device)[:, None], session)
 
 
 def _additive(allowed: torch.Tensor, session: TamperedSession) -> torch.Tensor:
     """[n, kv] bool -> [B, 1, n, kv] additive mask in the model's dtype (0 where allowed)."""
     dtype = session.model.dtype
-    blocked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=session.device)
-    mask = torch.where(allowed, torch.zeros((), dtype=dtype, device=session.device), blocked)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=session.device).masked_fill(~allowed, torch.finfo(dtype).min)
     return mask.expand(session.batch_size, 1, *allowed.shape)
 
 
@@ -219,25 +194,18 @@ def _grid(session: TamperedSession, n: int) -> tuple[torch.Tensor, torch.Tensor,
     return rows, cols, kv
 
 
-class SlidingWindowMask(Tamper):
-    """A sliding window (max_len // 4 tokens) where full attention is declared: every query sees
-    only the last `window` keys, in prefill and append alike."""
-
-    name = "sliding-window-mask"
+class SlidingWindowMask(Tamper, name="sliding-window-mask"):
+    """Every query sees only the last max_len // 4 keys where full attention is declared."""
 
     def attention_mask(self, phase: str, session: TamperedSession, n: int) -> torch.Tensor | None:
         if session.cache is None:
             return None
-        window = max(session.path.max_len // 4, 1)
         rows, cols, _ = _grid(session, n)
-        return _additive((cols <= rows) & (rows - cols < window), session)
+        return _additive((cols <= rows) & (rows - cols < max(session.path.max_len // 4, 1)), session)
 
 
-class PoisonedTailRead(Tamper):
-    """A preallocated cache read past its valid length: the unused slots hold NaN and the mask lets
-    every query see them (a mask built from the buffer size, not from the request's length)."""
-
-    name = "poisoned-tail-read"
+class PoisonedTailRead(Tamper, name="poisoned-tail-read"):
+    """A preallocated cache read past its valid length: unused slots hold NaN and the mask shows them."""
 
     def before_forward(self, phase: str, session: TamperedSession, n: int) -> None:
         for layer in session.cache.layers if session.cache is not None else ():
@@ -252,10 +220,8 @@ class PoisonedTailRead(Tamper):
         return _additive((cols <= rows) | (cols >= session.pos + n), session)
 
 
-class ResetKeepsPosition(Tamper):
+class ResetKeepsPosition(Tamper, name="reset-keeps-position"):
     """reset() clears K and V but leaves the position counter advanced (background: mask oracle)."""
-
-    name = "reset-keeps-position"
 
     def reset(self, session: TamperedSession) -> None:
         seen = compat.seq_length(session.cache) if session.cache is not None else 0
@@ -265,40 +231,29 @@ class ResetKeepsPosition(Tamper):
             compat.keep_counter(session.cache, seen)
 
 
-class PaddingInPositions(Tamper):
-    """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)
-    while the prefill took them from the mask: a row with p pads decodes p positions too far."""
-
-    name = "padding-in-positions"
+class PaddingInPositions(Tamper, name="padding-in-positions"):
+    """In a left-padded batch, decode steps take their position ids from the cache slot (pads counted)."""
 
     def batch_positions(self, phase: str, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         return slots if phase == "append" and slots.shape[1] == 1 else positions
 
 
-class PadAttended(Tamper):
+class PadAttended(Tamper, name="pad-attended"):
     """A padded batch is sent with an all-ones attention mask: every real token attends to its row's pads."""
-
-    name = "pad-attended"
 
     def padding_mask(self, phase: str, mask: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(mask)
 
 
-class StaleSlotOnJoin(Tamper):
-    """A request joining a slot another request left inherits its K/V and length: its prompt is
-    written after the previous occupant's K/V and attends to them (a slot table not cleared on reuse)."""
-
-    name = "stale-slot-on-join"
+class StaleSlotOnJoin(Tamper, name="stale-slot-on-join"):
+    """A request joining a slot another request left inherits its K/V and length."""
 
     def join_slot(self, session: SlotSession, slot: int) -> None:
         return None
 
 
-class StaleGenerateCache(Tamper):
-    """A request's first generate call gets the cache the previous request left (kept beside the
-    shared config and never reset), instead of one built fresh from that config."""
-
-    name = "stale-generate-cache"
+class StaleGenerateCache(Tamper, name="stale-generate-cache"):
+    """A request's first generate call gets the cache the previous request left, never reset."""
 
     def reset(self, session: TamperedSession) -> None:
         session.stale, session.cache = session.cache, None  # type: ignore[attr-defined]
@@ -309,11 +264,8 @@ class StaleGenerateCache(Tamper):
         return getattr(session, "stale", None)
 
 
-class BeamsNotReordered(Tamper):
-    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows: every beam reads the
-    K/V of the beam that sat in its row before the reselection (a reorder that never reached the cache)."""
-
-    name = "beams-not-reordered"
+class BeamsNotReordered(Tamper, name="beams-not-reordered"):
+    """Beam search moves the hypotheses but the cache keeps its pre-reorder rows."""
 
     def reorder(self, session: TamperedSession, beam_idx: torch.Tensor) -> None:
         return None
@@ -329,8 +281,7 @@ BEAM_FAULTS = ("beams-not-reordered",)
 """Faults that only a beam path (option `beams`) can show."""
 
 REUSE_FAULTS = ("attention-left-paged",)
-"""Faults that only a reused path (option `reuse_after`) can show: state the batch left on the model
-object (gate/adapters/hf/reuse.py plants them on a copy of the model; no session tamper)."""
+"""Faults that only a reused path (option `reuse_after`) can show (HFPath.reuse plants them; no tamper)."""
 
 
 FAULTS: dict[str, type[Tamper]] = {str(cls.name): cls for cls in Tamper.__subclasses__()}
@@ -342,13 +293,9 @@ def tamper(name: str | None) -> Tamper:
     return FAULTS[name]() if name else Tamper()
 
 
-class ShortContextEmptied(Tamper):
-    """A press's kept count rounds a short context down to nothing (kvpress 0.5.4, before PR #264:
-    `int(k_len * (1 - ratio))` pairs kept, 0 for a one-token prompt at ratio 0.5): after a prefill
-    whose count rounds to 0, every pair is dropped and the cache is left empty, with no error,
-    while the position counter goes on. A fault of the kvpress path only (PRESS_FAULTS)."""
-
-    name = "short-context-emptied"
+class ShortContextEmptied(Tamper, name="short-context-emptied"):
+    """A press's kept count `int(k_len * (1 - ratio))` rounds a short context down to nothing (kvpress
+    0.5.4, before PR #264): the cache is left empty, with no error, while the position counter goes on."""
 
     def after_write(self, phase: str, session: TamperedSession, n: int) -> None:
         kept = int(n * (1 - session.path.options.compression_ratio))
@@ -357,5 +304,4 @@ class ShortContextEmptied(Tamper):
 
 
 PRESS_FAULTS: dict[str, type[Tamper]] = {str(ShortContextEmptied.name): ShortContextEmptied}
-"""Faults that only a press path (option `press`, gate/adapters/hf/kvpress_path.py) applies: not in
-FAULTS, so no other hf path offers them."""
+"""Faults that only a press path applies: not in FAULTS, so no other hf path offers them."""

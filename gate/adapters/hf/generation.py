@@ -1,18 +1,10 @@
-"""Paths through `generate` itself: cache_implementation="static" and "paged".
+"""Paths through `generate` itself: generate-static, generate-cache and generate-paged.
 
-generate-static: each prefill or append is one `generate(max_new_tokens=1)` over the whole history,
-carrying the cache from call to call (generate builds the StaticCache on the first call where it
-knows `max_cache_len`, 5.13+; before, the adapter builds it and hands it in). generate returns logits
-only for the token it picks, so every processed token's row is read from the decoder's output by a
-forward hook and projected by the model's own head; the last row is checked against generate's.
-
-generate-paged: transformers' continuous batching (`generate_batch`, its paged cache and scheduler)
-keeps its cache inside one call and returns tokens, not logits. A session call replays the request's
-whole history through one `generate_batch(max_new_tokens=1)`, every batch row a request, with at most
-`page_size` tokens per forward, so prompts are prefilled chunk by chunk, each reading the pages an
-earlier forward wrote. Rows are read as above (segments attributed to requests by position and
-token ids) and the last is checked against the token chosen; a pre-hook sends the session's
-positions, so position faults act as on the other cache paths.
+generate returns logits only for the token it picks, so every processed token's row is read from the
+decoder's output by a forward hook and projected by the model's own head; the last row is checked
+against generate's. generate-paged replays the request's whole history through one
+`generate_batch(max_new_tokens=1)` per call, every batch row a request, at most `page_size` tokens per
+forward; a pre-hook sends the session's positions (docs/hf-adapter.md, "Paths").
 """
 
 from __future__ import annotations
@@ -37,8 +29,7 @@ class GeneratePath(HFPath):
     shared: Any = None
     """generate-cache: the one GenerationConfig every request's first generate call is handed."""
     keywords: dict[str, Any] | None = None
-    """generate-cache with `config_via: keywords`: the cache keywords every request's first call is
-    handed, `cache_config` the same dict object each time."""
+    """generate-cache with `config_via: keywords`: the cache keywords every request's first call is handed."""
 
     def faults(self) -> tuple[str, ...]:
         if self.kind == "generate-paged":
@@ -48,9 +39,8 @@ class GeneratePath(HFPath):
         return "stale-weights", "cross-request-handle", "reset-keeps-position"
 
     def first_call(self) -> tuple[Any, dict[str, Any]]:
-        """generate-cache: the GenerationConfig and the keywords of a request's first generate call
-        (the one that builds its cache), as option `config_via` says: what is named once is handed to
-        every first call as the same object, so what a call changes in it, the next call inherits."""
+        """generate-cache: the GenerationConfig and the keywords of a request's first generate call, the
+        same objects every time (what a call changes in them, the next call inherits)."""
         greedy = {"return_dict_in_generate": True, "output_logits": True}
         if self.options.config_via == "keywords":
             if self.keywords is None:
@@ -61,8 +51,7 @@ class GeneratePath(HFPath):
         return self.shared, {}
 
     def _cache_settings(self) -> dict[str, Any]:
-        """What names the cache generate builds: `cache_implementation`, `cache_config` (a new dict
-        of the option's) and, for static, `max_cache_len` (AdapterUnavailable before 5.13)."""
+        """What names the cache generate builds (`cache_config` a new dict of the option's)."""
         settings: dict[str, Any] = {"cache_implementation": self.options.cache_implementation}
         if self.options.cache_config is not None:
             settings["cache_config"] = dict(self.options.cache_config)
@@ -77,12 +66,10 @@ class GeneratePath(HFPath):
         return settings
 
     def cache_config_now(self) -> list[str] | None:
-        """generate-cache: the keys of the `cache_config` the path hands generate, as generate left
-        them (None before the first call, or without a cache_config)."""
-        if self.keywords is not None:
-            config = self.keywords.get("cache_config")
-        else:
-            config = getattr(self.shared, "cache_config", None)
+        """generate-cache: the keys of the `cache_config` the path hands generate, as generate left them."""
+        config = (
+            getattr(self.shared, "cache_config", None) if self.keywords is None else self.keywords.get("cache_config")
+        )
         return sorted(config) if isinstance(config, dict) else None
 
     def libraries(self) -> tuple[str, ...]:
@@ -97,9 +84,8 @@ class GeneratePath(HFPath):
         return {"cache_implementation": self.options.cache_implementation, "cache_config": self.options.cache_config}
 
     def position_feeds(self) -> tuple[str, ...]:
-        """generate-paged sends the session's positions as `position_ids` (the pre-hook of `replay`);
-        the scheduler keeps its own write index and mask. generate-static lets generate count from the
-        cache, so a kept count is the cache's own counter, which drives the mask and the write index."""
+        """generate-paged sends the session's positions as `position_ids`; generate-static lets generate
+        count from the cache's own counter."""
         return ("position_ids",) if self.kind == "generate-paged" else ("cache counter",)
 
     def new_session(self, batch_size: int) -> Session:
@@ -111,15 +97,12 @@ class GeneratePath(HFPath):
     def layout_edges(self) -> dict[str, tuple[int, ...]]:
         if self.kind != "generate-paged":
             return super().layout_edges()
-        page = self.options.page_size
-        return {"page": tuple(range(page, self.max_len, page))}
+        return {"page": tuple(range(self.options.page_size, self.max_len, self.options.page_size))}
 
     def replay(self, history: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Run each row of `history` [B, L] as one request through continuous batching, one page of
-        tokens per forward, sending `positions` [B, L]; the decoder's output rows [B, L, d] and the
-        schedule it ran (forwards, tokens per forward, requests packed together)."""
+        """Run each row of `history` [B, L] as one request through continuous batching, sending
+        `positions` [B, L]; the decoder's output rows [B, L, d] and the schedule it ran."""
         batch, length = history.shape
-        page = self.options.page_size
         hidden: torch.Tensor | None = None
         expected = [0] * batch
         pending: list[list[tuple[int, int, int, int]]] = []
@@ -160,7 +143,7 @@ class GeneratePath(HFPath):
                 torch.no_grad(),
                 subject_call("generate_batch", length=length, requests=batch),
             ):
-                out = compat.generate_batch(self.model, history.tolist(), page, self.max_len, 1)
+                out = compat.generate_batch(self.model, history.tolist(), self.options.page_size, self.max_len, 1)
         except SubjectCrash:
             if errors:  # gate's own hook raised inside the engine: gate's error, not the subject's
                 raise errors[0] from None
@@ -212,7 +195,7 @@ PAGED_FAULTS = ("off-by-one-pos", "missing-start-pos", "reset-keeps-position")
 
 
 class PagedSession(HistorySession):
-    """Each call replays the history through continuous batching (see the module docstring)."""
+    """Each call replays the history through continuous batching."""
 
     def __init__(self, path: GeneratePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -227,10 +210,7 @@ class PagedSession(HistorySession):
         super().clear_cache()
         self.sent = self.sent[:, :0]
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         self.sent = torch.cat([self.sent, self.tamper.positions(phase, self._positions(n))], dim=1)
         hidden, self.schedule = self.paged.replay(self.history, self.sent)
         with torch.no_grad():
@@ -248,19 +228,15 @@ class PagedSession(HistorySession):
         self.pos += n
         return logits
 
-    def kv_bytes(self) -> int:
-        """Bytes of K/V the request's pages hold (whole pages, every layer, the model's dtype)."""
+    def exercise(self) -> dict[str, Any]:
         layers, kv_heads, head_dim = kv_shape(self.model)
         page = self.paged.options.page_size
-        pages = -(-int(self.history.shape[1]) // page)
-        itemsize = int(self.model.dtype.itemsize)
-        return 2 * layers * pages * page * kv_heads * head_dim * itemsize * self.batch_size
-
-    def exercise(self) -> dict[str, Any]:
+        pages = -(-int(self.history.shape[1]) // page)  # whole pages, every layer, the model's dtype
+        kv_bytes = 2 * layers * pages * page * kv_heads * head_dim * int(self.model.dtype.itemsize) * self.batch_size
         return {
             "cache_len": int(self.history.shape[1]),
             "cached_steps": self.cached_steps,
-            "cache_bytes": self.kv_bytes(),
+            "cache_bytes": kv_bytes,
             "tokens_seen": self.pos,
             "forward_calls": self.forward_calls,
             "generate_batch_calls": self.calls,
@@ -274,8 +250,9 @@ class PagedSession(HistorySession):
 class GenerateSession(HistorySession):
     """Each call is one generate(max_new_tokens=1) over the history, carrying generate's cache."""
 
-    def __init__(self, path: HFPath, batch_size: int) -> None:
+    def __init__(self, path: GeneratePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
+        self.generating = path
         self.generate_calls = 0
         self.configs_shared = 0
         """generate-cache: requests whose cache generate built from the path's shared config."""
@@ -283,10 +260,7 @@ class GenerateSession(HistorySession):
         self.cache_built_by = ""
         self.head = self.model.get_output_embeddings()
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         settings: dict[str, Any] = {"return_dict_in_generate": True, "output_logits": True}
         kwargs: dict[str, Any] = {}
         api = compat.cache_api(self.model)
@@ -294,8 +268,7 @@ class GenerateSession(HistorySession):
         first: tuple[Any, dict[str, Any]] | None = None
         if self.path.kind == "generate-cache":
             if self.cache is None:
-                assert isinstance(self.path, GeneratePath)
-                first = self.path.first_call()  # the request's first call: generate builds the cache
+                first = self.generating.first_call()  # the request's first call: generate builds the cache
                 self.cache = self.tamper.generate_cache(self)
                 self.cache_built_by = f"generate, from the path's one {CONFIG_VIA[self.path.options.config_via]}"
                 self.configs_shared += 1
@@ -359,19 +332,15 @@ class GenerateSession(HistorySession):
         return logits
 
     def clear_cache(self) -> None:
-        """generate-cache: the next request's first call builds its own cache from the shared config,
-        as a second generate call does (the old one is dropped, not reset); else the library's reset."""
-        if self.path.kind != "generate-cache":
-            super().clear_cache()
-            return
-        self.cache = None
-        self.history = self.history[:, :0]
+        """generate-cache: the old cache is dropped, not reset (the next first call builds its own)."""
+        if self.path.kind == "generate-cache":
+            self.cache = None
+        super().clear_cache()
 
     def exercise(self) -> dict[str, Any]:
         record = super().exercise()
         record.update({"generate_calls": self.generate_calls, "cache_built_by": self.cache_built_by})
         if self.path.kind == "generate-cache":
-            assert isinstance(self.path, GeneratePath)
             record["shared_config_builds"] = self.configs_shared
-            record["cache_config_keys"] = self.path.cache_config_now()
+            record["cache_config_keys"] = self.generating.cache_config_now()
         return record

@@ -1,16 +1,12 @@
 """kvpress presses as eviction candidates (optional extra `gate[kvpress]`, its own environment).
 
-A press (NVIDIA kvpress) hooks every attention layer during a prefill and, once the layer has written
-the prompt's K/V, keeps only the entries its score ranks highest. Appends then read the compressed
-cache at their true positions (the session's position state is explicit), with the cache position
-(the mask's and the press hook's index, 5.2) counted from the compressed cache, as the model counts
-it for kvpress's pipeline. kvpress pins transformers<5.3: the path runs where `bash .ci/kvpress.sh`
-installed it and is unavailable elsewhere, saying why.
+A press (NVIDIA kvpress) hooks every attention layer during a prefill and keeps only the K/V its score
+ranks highest. Appends then read the compressed cache at their true positions, with the cache position
+counted from the compressed cache, as the model counts it for kvpress's pipeline. kvpress pins
+transformers<5.3: the path runs where `bash .ci/kvpress.sh` installed it.
 
-`press_scope: prefill` (the default) holds the press around a request's first prefill only;
-`request` holds it around every forward of the request, as kvpress's own pipeline and README
-(`with press(model): model.generate(...)`) do, entered and left around each forward so sessions
-sharing the model never see each other's hooks; the press decides by itself whether it is prefilling.
+`press_scope: request` holds the press around every forward of the request (as kvpress's pipeline
+does), entered and left around each forward so sessions sharing the model never see each other's hooks.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from gate.protocols import EvictionPolicy, EvictionStep, Session, subject_call
 
 
 def build_press(name: str, compression_ratio: float) -> Any:
-    """The kvpress press called `name`, evicting `compression_ratio` of the prefill's K/V."""
     try:
         import kvpress
     except ImportError as err:
@@ -40,25 +35,21 @@ def build_press(name: str, compression_ratio: float) -> Any:
             "kvpress is not installed here: it is an optional extra that pins transformers<5.3, so it runs in "
             f"its own environment (bash .ci/kvpress.sh, or pip install 'gate[kvpress]'): {err}"
         ) from err
-    presses = {
-        "streaming-llm": lambda: kvpress.StreamingLLMPress(compression_ratio=compression_ratio, n_sink=4),
-        "snapkv": lambda: kvpress.SnapKVPress(compression_ratio=compression_ratio, window_size=16),
-        "knorm": lambda: kvpress.KnormPress(compression_ratio=compression_ratio),
-        "expected-attention": lambda: kvpress.ExpectedAttentionPress(
-            compression_ratio=compression_ratio, n_future_positions=64, n_sink=4
-        ),
-        "tova": lambda: kvpress.TOVAPress(compression_ratio=compression_ratio),
-        "random": lambda: kvpress.RandomPress(compression_ratio=compression_ratio, seed=0),
-    }
-    return presses[name]()
+    kind, settings = {
+        "streaming-llm": ("StreamingLLMPress", {"n_sink": 4}),
+        "snapkv": ("SnapKVPress", {"window_size": 16}),
+        "knorm": ("KnormPress", {}),
+        "expected-attention": ("ExpectedAttentionPress", {"n_future_positions": 64, "n_sink": 4}),
+        "tova": ("TOVAPress", {}),
+        "random": ("RandomPress", {"seed": 0}),
+    }[name]
+    return getattr(kvpress, kind)(compression_ratio=compression_ratio, **settings)
 
 
 def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
     """What a kvpress 0.5.x press promises (read from its fields): StreamingLLM protects `n_sink`
-    sinks and the rest of the budget as the recent window (its score is 1 there, 0 elsewhere);
-    SnapKV its last `window_size` keys (scored max + 1); ExpectedAttention its `n_sink` sinks;
-    TOVA the last token (scored max + 1: "Add back the last token"); Knorm ranks by minus the
-    key's norm and protects nothing. Each compresses the first prefill only."""
+    sinks and the rest of the budget as the recent window; SnapKV its last `window_size` keys;
+    ExpectedAttention its `n_sink` sinks; TOVA the last token; Knorm nothing."""
     name = type(press).__name__
     sink = int(getattr(press, "n_sink", 0) or 0)
     if name == "StreamingLLMPress":
@@ -70,11 +61,9 @@ def press_policy(press: Any, compression_ratio: float) -> EvictionPolicy:
 
 
 def watch_press(path: PressPath) -> None:
-    """Wrap the press's `score` and `compress` (kvpress 0.5.5's ScorerPress: `compress` keeps
-    `self.score(...).topk(n_kept)` of the keys) so every compression is recorded into the session run
-    under it (`press.gate_watching`): the pool is the prompt's positions, the kept entries are found
-    by matching each kept key row to the pool's (the press gathers them unchanged, and RoPE was
-    applied before it), the scores are the press's own."""
+    """Wrap the press's `score` and `compress` so every compression is recorded into the session run
+    under it (`press.gate_watching`): the kept entries are found by matching each kept key row to the
+    prompt's (the press gathers them unchanged), the scores are the press's own."""
     press = path.press
     score, compress = press.score, press.compress
     captured: dict[str, torch.Tensor] = {}
@@ -93,8 +82,7 @@ def watch_press(path: PressPath) -> None:
         if log is not None:
             b, h, n, _ = keys.shape
             pool = torch.arange(n, device="cpu").expand(b, h, n)
-            match = (k_out[:, :, :, None, :] == keys[:, :, None, :, :]).all(-1)  # [B, H, K, N]
-            kept_from = match.float().argmax(-1).cpu()
+            kept_from = (k_out[:, :, :, None, :] == keys[:, :, None, :, :]).all(-1).float().argmax(-1).cpu()
             scores = captured.get("scores")
             log.append(
                 EvictionStep(
@@ -113,30 +101,25 @@ def watch_press(path: PressPath) -> None:
 
 
 RANK_SIGN = "evict-rank-sign"
-"""The press path's planted eviction fault (the reference evicting path's of the same name:
-gate/models/evict_faults.py): the press keeps the lowest of its own score."""
+"""The press path's planted eviction fault: the press keeps the lowest of its own score."""
 
 
 class PressSession(CacheSession):
-    """A session through a press: counts the forwards run under it, and counts the cache position
-    from the compressed cache, as the model does when kvpress's pipeline passes none. (The true
-    position as `cache_position`, what other cache paths send on 5.2, would build the causal mask
-    of a multi-token append over slots the compressed cache does not hold: every query of the
-    chunk would see the whole chunk.) Positions (RoPE) stay the true ones."""
+    """A session through a press: counts the cache position from the compressed cache, as the model
+    does when kvpress's pipeline passes none (the true one would mask a multi-token append over slots
+    the compressed cache does not hold). Positions (RoPE) stay the true ones."""
 
     def __init__(self, path: PressPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
+        self.press = path.press
         self.pressed_forwards = 0
-        """Forwards this session ran with the press's hooks on the model."""
         self.evictions: list[EvictionStep] | None = None
         """Where the press's compressions are recorded once watched (gate.protocols.EvictionReport)."""
 
     # ---- gate.protocols.EvictionReport: what the press promises and what it kept -------------
 
     def eviction_policy(self) -> EvictionPolicy:
-        path = self.path
-        assert isinstance(path, PressPath)
-        return press_policy(path.press, path.options.compression_ratio)
+        return press_policy(self.press, self.path.options.compression_ratio)
 
     def watch_evictions(self) -> list[EvictionStep]:
         if self.evictions is None:
@@ -157,15 +140,13 @@ class PressSession(CacheSession):
         return min(compat.kept_tokens(self.cache), default=0) if self.cache is not None else 0
 
     def crop(self, length: int) -> None:
-        """Keep only the first `length` pairs of every layer. Positions stay the true ones: the
-        session's position count goes on, as after a press."""
+        """Keep only the first `length` pairs of every layer; the position count goes on, as after a press."""
         if self.cache is not None:
             compat.drop_last(self.cache, self.cache_length() - length, lossy=True)
 
 
 class PressPath(HFPath):
-    """A DynamicCache compressed by a press: held around each request's first prefill
-    (`press_scope: prefill`) or around the whole request, prefill and decode (`request`)."""
+    """A DynamicCache compressed by a press."""
 
     def __init__(self, loaded: LoadedModel, options: Options, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
@@ -182,18 +163,12 @@ class PressPath(HFPath):
         return (*super().libraries(), "kvpress")
 
     def extra_identity(self) -> dict[str, Any]:
-        return {
-            "press": self.options.press,
-            "compression_ratio": self.options.compression_ratio,
-            "press_scope": self.options.press_scope,
-        }
+        return {name: getattr(self.options, name) for name in ("press", "compression_ratio", "press_scope")}
 
     def new_session(self, batch_size: int) -> Session:
         return PressSession(self, batch_size)
 
     def faults(self) -> tuple[str, ...]:
-        """The cache faults, what only a press can get wrong (PRESS_FAULTS), and a press that ranks
-        by its own score negated (`evict-rank-sign`, a control of evict-invariants)."""
         return (*super().faults(), *PRESS_FAULTS, RANK_SIGN)
 
     def with_fault(self, fault: str) -> HFPath:
@@ -212,11 +187,9 @@ class PressPath(HFPath):
         return faulty
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
-        """The press around a request's first prefill, or (scope `request`) around every forward of
-        the request. Entering it is kvpress's own code (it finds and hooks the attention layers), so
-        a model it cannot hook is a crash of the subject."""
-        first_prefill = phase == "prefill" and session.pos == 0
-        if self.options.press_scope == "prefill" and not first_prefill:
+        """The press around a request's first prefill, or (scope `request`) around every forward; a
+        model it cannot hook is a crash of the subject."""
+        if self.options.press_scope == "prefill" and not (phase == "prefill" and session.pos == 0):
             return nullcontext()
         pressed = ExitStack()
         self.press.gate_watching = session.evictions if isinstance(session, PressSession) else None
@@ -230,10 +203,9 @@ class PressPath(HFPath):
         cache = session.cache
         if cache is None:
             return {}
-        kept = compat.kept_tokens(cache)
         return {
             **self.extra_identity(),
             "pressed_forwards": session.pressed_forwards if isinstance(session, PressSession) else 0,
-            "kept_tokens": kept,
-            "evicted_tokens": sum(max(session.pos - k, 0) for k in kept),
+            "kept_tokens": compat.kept_tokens(cache),
+            "evicted_tokens": compat.evicted_tokens(cache, session.pos),
         }

@@ -13,17 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gate.prefix.options import PrefixOptions
 
-PRESET_NAMES = (
-    "llama",
-    "qwen2",
-    "mistral-sliding-window",
-    "gpt2",
-    "gemma3-hybrid",
-    "llama-mqa",
-    "gpt-neox-partial-rotary",
-    "llama3-rope-scaling",
-    "phi3-longrope",
-)
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "mistral-sliding-window": "MistralConfig",
+    "gpt2": "GPT2Config",
+    "gemma3-hybrid": "Gemma3TextConfig",
+    "llama-mqa": "LlamaConfig",
+    "gpt-neox-partial-rotary": "GPTNeoXConfig",
+    "llama3-rope-scaling": "LlamaConfig",
+    "phi3-longrope": "Phi3Config",
+}
+"""The transformers config class each preset is built from."""
+
+PRESET_NAMES = tuple(ARCHITECTURES)
 """Tiny models built from a config with seeded random weights (see presets.py)."""
 
 PRESET_MAX_POSITIONS = 512
@@ -177,8 +180,7 @@ class Options(BaseModel):
     def _options_fit_path(self) -> Options:
         defaults = type(self).model_fields
         for name, paths in _ONLY_FOR.items():
-            value = getattr(self, name)
-            if value != defaults[name].default and self.path not in paths:
+            if getattr(self, name) != defaults[name].default and self.path not in paths:
                 raise ValueError(f"option {name!r} applies only to path {' or '.join(paths)}, not {self.path!r}")
         if self.path == "assisted" and not self.draft:
             raise ValueError("path 'assisted' needs a draft model: set `draft` to a preset or a local directory")
@@ -195,7 +197,8 @@ class Options(BaseModel):
             raise ValueError("`eos_token` is a token id (>= 0), `model` or `none`")
         if self.init_std is not None and self.model not in PRESET_NAMES:
             raise ValueError("`init_std` applies only to a preset model, not to weights loaded from a directory")
-        if self.model not in PRESET_NAMES and not _looks_like_path(self.model):
+        # "org/name" is how hub ids look: accept it only when such a directory exists here
+        if not self.is_preset and not self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).is_dir():
             raise ValueError(
                 f"model {self.model!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a local directory "
                 "path (start it with /, ./ or ~/): gate never downloads from a hub"
@@ -205,8 +208,3 @@ class Options(BaseModel):
     @property
     def is_preset(self) -> bool:
         return self.model in PRESET_NAMES
-
-
-def _looks_like_path(value: str) -> bool:
-    # "org/name" is how hub ids look: accept it only when such a directory exists here.
-    return value.startswith(("/", "./", "../", "~")) or Path(value).is_dir()

@@ -1,10 +1,8 @@
 """DecodePath implementations over one transformers model.
 
-`HFPath` is the path a manifest names: its `kind` picks the cache (or the generation loop) a session
-runs through, and `with_fault` returns a copy whose sessions consult a fault's `Tamper`. The model is
-shared between a path and its faulty copies (a fault never edits weights for good: stale-weights
-restores them after each prefill); the reference and candidate of a run are built separately and
-never share a model.
+`HFPath.kind` picks the cache (or the generation loop) a session runs through; `with_fault` returns a
+copy whose sessions consult a fault's `Tamper` and share its model (a fault never edits weights for
+good); the reference and candidate of a run never share a model.
 """
 
 from __future__ import annotations
@@ -17,9 +15,11 @@ import torch
 
 from gate._util.versions import installed_versions
 from gate.adapters.hf import compat
+from gate.adapters.hf.beams import BeamSession
 from gate.adapters.hf.continuous import ContinuousHFSession
 from gate.adapters.hf.faults import (
     BEAM_FAULTS,
+    BLOCK,
     CONTINUOUS_FAULTS,
     FAULTS,
     PADDING_FAULTS,
@@ -37,26 +37,22 @@ from gate.adapters.hf.sessions import (
     RecomputeSession,
 )
 from gate.errors import AdapterUnavailable, UnknownFault
-from gate.protocols import Session
+from gate.protocols import Session, subject_call
 
 CACHE_KINDS = ("dynamic", "static", "quantized", "sliding-window", "offloaded", "prefix-reuse", "kvpress")
 """Kinds whose sessions run the model's forward against a cache object the adapter builds."""
 
 PADDED_KINDS = ("dynamic", "static", "offloaded")
-"""Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions): a 2D
-attention mask and per-row position ids through the model's own mask builder."""
-
+"""Kinds that pad a batch of requests of different lengths (gate.protocols.BatchedSessions)."""
 
 CONTINUOUS_KINDS = ("dynamic",)
-"""Kinds that batch continuously (gate.protocols.ContinuousBatching): requests join and leave one
-running batch whose every step is one forward of the model with a DynamicCache."""
+"""Kinds that batch continuously (gate.protocols.ContinuousBatching)."""
 
 
 def pure_rotary(model: Any) -> bool:
     """Rotary position embeddings and no absolute ones (GPT-2's `wpe`, OPT's `embed_positions`)."""
-    names = [type(m).__name__ for m in model.modules()]
     absolute = any(n.endswith(("wpe", "embed_positions", "position_embeddings")) for n, _ in model.named_modules())
-    return any("Rotary" in n for n in names) and not absolute
+    return any("Rotary" in type(m).__name__ for m in model.modules()) and not absolute
 
 
 class HFPath:
@@ -94,25 +90,17 @@ class HFPath:
                 "prefetch it back on a side stream; on a CPU there is nothing to offload to"
             )
 
-    # ---- DecodePath -----------------------------------------------------------------------------
-
     def identity(self) -> dict[str, Any]:
-        """Model identity (config hash, weights sha256, transformers version) plus this path's kind."""
         record = dict(self.loaded.identity)
         record["path"] = self.kind
         record["cache_api"] = vars(compat.cache_api(self.model)).copy()
         record["libraries"] = installed_versions(self.libraries())
         record.update(self.extra_identity())
-        if self.options.beams:
-            record["beams"] = self.options.beams
-        if self.options.reuse_after:
-            record["reuse_after"] = self.options.reuse_after
+        record.update({name: value for name in ("beams", "reuse_after") if (value := getattr(self.options, name))})
         return record
 
     def libraries(self) -> tuple[str, ...]:
-        """The distributions whose code this path runs (their versions go into the identity, so runs
-        on releases with and without a bug in one of them are told apart): transformers and torch,
-        accelerate (transformers' device placement), and the quantized cache's backend package."""
+        """The distributions whose code this path runs (their versions go into the identity)."""
         backend = {"quanto": ("optimum-quanto",), "hqq": ("hqq",)}.get(str(self.options.backend), ())
         return ("transformers", "torch", "accelerate", *(backend if self.kind == "quantized" else ()))
 
@@ -123,23 +111,48 @@ class HFPath:
         options = self.options
         if self.kind == "quantized":
             return {"kv_backend": options.backend, "kv_nbits": 8 if options.backend == "fp8" else options.nbits}
-        if self.kind == "sliding-window":
-            return {"attention_window": self.window}
-        return {}
+        return {"attention_window": self.window} if self.kind == "sliding-window" else {}
 
     def full_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """One full causal pass, no cache: tokens [B, T] -> logits [B, T, V] float32."""
+        """One full causal pass, no cache: logits [B, T, V] float32."""
         self.reuse()
         with torch.no_grad():
             logits: torch.Tensor = compat.forward(self.model, tokens.to(self.device), None, None).logits.float()
         return logits
 
     def reuse(self) -> None:
-        """reuse_after: serve the batch on this path's model object before its first forward (once)."""
-        if self.options.reuse_after and self.reused is None:
-            from gate.adapters.hf.reuse import serve_batch
+        """reuse_after: serve a seeded batch through the release's continuous batching on this path's model
+        object before its first forward (once; under the fault, leave the model on the paged kernel)."""
+        if not self.options.reuse_after or self.reused is not None:
+            return
+        compat.require_continuous_batching()
+        model = self.model
+        generator = torch.Generator().manual_seed(self.seed + 7)
+        requests = [torch.randint(0, self.vocab_size, (n,), generator=generator).tolist() for n in BATCH_LENGTHS]
+        before = attn_implementation(model)
+        forwards = [0]
 
-            self.reused = serve_batch(self, leave_paged=self.fault in REUSE_FAULTS)
+        def count(*_args: Any) -> None:
+            forwards[0] += 1
+
+        with (
+            model.register_forward_hook(count),
+            torch.no_grad(),
+            subject_call("generate_batch (before reuse)", requests=len(requests)),
+        ):
+            out = compat.generate_batch(model, requests, BATCH_PAGE, self.max_len, BATCH_NEW_TOKENS)
+        compat.failed_request(out, {"requests": len(requests)})
+        if self.fault in REUSE_FAULTS:
+            model.set_attn_implementation(PAGED_KERNEL)
+        self.reused = {
+            "reused_after": "paged",
+            "batch_requests": len(requests),
+            "batch_prompt_tokens": list(BATCH_LENGTHS),
+            "batch_generated_tokens": sum(len(result.generated_tokens) for result in out.values()),
+            "batch_forwards": forwards[0],
+            "attn_implementation_before_batch": before,
+            "attn_implementation_after_batch": attn_implementation(model),
+        }
 
     def new_session(self, batch_size: int) -> Session:
         self.reuse()
@@ -148,8 +161,6 @@ class HFPath:
         if self.kind == "prefix-reuse":
             return PrefixReuseSession(self, batch_size, self.store, self.options.reuse)
         if self.options.beams:
-            from gate.adapters.hf.beams import BeamSession
-
             return BeamSession(self, batch_size)
         return CacheSession(self, batch_size)
 
@@ -157,8 +168,7 @@ class HFPath:
         return self.cache_faults() + self.reuse_faults()
 
     def reuse_faults(self) -> tuple[str, ...]:
-        """reuse_after: the state a batch can leave on the model object, where the release lets gate
-        plant it (a model whose attention implementation can be switched)."""
+        """reuse_after: the state a batch can leave on the model object, where the release lets gate plant it."""
         return REUSE_FAULTS if self.options.reuse_after and compat.can_leave_paged(self.model) else ()
 
     def cache_faults(self) -> tuple[str, ...]:
@@ -172,24 +182,18 @@ class HFPath:
         unsupported.add("stale-generate-cache")  # only generate-cache keeps a cache beside its config (generation.py)
         if self.kind != "static":
             unsupported.add("poisoned-tail-read")  # only a preallocated buffer has an unused tail
-        if (
-            self.kind == "quantized"
-            or self.kind == "sliding-window"
-            or getattr(self.model.config, "sliding_window", None)
-        ):
+        if self.kind in ("quantized", "sliding-window") or getattr(self.model.config, "sliding_window", None):
             # transformers cannot crop a quantized cache (QuantizedLayer.crop cuts only its residual)
             # nor a sliding-window layer past its window (it has evicted what the crop would need)
             unsupported.add("truncated-last-block")
         return tuple(f for f in FAULTS if f not in unsupported)
 
     def position_feeds(self) -> tuple[str, ...]:
-        """What carries a session's own position count into the model on this path (compat.position_inputs)."""
         return compat.position_inputs(self.model)
 
     def invisible_faults(self) -> dict[str, str]:
-        """Faults that cannot change this path's outputs, from what the path feeds the model
-        (gate.protocols.FaultVisibility), each with the reason; where the count also goes in as
-        `cache_position` (5.2-5.3), or is the cache's own counter (generate), the fault is live."""
+        """Faults that cannot change this path's outputs, with the reason (gate.protocols.FaultVisibility);
+        where the count also goes in as `cache_position` or is the cache's own counter, the fault is live."""
         feeds = self.position_feeds()
         if "reset-keeps-position" not in self.faults() or feeds != ("position_ids",) or not pure_rotary(self.model):
             return {}
@@ -205,8 +209,7 @@ class HFPath:
 
     @property
     def padding_sides(self) -> tuple[str, ...]:
-        """Sides this path pads a batch on (none for generate-, prefix- and press-driven kinds, nor for
-        beams: a beam path's sessions are its beam search)."""
+        """Sides this path pads a batch on (none for beams: a beam path's sessions are its beam search)."""
         return ("left", "right") if self.kind in PADDED_KINDS and not self.options.beams else ()
 
     @property
@@ -230,8 +233,6 @@ class HFPath:
 
     @property
     def continuous_batching(self) -> bool:
-        """The dynamic path batches continuously: one forward of the model over the requests a step
-        feeds, their K/V laid out as a left-padded batch (gate.adapters.hf.continuous)."""
         return self.kind in CONTINUOUS_KINDS and not self.options.beams
 
     def new_continuous_session(self, slots: int) -> ContinuousHFSession:
@@ -256,9 +257,7 @@ class HFPath:
     def layout_edges(self) -> dict[str, tuple[int, ...]]:
         """Token counts where this path's cache changes shape, by kind (gate.protocols.LayoutEdges)."""
         found: dict[str, set[int]] = {}
-        window = getattr(self.model.config, "sliding_window", None)
-        if self.kind == "sliding-window":
-            window = self.window
+        window = self.window if self.kind == "sliding-window" else getattr(self.model.config, "sliding_window", None)
         if window:
             found["window"] = {int(window) - 1, int(window)}
         if self.kind in ("static", "generate-static") and self.options.max_cache_len:
@@ -267,16 +266,12 @@ class HFPath:
             residual = self.options.residual_length if self.options.residual_length is not None else 128
             found["residual"] = set(range(residual, self.max_len, max(residual, 1)))
         if self.fault == "truncated-last-block":
-            from gate.adapters.hf.faults import BLOCK
-
             found["block"] = set(range(BLOCK, self.max_len, BLOCK))
         edges = {kind: tuple(sorted(b for b in v if 0 < b < self.max_len)) for kind, v in found.items()}
         return {kind: v for kind, v in edges.items() if v}
 
     def layout_boundaries(self) -> tuple[int, ...]:
         return tuple(sorted({b for edges in self.layout_edges().values() for b in edges}))
-
-    # ---- what sessions ask of their path --------------------------------------------------------
 
     def make_cache(self, batch_size: int) -> Any:
         config = self.model.config
@@ -295,10 +290,8 @@ class HFPath:
                 residual_length=options.residual_length,
                 q_group_size=options.q_group_size,
             )
-        if self.kind == "sliding-window":
-            if options.window is None:
-                return compat.dynamic_cache(config)  # the model's own sliding layers
-            return compat.sliding_cache(config, self.window)
+        if self.kind == "sliding-window":  # without `window`: the model's own sliding layers
+            return compat.dynamic_cache(config) if options.window is None else compat.sliding_cache(config, self.window)
         raise ValueError(f"path kind {self.kind!r} builds no cache of its own")
 
     def around_forward(self, session: CacheSession, phase: str) -> Any:
@@ -306,8 +299,6 @@ class HFPath:
         return nullcontext()
 
     def extra_exercise(self, session: CacheSession) -> dict[str, Any]:
-        """Path-specific proof of exercise: bytes of a quantized cache, evictions of a window, hits,
-        and the batch a reused model object served first."""
         return {**(self.reused or {}), **self.kind_exercise(session)}
 
     def kind_exercise(self, session: CacheSession) -> dict[str, Any]:
@@ -315,15 +306,14 @@ class HFPath:
         if cache is None:
             return {}
         if self.kind == "quantized":
-            per_layer_full = [  # a layer emptied by reset holds no tensor until its next write
-                0 if k is None else 2 * k.numel() * self.model.dtype.itemsize
-                for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
-            ]
             return {
                 "kv_backend": self.options.backend,
                 "kv_nbits": 8 if self.options.backend == "fp8" else (self.options.nbits or 4),
                 "quantized_bytes": compat.cache_bytes(cache),
-                "unquantized_equivalent_bytes": sum(per_layer_full),
+                "unquantized_equivalent_bytes": sum(  # a layer emptied by reset holds no tensor until its next write
+                    0 if k is None else 2 * k.numel() * self.model.dtype.itemsize
+                    for k in (compat.layer_kv(cache, i)[0] for i in range(len(cache.layers)))
+                ),
                 "residual_tokens": [
                     int(layer.keys.shape[-2])
                     if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
@@ -346,3 +336,26 @@ class HFPath:
                 "reuse_mode": self.options.reuse,
             }
         return {}
+
+
+# ---- reuse_after: paged ---------------------------------------------------------------------------
+# The candidate's model object serves a batch through continuous batching first, and every forward the
+# path runs afterwards goes through that same object, so whatever the batch leaves on it reaches the
+# ordinary forward (docs/hf-adapter.md, "Reused models and stop tokens").
+
+PAGED_KERNEL = "paged|eager"
+"""The attention implementation continuous batching switches an eager model to (what the fault leaves)."""
+
+BATCH_LENGTHS = (12, 20)
+"""Prompt lengths of the batch served before reuse (two requests packed into each forward)."""
+
+BATCH_PAGE = 16
+"""Tokens per page, and per forward, of that batch (the second prompt takes two chunks)."""
+
+BATCH_NEW_TOKENS = 4
+"""Greedy tokens each request of the batch generates (decode steps on the paged cache)."""
+
+
+def attn_implementation(model: Any) -> str | None:
+    value = getattr(model.config, "_attn_implementation", None)
+    return None if value is None else str(value)

@@ -1,16 +1,10 @@
 """PrefixCaching for the hf `prefix-reuse` path: transformers models behind a block prefix cache.
 
-    candidate: {adapter: hf, options: {model: mistral-sliding-window, path: prefix-reuse, block_size: 4}}
-
-The path's sessions keep the whole-prompt reuse of `PrefixReuseSession`; its PrefixCaching calls go to
-the block cache of `gate.prefix.worker.PrefixWorker`, which the prefix-reuse checks drive. This module
+The path's PrefixCaching calls go to the block cache of `gate.prefix.worker.PrefixWorker`; this module
 is the transformers `ModelFamily` that worker runs on: a request's cache is a `DynamicCache` of full
-layers (a sliding-window model masks through `config.sliding_window`, so every block stays readable)
-into which a hit writes the stored blocks with `Cache.update`; an adapter is a seeded rank-4 delta on
-every `k_proj`/`v_proj` (none on GPT-2's fused `c_attn`); the rope-scaling sibling is the same
-weights under linear rope scaling ×4, the attention-window sibling the same weights with the window
-dropped (widened to every position on a hybrid model); a tokenizer revision permutes the rows of the
-input and output embeddings.
+layers into which a hit writes the stored blocks with `Cache.update`; the rope-scaling sibling is the
+same weights under linear rope scaling ×4, the attention-window sibling the same weights with the
+window dropped (widened to every position on a hybrid model).
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ import transformers
 from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel, kv_shape, max_positions
-from gate.adapters.hf.probe import ProbingHFPath
-from gate.adapters.hf.tracing import TracingHFPath
+from gate.adapters.hf.probe import ProbingHFPath, TracingHFPath
 from gate.prefix.cache import CacheIdentity, PrefixReply, RestoreReport
 from gate.prefix.family import ModelFamily, WorkerSpec
 from gate.prefix.faults import PREFIX_FAULTS
@@ -60,32 +53,24 @@ def _freeze(value: Any) -> Any:
     """A hashable copy: dicts become sorted item tuples, lists tuples (per-layer rope, factor lists)."""
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
+    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
 
 
 def _flat_rope(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, Any] | None:
     """The rope parameters as one flat dict of scalars, or None where there are none or they carry
-    factor lists (longrope), which one scaling factor does not describe."""
-    if rope is None or any(isinstance(v, tuple) for _, v in rope):
-        return None
-    return dict(rope)
+    factor lists (longrope)."""
+    return None if rope is None or any(isinstance(v, tuple) for _, v in rope) else dict(rope)
 
 
 def _rope_by_layer_type(rope: tuple[tuple[str, Any], ...] | None) -> dict[str, dict[str, Any]] | None:
-    """Rope parameters given per layer type (Gemma 3: `{sliding_attention: {...}, full_attention:
-    {...}}`), each a flat dict; None where they are not nested that way."""
-    if rope is None or not rope or not all(isinstance(v, tuple) for _, v in rope):
+    """Rope parameters given per layer type (Gemma 3), each a flat dict; None where they are not nested that way."""
+    if not rope or not all(isinstance(v, tuple) for _, v in rope):
         return None
     nested = {kind: _flat_rope(params) for kind, params in rope}
-    if any(params is None for params in nested.values()):
-        return None
-    return {kind: params for kind, params in nested.items() if params is not None}
+    return None if None in nested.values() else {kind: params for kind, params in nested.items() if params is not None}
 
 
 def _scaled(params: dict[str, Any]) -> dict[str, Any]:
-    """The same rope under linear scaling, its factor multiplied by ROPE_SCALE."""
     return {**params, "rope_type": "linear", "factor": float(params.get("factor", 1.0)) * ROPE_SCALE}
 
 
@@ -106,12 +91,10 @@ class HFFamily(ModelFamily):
         self.base_config = _variant(self.text_config)
         self.vocab_size = int(self.text_config.vocab_size)
         self.max_len = max_positions(self.base)
-        self.unwindowed: int | None = None
+        hybrid = "sliding_attention" in (getattr(self.text_config, "layer_types", None) or ())
+        self.unwindowed = self.max_len if hybrid else None
         """The window of the attention-window sibling: none, or where the config declares sliding layer
-        types (Gemma 3's hybrid layers), which transformers refuses without a window, one spanning
-        every position (each layer then sees what full attention sees, its rotary base kept)."""
-        if "sliding_attention" in (getattr(self.text_config, "layer_types", None) or ()):
-            self.unwindowed = self.max_len
+        types, which transformers refuses without a window, one spanning every position."""
 
     def instantiate(self, config: Hashable, *, device: str, dtype: str) -> torch.nn.Module:
         if config == self.base_config:
@@ -194,8 +177,7 @@ class HFFamily(ModelFamily):
         if compat.seq_length(kv) != start:
             raise RuntimeError(f"cache holds {compat.seq_length(kv)} tokens, a block was to go at {start}")
         for layer in range(len(payload) // 2):
-            k, v = payload[2 * layer], payload[2 * layer + 1]
-            kv.update(k[None, :, :n], v[None, :, :n], layer)
+            kv.update(payload[2 * layer][None, :, :n], payload[2 * layer + 1][None, :, :n], layer)
 
     def kv_bytes(self, kv: Any) -> int:
         return compat.cache_bytes(kv)
@@ -207,9 +189,8 @@ class HFFamily(ModelFamily):
 
 
 class PrefixCachingPart(HFPath):
-    """The PrefixCaching half of an hf `prefix-reuse` path: a block worker beside the path's
-    sessions, and every PrefixCaching call goes to it. Mixed in before the path class (tracing, or
-    probing where the probe is supported), so `super()` is that class."""
+    """The PrefixCaching half of an hf `prefix-reuse` path: every PrefixCaching call goes to a block
+    worker beside the path's sessions. Mixed in before the path class, so `super()` is that class."""
 
     def __init__(self, loaded: LoadedModel, options: Any, *, device: str, dtype: str, seed: int) -> None:
         super().__init__(loaded, options, device=device, dtype=dtype, seed=seed)
@@ -226,12 +207,9 @@ class PrefixCachingPart(HFPath):
         return self.worker.block_size
 
     def identity(self) -> dict[str, Any]:
-        record = super().identity()
         worker = self.worker.identity()
-        record["prefix_cache"] = {
-            key: worker[key] for key in ("model_revision", "tokenizer", "kv_dtype", "block_size", "byte_budget", "hash")
-        }
-        return record
+        keys = ("model_revision", "tokenizer", "kv_dtype", "block_size", "byte_budget", "hash")
+        return {**super().identity(), "prefix_cache": {key: worker[key] for key in keys}}
 
     def faults(self) -> tuple[str, ...]:
         return (*super().faults(), *PREFIX_FAULTS)

@@ -1,10 +1,8 @@
 """Models for the hf adapter: tiny presets with seeded random weights, or a local directory.
 
-Presets are deliberately small (2 layers, width 64, vocabulary 256, 512 positions) so a sweep over
-every prefix length runs in seconds on a CPU, and they are initialised with a larger std than
-transformers' 0.02 so the logits are peaked and a wrong position, mask or cache entry moves the argmax
-(with 0.02 an off-by-one position changes logits by ~1e-3 and no argmax at all).
-No hub access: a directory is read with `local_files_only=True`.
+Presets are small (2 layers, width 64) so a sweep over every prefix length runs in seconds on a CPU,
+and initialised with a larger std than transformers' 0.02 so the logits are peaked and a wrong
+position, mask or cache entry moves the argmax. No hub access: `local_files_only=True`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import Any
 import torch
 import transformers
 
-from gate.adapters.hf.options import PRESET_MAX_POSITIONS
+from gate.adapters.hf.options import ARCHITECTURES, PRESET_MAX_POSITIONS
 from gate.errors import AdapterUnavailable
 from gate.tensors import DTYPES
 
@@ -28,21 +26,6 @@ DEFAULT_INIT_STD = 0.25
 
 TINY = {"vocab_size": 256, "max_position_embeddings": PRESET_MAX_POSITIONS}
 """Shared by every preset: vocabulary and longest sequence."""
-
-
-ARCHITECTURES: dict[str, str] = {
-    "llama": "LlamaConfig",
-    "qwen2": "Qwen2Config",
-    "mistral-sliding-window": "MistralConfig",
-    "gpt2": "GPT2Config",
-    "gemma3-hybrid": "Gemma3TextConfig",
-    "llama-mqa": "LlamaConfig",
-    "gpt-neox-partial-rotary": "GPTNeoXConfig",
-    "llama3-rope-scaling": "LlamaConfig",
-    "phi3-longrope": "Phi3Config",
-}
-"""The transformers config class each preset is built from (a preset whose class the installed
-transformers lacks is AdapterUnavailable, naming it)."""
 
 HYBRID_WINDOW = 32
 """Sliding window of gemma3-hybrid's local layer (and of mistral-sliding-window's every layer)."""
@@ -55,9 +38,8 @@ LLAMA3_ROPE = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 64,
 }
-"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling (a frequency whose
-wavelength exceeds 64 / 1 positions divided by 8, one shorter than 64 / 4 kept, those between
-smoothed), its original context scaled down to 64 of 512 positions so every band is in use."""
+"""llama3-rope-scaling's rotary frequencies: Llama 3.1's piecewise rescaling, its original context
+scaled down to 64 of 512 positions so every band is in use."""
 
 
 LONGROPE_ORIGINAL = 128
@@ -69,26 +51,12 @@ LONGROPE = {
     "short_factor": [1.0] * 8,
     "long_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0],
 }
-"""Phi-3's LongRoPE (one factor per rotary frequency of the 16-channel heads): transformers rotates a
-whole forward with the long factors once it spans more than `LONGROPE_ORIGINAL` positions."""
+"""Phi-3's LongRoPE (one factor per rotary frequency of the 16-channel heads)."""
 
 
 def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
-    """The config of a tiny preset (every one a real transformers architecture, 2 layers of width 64):
-
-    - `llama`, `qwen2`: RoPE, grouped-query KV (4 query heads over 2 KV heads), RMSNorm;
-    - `mistral-sliding-window`: the same with a 32-token sliding window on every layer;
-    - `gpt2`: learned absolute positions, so a shifted position is visible;
-    - `gemma3-hybrid`: Gemma 3 text, one sliding (32-token window, RoPE base 1e4) and one global layer
-      (RoPE base 1e6), QK-norm, scaled embeddings; `query_pre_attn_scalar` = head_dim as in Gemma 3
-      1B-12B (the config's default 256 would scale the tiny heads' scores by 1/16 instead of 1/4);
-    - `llama-mqa`: Llama with one KV head shared by all 4 query heads (multi-query attention);
-    - `gpt-neox-partial-rotary`: GPT-NeoX, rotary on the first quarter of each head's channels only
-      (`rotary_pct` 0.25), fused QKV, parallel residual;
-    - `llama3-rope-scaling`: Llama under Llama 3.1's rope scaling (`LLAMA3_ROPE`);
-    - `phi3-longrope`: Phi-3 (fused QKV and gate/up projections) under LongRoPE (`LONGROPE`), short
-      factors up to 128 positions, long ones beyond.
-    """
+    """The config of a tiny preset, every one a real transformers architecture with 2 layers of width
+    64 (the presets table of docs/hf-adapter.md says what each exercises)."""
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown preset {name!r}")
     make = getattr(transformers, ARCHITECTURES[name], None)
@@ -121,7 +89,7 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
         },
         "gemma3-hybrid": {
             "head_dim": 16,
-            "query_pre_attn_scalar": 16,
+            "query_pre_attn_scalar": 16,  # = head_dim as in Gemma 3 1B-12B (the default 256 scales by 1/16)
             "sliding_window": HYBRID_WINDOW,
             "layer_types": ["sliding_attention", "full_attention"],
             "final_logit_softcapping": None,
@@ -146,9 +114,8 @@ def preset_config(name: str, init_std: float = DEFAULT_INIT_STD) -> Any:
 
 
 def layer_types(config: Any) -> list[str]:
-    """Attention kind of each decoder layer: the config's own `layer_types` where it declares them,
-    else every layer sliding (a `sliding_window` on a config without layer types windows them all,
-    as Mistral's does) or every layer full."""
+    """Attention kind of each decoder layer: the config's own `layer_types`, else all sliding where the
+    config has a `sliding_window` (as Mistral's does), else all full."""
     text = config.get_text_config(decoder=True)
     declared = getattr(text, "layer_types", None)
     layers = int(getattr(text, "num_hidden_layers", None) or text.n_layer)
@@ -196,17 +163,11 @@ def config_sha256(config: Any) -> str:
 
 
 def load(
-    model: str,
-    *,
-    device: str,
-    dtype: str,
-    seed: int,
-    attn_implementation: str,
-    init_std: float | None = None,
-    is_preset: bool,
+    model: str, attn_implementation: str, *, device: str, dtype: str, seed: int, init_std: float | None = None
 ) -> LoadedModel:
     """Build a preset with weights seeded by `seed`, or load a local directory; cast and place it."""
     torch_dtype = DTYPES[dtype]
+    is_preset = model in ARCHITECTURES
     if is_preset:
         config = preset_config(model, init_std or DEFAULT_INIT_STD)
         config._attn_implementation = attn_implementation
@@ -215,7 +176,6 @@ def load(
             auto: Any = transformers.AutoModelForCausalLM
             built = auto.from_config(config, attn_implementation=attn_implementation)
         weights_sha = sha256_tensors(built.state_dict())  # float32 master weights, before the cast
-        source = "preset"
     else:
         directory = Path(model).expanduser()
         if not (directory / "config.json").is_file():
@@ -227,7 +187,6 @@ def load(
             str(directory), local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
         )
         weights_sha = _sha256_files(files)
-        source = "directory"
     built = built.to(device=device, dtype=torch_dtype).eval()
     built.requires_grad_(False)
     # gate compares fixed-length continuations token by token: generate must not stop at an EOS
@@ -238,7 +197,7 @@ def load(
     identity = {
         "adapter": "hf",
         "model": model,
-        "source": source,
+        "source": "preset" if is_preset else "directory",
         "seed": seed if is_preset else None,
         "architecture": type(built).__name__,
         "config_sha256": config_sha256(config),
@@ -260,9 +219,8 @@ def load(
 def max_positions(model: Any) -> int:
     config = model.config.get_text_config(decoder=True)
     for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
+        if getattr(config, name, None):
+            return int(getattr(config, name))
     raise ValueError(f"{type(model).__name__} declares no maximum length")
 
 
@@ -278,11 +236,9 @@ def kv_shape(model: Any) -> tuple[int, int, int]:
 
 def decoder_layers(model: Any) -> Any:
     """The ModuleList of decoder blocks (`model.layers` for Llama-likes, `transformer.h` for GPT-2)."""
-    base = model.base_model
     for name in ("layers", "h"):
-        found = getattr(base, name, None)
-        if found is not None:
-            return found
+        if getattr(model.base_model, name, None) is not None:
+            return getattr(model.base_model, name)
     raise AdapterUnavailable(f"cannot find the decoder layers of {type(model).__name__}")
 
 
@@ -290,12 +246,10 @@ def truncated_copy(model: Any, num_layers: int) -> Any:
     """A copy of `model` that keeps its first `num_layers` blocks and shares nothing with it: a
     self-speculative (early-exit) draft, which agrees with the target often but not always."""
     draft = copy.deepcopy(model)
-    layers = decoder_layers(draft)
-    del layers[num_layers:]
+    del decoder_layers(draft)[num_layers:]
     draft.config.num_hidden_layers = num_layers
     if hasattr(draft.config, "n_layer"):
         draft.config.n_layer = num_layers
-    layer_types = getattr(draft.config, "layer_types", None)
-    if layer_types:
-        draft.config.layer_types = layer_types[:num_layers]
+    if getattr(draft.config, "layer_types", None):
+        draft.config.layer_types = draft.config.layer_types[:num_layers]
     return draft

@@ -1,35 +1,26 @@
 """Reading transformers' QuantizedCache back (gate.protocols.QuantizedKV, for quant-invariants).
 
-transformers offers no hook to see what a QuantizedLayer holds, so the session reads the layer object
-after every call (the quantised payloads of quanto or hqq, the residual, the stated scheme) and wraps
-each layer's `update` and `_quantize` to keep what the model wrote and what each flush quantised (a
-flush re-quantises the dequantised history with the residual and the new tokens). The fp8 backend
-(per-tensor scale, no residual) is not read: such a path offers no QuantizedKV.
+The session reads each QuantizedLayer after every call (quanto's or hqq's payloads, the residual, the
+stated scheme) and wraps its `update` and `_quantize` to keep what the model wrote and what each flush
+quantised. The fp8 backend (per-tensor scale, no residual) is not read: it offers no QuantizedKV.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
 
+from gate.adapters.hf import compat
 from gate.adapters.hf.paths import HFPath
+from gate.adapters.hf.probe import TracingHFPath
 from gate.adapters.hf.sessions import CacheSession
-from gate.adapters.hf.tracing import TracingHFPath
 from gate.protocols import QuantScheme, QuantState, QuantTensorState
 
 HF_DEFAULTS = {"nbits": 4, "q_group_size": 64, "residual_length": 128, "axis": 0}
 """QuantizedCache's defaults where the manifest leaves an option out."""
-
-
-def declared_scheme(options: Any, dtype: torch.dtype) -> QuantScheme:
-    """The scheme the manifest's options declare, under transformers' rule: the residual is flushed
-    once it would reach `residual_length`, so at most `residual_length - 1` tokens stay unquantised."""
-    residual = options.residual_length if options.residual_length is not None else HF_DEFAULTS["residual_length"]
-    axis = HF_DEFAULTS["axis"]
-    bits, group_size = options.nbits or HF_DEFAULTS["nbits"], options.q_group_size or HF_DEFAULTS["q_group_size"]
-    return _scheme(bits, group_size, axis, axis, residual, dtype)
 
 
 def _scheme(
@@ -62,11 +53,7 @@ def _params(stored: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
 
 def _per_element(group_param: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """A [G, 1] or [1, G] per-group tensor expanded over its groups, in the original [B, H, T, D] layout."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    groups = group_param.numel()
-    grouped = tuple(n // groups if d == 1 else d for d in group_param.shape)
+    grouped = tuple(math.prod(shape) // group_param.numel() if d == 1 else d for d in group_param.shape)
     return group_param.expand(grouped).reshape(shape)
 
 
@@ -81,13 +68,10 @@ class QuantHFSession(CacheSession):
 
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         if id(self.cache) not in self._watched:
-            self._watch(self.cache)
+            self._watched.add(id(self.cache))
+            for index, layer in enumerate(getattr(self.cache, "layers", ())):
+                self._watch_layer(index, layer)
         return super()._forward(phase, tokens)
-
-    def _watch(self, cache: Any) -> None:
-        self._watched.add(id(cache))
-        for index, layer in enumerate(cache.layers):
-            self._watch_layer(index, layer)
 
     def _watch_layer(self, index: int, layer: Any) -> None:
         update, quantize = layer.update, layer._quantize
@@ -139,8 +123,6 @@ class QuantHFSession(CacheSession):
                         self._flushed.get((index, kind)),
                     )
                 )
-        from gate.adapters.hf import compat
-
         stated = _scheme(
             first.nbits, first.q_group_size, first.axis_key, first.axis_value, first.residual_length, self.model.dtype
         )
@@ -148,13 +130,8 @@ class QuantHFSession(CacheSession):
 
 
 HF_QUANT_FAULTS = ("quant-residual-overflow", "quant-scale-wrong", "quant-bits-ignored")
-"""The quantised cache's bookkeeping faults gate plants into transformers' QuantizedLayer objects
-(gate.models.kv_approx.QUANT_FAULTS names them; `quant-bits-lower` needs a quantiser whose levels can be
-set apart from its stored bits, which neither backend offers)."""
-
-
-def _other_bits(backend: str, bits: int) -> int:
-    return {"quanto": {2: 4, 4: 2}, "hqq": {8: 4}}.get(backend, {}).get(bits, 8 if bits != 8 else 4)
+"""The bookkeeping faults gate plants into QuantizedLayer objects (not `quant-bits-lower`: neither
+backend's levels can be set apart from its stored bits)."""
 
 
 def plant(layer: Any, fault: str) -> None:
@@ -191,7 +168,12 @@ class QuantizedHFPath(TracingHFPath):
     quant_fault: str | None = None
 
     def quant_declared(self) -> QuantScheme:
-        return declared_scheme(self.options, self.model.dtype)
+        """The scheme the manifest's options declare, under transformers' rule: the residual is flushed
+        once it would reach `residual_length`, so at most `residual_length - 1` tokens stay unquantised."""
+        options = self.options
+        residual = options.residual_length if options.residual_length is not None else HF_DEFAULTS["residual_length"]
+        bits, group_size = options.nbits or HF_DEFAULTS["nbits"], options.q_group_size or HF_DEFAULTS["q_group_size"]
+        return _scheme(bits, group_size, HF_DEFAULTS["axis"], HF_DEFAULTS["axis"], residual, self.model.dtype)
 
     def new_quant_session(self, batch_size: int) -> QuantHFSession:
         self.reuse()
@@ -204,17 +186,17 @@ class QuantizedHFPath(TracingHFPath):
         if fault not in HF_QUANT_FAULTS:
             return super().with_fault(fault)
         faulty = copy.copy(self)
-        faulty.quant_fault = fault
-        faulty.fault = fault
+        faulty.quant_fault = faulty.fault = fault
         faulty.name = f"{self.name}+{fault}"
         return faulty
 
     def make_cache(self, batch_size: int) -> Any:
         if self.quant_fault == "quant-bits-ignored":
-            from gate.adapters.hf import compat
-
             options = self.options
-            bits = _other_bits(str(options.backend), options.nbits or HF_DEFAULTS["nbits"])
+            stated = options.nbits or HF_DEFAULTS["nbits"]
+            bits = {"quanto": {2: 4, 4: 2}, "hqq": {8: 4}}.get(str(options.backend), {}).get(
+                stated, 8 if stated != 8 else 4
+            )
             cache = compat.quantized_cache(
                 self.model.config,
                 options.backend,

@@ -1,9 +1,8 @@
 """Sessions: one request's prefill and appends through a transformers cache.
 
-The position state is explicit, as in gpt-fast: the session counts the absolute position of the
-next token (`pos`) and sends it as `position_ids` (and as `cache_position` before 5.4), instead of
-letting the model infer it from the cache length. That is what makes presses and sliding windows
-(whose cache length is not the position) correct, and what a position fault tampers with.
+The position state is explicit, as in gpt-fast: the session counts the absolute position of the next
+token (`pos`) and sends it, instead of letting the model infer it from the cache length (which is not
+the position under presses and sliding windows).
 """
 
 from __future__ import annotations
@@ -41,24 +40,18 @@ class CacheSession:
         self.prefill_positions = self.last_prefill
         self.pending_positions = self.last_prefill
 
-    # ---- the Session protocol -------------------------------------------------------------------
-
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [B, T] -> logits [B, T, V] float32."""
         return self._step("prefill", tokens)
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [B, n] -> logits [B, n, V] float32, against everything seen so far."""
         return self._step("append", tokens)
 
     def reset(self) -> None:
-        """Forget the request: K/V and position state (unless a fault keeps one of them)."""
         self.tamper.reset(self)
 
     def exercise(self) -> dict[str, Any]:
-        """Proof the cache path ran: lengths, steps, bytes, and what kind of cache held them."""
         cache = self.cache
-        record: dict[str, Any] = {
+        return {
             "cache_len": compat.seq_length(cache) if cache is not None else 0,
             "cached_steps": self.cached_steps,
             "cache_bytes": compat.cache_bytes(cache) if cache is not None else 0,
@@ -67,11 +60,8 @@ class CacheSession:
             "cache_class": type(cache).__name__ if cache is not None else None,
             "layer_classes": sorted({type(layer).__name__ for layer in cache.layers}) if cache is not None else [],
             "transformers": compat.cache_api(self.model).version,
+            **self.path.extra_exercise(self),
         }
-        record.update(self.path.extra_exercise(self))
-        return record
-
-    # ---- machinery ------------------------------------------------------------------------------
 
     def clear_cache(self) -> None:
         """Drop stored K/V, keeping the cache object when it has a reset (reuse of one allocation)."""
@@ -79,8 +69,7 @@ class CacheSession:
             compat.reset(self.cache)
 
     def other_request_cache(self) -> Any:
-        """A cache this path prefilled with another request of the same length and positions but
-        other tokens (what a handle resolved to the wrong request reads)."""
+        """A cache this path prefilled with another request of the same length and positions."""
         other = (self.last_prefill * 7 + 3) % self.path.vocab_size
         decoy = self.path.make_cache(other.shape[0])
         with torch.no_grad():
@@ -88,19 +77,17 @@ class CacheSession:
         return decoy
 
     def _record_prefill(self, tokens: torch.Tensor) -> None:
-        """Remember the prompt and its positions (a cross-request fault replays another prompt)."""
+        """Remember the prompt and its positions (for other_request_cache)."""
         self.last_prefill = tokens
         self.prefill_positions = self._positions(tokens.shape[1])
 
     def _positions(self, n: int) -> torch.Tensor:
-        row = torch.arange(self.pos, self.pos + n, device=self.device)
-        return row.unsqueeze(0).expand(self.batch_size, n)
+        return torch.arange(self.pos, self.pos + n, device=self.device).unsqueeze(0).expand(self.batch_size, n)
 
     def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device)
         n = tokens.shape[1]
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+        self._check_batch(tokens, self.batch_size)
         if n == 0:
             return torch.empty(self.batch_size, 0, self.path.vocab_size)
         if self.cache is None:
@@ -112,29 +99,30 @@ class CacheSession:
         self.tamper.after_write(phase, self, n)
         return logits
 
+    def _check_batch(self, tokens: torch.Tensor, rows: int) -> None:
+        if tokens.shape[0] != rows:
+            raise ValueError(f"session has batch {rows}, got tokens of shape {tuple(tokens.shape)}")
+
     def _forward(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
-        true_positions = self._call_positions(phase, n)
-        positions = self.tamper.positions(phase, true_positions)
+        positions = self.tamper.positions(phase, self._call_positions(phase, n))
         self.pending_positions = positions
         had_cache = self.cache is not None and compat.seq_length(self.cache) > 0
         self.tamper.before_forward(phase, self, n)
         with torch.no_grad(), self.tamper.weights(phase, self.model), self.path.around_forward(self, phase):
-            out = compat.forward(
+            logits: torch.Tensor = compat.forward(
                 self.model,
                 tokens,
                 self.cache,
                 positions,
                 cache_position=self._cache_position(phase, positions),
                 attention_mask=self._attention_mask(phase, n),
-            )
+            ).logits.float()
         self.forward_calls += 1
         self.cached_steps += int(had_cache)
-        logits: torch.Tensor = out.logits.float()
         return logits
 
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
-        """Positions [B, n] of this call's tokens (a padded batch counts per row)."""
         return self._positions(n)
 
     def _cache_position(self, phase: str, positions: torch.Tensor) -> torch.Tensor | None:
@@ -142,15 +130,12 @@ class CacheSession:
         return self.tamper.cache_position(phase, positions)
 
     def _attention_mask(self, phase: str, n: int) -> torch.Tensor | None:
-        """A fault's 4D mask, else None: the model builds its own causal mask."""
         return self.tamper.attention_mask(phase, self, n)
 
 
 class PaddedSession(CacheSession):
     """Requests of different lengths in one batch through one cache, padded the way a serving stack
-    pads for `generate`: the pad token on the left (or right), a 2D `attention_mask` (0 on pads) and
-    position ids counted from each row's first real token (`cumsum(mask) - 1`). Left-padded batches
-    decode on; right-padded ones are prefill-only (their requests end at different slots)."""
+    pads for `generate` (docs/hf-adapter.md, "Paths"); right-padded batches are prefill-only."""
 
     def __init__(self, path: SessionPath, batch_size: int, padding: str) -> None:
         super().__init__(path, batch_size)
@@ -164,8 +149,7 @@ class PaddedSession(CacheSession):
             raise ValueError(f"session has batch {self.batch_size}, got {len(prompts)} prompts")
         lengths = [int(p.shape[0]) for p in prompts]
         width = max(lengths)
-        pad = self.path.pad_token_id
-        rows = torch.full((self.batch_size, width), pad, dtype=torch.long, device=self.device)
+        rows = torch.full((self.batch_size, width), self.path.pad_token_id, dtype=torch.long, device=self.device)
         self.mask = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
         starts = [width - n if self.padding == "left" else 0 for n in lengths]
         for row, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
@@ -183,8 +167,7 @@ class PaddedSession(CacheSession):
 
     def _positions(self, n: int) -> torch.Tensor:
         # the last n columns of the mask are this call's tokens; pads get position 0 (masked anyway)
-        seen = self.mask.cumsum(dim=1)[:, -n:] - 1
-        return seen.clamp(min=0)
+        return (self.mask.cumsum(dim=1)[:, -n:] - 1).clamp(min=0)
 
     def _call_positions(self, phase: str, n: int) -> torch.Tensor:
         slots = torch.arange(self.pos, self.pos + n, device=self.device).expand(self.batch_size, n)
@@ -205,8 +188,7 @@ class PaddedSession(CacheSession):
 
 
 class HistorySession(CacheSession):
-    """A session that keeps the request's token history and hands all of it to the engine on every
-    call (a full recompute, generate(), continuous batching)."""
+    """A session that hands the request's whole token history to the engine on every call."""
 
     def __init__(self, path: SessionPath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -216,24 +198,21 @@ class HistorySession(CacheSession):
         super().clear_cache()
         self.history = self.history[:, :0]
 
-    def _extend(self, tokens: torch.Tensor) -> int:
-        """Append `tokens` [B, n] to the history; returns n (0: nothing to run)."""
-        if tokens.shape[0] != self.batch_size:
-            raise ValueError(f"session has batch {self.batch_size}, got tokens of shape {tuple(tokens.shape)}")
+    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
+        self._check_batch(tokens, self.batch_size)
         self.history = torch.cat([self.history, tokens.to(self.device)], dim=1)
-        return int(tokens.shape[1])
+        n = int(tokens.shape[1])
+        return self._run(phase, n) if n else torch.empty(self.batch_size, 0, self.path.vocab_size)
 
-    def _no_rows(self) -> torch.Tensor:
-        return torch.empty(self.batch_size, 0, self.path.vocab_size)
+    def _run(self, phase: str, n: int) -> torch.Tensor:
+        """Run the history, whose last `n` tokens are this call's: their logits [B, n, V]."""
+        raise NotImplementedError
 
 
 class RecomputeSession(HistorySession):
     """No cache at all: every call recomputes the whole history with one full causal pass."""
 
-    def _step(self, phase: str, tokens: torch.Tensor) -> torch.Tensor:
-        n = self._extend(tokens)
-        if n == 0:
-            return self._no_rows()
+    def _run(self, phase: str, n: int) -> torch.Tensor:
         logits = self.path.full_logits(self.history)[:, -n:]
         self.pos += n
         self.forward_calls += 1
@@ -250,8 +229,6 @@ class RecomputeSession(HistorySession):
 
 @dataclass
 class PrefixEntry:
-    """A stored request prefix: its tokens, its cache, and the logits its prefill computed."""
-
     tokens: torch.Tensor
     """[B, T] token ids; an entry matches a request whose first T ids are equal, row by row."""
     cache: Any
@@ -261,8 +238,7 @@ class PrefixEntry:
 
 @dataclass
 class PrefixStore:
-    """The cross-request store of one path: entries keyed by exact token ids (and the path's model,
-    since a store belongs to one path). Counters are the proof that reuse happened."""
+    """The cross-request store of one path: entries keyed by exact token ids; the counters prove reuse."""
 
     entries: list[PrefixEntry] = field(default_factory=list)
     hits: int = 0
@@ -270,8 +246,7 @@ class PrefixStore:
     hit_tokens: int = 0
 
     def longest(self, tokens: torch.Tensor) -> tuple[PrefixEntry | None, int]:
-        """The entry sharing the longest prefix with `tokens` [B, T], and that length (< T, so the
-        request computes at least its last token itself); (None, 0) when nothing is shared."""
+        """The entry sharing the longest prefix (< T) with `tokens` [B, T], and that length."""
         best: tuple[PrefixEntry | None, int] = (None, 0)
         for entry in self.entries:
             if entry.tokens.shape[0] != tokens.shape[0]:
@@ -285,9 +260,8 @@ class PrefixStore:
 
 
 class PrefixReuseSession(CacheSession):
-    """Prefix reuse across requests: a prefill looks up the longest stored prefix, takes its cache
-    (a deep copy, or the stored object itself then cropped back on reset) and extends it with the
-    rest of the prompt; a prefill that found nothing stores its own cache as a new base."""
+    """Prefix reuse across requests: a prefill extends the cache of the longest stored prefix (a deep
+    copy, or the stored object then cropped back on reset); one that found nothing stores its own."""
 
     def __init__(self, path: SessionPath, batch_size: int, store: PrefixStore, mode: str) -> None:
         super().__init__(path, batch_size)
@@ -295,18 +269,13 @@ class PrefixReuseSession(CacheSession):
         self.mode = mode
         self.borrowed: tuple[PrefixEntry, int] | None = None
         self.prompt: torch.Tensor | None = None
-        self.reused_tokens = 0
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device)
         if self.cache is not None and compat.seq_length(self.cache) > 0:
             return super().prefill(tokens)  # a second prefill in one request extends it as usual
         entry, shared = self.store.longest(tokens)
-        if (
-            entry is not None
-            and shared < entry.tokens.shape[1]
-            and not compat.can_drop(entry.cache, entry.tokens.shape[1] - shared)
-        ):
+        if entry is not None and not compat.can_drop(entry.cache, entry.tokens.shape[1] - shared):
             entry = None  # a sliding window already evicted what the shorter prefix held
         if entry is None:
             self.store.misses += 1
@@ -316,7 +285,6 @@ class PrefixReuseSession(CacheSession):
             return logits
         self.store.hits += 1
         self.store.hit_tokens += shared
-        self.reused_tokens = shared
         stored = entry.tokens.shape[1]
         if self.mode == "crop" and shared == stored:
             # extend the stored base in place; reset() crops it back to `stored`
@@ -327,8 +295,7 @@ class PrefixReuseSession(CacheSession):
             compat.drop_last(self.cache, compat.seq_length(self.cache) - shared)
         self.pos = shared
         self.prompt = tokens
-        rest = self._step("prefill", tokens[:, shared:])
-        return torch.cat([entry.logits[:, :shared], rest], dim=1)
+        return torch.cat([entry.logits[:, :shared], self._step("prefill", tokens[:, shared:])], dim=1)
 
     def _record_prefill(self, tokens: torch.Tensor) -> None:
         # on a hit the request's prompt is the stored prefix plus `tokens`, from position 0
@@ -339,8 +306,7 @@ class PrefixReuseSession(CacheSession):
 
     def clear_cache(self) -> None:
         if self.borrowed is not None:
-            _entry, stored = self.borrowed
-            compat.drop_last(self.cache, compat.seq_length(self.cache) - stored)
+            compat.drop_last(self.cache, compat.seq_length(self.cache) - self.borrowed[1])
             self.borrowed = None
             self.cache = None
             return

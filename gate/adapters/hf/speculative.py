@@ -1,35 +1,83 @@
 """Proposal-and-verify paths: assisted generation with a draft model, and prompt-lookup decoding.
 
-* `sample()` (gate.protocols.SpeculativePath) runs transformers' own assisted generation, one prompt
-  at a time (it takes batch 1); its rounds are read from outside (gate.adapters.hf.spec_rounds).
-* sessions verify teacher-forced: after each call's tokens the proposer drafts k tokens and the
-  target scores tokens and drafts in one forward; drafts the next given tokens confirm are served
-  from that pass, the rest are cropped from the cache. The logits a check sees come from multi-token
-  verify passes and crops, the machinery the change under test relies on.
-
-Fault `accept-all` removes verification from outside the model: the target's output is made to
-rank every drafted token first, so every draft is accepted.
+`sample()` runs transformers' own assisted generation, one prompt at a time, its rounds read from
+outside the model (`verify_log`, `rounds`). Sessions verify teacher-forced: after each call's tokens
+the proposer drafts k tokens and the target scores tokens and drafts in one forward; drafts the next
+given tokens confirm are served from that pass, the rest are cropped. Fault `accept-all` makes the
+target's output rank every drafted token first.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gate.adapters.hf import compat, presets
-from gate.adapters.hf.options import PRESET_NAMES, Options
+from gate.adapters.hf.options import Options
 from gate.adapters.hf.paths import HFPath
 from gate.adapters.hf.presets import LoadedModel
 from gate.adapters.hf.sessions import CacheSession
-from gate.adapters.hf.spec_rounds import count_passes, rounds, verify_log
 from gate.errors import AdapterUnavailable, UnknownFault
 from gate.protocols import Session, subject_call
 from gate.speculative.sampler import SpecStats, SpeculativeSample, warp
 
 SPEC_FAULTS = ("accept-all",)
+
+
+def rounds(calls: list[tuple[int, int]], prompt_len: int, final_len: int, k: int) -> SpecStats:
+    """Per-round accounting from the target's verify passes, `calls`: (cache length before the pass,
+    input length) per target forward. Round r scores the uncached tokens plus k_r drafts; after it the
+    sequence has grown by m_r + 1 (m_r accepted drafts and one token from the target: a correction, or
+    a bonus when all k_r were accepted), and the next pass starts at length L_{r+1} - 1."""
+    stats = SpecStats(k=k, sequences=1, full_accepts=0)
+    lengths = [prompt_len] + [start + 1 for start, _ in calls[1:]] + [final_len]  # L_r before each round
+    for r, (start, n_input) in enumerate(calls):
+        drafted = max(n_input - (lengths[r] - start), 0)  # beyond the uncached tokens
+        grown = lengths[r + 1] - lengths[r]
+        accepted = min(max(grown - 1, 0), drafted)
+        stats.target_calls += 1
+        stats.target_passes += 1
+        stats.proposed += drafted
+        stats.accepted += accepted
+        stats.emitted += grown
+        if drafted and accepted == drafted:
+            # every round of transformers' loop ends with one target token: after k acceptances, a bonus
+            stats.full_accepts = (stats.full_accepts or 0) + 1
+            stats.bonus += 1
+        elif drafted:
+            stats.rejections += 1
+    return stats
+
+
+@contextmanager
+def verify_log(model: Any, calls: list[tuple[int, int]], accept_all: bool, prompt_len: int) -> Iterator[None]:
+    """Record (cache length, input length) of each target pass; with accept_all, make each drafted
+    token the target's top choice in that pass's output (verification removed from outside)."""
+    api = compat.cache_api(model)
+
+    def pre(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids: torch.Tensor = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        cache = kwargs.get(api.cache_kwarg)
+        calls.append((compat.seq_length(cache) if cache is not None else 0, int(ids.shape[1])))
+        kwargs_seen.append(ids)
+
+    def post(_module: Any, _args: Any, _kwargs: dict[str, Any], output: Any) -> Any:
+        ids = kwargs_seen.pop()
+        drafted = calls[-1][1] - (prompt_len if len(calls) == 1 else 1)  # the pass's input beyond its new tokens
+        if accept_all and drafted > 0:
+            # output rows are the last input rows; row -(drafted + 1) + j predicts ids[:, -drafted + j]
+            rows = output.logits[:, -(drafted + 1) : -1]
+            rows.scatter_(-1, ids[:, -drafted:, None], rows.amax(-1, keepdim=True) + 100.0)
+        return output
+
+    kwargs_seen: list[torch.Tensor] = []
+    with model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post, with_kwargs=True):
+        yield
 
 
 class HFSpeculativePath(HFPath):
@@ -42,25 +90,17 @@ class HFSpeculativePath(HFPath):
             assert options.draft is not None
             if options.draft == options.model and options.is_preset:
                 self.draft = self.model  # the same weights; draft_layers may truncate a copy below
-                draft_identity = dict(loaded.identity)
+                self.draft_identity = dict(loaded.identity)
             else:
-                draft_loaded = presets.load(
-                    options.draft,
-                    device=device,
-                    dtype=dtype,
-                    seed=seed,
-                    attn_implementation=options.attn_implementation,
-                    is_preset=options.draft in PRESET_NAMES,
-                )
-                self.draft, draft_identity = draft_loaded.model, draft_loaded.identity
+                draft = presets.load(options.draft, options.attn_implementation, device=device, dtype=dtype, seed=seed)
+                self.draft, self.draft_identity = draft.model, draft.identity
             if options.draft_layers is not None:
                 self.draft = presets.truncated_copy(self.draft, options.draft_layers)
-                draft_identity = {
-                    **draft_identity,
+                self.draft_identity = {
+                    **self.draft_identity,
                     "draft_layers": options.draft_layers,
                     "weights_sha256": presets.sha256_tensors(self.draft.state_dict()),
                 }
-            self.draft_identity = draft_identity
             self.num_draft_tokens = options.num_assistant_tokens
             if options.ensemble_weight is not None and not compat.cache_api(self.model).ensemble_verification:
                 raise AdapterUnavailable(
@@ -71,18 +111,15 @@ class HFSpeculativePath(HFPath):
             self.num_draft_tokens = options.prompt_lookup_num_tokens
         self.accept_all = False
 
-    # ---- DecodePath -----------------------------------------------------------------------------
-
     def identity(self) -> dict[str, Any]:
-        record = super().identity()
-        record["num_draft_tokens"] = self.num_draft_tokens
         if self.kind == "assisted":
-            record["draft"] = self.draft_identity
-            record["ensemble_weight"] = self.options.ensemble_weight
+            extra = {"draft": self.draft_identity, "ensemble_weight": self.options.ensemble_weight}
         else:
-            record["max_matching_ngram_size"] = self.options.max_matching_ngram_size
-            record["eos_token_id"] = self.eos_token_id()
-        return record
+            extra = {
+                "max_matching_ngram_size": self.options.max_matching_ngram_size,
+                "eos_token_id": self.eos_token_id(),
+            }
+        return {**super().identity(), "num_draft_tokens": self.num_draft_tokens, **extra}
 
     def new_session(self, batch_size: int) -> Session:
         return VerifySession(self, batch_size)
@@ -109,9 +146,8 @@ class HFSpeculativePath(HFPath):
         rows = []
         produced = []
         for row in prompts.to(self.device):
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             with torch.random.fork_rng(devices=[torch.device(self.device)] if "cuda" in str(self.device) else []):
-                torch.manual_seed(seed)
+                torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
                 tokens, round_stats, made = self._generate_one(row[None], n_tokens, temperature, top_k)
             rows.append(tokens)
             produced.append(made)
@@ -133,11 +169,8 @@ class HFSpeculativePath(HFPath):
             logits = compat.forward(self.draft, contexts.to(self.device), None, None).logits.float()
         return warp(logits[:, -1], temperature, top_k)
 
-    # ---- machinery ------------------------------------------------------------------------------
-
     def eos_token_id(self) -> int | None:
-        """prompt-lookup: the EOS token generate is handed (option `eos_token`): none, the model's
-        own (its config's `eos_token_id`, the first of a list), or the manifest's id."""
+        """prompt-lookup: the EOS token generate is handed (option `eos_token`)."""
         choice = self.options.eos_token
         if self.kind != "prompt-lookup" or choice == "none":
             return None
@@ -155,26 +188,9 @@ class HFSpeculativePath(HFPath):
         self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None
     ) -> tuple[torch.Tensor, SpecStats, int]:
         """Continue `prompt` [1, T0] by n_tokens: the tokens [1, n_tokens], the rounds, and how many
-        tokens generate produced. With an EOS token generate stops where it emits it: the row is
-        filled with that token after it and counts what came before, stop token included, as
-        produced (what a user receives). A continuation shorter than asked that does not end in the
-        EOS token is filled with -1, a token no model emits, so it differs from the reference."""
+        tokens generate produced (up to its EOS token, included; the row is filled with that token
+        after it). A continuation shorter than asked without the EOS is filled with -1, a token no model emits."""
         eos = self.eos_token_id()
-        out, stats = self._generate_call(prompt, n_tokens, temperature, top_k, eos)
-        got = out[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
-        produced = int(got.shape[1])
-        if produced < n_tokens:
-            stopped = eos is not None and produced > 0 and int(got[0, -1]) == eos
-            fill = got.new_full((1, n_tokens - produced), eos if stopped and eos is not None else -1)
-            got = torch.cat([got, fill], 1)
-            produced = produced if stopped else n_tokens
-        return got, stats, produced
-
-    def _generate_call(
-        self, prompt: torch.Tensor, n_tokens: int, temperature: float, top_k: int | None, eos: int | None
-    ) -> tuple[torch.Tensor, SpecStats]:
-        """One generate call continuing `prompt` [1, T] by at most n_tokens (fewer where it emits `eos`):
-        the sequences it returned [1, T + m] and the rounds it ran."""
         sampling = temperature > 0
         config = compat.transformers.GenerationConfig(
             do_sample=sampling,
@@ -195,17 +211,20 @@ class HFSpeculativePath(HFPath):
                 config.assistant_ensemble_weight = self.options.ensemble_weight
         else:
             config.prompt_lookup_num_tokens = self.num_draft_tokens
-            # the EOS token the manifest names (option `eos_token`; none by default, as on every other
-            # path); 5.2-5.12's prompt-lookup generator calls isin(ids, eos_token_id) unguarded and
-            # crashes without one: the adapter calls it as shipped, and the crash is a finding about
-            # the release
+            # 5.2-5.12's prompt-lookup generator crashes without an EOS token: a finding about the release
             config.max_matching_ngram_size = self.options.max_matching_ngram_size
         calls: list[tuple[int, int]] = []
         draft_passes = [0]
+
+        def count(*_args: Any) -> None:
+            draft_passes[0] += 1
+
         with (
             torch.no_grad(),
             verify_log(self.model, calls, self.accept_all, prompt.shape[1]),
-            count_passes(self.draft if self.draft is not None and self.draft is not self.model else None, draft_passes),
+            self.draft.register_forward_hook(count)
+            if self.draft is not None and self.draft is not self.model
+            else nullcontext(),
             subject_call("generate(assistant)", length=int(prompt.shape[1]), new_tokens=n_tokens),
         ):
             out = self.model.generate(
@@ -214,7 +233,14 @@ class HFSpeculativePath(HFPath):
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         stats = rounds(calls, prompt.shape[1], int(sequences.shape[1]), self.num_draft_tokens)
         stats.draft_passes = stats.draft_calls = draft_passes[0]
-        return sequences, stats
+        got = sequences[:, prompt.shape[1] : prompt.shape[1] + n_tokens]
+        produced = int(got.shape[1])
+        if produced < n_tokens:
+            stopped = eos is not None and produced > 0 and int(got[0, -1]) == eos
+            fill = got.new_full((1, n_tokens - produced), eos if stopped and eos is not None else -1)
+            got = torch.cat([got, fill], 1)
+            produced = produced if stopped else n_tokens
+        return got, stats, produced
 
 
 @dataclass
@@ -228,7 +254,7 @@ class Pending:
 
 
 class VerifySession(CacheSession):
-    """Teacher-forced proposal and verification against a DynamicCache (see the module docstring)."""
+    """Teacher-forced proposal and verification against a DynamicCache."""
 
     def __init__(self, path: HFSpeculativePath, batch_size: int) -> None:
         super().__init__(path, batch_size)
@@ -236,14 +262,8 @@ class VerifySession(CacheSession):
         self.history = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
         self.pending: Pending | None = None
         self.draft_cache: Any | None = None
-        self.counts = {
-            "draft_forward_passes": 0,
-            "verify_passes": 0,
-            "proposed_tokens": 0,
-            "accepted_tokens": 0,
-            "rolled_back_tokens": 0,
-            "rollbacks": 0,
-        }
+        names = ("draft_forward_passes", "verify_passes", "proposed_tokens", "accepted_tokens", "rolled_back_tokens")
+        self.counts = dict.fromkeys((*names, "rollbacks"), 0)
 
     def clear_cache(self) -> None:
         super().clear_cache()
@@ -277,7 +297,6 @@ class VerifySession(CacheSession):
         return torch.cat(rows, 1)
 
     def _roll_back(self) -> None:
-        """Drop unconfirmed drafts from the target's cache (transformers' crop)."""
         if self.pending is None:
             return
         dropped = self.pending.tokens.shape[1]
@@ -290,11 +309,9 @@ class VerifySession(CacheSession):
         """Score `tokens` [B, n] plus k drafts in one target pass; keep the drafts pending."""
         drafts = self._propose(torch.cat([self.history, tokens], 1)) if propose else tokens[:, :0]
         n, k = tokens.shape[1], drafts.shape[1]
-        block = torch.cat([tokens, drafts], 1)
         positions = torch.arange(self.pos, self.pos + n + k, device=self.device).expand(self.batch_size, -1)
         with torch.no_grad():
-            out = compat.forward(self.model, block, self.cache, positions)
-        logits = out.logits.float()
+            logits = compat.forward(self.model, torch.cat([tokens, drafts], 1), self.cache, positions).logits.float()
         if k and self.spec.accept_all:
             logits = logits.clone()
             logits[:, n - 1 : n - 1 + k].scatter_(-1, drafts[..., None], logits.amax(-1, keepdim=True) + 100.0)
@@ -344,16 +361,13 @@ def _prompt_lookup(history: torch.Tensor, k: int, max_ngram: int) -> torch.Tenso
     occurrence of the longest matching trailing n-gram; rows agree on the shortest proposal."""
     found: list[list[int]] = []
     for row in history.tolist():
-        best: list[int] = []
-        for size in range(min(max_ngram, len(row) - 1), 0, -1):
-            tail = row[-size:]
-            for start in range(len(row) - size - 1, -1, -1):
-                if row[start : start + size] == tail:
-                    best = row[start + size : start + size + k]
-                    break
-            if best:
-                break
-        found.append(best)
+        matches = (  # longest n-gram first, latest occurrence first; what follows a match is never empty
+            row[start + size : start + size + k]
+            for size in range(min(max_ngram, len(row) - 1), 0, -1)
+            for start in range(len(row) - size - 1, -1, -1)
+            if row[start : start + size] == row[-size:]
+        )
+        found.append(next(matches, []))
     length = min(len(f) for f in found)
     return torch.tensor([f[:length] for f in found], dtype=torch.long, device=history.device).reshape(
         len(found), length

@@ -1,6 +1,6 @@
 """What a session of the Hugging Face adapter reads of its path (gate.adapters.hf.paths.HFPath, and the
-paths built on it): the sessions, beams, continuous batches and the reuse server are written against
-`SessionPath`, so they never import the paths that build them."""
+paths built on it): the sessions, beams and continuous batches are written against `SessionPath`, so
+they never import the paths that build them."""
 
 from __future__ import annotations
 

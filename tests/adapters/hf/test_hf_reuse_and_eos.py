@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gate.adapters.hf import Options, compat
-from gate.adapters.hf.reuse import PAGED_KERNEL
+from gate.adapters.hf.paths import PAGED_KERNEL
 from gate.errors import AdapterUnavailable
 from gate.protocols import SpeculativePath
 from tests.adapters.hf.subjects import build, greedy, path, tokens

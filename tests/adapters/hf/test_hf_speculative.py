@@ -7,8 +7,8 @@ import inspect
 import pytest
 import torch
 
-from gate.adapters.hf.spec_rounds import rounds as _rounds
 from gate.adapters.hf.speculative import _prompt_lookup
+from gate.adapters.hf.speculative import rounds as _rounds
 from gate.errors import SubjectCrash
 from gate.protocols import SpeculativePath
 from tests.adapters.hf.subjects import greedy, path, tokens
