@@ -44,8 +44,6 @@ def stopped_at_eos(reply: EngineCompletion, budget: int) -> bool:
 
 @dataclass
 class EosSelection:
-    """The seeded prompts tried on the reference, how many stopped, and those kept with their replies."""
-
     tried: int
     budget: int
     chosen: list[tuple[list[int], EngineCompletion]] = field(default_factory=list)
@@ -143,8 +141,7 @@ def eos_reach(selection: EosSelection, sent: Sequence[Any]) -> MechanismReach:
     if selection.chosen and not ended:
         words += "; none was sent to the candidate (the run stopped before)"
     elif ended:
-        after = len(mine) - len(ended)
-        words += f"; {after} continued after their end-of-sequence"
+        words += f"; {len(mine) - len(ended)} continued after their end-of-sequence"
     return MechanismReach(
         mechanism=MECHANISM,
         aimed=selection.tried > 0,

@@ -44,8 +44,6 @@ class TopKObservation:
 
 @dataclass
 class TopKComparison:
-    """Reference vs candidate over one request."""
-
     compared: int
     """Positions compared (up to and including the first divergence)."""
     first_divergence: int | None

@@ -59,10 +59,6 @@ def filler(rng: np.random.Generator, space: V.TokenSpace, n: int, exclude: set[i
     return [int(w) for w in words]
 
 
-def _place(free: int, depth: float) -> int:
-    return round(depth * free)
-
-
 def retrieval(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
     """BOS haystack[KEY k v1..vm]haystack QUERY k -> v1..vm, the needle at `depth`."""
     m = int(p.get("value_len", 4))
@@ -72,7 +68,7 @@ def retrieval(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
     if free < 0:
         raise ValueError(f"context {L} too short for retrieval")
     hay = filler(rng, space, free, {key, *values})
-    at = _place(free, depth)
+    at = round(depth * free)
     prompt = [V.BOS, *hay[:at], *needle, *hay[at:], *query]
     return Row(prompt, values, "retrieval", L, depth, 1 + at)
 
@@ -86,7 +82,7 @@ def copy_span(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
     if free < 0:
         raise ValueError(f"context {L} too short for a {n}-token span")
     fill = filler(rng, space, free, set(span))
-    at = _place(free, depth)
+    at = round(depth * free)
     prompt = [V.BOS, *fill[:at], V.SEP, *span, V.SEP, *fill[at:], *tail]
     return Row(prompt, span[cue:], "copy", L, depth, 1 + at + 1)
 
@@ -116,7 +112,7 @@ def numbers(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
         record, query = [V.KEY, key, *digits], [V.QUERY, key]
         free = L - 1 - len(record) - len(query)
         hay = filler(rng, space, free, {key})
-        at = _place(free, depth)
+        at = round(depth * free)
         return Row([V.BOS, *hay[:at], *record, *hay[at:], *query], digits, "digit-recall", L, depth, 1 + at)
     q = int(p.get("shown_terms", 8))
     start, step = int(rng.integers(0, 10)), int(rng.integers(1, 10))
@@ -146,7 +142,7 @@ def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
     free = L - 1 - len(head) - len(tail)
     if free < levels + 2:
         raise ValueError(f"context {L} too short for {levels} nested brackets")
-    at = _place(free - (levels + 1 + width), depth)
+    at = round(depth * (free - (levels + 1 + width)))
     pre = filler(rng, space, at, set(names))
     body: list[int] = []
     line = [V.NL, *[V.INDENT] * levels]

@@ -54,15 +54,12 @@ def pool_cells(expected: npt.ArrayLike) -> list[list[int]]:
 
 @dataclass
 class GTest:
-    """Result of a G-test."""
-
     statistic: float
     """G = 2 Σ O ln(O/E) over pooled cells (inf when a sample is impossible under π0)."""
     dof: int
     """Pooled cells − 1."""
     p_value: float
     pooled_cells: int
-    """Cells after pooling."""
     impossible: int
     """Samples in cells where π0 is zero."""
 

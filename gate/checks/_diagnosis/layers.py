@@ -255,7 +255,6 @@ def traced_divergence(
 
 
 def layer_fields(layers: dict[str, Any]) -> dict[str, Any]:
-    """What a diagnosis reports of a layer divergence."""
     return {
         "first_diverging_layer": layers["first_diverging_layer"],
         "component": layers["component"],
