@@ -317,8 +317,7 @@ class RequestLog:
     def observation(self) -> torch.Tensor:
         """Reused tokens per request, then every computed logit row: what a fault would change."""
         reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float32)
-        rows = [s.reply.logits.float().flatten().cpu() for s in self.served]
-        return torch.cat([reuse, *rows])
+        return torch.cat([reuse, *(s.reply.logits.float().flatten().cpu() for s in self.served)])
 
 
 def broken_rules(served: Served) -> list[str]:

@@ -158,8 +158,7 @@ class ScheduleRunner:
                 if kind == "leave":
                     if not joined:
                         continue
-                    gone = joined.pop(int(op[1]) % len(joined))
-                    running.leave(gone.handle)
+                    running.leave(joined.pop(int(op[1]) % len(joined)).handle)
                     did("leave", int(op[1]) % (len(joined) + 1))
                     continue
                 before = len(joined)

@@ -8,8 +8,7 @@ stays live between turns, as a chat server's does.
 
 Time is a virtual clock advanced by measured work (every step timed); when nothing is ready the clock
 jumps to the next arrival instead of sleeping. Queueing behind other requests is therefore real, idle
-gaps cost no wall time, and two paths replayed back to back see the same arrivals. After every
-iteration the live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes over time.
+gaps cost no wall time, and two paths replayed back to back see the same arrivals.
 """
 
 from __future__ import annotations

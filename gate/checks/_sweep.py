@@ -37,8 +37,7 @@ def log_spaced(count: int, longest: int) -> list[int]:
 
 def around(boundaries: Iterable[int], longest: int) -> list[int]:
     """Every boundary b as b-1, b, b+1, within 0..longest."""
-    out = {x for b in boundaries for x in (b - 1, b, b + 1)}
-    return sorted(x for x in out if 0 <= x <= longest)
+    return sorted({x for b in boundaries for x in (b - 1, b, b + 1) if 0 <= x <= longest})
 
 
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:

@@ -69,8 +69,7 @@ def retrieval(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
         raise ValueError(f"context {L} too short for retrieval")
     hay = filler(rng, space, free, {key, *values})
     at = round(depth * free)
-    prompt = [V.BOS, *hay[:at], *needle, *hay[at:], *query]
-    return Row(prompt, values, "retrieval", L, depth, 1 + at)
+    return Row([V.BOS, *hay[:at], *needle, *hay[at:], *query], values, "retrieval", L, depth, 1 + at)
 
 
 def copy_span(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
@@ -83,8 +82,7 @@ def copy_span(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
         raise ValueError(f"context {L} too short for a {n}-token span")
     fill = filler(rng, space, free, set(span))
     at = round(depth * free)
-    prompt = [V.BOS, *fill[:at], V.SEP, *span, V.SEP, *fill[at:], *tail]
-    return Row(prompt, span[cue:], "copy", L, depth, 1 + at + 1)
+    return Row([V.BOS, *fill[:at], V.SEP, *span, V.SEP, *fill[at:], *tail], span[cue:], "copy", L, depth, 1 + at + 1)
 
 
 def local(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
@@ -149,8 +147,7 @@ def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
     while len(body) < free - at:
         body += line + filler(rng, space, width, set(names))
     body = body[: free - at]
-    prompt = [V.BOS, *pre, *head, *body, *tail]
-    return Row(prompt, [V.CLOSE[kinds[close]], V.NL], "closure", L, depth, 1 + at)
+    return Row([V.BOS, *pre, *head, *body, *tail], [V.CLOSE[kinds[close]], V.NL], "closure", L, depth, 1 + at)
 
 
 BUILDERS: dict[str, Callable[[np.random.Generator, V.TokenSpace, int, float, dict[str, Any]], Row]] = {

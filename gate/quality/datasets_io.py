@@ -30,8 +30,7 @@ BUILD_VERSION = 2
 
 
 def cache_root() -> Path:
-    base = os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate"
-    return Path(base) / "evals"
+    return Path(os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate") / "evals"
 
 
 def spec_digest(spec: SliceSpec) -> str:
@@ -96,5 +95,4 @@ def build_slice(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    loaded = datasets.load_from_disk(str(directory))
-    return BuiltSlice(spec, loaded, directory, fingerprint(directory))
+    return BuiltSlice(spec, datasets.load_from_disk(str(directory)), directory, fingerprint(directory))

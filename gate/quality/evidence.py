@@ -56,14 +56,13 @@ def worst_samples(
     rows: Any, scores: SampleScores, metric: Metric, comparator: str, count: int, render: Render
 ) -> list[dict[str, Any]]:
     """The `count` samples that did worst on `metric` (ties: larger KL first)."""
-    n = len(scores.kl)
     higher_is_worse = comparator == "<=" or metric.reference_column is not None
 
     def badness(i: int) -> tuple[float, float]:
         v = sample_value(scores, metric, i)
         return (v if higher_is_worse else -v, scores.kl[i])
 
-    picked = sorted(range(n), key=badness, reverse=True)[:count]
+    picked = sorted(range(len(scores.kl)), key=badness, reverse=True)[:count]
     return [
         {
             **_sample(rows[i], scores, render, i, tail=16),

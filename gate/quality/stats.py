@@ -117,8 +117,7 @@ def bootstrap_bound(
         stop = min(resamples, start + chunk)
         idx = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = x[idx].mean(axis=1)
-    q = 1.0 - confidence if side == "lower" else confidence
-    return float(np.quantile(means, q, method="linear"))
+    return float(np.quantile(means, 1.0 - confidence if side == "lower" else confidence, method="linear"))
 
 
 def holds(bound: float, comparator: str, threshold: str) -> bool:
