@@ -291,6 +291,10 @@ class ScheduleRunner:
             held = agree & ~out.isnan().any(-1)
         if bool(held.all()):
             return None
+        return self._first_bad(ref, out, start)
+
+    def _first_bad(self, ref: torch.Tensor, out: torch.Tensor, start: int) -> dict[str, Any] | None:
+        """The first failing row of a step by the full comparison."""
         cmp = compare_rows(ref, out, self.tol)  # [B, n]
         bad = cmp.failed | (cmp.beyond_allowance if self.bounded else torch.zeros_like(cmp.failed))
         if not bool(bad.any()):
