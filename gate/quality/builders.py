@@ -126,8 +126,6 @@ def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
     the bracket that closes what that line opened.
 
     BOS filler (NL _*j name_j OPEN_j for j < D) (NL _*D w..w)* NL _*i name_i -> CLOSE_i NL
-    The indentation and the name are on the closing line; which kind of bracket it was is only
-    in the opening line, far back.
     """
     levels, width = int(p.get("levels", 4)), int(p.get("line_words", 6))
     kinds = [int(k) for k in rng.integers(0, len(V.OPEN), size=levels)]

@@ -11,8 +11,7 @@ that continuation, so both are compared on identical prefixes. From one candidat
   answer; the candidate likewise, which on samples the reference gets wrong needs one more pass
   forced along the answer (same induction argument).
 
-Only `DecodePath.new_session`, `prefill`, `append` and `reset` are used, so every adapter can be
-scored. Time spent inside those calls is counted, to report the share of wall time outside the model.
+Only `DecodePath.new_session`, `prefill`, `append` and `reset` are used, so every adapter can be scored.
 
 The candidate's requests go through a `SessionPool`: one session per batch size, reset between
 requests as a server reuses its cache, so every request after the first of its size runs through
