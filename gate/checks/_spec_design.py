@@ -155,9 +155,7 @@ def shared_design(
 
     key = ("spec-distribution-design", ctx.reference, prompt, p.model_dump(), spec.num_draft_tokens, horizon)
     shared = ctx.cache.get((*key, alpha, target_power), compute)
-    if fresh or _answers_as_enumerated(spec, p, shared):
-        return shared
-    return enumerated()
+    return shared if fresh or _answers_as_enumerated(spec, p, shared) else enumerated()
 
 
 def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, design: Design) -> bool:
