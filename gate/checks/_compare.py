@@ -80,8 +80,7 @@ def random_tokens(vocab: int, batch: int, length: int, seed: int) -> torch.Tenso
     """Seeded uniform token ids [batch, length] (int64, CPU)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, length), generator=gen)
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 @dataclass

@@ -74,8 +74,7 @@ def _engine_concurrent_conversations(
     if not p.aim or geometry is None:
         why = "aim: false" if not p.aim else "the candidate's launch states no cache geometry"
         return LengthCoverage(wanted=[], reachable_longest=room, effect="-", planned_on=f"no aimed workload ({why})")
-    slots = geometry.slots or 3
-    width = p.max_concurrent or min(8, slots + 1)
+    width = p.max_concurrent or min(8, (geometry.slots or 3) + 1)
     plan = plan_mechanisms(geometry, room if room is not None else 8192, width, p.turn_tokens)
     wanted = sorted({x for name, lengths in plan.aimed.items() if name != "edited-turn" for x in lengths})
     return LengthCoverage(

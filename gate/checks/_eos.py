@@ -7,9 +7,7 @@ chance, so the prompts are chosen honestly: seeded prompts are sent to the REFER
 whose reply stops at end-of-sequence are kept, with its reply as the answer to judge against.
 
 The candidate must stop where the reference stops, with the same tokens up to and including the stop
-and the same finish reason (`stop_problem`). Where one reply has a token and the other none, that is a
-failure whatever the tolerance; where the candidate put another token in place of the reference's end,
-or ended in place of its token, the claim's top-k rule decides (a near-tie there may move the stop).
+and the same finish reason (`stop_problem`; a near-tie may move the stop, which the top-k rule decides).
 """
 
 from __future__ import annotations
@@ -44,8 +42,6 @@ def stopped_at_eos(reply: EngineCompletion, budget: int) -> bool:
 
 @dataclass
 class EosSelection:
-    """The seeded prompts tried on the reference, how many stopped, and those kept with their replies."""
-
     tried: int
     budget: int
     chosen: list[tuple[list[int], EngineCompletion]] = field(default_factory=list)
@@ -96,8 +92,7 @@ class StopProblem(NamedTuple):
 def stop_problem(reference: EngineCompletion, candidate: EngineCompletion) -> StopProblem | None:
     """Where the candidate stops otherwise than the reference (None: the same stop, or an earlier divergence)."""
     want, got = list(reference.tokens), list(candidate.tokens)
-    shared = min(len(want), len(got))
-    diverged = next((i for i in range(shared) if want[i] != got[i]), None)
+    diverged = next((i for i in range(min(len(want), len(got))) if want[i] != got[i]), None)
     if diverged is not None:
         if diverged == len(want) - 1 and len(got) > len(want) - 1:
             return StopProblem(
@@ -143,8 +138,7 @@ def eos_reach(selection: EosSelection, sent: Sequence[Any]) -> MechanismReach:
     if selection.chosen and not ended:
         words += "; none was sent to the candidate (the run stopped before)"
     elif ended:
-        after = len(mine) - len(ended)
-        words += f"; {after} continued after their end-of-sequence"
+        words += f"; {len(mine) - len(ended)} continued after their end-of-sequence"
     return MechanismReach(
         mechanism=MECHANISM,
         aimed=selection.tried > 0,

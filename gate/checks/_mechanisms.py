@@ -86,19 +86,15 @@ def _rounds(steps: list[Step], width: int) -> list[list[Step]]:
 def plan_mechanisms(geometry: CacheGeometry, room: int, width: int, turn_tokens: int) -> MechanismPlan:
     """The aimed workload: `room` tokens for a prompt, `width` requests at once, turns of `turn_tokens`."""
     out = MechanismPlan()
-    if geometry.prefix_caching is False:
-        out.not_aimed = {name: "the candidate's prefix cache is off" for name in MECHANISMS}
-        return out
-    if geometry.sliding_window is None and geometry.host_cache_mib is None and geometry.checkpoints is None:
+    off = geometry.prefix_caching is False
+    if off or (geometry.sliding_window is None and geometry.host_cache_mib is None and geometry.checkpoints is None):
         why = "the candidate states none of its reuse mechanisms (gate reads llama.cpp's and the model's)"
-        out.not_aimed = {name: why for name in MECHANISMS}
+        out.not_aimed = dict.fromkeys(MECHANISMS, "the candidate's prefix cache is off" if off else why)
         return out
     window, ubatch = geometry.sliding_window, geometry.ubatch
-    slots = geometry.slots or width
     half = max(1, turn_tokens // 2)
-    pool_len = (window + max(EDGE_OFFSETS) + turn_tokens) if window else 2 * turn_tokens
-    pool_len = min(pool_len, room - half - 1)
-    pool = [POOL_BASE + i for i in range(slots + 2)]
+    pool_len = min((window + max(EDGE_OFFSETS) + turn_tokens) if window else 2 * turn_tokens, room - half - 1)
+    pool = [POOL_BASE + i for i in range((geometry.slots or width) + 2)]
     edges = [] if window is None else [window + k for k in EDGE_OFFSETS if window + k + CHECKPOINT_LEAD <= room - half]
     # the first pooled conversations end CHECKPOINT_LEAD tokens past a window edge, so that llama.cpp's
     # checkpoint of each (CHECKPOINT_LEAD tokens before its prompt's end) sits at the edge
@@ -165,8 +161,7 @@ def _aim_wrap(out: MechanismPlan, window: int, ubatch: int | None, room: int, wi
     # just past a slot's room, then two and three times it: the longer, the more of the cache wraps under
     # the others (on llama.cpp b11549, 4 slots over a unified KV: 2 of 20 replies wrong at 640 tokens,
     # 5 of 20 at 1152, 8 of 20 at 1664)
-    wanted = [room_per_slot + window, 2 * room_per_slot, 3 * room_per_slot]
-    lengths = [x for x in wanted if x <= room]
+    lengths = [x for x in (room_per_slot + window, 2 * room_per_slot, 3 * room_per_slot) if x <= room]
     if not lengths or width < 2:
         why = f"the context leaves {room} tokens for a prompt" if not lengths else "one request in flight at a time"
         out.not_aimed["swa-cache-wrap"] = (

@@ -14,8 +14,6 @@ from gate.protocols import Capability, capabilities
 
 
 class Declared(NamedTuple):
-    """One check's declaration."""
-
     needs: frozenset[Capability]
     """What the candidate must offer for the check to run."""
     optional: dict[Capability, str]

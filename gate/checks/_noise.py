@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gate.checks._compare import DEFAULT_TOLERANCE, computing_dtype, tolerance_for
-from gate.checks._topk import TopKComparison, TopKObservation, compare_topk, worst
+from gate.checks._topk import TopKObservation, compare_topk, worst
 
 if TYPE_CHECKING:
     from gate.core.check import CheckContext
@@ -165,7 +165,8 @@ def measure_noise(
             c = compare_topk(TopKObservation.of(replies[a]), TopKObservation.of(replies[b]), tol)
             where = f"a {len(prompts[i])}-token prompt off the cache, {names[a]} vs {names[b]}"
             if c.diverged and not (c.gap is not None and c.gap <= cap):  # a flip rounding cannot explain
-                defects.append(f"{where}: greedy tokens diverge at token {c.first_divergence} (gap {_gap(c)})")
+                gap = f"{c.gap:.3g}" if c.gap is not None else f"> {c.gap_lower_bound}, the token outside the top-k"
+                defects.append(f"{where}: greedy tokens diverge at token {c.first_divergence} (gap {gap})")
             elif c.max_abs_delta > cap:
                 defects.append(f"{where}: |Δlogprob| {c.max_abs_delta:.3g}, beyond {cap:g} (more than rounding)")
             elif c.diverged:
@@ -184,10 +185,6 @@ def measure_noise(
         excluded=excluded,
         defects=defects,
     )
-
-
-def _gap(c: TopKComparison) -> str:
-    return f"{c.gap:.3g}" if c.gap is not None else f"> {c.gap_lower_bound}, the token outside the top-k"
 
 
 def _grouped(

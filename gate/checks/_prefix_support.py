@@ -70,21 +70,6 @@ class Findings:
     def lacks(self, assertion: str, why: str) -> None:
         self.lacking[assertion] = why
 
-    def verdict(self, passed: str) -> tuple[Literal["fail", "unproven", "pass"], str]:
-        """Fail with every problem; else unproven naming what could not be asserted; else pass (pure)."""
-        if self.problems:
-            return "fail", (self.hazard.lead() + ": " if self.hazard else "") + "; ".join(self.problems)
-        if self.lacking:
-            return "unproven", f"{passed}; unproven (the store lacks what they need): " + "; ".join(
-                f"{a}: {why}" for a, why in self.lacking.items()
-            )
-        return "pass", passed
-
-    def recorded(self, evidence: dict[str, Any]) -> dict[str, Any]:
-        """`evidence` with every store started so far in this run and the assertions left unproven."""
-        starts = {} if self.pool is None else {"store_starts_in_run": list(self.pool.starts)}
-        return {**evidence, **starts, "unproven_assertions": dict(self.lacking)}
-
     def outcome(
         self,
         passed: str,
@@ -94,15 +79,25 @@ class Findings:
         relabel: Mapping[str, Status] | None = None,
         **seen: Any,
     ) -> Outcome:
-        """The Outcome of a prefix check (`passed`: its message when nothing failed; `relabel`: the status
-        reported for a verdict's status where its params say otherwise; `seen`: the Outcome's other fields)."""
-        status, message = self.verdict(passed)
-        if status == "fail":
+        """The Outcome of a prefix check: fail with every problem, else unproven naming what could not be
+        asserted, else pass (`passed`: its message); `relabel`: the status reported for a verdict's status
+        where its params say otherwise; `seen`: the Outcome's other fields. The evidence gains every store
+        started so far in this run and the assertions left unproven."""
+        status: Status = "pass"
+        message = passed
+        if self.problems:
+            status, message = "fail", (self.hazard.lead() + ": " if self.hazard else "") + "; ".join(self.problems)
             diagnosis = {**(diagnosis or {}), "problems": self.problems}
             if self.hazard is not None:
                 diagnosis["hazard"] = self.hazard.dump()
+        elif self.lacking:
+            status = "unproven"
+            message += "; unproven (the store lacks what they need): " + "; ".join(
+                f"{a}: {why}" for a, why in self.lacking.items()
+            )
+        starts = {} if self.pool is None else {"store_starts_in_run": list(self.pool.starts)}
+        evidence = {**evidence, **starts, "unproven_assertions": dict(self.lacking)}
         reported = (relabel or {}).get(status, status)
-        evidence = self.recorded(evidence)
         return Outcome(reported, message, evidence=evidence, diagnosis=diagnosis, lacking=dict(self.lacking), **seen)
 
 
@@ -159,8 +154,6 @@ class ReuseTally:
 
 @dataclass
 class Served:
-    """One request as a check saw it."""
-
     label: str
     tokens: list[int]
     entitled: int
@@ -324,8 +317,7 @@ class RequestLog:
     def observation(self) -> torch.Tensor:
         """Reused tokens per request, then every computed logit row: what a fault would change."""
         reuse = torch.tensor([float(s.reused) for s in self.served], dtype=torch.float32)
-        rows = [s.reply.logits.float().flatten().cpu() for s in self.served]
-        return torch.cat([reuse, *rows])
+        return torch.cat([reuse, *(s.reply.logits.float().flatten().cpu() for s in self.served)])
 
 
 def broken_rules(served: Served) -> list[str]:

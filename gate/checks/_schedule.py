@@ -69,8 +69,6 @@ class Oracle:
 
 @dataclass
 class ScheduleResult:
-    """One schedule's run."""
-
     steps: list[Op] = field(default_factory=list)
     """The operations as resolved (feed -> prefill or append; no-ops left out)."""
     failure: dict[str, Any] | None = None
@@ -160,8 +158,7 @@ class ScheduleRunner:
                 if kind == "leave":
                     if not joined:
                         continue
-                    gone = joined.pop(int(op[1]) % len(joined))
-                    running.leave(gone.handle)
+                    running.leave(joined.pop(int(op[1]) % len(joined)).handle)
                     did("leave", int(op[1]) % (len(joined) + 1))
                     continue
                 before = len(joined)
@@ -280,11 +277,9 @@ class ScheduleRunner:
         return failure
 
     def _judge(self, oracle: Oracle, out: torch.Tensor, start: int) -> dict[str, Any] | None:
-        """The first failing row of a step `out` [B, n, V] (positions start..start+n-1), or None.
-
-        The common case first: every row picks the reference's token and (under a claim that bounds
-        logits) every |Δ| is within the deny allowance, or (without one) nothing is NaN; then no row
-        can fail. The full comparison runs only where one might, so the verdict is always its."""
+        """The first failing row of a step `out` [B, n, V] (positions start..start+n-1), or None. The full
+        comparison runs only where a row might fail: not where every row picks the reference's token and
+        (under a claim that bounds logits) every |Δ| is within the deny allowance, or (without) none is NaN."""
         end = start + out.shape[1]
         ref, top = oracle.rows[:, start:end], oracle.top[:, start:end]
         agree = top == out.argmax(-1)

@@ -8,8 +8,7 @@ stays live between turns, as a chat server's does.
 
 Time is a virtual clock advanced by measured work (every step timed); when nothing is ready the clock
 jumps to the next arrival instead of sleeping. Queueing behind other requests is therefore real, idle
-gaps cost no wall time, and two paths replayed back to back see the same arrivals. After every
-iteration the live sessions' reported `cache_bytes` and `cache_len` are summed: live KV bytes over time.
+gaps cost no wall time, and two paths replayed back to back see the same arrivals.
 """
 
 from __future__ import annotations
@@ -62,8 +61,6 @@ class Timer:
 
 @dataclass
 class _Live:
-    """A conversation the server holds: its session, where it is, and its turns' timings."""
-
     conv: Conversation
     session: Session
     turn: int = 0
@@ -156,7 +153,7 @@ def replay(
         torch.cuda.synchronize()
         peak = int(torch.cuda.max_memory_allocated() - resting)
     done.sort(key=lambda r: (r.conversation, r.turn))
-    trace = ServingTrace(
+    return ServingTrace(
         path=path.name,
         clock=timer.clock,
         requests=done,
@@ -164,8 +161,7 @@ def replay(
         makespan_s=max(now - start, 1e-9),
         peak_device_bytes=peak,
         pressure=pressure,
-    )
-    return trace, last_exercise
+    ), last_exercise
 
 
 def replay_engine(
@@ -229,5 +225,4 @@ def replay_engine(
     cached = sum(c for _, c, _ in served)
     pressure = {"conversations_queued": sum(1 for _, _, q in served if q)}
     trace = ServingTrace(path=name, clock="wall", requests=done, makespan_s=max(last, 1e-9), pressure=pressure)
-    exercise = {"streamed_requests": len(done), "cached_prompt_tokens": cached}
-    return trace, exercise
+    return trace, {"streamed_requests": len(done), "cached_prompt_tokens": cached}

@@ -155,9 +155,7 @@ def shared_design(
 
     key = ("spec-distribution-design", ctx.reference, prompt, p.model_dump(), spec.num_draft_tokens, horizon)
     shared = ctx.cache.get((*key, alpha, target_power), compute)
-    if fresh or _answers_as_enumerated(spec, p, shared):
-        return shared
-    return enumerated()
+    return shared if fresh or _answers_as_enumerated(spec, p, shared) else enumerated()
 
 
 def _answers_as_enumerated(spec: SpeculativePath, p: SpecDistributionParams, design: Design) -> bool:
@@ -205,24 +203,15 @@ def _plan_looks(
     def powered(n: int, level: float) -> bool:
         return all(power(p0, alts[f], n, level) >= target for f in faults)
 
+    def needed(level: float) -> dict[str, int | None]:
+        return {f: required_samples(p0, alts[f], level, target, p.max_samples, 10) for f in faults}
+
     for m in range(1, len(sizes) + 1):
         for i, n in enumerate(sizes[:m]):
             if powered(n, alpha / m):
                 used, level = sizes[: i + 1], alpha / (i + 1)  # i + 1 <= m looks: a level at least alpha / m
-                return LookPlan(used, level, True, _needed(p0, alts, faults, p, level, target))
-    level = alpha / len(sizes)
-    return LookPlan(sizes, level, False, _needed(p0, alts, faults, p, level, target))
-
-
-def _needed(
-    p0: np.ndarray,
-    alts: dict[str, np.ndarray],
-    faults: list[str],
-    p: SpecDistributionParams,
-    level: float,
-    target: float,
-) -> dict[str, int | None]:
-    return {f: required_samples(p0, alts[f], level, target, p.max_samples, 10) for f in faults}
+                return LookPlan(used, level, True, needed(level))
+    return LookPlan(sizes, alpha / len(sizes), False, needed(alpha / len(sizes)))
 
 
 def control_looks(
@@ -242,7 +231,9 @@ def control_looks(
     n, level = pilot
     needed = ctx.cache.get(
         ("spec-distribution-needed", design, level, target_power),
-        lambda: _needed(design.p0, design.alts, required, p, level, target_power),
+        lambda: {
+            f: required_samples(design.p0, design.alts[f], level, target_power, p.max_samples, 10) for f in required
+        },
     )
     return LookPlan(planned.sizes, level, True, needed, pilot=n)
 

@@ -37,8 +37,7 @@ def log_spaced(count: int, longest: int) -> list[int]:
 
 def around(boundaries: Iterable[int], longest: int) -> list[int]:
     """Every boundary b as b-1, b, b+1, within 0..longest."""
-    out = {x for b in boundaries for x in (b - 1, b, b + 1)}
-    return sorted(x for x in out if 0 <= x <= longest)
+    return sorted({x for b in boundaries for x in (b - 1, b, b + 1) if 0 <= x <= longest})
 
 
 def layout_edges(path: Any) -> dict[str, tuple[int, ...]]:
@@ -125,8 +124,7 @@ def plan_sweep(
     logs = log_spaced(log_count, longest)
     if exhaustive:
         chosen = must | set(logs) | set(around([b for v in kinds.values() for b in v], longest))
-        lengths = sorted(chosen)
-        return SweepPlan(lengths, _coverage(kinds, chosen, longest), True, False, None, seed, context)
+        return SweepPlan(sorted(chosen), _coverage(kinds, chosen, longest), True, False, None, seed, context)
     for v in reachable.values():
         must.update(around([*v[:first_edges], v[-1]], longest))
     chosen = set(must)
@@ -137,16 +135,13 @@ def plan_sweep(
         extra_logs, capped = (thin(extra_logs, budget) if budget >= 2 else extra_logs[:budget]), True
     chosen.update(extra_logs)
     rest = sorted({b for v in reachable.values() for b in v[first_edges:-1]})
-    rng = random.Random(seed)
-    pool = rng.sample(rest, min(sampled_edges, len(rest)))
-    for b in pool:
+    for b in random.Random(seed).sample(rest, min(sampled_edges, len(rest))):
         new = [x for x in around([b], longest) if x not in chosen]
         if cap is not None and len(chosen) + len(new) > cap:
             capped = True
             break
         chosen.update(new)
-    lengths = sorted(chosen)
-    return SweepPlan(lengths, _coverage(kinds, chosen, context), False, capped, cap, seed, context)
+    return SweepPlan(sorted(chosen), _coverage(kinds, chosen, context), False, capped, cap, seed, context)
 
 
 def _coverage(kinds: Mapping[str, list[int]], chosen: set[int], longest: int) -> dict[str, dict[str, int]]:

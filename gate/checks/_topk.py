@@ -44,8 +44,6 @@ class TopKObservation:
 
 @dataclass
 class TopKComparison:
-    """Reference vs candidate over one request."""
-
     compared: int
     """Positions compared (up to and including the first divergence)."""
     first_divergence: int | None
@@ -93,8 +91,7 @@ def compare_topk(reference: TopKObservation, candidate: TopKObservation, tol: To
         ref_top, cand_top = reference.top[i], candidate.top[i]
         row_tol = tol.atol + tol.rtol * abs(reference.logprobs[i])
         max_tol = max(max_tol, row_tol)
-        shared = set(ref_top) & set(cand_top)
-        deltas = [abs(ref_top[t] - cand_top[t]) for t in shared]
+        deltas = [abs(ref_top[t] - cand_top[t]) for t in set(ref_top) & set(cand_top)]
         if ref_tok == cand_tok:
             deltas.append(abs(reference.logprobs[i] - candidate.logprobs[i]))
         max_delta = worst([max_delta, *deltas])

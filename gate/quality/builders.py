@@ -59,10 +59,6 @@ def filler(rng: np.random.Generator, space: V.TokenSpace, n: int, exclude: set[i
     return [int(w) for w in words]
 
 
-def _place(free: int, depth: float) -> int:
-    return round(depth * free)
-
-
 def retrieval(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
     """BOS haystack[KEY k v1..vm]haystack QUERY k -> v1..vm, the needle at `depth`."""
     m = int(p.get("value_len", 4))
@@ -72,9 +68,8 @@ def retrieval(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
     if free < 0:
         raise ValueError(f"context {L} too short for retrieval")
     hay = filler(rng, space, free, {key, *values})
-    at = _place(free, depth)
-    prompt = [V.BOS, *hay[:at], *needle, *hay[at:], *query]
-    return Row(prompt, values, "retrieval", L, depth, 1 + at)
+    at = round(depth * free)
+    return Row([V.BOS, *hay[:at], *needle, *hay[at:], *query], values, "retrieval", L, depth, 1 + at)
 
 
 def copy_span(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
@@ -86,9 +81,8 @@ def copy_span(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: floa
     if free < 0:
         raise ValueError(f"context {L} too short for a {n}-token span")
     fill = filler(rng, space, free, set(span))
-    at = _place(free, depth)
-    prompt = [V.BOS, *fill[:at], V.SEP, *span, V.SEP, *fill[at:], *tail]
-    return Row(prompt, span[cue:], "copy", L, depth, 1 + at + 1)
+    at = round(depth * free)
+    return Row([V.BOS, *fill[:at], V.SEP, *span, V.SEP, *fill[at:], *tail], span[cue:], "copy", L, depth, 1 + at + 1)
 
 
 def local(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float, p: dict[str, Any]) -> Row:
@@ -116,7 +110,7 @@ def numbers(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
         record, query = [V.KEY, key, *digits], [V.QUERY, key]
         free = L - 1 - len(record) - len(query)
         hay = filler(rng, space, free, {key})
-        at = _place(free, depth)
+        at = round(depth * free)
         return Row([V.BOS, *hay[:at], *record, *hay[at:], *query], digits, "digit-recall", L, depth, 1 + at)
     q = int(p.get("shown_terms", 8))
     start, step = int(rng.integers(0, 10)), int(rng.integers(1, 10))
@@ -132,8 +126,6 @@ def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
     the bracket that closes what that line opened.
 
     BOS filler (NL _*j name_j OPEN_j for j < D) (NL _*D w..w)* NL _*i name_i -> CLOSE_i NL
-    The indentation and the name are on the closing line; which kind of bracket it was is only
-    in the opening line, far back.
     """
     levels, width = int(p.get("levels", 4)), int(p.get("line_words", 6))
     kinds = [int(k) for k in rng.integers(0, len(V.OPEN), size=levels)]
@@ -146,15 +138,14 @@ def closure(rng: np.random.Generator, space: V.TokenSpace, L: int, depth: float,
     free = L - 1 - len(head) - len(tail)
     if free < levels + 2:
         raise ValueError(f"context {L} too short for {levels} nested brackets")
-    at = _place(free - (levels + 1 + width), depth)
+    at = round(depth * (free - (levels + 1 + width)))
     pre = filler(rng, space, at, set(names))
     body: list[int] = []
     line = [V.NL, *[V.INDENT] * levels]
     while len(body) < free - at:
         body += line + filler(rng, space, width, set(names))
     body = body[: free - at]
-    prompt = [V.BOS, *pre, *head, *body, *tail]
-    return Row(prompt, [V.CLOSE[kinds[close]], V.NL], "closure", L, depth, 1 + at)
+    return Row([V.BOS, *pre, *head, *body, *tail], [V.CLOSE[kinds[close]], V.NL], "closure", L, depth, 1 + at)
 
 
 BUILDERS: dict[str, Callable[[np.random.Generator, V.TokenSpace, int, float, dict[str, Any]], Row]] = {

@@ -30,8 +30,7 @@ BUILD_VERSION = 2
 
 
 def cache_root() -> Path:
-    base = os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate"
-    return Path(base) / "evals"
+    return Path(os.environ.get("GATE_CACHE_DIR") or Path.home() / ".cache" / "gate") / "evals"
 
 
 def spec_digest(spec: SliceSpec) -> str:
@@ -56,21 +55,15 @@ def fingerprint(directory: Path) -> str:
 
 @dataclass
 class BuiltSlice:
-    """A slice's rows, where they are saved, and their fingerprint."""
-
     spec: SliceSpec
     dataset: datasets.Dataset
     path: Path
     fingerprint: str
 
 
-_TOKEN_COLUMNS = ("prompt", "answer", "kind", "context_len", "depth", "evidence_at")
-_TEXT_COLUMNS = ("prompt_text", "answer_text")
-
-
 def _columns(spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int) -> dict[str, list[Any]]:
     """Column-wise rows; text slices carry their text beside the token columns."""
-    names: tuple[str, ...] = _TOKEN_COLUMNS
+    names: tuple[str, ...] = ("prompt", "answer", "kind", "context_len", "depth", "evidence_at")
     rows: list[Any]
     if isinstance(space, TokenSpace):
         rows = list(build_rows(spec, space, seed, n))
@@ -78,7 +71,7 @@ def _columns(spec: SliceSpec, space: TokenSpace | TextSpace, seed: int, n: int) 
         from gate.quality.text import build_text_rows
 
         rows = list(build_text_rows(spec, space, seed, n))
-        names += _TEXT_COLUMNS
+        names += ("prompt_text", "answer_text")
     return {"index": list(range(n)), **{name: [getattr(r, name) for r in rows] for name in names}}
 
 
@@ -102,5 +95,4 @@ def build_slice(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    loaded = datasets.load_from_disk(str(directory))
-    return BuiltSlice(spec, loaded, directory, fingerprint(directory))
+    return BuiltSlice(spec, datasets.load_from_disk(str(directory)), directory, fingerprint(directory))

@@ -56,14 +56,13 @@ def worst_samples(
     rows: Any, scores: SampleScores, metric: Metric, comparator: str, count: int, render: Render
 ) -> list[dict[str, Any]]:
     """The `count` samples that did worst on `metric` (ties: larger KL first)."""
-    n = len(scores.kl)
     higher_is_worse = comparator == "<=" or metric.reference_column is not None
 
     def badness(i: int) -> tuple[float, float]:
         v = sample_value(scores, metric, i)
         return (v if higher_is_worse else -v, scores.kl[i])
 
-    picked = sorted(range(n), key=badness, reverse=True)[:count]
+    picked = sorted(range(len(scores.kl)), key=badness, reverse=True)[:count]
     return [
         {
             **_sample(rows[i], scores, render, i, tail=16),
@@ -103,21 +102,13 @@ def slice_samples(rows: Any, scores: SampleScores, render: Render, limit: int) -
     ]
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def _summary(idx: list[int], scores: SampleScores) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "n": len(idx),
-        "greedy_match": _mean([scores.greedy_match[i] for i in idx]),
-        "top1": _mean([scores.top1[i] for i in idx]),
-        "kl": _mean([scores.kl[i] for i in idx]),
-    }
+    """The mean of each score over the samples `idx` (None for none)."""
+    columns = {"greedy_match": "greedy_match", "top1": "top1", "kl": "kl"}
     if scores.ref_correct:
-        out["reference_accuracy"] = _mean([scores.ref_correct[i] for i in idx])
-        out["candidate_accuracy"] = _mean([scores.cand_correct[i] for i in idx])
-    return out
+        columns |= {"reference_accuracy": "ref_correct", "candidate_accuracy": "cand_correct"}
+    means = {key: [getattr(scores, column)[i] for i in idx] for key, column in columns.items()}
+    return {"n": len(idx), **{key: sum(xs) / len(xs) if xs else None for key, xs in means.items()}}
 
 
 def breakdowns(rows: Any, scores: SampleScores) -> dict[str, Any]:

@@ -11,8 +11,7 @@ that continuation, so both are compared on identical prefixes. From one candidat
   answer; the candidate likewise, which on samples the reference gets wrong needs one more pass
   forced along the answer (same induction argument).
 
-Only `DecodePath.new_session`, `prefill`, `append` and `reset` are used, so every adapter can be
-scored. Time spent inside those calls is counted, to report the share of wall time outside the model.
+Only `DecodePath.new_session`, `prefill`, `append` and `reset` are used, so every adapter can be scored.
 
 The candidate's requests go through a `SessionPool`: one session per batch size, reset between
 requests as a server reuses its cache, so every request after the first of its size runs through
@@ -153,10 +152,9 @@ def score_batch(
     cand_logits, exercise = _forced(candidate, prompts, ref_tokens, clock)
     agree = cand_logits.argmax(-1) == ref_tokens  # [B, k]
     kl = kl_per_token(ref_logits, cand_logits)  # [B, k]
-    b = prompts.shape[0]
     out = SampleScores()
     all_agree = agree.all(dim=1)
-    first = torch.where(all_agree, torch.full((b,), k, device=agree.device), (~agree).int().argmax(dim=1))
+    first = torch.where(all_agree, torch.full((len(prompts),), k, device=agree.device), (~agree).int().argmax(dim=1))
     out.greedy_match = all_agree.float().tolist()
     out.first_divergence = [None if bool(m) else int(f) for m, f in zip(all_agree, first, strict=True)]
     out.top1 = agree.float().mean(dim=1).tolist()

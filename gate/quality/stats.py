@@ -71,20 +71,18 @@ def min_sample_size(
 def wilson_bound(successes: int, n: int, confidence: float, side: Side) -> float:
     """One-sided Wilson score bound on a binomial rate (lower for `>=` envelopes, upper for `<=`).
 
-    With no samples the bound is the uninformative end of [0, 1]."""
-    if n <= 0:
+    With no samples the bound is the uninformative end of [0, 1]; at the end itself it is exact (centre
+    and half-width cancel: no rounding residue)."""
+    if n <= 0 or (successes == 0 and side == "lower") or (successes == n and side == "upper"):
         return 0.0 if side == "lower" else 1.0
     if not 0 <= successes <= n:
         raise ValueError(f"successes {successes} outside [0, {n}]")
-    if (successes == 0 and side == "lower") or (successes == n and side == "upper"):
-        return 0.0 if side == "lower" else 1.0  # exact: centre and half-width cancel (no rounding residue)
     z = z_one_sided(confidence)
     p = successes / n
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    bound = centre - half if side == "lower" else centre + half
-    return min(1.0, max(0.0, bound))
+    return min(1.0, max(0.0, centre - half if side == "lower" else centre + half))
 
 
 def bootstrap_bound(
@@ -119,8 +117,7 @@ def bootstrap_bound(
         stop = min(resamples, start + chunk)
         idx = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = x[idx].mean(axis=1)
-    q = 1.0 - confidence if side == "lower" else confidence
-    return float(np.quantile(means, q, method="linear"))
+    return float(np.quantile(means, 1.0 - confidence if side == "lower" else confidence, method="linear"))
 
 
 def holds(bound: float, comparator: str, threshold: str) -> bool:
@@ -129,8 +126,7 @@ def holds(bound: float, comparator: str, threshold: str) -> bool:
         return False
     if math.isinf(bound):
         return (bound > 0) == (comparator == ">=")
-    b = Decimal(repr(bound))
-    t = Decimal(threshold)
+    b, t = Decimal(repr(bound)), Decimal(threshold)
     if comparator == ">=":
         return b >= t
     if comparator == "<=":
@@ -210,9 +206,8 @@ def judge(
         used_sigma = observed if sigma is None else sigma
     n_required = min_sample_size(min_detectable_effect, confidence, power, used_sigma, groups, floor)
     ok = holds(bound, comparator, threshold)
-    verdict = "holds" if ok else "violates"
     reason = (
-        f"{confidence:.0%} {side} bound {significant(bound)} {verdict} {comparator} {threshold} "
+        f"{confidence:.0%} {side} bound {significant(bound)} {'holds' if ok else 'violates'} {comparator} {threshold} "
         f"(point {significant(point)}, n={n})"
     )
     if curtailed:

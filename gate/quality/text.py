@@ -106,8 +106,6 @@ class TextSpace:
 
 @dataclass(frozen=True)
 class TextRow(Row):
-    """A sample in token space and the text it was tokenized from."""
-
     prompt_text: str
     answer_text: str
 
@@ -117,23 +115,23 @@ def _sentence(rng: np.random.Generator) -> str:
     return f" The {rng.choice(ADJECTIVES)} {a} {rng.choice(VERBS)} the {b}."
 
 
-def _sentences(rng: np.random.Generator, space: TextSpace, budget: int) -> list[str]:
+def _lines(space: TextSpace, budget: int, line: Callable[[], str]) -> list[str]:
+    """Lines from `line()` until they hold `budget` tokens."""
     out: list[str] = []
     used = 0
     while used < budget:
-        s = _sentence(rng)
-        out.append(s)
-        used += len(space.encode(s))
+        out.append(line())
+        used += len(space.encode(out[-1]))
     return out
 
 
 def _compose(
-    space: TextSpace, room: int, head: str, before: list[str], evidence: str, after: list[str], tail: str
+    space: TextSpace, room: int, before: list[str], evidence: str, after: list[str], tail: str
 ) -> tuple[str, int]:
     """Join the parts, dropping filler (alternately after, then before, the evidence) until the
     encoded prompt fits `room` tokens. Returns the text and the token index of the evidence."""
     while True:
-        pre = head + "".join(before)
+        pre = "".join(before)
         text = pre + evidence + "".join(after) + tail
         if len(space.bos) + len(space.encode(text)) <= room or not (before or after):
             return text, len(space.bos) + len(space.encode(pre))
@@ -149,21 +147,36 @@ def _row(
     return TextRow(prompt, answer, kind, length, depth, at, prompt_text, answer_text)
 
 
-def _split(rng: np.random.Generator, space: TextSpace, budget: int, depth: float) -> tuple[list[str], list[str]]:
-    filler = _sentences(rng, space, budget)
-    cut = round(depth * len(filler))
-    return filler[:cut], filler[cut:]
-
-
 def build_text_row(spec: SliceSpec, space: TextSpace, seed: int, index: int) -> TextRow:
     length, depth = cell(spec, space.max_len, index)
     rng = row_rng(seed, spec.name, index)
     t: dict[str, Any] = spec.text
-    room = length
 
     def count(text: str) -> int:
         return len(space.encode(text))
 
+    if spec.builder == "closure":  # code-like nesting opened near the start, closed after a long indented body
+        levels = int(spec.params.get("levels", 4))
+        pairs = (("(", ")"), ("[", "]"), ("{", "}"))
+        kinds = [int(k) for k in rng.integers(0, 3, size=levels)]
+        head = "".join(
+            t["opener"].format(indent="    " * j, name=str(rng.choice(WORDS)), bracket=pairs[k][0])
+            for j, k in enumerate(kinds)
+        )
+        indent = "    " * levels
+        lines = _lines(
+            space,
+            length - count(head),
+            lambda: t["body"].format(
+                indent=indent, a=rng.integers(0, 99), b=rng.integers(0, 99), c=rng.integers(0, 99)
+            ),
+        )
+        pre_count = round(depth * 0.3 * len(lines))
+        pre = ["# " + s.strip() + "\n" for s in _lines(space, pre_count * 4, lambda: _sentence(rng))][:pre_count]
+        text, at = _compose(space, length, pre, head, lines, "")
+        answer = "".join(f"{'    ' * j}{pairs[k][1]}\n" for j, k in reversed(list(enumerate(kinds))))
+        return _row(space, text, answer, "closure", length, depth, at)
+    evidence = ""  # the filler is cut at `depth` around it
     if spec.builder == "retrieval" or (
         spec.builder == "numbers" and rng.random() < float(spec.params.get("recall_share", 0.5))
     ):
@@ -176,54 +189,28 @@ def build_text_row(spec: SliceSpec, space: TextSpace, seed: int, index: int) -> 
             digits = "".join(str(int(d)) for d in rng.integers(0, 10, size=int(spec.params.get("digits", 6))))
             evidence = " " + t["record"].format(name=name, digits=digits)
             tail, answer, kind = t["query"].format(name=name), f" {digits}.", "digit-recall"
-        before, after = _split(rng, space, room - count(evidence + tail), depth)
-        text, at = _compose(space, room, "", before, evidence, after, tail)
-        return _row(space, text, answer, kind, length, depth, at)
-    if spec.builder == "numbers":
+    elif spec.builder == "numbers":
         start, step = int(rng.integers(1, 50)), int(rng.integers(2, 12))
         shown = int(spec.params.get("shown_terms", 8))
         terms = [start + i * step for i in range(shown + 3)]
         tail = t["progression"].format(terms=", ".join(map(str, terms[:shown])))
-        answer = " " + ", ".join(map(str, terms[shown:])) + ","
-        before = _sentences(rng, space, room - count(tail))
-        text, at = _compose(space, room, "", before, "", [], tail)
-        return _row(space, text, answer, "progression", length, 1.0, at)
-    if spec.builder in ("copy", "local"):
+        answer, kind, depth = " " + ", ".join(map(str, terms[shown:])) + ",", "progression", 1.0
+    else:
         n, cue = int(spec.params.get("span_len", 8)), int(spec.params.get("cue", 2))
         span = [str(w) for w in rng.choice(WORDS, size=min(n, len(WORDS)), replace=False)]
         if spec.builder == "local":
             thing, colour = str(rng.choice(NOUNS)), str(rng.choice(COLOURS))
             tail = t["fact"].format(thing=thing, colour=colour)
-            before = _sentences(rng, space, room - count(tail))
-            text, at = _compose(space, room, "", before, "", [], tail)
-            return _row(space, text, t["answer"].format(colour=colour), "local-fact", length, 1.0, at)
-        index_no = int(rng.integers(1, 100))
-        evidence = " " + t["record"].format(index=index_no, span=" ".join(span))
-        tail = t["query"].format(index=index_no, cue=" ".join(span[:cue]))
-        before, after = _split(rng, space, room - count(evidence + tail), depth)
-        text, at = _compose(space, room, "", before, evidence, after, tail)
-        return _row(space, text, " " + " ".join(span[cue:]) + ".", "copy", length, depth, at)
-    # closure: code-like nesting opened near the start, closed after a long indented body
-    levels = int(spec.params.get("levels", 4))
-    pairs = (("(", ")"), ("[", "]"), ("{", "}"))
-    kinds = [int(k) for k in rng.integers(0, 3, size=levels)]
-    head = "".join(
-        t["opener"].format(indent="    " * j, name=str(rng.choice(WORDS)), bracket=pairs[k][0])
-        for j, k in enumerate(kinds)
-    )
-    indent = "    " * levels
-    lines: list[str] = []
-    budget = room - count(head)
-    used = 0
-    while used < budget:
-        line = t["body"].format(indent=indent, a=rng.integers(0, 99), b=rng.integers(0, 99), c=rng.integers(0, 99))
-        lines.append(line)
-        used += count(line)
-    pre_count = round(depth * 0.3 * len(lines))
-    pre = ["# " + s.strip() + "\n" for s in _sentences(rng, space, pre_count * 4)][:pre_count]
-    text, at = _compose(space, room, "", pre, head, lines, "")
-    answer = "".join(f"{'    ' * j}{pairs[k][1]}\n" for j, k in reversed(list(enumerate(kinds))))
-    return _row(space, text, answer, "closure", length, depth, at)
+            answer, kind, depth = t["answer"].format(colour=colour), "local-fact", 1.0
+        else:
+            index_no = int(rng.integers(1, 100))
+            evidence = " " + t["record"].format(index=index_no, span=" ".join(span))
+            tail = t["query"].format(index=index_no, cue=" ".join(span[:cue]))
+            answer, kind = " " + " ".join(span[cue:]) + ".", "copy"
+    filler = _lines(space, length - count(evidence + tail), lambda: _sentence(rng))
+    cut = round(depth * len(filler))
+    text, at = _compose(space, length, filler[:cut], evidence, filler[cut:], tail)
+    return _row(space, text, answer, kind, length, depth, at)
 
 
 def build_text_rows(spec: SliceSpec, space: TextSpace, seed: int, n: int) -> list[TextRow]:

@@ -37,8 +37,7 @@ NAMES = {
     INDENT: "_",
     PROG: "PROG",
 }
-NAMES.update({o: c for o, c in zip(OPEN, "([{", strict=True)})
-NAMES.update({o: c for o, c in zip(CLOSE, ")]}", strict=True)})
+NAMES.update(zip((*OPEN, *CLOSE), "([{)]}", strict=True))
 NAMES.update({d: str(i) for i, d in enumerate(DIGITS)})
 
 

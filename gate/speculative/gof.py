@@ -54,25 +54,20 @@ def pool_cells(expected: npt.ArrayLike) -> list[list[int]]:
 
 @dataclass
 class GTest:
-    """Result of a G-test."""
-
     statistic: float
     """G = 2 Σ O ln(O/E) over pooled cells (inf when a sample is impossible under π0)."""
     dof: int
     """Pooled cells − 1."""
     p_value: float
     pooled_cells: int
-    """Cells after pooling."""
     impossible: int
     """Samples in cells where π0 is zero."""
 
 
 def g_test(observed: npt.ArrayLike, probs: npt.ArrayLike) -> GTest:
     """G-test of counts against exact cell probabilities (which must sum to 1 over the support)."""
-    o = np.asarray(observed, dtype=float)
-    p = np.asarray(probs, dtype=float)
-    n = float(o.sum())
-    expected = n * p
+    o, p = np.asarray(observed, dtype=float), np.asarray(probs, dtype=float)
+    expected = float(o.sum()) * p
     impossible = int(o[p <= 0].sum())
     groups = pool_cells(expected)
     og = np.array([o[g].sum() for g in groups])
@@ -89,8 +84,7 @@ def power(null: npt.ArrayLike, alternative: npt.ArrayLike, n: int, alpha: float)
     """Probability that the G-test at level `alpha` rejects π0 with n samples drawn from π1.
 
     `null` and `alternative` are aligned over the same cells (π0 may be zero where π1 is not)."""
-    p0 = np.asarray(null, dtype=float)
-    p1 = np.asarray(alternative, dtype=float)
+    p0, p1 = np.asarray(null, dtype=float), np.asarray(alternative, dtype=float)
     off_support = float(p1[p0 <= 0].sum())
     groups = pool_cells(n * p0)
     g0 = np.array([p0[g].sum() for g in groups])

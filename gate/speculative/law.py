@@ -9,6 +9,7 @@ Both need the sampling distribution to have small support (top-k), so the tree s
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import defaultdict
 from collections.abc import Callable
@@ -72,8 +73,7 @@ def answers_again(probs_fn: NextProbsFn, asked: list[tuple[torch.Tensor, torch.T
 
 
 def _support(row: torch.Tensor) -> list[tuple[int, float]]:
-    idx = (row > 0).nonzero().squeeze(1).tolist()
-    return [(t, float(row[t])) for t in idx]
+    return [(t, float(row[t])) for t in (row > 0).nonzero().squeeze(1).tolist()]
 
 
 def target_law(target: NextTokenTable, horizon: int) -> Law:
@@ -81,12 +81,7 @@ def target_law(target: NextTokenTable, horizon: int) -> Law:
     layer: Law = {(): 1.0}
     for _ in range(horizon):
         conts = list(layer)
-        probs = target(conts)
-        nxt: Law = {}
-        for c, row in zip(conts, probs, strict=True):
-            for t, p in _support(row):
-                nxt[(*c, t)] = layer[c] * p
-        layer = nxt
+        layer = {(*c, t): layer[c] * p for c, row in zip(conts, target(conts), strict=True) for t, p in _support(row)}
     return layer
 
 
@@ -124,11 +119,7 @@ def sampler_law(target: NextTokenTable, draft: NextTokenTable, rules: VerifyRule
                     for seq, w in live:
                         land(seq, w)
                     break
-
-                def draft_next(conts: list[Seq] = conts) -> torch.Tensor:
-                    return draft(conts)
-
-                bonus = rules.bonus(p, draft_next)
+                bonus = rules.bonus(p, functools.partial(draft, conts))
                 bonus = bonus / bonus.sum(-1, keepdim=True)
                 for (seq, w), row in zip(live, bonus, strict=True):
                     for t, b in _support(row):

@@ -26,9 +26,7 @@ LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
 
 def warp(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
-    """Sampling distribution from logits [..., V]: temperature, then top-k, then softmax.
-
-    temperature 0 is greedy: a one-hot on the argmax. Applied identically to target and draft."""
+    """Sampling distribution from logits [..., V]: temperature (0: greedy, one-hot), then top-k, then softmax."""
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     scaled = logits / temperature
@@ -115,7 +113,6 @@ class SpecStats:
     k: int
     """Drafted tokens per round."""
     sequences: int = 0
-    """Sequences sampled."""
     target_calls: int = 0
     """Batched target forward calls (one per round)."""
     draft_calls: int = 0
@@ -158,8 +155,9 @@ class SpecStats:
         """Sum of two tallies with the same k."""
         total = SpecStats(k=self.k)
         for name in asdict(self):
-            if name != "k":
-                setattr(total, name, _sum(getattr(self, name), getattr(other, name)))
+            a, b = getattr(self, name), getattr(other, name)
+            if name != "k":  # None (not counted) only where neither side counted
+                setattr(total, name, None if a is None and b is None else (a or 0) + (b or 0))
         return total
 
     def as_dict(self) -> dict[str, Any]:
@@ -171,15 +169,8 @@ class SpecStats:
         }
 
 
-def _sum(a: int | None, b: int | None) -> int | None:
-    """None (not counted) wins only when neither side counted."""
-    return None if a is None and b is None else (a or 0) + (b or 0)
-
-
 @dataclass
 class SpeculativeSample:
-    """Sampled continuations and the work it took."""
-
     tokens: torch.Tensor
     """[B, n_tokens] int64, the continuations (prompts excluded)."""
     stats: SpecStats

@@ -118,13 +118,10 @@ DIAGNOSIS_TABLE: dict[str, Decided] = {
 
 def diagnosis_table() -> str:
     """DIAGNOSIS_TABLE as the markdown table docs/plugins.md carries."""
-    lines = [
-        "| bug class | with sessions alone | `LayerTracing` adds | `AttentionProbe` adds |",
-        "|---|---|---|---|",
-    ]
-    for name, row in DIAGNOSIS_TABLE.items():
-        lines.append(f"| `{name}` | {row.sessions} | {row.trace} | {row.probe} |")
-    return "\n".join(lines) + "\n"
+    head = "| bug class | with sessions alone | `LayerTracing` adds | `AttentionProbe` adds |\n|---|---|---|---|\n"
+    return head + "".join(
+        f"| `{n}` | {row.sessions} | {row.trace} | {row.probe} |\n" for n, row in DIAGNOSIS_TABLE.items()
+    )
 
 
 def explanation(diagnosis: dict[str, Any]) -> str:

@@ -70,8 +70,7 @@ def one_shot_deviates(
 def _fed_deviates(
     reference: DecodePath, candidate: DecodePath, tokens: torch.Tensor, at: int, tol: Tolerance, calls: list[Any]
 ) -> bool:
-    full = reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu()
-    return _off(full, _rows(candidate, calls)[:, -1], tol)
+    return _off(reference.full_logits(tokens[:, : at + 1])[:, at].float().cpu(), _rows(candidate, calls)[:, -1], tol)
 
 
 def nan_only_on_cached_reads(candidate: DecodePath, tokens: torch.Tensor) -> bool:

@@ -41,16 +41,14 @@ def _rows_differing(a: torch.Tensor, b: torch.Tensor, rel: float) -> list[int]:
 def _foreign_rows(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
     """Whether each candidate row's prefix K matches a *different* reference row's."""
     rows = cand_k.shape[0]
-    if rows < 2:
-        return False
-    return all(any(not _differs(cand_k[b], ref_k[o], rel) for o in range(rows) if o != b) for b in range(rows))
+    return rows >= 2 and all(
+        any(not _differs(cand_k[b], ref_k[o], rel) for o in range(rows) if o != b) for b in range(rows)
+    )
 
 
 def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| over the reference's max |b| (0 for empty tensors)."""
-    if not b.numel():
-        return 0.0
-    return float((a - b).abs().nan_to_num(float("inf")).max()) / max(float(b.abs().max()), 1e-6)
+    return float((a - b).abs().nan_to_num(float("inf")).max()) / max(float(b.abs().max()), 1e-6) if b.numel() else 0.0
 
 
 def _heads_permuted(cand_k: torch.Tensor, ref_k: torch.Tensor, rel: float) -> bool:
@@ -225,8 +223,7 @@ def chunk_steps(candidate: DecodePath, prefix_len: int, cuts: Sequence[int]) -> 
     edges = {c for c in cuts if 0 < c <= prefix_len}
     if (layout := offered(candidate, LayoutEdges)) is not None:
         edges |= {e for e in layout.layout_edges().get("chunk", ()) if 0 < e < prefix_len}
-    ordered = sorted(edges | {prefix_len})
-    return [(a, b) for a, b in itertools.pairwise([0, *ordered]) if a > 0 and b - a > 1]
+    return [(a, b) for a, b in itertools.pairwise([0, *sorted(edges | {prefix_len})]) if a > 0 and b - a > 1]
 
 
 def traced_divergence(
@@ -255,7 +252,6 @@ def traced_divergence(
 
 
 def layer_fields(layers: dict[str, Any]) -> dict[str, Any]:
-    """What a diagnosis reports of a layer divergence."""
     return {
         "first_diverging_layer": layers["first_diverging_layer"],
         "component": layers["component"],

@@ -50,7 +50,11 @@ def window_or_chunk(
             "bug_class": "mask-offset",
             "evidence": f"the failures start at prefix {at}, as a window's would, but a step of 2 over "
             f"{VISIBILITY_OFFSET} cached tokens does not see the token before it"
-            + ("" if stepwise is None else f", and the prefix fed one token per step is {_right(stepwise)} at {at}")
+            + (
+                ""
+                if stepwise is None
+                else f", and the prefix fed one token per step is {'wrong' if stepwise else 'right'} at {at}"
+            )
             + ": a chunk's causal mask starts at the chunk, not at the cache offset (the onset is where a chunk "
             "first runs over a cache: chunked prefill)",
             **found,
@@ -72,10 +76,6 @@ def window_or_chunk(
         "decide": decide,
         **found,
     }
-
-
-def _right(deviates: bool) -> str:
-    return "wrong" if deviates else "right"
 
 
 def offset_or_map(

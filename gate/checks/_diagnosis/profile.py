@@ -25,24 +25,18 @@ def length_profile(
         # logits off at (nearly) every length, yet no argmax flip beyond a near-tie: a small,
         # spread-out |Δ| (precision or approximation), not an index or mask that moves whole rows
         spread = sorted(d for n, d, x in zip(lengths, delta, deviates, strict=True) if x and n > 0 and math.isfinite(d))
-        out.update(profile="everywhere-small", median_delta=spread[len(spread) // 2] if spread else None)
-        return out
+        return {**out, "profile": "everywhere-small", "median_delta": spread[len(spread) // 2] if spread else None}
     block = math.gcd(*good_lengths) if good_lengths else 0
     bad_lengths = [n for n, _ in bad if n > 0]
     # passes only at multiples of a block (and fails next to them): a truncated block
     if block >= 4 and len(good_lengths) >= 3 and len(bad_lengths) >= 3 and all(n % block for n in bad_lengths):
-        out.update(profile="periodic", block=block)
-        return out
+        return {**out, "profile": "periodic", "block": block}
     if first >= 16 and all(x for n, x in zip(lengths, deviates, strict=True) if n >= first * 2):
-        out.update(profile="onset-at-length", onset=first)
-        return out
-    finite = [(n, d) for n, d in bad if n > 0 and math.isfinite(d) and d > 0]
-    slope = _log_slope(finite)
+        return {**out, "profile": "onset-at-length", "onset": first}
+    slope = _log_slope([(n, d) for n, d in bad if n > 0 and math.isfinite(d) and d > 0])
     out["log_slope"] = None if slope is None else round(slope, 3)
-    if first <= 2:
-        out["profile"] = "grows-with-length" if slope is not None and slope > 0.25 else "short-prefix"
-    else:
-        out["profile"] = "grows-with-length" if slope is not None and slope > 0.25 else "from-length"
+    grows = slope is not None and slope > 0.25
+    out["profile"] = "grows-with-length" if grows else "short-prefix" if first <= 2 else "from-length"
     return out
 
 

@@ -56,13 +56,12 @@ def diagnose(
     layers: dict[str, Any] | None = None
     error = None
     precision_at: list[int] = []
-    shortest: int | None = None
+    shortest = min((n for n in lengths if n > 0), default=None)
     traced, seen = traced_reference(reference)
     cuts = progressive_cuts(lengths, int(at)) if progressive and at is not None else []
     if at is not None and traced is not None:
         try:
             layers = traced_divergence(traced, candidate, tokens, int(at), dtype, cuts)
-            shortest = min((n for n in lengths if n > 0), default=None)
             if small_clean(layers) and shortest is not None:
                 precision_at = [int(at)]
                 if shortest != at and small_clean(layer_divergence(traced, candidate, tokens, shortest, dtype)):
