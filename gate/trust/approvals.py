@@ -1,17 +1,10 @@
 """Approvals: a reviewer's signed decision that an awaiting-approval dossier may ship.
 
-An approval is bound to the dossier's digest: the sha256 of the run's signed in-toto statement (the
-DSSE payload of attestation.dsse.json), which names every dossier file and the commit by digest and
-does not change when signatures are added. `gate approve` records it three ways:
-
-1. a second DSSE signature on attestation.dsse.json by the approver's key;
-2. its own in-toto statement (APPROVAL_PREDICATE: who, why, when, the run's verdict, manifest and
-   commit; subject: the run statement's digest and files) in a DSSE envelope signed by that key;
-3. a ledger entry of kind "approval" holding that envelope and the approver's public key, whose
-   receipt goes into DIR/approval.json with the envelope.
-
-An approval is refused unless the run's attestation verifies against a trusted run key and its
-signed verdict is awaiting-approval.
+An approval binds to the sha256 of the run's signed in-toto statement (the DSSE payload of
+attestation.dsse.json, unchanged when signatures are added). `gate approve` records it three ways:
+a second DSSE signature on attestation.dsse.json by the approver's key; its own statement
+(APPROVAL_PREDICATE) in a DSSE envelope signed by that key; and a ledger entry of kind "approval"
+holding that envelope, whose receipt goes into DIR/approval.json.
 """
 
 from __future__ import annotations

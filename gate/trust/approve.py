@@ -1,9 +1,6 @@
-"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval
-(gate.trust.approvals). The key must belong to an approver of the change's intervention and claim,
-under the name given, and not be revoked; the run must be signed by a run signer. Approvals of one
-dossier are serialised by a lock on DIR/.approve.lock (from reading the dossier to writing
-approval.dsse.json), so parallel `gate approve`s lose no signature or record and one key appends once.
-"""
+"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval.
+Approvals of one dossier are serialised by a lock on DIR/.approve.lock, so parallel `gate approve`s
+lose no signature or record and one key appends once."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Signing a run: an in-toto Statement v1 in a DSSE envelope (DIR/attestation.dsse.json), Ed25519.
 
-Every signature covers PAE(payloadType, payload) (DSSE v1), so more signatures can be appended
-later without touching the payload: a reviewer's approval is a second signature by another key
-(`add_signature`). The subjects are the sha256 of the dossier files and the change's commit as a
-gitCommit digest; the predicate is gate.trust.predicate.RunPredicate, read back from the signed
-results.json bytes.
+Every signature covers PAE(payloadType, payload), so an approval can append its own signature
+without touching the payload (`add_signature`).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from gate.core.result import GateResult
 from gate.errors import InputError
 from gate.trust.evidence import evidence_digest
 from gate.trust.keys import keyid, load_private_key, load_public_key
-from gate.trust.predicate import RunPredicate
 from gate.trust.statement import (
     BASELINE_SUBJECT,
     PAYLOAD_TYPE,
@@ -36,6 +32,7 @@ from gate.trust.statement import (
     STATEMENT_TYPE,
     DsseSignature,
     Envelope,
+    RunPredicate,
     Statement,
     Subject,
     parse_statement,

@@ -1,13 +1,7 @@
-"""Auditing the ledger offline: verify every record, and trace a deployed change to its evidence.
-
-`verify_ledger` checks the hash chain and checkpoints, then judges each entry on its own by role
-(a run by a run signer, an approval by an approver of that change, a waiver by a key allowed to
-waive that check for that long, a revocation by a revoker, none by a revoked key). A broken chain
-fails the audit; an untrusted entry counts for nothing but does not stop the audit of other runs.
-
-`trace` goes from a commit or digest to the runs, their dossiers, approvals and waivers, verifying
-each by role under the verifier's trust policy (never the run's), and holds the ledger to the
-receipts the dossier keeps (ledger.json, approval.json).
+"""Auditing the ledger offline: `verify_ledger` checks the hash chain and checkpoints, then judges
+each entry on its own by role (an untrusted entry counts for nothing but does not stop the audit);
+`trace` goes from a commit or digest to the runs, their dossiers, approvals and waivers, verified
+under the verifier's trust policy, and holds the ledger to the receipts the dossier keeps.
 """
 
 from __future__ import annotations

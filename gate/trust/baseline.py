@@ -1,15 +1,9 @@
 """Signed, bound baselines: who recorded main's reference answers, for which commit.
 
-`gate record` seals baseline.json (`seal_baseline`): it gains `commit` (the manifest's
-`change.commit`, else the CI's, else `git rev-parse HEAD`) and `signature`, a detached Ed25519
-signature by the run key (domain `gate-baseline/v1`) over everything else: the header and the index
-naming every stored answer by sha256.
-
-A replay (`adapter: recorded`) first calls `require_trusted_baseline`, which refuses (InputError,
-exit 2, nothing run) a header that is malformed, whose key is not the one recomputed from what it
-states, that is unsigned or not signed by a run signer of the verifier's trust policy, that is bound
-to another commit than main's (`main_commit`), or that was signed for another manifest. The run
-then signs what it replayed, so `gate verify` re-judges the signer (gate.trust.verify_run).
+`seal_baseline` (`gate record`) binds baseline.json to a commit and signs everything else with the
+run key (domain `gate-baseline/v1`). A replay first calls `require_trusted_baseline`, which refuses
+(InputError, nothing run) a header that is malformed, mis-keyed, unsigned, not signed by a run
+signer, bound to another commit than main's (`main_commit`), or signed for another manifest.
 """
 
 from __future__ import annotations
@@ -26,9 +20,8 @@ from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
 from gate.core.baseline_format import FORMAT, HEADER, git_commit, read_json, reference_key
 from gate.errors import InputError
-from gate.trust.keys import load_private_key
+from gate.trust.keys import load_private_key, sign_statement, verify_statement
 from gate.trust.policy import Trust
-from gate.trust.signing import sign_statement, verify_statement
 
 BASELINE_DOMAIN = "gate-baseline/v1"
 ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"

@@ -1,8 +1,5 @@
-"""`gate history`: each check's status and key measure across a ledger's runs, with approvals.
-
-Run entries carry each check's status; the measures come from the results.json of the dossier
-directory each entry records, when it is still there. Runs are in ledger order.
-"""
+"""`gate history`: each check's status and key measure across a ledger's runs, with approvals (the
+measures from each recorded dossier's results.json, while it is still there)."""
 
 from __future__ import annotations
 

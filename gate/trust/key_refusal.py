@@ -1,8 +1,6 @@
 """Why a key may not sign what it is asked to sign (`gate approve --key`, `gate run --sign-key`), in
 one line before anything is written: unknown to the trust policy, its owner without the role, or
-revoked. Each line names the key id, the policy file, who holds the role and, for a revoked key, who
-revoked it when and which of the owner's keys still signs.
-"""
+revoked."""
 
 from __future__ import annotations
 

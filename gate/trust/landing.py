@@ -1,19 +1,10 @@
 """Whether a commit lands an approved (or verified) commit unchanged: merge, squash or rebase.
 
-A pull request is gated, and approved, at its head commit; main deploys the commit that lands it.
-A dossier of the head stands for the landed commit when git says it holds exactly what was judged:
-
-* **merge**: a merge one of whose non-first parents is the judged commit itself (a commit pushed
-  after it does not count), whose tree is git's clean merge of its parents (`git merge-tree
-  --write-tree`, git 2.38+): a merge that resolved conflicts by hand or added changes of its own
-  holds code nobody gated;
-* **squash** or **rebase**: the judged commit's tree, or the judged change as a patch: `git patch-id`
-  of the judged commit against its merge base equals that of the landed commit against its first
-  parent (squash) or as many first parents back as the change had commits (rebase).
-
-Nothing else is excused: the dossier (or, for a run of the landed commit, its evidence with the
-commit put back to the judged one) must still be what was verified or approved. Git is read from
-the repository gate runs in, never a network.
+A dossier of a pull request's head stands for the commit that lands it only when git says that
+commit holds exactly what was judged: a **merge** whose non-first parent is the judged commit and
+whose tree is git's clean merge of its parents (`git merge-tree --write-tree`, git 2.38+); a
+**squash** or **rebase** with the judged commit's tree, or the same `git patch-id` as the judged
+change. Git is read from the repository gate runs in, never a network.
 """
 
 from __future__ import annotations

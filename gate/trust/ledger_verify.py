@@ -1,18 +1,13 @@
-"""Verifying the audit ledger: the hash chain, every stored checkpoint, and checkpoints held elsewhere.
-
-`verify_chain` stops trusting the entries at the first one that does not hash or link, then checks
-each signed checkpoint against the verified heads. A checkpoint held outside the ledger catches what
-the ledger cannot show about itself: truncation together with its checkpoints, or a wholesale
-rewrite re-signed under a new key.
-"""
+"""Verifying a ledger: the hash chain, every signed checkpoint, and checkpoints held elsewhere (which
+catch truncation with its checkpoints, or a wholesale rewrite re-signed under a new key)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
+from gate.trust.keys import canonical_json
 from gate.trust.ledger import GENESIS, Checkpoint, Entry, Ledger, entry_hash
-from gate.trust.signing import canonical_json
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,9 @@
-"""The trust policy as code: who may sign runs, approve, waive and revoke, and with which keys.
-
-    apiVersion: gate/trust/v1
-    people:                      # each name bound to its public keys (PEM files beside this file,
-      ci:    {keys: [keys/ci.pub]}          # or "ed25519:BASE64" raw keys)
-      alice: {keys: [keys/alice.pub]}
-    run-signers: [ci]            # keys whose attestation counts as a gate run (CI)
-    ledger-signers: [ledger]     # keys the ledger's checkpoints may be signed with (optional)
-    approvers:                   # who may approve which interventions and claims ("*": any)
-      - {people: [alice, bob], interventions: ["*"], claims: [bounded-degradation]}
-    waivers:                     # who may waive which checks, for how many days at most
-      - {people: [bob], checks: [quality-slices], max-days: 14}
-    revokers: [alice]            # who may revoke keys and waivers (default: every person)
-    required-approvals: 2        # distinct approvers an approximate change needs
-    required-waiver-approvals: 1 # distinct signers a waiver of a deny check needs
-    site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
-    known-bugs: [ID, ...]        # manifests' known-bug declarations main accepts (optional; others: not deployable)
+"""The trust policy as code (trust.yaml, every key shown in docs/audit.md): who may sign runs, approve,
+waive and revoke, and with which keys.
 
 A key belongs to one person and counts only for the roles that person holds. The policy's sha256
 (`Trust.digest`) goes into every result and ledger entry, so an audit can say which policy a record
-was written under. `Trust.from_keys` builds the same from keys given by role on the command line
-(no names: their approvals count, their names are shown as not bound).
+was written under. `Trust.from_keys` builds the same from keys given by role on the command line.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Revocation: a signed ledger entry that withdraws trust from a key (from a time on) or a waiver.
-
-    gate revoke --key-id KEYID [--from 2026-11-30T12:00:00+00:00] --reason TEXT --by alice --key alice.key
-    gate revoke --waiver 12 --reason TEXT --by bob --key bob.key
-
-It counts only when signed (domain "gate-revocation/v1") by a key the trust policy lets revoke.
-From then on the key's signatures made at or after `from` (the ledger time of the entry holding
-them) are invalid, and the waiver does not apply; verification says which revocation did it.
+"""Revocation: a signed ledger entry that withdraws trust from a key (from a time on) or a waiver
+(`gate revoke`). It counts only when signed (domain "gate-revocation/v1") by a key the trust policy
+lets revoke; then the key's signatures made at or after `from` are invalid, and the waiver does not
+apply.
 """
 
 from __future__ import annotations
@@ -17,10 +13,9 @@ from typing import Any
 from gate._util.clock import now_utc
 from gate._util.text import require_single_lines
 from gate.errors import InputError
-from gate.trust.keys import keyid
+from gate.trust.keys import keyid, sign_statement, verify_statement
 from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
-from gate.trust.signing import sign_statement, verify_statement
 
 REVOCATION_KIND = "revocation"
 REVOCATION_DOMAIN = "gate-revocation/v1"

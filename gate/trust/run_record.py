@@ -19,8 +19,7 @@ from gate.trust.attest import read_envelope, safe_name
 from gate.trust.keys import keyid, load_private_key, public_key_b64
 from gate.trust.ledger import RUN_KIND, Ledger, write_receipt
 from gate.trust.ledger_records import Entry
-from gate.trust.predicate import RunPredicate
-from gate.trust.statement import parse_statement
+from gate.trust.statement import RunPredicate, parse_statement
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
 ATTESTATION = "attestation.dsse.json"

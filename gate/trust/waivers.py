@@ -1,15 +1,10 @@
 """Waivers: a recorded, expiring exception for one failed check of one manifest (docs/audit.md).
 
-Scope: one check and one manifest by its `name` AND the sha256 of its file, so any edit of the
-manifest voids the waiver; the commit is not part of the scope. `expires` (YYYY-MM-DD, UTC) is the
-last day it applies; after that the check reports the expiry. At run time (`apply_waivers`) a FAILED
-check with an active waiver becomes `waived`; an `error` is never waived (the check could not judge,
-so there is nothing to waive); other results are left alone.
-
-Trust: a waiver applies only when signed by a key the trust policy lets waive that check, under the
-key's owner's name, with an expiry within the policy's `max-days`, and not revoked; a deny check
-needs `required-waiver-approvals` distinct signers. Waivers are ledger entries (kind "waiver"; the
-entry number is the waiver's id). With no ledger, or no trust policy, no waiver applies.
+Scope: one check and one manifest by its `name` AND the sha256 of its file (the commit is not part
+of it); `expires` (YYYY-MM-DD, UTC) is the last day it applies. Only a FAILED check is waived, never
+an `error` (the check could not judge). A waiver is a ledger entry (kind "waiver", its number the
+waiver's id) and applies only when the trust policy allows its signer; no ledger or no trust policy:
+no waiver applies.
 """
 
 from __future__ import annotations
@@ -27,12 +22,11 @@ from gate._util.text import require_single_lines
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
-from gate.trust.keys import keyid, load_private_key
+from gate.trust.keys import keyid, load_private_key, sign_statement, verify_statement
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, find_trust
 from gate.trust.revocation import read_revocations
-from gate.trust.signing import sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
 
