@@ -76,11 +76,9 @@ class Approved:
 
 
 def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
-    """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
-    the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
-    else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    named = named_ledger(explicit)
-    if named is not None:
+    """The ledger `gate approve` records into, and why: --ledger, $GATE_LEDGER, the one DIR/ledger.json
+    names (when it is here), else ./.gate/ledger.sqlite."""
+    if (named := named_ledger(explicit)) is not None:
         return named
     try:
         recorded = Receipt.model_validate_json((directory / RECEIPT).read_bytes()).ledger
@@ -133,8 +131,7 @@ def approve(
     trust: Trust | None = None,
     ledger_key: Path | None = None,
 ) -> Approved:
-    """Approve the dossier in `directory`; refuses anything that does not verify.
-    `trust`: None reads $GATE_TRUST, else ./trust.yaml (none found is an InputError)."""
+    """Approve the dossier in `directory`; refuses anything that does not verify (`trust`: None finds one)."""
     if trust is None:
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
@@ -148,16 +145,13 @@ def approve(
     require_single_lines(("--reason", reason), ("--approver", approver))  # exit 2: before anything is read or written
     with dossier_lock(directory):
         run = read_run_statement(directory)
-        bad = approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level)
-        if bad:
+        if bad := approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level):
             raise ApprovalRefused(f"{key_path}: {bad}")
         if not (is_url(ledger_path) or ledger_path.is_file()):
             # no ledger yet, so no revocation: refuse what can be refused before creating one
             check_approvable(directory, _run_keys(trust))
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
-            chain = verify_chain(ledger)
-            first = chain.first_bad()
-            if first is not None:
+            if (first := verify_chain(ledger).first_bad()) is not None:
                 raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {first.message}")
             revoked = read_revocations(ledger, trust)
             run_entry = find_run_entry(ledger, run.sha256)
@@ -166,8 +160,7 @@ def approve(
                 raise ApprovalRefused(
                     "the approver's key is the key that signed the run: an approval needs a second, independent key"
                 )
-            gone = revoked.key(mine, now_utc())
-            if gone is not None:
+            if (gone := revoked.key(mine, now_utc())) is not None:
                 raise ApprovalRefused(f"{key_path}: {revoked_refusal(trust, mine, gone, revoked)}")
             entry, reused, record = _append_or_reuse(
                 ledger, run, run_entry, directory, key, approver, reason, signers, trust
@@ -234,9 +227,8 @@ def _append_or_reuse(
 def render_approved(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> list[Path]:
-    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals
-    (whose digests are in the attestation), from the signed results.json and approvals, so anyone can
-    regenerate them. `final_dir`: where DIR will be once the run is complete (default DIR)."""
+    """Render dossier.approved.html/.md beside the signed originals from the signed results.json and
+    approvals (`final_dir`: where DIR will be once the run is complete)."""
     from gate.report.render import render_html, render_markdown
 
     data = approved_report(directory, records, required, final_dir=final_dir)

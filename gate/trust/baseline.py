@@ -59,8 +59,7 @@ def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
     from gate.core.load import load_manifest
 
     change = load_manifest(manifest).manifest.change.with_ci_commit()
-    commit = change.commit or git_commit(cwd or Path.cwd())
-    if not commit:
+    if not (commit := change.commit or git_commit(cwd or Path.cwd())):
         raise InputError(
             str(manifest),
             "a baseline is bound to the commit it was recorded from, and none is known: set change.commit, "
@@ -121,11 +120,9 @@ def require_trusted_baseline(
         )
     if trust is None:
         raise InputError(path, "a recorded baseline needs a trust policy naming its run signers (--trust)")
-    bad = verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys()))
-    if bad:
+    if bad := verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys())):
         raise InputError(path, f"{bad} (run signers of {trust.path})", field="signature")
-    want = main_commit(commit)
-    if want is None:
+    if (want := main_commit(commit)) is None:
         raise InputError(
             path,
             f"say which commit is main's: gate run --baseline-commit SHA, ${ENV_BASELINE_COMMIT}, "

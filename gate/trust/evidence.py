@@ -74,8 +74,7 @@ def _without_paths(value: Any, results: Mapping[str, Any]) -> Any:
     text = json.dumps(value, sort_keys=True)
     policies = sorted(results.get("policies") or [], key=lambda d: -len(str(d.get("path") or "")))
     for policy in policies:  # longest first, so no path is a prefix of one replaced later
-        path = str(policy.get("path") or "")
-        if path:
+        if path := str(policy.get("path") or ""):
             text = text.replace(json.dumps(path)[1:-1], f"policy:{policy.get('sha256')}")
     return json.loads(text)
 

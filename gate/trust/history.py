@@ -92,10 +92,8 @@ def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
 def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
     found = {}
     for envelope in evidence.get("envelopes") or []:
-        if isinstance(envelope, Mapping):
-            value = as_float(envelope.get("threshold"))
-            if value is not None:
-                found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
+        if isinstance(envelope, Mapping) and (value := as_float(envelope.get("threshold"))) is not None:
+            found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
     return found
 
 
@@ -192,13 +190,10 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
     """The history of a manifest (its name or file) or of a check, across the ledger's runs."""
     runs = [e for e in entries if e.kind == RUN_KIND]
     name = _manifest_name(selector) or selector
-    mine = manifest_runs(runs, name)
-    if mine:
+    if mine := manifest_runs(runs, name):
         rows = [run_row(e) for e in mine]
-        checks: dict[str, None] = {}
-        for row in rows:
-            checks.update(dict.fromkeys(row.checks))
-        history = History(selector=name, mode="manifest", ledger=ledger, runs=rows, checks=list(checks))
+        checks = list(dict.fromkeys(c for row in rows for c in row.checks))
+        history = History(selector=name, mode="manifest", ledger=ledger, runs=rows, checks=checks)
     else:
         having = [
             e

@@ -58,8 +58,7 @@ def resolve(commit: str, repo: Path | None = None) -> str | None:
 
 
 def _patch_id(repo: Path, base: str, tip: str) -> str | None:
-    diff = _git(repo, "diff", "--binary", base, tip)
-    if not diff:
+    if not (diff := _git(repo, "diff", "--binary", base, tip)):
         return None
     out = _git(repo, "patch-id", "--stable", stdin=diff + "\n")
     return out.split()[0] if out else None
@@ -149,13 +148,11 @@ def landed_runs(runs: Iterable[Entry], ref: str, repo: Path | None = None) -> di
     seen: dict[str, Landing | None] = {}
     found: dict[int, Landing] = {}
     for run in runs:
-        commit = run_commit(run)
-        if not commit:
+        if not (commit := run_commit(run)):
             continue
         if commit not in seen:
             seen[commit] = landing(commit, ref, repo)[0]
-        hit = seen[commit]
-        if hit is not None:
+        if (hit := seen[commit]) is not None:
             found[run.seq] = hit
     return found
 
@@ -176,8 +173,7 @@ def approval_landing(
     record: ApprovalRecord | None, directory: Path, commit: str | None, run: RunStatement | None = None
 ) -> LandedApproval | None:
     """When `record` approved another commit (same manifest) that `commit`, DIR's run's, lands: DIR's
-    evidence digest with the approved commit in place of its own. The approval counts only if it
-    names exactly that digest: everything but the commit must be what the approver signed."""
+    evidence digest with the approved commit in place of its own, which the approval must name."""
     if record is None or not commit or not record.evidence_sha256:
         return None
     try:
@@ -195,8 +191,7 @@ def approval_landing(
 
 
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
-    """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands, with the
-    same evidence but the commit."""
+    """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands."""
     try:
         run = read_run_statement(directory)
     except ApprovalRefused:

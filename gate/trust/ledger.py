@@ -65,14 +65,10 @@ class Ledger:
 
     @classmethod
     def open(cls, path: Path, *, key_path: Path | None = None, create: bool = True, writable: bool = True) -> Ledger:
-        """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`).
-
-        `writable` loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key`
-        generated on first use); a read-only open needs no key."""
+        """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`); `writable`
+        loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key` made on first use)."""
         if not is_url(path):
-            pinned = read_pin(path)
-            missing = not path.is_file() or path.stat().st_size == 0
-            if missing and pinned is not None:
+            if (pinned := read_pin(path)) is not None and (not path.is_file() or path.stat().st_size == 0):
                 raise LedgerError(
                     f"{path}: the ledger is missing or empty, but {path.name}{PIN_SUFFIX} pins ledger {pinned.origin} "
                     f"at {pinned.size} entries: refusing to start a new one (restore the file, or move the pin "
@@ -153,8 +149,7 @@ class Ledger:
                 f"{self.location}: the database holds no gate ledger, but {said}: refusing to start a new one "
                 "(a mistyped URL, or the ledger emptied or dropped: restore it, or unset the pin to start anew)"
             )
-        expected = pinned.origin if pinned is not None else wanted
-        if origin != expected:
+        if origin != (pinned.origin if pinned is not None else wanted):
             raise LedgerError(f"{self.location}: this is ledger {origin}, but {said}: another ledger")
         if pinned is None and self._store.size() == 0:
             # an origin is pinned from a ledger's checkpoints (`gate audit checkpoint`), so this one
@@ -197,8 +192,7 @@ class Ledger:
                 )
 
     def _meta(self, key: str) -> str:
-        value = self._store.meta(key)
-        if value is None:
+        if (value := self._store.meta(key)) is None:
             raise LedgerError(f"{self.location}: not a gate ledger (no {key} recorded)")
         return value
 

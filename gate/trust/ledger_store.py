@@ -151,9 +151,8 @@ _WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
-    """Put the database in WAL mode. Switching the journal mode takes an exclusive lock, and SQLite
-    answers "database is locked" at once, without its busy handler, while another process is
-    creating or switching the same file: retry that for up to BUSY_TIMEOUT_S."""
+    """Put the database in WAL mode, retrying "database is locked" (answered at once, without the busy
+    handler, while another process switches the same file) for up to BUSY_TIMEOUT_S."""
     deadline = monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
@@ -201,8 +200,7 @@ def _malformed_page(path: Path) -> str:
     except sqlite3.Error:
         return ""
     for (line,) in rows:
-        found = re.search(r"[Pp]age (\d+)", str(line))
-        if found:
+        if found := re.search(r"[Pp]age (\d+)", str(line)):
             return f" at page {found.group(1)}"
     return ""
 
@@ -216,8 +214,7 @@ class SqliteStore(SqlTables):
         self._tables, self._marker = "", "?"
         self._wal_ino: int | None = None
         with _sqlite_errors(self.path):
-            why = foreign_wal(path)
-            if why:
+            if why := foreign_wal(path):
                 raise LedgerError(
                     f"{path}: foreign WAL: {why}; move {path.name}-wal away (it would be replayed into the ledger)"
                 )
@@ -243,10 +240,7 @@ class SqliteStore(SqlTables):
     def _wal_still_ours(self) -> None:
         """Refuse to write when the WAL this connection uses was removed or replaced under it: SQLite
         would go on writing into a file no other process can see."""
-        if self._wal_ino is None:
-            return
-        ino = self._current_wal()
-        if ino != self._wal_ino:
+        if self._wal_ino is not None and (ino := self._current_wal()) != self._wal_ino:
             state = "was removed" if ino is None else "was replaced by another file"
             raise LedgerError(
                 f"{self.path}: {self.path.name}-wal {state} while the ledger was open; nothing more is "
@@ -281,9 +275,8 @@ class SqliteStore(SqlTables):
             self._checkpoint()
 
     def _checkpoint(self) -> None:
-        """Copy the WAL into the database file and empty it, so the WAL holds nothing acknowledged.
-        A reader in the middle of a snapshot can hold it off: retry briefly, then leave it to the
-        next append (the commit itself is already durable, synchronous=FULL)."""
+        """Copy the WAL into the database file and empty it; a reader can hold it off: retry briefly, then
+        leave it to the next append (the commit is already durable)."""
         deadline = monotonic() + 5.0
         while True:
             busy, log, done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -298,8 +291,7 @@ class SqliteStore(SqlTables):
         return rows
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
+        if (conn := getattr(self, "_conn", None)) is not None:
             with suppress(sqlite3.Error):
                 conn.close()
 
@@ -343,9 +335,7 @@ class PostgresStore(SqlTables):
     """The ledger in a PostgreSQL database (tables gate_meta, gate_entries, gate_checkpoints)."""
 
     def __init__(self, url: str, *, writable: bool) -> None:
-        self.url = url
         self.location = redacted(url)
-        self.writable = writable
         self._tables, self._marker = "gate_", "%s"
         try:
             import psycopg
@@ -382,8 +372,7 @@ class PostgresStore(SqlTables):
             self._insert_next(build)
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
+        if (conn := getattr(self, "_conn", None)) is not None:
             conn.close()
 
 

@@ -195,8 +195,7 @@ class Trust:
         return None
 
     def approver_problem(self, keyid: str, name: str | None, intervention: str | None, claim: str | None) -> str | None:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return bad
         mine = self._people_of(keyid)
         for rule in self.policy.approvers:
@@ -205,8 +204,7 @@ class Trust:
         return f"{self._who(keyid)} may not approve {intervention}/{claim} changes"
 
     def waiver_days(self, keyid: str, name: str | None, check: str) -> tuple[int | None, str | None]:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return None, bad
         mine = self._people_of(keyid)
         days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and allows(r.checks, check)]
@@ -215,8 +213,7 @@ class Trust:
         return max(days), None
 
     def revoker_problem(self, keyid: str, name: str | None) -> str | None:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return bad
         revokers = self.policy.revokers
         if revokers is not None and not self._people_of(keyid) & set(revokers):
@@ -241,38 +238,31 @@ def load_trust(path: Path) -> Trust:
     trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(doc.text.encode()).hexdigest())
     for name, person in policy.people.items():
         for i, ref in enumerate(person.keys):
+            where = f"people.{name}.keys[{i}]"
             try:
                 kid, pub = _key_from_ref(ref, path.parent)
             except ValueError as err:
-                raise InputError(str(path), str(err), field=f"people.{name}.keys[{i}]") from None
+                raise InputError(str(path), str(err), field=where) from None
             except InputError as err:
-                raise InputError(str(path), err.message, field=f"people.{name}.keys[{i}]") from None
-            other = trust.identities.get(kid)
-            if other is not None and other.name != name:
-                raise InputError(
-                    str(path), f"key {kid[:16]} is already bound to {other.name!r}", field=f"people.{name}.keys[{i}]"
-                )
+                raise InputError(str(path), err.message, field=where) from None
+            if (other := trust.identities.get(kid)) is not None and other.name != name:
+                raise InputError(str(path), f"key {kid[:16]} is already bound to {other.name!r}", field=where)
             trust.identities[kid] = Identity(kid, pub, name)
             trust.members.setdefault(name, set()).add(kid)
     return trust
 
 
-def resolve_trust_path(explicit: Path | None) -> Path | None:
-    if explicit is not None:
-        return explicit
-    if os.environ.get(ENV_TRUST):
-        return Path(os.environ[ENV_TRUST])
-    return DEFAULT_TRUST if DEFAULT_TRUST.is_file() else None
-
-
 def find_trust(explicit: Path | None) -> Trust | None:
-    path = resolve_trust_path(explicit)
-    return load_trust(path) if path is not None else None
+    """--trust FILE, else $GATE_TRUST, else ./trust.yaml where it exists; None: none."""
+    if explicit is None and os.environ.get(ENV_TRUST):
+        explicit = Path(os.environ[ENV_TRUST])
+    if explicit is None and DEFAULT_TRUST.is_file():
+        explicit = DEFAULT_TRUST
+    return load_trust(explicit) if explicit is not None else None
 
 
 def require_trust(explicit: Path | None, what: str) -> Trust:
-    trust = find_trust(explicit)
-    if trust is None:
+    if (trust := find_trust(explicit)) is None:
         raise InputError(
             "--trust",
             f"{what} needs a trust policy naming who may do it: give --trust FILE, set {ENV_TRUST}, "

@@ -50,12 +50,10 @@ def revocation_body(
 
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
-    bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
-    if bad:
+    if bad := trust.revoker_problem(keyid(key.public_key()), body["by"]):
         raise InputError("--key", bad)
     signed = {**body, "signature": sign_statement(key, REVOCATION_DOMAIN, _signed_part(body))}
-    entry, _checkpoint = ledger.append(REVOCATION_KIND, signed)
-    return entry
+    return ledger.append(REVOCATION_KIND, signed)[0]
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,7 @@ class Revocations:
 
     def key(self, keyid: str, at: str | None) -> Revoked | None:
         """The revocation that voids a signature by `keyid` made at time `at` (None: time unknown)."""
-        found = self.keys.get(keyid)
-        if found is None:
+        if (found := self.keys.get(keyid)) is None:
             return None
         if at is None or found.start is None:
             return found
@@ -97,8 +94,7 @@ def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
     sig = body.get("signature")
     if not isinstance(sig, dict):
         return "the revocation is not signed"
-    bad = verify_statement(sig, REVOCATION_DOMAIN, _signed_part(body))
-    if bad:
+    if bad := verify_statement(sig, REVOCATION_DOMAIN, _signed_part(body)):
         return f"revocation signature: {bad}"
     if trust is None:
         return "no trust policy or role keys to say who may revoke"
@@ -110,8 +106,7 @@ def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = Non
     for entry in ledger.entries(REVOCATION_KIND):
         if upto is not None and entry.seq > upto:
             break
-        bad = entry_problem(entry, trust)
-        if bad:
+        if bad := entry_problem(entry, trust):
             out.untrusted[entry.seq] = bad
             continue
         body, target = entry.body, entry.body.get("target") or {}

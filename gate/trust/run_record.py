@@ -60,8 +60,7 @@ def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
 def run_payload(
     result: Any, out_dir: Path, sign_key: Path | None = None, *, dossier_dir: Path | None = None
 ) -> dict[str, Any]:
-    """The ledger body of a run: what was judged, the verdict, and the digest of every output (read in
-    `out_dir`; the entry records `dossier_dir`, where the dossier is once the run is complete)."""
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output in `out_dir`."""
     manifest = result.manifest
     change = manifest.get("change") or {}
     signed, keyids = _envelope_facts(out_dir / ATTESTATION)

@@ -66,8 +66,7 @@ def check_run(
                 "so it is no run signature",
             )
             continue
-        gone = revoked.key(signer.keyid, run_time)
-        if gone is not None:
+        if (gone := revoked.key(signer.keyid, run_time)) is not None:
             out.add(False, f"run signature by {signer.label}: the key was {gone.says()}")
         else:
             counted.append(signer)
@@ -117,8 +116,7 @@ def _check_results(out: RunCheck, trust: Trust) -> None:
             f"an approximate change cannot PASS: its signed verdict is {out.verdict!r}, but "
             f"{pred.intervention}/{pred.claim_level} needs approvals",
         )
-    results = read_results(out.directory)
-    if results is None:
+    if (results := read_results(out.directory)) is None:
         out.add(False, "results.json: not readable as gate's result record, so its waivers cannot be judged")
     out.waived = [c.check for c in waived_checks(results)]
     used = results.trust_policy if results is not None else None
@@ -149,10 +147,8 @@ def _check_known_bugs(out: RunCheck, trust: Trust) -> None:
 def _check_mains(
     out: RunCheck, trust: Trust, revoked: Revocations, run_time: str | None, policy_dirs: list[Path]
 ) -> None:
-    """Every file that shaped the verdict, judged as main's: the policy files the plan was built from
-    must be main's (the built-in ones and `policy_dirs`, by sha256, none missing, none added), and a
-    replayed baseline must be signed by a run signer of the verifier's trust policy, not revoked, for
-    this manifest. Each one that is not adds a line to `out.not_mains` (not deployable)."""
+    """Every file that shaped the verdict must be main's: the plan's policy files (by sha256, none
+    missing, none added) and a replayed baseline's signer; each that is not goes to `out.not_mains`."""
     pred = out.predicate or RunPredicate()
     refuse = out.not_mains.append
     mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
@@ -250,13 +246,11 @@ def approval_problems(
     """Why a verified approval does not count under the trust policy (empty: it counts)."""
     problems = list(check.problems)
     if check.keyid:
-        bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
-        if bad:
+        if bad := trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim):
             problems.append(bad)
         if check.keyid in run_keyids:
             problems.append("approved by the key that signed the run (an approval needs a second key)")
-        gone = revoked.key(check.keyid, at)
-        if gone is not None:
+        if (gone := revoked.key(check.keyid, at)) is not None:
             problems.append(f"the key was {gone.says()}")
     return problems
 
@@ -292,8 +286,7 @@ def _check_approvals(
         name = trust.name_of(check.keyid) or f"{check.approver} (name not bound: key {check.keyid[:16]})"
         if name not in out.approved_by:
             out.approved_by.append(name)
-        identity = trust.identities.get(check.keyid)
-        if identity is not None:
+        if (identity := trust.identities.get(check.keyid)) is not None:
             counted[check.keyid] = identity.public_key
         carried = (
             f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "

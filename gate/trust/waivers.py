@@ -99,8 +99,7 @@ def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None 
 
 def waiver_problem(grant: WaiverGrant, granted_at: str, trust: Trust | None) -> str | None:
     """None when the trust policy lets this signed grant apply; else why not."""
-    bad = check_waiver_signature(grant)
-    if bad:
+    if bad := check_waiver_signature(grant):
         return bad
     if trust is None:
         return "no trust policy says who may waive"
@@ -193,9 +192,7 @@ def grant_waiver(
 
 
 def require_verified(ledger: Ledger, consequence: str) -> None:
-    report = verify_chain(ledger, every_checkpoint=False)
-    bad = report.first_bad()
-    if bad is not None:
+    if (bad := verify_chain(ledger, every_checkpoint=False).first_bad()) is not None:
         raise LedgerError(
             f"{ledger.path}: the ledger does not verify, so {consequence}: {bad.message} (run `gate audit verify`)"
         )
@@ -304,9 +301,8 @@ def waive_one(
 
 
 def ledger_waivers(ledger: Path | Ledger | None, trust: Trust | Path | None = None) -> list[RecordedWaiver]:
-    """`verified_waivers` of a ledger path or open ledger. `trust`: a policy, its path, or None for
-    $GATE_TRUST or ./trust.yaml. The runner calls this before any check runs, so a broken ledger
-    stops a run at once."""
+    """`verified_waivers` of a ledger path or open ledger (`trust`: a policy, its path, or None to find
+    one); the runner calls it before any check runs, so a broken ledger stops a run at once."""
     if ledger is None:
         return []
     policy = trust if isinstance(trust, Trust) else find_trust(trust)
@@ -326,8 +322,7 @@ def apply_waivers(
     today: date | None = None,
     trust: Trust | Path | None = None,
 ) -> list[CheckResult]:
-    """The check results with the ledger's trusted waivers for `manifest` (a LoadedManifest) applied.
-    `ledger`: a ledger (path or open), or the waivers `ledger_waivers` already read."""
+    """The check results with the ledger's trusted waivers for `manifest` (a LoadedManifest) applied."""
     found = ledger if isinstance(ledger, list) else ledger_waivers(ledger, trust)
     if not found:
         return checks
