@@ -136,8 +136,7 @@ def approve(
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
-    unknown = unknown_key(trust, mine)  # before the name: a stranger's key has none to default to
-    if unknown:
+    if unknown := unknown_key(trust, mine):  # before the name: a stranger's key has none to default to
         raise ApprovalRefused(f"{key_path}: {unknown}: approve with an approver's key")
     approver = approver if approver is not None else trust.name_of(mine)
     if not approver or not approver.strip() or not reason.strip():

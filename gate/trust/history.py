@@ -192,8 +192,7 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
     name = _manifest_name(selector) or selector
     if mine := manifest_runs(runs, name):
         rows = [run_row(e) for e in mine]
-        checks = list(dict.fromkeys(c for row in rows for c in row.checks))
-        history = History(selector=name, mode="manifest", ledger=ledger, runs=rows, checks=checks)
+        history = History(name, "manifest", ledger, rows, list(dict.fromkeys(c for row in rows for c in row.checks)))
     else:
         having = [
             e
@@ -204,9 +203,7 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
             raise InputError(
                 str(ledger), f"no run of a manifest or check named {selector!r} is recorded in this ledger"
             )
-        history = History(
-            selector=selector, mode="check", ledger=ledger, runs=[run_row(e) for e in having], checks=[selector]
-        )
+        history = History(selector, "check", ledger, [run_row(e) for e in having], [selector])
     _mark_approvals(history, entries)
     return history
 

@@ -277,10 +277,9 @@ def _check_approvals(
             expected_evidence=(landed.evidence if landed else evidence) or None,
             directory=out.directory,
         )
-        problems = approval_problems(check, trust, revoked, item.at, run_keyids)
         label = landed.says(item.label) if landed else item.label
         who = f"{label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
-        if problems:
+        if problems := approval_problems(check, trust, revoked, item.at, run_keyids):
             out.add(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}")
             continue
         name = trust.name_of(check.keyid) or f"{check.approver} (name not bound: key {check.keyid[:16]})"

@@ -227,15 +227,10 @@ def _from_entry(entry: Entry) -> RecordedWaiver:
     try:
         return RecordedWaiver(entry.seq, entry.time, WaiverGrant.model_validate(body))
     except ValueError as err:
-        grant = WaiverGrant.model_construct(
-            check=str(body.get("check")),
-            manifest_name=str(body.get("manifest_name")),
-            manifest_sha256=str(body.get("manifest_sha256")),
-            reason=str(body.get("reason")),
-            approver=str(body.get("approver")),
-            expires=date.min,
-            signature=None,
-        )
+        shown: dict[str, Any] = {
+            k: str(body.get(k)) for k in ("check", "manifest_name", "manifest_sha256", "reason", "approver")
+        }
+        grant = WaiverGrant.model_construct(**shown, expires=date.min, signature=None)
         return RecordedWaiver(entry.seq, entry.time, grant, problem=f"malformed ({str(err).splitlines()[0]})")
 
 
