@@ -113,8 +113,7 @@ def require_trusted_baseline(
         raise InputError(
             path, "its key is not the one recomputed from the identity, adapter and options it states", field="key"
         )
-    signature = doc.get("signature")
-    if not isinstance(signature, dict):
+    if not isinstance(signature := doc.get("signature"), dict):
         raise InputError(
             path, "the baseline is unsigned: record it with `gate record --sign-key KEY`", field="signature"
         )

@@ -17,7 +17,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path, PosixPath
 from time import monotonic, sleep
 from typing import Any, Protocol
@@ -192,11 +192,8 @@ def foreign_wal(path: Path) -> str | None:
 
 def _malformed_page(path: Path) -> str:
     try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-        try:
+        with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
             rows = conn.execute("PRAGMA quick_check(5)").fetchall()
-        finally:
-            conn.close()
     except sqlite3.Error:
         return ""
     for (line,) in rows:
