@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gate.errors import EXIT_GATE_FAILED, GateError
 from gate.trust.attest import ENVELOPE_NAME, read_envelope
-from gate.trust.predicate import RunPredicate
-from gate.trust.statement import Statement, parse_statement
+from gate.trust.statement import RunPredicate, Statement, parse_statement
 
 APPROVAL_KIND = "approval"
 APPROVAL_PREDICATE = "https://gate.dev/approval/v1"

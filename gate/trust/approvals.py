@@ -1,17 +1,10 @@
 """Approvals: a reviewer's signed decision that an awaiting-approval dossier may ship.
 
-An approval is bound to the dossier's digest: the sha256 of the run's signed in-toto statement (the
-DSSE payload of attestation.dsse.json), which names every dossier file and the commit by digest and
-does not change when signatures are added. `gate approve` records it three ways:
-
-1. a second DSSE signature on attestation.dsse.json by the approver's key;
-2. its own in-toto statement (APPROVAL_PREDICATE: who, why, when, the run's verdict, manifest and
-   commit; subject: the run statement's digest and files) in a DSSE envelope signed by that key;
-3. a ledger entry of kind "approval" holding that envelope and the approver's public key, whose
-   receipt goes into DIR/approval.json with the envelope.
-
-An approval is refused unless the run's attestation verifies against a trusted run key and its
-signed verdict is awaiting-approval.
+An approval binds to the sha256 of the run's signed in-toto statement (the DSSE payload of
+attestation.dsse.json, unchanged when signatures are added). `gate approve` records it three ways:
+a second DSSE signature on attestation.dsse.json by the approver's key; its own statement
+(APPROVAL_PREDICATE) in a DSSE envelope signed by that key; and a ledger entry of kind "approval"
+holding that envelope, whose receipt goes into DIR/approval.json.
 """
 
 from __future__ import annotations
@@ -58,9 +51,8 @@ def approval_statement(
     run: RunStatement, *, approver: str, reason: str, approved_at: str, run_signers: list[str], trust: str = ""
 ) -> Statement:
     pred = run.predicate
-    subjects = [Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject]
     return Statement(
-        subject=subjects,
+        subject=[Subject(name=RUN_STATEMENT_SUBJECT, digest={"sha256": run.sha256}), *run.statement.subject],
         predicateType=APPROVAL_PREDICATE,
         predicate=ApprovalPredicate(
             decision="approved",
@@ -99,10 +91,8 @@ def approved_statement(directory: Path, run: RunStatement, keyids: list[str]) ->
 def check_approved_files(
     directory: Path, run_sha256: str, counted: Mapping[str, Ed25519PublicKey]
 ) -> tuple[list[str], list[str]]:
-    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems). It must be
-    signed by a counted approver's key, name this run statement, and bind every approved file."""
-    present = [n for n in (*APPROVED_FILES, APPROVED_ENVELOPE) if (directory / n).exists()]
-    if not present:
+    """Verify DIR/approval.dsse.json against the approved files: (matched names, problems)."""
+    if not (present := [n for n in (*APPROVED_FILES, APPROVED_ENVELOPE) if (directory / n).exists()]):
         return [], []
     path = directory / APPROVED_ENVELOPE
     if not path.is_file():
@@ -123,8 +113,7 @@ def check_approved_files(
     if stmt.predicateType != APPROVED_PREDICATE or named != run_sha256:
         problems.append(f"{APPROVED_ENVELOPE}: not an approved-dossier statement for this run")
     files = {n: d for n, d in stmt.files().items() if n != RUN_STATEMENT_SUBJECT}
-    missing = [n for n in APPROVED_FILES if n not in files]
-    if missing:
+    if missing := [n for n in APPROVED_FILES if n not in files]:
         problems.append(f"{APPROVED_ENVELOPE}: does not bind {', '.join(missing)}")
     matched: list[str] = []
     check_files(directory, files, matched, problems)
@@ -152,7 +141,6 @@ class ApprovalCheck:
     intervention: str | None = None
     claim: str | None = None
     problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -167,13 +155,9 @@ def verify_approval(
     trusted_keyids: list[str] | None = None,
     directory: Path | None = None,
 ) -> ApprovalCheck:
-    """Verify one approval record offline (None: an entry that holds no well-formed record).
-
-    It must be signed by the record's key (trusted, if a list is given), and name `expected_statement`
-    or else the same `expected_evidence`: an approval of an identical earlier run carries over
-    (`carried`). With `directory`, the run's attestation there must also carry the approver's
-    signature (not for a carried approval: it signed the earlier run's attestation).
-    """
+    """Verify one approval record offline (None: an entry that holds no well-formed record). It must name
+    `expected_statement`, or else carry over (`carried`) with the same `expected_evidence`; with
+    `directory`, that run's attestation must carry the approver's signature unless it carried over."""
     out = ApprovalCheck()
     if record is None:
         out.problems.append(MALFORMED)
@@ -246,9 +230,8 @@ def _second_signature_problems(directory: Path, pub: Ed25519PublicKey, statement
 
 
 class ApprovalRecord(BaseModel):
-    """One approval as approval.json holds it and its ledger entry carries it. What counts is the signed
-    envelope; the plain fields repeat it for a reader. A record is written with the keys it was read
-    with (`dump`), so approval.json keeps its bytes when `gate approve` adds another approval."""
+    """One approval as approval.json holds it and its ledger entry carries it (the signed envelope counts;
+    the plain fields repeat it). `dump` writes the keys it was read with, so approval.json keeps its bytes."""
 
     model_config = ConfigDict(extra="forbid")
 

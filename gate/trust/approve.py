@@ -1,9 +1,6 @@
-"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval
-(gate.trust.approvals). The key must belong to an approver of the change's intervention and claim,
-under the name given, and not be revoked; the run must be signed by a run signer. Approvals of one
-dossier are serialised by a lock on DIR/.approve.lock (from reading the dossier to writing
-approval.dsse.json), so parallel `gate approve`s lose no signature or record and one key appends once.
-"""
+"""`gate approve`: verify an awaiting-approval dossier, then sign, record and show the approval.
+Approvals of one dossier are serialised by a lock on DIR/.approve.lock, so parallel `gate approve`s
+lose no signature or record and one key appends once."""
 
 from __future__ import annotations
 
@@ -79,11 +76,9 @@ class Approved:
 
 
 def approval_ledger(explicit: Path | None, directory: Path) -> tuple[Path, str]:
-    """The ledger `gate approve` records into, and why that one: --ledger, else $GATE_LEDGER, else
-    the ledger the run was recorded in (its receipt DIR/ledger.json, when that ledger is here),
-    else ./.gate/ledger.sqlite (created by the first approval, and said so)."""
-    named = named_ledger(explicit)
-    if named is not None:
+    """The ledger `gate approve` records into, and why: --ledger, $GATE_LEDGER, the one DIR/ledger.json
+    names (when it is here), else ./.gate/ledger.sqlite."""
+    if (named := named_ledger(explicit)) is not None:
         return named
     try:
         recorded = Receipt.model_validate_json((directory / RECEIPT).read_bytes()).ledger
@@ -136,14 +131,12 @@ def approve(
     trust: Trust | None = None,
     ledger_key: Path | None = None,
 ) -> Approved:
-    """Approve the dossier in `directory`; refuses anything that does not verify.
-    `trust`: None reads $GATE_TRUST, else ./trust.yaml (none found is an InputError)."""
+    """Approve the dossier in `directory`; refuses anything that does not verify (`trust`: None finds one)."""
     if trust is None:
         trust = require_trust(None, "gate approve")
     key = load_private_key(key_path)
     mine = keyid(key.public_key())
-    unknown = unknown_key(trust, mine)  # before the name: a stranger's key has none to default to
-    if unknown:
+    if unknown := unknown_key(trust, mine):  # before the name: a stranger's key has none to default to
         raise ApprovalRefused(f"{key_path}: {unknown}: approve with an approver's key")
     approver = approver if approver is not None else trust.name_of(mine)
     if not approver or not approver.strip() or not reason.strip():
@@ -151,16 +144,13 @@ def approve(
     require_single_lines(("--reason", reason), ("--approver", approver))  # exit 2: before anything is read or written
     with dossier_lock(directory):
         run = read_run_statement(directory)
-        bad = approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level)
-        if bad:
+        if bad := approver_refusal(trust, mine, approver, run.predicate.intervention, run.predicate.claim_level):
             raise ApprovalRefused(f"{key_path}: {bad}")
         if not (is_url(ledger_path) or ledger_path.is_file()):
             # no ledger yet, so no revocation: refuse what can be refused before creating one
             check_approvable(directory, _run_keys(trust))
         with Ledger.open(ledger_path, key_path=ledger_key) as ledger:
-            chain = verify_chain(ledger)
-            first = chain.first_bad()
-            if first is not None:
+            if (first := verify_chain(ledger).first_bad()) is not None:
                 raise ApprovalRefused(f"{ledger_path}: the ledger does not verify: {first.message}")
             revoked = read_revocations(ledger, trust)
             run_entry = find_run_entry(ledger, run.sha256)
@@ -169,8 +159,7 @@ def approve(
                 raise ApprovalRefused(
                     "the approver's key is the key that signed the run: an approval needs a second, independent key"
                 )
-            gone = revoked.key(mine, now_utc())
-            if gone is not None:
+            if (gone := revoked.key(mine, now_utc())) is not None:
                 raise ApprovalRefused(f"{key_path}: {revoked_refusal(trust, mine, gone, revoked)}")
             entry, reused, record = _append_or_reuse(
                 ledger, run, run_entry, directory, key, approver, reason, signers, trust
@@ -237,9 +226,8 @@ def _append_or_reuse(
 def render_approved(
     directory: Path, records: list[ApprovalRecord], required: int = 1, *, final_dir: Path | None = None
 ) -> list[Path]:
-    """Re-render the dossier with its approvals as dossier.approved.html/.md beside the signed originals
-    (whose digests are in the attestation), from the signed results.json and approvals, so anyone can
-    regenerate them. `final_dir`: where DIR will be once the run is complete (default DIR)."""
+    """Render dossier.approved.html/.md beside the signed originals from the signed results.json and
+    approvals (`final_dir`: where DIR will be once the run is complete)."""
     from gate.report.render import render_html, render_markdown
 
     data = approved_report(directory, records, required, final_dir=final_dir)

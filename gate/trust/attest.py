@@ -1,10 +1,7 @@
 """Signing a run: an in-toto Statement v1 in a DSSE envelope (DIR/attestation.dsse.json), Ed25519.
 
-Every signature covers PAE(payloadType, payload) (DSSE v1), so more signatures can be appended
-later without touching the payload: a reviewer's approval is a second signature by another key
-(`add_signature`). The subjects are the sha256 of the dossier files and the change's commit as a
-gitCommit digest; the predicate is gate.trust.predicate.RunPredicate, read back from the signed
-results.json bytes.
+Every signature covers PAE(payloadType, payload), so an approval can append its own signature
+without touching the payload (`add_signature`).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from gate.core.result import GateResult
 from gate.errors import InputError
 from gate.trust.evidence import evidence_digest
 from gate.trust.keys import keyid, load_private_key, load_public_key
-from gate.trust.predicate import RunPredicate
 from gate.trust.statement import (
     BASELINE_SUBJECT,
     PAYLOAD_TYPE,
@@ -36,6 +32,7 @@ from gate.trust.statement import (
     STATEMENT_TYPE,
     DsseSignature,
     Envelope,
+    RunPredicate,
     Statement,
     Subject,
     parse_statement,
@@ -86,9 +83,7 @@ def statement(out_dir: Path, files: Sequence[str], manifest_file: str) -> Statem
 
 
 def sign_directory(out_dir: Path, files: Sequence[str], manifest_file: str, key: Ed25519PrivateKey) -> Path:
-    path = out_dir / ENVELOPE_NAME
-    write_envelope(path, envelope_for(statement(out_dir, files, manifest_file), key))
-    return path
+    return write_envelope(out_dir / ENVELOPE_NAME, envelope_for(statement(out_dir, files, manifest_file), key))
 
 
 def write_envelope(path: Path, envelope: Envelope) -> Path:
@@ -132,12 +127,10 @@ def add_signature(envelope_path: Path, key_path: Path) -> str:
         raise InputError(str(envelope_path), str(err)) from None
     if envelope.payloadType != PAYLOAD_TYPE:
         raise InputError(str(envelope_path), f"payloadType is {envelope.payloadType!r}, not {PAYLOAD_TYPE}")
-    public = key.public_key()
-    if any(verifies(public, payload, existing.sig) for existing in envelope.signatures):
-        return keyid(public)
-    envelope.signatures.append(DsseSignature.model_validate(_signature(key, payload)))
-    write_envelope(envelope_path, envelope)
-    return keyid(public)
+    if not any(verifies(key.public_key(), payload, existing.sig) for existing in envelope.signatures):
+        envelope.signatures.append(DsseSignature.model_validate(_signature(key, payload)))
+        write_envelope(envelope_path, envelope)
+    return keyid(key.public_key())
 
 
 @dataclass(frozen=True)
@@ -165,7 +158,6 @@ class VerifyReport:
     """Keys that had to sign and did not (all keys with `require_all`, else all when none signed)."""
     statement: Statement | None = None
     predicate: RunPredicate | None = None
-    payload: bytes = b""
 
     @property
     def problems(self) -> list[str]:
@@ -181,8 +173,7 @@ class VerifyReport:
 
 
 def safe_name(name: Any) -> bool:
-    """A subject name that names a file inside the dossier directory: a relative POSIX path
-    (`results.json`, `samples/numbers.jsonl`) with no empty, `.` or `..` part and no backslash."""
+    """A relative POSIX path inside the dossier directory: no empty, `.` or `..` part, no backslash."""
     if not isinstance(name, str) or not name or "\\" in name or name.startswith("/"):
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
@@ -201,8 +192,7 @@ def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], 
         if not path.is_file():
             failures.append(f"{name}: signed file is missing")
             continue
-        actual = sha256_file(path)
-        if actual != digest:
+        if (actual := sha256_file(path)) != digest:
             failures.append(f"{name}: sha256 {actual} does not match the signed {digest}")
             continue
         matched.append(name)
@@ -211,9 +201,9 @@ def check_files(directory: Path, signed: Mapping[str, str], matched: list[str], 
 def _check_subjects(directory: Path, stmt: Statement, pred: RunPredicate | None, report: VerifyReport) -> None:
     signed = stmt.files()
     commits = [s.digest["gitCommit"] for s in stmt.subject if "gitCommit" in s.digest]
-    odd = [s.name for s in stmt.subject if "gitCommit" not in s.digest and "sha256" not in s.digest]
-    for name in odd:
-        report.failures.append(f"subject {name!r}: not a file name with a sha256 digest")
+    for s in stmt.subject:
+        if "gitCommit" not in s.digest and "sha256" not in s.digest:
+            report.failures.append(f"subject {s.name!r}: not a file name with a sha256 digest")
     check_files(directory, signed, report.matched, report.failures)
     manifest_file = pred.manifest.file if pred is not None else None
     if not manifest_file:
@@ -229,8 +219,7 @@ def _check_subjects(directory: Path, stmt: Statement, pred: RunPredicate | None,
             return
         if pred is not None:
             _check_consistency(pred, results, signed.get(manifest_file or ""), commits, report)
-            claimed = pred.evidence_sha256
-            if claimed is not None and claimed != evidence_digest(results, signed):
+            if pred.evidence_sha256 is not None and pred.evidence_sha256 != evidence_digest(results, signed):
                 report.failures.append(
                     "evidenceSha256: the signed evidence digest differs from the one the signed files give"
                 )
@@ -280,14 +269,12 @@ def verify_envelope(
     except ValueError as err:
         report.failures.append(str(err))
         return report
-    report.payload = payload
     report.expect("payloadType", envelope.payloadType, PAYLOAD_TYPE)
     matched: set[int] = set()
     unsigned: list[Signer] = []
     for label, key in keys.items():
         hits = [i for i, sig in enumerate(envelope.signatures) if verifies(key, payload, sig.sig, envelope.payloadType)]
-        signer = Signer(label=label, keyid=keyid(key), index=hits[0] if hits else -1)
-        (report.signed_by if hits else unsigned).append(signer)
+        (report.signed_by if hits else unsigned).append(Signer(label, keyid(key), hits[0] if hits else -1))
         matched.update(hits)
     report.other_signatures = [sig.keyid or "?" for i, sig in enumerate(envelope.signatures) if i not in matched]
     if not envelope.signatures:

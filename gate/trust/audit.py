@@ -1,13 +1,7 @@
-"""Auditing the ledger offline: verify every record, and trace a deployed change to its evidence.
-
-`verify_ledger` checks the hash chain and checkpoints, then judges each entry on its own by role
-(a run by a run signer, an approval by an approver of that change, a waiver by a key allowed to
-waive that check for that long, a revocation by a revoker, none by a revoked key). A broken chain
-fails the audit; an untrusted entry counts for nothing but does not stop the audit of other runs.
-
-`trace` goes from a commit or digest to the runs, their dossiers, approvals and waivers, verifying
-each by role under the verifier's trust policy (never the run's), and holds the ledger to the
-receipts the dossier keeps (ledger.json, approval.json).
+"""Auditing the ledger offline: `verify_ledger` checks the hash chain and checkpoints, then judges
+each entry on its own by role (an untrusted entry counts for nothing but does not stop the audit);
+`trace` goes from a commit or digest to the runs, their dossiers, approvals and waivers, verified
+under the verifier's trust policy, and holds the ledger to the receipts the dossier keeps.
 """
 
 from __future__ import annotations
@@ -138,8 +132,7 @@ def verify_ledger(
         if entry.kind == RUN_KIND:
             statements[entry.seq] = str(entry.dossier.get("statement_sha256"))
         report.kinds[entry.seq] = entry.kind
-        problems = entry_problems(entry, statements, trust, revoked)
-        if problems:
+        if problems := entry_problems(entry, statements, trust, revoked):
             report.untrusted[entry.seq] = problems
         if entry.kind == WAIVER_KIND and entry.seq in revoked.waivers:
             report.history[entry.seq] = [f"it was {revoked.waivers[entry.seq].says()}: it no longer applies"]
@@ -252,8 +245,7 @@ def standing_runs(traces: list[RunTrace]) -> list[RunTrace]:
 
 
 def _check_recorded_files(trace: RunTrace) -> bool:
-    run, out = trace.run, trace.dossier
-    dossier = run.dossier
+    out, dossier = trace.dossier, trace.run.dossier
     add = trace.findings.append
     if not out.is_dir():
         add(Finding(False, f"dossier {out} not found (copy it here or pass --dossier DIR)"))
@@ -279,10 +271,8 @@ def _check_recorded_files(trace: RunTrace) -> bool:
 def trace(
     ledger: Ledger, ref: str, *, trust: Trust, dossier: Path | None = None, policy_dirs: list[Path] | None = None
 ) -> tuple[AuditReport, list[RunTrace]]:
-    """From a commit or digest to each matching run's dossier, approvals and waivers, all verified by
-    role; each run's policy files and baseline re-judged as main's (`policy_dirs`: main's site policies).
-
-    A commit no run names may land runs' commits (merge, squash, rebase: gate.trust.landing)."""
+    """From a commit or digest (or a commit that lands a run's: gate.trust.landing) to each matching run's
+    dossier, approvals and waivers, verified by role (`policy_dirs`: main's site policies)."""
     report = verify_ledger(ledger, trust=trust)
     revoked = read_revocations(ledger, trust, upto=report.chain.verified)
     traces = []
@@ -293,8 +283,7 @@ def trace(
     for run in runs:
         out = dossier or Path(str(run.dossier.get("dir", "")))
         item = RunTrace(run=run, dossier=out)
-        later = _superseded_by(ledger, run, out)
-        if later is not None:
+        if (later := _superseded_by(ledger, run, out)) is not None:
             previous = Path(f"{out}{PREVIOUS_SUFFIX}")
             if _holds(previous, run):  # the re-run kept it aside: judge it there
                 item.dossier = out = previous
@@ -302,33 +291,28 @@ def trace(
                 item.superseded_by = later
                 traces.append(item)
                 continue
-        statement = str(run.dossier.get("statement_sha256"))
-        item.approvals = approvals_for(ledger, statement, run.dossier.get("evidence_sha256"))
+        item.approvals = approvals_for(
+            ledger, str(run.dossier.get("statement_sha256")), run.dossier.get("evidence_sha256")
+        )
         item.approvals += landed_approvals(ledger.entries(APPROVAL_KIND), item.approvals, out, run_commit(run))
         item.waivers = waivers_for(ledger, run)
         recorded_commit = (run.body.get("change") or {}).get("commit")
         if run.seq in landed:
             item.findings.append(Finding(True, landed[run.seq].text))
         if _check_recorded_files(item):
-            inputs = [ApprovalInput.of_entry(a) for a in item.approvals]
-            asked = ref if ref_matches(recorded_commit, ref) else None
             item.check = check_run(
                 out,
                 trust,
-                commit=asked,
+                commit=ref if ref_matches(recorded_commit, ref) else None,
                 revocations=revoked,
                 run_time=run.time,
-                approvals=inputs,
+                approvals=[ApprovalInput.of_entry(a) for a in item.approvals],
                 policy_dirs=policy_dirs,
             )
             judge_waivers(item.check, ledger, trust, run.time)
-            signed = item.check.commit
-            if recorded_commit and signed != recorded_commit:
-                item.findings.append(
-                    Finding(
-                        False, f"the ledger entry says commit {recorded_commit}, the signed commit {signed} differs"
-                    )
-                )
+            if recorded_commit and item.check.commit != recorded_commit:
+                says = f"the ledger entry says commit {recorded_commit}, the signed commit {item.check.commit} differs"
+                item.findings.append(Finding(False, says))
             try:
                 held += held_checkpoints(out)
             except (ValueError, KeyError, TypeError, ValidationError, InputError):

@@ -1,15 +1,9 @@
 """Signed, bound baselines: who recorded main's reference answers, for which commit.
 
-`gate record` seals baseline.json (`seal_baseline`): it gains `commit` (the manifest's
-`change.commit`, else the CI's, else `git rev-parse HEAD`) and `signature`, a detached Ed25519
-signature by the run key (domain `gate-baseline/v1`) over everything else: the header and the index
-naming every stored answer by sha256.
-
-A replay (`adapter: recorded`) first calls `require_trusted_baseline`, which refuses (InputError,
-exit 2, nothing run) a header that is malformed, whose key is not the one recomputed from what it
-states, that is unsigned or not signed by a run signer of the verifier's trust policy, that is bound
-to another commit than main's (`main_commit`), or that was signed for another manifest. The run
-then signs what it replayed, so `gate verify` re-judges the signer (gate.trust.verify_run).
+`seal_baseline` (`gate record`) binds baseline.json to a commit and signs everything else with the
+run key (domain `gate-baseline/v1`). A replay first calls `require_trusted_baseline`, which refuses
+(InputError, nothing run) a header that is malformed, mis-keyed, unsigned, not signed by a run
+signer, bound to another commit than main's (`main_commit`), or signed for another manifest.
 """
 
 from __future__ import annotations
@@ -26,9 +20,8 @@ from gate._util.digest import ref_matches
 from gate._util.limited import read_regular
 from gate.core.baseline_format import FORMAT, HEADER, git_commit, read_json, reference_key
 from gate.errors import InputError
-from gate.trust.keys import load_private_key
+from gate.trust.keys import load_private_key, sign_statement, verify_statement
 from gate.trust.policy import Trust
-from gate.trust.signing import sign_statement, verify_statement
 
 BASELINE_DOMAIN = "gate-baseline/v1"
 ENV_BASELINE_COMMIT = "GATE_BASELINE_COMMIT"
@@ -66,8 +59,7 @@ def recording_commit(manifest: Path, cwd: Path | None = None) -> str:
     from gate.core.load import load_manifest
 
     change = load_manifest(manifest).manifest.change.with_ci_commit()
-    commit = change.commit or git_commit(cwd or Path.cwd())
-    if not commit:
+    if not (commit := change.commit or git_commit(cwd or Path.cwd())):
         raise InputError(
             str(manifest),
             "a baseline is bound to the commit it was recorded from, and none is known: set change.commit, "
@@ -121,18 +113,15 @@ def require_trusted_baseline(
         raise InputError(
             path, "its key is not the one recomputed from the identity, adapter and options it states", field="key"
         )
-    signature = doc.get("signature")
-    if not isinstance(signature, dict):
+    if not isinstance(signature := doc.get("signature"), dict):
         raise InputError(
             path, "the baseline is unsigned: record it with `gate record --sign-key KEY`", field="signature"
         )
     if trust is None:
         raise InputError(path, "a recorded baseline needs a trust policy naming its run signers (--trust)")
-    bad = verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys()))
-    if bad:
+    if bad := verify_statement(signature, BASELINE_DOMAIN, _signed_part(doc), list(trust.run_signer_keys())):
         raise InputError(path, f"{bad} (run signers of {trust.path})", field="signature")
-    want = main_commit(commit)
-    if want is None:
+    if (want := main_commit(commit)) is None:
         raise InputError(
             path,
             f"say which commit is main's: gate run --baseline-commit SHA, ${ENV_BASELINE_COMMIT}, "

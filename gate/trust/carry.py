@@ -52,10 +52,8 @@ def carry_over(
     *,
     final_dir: Path | None = None,
 ) -> Carried | None:
-    """After a signed awaiting-approval run is written into DIR: write the ledger's approvals of the
-    same evidence that count (as in `gate verify`) into DIR as `gate approve` would, approval.dsse.json
-    signed by the run's key. None when there is nothing to look at (another verdict, no evidence
-    digest, no ledger file, no trust policy)."""
+    """Write the ledger's approvals of the same evidence that count into DIR, as `gate approve` would
+    (approval.dsse.json signed by the run's key); None when there is nothing to look at."""
     run = read_run_statement(directory)
     trust = find_trust(trust_path)
     if run.predicate.verdict != "awaiting-approval" or run.evidence is None or trust is None:
@@ -79,12 +77,10 @@ def carry_over(
                     continue
                 evidence = landed.evidence
             check = verify_approval(found, expected_statement=run.sha256, expected_evidence=evidence)
-            problems = approval_problems(check, trust, revoked, entry.time, [run_key])
-            if problems:
+            if problems := approval_problems(check, trust, revoked, entry.time, [run_key]):
                 notes.append(f"approval #{entry.seq} by {check.approver or '?'} does not count: {'; '.join(problems)}")
                 continue
-            checkpoint = ledger.checkpoint(entry.seq)
-            if checkpoint is None:
+            if (checkpoint := ledger.checkpoint(entry.seq)) is None:
                 notes.append(f"approval #{entry.seq}: no signed checkpoint covers it")
                 continue
             assert found is not None  # it verified

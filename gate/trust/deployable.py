@@ -1,21 +1,16 @@
-"""Whether a verified run may be deployed: its waivers re-judged under the verifier's trust policy.
-
-A run applies the waivers its own trust policy allowed (a pull request's, if it edited trust.yaml).
-`gate verify --ledger` and `gate audit trace` judge every waived check again from the ledger under
-main's policy: signed, allowed, not revoked, scoped to the exact manifest, granted before the run
-and active on its day, with enough distinct signers for a deny check. A waiver that does not count
-leaves the run authentic but not deployable (exit 7 unless `--any-verdict`).
-"""
+"""Whether a verified run may be deployed: its waivers re-judged from the ledger under the verifier's
+trust policy (a run applied those its own policy allowed, a pull request's if it edited trust.yaml).
+A waiver that does not count leaves the run authentic but not deployable."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
 from gate.core.result import CheckResult
 from gate.trust.ledger import Ledger
 from gate.trust.ledger_store import LedgerError
 from gate.trust.policy import Trust
-from gate.trust.run_check import Finding, RunCheck
+from gate.trust.run_check import RunCheck
 from gate.trust.verify_run import read_results, waived_checks
 from gate.trust.waivers import RecordedWaiver, verified_waivers
 
@@ -24,16 +19,15 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
     if not out.waived or out.statement is None:
         out.waivers_count = True if not out.waived else out.waivers_count
         return
-    add = out.findings.append
     try:
         judged = verified_waivers(ledger, trust)
     except LedgerError as err:
-        add(Finding(False, f"waivers: {err}"))
+        out.add(False, f"waivers: {err}")
         out.waivers_count = False
         return
     results = read_results(out.directory)
     if results is None:  # it named waived checks, so it was read: only a file changed since fails here
-        add(Finding(False, "waivers: results.json is no longer readable"))
+        out.add(False, "waivers: results.json is no longer readable")
         out.waivers_count = False
         return
     name = str(results.manifest.get("name"))
@@ -42,7 +36,7 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
     try:
         day = datetime.fromisoformat(when).date()
     except ValueError:
-        add(Finding(False, f"waivers: the run's time {when!r} is not a time"))
+        out.add(False, f"waivers: the run's time {when!r} is not a time")
         out.waivers_count = False
         return
     counted = True
@@ -52,18 +46,14 @@ def judge_waivers(out: RunCheck, ledger: Ledger, trust: Trust, run_time: str | N
             for w in judged
             if w.grant.check == check.check and w.grant.manifest_name == name and w.grant.manifest_sha256 == sha
         ]
-        ok, why = _covers(mine, check, trust, day.isoformat(), when)
-        add(Finding(True if ok else None, f"waiver of {check.check}: {why}"))
+        ok, why = _covers(mine, check, trust, day, when)
+        out.add(True if ok else None, f"waiver of {check.check}: {why}")
         counted = counted and ok
     out.waivers_count = counted
 
 
-def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, day: str, when: str) -> tuple[bool, str]:
-    from datetime import date
-
-    on = date.fromisoformat(day)
-    before = [w for w in waivers if w.granted_at <= when]
-    good = [w for w in before if w.problem is None and w.active_on(on)]
+def _covers(waivers: list[RecordedWaiver], check: CheckResult, trust: Trust, on: date, when: str) -> tuple[bool, str]:
+    good = [w for w in waivers if w.granted_at <= when and w.problem is None and w.active_on(on)]
     need = trust.policy.required_waiver_approvals if check.severity == "deny" else 1
     signers = sorted({w.signer for w in good})
     if len(signers) >= need:

@@ -1,20 +1,10 @@
 """The evidence digest: what an approval of an approximate change binds to, beyond one dossier.
 
-A dossier's digest (the sha256 of its signed statement) changes on every run: results.json's times
-and clocks differ each time. An approval binds to the run statement it was given AND to the run's
-**evidence digest**: the sha256 of a canonical document (`evidence_document`) of what the verdict
-rests on, built from the signed results.json and sample files: the manifest's name and sha256, the
-commit (a new commit needs a new approval), the plan with each policy file's path written as
-`policy:SHA256` (bound by content, not install location), the policy digests and site-policy
-changes, each path's identity and the data set fingerprints, the replayed baseline, each check's
-outcome (`pass` and `warn` both read `held`, as the verdict reads them) with its negative controls'
-outcomes (not for step 6, whose clocks differ on every run) and, for the envelope checks, each
-measured bound and the held/sample counts; the sample files' sha256, the verdict, and the declared
-known bugs with their dispositions (only when the manifest declares any).
-
-So an identical re-run of an approved change has the same evidence digest, and `gate run` finds the
-approval in the ledger (gate.trust.carry); any change to any of it needs a new approval. A verifier
-recomputes the digest from the signed files.
+A dossier's digest changes on every run (times and clocks differ); the evidence digest is the sha256
+of a canonical document (`evidence_document`) of what the verdict rests on, from the signed
+results.json and sample files, with each policy file's path written as `policy:SHA256`. So an
+identical re-run of an approved change has the same evidence digest and `gate run` finds its
+approval in the ledger (gate.trust.carry); any change to any of it needs a new approval.
 """
 
 from __future__ import annotations
@@ -84,8 +74,7 @@ def _without_paths(value: Any, results: Mapping[str, Any]) -> Any:
     text = json.dumps(value, sort_keys=True)
     policies = sorted(results.get("policies") or [], key=lambda d: -len(str(d.get("path") or "")))
     for policy in policies:  # longest first, so no path is a prefix of one replaced later
-        path = str(policy.get("path") or "")
-        if path:
+        if path := str(policy.get("path") or ""):
             text = text.replace(json.dumps(path)[1:-1], f"policy:{policy.get('sha256')}")
     return json.loads(text)
 

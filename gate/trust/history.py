@@ -1,8 +1,5 @@
-"""`gate history`: each check's status and key measure across a ledger's runs, with approvals.
-
-Run entries carry each check's status; the measures come from the results.json of the dossier
-directory each entry records, when it is still there. Runs are in ledger order.
-"""
+"""`gate history`: each check's status and key measure across a ledger's runs, with approvals (the
+measures from each recorded dossier's results.json, while it is still there)."""
 
 from __future__ import annotations
 
@@ -95,10 +92,8 @@ def recorded_dossier(body: Mapping[str, Any]) -> tuple[GateResult | None, str]:
 def _thresholds(evidence: Mapping[str, Any]) -> dict[str, float]:
     found = {}
     for envelope in evidence.get("envelopes") or []:
-        if isinstance(envelope, Mapping):
-            value = as_float(envelope.get("threshold"))
-            if value is not None:
-                found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
+        if isinstance(envelope, Mapping) and (value := as_float(envelope.get("threshold"))) is not None:
+            found[f"{envelope.get('slice')}.{envelope.get('metric')}.bound"] = value
     return found
 
 
@@ -195,13 +190,9 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
     """The history of a manifest (its name or file) or of a check, across the ledger's runs."""
     runs = [e for e in entries if e.kind == RUN_KIND]
     name = _manifest_name(selector) or selector
-    mine = manifest_runs(runs, name)
-    if mine:
+    if mine := manifest_runs(runs, name):
         rows = [run_row(e) for e in mine]
-        checks: dict[str, None] = {}
-        for row in rows:
-            checks.update(dict.fromkeys(row.checks))
-        history = History(selector=name, mode="manifest", ledger=ledger, runs=rows, checks=list(checks))
+        history = History(name, "manifest", ledger, rows, list(dict.fromkeys(c for row in rows for c in row.checks)))
     else:
         having = [
             e
@@ -212,9 +203,7 @@ def build_history(entries: list[Entry], selector: str, ledger: str) -> History:
             raise InputError(
                 str(ledger), f"no run of a manifest or check named {selector!r} is recorded in this ledger"
             )
-        history = History(
-            selector=selector, mode="check", ledger=ledger, runs=[run_row(e) for e in having], checks=[selector]
-        )
+        history = History(selector, "check", ledger, [run_row(e) for e in having], [selector])
     _mark_approvals(history, entries)
     return history
 

@@ -44,8 +44,7 @@ class HistoryPlot:
 
 
 def history_plot(series: Series, runs: int, first_failing: int | None = None) -> HistoryPlot:
-    """`series` over `runs` positions (a run without the measure leaves its place empty); a dashed
-    line at position `first_failing`, the first failing run."""
+    """`series` over `runs` positions, with a dashed line at the first failing run's."""
     left, right, top, bottom = HistoryPlot.left, HistoryPlot.right, HistoryPlot.top, HistoryPlot.bottom
     values = [v for _, _, v in series.values if math.isfinite(v)]
     if series.threshold is not None:
@@ -94,8 +93,7 @@ def history_plot(series: Series, runs: int, first_failing: int | None = None) ->
 def _cell(point: CheckPoint | None) -> str:
     if point is None:
         return "—"
-    shown = ", ".join(number(v) for v in point.measures.values())
-    return f"{point.status} {shown}".strip()
+    return f"{point.status} {', '.join(number(v) for v in point.measures.values())}".strip()
 
 
 def render_text(history: History) -> str:
@@ -122,8 +120,7 @@ def render_text(history: History) -> str:
             notes.append("approved by " + ", ".join(run.approvals))
         if notes:
             lines.append(f"  run #{run.seq}: " + "; ".join(notes))
-    failing = history.first_failing
-    if failing is None:
+    if (failing := history.first_failing) is None:
         lines.append("no failing run")
     else:
         where = ""

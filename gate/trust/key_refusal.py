@@ -1,8 +1,6 @@
 """Why a key may not sign what it is asked to sign (`gate approve --key`, `gate run --sign-key`), in
 one line before anything is written: unknown to the trust policy, its owner without the role, or
-revoked. Each line names the key id, the policy file, who holds the role and, for a revoked key, who
-revoked it when and which of the owner's keys still signs.
-"""
+revoked."""
 
 from __future__ import annotations
 
@@ -36,11 +34,9 @@ def unknown_key(trust: Trust, keyid: str) -> str | None:
 def approver_refusal(
     trust: Trust, keyid: str, name: str | None, intervention: str | None, claim: str | None
 ) -> str | None:
-    unknown = unknown_key(trust, keyid)
-    if unknown:
+    if unknown := unknown_key(trust, keyid):
         return f"{unknown}: approve with an approver's key"
-    bad = trust.approver_problem(keyid, name, intervention, claim)
-    if bad is None:
+    if (bad := trust.approver_problem(keyid, name, intervention, claim)) is None:
         return None
     owner = trust.name_of(keyid)
     may = [
@@ -85,6 +81,5 @@ def check_sign_key(sign_key: Path, trust_path: Path | None, ledger: Path | None)
         return
     with Ledger.open(ledger, writable=False, create=False) as opened:
         revoked = read_revocations(opened, trust)
-    gone = revoked.key(mine, now_utc())
-    if gone is not None:
+    if (gone := revoked.key(mine, now_utc())) is not None:
         raise InputError("--sign-key", f"{sign_key}: {revoked_refusal(trust, mine, gone, revoked)} (ledger {ledger})")

@@ -1,19 +1,10 @@
 """Whether a commit lands an approved (or verified) commit unchanged: merge, squash or rebase.
 
-A pull request is gated, and approved, at its head commit; main deploys the commit that lands it.
-A dossier of the head stands for the landed commit when git says it holds exactly what was judged:
-
-* **merge**: a merge one of whose non-first parents is the judged commit itself (a commit pushed
-  after it does not count), whose tree is git's clean merge of its parents (`git merge-tree
-  --write-tree`, git 2.38+): a merge that resolved conflicts by hand or added changes of its own
-  holds code nobody gated;
-* **squash** or **rebase**: the judged commit's tree, or the judged change as a patch: `git patch-id`
-  of the judged commit against its merge base equals that of the landed commit against its first
-  parent (squash) or as many first parents back as the change had commits (rebase).
-
-Nothing else is excused: the dossier (or, for a run of the landed commit, its evidence with the
-commit put back to the judged one) must still be what was verified or approved. Git is read from
-the repository gate runs in, never a network.
+A dossier of a pull request's head stands for the commit that lands it only when git says that
+commit holds exactly what was judged: a **merge** whose non-first parent is the judged commit and
+whose tree is git's clean merge of its parents (`git merge-tree --write-tree`, git 2.38+); a
+**squash** or **rebase** with the judged commit's tree, or the same `git patch-id` as the judged
+change. Git is read from the repository gate runs in, never a network.
 """
 
 from __future__ import annotations
@@ -67,8 +58,7 @@ def resolve(commit: str, repo: Path | None = None) -> str | None:
 
 
 def _patch_id(repo: Path, base: str, tip: str) -> str | None:
-    diff = _git(repo, "diff", "--binary", base, tip)
-    if not diff:
+    if not (diff := _git(repo, "diff", "--binary", base, tip)):
         return None
     out = _git(repo, "patch-id", "--stable", stdin=diff + "\n")
     return out.split()[0] if out else None
@@ -158,13 +148,11 @@ def landed_runs(runs: Iterable[Entry], ref: str, repo: Path | None = None) -> di
     seen: dict[str, Landing | None] = {}
     found: dict[int, Landing] = {}
     for run in runs:
-        commit = run_commit(run)
-        if not commit:
+        if not (commit := run_commit(run)):
             continue
         if commit not in seen:
             seen[commit] = landing(commit, ref, repo)[0]
-        hit = seen[commit]
-        if hit is not None:
+        if (hit := seen[commit]) is not None:
             found[run.seq] = hit
     return found
 
@@ -185,8 +173,7 @@ def approval_landing(
     record: ApprovalRecord | None, directory: Path, commit: str | None, run: RunStatement | None = None
 ) -> LandedApproval | None:
     """When `record` approved another commit (same manifest) that `commit`, DIR's run's, lands: DIR's
-    evidence digest with the approved commit in place of its own. The approval counts only if it
-    names exactly that digest: everything but the commit must be what the approver signed."""
+    evidence digest with the approved commit in place of its own, which the approval must name."""
     if record is None or not commit or not record.evidence_sha256:
         return None
     try:
@@ -204,8 +191,7 @@ def approval_landing(
 
 
 def landed_approvals(approvals: Iterable[Entry], have: list[Entry], directory: Path, commit: str | None) -> list[Entry]:
-    """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands, with the
-    same evidence but the commit."""
+    """The approval entries, beyond `have`, of a commit that `commit` (DIR's run's) lands."""
     try:
         run = read_run_statement(directory)
     except ApprovalRefused:

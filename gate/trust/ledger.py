@@ -1,23 +1,14 @@
 """The audit ledger: an append-only hash chain, with a signed checkpoint after every append.
 
 Entry `n` stores its canonical JSON body and hash_n = sha256(ENTRY_TAG || n (u64 big-endian) ||
-hash_{n-1} || body), hash_0 = 32 zero bytes: fixed widths, so no two (n, prev, body) triples hash the
-same input, and editing, deleting, reordering or inserting an entry breaks the chain there.
+hash_{n-1} || body), hash_0 = 32 zero bytes: editing, deleting, reordering or inserting an entry
+breaks the chain there. Every append also signs a checkpoint (origin, size, head, time) with the
+ledger's Ed25519 key in the same transaction; anyone holding an earlier one can check the ledger
+still holds that prefix. Storage is gate.trust.ledger_store.
 
-Every append also signs a checkpoint (origin, size, head hash, time) with the ledger's Ed25519 key,
-in the same transaction. Anyone holding an earlier checkpoint (`gate audit checkpoint`, a dossier's
-`ledger.json` or `approval.json`) can check that the ledger still holds that exact prefix:
-truncation, or a wholesale rewrite re-signed under a new key, is detected. Storage is
-gate.trust.ledger_store (SQLite file or PostgreSQL database, one writer at a time).
-
-The origin is pinned: an SQLite ledger keeps its latest checkpoint in `<ledger>.pin` beside it.
-Opening a ledger whose file is gone or empty, whose origin differs, or that holds fewer entries than
-the pin acknowledges, or another head, is refused with one line naming what was lost: never a
-silent new ledger where one existed. For PostgreSQL the operator keeps the pin: `$GATE_LEDGER_PIN`
-names a pin file and/or `$GATE_LEDGER_ORIGIN` the ledger's origin. With either set, a database that
-holds no gate ledger (emptied, dropped, a mistyped URL) or another origin is refused instead of
-created; with the origin pinned, an empty ledger is refused too (entries deleted while gate_meta
-survived would restart from entry 1). Only a pin file catches a ledger cut back to fewer entries
+The origin is pinned (`<ledger>.pin` beside an SQLite file; `$GATE_LEDGER_PIN` and/or
+`$GATE_LEDGER_ORIGIN` for PostgreSQL): a ledger that is gone, empty, another, shorter than the pin
+or with another head is refused with one line naming what was lost, never silently started anew
 (docs/reliability.md, "What each pin catches").
 """
 
@@ -36,11 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gate._util.atomic import write_bytes_atomic
 from gate._util.clock import now_utc
-from gate.trust.keys import keyid, load_private_key, public_key_b64, public_key_from_b64
+from gate.trust.keys import canonical_json, keyid, load_private_key, public_key_b64, public_key_from_b64
 from gate.trust.ledger_paths import ENV_LEDGER, ENV_LEDGER_KEY, resolve_key_path
 from gate.trust.ledger_paths import ensure_ledger_key as ensure_ledger_key
 from gate.trust.ledger_paths import run_ledger_choice as run_ledger_choice
-from gate.trust.ledger_postgres import PostgresStore
 from gate.trust.ledger_records import (
     ENV_LEDGER_ORIGIN,
     PIN_SUFFIX,
@@ -58,8 +48,7 @@ from gate.trust.ledger_records import Receipt as Receipt
 from gate.trust.ledger_records import entry_hash as entry_hash
 from gate.trust.ledger_records import read_pin as read_pin
 from gate.trust.ledger_store import LedgerError as LedgerError
-from gate.trust.ledger_store import LedgerStore, LedgerURL, SqliteStore, is_url
-from gate.trust.signing import canonical_json
+from gate.trust.ledger_store import LedgerStore, LedgerURL, PostgresStore, SqliteStore, is_url
 
 LEDGER_VERSION = 1
 GENESIS = "00" * 32
@@ -76,14 +65,10 @@ class Ledger:
 
     @classmethod
     def open(cls, path: Path, *, key_path: Path | None = None, create: bool = True, writable: bool = True) -> Ledger:
-        """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`).
-
-        `writable` loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key`
-        generated on first use); a read-only open needs no key."""
+        """Open (and on first use create) the ledger at `path` (a file, or `postgresql://...`); `writable`
+        loads the checkpoint key (`key_path`, $GATE_LEDGER_KEY, or `<ledger>.key` made on first use)."""
         if not is_url(path):
-            pinned = read_pin(path)
-            missing = not path.is_file() or path.stat().st_size == 0
-            if missing and pinned is not None:
+            if (pinned := read_pin(path)) is not None and (not path.is_file() or path.stat().st_size == 0):
                 raise LedgerError(
                     f"{path}: the ledger is missing or empty, but {path.name}{PIN_SUFFIX} pins ledger {pinned.origin} "
                     f"at {pinned.size} entries: refusing to start a new one (restore the file, or move the pin "
@@ -164,8 +149,7 @@ class Ledger:
                 f"{self.location}: the database holds no gate ledger, but {said}: refusing to start a new one "
                 "(a mistyped URL, or the ledger emptied or dropped: restore it, or unset the pin to start anew)"
             )
-        expected = pinned.origin if pinned is not None else wanted
-        if origin != expected:
+        if origin != (pinned.origin if pinned is not None else wanted):
             raise LedgerError(f"{self.location}: this is ledger {origin}, but {said}: another ledger")
         if pinned is None and self._store.size() == 0:
             # an origin is pinned from a ledger's checkpoints (`gate audit checkpoint`), so this one
@@ -208,8 +192,7 @@ class Ledger:
                 )
 
     def _meta(self, key: str) -> str:
-        value = self._store.meta(key)
-        if value is None:
+        if (value := self._store.meta(key)) is None:
             raise LedgerError(f"{self.location}: not a gate ledger (no {key} recorded)")
         return value
 

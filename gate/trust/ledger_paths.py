@@ -42,8 +42,7 @@ def named_ledger(explicit: Path | None) -> tuple[Path, str] | None:
 def run_ledger_choice(explicit: Path | None) -> tuple[Path | None, str]:
     """The ledger `gate run` records to (--ledger, $GATE_LEDGER, or ./.gate/ledger.sqlite if it exists:
     never created by a run) and why that one, in words `gate run` prints; (None, "") for none."""
-    named = named_ledger(explicit)
-    if named is not None:
+    if (named := named_ledger(explicit)) is not None:
         return named
     if DEFAULT_LEDGER.is_file():
         return DEFAULT_LEDGER, f"the default ledger: {DEFAULT_LEDGER} exists in this directory; --ledger names another"

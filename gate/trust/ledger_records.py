@@ -129,8 +129,7 @@ def pinned_origin(ledger_path: Path) -> str | None:
 
 
 def read_pin(ledger_path: Path) -> Checkpoint | None:
-    path = pin_path(ledger_path)
-    if path is None:
+    if (path := pin_path(ledger_path)) is None:
         return None
     if not path.exists() and not path.is_symlink():
         return None
@@ -144,8 +143,7 @@ def read_pin(ledger_path: Path) -> Checkpoint | None:
 
 def advance_pin(ledger_path: Path, checkpoint: Checkpoint) -> None:
     """Write `checkpoint` as the pin unless it already covers more (appends race; the pin only grows)."""
-    path = pin_path(ledger_path)
-    if path is None:
+    if (path := pin_path(ledger_path)) is None:
         return
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -1,14 +1,13 @@
-"""Where the ledger's rows live: SQLite (embedded default) or PostgreSQL (shared by a CI fleet).
+"""Where the ledger's rows live: SQLite (embedded default) or PostgreSQL (psycopg 3, shared by a CI fleet).
 
-The Ledger (gate.trust.ledger) owns the hash chain and the signed checkpoints; a store only keeps
-three tables (meta, entries, checkpoints) and runs one append at a time: `store.append(build)` calls
-build(last_seq, last_hash) inside one transaction under the writer lock and inserts both rows.
-
-SQLite durability (docs/reliability.md): WAL, `synchronous=FULL`, and a `wal_checkpoint(TRUNCATE)`
-after every append, so losing the WAL loses nothing acknowledged. A WAL removed while the ledger is
-open is detected before the next write; a WAL whose header does not belong to the database is named
-before SQLite could replay it. Every SQLite error becomes one LedgerError line, exit 2.
-PostgreSQL is gate.trust.ledger_postgres.
+A store keeps three tables (meta, entries, checkpoints) and runs one append at a time:
+`store.append(build)` calls build(last_seq, last_hash) in one transaction under the writer lock and
+inserts both rows. SQLite (docs/reliability.md): WAL, `synchronous=FULL` and a
+`wal_checkpoint(TRUNCATE)` after every append; a WAL removed while open, or foreign to the database,
+is refused. Every SQLite error becomes one LedgerError line, exit 2. PostgreSQL appends take a
+transaction-scoped advisory lock (writers queue in the database; readers never wait), commits are
+synchronous, triggers refuse UPDATE, DELETE and TRUNCATE, and a team grants its CI role INSERT and
+SELECT only.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path, PosixPath
 from time import monotonic, sleep
 from typing import Any, Protocol
@@ -152,9 +151,8 @@ _WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
-    """Put the database in WAL mode. Switching the journal mode takes an exclusive lock, and SQLite
-    answers "database is locked" at once, without its busy handler, while another process is
-    creating or switching the same file: retry that for up to BUSY_TIMEOUT_S."""
+    """Put the database in WAL mode, retrying "database is locked" (answered at once, without the busy
+    handler, while another process switches the same file) for up to BUSY_TIMEOUT_S."""
     deadline = monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
@@ -194,16 +192,12 @@ def foreign_wal(path: Path) -> str | None:
 
 def _malformed_page(path: Path) -> str:
     try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-        try:
+        with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
             rows = conn.execute("PRAGMA quick_check(5)").fetchall()
-        finally:
-            conn.close()
     except sqlite3.Error:
         return ""
     for (line,) in rows:
-        found = re.search(r"[Pp]age (\d+)", str(line))
-        if found:
+        if found := re.search(r"[Pp]age (\d+)", str(line)):
             return f" at page {found.group(1)}"
     return ""
 
@@ -217,8 +211,7 @@ class SqliteStore(SqlTables):
         self._tables, self._marker = "", "?"
         self._wal_ino: int | None = None
         with _sqlite_errors(self.path):
-            why = foreign_wal(path)
-            if why:
+            if why := foreign_wal(path):
                 raise LedgerError(
                     f"{path}: foreign WAL: {why}; move {path.name}-wal away (it would be replayed into the ledger)"
                 )
@@ -244,10 +237,7 @@ class SqliteStore(SqlTables):
     def _wal_still_ours(self) -> None:
         """Refuse to write when the WAL this connection uses was removed or replaced under it: SQLite
         would go on writing into a file no other process can see."""
-        if self._wal_ino is None:
-            return
-        ino = self._current_wal()
-        if ino != self._wal_ino:
+        if self._wal_ino is not None and (ino := self._current_wal()) != self._wal_ino:
             state = "was removed" if ino is None else "was replaced by another file"
             raise LedgerError(
                 f"{self.path}: {self.path.name}-wal {state} while the ledger was open; nothing more is "
@@ -282,9 +272,8 @@ class SqliteStore(SqlTables):
             self._checkpoint()
 
     def _checkpoint(self) -> None:
-        """Copy the WAL into the database file and empty it, so the WAL holds nothing acknowledged.
-        A reader in the middle of a snapshot can hold it off: retry briefly, then leave it to the
-        next append (the commit itself is already durable, synchronous=FULL)."""
+        """Copy the WAL into the database file and empty it; a reader can hold it off: retry briefly, then
+        leave it to the next append (the commit is already durable)."""
         deadline = monotonic() + 5.0
         while True:
             busy, log, done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -299,8 +288,7 @@ class SqliteStore(SqlTables):
         return rows
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
+        if (conn := getattr(self, "_conn", None)) is not None:
             with suppress(sqlite3.Error):
                 conn.close()
 
@@ -318,3 +306,79 @@ def _sqlite_errors(path: Path) -> Iterator[None]:
         raise LedgerError(f"{path}: {message}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise LedgerError(f"{path}: {err.__class__.__name__}: {err}") from None
+
+
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gate_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gate_entries (
+    seq BIGINT PRIMARY KEY, prev TEXT NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gate_checkpoints (size BIGINT PRIMARY KEY, note TEXT NOT NULL, signature TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION gate_append_only() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN RAISE EXCEPTION 'the ledger is append-only'; END $$;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'gate_entries_append_only') THEN
+        CREATE TRIGGER gate_entries_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON gate_entries
+            FOR EACH STATEMENT EXECUTE FUNCTION gate_append_only();
+        CREATE TRIGGER gate_checkpoints_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON gate_checkpoints
+            FOR EACH STATEMENT EXECUTE FUNCTION gate_append_only();
+    END IF;
+END $$;
+"""
+_SCHEMA_LOCK = 0x6761_7465  # "gate": one session creates the schema at a time
+_APPEND_LOCK = 0x6761_7466  # one session appends at a time
+
+
+class PostgresStore(SqlTables):
+    """The ledger in a PostgreSQL database (tables gate_meta, gate_entries, gate_checkpoints)."""
+
+    def __init__(self, url: str, *, writable: bool) -> None:
+        self.location = redacted(url)
+        self._tables, self._marker = "gate_", "%s"
+        try:
+            import psycopg
+        except ImportError as err:
+            raise LedgerError(
+                f"{self.location}: a PostgreSQL ledger needs psycopg: pip install 'gate[postgres]'"
+            ) from err
+        self._psycopg = psycopg
+        with _pg_errors(self):
+            self._conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
+            self._conn.read_only = not writable
+            self._conn.execute("SET synchronous_commit = on")  # acknowledged means on the server's disk
+            self._conn.commit()
+
+    def initialise(self, meta: dict[str, str]) -> None:
+        with _pg_errors(self), self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            row = self._conn.execute("SELECT to_regclass('gate_checkpoints') IS NOT NULL").fetchone()
+            if not (row and row[0]):  # the owner creates the schema once; a CI role (INSERT, SELECT) never can
+                self._conn.execute(_PG_SCHEMA)
+            for key, value in meta.items():
+                self._conn.execute("INSERT INTO gate_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+
+    def _fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        with _pg_errors(self), self._conn.transaction():
+            rows: list[tuple[Any, ...]] = self._conn.execute(sql, params or None).fetchall()
+        return rows
+
+    def append(self, build: Build) -> None:
+        with _pg_errors(self), self._conn.transaction():
+            # one appender at a time; needs no privilege beyond INSERT and SELECT (a LOCK TABLE that
+            # excludes writers would need UPDATE or DELETE); the primary key refuses a duplicate anyway
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+            self._insert_next(build)
+
+    def close(self) -> None:
+        if (conn := getattr(self, "_conn", None)) is not None:
+            conn.close()
+
+
+@contextmanager
+def _pg_errors(store: PostgresStore) -> Iterator[None]:
+    try:
+        yield
+    except store._psycopg.Error as err:
+        first = " ".join(str(err).split())
+        if "gate_meta" in first and "does not exist" in first:
+            first = f"not a gate ledger ({first})"
+        raise LedgerError(f"{store.location}: {redacted(first)}") from None

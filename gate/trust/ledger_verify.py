@@ -1,18 +1,13 @@
-"""Verifying the audit ledger: the hash chain, every stored checkpoint, and checkpoints held elsewhere.
-
-`verify_chain` stops trusting the entries at the first one that does not hash or link, then checks
-each signed checkpoint against the verified heads. A checkpoint held outside the ledger catches what
-the ledger cannot show about itself: truncation together with its checkpoints, or a wholesale
-rewrite re-signed under a new key.
-"""
+"""Verifying a ledger: the hash chain, every signed checkpoint, and checkpoints held elsewhere (which
+catch truncation with its checkpoints, or a wholesale rewrite re-signed under a new key)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
+from gate.trust.keys import canonical_json
 from gate.trust.ledger import GENESIS, Checkpoint, Entry, Ledger, entry_hash
-from gate.trust.signing import canonical_json
 
 
 @dataclass(frozen=True)
@@ -72,8 +67,7 @@ def _check_checkpoint(
     cp: Checkpoint, heads: list[str], size: int, origin: str, keyid: str, label: str
 ) -> Problem | None:
     """`heads[i]` is the verified hash of entry i (heads[0] = GENESIS)."""
-    bad = cp.verify_signature()
-    if bad:
+    if bad := cp.verify_signature():
         return Problem(min(cp.size, size + 1) or None, f"{label}: {bad}")
     if cp.keyid != keyid:
         return Problem(
@@ -98,17 +92,11 @@ def verify_chain(
     every_checkpoint: bool = True,
 ) -> ChainReport:
     """Verify the hash chain, every stored checkpoint, and any `trusted` checkpoints held elsewhere.
+    `pinned_keyids`: the keys the ledger's may be; `every_checkpoint=False` checks only the latest
+    stored signature (a verified chain under a valid signed head is already authentic).
 
-    `pinned_keyids`: the ledger's key must be one of these (else a replaced ledger would verify
-    against its own new key). `every_checkpoint=False` checks only the latest stored signature: a
-    verified chain under a valid signed head is already authentic (what `gate run` does before
-    trusting a waiver); the audit checks them all, so it can say where history diverged.
-
-    Read in an order that stays consistent while other writers append: the pin (it only grows), the
-    stored checkpoints, the entries, then the checkpoints again for the coverage of what was read. So
-    a pin or checkpoint newer than the entries read never looks like a truncation, and an entry
-    appended meanwhile never looks uncovered.
-    """
+    Read the pin, the stored checkpoints, the entries, then the checkpoints again, so concurrent
+    appends never look like a truncation or an uncovered entry."""
     problems: list[Problem] = []
     pinned = ledger.pinned()  # the latest checkpoint acknowledged to a writer (beside the file, or kept)
     early = ledger.checkpoints()
@@ -121,15 +109,13 @@ def verify_chain(
     for position, entry in enumerate(ledger.entries(), 1):
         size = position
         if len(heads) == position:  # still on the verified prefix
-            bad = _check_entry(entry, position, heads[-1])
-            if bad:
+            if bad := _check_entry(entry, position, heads[-1]):
                 problems.append(Problem(position, bad))
             else:
                 heads.append(entry.hash)
 
     def holds(cp: Checkpoint, what: str) -> bool:
-        problem = _check_checkpoint(cp, heads, size, origin, keyid, f"{what} {cp.size}")
-        if problem:
+        if problem := _check_checkpoint(cp, heads, size, origin, keyid, f"{what} {cp.size}"):
             problems.append(problem)
         return problem is None
 
@@ -144,8 +130,7 @@ def verify_chain(
                 latest + 1, f"entries {latest + 1}..{size} are covered by no signed checkpoint (written outside gate)"
             )
         )
-    missing = sorted(set(range(1, min(latest, size) + 1)) - covered)
-    if missing:
+    if missing := sorted(set(range(1, min(latest, size) + 1)) - covered):
         problems.append(Problem(missing[0], f"the checkpoint for size {missing[0]} was removed"))
     checked += sum(holds(cp, "held checkpoint") for cp in trusted or [])
     if pinned is not None:  # (not counted when it holds: it repeats a stored checkpoint)

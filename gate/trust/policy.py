@@ -1,25 +1,9 @@
-"""The trust policy as code: who may sign runs, approve, waive and revoke, and with which keys.
-
-    apiVersion: gate/trust/v1
-    people:                      # each name bound to its public keys (PEM files beside this file,
-      ci:    {keys: [keys/ci.pub]}          # or "ed25519:BASE64" raw keys)
-      alice: {keys: [keys/alice.pub]}
-    run-signers: [ci]            # keys whose attestation counts as a gate run (CI)
-    ledger-signers: [ledger]     # keys the ledger's checkpoints may be signed with (optional)
-    approvers:                   # who may approve which interventions and claims ("*": any)
-      - {people: [alice, bob], interventions: ["*"], claims: [bounded-degradation]}
-    waivers:                     # who may waive which checks, for how many days at most
-      - {people: [bob], checks: [quality-slices], max-days: 14}
-    revokers: [alice]            # who may revoke keys and waivers (default: every person)
-    required-approvals: 2        # distinct approvers an approximate change needs
-    required-waiver-approvals: 1 # distinct signers a waiver of a deny check needs
-    site-policies: [SHA256, ...] # main's site policy files (optional; `gate verify --policy-dir` names them instead)
-    known-bugs: [ID, ...]        # manifests' known-bug declarations main accepts (optional; others: not deployable)
+"""The trust policy as code (trust.yaml, every key shown in docs/audit.md): who may sign runs, approve,
+waive and revoke, and with which keys.
 
 A key belongs to one person and counts only for the roles that person holds. The policy's sha256
 (`Trust.digest`) goes into every result and ledger entry, so an audit can say which policy a record
-was written under. `Trust.from_keys` builds the same from keys given by role on the command line
-(no names: their approvals count, their names are shown as not bound).
+was written under. `Trust.from_keys` builds the same from keys given by role on the command line.
 """
 
 from __future__ import annotations
@@ -211,8 +195,7 @@ class Trust:
         return None
 
     def approver_problem(self, keyid: str, name: str | None, intervention: str | None, claim: str | None) -> str | None:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return bad
         mine = self._people_of(keyid)
         for rule in self.policy.approvers:
@@ -221,8 +204,7 @@ class Trust:
         return f"{self._who(keyid)} may not approve {intervention}/{claim} changes"
 
     def waiver_days(self, keyid: str, name: str | None, check: str) -> tuple[int | None, str | None]:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return None, bad
         mine = self._people_of(keyid)
         days = [r.max_days for r in self.policy.waivers if mine & set(r.people) and allows(r.checks, check)]
@@ -231,8 +213,7 @@ class Trust:
         return max(days), None
 
     def revoker_problem(self, keyid: str, name: str | None) -> str | None:
-        bad = self._identity_problem(keyid, name)
-        if bad:
+        if bad := self._identity_problem(keyid, name):
             return bad
         revokers = self.policy.revokers
         if revokers is not None and not self._people_of(keyid) & set(revokers):
@@ -257,38 +238,31 @@ def load_trust(path: Path) -> Trust:
     trust = Trust(policy=policy, path=str(path), sha256=hashlib.sha256(doc.text.encode()).hexdigest())
     for name, person in policy.people.items():
         for i, ref in enumerate(person.keys):
+            where = f"people.{name}.keys[{i}]"
             try:
                 kid, pub = _key_from_ref(ref, path.parent)
             except ValueError as err:
-                raise InputError(str(path), str(err), field=f"people.{name}.keys[{i}]") from None
+                raise InputError(str(path), str(err), field=where) from None
             except InputError as err:
-                raise InputError(str(path), err.message, field=f"people.{name}.keys[{i}]") from None
-            other = trust.identities.get(kid)
-            if other is not None and other.name != name:
-                raise InputError(
-                    str(path), f"key {kid[:16]} is already bound to {other.name!r}", field=f"people.{name}.keys[{i}]"
-                )
+                raise InputError(str(path), err.message, field=where) from None
+            if (other := trust.identities.get(kid)) is not None and other.name != name:
+                raise InputError(str(path), f"key {kid[:16]} is already bound to {other.name!r}", field=where)
             trust.identities[kid] = Identity(kid, pub, name)
             trust.members.setdefault(name, set()).add(kid)
     return trust
 
 
-def resolve_trust_path(explicit: Path | None) -> Path | None:
-    if explicit is not None:
-        return explicit
-    if os.environ.get(ENV_TRUST):
-        return Path(os.environ[ENV_TRUST])
-    return DEFAULT_TRUST if DEFAULT_TRUST.is_file() else None
-
-
 def find_trust(explicit: Path | None) -> Trust | None:
-    path = resolve_trust_path(explicit)
-    return load_trust(path) if path is not None else None
+    """--trust FILE, else $GATE_TRUST, else ./trust.yaml where it exists; None: none."""
+    if explicit is None and os.environ.get(ENV_TRUST):
+        explicit = Path(os.environ[ENV_TRUST])
+    if explicit is None and DEFAULT_TRUST.is_file():
+        explicit = DEFAULT_TRUST
+    return load_trust(explicit) if explicit is not None else None
 
 
 def require_trust(explicit: Path | None, what: str) -> Trust:
-    trust = find_trust(explicit)
-    if trust is None:
+    if (trust := find_trust(explicit)) is None:
         raise InputError(
             "--trust",
             f"{what} needs a trust policy naming who may do it: give --trust FILE, set {ENV_TRUST}, "

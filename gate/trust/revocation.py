@@ -1,11 +1,7 @@
-"""Revocation: a signed ledger entry that withdraws trust from a key (from a time on) or a waiver.
-
-    gate revoke --key-id KEYID [--from 2026-11-30T12:00:00+00:00] --reason TEXT --by alice --key alice.key
-    gate revoke --waiver 12 --reason TEXT --by bob --key bob.key
-
-It counts only when signed (domain "gate-revocation/v1") by a key the trust policy lets revoke.
-From then on the key's signatures made at or after `from` (the ledger time of the entry holding
-them) are invalid, and the waiver does not apply; verification says which revocation did it.
+"""Revocation: a signed ledger entry that withdraws trust from a key (from a time on) or a waiver
+(`gate revoke`). It counts only when signed (domain "gate-revocation/v1") by a key the trust policy
+lets revoke; then the key's signatures made at or after `from` are invalid, and the waiver does not
+apply.
 """
 
 from __future__ import annotations
@@ -17,10 +13,9 @@ from typing import Any
 from gate._util.clock import now_utc
 from gate._util.text import require_single_lines
 from gate.errors import InputError
-from gate.trust.keys import keyid
+from gate.trust.keys import keyid, sign_statement, verify_statement
 from gate.trust.ledger import Entry, Ledger
 from gate.trust.policy import Trust
-from gate.trust.signing import sign_statement, verify_statement
 
 REVOCATION_KIND = "revocation"
 REVOCATION_DOMAIN = "gate-revocation/v1"
@@ -55,12 +50,10 @@ def revocation_body(
 
 
 def append_revocation(ledger: Ledger, body: dict[str, Any], key: Any, trust: Trust) -> Entry:
-    bad = trust.revoker_problem(keyid(key.public_key()), body["by"])
-    if bad:
+    if bad := trust.revoker_problem(keyid(key.public_key()), body["by"]):
         raise InputError("--key", bad)
     signed = {**body, "signature": sign_statement(key, REVOCATION_DOMAIN, _signed_part(body))}
-    entry, _checkpoint = ledger.append(REVOCATION_KIND, signed)
-    return entry
+    return ledger.append(REVOCATION_KIND, signed)[0]
 
 
 @dataclass(frozen=True)
@@ -85,8 +78,7 @@ class Revocations:
 
     def key(self, keyid: str, at: str | None) -> Revoked | None:
         """The revocation that voids a signature by `keyid` made at time `at` (None: time unknown)."""
-        found = self.keys.get(keyid)
-        if found is None:
+        if (found := self.keys.get(keyid)) is None:
             return None
         if at is None or found.start is None:
             return found
@@ -102,8 +94,7 @@ def entry_problem(entry: Entry, trust: Trust | None) -> str | None:
     sig = body.get("signature")
     if not isinstance(sig, dict):
         return "the revocation is not signed"
-    bad = verify_statement(sig, REVOCATION_DOMAIN, _signed_part(body))
-    if bad:
+    if bad := verify_statement(sig, REVOCATION_DOMAIN, _signed_part(body)):
         return f"revocation signature: {bad}"
     if trust is None:
         return "no trust policy or role keys to say who may revoke"
@@ -115,8 +106,7 @@ def read_revocations(ledger: Ledger, trust: Trust | None, upto: int | None = Non
     for entry in ledger.entries(REVOCATION_KIND):
         if upto is not None and entry.seq > upto:
             break
-        bad = entry_problem(entry, trust)
-        if bad:
+        if bad := entry_problem(entry, trust):
             out.untrusted[entry.seq] = bad
             continue
         body, target = entry.body, entry.body.get("target") or {}

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from gate.trust.approvals import ApprovalRecord
 from gate.trust.ledger import Entry
-from gate.trust.predicate import PredicateManifest, RunPredicate
-from gate.trust.statement import Statement
+from gate.trust.statement import PredicateManifest, RunPredicate, Statement
 
 AWAITING = "awaiting-approval"
 PASS = "pass"
@@ -60,6 +59,9 @@ class RunCheck:
     not_mains: list[str] = field(default_factory=list)
     """Each input that shaped the verdict and is not main's (a policy file, the baseline): the run is
     then not deployable, whatever it verified as."""
+
+    def add(self, ok: bool | None, text: str) -> None:
+        self.findings.append(Finding(ok, text))
 
     @property
     def ok(self) -> bool:

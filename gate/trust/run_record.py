@@ -15,15 +15,13 @@ from typing import Any
 from gate._util.digest import sha256_file
 from gate.core.result import GateResult
 from gate.errors import GateError
-from gate.trust.attest import read_envelope, safe_name
+from gate.trust.attest import ENVELOPE_NAME, read_envelope, safe_name
 from gate.trust.keys import keyid, load_private_key, public_key_b64
 from gate.trust.ledger import RUN_KIND, Ledger, write_receipt
 from gate.trust.ledger_records import Entry
-from gate.trust.predicate import RunPredicate
-from gate.trust.statement import parse_statement
+from gate.trust.statement import RunPredicate, parse_statement
 
 DOSSIER_FILES = ("results.json", "dossier.html", "dossier.md", "junit.xml", "attestation.dsse.json")
-ATTESTATION = "attestation.dsse.json"
 
 
 def statement_digest(envelope_path: Path) -> str | None:
@@ -61,11 +59,10 @@ def _envelope_facts(envelope_path: Path) -> tuple[list[str], list[str]]:
 def run_payload(
     result: Any, out_dir: Path, sign_key: Path | None = None, *, dossier_dir: Path | None = None
 ) -> dict[str, Any]:
-    """The ledger body of a run: what was judged, the verdict, and the digest of every output (read in
-    `out_dir`; the entry records `dossier_dir`, where the dossier is once the run is complete)."""
+    """The ledger body of a run: what was judged, the verdict, and the digest of every output in `out_dir`."""
     manifest = result.manifest
     change = manifest.get("change") or {}
-    signed, keyids = _envelope_facts(out_dir / ATTESTATION)
+    signed, keyids = _envelope_facts(out_dir / ENVELOPE_NAME)
     names = sorted({*DOSSIER_FILES, *(n for n in signed if safe_name(n))})  # + the manifest copy, the samples
     files = {name: sha256_file(out_dir / name) for name in names if (out_dir / name).is_file()}
     signer = None
@@ -95,8 +92,8 @@ def run_payload(
         "dossier": {
             "dir": str((dossier_dir or out_dir).resolve()),
             "files": files,
-            "statement_sha256": statement_digest(out_dir / ATTESTATION),
-            "evidence_sha256": _evidence(out_dir / ATTESTATION),
+            "statement_sha256": statement_digest(out_dir / ENVELOPE_NAME),
+            "evidence_sha256": _evidence(out_dir / ENVELOPE_NAME),
             "signature_keyids": keyids,
         },
         "signer": signer,

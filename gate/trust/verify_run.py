@@ -1,18 +1,11 @@
-"""Verifying one dossier by roles: who signed the run, which commit and manifest, who approved.
+"""Verifying one dossier by roles (`check_run`: `gate verify DIR`, each run of `gate audit trace`).
 
-`check_run` is what `gate verify DIR` and each run of `gate audit trace` report. Keys count only
-for the role the trust policy (or the command line) gives them, and never once revoked: the run must
-carry a signature by a run signer, and an approval counts only when its key belongs to an approver
-of that intervention and claim under the name it gives (an approval that does not count is reported
-and ignored: anyone who can write the ledger could add one, and must not block an audit with it).
-Only the envelope's first signature is the run's, so an approver's added signature never passes as
-a run signature, whatever key the caller calls a run key.
-
-Whether a change is approximate is decided here, from the signed intervention and claim and the
-built-in policies, never from the run's results: an approximate change never stands as PASS, only
-awaiting-approval until `required-approvals` distinct approvers signed, then APPROVED. The approved
-dossier files must match approval.dsse.json, signed by a counted approver. `RunCheck.deployable`
-says whether a deploy may ship the verified verdict (gate.trust.deployable re-judges waivers).
+Keys count only for the role the trust policy (or the command line) gives them, never once revoked;
+only the envelope's first signature is the run's. An approval that does not count is reported and
+ignored (anyone who can write the ledger could add one). Whether a change is approximate is decided
+here from the signed intervention and claim and the built-in policies, never from the run's results:
+an approximate change never stands as PASS, only awaiting-approval until `required-approvals`
+distinct approvers signed.
 """
 
 from __future__ import annotations
@@ -32,11 +25,11 @@ from gate.trust.approvals import ApprovalCheck, ApprovalRecord, check_approved_f
 from gate.trust.attest import verify_envelope
 from gate.trust.landing import LandedApproval, approval_landing
 from gate.trust.policy import Trust
-from gate.trust.predicate import RunPredicate, replayed_baseline
 from gate.trust.revocation import Revocations
 from gate.trust.run_check import PASS, PASS_WITH_WAIVERS, ApprovalInput, RunCheck
 from gate.trust.run_check import Finding as Finding
 from gate.trust.run_record import statement_digest
+from gate.trust.statement import RunPredicate, replayed_baseline
 
 _E = TypeVar("_E", bound=Enum)
 
@@ -52,49 +45,42 @@ def check_run(
     approvals: list[ApprovalInput] | None = None,
     policy_dirs: list[Path] | None = None,
 ) -> RunCheck:
-    """Verify DIR's attestation, commit, manifest and approvals by role.
-
-    `policy_dirs`: main's site policies (none: the built-in policies and the trust policy's
-    `site-policies`). `run_time`: when the run was signed, for revocations (None: unknown, so a
-    revoked key never counts). `approvals`: the records to judge; None reads DIR/approval.json.
-    """
+    """Verify DIR's attestation, commit, manifest and approvals by role. `policy_dirs`: main's site
+    policies; `run_time`: when the run was signed (None: a revoked key never counts); `approvals`: None
+    reads DIR/approval.json."""
     revoked = revocations or Revocations()
     out = RunCheck(directory=directory, required=trust.policy.required_approvals)
-    add = out.findings.append
     signers = trust.run_signer_keys()
     keys: dict[str, Path | Ed25519PublicKey] = {_label(trust, k): i.public_key for k, i in signers.items()}
     report = verify_envelope(directory, keys, require_all=False)
     out.statement, out.predicate = report.statement, report.predicate
     out.statement_sha256 = statement_digest(report.envelope) or ""
     for failure in report.failures:
-        add(Finding(False, f"attestation: {failure}"))
+        out.add(False, f"attestation: {failure}")
     counted = []
     for signer in report.signed_by:
         if signer.index != 0:
-            add(
-                Finding(
-                    None,
-                    f"signature #{signer.index + 1} by {signer.label} was added to the run's (an approval's), "
-                    "so it is no run signature",
-                )
+            out.add(
+                None,
+                f"signature #{signer.index + 1} by {signer.label} was added to the run's (an approval's), "
+                "so it is no run signature",
             )
             continue
-        gone = revoked.key(signer.keyid, run_time)
-        if gone is not None:
-            add(Finding(False, f"run signature by {signer.label}: the key was {gone.says()}"))
+        if (gone := revoked.key(signer.keyid, run_time)) is not None:
+            out.add(False, f"run signature by {signer.label}: the key was {gone.says()}")
         else:
             counted.append(signer)
-            add(Finding(True, f"run signed by {signer.label}, a run signer"))
+            out.add(True, f"run signed by {signer.label}, a run signer")
     if not counted and report.statement is not None:
         others = ", ".join(_label(trust, k) for k in report.other_signatures) or "none"
-        add(Finding(False, f"the run is not signed by a run signer (signatures by: {others})"))
+        out.add(False, f"the run is not signed by a run signer (signatures by: {others})")
     for name in report.matched:
-        add(Finding(True, f"{name}: sha256 matches the signed statement"))
+        out.add(True, f"{name}: sha256 matches the signed statement")
     if report.statement is None:
         return out
     _check_results(out, trust)
     for line in out.site_policy or ["site policy: none (the built-in policy rules, unchanged)"]:
-        add(Finding(None, f"the run's plan was changed by a {line}" if out.site_policy else line))
+        out.add(None, f"the run's plan was changed by a {line}" if out.site_policy else line)
     _check_mains(out, trust, revoked, run_time, policy_dirs or [])
     _check_known_bugs(out, trust)
     _check_binding(out, commit, manifest_sha256)
@@ -123,29 +109,23 @@ def _known(kind: type[_E], value: str | None) -> _E | None:
 def _check_results(out: RunCheck, trust: Trust) -> None:
     assert out.statement is not None
     pred = out.predicate or RunPredicate()
-    add = out.findings.append
     out.approximate = is_approximate(_known(Intervention, pred.intervention), _known(ClaimLevel, pred.claim_level))
     if out.approximate and out.verdict in (PASS, PASS_WITH_WAIVERS):
-        add(
-            Finding(
-                False,
-                f"an approximate change cannot PASS: its signed verdict is {out.verdict!r}, but "
-                f"{pred.intervention}/{pred.claim_level} needs approvals",
-            )
+        out.add(
+            False,
+            f"an approximate change cannot PASS: its signed verdict is {out.verdict!r}, but "
+            f"{pred.intervention}/{pred.claim_level} needs approvals",
         )
-    results = read_results(out.directory)
-    if results is None:
-        add(Finding(False, "results.json: not readable as gate's result record, so its waivers cannot be judged"))
+    if (results := read_results(out.directory)) is None:
+        out.add(False, "results.json: not readable as gate's result record, so its waivers cannot be judged")
     out.waived = [c.check for c in waived_checks(results)]
     used = results.trust_policy if results is not None else None
     if trust.names_bound and used is not None and used.sha256 and used.sha256 != trust.sha256:
         out.other_policy = f"{used.path} (sha256 {used.sha256[:16]})"
-        add(
-            Finding(
-                None,
-                f"the run judged its waivers under trust policy {out.other_policy}, not the verifier's "
-                f"{trust.path} (sha256 {trust.sha256[:16]}): every signature here is judged under the verifier's",
-            )
+        out.add(
+            None,
+            f"the run judged its waivers under trust policy {out.other_policy}, not the verifier's "
+            f"{trust.path} (sha256 {trust.sha256[:16]}): every signature here is judged under the verifier's",
         )
 
 
@@ -159,7 +139,7 @@ def _check_known_bugs(out: RunCheck, trust: Trust) -> None:
             continue
         held = f"known bug {bug.id} declared by the manifest held {bug.check} (class {bug.bug_class}, {bug.affects})"
         if bug.id in accepted:  # main's trust policy names it: the relaxation is main's, not only the change's
-            out.findings.append(Finding(True, f"{held}: accepted by {trust.path} (known-bugs)"))
+            out.add(True, f"{held}: accepted by {trust.path} (known-bugs)")
         else:  # the change relaxed its own failure: the PR job may show it, the deploy never ships it
             out.not_mains.append(f"{held}: a relaxation the change wrote itself, not among {trust.path}'s known-bugs")
 
@@ -167,10 +147,8 @@ def _check_known_bugs(out: RunCheck, trust: Trust) -> None:
 def _check_mains(
     out: RunCheck, trust: Trust, revoked: Revocations, run_time: str | None, policy_dirs: list[Path]
 ) -> None:
-    """Every file that shaped the verdict, judged as main's: the policy files the plan was built from
-    must be main's (the built-in ones and `policy_dirs`, by sha256, none missing, none added), and a
-    replayed baseline must be signed by a run signer of the verifier's trust policy, not revoked, for
-    this manifest. Each one that is not adds a line to `out.not_mains` (not deployable)."""
+    """Every file that shaped the verdict must be main's: the plan's policy files (by sha256, none
+    missing, none added) and a replayed baseline's signer; each that is not goes to `out.not_mains`."""
     pred = out.predicate or RunPredicate()
     refuse = out.not_mains.append
     mains = {d.sha256: d.path for d in load_policies(policy_dirs).digests()}
@@ -190,16 +168,14 @@ def _check_mains(
         if digest not in signed:
             refuse(f"policy {path} (sha256 {digest}): main's policy file took no part in the run's plan")
     if not out.not_mains:
-        out.findings.append(Finding(True, f"the plan was built from main's policy files ({named}), by sha256"))
+        out.add(True, f"the plan was built from main's policy files ({named}), by sha256")
     results = read_results(out.directory)
     stored = (results.baseline or {}) if results is not None else {}
     if stored.get("kind") == "reference cache" and stored.get("answers_read"):
-        out.findings.append(
-            Finding(
-                None,
-                f"the reference read {stored.get('answers_read')} answers from reference cache {stored.get('path')}, "
-                "which no run signer signed (only a recorded baseline's signer is judged here)",
-            )
+        out.add(
+            None,
+            f"the reference read {stored.get('answers_read')} answers from reference cache {stored.get('path')}, "
+            "which no run signer signed (only a recorded baseline's signer is judged here)",
         )
     baseline = pred.baseline
     if baseline is None:
@@ -223,12 +199,9 @@ def _check_baseline(
     elif baseline.get("signed_for_manifest") != out.manifest.name:
         problem = f"signed for manifest {baseline.get('signed_for_manifest')!r}, not {out.manifest.name!r}"
     else:
-        out.findings.append(
-            Finding(
-                True,
-                f"{where}: signed by {_label(trust, signer)}, a run signer, "
-                f"for commit {baseline.get('signed_for_commit')}",
-            )
+        out.add(
+            True,
+            f"{where}: signed by {_label(trust, signer)}, a run signer, for commit {baseline.get('signed_for_commit')}",
         )
         return
     out.not_mains.append(f"{where}: {problem}")
@@ -252,20 +225,19 @@ def _label(trust: Trust, keyid: str) -> str:
 
 
 def _check_binding(out: RunCheck, commit: str | None, manifest_sha256: str | None) -> None:
-    add = out.findings.append
     if commit is not None:
         if out.commit is None:
-            add(Finding(False, f"the signed statement names no commit; {commit} was asked for"))
+            out.add(False, f"the signed statement names no commit; {commit} was asked for")
         elif not ref_matches(out.commit, commit):
-            add(Finding(False, f"the signed statement is for commit {out.commit}, not {commit}"))
+            out.add(False, f"the signed statement is for commit {out.commit}, not {commit}")
         else:
-            add(Finding(True, f"commit {out.commit}: the one asked for"))
+            out.add(True, f"commit {out.commit}: the one asked for")
     if manifest_sha256 is not None:
         signed = str(out.manifest.sha256)
         if signed != manifest_sha256:
-            add(Finding(False, f"the signed manifest has sha256 {signed}, not {manifest_sha256}"))
+            out.add(False, f"the signed manifest has sha256 {signed}, not {manifest_sha256}")
         else:
-            add(Finding(True, f"manifest {out.manifest.name}: sha256 {signed} as asked"))
+            out.add(True, f"manifest {out.manifest.name}: sha256 {signed} as asked")
 
 
 def approval_problems(
@@ -274,13 +246,11 @@ def approval_problems(
     """Why a verified approval does not count under the trust policy (empty: it counts)."""
     problems = list(check.problems)
     if check.keyid:
-        bad = trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim)
-        if bad:
+        if bad := trust.approver_problem(check.keyid, check.approver, check.intervention, check.claim):
             problems.append(bad)
         if check.keyid in run_keyids:
             problems.append("approved by the key that signed the run (an approval needs a second key)")
-        gone = revoked.key(check.keyid, at)
-        if gone is not None:
+        if (gone := revoked.key(check.keyid, at)) is not None:
             problems.append(f"the key was {gone.says()}")
     return problems
 
@@ -293,7 +263,6 @@ def _check_approvals(
     run_keyids: list[str],
     run_signers: dict[str, Ed25519PublicKey],
 ) -> None:
-    add = out.findings.append
     evidence = (out.predicate.evidence_sha256 or "") if out.predicate is not None else ""
     if approvals is None:
         approvals = [
@@ -308,17 +277,15 @@ def _check_approvals(
             expected_evidence=(landed.evidence if landed else evidence) or None,
             directory=out.directory,
         )
-        problems = approval_problems(check, trust, revoked, item.at, run_keyids)
         label = landed.says(item.label) if landed else item.label
         who = f"{label}: approval by {check.approver or '?'} (key {check.keyid[:16]}, {check.approved_at})"
-        if problems:
-            add(Finding(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}"))
+        if problems := approval_problems(check, trust, revoked, item.at, run_keyids):
+            out.add(None, f"{who} does not count (untrusted, ignored): {'; '.join(problems)}")
             continue
         name = trust.name_of(check.keyid) or f"{check.approver} (name not bound: key {check.keyid[:16]})"
         if name not in out.approved_by:
             out.approved_by.append(name)
-        identity = trust.identities.get(check.keyid)
-        if identity is not None:
+        if (identity := trust.identities.get(check.keyid)) is not None:
             counted[check.keyid] = identity.public_key
         carried = (
             f" (it approved run statement {check.statement_sha256[:16]}; this run has the same evidence "
@@ -326,14 +293,14 @@ def _check_approvals(
             if check.carried
             else ""
         )
-        add(Finding(True, f"{who} counts{carried}"))
+        out.add(True, f"{who} counts{carried}")
     # approval.dsse.json: signed by an approver who counted, or (approvals carried over from an
     # identical run, written by `gate run`) by the run signer who signed this run
     matched, problems = check_approved_files(out.directory, out.statement_sha256, {**counted, **run_signers})
     for name in matched:
-        add(Finding(True, f"{name}: sha256 matches the signed approved-dossier statement"))
+        out.add(True, f"{name}: sha256 matches the signed approved-dossier statement")
     for problem in problems:
-        add(Finding(False, problem))
+        out.add(False, problem)
 
 
 def _landed(record: ApprovalRecord | None, out: RunCheck) -> LandedApproval | None:
@@ -347,5 +314,5 @@ def _records(out: RunCheck, directory: Path) -> list[ApprovalRecord]:
     try:
         return load_approvals(directory)
     except ApprovalRefused as err:
-        out.findings.append(Finding(False, str(err)))
+        out.add(False, str(err))
         return []

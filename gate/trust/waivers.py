@@ -1,15 +1,10 @@
 """Waivers: a recorded, expiring exception for one failed check of one manifest (docs/audit.md).
 
-Scope: one check and one manifest by its `name` AND the sha256 of its file, so any edit of the
-manifest voids the waiver; the commit is not part of the scope. `expires` (YYYY-MM-DD, UTC) is the
-last day it applies; after that the check reports the expiry. At run time (`apply_waivers`) a FAILED
-check with an active waiver becomes `waived`; an `error` is never waived (the check could not judge,
-so there is nothing to waive); other results are left alone.
-
-Trust: a waiver applies only when signed by a key the trust policy lets waive that check, under the
-key's owner's name, with an expiry within the policy's `max-days`, and not revoked; a deny check
-needs `required-waiver-approvals` distinct signers. Waivers are ledger entries (kind "waiver"; the
-entry number is the waiver's id). With no ledger, or no trust policy, no waiver applies.
+Scope: one check and one manifest by its `name` AND the sha256 of its file (the commit is not part
+of it); `expires` (YYYY-MM-DD, UTC) is the last day it applies. Only a FAILED check is waived, never
+an `error` (the check could not judge). A waiver is a ledger entry (kind "waiver", its number the
+waiver's id) and applies only when the trust policy allows its signer; no ledger or no trust policy:
+no waiver applies.
 """
 
 from __future__ import annotations
@@ -27,12 +22,11 @@ from gate._util.text import require_single_lines
 from gate.core.manifest import Record
 from gate.core.result import CheckResult, Status, Waiver
 from gate.errors import InputError
-from gate.trust.keys import keyid, load_private_key
+from gate.trust.keys import keyid, load_private_key, sign_statement, verify_statement
 from gate.trust.ledger import Entry, Ledger, LedgerError
 from gate.trust.ledger_verify import verify_chain
 from gate.trust.policy import Trust, find_trust
 from gate.trust.revocation import read_revocations
-from gate.trust.signing import sign_statement, verify_statement
 
 WAIVER_KIND = "waiver"
 
@@ -105,8 +99,7 @@ def check_waiver_signature(grant: WaiverGrant, trusted_keyids: list[str] | None 
 
 def waiver_problem(grant: WaiverGrant, granted_at: str, trust: Trust | None) -> str | None:
     """None when the trust policy lets this signed grant apply; else why not."""
-    bad = check_waiver_signature(grant)
-    if bad:
+    if bad := check_waiver_signature(grant):
         return bad
     if trust is None:
         return "no trust policy says who may waive"
@@ -199,9 +192,7 @@ def grant_waiver(
 
 
 def require_verified(ledger: Ledger, consequence: str) -> None:
-    report = verify_chain(ledger, every_checkpoint=False)
-    bad = report.first_bad()
-    if bad is not None:
+    if (bad := verify_chain(ledger, every_checkpoint=False).first_bad()) is not None:
         raise LedgerError(
             f"{ledger.path}: the ledger does not verify, so {consequence}: {bad.message} (run `gate audit verify`)"
         )
@@ -236,15 +227,10 @@ def _from_entry(entry: Entry) -> RecordedWaiver:
     try:
         return RecordedWaiver(entry.seq, entry.time, WaiverGrant.model_validate(body))
     except ValueError as err:
-        grant = WaiverGrant.model_construct(
-            check=str(body.get("check")),
-            manifest_name=str(body.get("manifest_name")),
-            manifest_sha256=str(body.get("manifest_sha256")),
-            reason=str(body.get("reason")),
-            approver=str(body.get("approver")),
-            expires=date.min,
-            signature=None,
-        )
+        shown: dict[str, Any] = {
+            k: str(body.get(k)) for k in ("check", "manifest_name", "manifest_sha256", "reason", "approver")
+        }
+        grant = WaiverGrant.model_construct(**shown, expires=date.min, signature=None)
         return RecordedWaiver(entry.seq, entry.time, grant, problem=f"malformed ({str(err).splitlines()[0]})")
 
 
@@ -310,9 +296,8 @@ def waive_one(
 
 
 def ledger_waivers(ledger: Path | Ledger | None, trust: Trust | Path | None = None) -> list[RecordedWaiver]:
-    """`verified_waivers` of a ledger path or open ledger. `trust`: a policy, its path, or None for
-    $GATE_TRUST or ./trust.yaml. The runner calls this before any check runs, so a broken ledger
-    stops a run at once."""
+    """`verified_waivers` of a ledger path or open ledger (`trust`: a policy, its path, or None to find
+    one); the runner calls it before any check runs, so a broken ledger stops a run at once."""
     if ledger is None:
         return []
     policy = trust if isinstance(trust, Trust) else find_trust(trust)
@@ -332,8 +317,7 @@ def apply_waivers(
     today: date | None = None,
     trust: Trust | Path | None = None,
 ) -> list[CheckResult]:
-    """The check results with the ledger's trusted waivers for `manifest` (a LoadedManifest) applied.
-    `ledger`: a ledger (path or open), or the waivers `ledger_waivers` already read."""
+    """The check results with the ledger's trusted waivers for `manifest` (a LoadedManifest) applied."""
     found = ledger if isinstance(ledger, list) else ledger_waivers(ledger, trust)
     if not found:
         return checks

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gate.trust.keys import load_private_key
+from gate.trust.keys import load_private_key, sign_statement
 from gate.trust.ledger import Ledger
-from gate.trust.signing import sign_statement
 from gate.trust.waivers import WAIVER_KIND, WAIVER_SIGNATURE_DOMAIN, WaiverGrant, planned_checks, sha256_file
 from tests.security.play import FAILING, action_step, gate_env
 from tests.trust.trusted import in_days, make_keys, write_trust

@@ -23,11 +23,11 @@ from gate.trust.keys import (
     load_public_key,
     public_key_b64,
     public_key_from_b64,
+    sign_statement,
+    verify_statement,
     write_keypair,
 )
-from gate.trust.predicate import RunPredicate
-from gate.trust.signing import sign_statement, verify_statement
-from gate.trust.statement import parse_statement
+from gate.trust.statement import RunPredicate, parse_statement
 
 OLD = Path(__file__).parent / "fixtures" / "signed-before-keys"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gate.trust.keys import canonical_json
 from gate.trust.ledger import (
     GENESIS,
     Checkpoint,
@@ -18,7 +19,6 @@ from gate.trust.ledger import (
     entry_hash,
 )
 from gate.trust.ledger_verify import verify_chain
-from gate.trust.signing import canonical_json
 
 
 def _ledger(tmp_path: Path, n: int = 5) -> Path:
