@@ -238,13 +238,9 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
 def _observation(obs: Observations) -> torch.Tensor:
     """What was judged, in run order: per eviction the kept entries' written and carried positions."""
     parts = [
-        torch.cat(
-            [
-                s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()).flatten(),
-                s.step.positions.long().cpu().flatten(),
-            ]
-        ).float()
+        t.flatten().float()
         for s in obs.steps
+        for t in (s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()), s.step.positions.long().cpu())
     ]
     return torch.cat(parts) if parts else torch.zeros(0)
 
@@ -257,8 +253,6 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
     crashed = {name: {"crashed": d["exception"], "call": d["call"]} for name, d in obs.crashes.items()}
     phases = sorted({s.phase for s in obs.steps})
     promised = ("press", "score", "sink", "window", "keeps_last", "budget", "compression_ratio", "scope")
-    promise = {name: getattr(p, name) for name in promised}
-    invariants = {cls: ("broken" if cls in by_class else "held") for cls in CLASSES}
     seen: dict[str, Any] = {
         "metrics": {
             "evictions_judged": j.judged,
@@ -269,8 +263,8 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
             "max_score_mismatch": j.score_mismatch,
         },
         "evidence": {
-            "promise": promise,
-            "invariants": invariants,
+            "promise": {name: getattr(p, name) for name in promised},
+            "invariants": {cls: ("broken" if cls in by_class else "held") for cls in CLASSES},
             "phases": phases,
             "findings": [{"class": f.cls, **f.where} for f in j.findings[:20]],
             "ties": j.ties[:20],

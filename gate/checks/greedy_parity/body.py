@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -210,23 +210,11 @@ def judge(obs: Observations, tol: Tolerance, top_k: int) -> Judgement:
 
 
 def _observed(run: Run) -> torch.Tensor:
-    """What the candidate computed on the reference's own tokens: after a row's first divergence (a
-    tie the check forgives, or a failure) its continuation is another sequence, so the reference's
-    rows stand there; a fault that only flips near-ties then moves the observation by no more than
-    the band."""
+    """What the candidate computed on the reference's own tokens: after a row's first divergence its
+    continuation is another sequence, so the reference's rows stand there."""
     drifted = (run.ref_tok != run.cand_tok).cumsum(dim=1) > 0
     drifted = torch.cat([torch.zeros_like(drifted[:, :1]), drifted[:, :-1]], dim=1)
     return torch.where(drifted[..., None], run.ref_logits, run.cand_logits).flatten()
-
-
-def _exercise(params: GreedyParityParams, obs: Observations) -> dict[str, Any]:
-    exercise: dict[str, Any] = {
-        "prompts": params.batch * len(obs.runs),
-        "generated_tokens": params.batch * sum(run.steps for run in obs.runs),
-    }
-    if obs.runs:
-        exercise["sessions"] = [run.session for run in obs.runs]
-    return exercise
 
 
 def explain(
@@ -247,7 +235,11 @@ def explain(
         "evidence": GreedyEvidence(
             runs=[GreedyRun(**r) for r in runs], tolerance=ToleranceRecord(**tol.as_dict())
         ).dump(),
-        "exercise": _exercise(params, obs),
+        "exercise": {
+            "prompts": params.batch * len(obs.runs),
+            "generated_tokens": params.batch * sum(run.steps for run in obs.runs),
+            **({"sessions": [run.session for run in obs.runs]} if obs.runs else {}),
+        },
         "observation": torch.cat([_observed(run) for run in obs.runs]) if obs.runs else None,
     }
     failure = j.first_failure
@@ -262,14 +254,10 @@ def explain(
             detected_at=failure["absolute_position"],
             **seen,
         )
-    status: Literal["pass", "warn"] = "warn" if j.ties else "pass"
-    message = (
-        f"greedy continuations of {', '.join(map(str, lengths))} tokens identical for "
-        f"{len(runs)} prompt batch(es)" + (f"; {j.ties} divergence(s) at ties" if j.ties else "")
-    )
     return Outcome(
-        status=status,
-        message=message,
+        status="warn" if j.ties else "pass",
+        message=f"greedy continuations of {', '.join(map(str, lengths))} tokens identical for "
+        f"{len(runs)} prompt batch(es)" + (f"; {j.ties} divergence(s) at ties" if j.ties else ""),
         # as prefix-sweep under a claim that bounds the logits: the deny allowance x the dtype's band
         tolerated_change=DENY_ALLOWANCE * j.widest if obs.runs else None,
         **seen,
@@ -306,15 +294,14 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
     """Trace the layer states at the position whose logits chose the diverging token (drives both
     paths again: after the judgement, and only on a failure)."""
     prefix_len = max(failure["absolute_position"] - 1, 0)
-    error: str | None = None
-    layers: dict[str, Any] | None = None
+    error, layers = None, None
     traced, seen = traced_reference(ctx.reference)
     try:
         if traced is not None:
             cuts = [c for c in failure["cuts"] if c <= prefix_len]
             layers = traced_divergence(traced, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype, cuts)
     except Exception as err:
-        layers, error = None, f"{err.__class__.__name__}: {err}"
+        error = f"{err.__class__.__name__}: {err}"
     replayed = layers.get("replayed_chunk") if layers else None
     bug_class = classify({"profile": "chunk-step" if replayed else "single-position"}, layers)
     out: dict[str, Any] = {

@@ -162,12 +162,9 @@ the check's power (the declared power of a distribution claim by default)."""
 
 
 def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, str]:
-    """verify-ignores-identity shows only where a prompt's first block, stored under one identity, shares
-    a bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. Deeper
-    blocks are keyed below their parent, so they meet only once a first block was already served across
-    identities: the first blocks are the chances, and every second prompt shares its first block with
-    the one before. With too few of them (a long hash, few prompts) the fault's effect is below the
-    check's power, and the settings that would show it are named (`Outcome.underpowered`)."""
+    """verify-ignores-identity shows only where a prompt's first block under one identity shares a bucket
+    with the same tokens under another (about one pair in 2**bits; deeper blocks are keyed below their
+    parent): with too few such pairs, the settings that would show it (`Outcome.underpowered`)."""
     identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
     per_block = identities * (identities - 1) // 2
     shares = params.prompt_blocks >= 2  # _prompts: odd prompts share block 0 with the one before
@@ -198,10 +195,7 @@ def _clean(served: Served) -> bool:
 
 def hazard(params: HashCollisionParams, obs: Observations, own_hash: RequestLog) -> HazardFinding | None:
     """The design hazard colliding blocks served under the weak hash show, where the same requests under
-    the store's own hash (`own_hash`, the workload replayed) were all served exactly: the store trusts
-    its hash to keep identities apart (`weak-hash-across-tenants`: every block served wrongly held the
-    same tokens under another identity) or to stand for the whole key (`weak-hash-across-contexts`)
-    (pure)."""
+    the store's own hash (`own_hash`, the workload replayed) were all served exactly (pure)."""
     bad = [s for s in obs.log.served if not _clean(s)]
     if not any(s.excess for s in bad) or not own_hash.served or not all(_clean(s) for s in own_hash.served):
         return None

@@ -133,20 +133,17 @@ def measure_budget(
 ) -> BudgetRun | None:
     """A store whose budget holds `blocks` blocks serves 2 x `blocks` distinct blocks and more, its
     bytes held read after every request, then its latest prompt again (None: no byte budget)."""
-    findings = run.findings
-    budgeted: PrefixBudget | None = findings.needs(run.candidate, PrefixBudget, "bytes held within the declared budget")
+    assertion = "bytes held within the declared budget"
+    budgeted: PrefixBudget | None = run.findings.needs(run.candidate, PrefixBudget, assertion)
     if budgeted is None:
         return None
     state = worker.cache_state()
     per_block = int(state.get("bytes_held") or 0) // max(int(state.get("blocks") or 0), 1)
     if not per_block:
-        findings.lacks(
-            "bytes held within the declared budget",
-            "the store reports no bytes held per block (cache_state: bytes_held, blocks)",
-        )
+        run.findings.lacks(assertion, "the store reports no bytes held per block (cache_state: bytes_held, blocks)")
         return None
     budget = blocks * per_block
-    store = _budgeted(run, budgeted, budget, "bytes held within the declared budget")
+    store = _budgeted(run, budgeted, budget, assertion)
     if store is None:
         return None
     oracle = reference_oracle(ctx)
@@ -165,8 +162,7 @@ def measure_budget(
         held.append(int(state.get("bytes_held", 0)))
     evicted = int(store.cache_state().get("evicted", 0))
     last = log.issue(store, "budget latest again", prompts[-1], ("budget", len(prompts) - 1), oracle)
-    stored = len(prompts) * prompt_blocks * per_block
-    return BudgetRun(budget, per_block, stored, declared, held, evicted, last)
+    return BudgetRun(budget, per_block, len(prompts) * prompt_blocks * per_block, declared, held, evicted, last)
 
 
 def _budgeted(run: PrefixRun, budgeted: PrefixBudget, budget: int, assertion: str) -> PrefixServing | None:
@@ -178,10 +174,18 @@ def _budgeted(run: PrefixRun, budgeted: PrefixBudget, budget: int, assertion: st
         return None
 
 
-def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: PrefixServing) -> Workload:
-    """The worker's workload: continuation length, base length and the control's stop rule."""
+def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) -> Observations:
+    """Every base sequence's family of requests (on a budgeted worker where `byte_budget` is set and
+    the store offers one), then the budget contract."""
+    worker: PrefixServing = run.pool.shared(("base",), run.candidate.fresh)
+    if params.byte_budget is not None:
+        assertion = f"parity within a budget of {params.byte_budget} bytes"
+        budgeted: PrefixBudget | None = run.findings.needs(run.candidate, PrefixBudget, assertion)
+        store = None if budgeted is None else _budgeted(run, budgeted, params.byte_budget, assertion)
+        worker = worker if store is None else store
     bs = worker.block_size
-    claim_tokens = ctx.manifest.claim.tokens if isinstance(ctx.manifest.claim, GreedyTokensClaim) else None
+    claim = ctx.manifest.claim
+    claim_tokens = claim.tokens if isinstance(claim, GreedyTokensClaim) else None
     new_tokens = params.new_tokens or (max(claim_tokens) if params.compare == "greedy" and claim_tokens else 4)
     base_len = params.base_blocks * bs + 1
     new_tokens = max(1, min(new_tokens, ctx.candidate.max_len - base_len - params.suffix_len))
@@ -189,22 +193,7 @@ def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: Prefix
     # a control stops at the first request that fails: reuse beyond entitlement, an argmax flip, or
     # (compare: logits) a row over the tolerance
     log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, logits=params.compare == "logits"))
-    return Workload(worker, log, reference_oracle(ctx), new_tokens, base_len)
-
-
-def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) -> Observations:
-    """Every base sequence's family of requests (on a budgeted worker where `byte_budget` is set and
-    the store offers one), then the budget contract."""
-    worker: PrefixServing = run.pool.shared(("base",), run.candidate.fresh)
-    if params.byte_budget is not None:
-        budgeted: PrefixBudget | None = run.findings.needs(
-            run.candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
-        )
-        if budgeted is not None:
-            assertion = f"parity within a budget of {params.byte_budget} bytes"
-            store = _budgeted(run, budgeted, params.byte_budget, assertion)
-            worker = worker if store is None else store
-    work = _workload(ctx, params, worker)
+    work = Workload(worker, log, reference_oracle(ctx), new_tokens, base_len)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)
     budget_run = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
@@ -289,9 +278,12 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
     return Judgement(judged, excess, over, rules, detected_at, problems)
 
 
-def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, Any]:
-    served = obs.log.served
-    return {
+def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
+    """The Outcome of the judgement and the findings, built once: a pass with requests over the logit
+    tolerance (compare: greedy) is a warning."""
+    log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
+    served = log.served
+    metrics: dict[str, Any] = {
         "requests": len(served),
         "reused_tokens": sum(s.reused for s in served),
         "hit_blocks": sum(s.reply.stats.hit_blocks for s in served),
@@ -303,20 +295,13 @@ def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, An
         "below_entitlement_requests": len([s for s in served if s.reused < s.entitled]),
         "new_tokens": obs.new_tokens,
         "block_size": obs.worker.block_size,
-        "store_starts": store_starts,
+        "store_starts": run.store_starts,
         **(
             {"max_bytes_held": max(h for _, h, _ in obs.held), "declared_byte_budget": obs.held[-1][2]}
             if obs.held
             else {}
         ),
     }
-
-
-def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
-    """The Outcome of the judgement and the findings, built once: a pass with requests over the logit
-    tolerance (compare: greedy) is a warning."""
-    log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
-    metrics = _metrics(obs, j, run.store_starts)
     evidence = PrefixReuseEvidence(
         requests=[ServedRequest(**row) for row in log.table()],
         tolerance=ToleranceRecord(**log.tol.as_dict()),
@@ -325,9 +310,8 @@ def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, ru
         cache=obs.worker.cache_state(),
         budget=budget,
     ).dump()
-    diagnosis = None
-    if j.judged or j.excess:
-        diagnosis = {"broken_rules": j.rules, "failing_requests": [s.row() for s in [*j.judged, *j.excess][:8]]}
+    failing = [*j.judged, *j.excess]
+    diagnosis = {"broken_rules": j.rules, "failing_requests": [s.row() for s in failing[:8]]} if failing else None
     passed = (
         f"{len(log.served)} requests match a full recompute ({params.compare}, max |Δ| "
         f"{metrics['max_abs_delta']:.3g}); {metrics['reused_tokens']} of {metrics['entitled_tokens']} reusable "

@@ -110,12 +110,6 @@ def _error_ratios(t: QuantTensorState, scheme: QuantScheme) -> tuple[float, floa
     return float(error), float((scale / allowed).max())
 
 
-def _drift(t: QuantTensorState, scheme: QuantScheme) -> float:
-    """Largest error of the quantised elements against the tokens as written, over the same bound: above
-    1 where a library re-quantises its dequantised history (each flush adds its own rounding)."""
-    return _error_ratios(replace(t, quantized_from=None), scheme)[0]
-
-
 def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rtol: float) -> Step:
     """One step's judgement of the cache's state (pure)."""
     problems: dict[str, list[str]] = {}
@@ -136,8 +130,7 @@ def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rt
                 f"{t.name}'s {r} full-precision tokens are not the newest {r} written"
             )
     ratios = [_error_ratios(t, state.stated) for t in state.tensors]
-    error_ratio = max(e for e, _ in ratios)
-    scale_ratio = max(s for _, s in ratios)
+    error_ratio, scale_ratio = max(e for e, _ in ratios), max(s for _, s in ratios)
     for t, (e, s) in zip(state.tensors, ratios, strict=True):
         if e > 1:
             problems.setdefault("quant-error-bound", []).append(
@@ -147,8 +140,7 @@ def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rt
             problems.setdefault("quant-error-bound", []).append(
                 f"{t.name} stores a scale {s:.3g}x coarser than its group's range over {state.stated.bits}-bit levels"
             )
-    stated = state.stated.model_dump()
-    wanted = declared.model_dump()
+    stated, wanted = state.stated.model_dump(), declared.model_dump()
     for name in CONFIG_FIELDS:
         if stated[name] != wanted[name]:
             problems.setdefault("quant-config-mismatch", []).append(
@@ -159,7 +151,8 @@ def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rt
         problems.setdefault("quant-config-mismatch", []).append(
             f"the cache holds {state.nbytes} bytes; the declared scheme needs {want_bytes} for the tokens it holds"
         )
-    drift = max(_drift(t, state.stated) for t in state.tensors)
+    # against the tokens as written: above 1 where a library re-quantises its dequantised history
+    drift = max(_error_ratios(replace(t, quantized_from=None), state.stated)[0] for t in state.tensors)
     return Step(
         index, phase, tokens, quantized, residual, state.nbytes, want_bytes, error_ratio, scale_ratio, drift, problems
     )
@@ -181,8 +174,7 @@ def measure(ctx: CheckContext, params: QuantInvariantsParams, path: QuantizedKV)
     stated: QuantScheme | None = None
     at = 0
     for index, (phase, n) in enumerate(calls):
-        chunk = tokens[:, at : at + n]
-        (session.prefill if index == 0 else session.append)(chunk)
+        (session.prefill if index == 0 else session.append)(tokens[:, at : at + n])
         at += n
         state = session.quant_state()
         stated = state.stated

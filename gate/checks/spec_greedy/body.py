@@ -91,11 +91,8 @@ def measure(ctx: CheckContext, p: SpecGreedyParams, spec: SpeculativePath) -> Ob
     short = probe_tokens(spec.num_draft_tokens)
     if ctx.stop_at_first_failure and n > short:
         # a control: a greedy continuation that already differs in its first rounds fails the check
-        # whatever follows, so a short run goes first and the full one only if it agrees. A fault
-        # greedy decoding cannot see (residual-from-target) or a harmless one (drop-bonus) decodes
-        # in full on top (0.13-0.14 s each against a 0.18 s run, of which 75 ms is the target's own
-        # continuation the controls read from the run cache): by construction their two controls
-        # cost more than half the run (benchmarks/spec_controls.md)
+        # whatever follows, so a short run goes first and the full one only if it agrees (the cost of
+        # the faults greedy decoding cannot see: benchmarks/spec_controls.md)
         first_rounds = run(short, [m for m in lengths if m <= short] or [short])
         if bool((first_rounds.got != first_rounds.expected).any()):
             return first_rounds
