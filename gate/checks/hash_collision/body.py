@@ -41,24 +41,18 @@ class Observations:
     cross: list[Served]
 
 
-def _prompts(ctx: CheckContext, params: HashCollisionParams, bs: int) -> list[list[int]]:
-    """Seeded prompts; every second one shares block 0 with the one before and diverges after it."""
-    length = params.prompt_blocks * bs + 1
+def measure(ctx: CheckContext, params: HashCollisionParams, worker: PrefixServing, findings: Findings) -> Observations:
+    """Two rounds under the first tenant, and the same tokens under the other identities."""
+    bs, length = worker.block_size, params.prompt_blocks * worker.block_size + 1
+    # every request served beyond entitlement or unlike its uncached computation fails this check:
+    # a control stops at the first one
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx))
     prompts: list[list[int]] = []
     for n in range(params.prompts):
         prompt = seeded_ids(ctx.candidate.vocab_size, length, ctx.seed * 1000 + 71 * n)
         if n % 2 and bs < length - 1:  # share block 0 with the previous prompt, diverge after it
             prompt[:bs] = prompts[-1][:bs]
         prompts.append(prompt)
-    return prompts
-
-
-def measure(ctx: CheckContext, params: HashCollisionParams, worker: PrefixServing, findings: Findings) -> Observations:
-    """Two rounds under the first tenant, and the same tokens under the other identities."""
-    # every request served beyond entitlement or unlike its uncached computation fails this check:
-    # a control stops at the first one
-    log = RequestLog(ReuseTally(worker.block_size), tolerance_for(ctx), stop=stop_rule(ctx))
-    prompts = _prompts(ctx, params, worker.block_size)
     base_oracle = reference_oracle(ctx)
 
     def round_of(round_: int) -> None:
@@ -111,8 +105,7 @@ def judge(params: HashCollisionParams, obs: Observations, earlier: list[str]) ->
     if collisions == 0 and not problems:
         problems.append(
             f"the {params.bits}-bit hash produced no detected collision over {len(log.served)} requests: "
-            "either verification does not report them or the workload never collided; the check "
-            "proves nothing"
+            "either verification does not report them or the workload never collided; the check proves nothing"
         )
     elif sum(s.reply.stats.collisions_detected for s in cross) == 0 and not problems:
         problems.append(
@@ -167,7 +160,7 @@ def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, 
     parent): with too few such pairs, the settings that would show it (`Outcome.underpowered`)."""
     identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
     per_block = identities * (identities - 1) // 2
-    shares = params.prompt_blocks >= 2  # _prompts: odd prompts share block 0 with the one before
+    shares = params.prompt_blocks >= 2  # measure: odd prompts share block 0 with the one before
     first_blocks = params.prompts - (params.prompts // 2 if shares else 0)
     pairs = first_blocks * per_block
     expected = pairs / 2**params.bits

@@ -42,9 +42,8 @@ class Case:
     expected: list[list[torch.Tensor]]
     """Per request, per chunk: [B, H, n, D] float64."""
     wrong: dict[str, list[list[torch.Tensor]]] = field(default_factory=dict)
-    """Predicted wrong answers, per bug class (zero-score cases): what a mask restarted at the chunk's
-    origin (mask-offset), a read that drops the cached keys (kv-truncation) or one that reads the other
-    batch row's cache (foreign-state) returns for each chunk."""
+    """Predicted wrong answers per bug class (zero-score cases): what mask-offset, kv-truncation and
+    foreign-state return for each chunk."""
     per_kv_head: list[list[torch.Tensor]] = field(default_factory=list)
     """Grouped-query cases: per request, per chunk, what each query head returns reading each KV head,
     [B, H, H_kv, n, D] float64 (a wrong query-to-KV-head map at read time returns another column)."""
@@ -125,8 +124,7 @@ def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
 
 @dataclass(frozen=True)
 class Probe:
-    """One probe call: a case (its index in the positive run's order of cases), poisoned or not, and
-    what the candidate returned per request and chunk."""
+    """One probe call: a case and its index in the positive run's order, and what the candidate returned."""
 
     case: Case
     position: int
@@ -136,8 +134,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class Observations:
-    """Every probe call in the order it ran (a control stops after the first wrong case), the
-    variants per case and the proof of exercise."""
+    """Every probe call in the order it ran (a control stops after the first wrong case)."""
 
     probes: list[Probe]
     variants: int
@@ -182,8 +179,7 @@ def _exercise(ctx: CheckContext, probes: list[Probe]) -> dict[str, Any]:
 
 
 def judge(obs: Observations, rtol: float) -> Judgement:
-    """Every probe against the oracle, the predicted wrong answer it matches, and the bug class of
-    the wrong ones (pure)."""
+    """Every probe against the oracle, the predicted wrong answer it matches, the bug class (pure)."""
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     for p in obs.probes:
@@ -203,7 +199,10 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
     got = seed_row["got"] if seed_row else None
     # laid out in the positive run's order whatever order the cases ran in; a stopped control's is a
     # prefix of it only when it ran the first cases
-    observed = {row["index"]: _flat(p.outputs) for row, p in zip(rows, obs.probes, strict=True)}
+    observed = {
+        row["index"]: torch.cat([o.detach().double().cpu().flatten() for req in p.outputs for o in req])
+        for row, p in zip(rows, obs.probes, strict=True)
+    }
     seen: dict[str, Any] = {
         "metrics": {
             "cases": len(rows),
@@ -246,10 +245,6 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
         observation_in_run_order=True,
         **seen,
     )
-
-
-def _flat(outputs: list[list[torch.Tensor]]) -> torch.Tensor:
-    return torch.cat([o.detach().double().cpu().flatten() for req in outputs for o in req])
 
 
 @check("mask-oracle", params=MaskOracleParams)

@@ -34,8 +34,8 @@ def _boundary_lengths(block_size: int, limit: int) -> list[int]:
 
 
 @dataclass
-class Workload:
-    """The requests of the base sequences, served on one worker against the reference path."""
+class Observations:
+    """Every request served on one worker against the reference path, and where each probed."""
 
     worker: PrefixServing
     log: RequestLog
@@ -46,6 +46,8 @@ class Workload:
     """Index in log.served -> shared-prefix length (for detected_at)."""
     held: list[tuple[str, int, int]] = field(default_factory=list)
     """After each request, where the store declares a byte budget: (request, bytes held, budget declared)."""
+    budget: BudgetRun | None = None
+    """The budget contract as served (None: the store has no byte budget)."""
 
     def serve(self, label: str, tokens: list[int], share: int) -> Served:
         self.log.at = share  # before serving: a control may stop inside `issue`, and reports where
@@ -115,19 +117,6 @@ class BudgetRun:
         }
 
 
-@dataclass(frozen=True)
-class Observations:
-    """Every request served (the workload's, then the budget contract's) and where each probed."""
-
-    worker: PrefixServing
-    log: RequestLog
-    shared: dict[int, int]
-    new_tokens: int
-    budget: BudgetRun | None
-    held: list[tuple[str, int, int]] = field(default_factory=list)
-    """The workload's bytes held against the budget the store declares (Workload.held)."""
-
-
 def measure_budget(
     ctx: CheckContext, run: PrefixRun, worker: PrefixServing, log: RequestLog, blocks: int, length: int
 ) -> BudgetRun | None:
@@ -193,11 +182,11 @@ def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) 
     # a control stops at the first request that fails: reuse beyond entitlement, an argmax flip, or
     # (compare: logits) a row over the tolerance
     log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, logits=params.compare == "logits"))
-    work = Workload(worker, log, reference_oracle(ctx), new_tokens, base_len)
+    work = Observations(worker, log, reference_oracle(ctx), new_tokens, base_len)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)
-    budget_run = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
-    return Observations(worker, work.log, work.shared, work.new_tokens, budget_run, work.held)
+    work.budget = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
+    return work
 
 
 @dataclass(frozen=True)
@@ -242,8 +231,6 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
     excess = [s for s in log.served if s.excess]
     judged = [s for s in wrong if s.argmax_flips or params.compare == "logits"]
     judged_ids = {id(s) for s in judged}
-    bad = {id(s) for s in [*wrong, *excess]}
-    failed_at = [obs.shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in obs.shared]
     problems = [] if obs.budget is None else _budget_problems(obs.budget)
     if beyond := [(label, held, budget) for label, held, budget in obs.held if held > budget]:
         label, held, budget = beyond[0]
@@ -251,8 +238,10 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
             f"budget: the store declares a budget of {budget} bytes and held {held} after {label} "
             f"({len(beyond)} of {len(obs.held)} requests over it)"
         )
-    rules: list[str] = []
-    detected_at = None
+    rules = sorted({r for s in [*judged, *excess] for r in broken_rules(s)})
+    bad = {id(s) for s in [*wrong, *excess]}
+    failed_at = [obs.shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in obs.shared]
+    detected_at = min(failed_at, default=None) if judged or excess else None
     if judged or excess:
         first = (judged or excess)[0]
         what = (
@@ -261,14 +250,12 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
             if id(first) in judged_ids
             else "outputs within tolerance"
         )
-        rules = sorted({r for s in [*judged, *excess] for r in broken_rules(s)})
         problems.insert(
             0,
             f"{len(judged)} of {len(log.served)} requests differ from a full recompute "
             f"and {len(excess)} reused state beyond entitlement; first: {first.label}: {describe_excess(first)}; "
             f"{what}" + (f". Broken rule: {'; '.join(rules)}" if rules else ""),
         )
-        detected_at = min(failed_at) if failed_at else None
     if sum(s.reused for s in log.served) == 0:
         problems.append(
             f"no request reused any cached block ({len(log.served)} requests, "
@@ -279,8 +266,7 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
 
 
 def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
-    """The Outcome of the judgement and the findings, built once: a pass with requests over the logit
-    tolerance (compare: greedy) is a warning."""
+    """A pass with requests over the logit tolerance (compare: greedy) is a warning."""
     log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
     served = log.served
     metrics: dict[str, Any] = {

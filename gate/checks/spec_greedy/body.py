@@ -61,18 +61,14 @@ def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -
     return tokens[:, prompts.shape[1] :]
 
 
-def _lengths(ctx: CheckContext, p: SpecGreedyParams) -> tuple[int, list[int]]:
-    """The continuation length n and the claim's lengths up to it (or just n)."""
-    claim = ctx.manifest.claim
-    lengths = sorted(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []
-    n = p.n_tokens or (lengths[-1] if lengths else 32)
-    return n, [m for m in lengths if m <= n] or [n]
-
-
 def measure(ctx: CheckContext, p: SpecGreedyParams, spec: SpeculativePath) -> Observations:
     """The target's own continuation (once per run) and the candidate's greedy speculative one; a
     control decodes the first rounds first and stops there if they already differ."""
-    n, lengths = _lengths(ctx, p)
+    # the continuation length n and the claim's lengths up to it (or just n)
+    claim = ctx.manifest.claim
+    lengths = sorted(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []
+    n = p.n_tokens or (lengths[-1] if lengths else 32)
+    lengths = [m for m in lengths if m <= n] or [n]
     prompts = seeded_prompts(ctx.reference.vocab_size, p.prompts, p.prompt_len, ctx.seed, ctx.device)
 
     # the target's own continuation does not depend on the candidate: once per run, shared by controls

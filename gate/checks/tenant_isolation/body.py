@@ -159,16 +159,14 @@ def judge(obs: Observations) -> Judgement:
     if leaks:
         weak_leaks = sum(1 for s in leaks if any(s is w for w in obs.weak_cross))
         problems.append(
-            f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the "
-            f"weak hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must "
-            "partition the cache namespace, whatever the hash says (computational sameness does not grant "
-            "permission to share state)"
+            f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the weak "
+            f"hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must partition the "
+            "cache namespace, whatever the hash says (computational sameness does not grant permission to share state)"
         )
     if no_reuse:
         problems.append(
-            f"same-tenant reuse did not happen in {len(no_reuse)} repeated requests (first: "
-            f"{no_reuse[0].label}, 0 of {no_reuse[0].entitled} reusable tokens): with the cache off, "
-            "'no cross-tenant reuse' proves nothing"
+            f"same-tenant reuse did not happen in {len(no_reuse)} repeated requests (first: {no_reuse[0].label}, "
+            f"0 of {no_reuse[0].entitled} reusable tokens): with the cache off, 'no cross-tenant reuse' proves nothing"
         )
     if obs.weak_round and not weak_collisions and not leaks:
         problems.append(
