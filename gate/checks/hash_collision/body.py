@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_oracle import Oracle, recompute_oracle, reference_oracle
@@ -137,13 +136,11 @@ def explain(params: HashCollisionParams, obs: Observations, findings: Findings, 
         f"tokens under another identity) were detected and refused; {reused} tokens reused, each request "
         "exactly within entitlement and matching its uncached computation"
     )
-    evidence = HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump()
-    exercise: dict[str, Any] = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
     return findings.outcome(
         passed,
         metrics=metrics,
-        evidence=evidence,
-        exercise=exercise,
+        evidence=HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump(),
+        exercise={**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits},
         observation=log.observation(),
         underpowered=identity_power(params, obs),
     )

@@ -144,9 +144,8 @@ def explain(ctx: CheckContext, p: SpecGreedyParams, obs: Observations, j: Judgem
         example=TokenPair(target=obs.expected[0].tolist()[:64], candidate=obs.got[0].tolist()[:64]),
     ).dump()
     passed = (
-        f"{p.prompts} greedy continuations of {n} tokens equal the target's own "
-        f"(k={obs.k}; {stats.proposed} drafts proposed, {stats.accepted} accepted, "
-        f"{stats.rejections} rounds corrected){efficiency_note(stats)}"
+        f"{p.prompts} greedy continuations of {n} tokens equal the target's own (k={obs.k}; {stats.proposed} drafts "
+        f"proposed, {stats.accepted} accepted, {stats.rejections} rounds corrected){efficiency_note(stats)}"
     )
     return Outcome(
         "fail" if j.problems else "pass",
