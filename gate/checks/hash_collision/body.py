@@ -160,8 +160,7 @@ def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, 
     shares = params.prompt_blocks >= 2  # measure: odd prompts share block 0 with the one before
     first_blocks = params.prompts - (params.prompts // 2 if shares else 0)
     pairs = first_blocks * per_block
-    expected = pairs / 2**params.bits
-    chance = 1 - math.exp(-expected)
+    chance = 1 - math.exp(-pairs / 2**params.bits)
     if chance >= POWER:
         return {}
     wanted = math.log(1 / (1 - POWER))  # expected meetings that give the chance POWER

@@ -5,7 +5,8 @@ prefixes of S of many lengths, S itself, S cut at a block boundary (a full-promp
 mid-way (the equal tail must not be reused) and S's later blocks moved to offset 0. A run that
 reused nothing fails. Budget contract (`PrefixBudget`): a store whose budget holds `budget_blocks`
 blocks serves twice as many; after every request its bytes held stay within the budget it declares,
-it shows evictions and its latest prompt still hits. Without a byte budget that part is `unproven`.
+it shows evictions and its latest prompt still hits. Without a byte budget that part is `unproven`;
+whatever its API, a store that declares a budget (`cache_state`) must hold no more after every request.
 """
 
 from __future__ import annotations
