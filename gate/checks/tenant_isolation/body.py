@@ -127,17 +127,14 @@ def measure(
     return Observations(worker, log, same, cross, weak_cross, hashing is not None, weak_served, params.weak_hash_bits)
 
 
-def _among(served: Served, requests: list[Served]) -> bool:
-    return any(served is r for r in requests)
-
-
 def hazard(obs: Observations, leaks: list[Served]) -> HazardFinding | None:
     """The design hazard the leaks show, where every one came under the weak hash and the round under
     the store's own hash was clean (pure)."""
-    own = [s for s in obs.log.served if not _among(s, obs.weak_served)]
+    weak = {id(s) for s in obs.weak_served}
+    own = [s for s in obs.log.served if id(s) not in weak]
     if not leaks or not own or any(s.excess or s.argmax_flips or s.over_tolerance for s in own):
         return None
-    if not all(_among(s, obs.weak_served) for s in leaks):
+    if not all(id(s) in weak for s in leaks):
         return None
     other_context = beyond_any_identity(obs.weak_served, obs.worker.block_size)
     return weak_hash_hazard(
