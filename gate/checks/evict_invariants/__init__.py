@@ -1,26 +1,10 @@
 """`evict-invariants`: an evicting cache keeps what its press promises, on every step.
 
-The candidate's sessions say what their press promises (gate.protocols.EvictionReport: sinks, the
-recent window, the last token, a score and a budget) and, for every write on every layer, the pool
-the press chose from and what it kept. A prompt is prefilled whole (the path's own chunks), the
-same prompt again in chunks of `chunk` tokens, each followed by `decode` one-token steps, and two
-short prompts (1 token, and one shorter than the window) with a few steps. On every eviction:
-
-* `evict-protected`: every protected position in the pool is kept;
-* `evict-ranking`: the kept non-protected entries are the top of the press's score, recomputed by
-  gate in float32 from the keys the press scored (`position` and `knorm`; any other score is read
-  from the press). A tie across the keep boundary is reported with its size, a note, never a failure;
-* `evict-budget`: each layer and KV head keeps what the budget (or the compression ratio) says;
-* `evict-position`: a kept entry carries the position it was written at;
-* `evict-short`: a prompt no longer than the budget and the window keeps every token.
-
-A scenario in which the subject raises (a press that refuses a prompt shorter than its window) is a
-finding of class `crash` about that scenario; the other scenarios still run and are judged, so a
-broken invariant elsewhere names the diagnosis with the crash beside it (a control stops at its
-first failure, crash or not). A path whose sessions do not expose this state is `unproven` for the
-check, with why. Quality
-slices judge what eviction costs; this check judges whether it did what it says, which a quiet
-bug (a dropped sink on a small random-weight model) moves less than the slices' noise.
+The candidate's sessions report the press's promise and, per write and layer, the pool and what it
+kept (gate.protocols.EvictionReport). Scenarios: a prompt prefilled whole, the same in chunks of
+`chunk` tokens, each followed by `decode` steps, and two short prompts. Ranking recomputes the
+`position` and `knorm` scores in float32 (any other is read from the press). A scenario in which the
+subject raises is a `crash` finding about it; the others still run and are judged.
 """
 
 from __future__ import annotations

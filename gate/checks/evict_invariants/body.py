@@ -127,11 +127,7 @@ def judge_step(policy: EvictionPolicy, s: Step, index: int, rtol: float, j: Judg
             if carried.shape != kb.shape or not torch.equal(carried, pos[kb]):
                 moved = (carried != pos[kb]).nonzero().flatten()[:4].tolist() if carried.shape == kb.shape else []
                 found(
-                    "evict-position",
-                    row=b,
-                    head=h,
-                    written_at=[int(pos[kb][i]) for i in moved],
-                    carried=[int(carried[i]) for i in moved],
+                    "evict-position", row=b, head=h, written_at=pos[kb][moved].tolist(), carried=carried[moved].tolist()
                 )
             if score is None:
                 continue
@@ -179,8 +175,7 @@ def _drive(
     short = name.startswith("short")
     for phase, n in calls:
         before = len(log)
-        chunk = tokens[:, at : at + n]
-        session.prefill(chunk) if at == 0 else session.append(chunk)
+        (session.prefill if at == 0 else session.append)(tokens[:, at : at + n])
         at += n
         steps += [Step(name, phase, short, st) for st in log[before:]]
     return steps, dict(session.exercise())
@@ -200,8 +195,7 @@ def _scenarios(policy: EvictionPolicy, params: EvictInvariantsParams) -> dict[st
 
 
 def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | str:
-    """Every eviction of every scenario (a control: up to its first failing scenario); or why the
-    candidate's state cannot be read."""
+    """Every eviction of every scenario (a control: up to its first failing one), or why none can be read."""
     probe = ctx.candidate.new_session(params.batch)
     report = offered(probe, EvictionReport)
     if report is None:
@@ -226,27 +220,10 @@ def measure(ctx: CheckContext, params: EvictInvariantsParams) -> Observations | 
             ctx.log(f"  evict-invariants: the subject crashed in scenario {name} ({crash}); the others run on")
             continue
         steps += got
-        if ctx.stop_at_first_failure:
-            j = Judgement()
-            for s in got:
-                judge_step(policy, s, 0, params.rtol, j)
-            if j.findings:  # a control stops at its first failing scenario
-                break
+        # a control stops at its first failing scenario
+        if ctx.stop_at_first_failure and judge(Observations(policy, got, {}, False), params).findings:
+            break
     return Observations(policy, steps, exercise, len(exercise) + len(crashes) < len(plan), crashes)
-
-
-def _observation(obs: Observations) -> torch.Tensor:
-    """What was judged, in run order: per eviction the kept entries' written and carried positions."""
-    parts = [
-        torch.cat(
-            [
-                s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()).flatten(),
-                s.step.positions.long().cpu().flatten(),
-            ]
-        ).float()
-        for s in obs.steps
-    ]
-    return torch.cat(parts) if parts else torch.zeros(0)
 
 
 def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> Outcome:
@@ -257,8 +234,12 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
     crashed = {name: {"crashed": d["exception"], "call": d["call"]} for name, d in obs.crashes.items()}
     phases = sorted({s.phase for s in obs.steps})
     promised = ("press", "score", "sink", "window", "keeps_last", "budget", "compression_ratio", "scope")
-    promise = {name: getattr(p, name) for name in promised}
-    invariants = {cls: ("broken" if cls in by_class else "held") for cls in CLASSES}
+    # what was judged, in run order: per eviction the kept entries' written and carried positions
+    observed = [
+        t.flatten().float()
+        for s in obs.steps
+        for t in (s.step.pool.long().cpu().gather(2, s.step.kept_from.long().cpu()), s.step.positions.long().cpu())
+    ]
     seen: dict[str, Any] = {
         "metrics": {
             "evictions_judged": j.judged,
@@ -269,8 +250,8 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
             "max_score_mismatch": j.score_mismatch,
         },
         "evidence": {
-            "promise": promise,
-            "invariants": invariants,
+            "promise": {name: getattr(p, name) for name in promised},
+            "invariants": {cls: ("broken" if cls in by_class else "held") for cls in CLASSES},
             "phases": phases,
             "findings": [{"class": f.cls, **f.where} for f in j.findings[:20]],
             "ties": j.ties[:20],
@@ -281,7 +262,7 @@ def explain(params: EvictInvariantsParams, obs: Observations, j: Judgement) -> O
             "evictions": len(obs.steps),
             **({"stopped_at_first_failure": True} if obs.stopped else {}),
         },
-        "observation": _observation(obs),
+        "observation": torch.cat(observed) if observed else torch.zeros(0),
         "observation_in_run_order": True,
     }
     ties = (

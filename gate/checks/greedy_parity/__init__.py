@@ -1,18 +1,11 @@
 """`greedy-parity`: N-token greedy continuations identical on the reference and the candidate.
 
-Each path continues the same prompts by greedy decoding on its own (prefill, then one append per
-token). Tokens are compared at aligned absolute positions (prompt length + step); the first
-diverging step keeps both paths' logit rows (top-k) as evidence (background: mask oracle; preserve the first
-diverging logit row). A divergence where the reference's top-2 margin is within tolerance and
-the candidate picked the runner-up is a tie: a warning, not a failure.
-
-For a scheduling change the candidate's prompt goes in under the candidate's own schedule: a
-prefill up to its first layout boundary (chunk edge), then multi-token appends cut at every
-following boundary and once more inside a chunk, so the continuation depends on chunks that start
-mid-cache and cross chunk edges (a single-token loop would never exercise a chunk's mask origin).
-
-Torch-free (gate.checks._shape): the body is `gate.checks.greedy_parity.body`, loaded on first use;
-`greedy` and `prompt_cuts` (used by batch-invariance and the tests) resolve through it.
+Each path continues the same prompts greedily on its own (prefill, then one append per token). A
+divergence where the reference's top-2 margin is within tolerance and the candidate picked the
+runner-up is a tie: a warning, not a failure. For a scheduling change the candidate's prompt goes in
+as a prefill up to its first layout boundary, then appends cut at every following boundary and once
+inside a chunk, so chunks start mid-cache and cross chunk edges. The body (with `greedy` and
+`prompt_cuts`, used by batch-invariance) loads on first use (gate.checks._shape).
 """
 
 from __future__ import annotations

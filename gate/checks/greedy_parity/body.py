@@ -6,12 +6,13 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from gate.checks._compare import DENY_ALLOWANCE, Tolerance, random_tokens, tolerance_for, top_k_rows
 from gate.checks._diagnosis import BUG_CLASSES, classify, traced_divergence, traced_reference
+from gate.checks._diagnosis.layers import layer_fields
 from gate.checks.greedy_parity import GreedyParityParams
 from gate.checks.greedy_parity.evidence import GreedyEvidence, GreedyRun
 from gate.core.check import CheckContext, Outcome, check
@@ -81,8 +82,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Observations:
-    """The continuation lengths compared and every prompt batch run (a control stops after the
-    first with a real divergence)."""
+    """The continuation lengths and every prompt batch run (a control stops after a real divergence)."""
 
     lengths: list[int]
     runs: list[Run]
@@ -90,19 +90,12 @@ class Observations:
 
 @dataclass(frozen=True)
 class Judgement:
-    """Each run's record (GreedyRun's fields), the tied rows, the first real divergence and the
-    widest tie band of the reference's rows (the dtype's tolerance)."""
+    """Each run's GreedyRun record, the tied rows, the first real divergence and the widest tie band."""
 
     runs: list[dict[str, Any]]
     ties: int
     first_failure: dict[str, Any] | None
     widest: float
-
-
-def _lengths(ctx: CheckContext, params: GreedyParityParams) -> list[int]:
-    """The continuation lengths: the params', else a greedy-tokens claim's, else 8 and 64."""
-    claim = ctx.manifest.claim
-    return params.tokens or (list(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []) or [8, 64]
 
 
 def _run(ctx: CheckContext, params: GreedyParityParams, prompt_len: int, steps: int, tol: Tolerance) -> Run:
@@ -125,8 +118,7 @@ def _run(ctx: CheckContext, params: GreedyParityParams, prompt_len: int, steps: 
 
 
 def measure(ctx: CheckContext, params: GreedyParityParams, lengths: list[int], tol: Tolerance) -> Observations:
-    """Both paths' continuations of every prompt batch (a control stops after the first batch with
-    a real divergence: one failure proves power; the positive run covers every batch)."""
+    """Both paths' continuations of every prompt batch (a control stops after a real divergence)."""
     runs: list[Run] = []
     for prompt_len in params.prompt_lengths:
         steps = min(max(lengths), min(ctx.reference.max_len, ctx.candidate.max_len) - prompt_len)
@@ -178,8 +170,7 @@ def _divergences(run: Run, tol: Tolerance, top_k: int) -> list[dict[str, Any]]:
 
 
 def judge(obs: Observations, tol: Tolerance, top_k: int) -> Judgement:
-    """Every run's match per length and first divergence; the earliest real (non-tie) divergence of
-    the first run that has one is the failure (pure)."""
+    """The earliest real (non-tie) divergence of the first run that has one is the failure (pure)."""
     records: list[dict[str, Any]] = []
     ties, first_failure, widest = 0, None, 0.0
     for run in obs.runs:
@@ -210,30 +201,17 @@ def judge(obs: Observations, tol: Tolerance, top_k: int) -> Judgement:
 
 
 def _observed(run: Run) -> torch.Tensor:
-    """What the candidate computed on the reference's own tokens: after a row's first divergence (a
-    tie the check forgives, or a failure) its continuation is another sequence, so the reference's
-    rows stand there; a fault that only flips near-ties then moves the observation by no more than
-    the band."""
+    """What the candidate computed on the reference's own tokens: after a row's first divergence its
+    continuation is another sequence, so the reference's rows stand there."""
     drifted = (run.ref_tok != run.cand_tok).cumsum(dim=1) > 0
     drifted = torch.cat([torch.zeros_like(drifted[:, :1]), drifted[:, :-1]], dim=1)
     return torch.where(drifted[..., None], run.ref_logits, run.cand_logits).flatten()
 
 
-def _exercise(params: GreedyParityParams, obs: Observations) -> dict[str, Any]:
-    exercise: dict[str, Any] = {
-        "prompts": params.batch * len(obs.runs),
-        "generated_tokens": params.batch * sum(run.steps for run in obs.runs),
-    }
-    if obs.runs:
-        exercise["sessions"] = [run.session for run in obs.runs]
-    return exercise
-
-
 def explain(
     params: GreedyParityParams, tol: Tolerance, obs: Observations, j: Judgement, diagnosis: dict[str, Any] | None
 ) -> Outcome:
-    """The Outcome of the judgement, built once: the first real divergence, else a pass (a warning
-    when rows diverged at ties)."""
+    """The first real divergence, else a pass (a warning when rows diverged at ties)."""
     lengths, runs = obs.lengths, j.runs
     seen: dict[str, Any] = {
         "metrics": {
@@ -247,7 +225,11 @@ def explain(
         "evidence": GreedyEvidence(
             runs=[GreedyRun(**r) for r in runs], tolerance=ToleranceRecord(**tol.as_dict())
         ).dump(),
-        "exercise": _exercise(params, obs),
+        "exercise": {
+            "prompts": params.batch * len(obs.runs),
+            "generated_tokens": params.batch * sum(run.steps for run in obs.runs),
+            **({"sessions": [run.session for run in obs.runs]} if obs.runs else {}),
+        },
         "observation": torch.cat([_observed(run) for run in obs.runs]) if obs.runs else None,
     }
     failure = j.first_failure
@@ -262,14 +244,10 @@ def explain(
             detected_at=failure["absolute_position"],
             **seen,
         )
-    status: Literal["pass", "warn"] = "warn" if j.ties else "pass"
-    message = (
-        f"greedy continuations of {', '.join(map(str, lengths))} tokens identical for "
-        f"{len(runs)} prompt batch(es)" + (f"; {j.ties} divergence(s) at ties" if j.ties else "")
-    )
     return Outcome(
-        status=status,
-        message=message,
+        status="warn" if j.ties else "pass",
+        message=f"greedy continuations of {', '.join(map(str, lengths))} tokens identical for "
+        f"{len(runs)} prompt batch(es)" + (f"; {j.ties} divergence(s) at ties" if j.ties else ""),
         # as prefix-sweep under a claim that bounds the logits: the deny allowance x the dtype's band
         tolerated_change=DENY_ALLOWANCE * j.widest if obs.runs else None,
         **seen,
@@ -280,7 +258,9 @@ def explain(
 def greedy_parity(ctx: CheckContext, params: GreedyParityParams) -> Outcome:
     """Greedy continuations (default 8 and 64 tokens) identical on both paths."""
     tol = tolerance_for(ctx, params.atol, params.rtol)
-    obs = measure(ctx, params, _lengths(ctx, params), tol)
+    claim = ctx.manifest.claim
+    lengths = params.tokens or (list(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []) or [8, 64]
+    obs = measure(ctx, params, lengths, tol)
     j = judge(obs, tol, params.top_k)
     diagnosis = _diagnose(ctx, j.first_failure) if j.first_failure is not None else None
     return explain(params, tol, obs, j, diagnosis)
@@ -303,18 +283,16 @@ def _first_real_divergence(
 
 
 def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
-    """Trace the layer states at the position whose logits chose the diverging token (drives both
-    paths again: after the judgement, and only on a failure)."""
+    """Trace the layer states at the position whose logits chose the diverging token (both paths again)."""
     prefix_len = max(failure["absolute_position"] - 1, 0)
-    error: str | None = None
-    layers: dict[str, Any] | None = None
+    error, layers = None, None
     traced, seen = traced_reference(ctx.reference)
     try:
         if traced is not None:
             cuts = [c for c in failure["cuts"] if c <= prefix_len]
             layers = traced_divergence(traced, ctx.candidate, failure["tokens"], prefix_len, ctx.dtype, cuts)
     except Exception as err:
-        layers, error = None, f"{err.__class__.__name__}: {err}"
+        error = f"{err.__class__.__name__}: {err}"
     replayed = layers.get("replayed_chunk") if layers else None
     bug_class = classify({"profile": "chunk-step" if replayed else "single-position"}, layers)
     out: dict[str, Any] = {
@@ -325,13 +303,7 @@ def _diagnose(ctx: CheckContext, failure: dict[str, Any]) -> dict[str, Any]:
         **({"layer_trace": seen} if seen else {}),
     }
     if layers is not None:
-        out.update(
-            first_diverging_layer=layers["first_diverging_layer"],
-            component=layers["component"],
-            traced_prefix_len=layers["prefix_len"],
-            layers=layers["layers"],
-            **({"replayed_chunk": replayed} if replayed else {}),
-        )
+        out.update(layer_fields(layers), **({"replayed_chunk": replayed} if replayed else {}))
     if error:
         out["tracing_error"] = error
     return out

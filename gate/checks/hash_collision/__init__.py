@@ -1,20 +1,10 @@
 """hash-collision: with a deliberately weak hash, colliding blocks are detected and not served.
 
-A hash picks a bucket; it is not a proof that two contexts are equal (background: cache identity). The candidate is
-rebuilt with a hash of `bits` bits (2**bits buckets), so distinct blocks are bound to collide, and
-serves a family of prompts twice over, then the same prompts under another tenant and (where the
-store serves adapters) another adapter: the same tokens under another identity share buckets too,
-so a store that compares the tokens on a hash hit but trusts the hash to separate identities serves
-another tenant's or the base model's blocks. A correct cache compares the stored key material
-(tokens, parent, position, identity) before serving: every request reuses exactly what it is
-entitled to and matches its uncached computation. The run must show collisions happened, within one
-identity and across identities, or it proves nothing. Where colliding blocks were served, the same
-workload is replayed under the store's own hash: served exactly there, the failure is a design hazard
-of the hash and named so (gate.core.hazards: `weak-hash-across-tenants` where every block served
-wrongly held the same tokens under another identity, else `weak-hash-across-contexts`), with the
-configuration that avoids it.
-
-A store whose hash cannot be replaced (`PrefixHashing`) leaves the check `unproven`, naming that.
+The candidate is rebuilt with a hash of `bits` bits and serves a family of prompts twice, then the
+same prompts under other tenants and (where it serves adapters) an adapter, which share buckets too.
+Where colliding blocks were served, the workload is replayed under the store's own hash: served
+exactly there, the failure is a design hazard of the hash (gate.core.hazards). A store whose hash
+cannot be replaced (`PrefixHashing`) leaves the check `unproven`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from gate.checks._compare import tolerance_for
 from gate.checks._prefix_oracle import Oracle, recompute_oracle, reference_oracle
@@ -41,24 +40,18 @@ class Observations:
     cross: list[Served]
 
 
-def _prompts(ctx: CheckContext, params: HashCollisionParams, bs: int) -> list[list[int]]:
-    """Seeded prompts; every second one shares block 0 with the one before and diverges after it."""
-    length = params.prompt_blocks * bs + 1
+def measure(ctx: CheckContext, params: HashCollisionParams, worker: PrefixServing, findings: Findings) -> Observations:
+    """Two rounds under the first tenant, and the same tokens under the other identities."""
+    bs, length = worker.block_size, params.prompt_blocks * worker.block_size + 1
+    # every request served beyond entitlement or unlike its uncached computation fails this check:
+    # a control stops at the first one
+    log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx))
     prompts: list[list[int]] = []
     for n in range(params.prompts):
         prompt = seeded_ids(ctx.candidate.vocab_size, length, ctx.seed * 1000 + 71 * n)
         if n % 2 and bs < length - 1:  # share block 0 with the previous prompt, diverge after it
             prompt[:bs] = prompts[-1][:bs]
         prompts.append(prompt)
-    return prompts
-
-
-def measure(ctx: CheckContext, params: HashCollisionParams, worker: PrefixServing, findings: Findings) -> Observations:
-    """Two rounds under the first tenant, and the same tokens under the other identities."""
-    # every request served beyond entitlement or unlike its uncached computation fails this check:
-    # a control stops at the first one
-    log = RequestLog(ReuseTally(worker.block_size), tolerance_for(ctx), stop=stop_rule(ctx))
-    prompts = _prompts(ctx, params, worker.block_size)
     base_oracle = reference_oracle(ctx)
 
     def round_of(round_: int) -> None:
@@ -111,8 +104,7 @@ def judge(params: HashCollisionParams, obs: Observations, earlier: list[str]) ->
     if collisions == 0 and not problems:
         problems.append(
             f"the {params.bits}-bit hash produced no detected collision over {len(log.served)} requests: "
-            "either verification does not report them or the workload never collided; the check "
-            "proves nothing"
+            "either verification does not report them or the workload never collided; the check proves nothing"
         )
     elif sum(s.reply.stats.collisions_detected for s in cross) == 0 and not problems:
         problems.append(
@@ -144,13 +136,11 @@ def explain(params: HashCollisionParams, obs: Observations, findings: Findings, 
         f"tokens under another identity) were detected and refused; {reused} tokens reused, each request "
         "exactly within entitlement and matching its uncached computation"
     )
-    evidence = HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump()
-    exercise: dict[str, Any] = {**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits}
     return findings.outcome(
         passed,
         metrics=metrics,
-        evidence=evidence,
-        exercise=exercise,
+        evidence=HashCollisionEvidence.model_validate({"requests": log.table(), "cache": worker.cache_state()}).dump(),
+        exercise={**log.exercise(worker), "collisions_detected": collisions, "hash_bits": params.bits},
         observation=log.observation(),
         underpowered=identity_power(params, obs),
     )
@@ -162,19 +152,15 @@ the check's power (the declared power of a distribution claim by default)."""
 
 
 def identity_power(params: HashCollisionParams, obs: Observations) -> dict[str, str]:
-    """verify-ignores-identity shows only where a prompt's first block, stored under one identity, shares
-    a bucket of the weak hash with the same tokens under another: about one pair in 2**bits does. Deeper
-    blocks are keyed below their parent, so they meet only once a first block was already served across
-    identities: the first blocks are the chances, and every second prompt shares its first block with
-    the one before. With too few of them (a long hash, few prompts) the fault's effect is below the
-    check's power, and the settings that would show it are named (`Outcome.underpowered`)."""
+    """verify-ignores-identity shows only where a prompt's first block under one identity shares a bucket
+    with the same tokens under another (about one pair in 2**bits; deeper blocks are keyed below their
+    parent): with too few such pairs, the settings that would show it (`Outcome.underpowered`)."""
     identities = 1 + len({s.label.split(" ", 1)[1] for s in obs.cross})
     per_block = identities * (identities - 1) // 2
-    shares = params.prompt_blocks >= 2  # _prompts: odd prompts share block 0 with the one before
+    shares = params.prompt_blocks >= 2  # measure: odd prompts share block 0 with the one before
     first_blocks = params.prompts - (params.prompts // 2 if shares else 0)
     pairs = first_blocks * per_block
-    expected = pairs / 2**params.bits
-    chance = 1 - math.exp(-expected)
+    chance = 1 - math.exp(-pairs / 2**params.bits)
     if chance >= POWER:
         return {}
     wanted = math.log(1 / (1 - POWER))  # expected meetings that give the chance POWER
@@ -198,10 +184,7 @@ def _clean(served: Served) -> bool:
 
 def hazard(params: HashCollisionParams, obs: Observations, own_hash: RequestLog) -> HazardFinding | None:
     """The design hazard colliding blocks served under the weak hash show, where the same requests under
-    the store's own hash (`own_hash`, the workload replayed) were all served exactly: the store trusts
-    its hash to keep identities apart (`weak-hash-across-tenants`: every block served wrongly held the
-    same tokens under another identity) or to stand for the whole key (`weak-hash-across-contexts`)
-    (pure)."""
+    the store's own hash (`own_hash`, the workload replayed) were all served exactly (pure)."""
     bad = [s for s in obs.log.served if not _clean(s)]
     if not any(s.excess for s in bad) or not own_hash.served or not all(_clean(s) for s in own_hash.served):
         return None

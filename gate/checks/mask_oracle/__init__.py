@@ -1,19 +1,11 @@
 """`mask-oracle`: the mask-oracle fixture (background), run through the candidate's cache, mask and attention.
 
-One head, scalar values [2, 4, 8, 16, 32] at positions 0..4, zero scores: each query returns the
-mean of the values it may see. With three positions cached, the chunk of queries at absolute
-positions 3 and 4 must return 7.5 and 12.4; a mask restarted at the chunk's origin returns 2 and 3.
-The answers are derived independently (exact rationals), not from a model.
-
-The matrix (background: mask oracle, "Do this before moving on"): empty cache, one-token cache, multistep append,
-reset between two independent requests; then nonzero scores over several KV heads (expected values
-from a float64 softmax written here), and each case again with the unused cache tail poisoned by NaN,
-which a correct read never touches. Batch row 1 carries a second request with other values, so a
-handle that reads another row's cache is visible too.
-
-Torch-free (gate.checks._shape): the body is `gate.checks.mask_oracle.body`, loaded on first use;
-the fixture's helpers (`oracle_cases`, `visible_means`, `ORACLE_RTOL`, `oracle_rtol`, `probe_order`)
-resolve through it.
+One head, zero scores: each query returns the mean of the values it may see, derived independently
+(exact rationals), not from a model. The grouped-query case's expected values come from a float64
+softmax written here; every case runs again with the unused cache tail poisoned by NaN, and batch
+row 1 carries a second request with other values, so a handle that reads another row's cache shows.
+The body (with `oracle_cases`, `visible_means`, `ORACLE_RTOL`, `oracle_rtol`, `probe_order`) loads on
+first use (gate.checks._shape).
 """
 
 from __future__ import annotations

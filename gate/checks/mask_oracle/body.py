@@ -22,10 +22,8 @@ RESET_VALUES = ((1, 3, 5, 7), (6, 10, 14, 18))
 
 
 ORACLE_RTOL = {"float32": 1e-5, "float64": 1e-9, "bfloat16": 1.6e-2, "float16": 2e-3}
-"""Relative tolerance by the dtype the probe computes in: float32 rounding only, and about four units
-in the last place of a 16-bit format (bfloat16 8 bits of mantissa, float16 11), since a mean of up
-to ten values and a softmax round several times. The wrong answers the oracle is built to tell
-apart (2 and 3 for 7.5 and 12.4) differ by tens of percent, far outside every entry."""
+"""Relative tolerance by the dtype the probe computes in: about four units in the last place of a 16-bit
+format (a mean and a softmax round several times); the wrong answers differ by tens of percent."""
 
 
 def oracle_rtol(params: MaskOracleParams, dtype: str) -> float:
@@ -44,9 +42,8 @@ class Case:
     expected: list[list[torch.Tensor]]
     """Per request, per chunk: [B, H, n, D] float64."""
     wrong: dict[str, list[list[torch.Tensor]]] = field(default_factory=dict)
-    """Predicted wrong answers, per bug class (zero-score cases): what a mask restarted at the chunk's
-    origin (mask-offset), a read that drops the cached keys (kv-truncation) or one that reads the other
-    batch row's cache (foreign-state) returns for each chunk."""
+    """Predicted wrong answers per bug class (zero-score cases): what mask-offset, kv-truncation and
+    foreign-state return for each chunk."""
     per_kv_head: list[list[torch.Tensor]] = field(default_factory=list)
     """Grouped-query cases: per request, per chunk, what each query head returns reading each KV head,
     [B, H, H_kv, n, D] float64 (a wrong query-to-KV-head map at read time returns another column)."""
@@ -64,8 +61,7 @@ def _zero_score_case(name: str, requests: list[tuple[tuple[tuple[int, ...], ...]
     for row_values, sizes in requests:
         v = torch.tensor(row_values, dtype=torch.float32)[:, None, :, None]  # [B=2, H_kv=1, n, D=1]
         swapped = tuple(row_values[1:] + row_values[:1])  # row b reads row b + 1's cache
-        start = 0
-        chunks, exp = [], []
+        chunks, exp, start = [], [], 0
         wrong: dict[str, list[torch.Tensor]] = {key: [] for key in case.wrong}
         for size in sizes:
             positions = list(range(start, start + size))
@@ -128,8 +124,7 @@ def oracle_cases(params: MaskOracleParams, seed: int) -> list[Case]:
 
 @dataclass(frozen=True)
 class Probe:
-    """One probe call: a case (its index in the positive run's order of cases), poisoned or not, and
-    what the candidate returned per request and chunk."""
+    """One probe call: a case and its index in the positive run's order, and what the candidate returned."""
 
     case: Case
     position: int
@@ -139,8 +134,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class Observations:
-    """Every probe call in the order it ran (a control stops after the first wrong case), the
-    variants per case and the proof of exercise."""
+    """Every probe call in the order it ran (a control stops after the first wrong case)."""
 
     probes: list[Probe]
     variants: int
@@ -154,11 +148,6 @@ class Judgement:
     rows: list[dict[str, Any]]
     failures: list[str]
     diagnosis: dict[str, Any] | None
-
-    @property
-    def seed_row(self) -> dict[str, Any] | None:
-        """The seed fixture's row, unpoisoned (index 0), if it ran."""
-        return next((r for r in self.rows if r["index"] == 0), None)
 
 
 def measure(ctx: CheckContext, params: MaskOracleParams, probe: AttentionProbe, rtol: float) -> Observations:
@@ -190,8 +179,7 @@ def _exercise(ctx: CheckContext, probes: list[Probe]) -> dict[str, Any]:
 
 
 def judge(obs: Observations, rtol: float) -> Judgement:
-    """Every probe against the oracle, the predicted wrong answer it matches, and the bug class of
-    the wrong ones (pure)."""
+    """Every probe against the oracle, the predicted wrong answer it matches, the bug class (pure)."""
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     for p in obs.probes:
@@ -206,11 +194,15 @@ def judge(obs: Observations, rtol: float) -> Judgement:
 
 def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
     """The Outcome of the judgement, built once: the wrong cases and their bug class, or a pass."""
-    rows, seed_row = j.rows, j.seed_row
+    rows = j.rows
+    seed_row = next((r for r in rows if r["index"] == 0), None)  # the seed fixture's, unpoisoned
     got = seed_row["got"] if seed_row else None
     # laid out in the positive run's order whatever order the cases ran in; a stopped control's is a
     # prefix of it only when it ran the first cases
-    observed = {row["index"]: _flat(p.outputs) for row, p in zip(rows, obs.probes, strict=True)}
+    observed = {
+        row["index"]: torch.cat([o.detach().double().cpu().flatten() for req in p.outputs for o in req])
+        for row, p in zip(rows, obs.probes, strict=True)
+    }
     seen: dict[str, Any] = {
         "metrics": {
             "cases": len(rows),
@@ -237,11 +229,10 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
         "covered_by": dict(MODEL_LEVEL_STAND_INS),
     }
     if j.diagnosis is not None:
-        failures = j.failures
         return Outcome(
             status="fail",
-            message=f"{len(failures)} of {len(rows)} oracle cases wrong: "
-            f"{', '.join(failures[:4])}{' ...' if len(failures) > 4 else ''} ({j.diagnosis['bug_class']})",
+            message=f"{len(j.failures)} of {len(rows)} oracle cases wrong: "
+            f"{', '.join(j.failures[:4])}{' ...' if len(j.failures) > 4 else ''} ({j.diagnosis['bug_class']})",
             diagnosis=j.diagnosis,
             detected_at=int(next(r["index"] for r in rows if not r["ok"])),
             observation_in_run_order=sorted(observed) == list(range(len(observed))),
@@ -254,10 +245,6 @@ def explain(rtol: float, obs: Observations, j: Judgement) -> Outcome:
         observation_in_run_order=True,
         **seen,
     )
-
-
-def _flat(outputs: list[list[torch.Tensor]]) -> torch.Tensor:
-    return torch.cat([o.detach().double().cpu().flatten() for req in outputs for o in req])
 
 
 @check("mask-oracle", params=MaskOracleParams)
@@ -284,9 +271,8 @@ def _score(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> dict[s
             if got64.shape != exp.shape or bool(got64.isnan().any()):
                 ok, err = False, float("inf")
                 continue
-            e = float((got64 - exp).abs().max())
-            err = max(err, e)
-            ok &= e <= rtol * max(float(exp.abs().max()), 1.0)
+            err = max(err, float((got64 - exp).abs().max()))
+            ok &= _close(got64, exp, rtol)
             if c > 0:  # only chunks with something cached before them tell the bugs apart
                 for key, predicted in case.wrong.items():
                     matches[key].append(_close(got64, predicted[r][c], rtol))
@@ -322,20 +308,14 @@ def _read_map(case: Case, outputs: list[list[torch.Tensor]], rtol: float) -> lis
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor, rtol: float) -> bool:
-    got64 = got.detach().double().cpu()
-    return got64.shape == expected.shape and float((got64 - expected).abs().max()) <= rtol * max(
-        float(expected.abs().max()), 1.0
-    )
+    got64, bound = got.detach().double().cpu(), rtol * max(float(expected.abs().max()), 1.0)
+    return got64.shape == expected.shape and float((got64 - expected).abs().max()) <= bound
 
 
 def probe_order(names: list[str], control: str | None) -> list[int]:
     """The cases in the order a run probes them (gate.checks._probe): a control probes first a case
     its fault's name shares a word with (reset-keeps-position: reset-between-requests)."""
-    return shared_probe_order(names, control, _shares_a_word)
-
-
-def _shares_a_word(fault: str, name: str) -> bool:
-    return bool(set(fault.split("-")) & set(name.split("-")))
+    return shared_probe_order(names, control, lambda fault, name: bool(set(fault.split("-")) & set(name.split("-"))))
 
 
 EXPLANATIONS = {

@@ -1,22 +1,12 @@
 """prefix-reuse-parity: requests that reuse cached prefixes give what a full recompute gives.
 
-On a fresh worker, each base sequence S (`base_blocks` full blocks plus one token) is served once;
-then requests that share prefixes of S of many lengths (0, 1, every block boundary ±1), S itself
-and S cut at a block boundary (a full-prompt hit: every block hits, the last token is computed),
-S with one token changed mid-way (the equal tail must not be reused), and S's later blocks moved
-to offset 0 (the same ids at other positions must not be reused). Every computed prompt row and
-every greedy continuation row is compared with one full pass of the reference path.
-
-Proof of reuse: per request, hit blocks and reused tokens against the tokens a correct cache was
-entitled to reuse. A run in which nothing was reused fails: parity would prove nothing.
-
-Budget contract (`PrefixBudget`): a store whose declared budget holds `budget_blocks` blocks serves
-twice as many distinct blocks; after every request the bytes it holds must be within the budget it
-declares, it must show evictions, its latest prompt must still hit, and every output stays exact. A
-store without a byte budget leaves this `unproven`, named (a store of the single protocol of earlier
-releases offers one only where its `fresh(byte_budget=)` declares the budget asked). Whatever its
-API, a store that declares a budget (`cache_state`: `byte_budget`) must hold no more after every
-request of the workload.
+On a fresh worker each base sequence S (`base_blocks` full blocks plus one token) is served, then
+prefixes of S of many lengths, S itself, S cut at a block boundary (a full-prompt hit), S changed
+mid-way (the equal tail must not be reused) and S's later blocks moved to offset 0. A run that
+reused nothing fails. Budget contract (`PrefixBudget`): a store whose budget holds `budget_blocks`
+blocks serves twice as many; after every request its bytes held stay within the budget it declares,
+it shows evictions and its latest prompt still hits. Without a byte budget that part is `unproven`;
+whatever its API, a store that declares a budget (`cache_state`) must hold no more after every request.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ def _boundary_lengths(block_size: int, limit: int) -> list[int]:
 
 
 @dataclass
-class Workload:
-    """The requests of the base sequences, served on one worker against the reference path."""
+class Observations:
+    """Every request served on one worker against the reference path, and where each probed."""
 
     worker: PrefixServing
     log: RequestLog
@@ -46,6 +46,8 @@ class Workload:
     """Index in log.served -> shared-prefix length (for detected_at)."""
     held: list[tuple[str, int, int]] = field(default_factory=list)
     """After each request, where the store declares a byte budget: (request, bytes held, budget declared)."""
+    budget: BudgetRun | None = None
+    """The budget contract as served (None: the store has no byte budget)."""
 
     def serve(self, label: str, tokens: list[int], share: int) -> Served:
         self.log.at = share  # before serving: a control may stop inside `issue`, and reports where
@@ -115,38 +117,22 @@ class BudgetRun:
         }
 
 
-@dataclass(frozen=True)
-class Observations:
-    """Every request served (the workload's, then the budget contract's) and where each probed."""
-
-    worker: PrefixServing
-    log: RequestLog
-    shared: dict[int, int]
-    new_tokens: int
-    budget: BudgetRun | None
-    held: list[tuple[str, int, int]] = field(default_factory=list)
-    """The workload's bytes held against the budget the store declares (Workload.held)."""
-
-
 def measure_budget(
     ctx: CheckContext, run: PrefixRun, worker: PrefixServing, log: RequestLog, blocks: int, length: int
 ) -> BudgetRun | None:
     """A store whose budget holds `blocks` blocks serves 2 x `blocks` distinct blocks and more, its
     bytes held read after every request, then its latest prompt again (None: no byte budget)."""
-    findings = run.findings
-    budgeted: PrefixBudget | None = findings.needs(run.candidate, PrefixBudget, "bytes held within the declared budget")
+    assertion = "bytes held within the declared budget"
+    budgeted: PrefixBudget | None = run.findings.needs(run.candidate, PrefixBudget, assertion)
     if budgeted is None:
         return None
     state = worker.cache_state()
     per_block = int(state.get("bytes_held") or 0) // max(int(state.get("blocks") or 0), 1)
     if not per_block:
-        findings.lacks(
-            "bytes held within the declared budget",
-            "the store reports no bytes held per block (cache_state: bytes_held, blocks)",
-        )
+        run.findings.lacks(assertion, "the store reports no bytes held per block (cache_state: bytes_held, blocks)")
         return None
     budget = blocks * per_block
-    store = _budgeted(run, budgeted, budget, "bytes held within the declared budget")
+    store = _budgeted(run, budgeted, budget, assertion)
     if store is None:
         return None
     oracle = reference_oracle(ctx)
@@ -165,8 +151,7 @@ def measure_budget(
         held.append(int(state.get("bytes_held", 0)))
     evicted = int(store.cache_state().get("evicted", 0))
     last = log.issue(store, "budget latest again", prompts[-1], ("budget", len(prompts) - 1), oracle)
-    stored = len(prompts) * prompt_blocks * per_block
-    return BudgetRun(budget, per_block, stored, declared, held, evicted, last)
+    return BudgetRun(budget, per_block, len(prompts) * prompt_blocks * per_block, declared, held, evicted, last)
 
 
 def _budgeted(run: PrefixRun, budgeted: PrefixBudget, budget: int, assertion: str) -> PrefixServing | None:
@@ -178,10 +163,18 @@ def _budgeted(run: PrefixRun, budgeted: PrefixBudget, budget: int, assertion: st
         return None
 
 
-def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: PrefixServing) -> Workload:
-    """The worker's workload: continuation length, base length and the control's stop rule."""
+def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) -> Observations:
+    """Every base sequence's family of requests (on a budgeted worker where `byte_budget` is set and
+    the store offers one), then the budget contract."""
+    worker: PrefixServing = run.pool.shared(("base",), run.candidate.fresh)
+    if params.byte_budget is not None:
+        assertion = f"parity within a budget of {params.byte_budget} bytes"
+        budgeted: PrefixBudget | None = run.findings.needs(run.candidate, PrefixBudget, assertion)
+        store = None if budgeted is None else _budgeted(run, budgeted, params.byte_budget, assertion)
+        worker = worker if store is None else store
     bs = worker.block_size
-    claim_tokens = ctx.manifest.claim.tokens if isinstance(ctx.manifest.claim, GreedyTokensClaim) else None
+    claim = ctx.manifest.claim
+    claim_tokens = claim.tokens if isinstance(claim, GreedyTokensClaim) else None
     new_tokens = params.new_tokens or (max(claim_tokens) if params.compare == "greedy" and claim_tokens else 4)
     base_len = params.base_blocks * bs + 1
     new_tokens = max(1, min(new_tokens, ctx.candidate.max_len - base_len - params.suffix_len))
@@ -189,26 +182,11 @@ def _workload(ctx: CheckContext, params: PrefixReuseParityParams, worker: Prefix
     # a control stops at the first request that fails: reuse beyond entitlement, an argmax flip, or
     # (compare: logits) a row over the tolerance
     log = RequestLog(ReuseTally(bs), tol, stop=stop_rule(ctx, logits=params.compare == "logits"))
-    return Workload(worker, log, reference_oracle(ctx), new_tokens, base_len)
-
-
-def measure(ctx: CheckContext, params: PrefixReuseParityParams, run: PrefixRun) -> Observations:
-    """Every base sequence's family of requests (on a budgeted worker where `byte_budget` is set and
-    the store offers one), then the budget contract."""
-    worker: PrefixServing = run.pool.shared(("base",), run.candidate.fresh)
-    if params.byte_budget is not None:
-        budgeted: PrefixBudget | None = run.findings.needs(
-            run.candidate, PrefixBudget, f"parity within a budget of {params.byte_budget} bytes"
-        )
-        if budgeted is not None:
-            assertion = f"parity within a budget of {params.byte_budget} bytes"
-            store = _budgeted(run, budgeted, params.byte_budget, assertion)
-            worker = worker if store is None else store
-    work = _workload(ctx, params, worker)
+    work = Observations(worker, log, reference_oracle(ctx), new_tokens, base_len)
     for seq in range(params.sequences):
         work.sequence(ctx, params, seq)
-    budget_run = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
-    return Observations(worker, work.log, work.shared, work.new_tokens, budget_run, work.held)
+    work.budget = measure_budget(ctx, run, worker, work.log, params.budget_blocks, work.base_len)
+    return work
 
 
 @dataclass(frozen=True)
@@ -253,8 +231,6 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
     excess = [s for s in log.served if s.excess]
     judged = [s for s in wrong if s.argmax_flips or params.compare == "logits"]
     judged_ids = {id(s) for s in judged}
-    bad = {id(s) for s in [*wrong, *excess]}
-    failed_at = [obs.shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in obs.shared]
     problems = [] if obs.budget is None else _budget_problems(obs.budget)
     if beyond := [(label, held, budget) for label, held, budget in obs.held if held > budget]:
         label, held, budget = beyond[0]
@@ -262,8 +238,10 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
             f"budget: the store declares a budget of {budget} bytes and held {held} after {label} "
             f"({len(beyond)} of {len(obs.held)} requests over it)"
         )
-    rules: list[str] = []
-    detected_at = None
+    rules = sorted({r for s in [*judged, *excess] for r in broken_rules(s)})
+    bad = {id(s) for s in [*wrong, *excess]}
+    failed_at = [obs.shared[i] for i, s in enumerate(log.served) if id(s) in bad and i in obs.shared]
+    detected_at = min(failed_at, default=None) if judged or excess else None
     if judged or excess:
         first = (judged or excess)[0]
         what = (
@@ -272,14 +250,12 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
             if id(first) in judged_ids
             else "outputs within tolerance"
         )
-        rules = sorted({r for s in [*judged, *excess] for r in broken_rules(s)})
         problems.insert(
             0,
             f"{len(judged)} of {len(log.served)} requests differ from a full recompute "
             f"and {len(excess)} reused state beyond entitlement; first: {first.label}: {describe_excess(first)}; "
             f"{what}" + (f". Broken rule: {'; '.join(rules)}" if rules else ""),
         )
-        detected_at = min(failed_at) if failed_at else None
     if sum(s.reused for s in log.served) == 0:
         problems.append(
             f"no request reused any cached block ({len(log.served)} requests, "
@@ -289,9 +265,11 @@ def judge(params: PrefixReuseParityParams, obs: Observations) -> Judgement:
     return Judgement(judged, excess, over, rules, detected_at, problems)
 
 
-def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, Any]:
-    served = obs.log.served
-    return {
+def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
+    """A pass with requests over the logit tolerance (compare: greedy) is a warning."""
+    log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
+    served = log.served
+    metrics: dict[str, Any] = {
         "requests": len(served),
         "reused_tokens": sum(s.reused for s in served),
         "hit_blocks": sum(s.reply.stats.hit_blocks for s in served),
@@ -303,20 +281,13 @@ def _metrics(obs: Observations, j: Judgement, store_starts: int) -> dict[str, An
         "below_entitlement_requests": len([s for s in served if s.reused < s.entitled]),
         "new_tokens": obs.new_tokens,
         "block_size": obs.worker.block_size,
-        "store_starts": store_starts,
+        "store_starts": run.store_starts,
         **(
             {"max_bytes_held": max(h for _, h, _ in obs.held), "declared_byte_budget": obs.held[-1][2]}
             if obs.held
             else {}
         ),
     }
-
-
-def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, run: PrefixRun) -> Outcome:
-    """The Outcome of the judgement and the findings, built once: a pass with requests over the logit
-    tolerance (compare: greedy) is a warning."""
-    log, budget = obs.log, (None if obs.budget is None else obs.budget.record())
-    metrics = _metrics(obs, j, run.store_starts)
     evidence = PrefixReuseEvidence(
         requests=[ServedRequest(**row) for row in log.table()],
         tolerance=ToleranceRecord(**log.tol.as_dict()),
@@ -325,9 +296,8 @@ def explain(params: PrefixReuseParityParams, obs: Observations, j: Judgement, ru
         cache=obs.worker.cache_state(),
         budget=budget,
     ).dump()
-    diagnosis = None
-    if j.judged or j.excess:
-        diagnosis = {"broken_rules": j.rules, "failing_requests": [s.row() for s in [*j.judged, *j.excess][:8]]}
+    failing = [*j.judged, *j.excess]
+    diagnosis = {"broken_rules": j.rules, "failing_requests": [s.row() for s in failing[:8]]} if failing else None
     passed = (
         f"{len(log.served)} requests match a full recompute ({params.compare}, max |Δ| "
         f"{metrics['max_abs_delta']:.3g}); {metrics['reused_tokens']} of {metrics['entitled_tokens']} reusable "

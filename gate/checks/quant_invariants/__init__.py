@@ -1,26 +1,10 @@
 """`quant-invariants`: a quantised KV cache keeps what it says it keeps, on every step.
 
-Quality slices judge what a quantised cache costs; they cannot see a cache that keeps more tokens
-in full precision than it declares, stores a scale its codes were not computed against, or runs
-with other bits than the manifest names: such a cache answers fluently, and on a small model its
-quality moves less than the slices' noise. This check reads the cache after every call of one
-session (a prefill, multi-token appends as chunked prefill sends them, then single-token decode
-steps) and judges three invariants, each with its own class:
-
-* `quant-residual-overflow`: the tokens held in full precision never exceed the declared residual
-  (the library's rule applied to the declared `residual`), quantised plus full-precision tokens
-  are exactly the tokens written, and the full-precision ones are the newest, bit for bit;
-* `quant-error-bound`: every quantised element reads back within half its group's stored scale
-  (plus the rounding of the stored scale and zero point), and every stored scale is no coarser
-  than its group's range over the 2^bits - 1 steps of the bits the cache states;
-* `quant-config-mismatch`: the bits, group size, axes and residual rule the cache states are the
-  ones the manifest declares, and the bytes it holds are what the declared scheme needs for the
-  tokens it holds.
-
-The adapter reads the cache object (gate.protocols.QuantizedKV: the declared scheme and sessions
-whose `quant_state()` returns the stored tensors, scales, zero points and what was written). A
-path whose state cannot be read is unproven here, with why. A negative control returns at its
-first failing step.
+The cache is read (gate.protocols.QuantizedKV: `quant_state()`, the stored tensors, scales, zero
+points and what was written) after every call of one session: a prefill, multi-token appends as
+chunked prefill sends them, then single-token decode steps. An element's bound is half its group's
+stored scale plus the rounding of the stored scale and zero point; a scale may be no coarser than
+its group's range over 2^bits - 1 steps. A negative control returns at its first failing step.
 """
 
 from __future__ import annotations

@@ -110,56 +110,46 @@ def _error_ratios(t: QuantTensorState, scheme: QuantScheme) -> tuple[float, floa
     return float(error), float((scale / allowed).max())
 
 
-def _drift(t: QuantTensorState, scheme: QuantScheme) -> float:
-    """Largest error of the quantised elements against the tokens as written, over the same bound: above
-    1 where a library re-quantises its dequantised history (each flush adds its own rounding)."""
-    return _error_ratios(replace(t, quantized_from=None), scheme)[0]
-
-
 def inspect(index: int, phase: str, state: QuantState, declared: QuantScheme, rtol: float) -> Step:
     """One step's judgement of the cache's state (pure)."""
-    problems: dict[str, list[str]] = {}
+    overflow: list[str] = []
+    bound: list[str] = []
+    config: list[str] = []
     first = state.tensors[0]
     tokens, quantized, residual = (int(x.shape[2]) for x in (first.written, first.dequantized, first.residual))
     for t in state.tensors:
         q, r, n = int(t.dequantized.shape[2]), int(t.residual.shape[2]), int(t.written.shape[2])
         if r > declared.max_residual:
-            problems.setdefault("quant-residual-overflow", []).append(
+            overflow.append(
                 f"{t.name} holds {r} tokens in full precision, more than the declared {declared.max_residual}"
             )
         if q + r != n:
-            problems.setdefault("quant-residual-overflow", []).append(
-                f"{t.name} holds {q} quantised + {r} full-precision tokens of the {n} written"
-            )
+            overflow.append(f"{t.name} holds {q} quantised + {r} full-precision tokens of the {n} written")
         elif r and not torch.equal(t.residual, t.written[:, :, n - r :].to(t.residual.dtype)):
-            problems.setdefault("quant-residual-overflow", []).append(
-                f"{t.name}'s {r} full-precision tokens are not the newest {r} written"
-            )
+            overflow.append(f"{t.name}'s {r} full-precision tokens are not the newest {r} written")
     ratios = [_error_ratios(t, state.stated) for t in state.tensors]
-    error_ratio = max(e for e, _ in ratios)
-    scale_ratio = max(s for _, s in ratios)
+    error_ratio, scale_ratio = max(e for e, _ in ratios), max(s for _, s in ratios)
     for t, (e, s) in zip(state.tensors, ratios, strict=True):
         if e > 1:
-            problems.setdefault("quant-error-bound", []).append(
+            bound.append(
                 f"{t.name} reads back {e:.3g}x farther from what was written than half its stored scale allows"
             )
         if s > 1:
-            problems.setdefault("quant-error-bound", []).append(
+            bound.append(
                 f"{t.name} stores a scale {s:.3g}x coarser than its group's range over {state.stated.bits}-bit levels"
             )
-    stated = state.stated.model_dump()
-    wanted = declared.model_dump()
+    stated, wanted = state.stated.model_dump(), declared.model_dump()
     for name in CONFIG_FIELDS:
         if stated[name] != wanted[name]:
-            problems.setdefault("quant-config-mismatch", []).append(
-                f"the cache states {name} {stated[name]}, the manifest declares {wanted[name]}"
-            )
+            config.append(f"the cache states {name} {stated[name]}, the manifest declares {wanted[name]}")
     want_bytes = expected_bytes(declared, state)
     if abs(state.nbytes - want_bytes) > rtol * want_bytes:
-        problems.setdefault("quant-config-mismatch", []).append(
+        config.append(
             f"the cache holds {state.nbytes} bytes; the declared scheme needs {want_bytes} for the tokens it holds"
         )
-    drift = max(_drift(t, state.stated) for t in state.tensors)
+    problems = {cls: found for cls, found in zip(CLASSES, (overflow, bound, config), strict=True) if found}
+    # against the tokens as written: above 1 where a library re-quantises its dequantised history
+    drift = max(_error_ratios(replace(t, quantized_from=None), state.stated)[0] for t in state.tensors)
     return Step(
         index, phase, tokens, quantized, residual, state.nbytes, want_bytes, error_ratio, scale_ratio, drift, problems
     )
@@ -181,8 +171,7 @@ def measure(ctx: CheckContext, params: QuantInvariantsParams, path: QuantizedKV)
     stated: QuantScheme | None = None
     at = 0
     for index, (phase, n) in enumerate(calls):
-        chunk = tokens[:, at : at + n]
-        (session.prefill if index == 0 else session.append)(chunk)
+        (session.prefill if index == 0 else session.append)(tokens[:, at : at + n])
         at += n
         state = session.quant_state()
         stated = state.stated

@@ -1,13 +1,8 @@
 """`reset-isolation`: two independent requests through ONE reused session equal two fresh runs.
 
-Request A (prompt, then tokens appended one at a time) runs on a session; the session is reset;
-request B runs on the same session. Each must match the same request on a fresh session of the
-same path. Both runs execute the same shapes, so the comparison is bit-exact by default: a reset
-either restores the initial state or it does not (background: mask oracle; reset position state as well as K/V).
-
-A negative control (stop at first failure) compares request B first, token by token beside a fresh
-session, and stops at the first difference: a reset fault shows there, so a control costs request A
-once plus B up to its first wrong token, not the four runs of a positive run.
+Request A, a reset, request B on one session, each against the same request on a fresh session;
+same shapes, so bit-exact by default. A negative control compares B first, token by token beside a
+fresh session, and stops at the first difference.
 """
 
 from __future__ import annotations

@@ -72,9 +72,8 @@ def measure(ctx: CheckContext, params: ResetIsolationParams, same: Same) -> Obse
     """Request A, a reset, request B on one session; each request again on a fresh session (a control:
     B first, beside a fresh session, stopping at its first difference)."""
     path = ctx.candidate
-    vocab = path.vocab_size
-    req_a = random_tokens(vocab, params.batch, params.first + params.steps, ctx.seed * 1000 + 1)
-    req_b = random_tokens(vocab, params.batch, params.second + params.steps, ctx.seed * 1000 + 2)
+    req_a = random_tokens(path.vocab_size, params.batch, params.first + params.steps, ctx.seed * 1000 + 1)
+    req_b = random_tokens(path.vocab_size, params.batch, params.second + params.steps, ctx.seed * 1000 + 2)
     reused = path.new_session(params.batch)
     a_reused = _run(reused, req_a, params.first)
     before_reset = dict(reused.exercise())
@@ -150,35 +149,31 @@ def explain(params: ResetIsolationParams, tol: Tolerance, obs: Observations, j: 
         "comparison": "bit patterns" if params.exact else f"argmax within {tol.as_dict()}",
     }
     if j.first_bad is not None:
-        return _leak(results, after_reset, j, **seen)
+        leftover = after_reset.get("cache_len")
+        detail = (
+            f"the position counter survived the reset (cache_len {leftover} after reset)"
+            if leftover
+            else "state survived the reset"
+        )
+        return Outcome(
+            status="fail",
+            message=f"reused session differs from a fresh one ({detail}); second request "
+            f"max |Δ| {results['second']['max_abs_delta']:.3g}",
+            diagnosis={
+                "bug_class": "reset-leak",
+                "explanation": f"{detail}: the request after a reset does not match a fresh one "
+                "(background: mask oracle)",
+                "cache_len_after_reset": leftover,
+                "request": "first" if not results.get("first", {"identical": True})["identical"] else "second",
+            },
+            detected_at=j.first_bad,
+            rounding_spread=j.spread,
+            **seen,
+        )
     return Outcome(
         status="pass",
         message=f"two requests through one reset session are "
         f"{'bit-identical' if params.exact else 'argmax-identical'} to fresh runs",
-        rounding_spread=j.spread,
-        **seen,
-    )
-
-
-def _leak(results: dict[str, Any], after_reset: dict[str, Any], j: Judgement, **seen: Any) -> Outcome:
-    leftover = after_reset.get("cache_len")
-    detail = (
-        f"the position counter survived the reset (cache_len {leftover} after reset)"
-        if leftover
-        else "state survived the reset"
-    )
-    diagnosis = {
-        "bug_class": "reset-leak",
-        "explanation": f"{detail}: the request after a reset does not match a fresh one (background: mask oracle)",
-        "cache_len_after_reset": leftover,
-        "request": "first" if not results.get("first", {"identical": True})["identical"] else "second",
-    }
-    return Outcome(
-        status="fail",
-        message=f"reused session differs from a fresh one ({detail}); second request "
-        f"max |Δ| {results['second']['max_abs_delta']:.3g}",
-        diagnosis=diagnosis,
-        detected_at=j.first_bad,
         rounding_spread=j.spread,
         **seen,
     )
@@ -190,7 +185,6 @@ def reset_isolation(ctx: CheckContext, params: ResetIsolationParams) -> Outcome:
     tol = tolerance_for(ctx)
 
     def same(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-        """[B, T, V] pair -> [T]: whether each token position agrees in every row."""
         if params.exact:
             return bits_equal(got, want).all(dim=0)
         cmp = compare_rows(want, got, tol)

@@ -1,20 +1,9 @@
 """`short-prompt`: an evicting cache never drops a non-empty context whole.
 
-Prompts of a few tokens (1 and 2 first, then a few more) are prefilled through the candidate and
-a few tokens appended one at a time; each continuation is compared with the reference's full
-forward over the same tokens. What a correct eviction must keep: at least one K/V pair of any
-non-empty context, so a 1-token prompt keeps its one pair and its continuation matches the full
-forward within the tolerance; so does any prompt whose cache kept every pair it saw. Where the
-session exposes its cache length (gate.protocols.CacheCropping), the check says how many pairs
-each prompt kept after its prefill, and an empty cache after a non-empty prefill fails whatever
-the logits say. A press that rounds `k_len * (1 - ratio)` down to 0 pairs (kvpress 0.5.4, PR #264)
-empties the cache with no error: the next decode step attends over itself alone.
-
-A crash of the subject on one prompt (kvpress's StreamingLLMPress refuses a prompt not longer than
-its sinks) is a finding about that prompt, class `crash`, with the exception, call and traceback's
-tail in its evidence; the other prompts still run and are judged, so one refusal does not hide
-whether the rest are right. A negative control (stop at first failure) walks the prompts shortest
-first and returns at the first failing one (a crash there is the engine's to count: detected).
+Each prompt length runs in a fresh session, a few tokens appended one at a time, compared with the
+reference's full forward. A crash on one prompt (kvpress's StreamingLLMPress refuses a prompt not
+longer than its sinks) is a `crash` finding about it; the other prompts still run. A negative
+control walks the prompts shortest first and returns at the first failing one.
 """
 
 from __future__ import annotations

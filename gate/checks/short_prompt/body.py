@@ -17,9 +17,8 @@ from gate.protocols import CacheCropping, Session, offered
 
 @dataclass(frozen=True)
 class PromptRun:
-    """One prompt through a fresh candidate session: the pairs its cache held after the prefill and
-    after the last append (None where the session does not expose its cache length), the appended
-    tokens' logits [B, steps, V] and the full forward's over the same tokens."""
+    """One prompt through a fresh session: the pairs its cache held after the prefill and the last
+    append (None: not exposed), the appended tokens' logits [B, steps, V] and the full forward's."""
 
     length: int
     kept: int | None
@@ -93,10 +92,8 @@ class Observations:
 @dataclass(frozen=True)
 class Judgement:
     verdicts: list[Verdict]
-    first_bad: Verdict | Crash | None
-    """The shortest failing prompt, crashed or judged bad."""
     bad: list[Verdict | Crash]
-    """Every failing prompt, shortest first."""
+    """Every failing prompt, crashed or judged bad, shortest first."""
 
 
 def _cache_length(session: Session) -> int | None:
@@ -132,14 +129,13 @@ def measure(ctx: CheckContext, params: ShortPromptParams, tol: Tolerance) -> Obs
     for length in params.lengths:
         try:
             runs.append(_run_prompt(ctx, params, length))
-            bad = verdict(runs[-1], params.steps, tol).bad
         except SubjectCrash as crash:  # a finding about this prompt: the other prompts still run
             if ctx.stop_at_first_failure:
                 raise  # a control stops at its first failure: the engine counts the crash (detected)
             crashes.append(Crash(length, crash.diagnosis()))
             ctx.log(f"  short-prompt: the subject crashed on a {length}-token prompt ({crash}); the others run on")
-            bad = True
-        if ctx.stop_at_first_failure and bad:
+            continue
+        if ctx.stop_at_first_failure and verdict(runs[-1], params.steps, tol).bad:
             break
     return Observations(runs, stopped=len(runs) + len(crashes) < len(params.lengths), crashes=crashes)
 
@@ -148,7 +144,7 @@ def judge(obs: Observations, params: ShortPromptParams, tol: Tolerance) -> Judge
     """Every prompt's verdict, the crashed prompts, and the failing ones shortest first (pure)."""
     verdicts = [verdict(run, params.steps, tol) for run in obs.runs]
     bad: list[Verdict | Crash] = sorted([*(v for v in verdicts if v.bad), *obs.crashes], key=lambda b: b.length)
-    return Judgement(verdicts, bad[0] if bad else None, bad)
+    return Judgement(verdicts, bad)
 
 
 def _kept(v: Verdict) -> str:
@@ -213,15 +209,16 @@ def explain(params: ShortPromptParams, tol: Tolerance, obs: Observations, j: Jud
         else torch.zeros(0),
         "observation_in_run_order": True,
     }
-    if j.first_bad is not None:
-        message, bug_class, explanation = _failure(j.first_bad, tol)
+    if j.bad:
+        first = j.bad[0]
+        message, bug_class, explanation = _failure(first, tol)
         others = [f"{b.length}: {_failure(b, tol)[1]}" for b in j.bad[1:]]
         if others:
             message += f"; also failing, by prompt length: {', '.join(others)}"
         ran_on = [v.length for v in j.verdicts if not v.bad]
         if obs.crashes and ran_on:
             message += f"; prompts of {', '.join(map(str, ran_on))} tokens ran and held"
-        crash = j.first_bad.diagnosis if isinstance(j.first_bad, Crash) else {}
+        crash = first.diagnosis if isinstance(first, Crash) else {}
         return Outcome(
             status="fail",
             message=message,
@@ -229,10 +226,10 @@ def explain(params: ShortPromptParams, tol: Tolerance, obs: Observations, j: Jud
                 **crash,
                 "bug_class": bug_class,
                 "explanation": explanation,
-                "length": j.first_bad.length,
+                "length": first.length,
                 "failing_lengths": {str(b.length): _failure(b, tol)[1] for b in j.bad},
             },
-            detected_at=j.first_bad.length,
+            detected_at=first.length,
             **seen,
         )
     assert one is not None  # a pass ran every prompt, 1 among them (ShortPromptParams)

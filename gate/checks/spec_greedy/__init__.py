@@ -1,10 +1,8 @@
 """spec-greedy: greedy speculative decoding reproduces the target's own greedy continuation.
 
-Under greedy decoding (temperature 0: p and q are one-hot), a drafted token is accepted exactly
-when it is the target's argmax, and a rejection is replaced by the target's argmax; the output must
-equal the target's greedy continuation token for token. The check also demands proof that the
-speculative machinery ran: drafts proposed, and some rejected (a draft that always agrees with the
-target, or is never consulted, exercises nothing). Equality here says nothing about sampling.
+Under temperature 0 a draft is accepted exactly when it is the target's argmax, so the output must
+equal the target's greedy continuation token for token; drafts proposed and some rejected prove the
+speculative machinery ran.
 """
 
 from __future__ import annotations

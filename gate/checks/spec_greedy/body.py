@@ -61,18 +61,14 @@ def target_greedy(reference: DecodePath, prompts: torch.Tensor, n_tokens: int) -
     return tokens[:, prompts.shape[1] :]
 
 
-def _lengths(ctx: CheckContext, p: SpecGreedyParams) -> tuple[int, list[int]]:
-    """The continuation length n and the claim's lengths up to it (or just n)."""
-    claim = ctx.manifest.claim
-    lengths = sorted(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []
-    n = p.n_tokens or (lengths[-1] if lengths else 32)
-    return n, [m for m in lengths if m <= n] or [n]
-
-
 def measure(ctx: CheckContext, p: SpecGreedyParams, spec: SpeculativePath) -> Observations:
     """The target's own continuation (once per run) and the candidate's greedy speculative one; a
     control decodes the first rounds first and stops there if they already differ."""
-    n, lengths = _lengths(ctx, p)
+    # the continuation length n and the claim's lengths up to it (or just n)
+    claim = ctx.manifest.claim
+    lengths = sorted(claim.tokens) if isinstance(claim, GreedyTokensClaim) else []
+    n = p.n_tokens or (lengths[-1] if lengths else 32)
+    lengths = [m for m in lengths if m <= n] or [n]
     prompts = seeded_prompts(ctx.reference.vocab_size, p.prompts, p.prompt_len, ctx.seed, ctx.device)
 
     # the target's own continuation does not depend on the candidate: once per run, shared by controls
@@ -91,11 +87,8 @@ def measure(ctx: CheckContext, p: SpecGreedyParams, spec: SpeculativePath) -> Ob
     short = probe_tokens(spec.num_draft_tokens)
     if ctx.stop_at_first_failure and n > short:
         # a control: a greedy continuation that already differs in its first rounds fails the check
-        # whatever follows, so a short run goes first and the full one only if it agrees. A fault
-        # greedy decoding cannot see (residual-from-target) or a harmless one (drop-bonus) decodes
-        # in full on top (0.13-0.14 s each against a 0.18 s run, of which 75 ms is the target's own
-        # continuation the controls read from the run cache): by construction their two controls
-        # cost more than half the run (benchmarks/spec_controls.md)
+        # whatever follows, so a short run goes first and the full one only if it agrees (the cost of
+        # the faults greedy decoding cannot see: benchmarks/spec_controls.md)
         first_rounds = run(short, [m for m in lengths if m <= short] or [short])
         if bool((first_rounds.got != first_rounds.expected).any()):
             return first_rounds
@@ -151,9 +144,8 @@ def explain(ctx: CheckContext, p: SpecGreedyParams, obs: Observations, j: Judgem
         example=TokenPair(target=obs.expected[0].tolist()[:64], candidate=obs.got[0].tolist()[:64]),
     ).dump()
     passed = (
-        f"{p.prompts} greedy continuations of {n} tokens equal the target's own "
-        f"(k={obs.k}; {stats.proposed} drafts proposed, {stats.accepted} accepted, "
-        f"{stats.rejections} rounds corrected){efficiency_note(stats)}"
+        f"{p.prompts} greedy continuations of {n} tokens equal the target's own (k={obs.k}; {stats.proposed} drafts "
+        f"proposed, {stats.accepted} accepted, {stats.rejections} rounds corrected){efficiency_note(stats)}"
     )
     return Outcome(
         "fail" if j.problems else "pass",

@@ -1,18 +1,10 @@
 """tenant-isolation: tenants (or cache salts) never share entries, and same-tenant reuse happens.
 
-Computational sameness does not grant permission to share state (background: isolation). On the
-store, for each prompt: tenant A serves it twice (the second must hit: same-tenant reuse is the
-control that makes the rest meaningful; a cache that is off would pass "no reuse" otherwise), then
-tenant B serves the identical prompt (must reuse nothing) and repeats it (must hit its own entry),
-then an unsalted request and a salted one, and a third tenant shares only a prefix. Every
-cross-tenant request must also match its own uncached computation.
-
-A second round runs under a weak hash (`weak_hash_bits`) where the store's hash can be replaced
-(`PrefixHashing`): the tenants' blocks then share buckets, so a store that relies on the hash to keep
-tenants apart (comparing tokens on a hit, not the tenant) leaks. Without a pluggable hash that round
-is `unproven`, named. Leaks under the weak hash alone, the store's own hash clean, are a design hazard
-and named so (gate.core.hazards): `weak-hash-across-tenants`, or `weak-hash-across-contexts` where
-blocks of other tokens were served too, with the configuration that avoids it.
+Per prompt: tenant A twice (the repeat must hit), tenant B the same prompt (must reuse nothing) and
+again (must hit), an unsalted and a salted request, and a third tenant sharing only a prefix; every
+cross-tenant request must match its uncached computation. A second round runs under a weak hash
+(`weak_hash_bits`, stores with `PrefixHashing`, else `unproven`); leaks there alone are a design
+hazard (gate.core.hazards).
 """
 
 from __future__ import annotations

@@ -64,29 +64,27 @@ def _tenants(
     oracle = recompute_oracle(worker)
     same: list[Served] = []  # requests that must hit (same tenant, repeated)
     cross: list[Served] = []  # requests that must not reuse another tenant's entries
+
+    def serve(label: str, tokens: list[int], tenant: str | None) -> Served:
+        return log.issue(worker, label, tokens, tenant, oracle, tenant=tenant)
+
+    def serve_cross(label: str, tokens: list[int], tenant: str) -> None:
+        """Control mode: a cross-tenant request that reused another tenant's state fails the check."""
+        cross.append(served := serve(label, tokens, tenant))
+        if served.excess:
+            log.fail_now(f"{served.label}: {describe_excess(served)}: another tenant's or salt's entries were reused")
+
     for n, (prompt, other_tail) in enumerate(zip(prompts, tails, strict=True)):
         label = f"{tag}p{n}"
-        log.issue(worker, f"{label} tenant-a", prompt, "tenant-a", oracle, tenant="tenant-a")
-        same.append(log.issue(worker, f"{label} tenant-a again", prompt, "tenant-a", oracle, tenant="tenant-a"))
-        cross.append(log.issue(worker, f"{label} tenant-b", prompt, "tenant-b", oracle, tenant="tenant-b"))
-        _stop_at_leak(log, cross[-1])
-        same.append(log.issue(worker, f"{label} tenant-b again", prompt, "tenant-b", oracle, tenant="tenant-b"))
-        log.issue(worker, f"{label} unsalted", prompt, None, oracle, tenant=None)
-        same.append(log.issue(worker, f"{label} unsalted again", prompt, None, oracle, tenant=None))
-        cross.append(log.issue(worker, f"{label} salt-x", prompt, "salt-x", oracle, tenant="salt-x"))
-        _stop_at_leak(log, cross[-1])
-        shared = prompt[: 2 * bs] + other_tail
-        cross.append(
-            log.issue(worker, f"{label} tenant-c shares a prefix", shared, "tenant-c", oracle, tenant="tenant-c")
-        )
-        _stop_at_leak(log, cross[-1])
+        serve(f"{label} tenant-a", prompt, "tenant-a")
+        same.append(serve(f"{label} tenant-a again", prompt, "tenant-a"))
+        serve_cross(f"{label} tenant-b", prompt, "tenant-b")
+        same.append(serve(f"{label} tenant-b again", prompt, "tenant-b"))
+        serve(f"{label} unsalted", prompt, None)
+        same.append(serve(f"{label} unsalted again", prompt, None))
+        serve_cross(f"{label} salt-x", prompt, "salt-x")
+        serve_cross(f"{label} tenant-c shares a prefix", prompt[: 2 * bs] + other_tail, "tenant-c")
     return same, cross
-
-
-def _stop_at_leak(log: RequestLog, served: Served) -> None:
-    """Control mode: a cross-tenant request that reused another tenant's state fails the check."""
-    if served.excess:
-        log.fail_now(f"{served.label}: {describe_excess(served)}: another tenant's or salt's entries were reused")
 
 
 def measure(
@@ -101,7 +99,7 @@ def measure(
         tails = [seeded_ids(vocab, bs + 1, seed + 31 * n + 7, avoid=[p[bs]]) for n, p in enumerate(prompts)]
         return prompts, tails
 
-    # a control stops at the first wrong output or cross-tenant leak (_stop_at_leak), and runs the
+    # a control stops at the first wrong output or cross-tenant leak (_tenants), and runs the
     # weak-hash round first: a store that trusts the hash to keep tenants apart leaks only there,
     # one that ignores the tenant in either round
     log = RequestLog(ReuseTally(bs), tolerance_for(ctx), stop=stop_rule(ctx, excess=False))
@@ -129,19 +127,14 @@ def measure(
     return Observations(worker, log, same, cross, weak_cross, hashing is not None, weak_served, params.weak_hash_bits)
 
 
-def _among(served: Served, requests: list[Served]) -> bool:
-    return any(served is r for r in requests)
-
-
 def hazard(obs: Observations, leaks: list[Served]) -> HazardFinding | None:
-    """The design hazard the leaks show, where every one of them (and every wrong output) came under the
-    weak hash and the round under the store's own hash was clean: the store trusts its hash to keep
-    tenants apart (`weak-hash-across-tenants`), or, where requests were also served the blocks of other
-    tokens, to stand for the whole key (`weak-hash-across-contexts`) (pure)."""
-    own = [s for s in obs.log.served if not _among(s, obs.weak_served)]
+    """The design hazard the leaks show, where every one came under the weak hash and the round under
+    the store's own hash was clean (pure)."""
+    weak = {id(s) for s in obs.weak_served}
+    own = [s for s in obs.log.served if id(s) not in weak]
     if not leaks or not own or any(s.excess or s.argmax_flips or s.over_tolerance for s in own):
         return None
-    if not all(_among(s, obs.weak_served) for s in leaks):
+    if not all(id(s) in weak for s in leaks):
         return None
     other_context = beyond_any_identity(obs.weak_served, obs.worker.block_size)
     return weak_hash_hazard(
@@ -163,16 +156,14 @@ def judge(obs: Observations) -> Judgement:
     if leaks:
         weak_leaks = sum(1 for s in leaks if any(s is w for w in obs.weak_cross))
         problems.append(
-            f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the "
-            f"weak hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must "
-            "partition the cache namespace, whatever the hash says (computational sameness does not grant "
-            "permission to share state)"
+            f"{len(leaks)} requests reused another tenant's or salt's entries ({weak_leaks} of them under the weak "
+            f"hash); first: {leaks[0].label}: {describe_excess(leaks[0])}: the tenant or salt must partition the "
+            "cache namespace, whatever the hash says (computational sameness does not grant permission to share state)"
         )
     if no_reuse:
         problems.append(
-            f"same-tenant reuse did not happen in {len(no_reuse)} repeated requests (first: "
-            f"{no_reuse[0].label}, 0 of {no_reuse[0].entitled} reusable tokens): with the cache off, "
-            "'no cross-tenant reuse' proves nothing"
+            f"same-tenant reuse did not happen in {len(no_reuse)} repeated requests (first: {no_reuse[0].label}, "
+            f"0 of {no_reuse[0].entitled} reusable tokens): with the cache off, 'no cross-tenant reuse' proves nothing"
         )
     if obs.weak_round and not weak_collisions and not leaks:
         problems.append(
