@@ -1,12 +1,8 @@
 """YAML loading that remembers where every key came from, so errors point at the line.
 
-pydantic reports a location like ("claim", "tolerance", "atol"); `locate` walks the composed YAML
-node tree along that path (skipping union tags that are not keys) to the offending key's mark.
-
+`locate` walks the composed node tree along a pydantic error location to the offending key's mark.
 Hostile documents are refused with a located InputError before they are built (docs/reliability.md):
-at most `MAX_DOCUMENT_BYTES`, `MAX_DEPTH` levels of nesting, `MAX_NODES` nodes counted with every
-alias expanded (no billion laughs), integers within int64 and floats finite (no `.inf`, `.nan`,
-`1e999999`).
+size, depth and alias-expanded node count are bounded, integers fit int64 and floats are finite.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""`gate bisect MANIFEST --out DIR --llamacpp-builds all | --binaries D1,D2,... | --commits A..B --build-cmd
-CMD`: the first build whose verdict differs from the first build's, by binary search (docs/cli.md,
-"gate bisect").
+"""`gate bisect`: the first build whose verdict differs from the first build's, by binary search
+(docs/cli.md, "gate bisect").
 
-Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder
-first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
-the verdict plus the first failing (or erroring) check, read from results.json. The search assumes one
-change point: it runs the first build, then halves the span between the last build known to agree
-with it and the first known to differ (past the last build, at first): at most 1 + ceil(log2(N)) runs
-for N builds, 5 for 13 (4 where the halving meets the change early: benchmarks/engine-bisect.md); when
-the last build agrees there is "no change between the ends".
-With several change points it finds one of them, not necessarily the earliest.
+Each probe is one `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder first
+on PATH; its outcome is the verdict plus the first failing (or erroring) check. Assuming one change
+point, it runs the first build, then halves the span between the last build known to agree and the
+first known to differ: at most 1 + ceil(log2(N)) runs. With several change points it finds one.
 """
 
 from __future__ import annotations

@@ -2,16 +2,9 @@
 
     python -m gate.models.train --out gate/models/weights/copy-model.safetensors
 
-Random weights show divergence but not competence: an eviction that forgets a needle changes the
-output of a model that *uses* the needle. This script trains gate.models.reference's architecture
-on the token-space tasks of evals/ (gate.quality.builders, drawn with a training seed disjoint from
-every evaluation seed) plus a dense induction task (a random span repeated, loss on the repeat),
-which makes induction heads form within a few hundred steps.
-
-Deterministic: fixed seeds, torch.use_deterministic_algorithms(True), data drawn from numpy
-generators seeded per step, float32 on CPU, a fixed number of threads. Loss is taken only on
-answer tokens (and on the repeated half of the induction task): the filler is random and carries
-nothing to learn.
+Trains on the token-space tasks of evals/ (a training seed disjoint from every evaluation seed) plus
+a dense induction task, deterministically (fixed seeds and threads, float32 on CPU); loss is taken
+only on answer tokens and on the repeated half of the induction task.
 """
 
 from __future__ import annotations

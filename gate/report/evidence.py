@@ -1,13 +1,8 @@
-"""A check's evidence into report views: a built-in check's evidence is validated into the record its
-face states (`EVIDENCE`, built from the check packages: gate.checks.faces.EVIDENCE) and read by
-field by the reader beside it (`read` in `gate.checks.<module>.view`, found from the same faces:
-`readers`); any other evidence becomes generic tables. What several views share lives here: the
-views (`EvidenceViews`), folding long tables, generic tables, the prefix stores' reuse ledger, and the
-diagnosis box.
-
-Evidence that does not validate (a results.json from another gate version, a hand-edited file)
-degrades to a note naming the field and the same generic tables, never to an exception: a dossier
-must render from any results.json. docs/report-evidence.md says what each view reads.
+"""A check's evidence into report views: a built-in check's evidence is validated into its face's
+record (gate.checks.faces.EVIDENCE) and read by the `read` in `gate.checks.<module>.view`; any other
+evidence becomes generic tables. Evidence that does not validate degrades to a note and the same
+generic tables, never an exception: a dossier must render from any results.json
+(docs/report-evidence.md says what each view reads).
 """
 
 from __future__ import annotations

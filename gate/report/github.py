@@ -1,13 +1,10 @@
 """GitHub Actions outputs: workflow-command annotations and the job summary.
 
-Under GITHUB_ACTIONS=true: one `::error` per failing or erroring check (GitHub shows at most ten
-error annotations per step, so at most ten), on the first of the manifest's `change.paths` that the
-pull request changed ($GATE_CHANGED_FILES, written by the gate Action), else on the manifest; one
-`::warning` per unproven check; then one `::notice` with the verdict, counting what was left out
-(every failing check is in the job summary). On a verdict that held (pass, waived, awaiting
-approval) a listed failure is a `::warning`. $GATE_ANNOTATIONS, when set, is a file the lines are
-written to instead of stdout, so the Action can cap them over all the manifests of one step. When
-$GITHUB_STEP_SUMMARY is set, dossier.md is appended to it (render_markdown keeps it under 1 MiB).
+Under GITHUB_ACTIONS=true: at most ten `::error` (one per failing or erroring check, a `::warning`
+on a verdict that held) on the first changed file among the manifest's `change.paths`
+($GATE_CHANGED_FILES), else on the manifest; a `::warning` per unproven check; then one `::notice`
+with the verdict. $GATE_ANNOTATIONS redirects the lines to a file; dossier.md is appended to
+$GITHUB_STEP_SUMMARY when set.
 """
 
 from __future__ import annotations

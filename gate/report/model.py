@@ -1,8 +1,7 @@
 """The report data: everything the dossier templates show, already decided and formatted.
 
 `build_report(result)` fills these from a GateResult; the templates only loop and branch over them.
-Nothing here imports torch or builds markup: a dossier can be re-rendered from an old results.json.
-Numbers arrive as display strings (see gate.report.fmt) so HTML, Markdown and JUnit agree.
+Numbers arrive as display strings (gate.report.fmt) so HTML, Markdown and JUnit agree.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The "What next" box: the exact commands a reader runs after a verdict that is not a plain pass.
 
-- a failing or erroring check (or an unproven one that ran; one that could not run here cannot
-  run alone either): reproduce it (`gate run … --check NAME`) with the checks that stand in for it
-  (`covered_by`: without them it would be judged unproven, not as the dossier shows it), then a
-  wider sweep that pins down where prefix-sweep's failure starts (every prefix length up to it);
-- awaiting approval: the `gate approve` command for this dossier's directory, first;
-- a waived check: reproduce it before the waiver expires;
-- a signed dossier whose verdict is not a plain pass: `gate verify` it.
-
-Each step carries the exit code it ends with (`NextStep.expect_exit`), derived from this dossier's
-own results: a `gate run --check` judged by `expected_run` (the checks it names as recorded here,
-every other one not run), `gate approve` 0, `gate verify` as deployable or not (`expected_verify`).
-tests/report/test_next_steps_run.py runs every printed step of every shipped example and compares.
-
-Commands name the manifest as the run recorded it, the output directory the dossier was written
-to (`DIR` when unknown, e.g. a dossier re-rendered from results.json alone), and the ledger and
-trust policy the run used (`CommandContext`), so that each runs as printed (only the approver's
-key, `YOUR.key`, is the reader's to fill in).
+A failing, erroring or unproven check that ran: reproduce it (`gate run … --check NAME`, with the
+checks in its `covered_by`), then a wider sweep up to where prefix-sweep's failure starts; awaiting
+approval: `gate approve`, first; a waived check: reproduce it before the waiver expires; a signed
+dossier that is not a plain pass: `gate verify` it. Each step carries the exit code it ends with,
+derived from this dossier's own results (tests/report/test_next_steps_run.py runs them all), and
+names the manifest, output directory (`DIR` when unknown), ledger and trust policy the run used.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Geometry for the dossier's inline SVG plots: coordinates and labels, never markup.
-
-Each function turns an evidence series into a small frozen dataclass of numbers and strings;
-templates/partials/*.svg.j2 draw them. Coordinates are rounded to 0.1 px so gold files are stable.
+"""Geometry for the dossier's inline SVG plots (templates/partials/*.svg.j2 draw them): coordinates
+and labels, never markup, rounded to 0.1 px so gold files are stable.
 """
 
 from __future__ import annotations
