@@ -42,8 +42,7 @@ def has_unsafe(text: str) -> bool:
 
 def single_line_problem(text: str) -> str | None:
     """Why `text` cannot be stored as one line of someone's words (a reason, a name), or None: a
-    newline, tab or other control character, or a bidi override. Refused where it is written, so a
-    reason can never begin a line of a log (`::notice ::PASS`) wherever it is printed later."""
+    control character or a bidi override, refused where it is written so it can never begin a log line."""
     found = _UNSAFE.search(text) or re.search("[\n\t]", text)
     if found is None:
         return None

@@ -83,7 +83,8 @@ class Reporter:
         self._print(message, None)
 
     def _print(self, message: str, style: str | None) -> None:
-        self._finish_bars()
+        if not self._tasks:
+            self.close()
         if self.plain and self.color != "always":
             print(f"[gate] {one_line(message)}", file=sys.stderr, flush=True)
             return
@@ -121,11 +122,6 @@ class Reporter:
         if done >= total:
             self._bars.remove_task(self._tasks.pop(task))
             self._started.pop(task, None)
-
-    def _finish_bars(self) -> None:
-        if self._bars is not None and not self._tasks:
-            self._bars.stop()
-            self._bars = None
 
     def close(self) -> None:
         if self._bars is not None:

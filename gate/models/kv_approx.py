@@ -83,10 +83,9 @@ def evict_cache(
     score: str = "position",
     fault: str | None = None,
 ) -> EvictingStore:
-    """Make `cache` keep only the first `sink` and the last `window` tokens (and, with a `budget`,
-    the highest-scored others up to it). Returns the store.
-    `refuse_up_to`: a first write (a prompt) of at most this many tokens raises AssertionError, as
-    kvpress's StreamingLLMPress refuses a prompt not longer than its sinks (0: none refused)."""
+    """Make `cache` keep only the first `sink` and the last `window` tokens (and, with a `budget`, the
+    highest-scored others up to it). Returns the store. A first write of at most `refuse_up_to` tokens
+    raises AssertionError, as kvpress's StreamingLLMPress refuses a prompt not longer than its sinks."""
     if window < 1 or sink < 0:
         raise ValueError("window must be >= 1 and sink >= 0")
     if budget is not None and budget < sink + window:

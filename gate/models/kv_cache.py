@@ -88,8 +88,8 @@ class KVCache:
             bufs[layer] = new
 
     def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [B, H_kv, n, D] at positions start_pos.. and return what attention reads:
-        the valid keys and values [B, H_kv, start_pos + n, D]."""
+        """k, v [R, H_kv, n, D] (row r's real tokens are its first `fed[r]`) -> what attention reads,
+        [R, H_kv, width + n, D], width the longest history among the rows (`start_pos` unused)."""
         end = start_pos + k.shape[2]
         self._grow(layer, end)
         if end > self.capacity:

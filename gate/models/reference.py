@@ -257,9 +257,8 @@ class Transformer(nn.Module):
 
     def step_rows(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
         """Continuous batching: ONE forward over rows of different requests, each at its own offset.
-        tokens [R, n] (row r's real tokens first, then pads), `cache` bound to the rows' slots
-        (`SlotCache.bind`): row r's tokens take positions from its slot's length on, prefill chunks
-        and decode steps alike. -> logits [R, n, V]; the slots' lengths move on."""
+        tokens [R, n] (real tokens first, then pads), `cache` bound to the rows' slots (`SlotCache.bind`)
+        -> logits [R, n, V]; the slots' lengths move on."""
         n = tokens.shape[1]
         last = self.config.max_len - 1
         positions = torch.stack([self.positions(start, n) for start in cache.starts]).clamp(max=last)

@@ -77,9 +77,7 @@ last input token."""
 
 
 def tensors_of(spec: TinyLlamaSpec, architecture: str = "llama") -> dict[str, Any]:
-    """The seeded weights by GGUF tensor name, numpy float32 (out, in): the llama set, or with
-    `architecture="gemma2"` gemma2's (the same draws, post norms added, the output tied to the
-    embedding)."""
+    """The seeded weights by GGUF tensor name, numpy float32 (out, in): the llama set, or gemma2's."""
     import numpy as np
 
     rng = np.random.default_rng(spec.seed)

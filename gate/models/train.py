@@ -195,9 +195,8 @@ def train(seed: int, sched: Schedule, threads: int) -> tuple[Transformer, dict[s
 
 @torch.no_grad()
 def slice_accuracy(model: Transformer, n: int) -> dict[str, dict[str, Any]]:
-    """Greedy accuracy of `model` with its full cache on each evals/ slice (n rows, run seed 0): the
-    share of samples whose k greedy tokens start with the ground-truth answer, overall and per kind
-    and context length."""
+    """Greedy accuracy of `model` on each evals/ slice (n rows, run seed 0): the share of samples whose
+    k greedy tokens start with the answer, overall and per kind and context length."""
     from gate.models.reference import KVCache, prefill
     from gate.quality.builders import build_rows
     from gate.quality.spec import load_slice, slice_names

@@ -48,9 +48,8 @@ Reader = Callable[[Any, EvidenceViews], None]
 
 
 def fold_rows(rows: list[list[str]], failing: list[bool], pinned: list[bool]) -> tuple[list[list[str]], int]:
-    """Rows with long passing runs folded into one marker row: the first and last row, every
-    failing row, the rows either side of each pass/fail change and every `pinned` row (layout
-    boundaries) stay. Returns (rows, how many were folded)."""
+    """Rows with long passing runs folded into one marker row (first, last, failing, `pinned` and
+    pass/fail-edge rows stay): (rows, how many were folded)."""
     if len(rows) <= FOLD_ABOVE:
         return rows, 0
     kept = {0, len(rows) - 1} | {i for i, pin in enumerate(pinned) if pin}

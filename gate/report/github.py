@@ -34,10 +34,8 @@ def _property(text: str) -> str:
 def workflow_commands(
     data: ReportData, dossier: Path, manifest_file: str | None = None, change_files: Sequence[str] = ()
 ) -> list[str]:
-    """The workflow-command lines: one error per failing check (at most MAX_ERRORS), one warning per
-    unproven check (at most MAX_ERRORS), then the summary notice. A failure is annotated once: on the
-    first `change_files` entry (the change's own files the pull request touched), so the reviewer
-    sees it in the diff, else on the manifest."""
+    """The workflow-command lines: at most MAX_ERRORS errors (failing checks) and warnings (unproven),
+    then the summary notice; a failure is annotated on the first `change_files` entry, else the manifest."""
     held = data.held
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
     amber = [f for f in data.failures if f.status not in ("FAIL", "ERROR")]
@@ -83,9 +81,8 @@ def _workspace_relative(path: str | None, environ: Mapping[str, str]) -> str | N
 
 
 def change_files(paths: Sequence[str], environ: Mapping[str, str]) -> list[str]:
-    """The manifest's `change.paths` that the pull request changed. $GATE_CHANGED_FILES (one path a
-    line, written by the gate Action from `git diff --name-only BASE...HEAD`) says which; without it
-    every named path that is repository-relative is kept."""
+    """The manifest's `change.paths` that the pull request changed ($GATE_CHANGED_FILES, one path a line);
+    without it every repository-relative path."""
     named = [p for p in (_workspace_relative(p, environ) for p in paths) if p]
     listed = environ.get("GATE_CHANGED_FILES")
     if listed is None:

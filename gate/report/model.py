@@ -90,8 +90,7 @@ class ClaimView:
 @dataclass(frozen=True)
 class InvariantRow:
     """One promise of an approximate cache (quant-invariants, evict-invariants) and whether the cache
-    kept it after every step: shown beside the envelopes, so a bounded loss is read next to whether
-    the cache does what it claims."""
+    kept it after every step, shown beside the envelopes."""
 
     check: str
     invariant: str

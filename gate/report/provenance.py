@@ -1,7 +1,5 @@
-"""The dossier's account of what was claimed and what it ran on: the claim view (the manifest's claim and
-envelopes, the plan's rule), the invariants an approximate cache was held to (shown beside the envelopes)
-and the provenance groups (change, manifest, policies, subjects, datasets, run, environment). Built once
-by gate.report.build."""
+"""The dossier's claim view, the invariants an approximate cache was held to, and the provenance
+groups (change, manifest, policies, subjects, datasets, run, environment)."""
 
 from __future__ import annotations
 
