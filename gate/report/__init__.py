@@ -73,9 +73,8 @@ def write_report(
     markdown = render_markdown(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = copy_manifest(manifest_path, out_dir)
-    if (out_dir / "samples").is_dir():  # an earlier run's samples must not look like ours
-        for stale in (out_dir / "samples").glob("*.jsonl"):
-            stale.unlink()
+    for stale in (out_dir / "samples").glob("*.jsonl"):  # an earlier run's samples must not look like ours
+        stale.unlink()
     downloads = []
     for download in data.downloads:
         (out_dir / download.file).parent.mkdir(parents=True, exist_ok=True)

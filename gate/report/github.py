@@ -36,7 +36,6 @@ def workflow_commands(
 ) -> list[str]:
     """The workflow-command lines: at most MAX_ERRORS errors (failing checks) and warnings (unproven),
     then the summary notice; a failure is annotated on the first `change_files` entry, else the manifest."""
-    held = data.held
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
     amber = [f for f in data.failures if f.status not in ("FAIL", "ERROR")]
     target = change_files[0] if change_files else manifest_file
@@ -55,14 +54,13 @@ def workflow_commands(
         if also:
             parts.append(f"also concerns {', '.join(also)}")
         title = f"gate {failure.check} {failure.status} (step {failure.step})"
-        kind = "warning" if held else "error"
+        kind = "warning" if data.held else "error"
         lines.append(f"::{kind} {where}title={_property(title)}::{_data('; '.join(parts))}")
     summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
     left = max(0, len(denied) - MAX_ERRORS) + max(0, len(amber) - MAX_ERRORS)
     if left:
         summary += f" ({left} more checks not annotated: every one is in the job summary)"
-    for note in data.banner.notes:
-        summary += f" | {note}"
+    summary += "".join(f" | {note}" for note in data.banner.notes)
     lines.append(f"::notice title={_property('gate verdict')}::{_data(summary)}")
     return lines
 
@@ -112,8 +110,7 @@ def publish(
                 fh.writelines(line + "\n" for line in lines)
         else:
             out = stream or sys.stdout
-            for line in lines:
-                print(line, file=out)
+            print(*lines, sep="\n", file=out)  # never empty: the verdict notice is always last
             out.flush()
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -27,8 +27,7 @@ class KeyValue:
 
 @dataclass(frozen=True)
 class Reproducer:
-    """A minimal failing schedule (schedule-fuzz's `reproducer`): its steps, what failed, and the
-    Python that replays it through the adapters."""
+    """A minimal failing schedule (schedule-fuzz's `reproducer`) and the Python that replays it."""
 
     steps: list[str]
     failure: str
@@ -104,8 +103,7 @@ class InvariantRow:
 
 @dataclass(frozen=True)
 class HazardView:
-    """A design hazard a failed check showed (gate.core.hazards): its name, the check, what it showed
-    and the configuration that avoids it."""
+    """A design hazard a failed check showed (gate.core.hazards) and the configuration that avoids it."""
 
     name: str
     check: str

@@ -114,9 +114,7 @@ def provenance(result: GateResult) -> list[ProvenanceGroup]:
         ProvenanceGroup(
             "Run",
             [
-                KeyValue("seed", display(subject.get("seed"))),
-                KeyValue("device", display(subject.get("device"))),
-                KeyValue("dtype", display(subject.get("dtype"))),
+                *(KeyValue(key, display(subject.get(key))) for key in ("seed", "device", "dtype")),
                 KeyValue("started", result.started_at),
                 KeyValue("finished", result.finished_at),
                 KeyValue("result version", str(result.result_version)),
