@@ -88,8 +88,8 @@ class KVCache:
             bufs[layer] = new
 
     def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v [R, H_kv, n, D] (row r's real tokens are its first `fed[r]`) -> what attention reads,
-        [R, H_kv, width + n, D], width the longest history among the rows (`start_pos` unused)."""
+        """Write k, v [B, H_kv, n, D] at positions start_pos.. and return what attention reads:
+        the valid keys and values [B, H_kv, start_pos + n, D]."""
         end = start_pos + k.shape[2]
         self._grow(layer, end)
         if end > self.capacity:
@@ -184,8 +184,7 @@ class SlotCache(KVCache):
 
     def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v [R, H_kv, n, D] (row r's real tokens are its first `fed[r]`) -> what attention reads,
-        [R, H_kv, width + n, D] with width = the longest history among the rows (`start_pos` unused:
-        each slot's length is the write position)."""
+        [R, H_kv, width + n, D], width the longest history among the rows (`start_pos` unused)."""
         starts = self.starts
         end = max(s + n for s, n in zip(starts, self.fed, strict=True))
         self._grow(layer, end)
