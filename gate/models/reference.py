@@ -224,7 +224,6 @@ class Transformer(nn.Module):
 
     @property
     def blocks(self) -> list[Block]:
-        """The decoder blocks, typed."""
         return [b for b in self.layers if isinstance(b, Block)]
 
     def positions(self, start_pos: int, n: int) -> torch.Tensor:

@@ -41,7 +41,6 @@ def _unpermute(weight: Any, n_head: int) -> Any:
 
 
 def hf_tensors(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """The spec's seeded weights under Hugging Face Llama names."""
     out: dict[str, Any] = {}
     for name, value in tensors_of(spec).items():
         if name in HF_NAMES:

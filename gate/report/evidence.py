@@ -39,7 +39,6 @@ class EvidenceViews(Views):
     """Evidence keys a dedicated view showed; the rest become generic tables."""
 
     def table(self, title: str, columns: list[str], rows: list[list[str]], note: str = "") -> None:
-        """Show `rows` as a table of their own."""
         self.tables.append(Table(title=title, columns=columns, rows=rows, note=note))
 
 

@@ -68,7 +68,6 @@ def _environment(**options: Any) -> Environment:
 
 
 def render_html(data: ReportData) -> str:
-    """The self-contained HTML dossier."""
     return html_environment().get_template("dossier.html.j2").render(r=data)
 
 
