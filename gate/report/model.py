@@ -50,7 +50,6 @@ class Banner:
     signed_label: str
     """SIGNED or UNSIGNED."""
     keyid: str | None
-    """Key id of the signing key, when signed."""
     name: str
     """Manifest name of the change."""
     counts: list[KeyValue]
@@ -79,7 +78,6 @@ class ClaimView:
     """The policy rule that admitted the claim, quoted."""
     rule_source: str
     description: str
-    """The manifest's description of the change."""
     identity_declared: list[str]
     identity_required: list[str]
     transfer: str
@@ -129,7 +127,6 @@ class Failure:
     anchor: str
     """Fragment id of the check's section."""
     hazard: HazardView | None = None
-    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,6 @@ class Diagnosis:
     layers: LayerPlot | None = None
     """Per-layer divergence from the reference's full pass, when the check traced layers."""
     hazard: HazardView | None = None
-    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)
