@@ -1,9 +1,7 @@
 """Reading a small input file safely: a regular file, at most a stated size, never a hang.
 
-Keys, trust policies, manifests and recordings are read through `read_regular`: `/dev/zero`, a FIFO,
-a directory or a socket is refused at once (opened non-blocking, checked with fstat before any read),
-and so is a file larger than the limit (read up to one byte past it, so a file growing while read
-cannot slip through). Every refusal is an InputError naming the file: exit 2, one line.
+`read_regular` refuses `/dev/zero`, a FIFO, a directory or a socket at once (opened non-blocking,
+checked with fstat) and a file larger than the limit, each with an InputError naming the file.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Numbers as their size needs: one formatter for messages, records and the dossier.
-
-`0.0000` for an upper bound of 4.12e-06 says the opposite of the truth; a fixed number of decimals
-does that to every small value. `significant` keeps a fixed number of significant digits instead.
-"""
+"""Numbers as their size needs: `significant` keeps a fixed number of significant digits, so an upper
+bound of 4.12e-06 is never shown as `0.0000`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Who is listening to the subject's call regions (`gate.protocols.subject_call`).
 
-`gate run --profile` installs one observer for the length of a run (gate.engine.profile's
-ForwardClock): it is told when the calling thread enters and leaves an outermost region, so that
-time inside the subject's own code that is not a model forward (its prefix store, block hashing,
-sampler, cache copies) is booked as the subject's, not as gate's. With no observer installed
-`subject_call` costs one attribute read.
+`gate run --profile` installs one observer (gate.engine.profile's ForwardClock), told when the
+calling thread enters and leaves an outermost region, so time in the subject's own code that is
+not a model forward is booked as the subject's, not as gate's.
 """
 
 from __future__ import annotations

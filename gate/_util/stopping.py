@@ -1,19 +1,11 @@
 """Things to stop when a run ends, however it ends: servers gate started, worker processes.
 
-An adapter that starts something outside the Python process registers how to stop it:
-
-    from gate._util.stopping import on_stop
-
-    server = subprocess.Popen([...])
-    handle = on_stop(f"vllm server pid {server.pid}", server.terminate)
-    ...
-    handle.stop()  # when the adapter is done with it (runs the stopper once, unregisters it)
-
+An adapter that starts something outside the Python process registers how to stop it
+(`handle = on_stop(f"vllm server pid {server.pid}", server.terminate)`, later `handle.stop()`).
 `stop_all()` runs every stopper still registered, newest first, each at most once; the pipeline
-calls it when a run completes, fails or is interrupted (SIGINT, SIGTERM), and an `atexit` hook
-calls it when the interpreter exits any other way. A stopper that raises is reported and the
-others still run. SIGKILL cannot be caught: a stopper cannot help there, so a server an adapter
-starts should also die with its parent (e.g. `prctl(PR_SET_PDEATHSIG)` or a pipe it watches).
+calls it when a run ends (SIGINT and SIGTERM included) and an `atexit` hook otherwise. A stopper
+that raises is reported and the others still run. SIGKILL cannot be caught: a server an adapter
+starts should also die with its parent (e.g. `prctl(PR_SET_PDEATHSIG)`).
 """
 
 from __future__ import annotations

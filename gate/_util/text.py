@@ -1,13 +1,9 @@
 """Text that is safe to show: control characters and bidirectional overrides made visible.
 
-A manifest name, a check message or an approver field can carry terminal escapes (`\\x1b[2J`) or
-Unicode bidi controls (U+202E RIGHT-TO-LEFT OVERRIDE) that make a reader see something other than
-what is stored ("Trojan Source"). gate writes such characters as `\\u202e` escapes, in the dossier
-and on the terminal; newlines and tabs stay.
-
-Text another program wrote (an engine's error body, its log) is quoted with `one_line`: newlines
-and tabs become escapes too, so a quoted body can never begin a line of gate's log, where a CI
-runner would read `::notice ...` as a workflow command of its own.
+Terminal escapes and Unicode bidi controls ("Trojan Source") in a name or message are written as
+`\\u202e` escapes, in the dossier and on the terminal; newlines and tabs stay. `one_line` also
+escapes newlines and tabs in text another program wrote, so it can never begin a line of gate's log
+(where a CI runner would read `::notice ...` as a workflow command).
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ def has_unsafe(text: str) -> bool:
 
 def single_line_problem(text: str) -> str | None:
     """Why `text` cannot be stored as one line of someone's words (a reason, a name), or None: a
-    newline, tab or other control character, or a bidi override. Refused where it is written, so a
-    reason can never begin a line of a log (`::notice ::PASS`) wherever it is printed later."""
+    control character or a bidi override, refused where it is written so it can never begin a log line."""
     found = _UNSAFE.search(text) or re.search("[\n\t]", text)
     if found is None:
         return None

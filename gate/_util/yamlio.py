@@ -1,12 +1,8 @@
 """YAML loading that remembers where every key came from, so errors point at the line.
 
-pydantic reports a location like ("claim", "tolerance", "atol"); `locate` walks the composed YAML
-node tree along that path (skipping union tags that are not keys) to the offending key's mark.
-
+`locate` walks the composed node tree along a pydantic error location to the offending key's mark.
 Hostile documents are refused with a located InputError before they are built (docs/reliability.md):
-at most `MAX_DOCUMENT_BYTES`, `MAX_DEPTH` levels of nesting, `MAX_NODES` nodes counted with every
-alias expanded (no billion laughs), integers within int64 and floats finite (no `.inf`, `.nan`,
-`1e999999`).
+size, depth and alias-expanded node count are bounded, integers fit int64 and floats are finite.
 """
 
 from __future__ import annotations
@@ -65,9 +61,8 @@ def _refused(path: str, message: str, mark: Any, field: str | None = None) -> In
 
 
 def _too_deep(path: str, text: str, loader: type[Any]) -> None:
-    """Refuse nesting past MAX_DEPTH, and more than MAX_NODES nodes, from the parser's events (the
-    parser keeps an explicit stack; the composer and constructor recurse, so depth must be known
-    before they run, and a document too large is refused before any tree is built)."""
+    """Refuse nesting past MAX_DEPTH and more than MAX_NODES nodes from the parser's events, before the
+    recursive composer and constructor run."""
     depth = nodes = 0
     try:
         for event in yaml.parse(text, Loader=loader):
@@ -204,9 +199,8 @@ class LoadedYaml:
         return InputError(self.path, message, line=line, col=col, field=field)
 
     def resolve(self, loc: Sequence[int | str]) -> tuple[tuple[int, int], list[int | str]]:
-        """(line, col) of the deepest node on `loc` that exists, and `loc` without the parts that
-        are not keys of the document (pydantic's union tags such as `tolerance` in
-        ("claim", "tolerance", "atol")). Parts past the deepest existing node are kept."""
+        """(line, col) of the deepest node on `loc` that exists, and `loc` without the parts that are not
+        keys of the document (pydantic's union tags); parts past the deepest existing node are kept."""
         node = self.node
         if node is None:
             return (1, 1), list(loc)
@@ -290,10 +284,8 @@ def allowed_keys(model: type[BaseModel] | None, loc: Sequence[int | str]) -> set
 def validation_error(
     doc: LoadedYaml, err: ValidationError, loc_prefix: Sequence[int | str] = (), model: type[BaseModel] | None = None
 ) -> InputError:
-    """All pydantic errors as one InputError: its first line is the first error, and every error
-    in the file is listed, one `FILE:LINE:COL: field: message` line each (see InputError.more).
-    A misspelled key is named with a did-you-mean, and the "missing" error of the field it was
-    meant to be is dropped."""
+    """All pydantic errors as one InputError, one `FILE:LINE:COL: field: message` line each; a misspelled
+    key gets a did-you-mean, and the "missing" error of the field it was meant to be is dropped."""
     errors = err.errors(include_url=False)
     missing = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "missing" and e["loc"]}
     meant: set[tuple[tuple[Any, ...], str]] = set()

@@ -1,15 +1,10 @@
-"""`gate bisect MANIFEST --out DIR --llamacpp-builds all | --binaries D1,D2,... | --commits A..B --build-cmd
-CMD`: the first build whose verdict differs from the first build's, by binary search (docs/cli.md,
-"gate bisect").
+"""`gate bisect`: the first build whose verdict differs from the first build's, by binary search
+(docs/cli.md, "gate bisect").
 
-Each probe is one ordinary `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder
-first on PATH, so a manifest's `launch.command: [llama-server, ...]` starts that build. Its outcome is
-the verdict plus the first failing (or erroring) check, read from results.json. The search assumes one
-change point: it runs the first build, then halves the span between the last build known to agree
-with it and the first known to differ (past the last build, at first): at most 1 + ceil(log2(N)) runs
-for N builds, 5 for 13 (4 where the halving meets the change early: benchmarks/engine-bisect.md); when
-the last build agrees there is "no change between the ends".
-With several change points it finds one of them, not necessarily the earliest.
+Each probe is one `gate run MANIFEST --out DIR/<build>` in a subprocess with the build's folder first
+on PATH; its outcome is the verdict plus the first failing (or erroring) check. Assuming one change
+point, it runs the first build, then halves the span between the last build known to agree and the
+first known to differ: at most 1 + ceil(log2(N)) runs. With several change points it finds one.
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ from gate.errors import EXIT_BAD_INPUT, EXIT_CHECK_ERROR
 
 @dataclass
 class Change:
-    """Where the outcome changes: `before` is the last index known to give the first index's outcome,
-    `after` the first known to give another (both None: the last build agrees with the first);
-    `probed` in the order run."""
+    """Where the outcome changes: the last index known to give index 0's outcome and the first known
+    to give another (both None: no change between the ends); `probed` in the order run."""
 
     before: int | None
     after: int | None
@@ -43,9 +37,8 @@ class Change:
 
 
 def find_change(count: int, probe: Callable[[int], Hashable]) -> Change:
-    """Binary search for the first index whose outcome differs from index 0's, as the module says, each
-    index probed at most once; at most 1 + ceil(log2(count)) probes whatever the answer: the fewest that
-    tell count possibilities apart (no change, or a change at 1..count-1)."""
+    """Binary search for the first index whose outcome differs from index 0's, each index probed at
+    most once: at most 1 + ceil(log2(count)) probes."""
     if count < 2:
         raise ValueError(f"need at least 2 items to bisect, got {count}")
     outcomes: dict[int, Hashable] = {}
@@ -65,9 +58,8 @@ def find_change(count: int, probe: Callable[[int], Hashable]) -> Change:
             before = middle
         else:
             after = middle
-    if after == count:  # the last build gives the first's outcome: no change between the ends
-        return Change(None, None, probed)
-    return Change(before, after, probed)
+    # `after` == count: the last build gives the first's outcome, no change between the ends
+    return Change(None, None, probed) if after == count else Change(before, after, probed)
 
 
 # -- what a probe runs (the builds it runs: gate.cli.bisect_builds) -------------------------------------
@@ -137,8 +129,8 @@ def run_probe(manifest: Path, build: Build, out_root: Path) -> Outcome:
 
 def side_by_side(left: Outcome, right: Outcome, names: tuple[str, str]) -> list[str]:
     """Each check's status in both runs, the checks of either run in order; `*` marks a difference."""
-    order = [name for name, _ in left.checks] + [n for n, _ in right.checks if n not in dict(left.checks)]
     a, b = dict(left.checks), dict(right.checks)
+    order = [*a, *(n for n in b if n not in a)]
     width = max([len("check"), *(len(n) for n in order)])
     rows = [f"    {'check':<{width}}  {names[0]:<10} {names[1]}"]
     for name in order:

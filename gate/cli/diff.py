@@ -45,8 +45,7 @@ def command(a: Path, b: Path | None, ledger_path: Path | None, fmt: str) -> None
         if (b is None) == (ledger_path is None):
             raise InputError("gate diff", "give two dossiers A B, or one dossier A and --ledger L (not both)")
         if b is not None:
-            old, new = load_result(a), load_result(b)
-            diff = diff_results(old, new, a_name=str(a), b_name=str(b))
+            diff = diff_results(load_result(a), load_result(b), a_name=str(a), b_name=str(b))
         else:
             assert ledger_path is not None
             new = load_result(a)

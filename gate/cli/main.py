@@ -47,11 +47,8 @@ class _Commands(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; Ctrl-C exits 130 and SIGTERM 143 (never 1, the gate-failed code).
-
-        Both arrive as exceptions in the main thread (KeyboardInterrupt, Terminated), so `finally`
-        blocks on the way out remove partial outputs and stop servers gate started.
-        """
+        """Run the command; Ctrl-C exits 130 and SIGTERM 143 (never 1, the gate-failed code), after the
+        `finally` blocks on the way out removed partial outputs and stopped servers gate started."""
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return super().invoke(ctx)

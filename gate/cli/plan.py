@@ -54,8 +54,7 @@ def command(manifest: Path, fmt: str, policy_dirs: tuple[Path, ...]) -> None:
         for line in planned.resolution:
             echo(f"   resolved: {line}")
         if planned.params:
-            rendered = ", ".join(f"{k}={v}" for k, v in planned.params.items())
-            echo(f"   params:   {rendered}")
+            echo(f"   params:   {', '.join(f'{k}={v}' for k, v in planned.params.items())}")
         if planned.not_applicable is not None:
             echo(f"   applies:  {_applies_line(planned.not_applicable, plan)}")
         if planned.coverage is not None:

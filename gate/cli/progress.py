@@ -1,15 +1,9 @@
 """What `gate run` shows while it works: the runner's events, log lines, progress inside long checks.
 
-The runner's typed events (gate.engine.events: a check started, a control started or finished, a
-check's result) are rendered here; everything else it says is a log line.
-On a terminal: rich styled lines (a check's result and each control's outcome coloured by status)
-and a live progress bar per task (lengths swept, controls done, samples drawn) with elapsed time.
-In CI, or when stderr is not a terminal: plain `[gate]` lines, and for a long task one line every
-PLAIN_EVERY_S seconds plus one when it finishes. Colour follows `--color` (auto, always, never);
-under auto, NO_COLOR turns it off and FORCE_COLOR on (rich reads both).
-
-Verbosity: 0 (`-q`) shows nothing but errors; 1 shows checks, results, controls and progress;
-2 (`-v`) adds each check's own detail lines (indented log lines) and each control's announcement.
+On a terminal: rich styled lines and a live progress bar per task; in CI or when stderr is not a
+terminal: plain `[gate]` lines, a long task's every PLAIN_EVERY_S seconds. Colour follows `--color`
+(under auto, NO_COLOR and FORCE_COLOR). Verbosity: 0 (`-q`) only errors; 1 checks, results,
+controls and progress; 2 (`-v`) adds each check's detail lines and each control's announcement.
 """
 
 from __future__ import annotations
@@ -89,7 +83,8 @@ class Reporter:
         self._print(message, None)
 
     def _print(self, message: str, style: str | None) -> None:
-        self._finish_bars()
+        if not self._tasks:
+            self.close()
         if self.plain and self.color != "always":
             print(f"[gate] {one_line(message)}", file=sys.stderr, flush=True)
             return
@@ -127,11 +122,6 @@ class Reporter:
         if done >= total:
             self._bars.remove_task(self._tasks.pop(task))
             self._started.pop(task, None)
-
-    def _finish_bars(self) -> None:
-        if self._bars is not None and not self._tasks:
-            self._bars.stop()
-            self._bars = None
 
     def close(self) -> None:
         if self._bars is not None:

@@ -1,8 +1,5 @@
-"""`gate run MANIFEST --out DIR`: run the plan and write results.json (and the dossier).
-
-`gate run M1 M2 ... --out DIR` or `gate run --matrix FILE --out DIR`: a batch, each run into
-`DIR/<name>/` on an executor (a local process pool, or Ray), with DIR/summary.json, summary.md and
-junit.xml (gate.engine.batch).
+"""`gate run MANIFEST --out DIR`: run the plan and write results.json (and the dossier); several
+manifests or `--matrix FILE`: a batch, each run into `DIR/<name>/` (gate.engine.batch).
 """
 
 from __future__ import annotations

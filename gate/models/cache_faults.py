@@ -1,7 +1,6 @@
-"""The cache and session faults of gate.models.faults (its catalogue says what each breaks): each
-adds a hook that every new `KVCache` (or `SlotCache`) or session of the path passes through, replacing
-its `update`, `padding`, `reset` or `claim`, or running a prefill on stale weights. `FaultTarget` is
-what any fault patches. This module imports torch only inside the functions that patch."""
+"""The cache and session faults of gate.models.faults: each adds a hook every new `KVCache` (or
+`SlotCache`) or session of the path passes through, replacing its `update`, `padding`, `reset` or
+`claim`, or prefilling on stale weights. torch is imported only inside the patching functions."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The reference decoder's shape and its named presets (torch-free).
-
-Kept apart from the model so the KV cache, the adapter's option validation and `gate plan` can
-name a shape without importing torch or the model.
-"""
+"""The reference decoder's shape and its named presets, torch-free so the KV cache, option validation
+and `gate plan` can name a shape without importing the model."""
 
 from __future__ import annotations
 

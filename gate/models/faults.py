@@ -1,12 +1,8 @@
 """Planted KV-cache bugs (negative controls, release-gate step 5), applied from outside the model.
 
-The reference decoder (gate.models.reference) has no fault flags. Each fault patches a *built*
-object, the way gpt-fast's `apply_tp(model)` does: the model's masks, positions, one attention
-layer or each attention core here; each new cache or session through a hook in
-gate.models.cache_faults. `apply_fault(target, name)` mutates a *copy* made by the path's
-`with_fault` (`FaultTarget`; see gate.adapters.reference.paths).
-
-This module imports torch only inside the functions that patch, so option validation stays light.
+Each fault patches a *built* object (masks, positions, an attention layer, or each new cache or
+session through a hook in gate.models.cache_faults); `apply_fault(target, name)` mutates a copy made
+by the path's `with_fault`. torch is imported only inside the patching functions.
 """
 
 from __future__ import annotations

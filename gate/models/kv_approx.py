@@ -1,15 +1,10 @@
 """Approximate KV caches, applied to a built `KVCache` from outside the model.
 
-The reference decoder reads K/V only through `cache.update(layer, start_pos, k, v)`, which returns
-what attention sees. These wrappers replace that method (and `kv`, `reset`, `crop`, `nbytes`) on
-one cache instance, the way gate.models.faults patches caches, so `gate.models.reference` never learns
-that a cache can be approximate: `quantize_cache` stores integer codes (gate.models.kv_quant; keys
-grouped per token or per channel as in KIVI, int4 packed two per byte), `evict_cache` keeps sinks,
-a window and a scored budget (gate.models.kv_evict; StreamingLLM). Positions are not re-assigned
-after an eviction: RoPE was applied before the write, so a kept key keeps its original position.
-
-Use an empty cache of the dynamic layout: the wrappers keep their own storage and never touch the
-base buffers, so `nbytes()` counts only what the approximation really holds.
+These wrappers replace `update` (and `kv`, `reset`, `crop`, `nbytes`) on one cache instance, so
+gate.models.reference never learns that a cache can be approximate: `quantize_cache` stores integer
+codes (gate.models.kv_quant), `evict_cache` keeps sinks, a window and a scored budget
+(gate.models.kv_evict). Use an empty dynamic cache: the wrappers keep their own storage, so
+`nbytes()` counts only what the approximation holds.
 """
 
 from __future__ import annotations
@@ -88,10 +83,9 @@ def evict_cache(
     score: str = "position",
     fault: str | None = None,
 ) -> EvictingStore:
-    """Make `cache` keep only the first `sink` and the last `window` tokens (and, with a `budget`,
-    the highest-scored others up to it). Returns the store.
-    `refuse_up_to`: a first write (a prompt) of at most this many tokens raises AssertionError, as
-    kvpress's StreamingLLMPress refuses a prompt not longer than its sinks (0: none refused)."""
+    """Make `cache` keep only the first `sink` and the last `window` tokens (and, with a `budget`, the
+    highest-scored others up to it). Returns the store. A first write of at most `refuse_up_to` tokens
+    raises AssertionError, as kvpress's StreamingLLMPress refuses a prompt not longer than its sinks."""
     if window < 1 or sink < 0:
         raise ValueError("window must be >= 1 and sink >= 0")
     if budget is not None and budget < sink + window:

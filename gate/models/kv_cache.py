@@ -135,13 +135,9 @@ class SlotCache(KVCache):
     """Continuous batching: K/V of up to `slots` requests [slots, H_kv, capacity, D] per layer, each
     slot with its own length, growing in blocks of `block_size` positions.
 
-    One forward feeds some slots (`bind(slots, fed)`: the slots in row order and the tokens each row
-    brings; the forward's tokens are right-padded to the longest). `update` writes each row's real
-    tokens at its slot's length and returns what attention reads, laid out as a left-padded batch:
-    every row's history right-aligned so that this forward's tokens are the last columns of all rows.
-    The columns before a row's history are pads (`padding` masks them); its pad tokens at the end
-    come after its real ones and are never read by them. `advance()` then moves each slot's length on.
-    A slot a request leaves keeps its stale K/V; `claim(slot)` empties it for the next request.
+    `bind(slots, fed)` names one forward's slots in row order and the real tokens each row brings
+    (right-padded to the longest); `update` writes them at each slot's length and returns a left-padded
+    batch (`padding` masks the pads); `advance()` moves the lengths on; `claim(slot)` empties a slot.
     """
 
     def __init__(
@@ -188,8 +184,7 @@ class SlotCache(KVCache):
 
     def update(self, layer: int, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v [R, H_kv, n, D] (row r's real tokens are its first `fed[r]`) -> what attention reads,
-        [R, H_kv, width + n, D] with width = the longest history among the rows (`start_pos` unused:
-        each slot's length is the write position)."""
+        [R, H_kv, width + n, D], width the longest history among the rows (`start_pos` unused)."""
         starts = self.starts
         end = max(s + n for s, n in zip(starts, self.fed, strict=True))
         self._grow(layer, end)

@@ -13,10 +13,9 @@ from gate.protocols import EvictionStep
 
 @dataclass
 class EvictingStore:
-    """Kept K/V per layer ([B, H_kv, kept, D]), the position each kept entry carries ([B, H_kv, kept])
-    and how many tokens were written. Keeps the first `sink` tokens, the last `window` and, up to
-    `budget` per layer and KV head, the highest of `score` (`position`: none; `knorm`: minus the
-    key's L2 norm, in float32); `fault` plants one of EVICT_FAULTS."""
+    """Kept K/V per layer ([B, H_kv, kept, D]) and the position each carries: the first `sink` tokens,
+    the last `window` and, up to `budget`, the highest `score` (`position`: none; `knorm`: minus the
+    key's L2 norm); `fault` plants one of EVICT_FAULTS."""
 
     window: int
     sink: int

@@ -17,11 +17,8 @@ SCALE_DTYPE = torch.float16
 
 @dataclass
 class Quantized:
-    """Integer codes of a [B, H, T, D] tensor with per-group scale and minimum.
-
-    axis="token": groups of `group` channels within one token; scale, low: [B, H, T, D // group].
-    axis="channel": groups of `group` tokens within one channel; scale, low: [B, H, T // group, D].
-    codes: [B, H, T, D] uint8, or [B, H, T, D // 2] with two 4-bit codes per byte."""
+    """Integer codes [B, H, T, D] uint8 (or [B, H, T, D // 2], two 4-bit codes per byte) with per-group
+    scale and minimum: [B, H, T, D // group] for axis="token", [B, H, T // group, D] for "channel"."""
 
     codes: torch.Tensor
     scale: torch.Tensor

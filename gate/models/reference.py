@@ -1,26 +1,14 @@
 """A small decoder-only transformer in the gpt-fast style, with an explicit KV cache.
 
-The model knows nothing of the gate: faults and interventions are applied to a *built* model,
-cache or session from outside (see gate/models/faults.py), the way gpt-fast applies tensor parallelism.
+Faults and interventions are applied to a *built* model, cache or session from outside
+(gate/models/faults.py). Architecture: token embedding (+ optional learned absolute positions),
+RMSNorm, grouped-query attention with RoPE and an explicit-offset causal mask (optional sliding
+window), SwiGLU MLP, untied output head; weights are seeded random normals.
 
-Architecture: token embedding (+ optional learned absolute positions, GPT-2 style), RMSNorm,
-grouped-query attention with RoPE (configurable base) and an explicit-offset causal mask
-(optional sliding window), SwiGLU MLP, untied output head. Weights are seeded random normals.
-
-Public API (small on purpose; other paths build on it):
-
-    cfg = ModelConfig.from_preset("tiny", n_layers=3)         # named presets + overrides
-    model = build_model(cfg, seed=0, device="cpu", dtype=torch.float32)
+    model = build_model(ModelConfig.from_preset("tiny", n_layers=3), seed=0, device="cpu", dtype=torch.float32)
     logits = model(tokens)                                    # full causal pass: [B, T] -> [B, T, V]
-
-    cache = KVCache.for_model(cfg, batch=B, layout="static", dtype=..., device=...)
-    logits = prefill(model, prompt, cache)                    # prompt from cache.pos (=0), one shot
-    logits = prefill(model, prompt, cache, chunk_size=64)     # chunked prefill
+    logits = prefill(model, prompt, cache, chunk_size=64)     # cache = KVCache.for_model(...)
     logits = model.step(tokens, cache, start_pos=cache.pos)   # append n tokens: [B, n] -> [B, n, V]
-
-`KVCache` (gate.models.kv_cache) holds per-layer K/V plus the position `pos`; `cache.origin` marks
-left-padded rows, `SlotCache` + `step_rows` run continuous batching, and `cache.crop(n)` rolls a
-speculative draft back.
 """
 
 from __future__ import annotations
@@ -236,7 +224,6 @@ class Transformer(nn.Module):
 
     @property
     def blocks(self) -> list[Block]:
-        """The decoder blocks, typed."""
         return [b for b in self.layers if isinstance(b, Block)]
 
     def positions(self, start_pos: int, n: int) -> torch.Tensor:
@@ -269,9 +256,8 @@ class Transformer(nn.Module):
 
     def step_rows(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
         """Continuous batching: ONE forward over rows of different requests, each at its own offset.
-        tokens [R, n] (row r's real tokens first, then pads), `cache` bound to the rows' slots
-        (`SlotCache.bind`): row r's tokens take positions from its slot's length on, prefill chunks
-        and decode steps alike. -> logits [R, n, V]; the slots' lengths move on."""
+        tokens [R, n] (real tokens first, then pads), `cache` bound to the rows' slots (`SlotCache.bind`)
+        -> logits [R, n, V]; the slots' lengths move on."""
         n = tokens.shape[1]
         last = self.config.max_len - 1
         positions = torch.stack([self.positions(start, n) for start in cache.starts]).clamp(max=last)

@@ -1,22 +1,11 @@
 """A tiny Llama model written as a GGUF file from a seed, so a real engine can serve it with no hub.
 
-`write_tiny_gguf(path, TinyLlamaSpec(seed=0))` writes float32 weights drawn from a seeded normal
-distribution for a small Llama configuration (2 layers, 2 query heads of 32 dimensions over one
-key/value head, a vocabulary of 512 tokens; 32 is the block size of llama.cpp's quantised KV
-types) and a SentencePiece-style tokenizer section that llama.cpp accepts: three control tokens,
-the 128 ASCII byte tokens and plain pieces. gate sends token ids, never text, so the tokenizer
-only has to load. `perturb_seed` adds a small seeded perturbation to every weight: the
-same architecture with other weights, for a stale-weights control.
-
-The scales are chosen so that the logits have a real spread (top-1 margins of a few tenths of a nat
-are common): a model whose logits are nearly uniform would make every comparison a near-tie.
-
-`sliding_window` (with `sliding_layers` for a hybrid local/global model) makes the file a `gemma2`
-one: llama.cpp's `llama` architecture has no local layers, and gemma2 is the llama.cpp architecture
-users serve with them (its interleaved SWA cache, `llama_kv_cache_iswa`; the window and a per-layer
-`sliding_window_pattern`). The weights are the same seeded draws plus gemma2's post norms, the
-output tied to the token embedding (see GEMMA2_EMBEDDING_SCALE and GEMMA2_POST_NORM), GELU
-feed-forward and logit soft-capping at gemma2's defaults.
+Float32 weights from a seeded normal for a small Llama (2 layers, 2 query heads of 32 dimensions
+over one key/value head, 512 tokens; 32 is the block size of llama.cpp's quantised KV types) and a
+SentencePiece-style tokenizer llama.cpp accepts (gate sends token ids, so it only has to load).
+The scales give the logits a real spread, so comparisons are not near-ties. `sliding_window`
+makes the file a `gemma2` one (llama.cpp's architecture with local layers): the same seeded draws
+plus gemma2's post norms, tied output, GELU feed-forward and logit soft-capping.
 """
 
 from __future__ import annotations
@@ -88,9 +77,7 @@ last input token."""
 
 
 def tensors_of(spec: TinyLlamaSpec, architecture: str = "llama") -> dict[str, Any]:
-    """The seeded weights by GGUF tensor name, numpy float32 (out, in): the llama set, or with
-    `architecture="gemma2"` gemma2's (the same draws, post norms added, the output tied to the
-    embedding)."""
+    """The seeded weights by GGUF tensor name, numpy float32 (out, in): the llama set, or gemma2's."""
     import numpy as np
 
     rng = np.random.default_rng(spec.seed)

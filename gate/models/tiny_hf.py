@@ -1,13 +1,7 @@
-"""A tiny Llama written as a Hugging Face model directory from a seed, for engines that load that
-format (vLLM, SGLang, TGI), with no hub.
+"""A tiny Llama written as a Hugging Face model directory from a seed (vLLM, SGLang, TGI), with no hub.
 
-`write_tiny_hf(directory, TinyLlamaSpec(seed=0))` writes `config.json` (a `LlamaForCausalLM`),
-`model.safetensors` (float32; the same seeded weights as the llama GGUF of the same spec,
-gate.models.tiny_gguf, with the query and key rows in Hugging Face's rotary order), a
-`tokenizer.json` built locally with `tokenizers` (a word-level vocabulary of the GGUF's pieces;
-gate sends token ids, never text, so it only has to load and decode), `tokenizer_config.json` and
-`generation_config.json`. `sliding_window` with `sliding_layers` makes those layers local
-(`layer_types`, which vLLM's Llama reads per layer).
+The same seeded weights as the llama GGUF of the same spec (gate.models.tiny_gguf), with the query
+and key rows in Hugging Face's rotary order, and a locally built word-level tokenizer.
 """
 
 from __future__ import annotations
@@ -47,7 +41,6 @@ def _unpermute(weight: Any, n_head: int) -> Any:
 
 
 def hf_tensors(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """The spec's seeded weights under Hugging Face Llama names."""
     out: dict[str, Any] = {}
     for name, value in tensors_of(spec).items():
         if name in HF_NAMES:

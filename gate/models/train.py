@@ -2,16 +2,9 @@
 
     python -m gate.models.train --out gate/models/weights/copy-model.safetensors
 
-Random weights show divergence but not competence: an eviction that forgets a needle changes the
-output of a model that *uses* the needle. This script trains gate.models.reference's architecture
-on the token-space tasks of evals/ (gate.quality.builders, drawn with a training seed disjoint from
-every evaluation seed) plus a dense induction task (a random span repeated, loss on the repeat),
-which makes induction heads form within a few hundred steps.
-
-Deterministic: fixed seeds, torch.use_deterministic_algorithms(True), data drawn from numpy
-generators seeded per step, float32 on CPU, a fixed number of threads. Loss is taken only on
-answer tokens (and on the repeated half of the induction task): the filler is random and carries
-nothing to learn.
+Trains on the token-space tasks of evals/ (a training seed disjoint from every evaluation seed) plus
+a dense induction task, deterministically (fixed seeds and threads, float32 on CPU); loss is taken
+only on answer tokens and on the repeated half of the induction task.
 """
 
 from __future__ import annotations
@@ -202,9 +195,8 @@ def train(seed: int, sched: Schedule, threads: int) -> tuple[Transformer, dict[s
 
 @torch.no_grad()
 def slice_accuracy(model: Transformer, n: int) -> dict[str, dict[str, Any]]:
-    """Greedy accuracy of `model` with its full cache on each evals/ slice (n rows, run seed 0): the
-    share of samples whose k greedy tokens start with the ground-truth answer, overall and per kind
-    and context length."""
+    """Greedy accuracy of `model` on each evals/ slice (n rows, run seed 0): the share of samples whose
+    k greedy tokens start with the answer, overall and per kind and context length."""
     from gate.models.reference import KVCache, prefill
     from gate.quality.builders import build_rows
     from gate.quality.spec import load_slice, slice_names

@@ -1,10 +1,6 @@
 """Trained weights for the reference decoder: safetensors files with the config in their metadata.
 
-    model = load_trained("copy-model")            # gate/models/weights/copy-model.safetensors
-    model = load_trained("/path/to/my.safetensors", device="cuda", dtype=torch.bfloat16)
-
-The file's metadata holds `config` (ModelConfig as JSON) and, for shipped weights, how they were
-made (`trainer`, `seed`, `steps`); see docs/copy-model-card.md for the copy model.
+model = load_trained("copy-model")            # gate/models/weights/copy-model.safetensors
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The dossier: results.json -> ReportData -> dossier.html, dossier.md, junit.xml.
 
-    write_report(result, out_dir, manifest_path, signer_keyid=...)
-
-renders what the runner recorded; it neither signs nor records (gate.trust does, driven by
-gate.engine.pipeline). Rendering reads only the GateResult (no torch, no model), so an old
-results.json can be re-rendered years later.
+Renders what the runner recorded from the GateResult alone (no torch, no model); it neither signs
+nor records (gate.trust does, driven by gate.engine.pipeline).
 """
 
 from __future__ import annotations
@@ -60,13 +57,10 @@ def write_report(
     final_dir: Path | None = None,
     commands: CommandContext | None = None,
 ) -> WrittenReport:
-    """Render dossier.html, dossier.md and junit.xml into out_dir, each replaced atomically.
-
-    `signer_keyid` is the key that will sign the attestation (the dossier names it), or None for
-    an unsigned run (the dossier says UNSIGNED). Also keeps a copy of the manifest in out_dir.
-    `final_dir`: where the dossier will be once complete (a run writes into a staging directory
-    renamed into place), the directory every printed command names; default out_dir. `commands`:
-    the ledger and trust policy the run used, which the printed commands must name too.
+    """Render dossier.html, dossier.md and junit.xml into out_dir, each replaced atomically, and copy
+    the manifest there. `signer_keyid`: the key that will sign (None: UNSIGNED); `final_dir`: where the
+    dossier will end up (default out_dir) and `commands`: the ledger and trust policy, for the printed
+    commands.
     """
     from gate.report.junit import junit_xml
 
@@ -79,9 +73,8 @@ def write_report(
     markdown = render_markdown(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = copy_manifest(manifest_path, out_dir)
-    if (out_dir / "samples").is_dir():  # an earlier run's samples must not look like ours
-        for stale in (out_dir / "samples").glob("*.jsonl"):
-            stale.unlink()
+    for stale in (out_dir / "samples").glob("*.jsonl"):  # an earlier run's samples must not look like ours
+        stale.unlink()
     downloads = []
     for download in data.downloads:
         (out_dir / download.file).parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,5 @@
-"""The summary of a batch (`gate run M1 M2 ... --out DIR`): a Markdown table and one JUnit file.
-
-Both render summary.json's document only (gate.engine.batch writes it): a run's JUnit suite is the
-suite of its own `DIR/<name>/junit.xml`, renamed after the run; a run that produced no result (bad
-input found on the worker, a lost worker) becomes a suite with one `<error>` carrying the reason.
+"""The summary of a batch (`gate run M1 M2 ... --out DIR`): a Markdown table and one JUnit file, from
+summary.json (gate.engine.batch); a run with no result becomes a suite with one `<error>` and the reason.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """build_report(GateResult) -> ReportData: every decision the dossier shows, made once, in Python.
 
-Reads only the result record (no torch, no model); tolerant of records written by older or newer
-runners (plan and manifest are read as plain dicts, unknown statuses are shown as they are).
+Reads only the result record, tolerant of older or newer runners (plan and manifest as plain dicts).
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ from gate.report.words import CONTROL_TONES, STATUSES, STEP_TITLES, verdict_labe
 
 @dataclass(frozen=True)
 class Signing:
-    """Whether the outputs will be signed, and by which key (known before rendering)."""
-
     signed: bool = False
     keyid: str | None = None
 
@@ -194,18 +191,17 @@ def _controls(result: GateResult) -> ControlMatrix:
     faults: list[str] = []
     for check in checks:
         faults.extend(c.fault for c in check.controls if c.fault not in faults)
-    rows = []
-    for fault in faults:
-        cells: list[ControlLine | None] = []
-        for check in checks:
-            found = next((c for c in check.controls if c.fault == fault), None)
-            cells.append(None if found is None else _control_line(found))
-        rows.append(ControlRow(fault=fault, cells=cells))
+    rows = [
+        ControlRow(
+            fault=fault,
+            cells=[next((_control_line(c) for c in check.controls if c.fault == fault), None) for check in checks],
+        )
+        for fault in faults
+    ]
     return ControlMatrix(checks=[c.check for c in checks], rows=rows)
 
 
 def _banner_notes(result: GateResult) -> list[str]:
-    """What qualifies the verdict, for the first screen."""
     notes = list(result.site_policy)
     for bug in result.known_bugs:  # the change's own manifest relaxes its verdict: first screen, always
         notes.append(f"{bug.note} [declared by the manifest: {bug.reason}; expires {bug.expires}]")
@@ -236,7 +232,6 @@ SECTION_ORDER = {"fail": 0, "error": 0, "unproven": 1, "warn": 1, "waived": 2}
 
 
 def _claim_level(result: GateResult) -> str:
-    """The claim level the run judged (from its plan, else its manifest)."""
     return str((result.plan or {}).get("claim") or (result.manifest.get("claim") or {}).get("level") or "")
 
 
@@ -272,12 +267,8 @@ def build_report(
     required_approvals: int = 1,
     commands: CommandContext | None = None,
 ) -> ReportData:
-    """Everything the dossier shows for `result`; `signing` says whether the outputs will be signed.
-
-    `approvals`: signed approvals of an awaiting-approval run (the banner reads APPROVED once
-    `required_approvals` distinct approvers signed). `out_dir`: where the dossier is written, for the
-    commands in the What-next box; `commands`: the ledger and trust policy those commands name.
-    """
+    """Everything the dossier shows for `result`; the banner reads APPROVED once `required_approvals`
+    distinct approvers signed `approvals`; `out_dir` and `commands` feed the What-next box."""
     signing = signing or Signing()
     decided = _decided(result)
     sections = [_section(check, decided.get(check.check)) for check in result.checks]

@@ -1,9 +1,7 @@
 """`gate diff`: two results.json records side by side, as one change per line.
 
-Compared: the verdict; each check's status, first failing length, bounds, intervals and other
-measures; identity and versions (commit, manifest digest, subjects, environment); and the plan
-(checks added or removed, parameters, severities, policy digests). Wall-clock values are never
-compared (gate.core.result.WALL_CLOCK_KEYS): they differ between any two runs.
+Compared: the verdict, each check's status and measures, identity and versions, and the plan;
+wall-clock values never (gate.core.result.WALL_CLOCK_KEYS): they differ between any two runs.
 """
 
 from __future__ import annotations
@@ -113,9 +111,8 @@ def _interval_text(value: tuple[float, float, float]) -> str:
 
 
 def measures(check: CheckResult) -> dict[str, str]:
-    """The check's measures by name: bounds (`slice.metric.bound`), intervals (`X_ratio` with its
-    `X_low`/`X_high` as "r [low, high]") and every other metric, wall-clock values left out. A check
-    whose observation is wall-clock (WALL_CLOCK_CHECKS) has none here: see `_interval_changes`."""
+    """The check's measures by name: bounds, intervals (`X_ratio` as "r [low, high]") and every other
+    metric, wall-clock values left out (a WALL_CLOCK_CHECKS check has none: `_interval_changes`)."""
     if check.check in WALL_CLOCK_CHECKS:
         return {}
     metrics = {k: v for k, v in check.metrics.items() if not wall_clock(k)}

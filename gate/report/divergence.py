@@ -1,13 +1,6 @@
-"""Where two computations part: a per-layer divergence plot and a token-by-token view.
-
-- `layer_plot(layers)`: from a diagnosis's per-layer records (gate.checks._diagnosis
-  `layer_divergence`): one column per layer, the largest |Δ| of the hidden state, new K and new V
-  against the reference's full pass on a log axis, the first diverging layer marked. Older records
-  carry only which component diverged; then each layer is a coloured cell.
-- `token_view(reference, candidate, start)`: two greedy continuations side by side, aligned by
-  step, the first differing token marked.
-
-Geometry and labels only; templates/partials/plots.svg.j2 and check.html.j2 draw them.
+"""Where two computations part: a per-layer divergence plot (`layer_plot`: per layer the largest |Δ|
+of the hidden state, new K and new V on a log axis, or a coloured cell for older records) and a
+token-by-token view of two greedy continuations (`token_view`). Geometry and labels only.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""A check's evidence into report views: a built-in check's evidence is validated into the record its
-face states (`EVIDENCE`, built from the check packages: gate.checks.faces.EVIDENCE) and read by
-field by the reader beside it (`read` in `gate.checks.<module>.view`, found from the same faces:
-`readers`); any other evidence becomes generic tables. What several views share lives here: the
-views (`EvidenceViews`), folding long tables, generic tables, the prefix stores' reuse ledger, and the
-diagnosis box.
-
-Evidence that does not validate (a results.json from another gate version, a hand-edited file)
-degrades to a note naming the field and the same generic tables, never to an exception: a dossier
-must render from any results.json. docs/report-evidence.md says what each view reads.
+"""A check's evidence into report views: a built-in check's evidence is validated into its face's
+record (gate.checks.faces.EVIDENCE) and read by the `read` in `gate.checks.<module>.view`; any other
+evidence becomes generic tables. Evidence that does not validate degrades to a note and the same
+generic tables, never an exception: a dossier must render from any results.json
+(docs/report-evidence.md says what each view reads).
 """
 
 from __future__ import annotations
@@ -44,7 +39,6 @@ class EvidenceViews(Views):
     """Evidence keys a dedicated view showed; the rest become generic tables."""
 
     def table(self, title: str, columns: list[str], rows: list[list[str]], note: str = "") -> None:
-        """Show `rows` as a table of their own."""
         self.tables.append(Table(title=title, columns=columns, rows=rows, note=note))
 
 
@@ -53,9 +47,8 @@ Reader = Callable[[Any, EvidenceViews], None]
 
 
 def fold_rows(rows: list[list[str]], failing: list[bool], pinned: list[bool]) -> tuple[list[list[str]], int]:
-    """Rows with long passing runs folded into one marker row: the first and last row, every
-    failing row, the rows either side of each pass/fail change and every `pinned` row (layout
-    boundaries) stay. Returns (rows, how many were folded)."""
+    """Rows with long passing runs folded into one marker row (first, last, failing, `pinned` and
+    pass/fail-edge rows stay): (rows, how many were folded)."""
     if len(rows) <= FOLD_ABOVE:
         return rows, 0
     kept = {0, len(rows) - 1} | {i for i, pin in enumerate(pinned) if pin}

@@ -1,7 +1,5 @@
 """Display formatting of record values: one place, so HTML, Markdown and JUnit say the same thing.
-
-results.json may carry non-finite floats as strings ("Infinity", "NaN": pydantic's
-ser_json_inf_nan="strings"), so every reader goes through `as_float`.
+Non-finite floats may arrive as strings ("Infinity", "NaN"), so every reader goes through `as_float`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """GitHub Actions outputs: workflow-command annotations and the job summary.
 
-Under GITHUB_ACTIONS=true: one `::error` per failing or erroring check (GitHub shows at most ten
-error annotations per step, so at most ten), on the first of the manifest's `change.paths` that the
-pull request changed ($GATE_CHANGED_FILES, written by the gate Action), else on the manifest; one
-`::warning` per unproven check; then one `::notice` with the verdict, counting what was left out
-(every failing check is in the job summary). On a verdict that held (pass, waived, awaiting
-approval) a listed failure is a `::warning`. $GATE_ANNOTATIONS, when set, is a file the lines are
-written to instead of stdout, so the Action can cap them over all the manifests of one step. When
-$GITHUB_STEP_SUMMARY is set, dossier.md is appended to it (render_markdown keeps it under 1 MiB).
+Under GITHUB_ACTIONS=true: at most ten `::error` (one per failing or erroring check, a `::warning`
+on a verdict that held) on the first changed file among the manifest's `change.paths`
+($GATE_CHANGED_FILES), else on the manifest; a `::warning` per unproven check; then one `::notice`
+with the verdict. $GATE_ANNOTATIONS redirects the lines to a file; dossier.md is appended to
+$GITHUB_STEP_SUMMARY when set.
 """
 
 from __future__ import annotations
@@ -37,11 +34,8 @@ def _property(text: str) -> str:
 def workflow_commands(
     data: ReportData, dossier: Path, manifest_file: str | None = None, change_files: Sequence[str] = ()
 ) -> list[str]:
-    """The workflow-command lines: one error per failing check (at most MAX_ERRORS), one warning per
-    unproven check (at most MAX_ERRORS), then the summary notice. A failure is annotated once: on the
-    first `change_files` entry (the change's own files the pull request touched), so the reviewer
-    sees it in the diff, else on the manifest."""
-    held = data.held
+    """The workflow-command lines: at most MAX_ERRORS errors (failing checks) and warnings (unproven),
+    then the summary notice; a failure is annotated on the first `change_files` entry, else the manifest."""
     denied = [f for f in data.failures if f.status in ("FAIL", "ERROR")]
     amber = [f for f in data.failures if f.status not in ("FAIL", "ERROR")]
     target = change_files[0] if change_files else manifest_file
@@ -60,14 +54,13 @@ def workflow_commands(
         if also:
             parts.append(f"also concerns {', '.join(also)}")
         title = f"gate {failure.check} {failure.status} (step {failure.step})"
-        kind = "warning" if held else "error"
+        kind = "warning" if data.held else "error"
         lines.append(f"::{kind} {where}title={_property(title)}::{_data('; '.join(parts))}")
     summary = f"{data.banner.label} ({data.banner.signed_label}): {data.banner.summary}. Dossier: {dossier}"
     left = max(0, len(denied) - MAX_ERRORS) + max(0, len(amber) - MAX_ERRORS)
     if left:
         summary += f" ({left} more checks not annotated: every one is in the job summary)"
-    for note in data.banner.notes:
-        summary += f" | {note}"
+    summary += "".join(f" | {note}" for note in data.banner.notes)
     lines.append(f"::notice title={_property('gate verdict')}::{_data(summary)}")
     return lines
 
@@ -86,9 +79,8 @@ def _workspace_relative(path: str | None, environ: Mapping[str, str]) -> str | N
 
 
 def change_files(paths: Sequence[str], environ: Mapping[str, str]) -> list[str]:
-    """The manifest's `change.paths` that the pull request changed. $GATE_CHANGED_FILES (one path a
-    line, written by the gate Action from `git diff --name-only BASE...HEAD`) says which; without it
-    every named path that is repository-relative is kept."""
+    """The manifest's `change.paths` that the pull request changed ($GATE_CHANGED_FILES, one path a line);
+    without it every repository-relative path."""
     named = [p for p in (_workspace_relative(p, environ) for p in paths) if p]
     listed = environ.get("GATE_CHANGED_FILES")
     if listed is None:
@@ -118,8 +110,7 @@ def publish(
                 fh.writelines(line + "\n" for line in lines)
         else:
             out = stream or sys.stdout
-            for line in lines:
-                print(line, file=out)
+            print(*lines, sep="\n", file=out)  # never empty: the verdict notice is always last
             out.flush()
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:

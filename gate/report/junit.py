@@ -1,10 +1,8 @@
 """junit.xml for CI test tabs: one testcase per planned check, built with xml.etree.
 
-deny failure -> <failure>; error -> <error>; waived -> <skipped> with its reason; skip -> <skipped>;
-unproven -> <failure type="unproven"> when the policy says it denies, else a passing testcase whose
-<system-out> starts with UNPROVEN; warn (or a failure of a warn-severity check) -> a passing testcase
-with <system-out>. The suite's verdict property and system-out carry the verdict (pass-with-waivers,
-unproven) and the banner's notes (waivers with approver and expiry, site policies).
+deny failure -> <failure>; error -> <error>; waived and skip -> <skipped>; unproven -> <failure
+type="unproven"> when the policy denies, else passing with <system-out> UNPROVEN; warn -> passing with
+<system-out>. The suite's properties and system-out carry the verdict and the banner's notes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The report data: everything the dossier templates show, already decided and formatted.
 
 `build_report(result)` fills these from a GateResult; the templates only loop and branch over them.
-Nothing here imports torch or builds markup: a dossier can be re-rendered from an old results.json.
-Numbers arrive as display strings (see gate.report.fmt) so HTML, Markdown and JUnit agree.
+Numbers arrive as display strings (gate.report.fmt) so HTML, Markdown and JUnit agree.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ class KeyValue:
 
 @dataclass(frozen=True)
 class Reproducer:
-    """A minimal failing schedule (schedule-fuzz's `reproducer`): its steps, what failed, and the
-    Python that replays it through the adapters."""
+    """A minimal failing schedule (schedule-fuzz's `reproducer`) and the Python that replays it."""
 
     steps: list[str]
     failure: str
@@ -52,7 +50,6 @@ class Banner:
     signed_label: str
     """SIGNED or UNSIGNED."""
     keyid: str | None
-    """Key id of the signing key, when signed."""
     name: str
     """Manifest name of the change."""
     counts: list[KeyValue]
@@ -81,7 +78,6 @@ class ClaimView:
     """The policy rule that admitted the claim, quoted."""
     rule_source: str
     description: str
-    """The manifest's description of the change."""
     identity_declared: list[str]
     identity_required: list[str]
     transfer: str
@@ -91,8 +87,7 @@ class ClaimView:
 @dataclass(frozen=True)
 class InvariantRow:
     """One promise of an approximate cache (quant-invariants, evict-invariants) and whether the cache
-    kept it after every step: shown beside the envelopes, so a bounded loss is read next to whether
-    the cache does what it claims."""
+    kept it after every step, shown beside the envelopes."""
 
     check: str
     invariant: str
@@ -106,8 +101,7 @@ class InvariantRow:
 
 @dataclass(frozen=True)
 class HazardView:
-    """A design hazard a failed check showed (gate.core.hazards): its name, the check, what it showed
-    and the configuration that avoids it."""
+    """A design hazard a failed check showed (gate.core.hazards) and the configuration that avoids it."""
 
     name: str
     check: str
@@ -133,7 +127,6 @@ class Failure:
     anchor: str
     """Fragment id of the check's section."""
     hazard: HazardView | None = None
-    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +156,6 @@ class Diagnosis:
     layers: LayerPlot | None = None
     """Per-layer divergence from the reference's full pass, when the check traced layers."""
     hazard: HazardView | None = None
-    """The design hazard the failure shows, where it shows one."""
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,11 @@
 """The "What next" box: the exact commands a reader runs after a verdict that is not a plain pass.
 
-- a failing or erroring check (or an unproven one that ran; one that could not run here cannot
-  run alone either): reproduce it (`gate run … --check NAME`) with the checks that stand in for it
-  (`covered_by`: without them it would be judged unproven, not as the dossier shows it), then a
-  wider sweep that pins down where prefix-sweep's failure starts (every prefix length up to it);
-- awaiting approval: the `gate approve` command for this dossier's directory, first;
-- a waived check: reproduce it before the waiver expires;
-- a signed dossier whose verdict is not a plain pass: `gate verify` it.
-
-Each step carries the exit code it ends with (`NextStep.expect_exit`), derived from this dossier's
-own results: a `gate run --check` judged by `expected_run` (the checks it names as recorded here,
-every other one not run), `gate approve` 0, `gate verify` as deployable or not (`expected_verify`).
-tests/report/test_next_steps_run.py runs every printed step of every shipped example and compares.
-
-Commands name the manifest as the run recorded it, the output directory the dossier was written
-to (`DIR` when unknown, e.g. a dossier re-rendered from results.json alone), and the ledger and
-trust policy the run used (`CommandContext`), so that each runs as printed (only the approver's
-key, `YOUR.key`, is the reader's to fill in).
+A failing, erroring or unproven check that ran: reproduce it (`gate run … --check NAME`, with the
+checks in its `covered_by`), then a wider sweep up to where prefix-sweep's failure starts; awaiting
+approval: `gate approve`, first; a waived check: reproduce it before the waiver expires; a signed
+dossier that is not a plain pass: `gate verify` it. Each step carries the exit code it ends with,
+derived from this dossier's own results (tests/report/test_next_steps_run.py runs them all), and
+names the manifest, output directory (`DIR` when unknown), ledger and trust policy the run used.
 """
 
 from __future__ import annotations
@@ -67,9 +56,8 @@ def _run(manifest: str, out: str, checks: Sequence[str], *params: str, options: 
 
 
 def with_stand_ins(result: GateResult, check: str) -> list[str]:
-    """`check` and the planned checks that stand in for it (its `covered_by`), in plan order: what a
-    run of it needs to be judged as this dossier judged it (alone, a check whose rule is observed at
-    model level by others finds them not run, and stays unproven)."""
+    """`check` and the planned checks in its `covered_by`, in plan order: without them a run of it stays
+    unproven."""
     covered = next((set(c.covered_by) for c in result.checks if c.check == check), set())
     return [c.check for c in result.checks if c.check == check or c.check in covered]
 
@@ -79,10 +67,8 @@ def _label(verdict: str) -> str:
 
 
 def expected_run(result: GateResult, only: Sequence[str]) -> tuple[int, str]:
-    """Exit code and verdict label of `gate run MANIFEST --check A --check B ...` from this dossier's
-    own results: the checks named judged as recorded here, every other planned check not run; the
-    order gate.engine.verdict.decide applies (an error's own code, a failed deny check, a deny
-    unproven, then a partial run; naming every check, the dossier's own verdict)."""
+    """Exit code and verdict label of `gate run MANIFEST --check A ...` from this dossier's results:
+    the named checks as recorded, every other one not run, in gate.engine.verdict.decide's order."""
     chosen = [c for c in result.checks if c.check in only]
     if len(chosen) == len(result.checks):
         return result.exit_code, _label(result.verdict.value)
@@ -98,10 +84,8 @@ def expected_run(result: GateResult, only: Sequence[str]) -> tuple[int, str]:
 
 
 def expected_verify(result: GateResult, ledger: bool, trust: bool) -> tuple[int, str]:
-    """Exit code of `gate verify` on this signed dossier once the steps before it ran: 0 for a verdict
-    a deploy may ship (a pass; a pass with waivers when `--ledger` shows its waivers, judged under
-    the same trust policy as the run; an awaiting-approval one once the approval step above signed
-    it under the trust policy `--trust` names), else 7, not deployable."""
+    """Exit code of `gate verify` on this signed dossier once the steps before it ran: 0 for a
+    deployable verdict (waivers and approvals judged under the run's trust policy), else 7."""
     verdict = result.verdict.value
     if verdict == "pass" or (verdict == "pass-with-waivers" and ledger):
         return EXIT_PASS, "deployable"

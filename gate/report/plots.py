@@ -1,7 +1,5 @@
-"""Geometry for the dossier's inline SVG plots: coordinates and labels, never markup.
-
-Each function turns an evidence series into a small frozen dataclass of numbers and strings;
-templates/partials/*.svg.j2 draw them. Coordinates are rounded to 0.1 px so gold files are stable.
+"""Geometry for the dossier's inline SVG plots (templates/partials/*.svg.j2 draw them): coordinates
+and labels, never markup, rounded to 0.1 px so gold files are stable.
 """
 
 from __future__ import annotations
@@ -137,17 +135,10 @@ def log_axis(values: Sequence[float], frame: Frame) -> tuple[Callable[[float], f
     return y_of, [Tick(pos=y_of(10.0**k), label=f"1e{k}") for k in range(lo, hi + 1)]
 
 
-def _log_lengths(lengths: Sequence[float]) -> list[float]:
-    # log10(L + 1): the sweep starts at prefix length 0, which a plain log axis cannot place.
-    return [math.log10(max(length, 0.0) + 1.0) for length in lengths]
-
-
 def _length_ticks(lengths: Sequence[float]) -> list[float]:
     top = max(lengths)
     decades = [0.0] + [10.0**k for k in range(0, 7) if 10.0**k <= top * 1.0001]
-    if len(decades) >= 3:
-        return decades
-    return sorted(set(lengths))[:12]
+    return decades if len(decades) >= 3 else sorted(set(lengths))[:12]
 
 
 def sweep_plot(
@@ -162,8 +153,8 @@ def sweep_plot(
     """Plot geometry for a prefix sweep. `deltas`/`agree` align with `lengths`; None means unknown.
     `boundaries`: the candidate's layout boundaries (block and chunk edges), drawn as thin lines."""
     frame = Frame(width=960, height=380, left=72.0, top=26.0, right=940.0, bottom=326.0)
-    xs_log = _log_lengths(lengths)
-    x_max = max(max(xs_log), 0.5) * 1.04
+    # log10(L + 1): the sweep starts at prefix length 0, which a plain log axis cannot place.
+    x_max = max(max(math.log10(max(length, 0.0) + 1.0) for length in lengths), 0.5) * 1.04
 
     def x_of(length: float) -> float:
         return _r(frame.left + frame.plot_width * math.log10(max(length, 0.0) + 1.0) / x_max)

@@ -1,7 +1,5 @@
-"""The dossier's account of what was claimed and what it ran on: the claim view (the manifest's claim and
-envelopes, the plan's rule), the invariants an approximate cache was held to (shown beside the envelopes)
-and the provenance groups (change, manifest, policies, subjects, datasets, run, environment). Built once
-by gate.report.build."""
+"""The dossier's claim view, the invariants an approximate cache was held to, and the provenance
+groups (change, manifest, policies, subjects, datasets, run, environment)."""
 
 from __future__ import annotations
 
@@ -116,9 +114,7 @@ def provenance(result: GateResult) -> list[ProvenanceGroup]:
         ProvenanceGroup(
             "Run",
             [
-                KeyValue("seed", display(subject.get("seed"))),
-                KeyValue("device", display(subject.get("device"))),
-                KeyValue("dtype", display(subject.get("dtype"))),
+                *(KeyValue(key, display(subject.get(key))) for key in ("seed", "device", "dtype")),
                 KeyValue("started", result.started_at),
                 KeyValue("finished", result.finished_at),
                 KeyValue("result version", str(result.result_version)),

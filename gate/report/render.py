@@ -1,9 +1,8 @@
 """Rendering ReportData through the Jinja templates under templates/ (HTML and Markdown).
 
-HTML: autoescape on, StrictUndefined, control characters and bidi overrides written as `\\uXXXX`
-(gate._util.text). Markdown: every `{{ }}` value passes through `markdown_text`
-(the environment's finalize), so a manifest string cannot inject markup, links, tables or mentions
-into a pull-request comment. No markup is built here.
+HTML: autoescape on, StrictUndefined, control characters written as `\\uXXXX` (gate._util.text).
+Markdown: every `{{ }}` value passes through `markdown_text`, so a manifest string cannot inject
+markup, links, tables or mentions into a pull-request comment.
 """
 
 from __future__ import annotations
@@ -69,7 +68,6 @@ def _environment(**options: Any) -> Environment:
 
 
 def render_html(data: ReportData) -> str:
-    """The self-contained HTML dossier."""
     return html_environment().get_template("dossier.html.j2").render(r=data)
 
 

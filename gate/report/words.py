@@ -26,9 +26,7 @@ VERDICTS = {
 
 
 def verdict_label(verdict: str, unproven: int = 0) -> tuple[str, str]:
-    """Banner label and tone of a verdict. A pass that carries checks whose power is unproven (the
-    policy made that a warning) is amber and says so: never green. (A pass with waivers is never
-    green already.)"""
+    """Banner label and tone of a verdict; a pass carrying unproven checks is amber, never green."""
     label, tone = VERDICTS.get(verdict, (verdict.upper(), "muted"))
     if unproven and verdict == "pass":
         return f"{label}, {unproven} UNPROVEN", "unproven"
