@@ -137,7 +137,8 @@ class SlotCache(KVCache):
 
     `bind(slots, fed)` names one forward's slots in row order and the real tokens each row brings
     (right-padded to the longest); `update` writes them at each slot's length and returns a left-padded
-    batch (`padding` masks the pads); `advance()` moves the lengths on; `claim(slot)` empties a slot.
+    batch, each row's history right-aligned (`padding` masks the pads); `advance()` moves the lengths
+    on. A slot a request leaves keeps its stale K/V; `claim(slot)` empties it for the next request.
     """
 
     def __init__(
