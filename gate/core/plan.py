@@ -184,12 +184,17 @@ def build_plan(manifest: Manifest, doc: LoadedYaml, policies: PolicySet) -> Plan
     planned: list[PlannedCheck] = []
     for index, (rule, rule_source) in enumerate(claim.checks):
         override = manifest.checks.get(rule.check)
-        same = {"check", "step", "severity", "why", "controls", "not_applicable", "missing_capability"}
         planned.append(
             PlannedCheck(
-                **rule.model_dump(include=same),
+                check=rule.check,
+                step=rule.step,
+                severity=rule.severity,
+                why=rule.why,
                 params={**rule.params, **(override.params if override is not None else {})},
+                controls=rule.controls,
                 unproven=rule.unproven or UNPROVEN_DEFAULT.get(level, "warn"),
+                not_applicable=rule.not_applicable,
+                missing_capability=rule.missing_capability,
                 source=f"{rule_source.shown}: interventions.{intervention.value}.claims.{level.value}.checks[{index}]",
                 resolution=claim.history,
                 available=rule.check in registered,
