@@ -6,7 +6,9 @@
   JSON schemas in schemas/ carry) and the rest, code;
 * modules over 400 lines: their paths and sizes, largest first;
 * duplicate pairs: the `duplicates` command (on PATH) over gate/ (its default: runs of 6 or more
-  identical or same-shape lines), the count from its first line, boilerplate pairs included;
+  identical or same-shape lines), the count from its first line, boilerplate pairs included; then
+  by kind, from its rows: the same text, the same shape (names and literals differ), and of those
+  the ones it marks boilerplate (imports, `__all__`, keyword calls, records of fields);
 * import circles: the strongly connected components of more than one module in gate/'s import
   graph (grimp, as lint-imports builds it), type-only imports (`if TYPE_CHECKING:`) and imports
   inside functions included; each circle once, with its modules. A second count leaves the
@@ -90,6 +92,14 @@ def duplicate_pairs(package: Path) -> tuple[int, list[str]]:
     return int(head.group(1)), [line for line in out[1:] if re.match(r"D\d+ ", line)]
 
 
+def by_kind(rows: list[str], pairs: int) -> str:
+    """The pairs `rows` lists, split by kind: same text, same shape (boilerplate among them)."""
+    shape = [row for row in rows if " shape" in row]
+    boilerplate = sum(" boilerplate" in row for row in shape)
+    listed = "" if len(rows) == pairs else f" (of the {len(rows)} listed)"
+    return f"{len(rows) - len(shape)}, {len(shape)} ({boilerplate}){listed}"
+
+
 def circles(package: str, *, type_only: bool) -> list[list[str]]:
     """The import graph's strongly connected components of two or more modules (Tarjan's, iterative)."""
     graph = grimp.build_graph(package, exclude_type_checking_imports=not type_only, cache_dir=None)
@@ -152,6 +162,7 @@ def report() -> str:
         f"| lines in gate/ (.py, {len(sizes)} files) | {sum(sizes.values())} |",
         f"| modules over {LIMIT} lines | {len(large)} |",
         f"| duplicate pairs in gate/ (`duplicates`, 6+ lines) | {pairs} |",
+        f"| ... of the same text, of the same shape (of these, boilerplate) | {by_kind(rows, pairs)} |",
         f"| import circles, type-only imports included | {len(all_circles)} |",
         f"| import circles, type-only imports left out | {len(runtime)} |",
         "",
