@@ -7,8 +7,9 @@
 * modules over 400 lines: their paths and sizes, largest first;
 * duplicate pairs: the `duplicates` command (on PATH) over gate/ (its default: runs of 6 or more
   identical or same-shape lines), the count from its first line, boilerplate pairs included; then
-  by kind, from its rows: the same text, the same shape (names and literals differ), and of those
-  the ones it marks boilerplate (imports, `__all__`, keyword calls, records of fields);
+  by kind, from its rows: the same text, the same shape (alike but for names and values), and of
+  those the ones it marks boilerplate (most of what they share is punctuation and keywords, or a
+  shape that recurs across a folder);
 * import circles: the strongly connected components of more than one module in gate/'s import
   graph (grimp, as lint-imports builds it), type-only imports (`if TYPE_CHECKING:`) and imports
   inside functions included; each circle once, with its modules. A second count leaves the
