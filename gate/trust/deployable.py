@@ -1,6 +1,8 @@
 """Whether a verified run may be deployed: its waivers re-judged from the ledger under the verifier's
 trust policy (a run applied those its own policy allowed, a pull request's if it edited trust.yaml).
-A waiver that does not count leaves the run authentic but not deployable."""
+A waiver counts when signed, allowed, not revoked, scoped to the exact manifest, granted before the
+run and active on its day, with enough distinct signers for a deny check; one that does not count
+leaves the run authentic but not deployable (exit 7 unless `--any-verdict`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,9 @@ only the envelope's first signature is the run's. An approval that does not coun
 ignored (anyone who can write the ledger could add one). Whether a change is approximate is decided
 here from the signed intervention and claim and the built-in policies, never from the run's results:
 an approximate change never stands as PASS, only awaiting-approval until `required-approvals`
-distinct approvers signed.
+distinct approvers signed, then APPROVED; the approved dossier files must match approval.dsse.json,
+signed by a counted approver. `RunCheck.deployable` says whether a deploy may ship the verdict
+(gate.trust.deployable re-judges the waivers).
 """
 
 from __future__ import annotations
